@@ -1,0 +1,34 @@
+# mt_add_library(name SOURCES ... DEPS ...): one static library per layer.
+function(mt_add_library name)
+  cmake_parse_arguments(A "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${A_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PUBLIC ${A_DEPS})
+endfunction()
+
+# mt_add_test(name SOURCES ... DEPS ... LABELS ...): a GoogleTest executable whose
+# cases are registered one by one with CTest, each carrying LABELS (default: unit).
+function(mt_add_test name)
+  cmake_parse_arguments(A "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(NOT A_LABELS)
+    set(A_LABELS unit)
+  endif()
+  add_executable(${name} ${A_SOURCES})
+  target_link_libraries(${name} PRIVATE ${A_DEPS} mt_test_support GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE
+    MT_SOURCE_DIR="${PROJECT_SOURCE_DIR}" MT_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  gtest_discover_tests(${name} PROPERTIES LABELS "${A_LABELS}"
+    WORKING_DIRECTORY ${PROJECT_BINARY_DIR} DISCOVERY_TIMEOUT 60)
+endfunction()
+
+# mt_add_script_test(name LABELS ... COMMAND ...): a test driven by a script
+# (node or numpy references), run from the build directory.
+function(mt_add_script_test name)
+  cmake_parse_arguments(A "" "" "LABELS;COMMAND" ${ARGN})
+  if(NOT A_LABELS)
+    set(A_LABELS unit)
+  endif()
+  add_test(NAME ${name} COMMAND ${A_COMMAND} WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  set_tests_properties(${name} PROPERTIES LABELS "${A_LABELS}"
+    ENVIRONMENT "MT_BIN=$<TARGET_FILE:megatron>;MT_SOURCE_DIR=${PROJECT_SOURCE_DIR};MT_DATA_DIR=${PROJECT_SOURCE_DIR}/data")
+endfunction()

@@ -1,0 +1,227 @@
+#include "cli/args.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+#include <utility>
+
+#include "core/error.h"
+
+namespace megatron::cli {
+namespace {
+
+std::string strip(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\n\r\f\v");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\n\r\f\v");
+  return s.substr(b, e - b + 1);
+}
+
+// Python allows single '_' between digits only: "1_000" but not "_1", "1__0" or "1_".
+bool remove_digit_separators(const std::string& in, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '_') {
+      bool ok = i > 0 && i + 1 < in.size() && std::isdigit(static_cast<unsigned char>(in[i - 1])) &&
+                std::isdigit(static_cast<unsigned char>(in[i + 1]));
+      if (!ok) return false;
+      continue;
+    }
+    out->push_back(in[i]);
+  }
+  return true;
+}
+
+}  // namespace
+
+int64_t parse_int(const std::string& raw, const std::string& what) {
+  std::string s = strip(raw), digits;
+  bool ok = !s.empty() && remove_digit_separators(s, &digits);
+  size_t start = (ok && (digits[0] == '+' || digits[0] == '-')) ? 1 : 0;
+  ok = ok && digits.size() > start;
+  for (size_t i = start; ok && i < digits.size(); ++i) ok = std::isdigit(static_cast<unsigned char>(digits[i]));
+  if (!ok) throw_error("[", what, "] expected an integer, got '", raw, "'");
+  errno = 0;
+  long long v = std::strtoll(digits.c_str(), nullptr, 10);
+  if (errno == ERANGE) throw_error("[", what, "] integer out of range: '", raw, "'");
+  return static_cast<int64_t>(v);
+}
+
+double parse_double(const std::string& raw, const std::string& what) {
+  std::string s = strip(raw), plain;
+  if (s.empty() || !remove_digit_separators(s, &plain)) {
+    throw_error("[", what, "] expected a number, got '", raw, "'");
+  }
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(plain.c_str(), &end);
+  // strtod accepts hex floats and "infinity"-like spellings Python also accepts; reject
+  // hex (Python's float() does not) and trailing garbage.
+  bool hex = plain.find_first_of("xX") != std::string::npos;
+  if (end == plain.c_str() || *end != '\0' || hex) {
+    throw_error("[", what, "] expected a number, got '", raw, "'");
+  }
+  return v;
+}
+
+Args::Args(std::string command, std::string summary)
+    : command_(std::move(command)), summary_(std::move(summary)) {}
+
+Args& Args::add(Spec s) {
+  for (const Spec& other : specs_) MT_CHECK(other.name != s.name) << "flag declared twice: " << s.name;
+  specs_.push_back(std::move(s));
+  return *this;
+}
+
+Args& Args::flag(const std::string& name, const std::string& help) {
+  return add({name, Kind::kFlag, "", help, std::nullopt, false, 0});
+}
+
+Args& Args::option(const std::string& name, const std::string& metavar, const std::string& help,
+                   std::optional<std::string> default_value, bool required) {
+  return add({name, Kind::kOption, metavar, help, std::move(default_value), required, 0});
+}
+
+Args& Args::list(const std::string& name, const std::string& metavar, const std::string& help,
+                 int exact_count, bool required) {
+  return add({name, Kind::kList, metavar, help, std::nullopt, required, exact_count});
+}
+
+Args& Args::positional(const std::string& name, const std::string& help, bool required) {
+  return add({name, Kind::kPositional, name, help, std::nullopt, required, 0});
+}
+
+const Args::Spec& Args::spec(const std::string& name) const {
+  for (const Spec& s : specs_) {
+    if (s.name == name) return s;
+  }
+  MT_CHECK(false) << "flag not declared: " << name;
+  __builtin_unreachable();
+}
+
+bool Args::parse(const std::vector<std::string>& argv) {
+  values_.clear();
+  std::vector<const Spec*> positionals;
+  for (const Spec& s : specs_) {
+    if (s.kind == Kind::kPositional) positionals.push_back(&s);
+  }
+  size_t next_positional = 0;
+  auto is_flag_like = [](const std::string& a) {
+    // "-5" and "-1e3" are values (negative numbers), "--x" and "-x" are flags.
+    if (a.size() < 2 || a[0] != '-') return false;
+    return !(std::isdigit(static_cast<unsigned char>(a[1])) || a[1] == '.');
+  };
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    if (arg == "-h" || arg == "--help") return false;
+    if (!is_flag_like(arg)) {
+      if (next_positional >= positionals.size()) {
+        throw_error(command_, ": unexpected argument '", arg, "'");
+      }
+      values_[positionals[next_positional++]->name] = {arg};
+      continue;
+    }
+    std::string name = arg;
+    std::optional<std::string> inline_value;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      inline_value = arg.substr(eq + 1);
+    }
+    const Spec* s = nullptr;
+    for (const Spec& cand : specs_) {
+      if (cand.name == name && cand.kind != Kind::kPositional) s = &cand;
+    }
+    if (s == nullptr) throw_error("[", name, "] unknown flag for ", command_, " (see --help)");
+    if (values_.count(name) != 0 && s->kind != Kind::kFlag) {
+      // argparse keeps the last value; a repeated flag is usually a pasting mistake, so say so.
+      throw_error("[", name, "] given more than once");
+    }
+    std::vector<std::string>& vals = values_[name];
+    if (s->kind == Kind::kFlag) {
+      if (inline_value) throw_error("[", name, "] takes no value");
+      continue;
+    }
+    if (inline_value) {
+      vals.push_back(*inline_value);
+    } else {
+      while (i + 1 < argv.size() && !is_flag_like(argv[i + 1])) {
+        vals.push_back(argv[++i]);
+        if (s->kind == Kind::kOption) break;
+        if (s->exact_count > 0 && static_cast<int>(vals.size()) == s->exact_count) break;
+      }
+    }
+    if (vals.empty()) throw_error("[", name, "] expected a value");
+    if (s->kind == Kind::kList && s->exact_count > 0 && static_cast<int>(vals.size()) != s->exact_count) {
+      throw_error("[", name, "] expected ", s->exact_count, " values, got ", vals.size());
+    }
+  }
+  for (const Spec& s : specs_) {
+    if (s.required && values_.count(s.name) == 0) {
+      if (s.kind == Kind::kPositional) throw_error(command_, ": missing argument <", s.name, ">");
+      throw_error("[", s.name, "] is required for ", command_);
+    }
+  }
+  return true;
+}
+
+bool Args::given(const std::string& name) const {
+  spec(name);
+  return values_.count(name) != 0;
+}
+
+bool Args::has(const std::string& name) const { return given(name) || spec(name).default_value.has_value(); }
+
+bool Args::get_flag(const std::string& name) const {
+  MT_CHECK(spec(name).kind == Kind::kFlag) << name;
+  return values_.count(name) != 0;
+}
+
+std::string Args::get_string(const std::string& name) const {
+  const Spec& s = spec(name);
+  auto it = values_.find(name);
+  if (it != values_.end()) return it->second.front();
+  if (s.default_value) return *s.default_value;
+  throw_error("[", name, "] is required for ", command_);
+}
+
+int64_t Args::get_int(const std::string& name) const { return parse_int(get_string(name), name); }
+
+double Args::get_double(const std::string& name) const { return parse_double(get_string(name), name); }
+
+std::vector<std::string> Args::get_list(const std::string& name) const {
+  spec(name);
+  auto it = values_.find(name);
+  return it == values_.end() ? std::vector<std::string>{} : it->second;
+}
+
+std::vector<int64_t> Args::get_int_list(const std::string& name) const {
+  std::vector<int64_t> out;
+  for (const std::string& v : get_list(name)) out.push_back(parse_int(v, name));
+  return out;
+}
+
+std::string Args::usage() const {
+  std::ostringstream os;
+  os << "usage: " << command_;
+  for (const Spec& s : specs_) {
+    if (s.kind == Kind::kPositional) os << (s.required ? " <" : " [<") << s.name << (s.required ? ">" : ">]");
+  }
+  os << " [flags]\n";
+  if (!summary_.empty()) os << "\n" << summary_ << "\n";
+  os << "\n";
+  for (const Spec& s : specs_) {
+    std::string left = s.name;
+    if (s.kind == Kind::kPositional) left = "<" + s.name + ">";
+    if (s.kind == Kind::kOption) left += " " + s.metavar;
+    if (s.kind == Kind::kList) left += " " + s.metavar + (s.exact_count > 0 ? "" : " ...");
+    os << "  " << left;
+    os << std::string(left.size() < 34 ? 34 - left.size() : 1, ' ') << s.help;
+    if (s.required) os << " (required)";
+    if (s.default_value) os << " [default: " << *s.default_value << "]";
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace megatron::cli

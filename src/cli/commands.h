@@ -1,0 +1,18 @@
+// Subcommands of the `megatron` binary. Each takes the arguments after its name
+// and returns the process exit code; bad input throws megatron::Error.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace megatron::cli {
+
+using CommandArgs = std::vector<std::string>;
+
+int run_tokenize(const CommandArgs& args);        // tokenize_command.cpp
+int run_preprocess(const CommandArgs& args);      // preprocess_command.cpp
+int run_merge_datasets(const CommandArgs& args);  // merge_datasets_command.cpp
+int run_dataset_info(const CommandArgs& args);    // dataset_info_command.cpp
+int run_version(const CommandArgs& args);         // version_command.cpp
+
+}  // namespace megatron::cli

@@ -1,0 +1,59 @@
+// megatron: one program, several commands (DESIGN.md "One program, several commands").
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(const megatron::cli::CommandArgs&);
+  const char* summary;
+};
+
+constexpr Command kCommands[] = {
+    {"preprocess", megatron::cli::run_preprocess, "JSONL(.gz/.xz/.zst) -> <prefix>_<key>_document.bin/.idx"},
+    {"merge-datasets", megatron::cli::run_merge_datasets, "concatenate indexed datasets"},
+    {"dataset-info", megatron::cli::run_dataset_info, "counts, splits and the training samples of a dataset"},
+    {"tokenize", megatron::cli::run_tokenize, "GPT-2 BPE token ids of stdin"},
+    {"version", megatron::cli::run_version, "version and build configuration"},
+};
+
+void print_usage(std::FILE* out) {
+  std::fprintf(out, "usage: megatron <command> [flags]   (megatron <command> --help for its flags)\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-16s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    print_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (std::strcmp(argv[1], "--version") == 0) return megatron::cli::run_version({});
+  const std::string name = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  for (const Command& c : kCommands) {
+    if (name != c.name) continue;
+    try {
+      return c.run(args);
+    } catch (const megatron::Error& e) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
+    } catch (const std::bad_alloc&) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "error: out of memory\n");
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "error: unknown command '%s'\n", name.c_str());
+  print_usage(stderr);
+  return 2;
+}

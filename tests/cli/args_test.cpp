@@ -1,0 +1,91 @@
+#include "cli/args.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace megatron::cli {
+namespace {
+
+Args make_args() {
+  Args a("megatron test");
+  a.option("--workers", "N", "workers", "1");
+  a.option("--seed", "S", "seed");
+  a.option("--lr", "LR", "lr");
+  a.flag("--append-eod", "append eod");
+  a.list("--data-path", "PATH", "paths");
+  a.list("--rampup-batch-size", "N", "ramp", 3);
+  a.positional("prefix", "a prefix", false);
+  return a;
+}
+
+std::string error_of(Args& a, const std::vector<std::string>& argv) {
+  try {
+    a.parse(argv);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Args, ParsesValuesFlagsListsAndPositionals) {
+  Args a = make_args();
+  ASSERT_TRUE(a.parse({"pfx", "--workers", "4", "--append-eod", "--data-path", "0.3", "a", "0.7", "b",
+                       "--rampup-batch-size", "16", "16", "5_000_000", "--lr=-1.5e-4"}));
+  EXPECT_EQ(a.get_int("--workers"), 4);
+  EXPECT_TRUE(a.get_flag("--append-eod"));
+  EXPECT_EQ(a.get_list("--data-path"), (std::vector<std::string>{"0.3", "a", "0.7", "b"}));
+  EXPECT_EQ(a.get_int_list("--rampup-batch-size"), (std::vector<int64_t>{16, 16, 5000000}));
+  EXPECT_DOUBLE_EQ(a.get_double("--lr"), -1.5e-4);
+  EXPECT_EQ(a.get_string("prefix"), "pfx");
+  EXPECT_FALSE(a.given("--seed"));
+}
+
+TEST(Args, DefaultsApplyWhenAbsent) {
+  Args a = make_args();
+  ASSERT_TRUE(a.parse({}));
+  EXPECT_EQ(a.get_int("--workers"), 1);
+  EXPECT_FALSE(a.get_flag("--append-eod"));
+  EXPECT_TRUE(a.get_list("--data-path").empty());
+}
+
+TEST(Args, HelpReturnsFalse) {
+  Args a = make_args();
+  EXPECT_FALSE(a.parse({"--help"}));
+  EXPECT_NE(a.usage().find("--workers N"), std::string::npos);
+}
+
+TEST(Args, BadInputNamesTheFlag) {
+  Args a = make_args();
+  EXPECT_EQ(error_of(a, {"--wokers", "2"}), "[--wokers] unknown flag for megatron test (see --help)");
+  ASSERT_EQ(error_of(a, {"--workers", "x"}), "");  // values are typed when read
+  try {
+    a.get_int("--workers");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "[--workers] expected an integer, got 'x'");
+  }
+  EXPECT_EQ(error_of(a, {"--workers"}), "[--workers] expected a value");
+  EXPECT_EQ(error_of(a, {"--rampup-batch-size", "1", "2"}), "[--rampup-batch-size] expected 3 values, got 2");
+  EXPECT_EQ(error_of(a, {"--append-eod=1"}), "[--append-eod] takes no value");
+  EXPECT_EQ(error_of(a, {"--seed", "1", "--seed", "2"}), "[--seed] given more than once");
+  EXPECT_EQ(error_of(a, {"a", "b"}), "megatron test: unexpected argument 'b'");
+  Args b("megatron req");
+  b.option("--input", "F", "input", std::nullopt, true);
+  EXPECT_EQ(error_of(b, {}), "[--input] is required for megatron req");
+}
+
+TEST(Args, PythonIntRules) {
+  EXPECT_EQ(parse_int("5_000_000", "x"), 5000000);
+  EXPECT_EQ(parse_int(" -12 ", "x"), -12);
+  EXPECT_THROW(parse_int("1__0", "x"), Error);
+  EXPECT_THROW(parse_int("_1", "x"), Error);
+  EXPECT_THROW(parse_int("1.0", "x"), Error);
+  EXPECT_THROW(parse_int("99999999999999999999", "x"), Error);
+  EXPECT_DOUBLE_EQ(parse_double("1e-5", "x"), 1e-5);
+  EXPECT_THROW(parse_double("0x10", "x"), Error);
+  EXPECT_THROW(parse_double("1.5abc", "x"), Error);
+}
+
+}  // namespace
+}  // namespace megatron::cli
