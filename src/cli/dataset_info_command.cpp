@@ -1,8 +1,226 @@
+// megatron dataset-info: what an indexed dataset holds and which samples training reads.
+//
+//   megatron dataset-info PREFIX
+//       dtype, sequence / document / token counts, document-length statistics.
+//   megatron dataset-info PREFIX --seq-length S (--train-samples N | --train-iters I
+//       [--global-batch-size G] [--micro-batch-size M]) [--eval-interval --eval-iters
+//       --split --seed --data-cache-path DIR] [--show-samples K]
+//       also Megatron's target sizes, the split ranges, epochs, whether the last epoch
+//       is separate, and the index-cache files loaded or built (classic Megatron C23 rules,
+//       data/gpt_dataset.h). --data-path (one prefix, or weight/prefix pairs) replaces PREFIX.
+//
+// Machine-readable mode: with --show-samples K, stdout holds only K JSON lines
+// {"index": i, "tokens": [...]} (i = position in training order, tokens = seq_length+1 ids)
+// and the summary goes to stderr.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "data/dataset_config.h"
+#include "data/indexed_dataset.h"
 
 namespace megatron::cli {
+namespace {
 
-int run_dataset_info(const CommandArgs& args) { throw_error("megatron dataset-info: not implemented yet"); }
+using data::IndexedDataset;
+
+// numpy.percentile's default (linear interpolation between closest ranks).
+double percentile(const std::vector<int64_t>& sorted, double p) {
+  const double pos = p / 100.0 * static_cast<double>(sorted.size() - 1);
+  const auto lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return static_cast<double>(sorted[lo]) + (static_cast<double>(sorted[hi] - sorted[lo])) * (pos - static_cast<double>(lo));
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+void print_summary(std::ostream& out, const IndexedDataset& ds) {
+  out << "dataset " << ds.prefix() << "\n";
+  out << "  dtype:      " << data::token_dtype_name(ds.dtype()) << "\n";
+  out << "  sequences:  " << ds.sequence_count() << "\n";
+  out << "  documents:  " << ds.document_count() << "\n";
+  out << "  tokens:     " << ds.token_count() << "\n";
+  std::vector<int64_t> doc_tokens(static_cast<size_t>(ds.document_count()), 0);
+  int64_t empty = 0;
+  for (int64_t d = 0; d < ds.document_count(); ++d) {
+    int64_t t = 0;
+    for (int64_t s = ds.document_index(d); s < ds.document_index(d + 1); ++s) t += ds.sequence_length(s);
+    doc_tokens[static_cast<size_t>(d)] = t;
+    empty += t == 0;
+  }
+  if (doc_tokens.empty()) {
+    out << "  document lengths (tokens): no documents\n";
+    return;
+  }
+  std::sort(doc_tokens.begin(), doc_tokens.end());
+  double mean = 0;
+  for (int64_t t : doc_tokens) mean += static_cast<double>(t);
+  mean /= static_cast<double>(doc_tokens.size());
+  out << "  document lengths (tokens): min " << doc_tokens.front() << ", mean " << fmt("%.2f", mean) << ", median "
+      << fmt("%.1f", percentile(doc_tokens, 50)) << ", p90 " << fmt("%.1f", percentile(doc_tokens, 90)) << ", p99 "
+      << fmt("%.1f", percentile(doc_tokens, 99)) << ", max " << doc_tokens.back() << "\n";
+  out << "  empty documents: " << empty << "\n";
+}
+
+int64_t positive(const Args& a, const std::string& flag, int64_t min_value) {
+  const int64_t v = a.get_int(flag);
+  if (v < min_value) throw_error("[", flag, "] must be >= ", min_value, ", got ", v);
+  return v;
+}
+
+}  // namespace
+
+int run_dataset_info(const CommandArgs& argv) {
+  Args a("dataset-info", "counts, splits and the training samples of an indexed dataset");
+  a.positional("prefix", "dataset prefix (<prefix>.bin/.idx); or use --data-path", false)
+      .list("--data-path", "PATH", "a prefix, or weight prefix pairs (a blend), as Megatron's --data-path")
+      .option("--seq-length", "S", "sequence length: build the sample index")
+      .option("--train-samples", "N", "training samples (or --train-iters)")
+      .option("--train-iters", "I", "training iterations (train samples = I * global batch size)")
+      .option("--global-batch-size", "G", "global batch size (default: --micro-batch-size, DP = 1)")
+      .option("--micro-batch-size", "M", "micro-batch size", "1")
+      .option("--eval-interval", "K", "iterations between evaluations", "1000")
+      .option("--eval-iters", "K", "iterations per evaluation", "100")
+      .option("--split", "W", "train/valid/test weights of the sequences", "969, 30, 1")
+      .option("--seed", "R", "numpy RandomState seed of the shuffles", "1234")
+      .option("--data-cache-path", "DIR", "where index caches are looked for (after dirname(prefix)/index-cache) and built")
+      .option("--show-samples", "K", "print the first K training samples as JSON lines on stdout (summary to stderr)");
+  if (!a.parse(argv)) {
+    std::cout << a.usage();
+    return 0;
+  }
+  std::vector<std::string> data_path;
+  if (a.given("--data-path")) {
+    if (a.given("prefix")) throw_error("[--data-path] give either a positional prefix or --data-path, not both");
+    data_path = a.get_list("--data-path");
+  } else if (a.given("prefix")) {
+    data_path = {a.get_string("prefix")};
+  } else {
+    throw_error("dataset-info: missing argument <prefix> (or --data-path)");
+  }
+
+  const bool has_train_target = a.given("--train-samples") || a.given("--train-iters");
+  if (a.given("--train-samples") && a.given("--train-iters")) {
+    throw_error("[--train-samples] cannot be combined with --train-iters (give one)");
+  }
+  std::optional<int64_t> seq_length;
+  if (a.given("--seq-length")) seq_length = positive(a, "--seq-length", 1);
+  if (seq_length && !has_train_target) {
+    throw_error("[--seq-length] needs --train-samples or --train-iters to size the sample index");
+  }
+  if (has_train_target && !seq_length) {
+    throw_error("[--seq-length] is required with ", a.given("--train-samples") ? "--train-samples" : "--train-iters");
+  }
+  std::optional<int64_t> show;
+  if (a.given("--show-samples")) {
+    show = positive(a, "--show-samples", 0);
+    if (!seq_length) throw_error("[--show-samples] needs --seq-length and --train-samples or --train-iters");
+  }
+  const int64_t mbs = positive(a, "--micro-batch-size", 1);
+  const int64_t gbs = a.given("--global-batch-size") ? positive(a, "--global-batch-size", 1) : mbs;
+  if (gbs % mbs != 0) {
+    throw_error("[--global-batch-size] ", gbs, " is not divisible by --micro-batch-size ", mbs,
+                " times the data-parallel size 1");
+  }
+  const int64_t eval_interval = positive(a, "--eval-interval", 1);
+  const int64_t eval_iters = positive(a, "--eval-iters", 0);
+  const int64_t seed = a.get_int("--seed");
+  data::check_numpy_seed(seed, "--seed");
+
+  // With --show-samples stdout carries only JSON lines.
+  std::ostream& out = show ? std::cerr : std::cout;
+  const data::DataBlend blend = data::parse_data_path(data_path);
+  for (const std::string& prefix : blend.prefixes) print_summary(out, IndexedDataset(prefix));
+  if (!seq_length) return 0;
+
+  std::optional<int64_t> train_samples, train_iters;
+  if (a.given("--train-samples")) train_samples = positive(a, "--train-samples", 1);
+  if (a.given("--train-iters")) train_iters = positive(a, "--train-iters", 1);
+  data::GPTDataConfig config;
+  config.data_path = data_path;
+  config.split = a.get_string("--split");
+  config.seq_length = *seq_length;
+  config.seed = seed;
+  if (a.given("--data-cache-path")) config.data_cache_path = a.get_string("--data-cache-path");
+  config.targets = data::target_sample_counts(train_samples, train_iters, gbs, eval_interval, eval_iters);
+  config.log = &out;
+
+  out << " > datasets target sizes (minimum size):\n";
+  out << "    train:      " << config.targets.train << "\n";
+  out << "    validation: " << config.targets.valid << "\n";
+  out << "    test:       " << config.targets.test << "\n";
+  const data::GPTDatasets sets = data::build_gpt_datasets(config);
+
+  static const char* kPrinted[3] = {"train", "validation", "test"};
+  for (size_t p = 0; p < sets.parts.size(); ++p) {
+    const auto& b = sets.bounds[p];
+    const IndexedDataset& ds = *sets.indexed[p];
+    out << " > dataset split of " << ds.prefix() << ":\n";
+    for (int s = 0; s < 3; ++s) {
+      int64_t tokens = 0;
+      for (int64_t k = b[s]; k < b[s + 1]; ++k) tokens += ds.sequence_length(k);
+      out << "    " << kPrinted[s] << ":\n     document indices in [" << b[s] << ", " << b[s + 1] << ") total of "
+          << b[s + 1] - b[s] << " documents, " << tokens << " tokens\n";
+    }
+    for (int s = 0; s < 3; ++s) {
+      const auto& g = sets.parts[p][s];
+      if (!g) {
+        out << " > " << data::kSplitNames[s] << ": empty split, not built\n";
+        continue;
+      }
+      const data::EpochPlan& plan = g->plan();
+      out << " > " << data::kSplitNames[s] << ": " << g->options().num_samples << " samples requested, "
+          << g->tokens_per_epoch() << " tokens per epoch, " << plan.num_epochs << " epoch(s), separate last epoch: "
+          << (plan.separate_last_epoch ? "yes" : "no") << ", " << g->size() << " samples available\n";
+      out << "     cache " << (g->cache().loaded ? "loaded: " : "built: ") << g->cache().path("") << "{.dsc,"
+          << "_doc_idx.npy,_sample_idx.npy,_shuffle_idx.npy}\n";
+    }
+  }
+  for (int s = 0; s < 3; ++s) {
+    const auto& bl = sets.blends[s];
+    if (!bl) continue;
+    out << " > blended " << data::kSplitNames[s] << ": " << bl->size() << " samples from " << bl->datasets().size()
+        << " datasets, weights";
+    for (double w : bl->weights()) out << " " << fmt("%.6g", w);
+    if (bl->cache()) {
+      out << "; cache " << (bl->cache()->loaded ? "loaded: " : "built: ") << bl->cache()->path("")
+          << "{.dsc,_index.npy,_sample_index.npy}";
+    }
+    out << "\n";
+  }
+  out << std::flush;
+
+  if (show) {
+    const auto& train = sets.train();
+    if (!train) throw_error("[--show-samples] the train split is empty (see --split)");
+    if (*show > train->size()) {
+      throw_error("[--show-samples] ", *show, " exceeds the ", train->size(), " training samples available");
+    }
+    std::vector<int64_t> tokens;
+    std::string line;
+    for (int64_t i = 0; i < *show; ++i) {
+      train->sample(i, &tokens);
+      line = "{\"index\": " + std::to_string(i) + ", \"tokens\": [";
+      for (size_t k = 0; k < tokens.size(); ++k) {
+        if (k > 0) line += ", ";
+        line += std::to_string(tokens[k]);
+      }
+      line += "]}\n";
+      std::fwrite(line.data(), 1, line.size(), stdout);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
 
 }  // namespace megatron::cli

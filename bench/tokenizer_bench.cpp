@@ -1,0 +1,199 @@
+// Throughput of GPT2BPETokenizer::encode (src/data/tokenizer/) over a corpus, at
+// several thread counts. Not a test: speed is checked here, never in ctest.
+//   tokenizer_bench VOCAB MERGES INPUT [THREADS=1,2,4,8,16] [REPEATS=3]
+// INPUT: *.jsonl (the "text" of each line is one document) or plain text (one file =
+// one document per line). For each thread count the documents are cut into that many
+// contiguous shares of about equal bytes, one per thread. Fresh threads start each
+// run, so every word cache starts cold: pass "cold" is the first encode of the share,
+// pass "warm" encodes it again on the same threads (the steady state of a long run).
+// Reported per pass: the best of REPEATS runs, as MB/s (10^6 bytes of input text),
+// MB/s per thread, parallel efficiency (per-thread MB/s / one-thread MB/s) and tokens/s.
+// bench/tiktoken_bench.py prints the same table for tiktoken.
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "data/tokenizer/gpt2_bpe_tokenizer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The value of the top-level "text" key of one JSONL line (escapes decoded); enough
+// JSON for benchmark input, not a validator.
+bool json_text(const std::string& line, std::string* out) {
+  const size_t key = line.find("\"text\"");
+  if (key == std::string::npos) return false;
+  size_t i = line.find('"', line.find(':', key + 6));
+  if (i == std::string::npos) return false;
+  out->clear();
+  for (++i; i < line.size() && line[i] != '"'; ++i) {
+    if (line[i] != '\\') {
+      out->push_back(line[i]);
+      continue;
+    }
+    const char e = line[++i];
+    switch (e) {
+      case 'n': out->push_back('\n'); break;
+      case 't': out->push_back('\t'); break;
+      case 'r': out->push_back('\r'); break;
+      case 'b': out->push_back('\b'); break;
+      case 'f': out->push_back('\f'); break;
+      case 'u': {
+        uint32_t cp = static_cast<uint32_t>(std::stoul(line.substr(i + 1, 4), nullptr, 16));
+        i += 4;
+        if (cp >= 0xD800 && cp <= 0xDBFF && line.compare(i + 1, 2, "\\u") == 0) {
+          const uint32_t lo = static_cast<uint32_t>(std::stoul(line.substr(i + 3, 4), nullptr, 16));
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          i += 6;
+        }
+        if (cp < 0x80) {
+          out->push_back(static_cast<char>(cp));
+        } else if (cp < 0x800) {
+          out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+          out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+        } else if (cp < 0x10000) {
+          out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+          out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+          out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+        } else {
+          out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+          out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+          out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+          out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+        }
+        break;
+      }
+      default: out->push_back(e);
+    }
+  }
+  return true;
+}
+
+std::vector<std::string> read_documents(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) megatron::throw_error(path, ": cannot open");
+  const bool jsonl = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
+  std::vector<std::string> docs;
+  std::string line, text;
+  int64_t number = 0;
+  while (std::getline(f, line)) {
+    ++number;
+    if (!jsonl) {
+      docs.push_back(line);
+    } else if (json_text(line, &text)) {
+      docs.push_back(text);
+    } else if (!line.empty()) {
+      megatron::throw_error(path, ":", number, ": no \"text\" string");
+    }
+  }
+  return docs;
+}
+
+std::vector<int> parse_threads(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
+  return out;
+}
+
+struct PassResult {
+  double seconds = 1e30;
+  int64_t tokens = 0;
+};
+
+// One run at `threads` threads: returns {cold, warm} timings.
+std::pair<PassResult, PassResult> run(const megatron::data::GPT2BPETokenizer& tok, const std::vector<std::string>& docs,
+                                      const std::vector<size_t>& bounds, int threads) {
+  std::barrier sync(threads + 1);
+  std::vector<int64_t> tokens_cold(threads), tokens_warm(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<int32_t> ids;
+      for (int pass = 0; pass < 2; ++pass) {
+        sync.arrive_and_wait();  // start together
+        int64_t count = 0;
+        for (size_t d = bounds[t]; d < bounds[t + 1]; ++d) {
+          ids.clear();
+          tok.encode(docs[d], &ids);
+          count += static_cast<int64_t>(ids.size());
+        }
+        (pass == 0 ? tokens_cold : tokens_warm)[t] = count;
+        sync.arrive_and_wait();  // all done
+      }
+    });
+  }
+  std::pair<PassResult, PassResult> r;
+  for (int pass = 0; pass < 2; ++pass) {
+    sync.arrive_and_wait();
+    const auto start = Clock::now();
+    sync.arrive_and_wait();
+    PassResult& p = pass == 0 ? r.first : r.second;
+    p.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    for (int t = 0; t < threads; ++t) p.tokens += (pass == 0 ? tokens_cold : tokens_warm)[t];
+  }
+  for (auto& th : pool) th.join();
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: %s VOCAB MERGES INPUT(.jsonl|text) [THREADS=1,2,4,8,16] [REPEATS=3]\n", argv[0]);
+    return 2;
+  }
+  try {
+    const auto load_start = Clock::now();
+    const megatron::data::GPT2BPETokenizer tok(argv[1], argv[2]);
+    const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
+    const std::vector<std::string> docs = read_documents(argv[3]);
+    const std::vector<int> thread_counts = parse_threads(argc > 4 ? argv[4] : "1,2,4,8,16");
+    const int repeats = argc > 5 ? std::stoi(argv[5]) : 3;
+    int64_t bytes = 0;
+    for (const auto& d : docs) bytes += static_cast<int64_t>(d.size());
+    std::printf("tokenizer_bench: megatron GPT2BPETokenizer, %zu documents, %.1f MB of text, load %.0f ms, %u hardware threads\n",
+                docs.size(), bytes / 1e6, load_s * 1e3, std::thread::hardware_concurrency());
+    std::printf("%8s %5s %10s %12s %11s %12s\n", "threads", "pass", "MB/s", "MB/s/thread", "efficiency", "Mtokens/s");
+    double base[2] = {0, 0};
+    for (const int threads : thread_counts) {
+      // Contiguous shares of about bytes/threads each.
+      std::vector<size_t> bounds = {0};
+      int64_t acc = 0;
+      for (size_t d = 0; d < docs.size(); ++d) {
+        acc += static_cast<int64_t>(docs[d].size());
+        if (acc * threads >= bytes * static_cast<int64_t>(bounds.size()) && static_cast<int>(bounds.size()) < threads) {
+          bounds.push_back(d + 1);
+        }
+      }
+      while (static_cast<int>(bounds.size()) <= threads) bounds.push_back(docs.size());
+      bounds.back() = docs.size();
+      PassResult best[2];
+      for (int r = 0; r < repeats; ++r) {
+        auto [cold, warm] = run(tok, docs, bounds, threads);
+        if (cold.seconds < best[0].seconds) best[0] = cold;
+        if (warm.seconds < best[1].seconds) best[1] = warm;
+      }
+      for (int pass = 0; pass < 2; ++pass) {
+        const double mbs = bytes / 1e6 / best[pass].seconds;
+        if (threads == 1) base[pass] = mbs;
+        const double eff = base[pass] > 0 ? mbs / threads / base[pass] : 0.0;
+        std::printf("%8d %5s %10.2f %12.2f %11.2f %12.2f\n", threads, pass == 0 ? "cold" : "warm", mbs, mbs / threads, eff,
+                    best[pass].tokens / 1e6 / best[pass].seconds);
+      }
+    }
+  } catch (const megatron::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

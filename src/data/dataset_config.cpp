@@ -1,0 +1,140 @@
+#include "data/dataset_config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace megatron::data {
+namespace {
+
+std::string strip(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+}  // namespace
+
+DataBlend parse_data_path(const std::vector<std::string>& values) {
+  DataBlend blend;
+  if (values.empty()) throw_error("[--data-path] no dataset prefix given");
+  if (values.size() == 1) {
+    blend.prefixes = values;
+    return blend;
+  }
+  if (values.size() % 2 != 0) {
+    throw_error("[--data-path] expected one prefix or (weight, prefix) pairs, got ", values.size(), " values");
+  }
+  double sum = 0.0;
+  for (size_t i = 0; i < values.size(); i += 2) {
+    const std::string w = strip(values[i]);
+    char* end = nullptr;
+    errno = 0;
+    const double v = w.empty() ? 0.0 : std::strtod(w.c_str(), &end);
+    if (w.empty() || end != w.c_str() + w.size()) {
+      throw_error("[--data-path] '", values[i], "' is not a weight (expected weight prefix pairs)");
+    }
+    if (!std::isfinite(v) || v < 0) throw_error("[--data-path] weight '", values[i], "' must be finite and >= 0");
+    blend.weights.push_back(v);
+    blend.prefixes.push_back(strip(values[i + 1]));  // C23 strips the prefix
+    sum += v;
+  }
+  if (!(sum > 0.0)) throw_error("[--data-path] the weights sum to 0");
+  for (double& w : blend.weights) w /= sum;
+  return blend;
+}
+
+TargetSamples target_sample_counts(std::optional<int64_t> train_samples, std::optional<int64_t> train_iters,
+                                   int64_t global_batch_size, int64_t eval_interval, int64_t eval_iters) {
+  MT_CHECK(global_batch_size >= 1 && eval_interval >= 1 && eval_iters >= 0);
+  TargetSamples t;
+  int64_t iters = 0;
+  if (train_samples) {
+    t.train = *train_samples;
+    iters = *train_samples / global_batch_size;  // update_train_iters without ramp-up
+  } else {
+    MT_CHECK(train_iters.has_value());
+    iters = *train_iters;
+    t.train = iters * global_batch_size;
+  }
+  t.valid = (iters / eval_interval + 1) * eval_iters * global_batch_size;
+  t.test = eval_iters * global_batch_size;
+  return t;
+}
+
+int64_t blend_member_samples(int64_t n, double weight) {
+  // Python: int(math.ceil(val * weight * 1.005)), evaluated left to right in doubles.
+  return static_cast<int64_t>(std::ceil(static_cast<double>(n) * weight * 1.005));
+}
+
+GPTDatasets build_gpt_datasets(const GPTDataConfig& config) {
+  GPTDatasets out;
+  out.blend = parse_data_path(config.data_path);
+  const DataBlend& blend = out.blend;
+  const std::array<int64_t, 3> wanted = {config.targets.train, config.targets.valid, config.targets.test};
+  const size_t n = blend.prefixes.size();
+  std::vector<std::array<int64_t, 3>> member_samples(n);
+  for (size_t p = 0; p < n; ++p) {
+    for (int s = 0; s < 3; ++s) {
+      member_samples[p][s] = blend.blended() ? blend_member_samples(wanted[s], blend.weights[p]) : wanted[s];
+    }
+  }
+  for (size_t p = 0; p < n; ++p) {
+    const std::string& prefix = blend.prefixes[p];
+    auto indexed = std::make_shared<const IndexedDataset>(prefix);
+    const auto bounds = train_valid_test_split(config.split, indexed->sequence_count());
+    std::array<std::shared_ptr<const GPTDataset>, 3> parts;
+    for (int s = 0; s < 3; ++s) {
+      if (bounds[s + 1] <= bounds[s]) continue;  // C23 builds no dataset for an empty split
+      GPTDatasetOptions o;
+      o.name = kSplitNames[s];
+      o.prefix = prefix;
+      o.doc_begin = bounds[s];
+      o.doc_end = bounds[s + 1];
+      o.num_samples = member_samples[p][s];
+      o.seq_length = config.seq_length;
+      o.seed = config.seed;
+      o.split_string = config.split;
+      o.data_cache_path = config.data_cache_path;
+      o.log = config.log;
+      parts[s] = std::make_shared<const GPTDataset>(indexed, o);
+    }
+    out.indexed.push_back(indexed);
+    out.bounds.push_back(bounds);
+    out.parts.push_back(parts);
+  }
+  for (int s = 0; s < 3; ++s) {
+    if (!blend.blended()) {
+      out.splits[s] = out.parts[0][s];
+      out.requested[s] = wanted[s];
+      continue;
+    }
+    std::vector<std::shared_ptr<const GPTDataset>> members;
+    int64_t size = 0;
+    for (size_t p = 0; p < n; ++p) {
+      if (out.parts[p][s]) members.push_back(out.parts[p][s]);
+      size += member_samples[p][s];
+    }
+    out.requested[s] = size;
+    if (members.empty()) continue;
+    if (members.size() != n) {
+      // C23 asserts here (BlendableDataset: len(datasets) == len(weights)).
+      for (size_t p = 0; p < n; ++p) {
+        if (!out.parts[p][s]) {
+          throw_error("[--split] '", config.split, "' leaves the ", kSplitNames[s], " split of ", blend.prefixes[p],
+                      " empty while other blended datasets have one");
+        }
+      }
+    }
+    auto blended = std::make_shared<const BlendedDataset>(members, blend.weights, size, config.data_cache_path,
+                                                          config.log);
+    out.blends[s] = blended;
+    out.splits[s] = blended;
+  }
+  return out;
+}
+
+}  // namespace megatron::data

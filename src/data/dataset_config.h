@@ -1,0 +1,75 @@
+// From Megatron's data flags to the train/valid/test datasets (classic Megatron-LM, C23):
+//  - target sample counts: megatron/training.py build_train_valid_test_data_loaders;
+//  - --data-path parsing and blend sizes: megatron/data/dataset_utils.py
+//    get_datasets_weights_and_num_samples; gpt_dataset.py build_train_valid_test_datasets.
+// One prefix ("--data-path P") builds GPTDatasets directly. A weighted list
+// ("--data-path 0.3 A 0.7 B", and also "--data-path 1.0 A") builds one GPTDataset per prefix
+// and split with ceil(N_split * w * 1.005) samples each, blended to the sum of those.
+// Worked example: N_train = 100, weights (0.3, 0.7): ceil(30.15) = 31 and ceil(70.35) = 71
+// samples, a blend of 102.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "data/blended_dataset.h"
+#include "data/gpt_dataset.h"
+
+namespace megatron::data {
+
+// --data-path: a single prefix, or (weight, prefix) pairs. Throws naming --data-path.
+struct DataBlend {
+  std::vector<std::string> prefixes;
+  std::vector<double> weights;  // normalised; empty for a single unweighted prefix
+  bool blended() const { return !weights.empty(); }
+};
+DataBlend parse_data_path(const std::vector<std::string>& values);
+
+// Megatron's " > datasets target sizes (minimum size):".
+struct TargetSamples {
+  int64_t train = 0;
+  int64_t valid = 0;
+  int64_t test = 0;
+};
+// train = train_samples, or train_iters * gbs; valid = (train_iters // eval_interval + 1) *
+// eval_iters * gbs; test = eval_iters * gbs; with train_samples, train_iters = train_samples // gbs.
+TargetSamples target_sample_counts(std::optional<int64_t> train_samples, std::optional<int64_t> train_iters,
+                                   int64_t global_batch_size, int64_t eval_interval, int64_t eval_iters);
+
+// C23 get_datasets_weights_and_num_samples: ceil(n * w * 1.005) for one split.
+int64_t blend_member_samples(int64_t n, double weight);
+
+struct GPTDataConfig {
+  std::vector<std::string> data_path;  // as given to --data-path
+  std::string split = "969, 30, 1";
+  int64_t seq_length = 0;
+  int64_t seed = 1234;
+  std::optional<std::string> data_cache_path;
+  TargetSamples targets;
+  std::ostream* log = nullptr;
+};
+
+inline constexpr const char* kSplitNames[3] = {"train", "valid", "test"};
+
+struct GPTDatasets {
+  // What training reads; null where the split is empty.
+  std::array<std::shared_ptr<const TokenDataset>, 3> splits;
+  const std::shared_ptr<const TokenDataset>& train() const { return splits[0]; }
+  const std::shared_ptr<const TokenDataset>& valid() const { return splits[1]; }
+  const std::shared_ptr<const TokenDataset>& test() const { return splits[2]; }
+  // Details for tools and tests: per prefix, its indexed dataset, split bounds and GPTDatasets.
+  DataBlend blend;
+  std::vector<std::shared_ptr<const IndexedDataset>> indexed;
+  std::vector<std::array<int64_t, 4>> bounds;
+  std::vector<std::array<std::shared_ptr<const GPTDataset>, 3>> parts;
+  std::array<std::shared_ptr<const BlendedDataset>, 3> blends;
+  std::array<int64_t, 3> requested{};  // the samples asked of each split (blend sums included)
+};
+
+GPTDatasets build_gpt_datasets(const GPTDataConfig& config);
+
+}  // namespace megatron::data

@@ -1,0 +1,343 @@
+#include "data/gpt_dataset.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cfenv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "core/md5.h"
+
+namespace megatron::data {
+namespace {
+
+std::string trim(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+// Python float() for one split part: surrounding whitespace allowed, nothing else.
+double parse_split_part(const std::string& part, const std::string& whole, const char* flag) {
+  std::string t = trim(part);
+  errno = 0;
+  char* end = nullptr;
+  double v = t.empty() ? 0.0 : std::strtod(t.c_str(), &end);
+  if (t.empty() || end != t.c_str() + t.size()) {
+    throw_error("[", flag, "] '", whole, "': '", part, "' is not a number");
+  }
+  if (!std::isfinite(v) || v < 0) throw_error("[", flag, "] '", whole, "': weights must be finite and >= 0");
+  return v;
+}
+
+void log_line(std::ostream* log, const std::string& line) {
+  if (log != nullptr) *log << line << "\n" << std::flush;
+}
+
+// Python os.path.isfile: a regular file (or a link to one), not a directory.
+bool is_file(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec);
+}
+
+}  // namespace
+
+std::array<int64_t, 4> train_valid_test_split(const std::string& split, int64_t size, const char* flag) {
+  std::vector<std::string> parts;
+  const char sep = split.find(',') != std::string::npos ? ',' : (split.find('/') != std::string::npos ? '/' : '\0');
+  if (sep == '\0') {
+    parts.push_back(split);
+  } else {
+    size_t start = 0;
+    while (true) {
+      size_t at = split.find(sep, start);
+      parts.push_back(split.substr(start, at == std::string::npos ? std::string::npos : at - start));
+      if (at == std::string::npos) break;
+      start = at + 1;
+    }
+  }
+  std::vector<double> w;
+  for (const std::string& p : parts) w.push_back(parse_split_part(p, split, flag));
+  while (w.size() < 3) w.push_back(0.0);
+  w.resize(3);
+  double sum = 0.0;  // Python sum(): left to right
+  for (double x : w) sum += x;
+  if (!(sum > 0.0)) throw_error("[", flag, "] '", split, "': the weights sum to 0");
+  std::array<int64_t, 4> idx{0, 0, 0, 0};
+  // Python round() is round-half-to-even; nearbyint does that under the default rounding mode.
+  MT_CHECK(std::fegetround() == FE_TONEAREST);
+  for (int i = 0; i < 3; ++i) {
+    const double normalised = w[i] / sum;
+    idx[i + 1] = idx[i] + static_cast<int64_t>(std::nearbyint(normalised * static_cast<double>(size)));
+  }
+  const int64_t diff = idx[3] - size;
+  for (int i = 1; i < 4; ++i) idx[i] -= diff;
+  return idx;
+}
+
+int64_t gpt_num_epochs(int64_t tokens_per_epoch, int64_t seq_length, int64_t num_samples) {
+  MT_CHECK(seq_length >= 1 && num_samples >= 0);
+  if (tokens_per_epoch <= 0) throw_error("the split holds 0 tokens: no sample can be built from it");
+  // Smallest E with (E*T - 1) // s >= N, i.e. E*T >= N*s + 1 (same as C23's loop).
+  const __int128 need = static_cast<__int128>(num_samples) * seq_length + 1;
+  const __int128 e = (need + tokens_per_epoch - 1) / tokens_per_epoch;
+  return std::max<int64_t>(1, static_cast<int64_t>(e));
+}
+
+EpochPlan plan_epochs(int64_t tokens_per_epoch, int64_t seq_length, int64_t num_samples) {
+  EpochPlan p;
+  const int64_t T = tokens_per_epoch, s = seq_length;
+  p.num_epochs = gpt_num_epochs(T, s, num_samples);
+  p.total_samples = (p.num_epochs * T - 1) / s;
+  p.samples_per_epoch = (T - 1) / s;
+  if (p.num_epochs > 1) {
+    p.samples_sans_last = ((p.num_epochs - 1) * T - 1) / s;
+    p.last_epoch_samples = num_samples - p.samples_sans_last;
+    MT_CHECK(p.last_epoch_samples >= 0 && p.last_epoch_samples <= p.samples_per_epoch + 1)
+        << p.last_epoch_samples << " of " << p.samples_per_epoch;
+    // C23: int(0.80 * num_samples_per_epoch), a double product truncated.
+    p.separate_last_epoch =
+        p.last_epoch_samples < static_cast<int64_t>(0.80 * static_cast<double>(p.samples_per_epoch));
+  }
+  p.shuffle_first = p.separate_last_epoch ? p.samples_sans_last : p.total_samples;
+  return p;
+}
+
+std::vector<int32_t> build_doc_idx(std::span<const int32_t> documents, int64_t num_epochs,
+                                   bool separate_last_epoch, NumpyRandomState* rng) {
+  const int64_t D = static_cast<int64_t>(documents.size());
+  if (num_epochs * D > std::numeric_limits<int32_t>::max()) {
+    throw_error("doc_idx would have ", num_epochs * D, " entries (", num_epochs, " epochs x ", D,
+                " documents); Megatron's int32 sample index cannot address more than 2^31-1");
+  }
+  std::vector<int32_t> out(static_cast<size_t>(num_epochs * D));
+  for (int64_t e = 0; e < num_epochs; ++e) std::copy(documents.begin(), documents.end(), out.begin() + e * D);
+  if (!separate_last_epoch || num_epochs == 1) {
+    rng->shuffle(std::span<int32_t>(out));
+  } else {
+    rng->shuffle(std::span<int32_t>(out.data(), static_cast<size_t>((num_epochs - 1) * D)));
+    rng->shuffle(std::span<int32_t>(out.data() + (num_epochs - 1) * D, static_cast<size_t>(D)));
+  }
+  return out;
+}
+
+std::vector<int32_t> build_sample_idx(std::span<const int32_t> sizes, std::span<const int32_t> doc_idx,
+                                      int64_t seq_length, int64_t num_epochs, int64_t tokens_per_epoch) {
+  MT_CHECK(seq_length >= 1 && num_epochs >= 1 && tokens_per_epoch >= 1);
+  const int64_t num_samples = (num_epochs * tokens_per_epoch - 1) / seq_length;
+  std::vector<int32_t> out(static_cast<size_t>(2 * (num_samples + 1)));
+  int64_t di = 0;   // index into doc_idx
+  int64_t off = 0;  // token offset inside doc_idx[di]
+  out[0] = 0;
+  out[1] = 0;
+  for (int64_t i = 1; i <= num_samples; ++i) {
+    // s+1 tokens per sample; the last one is re-used as the first of the next sample.
+    int64_t remaining = seq_length + 1;
+    while (remaining != 0) {
+      MT_CHECK(di < static_cast<int64_t>(doc_idx.size())) << "sample " << i << " runs past doc_idx";
+      const int64_t doc_length = sizes[static_cast<size_t>(doc_idx[static_cast<size_t>(di)])] - off;
+      remaining -= doc_length;
+      if (remaining <= 0) {
+        off += remaining + doc_length - 1;
+        remaining = 0;
+      } else {
+        ++di;
+        off = 0;
+      }
+    }
+    out[static_cast<size_t>(2 * i)] = static_cast<int32_t>(di);
+    out[static_cast<size_t>(2 * i + 1)] = static_cast<int32_t>(off);
+  }
+  return out;
+}
+
+NpyDType shuffle_idx_dtype(int64_t total) {
+  return total >= int64_t{0xffffffff} - 1 ? NpyDType::kInt64 : NpyDType::kUInt32;
+}
+
+std::vector<int64_t> build_shuffle_idx(int64_t n_first, int64_t total, NumpyRandomState* rng) {
+  MT_CHECK(0 <= n_first && n_first <= total);
+  std::vector<int64_t> out(static_cast<size_t>(total));
+  std::iota(out.begin(), out.end(), int64_t{0});
+  // The permutation does not depend on the element type, so int64 stands in for uint32.
+  rng->shuffle(std::span<int64_t>(out.data(), static_cast<size_t>(n_first)));
+  if (n_first < total) rng->shuffle(std::span<int64_t>(out.data() + n_first, static_cast<size_t>(total - n_first)));
+  return out;
+}
+
+std::string default_index_cache_dir(const std::string& prefix) {
+  // os.path.dirname: everything up to the last '/', trailing slashes removed unless all slashes.
+  size_t slash = prefix.rfind('/');
+  std::string head = slash == std::string::npos ? "" : prefix.substr(0, slash + 1);
+  if (!head.empty() && head.find_first_not_of('/') != std::string::npos) {
+    while (head.back() == '/') head.pop_back();
+  }
+  if (head.empty()) return "index-cache";
+  return head.back() == '/' ? head + "index-cache" : head + "/index-cache";
+}
+
+std::string GPTDataset::describe(const GPTDatasetOptions& o) {
+  return str_cat("GPT Dataset\n\n", "Data prefix ", o.prefix, "\n", "Dataset name ", o.name, "\n",
+                 "Number of samples ", o.num_samples, "\n", "Sequence length ", o.seq_length, "\n",
+                 "Random seed ", o.seed, "\n", "Split ", o.split_string, "\n");
+}
+
+GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> indexed, GPTDatasetOptions options)
+    : indexed_(std::move(indexed)), options_(std::move(options)) {
+  const GPTDatasetOptions& o = options_;
+  if (o.seq_length < 1) throw_error("[--seq-length] must be >= 1, got ", o.seq_length);
+  check_numpy_seed(o.seed, "--seed");
+  MT_CHECK(o.num_samples >= 0) << o.num_samples;
+  const int64_t S = indexed_->sequence_count();
+  if (S > std::numeric_limits<int32_t>::max()) {
+    throw_error(indexed_->prefix(), ": ", S, " sequences; Megatron's int32 doc_idx cannot address them");
+  }
+  MT_CHECK(0 <= o.doc_begin && o.doc_begin < o.doc_end && o.doc_end <= S)
+      << "split [" << o.doc_begin << ", " << o.doc_end << ") of " << S;
+  const std::vector<int32_t> sizes = indexed_->sequence_lengths();
+  tokens_per_epoch_ = 0;
+  for (int64_t k = o.doc_begin; k < o.doc_end; ++k) tokens_per_epoch_ += sizes[static_cast<size_t>(k)];
+  if (tokens_per_epoch_ == 0) {
+    throw_error(o.prefix, ": the ", o.name, " split (sequences [", o.doc_begin, ", ", o.doc_end,
+                ")) holds 0 tokens, so no sample of --seq-length ", o.seq_length, " can be built from it");
+  }
+  plan_ = plan_epochs(tokens_per_epoch_, o.seq_length, o.num_samples);
+  // sample_idx column 0 indexes doc_idx and is int32 in Megatron; offsets fit since sizes are int32.
+  if (plan_.num_epochs * (o.doc_end - o.doc_begin) > std::numeric_limits<int32_t>::max()) {
+    throw_error(o.prefix, ": the ", o.name, " split needs ", plan_.num_epochs, " epochs of ", o.doc_end - o.doc_begin,
+                " documents, more doc_idx entries than Megatron's int32 sample_idx can address");
+  }
+  description_ = describe(o);
+  cache_.hash = md5_hex(description_);
+
+  // C23: look in dirname(prefix)/index-cache, then --data-cache-path; build into the last looked in.
+  std::vector<std::string> dirs = {default_index_cache_dir(o.prefix)};
+  if (o.data_cache_path) dirs.push_back(*o.data_cache_path);
+  bool found = false;
+  for (const std::string& dir : dirs) {
+    cache_.directory = dir;
+    if (is_file(cache_.desc_path()) && is_file(cache_.path("_doc_idx.npy")) &&
+        is_file(cache_.path("_sample_idx.npy")) && is_file(cache_.path("_shuffle_idx.npy"))) {
+      found = true;
+      break;
+    }
+  }
+  if (found) {
+    cache_.loaded = true;
+    load_and_validate(sizes);
+    log_line(o.log, str_cat(" > ", o.name, ": loaded cached index ", cache_.path("_*.npy")));
+  } else {
+    cache_.loaded = false;
+    build_and_write(sizes);
+    load_and_validate(sizes);
+    log_line(o.log, str_cat(" > ", o.name, ": built index, saved ", cache_.path("_*.npy")));
+  }
+}
+
+void GPTDataset::build_and_write(const std::vector<int32_t>& sizes) {
+  const GPTDatasetOptions& o = options_;
+  try {
+    make_directories(cache_.directory);
+  } catch (const Error& e) {
+    throw_error(e.what(), " (the index cache goes to dirname(prefix)/index-cache or --data-cache-path;",
+                " give a writable --data-cache-path)");
+  }
+  NumpyRandomState rng(static_cast<uint32_t>(o.seed));  // fresh per split dataset, as C23
+  std::vector<int32_t> documents(static_cast<size_t>(o.doc_end - o.doc_begin));
+  std::iota(documents.begin(), documents.end(), static_cast<int32_t>(o.doc_begin));
+  const std::vector<int32_t> doc_idx = build_doc_idx(documents, plan_.num_epochs, plan_.separate_last_epoch, &rng);
+  const std::vector<int32_t> sample_idx =
+      build_sample_idx(sizes, doc_idx, o.seq_length, plan_.num_epochs, tokens_per_epoch_);
+  const int64_t total = static_cast<int64_t>(sample_idx.size() / 2) - 1;
+  MT_CHECK_EQ(total, plan_.total_samples);
+  const std::vector<int64_t> shuffle = build_shuffle_idx(plan_.shuffle_first, total, &rng);
+
+  // All four files are written to temporaries and renamed together, the description last, so an
+  // interrupted build never leaves a set that looks complete.
+  AtomicFile doc_file(cache_.path("_doc_idx.npy"));
+  write_npy(&doc_file, NpyDType::kInt32, {static_cast<int64_t>(doc_idx.size())}, doc_idx.data());
+  AtomicFile sample_file(cache_.path("_sample_idx.npy"));
+  write_npy(&sample_file, NpyDType::kInt32, {total + 1, 2}, sample_idx.data());
+  AtomicFile shuffle_file(cache_.path("_shuffle_idx.npy"));
+  if (shuffle_idx_dtype(total) == NpyDType::kUInt32) {
+    std::vector<uint32_t> narrow(shuffle.begin(), shuffle.end());
+    write_npy(&shuffle_file, NpyDType::kUInt32, {total}, narrow.data());
+  } else {
+    write_npy(&shuffle_file, NpyDType::kInt64, {total}, shuffle.data());
+  }
+  AtomicFile desc_file(cache_.desc_path());
+  desc_file.write(description_);
+  desc_file.finish();
+  doc_file.commit();
+  sample_file.commit();
+  shuffle_file.commit();
+  desc_file.commit();
+}
+
+void GPTDataset::load_and_validate(const std::vector<int32_t>& sizes) {
+  const GPTDatasetOptions& o = options_;
+  const std::string fix = str_cat(" (delete ", cache_.path("*"), " to rebuild it)");
+  try {
+    {
+      MappedFile desc(cache_.desc_path());
+      std::string_view text(reinterpret_cast<const char*>(desc.data()), static_cast<size_t>(desc.size()));
+      if (text != description_) throw_error(cache_.desc_path(), ": description differs from this dataset's");
+    }
+    doc_idx_ = NpyFile(cache_.path("_doc_idx.npy"));
+    const int64_t n_doc = plan_.num_epochs * (o.doc_end - o.doc_begin);
+    doc_idx_.expect(NpyDType::kInt32, {n_doc});
+    for (int64_t k = 0; k < n_doc; ++k) {
+      const int64_t d = doc_idx_.at(k);
+      if (d < o.doc_begin || d >= o.doc_end) {
+        throw_error(doc_idx_.path(), ": entry ", k, " = ", d, " is outside the split's sequences [", o.doc_begin,
+                    ", ", o.doc_end, ")");
+      }
+    }
+    sample_idx_ = NpyFile(cache_.path("_sample_idx.npy"));
+    const int64_t total = plan_.total_samples;
+    sample_idx_.expect(NpyDType::kInt32, {total + 1, 2});
+    int64_t prev = 0;
+    for (int64_t r = 0; r <= total; ++r) {
+      const int64_t di = sample_idx_.at(2 * r), off = sample_idx_.at(2 * r + 1);
+      const bool ok = di >= prev && di < n_doc && off >= 0 &&
+                      (r == 0 ? (di == 0 && off == 0) : off < sizes[static_cast<size_t>(doc_idx_.at(di))]);
+      if (!ok) throw_error(sample_idx_.path(), ": row ", r, " = (", di, ", ", off, ") is inconsistent with doc_idx");
+      prev = di;
+    }
+    shuffle_idx_ = NpyFile(cache_.path("_shuffle_idx.npy"));
+    shuffle_idx_.expect(shuffle_idx_dtype(total), {total});
+    for (int64_t k = 0; k < total; ++k) {
+      const int64_t v = shuffle_idx_.at(k);
+      if (v < 0 || v >= total) throw_error(shuffle_idx_.path(), ": entry ", k, " = ", v, " is not below ", total);
+    }
+  } catch (const Error& e) {
+    if (!cache_.loaded) throw;  // a file we just wrote is wrong: a bug or a disk fault, say so as is
+    throw_error(e.what(), fix);
+  }
+}
+
+void GPTDataset::sample(int64_t i, std::vector<int64_t>* tokens) const {
+  if (i < 0 || i >= size()) {
+    throw_error(options_.prefix, ": ", options_.name, " sample ", i, " requested, but the dataset has ", size());
+  }
+  tokens->clear();
+  const int64_t r = shuffle_idx_.at(i);
+  const int64_t d0 = sample_idx_.at(2 * r), o0 = sample_idx_.at(2 * r + 1);
+  const int64_t d1 = sample_idx_.at(2 * r + 2), o1 = sample_idx_.at(2 * r + 3);
+  if (d0 == d1) {
+    indexed_->get(doc_idx_.at(d0), o0, o1 - o0 + 1, tokens);
+  } else {
+    indexed_->get(doc_idx_.at(d0), o0, -1, tokens);  // the rest of the first document
+    for (int64_t d = d0 + 1; d < d1; ++d) indexed_->get(doc_idx_.at(d), 0, -1, tokens);
+    indexed_->get(doc_idx_.at(d1), 0, o1 + 1, tokens);  // the head of the last, one extra token
+  }
+  MT_CHECK_EQ(static_cast<int64_t>(tokens->size()), options_.seq_length + 1);
+}
+
+}  // namespace megatron::data

@@ -1,0 +1,158 @@
+// The GPT sample index of classic Megatron-LM (C23 f7727433: megatron/data/gpt_dataset.py,
+// dataset_utils.py get_train_valid_test_split_, helpers.cpp build_sample_idx), with its
+// index-cache files, reproduced bit for bit (../shared/reference/megatron-facts.md §2).
+//
+// A GPTDataset is one split (train/valid/test) of one indexed dataset: the sequence
+// ids [doc_begin, doc_end) are the split's "documents" (each sequence is a document).
+// With T = tokens in the split, s = seq_length and N = requested samples:
+//   E        = smallest E >= 1 with (E*T - 1) // s >= N                     (_num_epochs)
+//   doc_idx  = the split's ids repeated E times, int32, shuffled; if the last epoch is
+//              "separate" (E > 1 and its samples < int(0.8 * ((T-1)//s))), the first
+//              E-1 epochs and the last are shuffled separately, in that order
+//   sample_idx [(E*T-1)//s + 1, 2] int32: (index into doc_idx, token offset) where each
+//              sample starts; sample i spans row i .. row i+1 inclusive = s+1 tokens, so
+//              consecutive samples share one token
+//   shuffle_idx uint32 (int64 when the count >= 2^32-2): a permutation of the samples;
+//              the first n_first (all, or those of the first E-1 epochs when separate)
+//              shuffled among themselves, then the rest
+// One numpy.random.RandomState(seed) per split dataset; draws: doc_idx shuffle(s), then
+// shuffle_idx shuffle(s). dataset[i] = sample(shuffle_idx[i]).
+//
+// Worked example (no shuffling shown): sizes (3, 0, 4) as doc_idx order, s = 2.
+// T = 7, samples = (7-1)//2 = 3, sample_idx = (0,0) (0,2) (2,1) (2,3):
+//   sample 0 = doc0[0..2] (3 tokens); sample 1 = doc0[2] + doc2[0..1] (doc1 is empty);
+//   sample 2 = doc2[1..3].
+//
+// Cache (C23): desc = "GPT Dataset\n\nData prefix P\nDataset name train\nNumber of samples N\n
+// Sequence length s\nRandom seed R\nSplit 969, 30, 1\n"; files <md5(desc)>.dsc, _doc_idx.npy,
+// _sample_idx.npy, _shuffle_idx.npy. Looked for in dirname(P)/index-cache/ and then in
+// --data-cache-path; when no location has all four, they are built and written to the last
+// location looked in. Loaded files are checked against the dataset (dtype, shape, ranges).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "data/indexed_dataset.h"
+#include "data/npy.h"
+#include "data/numpy_random.h"
+
+namespace megatron::data {
+
+// What the training loop reads: size() samples, each seq_length+1 token ids.
+class TokenDataset {
+ public:
+  virtual ~TokenDataset() = default;
+  virtual int64_t size() const = 0;
+  // Replaces *tokens with sample i (i in [0, size()), else Error): tokens[:-1] are the
+  // inputs and tokens[1:] the labels.
+  virtual void sample(int64_t i, std::vector<int64_t>* tokens) const = 0;
+};
+
+// C23 get_train_valid_test_split_: the split string ("969, 30, 1", "98/2/0", "1") split on
+// ',' (else '/'), each part Python float(), padded/truncated to 3, normalised, then
+// idx[i+1] = idx[i] + round_half_even(w_i * size), shifted so idx[3] == size.
+// Split i holds sequences [idx[i], idx[i+1]) and exists iff idx[i+1] > idx[i].
+// Example: ("969, 30, 1", 1000) -> {0, 969, 999, 1000}. Bad strings throw naming flag.
+std::array<int64_t, 4> train_valid_test_split(const std::string& split, int64_t size,
+                                              const char* flag = "--split");
+
+// C23 _num_epochs; throws when tokens_per_epoch == 0 (Megatron loops forever).
+int64_t gpt_num_epochs(int64_t tokens_per_epoch, int64_t seq_length, int64_t num_samples);
+
+// The epoch plan of one split dataset (C23 _build_index_mappings).
+struct EpochPlan {
+  int64_t num_epochs = 1;
+  bool separate_last_epoch = false;
+  int64_t total_samples = 0;         // (E*T - 1) // s = len(dataset)
+  int64_t samples_per_epoch = 0;     // (T - 1) // s
+  int64_t samples_sans_last = 0;     // ((E-1)*T - 1) // s when E > 1, else 0
+  int64_t last_epoch_samples = 0;    // N - samples_sans_last when E > 1
+  int64_t shuffle_first = 0;         // n_first of _build_shuffle_idx
+};
+EpochPlan plan_epochs(int64_t tokens_per_epoch, int64_t seq_length, int64_t num_samples);
+
+// C23 _build_doc_idx (int32, shuffled with rng; see the header comment).
+std::vector<int32_t> build_doc_idx(std::span<const int32_t> documents, int64_t num_epochs,
+                                   bool separate_last_epoch, NumpyRandomState* rng);
+
+// helpers.cpp build_sample_idx: row-major [(E*T-1)//s + 1, 2] int32. sizes[k] is the length
+// of sequence k (all sequences of the indexed dataset); doc_idx entries index sizes.
+std::vector<int32_t> build_sample_idx(std::span<const int32_t> sizes, std::span<const int32_t> doc_idx,
+                                      int64_t seq_length, int64_t num_epochs, int64_t tokens_per_epoch);
+
+// C23 _build_shuffle_idx: arange(n_first) shuffled, then arange(n_first, total) shuffled.
+// Returned as int64 values; shuffle_idx_dtype(total) says how it is stored.
+std::vector<int64_t> build_shuffle_idx(int64_t n_first, int64_t total, NumpyRandomState* rng);
+NpyDType shuffle_idx_dtype(int64_t total);  // uint32, or int64 when total >= 2^32 - 2
+
+struct GPTDatasetOptions {
+  std::string name;               // "train", "valid" or "test" (part of the cache hash)
+  std::string prefix;             // the data prefix as given (part of the cache hash)
+  int64_t doc_begin = 0;          // sequence ids [doc_begin, doc_end) of this split
+  int64_t doc_end = 0;
+  int64_t num_samples = 0;        // N, the minimum number of samples wanted
+  int64_t seq_length = 0;
+  int64_t seed = 1234;
+  std::string split_string;       // the --split text, verbatim (part of the cache hash)
+  std::optional<std::string> data_cache_path;
+  std::ostream* log = nullptr;    // progress lines ("loaded"/"built" cache), or none
+};
+
+struct CacheFiles {
+  std::string directory;
+  std::string hash;  // md5 hex of the description
+  bool loaded = false;  // true: mapped existing files; false: built and wrote them
+  std::string desc_path() const { return directory + "/" + hash + ".dsc"; }
+  std::string path(const char* suffix) const { return directory + "/" + hash + suffix; }
+};
+
+class GPTDataset : public TokenDataset {
+ public:
+  // Builds or loads the index (see the header comment). Throws Error on bad input:
+  // an empty split, zero tokens, seq_length < 1, an inconsistent cache file.
+  GPTDataset(std::shared_ptr<const IndexedDataset> indexed, GPTDatasetOptions options);
+
+  int64_t size() const override { return sample_idx_.shape()[0] - 1; }
+  void sample(int64_t i, std::vector<int64_t>* tokens) const override;
+
+  const GPTDatasetOptions& options() const { return options_; }
+  const IndexedDataset& indexed() const { return *indexed_; }
+  const EpochPlan& plan() const { return plan_; }
+  int64_t tokens_per_epoch() const { return tokens_per_epoch_; }
+  const std::string& description() const { return description_; }
+  const CacheFiles& cache() const { return cache_; }
+
+  // The mapped index arrays (for tests and tools).
+  const NpyFile& doc_idx() const { return doc_idx_; }
+  const NpyFile& sample_idx() const { return sample_idx_; }
+  const NpyFile& shuffle_idx() const { return shuffle_idx_; }
+
+  // The C23 description text whose md5 names the cache files.
+  static std::string describe(const GPTDatasetOptions& options);
+
+ private:
+  void build_and_write(const std::vector<int32_t>& sizes);
+  void load_and_validate(const std::vector<int32_t>& sizes);
+
+  std::shared_ptr<const IndexedDataset> indexed_;
+  GPTDatasetOptions options_;
+  EpochPlan plan_;
+  int64_t tokens_per_epoch_ = 0;
+  std::string description_;
+  CacheFiles cache_;
+  NpyFile doc_idx_;
+  NpyFile sample_idx_;
+  NpyFile shuffle_idx_;
+};
+
+// Python os.path.join(os.path.dirname(prefix), "index-cache").
+std::string default_index_cache_dir(const std::string& prefix);
+
+}  // namespace megatron::data
