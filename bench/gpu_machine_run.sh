@@ -2,8 +2,8 @@
 # Runs on the lent GPU machine (Ubuntu, 16 cores, no internet) over a build made
 # here: the GPU tests, the tokenizer benchmark next to tiktoken, and preprocessing
 # throughput. Usage (from the repo root there): bench/gpu_machine_run.sh BUILD_DIR OUT_DIR
-# BUILD_DIR holds megatron, bench/, tests/ and lib/ (the shared libraries that
-# machine lacks, copied by bench/pack_for_gpu_machine.sh).
+# BUILD_DIR is the folder bench/pack_for_gpu_machine.sh assembles: megatron, bench/, tests/
+# and lib/ (the shared libraries that machine may lack).
 set -uo pipefail
 B=${1:?build dir}
 OUT=${2:?out dir}
@@ -33,7 +33,10 @@ python3 bench/tiktoken_bench.py --vocab-file "$V" --merge-file "$M" --input /tmp
 for w in 1 4 16; do
   /usr/bin/time -v "$B/megatron" preprocess --input /tmp/corpus/brown16.jsonl --output-prefix /tmp/corpus/out$w \
     --tokenizer-type GPT2BPETokenizer --vocab-file "$V" --merge-file "$M" --append-eod --workers $w \
-    --log-interval 2000 2>&1 | grep -E 'Processed 8000 |done|summary|Elapsed|Maximum resident|error' 
+    --log-interval 2000 2>&1 | grep -E 'Done|Elapsed|Maximum resident|error' 
 done 2>&1 | tee "$OUT/preprocess_bench.txt"
 cmp /tmp/corpus/out1_text_document.bin /tmp/corpus/out16_text_document.bin && \
   cmp /tmp/corpus/out1_text_document.idx /tmp/corpus/out16_text_document.idx && echo "outputs identical for 1 and 16 workers" | tee -a "$OUT/preprocess_bench.txt"
+
+# Peak memory on a multi-GB input (must stay under 1 GB), 1 and 16 workers.
+MT_BIN="$PWD/$B/megatron" BENCH_DIR=/tmp bench/preprocess_memory_bench.sh 3 1 16 2>&1 | tee "$OUT/preprocess_memory_bench.txt"

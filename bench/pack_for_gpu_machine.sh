@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Builds a CUDA-enabled tree for the GPU machine (sm_90a) and copies into BUILD/lib
-# the shared libraries that machine's Ubuntu image may lack (e.g. libsimdjson).
-# Usage: bench/pack_for_gpu_machine.sh [BUILD_DIR]   (default build-gpu)
+# Builds a CUDA-enabled tree (sm_90a) and assembles the small folder that travels to
+# the GPU machine: the megatron binary, the benchmarks, the GPU tests, and in lib/ the
+# shared libraries its Ubuntu image may lack (e.g. libsimdjson).
+# Usage: bench/pack_for_gpu_machine.sh [BUILD_DIR] [PACK_DIR]   (defaults: build, build-gpu-pack)
+# Then carry PACK_DIR, data/gpt2 and data/brown, and run bench/gpu_machine_run.sh PACK_DIR $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${1:-build-gpu}
+B=${1:-build}
+P=${2:-build-gpu-pack}
 [ -f "$B/build.ninja" ] || cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMT_BUILD_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90a
 cmake --build "$B" -j "$(nproc)"
-mkdir -p "$B/lib"
+rm -rf "$P"
+mkdir -p "$P/lib" "$P/bench" "$P/tests"
+cp "$B/megatron" "$P/"
+cp "$B"/bench/*_bench "$P/bench/"
+cp "$B"/tests/*cuda*_test "$P/tests/" 2>/dev/null || true
 for lib in simdjson pcre2-8 zstd lzma; do
   path=$(ldd "$B/megatron" | awk -v l="lib$lib.so" '$1 ~ l {print $3}')
-  [ -n "$path" ] && cp -L "$path" "$B/lib/"
+  if [ -n "$path" ]; then cp -L "$path" "$P/lib/"; fi
 done
-ls "$B/lib"
+du -sh "$P"

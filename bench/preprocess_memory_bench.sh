@@ -24,6 +24,7 @@ if [ ${#WORKERS[@]} -eq 0 ]; then
 fi
 MT_BIN="${MT_BIN:-$ROOT/build/megatron}"
 BROWN="$ROOT/data/brown/brown.jsonl"
+PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 [ -x "$MT_BIN" ] || { echo "error: $MT_BIN not found (build first or set MT_BIN)" >&2; exit 1; }
 [ -f "$BROWN" ] || { echo "error: $BROWN not found (run scripts/setup.sh)" >&2; exit 1; }
 
@@ -32,7 +33,7 @@ trap 'rm -rf "$WORK"' EXIT
 INPUT="$WORK/corpus.jsonl"
 
 echo "generating ${SIZE_GB} GB of JSONL in $WORK ..."
-/usr/bin/python3 - "$BROWN" "$INPUT" "$SIZE_GB" <<'PY'
+"$PY" - "$BROWN" "$INPUT" "$SIZE_GB" <<'PY'
 import sys
 brown, out, size_gb = sys.argv[1], sys.argv[2], float(sys.argv[3])
 lines = open(brown, encoding="utf-8").read().splitlines()
@@ -75,9 +76,9 @@ for W in "${WORKERS[@]}"; do
     wait "$PID"
   fi
   END=$(date +%s.%N)
-  SECS=$(echo "$END - $START" | bc -l 2>/dev/null || /usr/bin/python3 -c "print($END - $START)")
+  SECS=$(echo "$END - $START" | bc -l 2>/dev/null || "$PY" -c "print($END - $START)")
   tail -n 1 "$WORK/log"
-  /usr/bin/python3 - "$W" "$BYTES" "$DOCS" "$SECS" "$PEAK_KB" "$OUT" <<'PY'
+  "$PY" - "$W" "$BYTES" "$DOCS" "$SECS" "$PEAK_KB" "$OUT" <<'PY'
 import sys, os
 w, nbytes, docs, secs, peak_kb, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 binsize = os.path.getsize(out + "_text_document.bin")
