@@ -1,0 +1,163 @@
+// CPU backend: causal self-attention over Megatron's fused QKV layout, one (batch, head) at
+// a time, in fp32.
+//
+// For batch bi and head hd (H heads of size d), row i of q, k, v is read from
+// qkv[i, bi, hd*3d + {0, d, 2d} + (0..d)] (ops.h, AttentionParams).
+// Forward, per query row i (keys j <= i; scale = softmax_scale):
+//   s_ij = scale q_i . k_j,  lse_i = log sum_j exp(s_ij),  P_ij = exp(s_ij - lse_i),
+//   out_i = sum_j P_ij M_ij v_j,  M_ij = dropout multiplier (0 or 1 / (1 - p)).
+// Dropout element index: ((bi * H + hd) * s + i) * s + j over the [b, H, s, s] probability
+// tensor (keys j > i are masked and draw nothing).
+// Backward recomputes P from lse and M from (seed, stream), then
+//   dv_j = sum_i P_ij M_ij dout_i,  dP_ij = M_ij (dout_i . v_j),
+//   dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik),
+//   dq_i = scale sum_j dS_ij k_j,  dk_j = scale sum_i dS_ij q_i.
+// (sum_k P_ik dP_ik equals dout_i . out_i, which flash-attention kernels use; the reference
+// computes it from the recomputed P, so a 16-bit `out` costs it no accuracy.)
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_util.h"
+#include "core/rng.h"
+
+namespace megatron::backend {
+
+using namespace cpu_detail;
+
+namespace {
+
+struct Dims {
+  int64_t s, b, heads, d;
+};
+
+Dims check_attention(const Tensor& qkv, const Tensor& lse, const AttentionParams& p) {
+  MT_CHECK(p.heads > 0 && p.head_dim > 0) << "attention heads " << p.heads << ", head_dim " << p.head_dim;
+  MT_CHECK(p.softmax_scale > 0.0f) << "attention softmax_scale " << p.softmax_scale << " (unset?)";
+  MT_CHECK(p.dropout.p >= 0.0f && p.dropout.p < 1.0f) << "attention dropout " << p.dropout.p;
+  MT_CHECK(qkv.ndim() == 3 && qkv.dim(2) == p.heads * 3 * p.head_dim)
+      << "attention qkv " << qkv.describe() << " for " << p.heads << " heads of " << p.head_dim;
+  const Dims dims{qkv.dim(0), qkv.dim(1), p.heads, p.head_dim};
+  check_f32(lse, "attention lse");
+  MT_CHECK(lse.numel() == dims.b * dims.heads * dims.s)
+      << "attention lse " << lse.describe() << ", expected [" << dims.b << ", " << dims.heads << ", " << dims.s << "]";
+  return dims;
+}
+
+// Dropout multiplier of probability (bi, hd, i, j).
+inline float attention_dropout(const DropoutParams& dp, const Dims& dims, int64_t bh, int64_t i, int64_t j) {
+  if (dp.p == 0.0f) return 1.0f;
+  const uint64_t index = static_cast<uint64_t>((bh * dims.s + i) * dims.s + j);
+  return dropout_keep(dp.seed, dp.stream, index, dp.p) ? 1.0f / (1.0f - dp.p) : 0.0f;
+}
+
+}  // namespace
+
+void CpuBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) {
+  const Dims dims = check_attention(qkv, lse, params);
+  const auto [s, b, heads, d] = dims;
+  MT_CHECK(out.numel() == s * b * heads * d) << "attention out " << out.describe();
+  In qv(qkv, "attention qkv");
+  Out ov(out, "attention out");
+  float* lp = lse.data_as<float>();
+  const int64_t qkv_row = heads * 3 * d, out_row = heads * d;
+
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t bh = 0; bh < b * heads; ++bh) {
+    const int64_t bi = bh / heads, hd = bh % heads;
+    const float* base = qv.data() + bi * qkv_row + hd * 3 * d;  // q of row 0; row i at + i * b * qkv_row
+    auto q = [&](int64_t i) { return base + i * b * qkv_row; };
+    auto k = [&](int64_t j) { return base + j * b * qkv_row + d; };
+    auto v = [&](int64_t j) { return base + j * b * qkv_row + 2 * d; };
+    std::vector<float> score(static_cast<size_t>(s));
+    std::vector<double> acc(static_cast<size_t>(d));
+    for (int64_t i = 0; i < s; ++i) {
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j <= i; ++j) {
+        double dot = 0.0;
+        for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q(i)[c]) * k(j)[c];
+        score[j] = static_cast<float>(dot) * params.softmax_scale;
+        mx = std::max(mx, score[j]);
+      }
+      double sum = 0.0;
+      for (int64_t j = 0; j <= i; ++j) sum += std::exp(static_cast<double>(score[j]) - mx);
+      const float row_lse = mx + static_cast<float>(std::log(sum));
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j <= i; ++j) {
+        const float pm = std::exp(score[j] - row_lse) * attention_dropout(params.dropout, dims, bh, i, j);
+        if (pm == 0.0f) continue;
+        for (int64_t c = 0; c < d; ++c) acc[c] += static_cast<double>(pm) * v(j)[c];
+      }
+      float* o = ov.data() + (i * b + bi) * out_row + hd * d;
+      for (int64_t c = 0; c < d; ++c) o[c] = static_cast<float>(acc[c]);
+      lp[bh * s + i] = row_lse;
+    }
+  }
+  ov.commit();
+}
+
+void CpuBackend::attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                    Tensor& dqkv, const AttentionParams& params) {
+  const Dims dims = check_attention(qkv, lse, params);
+  const auto [s, b, heads, d] = dims;
+  MT_CHECK(dout.numel() == s * b * heads * d) << "attention dout " << dout.describe();
+  MT_CHECK(out.numel() == s * b * heads * d) << "attention out " << out.describe();
+  MT_CHECK(dqkv.numel() == qkv.numel()) << "attention dqkv " << dqkv.describe() << " for qkv " << qkv.describe();
+  In qv(qkv, "attention qkv"), dov(dout, "attention dout");
+  Out dv_out(dqkv, "attention dqkv");
+  const float* lp = lse.data_as<const float>();
+  const int64_t qkv_row = heads * 3 * d, out_row = heads * d;
+  const float scale = params.softmax_scale;
+
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t bh = 0; bh < b * heads; ++bh) {
+    const int64_t bi = bh / heads, hd = bh % heads;
+    const float* base = qv.data() + bi * qkv_row + hd * 3 * d;
+    auto q = [&](int64_t i) { return base + i * b * qkv_row; };
+    auto k = [&](int64_t j) { return base + j * b * qkv_row + d; };
+    auto v = [&](int64_t j) { return base + j * b * qkv_row + 2 * d; };
+    auto go = [&](int64_t i) { return dov.data() + (i * b + bi) * out_row + hd * d; };
+    // dq, dk, dv of this (batch, head), [s, d] each, accumulated in double.
+    std::vector<double> dq(static_cast<size_t>(s * d)), dk(dq.size()), dv(dq.size());
+    std::vector<float> prob(static_cast<size_t>(s)), dprob(static_cast<size_t>(s));
+    for (int64_t i = 0; i < s; ++i) {
+      const float row_lse = lp[bh * s + i];
+      double row_dot = 0.0;  // sum_j P_ij dP_ij
+      for (int64_t j = 0; j <= i; ++j) {
+        double dot = 0.0;
+        for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q(i)[c]) * k(j)[c];
+        const float p = std::exp(static_cast<float>(dot) * scale - row_lse);
+        const float m = attention_dropout(params.dropout, dims, bh, i, j);
+        double gv = 0.0;  // dout_i . v_j
+        for (int64_t c = 0; c < d; ++c) gv += static_cast<double>(go(i)[c]) * v(j)[c];
+        prob[j] = p;
+        dprob[j] = static_cast<float>(gv) * m;
+        row_dot += static_cast<double>(p) * dprob[j];
+        if (m != 0.0f) {
+          const double pm = static_cast<double>(p) * m;
+          for (int64_t c = 0; c < d; ++c) dv[j * d + c] += pm * go(i)[c];
+        }
+      }
+      for (int64_t j = 0; j <= i; ++j) {
+        const double ds = static_cast<double>(prob[j]) * (dprob[j] - row_dot) * scale;
+        for (int64_t c = 0; c < d; ++c) {
+          dq[i * d + c] += ds * k(j)[c];
+          dk[j * d + c] += ds * q(i)[c];
+        }
+      }
+    }
+    for (int64_t i = 0; i < s; ++i) {
+      float* g = dv_out.data() + (i * b + bi) * qkv_row + hd * 3 * d;
+      for (int64_t c = 0; c < d; ++c) {
+        g[c] = static_cast<float>(dq[i * d + c]);
+        g[d + c] = static_cast<float>(dk[i * d + c]);
+        g[2 * d + c] = static_cast<float>(dv[i * d + c]);
+      }
+    }
+  }
+  dv_out.commit();
+}
+
+}  // namespace megatron::backend

@@ -1,0 +1,80 @@
+// CPU backend: softmax cross-entropy over logits[n, V], one row at a time, max-subtracted:
+//   lse = m + log sum_v exp(l_v - m) (m = max_v l_v, sum in double), loss = lse - l_label,
+//   dl_v = (exp(l_v - lse) - [v == label]) * dloss.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_util.h"
+
+namespace megatron::backend {
+
+using namespace cpu_detail;
+
+namespace {
+
+// Rows n and vocabulary V of the logits; checks labels[n] (int32) and the fp32 per-row tensors.
+std::pair<int64_t, int64_t> check_loss(const Tensor& logits, const Tensor& labels, const Tensor& per_row,
+                                       const char* what) {
+  const int64_t vocab = logits.dim(-1);
+  const int64_t n = rows_of(logits, vocab, "cross_entropy logits");
+  check_i32(labels, "cross_entropy labels");
+  MT_CHECK(labels.numel() == n) << "cross_entropy labels " << labels.describe() << " for " << n << " rows";
+  check_f32(per_row, what);
+  MT_CHECK(per_row.numel() == n) << "cross_entropy " << what << " " << per_row.describe() << " for " << n << " rows";
+  return {n, vocab};
+}
+
+}  // namespace
+
+void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) {
+  const auto [n, vocab] = check_loss(logits, labels, losses, "losses");
+  check_f32(lse, "cross_entropy lse");
+  MT_CHECK(lse.numel() == n) << "cross_entropy lse " << lse.describe();
+  In lv(logits, "cross_entropy logits");
+  const int32_t* lab = labels.data_as<const int32_t>();
+  float* lossp = losses.data_as<float>();
+  float* lsep = lse.data_as<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = lv.data() + r * vocab;
+    const int32_t t = lab[r];
+    MT_CHECK(t >= 0 && t < vocab) << "label " << t << " outside the vocabulary of " << vocab;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t v = 0; v < vocab; ++v) mx = std::max(mx, row[v]);
+    double sum = 0.0;
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+    const float row_lse = mx + static_cast<float>(std::log(sum));
+    lsep[r] = row_lse;
+    lossp[r] = row_lse - row[t];
+  }
+}
+
+void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
+                                        const Tensor& dlosses, Tensor& dlogits) {
+  const auto [n, vocab] = check_loss(logits, labels, lse, "lse");
+  check_f32(dlosses, "cross_entropy dlosses");
+  MT_CHECK(dlosses.numel() == n) << "cross_entropy dlosses " << dlosses.describe();
+  MT_CHECK(dlogits.numel() == logits.numel()) << "cross_entropy dlogits " << dlogits.describe();
+  // In-place safe: In copies 16-bit logits before Out writes; for fp32 each element is read
+  // before it is written.
+  In lv(logits, "cross_entropy logits");
+  Out dv(dlogits, "cross_entropy dlogits");
+  const int32_t* lab = labels.data_as<const int32_t>();
+  const float* lsep = lse.data_as<const float>();
+  const float* dlp = dlosses.data_as<const float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = lv.data() + r * vocab;
+    float* drow = dv.data() + r * vocab;
+    const int32_t t = lab[r];
+    MT_CHECK(t >= 0 && t < vocab) << "label " << t << " outside the vocabulary of " << vocab;
+    const float row_lse = lsep[r], g = dlp[r];
+    for (int64_t v = 0; v < vocab; ++v) drow[v] = (std::exp(row[v] - row_lse) - (v == t ? 1.0f : 0.0f)) * g;
+  }
+  dv.commit();
+}
+
+}  // namespace megatron::backend

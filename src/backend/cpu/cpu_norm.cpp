@@ -1,0 +1,172 @@
+// CPU backend: layernorm and the token + position embeddings.
+//
+// LayerNorm over the last dim h of each row r:
+//   mean = sum(x) / h, var = sum((x - mean)^2) / h (biased), rstd = 1 / sqrt(var + eps),
+//   xhat = (x - mean) rstd, out = xhat gamma + beta.
+// Backward, with g = dy gamma:
+//   dx = rstd (g - mean(g) - xhat mean(g xhat)), dgamma (+=) sum_r dy xhat, dbeta (+=) sum_r dy.
+// Row statistics are accumulated in double (two passes), stored as fp32.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_util.h"
+
+namespace megatron::backend {
+
+using namespace cpu_detail;
+
+void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& out,
+                                   Tensor& mean, Tensor& rstd) {
+  const int64_t h = x.dim(-1);
+  const int64_t n = rows_of(x, h, "layernorm x");
+  MT_CHECK(gamma.numel() == h && beta.numel() == h)
+      << "layernorm gamma " << gamma.describe() << ", beta " << beta.describe() << " for x " << x.describe();
+  MT_CHECK(out.numel() == x.numel()) << "layernorm out " << out.describe() << " for x " << x.describe();
+  check_f32(mean, "layernorm mean");
+  check_f32(rstd, "layernorm rstd");
+  MT_CHECK(mean.numel() == n && rstd.numel() == n)
+      << "layernorm mean " << mean.describe() << ", rstd " << rstd.describe() << " for " << n << " rows";
+  In xv(x, "layernorm x"), gv(gamma, "layernorm gamma"), bv(beta, "layernorm beta");
+  Out ov(out, "layernorm out");
+  float* mp = mean.data_as<float>();
+  float* rp = rstd.data_as<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = xv.data() + r * h;
+    double sum = 0.0;
+    for (int64_t j = 0; j < h; ++j) sum += xr[j];
+    const float m = static_cast<float>(sum / static_cast<double>(h));
+    double sq = 0.0;
+    for (int64_t j = 0; j < h; ++j) {
+      const double d = static_cast<double>(xr[j]) - m;
+      sq += d * d;
+    }
+    const float s = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(h) + static_cast<double>(eps)));
+    float* orow = ov.data() + r * h;
+    for (int64_t j = 0; j < h; ++j) orow[j] = (xr[j] - m) * s * gv[j] + bv[j];
+    mp[r] = m;
+    rp[r] = s;
+  }
+  ov.commit();
+}
+
+void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                    const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+  const int64_t h = x.dim(-1);
+  const int64_t n = rows_of(x, h, "layernorm x");
+  MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel())
+      << "layernorm dy " << dy.describe() << ", dx " << dx.describe() << " for x " << x.describe();
+  MT_CHECK(gamma.numel() == h && dgamma.numel() == h && dbeta.numel() == h)
+      << "layernorm gamma " << gamma.describe() << ", dgamma " << dgamma.describe() << ", dbeta "
+      << dbeta.describe();
+  check_f32(mean, "layernorm mean");
+  check_f32(rstd, "layernorm rstd");
+  MT_CHECK(mean.numel() == n && rstd.numel() == n) << "layernorm mean/rstd for " << n << " rows";
+  In dyv(dy, "layernorm dy"), xv(x, "layernorm x"), gv(gamma, "layernorm gamma");
+  const float* mp = mean.data_as<const float>();
+  const float* rp = rstd.data_as<const float>();
+
+  // dgamma, dbeta first (dx may alias dy): column chunks, rows in order.
+  {
+    Out dgv(dgamma, "layernorm dgamma", /*load=*/true), dbv(dbeta, "layernorm dbeta", /*load=*/true);
+    const int64_t chunks = (h + kColumnChunk - 1) / kColumnChunk;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t c0 = c * kColumnChunk, c1 = std::min(h, c0 + kColumnChunk);
+      float ag[kColumnChunk] = {}, ab[kColumnChunk] = {};
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t j = c0; j < c1; ++j) {
+          const float d = dyv[r * h + j];
+          ag[j - c0] += d * (xv[r * h + j] - mp[r]) * rp[r];
+          ab[j - c0] += d;
+        }
+      }
+      for (int64_t j = c0; j < c1; ++j) {
+        dgv[j] += ag[j - c0];
+        dbv[j] += ab[j - c0];
+      }
+    }
+    dgv.commit();
+    dbv.commit();
+  }
+
+  Out dxv(dx, "layernorm dx");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = xv.data() + r * h;
+    const float* dyr = dyv.data() + r * h;
+    const float m = mp[r], s = rp[r];
+    double sum_g = 0.0, sum_gx = 0.0;
+    for (int64_t j = 0; j < h; ++j) {
+      const float g = dyr[j] * gv[j];
+      sum_g += g;
+      sum_gx += static_cast<double>(g) * ((xr[j] - m) * s);
+    }
+    const float mean_g = static_cast<float>(sum_g / static_cast<double>(h));
+    const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
+    float* dxr = dxv.data() + r * h;
+    for (int64_t j = 0; j < h; ++j) {
+      const float xhat = (xr[j] - m) * s;
+      dxr[j] = s * (dyr[j] * gv[j] - mean_g - xhat * mean_gx);
+    }
+  }
+  dxv.commit();
+}
+
+void CpuBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
+  check_i32(tokens, "embedding tokens");
+  MT_CHECK(tokens.ndim() == 2) << "embedding tokens " << tokens.describe() << " must be [b, s]";
+  MT_CHECK(wte.ndim() == 2 && wpe.ndim() == 2 && wte.dim(1) == wpe.dim(1))
+      << "embedding tables wte " << wte.describe() << ", wpe " << wpe.describe();
+  const int64_t b = tokens.dim(0), s = tokens.dim(1), vocab = wte.dim(0), h = wte.dim(1);
+  MT_CHECK(s <= wpe.dim(0)) << "sequence length " << s << " exceeds position table " << wpe.describe();
+  MT_CHECK(out.numel() == s * b * h) << "embedding out " << out.describe() << ", expected [" << s << ", " << b
+                                     << ", " << h << "]";
+  const int32_t* tok = tokens.data_as<const int32_t>();
+  In tv(wte, "embedding wte"), pv(wpe, "embedding wpe");
+  Out ov(out, "embedding out");
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < s * b; ++row) {
+    const int64_t si = row / b, bi = row % b;
+    const int32_t t = tok[bi * s + si];
+    MT_CHECK(t >= 0 && t < vocab) << "token " << t << " outside the vocabulary of " << vocab;
+    for (int64_t j = 0; j < h; ++j) ov[row * h + j] = tv[t * h + j] + pv[si * h + j];
+  }
+  ov.commit();
+}
+
+void CpuBackend::embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
+  check_i32(tokens, "embedding tokens");
+  MT_CHECK(tokens.ndim() == 2) << "embedding tokens " << tokens.describe() << " must be [b, s]";
+  MT_CHECK(dwte.ndim() == 2 && dwpe.ndim() == 2 && dwte.dim(1) == dwpe.dim(1))
+      << "embedding grads dwte " << dwte.describe() << ", dwpe " << dwpe.describe();
+  const int64_t b = tokens.dim(0), s = tokens.dim(1), vocab = dwte.dim(0), h = dwte.dim(1);
+  MT_CHECK(s <= dwpe.dim(0)) << "sequence length " << s << " exceeds position table " << dwpe.describe();
+  MT_CHECK(dout.numel() == s * b * h) << "embedding dout " << dout.describe();
+  const int32_t* tok = tokens.data_as<const int32_t>();
+  In dv(dout, "embedding dout");
+  Out tv(dwte, "embedding dwte", /*load=*/true), pv(dwpe, "embedding dwpe", /*load=*/true);
+  // Token rows repeat, so the scatter is split by column chunks; each chunk walks the
+  // positions in (s, b) order, a fixed accumulation order per element.
+  const int64_t chunks = (h + kColumnChunk - 1) / kColumnChunk;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t c0 = c * kColumnChunk, c1 = std::min(h, c0 + kColumnChunk);
+    for (int64_t row = 0; row < s * b; ++row) {
+      const int64_t si = row / b, bi = row % b;
+      const int32_t t = tok[bi * s + si];
+      MT_CHECK(t >= 0 && t < vocab) << "token " << t << " outside the vocabulary of " << vocab;
+      for (int64_t j = c0; j < c1; ++j) tv[t * h + j] += dv[row * h + j];
+    }
+  }
+  // Positions: one thread per position, batch entries in order.
+#pragma omp parallel for schedule(static)
+  for (int64_t si = 0; si < s; ++si)
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t j = 0; j < h; ++j) pv[si * h + j] += dv[(si * b + bi) * h + j];
+  tv.commit();
+  pv.commit();
+}
+
+}  // namespace megatron::backend
