@@ -1,9 +1,16 @@
 # mt_add_library(name SOURCES ... DEPS ...): one static library per layer.
+# A layer with no .cpp yet (headers only) becomes an INTERFACE library.
 function(mt_add_library name)
   cmake_parse_arguments(A "" "" "SOURCES;DEPS" ${ARGN})
-  add_library(${name} STATIC ${A_SOURCES})
-  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
-  target_link_libraries(${name} PUBLIC ${A_DEPS})
+  if(A_SOURCES)
+    add_library(${name} STATIC ${A_SOURCES})
+    target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+    target_link_libraries(${name} PUBLIC ${A_DEPS})
+  else()
+    add_library(${name} INTERFACE)
+    target_include_directories(${name} INTERFACE ${PROJECT_SOURCE_DIR}/src)
+    target_link_libraries(${name} INTERFACE ${A_DEPS})
+  endif()
 endfunction()
 
 # mt_add_test(name SOURCES ... DEPS ... LABELS ...): a GoogleTest executable whose

@@ -14,5 +14,6 @@ int run_preprocess(const CommandArgs& args);      // preprocess_command.cpp
 int run_merge_datasets(const CommandArgs& args);  // merge_datasets_command.cpp
 int run_dataset_info(const CommandArgs& args);    // dataset_info_command.cpp
 int run_version(const CommandArgs& args);         // version_command.cpp
+int run_train(const CommandArgs& args);           // train_command.cpp
 
 }  // namespace megatron::cli

@@ -1,0 +1,135 @@
+// The op interface: everything model/ and train/ compute goes through a Backend, so the
+// same model code runs on the CPU reference (backend/cpu/) and on CUDA (backend/cuda/).
+//
+// Conventions for every op:
+//  - Tensors are contiguous and live on this backend's device.
+//  - Float inputs may be fp32, bf16 or fp16; arithmetic is fp32; outputs are rounded to
+//    their own dtype (round-to-nearest-even). Outputs named "(+=)" accumulate into fp32
+//    tensors (gradients); all others are overwritten.
+//  - Activations are sequence-first, [s, b, h], as in Megatron (sequence parallelism splits
+//    dim 0). "n" below is s*b rows.
+//  - Linear weights are [out, in] (PyTorch/Megatron layout): y = x W^T + b.
+//  - Dropout: element i of a tensor is kept iff dropout_keep(seed, stream, i, p) (core/rng.h);
+//    kept values are scaled by 1/(1-p). p == 0 means no dropout (no RNG drawn).
+//  - Shapes are checked with MT_CHECK: a mismatch is a bug in the caller, not user input.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace megatron::backend {
+
+// GELU as Megatron's fused bias-GELU (tanh approximation) or exact (erf, --openai-gelu off).
+enum class Gelu { kTanh, kExact };
+
+struct DropoutParams {
+  float p = 0.0f;
+  uint64_t seed = 0;
+  uint64_t stream = 0;  // distinct per use site and step (layer, micro-batch, iteration)
+};
+
+// Causal self-attention over Megatron's fused QKV projection output.
+// qkv: [s, b, heads * 3 * head_dim]; for head j the columns [j*3d, j*3d + d) are q,
+// [j*3d + d, j*3d + 2d) k and [j*3d + 2d, j*3d + 3d) v (Megatron's [s, b, np, 3*hn] view).
+// out: [s, b, heads * head_dim], head j in columns [j*d, (j+1)*d).
+// softmax(q k^T * scale + causal mask) (fp32), dropout on the probabilities, times v.
+struct AttentionParams {
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  float softmax_scale = 0.0f;  // usually 1/sqrt(head_dim)
+  DropoutParams dropout;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+
+  // ---- memory --------------------------------------------------------------------------
+  // A new zero-filled tensor on this device, counted under `kind`.
+  virtual Tensor empty(Shape shape, DType dtype, MemoryKind kind) = 0;
+  virtual void fill(Tensor& t, float value) = 0;
+  // dst = src (same numel; any float dtypes, converted with RNE; or the same integer dtype).
+  // Either side may be a host tensor: this is also the host <-> device transfer.
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  // Blocks until all queued work on this backend is done (no-op on the CPU).
+  virtual void synchronize() = 0;
+
+  // ---- dense algebra --------------------------------------------------------------------
+  // c = alpha * op(a) @ op(b) + beta * c, with op(x) = x or x^T on the 2-D views
+  // a: [m, k] (or [k, m] if trans_a), b: [k, n] (or [n, k] if trans_b), c: [m, n].
+  // Tensors of higher rank are read as 2-D [numel / last_dim, last_dim].
+  virtual void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
+                      float alpha = 1.0f, float beta = 0.0f) = 0;
+  // y[n, out] = x[n, in] @ w[out, in]^T + bias[out] (bias may be undefined).
+  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) = 0;
+  // From dy[n, out]: dx[n, in] = dy @ w (skipped if dx undefined), dw[out, in] (+=) dy^T @ x,
+  // dbias[out] (+=) column sums of dy (skipped if undefined).
+  virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
+                               Tensor& dbias) = 0;
+
+  // ---- elementwise ----------------------------------------------------------------------
+  // out = a + b (same shapes; out may be a or b).
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // x *= alpha (in place).
+  virtual void scale(Tensor& x, float alpha) = 0;
+  // Megatron's bias-dropout-add: out[n, h] = residual + dropout(x + bias) (bias may be undefined).
+  virtual void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, Tensor& out,
+                                const DropoutParams& dropout) = 0;
+  // dx = dropout'(dy): dy where kept, scaled by 1/(1-p), 0 elsewhere (the mask regenerated).
+  virtual void dropout_backward(const Tensor& dy, Tensor& dx, const DropoutParams& dropout) = 0;
+  // out = dropout(x).
+  virtual void dropout_forward(const Tensor& x, Tensor& out, const DropoutParams& dropout) = 0;
+  // dbias[k] (+=) sum over rows of dy[n, k].
+  virtual void bias_grad(const Tensor& dy, Tensor& dbias) = 0;
+  // out[n, f] = gelu(x + bias) (bias may be undefined); tanh approximation or exact erf.
+  virtual void bias_gelu_forward(const Tensor& x, const Tensor& bias, Tensor& out, Gelu kind) = 0;
+  // dx[n, f] = dy * gelu'(x + bias).
+  virtual void bias_gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& bias, Tensor& dx,
+                                  Gelu kind) = 0;
+
+  // ---- normalisation --------------------------------------------------------------------
+  // out[n, h] = (x - mean) * rstd * gamma + beta; mean[n], rstd[n] (fp32) saved for backward.
+  virtual void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& out,
+                                 Tensor& mean, Tensor& rstd) = 0;
+  // dx[n, h] (overwritten), dgamma[h] (+=), dbeta[h] (+=).
+  virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                  const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
+
+  // ---- embeddings -----------------------------------------------------------------------
+  // out[s, b, h] = wte[tokens[b, s]] + wpe[s] (tokens int32 in [0, V); positions 0..s-1).
+  virtual void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) = 0;
+  // dwte[V, h] (+=) and dwpe[P, h] (+=) from dout[s, b, h].
+  virtual void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) = 0;
+
+  // ---- attention ------------------------------------------------------------------------
+  // out[s, b, heads*d] from qkv (see AttentionParams); lse[b, heads, s] (fp32) receives the
+  // log-sum-exp of each softmax row (of the scaled, masked scores, before dropout) so that
+  // backward recomputes the probabilities instead of storing [s, s] of them.
+  virtual void attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) = 0;
+  // dqkv[s, b, heads*3d] (overwritten) from dout, with the forward's qkv, out and lse.
+  virtual void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                  Tensor& dqkv, const AttentionParams& params) = 0;
+
+  // ---- loss -----------------------------------------------------------------------------
+  // Per-row cross-entropy of logits[n, V] against labels[n] (int32): losses[n] (fp32) =
+  // lse - logits[label]; lse[n] (fp32) saved.
+  virtual void cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) = 0;
+  // dlogits[n, V] = (softmax(logits) - onehot(label)) * dlosses[n] (dlosses fp32; dlogits may
+  // alias logits to save the [n, V] buffer).
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
+                                      const Tensor& dlosses, Tensor& dlogits) = 0;
+
+  // ---- reductions (for the optimizer step) ----------------------------------------------
+  // Sum of squares of all elements, accumulated in double.
+  virtual double sum_squares(const Tensor& x) = 0;
+  // True if every element is finite.
+  virtual bool all_finite(const Tensor& x) = 0;
+};
+
+// The CPU reference backend (OpenBLAS GEMM, OpenMP loops).
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace megatron::backend

@@ -1,0 +1,747 @@
+#include "cli/train_args.h"
+
+#include <cctype>
+#include <optional>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace megatron::cli {
+namespace {
+
+using train::TrainConfig;
+
+// ---------------------------------------------------------------------------------------------
+// The flags that are accepted without effect, or not supported yet. ONE table: to enable a
+// feature, delete its row (or widen its accepted values) and read the flag in
+// parse_train_config(). Supported flags are declared in declare_supported_flags().
+// ---------------------------------------------------------------------------------------------
+enum class FlagType { kSwitch, kValue, kList };
+enum class FlagState {
+  kNoOp,         // accepted with any value; changes nothing here (the note says why)
+  kValues,       // accepted with the listed values (the first is the default); others: not supported yet
+  kUnsupported,  // "[--flag] is not supported yet (note)"
+  kRemoved,      // Megatron itself rejects it; the note says what to use instead
+};
+
+struct FlagRow {
+  const char* name;
+  FlagType type;
+  FlagState state;
+  const char* values;  // kValues: accepted values separated by '|', the first is the default
+  const char* note;
+};
+
+constexpr const char* kCkpt = "checkpointing comes later";
+constexpr const char* kTb = "TensorBoard logging comes later";
+constexpr const char* kVariant = "this model variant is not implemented yet";
+
+constexpr FlagRow kFlagTable[] = {
+    // Parallelism: later issues widen these.
+    {"--tensor-model-parallel-size", FlagType::kValue, FlagState::kValues, "1", "tensor parallelism comes later"},
+    {"--pipeline-model-parallel-size", FlagType::kValue, FlagState::kValues, "1", "pipeline parallelism comes later"},
+    {"--use-distributed-optimizer", FlagType::kSwitch, FlagState::kUnsupported, "", "the distributed optimizer comes later"},
+    {"--num-layers-per-virtual-pipeline-stage", FlagType::kValue, FlagState::kUnsupported, "", "interleaved pipeline schedule"},
+    {"--context-parallel-size", FlagType::kValue, FlagState::kValues, "1", "context parallelism"},
+    {"--expert-model-parallel-size", FlagType::kValue, FlagState::kValues, "1", "mixture of experts"},
+    {"--num-experts", FlagType::kValue, FlagState::kUnsupported, "", "mixture of experts"},
+    {"--distribute-saved-activations", FlagType::kSwitch, FlagState::kUnsupported, "", "needs tensor parallelism"},
+    {"--data-parallel-random-init", FlagType::kSwitch, FlagState::kUnsupported, "", "per-replica initialisation"},
+    {"--decrease-batch-size-if-needed", FlagType::kSwitch, FlagState::kUnsupported, "", "global batch must divide exactly"},
+    {"--step-batch-size-schedule", FlagType::kValue, FlagState::kUnsupported, "", "use --rampup-batch-size"},
+    // Checkpoints.
+    {"--save", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
+    {"--load", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
+    {"--no-save-optim", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
+    {"--no-save-rng", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
+    {"--no-load-optim", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
+    {"--no-load-rng", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
+    {"--finetune", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
+    {"--pretrained-checkpoint", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
+    {"--ckpt-format", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
+    {"--use-dist-ckpt", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
+    {"--auto-detect-ckpt-format", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
+    {"--async-save", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
+    {"--exit-on-missing-checkpoint", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
+    {"--non-persistent-save-interval", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
+    {"--exit-signal-handler", FlagType::kSwitch, FlagState::kUnsupported, "", "needs checkpoint saving"},
+    // TensorBoard and other loggers.
+    {"--tensorboard-dir", FlagType::kValue, FlagState::kUnsupported, "", kTb},
+    {"--tensorboard-queue-size", FlagType::kValue, FlagState::kUnsupported, "", kTb},
+    {"--tensorboard-log-interval", FlagType::kValue, FlagState::kUnsupported, "", kTb},
+    {"--log-timers-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
+    {"--log-batch-size-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
+    {"--log-validation-ppl-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
+    {"--log-memory-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
+    {"--log-world-size-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
+    {"--log-learning-rate-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
+    {"--no-log-learning-rate-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
+    {"--log-loss-scale-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
+    {"--no-log-loss-scale-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
+    {"--wandb-project", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
+    {"--wandb-exp-name", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
+    {"--wandb-save-dir", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
+    {"--timing-log-level", FlagType::kValue, FlagState::kValues, "0", "per-phase timers come later"},
+    {"--timing-log-option", FlagType::kValue, FlagState::kValues, "minmax|max|all", "no timers are printed at level 0"},
+    {"--profile", FlagType::kSwitch, FlagState::kUnsupported, "", "profiler hooks"},
+    {"--profile-step-start", FlagType::kValue, FlagState::kUnsupported, "", "profiler hooks"},
+    {"--profile-step-end", FlagType::kValue, FlagState::kUnsupported, "", "profiler hooks"},
+    // Model variants.
+    {"--swiglu", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
+    {"--group-query-attention", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
+    {"--num-query-groups", FlagType::kValue, FlagState::kUnsupported, "", kVariant},
+    {"--normalization", FlagType::kValue, FlagState::kValues, "LayerNorm", kVariant},
+    {"--position-embedding-type", FlagType::kValue, FlagState::kValues, "learned_absolute", kVariant},
+    {"--use-rotary-position-embeddings", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
+    {"--no-position-embedding", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
+    {"--squared-relu", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
+    {"--qk-layernorm", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
+    {"--apply-residual-connection-post-layernorm", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
+    {"--apply-query-key-layer-scaling", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
+    {"--fp32-residual-connection", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
+    {"--fp16-lm-cross-entropy", FlagType::kSwitch, FlagState::kUnsupported, "", "the cross-entropy runs in fp32"},
+    {"--fp8-format", FlagType::kValue, FlagState::kUnsupported, "", "FP8 training"},
+    {"--recompute-modules", FlagType::kList, FlagState::kUnsupported, "", "selective recompute covers core attention only"},
+    {"--checkpoint-activations", FlagType::kSwitch, FlagState::kRemoved, "",
+     "Megatron no longer accepts it; use --recompute-activations, or --recompute-granularity full "
+     "--recompute-method uniform --recompute-num-layers 1"},
+    // Data.
+    {"--tokenizer-type", FlagType::kValue, FlagState::kValues, "GPT2BPETokenizer", "only the GPT-2 BPE tokenizer"},
+    {"--tokenizer-model", FlagType::kValue, FlagState::kUnsupported, "", "only the GPT-2 BPE tokenizer"},
+    {"--data-impl", FlagType::kValue, FlagState::kValues, "mmap|infer", "only the mmap indexed format (MMIDIDX)"},
+    {"--dataloader-type", FlagType::kValue, FlagState::kValues, "single", "only the 'single' sampler"},
+    {"--mock-data", FlagType::kSwitch, FlagState::kUnsupported, "", "give --data-path"},
+    {"--train-data-path", FlagType::kList, FlagState::kUnsupported, "", "use --data-path with --split"},
+    {"--valid-data-path", FlagType::kList, FlagState::kUnsupported, "", "use --data-path with --split"},
+    {"--test-data-path", FlagType::kList, FlagState::kUnsupported, "", "use --data-path with --split"},
+    {"--eod-mask-loss", FlagType::kSwitch, FlagState::kUnsupported, "", "document-boundary masking comes later"},
+    {"--reset-position-ids", FlagType::kSwitch, FlagState::kUnsupported, "", "document-boundary masking comes later"},
+    {"--reset-attention-mask", FlagType::kSwitch, FlagState::kUnsupported, "", "document-boundary masking comes later"},
+    {"--optimizer", FlagType::kValue, FlagState::kValues, "adam", "only Adam(W)"},
+    // Accepted, no effect here.
+    {"--num-workers", FlagType::kValue, FlagState::kNoOp, "", "no-op: samples come from memory-mapped files in the trainer"},
+    {"--distributed-backend", FlagType::kValue, FlagState::kValues, "nccl|gloo",
+     "no-op: NCCL on GPUs, MPI on CPUs, chosen automatically"},
+    {"--DDP-impl", FlagType::kValue, FlagState::kValues, "local|torch", "no-op: gradient reduction is our own"},
+    {"--use-contiguous-buffers-in-local-ddp", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: gradients always live in one buffer"},
+    {"--no-contiguous-buffers-in-local-ddp", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: gradients always live in one buffer"},
+    {"--use-flash-attn", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the backend picks its fused attention kernel"},
+    {"--attention-backend", FlagType::kValue, FlagState::kValues, "auto|flash|fused|unfused|local",
+     "no-op: the backend picks its fused attention kernel"},
+    {"--transformer-impl", FlagType::kValue, FlagState::kValues, "local|transformer_engine", "no-op: one implementation"},
+    {"--use-mcore-models", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: one implementation"},
+    {"--use-legacy-models", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: one implementation"},
+    {"--no-masked-softmax-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel fusion does not change results"},
+    {"--no-bias-dropout-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel fusion does not change results"},
+    {"--no-persist-layer-norm", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
+    {"--no-gradient-accumulation-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
+    {"--no-async-tensor-model-parallel-allreduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
+    {"--overlap-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
+    {"--overlap-param-gather", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
+    {"--cross-entropy-loss-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the cross-entropy is always fused"},
+    {"--attention-softmax-in-fp32", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: softmax always runs in fp32"},
+    {"--no-create-attention-mask-in-dataloader", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the causal mask is implicit"},
+    {"--empty-unused-memory-level", FlagType::kValue, FlagState::kValues, "0|1|2", "no-op: memory is planned up front"},
+    {"--manual-gc", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no garbage collector"},
+    {"--local-rank", FlagType::kValue, FlagState::kNoOp, "", "no-op: ranks come from the environment"},
+    {"--local_rank", FlagType::kValue, FlagState::kNoOp, "", "no-op: ranks come from the environment"},
+};
+
+std::vector<std::string> split_values(const char* values) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (const char* p = values; *p != '\0'; ++p) {
+    if (*p == '|') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(*p);
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+bool is_integer_text(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+bool value_accepted(const FlagRow& row, const std::string& value) {
+  for (const std::string& a : split_values(row.values)) {
+    if (a == value) return true;
+    if (is_integer_text(a)) {
+      try {
+        if (parse_int(value, row.name) == std::stoll(a)) return true;
+      } catch (const Error&) {
+      }
+    }
+  }
+  return false;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+void declare_table_flags(Args& a) {
+  for (const FlagRow& row : kFlagTable) {
+    std::string help;
+    switch (row.state) {
+      case FlagState::kNoOp: help = row.note; break;
+      case FlagState::kValues: help = str_cat("only ", join(split_values(row.values), ", "), " (", row.note, ")"); break;
+      case FlagState::kUnsupported: help = str_cat("not supported yet (", row.note, ")"); break;
+      case FlagState::kRemoved: help = "rejected (as in Megatron)"; break;
+    }
+    switch (row.type) {
+      case FlagType::kSwitch: a.flag(row.name, help); break;
+      case FlagType::kValue: {
+        std::optional<std::string> def;
+        if (row.state == FlagState::kValues) def = split_values(row.values).front();
+        a.option(row.name, "X", help, def);
+        break;
+      }
+      case FlagType::kList: a.list(row.name, "X", help); break;
+    }
+  }
+}
+
+void check_table_flags(const Args& a) {
+  for (const FlagRow& row : kFlagTable) {
+    if (!a.given(row.name)) continue;
+    switch (row.state) {
+      case FlagState::kNoOp: break;
+      case FlagState::kUnsupported: throw_error("[", row.name, "] is not supported yet (", row.note, ")");
+      case FlagState::kRemoved: throw_error("[", row.name, "] is not accepted: ", row.note);
+      case FlagState::kValues: {
+        const std::string v = a.get_string(row.name);
+        if (!value_accepted(row, v)) {
+          throw_error("[", row.name, "] ", v, " is not supported yet (", row.note, "; accepted: ",
+                      join(split_values(row.values), ", "), ")");
+        }
+        break;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Presets of --model.
+// ---------------------------------------------------------------------------------------------
+const std::vector<ModelPreset> kPresets = {
+    {"gpt2-124m", 12, 768, 12, 1024},      {"gpt2-350m", 24, 1024, 16, 1024},
+    {"gpt2-774m", 36, 1280, 20, 1024},     {"gpt2-1558m", 48, 1600, 25, 1024},
+    {"gpt3-1.3b", 24, 2048, 16, 2048},     {"gpt3-2.7b", 32, 2560, 32, 2048},
+    {"gpt3-13b", 40, 5120, 32, 2048},      {"gpt3-175b", 96, 12288, 96, 2048},
+    {"gpt-1.7b", 24, 2304, 24, 2048},      {"gpt-3.6b", 30, 3072, 32, 2048},
+    {"gpt-7.5b", 36, 4096, 32, 2048},      {"gpt-18.4b", 40, 6144, 48, 2048},
+    {"gpt-39.1b", 48, 8192, 64, 2048},     {"gpt-76.1b", 60, 10240, 80, 2048},
+    {"gpt-145.6b", 80, 12288, 96, 2048},   {"gpt-310.1b", 96, 16384, 128, 2048},
+};
+
+std::string preset_names() {
+  std::vector<std::string> names;
+  for (const ModelPreset& p : kPresets) names.push_back(p.name);
+  return join(names, ", ");
+}
+
+void declare_supported_flags(Args& a) {
+  // Model shape.
+  a.option("--model", "NAME", "shape preset (" + preset_names() + "); explicit flags override it")
+      .option("--num-layers", "L", "transformer layers")
+      .option("--hidden-size", "H", "hidden size")
+      .option("--num-attention-heads", "N", "attention heads")
+      .option("--ffn-hidden-size", "F", "MLP hidden size (default 4 * hidden)")
+      .option("--kv-channels", "D", "head size (default hidden / heads)")
+      .option("--seq-length", "S", "tokens per sample")
+      .option("--max-position-embeddings", "P", "learned positions (default: --seq-length)")
+      .option("--make-vocab-size-divisible-by", "N", "pad the vocabulary to a multiple of N * TP", "128")
+      .option("--init-method-std", "X", "std of the normal initialisation", "0.02")
+      .option("--attention-dropout", "P", "attention dropout", "0.1")
+      .option("--hidden-dropout", "P", "hidden dropout", "0.1")
+      .option("--layernorm-epsilon", "E", "LayerNorm epsilon", "1e-05")
+      .flag("--untie-embeddings-and-output-weights", "separate output layer weights")
+      .flag("--openai-gelu", "tanh-approximated GELU (the default fused bias-GELU is tanh too)")
+      .flag("--no-bias-gelu-fusion", "exact (erf) GELU, as Megatron's unfused path (unless --openai-gelu)")
+      .flag("--disable-bias-linear", "no biases in the linear layers");
+  // Data.
+  a.list("--data-path", "PATH", "a prefix, or weight/prefix pairs (required unless --dry-run)")
+      .option("--split", "A,B,C", "train/valid/test proportions", "969, 30, 1")
+      .option("--vocab-file", "FILE", "GPT-2 vocab.json (required unless --dry-run)")
+      .option("--merge-file", "FILE", "GPT-2 merges.txt (required unless --dry-run)")
+      .option("--data-cache-path", "DIR", "where the sample index files are cached")
+      .option("--seed", "N", "random seed", "1234");
+  // Batch and length.
+  a.option("--micro-batch-size", "N", "samples per forward pass per replica")
+      .option("--global-batch-size", "N", "samples per iteration (default micro-batch * data-parallel)")
+      .list("--rampup-batch-size", "N", "<start> <increment> <ramp samples>; needs --train-samples", 3)
+      .option("--train-iters", "N", "iterations (or --train-samples)")
+      .option("--train-samples", "N", "samples (or --train-iters)");
+  // Learning rate.
+  a.option("--lr", "LR", "peak learning rate")
+      .option("--min-lr", "LR", "floor of the decay", "0.0")
+      .option("--lr-decay-style", "S", "constant, linear, cosine, inverse-square-root or WSD", "linear")
+      .option("--lr-decay-iters", "N", "decay iterations (default: --train-iters)")
+      .option("--lr-decay-samples", "N", "decay samples (default: --train-samples)")
+      .option("--lr-warmup-iters", "N", "warmup iterations", "0")
+      .option("--lr-warmup-samples", "N", "warmup samples", "0")
+      .option("--lr-warmup-fraction", "X", "warmup as a fraction of the decay steps")
+      .option("--lr-warmup-init", "LR", "learning rate at the start of warmup", "0.0")
+      .option("--lr-wsd-decay-style", "S", "WSD decay: exponential, linear, cosine or minus_sqrt", "exponential")
+      .option("--lr-wsd-decay-iters", "N", "WSD decay iterations")
+      .option("--lr-wsd-decay-samples", "N", "WSD decay samples")
+      .flag("--override-opt_param-scheduler", "take scheduler values from the flags, not the checkpoint")
+      .flag("--use-checkpoint-opt_param-scheduler", "take scheduler values from the checkpoint");
+  // Optimizer.
+  a.option("--weight-decay", "X", "weight decay (constant style)", "0.01")
+      .option("--start-weight-decay", "X", "initial weight decay (linear/cosine style)")
+      .option("--end-weight-decay", "X", "final weight decay (linear/cosine style)")
+      .option("--weight-decay-incr-style", "S", "constant, linear or cosine", "constant")
+      .option("--adam-beta1", "X", "Adam beta1", "0.9")
+      .option("--adam-beta2", "X", "Adam beta2", "0.999")
+      .option("--adam-eps", "X", "Adam epsilon", "1e-08")
+      .option("--clip-grad", "X", "clip the global gradient L2 norm (0: off)", "1.0");
+  // Precision.
+  a.flag("--fp16", "fp16 parameters, fp32 main weights, loss scaling")
+      .flag("--bf16", "bf16 parameters, fp32 main weights")
+      .option("--loss-scale", "X", "constant loss scale (default: dynamic with --fp16)")
+      .option("--initial-loss-scale", "X", "initial dynamic loss scale", "4294967296")
+      .option("--min-loss-scale", "X", "minimum dynamic loss scale", "1.0")
+      .option("--loss-scale-window", "N", "iterations without overflow before doubling", "1000")
+      .option("--hysteresis", "N", "overflows tolerated before halving", "2")
+      .flag("--accumulate-allreduce-grads-in-fp32", "fp32 gradient accumulation (forced with --bf16)");
+  // Logging, evaluation, exit.
+  a.option("--log-interval", "N", "iterations between log lines", "100")
+      .option("--eval-interval", "N", "iterations between validations", "1000")
+      .option("--eval-iters", "N", "iterations per validation", "100")
+      .flag("--log-throughput", "print throughput per GPU (TFLOP/s/GPU)")
+      .flag("--log-params-norm", "print the parameter norm")
+      .flag("--log-num-zeros-in-grad", "print the number of zero gradients")
+      .option("--flops-convention", "YEAR", "TFLOP/s formula: 2025 (causal attention halved, Megatron HEAD) or 2024",
+              "2025")
+      .option("--exit-interval", "N", "exit when the iteration is a multiple of N")
+      .option("--exit-duration-in-mins", "M", "exit after M minutes")
+      .option("--save-interval", "N", "iterations between checkpoints (with --save, later)")
+      .flag("--dry-run", "print the configuration and memory plan, then exit");
+  // Parallelism and recompute.
+  a.flag("--sequence-parallel", "sequence parallelism (off at tensor-parallel size 1, as in Megatron)")
+      .flag("--use-cpu-initialization", "initialise full matrices then split (TP-invariant)")
+      .flag("--recompute-activations", "shorthand for --recompute-granularity selective")
+      .option("--recompute-granularity", "G", "full or selective")
+      .option("--recompute-method", "M", "uniform or block (with full granularity)")
+      .option("--recompute-num-layers", "N", "layers per recompute chunk (full granularity)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers for parse_train_config.
+// ---------------------------------------------------------------------------------------------
+std::optional<int64_t> opt_int(const Args& a, const std::string& name) {
+  if (!a.given(name)) return std::nullopt;
+  return a.get_int(name);
+}
+
+std::optional<double> opt_double(const Args& a, const std::string& name) {
+  if (!a.given(name)) return std::nullopt;
+  return a.get_double(name);
+}
+
+void require_positive(const std::string& name, int64_t v) {
+  if (v <= 0) throw_error("[", name, "] must be positive, got ", v);
+}
+
+template <class E>
+E parse_choice(const Args& a, const std::string& name, const std::vector<std::pair<const char*, E>>& choices) {
+  const std::string v = a.get_string(name);
+  std::vector<std::string> names;
+  for (const auto& [text, value] : choices) {
+    if (v == text) return value;
+    names.push_back(text);
+  }
+  throw_error("[", name, "] invalid choice '", v, "' (choose from ", join(names, ", "), ")");
+}
+
+void fill_model(const Args& a, TrainConfig& c) {
+  model::GPTConfig& m = c.model;
+  if (a.given("--model")) {
+    c.model_preset = a.get_string("--model");
+    const ModelPreset* found = nullptr;
+    for (const ModelPreset& p : kPresets) {
+      if (c.model_preset == p.name) found = &p;
+    }
+    if (found == nullptr) throw_error("[--model] unknown preset '", c.model_preset, "' (choose from ", preset_names(), ")");
+    m.num_layers = found->num_layers;
+    m.hidden_size = found->hidden_size;
+    m.num_attention_heads = found->num_attention_heads;
+    m.seq_length = found->seq_length;
+  }
+  auto shape = [&](const char* name, int64_t& field) {
+    if (a.given(name)) field = a.get_int(name);
+    if (field == 0 && !a.given(name)) throw_error("[", name, "] is required (or give --model)");
+    require_positive(name, field);
+  };
+  shape("--num-layers", m.num_layers);
+  shape("--hidden-size", m.hidden_size);
+  shape("--num-attention-heads", m.num_attention_heads);
+  shape("--seq-length", m.seq_length);
+
+  if (a.given("--kv-channels")) {
+    m.kv_channels = a.get_int("--kv-channels");
+    require_positive("--kv-channels", m.kv_channels);
+  } else {
+    if (m.hidden_size % m.num_attention_heads != 0) {
+      throw_error("[--num-attention-heads] ", m.num_attention_heads, " does not divide --hidden-size ",
+                  m.hidden_size, " (or give --kv-channels)");
+    }
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  }
+  m.ffn_hidden_size = a.given("--ffn-hidden-size") ? a.get_int("--ffn-hidden-size") : 4 * m.hidden_size;
+  require_positive("--ffn-hidden-size", m.ffn_hidden_size);
+  m.max_position_embeddings =
+      a.given("--max-position-embeddings") ? a.get_int("--max-position-embeddings") : m.seq_length;
+  require_positive("--max-position-embeddings", m.max_position_embeddings);
+  if (m.seq_length > m.max_position_embeddings) {
+    throw_error("[--seq-length] ", m.seq_length, " is larger than --max-position-embeddings ",
+                m.max_position_embeddings);
+  }
+  m.init_method_std = static_cast<float>(a.get_double("--init-method-std"));
+  m.attention_dropout = static_cast<float>(a.get_double("--attention-dropout"));
+  m.hidden_dropout = static_cast<float>(a.get_double("--hidden-dropout"));
+  m.layernorm_epsilon = static_cast<float>(a.get_double("--layernorm-epsilon"));
+  for (const char* name : {"--attention-dropout", "--hidden-dropout"}) {
+    const double p = a.get_double(name);
+    if (!(p >= 0.0 && p < 1.0)) throw_error("[", name, "] must be in [0, 1), got ", p);
+  }
+  if (!(m.init_method_std > 0)) throw_error("[--init-method-std] must be positive, got ", m.init_method_std);
+  m.untie_embeddings_and_output_weights = a.get_flag("--untie-embeddings-and-output-weights");
+  m.add_bias_linear = !a.get_flag("--disable-bias-linear");
+  // Megatron: --openai-gelu is the tanh form; the default fused bias-GELU is the tanh form too;
+  // --no-bias-gelu-fusion falls back to torch's exact erf GELU.
+  m.gelu = (a.get_flag("--no-bias-gelu-fusion") && !a.get_flag("--openai-gelu")) ? model::Gelu::kExact
+                                                                                  : model::Gelu::kTanh;
+  c.make_vocab_size_divisible_by = a.get_int("--make-vocab-size-divisible-by");
+  require_positive("--make-vocab-size-divisible-by", c.make_vocab_size_divisible_by);
+}
+
+void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, std::ostream* log) {
+  c.world_size = world_size;
+  require_positive("world size", world_size);
+  c.tensor_model_parallel_size = a.get_int("--tensor-model-parallel-size");
+  c.pipeline_model_parallel_size = a.get_int("--pipeline-model-parallel-size");
+  require_positive("--tensor-model-parallel-size", c.tensor_model_parallel_size);
+  require_positive("--pipeline-model-parallel-size", c.pipeline_model_parallel_size);
+  const int64_t mp = c.tensor_model_parallel_size * c.pipeline_model_parallel_size;
+  if (world_size % mp != 0) {
+    throw_error("[--tensor-model-parallel-size/--pipeline-model-parallel-size] world size (", world_size,
+                ") is not divisible by tensor parallel size (", c.tensor_model_parallel_size,
+                ") times pipeline parallel size (", c.pipeline_model_parallel_size, ")");
+  }
+  c.data_parallel_size = world_size / mp;
+  if (c.model.num_attention_heads % c.tensor_model_parallel_size != 0) {
+    throw_error("[--num-attention-heads] ", c.model.num_attention_heads,
+                " is not divisible by --tensor-model-parallel-size ", c.tensor_model_parallel_size);
+  }
+  if (c.model.num_layers % c.pipeline_model_parallel_size != 0) {
+    throw_error("[--num-layers] ", c.model.num_layers, " is not divisible by --pipeline-model-parallel-size ",
+                c.pipeline_model_parallel_size);
+  }
+  // Megatron turns sequence parallelism off at TP 1.
+  c.sequence_parallel = a.get_flag("--sequence-parallel") && c.tensor_model_parallel_size > 1;
+  c.use_distributed_optimizer = a.get_flag("--use-distributed-optimizer");
+  c.use_cpu_initialization = a.get_flag("--use-cpu-initialization");
+
+  if (!a.given("--micro-batch-size")) throw_error("[--micro-batch-size] is required");
+  c.micro_batch_size = a.get_int("--micro-batch-size");
+  require_positive("--micro-batch-size", c.micro_batch_size);
+  const int64_t per_step = c.micro_batch_size * c.data_parallel_size;
+  if (a.given("--global-batch-size")) {
+    c.global_batch_size = a.get_int("--global-batch-size");
+    require_positive("--global-batch-size", c.global_batch_size);
+  } else {
+    c.global_batch_size = per_step;
+    if (log != nullptr) *log << "setting global batch size to " << c.global_batch_size << "\n";
+  }
+  if (c.global_batch_size % per_step != 0) {
+    throw_error("[--global-batch-size] global batch size (", c.global_batch_size,
+                ") is not divisible by micro batch size (", c.micro_batch_size, ") times data parallel size (",
+                c.data_parallel_size, ")");
+  }
+  if (a.given("--rampup-batch-size")) {
+    const std::vector<int64_t> r = a.get_int_list("--rampup-batch-size");
+    train::RampupBatchSizeFlags ramp{r[0], r[1], r[2]};
+    require_positive("--rampup-batch-size", ramp.start);
+    require_positive("--rampup-batch-size", ramp.increment);
+    require_positive("--rampup-batch-size", ramp.ramp_samples);
+    if (ramp.start >= c.global_batch_size) {
+      throw_error("[--rampup-batch-size] start batch size ", ramp.start, " must be smaller than --global-batch-size ",
+                  c.global_batch_size);
+    }
+    if ((c.global_batch_size - ramp.start) % ramp.increment != 0) {
+      throw_error("[--rampup-batch-size] expected global batch size interval (", c.global_batch_size - ramp.start,
+                  ") to be divisible by global batch size increment (", ramp.increment, ")");
+    }
+    if (ramp.start % per_step != 0 || ramp.increment % per_step != 0) {
+      throw_error("[--rampup-batch-size] start (", ramp.start, ") and increment (", ramp.increment,
+                  ") must be multiples of micro batch size (", c.micro_batch_size, ") times data parallel size (",
+                  c.data_parallel_size, ")");
+    }
+    c.rampup_batch_size = ramp;
+  }
+}
+
+void fill_schedule(const Args& a, TrainConfig& c) {
+  c.train_iters = opt_int(a, "--train-iters");
+  c.train_samples = opt_int(a, "--train-samples");
+  if (c.train_iters && c.train_samples) {
+    throw_error("[--train-iters/--train-samples] give exactly one of them, got both");
+  }
+  if (!c.train_iters && !c.train_samples) {
+    throw_error("[--train-iters/--train-samples] give exactly one of them, got neither");
+  }
+  if (c.train_iters) require_positive("--train-iters", *c.train_iters);
+  if (c.train_samples) require_positive("--train-samples", *c.train_samples);
+
+  if (!a.given("--lr")) throw_error("[--lr] is required");
+  c.lr = a.get_double("--lr");
+  c.min_lr = a.get_double("--min-lr");
+  if (!(c.lr >= 0)) throw_error("[--lr] must not be negative, got ", a.get_string("--lr"));
+  if (c.min_lr > c.lr) {
+    throw_error("[--min-lr] ", a.get_string("--min-lr"), " is larger than --lr ", a.get_string("--lr"));
+  }
+  c.lr_decay_style = parse_choice<train::LrDecayStyle>(a, "--lr-decay-style",
+                                                      {{"constant", train::LrDecayStyle::kConstant},
+                                                       {"linear", train::LrDecayStyle::kLinear},
+                                                       {"cosine", train::LrDecayStyle::kCosine},
+                                                       {"inverse-square-root", train::LrDecayStyle::kInverseSquareRoot},
+                                                       {"WSD", train::LrDecayStyle::kWSD}});
+  c.lr_decay_iters = opt_int(a, "--lr-decay-iters");
+  c.lr_decay_samples = opt_int(a, "--lr-decay-samples");
+  c.lr_warmup_iters = a.get_int("--lr-warmup-iters");
+  c.lr_warmup_samples = a.get_int("--lr-warmup-samples");
+  c.lr_warmup_fraction = opt_double(a, "--lr-warmup-fraction");
+  c.lr_warmup_init = a.get_double("--lr-warmup-init");
+  c.lr_wsd_decay_style = parse_choice<train::WsdDecayStyle>(a, "--lr-wsd-decay-style",
+                                                           {{"exponential", train::WsdDecayStyle::kExponential},
+                                                            {"linear", train::WsdDecayStyle::kLinear},
+                                                            {"cosine", train::WsdDecayStyle::kCosine},
+                                                            {"minus_sqrt", train::WsdDecayStyle::kMinusSqrt}});
+  c.lr_wsd_decay_iters = opt_int(a, "--lr-wsd-decay-iters");
+  c.lr_wsd_decay_samples = opt_int(a, "--lr-wsd-decay-samples");
+  if (c.lr_decay_iters) require_positive("--lr-decay-iters", *c.lr_decay_iters);
+  if (c.lr_decay_samples) require_positive("--lr-decay-samples", *c.lr_decay_samples);
+  if (c.lr_warmup_iters < 0) throw_error("[--lr-warmup-iters] must not be negative, got ", c.lr_warmup_iters);
+  if (c.lr_warmup_samples < 0) throw_error("[--lr-warmup-samples] must not be negative, got ", c.lr_warmup_samples);
+  if (c.lr_warmup_fraction && !(*c.lr_warmup_fraction >= 0.0 && *c.lr_warmup_fraction <= 1.0)) {
+    throw_error("[--lr-warmup-fraction] must be in [0, 1], got ", *c.lr_warmup_fraction);
+  }
+
+  // Megatron's validate_args: each mode forbids the other mode's flags.
+  if (c.train_iters) {
+    if (c.lr_decay_samples) {
+      throw_error("[--lr-decay-samples] needs --train-samples; with --train-iters use --lr-decay-iters "
+                  "(expected iteration-based learning rate decay)");
+    }
+    if (c.lr_warmup_samples != 0) {
+      throw_error("[--lr-warmup-samples] needs --train-samples; with --train-iters use --lr-warmup-iters "
+                  "(expected iteration-based learning rate warmup)");
+    }
+    if (a.given("--rampup-batch-size")) {
+      throw_error("[--rampup-batch-size] needs --train-samples "
+                  "(expected no batch-size rampup for iteration-based training)");
+    }
+    if (c.lr_wsd_decay_samples) throw_error("[--lr-wsd-decay-samples] needs --train-samples; use --lr-wsd-decay-iters");
+    if (c.lr_warmup_fraction && c.lr_warmup_iters != 0) {
+      throw_error("[--lr-warmup-fraction/--lr-warmup-iters] can only specify one of lr-warmup-fraction and "
+                  "lr-warmup-iters");
+    }
+  } else {
+    if (c.lr_decay_iters) {
+      throw_error("[--lr-decay-iters] needs --train-iters; with --train-samples use --lr-decay-samples "
+                  "(expected sample-based learning rate decay)");
+    }
+    if (c.lr_warmup_iters != 0) {
+      throw_error("[--lr-warmup-iters] needs --train-iters; with --train-samples use --lr-warmup-samples "
+                  "(expected sample-based learning rate warmup)");
+    }
+    if (c.lr_wsd_decay_iters) throw_error("[--lr-wsd-decay-iters] needs --train-iters; use --lr-wsd-decay-samples");
+    if (c.lr_warmup_fraction && c.lr_warmup_samples != 0) {
+      throw_error("[--lr-warmup-fraction/--lr-warmup-samples] can only specify one of lr-warmup-fraction and "
+                  "lr-warmup-samples");
+    }
+  }
+  if (c.lr_decay_style == train::LrDecayStyle::kWSD) {
+    if (!c.lr_wsd_decay_iters && !c.lr_wsd_decay_samples) {
+      throw_error("[--lr-decay-style] WSD needs ", c.train_iters ? "--lr-wsd-decay-iters" : "--lr-wsd-decay-samples");
+    }
+  } else if (c.lr_wsd_decay_iters || c.lr_wsd_decay_samples || a.given("--lr-wsd-decay-style")) {
+    const char* name = c.lr_wsd_decay_iters    ? "--lr-wsd-decay-iters"
+                       : c.lr_wsd_decay_samples ? "--lr-wsd-decay-samples"
+                                                : "--lr-wsd-decay-style";
+    throw_error("[", name, "] only applies with --lr-decay-style WSD");
+  }
+  c.override_opt_param_scheduler = a.get_flag("--override-opt_param-scheduler");
+  c.use_checkpoint_opt_param_scheduler = a.get_flag("--use-checkpoint-opt_param-scheduler");
+  if (c.override_opt_param_scheduler && c.use_checkpoint_opt_param_scheduler) {
+    throw_error("[--override-opt_param-scheduler/--use-checkpoint-opt_param-scheduler] both override and "
+                "use-checkpoint are set");
+  }
+}
+
+void fill_optimizer_and_precision(const Args& a, TrainConfig& c, std::ostream* log) {
+  c.weight_decay = a.get_double("--weight-decay");
+  c.weight_decay_incr_style = parse_choice<train::WeightDecayIncrStyle>(
+      a, "--weight-decay-incr-style",
+      {{"constant", train::WeightDecayIncrStyle::kConstant},
+       {"linear", train::WeightDecayIncrStyle::kLinear},
+       {"cosine", train::WeightDecayIncrStyle::kCosine}});
+  c.start_weight_decay = opt_double(a, "--start-weight-decay");
+  c.end_weight_decay = opt_double(a, "--end-weight-decay");
+  if (c.weight_decay_incr_style == train::WeightDecayIncrStyle::kConstant) {
+    if (c.start_weight_decay || c.end_weight_decay) {
+      throw_error("[", c.start_weight_decay ? "--start-weight-decay" : "--end-weight-decay",
+                  "] needs --weight-decay-incr-style linear or cosine (constant uses --weight-decay)");
+    }
+    c.start_weight_decay = c.weight_decay;
+    c.end_weight_decay = c.weight_decay;
+  } else if (!c.start_weight_decay || !c.end_weight_decay) {
+    throw_error("[--weight-decay-incr-style] ", a.get_string("--weight-decay-incr-style"),
+                " needs --start-weight-decay and --end-weight-decay");
+  }
+  c.adam_beta1 = a.get_double("--adam-beta1");
+  c.adam_beta2 = a.get_double("--adam-beta2");
+  c.adam_eps = a.get_double("--adam-eps");
+  for (const char* name : {"--adam-beta1", "--adam-beta2"}) {
+    const double b = a.get_double(name);
+    if (!(b >= 0.0 && b < 1.0)) throw_error("[", name, "] must be in [0, 1), got ", b);
+  }
+  if (!(c.adam_eps > 0)) throw_error("[--adam-eps] must be positive, got ", c.adam_eps);
+  c.clip_grad = a.get_double("--clip-grad");
+  if (!(c.clip_grad >= 0)) throw_error("[--clip-grad] must not be negative, got ", c.clip_grad);
+
+  c.fp16 = a.get_flag("--fp16");
+  c.bf16 = a.get_flag("--bf16");
+  if (c.fp16 && c.bf16) throw_error("[--fp16/--bf16] give at most one of them");
+  c.loss_scale = opt_double(a, "--loss-scale");
+  if (c.loss_scale) {
+    if (!c.fp16 && !c.bf16) throw_error("[--loss-scale] needs --fp16 or --bf16");
+    if (!(*c.loss_scale > 0)) throw_error("[--loss-scale] must be positive, got ", *c.loss_scale);
+  }
+  c.initial_loss_scale = a.get_double("--initial-loss-scale");
+  c.min_loss_scale = a.get_double("--min-loss-scale");
+  c.loss_scale_window = a.get_int("--loss-scale-window");
+  c.hysteresis = a.get_int("--hysteresis");
+  if (!(c.initial_loss_scale > 0)) throw_error("[--initial-loss-scale] must be positive, got ", c.initial_loss_scale);
+  if (!(c.min_loss_scale > 0)) throw_error("[--min-loss-scale] must be positive, got ", c.min_loss_scale);
+  require_positive("--loss-scale-window", c.loss_scale_window);
+  require_positive("--hysteresis", c.hysteresis);
+  c.accumulate_allreduce_grads_in_fp32 = a.get_flag("--accumulate-allreduce-grads-in-fp32");
+  if (c.bf16 && !c.accumulate_allreduce_grads_in_fp32) {
+    c.accumulate_allreduce_grads_in_fp32 = true;
+    if (log != nullptr) *log << "accumulate and all-reduce gradients in fp32 for bfloat16 data type.\n";
+  }
+}
+
+void fill_recompute(const Args& a, TrainConfig& c) {
+  using train::RecomputeGranularity;
+  using train::RecomputeMethod;
+  if (a.given("--recompute-granularity")) {
+    c.recompute_granularity = parse_choice<RecomputeGranularity>(
+        a, "--recompute-granularity", {{"full", RecomputeGranularity::kFull}, {"selective", RecomputeGranularity::kSelective}});
+  }
+  // Megatron: --recompute-activations sets selective granularity.
+  if (a.get_flag("--recompute-activations")) c.recompute_granularity = RecomputeGranularity::kSelective;
+  if (a.given("--recompute-method")) {
+    c.recompute_method = parse_choice<RecomputeMethod>(
+        a, "--recompute-method", {{"uniform", RecomputeMethod::kUniform}, {"block", RecomputeMethod::kBlock}});
+  }
+  c.recompute_num_layers = opt_int(a, "--recompute-num-layers");
+  switch (c.recompute_granularity) {
+    case RecomputeGranularity::kNone:
+      if (a.given("--recompute-method")) throw_error("[--recompute-method] needs --recompute-granularity full");
+      if (a.given("--recompute-num-layers")) throw_error("[--recompute-num-layers] needs --recompute-granularity full");
+      break;
+    case RecomputeGranularity::kSelective:
+      if (a.given("--recompute-method") || a.given("--recompute-num-layers")) {
+        throw_error("[", a.given("--recompute-method") ? "--recompute-method" : "--recompute-num-layers",
+                    "] is not supported with selective recompute granularity (only with full)");
+      }
+      break;
+    case RecomputeGranularity::kFull: {
+      if (!a.given("--recompute-method")) {
+        throw_error("[--recompute-method] is required with --recompute-granularity full (uniform or block)");
+      }
+      if (!c.recompute_num_layers) {
+        throw_error("[--recompute-num-layers] is required with --recompute-granularity full");
+      }
+      const int64_t per_stage = c.model.num_layers / c.pipeline_model_parallel_size;
+      if (*c.recompute_num_layers < 1 || *c.recompute_num_layers > per_stage) {
+        throw_error("[--recompute-num-layers] must be between 1 and the layers per pipeline stage (", per_stage,
+                    "), got ", *c.recompute_num_layers);
+      }
+      break;
+    }
+  }
+}
+
+void fill_logging_and_data(const Args& a, TrainConfig& c) {
+  c.log_interval = a.get_int("--log-interval");
+  c.eval_interval = a.get_int("--eval-interval");
+  c.eval_iters = a.get_int("--eval-iters");
+  require_positive("--log-interval", c.log_interval);
+  require_positive("--eval-interval", c.eval_interval);
+  if (c.eval_iters < 0) throw_error("[--eval-iters] must not be negative, got ", c.eval_iters);
+  c.log_throughput = a.get_flag("--log-throughput");
+  c.log_params_norm = a.get_flag("--log-params-norm");
+  c.log_num_zeros_in_grad = a.get_flag("--log-num-zeros-in-grad");
+  c.flops_convention = parse_choice<train::FlopsConvention>(
+      a, "--flops-convention", {{"2025", train::FlopsConvention::k2025}, {"2024", train::FlopsConvention::k2024}});
+  c.timing_log_level = a.get_int("--timing-log-level");
+  c.exit_interval = opt_int(a, "--exit-interval");
+  c.exit_duration_in_mins = opt_int(a, "--exit-duration-in-mins");
+  c.save_interval = opt_int(a, "--save-interval");
+  if (c.exit_interval) require_positive("--exit-interval", *c.exit_interval);
+  if (c.exit_duration_in_mins) require_positive("--exit-duration-in-mins", *c.exit_duration_in_mins);
+  if (c.save_interval) require_positive("--save-interval", *c.save_interval);
+  c.dry_run = a.get_flag("--dry-run");
+
+  c.data_path = a.get_list("--data-path");
+  c.split = a.get_string("--split");
+  if (a.given("--vocab-file")) c.vocab_file = a.get_string("--vocab-file");
+  if (a.given("--merge-file")) c.merge_file = a.get_string("--merge-file");
+  if (a.given("--data-cache-path")) c.data_cache_path = a.get_string("--data-cache-path");
+  c.tokenizer_type = a.get_string("--tokenizer-type");
+  c.seed = a.get_int("--seed");
+  if (!c.dry_run) {
+    if (c.data_path.empty()) throw_error("[--data-path] is required (unless --dry-run)");
+    if (!c.vocab_file) throw_error("[--vocab-file] is required for GPT2BPETokenizer (unless --dry-run)");
+    if (!c.merge_file) throw_error("[--merge-file] is required for GPT2BPETokenizer (unless --dry-run)");
+  }
+}
+
+}  // namespace
+
+const std::vector<ModelPreset>& model_presets() { return kPresets; }
+
+void declare_train_flags(Args& args) {
+  declare_supported_flags(args);
+  declare_table_flags(args);
+}
+
+train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std::ostream* log) {
+  // Not-supported-yet flags first: their message is the most useful one.
+  check_table_flags(args);
+  TrainConfig c;
+  fill_model(args, c);
+  fill_parallel_and_batch(args, c, world_size, log);
+  fill_schedule(args, c);
+  fill_optimizer_and_precision(args, c, log);
+  fill_recompute(args, c);
+  fill_logging_and_data(args, c);
+  return c;
+}
+
+}  // namespace megatron::cli

@@ -1,0 +1,53 @@
+// The flags of `megatron train`: Megatron-LM's pretrain_gpt.py flags, same spelling, classic
+// (C23) defaults, plus a few of ours (--model, --flops-convention, --dry-run).
+//
+// Every flag that Megatron GPT job scripts commonly pass is declared, in one of three states:
+//  - supported: read into TrainConfig;
+//  - a documented no-op: accepted because it changes nothing here (e.g. --data-impl mmap,
+//    --distributed-backend nccl, --use-flash-attn: the attention kernel is chosen by the backend);
+//  - not supported yet: a one-line error "[--flag] is not supported yet (reason)".
+// The last two live in one table, kFlagTable in train_args.cpp: enabling a feature means
+// deleting its row there and reading the flag in parse_train_config().
+// Flags that no script is expected to pass stay undeclared and are "unknown flag" errors.
+//
+// --model NAME presets the shape (layers, hidden, heads, seq length); explicit flags override.
+//   gpt2-124m 12/768/12, gpt2-350m 24/1024/16, gpt2-774m 36/1280/20, gpt2-1558m 48/1600/25
+//     (seq 1024); gpt3-1.3b 24/2048/16, gpt3-2.7b 32/2560/32, gpt3-13b 40/5120/32 (the
+//     benchmark's 13B evaluation shape), gpt3-175b 96/12288/96 (seq 2048);
+//   the cloud test case's table (SEEDS.md §2), seq 2048: gpt-1.7b 24/2304/24,
+//     gpt-3.6b 30/3072/32, gpt-7.5b 36/4096/32, gpt-18.4b 40/6144/48, gpt-39.1b 48/8192/64,
+//     gpt-76.1b 60/10240/80, gpt-145.6b 80/12288/96, gpt-310.1b 96/16384/128
+//   (layers/hidden/heads).
+// --max-position-embeddings: classic Megatron requires it; here it defaults to --seq-length.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "train/config.h"
+
+namespace megatron::cli {
+
+// Declares every flag of `megatron train` on `args` (Args' constructor names the command).
+void declare_train_flags(Args& args);
+
+// Builds and validates the configuration from parsed `args`. world_size is the number of
+// processes (dp = world_size / (tp * pp)). Megatron's start-up notes ("setting global batch size
+// to N", "accumulate and all-reduce gradients in fp32 for bfloat16 data type.") go to `log`
+// when it is not null. Throws megatron::Error with a one-line message naming the flag(s).
+train::TrainConfig parse_train_config(const Args& args, int64_t world_size = 1, std::ostream* log = nullptr);
+
+// A shape preset of --model.
+struct ModelPreset {
+  const char* name;
+  int64_t num_layers;
+  int64_t hidden_size;
+  int64_t num_attention_heads;
+  int64_t seq_length;
+};
+const std::vector<ModelPreset>& model_presets();
+
+}  // namespace megatron::cli

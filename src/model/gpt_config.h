@@ -1,0 +1,31 @@
+// The shape and numerics of a Megatron GPT (what model/ needs; flags live in train/config.h).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/ops.h"
+
+namespace megatron::model {
+
+using Gelu = backend::Gelu;  // kTanh: Megatron's fused bias-GELU; kExact: erf
+
+struct GPTConfig {
+  int64_t num_layers = 0;            // --num-layers
+  int64_t hidden_size = 0;           // --hidden-size
+  int64_t num_attention_heads = 0;   // --num-attention-heads
+  int64_t ffn_hidden_size = 0;       // --ffn-hidden-size (default 4 * hidden)
+  int64_t kv_channels = 0;           // --kv-channels (default hidden / heads)
+  int64_t seq_length = 0;            // --seq-length
+  int64_t max_position_embeddings = 0;  // --max-position-embeddings
+  int64_t vocab_size = 0;            // tokenizer vocabulary (50257 for GPT-2)
+  int64_t padded_vocab_size = 0;     // vocab_size padded to --make-vocab-size-divisible-by * TP
+  float init_method_std = 0.02f;     // --init-method-std
+  float attention_dropout = 0.1f;    // --attention-dropout
+  float hidden_dropout = 0.1f;       // --hidden-dropout
+  float layernorm_epsilon = 1e-5f;   // --layernorm-epsilon
+  bool untie_embeddings_and_output_weights = false;  // --untie-embeddings-and-output-weights
+  Gelu gelu = Gelu::kTanh;
+  bool add_bias_linear = true;       // --disable-bias-linear turns it off
+};
+
+}  // namespace megatron::model

@@ -1,0 +1,241 @@
+#include "model/gpt_model.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace megatron::model {
+
+namespace {
+// Dropout use sites within a layer (part of the Philox stream id).
+constexpr int kSiteAttentionProbs = 0;
+constexpr int kSiteAttentionOut = 1;
+constexpr int kSiteMlpOut = 2;
+constexpr int kSiteEmbedding = 3;
+}  // namespace
+
+GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType param_dtype, int64_t micro_batch_size)
+    : config_(config), backend_(backend), dtype_(param_dtype), micro_batch_size_(micro_batch_size) {
+  const GPTConfig& c = config_;
+  MT_CHECK(c.num_layers > 0 && c.hidden_size > 0 && c.num_attention_heads > 0 && c.ffn_hidden_size > 0 &&
+           c.kv_channels > 0 && c.seq_length > 0 && c.padded_vocab_size > 0 && micro_batch_size > 0)
+      << "incomplete GPTConfig";
+  MT_CHECK(c.seq_length <= c.max_position_embeddings) << "seq_length > max_position_embeddings";
+  const int64_t h = c.hidden_size, f = c.ffn_hidden_size, V = c.padded_vocab_size;
+  q_size_ = c.num_attention_heads * c.kv_channels;
+  const bool bias = c.add_bias_linear;
+
+  word_emb_ = params_.add("embedding.word_embeddings.weight", {V, h}, Init::kNormal);
+  pos_emb_ = params_.add("embedding.position_embeddings.weight", {c.max_position_embeddings, h}, Init::kNormal);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string pre = "decoder.layers." + std::to_string(l) + ".";
+    LayerParams lp{};
+    lp.ln1_w = params_.add(pre + "input_layernorm.weight", {h}, Init::kOnes);
+    lp.ln1_b = params_.add(pre + "input_layernorm.bias", {h}, Init::kZeros);
+    lp.qkv_w = params_.add(pre + "self_attention.linear_qkv.weight", {3 * q_size_, h}, Init::kNormal);
+    lp.qkv_b = bias ? params_.add(pre + "self_attention.linear_qkv.bias", {3 * q_size_}, Init::kZeros) : -1;
+    lp.proj_w = params_.add(pre + "self_attention.linear_proj.weight", {h, q_size_}, Init::kScaledNormal);
+    lp.proj_b = bias ? params_.add(pre + "self_attention.linear_proj.bias", {h}, Init::kZeros) : -1;
+    lp.ln2_w = params_.add(pre + "pre_mlp_layernorm.weight", {h}, Init::kOnes);
+    lp.ln2_b = params_.add(pre + "pre_mlp_layernorm.bias", {h}, Init::kZeros);
+    lp.fc1_w = params_.add(pre + "mlp.linear_fc1.weight", {f, h}, Init::kNormal);
+    lp.fc1_b = bias ? params_.add(pre + "mlp.linear_fc1.bias", {f}, Init::kZeros) : -1;
+    lp.fc2_w = params_.add(pre + "mlp.linear_fc2.weight", {h, f}, Init::kScaledNormal);
+    lp.fc2_b = bias ? params_.add(pre + "mlp.linear_fc2.bias", {h}, Init::kZeros) : -1;
+    layer_params_.push_back(lp);
+  }
+  final_ln_w_ = params_.add("decoder.final_layernorm.weight", {h}, Init::kOnes);
+  final_ln_b_ = params_.add("decoder.final_layernorm.bias", {h}, Init::kZeros);
+  output_w_ = c.untie_embeddings_and_output_weights ? params_.add("output_layer.weight", {V, h}, Init::kNormal)
+                                                    : word_emb_;
+  params_.allocate(backend_, dtype_);
+
+  // Activations and inputs of one micro-batch.
+  const int64_t s = c.seq_length, b = micro_batch_size_, n = s * b, heads = c.num_attention_heads;
+  auto act = [&](Shape shape, DType dt) { return backend_.empty(std::move(shape), dt, MemoryKind::kActivations); };
+  auto work = [&](Shape shape, DType dt) { return backend_.empty(std::move(shape), dt, MemoryKind::kWorkspace); };
+  tokens_ = act({b, s}, DType::kI32);
+  labels_ = act({s, b}, DType::kI32);
+  loss_weights_ = act({s, b}, DType::kF32);
+  for (int64_t l = 0; l <= c.num_layers; ++l) xs_.push_back(act({s, b, h}, dtype_));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    LayerActs a;
+    a.ln1_out = act({n, h}, dtype_);
+    a.ln1_mean = act({n}, DType::kF32);
+    a.ln1_rstd = act({n}, DType::kF32);
+    a.qkv = act({s, b, 3 * q_size_}, dtype_);
+    a.attn_out = act({s, b, q_size_}, dtype_);
+    a.attn_lse = act({b, heads, s}, DType::kF32);
+    a.x_mid = act({n, h}, dtype_);
+    a.ln2_out = act({n, h}, dtype_);
+    a.ln2_mean = act({n}, DType::kF32);
+    a.ln2_rstd = act({n}, DType::kF32);
+    a.fc1_out = act({n, f}, dtype_);
+    a.gelu_out = act({n, f}, dtype_);
+    acts_.push_back(std::move(a));
+  }
+  final_ln_out_ = act({n, h}, dtype_);
+  final_ln_mean_ = act({n}, DType::kF32);
+  final_ln_rstd_ = act({n}, DType::kF32);
+  logits_ = act({n, V}, DType::kF32);
+  losses_ = act({n}, DType::kF32);
+  loss_lse_ = act({n}, DType::kF32);
+  ws_grad_ = work({n, h}, dtype_);
+  ws_h1_ = work({n, h}, dtype_);
+  ws_h2_ = work({n, h}, dtype_);
+  ws_qkv_ = work({s, b, 3 * q_size_}, dtype_);
+  ws_q_ = work({s, b, q_size_}, dtype_);
+  ws_f_ = work({n, f}, dtype_);
+}
+
+backend::DropoutParams GPTModel::dropout_params(float p, int64_t layer, int site) const {
+  backend::DropoutParams d;
+  if (!dropout_ctx_.training || p <= 0.0f) return d;
+  d.p = p;
+  d.seed = dropout_ctx_.seed;
+  // A distinct Philox stream per (iteration, micro-batch, layer, site): 26 + 16 + 12 + 2 bits.
+  d.stream = (((static_cast<uint64_t>(dropout_ctx_.iteration) << 16 | static_cast<uint64_t>(dropout_ctx_.micro_batch))
+                   << 12 |
+               static_cast<uint64_t>(layer + 1))
+              << 2) |
+             static_cast<uint64_t>(site);
+  return d;
+}
+
+backend::AttentionParams GPTModel::attention_params(int64_t layer) const {
+  backend::AttentionParams a;
+  a.heads = config_.num_attention_heads;
+  a.head_dim = config_.kv_channels;
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(config_.kv_channels));
+  a.dropout = dropout_params(config_.attention_dropout, layer, kSiteAttentionProbs);
+  return a;
+}
+
+float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
+  const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b;
+  MT_CHECK(mb.batch == b && mb.seq == s && static_cast<int64_t>(mb.tokens.size()) == n &&
+           static_cast<int64_t>(mb.labels.size()) == n && static_cast<int64_t>(mb.loss_mask.size()) == n)
+      << "micro-batch shape " << mb.batch << "x" << mb.seq << " != " << b << "x" << s;
+  dropout_ctx_ = dropout;
+
+  // Inputs: tokens stay [b, s]; labels and mask go sequence-first to match the logits rows.
+  Tensor host_tokens = Tensor::cpu({b, s}, DType::kI32);
+  Tensor host_labels = Tensor::cpu({s, b}, DType::kI32);
+  Tensor host_mask = Tensor::cpu({s, b}, DType::kF32);
+  int32_t* tk = host_tokens.data_as<int32_t>();
+  int32_t* lb = host_labels.data_as<int32_t>();
+  float* mk = host_mask.data_as<float>();
+  double mask_sum = 0.0;
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t si = 0; si < s; ++si) {
+      const int32_t t = mb.tokens[bi * s + si], y = mb.labels[bi * s + si];
+      MT_CHECK(t >= 0 && t < config_.padded_vocab_size && y >= 0 && y < config_.padded_vocab_size)
+          << "token id out of range: " << t << " / " << y;
+      tk[bi * s + si] = t;
+      lb[si * b + bi] = y;
+      mk[si * b + bi] = mb.loss_mask[bi * s + si];
+      mask_sum += mb.loss_mask[bi * s + si];
+    }
+  }
+  mask_sum_ = static_cast<float>(mask_sum);
+  backend_.copy(host_tokens, tokens_);
+  backend_.copy(host_labels, labels_);
+  backend_.copy(host_mask, loss_weights_);
+
+  // Embedding: word + position, then (hidden) dropout.
+  Tensor emb = ws_h1_.view({s, b, config_.hidden_size});
+  backend_.embedding_forward(tokens_, param(word_emb_), param(pos_emb_), emb);
+  backend_.dropout_forward(emb, xs_[0], dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
+
+  for (int64_t l = 0; l < config_.num_layers; ++l) layer_forward(l);
+
+  const int64_t h = config_.hidden_size;
+  Tensor x_last = xs_[config_.num_layers].view({n, h});
+  backend_.layernorm_forward(x_last, param(final_ln_w_), param(final_ln_b_), config_.layernorm_epsilon, final_ln_out_,
+                             final_ln_mean_, final_ln_rstd_);
+  backend_.linear_forward(final_ln_out_, param(output_w_), Tensor(), logits_);
+  backend_.cross_entropy_forward(logits_, labels_.view({n}), losses_, loss_lse_);
+
+  // The masked mean on the host (n values): exact and backend-independent.
+  Tensor host_losses = Tensor::cpu({n}, DType::kF32);
+  backend_.copy(losses_, host_losses);
+  const float* ls = host_losses.data_as<float>();
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) total += static_cast<double>(ls[i]) * mk[i];
+  return mask_sum > 0 ? static_cast<float>(total / mask_sum) : 0.0f;
+}
+
+void GPTModel::layer_forward(int64_t l) {
+  const LayerParams& p = layer_params_[static_cast<size_t>(l)];
+  LayerActs& a = acts_[static_cast<size_t>(l)];
+  const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
+  const Tensor x = xs_[static_cast<size_t>(l)].view({n, h});
+  const float eps = config_.layernorm_epsilon;
+
+  backend_.layernorm_forward(x, param(p.ln1_w), param(p.ln1_b), eps, a.ln1_out, a.ln1_mean, a.ln1_rstd);
+  Tensor qkv2 = a.qkv.view({n, 3 * q_size_});
+  backend_.linear_forward(a.ln1_out, param(p.qkv_w), optional_param(p.qkv_b), qkv2);
+  backend_.attention_forward(a.qkv, a.attn_out, a.attn_lse, attention_params(l));
+  backend_.linear_forward(a.attn_out.view({n, q_size_}), param(p.proj_w), Tensor(), ws_h1_);
+  backend_.bias_dropout_add(ws_h1_, optional_param(p.proj_b), x, a.x_mid,
+                            dropout_params(config_.hidden_dropout, l, kSiteAttentionOut));
+
+  backend_.layernorm_forward(a.x_mid, param(p.ln2_w), param(p.ln2_b), eps, a.ln2_out, a.ln2_mean, a.ln2_rstd);
+  backend_.linear_forward(a.ln2_out, param(p.fc1_w), Tensor(), a.fc1_out);
+  backend_.bias_gelu_forward(a.fc1_out, optional_param(p.fc1_b), a.gelu_out, config_.gelu);
+  backend_.linear_forward(a.gelu_out, param(p.fc2_w), Tensor(), ws_h1_);
+  Tensor out = xs_[static_cast<size_t>(l) + 1].view({n, h});
+  backend_.bias_dropout_add(ws_h1_, optional_param(p.fc2_b), a.x_mid, out,
+                            dropout_params(config_.hidden_dropout, l, kSiteMlpOut));
+}
+
+void GPTModel::backward(float loss_scale, float grad_scale) {
+  const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
+  // d(loss)/d(loss_i) = mask_i / sum(mask), times the loss scale and 1/num_microbatches.
+  Tensor dlosses = loss_weights_.view({n});
+  if (mask_sum_ > 0) {
+    backend_.scale(dlosses, loss_scale * grad_scale / mask_sum_);
+  }
+  backend_.cross_entropy_backward(logits_, labels_.view({n}), loss_lse_, dlosses, logits_);
+  Tensor no_bias;
+  backend_.linear_backward(logits_, final_ln_out_, param(output_w_), ws_h2_, grad(output_w_), no_bias);
+  Tensor x_last = xs_[config_.num_layers].view({n, h});
+  backend_.layernorm_backward(ws_h2_, x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_, ws_grad_,
+                              grad(final_ln_w_), grad(final_ln_b_));
+  for (int64_t l = config_.num_layers - 1; l >= 0; --l) layer_backward(l, ws_grad_);
+
+  // Embedding: through the dropout, then scatter-add into the word and position tables.
+  Tensor demb = ws_h1_.view({s, b, h});
+  backend_.dropout_backward(ws_grad_.view({s, b, h}), demb, dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
+  backend_.embedding_backward(tokens_, demb, grad(word_emb_), grad(pos_emb_));
+}
+
+void GPTModel::layer_backward(int64_t l, Tensor& g) {
+  const LayerParams& p = layer_params_[static_cast<size_t>(l)];
+  LayerActs& a = acts_[static_cast<size_t>(l)];
+  const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
+  const Tensor x = xs_[static_cast<size_t>(l)].view({n, h});
+  Tensor db_fc2 = optional_grad(p.fc2_b), db_fc1 = optional_grad(p.fc1_b);
+  Tensor db_proj = optional_grad(p.proj_b), db_qkv = optional_grad(p.qkv_b);
+
+  // MLP branch: g is d(x_out); x_out = x_mid + dropout(fc2 + b_fc2).
+  backend_.dropout_backward(g, ws_h1_, dropout_params(config_.hidden_dropout, l, kSiteMlpOut));
+  backend_.linear_backward(ws_h1_, a.gelu_out, param(p.fc2_w), ws_f_, grad(p.fc2_w), db_fc2);
+  // GELU output is no longer needed: its buffer takes d(fc1 + b_fc1).
+  backend_.bias_gelu_backward(ws_f_, a.fc1_out, optional_param(p.fc1_b), a.gelu_out, config_.gelu);
+  backend_.linear_backward(a.gelu_out, a.ln2_out, param(p.fc1_w), ws_h2_, grad(p.fc1_w), db_fc1);
+  backend_.layernorm_backward(ws_h2_, a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, ws_h1_, grad(p.ln2_w),
+                              grad(p.ln2_b));
+  backend_.add(g, ws_h1_, g);  // g = d(x_mid): the residual path plus the MLP branch
+
+  // Attention branch: x_mid = x + dropout(proj + b_proj).
+  backend_.dropout_backward(g, ws_h1_, dropout_params(config_.hidden_dropout, l, kSiteAttentionOut));
+  Tensor dq = ws_q_.view({n, q_size_});
+  backend_.linear_backward(ws_h1_, a.attn_out.view({n, q_size_}), param(p.proj_w), dq, grad(p.proj_w), db_proj);
+  backend_.attention_backward(ws_q_, a.qkv, a.attn_out, a.attn_lse, ws_qkv_, attention_params(l));
+  backend_.linear_backward(ws_qkv_.view({n, 3 * q_size_}), a.ln1_out, param(p.qkv_w), ws_h2_, grad(p.qkv_w), db_qkv);
+  backend_.layernorm_backward(ws_h2_, x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, ws_h1_, grad(p.ln1_w), grad(p.ln1_b));
+  backend_.add(g, ws_h1_, g);  // g = d(x): residual plus the attention branch
+}
+
+}  // namespace megatron::model

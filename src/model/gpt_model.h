@@ -1,0 +1,112 @@
+// The Megatron GPT (megatron-core GPTModel with the local transformer layer spec):
+//
+//   tokens[b, s] -> word + position embedding -> dropout -> L x TransformerLayer
+//     -> final LayerNorm -> logits = x @ W_word^T (tied; or an untied output_layer)
+//     -> cross-entropy against labels, mean over loss_mask
+//   TransformerLayer (pre-LayerNorm):
+//     x_mid = x + dropout(proj(attention(qkv(LN1(x)))) + b_proj)
+//     x_out = x_mid + dropout(fc2(gelu(fc1(LN2(x_mid)) + b_fc1)) + b_fc2)
+//
+// Explicit forward and backward, no autograd (DESIGN.md decision 1). Every buffer is
+// allocated once at construction for the configured micro-batch (model/memory_plan.h sizes
+// them by formula and --dry-run prints that plan); a step allocates nothing.
+//
+// Saved per layer for backward (rows n = s*b, activation dtype = model dtype):
+//   input x [n,h] (= the previous layer's output), LN1 out [n,h], LN1 mean/rstd [n] fp32,
+//   qkv [n,3q], attention out [n,q], attention lse [b,heads,s] fp32, x_mid [n,h],
+//   LN2 out [n,h], LN2 mean/rstd [n] fp32, fc1 out (before bias+GELU) [n,f], GELU out [n,f]
+// (q = heads * kv_channels). Dropout masks are regenerated from Philox, not stored.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/tensor.h"
+#include "model/gpt_config.h"
+#include "model/parameters.h"
+
+namespace megatron::model {
+
+// One micro-batch on the host: row-major [b, s] token ids, labels (the tokens shifted by one)
+// and a loss mask (1 = counts in the loss).
+struct MicroBatch {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> labels;
+  std::vector<float> loss_mask;
+};
+
+// Where dropout draws from: a seed and the (iteration, micro-batch) being run.
+struct DropoutContext {
+  bool training = true;  // false: no dropout (evaluation)
+  uint64_t seed = 0;
+  int64_t iteration = 0;
+  int64_t micro_batch = 0;
+};
+
+class GPTModel {
+ public:
+  // Declares and allocates the parameters (model dtype = param_dtype) and every activation
+  // and workspace buffer for micro-batches of `micro_batch_size` x config.seq_length.
+  GPTModel(const GPTConfig& config, backend::Backend& backend, DType param_dtype, int64_t micro_batch_size);
+
+  const GPTConfig& config() const { return config_; }
+  ParameterSet& parameters() { return params_; }
+  const ParameterSet& parameters() const { return params_; }
+  DType dtype() const { return dtype_; }
+
+  // Loss of one micro-batch: sum(loss * mask) / sum(mask) (0 when the mask is empty).
+  // Saves the activations for backward().
+  float forward(const MicroBatch& batch, const DropoutContext& dropout);
+  // Accumulates into the fp32 gradients the gradient of (loss * loss_scale * grad_scale), with
+  // loss the value forward() returned (grad_scale = 1 / num_microbatches in training).
+  void backward(float loss_scale, float grad_scale);
+
+ private:
+  struct LayerParams {
+    int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+  };
+  struct LayerActs {
+    Tensor ln1_out, ln1_mean, ln1_rstd, qkv, attn_out, attn_lse, x_mid, ln2_out, ln2_mean, ln2_rstd, fc1_out, gelu_out;
+  };
+  const Tensor& param(int64_t i) const { return params_[i].value; }
+  Tensor& grad(int64_t i) { return params_[i].grad; }
+  // The parameter's value, or an undefined tensor for i < 0 (no bias).
+  Tensor optional_param(int64_t i) const { return i >= 0 ? params_[i].value : Tensor(); }
+  Tensor optional_grad(int64_t i) { return i >= 0 ? params_[i].grad : Tensor(); }
+  backend::DropoutParams dropout_params(float p, int64_t layer, int site) const;
+  backend::AttentionParams attention_params(int64_t layer) const;
+  void layer_forward(int64_t l);
+  // grad_x: gradient w.r.t. the layer's output on entry, w.r.t. its input on exit.
+  void layer_backward(int64_t l, Tensor& grad_x);
+
+  GPTConfig config_;
+  backend::Backend& backend_;
+  DType dtype_;
+  int64_t micro_batch_size_;
+  int64_t q_size_;  // heads * kv_channels
+
+  ParameterSet params_;
+  int64_t word_emb_ = -1, pos_emb_ = -1, final_ln_w_ = -1, final_ln_b_ = -1, output_w_ = -1;
+  std::vector<LayerParams> layer_params_;
+
+  // Inputs of the current micro-batch (device): tokens [b,s] int32, labels [s,b] int32,
+  // loss weights [s,b] fp32.
+  Tensor tokens_, labels_, loss_weights_;
+  // xs_[l] is the input of layer l, xs_[L] the last layer's output; xs_[0] = dropout(embedding).
+  std::vector<Tensor> xs_;
+  std::vector<LayerActs> acts_;
+  Tensor final_ln_out_, final_ln_mean_, final_ln_rstd_;
+  Tensor logits_;  // [n, V] fp32 (Megatron computes the cross-entropy in fp32); reused for dlogits
+  Tensor losses_, loss_lse_;  // [n] fp32
+  // Workspace: [n,h] x3 (gradient stream, two temporaries), [n,3q], [n,q], [n,f]; the
+  // embedding sum before dropout uses temporaries.
+  Tensor ws_grad_, ws_h1_, ws_h2_, ws_qkv_, ws_q_, ws_f_;
+  DropoutContext dropout_ctx_;
+  float mask_sum_ = 0.0f;
+};
+
+}  // namespace megatron::model

@@ -1,0 +1,35 @@
+// Memory planned, not discovered (DESIGN.md decision 4): the bytes one rank allocates,
+// computed from the configuration alone by formula, before anything is allocated.
+// --dry-run prints this table; tests/model/memory_plan_test.cpp checks it against what the
+// engine really allocates (core/memory.h counters), kind by kind, to the byte.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "model/gpt_config.h"
+
+namespace megatron::model {
+
+struct MemoryPlan {
+  int64_t num_parameters = 0;  // elements (tied output layer counted once)
+  int64_t parameters = 0;      // bytes, model dtype
+  int64_t main_parameters = 0; // fp32 master copy (--fp16/--bf16), else 0
+  int64_t gradients = 0;       // fp32 main grads
+  int64_t optimizer = 0;       // Adam exp_avg + exp_avg_sq, fp32
+  int64_t activations = 0;     // saved for backward, one micro-batch (inputs and logits included)
+  int64_t workspace = 0;       // gradient stream and temporaries reused by every layer
+  int64_t total() const { return parameters + main_parameters + gradients + optimizer + activations + workspace; }
+};
+
+// Parameter count of the GPT (megatron-facts §10 shapes: embeddings, per-layer QKV/proj/
+// LN/MLP with biases unless disabled, final LN, untied output layer if asked).
+int64_t gpt_num_parameters(const GPTConfig& config);
+
+MemoryPlan plan_memory(const GPTConfig& config, DType param_dtype, int64_t micro_batch_size);
+
+// The table --dry-run prints: one line per kind with bytes and GiB, then the total.
+std::string format_memory_plan(const MemoryPlan& plan);
+
+}  // namespace megatron::model

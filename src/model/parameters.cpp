@@ -1,0 +1,64 @@
+#include "model/parameters.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace megatron::model {
+
+int64_t ParameterSet::add(std::string name, Shape shape, Init init) {
+  MT_CHECK(!values_.defined()) << "add() after allocate()";
+  Parameter p;
+  p.no_weight_decay = shape.size() == 1 || (name.size() >= 5 && name.ends_with(".bias"));
+  p.name = std::move(name);
+  p.shape = std::move(shape);
+  p.init = init;
+  p.offset = total_numel_;
+  total_numel_ += p.numel();
+  params_.push_back(std::move(p));
+  return static_cast<int64_t>(params_.size()) - 1;
+}
+
+void ParameterSet::allocate(backend::Backend& backend, DType dtype) {
+  values_ = backend.empty({total_numel_}, dtype, MemoryKind::kParams);
+  grads_ = backend.empty({total_numel_}, DType::kF32, MemoryKind::kGrads);
+  for (Parameter& p : params_) {
+    p.value = values_.flat_view(p.offset, p.shape);
+    p.grad = grads_.flat_view(p.offset, p.shape);
+  }
+}
+
+float philox_normal(uint64_t seed, uint64_t stream, uint64_t index) {
+  // Two uniforms per normal: u1 in (0, 1] (so log is finite), u2 in [0, 1).
+  const float u1 = 1.0f - philox_uniform(seed, stream, 2 * index);
+  const float u2 = philox_uniform(seed, stream, 2 * index + 1);
+  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.283185307179586f * u2);
+}
+
+void ParameterSet::initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers) {
+  MT_CHECK(values_.defined()) << "initialize() before allocate()";
+  const float scaled_std = std / std::sqrt(2.0f * static_cast<float>(num_layers));
+  for (size_t pi = 0; pi < params_.size(); ++pi) {
+    Parameter& p = params_[pi];
+    Tensor host = Tensor::cpu(p.shape, DType::kF32, MemoryKind::kOther);
+    float* h = host.data_as<float>();
+    const int64_t n = p.numel();
+    switch (p.init) {
+      case Init::kZeros: break;
+      case Init::kOnes:
+        for (int64_t k = 0; k < n; ++k) h[k] = 1.0f;
+        break;
+      case Init::kNormal:
+      case Init::kScaledNormal: {
+        const float s = p.init == Init::kNormal ? std : scaled_std;
+#pragma omp parallel for schedule(static)
+        for (int64_t k = 0; k < n; ++k) h[k] = s * philox_normal(seed, pi, static_cast<uint64_t>(k));
+        break;
+      }
+    }
+    backend.copy(host, p.value);
+  }
+}
+
+}  // namespace megatron::model

@@ -1,0 +1,68 @@
+// The model's parameters: named tensors carved out of one flat buffer per role, so that the
+// optimizer, gradient clipping, checkpoints and (later) bucketed all-reduce see contiguous
+// memory, and so that every byte is planned (model/memory_plan.h).
+//
+//   values:  one buffer in the model dtype (fp32, bf16 or fp16), MemoryKind::kParams
+//   grads:   one fp32 buffer (Megatron's main_grad), MemoryKind::kGrads, same offsets
+//
+// Names follow Megatron-core's GPTModel state dict ("decoder.layers.0.mlp.linear_fc1.weight"),
+// so checkpoints and conversions can map them one to one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/tensor.h"
+
+namespace megatron::model {
+
+enum class Init {
+  kNormal,  // N(0, std): embeddings, QKV, FC1 (init_method)
+  kScaledNormal,  // N(0, std / sqrt(2 * num_layers)): attention proj and FC2 (output_layer_init_method)
+  kZeros,   // biases, LayerNorm beta
+  kOnes,    // LayerNorm gamma
+};
+
+struct Parameter {
+  std::string name;
+  Shape shape;
+  Init init = Init::kZeros;
+  bool no_weight_decay = false;  // biases and 1-D parameters (megatron-facts §3.5)
+  int64_t offset = 0;  // into the flat buffers, in elements
+  Tensor value;        // view of the values buffer
+  Tensor grad;         // view of the grads buffer (fp32)
+  int64_t numel() const { return shape_numel(shape); }
+};
+
+class ParameterSet {
+ public:
+  // Declares a parameter (before allocate()); returns its index.
+  int64_t add(std::string name, Shape shape, Init init);
+  // Allocates the flat buffers on `backend` and points every Parameter at its views.
+  void allocate(backend::Backend& backend, DType dtype);
+  // Fills the values per their Init from a counter-based normal stream: element k of
+  // parameter p is a pure function of (seed, p, k), independent of the backend and of how
+  // the tensors are later sharded. std is the init_method_std; num_layers scales kScaledNormal.
+  void initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers);
+
+  std::vector<Parameter>& params() { return params_; }
+  const std::vector<Parameter>& params() const { return params_; }
+  Parameter& operator[](int64_t i) { return params_[static_cast<size_t>(i)]; }
+  const Parameter& operator[](int64_t i) const { return params_[static_cast<size_t>(i)]; }
+  int64_t total_numel() const { return total_numel_; }
+  const Tensor& values() const { return values_; }  // [total_numel], model dtype
+  const Tensor& grads() const { return grads_; }    // [total_numel], fp32
+
+ private:
+  std::vector<Parameter> params_;
+  int64_t total_numel_ = 0;
+  Tensor values_;
+  Tensor grads_;
+};
+
+// A standard normal from (seed, stream, index) via Box-Muller over two Philox uniforms.
+float philox_normal(uint64_t seed, uint64_t stream, uint64_t index);
+
+}  // namespace megatron::model

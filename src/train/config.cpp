@@ -1,0 +1,85 @@
+#include "train/config.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace megatron::train {
+
+int64_t TrainConfig::global_batch_size_at(int64_t consumed_samples) const {
+  if (!rampup_batch_size) return global_batch_size;
+  const RampupBatchSizeFlags& r = *rampup_batch_size;
+  if (consumed_samples > r.ramp_samples) return global_batch_size;
+  // C23 RampupBatchsizeNumMicroBatches: samples_per_increment is a float.
+  const int64_t num_increments = (global_batch_size - r.start) / r.increment;
+  const double samples_per_increment = static_cast<double>(r.ramp_samples) / static_cast<double>(num_increments);
+  const int64_t steps = static_cast<int64_t>(static_cast<double>(consumed_samples) / samples_per_increment);
+  return std::min(global_batch_size, r.start + steps * r.increment);
+}
+
+int64_t TrainConfig::total_train_iters() const {
+  if (train_iters) return *train_iters;
+  MT_CHECK(train_samples.has_value()) << "total_train_iters() before parse_train_config()";
+  if (!rampup_batch_size) return *train_samples / global_batch_size;
+  // C23 update_train_iters: walk the ramp while consumed <= ramp samples, then whole batches.
+  int64_t iterations = 0;
+  int64_t consumed = 0;
+  while (consumed <= rampup_batch_size->ramp_samples) {
+    consumed += global_batch_size_at(consumed);
+    ++iterations;
+  }
+  if (*train_samples > consumed) iterations += (*train_samples - consumed) / global_batch_size;
+  return iterations;
+}
+
+std::string padded_vocab_message(int64_t vocab, int64_t padded) {
+  return str_cat(" > padded vocab (size: ", vocab, ") with ", padded - vocab, " dummy tokens (new size: ", padded,
+                 ")");
+}
+
+int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
+  if (vocab <= 0) throw_error("[vocab] vocabulary size must be positive, got ", vocab);
+  if (divisible_by <= 0) {
+    throw_error("[--make-vocab-size-divisible-by] must be positive, got ", divisible_by);
+  }
+  if (tp <= 0) throw_error("[--tensor-model-parallel-size] must be positive, got ", tp);
+  const int64_t multiple = divisible_by * tp;
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp, std::ostream* log) {
+  const int64_t padded = padded_vocab_size(vocab, divisible_by, tp);
+  if (log != nullptr) *log << padded_vocab_message(vocab, padded) << "\n";
+  return padded;
+}
+
+
+
+
+const char* to_string(RecomputeGranularity s) {
+  switch (s) {
+    case RecomputeGranularity::kNone: return "none";
+    case RecomputeGranularity::kFull: return "full";
+    case RecomputeGranularity::kSelective: return "selective";
+  }
+  return "?";
+}
+
+const char* to_string(RecomputeMethod s) {
+  switch (s) {
+    case RecomputeMethod::kNone: return "none";
+    case RecomputeMethod::kUniform: return "uniform";
+    case RecomputeMethod::kBlock: return "block";
+  }
+  return "?";
+}
+
+const char* to_string(FlopsConvention c) {
+  switch (c) {
+    case FlopsConvention::k2025: return "2025";
+    case FlopsConvention::k2024: return "2024";
+  }
+  return "?";
+}
+
+}  // namespace megatron::train

@@ -1,0 +1,160 @@
+// Everything `megatron train` needs to know before it builds a model: the flags of Megatron-LM's
+// pretrain_gpt.py, parsed and validated by cli/train_args.h.
+//
+// Defaults are classic Megatron's (C23 megatron/arguments.py; megatron-facts.md §3.1). Where
+// Megatron's default is None the field is std::optional and stays empty. Derived values
+// (ffn = 4h, kv_channels = h / heads, global batch = mbs * dp, data-parallel size) are filled
+// by parse_train_config(), so a TrainConfig that comes back from it is complete.
+// The tokenizer's vocabulary size is not known here: the caller loads the tokenizer, sets
+// model.vocab_size and calls padded_vocab_size() (below) for model.padded_vocab_size.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "model/gpt_config.h"
+#include "train/lr_scheduler.h"
+
+namespace megatron::train {
+
+// The schedule enums (LrDecayStyle, WsdDecayStyle, WdIncrStyle) come from train/lr_scheduler.h.
+using WeightDecayIncrStyle = WdIncrStyle;
+enum class RecomputeGranularity { kNone, kFull, kSelective };
+enum class RecomputeMethod { kNone, kUniform, kBlock };
+
+// Which upstream FLOPs formula the TFLOP/s figure uses (train/flops.h, megatron-facts.md §5).
+//  k2025: HEAD and Megatron since 2025-03: causal core attention counted half.
+//  k2024: Megatron 2024-04 .. 2025-03 (equal to the 2023-11 formula for GPT-2-style MHA).
+enum class FlopsConvention { k2025, k2024 };
+
+// --rampup-batch-size <start> <increment> <ramp samples> (megatron-facts.md §3.3).
+struct RampupBatchSizeFlags {
+  int64_t start = 0;
+  int64_t increment = 0;
+  int64_t ramp_samples = 0;
+};
+
+struct TrainConfig {
+  // Model shape (--num-layers ... or a --model preset); vocab sizes filled by the caller.
+  model::GPTConfig model;
+  std::string model_preset;  // --model, empty when not given
+
+  // Data.
+  std::vector<std::string> data_path;       // --data-path (prefix, or weight/prefix pairs)
+  std::string split = "969, 30, 1";         // --split
+  std::optional<std::string> vocab_file;    // --vocab-file
+  std::optional<std::string> merge_file;    // --merge-file
+  std::string tokenizer_type = "GPT2BPETokenizer";  // --tokenizer-type
+  std::optional<std::string> data_cache_path;       // --data-cache-path
+  int64_t seed = 1234;                      // --seed
+
+  // Batch.
+  int64_t micro_batch_size = 0;             // --micro-batch-size (required)
+  int64_t global_batch_size = 0;            // --global-batch-size (default mbs * dp)
+  std::optional<RampupBatchSizeFlags> rampup_batch_size;  // --rampup-batch-size
+
+  // Length of training: exactly one of the two.
+  std::optional<int64_t> train_iters;       // --train-iters
+  std::optional<int64_t> train_samples;     // --train-samples
+
+  // Learning rate (optimizer_param_scheduler.py).
+  double lr = 0.0;                          // --lr (required; Megatron's default None fails later)
+  double min_lr = 0.0;                      // --min-lr
+  LrDecayStyle lr_decay_style = LrDecayStyle::kLinear;  // --lr-decay-style
+  std::optional<int64_t> lr_decay_iters;    // --lr-decay-iters (None: train_iters)
+  std::optional<int64_t> lr_decay_samples;  // --lr-decay-samples (None: train_samples)
+  int64_t lr_warmup_iters = 0;              // --lr-warmup-iters
+  int64_t lr_warmup_samples = 0;            // --lr-warmup-samples
+  std::optional<double> lr_warmup_fraction; // --lr-warmup-fraction (of the decay steps)
+  double lr_warmup_init = 0.0;              // --lr-warmup-init
+  WsdDecayStyle lr_wsd_decay_style = WsdDecayStyle::kExponential;  // --lr-wsd-decay-style
+  std::optional<int64_t> lr_wsd_decay_iters;    // --lr-wsd-decay-iters
+  std::optional<int64_t> lr_wsd_decay_samples;  // --lr-wsd-decay-samples
+  bool override_opt_param_scheduler = false;        // --override-opt_param-scheduler
+  bool use_checkpoint_opt_param_scheduler = false;  // --use-checkpoint-opt_param-scheduler
+
+  // Weight decay (start == end == weight_decay with the constant style).
+  double weight_decay = 0.01;               // --weight-decay
+  std::optional<double> start_weight_decay; // --start-weight-decay
+  std::optional<double> end_weight_decay;   // --end-weight-decay
+  WeightDecayIncrStyle weight_decay_incr_style = WeightDecayIncrStyle::kConstant;
+
+  // Adam(W) and clipping.
+  double adam_beta1 = 0.9;                  // --adam-beta1
+  double adam_beta2 = 0.999;                // --adam-beta2
+  double adam_eps = 1e-8;                   // --adam-eps
+  double clip_grad = 1.0;                   // --clip-grad (0 disables clipping)
+
+  // Precision and loss scaling (fp32 when neither fp16 nor bf16).
+  bool fp16 = false;                        // --fp16
+  bool bf16 = false;                        // --bf16
+  std::optional<double> loss_scale;         // --loss-scale: constant scaler; None: dynamic (fp16)
+  double initial_loss_scale = 4294967296.0; // --initial-loss-scale (2**32)
+  double min_loss_scale = 1.0;              // --min-loss-scale
+  int64_t loss_scale_window = 1000;         // --loss-scale-window
+  int64_t hysteresis = 2;                   // --hysteresis
+  bool accumulate_allreduce_grads_in_fp32 = false;  // forced true with --bf16
+
+  // Logging and evaluation.
+  int64_t log_interval = 100;               // --log-interval
+  int64_t eval_interval = 1000;             // --eval-interval (C23 default; HEAD has None)
+  int64_t eval_iters = 100;                 // --eval-iters
+  bool log_throughput = false;              // --log-throughput
+  bool log_params_norm = false;             // --log-params-norm
+  bool log_num_zeros_in_grad = false;       // --log-num-zeros-in-grad
+  FlopsConvention flops_convention = FlopsConvention::k2025;  // --flops-convention (ours)
+  int64_t timing_log_level = 0;             // --timing-log-level (only 0 for now)
+
+  // Exit.
+  std::optional<int64_t> exit_interval;         // --exit-interval
+  std::optional<int64_t> exit_duration_in_mins; // --exit-duration-in-mins
+  bool dry_run = false;                         // --dry-run (ours): print the plan and exit
+
+  // Checkpoint cadence (kept for the checkpoint work; --save/--load are not supported yet).
+  std::optional<int64_t> save_interval;     // --save-interval
+
+  // Parallelism. dp = world_size / (tp * pp).
+  int64_t world_size = 1;
+  int64_t tensor_model_parallel_size = 1;   // --tensor-model-parallel-size
+  int64_t pipeline_model_parallel_size = 1; // --pipeline-model-parallel-size
+  int64_t data_parallel_size = 1;
+  bool sequence_parallel = false;           // --sequence-parallel (turned off at TP 1, as Megatron)
+  bool use_distributed_optimizer = false;   // --use-distributed-optimizer
+  bool use_cpu_initialization = false;      // --use-cpu-initialization (TP-invariant init)
+
+  // Activation recomputation (megatron-facts.md §11).
+  RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
+  RecomputeMethod recompute_method = RecomputeMethod::kNone;
+  std::optional<int64_t> recompute_num_layers;
+
+  int64_t make_vocab_size_divisible_by = 128;  // --make-vocab-size-divisible-by
+
+  // Derived.
+  bool sample_based() const { return train_samples.has_value(); }
+  // Micro-batches per iteration at the full global batch: gbs / (mbs * dp).
+  int64_t num_microbatches() const { return global_batch_size / (micro_batch_size * data_parallel_size); }
+  // Megatron's train_iters: --train-iters, or in sample mode train_samples // gbs, counting the
+  // ramp-up iterations one by one when --rampup-batch-size is given (C23 update_train_iters).
+  int64_t total_train_iters() const;
+  // The global batch at `consumed_samples` (the ramp-up rule of §3.3; gbs without ramp-up).
+  int64_t global_batch_size_at(int64_t consumed_samples) const;
+};
+
+// Megatron's _vocab_size_with_padding: the vocabulary padded up to a multiple of
+// divisible_by * tp. Example: (50257, 128, 1) -> 50304 (47 dummy tokens);
+// (50257, 128, 8) -> 51200 (943 dummy tokens). Throws megatron::Error for non-positive inputs.
+int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp);
+// The same, also writing Megatron's rank-0 line to `log` when it is not null:
+// " > padded vocab (size: 50257) with 47 dummy tokens (new size: 50304)\n".
+int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp, std::ostream* log);
+std::string padded_vocab_message(int64_t vocab, int64_t padded);
+
+// Names as Megatron's flags spell them ("cosine", "inverse-square-root", "WSD", ...).
+const char* to_string(RecomputeGranularity s);
+const char* to_string(RecomputeMethod s);
+const char* to_string(FlopsConvention c);
+
+}  // namespace megatron::train

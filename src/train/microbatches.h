@@ -1,0 +1,81 @@
+// How many micro-batches one iteration runs: Megatron's num-microbatches calculator
+// (C23 megatron/microbatches.py, ConstantNumMicroBatches / RampupBatchsizeNumMicroBatches).
+//
+//   num_microbatches = current_global_batch / (micro_batch_size * data_parallel_size)
+//
+// Without a ramp the global batch is --global-batch-size. With
+// `--rampup-batch-size <start> <incr> <ramp_samples>` it grows from start to
+// --global-batch-size in (G - start)/incr increments, one every ramp_samples/increments
+// consumed samples (a float), and is G once consumed_samples > ramp_samples:
+//   gbs(c) = G                                                   if c > ramp_samples
+//          = start + int(c / (ramp_samples/increments)) * incr   otherwise
+// Worked example (BigScience: 16 16 5_000_000, G = 1024): 63 increments of
+// 5e6/63 = 79365.08 samples; gbs(0) = 16, gbs(79365) = 16, gbs(79366) = 32,
+// gbs(5_000_000) = 16 + 63*16 = 1024.
+// (--rampup-batch-size is a silent no-op at Megatron HEAD; this is the C23 behaviour.)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace megatron::train {
+
+struct RampupBatchSize {
+  int64_t start_batch_size = 0;
+  int64_t batch_size_increment = 0;
+  int64_t ramp_samples = 0;
+};
+
+// The three values of --rampup-batch-size; throws naming the flag unless there are 3.
+RampupBatchSize rampup_from_flag(std::span<const int64_t> values);
+
+class NumMicroBatchesCalculator {
+ public:
+  // Validates the batch arithmetic and throws megatron::Error with a one-line message
+  // naming --global-batch-size / --micro-batch-size / --rampup-batch-size. With a ramp,
+  // every batch size it reaches (start + k*incr) must be divisible by mbs*dp; Megatron
+  // asserts that only when the batch size is reached, here it is checked up front.
+  // Starts at consumed_samples = 0.
+  NumMicroBatchesCalculator(int64_t global_batch_size, int64_t micro_batch_size,
+                            int64_t data_parallel_size,
+                            std::optional<RampupBatchSize> rampup = std::nullopt);
+
+  // Called at the start of each iteration with the samples consumed so far.
+  void update(int64_t consumed_samples);
+
+  int64_t num_microbatches() const { return current_global_batch_size_ / micro_times_dp_; }
+  // The batch of the current iteration: what the log's "global batch size" field shows.
+  int64_t current_global_batch_size() const { return current_global_batch_size_; }
+  // The global batch for a given number of consumed samples (pure; no state change).
+  int64_t global_batch_size_at(int64_t consumed_samples) const;
+
+  int64_t global_batch_size() const { return global_batch_size_; }  // after the ramp
+  int64_t micro_batch_size() const { return micro_batch_size_; }
+  int64_t data_parallel_size() const { return data_parallel_size_; }
+  const std::optional<RampupBatchSize>& rampup() const { return rampup_; }
+
+  // Megatron's start-up line: "setting number of micro-batches to constant N" or
+  // "will use batch size rampup starting from global batch size ... over N samples."
+  std::string describe() const;
+
+ private:
+  int64_t global_batch_size_;
+  int64_t micro_batch_size_;
+  int64_t data_parallel_size_;
+  int64_t micro_times_dp_;
+  std::optional<RampupBatchSize> rampup_;
+  double samples_per_increment_ = 0.0;  // ramp_samples / num_increments, as Python's float
+  int64_t current_global_batch_size_;
+};
+
+// --train-samples -> the number of iterations (C23 update_train_iters):
+//  - no ramp: train_samples // G;
+//  - ramp: one iteration per batch while consumed <= ramp_samples (adding the current gbs each
+//    time), then (train_samples - consumed) // G more, floor division as Python's `//`
+//    (so a train_samples inside the ramp gives fewer iterations than the ramp itself).
+int64_t train_iters_from_samples(const NumMicroBatchesCalculator& calculator,
+                                 int64_t train_samples);
+
+}  // namespace megatron::train

@@ -1,0 +1,276 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "model/memory_plan.h"
+#include "optim/loss_scaler.h"
+#include "train/flops.h"
+#include "train/training_log.h"
+
+namespace megatron::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+ScheduleFlags schedule_flags(const TrainConfig& c) {
+  ScheduleFlags f;
+  f.train_iters = c.train_iters;
+  f.train_samples = c.train_samples;
+  f.global_batch_size = c.global_batch_size;
+  f.lr = c.lr;
+  f.min_lr = c.min_lr;
+  f.lr_warmup_init = c.lr_warmup_init;
+  f.lr_decay_style = to_string(c.lr_decay_style);
+  f.lr_decay_iters = c.lr_decay_iters;
+  f.lr_decay_samples = c.lr_decay_samples;
+  f.lr_warmup_iters = c.lr_warmup_iters;
+  f.lr_warmup_samples = c.lr_warmup_samples;
+  f.lr_warmup_fraction = c.lr_warmup_fraction;
+  f.lr_wsd_decay_style = to_string(c.lr_wsd_decay_style);
+  f.lr_wsd_decay_iters = c.lr_wsd_decay_iters;
+  f.lr_wsd_decay_samples = c.lr_wsd_decay_samples;
+  f.weight_decay = c.weight_decay;
+  if (c.weight_decay_incr_style != WdIncrStyle::kConstant) {  // constant: --weight-decay alone
+    f.start_weight_decay = c.start_weight_decay;
+    f.end_weight_decay = c.end_weight_decay;
+  }
+  f.weight_decay_incr_style = to_string(c.weight_decay_incr_style);
+  return f;
+}
+
+DType param_dtype(const TrainConfig& c) { return c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32; }
+
+}  // namespace
+
+Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out)
+    : config_(config), backend_(backend), out_(out) {
+  const TrainConfig& c = config_;
+  microbatches_ = std::make_unique<NumMicroBatchesCalculator>(
+      c.global_batch_size, c.micro_batch_size, c.data_parallel_size,
+      c.rampup_batch_size ? std::optional<RampupBatchSize>(RampupBatchSize{c.rampup_batch_size->start,
+                                                                           c.rampup_batch_size->increment,
+                                                                           c.rampup_batch_size->ramp_samples})
+                          : std::nullopt);
+  out_ << microbatches_->describe() << '\n';
+  train_iters_ = c.train_iters ? *c.train_iters : train_iters_from_samples(*microbatches_, *c.train_samples);
+
+  // Data: the sample counts Megatron asks of each split (build_train_valid_test_data_loaders).
+  data::GPTDataConfig dc;
+  dc.data_path = c.data_path;
+  dc.split = c.split;
+  dc.seq_length = c.model.seq_length;
+  dc.seed = c.seed;
+  dc.data_cache_path = c.data_cache_path;
+  dc.targets = data::target_sample_counts(c.train_samples, c.train_samples ? std::nullopt : std::optional(train_iters_),
+                                          c.global_batch_size, c.eval_interval, c.eval_iters);
+  dc.log = &out_;
+  out_ << "> building train, validation, and test datasets ...\n";
+  datasets_ = data::build_gpt_datasets(dc);
+  if (!datasets_.train()) throw_error("[--split] the training split of --data-path is empty");
+
+  out_ << "building GPT model ...\n";
+  model_ = std::make_unique<model::GPTModel>(c.model, backend_, param_dtype(c), c.micro_batch_size);
+  model_->parameters().initialize(backend_, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
+  out_ << " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): "
+       << model_->parameters().total_numel() << '\n';
+
+  OptimizerConfig oc;
+  oc.beta1 = static_cast<float>(c.adam_beta1);
+  oc.beta2 = static_cast<float>(c.adam_beta2);
+  oc.eps = static_cast<float>(c.adam_eps);
+  oc.clip_grad = c.clip_grad;
+  oc.count_zeros = c.log_num_zeros_in_grad;
+  optim::GradScaler scaler = optim::GradScaler::constant(1.0f);
+  if (c.fp16) {
+    if (c.loss_scale) {
+      scaler = optim::GradScaler::constant(static_cast<float>(*c.loss_scale));
+    } else {
+      optim::DynamicScalerConfig dyn;
+      dyn.initial_scale = static_cast<float>(c.initial_loss_scale);
+      dyn.min_scale = static_cast<float>(c.min_loss_scale);
+      dyn.growth_interval = c.loss_scale_window;
+      dyn.hysteresis = c.hysteresis;
+      scaler = optim::GradScaler::dynamic(dyn);
+    }
+  }
+  optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, oc, std::move(scaler));
+  scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));
+  out_ << model::format_memory_plan(model::plan_memory(c.model, param_dtype(c), c.micro_batch_size));
+  out_ << flops_formula_text(c.model, c.global_batch_size, c.flops_convention);
+}
+
+void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_sample, int64_t k,
+                               model::MicroBatch* mb) const {
+  const int64_t b = config_.micro_batch_size, s = config_.model.seq_length;
+  mb->batch = b;
+  mb->seq = s;
+  mb->tokens.resize(static_cast<size_t>(b * s));
+  mb->labels.resize(static_cast<size_t>(b * s));
+  mb->loss_mask.assign(static_cast<size_t>(b * s), 1.0f);
+  std::vector<int64_t> sample;
+  for (int64_t i = 0; i < b; ++i) {
+    // MegatronPretrainingSampler never wraps: the datasets were built with at least the
+    // samples the run reads (data::target_sample_counts).
+    const int64_t index = first_sample + k * b + i;
+    MT_CHECK(index < dataset.size()) << "sample " << index << " of a dataset of " << dataset.size();
+    dataset.sample(index, &sample);
+    MT_CHECK(static_cast<int64_t>(sample.size()) == s + 1) << "sample of " << sample.size() << " tokens";
+    for (int64_t t = 0; t < s; ++t) {
+      mb->tokens[static_cast<size_t>(i * s + t)] = static_cast<int32_t>(sample[static_cast<size_t>(t)]);
+      mb->labels[static_cast<size_t>(i * s + t)] = static_cast<int32_t>(sample[static_cast<size_t>(t) + 1]);
+    }
+  }
+}
+
+double Trainer::evaluate(const data::TokenDataset& dataset, int64_t* consumed, int64_t global_batch) {
+  const int64_t num_micro = global_batch / (config_.micro_batch_size * config_.data_parallel_size);
+  model::MicroBatch mb;
+  model::DropoutContext no_dropout;
+  no_dropout.training = false;
+  double total = 0.0;
+  for (int64_t it = 0; it < config_.eval_iters; ++it) {
+    for (int64_t k = 0; k < num_micro; ++k) {
+      load_micro_batch(dataset, *consumed, k, &mb);
+      total += model_->forward(mb, no_dropout);
+    }
+    *consumed += global_batch;
+  }
+  // C23: the sum of micro-batch means over eval_iters * num_microbatches.
+  return total / static_cast<double>(config_.eval_iters * num_micro);
+}
+
+void Trainer::evaluate_and_print(const std::string& prefix, const data::TokenDataset& dataset, int64_t* consumed,
+                                 int64_t global_batch, double* loss_out) {
+  const double loss = evaluate(dataset, consumed, global_batch);
+  if (loss_out) *loss_out = loss;
+  out_ << format_validation_block(prefix, {{"lm loss", loss}}) << std::flush;
+}
+
+TrainSummary Trainer::run() {
+  const TrainConfig& c = config_;
+  TrainSummary summary;
+  summary.final_valid_loss = std::numeric_limits<double>::quiet_NaN();
+  const double flops_per_sample = flops_per_iteration(c.model, 1, c.flops_convention);
+  const auto start = Clock::now();
+
+  int64_t iteration = 0, consumed = 0, consumed_valid = 0;
+  // Accumulators since the last log line (reset there), as Megatron's training_log.
+  double loss_sum = 0.0, interval_tokens = 0.0;
+  int64_t advanced = 0, skipped = 0, nans = 0;
+  auto interval_start = Clock::now();
+  bool memory_reported = false;
+  model::MicroBatch mb;
+
+  out_ << "training ...\n" << std::flush;
+  while (iteration < train_iters_) {
+    microbatches_->update(consumed);
+    const int64_t gbs = microbatches_->current_global_batch_size();
+    const int64_t num_micro = microbatches_->num_microbatches();
+
+    optimizer_->zero_grads();
+    double iter_loss = 0.0;
+    for (int64_t k = 0; k < num_micro; ++k) {
+      load_micro_batch(*datasets_.train(), consumed, k, &mb);
+      model::DropoutContext dropout;
+      dropout.seed = static_cast<uint64_t>(c.seed);
+      dropout.iteration = iteration;
+      dropout.micro_batch = k;
+      iter_loss += model_->forward(mb, dropout);
+      model_->backward(optimizer_->loss_scale(), 1.0f / static_cast<float>(num_micro));
+    }
+    iter_loss /= static_cast<double>(num_micro);
+
+    const StepResult step = optimizer_->step(static_cast<float>(scheduler_->lr()),
+                                             static_cast<float>(scheduler_->weight_decay()));
+    if (step.success) scheduler_->step(gbs);
+    consumed += gbs;
+    ++iteration;
+    interval_tokens += static_cast<double>(gbs * c.model.seq_length);
+
+    if (step.success) {
+      ++advanced;
+      loss_sum += iter_loss;
+      if (iteration == 1) summary.first_loss = iter_loss;
+    } else {
+      ++skipped;
+      if (!std::isfinite(iter_loss)) ++nans;
+    }
+
+    if (iteration % c.log_interval == 0) {
+      const double elapsed = seconds_since(interval_start);
+      const int64_t iters = advanced + skipped;
+      const double per_iter = elapsed / static_cast<double>(iters);
+      IterationLog log;
+      log.timestamp = format_timestamp(std::chrono::system_clock::now());
+      log.iteration = iteration;
+      log.train_iters = train_iters_;
+      log.consumed_samples = consumed;
+      log.elapsed_ms = per_iter * 1000.0;
+      if (c.log_throughput) {
+        log.tflops_per_gpu = tflops_per_gpu(flops_per_sample * static_cast<double>(gbs), per_iter, c.world_size);
+      }
+      log.learning_rate = scheduler_->lr();
+      log.global_batch_size = gbs;
+      if (advanced > 0) log.losses.push_back({"lm loss", loss_sum / static_cast<double>(advanced)});
+      log.loss_scale = optimizer_->loss_scale();
+      log.grad_norm = step.grad_norm;
+      if (step.num_zeros) log.num_zeros = static_cast<double>(*step.num_zeros);
+      if (c.log_params_norm) log.params_norm = optimizer_->params_norm();
+      log.skipped_iterations = skipped;
+      log.nan_iterations = nans;
+      log.tokens_per_second = interval_tokens / elapsed;
+      log.eta_seconds = per_iter * static_cast<double>(train_iters_ - iteration);
+      out_ << format_iteration_line(log) << '\n' << std::flush;
+      if (advanced > 0) summary.last_loss = loss_sum / static_cast<double>(advanced);
+      if (!memory_reported) {
+        const MemorySnapshot m = memory_tracker(backend_.device()).snapshot();
+        out_ << format_memory_line(0, iteration, m.current_total, m.peak_total, m.current_total, m.peak_total)
+             << '\n';
+        memory_reported = true;
+      }
+      loss_sum = 0.0;
+      interval_tokens = 0.0;
+      advanced = skipped = nans = 0;
+      interval_start = Clock::now();
+    }
+
+    if (c.eval_interval > 0 && iteration % c.eval_interval == 0 && datasets_.valid()) {
+      evaluate_and_print("iteration " + std::to_string(iteration), *datasets_.valid(), &consumed_valid, gbs, nullptr);
+    }
+    if (c.exit_duration_in_mins) {
+      const double minutes = seconds_since(start) / 60.0;
+      if (minutes > static_cast<double>(*c.exit_duration_in_mins)) {
+        out_ << "exiting program after " << minutes << " minutes\n";
+        break;
+      }
+    }
+    if (c.exit_interval && iteration % *c.exit_interval == 0) {
+      out_ << "exiting program at iteration " << iteration << '\n';
+      break;
+    }
+  }
+  out_ << "after training is done\n";
+  const int64_t gbs = microbatches_->current_global_batch_size();
+  if (datasets_.valid()) {
+    evaluate_and_print("iteration " + std::to_string(iteration) + " on validation set", *datasets_.valid(),
+                       &consumed_valid, gbs, &summary.final_valid_loss);
+  }
+  if (datasets_.test()) {
+    int64_t consumed_test = 0;
+    evaluate_and_print("iteration " + std::to_string(iteration) + " on test set", *datasets_.test(), &consumed_test,
+                       gbs, nullptr);
+  }
+  summary.iterations = iteration;
+  summary.consumed_samples = consumed;
+  return summary;
+}
+
+}  // namespace megatron::train

@@ -1,0 +1,62 @@
+// The training loop of Megatron-LM's pretrain_gpt.py (classic C23 train(), megatron-facts
+// §3.2-§3.9): per iteration, update the micro-batch count from the consumed samples, run
+// forward/backward over the micro-batches (gradients accumulate, each loss divided by the
+// number of micro-batches), take the optimizer step (skipped on fp16 overflow; the LR
+// scheduler steps only on success), count consumed samples, then log / evaluate / exit in
+// Megatron's order. Single process, one data-parallel rank for now.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+
+#include "backend/ops.h"
+#include "data/dataset_config.h"
+#include "model/gpt_model.h"
+#include "train/config.h"
+#include "train/lr_scheduler.h"
+#include "train/microbatches.h"
+#include "train/optimizer.h"
+
+namespace megatron::train {
+
+struct TrainSummary {
+  int64_t iterations = 0;
+  int64_t consumed_samples = 0;
+  double first_loss = 0;  // the loss of iteration 1 (advanced)
+  double last_loss = 0;   // the last logged interval average
+  double final_valid_loss = 0;  // NaN when there is no validation split
+};
+
+class Trainer {
+ public:
+  // `config` must come from cli::parse_train_config with model.vocab_size and
+  // model.padded_vocab_size filled. Builds the datasets, the model (initialised from --seed),
+  // the optimizer and the schedules. Progress and log lines go to `out`.
+  Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out);
+  TrainSummary run();
+
+  model::GPTModel& model() { return *model_; }
+
+ private:
+  // Fills `mb` with micro-batch `k` of the iteration starting at `first_sample` of `dataset`
+  // (samples first_sample + k*mbs .. + mbs, as MegatronPretrainingSampler on DP rank 0).
+  void load_micro_batch(const data::TokenDataset& dataset, int64_t first_sample, int64_t k, model::MicroBatch* mb) const;
+  // Megatron evaluate(): eval_iters iterations of the current global batch without dropout;
+  // the mean of the micro-batch losses. Advances *consumed.
+  double evaluate(const data::TokenDataset& dataset, int64_t* consumed, int64_t global_batch);
+  void evaluate_and_print(const std::string& prefix, const data::TokenDataset& dataset, int64_t* consumed,
+                          int64_t global_batch, double* loss_out);
+
+  TrainConfig config_;
+  backend::Backend& backend_;
+  std::ostream& out_;
+  data::GPTDatasets datasets_;
+  std::unique_ptr<model::GPTModel> model_;
+  std::unique_ptr<MixedPrecisionOptimizer> optimizer_;
+  std::unique_ptr<OptimizerParamScheduler> scheduler_;
+  std::unique_ptr<NumMicroBatchesCalculator> microbatches_;
+  int64_t train_iters_ = 0;
+};
+
+}  // namespace megatron::train
