@@ -1,0 +1,190 @@
+// The whole GPT against finite differences, and the claims model/gpt_model.h makes:
+// dropout masks are a pure function of (seed, iteration, micro-batch), the tied output
+// layer shares the word embedding's gradient, 16-bit models track the fp32 one, and a tiny
+// model can memorise a batch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/ops.h"
+#include "model/gpt_model.h"
+#include "optim/loss_scaler.h"
+#include "train/optimizer.h"
+
+namespace megatron::model {
+namespace {
+
+GPTConfig tiny_config() {
+  GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 8;
+  c.num_attention_heads = 2;
+  c.kv_channels = 4;
+  c.ffn_hidden_size = 16;
+  c.seq_length = 5;
+  c.max_position_embeddings = 6;
+  c.vocab_size = 13;
+  c.padded_vocab_size = 16;
+  c.init_method_std = 0.3f;  // larger than 0.02 so every path carries gradient well above FD noise
+  c.attention_dropout = 0.0f;
+  c.hidden_dropout = 0.0f;
+  return c;
+}
+
+MicroBatch random_batch(int64_t b, int64_t s, int64_t vocab, uint32_t seed, bool partial_mask) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab) - 1);
+  MicroBatch mb;
+  mb.batch = b;
+  mb.seq = s;
+  for (int64_t i = 0; i < b * s; ++i) {
+    mb.tokens.push_back(tok(rng));
+    mb.labels.push_back(tok(rng));
+    mb.loss_mask.push_back(partial_mask && i % 3 == 1 ? 0.0f : 1.0f);
+  }
+  return mb;
+}
+
+// Central differences of the loss against the analytic gradient on a spread of elements of
+// every parameter. fp32 forward: with step 1e-2 the truncation error is ~eps^2 * f''' / 6
+// ~ 2e-5 and the rounding error ~ 2 * 3e-7 * |loss| / (2 * eps) ~ 1e-4, so |fd - grad| must
+// stay under 5e-4 + 2e-2 * |grad|; a wrong backward is off by O(|grad|), far beyond that.
+void check_gradients(const GPTConfig& config, const MicroBatch& mb, const DropoutContext& ctx) {
+  auto backend = backend::make_cpu_backend();
+  GPTModel model(config, *backend, DType::kF32, mb.batch);
+  model.parameters().initialize(*backend, 7, config.init_method_std, config.num_layers);
+  Tensor grads = model.parameters().grads();
+  backend->fill(grads, 0.0f);
+  model.forward(mb, ctx);
+  model.backward(1.0f, 1.0f);
+
+  const float eps = 1e-2f;
+  int checked = 0, nonzero = 0;
+  for (const Parameter& p : model.parameters().params()) {
+    float* value = p.value.data_as<float>();
+    const float* grad = p.grad.data_as<float>();
+    const int64_t n = p.numel();
+    const int64_t stride = std::max<int64_t>(1, n / 6);
+    for (int64_t k = (p.offset * 7) % stride; k < n; k += stride) {
+      const float saved = value[k];
+      value[k] = saved + eps;
+      const double up = model.forward(mb, ctx);
+      value[k] = saved - eps;
+      const double down = model.forward(mb, ctx);
+      value[k] = saved;
+      const double fd = (up - down) / (2.0 * eps);
+      EXPECT_NEAR(fd, grad[k], 5e-4 + 2e-2 * std::fabs(grad[k])) << p.name << "[" << k << "]";
+      ++checked;
+      nonzero += std::fabs(grad[k]) > 1e-3;
+    }
+  }
+  EXPECT_GT(checked, 100);
+  EXPECT_GT(nonzero, checked / 2) << "most checked gradients should be clearly non-zero";
+}
+
+TEST(GPTModel, GradientsMatchFiniteDifferences) {
+  const GPTConfig c = tiny_config();
+  check_gradients(c, random_batch(2, c.seq_length, c.vocab_size, 1, /*partial_mask=*/true), {});
+}
+
+TEST(GPTModel, GradientsMatchFiniteDifferencesWithDropout) {
+  GPTConfig c = tiny_config();
+  c.attention_dropout = 0.2f;
+  c.hidden_dropout = 0.1f;
+  DropoutContext ctx;
+  ctx.seed = 99;
+  ctx.iteration = 3;
+  ctx.micro_batch = 1;
+  check_gradients(c, random_batch(2, c.seq_length, c.vocab_size, 2, false), ctx);
+}
+
+TEST(GPTModel, GradientsMatchFiniteDifferencesUntiedNoBiasExactGelu) {
+  GPTConfig c = tiny_config();
+  c.untie_embeddings_and_output_weights = true;
+  c.add_bias_linear = false;
+  c.gelu = Gelu::kExact;
+  c.kv_channels = 3;  // heads * kv_channels != hidden
+  check_gradients(c, random_batch(3, c.seq_length, c.vocab_size, 3, true), {});
+}
+
+TEST(GPTModel, DropoutIsAFunctionOfTheContext) {
+  GPTConfig c = tiny_config();
+  c.attention_dropout = 0.3f;
+  c.hidden_dropout = 0.3f;
+  auto backend = backend::make_cpu_backend();
+  GPTModel model(c, *backend, DType::kF32, 2);
+  model.parameters().initialize(*backend, 1, c.init_method_std, c.num_layers);
+  const MicroBatch mb = random_batch(2, c.seq_length, c.vocab_size, 4, false);
+  DropoutContext a;
+  a.seed = 5;
+  a.iteration = 1;
+  DropoutContext b = a;
+  b.micro_batch = 1;
+  DropoutContext off;
+  off.training = false;
+  const float la = model.forward(mb, a);
+  EXPECT_EQ(la, model.forward(mb, a));  // same context, same masks, bit for bit
+  EXPECT_NE(la, model.forward(mb, b));  // another micro-batch draws other masks
+  EXPECT_NE(la, model.forward(mb, off));
+}
+
+TEST(GPTModel, InitialLossIsNearLogVocab) {
+  GPTConfig c = tiny_config();
+  c.init_method_std = 0.02f;
+  c.padded_vocab_size = 512;
+  c.vocab_size = 500;
+  auto backend = backend::make_cpu_backend();
+  GPTModel model(c, *backend, DType::kF32, 4);
+  model.parameters().initialize(*backend, 3, c.init_method_std, c.num_layers);
+  const float loss = model.forward(random_batch(4, c.seq_length, c.vocab_size, 5, false), {});
+  EXPECT_NEAR(loss, std::log(512.0), 0.05);  // near-uniform logits over the padded vocabulary
+}
+
+TEST(GPTModel, SixteenBitModelsTrackFp32) {
+  const GPTConfig c = tiny_config();
+  const MicroBatch mb = random_batch(2, c.seq_length, c.vocab_size, 6, false);
+  auto backend = backend::make_cpu_backend();
+  GPTModel ref(c, *backend, DType::kF32, 2);
+  ref.parameters().initialize(*backend, 11, c.init_method_std, c.num_layers);
+  const float loss32 = ref.forward(mb, {});
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    GPTModel m(c, *backend, dt, 2);
+    m.parameters().initialize(*backend, 11, c.init_method_std, c.num_layers);
+    const float loss16 = m.forward(mb, {});
+    // bf16 keeps 8 bits of mantissa (relative 4e-3 per rounding); a few roundings per path.
+    EXPECT_NEAR(loss16, loss32, (dt == DType::kBF16 ? 3e-2 : 5e-3) * loss32) << dtype_name(dt);
+    EXPECT_NE(loss16, loss32) << "16-bit storage must actually round";
+  }
+}
+
+TEST(GPTModel, MemorisesAFixedBatch) {
+  GPTConfig c = tiny_config();
+  c.hidden_size = 32;
+  c.num_attention_heads = 4;
+  c.kv_channels = 8;
+  c.ffn_hidden_size = 64;
+  c.seq_length = 8;
+  c.max_position_embeddings = 8;
+  c.init_method_std = 0.02f;
+  auto backend = backend::make_cpu_backend();
+  GPTModel model(c, *backend, DType::kF32, 4);
+  model.parameters().initialize(*backend, 1, c.init_method_std, c.num_layers);
+  train::OptimizerConfig oc;
+  train::MixedPrecisionOptimizer opt(model.parameters(), *backend, oc, optim::GradScaler::constant(1.0f));
+  const MicroBatch mb = random_batch(4, c.seq_length, c.vocab_size, 8, false);
+  float first = 0, last = 0;
+  for (int step = 0; step < 300; ++step) {
+    opt.zero_grads();
+    last = model.forward(mb, {});
+    if (step == 0) first = last;
+    model.backward(1.0f, 1.0f);
+    ASSERT_TRUE(opt.step(3e-3f, 0.0f).success);
+  }
+  EXPECT_GT(first, 2.0f);
+  EXPECT_LT(last, 0.05f) << "a 2-layer model must memorise 32 random tokens";
+}
+
+}  // namespace
+}  // namespace megatron::model

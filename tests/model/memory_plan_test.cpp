@@ -1,0 +1,114 @@
+// --dry-run's plan (model/memory_plan.h) against the bytes the CPU engine really allocates,
+// kind by kind, for several precisions and shapes; and a training step allocates nothing
+// beyond the plan.
+#include <gtest/gtest.h>
+
+#include "backend/ops.h"
+#include "core/memory.h"
+#include "model/gpt_model.h"
+#include "model/memory_plan.h"
+#include "optim/loss_scaler.h"
+#include "train/optimizer.h"
+
+namespace megatron::model {
+namespace {
+
+int64_t delta(const MemorySnapshot& after, const MemorySnapshot& before, MemoryKind kind) {
+  const int k = static_cast<int>(kind);
+  return after.current[k] - before.current[k];
+}
+
+struct Case {
+  const char* name;
+  DType dtype;
+  bool untied;
+  bool bias;
+  int64_t micro_batch;
+  int64_t kv_channels;
+};
+
+class MemoryPlanTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MemoryPlanTest, PlanEqualsAllocatedBytes) {
+  const Case& k = GetParam();
+  GPTConfig c;
+  c.num_layers = 3;
+  c.hidden_size = 24;
+  c.num_attention_heads = 3;
+  c.kv_channels = k.kv_channels;
+  c.ffn_hidden_size = 40;
+  c.seq_length = 7;
+  c.max_position_embeddings = 9;
+  c.vocab_size = 50;
+  c.padded_vocab_size = 64;
+  c.untie_embeddings_and_output_weights = k.untied;
+  c.add_bias_linear = k.bias;
+  const MemoryPlan plan = plan_memory(c, k.dtype, k.micro_batch);
+
+  auto backend = backend::make_cpu_backend();
+  MemoryTracker& tracker = memory_tracker(Device::kCPU);
+  const MemorySnapshot before = tracker.snapshot();
+  GPTModel model(c, *backend, k.dtype, k.micro_batch);
+  train::MixedPrecisionOptimizer opt(model.parameters(), *backend, train::OptimizerConfig{},
+                                     optim::GradScaler::constant(1.0f));
+  const MemorySnapshot built = tracker.snapshot();
+
+  EXPECT_EQ(plan.num_parameters, model.parameters().total_numel());
+  EXPECT_EQ(plan.parameters, delta(built, before, MemoryKind::kParams));
+  EXPECT_EQ(plan.main_parameters, delta(built, before, MemoryKind::kMainParams));
+  EXPECT_EQ(plan.gradients, delta(built, before, MemoryKind::kGrads));
+  EXPECT_EQ(plan.optimizer, delta(built, before, MemoryKind::kOptimizer));
+  EXPECT_EQ(plan.activations, delta(built, before, MemoryKind::kActivations));
+  EXPECT_EQ(plan.workspace, delta(built, before, MemoryKind::kWorkspace));
+
+  // A whole step (forward, backward, optimizer) allocates nothing of the planned kinds.
+  tracker.reset_peak();
+  MicroBatch mb;
+  mb.batch = k.micro_batch;
+  mb.seq = c.seq_length;
+  for (int64_t i = 0; i < mb.batch * mb.seq; ++i) {
+    mb.tokens.push_back(static_cast<int32_t>(i % c.vocab_size));
+    mb.labels.push_back(static_cast<int32_t>((i * 7 + 3) % c.vocab_size));
+    mb.loss_mask.push_back(1.0f);
+  }
+  opt.zero_grads();
+  model.forward(mb, {});
+  model.backward(1.0f, 1.0f);
+  opt.step(1e-3f, 0.01f);
+  const MemorySnapshot after = tracker.snapshot();
+  for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kMainParams, MemoryKind::kGrads, MemoryKind::kOptimizer,
+                          MemoryKind::kActivations, MemoryKind::kWorkspace}) {
+    const int i = static_cast<int>(kind);
+    EXPECT_EQ(after.peak[i], built.current[i]) << memory_kind_name(kind) << " grew during a step";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MemoryPlanTest,
+                         ::testing::Values(Case{"fp32", DType::kF32, false, true, 2, 8},
+                                           Case{"bf16", DType::kBF16, false, true, 3, 8},
+                                           Case{"fp16_untied", DType::kF16, true, true, 1, 8},
+                                           Case{"bf16_nobias_kv5", DType::kBF16, false, false, 2, 5}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(MemoryPlan, Gpt3_175BNumbers) {
+  // The benchmark's shape: 96 layers, h 12288, 96 heads, seq 2048, vocab 50257 -> 50304.
+  GPTConfig c;
+  c.num_layers = 96;
+  c.hidden_size = 12288;
+  c.num_attention_heads = 96;
+  c.kv_channels = 128;
+  c.ffn_hidden_size = 4 * 12288;
+  c.seq_length = 2048;
+  c.max_position_embeddings = 2048;
+  c.vocab_size = 50257;
+  c.padded_vocab_size = 50304;
+  // 12 L h^2 + 13 L h + (V + P) h + 2h: 174.6B parameters (the "175B" of GPT-3).
+  const int64_t expected = 12LL * 96 * 12288 * 12288 + 13LL * 96 * 12288 + (50304LL + 2048) * 12288 + 2 * 12288;
+  EXPECT_EQ(gpt_num_parameters(c), expected);
+  const MemoryPlan p = plan_memory(c, DType::kBF16, 1);
+  EXPECT_EQ(p.parameters, 2 * expected);
+  EXPECT_EQ(p.main_parameters + p.gradients + p.optimizer, 16 * expected);  // Megatron's 18 bytes/param minus bf16
+}
+
+}  // namespace
+}  // namespace megatron::model
