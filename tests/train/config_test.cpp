@@ -1,0 +1,99 @@
+#include "train/config.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "core/error.h"
+
+namespace megatron::train {
+namespace {
+
+TEST(PaddedVocab, Gpt2AtTensorParallelSizes) {
+  // megatron-facts.md §10: 50257 padded to a multiple of 128 * TP.
+  EXPECT_EQ(padded_vocab_size(50257, 128, 1), 50304);
+  EXPECT_EQ(padded_vocab_size(50257, 128, 2), 50432);
+  EXPECT_EQ(padded_vocab_size(50257, 128, 4), 50688);
+  EXPECT_EQ(padded_vocab_size(50257, 128, 8), 51200);
+  EXPECT_EQ(padded_vocab_size(50257, 1024, 1), 51200);
+  EXPECT_EQ(padded_vocab_size(50304, 128, 1), 50304);  // already a multiple: unchanged
+  EXPECT_EQ(padded_vocab_size(1, 1, 1), 1);
+}
+
+TEST(PaddedVocab, MegatronMessage) {
+  std::ostringstream os;
+  EXPECT_EQ(padded_vocab_size(50257, 128, 1, &os), 50304);
+  EXPECT_EQ(os.str(), " > padded vocab (size: 50257) with 47 dummy tokens (new size: 50304)\n");
+  EXPECT_EQ(padded_vocab_message(50257, padded_vocab_size(50257, 128, 8)),
+            " > padded vocab (size: 50257) with 943 dummy tokens (new size: 51200)");
+}
+
+TEST(PaddedVocab, BadInputNamesTheFlag) {
+  try {
+    padded_vocab_size(50257, 0, 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[--make-vocab-size-divisible-by]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(padded_vocab_size(0, 128, 1), Error);
+  EXPECT_THROW(padded_vocab_size(50257, 128, 0), Error);
+}
+
+TrainConfig ramp_config() {
+  TrainConfig c;
+  c.micro_batch_size = 1;
+  c.data_parallel_size = 1;
+  c.global_batch_size = 64;
+  c.train_samples = 1000;
+  c.rampup_batch_size = RampupBatchSizeFlags{16, 16, 300};
+  return c;
+}
+
+TEST(TrainConfig, RampupBatchSizeSchedule) {
+  // num_increments = (64 - 16) / 16 = 3, samples per increment = 100.
+  const TrainConfig c = ramp_config();
+  EXPECT_EQ(c.global_batch_size_at(0), 16);
+  EXPECT_EQ(c.global_batch_size_at(99), 16);
+  EXPECT_EQ(c.global_batch_size_at(100), 32);
+  EXPECT_EQ(c.global_batch_size_at(250), 48);
+  EXPECT_EQ(c.global_batch_size_at(300), 64);  // int(300/100)*16 + 16
+  EXPECT_EQ(c.global_batch_size_at(301), 64);
+}
+
+TEST(TrainConfig, TrainItersInSampleModeWithRamp) {
+  // Walk while consumed <= 300: seven batches of 16 (consumed 0..96 -> 112), three of 32
+  // (112, 144, 176 -> 208), two of 48 (208, 256 -> 304 > 300): 12 iterations; then
+  // (1000 - 304) // 64 = 10 more.
+  EXPECT_EQ(ramp_config().total_train_iters(), 22);
+  TrainConfig c = ramp_config();
+  c.rampup_batch_size.reset();
+  EXPECT_EQ(c.total_train_iters(), 1000 / 64);
+  c.train_samples.reset();
+  c.train_iters = 7;
+  EXPECT_EQ(c.total_train_iters(), 7);
+  EXPECT_EQ(c.num_microbatches(), 64);
+}
+
+TEST(TrainConfig, MegatronDefaults) {
+  const TrainConfig c;
+  EXPECT_EQ(c.split, "969, 30, 1");
+  EXPECT_EQ(c.seed, 1234);
+  EXPECT_EQ(c.min_lr, 0.0);
+  EXPECT_EQ(c.lr_decay_style, LrDecayStyle::kLinear);
+  EXPECT_EQ(c.weight_decay, 0.01);
+  EXPECT_EQ(c.adam_beta2, 0.999);
+  EXPECT_EQ(c.adam_eps, 1e-8);
+  EXPECT_EQ(c.clip_grad, 1.0);
+  EXPECT_EQ(c.initial_loss_scale, 4294967296.0);
+  EXPECT_EQ(c.loss_scale_window, 1000);
+  EXPECT_EQ(c.hysteresis, 2);
+  EXPECT_EQ(c.log_interval, 100);
+  EXPECT_EQ(c.eval_interval, 1000);
+  EXPECT_EQ(c.eval_iters, 100);
+  EXPECT_EQ(c.make_vocab_size_divisible_by, 128);
+  EXPECT_FALSE(c.loss_scale.has_value());
+  EXPECT_FALSE(c.lr_warmup_fraction.has_value());
+}
+
+}  // namespace
+}  // namespace megatron::train
