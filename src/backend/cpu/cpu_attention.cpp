@@ -64,7 +64,7 @@ void CpuBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, 
   float* lp = lse.data_as<float>();
   const int64_t qkv_row = heads * 3 * d, out_row = heads * d;
 
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (b * heads * s * s * d >= kParallelWork)
   for (int64_t bh = 0; bh < b * heads; ++bh) {
     const int64_t bi = bh / heads, hd = bh % heads;
     const float* base = qv.data() + bi * qkv_row + hd * 3 * d;  // q of row 0; row i at + i * b * qkv_row
@@ -111,7 +111,7 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& qkv, const
   const int64_t qkv_row = heads * 3 * d, out_row = heads * d;
   const float scale = params.softmax_scale;
 
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (b * heads * s * s * d >= kParallelWork)
   for (int64_t bh = 0; bh < b * heads; ++bh) {
     const int64_t bi = bh / heads, hd = bh % heads;
     const float* base = qv.data() + bi * qkv_row + hd * 3 * d;

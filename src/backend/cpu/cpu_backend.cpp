@@ -21,13 +21,13 @@ void to_f32(const void* src, DType dtype, int64_t n, float* dst) {
     case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
     case DType::kBF16: {
       const auto* s = static_cast<const uint16_t*>(src);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
       return;
     }
     case DType::kF16: {
       const auto* s = static_cast<const uint16_t*>(src);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
       for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_float(s[i]);
       return;
     }
@@ -40,13 +40,13 @@ void from_f32(const float* src, DType dtype, int64_t n, void* dst) {
     case DType::kF32: std::memmove(dst, src, static_cast<size_t>(n) * 4); return;
     case DType::kBF16: {
       auto* d = static_cast<uint16_t*>(dst);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
       for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
       return;
     }
     case DType::kF16: {
       auto* d = static_cast<uint16_t*>(dst);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
       for (int64_t i = 0; i < n; ++i) d[i] = float_to_fp16(src[i]);
       return;
     }
@@ -142,7 +142,7 @@ void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& 
     }
   }
   if (bv) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * out >= kParallelWork)
     for (int64_t r = 0; r < n; ++r)
       for (int64_t o = 0; o < out; ++o) yv[r * out + o] += bv[o];
   }
@@ -194,7 +194,7 @@ double CpuBackend::sum_squares(const Tensor& x) {
   const int64_t n = x.numel();
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
   for (int64_t c = 0; c < chunks; ++c) {
     double s = 0.0;
     const int64_t end = std::min(n, (c + 1) * kChunk);
@@ -213,19 +213,19 @@ bool CpuBackend::all_finite(const Tensor& x) {
   switch (x.dtype()) {
     case DType::kF32: {
       const float* p = x.data_as<const float>();
-#pragma omp parallel for schedule(static) reduction(&& : ok)
+#pragma omp parallel for schedule(static) reduction(&& : ok) if (n >= kParallelWork)
       for (int64_t i = 0; i < n; ++i) ok = ok && std::isfinite(p[i]);
       break;
     }
     case DType::kBF16: {  // exponent bits all ones: inf or NaN
       const uint16_t* p = x.data_as<const uint16_t>();
-#pragma omp parallel for schedule(static) reduction(&& : ok)
+#pragma omp parallel for schedule(static) reduction(&& : ok) if (n >= kParallelWork)
       for (int64_t i = 0; i < n; ++i) ok = ok && (p[i] & 0x7f80u) != 0x7f80u;
       break;
     }
     case DType::kF16: {
       const uint16_t* p = x.data_as<const uint16_t>();
-#pragma omp parallel for schedule(static) reduction(&& : ok)
+#pragma omp parallel for schedule(static) reduction(&& : ok) if (n >= kParallelWork)
       for (int64_t i = 0; i < n; ++i) ok = ok && (p[i] & 0x7c00u) != 0x7c00u;
       break;
     }

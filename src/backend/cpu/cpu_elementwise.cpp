@@ -69,7 +69,7 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
   In av(a, "add a"), bv(b, "add b");
   Out ov(out, "add out");
   const int64_t n = a.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
   for (int64_t i = 0; i < n; ++i) ov[i] = av[i] + bv[i];
   ov.commit();
 }
@@ -77,7 +77,7 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
 void CpuBackend::scale(Tensor& x, float alpha) {
   Out xv(x, "scale x", /*load=*/true);
   const int64_t n = x.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
   for (int64_t i = 0; i < n; ++i) xv[i] *= alpha;
   xv.commit();
 }
@@ -92,7 +92,7 @@ void CpuBackend::bias_dropout_add(const Tensor& x, const Tensor& bias, const Ten
   In bv = In::optional(bias, "bias_dropout_add bias");
   Out ov(out, "bias_dropout_add out");
   const int64_t n = x.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float v = bv ? xv[i] + bv[i % cols] : xv[i];
     ov[i] = rv[i] + v * dropout_factor(dropout, i);
@@ -106,7 +106,7 @@ void CpuBackend::dropout_forward(const Tensor& x, Tensor& out, const DropoutPara
   In xv(x, "dropout x");
   Out ov(out, "dropout out");
   const int64_t n = x.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
   for (int64_t i = 0; i < n; ++i) ov[i] = xv[i] * dropout_factor(dropout, i);
   ov.commit();
 }
@@ -123,7 +123,7 @@ void CpuBackend::bias_grad(const Tensor& dy, Tensor& dbias) {
   Out dbv(dbias, "bias_grad dbias", /*load=*/true);
   // Each column chunk belongs to one thread, which adds the rows in order.
   const int64_t chunks = (cols + kColumnChunk - 1) / kColumnChunk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t c0 = c * kColumnChunk, c1 = std::min(cols, c0 + kColumnChunk);
     float acc[kColumnChunk] = {};
@@ -141,7 +141,7 @@ void CpuBackend::bias_gelu_forward(const Tensor& x, const Tensor& bias, Tensor& 
   In bv = In::optional(bias, "bias_gelu bias");
   Out ov(out, "bias_gelu out");
   const int64_t n = x.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
   for (int64_t i = 0; i < n; ++i) ov[i] = gelu(bv ? xv[i] + bv[i % cols] : xv[i], kind);
   ov.commit();
 }
@@ -154,7 +154,7 @@ void CpuBackend::bias_gelu_backward(const Tensor& dy, const Tensor& x, const Ten
   In bv = In::optional(bias, "bias_gelu bias");
   Out dxv(dx, "bias_gelu dx");
   const int64_t n = x.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
   for (int64_t i = 0; i < n; ++i) dxv[i] = dyv[i] * gelu_grad(bv ? xv[i] + bv[i % cols] : xv[i], kind);
   dxv.commit();
 }

@@ -37,7 +37,7 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& label
   const int32_t* lab = labels.data_as<const int32_t>();
   float* lossp = losses.data_as<float>();
   float* lsep = lse.data_as<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * vocab >= kParallelWork)
   for (int64_t r = 0; r < n; ++r) {
     const float* row = lv.data() + r * vocab;
     const int32_t t = lab[r];
@@ -65,7 +65,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& labe
   const int32_t* lab = labels.data_as<const int32_t>();
   const float* lsep = lse.data_as<const float>();
   const float* dlp = dlosses.data_as<const float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * vocab >= kParallelWork)
   for (int64_t r = 0; r < n; ++r) {
     const float* row = lv.data() + r * vocab;
     float* drow = dv.data() + r * vocab;

@@ -31,7 +31,7 @@ void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const T
   Out ov(out, "layernorm out");
   float* mp = mean.data_as<float>();
   float* rp = rstd.data_as<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * h >= kParallelWork)
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = xv.data() + r * h;
     double sum = 0.0;
@@ -71,7 +71,7 @@ void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Ten
   {
     Out dgv(dgamma, "layernorm dgamma", /*load=*/true), dbv(dbeta, "layernorm dbeta", /*load=*/true);
     const int64_t chunks = (h + kColumnChunk - 1) / kColumnChunk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * h >= kParallelWork)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t c0 = c * kColumnChunk, c1 = std::min(h, c0 + kColumnChunk);
       float ag[kColumnChunk] = {}, ab[kColumnChunk] = {};
@@ -92,7 +92,7 @@ void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Ten
   }
 
   Out dxv(dx, "layernorm dx");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * h >= kParallelWork)
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = xv.data() + r * h;
     const float* dyr = dyv.data() + r * h;
@@ -126,7 +126,7 @@ void CpuBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, cons
   const int32_t* tok = tokens.data_as<const int32_t>();
   In tv(wte, "embedding wte"), pv(wpe, "embedding wpe");
   Out ov(out, "embedding out");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (s * b * h >= kParallelWork)
   for (int64_t row = 0; row < s * b; ++row) {
     const int64_t si = row / b, bi = row % b;
     const int32_t t = tok[bi * s + si];
@@ -150,7 +150,7 @@ void CpuBackend::embedding_backward(const Tensor& tokens, const Tensor& dout, Te
   // Token rows repeat, so the scatter is split by column chunks; each chunk walks the
   // positions in (s, b) order, a fixed accumulation order per element.
   const int64_t chunks = (h + kColumnChunk - 1) / kColumnChunk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (s * b * h >= kParallelWork)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t c0 = c * kColumnChunk, c1 = std::min(h, c0 + kColumnChunk);
     for (int64_t row = 0; row < s * b; ++row) {
@@ -161,7 +161,7 @@ void CpuBackend::embedding_backward(const Tensor& tokens, const Tensor& dout, Te
     }
   }
   // Positions: one thread per position, batch entries in order.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (s * b * h >= kParallelWork)
   for (int64_t si = 0; si < s; ++si)
     for (int64_t bi = 0; bi < b; ++bi)
       for (int64_t j = 0; j < h; ++j) pv[si * h + j] += dv[(si * b + bi) * h + j];

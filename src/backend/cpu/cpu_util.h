@@ -95,6 +95,10 @@ class Out {
   float* p_ = nullptr;
 };
 
+// Loops run on OpenMP threads only above this much work (elements or multiply-adds): below
+// it, waking the threads costs more than the loop.
+constexpr int64_t kParallelWork = 1 << 15;
+
 // Column chunk width for column reductions (bias/gamma gradients, embedding scatter):
 // each chunk is owned by one thread, which walks the rows in order.
 constexpr int64_t kColumnChunk = 64;

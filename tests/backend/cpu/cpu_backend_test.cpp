@@ -214,15 +214,17 @@ TEST(CpuBackend, SixteenBitLinearIsFp32OfRoundedInputsThenRounded) {
 TEST(CpuBackend, ResultsIndependentOfThreadCount) {
   auto rng = test_rng();
   auto be = make_cpu_backend();
-  Tensor x = random_tensor({64, 48}, rng), w = random_tensor({40, 48}, rng), r = random_tensor({64, 40}, rng);
+  // Sizes above the backend's parallel threshold (32768 elements) so that threads are used.
+  Tensor x = random_tensor({512, 48}, rng), w = random_tensor({80, 48}, rng), r = random_tensor({512, 80}, rng);
+  Tensor bias = random_tensor({80}, rng);
   Tensor big = random_tensor({300000}, rng);
   auto run = [&](int threads) {
     omp_set_num_threads(threads);
-    Tensor y = be->empty({64, 40}, DType::kF32, MemoryKind::kOther);
-    be->linear_forward(x, w, Tensor(), y);
-    Tensor dx = be->empty({64, 48}, DType::kF32, MemoryKind::kOther);
-    Tensor dw = be->empty({40, 48}, DType::kF32, MemoryKind::kOther);
-    Tensor db = be->empty({40}, DType::kF32, MemoryKind::kOther);
+    Tensor y = be->empty({512, 80}, DType::kF32, MemoryKind::kOther);
+    be->linear_forward(x, w, bias, y);
+    Tensor dx = be->empty({512, 48}, DType::kF32, MemoryKind::kOther);
+    Tensor dw = be->empty({80, 48}, DType::kF32, MemoryKind::kOther);
+    Tensor db = be->empty({80}, DType::kF32, MemoryKind::kOther);
     be->linear_backward(r, x, w, dx, dw, db);
     const double s = be->sum_squares(big);
     return std::make_tuple(y, dx, dw, db, s);

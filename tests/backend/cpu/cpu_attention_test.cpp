@@ -1,0 +1,196 @@
+// CPU backend causal attention over Megatron's fused QKV layout.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_test_util.h"
+#include "core/rng.h"
+
+namespace megatron::backend {
+namespace {
+
+using namespace megatron::test;
+
+// Naive double attention: out[s, b, H*d] and lse[b, H, s], reading q, k, v of head hd at
+// columns hd*3d + {0, d, 2d} of qkv[s, b, H*3d]; dropout index ((bi*H + hd)*s + i)*s + j.
+void naive_attention(const Tensor& qkv, const AttentionParams& p, std::vector<double>& out, std::vector<double>& lse) {
+  const int64_t s = qkv.dim(0), b = qkv.dim(1), H = p.heads, d = p.head_dim;
+  out.assign(s * b * H * d, 0.0);
+  lse.assign(b * H * s, 0.0);
+  auto at = [&](int64_t i, int64_t bi, int64_t hd, int64_t part, int64_t c) {
+    return get(qkv, (i * b + bi) * H * 3 * d + hd * 3 * d + part * d + c);
+  };
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t hd = 0; hd < H; ++hd)
+      for (int64_t i = 0; i < s; ++i) {
+        std::vector<double> sc(i + 1);
+        double mx = -1e300;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0.0;
+          for (int64_t c = 0; c < d; ++c) dot += at(i, bi, hd, 0, c) * at(j, bi, hd, 1, c);
+          sc[j] = dot * p.softmax_scale;
+          mx = std::max(mx, sc[j]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(sc[j] - mx);
+        const double l = mx + std::log(sum);
+        lse[(bi * H + hd) * s + i] = l;
+        for (int64_t j = 0; j <= i; ++j) {
+          double prob = std::exp(sc[j] - l);
+          if (p.dropout.p > 0.0f) {
+            const uint64_t index = static_cast<uint64_t>(((bi * H + hd) * s + i) * s + j);
+            prob *= dropout_keep(p.dropout.seed, p.dropout.stream, index, p.dropout.p) ? 1.0 / (1.0 - p.dropout.p) : 0.0;
+          }
+          for (int64_t c = 0; c < d; ++c) out[(i * b + bi) * H * d + hd * d + c] += prob * at(j, bi, hd, 2, c);
+        }
+      }
+}
+
+AttentionParams params(int64_t heads, int64_t d, float p) {
+  AttentionParams a;
+  a.heads = heads;
+  a.head_dim = d;
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  a.dropout = DropoutParams{p, 2024, 11};
+  return a;
+}
+
+class CpuAttention : public ::testing::TestWithParam<float> {};
+
+TEST_P(CpuAttention, ForwardMatchesNaive) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t s = 7, b = 2, H = 3, d = 4;
+  const AttentionParams p = params(H, d, GetParam());
+  // Inputs up to 2 in magnitude so the softmax is far from uniform.
+  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng, DType::kF32, 0.1f, 2.0f);
+  Tensor out = random_tensor({s, b, H * d}, rng);  // overwritten
+  Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  be->attention_forward(qkv, out, lse, p);
+  std::vector<double> eo, el;
+  naive_attention(qkv, p, eo, el);
+  // fp32 exp/log of O(1) arguments and sums of <= 7 terms: errors ~1e-6.
+  expect_close(out, eo, 1e-5, 1e-5, "attention out");
+  expect_close(lse, el, 1e-5, 1e-6, "attention lse");
+}
+
+TEST_P(CpuAttention, BackwardMatchesFiniteDifferences) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t s = 5, b = 2, H = 2, d = 3;
+  const AttentionParams p = params(H, d, GetParam());
+  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng);
+  Tensor r = random_tensor({s, b, H * d}, rng);
+  Tensor out = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  // The dropout mask is a function of (seed, stream, index) only, so L stays a smooth
+  // function of qkv with dropout on and central differences apply.
+  auto objective = [&] {
+    be->attention_forward(qkv, out, lse, p);
+    return dot(out, r);
+  };
+  objective();
+  Tensor dqkv = random_tensor({s, b, H * 3 * d}, rng);  // overwritten
+  be->attention_backward(r, qkv, out, lse, dqkv, p);
+  // Step 1e-3: softmax curvature with |scores| <= ~2 keeps truncation ~ h^2 ~ 1e-6; fp32
+  // noise of L (sum of 60 terms ~1, ~2e-6) over 2e-3: ~1e-3. Tolerance 3e-3 absolute,
+  // against gradients of size ~0.1-2.
+  expect_close(dqkv, finite_difference(qkv, 1e-3, objective), 3e-3, 3e-3, "attention dqkv");
+}
+
+INSTANTIATE_TEST_SUITE_P(Dropout, CpuAttention, ::testing::Values(0.0f, 0.3f));
+
+TEST(CpuAttentionDetail, CausalMaskAndFirstRow) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t s = 6, b = 1, H = 2, d = 4;
+  const AttentionParams p = params(H, d, 0.0f);
+  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng);
+  Tensor out = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  be->attention_forward(qkv, out, lse, p);
+  // Row 0 attends only to itself: out_0 = v_0, lse_0 = scale q_0 . k_0.
+  for (int64_t hd = 0; hd < H; ++hd) {
+    double qk = 0.0;
+    for (int64_t c = 0; c < d; ++c) {
+      EXPECT_NEAR(get(out, hd * d + c), get(qkv, hd * 3 * d + 2 * d + c), 1e-6);
+      qk += get(qkv, hd * 3 * d + c) * get(qkv, hd * 3 * d + d + c);
+    }
+    EXPECT_NEAR(get(lse, hd * s), qk * p.softmax_scale, 1e-6);
+  }
+  // Changing the last position's k and v changes no earlier output.
+  Tensor qkv2 = clone(qkv);
+  for (int64_t c = H * 3 * d * (s - 1); c < qkv2.numel(); ++c) set(qkv2, c, get(qkv2, c) * -3.0);
+  Tensor out2 = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  be->attention_forward(qkv2, out2, lse, p);
+  for (int64_t i = 0; i < (s - 1) * H * d; ++i) EXPECT_EQ(get(out, i), get(out2, i)) << i;
+}
+
+TEST(CpuAttentionDetail, DropoutChangesOutputAndIsReproducible) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t s = 8, b = 2, H = 2, d = 4;
+  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng);
+  Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  Tensor lse2 = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  Tensor o0 = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor o1 = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor o2 = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  be->attention_forward(qkv, o0, lse, params(H, d, 0.0f));
+  be->attention_forward(qkv, o1, lse2, params(H, d, 0.5f));
+  EXPECT_FALSE(bitwise_equal(o0, o1));
+  EXPECT_TRUE(bitwise_equal(lse, lse2)) << "lse is taken before dropout";
+  be->attention_forward(qkv, o2, lse2, params(H, d, 0.5f));
+  EXPECT_TRUE(bitwise_equal(o1, o2));
+}
+
+TEST(CpuAttentionDetail, Bf16IsFp32OfRoundedInputsThenRounded) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t s = 6, b = 2, H = 2, d = 8;
+  const AttentionParams p = params(H, d, 0.1f);
+  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng, DType::kBF16);
+  Tensor out = be->empty({s, b, H * d}, DType::kBF16, MemoryKind::kOther);
+  Tensor out32 = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  Tensor lse32 = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  be->attention_forward(qkv, out, lse, p);
+  be->attention_forward(to_f32(qkv), out32, lse32, p);
+  EXPECT_TRUE(bitwise_equal(lse, lse32));
+  for (int64_t i = 0; i < out.numel(); ++i)
+    ASSERT_EQ(get(out, i), round_to(DType::kBF16, static_cast<float>(get(out32, i)))) << i;
+  Tensor dout = random_tensor({s, b, H * d}, rng, DType::kBF16);
+  Tensor dqkv = be->empty({s, b, H * 3 * d}, DType::kBF16, MemoryKind::kOther);
+  Tensor dqkv32 = be->empty({s, b, H * 3 * d}, DType::kF32, MemoryKind::kOther);
+  be->attention_backward(dout, qkv, out, lse, dqkv, p);
+  be->attention_backward(to_f32(dout), to_f32(qkv), out32, lse32, dqkv32, p);
+  for (int64_t i = 0; i < dqkv.numel(); ++i)
+    ASSERT_EQ(get(dqkv, i), round_to(DType::kBF16, static_cast<float>(get(dqkv32, i)))) << i;
+}
+
+TEST(CpuAttentionDetail, ResultsIndependentOfThreadCount) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  // b H s^2 d = 49152 multiply-adds: above the backend's parallel threshold.
+  const int64_t s = 32, b = 2, H = 3, d = 8;
+  const AttentionParams p = params(H, d, 0.2f);
+  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng), dout = random_tensor({s, b, H * d}, rng);
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    Tensor out = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+    Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+    be->attention_forward(qkv, out, lse, p);
+    Tensor dqkv = be->empty({s, b, H * 3 * d}, DType::kF32, MemoryKind::kOther);
+    be->attention_backward(dout, qkv, out, lse, dqkv, p);
+    return std::vector<Tensor>{out, lse, dqkv};
+  };
+  const int saved = omp_get_max_threads();
+  const auto one = run(1), two = run(2);
+  omp_set_num_threads(saved);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bitwise_equal(one[i], two[i])) << "output " << i;
+}
+
+}  // namespace
+}  // namespace megatron::backend

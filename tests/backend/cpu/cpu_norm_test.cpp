@@ -1,0 +1,198 @@
+// CPU backend layernorm and embeddings.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_test_util.h"
+
+namespace megatron::backend {
+namespace {
+
+using namespace megatron::test;
+
+// Naive double layernorm of rows of length h (biased variance).
+void naive_layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, std::vector<double>& out,
+                     std::vector<double>& mean, std::vector<double>& rstd) {
+  const int64_t h = x.dim(-1), n = x.numel() / h;
+  out.assign(x.numel(), 0.0);
+  mean.assign(n, 0.0);
+  rstd.assign(n, 0.0);
+  for (int64_t r = 0; r < n; ++r) {
+    double m = 0.0, v = 0.0;
+    for (int64_t j = 0; j < h; ++j) m += get(x, r * h + j);
+    m /= h;
+    for (int64_t j = 0; j < h; ++j) v += (get(x, r * h + j) - m) * (get(x, r * h + j) - m);
+    v /= h;
+    mean[r] = m;
+    rstd[r] = 1.0 / std::sqrt(v + eps);
+    for (int64_t j = 0; j < h; ++j) out[r * h + j] = (get(x, r * h + j) - m) * rstd[r] * get(gamma, j) + get(beta, j);
+  }
+}
+
+TEST(CpuNorm, LayernormForwardMatchesNaive) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t s = 4, b = 3, h = 20;
+  // A large common offset (mean ~ 3) checks the variance is not computed as E[x^2] - E[x]^2
+  // in fp32... to the extent fp32 shows it; values keep their random spread.
+  Tensor x = random_tensor({s, b, h}, rng);
+  for (int64_t i = 0; i < x.numel(); ++i) set(x, i, get(x, i) + 3.0);
+  Tensor gamma = random_tensor({h}, rng), beta = random_tensor({h}, rng);
+  Tensor out = be->empty({s, b, h}, DType::kF32, MemoryKind::kOther);
+  Tensor mean = be->empty({s * b}, DType::kF32, MemoryKind::kOther);
+  Tensor rstd = be->empty({s * b}, DType::kF32, MemoryKind::kOther);
+  const float eps = 1e-5f;
+  be->layernorm_forward(x, gamma, beta, eps, out, mean, rstd);
+  std::vector<double> eo, em, er;
+  naive_layernorm(x, gamma, beta, eps, eo, em, er);
+  // Outputs O(1) from fp32 arithmetic on O(1) values: 1e-5 covers a few ulps of |xhat| <= 5.
+  expect_close(out, eo, 1e-5, 1e-5, "layernorm out");
+  expect_close(mean, em, 1e-6, 1e-6, "layernorm mean");
+  expect_close(rstd, er, 1e-6, 1e-5, "layernorm rstd");
+}
+
+TEST(CpuNorm, LayernormBackwardMatchesFiniteDifferencesAndAccumulates) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t n = 5, h = 9;
+  Tensor x = random_tensor({n, h}, rng), gamma = random_tensor({h}, rng), beta = random_tensor({h}, rng);
+  Tensor r = random_tensor({n, h}, rng);
+  Tensor out = be->empty({n, h}, DType::kF32, MemoryKind::kOther);
+  Tensor mean = be->empty({n}, DType::kF32, MemoryKind::kOther);
+  Tensor rstd = be->empty({n}, DType::kF32, MemoryKind::kOther);
+  const float eps = 1e-5f;
+  auto objective = [&] {
+    be->layernorm_forward(x, gamma, beta, eps, out, mean, rstd);
+    return dot(out, r);
+  };
+  objective();
+  Tensor dx = random_tensor({n, h}, rng);  // overwritten
+  Tensor dgamma = random_tensor({h}, rng), dbeta = random_tensor({h}, rng);
+  const std::vector<double> dg0 = values(dgamma), db0 = values(dbeta);
+  be->layernorm_backward(r, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  // x: L is smooth with curvature ~ rstd^2 ~ 1 - 10 for these rows (std ~ 0.6); step 1e-3
+  // gives truncation ~ h^2 * 10 = 1e-5, and fp32 noise of L (sum of 45 terms ~ 1, ~1e-6)
+  // over 2e-3: ~5e-4. Tolerance 2e-3 absolute on gradients of size ~1-10.
+  expect_close(dx, finite_difference(x, 1e-3, objective), 2e-3, 2e-3, "layernorm dx");
+  // gamma, beta: L is linear in them (no truncation error); step 1e-2.
+  expect_close(minus(values(dgamma), dg0), finite_difference(gamma, 1e-2, objective), 1e-3, 1e-3,
+               "layernorm dgamma (+=)");
+  expect_close(minus(values(dbeta), db0), finite_difference(beta, 1e-2, objective), 1e-3, 1e-3,
+               "layernorm dbeta (+=)");
+
+  // dx is overwritten: the same call again gives the same dx, dgamma grows by the same step.
+  Tensor dx2 = clone(dx);
+  const std::vector<double> dg1 = values(dgamma);
+  be->layernorm_backward(r, x, gamma, mean, rstd, dx2, dgamma, dbeta);
+  EXPECT_TRUE(bitwise_equal(dx, dx2));
+  expect_close(minus(values(dgamma), dg1), minus(dg1, dg0), 1e-6, 1e-5, "second dgamma accumulation");
+}
+
+TEST(CpuNorm, LayernormBf16IsFp32OfRoundedInputsThenRounded) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  Tensor x = random_tensor({6, 32}, rng, DType::kBF16);
+  Tensor gamma = random_tensor({32}, rng, DType::kBF16), beta = random_tensor({32}, rng, DType::kBF16);
+  Tensor out = be->empty({6, 32}, DType::kBF16, MemoryKind::kOther);
+  Tensor out32 = be->empty({6, 32}, DType::kF32, MemoryKind::kOther);
+  Tensor mean = be->empty({6}, DType::kF32, MemoryKind::kOther), rstd = be->empty({6}, DType::kF32, MemoryKind::kOther);
+  Tensor mean32 = be->empty({6}, DType::kF32, MemoryKind::kOther);
+  Tensor rstd32 = be->empty({6}, DType::kF32, MemoryKind::kOther);
+  be->layernorm_forward(x, gamma, beta, 1e-5f, out, mean, rstd);
+  be->layernorm_forward(to_f32(x), to_f32(gamma), to_f32(beta), 1e-5f, out32, mean32, rstd32);
+  EXPECT_TRUE(bitwise_equal(mean, mean32));
+  EXPECT_TRUE(bitwise_equal(rstd, rstd32));
+  for (int64_t i = 0; i < out.numel(); ++i)
+    ASSERT_EQ(get(out, i), round_to(DType::kBF16, static_cast<float>(get(out32, i)))) << i;
+  // Backward with bf16 dy/x/gamma and a bf16 dx, fp32 dgamma/dbeta.
+  Tensor dy = random_tensor({6, 32}, rng, DType::kBF16);
+  Tensor dx = be->empty({6, 32}, DType::kBF16, MemoryKind::kOther);
+  Tensor dx32 = be->empty({6, 32}, DType::kF32, MemoryKind::kOther);
+  Tensor dg = be->empty({32}, DType::kF32, MemoryKind::kOther), db = be->empty({32}, DType::kF32, MemoryKind::kOther);
+  Tensor dg32 = be->empty({32}, DType::kF32, MemoryKind::kOther);
+  Tensor db32 = be->empty({32}, DType::kF32, MemoryKind::kOther);
+  be->layernorm_backward(dy, x, gamma, mean, rstd, dx, dg, db);
+  be->layernorm_backward(to_f32(dy), to_f32(x), to_f32(gamma), mean32, rstd32, dx32, dg32, db32);
+  EXPECT_TRUE(bitwise_equal(dg, dg32));
+  EXPECT_TRUE(bitwise_equal(db, db32));
+  for (int64_t i = 0; i < dx.numel(); ++i)
+    ASSERT_EQ(get(dx, i), round_to(DType::kBF16, static_cast<float>(get(dx32, i)))) << i;
+}
+
+TEST(CpuNorm, EmbeddingForwardMatchesNaive) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t b = 3, s = 5, vocab = 11, h = 6, positions = 8;
+  Tensor tokens = be->empty({b, s}, DType::kI32, MemoryKind::kOther);
+  for (int64_t i = 0; i < b * s; ++i) tokens.data_as<int32_t>()[i] = static_cast<int32_t>(rng() % vocab);
+  Tensor wte = random_tensor({vocab, h}, rng), wpe = random_tensor({positions, h}, rng);
+  Tensor out = be->empty({s, b, h}, DType::kF32, MemoryKind::kOther);
+  be->embedding_forward(tokens, wte, wpe, out);
+  std::vector<double> expect(s * b * h);
+  for (int64_t si = 0; si < s; ++si)
+    for (int64_t bi = 0; bi < b; ++bi) {
+      const int32_t t = tokens.data_as<int32_t>()[bi * s + si];
+      for (int64_t j = 0; j < h; ++j) expect[(si * b + bi) * h + j] = get(wte, t * h + j) + get(wpe, si * h + j);
+    }
+  // One fp32 addition: exact to half an ulp.
+  expect_close(out, expect, 0.0, 1e-7, "embedding out");
+}
+
+TEST(CpuNorm, EmbeddingBackwardMatchesFiniteDifferencesAndAccumulates) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t b = 2, s = 6, vocab = 5, h = 4, positions = 7;
+  Tensor tokens = be->empty({b, s}, DType::kI32, MemoryKind::kOther);
+  // Repeated tokens (vocab 5 < 12 positions) so the scatter has to add.
+  for (int64_t i = 0; i < b * s; ++i) tokens.data_as<int32_t>()[i] = static_cast<int32_t>(rng() % vocab);
+  tokens.data_as<int32_t>()[0] = tokens.data_as<int32_t>()[1] = 2;
+  Tensor wte = random_tensor({vocab, h}, rng), wpe = random_tensor({positions, h}, rng);
+  Tensor r = random_tensor({s, b, h}, rng);
+  Tensor out = be->empty({s, b, h}, DType::kF32, MemoryKind::kOther);
+  auto objective = [&] {
+    be->embedding_forward(tokens, wte, wpe, out);
+    return dot(out, r);
+  };
+  Tensor dwte = random_tensor({vocab, h}, rng), dwpe = random_tensor({positions, h}, rng);
+  const std::vector<double> dwte0 = values(dwte), dwpe0 = values(dwpe);
+  be->embedding_backward(tokens, r, dwte, dwpe);
+  // Linear in both tables: central differences exact up to fp32 noise (~1e-4, see linear).
+  expect_close(minus(values(dwte), dwte0), finite_difference(wte, 1e-2, objective), 1e-3, 1e-3, "dwte (+=)");
+  expect_close(minus(values(dwpe), dwpe0), finite_difference(wpe, 1e-2, objective), 1e-3, 1e-3, "dwpe (+=)");
+  // Positions beyond s get no gradient: their (+=) leaves them untouched.
+  for (int64_t p = s; p < positions; ++p)
+    for (int64_t j = 0; j < h; ++j) EXPECT_EQ(get(dwpe, p * h + j), dwpe0[p * h + j]);
+}
+
+TEST(CpuNorm, ResultsIndependentOfThreadCount) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t b = 4, s = 64, vocab = 50, h = 200;
+  Tensor tokens = be->empty({b, s}, DType::kI32, MemoryKind::kOther);
+  for (int64_t i = 0; i < b * s; ++i) tokens.data_as<int32_t>()[i] = static_cast<int32_t>(rng() % vocab);
+  Tensor dout = random_tensor({s, b, h}, rng), x = random_tensor({s, b, h}, rng);
+  Tensor gamma = random_tensor({h}, rng), beta = random_tensor({h}, rng);
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    Tensor dwte = be->empty({vocab, h}, DType::kF32, MemoryKind::kOther);
+    Tensor dwpe = be->empty({s, h}, DType::kF32, MemoryKind::kOther);
+    be->embedding_backward(tokens, dout, dwte, dwpe);
+    Tensor out = be->empty({s, b, h}, DType::kF32, MemoryKind::kOther);
+    Tensor mean = be->empty({s * b}, DType::kF32, MemoryKind::kOther);
+    Tensor rstd = be->empty({s * b}, DType::kF32, MemoryKind::kOther);
+    be->layernorm_forward(x, gamma, beta, 1e-5f, out, mean, rstd);
+    Tensor dx = be->empty({s, b, h}, DType::kF32, MemoryKind::kOther);
+    Tensor dg = be->empty({h}, DType::kF32, MemoryKind::kOther), db = be->empty({h}, DType::kF32, MemoryKind::kOther);
+    be->layernorm_backward(dout, x, gamma, mean, rstd, dx, dg, db);
+    return std::vector<Tensor>{dwte, dwpe, out, dx, dg, db};
+  };
+  const int saved = omp_get_max_threads();
+  const auto one = run(1), two = run(2);
+  omp_set_num_threads(saved);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bitwise_equal(one[i], two[i])) << "output " << i;
+}
+
+}  // namespace
+}  // namespace megatron::backend
