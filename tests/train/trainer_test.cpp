@@ -1,0 +1,221 @@
+// The training loop end to end on the CPU engine, read back through its own log: Megatron's
+// iteration line parsed by a regex written from megatron-facts §4.1, consumed samples, the
+// logged learning rate against the schedule computed by hand, the loss falling, the fp16
+// loss scaler skipping overflowing iterations by its rules, and the batch-size ramp-up.
+#include "train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "cli/args.h"
+#include "cli/train_args.h"
+#include "data/indexed_dataset.h"
+#include "support/paths.h"
+
+namespace megatron::train {
+namespace {
+
+constexpr int64_t kVocab = 40;
+
+// A corpus a tiny model can learn: each document walks t -> (3t + 1) mod 37, so the next
+// token is a function of the current one (plus document starts).
+std::string write_corpus(const std::string& dir) {
+  const std::string prefix = dir + "/walk_text_document";
+  data::IndexedDatasetWriter writer(prefix, data::TokenDType::kUInt16);
+  for (int d = 0; d < 120; ++d) {
+    std::vector<int32_t> tokens;
+    int32_t t = d % 37;
+    for (int i = 0; i < 40 + d % 7; ++i) {
+      tokens.push_back(t);
+      t = (3 * t + 1) % 37;
+    }
+    const int32_t len = static_cast<int32_t>(tokens.size());
+    writer.add_document(tokens, std::span<const int32_t>(&len, 1));
+  }
+  writer.finalize();
+  return prefix;
+}
+
+TrainConfig parse(std::vector<std::string> flags) {
+  cli::Args args("train");
+  cli::declare_train_flags(args);
+  EXPECT_TRUE(args.parse(flags));
+  TrainConfig c = cli::parse_train_config(args);
+  c.model.vocab_size = kVocab;
+  c.model.padded_vocab_size = padded_vocab_size(kVocab, 8, 1);
+  return c;
+}
+
+std::vector<std::string> base_flags(const std::string& prefix, const std::string& cache) {
+  return {"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "16",
+          "--max-position-embeddings", "16", "--micro-batch-size", "2", "--data-path", prefix, "--split", "90,10,0",
+          "--data-cache-path", cache, "--attention-dropout", "0", "--hidden-dropout", "0", "--eval-iters", "2",
+          "--seed", "7", "--vocab-file", test::gpt2_vocab_file(), "--merge-file", test::gpt2_merge_file()};
+}
+
+// One parsed iteration line: every field of Megatron's format, in order.
+struct Line {
+  int64_t iteration, train_iters, consumed;
+  double ms, lr;
+  int64_t gbs;
+  std::optional<double> loss;
+  double loss_scale;
+  std::optional<double> grad_norm;
+  int64_t skipped, nans;
+};
+
+std::vector<Line> parse_lines(const std::string& log) {
+  // Written from megatron-facts §4.1 (HEAD style: timestamp, .6E learning rate), our tokens/s
+  // and ETA after Megatron's fields.
+  static const std::regex re(
+      R"(^ \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\] iteration +(\d+)/ +(\d+) \| consumed samples: +(\d+) \|)"
+      R"( elapsed time per iteration \(ms\): (\d+\.\d) \|( throughput per GPU \(TFLOP/s/GPU\): \d+\.\d \|)?)"
+      R"( learning rate: (\d\.\d{6}E[+-]\d\d) \| global batch size: +(\d+) \|( lm loss: (\d\.\d{6}E[+-]\d\d) \|)?)"
+      R"( loss scale: (\d+\.\d) \|( grad norm: (\d+\.\d{3}) \|)? number of skipped iterations: +(\d+) \|)"
+      R"( number of nan iterations: +(\d+) \| tokens per second: \d+ \| ETA: \d+:\d\d:\d\d \|$)");
+  std::vector<Line> lines;
+  std::istringstream in(log);
+  std::string s;
+  while (std::getline(in, s)) {
+    if (s.find(" iteration ") == std::string::npos || s.find("consumed samples") == std::string::npos) continue;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_match(s, m, re)) << "not Megatron's format: " << s;
+    if (m.empty()) continue;
+    Line l{};
+    l.iteration = std::stoll(m[1]);
+    l.train_iters = std::stoll(m[2]);
+    l.consumed = std::stoll(m[3]);
+    l.ms = std::stod(m[4]);
+    l.lr = std::stod(m[6]);
+    l.gbs = std::stoll(m[7]);
+    if (m[8].matched) l.loss = std::stod(m[9]);
+    l.loss_scale = std::stod(m[10]);
+    if (m[11].matched) l.grad_norm = std::stod(m[12]);
+    l.skipped = std::stoll(m[13]);
+    l.nans = std::stoll(m[14]);
+    lines.push_back(l);
+  }
+  return lines;
+}
+
+TEST(Trainer, TrainsAndLogsMegatronLines) {
+  const std::string dir = test::scratch_dir("trainer_basic");
+  std::vector<std::string> flags = base_flags(write_corpus(dir), dir + "/cache");
+  for (const char* f : {"--global-batch-size", "4", "--train-iters", "40", "--lr", "0.01", "--min-lr", "0.001",
+                        "--lr-decay-style", "cosine", "--lr-warmup-iters", "4", "--log-interval", "5",
+                        "--eval-interval", "20"})
+    flags.push_back(f);
+  const TrainConfig c = parse(flags);
+  auto backend = backend::make_cpu_backend();
+  std::ostringstream out;
+  Trainer trainer(c, *backend, out);
+  const TrainSummary summary = trainer.run();
+  const std::string log = out.str();
+
+  const std::vector<Line> lines = parse_lines(log);
+  ASSERT_EQ(lines.size(), 8u) << log;
+  for (const Line& l : lines) {
+    EXPECT_EQ(l.train_iters, 40);
+    EXPECT_EQ(l.consumed, l.iteration * 4);
+    EXPECT_EQ(l.gbs, 4);
+    EXPECT_EQ(l.loss_scale, 1.0);
+    EXPECT_EQ(l.skipped, 0);
+    EXPECT_TRUE(l.grad_norm.has_value());
+    // The logged LR is the one for the next iteration: lr(k * G) with G = 4, W = 4 * 4 = 16
+    // warmup samples, D = 40 * 4 = 160 decay samples, cosine from 0.01 to 0.001.
+    const double n = static_cast<double>(l.iteration * 4);
+    const double expected = n <= 16 ? 0.01 * n / 16
+                                    : 0.001 + 0.5 * (std::cos(M_PI * (n - 16) / (160 - 16)) + 1) * (0.01 - 0.001);
+    EXPECT_NEAR(l.lr, expected, 5e-7 * std::max(expected, 1e-3)) << "iteration " << l.iteration;
+  }
+  ASSERT_TRUE(lines.front().loss && lines.back().loss);
+  EXPECT_GT(*lines.front().loss, 3.0);                      // ~ln(40) at the start
+  EXPECT_LT(*lines.back().loss, 0.5 * *lines.front().loss);  // the walk is learnable
+  EXPECT_NE(log.find(" validation loss at iteration 20 | lm loss value: "), std::string::npos) << log;
+  EXPECT_NE(log.find(" validation loss at iteration 40 on validation set | "), std::string::npos) << log;
+  EXPECT_EQ(summary.iterations, 40);
+  EXPECT_LT(summary.final_valid_loss, summary.first_loss);
+  // Validation PPL = exp(loss), printed next to it.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(on validation set \| lm loss value: (\S+) \| lm loss PPL: (\S+) \|)")));
+  EXPECT_NEAR(std::stod(m[2]), std::exp(std::stod(m[1])), 1e-5 * std::stod(m[2]));
+}
+
+TEST(Trainer, Fp16SkipsOverflowingIterationsByTheScalerRules) {
+  const std::string dir = test::scratch_dir("trainer_fp16");
+  std::vector<std::string> flags = base_flags(write_corpus(dir), dir + "/cache");
+  // 2^32 overflows the fp16 gradients; hysteresis 2: the first overflow only counts down, every
+  // further one halves; the window (1000) is never reached, so the scale never grows.
+  for (const char* f : {"--global-batch-size", "2", "--train-iters", "40", "--lr", "0.001", "--lr-decay-style",
+                        "linear", "--log-interval", "1", "--eval-interval", "1000", "--fp16"})
+    flags.push_back(f);
+  const TrainConfig c = parse(flags);
+  auto backend = backend::make_cpu_backend();
+  std::ostringstream out;
+  Trainer trainer(c, *backend, out);
+  trainer.run();
+  const std::vector<Line> lines = parse_lines(out.str());
+  ASSERT_EQ(lines.size(), 40u);
+
+  double scale = 4294967296.0;
+  int64_t hysteresis = 2, skips = 0, successes = 0;
+  for (const Line& l : lines) {
+    if (l.skipped == 1) {
+      ASSERT_EQ(successes, 0) << "overflows come first, while the scale is too large";
+      ++skips;
+      if (--hysteresis <= 0) scale *= 0.5;
+      EXPECT_FALSE(l.grad_norm.has_value()) << "no grad norm on a skipped iteration";
+      EXPECT_FALSE(l.loss.has_value()) << "skipped losses are not averaged";
+      EXPECT_EQ(l.lr, 0.001) << "the scheduler does not step on a skipped iteration";
+    } else {
+      EXPECT_EQ(l.skipped, 0);
+      ++successes;
+      EXPECT_TRUE(l.grad_norm.has_value());
+      // Linear decay over 40*2 samples; only successful iterations advance it.
+      EXPECT_NEAR(l.lr, 0.001 * (1.0 - 2.0 * successes / 80.0), 1e-9) << "iteration " << l.iteration;
+    }
+    EXPECT_EQ(l.loss_scale, scale) << "iteration " << l.iteration;
+    EXPECT_EQ(l.nans, 0);
+    EXPECT_EQ(l.consumed, l.iteration * 2) << "skipped iterations consume their samples too";
+  }
+  EXPECT_GE(skips, 5);
+  EXPECT_GE(successes, 10);
+}
+
+TEST(Trainer, RampupBatchSize) {
+  const std::string dir = test::scratch_dir("trainer_rampup");
+  std::vector<std::string> flags = base_flags(write_corpus(dir), dir + "/cache");
+  // 2 -> 8 in steps of 2 over 24 samples: 3 increments, one per 8 samples.
+  for (const char* f : {"--global-batch-size", "8", "--rampup-batch-size", "2", "2", "24", "--train-samples", "80",
+                        "--lr", "0.001", "--log-interval", "1", "--eval-interval", "1000", "--bf16"})
+    flags.push_back(f);
+  const TrainConfig c = parse(flags);
+  auto backend = backend::make_cpu_backend();
+  std::ostringstream out;
+  Trainer trainer(c, *backend, out);
+  trainer.run();
+  const std::vector<Line> lines = parse_lines(out.str());
+  // By hand: samples per increment = 24 / 3 = 8; gbs(c) = 2 + int(c / 8) * 2 while c <= 24.
+  // consumed 0, 2, 4, 6 -> 2; 8, 12 -> 4; 16, 22 -> 6; at 28 > 24 the ramp is over and
+  // (80 - 28) // 8 = 6 iterations of 8 follow: 14 iterations.
+  const std::vector<int64_t> expected = {2, 2, 2, 2, 4, 4, 6, 6, 8, 8, 8, 8, 8, 8};
+  ASSERT_EQ(lines.size(), expected.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    total += expected[i];
+    EXPECT_EQ(lines[i].gbs, expected[i]) << "iteration " << lines[i].iteration;
+    EXPECT_EQ(lines[i].consumed, total);
+    EXPECT_EQ(lines[i].train_iters, static_cast<int64_t>(expected.size()));
+    EXPECT_EQ(lines[i].loss_scale, 1.0) << "bf16 logs a loss scale of 1.0";
+  }
+}
+
+}  // namespace
+}  // namespace megatron::train
