@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <string>
+#include <type_traits>
+#include <utility>
 
 #include "core/error.h"
 
@@ -59,16 +62,28 @@ double wsd_coeff(WsdDecayStyle style, double q) {
   return 0.0;
 }
 
-void validate(const SchedulerConfig& c) {
+// The flags behind the step counts: "--lr-decay-iters" or "--lr-decay-samples" depending on
+// the mode; both spellings when the config was built in code.
+struct StepFlags {
+  const char* decay = "--lr-decay-iters/--lr-decay-samples";
+  const char* warmup = "--lr-warmup-iters/--lr-warmup-samples/--lr-warmup-fraction";
+  const char* wsd_decay = "--lr-wsd-decay-iters/--lr-wsd-decay-samples";
+};
+constexpr StepFlags kIterFlags{"--lr-decay-iters", "--lr-warmup-iters", "--lr-wsd-decay-iters"};
+constexpr StepFlags kSampleFlags{"--lr-decay-samples", "--lr-warmup-samples", "--lr-wsd-decay-samples"};
+
+// C23 OptimizerParamScheduler.__init__ asserts, as user errors.
+void validate(const SchedulerConfig& c, const StepFlags& flags = {}) {
   if (c.min_lr < 0.0) throw_error("[--min-lr] must be >= 0, got ", c.min_lr);
   if (c.max_lr < c.min_lr) throw_error("[--lr] ", c.max_lr, " is smaller than --min-lr ", c.min_lr);
   if (c.decay_steps <= 0)
-    throw_error("[--lr-decay-iters] the LR decay must last at least one sample, got ", c.decay_steps);
-  if (!(c.warmup_steps < c.decay_steps))
-    throw_error("[--lr-warmup-iters] the warmup (", c.warmup_steps,
+    throw_error("[", flags.decay, "] the LR decay must last at least one sample, got ", c.decay_steps);
+  if (!(c.warmup_steps < static_cast<double>(c.decay_steps)))
+    throw_error("[", flags.warmup, "] the warmup (", c.warmup_steps,
                 " samples) must be shorter than the LR decay (", c.decay_steps, " samples)");
   if (c.decay_style == LrDecayStyle::kWSD && c.wsd_decay_steps <= 0)
-    throw_error("[--lr-wsd-decay-iters] WSD needs a positive decay length, got ", c.wsd_decay_steps);
+    throw_error("[", flags.wsd_decay, "] --lr-decay-style WSD needs a positive decay length, got ",
+                c.wsd_decay_steps);
   if (c.start_wd < 0.0) throw_error("[--start-weight-decay] must be >= 0, got ", c.start_wd);
   if (c.end_wd < c.start_wd)
     throw_error("[--end-weight-decay] ", c.end_wd, " is smaller than --start-weight-decay ", c.start_wd);
@@ -149,7 +164,7 @@ SchedulerConfig make_scheduler_config(const ScheduleFlags& f) {
     c.start_wd = *f.start_weight_decay;
     c.end_wd = *f.end_weight_decay;
   }
-  validate(c);
+  validate(c, f.train_iters ? kIterFlags : kSampleFlags);
   return c;
 }
 
@@ -215,22 +230,31 @@ SchedulerState OptimizerParamScheduler::state() const {
 
 void OptimizerParamScheduler::load_state(const SchedulerState& saved, SchedulerLoadPolicy policy) {
   // Megatron _check_and_set: the flags' value, the checkpoint's, or both required equal.
+  const auto show = [](auto v) {
+    if constexpr (std::is_enum_v<decltype(v)>) {
+      return std::string(to_string(v));
+    } else {
+      return str_cat(v);
+    }
+  };
   auto pick = [&](auto current, auto from_checkpoint, const char* flag, const char* what) {
     if (policy == SchedulerLoadPolicy::kOverride) return current;
     if (policy == SchedulerLoadPolicy::kCheck && !(current == from_checkpoint))
-      throw_error("[", flag, "] the checkpoint's ", what, " differs from the arguments; pass "
-                  "--override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler");
+      throw_error("[", flag, "] the checkpoint's ", what, " ", show(from_checkpoint),
+                  " differs from the arguments' ", show(current),
+                  "; pass --override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler");
     return from_checkpoint;
   };
+  const StepFlags flags;
   SchedulerConfig c = config_;
   c.max_lr = pick(c.max_lr, saved.max_lr, "--lr", "learning rate");
   c.min_lr = pick(c.min_lr, saved.min_lr, "--min-lr", "minimum learning rate");
-  c.warmup_steps = pick(c.warmup_steps, saved.warmup_steps, "--lr-warmup-iters", "warmup length");
-  c.decay_steps = pick(c.decay_steps, saved.decay_steps, "--lr-decay-iters", "decay length");
+  c.warmup_steps = pick(c.warmup_steps, saved.warmup_steps, flags.warmup, "warmup length");
+  c.decay_steps = pick(c.decay_steps, saved.decay_steps, flags.decay, "decay length");
   c.decay_style = pick(c.decay_style, saved.decay_style, "--lr-decay-style", "decay style");
   c.start_wd = pick(c.start_wd, saved.start_wd, "--start-weight-decay", "start weight decay");
   c.end_wd = pick(c.end_wd, saved.end_wd, "--end-weight-decay", "end weight decay");
-  c.wd_incr_steps = pick(c.wd_incr_steps, saved.wd_incr_steps, "--train-iters", "weight decay length");
+  c.wd_incr_steps = pick(c.wd_incr_steps, saved.wd_incr_steps, "--train-iters/--train-samples", "weight decay length");
   c.wd_incr_style = pick(c.wd_incr_style, saved.wd_incr_style, "--weight-decay-incr-style",
                          "weight decay increment style");
   validate(c);

@@ -1,0 +1,138 @@
+// Num-microbatches calculator and --train-samples -> iterations (Megatron C23
+// microbatches.py, training.py update_train_iters).
+#include "train/microbatches.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace megatron::train {
+namespace {
+
+void expect_error_naming(const std::function<void()>& f, const std::string& flag) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error naming " << flag;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
+  }
+}
+
+TEST(MicroBatches, Constant) {
+  NumMicroBatchesCalculator c(512, 4, 8);  // 512 / (4*8)
+  EXPECT_EQ(c.num_microbatches(), 16);
+  c.update(1'000'000);
+  EXPECT_EQ(c.num_microbatches(), 16);
+  EXPECT_EQ(c.current_global_batch_size(), 512);
+  EXPECT_EQ(c.describe(), "setting number of micro-batches to constant 16");
+  EXPECT_EQ(NumMicroBatchesCalculator(8, 8, 1).num_microbatches(), 1);
+}
+
+TEST(MicroBatches, ConstantNotDivisible) {
+  // 100 % (8*2) = 4
+  expect_error_naming([] { NumMicroBatchesCalculator(100, 8, 2); }, "--global-batch-size");
+  expect_error_naming([] { NumMicroBatchesCalculator(100, 8, 2); }, "--micro-batch-size");
+  expect_error_naming([] { NumMicroBatchesCalculator(4, 8, 1); }, "--global-batch-size");
+  expect_error_naming([] { NumMicroBatchesCalculator(8, 0, 1); }, "--micro-batch-size");
+}
+
+// BigScience's ramp: --rampup-batch-size 16 16 5_000_000 --global-batch-size 1024, with
+// mbs*dp = 2*8 = 16. Increments: (1024-16)/16 = 63, each 5e6/63 = 79365.0794 samples.
+TEST(MicroBatches, BigScienceRamp) {
+  NumMicroBatchesCalculator c(1024, 2, 8, RampupBatchSize{16, 16, 5'000'000});
+  EXPECT_EQ(c.current_global_batch_size(), 16);  // starts at consumed = 0
+  EXPECT_EQ(c.num_microbatches(), 1);
+  struct Point {
+    int64_t consumed, gbs;
+  };
+  const Point points[] = {
+      {0, 16},             // int(0 / 79365.08) = 0
+      {79'365, 16},        // 79365 / 79365.0794 = 0.999999 -> 0
+      {79'366, 32},        // 1.0000116 -> 1: 16 + 16
+      {158'730, 32},       // 1.999998 -> 1
+      {158'731, 48},       // 2.0000106 -> 2
+      {2'500'000, 512},    // 31.5 -> 31: 16 + 31*16
+      {5'000'000, 1024},   // 63.0 -> 63: 16 + 63*16 (consumed == ramp is still "in" the ramp)
+      {5'000'001, 1024},   // past the ramp: G
+      {90'000'000, 1024},
+  };
+  for (const Point& p : points) {
+    c.update(p.consumed);
+    EXPECT_EQ(c.current_global_batch_size(), p.gbs) << "consumed " << p.consumed;
+    EXPECT_EQ(c.num_microbatches(), p.gbs / 16) << "consumed " << p.consumed;
+    EXPECT_EQ(c.global_batch_size_at(p.consumed), p.gbs);
+  }
+  EXPECT_EQ(c.describe(),
+            "will use batch size rampup starting from global batch size 16 to global batch size "
+            "1024 with batch size increments 16 over 5000000 samples.");
+}
+
+TEST(MicroBatches, RampUsesPythonFloatDivision) {
+  // --rampup-batch-size 2 2 9, G = 16: 7 increments of 9/7 = 1.2857142857142858 samples.
+  // At consumed = 9 (still inside the ramp, 9 <= 9), 9 / 1.2857142857142858 is
+  // 6.999999999999999 in double, so Megatron truncates to 6: gbs = 2 + 6*2 = 14, not 16.
+  NumMicroBatchesCalculator c(16, 1, 2, RampupBatchSize{2, 2, 9});
+  EXPECT_EQ(c.global_batch_size_at(8), 14);   // 8 / 1.2857 = 6.22 -> 6
+  EXPECT_EQ(c.global_batch_size_at(9), 14);
+  EXPECT_EQ(c.global_batch_size_at(10), 16);  // past the ramp
+  c.update(9);
+  EXPECT_EQ(c.num_microbatches(), 7);  // 14 / 2
+}
+
+TEST(MicroBatches, TrainItersSmallRampByHand) {
+  // --rampup-batch-size 2 2 10, G = 6, mbs*dp = 2: 2 increments of 10/2 = 5.0 samples.
+  // Ramp loop (while consumed <= 10: consumed += gbs(consumed)):
+  //   c=0: int(0/5)=0 -> 2, c=2   | c=2: 0 -> 2, c=4 | c=4: 0 -> 2, c=6
+  //   c=6: int(1.2)=1 -> 4, c=10  | c=10: int(2.0)=2 -> 6, c=16   => 5 iterations, 16 samples
+  // Then (train_samples - 16) // 6.
+  NumMicroBatchesCalculator c(6, 1, 2, RampupBatchSize{2, 2, 10});
+  EXPECT_EQ(train_iters_from_samples(c, 100), 19);  // 5 + 84 // 6 = 5 + 14
+  EXPECT_EQ(train_iters_from_samples(c, 16), 5);    // 5 + 0
+  EXPECT_EQ(train_iters_from_samples(c, 21), 5);    // 5 + 5 // 6
+  EXPECT_EQ(train_iters_from_samples(c, 22), 6);    // 5 + 6 // 6
+  EXPECT_EQ(train_iters_from_samples(c, 10), 4);    // 5 + (-6) // 6 = 5 - 1 (Python floor)
+  EXPECT_EQ(train_iters_from_samples(c, 11), 4);    // 5 + (-5) // 6 = 5 - 1
+  // The calculator's own state is untouched.
+  EXPECT_EQ(c.current_global_batch_size(), 2);
+}
+
+TEST(MicroBatches, TrainItersBigScienceRamp) {
+  NumMicroBatchesCalculator c(1024, 2, 8, RampupBatchSize{16, 16, 5'000'000});
+  // Megatron's update_train_iters loop, run in Python: the ramp phase takes 23456
+  // iterations and consumes 5,000,528 samples; then (146,484,375 - 5,000,528) // 1024 =
+  // 138,167 more: 161,623 in all.
+  EXPECT_EQ(train_iters_from_samples(c, 146'484'375), 161'623);
+  EXPECT_EQ(train_iters_from_samples(c, 5'000'528), 23'456);
+}
+
+TEST(MicroBatches, TrainItersWithoutRamp) {
+  NumMicroBatchesCalculator c(64, 4, 2);
+  EXPECT_EQ(train_iters_from_samples(c, 1000), 15);  // 1000 // 64
+}
+
+TEST(MicroBatches, BadRampIsAnError) {
+  const auto make = [](int64_t g, int64_t mbs, int64_t dp, RampupBatchSize r) {
+    return [=] { NumMicroBatchesCalculator(g, mbs, dp, r); };
+  };
+  expect_error_naming(make(1024, 2, 8, {2048, 16, 1000}), "--rampup-batch-size");  // start > G
+  expect_error_naming(make(1024, 2, 8, {1024, 16, 1000}), "--rampup-batch-size");  // start == G
+  expect_error_naming(make(1024, 2, 8, {16, 32, 1000}), "--rampup-batch-size");    // 1008 % 32
+  expect_error_naming(make(1024, 2, 8, {8, 8, 1000}), "--rampup-batch-size");      // 8 % 16
+  expect_error_naming(make(1024, 2, 8, {16, 16, 0}), "--rampup-batch-size");
+  expect_error_naming(make(1024, 2, 8, {0, 16, 1000}), "--rampup-batch-size");
+  expect_error_naming(make(1024, 2, 8, {16, 0, 1000}), "--rampup-batch-size");
+  const std::vector<int64_t> two = {16, 16};
+  expect_error_naming([&] { rampup_from_flag(two); }, "--rampup-batch-size");
+  const std::vector<int64_t> three = {16, 32, 5'000'000};
+  const RampupBatchSize r = rampup_from_flag(three);
+  EXPECT_EQ(r.start_batch_size, 16);
+  EXPECT_EQ(r.batch_size_increment, 32);
+  EXPECT_EQ(r.ramp_samples, 5'000'000);
+}
+
+}  // namespace
+}  // namespace megatron::train
