@@ -35,6 +35,9 @@ struct DropoutParams {
 // [j*3d + d, j*3d + 2d) k and [j*3d + 2d, j*3d + 3d) v (Megatron's [s, b, np, 3*hn] view).
 // out: [s, b, heads * head_dim], head j in columns [j*d, (j+1)*d).
 // softmax(q k^T * scale + causal mask) (fp32), dropout on the probabilities, times v.
+// Dropout element index of probability (batch bi, head hd, query i, key j) is
+// ((bi * heads + hd) * s + i) * s + j, the flat index in a [b, heads, s, s] tensor; masked
+// keys (j > i) draw nothing.
 struct AttentionParams {
   int64_t heads = 0;
   int64_t head_dim = 0;
