@@ -1,35 +1,28 @@
 #include "train/config.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 
 namespace megatron::train {
 
+NumMicroBatchesCalculator TrainConfig::microbatch_calculator() const {
+  std::optional<RampupBatchSize> ramp;
+  if (rampup_batch_size) {
+    ramp = RampupBatchSize{rampup_batch_size->start, rampup_batch_size->increment, rampup_batch_size->ramp_samples};
+  }
+  return NumMicroBatchesCalculator(global_batch_size, micro_batch_size, data_parallel_size, ramp);
+}
+
 int64_t TrainConfig::global_batch_size_at(int64_t consumed_samples) const {
-  if (!rampup_batch_size) return global_batch_size;
-  const RampupBatchSizeFlags& r = *rampup_batch_size;
-  if (consumed_samples > r.ramp_samples) return global_batch_size;
-  // C23 RampupBatchsizeNumMicroBatches: samples_per_increment is a float.
-  const int64_t num_increments = (global_batch_size - r.start) / r.increment;
-  const double samples_per_increment = static_cast<double>(r.ramp_samples) / static_cast<double>(num_increments);
-  const int64_t steps = static_cast<int64_t>(static_cast<double>(consumed_samples) / samples_per_increment);
-  return std::min(global_batch_size, r.start + steps * r.increment);
+  return microbatch_calculator().global_batch_size_at(consumed_samples);
 }
 
 int64_t TrainConfig::total_train_iters() const {
   if (train_iters) return *train_iters;
   MT_CHECK(train_samples.has_value()) << "total_train_iters() before parse_train_config()";
-  if (!rampup_batch_size) return *train_samples / global_batch_size;
-  // C23 update_train_iters: walk the ramp while consumed <= ramp samples, then whole batches.
-  int64_t iterations = 0;
-  int64_t consumed = 0;
-  while (consumed <= rampup_batch_size->ramp_samples) {
-    consumed += global_batch_size_at(consumed);
-    ++iterations;
-  }
-  if (*train_samples > consumed) iterations += (*train_samples - consumed) / global_batch_size;
-  return iterations;
+  return train_iters_from_samples(microbatch_calculator(), *train_samples);
 }
 
 std::string padded_vocab_message(int64_t vocab, int64_t padded) {

@@ -17,6 +17,7 @@
 
 #include "model/gpt_config.h"
 #include "train/lr_scheduler.h"
+#include "train/microbatches.h"
 
 namespace megatron::train {
 
@@ -141,6 +142,8 @@ struct TrainConfig {
   int64_t total_train_iters() const;
   // The global batch at `consumed_samples` (the ramp-up rule of §3.3; gbs without ramp-up).
   int64_t global_batch_size_at(int64_t consumed_samples) const;
+  // The calculator of train/microbatches.h for these batch flags (the one source of those rules).
+  NumMicroBatchesCalculator microbatch_calculator() const;
 };
 
 // Megatron's _vocab_size_with_padding: the vocabulary padded up to a multiple of

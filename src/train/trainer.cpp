@@ -53,14 +53,9 @@ DType param_dtype(const TrainConfig& c) { return c.bf16 ? DType::kBF16 : c.fp16 
 Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out)
     : config_(config), backend_(backend), out_(out) {
   const TrainConfig& c = config_;
-  microbatches_ = std::make_unique<NumMicroBatchesCalculator>(
-      c.global_batch_size, c.micro_batch_size, c.data_parallel_size,
-      c.rampup_batch_size ? std::optional<RampupBatchSize>(RampupBatchSize{c.rampup_batch_size->start,
-                                                                           c.rampup_batch_size->increment,
-                                                                           c.rampup_batch_size->ramp_samples})
-                          : std::nullopt);
+  microbatches_ = std::make_unique<NumMicroBatchesCalculator>(c.microbatch_calculator());
   out_ << microbatches_->describe() << '\n';
-  train_iters_ = c.train_iters ? *c.train_iters : train_iters_from_samples(*microbatches_, *c.train_samples);
+  train_iters_ = c.total_train_iters();
 
   // Data: the sample counts Megatron asks of each split (build_train_valid_test_data_loaders).
   data::GPTDataConfig dc;
