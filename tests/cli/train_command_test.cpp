@@ -1,0 +1,112 @@
+// `megatron train` as users run it: --dry-run prints the plan the engine allocates (checked
+// against model/memory_plan for the 175B shape) without touching data, a short run prints
+// Megatron's lines, and bad or unsupported flags fail with one line naming the flag.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "data/indexed_dataset.h"
+#include "model/memory_plan.h"
+#include "support/paths.h"
+
+namespace megatron {
+namespace {
+
+std::string train(const std::string& flags, int* status) {
+  const test::CommandResult r = test::run_command(test::megatron_binary() + " train " + flags, true);
+  *status = r.status;
+  return r.output;
+}
+
+int64_t table_bytes(const std::string& out, const std::string& row) {
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(out, m, std::regex("    " + row + " +([0-9]+) bytes"))) << row << "\n" << out;
+  return m.empty() ? -1 : std::stoll(m[1]);
+}
+
+TEST(TrainCommand, DryRunPrintsThePlanFor175B) {
+  int status = 0;
+  const std::string out = train(
+      "--model gpt3-175b --micro-batch-size 1 --global-batch-size 1536 --train-iters 10 --lr 6e-5 --bf16 --dry-run",
+      &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("> padded vocab (size: 50257) with 47 dummy tokens (new size: 50304)"), std::string::npos);
+  model::GPTConfig c;
+  c.num_layers = 96;
+  c.hidden_size = 12288;
+  c.num_attention_heads = 96;
+  c.kv_channels = 128;
+  c.ffn_hidden_size = 49152;
+  c.seq_length = 2048;
+  c.max_position_embeddings = 2048;
+  c.vocab_size = 50257;
+  c.padded_vocab_size = 50304;
+  const model::MemoryPlan plan = model::plan_memory(c, DType::kBF16, 1);
+  EXPECT_EQ(table_bytes(out, "parameters"), plan.parameters);
+  EXPECT_EQ(table_bytes(out, "main parameters \\(fp32\\)"), plan.main_parameters);
+  EXPECT_EQ(table_bytes(out, "gradients \\(fp32\\)"), plan.gradients);
+  EXPECT_EQ(table_bytes(out, "optimizer state \\(Adam, fp32\\)"), plan.optimizer);
+  EXPECT_EQ(table_bytes(out, "activations \\(one micro-batch\\)"), plan.activations);
+  EXPECT_EQ(table_bytes(out, "workspace"), plan.workspace);
+  EXPECT_EQ(table_bytes(out, "total"), plan.total());
+  EXPECT_NE(out.find("FLOPs per iteration"), std::string::npos);
+  EXPECT_EQ(out.find("training ..."), std::string::npos) << "a dry run trains nothing";
+}
+
+TEST(TrainCommand, ShortRunOnAPreprocessedDataset) {
+  const std::string dir = test::scratch_dir("train_command_run");
+  {
+    data::IndexedDatasetWriter writer(dir + "/d_text_document", data::TokenDType::kUInt16);
+    for (int d = 0; d < 40; ++d) {
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < 50; ++i) tokens.push_back((d * 31 + i * 7) % 50257);
+      const int32_t len = static_cast<int32_t>(tokens.size());
+      writer.add_document(tokens, std::span<const int32_t>(&len, 1));
+    }
+    writer.finalize();
+  }
+  int status = 0;
+  const std::string out = train("--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+                                "--micro-batch-size 2 --global-batch-size 4 --train-iters 3 --lr 1e-3 "
+                                "--log-interval 1 --eval-interval 2 --eval-iters 1 --split 80,20,0 "
+                                "--data-path " + dir + "/d_text_document --data-cache-path " + dir + "/cache "
+                                "--vocab-file " + test::gpt2_vocab_file() + " --merge-file " + test::gpt2_merge_file(),
+                                &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(" iteration        3/       3 | consumed samples:           12 |"), std::string::npos) << out;
+  EXPECT_NE(out.find(" validation loss at iteration 2 | lm loss value: "), std::string::npos) << out;
+  EXPECT_NE(out.find(" validation loss at iteration 3 on validation set | "), std::string::npos) << out;
+}
+
+TEST(TrainCommand, BadFlagsFailWithOneLineNamingTheFlag) {
+  const std::string base =
+      "--num-layers 2 --hidden-size 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 --dry-run ";
+  const std::string s128 = "--seq-length 128 ";
+  struct Case {
+    std::string flags;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {base + s128 + "--num-attention-heads 5", "--num-attention-heads"},
+      {base + s128 + "--num-attention-heads 4 --global-batch-size 7", "--global-batch-size"},
+      {base + "--num-attention-heads 4 --seq-length 2048 --max-position-embeddings 1024", "--max-position-embeddings"},
+      {base + s128 + "--num-attention-heads 4 --tensor-model-parallel-size 2", "not supported yet"},
+      {base + s128 + "--num-attention-heads 4 --fp16 --bf16", "--bf16"},
+      {base + s128 + "--num-attention-heads 4 --no-such-flag", "--no-such-flag"},
+  };
+  for (const Case& c : cases) {
+    int status = 0;
+    const std::string out = train(c.flags, &status);
+    EXPECT_NE(status, 0) << c.flags;
+    const size_t at = out.find("error: ");
+    ASSERT_NE(at, std::string::npos) << c.flags << "\n" << out;
+    const std::string line = out.substr(at);
+    EXPECT_EQ(line.find('\n'), line.size() - 1) << "one line: " << line;
+    EXPECT_NE(line.find(c.message), std::string::npos) << line;
+  }
+}
+
+}  // namespace
+}  // namespace megatron
