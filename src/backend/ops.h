@@ -116,6 +116,13 @@ class Backend {
   virtual void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                   Tensor& dqkv, const AttentionParams& params) = 0;
 
+  // Attention for generation with a KV cache. The keys and values of qkv[t, b, heads*3d] (new
+  // positions past .. past+t-1, layout as above) are written into k_cache and v_cache
+  // [b, heads, max_seq, d] (fp32), then out[t, b, heads*d] = causal softmax attention of the new
+  // queries over cached positions [0, past + t). No dropout (inference). past + t <= max_seq.
+  virtual void attention_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, int64_t past, Tensor& out,
+                                  const AttentionParams& params) = 0;
+
   // ---- loss -----------------------------------------------------------------------------
   // Per-row cross-entropy of logits[n, V] against labels[n] (int32): losses[n] (fp32) =
   // lse - logits[label]; lse[n] (fp32) saved.

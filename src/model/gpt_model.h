@@ -61,6 +61,9 @@ class GPTModel {
   // Loss of one micro-batch: sum(loss * mask) / sum(mask) (0 when the mask is empty).
   // Saves the activations for backward().
   float forward(const MicroBatch& batch, const DropoutContext& dropout);
+  // The fp32 logits [s*b, V] of the last forward (row si*b + bi), until backward() reuses the
+  // buffer for their gradient.
+  const Tensor& logits() const { return logits_; }
   // Accumulates into the fp32 gradients the gradient of (loss * loss_scale * grad_scale), with
   // loss the value forward() returned (grad_scale = 1 / num_microbatches in training).
   void backward(float loss_scale, float grad_scale);

@@ -29,6 +29,13 @@ void ParameterSet::allocate(backend::Backend& backend, DType dtype) {
   }
 }
 
+const Parameter* ParameterSet::find(const std::string& name) const {
+  for (const Parameter& p : params_) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
 float philox_normal(uint64_t seed, uint64_t stream, uint64_t index) {
   // Two uniforms per normal: u1 in (0, 1] (so log is finite), u2 in [0, 1).
   const float u1 = 1.0f - philox_uniform(seed, stream, 2 * index);

@@ -52,6 +52,8 @@ class ParameterSet {
   Parameter& operator[](int64_t i) { return params_[static_cast<size_t>(i)]; }
   const Parameter& operator[](int64_t i) const { return params_[static_cast<size_t>(i)]; }
   int64_t total_numel() const { return total_numel_; }
+  // The parameter called `name`, or nullptr.
+  const Parameter* find(const std::string& name) const;
   const Tensor& values() const { return values_; }  // [total_numel], model dtype
   const Tensor& grads() const { return grads_; }    // [total_numel], fp32
 

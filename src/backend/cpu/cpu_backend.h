@@ -64,6 +64,8 @@ class CpuBackend final : public Backend {
   void attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) override;
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           Tensor& dqkv, const AttentionParams& params) override;
+  void attention_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, int64_t past, Tensor& out,
+                          const AttentionParams& params) override;
 
   void cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
