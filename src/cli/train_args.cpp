@@ -32,8 +32,8 @@ struct FlagRow {
   const char* note;
 };
 
-constexpr const char* kCkpt = "checkpointing comes later";
-constexpr const char* kTb = "TensorBoard logging comes later";
+constexpr const char* kCkpt = "checkpoints use one format: safetensors + metadata.json (--save/--load)";
+constexpr const char* kTb = "this TensorBoard option is not implemented yet";
 constexpr const char* kVariant = "this model variant is not implemented yet";
 
 constexpr FlagRow kFlagTable[] = {
@@ -50,34 +50,16 @@ constexpr FlagRow kFlagTable[] = {
     {"--decrease-batch-size-if-needed", FlagType::kSwitch, FlagState::kUnsupported, "", "global batch must divide exactly"},
     {"--step-batch-size-schedule", FlagType::kValue, FlagState::kUnsupported, "", "use --rampup-batch-size"},
     // Checkpoints.
-    {"--save", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
-    {"--load", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
-    {"--no-save-optim", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
-    {"--no-save-rng", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
-    {"--no-load-optim", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
-    {"--no-load-rng", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
-    {"--finetune", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
     {"--pretrained-checkpoint", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
     {"--ckpt-format", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
     {"--use-dist-ckpt", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
     {"--auto-detect-ckpt-format", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
     {"--async-save", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
-    {"--exit-on-missing-checkpoint", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
     {"--non-persistent-save-interval", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
-    {"--exit-signal-handler", FlagType::kSwitch, FlagState::kUnsupported, "", "needs checkpoint saving"},
     // TensorBoard and other loggers.
-    {"--tensorboard-dir", FlagType::kValue, FlagState::kUnsupported, "", kTb},
-    {"--tensorboard-queue-size", FlagType::kValue, FlagState::kUnsupported, "", kTb},
-    {"--tensorboard-log-interval", FlagType::kValue, FlagState::kUnsupported, "", kTb},
     {"--log-timers-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
-    {"--log-batch-size-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
-    {"--log-validation-ppl-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
     {"--log-memory-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
     {"--log-world-size-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
-    {"--log-learning-rate-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
-    {"--no-log-learning-rate-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
-    {"--log-loss-scale-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
-    {"--no-log-loss-scale-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
     {"--wandb-project", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
     {"--wandb-exp-name", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
     {"--wandb-save-dir", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
@@ -326,8 +308,30 @@ void declare_supported_flags(Args& a) {
               "2025")
       .option("--exit-interval", "N", "exit when the iteration is a multiple of N")
       .option("--exit-duration-in-mins", "M", "exit after M minutes")
-      .option("--save-interval", "N", "iterations between checkpoints (with --save, later)")
+      .option("--save-interval", "N", "iterations between checkpoints (with --save)")
       .flag("--dry-run", "print the configuration and memory plan, then exit");
+  // Checkpoints (train/checkpoint.h).
+  a.option("--save", "DIR", "save checkpoints to DIR (DIR/iter_0000100/, latest_checkpointed_iteration.txt)")
+      .option("--load", "DIR", "resume from the latest checkpoint in DIR")
+      .option("--save-keep-last", "K", "keep only the K newest checkpoints (0: keep all)", "0")
+      .flag("--no-save-optim", "save weights only (no fp32 main weights, no Adam state)")
+      .flag("--no-save-rng", "accepted: dropout masks are a function of (seed, iteration), no RNG state exists")
+      .flag("--no-load-optim", "load weights only; the optimizer starts fresh from them")
+      .flag("--no-load-rng", "accepted: dropout masks are a function of (seed, iteration), no RNG state exists")
+      .flag("--finetune", "load weights only and start at iteration 0 with 0 consumed samples")
+      .flag("--exit-on-missing-checkpoint", "with --load: exit if no checkpoint is found")
+      .flag("--exit-signal-handler", "on SIGTERM finish the iteration, save and exit 0");
+  // TensorBoard and the JSONL metrics log.
+  a.option("--tensorboard-dir", "DIR", "write TensorBoard event files to DIR")
+      .option("--tensorboard-queue-size", "N", "events buffered before a flush", "1000")
+      .option("--tensorboard-log-interval", "N", "iterations between TensorBoard scalars", "1")
+      .flag("--log-batch-size-to-tensorboard", "also log the global batch size")
+      .flag("--log-validation-ppl-to-tensorboard", "also log validation perplexity")
+      .flag("--log-learning-rate-to-tensorboard", "log the learning rate (default on)")
+      .flag("--no-log-learning-rate-to-tensorboard", "do not log the learning rate")
+      .flag("--log-loss-scale-to-tensorboard", "log the loss scale (default on)")
+      .flag("--no-log-loss-scale-to-tensorboard", "do not log the loss scale")
+      .option("--log-jsonl", "FILE", "append one JSON object per logged iteration and validation to FILE");
   // Parallelism and recompute.
   a.flag("--sequence-parallel", "sequence parallelism (off at tensor-parallel size 1, as in Megatron)")
       .flag("--use-cpu-initialization", "initialise full matrices then split (TP-invariant)")
@@ -707,6 +711,29 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   if (c.exit_duration_in_mins) require_positive("--exit-duration-in-mins", *c.exit_duration_in_mins);
   if (c.save_interval) require_positive("--save-interval", *c.save_interval);
   c.dry_run = a.get_flag("--dry-run");
+  if (a.given("--save")) c.save = a.get_string("--save");
+  if (a.given("--load")) c.load = a.get_string("--load");
+  c.save_keep_last = a.get_int("--save-keep-last");
+  if (c.save_keep_last < 0) throw_error("[--save-keep-last] must not be negative, got ", c.save_keep_last);
+  c.no_save_optim = a.get_flag("--no-save-optim");
+  c.no_load_optim = a.get_flag("--no-load-optim");
+  c.finetune = a.get_flag("--finetune");
+  c.exit_on_missing_checkpoint = a.get_flag("--exit-on-missing-checkpoint");
+  c.exit_signal_handler = a.get_flag("--exit-signal-handler");
+  if ((c.finetune || c.no_load_optim || c.exit_on_missing_checkpoint) && !c.load) {
+    throw_error("[--load] is required by ", c.finetune ? "--finetune" : c.no_load_optim ? "--no-load-optim"
+                                                                                          : "--exit-on-missing-checkpoint");
+  }
+  if (a.given("--tensorboard-dir")) c.tensorboard_dir = a.get_string("--tensorboard-dir");
+  c.tensorboard_queue_size = a.get_int("--tensorboard-queue-size");
+  c.tensorboard_log_interval = a.get_int("--tensorboard-log-interval");
+  require_positive("--tensorboard-queue-size", c.tensorboard_queue_size);
+  require_positive("--tensorboard-log-interval", c.tensorboard_log_interval);
+  c.log_batch_size_to_tensorboard = a.get_flag("--log-batch-size-to-tensorboard");
+  c.log_validation_ppl_to_tensorboard = a.get_flag("--log-validation-ppl-to-tensorboard");
+  c.log_learning_rate_to_tensorboard = !a.get_flag("--no-log-learning-rate-to-tensorboard");
+  c.log_loss_scale_to_tensorboard = !a.get_flag("--no-log-loss-scale-to-tensorboard");
+  if (a.given("--log-jsonl")) c.log_jsonl = a.get_string("--log-jsonl");
 
   c.data_path = a.get_list("--data-path");
   c.split = a.get_string("--split");

@@ -114,8 +114,25 @@ struct TrainConfig {
   std::optional<int64_t> exit_duration_in_mins; // --exit-duration-in-mins
   bool dry_run = false;                         // --dry-run (ours): print the plan and exit
 
-  // Checkpoint cadence (kept for the checkpoint work; --save/--load are not supported yet).
+  // Checkpoints (train/checkpoint.h).
   std::optional<int64_t> save_interval;     // --save-interval
+  std::optional<std::string> save;          // --save
+  std::optional<std::string> load;          // --load
+  int64_t save_keep_last = 0;               // --save-keep-last (ours; 0 keeps all)
+  bool no_save_optim = false;               // --no-save-optim
+  bool no_load_optim = false;               // --no-load-optim
+  bool finetune = false;                    // --finetune
+  bool exit_on_missing_checkpoint = false;  // --exit-on-missing-checkpoint
+  bool exit_signal_handler = false;         // --exit-signal-handler
+  // TensorBoard and the JSONL metrics log.
+  std::optional<std::string> tensorboard_dir;  // --tensorboard-dir
+  int64_t tensorboard_queue_size = 1000;       // --tensorboard-queue-size
+  int64_t tensorboard_log_interval = 1;        // --tensorboard-log-interval
+  bool log_batch_size_to_tensorboard = false;      // --log-batch-size-to-tensorboard
+  bool log_validation_ppl_to_tensorboard = false;  // --log-validation-ppl-to-tensorboard
+  bool log_learning_rate_to_tensorboard = true;    // --no-log-learning-rate-to-tensorboard turns off
+  bool log_loss_scale_to_tensorboard = true;       // --no-log-loss-scale-to-tensorboard turns off
+  std::optional<std::string> log_jsonl;            // --log-jsonl (ours)
 
   // Parallelism. dp = world_size / (tp * pp).
   int64_t world_size = 1;

@@ -269,18 +269,17 @@ TEST(TrainArgs, Recompute) {
 TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
   EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "8"})),
             "[--tensor-model-parallel-size] 8 is not supported yet (tensor parallelism comes later; accepted: 1)");
-  EXPECT_EQ(error_of(with(base_args(), {"--save", "/tmp/ckpt"})),
-            "[--save] is not supported yet (checkpointing comes later)");
-  EXPECT_EQ(error_of(with(base_args(), {"--tensorboard-dir", "/tmp/tb"})),
-            "[--tensorboard-dir] is not supported yet (TensorBoard logging comes later)");
-  for (const char* flag : {"--load", "--pipeline-model-parallel-size", "--use-distributed-optimizer",
-                           "--exit-signal-handler", "--no-load-optim", "--no-load-rng", "--finetune",
+  EXPECT_EQ(error_of(with(base_args(), {"--ckpt-format", "torch"})),
+            "[--ckpt-format] is not supported yet (checkpoints use one format: safetensors + metadata.json "
+            "(--save/--load))");
+  EXPECT_EQ(error_of(with(base_args(), {"--log-memory-to-tensorboard"})),
+            "[--log-memory-to-tensorboard] is not supported yet (this TensorBoard option is not implemented yet)");
+  for (const char* flag : {"--pipeline-model-parallel-size", "--use-distributed-optimizer",
                            "--log-timers-to-tensorboard", "--swiglu", "--data-impl", "--tokenizer-type",
                            "--timing-log-level"}) {
     Argv a = base_args();
     a.push_back(flag);
     // Value-taking flags get a value that is not accepted.
-    if (std::string(flag) == "--load") a.push_back("/tmp/x");
     if (std::string(flag) == "--pipeline-model-parallel-size") a.push_back("2");
     if (std::string(flag) == "--data-impl") a.push_back("lazy");
     if (std::string(flag) == "--tokenizer-type") a.push_back("SentencePieceTokenizer");
@@ -289,6 +288,24 @@ TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
     EXPECT_EQ(msg.rfind(std::string("[") + flag + "]", 0), 0u) << msg;
     EXPECT_NE(msg.find("is not supported yet ("), std::string::npos) << msg;
   }
+}
+
+TEST(TrainArgs, CheckpointAndTensorBoardFlags) {
+  const TrainConfig c = parse(with(base_args(), {"--save", "/tmp/ck", "--load", "/tmp/ck", "--save-interval", "10",
+                                                 "--save-keep-last", "3", "--no-load-optim", "--no-save-optim",
+                                                 "--exit-signal-handler", "--no-load-rng", "--tensorboard-dir", "/tmp/tb",
+                                                 "--log-validation-ppl-to-tensorboard", "--log-jsonl", "/tmp/m.jsonl"}));
+  EXPECT_EQ(c.save, "/tmp/ck");
+  EXPECT_EQ(c.load, "/tmp/ck");
+  EXPECT_EQ(c.save_interval, 10);
+  EXPECT_EQ(c.save_keep_last, 3);
+  EXPECT_TRUE(c.no_load_optim && c.no_save_optim && c.exit_signal_handler && c.log_validation_ppl_to_tensorboard);
+  EXPECT_FALSE(c.finetune);
+  EXPECT_EQ(c.tensorboard_dir, "/tmp/tb");
+  EXPECT_EQ(c.log_jsonl, "/tmp/m.jsonl");
+  EXPECT_TRUE(c.log_learning_rate_to_tensorboard);
+  EXPECT_ERROR_NAMES(with(base_args(), {"--finetune"}), "--load]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--save-keep-last", "-1"}), "--save-keep-last]");
 }
 
 TEST(TrainArgs, AcceptedValuesOfLimitedFlags) {
