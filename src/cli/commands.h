@@ -13,6 +13,7 @@ int run_tokenize(const CommandArgs& args);        // tokenize_command.cpp
 int run_preprocess(const CommandArgs& args);      // preprocess_command.cpp
 int run_merge_datasets(const CommandArgs& args);  // merge_datasets_command.cpp
 int run_dataset_info(const CommandArgs& args);    // dataset_info_command.cpp
+int run_checkpoint_info(const CommandArgs& args); // checkpoint_info_command.cpp
 int run_version(const CommandArgs& args);         // version_command.cpp
 int run_train(const CommandArgs& args);           // train_command.cpp
 

@@ -21,6 +21,7 @@ constexpr Command kCommands[] = {
     {"preprocess", megatron::cli::run_preprocess, "JSONL(.gz/.xz/.zst) -> <prefix>_<key>_document.bin/.idx"},
     {"merge-datasets", megatron::cli::run_merge_datasets, "concatenate indexed datasets"},
     {"dataset-info", megatron::cli::run_dataset_info, "counts, splits and the training samples of a dataset"},
+    {"checkpoint-info", megatron::cli::run_checkpoint_info, "iterations, sizes, tensors and metadata of a checkpoint"},
     {"tokenize", megatron::cli::run_tokenize, "GPT-2 BPE token ids of stdin"},
     {"version", megatron::cli::run_version, "version and build configuration"},
 };
