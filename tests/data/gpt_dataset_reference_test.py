@@ -37,7 +37,7 @@ def check(cond, what):
 
 # ---------------------------------------------------------------- dataset files (MMIDIDX v1)
 
-def write_indexed(prefix, lengths, rng, dtype=np.uint16, code=8, vocab=50000):
+def write_indexed(prefix, lengths, rng, dtype=np.uint16, code=8, vocab=50000, doc_idx=None):
     lengths = np.asarray(lengths, dtype=np.int32)
     tokens = rng.randint(0, vocab, size=int(lengths.sum())).astype(dtype)
     with open(prefix + ".bin", "wb") as f:
@@ -50,10 +50,12 @@ def write_indexed(prefix, lengths, rng, dtype=np.uint16, code=8, vocab=50000):
         f.write(struct.pack("<Q", 1))
         f.write(struct.pack("<B", code))
         f.write(struct.pack("<Q", len(lengths)))
-        f.write(struct.pack("<Q", len(lengths) + 1))
+        if doc_idx is None:
+            doc_idx = np.arange(len(lengths) + 1, dtype=np.int64)
+        f.write(struct.pack("<Q", len(doc_idx)))
         f.write(lengths.tobytes())
         f.write(pointers.tobytes())
-        f.write(np.arange(len(lengths) + 1, dtype=np.int64).tobytes())
+        f.write(np.asarray(doc_idx, dtype=np.int64).tobytes())
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum(lengths)
     return {"sizes": lengths, "tokens": tokens.astype(np.int64), "offsets": offsets}
@@ -239,6 +241,47 @@ def check_gpt_cache(tag, cache_dir, ref):
         os.remove(tmp)
 
 
+def check_summary(tag, stdout, prefix, lengths, doc_idx, dtype_name):
+    """The stats block of `dataset-info PREFIX` against numpy (percentiles: numpy's default linear)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    doc_idx = np.asarray(doc_idx, dtype=np.int64)
+    doc_tokens = np.array([lengths[doc_idx[k]:doc_idx[k + 1]].sum() for k in range(len(doc_idx) - 1)], dtype=np.int64)
+    expect = [f"dataset {prefix}", f"  dtype:      {dtype_name}", f"  sequences:  {len(lengths)}",
+              f"  documents:  {len(doc_idx) - 1}", f"  tokens:     {int(lengths.sum())}"]
+    if len(doc_tokens):
+        p50, p90, p99 = (np.percentile(doc_tokens, q) for q in (50, 90, 99))
+        expect.append(f"  document lengths (tokens): min {doc_tokens.min()}, mean {doc_tokens.mean():.2f}, "
+                      f"median {p50:.1f}, p90 {p90:.1f}, p99 {p99:.1f}, max {doc_tokens.max()}")
+        expect.append(f"  empty documents: {int((doc_tokens == 0).sum())}")
+    got = stdout.splitlines()[:len(expect)]
+    check(got == expect, f"{tag}: summary\n{got}\n!=\n{expect}")
+
+
+def check_split_lines(tag, text, prefix, bounds, sizes, refs, wanted):
+    """The split block: sequence ranges, tokens, epochs and the separate-last-epoch decision."""
+    lines = text.splitlines()
+    try:
+        at = lines.index(f" > dataset split of {prefix}:")
+    except ValueError:
+        check(False, f"{tag}: no split block for {prefix}")
+        return
+    for i, name in enumerate(["train", "validation", "test"]):
+        b, e = bounds[i], bounds[i + 1]
+        expect = [f"    {name}:", f"     document indices in [{b}, {e}) total of {e - b} documents, "
+                  f"{int(sizes[b:e].sum())} tokens"]
+        check(lines[at + 1 + 2 * i:at + 3 + 2 * i] == expect, f"{tag}: split line {name}: "
+              f"{lines[at + 1 + 2 * i:at + 3 + 2 * i]} != {expect}")
+    for i, name in enumerate(["train", "valid", "test"]):
+        ref = refs[i]
+        if ref is None:
+            check(f" > {name}: empty split, not built" in lines, f"{tag}: {name} should be reported empty")
+            continue
+        tokens = int(sizes[bounds[i]:bounds[i + 1]].sum())
+        line = (f" > {name}: {wanted[i]} samples requested, {tokens} tokens per epoch, {ref['epochs']} epoch(s), "
+                f"separate last epoch: {'yes' if ref['separate'] else 'no'}, {ref['sample'].shape[0] - 1} samples available")
+        check(line in lines, f"{tag}: missing {line!r}")
+
+
 def single_config(tmp, tag, ds, prefix, s, train_samples, split, seed, gbs=1, eval_interval=1000,
                   eval_iters=2, show=8, use_cache_flag=True, expect_separate=None):
     cache = os.path.join(tmp, "cache-" + tag)
@@ -268,6 +311,7 @@ def single_config(tmp, tag, ds, prefix, s, train_samples, split, seed, gbs=1, ev
         if ref["epochs"] > 1:
             CHECKS["multi_epoch"] += 1
             CHECKS["separate" if ref["separate"] else "not_separate"] += 1
+    check_split_lines(tag, p.stderr, prefix, bounds, sizes, refs, wanted)
     rows = shown(p.stdout)
     check(len(rows) == show, f"{tag}: {len(rows)} samples shown, expected {show}")
     for k, row in enumerate(rows):
@@ -390,9 +434,18 @@ def main():
         p = run([zero, "--seq-length", "4", "--train-samples", "2", "--split", "1,0,0",
                  "--data-cache-path", os.path.join(tmp, "zc")], expect_ok=False)
         check(p.returncode != 0 and "0 tokens" in p.stderr, f"zero-token split: {p.stderr}")
-        # The stats block.
-        p = run([pb])
-        check("documents:  120" in p.stdout and "empty documents:" in p.stdout, f"summary: {p.stdout}")
+        # The stats block, for one-sequence documents and for documents of several sequences.
+        for prefix, ds in (data["a"], data["b"], data["c"]):
+            p = run([prefix])
+            check_summary(prefix, p.stdout, prefix, ds["sizes"], np.arange(len(ds["sizes"]) + 1), "uint16")
+        multi = os.path.join(tmp, "multi", "m")
+        os.makedirs(os.path.dirname(multi))
+        m_lengths = rng.randint(0, 30, size=50)
+        m_doc_idx = np.concatenate(([0], np.sort(rng.randint(0, 51, size=19)), [50]))
+        write_indexed(multi, m_lengths, rng, dtype=np.int32, code=4, doc_idx=m_doc_idx)
+        p = run([multi])
+        check_summary("multi", p.stdout, multi, m_lengths, m_doc_idx, "int32")
+        check(" 20\n" in p.stdout and "sequences:  50" in p.stdout, f"multi-sequence fixture: {p.stdout}")
 
         # The test must have exercised what it claims to.
         check(CHECKS["configs"] == 14, f"ran {CHECKS['configs']} of 14 configurations")

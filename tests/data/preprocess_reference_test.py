@@ -18,8 +18,11 @@ gpt-3-encoder and our tokenizer differ only on U+0085 / U+FEFF (whitespace to Py
 """
 import gzip
 import json
+import lzma
 import os
 import random
+import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -56,21 +59,26 @@ def node_encode(texts):
     return json.loads(out.stdout)
 
 
-def megatron_encode_lines(path, key="text", skip_invalid=False):
-    """preprocess_data.py's Encoder.encode over the file: per document (sentences or None if invalid)."""
+def megatron_encode_lines(path, key="text", skip_invalid=False, keys=None):
+    """preprocess_data.py's Encoder.encode over the file: per document (sentences or None if invalid).
+
+    With `keys`, each document is a dict key -> sentences (every key must be present)."""
     docs = []
     with open(path, "r", encoding="utf-8", errors="surrogateescape" if skip_invalid else "strict") as fin:
         for line in fin:
             try:
                 line.encode("utf-8")  # invalid UTF-8 in the file (kept as surrogateescapes)
                 data = json.loads(line)
-                text = data[key]
-                sentences = text if isinstance(text, list) else [text]
-                for s in sentences:
-                    if not isinstance(s, str):
-                        raise TypeError("not a str")
-                    s.encode("utf-8")  # the tokenizer fails on lone surrogates
-                docs.append(sentences)
+                per_key = {}
+                for k in (keys or [key]):
+                    text = data[k]
+                    sentences = text if isinstance(text, list) else [text]
+                    for s in sentences:
+                        if not isinstance(s, str):
+                            raise TypeError("not a str")
+                        s.encode("utf-8")  # the tokenizer fails on lone surrogates
+                    per_key[k] = sentences
+                docs.append(per_key if keys else per_key[key])
             except Exception:
                 if not skip_invalid:
                     raise
@@ -78,12 +86,23 @@ def megatron_encode_lines(path, key="text", skip_invalid=False):
     return docs
 
 
-def write_reference(prefix, docs, token_cache, append_eod):
-    """numpy version of IndexedDatasetBuilder.add_document + finalize (MMIDIDX v1, uint16)."""
+def optimal_dtype(vocab_size):
+    """DType.optimal_dtype: (numpy dtype, DType code) for the token data."""
+    return (np.uint16, 8) if vocab_size < 65500 else (np.int32, 4)
+
+
+def write_reference(prefix, docs, token_cache, append_eod, vocab_size=50257, key="text"):
+    """numpy version of IndexedDatasetBuilder.add_document + finalize (MMIDIDX v1).
+
+    docs[i] is a dict key -> sentences (or a bare list of sentences for key "text"), or None."""
+    dtype, code = optimal_dtype(vocab_size)
+    itemsize = np.dtype(dtype).itemsize
     sizes, doc_idx, chunks = [], [0], []
     for sentences in docs:
         if sentences is None:
             continue
+        if isinstance(sentences, dict):
+            sentences = sentences[key]
         lens = []
         ids = []
         for s in sentences:
@@ -94,7 +113,7 @@ def write_reference(prefix, docs, token_cache, append_eod):
         if ids and append_eod:
             ids.append(EOD)
             lens[-1] += 1
-        chunks.append(np.array(ids, dtype=np.uint16))
+        chunks.append(np.array(ids, dtype=dtype))
         sizes.extend(lens)
         doc_idx.append(len(sizes))
     with open(prefix + ".bin", "wb") as f:
@@ -103,11 +122,11 @@ def write_reference(prefix, docs, token_cache, append_eod):
     sizes_np = np.array(sizes, dtype=np.int32)
     pointers = np.zeros(len(sizes), dtype=np.int64)
     if len(sizes) > 1:
-        pointers[1:] = np.cumsum(sizes_np[:-1].astype(np.int64) * 2)
+        pointers[1:] = np.cumsum(sizes_np[:-1].astype(np.int64) * itemsize)
     with open(prefix + ".idx", "wb") as f:
         f.write(b"MMIDIDX\x00\x00")
         f.write(struct.pack("<Q", 1))
-        f.write(struct.pack("<B", 8))  # uint16
+        f.write(struct.pack("<B", code))
         f.write(struct.pack("<Q", len(sizes)))
         f.write(struct.pack("<Q", len(doc_idx)))
         f.write(sizes_np.tobytes(order="C"))
@@ -115,9 +134,33 @@ def write_reference(prefix, docs, token_cache, append_eod):
         f.write(np.array(doc_idx, dtype=np.int64).tobytes(order="C"))
 
 
-def run_ours(inp, prefix, append_eod, workers, extra=()):
+# Megatron's progress line (two print() parts joined by a space, floats as Python reprs),
+# then our percent of the input read and the ETA.
+PROGRESS_RE = re.compile(r"^Processed (\d+) documents \((?:\d+\.\d+(?:e[+-]\d+)?|\d+e[+-]\d+|inf) docs/s, "
+                         r"(?:\d+\.\d+(?:e[+-]\d+)?|\d+e[+-]\d+|inf) MB/s\)\."
+                         r" \[(\d+\.\d)% of input, ETA (?:\d+:\d\d:\d\d|\?)\]$")
+
+
+def check_progress(stderr, interval, documents, what):
+    """Every 'Processed' line has the full format; counts are interval, 2*interval, ... <= documents."""
+    lines = [l for l in stderr.splitlines() if l.startswith("Processed")]
+    counts = []
+    percents = []
+    for l in lines:
+        m = PROGRESS_RE.match(l)
+        check(m is not None, "%s: progress line does not follow the format: %r" % (what, l))
+        if m:
+            counts.append(int(m.group(1)))
+            percents.append(float(m.group(2)))
+    check(counts == list(range(interval, documents + 1, interval)),
+          "%s: progress counts %s for %d documents every %d" % (what, counts, documents, interval))
+    check(percents == sorted(percents) and all(0 < p <= 100 for p in percents),
+          "%s: progress percents %s" % (what, percents))
+
+
+def run_ours(inp, prefix, append_eod, workers, extra=(), vocab=VOCAB):
     cmd = [MT_BIN, "preprocess", "--input", inp, "--output-prefix", prefix, "--tokenizer-type", "GPT2BPETokenizer",
-           "--vocab-file", VOCAB, "--merge-file", MERGES, "--workers", str(workers), "--log-interval", "50"]
+           "--vocab-file", vocab, "--merge-file", MERGES, "--workers", str(workers), "--log-interval", "50"]
     if append_eod:
         cmd.append("--append-eod")
     cmd.extend(extra)
@@ -204,19 +247,72 @@ def main():
     gz = fixture + ".gz"
     with open(fixture, "rb") as fi, gzip.open(gz, "wb") as fo:
         fo.write(fi.read())
+    xz = fixture + ".xz"
+    with open(fixture, "rb") as fi, lzma.open(xz, "wb") as fo:
+        fo.write(fi.read())
+    inputs = [(1, fixture), (3, fixture), (2, gz), (4, xz)]
+    if shutil.which("zstd"):
+        zst = fixture + ".zst"
+        subprocess.run(["zstd", "-q", "-f", fixture, "-o", zst], check=True)
+        inputs.append((2, zst))
 
     for append_eod in (False, True):
         ref = os.path.join(tmp, "ref_eod%d" % append_eod)
         write_reference(ref, docs, token_cache, append_eod)
-        for workers, inp in ((1, fixture), (3, fixture), (2, gz)):
+        for workers, inp in inputs:
             prefix = os.path.join(tmp, "ours_eod%d_w%d_%s" % (append_eod, workers, os.path.basename(inp)))
             r = run_ours(inp, prefix, append_eod, workers)
             out = prefix + "_text_document"
             for ext in (".bin", ".idx"):
                 ok = os.path.exists(out + ext) and same_bytes(out + ext, ref + ext)
                 check(ok, "%s%s differs from the reference (append_eod=%s workers=%d)" % (out, ext, append_eod, workers))
-            check("Processed 50 documents (" in r.stderr, "no Megatron progress line in: " + r.stderr[:300])
+            check_progress(r.stderr, 50, len(docs), "%s workers=%d" % (inp, workers))
             check("Opening " + inp in r.stdout, "no 'Opening' line")
+
+    # The token dtype follows DType.optimal_dtype(vocab_size): uint16 below 65500, int32 from
+    # 65500 on. A vocab of GPT-2's 50257 entries plus fillers encodes the same ids.
+    with open(VOCAB, encoding="utf-8") as f:
+        gpt2_vocab = json.load(f)
+    for size in (65499, 65500):
+        big = dict(gpt2_vocab)
+        for i in range(len(big), size):
+            big["<|filler_%d|>" % i] = i
+        vocab_path = os.path.join(tmp, "vocab%d.json" % size)
+        with open(vocab_path, "w", encoding="utf-8") as f:
+            json.dump(big, f)
+        ref = os.path.join(tmp, "ref_vocab%d" % size)
+        write_reference(ref, docs, token_cache, True, vocab_size=size)
+        prefix = os.path.join(tmp, "ours_vocab%d" % size)
+        run_ours(fixture, prefix, True, 2, vocab=vocab_path)
+        for ext in (".bin", ".idx"):
+            ok = os.path.exists(prefix + "_text_document" + ext) and same_bytes(prefix + "_text_document" + ext, ref + ext)
+            check(ok, "vocab of %d: %s differs from the reference" % (size, ext))
+        with open(prefix + "_text_document.idx", "rb") as f:
+            code = f.read(18)[17:18]
+        check(code == (b"\x08" if size < 65500 else b"\x04"), "vocab of %d: dtype code %r" % (size, code))
+
+    # Several --json-keys: one dataset per key, named {prefix}_{key}_document, each the same bytes
+    # as Megatron's builder for that key.
+    keyed = os.path.join(tmp, "keyed.jsonl")
+    rng = random.Random(5)
+    with open(keyed, "w", encoding="utf-8") as f:
+        for i, sentences in enumerate(d for d in docs if d is not None):
+            title = rng.choice(["", "Title %d \u00e9" % i, ["Part", "", " one"], []])
+            f.write(json.dumps({"title": title, "text": sentences if i % 2 else "".join(sentences), "n": i}) + "\n")
+    kdocs = megatron_encode_lines(keyed, keys=["text", "title"])
+    ktexts = sorted({s for d in kdocs for k in d for s in d[k]} - set(token_cache))
+    token_cache.update(zip(ktexts, node_encode(ktexts)))
+    prefix = os.path.join(tmp, "ours_keyed")
+    r = run_ours(keyed, prefix, True, 3, extra=["--json-keys", "text", "title"])
+    made = sorted(n for n in os.listdir(tmp) if n.startswith("ours_keyed"))
+    check(made == ["ours_keyed_text_document.bin", "ours_keyed_text_document.idx",
+                   "ours_keyed_title_document.bin", "ours_keyed_title_document.idx"], "keyed outputs: %s" % made)
+    for key in ("text", "title"):
+        ref = os.path.join(tmp, "ref_keyed_" + key)
+        write_reference(ref, kdocs, token_cache, True, key=key)
+        for ext in (".bin", ".idx"):
+            out = "%s_%s_document%s" % (prefix, key, ext)
+            check(os.path.exists(out) and same_bytes(out, ref + ext), "--json-keys: %s differs from the reference" % out)
 
     # Fuzzed lines: exactly the lines Python + Megatron accept survive --skip-invalid-lines.
     fuzz = os.path.join(tmp, "fuzz.jsonl")
