@@ -133,11 +133,10 @@ bool Args::parse(const std::vector<std::string>& argv) {
       if (cand.name == name && cand.kind != Kind::kPositional) s = &cand;
     }
     if (s == nullptr) throw_error("[", name, "] unknown flag for ", command_, " (see --help)");
-    if (values_.count(name) != 0 && s->kind != Kind::kFlag) {
-      // argparse keeps the last value; a repeated flag is usually a pasting mistake, so say so.
-      throw_error("[", name, "] given more than once");
-    }
+    // A repeated flag keeps its last value, as argparse does: job scripts append overrides
+    // ("$COMMON_ARGS --train-iters 10").
     std::vector<std::string>& vals = values_[name];
+    vals.clear();
     if (s->kind == Kind::kFlag) {
       if (inline_value) throw_error("[", name, "] takes no value");
       continue;

@@ -85,6 +85,16 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
   return result;
 }
 
+void MixedPrecisionOptimizer::restore(int64_t steps, const optim::GradScalerState& scaler) {
+  MT_CHECK(steps >= 0) << "optimizer steps " << steps;
+  steps_ = steps;
+  scaler_.load_state(scaler);
+}
+
+void MixedPrecisionOptimizer::reload_main_params_from_model() {
+  if (has_separate_main_params()) backend_.copy(params_.values(), main_);
+}
+
 double MixedPrecisionOptimizer::params_norm() const {
   return std::sqrt(backend_.sum_squares(main_));
 }

@@ -52,6 +52,17 @@ class MixedPrecisionOptimizer {
   double params_norm() const;
 
   int64_t steps() const { return steps_; }
+  // The fp32 state a checkpoint keeps: main parameters (the model values themselves under
+  // fp32), Adam's moments, the step count and the scaler.
+  const Tensor& main_params() const { return main_; }
+  const Tensor& exp_avg() const { return exp_avg_; }
+  const Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+  bool has_separate_main_params() const { return params_.values().dtype() != DType::kF32; }
+  // After a checkpoint filled main_params()/exp_avg()/exp_avg_sq() in place.
+  void restore(int64_t steps, const optim::GradScalerState& scaler);
+  // Main parameters := the model's values (loading weights without optimizer state, as
+  // Megatron's reload_model_params()).
+  void reload_main_params_from_model();
   const optim::GradScaler& scaler() const { return scaler_; }
   bool uses_scaler() const { return fp16_; }
 

@@ -1,6 +1,8 @@
 #include "train/trainer.h"
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "model/memory_plan.h"
 #include "optim/loss_scaler.h"
 #include "train/flops.h"
+#include "train/tensorboard_tags.h"
 #include "train/training_log.h"
 
 namespace megatron::train {
@@ -47,6 +50,10 @@ ScheduleFlags schedule_flags(const TrainConfig& c) {
 }
 
 DType param_dtype(const TrainConfig& c) { return c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32; }
+
+// --exit-signal-handler: SIGTERM only sets this flag; the loop checks it after each iteration.
+std::atomic<bool> g_exit_requested{false};
+extern "C" void on_sigterm(int) { g_exit_requested.store(true); }
 
 }  // namespace
 
@@ -100,6 +107,39 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));
   out_ << model::format_memory_plan(model::plan_memory(c.model, param_dtype(c), c.micro_batch_size));
   out_ << flops_formula_text(c.model, c.global_batch_size, c.flops_convention);
+
+  if (c.load) {
+    progress_ = load_training_checkpoint(c, model_->parameters(), *optimizer_, *scheduler_, backend_, out_);
+  }
+  if (c.tensorboard_dir) tensorboard_ = std::make_unique<TensorBoardWriter>(*c.tensorboard_dir, c.tensorboard_queue_size);
+  if (c.log_jsonl) jsonl_ = std::make_unique<MetricsJsonlWriter>(*c.log_jsonl);
+  if (c.exit_signal_handler) std::signal(SIGTERM, on_sigterm);
+}
+
+void Trainer::request_exit() { g_exit_requested.store(true); }
+
+void Trainer::save() {
+  if (config_.save) {
+    save_training_checkpoint(config_, progress_, model_->parameters(), *optimizer_, *scheduler_, backend_, out_);
+  }
+}
+
+void Trainer::log_to_tensorboard(const StepResult& step, double loss, int64_t gbs) {
+  const TrainConfig& c = config_;
+  const int64_t it = progress_.iteration, samples = progress_.consumed_train_samples;
+  auto both = [&](std::string_view tag, std::string_view vs_samples, double value) {
+    tensorboard_->add_scalar(std::string(tag), value, it);
+    tensorboard_->add_scalar(std::string(vs_samples), value, samples);
+  };
+  if (c.log_learning_rate_to_tensorboard) both(tb_tags::kLearningRate, tb_tags::kLearningRateVsSamples, scheduler_->lr());
+  if (c.log_batch_size_to_tensorboard) both(tb_tags::kBatchSize, tb_tags::kBatchSizeVsSamples, static_cast<double>(gbs));
+  if (step.success) both(tb_tags::kLmLoss, tb_tags::kLmLossVsSamples, loss);
+  if (c.log_loss_scale_to_tensorboard) {
+    both(tb_tags::kLossScale, tb_tags::kLossScaleVsSamples, optimizer_->loss_scale());
+  }
+  if (step.grad_norm) both(tb_tags::kGradNorm, tb_tags::kGradNormVsSamples, *step.grad_norm);
+  if (step.num_zeros) both(tb_tags::kNumZeros, tb_tags::kNumZerosVsSamples, static_cast<double>(*step.num_zeros));
+  if (c.log_params_norm) both(tb_tags::kParamsNorm, tb_tags::kParamsNormVsSamples, optimizer_->params_norm());
 }
 
 void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_sample, int64_t k,
@@ -147,6 +187,24 @@ void Trainer::evaluate_and_print(const std::string& prefix, const data::TokenDat
   const double loss = evaluate(dataset, consumed, global_batch);
   if (loss_out) *loss_out = loss;
   out_ << format_validation_block(prefix, {{"lm loss", loss}}) << std::flush;
+  const double ppl = std::exp(std::min(20.0, loss));
+  const bool test_set = prefix.ends_with("on test set");
+  if (tensorboard_ && !test_set) {
+    const int64_t it = progress_.iteration, samples = progress_.consumed_train_samples;
+    tensorboard_->add_scalar(std::string(tb_tags::kLmLossValidation), loss, it);
+    tensorboard_->add_scalar(std::string(tb_tags::kLmLossValidationVsSamples), loss, samples);
+    if (config_.log_validation_ppl_to_tensorboard) {
+      tensorboard_->add_scalar(std::string(tb_tags::kLmLossValidationPpl), ppl, it);
+      tensorboard_->add_scalar(std::string(tb_tags::kLmLossValidationPplVsSamples), ppl, samples);
+    }
+    tensorboard_->flush();
+  }
+  if (jsonl_) {
+    jsonl_->write({{"iteration", progress_.iteration},
+                   {"split", test_set ? "test" : "validation"},
+                   {"lm_loss", loss},
+                   {"ppl", ppl}});
+  }
 }
 
 TrainSummary Trainer::run() {
@@ -156,27 +214,26 @@ TrainSummary Trainer::run() {
   const double flops_per_sample = flops_per_iteration(c.model, 1, c.flops_convention);
   const auto start = Clock::now();
 
-  int64_t iteration = 0, consumed = 0, consumed_valid = 0;
   // Accumulators since the last log line (reset there), as Megatron's training_log.
   double loss_sum = 0.0, interval_tokens = 0.0;
   int64_t advanced = 0, skipped = 0, nans = 0;
   auto interval_start = Clock::now();
-  bool memory_reported = false;
+  bool memory_reported = false, first = true;
   model::MicroBatch mb;
 
   out_ << "training ...\n" << std::flush;
-  while (iteration < train_iters_) {
-    microbatches_->update(consumed);
+  while (progress_.iteration < train_iters_) {
+    microbatches_->update(progress_.consumed_train_samples);
     const int64_t gbs = microbatches_->current_global_batch_size();
     const int64_t num_micro = microbatches_->num_microbatches();
 
     optimizer_->zero_grads();
     double iter_loss = 0.0;
     for (int64_t k = 0; k < num_micro; ++k) {
-      load_micro_batch(*datasets_.train(), consumed, k, &mb);
+      load_micro_batch(*datasets_.train(), progress_.consumed_train_samples, k, &mb);
       model::DropoutContext dropout;
       dropout.seed = static_cast<uint64_t>(c.seed);
-      dropout.iteration = iteration;
+      dropout.iteration = progress_.iteration;
       dropout.micro_batch = k;
       iter_loss += model_->forward(mb, dropout);
       model_->backward(optimizer_->loss_scale(), 1.0f / static_cast<float>(num_micro));
@@ -186,18 +243,21 @@ TrainSummary Trainer::run() {
     const StepResult step = optimizer_->step(static_cast<float>(scheduler_->lr()),
                                              static_cast<float>(scheduler_->weight_decay()));
     if (step.success) scheduler_->step(gbs);
-    consumed += gbs;
-    ++iteration;
+    progress_.consumed_train_samples += gbs;
+    ++progress_.iteration;
+    const int64_t iteration = progress_.iteration;
     interval_tokens += static_cast<double>(gbs * c.model.seq_length);
 
     if (step.success) {
       ++advanced;
       loss_sum += iter_loss;
-      if (iteration == 1) summary.first_loss = iter_loss;
+      if (first) summary.first_loss = iter_loss;
+      first = false;
     } else {
       ++skipped;
       if (!std::isfinite(iter_loss)) ++nans;
     }
+    if (tensorboard_ && iteration % c.tensorboard_log_interval == 0) log_to_tensorboard(step, iter_loss, gbs);
 
     if (iteration % c.log_interval == 0) {
       const double elapsed = seconds_since(interval_start);
@@ -207,7 +267,7 @@ TrainSummary Trainer::run() {
       log.timestamp = format_timestamp(std::chrono::system_clock::now());
       log.iteration = iteration;
       log.train_iters = train_iters_;
-      log.consumed_samples = consumed;
+      log.consumed_samples = progress_.consumed_train_samples;
       log.elapsed_ms = per_iter * 1000.0;
       if (c.log_throughput) {
         log.tflops_per_gpu = tflops_per_gpu(flops_per_sample * static_cast<double>(gbs), per_iter, c.world_size);
@@ -225,6 +285,26 @@ TrainSummary Trainer::run() {
       log.eta_seconds = per_iter * static_cast<double>(train_iters_ - iteration);
       out_ << format_iteration_line(log) << '\n' << std::flush;
       if (advanced > 0) summary.last_loss = loss_sum / static_cast<double>(advanced);
+      if (tensorboard_) {
+        tensorboard_->add_scalar(std::string(tb_tags::kIterationTime), per_iter, iteration);
+        if (log.tflops_per_gpu) tensorboard_->add_scalar(std::string(tb_tags::kThroughput), *log.tflops_per_gpu, iteration);
+        tensorboard_->flush();
+      }
+      if (jsonl_) {
+        jsonl_->write({{"iteration", iteration},
+                       {"consumed_samples", progress_.consumed_train_samples},
+                       {"elapsed_ms_per_iteration", log.elapsed_ms},
+                       {"throughput_tflops_per_gpu", log.tflops_per_gpu},
+                       {"learning_rate", log.learning_rate},
+                       {"global_batch_size", gbs},
+                       {"lm_loss", advanced > 0 ? MetricValue(loss_sum / static_cast<double>(advanced)) : MetricValue()},
+                       {"loss_scale", static_cast<double>(log.loss_scale)},
+                       {"grad_norm", step.grad_norm},
+                       {"params_norm", log.params_norm},
+                       {"skipped_iterations", skipped},
+                       {"nan_iterations", nans},
+                       {"tokens_per_second", *log.tokens_per_second}});
+      }
       if (!memory_reported) {
         const MemorySnapshot m = memory_tracker(backend_.device()).snapshot();
         out_ << format_memory_line(0, iteration, m.current_total, m.peak_total, m.current_total, m.peak_total)
@@ -237,34 +317,56 @@ TrainSummary Trainer::run() {
       interval_start = Clock::now();
     }
 
+    // Megatron's order after the log (megatron-facts §3.8): evaluate, signal, save, duration, interval.
     if (c.eval_interval > 0 && iteration % c.eval_interval == 0 && datasets_.valid()) {
-      evaluate_and_print("iteration " + std::to_string(iteration), *datasets_.valid(), &consumed_valid, gbs, nullptr);
+      evaluate_and_print("iteration " + std::to_string(iteration), *datasets_.valid(),
+                         &progress_.consumed_valid_samples, gbs, nullptr);
+    }
+    if (c.exit_signal_handler && g_exit_requested.load()) {
+      save();
+      out_ << "exiting program after receiving SIGTERM.\n" << std::flush;
+      summary.exited_early = true;
+      break;
+    }
+    bool saved = false;
+    if (c.save && c.save_interval && iteration % *c.save_interval == 0) {
+      save();
+      saved = true;
     }
     if (c.exit_duration_in_mins) {
       const double minutes = seconds_since(start) / 60.0;
       if (minutes > static_cast<double>(*c.exit_duration_in_mins)) {
-        out_ << "exiting program after " << minutes << " minutes\n";
+        if (!saved) save();
+        out_ << "exiting program after " << minutes << " minutes\n" << std::flush;
+        summary.exited_early = true;
         break;
       }
     }
     if (c.exit_interval && iteration % *c.exit_interval == 0) {
-      out_ << "exiting program at iteration " << iteration << '\n';
+      if (!saved) save();
+      out_ << "exiting program at iteration " << iteration << '\n' << std::flush;
+      summary.exited_early = true;
       break;
     }
   }
+  summary.iterations = progress_.iteration;
+  summary.consumed_samples = progress_.consumed_train_samples;
+  if (summary.exited_early) return summary;  // Megatron exits right there: no final evaluation
+
   out_ << "after training is done\n";
+  // HEAD: the final save unless the last iteration was just saved.
+  if (c.save && progress_.iteration != 0 && !(c.save_interval && progress_.iteration % *c.save_interval == 0)) save();
   const int64_t gbs = microbatches_->current_global_batch_size();
+  const std::string at = "iteration " + std::to_string(progress_.iteration);
   if (datasets_.valid()) {
-    evaluate_and_print("iteration " + std::to_string(iteration) + " on validation set", *datasets_.valid(),
-                       &consumed_valid, gbs, &summary.final_valid_loss);
+    evaluate_and_print(at + " on validation set", *datasets_.valid(), &progress_.consumed_valid_samples, gbs,
+                       &summary.final_valid_loss);
   }
   if (datasets_.test()) {
     int64_t consumed_test = 0;
-    evaluate_and_print("iteration " + std::to_string(iteration) + " on test set", *datasets_.test(), &consumed_test,
-                       gbs, nullptr);
+    evaluate_and_print(at + " on test set", *datasets_.test(), &consumed_test, gbs, nullptr);
   }
-  summary.iterations = iteration;
-  summary.consumed_samples = consumed;
+  if (tensorboard_) tensorboard_->flush();
   return summary;
 }
 

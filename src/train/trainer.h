@@ -13,7 +13,10 @@
 #include "backend/ops.h"
 #include "data/dataset_config.h"
 #include "model/gpt_model.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/metrics_jsonl.h"
+#include "train/tensorboard_writer.h"
 #include "train/lr_scheduler.h"
 #include "train/microbatches.h"
 #include "train/optimizer.h"
@@ -22,6 +25,7 @@ namespace megatron::train {
 
 struct TrainSummary {
   int64_t iterations = 0;
+  bool exited_early = false;  // --exit-interval, --exit-duration-in-mins or SIGTERM
   int64_t consumed_samples = 0;
   double first_loss = 0;  // the loss of iteration 1 (advanced)
   double last_loss = 0;   // the last logged interval average
@@ -32,11 +36,16 @@ class Trainer {
  public:
   // `config` must come from cli::parse_train_config with model.vocab_size and
   // model.padded_vocab_size filled. Builds the datasets, the model (initialised from --seed),
-  // the optimizer and the schedules. Progress and log lines go to `out`.
+  // the optimizer and the schedules, then loads --load if given. Progress and log lines go
+  // to `out`.
   Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out);
   TrainSummary run();
 
   model::GPTModel& model() { return *model_; }
+  const TrainProgress& progress() const { return progress_; }
+
+  // Set by the SIGTERM handler that --exit-signal-handler installs; tests may set it too.
+  static void request_exit();
 
  private:
   // Fills `mb` with micro-batch `k` of the iteration starting at `first_sample` of `dataset`
@@ -47,6 +56,9 @@ class Trainer {
   double evaluate(const data::TokenDataset& dataset, int64_t* consumed, int64_t global_batch);
   void evaluate_and_print(const std::string& prefix, const data::TokenDataset& dataset, int64_t* consumed,
                           int64_t global_batch, double* loss_out);
+  void save();
+  // TensorBoard scalars of one iteration (every --tensorboard-log-interval).
+  void log_to_tensorboard(const StepResult& step, double loss, int64_t gbs);
 
   TrainConfig config_;
   backend::Backend& backend_;
@@ -57,6 +69,9 @@ class Trainer {
   std::unique_ptr<OptimizerParamScheduler> scheduler_;
   std::unique_ptr<NumMicroBatchesCalculator> microbatches_;
   int64_t train_iters_ = 0;
+  TrainProgress progress_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  std::unique_ptr<MetricsJsonlWriter> jsonl_;
 };
 
 }  // namespace megatron::train

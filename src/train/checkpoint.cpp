@@ -1,0 +1,327 @@
+#include "train/checkpoint.h"
+
+#include <simdjson.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/json_writer.h"
+#include "train/checkpoint_io.h"
+
+namespace megatron::train {
+
+namespace {
+
+constexpr const char* kFormat = "megatron.cpp checkpoint v1";
+#ifndef MT_VERSION
+#define MT_VERSION "dev"
+#endif
+
+// Args that must not change across a resume (they change what the weights mean or how
+// samples are cut), with the flag to name in the error.
+constexpr const char* kFixedArgs[] = {"--num-layers", "--hidden-size", "--num-attention-heads", "--kv-channels",
+                                      "--ffn-hidden-size", "--max-position-embeddings", "--seq-length",
+                                      "padded_vocab_size", "--untie-embeddings-and-output-weights",
+                                      "--disable-bias-linear"};
+
+std::string jd(double v) { return json_double(v); }
+std::string ji(int64_t v) { return std::to_string(v); }
+std::string jb(bool v) { return v ? "true" : "false"; }
+std::string js(const std::string& v) { return json_quote(v); }
+
+const char* dtype_flag(const TrainConfig& c) { return c.bf16 ? "bf16" : c.fp16 ? "fp16" : "fp32"; }
+
+// Host view of a device tensor: the tensor itself on the CPU, else a staged copy.
+Tensor host_view(const Tensor& t, backend::Backend& backend) {
+  if (t.device() == Device::kCPU) return t;
+  Tensor h = Tensor::cpu(t.shape(), t.dtype());
+  backend.copy(t, h);
+  return h;
+}
+
+// Copies a safetensors tensor into `dst` (any float dtype; converted with RNE), checking the shape.
+void load_into(const SafetensorsFile& file, const std::string& name, Tensor& dst, backend::Backend& backend) {
+  const SafetensorsTensor& t = file.at(name);
+  if (t.shape != dst.shape()) {
+    throw_error(file.path(), ": tensor '", name, "' has shape ", shape_string(t.shape), ", this model expects ",
+                shape_string(dst.shape()));
+  }
+  if (!is_float(t.dtype)) throw_error(file.path(), ": tensor '", name, "' is not a float tensor");
+  Tensor staged = Tensor::cpu(t.shape, t.dtype);
+  if (t.bytes) std::memcpy(staged.data(), t.data, static_cast<size_t>(t.bytes));
+  backend.copy(staged, dst);
+}
+
+std::string element_text(simdjson::dom::element e) { return std::string(simdjson::minify(e)); }
+
+}  // namespace
+
+std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
+  const model::GPTConfig& m = c.model;
+  std::map<std::string, std::string> a;
+  a["--num-layers"] = ji(m.num_layers);
+  a["--hidden-size"] = ji(m.hidden_size);
+  a["--num-attention-heads"] = ji(m.num_attention_heads);
+  a["--kv-channels"] = ji(m.kv_channels);
+  a["--ffn-hidden-size"] = ji(m.ffn_hidden_size);
+  a["--seq-length"] = ji(m.seq_length);
+  a["--max-position-embeddings"] = ji(m.max_position_embeddings);
+  a["vocab_size"] = ji(m.vocab_size);
+  a["padded_vocab_size"] = ji(m.padded_vocab_size);
+  a["--make-vocab-size-divisible-by"] = ji(c.make_vocab_size_divisible_by);
+  a["--untie-embeddings-and-output-weights"] = jb(m.untie_embeddings_and_output_weights);
+  a["--disable-bias-linear"] = jb(!m.add_bias_linear);
+  a["gelu"] = js(m.gelu == model::Gelu::kTanh ? "tanh" : "exact");
+  a["--layernorm-epsilon"] = jd(m.layernorm_epsilon);
+  a["--init-method-std"] = jd(m.init_method_std);
+  a["--attention-dropout"] = jd(m.attention_dropout);
+  a["--hidden-dropout"] = jd(m.hidden_dropout);
+  a["--tokenizer-type"] = js(c.tokenizer_type);
+  a["precision"] = js(dtype_flag(c));
+  a["--micro-batch-size"] = ji(c.micro_batch_size);
+  a["--global-batch-size"] = ji(c.global_batch_size);
+  a["--seed"] = ji(c.seed);
+  a["--lr"] = jd(c.lr);
+  a["--min-lr"] = jd(c.min_lr);
+  a["--lr-decay-style"] = js(std::string(to_string(c.lr_decay_style)));
+  a["--weight-decay"] = jd(c.weight_decay);
+  a["--adam-beta1"] = jd(c.adam_beta1);
+  a["--adam-beta2"] = jd(c.adam_beta2);
+  a["--adam-eps"] = jd(c.adam_eps);
+  a["--clip-grad"] = jd(c.clip_grad);
+  a["--split"] = js(c.split);
+  std::string paths = "[";
+  for (size_t i = 0; i < c.data_path.size(); ++i) paths += (i ? "," : "") + js(c.data_path[i]);
+  a["--data-path"] = paths + "]";
+  if (c.train_iters) a["--train-iters"] = ji(*c.train_iters);
+  if (c.train_samples) a["--train-samples"] = ji(*c.train_samples);
+  a["--tensor-model-parallel-size"] = ji(c.tensor_model_parallel_size);
+  a["--pipeline-model-parallel-size"] = ji(c.pipeline_model_parallel_size);
+  return a;
+}
+
+void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progress, const model::ParameterSet& params,
+                              const MixedPrecisionOptimizer& optimizer, const OptimizerParamScheduler& scheduler,
+                              backend::Backend& backend, std::ostream& log) {
+  MT_CHECK(c.save.has_value()) << "save without --save";
+  char line[64];
+  std::snprintf(line, sizeof(line), "%7lld", static_cast<long long>(progress.iteration));
+  log << "saving checkpoint at iteration " << line << " to " << *c.save << '\n' << std::flush;
+
+  // Tensors, from host views that stay alive until the files are written.
+  std::vector<Tensor> keep;
+  auto tensor = [&](const std::string& name, const Tensor& t) {
+    keep.push_back(host_view(t, backend));
+    TensorToWrite w;
+    w.name = name;
+    w.dtype = t.dtype();
+    w.shape = t.shape();
+    w.data = keep.back().data();
+    return w;
+  };
+  std::vector<TensorToWrite> model_tensors, optim_tensors;
+  for (const model::Parameter& p : params.params()) model_tensors.push_back(tensor(p.name, p.value));
+  if (!c.no_save_optim) {
+    for (const model::Parameter& p : params.params()) {
+      if (optimizer.has_separate_main_params()) {
+        optim_tensors.push_back(tensor("main_param." + p.name, optimizer.main_params().flat_view(p.offset, p.shape)));
+      }
+      optim_tensors.push_back(tensor("exp_avg." + p.name, optimizer.exp_avg().flat_view(p.offset, p.shape)));
+      optim_tensors.push_back(tensor("exp_avg_sq." + p.name, optimizer.exp_avg_sq().flat_view(p.offset, p.shape)));
+    }
+  }
+
+  JsonWriter w(2);
+  w.begin_object();
+  w.key("format").value(kFormat);
+  w.key("program_version").value(MT_VERSION);
+  w.key("iteration").value(progress.iteration);
+  w.key("consumed_train_samples").value(progress.consumed_train_samples);
+  w.key("consumed_valid_samples").value(progress.consumed_valid_samples);
+  w.key("optimizer_saved").value(!c.no_save_optim);
+  w.key("optimizer_steps").value(optimizer.steps());
+  const SchedulerState s = scheduler.state();
+  w.key("scheduler").begin_object();
+  w.key("max_lr").value(s.max_lr);
+  w.key("min_lr").value(s.min_lr);
+  w.key("lr_warmup_steps").value(s.warmup_steps);
+  w.key("lr_decay_steps").value(s.decay_steps);
+  w.key("lr_decay_style").value(std::string(to_string(s.decay_style)));
+  w.key("num_steps").value(s.num_steps);
+  w.key("start_wd").value(s.start_wd);
+  w.key("end_wd").value(s.end_wd);
+  w.key("wd_incr_steps").value(s.wd_incr_steps);
+  w.key("wd_incr_style").value(std::string(to_string(s.wd_incr_style)));
+  w.end_object();
+  const optim::GradScalerState& g = optimizer.scaler().state();
+  w.key("grad_scaler").begin_object();
+  w.key("dynamic").value(optimizer.scaler().is_dynamic());
+  w.key("scale").value(static_cast<double>(g.scale));
+  w.key("growth_tracker").value(g.growth_tracker);
+  w.key("hysteresis_tracker").value(g.hysteresis_tracker);
+  w.end_object();
+  // Dropout masks are Philox(seed, iteration, micro-batch, layer, site): no RNG state to keep.
+  w.key("rng").begin_object();
+  w.key("kind").value("philox4x32-10, stateless: (seed, iteration, micro-batch)");
+  w.key("seed").value(c.seed);
+  w.end_object();
+  w.key("layout").begin_object();
+  w.key("tensor_model_parallel_size").value(c.tensor_model_parallel_size);
+  w.key("pipeline_model_parallel_size").value(c.pipeline_model_parallel_size);
+  w.key("data_parallel_size").value(c.data_parallel_size);
+  w.key("model_dtype").value(dtype_flag(c));
+  w.end_object();
+  w.key("args").begin_object();
+  for (const auto& [k, v] : checkpoint_args(c)) w.key(k).raw_value(v);
+  w.end_object();
+  w.end_object();
+
+  std::vector<CheckpointFile> files;
+  files.push_back(CheckpointFile::safetensors(kModelFileName, std::move(model_tensors)));
+  if (!c.no_save_optim) files.push_back(CheckpointFile::safetensors(kOptimizerFileName, std::move(optim_tensors)));
+  files.push_back(CheckpointFile::text_file(kMetadataFileName, w.take()));
+  save_checkpoint_dir(*c.save, progress.iteration, files, c.save_keep_last);
+  log << "  successfully saved checkpoint at iteration " << line << " to " << *c.save << '\n' << std::flush;
+}
+
+TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet& params,
+                                       MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
+                                       backend::Backend& backend, std::ostream& log) {
+  MT_CHECK(c.load.has_value()) << "load without --load";
+  const LoadedCheckpoint ck = load_checkpoint_dir(*c.load);
+  if (!ck.found) {
+    if (c.exit_on_missing_checkpoint) {
+      throw_error("[--load] no checkpoint in ", *c.load, " (", ck.tracker_path, " is missing) and --exit-on-missing-checkpoint is set");
+    }
+    log << "WARNING: could not find the metadata file " << ck.tracker_path << "\n"
+        << "    will not load any checkpoints and will start from random\n";
+    return {};
+  }
+  const std::string meta_path = ck.directory + "/" + kMetadataFileName;
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(ck.metadata_json);
+  simdjson::dom::element doc;
+  if (parser.parse(padded).get(doc) != simdjson::SUCCESS) throw_error(meta_path, ": not valid JSON");
+  auto need = [&](const char* key) {
+    simdjson::dom::element e;
+    if (doc[key].get(e) != simdjson::SUCCESS) throw_error(meta_path, ": missing \"", key, "\"");
+    return e;
+  };
+  auto need_int = [&](simdjson::dom::element obj, const char* key, const std::string& where) {
+    int64_t v = 0;
+    if (obj[key].get_int64().get(v) != simdjson::SUCCESS) throw_error(meta_path, ": ", where, "\"", key, "\" is not an integer");
+    return v;
+  };
+  auto need_double = [&](simdjson::dom::element obj, const char* key, const std::string& where) {
+    double v = 0;
+    if (obj[key].get_double().get(v) != simdjson::SUCCESS) {
+      int64_t i = 0;
+      if (obj[key].get_int64().get(i) != simdjson::SUCCESS) throw_error(meta_path, ": ", where, "\"", key, "\" is not a number");
+      v = static_cast<double>(i);
+    }
+    return v;
+  };
+  std::string_view format;
+  if (need("format").get_string().get(format) != simdjson::SUCCESS || format != kFormat) {
+    throw_error(meta_path, ": not a ", kFormat, " file");
+  }
+
+  // Config differences: print them all; refuse the ones that break the weights or the run.
+  const std::map<std::string, std::string> now = checkpoint_args(c);
+  simdjson::dom::object saved_args;
+  if (need("args").get_object().get(saved_args) != simdjson::SUCCESS) throw_error(meta_path, ": \"args\" is not an object");
+  std::map<std::string, std::string> saved;
+  for (auto field : saved_args) saved[std::string(field.key)] = reformat_json(element_text(field.value), 0);
+  bool printed_header = false;
+  for (const auto& [k, v] : now) {
+    const auto it = saved.find(k);
+    const std::string old = it == saved.end() ? "(absent)" : it->second;
+    const std::string cur = reformat_json(v, 0);
+    if (old == cur) continue;
+    if (!printed_header) {
+      log << " > arguments that differ from the checkpoint (checkpoint -> now):\n";
+      printed_header = true;
+    }
+    log << "    " << k << ": " << old << " -> " << cur << '\n';
+  }
+  // Refuse, in kFixedArgs order (the flag the user set comes before the values derived from it).
+  for (const char* fixed : kFixedArgs) {
+    const auto it = saved.find(fixed);
+    const std::string cur = reformat_json(now.at(fixed), 0);
+    if (it == saved.end() || it->second == cur) continue;
+    const std::string k = fixed;
+    if (k[0] == '-') {
+      throw_error("[", k, "] is ", cur, " but the checkpoint in ", ck.directory, " was trained with ", it->second,
+                  "; a checkpoint cannot change it");
+    }
+    throw_error("[--vocab-file/--make-vocab-size-divisible-by] the padded vocabulary is ", cur,
+                " but the checkpoint in ", ck.directory, " was trained with ", it->second);
+  }
+
+  // Weights.
+  for (model::Parameter& p : params.params()) load_into(ck.model(), p.name, p.value, backend);
+  TrainProgress progress;
+  if (c.finetune) {
+    optimizer.reload_main_params_from_model();
+    log << "  successfully loaded checkpoint (weights only, --finetune) from " << *c.load << " at iteration "
+        << ck.iteration << '\n';
+    return progress;
+  }
+  progress.iteration = need_int(doc, "iteration", "");
+  progress.consumed_train_samples = need_int(doc, "consumed_train_samples", "");
+  progress.consumed_valid_samples = need_int(doc, "consumed_valid_samples", "");
+
+  // Optimizer, scaler and scheduler.
+  const SafetensorsFile* opt = ck.optimizer();
+  if (c.no_load_optim || !opt) {
+    if (!c.no_load_optim) log << "WARNING: the checkpoint has no optimizer state (saved with --no-save-optim)\n";
+    optimizer.reload_main_params_from_model();
+  } else {
+    Tensor main = optimizer.main_params(), m = optimizer.exp_avg(), v = optimizer.exp_avg_sq();
+    for (const model::Parameter& p : params.params()) {
+      if (optimizer.has_separate_main_params()) {
+        Tensor dst = main.flat_view(p.offset, p.shape);
+        if (opt->find("main_param." + p.name)) {
+          load_into(*opt, "main_param." + p.name, dst, backend);
+        } else {  // saved from an fp32 model: its weights are the main parameters
+          load_into(ck.model(), p.name, dst, backend);
+        }
+      }
+      Tensor dm = m.flat_view(p.offset, p.shape), dv = v.flat_view(p.offset, p.shape);
+      load_into(*opt, "exp_avg." + p.name, dm, backend);
+      load_into(*opt, "exp_avg_sq." + p.name, dv, backend);
+    }
+    simdjson::dom::element gs = need("grad_scaler");
+    optim::GradScalerState state;
+    state.scale = static_cast<float>(need_double(gs, "scale", "grad_scaler."));
+    state.growth_tracker = need_int(gs, "growth_tracker", "grad_scaler.");
+    state.hysteresis_tracker = need_int(gs, "hysteresis_tracker", "grad_scaler.");
+    optimizer.restore(need_int(doc, "optimizer_steps", ""), state);
+    simdjson::dom::element sc = need("scheduler");
+    SchedulerState s = scheduler.state();
+    s.max_lr = need_double(sc, "max_lr", "scheduler.");
+    s.min_lr = need_double(sc, "min_lr", "scheduler.");
+    s.warmup_steps = need_double(sc, "lr_warmup_steps", "scheduler.");
+    s.decay_steps = need_int(sc, "lr_decay_steps", "scheduler.");
+    std::string_view style, wd_style;
+    if (sc["lr_decay_style"].get_string().get(style) != simdjson::SUCCESS ||
+        sc["wd_incr_style"].get_string().get(wd_style) != simdjson::SUCCESS) {
+      throw_error(meta_path, ": scheduler styles missing");
+    }
+    s.decay_style = parse_lr_decay_style(style);
+    s.wd_incr_style = parse_wd_incr_style(wd_style);
+    s.num_steps = need_int(sc, "num_steps", "scheduler.");
+    s.start_wd = need_double(sc, "start_wd", "scheduler.");
+    s.end_wd = need_double(sc, "end_wd", "scheduler.");
+    s.wd_incr_steps = need_int(sc, "wd_incr_steps", "scheduler.");
+    SchedulerLoadPolicy policy = SchedulerLoadPolicy::kCheck;
+    if (c.override_opt_param_scheduler) policy = SchedulerLoadPolicy::kOverride;
+    if (c.use_checkpoint_opt_param_scheduler) policy = SchedulerLoadPolicy::kUseCheckpoint;
+    scheduler.load_state(s, policy);
+  }
+  log << "  successfully loaded checkpoint from " << *c.load << " at iteration " << progress.iteration << '\n';
+  return progress;
+}
+
+}  // namespace megatron::train

@@ -1,0 +1,53 @@
+// What a training checkpoint holds and how the trainer's state goes in and comes back
+// (the file layer is train/checkpoint_io.h). Resume is bit-exact: together with the
+// (seed, iteration, micro-batch) dropout streams and the data order fixed by the consumed
+// sample count, this is all the state a run has.
+//
+//   model.safetensors      every parameter by its Megatron-core name, in the model dtype
+//   optimizer.safetensors  "main_param.<name>" (fp32, only when the model is bf16/fp16),
+//                          "exp_avg.<name>", "exp_avg_sq.<name>" (absent with --no-save-optim)
+//   metadata.json          {"format", "program_version", "iteration", "consumed_train_samples",
+//                           "consumed_valid_samples", "optimizer_steps", "scheduler": {...},
+//                           "grad_scaler": {...}, "rng": {...}, "layout": {...}, "args": {...}}
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+
+#include "backend/ops.h"
+#include "model/parameters.h"
+#include "train/config.h"
+#include "train/lr_scheduler.h"
+#include "train/optimizer.h"
+
+namespace megatron::train {
+
+// Where a run is: Megatron's iteration and consumed samples (the data sampler's cursor).
+struct TrainProgress {
+  int64_t iteration = 0;
+  int64_t consumed_train_samples = 0;
+  int64_t consumed_valid_samples = 0;
+};
+
+// The configuration fields a checkpoint records under "args", as flag name -> JSON value text.
+std::map<std::string, std::string> checkpoint_args(const TrainConfig& config);
+
+// Saves the state after `progress.iteration` to config.save (with --no-save-optim, weights
+// only), printing Megatron's "saving checkpoint at iteration ..." lines to `log`.
+void save_training_checkpoint(const TrainConfig& config, const TrainProgress& progress,
+                              const model::ParameterSet& params, const MixedPrecisionOptimizer& optimizer,
+                              const OptimizerParamScheduler& scheduler, backend::Backend& backend, std::ostream& log);
+
+// Loads config.load into the model, optimizer and scheduler (what is loaded follows
+// --finetune / --no-load-optim) and returns where to continue. Without a checkpoint in the
+// directory: Megatron's warning and iteration 0 (or an Error with --exit-on-missing-checkpoint).
+// Prints the differences between the checkpoint's args and this run's, and refuses (Error,
+// one line naming the flag) a change that breaks the weights or the run: model shape,
+// padded vocabulary, sequence length.
+TrainProgress load_training_checkpoint(const TrainConfig& config, model::ParameterSet& params,
+                                       MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
+                                       backend::Backend& backend, std::ostream& log);
+
+}  // namespace megatron::train
