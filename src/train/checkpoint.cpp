@@ -324,4 +324,57 @@ TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet
   return progress;
 }
 
+CheckpointModel read_checkpoint_model(const LoadedCheckpoint& ck) {
+  const std::string meta_path = ck.directory + "/" + kMetadataFileName;
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(ck.metadata_json);
+  simdjson::dom::element doc, args;
+  if (parser.parse(padded).get(doc) != simdjson::SUCCESS || doc["args"].get(args) != simdjson::SUCCESS) {
+    throw_error(meta_path, ": no \"args\" object");
+  }
+  auto get_int = [&](const char* key) {
+    int64_t v = 0;
+    if (args[key].get_int64().get(v) != simdjson::SUCCESS) throw_error(meta_path, ": args.", key, " is not an integer");
+    return v;
+  };
+  auto get_double = [&](const char* key) {
+    double v = 0;
+    if (args[key].get_double().get(v) != simdjson::SUCCESS) throw_error(meta_path, ": args.", key, " is not a number");
+    return v;
+  };
+  auto get_bool = [&](const char* key) {
+    bool v = false;
+    if (args[key].get_bool().get(v) != simdjson::SUCCESS) throw_error(meta_path, ": args.", key, " is not a boolean");
+    return v;
+  };
+  CheckpointModel m;
+  model::GPTConfig& g = m.config;
+  g.num_layers = get_int("--num-layers");
+  g.hidden_size = get_int("--hidden-size");
+  g.num_attention_heads = get_int("--num-attention-heads");
+  g.kv_channels = get_int("--kv-channels");
+  g.ffn_hidden_size = get_int("--ffn-hidden-size");
+  g.seq_length = get_int("--seq-length");
+  g.max_position_embeddings = get_int("--max-position-embeddings");
+  g.vocab_size = get_int("vocab_size");
+  g.padded_vocab_size = get_int("padded_vocab_size");
+  g.layernorm_epsilon = static_cast<float>(get_double("--layernorm-epsilon"));
+  g.init_method_std = static_cast<float>(get_double("--init-method-std"));
+  g.attention_dropout = 0.0f;
+  g.hidden_dropout = 0.0f;
+  g.untie_embeddings_and_output_weights = get_bool("--untie-embeddings-and-output-weights");
+  g.add_bias_linear = !get_bool("--disable-bias-linear");
+  std::string_view gelu, precision;
+  if (args["gelu"].get_string().get(gelu) != simdjson::SUCCESS) throw_error(meta_path, ": args.gelu missing");
+  g.gelu = gelu == "exact" ? model::Gelu::kExact : model::Gelu::kTanh;
+  if (args["precision"].get_string().get(precision) != simdjson::SUCCESS) throw_error(meta_path, ": args.precision missing");
+  m.dtype = precision == "bf16" ? DType::kBF16 : precision == "fp16" ? DType::kF16 : DType::kF32;
+  m.iteration = ck.iteration;
+  return m;
+}
+
+void load_checkpoint_weights(const LoadedCheckpoint& ck, model::ParameterSet& params, backend::Backend& backend) {
+  for (model::Parameter& p : params.params()) load_into(ck.model(), p.name, p.value, backend);
+}
+
 }  // namespace megatron::train

@@ -18,6 +18,7 @@
 
 #include "backend/ops.h"
 #include "model/parameters.h"
+#include "train/checkpoint_io.h"
 #include "train/config.h"
 #include "train/lr_scheduler.h"
 #include "train/optimizer.h"
@@ -49,5 +50,17 @@ void save_training_checkpoint(const TrainConfig& config, const TrainProgress& pr
 TrainProgress load_training_checkpoint(const TrainConfig& config, model::ParameterSet& params,
                                        MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
                                        backend::Backend& backend, std::ostream& log);
+
+// For inference (megatron generate): the model shape and dtype a checkpoint was trained with,
+// read from its metadata.json, and its weights loaded into `params` (declared by a GPTModel
+// built from that shape). Errors name the file.
+struct CheckpointModel {
+  model::GPTConfig config;
+  DType dtype = DType::kF32;
+  int64_t iteration = 0;
+};
+CheckpointModel read_checkpoint_model(const LoadedCheckpoint& checkpoint);
+void load_checkpoint_weights(const LoadedCheckpoint& checkpoint, model::ParameterSet& params,
+                             backend::Backend& backend);
 
 }  // namespace megatron::train

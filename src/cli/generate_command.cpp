@@ -1,0 +1,97 @@
+// megatron generate: sample text from a checkpoint (KV-cache decoding on the CPU engine).
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/tokenizer/gpt2_bpe_tokenizer.h"
+#include "model/gpt_generator.h"
+#include "model/gpt_model.h"
+#include "model/sampling.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_io.h"
+
+namespace megatron::cli {
+
+int run_generate(const CommandArgs& argv) {
+  Args args("generate", "sample text from a checkpoint");
+  args.option("--load", "DIR", "checkpoint directory (its latest iteration)", std::nullopt, true)
+      .option("--iteration", "N", "load this iteration instead of the latest")
+      .option("--prompt", "TEXT", "the text to continue")
+      .option("--prompt-file", "F", "one prompt per line")
+      .option("--max-new-tokens", "N", "tokens to generate per prompt", "64")
+      .option("--temperature", "T", "softmax temperature; 0 is greedy", "1.0")
+      .option("--top-k", "K", "sample among the K most likely tokens (0: all)", "0")
+      .option("--top-p", "P", "sample among the most likely tokens that reach probability P (0: off)", "0")
+      .option("--seed", "S", "sampling seed", "1234")
+      .option("--vocab-file", "V", "GPT-2 vocab.json", std::nullopt, true)
+      .option("--merge-file", "M", "GPT-2 merges.txt", std::nullopt, true);
+  if (!args.parse(argv)) {
+    std::cout << args.usage();
+    return 0;
+  }
+  std::vector<std::string> prompts;
+  if (args.given("--prompt")) prompts.push_back(args.get_string("--prompt"));
+  if (args.given("--prompt-file")) {
+    const std::string path = args.get_string("--prompt-file");
+    std::ifstream in(path);
+    if (!in) throw_error("[--prompt-file] cannot open ", path);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty()) prompts.push_back(line);
+    }
+  }
+  if (prompts.empty()) throw_error("[--prompt] give --prompt TEXT or --prompt-file F");
+  const int64_t max_new = args.get_int("--max-new-tokens");
+  if (max_new < 0) throw_error("[--max-new-tokens] must not be negative, got ", max_new);
+  model::SamplingParams sp;
+  sp.temperature = static_cast<float>(args.get_double("--temperature"));
+  sp.top_k = args.get_int("--top-k");
+  sp.top_p = static_cast<float>(args.get_double("--top-p"));
+  sp.seed = static_cast<uint64_t>(args.get_int("--seed"));
+
+  data::GPT2BPETokenizer tokenizer(args.get_string("--vocab-file"), args.get_string("--merge-file"));
+  std::optional<int64_t> iteration;
+  if (args.given("--iteration")) iteration = args.get_int("--iteration");
+  const std::string dir = args.get_string("--load");
+  const train::LoadedCheckpoint ck = train::load_checkpoint_dir(dir, iteration);
+  if (!ck.found) throw_error("[--load] no checkpoint in ", dir, " (", ck.tracker_path, " is missing)");
+  const train::CheckpointModel cm = train::read_checkpoint_model(ck);
+  if (cm.config.vocab_size != tokenizer.vocab_size()) {
+    throw_error("[--vocab-file] has ", tokenizer.vocab_size(), " tokens but the checkpoint was trained with ",
+                cm.config.vocab_size);
+  }
+
+  std::unique_ptr<backend::Backend> backend = backend::make_cpu_backend();
+  model::GPTModel model(cm.config, *backend, cm.dtype, 1);
+  train::load_checkpoint_weights(ck, model.parameters(), *backend);
+  const int64_t context = cm.config.max_position_embeddings;
+  model::GPTGenerator generator(cm.config, model.parameters(), *backend, context);
+
+  uint64_t draw = 0;
+  for (const std::string& prompt : prompts) {
+    std::vector<int32_t> ids;
+    tokenizer.encode(prompt, &ids);
+    if (ids.empty()) ids.push_back(tokenizer.eod());  // an empty prompt starts a new document
+    if (static_cast<int64_t>(ids.size()) >= context) {
+      throw_error("[--prompt] the prompt has ", ids.size(), " tokens; the model has ", context, " positions");
+    }
+    generator.reset();
+    std::vector<float> logits = generator.append(ids);
+    std::vector<int32_t> out;
+    for (int64_t i = 0; i < max_new && generator.context_length() < context; ++i) {
+      const int32_t next = model::sample_token(logits, cm.config.vocab_size, sp, draw++);
+      if (next == tokenizer.eod()) break;
+      out.push_back(next);
+      if (generator.context_length() < context) logits = generator.append(std::span<const int32_t>(&next, 1));
+    }
+    std::cout << prompt << tokenizer.decode(out) << "\n" << std::flush;
+  }
+  return 0;
+}
+
+}  // namespace megatron::cli
