@@ -3,6 +3,8 @@
 // Megatron's lines, and bad or unsupported flags fail with one line naming the flag.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
@@ -78,6 +80,41 @@ TEST(TrainCommand, ShortRunOnAPreprocessedDataset) {
   EXPECT_NE(out.find(" iteration        3/       3 | consumed samples:           12 |"), std::string::npos) << out;
   EXPECT_NE(out.find(" validation loss at iteration 2 | lm loss value: "), std::string::npos) << out;
   EXPECT_NE(out.find(" validation loss at iteration 3 on validation set | "), std::string::npos) << out;
+}
+
+TEST(TrainCommand, SigtermSavesAndExitsZero) {
+  const std::string dir = test::scratch_dir("train_command_sigterm");
+  {
+    data::IndexedDatasetWriter writer(dir + "/d_text_document", data::TokenDType::kUInt16);
+    for (int d = 0; d < 40; ++d) {
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < 50; ++i) tokens.push_back((d * 31 + i * 7) % 50257);
+      const int32_t len = static_cast<int32_t>(tokens.size());
+      writer.add_document(tokens, std::span<const int32_t>(&len, 1));
+    }
+    writer.finalize();
+  }
+  // A long run; SIGTERM once the first iteration line is out.
+  const std::string train_cmd = test::megatron_binary() +
+                                " train --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+                                "--micro-batch-size 2 --global-batch-size 2 --train-iters 1000000 --lr 1e-3 "
+                                "--log-interval 1 --eval-interval 1000000 --split 100,0,0 --exit-signal-handler "
+                                "--data-path " + dir + "/d_text_document --data-cache-path " + dir + "/cache "
+                                "--save " + dir + "/ckpt --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
+                                test::gpt2_merge_file();
+  const std::string script = "(" + train_cmd + " > " + dir + "/log 2>&1 & pid=$!; "
+                             "for i in $(seq 1 600); do grep -q 'consumed samples' " + dir + "/log && break; sleep 0.1; done; "
+                             "kill -TERM $pid; wait $pid; echo rc=$?)";
+  const test::CommandResult r = test::run_command(script, true);
+  EXPECT_NE(r.output.find("rc=0"), std::string::npos) << r.output;
+  std::ifstream log(dir + "/log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("exiting program after receiving SIGTERM."), std::string::npos) << text;
+  EXPECT_NE(text.find("successfully saved checkpoint at iteration"), std::string::npos) << text;
+  std::ifstream tracker(dir + "/ckpt/latest_checkpointed_iteration.txt");
+  int64_t iteration = 0;
+  EXPECT_TRUE(tracker >> iteration);
+  EXPECT_GE(iteration, 1);
 }
 
 TEST(TrainCommand, BadFlagsFailWithOneLineNamingTheFlag) {
