@@ -38,6 +38,21 @@ struct DropoutParams {
 // Dropout element index of probability (batch bi, head hd, query i, key j) is
 // ((bi * heads + hd) * s + i) * s + j, the flat index in a [b, heads, s, s] tensor; masked
 // keys (j > i) draw nothing.
+// One AdamW update (Megatron --optimizer adam = apex FusedAdam, adam_w_mode, bias correction),
+// elementwise over fp32 tensors, step t >= 1:
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   p -= lr * ((m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd p)
+// with the bias corrections 1-b^t computed in double and rounded to fp32 once (apex's host
+// side), the rest in fp32 in that order (optim/adamw.h is the tested host reference).
+struct AdamWStep {
+  float lr = 0.0f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  int64_t step = 1;
+};
+
 struct AttentionParams {
   int64_t heads = 0;
   int64_t head_dim = 0;
@@ -137,6 +152,13 @@ class Backend {
   virtual double sum_squares(const Tensor& x) = 0;
   // True if every element is finite.
   virtual bool all_finite(const Tensor& x) = 0;
+  // Number of elements equal to zero (--log-num-zeros-in-grad).
+  virtual int64_t count_zeros(const Tensor& x) = 0;
+
+  // ---- optimizer ------------------------------------------------------------------------
+  // AdamW on fp32 param, grad, exp_avg, exp_avg_sq of equal numel (in place).
+  virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                            const AdamWStep& step) = 0;
 };
 
 // The CPU reference backend (OpenBLAS GEMM, OpenMP loops).

@@ -5,15 +5,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "optim/grad_clip.h"
 
 
 namespace megatron::train {
 
-using optim::AdamWHyper;
-using optim::clip_grads;
-using optim::unscale_grads;
-using optim::adamw_update;
 
 MixedPrecisionOptimizer::MixedPrecisionOptimizer(model::ParameterSet& params, backend::Backend& backend,
                                                  const OptimizerConfig& config, optim::GradScaler scaler)
@@ -22,7 +17,6 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(model::ParameterSet& params, ba
       config_(config),
       scaler_(std::move(scaler)),
       fp16_(params.values().dtype() == DType::kF16) {
-  MT_CHECK(backend.device() == Device::kCPU) << "the host optimizer needs CPU parameters";
   const int64_t P = params.total_numel();
   if (params.values().dtype() == DType::kF32) {
     main_ = params.values();
@@ -43,40 +37,45 @@ void MixedPrecisionOptimizer::zero_grads() {
 
 StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
   StepResult result;
-  float* grads = params_.grads().data_as<float>();
-  const int64_t P = params_.total_numel();
-  std::vector<std::span<float>> all{std::span<float>(grads, static_cast<size_t>(P))};
+  Tensor grads = params_.grads();
 
   if (fp16_) {
-    const bool found_inf = unscale_grads(all, scaler_.inv_scale());
+    // Unscale, then check: a finite value times 1/scale stays finite, so this finds exactly
+    // the inf/nan that were there before (torch's non-finite check and unscale).
+    backend_.scale(grads, scaler_.inv_scale());
+    const bool found_inf = !backend_.all_finite(grads);
     scaler_.update(found_inf);
     if (found_inf) {
       result.success = false;
       return result;
     }
   }
-  if (config_.clip_grad > 0.0) result.grad_norm = clip_grads(all, config_.clip_grad);
-  if (config_.count_zeros) {
-    int64_t zeros = 0;
-    for (int64_t i = 0; i < P; ++i) zeros += grads[i] == 0.0f;
-    result.num_zeros = zeros;
+  if (config_.clip_grad > 0.0) {
+    // Megatron clip_grads: the pre-clip norm is logged; clip_coeff = max / (norm + 1e-6)
+    // applied as an fp32 factor when < 1. A nan norm never clips; an inf norm zeroes.
+    const double norm = std::sqrt(backend_.sum_squares(grads));
+    result.grad_norm = norm;
+    if (std::isinf(norm)) {
+      backend_.fill(grads, 0.0f);
+    } else if (!std::isnan(norm)) {
+      const double coeff = config_.clip_grad / (norm + 1e-6);
+      if (coeff < 1.0) backend_.scale(grads, static_cast<float>(coeff));
+    }
   }
+  if (config_.count_zeros) result.num_zeros = backend_.count_zeros(grads);
 
   ++steps_;
-  float* main = main_.data_as<float>();
-  float* m = exp_avg_.data_as<float>();
-  float* v = exp_avg_sq_.data_as<float>();
   for (const model::Parameter& p : params_.params()) {
-    AdamWHyper hyper;
-    hyper.lr = lr;
-    hyper.beta1 = config_.beta1;
-    hyper.beta2 = config_.beta2;
-    hyper.eps = config_.eps;
-    hyper.weight_decay = p.no_weight_decay ? 0.0f : weight_decay;
-    hyper.step = steps_;
-    const size_t off = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.numel());
-    adamw_update(std::span<float>(main + off, n), std::span<const float>(grads + off, n),
-                 std::span<float>(m + off, n), std::span<float>(v + off, n), hyper);
+    backend::AdamWStep s;
+    s.lr = lr;
+    s.beta1 = config_.beta1;
+    s.beta2 = config_.beta2;
+    s.eps = config_.eps;
+    s.weight_decay = p.no_weight_decay ? 0.0f : weight_decay;
+    s.step = steps_;
+    Tensor main = main_.flat_view(p.offset, p.shape), m = exp_avg_.flat_view(p.offset, p.shape);
+    Tensor v = exp_avg_sq_.flat_view(p.offset, p.shape);
+    backend_.adamw_update(main, p.grad, m, v, s);
   }
   if (params_.values().dtype() != DType::kF32) {
     Tensor values = params_.values();

@@ -10,7 +10,8 @@
 //   5. main parameters are copied back to the model dtype (round-to-nearest-even).
 // State: fp32 main parameters when the model dtype is bf16/fp16 (MemoryKind::kMainParams),
 // Adam exp_avg and exp_avg_sq (MemoryKind::kOptimizer), the loss scaler and the step count.
-// This is the host (CPU backend) implementation; parameters must live on the CPU.
+// Every step runs through backend ops (scale, all_finite, sum_squares, adamw_update, copy), so
+// it runs on any backend; the scalars it needs on the host are the norm and the inf flag.
 #pragma once
 
 #include <cstdint>

@@ -73,6 +73,9 @@ class CpuBackend final : public Backend {
 
   double sum_squares(const Tensor& x) override;
   bool all_finite(const Tensor& x) override;
+  int64_t count_zeros(const Tensor& x) override;
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                    const AdamWStep& step) override;
 };
 
 }  // namespace megatron::backend
