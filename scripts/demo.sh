@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the embedded data: preprocess the Brown Corpus into Megatron's indexed
 # format, show what a training run reads from it, then pretrain a small GPT on it on the CPU
-# (a few minutes on 2 cores) with Megatron-LM's flags and log lines.
+# (a few minutes on 2 cores) with Megatron-LM's flags and log lines, save a checkpoint, and
+# sample a few lines from it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -21,4 +22,10 @@ $MEGATRON train \
   --lr 2e-3 --min-lr 2e-4 --lr-decay-style cosine --lr-warmup-iters 15 --weight-decay 0.1 --clip-grad 1.0 \
   --data-path data/demo/brown_text_document --split 969,30,1 --seed 1234 --data-cache-path data/demo/cache \
   --vocab-file $VOCAB --merge-file $MERGES \
-  --log-interval 10 --eval-interval 50 --eval-iters 5
+  --log-interval 10 --eval-interval 50 --eval-iters 5 \
+  --save data/demo/ckpt --tensorboard-dir data/demo/tensorboard --log-jsonl data/demo/metrics.jsonl
+$MEGATRON checkpoint-info data/demo/ckpt | sed -n 1,4p
+for prompt in "The jury said" "In the morning" "He was"; do
+  $MEGATRON generate --load data/demo/ckpt --vocab-file $VOCAB --merge-file $MERGES \
+    --prompt "$prompt" --max-new-tokens 24 --temperature 0.8 --top-k 40 --seed 1
+done
