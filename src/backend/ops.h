@@ -163,5 +163,8 @@ class Backend {
 
 // The CPU reference backend (OpenBLAS GEMM, OpenMP loops).
 std::unique_ptr<Backend> make_cpu_backend();
+// The CUDA backend on GPU `device` (backend/cuda/). Throws megatron::Error when this build has
+// no CUDA or the device cannot be used.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 
 }  // namespace megatron::backend

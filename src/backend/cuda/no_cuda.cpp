@@ -1,10 +1,16 @@
 // Stubs used when the CUDA backend is not built (MT_BUILD_CUDA=OFF or no nvcc).
 #include "backend/device.h"
+#include "backend/ops.h"
+#include "core/error.h"
 
 namespace megatron::backend {
 
 bool built_with_cuda() { return false; }
 int cuda_device_count() { return 0; }
 std::string describe_cuda_devices() { return ""; }
+
+std::unique_ptr<Backend> make_cuda_backend(int) {
+  throw_error("[--device] this build of megatron has no CUDA backend (built without nvcc)");
+}
 
 }  // namespace megatron::backend

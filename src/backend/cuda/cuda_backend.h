@@ -1,0 +1,113 @@
+// The CUDA backend: every op of backend/ops.h on one GPU, on one stream, Hopper first (sm_90a).
+// The class is declared once here and implemented by op family:
+//   cuda_backend.cu      construction, memory, copy/convert, fill, reductions, elementwise
+//                        add/scale, bias_grad, count_zeros, adamw_update
+//   cuda_gemm.cu         matmul, linear_forward/backward through cuBLASLt (fp32 accumulation;
+//                        bias epilogue; dW accumulated into fp32 with beta = 1)
+//   cuda_elementwise.cu  dropout, bias-dropout-add, bias-GELU forward/backward
+//   cuda_norm.cu         layernorm forward/backward, embedding forward/backward
+//   cuda_loss.cu         cross-entropy forward/backward
+//   cuda_attention.cu    causal attention forward/backward (flash-style, lse saved), KV cache
+// Numerics contract (what tests/backend/cuda/ checks against the CPU backend): the same
+// function of the inputs; fp32 accumulation everywhere; outputs rounded RNE to their dtype;
+// dropout masks bit-identical to the CPU's (core/rng.h Philox, the same element index);
+// "(+=)" outputs accumulate; deterministic results run to run (no float atomics in
+// reductions whose order would vary).
+// Every CUDA/cuBLAS call is checked; every kernel launch is followed by a launch check.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/ops.h"
+
+#define MT_CUBLAS_CHECK(call)                                                                             \
+  do {                                                                                                    \
+    cublasStatus_t mt_st_ = (call);                                                                       \
+    if (mt_st_ != CUBLAS_STATUS_SUCCESS) {                                                                \
+      ::megatron::throw_error(#call, " failed: cuBLAS status ", static_cast<int>(mt_st_), " at ", __FILE__, \
+                              ":", __LINE__);                                                             \
+    }                                                                                                     \
+  } while (0)
+
+// After a kernel launch: the launch itself succeeded.
+#define MT_CUDA_LAUNCH_CHECK() MT_CUDA_CHECK(cudaGetLastError())
+
+namespace megatron::backend {
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  Device device() const override { return Device::kCUDA; }
+  cudaStream_t stream() const { return stream_; }
+  int device_index() const { return device_; }
+
+  Tensor empty(Shape shape, DType dtype, MemoryKind kind) override;
+  void fill(Tensor& t, float value) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+  void synchronize() override;
+
+  void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
+              float beta) override;
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) override;
+  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
+                       Tensor& dbias) override;
+
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void scale(Tensor& x, float alpha) override;
+  void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, Tensor& out,
+                        const DropoutParams& dropout) override;
+  void dropout_backward(const Tensor& dy, Tensor& dx, const DropoutParams& dropout) override;
+  void dropout_forward(const Tensor& x, Tensor& out, const DropoutParams& dropout) override;
+  void bias_grad(const Tensor& dy, Tensor& dbias) override;
+  void bias_gelu_forward(const Tensor& x, const Tensor& bias, Tensor& out, Gelu kind) override;
+  void bias_gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& bias, Tensor& dx, Gelu kind) override;
+
+  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& out,
+                         Tensor& mean, Tensor& rstd) override;
+  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                          const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
+
+  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) override;
+  void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) override;
+
+  void attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) override;
+  void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                          Tensor& dqkv, const AttentionParams& params) override;
+  void attention_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, int64_t past, Tensor& out,
+                          const AttentionParams& params) override;
+
+  void cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
+                              const Tensor& dlosses, Tensor& dlogits) override;
+
+  double sum_squares(const Tensor& x) override;
+  bool all_finite(const Tensor& x) override;
+  int64_t count_zeros(const Tensor& x) override;
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                    const AdamWStep& step) override;
+
+  // For cuda_gemm.cu: the cuBLASLt handle and a workspace on this stream.
+  cublasLtHandle_t lt() const { return lt_; }
+  void* workspace() const { return workspace_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  // Device scratch reused by reductions (at least 64 KiB, fp64-aligned).
+  void* scratch() const { return scratch_; }
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  void* scratch_ = nullptr;
+};
+
+// Device-side helpers shared by the .cu files (defined in cuda_common.cuh).
+}  // namespace megatron::backend
