@@ -2,6 +2,7 @@
 // "none" (backend/cuda/no_cuda.cpp), so callers need no #ifdef.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace megatron::backend {
@@ -11,5 +12,9 @@ bool built_with_cuda();
 int cuda_device_count();
 // One line per visible device: "cuda:0 NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB".
 std::string describe_cuda_devices();
+// The device's name ("NVIDIA H100 80GB HBM3"), or "" without CUDA.
+std::string cuda_device_name(int device);
+// Bytes in use on the device (total - free, as the driver reports it: all processes).
+int64_t cuda_device_memory_used(int device);
 
 }  // namespace megatron::backend

@@ -17,5 +17,6 @@ int run_checkpoint_info(const CommandArgs& args); // checkpoint_info_command.cpp
 int run_version(const CommandArgs& args);         // version_command.cpp
 int run_train(const CommandArgs& args);           // train_command.cpp
 int run_generate(const CommandArgs& args);        // generate_command.cpp
+int run_bench(const CommandArgs& args);           // bench_command.cpp
 
 }  // namespace megatron::cli

@@ -1,5 +1,6 @@
 // megatron generate: sample text from a checkpoint (KV-cache decoding on the CPU engine).
 #include <fstream>
+#include <sstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -7,6 +8,7 @@
 
 #include "backend/ops.h"
 #include "cli/args.h"
+#include "cli/backend_choice.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "data/tokenizer/gpt2_bpe_tokenizer.h"
@@ -31,6 +33,7 @@ int run_generate(const CommandArgs& argv) {
       .option("--seed", "S", "sampling seed", "1234")
       .option("--vocab-file", "V", "GPT-2 vocab.json", std::nullopt, true)
       .option("--merge-file", "M", "GPT-2 merges.txt", std::nullopt, true);
+  declare_device_flag(args);
   if (!args.parse(argv)) {
     std::cout << args.usage();
     return 0;
@@ -66,7 +69,8 @@ int run_generate(const CommandArgs& argv) {
                 cm.config.vocab_size);
   }
 
-  std::unique_ptr<backend::Backend> backend = backend::make_cpu_backend();
+  std::ostringstream device_line;  // keep stdout for the generated text alone
+  std::unique_ptr<backend::Backend> backend = make_backend(args, device_line);
   model::GPTModel model(cm.config, *backend, cm.dtype, 1);
   train::load_checkpoint_weights(ck, model.parameters(), *backend);
   const int64_t context = cm.config.max_position_embeddings;

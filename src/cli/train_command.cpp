@@ -4,6 +4,7 @@
 
 #include "backend/ops.h"
 #include "cli/args.h"
+#include "cli/backend_choice.h"
 #include "cli/commands.h"
 #include "cli/train_args.h"
 #include "core/error.h"
@@ -23,6 +24,7 @@ constexpr int64_t kGpt2VocabSize = 50257;
 int run_train(const CommandArgs& argv) {
   Args args("train", "pretrain a GPT with Megatron-LM's pretrain_gpt.py flags");
   declare_train_flags(args);
+  declare_device_flag(args);
   if (!args.parse(argv)) {
     std::cout << args.usage();
     return 0;
@@ -50,7 +52,7 @@ int run_train(const CommandArgs& argv) {
   }
   if (config.data_path.empty()) throw_error("[--data-path] is required (a dataset prefix or weight/prefix pairs)");
 
-  std::unique_ptr<backend::Backend> backend = backend::make_cpu_backend();
+  std::unique_ptr<backend::Backend> backend = make_backend(args, std::cout);
   train::Trainer trainer(config, *backend, std::cout);
   trainer.run();
   return 0;

@@ -30,4 +30,20 @@ std::string describe_cuda_devices() {
   return out;
 }
 
+std::string cuda_device_name(int device) {
+  cudaDeviceProp prop{};
+  MT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
+int64_t cuda_device_memory_used(int device) {
+  int previous = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&previous));
+  MT_CUDA_CHECK(cudaSetDevice(device));
+  size_t free_bytes = 0, total_bytes = 0;
+  MT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  MT_CUDA_CHECK(cudaSetDevice(previous));
+  return static_cast<int64_t>(total_bytes - free_bytes);
+}
+
 }  // namespace megatron::backend

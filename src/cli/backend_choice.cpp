@@ -1,0 +1,28 @@
+#include "cli/backend_choice.h"
+
+#include "backend/device.h"
+#include "core/error.h"
+
+namespace megatron::cli {
+
+void declare_device_flag(Args& args) {
+  args.option("--device", "D", "cpu, cuda or auto (CUDA when a GPU is visible)", "auto");
+}
+
+std::unique_ptr<backend::Backend> make_backend(const Args& args, std::ostream& log) {
+  const std::string d = args.get_string("--device");
+  if (d != "cpu" && d != "cuda" && d != "auto") throw_error("[--device] expected cpu, cuda or auto, got '", d, "'");
+  const bool gpu = backend::built_with_cuda() && backend::cuda_device_count() > 0;
+  if (d == "cuda" && !gpu) {
+    throw_error("[--device] cuda asked for, but ",
+                backend::built_with_cuda() ? "no GPU is visible" : "this build has no CUDA backend");
+  }
+  if (d == "cuda" || (d == "auto" && gpu)) {
+    log << " > device: cuda:0 " << backend::cuda_device_name(0) << '\n';
+    return backend::make_cuda_backend(0);
+  }
+  log << " > device: cpu (reference backend)\n";
+  return backend::make_cpu_backend();
+}
+
+}  // namespace megatron::cli

@@ -1,0 +1,18 @@
+// --device for the commands that compute: "cpu", "cuda" (GPU 0) or "auto" (CUDA when this
+// build has it and a GPU is visible, else the CPU reference backend).
+#pragma once
+
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "backend/ops.h"
+#include "cli/args.h"
+
+namespace megatron::cli {
+
+void declare_device_flag(Args& args);
+// Builds the backend --device asks for and prints one line saying which (to `log`).
+std::unique_ptr<backend::Backend> make_backend(const Args& args, std::ostream& log);
+
+}  // namespace megatron::cli

@@ -1,0 +1,188 @@
+// megatron bench: the training step's speed and memory on synthetic tokens, with the numbers
+// the NLP benchmark reports (tokens/s, report time = 20e6 / tokens_per_s) and Megatron's
+// TFLOP/s per GPU and MFU under both FLOPs conventions. Takes any `megatron train` flag
+// (shape, --model preset, batch, precision); data and tokenizer files are not needed.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/device.h"
+#include "backend/ops.h"
+#include "cli/args.h"
+#include "cli/backend_choice.h"
+#include "cli/commands.h"
+#include "cli/train_args.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/rng.h"
+#include "model/gpt_model.h"
+#include "model/memory_plan.h"
+#include "optim/loss_scaler.h"
+#include "train/config.h"
+#include "train/flops.h"
+#include "train/optimizer.h"
+
+namespace megatron::cli {
+
+namespace {
+
+constexpr int64_t kGpt2Vocab = 50257;
+
+// Dense bf16 tensor-core peak (TFLOP/s) by device name; 0 when unknown.
+double peak_tflops(const std::string& name) {
+  struct Row {
+    const char* key;
+    double tflops;
+  };
+  static const Row kPeaks[] = {{"H200", 989.0}, {"H100", 989.0}, {"H800", 989.0}, {"GH200", 989.0},
+                               {"A100", 312.0}, {"A800", 312.0}, {"B200", 2250.0}, {"L40S", 362.0}};
+  for (const Row& r : kPeaks) {
+    if (name.find(r.key) != std::string::npos) return r.tflops;
+  }
+  return 0.0;
+}
+
+}  // namespace
+
+int run_bench(const CommandArgs& argv_in) {
+  Args args("bench", "training-step throughput and memory on synthetic tokens");
+  declare_train_flags(args);
+  declare_device_flag(args);
+  args.option("--bench-iters", "N", "timed iterations", "20")
+      .option("--warmup-iters", "N", "untimed iterations first", "5")
+      .flag("--json", "print one JSON object instead of the table");
+  // Benchmarks need no data, tokenizer or schedule: fill what train requires.
+  CommandArgs argv = argv_in;
+  auto absent = [&](const char* flag) {
+    for (const std::string& a : argv) {
+      if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0) return false;
+    }
+    return true;
+  };
+  if (absent("--train-iters") && absent("--train-samples")) argv.insert(argv.end(), {"--train-iters", "1000000"});
+  if (absent("--lr")) argv.insert(argv.end(), {"--lr", "1e-4"});
+  if (absent("--dry-run")) argv.push_back("--dry-run");  // no --data-path / --vocab-file needed
+  if (!args.parse(argv)) {
+    std::cout << args.usage();
+    return 0;
+  }
+  train::TrainConfig c = parse_train_config(args, 1, nullptr);
+  c.model.vocab_size = kGpt2Vocab;
+  c.model.padded_vocab_size =
+      train::padded_vocab_size(kGpt2Vocab, c.make_vocab_size_divisible_by, c.tensor_model_parallel_size);
+  const int64_t iters = args.get_int("--bench-iters"), warmup = args.get_int("--warmup-iters");
+  if (iters < 1) throw_error("[--bench-iters] must be at least 1, got ", iters);
+  if (warmup < 0) throw_error("[--warmup-iters] must not be negative, got ", warmup);
+  const bool json = args.get_flag("--json");
+  std::ostream& log = json ? std::cerr : std::cout;
+
+  std::unique_ptr<backend::Backend> be = make_backend(args, log);
+  const DType dtype = c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32;
+  const int64_t mbs = c.micro_batch_size, s = c.model.seq_length, gbs = c.global_batch_size;
+  const int64_t num_micro = gbs / mbs;
+  const bool cuda = be->device() == Device::kCUDA;
+  const int64_t used_before = cuda ? backend::cuda_device_memory_used(0) : 0;
+  memory_tracker(be->device()).reset_peak();
+
+  const auto t_start = std::chrono::steady_clock::now();
+  model::GPTModel model(c.model, *be, dtype, mbs);
+  model.parameters().initialize(*be, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
+  train::OptimizerConfig oc;
+  oc.clip_grad = c.clip_grad;
+  optim::GradScaler scaler = optim::GradScaler::constant(c.fp16 ? 4096.0f : 1.0f);
+  train::MixedPrecisionOptimizer opt(model.parameters(), *be, oc, std::move(scaler));
+  // Synthetic tokens (GPT-2 ids), a fresh batch per micro-batch slot, fixed across iterations.
+  std::vector<model::MicroBatch> batches(static_cast<size_t>(num_micro));
+  for (int64_t k = 0; k < num_micro; ++k) {
+    model::MicroBatch& mb = batches[static_cast<size_t>(k)];
+    mb.batch = mbs;
+    mb.seq = s;
+    for (int64_t i = 0; i < mbs * s; ++i) {
+      const auto draw = [&](uint64_t stream) {
+        return static_cast<int32_t>(philox_uniform(static_cast<uint64_t>(c.seed), stream,
+                                                   static_cast<uint64_t>(k * mbs * s + i)) *
+                                    static_cast<float>(kGpt2Vocab));
+      };
+      mb.tokens.push_back(std::min<int32_t>(draw(1), kGpt2Vocab - 1));
+      mb.labels.push_back(std::min<int32_t>(draw(2), kGpt2Vocab - 1));
+      mb.loss_mask.push_back(1.0f);
+    }
+  }
+  be->synchronize();
+  const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+
+  double timed = 0.0;
+  float loss = 0.0f;
+  for (int64_t it = 0; it < warmup + iters; ++it) {
+    be->synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    opt.zero_grads();
+    for (int64_t k = 0; k < num_micro; ++k) {
+      model::DropoutContext d;
+      d.seed = static_cast<uint64_t>(c.seed);
+      d.iteration = it;
+      d.micro_batch = k;
+      loss = model.forward(batches[static_cast<size_t>(k)], d);
+      model.backward(opt.loss_scale(), 1.0f / static_cast<float>(num_micro));
+    }
+    opt.step(1e-4f, 0.01f);
+    be->synchronize();
+    if (it >= warmup) timed += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double per_iter = timed / static_cast<double>(iters);
+  const double tokens_per_s = static_cast<double>(gbs * s) / per_iter;
+  const double f2025 = train::flops_per_iteration(c.model, gbs, train::FlopsConvention::k2025);
+  const double f2024 = train::flops_per_iteration(c.model, gbs, train::FlopsConvention::k2024);
+  const double tf2025 = f2025 / per_iter / 1e12, tf2024 = f2024 / per_iter / 1e12;
+  const std::string device_name = cuda ? backend::cuda_device_name(0) : "cpu";
+  const double peak = cuda ? peak_tflops(device_name) : 0.0;
+  const MemorySnapshot mem = memory_tracker(be->device()).snapshot();
+  const int64_t device_used = cuda ? backend::cuda_device_memory_used(0) - used_before : 0;
+  const model::MemoryPlan plan = model::plan_memory(c.model, dtype, mbs);
+  const double report_time = 20e6 / tokens_per_s;
+
+  char buf[2048];
+  if (json) {
+    std::snprintf(buf, sizeof(buf),
+                  "{\"device\": \"%s\", \"layers\": %lld, \"hidden\": %lld, \"heads\": %lld, \"seq\": %lld, "
+                  "\"micro_batch\": %lld, \"global_batch\": %lld, \"dtype\": \"%s\", \"params\": %lld, "
+                  "\"ms_per_iter\": %.3f, \"tokens_per_s\": %.1f, \"tflops_2025\": %.2f, \"tflops_2024\": %.2f, "
+                  "\"mfu_2025\": %.4f, \"mfu_2024\": %.4f, \"planned_bytes\": %lld, \"peak_tracked_bytes\": %lld, "
+                  "\"device_bytes\": %lld, \"report_time_s\": %.2f, \"setup_s\": %.2f, \"loss\": %.4f}\n",
+                  device_name.c_str(), static_cast<long long>(c.model.num_layers),
+                  static_cast<long long>(c.model.hidden_size), static_cast<long long>(c.model.num_attention_heads),
+                  static_cast<long long>(s), static_cast<long long>(mbs), static_cast<long long>(gbs),
+                  std::string(dtype_name(dtype)).c_str(), static_cast<long long>(plan.num_parameters),
+                  per_iter * 1e3, tokens_per_s, tf2025, tf2024, peak > 0 ? tf2025 / peak : 0.0,
+                  peak > 0 ? tf2024 / peak : 0.0, static_cast<long long>(plan.total()),
+                  static_cast<long long>(mem.peak_total), static_cast<long long>(device_used), report_time, setup_s,
+                  static_cast<double>(loss));
+    std::cout << buf << std::flush;
+    return 0;
+  }
+  std::snprintf(buf, sizeof(buf),
+                " > bench: %s, %lld layers, hidden %lld, %lld heads, seq %lld, micro-batch %lld, global batch %lld, "
+                "%s, %lld parameters\n"
+                "    ms per iteration            %10.2f   (%lld timed after %lld warm-up)\n"
+                "    tokens per second           %10.0f\n"
+                "    TFLOP/s per GPU (2025 / 2024 convention)  %8.1f / %.1f\n"
+                "    MFU (2025 / 2024, peak %.0f TFLOP/s)       %7.1f%% / %.1f%%\n"
+                "    memory: planned %.2f GiB, tracked peak %.2f GiB, device in use %.2f GiB\n"
+                "    report time (20e6 tokens)   %10.1f s\n"
+                "    setup (model, optimizer)    %10.2f s; last loss %.4f\n",
+                device_name.c_str(), static_cast<long long>(c.model.num_layers),
+                static_cast<long long>(c.model.hidden_size), static_cast<long long>(c.model.num_attention_heads),
+                static_cast<long long>(s), static_cast<long long>(mbs), static_cast<long long>(gbs),
+                std::string(dtype_name(dtype)).c_str(), static_cast<long long>(plan.num_parameters), per_iter * 1e3,
+                static_cast<long long>(iters), static_cast<long long>(warmup), tokens_per_s, tf2025, tf2024, peak,
+                peak > 0 ? 100 * tf2025 / peak : 0.0, peak > 0 ? 100 * tf2024 / peak : 0.0,
+                static_cast<double>(plan.total()) / (1 << 30), static_cast<double>(mem.peak_total) / (1 << 30),
+                static_cast<double>(device_used) / (1 << 30), report_time, setup_s, static_cast<double>(loss));
+  std::cout << buf << std::flush;
+  return 0;
+}
+
+}  // namespace megatron::cli
