@@ -16,7 +16,9 @@ mkdir -p "$P/lib" "$P/bench" "$P/tests"
 cp "$B/megatron" "$P/"
 cp "$B"/bench/*_bench "$P/bench/"
 cp "$B"/tests/*cuda*_test "$P/tests/" 2>/dev/null || true
-for lib in simdjson pcre2-8 zstd lzma; do
+# Libraries of Debian's that the Ubuntu image may lack (OpenBLAS resolves to the real file
+# behind Debian's alternatives link).
+for lib in simdjson pcre2-8 zstd lzma openblas gfortran quadmath gomp; do
   path=$(ldd "$B/megatron" | awk -v l="lib$lib.so" '$1 ~ l {print $3}')
   if [ -n "$path" ]; then cp -L "$path" "$P/lib/"; fi
 done
