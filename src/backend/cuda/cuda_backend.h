@@ -40,6 +40,11 @@
 
 namespace megatron::backend {
 
+// cuBLASLt algorithms chosen by the heuristic, per GEMM problem (cuda_gemm.cu): key =
+// (m, n, k, trans_a, trans_b, A/B dtype, C/D dtype, epilogue, alignment of A, B, C/D, bias).
+using GemmAlgoKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int>;
+using GemmAlgoCache = std::map<GemmAlgoKey, cublasLtMatmulAlgo_t>;
+
 class CudaBackend : public Backend {
  public:
   explicit CudaBackend(int device);
@@ -107,6 +112,8 @@ class CudaBackend : public Backend {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  GemmAlgoCache gemm_algos_;  // filled lazily by cuda_gemm.cu
 };
 
 // Device-side helpers shared by the .cu files (defined in cuda_common.cuh).

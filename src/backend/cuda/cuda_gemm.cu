@@ -1,0 +1,319 @@
+// CUDA backend: matmul, linear_forward and linear_backward through cuBLASLt.
+//
+// Row-major to column-major: a row-major [r, c] matrix is, byte for byte, a column-major
+// [c, r] one (its transpose). So the row-major product C[m, n] = op(A) op(B) is computed as the
+// column-major product C^T[n, m] = op(B)^T op(A)^T: cuBLASLt's "A" is our b, its "B" is our a,
+// with the same transpose flags, and its D has n rows, m columns and leading dimension n.
+// The bias epilogue adds a vector over D's rows, i.e. over our columns (y = x W^T + b).
+//
+// Numerics: CUBLAS_COMPUTE_32F with an fp32 scale type for every dtype, i.e. fp32 accumulation
+// and, for fp32 inputs, true fp32 products (no TF32: that would be CUBLAS_COMPUTE_32F_FAST_TF32).
+// A and B share a dtype; C/D is that dtype or fp32 (cuBLASLt supports bf16/fp16 A/B with fp32
+// C/D, which is how dW accumulates into the fp32 main gradient with beta = 1). Any other dtype
+// mix is converted to fp32 first (the CPU reference's arithmetic).
+//
+// The heuristic's choice is cached per (shape, transposes, dtypes, epilogue, pointer
+// alignments) so that a training step neither queries it again nor changes algorithm, which
+// keeps results identical run to run.
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.cuh"
+
+namespace megatron::backend {
+
+using namespace cuda;
+
+namespace {
+
+constexpr int kThreads = 256;
+
+cudaDataType_t cuda_type(DType d) {
+  switch (d) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+    default: MT_CHECK(false) << "no cuBLASLt type for " << dtype_name(d);
+  }
+  return CUDA_R_32F;
+}
+
+// Largest power of two (up to 256, cuBLASLt's default assumption) dividing the address.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && (a % al) != 0) al /= 2;
+  return al;
+}
+
+void check_float_device(const Tensor& t, const char* what) {
+  MT_CHECK(t.defined()) << what << " is undefined";
+  MT_CHECK(t.device() == Device::kCUDA) << what << " " << t.describe() << " is not a CUDA tensor";
+  MT_CHECK(is_float(t.dtype())) << what << " " << t.describe() << " is not a float tensor";
+}
+
+// One GEMM operand: a tensor read as a row-major [rows, cols] matrix.
+struct Operand {
+  const Tensor* t;
+  int64_t rows, cols;
+};
+
+// RAII for the cuBLASLt descriptors (destroy errors are ignored: nothing to do about them).
+struct MatmulDesc {
+  cublasLtMatmulDesc_t d = nullptr;
+  ~MatmulDesc() {
+    if (d) cublasLtMatmulDescDestroy(d);
+  }
+};
+struct Layout {
+  cublasLtMatrixLayout_t l = nullptr;
+  Layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld) {
+    MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
+  }
+  ~Layout() {
+    if (l) cublasLtMatrixLayoutDestroy(l);
+  }
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
+};
+struct Preference {
+  cublasLtMatmulPreference_t p = nullptr;
+  ~Preference() {
+    if (p) cublasLtMatmulPreferenceDestroy(p);
+  }
+};
+
+// dst[r, c] = src[r, c] + bias[c] (src may be null: 0; may alias dst), rounded once to dst's dtype.
+__global__ void bias_add_kernel(const void* src, DType sdt, const void* bias, DType bdt, void* dst, DType ddt,
+                                int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float s = src ? load_f(src, sdt, i) : 0.0f;
+    store_f(dst, ddt, i, __fadd_rn(s, load_f(bias, bdt, i % cols)));
+  }
+}
+
+// The cuBLASLt call for c[m, n] = alpha op(a) op(b) + beta c (+ bias[n] through the epilogue
+// when bias is non-null; its dtype is c's). a and b share a dtype; c has it or is fp32.
+// Returns false, having run nothing, if allow_unsupported and cuBLASLt has no algorithm.
+bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta, const Operand& b, bool tb,
+               const Tensor& c, int64_t m, int64_t n, int64_t k, float alpha, float beta, const void* bias,
+               bool allow_unsupported) {
+  const DType ab = a.t->dtype(), cd = c.dtype();
+  MT_CHECK(b.t->dtype() == ab && (cd == ab || cd == DType::kF32))
+      << "lt_matmul dtypes " << a.t->describe() << ", " << b.t->describe() << " -> " << c.describe();
+  const cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our b
+  const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
+
+  MatmulDesc desc;
+  MT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  if (bias) {
+    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    const int32_t bias_type = cuda_type(cd);
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+  }
+  // Column-major views of the row-major buffers (see the top of this file).
+  Layout la(cuda_type(ab), b.cols, b.rows, b.cols);
+  Layout lb(cuda_type(ab), a.cols, a.rows, a.cols);
+  Layout lc(cuda_type(cd), n, m, n);
+
+  const void* pa = b.t->data();
+  const void* pb = a.t->data();
+  void* pc = c.data();
+  const uint32_t al_a = alignment_of(pa), al_b = alignment_of(pb), al_c = alignment_of(pc);
+  const uint32_t al_bias = bias ? alignment_of(bias) : 0;
+  const GemmAlgoKey key{m,
+                        n,
+                        k,
+                        ta ? 1 : 0,
+                        tb ? 1 : 0,
+                        static_cast<int>(ab),
+                        static_cast<int>(cd),
+                        static_cast<int>(epilogue),
+                        static_cast<int>(al_a),
+                        static_cast<int>(al_b),
+                        static_cast<int>(al_c),
+                        static_cast<int>(al_bias)};
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    Preference pref;
+    MT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
+    const uint64_t ws = be.workspace_bytes();
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(be.lt(), desc.d, la.l, lb.l, lc.l, lc.l, pref.p, 1, &result, &found);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+      if (allow_unsupported) return false;
+      throw_error("cuBLASLt has no algorithm for ", a.t->describe(), ta ? "^T" : "", " @ ", b.t->describe(),
+                  tb ? "^T" : "", " -> ", c.describe(), " (m=", m, " n=", n, " k=", k,
+                  ", epilogue=", static_cast<int>(epilogue), ", status ", static_cast<int>(st), ", found ", found,
+                  ")");
+    }
+    it = cache.emplace(key, result.algo).first;
+  }
+  MT_CUBLAS_CHECK(cublasLtMatmul(be.lt(), desc.d, &alpha, pa, la.l, pb, lb.l, &beta, pc, lc.l, pc, lc.l, &it->second,
+                                 be.workspace(), be.workspace_bytes(), be.stream()));
+  return true;
+}
+
+void launch_bias_add(CudaBackend& be, const Tensor* src, const Tensor& bias, Tensor& dst, int64_t rows,
+                     int64_t cols) {
+  bias_add_kernel<<<grid_for(rows * cols, kThreads), kThreads, 0, be.stream()>>>(
+      src ? src->data() : nullptr, src ? src->dtype() : DType::kF32, bias.data(), bias.dtype(), dst.data(),
+      dst.dtype(), rows, cols);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+// c[m, n] = alpha op(a) op(b) + beta c (+ bias[n], only with beta == 0), any float dtypes.
+void gemm(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta, const Operand& b, bool tb, Tensor& c,
+          float alpha, float beta, const Tensor* bias) {
+  const int64_t m = ta ? a.cols : a.rows, k = ta ? a.rows : a.cols;
+  const int64_t kb = tb ? b.cols : b.rows, n = tb ? b.rows : b.cols;
+  MT_CHECK_EQ(k, kb) << "matmul " << a.t->describe() << (ta ? "^T" : "") << " @ " << b.t->describe()
+                     << (tb ? "^T" : "");
+  MT_CHECK(c.numel() == m * n) << "matmul output " << c.describe() << ", expected [" << m << ", " << n << "]";
+  if (bias) {
+    check_float_device(*bias, "matmul bias");
+    MT_CHECK(bias->numel() == n && beta == 0.0f) << "matmul bias " << bias->describe() << " for " << n << " columns";
+  }
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty sum: c = beta c (+ bias)
+    if (beta == 0.0f) {
+      be.fill(c, 0.0f);
+    } else {
+      be.scale(c, beta);
+    }
+    if (bias) launch_bias_add(be, &c, *bias, c, m, n);
+    return;
+  }
+
+  const DType ab = a.t->dtype();
+  if (b.t->dtype() != ab || (c.dtype() != ab && c.dtype() != DType::kF32)) {
+    // A dtype mix cuBLASLt does not take: the CPU's arithmetic, on fp32 copies.
+    auto f32 = [&](const Tensor& t) {
+      if (t.dtype() == DType::kF32) return t;
+      Tensor f = be.empty({t.numel()}, DType::kF32, MemoryKind::kWorkspace);
+      be.copy(t, f);
+      return f;
+    };
+    const Tensor af = f32(*a.t), bf = f32(*b.t);
+    Tensor cf = c.dtype() == DType::kF32 ? c : be.empty({c.numel()}, DType::kF32, MemoryKind::kWorkspace);
+    if (c.dtype() != DType::kF32 && beta != 0.0f) be.copy(c, cf);
+    gemm(be, cache, Operand{&af, a.rows, a.cols}, ta, Operand{&bf, b.rows, b.cols}, tb, cf, alpha, beta, bias);
+    if (c.dtype() != DType::kF32) be.copy(cf, c);
+    return;
+  }
+
+  if (!bias) {
+    lt_matmul(be, cache, a, ta, b, tb, c, m, n, k, alpha, beta, nullptr, /*allow_unsupported=*/false);
+    return;
+  }
+  // Bias through the epilogue when its dtype is c's; cuBLASLt wants it 16-byte aligned, so a
+  // misaligned one (a view into a flat parameter buffer) is copied to the aligned scratch.
+  if (bias->dtype() == c.dtype()) {
+    const void* bp = bias->data();
+    const size_t bias_bytes = static_cast<size_t>(bias->nbytes());
+    bool fits = true;
+    if (alignment_of(bp) < 16) {
+      fits = bias_bytes <= 1024 * 1024;  // the scratch holds at least this much
+      if (fits) {
+        MT_CUDA_CHECK(cudaMemcpyAsync(be.scratch(), bp, bias_bytes, cudaMemcpyDeviceToDevice, be.stream()));
+        bp = be.scratch();
+      }
+    }
+    if (fits && lt_matmul(be, cache, a, ta, b, tb, c, m, n, k, alpha, 0.0f, bp, /*allow_unsupported=*/true)) return;
+  }
+  // Without the epilogue: the product in fp32, then one rounding of product + bias.
+  if (c.dtype() == DType::kF32) {
+    lt_matmul(be, cache, a, ta, b, tb, c, m, n, k, alpha, 0.0f, nullptr, false);
+    launch_bias_add(be, &c, *bias, c, m, n);
+  } else {
+    Tensor tmp = be.empty({m * n}, DType::kF32, MemoryKind::kWorkspace);
+    lt_matmul(be, cache, a, ta, b, tb, tmp, m, n, k, alpha, 0.0f, nullptr, false);
+    launch_bias_add(be, &tmp, *bias, c, m, n);
+  }
+}
+
+// The 2-D view [numel / last, last] of a tensor.
+Operand as_2d(const Tensor& t, const char* what) {
+  check_float_device(t, what);
+  MT_CHECK(t.ndim() >= 1 && t.dim(-1) > 0 && t.numel() % t.dim(-1) == 0) << what << " " << t.describe();
+  return Operand{&t, t.numel() / t.dim(-1), t.dim(-1)};
+}
+
+// The view [numel / cols, cols] (the CPU backend's rows_of).
+Operand rows_of(const Tensor& t, int64_t cols, const char* what) {
+  check_float_device(t, what);
+  MT_CHECK(cols > 0 && t.numel() % cols == 0) << what << " " << t.describe() << " has no rows of " << cols;
+  return Operand{&t, t.numel() / cols, cols};
+}
+
+}  // namespace
+
+void CudaBackend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
+                         float beta) {
+  const Operand av = as_2d(a, "matmul a"), bv = as_2d(b, "matmul b");
+  check_float_device(c, "matmul c");
+  const int64_t n = trans_b ? bv.rows : bv.cols;
+  MT_CHECK(c.ndim() >= 1 && c.dim(-1) == n) << "matmul output " << c.describe() << " has not " << n << " columns";
+  gemm(*this, gemm_algos_, av, trans_a, bv, trans_b, c, alpha, beta, nullptr);
+}
+
+void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
+  check_float_device(w, "linear weight");
+  MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
+  const int64_t out = w.dim(0), in = w.dim(1);
+  const Operand xv = rows_of(x, in, "linear input");
+  check_float_device(y, "linear output");
+  MT_CHECK(y.ndim() >= 1 && y.dim(-1) == out && y.numel() == xv.rows * out) << "linear output " << y.describe();
+  if (bias.defined()) {
+    MT_CHECK_EQ(bias.numel(), out) << "linear bias " << bias.describe();
+  }
+  // y[n, out] = x[n, in] @ w[out, in]^T (+ bias)
+  gemm(*this, gemm_algos_, xv, false, Operand{&w, out, in}, true, y, 1.0f, 0.0f,
+       bias.defined() ? &bias : nullptr);
+}
+
+void CudaBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
+                                  Tensor& dbias) {
+  check_float_device(w, "linear weight");
+  MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
+  const int64_t out = w.dim(0), in = w.dim(1);
+  const Operand xv = rows_of(x, in, "linear input");
+  const int64_t n = xv.rows;
+  check_float_device(dy, "linear dy");
+  MT_CHECK(dy.ndim() >= 1 && dy.dim(-1) == out && dy.numel() == n * out) << "linear dy " << dy.describe();
+  check_float_device(dw, "linear dw");
+  MT_CHECK(dw.numel() == out * in) << "linear dw " << dw.describe() << " for weight " << w.describe();
+  const Operand dyv{&dy, n, out};
+  if (dx.defined()) {
+    check_float_device(dx, "linear dx");
+    MT_CHECK_EQ(dx.numel(), n * in) << "linear dx " << dx.describe();
+    // dx[n, in] = dy[n, out] @ w[out, in]
+    gemm(*this, gemm_algos_, dyv, false, Operand{&w, out, in}, false, dx, 1.0f, 0.0f, nullptr);
+  }
+  // dw[out, in] += dy[n, out]^T @ x[n, in]
+  gemm(*this, gemm_algos_, dyv, true, xv, false, dw, 1.0f, 1.0f, nullptr);
+  // dbias (+=) column sums of dy: the deterministic fixed-order reduction of cuda_backend.cu
+  // (the BGRADB epilogue would overwrite rather than accumulate, in an unspecified order).
+  if (dbias.defined()) bias_grad(dy, dbias);
+}
+
+}  // namespace megatron::backend
