@@ -46,3 +46,31 @@ declare -A TORCH=([124m]=gpt2-124M [350m]=gpt2-350M [1.3b]=gpt3-1.3B [2.7b]=gpt3
 for shape in "${SHAPES[@]}"; do
   timeout 300 python3 bench/out/torch_gpt_bench.py "${TORCH[$shape]}" 2>&1 | grep -v Warning | tail -n 3
 done 2>&1 | tee -a "$OUT/torch.txt"
+
+# 200 iterations on the Brown Corpus (needs data/gpt2 and data/brown carried): the GPU run must
+# follow the CPU reference's loss curve (same initial weights, data order and dropout masks).
+if [ -f data/brown/brown.jsonl ] && [ -f data/gpt2/vocab.json ]; then
+  echo "== Brown Corpus: GPU vs CPU loss curves" | tee "$OUT/curves.txt"
+  W=/tmp/mt_curves
+  mkdir -p $W
+  "$P/megatron" preprocess --input data/brown/brown.jsonl --output-prefix $W/brown --tokenizer-type GPT2BPETokenizer \
+    --vocab-file data/gpt2/vocab.json --merge-file data/gpt2/merges.txt --append-eod --workers 8 > $W/pre.log 2>&1
+  for dev in cuda cpu; do
+    timeout 400 "$P/megatron" train --device $dev --num-layers 2 --hidden-size 128 --num-attention-heads 4 \
+      --seq-length 64 --micro-batch-size 8 --global-batch-size 16 --train-iters 200 --lr 1e-3 --min-lr 1e-4 \
+      --lr-decay-style cosine --lr-warmup-iters 20 --log-interval 10 --eval-interval 100 --eval-iters 2 \
+      --data-path $W/brown_text_document --data-cache-path $W/cache --vocab-file data/gpt2/vocab.json \
+      --merge-file data/gpt2/merges.txt --log-jsonl $OUT/curve_$dev.jsonl > $OUT/train_$dev.log 2>&1
+    echo "$dev: exit $? $(grep -c 'consumed samples' $OUT/train_$dev.log) log lines, $(grep -o 'elapsed time per iteration (ms): [0-9.]*' $OUT/train_$dev.log | tail -1)"
+  done 2>&1 | tee -a "$OUT/curves.txt"
+  python3 - "$OUT/curve_cuda.jsonl" "$OUT/curve_cpu.jsonl" <<'PY' 2>&1 | tee -a "$OUT/curves.txt"
+import json, sys
+def read(p):
+    return {r["iteration"]: r["lm_loss"] for r in map(json.loads, open(p)) if "consumed_samples" in r}
+g, c = read(sys.argv[1]), read(sys.argv[2])
+worst = max(abs(g[i] - c[i]) for i in c)
+for i in sorted(c):
+    print(f"iteration {i:4d}  cpu {c[i]:.5f}  cuda {g[i]:.5f}  diff {g[i] - c[i]:+.2e}")
+print(f"max |cuda - cpu| = {worst:.3e} over {len(c)} logged iterations: {'PASS' if worst < 2e-2 else 'FAIL'}")
+PY
+fi
