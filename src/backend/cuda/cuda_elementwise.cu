@@ -1,0 +1,319 @@
+// CUDA backend: dropout, Megatron's bias-dropout-add and the fused bias-GELU (forward and
+// backward), the same functions as backend/cpu/cpu_elementwise.cpp.
+//
+// Every kernel walks the tensor in groups of 4 consecutive elements [4g, 4g + 4) with a
+// grid-stride loop. A group shares one Philox4x32-10 block (counter = g), whose 4 words are
+// the uniforms of its 4 elements, so the mask is the CPU's (core/rng.h: element i uses word
+// i % 4 of block i / 4) at a quarter of the RNG cost. When every pointer is aligned to the
+// group's size a group is one 16-byte (fp32) or 8-byte (16-bit) access, else 4 scalar ones.
+// Arithmetic is fp32 in the CPU's order; outputs are rounded RNE to their dtype.
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.cuh"
+
+namespace megatron::backend {
+namespace cuda {
+namespace {
+
+// ---- kernels --------------------------------------------------------------------------------
+
+constexpr int kThreads = 256;
+
+// Megatron's bias_gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and the erf form.
+constexpr float kSqrt2OverPi = 0.7978845608f;
+constexpr float kGeluCubic = 0.044715f;
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+__device__ __forceinline__ float bits16_to_float(uint32_t bits, DType dt) {
+  if (dt == DType::kBF16) return __uint_as_float(bits << 16);
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+
+__device__ __forceinline__ uint32_t float_to_bits16(float v, DType dt) {
+  if (dt == DType::kBF16) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  return __half_as_ushort(__float2half_rn(v));
+}
+
+// Elements [i, i + 4) of p as fp32 (elements past n read as 0). `vec`: p is aligned to 4
+// elements, so a full group is one vector load.
+__device__ __forceinline__ void load4(const void* p, DType dt, int64_t i, int64_t n, bool vec, float (&v)[4]) {
+  if (vec && i + 4 <= n) {
+    if (dt == DType::kF32) {
+      const float4 q = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+      v[0] = q.x;
+      v[1] = q.y;
+      v[2] = q.z;
+      v[3] = q.w;
+    } else {
+      const uint2 q = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(p) + i);
+      v[0] = bits16_to_float(q.x & 0xFFFFu, dt);
+      v[1] = bits16_to_float(q.x >> 16, dt);
+      v[2] = bits16_to_float(q.y & 0xFFFFu, dt);
+      v[3] = bits16_to_float(q.y >> 16, dt);
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) v[k] = i + k < n ? load_f(p, dt, i + k) : 0.0f;
+}
+
+// Stores elements [i, min(i + 4, n)) of p, rounded to dt.
+__device__ __forceinline__ void store4(void* p, DType dt, int64_t i, int64_t n, bool vec, const float (&v)[4]) {
+  if (vec && i + 4 <= n) {
+    if (dt == DType::kF32) {
+      *reinterpret_cast<float4*>(static_cast<float*>(p) + i) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+      const uint2 q = make_uint2(float_to_bits16(v[0], dt) | (float_to_bits16(v[1], dt) << 16),
+                                 float_to_bits16(v[2], dt) | (float_to_bits16(v[3], dt) << 16));
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p) + i) = q;
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    if (i + k < n) store_f(p, dt, i + k, v[k]);
+}
+
+// Dropout multipliers of elements [i, i + 4), i a multiple of 4: one Philox block, word k
+// for element i + k (core/rng.h philox_uniform), kept iff uniform >= p.
+__device__ __forceinline__ void dropout4(uint64_t seed, uint64_t stream, int64_t i, float p, float (&m)[4]) {
+  if (p == 0.0f) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) m[k] = 1.0f;
+    return;
+  }
+  const uint64_t block = static_cast<uint64_t>(i) >> 2;
+  const uint4 w = philox4x32_10(make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                                           static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)),
+                                make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)));
+  const float scale = 1.0f / (1.0f - p);
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) m[k] = static_cast<float>(words[k] >> 8) * (1.0f / 16777216.0f) >= p ? scale : 0.0f;
+}
+
+// bias[(i + k) % cols] for k < 4 (0 without a bias).
+__device__ __forceinline__ void bias4(const void* bias, DType dt, int64_t i, int64_t cols, float (&b)[4]) {
+  if (bias == nullptr) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) b[k] = 0.0f;
+    return;
+  }
+  int64_t c = i % cols;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    b[k] = load_f(bias, dt, c);
+    if (++c == cols) c = 0;
+  }
+}
+
+struct DropoutArgs {
+  uint64_t seed;
+  uint64_t stream;
+  float p;
+};
+
+__global__ void dropout_kernel(const void* x, DType xdt, void* out, DType odt, int64_t n, bool vec,
+                               DropoutArgs d) {
+  const int64_t groups = (n + 3) / 4;
+  for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = 4 * g;
+    float v[4], m[4];
+    load4(x, xdt, i, n, vec, v);
+    dropout4(d.seed, d.stream, i, d.p, m);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = __fmul_rn(v[k], m[k]);
+    store4(out, odt, i, n, vec, v);
+  }
+}
+
+// out = residual + dropout(x + bias), with the CPU's rounding order (no fused multiply-add).
+__global__ void bias_dropout_add_kernel(const void* x, DType xdt, const void* bias, DType bdt, const void* res,
+                                        DType rdt, void* out, DType odt, int64_t n, int64_t cols, bool vec,
+                                        DropoutArgs d) {
+  const int64_t groups = (n + 3) / 4;
+  for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = 4 * g;
+    float v[4], b[4], r[4], m[4];
+    load4(x, xdt, i, n, vec, v);
+    load4(res, rdt, i, n, vec, r);
+    bias4(bias, bdt, i, cols, b);
+    dropout4(d.seed, d.stream, i, d.p, m);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = __fadd_rn(r[k], __fmul_rn(__fadd_rn(v[k], b[k]), m[k]));
+    store4(out, odt, i, n, vec, v);
+  }
+}
+
+template <bool kTanh>
+__device__ __forceinline__ float gelu(float x) {
+  if (kTanh) return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
+  return 0.5f * x * (1.0f + erff(x * kInvSqrt2));
+}
+
+// d gelu / dx, exact for each form (see cpu_elementwise.cpp).
+template <bool kTanh>
+__device__ __forceinline__ float gelu_grad(float x) {
+  if (kTanh) {
+    const float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
+  }
+  return 0.5f * (1.0f + erff(x * kInvSqrt2)) + x * expf(-0.5f * x * x) * kInvSqrt2Pi;
+}
+
+template <bool kTanh>
+__global__ void bias_gelu_forward_kernel(const void* x, DType xdt, const void* bias, DType bdt, void* out,
+                                         DType odt, int64_t n, int64_t cols, bool vec) {
+  const int64_t groups = (n + 3) / 4;
+  for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = 4 * g;
+    float v[4], b[4];
+    load4(x, xdt, i, n, vec, v);
+    bias4(bias, bdt, i, cols, b);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = gelu<kTanh>(v[k] + b[k]);
+    store4(out, odt, i, n, vec, v);
+  }
+}
+
+template <bool kTanh>
+__global__ void bias_gelu_backward_kernel(const void* dy, DType dydt, const void* x, DType xdt, const void* bias,
+                                          DType bdt, void* dx, DType dxdt, int64_t n, int64_t cols, bool vec) {
+  const int64_t groups = (n + 3) / 4;
+  for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = 4 * g;
+    float d[4], v[4], b[4];
+    load4(dy, dydt, i, n, vec, d);
+    load4(x, xdt, i, n, vec, v);
+    bias4(bias, bdt, i, cols, b);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) d[k] = d[k] * gelu_grad<kTanh>(v[k] + b[k]);
+    store4(dx, dxdt, i, n, vec, d);
+  }
+}
+
+// ---- host helpers -----------------------------------------------------------------------------
+
+void check_device_float(const Tensor& t, const char* what) {
+  MT_CHECK(t.defined()) << what << " is undefined";
+  MT_CHECK(t.device() == Device::kCUDA) << what << " " << t.describe() << " is not a CUDA tensor";
+  MT_CHECK(is_float(t.dtype())) << what << " " << t.describe() << " is not a float tensor";
+}
+
+void check_dropout(const DropoutParams& d) {
+  MT_CHECK(d.p >= 0.0f && d.p < 1.0f) << "dropout probability " << d.p << " is not in [0, 1)";
+}
+
+void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
+  MT_CHECK(a.numel() == b.numel()) << op << ": " << a.describe() << " vs " << b.describe();
+}
+
+// Columns of x that a bias is added to (x's last dim); checks the bias when defined.
+int64_t bias_cols(const Tensor& x, const Tensor& bias, const char* op) {
+  const int64_t cols = x.ndim() > 0 ? x.dim(-1) : 1;
+  if (bias.defined()) {
+    check_device_float(bias, op);
+    MT_CHECK(bias.numel() == cols) << op << ": bias " << bias.describe() << " for input " << x.describe();
+  }
+  return cols;
+}
+
+// True when t's data is aligned to a group of 4 elements (16 bytes fp32, 8 bytes 16-bit).
+bool group_aligned(const Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data()) % static_cast<uintptr_t>(4 * dtype_size(t.dtype())) == 0;
+}
+
+DropoutArgs dropout_args(const DropoutParams& d) { return DropoutArgs{d.seed, d.stream, d.p}; }
+
+}  // namespace
+}  // namespace cuda
+
+// ---- launchers ------------------------------------------------------------------------------
+
+void CudaBackend::dropout_forward(const Tensor& x, Tensor& out, const DropoutParams& dropout) {
+  cuda::check_dropout(dropout);
+  cuda::check_device_float(x, "dropout x");
+  cuda::check_device_float(out, "dropout out");
+  cuda::check_same_numel(x, out, "dropout_forward");
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const bool vec = cuda::group_aligned(x) && cuda::group_aligned(out);
+  cuda::dropout_kernel<<<cuda::grid_for((n + 3) / 4, cuda::kThreads), cuda::kThreads, 0, stream()>>>(
+      x.data(), x.dtype(), out.data(), out.dtype(), n, vec, cuda::dropout_args(dropout));
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void CudaBackend::dropout_backward(const Tensor& dy, Tensor& dx, const DropoutParams& dropout) {
+  dropout_forward(dy, dx, dropout);  // the same mask and scale: dropout is linear
+}
+
+void CudaBackend::bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, Tensor& out,
+                                   const DropoutParams& dropout) {
+  cuda::check_dropout(dropout);
+  cuda::check_device_float(x, "bias_dropout_add x");
+  cuda::check_device_float(residual, "bias_dropout_add residual");
+  cuda::check_device_float(out, "bias_dropout_add out");
+  cuda::check_same_numel(x, residual, "bias_dropout_add");
+  cuda::check_same_numel(x, out, "bias_dropout_add");
+  const int64_t cols = cuda::bias_cols(x, bias, "bias_dropout_add bias");
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const bool vec = cuda::group_aligned(x) && cuda::group_aligned(residual) && cuda::group_aligned(out);
+  cuda::bias_dropout_add_kernel<<<cuda::grid_for((n + 3) / 4, cuda::kThreads), cuda::kThreads, 0, stream()>>>(
+      x.data(), x.dtype(), bias.defined() ? bias.data() : nullptr, bias.defined() ? bias.dtype() : DType::kF32,
+      residual.data(), residual.dtype(), out.data(), out.dtype(), n, cols, vec, cuda::dropout_args(dropout));
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void CudaBackend::bias_gelu_forward(const Tensor& x, const Tensor& bias, Tensor& out, Gelu kind) {
+  cuda::check_device_float(x, "bias_gelu x");
+  cuda::check_device_float(out, "bias_gelu out");
+  cuda::check_same_numel(x, out, "bias_gelu_forward");
+  const int64_t cols = cuda::bias_cols(x, bias, "bias_gelu bias");
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const bool vec = cuda::group_aligned(x) && cuda::group_aligned(out);
+  const void* bp = bias.defined() ? bias.data() : nullptr;
+  const DType bdt = bias.defined() ? bias.dtype() : DType::kF32;
+  const unsigned grid = cuda::grid_for((n + 3) / 4, cuda::kThreads);
+  if (kind == Gelu::kTanh) {
+    cuda::bias_gelu_forward_kernel<true><<<grid, cuda::kThreads, 0, stream()>>>(x.data(), x.dtype(), bp, bdt,
+                                                                                 out.data(), out.dtype(), n, cols, vec);
+  } else {
+    cuda::bias_gelu_forward_kernel<false><<<grid, cuda::kThreads, 0, stream()>>>(
+        x.data(), x.dtype(), bp, bdt, out.data(), out.dtype(), n, cols, vec);
+  }
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void CudaBackend::bias_gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& bias, Tensor& dx, Gelu kind) {
+  cuda::check_device_float(dy, "bias_gelu dy");
+  cuda::check_device_float(x, "bias_gelu x");
+  cuda::check_device_float(dx, "bias_gelu dx");
+  cuda::check_same_numel(x, dy, "bias_gelu_backward");
+  cuda::check_same_numel(x, dx, "bias_gelu_backward");
+  const int64_t cols = cuda::bias_cols(x, bias, "bias_gelu bias");
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const bool vec = cuda::group_aligned(dy) && cuda::group_aligned(x) && cuda::group_aligned(dx);
+  const void* bp = bias.defined() ? bias.data() : nullptr;
+  const DType bdt = bias.defined() ? bias.dtype() : DType::kF32;
+  const unsigned grid = cuda::grid_for((n + 3) / 4, cuda::kThreads);
+  if (kind == Gelu::kTanh) {
+    cuda::bias_gelu_backward_kernel<true><<<grid, cuda::kThreads, 0, stream()>>>(
+        dy.data(), dy.dtype(), x.data(), x.dtype(), bp, bdt, dx.data(), dx.dtype(), n, cols, vec);
+  } else {
+    cuda::bias_gelu_backward_kernel<false><<<grid, cuda::kThreads, 0, stream()>>>(
+        dy.data(), dy.dtype(), x.data(), x.dtype(), bp, bdt, dx.data(), dx.dtype(), n, cols, vec);
+  }
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace megatron::backend
