@@ -1,0 +1,285 @@
+// CUDA backend causal attention (src/backend/cuda/cuda_attention.cu) against the CPU
+// reference backend: forward out and lse, backward dqkv, with and without dropout (the masks
+// must be bit-identical for the results to agree), determinism, and the KV-cache path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <algorithm>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_test_util.h"
+#include "backend/device.h"
+#include "backend/ops.h"
+
+namespace megatron::backend {
+namespace {
+
+using namespace megatron::test;
+
+bool have_gpu() { return built_with_cuda() && cuda_device_count() > 0; }
+
+Tensor to_device(Backend& gpu, const Tensor& host) {
+  Tensor t = gpu.empty(host.shape(), host.dtype(), MemoryKind::kOther);
+  gpu.copy(host, t);
+  return t;
+}
+
+Tensor to_host(Backend& gpu, const Tensor& dev) {
+  gpu.synchronize();
+  Tensor t = Tensor::cpu(dev.shape(), dev.dtype());
+  gpu.copy(dev, t);
+  gpu.synchronize();
+  return t;
+}
+
+AttentionParams make_params(int64_t heads, int64_t d, float p) {
+  AttentionParams a;
+  a.heads = heads;
+  a.head_dim = d;
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  a.dropout = DropoutParams{p, 1234567, 42};
+  return a;
+}
+
+// Element-wise |got - ref| <= atol_rel * max|ref| + rtol * |ref|. On failure: how many
+// elements miss, the worst one (by fraction of its tolerance) with its decoded position, and
+// the largest reference magnitude; always records the fraction of tolerance used.
+void expect_close_scaled(const std::vector<double>& got, const std::vector<double>& ref, double atol_rel, double rtol,
+                         const std::string& what, const std::function<std::string(int64_t)>& where) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  double max_ref = 0.0;
+  for (double r : ref) max_ref = std::max(max_ref, std::abs(r));
+  ASSERT_GT(max_ref, 0.0) << what << ": reference is all zero (the test would check nothing)";
+  const double atol = atol_rel * max_ref;
+  int64_t misses = 0, worst = -1;
+  double worst_ratio = -1.0, max_err = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(got[i] - ref[i]);
+    const double tol = atol + rtol * std::abs(ref[i]);
+    const double ratio = std::isfinite(err) ? err / tol : INFINITY;
+    if (!(err <= tol)) ++misses;
+    if (!(ratio <= worst_ratio)) {
+      worst_ratio = ratio;
+      worst = static_cast<int64_t>(i);
+    }
+    if (!(err <= max_err)) max_err = err;
+  }
+  std::ostringstream msg;
+  msg << what << ": max error " << max_err << ", max |ref| " << max_ref << ", worst element " << worst << " "
+      << where(worst) << " got " << got[static_cast<size_t>(worst)] << " expected " << ref[static_cast<size_t>(worst)]
+      << " (" << 100.0 * worst_ratio << "% of its tolerance " << atol << " + " << rtol << "|ref|)";
+  EXPECT_EQ(misses, 0) << misses << " of " << got.size() << " elements out of tolerance; " << msg.str();
+  if (misses == 0) std::cout << "  " << msg.str() << "\n";
+}
+
+struct Case {
+  int64_t s, b, heads, d;
+  DType dtype;
+  float p;
+};
+
+std::string case_name(const Case& c) {
+  std::ostringstream n;
+  n << "s" << c.s << "_b" << c.b << "_h" << c.heads << "_d" << c.d << "_" << dtype_name(c.dtype) << "_p"
+    << static_cast<int>(std::lround(c.p * 100));
+  return n.str();
+}
+
+// Position of flat index i in out/dout [s, b, heads*d], dqkv [s, b, heads*3d], lse [b, heads, s].
+std::function<std::string(int64_t)> out_where(const Case& c) {
+  return [c](int64_t i) {
+    const int64_t col = i % (c.heads * c.d), bi = (i / (c.heads * c.d)) % c.b, row = i / (c.heads * c.d * c.b);
+    std::ostringstream w;
+    w << "(row " << row << ", batch " << bi << ", head " << col / c.d << ", col " << col % c.d << ")";
+    return w.str();
+  };
+}
+std::function<std::string(int64_t)> qkv_where(const Case& c) {
+  return [c](int64_t i) {
+    const int64_t width = c.heads * 3 * c.d;
+    const int64_t col = i % width, bi = (i / width) % c.b, row = i / (width * c.b);
+    const int64_t head = col / (3 * c.d), part = (col % (3 * c.d)) / c.d, e = col % c.d;
+    std::ostringstream w;
+    w << "(row " << row << ", batch " << bi << ", head " << head << ", " << "qkv"[part] << " col " << e << ")";
+    return w.str();
+  };
+}
+std::function<std::string(int64_t)> lse_where(const Case& c) {
+  return [c](int64_t i) {
+    std::ostringstream w;
+    w << "(batch " << i / (c.heads * c.s) << ", head " << (i / c.s) % c.heads << ", row " << i % c.s << ")";
+    return w.str();
+  };
+}
+
+class CudaAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case c = GetParam();
+  const auto [s, b, H, d, dtype, p] = c;
+  SCOPED_TRACE(case_name(c));
+  auto rng = test_rng();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  const AttentionParams params = make_params(H, d, p);
+
+  // |q|, |k|, |v| in [0.1, 2]: scores with a standard deviation ~1.5, so the softmax is far
+  // from uniform and the online max matters.
+  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng, dtype, 0.1f, 2.0f);
+  Tensor dout = random_tensor({s, b, H * d}, rng, dtype);
+
+  // CPU reference (double dot products and sums, fp32 results).
+  Tensor out_ref = Tensor::cpu({s, b, H * d}, dtype);
+  Tensor lse_ref = Tensor::cpu({b, H, s}, DType::kF32);
+  cpu->attention_forward(qkv, out_ref, lse_ref, params);
+  Tensor dqkv_ref = Tensor::cpu({s, b, H * 3 * d}, dtype);
+  cpu->attention_backward(dout, qkv, out_ref, lse_ref, dqkv_ref, params);
+
+  Tensor qkv_d = to_device(*gpu, qkv), dout_d = to_device(*gpu, dout);
+  Tensor out_d = gpu->empty({s, b, H * d}, dtype, MemoryKind::kOther);
+  Tensor lse_d = gpu->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  gpu->fill(out_d, 7.0f);  // overwritten
+  gpu->attention_forward(qkv_d, out_d, lse_d, params);
+  Tensor dqkv_d = gpu->empty({s, b, H * 3 * d}, dtype, MemoryKind::kOther);
+  gpu->fill(dqkv_d, 7.0f);  // overwritten
+  gpu->attention_backward(dout_d, qkv_d, out_d, lse_d, dqkv_d, params);
+  const Tensor out = to_host(*gpu, out_d), lse = to_host(*gpu, lse_d), dqkv = to_host(*gpu, dqkv_d);
+
+  if (dtype == DType::kF32) {
+    // Both sides compute in fp32 but sum in different orders (the CPU accumulates dot products
+    // and sums in double): scores differ by ~1e-6, the outputs (P-weighted means of v) by a few
+    // 1e-7 of max|v|. 1e-5 of the tensor's scale plus 1e-4 relative leaves a 10x margin.
+    expect_close_scaled(values(out), values(out_ref), 1e-5, 1e-4, "out", out_where(c));
+    // lse = max + log(sum) in fp32 vs double: ~1e-6 absolute for |lse| <= ~10.
+    expect_close_scaled(values(lse), values(lse_ref), 1e-5, 1e-5, "lse", lse_where(c));
+    // Gradients are sums of up to s terms P (dP - D) k of random sign in fp32 running order;
+    // D_i = dO_i . out_i here vs sum_j P_ij dP_ij on the CPU (equal up to fp32 rounding).
+    // ~1e-6 relative per term, sqrt(s) growth: 5e-5 of the tensor's scale.
+    expect_close_scaled(values(dqkv), values(dqkv_ref), 5e-5, 1e-4, "dqkv", qkv_where(c));
+  } else {
+    // The same bf16 inputs and fp32 math on both sides, outputs rounded to bf16 (RNE): values
+    // straddling a rounding boundary differ by one bf16 ulp, at most 2^-7 relative.
+    expect_close_scaled(values(out), values(out_ref), 1e-5, 1.0 / 128 + 1e-4, "out (bf16)", out_where(c));
+    expect_close_scaled(values(lse), values(lse_ref), 1e-5, 1e-5, "lse", lse_where(c));
+    // Backward: one bf16 ulp of output rounding, plus D_i = dO_i . out_i read from the bf16
+    // `out` (2^-9 relative per element; the CPU uses the exact P . dP), which shifts dS by
+    // P * dD: ~1e-3 of the gradients' scale. 1e-2 of the scale + one ulp relative.
+    expect_close_scaled(values(dqkv), values(dqkv_ref), 1e-2, 1.0 / 128 + 1e-4, "dqkv (bf16)", qkv_where(c));
+  }
+}
+
+const Case kCases[] = {
+    {1, 1, 1, 64, DType::kF32, 0.0f},      {1, 1, 1, 64, DType::kF32, 0.1f},
+    {7, 2, 3, 64, DType::kF32, 0.0f},      {7, 2, 3, 64, DType::kF32, 0.1f},
+    {7, 2, 3, 64, DType::kBF16, 0.0f},     {7, 2, 3, 64, DType::kBF16, 0.1f},
+    {129, 2, 4, 64, DType::kF32, 0.0f},    {129, 2, 4, 64, DType::kF32, 0.1f},
+    {129, 2, 4, 64, DType::kBF16, 0.0f},   {129, 2, 4, 64, DType::kBF16, 0.1f},
+    {1024, 2, 12, 64, DType::kF32, 0.0f},  {1024, 2, 12, 64, DType::kF32, 0.1f},
+    {1024, 2, 12, 64, DType::kBF16, 0.0f}, {1024, 2, 12, 64, DType::kBF16, 0.1f},
+    {2048, 1, 16, 128, DType::kF32, 0.0f}, {2048, 1, 16, 128, DType::kF32, 0.1f},
+    {2048, 1, 16, 128, DType::kBF16, 0.0f}, {2048, 1, 16, 128, DType::kBF16, 0.1f},
+    // Head dims that are zero-padded inside the tiles (32 -> 64, 80 -> 128), odd s.
+    {65, 2, 2, 32, DType::kF32, 0.1f},     {97, 1, 3, 80, DType::kF32, 0.1f},
+    {33, 1, 2, 128, DType::kF32, 0.1f},    {33, 1, 2, 128, DType::kBF16, 0.0f},
+};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// Same inputs twice: out, lse and dqkv bit for bit (no atomics, fixed summation order).
+TEST(CudaAttentionDeterminism, TwoRunsAreBitwiseEqual) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  auto rng = test_rng();
+  auto gpu = make_cuda_backend();
+  for (const Case& c : {Case{300, 2, 4, 64, DType::kBF16, 0.1f}, Case{200, 1, 2, 128, DType::kF32, 0.1f}}) {
+    SCOPED_TRACE(case_name(c));
+    const AttentionParams params = make_params(c.heads, c.d, c.p);
+    Tensor qkv = to_device(*gpu, random_tensor({c.s, c.b, c.heads * 3 * c.d}, rng, c.dtype, 0.1f, 2.0f));
+    Tensor dout = to_device(*gpu, random_tensor({c.s, c.b, c.heads * c.d}, rng, c.dtype));
+    Tensor results[2][3];
+    for (auto& r : results) {
+      Tensor out = gpu->empty({c.s, c.b, c.heads * c.d}, c.dtype, MemoryKind::kOther);
+      Tensor lse = gpu->empty({c.b, c.heads, c.s}, DType::kF32, MemoryKind::kOther);
+      Tensor dqkv = gpu->empty({c.s, c.b, c.heads * 3 * c.d}, c.dtype, MemoryKind::kOther);
+      gpu->attention_forward(qkv, out, lse, params);
+      gpu->attention_backward(dout, qkv, out, lse, dqkv, params);
+      r[0] = to_host(*gpu, out);
+      r[1] = to_host(*gpu, lse);
+      r[2] = to_host(*gpu, dqkv);
+    }
+    EXPECT_TRUE(bitwise_equal(results[0][0], results[1][0])) << "out differs between runs";
+    EXPECT_TRUE(bitwise_equal(results[0][1], results[1][1])) << "lse differs between runs";
+    EXPECT_TRUE(bitwise_equal(results[0][2], results[1][2])) << "dqkv differs between runs";
+  }
+}
+
+// Dropout really drops: the same inputs with p = 0.1 and p = 0 give different outputs (so the
+// dropout cases above cannot pass by ignoring the mask on both sides).
+TEST(CudaAttentionDropout, MaskChangesTheOutput) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  auto rng = test_rng();
+  auto gpu = make_cuda_backend();
+  const int64_t s = 64, b = 1, H = 2, d = 64;
+  Tensor qkv = to_device(*gpu, random_tensor({s, b, H * 3 * d}, rng, DType::kF32, 0.1f, 2.0f));
+  Tensor out0 = gpu->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor out1 = gpu->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor lse = gpu->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  gpu->attention_forward(qkv, out0, lse, make_params(H, d, 0.0f));
+  gpu->attention_forward(qkv, out1, lse, make_params(H, d, 0.1f));
+  EXPECT_FALSE(bitwise_equal(to_host(*gpu, out0), to_host(*gpu, out1)));
+}
+
+// KV cache: a prompt chunk, then one token at a time. Every chunk's output equals the rows of
+// attention_forward over the whole sequence (same key tiling and fp32 order: expected bit for
+// bit; checked at 1e-6), and the CPU's attention_kv_cache; the caches equal the CPU's exactly.
+class CudaAttentionKvCache : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(CudaAttentionKvCache, TokenByTokenMatchesForward) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  auto rng = test_rng();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  const int64_t d = GetParam(), s = 77, b = 2, H = 3, max_seq = 80, prompt = 5;
+  const Case c{s, b, H, d, DType::kF32, 0.0f};
+  const AttentionParams params = make_params(H, d, 0.0f);
+  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng, DType::kF32, 0.1f, 2.0f);
+  Tensor qkv_d = to_device(*gpu, qkv);
+
+  Tensor full_d = gpu->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor lse_d = gpu->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  gpu->attention_forward(qkv_d, full_d, lse_d, params);
+  const std::vector<double> full = values(to_host(*gpu, full_d));
+
+  Tensor kc = Tensor::cpu({b, H, max_seq, d}), vc = Tensor::cpu({b, H, max_seq, d});
+  Tensor kc_d = gpu->empty({b, H, max_seq, d}, DType::kF32, MemoryKind::kOther);
+  Tensor vc_d = gpu->empty({b, H, max_seq, d}, DType::kF32, MemoryKind::kOther);
+  std::vector<double> got, cpu_rows;
+  for (int64_t past = 0; past < s;) {
+    const int64_t t = past == 0 ? prompt : 1;
+    Tensor out_d = gpu->empty({t, b, H * d}, DType::kF32, MemoryKind::kOther);
+    gpu->attention_kv_cache(qkv_d.slice(past, past + t), kc_d, vc_d, past, out_d, params);
+    Tensor out_c = Tensor::cpu({t, b, H * d});
+    cpu->attention_kv_cache(qkv.slice(past, past + t), kc, vc, past, out_c, params);
+    for (double v : values(to_host(*gpu, out_d))) got.push_back(v);
+    for (double v : values(out_c)) cpu_rows.push_back(v);
+    past += t;
+  }
+  expect_close_scaled(got, full, 1e-6, 1e-6, "kv-cache rows vs attention_forward", out_where(c));
+  // vs the CPU: fp32 vs double sums, as in the forward test.
+  expect_close_scaled(got, cpu_rows, 1e-5, 1e-4, "kv-cache rows vs CPU attention_kv_cache", out_where(c));
+  EXPECT_TRUE(bitwise_equal(to_host(*gpu, kc_d), kc)) << "k cache differs from the CPU's";
+  EXPECT_TRUE(bitwise_equal(to_host(*gpu, vc_d), vc)) << "v cache differs from the CPU's";
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionKvCache, ::testing::Values<int64_t>(64, 128),
+                         [](const ::testing::TestParamInfo<int64_t>& info) { return "d" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace megatron::backend
