@@ -97,7 +97,7 @@ __device__ __forceinline__ void online_add(float& m, float& s, float x) {
 __device__ __forceinline__ void online_merge(float& m, float& s, float m2, float s2) {
   const float mm = fmaxf(m, m2);
   if (mm == -INFINITY) return;  // both empty
-  s = s * expf(m - mm) + s2 * expf(m2 - mm);
+  s = __fadd_rn(__fmul_rn(s, expf(m - mm)), __fmul_rn(s2, expf(m2 - mm)));  // no FMA: keeps the symmetry
   m = mm;
 }
 

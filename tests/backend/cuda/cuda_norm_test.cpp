@@ -1,0 +1,357 @@
+// CUDA backend layernorm and embeddings (backend/cuda/cuda_norm.cu) against the CPU
+// reference on GPT shapes and awkward sizes, in fp32, bf16 and fp16: values within the
+// stated tolerances, "(+=)" gradients, dx aliasing dy, and bit-identical reruns.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_test_util.h"
+#include "backend/device.h"
+#include "backend/ops.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace megatron::backend {
+namespace {
+
+using namespace megatron::test;
+
+// ---- CPU-vs-CUDA harness (the same block heads each tests/backend/cuda/*_test.cpp) ----------
+
+#define MT_REQUIRE_CUDA()                                                         \
+  if (!built_with_cuda() || cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+constexpr DType kFloatTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+
+// splitmix64: fast enough to fill 10^8 elements, reproducible from the seed.
+inline uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// A host tensor of values uniform in +-[lo, hi] (random sign, never zero), rounded to dtype.
+Tensor host_random(Shape shape, DType dtype, uint64_t seed, float lo = 0.1f, float hi = 1.0f) {
+  Tensor t = Tensor::cpu(std::move(shape), dtype);
+  uint64_t state = seed;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const uint64_t r = splitmix64(state);
+    const float mag = lo + (hi - lo) * static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
+    set(t, i, (r & 1) ? mag : -mag);
+  }
+  return t;
+}
+
+Tensor to_device(Backend& gpu, const Tensor& host) {
+  Tensor d = gpu.empty(host.shape(), host.dtype(), MemoryKind::kOther);
+  gpu.copy(host, d);
+  return d;
+}
+
+Tensor to_host(Backend& gpu, const Tensor& device) {
+  Tensor h = Tensor::cpu(device.shape(), device.dtype());
+  gpu.copy(device, h);
+  gpu.synchronize();
+  return h;
+}
+
+// Position of a 16-bit float's bits on the number line (+0 and -0 both 0), so that adjacent
+// representable values differ by 1.
+int32_t ordered16(uint16_t bits) {
+  const int32_t mag = bits & 0x7FFF;
+  return (bits & 0x8000) ? -mag : mag;
+}
+
+// got (the GPU's result, on the host) against want (the CPU's) elementwise: passes where
+// |got - want| <= atol + rtol |want|, or, for 16-bit tensors, where got is within max_ulps
+// representable values of want (the CPU's rounded result). Reports the misses, the worst
+// element and the shape.
+::testing::AssertionResult close(const Tensor& got, const Tensor& want, double atol, double rtol, int max_ulps,
+                                 const std::string& what) {
+  if (got.dtype() != want.dtype() || got.numel() != want.numel()) {
+    return ::testing::AssertionFailure() << what << ": got " << got.describe() << ", want " << want.describe();
+  }
+  const bool is16 = got.dtype() == DType::kBF16 || got.dtype() == DType::kF16;
+  int64_t misses = 0, worst = -1;
+  double worst_excess = 0.0, max_err = 0.0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double g = get(got, i), w = get(want, i);
+    const double err = std::abs(g - w), tol = atol + rtol * std::abs(w);
+    if (err > max_err || std::isnan(err)) max_err = err;
+    bool ok = err <= tol;
+    if (!ok && is16) {
+      const int32_t d = ordered16(got.data_as<const uint16_t>()[i]) - ordered16(want.data_as<const uint16_t>()[i]);
+      ok = std::abs(d) <= max_ulps;
+    }
+    if (!ok) {
+      ++misses;
+      const double excess = std::isnan(err) ? INFINITY : err / (tol > 0 ? tol : 1e-300);
+      if (worst < 0 || excess > worst_excess) {
+        worst = i;
+        worst_excess = excess;
+      }
+    }
+  }
+  if (misses == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << " " << want.describe() << ": " << misses << " of " << got.numel()
+                                       << " elements out of tolerance (atol " << atol << ", rtol " << rtol
+                                       << (is16 ? ", or " + std::to_string(max_ulps) + " ulp" : std::string())
+                                       << "); max error " << max_err << "; worst element " << worst << ": got "
+                                       << get(got, worst) << ", want " << get(want, worst);
+}
+
+// Bit-for-bit equality, reporting the first differing element and the largest difference.
+::testing::AssertionResult bitwise(const Tensor& got, const Tensor& want, const std::string& what) {
+  if (got.dtype() != want.dtype() || got.numel() != want.numel()) {
+    return ::testing::AssertionFailure() << what << ": got " << got.describe() << ", want " << want.describe();
+  }
+  const int64_t es = dtype_size(got.dtype());
+  const auto* a = static_cast<const unsigned char*>(got.data());
+  const auto* b = static_cast<const unsigned char*>(want.data());
+  int64_t first = -1, count = 0;
+  double max_err = 0.0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    if (std::memcmp(a + i * es, b + i * es, static_cast<size_t>(es)) != 0) {
+      if (first < 0) first = i;
+      ++count;
+      if (is_float(got.dtype())) max_err = std::max(max_err, std::abs(get(got, i) - get(want, i)));
+    }
+  }
+  if (count == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << " " << want.describe() << ": " << count << " of " << got.numel()
+                                       << " elements differ in their bits; first " << first << ": got "
+                                       << get(got, first) << ", want " << get(want, first)
+                                       << "; max difference " << max_err;
+}
+
+std::string shape_name(const Shape& shape, DType dtype) {
+  return std::string(dtype_name(dtype)) + shape_string(shape);
+}
+
+// ---- tests ------------------------------------------------------------------------------------
+
+// [rows, h]: GPT hidden sizes 768/1024/2048/12288 at 2048 and 8192 rows, awkward sizes, and
+// h = 25000, too long for the forward's shared-memory row cache (the global-memory path).
+const std::vector<std::pair<int64_t, int64_t>> kLayernormShapes = {
+    {1, 1},       {1, 7},       {7, 127},     {129, 129},    {1000, 1000},  {3, 25000},
+    {2048, 768},  {2048, 1024}, {2048, 2048}, {2048, 12288}, {8192, 1024}};
+
+// x with the offset of a residual stream (mean ~ 3) on top of its random spread: a variance
+// computed as E[x^2] - E[x]^2 in fp32 would fail the tolerances below.
+Tensor layernorm_input(int64_t n, int64_t h, DType dt, uint64_t seed) {
+  Tensor x = host_random({n, h}, DType::kF32, seed);
+  Tensor out = Tensor::cpu({n, h}, dt);
+  for (int64_t i = 0; i < x.numel(); ++i) set(out, i, get(x, i) + 3.0);
+  return out;
+}
+
+TEST(CudaNorm, LayernormForwardMatchesTheCpu) {
+  MT_REQUIRE_CUDA();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  const float eps = 1e-5f;
+  uint64_t seed = 7;
+  for (const auto& [n, h] : kLayernormShapes) {
+    for (DType dt : kFloatTypes) {
+      const std::string what = shape_name({n, h}, dt);
+      const Tensor x = layernorm_input(n, h, dt, ++seed);
+      const Tensor gamma = host_random({h}, dt, ++seed), beta = host_random({h}, dt, ++seed);
+      Tensor want = cpu->empty({n, h}, dt, MemoryKind::kOther);
+      Tensor want_mean = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
+      Tensor want_rstd = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
+      cpu->layernorm_forward(x, gamma, beta, eps, want, want_mean, want_rstd);
+      Tensor xd = to_device(*gpu, x), gd = to_device(*gpu, gamma), bd = to_device(*gpu, beta);
+      Tensor outd = gpu->empty({n, h}, dt, MemoryKind::kOther);
+      Tensor meand = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+      Tensor rstdd = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+      gpu->layernorm_forward(xd, gd, bd, eps, outd, meand, rstdd);
+      const Tensor got = to_host(*gpu, outd);
+      // Error budget of the GPU's fp32 statistics (the CPU sums in double): a sum of h terms
+      // of size <= 4, each thread adding <= 49 in sequence and then a 10-level tree, is
+      // within ~60 * 2^-24 * 4 ~ 1.5e-5 of exact in the worst case, ~1e-6 typically, so the
+      // mean (~3) is within 1e-6 + 2e-6 |mean| (7e-6).
+      EXPECT_TRUE(close(to_host(*gpu, meand), want_mean, 1e-6, 2e-6, 0, "layernorm mean " + what));
+      // The variance is a sum of squares of x - mean (no cancellation): the same relative
+      // bound, ~1e-6 typical; rstd = 1/sqrt halves it. 1e-5 relative.
+      EXPECT_TRUE(close(to_host(*gpu, rstdd), want_rstd, 0.0, 1e-5, 0, "layernorm rstd " + what));
+      // out = (x - mean) rstd gamma + beta: the mean's error (7e-6) times rstd (<= ~2) and
+      // |gamma| <= 1 gives 1.4e-5 absolute; 3e-5 absolute plus 1e-5 relative for the
+      // products. 16-bit: 1 ulp of the CPU's rounded value.
+      EXPECT_TRUE(close(got, want, 3e-5, 1e-5, 1, "layernorm out " + what));
+      Tensor again = gpu->empty({n, h}, dt, MemoryKind::kOther);
+      gpu->layernorm_forward(xd, gd, bd, eps, again, meand, rstdd);
+      EXPECT_TRUE(bitwise(to_host(*gpu, again), got, "layernorm out rerun " + what));
+    }
+  }
+}
+
+TEST(CudaNorm, LayernormBackwardMatchesTheCpuAccumulatesAndIsDeterministic) {
+  MT_REQUIRE_CUDA();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  const float eps = 1e-5f;
+  uint64_t seed = 70;
+  for (const auto& [n, h] : kLayernormShapes) {
+    for (DType dt : kFloatTypes) {
+      const std::string what = shape_name({n, h}, dt);
+      const Tensor x = layernorm_input(n, h, dt, ++seed);
+      const Tensor gamma = host_random({h}, dt, ++seed), beta = host_random({h}, dt, ++seed);
+      const Tensor dy = host_random({n, h}, dt, ++seed);
+      // The CPU's mean and rstd feed both backwards, so only the backward is compared.
+      Tensor out = cpu->empty({n, h}, dt, MemoryKind::kOther);
+      Tensor mean = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
+      Tensor rstd = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
+      cpu->layernorm_forward(x, gamma, beta, eps, out, mean, rstd);
+      // dgamma, dbeta are fp32 main gradients that start nonzero ("+=").
+      const Tensor dgamma0 = host_random({h}, DType::kF32, ++seed), dbeta0 = host_random({h}, DType::kF32, ++seed);
+      Tensor want_dx = cpu->empty({n, h}, dt, MemoryKind::kOther);
+      Tensor want_dg = clone(dgamma0), want_db = clone(dbeta0);
+      cpu->layernorm_backward(dy, x, gamma, mean, rstd, want_dx, want_dg, want_db);
+
+      Tensor dyd = to_device(*gpu, dy), xd = to_device(*gpu, x), gd = to_device(*gpu, gamma);
+      Tensor meand = to_device(*gpu, mean), rstdd = to_device(*gpu, rstd);
+      Tensor dxd = gpu->empty({n, h}, dt, MemoryKind::kOther);
+      Tensor dgd = to_device(*gpu, dgamma0), dbd = to_device(*gpu, dbeta0);
+      gpu->layernorm_backward(dyd, xd, gd, meand, rstdd, dxd, dgd, dbd);
+      const Tensor got_dx = to_host(*gpu, dxd), got_dg = to_host(*gpu, dgd), got_db = to_host(*gpu, dbd);
+
+      // dx = rstd (g - mean(g) - xhat mean(g xhat)), |dx| ~ rstd |g| <= ~2: the GPU's fp32
+      // row sums (vs double) move mean(g), mean(g xhat) by ~1e-6 of their O(1) terms, times
+      // rstd and |xhat| <= ~3: 1e-5 absolute and relative. 16-bit: 1 ulp.
+      EXPECT_TRUE(close(got_dx, want_dx, 1e-5, 1e-5, 1, "layernorm dx " + what));
+      // dgamma, dbeta: fp32 sums over n rows in different orders (the CPU adds the rows in
+      // sequence, the GPU in chunks of 64 then chunk totals). A sequential fp32 sum of n terms
+      // is typically within sqrt(n) 2^-24 |running sum| of exact; bounded per column by
+      // 2e-6 * sum |terms| (8e-3 for n = 8192, 40x the typical error), while one row lost or
+      // counted twice moves a column by ~|term| ~ 0.5.
+      std::vector<double> abs_g(static_cast<size_t>(h), 0.0), abs_b(static_cast<size_t>(h), 0.0);
+      for (int64_t r = 0; r < n; ++r) {
+        const double m = get(mean, r), s = get(rstd, r);
+        for (int64_t j = 0; j < h; ++j) {
+          const double d = get(dy, r * h + j);
+          abs_g[j] += std::abs(d * (get(x, r * h + j) - m) * s);
+          abs_b[j] += std::abs(d);
+        }
+      }
+      int64_t bad = 0, worst = -1;
+      double worst_ratio = 0.0;
+      for (int64_t j = 0; j < h; ++j) {
+        const double eg = std::abs(get(got_dg, j) - get(want_dg, j)) / (1e-6 + 2e-6 * abs_g[j]);
+        const double eb = std::abs(get(got_db, j) - get(want_db, j)) / (1e-6 + 2e-6 * abs_b[j]);
+        const double ratio = std::max(eg, eb);
+        if (!(ratio <= 1.0)) {
+          ++bad;
+          if (worst < 0 || ratio > worst_ratio) worst = j, worst_ratio = ratio;
+        }
+      }
+      EXPECT_EQ(bad, 0) << "layernorm dgamma/dbeta " << what << ": " << bad << " of " << h
+                        << " columns out of tolerance; worst column " << worst << " at " << worst_ratio
+                        << "x the tolerance: dgamma got " << get(got_dg, std::max<int64_t>(worst, 0)) << " want "
+                        << get(want_dg, std::max<int64_t>(worst, 0)) << ", dbeta got "
+                        << get(got_db, std::max<int64_t>(worst, 0)) << " want "
+                        << get(want_db, std::max<int64_t>(worst, 0));
+
+      // Deterministic: the same inputs and starting gradients give the same bits.
+      Tensor dgd2 = to_device(*gpu, dgamma0), dbd2 = to_device(*gpu, dbeta0);
+      Tensor dxd2 = gpu->empty({n, h}, dt, MemoryKind::kOther);
+      gpu->layernorm_backward(dyd, xd, gd, meand, rstdd, dxd2, dgd2, dbd2);
+      EXPECT_TRUE(bitwise(to_host(*gpu, dgd2), got_dg, "layernorm dgamma rerun " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, dbd2), got_db, "layernorm dbeta rerun " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, dxd2), got_dx, "layernorm dx rerun " + what));
+
+      // dx may alias dy: the parameter gradients read dy before dx overwrites it.
+      Tensor dyd3 = to_device(*gpu, dy);
+      Tensor dgd3 = to_device(*gpu, dgamma0), dbd3 = to_device(*gpu, dbeta0);
+      gpu->layernorm_backward(dyd3, xd, gd, meand, rstdd, dyd3, dgd3, dbd3);
+      EXPECT_TRUE(bitwise(to_host(*gpu, dyd3), got_dx, "layernorm dx in place " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, dgd3), got_dg, "layernorm dgamma with dx in place " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, dbd3), got_db, "layernorm dbeta with dx in place " + what));
+    }
+  }
+}
+
+struct EmbeddingCase {
+  int64_t b, s, vocab, h;
+};
+
+// GPT shapes (b sequences of s tokens, V = 50304, h = 768/1024) and awkward ones; small
+// vocabularies make every token repeat many times.
+const std::vector<EmbeddingCase> kEmbeddingCases = {
+    {1, 1, 1, 1}, {3, 7, 7, 127}, {2, 129, 1000, 129}, {1, 127, 13, 1000}, {4, 2048, 50304, 768}, {8, 1024, 50304, 1024}};
+
+// tokens[b, s] in [0, vocab); a quarter of them one "hot" token (as <|endoftext|> and common
+// words are), so some vocabulary rows receive hundreds of positions.
+Tensor random_tokens(int64_t b, int64_t s, int64_t vocab, uint64_t seed) {
+  Tensor t = Tensor::cpu({b, s}, DType::kI32);
+  uint64_t state = seed;
+  const int32_t hot = static_cast<int32_t>(vocab / 2);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const uint64_t r = splitmix64(state);
+    t.data_as<int32_t>()[i] = (r & 3) == 0 ? hot : static_cast<int32_t>((r >> 8) % static_cast<uint64_t>(vocab));
+  }
+  return t;
+}
+
+TEST(CudaNorm, EmbeddingForwardEqualsTheCpuBitForBit) {
+  MT_REQUIRE_CUDA();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  uint64_t seed = 300;
+  for (const EmbeddingCase& c : kEmbeddingCases) {
+    for (DType dt : kFloatTypes) {
+      const std::string what = "embedding b=" + std::to_string(c.b) + " s=" + std::to_string(c.s) +
+                               " V=" + std::to_string(c.vocab) + " " + shape_name({c.h}, dt);
+      const Tensor tokens = random_tokens(c.b, c.s, c.vocab, ++seed);
+      const Tensor wte = host_random({c.vocab, c.h}, dt, ++seed), wpe = host_random({c.s + 3, c.h}, dt, ++seed);
+      Tensor want = cpu->empty({c.s, c.b, c.h}, dt, MemoryKind::kOther);
+      cpu->embedding_forward(tokens, wte, wpe, want);
+      Tensor tokd = to_device(*gpu, tokens), wted = to_device(*gpu, wte), wped = to_device(*gpu, wpe);
+      Tensor outd = gpu->empty({c.s, c.b, c.h}, dt, MemoryKind::kOther);
+      gpu->embedding_forward(tokd, wted, wped, outd);
+      // One fp32 addition of the same two values, rounded RNE: equal bits.
+      EXPECT_TRUE(bitwise(to_host(*gpu, outd), want, what));
+    }
+  }
+}
+
+TEST(CudaNorm, EmbeddingBackwardAccumulatesInTheCpuOrderBitForBit) {
+  MT_REQUIRE_CUDA();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  uint64_t seed = 500;
+  for (const EmbeddingCase& c : kEmbeddingCases) {
+    for (DType dt : kFloatTypes) {
+      const std::string what = "embedding backward b=" + std::to_string(c.b) + " s=" + std::to_string(c.s) +
+                               " V=" + std::to_string(c.vocab) + " dout " + shape_name({c.h}, dt);
+      const Tensor tokens = random_tokens(c.b, c.s, c.vocab, ++seed);
+      const Tensor dout = host_random({c.s, c.b, c.h}, dt, ++seed);
+      // fp32 main gradients that start nonzero ("+=").
+      const Tensor dwte0 = host_random({c.vocab, c.h}, DType::kF32, ++seed);
+      const Tensor dwpe0 = host_random({c.s + 3, c.h}, DType::kF32, ++seed);
+      Tensor want_te = clone(dwte0), want_pe = clone(dwpe0);
+      cpu->embedding_backward(tokens, dout, want_te, want_pe);
+      Tensor tokd = to_device(*gpu, tokens), doutd = to_device(*gpu, dout);
+      Tensor ted = to_device(*gpu, dwte0), ped = to_device(*gpu, dwpe0);
+      gpu->embedding_backward(tokd, doutd, ted, ped);
+      const Tensor got_te = to_host(*gpu, ted), got_pe = to_host(*gpu, ped);
+      // Both add each token's rows into the fp32 gradient one at a time in (s, b) row order,
+      // and each position's b rows in order: the same fp32 additions, so the same bits.
+      EXPECT_TRUE(bitwise(got_te, want_te, what + " dwte"));
+      EXPECT_TRUE(bitwise(got_pe, want_pe, what + " dwpe"));
+      // Rerun from the same starting gradients: the same bits.
+      Tensor ted2 = to_device(*gpu, dwte0), ped2 = to_device(*gpu, dwpe0);
+      gpu->embedding_backward(tokd, doutd, ted2, ped2);
+      EXPECT_TRUE(bitwise(to_host(*gpu, ted2), got_te, what + " dwte rerun"));
+      EXPECT_TRUE(bitwise(to_host(*gpu, ped2), got_pe, what + " dwpe rerun"));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace megatron::backend
