@@ -22,4 +22,8 @@ for lib in simdjson pcre2-8 zstd lzma openblas gfortran quadmath gomp; do
   path=$(ldd "$B/megatron" | awk -v l="lib$lib.so" '$1 ~ l {print $3}')
   if [ -n "$path" ]; then cp -L "$path" "$P/lib/"; fi
 done
+# OpenBLAS alone is ~36 MB: ship the libraries compressed (the device call carries 64 MiB at most);
+# bench/gpu_machine_run.sh and scripts/gpu-check.sh unpack them.
+tar -C "$P" -cJf "$P/lib.tar.xz" lib
+rm -rf "$P/lib"
 du -sh "$P"

@@ -5,6 +5,8 @@
 # The build comes from here: bench/pack_for_gpu_machine.sh builds with CUDA (sm_90a) and
 # assembles build-gpu-pack; carry build-gpu-pack (and data/gpt2, data/brown for the data runs).
 #   scripts/gpu-check.sh PACK_DIR OUT_DIR [shapes...]    shapes: 124m 350m 1.3b 2.7b (default all)
+# Environment: SKIP_TESTS=1, SKIP_BENCH=1, SKIP_TORCH=1, SKIP_CURVES=1 leave those parts out (to fit
+# one device call's 10 minutes).
 set -uo pipefail
 P=${1:?pack dir}
 OUT=${2:?out dir}
@@ -12,6 +14,7 @@ shift 2
 SHAPES=("$@")
 [ ${#SHAPES[@]} -gt 0 ] || SHAPES=(124m 350m 1.3b 2.7b)
 export NCCL_NVLS_ENABLE=0
+[ -f "$PWD/$P/lib.tar.xz" ] && tar -C "$PWD/$P" -xJf "$PWD/$P/lib.tar.xz"
 export LD_LIBRARY_PATH="$PWD/$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 {
   date -u +%FT%TZ
@@ -19,12 +22,12 @@ export LD_LIBRARY_PATH="$PWD/$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   "$P/megatron" version
 } 2>&1 | tee "$OUT/machine.txt"
 
-echo "== GPU tests" | tee "$OUT/gpu_tests.txt"
+[ -n "${SKIP_TESTS:-}" ] || { echo "== GPU tests" | tee "$OUT/gpu_tests.txt"
 for t in "$P"/tests/*cuda*_test; do
   [ -x "$t" ] || continue
   echo "-- $(basename "$t")"
   timeout 300 "$t" --gtest_brief=1 2>&1 | tail -n 40
-done 2>&1 | tee -a "$OUT/gpu_tests.txt"
+done 2>&1 | tee -a "$OUT/gpu_tests.txt"; }
 
 bench_flags() {
   case $1 in
@@ -34,22 +37,22 @@ bench_flags() {
     2.7b) echo "--model gpt3-2.7b --micro-batch-size 4 --global-batch-size 4" ;;
   esac
 }
-echo "== megatron bench" | tee "$OUT/bench.txt"
-for shape in "${SHAPES[@]}"; do
+[ -n "${SKIP_BENCH:-}" ] || echo "== megatron bench" | tee "$OUT/bench.txt"
+[ -n "${SKIP_BENCH:-}" ] || for shape in "${SHAPES[@]}"; do
   # bf16, no dropout (as the PyTorch reference), vocabulary padded to 50304.
   timeout 300 "$P/megatron" bench $(bench_flags "$shape") --bf16 --attention-dropout 0 --hidden-dropout 0 \
     --device cuda --bench-iters 10 --warmup-iters 3 --json 2>&1 | tee -a "$OUT/bench.txt"
 done
 
-echo "== PyTorch reference" | tee "$OUT/torch.txt"
+[ -n "${SKIP_TORCH:-}" ] || echo "== PyTorch reference" | tee "$OUT/torch.txt"
 declare -A TORCH=([124m]=gpt2-124M [350m]=gpt2-350M [1.3b]=gpt3-1.3B [2.7b]=gpt3-2.7B)
-for shape in "${SHAPES[@]}"; do
+[ -n "${SKIP_TORCH:-}" ] || for shape in "${SHAPES[@]}"; do
   timeout 300 python3 bench/out/torch_gpt_bench.py "${TORCH[$shape]}" 2>&1 | grep -v Warning | tail -n 3
 done 2>&1 | tee -a "$OUT/torch.txt"
 
 # 200 iterations on the Brown Corpus (needs data/gpt2 and data/brown carried): the GPU run must
 # follow the CPU reference's loss curve (same initial weights, data order and dropout masks).
-if [ -f data/brown/brown.jsonl ] && [ -f data/gpt2/vocab.json ]; then
+if [ -z "${SKIP_CURVES:-}" ] && [ -f data/brown/brown.jsonl ] && [ -f data/gpt2/vocab.json ]; then
   echo "== Brown Corpus: GPU vs CPU loss curves" | tee "$OUT/curves.txt"
   W=/tmp/mt_curves
   mkdir -p $W
