@@ -587,7 +587,7 @@ void CudaBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse,
   a.k = qkv_part(qkv, b, heads, d, 1);
   a.v = qkv_part(qkv, b, heads, d, 2);
   a.out = out_part(out, 0, b * heads * d, heads * d, d);
-  a.lse = lse.data_as<float>();
+  a.lse = static_cast<float*>(lse.data());  // device pointer (data_as<> is host-only)
   a.nq = s;
   a.nk = s;
   a.q_pos0 = 0;
@@ -619,7 +619,7 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& qkv, cons
   a.dq = out_part(dqkv, 0, row, heads * 3 * d, 3 * d);
   a.dk = out_part(dqkv, d, row, heads * 3 * d, 3 * d);
   a.dv = out_part(dqkv, 2 * d, row, heads * 3 * d, 3 * d);
-  a.lse = lse.data_as<const float>();
+  a.lse = static_cast<const float*>(lse.data());
   a.s = s;
   a.heads = static_cast<int>(heads);
   a.d = static_cast<int>(d);
@@ -658,7 +658,7 @@ void CudaBackend::attention_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor&
 
   const HeadMatrix k_new = qkv_part(qkv, b, heads, d, 1), v_new = qkv_part(qkv, b, heads, d, 2);
   kv_cache_append_kernel<<<grid_for(t * b * heads * d), 256, 0, stream()>>>(
-      k_new, v_new, k_cache.data_as<float>(), v_cache.data_as<float>(), t, b, static_cast<int>(heads),
+      k_new, v_new, static_cast<float*>(k_cache.data()), static_cast<float*>(v_cache.data()), t, b, static_cast<int>(heads),
       static_cast<int>(d), max_seq, past);
   MT_CUDA_LAUNCH_CHECK();
 
