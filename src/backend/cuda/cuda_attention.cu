@@ -35,6 +35,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -553,6 +554,361 @@ __global__ void kv_cache_append_kernel(HeadMatrix k, HeadMatrix v, float* k_cach
   }
 }
 
+// ---- tensor-core path (bf16 / fp16 inputs, head_dim 64 or 128) ---------------------------
+//
+// FlashAttention-2's algorithm on mma.sync.m16n8k16 (bf16/fp16 operands, fp32 accumulators):
+//  - 128 threads = 4 warps per block; each warp owns 16 rows of the block's 64-row tile (query
+//    rows in the forward and dQ kernels, key rows in the dK/dV kernel), so softmax statistics
+//    never leave a warp: a row's values sit in the 4 lanes of a quad (lane / 4 = row in the
+//    8-row half, lane % 4 = column pair), reduced by xor shuffles over offsets 1 and 2.
+//  - Tiles are copied global -> shared by cp.async (16 bytes per thread, rows past the end
+//    zero-filled) as [rows][d + 8] elements: the 16-byte row padding makes the 8 row addresses
+//    of every ldmatrix land in 8 different bank groups. Operands reach the tensor cores by
+//    ldmatrix (.trans for the B operand read from a row-major [key][d] tile).
+//  - Score accumulators (fp32, C layout of m16n8) are turned in registers into the A operand
+//    of the next product (P V, P^T dO, dS K, dS^T Q): two adjacent n8 tiles form one k16 slice.
+//  - Softmax in fp32 in the log2 domain (exp2f of scores * scale * log2 e); P (after the
+//    dropout mask, with the CPU's Philox index) is rounded to bf16/fp16 only as an mma operand;
+//    lse is saved in fp32 (natural log).
+namespace tc {
+
+constexpr int kTcThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronous; valid == false writes 16 zero bytes (reads nothing).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a (16x16, row) * b (16x8, col), fp32 accumulators.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded (RNE) to a packed pair, lo in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t v);
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t v) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+
+// Dropout multipliers of the elements index and index + 1 (the same Philox draws as
+// dropout_multiplier: one Philox block serves both unless index % 4 == 3).
+__device__ __forceinline__ uint4 philox_block(uint64_t seed, uint64_t stream, uint64_t block) {
+  return philox4x32_10(make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                                  static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)),
+                       make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)));
+}
+__device__ __forceinline__ uint32_t philox_word(const uint4& o, uint32_t w) {
+  return w == 0 ? o.x : w == 1 ? o.y : w == 2 ? o.z : o.w;
+}
+__device__ __forceinline__ float keep_mult(uint32_t word, float p, float inv_keep) {
+  return static_cast<float>(word >> 8) * (1.0f / 16777216.0f) >= p ? inv_keep : 0.0f;
+}
+__device__ __forceinline__ void dropout_pair(uint64_t seed, uint64_t stream, uint64_t index, float p, float inv_keep,
+                                             float& m0, float& m1) {
+  const uint4 o = philox_block(seed, stream, index >> 2);
+  const uint32_t w = static_cast<uint32_t>(index & 3);
+  m0 = keep_mult(philox_word(o, w), p, inv_keep);
+  const uint32_t w1 = w == 3 ? philox_block(seed, stream, (index >> 2) + 1).x : philox_word(o, w + 1);
+  m1 = keep_mult(w1, p, inv_keep);
+}
+__device__ __forceinline__ float dropout_one(uint64_t seed, uint64_t stream, uint64_t index, float p,
+                                             float inv_keep) {
+  const uint4 o = philox_block(seed, stream, index >> 2);
+  return keep_mult(philox_word(o, static_cast<uint32_t>(index & 3)), p, inv_keep);
+}
+
+// Rows [row0, row0 + ROWS) of a head matrix (element 0 of row 0 at base, rows row_stride apart)
+// into dst[ROWS][D + 8] by cp.async; rows >= nrows are zero. The caller commits.
+template <typename T, int ROWS, int D>
+__device__ __forceinline__ void load_tile_async(T* dst, const T* base, int64_t row_stride, int64_t row0,
+                                                int64_t nrows) {
+  constexpr int kChunks = D / 8, LD = D + 8;
+  for (int idx = threadIdx.x; idx < ROWS * kChunks; idx += kTcThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const int64_t row = row0 + r;
+    const bool ok = row < nrows;
+    cp_async16(dst + r * LD + c * 8, base + (ok ? row * row_stride : 0) + c * 8, ok);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ const T* head_base(const HeadMatrix& m, int64_t bi, int64_t hd) {
+  return static_cast<const T*>(m.ptr) + m.at(bi, hd, 0);
+}
+template <typename T>
+__device__ __forceinline__ T* head_base(const OutMatrix& m, int64_t bi, int64_t hd) {
+  return static_cast<T*>(m.ptr) + m.at(bi, hd, 0);
+}
+
+// ldmatrix lane addresses inside a [rows][LD] tile:
+//  A operand (16 x 16 at row r0, col c0): matrices (rows 0-7, c0), (8-15, c0), (0-7, c0+8), (8-15, c0+8).
+__device__ __forceinline__ int a_row(int lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
+__device__ __forceinline__ int a_col(int lane) { return (lane >> 4) * 8; }
+//  B operand of two n8 tiles from a row-major [n][k] tile (no .trans): matrices (n 0-7, k0),
+//  (n 0-7, k0+8), (n 8-15, k0), (n 8-15, k0+8) -> {b0, b1} of tile n0 and of tile n0 + 8.
+__device__ __forceinline__ int bn_row(int lane) { return (lane & 7) + (lane >> 4) * 8; }
+__device__ __forceinline__ int bn_col(int lane) { return ((lane >> 3) & 1) * 8; }
+//  B operand of two n8 tiles from a row-major [k][n] tile (.trans): matrices (k 0-7, n0),
+//  (k 8-15, n0), (k 0-7, n0+8), (k 8-15, n0+8): the same lane layout as the A operand.
+
+template <int D>
+constexpr size_t fwd_tc_smem_bytes() {
+  return sizeof(uint16_t) * static_cast<size_t>(64 + 4 * 64) * (D + 8);
+}
+
+// Forward: grid (ceil(nq / 64), b * heads), query tiles in reverse order (the longest first).
+// Shared: Q[64][D+8], K[2][64][D+8], V[2][64][D+8] (K/V double-buffered: tile kt+1 is copied
+// while tile kt is used). Per warp: Q fragments (D/16 x 4 regs), S[8 n8 tiles][4], O[D/8][4].
+template <typename T, int D>
+__global__ void __launch_bounds__(kTcThreads, 2) attention_forward_tc_kernel(const ForwardArgs a) {
+  constexpr int BQ = 64, BK = 64, LD = D + 8, KD = D / 16, NS = BK / 8, ND = D / 8;
+  extern __shared__ float4 smem4[];
+  T* Qs = reinterpret_cast<T*>(smem4);
+  T* Ks = Qs + BQ * LD;
+  T* Vs = Ks + 2 * BK * LD;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int64_t bh = blockIdx.y, bi = bh / a.heads, hd = bh % a.heads;
+  const int64_t r0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * BQ;
+  const T* qb = head_base<T>(a.q, bi, hd);
+  const T* kb = head_base<T>(a.k, bi, hd);
+  const T* vb = head_base<T>(a.v, bi, hd);
+
+  const int64_t last_row = (r0 + BQ - 1 < a.nq - 1) ? r0 + BQ - 1 : a.nq - 1;
+  const int64_t last_key = (a.q_pos0 + last_row < a.nk - 1) ? a.q_pos0 + last_row : a.nk - 1;
+  const int64_t key_tiles = last_key / BK + 1;
+  const bool dropout = a.dropout_p > 0.0f;
+  const float inv_keep = dropout ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
+  const float scale2 = a.scale * kLog2e;
+
+  load_tile_async<T, BQ, D>(Qs, qb, a.q.row_stride, r0, a.nq);
+  load_tile_async<T, BK, D>(Ks, kb, a.k.row_stride, 0, a.nk);
+  load_tile_async<T, BK, D>(Vs, vb, a.v.row_stride, 0, a.nk);
+  cp_async_commit();
+
+  // Rows of this thread: rr[0] = warp*16 + g, rr[1] = rr[0] + 8.
+  const int64_t row_a = r0 + warp * 16 + g;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  float o[ND][4];
+#pragma unroll
+  for (int j = 0; j < ND; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  uint32_t qf[KD][4];
+
+  for (int64_t kt = 0; kt < key_tiles; ++kt) {
+    const int64_t k0 = kt * BK;
+    const int buf = static_cast<int>(kt & 1);
+    if (kt + 1 < key_tiles) {
+      load_tile_async<T, BK, D>(Ks + (buf ^ 1) * BK * LD, kb, a.k.row_stride, k0 + BK, a.nk);
+      load_tile_async<T, BK, D>(Vs + (buf ^ 1) * BK * LD, vb, a.v.row_stride, k0 + BK, a.nk);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // everything but the prefetch just issued has landed
+    __syncthreads();
+    const T* Kt = Ks + buf * BK * LD;
+    const T* Vt = Vs + buf * BK * LD;
+    if (kt == 0) {
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk)
+        ldsm_x4(qf[kk], smem_addr(Qs + (warp * 16 + a_row(lane)) * LD + kk * 16 + a_col(lane)));
+    }
+
+    // S = Q K^T (16 x 64 per warp).
+    float sc[NS][4];
+#pragma unroll
+    for (int j = 0; j < NS; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk)
+#pragma unroll
+      for (int np = 0; np < NS / 2; ++np) {
+        uint32_t b[4];
+        ldsm_x4(b, smem_addr(Kt + (np * 16 + bn_row(lane)) * LD + kk * 16 + bn_col(lane)));
+        mma16816<T>(sc[2 * np], qf[kk], b[0], b[1]);
+        mma16816<T>(sc[2 * np + 1], qf[kk], b[2], b[3]);
+      }
+
+    // Mask (only tiles that reach past the diagonal or the last key), scale to log2 units.
+    const bool need_mask = k0 + BK - 1 > a.q_pos0 + r0 || k0 + BK > a.nk;
+#pragma unroll
+    for (int j = 0; j < NS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = sc[j][e] * scale2;
+        if (need_mask) {
+          const int64_t key = k0 + j * 8 + 2 * t4 + (e & 1);
+          const int64_t qpos = a.q_pos0 + row_a + (e >> 1) * 8;
+          if (key > qpos || key >= a.nk) v = kNegInf;
+        }
+        sc[j][e] = v;
+      }
+
+    // Online softmax per row (the 4 lanes of a quad share a row).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = kNegInf;
+#pragma unroll
+      for (int j = 0; j < NS; ++j) mx = fmaxf(mx, fmaxf(sc[j][2 * h], sc[j][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[h], mx);
+      const float m_use = m_new == kNegInf ? 0.0f : m_new;  // no visible key yet: all zero
+      const float alpha = exp2f(m[h] - m_use);               // m[h] == -inf -> 0
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < NS; ++j) {
+        const float p0 = exp2f(sc[j][2 * h] - m_use), p1 = exp2f(sc[j][2 * h + 1] - m_use);
+        sum += p0 + p1;
+        sc[j][2 * h] = p0;
+        sc[j][2 * h + 1] = p1;
+      }
+      l[h] = l[h] * alpha + sum;
+      m[h] = m_new;
+#pragma unroll
+      for (int j = 0; j < ND; ++j) {
+        o[j][2 * h] *= alpha;
+        o[j][2 * h + 1] *= alpha;
+      }
+      if (dropout) {
+        const int64_t row = row_a + h * 8;
+#pragma unroll
+        for (int j = 0; j < NS; ++j) {
+          const int64_t key = k0 + j * 8 + 2 * t4;
+          if (sc[j][2 * h] == 0.0f && sc[j][2 * h + 1] == 0.0f) continue;  // masked: no draw needed
+          float m0, m1;
+          dropout_pair(a.seed, a.stream, static_cast<uint64_t>((bh * a.nq + row) * a.nk + key), a.dropout_p,
+                       inv_keep, m0, m1);
+          sc[j][2 * h] *= m0;
+          sc[j][2 * h + 1] *= m1;
+        }
+      }
+    }
+
+    // O += P V: P from the score registers (two n8 tiles = one k16 slice of keys).
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      uint32_t pf[4];
+      pf[0] = pack2<T>(sc[2 * kk][0], sc[2 * kk][1]);
+      pf[1] = pack2<T>(sc[2 * kk][2], sc[2 * kk][3]);
+      pf[2] = pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+      pf[3] = pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+      for (int np = 0; np < ND / 2; ++np) {
+        uint32_t b[4];
+        ldsm_x4_t(b, smem_addr(Vt + (kk * 16 + a_row(lane)) * LD + np * 16 + a_col(lane)));
+        mma16816<T>(o[2 * np], pf, b[0], b[1]);
+        mma16816<T>(o[2 * np + 1], pf, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // K/V buffer `buf` is refilled by the next iteration's prefetch
+  }
+
+  T* ob = head_base<T>(a.out, bi, hd);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float lt = l[h];
+    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    const int64_t row = row_a + h * 8;
+    if (row >= a.nq) continue;
+    const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+    if (a.lse != nullptr && t4 == 0) a.lse[bh * a.nq + row] = m[h] * kLn2 + logf(lt);
+    T* orow = ob + row * a.out.row_stride;
+#pragma unroll
+    for (int j = 0; j < ND; ++j)
+      *reinterpret_cast<uint32_t*>(orow + j * 8 + 2 * t4) = pack2<T>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+  }
+}
+
+template <typename T, int D>
+void launch_forward_tc(const ForwardArgs& a, int64_t batch_heads, cudaStream_t stream) {
+  constexpr size_t smem = fwd_tc_smem_bytes<D>();
+  auto kernel = attention_forward_tc_kernel<T, D>;
+  MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>((a.nq + 63) / 64), static_cast<unsigned>(batch_heads));
+  kernel<<<grid, kTcThreads, smem, stream>>>(a);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace tc
+
+// The tensor-core path takes bf16/fp16 tensors of one dtype, head_dim 64 or 128, and 16-byte
+// aligned data (every row of a head then starts 16-byte aligned).
+bool tc_eligible(int64_t d, std::initializer_list<const Tensor*> ts) {
+  if (d != 64 && d != 128) return false;
+  const DType dt = (*ts.begin())->dtype();
+  if (dt != DType::kBF16 && dt != DType::kF16) return false;
+  for (const Tensor* t : ts)
+    if (t->dtype() != dt || reinterpret_cast<uintptr_t>(t->data()) % 16 != 0) return false;
+  return true;
+}
+
+void run_forward_tc(const ForwardArgs& a, int64_t batch_heads, DType dt, cudaStream_t stream) {
+  if (a.nq == 0 || batch_heads == 0) return;
+  if (dt == DType::kBF16) {
+    if (a.d == 64) tc::launch_forward_tc<__nv_bfloat16, 64>(a, batch_heads, stream);
+    else tc::launch_forward_tc<__nv_bfloat16, 128>(a, batch_heads, stream);
+  } else {
+    if (a.d == 64) tc::launch_forward_tc<__half, 64>(a, batch_heads, stream);
+    else tc::launch_forward_tc<__half, 128>(a, batch_heads, stream);
+  }
+}
+
 struct Dims {
   int64_t s, b, heads, d;
 };
@@ -597,7 +953,11 @@ void CudaBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse,
   a.dropout_p = params.dropout.p;
   a.seed = params.dropout.seed;
   a.stream = params.dropout.stream;
-  run_forward(a, b * heads, stream());
+  if (tc_eligible(d, {&qkv, &out})) {
+    run_forward_tc(a, b * heads, qkv.dtype(), stream());
+  } else {
+    run_forward(a, b * heads, stream());
+  }
 }
 
 void CudaBackend::attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,

@@ -163,6 +163,21 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
     // D_i = dO_i . out_i here vs sum_j P_ij dP_ij on the CPU (equal up to fp32 rounding).
     // ~1e-6 relative per term, sqrt(s) growth: 5e-5 of the tensor's scale.
     expect_close_scaled(values(dqkv), values(dqkv_ref), 5e-5, 1e-4, "dqkv", qkv_where(c));
+  } else if (d == 64 || d == 128) {
+    // The tensor-core path (bf16/fp16 mma.sync, fp32 accumulation). Scores q.k are exact
+    // products of the 16-bit inputs summed in fp32 (~1e-6 relative), so lse agrees as in fp32.
+    // P (after the dropout mask, <= 1/(1-p) = 1.11) is rounded to bf16 for the P V product:
+    // each term P_j m_j v_j carries a relative error <= 2^-9, so out_i = sum_j (P_j m_j / l) v_j
+    // is off by at most 2^-9 * 1.11 * max|v| ~ 2.2e-3 max|v| (~max|out|: row 0 is v_0), plus
+    // one output ulp (2^-7 relative, rounding-boundary straddles): 5e-3 of the scale + 2^-7.
+    expect_close_scaled(values(out), values(out_ref), 5e-3, 1.0 / 128 + 1e-4, "out (tensor cores)", out_where(c));
+    expect_close_scaled(values(lse), values(lse_ref), 1e-5, 1e-5, "lse", lse_where(c));
+    // Backward: dS = P (dP m - D) and P m are rounded to bf16 as mma operands (2^-9 relative
+    // per term, random sign: ~2^-9 of a gradient's magnitude after summing), D_i = dO_i . out_i
+    // uses the rounded `out` of this forward (~2e-3 relative, above), shifting dS by P dD;
+    // together a few 1e-3 of the gradients' scale: 1e-2 of the scale + one output ulp.
+    expect_close_scaled(values(dqkv), values(dqkv_ref), 1e-2, 1.0 / 128 + 1e-4, "dqkv (tensor cores)",
+                        qkv_where(c));
   } else {
     // The same bf16 inputs and fp32 math on both sides, outputs rounded to bf16 (RNE): values
     // straddling a rounding boundary differ by one bf16 ulp, at most 2^-7 relative.
@@ -188,6 +203,15 @@ const Case kCases[] = {
     // Head dims that are zero-padded inside the tiles (32 -> 64, 80 -> 128), odd s.
     {65, 2, 2, 32, DType::kF32, 0.1f},     {97, 1, 3, 80, DType::kF32, 0.1f},
     {33, 1, 2, 128, DType::kF32, 0.1f},    {33, 1, 2, 128, DType::kBF16, 0.0f},
+    // Tensor-core path (bf16/fp16, d = 64 or 128): single rows, s not a multiple of the 64-row
+    // tiles (and of the 32-row backward tiles at d = 128), dropout on, both 16-bit dtypes.
+    {1, 1, 1, 64, DType::kBF16, 0.1f},     {1, 1, 1, 128, DType::kF16, 0.1f},
+    {7, 2, 3, 128, DType::kF16, 0.1f},     {129, 2, 4, 64, DType::kF16, 0.0f},
+    {129, 2, 4, 64, DType::kF16, 0.1f},    {97, 1, 3, 128, DType::kBF16, 0.1f},
+    {200, 2, 2, 128, DType::kF16, 0.1f},   {333, 1, 2, 64, DType::kBF16, 0.5f},
+    {1024, 2, 12, 64, DType::kF16, 0.1f},  {2048, 1, 16, 128, DType::kF16, 0.1f},
+    // bf16 at other head dims keeps the SIMT fp32 kernels.
+    {65, 2, 2, 32, DType::kBF16, 0.1f},    {97, 1, 3, 80, DType::kF16, 0.1f},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(kCases),
@@ -198,7 +222,8 @@ TEST(CudaAttentionDeterminism, TwoRunsAreBitwiseEqual) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   auto rng = test_rng();
   auto gpu = make_cuda_backend();
-  for (const Case& c : {Case{300, 2, 4, 64, DType::kBF16, 0.1f}, Case{200, 1, 2, 128, DType::kF32, 0.1f}}) {
+  for (const Case& c : {Case{300, 2, 4, 64, DType::kBF16, 0.1f}, Case{200, 1, 2, 128, DType::kF32, 0.1f},
+                        Case{300, 2, 4, 64, DType::kF16, 0.1f}, Case{231, 1, 3, 128, DType::kBF16, 0.1f}}) {
     SCOPED_TRACE(case_name(c));
     const AttentionParams params = make_params(c.heads, c.d, c.p);
     Tensor qkv = to_device(*gpu, random_tensor({c.s, c.b, c.heads * 3 * c.d}, rng, c.dtype, 0.1f, 2.0f));
@@ -235,6 +260,65 @@ TEST(CudaAttentionDropout, MaskChangesTheOutput) {
   gpu->attention_forward(qkv, out1, lse, make_params(H, d, 0.1f));
   EXPECT_FALSE(bitwise_equal(to_host(*gpu, out0), to_host(*gpu, out1)));
 }
+
+// The tensor-core path's dropout mask is the CPU's, element for element: with one-hot values
+// (v_j = e_j, s <= d) out[i][j] = P_ij * mask_ij / l_i for j <= i, so an output element is zero
+// exactly where the probability was dropped (P_ij > 0 otherwise: no underflow at these scores).
+// The zero patterns of the GPU's and the CPU's outputs must be identical, at p = 0.5.
+class CudaAttentionTcMask : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaAttentionTcMask, DroppedProbabilitiesMatchCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case c = GetParam();
+  const auto [s, b, H, d, dtype, p] = c;
+  SCOPED_TRACE(case_name(c));
+  ASSERT_LE(s, d);
+  auto rng = test_rng();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  const AttentionParams params = make_params(H, d, p);
+  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng, dtype, 0.1f, 2.0f);
+  for (int64_t i = 0; i < s; ++i)
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t e = 0; e < d; ++e) set(qkv, (i * b + bi) * H * 3 * d + h * 3 * d + 2 * d + e, e == i ? 1.0 : 0.0);
+  Tensor out_ref = Tensor::cpu({s, b, H * d}, dtype);
+  Tensor lse_ref = Tensor::cpu({b, H, s}, DType::kF32);
+  cpu->attention_forward(qkv, out_ref, lse_ref, params);
+  Tensor qkv_d = to_device(*gpu, qkv);
+  Tensor out_d = gpu->empty({s, b, H * d}, dtype, MemoryKind::kOther);
+  Tensor lse_d = gpu->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  gpu->fill(out_d, 7.0f);
+  gpu->attention_forward(qkv_d, out_d, lse_d, params);
+  const std::vector<double> got = values(to_host(*gpu, out_d)), ref = values(out_ref);
+  int64_t kept = 0, dropped = 0, mismatches = 0, first = -1;
+  for (int64_t i = 0; i < s; ++i)
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t e = 0; e < d; ++e) {
+          const int64_t idx = (i * b + bi) * H * d + h * d + e;
+          const bool ref_zero = ref[idx] == 0.0, got_zero = got[idx] == 0.0;
+          if (e > i) {
+            EXPECT_TRUE(ref_zero && got_zero) << "masked key contributes at " << out_where(c)(idx);
+            continue;
+          }
+          (ref_zero ? dropped : kept) += 1;
+          if (ref_zero != got_zero && mismatches++ == 0) first = idx;
+        }
+  EXPECT_EQ(mismatches, 0) << "dropout masks differ, first at " << (first >= 0 ? out_where(c)(first) : "")
+                           << " got " << (first >= 0 ? got[first] : 0.0) << " expected "
+                           << (first >= 0 ? ref[first] : 0.0);
+  // p = 0.5 of ~s^2/2 * b * H draws: both outcomes must be plentiful.
+  EXPECT_GT(dropped, (kept + dropped) / 4);
+  EXPECT_GT(kept, (kept + dropped) / 4);
+  expect_close_scaled(got, ref, 5e-3, 1.0 / 128 + 1e-4, "one-hot out", out_where(c));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTcMask,
+                         ::testing::Values(Case{64, 2, 3, 64, DType::kBF16, 0.5f},
+                                           Case{100, 1, 2, 128, DType::kF16, 0.5f},
+                                           Case{128, 1, 2, 128, DType::kBF16, 0.5f}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 // KV cache: a prompt chunk, then one token at a time. Every chunk's output equals the rows of
 // attention_forward over the whole sequence (same key tiling and fp32 order: expected bit for
