@@ -57,7 +57,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--async-save", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
     {"--non-persistent-save-interval", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
     // TensorBoard and other loggers.
-    {"--log-timers-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
     {"--log-memory-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
     {"--log-world-size-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
     {"--wandb-project", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
@@ -326,6 +325,7 @@ void declare_supported_flags(Args& a) {
       .option("--tensorboard-queue-size", "N", "events buffered before a flush", "1000")
       .option("--tensorboard-log-interval", "N", "iterations between TensorBoard scalars", "1")
       .flag("--log-batch-size-to-tensorboard", "also log the global batch size")
+      .flag("--log-timers-to-tensorboard", "log iteration time, throughput and per-phase timers (adds syncs)")
       .flag("--log-validation-ppl-to-tensorboard", "also log validation perplexity")
       .flag("--log-learning-rate-to-tensorboard", "log the learning rate (default on)")
       .flag("--no-log-learning-rate-to-tensorboard", "do not log the learning rate")
@@ -730,6 +730,7 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   require_positive("--tensorboard-queue-size", c.tensorboard_queue_size);
   require_positive("--tensorboard-log-interval", c.tensorboard_log_interval);
   c.log_batch_size_to_tensorboard = a.get_flag("--log-batch-size-to-tensorboard");
+  c.log_timers_to_tensorboard = a.get_flag("--log-timers-to-tensorboard");
   c.log_validation_ppl_to_tensorboard = a.get_flag("--log-validation-ppl-to-tensorboard");
   c.log_learning_rate_to_tensorboard = !a.get_flag("--no-log-learning-rate-to-tensorboard");
   c.log_loss_scale_to_tensorboard = !a.get_flag("--no-log-loss-scale-to-tensorboard");

@@ -129,6 +129,7 @@ struct TrainConfig {
   int64_t tensorboard_queue_size = 1000;       // --tensorboard-queue-size
   int64_t tensorboard_log_interval = 1;        // --tensorboard-log-interval
   bool log_batch_size_to_tensorboard = false;      // --log-batch-size-to-tensorboard
+  bool log_timers_to_tensorboard = false;          // --log-timers-to-tensorboard
   bool log_validation_ppl_to_tensorboard = false;  // --log-validation-ppl-to-tensorboard
   bool log_learning_rate_to_tensorboard = true;    // --no-log-learning-rate-to-tensorboard turns off
   bool log_loss_scale_to_tensorboard = true;       // --no-log-loss-scale-to-tensorboard turns off

@@ -224,6 +224,11 @@ TrainSummary Trainer::run() {
   auto interval_start = Clock::now();
   bool memory_reported = false, first = true;
   model::MicroBatch mb;
+  // --log-timers-to-tensorboard: seconds per phase since the last log line, as Megatron's
+  // timers "batch-generator", "forward-backward" and "optimizer" (synchronising the device at
+  // phase boundaries, which is why it is opt-in).
+  double t_batch = 0.0, t_fwd_bwd = 0.0, t_optimizer = 0.0;
+  const bool timers = tensorboard_ && c.log_timers_to_tensorboard;
 
   out_ << "training ...\n" << std::flush;
   while (progress_.iteration < train_iters_) {
@@ -233,8 +238,18 @@ TrainSummary Trainer::run() {
 
     optimizer_->zero_grads();
     double iter_loss = 0.0;
+    auto phase_start = Clock::now();
+    auto lap = [&](double* total) {
+      if (!timers) return;
+      backend_.synchronize();
+      const auto now = Clock::now();
+      *total += std::chrono::duration<double>(now - phase_start).count();
+      phase_start = now;
+    };
     for (int64_t k = 0; k < num_micro; ++k) {
+      lap(&t_fwd_bwd);
       load_micro_batch(*datasets_.train(), progress_.consumed_train_samples, k, &mb);
+      lap(&t_batch);
       model::DropoutContext dropout;
       dropout.seed = static_cast<uint64_t>(c.seed);
       dropout.iteration = progress_.iteration;
@@ -242,10 +257,12 @@ TrainSummary Trainer::run() {
       iter_loss += model_->forward(mb, dropout);
       model_->backward(optimizer_->loss_scale(), 1.0f / static_cast<float>(num_micro));
     }
+    lap(&t_fwd_bwd);
     iter_loss /= static_cast<double>(num_micro);
 
     const StepResult step = optimizer_->step(static_cast<float>(scheduler_->lr()),
                                              static_cast<float>(scheduler_->weight_decay()));
+    lap(&t_optimizer);
     if (step.success) scheduler_->step(gbs);
     progress_.consumed_train_samples += gbs;
     ++progress_.iteration;
@@ -289,11 +306,16 @@ TrainSummary Trainer::run() {
       log.eta_seconds = per_iter * static_cast<double>(train_iters_ - iteration);
       out_ << format_iteration_line(log) << '\n' << std::flush;
       if (advanced > 0) summary.last_loss = loss_sum / static_cast<double>(advanced);
-      if (tensorboard_) {
+      if (timers) {
+        const double n = static_cast<double>(iters);
         tensorboard_->add_scalar(std::string(tb_tags::kIterationTime), per_iter, iteration);
         if (log.tflops_per_gpu) tensorboard_->add_scalar(std::string(tb_tags::kThroughput), *log.tflops_per_gpu, iteration);
-        tensorboard_->flush();
+        tensorboard_->add_scalar("batch-generator-time", t_batch / n, iteration);
+        tensorboard_->add_scalar("forward-backward-time", t_fwd_bwd / n, iteration);
+        tensorboard_->add_scalar("optimizer-time", t_optimizer / n, iteration);
+        t_batch = t_fwd_bwd = t_optimizer = 0.0;
       }
+      if (tensorboard_) tensorboard_->flush();
       if (jsonl_) {
         jsonl_->write({{"iteration", iteration},
                        {"consumed_samples", progress_.consumed_train_samples},

@@ -275,7 +275,7 @@ TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
   EXPECT_EQ(error_of(with(base_args(), {"--log-memory-to-tensorboard"})),
             "[--log-memory-to-tensorboard] is not supported yet (this TensorBoard option is not implemented yet)");
   for (const char* flag : {"--pipeline-model-parallel-size", "--use-distributed-optimizer",
-                           "--log-timers-to-tensorboard", "--swiglu", "--data-impl", "--tokenizer-type",
+                           "--swiglu", "--data-impl", "--tokenizer-type",
                            "--timing-log-level"}) {
     Argv a = base_args();
     a.push_back(flag);

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <algorithm>
@@ -199,7 +200,7 @@ TEST(Checkpoint, TensorBoardAndJsonl) {
   const std::string dir = test::scratch_dir("ckpt_tb");
   write_corpus(dir);
   train(dir, {"--tensorboard-dir", dir + "/tb", "--log-jsonl", dir + "/metrics.jsonl", "--train-iters", "8",
-              "--log-validation-ppl-to-tensorboard"});
+              "--log-validation-ppl-to-tensorboard", "--log-timers-to-tensorboard"});
   std::ifstream jl(dir + "/metrics.jsonl");
   std::string line;
   int iterations = 0, validations = 0;
@@ -214,6 +215,15 @@ TEST(Checkpoint, TensorBoardAndJsonl) {
   for (const auto& e : std::filesystem::directory_iterator(dir + "/tb")) {
     event_files += e.path().filename().string().starts_with("events.out.tfevents.");
     EXPECT_GT(std::filesystem::file_size(e.path()), 1000u);
+    // The tags Megatron writes for these flags (the records themselves are decoded and
+    // CRC-checked by tests/train/tensorboard_reader_test.py).
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (const char* tag : {"learning-rate", "learning-rate vs samples", "lm loss", "lm loss vs samples", "loss-scale",
+                            "grad-norm", "iteration-time", "forward-backward-time", "optimizer-time",
+                            "lm loss validation", "lm loss validation ppl vs samples"}) {
+      EXPECT_NE(bytes.find(tag), std::string::npos) << tag;
+    }
   }
   EXPECT_EQ(event_files, 1);
 }
