@@ -4,7 +4,10 @@
 // Reference: backend/cpu/cpu_attention.cpp (the same function of the inputs) and
 // Dao, "FlashAttention-2" (tiling, online softmax, lse saved, two-pass backward).
 //
-// Design (first version: fp32 SIMT math from shared memory, no tensor cores):
+// Two paths: bf16/fp16 tensors with head_dim 64 or 128 (the training case) run the tensor-core
+// kernels of namespace tc below (mma.sync, fp32 accumulation and softmax, the same Philox
+// mask); every other case (fp32, other head dims, the KV cache) runs the fp32 SIMT kernels:
+// Design of the SIMT path (fp32 math from shared memory, no tensor cores):
 //  - One block of 256 threads = a 16 x 16 thread grid (ty = tid / 16, tx = tid % 16) per
 //    (row tile, batch * head). Score tiles S[R x C] are held 16 per thread as rows ty + 16r,
 //    columns tx + 16c; a row's 16 holders are one half-warp, so row max / sum are xor shuffles
@@ -885,6 +888,344 @@ void launch_forward_tc(const ForwardArgs& a, int64_t batch_heads, cudaStream_t s
   MT_CUDA_LAUNCH_CHECK();
 }
 
+
+// D_s[r] = dO_r . out_r (fp32) for rows row0 + r < nrows (0 past the end), dO from the shared
+// tile dOs[ROWS][D+8], out from global: 4 lanes per row in a fixed order (16-byte reads), so
+// every kernel computing D for a row gets the same bits.
+template <typename T, int ROWS, int D>
+__device__ __forceinline__ void rowdot_tc(float* D_s, const T* dOs, const T* outb, int64_t out_row_stride,
+                                          int64_t row0, int64_t nrows) {
+  constexpr int LD = D + 8;
+  static_assert(ROWS % (kTcThreads / 4) == 0, "uniform trip count");
+  const int part = threadIdx.x % 4;
+  for (int rb = 0; rb < ROWS; rb += kTcThreads / 4) {
+    const int r = rb + threadIdx.x / 4;
+    const int64_t row = row0 + r;
+    float sum = 0.0f;
+    if (row < nrows) {
+      const T* orow = outb + row * out_row_stride;
+#pragma unroll
+      for (int c = part * 8; c < D; c += 32) {
+        const uint4 x = *reinterpret_cast<const uint4*>(dOs + r * LD + c);
+        const uint4 y = *reinterpret_cast<const uint4*>(orow + c);
+        const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 u = unpack2<T>(xs[i]), v = unpack2<T>(ys[i]);
+          sum = fmaf(u.x, v.x, sum);
+          sum = fmaf(u.y, v.y, sum);
+        }
+      }
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (part == 0) D_s[r] = sum;
+  }
+}
+
+template <int D, int BQ>
+constexpr size_t dkdv_tc_smem_bytes() {
+  return sizeof(uint16_t) * static_cast<size_t>(2 * 64 + 4 * BQ) * (D + 8) + sizeof(float) * 2 * BQ;
+}
+
+// dK, dV of one 64-key tile (warp w: keys 16w .. 16w+15 as the M rows): grid (ceil(s / 64),
+// b * heads), key tiles in reverse order (the first ones see the most query tiles). Query tiles
+// of BQ rows from the diagonal down, Q/dO double-buffered. Per query tile and warp:
+// S^T = K Q^T and dP^T = V dO^T (16 x BQ), P^T, dS^T in registers, then dV += (P M)^T dO and
+// dK += dS^T Q with P^T/dS^T as A operands and dO/Q read by ldmatrix.trans. Fixed order: no
+// atomics. Shared: K, V [64][D+8], Q, dO [2][BQ][D+8], lse (log2 units), D [BQ].
+template <typename T, int D, int BQ>
+__global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const BackwardArgs a) {
+  constexpr int BK = 64, LD = D + 8, KD = D / 16, NQ = BQ / 8, ND = D / 8;
+  extern __shared__ float4 smem4[];
+  T* Ks = reinterpret_cast<T*>(smem4);
+  T* Vs = Ks + BK * LD;
+  T* Qs = Vs + BK * LD;      // [2][BQ][LD]
+  T* dOs = Qs + 2 * BQ * LD;  // [2][BQ][LD]
+  float* lse_s = reinterpret_cast<float*>(dOs + 2 * BQ * LD);
+  float* D_s = lse_s + BQ;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int64_t bh = blockIdx.y, bi = bh / a.heads, hd = bh % a.heads;
+  const int64_t k0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * BK;
+  const T* qb = head_base<T>(a.q, bi, hd);
+  const T* kb = head_base<T>(a.k, bi, hd);
+  const T* vb = head_base<T>(a.v, bi, hd);
+  const T* dob = head_base<T>(a.dout, bi, hd);
+  const T* outb = head_base<T>(a.out, bi, hd);
+  const bool dropout = a.dropout_p > 0.0f;
+  const float inv_keep = dropout ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
+  const float scale2 = a.scale * kLog2e;
+
+  const int64_t qt0 = k0 / BQ, q_tiles = (a.s + BQ - 1) / BQ;
+  load_tile_async<T, BK, D>(Ks, kb, a.k.row_stride, k0, a.s);
+  load_tile_async<T, BK, D>(Vs, vb, a.v.row_stride, k0, a.s);
+  load_tile_async<T, BQ, D>(Qs, qb, a.q.row_stride, qt0 * BQ, a.s);
+  load_tile_async<T, BQ, D>(dOs, dob, a.dout.row_stride, qt0 * BQ, a.s);
+  cp_async_commit();
+
+  const int64_t key_a = k0 + warp * 16 + g;  // this thread's keys: key_a, key_a + 8
+  float dk[ND][4], dv[ND][4];
+#pragma unroll
+  for (int j = 0; j < ND; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[j][e] = dv[j][e] = 0.0f;
+
+  for (int64_t qt = qt0; qt < q_tiles; ++qt) {
+    const int64_t q0 = qt * BQ;
+    const int buf = static_cast<int>((qt - qt0) & 1);
+    if (qt + 1 < q_tiles) {
+      load_tile_async<T, BQ, D>(Qs + (buf ^ 1) * BQ * LD, qb, a.q.row_stride, q0 + BQ, a.s);
+      load_tile_async<T, BQ, D>(dOs + (buf ^ 1) * BQ * LD, dob, a.dout.row_stride, q0 + BQ, a.s);
+    }
+    cp_async_commit();
+    for (int i = threadIdx.x; i < BQ; i += kTcThreads)
+      lse_s[i] = q0 + i < a.s ? a.lse[bh * a.s + q0 + i] * kLog2e : 0.0f;
+    cp_async_wait<1>();
+    __syncthreads();
+    const T* Qt = Qs + buf * BQ * LD;
+    const T* dOt = dOs + buf * BQ * LD;
+    rowdot_tc<T, BQ, D>(D_s, dOt, outb, a.out.row_stride, q0, a.s);
+    __syncthreads();
+
+    float st[NQ][4], dpt[NQ][4];
+#pragma unroll
+    for (int j = 0; j < NQ; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      uint32_t ka[4], va[4];
+      ldsm_x4(ka, smem_addr(Ks + (warp * 16 + a_row(lane)) * LD + kk * 16 + a_col(lane)));
+      ldsm_x4(va, smem_addr(Vs + (warp * 16 + a_row(lane)) * LD + kk * 16 + a_col(lane)));
+#pragma unroll
+      for (int np = 0; np < NQ / 2; ++np) {
+        uint32_t b[4];
+        ldsm_x4(b, smem_addr(Qt + (np * 16 + bn_row(lane)) * LD + kk * 16 + bn_col(lane)));
+        mma16816<T>(st[2 * np], ka, b[0], b[1]);
+        mma16816<T>(st[2 * np + 1], ka, b[2], b[3]);
+        ldsm_x4(b, smem_addr(dOt + (np * 16 + bn_row(lane)) * LD + kk * 16 + bn_col(lane)));
+        mma16816<T>(dpt[2 * np], va, b[0], b[1]);
+        mma16816<T>(dpt[2 * np + 1], va, b[2], b[3]);
+      }
+    }
+
+    // P^T (dropped) into st, dS^T into dpt. Masking only where a query precedes a key or past s.
+    const bool need_mask = q0 < k0 + BK - 1 || q0 + BQ > a.s;
+#pragma unroll
+    for (int j = 0; j < NQ; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int ci = j * 8 + 2 * t4 + (e & 1);
+        const int64_t qi = q0 + ci, key = key_a + (e >> 1) * 8;
+        const bool valid = !need_mask || (qi < a.s && key <= qi);
+        const float p = valid ? exp2f(st[j][e] * scale2 - lse_s[ci]) : 0.0f;
+        float mult = 1.0f;
+        if (dropout && valid)
+          mult = dropout_one(a.seed, a.stream, static_cast<uint64_t>((bh * a.s + qi) * a.s + key), a.dropout_p,
+                             inv_keep);
+        st[j][e] = p * mult;
+        dpt[j][e] = p * (dpt[j][e] * mult - D_s[ci]);
+      }
+
+    // dV += (P M)^T dO, dK += dS^T Q (queries are the k dimension).
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; ++kk) {
+      uint32_t pa[4], sa[4];
+      pa[0] = pack2<T>(st[2 * kk][0], st[2 * kk][1]);
+      pa[1] = pack2<T>(st[2 * kk][2], st[2 * kk][3]);
+      pa[2] = pack2<T>(st[2 * kk + 1][0], st[2 * kk + 1][1]);
+      pa[3] = pack2<T>(st[2 * kk + 1][2], st[2 * kk + 1][3]);
+      sa[0] = pack2<T>(dpt[2 * kk][0], dpt[2 * kk][1]);
+      sa[1] = pack2<T>(dpt[2 * kk][2], dpt[2 * kk][3]);
+      sa[2] = pack2<T>(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
+      sa[3] = pack2<T>(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+#pragma unroll
+      for (int np = 0; np < ND / 2; ++np) {
+        uint32_t b[4];
+        ldsm_x4_t(b, smem_addr(dOt + (kk * 16 + a_row(lane)) * LD + np * 16 + a_col(lane)));
+        mma16816<T>(dv[2 * np], pa, b[0], b[1]);
+        mma16816<T>(dv[2 * np + 1], pa, b[2], b[3]);
+        ldsm_x4_t(b, smem_addr(Qt + (kk * 16 + a_row(lane)) * LD + np * 16 + a_col(lane)));
+        mma16816<T>(dk[2 * np], sa, b[0], b[1]);
+        mma16816<T>(dk[2 * np + 1], sa, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // Q/dO buffer `buf`, lse_s and D_s are rewritten next
+  }
+
+  T* dkb = head_base<T>(a.dk, bi, hd);
+  T* dvb = head_base<T>(a.dv, bi, hd);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t key = key_a + h * 8;
+    if (key >= a.s) continue;
+    T* krow = dkb + key * a.dk.row_stride;
+    T* vrow = dvb + key * a.dv.row_stride;
+#pragma unroll
+    for (int j = 0; j < ND; ++j) {
+      *reinterpret_cast<uint32_t*>(krow + j * 8 + 2 * t4) =
+          pack2<T>(dk[j][2 * h] * a.scale, dk[j][2 * h + 1] * a.scale);
+      *reinterpret_cast<uint32_t*>(vrow + j * 8 + 2 * t4) = pack2<T>(dv[j][2 * h], dv[j][2 * h + 1]);
+    }
+  }
+}
+
+template <int D>
+constexpr size_t dq_tc_smem_bytes() {
+  return sizeof(uint16_t) * static_cast<size_t>(2 * 64 + 4 * 64) * (D + 8) + sizeof(float) * 64;
+}
+
+// dQ of one 64-query tile (warp w: rows 16w .. 16w+15): grid (ceil(s / 64), b * heads),
+// reversed. Key tiles 0 .. diagonal in order, K/V double-buffered. Per key tile and warp:
+// S = Q K^T, dP = dO V^T (16 x 64), dS = P (dP M - D) in registers, dQ += dS K (K by
+// ldmatrix.trans). Shared: Q, dO [64][D+8], K, V [2][64][D+8], D [64].
+template <typename T, int D>
+__global__ void __launch_bounds__(kTcThreads, 2) attention_dq_tc_kernel(const BackwardArgs a) {
+  constexpr int BQ = 64, BK = 64, LD = D + 8, KD = D / 16, NS = BK / 8, ND = D / 8;
+  extern __shared__ float4 smem4[];
+  T* Qs = reinterpret_cast<T*>(smem4);
+  T* dOs = Qs + BQ * LD;
+  T* Ks = dOs + BQ * LD;      // [2][BK][LD]
+  T* Vs = Ks + 2 * BK * LD;   // [2][BK][LD]
+  float* D_s = reinterpret_cast<float*>(Vs + 2 * BK * LD);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int64_t bh = blockIdx.y, bi = bh / a.heads, hd = bh % a.heads;
+  const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * BQ;
+  const T* qb = head_base<T>(a.q, bi, hd);
+  const T* kb = head_base<T>(a.k, bi, hd);
+  const T* vb = head_base<T>(a.v, bi, hd);
+  const T* dob = head_base<T>(a.dout, bi, hd);
+  const bool dropout = a.dropout_p > 0.0f;
+  const float inv_keep = dropout ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
+  const float scale2 = a.scale * kLog2e;
+
+  load_tile_async<T, BQ, D>(Qs, qb, a.q.row_stride, q0, a.s);
+  load_tile_async<T, BQ, D>(dOs, dob, a.dout.row_stride, q0, a.s);
+  load_tile_async<T, BK, D>(Ks, kb, a.k.row_stride, 0, a.s);
+  load_tile_async<T, BK, D>(Vs, vb, a.v.row_stride, 0, a.s);
+  cp_async_commit();
+
+  const int64_t row_a = q0 + warp * 16 + g;  // this thread's rows: row_a, row_a + 8
+  float lse2[2], Drow[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) lse2[h] = row_a + h * 8 < a.s ? a.lse[bh * a.s + row_a + h * 8] * kLog2e : 0.0f;
+  cp_async_wait<0>();
+  __syncthreads();
+  rowdot_tc<T, BQ, D>(D_s, dOs, head_base<T>(a.out, bi, hd), a.out.row_stride, q0, a.s);
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) Drow[h] = D_s[warp * 16 + g + h * 8];
+
+  float dq[ND][4];
+#pragma unroll
+  for (int j = 0; j < ND; ++j) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
+
+  const int64_t last_row = (q0 + BQ - 1 < a.s - 1) ? q0 + BQ - 1 : a.s - 1;
+  const int64_t key_tiles = last_row / BK + 1;
+  for (int64_t kt = 0; kt < key_tiles; ++kt) {
+    const int64_t k0 = kt * BK;
+    const int buf = static_cast<int>(kt & 1);
+    if (kt + 1 < key_tiles) {
+      load_tile_async<T, BK, D>(Ks + (buf ^ 1) * BK * LD, kb, a.k.row_stride, k0 + BK, a.s);
+      load_tile_async<T, BK, D>(Vs + (buf ^ 1) * BK * LD, vb, a.v.row_stride, k0 + BK, a.s);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const T* Kt = Ks + buf * BK * LD;
+    const T* Vt = Vs + buf * BK * LD;
+
+    float sc[NS][4], dp[NS][4];
+#pragma unroll
+    for (int j = 0; j < NS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sc[j][e] = dp[j][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      uint32_t qa[4], oa[4];
+      ldsm_x4(qa, smem_addr(Qs + (warp * 16 + a_row(lane)) * LD + kk * 16 + a_col(lane)));
+      ldsm_x4(oa, smem_addr(dOs + (warp * 16 + a_row(lane)) * LD + kk * 16 + a_col(lane)));
+#pragma unroll
+      for (int np = 0; np < NS / 2; ++np) {
+        uint32_t b[4];
+        ldsm_x4(b, smem_addr(Kt + (np * 16 + bn_row(lane)) * LD + kk * 16 + bn_col(lane)));
+        mma16816<T>(sc[2 * np], qa, b[0], b[1]);
+        mma16816<T>(sc[2 * np + 1], qa, b[2], b[3]);
+        ldsm_x4(b, smem_addr(Vt + (np * 16 + bn_row(lane)) * LD + kk * 16 + bn_col(lane)));
+        mma16816<T>(dp[2 * np], oa, b[0], b[1]);
+        mma16816<T>(dp[2 * np + 1], oa, b[2], b[3]);
+      }
+    }
+
+    // dS = P (dP M - D) into dp.
+    const bool need_mask = k0 + BK - 1 > q0 || k0 + BK > a.s;
+#pragma unroll
+    for (int j = 0; j < NS; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t qi = row_a + h * 8, key = k0 + j * 8 + 2 * t4;
+        const bool v0 = !need_mask || (qi < a.s && key <= qi);
+        const bool v1 = !need_mask || (qi < a.s && key + 1 <= qi && key + 1 < a.s);
+        const float p0 = v0 ? exp2f(sc[j][2 * h] * scale2 - lse2[h]) : 0.0f;
+        const float p1 = v1 ? exp2f(sc[j][2 * h + 1] * scale2 - lse2[h]) : 0.0f;
+        float m0 = 1.0f, m1 = 1.0f;
+        if (dropout && (v0 || v1))
+          dropout_pair(a.seed, a.stream, static_cast<uint64_t>((bh * a.s + qi) * a.s + key), a.dropout_p, inv_keep,
+                       m0, m1);
+        dp[j][2 * h] = p0 * (dp[j][2 * h] * m0 - Drow[h]);
+        dp[j][2 * h + 1] = p1 * (dp[j][2 * h + 1] * m1 - Drow[h]);
+      }
+
+    // dQ += dS K (keys are the k dimension).
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      uint32_t sa[4];
+      sa[0] = pack2<T>(dp[2 * kk][0], dp[2 * kk][1]);
+      sa[1] = pack2<T>(dp[2 * kk][2], dp[2 * kk][3]);
+      sa[2] = pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+      sa[3] = pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+      for (int np = 0; np < ND / 2; ++np) {
+        uint32_t b[4];
+        ldsm_x4_t(b, smem_addr(Kt + (kk * 16 + a_row(lane)) * LD + np * 16 + a_col(lane)));
+        mma16816<T>(dq[2 * np], sa, b[0], b[1]);
+        mma16816<T>(dq[2 * np + 1], sa, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // K/V buffer `buf` is refilled by the next iteration's prefetch
+  }
+
+  T* dqb = head_base<T>(a.dq, bi, hd);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row_a + h * 8;
+    if (row >= a.s) continue;
+    T* qrow = dqb + row * a.dq.row_stride;
+#pragma unroll
+    for (int j = 0; j < ND; ++j)
+      *reinterpret_cast<uint32_t*>(qrow + j * 8 + 2 * t4) =
+          pack2<T>(dq[j][2 * h] * a.scale, dq[j][2 * h + 1] * a.scale);
+  }
+}
+
+template <typename T, int D>
+void launch_backward_tc(const BackwardArgs& a, int64_t batch_heads, cudaStream_t stream) {
+  constexpr int BQ = D == 64 ? 64 : 32;  // dK/dV query tile: 2 x 16 x D fp32 accumulators per warp
+  constexpr size_t smem1 = dkdv_tc_smem_bytes<D, BQ>();
+  auto k1 = attention_dkdv_tc_kernel<T, D, BQ>;
+  MT_CUDA_CHECK(cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem1)));
+  const dim3 grid(static_cast<unsigned>((a.s + 63) / 64), static_cast<unsigned>(batch_heads));
+  k1<<<grid, kTcThreads, smem1, stream>>>(a);
+  MT_CUDA_LAUNCH_CHECK();
+  constexpr size_t smem2 = dq_tc_smem_bytes<D>();
+  auto k2 = attention_dq_tc_kernel<T, D>;
+  MT_CUDA_CHECK(cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem2)));
+  k2<<<grid, kTcThreads, smem2, stream>>>(a);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
 }  // namespace tc
 
 // The tensor-core path takes bf16/fp16 tensors of one dtype, head_dim 64 or 128, and 16-byte
@@ -896,6 +1237,16 @@ bool tc_eligible(int64_t d, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
     if (t->dtype() != dt || reinterpret_cast<uintptr_t>(t->data()) % 16 != 0) return false;
   return true;
+}
+
+void run_backward_tc(const BackwardArgs& a, int64_t batch_heads, DType dt, cudaStream_t stream) {
+  if (dt == DType::kBF16) {
+    if (a.d == 64) tc::launch_backward_tc<__nv_bfloat16, 64>(a, batch_heads, stream);
+    else tc::launch_backward_tc<__nv_bfloat16, 128>(a, batch_heads, stream);
+  } else {
+    if (a.d == 64) tc::launch_backward_tc<__half, 64>(a, batch_heads, stream);
+    else tc::launch_backward_tc<__half, 128>(a, batch_heads, stream);
+  }
 }
 
 void run_forward_tc(const ForwardArgs& a, int64_t batch_heads, DType dt, cudaStream_t stream) {
@@ -987,7 +1338,9 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& qkv, cons
   a.dropout_p = params.dropout.p;
   a.seed = params.dropout.seed;
   a.stream = params.dropout.stream;
-  if (d <= 64) {
+  if (tc_eligible(d, {&qkv, &dout, &out, &dqkv})) {
+    run_backward_tc(a, b * heads, qkv.dtype(), stream());
+  } else if (d <= 64) {
     launch_dkdv<64, 64, 64>(a, b * heads, stream());
     launch_dq<64, 64, 64>(a, b * heads, stream());
   } else {
