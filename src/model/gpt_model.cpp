@@ -86,6 +86,7 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   ws_qkv_ = work({s, b, 3 * q_size_}, dtype_);
   ws_q_ = work({s, b, q_size_}, dtype_);
   ws_f_ = work({n, f}, dtype_);
+  dlogits_ = dtype_ == DType::kF32 ? logits_ : work({n, V}, dtype_);
 }
 
 backend::DropoutParams GPTModel::dropout_params(float p, int64_t layer, int site) const {
@@ -196,9 +197,9 @@ void GPTModel::backward(float loss_scale, float grad_scale) {
   if (mask_sum_ > 0) {
     backend_.scale(dlosses, loss_scale * grad_scale / mask_sum_);
   }
-  backend_.cross_entropy_backward(logits_, labels_.view({n}), loss_lse_, dlosses, logits_);
+  backend_.cross_entropy_backward(logits_, labels_.view({n}), loss_lse_, dlosses, dlogits_);
   Tensor no_bias;
-  backend_.linear_backward(logits_, final_ln_out_, param(output_w_), ws_h2_, grad(output_w_), no_bias);
+  backend_.linear_backward(dlogits_, final_ln_out_, param(output_w_), ws_h2_, grad(output_w_), no_bias);
   Tensor x_last = xs_[config_.num_layers].view({n, h});
   backend_.layernorm_backward(ws_h2_, x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_, ws_grad_,
                               grad(final_ln_w_), grad(final_ln_b_));

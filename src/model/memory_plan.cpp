@@ -40,8 +40,9 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
   const int64_t outside = (L + 1) * n * h * e + n * h * e + 2 * n * 4 + n * V * 4 + 2 * n * 4 + 3 * n * 4;
   p.activations = L * layer + outside;
   // Workspace (model dtype): three [n, h] (gradient stream and two temporaries), [n, 3q],
-  // [n, q] and [n, f].
-  p.workspace = (3 * n * h + 4 * n * q + n * f) * e;
+  // [n, q] and [n, f]; under bf16/fp16 also the 16-bit logits gradient [n, V] (fp32 models
+  // reuse the logits buffer).
+  p.workspace = (3 * n * h + 4 * n * q + n * f) * e + (param_dtype == DType::kF32 ? 0 : n * V * e);
   return p;
 }
 
