@@ -2,6 +2,8 @@
 // the NLP benchmark reports (tokens/s, report time = 20e6 / tokens_per_s) and Megatron's
 // TFLOP/s per GPU and MFU under both FLOPs conventions. Takes any `megatron train` flag
 // (shape, --model preset, batch, precision); data and tokenizer files are not needed.
+// --profile-ops wraps the backend in a ProfilingBackend (backend/profiling_backend.h) and
+// prints where the timed iterations spent their time, per op and per GEMM shape.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -11,6 +13,7 @@
 
 #include "backend/device.h"
 #include "backend/ops.h"
+#include "backend/profiling_backend.h"
 #include "cli/args.h"
 #include "cli/backend_choice.h"
 #include "cli/commands.h"
@@ -53,7 +56,10 @@ int run_bench(const CommandArgs& argv_in) {
   declare_device_flag(args);
   args.option("--bench-iters", "N", "timed iterations", "20")
       .option("--warmup-iters", "N", "untimed iterations first", "5")
-      .flag("--json", "print one JSON object instead of the table");
+      .flag("--json", "print one JSON object instead of the table")
+      .flag("--profile-ops",
+            "time every backend op of the timed iterations (CUDA events on a GPU, host clock on the CPU) and "
+            "print the time per op and per GEMM shape");
   // Benchmarks need no data, tokenizer or schedule: fill what train requires.
   CommandArgs argv = argv_in;
   auto absent = [&](const char* flag) {
@@ -83,6 +89,15 @@ int run_bench(const CommandArgs& argv_in) {
   std::ostream& log = json ? std::cerr : std::cout;
 
   std::unique_ptr<backend::Backend> be = make_backend(args, log);
+  // The model and optimizer are built on the wrapper so that every op they issue is seen;
+  // timing is switched on for the timed iterations only.
+  backend::ProfilingBackend* profiler = nullptr;
+  if (args.get_flag("--profile-ops")) {
+    auto wrapped = std::make_unique<backend::ProfilingBackend>(std::move(be));
+    wrapped->set_enabled(false);
+    profiler = wrapped.get();
+    be = std::move(wrapped);
+  }
   const DType dtype = c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32;
   const int64_t mbs = c.micro_batch_size, s = c.model.seq_length, gbs = c.global_batch_size;
   const int64_t num_micro = gbs / mbs;
@@ -121,6 +136,10 @@ int run_bench(const CommandArgs& argv_in) {
   float loss = 0.0f;
   for (int64_t it = 0; it < warmup + iters; ++it) {
     be->synchronize();
+    if (profiler != nullptr && it == warmup) {
+      profiler->reset();
+      profiler->set_enabled(true);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     opt.zero_grads();
     for (int64_t k = 0; k < num_micro; ++k) {
@@ -136,6 +155,11 @@ int run_bench(const CommandArgs& argv_in) {
     if (it >= warmup) timed += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double per_iter = timed / static_cast<double>(iters);
+  backend::OpProfile op_profile;
+  if (profiler != nullptr) {
+    profiler->set_enabled(false);
+    op_profile = profiler->report();
+  }
   const double tokens_per_s = static_cast<double>(gbs * s) / per_iter;
   const double f2025 = train::flops_per_iteration(c.model, gbs, train::FlopsConvention::k2025);
   const double f2024 = train::flops_per_iteration(c.model, gbs, train::FlopsConvention::k2024);
@@ -154,7 +178,7 @@ int run_bench(const CommandArgs& argv_in) {
                   "\"micro_batch\": %lld, \"global_batch\": %lld, \"dtype\": \"%s\", \"params\": %lld, "
                   "\"ms_per_iter\": %.3f, \"tokens_per_s\": %.1f, \"tflops_2025\": %.2f, \"tflops_2024\": %.2f, "
                   "\"mfu_2025\": %.4f, \"mfu_2024\": %.4f, \"planned_bytes\": %lld, \"peak_tracked_bytes\": %lld, "
-                  "\"device_bytes\": %lld, \"report_time_s\": %.2f, \"setup_s\": %.2f, \"loss\": %.4f}\n",
+                  "\"device_bytes\": %lld, \"report_time_s\": %.2f, \"setup_s\": %.2f, \"loss\": %.4f",
                   device_name.c_str(), static_cast<long long>(c.model.num_layers),
                   static_cast<long long>(c.model.hidden_size), static_cast<long long>(c.model.num_attention_heads),
                   static_cast<long long>(s), static_cast<long long>(mbs), static_cast<long long>(gbs),
@@ -163,7 +187,13 @@ int run_bench(const CommandArgs& argv_in) {
                   peak > 0 ? tf2024 / peak : 0.0, static_cast<long long>(plan.total()),
                   static_cast<long long>(mem.peak_total), static_cast<long long>(device_used), report_time, setup_s,
                   static_cast<double>(loss));
-    std::cout << buf << std::flush;
+    std::string out = buf;
+    if (profiler != nullptr) {
+      out += ", \"op_profile_clock\": " + backend::profile_json_string(op_profile.clock) +
+             ", \"op_profile\": " + backend::op_profile_json_ops(op_profile, iters, per_iter * 1e3) +
+             ", \"op_profile_gemms\": " + backend::op_profile_json_gemms(op_profile, iters, per_iter * 1e3);
+    }
+    std::cout << out << "}\n" << std::flush;
     return 0;
   }
   std::snprintf(buf, sizeof(buf),
@@ -184,7 +214,9 @@ int run_bench(const CommandArgs& argv_in) {
                 peak > 0 ? 100 * tf2025 / peak : 0.0, peak > 0 ? 100 * tf2024 / peak : 0.0,
                 static_cast<double>(plan.total()) / (1 << 30), static_cast<double>(mem.peak_total) / (1 << 30),
                 static_cast<double>(device_used) / (1 << 30), report_time, setup_s, static_cast<double>(loss));
-  std::cout << buf << std::flush;
+  std::cout << buf;
+  if (profiler != nullptr) std::cout << backend::format_op_profile(op_profile, iters, per_iter * 1e3);
+  std::cout << std::flush;
   return 0;
 }
 

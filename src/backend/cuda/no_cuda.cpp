@@ -1,4 +1,5 @@
 // Stubs used when the CUDA backend is not built (MT_BUILD_CUDA=OFF or no nvcc).
+#include "backend/cuda/cuda_op_timer.h"
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "core/error.h"
@@ -15,5 +16,8 @@ int64_t cuda_device_memory_used(int) { return 0; }
 std::unique_ptr<Backend> make_cuda_backend(int) {
   throw_error("[--device] this build of megatron has no CUDA backend (built without nvcc)");
 }
+
+// No CudaBackend exists in this build: every backend is timed on the host.
+std::unique_ptr<OpTimer> make_op_timer(Backend&) { return make_chrono_op_timer(); }
 
 }  // namespace megatron::backend
