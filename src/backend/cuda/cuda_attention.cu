@@ -1228,10 +1228,11 @@ void launch_backward_tc(const BackwardArgs& a, int64_t batch_heads, cudaStream_t
 
 }  // namespace tc
 
-// The tensor-core path takes bf16/fp16 tensors of one dtype, head_dim 64 or 128, and 16-byte
+// The tensor-core path takes bf16/fp16 tensors of one dtype, head_dim 64, 80 (GPT-3 2.7B:
+// 2560 / 32) or 128, and 16-byte
 // aligned data (every row of a head then starts 16-byte aligned).
 bool tc_eligible(int64_t d, std::initializer_list<const Tensor*> ts) {
-  if (d != 64 && d != 128) return false;
+  if (d != 64 && d != 80 && d != 128) return false;
   const DType dt = (*ts.begin())->dtype();
   if (dt != DType::kBF16 && dt != DType::kF16) return false;
   for (const Tensor* t : ts)
@@ -1242,9 +1243,11 @@ bool tc_eligible(int64_t d, std::initializer_list<const Tensor*> ts) {
 void run_backward_tc(const BackwardArgs& a, int64_t batch_heads, DType dt, cudaStream_t stream) {
   if (dt == DType::kBF16) {
     if (a.d == 64) tc::launch_backward_tc<__nv_bfloat16, 64>(a, batch_heads, stream);
+    else if (a.d == 80) tc::launch_backward_tc<__nv_bfloat16, 80>(a, batch_heads, stream);
     else tc::launch_backward_tc<__nv_bfloat16, 128>(a, batch_heads, stream);
   } else {
     if (a.d == 64) tc::launch_backward_tc<__half, 64>(a, batch_heads, stream);
+    else if (a.d == 80) tc::launch_backward_tc<__half, 80>(a, batch_heads, stream);
     else tc::launch_backward_tc<__half, 128>(a, batch_heads, stream);
   }
 }
@@ -1253,9 +1256,11 @@ void run_forward_tc(const ForwardArgs& a, int64_t batch_heads, DType dt, cudaStr
   if (a.nq == 0 || batch_heads == 0) return;
   if (dt == DType::kBF16) {
     if (a.d == 64) tc::launch_forward_tc<__nv_bfloat16, 64>(a, batch_heads, stream);
+    else if (a.d == 80) tc::launch_forward_tc<__nv_bfloat16, 80>(a, batch_heads, stream);
     else tc::launch_forward_tc<__nv_bfloat16, 128>(a, batch_heads, stream);
   } else {
     if (a.d == 64) tc::launch_forward_tc<__half, 64>(a, batch_heads, stream);
+    else if (a.d == 80) tc::launch_forward_tc<__half, 80>(a, batch_heads, stream);
     else tc::launch_forward_tc<__half, 128>(a, batch_heads, stream);
   }
 }

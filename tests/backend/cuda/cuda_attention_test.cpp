@@ -163,7 +163,7 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
     // D_i = dO_i . out_i here vs sum_j P_ij dP_ij on the CPU (equal up to fp32 rounding).
     // ~1e-6 relative per term, sqrt(s) growth: 5e-5 of the tensor's scale.
     expect_close_scaled(values(dqkv), values(dqkv_ref), 5e-5, 1e-4, "dqkv", qkv_where(c));
-  } else if (d == 64 || d == 128) {
+  } else if (d == 64 || d == 80 || d == 128) {
     // The tensor-core path (bf16/fp16 mma.sync, fp32 accumulation). Scores q.k are exact
     // products of the 16-bit inputs summed in fp32 (~1e-6 relative), so lse agrees as in fp32.
     // P (after the dropout mask m <= 1/(1-p): 1.11, or 2 at p = 0.5) is rounded to bf16 for the
@@ -213,6 +213,8 @@ const Case kCases[] = {
     {1024, 2, 12, 64, DType::kF16, 0.1f},  {2048, 1, 16, 128, DType::kF16, 0.1f},
     // bf16 at other head dims keeps the SIMT fp32 kernels.
     {65, 2, 2, 32, DType::kBF16, 0.1f},    {97, 1, 3, 80, DType::kF16, 0.1f},
+    // GPT-3 2.7B's head_dim (2560 / 32) on the tensor-core path.
+    {257, 2, 2, 80, DType::kBF16, 0.1f},   {130, 1, 3, 80, DType::kBF16, 0.0f},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(kCases),
