@@ -101,6 +101,10 @@ struct BackwardArgs {
   HeadMatrix q, k, v, dout, out;
   OutMatrix dq, dk, dv;
   const float* lse = nullptr;  // [b * heads, s]
+  // Tensor-core path only: [b * heads, s] fp32 scratch written by attention_bwd_prep_tc_kernel
+  // (lse2 = lse * log2(e), delta = dO . out per row); unused by the SIMT kernels.
+  const float* lse2 = nullptr;
+  const float* delta = nullptr;
   int64_t s = 0;
   int heads = 0, d = 0;
   float scale = 0.0f;
@@ -588,6 +592,11 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                "r"(valid ? 16 : 0));
 }
+// 4 bytes global -> shared, asynchronous; valid == false writes 4 zero bytes (reads nothing).
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 4 : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -889,43 +898,68 @@ void launch_forward_tc(const ForwardArgs& a, int64_t batch_heads, cudaStream_t s
 }
 
 
-// D_s[r] = dO_r . out_r (fp32) for rows row0 + r < nrows (0 past the end), dO from the shared
-// tile dOs[ROWS][D+8], out from global: 4 lanes per row in a fixed order (16-byte reads), so
-// every kernel computing D for a row gets the same bits.
-template <typename T, int ROWS, int D>
-__device__ __forceinline__ void rowdot_tc(float* D_s, const T* dOs, const T* outb, int64_t out_row_stride,
-                                          int64_t row0, int64_t nrows) {
-  constexpr int LD = D + 8;
-  static_assert(ROWS % (kTcThreads / 4) == 0, "uniform trip count");
+// ---- Backward (tensor cores) -------------------------------------------------------------
+// Changes for speed (results unchanged bit for bit: same P, dS, D, dropout mask, fixed order):
+//  - D = rowsum(dO o out) and lse * log2(e) are computed once per row by a small prologue kernel
+//    into [b * heads, s] fp32 stream-ordered scratch (cudaMallocAsync / cudaFreeAsync). Before,
+//    every dK/dV block recomputed D for each query tile it walked (~s/128 tiles on average),
+//    reading `out` from global with plain loads between two __syncthreads (a full memory
+//    latency plus a barrier per tile, no overlap), and loaded lse synchronously per tile.
+//    Now lse2/D of the next query tile are prefetched by cp.async with Q/dO (double-buffered)
+//    and the per-tile barrier count drops from 3 to 2.
+//  - dQ (head_dim 64) compiled for 3 blocks per SM: 205 -> 168 registers, no spills, 12 warps
+//    per SM instead of 8 (smem 3 x 54 KiB fits).
+//  - dK/dV mask tests in 32-bit tile-relative form (64-bit indices only for dropout).
+// Expected: the dK/dV kernel (~2/3 of the backward) loses its serialized `out` read per tile:
+// ~15-25% off it; dQ gains from occupancy ~10-20%; together roughly 1.26 -> ~1.0 ms/layer at
+// GPT-2 124M (s=1024, b=16). The prologue reads dO and out once (~2 x 25 MB: ~20 us).
+//
+// Backward prologue: per row of (batch, head) bh, lse2 = lse * log2(e) and delta = dO . out
+// (fp32), written once into [b * heads, s] scratch and read by both backward kernels (before,
+// each dK/dV block recomputed D of every query tile it visited from global `out`). 4 lanes per
+// row in the fixed order of the former rowdot_tc (part p: columns p*8 + 32i, 8 at a time, then
+// xor 1, xor 2), so D keeps its bits. grid (ceil(s / 32), b * heads), kTcThreads threads.
+template <typename T, int D>
+__global__ void __launch_bounds__(kTcThreads) attention_bwd_prep_tc_kernel(const BackwardArgs a, float* lse2,
+                                                                           float* delta) {
+  const int64_t bh = blockIdx.y, bi = bh / a.heads, hd = bh % a.heads;
   const int part = threadIdx.x % 4;
-  for (int rb = 0; rb < ROWS; rb += kTcThreads / 4) {
-    const int r = rb + threadIdx.x / 4;
-    const int64_t row = row0 + r;
-    float sum = 0.0f;
-    if (row < nrows) {
-      const T* orow = outb + row * out_row_stride;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kTcThreads / 4) + threadIdx.x / 4;
+  const bool ok = row < a.s;
+  float sum = 0.0f;
+  if (ok) {
+    const T* orow = head_base<T>(a.out, bi, hd) + row * a.out.row_stride;
+    const T* drow = head_base<T>(a.dout, bi, hd) + row * a.dout.row_stride;
 #pragma unroll
-      for (int c = part * 8; c < D; c += 32) {
-        const uint4 x = *reinterpret_cast<const uint4*>(dOs + r * LD + c);
-        const uint4 y = *reinterpret_cast<const uint4*>(orow + c);
-        const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+    for (int c = part * 8; c < D; c += 32) {
+      const uint4 x = *reinterpret_cast<const uint4*>(drow + c);
+      const uint4 y = *reinterpret_cast<const uint4*>(orow + c);
+      const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 u = unpack2<T>(xs[i]), v = unpack2<T>(ys[i]);
-          sum = fmaf(u.x, v.x, sum);
-          sum = fmaf(u.y, v.y, sum);
-        }
+      for (int i = 0; i < 4; ++i) {
+        const float2 u = unpack2<T>(xs[i]), v = unpack2<T>(ys[i]);
+        sum = fmaf(u.x, v.x, sum);
+        sum = fmaf(u.y, v.y, sum);
       }
     }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    if (part == 0) D_s[r] = sum;
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if (ok && part == 0) {
+    delta[bh * a.s + row] = sum;
+    lse2[bh * a.s + row] = a.lse[bh * a.s + row] * kLog2e;
   }
 }
 
+// Blocks per SM the dQ kernel is compiled for (register cap 65536 / (128 * n)): 3 for
+// head_dim 64 (168 registers, no spills: 12 warps per SM instead of 8), 2 otherwise. The dK/dV
+// kernel stays at 2 (at 3 it spills 88 bytes per thread for head_dim 64).
+template <int D>
+constexpr int kDqMinBlocks = D == 64 ? 3 : 2;
+
 template <int D, int BQ>
 constexpr size_t dkdv_tc_smem_bytes() {
-  return sizeof(uint16_t) * static_cast<size_t>(2 * 64 + 4 * BQ) * (D + 8) + sizeof(float) * 2 * BQ;
+  return sizeof(uint16_t) * static_cast<size_t>(2 * 64 + 4 * BQ) * (D + 8) + sizeof(float) * 4 * BQ;
 }
 
 // dK, dV of one 64-key tile (warp w: keys 16w .. 16w+15 as the M rows): grid (ceil(s / 64),
@@ -933,7 +967,8 @@ constexpr size_t dkdv_tc_smem_bytes() {
 // of BQ rows from the diagonal down, Q/dO double-buffered. Per query tile and warp:
 // S^T = K Q^T and dP^T = V dO^T (16 x BQ), P^T, dS^T in registers, then dV += (P M)^T dO and
 // dK += dS^T Q with P^T/dS^T as A operands and dO/Q read by ldmatrix.trans. Fixed order: no
-// atomics. Shared: K, V [64][D+8], Q, dO [2][BQ][D+8], lse (log2 units), D [BQ].
+// atomics. Shared: K, V [64][D+8], Q, dO [2][BQ][D+8], lse (log2 units), D [2][BQ] (all
+// query-tile data double-buffered by cp.async; lse2 and D come from the prologue kernel).
 template <typename T, int D, int BQ>
 __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const BackwardArgs a) {
   constexpr int BK = 64, LD = D + 8, KD = D / 16, NQ = BQ / 8, ND = D / 8;
@@ -942,8 +977,8 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
   T* Vs = Ks + BK * LD;
   T* Qs = Vs + BK * LD;      // [2][BQ][LD]
   T* dOs = Qs + 2 * BQ * LD;  // [2][BQ][LD]
-  float* lse_s = reinterpret_cast<float*>(dOs + 2 * BQ * LD);
-  float* D_s = lse_s + BQ;
+  float* lse_s = reinterpret_cast<float*>(dOs + 2 * BQ * LD);  // [2][BQ], log2 units
+  float* D_s = lse_s + 2 * BQ;                                  // [2][BQ]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int64_t bh = blockIdx.y, bi = bh / a.heads, hd = bh % a.heads;
@@ -952,16 +987,28 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
   const T* kb = head_base<T>(a.k, bi, hd);
   const T* vb = head_base<T>(a.v, bi, hd);
   const T* dob = head_base<T>(a.dout, bi, hd);
-  const T* outb = head_base<T>(a.out, bi, hd);
   const bool dropout = a.dropout_p > 0.0f;
   const float inv_keep = dropout ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
   const float scale2 = a.scale * kLog2e;
+  const float* lse2b = a.lse2 + bh * a.s;
+  const float* deltab = a.delta + bh * a.s;
+  // lse2 / delta of query rows [r0, r0 + BQ) into buffer `b` (0 past s), in the caller's group.
+  auto load_rows = [&](int b, int64_t r0) {
+    for (int i = threadIdx.x; i < 2 * BQ; i += kTcThreads) {
+      const int r = i % BQ;
+      const bool ok = r0 + r < a.s;
+      const int64_t src = ok ? r0 + r : 0;
+      if (i < BQ) cp_async4(lse_s + b * BQ + r, lse2b + src, ok);
+      else cp_async4(D_s + b * BQ + r, deltab + src, ok);
+    }
+  };
 
   const int64_t qt0 = k0 / BQ, q_tiles = (a.s + BQ - 1) / BQ;
   load_tile_async<T, BK, D>(Ks, kb, a.k.row_stride, k0, a.s);
   load_tile_async<T, BK, D>(Vs, vb, a.v.row_stride, k0, a.s);
   load_tile_async<T, BQ, D>(Qs, qb, a.q.row_stride, qt0 * BQ, a.s);
   load_tile_async<T, BQ, D>(dOs, dob, a.dout.row_stride, qt0 * BQ, a.s);
+  load_rows(0, qt0 * BQ);
   cp_async_commit();
 
   const int64_t key_a = k0 + warp * 16 + g;  // this thread's keys: key_a, key_a + 8
@@ -977,16 +1024,15 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
     if (qt + 1 < q_tiles) {
       load_tile_async<T, BQ, D>(Qs + (buf ^ 1) * BQ * LD, qb, a.q.row_stride, q0 + BQ, a.s);
       load_tile_async<T, BQ, D>(dOs + (buf ^ 1) * BQ * LD, dob, a.dout.row_stride, q0 + BQ, a.s);
+      load_rows(buf ^ 1, q0 + BQ);
     }
     cp_async_commit();
-    for (int i = threadIdx.x; i < BQ; i += kTcThreads)
-      lse_s[i] = q0 + i < a.s ? a.lse[bh * a.s + q0 + i] * kLog2e : 0.0f;
     cp_async_wait<1>();
     __syncthreads();
     const T* Qt = Qs + buf * BQ * LD;
     const T* dOt = dOs + buf * BQ * LD;
-    rowdot_tc<T, BQ, D>(D_s, dOt, outb, a.out.row_stride, q0, a.s);
-    __syncthreads();
+    const float* lse_t = lse_s + buf * BQ;
+    const float* D_t = D_s + buf * BQ;
 
     float st[NQ][4], dpt[NQ][4];
 #pragma unroll
@@ -1011,21 +1057,26 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
     }
 
     // P^T (dropped) into st, dS^T into dpt. Masking only where a query precedes a key or past s.
+    // 32-bit tile-relative tests (fewer registers than 64-bit row indices): query q0 + ci is
+    // valid for key key_a + 8h iff ci < s - q0 and ci + (q0 - key_a) - 8h >= 0.
     const bool need_mask = q0 < k0 + BK - 1 || q0 + BQ > a.s;
+    const int q_left = static_cast<int>(a.s - q0 < BQ ? a.s - q0 : BQ);
+    const int rel = static_cast<int>(q0 - key_a);
 #pragma unroll
     for (int j = 0; j < NQ; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int ci = j * 8 + 2 * t4 + (e & 1);
-        const int64_t qi = q0 + ci, key = key_a + (e >> 1) * 8;
-        const bool valid = !need_mask || (qi < a.s && key <= qi);
-        const float p = valid ? exp2f(st[j][e] * scale2 - lse_s[ci]) : 0.0f;
+        const bool valid = !need_mask || (ci < q_left && ci + rel - (e >> 1) * 8 >= 0);
+        const float p = valid ? exp2f(st[j][e] * scale2 - lse_t[ci]) : 0.0f;
         float mult = 1.0f;
-        if (dropout && valid)
+        if (dropout && valid) {
+          const int64_t qi = q0 + ci, key = key_a + (e >> 1) * 8;
           mult = dropout_one(a.seed, a.stream, static_cast<uint64_t>((bh * a.s + qi) * a.s + key), a.dropout_p,
                              inv_keep);
+        }
         st[j][e] = p * mult;
-        dpt[j][e] = p * (dpt[j][e] * mult - D_s[ci]);
+        dpt[j][e] = p * (dpt[j][e] * mult - D_t[ci]);
       }
 
     // dV += (P M)^T dO, dK += dS^T Q (queries are the k dimension).
@@ -1051,7 +1102,7 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
         mma16816<T>(dk[2 * np + 1], sa, b[2], b[3]);
       }
     }
-    __syncthreads();  // Q/dO buffer `buf`, lse_s and D_s are rewritten next
+    __syncthreads();  // Q/dO/lse/D buffer `buf` is refilled by the next iteration's prefetch
   }
 
   T* dkb = head_base<T>(a.dk, bi, hd);
@@ -1073,22 +1124,22 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
 
 template <int D>
 constexpr size_t dq_tc_smem_bytes() {
-  return sizeof(uint16_t) * static_cast<size_t>(2 * 64 + 4 * 64) * (D + 8) + sizeof(float) * 64;
+  return sizeof(uint16_t) * static_cast<size_t>(2 * 64 + 4 * 64) * (D + 8);
 }
 
 // dQ of one 64-query tile (warp w: rows 16w .. 16w+15): grid (ceil(s / 64), b * heads),
 // reversed. Key tiles 0 .. diagonal in order, K/V double-buffered. Per key tile and warp:
 // S = Q K^T, dP = dO V^T (16 x 64), dS = P (dP M - D) in registers, dQ += dS K (K by
-// ldmatrix.trans). Shared: Q, dO [64][D+8], K, V [2][64][D+8], D [64].
+// ldmatrix.trans). Shared: Q, dO [64][D+8], K, V [2][64][D+8]; lse2, D of its rows from the
+// prologue kernel, in registers.
 template <typename T, int D>
-__global__ void __launch_bounds__(kTcThreads, 2) attention_dq_tc_kernel(const BackwardArgs a) {
+__global__ void __launch_bounds__(kTcThreads, kDqMinBlocks<D>) attention_dq_tc_kernel(const BackwardArgs a) {
   constexpr int BQ = 64, BK = 64, LD = D + 8, KD = D / 16, NS = BK / 8, ND = D / 8;
   extern __shared__ float4 smem4[];
   T* Qs = reinterpret_cast<T*>(smem4);
   T* dOs = Qs + BQ * LD;
   T* Ks = dOs + BQ * LD;      // [2][BK][LD]
   T* Vs = Ks + 2 * BK * LD;   // [2][BK][LD]
-  float* D_s = reinterpret_cast<float*>(Vs + 2 * BK * LD);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int64_t bh = blockIdx.y, bi = bh / a.heads, hd = bh % a.heads;
@@ -1108,15 +1159,13 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dq_tc_kernel(const Ba
   cp_async_commit();
 
   const int64_t row_a = q0 + warp * 16 + g;  // this thread's rows: row_a, row_a + 8
-  float lse2[2], Drow[2];
+  float lse2[2], Drow[2];  // from the prologue kernel (the first loop iteration waits for Q/dO)
 #pragma unroll
-  for (int h = 0; h < 2; ++h) lse2[h] = row_a + h * 8 < a.s ? a.lse[bh * a.s + row_a + h * 8] * kLog2e : 0.0f;
-  cp_async_wait<0>();
-  __syncthreads();
-  rowdot_tc<T, BQ, D>(D_s, dOs, head_base<T>(a.out, bi, hd), a.out.row_stride, q0, a.s);
-  __syncthreads();
-#pragma unroll
-  for (int h = 0; h < 2; ++h) Drow[h] = D_s[warp * 16 + g + h * 8];
+  for (int h = 0; h < 2; ++h) {
+    const bool ok = row_a + h * 8 < a.s;
+    lse2[h] = ok ? a.lse2[bh * a.s + row_a + h * 8] : 0.0f;
+    Drow[h] = ok ? a.delta[bh * a.s + row_a + h * 8] : 0.0f;
+  }
 
   float dq[ND][4];
 #pragma unroll
@@ -1211,8 +1260,27 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dq_tc_kernel(const Ba
 }
 
 template <typename T, int D>
-void launch_backward_tc(const BackwardArgs& a, int64_t batch_heads, cudaStream_t stream) {
+void launch_backward_tc(const BackwardArgs& args, int64_t batch_heads, cudaStream_t stream) {
+  if (args.s == 0 || batch_heads == 0) return;
   constexpr int BQ = D == 64 ? 64 : 32;  // dK/dV query tile: 2 x 16 x D fp32 accumulators per warp
+  // Scratch [2][b * heads][s] fp32 (lse2, delta), stream-ordered: freed after the dQ kernel.
+  const size_t rows = static_cast<size_t>(batch_heads) * static_cast<size_t>(args.s);
+  struct Scratch {  // freed in stream order, also when a launch check throws
+    float* p = nullptr;
+    cudaStream_t st;
+    ~Scratch() {
+      if (p != nullptr) cudaFreeAsync(p, st);
+    }
+  } buf{nullptr, stream};
+  MT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf.p), 2 * rows * sizeof(float), stream));
+  float* scratch = buf.p;
+  BackwardArgs a = args;
+  a.lse2 = scratch;
+  a.delta = scratch + rows;
+  const dim3 grid0(static_cast<unsigned>((a.s + kTcThreads / 4 - 1) / (kTcThreads / 4)),
+                   static_cast<unsigned>(batch_heads));
+  attention_bwd_prep_tc_kernel<T, D><<<grid0, kTcThreads, 0, stream>>>(a, scratch, scratch + rows);
+  MT_CUDA_LAUNCH_CHECK();
   constexpr size_t smem1 = dkdv_tc_smem_bytes<D, BQ>();
   auto k1 = attention_dkdv_tc_kernel<T, D, BQ>;
   MT_CUDA_CHECK(cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem1)));
