@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_test_util.h"
+#include "backend/cuda/cuda_test_util.h"
 #include "backend/device.h"
 #include "backend/ops.h"
 
@@ -23,20 +24,6 @@ namespace {
 using namespace megatron::test;
 
 bool have_gpu() { return built_with_cuda() && cuda_device_count() > 0; }
-
-Tensor to_device(Backend& gpu, const Tensor& host) {
-  Tensor t = gpu.empty(host.shape(), host.dtype(), MemoryKind::kOther);
-  gpu.copy(host, t);
-  return t;
-}
-
-Tensor to_host(Backend& gpu, const Tensor& dev) {
-  gpu.synchronize();
-  Tensor t = Tensor::cpu(dev.shape(), dev.dtype());
-  gpu.copy(dev, t);
-  gpu.synchronize();
-  return t;
-}
 
 AttentionParams make_params(int64_t heads, int64_t d, float p) {
   AttentionParams a;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_test_util.h"
+#include "backend/cuda/cuda_test_util.h"
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "core/dtype.h"
@@ -45,11 +46,7 @@ class CudaBackendTest : public ::testing::Test {
     gpu_->copy(host, d);
     return d;
   }
-  Tensor to_cpu(const Tensor& dev) {
-    Tensor h = Tensor::cpu(dev.shape(), dev.dtype());
-    gpu_->copy(dev, h);
-    return h;
-  }
+  Tensor to_cpu(const Tensor& dev) { return to_host(*gpu_, dev); }
   Tensor convert_cpu(const Tensor& host, DType dtype) {
     Tensor h = Tensor::cpu(host.shape(), dtype);
     cpu_->copy(host, h);

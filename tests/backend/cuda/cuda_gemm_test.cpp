@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_test_util.h"
+#include "backend/cuda/cuda_test_util.h"
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "core/dtype.h"
@@ -99,16 +100,8 @@ class CudaGemmTest : public ::testing::Test {
     cpu_ = make_cpu_backend();
     gpu_ = make_cuda_backend(0);
   }
-  Tensor to_gpu(const Tensor& host) {
-    Tensor d = gpu_->empty(host.shape(), host.dtype(), MemoryKind::kOther);
-    gpu_->copy(host, d);
-    return d;
-  }
-  Tensor to_cpu(const Tensor& dev) {
-    Tensor h = Tensor::cpu(dev.shape(), dev.dtype());
-    gpu_->copy(dev, h);
-    return h;
-  }
+  Tensor to_gpu(const Tensor& host) { return to_device(*gpu_, host); }
+  Tensor to_cpu(const Tensor& dev) { return to_host(*gpu_, dev); }
   // One matmul on both backends from the same host inputs (c random, never zero).
   void check_matmul(std::mt19937_64& rng, DType in, DType out, int64_t m, int64_t k, int64_t n, bool ta, bool tb,
                     float alpha, float beta);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_test_util.h"
+#include "backend/cuda/cuda_test_util.h"
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "core/dtype.h"
@@ -20,119 +21,6 @@ namespace megatron::backend {
 namespace {
 
 using namespace megatron::test;
-
-// ---- CPU-vs-CUDA harness (the same block heads each tests/backend/cuda/*_test.cpp) ----------
-
-#define MT_REQUIRE_CUDA()                                                         \
-  if (!built_with_cuda() || cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
-
-constexpr DType kFloatTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
-
-// splitmix64: fast enough to fill 10^8 elements, reproducible from the seed.
-inline uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// A host tensor of values uniform in +-[lo, hi] (random sign, never zero), rounded to dtype.
-Tensor host_random(Shape shape, DType dtype, uint64_t seed, float lo = 0.1f, float hi = 1.0f) {
-  Tensor t = Tensor::cpu(std::move(shape), dtype);
-  uint64_t state = seed;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    const uint64_t r = splitmix64(state);
-    const float mag = lo + (hi - lo) * static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
-    set(t, i, (r & 1) ? mag : -mag);
-  }
-  return t;
-}
-
-Tensor to_device(Backend& gpu, const Tensor& host) {
-  Tensor d = gpu.empty(host.shape(), host.dtype(), MemoryKind::kOther);
-  gpu.copy(host, d);
-  return d;
-}
-
-Tensor to_host(Backend& gpu, const Tensor& device) {
-  Tensor h = Tensor::cpu(device.shape(), device.dtype());
-  gpu.copy(device, h);
-  gpu.synchronize();
-  return h;
-}
-
-// Position of a 16-bit float's bits on the number line (+0 and -0 both 0), so that adjacent
-// representable values differ by 1.
-int32_t ordered16(uint16_t bits) {
-  const int32_t mag = bits & 0x7FFF;
-  return (bits & 0x8000) ? -mag : mag;
-}
-
-// got (the GPU's result, on the host) against want (the CPU's) elementwise: passes where
-// |got - want| <= atol + rtol |want|, or, for 16-bit tensors, where got is within max_ulps
-// representable values of want (the CPU's rounded result). Reports the misses, the worst
-// element and the shape.
-::testing::AssertionResult close(const Tensor& got, const Tensor& want, double atol, double rtol, int max_ulps,
-                                 const std::string& what) {
-  if (got.dtype() != want.dtype() || got.numel() != want.numel()) {
-    return ::testing::AssertionFailure() << what << ": got " << got.describe() << ", want " << want.describe();
-  }
-  const bool is16 = got.dtype() == DType::kBF16 || got.dtype() == DType::kF16;
-  int64_t misses = 0, worst = -1;
-  double worst_excess = 0.0, max_err = 0.0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const double g = get(got, i), w = get(want, i);
-    const double err = std::abs(g - w), tol = atol + rtol * std::abs(w);
-    if (err > max_err || std::isnan(err)) max_err = err;
-    bool ok = err <= tol;
-    if (!ok && is16) {
-      const int32_t d = ordered16(got.data_as<const uint16_t>()[i]) - ordered16(want.data_as<const uint16_t>()[i]);
-      ok = std::abs(d) <= max_ulps;
-    }
-    if (!ok) {
-      ++misses;
-      const double excess = std::isnan(err) ? INFINITY : err / (tol > 0 ? tol : 1e-300);
-      if (worst < 0 || excess > worst_excess) {
-        worst = i;
-        worst_excess = excess;
-      }
-    }
-  }
-  if (misses == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << " " << want.describe() << ": " << misses << " of " << got.numel()
-                                       << " elements out of tolerance (atol " << atol << ", rtol " << rtol
-                                       << (is16 ? ", or " + std::to_string(max_ulps) + " ulp" : std::string())
-                                       << "); max error " << max_err << "; worst element " << worst << ": got "
-                                       << get(got, worst) << ", want " << get(want, worst);
-}
-
-// Bit-for-bit equality, reporting the first differing element and the largest difference.
-::testing::AssertionResult bitwise(const Tensor& got, const Tensor& want, const std::string& what) {
-  if (got.dtype() != want.dtype() || got.numel() != want.numel()) {
-    return ::testing::AssertionFailure() << what << ": got " << got.describe() << ", want " << want.describe();
-  }
-  const int64_t es = dtype_size(got.dtype());
-  const auto* a = static_cast<const unsigned char*>(got.data());
-  const auto* b = static_cast<const unsigned char*>(want.data());
-  int64_t first = -1, count = 0;
-  double max_err = 0.0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    if (std::memcmp(a + i * es, b + i * es, static_cast<size_t>(es)) != 0) {
-      if (first < 0) first = i;
-      ++count;
-      if (is_float(got.dtype())) max_err = std::max(max_err, std::abs(get(got, i) - get(want, i)));
-    }
-  }
-  if (count == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << " " << want.describe() << ": " << count << " of " << got.numel()
-                                       << " elements differ in their bits; first " << first << ": got "
-                                       << get(got, first) << ", want " << get(want, first)
-                                       << "; max difference " << max_err;
-}
-
-std::string shape_name(const Shape& shape, DType dtype) {
-  return std::string(dtype_name(dtype)) + shape_string(shape);
-}
 
 // ---- tests ------------------------------------------------------------------------------------
 
