@@ -25,55 +25,6 @@ namespace {
 constexpr int kForwardThreads = 512;
 constexpr int kBackwardThreads = 256;
 
-__device__ __forceinline__ float bits16_to_float(uint32_t bits, DType dt) {
-  if (dt == DType::kBF16) return __uint_as_float(bits << 16);
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-}
-
-__device__ __forceinline__ uint32_t float_to_bits16(float v, DType dt) {
-  if (dt == DType::kBF16) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  return __half_as_ushort(__float2half_rn(v));
-}
-
-// Elements [i, i + 4) of p as fp32 (elements past n read as 0); `vec`: one aligned load.
-__device__ __forceinline__ void load4(const void* p, DType dt, int64_t i, int64_t n, bool vec, float (&v)[4]) {
-  if (vec && i + 4 <= n) {
-    if (dt == DType::kF32) {
-      const float4 q = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
-      v[0] = q.x;
-      v[1] = q.y;
-      v[2] = q.z;
-      v[3] = q.w;
-    } else {
-      const uint2 q = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(p) + i);
-      v[0] = bits16_to_float(q.x & 0xFFFFu, dt);
-      v[1] = bits16_to_float(q.x >> 16, dt);
-      v[2] = bits16_to_float(q.y & 0xFFFFu, dt);
-      v[3] = bits16_to_float(q.y >> 16, dt);
-    }
-    return;
-  }
-#pragma unroll
-  for (int k = 0; k < 4; ++k) v[k] = i + k < n ? load_f(p, dt, i + k) : 0.0f;
-}
-
-// Stores elements [i, min(i + 4, n)) of p, rounded to dt.
-__device__ __forceinline__ void store4(void* p, DType dt, int64_t i, int64_t n, bool vec, const float (&v)[4]) {
-  if (vec && i + 4 <= n) {
-    if (dt == DType::kF32) {
-      *reinterpret_cast<float4*>(static_cast<float*>(p) + i) = make_float4(v[0], v[1], v[2], v[3]);
-    } else {
-      const uint2 q = make_uint2(float_to_bits16(v[0], dt) | (float_to_bits16(v[1], dt) << 16),
-                                 float_to_bits16(v[2], dt) | (float_to_bits16(v[3], dt) << 16));
-      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p) + i) = q;
-    }
-    return;
-  }
-#pragma unroll
-  for (int k = 0; k < 4; ++k)
-    if (i + k < n) store_f(p, dt, i + k, v[k]);
-}
-
 // Pointer to element `offset` of p.
 __device__ __forceinline__ const void* element_ptr(const void* p, DType dt, int64_t offset) {
   return static_cast<const char*>(p) + offset * (dt == DType::kF32 ? 4 : 2);
