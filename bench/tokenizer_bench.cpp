@@ -20,78 +20,33 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/json_text.h"
 #include "data/tokenizer/gpt2_bpe_tokenizer.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The value of the top-level "text" key of one JSONL line (escapes decoded); enough
-// JSON for benchmark input, not a validator.
-bool json_text(const std::string& line, std::string* out) {
-  const size_t key = line.find("\"text\"");
-  if (key == std::string::npos) return false;
-  size_t i = line.find('"', line.find(':', key + 6));
-  if (i == std::string::npos) return false;
-  out->clear();
-  for (++i; i < line.size() && line[i] != '"'; ++i) {
-    if (line[i] != '\\') {
-      out->push_back(line[i]);
-      continue;
-    }
-    const char e = line[++i];
-    switch (e) {
-      case 'n': out->push_back('\n'); break;
-      case 't': out->push_back('\t'); break;
-      case 'r': out->push_back('\r'); break;
-      case 'b': out->push_back('\b'); break;
-      case 'f': out->push_back('\f'); break;
-      case 'u': {
-        uint32_t cp = static_cast<uint32_t>(std::stoul(line.substr(i + 1, 4), nullptr, 16));
-        i += 4;
-        if (cp >= 0xD800 && cp <= 0xDBFF && line.compare(i + 1, 2, "\\u") == 0) {
-          const uint32_t lo = static_cast<uint32_t>(std::stoul(line.substr(i + 3, 4), nullptr, 16));
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          i += 6;
-        }
-        if (cp < 0x80) {
-          out->push_back(static_cast<char>(cp));
-        } else if (cp < 0x800) {
-          out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-          out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-        } else if (cp < 0x10000) {
-          out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-          out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-          out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-        } else {
-          out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-          out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-          out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-          out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-        }
-        break;
-      }
-      default: out->push_back(e);
-    }
-  }
-  return true;
-}
-
 std::vector<std::string> read_documents(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) megatron::throw_error(path, ": cannot open");
   const bool jsonl = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
   std::vector<std::string> docs;
-  std::string line, text;
+  std::string line, error;
+  // The same JSONL reading as megatron preprocess: a list value is its sentences joined.
+  megatron::data::JsonTextExtractor extractor({"text"});
+  std::vector<megatron::data::Sentences> values;
   int64_t number = 0;
   while (std::getline(f, line)) {
     ++number;
     if (!jsonl) {
       docs.push_back(line);
-    } else if (json_text(line, &text)) {
-      docs.push_back(text);
+    } else if (extractor.extract(line, &values, &error)) {
+      std::string text;
+      for (const std::string& sentence : values[0]) text += sentence;
+      docs.push_back(std::move(text));
     } else if (!line.empty()) {
-      megatron::throw_error(path, ":", number, ": no \"text\" string");
+      megatron::throw_error(path, ":", number, ": ", error);
     }
   }
   return docs;

@@ -52,6 +52,10 @@ class JsonTextExtractor {
   std::vector<char> stack_;
 };
 
+// Appends the UTF-8 encoding of code point `cp` (<= U+10FFFF). Lone surrogates are encoded
+// like any other code point (the callers decide whether they may occur).
+void append_utf8(uint32_t cp, std::string* out);
+
 // Byte offset of the first byte that makes `s` invalid UTF-8 (strict: no overlongs,
 // no encoded surrogates, nothing above U+10FFFF), or -1 when `s` is valid.
 int64_t find_invalid_utf8(std::string_view s);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "data/json_text.h"
 
 namespace megatron::data::detail {
 
@@ -17,25 +18,6 @@ int64_t line_of(std::string_view text, int64_t pos) {
   return 1 + std::count(text.begin(), text.begin() + pos, '\n');
 }
 
-void append_utf8(uint32_t cp, std::string* out) {
-  // Lone surrogates (from a lone \uD800-\uDFFF escape) are written like any other
-  // code point: such a key can never be produced by the byte encoder anyway.
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 // Length of the valid UTF-8 sequence at s[i], or 0 when it is invalid.
 int utf8_length(std::string_view s, size_t i) {
@@ -173,7 +155,7 @@ class VocabParser {
               pos_ = save;
             }
           }
-          append_utf8(cp, &out);
+          data::append_utf8(cp, &out);
           break;
         }
         default: fail(pos_ - 1, "invalid escape in a string");
