@@ -8,19 +8,14 @@
 #include <span>
 #include <string_view>
 
+#include "backend/ops.h"
+
 namespace megatron::optim {
 
 // The scalars of one update. `lr` and `weight_decay` are the values the scheduler set for
 // this parameter's group (lr * lr_mult, wd * wd_mult). `step` is 1-based: the caller
 // increments it before each successful update (skipped fp16 steps do not count).
-struct AdamWHyper {
-  float lr = 0.0f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-  int64_t step = 1;
-};
+using AdamWHyper = backend::AdamWStep;  // the same scalars the backends' adamw_update takes
 
 // In place on fp32 host arrays of the same length; every element independently:
 //   m = b1*m + (1-b1)*g
