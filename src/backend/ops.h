@@ -88,6 +88,21 @@ class Backend {
   virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                                Tensor& dbias) = 0;
 
+  // Megatron's linear_fc1 followed by its bias-GELU, in one pass (cuBLASLt's GELU_AUX_BIAS
+  // epilogue on CUDA): with z = x[n, in] @ w[out, in]^T + bias[out] in fp32 (bias may be
+  // undefined), pre[n, out] = z rounded to pre's dtype (saved for backward) and
+  // y[n, out] = gelu(z) rounded to y's dtype. A backend that cannot fuse a case may run the
+  // unfused ops instead (y from the rounded pre: one extra rounding; the tests allow for it).
+  virtual void linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
+                                   Gelu kind) = 0;
+  // The backward of linear_fc2 with linear_fc1's GELU folded in (cuBLASLt's DGELU epilogue):
+  // from dy[n, out] of the linear whose input x[n, in] = gelu(pre[n, in]),
+  // dpre[n, in] = (dy @ w)[n, in] * gelu'(pre) (the product kept in fp32, rounded once),
+  // dw[out, in] (+=) dy^T @ x, dbias[out] (+=) column sums of dy (skipped if undefined).
+  // Unfused, the product is rounded to dpre's dtype before the multiplication.
+  virtual void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
+                                     Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind) = 0;
+
   // ---- elementwise ----------------------------------------------------------------------
   // out = a + b (same shapes; out may be a or b).
   virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
@@ -159,6 +174,14 @@ class Backend {
   // AdamW on fp32 param, grad, exp_avg, exp_avg_sq of equal numel (in place).
   virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                             const AdamWStep& step) = 0;
+  // AdamW over many parameters of flat fp32 buffers in one pass (apex's multi-tensor form).
+  // segments: int64 [S, 3] on this device, rows (offset, numel, decay) sorted by offset and
+  // disjoint within [0, P): elements of a segment get adamw_update with step.weight_decay if
+  // decay != 0, else with 0. model_copy (undefined, or [P] of any float dtype) then receives
+  // param rounded to its dtype at the same elements (the bf16/fp16 model weights). Elements
+  // outside every segment are untouched.
+  virtual void adamw_update_segments(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                                     const Tensor& segments, const AdamWStep& step, Tensor& model_copy) = 0;
 };
 
 // The CPU reference backend (OpenBLAS GEMM, OpenMP loops).

@@ -94,7 +94,8 @@ const char* ProfilingBackend::op_name(int op) {
       "layernorm_backward", "embedding_forward", "embedding_backward",
       "attention_forward", "attention_backward", "attention_kv_cache",
       "cross_entropy_forward", "cross_entropy_backward", "sum_squares",
-      "all_finite",      "count_zeros",        "adamw_update"};
+      "all_finite",      "count_zeros",        "adamw_update",
+      "linear_gelu_forward", "linear_dgelu_backward", "adamw_update_segments"};
   return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -156,7 +157,7 @@ int ProfilingBackend::gemm_key(const GemmKey& key, double flops_per_call) {
                   static_cast<long long>(k));
     info.shape = "a " + mat(d0, r0, c0) + (f0 ? "^T" : "") + " b " + mat(d1, r1, c1) + (f1 ? "^T" : "") + " -> c " +
                  mat(d2, r2, c2) + (f2 ? " (+beta c)" : "") + mnk;
-  } else if (info.op == kLinearForward) {
+  } else if (info.op == kLinearForward || info.op == kLinearGeluForward) {
     // x [rows, in], w [out, in], y [rows, out].
     std::snprintf(mnk, sizeof(mnk), " (m=%lld n=%lld k=%lld)", static_cast<long long>(r0),
                   static_cast<long long>(r1), static_cast<long long>(c0));
@@ -242,35 +243,52 @@ void ProfilingBackend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bo
   timed(key, [&] { inner_->matmul(a, trans_a, b, trans_b, c, alpha, beta); });
 }
 
+int ProfilingBackend::linear_forward_key(int op, const Tensor& x, const Tensor& w, const Tensor& bias,
+                                         const Tensor& y) {
+  if (!enabled_) return op;
+  const auto [xr, xc] = rows_cols(x);
+  const auto [wr, wc] = rows_cols(w);
+  const auto [yr, yc] = rows_cols(y);
+  const double flops = 2.0 * static_cast<double>(xr) * static_cast<double>(xc) * static_cast<double>(wr);
+  return gemm_key({op, xr, xc, wr, wc, yr, yc, static_cast<int64_t>(x.dtype()), static_cast<int64_t>(w.dtype()),
+                   static_cast<int64_t>(y.dtype()), bias.defined(), 0, 0},
+                  flops);
+}
+
+int ProfilingBackend::linear_backward_key(int op, const Tensor& dy, const Tensor& x, const Tensor& w,
+                                          const Tensor& dx, const Tensor& dw, const Tensor& dbias) {
+  if (!enabled_) return op;
+  const auto [dr, dc] = rows_cols(dy);
+  const auto [xr, xc] = rows_cols(x);
+  const auto [wr, wc] = rows_cols(w);
+  const double one = 2.0 * static_cast<double>(dr) * static_cast<double>(dc) * static_cast<double>(xc);
+  const double flops = one * (dx.defined() ? 2.0 : 1.0);
+  return gemm_key({op, dr, dc, xr, xc, wr, wc, static_cast<int64_t>(dy.dtype()), static_cast<int64_t>(x.dtype()),
+                   static_cast<int64_t>(w.dtype()), dx.defined(), dbias.defined(),
+                   dw.defined() ? static_cast<int64_t>(dw.dtype()) : static_cast<int64_t>(DType::kF32)},
+                  flops);
+}
+
 void ProfilingBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
-  int key = kLinearForward;
-  if (enabled_) {
-    const auto [xr, xc] = rows_cols(x);
-    const auto [wr, wc] = rows_cols(w);
-    const auto [yr, yc] = rows_cols(y);
-    const double flops = 2.0 * static_cast<double>(xr) * static_cast<double>(xc) * static_cast<double>(wr);
-    key = gemm_key({kLinearForward, xr, xc, wr, wc, yr, yc, static_cast<int64_t>(x.dtype()),
-                    static_cast<int64_t>(w.dtype()), static_cast<int64_t>(y.dtype()), bias.defined(), 0, 0},
-                   flops);
-  }
-  timed(key, [&] { inner_->linear_forward(x, w, bias, y); });
+  timed(linear_forward_key(kLinearForward, x, w, bias, y), [&] { inner_->linear_forward(x, w, bias, y); });
 }
 
 void ProfilingBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                                        Tensor& dbias) {
-  int key = kLinearBackward;
-  if (enabled_) {
-    const auto [dr, dc] = rows_cols(dy);
-    const auto [xr, xc] = rows_cols(x);
-    const auto [wr, wc] = rows_cols(w);
-    const double one = 2.0 * static_cast<double>(dr) * static_cast<double>(dc) * static_cast<double>(xc);
-    const double flops = one * (dx.defined() ? 2.0 : 1.0);
-    key = gemm_key({kLinearBackward, dr, dc, xr, xc, wr, wc, static_cast<int64_t>(dy.dtype()),
-                    static_cast<int64_t>(x.dtype()), static_cast<int64_t>(w.dtype()), dx.defined(), dbias.defined(),
-                    dw.defined() ? static_cast<int64_t>(dw.dtype()) : static_cast<int64_t>(DType::kF32)},
-                   flops);
-  }
-  timed(key, [&] { inner_->linear_backward(dy, x, w, dx, dw, dbias); });
+  timed(linear_backward_key(kLinearBackward, dy, x, w, dx, dw, dbias),
+        [&] { inner_->linear_backward(dy, x, w, dx, dw, dbias); });
+}
+
+void ProfilingBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre,
+                                           Tensor& y, Gelu kind) {
+  timed(linear_forward_key(kLinearGeluForward, x, w, bias, y),
+        [&] { inner_->linear_gelu_forward(x, w, bias, pre, y, kind); });
+}
+
+void ProfilingBackend::linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
+                                             Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind) {
+  timed(linear_backward_key(kLinearDgeluBackward, dy, x, w, dpre, dw, dbias),
+        [&] { inner_->linear_dgelu_backward(dy, x, w, pre, dpre, dw, dbias, kind); });
 }
 
 void ProfilingBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
@@ -349,6 +367,11 @@ int64_t ProfilingBackend::count_zeros(const Tensor& x) {
 void ProfilingBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                                     const AdamWStep& step) {
   timed(kAdamwUpdate, [&] { inner_->adamw_update(param, grad, exp_avg, exp_avg_sq, step); });
+}
+void ProfilingBackend::adamw_update_segments(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                                             const Tensor& segments, const AdamWStep& step, Tensor& model_copy) {
+  timed(kAdamwUpdateSegments,
+        [&] { inner_->adamw_update_segments(param, grad, exp_avg, exp_avg_sq, segments, step, model_copy); });
 }
 
 // ---- reports --------------------------------------------------------------------------------

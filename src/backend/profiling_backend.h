@@ -1,6 +1,6 @@
 // ProfilingBackend: a Backend that owns another one, forwards every op to it unchanged and
 // times each call by op name (`megatron bench --profile-ops`). GEMM ops (matmul,
-// linear_forward, linear_backward) are also broken down by shape, with their FLOPs, so the
+// linear_forward, linear_backward and their GELU-fused forms) are also broken down by shape, with their FLOPs, so the
 // report shows the achieved TFLOP/s of each GEMM problem.
 //
 // Timing (backend/cuda/cuda_op_timer.h): CUDA events on the wrapped CudaBackend's stream
@@ -77,6 +77,10 @@ class ProfilingBackend final : public Backend {
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) override;
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                        Tensor& dbias) override;
+  void linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
+                           Gelu kind) override;
+  void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, Tensor& dpre,
+                             Tensor& dw, Tensor& dbias, Gelu kind) override;
 
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale(Tensor& x, float alpha) override;
@@ -111,6 +115,8 @@ class ProfilingBackend final : public Backend {
   int64_t count_zeros(const Tensor& x) override;
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                     const AdamWStep& step) override;
+  void adamw_update_segments(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                             const Tensor& segments, const AdamWStep& step, Tensor& model_copy) override;
 
   // Op ids (timer keys below kNumOps); GEMM shapes get keys from kNumOps up.
   enum Op : int {
@@ -118,7 +124,7 @@ class ProfilingBackend final : public Backend {
     kDropoutBackward, kDropoutForward, kBiasGrad, kBiasGeluForward, kBiasGeluBackward, kLayernormForward,
     kLayernormBackward, kEmbeddingForward, kEmbeddingBackward, kAttentionForward, kAttentionBackward,
     kAttentionKvCache, kCrossEntropyForward, kCrossEntropyBackward, kSumSquares, kAllFinite, kCountZeros,
-    kAdamwUpdate, kNumOps
+    kAdamwUpdate, kLinearGeluForward, kLinearDgeluBackward, kAdamwUpdateSegments, kNumOps
   };
   static const char* op_name(int op);
 
@@ -134,6 +140,10 @@ class ProfilingBackend final : public Backend {
   };
   // The timer key of a GEMM problem, registered on first sight.
   int gemm_key(const GemmKey& key, double flops_per_call);
+  // The timer key of a linear op (`op`: a forward or a backward kind), by GEMM shape when enabled.
+  int linear_forward_key(int op, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
+  int linear_backward_key(int op, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
+                          const Tensor& dw, const Tensor& dbias);
 
   template <class F>
   auto timed(int key, F&& f) -> decltype(f());

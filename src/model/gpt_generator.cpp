@@ -94,8 +94,7 @@ std::vector<float> GPTGenerator::append(std::span<const int32_t> tokens) {
     backend_.linear_forward(ctx.view({t, q}), *L.proj_w, Tensor(), branch);
     backend_.bias_dropout_add(branch, opt(L.proj_b), x2, mid, none);
     backend_.layernorm_forward(mid, *L.ln2_w, *L.ln2_b, eps, ln, mean, rstd);
-    backend_.linear_forward(ln, *L.fc1_w, Tensor(), fc1);
-    backend_.bias_gelu_forward(fc1, opt(L.fc1_b), act, config_.gelu);
+    backend_.linear_gelu_forward(ln, *L.fc1_w, opt(L.fc1_b), fc1, act, config_.gelu);  // as training's forward
     backend_.linear_forward(act, *L.fc2_w, Tensor(), branch);
     backend_.bias_dropout_add(branch, opt(L.fc2_b), mid, x2, none);
   }
@@ -103,7 +102,7 @@ std::vector<float> GPTGenerator::append(std::span<const int32_t> tokens) {
   Tensor last = x2.slice(t - 1, t);
   Tensor last_ln = tmp({1, h}, dtype_), m1 = tmp({1}, DType::kF32), r1 = tmp({1}, DType::kF32);
   backend_.layernorm_forward(last, *final_w_, *final_b_, eps, last_ln, m1, r1);
-  Tensor logits = tmp({1, V}, DType::kF32);
+  Tensor logits = tmp({1, V}, dtype_);  // the model dtype, as the training forward's logits
   backend_.linear_forward(last_ln, *output_, Tensor(), logits);
   Tensor host = Tensor::cpu({V}, DType::kF32);
   backend_.copy(logits, host);

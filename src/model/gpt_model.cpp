@@ -77,7 +77,9 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   final_ln_out_ = act({n, h}, dtype_);
   final_ln_mean_ = act({n}, DType::kF32);
   final_ln_rstd_ = act({n}, DType::kF32);
-  logits_ = act({n, V}, DType::kF32);
+  // Logits in the model dtype, as Megatron's output layer (the cross-entropy works in fp32 on
+  // them); the backward overwrites them with their gradient.
+  logits_ = act({n, V}, dtype_);
   losses_ = act({n}, DType::kF32);
   loss_lse_ = act({n}, DType::kF32);
   ws_grad_ = work({n, h}, dtype_);
@@ -86,7 +88,7 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   ws_qkv_ = work({s, b, 3 * q_size_}, dtype_);
   ws_q_ = work({s, b, q_size_}, dtype_);
   ws_f_ = work({n, f}, dtype_);
-  dlogits_ = dtype_ == DType::kF32 ? logits_ : work({n, V}, dtype_);
+  dlogits_ = logits_;
 }
 
 backend::DropoutParams GPTModel::dropout_params(float p, int64_t layer, int site) const {
@@ -182,8 +184,9 @@ void GPTModel::layer_forward(int64_t l) {
                             dropout_params(config_.hidden_dropout, l, kSiteAttentionOut));
 
   backend_.layernorm_forward(a.x_mid, param(p.ln2_w), param(p.ln2_b), eps, a.ln2_out, a.ln2_mean, a.ln2_rstd);
-  backend_.linear_forward(a.ln2_out, param(p.fc1_w), Tensor(), a.fc1_out);
-  backend_.bias_gelu_forward(a.fc1_out, optional_param(p.fc1_b), a.gelu_out, config_.gelu);
+  // fc1_out keeps the pre-activation (bias included) for GELU's backward.
+  backend_.linear_gelu_forward(a.ln2_out, param(p.fc1_w), optional_param(p.fc1_b), a.fc1_out, a.gelu_out,
+                               config_.gelu);
   backend_.linear_forward(a.gelu_out, param(p.fc2_w), Tensor(), ws_h1_);
   Tensor out = xs_[static_cast<size_t>(l) + 1].view({n, h});
   backend_.bias_dropout_add(ws_h1_, optional_param(p.fc2_b), a.x_mid, out,
@@ -221,10 +224,10 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
 
   // MLP branch: g is d(x_out); x_out = x_mid + dropout(fc2 + b_fc2).
   backend_.dropout_backward(g, ws_h1_, dropout_params(config_.hidden_dropout, l, kSiteMlpOut));
-  backend_.linear_backward(ws_h1_, a.gelu_out, param(p.fc2_w), ws_f_, grad(p.fc2_w), db_fc2);
-  // GELU output is no longer needed: its buffer takes d(fc1 + b_fc1).
-  backend_.bias_gelu_backward(ws_f_, a.fc1_out, optional_param(p.fc1_b), a.gelu_out, config_.gelu);
-  backend_.linear_backward(a.gelu_out, a.ln2_out, param(p.fc1_w), ws_h2_, grad(p.fc1_w), db_fc1);
+  // FC2's backward through GELU: ws_f_ = d(fc1 + b_fc1).
+  backend_.linear_dgelu_backward(ws_h1_, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
+                                 config_.gelu);
+  backend_.linear_backward(ws_f_, a.ln2_out, param(p.fc1_w), ws_h2_, grad(p.fc1_w), db_fc1);
   backend_.layernorm_backward(ws_h2_, a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, ws_h1_, grad(p.ln2_w),
                               grad(p.ln2_b));
   backend_.add(g, ws_h1_, g);  // g = d(x_mid): the residual path plus the MLP branch

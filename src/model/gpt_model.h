@@ -103,9 +103,10 @@ class GPTModel {
   std::vector<Tensor> xs_;
   std::vector<LayerActs> acts_;
   Tensor final_ln_out_, final_ln_mean_, final_ln_rstd_;
-  Tensor logits_;  // [n, V] fp32 (Megatron computes the cross-entropy in fp32)
+  // [n, V] in the model dtype, as Megatron's output layer (the cross-entropy reads them in fp32).
+  Tensor logits_;
   // d(loss)/d(logits) [n, V] in the model dtype, as Megatron's autograd hands it to the LM head
-  // (so its GEMMs run on 16-bit tensor cores); the fp32 logits buffer itself under fp32.
+  // (so its GEMMs run on 16-bit tensor cores): the logits buffer itself, overwritten.
   Tensor dlogits_;
   Tensor losses_, loss_lse_;  // [n] fp32
   // Workspace: [n,h] x3 (gradient stream, two temporaries), [n,3q], [n,q], [n,f]; the

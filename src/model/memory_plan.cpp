@@ -35,14 +35,13 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
   // fc1 out and GELU out (f each); in fp32: LN1/LN2 mean and rstd (4n), attention lse (b*a*s).
   const int64_t layer = n * (3 * h + 4 * q + 2 * f) * e + 4 * n * 4 + b * a * s * 4;
   // Outside the layers: the L+1 residual-stream tensors [n, h] (model dtype); final LN out
-  // (model dtype) with mean/rstd; fp32 logits [n, V]; fp32 losses and lse [n]; int32
-  // tokens and labels and fp32 loss weights [n].
-  const int64_t outside = (L + 1) * n * h * e + n * h * e + 2 * n * 4 + n * V * 4 + 2 * n * 4 + 3 * n * 4;
+  // (model dtype) with mean/rstd; logits [n, V] in the model dtype (their gradient reuses the
+  // buffer); fp32 losses and lse [n]; int32 tokens and labels and fp32 loss weights [n].
+  const int64_t outside = (L + 1) * n * h * e + n * h * e + 2 * n * 4 + n * V * e + 2 * n * 4 + 3 * n * 4;
   p.activations = L * layer + outside;
   // Workspace (model dtype): three [n, h] (gradient stream and two temporaries), [n, 3q],
-  // [n, q] and [n, f]; under bf16/fp16 also the 16-bit logits gradient [n, V] (fp32 models
-  // reuse the logits buffer).
-  p.workspace = (3 * n * h + 4 * n * q + n * f) * e + (param_dtype == DType::kF32 ? 0 : n * V * e);
+  // [n, q] and [n, f].
+  p.workspace = (3 * n * h + 4 * n * q + n * f) * e;
   return p;
 }
 

@@ -1,5 +1,6 @@
 #include "train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <vector>
@@ -26,6 +27,27 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(model::ParameterSet& params, ba
   }
   exp_avg_ = backend.empty({P}, DType::kF32, MemoryKind::kOptimizer);
   exp_avg_sq_ = backend.empty({P}, DType::kF32, MemoryKind::kOptimizer);
+
+  // The AdamW segment table: parameters in buffer order, neighbours with the same weight-decay
+  // rule merged (a few hundred bytes: counted as "other", outside the memory plan's kinds).
+  std::vector<const model::Parameter*> order;
+  for (const model::Parameter& p : params.params()) order.push_back(&p);
+  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) { return a->offset < b->offset; });
+  std::vector<int64_t> rows;
+  for (const model::Parameter* p : order) {
+    const int64_t decay = p->no_weight_decay ? 0 : 1;
+    const size_t r = rows.size();
+    if (r >= 3 && rows[r - 3] + rows[r - 2] == p->offset && rows[r - 1] == decay) {
+      rows[r - 2] += p->numel();
+    } else {
+      rows.insert(rows.end(), {p->offset, p->numel(), decay});
+    }
+  }
+  const int64_t S = static_cast<int64_t>(rows.size() / 3);
+  Tensor host = Tensor::cpu({S, 3}, DType::kI64);
+  std::copy(rows.begin(), rows.end(), host.data_as<int64_t>());
+  segments_ = backend.empty({S, 3}, DType::kI64, MemoryKind::kOther);
+  backend.copy(host, segments_);
 }
 
 float MixedPrecisionOptimizer::loss_scale() const { return fp16_ ? scaler_.scale() : 1.0f; }
@@ -65,22 +87,16 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
   if (config_.count_zeros) result.num_zeros = backend_.count_zeros(grads);
 
   ++steps_;
-  for (const model::Parameter& p : params_.params()) {
-    backend::AdamWStep s;
-    s.lr = lr;
-    s.beta1 = config_.beta1;
-    s.beta2 = config_.beta2;
-    s.eps = config_.eps;
-    s.weight_decay = p.no_weight_decay ? 0.0f : weight_decay;
-    s.step = steps_;
-    Tensor main = main_.flat_view(p.offset, p.shape), m = exp_avg_.flat_view(p.offset, p.shape);
-    Tensor v = exp_avg_sq_.flat_view(p.offset, p.shape);
-    backend_.adamw_update(main, p.grad, m, v, s);
-  }
-  if (params_.values().dtype() != DType::kF32) {
-    Tensor values = params_.values();
-    backend_.copy(main_, values);
-  }
+  // One pass over all parameters (weight decay per segment), writing the 16-bit model copy.
+  backend::AdamWStep s;
+  s.lr = lr;
+  s.beta1 = config_.beta1;
+  s.beta2 = config_.beta2;
+  s.eps = config_.eps;
+  s.weight_decay = weight_decay;
+  s.step = steps_;
+  Tensor model_copy = has_separate_main_params() ? params_.values() : Tensor();
+  backend_.adamw_update_segments(main_, grads, exp_avg_, exp_avg_sq_, segments_, s, model_copy);
   return result;
 }
 

@@ -10,7 +10,7 @@
 //   5. main parameters are copied back to the model dtype (round-to-nearest-even).
 // State: fp32 main parameters when the model dtype is bf16/fp16 (MemoryKind::kMainParams),
 // Adam exp_avg and exp_avg_sq (MemoryKind::kOptimizer), the loss scaler and the step count.
-// Every step runs through backend ops (scale, all_finite, sum_squares, adamw_update, copy), so
+// Every step runs through backend ops (scale, all_finite, sum_squares, adamw_update_segments), so
 // it runs on any backend; the scalars it needs on the host are the norm and the inf flag.
 #pragma once
 
@@ -76,6 +76,7 @@ class MixedPrecisionOptimizer {
   Tensor main_;        // fp32 [P]; aliases the model values under fp32
   Tensor exp_avg_;     // fp32 [P]
   Tensor exp_avg_sq_;  // fp32 [P]
+  Tensor segments_;    // int64 [S, 3]: (offset, numel, decay) runs of parameters, for adamw_update_segments
   int64_t steps_ = 0;  // successful updates (Adam's t)
 };
 

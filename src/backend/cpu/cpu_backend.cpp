@@ -184,6 +184,36 @@ void CpuBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor
   if (dbias.defined()) bias_grad(dy, dbias);
 }
 
+// The fused forms compute the GEMM into an fp32 tensor with the unfused ops, so the only
+// difference from the unfused sequence is the rounding they skip.
+void CpuBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
+                                     Gelu kind) {
+  MT_CHECK(pre.numel() == y.numel()) << "linear_gelu_forward: pre " << pre.describe() << " vs y " << y.describe();
+  Tensor z = Tensor::cpu(y.shape(), DType::kF32);
+  linear_forward(x, w, bias, z);  // z = x w^T + bias in fp32
+  copy(z, pre);
+  float* zp = z.data_as<float>();
+  const int64_t n = z.numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
+  for (int64_t i = 0; i < n; ++i) zp[i] = gelu(zp[i], kind);
+  copy(z, y);
+}
+
+void CpuBackend::linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
+                                       Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind) {
+  MT_CHECK(pre.numel() == x.numel() && dpre.numel() == x.numel())
+      << "linear_dgelu_backward: pre " << pre.describe() << ", dpre " << dpre.describe() << " for input "
+      << x.describe();
+  Tensor dx = Tensor::cpu(x.shape(), DType::kF32);
+  linear_backward(dy, x, w, dx, dw, dbias);  // dx = dy w in fp32
+  In pv(pre, "linear_dgelu_backward pre");
+  float* d = dx.data_as<float>();
+  const int64_t n = dx.numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
+  for (int64_t i = 0; i < n; ++i) d[i] *= gelu_grad(pv[i], kind);
+  copy(dx, dpre);
+}
+
 // ---- reductions --------------------------------------------------------------------------
 
 double CpuBackend::sum_squares(const Tensor& x) {

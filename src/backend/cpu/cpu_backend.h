@@ -42,6 +42,10 @@ class CpuBackend final : public Backend {
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) override;
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                        Tensor& dbias) override;
+  void linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
+                           Gelu kind) override;
+  void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, Tensor& dpre,
+                             Tensor& dw, Tensor& dbias, Gelu kind) override;
 
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale(Tensor& x, float alpha) override;
@@ -76,6 +80,8 @@ class CpuBackend final : public Backend {
   int64_t count_zeros(const Tensor& x) override;
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                     const AdamWStep& step) override;
+  void adamw_update_segments(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                             const Tensor& segments, const AdamWStep& step, Tensor& model_copy) override;
 };
 
 }  // namespace megatron::backend

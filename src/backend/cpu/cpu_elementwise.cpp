@@ -26,28 +26,6 @@ inline float dropout_factor(const DropoutParams& d, int64_t i) {
   return dropout_keep(d.seed, d.stream, static_cast<uint64_t>(i), d.p) ? 1.0f / (1.0f - d.p) : 0.0f;
 }
 
-// Megatron's bias_gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-constexpr float kSqrt2OverPi = 0.7978845608f;
-constexpr float kGeluCubic = 0.044715f;
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-
-inline float gelu(float x, Gelu kind) {
-  if (kind == Gelu::kTanh) return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
-  return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
-}
-
-// d gelu / dx, exact for each form.
-//  tanh: t = tanh(u), u = c (x + a x^3): 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
-//  erf:  Phi(x) + x phi(x) = 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi).
-inline float gelu_grad(float x, Gelu kind) {
-  if (kind == Gelu::kTanh) {
-    const float t = std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
-  }
-  return 0.5f * (1.0f + std::erf(x * kInvSqrt2)) + x * std::exp(-0.5f * x * x) * kInvSqrt2Pi;
-}
-
 void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
   MT_CHECK(a.numel() == b.numel()) << op << ": " << a.describe() << " vs " << b.describe();
 }

@@ -46,4 +46,34 @@ void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg
   }
 }
 
+// The reference: adamw_update and copy on each segment's views.
+void CpuBackend::adamw_update_segments(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                                       const Tensor& segments, const AdamWStep& s, Tensor& model_copy) {
+  check_cpu(segments, "adamw_update_segments segments");
+  MT_CHECK(segments.dtype() == DType::kI64 && segments.ndim() == 2 && segments.dim(1) == 3)
+      << "adamw_update_segments segments " << segments.describe() << " must be int64 [S, 3]";
+  const int64_t n = param.numel();
+  MT_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n &&
+           (!model_copy.defined() || model_copy.numel() == n))
+      << "adamw_update_segments sizes";
+  const int64_t* seg = segments.data_as<const int64_t>();
+  int64_t end = 0;
+  for (int64_t k = 0; k < segments.dim(0); ++k) {
+    const int64_t off = seg[3 * k], len = seg[3 * k + 1];
+    MT_CHECK(off >= end && len >= 0 && off + len <= n)
+        << "adamw_update_segments segment " << k << " [" << off << ", " << off + len << ") is unsorted, overlapping "
+        << "or past " << n;
+    end = off + len;
+    if (len == 0) continue;
+    AdamWStep sk = s;
+    sk.weight_decay = seg[3 * k + 2] != 0 ? s.weight_decay : 0.0f;
+    Tensor p = param.flat_view(off, {len}), m = exp_avg.flat_view(off, {len}), v = exp_avg_sq.flat_view(off, {len});
+    adamw_update(p, grad.flat_view(off, {len}), m, v, sk);
+    if (model_copy.defined()) {
+      Tensor dst = model_copy.flat_view(off, {len});
+      copy(p, dst);
+    }
+  }
+}
+
 }  // namespace megatron::backend

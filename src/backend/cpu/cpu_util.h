@@ -1,10 +1,12 @@
 // Internals of the CPU backend: fp32 views of tensors of any float dtype, and shape checks.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "core/error.h"
+#include "backend/ops.h"
 #include "core/tensor.h"
 
 namespace megatron::backend::cpu_detail {
@@ -13,6 +15,28 @@ namespace megatron::backend::cpu_detail {
 void to_f32(const void* src, DType dtype, int64_t n, float* dst);
 // Stores n fp32 values as `dtype`, rounding to nearest even.
 void from_f32(const float* src, DType dtype, int64_t n, void* dst);
+
+// Megatron's bias_gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+constexpr float kSqrt2OverPi = 0.7978845608f;
+constexpr float kGeluCubic = 0.044715f;
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+inline float gelu(float x, Gelu kind) {
+  if (kind == Gelu::kTanh) return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
+  return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+}
+
+// d gelu / dx, exact for each form.
+//  tanh: t = tanh(u), u = c (x + a x^3): 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
+//  erf:  Phi(x) + x phi(x) = 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi).
+inline float gelu_grad(float x, Gelu kind) {
+  if (kind == Gelu::kTanh) {
+    const float t = std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
+  }
+  return 0.5f * (1.0f + std::erf(x * kInvSqrt2)) + x * std::exp(-0.5f * x * x) * kInvSqrt2Pi;
+}
 
 inline void check_cpu(const Tensor& t, const char* what) {
   MT_CHECK(t.defined()) << what << " is undefined";

@@ -42,7 +42,7 @@ namespace megatron::backend {
 
 // cuBLASLt algorithms chosen by the heuristic, per GEMM problem (cuda_gemm.cu): key =
 // (m, n, k, trans_a, trans_b, A/B dtype, C/D dtype, epilogue, alignment of A, B, C/D, bias).
-using GemmAlgoKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int>;
+using GemmAlgoKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int, int>;
 using GemmAlgoCache = std::map<GemmAlgoKey, cublasLtMatmulAlgo_t>;
 
 class CudaBackend : public Backend {
@@ -63,6 +63,10 @@ class CudaBackend : public Backend {
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) override;
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                        Tensor& dbias) override;
+  void linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
+                           Gelu kind) override;
+  void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, Tensor& dpre,
+                             Tensor& dw, Tensor& dbias, Gelu kind) override;
 
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale(Tensor& x, float alpha) override;
@@ -97,6 +101,8 @@ class CudaBackend : public Backend {
   int64_t count_zeros(const Tensor& x) override;
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                     const AdamWStep& step) override;
+  void adamw_update_segments(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                             const Tensor& segments, const AdamWStep& step, Tensor& model_copy) override;
 
   // For cuda_gemm.cu: the cuBLASLt handle and a workspace on this stream.
   cublasLtHandle_t lt() const { return lt_; }

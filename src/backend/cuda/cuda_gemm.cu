@@ -17,6 +17,7 @@
 // keeps results identical run to run.
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -94,16 +95,35 @@ __global__ void bias_add_kernel(const void* src, DType sdt, const void* bias, DT
   }
 }
 
-// The cuBLASLt call for c[m, n] = alpha op(a) op(b) + beta c (+ bias[n] through the epilogue
-// when bias is non-null; its dtype is c's). a and b share a dtype; c has it or is fp32.
-// Returns false, having run nothing, if allow_unsupported and cuBLASLt has no algorithm.
+// What cuBLASLt's epilogue does to D[m, n] (our row-major view) after the product:
+//  - bias (its dtype is c's): D += bias[n] over rows;
+//  - gelu: D = gelu_tanh(D) with the pre-activation stored to aux[m, n] (GELU_AUX[_BIAS]);
+//  - dgelu: D = D * gelu_tanh'(aux[m, n]) (DGELU).
+// aux is row-major [m, n] of c's dtype (cuBLASLt's column-major [n, m], leading dimension n).
+struct Epilogue {
+  const void* bias = nullptr;
+  bool gelu = false;
+  bool dgelu = false;
+  const void* aux = nullptr;
+
+  cublasLtEpilogue_t kind() const {
+    if (dgelu) return CUBLASLT_EPILOGUE_DGELU;
+    if (gelu) return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  }
+};
+
+// The cuBLASLt call for c[m, n] = alpha op(a) op(b) + beta c, then the epilogue. a and b share
+// a dtype; c has it or is fp32. Returns false, having run nothing, if allow_unsupported and
+// cuBLASLt has no algorithm.
 bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta, const Operand& b, bool tb,
-               const Tensor& c, int64_t m, int64_t n, int64_t k, float alpha, float beta, const void* bias,
+               const Tensor& c, int64_t m, int64_t n, int64_t k, float alpha, float beta, const Epilogue& ep,
                bool allow_unsupported) {
   const DType ab = a.t->dtype(), cd = c.dtype();
   MT_CHECK(b.t->dtype() == ab && (cd == ab || cd == DType::kF32))
       << "lt_matmul dtypes " << a.t->describe() << ", " << b.t->describe() << " -> " << c.describe();
-  const cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = ep.bias;
+  const cublasLtEpilogue_t epilogue = ep.kind();
   const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our b
   const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
 
@@ -118,6 +138,16 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
     MT_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
   }
+  if (ep.aux) {
+    const int64_t aux_ld = n;
+    const int32_t aux_type = cuda_type(cd);
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux, sizeof(ep.aux)));
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
+                                                   sizeof(aux_type)));
+  }
   // Column-major views of the row-major buffers (see the top of this file).
   Layout la(cuda_type(ab), b.cols, b.rows, b.cols);
   Layout lb(cuda_type(ab), a.cols, a.rows, a.cols);
@@ -128,6 +158,7 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
   void* pc = c.data();
   const uint32_t al_a = alignment_of(pa), al_b = alignment_of(pb), al_c = alignment_of(pc);
   const uint32_t al_bias = bias ? alignment_of(bias) : 0;
+  const uint32_t al_aux = ep.aux ? alignment_of(ep.aux) : 0;
   const GemmAlgoKey key{m,
                         n,
                         k,
@@ -139,7 +170,8 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
                         static_cast<int>(al_a),
                         static_cast<int>(al_b),
                         static_cast<int>(al_c),
-                        static_cast<int>(al_bias)};
+                        static_cast<int>(al_bias),
+                        static_cast<int>(al_aux)};
   auto it = cache.find(key);
   if (it == cache.end()) {
     Preference pref;
@@ -179,6 +211,18 @@ void launch_bias_add(CudaBackend& be, const Tensor* src, const Tensor& bias, Ten
       src ? src->data() : nullptr, src ? src->dtype() : DType::kF32, bias.data(), bias.dtype(), dst.data(),
       dst.dtype(), rows, cols);
   MT_CUDA_LAUNCH_CHECK();
+}
+
+// The bias pointer an epilogue can take: cuBLASLt wants it 16-byte aligned, so a misaligned
+// bias (a view into the flat parameter buffer) is copied to the backend's scratch, which the
+// next GEMM then reads. Null when it does not fit there.
+const void* epilogue_bias(CudaBackend& be, const Tensor& bias) {
+  const void* bp = bias.data();
+  if (alignment_of(bp) >= 16) return bp;
+  const size_t bias_bytes = static_cast<size_t>(bias.nbytes());
+  if (bias_bytes > 1024 * 1024) return nullptr;  // the scratch holds at least this much
+  MT_CUDA_CHECK(cudaMemcpyAsync(be.scratch(), bp, bias_bytes, cudaMemcpyDeviceToDevice, be.stream()));
+  return be.scratch();
 }
 
 // c[m, n] = alpha op(a) op(b) + beta c (+ bias[n], only with beta == 0), any float dtypes.
@@ -222,31 +266,22 @@ void gemm(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta, cons
   }
 
   if (!bias) {
-    lt_matmul(be, cache, a, ta, b, tb, c, m, n, k, alpha, beta, nullptr, /*allow_unsupported=*/false);
+    lt_matmul(be, cache, a, ta, b, tb, c, m, n, k, alpha, beta, Epilogue{}, /*allow_unsupported=*/false);
     return;
   }
-  // Bias through the epilogue when its dtype is c's; cuBLASLt wants it 16-byte aligned, so a
-  // misaligned one (a view into a flat parameter buffer) is copied to the aligned scratch.
+  // Bias through the epilogue when its dtype is c's.
   if (bias->dtype() == c.dtype()) {
-    const void* bp = bias->data();
-    const size_t bias_bytes = static_cast<size_t>(bias->nbytes());
-    bool fits = true;
-    if (alignment_of(bp) < 16) {
-      fits = bias_bytes <= 1024 * 1024;  // the scratch holds at least this much
-      if (fits) {
-        MT_CUDA_CHECK(cudaMemcpyAsync(be.scratch(), bp, bias_bytes, cudaMemcpyDeviceToDevice, be.stream()));
-        bp = be.scratch();
-      }
-    }
-    if (fits && lt_matmul(be, cache, a, ta, b, tb, c, m, n, k, alpha, 0.0f, bp, /*allow_unsupported=*/true)) return;
+    const void* bp = epilogue_bias(be, *bias);
+    if (bp && lt_matmul(be, cache, a, ta, b, tb, c, m, n, k, alpha, 0.0f, Epilogue{bp}, /*allow_unsupported=*/true))
+      return;
   }
   // Without the epilogue: the product in fp32, then one rounding of product + bias.
   if (c.dtype() == DType::kF32) {
-    lt_matmul(be, cache, a, ta, b, tb, c, m, n, k, alpha, 0.0f, nullptr, false);
+    lt_matmul(be, cache, a, ta, b, tb, c, m, n, k, alpha, 0.0f, Epilogue{}, false);
     launch_bias_add(be, &c, *bias, c, m, n);
   } else {
     Tensor tmp = be.empty({m * n}, DType::kF32, MemoryKind::kWorkspace);
-    lt_matmul(be, cache, a, ta, b, tb, tmp, m, n, k, alpha, 0.0f, nullptr, false);
+    lt_matmul(be, cache, a, ta, b, tb, tmp, m, n, k, alpha, 0.0f, Epilogue{}, false);
     launch_bias_add(be, &tmp, *bias, c, m, n);
   }
 }
@@ -263,6 +298,15 @@ Operand rows_of(const Tensor& t, int64_t cols, const char* what) {
   check_float_device(t, what);
   MT_CHECK(cols > 0 && t.numel() % cols == 0) << what << " " << t.describe() << " has no rows of " << cols;
   return Operand{&t, t.numel() / cols, cols};
+}
+
+// dw[out, in] (+=) dy[n, out]^T @ x[n, in]; dbias (+=) column sums of dy: the deterministic
+// fixed-order reduction of cuda_backend.cu (the BGRADB epilogue would overwrite rather than
+// accumulate, in an unspecified order).
+void weight_grads(CudaBackend& be, GemmAlgoCache& cache, const Operand& dy, const Operand& x, Tensor& dw,
+                  Tensor& dbias) {
+  gemm(be, cache, dy, true, x, false, dw, 1.0f, 1.0f, nullptr);
+  if (dbias.defined()) be.bias_grad(*dy.t, dbias);
 }
 
 }  // namespace
@@ -309,11 +353,81 @@ void CudaBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tenso
     // dx[n, in] = dy[n, out] @ w[out, in]
     gemm(*this, gemm_algos_, dyv, false, Operand{&w, out, in}, false, dx, 1.0f, 0.0f, nullptr);
   }
-  // dw[out, in] += dy[n, out]^T @ x[n, in]
-  gemm(*this, gemm_algos_, dyv, true, xv, false, dw, 1.0f, 1.0f, nullptr);
-  // dbias (+=) column sums of dy: the deterministic fixed-order reduction of cuda_backend.cu
-  // (the BGRADB epilogue would overwrite rather than accumulate, in an unspecified order).
-  if (dbias.defined()) bias_grad(dy, dbias);
+  weight_grads(*this, gemm_algos_, dyv, xv, dw, dbias);
+}
+
+// The GELU epilogues run for 16-bit GEMMs with the tanh GELU (cuBLASLt's is the tanh form).
+// fp32 stays unfused: it is the reference precision, and the epilogue's tanh need not be
+// correctly rounded. Otherwise (or if cuBLASLt has no such kernel) the unfused ops run.
+namespace {
+bool gelu_epilogue_applies(Gelu kind, std::initializer_list<const Tensor*> ts, int64_t rows, int64_t cols,
+                           int64_t inner) {
+  if (kind != Gelu::kTanh || rows == 0 || cols == 0 || inner == 0 || cols % 8 != 0) return false;
+  const DType d = (*ts.begin())->dtype();
+  if (d != DType::kBF16 && d != DType::kF16) return false;
+  for (const Tensor* t : ts) {
+    if (t->defined() && t->dtype() != d) return false;
+  }
+  return true;
+}
+}  // namespace
+
+void CudaBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
+                                      Gelu kind) {
+  check_float_device(w, "linear weight");
+  MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
+  const int64_t out = w.dim(0), in = w.dim(1);
+  const Operand xv = rows_of(x, in, "linear input");
+  check_float_device(y, "linear output");
+  check_float_device(pre, "linear pre-activation");
+  MT_CHECK(y.dim(-1) == out && y.numel() == xv.rows * out && pre.numel() == y.numel())
+      << "linear_gelu_forward output " << y.describe() << ", pre " << pre.describe();
+  if (bias.defined()) {
+    check_float_device(bias, "linear bias");
+    MT_CHECK_EQ(bias.numel(), out) << "linear bias " << bias.describe();
+  }
+  if (gelu_epilogue_applies(kind, {&y, &x, &w, &pre, &bias}, xv.rows, out, in)) {
+    Epilogue ep;
+    ep.gelu = true;
+    ep.aux = pre.data();
+    ep.bias = bias.defined() ? epilogue_bias(*this, bias) : nullptr;
+    if ((!bias.defined() || ep.bias) && lt_matmul(*this, gemm_algos_, xv, false, Operand{&w, out, in}, true, y,
+                                                  xv.rows, out, in, 1.0f, 0.0f, ep, /*allow_unsupported=*/true)) {
+      return;
+    }
+  }
+  linear_forward(x, w, bias, pre);
+  bias_gelu_forward(pre, Tensor(), y, kind);
+}
+
+void CudaBackend::linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
+                                        Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind) {
+  check_float_device(w, "linear weight");
+  MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
+  const int64_t out = w.dim(0), in = w.dim(1);
+  const Operand xv = rows_of(x, in, "linear input");
+  const int64_t n = xv.rows;
+  check_float_device(dy, "linear dy");
+  MT_CHECK(dy.dim(-1) == out && dy.numel() == n * out) << "linear dy " << dy.describe();
+  check_float_device(dw, "linear dw");
+  MT_CHECK(dw.numel() == out * in) << "linear dw " << dw.describe() << " for weight " << w.describe();
+  check_float_device(pre, "linear pre-activation");
+  check_float_device(dpre, "linear dpre");
+  MT_CHECK(pre.numel() == n * in && dpre.numel() == n * in)
+      << "linear_dgelu_backward pre " << pre.describe() << ", dpre " << dpre.describe();
+  const Operand dyv{&dy, n, out};
+  Epilogue ep;
+  ep.dgelu = true;
+  ep.aux = pre.data();
+  // dpre[n, in] = (dy[n, out] @ w[out, in]) * gelu'(pre)
+  const bool fused = gelu_epilogue_applies(kind, {&dpre, &dy, &w, &pre}, n, in, out) &&
+                     lt_matmul(*this, gemm_algos_, dyv, false, Operand{&w, out, in}, false, dpre, n, in, out, 1.0f,
+                               0.0f, ep, /*allow_unsupported=*/true);
+  if (!fused) {
+    gemm(*this, gemm_algos_, dyv, false, Operand{&w, out, in}, false, dpre, 1.0f, 0.0f, nullptr);
+    bias_gelu_backward(dpre, pre, Tensor(), dpre, kind);
+  }
+  weight_grads(*this, gemm_algos_, dyv, xv, dw, dbias);
 }
 
 }  // namespace megatron::backend

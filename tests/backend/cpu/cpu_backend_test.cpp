@@ -211,6 +211,72 @@ TEST(CpuBackend, SixteenBitLinearIsFp32OfRoundedInputsThenRounded) {
   }
 }
 
+double gelu_tanh(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+double gelu_tanh_grad(double x) {
+  const double c = std::sqrt(2.0 / M_PI), t = std::tanh(c * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+TEST(CpuBackend, LinearGeluForwardIsGeluOfTheUnroundedProduct) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    Tensor x = random_tensor({4, 3, 10}, rng, d), w = random_tensor({7, 10}, rng, d), b = random_tensor({7}, rng, d);
+    Tensor pre = be->empty({12, 7}, d, MemoryKind::kOther), y = be->empty({12, 7}, d, MemoryKind::kOther);
+    for (bool with_bias : {true, false}) {
+      const Tensor bias = with_bias ? b : Tensor();
+      be->linear_gelu_forward(x, w, bias, pre, y, Gelu::kTanh);
+      const std::vector<double> z = naive_linear(x, w, bias);
+      std::vector<double> g(z.size());
+      for (size_t i = 0; i < z.size(); ++i) g[i] = gelu_tanh(z[i]);
+      // fp32: 10 products of magnitude <= 1 (error << 1e-5); 16-bit: one rounding of each
+      // output (2^-8 bf16, 2^-11 fp16 relative) on top, from the same fp32 value.
+      const double rel = d == DType::kBF16 ? 8e-3 : d == DType::kF16 ? 1e-3 : 1e-5;
+      expect_close(pre, z, 1e-5, rel, "pre " + std::string(dtype_name(d)));
+      expect_close(y, g, 1e-5, rel, "gelu " + std::string(dtype_name(d)));
+    }
+  }
+  // y is gelu of the fp32 product, not of the rounded pre: with bf16, some element tells them apart.
+  Tensor x = random_tensor({64, 32}, rng, DType::kBF16), w = random_tensor({16, 32}, rng, DType::kBF16);
+  Tensor pre = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther), y = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther);
+  Tensor y_unfused = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther);
+  be->linear_gelu_forward(x, w, Tensor(), pre, y, Gelu::kTanh);
+  be->bias_gelu_forward(pre, Tensor(), y_unfused, Gelu::kTanh);
+  EXPECT_FALSE(bitwise_equal(y, y_unfused));
+}
+
+TEST(CpuBackend, LinearDgeluBackwardMatchesDoubleReference) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t n = 9, in = 8, out = 5;
+  Tensor dy = random_tensor({n, out}, rng), x = random_tensor({n, in}, rng), w = random_tensor({out, in}, rng);
+  Tensor pre = random_tensor({n, in}, rng, DType::kF32, 0.1f, 3.0f);
+  Tensor dpre = be->empty({n, in}, DType::kF32, MemoryKind::kOther);
+  Tensor dw = random_tensor({out, in}, rng), db = random_tensor({out}, rng);
+  const Tensor dw0 = clone(dw), db0 = clone(db);
+  be->linear_dgelu_backward(dy, x, w, pre, dpre, dw, db, Gelu::kTanh);
+  std::vector<double> e_dpre(static_cast<size_t>(n * in)), e_dw(static_cast<size_t>(out * in)), e_db(out);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < in; ++i) {
+      double s = 0.0;
+      for (int64_t o = 0; o < out; ++o) s += get(dy, r * out + o) * get(w, o * in + i);
+      e_dpre[static_cast<size_t>(r * in + i)] = s * gelu_tanh_grad(get(pre, r * in + i));
+    }
+  for (int64_t o = 0; o < out; ++o) {
+    e_db[static_cast<size_t>(o)] = get(db0, o);
+    for (int64_t r = 0; r < n; ++r) e_db[static_cast<size_t>(o)] += get(dy, r * out + o);
+    for (int64_t i = 0; i < in; ++i) {
+      double s = get(dw0, o * in + i);
+      for (int64_t r = 0; r < n; ++r) s += get(dy, r * out + o) * get(x, r * in + i);
+      e_dw[static_cast<size_t>(o * in + i)] = s;
+    }
+  }
+  // Sums of <= 10 fp32 products of magnitude <= 3: errors far below 1e-5.
+  expect_close(dpre, e_dpre, 1e-5, 1e-5, "dpre");
+  expect_close(dw, e_dw, 1e-5, 1e-5, "dw (+=)");
+  expect_close(db, e_db, 1e-5, 1e-5, "dbias (+=)");
+}
+
 TEST(CpuBackend, ResultsIndependentOfThreadCount) {
   auto rng = test_rng();
   auto be = make_cpu_backend();

@@ -1,6 +1,6 @@
 // CUDA GEMMs (cuBLASLt) vs the CPU reference (OpenBLAS on the same, already-rounded inputs):
 // matmul with every transpose, alpha/beta and dtype mix, linear_forward with the bias epilogue
-// (aligned, misaligned and of another dtype), linear_backward with "(+=)" accumulation into
+// (aligned, misaligned and of another dtype), the GELU-fused linear pair, linear_backward with "(+=)" accumulation into
 // fp32 main gradients, GPT shapes (h = 768, 3h, 4h, V = 50304) and awkward sizes. Skips without
 // a GPU.
 //
@@ -349,6 +349,66 @@ TEST_F(CudaGemmTest, LinearBackwardWithoutDxOrBiasAccumulatesTwice) {
   }
 }
 
+// linear_gelu_forward / linear_dgelu_backward (cuBLASLt GELU_AUX_BIAS and DGELU epilogues for
+// 16-bit tanh GELU; the unfused ops for fp32, exact GELU and widths cuBLASLt cannot take) vs the
+// CPU's fused reference. Tolerance: the GEMM's (tol_for) plus 2^-10 for the GELU itself, whose
+// tanh inside cuBLASLt's epilogue need not be correctly rounded (hardware tanh.approx has a
+// relative error below 2^-10.9), and for the unfused path's extra rounding of the product
+// (fp16: 2^-11; bf16 is covered by its 2^-7 output term).
+struct GeluShape {
+  int64_t n, in, out;
+};
+const GeluShape kGeluShapes[] = {{2048, 768, 3072}, {1024, 1024, 4096}, {7, 129, 127}, {33, 64, 40}, {1, 8, 8}};
+
+TEST_F(CudaGemmTest, LinearGeluForwardMatchesCpu) {
+  auto rng = test_rng();
+  for (DType dtype : kFloatTypes) {
+    for (const GeluShape& s : kGeluShapes) {
+      for (Gelu kind : {Gelu::kTanh, Gelu::kExact}) {
+        for (bool with_bias : {true, false}) {
+          const Tensor x = random_tensor({s.n, s.in}, rng, dtype), w = random_tensor({s.out, s.in}, rng, dtype);
+          const Tensor bias = with_bias ? random_tensor({s.out}, rng, dtype) : Tensor();
+          Tensor pre_cpu = Tensor::cpu({s.n, s.out}, dtype), y_cpu = Tensor::cpu({s.n, s.out}, dtype);
+          cpu_->linear_gelu_forward(x, w, bias, pre_cpu, y_cpu, kind);
+          Tensor pre_d = gpu_->empty({s.n, s.out}, dtype, MemoryKind::kOther);
+          Tensor y_d = gpu_->empty({s.n, s.out}, dtype, MemoryKind::kOther);
+          gpu_->linear_gelu_forward(to_gpu(x), to_gpu(w), with_bias ? to_gpu(bias) : Tensor(), pre_d, y_d, kind);
+          const std::string what = "linear_gelu_forward " + name(dtype) + " n=" + std::to_string(s.n) +
+                                   " in=" + std::to_string(s.in) + " out=" + std::to_string(s.out) +
+                                   (kind == Gelu::kTanh ? " tanh" : " erf") + (with_bias ? " +bias" : "");
+          expect_rel(to_cpu(pre_d), pre_cpu, tol_for(dtype, dtype, s.in), what + ": pre");
+          expect_rel(to_cpu(y_d), y_cpu, tol_for(dtype, dtype, s.in) + std::ldexp(1.0, -10), what + ": y");
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaGemmTest, LinearDgeluBackwardMatchesCpuAndAccumulates) {
+  auto rng = test_rng();
+  for (DType dtype : kFloatTypes) {
+    for (const GeluShape& s : kGeluShapes) {
+      for (Gelu kind : {Gelu::kTanh, Gelu::kExact}) {
+        // The layer is FC2: x = gelu(pre) [n, in] -> dy [n, out]; w [out, in].
+        const Tensor pre = random_tensor({s.n, s.in}, rng, dtype, 0.1f, 3.0f);
+        const Tensor x = random_tensor({s.n, s.in}, rng, dtype), w = random_tensor({s.out, s.in}, rng, dtype);
+        const Tensor dy = random_tensor({s.n, s.out}, rng, dtype);
+        const Tensor dw0 = random_tensor({s.out, s.in}, rng, DType::kF32), db0 = random_tensor({s.out}, rng);
+        Tensor dpre_cpu = Tensor::cpu({s.n, s.in}, dtype), dw_cpu = test::clone(dw0), db_cpu = test::clone(db0);
+        cpu_->linear_dgelu_backward(dy, x, w, pre, dpre_cpu, dw_cpu, db_cpu, kind);
+        Tensor dpre_d = gpu_->empty({s.n, s.in}, dtype, MemoryKind::kOther), dw_d = to_gpu(dw0), db_d = to_gpu(db0);
+        gpu_->linear_dgelu_backward(to_gpu(dy), to_gpu(x), to_gpu(w), to_gpu(pre), dpre_d, dw_d, db_d, kind);
+        const std::string what = "linear_dgelu_backward " + name(dtype) + " n=" + std::to_string(s.n) +
+                                 " in=" + std::to_string(s.in) + " out=" + std::to_string(s.out) +
+                                 (kind == Gelu::kTanh ? " tanh" : " erf");
+        expect_rel(to_cpu(dpre_d), dpre_cpu, tol_for(dtype, dtype, s.out) + std::ldexp(1.0, -10), what + ": dpre");
+        expect_rel(to_cpu(dw_d), dw_cpu, tol_for(dtype, DType::kF32, s.n), what + ": dw");
+        expect_rel(to_cpu(db_d), db_cpu, tol_for(DType::kF32, DType::kF32, s.n), what + ": dbias");
+      }
+    }
+  }
+}
+
 // The GEMM path of a training step allocates nothing (the memory plan is exact): aligned
 // bias, fp32 main-grad accumulation.
 TEST_F(CudaGemmTest, LinearAllocatesNothing) {
@@ -366,7 +426,18 @@ TEST_F(CudaGemmTest, LinearAllocatesNothing) {
   const MemorySnapshot before = memory_tracker(Device::kCUDA).snapshot();
   gpu_->linear_forward(x, w, b, y);
   gpu_->linear_backward(dy, x, w, dx, dw, db);
+  // The MLP pair: FC1 [2304, 768] with GELU, then FC2's backward read as [768, 2304] through it.
+  Tensor pre = gpu_->empty({1024, 2304}, DType::kBF16, MemoryKind::kOther);
+  Tensor dpre = gpu_->empty({1024, 2304}, DType::kBF16, MemoryKind::kOther);
+  Tensor dw2 = dw.view({768, 2304}), db2 = db.slice(0, 768);
   gpu_->synchronize();
+  memory_tracker(Device::kCUDA).reset_peak();
+  const MemorySnapshot before_fused = memory_tracker(Device::kCUDA).snapshot();
+  gpu_->linear_gelu_forward(x, w, b, pre, y, Gelu::kTanh);
+  gpu_->linear_dgelu_backward(dx, y, w.view({768, 2304}), pre, dpre, dw2, db2, Gelu::kTanh);
+  gpu_->synchronize();
+  EXPECT_EQ(memory_tracker(Device::kCUDA).snapshot().peak_total, before_fused.peak_total)
+      << "linear_gelu_forward/linear_dgelu_backward allocated temporaries";
   const MemorySnapshot after = memory_tracker(Device::kCUDA).snapshot();
   EXPECT_EQ(after.peak_total, before.peak_total) << "linear_forward/backward allocated temporaries (a fallback path?)";
   EXPECT_EQ(after.current, before.current);

@@ -1,0 +1,145 @@
+// CUDA backend: the multi-tensor AdamW step (adamw_update_segments) — one launch over the whole
+// flat fp32 parameter buffer instead of one per parameter, writing the 16-bit model weights in
+// the same pass (the separate fp32 -> bf16 copy would read the fp32 weights again).
+//
+// Grid: block k owns the element tile [k * kTile, (k + 1) * kTile) of the flat buffer; thread 0
+// finds the first segment that ends inside or after the tile (binary search over the S rows of
+// the device segment table), then the block walks the segments overlapping its tile. Each
+// element's arithmetic is adamw_kernel's (cuda_backend.cu): the CPU's expression order, every
+// operation rounded on its own, so results are bit-identical to adamw_update and the CPU.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.cuh"
+
+namespace megatron::backend {
+
+using namespace cuda;
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kTile = 16 * 1024;  // elements per block: 64 per thread
+
+struct AdamWScalars {
+  float lr, b1, b2, omb1, omb2, bc1, bc2, eps, wd;
+};
+
+// ModelT: void (no model copy), float, __nv_bfloat16 or __half.
+template <typename ModelT>
+__device__ __forceinline__ void store_model(ModelT* out, int64_t i, float v) {
+  if constexpr (std::is_same_v<ModelT, float>) {
+    out[i] = v;
+  } else if constexpr (std::is_same_v<ModelT, __nv_bfloat16>) {
+    out[i] = __float2bfloat16_rn(v);
+  } else if constexpr (std::is_same_v<ModelT, __half>) {
+    out[i] = __float2half_rn(v);
+  }
+}
+
+template <typename ModelT>
+__global__ void adamw_segments_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                                      float* __restrict__ v, const int64_t* __restrict__ seg, int64_t num_segments,
+                                      int64_t n, AdamWScalars a, ModelT* __restrict__ model) {
+  __shared__ int64_t first;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t t1 = t0 + kTile < n ? t0 + kTile : n;
+  if (threadIdx.x == 0) {
+    // The first segment whose end is past t0 (segments are sorted and disjoint).
+    int64_t lo = 0, hi = num_segments;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (seg[3 * mid] + seg[3 * mid + 1] <= t0) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    first = lo;
+  }
+  __syncthreads();
+  for (int64_t k = first; k < num_segments && seg[3 * k] < t1; ++k) {
+    const int64_t off = seg[3 * k], end = off + seg[3 * k + 1];
+    const float wd = seg[3 * k + 2] != 0 ? a.wd : 0.0f;
+    const int64_t lo = off > t0 ? off : t0, hi = end < t1 ? end : t1;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      const float gi = g[i];
+      const float pi = p[i];
+      const float mi = __fadd_rn(__fmul_rn(a.b1, m[i]), __fmul_rn(a.omb1, gi));
+      const float vi = __fadd_rn(__fmul_rn(a.b2, v[i]), __fmul_rn(__fmul_rn(a.omb2, gi), gi));
+      const float denom = __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, a.bc2)), a.eps);
+      const float update = __fadd_rn(__fdiv_rn(__fdiv_rn(mi, a.bc1), denom), __fmul_rn(wd, pi));
+      const float pn = __fsub_rn(pi, __fmul_rn(a.lr, update));
+      p[i] = pn;
+      m[i] = mi;
+      v[i] = vi;
+      if constexpr (!std::is_same_v<ModelT, void>) store_model(model, i, pn);
+    }
+  }
+}
+
+void check_f32_device(const Tensor& t, const char* what) {
+  MT_CHECK(t.defined() && t.device() == Device::kCUDA && t.dtype() == DType::kF32)
+      << "adamw_update_segments " << what << " " << (t.defined() ? t.describe() : "undefined")
+      << " must be a CUDA fp32 tensor";
+}
+
+}  // namespace
+
+void CudaBackend::adamw_update_segments(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                                        const Tensor& segments, const AdamWStep& s, Tensor& model_copy) {
+  check_f32_device(param, "param");
+  check_f32_device(grad, "grad");
+  check_f32_device(exp_avg, "exp_avg");
+  check_f32_device(exp_avg_sq, "exp_avg_sq");
+  MT_CHECK(segments.defined() && segments.device() == Device::kCUDA && segments.dtype() == DType::kI64 &&
+           segments.ndim() == 2 && segments.dim(1) == 3)
+      << "adamw_update_segments segments must be a CUDA int64 [S, 3] tensor";
+  const int64_t n = param.numel();
+  MT_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n &&
+           (!model_copy.defined() || model_copy.numel() == n))
+      << "adamw_update_segments sizes";
+  if (model_copy.defined()) {
+    MT_CHECK(model_copy.device() == Device::kCUDA && is_float(model_copy.dtype()))
+        << "adamw_update_segments model copy " << model_copy.describe();
+  }
+  MT_CHECK(s.step >= 1) << "adamw_update_segments step " << s.step;
+  if (n == 0 || segments.dim(0) == 0) return;
+  // Host side exactly as adamw_update (apex): bias corrections in double, rounded once.
+  AdamWScalars a{};
+  a.lr = s.lr;
+  a.b1 = s.beta1;
+  a.b2 = s.beta2;
+  a.omb1 = 1.0f - s.beta1;
+  a.omb2 = 1.0f - s.beta2;
+  a.bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(s.beta1), static_cast<double>(s.step)));
+  a.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(s.beta2), static_cast<double>(s.step)));
+  a.eps = s.eps;
+  a.wd = s.weight_decay;
+  const int64_t blocks = (n + kTile - 1) / kTile;
+  MT_CHECK(blocks <= 0x7FFFFFFF) << "adamw_update_segments: " << n << " elements";
+  auto* p = static_cast<float*>(param.data());
+  const auto* g = static_cast<const float*>(grad.data());
+  auto* m = static_cast<float*>(exp_avg.data());
+  auto* v = static_cast<float*>(exp_avg_sq.data());
+  const auto* seg = static_cast<const int64_t*>(segments.data());
+  const int64_t S = segments.dim(0);
+  const dim3 grid(static_cast<unsigned>(blocks));
+  if (!model_copy.defined()) {
+    adamw_segments_kernel<void><<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, nullptr);
+  } else if (model_copy.dtype() == DType::kBF16) {
+    adamw_segments_kernel<__nv_bfloat16>
+        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<__nv_bfloat16*>(model_copy.data()));
+  } else if (model_copy.dtype() == DType::kF16) {
+    adamw_segments_kernel<__half>
+        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<__half*>(model_copy.data()));
+  } else {
+    adamw_segments_kernel<float>
+        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<float*>(model_copy.data()));
+  }
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace megatron::backend
