@@ -76,9 +76,6 @@ int run_bench(const CommandArgs& argv_in) {
     return 0;
   }
   train::TrainConfig c = parse_train_config(args, 1, nullptr);
-  if (c.recompute_granularity != train::RecomputeGranularity::kNone) {
-    throw_error("[--recompute-granularity] activation recomputation is not supported yet");
-  }
   c.model.vocab_size = kGpt2Vocab;
   c.model.padded_vocab_size =
       train::padded_vocab_size(kGpt2Vocab, c.make_vocab_size_divisible_by, c.tensor_model_parallel_size);

@@ -686,6 +686,9 @@ void fill_recompute(const Args& a, TrainConfig& c) {
         throw_error("[--recompute-num-layers] must be between 1 and the layers per pipeline stage (", per_stage,
                     "), got ", *c.recompute_num_layers);
       }
+      c.model.recompute =
+          c.recompute_method == RecomputeMethod::kUniform ? model::Recompute::kUniform : model::Recompute::kBlock;
+      c.model.recompute_num_layers = *c.recompute_num_layers;
       break;
     }
   }

@@ -9,6 +9,14 @@ namespace megatron::model {
 
 using Gelu = backend::Gelu;  // kTanh: Megatron's fused bias-GELU; kExact: erf
 
+// Full activation recomputation (Megatron's --recompute-granularity full): kUniform
+// recomputes every layer, in chunks of recompute_num_layers layers whose forward is re-run
+// together before their backward; kBlock recomputes only the first recompute_num_layers
+// layers, one at a time; the other layers keep their activations. Every layer's input (the
+// residual stream) is kept in both. Selective recomputation needs nothing here: flash
+// attention keeps no [s, s] probabilities to recompute.
+enum class Recompute { kNone, kUniform, kBlock };
+
 struct GPTConfig {
   int64_t num_layers = 0;            // --num-layers
   int64_t hidden_size = 0;           // --hidden-size
@@ -26,6 +34,22 @@ struct GPTConfig {
   bool untie_embeddings_and_output_weights = false;  // --untie-embeddings-and-output-weights
   Gelu gelu = Gelu::kTanh;
   bool add_bias_linear = true;       // --disable-bias-linear turns it off
+  Recompute recompute = Recompute::kNone;  // --recompute-method with --recompute-granularity full
+  int64_t recompute_num_layers = 1;        // --recompute-num-layers
+
+  bool recomputed(int64_t layer) const {
+    return recompute == Recompute::kUniform || (recompute == Recompute::kBlock && layer < recompute_num_layers);
+  }
+  // Layers whose activations are kept, and the activation slots recomputed layers share.
+  int64_t kept_layers() const {
+    if (recompute == Recompute::kUniform) return 0;
+    if (recompute == Recompute::kBlock) return num_layers - (recompute_num_layers < num_layers ? recompute_num_layers : num_layers);
+    return num_layers;
+  }
+  int64_t recompute_slots() const {
+    if (recompute == Recompute::kUniform) return recompute_num_layers < num_layers ? recompute_num_layers : num_layers;
+    return recompute == Recompute::kBlock && recompute_num_layers > 0 ? 1 : 0;
+  }
 };
 
 }  // namespace megatron::model

@@ -58,7 +58,18 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   labels_ = act({s, b}, DType::kI32);
   loss_weights_ = act({s, b}, DType::kF32);
   for (int64_t l = 0; l <= c.num_layers; ++l) xs_.push_back(act({s, b, h}, dtype_));
-  for (int64_t l = 0; l < c.num_layers; ++l) {
+  MT_CHECK(c.recompute == Recompute::kNone || c.recompute_num_layers >= 1) << "recompute_num_layers";
+  // Kept layers own a slot each (in layer order); recomputed layers share the slots after them.
+  for (int64_t l = 0, kept = 0; l < c.num_layers; ++l) {
+    if (!c.recomputed(l)) {
+      act_slot_.push_back(kept++);
+    } else if (c.recompute == Recompute::kUniform) {
+      act_slot_.push_back(c.kept_layers() + l % c.recompute_num_layers);
+    } else {
+      act_slot_.push_back(c.kept_layers());
+    }
+  }
+  for (int64_t l = 0; l < c.kept_layers() + c.recompute_slots(); ++l) {
     LayerActs a;
     a.ln1_out = act({n, h}, dtype_);
     a.ln1_mean = act({n}, DType::kF32);
@@ -146,9 +157,14 @@ float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
   backend_.copy(host_mask, loss_weights_);
 
   // Embedding: word + position, then (hidden) dropout.
-  Tensor emb = ws_h1_.view({s, b, config_.hidden_size});
-  backend_.embedding_forward(tokens_, param(word_emb_), param(pos_emb_), emb);
-  backend_.dropout_forward(emb, xs_[0], dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
+  const backend::DropoutParams emb_dropout = dropout_params(config_.hidden_dropout, -1, kSiteEmbedding);
+  if (emb_dropout.p == 0.0f) {
+    backend_.embedding_forward(tokens_, param(word_emb_), param(pos_emb_), xs_[0]);
+  } else {
+    Tensor emb = ws_h1_.view({s, b, config_.hidden_size});
+    backend_.embedding_forward(tokens_, param(word_emb_), param(pos_emb_), emb);
+    backend_.dropout_forward(emb, xs_[0], emb_dropout);
+  }
 
   for (int64_t l = 0; l < config_.num_layers; ++l) layer_forward(l);
 
@@ -170,7 +186,7 @@ float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
 
 void GPTModel::layer_forward(int64_t l) {
   const LayerParams& p = layer_params_[static_cast<size_t>(l)];
-  LayerActs& a = acts_[static_cast<size_t>(l)];
+  LayerActs& a = acts_[static_cast<size_t>(act_slot_[static_cast<size_t>(l)])];
   const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
   const Tensor x = xs_[static_cast<size_t>(l)].view({n, h});
   const float eps = config_.layernorm_epsilon;
@@ -206,26 +222,47 @@ void GPTModel::backward(float loss_scale, float grad_scale) {
   Tensor x_last = xs_[config_.num_layers].view({n, h});
   backend_.layernorm_backward(ws_h2_, x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_, ws_grad_,
                               grad(final_ln_w_), grad(final_ln_b_));
-  for (int64_t l = config_.num_layers - 1; l >= 0; --l) layer_backward(l, ws_grad_);
+  for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
+    // Entering a recomputed chunk from its top: re-run its forward from the kept input (the
+    // dropout masks are functions of (seed, iteration, micro-batch, layer), so they repeat).
+    if (config_.recomputed(l)) {
+      const int64_t first = config_.recompute == Recompute::kUniform
+                                ? l / config_.recompute_num_layers * config_.recompute_num_layers
+                                : l;
+      const bool top = config_.recompute == Recompute::kBlock || l == config_.num_layers - 1 ||
+                       (l + 1) % config_.recompute_num_layers == 0;
+      if (top) {
+        for (int64_t k = first; k <= l; ++k) layer_forward(k);
+      }
+    }
+    layer_backward(l, ws_grad_);
+  }
 
   // Embedding: through the dropout, then scatter-add into the word and position tables.
-  Tensor demb = ws_h1_.view({s, b, h});
-  backend_.dropout_backward(ws_grad_.view({s, b, h}), demb, dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
+  Tensor demb_buffer = ws_h1_.view({s, b, h});
+  const Tensor demb = through_dropout(ws_grad_.view({s, b, h}), demb_buffer,
+                                       dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
   backend_.embedding_backward(tokens_, demb, grad(word_emb_), grad(pos_emb_));
+}
+
+Tensor GPTModel::through_dropout(const Tensor& dy, Tensor& buffer, const backend::DropoutParams& dropout) {
+  if (dropout.p == 0.0f) return dy;  // the identity: no copy
+  backend_.dropout_backward(dy, buffer, dropout);
+  return buffer;
 }
 
 void GPTModel::layer_backward(int64_t l, Tensor& g) {
   const LayerParams& p = layer_params_[static_cast<size_t>(l)];
-  LayerActs& a = acts_[static_cast<size_t>(l)];
+  LayerActs& a = acts_[static_cast<size_t>(act_slot_[static_cast<size_t>(l)])];
   const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
   const Tensor x = xs_[static_cast<size_t>(l)].view({n, h});
   Tensor db_fc2 = optional_grad(p.fc2_b), db_fc1 = optional_grad(p.fc1_b);
   Tensor db_proj = optional_grad(p.proj_b), db_qkv = optional_grad(p.qkv_b);
 
   // MLP branch: g is d(x_out); x_out = x_mid + dropout(fc2 + b_fc2).
-  backend_.dropout_backward(g, ws_h1_, dropout_params(config_.hidden_dropout, l, kSiteMlpOut));
+  const Tensor d_fc2 = through_dropout(g, ws_h1_, dropout_params(config_.hidden_dropout, l, kSiteMlpOut));
   // FC2's backward through GELU: ws_f_ = d(fc1 + b_fc1).
-  backend_.linear_dgelu_backward(ws_h1_, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
+  backend_.linear_dgelu_backward(d_fc2, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
                                  config_.gelu);
   backend_.linear_backward(ws_f_, a.ln2_out, param(p.fc1_w), ws_h2_, grad(p.fc1_w), db_fc1);
   backend_.layernorm_backward(ws_h2_, a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, ws_h1_, grad(p.ln2_w),
@@ -233,9 +270,9 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   backend_.add(g, ws_h1_, g);  // g = d(x_mid): the residual path plus the MLP branch
 
   // Attention branch: x_mid = x + dropout(proj + b_proj).
-  backend_.dropout_backward(g, ws_h1_, dropout_params(config_.hidden_dropout, l, kSiteAttentionOut));
+  const Tensor d_proj = through_dropout(g, ws_h1_, dropout_params(config_.hidden_dropout, l, kSiteAttentionOut));
   Tensor dq = ws_q_.view({n, q_size_});
-  backend_.linear_backward(ws_h1_, a.attn_out.view({n, q_size_}), param(p.proj_w), dq, grad(p.proj_w), db_proj);
+  backend_.linear_backward(d_proj, a.attn_out.view({n, q_size_}), param(p.proj_w), dq, grad(p.proj_w), db_proj);
   backend_.attention_backward(ws_q_, a.qkv, a.attn_out, a.attn_lse, ws_qkv_, attention_params(l));
   backend_.linear_backward(ws_qkv_.view({n, 3 * q_size_}), a.ln1_out, param(p.qkv_w), ws_h2_, grad(p.qkv_w), db_qkv);
   backend_.layernorm_backward(ws_h2_, x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, ws_h1_, grad(p.ln1_w), grad(p.ln1_b));

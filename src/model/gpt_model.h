@@ -61,7 +61,7 @@ class GPTModel {
   // Loss of one micro-batch: sum(loss * mask) / sum(mask) (0 when the mask is empty).
   // Saves the activations for backward().
   float forward(const MicroBatch& batch, const DropoutContext& dropout);
-  // The fp32 logits [s*b, V] of the last forward (row si*b + bi), until backward() reuses the
+  // The logits [s*b, V] (model dtype) of the last forward (row si*b + bi), until backward() reuses the
   // buffer for their gradient.
   const Tensor& logits() const { return logits_; }
   // Accumulates into the fp32 gradients the gradient of (loss * loss_scale * grad_scale), with
@@ -83,6 +83,9 @@ class GPTModel {
   backend::DropoutParams dropout_params(float p, int64_t layer, int site) const;
   backend::AttentionParams attention_params(int64_t layer) const;
   void layer_forward(int64_t l);
+  // d(input) of a dropout from its output gradient dy: dy itself without dropout, else the
+  // masked gradient written into `buffer`.
+  Tensor through_dropout(const Tensor& dy, Tensor& buffer, const backend::DropoutParams& dropout);
   // grad_x: gradient w.r.t. the layer's output on entry, w.r.t. its input on exit.
   void layer_backward(int64_t l, Tensor& grad_x);
 
@@ -101,7 +104,8 @@ class GPTModel {
   Tensor tokens_, labels_, loss_weights_;
   // xs_[l] is the input of layer l, xs_[L] the last layer's output; xs_[0] = dropout(embedding).
   std::vector<Tensor> xs_;
-  std::vector<LayerActs> acts_;
+  std::vector<LayerActs> acts_;      // kept layers' slots, then the recompute slots
+  std::vector<int64_t> act_slot_;    // per layer: its index into acts_
   Tensor final_ln_out_, final_ln_mean_, final_ln_rstd_;
   // [n, V] in the model dtype, as Megatron's output layer (the cross-entropy reads them in fp32).
   Tensor logits_;

@@ -38,7 +38,8 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
   // (model dtype) with mean/rstd; logits [n, V] in the model dtype (their gradient reuses the
   // buffer); fp32 losses and lse [n]; int32 tokens and labels and fp32 loss weights [n].
   const int64_t outside = (L + 1) * n * h * e + n * h * e + 2 * n * 4 + n * V * e + 2 * n * 4 + 3 * n * 4;
-  p.activations = L * layer + outside;
+  // Recomputed layers share slots (model/gpt_config.h); their inputs stay in the residual stream.
+  p.activations = (c.kept_layers() + c.recompute_slots()) * layer + outside;
   // Workspace (model dtype): three [n, h] (gradient stream and two temporaries), [n, 3q],
   // [n, q] and [n, f].
   p.workspace = (3 * n * h + 4 * n * q + n * f) * e;

@@ -60,10 +60,6 @@ extern "C" void on_sigterm(int) { g_exit_requested.store(true); }
 Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out)
     : config_(config), backend_(backend), out_(out) {
   const TrainConfig& c = config_;
-  if (c.recompute_granularity != RecomputeGranularity::kNone) {
-    throw_error("[--recompute-granularity] activation recomputation is not supported yet (every activation is "
-                "kept; --dry-run shows the memory that takes)");
-  }
   microbatches_ = std::make_unique<NumMicroBatchesCalculator>(c.microbatch_calculator());
   out_ << microbatches_->describe() << '\n';
   train_iters_ = c.total_train_iters();

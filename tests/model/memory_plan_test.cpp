@@ -25,6 +25,8 @@ struct Case {
   bool bias;
   int64_t micro_batch;
   int64_t kv_channels;
+  Recompute recompute = Recompute::kNone;
+  int64_t recompute_num_layers = 1;
 };
 
 class MemoryPlanTest : public ::testing::TestWithParam<Case> {};
@@ -43,6 +45,8 @@ TEST_P(MemoryPlanTest, PlanEqualsAllocatedBytes) {
   c.padded_vocab_size = 64;
   c.untie_embeddings_and_output_weights = k.untied;
   c.add_bias_linear = k.bias;
+  c.recompute = k.recompute;
+  c.recompute_num_layers = k.recompute_num_layers;
   const MemoryPlan plan = plan_memory(c, k.dtype, k.micro_batch);
 
   auto backend = backend::make_cpu_backend();
@@ -87,7 +91,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MemoryPlanTest,
                          ::testing::Values(Case{"fp32", DType::kF32, false, true, 2, 8},
                                            Case{"bf16", DType::kBF16, false, true, 3, 8},
                                            Case{"fp16_untied", DType::kF16, true, true, 1, 8},
-                                           Case{"bf16_nobias_kv5", DType::kBF16, false, false, 2, 5}),
+                                           Case{"bf16_nobias_kv5", DType::kBF16, false, false, 2, 5},
+                                           Case{"bf16_recompute_uniform2", DType::kBF16, false, true, 2, 8,
+                                                Recompute::kUniform, 2},
+                                           Case{"fp32_recompute_block1", DType::kF32, false, true, 2, 8,
+                                                Recompute::kBlock, 1}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(MemoryPlan, Gpt3_175BNumbers) {
