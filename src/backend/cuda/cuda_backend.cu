@@ -27,7 +27,7 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLASLt workspace
 // Reduction scratch: bias_grad's per-split column partials (up to 2M floats), sum_squares'
 // per-block doubles, counters, and an aligned copy of a GEMM bias (cuda_gemm.cu).
-constexpr size_t kScratchBytes = size_t{8} << 20;
+constexpr size_t kScratchBytes = cuda::kBackendScratchBytes;  // cuda_common.cuh
 constexpr int kThreads = 256;
 
 // ---- checks ------------------------------------------------------------------------------
