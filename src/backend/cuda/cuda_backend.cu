@@ -1,9 +1,13 @@
 // CUDA backend: construction, memory, copy/convert, fill, elementwise add/scale, bias_grad,
 // whole-tensor reductions and the AdamW update. See cuda_backend.h for the numerics contract.
 //
-// Reductions are deterministic: the work split depends only on the tensor's shape (never on
-// timing or the SM count), each block reduces in a fixed tree order, and partial results are
-// combined by a second pass in index order. Integer counters (count_zeros) may use atomics,
+// Reductions are deterministic: the work split depends only on the tensor's shape and dtype
+// (never on timing or the SM count), each block reduces in a fixed tree order, and partial
+// results are combined by a second pass in a fixed order (bias_grad: 16 lanes each adding
+// every 16th split in order, then the lanes in order; sum_squares: a fixed tree).
+// add, scale and bias_grad read 16-byte vectors (8 bf16/fp16 or 4 fp32 elements) when the
+// pointers are aligned (bias_grad: and cols % 8 or 4 == 0); otherwise the same operations
+// element by element (bias_grad: in the same order). Integer counters (count_zeros) may use atomics,
 // since integer addition is exact and order-free.
 #include <algorithm>
 #include <cmath>
@@ -27,7 +31,7 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLASLt workspace
 // Reduction scratch: bias_grad's per-split column partials (up to 2M floats), sum_squares'
 // per-block doubles, counters, and an aligned copy of a GEMM bias (cuda_gemm.cu).
-constexpr size_t kScratchBytes = size_t{8} << 20;
+constexpr size_t kScratchBytes = cuda::kBackendScratchBytes;  // cuda_common.cuh
 constexpr int kThreads = 256;
 
 // ---- checks ------------------------------------------------------------------------------
@@ -186,49 +190,118 @@ __global__ void scale_kernel(typename Elem<D>::T* x, int64_t n, float alpha) {
   }
 }
 
-// bias_grad, pass 1. Block (32, 8): threadIdx.x picks a column of a 32-column chunk
-// (blockIdx.x), threadIdx.y one of 8 row lanes; blockIdx.y is a split of the rows. Each
-// thread sums its rows in order, the 8 lanes are combined by a fixed tree, and the split's
-// column sums go to partial[split, col] (splits > 1) or straight into dbias (one split).
-constexpr int kBgCols = 32, kBgLanes = 8;
-
-template <DType D>
-__global__ void bias_grad_kernel(const typename Elem<D>::T* dy, int64_t rows, int64_t cols, int64_t rows_per_split,
-                                 float* partial, void* dbias, DType dbias_dt) {
-  __shared__ float acc[kBgLanes][kBgCols];
-  const int64_t col = blockIdx.x * int64_t{kBgCols} + threadIdx.x;
-  const int64_t r0 = blockIdx.y * rows_per_split;
-  const int64_t r1 = min(rows, r0 + rows_per_split);
-  float s = 0.0f;
-  if (col < cols) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kBgLanes) s = __fadd_rn(s, Elem<D>::load(dy, r * cols + col));
-  }
-  acc[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
+// add / scale, vector fast path (every pointer 16-byte aligned): thread j of the grid takes
+// the 16-byte vectors j, j + grid, ... (8 bf16/fp16 or 4 fp32 elements), the last partial
+// vector element by element; the same single fp32 operation and RNE rounding as above.
+template <class T>
+__global__ void add_vec_kernel(const T* a, const T* b, T* out, int64_t n) {
+  constexpr int W = kVecWidth<T>;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x * W;
+  for (int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) * W; i < n; i += stride) {
+    float va[W], vb[W];
+    if (i + W <= n) {
+      load_vec<T>(a + i, va);
+      load_vec<T>(b + i, vb);
 #pragma unroll
-  for (int half = kBgLanes / 2; half > 0; half /= 2) {
-    if (threadIdx.y < half) {
-      acc[threadIdx.y][threadIdx.x] = __fadd_rn(acc[threadIdx.y][threadIdx.x], acc[threadIdx.y + half][threadIdx.x]);
-    }
-    __syncthreads();
-  }
-  if (threadIdx.y == 0 && col < cols) {
-    const float total = acc[0][threadIdx.x];
-    if (partial) {
-      partial[blockIdx.y * cols + col] = total;
+      for (int e = 0; e < W; ++e) va[e] = __fadd_rn(va[e], vb[e]);
+      store_vec<T>(out + i, va);
     } else {
-      store_f(dbias, dbias_dt, col, __fadd_rn(load_f(dbias, dbias_dt, col), total));
+      for (int64_t j = i; j < n; ++j) out[j] = from_f32<T>(__fadd_rn(to_f32<T>(a[j]), to_f32<T>(b[j])));
     }
   }
 }
 
-// bias_grad, pass 2: dbias[col] (+=) the splits' partial sums, in split order.
+template <class T>
+__global__ void scale_vec_kernel(T* x, int64_t n, float alpha) {
+  constexpr int W = kVecWidth<T>;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x * W;
+  for (int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) * W; i < n; i += stride) {
+    float v[W];
+    if (i + W <= n) {
+      load_vec<T>(x + i, v);
+#pragma unroll
+      for (int e = 0; e < W; ++e) v[e] = __fmul_rn(v[e], alpha);
+      store_vec<T>(x + i, v);
+    } else {
+      for (int64_t j = i; j < n; ++j) x[j] = from_f32<T>(__fmul_rn(to_f32<T>(x[j]), alpha));
+    }
+  }
+}
+
+// bias_grad, pass 1. Block (32, 8): threadIdx.x picks a group of W = 16 / sizeof(T) adjacent
+// columns (8 bf16/fp16, 4 fp32) of a tile of 32 W columns (blockIdx.x), threadIdx.y one of 8
+// row lanes; blockIdx.y is a split of the rows. Each thread sums its rows r0 + y, r0 + y + 8,
+// ... in order for its W columns (one 16-byte load per row when kVec: dy aligned and cols % W
+// == 0; else the same columns element by element, the same order), the 8 lanes are combined
+// by a fixed tree, and the split's column sums go to partial[split, col] (splits > 1) or
+// straight into dbias (one split).
+constexpr int kBgCols = 32, kBgLanes = 8;
+
+template <class T, bool kVec>
+__global__ void bias_grad_kernel(const T* dy, int64_t rows, int64_t cols, int64_t rows_per_split, float* partial,
+                                 void* dbias, DType dbias_dt) {
+  constexpr int W = kVecWidth<T>;
+  __shared__ float acc[kBgLanes][W][kBgCols];
+  const int64_t c0 = (blockIdx.x * int64_t{kBgCols} + threadIdx.x) * W;
+  const int64_t r0 = blockIdx.y * rows_per_split;
+  const int64_t r1 = min(rows, r0 + rows_per_split);
+  float s[W];
+#pragma unroll
+  for (int e = 0; e < W; ++e) s[e] = 0.0f;
+  if (c0 < cols) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kBgLanes) {
+      float v[W];
+      load_chunk<T, kVec>(dy + r * cols, c0, cols, v);
+#pragma unroll
+      for (int e = 0; e < W; ++e) s[e] = __fadd_rn(s[e], v[e]);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < W; ++e) acc[threadIdx.y][e][threadIdx.x] = s[e];
+  __syncthreads();
+#pragma unroll
+  for (int half = kBgLanes / 2; half > 0; half /= 2) {
+    if (threadIdx.y < half) {
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        acc[threadIdx.y][e][threadIdx.x] =
+            __fadd_rn(acc[threadIdx.y][e][threadIdx.x], acc[threadIdx.y + half][e][threadIdx.x]);
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.y == 0) {
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      const int64_t col = c0 + e;
+      if (col >= cols) break;
+      const float total = acc[0][e][threadIdx.x];
+      if (partial) {
+        partial[blockIdx.y * cols + col] = total;
+      } else {
+        store_f(dbias, dbias_dt, col, __fadd_rn(load_f(dbias, dbias_dt, col), total));
+      }
+    }
+  }
+}
+
+// bias_grad, pass 2: dbias[col] (+=) the splits' partial sums. Block (32 columns, 16 lanes):
+// lane y adds splits y, y + 16, ... in order, then the 16 lane sums are added in lane order.
+constexpr int kBgCombineLanes = 16;
 __global__ void bias_grad_combine_kernel(const float* partial, int64_t splits, int64_t cols, void* dbias,
                                          DType dbias_dt) {
-  const int64_t col = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (col >= cols) return;
+  __shared__ float acc[kBgCombineLanes][kBgCols + 1];
+  const int64_t col = blockIdx.x * int64_t{kBgCols} + threadIdx.x;
   float s = 0.0f;
-  for (int64_t k = 0; k < splits; ++k) s = __fadd_rn(s, partial[k * cols + col]);
+  if (col < cols) {
+    for (int64_t k = threadIdx.y; k < splits; k += kBgCombineLanes) s = __fadd_rn(s, partial[k * cols + col]);
+  }
+  acc[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= cols) return;
+  s = acc[0][threadIdx.x];
+#pragma unroll
+  for (int y = 1; y < kBgCombineLanes; ++y) s = __fadd_rn(s, acc[y][threadIdx.x]);
   store_f(dbias, dbias_dt, col, __fadd_rn(load_f(dbias, dbias_dt, col), s));
 }
 
@@ -455,7 +528,14 @@ void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
   const int64_t n = a.numel();
   if (n == 0) return;
   const unsigned grid = grid_for(n, kThreads);
-  if (a.dtype() == b.dtype() && a.dtype() == out.dtype()) {
+  if (a.dtype() == b.dtype() && a.dtype() == out.dtype() && vec_aligned(a.data()) && vec_aligned(b.data()) &&
+      vec_aligned(out.data())) {
+    dispatch_float_type(a.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      add_vec_kernel<T><<<grid_for((n + kVecWidth<T> - 1) / kVecWidth<T>, kThreads), kThreads, 0, stream_>>>(
+          static_cast<const T*>(a.data()), static_cast<const T*>(b.data()), static_cast<T*>(out.data()), n);
+    });
+  } else if (a.dtype() == b.dtype() && a.dtype() == out.dtype()) {
     dispatch_float(a.dtype(), [&](auto d) {
       constexpr DType D = decltype(d)::value;
       using T = typename Elem<D>::T;
@@ -473,11 +553,19 @@ void CudaBackend::scale(Tensor& x, float alpha) {
   check_float_device(x, "scale x");
   const int64_t n = x.numel();
   if (n == 0) return;
-  dispatch_float(x.dtype(), [&](auto d) {
-    constexpr DType D = decltype(d)::value;
-    using T = typename Elem<D>::T;
-    scale_kernel<D><<<grid_for(n, kThreads), kThreads, 0, stream_>>>(static_cast<T*>(x.data()), n, alpha);
-  });
+  if (vec_aligned(x.data())) {
+    dispatch_float_type(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      scale_vec_kernel<T><<<grid_for((n + kVecWidth<T> - 1) / kVecWidth<T>, kThreads), kThreads, 0, stream_>>>(
+          static_cast<T*>(x.data()), n, alpha);
+    });
+  } else {
+    dispatch_float(x.dtype(), [&](auto d) {
+      constexpr DType D = decltype(d)::value;
+      using T = typename Elem<D>::T;
+      scale_kernel<D><<<grid_for(n, kThreads), kThreads, 0, stream_>>>(static_cast<T*>(x.data()), n, alpha);
+    });
+  }
   MT_CUDA_LAUNCH_CHECK();
 }
 
@@ -489,31 +577,33 @@ void CudaBackend::bias_grad(const Tensor& dy, Tensor& dbias) {
       << "bias_grad: dy " << dy.describe() << " vs dbias " << dbias.describe();
   const int64_t rows = dy.numel() / cols;
   if (rows == 0) return;
-  // The split of the rows depends only on (rows, cols): about 1024 blocks in all, at least 64
-  // rows per split, and the partials must fit the scratch buffer.
-  const int64_t col_blocks = (cols + kBgCols - 1) / kBgCols;
-  int64_t splits = (1024 + col_blocks - 1) / col_blocks;
-  splits = std::min<int64_t>(splits, (rows + 63) / 64);
-  splits = std::min<int64_t>(splits, static_cast<int64_t>(scratch_bytes_ / sizeof(float)) / cols);
-  splits = std::max<int64_t>(splits, 1);
-  const int64_t rows_per_split = (rows + splits - 1) / splits;
-  splits = (rows + rows_per_split - 1) / rows_per_split;  // no empty split
-  MT_CHECK(col_blocks < (int64_t{1} << 31) && splits <= 65535) << "bias_grad grid " << col_blocks << "x" << splits;
-  float* partial = splits > 1 ? static_cast<float*>(scratch_) : nullptr;
-  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits));
-  const dim3 block(kBgCols, kBgLanes);
-  dispatch_float(dy.dtype(), [&](auto d) {
-    constexpr DType D = decltype(d)::value;
-    using T = typename Elem<D>::T;
-    bias_grad_kernel<D><<<grid, block, 0, stream_>>>(static_cast<const T*>(dy.data()), rows, cols, rows_per_split,
-                                                     partial, dbias.data(), dbias.dtype());
-  });
-  MT_CUDA_LAUNCH_CHECK();
-  if (partial) {
-    bias_grad_combine_kernel<<<static_cast<unsigned>((cols + kThreads - 1) / kThreads), kThreads, 0, stream_>>>(
-        partial, splits, cols, dbias.data(), dbias.dtype());
+  // The split of the rows depends only on (rows, cols, dy's dtype): about 1024 blocks in all,
+  // at least 64 rows per split, and the partials must fit the scratch buffer.
+  dispatch_float_type(dy.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int W = kVecWidth<T>;
+    const int64_t col_blocks = (cols + kBgCols * W - 1) / (kBgCols * W);
+    int64_t splits = (1024 + col_blocks - 1) / col_blocks;
+    splits = std::min<int64_t>(splits, (rows + 63) / 64);
+    splits = std::min<int64_t>(splits, static_cast<int64_t>(scratch_bytes_ / sizeof(float)) / cols);
+    splits = std::max<int64_t>(splits, 1);
+    const int64_t rows_per_split = (rows + splits - 1) / splits;
+    splits = (rows + rows_per_split - 1) / rows_per_split;  // no empty split
+    MT_CHECK(col_blocks < (int64_t{1} << 31) && splits <= 65535) << "bias_grad grid " << col_blocks << "x" << splits;
+    float* partial = splits > 1 ? static_cast<float*>(scratch_) : nullptr;
+    const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits));
+    const dim3 block(kBgCols, kBgLanes);
+    const bool vec = cols % W == 0 && vec_aligned(dy.data());
+    auto kernel = vec ? bias_grad_kernel<T, true> : bias_grad_kernel<T, false>;
+    kernel<<<grid, block, 0, stream_>>>(static_cast<const T*>(dy.data()), rows, cols, rows_per_split, partial,
+                                        dbias.data(), dbias.dtype());
     MT_CUDA_LAUNCH_CHECK();
-  }
+    if (partial) {
+      bias_grad_combine_kernel<<<static_cast<unsigned>((cols + kBgCols - 1) / kBgCols), dim3(kBgCols, kBgCombineLanes),
+                                 0, stream_>>>(partial, splits, cols, dbias.data(), dbias.dtype());
+      MT_CUDA_LAUNCH_CHECK();
+    }
+  });
 }
 
 // ---- reductions ---------------------------------------------------------------------------

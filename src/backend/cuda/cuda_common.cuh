@@ -1,15 +1,19 @@
 // Device helpers shared by the CUDA backend's .cu files: typed element access for the three
-// float dtypes, and Philox4x32-10 identical to core/rng.cpp (so dropout masks match the CPU
-// backend bit for bit).
+// float dtypes (runtime-dtype scalar access, and compile-time-typed 16-byte vectors for the
+// memory-bound kernels), and Philox4x32-10 identical to core/rng.cpp (so dropout masks match
+// the CPU backend bit for bit).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace megatron::backend::cuda {
@@ -116,6 +120,166 @@ __device__ __forceinline__ float dropout_multiplier(uint64_t seed, uint64_t stre
   if (p == 0.0f) return 1.0f;
   return philox_uniform(seed, stream, index) >= p ? 1.0f / (1.0f - p) : 0.0f;
 }
+
+// ---- compile-time-typed access: one dtype dispatch per launch, 16-byte vectors ---------------
+// T is float, __nv_bfloat16 or __half; arithmetic is fp32, stores round to nearest even (the
+// same conversions as load_f/store_f).
+
+// Bytes of the backend's persistent reduction scratch (CudaBackend::scratch(); allocated once
+// in cuda_backend.cu): kernels whose intermediates fit use it instead of a stream allocation.
+constexpr size_t kBackendScratchBytes = size_t{8} << 20;
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<T>{}) with T the device type of float dtype d.
+template <class F>
+void dispatch_float_type(DType d, F&& f) {
+  switch (d) {
+    case DType::kF32: f(TypeTag<float>{}); return;
+    case DType::kBF16: f(TypeTag<__nv_bfloat16>{}); return;
+    case DType::kF16: f(TypeTag<__half>{}); return;
+    default: MT_CHECK(false) << "not a float dtype: " << dtype_name(d);
+  }
+}
+
+// Elements in one 16-byte vector: 4 fp32, 8 bf16/fp16.
+template <class T>
+constexpr int kVecWidth = static_cast<int>(16 / sizeof(T));
+
+template <class T>
+__device__ __forceinline__ float to_f32(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(v);
+  } else {
+    return __half2float(v);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ T from_f32(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else {
+    return __float2half_rn(v);
+  }
+}
+
+// The two 16-bit values packed in a 32-bit word (low half first) as fp32, and back (RNE).
+template <class T>
+__device__ __forceinline__ void unpack2(uint32_t w, float& lo, float& hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    lo = __uint_as_float(w << 16);
+    hi = __uint_as_float(w & 0xFFFF0000u);
+  } else {
+    lo = __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xFFFFu)));
+    hi = __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+  }
+}
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+           (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+  } else {
+    return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |
+           (static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16);
+  }
+}
+
+// The kVecWidth<T> elements of a raw 16-byte vector (T's bits, element 0 in the low bits of
+// q.x) as fp32. Kernels that keep a row in registers keep it raw: half the registers for
+// 16-bit types, converted again where it is used.
+template <class T>
+__device__ __forceinline__ void unpack_vec(const uint4& q, float (&v)[kVecWidth<T>]) {
+  if constexpr (std::is_same_v<T, float>) {
+    v[0] = __uint_as_float(q.x);
+    v[1] = __uint_as_float(q.y);
+    v[2] = __uint_as_float(q.z);
+    v[3] = __uint_as_float(q.w);
+  } else {
+    unpack2<T>(q.x, v[0], v[1]);
+    unpack2<T>(q.y, v[2], v[3]);
+    unpack2<T>(q.z, v[4], v[5]);
+    unpack2<T>(q.w, v[6], v[7]);
+  }
+}
+
+// One 16-byte load of kVecWidth<T> elements at p (16-byte aligned) as fp32.
+template <class T>
+__device__ __forceinline__ void load_vec(const T* p, float (&v)[kVecWidth<T>]) {
+  unpack_vec<T>(*reinterpret_cast<const uint4*>(p), v);
+}
+
+// Elements [i, i + kVecWidth<T>) of p as a raw vector: one 16-byte load when kVec (p + i
+// aligned, i + width <= n), else element by element, those at or past n as zero bits.
+template <class T, bool kVec>
+__device__ __forceinline__ uint4 load_raw(const T* p, int64_t i, int64_t n) {
+  if constexpr (kVec) {
+    return *reinterpret_cast<const uint4*>(p + i);
+  } else {
+    uint32_t w[4];
+    if constexpr (std::is_same_v<T, float>) {
+      const uint32_t* u = reinterpret_cast<const uint32_t*>(p);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) w[e] = i + e < n ? u[i + e] : 0u;
+    } else {
+      const uint16_t* u = reinterpret_cast<const uint16_t*>(p);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t lo = i + 2 * e < n ? u[i + 2 * e] : 0u;
+        const uint32_t hi = i + 2 * e + 1 < n ? u[i + 2 * e + 1] : 0u;
+        w[e] = lo | (hi << 16);
+      }
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+// One 16-byte store of kVecWidth<T> elements at p (16-byte aligned), rounded to T.
+template <class T>
+__device__ __forceinline__ void store_vec(T* p, const float (&v)[kVecWidth<T>]) {
+  uint4 q;
+  if constexpr (std::is_same_v<T, float>) {
+    q = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+  } else {
+    q = make_uint4(pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]), pack2<T>(v[4], v[5]), pack2<T>(v[6], v[7]));
+  }
+  *reinterpret_cast<uint4*>(p) = q;
+}
+
+// Elements [i, i + kVecWidth<T>) of p as fp32: one vector load when kVec (the caller guarantees
+// alignment and i + width <= n), else element by element, those at or past n read as 0.
+template <class T, bool kVec>
+__device__ __forceinline__ void load_chunk(const T* p, int64_t i, int64_t n, float (&v)[kVecWidth<T>]) {
+  if constexpr (kVec) {
+    load_vec<T>(p + i, v);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kVecWidth<T>; ++e) v[e] = i + e < n ? to_f32<T>(p[i + e]) : 0.0f;
+  }
+}
+
+// Stores elements [i, min(i + kVecWidth<T>, n)) of p, rounded to T (see load_chunk).
+template <class T, bool kVec>
+__device__ __forceinline__ void store_chunk(T* p, int64_t i, int64_t n, const float (&v)[kVecWidth<T>]) {
+  if constexpr (kVec) {
+    store_vec<T>(p + i, v);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kVecWidth<T>; ++e)
+      if (i + e < n) p[i + e] = from_f32<T>(v[e]);
+  }
+}
+
+// True when p is aligned to a 16-byte vector.
+inline bool vec_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Grid size for a grid-stride loop over n elements.
 inline unsigned grid_for(int64_t n, int threads = 256) {

@@ -7,8 +7,14 @@
 // i % 4 of block i / 4) at a quarter of the RNG cost. When every pointer is aligned to the
 // group's size a group is one 16-byte (fp32) or 8-byte (16-bit) access, else 4 scalar ones.
 // Arithmetic is fp32 in the CPU's order; outputs are rounded RNE to their dtype.
+// Fast path (every tensor, bias included, of one dtype and 16-byte aligned; the model's case):
+// the kernels are templated on the dtype and read 16-byte vectors of 8 bf16/fp16 or 4 fp32
+// elements (two or one Philox blocks, the same words per element), the last partial vector
+// element by element, with the same arithmetic; the generic kernels below it take the rest.
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -100,6 +106,101 @@ __global__ void bias_dropout_add_kernel(const void* x, DType xdt, const void* bi
   }
 }
 
+// ---- 16-byte vector fast path ------------------------------------------------------------------
+// All tensors (and the bias, if any) of one dtype T and 16-byte aligned: thread j of the grid
+// handles vectors j, j + grid, ... of W = 16 / sizeof(T) elements (8 bf16/fp16, 4 fp32): one
+// 16-byte load per input and one store, W / 4 Philox blocks (element i still uses word i % 4
+// of block i / 4), and the last partial vector (n % W elements) element by element. The bias
+// of element i is bias[i % cols]: one 16-byte load when cols % W == 0 (kBiasVec; a vector
+// never wraps), else element by element with wrap-around.
+enum BiasMode { kNoBias = 0, kBiasVec = 1, kBiasScalar = 2 };
+
+// The W elements of vector i (elements past n read as 0).
+template <class T>
+__device__ __forceinline__ void load_tail_or_vec(const T* p, int64_t i, int64_t n, float (&v)[kVecWidth<T>]) {
+  if (i + kVecWidth<T> <= n) {
+    load_vec<T>(p + i, v);
+  } else {
+    load_chunk<T, false>(p, i, n, v);
+  }
+}
+template <class T>
+__device__ __forceinline__ void store_tail_or_vec(T* p, int64_t i, int64_t n, const float (&v)[kVecWidth<T>]) {
+  if (i + kVecWidth<T> <= n) {
+    store_vec<T>(p + i, v);
+  } else {
+    store_chunk<T, false>(p, i, n, v);
+  }
+}
+
+// Dropout multipliers of elements [i, i + W), i a multiple of W.
+template <int W>
+__device__ __forceinline__ void dropout_w(uint64_t seed, uint64_t stream, int64_t i, float p, float (&m)[W]) {
+#pragma unroll
+  for (int q = 0; q < W / 4; ++q) {
+    float m4[4];
+    dropout4(seed, stream, i + 4 * q, p, m4);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) m[4 * q + k] = m4[k];
+  }
+}
+
+// bias[(i + e) % cols] for e < W, with col = i % cols.
+template <class T, int kBias>
+__device__ __forceinline__ void bias_w(const T* bias, int64_t col, int64_t cols, float (&b)[kVecWidth<T>]) {
+  constexpr int W = kVecWidth<T>;
+  if constexpr (kBias == kNoBias) {
+#pragma unroll
+    for (int e = 0; e < W; ++e) b[e] = 0.0f;
+  } else if constexpr (kBias == kBiasVec) {
+    load_vec<T>(bias + col, b);
+  } else {
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      b[e] = to_f32<T>(bias[col]);
+      if (++col == cols) col = 0;
+    }
+  }
+}
+
+template <class T>
+__global__ void dropout_vec_kernel(const T* x, T* out, int64_t n, DropoutArgs d) {
+  constexpr int W = kVecWidth<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * W;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * W; i < n; i += stride) {
+    float v[W], m[W];
+    load_tail_or_vec<T>(x, i, n, v);
+    dropout_w<W>(d.seed, d.stream, i, d.p, m);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = __fmul_rn(v[k], m[k]);
+    store_tail_or_vec<T>(out, i, n, v);
+  }
+}
+
+// out = residual + dropout(x + bias), with the CPU's rounding order (no fused multiply-add).
+template <class T, int kBias>
+__global__ void bias_dropout_add_vec_kernel(const T* x, const T* bias, const T* res, T* out, int64_t n, int64_t cols,
+                                            int64_t stride_mod_cols, DropoutArgs d) {
+  constexpr int W = kVecWidth<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * W;
+  int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * W;
+  int64_t col = kBias == kNoBias ? 0 : i % cols;  // then advanced, not divided again
+  for (; i < n; i += stride) {
+    float v[W], b[W], r[W], m[W];
+    load_tail_or_vec<T>(x, i, n, v);
+    load_tail_or_vec<T>(res, i, n, r);
+    bias_w<T, kBias>(bias, col, cols, b);
+    dropout_w<W>(d.seed, d.stream, i, d.p, m);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = __fadd_rn(r[k], __fmul_rn(__fadd_rn(v[k], b[k]), m[k]));
+    store_tail_or_vec<T>(out, i, n, v);
+    if constexpr (kBias != kNoBias) {
+      col += stride_mod_cols;
+      if (col >= cols) col -= cols;
+    }
+  }
+}
+
 template <bool kTanh>
 __device__ __forceinline__ float gelu(float x) {
   if (kTanh) return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
@@ -149,6 +250,49 @@ __global__ void bias_gelu_backward_kernel(const void* dy, DType dydt, const void
   }
 }
 
+template <class T, bool kTanh, int kBias>
+__global__ void bias_gelu_forward_vec_kernel(const T* x, const T* bias, T* out, int64_t n, int64_t cols,
+                                             int64_t stride_mod_cols) {
+  constexpr int W = kVecWidth<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * W;
+  int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * W;
+  int64_t col = kBias == kNoBias ? 0 : i % cols;
+  for (; i < n; i += stride) {
+    float v[W], b[W];
+    load_tail_or_vec<T>(x, i, n, v);
+    bias_w<T, kBias>(bias, col, cols, b);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = gelu<kTanh>(v[k] + b[k]);
+    store_tail_or_vec<T>(out, i, n, v);
+    if constexpr (kBias != kNoBias) {
+      col += stride_mod_cols;
+      if (col >= cols) col -= cols;
+    }
+  }
+}
+
+template <class T, bool kTanh, int kBias>
+__global__ void bias_gelu_backward_vec_kernel(const T* dy, const T* x, const T* bias, T* dx, int64_t n, int64_t cols,
+                                              int64_t stride_mod_cols) {
+  constexpr int W = kVecWidth<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * W;
+  int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * W;
+  int64_t col = kBias == kNoBias ? 0 : i % cols;
+  for (; i < n; i += stride) {
+    float d[W], v[W], b[W];
+    load_tail_or_vec<T>(dy, i, n, d);
+    load_tail_or_vec<T>(x, i, n, v);
+    bias_w<T, kBias>(bias, col, cols, b);
+#pragma unroll
+    for (int k = 0; k < W; ++k) d[k] = d[k] * gelu_grad<kTanh>(v[k] + b[k]);
+    store_tail_or_vec<T>(dx, i, n, d);
+    if constexpr (kBias != kNoBias) {
+      col += stride_mod_cols;
+      if (col >= cols) col -= cols;
+    }
+  }
+}
+
 // ---- host helpers -----------------------------------------------------------------------------
 
 void check_device_float(const Tensor& t, const char* what) {
@@ -182,6 +326,37 @@ bool group_aligned(const Tensor& t) {
 
 DropoutArgs dropout_args(const DropoutParams& d) { return DropoutArgs{d.seed, d.stream, d.p}; }
 
+// The vector fast path applies: every tensor of `dtype` and 16-byte aligned.
+bool vec_path(DType dtype, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    if (t->defined() && (t->dtype() != dtype || !vec_aligned(t->data()))) return false;
+  }
+  return true;
+}
+
+// Launch shape of the vector kernels (one thread per vector, grid_for's cap) and the bias
+// cursor's step, (grid * threads * W) % cols.
+struct VecLaunch {
+  unsigned grid;
+  int64_t stride_mod_cols;
+};
+VecLaunch vec_launch(int64_t n, int width, int64_t cols) {
+  const unsigned grid = grid_for((n + width - 1) / width, kThreads);
+  return VecLaunch{grid, (static_cast<int64_t>(grid) * kThreads * width) % cols};
+}
+
+// Calls f(std::integral_constant<int, mode>{}) for the bias mode of `bias` on rows of `cols`.
+template <int W, class F>
+void dispatch_bias(const Tensor& bias, int64_t cols, F&& f) {
+  if (!bias.defined()) {
+    f(std::integral_constant<int, kNoBias>{});
+  } else if (cols % W == 0) {
+    f(std::integral_constant<int, kBiasVec>{});
+  } else {
+    f(std::integral_constant<int, kBiasScalar>{});
+  }
+}
+
 }  // namespace
 }  // namespace cuda
 
@@ -194,6 +369,16 @@ void CudaBackend::dropout_forward(const Tensor& x, Tensor& out, const DropoutPar
   cuda::check_same_numel(x, out, "dropout_forward");
   const int64_t n = x.numel();
   if (n == 0) return;
+  if (cuda::vec_path(x.dtype(), {&x, &out})) {
+    cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const cuda::VecLaunch l = cuda::vec_launch(n, cuda::kVecWidth<T>, 1);
+      cuda::dropout_vec_kernel<T><<<l.grid, cuda::kThreads, 0, stream()>>>(
+          static_cast<const T*>(x.data()), static_cast<T*>(out.data()), n, cuda::dropout_args(dropout));
+    });
+    MT_CUDA_LAUNCH_CHECK();
+    return;
+  }
   const bool vec = cuda::group_aligned(x) && cuda::group_aligned(out);
   cuda::dropout_kernel<<<cuda::grid_for((n + 3) / 4, cuda::kThreads), cuda::kThreads, 0, stream()>>>(
       x.data(), x.dtype(), out.data(), out.dtype(), n, vec, cuda::dropout_args(dropout));
@@ -215,6 +400,20 @@ void CudaBackend::bias_dropout_add(const Tensor& x, const Tensor& bias, const Te
   const int64_t cols = cuda::bias_cols(x, bias, "bias_dropout_add bias");
   const int64_t n = x.numel();
   if (n == 0) return;
+  if (cuda::vec_path(x.dtype(), {&x, &bias, &residual, &out})) {
+    cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const cuda::VecLaunch l = cuda::vec_launch(n, cuda::kVecWidth<T>, cols);
+      const T* bp = bias.defined() ? static_cast<const T*>(bias.data()) : nullptr;
+      cuda::dispatch_bias<cuda::kVecWidth<T>>(bias, cols, [&](auto mode) {
+        cuda::bias_dropout_add_vec_kernel<T, decltype(mode)::value><<<l.grid, cuda::kThreads, 0, stream()>>>(
+            static_cast<const T*>(x.data()), bp, static_cast<const T*>(residual.data()), static_cast<T*>(out.data()),
+            n, cols, l.stride_mod_cols, cuda::dropout_args(dropout));
+      });
+    });
+    MT_CUDA_LAUNCH_CHECK();
+    return;
+  }
   const bool vec = cuda::group_aligned(x) && cuda::group_aligned(residual) && cuda::group_aligned(out);
   cuda::bias_dropout_add_kernel<<<cuda::grid_for((n + 3) / 4, cuda::kThreads), cuda::kThreads, 0, stream()>>>(
       x.data(), x.dtype(), bias.defined() ? bias.data() : nullptr, bias.defined() ? bias.dtype() : DType::kF32,
@@ -229,6 +428,22 @@ void CudaBackend::bias_gelu_forward(const Tensor& x, const Tensor& bias, Tensor&
   const int64_t cols = cuda::bias_cols(x, bias, "bias_gelu bias");
   const int64_t n = x.numel();
   if (n == 0) return;
+  if (cuda::vec_path(x.dtype(), {&x, &bias, &out})) {
+    cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const cuda::VecLaunch l = cuda::vec_launch(n, cuda::kVecWidth<T>, cols);
+      const T* bp = bias.defined() ? static_cast<const T*>(bias.data()) : nullptr;
+      cuda::dispatch_bias<cuda::kVecWidth<T>>(bias, cols, [&](auto mode) {
+        constexpr int kMode = decltype(mode)::value;
+        auto kernel = kind == Gelu::kTanh ? cuda::bias_gelu_forward_vec_kernel<T, true, kMode>
+                                          : cuda::bias_gelu_forward_vec_kernel<T, false, kMode>;
+        kernel<<<l.grid, cuda::kThreads, 0, stream()>>>(static_cast<const T*>(x.data()), bp,
+                                                         static_cast<T*>(out.data()), n, cols, l.stride_mod_cols);
+      });
+    });
+    MT_CUDA_LAUNCH_CHECK();
+    return;
+  }
   const bool vec = cuda::group_aligned(x) && cuda::group_aligned(out);
   const void* bp = bias.defined() ? bias.data() : nullptr;
   const DType bdt = bias.defined() ? bias.dtype() : DType::kF32;
@@ -252,6 +467,23 @@ void CudaBackend::bias_gelu_backward(const Tensor& dy, const Tensor& x, const Te
   const int64_t cols = cuda::bias_cols(x, bias, "bias_gelu bias");
   const int64_t n = x.numel();
   if (n == 0) return;
+  if (cuda::vec_path(x.dtype(), {&dy, &x, &bias, &dx})) {
+    cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const cuda::VecLaunch l = cuda::vec_launch(n, cuda::kVecWidth<T>, cols);
+      const T* bp = bias.defined() ? static_cast<const T*>(bias.data()) : nullptr;
+      cuda::dispatch_bias<cuda::kVecWidth<T>>(bias, cols, [&](auto mode) {
+        constexpr int kMode = decltype(mode)::value;
+        auto kernel = kind == Gelu::kTanh ? cuda::bias_gelu_backward_vec_kernel<T, true, kMode>
+                                          : cuda::bias_gelu_backward_vec_kernel<T, false, kMode>;
+        kernel<<<l.grid, cuda::kThreads, 0, stream()>>>(static_cast<const T*>(dy.data()),
+                                                         static_cast<const T*>(x.data()), bp,
+                                                         static_cast<T*>(dx.data()), n, cols, l.stride_mod_cols);
+      });
+    });
+    MT_CUDA_LAUNCH_CHECK();
+    return;
+  }
   const bool vec = cuda::group_aligned(dy) && cuda::group_aligned(x) && cuda::group_aligned(dx);
   const void* bp = bias.defined() ? bias.data() : nullptr;
   const DType bdt = bias.defined() ? bias.dtype() : DType::kF32;

@@ -1,18 +1,38 @@
 // CUDA backend: layernorm and the token + position embeddings, the same functions as
 // backend/cpu/cpu_norm.cpp (Megatron's fused layer norm and LanguageModelEmbedding).
 //
-// LayerNorm forward: one block per row; fp32 statistics in two passes over the row (mean,
-// then the biased variance of x - mean), the row kept in shared memory between the passes
-// when it fits; rstd = 1 / sqrt(var + eps); mean and rstd saved as fp32.
-// LayerNorm backward, three kernels in this order (dx may alias dy, so dy is read for the
+// LayerNorm, fast path (x, out / dy, x, dx of one dtype T, h <= 12288 for 16-bit, <= 8192 for
+// fp32): the row lives in registers. A row is cut into chunks of W = 16 bytes (8 bf16/fp16 or
+// 4 fp32 elements, one 16-byte load or store when the rows are 16-byte aligned, else the same
+// chunks element by element); `wpr` warps (1, 2, 4, 8 or 16: the fewest for which each thread
+// holds <= 3 chunks, 4 for fp32) share a row, thread t taking chunks t, t + 32 wpr, ...
+// Blocks of 8 warps hold 8 / wpr rows at a time (one row of 16 warps for wpr = 16).
+// Row sums (fixed order): each thread adds its elements in chunk order, then xor butterflies
+// within each warp, then the warps' sums in warp order (row_sum2).
+//   forward: one pass reading x and writing out; mean, then the biased variance of x - mean
+//   from the registers; rstd = 1 / sqrt(var + eps); mean and rstd saved as fp32.
+//   backward, one fused kernel then a reduce (dy and x read once):
+//   1. block b owns rows [b R, b R + R), R = (rows per row group) * (row groups per block),
+//      about n / 256 rows (kLnBackwardBlocks, a constant, so the order depends only on n, h
+//      and the dtype). Per row: xhat = (x - mean) rstd, g = dy gamma, the row sums of g and
+//      g xhat, then dx = rstd (g - mean(g) - xhat mean(g xhat)) written where dy was read by
+//      the same thread (dx may alias dy). Each thread adds dy xhat and dy of its columns over
+//      its rows in row order; the block's row groups are combined by a fixed tree ((p0 + p4)
+//      + (p2 + p6)) + ((p1 + p5) + (p3 + p7)) into partial[b][column];
+//   2. reduce: block (32 columns, 16 lanes); lane y adds chunks y, y + 16, ... in order, the
+//      16 lane sums are added in lane order, and the total is added into dgamma / dbeta (+=).
+// LayerNorm, generic path (mixed activation dtypes, longer rows): forward one block per row,
+// the row in shared memory when it fits; backward (dx may alias dy, so dy is read for the
 // parameter gradients before dx is written):
 //   1. partials: block (column tile of 32, chunk of kRowsPerChunk rows) sums dy * xhat and dy
 //      over its rows, in a fixed order, into partial[chunk][column];
-//   2. reduce: one thread per column adds the chunks in order, then adds the total into
-//      dgamma / dbeta ("+=");
+//   2. the reduce above;
 //   3. dx: one block per row, dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy gamma.
-// No float atomics anywhere: every sum has a fixed shape for given (n, h), so results are
-// bit-identical run to run, on any GPU.
+// No float atomics anywhere: every sum has a fixed shape for given (n, h, dtypes), so results
+// are bit-identical run to run, on any GPU (the fast path's aligned and element-by-element
+// variants also give the same bits). The partial sums live in the backend's persistent
+// scratch when they fit (8 MiB: 2 * 256 * h floats for h <= 4096), else in a stream-ordered
+// allocation.
 // Embedding backward: the rows of dout are grouped by token with a radix sort of the unique
 // keys token * N + row (N = s b rows), so each token's rows come out in row order; one block
 // per run of equal tokens then adds them into dwte in that order, the CPU's order exactly.
@@ -20,9 +40,12 @@
 // live in stream-ordered allocations (cudaMallocAsync), so no op here synchronizes.
 #include <cub/device/device_radix_sort.cuh>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -54,6 +77,265 @@ __device__ __forceinline__ float block_sum(float v, float* buf) {
   for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xFFFFFFFFu, t, o);
   return t;
 }
+
+// ---- layernorm, row-in-registers fast path --------------------------------------------------
+// Used when the activations (x, out / dy, x, dx) share one dtype T and a row fits in the
+// registers of at most 16 warps. A row is split into chunks of W = 16 / sizeof(T) consecutive
+// elements (8 for bf16/fp16, 4 for fp32); thread t of the row's `wpr` warps holds chunks t,
+// t + 32 wpr, ..., at most kLnMaxChunks<T> of them, kept as raw 16-byte vectors. kVec: every
+// row starts on a 16-byte boundary (aligned base, h a multiple of W), so a chunk is one
+// 16-byte access; else the same chunks are read element by element (misaligned views,
+// h % W != 0), with the same arithmetic in the same order, so both give the same bits.
+
+// Chunks per thread and row at most: 3 for 16-bit (24 elements, 12 registers raw), 4 for fp32
+// (16 elements), so that the backward's row, gamma and two column accumulators fit in 128
+// registers without spills.
+template <class T>
+constexpr int kLnMaxChunks = sizeof(T) == 2 ? 3 : 4;
+constexpr int kLnMaxWarpsPerRow = 16;
+// Blocks of the fused backward: fixed (not derived from the device) so that the split of the
+// rows into chunks, and with it the summation order, depends only on (n, h, dtype).
+constexpr int64_t kLnBackwardBlocks = 256;
+
+// Sum of v over the `wpr` warps of this thread's row, the same bits in every thread: xor
+// butterflies within each warp, then (wpr > 1) the warps' sums added in warp order. Called
+// by every thread of the block the same number of times (it may synchronise the block).
+// red: one float2 per warp of the block; v.x and v.y are two independent sums.
+__device__ __forceinline__ float2 row_sum2(float2 v, float2* red, int wpr, int warp, int wig) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    v.x += __shfl_xor_sync(0xFFFFFFFFu, v.x, o);
+    v.y += __shfl_xor_sync(0xFFFFFFFFu, v.y, o);
+  }
+  if (wpr == 1) return v;
+  __syncthreads();  // red may still be read by a previous call
+  if ((threadIdx.x & 31) == 0) red[warp] = v;
+  __syncthreads();
+  const float2* r = red + (warp - wig);
+  float2 t = r[0];
+  for (int w = 1; w < wpr; ++w) {
+    t.x += r[w].x;
+    t.y += r[w].y;
+  }
+  return t;
+}
+
+// Block: `groups` row groups of `wpr` warps; group g handles rows base + g for base = blockIdx.x
+// * groups, + gridDim.x * groups, ... Two passes over the row in registers: mean, then the
+// biased variance of x - mean; rstd = 1 / sqrt(var + eps).
+template <class T, int K, bool kVec>
+__global__ void __launch_bounds__(512)
+    layernorm_forward_rows_kernel(const T* x, const void* gamma, DType gdt, const void* beta, DType bdt, T* out,
+                                  float* mean, float* rstd, int64_t n, int64_t h, int wpr, float eps) {
+  constexpr int W = kVecWidth<T>;
+  __shared__ float2 red[kLnMaxWarpsPerRow * 2];
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int groups = static_cast<int>(blockDim.x >> 5) / wpr;
+  const int group = warp / wpr, wig = warp % wpr;
+  const int tpr = 32 * wpr, t = wig * 32 + lane;
+  float gv[K][W], bv[K][W];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      const int64_t col = static_cast<int64_t>(t + k * tpr) * W + e;
+      gv[k][e] = col < h ? load_f(gamma, gdt, col) : 0.0f;
+      bv[k][e] = col < h ? load_f(beta, bdt, col) : 0.0f;
+    }
+  }
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < n;
+       base += static_cast<int64_t>(gridDim.x) * groups) {
+    const int64_t row = base + group;
+    const bool active = row < n;
+    const T* xr = x + row * h;
+    uint4 raw[K];  // the row's chunks of this thread, as loaded
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c0 = static_cast<int64_t>(t + k * tpr) * W;
+      raw[k] = active && c0 < h ? load_raw<T, kVec>(xr, c0, h) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c0 = static_cast<int64_t>(t + k * tpr) * W;
+      float v[W];
+      unpack_vec<T>(raw[k], v);
+#pragma unroll
+      for (int e = 0; e < W; ++e)
+        if (active && c0 + e < h) sum += v[e];
+    }
+    const float m = row_sum2(make_float2(sum, 0.0f), red, wpr, warp, wig).x / static_cast<float>(h);
+    float sq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c0 = static_cast<int64_t>(t + k * tpr) * W;
+      float v[W];
+      unpack_vec<T>(raw[k], v);
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        if (active && c0 + e < h) {
+          const float d = v[e] - m;
+          sq += d * d;
+        }
+      }
+    }
+    const float var = row_sum2(make_float2(sq, 0.0f), red + kLnMaxWarpsPerRow, wpr, warp, wig).x /
+                      static_cast<float>(h);
+    const float s = 1.0f / sqrtf(var + eps);
+    if (active) {
+      T* orow = out + row * h;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int64_t c0 = static_cast<int64_t>(t + k * tpr) * W;
+        if (c0 < h) {
+          float v[W], o[W];
+          unpack_vec<T>(raw[k], v);
+#pragma unroll
+          for (int e = 0; e < W; ++e) o[e] = (v[e] - m) * s * gv[k][e] + bv[k][e];
+          store_chunk<T, kVec>(orow, c0, h, o);
+        }
+      }
+      if (t == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+      }
+    }
+  }
+}
+
+// Fused backward. Block b owns rows [b R, b R + R), R = groups * rows_per_group; group g takes
+// rows b R + g, b R + g + groups, ... in that order. Per row (row in registers, dy and x read
+// once): xhat = (x - mean) rstd, g = dy gamma; the row sums of g and g xhat (row_sum2) give
+// dx = rstd (g - mean(g) - xhat mean(g xhat)), written at the positions it read dy from (so dx
+// may alias dy). Each thread also accumulates, for its columns and in row order, dy xhat and
+// dy; at the end the groups' sums are combined by a fixed tree (group j += group j + half, half
+// = groups / 2, ..., 1) and group 0 writes partial_g/partial_b[b][column].
+// Dynamic shared memory: (groups / 2) * 2 * K * W * 32 wpr floats for the tree.
+template <class T, int K, bool kVec>
+__global__ void __launch_bounds__(512)
+    layernorm_backward_rows_kernel(const T* dy, const T* x, const void* gamma, DType gdt, const float* mean,
+                                   const float* rstd, T* dx, int64_t n, int64_t h, int wpr, int rows_per_group,
+                                   float* partial_g, float* partial_b) {
+  constexpr int W = kVecWidth<T>;
+  extern __shared__ float tree[];
+  __shared__ float2 red[kLnMaxWarpsPerRow];
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int groups = static_cast<int>(blockDim.x >> 5) / wpr;
+  const int group = warp / wpr, wig = warp % wpr;
+  const int tpr = 32 * wpr, t = wig * 32 + lane;
+  float gv[K][W], ag[K][W], ab[K][W];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      const int64_t col = static_cast<int64_t>(t + k * tpr) * W + e;
+      gv[k][e] = col < h ? load_f(gamma, gdt, col) : 0.0f;
+      ag[k][e] = 0.0f;
+      ab[k][e] = 0.0f;
+    }
+  }
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * groups * rows_per_group;
+  for (int i = 0; i < rows_per_group; ++i) {
+    const int64_t row = first + static_cast<int64_t>(i) * groups + group;
+    const bool active = row < n;
+    const float m = active ? mean[row] : 0.0f, s = active ? rstd[row] : 0.0f;
+    uint4 rdy[K], rx[K];  // the row's chunks of dy and x of this thread, as loaded
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c0 = static_cast<int64_t>(t + k * tpr) * W;
+      const bool load = active && c0 < h;
+      rdy[k] = load ? load_raw<T, kVec>(dy + row * h, c0, h) : make_uint4(0u, 0u, 0u, 0u);
+      rx[k] = load ? load_raw<T, kVec>(x + row * h, c0, h) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c0 = static_cast<int64_t>(t + k * tpr) * W;
+      float d[W], xv[W];
+      unpack_vec<T>(rdy[k], d);
+      unpack_vec<T>(rx[k], xv);
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        if (active && c0 + e < h) {
+          const float xhat = (xv[e] - m) * s;
+          ag[k][e] += d[e] * xhat;
+          ab[k][e] += d[e];
+          const float g = d[e] * gv[k][e];
+          sum_g += g;
+          sum_gx += g * xhat;
+        }
+      }
+    }
+    const float2 tot = row_sum2(make_float2(sum_g, sum_gx), red, wpr, warp, wig);
+    const float mean_g = tot.x / static_cast<float>(h), mean_gx = tot.y / static_cast<float>(h);
+    if (active) {
+      T* dxr = dx + row * h;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int64_t c0 = static_cast<int64_t>(t + k * tpr) * W;
+        if (c0 < h) {
+          // xhat and g again from the raw row: the same operations, so the same values.
+          float d[W], xv[W], o[W];
+          unpack_vec<T>(rdy[k], d);
+          unpack_vec<T>(rx[k], xv);
+#pragma unroll
+          for (int e = 0; e < W; ++e) {
+            const float xhat = (xv[e] - m) * s;
+            const float g = d[e] * gv[k][e];
+            o[e] = s * (g - mean_g - xhat * mean_gx);
+          }
+          store_chunk<T, kVec>(dxr, c0, h, o);
+        }
+      }
+    }
+  }
+  // The groups' column sums, combined by a fixed tree.
+  constexpr int E = K * W;
+  for (int half = groups / 2; half >= 1; half /= 2) {
+    __syncthreads();
+    if (group >= half && group < 2 * half) {
+      float* slot = tree + static_cast<size_t>(group - half) * 2 * E * tpr;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+#pragma unroll
+        for (int e = 0; e < W; ++e) {
+          slot[(k * W + e) * tpr + t] = ag[k][e];
+          slot[(E + k * W + e) * tpr + t] = ab[k][e];
+        }
+      }
+    }
+    __syncthreads();
+    if (group < half) {
+      const float* slot = tree + static_cast<size_t>(group) * 2 * E * tpr;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+#pragma unroll
+        for (int e = 0; e < W; ++e) {
+          ag[k][e] += slot[(k * W + e) * tpr + t];
+          ab[k][e] += slot[(E + k * W + e) * tpr + t];
+        }
+      }
+    }
+  }
+  if (group == 0) {
+    float* pg = partial_g + static_cast<int64_t>(blockIdx.x) * h;
+    float* pb = partial_b + static_cast<int64_t>(blockIdx.x) * h;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c0 = static_cast<int64_t>(t + k * tpr) * W;
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        if (c0 + e < h) {
+          pg[c0 + e] = ag[k][e];
+          pb[c0 + e] = ab[k][e];
+        }
+      }
+    }
+  }
+}
+
+// ---- layernorm, generic path ---------------------------------------------------------------
+// Mixed activation dtypes, or rows too long for the registers (h > 12288 for fp32 and 16-bit).
 
 // Dynamic shared memory: 32 floats of reduction buffer, then (if cache_row) the row as fp32.
 __global__ void layernorm_forward_kernel(const void* x, DType xdt, const void* gamma, DType gdt, const void* beta,
@@ -121,18 +403,37 @@ __global__ void layernorm_param_partials_kernel(const void* dy, DType dydt, cons
   }
 }
 
-// dgamma[j] += sum over chunks (in order) of partial_g[chunk][j]; the same for dbeta.
+// dgamma[j] (+=) the sum over chunks of partial_g[chunk][j]; the same for dbeta (both paths).
+// Block (kReduceCols, kReduceLanes): lane y of column j adds chunks y, y + kReduceLanes, ...
+// in order; then the lanes' sums are added in lane order.
+constexpr int kReduceCols = 32;
+constexpr int kReduceLanes = 16;
 __global__ void layernorm_param_reduce_kernel(const float* partial_g, const float* partial_b, int64_t chunks,
                                               int64_t h, void* dgamma, DType dgdt, void* dbeta, DType dbdt) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= h) return;
+  __shared__ float sg[kReduceLanes][kReduceCols + 1];
+  __shared__ float sb[kReduceLanes][kReduceCols + 1];
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kReduceCols + threadIdx.x;
   float tg = 0.0f, tb = 0.0f;
-  for (int64_t c = 0; c < chunks; ++c) {
-    tg += partial_g[c * h + j];
-    tb += partial_b[c * h + j];
+  if (j < h) {
+    for (int64_t c = threadIdx.y; c < chunks; c += kReduceLanes) {
+      tg += partial_g[c * h + j];
+      tb += partial_b[c * h + j];
+    }
   }
-  store_f(dgamma, dgdt, j, load_f(dgamma, dgdt, j) + tg);
-  store_f(dbeta, dbdt, j, load_f(dbeta, dbdt, j) + tb);
+  sg[threadIdx.y][threadIdx.x] = tg;
+  sb[threadIdx.y][threadIdx.x] = tb;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < h) {
+    tg = sg[0][threadIdx.x];
+    tb = sb[0][threadIdx.x];
+#pragma unroll
+    for (int r = 1; r < kReduceLanes; ++r) {
+      tg += sg[r][threadIdx.x];
+      tb += sb[r][threadIdx.x];
+    }
+    store_f(dgamma, dgdt, j, load_f(dgamma, dgdt, j) + tg);
+    store_f(dbeta, dbdt, j, load_f(dbeta, dbdt, j) + tb);
+  }
 }
 
 // One block per row. Each thread reads dy[j] in the first pass and writes dx[j] (only after
@@ -273,6 +574,65 @@ class StreamBuffer {
 // Most dynamic shared memory the layernorm forward asks for to keep a row (fp32) on chip.
 constexpr size_t kMaxRowCacheBytes = 96 * 1024;
 
+// The row-in-registers configuration for rows of h elements of T: the fewest warps per row
+// (1, 2, 4, 8 or 16) whose threads hold the row in at most kLnMaxChunks<T> chunks each: K = 1,
+// 2, 3 (or 4 for fp32) chunks per thread. Blocks of 8 warps (`groups` rows at a time), or one
+// row of 16 warps. ok = false: the row does not fit (the generic path).
+struct LnConfig {
+  bool ok = false;
+  int wpr = 0;
+  int k = 0;
+  int threads = 0;
+  int groups = 0;
+};
+
+template <class T>
+LnConfig ln_config(int64_t h) {
+  constexpr int W = kVecWidth<T>;
+  const int64_t chunks = (h + W - 1) / W;
+  const int64_t kmax = kLnMaxChunks<T>;
+  for (int wpr = 1; wpr <= kLnMaxWarpsPerRow; wpr *= 2) {
+    const int64_t k = (chunks + 32 * wpr - 1) / (32 * wpr);
+    if (k <= kmax) {
+      LnConfig c;
+      c.ok = true;
+      c.wpr = wpr;
+      c.k = static_cast<int>(k);
+      c.threads = wpr <= 8 ? 256 : 32 * wpr;
+      c.groups = c.threads / (32 * wpr);
+      return c;
+    }
+  }
+  return LnConfig{};
+}
+
+// Calls f(std::integral_constant<int, K>{}) for the K that ln_config<T> chose.
+template <class T, class F>
+void dispatch_chunks(int k, F&& f) {
+  switch (k) {
+    case 1: f(std::integral_constant<int, 1>{}); return;
+    case 2: f(std::integral_constant<int, 2>{}); return;
+    case 3: f(std::integral_constant<int, 3>{}); return;
+    default: break;
+  }
+  if constexpr (kLnMaxChunks<T> >= 4) {
+    if (k == 4) return f(std::integral_constant<int, 4>{});
+  }
+  MT_CHECK(false) << "layernorm: no kernel for " << k << " chunks per thread";
+}
+
+// Most blocks of the forward's grid-stride loop over row groups.
+constexpr int64_t kLnForwardMaxBlocks = 16384;
+
+// fp32 scratch for the parameter-gradient partial sums: the backend's persistent scratch when
+// they fit, else a stream-ordered allocation held by `owner`.
+float* partial_scratch(const CudaBackend& be, size_t floats, std::optional<StreamBuffer>& owner) {
+  const size_t bytes = floats * sizeof(float);
+  if (bytes <= kBackendScratchBytes) return static_cast<float*>(be.scratch());
+  owner.emplace(bytes, be.stream());
+  return owner->as<float>();
+}
+
 }  // namespace
 }  // namespace cuda
 
@@ -295,6 +655,29 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
       << "layernorm mean " << mean.describe() << ", rstd " << rstd.describe() << " for " << n << " rows";
   MT_CHECK(n <= std::numeric_limits<int32_t>::max()) << "layernorm: " << n << " rows exceed the grid";
   if (n == 0) return;
+  // Fast path: x and out of one dtype, the row in registers.
+  bool launched = false;
+  if (x.dtype() == out.dtype()) {
+    cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const cuda::LnConfig c = cuda::ln_config<T>(h);
+      if (!c.ok) return;
+      const bool vec = h % cuda::kVecWidth<T> == 0 && cuda::vec_aligned(x.data()) && cuda::vec_aligned(out.data());
+      const int64_t blocks = std::min<int64_t>((n + c.groups - 1) / c.groups, cuda::kLnForwardMaxBlocks);
+      cuda::dispatch_chunks<T>(c.k, [&](auto kc) {
+        constexpr int K = decltype(kc)::value;
+        auto kernel = vec ? cuda::layernorm_forward_rows_kernel<T, K, true>
+                          : cuda::layernorm_forward_rows_kernel<T, K, false>;
+        kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), 0, stream()>>>(
+            static_cast<const T*>(x.data()), gamma.data(), gamma.dtype(), beta.data(), beta.dtype(),
+            static_cast<T*>(out.data()), static_cast<float*>(mean.data()), static_cast<float*>(rstd.data()), n, h,
+            c.wpr, eps);
+        MT_CUDA_LAUNCH_CHECK();
+      });
+      launched = true;
+    });
+  }
+  if (launched) return;
   const size_t row_bytes = (32 + static_cast<size_t>(h)) * sizeof(float);
   const bool cache_row = row_bytes <= cuda::kMaxRowCacheBytes;
   const size_t smem = cache_row ? row_bytes : 32 * sizeof(float);
@@ -330,19 +713,58 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
   if (n == 0) return;
   const float* mp = static_cast<const float*>(mean.data());
   const float* rp = static_cast<const float*>(rstd.data());
+  const unsigned reduce_blocks = static_cast<unsigned>((h + cuda::kReduceCols - 1) / cuda::kReduceCols);
+  const dim3 reduce_block(cuda::kReduceCols, cuda::kReduceLanes);
 
-  // 1 and 2: dgamma, dbeta (before dx, which may alias dy).
+  // Fast path: dy, x and dx of one dtype, the row in registers; dx and the parameter-gradient
+  // partials in one pass, then the fixed-order reduce.
+  bool launched = false;
+  if (dy.dtype() == x.dtype() && dx.dtype() == x.dtype()) {
+    cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      constexpr int W = cuda::kVecWidth<T>;
+      const cuda::LnConfig c = cuda::ln_config<T>(h);
+      if (!c.ok) return;
+      const bool vec = h % W == 0 && cuda::vec_aligned(dy.data()) && cuda::vec_aligned(x.data()) &&
+                       cuda::vec_aligned(dx.data());
+      // Rows per block: about n / kLnBackwardBlocks, a whole number of rows per group.
+      const int64_t target = (n + cuda::kLnBackwardBlocks - 1) / cuda::kLnBackwardBlocks;
+      const int64_t rows_per_group = (target + c.groups - 1) / c.groups;
+      const int64_t rows_per_block = rows_per_group * c.groups;
+      const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
+      std::optional<cuda::StreamBuffer> owner;
+      float* pg = cuda::partial_scratch(*this, 2 * static_cast<size_t>(blocks * h), owner);
+      float* pb = pg + blocks * h;
+      cuda::dispatch_chunks<T>(c.k, [&](auto kc) {
+        constexpr int K = decltype(kc)::value;
+        const size_t smem = static_cast<size_t>(c.groups / 2) * 2 * K * W * 32 * c.wpr * sizeof(float);
+        auto kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true>
+                          : cuda::layernorm_backward_rows_kernel<T, K, false>;
+        kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), smem, stream()>>>(
+            static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), gamma.data(), gamma.dtype(), mp, rp,
+            static_cast<T*>(dx.data()), n, h, c.wpr, static_cast<int>(rows_per_group), pg, pb);
+        MT_CUDA_LAUNCH_CHECK();
+      });
+      cuda::layernorm_param_reduce_kernel<<<reduce_blocks, reduce_block, 0, stream()>>>(
+          pg, pb, blocks, h, dgamma.data(), dgamma.dtype(), dbeta.data(), dbeta.dtype());
+      MT_CUDA_LAUNCH_CHECK();
+      launched = true;
+    });
+  }
+  if (launched) return;
+
+  // Generic path. 1 and 2: dgamma, dbeta (before dx, which may alias dy).
   const int64_t chunks = (n + cuda::kRowsPerChunk - 1) / cuda::kRowsPerChunk;
   const int64_t col_tiles = (h + cuda::kTileCols - 1) / cuda::kTileCols;
   MT_CHECK(chunks <= 65535) << "layernorm backward: " << n << " rows exceed the partial-sum grid";
-  cuda::StreamBuffer partial(2 * static_cast<size_t>(chunks * h) * sizeof(float), stream());
-  float* pg = partial.as<float>();
+  std::optional<cuda::StreamBuffer> owner;
+  float* pg = cuda::partial_scratch(*this, 2 * static_cast<size_t>(chunks * h), owner);
   float* pb = pg + chunks * h;
   cuda::layernorm_param_partials_kernel<<<dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(chunks)),
                                           dim3(cuda::kTileCols, cuda::kTileRows), 0, stream()>>>(
       dy.data(), dy.dtype(), x.data(), x.dtype(), mp, rp, n, h, pg, pb);
   MT_CUDA_LAUNCH_CHECK();
-  cuda::layernorm_param_reduce_kernel<<<static_cast<unsigned>((h + 255) / 256), 256, 0, stream()>>>(
+  cuda::layernorm_param_reduce_kernel<<<reduce_blocks, reduce_block, 0, stream()>>>(
       pg, pb, chunks, h, dgamma.data(), dgamma.dtype(), dbeta.data(), dbeta.dtype());
   MT_CUDA_LAUNCH_CHECK();
 

@@ -403,6 +403,46 @@ TEST_F(CudaBackendTest, BiasGradTwiceAddsTwice) {
   test::expect_close(to_cpu(dbd), values(db_cpu), 4e-3, 0.0, "bias_grad twice");
 }
 
+// add / scale read 16-byte vectors when every pointer is aligned and fall back to the scalar
+// kernels otherwise: views one element into their buffers give the CPU's bits too. bias_grad
+// reads the same columns element by element when dy is misaligned or cols % 8 (fp32: 4) != 0,
+// in the same order: the aligned run's bits.
+TEST_F(CudaBackendTest, AddScaleAndBiasGradOnMisalignedViews) {
+  auto rng = test_rng();
+  for (DType dtype : kFloatTypes) {
+    for (int64_t n : {1, 9, 1001, 2048 * 768}) {
+      const std::string what = name(dtype) + " n=" + std::to_string(n) + " at element 1";
+      const Tensor a = random_tensor({n}, rng, dtype), b = random_tensor({n}, rng, dtype);
+      Tensor expected = Tensor::cpu({n}, dtype);
+      cpu_->add(a, b, expected);
+      Tensor abuf = gpu_->empty({n + 1}, dtype, MemoryKind::kOther), bbuf = gpu_->empty({n + 1}, dtype, MemoryKind::kOther);
+      Tensor obuf = gpu_->empty({n + 1}, dtype, MemoryKind::kOther);
+      Tensor av = abuf.flat_view(1, {n}), bv = bbuf.flat_view(1, {n}), ov = obuf.flat_view(1, {n});
+      gpu_->copy(a, av);
+      gpu_->copy(b, bv);
+      gpu_->add(av, bv, ov);
+      expect_bitwise(to_cpu(ov), expected, "add " + what);
+      Tensor scaled = test::clone(a);
+      cpu_->scale(scaled, 0.37f);
+      gpu_->scale(av, 0.37f);
+      expect_bitwise(to_cpu(av), scaled, "scale " + what);
+    }
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1000, 768}, {129, 1000}, {16384, 768}}) {
+      const std::string what = "bias_grad " + name(dtype) + "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+      const Tensor dy = random_tensor({rows, cols}, rng, dtype);
+      const Tensor db0 = random_tensor({cols}, rng, DType::kF32);
+      Tensor dbd = to_gpu(db0);
+      gpu_->bias_grad(to_gpu(dy), dbd);
+      Tensor buf = gpu_->empty({rows * cols + 1}, dtype, MemoryKind::kOther);
+      Tensor dyv = buf.flat_view(1, {rows, cols});
+      gpu_->copy(dy, dyv);
+      Tensor dbv = to_gpu(db0);
+      gpu_->bias_grad(dyv, dbv);
+      expect_bitwise(to_cpu(dbv), to_cpu(dbd), what + " misaligned vs aligned");
+    }
+  }
+}
+
 // ---- reductions ----------------------------------------------------------------------------
 
 // Both sides square exactly in double and sum n non-negative terms in double (different

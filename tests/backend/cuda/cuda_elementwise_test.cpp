@@ -165,6 +165,55 @@ TEST(CudaElementwise, BiasDropoutAddInPlaceOnTheResidual) {
   }
 }
 
+// The vector fast path needs every tensor (bias included) of one dtype and 16-byte aligned;
+// a bias of another dtype, or views one element into their buffers, take the generic kernels.
+// Both against the CPU with the tolerances above, and the dropout mask through out == residual.
+TEST(CudaElementwise, MisalignedViewsAndMixedBiasDtypesMatchTheCpu) {
+  MT_REQUIRE_CUDA();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  const DropoutParams dp{0.1f, 31, 4};
+  const Shape shape = {37, 1024};
+  const int64_t n = shape_numel(shape);
+  uint64_t seed = 2001;
+  for (DType dt : kFloatTypes) {
+    for (DType bias_dt : kFloatTypes) {
+      for (bool misaligned : {false, true}) {
+        const std::string what = std::string(misaligned ? "views at element 1, " : "aligned, ") + "bias " +
+                                 std::string(dtype_name(bias_dt)) + " " + shape_name(shape, dt);
+        const Tensor x = host_random(shape, dt, ++seed, 0.1f, 3.0f), res = host_random(shape, dt, ++seed);
+        const Tensor dy = host_random(shape, dt, ++seed), bias = host_random({shape.back()}, bias_dt, ++seed);
+        Tensor want = cpu->empty(shape, dt, MemoryKind::kOther), want_g = cpu->empty(shape, dt, MemoryKind::kOther);
+        Tensor want_dg = cpu->empty(shape, dt, MemoryKind::kOther);
+        cpu->bias_dropout_add(x, bias, res, want, dp);
+        cpu->bias_gelu_forward(x, bias, want_g, Gelu::kTanh);
+        cpu->bias_gelu_backward(dy, x, bias, want_dg, Gelu::kTanh);
+        const int64_t off = misaligned ? 1 : 0;
+        auto view = [&](const Tensor* host) {
+          Tensor buf = gpu->empty({n + 1}, dt, MemoryKind::kOther);
+          Tensor v = buf.flat_view(off, shape);
+          if (host) gpu->copy(*host, v);
+          return v;
+        };
+        Tensor xd = view(&x), resd = view(&res), dyd = view(&dy), outd = view(nullptr), gd = view(nullptr),
+               dgd = view(nullptr);
+        Tensor biasd = to_device(*gpu, bias);
+        gpu->bias_dropout_add(xd, biasd, resd, outd, dp);
+        gpu->bias_gelu_forward(xd, biasd, gd, Gelu::kTanh);
+        gpu->bias_gelu_backward(dyd, xd, biasd, dgd, Gelu::kTanh);
+        EXPECT_TRUE(close(to_host(*gpu, outd), want, 1e-6, 1e-6, 1, "bias_dropout_add " + what));
+        EXPECT_TRUE(close(to_host(*gpu, gd), want_g, 1e-6, 2e-6, 1, "bias_gelu_forward " + what));
+        EXPECT_TRUE(close(to_host(*gpu, dgd), want_dg, 1e-6, 2e-6, 1, "bias_gelu_backward " + what));
+        Tensor dropd = view(nullptr);
+        Tensor want_drop = cpu->empty(shape, dt, MemoryKind::kOther);
+        cpu->dropout_forward(x, want_drop, dp);
+        gpu->dropout_forward(xd, dropd, dp);
+        EXPECT_TRUE(bitwise(to_host(*gpu, dropd), want_drop, "dropout " + what));
+      }
+    }
+  }
+}
+
 // [rows, f] shapes of the MLP (f = 4h for h = 768, 1024, 2048) and awkward ones.
 const std::vector<Shape> kGeluShapes = {{1, 1},     {7, 7},       {127, 129},   {129, 127},
                                         {1000, 7},  {2048, 4096}, {8192, 3072}, {2048, 8192}};

@@ -108,5 +108,51 @@ TEST(CudaLoss, CrossEntropyBackwardMatchesTheCpuAndRunsInPlace) {
   }
 }
 
+// The typed kernels read 16-byte vectors when every row is 16-byte aligned and the same chunks
+// element by element otherwise, in the same order: logits viewed one element into their
+// buffer give the aligned run's bits (forward and backward). dlogits of another dtype than
+// the logits take the generic backward, within the tolerances above.
+TEST(CudaLoss, CrossEntropyOnMisalignedViewsAndMixedDtypes) {
+  MT_REQUIRE_CUDA();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  const int64_t n = 33, vocab = 50304;
+  uint64_t seed = 700;
+  for (DType dt : kFloatTypes) {
+    const std::string what = shape_name({n, vocab}, dt);
+    const Tensor logits = host_random({n, vocab}, dt, ++seed, 0.1f, 8.0f);
+    const Tensor labels = random_labels(n, vocab, ++seed);
+    const Tensor dlosses = host_random({n}, DType::kF32, ++seed);
+    Tensor ld = to_device(*gpu, logits), labd = to_device(*gpu, labels), dld = to_device(*gpu, dlosses);
+    Tensor loss = gpu->empty({n}, DType::kF32, MemoryKind::kOther), lse = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+    gpu->cross_entropy_forward(ld, labd, loss, lse);
+    Tensor dd = gpu->empty({n, vocab}, dt, MemoryKind::kOther);
+    gpu->cross_entropy_backward(ld, labd, lse, dld, dd);
+
+    Tensor buf = gpu->empty({n * vocab + 1}, dt, MemoryKind::kOther);
+    Tensor lv = buf.flat_view(1, {n, vocab});
+    gpu->copy(logits, lv);
+    Tensor loss2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther), lse2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+    gpu->cross_entropy_forward(lv, labd, loss2, lse2);
+    EXPECT_TRUE(bitwise(to_host(*gpu, loss2), to_host(*gpu, loss), "cross_entropy loss misaligned " + what));
+    EXPECT_TRUE(bitwise(to_host(*gpu, lse2), to_host(*gpu, lse), "cross_entropy lse misaligned " + what));
+    gpu->cross_entropy_backward(lv, labd, lse, dld, lv);  // in place on the misaligned view
+    EXPECT_TRUE(bitwise(to_host(*gpu, lv), to_host(*gpu, dd), "cross_entropy dlogits misaligned " + what));
+
+    // fp32 dlogits from 16-bit logits (and 16-bit from fp32): the generic backward, against the
+    // CPU with CrossEntropyBackwardMatchesTheCpuAndRunsInPlace's tolerance.
+    const DType other = dt == DType::kF32 ? DType::kBF16 : DType::kF32;
+    Tensor cpu_loss = cpu->empty({n}, DType::kF32, MemoryKind::kOther), cpu_lse = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
+    cpu->cross_entropy_forward(logits, labels, cpu_loss, cpu_lse);
+    Tensor want = cpu->empty({n, vocab}, other, MemoryKind::kOther);
+    cpu->cross_entropy_backward(logits, labels, cpu_lse, dlosses, want);
+    Tensor lsed = to_device(*gpu, cpu_lse);
+    Tensor dother = gpu->empty({n, vocab}, other, MemoryKind::kOther);
+    gpu->cross_entropy_backward(ld, labd, lsed, dld, dother);
+    EXPECT_TRUE(close(to_host(*gpu, dother), want, 1e-12, 1e-6, 1, "cross_entropy dlogits " +
+                                                                    std::string(dtype_name(other)) + " from " + what));
+  }
+}
+
 }  // namespace
 }  // namespace megatron::backend

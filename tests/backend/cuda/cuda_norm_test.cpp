@@ -25,10 +25,15 @@ using namespace megatron::test;
 // ---- tests ------------------------------------------------------------------------------------
 
 // [rows, h]: GPT hidden sizes 768/1024/2048/12288 at 2048 and 8192 rows, awkward sizes, and
-// h = 25000, too long for the forward's shared-memory row cache (the global-memory path).
+// h = 25000, too long for the registers (the generic path) and for the forward's shared-memory
+// row cache (the global-memory path). The fast path's configurations (cuda_norm.cu): h = 8, 12
+// (one chunk, whole and partial), 96 and 1536 (1 and 2 warps per row), 4104 and 6144 (8 and 16
+// warps), 8192 (16 warps; fp32 also 16) and 12288 (16 warps; fp32 the generic path); 4097 rows
+// of 64 (a backward block with a partial last row group).
 const std::vector<std::pair<int64_t, int64_t>> kLayernormShapes = {
-    {1, 1},       {1, 7},       {7, 127},     {129, 129},    {1000, 1000},  {3, 25000},
-    {2048, 768},  {2048, 1024}, {2048, 2048}, {2048, 12288}, {8192, 1024}};
+    {1, 1},      {1, 7},     {1, 8},     {5, 12},      {7, 127},     {17, 96},     {129, 129},
+    {33, 1536},  {9, 4104},  {4, 6144},  {3, 8192},    {4097, 64},   {1000, 1000}, {3, 25000},
+    {2048, 768}, {2048, 1024}, {2048, 2048}, {2048, 12288}, {8192, 1024}};
 
 // x with the offset of a residual stream (mean ~ 3) on top of its random spread: a variance
 // computed as E[x^2] - E[x]^2 in fp32 would fail the tolerances below.
@@ -161,6 +166,147 @@ TEST(CudaNorm, LayernormBackwardMatchesTheCpuAccumulatesAndIsDeterministic) {
       EXPECT_TRUE(bitwise(to_host(*gpu, dgd3), got_dg, "layernorm dgamma with dx in place " + what));
       EXPECT_TRUE(bitwise(to_host(*gpu, dbd3), got_db, "layernorm dbeta with dx in place " + what));
     }
+  }
+}
+
+// The fast path reads 16-byte vectors when every row is 16-byte aligned and the same chunks
+// element by element otherwise, with the same arithmetic in the same order: views one element
+// into their buffers (2- or 4-byte aligned) give the same bits as aligned tensors, forward and
+// backward, including the parameter gradients.
+TEST(CudaNorm, LayernormOnMisalignedViewsGivesTheAlignedBits) {
+  MT_REQUIRE_CUDA();
+  auto gpu = make_cuda_backend();
+  const float eps = 1e-5f;
+  uint64_t seed = 900;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {3, 8}, {129, 768}, {64, 1024}, {5, 12288}};
+  for (const auto& [n, h] : shapes) {
+    for (DType dt : kFloatTypes) {
+      const std::string what = "misaligned " + shape_name({n, h}, dt);
+      const Tensor x = layernorm_input(n, h, dt, ++seed), dy = host_random({n, h}, dt, ++seed);
+      const Tensor gamma = host_random({h}, dt, ++seed), beta = host_random({h}, dt, ++seed);
+      const Tensor dg0 = host_random({h}, DType::kF32, ++seed), db0 = host_random({h}, DType::kF32, ++seed);
+      Tensor gd = to_device(*gpu, gamma), bd = to_device(*gpu, beta);
+      // Aligned.
+      Tensor xd = to_device(*gpu, x), dyd = to_device(*gpu, dy);
+      Tensor outd = gpu->empty({n, h}, dt, MemoryKind::kOther), dxd = gpu->empty({n, h}, dt, MemoryKind::kOther);
+      Tensor meand = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+      Tensor rstdd = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+      Tensor dgd = to_device(*gpu, dg0), dbd = to_device(*gpu, db0);
+      gpu->layernorm_forward(xd, gd, bd, eps, outd, meand, rstdd);
+      gpu->layernorm_backward(dyd, xd, gd, meand, rstdd, dxd, dgd, dbd);
+      // Views at element 1 of buffers one element longer.
+      Tensor xbuf = gpu->empty({n * h + 1}, dt, MemoryKind::kOther), dybuf = gpu->empty({n * h + 1}, dt, MemoryKind::kOther);
+      Tensor obuf = gpu->empty({n * h + 1}, dt, MemoryKind::kOther), dxbuf = gpu->empty({n * h + 1}, dt, MemoryKind::kOther);
+      Tensor xv = xbuf.flat_view(1, {n, h}), dyv = dybuf.flat_view(1, {n, h});
+      Tensor ov = obuf.flat_view(1, {n, h}), dxv = dxbuf.flat_view(1, {n, h});
+      gpu->copy(x, xv);
+      gpu->copy(dy, dyv);
+      Tensor mean2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+      Tensor rstd2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+      Tensor dg2 = to_device(*gpu, dg0), db2 = to_device(*gpu, db0);
+      gpu->layernorm_forward(xv, gd, bd, eps, ov, mean2, rstd2);
+      gpu->layernorm_backward(dyv, xv, gd, mean2, rstd2, dxv, dg2, db2);
+      EXPECT_TRUE(bitwise(to_host(*gpu, ov), to_host(*gpu, outd), "layernorm out " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, mean2), to_host(*gpu, meand), "layernorm mean " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, rstd2), to_host(*gpu, rstdd), "layernorm rstd " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, dxv), to_host(*gpu, dxd), "layernorm dx " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, dg2), to_host(*gpu, dgd), "layernorm dgamma " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, db2), to_host(*gpu, dbd), "layernorm dbeta " + what));
+    }
+  }
+}
+
+// GPT-2 124M's shape, [16 x 1024, 768]: the fused backward's 256 blocks of 64 rows and the
+// reduce give the same dgamma / dbeta bits on every run, and dx in place gives dx's bits.
+TEST(CudaNorm, LayernormParameterGradientsAreBitwiseDeterministicAtGptScale) {
+  MT_REQUIRE_CUDA();
+  auto gpu = make_cuda_backend();
+  const int64_t n = 16384, h = 768;
+  uint64_t seed = 1200;
+  for (DType dt : kFloatTypes) {
+    const std::string what = shape_name({n, h}, dt);
+    const Tensor x = layernorm_input(n, h, dt, ++seed), dy = host_random({n, h}, dt, ++seed);
+    const Tensor gamma = host_random({h}, dt, ++seed), beta = host_random({h}, dt, ++seed);
+    const Tensor dg0 = host_random({h}, DType::kF32, ++seed), db0 = host_random({h}, DType::kF32, ++seed);
+    Tensor xd = to_device(*gpu, x), dyd = to_device(*gpu, dy), gd = to_device(*gpu, gamma), bd = to_device(*gpu, beta);
+    Tensor outd = gpu->empty({n, h}, dt, MemoryKind::kOther);
+    Tensor meand = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+    Tensor rstdd = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+    gpu->layernorm_forward(xd, gd, bd, 1e-5f, outd, meand, rstdd);
+    Tensor dx1 = gpu->empty({n, h}, dt, MemoryKind::kOther);
+    Tensor dg1 = to_device(*gpu, dg0), db1 = to_device(*gpu, db0);
+    gpu->layernorm_backward(dyd, xd, gd, meand, rstdd, dx1, dg1, db1);
+    const Tensor want_dg = to_host(*gpu, dg1), want_db = to_host(*gpu, db1), want_dx = to_host(*gpu, dx1);
+    for (int run = 0; run < 3; ++run) {
+      Tensor dyi = to_device(*gpu, dy);
+      Tensor dgi = to_device(*gpu, dg0), dbi = to_device(*gpu, db0);
+      gpu->layernorm_backward(dyi, xd, gd, meand, rstdd, dyi, dgi, dbi);  // dx in place
+      EXPECT_TRUE(bitwise(to_host(*gpu, dgi), want_dg, "layernorm dgamma run " + std::to_string(run) + " " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, dbi), want_db, "layernorm dbeta run " + std::to_string(run) + " " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, dyi), want_dx, "layernorm dx in place run " + std::to_string(run) + " " + what));
+    }
+    // dbeta = dbeta0 + the column sums of dy: within the fp32 summation bound of the double sum
+    // (n terms of magnitude <= 1: (n + 1) 2^-24 * sum |dy| <= ~1e-3 relative to n).
+    const Tensor got_db = want_db;
+    int64_t bad = 0;
+    for (int64_t j = 0; j < h; ++j) {
+      double ref = get(db0, j), mag = std::abs(get(db0, j));
+      for (int64_t r = 0; r < n; ++r) {
+        ref += get(dy, r * h + j);
+        mag += std::abs(get(dy, r * h + j));
+      }
+      bad += std::abs(get(got_db, j) - ref) > static_cast<double>(n + 1) * std::ldexp(1.0, -24) * mag;
+    }
+    EXPECT_EQ(bad, 0) << "layernorm dbeta " << what << ": columns off the double column sum";
+  }
+}
+
+// Activations of different dtypes (the generic kernels), and parameters of another dtype than
+// the activations (the fast path converts gamma / beta on load), against the CPU.
+TEST(CudaNorm, LayernormWithMixedDtypesMatchesTheCpu) {
+  MT_REQUIRE_CUDA();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  struct Case {
+    DType x, param, out;
+  };
+  const Case cases[] = {{DType::kBF16, DType::kF32, DType::kBF16},
+                        {DType::kF32, DType::kBF16, DType::kF32},
+                        {DType::kBF16, DType::kBF16, DType::kF32},
+                        {DType::kF32, DType::kF32, DType::kF16}};
+  const int64_t n = 129, h = 768;
+  uint64_t seed = 1500;
+  for (const Case& c : cases) {
+    const std::string what = std::string("x ") + std::string(dtype_name(c.x)) + " params " +
+                             std::string(dtype_name(c.param)) + " out/dx " + std::string(dtype_name(c.out));
+    const Tensor x = layernorm_input(n, h, c.x, ++seed), dy = host_random({n, h}, c.out, ++seed);
+    const Tensor gamma = host_random({h}, c.param, ++seed), beta = host_random({h}, c.param, ++seed);
+    Tensor want = cpu->empty({n, h}, c.out, MemoryKind::kOther);
+    Tensor mean = cpu->empty({n}, DType::kF32, MemoryKind::kOther), rstd = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
+    cpu->layernorm_forward(x, gamma, beta, 1e-5f, want, mean, rstd);
+    Tensor want_dx = cpu->empty({n, h}, c.out, MemoryKind::kOther);
+    Tensor want_dg = cpu->empty({h}, DType::kF32, MemoryKind::kOther), want_db = cpu->empty({h}, DType::kF32, MemoryKind::kOther);
+    cpu->layernorm_backward(dy, x, gamma, mean, rstd, want_dx, want_dg, want_db);
+
+    Tensor xd = to_device(*gpu, x), gd = to_device(*gpu, gamma), bd = to_device(*gpu, beta), dyd = to_device(*gpu, dy);
+    Tensor outd = gpu->empty({n, h}, c.out, MemoryKind::kOther);
+    Tensor meand = gpu->empty({n}, DType::kF32, MemoryKind::kOther), rstdd = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+    gpu->layernorm_forward(xd, gd, bd, 1e-5f, outd, meand, rstdd);
+    // The tolerances of LayernormForwardMatchesTheCpu / LayernormBackward...: out within
+    // 3e-5 + 1e-5 |out| or 1 ulp; dx within 1e-5 + 1e-5 |dx| or 1 ulp (the CPU's statistics
+    // feed the backward).
+    EXPECT_TRUE(close(to_host(*gpu, outd), want, 3e-5, 1e-5, 1, "layernorm out " + what));
+    Tensor md = to_device(*gpu, mean), rd = to_device(*gpu, rstd);
+    Tensor dxd = gpu->empty({n, h}, c.out, MemoryKind::kOther);
+    Tensor dgd = gpu->empty({h}, DType::kF32, MemoryKind::kOther), dbd = gpu->empty({h}, DType::kF32, MemoryKind::kOther);
+    // dy and dx in the output dtype: the generic backward where x's dtype differs.
+    gpu->layernorm_backward(dyd, xd, gd, md, rd, dxd, dgd, dbd);
+    EXPECT_TRUE(close(to_host(*gpu, dxd), want_dx, 1e-5, 1e-5, 1, "layernorm dx " + what));
+    // dgamma / dbeta: sums of n = 129 terms of magnitude <= ~1.8 (|dy| <= 1, |xhat| <= ~1.8)
+    // in different orders; the bound of LayernormBackward..., 1e-6 + 2e-6 * sum |terms| <=
+    // 2e-6 * 129 * 1.8 ~ 4.6e-4, as an absolute tolerance.
+    EXPECT_TRUE(close(to_host(*gpu, dgd), want_dg, 5e-4, 0.0, 0, "layernorm dgamma " + what));
+    EXPECT_TRUE(close(to_host(*gpu, dbd), want_db, 5e-4, 0.0, 0, "layernorm dbeta " + what));
   }
 }
 
