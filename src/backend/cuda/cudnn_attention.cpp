@@ -358,6 +358,9 @@ class Graph {
       int64_t got = 0;
       MT_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                               count, &got, raw.data()));
+      if (got <= 0) {
+        refused += str_cat("heuristics mode ", mode_name, ": ", count, " engine configs announced, none returned; ");
+      }
       for (int64_t i = 0; i < got && i < count; ++i) {
         const EngineInfo info = engine_info(raw[static_cast<size_t>(i)]);
         if (deterministic && info.nondeterministic) {
