@@ -35,6 +35,12 @@ void set_attention_deterministic(Backend& backend, bool deterministic);
 std::string cudnn_attention_unavailable(Backend& backend, DType dtype, int64_t s, int64_t b,
                                         const AttentionParams& params);
 
+// Builds cuDNN's forward and backward attention graphs of this case without a GPU (descriptor
+// attributes, shapes of every matmul and pointwise operation, the operation graphs): "" or the
+// first error. For CI machines without a GPU; in builds without CUDA: "no CUDA backend".
+std::string check_cudnn_attention_graphs(DType dtype, int64_t s, int64_t b, const AttentionParams& params,
+                                         bool deterministic);
+
 // For logs and tests: the cuDNN version, the engines chosen for this case and their numerical
 // notes, and the workspace; or why cuDNN does not run it. `backend` as above.
 std::string describe_cudnn_attention(Backend& backend, DType dtype, int64_t s, int64_t b,

@@ -320,15 +320,29 @@ class Graph {
     return y;
   }
 
+  // The finalized operation graph. Without a handle (check_graphs(), no GPU needed) cuDNN 9.19
+  // still finalizes it; a release that insists on the handle answers BAD_PARAM_NULL_POINTER,
+  // which is then not an error of the graph.
+  Descriptor finalize_graph() {
+    Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph of " + name_);
+    graph.set(MT_ATTR(CUDNN_ATTR_OPERATIONGRAPH_OPS), CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops_.size()),
+              ops_.data());
+    if (handle_ != nullptr) {
+      graph.set_handle(MT_ATTR(CUDNN_ATTR_OPERATIONGRAPH_HANDLE), handle_);
+      graph.finalize();
+    } else if (const cudnnStatus_t st = graph.try_finalize();
+               st != CUDNN_STATUS_SUCCESS && st != CUDNN_STATUS_BAD_PARAM_NULL_POINTER) {
+      fail(st, "finalizing " + graph.what() + " (without a handle)");
+    }
+    return graph;
+  }
+
   // Finalizes the graph and returns the first engine config (heuristics mode A, then FALLBACK)
   // whose execution plan finalizes; with `deterministic`, engines noted NONDETERMINISTIC are
   // skipped. Throws megatron::Error listing what each candidate answered.
   Plan build(bool deterministic) {
-    Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph of " + name_);
-    graph.set(MT_ATTR(CUDNN_ATTR_OPERATIONGRAPH_OPS), CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops_.size()),
-              ops_.data());
-    graph.set_handle(MT_ATTR(CUDNN_ATTR_OPERATIONGRAPH_HANDLE), handle_);
-    graph.finalize();
+    MT_CHECK(handle_ != nullptr) << "building a plan of " << name_ << " without a cuDNN handle";
+    Descriptor graph = finalize_graph();
 
     std::string refused;
     const std::pair<cudnnBackendHeurMode_t, const char*> modes[] = {{CUDNN_HEUR_MODE_A, "A"},
@@ -445,10 +459,10 @@ struct Layout {
   }
 };
 
-Plan build_forward(cudnnHandle_t handle, const CudnnAttentionKey& k) {
+// The forward graph of `k` into g (empty). See cudnn_attention.h.
+void forward_graph(Graph& g, const CudnnAttentionKey& k) {
   const Layout L(k);
   const cudnnDataType_t io = cudnn_dtype(k.dtype), f32 = CUDNN_DATA_FLOAT;
-  Graph g(handle, "the attention forward of " + key_name(k));
   auto q = g.tensor("Q", kQ, io, L.bhsd, L.qkv);
   auto kt = g.tensor("K^T", kK, io, L.bhds, L.qkv_t);
   auto v = g.tensor("V", kV, io, L.bhsd, L.qkv);
@@ -477,13 +491,12 @@ Plan build_forward(cudnnHandle_t handle, const CudnnAttentionKey& k) {
   auto p = g.virt("P", io, L.bhss, L.scores);  // the second matmul takes P in the I/O dtype
   g.binary("P = E / L", CUDNN_POINTWISE_DIV, e, l, p);
   g.matmul("P V", p, v, o);
-  return g.build(k.deterministic);
 }
 
-Plan build_backward(cudnnHandle_t handle, const CudnnAttentionKey& k) {
+// The backward graph of `k` into g (empty).
+void backward_graph(Graph& g, const CudnnAttentionKey& k) {
   const Layout L(k);
   const cudnnDataType_t io = cudnn_dtype(k.dtype), f32 = CUDNN_DATA_FLOAT;
-  Graph g(handle, "the attention backward of " + key_name(k));
   auto q = g.tensor("Q", kQ, io, L.bhsd, L.qkv);
   auto kt = g.tensor("K^T", kK, io, L.bhds, L.qkv_t);
   auto vt = g.tensor("V^T", kV, io, L.bhds, L.qkv_t);
@@ -546,6 +559,17 @@ Plan build_backward(cudnnHandle_t handle, const CudnnAttentionKey& k) {
     g.matmul("dS K", ds, kmat, acc);
     g.unary("dQ = accumulator", CUDNN_POINTWISE_IDENTITY, acc, dq);
   }
+}
+
+Plan build_forward(cudnnHandle_t handle, const CudnnAttentionKey& k) {
+  Graph g(handle, "the attention forward of " + key_name(k));
+  forward_graph(g, k);
+  return g.build(k.deterministic);
+}
+
+Plan build_backward(cudnnHandle_t handle, const CudnnAttentionKey& k) {
+  Graph g(handle, "the attention backward of " + key_name(k));
+  backward_graph(g, k);
   return g.build(k.deterministic);
 }
 
@@ -608,6 +632,20 @@ CudnnAttention::CudnnAttention(CudaBackend& backend) : backend_(backend) {
 CudnnAttention::~CudnnAttention() {
   entries_.clear();  // plans before the handle
   if (handle_ != nullptr) cudnnDestroy(handle_);
+}
+
+std::string CudnnAttention::check_graphs(const CudnnAttentionKey& key) {
+  try {
+    Graph fwd(nullptr, "the attention forward of " + key_name(key));
+    forward_graph(fwd, key);
+    fwd.finalize_graph();
+    Graph bwd(nullptr, "the attention backward of " + key_name(key));
+    backward_graph(bwd, key);
+    bwd.finalize_graph();
+  } catch (const Error& err) {
+    return err.what();
+  }
+  return "";
 }
 
 std::string CudnnAttention::version_string() const {
@@ -820,6 +858,11 @@ void set_attention_deterministic(Backend& backend, bool deterministic) {
 std::string cudnn_attention_unavailable(Backend& backend, DType dtype, int64_t s, int64_t b,
                                         const AttentionParams& params) {
   return as_cuda(backend, "cudnn_attention_unavailable").cudnn_attention_unavailable(dtype, s, b, params);
+}
+
+std::string check_cudnn_attention_graphs(DType dtype, int64_t s, int64_t b, const AttentionParams& params,
+                                         bool deterministic) {
+  return CudnnAttention::check_graphs(make_key(dtype, s, b, params, deterministic));
 }
 
 std::string describe_cudnn_attention(Backend& backend, DType dtype, int64_t s, int64_t b,

@@ -81,6 +81,11 @@ class CudnnAttention {
   // "9.19.0" (the library loaded at run time).
   std::string version_string() const;
 
+  // Builds the forward and backward graphs of `key` without a handle or a GPU: every tensor and
+  // operation descriptor, attribute by attribute, and the operation graphs. "" or the first
+  // error. (Whether an engine takes the graphs is only known on a GPU.)
+  static std::string check_graphs(const CudnnAttentionKey& key);
+
   struct Entry;  // cached plans of one key (cudnn_attention.cu)
 
  private:

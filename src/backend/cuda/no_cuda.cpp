@@ -27,6 +27,9 @@ void set_attention_deterministic(Backend&, bool) {
 std::string cudnn_attention_unavailable(Backend&, DType, int64_t, int64_t, const AttentionParams&) {
   return "this build of megatron has no CUDA backend";
 }
+std::string check_cudnn_attention_graphs(DType, int64_t, int64_t, const AttentionParams&, bool) {
+  return "this build of megatron has no CUDA backend";
+}
 std::string describe_cudnn_attention(Backend&, DType, int64_t, int64_t, const AttentionParams&) {
   return "this build of megatron has no CUDA backend";
 }

@@ -3,8 +3,8 @@
 // backward dqkv, on GPT training shapes and awkward ones, bf16 and fp16; the lse handed between
 // cuDNN and our kernels in both directions; the fallbacks to our kernels (dropout, fp32); the
 // deterministic backward; the workspace accounting; MEGATRON_ATTENTION_IMPL.
-// Every test skips without a GPU. Awkward shapes that the cuDNN found at run time refuses skip
-// with its reason; the GPT training shapes must run on cuDNN.
+// Every test but CudnnAttentionGraphs skips without a GPU. Awkward shapes that the cuDNN found
+// at run time refuses skip with its reason; the GPT training shapes must run on cuDNN.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -240,6 +240,19 @@ const Case kCases[] = {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttention, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// Without a GPU (any CUDA build): the forward and backward graphs of every case above, in both
+// backward variants, are built on the build machine's cuDNN descriptor by descriptor (attribute
+// types, the shapes of every matmul and broadcast, the operation graphs). Engines are not asked.
+TEST(CudnnAttentionGraphs, BuildWithoutAGpu) {
+  if (!built_with_cuda()) GTEST_SKIP() << "built without CUDA";
+  for (const Case& c : kCases) {
+    for (bool deterministic : {false, true}) {
+      SCOPED_TRACE(case_name(c) + (deterministic ? " deterministic" : ""));
+      EXPECT_EQ(check_cudnn_attention_graphs(c.dtype, c.s, c.b, make_params(c.heads, c.d), deterministic), "");
+    }
+  }
+}
 
 // ---- lse between implementations -----------------------------------------------------------
 
