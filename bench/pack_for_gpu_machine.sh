@@ -17,11 +17,16 @@ cp "$B/megatron" "$P/"
 cp "$B"/bench/*_bench "$P/bench/"
 cp "$B"/tests/*cuda*_test "$P/tests/" 2>/dev/null || true
 # Libraries of Debian's that the Ubuntu image may lack (OpenBLAS resolves to the real file
-# behind Debian's alternatives link).
+# behind Debian's alternatives link). CUDA's and cuDNN's libraries are never copied: the GPU
+# machine has its own (cuDNN's engines alone are ~500 MB; the pack must stay under 64 MiB).
 for lib in simdjson pcre2-8 zstd lzma openblas gfortran quadmath gomp; do
   path=$(ldd "$B/megatron" | awk -v l="lib$lib.so" '$1 ~ l {print $3}')
   if [ -n "$path" ]; then cp -L "$path" "$P/lib/"; fi
 done
+if ls "$P/lib" | grep -Eq '^lib(cudnn|cublas|cudart|nvrtc)'; then
+  echo "error: a CUDA/cuDNN library ended up in $P/lib" >&2
+  exit 1
+fi
 # OpenBLAS alone is ~36 MB: ship the libraries compressed (the device call carries 64 MiB at most);
 # bench/gpu_machine_run.sh and scripts/gpu-check.sh unpack them.
 tar -C "$P" -cJf "$P/lib.tar.xz" lib

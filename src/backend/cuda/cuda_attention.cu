@@ -3,6 +3,9 @@
 //
 // Reference: backend/cpu/cpu_attention.cpp (the same function of the inputs) and
 // Dao, "FlashAttention-2" (tiling, online softmax, lse saved, two-pass backward).
+// attention_forward/backward first offer the case to cuDNN's fused attention
+// (cudnn_attention.cpp, MEGATRON_ATTENTION_IMPL); the kernels here run what it does not take
+// (dropout, fp32, ...) and everything under MEGATRON_ATTENTION_IMPL=own.
 //
 // Two paths: bf16/fp16 tensors with head_dim 64 or 128 (the training case) run the tensor-core
 // kernels of namespace tc below (mma.sync, fp32 accumulation and softmax, the same Philox
@@ -1362,6 +1365,7 @@ OutMatrix out_part(Tensor& t, int64_t base, int64_t row_stride, int64_t batch_st
 void CudaBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) {
   const auto [s, b, heads, d] = check_attention(qkv, lse, params);
   MT_CHECK(out.numel() == s * b * heads * d && is_float(out.dtype())) << "attention out " << out.describe();
+  if (cudnn_attention_forward(qkv, out, lse, params)) return;  // cudnn_attention.cpp decides per case
   ForwardArgs a;
   a.q = qkv_part(qkv, b, heads, d, 0);
   a.k = qkv_part(qkv, b, heads, d, 1);
@@ -1392,6 +1396,7 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& qkv, cons
   MT_CHECK(dqkv.numel() == qkv.numel() && is_float(dqkv.dtype()))
       << "attention dqkv " << dqkv.describe() << " for qkv " << qkv.describe();
   if (s == 0 || b == 0) return;
+  if (cudnn_attention_backward(dout, qkv, out, lse, dqkv, params)) return;
 
   BackwardArgs a;
   a.q = qkv_part(qkv, b, heads, d, 0);

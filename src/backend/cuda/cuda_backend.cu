@@ -433,13 +433,17 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     workspace_bytes_ = kWorkspaceBytes;
     MT_CUDA_CHECK(cudaMalloc(&scratch_, kScratchBytes));
     scratch_bytes_ = kScratchBytes;
+    attention_impl_ = attention_impl_from_env();
   } catch (...) {
     free_resources(stream_, lt_, workspace_, scratch_);
     throw;
   }
 }
 
-CudaBackend::~CudaBackend() { free_resources(stream_, lt_, workspace_, scratch_); }
+CudaBackend::~CudaBackend() {
+  cudnn_attention_.reset();  // its handle and workspace go before the stream they use
+  free_resources(stream_, lt_, workspace_, scratch_);
+}
 
 // ---- memory -------------------------------------------------------------------------------
 

@@ -8,11 +8,14 @@
 //   cuda_norm.cu         layernorm forward/backward, embedding forward/backward
 //   cuda_loss.cu         cross-entropy forward/backward
 //   cuda_attention.cu    causal attention forward/backward (flash-style, lse saved), KV cache
+//   cudnn_attention.cpp  the same attention through cuDNN's fused flash attention, chosen per
+//                        case (attention_impl.h: MEGATRON_ATTENTION_IMPL=auto|cudnn|own)
 // Numerics contract (what tests/backend/cuda/ checks against the CPU backend): the same
 // function of the inputs; fp32 accumulation everywhere; outputs rounded RNE to their dtype;
 // dropout masks bit-identical to the CPU's (core/rng.h Philox, the same element index);
 // "(+=)" outputs accumulate; deterministic results run to run (no float atomics in
-// reductions whose order would vary).
+// reductions whose order would vary), except cuDNN's attention backward, which accumulates dQ
+// with fp32 atomics unless set_attention_deterministic(true) (cudnn_attention.h).
 // Every CUDA/cuBLAS call is checked; every kernel launch is followed by a launch check.
 #pragma once
 
@@ -20,9 +23,14 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
+#include <memory>
+#include <set>
+#include <string>
 #include <tuple>
 
+#include "backend/cuda/attention_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/ops.h"
 
@@ -44,6 +52,14 @@ namespace megatron::backend {
 // (m, n, k, trans_a, trans_b, A/B dtype, C/D dtype, epilogue, alignment of A, B, C/D, bias).
 using GemmAlgoKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int, int>;
 using GemmAlgoCache = std::map<GemmAlgoKey, cublasLtMatmulAlgo_t>;
+
+class CudnnAttention;  // cudnn_attention.h
+struct CudnnAttentionDeleter {
+  void operator()(CudnnAttention* p) const;  // defined in cudnn_attention.cpp
+};
+// MEGATRON_ATTENTION_IMPL (attention_impl.h): kAuto when unset; megatron::Error naming the
+// variable for anything but auto, cudnn or own. Defined in cudnn_attention.cpp.
+AttentionImpl attention_impl_from_env();
 
 class CudaBackend : public Backend {
  public:
@@ -111,7 +127,28 @@ class CudaBackend : public Backend {
   // Device scratch reused by reductions (at least 64 KiB, fp64-aligned).
   void* scratch() const { return scratch_; }
 
+  // Attention implementation (attention_impl.h); initially from MEGATRON_ATTENTION_IMPL.
+  void set_attention_impl(AttentionImpl impl) { attention_impl_ = impl; }
+  AttentionImpl attention_impl() const { return attention_impl_; }
+  void set_attention_deterministic(bool on) { attention_deterministic_ = on; }
+  // "" if attention of this case would run on cuDNN (both directions), else why not.
+  std::string cudnn_attention_unavailable(DType dtype, int64_t s, int64_t b, const AttentionParams& params);
+  // cuDNN's version, engines and workspace for this case (cudnn_attention.h describe()).
+  std::string describe_cudnn_attention(DType dtype, int64_t s, int64_t b, const AttentionParams& params);
+
  private:
+  // cudnn_attention.cpp: runs the op on cuDNN and returns true when this case goes there (see
+  // attention_impl.h); false means "use our kernels" (a fallback already reported), and under
+  // AttentionImpl::kCudnn a case cuDNN cannot run throws instead.
+  bool cudnn_attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params);
+  bool cudnn_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                Tensor& dqkv, const AttentionParams& params);
+  // Why this case cannot run on cuDNN ("" if it can); `io` are the tensors cuDNN would touch.
+  std::string cudnn_attention_reason(DType dtype, int64_t s, int64_t b, const AttentionParams& params,
+                                     std::initializer_list<const Tensor*> io);
+  bool use_cudnn_attention(const std::string& reason, DType dtype, int64_t s, int64_t b,
+                           const AttentionParams& params);
+
   int device_;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
@@ -120,6 +157,10 @@ class CudaBackend : public Backend {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   GemmAlgoCache gemm_algos_;  // filled lazily by cuda_gemm.cu
+  AttentionImpl attention_impl_ = AttentionImpl::kAuto;
+  bool attention_deterministic_ = false;
+  std::unique_ptr<CudnnAttention, CudnnAttentionDeleter> cudnn_attention_;  // created on first use
+  std::set<std::string> attention_fallbacks_reported_;  // stderr lines already printed
 };
 
 // Device-side helpers shared by the .cu files (defined in cuda_common.cuh).

@@ -1,4 +1,5 @@
 // Stubs used when the CUDA backend is not built (MT_BUILD_CUDA=OFF or no nvcc).
+#include "backend/cuda/attention_impl.h"
 #include "backend/cuda/cuda_op_timer.h"
 #include "backend/device.h"
 #include "backend/ops.h"
@@ -15,6 +16,22 @@ int64_t cuda_device_memory_used(int) { return 0; }
 
 std::unique_ptr<Backend> make_cuda_backend(int) {
   throw_error("[--device] this build of megatron has no CUDA backend (built without nvcc)");
+}
+
+void set_attention_impl(Backend&, AttentionImpl) {
+  throw_error("set_attention_impl: this build of megatron has no CUDA backend");
+}
+void set_attention_deterministic(Backend&, bool) {
+  throw_error("set_attention_deterministic: this build of megatron has no CUDA backend");
+}
+std::string cudnn_attention_unavailable(Backend&, DType, int64_t, int64_t, const AttentionParams&) {
+  return "this build of megatron has no CUDA backend";
+}
+std::string check_cudnn_attention_graphs(DType, int64_t, int64_t, const AttentionParams&, bool) {
+  return "this build of megatron has no CUDA backend";
+}
+std::string describe_cudnn_attention(Backend&, DType, int64_t, int64_t, const AttentionParams&) {
+  return "this build of megatron has no CUDA backend";
 }
 
 // No CudaBackend exists in this build: every backend is timed on the host.

@@ -1,6 +1,7 @@
-// CUDA backend causal attention (src/backend/cuda/cuda_attention.cu) against the CPU
-// reference backend: forward out and lse, backward dqkv, with and without dropout (the masks
-// must be bit-identical for the results to agree), determinism, and the KV-cache path.
+// CUDA backend causal attention, our own kernels (src/backend/cuda/cuda_attention.cu, selected
+// with AttentionImpl::kOwn), against the CPU reference backend: forward out and lse, backward
+// dqkv, with and without dropout (the masks must be bit-identical for the results to agree),
+// determinism, and the KV-cache path.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_test_util.h"
+#include "backend/cuda/attention_impl.h"
 #include "backend/cuda/cuda_test_util.h"
 #include "backend/device.h"
 #include "backend/ops.h"
@@ -24,6 +26,14 @@ namespace {
 using namespace megatron::test;
 
 bool have_gpu() { return built_with_cuda() && cuda_device_count() > 0; }
+
+// A CUDA backend that runs our own attention kernels (cuda_attention.cu), whatever
+// MEGATRON_ATTENTION_IMPL says; the cuDNN path is tested in cudnn_attention_test.cpp.
+std::unique_ptr<Backend> make_own_gpu() {
+  auto gpu = make_cuda_backend();
+  set_attention_impl(*gpu, AttentionImpl::kOwn);
+  return gpu;
+}
 
 AttentionParams make_params(int64_t heads, int64_t d, float p) {
   AttentionParams a;
@@ -114,7 +124,7 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   SCOPED_TRACE(case_name(c));
   auto rng = test_rng();
   auto cpu = make_cpu_backend();
-  auto gpu = make_cuda_backend();
+  auto gpu = make_own_gpu();
   const AttentionParams params = make_params(H, d, p);
 
   // |q|, |k|, |v| in [0.1, 2]: scores with a standard deviation ~1.5, so the softmax is far
@@ -211,7 +221,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(kCases),
 TEST(CudaAttentionDeterminism, TwoRunsAreBitwiseEqual) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   auto rng = test_rng();
-  auto gpu = make_cuda_backend();
+  auto gpu = make_own_gpu();
   for (const Case& c : {Case{300, 2, 4, 64, DType::kBF16, 0.1f}, Case{200, 1, 2, 128, DType::kF32, 0.1f},
                         Case{300, 2, 4, 64, DType::kF16, 0.1f}, Case{231, 1, 3, 128, DType::kBF16, 0.1f}}) {
     SCOPED_TRACE(case_name(c));
@@ -240,7 +250,7 @@ TEST(CudaAttentionDeterminism, TwoRunsAreBitwiseEqual) {
 TEST(CudaAttentionDropout, MaskChangesTheOutput) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   auto rng = test_rng();
-  auto gpu = make_cuda_backend();
+  auto gpu = make_own_gpu();
   const int64_t s = 64, b = 1, H = 2, d = 64;
   Tensor qkv = to_device(*gpu, random_tensor({s, b, H * 3 * d}, rng, DType::kF32, 0.1f, 2.0f));
   Tensor out0 = gpu->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
@@ -265,7 +275,7 @@ TEST_P(CudaAttentionTcMask, DroppedProbabilitiesMatchCpu) {
   ASSERT_LE(s, d);
   auto rng = test_rng();
   auto cpu = make_cpu_backend();
-  auto gpu = make_cuda_backend();
+  auto gpu = make_own_gpu();
   const AttentionParams params = make_params(H, d, p);
   Tensor qkv = random_tensor({s, b, H * 3 * d}, rng, dtype, 0.1f, 2.0f);
   for (int64_t i = 0; i < s; ++i)
@@ -319,7 +329,7 @@ TEST_P(CudaAttentionKvCache, TokenByTokenMatchesForward) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   auto rng = test_rng();
   auto cpu = make_cpu_backend();
-  auto gpu = make_cuda_backend();
+  auto gpu = make_own_gpu();
   const int64_t d = GetParam(), s = 77, b = 2, H = 3, max_seq = 80, prompt = 5;
   const Case c{s, b, H, d, DType::kF32, 0.0f};
   const AttentionParams params = make_params(H, d, 0.0f);

@@ -1,0 +1,873 @@
+// cuDNN fused flash attention: a checked RAII wrapper over cuDNN backend descriptors, the
+// forward and backward operation graphs, the plan cache, and CudaBackend's choice between cuDNN
+// and our kernels. cudnn_attention.h describes the graphs and the strided Megatron layout;
+// attention_impl.h the switch.
+//
+// Which cases go to cuDNN: bf16/fp16, dropout p == 0, head_dim a multiple of 8 and <= 128,
+// 16-byte aligned tensors of one dtype, a cuDNN 9 runtime whose engines accept both graphs.
+// Known runtime limits are checked before asking cuDNN (see version_reason()). Everything else
+// runs our kernels, the reason printed once on stderr (or an error under MEGATRON_ATTENTION_IMPL=
+// cudnn). The decision is made per case for both directions together, so a forward that ran on
+// cuDNN is followed by a backward on cuDNN; only the data-dependent checks (dtype of dout/dqkv,
+// alignment) can split them, which stays correct because the lse of either implementation feeds
+// the other's backward (tests/backend/cuda/cudnn_attention_test.cpp checks both ways).
+#include "backend/cuda/cudnn_attention.h"
+
+#include <cuda_runtime.h>
+#include <cudnn_graph.h>
+
+#include <algorithm>
+#include <array>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/attention_impl.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+
+static_assert(CUDNN_MAJOR >= 9, "cuDNN attention needs cuDNN 9's backend graph API (cudnn_graph.h)");
+
+namespace megatron::backend {
+
+namespace {
+
+// ---- errors ----------------------------------------------------------------------------------
+
+// cuDNN's message for the last failure on this thread ("" if it has none).
+std::string last_cudnn_message() {
+  char buf[2048] = {0};
+  cudnnGetLastErrorString(buf, sizeof(buf));
+  return buf;
+}
+
+std::string status_text(cudnnStatus_t st) {
+  std::string text = cudnnGetErrorString(st);
+  const std::string detail = last_cudnn_message();
+  if (!detail.empty()) text += " (" + detail + ")";
+  return text;
+}
+
+[[noreturn]] void fail(cudnnStatus_t st, const std::string& what) {
+  throw_error("cuDNN: ", what, " failed: ", status_text(st));
+}
+
+#define MT_CUDNN_CHECK(call)                                                                           \
+  do {                                                                                                 \
+    const cudnnStatus_t mt_st_ = (call);                                                               \
+    if (mt_st_ != CUDNN_STATUS_SUCCESS) fail(mt_st_, str_cat(#call, " at ", __FILE__, ":", __LINE__)); \
+  } while (0)
+
+// An attribute id with its name, for error messages: MT_ATTR(CUDNN_ATTR_TENSOR_STRIDES).
+struct Attr {
+  cudnnBackendAttributeName_t id;
+  const char* name;
+};
+#define MT_ATTR(a) \
+  Attr { a, #a }
+
+using Dims4 = std::array<int64_t, 4>;
+
+// ---- RAII backend descriptor -----------------------------------------------------------------
+
+// Owns one cuDNN backend descriptor; `what` names it in every error ("tensor 'Q' (uid 1) of the
+// attention forward of bf16 b=2 s=1024 heads=12 head_dim=64").
+class Descriptor {
+ public:
+  Descriptor() = default;
+  Descriptor(cudnnBackendDescriptorType_t type, std::string what) : what_(std::move(what)) {
+    const cudnnStatus_t st = cudnnBackendCreateDescriptor(type, &d_);
+    if (st != CUDNN_STATUS_SUCCESS) {
+      d_ = nullptr;
+      fail(st, "creating " + what_);
+    }
+  }
+  ~Descriptor() {
+    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);  // no throwing from a destructor
+  }
+  Descriptor(Descriptor&& o) noexcept : d_(std::exchange(o.d_, nullptr)), what_(std::move(o.what_)) {}
+  Descriptor& operator=(Descriptor&& o) noexcept {
+    if (this != &o) {
+      if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
+      d_ = std::exchange(o.d_, nullptr);
+      what_ = std::move(o.what_);
+    }
+    return *this;
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+
+  cudnnBackendDescriptor_t get() const { return d_; }
+  const std::string& what() const { return what_; }
+
+  void set(Attr a, cudnnBackendAttributeType_t type, int64_t count, const void* values) {
+    const cudnnStatus_t st = cudnnBackendSetAttribute(d_, a.id, type, count, values);
+    if (st != CUDNN_STATUS_SUCCESS) fail(st, str_cat("setting ", a.name, " of ", what_));
+  }
+  void set_i64(Attr a, int64_t v) { set(a, CUDNN_TYPE_INT64, 1, &v); }
+  void set_dims(Attr a, const Dims4& v) { set(a, CUDNN_TYPE_INT64, 4, v.data()); }
+  void set_dtype(Attr a, cudnnDataType_t v) { set(a, CUDNN_TYPE_DATA_TYPE, 1, &v); }
+  void set_bool(Attr a, bool v) { set(a, CUDNN_TYPE_BOOLEAN, 1, &v); }
+  void set_handle(Attr a, cudnnHandle_t h) { set(a, CUDNN_TYPE_HANDLE, 1, &h); }
+  void set_desc(Attr a, cudnnBackendDescriptor_t v) { set(a, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v); }
+
+  cudnnStatus_t try_finalize() { return cudnnBackendFinalize(d_); }
+  void finalize() {
+    const cudnnStatus_t st = try_finalize();
+    if (st != CUDNN_STATUS_SUCCESS) fail(st, "finalizing " + what_);
+  }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+  std::string what_;
+};
+
+// ---- plans -------------------------------------------------------------------------------------
+
+// A finalized execution plan with every descriptor it was built from (tensors, operations,
+// graph, engine config), kept alive for as long as the plan.
+struct Plan {
+  std::vector<Descriptor> keep;
+  cudnnBackendDescriptor_t exec = nullptr;
+  int64_t workspace = 0;  // bytes cuDNN needs
+  std::string name;       // "the attention forward of ..."
+  std::string engine;     // "engine 8 (tensor_core)"
+};
+
+struct EngineInfo {
+  std::string text;
+  bool nondeterministic = false;
+};
+
+const char* note_name(cudnnBackendNumericalNote_t n) {
+  switch (n) {
+    case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+      return "tensor_core";
+    case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+      return "down_convert_inputs";
+    case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
+      return "reduced_precision_reduction";
+    case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
+      return "nondeterministic";
+    case CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP:
+      return "strict_nan_prop";
+    default:
+      return "other";
+  }
+}
+
+// The engine behind an engine config: its global index and numerical notes. Queries that fail
+// leave "?" in the text (they only inform; the plan's finalize is what decides).
+EngineInfo engine_info(cudnnBackendDescriptor_t cfg) {
+  EngineInfo info;
+  Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine of a heuristics result");
+  cudnnBackendDescriptor_t raw = engine.get();
+  int64_t n = 0;
+  if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &raw) !=
+      CUDNN_STATUS_SUCCESS) {
+    info.text = "engine ? (" + last_cudnn_message() + ")";
+    return info;
+  }
+  int64_t index = -1;
+  if (cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index) !=
+      CUDNN_STATUS_SUCCESS) {
+    index = -1;
+  }
+  info.text = index >= 0 ? str_cat("engine ", index) : std::string("engine ?");
+  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                               static_cast<int64_t>(notes.size()), &count, notes.data()) != CUDNN_STATUS_SUCCESS) {
+    info.text += " (notes unknown)";
+    return info;
+  }
+  std::string list;
+  for (int64_t i = 0; i < count && i < static_cast<int64_t>(notes.size()); ++i) {
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) info.nondeterministic = true;
+    list += (list.empty() ? "" : ", ") + std::string(note_name(notes[i]));
+  }
+  info.text += " (" + (list.empty() ? std::string("no notes") : list) + ")";
+  return info;
+}
+
+// Binds the plan's non-virtual tensors (uids) to pointers and runs it on the handle's stream.
+void execute(cudnnHandle_t handle, const Plan& plan, const int64_t* uids, void* const* ptrs, int64_t n,
+             void* workspace) {
+  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack of " + plan.name);
+  pack.set(MT_ATTR(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS), CUDNN_TYPE_INT64, n, uids);
+  pack.set(MT_ATTR(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS), CUDNN_TYPE_VOID_PTR, n, ptrs);
+  pack.set(MT_ATTR(CUDNN_ATTR_VARIANT_PACK_WORKSPACE), CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  pack.finalize();
+  const cudnnStatus_t st = cudnnBackendExecute(handle, plan.exec, pack.get());
+  if (st != CUDNN_STATUS_SUCCESS) fail(st, str_cat("cudnnBackendExecute of ", plan.name, " with ", plan.engine));
+}
+
+// ---- operation graphs --------------------------------------------------------------------------
+
+// Builds one operation graph: tensors and operations are created, checked and kept here, the
+// operations are wired through their tensor descriptors (returned as raw handles), and build()
+// turns the graph into an execution plan.
+class Graph {
+ public:
+  Graph(cudnnHandle_t handle, std::string name) : handle_(handle), name_(std::move(name)) {}
+
+  // A tensor of `uid` (bound to a pointer at execution unless virtual).
+  cudnnBackendDescriptor_t tensor(const char* name, int64_t uid, cudnnDataType_t dtype, const Dims4& dims,
+                                  const Dims4& strides, bool is_virtual = false, bool by_value = false) {
+    Descriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR, str_cat("tensor '", name, "' (uid ", uid, ") of ", name_));
+    t.set_dtype(MT_ATTR(CUDNN_ATTR_TENSOR_DATA_TYPE), dtype);
+    t.set_dims(MT_ATTR(CUDNN_ATTR_TENSOR_DIMENSIONS), dims);
+    t.set_dims(MT_ATTR(CUDNN_ATTR_TENSOR_STRIDES), strides);
+    t.set_i64(MT_ATTR(CUDNN_ATTR_TENSOR_UNIQUE_ID), uid);
+    t.set_i64(MT_ATTR(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT), 16);
+    t.set_bool(MT_ATTR(CUDNN_ATTR_TENSOR_IS_VIRTUAL), is_virtual);
+    if (by_value) t.set_bool(MT_ATTR(CUDNN_ATTR_TENSOR_IS_BY_VALUE), true);
+    t.finalize();
+    return keep(std::move(t));
+  }
+  // An intermediate that lives only inside cuDNN's kernels.
+  cudnnBackendDescriptor_t virt(const char* name, cudnnDataType_t dtype, const Dims4& dims, const Dims4& strides) {
+    return tensor(name, next_virtual_uid_++, dtype, dims, strides, /*is_virtual=*/true);
+  }
+  // An fp32 scalar passed by value (a host float at execution).
+  cudnnBackendDescriptor_t scalar(const char* name, int64_t uid) {
+    return tensor(name, uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, /*by_value=*/true);
+  }
+
+  // c = a @ b over the last two dims, batched over the first two (fp32 accumulation).
+  void matmul(const char* name, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c) {
+    Descriptor mm(CUDNN_BACKEND_MATMUL_DESCRIPTOR, str_cat("matmul descriptor '", name, "' of ", name_));
+    mm.set_dtype(MT_ATTR(CUDNN_ATTR_MATMUL_COMP_TYPE), CUDNN_DATA_FLOAT);
+    mm.finalize();
+    Descriptor op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, str_cat("matmul '", name, "' of ", name_));
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_MATMUL_ADESC), a);
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_MATMUL_BDESC), b);
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_MATMUL_CDESC), c);
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_MATMUL_DESC), mm.get());
+    op.finalize();
+    keep(std::move(mm));
+    add_op(std::move(op));
+  }
+
+  // y = mode(x [, b [, t]]) elementwise with broadcasting; `axis` for GEN_INDEX.
+  void pointwise(const char* name, cudnnPointwiseMode_t mode, cudnnDataType_t math, cudnnBackendDescriptor_t x,
+                 cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
+                 int64_t axis = -1) {
+    Descriptor pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, str_cat("pointwise descriptor '", name, "' of ", name_));
+    pw.set(MT_ATTR(CUDNN_ATTR_POINTWISE_MODE), CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+    pw.set_dtype(MT_ATTR(CUDNN_ATTR_POINTWISE_MATH_PREC), math);
+    if (axis >= 0) pw.set_i64(MT_ATTR(CUDNN_ATTR_POINTWISE_AXIS), axis);
+    pw.finalize();
+    Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, str_cat("pointwise '", name, "' of ", name_));
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR), pw.get());
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_XDESC), x);
+    if (b != nullptr) op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_BDESC), b);
+    if (t != nullptr) op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_TDESC), t);
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_YDESC), y);
+    op.finalize();
+    keep(std::move(pw));
+    add_op(std::move(op));
+  }
+  void unary(const char* name, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    pointwise(name, mode, CUDNN_DATA_FLOAT, x, nullptr, nullptr, y);
+  }
+  void binary(const char* name, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+              cudnnBackendDescriptor_t y) {
+    pointwise(name, mode, CUDNN_DATA_FLOAT, x, b, nullptr, y);
+  }
+
+  // y = reduce(x) over the dims where y has extent 1 (here: the last).
+  void reduction(const char* name, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    Descriptor r(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, str_cat("reduction descriptor '", name, "' of ", name_));
+    r.set(MT_ATTR(CUDNN_ATTR_REDUCTION_OPERATOR), CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
+    r.set_dtype(MT_ATTR(CUDNN_ATTR_REDUCTION_COMP_TYPE), CUDNN_DATA_FLOAT);
+    r.finalize();
+    Descriptor op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, str_cat("reduction '", name, "' of ", name_));
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_REDUCTION_XDESC), x);
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_REDUCTION_YDESC), y);
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_REDUCTION_DESC), r.get());
+    op.finalize();
+    keep(std::move(r));
+    add_op(std::move(op));
+  }
+
+  // y = x seen through other dims/strides (here: a transpose of the last two dims).
+  void reshape(const char* name, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    Descriptor op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, str_cat("reshape '", name, "' of ", name_));
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_RESHAPE_XDESC), x);
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_RESHAPE_YDESC), y);
+    op.finalize();
+    add_op(std::move(op));
+  }
+
+  // The causal mask on scores x [b, h, s, s]: keep x where row >= col, else `neg_inf` (a
+  // by-value scalar). Returns the masked scores (fp32, virtual).
+  cudnnBackendDescriptor_t causal_mask(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t neg_inf, const Dims4& dims,
+                                       const Dims4& strides) {
+    auto row = virt("row index", CUDNN_DATA_INT32, dims, strides);
+    pointwise("row index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, x, nullptr, nullptr, row, /*axis=*/2);
+    auto col = virt("column index", CUDNN_DATA_INT32, dims, strides);
+    pointwise("column index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, x, nullptr, nullptr, col, /*axis=*/3);
+    auto keep_mask = virt("row >= column", CUDNN_DATA_BOOLEAN, dims, strides);
+    pointwise("row >= column", CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, nullptr, keep_mask);
+    auto y = virt("causal scores", CUDNN_DATA_FLOAT, dims, strides);
+    pointwise("causal mask", CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, neg_inf, keep_mask, y);
+    return y;
+  }
+
+  // The finalized operation graph. Without a handle (check_graphs(), no GPU needed) cuDNN 9.19
+  // still finalizes it; a release that insists on the handle answers BAD_PARAM_NULL_POINTER,
+  // which is then not an error of the graph.
+  Descriptor finalize_graph() {
+    Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph of " + name_);
+    graph.set(MT_ATTR(CUDNN_ATTR_OPERATIONGRAPH_OPS), CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops_.size()),
+              ops_.data());
+    if (handle_ != nullptr) {
+      graph.set_handle(MT_ATTR(CUDNN_ATTR_OPERATIONGRAPH_HANDLE), handle_);
+      graph.finalize();
+    } else if (const cudnnStatus_t st = graph.try_finalize();
+               st != CUDNN_STATUS_SUCCESS && st != CUDNN_STATUS_BAD_PARAM_NULL_POINTER) {
+      fail(st, "finalizing " + graph.what() + " (without a handle)");
+    }
+    return graph;
+  }
+
+  // Finalizes the graph and returns the first engine config (heuristics mode A, then FALLBACK)
+  // whose execution plan finalizes; with `deterministic`, engines noted NONDETERMINISTIC are
+  // skipped. Throws megatron::Error listing what each candidate answered.
+  Plan build(bool deterministic) {
+    MT_CHECK(handle_ != nullptr) << "building a plan of " << name_ << " without a cuDNN handle";
+    Descriptor graph = finalize_graph();
+
+    std::string refused;
+    const std::pair<cudnnBackendHeurMode_t, const char*> modes[] = {{CUDNN_HEUR_MODE_A, "A"},
+                                                                    {CUDNN_HEUR_MODE_FALLBACK, "FALLBACK"}};
+    for (const auto& [mode, mode_name] : modes) {
+      Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
+                      str_cat("engine heuristics (mode ", mode_name, ") of ", name_));
+      heur.set_desc(MT_ATTR(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH), graph.get());
+      heur.set(MT_ATTR(CUDNN_ATTR_ENGINEHEUR_MODE), CUDNN_TYPE_HEUR_MODE, 1, &mode);
+      if (const cudnnStatus_t st = heur.try_finalize(); st != CUDNN_STATUS_SUCCESS) {
+        refused += str_cat("heuristics mode ", mode_name, ": ", status_text(st), "; ");
+        continue;
+      }
+      int64_t count = 0;
+      MT_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                              0, &count, nullptr));
+      if (count <= 0) {
+        refused += str_cat("heuristics mode ", mode_name, ": no engine; ");
+        continue;
+      }
+      std::vector<Descriptor> cfgs;
+      std::vector<cudnnBackendDescriptor_t> raw;
+      for (int64_t i = 0; i < count; ++i) {
+        cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config of " + name_);
+        raw.push_back(cfgs.back().get());
+      }
+      int64_t got = 0;
+      MT_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                              count, &got, raw.data()));
+      if (got <= 0) {
+        refused += str_cat("heuristics mode ", mode_name, ": ", count, " engine configs announced, none returned; ");
+      }
+      for (int64_t i = 0; i < got && i < count; ++i) {
+        const EngineInfo info = engine_info(raw[static_cast<size_t>(i)]);
+        if (deterministic && info.nondeterministic) {
+          refused += info.text + ": refused (deterministic requested); ";
+          continue;
+        }
+        Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
+                        str_cat("execution plan (", info.text, ") of ", name_));
+        plan.set_handle(MT_ATTR(CUDNN_ATTR_EXECUTION_PLAN_HANDLE), handle_);
+        plan.set_desc(MT_ATTR(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG), raw[static_cast<size_t>(i)]);
+        if (const cudnnStatus_t st = plan.try_finalize(); st != CUDNN_STATUS_SUCCESS) {
+          refused += str_cat(info.text, ": ", status_text(st), "; ");
+          continue;
+        }
+        int64_t ws = 0, n = 0;
+        MT_CUDNN_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+                                                1, &n, &ws));
+        Plan p;
+        p.exec = plan.get();
+        p.workspace = ws;
+        p.name = name_;
+        p.engine = info.text;
+        p.keep = std::move(keep_);
+        p.keep.push_back(std::move(graph));
+        p.keep.push_back(std::move(cfgs[static_cast<size_t>(i)]));
+        p.keep.push_back(std::move(plan));
+        return p;
+      }
+    }
+    throw_error("no cuDNN engine runs ", name_, ": ", refused);
+  }
+
+ private:
+  cudnnBackendDescriptor_t keep(Descriptor&& d) {
+    keep_.push_back(std::move(d));
+    return keep_.back().get();
+  }
+  void add_op(Descriptor&& op) { ops_.push_back(keep(std::move(op))); }
+
+  cudnnHandle_t handle_;
+  std::string name_;
+  int64_t next_virtual_uid_ = 100;  // below: the tensors bound at execution (kQ ...)
+  std::vector<Descriptor> keep_;
+  std::vector<cudnnBackendDescriptor_t> ops_;
+};
+
+// Unique ids of the tensors bound at execution.
+constexpr int64_t kQ = 1, kK = 2, kV = 3, kO = 4, kStats = 5, kScale = 6, kNegInf = 7, kDO = 8, kDQ = 9, kDK = 10,
+                  kDV = 11, kOne = 12, kDSum = 13, kDQAccum = 14;
+
+cudnnDataType_t cudnn_dtype(DType d) { return d == DType::kBF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
+
+std::string key_name(const CudnnAttentionKey& k) {
+  return str_cat(dtype_name(k.dtype), " b=", k.b, " s=", k.s, " heads=", k.heads, " head_dim=", k.head_dim,
+                 k.deterministic ? " deterministic" : "");
+}
+
+// Dims and strides of one case (see cudnn_attention.h).
+struct Layout {
+  Dims4 bhsd, bhds, bhss, bhs1;
+  Dims4 qkv;       // q, k, v, dq, dk, dv as [b, h, s, d] inside qkv/dqkv
+  Dims4 qkv_t;     // k, v as [b, h, d, s]
+  Dims4 o;         // o, do as [b, h, s, d]
+  Dims4 scores;    // [b, h, s, s] row-major
+  Dims4 scores_t;  // the same storage as [b, h, s_kv, s_q]
+  Dims4 rows;      // [b, h, s, 1]
+  Dims4 packed;    // [b, h, s, d] row-major (fp32 intermediates)
+
+  explicit Layout(const CudnnAttentionKey& k) {
+    const int64_t b = k.b, s = k.s, h = k.heads, d = k.head_dim;
+    bhsd = {b, h, s, d};
+    bhds = {b, h, d, s};
+    bhss = {b, h, s, s};
+    bhs1 = {b, h, s, 1};
+    qkv = {h * 3 * d, 3 * d, b * h * 3 * d, 1};
+    qkv_t = {h * 3 * d, 3 * d, 1, b * h * 3 * d};
+    o = {h * d, d, b * h * d, 1};
+    scores = {h * s * s, s * s, s, 1};
+    scores_t = {h * s * s, s * s, 1, s};
+    rows = {h * s, s, 1, 1};
+    packed = {h * s * d, s * d, d, 1};
+  }
+};
+
+// The forward graph of `k` into g (empty). See cudnn_attention.h.
+void forward_graph(Graph& g, const CudnnAttentionKey& k) {
+  const Layout L(k);
+  const cudnnDataType_t io = cudnn_dtype(k.dtype), f32 = CUDNN_DATA_FLOAT;
+  auto q = g.tensor("Q", kQ, io, L.bhsd, L.qkv);
+  auto kt = g.tensor("K^T", kK, io, L.bhds, L.qkv_t);
+  auto v = g.tensor("V", kV, io, L.bhsd, L.qkv);
+  auto o = g.tensor("O", kO, io, L.bhsd, L.o);
+  auto stats = g.tensor("Stats", kStats, f32, L.bhs1, L.rows);
+  auto scale = g.scalar("scale", kScale);
+  auto neg_inf = g.scalar("-inf", kNegInf);
+
+  auto s = g.virt("S", f32, L.bhss, L.scores);
+  g.matmul("Q K^T", q, kt, s);
+  auto scaled = g.virt("S * scale", f32, L.bhss, L.scores);
+  g.binary("S * scale", CUDNN_POINTWISE_MUL, s, scale, scaled);
+  auto masked = g.causal_mask(scaled, neg_inf, L.bhss, L.scores);
+  // Softmax with its statistics: M = max, E = exp(S - M), L = sum E, Stats = M + log L, P = E / L.
+  auto m = g.virt("M", f32, L.bhs1, L.rows);
+  g.reduction("M = max S", CUDNN_REDUCE_TENSOR_MAX, masked, m);
+  auto centered = g.virt("S - M", f32, L.bhss, L.scores);
+  g.binary("S - M", CUDNN_POINTWISE_SUB, masked, m, centered);
+  auto e = g.virt("E", f32, L.bhss, L.scores);
+  g.unary("E = exp(S - M)", CUDNN_POINTWISE_EXP, centered, e);
+  auto l = g.virt("L", f32, L.bhs1, L.rows);
+  g.reduction("L = sum E", CUDNN_REDUCE_TENSOR_ADD, e, l);
+  auto log_l = g.virt("log L", f32, L.bhs1, L.rows);
+  g.unary("log L", CUDNN_POINTWISE_LOG, l, log_l);
+  g.binary("Stats = M + log L", CUDNN_POINTWISE_ADD, m, log_l, stats);
+  auto p = g.virt("P", io, L.bhss, L.scores);  // the second matmul takes P in the I/O dtype
+  g.binary("P = E / L", CUDNN_POINTWISE_DIV, e, l, p);
+  g.matmul("P V", p, v, o);
+}
+
+// The backward graph of `k` into g (empty).
+void backward_graph(Graph& g, const CudnnAttentionKey& k) {
+  const Layout L(k);
+  const cudnnDataType_t io = cudnn_dtype(k.dtype), f32 = CUDNN_DATA_FLOAT;
+  auto q = g.tensor("Q", kQ, io, L.bhsd, L.qkv);
+  auto kt = g.tensor("K^T", kK, io, L.bhds, L.qkv_t);
+  auto vt = g.tensor("V^T", kV, io, L.bhds, L.qkv_t);
+  auto o = g.tensor("O", kO, io, L.bhsd, L.o);
+  auto stats = g.tensor("Stats", kStats, f32, L.bhs1, L.rows);
+  auto scale = g.scalar("scale", kScale);
+  auto neg_inf = g.scalar("-inf", kNegInf);
+  auto one = g.scalar("one", kOne);
+  auto dout = g.tensor("dO", kDO, io, L.bhsd, L.o);
+  auto dq = g.tensor("dQ", kDQ, io, L.bhsd, L.qkv);
+  auto dk = g.tensor("dK", kDK, io, L.bhsd, L.qkv);
+  auto dv = g.tensor("dV", kDV, io, L.bhsd, L.qkv);
+  auto dsum = g.tensor("D", kDSum, f32, L.bhs1, L.rows);  // in our workspace
+
+  // D_i = sum_t dO_it O_it (= sum_j P_ij dP_ij), times 1 (the slot of a dropout rescale).
+  auto do_o = g.virt("dO * O", f32, L.bhsd, L.packed);
+  g.binary("dO * O", CUDNN_POINTWISE_MUL, dout, o, do_o);
+  auto do_o_sum = g.virt("sum dO * O", f32, L.bhs1, L.rows);
+  g.reduction("sum dO * O", CUDNN_REDUCE_TENSOR_ADD, do_o, do_o_sum);
+  g.binary("D", CUDNN_POINTWISE_MUL, do_o_sum, one, dsum);
+
+  // P = exp(mask(scale Q K^T - Stats)), recomputed.
+  auto s = g.virt("S", f32, L.bhss, L.scores);
+  g.matmul("Q K^T", q, kt, s);
+  auto scaled = g.virt("S * scale", f32, L.bhss, L.scores);
+  g.binary("S * scale", CUDNN_POINTWISE_MUL, s, scale, scaled);
+  auto centered = g.virt("S - Stats", f32, L.bhss, L.scores);
+  g.binary("S - Stats", CUDNN_POINTWISE_SUB, scaled, stats, centered);
+  auto masked = g.causal_mask(centered, neg_inf, L.bhss, L.scores);
+  auto p = g.virt("P", f32, L.bhss, L.scores);
+  g.unary("P = exp", CUDNN_POINTWISE_EXP, masked, p);
+
+  // dV = P^T dO.
+  auto pt = g.virt("P^T", io, L.bhss, L.scores_t);
+  g.reshape("P^T", p, pt);
+  g.matmul("P^T dO", pt, dout, dv);
+
+  // dS = P (dO V^T - D) scale.
+  auto dp = g.virt("dP", f32, L.bhss, L.scores);
+  g.matmul("dO V^T", dout, vt, dp);
+  auto dp_d = g.virt("dP - D", f32, L.bhss, L.scores);
+  g.binary("dP - D", CUDNN_POINTWISE_SUB, dp, dsum, dp_d);
+  auto pdp = g.virt("P (dP - D)", f32, L.bhss, L.scores);
+  g.binary("P (dP - D)", CUDNN_POINTWISE_MUL, dp_d, p, pdp);
+  auto ds = g.virt("dS", f32, L.bhss, L.scores);
+  g.binary("dS = P (dP - D) scale", CUDNN_POINTWISE_MUL, pdp, scale, ds);
+
+  // dK = dS^T Q.
+  auto dst = g.virt("dS^T", io, L.bhss, L.scores_t);
+  g.reshape("dS^T", ds, dst);
+  g.matmul("dS^T Q", dst, q, dk);
+
+  // dQ = dS K: through an fp32 accumulator (atomics) unless deterministic.
+  auto kmat = g.virt("K", io, L.bhsd, L.qkv);
+  g.reshape("K from K^T", kt, kmat);
+  if (k.deterministic) {
+    g.matmul("dS K", ds, kmat, dq);
+  } else {
+    auto acc = g.tensor("dQ accumulator", kDQAccum, f32, L.bhsd, L.packed);  // in our workspace
+    g.matmul("dS K", ds, kmat, acc);
+    g.unary("dQ = accumulator", CUDNN_POINTWISE_IDENTITY, acc, dq);
+  }
+}
+
+Plan build_forward(cudnnHandle_t handle, const CudnnAttentionKey& k) {
+  Graph g(handle, "the attention forward of " + key_name(k));
+  forward_graph(g, k);
+  return g.build(k.deterministic);
+}
+
+Plan build_backward(cudnnHandle_t handle, const CudnnAttentionKey& k) {
+  Graph g(handle, "the attention backward of " + key_name(k));
+  backward_graph(g, k);
+  return g.build(k.deterministic);
+}
+
+// Limits of particular cuDNN releases, checked before asking for plans (from the cuDNN
+// frontend's support checks and release notes). `v` is cudnnGetVersion(): 91500 for 9.15.0.
+std::string version_reason(size_t v, const CudnnAttentionKey& k) {
+  if (v == 91000 || v == 91001)
+    return "cuDNN 9.10.0 and 9.10.1 have known bugs in bf16/fp16 attention (9.10.2+ is fine)";
+  if (k.s == 1 && v <= 90900) return "cuDNN 9.9 and older do not run causal masking with s == 1";
+  if (k.s % 128 != 0 && v <= 91500) {
+    return str_cat("cuDNN 9.15 and older need a padding-mask workaround in the backward when s % 128 != 0 (s = ", k.s,
+                   "), which this build does not construct");
+  }
+  return "";
+}
+
+constexpr int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+}  // namespace
+
+// ---- CudnnAttention ----------------------------------------------------------------------------
+
+struct CudnnAttention::Entry {
+  std::string unavailable;
+  Plan fwd, bwd;
+  // Backward workspace: cuDNN's own at 0, then D [b, h, s] fp32, then the dQ accumulator
+  // [b, h, s, d] fp32 (non-deterministic graph only).
+  int64_t dsum_offset = 0, dq_accum_offset = 0, dq_accum_bytes = 0, bwd_bytes = 0;
+  // Scalars passed by value (their addresses go into the variant packs).
+  float scale = 0.0f, neg_inf = -INFINITY, one = 1.0f;
+};
+
+CudnnAttention::CudnnAttention(CudaBackend& backend) : backend_(backend) {
+  version_ = cudnnGetVersion();
+  if (version_ / 10000 != 9) {
+    init_error_ = str_cat("cuDNN ", version_string(), " is loaded; the attention graphs need cuDNN 9");
+    return;
+  }
+  cudaDeviceProp prop{};
+  if (const cudaError_t err = cudaGetDeviceProperties(&prop, backend_.device_index()); err != cudaSuccess) {
+    cudaGetLastError();
+    init_error_ = str_cat("cudaGetDeviceProperties failed: ", cudaGetErrorString(err));
+    return;
+  }
+  if (prop.major < 8) {
+    init_error_ = str_cat("cuDNN fused attention needs sm_80 or newer; device ", backend_.device_index(), " is sm_",
+                          prop.major, prop.minor);
+    return;
+  }
+  if (const cudnnStatus_t st = cudnnCreate(&handle_); st != CUDNN_STATUS_SUCCESS) {
+    handle_ = nullptr;
+    init_error_ = "cuDNN: cudnnCreate failed: " + status_text(st);
+    return;
+  }
+  if (const cudnnStatus_t st = cudnnSetStream(handle_, backend_.stream()); st != CUDNN_STATUS_SUCCESS) {
+    init_error_ = "cuDNN: cudnnSetStream failed: " + status_text(st);
+  }
+}
+
+CudnnAttention::~CudnnAttention() {
+  entries_.clear();  // plans before the handle
+  if (handle_ != nullptr) cudnnDestroy(handle_);
+}
+
+std::string CudnnAttention::check_graphs(const CudnnAttentionKey& key) {
+  try {
+    Graph fwd(nullptr, "the attention forward of " + key_name(key));
+    forward_graph(fwd, key);
+    fwd.finalize_graph();
+    Graph bwd(nullptr, "the attention backward of " + key_name(key));
+    backward_graph(bwd, key);
+    bwd.finalize_graph();
+  } catch (const Error& err) {
+    return err.what();
+  }
+  return "";
+}
+
+std::string CudnnAttention::version_string() const {
+  return str_cat(version_ / 10000, ".", (version_ % 10000) / 100, ".", version_ % 100);
+}
+
+CudnnAttention::Entry& CudnnAttention::entry(const CudnnAttentionKey& key) {
+  if (auto it = entries_.find(key); it != entries_.end()) return *it->second;
+  auto e = std::make_unique<Entry>();
+  std::memcpy(&e->scale, &key.scale_bits, sizeof(float));
+  // Masked scores: -inf, except below 9.10 where cuDNN's softmax wants the lowest finite float.
+  e->neg_inf = version_ < 91000 ? -FLT_MAX : -INFINITY;
+  if (!init_error_.empty()) {
+    e->unavailable = init_error_;
+  } else if (std::string why = version_reason(version_, key); !why.empty()) {
+    e->unavailable = str_cat(why, " (cuDNN ", version_string(), ")");
+  } else {
+    try {
+      e->fwd = build_forward(handle_, key);
+      e->bwd = build_backward(handle_, key);
+      const int64_t rows = key.b * key.heads * key.s;
+      e->dsum_offset = align_up(e->bwd.workspace, 256);
+      e->dq_accum_offset = align_up(e->dsum_offset + rows * 4, 256);
+      e->dq_accum_bytes = key.deterministic ? 0 : rows * key.head_dim * 4;
+      e->bwd_bytes = e->dq_accum_offset + e->dq_accum_bytes;
+      workspace(std::max(e->fwd.workspace, e->bwd_bytes));  // sized now, not in the middle of a step
+    } catch (const Error& err) {
+      e->unavailable = err.what();
+      e->fwd = Plan();
+      e->bwd = Plan();
+    }
+  }
+  return *entries_.emplace(key, std::move(e)).first->second;
+}
+
+const std::string& CudnnAttention::unavailable(const CudnnAttentionKey& key) { return entry(key).unavailable; }
+
+void* CudnnAttention::workspace(int64_t bytes) {
+  if (!workspace_.defined() || workspace_.nbytes() < bytes) {
+    const int64_t rounded = align_up(std::max<int64_t>(bytes, 1), int64_t{1} << 20);
+    workspace_ = Tensor();  // the old buffer goes first (cudaFree waits for work still using it)
+    workspace_ = backend_.empty({rounded / 4}, DType::kF32, MemoryKind::kWorkspace);
+  }
+  return workspace_.data();
+}
+
+void CudnnAttention::forward(const CudnnAttentionKey& key, const void* qkv, void* out, float* lse) {
+  Entry& e = entry(key);
+  MT_CHECK(e.unavailable.empty()) << "cuDNN attention forward of " << key_name(key) << ": " << e.unavailable;
+  char* base = static_cast<char*>(const_cast<void*>(qkv));
+  const int64_t d_bytes = key.head_dim * 2;
+  const int64_t uids[] = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
+  void* const ptrs[] = {base, base + d_bytes, base + 2 * d_bytes, out, lse, &e.scale, &e.neg_inf};
+  execute(handle_, e.fwd, uids, ptrs, 7, workspace(e.fwd.workspace));
+}
+
+void CudnnAttention::backward(const CudnnAttentionKey& key, const void* dout, const void* qkv, const void* out,
+                              const float* lse, void* dqkv) {
+  Entry& e = entry(key);
+  MT_CHECK(e.unavailable.empty()) << "cuDNN attention backward of " << key_name(key) << ": " << e.unavailable;
+  char* ws = static_cast<char*>(workspace(e.bwd_bytes));
+  // Before 9.6.0 cuDNN expects the dQ accumulator zeroed by the caller (it zeroes it itself since).
+  if (e.dq_accum_bytes > 0 && version_ < 90600) {
+    MT_CUDA_CHECK(cudaMemsetAsync(ws + e.dq_accum_offset, 0, static_cast<size_t>(e.dq_accum_bytes), backend_.stream()));
+  }
+  char* in = static_cast<char*>(const_cast<void*>(qkv));
+  char* grad = static_cast<char*>(dqkv);
+  const int64_t d_bytes = key.head_dim * 2;
+  const int64_t uids[] = {kQ, kK, kV, kO, kStats, kScale, kNegInf, kDO, kDQ, kDK, kDV, kOne, kDSum, kDQAccum};
+  void* const ptrs[] = {in,
+                        in + d_bytes,
+                        in + 2 * d_bytes,
+                        const_cast<void*>(out),
+                        const_cast<float*>(lse),
+                        &e.scale,
+                        &e.neg_inf,
+                        const_cast<void*>(dout),
+                        grad,
+                        grad + d_bytes,
+                        grad + 2 * d_bytes,
+                        &e.one,
+                        ws + e.dsum_offset,
+                        ws + e.dq_accum_offset};
+  const int64_t n = e.dq_accum_bytes > 0 ? 14 : 13;  // the accumulator is the last entry
+  execute(handle_, e.bwd, uids, ptrs, n, ws);
+}
+
+std::string CudnnAttention::describe(const CudnnAttentionKey& key) {
+  const Entry& e = entry(key);
+  std::string out = str_cat("cuDNN ", version_string(), ", ", key_name(key), ": ");
+  if (!e.unavailable.empty()) return out + "unavailable: " + e.unavailable;
+  return out + str_cat("forward ", e.fwd.engine, ", workspace ", e.fwd.workspace, " B; backward ", e.bwd.engine,
+                       ", workspace ", e.bwd_bytes, " B (cuDNN's ", e.bwd.workspace, " B)");
+}
+
+void CudnnAttentionDeleter::operator()(CudnnAttention* p) const { delete p; }
+
+// ---- CudaBackend: choosing the implementation ----------------------------------------------------
+
+AttentionImpl attention_impl_from_env() {
+  const char* v = std::getenv("MEGATRON_ATTENTION_IMPL");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return AttentionImpl::kAuto;
+  if (std::strcmp(v, "cudnn") == 0) return AttentionImpl::kCudnn;
+  if (std::strcmp(v, "own") == 0) return AttentionImpl::kOwn;
+  throw_error("[MEGATRON_ATTENTION_IMPL] '", v, "' is not one of auto, cudnn, own");
+}
+
+namespace {
+
+CudnnAttentionKey make_key(DType dtype, int64_t s, int64_t b, const AttentionParams& p, bool deterministic) {
+  CudnnAttentionKey k;
+  k.b = b;
+  k.s = s;
+  k.heads = p.heads;
+  k.head_dim = p.head_dim;
+  k.dtype = dtype;
+  std::memcpy(&k.scale_bits, &p.softmax_scale, sizeof(float));
+  k.deterministic = deterministic;
+  return k;
+}
+
+}  // namespace
+
+std::string CudaBackend::cudnn_attention_reason(DType dtype, int64_t s, int64_t b, const AttentionParams& p,
+                                                std::initializer_list<const Tensor*> io) {
+  if (dtype != DType::kBF16 && dtype != DType::kF16) {
+    return str_cat(dtype_name(dtype), " tensors (cuDNN's fused attention is used for bf16 and fp16)");
+  }
+  if (p.dropout.p > 0.0f) return "attention dropout p > 0 (cuDNN's dropout RNG cannot reproduce our Philox masks)";
+  if (p.head_dim % 8 != 0 || p.head_dim > 128) {
+    return str_cat("head_dim ", p.head_dim, " (cuDNN here takes multiples of 8 up to 128)");
+  }
+  for (const Tensor* t : io) {
+    if (t->dtype() != dtype)
+      return str_cat("tensors of mixed dtypes (", t->describe(), " with ", dtype_name(dtype), ")");
+    if (reinterpret_cast<uintptr_t>(t->data()) % 16 != 0) return "a tensor that is not 16-byte aligned";
+  }
+  if (!cudnn_attention_) cudnn_attention_.reset(new CudnnAttention(*this));
+  return cudnn_attention_->unavailable(make_key(dtype, s, b, p, attention_deterministic_));
+}
+
+bool CudaBackend::use_cudnn_attention(const std::string& reason, DType dtype, int64_t s, int64_t b,
+                                      const AttentionParams& p) {
+  if (reason.empty()) return true;
+  const std::string what =
+      str_cat("attention (", dtype_name(dtype), ", s ", s, ", b ", b, ", ", p.heads, " heads of ", p.head_dim, ")");
+  if (attention_impl_ == AttentionImpl::kCudnn) {
+    throw_error("[MEGATRON_ATTENTION_IMPL=cudnn] cuDNN cannot run ", what, ": ", reason);
+  }
+  if (attention_fallbacks_reported_.insert(reason).second) {
+    std::fprintf(stderr, "megatron: %s runs our own kernels, not cuDNN: %s\n", what.c_str(), reason.c_str());
+  }
+  return false;
+}
+
+bool CudaBackend::cudnn_attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& p) {
+  const int64_t s = qkv.dim(0), b = qkv.dim(1);
+  if (attention_impl_ == AttentionImpl::kOwn || s == 0 || b == 0) return false;
+  if (!use_cudnn_attention(cudnn_attention_reason(qkv.dtype(), s, b, p, {&qkv, &out}), qkv.dtype(), s, b, p)) {
+    return false;
+  }
+  cudnn_attention_->forward(make_key(qkv.dtype(), s, b, p, attention_deterministic_), qkv.data(), out.data(),
+                            static_cast<float*>(lse.data()));
+  return true;
+}
+
+bool CudaBackend::cudnn_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                           Tensor& dqkv, const AttentionParams& p) {
+  const int64_t s = qkv.dim(0), b = qkv.dim(1);
+  if (attention_impl_ == AttentionImpl::kOwn || s == 0 || b == 0) return false;
+  const std::string reason = cudnn_attention_reason(qkv.dtype(), s, b, p, {&qkv, &out, &dout, &dqkv});
+  if (!use_cudnn_attention(reason, qkv.dtype(), s, b, p)) return false;
+  cudnn_attention_->backward(make_key(qkv.dtype(), s, b, p, attention_deterministic_), dout.data(), qkv.data(),
+                             out.data(), static_cast<const float*>(lse.data()), dqkv.data());
+  return true;
+}
+
+std::string CudaBackend::cudnn_attention_unavailable(DType dtype, int64_t s, int64_t b, const AttentionParams& p) {
+  if (attention_impl_ == AttentionImpl::kOwn) return "the attention implementation is set to 'own'";
+  if (s <= 0 || b <= 0) return "an empty tensor (nothing to compute)";
+  return cudnn_attention_reason(dtype, s, b, p, {});
+}
+
+std::string CudaBackend::describe_cudnn_attention(DType dtype, int64_t s, int64_t b, const AttentionParams& p) {
+  const std::string reason = cudnn_attention_unavailable(dtype, s, b, p);
+  if (!reason.empty() || !cudnn_attention_) return "cuDNN attention unavailable: " + reason;
+  return cudnn_attention_->describe(make_key(dtype, s, b, p, attention_deterministic_));
+}
+
+// ---- attention_impl.h ----------------------------------------------------------------------------
+
+namespace {
+
+CudaBackend& as_cuda(Backend& backend, const char* what) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) throw_error(what, ": the backend is not a CUDA backend");
+  return *cuda;
+}
+
+}  // namespace
+
+void set_attention_impl(Backend& backend, AttentionImpl impl) {
+  as_cuda(backend, "set_attention_impl").set_attention_impl(impl);
+}
+
+void set_attention_deterministic(Backend& backend, bool deterministic) {
+  as_cuda(backend, "set_attention_deterministic").set_attention_deterministic(deterministic);
+}
+
+std::string cudnn_attention_unavailable(Backend& backend, DType dtype, int64_t s, int64_t b,
+                                        const AttentionParams& params) {
+  return as_cuda(backend, "cudnn_attention_unavailable").cudnn_attention_unavailable(dtype, s, b, params);
+}
+
+std::string check_cudnn_attention_graphs(DType dtype, int64_t s, int64_t b, const AttentionParams& params,
+                                         bool deterministic) {
+  return CudnnAttention::check_graphs(make_key(dtype, s, b, params, deterministic));
+}
+
+std::string describe_cudnn_attention(Backend& backend, DType dtype, int64_t s, int64_t b,
+                                     const AttentionParams& params) {
+  return as_cuda(backend, "describe_cudnn_attention").describe_cudnn_attention(dtype, s, b, params);
+}
+
+}  // namespace megatron::backend

@@ -1,0 +1,103 @@
+// cuDNN fused flash attention ("SDPA") for CudaBackend::attention_forward/attention_backward
+// (ops.h contract), built on cuDNN 9's C backend graph API: DESIGN.md decision 5 (cuDNN's C++
+// frontend is not packaged and we vendor no outside code; our kernels in cuda_attention.cu are
+// the fallback, attention_impl.h the switch).
+//
+// No copies: cuDNN reads Q, K, V in place from Megatron's fused qkv [s, b, heads*3d] and writes
+// O, dQ, dK, dV in place, every one described as a 4-D [b, h, s, d] tensor whose strides (in
+// elements) walk the Megatron layout. For (batch bi, head j, position i, column t):
+//   q at  i*(b*h*3d) + bi*(h*3d) + j*3d + t   -> dims [b, h, s, d], strides [h*3d, 3d, b*h*3d, 1]
+//   k, v  the same at + d and + 2d            (K, and V in the backward, enter transposed:
+//                                              dims [b, h, d, s], the last two strides swapped)
+//   dq, dk, dv in dqkv: strides as q, k, v
+//   o, do at i*(b*h*d) + bi*(h*d) + j*d + t   -> strides [h*d, d, b*h*d, 1]
+//   stats = our lse [b, h, s] fp32            -> dims [b, h, s, 1], strides [h*s, s, 1, 1]
+// e.g. b = 2, h = 12, d = 64: q strides [2304, 192, 4608, 1], k at element offset 64.
+//
+// Forward graph (cuDNN's "flash fused attention fprop" pattern), fp32 between the matmuls:
+//   S = Q K^T;  S *= scale;  S = (row >= col) ? S : -inf  (GEN_INDEX rows/cols, CMP_GE,
+//   BINARY_SELECT);  M = max_j S;  E = exp(S - M);  L = sum_j E;  Stats = M + log L;
+//   P = E / L (bf16/fp16);  O = P V.
+// Stats is therefore the natural-log log-sum-exp of the scaled, masked scores: exactly our
+// lse, so either implementation's backward can consume the other's forward.
+// Backward graph (P recomputed from Stats):
+//   D = sum_t dO*O (fp32, kept in our workspace);  P = exp(mask(scale Q K^T - Stats));
+//   dV = P^T dO;  dP = dO V^T;  dS = P (dP - D) scale;  dK = dS^T Q;  dQ = dS K.
+// dQ is accumulated by cuDNN with fp32 atomics into an fp32 workspace tensor and then
+// converted (fast; run-to-run bits may differ), unless `deterministic`: then dS K writes dQ
+// directly, which makes cuDNN pick its deterministic algorithm (it keeps a 16-bit dP of
+// [b, h, s, s] in its workspace) and any engine carrying the NONDETERMINISTIC note is refused.
+//
+// Plans are built on first use of a case and cached by CudnnAttentionKey; the strides are a
+// function of the key (the layout is always Megatron's). One device workspace, counted under
+// MemoryKind::kWorkspace, grows to the largest case seen. Everything runs on the backend's stream.
+#pragma once
+
+#include <cudnn_graph.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace megatron::backend {
+
+class CudaBackend;
+
+struct CudnnAttentionKey {
+  int64_t b = 0, s = 0, heads = 0, head_dim = 0;
+  DType dtype = DType::kBF16;  // of qkv, out, dout and dqkv alike
+  uint32_t scale_bits = 0;     // the softmax scale's fp32 bit pattern
+  bool deterministic = false;
+  bool operator<(const CudnnAttentionKey& o) const {
+    return std::tie(b, s, heads, head_dim, dtype, scale_bits, deterministic) <
+           std::tie(o.b, o.s, o.heads, o.head_dim, o.dtype, o.scale_bits, o.deterministic);
+  }
+};
+
+class CudnnAttention {
+ public:
+  explicit CudnnAttention(CudaBackend& backend);  // creates the cuDNN handle; never throws
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  // "" when cuDNN runs both directions of `key` (the forward and backward plans are then built,
+  // cached and the workspace sized), else the reason it cannot. Built once per key.
+  const std::string& unavailable(const CudnnAttentionKey& key);
+
+  // Both require unavailable(key) == "". Device pointers: qkv [s, b, h*3d], out and dout
+  // [s, b, h*d], dqkv [s, b, h*3d] (all of key.dtype, 16-byte aligned), lse [b, h, s] fp32.
+  void forward(const CudnnAttentionKey& key, const void* qkv, void* out, float* lse);
+  void backward(const CudnnAttentionKey& key, const void* dout, const void* qkv, const void* out, const float* lse,
+                void* dqkv);
+
+  // cuDNN version, the engines chosen for `key` and their notes, workspace bytes (for logs/tests).
+  std::string describe(const CudnnAttentionKey& key);
+  // "9.19.0" (the library loaded at run time).
+  std::string version_string() const;
+
+  // Builds the forward and backward graphs of `key` without a handle or a GPU: every tensor and
+  // operation descriptor, attribute by attribute, and the operation graphs. "" or the first
+  // error. (Whether an engine takes the graphs is only known on a GPU.)
+  static std::string check_graphs(const CudnnAttentionKey& key);
+
+  struct Entry;  // cached plans of one key (cudnn_attention.cu)
+
+ private:
+  Entry& entry(const CudnnAttentionKey& key);
+  void* workspace(int64_t bytes);
+
+  CudaBackend& backend_;
+  cudnnHandle_t handle_ = nullptr;
+  std::string init_error_;  // why cuDNN cannot be used at all ("" if it can)
+  size_t version_ = 0;      // cudnnGetVersion(): 91900 for 9.19.0
+  std::map<CudnnAttentionKey, std::unique_ptr<Entry>> entries_;
+  Tensor workspace_;  // MemoryKind::kWorkspace, grown to the largest plan's need
+};
+
+}  // namespace megatron::backend

@@ -1,0 +1,434 @@
+// cuDNN's fused flash attention in the CUDA backend (src/backend/cuda/cudnn_attention.cpp,
+// selected with AttentionImpl::kCudnn) against the CPU reference backend: forward out and lse,
+// backward dqkv, on GPT training shapes and awkward ones, bf16 and fp16; the lse handed between
+// cuDNN and our kernels in both directions; the fallbacks to our kernels (dropout, fp32); the
+// deterministic backward; the workspace accounting; MEGATRON_ATTENTION_IMPL.
+// Every test but CudnnAttentionGraphs skips without a GPU. Awkward shapes that the cuDNN found
+// at run time refuses skip with its reason; the GPT training shapes must run on cuDNN.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_test_util.h"
+#include "backend/cuda/attention_impl.h"
+#include "backend/cuda/cuda_test_util.h"
+#include "backend/device.h"
+#include "backend/ops.h"
+#include "core/error.h"
+#include "core/memory.h"
+
+namespace megatron::backend {
+namespace {
+
+bool have_gpu() { return built_with_cuda() && cuda_device_count() > 0; }
+
+AttentionParams make_params(int64_t heads, int64_t d, float p = 0.0f) {
+  AttentionParams a;
+  a.heads = heads;
+  a.head_dim = d;
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  a.dropout = DropoutParams{p, 1234567, 42};
+  return a;
+}
+
+struct Case {
+  int64_t s, b, heads, d;
+  DType dtype;
+  bool must_run;  // a GPT training shape: cuDNN has to take it
+};
+
+std::string case_name(const Case& c) {
+  std::ostringstream n;
+  n << "s" << c.s << "_b" << c.b << "_h" << c.heads << "_d" << c.d << "_" << dtype_name(c.dtype);
+  return n.str();
+}
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
+
+std::unique_ptr<Backend> make_gpu(AttentionImpl impl) {
+  auto gpu = make_cuda_backend();
+  set_attention_impl(*gpu, impl);
+  return gpu;
+}
+
+// The heads checked against the CPU: all of a few, else the first and the last. Attention is
+// independent per (batch, head), so the CPU reference runs on those heads' columns alone, which
+// keeps s = 2048 with 32 heads affordable.
+std::vector<int64_t> ref_heads(int64_t heads) {
+  if (heads <= 3) {
+    std::vector<int64_t> all;
+    for (int64_t h = 0; h < heads; ++h) all.push_back(h);
+    return all;
+  }
+  return {0, heads - 1};
+}
+
+// Heads `sel` of x [s, b, H * w] (head j in columns [j*w, (j+1)*w)) as [s, b, |sel| * w].
+Tensor gather_heads(const Tensor& x, int64_t H, int64_t w, const std::vector<int64_t>& sel) {
+  const int64_t s = x.dim(0), b = x.dim(1), n = static_cast<int64_t>(sel.size());
+  Tensor y = Tensor::cpu({s, b, n * w}, x.dtype());
+  const int64_t es = dtype_size(x.dtype());
+  const auto* src = static_cast<const char*>(x.data());
+  auto* dst = static_cast<char*>(y.data());
+  for (int64_t r = 0; r < s * b; ++r) {
+    for (int64_t k = 0; k < n; ++k) {
+      std::memcpy(dst + (r * n * w + k * w) * es, src + (r * H * w + sel[static_cast<size_t>(k)] * w) * es,
+                  static_cast<size_t>(w * es));
+    }
+  }
+  return y;
+}
+
+// Heads `sel` of lse [b, H, s] as [b, |sel|, s].
+Tensor gather_lse(const Tensor& lse, int64_t H, const std::vector<int64_t>& sel) {
+  const int64_t b = lse.dim(0), s = lse.dim(2), n = static_cast<int64_t>(sel.size());
+  Tensor y = Tensor::cpu({b, n, s}, DType::kF32);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t k = 0; k < n; ++k) {
+      std::memcpy(y.data_as<float>() + (bi * n + k) * s, lse.data_as<const float>() + (bi * H + sel[k]) * s,
+                  static_cast<size_t>(s) * sizeof(float));
+    }
+  }
+  return y;
+}
+
+struct Result {
+  Tensor out, lse, dqkv;  // host tensors
+};
+
+// The CPU reference (double dot products and sums, outputs rounded to their dtype).
+Result cpu_attention(const Tensor& qkv, const Tensor& dout, const AttentionParams& p) {
+  auto cpu = make_cpu_backend();
+  const int64_t s = qkv.dim(0), b = qkv.dim(1);
+  Result r{Tensor::cpu({s, b, p.heads * p.head_dim}, qkv.dtype()), Tensor::cpu({b, p.heads, s}, DType::kF32),
+           Tensor::cpu(qkv.shape(), qkv.dtype())};
+  cpu->attention_forward(qkv, r.out, r.lse, p);
+  cpu->attention_backward(dout, qkv, r.out, r.lse, r.dqkv, p);
+  return r;
+}
+
+// Forward under `fwd`, backward under `bwd` (so that lse crosses implementations when they
+// differ). Outputs are pre-filled with 7 to catch elements left unwritten.
+Result gpu_attention(Backend& gpu, const Tensor& qkv_h, const Tensor& dout_h, const AttentionParams& p,
+                     AttentionImpl fwd, AttentionImpl bwd) {
+  const int64_t s = qkv_h.dim(0), b = qkv_h.dim(1);
+  const DType dt = qkv_h.dtype();
+  Tensor qkv = to_device(gpu, qkv_h), dout = to_device(gpu, dout_h);
+  Tensor out = gpu.empty({s, b, p.heads * p.head_dim}, dt, MemoryKind::kOther);
+  Tensor lse = gpu.empty({b, p.heads, s}, DType::kF32, MemoryKind::kOther);
+  Tensor dqkv = gpu.empty(qkv_h.shape(), dt, MemoryKind::kOther);
+  gpu.fill(out, 7.0f);
+  gpu.fill(lse, 7.0f);
+  gpu.fill(dqkv, 7.0f);
+  set_attention_impl(gpu, fwd);
+  gpu.attention_forward(qkv, out, lse, p);
+  set_attention_impl(gpu, bwd);
+  gpu.attention_backward(dout, qkv, out, lse, dqkv, p);
+  return {to_host(gpu, out), to_host(gpu, lse), to_host(gpu, dqkv)};
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0.0;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::abs(test::get(t, i)));
+  return m;
+}
+
+// got vs want elementwise: |got - want| <= atol_rel * max|want| + rtol |want|, or (16-bit) one
+// representable value apart (a result straddling a rounding boundary).
+::testing::AssertionResult close_scaled(const Tensor& got, const Tensor& want, double atol_rel, double rtol,
+                                        const std::string& what) {
+  const double scale = max_abs(want);
+  if (scale == 0.0) return ::testing::AssertionFailure() << what << ": the reference is all zero";
+  auto r = close(got, want, atol_rel * scale, rtol, /*max_ulps=*/1, what);
+  if (r) std::cout << "  " << what << ": within " << atol_rel << " of max|ref| " << scale << "\n";
+  return r;
+}
+
+// Tolerances of cuDNN's bf16/fp16 attention against the CPU's fp32/double reference.
+//  out: cuDNN rounds P to the I/O dtype for the P V matmul (fp32 accumulation). Each term
+//       P_j v_j then carries a relative error <= 2^-9 (bf16) or 2^-12 (fp16), so
+//       |out_i - ref_i| <= 2^-9 max|v| (~2e-3) or 2^-12 max|v| (~2.4e-4) in the worst case of
+//       same-sign errors, and max|out| ~ max|v| (row 0 is v_0): 5e-3 (bf16) and 1e-3 (fp16) of
+//       the tensor's scale, plus one output ulp for rounding-boundary straddles.
+//  lse: fp32 max, exp/log (hardware approximations, ~2 ulp) and an fp32 sum of <= s terms:
+//       ~1e-6 relative; 1e-5 of max|lse| + 1e-5 relative leaves a 10x margin.
+//  dqkv: dS = P (dP - D) and P enter the dK/dV/dQ matmuls rounded to the I/O dtype (2^-9 or
+//       2^-12 relative per term, random signs), and D = dO . out uses the rounded forward out
+//       (the CPU uses the exact P . dP): a few 1e-3 (bf16) of the gradients' scale; 1e-2 (bf16)
+//       and 4e-3 (fp16) of the scale plus one ulp. The fp32 atomic dQ accumulation only
+//       reorders fp32 sums (~1e-7).
+struct Tolerance {
+  double out, lse, dqkv;
+};
+Tolerance tolerance(DType dt) { return dt == DType::kBF16 ? Tolerance{5e-3, 1e-5, 1e-2} : Tolerance{1e-3, 1e-5, 4e-3}; }
+
+// GPU results on heads `sel` against the CPU reference computed on those heads.
+void expect_matches_cpu(const Result& gpu, const Result& ref, const Case& c, const std::vector<int64_t>& sel,
+                        const std::string& label) {
+  const Tolerance tol = tolerance(c.dtype);
+  EXPECT_TRUE(close_scaled(gather_heads(gpu.out, c.heads, c.d, sel), ref.out, tol.out, 0.0, label + " out"));
+  EXPECT_TRUE(close_scaled(gather_lse(gpu.lse, c.heads, sel), ref.lse, tol.lse, 1e-5, label + " lse"));
+  EXPECT_TRUE(close_scaled(gather_heads(gpu.dqkv, c.heads, 3 * c.d, sel), ref.dqkv, tol.dqkv, 0.0, label + " dqkv"));
+}
+
+// Random inputs: |q|, |k|, |v| in [0.1, 2] (scores with a standard deviation ~1.5, so the
+// softmax is far from uniform) and |dout| in [0.1, 1], random signs.
+struct Inputs {
+  Tensor qkv, dout;
+};
+Inputs make_inputs(const Case& c, uint64_t seed) {
+  return {host_random({c.s, c.b, c.heads * 3 * c.d}, c.dtype, seed, 0.1f, 2.0f),
+          host_random({c.s, c.b, c.heads * c.d}, c.dtype, seed + 1, 0.1f, 1.0f)};
+}
+
+// ---- cuDNN vs the CPU ----------------------------------------------------------------------
+
+class CudnnAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudnnAttention, ForwardAndBackwardMatchCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case c = GetParam();
+  SCOPED_TRACE(case_name(c));
+  auto gpu = make_gpu(AttentionImpl::kCudnn);
+  const AttentionParams p = make_params(c.heads, c.d);
+  const std::string why = cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, p);
+  if (c.must_run) {
+    ASSERT_EQ(why, "") << "cuDNN must run this GPT training shape";
+  } else if (!why.empty()) {
+    GTEST_SKIP() << "cuDNN does not run this case: " << why;
+  }
+  std::cout << "  " << describe_cudnn_attention(*gpu, c.dtype, c.s, c.b, p) << "\n";
+
+  const Inputs in = make_inputs(c, 1000 + static_cast<uint64_t>(c.s * 31 + c.heads * 7 + c.d));
+  const Result got = gpu_attention(*gpu, in.qkv, in.dout, p, AttentionImpl::kCudnn, AttentionImpl::kCudnn);
+  const std::vector<int64_t> sel = ref_heads(c.heads);
+  const AttentionParams p_sel = make_params(static_cast<int64_t>(sel.size()), c.d);
+  const Result ref =
+      cpu_attention(gather_heads(in.qkv, c.heads, 3 * c.d, sel), gather_heads(in.dout, c.heads, c.d, sel), p_sel);
+  expect_matches_cpu(got, ref, c, sel, "cuDNN");
+}
+
+const Case kCases[] = {
+    // GPT training shapes (s a multiple of 128): GPT-2 small and medium, GPT-3 2.7B (head_dim
+    // 80 = 2560 / 32), head_dim 128 (GPT-3 6.7B and up, 13B-like with 32 heads).
+    {1024, 2, 12, 64, DType::kBF16, true},
+    {1024, 4, 16, 64, DType::kF16, true},
+    {2048, 2, 32, 80, DType::kBF16, true},
+    {2048, 2, 16, 128, DType::kBF16, true},
+    {2048, 4, 32, 128, DType::kF16, true},
+    {1024, 3, 12, 64, DType::kF16, true},
+    {2048, 2, 32, 80, DType::kF16, true},
+    // Awkward: single rows, s one below and above the 64/128-row tiles, b = 1, head_dim 32 and 96.
+    {1, 1, 1, 64, DType::kBF16, false},
+    {1, 2, 3, 128, DType::kF16, false},
+    {63, 1, 2, 64, DType::kBF16, false},
+    {65, 1, 3, 128, DType::kF16, false},
+    {127, 1, 2, 80, DType::kBF16, false},
+    {129, 1, 4, 64, DType::kF16, false},
+    {129, 2, 2, 128, DType::kBF16, false},
+    {200, 1, 2, 32, DType::kBF16, false},
+    {384, 1, 2, 96, DType::kF16, false},
+};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttention, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// Without a GPU (any CUDA build): the forward and backward graphs of every case above, in both
+// backward variants, are built on the build machine's cuDNN descriptor by descriptor (attribute
+// types, the shapes of every matmul and broadcast, the operation graphs). Engines are not asked.
+TEST(CudnnAttentionGraphs, BuildWithoutAGpu) {
+  if (!built_with_cuda()) GTEST_SKIP() << "built without CUDA";
+  for (const Case& c : kCases) {
+    for (bool deterministic : {false, true}) {
+      SCOPED_TRACE(case_name(c) + (deterministic ? " deterministic" : ""));
+      EXPECT_EQ(check_cudnn_attention_graphs(c.dtype, c.s, c.b, make_params(c.heads, c.d), deterministic), "");
+    }
+  }
+}
+
+// ---- lse between implementations -----------------------------------------------------------
+
+// cuDNN's Stats and our lse are the same quantity (natural-log LSE of the scaled, masked
+// scores), so each backward accepts the other's forward: cuDNN forward + our backward, and our
+// forward + cuDNN backward, both match the CPU; and the two forwards' lse agree with each other.
+class CudnnAttentionInterop : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudnnAttentionInterop, LseCrossesImplementations) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case c = GetParam();
+  SCOPED_TRACE(case_name(c));
+  auto gpu = make_gpu(AttentionImpl::kCudnn);
+  const AttentionParams p = make_params(c.heads, c.d);
+  const std::string why = cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, p);
+  ASSERT_EQ(why, "");
+  const Inputs in = make_inputs(c, 77);
+  const std::vector<int64_t> sel = ref_heads(c.heads);
+  const Result ref =
+      cpu_attention(gather_heads(in.qkv, c.heads, 3 * c.d, sel), gather_heads(in.dout, c.heads, c.d, sel),
+                    make_params(static_cast<int64_t>(sel.size()), c.d));
+  const Result cudnn_own = gpu_attention(*gpu, in.qkv, in.dout, p, AttentionImpl::kCudnn, AttentionImpl::kOwn);
+  expect_matches_cpu(cudnn_own, ref, c, sel, "cuDNN forward, own backward");
+  const Result own_cudnn = gpu_attention(*gpu, in.qkv, in.dout, p, AttentionImpl::kOwn, AttentionImpl::kCudnn);
+  expect_matches_cpu(own_cudnn, ref, c, sel, "own forward, cuDNN backward");
+  // Both are fp32 LSEs of the same fp32 scores (up to summation order and exp/log accuracy).
+  EXPECT_TRUE(close_scaled(cudnn_own.lse, own_cudnn.lse, 1e-5, 1e-5, "cuDNN lse vs own lse"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionInterop,
+                         ::testing::Values(Case{256, 2, 4, 64, DType::kBF16, true},
+                                           Case{384, 1, 3, 128, DType::kF16, true},
+                                           Case{256, 2, 2, 80, DType::kBF16, true}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// ---- fallbacks -----------------------------------------------------------------------------
+
+// Cases cuDNN must not take run our kernels under kAuto: bit for bit what AttentionImpl::kOwn
+// gives (our kernels are deterministic); under kCudnn they are errors.
+void expect_falls_back(const Case& c, float dropout, const std::string& reason_part) {
+  const AttentionParams p = make_params(c.heads, c.d, dropout);
+  auto gpu = make_gpu(AttentionImpl::kAuto);
+  const std::string why = cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, p);
+  EXPECT_NE(why.find(reason_part), std::string::npos) << "reason: '" << why << "'";
+  const Inputs in = make_inputs(c, 5);
+  const Result automatic = gpu_attention(*gpu, in.qkv, in.dout, p, AttentionImpl::kAuto, AttentionImpl::kAuto);
+  auto own_gpu = make_gpu(AttentionImpl::kOwn);
+  const Result own = gpu_attention(*own_gpu, in.qkv, in.dout, p, AttentionImpl::kOwn, AttentionImpl::kOwn);
+  EXPECT_TRUE(bitwise(automatic.out, own.out, "out (auto vs own)"));
+  EXPECT_TRUE(bitwise(automatic.lse, own.lse, "lse (auto vs own)"));
+  EXPECT_TRUE(bitwise(automatic.dqkv, own.dqkv, "dqkv (auto vs own)"));
+  EXPECT_THROW(gpu_attention(*gpu, in.qkv, in.dout, p, AttentionImpl::kCudnn, AttentionImpl::kCudnn), Error);
+}
+
+TEST(CudnnAttentionFallback, DropoutRunsOurKernels) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  expect_falls_back(Case{128, 2, 2, 64, DType::kBF16, false}, 0.1f, "dropout");
+}
+
+TEST(CudnnAttentionFallback, Fp32RunsOurKernels) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  expect_falls_back(Case{128, 2, 2, 64, DType::kF32, false}, 0.0f, "fp32");
+}
+
+TEST(CudnnAttentionFallback, ReasonsAreReported) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  auto gpu = make_gpu(AttentionImpl::kAuto);
+  EXPECT_NE(cudnn_attention_unavailable(*gpu, DType::kBF16, 128, 1, make_params(2, 36)), "");  // head_dim % 8
+  EXPECT_NE(cudnn_attention_unavailable(*gpu, DType::kF16, 128, 1, make_params(2, 64, 0.5f)), "");
+  EXPECT_NE(cudnn_attention_unavailable(*gpu, DType::kF32, 128, 1, make_params(2, 64)), "");
+  EXPECT_EQ(cudnn_attention_unavailable(*gpu, DType::kBF16, 1024, 2, make_params(12, 64)), "");
+  set_attention_impl(*gpu, AttentionImpl::kOwn);
+  EXPECT_NE(cudnn_attention_unavailable(*gpu, DType::kBF16, 1024, 2, make_params(12, 64)), "");
+}
+
+// ---- determinism ---------------------------------------------------------------------------
+
+// With set_attention_deterministic the backward has no fp32 atomics: two runs agree bit for bit
+// (the forward always does), and the results still match the CPU.
+TEST(CudnnAttentionDeterminism, DeterministicBackwardRepeatsBitForBit) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case c{512, 2, 4, 64, DType::kBF16, true};
+  auto gpu = make_gpu(AttentionImpl::kCudnn);
+  set_attention_deterministic(*gpu, true);
+  const AttentionParams p = make_params(c.heads, c.d);
+  const std::string why = cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, p);
+  if (!why.empty()) GTEST_SKIP() << "no deterministic cuDNN backward here: " << why;
+  std::cout << "  " << describe_cudnn_attention(*gpu, c.dtype, c.s, c.b, p) << "\n";
+  const Inputs in = make_inputs(c, 11);
+  const Result a = gpu_attention(*gpu, in.qkv, in.dout, p, AttentionImpl::kCudnn, AttentionImpl::kCudnn);
+  const Result b = gpu_attention(*gpu, in.qkv, in.dout, p, AttentionImpl::kCudnn, AttentionImpl::kCudnn);
+  EXPECT_TRUE(bitwise(a.out, b.out, "out run 1 vs 2"));
+  EXPECT_TRUE(bitwise(a.lse, b.lse, "lse run 1 vs 2"));
+  EXPECT_TRUE(bitwise(a.dqkv, b.dqkv, "dqkv run 1 vs 2"));
+  const std::vector<int64_t> sel = ref_heads(c.heads);
+  const Result ref =
+      cpu_attention(gather_heads(in.qkv, c.heads, 3 * c.d, sel), gather_heads(in.dout, c.heads, c.d, sel),
+                    make_params(static_cast<int64_t>(sel.size()), c.d));
+  expect_matches_cpu(a, ref, c, sel, "deterministic cuDNN");
+}
+
+// ---- workspace accounting --------------------------------------------------------------------
+
+// cuDNN's workspace (and the fp32 D and dQ accumulator of the backward) is one device buffer
+// counted under MemoryKind::kWorkspace, allocated when a case's plans are built, freed with the
+// backend.
+TEST(CudnnAttentionMemory, WorkspaceIsCountedUnderWorkspace) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  MemoryTracker& tracker = memory_tracker(Device::kCUDA);
+  const int k = static_cast<int>(MemoryKind::kWorkspace);
+  const MemorySnapshot before = tracker.snapshot();
+  {
+    auto gpu = make_gpu(AttentionImpl::kCudnn);
+    // b * heads * s * d * 4 bytes of dQ accumulator alone: 2 * 12 * 1024 * 64 * 4 = 6 MiB.
+    ASSERT_EQ(cudnn_attention_unavailable(*gpu, DType::kBF16, 1024, 2, make_params(12, 64)), "");
+    const int64_t grown = tracker.snapshot().current[k] - before.current[k];
+    EXPECT_GE(grown, int64_t{6} << 20);
+    EXPECT_EQ(grown % (int64_t{1} << 20), 0) << "the workspace grows in whole MiB";
+  }
+  EXPECT_EQ(tracker.snapshot().current[k], before.current[k]) << "the workspace outlived its backend";
+}
+
+// ---- MEGATRON_ATTENTION_IMPL ---------------------------------------------------------------
+
+// Sets an environment variable for the scope of a test and restores the previous value.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      old_ = old;
+      had_ = true;
+    }
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_.c_str(), old_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+TEST(CudnnAttentionSwitch, EnvironmentVariableIsReadAtConstruction) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case c{256, 1, 2, 64, DType::kBF16, true};
+  const AttentionParams p = make_params(c.heads, c.d);
+  {
+    ScopedEnv env("MEGATRON_ATTENTION_IMPL", "flash");
+    EXPECT_THROW(make_cuda_backend(), Error);
+  }
+  {
+    ScopedEnv env("MEGATRON_ATTENTION_IMPL", "own");
+    auto gpu = make_cuda_backend();
+    EXPECT_NE(cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, p), "") << "'own' must not use cuDNN";
+  }
+  {
+    ScopedEnv env("MEGATRON_ATTENTION_IMPL", "cudnn");
+    auto gpu = make_cuda_backend();
+    const Inputs in = make_inputs(c, 3);
+    const AttentionParams dropout = make_params(c.heads, c.d, 0.1f);
+    Tensor qkv = to_device(*gpu, in.qkv);
+    Tensor out = gpu->empty({c.s, c.b, c.heads * c.d}, c.dtype, MemoryKind::kOther);
+    Tensor lse = gpu->empty({c.b, c.heads, c.s}, DType::kF32, MemoryKind::kOther);
+    EXPECT_THROW(gpu->attention_forward(qkv, out, lse, dropout), Error) << "'cudnn' cannot fall back";
+  }
+  {
+    ScopedEnv env("MEGATRON_ATTENTION_IMPL", "auto");
+    auto gpu = make_cuda_backend();
+    EXPECT_EQ(cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, p), "");
+  }
+}
+
+}  // namespace
+}  // namespace megatron::backend
