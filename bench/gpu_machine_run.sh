@@ -9,6 +9,7 @@ B=${1:?build dir}
 OUT=${2:?out dir}
 export NCCL_NVLS_ENABLE=0
 [ -f "$PWD/$B/lib.tar.xz" ] && tar -C "$PWD/$B" -xJf "$PWD/$B/lib.tar.xz"
+[ -f "$PWD/$B/tests.tar.xz" ] && tar -C "$PWD/$B" -xJf "$PWD/$B/tests.tar.xz"
 export LD_LIBRARY_PATH="$PWD/$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 V=data/gpt2/vocab.json
 M=data/gpt2/merges.txt

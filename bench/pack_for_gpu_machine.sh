@@ -27,8 +27,10 @@ if ls "$P/lib" | grep -Eq '^lib(cudnn|cublas|cudart|nvrtc)'; then
   echo "error: a CUDA/cuDNN library ended up in $P/lib" >&2
   exit 1
 fi
-# OpenBLAS alone is ~36 MB: ship the libraries compressed (the device call carries 64 MiB at most);
+# OpenBLAS alone is ~36 MB and each GPU test binary ~7 MB (the kernels' device code): ship the
+# libraries and the tests compressed (the device call carries 64 MiB at most);
 # bench/gpu_machine_run.sh and scripts/gpu-check.sh unpack them.
 tar -C "$P" -cJf "$P/lib.tar.xz" lib
-rm -rf "$P/lib"
+tar -C "$P" -cf - tests | xz -T0 -6 > "$P/tests.tar.xz"
+rm -rf "$P/lib" "$P/tests"
 du -sh "$P"

@@ -15,6 +15,7 @@ SHAPES=("$@")
 [ ${#SHAPES[@]} -gt 0 ] || SHAPES=(124m 350m 1.3b 2.7b)
 export NCCL_NVLS_ENABLE=0
 [ -f "$PWD/$P/lib.tar.xz" ] && tar -C "$PWD/$P" -xJf "$PWD/$P/lib.tar.xz"
+[ -f "$PWD/$P/tests.tar.xz" ] && tar -C "$PWD/$P" -xJf "$PWD/$P/tests.tar.xz"
 export LD_LIBRARY_PATH="$PWD/$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 {
   date -u +%FT%TZ
