@@ -1,0 +1,162 @@
+// The parity spine of data parallelism (DESIGN.md decision 3): `megatron train` on a tiny GPT
+// (dropout off, fp32) for 10 iterations as one process, as DP2 under mpirun, and as DP2 with
+// --use-distributed-optimizer (one bucket, and several uneven buckets) logs the same losses
+// and grad norms; a checkpoint saved by the DP2 distributed-optimizer run resumes as one
+// process with the same next losses; a layout error is one line before anything starts.
+// Values are read from --log-jsonl (full double precision) of the last rank.
+//
+// Tolerance: relative 2e-6 on the loss and 1e-5 on the grad norm. The runs differ only in the
+// order of fp32 summation: a gradient element is the sum of 4 micro-batch contributions,
+// accumulated in one buffer on one rank and as 2 + 2 plus an all-reduce (scaled by 1/2,
+// exact) on two; the norm sums the shards' partial sums. Each reordering changes a gradient
+// by a few ulps (fp32 eps = 6e-8); Adam's update and the loss are smooth in the gradients, so
+// after 10 steps losses agree to ~1e-7 relative (measured: <= 3e-8) and norms to ~1e-7
+// (measured: <= 3e-8). The bounds leave a 20-60x margin; the smallest real bug (a missing
+// 1/dp, a rank reading the wrong samples, a stale shard) moves the loss by > 1e-3.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "comm/mpirun.h"
+#include "support/paths.h"
+#include "support/walk_corpus.h"
+
+namespace megatron::train {
+namespace {
+
+struct Logged {
+  double loss = 0;
+  double grad_norm = 0;
+};
+
+// iteration -> values, from the training records of a --log-jsonl file.
+std::map<int64_t, Logged> read_jsonl(const std::string& path) {
+  std::map<int64_t, Logged> out;
+  std::ifstream in(path);
+  std::string line;
+  static const std::regex it(R"("iteration": (\d+), "consumed_samples")"), loss(R"("lm_loss": ([-0-9.eE+]+))"),
+      norm(R"("grad_norm": ([-0-9.eE+]+))");
+  while (std::getline(in, line)) {
+    std::smatch a, b, c;
+    if (!std::regex_search(line, a, it) || !std::regex_search(line, b, loss) || !std::regex_search(line, c, norm)) continue;
+    out[std::stoll(a[1])] = Logged{std::stod(b[1]), std::stod(c[1])};
+  }
+  return out;
+}
+
+std::vector<std::string> train_flags(const std::string& dir) {
+  return {test::megatron_binary(), "train", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+          "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "10",
+          "--lr", "0.003", "--lr-decay-style", "cosine", "--lr-warmup-iters", "2", "--log-interval", "1",
+          "--eval-interval", "1000", "--eval-iters", "1", "--attention-dropout", "0", "--hidden-dropout", "0",
+          "--seed", "5", "--data-path", dir + "/walk_text_document", "--split", "90,10,0",
+          "--data-cache-path", dir + "/cache", "--vocab-file", test::gpt2_vocab_file(),
+          "--merge-file", test::gpt2_merge_file(), "--device", "cpu"};
+}
+
+std::vector<std::string> with(std::vector<std::string> a, std::initializer_list<std::string> more) {
+  a.insert(a.end(), more);
+  return a;
+}
+
+test::CommandResult run(const std::vector<std::string>& argv, int np) {
+  const std::string cmd = np == 1 ? comm::shell_join(argv) : comm::shell_join(comm::local_mpirun_command(np, argv));
+  return test::run_command(cmd, /*capture_stderr=*/true);
+}
+
+void expect_same(const std::map<int64_t, Logged>& ref, const std::map<int64_t, Logged>& got, int64_t from,
+                 const std::string& what) {
+  for (int64_t i = from; i <= 10; ++i) {
+    ASSERT_TRUE(ref.count(i) && got.count(i)) << what << ": iteration " << i << " missing";
+    const Logged &a = ref.at(i), &b = got.at(i);
+    EXPECT_NEAR(b.loss, a.loss, 2e-6 * std::abs(a.loss)) << what << " iteration " << i;
+    EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * std::abs(a.grad_norm)) << what << " iteration " << i;
+  }
+}
+
+TEST(TrainerDataParallel, Dp2AndDistributedOptimizerMatchOneProcess) {
+  const std::string dir = test::scratch_dir("trainer_dp_parity");
+  test::write_walk_corpus(dir);
+  const auto base = train_flags(dir);
+  const test::CommandResult one = run(with(base, {"--log-jsonl", dir + "/one.jsonl"}), 1);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const auto ref = read_jsonl(dir + "/one.jsonl");
+  ASSERT_EQ(ref.size(), 10u) << one.output;
+  EXPECT_LT(ref.at(10).loss, ref.at(1).loss - 0.5) << "the run must learn for the comparison to mean anything";
+
+  const test::CommandResult dp2 = run(with(base, {"--log-jsonl", dir + "/dp2.jsonl"}), 2);
+  ASSERT_EQ(dp2.status, 0) << dp2.output;
+  expect_same(ref, read_jsonl(dir + "/dp2.jsonl"), 1, "DP2");
+  // Megatron's layout line, and the iteration lines printed once (by the last rank).
+  EXPECT_NE(dp2.output.find("using world size: 2, data-parallel size: 2"), std::string::npos) << dp2.output;
+  EXPECT_EQ(std::count(dp2.output.begin(), dp2.output.end(), '\n') > 0, true);
+  const std::regex iteration_line(R"(\] iteration +10/ +10 \|)");
+  const auto lines = std::distance(std::sregex_iterator(dp2.output.begin(), dp2.output.end(), iteration_line),
+                                   std::sregex_iterator());
+  EXPECT_EQ(lines, 1) << dp2.output;
+
+  const test::CommandResult dist =
+      run(with(base, {"--use-distributed-optimizer", "--log-jsonl", dir + "/dist.jsonl"}), 2);
+  ASSERT_EQ(dist.status, 0) << dist.output;
+  expect_same(ref, read_jsonl(dir + "/dist.jsonl"), 1, "DP2 distributed optimizer");
+
+  // Several buckets whose pieces split parameters: 3001 elements per bucket or more.
+  const test::CommandResult buckets = run(
+      with(base, {"--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/buckets.jsonl"}), 2);
+  ASSERT_EQ(buckets.status, 0) << buckets.output;
+  expect_same(ref, read_jsonl(dir + "/buckets.jsonl"), 1, "DP2 distributed optimizer, buckets");
+}
+
+TEST(TrainerDataParallel, CheckpointOfDp2DistributedOptimizerResumesAsOneProcess) {
+  const std::string dir = test::scratch_dir("trainer_dp_resume");
+  test::write_walk_corpus(dir);
+  const auto base = train_flags(dir);
+  const test::CommandResult whole = run(with(base, {"--log-jsonl", dir + "/whole.jsonl"}), 1);
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  // DP2 with the sharded optimizer state saves at iteration 5 and exits.
+  const test::CommandResult first = run(with(base, {"--use-distributed-optimizer", "--save", dir + "/ck",
+                                                    "--save-interval", "5", "--exit-interval", "5"}), 2);
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_NE(first.output.find("saving checkpoint at iteration       5"), std::string::npos) << first.output;
+  const test::CommandResult second = run(with(base, {"--load", dir + "/ck", "--log-jsonl", dir + "/resumed.jsonl"}), 1);
+  ASSERT_EQ(second.status, 0) << second.output;
+  const auto resumed = read_jsonl(dir + "/resumed.jsonl");
+  EXPECT_EQ(resumed.count(5), 0u);
+  expect_same(read_jsonl(dir + "/whole.jsonl"), resumed, 6, "resumed under DP1");
+}
+
+TEST(TrainerDataParallel, NprocPerNodeStartsTheRanksItself) {
+  const std::string dir = test::scratch_dir("trainer_dp_nproc");
+  test::write_walk_corpus(dir);
+  const test::CommandResult one = run(with(train_flags(dir), {"--log-jsonl", dir + "/one.jsonl"}), 1);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const test::CommandResult r =
+      run(with(train_flags(dir), {"--nproc-per-node", "2", "--log-jsonl", dir + "/spawned.jsonl"}), 1);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("using world size: 2, data-parallel size: 2"), std::string::npos) << r.output;
+  expect_same(read_jsonl(dir + "/one.jsonl"), read_jsonl(dir + "/spawned.jsonl"), 1, "--nproc-per-node 2");
+}
+
+TEST(TrainerDataParallel, BadLayoutIsOneLineErrorBeforeAnythingStarts) {
+  const std::string dir = test::scratch_dir("trainer_dp_layout");
+  test::write_walk_corpus(dir);
+  // 3 ranks: the global batch of 8 is not divisible by micro-batch 2 x data-parallel 3.
+  const test::CommandResult r = run(train_flags(dir), 3);
+  EXPECT_NE(r.status, 0);
+  const std::string expected =
+      "error: [--global-batch-size] global batch size (8) is not divisible by micro batch size (2) times data "
+      "parallel size (3)\n";
+  size_t count = 0;
+  for (size_t at = r.output.find("error: "); at != std::string::npos; at = r.output.find("error: ", at + 1)) ++count;
+  EXPECT_EQ(count, 1u) << "one line, from rank 0:\n" << r.output;
+  EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("building GPT model"), std::string::npos) << "nothing started:\n" << r.output;
+}
+
+}  // namespace
+}  // namespace megatron::train
