@@ -118,8 +118,10 @@ constexpr FlagRow kFlagTable[] = {
     {"--no-persist-layer-norm", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--no-gradient-accumulation-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--no-async-tensor-model-parallel-allreduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
-    {"--overlap-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
-    {"--overlap-param-gather", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
+    {"--overlap-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: gradients are reduced bucket by bucket after the backward pass, not overlapped with it yet"},
+    {"--overlap-param-gather", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: parameters are all-gathered right after the optimizer step, not overlapped yet"},
     {"--cross-entropy-loss-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the cross-entropy is always fused"},
     {"--attention-softmax-in-fp32", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: softmax always runs in fp32"},
     {"--no-create-attention-mask-in-dataloader", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the causal mask is implicit"},
@@ -339,6 +341,8 @@ void declare_supported_flags(Args& a) {
       .flag("--use-distributed-optimizer", "shard the fp32 main weights and Adam moments over data-parallel ranks")
       .option("--ddp-bucket-size", "N", "gradient all-reduce / reduce-scatter bucket size in elements (default: one bucket)")
       .option("--nproc-per-node", "N", "start N local worker processes of this command (torchrun's flag)")
+      .option("--distributed-timeout-minutes", "M",
+              "end the job when a collective has waited M minutes (a rank is stuck or dead)", "10")
       .flag("--sequence-parallel", "sequence parallelism (off at tensor-parallel size 1, as in Megatron)")
       .flag("--use-cpu-initialization", "initialise full matrices then split (TP-invariant)")
       .flag("--recompute-activations", "shorthand for --recompute-granularity selective")
@@ -467,6 +471,10 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   c.sequence_parallel = a.get_flag("--sequence-parallel") && c.tensor_model_parallel_size > 1;
   c.use_distributed_optimizer = a.get_flag("--use-distributed-optimizer");
   c.ddp_bucket_size = opt_int(a, "--ddp-bucket-size");
+  c.distributed_timeout_minutes = a.get_double("--distributed-timeout-minutes");
+  if (!(c.distributed_timeout_minutes > 0)) {
+    throw_error("[--distributed-timeout-minutes] must be positive, got ", c.distributed_timeout_minutes);
+  }
   if (c.ddp_bucket_size) require_positive("--ddp-bucket-size", *c.ddp_bucket_size);
   c.use_cpu_initialization = a.get_flag("--use-cpu-initialization");
 

@@ -88,7 +88,8 @@ int run_train(const CommandArgs& argv) {
 
   std::unique_ptr<backend::Backend> backend = make_backend(args, log0, env.local_rank);
   // The connection to the other ranks outlives the groups split from it.
-  comm::RankConnection connection = comm::connect_ranks(env, *backend);
+  comm::RankConnection connection = comm::connect_ranks(
+      env, *backend, std::chrono::milliseconds(static_cast<int64_t>(config.distributed_timeout_minutes * 60000.0)));
   comm::ProcessGroups groups = comm::make_process_groups(
       std::move(connection.world), comm::parallel_sizes(config.world_size, config.tensor_model_parallel_size,
                                                         config.pipeline_model_parallel_size));

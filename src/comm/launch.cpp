@@ -38,7 +38,7 @@ std::string self_executable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend) {
+RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend, std::chrono::milliseconds timeout) {
   RankConnection c;
   if (env.world_size == 1) {
     c.world = std::make_unique<SelfCommunicator>(backend, "world");
@@ -73,6 +73,8 @@ RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend) {
     throw_error("[", to_string(env.launcher), "] the environment says rank ", env.rank, " of ", env.world_size,
                 " but the communicator has rank ", c.world->rank(), " of ", c.world->size());
   }
+  c.watchdog = std::make_unique<Watchdog>(env.rank, timeout);
+  c.world = std::make_unique<WatchedCommunicator>(std::move(c.world), *c.watchdog);
   return c;
 }
 

@@ -30,14 +30,18 @@
 #include "comm/communicator.h"
 #include "comm/launch_env.h"
 #include "comm/mpi_communicator.h"
+#include "comm/watchdog.h"
 
 namespace megatron::comm {
 
 struct RankConnection {
   std::unique_ptr<MpiRuntime> mpi;         // when MPI started us; outlives `world`
-  std::unique_ptr<Communicator> world;
+  std::unique_ptr<Watchdog> watchdog;      // with more than one rank; outlives `world`
+  std::unique_ptr<Communicator> world;     // watched by `watchdog` when there is one
 };
-RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend);
+// `timeout`: --distributed-timeout-minutes, after which a collective that has not completed
+// ends the process (comm/watchdog.h).
+RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend, std::chrono::milliseconds timeout);
 
 // argv: this program and the arguments each worker gets (without --nproc-per-node).
 int spawn_local_workers(int64_t nproc, const std::vector<std::string>& argv, bool gpu);

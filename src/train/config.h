@@ -144,6 +144,7 @@ struct TrainConfig {
   bool sequence_parallel = false;           // --sequence-parallel (turned off at TP 1, as Megatron)
   bool use_distributed_optimizer = false;   // --use-distributed-optimizer
   std::optional<int64_t> ddp_bucket_size;   // --ddp-bucket-size (elements; None: one bucket)
+  double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes (fractions allowed)
   bool use_cpu_initialization = false;      // --use-cpu-initialization (TP-invariant init)
 
   // Activation recomputation (megatron-facts.md §11).

@@ -2,7 +2,8 @@
 // (dropout off, fp32) for 10 iterations as one process, as DP2 under mpirun, and as DP2 with
 // --use-distributed-optimizer (one bucket, and several uneven buckets) logs the same losses
 // and grad norms; a checkpoint saved by the DP2 distributed-optimizer run resumes as one
-// process with the same next losses; a layout error is one line before anything starts.
+// process with the same next losses; a layout error is one line before anything starts; a
+// stopped rank (watchdog) or a killed rank (launcher) ends the whole job non-zero.
 // Values are read from --log-jsonl (full double precision) of the last rank.
 //
 // Tolerance: relative 2e-6 on the loss and 1e-5 on the grad norm. The runs differ only in the
@@ -13,10 +14,18 @@
 // after 10 steps losses agree to ~1e-7 relative (measured: <= 3e-8) and norms to ~1e-7
 // (measured: <= 3e-8). The bounds leave a 20-60x margin; the smallest real bug (a missing
 // 1/dp, a rank reading the wrong samples, a stale shard) moves the loss by > 1e-3.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <thread>
 #include <map>
 #include <regex>
 #include <string>
@@ -156,6 +165,106 @@ TEST(TrainerDataParallel, BadLayoutIsOneLineErrorBeforeAnythingStarts) {
   EXPECT_EQ(count, 1u) << "one line, from rank 0:\n" << r.output;
   EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("building GPT model"), std::string::npos) << "nothing started:\n" << r.output;
+}
+
+}  // namespace
+}  // namespace megatron::train
+
+// ---- A rank that stops or dies ends the whole job, non-zero, within a minute. ----------------
+namespace megatron::train {
+namespace {
+
+// Runs `argv` under mpirun -np 2 in the background with its output in `log`; once rank 1 has
+// printed iteration 3, sends `signal` to rank 1; returns mpirun's exit status (or -1 when the
+// job is still running 60 s later, after killing it).
+int run_and_signal_rank1(const std::vector<std::string>& argv, const std::string& log, int signal) {
+  std::vector<std::string> cmd = comm::local_mpirun_command(2, argv);
+  const pid_t mpirun = ::fork();
+  if (mpirun == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> args;
+    for (std::string& w : cmd) args.push_back(w.data());
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  auto read_log = [&] {
+    std::ifstream in(log);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  // Rank 1: the child of mpirun whose environment says OMPI_COMM_WORLD_RANK=1.
+  auto find_rank1 = [&]() -> pid_t {
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream stat(e.path() / "stat");
+      std::string s((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+      const size_t close = s.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(s.substr(close + 2));
+      char state;
+      pid_t ppid = 0;
+      rest >> state >> ppid;
+      if (ppid != mpirun) continue;
+      std::ifstream env(e.path() / "environ");
+      std::string vars((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+      if (vars.find(std::string("OMPI_COMM_WORLD_RANK=1") + '\0') != std::string::npos) return std::stoi(name);
+    }
+    return -1;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  pid_t rank1 = -1;
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(120)) {
+    if (read_log().find("iteration        3/") != std::string::npos && (rank1 = find_rank1()) > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GT(rank1, 0) << "rank 1 never reached iteration 3:\n" << read_log();
+  if (rank1 > 0) ::kill(rank1, signal);
+  const auto signalled = std::chrono::steady_clock::now();
+  int status = 0;
+  while (std::chrono::steady_clock::now() - signalled < std::chrono::seconds(60)) {
+    if (::waitpid(mpirun, &status, WNOHANG) == mpirun) return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::kill(mpirun, SIGKILL);
+  ::waitpid(mpirun, &status, 0);
+  if (rank1 > 0) ::kill(rank1, SIGKILL);
+  return -1;
+}
+
+std::vector<std::string> long_run_flags(const std::string& dir) {
+  std::vector<std::string> f = train_flags(dir);
+  for (size_t i = 0; i + 1 < f.size(); ++i) {
+    if (f[i] == "--train-iters") f[i + 1] = "100000";
+  }
+  return f;
+}
+
+TEST(TrainerDataParallel, StoppedRankEndsTheJobThroughTheWatchdog) {
+  const std::string dir = test::scratch_dir("trainer_dp_watchdog");
+  test::write_walk_corpus(dir);
+  // SIGSTOP: rank 1 is alive but makes no progress, so only the watchdog can notice (6 s: far
+  // above an iteration's ~0.5 s on a loaded 2-core machine, so it never fires before).
+  const int status = run_and_signal_rank1(with(long_run_flags(dir), {"--distributed-timeout-minutes", "0.1"}),
+                                          dir + "/log.txt", SIGSTOP);
+  std::ifstream in(dir + "/log.txt");
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_GT(status, 0) << "the job must end non-zero within 60 s:\n" << log;
+  EXPECT_TRUE(std::regex_search(log, std::regex(R"(\[rank 0\] watchdog: \w+ #\d+ on group '[\w-]+' \(2 ranks\) has not completed after [0-9.]+ s)")))
+      << log;
+}
+
+TEST(TrainerDataParallel, KilledRankEndsTheJobNamingTheRank) {
+  const std::string dir = test::scratch_dir("trainer_dp_killed");
+  test::write_walk_corpus(dir);
+  const int status = run_and_signal_rank1(long_run_flags(dir), dir + "/log.txt", SIGKILL);
+  std::ifstream in(dir + "/log.txt");
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_GT(status, 0) << "the job must end non-zero within 60 s:\n" << log;
+  // mpirun names the dead rank ("process rank 1 with PID ... exited on signal 9").
+  EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
 }
 
 }  // namespace
