@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -119,6 +120,42 @@ TEST(TrainerDataParallel, Dp2AndDistributedOptimizerMatchOneProcess) {
       with(base, {"--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/buckets.jsonl"}), 2);
   ASSERT_EQ(buckets.status, 0) << buckets.output;
   expect_same(ref, read_jsonl(dir + "/buckets.jsonl"), 1, "DP2 distributed optimizer, buckets");
+}
+
+// fp16 with the dynamic loss scaler: each rank checks only its shard for inf/nan, and the flag
+// is reduced over DP, so DP2 with the distributed optimizer skips exactly the iterations that
+// DP2 with replicated state skips, and its loss scale follows the same path (from 2^20 with a
+// window of 3: growth, overflow, back-off). The single process is not the reference here: as
+// in Megatron each micro-batch's loss is divided by the rank's number of micro-batches (2 under
+// DP2, 4 alone) and the 1/dp comes later in the reduction, so DP2's fp16 activation gradients
+// are twice as large and overflow at other iterations.
+TEST(TrainerDataParallel, Fp16SkipsTheSameIterationsUnderTheDistributedOptimizer) {
+  const std::string dir = test::scratch_dir("trainer_dp_fp16");
+  test::write_walk_corpus(dir);
+  const auto base = with(train_flags(dir), {"--fp16", "--initial-loss-scale", "1048576", "--loss-scale-window", "3"});
+  const test::CommandResult one = run(with(base, {"--log-jsonl", dir + "/one.jsonl"}), 2);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const test::CommandResult dist =
+      run(with(base, {"--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/dist.jsonl"}), 2);
+  ASSERT_EQ(dist.status, 0) << dist.output;
+  auto scaler_path = [](const std::string& path) {
+    std::vector<std::string> out;
+    std::ifstream in(path);
+    std::string line;
+    static const std::regex re(R"("loss_scale": ([0-9.eE+]+).*"skipped_iterations": (\d+))");
+    while (std::getline(in, line)) {
+      std::smatch m;
+      if (std::regex_search(line, m, re)) out.push_back(std::string(m[1]) + " / " + std::string(m[2]));
+    }
+    return out;
+  };
+  const std::vector<std::string> a = scaler_path(dir + "/one.jsonl"), b = scaler_path(dir + "/dist.jsonl");
+  ASSERT_EQ(a.size(), 10u);
+  EXPECT_EQ(a, b);
+  // The path has successes, growths and skips (else the comparison would prove little).
+  EXPECT_EQ(a.front(), "1048576.0 / 0");
+  EXPECT_NE(std::find(a.begin(), a.end(), "2097152.0 / 1"), a.end()) << "an overflow after a growth";
+  EXPECT_NE(std::find(a.begin(), a.end(), "2097152.0 / 0"), a.end()) << "successes at the grown scale";
 }
 
 TEST(TrainerDataParallel, CheckpointOfDp2DistributedOptimizerResumesAsOneProcess) {
