@@ -111,10 +111,23 @@ int spawn_local_workers(int64_t nproc, const std::vector<std::string>& argv, boo
   }
   int64_t running = nproc;
   int failed_rank = -1;
-  std::string why;
+  bool killed = false;
+  std::chrono::steady_clock::time_point deadline{};
   while (running > 0) {
     int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, 0);
+    // Once a rank failed, poll so that the stragglers can be SIGKILLed after the grace period.
+    // A child that has not been reaped keeps its pid, so signalling pids[] never hits a stranger.
+    const pid_t pid = ::waitpid(-1, &status, failed_rank < 0 ? 0 : WNOHANG);
+    if (pid == 0) {
+      if (!killed && std::chrono::steady_clock::now() > deadline) {
+        for (pid_t p : pids) {
+          if (p > 0) ::kill(p, SIGKILL);
+        }
+        killed = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
     if (pid < 0) {
       if (errno == EINTR) continue;
       break;
@@ -129,20 +142,15 @@ int spawn_local_workers(int64_t nproc, const std::vector<std::string>& argv, boo
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (!ok && failed_rank < 0) {
       failed_rank = static_cast<int>(rank);
-      why = WIFEXITED(status) ? str_cat("exited with status ", WEXITSTATUS(status))
-                              : str_cat("was killed by signal ", WTERMSIG(status));
+      const std::string why = WIFEXITED(status) ? str_cat("exited with status ", WEXITSTATUS(status))
+                                                : str_cat("was killed by signal ", WTERMSIG(status));
       std::fprintf(stderr, "error: [--nproc-per-node] rank %d (pid %d) %s; stopping the other ranks\n", failed_rank,
                    static_cast<int>(pid), why.c_str());
+      std::fflush(stderr);
       for (pid_t p : pids) {
         if (p > 0) ::kill(p, SIGTERM);
       }
-      // Whoever ignores SIGTERM (stuck in a collective) gets SIGKILL after the grace period.
-      std::thread([pids]() {
-        std::this_thread::sleep_for(std::chrono::seconds(kGraceSeconds));
-        for (pid_t p : pids) {
-          if (p > 0) ::kill(p, SIGKILL);
-        }
-      }).detach();
+      deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kGraceSeconds);
     }
   }
   return failed_rank < 0 ? 0 : 1;
