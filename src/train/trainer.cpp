@@ -154,7 +154,7 @@ void Trainer::save() {
   groups_->world->barrier();
 }
 
-void Trainer::log_to_tensorboard(const StepResult& step, double loss, int64_t gbs) {
+void Trainer::log_to_tensorboard(const StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm) {
   const TrainConfig& c = config_;
   const int64_t it = progress_.iteration, samples = progress_.consumed_train_samples;
   auto both = [&](std::string_view tag, std::string_view vs_samples, double value) {
@@ -169,7 +169,7 @@ void Trainer::log_to_tensorboard(const StepResult& step, double loss, int64_t gb
   }
   if (step.grad_norm) both(tb_tags::kGradNorm, tb_tags::kGradNormVsSamples, *step.grad_norm);
   if (step.num_zeros) both(tb_tags::kNumZeros, tb_tags::kNumZerosVsSamples, static_cast<double>(*step.num_zeros));
-  if (c.log_params_norm) both(tb_tags::kParamsNorm, tb_tags::kParamsNormVsSamples, optimizer_->params_norm());
+  if (params_norm) both(tb_tags::kParamsNorm, tb_tags::kParamsNormVsSamples, *params_norm);
 }
 
 void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_sample, int64_t k,
@@ -310,7 +310,13 @@ TrainSummary Trainer::run() {
       ++skipped;
       if (!std::isfinite(iter_loss)) ++nans;
     }
-    if (tensorboard_ && iteration % c.tensorboard_log_interval == 0) log_to_tensorboard(step, iter_loss, gbs);
+    if (c.tensorboard_dir && iteration % c.tensorboard_log_interval == 0) {
+      // The parameter norm is collective under the distributed optimizer: every rank takes
+      // part, the last one (which has the writer) logs it.
+      std::optional<double> params_norm;
+      if (c.log_params_norm) params_norm = optimizer_->params_norm();
+      if (tensorboard_) log_to_tensorboard(step, iter_loss, gbs, params_norm);
+    }
 
     if (iteration % c.log_interval == 0) {
       const double elapsed = seconds_since(interval_start);

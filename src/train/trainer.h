@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 
 #include "backend/ops.h"
@@ -69,7 +70,8 @@ class Trainer {
                           int64_t global_batch, double* loss_out);
   void save();
   // TensorBoard scalars of one iteration (every --tensorboard-log-interval).
-  void log_to_tensorboard(const StepResult& step, double loss, int64_t gbs);
+  // `params_norm`: --log-params-norm's value (computed by every rank: it is collective).
+  void log_to_tensorboard(const StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm);
 
   TrainConfig config_;
   backend::Backend& backend_;

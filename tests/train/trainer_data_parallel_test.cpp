@@ -115,9 +115,12 @@ TEST(TrainerDataParallel, Dp2AndDistributedOptimizerMatchOneProcess) {
   ASSERT_EQ(dist.status, 0) << dist.output;
   expect_same(ref, read_jsonl(dir + "/dist.jsonl"), 1, "DP2 distributed optimizer");
 
-  // Several buckets whose pieces split parameters: 3001 elements per bucket or more.
+  // Several buckets whose pieces split parameters: 3001 elements per bucket or more. The
+  // parameter norm is collective under the distributed optimizer; TensorBoard (last rank only)
+  // logs it without leaving the other rank waiting (the watchdog would end a hang in 1 min).
   const test::CommandResult buckets = run(
-      with(base, {"--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/buckets.jsonl"}), 2);
+      with(base, {"--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/buckets.jsonl",
+                  "--log-params-norm", "--tensorboard-dir", dir + "/tb", "--distributed-timeout-minutes", "1"}), 2);
   ASSERT_EQ(buckets.status, 0) << buckets.output;
   expect_same(ref, read_jsonl(dir + "/buckets.jsonl"), 1, "DP2 distributed optimizer, buckets");
 }
