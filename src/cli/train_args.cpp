@@ -4,6 +4,7 @@
 #include <optional>
 #include <sstream>
 
+#include "comm/rank_layout.h"
 #include "core/error.h"
 
 namespace megatron::cli {
@@ -38,9 +39,9 @@ constexpr const char* kVariant = "this model variant is not implemented yet";
 
 constexpr FlagRow kFlagTable[] = {
     // Parallelism: later issues widen these.
-    {"--tensor-model-parallel-size", FlagType::kValue, FlagState::kValues, "1", "tensor parallelism comes later"},
-    {"--pipeline-model-parallel-size", FlagType::kValue, FlagState::kValues, "1", "pipeline parallelism comes later"},
-    {"--use-distributed-optimizer", FlagType::kSwitch, FlagState::kUnsupported, "", "the distributed optimizer comes later"},
+    // --tensor/--pipeline-model-parallel-size are declared as supported flags: the layout check
+    // (world size divisible by TP x PP) comes first, then fill_parallel_and_batch() says that
+    // values other than 1 are not supported yet.
     {"--num-layers-per-virtual-pipeline-stage", FlagType::kValue, FlagState::kUnsupported, "", "interleaved pipeline schedule"},
     {"--context-parallel-size", FlagType::kValue, FlagState::kValues, "1", "context parallelism"},
     {"--expert-model-parallel-size", FlagType::kValue, FlagState::kValues, "1", "mixture of experts"},
@@ -117,8 +118,10 @@ constexpr FlagRow kFlagTable[] = {
     {"--no-persist-layer-norm", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--no-gradient-accumulation-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--no-async-tensor-model-parallel-allreduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
-    {"--overlap-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
-    {"--overlap-param-gather", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
+    {"--overlap-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: gradients are reduced bucket by bucket after the backward pass, not overlapped with it yet"},
+    {"--overlap-param-gather", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: parameters are all-gathered right after the optimizer step, not overlapped yet"},
     {"--cross-entropy-loss-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the cross-entropy is always fused"},
     {"--attention-softmax-in-fp32", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: softmax always runs in fp32"},
     {"--no-create-attention-mask-in-dataloader", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the causal mask is implicit"},
@@ -333,7 +336,14 @@ void declare_supported_flags(Args& a) {
       .flag("--no-log-loss-scale-to-tensorboard", "do not log the loss scale")
       .option("--log-jsonl", "FILE", "append one JSON object per logged iteration and validation to FILE");
   // Parallelism and recompute.
-  a.flag("--sequence-parallel", "sequence parallelism (off at tensor-parallel size 1, as in Megatron)")
+  a.option("--tensor-model-parallel-size", "N", "tensor-parallel size (only 1 for now)", "1")
+      .option("--pipeline-model-parallel-size", "N", "pipeline-parallel size (only 1 for now)", "1")
+      .flag("--use-distributed-optimizer", "shard the fp32 main weights and Adam moments over data-parallel ranks")
+      .option("--ddp-bucket-size", "N", "gradient all-reduce / reduce-scatter bucket size in elements (default: one bucket)")
+      .option("--nproc-per-node", "N", "start N local worker processes of this command (torchrun's flag)")
+      .option("--distributed-timeout-minutes", "M",
+              "end the job when a collective has waited M minutes (a rank is stuck or dead)", "10")
+      .flag("--sequence-parallel", "sequence parallelism (off at tensor-parallel size 1, as in Megatron)")
       .flag("--use-cpu-initialization", "initialise full matrices then split (TP-invariant)")
       .flag("--recompute-activations", "shorthand for --recompute-granularity selective")
       .option("--recompute-granularity", "G", "full or selective")
@@ -438,13 +448,17 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   c.pipeline_model_parallel_size = a.get_int("--pipeline-model-parallel-size");
   require_positive("--tensor-model-parallel-size", c.tensor_model_parallel_size);
   require_positive("--pipeline-model-parallel-size", c.pipeline_model_parallel_size);
-  const int64_t mp = c.tensor_model_parallel_size * c.pipeline_model_parallel_size;
-  if (world_size % mp != 0) {
-    throw_error("[--tensor-model-parallel-size/--pipeline-model-parallel-size] world size (", world_size,
-                ") is not divisible by tensor parallel size (", c.tensor_model_parallel_size,
-                ") times pipeline parallel size (", c.pipeline_model_parallel_size, ")");
+  // Megatron's layout check first (megatron-facts §7): dp = world / (tp * pp).
+  c.data_parallel_size = comm::parallel_sizes(world_size, c.tensor_model_parallel_size,
+                                              c.pipeline_model_parallel_size).dp;
+  if (c.tensor_model_parallel_size != 1) {
+    throw_error("[--tensor-model-parallel-size] ", c.tensor_model_parallel_size,
+                " is not supported yet (tensor parallelism comes later; accepted: 1)");
   }
-  c.data_parallel_size = world_size / mp;
+  if (c.pipeline_model_parallel_size != 1) {
+    throw_error("[--pipeline-model-parallel-size] ", c.pipeline_model_parallel_size,
+                " is not supported yet (pipeline parallelism comes later; accepted: 1)");
+  }
   if (c.model.num_attention_heads % c.tensor_model_parallel_size != 0) {
     throw_error("[--num-attention-heads] ", c.model.num_attention_heads,
                 " is not divisible by --tensor-model-parallel-size ", c.tensor_model_parallel_size);
@@ -456,6 +470,12 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   // Megatron turns sequence parallelism off at TP 1.
   c.sequence_parallel = a.get_flag("--sequence-parallel") && c.tensor_model_parallel_size > 1;
   c.use_distributed_optimizer = a.get_flag("--use-distributed-optimizer");
+  c.ddp_bucket_size = opt_int(a, "--ddp-bucket-size");
+  c.distributed_timeout_minutes = a.get_double("--distributed-timeout-minutes");
+  if (!(c.distributed_timeout_minutes > 0)) {
+    throw_error("[--distributed-timeout-minutes] must be positive, got ", c.distributed_timeout_minutes);
+  }
+  if (c.ddp_bucket_size) require_positive("--ddp-bucket-size", *c.ddp_bucket_size);
   c.use_cpu_initialization = a.get_flag("--use-cpu-initialization");
 
   if (!a.given("--micro-batch-size")) throw_error("[--micro-batch-size] is required");

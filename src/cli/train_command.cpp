@@ -1,4 +1,6 @@
-// megatron train: Megatron-LM's pretrain_gpt.py on this process (CPU backend for now).
+// megatron train: Megatron-LM's pretrain_gpt.py on this process, one rank of a data-parallel
+// job when a launcher started several (comm/launch_env.h), or the launcher itself with
+// --nproc-per-node (cli/train_launcher.h).
 #include <iostream>
 #include <optional>
 
@@ -7,6 +9,9 @@
 #include "cli/backend_choice.h"
 #include "cli/commands.h"
 #include "cli/train_args.h"
+#include "comm/launch.h"
+#include "comm/launch_env.h"
+#include "comm/process_groups.h"
 #include "core/error.h"
 #include "data/tokenizer/gpt2_bpe_tokenizer.h"
 #include "model/memory_plan.h"
@@ -29,7 +34,38 @@ int run_train(const CommandArgs& argv) {
     std::cout << args.usage();
     return 0;
   }
-  train::TrainConfig config = parse_train_config(args, /*world_size=*/1, &std::cout);
+  if (args.given("--nproc-per-node")) {
+    // Each worker gets these arguments without --nproc-per-node N.
+    std::vector<std::string> worker = {comm::self_executable(), "train"};
+    for (size_t i = 0; i < argv.size(); ++i) {
+      if (argv[i] == "--nproc-per-node") {
+        ++i;
+      } else if (!argv[i].starts_with("--nproc-per-node=")) {
+        worker.push_back(argv[i]);
+      }
+    }
+    return comm::spawn_local_workers(args.get_int("--nproc-per-node"), worker, uses_cuda(args));
+  }
+
+  const comm::LaunchEnv env = comm::detect_launch_env(comm::process_environment());
+  // Rank 0 speaks for everyone before the ranks are connected: the other ranks print nothing,
+  // and a configuration error is one line from rank 0 while every rank exits non-zero.
+  const bool rank0 = env.rank == 0;
+  std::ostream null_stream(nullptr);
+  std::ostream& log0 = rank0 ? std::cout : null_stream;
+  train::TrainConfig config;
+  try {
+    config = parse_train_config(args, env.world_size, &log0);
+  } catch (const Error&) {
+    if (!rank0) return 1;
+    throw;
+  }
+  if (env.world_size > 1) {
+    log0 << "using world size: " << config.world_size << ", data-parallel size: " << config.data_parallel_size
+         << ", context-parallel size: 1, tensor-model-parallel size: " << config.tensor_model_parallel_size
+         << ", pipeline-model-parallel size: " << config.pipeline_model_parallel_size << " (" << comm::to_string(env.launcher)
+         << ")\n";
+  }
 
   // The tokenizer fixes the vocabulary (GPT2BPETokenizer: len(encoder) = 50257).
   if (config.vocab_file && config.merge_file) {
@@ -41,19 +77,23 @@ int run_train(const CommandArgs& argv) {
     throw_error("[--vocab-file] and [--merge-file] are required by --tokenizer-type GPT2BPETokenizer");
   }
   config.model.padded_vocab_size = train::padded_vocab_size(
-      config.model.vocab_size, config.make_vocab_size_divisible_by, config.tensor_model_parallel_size, &std::cout);
+      config.model.vocab_size, config.make_vocab_size_divisible_by, config.tensor_model_parallel_size, &log0);
 
-  const DType dtype = config.bf16 ? DType::kBF16 : config.fp16 ? DType::kF16 : DType::kF32;
   if (config.dry_run) {
-    const model::MemoryPlan plan = model::plan_memory(config.model, dtype, config.micro_batch_size);
-    std::cout << model::format_memory_plan(plan);
-    std::cout << train::flops_formula_text(config.model, config.global_batch_size, config.flops_convention);
+    log0 << model::format_memory_plan(train::train_memory_plan(config));
+    log0 << train::flops_formula_text(config.model, config.global_batch_size, config.flops_convention);
     return 0;
   }
   if (config.data_path.empty()) throw_error("[--data-path] is required (a dataset prefix or weight/prefix pairs)");
 
-  std::unique_ptr<backend::Backend> backend = make_backend(args, std::cout);
-  train::Trainer trainer(config, *backend, std::cout);
+  std::unique_ptr<backend::Backend> backend = make_backend(args, log0, env.local_rank);
+  // The connection to the other ranks outlives the groups split from it.
+  comm::RankConnection connection = comm::connect_ranks(
+      env, *backend, std::chrono::milliseconds(static_cast<int64_t>(config.distributed_timeout_minutes * 60000.0)));
+  comm::ProcessGroups groups = comm::make_process_groups(
+      std::move(connection.world), comm::parallel_sizes(config.world_size, config.tensor_model_parallel_size,
+                                                        config.pipeline_model_parallel_size));
+  train::Trainer trainer(config, *backend, std::cout, &groups);
   trainer.run();
   return 0;
 }

@@ -46,6 +46,13 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
   return p;
 }
 
+MemoryPlan shard_optimizer_state(MemoryPlan plan, int64_t dp) {
+  const int64_t shard = (plan.num_parameters + dp - 1) / dp;
+  if (plan.main_parameters > 0) plan.main_parameters = shard * 4;
+  plan.optimizer = 2 * shard * 4;
+  return plan;
+}
+
 std::string format_memory_plan(const MemoryPlan& plan) {
   std::string out;
   char line[160];

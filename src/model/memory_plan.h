@@ -29,6 +29,12 @@ int64_t gpt_num_parameters(const GPTConfig& config);
 
 MemoryPlan plan_memory(const GPTConfig& config, DType param_dtype, int64_t micro_batch_size);
 
+// --use-distributed-optimizer (megatron-facts §9): the fp32 main parameters and Adam moments
+// are sharded over `dp` ranks. With one gradient bucket (the default) rank 0 holds the largest
+// shard, ceil(P / dp) elements; this is its plan. (With --ddp-bucket-size each bucket is
+// sharded on its own and a rank may hold up to one element more per bucket.)
+MemoryPlan shard_optimizer_state(MemoryPlan plan, int64_t dp);
+
 // The table --dry-run prints: one line per kind with bytes and GiB, then the total.
 std::string format_memory_plan(const MemoryPlan& plan);
 

@@ -53,6 +53,35 @@ void load_into(const SafetensorsFile& file, const std::string& name, Tensor& dst
   backend.copy(staged, dst);
 }
 
+// A safetensors tensor as a host fp32 tensor of `shape` (bf16/fp16 widened exactly).
+Tensor read_fp32(const SafetensorsFile& file, const std::string& name, const Shape& shape) {
+  const SafetensorsTensor& t = file.at(name);
+  if (t.shape != shape) {
+    throw_error(file.path(), ": tensor '", name, "' has shape ", shape_string(t.shape), ", this model expects ",
+                shape_string(shape));
+  }
+  Tensor out = Tensor::cpu(shape, DType::kF32);
+  float* dst = out.data_as<float>();
+  const int64_t n = out.numel();
+  switch (t.dtype) {
+    case DType::kF32:
+      if (n) std::memcpy(dst, t.data, static_cast<size_t>(n) * sizeof(float));
+      break;
+    case DType::kBF16:
+    case DType::kF16: {
+      const auto* src = static_cast<const uint8_t*>(t.data);
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = t.dtype == DType::kBF16 ? bf16_to_float(h) : fp16_to_float(h);
+      }
+      break;
+    }
+    default: throw_error(file.path(), ": tensor '", name, "' is not a float tensor");
+  }
+  return out;
+}
+
 std::string element_text(simdjson::dom::element e) { return std::string(simdjson::minify(e)); }
 
 }  // namespace
@@ -102,8 +131,8 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
 }
 
 void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progress, const model::ParameterSet& params,
-                              const MixedPrecisionOptimizer& optimizer, const OptimizerParamScheduler& scheduler,
-                              backend::Backend& backend, std::ostream& log) {
+                              const MixedPrecisionOptimizer& optimizer, const FullOptimizerState& state,
+                              const OptimizerParamScheduler& scheduler, backend::Backend& backend, std::ostream& log) {
   MT_CHECK(c.save.has_value()) << "save without --save";
   char line[64];
   std::snprintf(line, sizeof(line), "%7lld", static_cast<long long>(progress.iteration));
@@ -125,10 +154,10 @@ void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progres
   if (!c.no_save_optim) {
     for (const model::Parameter& p : params.params()) {
       if (optimizer.has_separate_main_params()) {
-        optim_tensors.push_back(tensor("main_param." + p.name, optimizer.main_params().flat_view(p.offset, p.shape)));
+        optim_tensors.push_back(tensor("main_param." + p.name, state.main_params.flat_view(p.offset, p.shape)));
       }
-      optim_tensors.push_back(tensor("exp_avg." + p.name, optimizer.exp_avg().flat_view(p.offset, p.shape)));
-      optim_tensors.push_back(tensor("exp_avg_sq." + p.name, optimizer.exp_avg_sq().flat_view(p.offset, p.shape)));
+      optim_tensors.push_back(tensor("exp_avg." + p.name, state.exp_avg.flat_view(p.offset, p.shape)));
+      optim_tensors.push_back(tensor("exp_avg_sq." + p.name, state.exp_avg_sq.flat_view(p.offset, p.shape)));
     }
   }
 
@@ -278,19 +307,19 @@ TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet
     if (!c.no_load_optim) log << "WARNING: the checkpoint has no optimizer state (saved with --no-save-optim)\n";
     optimizer.reload_main_params_from_model();
   } else {
-    Tensor main = optimizer.main_params(), m = optimizer.exp_avg(), v = optimizer.exp_avg_sq();
+    // Whole parameters from the files; the optimizer keeps the fragments this rank owns (all
+    // of them unless the state is sharded by --use-distributed-optimizer), so a checkpoint
+    // loads under any data-parallel size.
     for (const model::Parameter& p : params.params()) {
       if (optimizer.has_separate_main_params()) {
-        Tensor dst = main.flat_view(p.offset, p.shape);
         if (opt->find("main_param." + p.name)) {
-          load_into(*opt, "main_param." + p.name, dst, backend);
+          optimizer.set_param_state(p, StateKind::kMainParams, read_fp32(*opt, "main_param." + p.name, p.shape));
         } else {  // saved from an fp32 model: its weights are the main parameters
-          load_into(ck.model(), p.name, dst, backend);
+          optimizer.set_param_state(p, StateKind::kMainParams, read_fp32(ck.model(), p.name, p.shape));
         }
       }
-      Tensor dm = m.flat_view(p.offset, p.shape), dv = v.flat_view(p.offset, p.shape);
-      load_into(*opt, "exp_avg." + p.name, dm, backend);
-      load_into(*opt, "exp_avg_sq." + p.name, dv, backend);
+      optimizer.set_param_state(p, StateKind::kExpAvg, read_fp32(*opt, "exp_avg." + p.name, p.shape));
+      optimizer.set_param_state(p, StateKind::kExpAvgSq, read_fp32(*opt, "exp_avg_sq." + p.name, p.shape));
     }
     simdjson::dom::element gs = need("grad_scaler");
     optim::GradScalerState state;

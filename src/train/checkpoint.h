@@ -37,16 +37,21 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& config);
 
 // Saves the state after `progress.iteration` to config.save (with --no-save-optim, weights
 // only), printing Megatron's "saving checkpoint at iteration ..." lines to `log`.
+// `state` is optimizer.gather_full_state() (the whole fp32 state, also when it is sharded
+// over data-parallel ranks): the files are the same for every data-parallel size. Called on
+// the one rank that writes.
 void save_training_checkpoint(const TrainConfig& config, const TrainProgress& progress,
                               const model::ParameterSet& params, const MixedPrecisionOptimizer& optimizer,
-                              const OptimizerParamScheduler& scheduler, backend::Backend& backend, std::ostream& log);
+                              const FullOptimizerState& state, const OptimizerParamScheduler& scheduler,
+                              backend::Backend& backend, std::ostream& log);
 
 // Loads config.load into the model, optimizer and scheduler (what is loaded follows
 // --finetune / --no-load-optim) and returns where to continue. Without a checkpoint in the
 // directory: Megatron's warning and iteration 0 (or an Error with --exit-on-missing-checkpoint).
 // Prints the differences between the checkpoint's args and this run's, and refuses (Error,
 // one line naming the flag) a change that breaks the weights or the run: model shape,
-// padded vocabulary, sequence length.
+// padded vocabulary, sequence length. Every rank calls it (each reads the files and keeps
+// what it owns).
 TrainProgress load_training_checkpoint(const TrainConfig& config, model::ParameterSet& params,
                                        MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
                                        backend::Backend& backend, std::ostream& log);

@@ -7,6 +7,13 @@
 
 namespace megatron::train {
 
+model::MemoryPlan train_memory_plan(const TrainConfig& c) {
+  const DType dtype = c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32;
+  model::MemoryPlan plan = model::plan_memory(c.model, dtype, c.micro_batch_size);
+  if (c.use_distributed_optimizer) plan = model::shard_optimizer_state(plan, c.data_parallel_size);
+  return plan;
+}
+
 NumMicroBatchesCalculator TrainConfig::microbatch_calculator() const {
   std::optional<RampupBatchSize> ramp;
   if (rampup_batch_size) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/gpt_config.h"
+#include "model/memory_plan.h"
 #include "train/lr_scheduler.h"
 #include "train/microbatches.h"
 
@@ -142,6 +143,8 @@ struct TrainConfig {
   int64_t data_parallel_size = 1;
   bool sequence_parallel = false;           // --sequence-parallel (turned off at TP 1, as Megatron)
   bool use_distributed_optimizer = false;   // --use-distributed-optimizer
+  std::optional<int64_t> ddp_bucket_size;   // --ddp-bucket-size (elements; None: one bucket)
+  double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes (fractions allowed)
   bool use_cpu_initialization = false;      // --use-cpu-initialization (TP-invariant init)
 
   // Activation recomputation (megatron-facts.md §11).
@@ -174,6 +177,10 @@ int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp, std::
 std::string padded_vocab_message(int64_t vocab, int64_t padded);
 
 // Names as Megatron's flags spell them ("cosine", "inverse-square-root", "WSD", ...).
+// The per-rank memory plan of this configuration (model/memory_plan.h), with the optimizer
+// state divided over data-parallel ranks under --use-distributed-optimizer.
+model::MemoryPlan train_memory_plan(const TrainConfig& config);
+
 const char* to_string(RecomputeGranularity s);
 const char* to_string(RecomputeMethod s);
 const char* to_string(FlopsConvention c);

@@ -78,4 +78,13 @@ class NumMicroBatchesCalculator {
 int64_t train_iters_from_samples(const NumMicroBatchesCalculator& calculator,
                                  int64_t train_samples);
 
+// MegatronPretrainingSampler (megatron-facts §3.9): the dataset index of sample i of
+// micro-batch k on data-parallel rank `dp_rank` in the iteration that starts at
+// `first_sample`: first_sample + k*mbs*dp + dp_rank*mbs + i (each batch of mbs*dp indices is
+// cut into dp slices of mbs, one per rank).
+inline int64_t sampler_index(int64_t first_sample, int64_t k, int64_t i, int64_t micro_batch_size,
+                             int64_t data_parallel_size, int64_t dp_rank) {
+  return first_sample + k * micro_batch_size * data_parallel_size + dp_rank * micro_batch_size + i;
+}
+
 }  // namespace megatron::train

@@ -2,52 +2,72 @@
 
 #include <algorithm>
 #include <cmath>
-#include <span>
 #include <vector>
 
+#include "comm/self_communicator.h"
 #include "core/error.h"
-
 
 namespace megatron::train {
 
+namespace {
 
-MixedPrecisionOptimizer::MixedPrecisionOptimizer(model::ParameterSet& params, backend::Backend& backend,
-                                                 const OptimizerConfig& config, optim::GradScaler scaler)
-    : params_(params),
-      backend_(backend),
-      config_(config),
-      scaler_(std::move(scaler)),
-      fp16_(params.values().dtype() == DType::kF16) {
-  const int64_t P = params.total_numel();
-  if (params.values().dtype() == DType::kF32) {
-    main_ = params.values();
-  } else {
-    main_ = backend.empty({P}, DType::kF32, MemoryKind::kMainParams);
-    backend.copy(params.values(), main_);
-  }
-  exp_avg_ = backend.empty({P}, DType::kF32, MemoryKind::kOptimizer);
-  exp_avg_sq_ = backend.empty({P}, DType::kF32, MemoryKind::kOptimizer);
-
-  // The AdamW segment table: parameters in buffer order, neighbours with the same weight-decay
-  // rule merged (a few hundred bytes: counted as "other", outside the memory plan's kinds).
+// The AdamW segment table of one owned range: the parameter fragments inside it in buffer
+// order, neighbours with the same weight-decay rule merged, offsets relative to the range (a
+// few hundred bytes: counted as "other", outside the memory plan's kinds).
+Tensor segment_table(const model::ParameterSet& params, const Range& range, backend::Backend& backend) {
   std::vector<const model::Parameter*> order;
   for (const model::Parameter& p : params.params()) order.push_back(&p);
   std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) { return a->offset < b->offset; });
   std::vector<int64_t> rows;
   for (const model::Parameter* p : order) {
-    const int64_t decay = p->no_weight_decay ? 0 : 1;
+    const int64_t lo = std::max(range.start, p->offset), hi = std::min(range.end, p->offset + p->numel());
+    if (lo >= hi) continue;
+    const int64_t decay = p->no_weight_decay ? 0 : 1, off = lo - range.start;
     const size_t r = rows.size();
-    if (r >= 3 && rows[r - 3] + rows[r - 2] == p->offset && rows[r - 1] == decay) {
-      rows[r - 2] += p->numel();
+    if (r >= 3 && rows[r - 3] + rows[r - 2] == off && rows[r - 1] == decay) {
+      rows[r - 2] += hi - lo;
     } else {
-      rows.insert(rows.end(), {p->offset, p->numel(), decay});
+      rows.insert(rows.end(), {off, hi - lo, decay});
     }
   }
   const int64_t S = static_cast<int64_t>(rows.size() / 3);
   Tensor host = Tensor::cpu({S, 3}, DType::kI64);
   std::copy(rows.begin(), rows.end(), host.data_as<int64_t>());
-  segments_ = backend.empty({S, 3}, DType::kI64, MemoryKind::kOther);
-  backend.copy(host, segments_);
+  Tensor table = backend.empty({S, 3}, DType::kI64, MemoryKind::kOther);
+  backend.copy(host, table);
+  return table;
+}
+
+}  // namespace
+
+MixedPrecisionOptimizer::MixedPrecisionOptimizer(model::ParameterSet& params, backend::Backend& backend,
+                                                 const OptimizerConfig& config, optim::GradScaler scaler,
+                                                 const DataParallelOptions& dp)
+    : params_(params),
+      backend_(backend),
+      config_(config),
+      scaler_(std::move(scaler)),
+      fp16_(params.values().dtype() == DType::kF16),
+      self_group_(dp.group ? nullptr : std::make_unique<comm::SelfCommunicator>(backend, "dp")),
+      grad_buffer_(params, backend, dp.group ? *dp.group : *self_group_, dp.distributed, dp.bucket_size) {
+  const int64_t n = grad_buffer_.owned_numel();
+  const bool separate = has_separate_main_params();
+  if (separate) main_ = backend.empty({n}, DType::kF32, MemoryKind::kMainParams);
+  exp_avg_ = backend.empty({n}, DType::kF32, MemoryKind::kOptimizer);
+  exp_avg_sq_ = backend.empty({n}, DType::kF32, MemoryKind::kOptimizer);
+  int64_t local = 0;
+  for (const Range& r : grad_buffer_.owned()) {
+    Shard s;
+    s.range = r;
+    Tensor values = params.values().flat_view(r.start, {r.size()});
+    s.main = separate ? main_.flat_view(local, {r.size()}) : values;
+    s.exp_avg = exp_avg_.flat_view(local, {r.size()});
+    s.exp_avg_sq = exp_avg_sq_.flat_view(local, {r.size()});
+    if (separate) backend.copy(values, s.main);
+    s.segments = segment_table(params, r, backend);
+    local += r.size();
+    shards_.push_back(std::move(s));
+  }
 }
 
 float MixedPrecisionOptimizer::loss_scale() const { return fp16_ ? scaler_.scale() : 1.0f; }
@@ -57,15 +77,40 @@ void MixedPrecisionOptimizer::zero_grads() {
   backend_.fill(g, 0.0f);
 }
 
+void MixedPrecisionOptimizer::reduce_gradients() { grad_buffer_.reduce_gradients(); }
+
+bool MixedPrecisionOptimizer::owned_grads_finite() {
+  bool finite = true;
+  for (const Shard& s : shards_) finite = finite && backend_.all_finite(params_.grads().flat_view(s.range.start, {s.range.size()}));
+  // Megatron all-reduces found_inf (MAX) so that every rank skips the same iterations.
+  return comm::all_reduce_scalar(grad_buffer_.group(), finite ? 0.0 : 1.0, comm::ReduceOp::kMax) == 0.0;
+}
+
+double MixedPrecisionOptimizer::owned_sum_squares(bool grads) const {
+  double sum = 0.0;
+  for (const Shard& s : shards_) {
+    sum += backend_.sum_squares(grads ? params_.grads().flat_view(s.range.start, {s.range.size()}) : s.main);
+  }
+  // Replicated state: every rank already has the whole sum; sharded: add the shards.
+  if (grad_buffer_.distributed()) sum = comm::all_reduce_scalar(grad_buffer_.group(), sum, comm::ReduceOp::kSum);
+  return sum;
+}
+
 StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
   StepResult result;
   Tensor grads = params_.grads();
+  auto for_owned_grads = [&](auto&& f) {
+    for (const Shard& s : shards_) {
+      Tensor g = grads.flat_view(s.range.start, {s.range.size()});
+      f(g);
+    }
+  };
 
   if (fp16_) {
     // Unscale, then check: a finite value times 1/scale stays finite, so this finds exactly
     // the inf/nan that were there before (torch's non-finite check and unscale).
-    backend_.scale(grads, scaler_.inv_scale());
-    const bool found_inf = !backend_.all_finite(grads);
+    for_owned_grads([&](Tensor& g) { backend_.scale(g, scaler_.inv_scale()); });
+    const bool found_inf = !owned_grads_finite();
     scaler_.update(found_inf);
     if (found_inf) {
       result.success = false;
@@ -75,29 +120,109 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
   if (config_.clip_grad > 0.0) {
     // Megatron clip_grads: the pre-clip norm is logged; clip_coeff = max / (norm + 1e-6)
     // applied as an fp32 factor when < 1. A nan norm never clips; an inf norm zeroes.
-    const double norm = std::sqrt(backend_.sum_squares(grads));
+    const double norm = std::sqrt(owned_sum_squares(/*grads=*/true));
     result.grad_norm = norm;
     if (std::isinf(norm)) {
-      backend_.fill(grads, 0.0f);
+      for_owned_grads([&](Tensor& g) { backend_.fill(g, 0.0f); });
     } else if (!std::isnan(norm)) {
       const double coeff = config_.clip_grad / (norm + 1e-6);
-      if (coeff < 1.0) backend_.scale(grads, static_cast<float>(coeff));
+      if (coeff < 1.0) for_owned_grads([&](Tensor& g) { backend_.scale(g, static_cast<float>(coeff)); });
     }
   }
-  if (config_.count_zeros) result.num_zeros = backend_.count_zeros(grads);
+  if (config_.count_zeros) {
+    double zeros = 0.0;
+    for_owned_grads([&](Tensor& g) { zeros += static_cast<double>(backend_.count_zeros(g)); });
+    if (grad_buffer_.distributed()) zeros = comm::all_reduce_scalar(grad_buffer_.group(), zeros, comm::ReduceOp::kSum);
+    result.num_zeros = static_cast<int64_t>(zeros);
+  }
 
   ++steps_;
-  // One pass over all parameters (weight decay per segment), writing the 16-bit model copy.
-  backend::AdamWStep s;
-  s.lr = lr;
-  s.beta1 = config_.beta1;
-  s.beta2 = config_.beta2;
-  s.eps = config_.eps;
-  s.weight_decay = weight_decay;
-  s.step = steps_;
-  Tensor model_copy = has_separate_main_params() ? params_.values() : Tensor();
-  backend_.adamw_update_segments(main_, grads, exp_avg_, exp_avg_sq_, segments_, s, model_copy);
+  // One pass per owned range over all its parameter fragments (weight decay per segment),
+  // writing the 16-bit model copy of the range; then the ranges are all-gathered.
+  backend::AdamWStep a;
+  a.lr = lr;
+  a.beta1 = config_.beta1;
+  a.beta2 = config_.beta2;
+  a.eps = config_.eps;
+  a.weight_decay = weight_decay;
+  a.step = steps_;
+  for (Shard& s : shards_) {
+    Tensor model_copy =
+        has_separate_main_params() ? params_.values().flat_view(s.range.start, {s.range.size()}) : Tensor();
+    backend_.adamw_update_segments(s.main, grads.flat_view(s.range.start, {s.range.size()}), s.exp_avg, s.exp_avg_sq,
+                                   s.segments, a, model_copy);
+  }
+  grad_buffer_.gather_parameters();
   return result;
+}
+
+FullOptimizerState MixedPrecisionOptimizer::gather_full_state() const {
+  const int64_t P = params_.total_numel();
+  const bool separate = has_separate_main_params();
+  FullOptimizerState st;
+  if (shards_.size() == 1 && shards_[0].range.start == 0 && shards_[0].range.end == P) {
+    if (separate) st.main_params = main_;
+    st.exp_avg = exp_avg_;
+    st.exp_avg_sq = exp_avg_sq_;
+    return st;
+  }
+  comm::Communicator& g = grad_buffer_.group();
+  const bool root = g.rank() == 0;
+  if (root) {
+    if (separate) st.main_params = backend_.empty({P}, DType::kF32, MemoryKind::kOther);
+    st.exp_avg = backend_.empty({P}, DType::kF32, MemoryKind::kOther);
+    st.exp_avg_sq = backend_.empty({P}, DType::kF32, MemoryKind::kOther);
+  }
+  // Piece r of every bucket, in bucket order: rank 0 copies its own and receives the others'
+  // (the senders send in the same order, so the blocking pairs always match).
+  for (const Range& b : grad_buffer_.buckets()) {
+    const std::vector<int64_t> counts = shard_counts(b.size(), g.size());
+    for (int64_t r = 0; r < g.size(); ++r) {
+      const int64_t n = counts[static_cast<size_t>(r)];
+      if (n == 0) continue;
+      const int64_t start = b.start + comm::piece_offset(counts, r);
+      if (r == g.rank()) {
+        const auto it = std::find_if(shards_.begin(), shards_.end(), [&](const Shard& s) { return s.range.start == start; });
+        MT_CHECK(it != shards_.end() && it->range.size() == n) << "no shard at " << start;
+        std::vector<Tensor> mine;
+        if (separate) mine.push_back(it->main);
+        mine.push_back(it->exp_avg);
+        mine.push_back(it->exp_avg_sq);
+        std::vector<Tensor> full;
+        if (root) {
+          if (separate) full.push_back(st.main_params.flat_view(start, {n}));
+          full.push_back(st.exp_avg.flat_view(start, {n}));
+          full.push_back(st.exp_avg_sq.flat_view(start, {n}));
+        }
+        for (size_t k = 0; k < mine.size(); ++k) {
+          if (root) {
+            backend_.copy(mine[k], full[k]);
+          } else {
+            g.send(mine[k], 0);
+          }
+        }
+      } else if (root) {
+        std::vector<Tensor> full;
+        if (separate) full.push_back(st.main_params.flat_view(start, {n}));
+        full.push_back(st.exp_avg.flat_view(start, {n}));
+        full.push_back(st.exp_avg_sq.flat_view(start, {n}));
+        for (Tensor& t : full) g.recv(t, r);
+      }
+    }
+  }
+  return st;
+}
+
+void MixedPrecisionOptimizer::set_param_state(const model::Parameter& p, StateKind kind, const Tensor& value) {
+  MT_CHECK_EQ(value.numel(), p.numel());
+  if (kind == StateKind::kMainParams && !has_separate_main_params()) return;  // the values are the main params
+  for (Shard& s : shards_) {
+    const int64_t lo = std::max(s.range.start, p.offset), hi = std::min(s.range.end, p.offset + p.numel());
+    if (lo >= hi) continue;
+    Tensor& dst = kind == StateKind::kMainParams ? s.main : kind == StateKind::kExpAvg ? s.exp_avg : s.exp_avg_sq;
+    Tensor d = dst.flat_view(lo - s.range.start, {hi - lo});
+    backend_.copy(value.flat_view(lo - p.offset, {hi - lo}), d);
+  }
 }
 
 void MixedPrecisionOptimizer::restore(int64_t steps, const optim::GradScalerState& scaler) {
@@ -107,11 +232,10 @@ void MixedPrecisionOptimizer::restore(int64_t steps, const optim::GradScalerStat
 }
 
 void MixedPrecisionOptimizer::reload_main_params_from_model() {
-  if (has_separate_main_params()) backend_.copy(params_.values(), main_);
+  if (!has_separate_main_params()) return;
+  for (Shard& s : shards_) backend_.copy(params_.values().flat_view(s.range.start, {s.range.size()}), s.main);
 }
 
-double MixedPrecisionOptimizer::params_norm() const {
-  return std::sqrt(backend_.sum_squares(main_));
-}
+double MixedPrecisionOptimizer::params_norm() const { return std::sqrt(owned_sum_squares(/*grads=*/false)); }
 
 }  // namespace megatron::train

@@ -12,13 +12,26 @@
 // Adam exp_avg and exp_avg_sq (MemoryKind::kOptimizer), the loss scaler and the step count.
 // Every step runs through backend ops (scale, all_finite, sum_squares, adamw_update_segments), so
 // it runs on any backend; the scalars it needs on the host are the norm and the inf flag.
+//
+// Data parallelism (train/grad_buffer.h). reduce_gradients() averages the gradients over the
+// data-parallel group. Without --use-distributed-optimizer every rank then holds the same
+// gradients and steps the whole (replicated) state. With it (megatron-facts §9) the fp32 state
+// exists only for the ranges this rank owns ([owned_numel] elements, ~P/dp): the inf check,
+// the grad norm (sqrt of the all-reduced sum of the shards' sums of squares), clipping and
+// Adam run on the owned ranges, the new values are cast into the owned ranges of the model
+// parameters and all-gathered. Results are the same on every rank: the inf flag and the
+// norm are reduced over the group, so every rank skips or clips alike.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "backend/ops.h"
+#include "comm/communicator.h"
 #include "model/parameters.h"
+#include "train/grad_buffer.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 
@@ -32,6 +45,20 @@ struct OptimizerConfig {
   bool count_zeros = false; // --log-num-zeros-in-grad
 };
 
+// The data-parallel group of the optimizer (null: one rank) and its options.
+struct DataParallelOptions {
+  comm::Communicator* group = nullptr;
+  bool distributed = false;  // --use-distributed-optimizer
+  int64_t bucket_size = 0;   // --ddp-bucket-size (elements; 0: one bucket)
+};
+
+// The full fp32 optimizer state [P] for a checkpoint (main_params undefined when the model is
+// fp32: its values are the main parameters).
+struct FullOptimizerState {
+  Tensor main_params, exp_avg, exp_avg_sq;
+};
+enum class StateKind { kMainParams, kExpAvg, kExpAvgSq };
+
 struct StepResult {
   bool success = true;               // false: skipped (fp16 overflow)
   std::optional<double> grad_norm;   // pre-clip; absent when skipped or clip_grad == 0
@@ -42,41 +69,65 @@ class MixedPrecisionOptimizer {
  public:
   // `scaler` is used only when the model dtype is fp16 (bf16/fp32 log a loss scale of 1.0).
   MixedPrecisionOptimizer(model::ParameterSet& params, backend::Backend& backend, const OptimizerConfig& config,
-                          optim::GradScaler scaler);
+                          optim::GradScaler scaler, const DataParallelOptions& dp = {});
 
   // The factor the loss is multiplied by before backward (the current loss scale, or 1).
   float loss_scale() const;
-  // One update with the scheduler's lr and weight decay for this iteration.
+  // Averages the gradients over the data-parallel group (after the last backward of the
+  // iteration, before step(); a no-op on one rank).
+  void reduce_gradients();
+  // One update with the scheduler's lr and weight decay for this iteration. Collective over
+  // the data-parallel group.
   StepResult step(float lr, float weight_decay);
   void zero_grads();
-  // L2 norm of all parameters (the fp32 main copy), for --log-params-norm.
+  // L2 norm of all parameters (the fp32 main copy), for --log-params-norm. Collective.
   double params_norm() const;
 
   int64_t steps() const { return steps_; }
-  // The fp32 state a checkpoint keeps: main parameters (the model values themselves under
-  // fp32), Adam's moments, the step count and the scaler.
-  const Tensor& main_params() const { return main_; }
-  const Tensor& exp_avg() const { return exp_avg_; }
-  const Tensor& exp_avg_sq() const { return exp_avg_sq_; }
   bool has_separate_main_params() const { return params_.values().dtype() != DType::kF32; }
-  // After a checkpoint filled main_params()/exp_avg()/exp_avg_sq() in place.
+  // The fp32 state a checkpoint keeps, as full [P] tensors. Collective over the data-parallel
+  // group: with the distributed optimizer the owners send their ranges to DP rank 0, which
+  // returns them in new tensors (undefined tensors on the other ranks); otherwise this
+  // rank's own state (main_params undefined under fp32).
+  FullOptimizerState gather_full_state() const;
+  // Loads the state of parameter `p` from `value` (fp32, p's shape, host or device): this
+  // rank keeps the fragments it owns. For checkpoints, which store whole parameters.
+  void set_param_state(const model::Parameter& p, StateKind kind, const Tensor& value);
+  // After a checkpoint set the tensors: the step count and the scaler.
   void restore(int64_t steps, const optim::GradScalerState& scaler);
   // Main parameters := the model's values (loading weights without optimizer state, as
   // Megatron's reload_model_params()).
   void reload_main_params_from_model();
+  const GradBuffer& grad_buffer() const { return grad_buffer_; }
   const optim::GradScaler& scaler() const { return scaler_; }
   bool uses_scaler() const { return fp16_; }
 
  private:
+  // One owned range of the buffers and this rank's state for it.
+  struct Shard {
+    Range range;      // into the flat parameter / gradient buffers
+    Tensor main;      // fp32 [range.size()]; a view of the model values under fp32
+    Tensor exp_avg;   // fp32 [range.size()]
+    Tensor exp_avg_sq;
+    // int64 [S, 3]: (offset, numel, decay) runs of parameter fragments in this range, offsets
+    // relative to range.start, for adamw_update_segments.
+    Tensor segments;
+  };
+  // Sum over the owned ranges of f(grad range), reduced over the group when sharded.
+  bool owned_grads_finite();
+  double owned_sum_squares(bool grads) const;
+
   model::ParameterSet& params_;
   backend::Backend& backend_;
   OptimizerConfig config_;
   optim::GradScaler scaler_;
   bool fp16_;
-  Tensor main_;        // fp32 [P]; aliases the model values under fp32
-  Tensor exp_avg_;     // fp32 [P]
-  Tensor exp_avg_sq_;  // fp32 [P]
-  Tensor segments_;    // int64 [S, 3]: (offset, numel, decay) runs of parameters, for adamw_update_segments
+  std::unique_ptr<comm::Communicator> self_group_;  // the one-rank group when none is given
+  GradBuffer grad_buffer_;
+  Tensor main_;        // fp32 [owned_numel]; unused under fp32 (the shards view the values)
+  Tensor exp_avg_;     // fp32 [owned_numel]
+  Tensor exp_avg_sq_;  // fp32 [owned_numel]
+  std::vector<Shard> shards_;
   int64_t steps_ = 0;  // successful updates (Adam's t)
 };
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "comm/self_communicator.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "model/memory_plan.h"
@@ -57,11 +58,21 @@ extern "C" void on_sigterm(int) { g_exit_requested.store(true); }
 
 }  // namespace
 
-Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out)
-    : config_(config), backend_(backend), out_(out) {
+Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out, comm::ProcessGroups* groups)
+    : config_(config), backend_(backend), groups_(groups) {
+  if (groups_ == nullptr) {
+    own_groups_ = std::make_unique<comm::ProcessGroups>(
+        comm::make_process_groups(std::make_unique<comm::SelfCommunicator>(backend_, "world"), comm::ParallelSizes{}));
+    groups_ = own_groups_.get();
+  }
+  log0_ = groups_->is_first_rank() ? &out : &null_;
+  log_last_ = groups_->is_last_rank() ? &out : &null_;
   const TrainConfig& c = config_;
+  MT_CHECK(c.world_size == groups_->world_size() && c.data_parallel_size == groups_->sizes.dp)
+      << "config for world " << c.world_size << " / dp " << c.data_parallel_size << ", groups of "
+      << groups_->world_size() << " / " << groups_->sizes.dp;
   microbatches_ = std::make_unique<NumMicroBatchesCalculator>(c.microbatch_calculator());
-  out_ << microbatches_->describe() << '\n';
+  *log0_ << microbatches_->describe() << '\n';
   train_iters_ = c.total_train_iters();
 
   // Data: the sample counts Megatron asks of each split (build_train_valid_test_data_loaders).
@@ -73,15 +84,15 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   dc.data_cache_path = c.data_cache_path;
   dc.targets = data::target_sample_counts(c.train_samples, c.train_samples ? std::nullopt : std::optional(train_iters_),
                                           c.global_batch_size, c.eval_interval, c.eval_iters);
-  dc.log = &out_;
-  out_ << "> building train, validation, and test datasets ...\n";
+  dc.log = log0_;
+  *log0_ << "> building train, validation, and test datasets ...\n";
   datasets_ = data::build_gpt_datasets(dc);
   if (!datasets_.train()) throw_error("[--split] the training split of --data-path is empty");
 
-  out_ << "building GPT model ...\n";
+  *log0_ << "building GPT model ...\n";
   model_ = std::make_unique<model::GPTModel>(c.model, backend_, param_dtype(c), c.micro_batch_size);
   model_->parameters().initialize(backend_, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
-  out_ << " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): "
+  *log0_ << " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): "
        << model_->parameters().total_numel() << '\n';
 
   OptimizerConfig oc;
@@ -103,28 +114,43 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
       scaler = optim::GradScaler::dynamic(dyn);
     }
   }
-  optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, oc, std::move(scaler));
+  DataParallelOptions dp;
+  dp.group = groups_->dp_cp.get();  // gradients are reduced over dp x cp (megatron-facts §9)
+  dp.distributed = c.use_distributed_optimizer;
+  dp.bucket_size = c.ddp_bucket_size.value_or(0);
+  optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, oc, std::move(scaler), dp);
   scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));
-  out_ << model::format_memory_plan(model::plan_memory(c.model, param_dtype(c), c.micro_batch_size));
-  out_ << flops_formula_text(c.model, c.global_batch_size, c.flops_convention);
+  *log0_ << model::format_memory_plan(train_memory_plan(c));
+  *log0_ << flops_formula_text(c.model, c.global_batch_size, c.flops_convention);
 
   if (c.load) {
-    progress_ = load_training_checkpoint(c, model_->parameters(), *optimizer_, *scheduler_, backend_, out_);
+    progress_ = load_training_checkpoint(c, model_->parameters(), *optimizer_, *scheduler_, backend_, *log0_);
   }
-  if (c.tensorboard_dir) tensorboard_ = std::make_unique<TensorBoardWriter>(*c.tensorboard_dir, c.tensorboard_queue_size);
-  if (c.log_jsonl) jsonl_ = std::make_unique<MetricsJsonlWriter>(*c.log_jsonl);
+  // Megatron writes TensorBoard from the last rank, the one that has the logged values.
+  if (groups_->is_last_rank()) {
+    if (c.tensorboard_dir) tensorboard_ = std::make_unique<TensorBoardWriter>(*c.tensorboard_dir, c.tensorboard_queue_size);
+    if (c.log_jsonl) jsonl_ = std::make_unique<MetricsJsonlWriter>(*c.log_jsonl);
+  }
   if (c.exit_signal_handler) std::signal(SIGTERM, on_sigterm);
 }
 
 void Trainer::request_exit() { g_exit_requested.store(true); }
 
 void Trainer::save() {
-  if (config_.save) {
-    save_training_checkpoint(config_, progress_, model_->parameters(), *optimizer_, *scheduler_, backend_, out_);
+  if (!config_.save) return;
+  // Collective: with the distributed optimizer the owners send their state to DP rank 0.
+  const FullOptimizerState state = optimizer_->gather_full_state();
+  // The state is replicated over DP (or gathered to DP rank 0): DP rank 0 of the first
+  // model-parallel replica writes, which is global rank 0 while TP = PP = 1.
+  if (groups_->is_first_rank()) {
+    save_training_checkpoint(config_, progress_, model_->parameters(), *optimizer_, state, *scheduler_, backend_,
+                             *log0_);
   }
+  // Nobody goes on (and perhaps exits, or reads the checkpoint) before it is complete.
+  groups_->world->barrier();
 }
 
-void Trainer::log_to_tensorboard(const StepResult& step, double loss, int64_t gbs) {
+void Trainer::log_to_tensorboard(const StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm) {
   const TrainConfig& c = config_;
   const int64_t it = progress_.iteration, samples = progress_.consumed_train_samples;
   auto both = [&](std::string_view tag, std::string_view vs_samples, double value) {
@@ -139,7 +165,7 @@ void Trainer::log_to_tensorboard(const StepResult& step, double loss, int64_t gb
   }
   if (step.grad_norm) both(tb_tags::kGradNorm, tb_tags::kGradNormVsSamples, *step.grad_norm);
   if (step.num_zeros) both(tb_tags::kNumZeros, tb_tags::kNumZerosVsSamples, static_cast<double>(*step.num_zeros));
-  if (c.log_params_norm) both(tb_tags::kParamsNorm, tb_tags::kParamsNormVsSamples, optimizer_->params_norm());
+  if (params_norm) both(tb_tags::kParamsNorm, tb_tags::kParamsNormVsSamples, *params_norm);
 }
 
 void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_sample, int64_t k,
@@ -154,7 +180,7 @@ void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_
   for (int64_t i = 0; i < b; ++i) {
     // MegatronPretrainingSampler never wraps: the datasets were built with at least the
     // samples the run reads (data::target_sample_counts).
-    const int64_t index = first_sample + k * b + i;
+    const int64_t index = sampler_index(first_sample, k, i, b, config_.data_parallel_size, groups_->coords.dp);
     MT_CHECK(index < dataset.size()) << "sample " << index << " of a dataset of " << dataset.size();
     dataset.sample(index, &sample);
     MT_CHECK(static_cast<int64_t>(sample.size()) == s + 1) << "sample of " << sample.size() << " tokens";
@@ -178,15 +204,17 @@ double Trainer::evaluate(const data::TokenDataset& dataset, int64_t* consumed, i
     }
     *consumed += global_batch;
   }
-  // C23: the sum of micro-batch means over eval_iters * num_microbatches.
-  return total / static_cast<double>(config_.eval_iters * num_micro);
+  // C23: the sum of micro-batch means over eval_iters * num_microbatches, averaged over DP
+  // (Megatron averages each micro-batch's loss across the data-parallel group).
+  total = comm::all_reduce_scalar(*groups_->dp_cp, total, comm::ReduceOp::kSum);
+  return total / static_cast<double>(config_.eval_iters * num_micro * groups_->dp_cp->size());
 }
 
 void Trainer::evaluate_and_print(const std::string& prefix, const data::TokenDataset& dataset, int64_t* consumed,
                                  int64_t global_batch, double* loss_out) {
   const double loss = evaluate(dataset, consumed, global_batch);
   if (loss_out) *loss_out = loss;
-  out_ << format_validation_block(prefix, {{"lm loss", loss}}) << std::flush;
+  *log_last_ << format_validation_block(prefix, {{"lm loss", loss}}) << std::flush;
   const double ppl = std::exp(std::min(20.0, loss));
   const bool test_set = prefix.ends_with("on test set");
   if (tensorboard_ && !test_set) {
@@ -226,7 +254,7 @@ TrainSummary Trainer::run() {
   double t_batch = 0.0, t_fwd_bwd = 0.0, t_optimizer = 0.0;
   const bool timers = tensorboard_ && c.log_timers_to_tensorboard;
 
-  out_ << "training ...\n" << std::flush;
+  *log0_ << "training ...\n" << std::flush;
   while (progress_.iteration < train_iters_) {
     microbatches_->update(progress_.consumed_train_samples);
     const int64_t gbs = microbatches_->current_global_batch_size();
@@ -253,8 +281,12 @@ TrainSummary Trainer::run() {
       iter_loss += model_->forward(mb, dropout);
       model_->backward(optimizer_->loss_scale(), 1.0f / static_cast<float>(num_micro));
     }
+    // Megatron's finalize_model_grads: the gradient reduction closes forward-backward.
+    optimizer_->reduce_gradients();
     lap(&t_fwd_bwd);
-    iter_loss /= static_cast<double>(num_micro);
+    // The loss of the global batch: this rank's micro-batch mean, averaged over DP.
+    iter_loss = comm::all_reduce_scalar(*groups_->dp_cp, iter_loss, comm::ReduceOp::kSum) /
+                static_cast<double>(num_micro * groups_->dp_cp->size());
 
     const StepResult step = optimizer_->step(static_cast<float>(scheduler_->lr()),
                                              static_cast<float>(scheduler_->weight_decay()));
@@ -274,7 +306,13 @@ TrainSummary Trainer::run() {
       ++skipped;
       if (!std::isfinite(iter_loss)) ++nans;
     }
-    if (tensorboard_ && iteration % c.tensorboard_log_interval == 0) log_to_tensorboard(step, iter_loss, gbs);
+    if (c.tensorboard_dir && iteration % c.tensorboard_log_interval == 0) {
+      // The parameter norm is collective under the distributed optimizer: every rank takes
+      // part, the last one (which has the writer) logs it.
+      std::optional<double> params_norm;
+      if (c.log_params_norm) params_norm = optimizer_->params_norm();
+      if (tensorboard_) log_to_tensorboard(step, iter_loss, gbs, params_norm);
+    }
 
     if (iteration % c.log_interval == 0) {
       const double elapsed = seconds_since(interval_start);
@@ -300,7 +338,7 @@ TrainSummary Trainer::run() {
       log.nan_iterations = nans;
       log.tokens_per_second = interval_tokens / elapsed;
       log.eta_seconds = per_iter * static_cast<double>(train_iters_ - iteration);
-      out_ << format_iteration_line(log) << '\n' << std::flush;
+      *log_last_ << format_iteration_line(log) << '\n' << std::flush;
       if (advanced > 0) summary.last_loss = loss_sum / static_cast<double>(advanced);
       if (timers) {
         const double n = static_cast<double>(iters);
@@ -329,7 +367,7 @@ TrainSummary Trainer::run() {
       }
       if (!memory_reported) {
         const MemorySnapshot m = memory_tracker(backend_.device()).snapshot();
-        out_ << format_memory_line(0, iteration, m.current_total, m.peak_total, m.current_total, m.peak_total)
+        *log_last_ << format_memory_line(groups_->rank(), iteration, m.current_total, m.peak_total, m.current_total, m.peak_total)
              << '\n';
         memory_reported = true;
       }
@@ -344,9 +382,11 @@ TrainSummary Trainer::run() {
       evaluate_and_print("iteration " + std::to_string(iteration), *datasets_.valid(),
                          &progress_.consumed_valid_samples, gbs, nullptr);
     }
-    if (c.exit_signal_handler && g_exit_requested.load()) {
+    // Any rank's SIGTERM stops every rank (Megatron all-gathers the flag).
+    if (c.exit_signal_handler &&
+        comm::all_reduce_scalar(*groups_->world, g_exit_requested.load() ? 1.0 : 0.0, comm::ReduceOp::kMax) > 0.0) {
       save();
-      out_ << "exiting program after receiving SIGTERM.\n" << std::flush;
+      *log0_ << "exiting program after receiving SIGTERM.\n" << std::flush;
       summary.exited_early = true;
       break;
     }
@@ -356,17 +396,18 @@ TrainSummary Trainer::run() {
       saved = true;
     }
     if (c.exit_duration_in_mins) {
-      const double minutes = seconds_since(start) / 60.0;
+      // The slowest rank's clock decides, so that all ranks stop at the same iteration.
+      const double minutes = comm::all_reduce_scalar(*groups_->world, seconds_since(start) / 60.0, comm::ReduceOp::kMax);
       if (minutes > static_cast<double>(*c.exit_duration_in_mins)) {
         if (!saved) save();
-        out_ << "exiting program after " << minutes << " minutes\n" << std::flush;
+        *log0_ << "exiting program after " << minutes << " minutes\n" << std::flush;
         summary.exited_early = true;
         break;
       }
     }
     if (c.exit_interval && iteration % *c.exit_interval == 0) {
       if (!saved) save();
-      out_ << "exiting program at iteration " << iteration << '\n' << std::flush;
+      *log0_ << "exiting program at iteration " << iteration << '\n' << std::flush;
       summary.exited_early = true;
       break;
     }
@@ -375,7 +416,7 @@ TrainSummary Trainer::run() {
   summary.consumed_samples = progress_.consumed_train_samples;
   if (summary.exited_early) return summary;  // Megatron exits right there: no final evaluation
 
-  out_ << "after training is done\n";
+  *log0_ << "after training is done\n";
   // HEAD: the final save unless the last iteration was just saved.
   if (c.save && progress_.iteration != 0 && !(c.save_interval && progress_.iteration % *c.save_interval == 0)) save();
   const int64_t gbs = microbatches_->current_global_batch_size();

@@ -3,14 +3,22 @@
 // forward/backward over the micro-batches (gradients accumulate, each loss divided by the
 // number of micro-batches), take the optimizer step (skipped on fp16 overflow; the LR
 // scheduler steps only on success), count consumed samples, then log / evaluate / exit in
-// Megatron's order. Single process, one data-parallel rank for now.
+// Megatron's order.
+// Data parallelism (megatron-facts §3.2, §3.9): each DP rank runs gbs / (mbs * dp)
+// micro-batches of its slice of the global batch; the optimizer averages the gradients over
+// the DP group (train/grad_buffer.h, optionally with the distributed optimizer); the logged
+// loss is averaged over DP. Rank 0 prints the start-up and checkpoint messages, the last rank
+// the iteration lines and validation (Megatron's print_rank_0 / print_rank_last) and writes
+// TensorBoard and the JSONL log; DP rank 0 writes checkpoints.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 
 #include "backend/ops.h"
+#include "comm/process_groups.h"
 #include "data/dataset_config.h"
 #include "model/gpt_model.h"
 #include "train/checkpoint.h"
@@ -38,7 +46,10 @@ class Trainer {
   // model.padded_vocab_size filled. Builds the datasets, the model (initialised from --seed),
   // the optimizer and the schedules, then loads --load if given. Progress and log lines go
   // to `out`.
-  Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out);
+  // `groups` (outliving the trainer) are this rank's parallel groups; null: one process.
+  // config.world_size and data_parallel_size must match them.
+  Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out,
+          comm::ProcessGroups* groups = nullptr);
   TrainSummary run();
 
   model::GPTModel& model() { return *model_; }
@@ -49,20 +60,26 @@ class Trainer {
 
  private:
   // Fills `mb` with micro-batch `k` of the iteration starting at `first_sample` of `dataset`
-  // (samples first_sample + k*mbs .. + mbs, as MegatronPretrainingSampler on DP rank 0).
+  // (samples first_sample + k*mbs*dp + dp_rank*mbs + [0, mbs): MegatronPretrainingSampler's
+  // slice for this DP rank).
   void load_micro_batch(const data::TokenDataset& dataset, int64_t first_sample, int64_t k, model::MicroBatch* mb) const;
   // Megatron evaluate(): eval_iters iterations of the current global batch without dropout;
-  // the mean of the micro-batch losses. Advances *consumed.
+  // the mean of the micro-batch losses over all DP ranks. Advances *consumed.
   double evaluate(const data::TokenDataset& dataset, int64_t* consumed, int64_t global_batch);
   void evaluate_and_print(const std::string& prefix, const data::TokenDataset& dataset, int64_t* consumed,
                           int64_t global_batch, double* loss_out);
   void save();
   // TensorBoard scalars of one iteration (every --tensorboard-log-interval).
-  void log_to_tensorboard(const StepResult& step, double loss, int64_t gbs);
+  // `params_norm`: --log-params-norm's value (computed by every rank: it is collective).
+  void log_to_tensorboard(const StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm);
 
   TrainConfig config_;
   backend::Backend& backend_;
-  std::ostream& out_;
+  std::unique_ptr<comm::ProcessGroups> own_groups_;  // one-rank groups when none are given
+  comm::ProcessGroups* groups_;
+  std::ostream null_{nullptr};  // swallows the lines other ranks print
+  std::ostream* log0_;          // rank 0's messages (print_rank_0)
+  std::ostream* log_last_;      // the last rank's (print_rank_last)
   data::GPTDatasets datasets_;
   std::unique_ptr<model::GPTModel> model_;
   std::unique_ptr<MixedPrecisionOptimizer> optimizer_;

@@ -267,20 +267,24 @@ TEST(TrainArgs, Recompute) {
 }
 
 TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
-  EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "8"})),
+  EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "8"}), /*world_size=*/8),
             "[--tensor-model-parallel-size] 8 is not supported yet (tensor parallelism comes later; accepted: 1)");
+  // The layout comes first: a world that TP x PP does not divide is Megatron's error.
+  EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "2"}), /*world_size=*/3),
+            "[--tensor-model-parallel-size/--pipeline-model-parallel-size] world size (3) is not divisible by tensor "
+            "parallel size (2) times pipeline parallel size (1)");
   EXPECT_EQ(error_of(with(base_args(), {"--ckpt-format", "torch"})),
             "[--ckpt-format] is not supported yet (checkpoints use one format: safetensors + metadata.json "
             "(--save/--load))");
   EXPECT_EQ(error_of(with(base_args(), {"--log-memory-to-tensorboard"})),
             "[--log-memory-to-tensorboard] is not supported yet (this TensorBoard option is not implemented yet)");
-  for (const char* flag : {"--pipeline-model-parallel-size", "--use-distributed-optimizer",
-                           "--swiglu", "--data-impl", "--tokenizer-type",
+  EXPECT_EQ(error_of(with(base_args(), {"--pipeline-model-parallel-size", "2"}), /*world_size=*/2),
+            "[--pipeline-model-parallel-size] 2 is not supported yet (pipeline parallelism comes later; accepted: 1)");
+  for (const char* flag : {"--swiglu", "--data-impl", "--tokenizer-type",
                            "--timing-log-level"}) {
     Argv a = base_args();
     a.push_back(flag);
     // Value-taking flags get a value that is not accepted.
-    if (std::string(flag) == "--pipeline-model-parallel-size") a.push_back("2");
     if (std::string(flag) == "--data-impl") a.push_back("lazy");
     if (std::string(flag) == "--tokenizer-type") a.push_back("SentencePieceTokenizer");
     if (std::string(flag) == "--timing-log-level") a.push_back("2");
@@ -288,6 +292,14 @@ TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
     EXPECT_EQ(msg.rfind(std::string("[") + flag + "]", 0), 0u) << msg;
     EXPECT_NE(msg.find("is not supported yet ("), std::string::npos) << msg;
   }
+}
+
+TEST(TrainArgs, DataParallelFlags) {
+  const TrainConfig c = parse(with(base_args(), {"--use-distributed-optimizer", "--ddp-bucket-size", "1000"}), 2);
+  EXPECT_TRUE(c.use_distributed_optimizer);
+  EXPECT_EQ(c.ddp_bucket_size, 1000);
+  EXPECT_EQ(c.data_parallel_size, 2);
+  EXPECT_ERROR_NAMES(with(base_args(), {"--ddp-bucket-size", "0"}), "--ddp-bucket-size]");
 }
 
 TEST(TrainArgs, CheckpointAndTensorBoardFlags) {

@@ -129,7 +129,7 @@ TEST(TrainCommand, BadFlagsFailWithOneLineNamingTheFlag) {
       {base + s128 + "--num-attention-heads 5", "--num-attention-heads"},
       {base + s128 + "--num-attention-heads 4 --global-batch-size 7", "--global-batch-size"},
       {base + "--num-attention-heads 4 --seq-length 2048 --max-position-embeddings 1024", "--max-position-embeddings"},
-      {base + s128 + "--num-attention-heads 4 --tensor-model-parallel-size 2", "not supported yet"},
+      {base + s128 + "--num-attention-heads 4 --tensor-model-parallel-size 2", "world size (1) is not divisible by tensor parallel size (2)"},
       {base + s128 + "--num-attention-heads 4 --fp16 --bf16", "--bf16"},
       {base + s128 + "--num-attention-heads 4 --no-such-flag", "--no-such-flag"},
   };

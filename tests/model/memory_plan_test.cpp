@@ -8,6 +8,9 @@
 #include "model/gpt_model.h"
 #include "model/memory_plan.h"
 #include "optim/loss_scaler.h"
+#include "comm/mpi_communicator.h"
+#include "support/mpi.h"
+#include "train/grad_buffer.h"
 #include "train/optimizer.h"
 
 namespace megatron::model {
@@ -97,6 +100,47 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MemoryPlanTest,
                                            Case{"fp32_recompute_block1", DType::kF32, false, true, 2, 8,
                                                 Recompute::kBlock, 1}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// --use-distributed-optimizer under mpirun -np 3: each rank allocates its shard of the fp32 main
+// parameters and Adam moments; rank 0 holds the largest (ceil(P / 3)) and is what the plan
+// shows. The model's own buffers stay whole.
+TEST(MemoryPlan, DistributedOptimizerPlanIsRankZerosShard) {
+  if (test::relaunch_under_mpirun(3)) return;
+  comm::MpiRuntime mpi;
+  auto world = mpi.world();
+  GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 16;
+  c.num_attention_heads = 2;
+  c.kv_channels = 8;
+  c.ffn_hidden_size = 24;
+  c.seq_length = 5;
+  c.max_position_embeddings = 5;
+  c.vocab_size = 30;
+  c.padded_vocab_size = 31;  // odd on purpose: P is not divisible by 3
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const MemoryPlan whole = plan_memory(c, dtype, 1);
+    const MemoryPlan plan = shard_optimizer_state(whole, 3);
+    ASSERT_NE(whole.num_parameters % 3, 0);
+    auto backend = backend::make_cpu_backend();
+    MemoryTracker& tracker = memory_tracker(Device::kCPU);
+    const MemorySnapshot before = tracker.snapshot();
+    GPTModel model(c, *backend, dtype, 1);
+    train::MixedPrecisionOptimizer opt(model.parameters(), *backend, train::OptimizerConfig{},
+                                       optim::GradScaler::constant(1.0f), {world.get(), true, 0});
+    const MemorySnapshot built = tracker.snapshot();
+    const int64_t shard = train::shard_counts(whole.num_parameters, 3)[static_cast<size_t>(world->rank())];
+    EXPECT_EQ(delta(built, before, MemoryKind::kOptimizer), 2 * shard * 4);
+    EXPECT_EQ(delta(built, before, MemoryKind::kMainParams), dtype == DType::kF32 ? 0 : shard * 4);
+    EXPECT_EQ(delta(built, before, MemoryKind::kGrads), whole.gradients);
+    EXPECT_EQ(delta(built, before, MemoryKind::kParams), whole.parameters);
+    if (world->rank() == 0) {
+      EXPECT_EQ(plan.optimizer, delta(built, before, MemoryKind::kOptimizer));
+      EXPECT_EQ(plan.main_parameters, delta(built, before, MemoryKind::kMainParams));
+    }
+    EXPECT_EQ(plan.optimizer, 2 * ((whole.num_parameters + 2) / 3) * 4);
+  }
+}
 
 TEST(MemoryPlan, Gpt3_175BNumbers) {
   // The benchmark's shape: 96 layers, h 12288, 96 heads, seq 2048, vocab 50257 -> 50304.

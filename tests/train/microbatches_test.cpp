@@ -136,3 +136,26 @@ TEST(MicroBatches, BadRampIsAnError) {
 
 }  // namespace
 }  // namespace megatron::train
+
+namespace megatron::train {
+namespace {
+
+// megatron-facts §3.9: with mbs 2 and dp 3, a batch of 6 consecutive indices is cut into 3
+// slices of 2: micro-batch k of rank r holds start + 6k + 2r + {0, 1}.
+TEST(MicroBatches, SamplerSliceOfEachDataParallelRank) {
+  EXPECT_EQ(sampler_index(100, 0, 0, 2, 3, 0), 100);
+  EXPECT_EQ(sampler_index(100, 0, 1, 2, 3, 0), 101);
+  EXPECT_EQ(sampler_index(100, 0, 0, 2, 3, 1), 102);
+  EXPECT_EQ(sampler_index(100, 0, 1, 2, 3, 2), 105);
+  EXPECT_EQ(sampler_index(100, 1, 0, 2, 3, 0), 106);
+  EXPECT_EQ(sampler_index(100, 2, 1, 2, 3, 1), 100 + 12 + 2 + 1);
+  // The ranks' micro-batches cover the global batch exactly once.
+  std::vector<int> seen(24, 0);
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t k = 0; k < 4; ++k)
+      for (int64_t i = 0; i < 2; ++i) ++seen[static_cast<size_t>(sampler_index(0, k, i, 2, 3, r))];
+  for (int s : seen) EXPECT_EQ(s, 1);
+}
+
+}  // namespace
+}  // namespace megatron::train

@@ -16,32 +16,13 @@
 #include "backend/ops.h"
 #include "cli/args.h"
 #include "cli/train_args.h"
-#include "data/indexed_dataset.h"
 #include "support/paths.h"
+#include "support/walk_corpus.h"
 
 namespace megatron::train {
 namespace {
 
 constexpr int64_t kVocab = 40;
-
-// A corpus a tiny model can learn: each document walks t -> (3t + 1) mod 37, so the next
-// token is a function of the current one (plus document starts).
-std::string write_corpus(const std::string& dir) {
-  const std::string prefix = dir + "/walk_text_document";
-  data::IndexedDatasetWriter writer(prefix, data::TokenDType::kUInt16);
-  for (int d = 0; d < 120; ++d) {
-    std::vector<int32_t> tokens;
-    int32_t t = d % 37;
-    for (int i = 0; i < 40 + d % 7; ++i) {
-      tokens.push_back(t);
-      t = (3 * t + 1) % 37;
-    }
-    const int32_t len = static_cast<int32_t>(tokens.size());
-    writer.add_document(tokens, std::span<const int32_t>(&len, 1));
-  }
-  writer.finalize();
-  return prefix;
-}
 
 TrainConfig parse(std::vector<std::string> flags) {
   cli::Args args("train");
@@ -107,7 +88,7 @@ std::vector<Line> parse_lines(const std::string& log) {
 
 TEST(Trainer, TrainsAndLogsMegatronLines) {
   const std::string dir = test::scratch_dir("trainer_basic");
-  std::vector<std::string> flags = base_flags(write_corpus(dir), dir + "/cache");
+  std::vector<std::string> flags = base_flags(test::write_walk_corpus(dir), dir + "/cache");
   for (const char* f : {"--global-batch-size", "4", "--train-iters", "40", "--lr", "0.01", "--min-lr", "0.001",
                         "--lr-decay-style", "cosine", "--lr-warmup-iters", "4", "--log-interval", "5",
                         "--eval-interval", "20"})
@@ -150,7 +131,7 @@ TEST(Trainer, TrainsAndLogsMegatronLines) {
 
 TEST(Trainer, Fp16SkipsOverflowingIterationsByTheScalerRules) {
   const std::string dir = test::scratch_dir("trainer_fp16");
-  std::vector<std::string> flags = base_flags(write_corpus(dir), dir + "/cache");
+  std::vector<std::string> flags = base_flags(test::write_walk_corpus(dir), dir + "/cache");
   // 2^32 overflows the fp16 gradients; hysteresis 2: the first overflow only counts down, every
   // further one halves; the window (1000) is never reached, so the scale never grows.
   for (const char* f : {"--global-batch-size", "2", "--train-iters", "40", "--lr", "0.001", "--lr-decay-style",
@@ -191,7 +172,7 @@ TEST(Trainer, Fp16SkipsOverflowingIterationsByTheScalerRules) {
 
 TEST(Trainer, RampupBatchSize) {
   const std::string dir = test::scratch_dir("trainer_rampup");
-  std::vector<std::string> flags = base_flags(write_corpus(dir), dir + "/cache");
+  std::vector<std::string> flags = base_flags(test::write_walk_corpus(dir), dir + "/cache");
   // 2 -> 8 in steps of 2 over 24 samples: 3 increments, one per 8 samples.
   for (const char* f : {"--global-batch-size", "8", "--rampup-batch-size", "2", "2", "24", "--train-samples", "80",
                         "--lr", "0.001", "--log-interval", "1", "--eval-interval", "1000", "--bf16"})

@@ -1,0 +1,55 @@
+#include "comm/communicator.h"
+
+#include <vector>
+
+#include "core/error.h"
+
+namespace megatron::comm {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+void reduce_scatter(Communicator& comm, Tensor& in, Tensor& out, ReduceOp op) {
+  const std::vector<int64_t> counts(static_cast<size_t>(comm.size()), out.numel());
+  comm.reduce_scatter(in, out, counts, op);
+}
+
+void all_gather(Communicator& comm, const Tensor& in, Tensor& out) {
+  const std::vector<int64_t> counts(static_cast<size_t>(comm.size()), in.numel());
+  comm.all_gather(in, out, counts);
+}
+
+double all_reduce_scalar(Communicator& comm, double value, ReduceOp op) {
+  comm.all_reduce_host(std::span<double>(&value, 1), op);
+  return value;
+}
+
+int64_t piece_offset(std::span<const int64_t> counts, int64_t r) {
+  int64_t off = 0;
+  for (int64_t i = 0; i < r; ++i) off += counts[static_cast<size_t>(i)];
+  return off;
+}
+
+void check_pieces(const char* op, const Communicator& comm, int64_t whole, int64_t part,
+                  std::span<const int64_t> counts) {
+  MT_CHECK(static_cast<int64_t>(counts.size()) == comm.size())
+      << op << " on group '" << comm.name() << "': " << counts.size() << " counts for " << comm.size() << " ranks";
+  int64_t total = 0;
+  for (int64_t c : counts) {
+    MT_CHECK(c >= 0) << op << ": negative count " << c;
+    total += c;
+  }
+  MT_CHECK(total == whole) << op << " on group '" << comm.name() << "': counts sum to " << total
+                           << ", the whole buffer has " << whole;
+  MT_CHECK(counts[static_cast<size_t>(comm.rank())] == part)
+      << op << " on group '" << comm.name() << "': rank " << comm.rank() << " piece has " << part
+      << " elements, its count is " << counts[static_cast<size_t>(comm.rank())];
+}
+
+}  // namespace megatron::comm

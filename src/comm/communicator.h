@@ -1,0 +1,80 @@
+// Communicator: the collectives that parallel training needs, over one group of ranks, on
+// Tensors (DESIGN.md decision 3: "parallelism is data layout plus collectives, written once").
+// Implementations: SelfCommunicator (one rank, self_communicator.h), MpiCommunicator (CPU
+// ranks, Open MPI, mpi_communicator.h) and NcclCommunicator (GPUs, nccl_communicator.h).
+// Groups are objects passed explicitly (comm/process_groups.h); there is no global group.
+//
+// Contract for every call:
+//  - It is collective over the group (send/recv: over the pair) and blocking: when it
+//    returns, the result is in place (NCCL: enqueued on the backend's stream, so that the
+//    next op on that stream sees it; host scalars are synchronised).
+//  - Every rank of the group calls the same collectives in the same order with the same
+//    counts and dtypes (SPMD); anything else is a bug that hangs or aborts.
+//  - Tensors are contiguous and live where the implementation expects them (MPI: host memory,
+//    NCCL: the GPU of the backend). Reductions (sum/max/min) work on fp32 everywhere and on
+//    bf16/fp16 with NCCL; gathers, broadcasts and send/recv move any dtype.
+//  - Counts are int64_t; a count is a number of elements of the tensor's dtype.
+//  - Failures of the underlying library throw megatron::Error naming the operation, the group
+//    and the rank.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace megatron::comm {
+
+enum class ReduceOp { kSum, kMax, kMin };
+const char* to_string(ReduceOp op);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int64_t rank() const = 0;
+  virtual int64_t size() const = 0;
+  // The group's name for messages ("world", "dp", "tp", ...).
+  virtual const std::string& name() const = 0;
+
+  // x := op over the group of x (in place).
+  virtual void all_reduce(Tensor& x, ReduceOp op) = 0;
+  // The same on host doubles (a loss to average, a squared-norm part, an inf flag). Always
+  // synchronises with the device.
+  virtual void all_reduce_host(std::span<double> values, ReduceOp op) = 0;
+  // Reduce-scatter with per-rank counts: `in` [sum(counts)] is the concatenation of size()
+  // pieces, piece r of counts[r] elements; `out` [counts[rank]] receives op over the group of
+  // this rank's piece. `out` may be this rank's piece of `in` (in place, NCCL's convention);
+  // afterwards the rest of `in` is unspecified.
+  virtual void reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op) = 0;
+  // All-gather with per-rank counts: `out` [sum(counts)] := concatenation over r of rank r's
+  // `in` [counts[r]]. `in` may be this rank's piece of `out` (in place).
+  virtual void all_gather(const Tensor& in, Tensor& out, std::span<const int64_t> counts) = 0;
+  // x := root's x on every rank.
+  virtual void broadcast(Tensor& x, int64_t root) = 0;
+  // Point to point within the group (peer is a group rank); the receiver knows the shape.
+  virtual void send(const Tensor& x, int64_t peer) = 0;
+  virtual void recv(Tensor& x, int64_t peer) = 0;
+  virtual void barrier() = 0;
+  // MPI_Comm_split: the ranks that pass the same `color` form one new group, ordered by
+  // (key, old rank). Collective over this group; `name` names the new group. A rank passing
+  // a negative color joins no group and gets nullptr.
+  virtual std::unique_ptr<Communicator> split(int64_t color, int64_t key, const std::string& name) = 0;
+};
+
+// Equal pieces: counts[r] = out.numel() (reduce_scatter) or in.numel() (all_gather) for every r.
+void reduce_scatter(Communicator& comm, Tensor& in, Tensor& out, ReduceOp op);
+void all_gather(Communicator& comm, const Tensor& in, Tensor& out);
+// One host scalar reduced over the group.
+double all_reduce_scalar(Communicator& comm, double value, ReduceOp op);
+
+// Where piece r of a buffer split by `counts` starts: sum(counts[0..r)).
+int64_t piece_offset(std::span<const int64_t> counts, int64_t r);
+// Checks the argument shapes every implementation relies on; `op` names the caller for the
+// message (a mismatch is a bug in the caller: MT_CHECK).
+void check_pieces(const char* op, const Communicator& comm, int64_t whole, int64_t part,
+                  std::span<const int64_t> counts);
+
+}  // namespace megatron::comm

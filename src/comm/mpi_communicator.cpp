@@ -1,0 +1,216 @@
+#include "comm/mpi_communicator.h"
+
+#include <climits>
+#include <cstring>
+#include <exception>
+#include <vector>
+
+#include "core/error.h"
+
+// Checks an MPI call made inside MpiCommunicator; the message names the call and the group.
+#define MT_MPI_CHECK(call) check((call), #call)
+
+namespace megatron::comm {
+namespace {
+
+// Elements per MPI call where a large count is cut into pieces (int counts).
+constexpr int64_t kMaxChunk = int64_t{1} << 30;
+
+MPI_Datatype mpi_type(DType d) {
+  switch (d) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kBF16:
+    case DType::kF16: return MPI_UINT16_T;  // moved as bits; never reduced
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kI64: return MPI_INT64_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return MPI_SUM;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+  }
+  return MPI_OP_NULL;
+}
+
+void require_host(const Tensor& t, const char* op, const std::string& group) {
+  if (t.numel() > 0 && t.device() != Device::kCPU) {
+    throw_error(op, " on group '", group, "': MPI moves host tensors only (got a device tensor; GPUs use NCCL)");
+  }
+}
+
+void require_reducible(const Tensor& t, const char* op, const std::string& group) {
+  if (t.dtype() != DType::kF32) {
+    throw_error(op, " on group '", group, "': MPI reductions take fp32 tensors, got ", dtype_name(t.dtype()));
+  }
+}
+
+// A pointer MPI may receive for a tensor that can be empty (and then undefined).
+void* ptr(const Tensor& t) { return t.numel() == 0 ? nullptr : t.data(); }
+
+int int_count(int64_t n, const char* op) {
+  if (n > INT_MAX) throw_error(op, ": ", n, " elements exceed MPI's int counts");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+MpiRuntime::MpiRuntime() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return;  // someone else owns MPI (a test harness): do not finalize it
+  int provided = 0;
+  // FUNNELED: only the main thread calls MPI (the watchdog thread never does).
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    throw_error("MPI_Init_thread failed (is this process started by mpirun?)");
+  }
+  finalize_ = true;
+}
+
+MpiRuntime::~MpiRuntime() {
+  if (!finalize_ || std::uncaught_exceptions() > 0) return;
+  MPI_Finalize();
+}
+
+std::unique_ptr<Communicator> MpiRuntime::world() const {
+  MPI_Comm dup = MPI_COMM_NULL;
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &dup) != MPI_SUCCESS) throw_error("MPI_Comm_dup(MPI_COMM_WORLD) failed");
+  return std::make_unique<MpiCommunicator>(dup, "world");
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  MT_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  int r = 0, s = 0;
+  MT_MPI_CHECK(MPI_Comm_rank(comm_, &r));
+  MT_MPI_CHECK(MPI_Comm_size(comm_, &s));
+  rank_ = r;
+  size_ = s;
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::check(int rc, const char* call) const {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = std::snprintf(text, sizeof(text), "error %d", rc);
+  throw_error("[rank ", world_rank_, "] ", call, " on group '", name_, "' failed: ", std::string(text, static_cast<size_t>(len)));
+}
+
+void MpiCommunicator::all_reduce(Tensor& x, ReduceOp op) {
+  if (x.numel() == 0) return;
+  require_host(x, "all_reduce", name_);
+  require_reducible(x, "all_reduce", name_);
+  float* p = x.data_as<float>();
+  for (int64_t off = 0; off < x.numel(); off += kMaxChunk) {
+    const int n = static_cast<int>(std::min(kMaxChunk, x.numel() - off));
+    MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off, n, MPI_FLOAT, mpi_op(op), comm_));
+  }
+}
+
+void MpiCommunicator::all_reduce_host(std::span<double> values, ReduceOp op) {
+  if (values.empty()) return;
+  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), int_count(static_cast<int64_t>(values.size()), "all_reduce_host"),
+                             MPI_DOUBLE, mpi_op(op), comm_));
+}
+
+void MpiCommunicator::reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op) {
+  check_pieces("reduce_scatter", *this, in.numel(), out.numel(), counts);
+  require_host(in, "reduce_scatter", name_);
+  require_host(out, "reduce_scatter", name_);
+  require_reducible(in, "reduce_scatter", name_);
+  MT_CHECK(out.dtype() == in.dtype()) << "reduce_scatter: dtypes differ";
+  std::vector<int> c(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i) c[i] = int_count(counts[i], "reduce_scatter");
+  if (in.numel() == 0) return;
+  const int64_t my_offset = piece_offset(counts, rank_);
+  const bool in_place = out.numel() > 0 && out.data() == in.data_as<float>() + my_offset;
+  if (in_place) {
+    // MPI puts the in-place result at the start of the buffer; move it to this rank's piece.
+    MT_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, in.data(), c.data(), MPI_FLOAT, mpi_op(op), comm_));
+    if (my_offset != 0 && out.numel() > 0) {
+      std::memmove(out.data(), in.data(), static_cast<size_t>(out.nbytes()));
+    }
+  } else {
+    MT_MPI_CHECK(MPI_Reduce_scatter(in.data(), ptr(out), c.data(), MPI_FLOAT, mpi_op(op), comm_));
+  }
+}
+
+void MpiCommunicator::all_gather(const Tensor& in, Tensor& out, std::span<const int64_t> counts) {
+  check_pieces("all_gather", *this, out.numel(), in.numel(), counts);
+  require_host(in, "all_gather", name_);
+  require_host(out, "all_gather", name_);
+  MT_CHECK(out.dtype() == in.dtype()) << "all_gather: dtypes differ";
+  if (out.numel() == 0) return;
+  std::vector<int> c(counts.size()), displs(counts.size());
+  int64_t off = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    c[i] = int_count(counts[i], "all_gather");
+    displs[i] = int_count(off, "all_gather");
+    off += counts[i];
+  }
+  const MPI_Datatype t = mpi_type(out.dtype());
+  const char* mine = static_cast<const char*>(out.data()) + piece_offset(counts, rank_) * dtype_size(out.dtype());
+  const bool in_place = in.numel() == 0 || in.data() == mine;
+  if (in_place) {
+    MT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data(), c.data(), displs.data(), t, comm_));
+  } else {
+    MT_MPI_CHECK(MPI_Allgatherv(in.data(), c[static_cast<size_t>(rank_)], t, out.data(), c.data(), displs.data(), t, comm_));
+  }
+}
+
+void MpiCommunicator::broadcast(Tensor& x, int64_t root) {
+  MT_CHECK(root >= 0 && root < size_) << "broadcast root " << root << " in a group of " << size_;
+  if (x.numel() == 0) return;
+  require_host(x, "broadcast", name_);
+  char* p = static_cast<char*>(x.data());
+  const int64_t esize = dtype_size(x.dtype());
+  for (int64_t off = 0; off < x.numel(); off += kMaxChunk) {
+    const int n = static_cast<int>(std::min(kMaxChunk, x.numel() - off));
+    MT_MPI_CHECK(MPI_Bcast(p + off * esize, n, mpi_type(x.dtype()), static_cast<int>(root), comm_));
+  }
+}
+
+void MpiCommunicator::send(const Tensor& x, int64_t peer) {
+  MT_CHECK(peer >= 0 && peer < size_ && peer != rank_) << "send to " << peer << " from " << rank_;
+  if (x.numel() == 0) return;
+  require_host(x, "send", name_);
+  const char* p = static_cast<const char*>(x.data());
+  const int64_t esize = dtype_size(x.dtype());
+  for (int64_t off = 0; off < x.numel(); off += kMaxChunk) {
+    const int n = static_cast<int>(std::min(kMaxChunk, x.numel() - off));
+    MT_MPI_CHECK(MPI_Send(p + off * esize, n, mpi_type(x.dtype()), static_cast<int>(peer), 0, comm_));
+  }
+}
+
+void MpiCommunicator::recv(Tensor& x, int64_t peer) {
+  MT_CHECK(peer >= 0 && peer < size_ && peer != rank_) << "recv from " << peer << " on " << rank_;
+  if (x.numel() == 0) return;
+  require_host(x, "recv", name_);
+  char* p = static_cast<char*>(x.data());
+  const int64_t esize = dtype_size(x.dtype());
+  for (int64_t off = 0; off < x.numel(); off += kMaxChunk) {
+    const int n = static_cast<int>(std::min(kMaxChunk, x.numel() - off));
+    MT_MPI_CHECK(MPI_Recv(p + off * esize, n, mpi_type(x.dtype()), static_cast<int>(peer), 0, comm_, MPI_STATUS_IGNORE));
+  }
+}
+
+void MpiCommunicator::barrier() { MT_MPI_CHECK(MPI_Barrier(comm_)); }
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int64_t color, int64_t key, const std::string& name) {
+  MT_CHECK(color <= INT_MAX && key >= 0 && key <= INT_MAX) << "split(" << color << ", " << key << ")";
+  MPI_Comm sub = MPI_COMM_NULL;
+  MT_MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : static_cast<int>(color), static_cast<int>(key), &sub));
+  if (sub == MPI_COMM_NULL) return nullptr;
+  return std::make_unique<MpiCommunicator>(sub, name);
+}
+
+}  // namespace megatron::comm

@@ -1,0 +1,65 @@
+// CPU ranks over MPI (Open MPI from Debian): the Communicator of DESIGN.md for runs started
+// by mpirun (or srun with PMIx). Tensors must be host tensors (no CUDA-aware MPI is assumed);
+// reductions take fp32 (and fp64 host scalars); gathers, broadcasts and send/recv any dtype.
+// Every MPI call is checked: the communicators use MPI_ERRORS_RETURN and a failed call throws
+// megatron::Error "[rank R] MPI_Allreduce(...) on group 'dp' failed: <MPI's message>".
+// Counts above 2^31-1 elements are split into chunks where MPI allows (all-reduce, broadcast,
+// send/recv) and are an Error elsewhere (MPI 3 has int counts).
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace megatron::comm {
+
+// MPI_Init_thread on construction, MPI_Finalize on destruction. Owned by the program's entry
+// point, created before and destroyed after every MpiCommunicator. When it is destroyed during
+// stack unwinding (an exception leaving the run) it does not finalize: MPI_Finalize would wait
+// for the other ranks; exiting without it makes mpirun end the whole job instead, so one
+// rank's error never leaves the others hanging.
+class MpiRuntime {
+ public:
+  MpiRuntime();
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+  // A communicator over all ranks (a duplicate of MPI_COMM_WORLD), named "world".
+  std::unique_ptr<Communicator> world() const;
+
+ private:
+  bool finalize_ = false;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm` (freed in the destructor).
+  MpiCommunicator(MPI_Comm comm, std::string name);
+  ~MpiCommunicator() override;
+
+  int64_t rank() const override { return rank_; }
+  int64_t size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  void all_reduce(Tensor& x, ReduceOp op) override;
+  void all_reduce_host(std::span<double> values, ReduceOp op) override;
+  void reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op) override;
+  void all_gather(const Tensor& in, Tensor& out, std::span<const int64_t> counts) override;
+  void broadcast(Tensor& x, int64_t root) override;
+  void send(const Tensor& x, int64_t peer) override;
+  void recv(Tensor& x, int64_t peer) override;
+  void barrier() override;
+  std::unique_ptr<Communicator> split(int64_t color, int64_t key, const std::string& name) override;
+
+ private:
+  void check(int rc, const char* call) const;
+  MPI_Comm comm_;
+  std::string name_;
+  int64_t rank_ = 0;
+  int64_t size_ = 1;
+  int world_rank_ = 0;
+};
+
+}  // namespace megatron::comm

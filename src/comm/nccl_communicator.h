@@ -1,0 +1,31 @@
+// GPU ranks over NCCL: the Communicator of DESIGN.md for CUDA runs. Collectives are enqueued
+// on the CUDA backend's stream (so they order with the ops before and after them, no extra
+// synchronisation); host-scalar reductions synchronise. Reductions take fp32, bf16 and fp16;
+// uneven reduce-scatter / all-gather run as grouped ncclReduce / ncclBroadcast calls (one per
+// rank), even ones as ncclReduceScatter / ncclAllGather. Every NCCL call is checked.
+// Compiled only with MT_BUILD_CUDA; otherwise the functions below throw (no_nccl.cpp).
+// The header has no NCCL or CUDA types, so callers compile without CUDA.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "backend/ops.h"
+#include "comm/communicator.h"
+
+namespace megatron::comm {
+
+bool built_with_nccl();
+
+// ncclUniqueId as bytes: rank 0 makes it, every rank gets it (over MPI or the TCP rendezvous
+// of comm/tcp_rendezvous.h), then each calls make_nccl_world with it.
+using NcclUniqueIdBytes = std::array<char, 128>;
+NcclUniqueIdBytes make_nccl_unique_id();
+
+// The world communicator of `size` ranks on the GPU of `backend` (a CUDA backend; Error
+// otherwise), named "world".
+std::unique_ptr<Communicator> make_nccl_world(backend::Backend& backend, int64_t rank, int64_t size,
+                                              const NcclUniqueIdBytes& id);
+
+}  // namespace megatron::comm

@@ -1,0 +1,114 @@
+#include "comm/watchdog.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace megatron::comm {
+
+Watchdog::Watchdog(int64_t world_rank, std::chrono::milliseconds timeout,
+                   std::function<void(const std::string&)> on_timeout)
+    : world_rank_(world_rank), timeout_(timeout), on_timeout_(std::move(on_timeout)) {
+  if (!on_timeout_) {
+    on_timeout_ = [](const std::string& message) {
+      std::fprintf(stderr, "%s\n", message.c_str());
+      std::fflush(nullptr);
+      ::_exit(1);
+    };
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Watchdog::Scope::Scope(Watchdog& w, const char* op, const Communicator& group) : w_(w) {
+  std::lock_guard<std::mutex> lock(w_.mu_);
+  ++w_.sequence_;
+  w_.busy_ = true;
+  w_.since_ = std::chrono::steady_clock::now();
+  w_.what_ = str_cat(op, " #", w_.sequence_, " on group '", group.name(), "' (", group.size(), " ranks)");
+}
+
+Watchdog::Scope::~Scope() {
+  std::lock_guard<std::mutex> lock(w_.mu_);
+  w_.busy_ = false;
+}
+
+void Watchdog::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  // Wakes at least every 100 ms (or 1/10 of the timeout) to look at the collective in flight.
+  const auto tick = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(100), timeout_ / 10 + std::chrono::milliseconds(1));
+  while (!stop_) {
+    cv_.wait_for(lock, tick);
+    if (stop_ || !busy_) continue;
+    const auto waited = std::chrono::steady_clock::now() - since_;
+    if (waited < timeout_) continue;
+    const double seconds = std::chrono::duration<double>(waited).count();
+    const std::string message =
+        str_cat("[rank ", world_rank_, "] watchdog: ", what_, " has not completed after ", static_cast<double>(std::llround(seconds * 10)) / 10,
+                " s (--distributed-timeout-minutes): another rank of the group is behind (stuck or dead); aborting");
+    busy_ = false;  // report once
+    lock.unlock();
+    on_timeout_(message);
+    lock.lock();
+  }
+}
+
+WatchedCommunicator::WatchedCommunicator(std::unique_ptr<Communicator> inner, Watchdog& watchdog)
+    : inner_(std::move(inner)), watchdog_(watchdog) {
+  MT_CHECK(inner_ != nullptr) << "watching no communicator";
+}
+
+void WatchedCommunicator::all_reduce(Tensor& x, ReduceOp op) {
+  Watchdog::Scope s(watchdog_, "all_reduce", *inner_);
+  inner_->all_reduce(x, op);
+}
+void WatchedCommunicator::all_reduce_host(std::span<double> values, ReduceOp op) {
+  Watchdog::Scope s(watchdog_, "all_reduce_host", *inner_);
+  inner_->all_reduce_host(values, op);
+}
+void WatchedCommunicator::reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op) {
+  Watchdog::Scope s(watchdog_, "reduce_scatter", *inner_);
+  inner_->reduce_scatter(in, out, counts, op);
+}
+void WatchedCommunicator::all_gather(const Tensor& in, Tensor& out, std::span<const int64_t> counts) {
+  Watchdog::Scope s(watchdog_, "all_gather", *inner_);
+  inner_->all_gather(in, out, counts);
+}
+void WatchedCommunicator::broadcast(Tensor& x, int64_t root) {
+  Watchdog::Scope s(watchdog_, "broadcast", *inner_);
+  inner_->broadcast(x, root);
+}
+void WatchedCommunicator::send(const Tensor& x, int64_t peer) {
+  Watchdog::Scope s(watchdog_, "send", *inner_);
+  inner_->send(x, peer);
+}
+void WatchedCommunicator::recv(Tensor& x, int64_t peer) {
+  Watchdog::Scope s(watchdog_, "recv", *inner_);
+  inner_->recv(x, peer);
+}
+void WatchedCommunicator::barrier() {
+  Watchdog::Scope s(watchdog_, "barrier", *inner_);
+  inner_->barrier();
+}
+std::unique_ptr<Communicator> WatchedCommunicator::split(int64_t color, int64_t key, const std::string& name) {
+  std::unique_ptr<Communicator> sub;
+  {
+    Watchdog::Scope s(watchdog_, "split", *inner_);
+    sub = inner_->split(color, key, name);
+  }
+  if (sub == nullptr) return nullptr;
+  return std::make_unique<WatchedCommunicator>(std::move(sub), watchdog_);
+}
+
+}  // namespace megatron::comm

@@ -1,0 +1,79 @@
+// Data-parallel gradient reduction over the model's flat fp32 main-grad buffer (Megatron's
+// ParamAndGradBuffer, megatron-facts §9), and the distributed optimizer's shard ranges.
+//
+// Layout. model::ParameterSet keeps values and grads in registration order; backward produces
+// the gradients of the last registered parameters first. Buckets are therefore cut walking
+// the buffer from its end towards 0 (backprop order, as Megatron lays its buffer out in
+// reverse registration order): a bucket closes at the first parameter boundary at which it
+// holds >= bucket_size elements; bucket_size <= 0 means one bucket for everything (Megatron's
+// default without --overlap-grad-reduce). Bucket 0 is the last range of the buffer.
+//
+// Sharding (--use-distributed-optimizer). Each bucket [a, b) of n elements is cut into dp
+// contiguous pieces of S = ceil(n / dp) elements (the last ones shorter, possibly empty: the
+// padding Megatron adds to make n divisible, left out); DP rank r owns piece r of EVERY bucket,
+// including parameter fragments that cross piece boundaries (Megatron's _build_model_gbuf_range).
+// Without the distributed optimizer a rank "owns" the whole buffer.
+//
+// Reduction (finish_grad_sync). Gradients are scaled by 1/dp (Megatron's
+// gradient_scaling_factor) and summed over the data-parallel group bucket by bucket: an
+// all-reduce, or with the distributed optimizer a reduce-scatter that leaves the sum in this
+// rank's pieces only (the rest of the buffer is then stale and must not be read).
+// After the optimizer step the distributed optimizer all-gathers each bucket of the (model
+// dtype) parameter values from the owners' pieces.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/ops.h"
+#include "comm/communicator.h"
+#include "model/parameters.h"
+
+namespace megatron::train {
+
+// Elements [start, end) of the flat buffers.
+struct Range {
+  int64_t start = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - start; }
+};
+
+// Buckets of a buffer of parameters in backprop order (see above), each a Range.
+std::vector<Range> grad_buckets(const model::ParameterSet& params, int64_t bucket_size);
+// The dp pieces of a bucket of n elements: counts[r] = clamp(n - r*S, 0, S), S = ceil(n/dp).
+std::vector<int64_t> shard_counts(int64_t n, int64_t dp);
+// The ranges rank `rank` of `dp` owns: piece `rank` of each bucket (empty pieces left out), in
+// bucket order.
+std::vector<Range> owned_ranges(const std::vector<Range>& buckets, int64_t dp, int64_t rank);
+
+class GradBuffer {
+ public:
+  // `dp` is the data-parallel group (size 1: nothing to reduce); distributed selects
+  // reduce-scatter + sharded ownership.
+  GradBuffer(model::ParameterSet& params, backend::Backend& backend, comm::Communicator& dp, bool distributed,
+             int64_t bucket_size);
+
+  // Scale by 1/dp and all-reduce / reduce-scatter every bucket (no-op at dp 1).
+  void reduce_gradients();
+  // Distributed optimizer: all-gather the owners' pieces of the parameter values, bucket by
+  // bucket (no-op otherwise).
+  void gather_parameters();
+
+  const std::vector<Range>& buckets() const { return buckets_; }
+  // What this rank's optimizer updates: its pieces, or the whole buffer.
+  const std::vector<Range>& owned() const { return owned_; }
+  int64_t owned_numel() const { return owned_numel_; }
+  bool distributed() const { return distributed_; }
+  comm::Communicator& group() const { return dp_; }
+
+ private:
+  model::ParameterSet& params_;
+  backend::Backend& backend_;
+  comm::Communicator& dp_;
+  bool distributed_;
+  std::vector<Range> buckets_;
+  std::vector<Range> owned_;
+  int64_t owned_numel_ = 0;
+};
+
+}  // namespace megatron::train

@@ -1,0 +1,180 @@
+// MpiCommunicator under mpirun -np 3 (oversubscribed): every operation against values
+// computed by hand, for several sizes including 0 and odd ones, uneven reduce-scatter /
+// all-gather pieces (one of them empty), in place and out of place. Values are small
+// integers, so fp32 sums are exact and the expectations are exact.
+#include "comm/mpi_communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "support/mpi.h"
+
+namespace megatron::comm {
+namespace {
+
+constexpr int kRanks = 3;
+const std::vector<int64_t> kSizes = {0, 1, 7, 1001};
+
+Tensor filled(int64_t n, float (*f)(int64_t rank, int64_t i), int64_t rank) {
+  Tensor t = Tensor::cpu({n});
+  for (int64_t i = 0; i < n; ++i) t.data_as<float>()[i] = f(rank, i);
+  return t;
+}
+
+float value(int64_t rank, int64_t i) { return static_cast<float>((rank + 1) * (i % 17) - 3 * rank); }
+
+TEST(MpiCommunicator, AllReduceSumMaxMin) {
+  if (test::relaunch_under_mpirun(kRanks)) return;
+  MpiRuntime mpi;
+  auto world = mpi.world();
+  ASSERT_EQ(world->size(), kRanks);
+  EXPECT_EQ(world->name(), "world");
+  for (int64_t n : kSizes) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+      Tensor x = filled(n, value, world->rank());
+      world->all_reduce(x, op);
+      for (int64_t i = 0; i < n; ++i) {
+        float expect = op == ReduceOp::kSum ? 0.0f : value(0, i);
+        for (int64_t r = 0; r < kRanks; ++r) {
+          const float v = value(r, i);
+          expect = op == ReduceOp::kSum ? expect + v : op == ReduceOp::kMax ? std::max(expect, v) : std::min(expect, v);
+        }
+        ASSERT_EQ(x.data_as<float>()[i], expect) << "n " << n << " op " << to_string(op) << " i " << i;
+      }
+    }
+  }
+  double s[2] = {0.5 * static_cast<double>(world->rank()), 1.0};
+  world->all_reduce_host(s, ReduceOp::kSum);
+  EXPECT_EQ(s[0], 1.5);
+  EXPECT_EQ(s[1], 3.0);
+  EXPECT_EQ(all_reduce_scalar(*world, static_cast<double>(world->rank()), ReduceOp::kMax), 2.0);
+}
+
+TEST(MpiCommunicator, ReduceScatterEvenUnevenInPlace) {
+  if (test::relaunch_under_mpirun(kRanks)) return;
+  MpiRuntime mpi;
+  auto world = mpi.world();
+  const int64_t me = world->rank();
+  for (const std::vector<int64_t>& counts :
+       {std::vector<int64_t>{0, 0, 0}, std::vector<int64_t>{1, 1, 1}, std::vector<int64_t>{5, 0, 2},
+        std::vector<int64_t>{334, 334, 333}}) {
+    const int64_t total = counts[0] + counts[1] + counts[2];
+    const int64_t off = piece_offset(counts, me);
+    for (bool in_place : {false, true}) {
+      Tensor in = filled(total, value, me);
+      Tensor out = in_place ? in.flat_view(off, {counts[static_cast<size_t>(me)]}) : Tensor::cpu({counts[static_cast<size_t>(me)]});
+      world->reduce_scatter(in, out, counts, ReduceOp::kSum);
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        float expect = 0;
+        for (int64_t r = 0; r < kRanks; ++r) expect += value(r, off + i);
+        ASSERT_EQ(out.data_as<float>()[i], expect) << "piece " << me << " i " << i << " in place " << in_place;
+      }
+    }
+  }
+  // The equal-piece helper.
+  Tensor in = filled(3 * 4, value, me), out = Tensor::cpu({4});
+  reduce_scatter(*world, in, out, ReduceOp::kMax);
+  for (int64_t i = 0; i < 4; ++i) {
+    const int64_t k = me * 4 + i;
+    EXPECT_EQ(out.data_as<float>()[i], std::max({value(0, k), value(1, k), value(2, k)}));
+  }
+}
+
+TEST(MpiCommunicator, AllGatherEvenUnevenInPlaceAnyDtype) {
+  if (test::relaunch_under_mpirun(kRanks)) return;
+  MpiRuntime mpi;
+  auto world = mpi.world();
+  const int64_t me = world->rank();
+  for (const std::vector<int64_t>& counts :
+       {std::vector<int64_t>{0, 0, 0}, std::vector<int64_t>{2, 2, 2}, std::vector<int64_t>{3, 0, 1},
+        std::vector<int64_t>{500, 1, 499}}) {
+    const int64_t total = counts[0] + counts[1] + counts[2];
+    for (bool in_place : {false, true}) {
+      Tensor out = Tensor::cpu({total});
+      const int64_t off = piece_offset(counts, me);
+      Tensor in = in_place ? out.flat_view(off, {counts[static_cast<size_t>(me)]}) : Tensor::cpu({counts[static_cast<size_t>(me)]});
+      for (int64_t i = 0; i < in.numel(); ++i) in.data_as<float>()[i] = static_cast<float>(1000 * me + i);
+      world->all_gather(in, out, counts);
+      int64_t k = 0;
+      for (int64_t r = 0; r < kRanks; ++r) {
+        for (int64_t i = 0; i < counts[static_cast<size_t>(r)]; ++i, ++k) {
+          ASSERT_EQ(out.data_as<float>()[k], static_cast<float>(1000 * r + i)) << "rank " << r << " i " << i;
+        }
+      }
+    }
+  }
+  // bf16 bits travel unchanged (the distributed optimizer gathers bf16 parameters).
+  Tensor in = Tensor::cpu({2}, DType::kBF16), out = Tensor::cpu({6}, DType::kBF16);
+  in.data_as<uint16_t>()[0] = float_to_bf16(1.5f * static_cast<float>(me + 1));
+  in.data_as<uint16_t>()[1] = float_to_bf16(-0.25f);
+  all_gather(*world, in, out);
+  for (int64_t r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(bf16_to_float(out.data_as<uint16_t>()[2 * r]), 1.5f * static_cast<float>(r + 1));
+    EXPECT_EQ(bf16_to_float(out.data_as<uint16_t>()[2 * r + 1]), -0.25f);
+  }
+}
+
+TEST(MpiCommunicator, BroadcastSendRecvBarrier) {
+  if (test::relaunch_under_mpirun(kRanks)) return;
+  MpiRuntime mpi;
+  auto world = mpi.world();
+  const int64_t me = world->rank();
+  for (int64_t n : kSizes) {
+    Tensor x = Tensor::cpu({n}, DType::kI32);
+    for (int64_t i = 0; i < n; ++i) x.data_as<int32_t>()[i] = static_cast<int32_t>(me == 1 ? 7 * i + 1 : -1);
+    world->broadcast(x, /*root=*/1);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(x.data_as<int32_t>()[i], 7 * i + 1);
+  }
+  // A ring: each rank sends to the next, receives from the previous (even ranks send first).
+  const int64_t next = (me + 1) % kRanks, prev = (me + kRanks - 1) % kRanks;
+  Tensor out = filled(9, value, me), in = Tensor::cpu({9});
+  if (me % 2 == 0) {
+    world->send(out, next);
+    world->recv(in, prev);
+  } else {
+    world->recv(in, prev);
+    world->send(out, next);
+  }
+  for (int64_t i = 0; i < 9; ++i) EXPECT_EQ(in.data_as<float>()[i], value(prev, i));
+  world->barrier();
+}
+
+TEST(MpiCommunicator, SplitFormsGroupsByColorOrderedByKey) {
+  if (test::relaunch_under_mpirun(kRanks)) return;
+  MpiRuntime mpi;
+  auto world = mpi.world();
+  const int64_t me = world->rank();
+  // Ranks 0 and 2 form "even" with the order reversed by key; rank 1 joins nothing.
+  std::unique_ptr<Communicator> even = world->split(me % 2 == 0 ? 0 : -1, me == 2 ? 0 : 1, "even");
+  if (me == 1) {
+    EXPECT_EQ(even, nullptr);
+  } else {
+    ASSERT_NE(even, nullptr);
+    EXPECT_EQ(even->name(), "even");
+    EXPECT_EQ(even->size(), 2);
+    EXPECT_EQ(even->rank(), me == 2 ? 0 : 1);
+    Tensor x = Tensor::cpu({1});
+    x.data_as<float>()[0] = static_cast<float>(me);
+    even->all_reduce(x, ReduceOp::kSum);
+    EXPECT_EQ(x.data_as<float>()[0], 2.0f);
+  }
+}
+
+TEST(MpiCommunicator, UnsupportedDtypeIsAnErrorNamingTheOpAndGroup) {
+  if (test::relaunch_under_mpirun(2)) return;
+  MpiRuntime mpi;
+  auto world = mpi.world();
+  Tensor x = Tensor::cpu({4}, DType::kBF16);
+  try {
+    world->all_reduce(x, ReduceOp::kSum);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "all_reduce on group 'world': MPI reductions take fp32 tensors, got bf16");
+  }
+}
+
+}  // namespace
+}  // namespace megatron::comm

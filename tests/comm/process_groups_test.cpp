@@ -1,0 +1,62 @@
+// ProcessGroups over MPI: with world 8 = tp 2 x dp 2 x pp 2, every communicator holds exactly
+// the ranks that rank_layout says (each rank all-gathers the world ranks of its group), in
+// that order; the single-process groups are one-rank groups.
+#include "comm/process_groups.h"
+
+#include <gtest/gtest.h>
+
+#include "comm/mpi_communicator.h"
+#include "comm/self_communicator.h"
+#include "support/mpi.h"
+
+namespace megatron::comm {
+namespace {
+
+TEST(ProcessGroups, MpiGroupsMatchTheRankLayout) {
+  if (test::relaunch_under_mpirun(8)) return;
+  MpiRuntime mpi;
+  const ParallelSizes sizes = parallel_sizes(8, /*tp=*/2, /*pp=*/2);
+  ASSERT_EQ(sizes.dp, 2);
+  ProcessGroups g = make_process_groups(mpi.world(), sizes);
+  const int64_t me = g.rank();
+  EXPECT_EQ(global_rank(sizes, g.coords), me);
+  EXPECT_EQ(g.is_last_rank(), me == 7);
+  for (GroupKind kind : {GroupKind::kTp, GroupKind::kCp, GroupKind::kDp, GroupKind::kPp, GroupKind::kDpCp,
+                         GroupKind::kModelParallel, GroupKind::kTpDpCp, GroupKind::kTpCp, GroupKind::kEmbedding,
+                         GroupKind::kPositionEmbedding}) {
+    const int64_t index = group_index(sizes, kind, me);
+    Communicator* c = g.group(kind);
+    if (index < 0) {
+      EXPECT_EQ(c, nullptr) << to_string(kind);
+      continue;
+    }
+    ASSERT_NE(c, nullptr) << to_string(kind);
+    EXPECT_EQ(c->name(), to_string(kind));
+    const std::vector<int64_t> expected = rank_groups(sizes, kind)[static_cast<size_t>(index)];
+    ASSERT_EQ(c->size(), static_cast<int64_t>(expected.size())) << to_string(kind);
+    Tensor mine = Tensor::cpu({1}, DType::kI64), all = Tensor::cpu({c->size()}, DType::kI64);
+    mine.data_as<int64_t>()[0] = me;
+    all_gather(*c, mine, all);
+    for (int64_t k = 0; k < c->size(); ++k) {
+      EXPECT_EQ(all.data_as<int64_t>()[k], expected[static_cast<size_t>(k)]) << to_string(kind) << " member " << k;
+    }
+  }
+}
+
+TEST(ProcessGroups, SingleProcessHasOneRankGroups) {
+  auto backend = backend::make_cpu_backend();
+  ProcessGroups g = make_process_groups(std::make_unique<SelfCommunicator>(*backend, "world"), ParallelSizes{});
+  EXPECT_TRUE(g.is_first_rank());
+  EXPECT_TRUE(g.is_last_rank());
+  ASSERT_NE(g.dp, nullptr);
+  EXPECT_EQ(g.dp->size(), 1);
+  EXPECT_EQ(g.dp->name(), "dp");
+  ASSERT_NE(g.embedding, nullptr);
+  Tensor in = Tensor::cpu({4}), out = Tensor::cpu({4});
+  in.data_as<float>()[3] = 2.5f;
+  reduce_scatter(*g.dp, in, out, ReduceOp::kSum);
+  EXPECT_EQ(out.data_as<float>()[3], 2.5f);
+}
+
+}  // namespace
+}  // namespace megatron::comm

@@ -1,0 +1,90 @@
+// The watchdog: a collective that outlives the timeout is reported once, naming the rank, the
+// operation, its sequence number and the group; collectives that finish in time are not.
+// (The end-to-end case, a stopped rank ending an mpirun job, is in
+// tests/train/trainer_data_parallel_test.cpp.)
+#include "comm/watchdog.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backend/ops.h"
+#include "comm/self_communicator.h"
+
+namespace megatron::comm {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A one-rank group whose all_reduce takes `delay` (a peer that is late).
+class SlowCommunicator final : public Communicator {
+ public:
+  SlowCommunicator(backend::Backend& b, std::chrono::milliseconds delay) : self_(b, "dp"), delay_(delay) {}
+  int64_t rank() const override { return 0; }
+  int64_t size() const override { return 2; }  // pretend: the message names the size
+  const std::string& name() const override { return self_.name(); }
+  void all_reduce(Tensor&, ReduceOp) override { std::this_thread::sleep_for(delay_); }
+  void all_reduce_host(std::span<double>, ReduceOp) override { std::this_thread::sleep_for(delay_); }
+  void reduce_scatter(Tensor&, Tensor&, std::span<const int64_t>, ReduceOp) override {}
+  void all_gather(const Tensor&, Tensor&, std::span<const int64_t>) override {}
+  void broadcast(Tensor&, int64_t) override {}
+  void send(const Tensor&, int64_t) override {}
+  void recv(Tensor&, int64_t) override {}
+  void barrier() override {}
+  std::unique_ptr<Communicator> split(int64_t, int64_t, const std::string&) override {
+    return std::make_unique<SlowCommunicator>(*this);
+  }
+
+ private:
+  SelfCommunicator self_;
+  std::chrono::milliseconds delay_;
+};
+
+TEST(Watchdog, ReportsACollectiveThatOutlivesTheTimeoutOnce) {
+  auto backend = backend::make_cpu_backend();
+  std::mutex mu;
+  std::vector<std::string> reports;
+  Watchdog w(3, 500ms, [&](const std::string& m) {
+    std::lock_guard<std::mutex> lock(mu);
+    reports.push_back(m);
+  });
+  WatchedCommunicator fast(std::make_unique<SlowCommunicator>(*backend, 1ms), w);
+  Tensor x = Tensor::cpu({1});
+  for (int i = 0; i < 20; ++i) fast.all_reduce(x, ReduceOp::kSum);  // 20 in time: #1 .. #20
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_TRUE(reports.empty());
+  }
+  WatchedCommunicator slow(std::make_unique<SlowCommunicator>(*backend, 1500ms), w);
+  double v = 1.0;
+  slow.all_reduce_host(std::span<double>(&v, 1), ReduceOp::kSum);  // #21
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].rfind("[rank 3] watchdog: all_reduce_host #21 on group 'dp' (2 ranks) has not completed after ", 0),
+            0u)
+      << reports[0];
+  EXPECT_NE(reports[0].find("another rank of the group is behind"), std::string::npos);
+}
+
+TEST(Watchdog, SplitsAreWatchedToo) {
+  auto backend = backend::make_cpu_backend();
+  std::mutex mu;
+  int fired = 0;
+  Watchdog w(0, 300ms, [&](const std::string&) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++fired;
+  });
+  WatchedCommunicator parent(std::make_unique<SlowCommunicator>(*backend, 1200ms), w);
+  std::unique_ptr<Communicator> child = parent.split(0, 0, "dp");
+  ASSERT_NE(child, nullptr);
+  Tensor x = Tensor::cpu({1});
+  child->all_reduce(x, ReduceOp::kSum);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(fired, 1);
+}
+
+}  // namespace
+}  // namespace megatron::comm

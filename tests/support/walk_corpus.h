@@ -1,0 +1,13 @@
+// A corpus a tiny model can learn, as a Megatron indexed dataset: 120 documents, each walking
+// t -> (3t + 1) mod 37 from t = d mod 37 for 40 + d mod 7 tokens (ids < 37, so any vocabulary
+// of at least 37 tokens fits).
+#pragma once
+
+#include <string>
+
+namespace megatron::test {
+
+// Writes <dir>/walk_text_document.{bin,idx}; returns the prefix.
+std::string write_walk_corpus(const std::string& dir);
+
+}  // namespace megatron::test

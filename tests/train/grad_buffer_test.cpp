@@ -1,0 +1,133 @@
+// The gradient buffer's buckets (backprop order), Megatron's contiguous shard ranges, and the
+// distributed optimizer against the replicated one under mpirun -np 2 (uneven pieces, several
+// buckets): with clipping off the update is elementwise, and a sum of two terms does not depend
+// on the reduction's order (all-reduce vs reduce-scatter), so the sharded optimizer must give
+// bit-identical parameters and optimizer state.
+#include "train/grad_buffer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "comm/mpi_communicator.h"
+#include "support/mpi.h"
+#include "train/optimizer.h"
+
+namespace megatron::train {
+namespace {
+
+model::ParameterSet make_params(backend::Backend& backend, DType dtype) {
+  model::ParameterSet ps;
+  ps.add("a.weight", {5, 3}, model::Init::kNormal);  // [0, 15)
+  ps.add("a.bias", {5}, model::Init::kZeros);         // [15, 20)
+  ps.add("b.weight", {4, 4}, model::Init::kNormal);  // [20, 36)
+  ps.add("c.weight", {7}, model::Init::kOnes);        // [36, 43)
+  ps.allocate(backend, dtype);
+  ps.initialize(backend, 11, 0.5f, 2);
+  return ps;
+}
+
+TEST(GradBuffer, BucketsWalkTheBufferInBackpropOrder) {
+  auto backend = backend::make_cpu_backend();
+  model::ParameterSet ps = make_params(*backend, DType::kF32);
+  auto one = grad_buckets(ps, 0);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].start, 0);
+  EXPECT_EQ(one[0].end, 43);
+  // Bucket size 10: c (7) is too small alone, c+b = 23 closes at b's start; then a.bias + a.weight.
+  auto b = grad_buckets(ps, 10);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].start, 20);
+  EXPECT_EQ(b[0].end, 43);
+  EXPECT_EQ(b[1].start, 0);
+  EXPECT_EQ(b[1].end, 20);
+  // Bucket size 1: one bucket per parameter, last parameter first.
+  auto each = grad_buckets(ps, 1);
+  ASSERT_EQ(each.size(), 4u);
+  EXPECT_EQ(each[0].start, 36);
+  EXPECT_EQ(each[3].end, 15);
+}
+
+TEST(GradBuffer, ShardsAreContiguousPiecesOfEachBucket) {
+  EXPECT_EQ(shard_counts(10, 3), (std::vector<int64_t>{4, 4, 2}));
+  EXPECT_EQ(shard_counts(9, 3), (std::vector<int64_t>{3, 3, 3}));
+  EXPECT_EQ(shard_counts(2, 3), (std::vector<int64_t>{1, 1, 0}));
+  EXPECT_EQ(shard_counts(0, 2), (std::vector<int64_t>{0, 0}));
+  const std::vector<Range> buckets = {{20, 43}, {0, 20}};
+  // 23 -> 8, 8, 7; 20 -> 7, 7, 6.
+  auto r1 = owned_ranges(buckets, 3, 1);
+  ASSERT_EQ(r1.size(), 2u);
+  EXPECT_EQ(r1[0].start, 28);
+  EXPECT_EQ(r1[0].end, 36);
+  EXPECT_EQ(r1[1].start, 7);
+  EXPECT_EQ(r1[1].end, 14);
+  // Every element has exactly one owner.
+  std::vector<int> owners(43, 0);
+  for (int64_t r = 0; r < 3; ++r)
+    for (const Range& x : owned_ranges(buckets, 3, r))
+      for (int64_t i = x.start; i < x.end; ++i) ++owners[static_cast<size_t>(i)];
+  for (int o : owners) EXPECT_EQ(o, 1);
+}
+
+// Same gradients on every run: a function of (rank, element), averaged over the ranks by the
+// reduction.
+void fill_grads(model::ParameterSet& ps, int64_t rank, int64_t step) {
+  float* g = ps.grads().data_as<float>();
+  for (int64_t i = 0; i < ps.total_numel(); ++i) {
+    g[i] = 0.01f * static_cast<float>((i * 7 + rank * 3 + step) % 11) - 0.05f;
+  }
+}
+
+TEST(GradBuffer, DistributedOptimizerMatchesReplicatedBitForBit) {
+  if (test::relaunch_under_mpirun(2)) return;
+  comm::MpiRuntime mpi;
+  auto world = mpi.world();
+  auto backend = backend::make_cpu_backend();
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t bucket : {int64_t{0}, int64_t{10}}) {
+      model::ParameterSet rep = make_params(*backend, dtype), dist = make_params(*backend, dtype);
+      OptimizerConfig oc;
+      oc.clip_grad = 0.0;  // no norm: the step is elementwise, so sharding cannot change a bit
+      MixedPrecisionOptimizer a(rep, *backend, oc, optim::GradScaler::constant(1.0f), {world.get(), false, bucket});
+      MixedPrecisionOptimizer b(dist, *backend, oc, optim::GradScaler::constant(1.0f), {world.get(), true, bucket});
+      EXPECT_LE(b.grad_buffer().owned_numel(), 43 / 2 + 2);
+      for (int64_t step = 0; step < 3; ++step) {
+        fill_grads(rep, world->rank(), step);
+        fill_grads(dist, world->rank(), step);
+        a.reduce_gradients();
+        b.reduce_gradients();
+        a.step(0.01f, 0.1f);
+        b.step(0.01f, 0.1f);
+      }
+      ASSERT_EQ(std::memcmp(rep.values().data(), dist.values().data(), static_cast<size_t>(rep.values().nbytes())), 0)
+          << dtype_name(dtype) << " bucket " << bucket;
+      EXPECT_EQ(a.params_norm(), b.params_norm());
+      const FullOptimizerState fa = a.gather_full_state(), fb = b.gather_full_state();
+      if (world->rank() == 0) {
+        ASSERT_TRUE(fb.exp_avg.defined());
+        EXPECT_EQ(std::memcmp(fa.exp_avg.data(), fb.exp_avg.data(), 43 * 4), 0);
+        EXPECT_EQ(std::memcmp(fa.exp_avg_sq.data(), fb.exp_avg_sq.data(), 43 * 4), 0);
+        if (dtype != DType::kF32) EXPECT_EQ(std::memcmp(fa.main_params.data(), fb.main_params.data(), 43 * 4), 0);
+      } else {
+        EXPECT_FALSE(fb.exp_avg.defined());
+      }
+      // With clipping the norm is the same to rounding on every rank (shards' sums reduced).
+      OptimizerConfig clip;
+      clip.clip_grad = 1e-3;
+      MixedPrecisionOptimizer c(dist, *backend, clip, optim::GradScaler::constant(1.0f), {world.get(), true, bucket});
+      MixedPrecisionOptimizer d(rep, *backend, clip, optim::GradScaler::constant(1.0f), {world.get(), false, bucket});
+      fill_grads(dist, world->rank(), 9);
+      fill_grads(rep, world->rank(), 9);
+      c.reduce_gradients();
+      d.reduce_gradients();
+      const StepResult sc = c.step(0.01f, 0.0f), sd = d.step(0.01f, 0.0f);
+      ASSERT_TRUE(sc.grad_norm && sd.grad_norm);
+      EXPECT_NEAR(*sc.grad_norm, *sd.grad_norm, 1e-12 * *sd.grad_norm);
+      const double max_norm = comm::all_reduce_scalar(*world, *sc.grad_norm, comm::ReduceOp::kMax);
+      EXPECT_EQ(max_norm, *sc.grad_norm) << "every rank logs the same norm";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace megatron::train
