@@ -45,6 +45,9 @@ struct DropoutParams {
 // with the bias corrections 1-b^t computed in double and rounded to fp32 once (apex's host
 // side), the rest in fp32 in that order (optim/adamw.h is the tested host reference).
 struct AdamWStep {
+  // The gradient is first multiplied by grad_scale (one fp32 rounding; 1 is the identity):
+  // gradient clipping's factor, applied here instead of in a separate pass over the gradients.
+  float grad_scale = 1.0f;
   float lr = 0.0f;
   float beta1 = 0.9f;
   float beta2 = 0.999f;

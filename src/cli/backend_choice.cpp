@@ -1,5 +1,6 @@
 #include "cli/backend_choice.h"
 
+#include "backend/cuda/attention_impl.h"
 #include "backend/device.h"
 #include "core/error.h"
 
@@ -7,7 +8,13 @@ namespace megatron::cli {
 
 void declare_device_flag(Args& args) {
   args.option("--device", "D", "cpu, cuda or auto (CUDA when a GPU is visible)", "auto");
+  args.flag("--deterministic-mode",
+            "bit-identical results run to run on the same GPU: cuDNN's attention backward without atomics "
+            "(every other op is always deterministic)");
+  args.flag("--deterministic", "the same as --deterministic-mode");
 }
+
+bool deterministic(const Args& args) { return args.get_flag("--deterministic-mode") || args.get_flag("--deterministic"); }
 
 bool uses_cuda(const Args& args) {
   const std::string d = args.get_string("--device");
@@ -28,7 +35,12 @@ std::unique_ptr<backend::Backend> make_backend(const Args& args, std::ostream& l
       throw_error("[LOCAL_RANK] ", dev, " but only ", backend::cuda_device_count(), " GPUs are visible");
     }
     log << " > device: cuda:" << dev << " " << backend::cuda_device_name(dev) << '\n';
-    return backend::make_cuda_backend(dev);
+    std::unique_ptr<backend::Backend> be = backend::make_cuda_backend(dev);
+    if (deterministic(args)) {
+      backend::set_attention_deterministic(*be, true);
+      log << " > deterministic mode: cuDNN attention backward without atomics\n";
+    }
+    return be;
   }
   log << " > device: cpu (reference backend)\n";
   return backend::make_cpu_backend();

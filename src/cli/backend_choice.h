@@ -11,7 +11,10 @@
 
 namespace megatron::cli {
 
+// Also declares --deterministic-mode (Megatron's flag; --deterministic is accepted too).
 void declare_device_flag(Args& args);
+// Whether --deterministic-mode / --deterministic was given.
+bool deterministic(const Args& args);
 // Builds the backend --device asks for and prints one line saying which (to `log`); a CUDA
 // backend runs on GPU `cuda_device` (a rank's LOCAL_RANK).
 std::unique_ptr<backend::Backend> make_backend(const Args& args, std::ostream& log, int64_t cuda_device = 0);

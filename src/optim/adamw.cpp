@@ -40,7 +40,7 @@ void adamw_update(std::span<float> param, std::span<const float> grad, std::span
   const auto n = static_cast<int64_t>(param.size());
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = g[i] * hyper.grad_scale;
     const float mi = beta1 * m[i] + one_minus_beta1 * gi;
     const float vi = beta2 * v[i] + one_minus_beta2 * gi * gi;
     const float m_hat = mi / bias_correction1;

@@ -117,6 +117,7 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
       return result;
     }
   }
+  float clip_scale = 1.0f;
   if (config_.clip_grad > 0.0) {
     // Megatron clip_grads: the pre-clip norm is logged; clip_coeff = max / (norm + 1e-6)
     // applied as an fp32 factor when < 1. A nan norm never clips; an inf norm zeroes.
@@ -126,7 +127,9 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
       for_owned_grads([&](Tensor& g) { backend_.fill(g, 0.0f); });
     } else if (!std::isnan(norm)) {
       const double coeff = config_.clip_grad / (norm + 1e-6);
-      if (coeff < 1.0) for_owned_grads([&](Tensor& g) { backend_.scale(g, static_cast<float>(coeff)); });
+      // Applied by AdamW as it reads each gradient (AdamWStep::grad_scale): the same fp32
+      // product as scaling the gradients first, without a pass over them.
+      if (coeff < 1.0) clip_scale = static_cast<float>(coeff);
     }
   }
   if (config_.count_zeros) {
@@ -146,6 +149,7 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
   a.eps = config_.eps;
   a.weight_decay = weight_decay;
   a.step = steps_;
+  a.grad_scale = clip_scale;
   for (Shard& s : shards_) {
     Tensor model_copy =
         has_separate_main_params() ? params_.values().flat_view(s.range.start, {s.range.size()}) : Tensor();

@@ -4,7 +4,9 @@
 //   2. fp16: unscale by 1/loss_scale and check for inf/nan; the scaler updates; on overflow
 //      the step is skipped (returns success = false, no grad norm, the LR does not step);
 //   3. the global L2 norm is taken (the logged, pre-clip "grad norm") and gradients clipped
-//      to --clip-grad;
+//      to --clip-grad (the factor is applied by AdamW as it reads each gradient, so the
+//      buffer itself stays unclipped; --log-num-zeros-in-grad counts it: the same zeros but
+//      for products that would underflow);
 //   4. AdamW on the fp32 main parameters (the model's own values under fp32), weight decay
 //      off for biases and 1-D tensors;
 //   5. main parameters are copied back to the model dtype (round-to-nearest-even).

@@ -36,7 +36,7 @@ void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg
   float* v = exp_avg_sq.data_as<float>();
 #pragma omp parallel for schedule(static) if (n >= kParallelWork)
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = g[i] * s.grad_scale;
     const float mi = b1 * m[i] + omb1 * gi;
     const float vi = b2 * v[i] + omb2 * gi * gi;
     const float update = (mi / bc1) / (std::sqrt(vi / bc2) + s.eps) + s.weight_decay * p[i];

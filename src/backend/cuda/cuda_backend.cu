@@ -368,9 +368,9 @@ __global__ void count_zeros_kernel(const U* bits, int64_t n, U abs_mask, unsigne
 // intrinsics: nvcc would otherwise contract a*b + c into an FMA, which the CPU does not do).
 __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                              float* __restrict__ v, int64_t n, float lr, float b1, float b2, float omb1, float omb2,
-                             float bc1, float bc2, float eps, float wd) {
+                             float bc1, float bc2, float eps, float wd, float gs) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float gi = g[i];
+    const float gi = __fmul_rn(g[i], gs);
     const float pi = p[i];
     const float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(omb1, gi));
     const float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(omb2, gi), gi));
@@ -698,7 +698,8 @@ void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_av
   const auto bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), static_cast<double>(s.step)));
   adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(
       static_cast<float*>(param.data()), static_cast<const float*>(grad.data()), static_cast<float*>(exp_avg.data()),
-      static_cast<float*>(exp_avg_sq.data()), n, s.lr, b1, b2, omb1, omb2, bc1, bc2, s.eps, s.weight_decay);
+      static_cast<float*>(exp_avg_sq.data()), n, s.lr, b1, b2, omb1, omb2, bc1, bc2, s.eps, s.weight_decay,
+      s.grad_scale);
   MT_CUDA_LAUNCH_CHECK();
 }
 

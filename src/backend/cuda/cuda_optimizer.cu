@@ -24,7 +24,7 @@ constexpr int kThreads = 256;
 constexpr int64_t kTile = 16 * 1024;  // elements per block: 64 per thread
 
 struct AdamWScalars {
-  float lr, b1, b2, omb1, omb2, bc1, bc2, eps, wd;
+  float gs, lr, b1, b2, omb1, omb2, bc1, bc2, eps, wd;
 };
 
 // ModelT: void (no model copy), float, __nv_bfloat16 or __half.
@@ -65,7 +65,7 @@ __global__ void adamw_segments_kernel(float* __restrict__ p, const float* __rest
     const float wd = seg[3 * k + 2] != 0 ? a.wd : 0.0f;
     const int64_t lo = off > t0 ? off : t0, hi = end < t1 ? end : t1;
     for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      const float gi = g[i];
+      const float gi = __fmul_rn(g[i], a.gs);
       const float pi = p[i];
       const float mi = __fadd_rn(__fmul_rn(a.b1, m[i]), __fmul_rn(a.omb1, gi));
       const float vi = __fadd_rn(__fmul_rn(a.b2, v[i]), __fmul_rn(__fmul_rn(a.omb2, gi), gi));
@@ -109,6 +109,7 @@ void CudaBackend::adamw_update_segments(Tensor& param, const Tensor& grad, Tenso
   if (n == 0 || segments.dim(0) == 0) return;
   // Host side exactly as adamw_update (apex): bias corrections in double, rounded once.
   AdamWScalars a{};
+  a.gs = s.grad_scale;
   a.lr = s.lr;
   a.b1 = s.beta1;
   a.b2 = s.beta2;

@@ -29,8 +29,10 @@ TEST(CpuOptimizer, AdamwMatchesTheHostReferenceBitForBit) {
     s.lr = 1e-3f * static_cast<float>(step);
     s.weight_decay = step % 2 ? 0.1f : 0.0f;
     s.step = step;
+    s.grad_scale = step == 3 ? 0.37f : 1.0f;  // a clipping step
     be->adamw_update(p, g, m, v, s);
     optim::AdamWHyper h;
+    h.grad_scale = s.grad_scale;
     h.lr = s.lr;
     h.weight_decay = s.weight_decay;
     h.step = step;
@@ -40,6 +42,24 @@ TEST(CpuOptimizer, AdamwMatchesTheHostReferenceBitForBit) {
       ASSERT_EQ(m.data_as<float>()[i], rm[i]);
       ASSERT_EQ(v.data_as<float>()[i], rv[i]);
     }
+  }
+  // grad_scale is exactly "scale the gradients, then step": the same fp32 product.
+  {
+    Tensor p2 = be->empty({n}, DType::kF32, MemoryKind::kOther), m2 = be->empty({n}, DType::kF32, MemoryKind::kOther);
+    Tensor v2 = be->empty({n}, DType::kF32, MemoryKind::kOther), g2 = be->empty({n}, DType::kF32, MemoryKind::kOther);
+    be->copy(p, p2);
+    be->copy(m, m2);
+    be->copy(v, v2);
+    be->copy(g, g2);
+    AdamWStep s;
+    s.lr = 1e-3f;
+    s.step = 5;
+    s.grad_scale = 0.123f;
+    be->adamw_update(p, g, m, v, s);
+    be->scale(g2, 0.123f);
+    s.grad_scale = 1.0f;
+    be->adamw_update(p2, g2, m2, v2, s);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(p.data_as<float>()[i], p2.data_as<float>()[i]) << "element " << i;
   }
   g.data_as<float>()[3] = 0.0f;
   g.data_as<float>()[7] = 0.0f;
@@ -93,7 +113,9 @@ TEST(CpuOptimizer, AdamwSegmentsStepEachSegmentAndWriteTheModelCopy) {
       ASSERT_EQ(copy.data_as<uint16_t>()[i], float_to_bf16(rp[i])) << "copy element " << i;
     }
   }
-  // An overlapping table is a caller bug: MT_CHECK stops the process.
+  // An overlapping table is a caller bug: MT_CHECK stops the process. ("threadsafe": the
+  // backend has started OpenMP threads, which a plain fork() would not carry over.)
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   seg.data_as<int64_t>()[3] = 200;
   AdamWStep s;
   s.step = 4;

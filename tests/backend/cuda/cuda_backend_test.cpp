@@ -535,6 +535,7 @@ TEST_F(CudaBackendTest, AdamWMatchesCpuBitForBit) {
           s.eps = 1e-8f;
           s.weight_decay = wd;
           s.step = step;
+          s.grad_scale = step % 3 == 0 ? 0.3f : 1.0f;  // a clipping step now and then
           cpu_->adamw_update(p, g, m, v, s);
           gpu_->adamw_update(pd, to_gpu(g), md, vd, s);
           const std::string what = "adamw n=" + std::to_string(n) + " step " + std::to_string(step) +
@@ -572,6 +573,7 @@ TEST_F(CudaBackendTest, AdamWSegmentsMatchCpuBitForBit) {
       s.beta2 = 0.95f;
       s.weight_decay = 0.1f;
       s.step = step;
+      s.grad_scale = step == 2 ? 0.25f : 1.0f;
       cpu_->adamw_update_segments(p, g, m, v, seg, s, copy);
       gpu_->adamw_update_segments(pd, to_gpu(g), md, vd, seg_d, s, copy_d);
     }
