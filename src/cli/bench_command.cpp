@@ -2,6 +2,9 @@
 // the NLP benchmark reports (tokens/s, report time = 20e6 / tokens_per_s) and Megatron's
 // TFLOP/s per GPU and MFU under both FLOPs conventions. Takes any `megatron train` flag
 // (shape, --model preset, batch, precision); data and tokenizer files are not needed.
+// At the end it prints the benchmark's result table (cli/bench_table.h); --json adds the row's
+// fields to its object, --csv prints the row as CSV instead, and `megatron bench --table
+// a.json b.json ...` merges saved --json results into one table (text, or CSV with --csv).
 // --profile-ops wraps the backend in a ProfilingBackend (backend/profiling_backend.h) and
 // prints where the timed iterations spent their time, per op and per GEMM shape.
 #include <chrono>
@@ -16,6 +19,7 @@
 #include "backend/profiling_backend.h"
 #include "cli/args.h"
 #include "cli/backend_choice.h"
+#include "cli/bench_table.h"
 #include "cli/commands.h"
 #include "cli/train_args.h"
 #include "core/error.h"
@@ -48,15 +52,37 @@ double peak_tflops(const std::string& name) {
   return 0.0;
 }
 
+// megatron bench --table FILE... [--csv]
+int run_bench_table(const CommandArgs& argv) {
+  Args args("bench --table", "merge `megatron bench --json` results into the benchmark's table");
+  args.list("--table", "FILE", "result files (one JSON object per line)", 0, true)
+      .flag("--csv", "print CSV instead of the text table");
+  if (!args.parse(argv)) {
+    std::cout << args.usage();
+    return 0;
+  }
+  std::vector<BenchRow> rows;
+  for (const std::string& path : args.get_list("--table")) {
+    for (const BenchRow& r : read_bench_rows(path)) rows.push_back(r);
+  }
+  std::cout << (args.get_flag("--csv") ? format_bench_csv(rows) : format_bench_table(rows)) << std::flush;
+  return 0;
+}
+
 }  // namespace
 
 int run_bench(const CommandArgs& argv_in) {
+  for (const std::string& a : argv_in) {
+    if (a == "--table" || a.rfind("--table=", 0) == 0) return run_bench_table(argv_in);
+  }
   Args args("bench", "training-step throughput and memory on synthetic tokens");
   declare_train_flags(args);
   declare_device_flag(args);
   args.option("--bench-iters", "N", "timed iterations", "20")
       .option("--warmup-iters", "N", "untimed iterations first", "5")
       .flag("--json", "print one JSON object instead of the table")
+      .flag("--csv", "print the benchmark result row as CSV (header + one line) instead of the table")
+      .list("--table", "FILE", "merge saved --json results into one table (no run)")
       .flag("--profile-ops",
             "time every backend op of the timed iterations (CUDA events on a GPU, host clock on the CPU) and "
             "print the time per op and per GEMM shape");
@@ -82,8 +108,9 @@ int run_bench(const CommandArgs& argv_in) {
   const int64_t iters = args.get_int("--bench-iters"), warmup = args.get_int("--warmup-iters");
   if (iters < 1) throw_error("[--bench-iters] must be at least 1, got ", iters);
   if (warmup < 0) throw_error("[--warmup-iters] must not be negative, got ", warmup);
-  const bool json = args.get_flag("--json");
-  std::ostream& log = json ? std::cerr : std::cout;
+  const bool json = args.get_flag("--json"), csv = args.get_flag("--csv");
+  if (json && csv) throw_error("[--csv] give --json or --csv, not both");
+  std::ostream& log = json || csv ? std::cerr : std::cout;
 
   std::unique_ptr<backend::Backend> be = make_backend(args, log);
   // The model and optimizer are built on the wrapper so that every op they issue is seen;
@@ -167,6 +194,19 @@ int run_bench(const CommandArgs& argv_in) {
   const int64_t device_used = cuda ? backend::cuda_device_memory_used(0) - used_before : 0;
   const model::MemoryPlan plan = model::plan_memory(c.model, dtype, mbs);
   const double report_time = 20e6 / tokens_per_s;
+  // One process = one GPU today (bench runs no collectives): nodes 1, TP = PP = DP = 1.
+  BenchRow row;
+  row.model_size_b = static_cast<double>(plan.num_parameters) / 1e9;
+  row.global_batch = gbs;
+  row.micro_batch = mbs;
+  row.tokens_per_s = tokens_per_s;
+  row.report_time_s = report_time;
+  row.tflops_per_gpu = c.flops_convention == train::FlopsConvention::k2025 ? tf2025 : tf2024;
+  row.memory_per_gpu_bytes = static_cast<double>(cuda ? device_used : plan.total());
+  if (csv) {
+    std::cout << format_bench_csv({row}) << std::flush;
+    return 0;
+  }
 
   char buf[2048];
   if (json) {
@@ -185,6 +225,7 @@ int run_bench(const CommandArgs& argv_in) {
                   static_cast<long long>(mem.peak_total), static_cast<long long>(device_used), report_time, setup_s,
                   static_cast<double>(loss));
     std::string out = buf;
+    out += ", " + bench_row_json_fields(row);
     if (profiler != nullptr) {
       out += ", \"op_profile_clock\": " + backend::profile_json_string(op_profile.clock) +
              ", \"op_profile\": " + backend::op_profile_json_ops(op_profile, iters, per_iter * 1e3) +
@@ -213,7 +254,9 @@ int run_bench(const CommandArgs& argv_in) {
                 static_cast<double>(device_used) / (1 << 30), report_time, setup_s, static_cast<double>(loss));
   std::cout << buf;
   if (profiler != nullptr) std::cout << backend::format_op_profile(op_profile, iters, per_iter * 1e3);
-  std::cout << std::flush;
+  std::cout << " > benchmark result (TFLOP/s/GPU: " << (c.flops_convention == train::FlopsConvention::k2025 ? "2025" : "2024")
+            << " convention; memory: " << (cuda ? "device memory in use" : "planned") << "):\n"
+            << format_bench_table({row}) << std::flush;
   return 0;
 }
 

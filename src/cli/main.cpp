@@ -19,6 +19,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"train", megatron::cli::run_train, "pretrain a GPT (Megatron-LM pretrain_gpt.py flags)"},
     {"bench", megatron::cli::run_bench, "training-step speed and memory (tokens/s, TFLOP/s, MFU, report time)"},
+    {"plan", megatron::cli::run_plan, "memory + throughput model: which TP/PP/DP/micro-batch/recompute fits and wins"},
     {"generate", megatron::cli::run_generate, "sample text from a checkpoint"},
     {"preprocess", megatron::cli::run_preprocess, "JSONL(.gz/.xz/.zst) -> <prefix>_<key>_document.bin/.idx"},
     {"merge-datasets", megatron::cli::run_merge_datasets, "concatenate indexed datasets"},

@@ -1,0 +1,203 @@
+#include "cli/plan_args.h"
+
+#include "cli/train_args.h"
+#include "core/error.h"
+
+namespace megatron::cli {
+
+namespace {
+
+std::string preset_list() {
+  std::string out;
+  for (const ModelPreset& p : model_presets()) out += (out.empty() ? "" : ", ") + std::string(p.name);
+  return out;
+}
+
+int64_t positive(const Args& a, const char* name) {
+  const int64_t v = a.get_int(name);
+  if (v <= 0) throw_error("[", name, "] must be positive, got ", v);
+  return v;
+}
+
+double positive_double(const Args& a, const char* name) {
+  const double v = a.get_double(name);
+  if (!(v > 0)) throw_error("[", name, "] must be positive, got ", a.get_string(name));
+  return v;
+}
+
+plan::PlanModel parse_model(const Args& a) {
+  plan::PlanModel m;
+  model::GPTConfig& c = m.config;
+  if (a.given("--model")) {
+    const std::string name = a.get_string("--model");
+    const ModelPreset* found = nullptr;
+    for (const ModelPreset& p : model_presets()) {
+      if (name == p.name) found = &p;
+    }
+    if (found == nullptr) throw_error("[--model] unknown preset '", name, "' (choose from ", preset_list(), ")");
+    c.num_layers = found->num_layers;
+    c.hidden_size = found->hidden_size;
+    c.num_attention_heads = found->num_attention_heads;
+    c.seq_length = found->seq_length;
+  }
+  auto shape = [&](const char* name, int64_t& field) {
+    if (a.given(name)) field = positive(a, name);
+    if (field == 0) throw_error("[", name, "] is required (or give --model)");
+  };
+  shape("--num-layers", c.num_layers);
+  shape("--hidden-size", c.hidden_size);
+  shape("--num-attention-heads", c.num_attention_heads);
+  shape("--seq-length", c.seq_length);
+  if (a.given("--kv-channels")) {
+    c.kv_channels = positive(a, "--kv-channels");
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0) {
+      throw_error("[--num-attention-heads] ", c.num_attention_heads, " does not divide --hidden-size ", c.hidden_size,
+                  " (or give --kv-channels)");
+    }
+    c.kv_channels = c.hidden_size / c.num_attention_heads;
+  }
+  c.ffn_hidden_size = a.given("--ffn-hidden-size") ? positive(a, "--ffn-hidden-size") : 4 * c.hidden_size;
+  c.max_position_embeddings =
+      a.given("--max-position-embeddings") ? positive(a, "--max-position-embeddings") : c.seq_length;
+  if (c.seq_length > c.max_position_embeddings) {
+    throw_error("[--seq-length] ", c.seq_length, " is larger than --max-position-embeddings ",
+                c.max_position_embeddings);
+  }
+  c.vocab_size = positive(a, "--vocab-size");
+  m.make_vocab_size_divisible_by = positive(a, "--make-vocab-size-divisible-by");
+  c.untie_embeddings_and_output_weights = a.get_flag("--untie-embeddings-and-output-weights");
+  c.add_bias_linear = !a.get_flag("--disable-bias-linear");
+  if (a.get_flag("--fp16") && a.get_flag("--bf16")) throw_error("[--fp16/--bf16] give at most one of them");
+  m.dtype = a.get_flag("--fp16") ? DType::kF16 : DType::kBF16;
+  return m;
+}
+
+plan::Cluster parse_cluster(const Args& a, DType dtype) {
+  if (!a.given("--gpu")) throw_error("[--gpu] is required (", plan::gpu_names(), ")");
+  plan::Cluster cl;
+  cl.gpu = plan::find_gpu(a.get_string("--gpu"));
+  if (dtype == DType::kBF16 && !cl.gpu.bf16) {
+    throw_error("[--gpu] ", cl.gpu.name, " has no bf16 tensor cores; plan with --fp16");
+  }
+  cl.gpus_per_node = positive(a, "--gpus-per-node");
+  cl.nodes = positive(a, "--nodes");
+  if (a.given("--intra-node-bandwidth")) cl.intra_node_bytes_per_s = positive_double(a, "--intra-node-bandwidth") * 1e9;
+  if (a.given("--inter-node-bandwidth")) cl.inter_node_bytes_per_s = positive_double(a, "--inter-node-bandwidth") * 1e9;
+  if (a.get_flag("--no-overlap")) {
+    cl.overlap_grad_reduce = false;
+    cl.overlap_param_gather = false;
+  }
+  return cl;
+}
+
+void parse_nodes_range(const Args& a, PlanRequest& q) {
+  const std::string r = a.get_string("--nodes-range");
+  const size_t dots = r.find("..");
+  if (dots == std::string::npos) throw_error("[--nodes-range] expected a..b, got '", r, "'");
+  q.first_nodes = parse_int(r.substr(0, dots), "--nodes-range");
+  q.last_nodes = parse_int(r.substr(dots + 2), "--nodes-range");
+  if (q.first_nodes < 1 || q.last_nodes < q.first_nodes) {
+    throw_error("[--nodes-range] expected 1 <= a <= b, got '", r, "'");
+  }
+  if (!a.given("--target-report-time")) throw_error("[--nodes-range] needs --target-report-time");
+  if (a.given("--nodes")) throw_error("[--nodes-range] give --nodes or --nodes-range, not both");
+  q.target_report_time_s = positive_double(a, "--target-report-time");
+  q.node_search = true;
+}
+
+}  // namespace
+
+void declare_plan_flags(Args& a) {
+  a.option("--model", "NAME", "shape preset (" + preset_list() + "); explicit flags override it")
+      .option("--num-layers", "L", "transformer layers")
+      .option("--hidden-size", "H", "hidden size")
+      .option("--num-attention-heads", "N", "attention heads")
+      .option("--seq-length", "S", "tokens per sample")
+      .option("--ffn-hidden-size", "F", "MLP hidden size (default 4 * hidden)")
+      .option("--kv-channels", "D", "head size (default hidden / heads)")
+      .option("--max-position-embeddings", "P", "learned positions (default: --seq-length)")
+      .option("--vocab-size", "V", "tokenizer vocabulary before padding (GPT-2: 50257)", "50257")
+      .option("--make-vocab-size-divisible-by", "N", "pad the vocabulary to a multiple of N * TP", "128")
+      .flag("--untie-embeddings-and-output-weights", "separate output layer weights")
+      .flag("--disable-bias-linear", "no biases in the linear layers")
+      .flag("--bf16", "bf16 parameters, fp32 main weights (the default)")
+      .flag("--fp16", "fp16 parameters, fp32 main weights");
+  a.option("--gpu", "NAME", "GPU kind (" + plan::gpu_names() + ")")
+      .option("--gpus-per-node", "G", "GPUs per node", "8")
+      .option("--nodes", "N", "nodes", "1")
+      .option("--nodes-range", "A..B", "find the smallest node count in A..B meeting --target-report-time")
+      .option("--target-report-time", "S", "report time to reach, seconds (20e6 tokens / tokens per second)")
+      .option("--intra-node-bandwidth", "GB/s", "NVLink bandwidth per GPU, one direction (default: the GPU's)")
+      .option("--inter-node-bandwidth", "GB/s", "network bandwidth per GPU, one direction (default: the GPU's DGX)")
+      .flag("--no-overlap", "no overlap of gradient reduction / parameter gather with compute");
+  a.option("--global-batch-size", "B", "samples per iteration", std::to_string(kDefaultPlanGlobalBatch))
+      .option("--tensor-model-parallel-size", "N", "fix TP (searched otherwise)")
+      .option("--pipeline-model-parallel-size", "N", "fix PP (searched otherwise)")
+      .option("--num-layers-per-virtual-pipeline-stage", "N", "fix the interleaved schedule's chunk size")
+      .option("--micro-batch-size", "N", "fix the micro-batch (searched otherwise: 1, 2, 4, 8)")
+      .option("--recompute-granularity", "G", "full or selective (fixes recompute; searched otherwise)")
+      .flag("--recompute-activations", "shorthand for --recompute-granularity selective")
+      .flag("--use-distributed-optimizer", "fix the distributed optimizer on (searched otherwise)")
+      .flag("--sequence-parallel", "fix sequence parallelism on (searched otherwise)")
+      .option("--top", "N", "layouts shown (0: all)", "10")
+      .flag("--json", "print JSON instead of the table");
+}
+
+PlanRequest parse_plan_request(const Args& a) {
+  PlanRequest q;
+  q.model = parse_model(a);
+  q.cluster = parse_cluster(a, q.model.dtype);
+  q.space.global_batch = positive(a, "--global-batch-size");
+  const model::GPTConfig& c = q.model.config;
+  if (a.given("--tensor-model-parallel-size")) q.space.tp = positive(a, "--tensor-model-parallel-size");
+  if (a.given("--pipeline-model-parallel-size")) q.space.pp = positive(a, "--pipeline-model-parallel-size");
+  if (a.given("--micro-batch-size")) q.space.micro_batch = positive(a, "--micro-batch-size");
+  if (a.given("--num-layers-per-virtual-pipeline-stage")) {
+    const int64_t per_chunk = positive(a, "--num-layers-per-virtual-pipeline-stage");
+    if (!q.space.pp) throw_error("[--num-layers-per-virtual-pipeline-stage] needs --pipeline-model-parallel-size");
+    const int64_t per_stage = c.num_layers / *q.space.pp;
+    if (c.num_layers % *q.space.pp != 0 || per_stage % per_chunk != 0) {
+      throw_error("[--num-layers-per-virtual-pipeline-stage] ", per_chunk, " does not divide the layers per stage (",
+                  c.num_layers, " / ", *q.space.pp, ")");
+    }
+    q.space.vp = per_stage / per_chunk;
+  }
+  if (a.given("--recompute-granularity")) {
+    const std::string g = a.get_string("--recompute-granularity");
+    if (g == "full") q.space.recompute = plan::PlanRecompute::kFull;
+    else if (g == "selective") q.space.recompute = plan::PlanRecompute::kSelective;
+    else throw_error("[--recompute-granularity] invalid choice '", g, "' (choose from full, selective)");
+  }
+  if (a.get_flag("--recompute-activations")) q.space.recompute = plan::PlanRecompute::kSelective;
+  if (a.get_flag("--use-distributed-optimizer")) q.space.distributed_optimizer = true;
+  if (a.get_flag("--sequence-parallel")) q.space.sequence_parallel = true;
+  if (a.given("--nodes-range")) parse_nodes_range(a, q);
+  if (!q.node_search && a.given("--target-report-time")) {
+    throw_error("[--target-report-time] needs --nodes-range a..b");
+  }
+
+  q.single = q.space.tp && q.space.pp && q.space.micro_batch && !q.node_search;
+  if (q.single) {
+    plan::ParallelConfig& p = q.single_layout;
+    p.tp = *q.space.tp;
+    p.pp = *q.space.pp;
+    p.vp = q.space.vp.value_or(1);
+    p.micro_batch = *q.space.micro_batch;
+    p.global_batch = q.space.global_batch;
+    const int64_t world = q.cluster.world();
+    if (world % (p.tp * p.pp) != 0) {
+      throw_error("[--tensor-model-parallel-size] ", world, " GPUs (", q.cluster.nodes, " nodes x ",
+                  q.cluster.gpus_per_node, ") are not divisible by tensor (", p.tp, ") x pipeline (", p.pp,
+                  ") parallel size");
+    }
+    p.dp = world / (p.tp * p.pp);
+    p.recompute = q.space.recompute.value_or(plan::PlanRecompute::kNone);
+    p.distributed_optimizer = q.space.distributed_optimizer.value_or(false);
+    // Megatron turns sequence parallelism off at TP 1.
+    p.sequence_parallel = q.space.sequence_parallel.value_or(false) && p.tp > 1;
+  }
+  return q;
+}
+
+}  // namespace megatron::cli

@@ -1,0 +1,37 @@
+#include "plan/gpu_spec.h"
+
+#include "core/error.h"
+
+namespace megatron::plan {
+
+namespace {
+constexpr double kMiB = 1024.0 * 1024.0;
+}  // namespace
+
+const std::vector<GpuSpec>& gpu_specs() {
+  // name, peak TFLOP/s, HBM B/s, memory B, NVLink B/s (one direction), IB B/s per GPU, GEMM ceiling, bf16
+  static const std::vector<GpuSpec> kSpecs = {
+      {"h100-80gb", 989.0, 3.35e12, 81559 * kMiB, 450e9, 50e9, 0.803, true},
+      {"h200-141gb", 989.0, 4.8e12, 143771 * kMiB, 450e9, 50e9, 0.803, true},
+      {"a100-40gb", 312.0, 1.555e12, 40960 * kMiB, 300e9, 25e9, 0.869, true},
+      {"a100-80gb", 312.0, 2.039e12, 81920 * kMiB, 300e9, 25e9, 0.869, true},
+      {"v100-16gb", 125.0, 0.9e12, 16160 * kMiB, 150e9, 6.25e9, 0.80, false},
+      {"v100-32gb", 125.0, 0.9e12, 32510 * kMiB, 150e9, 6.25e9, 0.80, false},
+  };
+  return kSpecs;
+}
+
+std::string gpu_names() {
+  std::string out;
+  for (const GpuSpec& g : gpu_specs()) out += (out.empty() ? "" : ", ") + std::string(g.name);
+  return out;
+}
+
+const GpuSpec& find_gpu(const std::string& name) {
+  for (const GpuSpec& g : gpu_specs()) {
+    if (name == g.name) return g;
+  }
+  throw_error("[--gpu] unknown GPU '", name, "' (choose from ", gpu_names(), ")");
+}
+
+}  // namespace megatron::plan

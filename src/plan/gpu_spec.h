@@ -1,0 +1,46 @@
+// The GPUs `megatron plan` knows: the numbers the throughput and memory models scale by.
+//
+// Every figure is a vendor datasheet value (dense, no sparsity) unless marked otherwise:
+//   peak_tflops        dense 16-bit tensor-core peak (bf16; V100 has no bf16: its fp16 peak)
+//   hbm_bytes_per_s    HBM bandwidth
+//   memory_bytes       HBM capacity as nvidia-smi's memory.total reports it (H100 80GB HBM3
+//                      81559 MiB, H200 143771 MiB, A100 40960 / 81920 MiB, V100 16160 / 32510 MiB);
+//                      headroom for the CUDA context etc. is reserved separately (memory_model.h)
+//   nvlink_bytes_per_s NVLink bandwidth per GPU, one direction (datasheets quote both
+//                      directions together: H100 900 GB/s -> 450; A100 600 -> 300; V100 300 -> 150)
+//   ib_bytes_per_s     default inter-node bandwidth per GPU, one direction: the NICs of the
+//                      reference DGX system divided by its GPUs (DGX H100: 8x ConnectX-7 NDR
+//                      400 Gb/s -> 50 GB/s; DGX A100 / Selene: 8x HDR 200 Gb/s -> 25 GB/s;
+//                      DGX-1 V100: 4x EDR 100 Gb/s for 8 GPUs -> 6.25 GB/s). --inter-node-bandwidth
+//                      overrides it for other clusters.
+//   gemm_efficiency    the best achieved dense GEMM fraction of peak (cuBLAS, bf16/fp16), the
+//                      ceiling of the GEMM efficiency curve: H100 794.5/989 = 0.803, A100
+//                      271.2/312 = 0.869 (Bekman's MAMF table, perf-anchors.md §5.1; "H200 is
+//                      the same" as H100); V100: 0.80, an assumption (no measurement in our sources).
+// Sources: NVIDIA H100, H200, A100 and V100 datasheets as tabulated in perf-anchors.md §0;
+// DGX H100 / DGX A100 / DGX-1 system datasheets for the NIC counts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace megatron::plan {
+
+struct GpuSpec {
+  const char* name;  // the --gpu spelling
+  double peak_tflops;
+  double hbm_bytes_per_s;
+  double memory_bytes;
+  double nvlink_bytes_per_s;
+  double ib_bytes_per_s;
+  double gemm_efficiency;
+  bool bf16;  // has bf16 tensor cores
+};
+
+const std::vector<GpuSpec>& gpu_specs();
+// The spec named `name` (h100-80gb, h200-141gb, a100-40gb, a100-80gb, v100-16gb, v100-32gb);
+// throws megatron::Error "[--gpu] unknown GPU 'x' (choose from ...)" otherwise.
+const GpuSpec& find_gpu(const std::string& name);
+std::string gpu_names();
+
+}  // namespace megatron::plan

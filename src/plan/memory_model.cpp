@@ -1,0 +1,89 @@
+#include "plan/memory_model.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace megatron::plan {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Micro-batches (1F1B) or layer-chunks (interleaved) in flight on `stage`: see the header.
+int64_t in_flight_micro_batches(const ParallelConfig& p, int64_t stage) {
+  return std::min(p.pp - stage, p.num_micro_batches());
+}
+
+int64_t in_flight_layers(const ParallelConfig& p, int64_t stage, int64_t layers_per_stage) {
+  if (p.vp == 1) return in_flight_micro_batches(p, stage) * layers_per_stage;
+  const int64_t chunks = std::min(p.num_micro_batches() * p.vp, 2 * (p.pp - stage - 1) + (p.vp - 1) * p.pp + 1);
+  return chunks * (layers_per_stage / p.vp);
+}
+
+}  // namespace
+
+int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p, int64_t stage) {
+  const int64_t h = c.hidden_size, f = c.ffn_hidden_size, q = c.num_attention_heads * c.kv_channels, t = p.tp;
+  const int64_t bias = c.add_bias_linear ? 1 : 0;
+  const int64_t per_layer = 4 * h                              // two LayerNorms, replicated
+                            + (3 * q * h + h * q + 2 * f * h) / t  // QKV, proj, FC1, FC2 weights
+                            + bias * (3 * q / t + f / t + 2 * h);  // column biases split, row biases not
+  int64_t n = (c.num_layers / p.pp) * per_layer;
+  const int64_t vocab_rows = c.padded_vocab_size / t;
+  if (stage == 0) n += vocab_rows * h + c.max_position_embeddings * h;
+  if (stage == p.pp - 1) {
+    n += 2 * h;
+    if (c.untie_embeddings_and_output_weights || p.pp > 1) n += vocab_rows * h;
+  }
+  return n;
+}
+
+model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage) {
+  MT_CHECK(p.tp > 0 && p.pp > 0 && p.vp > 0 && p.dp > 0 && p.micro_batch > 0 && c.num_layers % p.pp == 0 &&
+           p.num_micro_batches() > 0)
+      << p.describe();
+  model::MemoryPlan m;
+  const int64_t P = stage_num_parameters(c, p, stage);
+  const int64_t e = dtype_size(dtype);
+  m.num_parameters = P;
+  m.parameters = P * e;
+  const int64_t owned = p.distributed_optimizer ? ceil_div(P, p.dp) : P;
+  m.main_parameters = dtype == DType::kF32 ? 0 : owned * 4;
+  m.gradients = P * 4;
+  m.optimizer = 2 * owned * 4;
+
+  const int64_t s = c.seq_length, b = p.micro_batch, n = s * b, h = c.hidden_size, f = c.ffn_hidden_size;
+  const int64_t q = c.num_attention_heads * c.kv_channels, a = c.num_attention_heads, t = p.tp;
+  const int64_t u = p.sequence_parallel ? t : 1;
+  const int64_t V = c.padded_vocab_size;
+  const int64_t layers = c.num_layers / p.pp;
+  const int64_t layer = n * (3 * h / u + (4 * q + 2 * f) / t) * e + 4 * n * 4 / u + b * a * s * 4 / t;
+  const int64_t mbs_in_flight = in_flight_micro_batches(p, stage);
+  const int64_t layers_in_flight = in_flight_layers(p, stage, layers);
+  const bool full = p.recompute == PlanRecompute::kFull;
+  int64_t act = layers_in_flight * (n * h * e / u + (full ? 0 : layer));
+  if (full) act += layer;  // the one slot recomputed layers share (model/gpt_config.h recompute_slots)
+  if (stage == 0) act += mbs_in_flight * n * 4;
+  if (stage == p.pp - 1) {
+    act += mbs_in_flight * (2 * n * h * e / u + 2 * n * 4 / u + n * (V / t) * e + 4 * n * 4);
+  }
+  m.activations = act;
+  m.workspace = (3 * n * h + (4 * n * q + n * f) / t) * e;
+  return m;
+}
+
+RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p) {
+  RankMemory r;
+  for (int64_t k = 0; k < p.pp; ++k) {
+    const model::MemoryPlan m = stage_memory(c, dtype, p, k);
+    r.stage_totals.push_back(m.total());
+    if (k == 0 || m.total() > r.worst.total()) {
+      r.worst = m;
+      r.worst_stage = k;
+    }
+  }
+  return r;
+}
+
+}  // namespace megatron::plan

@@ -1,0 +1,63 @@
+// Memory per GPU for a (TP, PP, VP, DP, micro-batch, recompute, distributed optimizer, SP)
+// layout: model/memory_plan's formula extended to tensor and pipeline shards.
+//
+// What is exact and what is a model:
+//  - TP = PP = 1 (any DP, with or without the distributed optimizer): exactly the bytes our
+//    engine allocates, term for term model::plan_memory + model::shard_optimizer_state
+//    (tests/plan/memory_model_test.cpp checks the equality; memory_plan_test checks those
+//    against real allocations).
+//  - TP > 1 or PP > 1: the bytes our engine WILL allocate with Megatron's layout (megatron-facts
+//    §7-§10), same per-tensor accounting, not yet checked against allocations (the TP/PP engine
+//    does not exist yet). Megatron-LM itself stores more (dropout masks, unfused softmax inputs:
+//    Korthikanti et al. 2022's 34*s*b*h per layer vs our ~(3h + 4q/t + 2f/t)*e per token).
+//
+// The pieces, for rank k of a pipeline of pp stages (n = micro_batch * seq tokens, e = bytes of
+// the model dtype, t = tp, u = t with sequence parallelism else 1, L_k = L / pp layers):
+//  parameters per rank  L_k * [4h + (3qh + hq + 2fh)/t + bias*(3q/t + f/t + 2h)]
+//                       + first stage: V*h/t + P*h (positions, replicated)
+//                       + last stage: 2h (final LN) + V*h/t (untied, or the tied copy when pp > 1)
+//  bytes per parameter  e (model) + 4 (fp32 main, 16-bit models only) + 4 (fp32 grad) + 8 (Adam);
+//                       the distributed optimizer keeps ceil(P_k / dp) of main and Adam (§9)
+//  activations          per micro-batch in flight: L_k layer inputs n*h*e/u, the kept layers'
+//                       n*(3h/u + (4q + 2f)/t)*e + 16n/u + 4*b*a*s/t bytes each (LN outputs and
+//                       x_mid are sequence-sharded only with SP; qkv, attention out, fc1, GELU are
+//                       head/column-sharded; fp32 LN stats; fp32 softmax lse), the first stage's
+//                       int32 tokens 4n, the last stage's final stream and LN out 2*n*h*e/u + 8n/u,
+//                       logits n*(V/t)*e and 16n (losses, lse, labels, weights);
+//                       plus, once, the activation slot of the layer being recomputed (full recompute)
+//  in flight            1F1B: stage k holds min(pp - k, m) micro-batches (megatron-facts §8);
+//                       interleaved: min(m*vp, 2(pp-k-1) + (vp-1)*pp + 1) chunks of L_k/vp layers
+//                       (stage 0: L*(1 + (pp-1)/(pp*vp)) layer-micro-batches, Korthikanti 2022)
+//  workspace            (3nh + (4nq + nf)/t)*e: gradient stream, temporaries, gathered SP inputs
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/gpt_config.h"
+#include "model/memory_plan.h"
+#include "plan/parallel_config.h"
+
+namespace megatron::plan {
+
+// Headroom kept free on every GPU: the CUDA context (~0.5 GiB on H100), cuBLASLt and cuDNN
+// workspaces, NCCL buffers and allocator fragmentation. An assumption, not a measurement.
+constexpr double kReservedBytes = 2.0 * 1024 * 1024 * 1024;
+
+// Parameters held by pipeline stage `stage` (each rank of its TP group holds this many).
+int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p, int64_t stage);
+
+// The memory of one rank of pipeline stage `stage`, in model::MemoryPlan's kinds
+// ("activations" = everything saved for backward across the micro-batches in flight).
+// c.padded_vocab_size must already be padded for p.tp.
+model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage);
+
+struct RankMemory {
+  model::MemoryPlan worst;    // the stage with the largest total
+  int64_t worst_stage = 0;
+  std::vector<int64_t> stage_totals;  // bytes per stage
+};
+RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p);
+
+}  // namespace megatron::plan

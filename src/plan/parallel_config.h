@@ -1,0 +1,32 @@
+// One candidate layout of a training job: the knobs `megatron plan` enumerates.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace megatron::plan {
+
+// Megatron's --recompute-granularity: kSelective recomputes core attention only (with flash
+// attention nothing [s, s] is stored, so it changes neither memory nor time here); kFull is
+// --recompute-granularity full --recompute-method uniform --recompute-num-layers 1.
+enum class PlanRecompute { kNone, kSelective, kFull };
+const char* recompute_name(PlanRecompute r);
+
+struct ParallelConfig {
+  int64_t tp = 1;               // --tensor-model-parallel-size
+  int64_t pp = 1;               // --pipeline-model-parallel-size
+  int64_t vp = 1;               // virtual stages per pipeline rank ((L/pp) / --num-layers-per-virtual-pipeline-stage)
+  int64_t dp = 1;               // world / (tp * pp)
+  int64_t micro_batch = 1;      // --micro-batch-size
+  int64_t global_batch = 1;     // --global-batch-size
+  PlanRecompute recompute = PlanRecompute::kNone;
+  bool distributed_optimizer = false;  // --use-distributed-optimizer
+  bool sequence_parallel = false;      // --sequence-parallel (only with tp > 1)
+
+  int64_t world() const { return tp * pp * dp; }
+  // Micro-batches per iteration on each data-parallel replica.
+  int64_t num_micro_batches() const { return global_batch / (micro_batch * dp); }
+  std::string describe() const;  // "tp 8 pp 8 vp 1 dp 4 mbs 1 gbs 1536 recompute none dist-opt sp"
+};
+
+}  // namespace megatron::plan

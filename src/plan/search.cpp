@@ -1,0 +1,118 @@
+#include "plan/search.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace megatron::plan {
+
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= n; ++i) {
+    if (n % i == 0) d.push_back(i);
+  }
+  return d;
+}
+
+template <class T>
+std::vector<T> fixed_or(const std::optional<T>& fixed, std::vector<T> all) {
+  if (fixed) return {*fixed};
+  return all;
+}
+
+}  // namespace
+
+int64_t padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp) {
+  const int64_t multiple = divisible_by * tp;
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+model::GPTConfig config_for_tp(const PlanModel& m, int64_t tp) {
+  model::GPTConfig c = m.config;
+  c.padded_vocab_size = padded_vocab(c.vocab_size, m.make_vocab_size_divisible_by, tp);
+  return c;
+}
+
+Candidate evaluate_layout(const PlanModel& m, const Cluster& cluster, const ParallelConfig& p) {
+  const model::GPTConfig c = config_for_tp(m, p.tp);
+  validate_layout(c, p, cluster.world());
+  if (p.world() != cluster.world()) {
+    throw_error("[--nodes] ", cluster.nodes, " nodes x ", cluster.gpus_per_node, " GPUs is ", cluster.world(),
+                " GPUs, the layout needs ", p.world());
+  }
+  Candidate k;
+  k.parallel = p;
+  k.memory = rank_memory(c, m.dtype, p);
+  k.capacity_bytes = cluster.gpu.memory_bytes - kReservedBytes;
+  k.fits = static_cast<double>(k.memory.worst.total()) <= k.capacity_bytes;
+  k.prediction = predict(c, m.dtype, p, cluster);
+  return k;
+}
+
+std::vector<Candidate> enumerate_layouts(const PlanModel& m, const Cluster& cluster, const SearchSpace& space) {
+  MT_CHECK(space.global_batch > 0);
+  const int64_t world = cluster.world();
+  const model::GPTConfig& c = m.config;
+  std::vector<int64_t> micro;
+  for (int64_t b = 1; b <= space.max_micro_batch; b *= 2) micro.push_back(b);
+  std::vector<Candidate> out;
+  for (int64_t tp : fixed_or(space.tp, divisors(world))) {
+    if (!space.tp && (tp > cluster.gpus_per_node || c.num_attention_heads % tp != 0)) continue;
+    for (int64_t pp : fixed_or(space.pp, divisors(c.num_layers))) {
+      if (world % (tp * pp) != 0) continue;
+      const int64_t dp = world / (tp * pp);
+      std::vector<int64_t> vps = {1};
+      if (pp > 1) {
+        for (int64_t v : divisors(c.num_layers / pp)) {
+          if (v > 1 && v <= space.max_vp) vps.push_back(v);
+        }
+      }
+      for (int64_t vp : fixed_or(space.vp, vps)) {
+        for (int64_t mb : fixed_or(space.micro_batch, micro)) {
+          for (PlanRecompute rc : fixed_or(space.recompute, {PlanRecompute::kNone, PlanRecompute::kFull})) {
+            for (bool dist : fixed_or(space.distributed_optimizer, dp > 1 ? std::vector<bool>{false, true}
+                                                                           : std::vector<bool>{false})) {
+              for (bool sp : fixed_or(space.sequence_parallel,
+                                      tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false})) {
+                ParallelConfig p{tp, pp, vp, dp, mb, space.global_batch, rc, dist, sp};
+                try {
+                  out.push_back(evaluate_layout(m, cluster, p));
+                } catch (const Error&) {
+                  // Not a valid layout for this model and batch: skipped when searching.
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.fits) return a.prediction.report_time_s < b.prediction.report_time_s;
+    return a.memory.worst.total() < b.memory.worst.total();
+  });
+  return out;
+}
+
+NodeSearch smallest_node_count(const PlanModel& m, Cluster cluster, const SearchSpace& space, int64_t first_nodes,
+                               int64_t last_nodes, double target) {
+  NodeSearch r;
+  for (int64_t nodes = first_nodes; nodes <= last_nodes; ++nodes) {
+    cluster.nodes = nodes;
+    NodeSearchStep step;
+    step.nodes = nodes;
+    const std::vector<Candidate> all = enumerate_layouts(m, cluster, space);
+    if (!all.empty() && all.front().fits) step.best = all.front();
+    r.steps.push_back(step);
+    if (step.best && step.best->prediction.report_time_s <= target) {
+      r.nodes = nodes;
+      break;
+    }
+  }
+  return r;
+}
+
+}  // namespace megatron::plan

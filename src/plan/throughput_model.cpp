@@ -1,0 +1,185 @@
+#include "plan/throughput_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "plan/comm_model.h"
+#include "plan/memory_model.h"
+
+namespace megatron::plan {
+
+namespace {
+
+constexpr double kH100Peak = 989.0;
+
+struct Gpu {
+  double flops;      // achievable dense FLOP/s ceiling = peak * gemm_efficiency
+  double peak;       // FLOP/s
+  double lost_work;  // w0, FLOPs
+  double hbm;        // B/s
+};
+
+Gpu gpu_rates(const GpuSpec& g) {
+  return {g.peak_tflops * 1e12 * g.gemm_efficiency, g.peak_tflops * 1e12,
+          kGemmLostWorkH100 * g.peak_tflops / kH100Peak, g.hbm_bytes_per_s};
+}
+
+// Forward + dgrad + wgrad of an M x N x K GEMM: 3 * (w + w0) / achievable.
+double gemm3_seconds(double m, double n, double k, const Gpu& g) {
+  const double w = 2.0 * m * n * k;
+  return 3.0 * (w + g.lost_work) / g.flops;
+}
+
+struct LayerTimes {
+  double gemm = 0, wgrad_overlap = 0, attention = 0, memory = 0, tp_allreduce = 0;
+};
+
+LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, const Gpu& g,
+                       const Link& tp_link) {
+  const double n = static_cast<double>(p.micro_batch * c.seq_length), h = static_cast<double>(c.hidden_size);
+  const double q = static_cast<double>(c.num_attention_heads * c.kv_channels);
+  const double f = static_cast<double>(c.ffn_hidden_size), t = static_cast<double>(p.tp);
+  const double u = p.sequence_parallel ? t : 1.0, s = static_cast<double>(c.seq_length);
+  const double d = static_cast<double>(c.kv_channels), e = static_cast<double>(dtype_size(dtype));
+  LayerTimes lt;
+  const double qkv = gemm3_seconds(n, 3 * q / t, h, g), fc1 = gemm3_seconds(n, f / t, h, g);
+  lt.gemm = qkv + gemm3_seconds(n, h, q / t, g) + fc1 + gemm3_seconds(n, h, f / t, g);
+  lt.wgrad_overlap = (qkv + fc1) / 3.0;
+  const double attention_flops = 6.0 * static_cast<double>(p.micro_batch) * s * s * q / t;
+  const double eff = kAttentionEfficiency * d / (d + 64.0) * s / (s + 512.0);
+  lt.attention = attention_flops / (g.peak * eff);
+  lt.memory = kElementwiseBytes * n * h / u / g.hbm;
+  lt.tp_allreduce = all_reduce_seconds(n * h * e, p.tp, tp_link);
+  return lt;
+}
+
+}  // namespace
+
+double model_flops(const model::GPTConfig& c, int64_t global_batch, bool causal) {
+  const double B = static_cast<double>(global_batch), s = static_cast<double>(c.seq_length);
+  const double L = static_cast<double>(c.num_layers), h = static_cast<double>(c.hidden_size);
+  const double q = static_cast<double>(c.num_attention_heads * c.kv_channels), k = q;
+  const double f = static_cast<double>(c.ffn_hidden_size), V = static_cast<double>(c.padded_vocab_size);
+  return 6.0 * B * s * L * (h * (q + 2.0 * k) + q * h) + (causal ? 6.0 : 12.0) * B * s * s * L * q +
+         12.0 * B * s * L * h * f + 6.0 * B * s * h * V;
+}
+
+void validate_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t world) {
+  if (p.tp < 1) throw_error("[--tensor-model-parallel-size] must be positive, got ", p.tp);
+  if (p.pp < 1) throw_error("[--pipeline-model-parallel-size] must be positive, got ", p.pp);
+  if (p.micro_batch < 1) throw_error("[--micro-batch-size] must be positive, got ", p.micro_batch);
+  if (world % (p.tp * p.pp) != 0) {
+    throw_error("[--tensor-model-parallel-size] world size (", world, ") is not divisible by tensor (", p.tp,
+                ") x pipeline (", p.pp, ") parallel size");
+  }
+  if (c.num_attention_heads % p.tp != 0) {
+    throw_error("[--num-attention-heads] ", c.num_attention_heads, " is not divisible by --tensor-model-parallel-size ",
+                p.tp);
+  }
+  if (c.ffn_hidden_size % p.tp != 0) {
+    throw_error("[--ffn-hidden-size] ", c.ffn_hidden_size, " is not divisible by --tensor-model-parallel-size ", p.tp);
+  }
+  if (c.num_layers % p.pp != 0) {
+    throw_error("[--num-layers] ", c.num_layers, " is not divisible by --pipeline-model-parallel-size ", p.pp);
+  }
+  if (p.sequence_parallel && p.tp == 1) throw_error("[--sequence-parallel] needs --tensor-model-parallel-size > 1");
+  if (p.sequence_parallel && c.seq_length % p.tp != 0) {
+    throw_error("[--sequence-parallel] --seq-length ", c.seq_length, " is not divisible by --tensor-model-parallel-size ",
+                p.tp);
+  }
+  const int64_t per_step = p.micro_batch * p.dp;
+  if (p.global_batch % per_step != 0) {
+    throw_error("[--global-batch-size] global batch size (", p.global_batch, ") is not divisible by micro batch size (",
+                p.micro_batch, ") times data parallel size (", p.dp, ")");
+  }
+  if (p.vp > 1) {
+    if (p.pp < 2) throw_error("[--num-layers-per-virtual-pipeline-stage] needs --pipeline-model-parallel-size > 1");
+    if ((c.num_layers / p.pp) % p.vp != 0) {
+      throw_error("[--num-layers-per-virtual-pipeline-stage] layers per pipeline stage (", c.num_layers / p.pp,
+                  ") do not split into ", p.vp, " virtual stages");
+    }
+    if (p.num_micro_batches() % p.pp != 0) {
+      throw_error("[--num-layers-per-virtual-pipeline-stage] number of microbatches (", p.num_micro_batches(),
+                  ") is not divisible by pipeline-model-parallel-size (", p.pp, ") when using interleaved schedule");
+    }
+  }
+}
+
+Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, const Cluster& cl) {
+  const Gpu g = gpu_rates(cl.gpu);
+  const Link nvlink{cl.intra_node_bytes_per_s > 0 ? cl.intra_node_bytes_per_s : cl.gpu.nvlink_bytes_per_s,
+                    kNvlinkLatency};
+  const Link network{cl.inter_node_bytes_per_s > 0 ? cl.inter_node_bytes_per_s : cl.gpu.ib_bytes_per_s,
+                     kNetworkLatency};
+  const int64_t G = cl.gpus_per_node;
+  const Link& tp_link = p.tp <= G ? nvlink : network;
+  // A DP group with k ranks on each node crosses the network on k NICs at once (NCCL runs a
+  // ring/tree channel per NIC), so its network bandwidth is k x the per-GPU figure, at most NVLink's.
+  const int64_t dp_ranks_per_node = p.tp < G ? std::min(p.dp, G / p.tp) : 1;
+  const Link dp_network{std::min(nvlink.bytes_per_s, network.bytes_per_s * static_cast<double>(dp_ranks_per_node)),
+                        network.latency_s};
+  const Link& dp_link = p.tp * p.dp <= G ? nvlink : dp_network;
+  const Link& pp_link = p.tp * p.dp * p.pp <= G ? nvlink : network;
+
+  const double n = static_cast<double>(p.micro_batch * c.seq_length), h = static_cast<double>(c.hidden_size);
+  const double e = static_cast<double>(dtype_size(dtype)), t = static_cast<double>(p.tp);
+  const double V = static_cast<double>(c.padded_vocab_size);
+  const double m = static_cast<double>(p.num_micro_batches());
+  const double layers = static_cast<double>(c.num_layers / p.pp);
+  const bool full = p.recompute == PlanRecompute::kFull;
+
+  const LayerTimes lt = layer_times(c, dtype, p, g, tp_link);
+  double layer_compute = lt.gemm + lt.attention + lt.memory;
+  double layer_tp = 2.0 * lt.tp_allreduce + std::max(0.0, 2.0 * lt.tp_allreduce - lt.wgrad_overlap);
+  if (full) {
+    layer_compute += (lt.gemm + lt.memory) / 3.0 + lt.attention / 3.5;
+    layer_tp += 2.0 * lt.tp_allreduce;
+  }
+  const double head = gemm3_seconds(n, V / t, h, g) + kLogitsBytes * n * V / t / g.hbm;
+  const double p2p = p.pp > 1 ? 2.0 * static_cast<double>(p.vp) * send_recv_seconds(n * h * e / t, pp_link) : 0.0;
+
+  // The slowest stage per micro-batch: the last one carries the LM head (the first one's
+  // embedding lookup is negligible).
+  const double last_compute = layers * layer_compute + head;
+  const double per_micro = last_compute + layers * layer_tp + p2p;
+
+  Prediction r;
+  const double slots = m + static_cast<double>(p.pp - 1) / static_cast<double>(p.vp);
+  r.compute_s = m * last_compute;
+  r.tp_comm_s = m * layers * layer_tp;
+  r.pp_comm_s = m * p2p;
+  r.bubble_s = (slots - m) * per_micro;
+  double pipeline = slots * per_micro;
+
+  // Data parallel: the first stage holds the most parameters when the embedding is there.
+  const int64_t P = std::max(stage_num_parameters(c, p, 0), stage_num_parameters(c, p, p.pp - 1));
+  const double Pd = static_cast<double>(P);
+  const double buckets = std::max(1.0, std::ceil(Pd / std::max(kBucketElements, 1e6 * static_cast<double>(p.dp))));
+  const double grads = p.distributed_optimizer ? reduce_scatter_seconds(Pd * 4.0, p.dp, dp_link)
+                                               : all_reduce_seconds(Pd * 4.0, p.dp, dp_link);
+  const double backward_window = last_compute * 2.0 / 3.0, forward_window = last_compute / 3.0;
+  double dp = cl.overlap_grad_reduce ? std::max(grads - backward_window, grads / buckets) : grads;
+  if (p.distributed_optimizer) {
+    const double params = all_gather_seconds(Pd * e, p.dp, dp_link);
+    dp += cl.overlap_param_gather && cl.overlap_grad_reduce ? std::max(params - forward_window, params / buckets)
+                                                            : params;
+  }
+  if (p.pp > 1 && !c.untie_embeddings_and_output_weights) {
+    dp += all_reduce_seconds(V / t * h * 4.0, 2, pp_link);  // tied embedding grads, first <-> last stage
+  }
+  r.dp_comm_s = dp;
+  const double owned = p.distributed_optimizer ? std::ceil(Pd / static_cast<double>(p.dp)) : Pd;
+  r.optimizer_s = (kGradPassBytes * Pd + kAdamBytes * owned) / g.hbm;
+
+  r.seconds_per_iteration = pipeline + r.dp_comm_s + r.optimizer_s;
+  const double tokens = static_cast<double>(p.global_batch * c.seq_length);
+  r.tokens_per_s = tokens / r.seconds_per_iteration;
+  r.report_time_s = 20e6 / r.tokens_per_s;
+  const double world = static_cast<double>(p.world());
+  r.tflops_per_gpu_2024 = model_flops(c, p.global_batch, false) / (r.seconds_per_iteration * 1e12 * world);
+  r.tflops_per_gpu_2025 = model_flops(c, p.global_batch, true) / (r.seconds_per_iteration * 1e12 * world);
+  return r;
+}
+
+}  // namespace megatron::plan

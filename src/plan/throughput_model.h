@@ -1,0 +1,96 @@
+// Predicted iteration time, tokens/s and TFLOP/s per GPU of a layout on a cluster.
+//
+// Per micro-batch and pipeline stage (n = b*s tokens, t = tp, u = t with SP else 1):
+//  GEMMs       per layer QKV (n x 3q/t x h), proj (n x h x q/t), FC1 (n x f/t x h), FC2 (n x h x f/t),
+//              LM head (n x V/t x h) on the last stage; each runs 3 times (forward, dgrad, wgrad)
+//              with w = 2*M*N*K FLOPs at efficiency  eff(w) = gemm_efficiency * w / (w + w0),
+//              i.e. time = (w + w0) / (peak * gemm_efficiency): a fixed ~w0 of lost work per GEMM
+//              (launch, wave quantisation, tails, fp32 wgrad accumulation).
+//  attention   6*b*s^2*q/t FLOPs per layer (forward + backward, causal mask counted half) at
+//              efficiency  kAttentionEfficiency * d/(d + 64) * s/(s + 512)  (d = head size).
+//  memory-bound  kElementwiseBytes * n*h/u bytes per layer (LayerNorms, residual adds, dropout,
+//              bias; forward + backward) and kLogitsBytes * n*V/t for the softmax cross-entropy,
+//              at the GPU's HBM bandwidth.
+//  full recompute  one more forward: 1/3 of the GEMM and memory-bound time, 1/3.5 of attention
+//              (flash attention's backward is ~2.5x its forward), two more TP all-reduces.
+//  TP          4 all-reduces of n*h*e bytes per layer (2 forward, 2 backward; with SP the same
+//              volume as all-gathers + reduce-scatters); the 2 backward ones overlap the QKV and
+//              FC1 wgrad GEMMs (Megatron's async TP all-reduce), the rest is exposed.
+//  PP          per micro-batch and virtual chunk, a forward and a backward send/recv of n*h*e/t
+//              bytes (scatter-gather / SP-sharded); iteration = (m + (pp-1)/vp) * slowest stage
+//              (bubble fraction (pp-1)/(m*vp), Narayanan et al. 2021 §2.2).
+//  DP          gradient all-reduce (or reduce-scatter with the distributed optimizer) of the
+//              stage's fp32 grads, and the parameter all-gather of the distributed optimizer;
+//              with overlap, exposed = max(t - window, t / buckets), window = the backward
+//              (grads) or forward (params) of one micro-batch, buckets of max(4e7, 1e6*dp)
+//              elements (megatron-facts §9).
+//  optimizer   kGradPassBytes per local parameter (zero, norm, clip) + kAdamBytes per owned
+//              parameter, at HBM bandwidth.
+// Links: TP within a node on NVLink when tp <= GPUs per node; DP over the network when tp*dp
+// spans nodes, at k x the per-GPU network bandwidth when k = min(dp, G/tp) ranks of the DP group
+// share a node (one NCCL channel per NIC; capped at NVLink); PP over the network when tp*dp*pp
+// spans nodes (rank order tp-dp-pp, megatron-facts §7).
+//
+// Calibration (H100, bench/RESULTS.md "planner"): kAttentionEfficiency from the 124M op
+// profile (cuDNN attention forward + backward 5.01 ms for 0.93 TFLOP), kElementwiseBytes,
+// kLogitsBytes, kGradPassBytes and kAdamBytes from the same profile, w0 by least squares on the
+// four measured single-GPU runs (gpt2-124m, gpt2-350m, gpt3-1.3b, gpt3-2.7b). Other GPUs: w0 and
+// the rest scale with the GPU's peak and bandwidth; attention efficiency is assumed the same.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "core/dtype.h"
+#include "model/gpt_config.h"
+#include "plan/gpu_spec.h"
+#include "plan/parallel_config.h"
+
+namespace megatron::plan {
+
+constexpr double kGemmLostWorkH100 = 28e9;   // w0 in FLOPs on H100 (scaled by peak / 989 elsewhere)
+constexpr double kAttentionEfficiency = 0.562;
+constexpr double kElementwiseBytes = 72.0;   // per layer, token and hidden element
+constexpr double kLogitsBytes = 8.0;         // per token and (padded) vocabulary entry
+constexpr double kGradPassBytes = 31.0;      // per parameter of the rank
+constexpr double kAdamBytes = 38.0;          // per parameter the rank's optimizer owns
+constexpr double kBucketElements = 40e6;     // Megatron's bucket size with --overlap-grad-reduce
+
+struct Cluster {
+  GpuSpec gpu;
+  int64_t gpus_per_node = 8;
+  int64_t nodes = 1;
+  double intra_node_bytes_per_s = 0;  // 0: the GPU's NVLink figure
+  double inter_node_bytes_per_s = 0;  // 0: the GPU's default network figure
+  bool overlap_grad_reduce = true;    // --overlap-grad-reduce
+  bool overlap_param_gather = true;   // --overlap-param-gather (with the distributed optimizer)
+  int64_t world() const { return gpus_per_node * nodes; }
+};
+
+struct Prediction {
+  double seconds_per_iteration = 0;
+  double tokens_per_s = 0;
+  double tflops_per_gpu_2024 = 0;  // Megatron 2024 convention (full s^2), what published tables use
+  double tflops_per_gpu_2025 = 0;  // causal core attention halved (Megatron HEAD, our default)
+  double report_time_s = 0;        // 20e6 / tokens_per_s (the NLP benchmark's figure)
+  // Breakdown, seconds per iteration on the slowest stage.
+  double compute_s = 0;      // GEMMs, attention, memory-bound ops, recompute (all micro-batches)
+  double tp_comm_s = 0;      // exposed TP collectives
+  double pp_comm_s = 0;      // pipeline sends/receives
+  double bubble_s = 0;       // (pp-1)/vp idle micro-batch slots
+  double dp_comm_s = 0;      // exposed gradient reduction + parameter gather + tied-embedding all-reduce
+  double optimizer_s = 0;
+};
+
+// FLOPs of one iteration of `global_batch` samples (train/flops.h's formula; causal = the 2025
+// convention). Needs c.padded_vocab_size.
+double model_flops(const model::GPTConfig& c, int64_t global_batch, bool causal);
+
+// Throws megatron::Error with a one-line reason naming the flag when `p` is not a valid layout
+// for `c` on `world` GPUs (divisibility, SP, virtual pipeline rules of megatron-facts §7-§8).
+void validate_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t world);
+
+// c.padded_vocab_size must be padded for p.tp; p must pass validate_layout.
+Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, const Cluster& cluster);
+
+}  // namespace megatron::plan

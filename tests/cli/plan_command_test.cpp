@@ -1,0 +1,103 @@
+// `megatron plan` as users run it: the table, a fixed layout, --json, the smallest node
+// count for 175B, and one-line errors naming the flag.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+
+#include "support/paths.h"
+
+namespace megatron {
+namespace {
+
+test::CommandResult plan(const std::string& flags) {
+  return test::run_command(test::megatron_binary() + " plan " + flags, true);
+}
+
+int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+TEST(PlanCommand, SearchesLayoutsFor175B) {
+  const test::CommandResult r = plan("--model gpt3-175b --gpu h100-80gb --gpus-per-node 8 --nodes 16 --top 5");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("96 layers, hidden 12288, 96 heads, seq 2048"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("16 nodes = 128 GPUs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the 5 best:"), std::string::npos) << r.output;
+  // The best layout fits and shards the model (TP x PP > 1).
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("\n +([0-9]+) +([0-9]+) +[0-9]+ +[0-9]+ +[0-9]+ +1536 .* yes ")))
+      << r.output;
+  EXPECT_GT(std::stoi(m[1]) * std::stoi(m[2]), 8);
+}
+
+TEST(PlanCommand, FixedLayoutIsEvaluatedAlone) {
+  const test::CommandResult r = plan(
+      "--num-layers 40 --hidden-size 5120 --num-attention-heads 32 --seq-length 2048 --gpu h100-80gb --nodes 2 "
+      "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 512 "
+      "--use-distributed-optimizer --sequence-parallel --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("\"layouts_evaluated\": 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"tensor_model_parallel_size\": 4"), std::string::npos);
+  EXPECT_NE(r.output.find("\"pipeline_model_parallel_size\": 2"), std::string::npos);
+  EXPECT_NE(r.output.find("\"data_parallel_size\": 2"), std::string::npos);
+  EXPECT_NE(r.output.find("\"use_distributed_optimizer\": true"), std::string::npos);
+  EXPECT_NE(r.output.find("\"sequence_parallel\": true"), std::string::npos);
+  EXPECT_NE(r.output.find("\"fits\": true"), std::string::npos);
+  EXPECT_NE(r.output.find("\"report_time_s\": "), std::string::npos);
+}
+
+TEST(PlanCommand, SmallestNodeCountFor175B) {
+  const test::CommandResult r =
+      plan("--model gpt3-175b --gpu h100-80gb --nodes-range 1..64 --target-report-time 560 --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("\"smallest_nodes\": ([0-9]+)"))) << r.output;
+  const int nodes = std::stoi(m[1]);
+  EXPECT_GT(nodes, 2);   // 175B's 18 bytes/parameter alone exceed 2 x 8 x 80 GB
+  EXPECT_LE(nodes, 64);
+  const test::CommandResult text = plan("--model gpt3-175b --gpu h100-80gb --nodes-range 1..64 --target-report-time 560");
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("> answer: " + std::to_string(nodes) + " nodes (" + std::to_string(8 * nodes) + " GPUs)"),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("no layout fits"), std::string::npos);
+}
+
+TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
+  const struct {
+    const char* flags;
+    const char* message;
+  } cases[] = {
+      {"--model gpt3-175b --gpu b300", "error: [--gpu] unknown GPU 'b300'"},
+      {"--model gpt3-175b", "error: [--gpu] is required"},
+      {"--model gpt3-9b --gpu h100-80gb", "error: [--model] unknown preset 'gpt3-9b'"},
+      {"--num-layers 4 --gpu h100-80gb", "error: [--hidden-size] is required"},
+      {"--model gpt3-175b --gpu v100-32gb", "error: [--gpu] v100-32gb has no bf16 tensor cores"},
+      {"--model gpt3-175b --gpu h100-80gb --nodes-range 4", "error: [--nodes-range] expected a..b, got '4'"},
+      {"--model gpt3-175b --gpu h100-80gb --nodes-range 1..8", "error: [--nodes-range] needs --target-report-time"},
+      {"--model gpt3-175b --gpu h100-80gb --target-report-time 560", "error: [--target-report-time] needs --nodes-range"},
+      {"--model gpt3-175b --gpu h100-80gb --tensor-model-parallel-size 5 --pipeline-model-parallel-size 1 "
+       "--micro-batch-size 1 --gpus-per-node 5",
+       "error: [--num-attention-heads] 96 is not divisible by --tensor-model-parallel-size 5"},
+      {"--model gpt3-175b --gpu h100-80gb --tensor-model-parallel-size 8 --pipeline-model-parallel-size 1 "
+       "--micro-batch-size 2 --global-batch-size 3",
+       "error: [--global-batch-size] global batch size (3) is not divisible by micro batch size (2) times data "
+       "parallel size (1)"},
+      {"--model gpt3-175b --gpu h100-80gb --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 "
+       "--micro-batch-size 1 --num-layers-per-virtual-pipeline-stage 5",
+       "error: [--num-layers-per-virtual-pipeline-stage] 5 does not divide the layers per stage (96 / 4)"},
+      {"--model gpt3-175b --gpu h100-80gb --inter-node-bandwidth -3", "error: [--inter-node-bandwidth] must be positive"},
+  };
+  for (const auto& c : cases) {
+    const test::CommandResult r = plan(c.flags);
+    EXPECT_NE(r.status, 0) << c.flags;
+    EXPECT_EQ(r.output.rfind(c.message, 0), 0u) << c.flags << "\n" << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << c.flags << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace megatron

@@ -1,0 +1,56 @@
+"""scripts/slurm: the sbatch files and the rank script are valid bash, the command they build
+parses (`megatron train ... --dry-run` under a fake Slurm environment), and each sbatch file's
+default layout fits according to `megatron plan`.
+
+TP and PP are overridden to 1 for the dry run: the engine accepts only TP = PP = 1 until tensor
+and pipeline parallelism land (train_args.cpp says so in a one-line error)."""
+import os
+import re
+import subprocess
+import sys
+
+SRC = os.environ["MT_SOURCE_DIR"]
+BIN = os.environ["MT_BIN"]
+DIR = os.path.join(SRC, "scripts", "slurm")
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+for name in ("nlp_benchmark.sh", "nlp_benchmark_13b.sbatch", "nlp_benchmark_175b.sbatch"):
+    r = subprocess.run(["bash", "-n", os.path.join(DIR, name)], capture_output=True, text=True)
+    check(r.returncode == 0, f"bash -n {name}: {r.stderr}")
+
+for sbatch, model in (("nlp_benchmark_175b.sbatch", "gpt3-175b"), ("nlp_benchmark_13b.sbatch", "gpt3-13b")):
+    text = open(os.path.join(DIR, sbatch)).read()
+    check(f"export MODEL={model}" in text, f"{sbatch} sets MODEL={model}")
+    check("NCCL_NVLS_ENABLE=0" in text and "srun" in text and "scontrol show hostnames" in text,
+          f"{sbatch} launches with srun, rendezvous on the first node, NVLS off")
+    nodes = int(re.search(r"#SBATCH --nodes=(\d+)", text).group(1))
+    tp, pp, mbs, gbs = (int(re.search(rf"{k}=\${{{k}:-(\d+)}}", text).group(1)) for k in ("TP", "PP", "MBS", "GBS"))
+    # The rank script's command, printed, then run as a dry run (TP = PP = 1, see the docstring).
+    env = dict(os.environ, MODEL=model, TP="1", PP="1", MBS=str(mbs), GBS=str(gbs), MEGATRON=BIN,
+               EXTRA_ARGS="--dry-run", MEGATRON_PRINT_ARGS="1",
+               VOCAB=os.path.join(os.environ["MT_DATA_DIR"], "gpt2", "vocab.json"),
+               MERGES=os.path.join(os.environ["MT_DATA_DIR"], "gpt2", "merges.txt"))
+    r = subprocess.run(["bash", os.path.join(DIR, "nlp_benchmark.sh")], env=env, capture_output=True, text=True)
+    check(r.returncode == 0, f"print args for {model}: {r.stderr}")
+    argv = r.stdout.splitlines()
+    check(argv[:2] == [BIN, "train"] and "--dry-run" in argv, f"printed command for {model}: {argv[:4]}")
+    world = nodes * 8
+    slurm = dict(os.environ, SLURM_PROCID="0", SLURM_NTASKS=str(world), SLURM_LOCALID="0", SLURM_NNODES=str(nodes),
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    d = subprocess.run(argv, env=slurm, capture_output=True, text=True)
+    check(d.returncode == 0 and "memory plan per rank" in d.stdout, f"dry run of {model}: {d.stdout[-300:]}{d.stderr}")
+    # The default layout fits per the planner.
+    p = subprocess.run([BIN, "plan", "--model", model, "--gpu", "h100-80gb", "--nodes", str(nodes),
+                        "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp),
+                        "--micro-batch-size", str(mbs), "--global-batch-size", str(gbs),
+                        "--use-distributed-optimizer", "--sequence-parallel", "--json"], capture_output=True, text=True)
+    check(p.returncode == 0 and '"fits": true' in p.stdout, f"plan of {sbatch}'s layout: {p.stderr}{p.stdout[-400:]}")
+
+sys.exit(1 if failures else 0)

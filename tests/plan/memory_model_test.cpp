@@ -1,0 +1,149 @@
+// The planner's memory per GPU: at TP = PP = 1 it must equal the engine's exact plan
+// (model::plan_memory, checked against real allocations in memory_plan_test) for every DP size
+// with and without the distributed optimizer; at TP/PP > 1 it must equal values computed by
+// hand from the formula in plan/memory_model.h.
+#include <gtest/gtest.h>
+
+#include "model/memory_plan.h"
+#include "plan/memory_model.h"
+
+namespace megatron::plan {
+namespace {
+
+model::GPTConfig small_config() {
+  model::GPTConfig c;
+  c.num_layers = 4;
+  c.hidden_size = 8;
+  c.num_attention_heads = 2;
+  c.kv_channels = 4;
+  c.ffn_hidden_size = 32;
+  c.seq_length = 4;
+  c.max_position_embeddings = 4;
+  c.vocab_size = 50;
+  c.padded_vocab_size = 64;
+  return c;
+}
+
+void expect_same(const model::MemoryPlan& a, const model::MemoryPlan& b) {
+  EXPECT_EQ(a.num_parameters, b.num_parameters);
+  EXPECT_EQ(a.parameters, b.parameters);
+  EXPECT_EQ(a.main_parameters, b.main_parameters);
+  EXPECT_EQ(a.gradients, b.gradients);
+  EXPECT_EQ(a.optimizer, b.optimizer);
+  EXPECT_EQ(a.activations, b.activations);
+  EXPECT_EQ(a.workspace, b.workspace);
+}
+
+TEST(PlanMemory, EqualsTheEnginePlanAtTp1Pp1) {
+  struct Shape {
+    int64_t layers, hidden, heads, seq, vocab;
+  };
+  // 124M, 1.3B and 175B shapes plus the small one (vocab padded for TP 1).
+  const Shape shapes[] = {{12, 768, 12, 1024, 50304}, {24, 2048, 16, 2048, 50304}, {96, 12288, 96, 2048, 50304}};
+  for (const Shape& s : shapes) {
+    for (DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
+      for (bool untied : {false, true}) {
+        for (PlanRecompute rc : {PlanRecompute::kNone, PlanRecompute::kFull}) {
+          for (int64_t dp : {1, 2, 3, 8}) {
+            for (bool dist : {false, true}) {
+              model::GPTConfig c = small_config();
+              c.num_layers = s.layers;
+              c.hidden_size = s.hidden;
+              c.num_attention_heads = s.heads;
+              c.kv_channels = s.hidden / s.heads;
+              c.ffn_hidden_size = 4 * s.hidden;
+              c.seq_length = s.seq;
+              c.max_position_embeddings = s.seq;
+              c.padded_vocab_size = s.vocab;
+              c.untie_embeddings_and_output_weights = untied;
+              ParallelConfig p;
+              p.dp = dp;
+              p.micro_batch = 2;
+              p.global_batch = 2 * dp * 3;
+              p.recompute = rc;
+              p.distributed_optimizer = dist;
+              model::GPTConfig engine = c;
+              if (rc == PlanRecompute::kFull) {
+                engine.recompute = model::Recompute::kUniform;
+                engine.recompute_num_layers = 1;
+              }
+              model::MemoryPlan expected = model::plan_memory(engine, dtype, 2);
+              if (dist) expected = model::shard_optimizer_state(expected, dp);
+              SCOPED_TRACE(testing::Message() << s.hidden << " " << dtype_name(dtype) << " untied " << untied
+                                              << " " << p.describe());
+              expect_same(stage_memory(c, dtype, p, 0), expected);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// L=4, h=8, a=2 (q=8), f=32, s=4, V=64, positions 4, biases; tp 2, pp 2, mbs 1, gbs 4 (m=4), bf16.
+TEST(PlanMemory, TensorAndPipelineShardsByHand) {
+  const model::GPTConfig c = small_config();
+  ParallelConfig p;
+  p.tp = 2;
+  p.pp = 2;
+  p.micro_batch = 1;
+  p.global_batch = 4;
+  // Per layer: 4h = 32 LN + (3qh + hq + 2fh)/t = (192 + 64 + 512)/2 = 384 + biases 3q/t + f/t + 2h
+  // = 12 + 16 + 16 = 44 -> 460; 2 layers per stage = 920.
+  EXPECT_EQ(stage_num_parameters(c, p, 0), 920 + 32 * 8 + 4 * 8);  // + V/t*h word, positions
+  EXPECT_EQ(stage_num_parameters(c, p, 1), 920 + 16 + 32 * 8);     // + final LN, tied copy
+  const model::MemoryPlan s0 = stage_memory(c, DType::kBF16, p, 0);
+  EXPECT_EQ(s0.parameters, 1208 * 2);
+  EXPECT_EQ(s0.main_parameters, 1208 * 4);
+  EXPECT_EQ(s0.gradients, 1208 * 4);
+  EXPECT_EQ(s0.optimizer, 1208 * 8);
+  // n = 4 tokens. Layer: n*(3h + (4q + 2f)/t)*e + 16n + 4*b*a*s/t = 4*(24 + 48)*2 + 64 + 16 = 656;
+  // its input n*h*e = 64. Stage 0 holds min(pp - 0, m) = 2 micro-batches x 2 layers, + tokens 2 x 4n.
+  EXPECT_EQ(s0.activations, 4 * (64 + 656) + 2 * 16);
+  EXPECT_EQ(s0.workspace, (3 * 4 * 8 + (4 * 4 * 8 + 4 * 32) / 2) * 2);
+  const model::MemoryPlan s1 = stage_memory(c, DType::kBF16, p, 1);
+  // Stage 1: 1 micro-batch x 2 layers, + final stream and LN out 2*n*h*e = 128, their stats 32,
+  // logits n*(V/t)*e = 256, losses/lse/labels/weights 64.
+  EXPECT_EQ(s1.activations, 2 * (64 + 656) + 128 + 32 + 256 + 64);
+  const RankMemory r = rank_memory(c, DType::kBF16, p);
+  EXPECT_EQ(r.worst_stage, 0);
+  EXPECT_EQ(r.worst.total(), 2416 + 4832 + 4832 + 9664 + 2912 + 448);
+  ASSERT_EQ(r.stage_totals.size(), 2u);
+  EXPECT_EQ(r.stage_totals[1], 1192 * 18 + 1920 + 448);
+
+  // Sequence parallelism shards the LayerNorm region (3h, LN stats, layer inputs) by t:
+  // layer = 4*(12 + 48)*2 + 32 + 16 = 528, input 32.
+  p.sequence_parallel = true;
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 4 * (32 + 528) + 2 * 16);
+  // Full recompute keeps only the inputs per micro-batch, plus one shared layer slot.
+  p.sequence_parallel = false;
+  p.recompute = PlanRecompute::kFull;
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 4 * 64 + 656 + 2 * 16);
+  // The distributed optimizer over dp 3 keeps ceil(1208 / 3) = 403 main + Adam elements.
+  p.recompute = PlanRecompute::kNone;
+  p.dp = 3;
+  p.global_batch = 12;
+  p.distributed_optimizer = true;
+  const model::MemoryPlan d = stage_memory(c, DType::kBF16, p, 0);
+  EXPECT_EQ(d.main_parameters, 403 * 4);
+  EXPECT_EQ(d.optimizer, 403 * 8);
+}
+
+// Interleaving: stage 0 holds min(m*vp, 2(pp-1) + (vp-1)pp + 1) chunks of L/(pp*vp) layers.
+TEST(PlanMemory, InterleavedScheduleInFlightChunks) {
+  model::GPTConfig c = small_config();
+  c.num_layers = 8;
+  ParallelConfig p;
+  p.pp = 2;
+  p.vp = 2;
+  p.micro_batch = 1;
+  p.global_batch = 8;
+  // tp 1: layer = n*(3h + 4q + 2f)*e + 16n + 4*b*a*s = 4*(24 + 32 + 64)*2 + 64 + 32 = 1056; input 64.
+  // chunks = min(16, 2*1 + 1*2 + 1) = 5, of 4/2 = 2 layers -> 10 layer-micro-batches (vs 8 for 1F1B).
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 10 * (64 + 1056) + 2 * 16);
+  p.vp = 1;
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 8 * (64 + 1056) + 2 * 16);
+}
+
+}  // namespace
+}  // namespace megatron::plan
