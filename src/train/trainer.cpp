@@ -237,6 +237,8 @@ void Trainer::evaluate_and_print(const std::string& prefix, const data::TokenDat
 
 TrainSummary Trainer::run() {
   const TrainConfig& c = config_;
+  // Megatron's do_valid / do_test: a dataset to read and --eval-iters > 0.
+  const bool do_valid = datasets_.valid() && c.eval_iters > 0;
   TrainSummary summary;
   summary.final_valid_loss = std::numeric_limits<double>::quiet_NaN();
   const double flops_per_sample = flops_per_iteration(c.model, 1, c.flops_convention);
@@ -378,7 +380,7 @@ TrainSummary Trainer::run() {
     }
 
     // Megatron's order after the log (megatron-facts §3.8): evaluate, signal, save, duration, interval.
-    if (c.eval_interval > 0 && iteration % c.eval_interval == 0 && datasets_.valid()) {
+    if (c.eval_interval > 0 && iteration % c.eval_interval == 0 && do_valid) {
       evaluate_and_print("iteration " + std::to_string(iteration), *datasets_.valid(),
                          &progress_.consumed_valid_samples, gbs, nullptr);
     }
@@ -421,11 +423,11 @@ TrainSummary Trainer::run() {
   if (c.save && progress_.iteration != 0 && !(c.save_interval && progress_.iteration % *c.save_interval == 0)) save();
   const int64_t gbs = microbatches_->current_global_batch_size();
   const std::string at = "iteration " + std::to_string(progress_.iteration);
-  if (datasets_.valid()) {
+  if (do_valid) {
     evaluate_and_print(at + " on validation set", *datasets_.valid(), &progress_.consumed_valid_samples, gbs,
                        &summary.final_valid_loss);
   }
-  if (datasets_.test()) {
+  if (datasets_.test() && c.eval_iters > 0) {
     int64_t consumed_test = 0;
     evaluate_and_print(at + " on test set", *datasets_.test(), &consumed_test, gbs, nullptr);
   }

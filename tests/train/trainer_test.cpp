@@ -129,6 +129,25 @@ TEST(Trainer, TrainsAndLogsMegatronLines) {
   EXPECT_NEAR(std::stod(m[2]), std::exp(std::stod(m[1])), 1e-5 * std::stod(m[2]));
 }
 
+// --eval-iters 0 turns validation off (Megatron's do_valid / do_test), even with a valid split
+// and an eval interval: no validation block, no NaN loss from an empty average.
+TEST(Trainer, EvalItersZeroSkipsValidation) {
+  const std::string dir = test::scratch_dir("trainer_no_eval");
+  std::vector<std::string> flags = base_flags(test::write_walk_corpus(dir), dir + "/cache");
+  for (const char* f : {"--global-batch-size", "4", "--train-iters", "4", "--lr", "0.01", "--log-interval", "2",
+                        "--eval-interval", "2", "--eval-iters", "0"})
+    flags.push_back(f);
+  const TrainConfig c = parse(flags);
+  auto backend = backend::make_cpu_backend();
+  std::ostringstream out;
+  Trainer trainer(c, *backend, out);
+  trainer.run();
+  const std::string log = out.str();
+  EXPECT_EQ(parse_lines(log).size(), 2u) << log;
+  EXPECT_EQ(log.find("validation loss"), std::string::npos) << log;
+  EXPECT_EQ(log.find("NAN"), std::string::npos) << log;
+}
+
 TEST(Trainer, Fp16SkipsOverflowingIterationsByTheScalerRules) {
   const std::string dir = test::scratch_dir("trainer_fp16");
   std::vector<std::string> flags = base_flags(test::write_walk_corpus(dir), dir + "/cache");
