@@ -56,6 +56,12 @@ int run_train(const CommandArgs& argv) {
   train::TrainConfig config;
   try {
     config = parse_train_config(args, env.world_size, &log0);
+    // MPI (the CPU ranks' communicator) reduces fp32 only; tensor parallelism reduces
+    // activations, which are in the model dtype.
+    if (config.tensor_model_parallel_size > 1 && (config.bf16 || config.fp16) && !uses_cuda(args)) {
+      throw_error("[", config.bf16 ? "--bf16" : "--fp16",
+                  "] tensor parallelism on CPU ranks needs fp32 activations (MPI reduces fp32 only)");
+    }
   } catch (const Error&) {
     if (!rank0) return 1;
     throw;
