@@ -142,6 +142,22 @@ TEST(TrainerTensorParallel, MatchesOneProcessWithoutDropout) { parity(/*dropout=
 
 TEST(TrainerTensorParallel, MatchesOneProcessWithDropout) { parity(/*dropout=*/true, "trainer_tp_parity_dropout"); }
 
+// TP4 + SP (one head and a quarter of the sequence per rank; the vocabulary pads to 50688, a
+// multiple of 128 * 4), dropout on.
+TEST(TrainerTensorParallel, Tp4WithSequenceParallelMatchesOneProcess) {
+  const std::string dir = test::scratch_dir("trainer_tp4");
+  test::write_walk_corpus(dir);
+  const auto base = train_flags(dir, /*dropout=*/true);
+  const test::CommandResult one =
+      run(with(base, {"--make-vocab-size-divisible-by", "512", "--log-jsonl", dir + "/one.jsonl"}), 1);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const test::CommandResult tp4 = run(
+      with(base, {"--tensor-model-parallel-size", "4", "--sequence-parallel", "--log-jsonl", dir + "/tp4.jsonl"}), 4);
+  ASSERT_EQ(tp4.status, 0) << tp4.output;
+  EXPECT_NE(tp4.output.find("(new size: 50688)"), std::string::npos) << tp4.output;
+  expect_same(read_jsonl(dir + "/one.jsonl"), read_jsonl(dir + "/tp4.jsonl"), 1, "TP4 + SP");
+}
+
 // A checkpoint holds global tensors: saved under TP2 (with the distributed optimizer over DP2)
 // it resumes as one process, and one saved by one process resumes under TP2 + SP, with the
 // next losses of the uninterrupted run.
@@ -205,6 +221,16 @@ TEST(TrainerTensorParallel, BadTensorParallelConfigIsOneLineBeforeAnythingStarts
   EXPECT_EQ(count, 1u) << "one line, from rank 0:\n" << r.output;
   EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("building GPT model"), std::string::npos) << "nothing started:\n" << r.output;
+
+  // CPU ranks reduce fp32 only (MPI): a 16-bit model under TP is refused up front.
+  const test::CommandResult bf16 =
+      run(with(train_flags(dir, false), {"--tensor-model-parallel-size", "2", "--bf16"}), 2);
+  EXPECT_NE(bf16.status, 0);
+  EXPECT_NE(bf16.output.find("error: [--bf16] tensor parallelism on CPU ranks needs fp32 activations (MPI reduces "
+                             "fp32 only)\n"),
+            std::string::npos)
+      << bf16.output;
+  EXPECT_EQ(bf16.output.find("building GPT model"), std::string::npos) << "nothing started:\n" << bf16.output;
 }
 
 }  // namespace
