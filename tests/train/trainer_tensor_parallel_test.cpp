@@ -143,7 +143,8 @@ TEST(TrainerTensorParallel, MatchesOneProcessWithoutDropout) { parity(/*dropout=
 TEST(TrainerTensorParallel, MatchesOneProcessWithDropout) { parity(/*dropout=*/true, "trainer_tp_parity_dropout"); }
 
 // TP4 + SP (one head and a quarter of the sequence per rank; the vocabulary pads to 50688, a
-// multiple of 128 * 4), dropout on.
+// multiple of 128 * 4), dropout on, with full recomputation (the re-run forward repeats the
+// collectives and the masks).
 TEST(TrainerTensorParallel, Tp4WithSequenceParallelMatchesOneProcess) {
   const std::string dir = test::scratch_dir("trainer_tp4");
   test::write_walk_corpus(dir);
@@ -152,10 +153,12 @@ TEST(TrainerTensorParallel, Tp4WithSequenceParallelMatchesOneProcess) {
       run(with(base, {"--make-vocab-size-divisible-by", "512", "--log-jsonl", dir + "/one.jsonl"}), 1);
   ASSERT_EQ(one.status, 0) << one.output;
   const test::CommandResult tp4 = run(
-      with(base, {"--tensor-model-parallel-size", "4", "--sequence-parallel", "--log-jsonl", dir + "/tp4.jsonl"}), 4);
+      with(base, {"--tensor-model-parallel-size", "4", "--sequence-parallel", "--recompute-granularity", "full",
+                  "--recompute-method", "uniform", "--recompute-num-layers", "1", "--log-jsonl", dir + "/tp4.jsonl"}),
+      4);
   ASSERT_EQ(tp4.status, 0) << tp4.output;
   EXPECT_NE(tp4.output.find("(new size: 50688)"), std::string::npos) << tp4.output;
-  expect_same(read_jsonl(dir + "/one.jsonl"), read_jsonl(dir + "/tp4.jsonl"), 1, "TP4 + SP");
+  expect_same(read_jsonl(dir + "/one.jsonl"), read_jsonl(dir + "/tp4.jsonl"), 1, "TP4 + SP + full recompute");
 }
 
 // A checkpoint holds global tensors: saved under TP2 (with the distributed optimizer over DP2)
