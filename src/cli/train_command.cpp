@@ -1,8 +1,10 @@
 // megatron train: Megatron-LM's pretrain_gpt.py on this process, one rank of a data-parallel
 // job when a launcher started several (comm/launch_env.h), or the launcher itself with
 // --nproc-per-node (cli/train_launcher.h).
+#include <chrono>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "backend/ops.h"
 #include "cli/args.h"
@@ -63,7 +65,12 @@ int run_train(const CommandArgs& argv) {
                   "] tensor parallelism on CPU ranks needs fp32 activations (MPI reduces fp32 only)");
     }
   } catch (const Error&) {
-    if (!rank0) return 1;
+    if (!rank0) {
+      // mpirun tears the job down at the first non-zero exit: leave rank 0 (which finds the
+      // same error) the time to print its line first; it exits at once and ends the job.
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      return 1;
+    }
     throw;
   }
   if (env.world_size > 1) {
