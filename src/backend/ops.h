@@ -9,8 +9,11 @@
 //  - Activations are sequence-first, [s, b, h], as in Megatron (sequence parallelism splits
 //    dim 0). "n" below is s*b rows.
 //  - Linear weights are [out, in] (PyTorch/Megatron layout): y = x W^T + b.
-//  - Dropout: element i of a tensor is kept iff dropout_keep(seed, stream, i, p) (core/rng.h);
-//    kept values are scaled by 1/(1-p). p == 0 means no dropout (no RNG drawn).
+//  - Dropout: element i of a tensor is kept iff dropout_keep(seed, stream, offset + i, p)
+//    (core/rng.h); kept values are scaled by 1/(1-p). p == 0 means no dropout (no RNG drawn).
+//    offset (DropoutParams) is 0 except for a shard of a larger tensor: a sequence-parallel
+//    rank's [s/T, b, h] rows start at flat index offset = r * (s/T) * b * h of the [s, b, h]
+//    tensor, so its mask is the single-process run's at the same global elements.
 //  - Shapes are checked with MT_CHECK: a mismatch is a bug in the caller, not user input.
 #pragma once
 
@@ -28,6 +31,7 @@ struct DropoutParams {
   float p = 0.0f;
   uint64_t seed = 0;
   uint64_t stream = 0;  // distinct per use site and step (layer, micro-batch, iteration)
+  uint64_t offset = 0;  // global flat index of element 0 (sequence-parallel shards; see above)
 };
 
 // Causal self-attention over Megatron's fused QKV projection output.
@@ -36,8 +40,10 @@ struct DropoutParams {
 // out: [s, b, heads * head_dim], head j in columns [j*d, (j+1)*d).
 // softmax(q k^T * scale + causal mask) (fp32), dropout on the probabilities, times v.
 // Dropout element index of probability (batch bi, head hd, query i, key j) is
-// ((bi * heads + hd) * s + i) * s + j, the flat index in a [b, heads, s, s] tensor; masked
-// keys (j > i) draw nothing.
+// ((bi * H + h0 + hd) * s + i) * s + j, the flat index in a [b, H, s, s] tensor, with
+// H = dropout_heads (0: heads) and h0 = dropout_head0: a tensor-parallel rank computing the
+// global heads [h0, h0 + heads) of H passes them, so its masks are the single-process run's.
+// Masked keys (j > i) draw nothing.
 // One AdamW update (Megatron --optimizer adam = apex FusedAdam, adam_w_mode, bias correction),
 // elementwise over fp32 tensors, step t >= 1:
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
@@ -60,7 +66,10 @@ struct AttentionParams {
   int64_t heads = 0;
   int64_t head_dim = 0;
   float softmax_scale = 0.0f;  // usually 1/sqrt(head_dim)
-  DropoutParams dropout;
+  DropoutParams dropout;       // its offset is unused: heads are placed by the two fields below
+  int64_t dropout_heads = 0;   // H of the dropout index (0: heads; TP: all heads of the model)
+  int64_t dropout_head0 = 0;   // global index of this call's head 0 (TP: rank * heads)
+  int64_t dropout_total_heads() const { return dropout_heads > 0 ? dropout_heads : heads; }
 };
 
 class Backend {
@@ -135,9 +144,13 @@ class Backend {
                                   const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
 
   // ---- embeddings -----------------------------------------------------------------------
-  // out[s, b, h] = wte[tokens[b, s]] + wpe[s] (tokens int32 in [0, V); positions 0..s-1).
+  // out[s, b, h] = wte[tokens[b, s]] + wpe[s] (tokens int32; positions 0..s-1). A token
+  // outside [0, V) takes a zero word row and wpe may be undefined (no position term): the
+  // pieces of Megatron's VocabParallelEmbedding, where wte holds one rank's vocabulary slice,
+  // the caller shifts the ids into it and sums the ranks' outputs.
   virtual void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) = 0;
-  // dwte[V, h] (+=) and dwpe[P, h] (+=) from dout[s, b, h].
+  // dwte[V, h] (+=) and dwpe[P, h] (+=) from dout[s, b, h]; tokens outside [0, V) add
+  // nothing to dwte.
   virtual void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) = 0;
 
   // ---- attention ------------------------------------------------------------------------
@@ -158,10 +171,12 @@ class Backend {
 
   // ---- loss -----------------------------------------------------------------------------
   // Per-row cross-entropy of logits[n, V] against labels[n] (int32): losses[n] (fp32) =
-  // lse - logits[label]; lse[n] (fp32) saved.
+  // lse - logits[label]; lse[n] (fp32) saved. A label outside [0, V) gives a NaN loss (its
+  // lse is still right: tensor_parallel/vocab_parallel.h combines the ranks' lse).
   virtual void cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) = 0;
   // dlogits[n, V] = (softmax(logits) - onehot(label)) * dlosses[n] (dlosses fp32; dlogits may
-  // alias logits to save the [n, V] buffer).
+  // alias logits to save the [n, V] buffer). A label outside [0, V) has no one-hot term (the
+  // vocab-parallel case: another rank holds that id); lse may be the whole vocabulary's.
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
                                       const Tensor& dlosses, Tensor& dlogits) = 0;
 

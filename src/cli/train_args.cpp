@@ -41,12 +41,12 @@ constexpr FlagRow kFlagTable[] = {
     // Parallelism: later issues widen these.
     // --tensor/--pipeline-model-parallel-size are declared as supported flags: the layout check
     // (world size divisible by TP x PP) comes first, then fill_parallel_and_batch() says that
-    // values other than 1 are not supported yet.
+    // pipeline sizes other than 1 are not supported yet.
     {"--num-layers-per-virtual-pipeline-stage", FlagType::kValue, FlagState::kUnsupported, "", "interleaved pipeline schedule"},
     {"--context-parallel-size", FlagType::kValue, FlagState::kValues, "1", "context parallelism"},
     {"--expert-model-parallel-size", FlagType::kValue, FlagState::kValues, "1", "mixture of experts"},
     {"--num-experts", FlagType::kValue, FlagState::kUnsupported, "", "mixture of experts"},
-    {"--distribute-saved-activations", FlagType::kSwitch, FlagState::kUnsupported, "", "needs tensor parallelism"},
+    {"--distribute-saved-activations", FlagType::kSwitch, FlagState::kUnsupported, "", "activation partitioning over tensor-parallel ranks"},
     {"--data-parallel-random-init", FlagType::kSwitch, FlagState::kUnsupported, "", "per-replica initialisation"},
     {"--decrease-batch-size-if-needed", FlagType::kSwitch, FlagState::kUnsupported, "", "global batch must divide exactly"},
     {"--step-batch-size-schedule", FlagType::kValue, FlagState::kUnsupported, "", "use --rampup-batch-size"},
@@ -336,14 +336,14 @@ void declare_supported_flags(Args& a) {
       .flag("--no-log-loss-scale-to-tensorboard", "do not log the loss scale")
       .option("--log-jsonl", "FILE", "append one JSON object per logged iteration and validation to FILE");
   // Parallelism and recompute.
-  a.option("--tensor-model-parallel-size", "N", "tensor-parallel size (only 1 for now)", "1")
+  a.option("--tensor-model-parallel-size", "N", "tensor-parallel size (heads, FFN and vocabulary split over N ranks)", "1")
       .option("--pipeline-model-parallel-size", "N", "pipeline-parallel size (only 1 for now)", "1")
       .flag("--use-distributed-optimizer", "shard the fp32 main weights and Adam moments over data-parallel ranks")
       .option("--ddp-bucket-size", "N", "gradient all-reduce / reduce-scatter bucket size in elements (default: one bucket)")
       .option("--nproc-per-node", "N", "start N local worker processes of this command (torchrun's flag)")
       .option("--distributed-timeout-minutes", "M",
               "end the job when a collective has waited M minutes (a rank is stuck or dead)", "10")
-      .flag("--sequence-parallel", "sequence parallelism (off at tensor-parallel size 1, as in Megatron)")
+      .flag("--sequence-parallel", "sequence parallelism in the LayerNorm/dropout regions (needs tensor parallelism)")
       .flag("--use-cpu-initialization", "initialise full matrices then split (TP-invariant)")
       .flag("--recompute-activations", "shorthand for --recompute-granularity selective")
       .option("--recompute-granularity", "G", "full or selective")
@@ -451,10 +451,6 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   // Megatron's layout check first (megatron-facts §7): dp = world / (tp * pp).
   c.data_parallel_size = comm::parallel_sizes(world_size, c.tensor_model_parallel_size,
                                               c.pipeline_model_parallel_size).dp;
-  if (c.tensor_model_parallel_size != 1) {
-    throw_error("[--tensor-model-parallel-size] ", c.tensor_model_parallel_size,
-                " is not supported yet (tensor parallelism comes later; accepted: 1)");
-  }
   if (c.pipeline_model_parallel_size != 1) {
     throw_error("[--pipeline-model-parallel-size] ", c.pipeline_model_parallel_size,
                 " is not supported yet (pipeline parallelism comes later; accepted: 1)");
@@ -467,8 +463,24 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
     throw_error("[--num-layers] ", c.model.num_layers, " is not divisible by --pipeline-model-parallel-size ",
                 c.pipeline_model_parallel_size);
   }
-  // Megatron turns sequence parallelism off at TP 1.
-  c.sequence_parallel = a.get_flag("--sequence-parallel") && c.tensor_model_parallel_size > 1;
+  // Tensor parallelism splits heads, FFN columns and (with --sequence-parallel) the sequence
+  // (model/gpt_model.h); the vocabulary is padded to a multiple of T (train/config.h).
+  const int64_t tp = c.tensor_model_parallel_size;
+  if (c.model.ffn_hidden_size % tp != 0) {
+    throw_error("[--ffn-hidden-size] ", c.model.ffn_hidden_size, " is not divisible by --tensor-model-parallel-size ",
+                tp);
+  }
+  // Megatron silently turns sequence parallelism off at TP 1; a contradictory flag is an
+  // error here (DESIGN.md: never silently ignored).
+  c.sequence_parallel = a.get_flag("--sequence-parallel");
+  if (c.sequence_parallel && tp == 1) {
+    throw_error("[--sequence-parallel] needs --tensor-model-parallel-size > 1 (it splits the sequence over the "
+                "tensor-parallel ranks)");
+  }
+  if (c.sequence_parallel && c.model.seq_length % tp != 0) {
+    throw_error("[--seq-length] ", c.model.seq_length, " is not divisible by --tensor-model-parallel-size ", tp,
+                " (--sequence-parallel splits the sequence)");
+  }
   c.use_distributed_optimizer = a.get_flag("--use-distributed-optimizer");
   c.ddp_bucket_size = opt_int(a, "--ddp-bucket-size");
   c.distributed_timeout_minutes = a.get_double("--distributed-timeout-minutes");

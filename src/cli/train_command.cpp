@@ -1,8 +1,10 @@
 // megatron train: Megatron-LM's pretrain_gpt.py on this process, one rank of a data-parallel
 // job when a launcher started several (comm/launch_env.h), or the launcher itself with
 // --nproc-per-node (cli/train_launcher.h).
+#include <chrono>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "backend/ops.h"
 #include "cli/args.h"
@@ -56,8 +58,19 @@ int run_train(const CommandArgs& argv) {
   train::TrainConfig config;
   try {
     config = parse_train_config(args, env.world_size, &log0);
+    // MPI (the CPU ranks' communicator) reduces fp32 only; tensor parallelism reduces
+    // activations, which are in the model dtype.
+    if (config.tensor_model_parallel_size > 1 && (config.bf16 || config.fp16) && !uses_cuda(args)) {
+      throw_error("[", config.bf16 ? "--bf16" : "--fp16",
+                  "] tensor parallelism on CPU ranks needs fp32 activations (MPI reduces fp32 only)");
+    }
   } catch (const Error&) {
-    if (!rank0) return 1;
+    if (!rank0) {
+      // mpirun tears the job down at the first non-zero exit: leave rank 0 (which finds the
+      // same error) the time to print its line first; it exits at once and ends the job.
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      return 1;
+    }
     throw;
   }
   if (env.world_size > 1) {

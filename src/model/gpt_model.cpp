@@ -2,7 +2,9 @@
 
 #include <cmath>
 
+#include "comm/self_communicator.h"
 #include "core/error.h"
+#include "tensor_parallel/mappings.h"
 
 namespace megatron::model {
 
@@ -14,50 +16,74 @@ constexpr int kSiteMlpOut = 2;
 constexpr int kSiteEmbedding = 3;
 }  // namespace
 
-GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType param_dtype, int64_t micro_batch_size)
+GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType param_dtype, int64_t micro_batch_size,
+                   const TensorParallelOptions& tp)
     : config_(config), backend_(backend), dtype_(param_dtype), micro_batch_size_(micro_batch_size) {
   const GPTConfig& c = config_;
   MT_CHECK(c.num_layers > 0 && c.hidden_size > 0 && c.num_attention_heads > 0 && c.ffn_hidden_size > 0 &&
            c.kv_channels > 0 && c.seq_length > 0 && c.padded_vocab_size > 0 && micro_batch_size > 0)
       << "incomplete GPTConfig";
   MT_CHECK(c.seq_length <= c.max_position_embeddings) << "seq_length > max_position_embeddings";
+  if (tp.group == nullptr) own_tp_ = std::make_unique<comm::SelfCommunicator>(backend_, "tp");
+  tp_ = tp.group ? tp.group : own_tp_.get();
+  const int64_t T = tp_->size(), rank = tp_->rank();
+  sp_ = tp.sequence_parallel;
+  MT_CHECK(!sp_ || T > 1) << "sequence parallelism needs a tensor-parallel group";
+  // Configuration errors are reported by cli/train_args.cpp; here they are bugs.
+  MT_CHECK(c.num_attention_heads % T == 0 && c.ffn_hidden_size % T == 0 && c.padded_vocab_size % T == 0 &&
+           (!sp_ || c.seq_length % T == 0))
+      << "GPTConfig does not split over " << T << " tensor-parallel ranks";
   const int64_t h = c.hidden_size, f = c.ffn_hidden_size, V = c.padded_vocab_size;
-  q_size_ = c.num_attention_heads * c.kv_channels;
+  const int64_t q = c.num_attention_heads * c.kv_channels;
+  heads_ = c.num_attention_heads / T;
+  q_size_ = q / T;
+  ffn_ = f / T;
+  vocab_ = tensor_parallel::vocab_range(V, rank, T);
   const bool bias = c.add_bias_linear;
+  constexpr int kRows = 0, kCols = 1;  // partition dims: column-parallel / vocab rows, row-parallel columns
 
-  word_emb_ = params_.add("embedding.word_embeddings.weight", {V, h}, Init::kNormal);
+  params_.set_tensor_parallel(rank, T);
+  word_emb_ = params_.add("embedding.word_embeddings.weight", {V, h}, Init::kNormal, kRows);
   pos_emb_ = params_.add("embedding.position_embeddings.weight", {c.max_position_embeddings, h}, Init::kNormal);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string pre = "decoder.layers." + std::to_string(l) + ".";
     LayerParams lp{};
     lp.ln1_w = params_.add(pre + "input_layernorm.weight", {h}, Init::kOnes);
     lp.ln1_b = params_.add(pre + "input_layernorm.bias", {h}, Init::kZeros);
-    lp.qkv_w = params_.add(pre + "self_attention.linear_qkv.weight", {3 * q_size_, h}, Init::kNormal);
-    lp.qkv_b = bias ? params_.add(pre + "self_attention.linear_qkv.bias", {3 * q_size_}, Init::kZeros) : -1;
-    lp.proj_w = params_.add(pre + "self_attention.linear_proj.weight", {h, q_size_}, Init::kScaledNormal);
+    lp.qkv_w = params_.add(pre + "self_attention.linear_qkv.weight", {3 * q, h}, Init::kNormal, kRows);
+    lp.qkv_b = bias ? params_.add(pre + "self_attention.linear_qkv.bias", {3 * q}, Init::kZeros, kRows) : -1;
+    lp.proj_w = params_.add(pre + "self_attention.linear_proj.weight", {h, q}, Init::kScaledNormal, kCols);
     lp.proj_b = bias ? params_.add(pre + "self_attention.linear_proj.bias", {h}, Init::kZeros) : -1;
     lp.ln2_w = params_.add(pre + "pre_mlp_layernorm.weight", {h}, Init::kOnes);
     lp.ln2_b = params_.add(pre + "pre_mlp_layernorm.bias", {h}, Init::kZeros);
-    lp.fc1_w = params_.add(pre + "mlp.linear_fc1.weight", {f, h}, Init::kNormal);
-    lp.fc1_b = bias ? params_.add(pre + "mlp.linear_fc1.bias", {f}, Init::kZeros) : -1;
-    lp.fc2_w = params_.add(pre + "mlp.linear_fc2.weight", {h, f}, Init::kScaledNormal);
+    lp.fc1_w = params_.add(pre + "mlp.linear_fc1.weight", {f, h}, Init::kNormal, kRows);
+    lp.fc1_b = bias ? params_.add(pre + "mlp.linear_fc1.bias", {f}, Init::kZeros, kRows) : -1;
+    lp.fc2_w = params_.add(pre + "mlp.linear_fc2.weight", {h, f}, Init::kScaledNormal, kCols);
     lp.fc2_b = bias ? params_.add(pre + "mlp.linear_fc2.bias", {h}, Init::kZeros) : -1;
     layer_params_.push_back(lp);
   }
   final_ln_w_ = params_.add("decoder.final_layernorm.weight", {h}, Init::kOnes);
   final_ln_b_ = params_.add("decoder.final_layernorm.bias", {h}, Init::kZeros);
-  output_w_ = c.untie_embeddings_and_output_weights ? params_.add("output_layer.weight", {V, h}, Init::kNormal)
-                                                    : word_emb_;
+  output_w_ = c.untie_embeddings_and_output_weights
+                  ? params_.add("output_layer.weight", {V, h}, Init::kNormal, kRows)
+                  : word_emb_;
+  if (sp_) {
+    for (Parameter& p : params_.params()) {
+      if (p.name.find("layernorm") != std::string::npos) p.sequence_parallel = true;
+    }
+  }
   params_.allocate(backend_, dtype_);
 
-  // Activations and inputs of one micro-batch.
-  const int64_t s = c.seq_length, b = micro_batch_size_, n = s * b, heads = c.num_attention_heads;
+  // Activations and inputs of one micro-batch (shapes per rank, see the header).
+  const int64_t s = c.seq_length, b = micro_batch_size_, n = s * b;
+  n_local_ = sp_ ? n / T : n;
+  const int64_t nl = n_local_, sl = sp_ ? s / T : s;
   auto act = [&](Shape shape, DType dt) { return backend_.empty(std::move(shape), dt, MemoryKind::kActivations); };
   auto work = [&](Shape shape, DType dt) { return backend_.empty(std::move(shape), dt, MemoryKind::kWorkspace); };
   tokens_ = act({b, s}, DType::kI32);
   labels_ = act({s, b}, DType::kI32);
   loss_weights_ = act({s, b}, DType::kF32);
-  for (int64_t l = 0; l <= c.num_layers; ++l) xs_.push_back(act({s, b, h}, dtype_));
+  for (int64_t l = 0; l <= c.num_layers; ++l) xs_.push_back(act({sl, b, h}, dtype_));
   MT_CHECK(c.recompute == Recompute::kNone || c.recompute_num_layers >= 1) << "recompute_num_layers";
   // Kept layers own a slot each (in layer order); recomputed layers share the slots after them.
   for (int64_t l = 0, kept = 0; l < c.num_layers; ++l) {
@@ -71,34 +97,35 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   }
   for (int64_t l = 0; l < c.kept_layers() + c.recompute_slots(); ++l) {
     LayerActs a;
-    a.ln1_out = act({n, h}, dtype_);
-    a.ln1_mean = act({n}, DType::kF32);
-    a.ln1_rstd = act({n}, DType::kF32);
+    a.ln1_out = act({nl, h}, dtype_);
+    a.ln1_mean = act({nl}, DType::kF32);
+    a.ln1_rstd = act({nl}, DType::kF32);
     a.qkv = act({s, b, 3 * q_size_}, dtype_);
     a.attn_out = act({s, b, q_size_}, dtype_);
-    a.attn_lse = act({b, heads, s}, DType::kF32);
-    a.x_mid = act({n, h}, dtype_);
-    a.ln2_out = act({n, h}, dtype_);
-    a.ln2_mean = act({n}, DType::kF32);
-    a.ln2_rstd = act({n}, DType::kF32);
-    a.fc1_out = act({n, f}, dtype_);
-    a.gelu_out = act({n, f}, dtype_);
+    a.attn_lse = act({b, heads_, s}, DType::kF32);
+    a.x_mid = act({nl, h}, dtype_);
+    a.ln2_out = act({nl, h}, dtype_);
+    a.ln2_mean = act({nl}, DType::kF32);
+    a.ln2_rstd = act({nl}, DType::kF32);
+    a.fc1_out = act({n, ffn_}, dtype_);
+    a.gelu_out = act({n, ffn_}, dtype_);
     acts_.push_back(std::move(a));
   }
-  final_ln_out_ = act({n, h}, dtype_);
-  final_ln_mean_ = act({n}, DType::kF32);
-  final_ln_rstd_ = act({n}, DType::kF32);
+  final_ln_out_ = act({nl, h}, dtype_);
+  final_ln_mean_ = act({nl}, DType::kF32);
+  final_ln_rstd_ = act({nl}, DType::kF32);
   // Logits in the model dtype, as Megatron's output layer (the cross-entropy works in fp32 on
   // them); the backward overwrites them with their gradient.
-  logits_ = act({n, V}, dtype_);
+  logits_ = act({n, vocab_.size}, dtype_);
   losses_ = act({n}, DType::kF32);
   loss_lse_ = act({n}, DType::kF32);
-  ws_grad_ = work({n, h}, dtype_);
+  ws_grad_ = work({nl, h}, dtype_);
   ws_h1_ = work({n, h}, dtype_);
   ws_h2_ = work({n, h}, dtype_);
   ws_qkv_ = work({s, b, 3 * q_size_}, dtype_);
   ws_q_ = work({s, b, q_size_}, dtype_);
-  ws_f_ = work({n, f}, dtype_);
+  ws_f_ = work({n, ffn_}, dtype_);
+  if (sp_) ws_full_ = work({n, h}, dtype_);
   dlogits_ = logits_;
 }
 
@@ -113,16 +140,55 @@ backend::DropoutParams GPTModel::dropout_params(float p, int64_t layer, int site
                static_cast<uint64_t>(layer + 1))
               << 2) |
              static_cast<uint64_t>(site);
+  // Hidden dropouts act on the residual stream [n_local, h]: a sequence-parallel shard starts
+  // at global element rank * n_local * h (attention dropout places its heads instead).
+  if (sp_ && site != kSiteAttentionProbs) {
+    d.offset = static_cast<uint64_t>(tp_->rank() * n_local_ * config_.hidden_size);
+  }
   return d;
 }
 
 backend::AttentionParams GPTModel::attention_params(int64_t layer) const {
   backend::AttentionParams a;
-  a.heads = config_.num_attention_heads;
+  a.heads = heads_;
   a.head_dim = config_.kv_channels;
   a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(config_.kv_channels));
   a.dropout = dropout_params(config_.attention_dropout, layer, kSiteAttentionProbs);
+  // This rank's heads are the global heads [rank * heads_, (rank + 1) * heads_).
+  a.dropout_heads = config_.num_attention_heads;
+  a.dropout_head0 = tp_->rank() * heads_;
   return a;
+}
+
+Tensor GPTModel::column_input(const Tensor& ln_out) {
+  if (!sp_) return ln_out;
+  tensor_parallel::gather_sequence(*tp_, ln_out, ws_full_);
+  return ws_full_;
+}
+
+Tensor GPTModel::reduce_rows(Tensor& partial) {
+  if (!sp_) {
+    tensor_parallel::all_reduce_tp(*tp_, partial);
+    return partial;
+  }
+  Tensor shard = tensor_parallel::sequence_shard(*tp_, partial);
+  tensor_parallel::reduce_scatter_sequence(*tp_, partial, shard);
+  return shard;
+}
+
+Tensor GPTModel::gather_rows(const Tensor& shard, Tensor& full) {
+  if (!sp_) return shard;
+  tensor_parallel::gather_sequence(*tp_, shard, full);
+  return full;
+}
+
+Tensor GPTModel::local_rows(const Tensor& full) { return sp_ ? tensor_parallel::sequence_shard(*tp_, full) : full; }
+
+void GPTModel::reduce_sequence_parallel_grads() {
+  if (!sp_) return;
+  for (Parameter& p : params_.params()) {
+    if (p.sequence_parallel) tensor_parallel::all_reduce_tp(*tp_, p.grad);
+  }
 }
 
 float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
@@ -140,13 +206,14 @@ float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
   int32_t* lb = host_labels.data_as<int32_t>();
   float* mk = host_mask.data_as<float>();
   double mask_sum = 0.0;
+  // Ids go in shifted into this rank's vocabulary slice (-1 outside it; T = 1: unchanged).
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t si = 0; si < s; ++si) {
       const int32_t t = mb.tokens[bi * s + si], y = mb.labels[bi * s + si];
       MT_CHECK(t >= 0 && t < config_.padded_vocab_size && y >= 0 && y < config_.padded_vocab_size)
           << "token id out of range: " << t << " / " << y;
-      tk[bi * s + si] = t;
-      lb[si * b + bi] = y;
+      tk[bi * s + si] = vocab_.contains(t) ? static_cast<int32_t>(t - vocab_.start) : -1;
+      lb[si * b + bi] = vocab_.contains(y) ? static_cast<int32_t>(y - vocab_.start) : -1;
       mk[si * b + bi] = mb.loss_mask[bi * s + si];
       mask_sum += mb.loss_mask[bi * s + si];
     }
@@ -156,31 +223,41 @@ float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
   backend_.copy(host_labels, labels_);
   backend_.copy(host_mask, loss_weights_);
 
-  // Embedding: word + position, then (hidden) dropout.
+  // Embedding: word + position, then (hidden) dropout. Vocab-parallel: each rank's partial
+  // lookup (rank 0 adds the positions) summed over TP, or reduce-scattered into the sequence
+  // shard under sequence parallelism (Megatron: all-reduce, then scatter; the same values).
+  const int64_t h = config_.hidden_size;
   const backend::DropoutParams emb_dropout = dropout_params(config_.hidden_dropout, -1, kSiteEmbedding);
-  if (emb_dropout.p == 0.0f) {
-    backend_.embedding_forward(tokens_, param(word_emb_), param(pos_emb_), xs_[0]);
-  } else {
-    Tensor emb = ws_h1_.view({s, b, config_.hidden_size});
-    backend_.embedding_forward(tokens_, param(word_emb_), param(pos_emb_), emb);
-    backend_.dropout_forward(emb, xs_[0], emb_dropout);
+  const Tensor wpe = tp_->rank() == 0 ? param(pos_emb_) : Tensor();
+  Tensor emb = !sp_ && emb_dropout.p == 0.0f ? xs_[0] : ws_h1_.view({s, b, h});
+  backend_.embedding_forward(tokens_, param(word_emb_), wpe, emb);
+  Tensor emb_rows = emb.view({n, h});
+  const Tensor emb_local = reduce_rows(emb_rows);
+  if (emb.data() != xs_[0].data()) {
+    Tensor x0 = xs_[0].view({n_local_, h});
+    backend_.dropout_forward(emb_local, x0, emb_dropout);  // p == 0: a copy
   }
 
   for (int64_t l = 0; l < config_.num_layers; ++l) layer_forward(l);
 
-  const int64_t h = config_.hidden_size;
-  Tensor x_last = xs_[config_.num_layers].view({n, h});
+  Tensor x_last = xs_[config_.num_layers].view({n_local_, h});
   backend_.layernorm_forward(x_last, param(final_ln_w_), param(final_ln_b_), config_.layernorm_epsilon, final_ln_out_,
                              final_ln_mean_, final_ln_rstd_);
-  backend_.linear_forward(final_ln_out_, param(output_w_), Tensor(), logits_);
-  backend_.cross_entropy_forward(logits_, labels_.view({n}), losses_, loss_lse_);
+  backend_.linear_forward(column_input(final_ln_out_), param(output_w_), Tensor(), logits_);
 
   // The masked mean on the host (n values): exact and backend-independent.
-  Tensor host_losses = Tensor::cpu({n}, DType::kF32);
-  backend_.copy(losses_, host_losses);
-  const float* ls = host_losses.data_as<float>();
   double total = 0.0;
-  for (int64_t i = 0; i < n; ++i) total += static_cast<double>(ls[i]) * mk[i];
+  if (tp_->size() == 1) {
+    backend_.cross_entropy_forward(logits_, labels_.view({n}), losses_, loss_lse_);
+    Tensor host_losses = Tensor::cpu({n}, DType::kF32);
+    backend_.copy(losses_, host_losses);
+    const float* ls = host_losses.data_as<float>();
+    for (int64_t i = 0; i < n; ++i) total += static_cast<double>(ls[i]) * mk[i];
+  } else {
+    const std::vector<double> ls =
+        tensor_parallel::vocab_parallel_cross_entropy(backend_, *tp_, logits_, labels_.view({n}), losses_, loss_lse_);
+    for (int64_t i = 0; i < n; ++i) total += ls[static_cast<size_t>(i)] * mk[i];
+  }
   return mask_sum > 0 ? static_cast<float>(total / mask_sum) : 0.0f;
 }
 
@@ -188,24 +265,24 @@ void GPTModel::layer_forward(int64_t l) {
   const LayerParams& p = layer_params_[static_cast<size_t>(l)];
   LayerActs& a = acts_[static_cast<size_t>(act_slot_[static_cast<size_t>(l)])];
   const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
-  const Tensor x = xs_[static_cast<size_t>(l)].view({n, h});
+  const Tensor x = xs_[static_cast<size_t>(l)].view({n_local_, h});
   const float eps = config_.layernorm_epsilon;
 
   backend_.layernorm_forward(x, param(p.ln1_w), param(p.ln1_b), eps, a.ln1_out, a.ln1_mean, a.ln1_rstd);
   Tensor qkv2 = a.qkv.view({n, 3 * q_size_});
-  backend_.linear_forward(a.ln1_out, param(p.qkv_w), optional_param(p.qkv_b), qkv2);
+  backend_.linear_forward(column_input(a.ln1_out), param(p.qkv_w), optional_param(p.qkv_b), qkv2);
   backend_.attention_forward(a.qkv, a.attn_out, a.attn_lse, attention_params(l));
   backend_.linear_forward(a.attn_out.view({n, q_size_}), param(p.proj_w), Tensor(), ws_h1_);
-  backend_.bias_dropout_add(ws_h1_, optional_param(p.proj_b), x, a.x_mid,
+  backend_.bias_dropout_add(reduce_rows(ws_h1_), optional_param(p.proj_b), x, a.x_mid,
                             dropout_params(config_.hidden_dropout, l, kSiteAttentionOut));
 
   backend_.layernorm_forward(a.x_mid, param(p.ln2_w), param(p.ln2_b), eps, a.ln2_out, a.ln2_mean, a.ln2_rstd);
   // fc1_out keeps the pre-activation (bias included) for GELU's backward.
-  backend_.linear_gelu_forward(a.ln2_out, param(p.fc1_w), optional_param(p.fc1_b), a.fc1_out, a.gelu_out,
-                               config_.gelu);
+  backend_.linear_gelu_forward(column_input(a.ln2_out), param(p.fc1_w), optional_param(p.fc1_b), a.fc1_out,
+                               a.gelu_out, config_.gelu);
   backend_.linear_forward(a.gelu_out, param(p.fc2_w), Tensor(), ws_h1_);
-  Tensor out = xs_[static_cast<size_t>(l) + 1].view({n, h});
-  backend_.bias_dropout_add(ws_h1_, optional_param(p.fc2_b), a.x_mid, out,
+  Tensor out = xs_[static_cast<size_t>(l) + 1].view({n_local_, h});
+  backend_.bias_dropout_add(reduce_rows(ws_h1_), optional_param(p.fc2_b), a.x_mid, out,
                             dropout_params(config_.hidden_dropout, l, kSiteMlpOut));
 }
 
@@ -216,12 +293,14 @@ void GPTModel::backward(float loss_scale, float grad_scale) {
   if (mask_sum_ > 0) {
     backend_.scale(dlosses, loss_scale * grad_scale / mask_sum_);
   }
+  // Vocab-parallel: the local slice's softmax with the whole vocabulary's lse, local labels.
   backend_.cross_entropy_backward(logits_, labels_.view({n}), loss_lse_, dlosses, dlogits_);
   Tensor no_bias;
-  backend_.linear_backward(dlogits_, final_ln_out_, param(output_w_), ws_h2_, grad(output_w_), no_bias);
-  Tensor x_last = xs_[config_.num_layers].view({n, h});
-  backend_.layernorm_backward(ws_h2_, x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_, ws_grad_,
-                              grad(final_ln_w_), grad(final_ln_b_));
+  backend_.linear_backward(dlogits_, column_input(final_ln_out_), param(output_w_), ws_h2_, grad(output_w_),
+                           no_bias);
+  Tensor x_last = xs_[config_.num_layers].view({n_local_, h});
+  backend_.layernorm_backward(reduce_rows(ws_h2_), x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_,
+                              ws_grad_, grad(final_ln_w_), grad(final_ln_b_));
   for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
     // Entering a recomputed chunk from its top: re-run its forward from the kept input (the
     // dropout masks are functions of (seed, iteration, micro-batch, layer), so they repeat).
@@ -238,11 +317,13 @@ void GPTModel::backward(float loss_scale, float grad_scale) {
     layer_backward(l, ws_grad_);
   }
 
-  // Embedding: through the dropout, then scatter-add into the word and position tables.
-  Tensor demb_buffer = ws_h1_.view({s, b, h});
-  const Tensor demb = through_dropout(ws_grad_.view({s, b, h}), demb_buffer,
-                                       dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
-  backend_.embedding_backward(tokens_, demb, grad(word_emb_), grad(pos_emb_));
+  // Embedding: through the dropout, the rows gathered (sequence parallelism), then
+  // scatter-add into this rank's word rows (other ranks' ids are skipped) and the positions.
+  Tensor demb_buffer = local_rows(ws_h1_);
+  const Tensor demb_local =
+      through_dropout(ws_grad_, demb_buffer, dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
+  const Tensor demb = gather_rows(demb_local, ws_h1_);
+  backend_.embedding_backward(tokens_, demb.view({s, b, h}), grad(word_emb_), grad(pos_emb_));
 }
 
 Tensor GPTModel::through_dropout(const Tensor& dy, Tensor& buffer, const backend::DropoutParams& dropout) {
@@ -255,28 +336,37 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   const LayerParams& p = layer_params_[static_cast<size_t>(l)];
   LayerActs& a = acts_[static_cast<size_t>(act_slot_[static_cast<size_t>(l)])];
   const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
-  const Tensor x = xs_[static_cast<size_t>(l)].view({n, h});
+  const Tensor x = xs_[static_cast<size_t>(l)].view({n_local_, h});
   Tensor db_fc2 = optional_grad(p.fc2_b), db_fc1 = optional_grad(p.fc1_b);
   Tensor db_proj = optional_grad(p.proj_b), db_qkv = optional_grad(p.qkv_b);
+  // g, x, x_mid and LayerNorm gradients are [n_local, h] (this rank's rows under sequence
+  // parallelism); `h1` is the matching part of ws_h1_.
+  Tensor h1 = local_rows(ws_h1_);
 
-  // MLP branch: g is d(x_out); x_out = x_mid + dropout(fc2 + b_fc2).
-  const Tensor d_fc2 = through_dropout(g, ws_h1_, dropout_params(config_.hidden_dropout, l, kSiteMlpOut));
+  // MLP branch: g is d(x_out); x_out = x_mid + dropout(fc2 + b_fc2). The row-parallel FC2's
+  // output gradient is gathered (the backward of its reduce-scatter); b_fc2's gradient is
+  // taken from all n rows, so it is complete on every rank.
+  const Tensor d_fc2 =
+      gather_rows(through_dropout(g, h1, dropout_params(config_.hidden_dropout, l, kSiteMlpOut)), ws_h1_);
   // FC2's backward through GELU: ws_f_ = d(fc1 + b_fc1).
   backend_.linear_dgelu_backward(d_fc2, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
                                  config_.gelu);
-  backend_.linear_backward(ws_f_, a.ln2_out, param(p.fc1_w), ws_h2_, grad(p.fc1_w), db_fc1);
-  backend_.layernorm_backward(ws_h2_, a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, ws_h1_, grad(p.ln2_w),
-                              grad(p.ln2_b));
-  backend_.add(g, ws_h1_, g);  // g = d(x_mid): the residual path plus the MLP branch
+  backend_.linear_backward(ws_f_, column_input(a.ln2_out), param(p.fc1_w), ws_h2_, grad(p.fc1_w), db_fc1);
+  backend_.layernorm_backward(reduce_rows(ws_h2_), a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, h1,
+                              grad(p.ln2_w), grad(p.ln2_b));
+  backend_.add(g, h1, g);  // g = d(x_mid): the residual path plus the MLP branch
 
   // Attention branch: x_mid = x + dropout(proj + b_proj).
-  const Tensor d_proj = through_dropout(g, ws_h1_, dropout_params(config_.hidden_dropout, l, kSiteAttentionOut));
+  const Tensor d_proj =
+      gather_rows(through_dropout(g, h1, dropout_params(config_.hidden_dropout, l, kSiteAttentionOut)), ws_h1_);
   Tensor dq = ws_q_.view({n, q_size_});
   backend_.linear_backward(d_proj, a.attn_out.view({n, q_size_}), param(p.proj_w), dq, grad(p.proj_w), db_proj);
   backend_.attention_backward(ws_q_, a.qkv, a.attn_out, a.attn_lse, ws_qkv_, attention_params(l));
-  backend_.linear_backward(ws_qkv_.view({n, 3 * q_size_}), a.ln1_out, param(p.qkv_w), ws_h2_, grad(p.qkv_w), db_qkv);
-  backend_.layernorm_backward(ws_h2_, x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, ws_h1_, grad(p.ln1_w), grad(p.ln1_b));
-  backend_.add(g, ws_h1_, g);  // g = d(x): residual plus the attention branch
+  backend_.linear_backward(ws_qkv_.view({n, 3 * q_size_}), column_input(a.ln1_out), param(p.qkv_w), ws_h2_,
+                           grad(p.qkv_w), db_qkv);
+  backend_.layernorm_backward(reduce_rows(ws_h2_), x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, h1, grad(p.ln1_w),
+                              grad(p.ln1_b));
+  backend_.add(g, h1, g);  // g = d(x): residual plus the attention branch
 }
 
 }  // namespace megatron::model

@@ -16,6 +16,27 @@
 //   qkv [n,3q], attention out [n,q], attention lse [b,heads,s] fp32, x_mid [n,h],
 //   LN2 out [n,h], LN2 mean/rstd [n] fp32, fc1 out (before bias+GELU) [n,f], GELU out [n,f]
 // (q = heads * kv_channels). Dropout masks are regenerated from Philox, not stored.
+//
+// Tensor parallelism over T ranks (Megatron-core's layout, DESIGN.md decision 3; the
+// collectives are tensor_parallel/mappings.h, the partitions tensor_parallel/partition.h):
+//   word embedding, output layer  vocab-parallel [V/T, h] (tensor_parallel/vocab_parallel.h)
+//   QKV [3q/T, h] + bias, FC1 [f/T, h] + bias   column-parallel (rank r: heads [r H/T, (r+1) H/T))
+//   proj [h, q/T], FC2 [h, f/T]                  row-parallel: output all-reduced, then the
+//                                                (replicated) bias added once
+//   LayerNorms, position embedding, row-parallel biases: replicated; their gradients come out
+//   identical on the TP ranks (each sees the whole sequence) and need no reduction.
+// Per layer and rank: qkv [n, 3q/T], attention out [n, q/T], lse [b, heads/T, s], fc1/GELU out
+// [n, f/T]; the logits [n, V/T].
+// Sequence parallelism (--sequence-parallel): the residual stream, LayerNorms and dropouts run
+// on rank r's rows [r n/T, (r+1) n/T) (n/T = s/T * b), the column-parallel linears all-gather
+// their input rows (the gathered LayerNorm output lives in a workspace and is gathered again
+// in backward, as Megatron), the row-parallel ones reduce-scatter their output instead of
+// the all-reduce. LayerNorm gradients are then partial sums: reduce_sequence_parallel_grads()
+// all-reduces them over TP. The row-parallel biases take their gradient from the gathered
+// (whole) output gradient, so it is complete on every rank. Dropout in these regions uses the
+// shard's global element offset (backend/ops.h) and attention dropout the global head index:
+// the masks are the single-process run's (Megatron instead forks a per-rank RNG; we match the
+// serial run so that TP is testable against it with dropout on).
 #pragma once
 
 #include <cstdint>
@@ -23,9 +44,11 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "comm/communicator.h"
 #include "core/tensor.h"
 #include "model/gpt_config.h"
 #include "model/parameters.h"
+#include "tensor_parallel/vocab_parallel.h"
 
 namespace megatron::model {
 
@@ -47,11 +70,20 @@ struct DropoutContext {
   int64_t micro_batch = 0;
 };
 
+// The tensor-parallel group this model is split over (null: one rank) and whether the
+// LayerNorm/dropout regions are sequence-parallel (needs a group of size > 1).
+struct TensorParallelOptions {
+  comm::Communicator* group = nullptr;
+  bool sequence_parallel = false;
+};
+
 class GPTModel {
  public:
-  // Declares and allocates the parameters (model dtype = param_dtype) and every activation
-  // and workspace buffer for micro-batches of `micro_batch_size` x config.seq_length.
-  GPTModel(const GPTConfig& config, backend::Backend& backend, DType param_dtype, int64_t micro_batch_size);
+  // Declares and allocates the parameters (model dtype = param_dtype; this rank's shards) and
+  // every activation and workspace buffer for micro-batches of `micro_batch_size` x
+  // config.seq_length. Forward and backward are collective over the TP group.
+  GPTModel(const GPTConfig& config, backend::Backend& backend, DType param_dtype, int64_t micro_batch_size,
+           const TensorParallelOptions& tp = {});
 
   const GPTConfig& config() const { return config_; }
   ParameterSet& parameters() { return params_; }
@@ -61,12 +93,18 @@ class GPTModel {
   // Loss of one micro-batch: sum(loss * mask) / sum(mask) (0 when the mask is empty).
   // Saves the activations for backward().
   float forward(const MicroBatch& batch, const DropoutContext& dropout);
-  // The logits [s*b, V] (model dtype) of the last forward (row si*b + bi), until backward() reuses the
-  // buffer for their gradient.
+  // The logits [s*b, V/T] (model dtype; this rank's vocabulary slice) of the last forward
+  // (row si*b + bi), until backward() reuses the buffer for their gradient.
   const Tensor& logits() const { return logits_; }
   // Accumulates into the fp32 gradients the gradient of (loss * loss_scale * grad_scale), with
   // loss the value forward() returned (grad_scale = 1 / num_microbatches in training).
   void backward(float loss_scale, float grad_scale);
+  // Sequence parallelism: all-reduces over TP the gradients of the parameters marked
+  // sequence_parallel (the LayerNorms), after the last backward of an iteration (Megatron's
+  // finalize_model_grads). No-op otherwise.
+  void reduce_sequence_parallel_grads();
+  int64_t tensor_parallel_size() const { return tp_->size(); }
+  bool sequence_parallel() const { return sp_; }
 
  private:
   struct LayerParams {
@@ -88,12 +126,32 @@ class GPTModel {
   Tensor through_dropout(const Tensor& dy, Tensor& buffer, const backend::DropoutParams& dropout);
   // grad_x: gradient w.r.t. the layer's output on entry, w.r.t. its input on exit.
   void layer_backward(int64_t l, Tensor& grad_x);
+  // The input of a column-parallel linear from its LayerNorm output [n_local, h]: the rows
+  // gathered into ws_full_ under sequence parallelism, else `ln_out` itself.
+  Tensor column_input(const Tensor& ln_out);
+  // Row-parallel output (forward) or column-parallel input gradient (backward) `partial`
+  // [n, h]: summed over TP, all-reduced in place (returns `partial`), or reduce-scattered
+  // into its sequence shard (returns that view).
+  Tensor reduce_rows(Tensor& partial);
+  // The whole [n, h] gradient from this rank's rows `shard` (gathered into `full`), or
+  // `shard` itself without sequence parallelism.
+  Tensor gather_rows(const Tensor& shard, Tensor& full);
+  // A [n_local, h] buffer inside `full` [n, h]: this rank's sequence shard, or all of it.
+  Tensor local_rows(const Tensor& full);
 
   GPTConfig config_;
   backend::Backend& backend_;
   DType dtype_;
   int64_t micro_batch_size_;
-  int64_t q_size_;  // heads * kv_channels
+  int64_t q_size_;  // this rank's heads * kv_channels (q / T)
+  // Tensor parallelism: the group (a one-rank group when none is given), sequence
+  // parallelism, this rank's vocabulary slice, heads, FFN columns, and the residual-stream
+  // rows n_local (n / T with sequence parallelism, else n).
+  std::unique_ptr<comm::Communicator> own_tp_;
+  comm::Communicator* tp_ = nullptr;
+  bool sp_ = false;
+  tensor_parallel::VocabRange vocab_;
+  int64_t heads_ = 0, ffn_ = 0, n_local_ = 0;
 
   ParameterSet params_;
   int64_t word_emb_ = -1, pos_emb_ = -1, final_ln_w_ = -1, final_ln_b_ = -1, output_w_ = -1;
@@ -113,9 +171,10 @@ class GPTModel {
   // (so its GEMMs run on 16-bit tensor cores): the logits buffer itself, overwritten.
   Tensor dlogits_;
   Tensor losses_, loss_lse_;  // [n] fp32
-  // Workspace: [n,h] x3 (gradient stream, two temporaries), [n,3q], [n,q], [n,f]; the
-  // embedding sum before dropout uses temporaries.
-  Tensor ws_grad_, ws_h1_, ws_h2_, ws_qkv_, ws_q_, ws_f_;
+  // Workspace: the gradient stream [n_local, h], two temporaries [n,h], [n,3q], [n,q], [n,f];
+  // the embedding sum before dropout uses temporaries. Sequence parallelism adds ws_full_
+  // [n, h], the gathered input of a column-parallel linear.
+  Tensor ws_grad_, ws_h1_, ws_h2_, ws_qkv_, ws_q_, ws_f_, ws_full_;
   DropoutContext dropout_ctx_;
   float mask_sum_ = 0.0f;
 };

@@ -4,23 +4,25 @@
 
 namespace megatron::model {
 
-int64_t gpt_num_parameters(const GPTConfig& c) {
-  const int64_t h = c.hidden_size, f = c.ffn_hidden_size, q = c.num_attention_heads * c.kv_channels;
+int64_t gpt_num_parameters(const GPTConfig& c, int64_t tp) {
+  const int64_t h = c.hidden_size, f = c.ffn_hidden_size / tp, q = c.num_attention_heads * c.kv_channels / tp;
+  const int64_t V = c.padded_vocab_size / tp;
   const int64_t bias = c.add_bias_linear ? 1 : 0;
   const int64_t per_layer = 2 * h                  // input LayerNorm
-                            + 3 * q * h + bias * 3 * q  // QKV
-                            + h * q + bias * h          // output projection
+                            + 3 * q * h + bias * 3 * q  // QKV (column-parallel)
+                            + h * q + bias * h          // output projection (row-parallel; bias whole)
                             + 2 * h                     // pre-MLP LayerNorm
-                            + f * h + bias * f          // FC1
-                            + h * f + bias * h;         // FC2
-  const int64_t embeddings = c.padded_vocab_size * h + c.max_position_embeddings * h;
-  const int64_t output = c.untie_embeddings_and_output_weights ? c.padded_vocab_size * h : 0;
+                            + f * h + bias * f          // FC1 (column-parallel)
+                            + h * f + bias * h;         // FC2 (row-parallel; bias whole)
+  const int64_t embeddings = V * h + c.max_position_embeddings * h;
+  const int64_t output = c.untie_embeddings_and_output_weights ? V * h : 0;
   return embeddings + c.num_layers * per_layer + 2 * h + output;
 }
 
-MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batch_size) {
+MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batch_size, int64_t tp,
+                       bool sequence_parallel) {
   MemoryPlan p;
-  const int64_t P = gpt_num_parameters(c);
+  const int64_t P = gpt_num_parameters(c, tp);
   const int64_t e = dtype_size(param_dtype);
   p.num_parameters = P;
   p.parameters = P * e;
@@ -28,21 +30,24 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
   p.gradients = P * 4;
   p.optimizer = 2 * P * 4;
 
-  const int64_t s = c.seq_length, b = micro_batch_size, n = s * b, h = c.hidden_size, f = c.ffn_hidden_size;
-  const int64_t q = c.num_attention_heads * c.kv_channels, a = c.num_attention_heads, L = c.num_layers;
-  const int64_t V = c.padded_vocab_size;
-  // Per layer, in the model dtype: LN1 out, qkv (3q), attention out (q), x_mid, LN2 out,
-  // fc1 out and GELU out (f each); in fp32: LN1/LN2 mean and rstd (4n), attention lse (b*a*s).
-  const int64_t layer = n * (3 * h + 4 * q + 2 * f) * e + 4 * n * 4 + b * a * s * 4;
-  // Outside the layers: the L+1 residual-stream tensors [n, h] (model dtype); final LN out
-  // (model dtype) with mean/rstd; logits [n, V] in the model dtype (their gradient reuses the
-  // buffer); fp32 losses and lse [n]; int32 tokens and labels and fp32 loss weights [n].
-  const int64_t outside = (L + 1) * n * h * e + n * h * e + 2 * n * 4 + n * V * e + 2 * n * 4 + 3 * n * 4;
+  const int64_t s = c.seq_length, b = micro_batch_size, n = s * b, h = c.hidden_size, f = c.ffn_hidden_size / tp;
+  const int64_t q = c.num_attention_heads * c.kv_channels / tp, a = c.num_attention_heads / tp, L = c.num_layers;
+  const int64_t V = c.padded_vocab_size / tp;
+  // Rows of the residual stream and LayerNorms on this rank: n / tp under sequence parallelism.
+  const int64_t nl = sequence_parallel ? n / tp : n;
+  // Per layer, in the model dtype: LN1 out, x_mid, LN2 out [nl, h] each, qkv (3q), attention
+  // out (q), fc1 out and GELU out (f each) [n, .]; in fp32: LN1/LN2 mean and rstd (4 nl),
+  // attention lse (b*a*s).
+  const int64_t layer = (3 * nl * h + n * (4 * q + 2 * f)) * e + 4 * nl * 4 + b * a * s * 4;
+  // Outside the layers: the L+1 residual-stream tensors [nl, h] (model dtype); final LN out
+  // (model dtype) with mean/rstd [nl]; logits [n, V] in the model dtype (their gradient reuses
+  // the buffer); fp32 losses and lse [n]; int32 tokens and labels and fp32 loss weights [n].
+  const int64_t outside = (L + 1) * nl * h * e + nl * h * e + 2 * nl * 4 + n * V * e + 2 * n * 4 + 3 * n * 4;
   // Recomputed layers share slots (model/gpt_config.h); their inputs stay in the residual stream.
   p.activations = (c.kept_layers() + c.recompute_slots()) * layer + outside;
-  // Workspace (model dtype): three [n, h] (gradient stream and two temporaries), [n, 3q],
-  // [n, q] and [n, f].
-  p.workspace = (3 * n * h + 4 * n * q + n * f) * e;
+  // Workspace (model dtype): the gradient stream [nl, h], two temporaries [n, h], [n, 3q],
+  // [n, q] and [n, f]; sequence parallelism adds the [n, h] gather buffer.
+  p.workspace = (nl * h + 2 * n * h + 4 * n * q + n * f + (sequence_parallel ? n * h : 0)) * e;
   return p;
 }
 

@@ -24,10 +24,17 @@ struct MemoryPlan {
 };
 
 // Parameter count of the GPT (megatron-facts §10 shapes: embeddings, per-layer QKV/proj/
-// LN/MLP with biases unless disabled, final LN, untied output layer if asked).
-int64_t gpt_num_parameters(const GPTConfig& config);
+// LN/MLP with biases unless disabled, final LN, untied output layer if asked), or of one
+// tensor-parallel rank's shards with tp > 1 (model/gpt_model.h: vocabulary, QKV, FC1 rows and
+// proj, FC2 columns divided by tp; LayerNorms, position embedding, row-parallel biases whole).
+int64_t gpt_num_parameters(const GPTConfig& config, int64_t tp = 1);
 
-MemoryPlan plan_memory(const GPTConfig& config, DType param_dtype, int64_t micro_batch_size);
+// One rank's plan; tp / sequence_parallel as GPTModel's TensorParallelOptions (per layer
+// qkv, attention out, FC1/GELU out and the logits are split over tp; with sequence
+// parallelism the residual stream, LayerNorm outputs and statistics too, plus one [n, h]
+// gather workspace).
+MemoryPlan plan_memory(const GPTConfig& config, DType param_dtype, int64_t micro_batch_size, int64_t tp = 1,
+                       bool sequence_parallel = false);
 
 // --use-distributed-optimizer (megatron-facts §9): the fp32 main parameters and Adam moments
 // are sharded over `dp` ranks. With one gradient bucket (the default) rank 0 holds the largest

@@ -7,12 +7,20 @@
 
 namespace megatron::model {
 
-int64_t ParameterSet::add(std::string name, Shape shape, Init init) {
+void ParameterSet::set_tensor_parallel(int64_t rank, int64_t size) {
+  MT_CHECK(params_.empty() && size >= 1 && rank >= 0 && rank < size) << "set_tensor_parallel(" << rank << ", " << size << ")";
+  tp_rank_ = rank;
+  tp_size_ = size;
+}
+
+int64_t ParameterSet::add(std::string name, Shape shape, Init init, int partition_dim) {
   MT_CHECK(!values_.defined()) << "add() after allocate()";
   Parameter p;
   p.no_weight_decay = shape.size() == 1 || (name.size() >= 5 && name.ends_with(".bias"));
   p.name = std::move(name);
-  p.shape = std::move(shape);
+  p.partition = tensor_parallel::Partition{partition_dim, tp_rank_, tp_size_};
+  p.global_shape = std::move(shape);
+  p.shape = tensor_parallel::local_shape(p.global_shape, p.partition);
   p.init = init;
   p.offset = total_numel_;
   total_numel_ += p.numel();
@@ -60,7 +68,10 @@ void ParameterSet::initialize(backend::Backend& backend, uint64_t seed, float st
       case Init::kScaledNormal: {
         const float s = p.init == Init::kNormal ? std : scaled_std;
 #pragma omp parallel for schedule(static)
-        for (int64_t k = 0; k < n; ++k) h[k] = s * philox_normal(seed, pi, static_cast<uint64_t>(k));
+        for (int64_t k = 0; k < n; ++k) {
+          const int64_t g = tensor_parallel::global_index(p.global_shape, p.partition, k);
+          h[k] = s * philox_normal(seed, pi, static_cast<uint64_t>(g));
+        }
         break;
       }
     }

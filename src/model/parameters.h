@@ -7,6 +7,11 @@
 //
 // Names follow Megatron-core's GPTModel state dict ("decoder.layers.0.mlp.linear_fc1.weight"),
 // so checkpoints and conversions can map them one to one.
+//
+// Tensor parallelism: a parameter is declared with its global shape and a partition
+// (tensor_parallel/partition.h); this rank allocates only its shard (`shape`), and element k
+// of the shard is initialised with the value of global element global_index(k), so every TP
+// size starts from the single-process weights.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +20,7 @@
 
 #include "backend/ops.h"
 #include "core/tensor.h"
+#include "tensor_parallel/partition.h"
 
 namespace megatron::model {
 
@@ -27,24 +33,35 @@ enum class Init {
 
 struct Parameter {
   std::string name;
-  Shape shape;
+  Shape shape;         // this rank's shard
+  Shape global_shape;  // the whole tensor (== shape without tensor parallelism)
+  tensor_parallel::Partition partition;
+  // Megatron's sequence_parallel attribute: under --sequence-parallel each TP rank sees only
+  // its sequence rows, so the gradient is a partial sum, all-reduced over TP (LayerNorms).
+  bool sequence_parallel = false;
   Init init = Init::kZeros;
   bool no_weight_decay = false;  // biases and 1-D parameters (megatron-facts §3.5)
   int64_t offset = 0;  // into the flat buffers, in elements
   Tensor value;        // view of the values buffer
   Tensor grad;         // view of the grads buffer (fp32)
   int64_t numel() const { return shape_numel(shape); }
+  // Replicated over TP and not on TP rank 0: left out of the grad norm (Megatron's
+  // param_is_not_tensor_parallel_duplicate), so each value counts once.
+  bool tensor_parallel_duplicate() const { return !partition.split() && partition.rank != 0; }
 };
 
 class ParameterSet {
  public:
-  // Declares a parameter (before allocate()); returns its index.
-  int64_t add(std::string name, Shape shape, Init init);
+  // This rank's place in the tensor-parallel group (before add(); default 0 of 1).
+  void set_tensor_parallel(int64_t rank, int64_t size);
+  // Declares a parameter of global shape `shape` (before allocate()), split along
+  // `partition_dim` (-1: replicated) over the tensor-parallel group; returns its index.
+  int64_t add(std::string name, Shape shape, Init init, int partition_dim = -1);
   // Allocates the flat buffers on `backend` and points every Parameter at its views.
   void allocate(backend::Backend& backend, DType dtype);
-  // Fills the values per their Init from a counter-based normal stream: element k of
+  // Fills the values per their Init from a counter-based normal stream: global element k of
   // parameter p is a pure function of (seed, p, k), independent of the backend and of how
-  // the tensors are later sharded. std is the init_method_std; num_layers scales kScaledNormal.
+  // the tensors are sharded (a shard takes its elements' global indices). std is the init_method_std; num_layers scales kScaledNormal.
   void initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers);
 
   std::vector<Parameter>& params() { return params_; }
@@ -60,6 +77,7 @@ class ParameterSet {
  private:
   std::vector<Parameter> params_;
   int64_t total_numel_ = 0;
+  int64_t tp_rank_ = 0, tp_size_ = 1;
   Tensor values_;
   Tensor grads_;
 };

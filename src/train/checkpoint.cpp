@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/json_writer.h"
+#include "tensor_parallel/partition.h"
 #include "train/checkpoint_io.h"
 
 namespace megatron::train {
@@ -40,21 +41,23 @@ Tensor host_view(const Tensor& t, backend::Backend& backend) {
   return h;
 }
 
-// Copies a safetensors tensor into `dst` (any float dtype; converted with RNE), checking the shape.
-void load_into(const SafetensorsFile& file, const std::string& name, Tensor& dst, backend::Backend& backend) {
+// Copies this rank's shard of parameter p's global tensor `name` in the file into `dst` (any
+// float dtype; converted with RNE), checking the global shape.
+void load_into(const SafetensorsFile& file, const std::string& name, const model::Parameter& p, Tensor& dst,
+               backend::Backend& backend) {
   const SafetensorsTensor& t = file.at(name);
-  if (t.shape != dst.shape()) {
+  if (t.shape != p.global_shape) {
     throw_error(file.path(), ": tensor '", name, "' has shape ", shape_string(t.shape), ", this model expects ",
-                shape_string(dst.shape()));
+                shape_string(p.global_shape));
   }
   if (!is_float(t.dtype)) throw_error(file.path(), ": tensor '", name, "' is not a float tensor");
   Tensor staged = Tensor::cpu(t.shape, t.dtype);
   if (t.bytes) std::memcpy(staged.data(), t.data, static_cast<size_t>(t.bytes));
-  backend.copy(staged, dst);
+  backend.copy(tensor_parallel::slice_partition(staged, p.partition), dst);
 }
 
 // A safetensors tensor as a host fp32 tensor of `shape` (bf16/fp16 widened exactly).
-Tensor read_fp32(const SafetensorsFile& file, const std::string& name, const Shape& shape) {
+Tensor read_fp32_global(const SafetensorsFile& file, const std::string& name, const Shape& shape) {
   const SafetensorsTensor& t = file.at(name);
   if (t.shape != shape) {
     throw_error(file.path(), ": tensor '", name, "' has shape ", shape_string(t.shape), ", this model expects ",
@@ -80,6 +83,11 @@ Tensor read_fp32(const SafetensorsFile& file, const std::string& name, const Sha
     default: throw_error(file.path(), ": tensor '", name, "' is not a float tensor");
   }
   return out;
+}
+
+// This rank's shard of parameter p's global tensor `name`, as host fp32.
+Tensor read_fp32(const SafetensorsFile& file, const std::string& name, const model::Parameter& p) {
+  return tensor_parallel::slice_partition(read_fp32_global(file, name, p.global_shape), p.partition);
 }
 
 std::string element_text(simdjson::dom::element e) { return std::string(simdjson::minify(e)); }
@@ -130,9 +138,31 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   return a;
 }
 
-void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progress, const model::ParameterSet& params,
-                              const MixedPrecisionOptimizer& optimizer, const FullOptimizerState& state,
-                              const OptimizerParamScheduler& scheduler, backend::Backend& backend, std::ostream& log) {
+CheckpointTensors collect_checkpoint_tensors(const model::ParameterSet& params,
+                                             const MixedPrecisionOptimizer& optimizer,
+                                             const FullOptimizerState& state, bool with_optimizer,
+                                             comm::Communicator& tp, backend::Backend& backend) {
+  CheckpointTensors out;
+  // Every rank of `tp` walks the parameters in the same order: the gathers pair up.
+  auto global = [&](const model::Parameter& p, const Tensor& shard) {
+    if (tp.size() == 1) return shard;
+    return tensor_parallel::gather_partitioned(tp, backend, shard, p.global_shape, p.partition);
+  };
+  for (const model::Parameter& p : params.params()) out.model.emplace_back(p.name, global(p, p.value));
+  if (!with_optimizer) return out;
+  for (const model::Parameter& p : params.params()) {
+    if (optimizer.has_separate_main_params()) {
+      out.optimizer.emplace_back("main_param." + p.name, global(p, state.main_params.flat_view(p.offset, p.shape)));
+    }
+    out.optimizer.emplace_back("exp_avg." + p.name, global(p, state.exp_avg.flat_view(p.offset, p.shape)));
+    out.optimizer.emplace_back("exp_avg_sq." + p.name, global(p, state.exp_avg_sq.flat_view(p.offset, p.shape)));
+  }
+  return out;
+}
+
+void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progress, const CheckpointTensors& tensors,
+                              const MixedPrecisionOptimizer& optimizer, const OptimizerParamScheduler& scheduler,
+                              backend::Backend& backend, std::ostream& log) {
   MT_CHECK(c.save.has_value()) << "save without --save";
   char line[64];
   std::snprintf(line, sizeof(line), "%7lld", static_cast<long long>(progress.iteration));
@@ -150,15 +180,10 @@ void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progres
     return w;
   };
   std::vector<TensorToWrite> model_tensors, optim_tensors;
-  for (const model::Parameter& p : params.params()) model_tensors.push_back(tensor(p.name, p.value));
+  keep.reserve(tensors.model.size() + tensors.optimizer.size());
+  for (const auto& [name, t] : tensors.model) model_tensors.push_back(tensor(name, t));
   if (!c.no_save_optim) {
-    for (const model::Parameter& p : params.params()) {
-      if (optimizer.has_separate_main_params()) {
-        optim_tensors.push_back(tensor("main_param." + p.name, state.main_params.flat_view(p.offset, p.shape)));
-      }
-      optim_tensors.push_back(tensor("exp_avg." + p.name, state.exp_avg.flat_view(p.offset, p.shape)));
-      optim_tensors.push_back(tensor("exp_avg_sq." + p.name, state.exp_avg_sq.flat_view(p.offset, p.shape)));
-    }
+    for (const auto& [name, t] : tensors.optimizer) optim_tensors.push_back(tensor(name, t));
   }
 
   JsonWriter w(2);
@@ -289,7 +314,7 @@ TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet
   }
 
   // Weights.
-  for (model::Parameter& p : params.params()) load_into(ck.model(), p.name, p.value, backend);
+  for (model::Parameter& p : params.params()) load_into(ck.model(), p.name, p, p.value, backend);
   TrainProgress progress;
   if (c.finetune) {
     optimizer.reload_main_params_from_model();
@@ -313,13 +338,13 @@ TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet
     for (const model::Parameter& p : params.params()) {
       if (optimizer.has_separate_main_params()) {
         if (opt->find("main_param." + p.name)) {
-          optimizer.set_param_state(p, StateKind::kMainParams, read_fp32(*opt, "main_param." + p.name, p.shape));
+          optimizer.set_param_state(p, StateKind::kMainParams, read_fp32(*opt, "main_param." + p.name, p));
         } else {  // saved from an fp32 model: its weights are the main parameters
-          optimizer.set_param_state(p, StateKind::kMainParams, read_fp32(ck.model(), p.name, p.shape));
+          optimizer.set_param_state(p, StateKind::kMainParams, read_fp32(ck.model(), p.name, p));
         }
       }
-      optimizer.set_param_state(p, StateKind::kExpAvg, read_fp32(*opt, "exp_avg." + p.name, p.shape));
-      optimizer.set_param_state(p, StateKind::kExpAvgSq, read_fp32(*opt, "exp_avg_sq." + p.name, p.shape));
+      optimizer.set_param_state(p, StateKind::kExpAvg, read_fp32(*opt, "exp_avg." + p.name, p));
+      optimizer.set_param_state(p, StateKind::kExpAvgSq, read_fp32(*opt, "exp_avg_sq." + p.name, p));
     }
     simdjson::dom::element gs = need("grad_scaler");
     optim::GradScalerState state;
@@ -403,7 +428,7 @@ CheckpointModel read_checkpoint_model(const LoadedCheckpoint& ck) {
 }
 
 void load_checkpoint_weights(const LoadedCheckpoint& ck, model::ParameterSet& params, backend::Backend& backend) {
-  for (model::Parameter& p : params.params()) load_into(ck.model(), p.name, p.value, backend);
+  for (model::Parameter& p : params.params()) load_into(ck.model(), p.name, p, p.value, backend);
 }
 
 }  // namespace megatron::train

@@ -15,8 +15,11 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/ops.h"
+#include "comm/communicator.h"
 #include "model/parameters.h"
 #include "train/checkpoint_io.h"
 #include "train/config.h"
@@ -35,15 +38,31 @@ struct TrainProgress {
 // The configuration fields a checkpoint records under "args", as flag name -> JSON value text.
 std::map<std::string, std::string> checkpoint_args(const TrainConfig& config);
 
+// The tensors a checkpoint stores, by name, with their global shapes (host or device): every
+// parameter in the model dtype and, unless --no-save-optim, its fp32 optimizer state
+// ("main_param." only for bf16/fp16 models, "exp_avg.", "exp_avg_sq.").
+struct CheckpointTensors {
+  std::vector<std::pair<std::string, Tensor>> model, optimizer;
+};
+
+// Collects them from this rank's parameters and `state` (optimizer.gather_full_state(): the
+// whole fp32 state of this rank's shards, also when it is sharded over data-parallel ranks).
+// With tensor parallelism each partitioned tensor is gathered over `tp` into its global
+// shape (tensor_parallel/partition.h): collective over `tp`, every rank gets the whole set.
+// One TP rank: views of the rank's own tensors, no copies.
+CheckpointTensors collect_checkpoint_tensors(const model::ParameterSet& params,
+                                             const MixedPrecisionOptimizer& optimizer,
+                                             const FullOptimizerState& state, bool with_optimizer,
+                                             comm::Communicator& tp, backend::Backend& backend);
+
 // Saves the state after `progress.iteration` to config.save (with --no-save-optim, weights
-// only), printing Megatron's "saving checkpoint at iteration ..." lines to `log`.
-// `state` is optimizer.gather_full_state() (the whole fp32 state, also when it is sharded
-// over data-parallel ranks): the files are the same for every data-parallel size. Called on
-// the one rank that writes.
+// only), printing Megatron's "saving checkpoint at iteration ..." lines to `log`. The files
+// are the same for every data-parallel and tensor-parallel size. Called on the one rank that
+// writes.
 void save_training_checkpoint(const TrainConfig& config, const TrainProgress& progress,
-                              const model::ParameterSet& params, const MixedPrecisionOptimizer& optimizer,
-                              const FullOptimizerState& state, const OptimizerParamScheduler& scheduler,
-                              backend::Backend& backend, std::ostream& log);
+                              const CheckpointTensors& tensors, const MixedPrecisionOptimizer& optimizer,
+                              const OptimizerParamScheduler& scheduler, backend::Backend& backend,
+                              std::ostream& log);
 
 // Loads config.load into the model, optimizer and scheduler (what is loaded follows
 // --finetune / --no-load-optim) and returns where to continue. Without a checkpoint in the
@@ -51,7 +70,8 @@ void save_training_checkpoint(const TrainConfig& config, const TrainProgress& pr
 // Prints the differences between the checkpoint's args and this run's, and refuses (Error,
 // one line naming the flag) a change that breaks the weights or the run: model shape,
 // padded vocabulary, sequence length. Every rank calls it (each reads the files and keeps
-// what it owns).
+// what it owns: its tensor-parallel shards, its data-parallel optimizer ranges), so a
+// checkpoint saved under one TP/DP layout loads under another.
 TrainProgress load_training_checkpoint(const TrainConfig& config, model::ParameterSet& params,
                                        MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
                                        backend::Backend& backend, std::ostream& log);

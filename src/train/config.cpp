@@ -9,7 +9,8 @@ namespace megatron::train {
 
 model::MemoryPlan train_memory_plan(const TrainConfig& c) {
   const DType dtype = c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32;
-  model::MemoryPlan plan = model::plan_memory(c.model, dtype, c.micro_batch_size);
+  model::MemoryPlan plan =
+      model::plan_memory(c.model, dtype, c.micro_batch_size, c.tensor_model_parallel_size, c.sequence_parallel);
   if (c.use_distributed_optimizer) plan = model::shard_optimizer_state(plan, c.data_parallel_size);
   return plan;
 }

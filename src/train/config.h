@@ -177,7 +177,8 @@ int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp, std::
 std::string padded_vocab_message(int64_t vocab, int64_t padded);
 
 // Names as Megatron's flags spell them ("cosine", "inverse-square-root", "WSD", ...).
-// The per-rank memory plan of this configuration (model/memory_plan.h), with the optimizer
+// The per-rank memory plan of this configuration (model/memory_plan.h): the tensor-parallel
+// rank's shards and activations (with --sequence-parallel, its sequence rows), the optimizer
 // state divided over data-parallel ranks under --use-distributed-optimizer.
 model::MemoryPlan train_memory_plan(const TrainConfig& config);
 

@@ -38,6 +38,25 @@ Tensor segment_table(const model::ParameterSet& params, const Range& range, back
   return table;
 }
 
+// The parts of `range` holding parameters that count in the norms (see the header), merged.
+std::vector<Range> counted_ranges(const model::ParameterSet& params, const Range& range) {
+  std::vector<const model::Parameter*> order;
+  for (const model::Parameter& p : params.params()) order.push_back(&p);
+  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) { return a->offset < b->offset; });
+  std::vector<Range> out;
+  for (const model::Parameter* p : order) {
+    if (p->tensor_parallel_duplicate()) continue;
+    const int64_t lo = std::max(range.start, p->offset), hi = std::min(range.end, p->offset + p->numel());
+    if (lo >= hi) continue;
+    if (!out.empty() && out.back().end == lo) {
+      out.back().end = hi;
+    } else {
+      out.push_back({lo, hi});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 MixedPrecisionOptimizer::MixedPrecisionOptimizer(model::ParameterSet& params, backend::Backend& backend,
@@ -49,6 +68,7 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(model::ParameterSet& params, ba
       scaler_(std::move(scaler)),
       fp16_(params.values().dtype() == DType::kF16),
       self_group_(dp.group ? nullptr : std::make_unique<comm::SelfCommunicator>(backend, "dp")),
+      model_parallel_(dp.model_parallel),
       grad_buffer_(params, backend, dp.group ? *dp.group : *self_group_, dp.distributed, dp.bucket_size) {
   const int64_t n = grad_buffer_.owned_numel();
   const bool separate = has_separate_main_params();
@@ -65,6 +85,7 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(model::ParameterSet& params, ba
     s.exp_avg_sq = exp_avg_sq_.flat_view(local, {r.size()});
     if (separate) backend.copy(values, s.main);
     s.segments = segment_table(params, r, backend);
+    s.norm_ranges = counted_ranges(params, r);
     local += r.size();
     shards_.push_back(std::move(s));
   }
@@ -79,21 +100,41 @@ void MixedPrecisionOptimizer::zero_grads() {
 
 void MixedPrecisionOptimizer::reduce_gradients() { grad_buffer_.reduce_gradients(); }
 
+double MixedPrecisionOptimizer::reduce_over_state_groups(double value, comm::ReduceOp op, bool include_dp) const {
+  if (include_dp) value = comm::all_reduce_scalar(grad_buffer_.group(), value, op);
+  if (model_parallel_ != nullptr && model_parallel_->size() > 1) value = comm::all_reduce_scalar(*model_parallel_, value, op);
+  return value;
+}
+
+template <class F>
+double MixedPrecisionOptimizer::sum_counted(const Tensor& buffer, F&& f) const {
+  double sum = 0.0;
+  for (const Shard& s : shards_) {
+    for (const Range& r : s.norm_ranges) sum += f(buffer.flat_view(r.start, {r.size()}));
+  }
+  return sum;
+}
+
 bool MixedPrecisionOptimizer::owned_grads_finite() {
   bool finite = true;
   for (const Shard& s : shards_) finite = finite && backend_.all_finite(params_.grads().flat_view(s.range.start, {s.range.size()}));
-  // Megatron all-reduces found_inf (MAX) so that every rank skips the same iterations.
-  return comm::all_reduce_scalar(grad_buffer_.group(), finite ? 0.0 : 1.0, comm::ReduceOp::kMax) == 0.0;
+  // Megatron all-reduces found_inf (MAX) over DP and the model-parallel group so that every
+  // rank skips the same iterations.
+  return reduce_over_state_groups(finite ? 0.0 : 1.0, comm::ReduceOp::kMax, /*include_dp=*/true) == 0.0;
 }
 
 double MixedPrecisionOptimizer::owned_sum_squares(bool grads) const {
   double sum = 0.0;
-  for (const Shard& s : shards_) {
-    sum += backend_.sum_squares(grads ? params_.grads().flat_view(s.range.start, {s.range.size()}) : s.main);
+  if (grads) {
+    sum = sum_counted(params_.grads(), [&](const Tensor& g) { return backend_.sum_squares(g); });
+  } else {
+    for (const Shard& s : shards_) {
+      for (const Range& r : s.norm_ranges) sum += backend_.sum_squares(s.main.flat_view(r.start - s.range.start, {r.size()}));
+    }
   }
-  // Replicated state: every rank already has the whole sum; sharded: add the shards.
-  if (grad_buffer_.distributed()) sum = comm::all_reduce_scalar(grad_buffer_.group(), sum, comm::ReduceOp::kSum);
-  return sum;
+  // Replicated state: every DP rank already has the whole sum; sharded: add the shards. The
+  // model-parallel ranks always hold different parts.
+  return reduce_over_state_groups(sum, comm::ReduceOp::kSum, grad_buffer_.distributed());
 }
 
 StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
@@ -133,9 +174,8 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
     }
   }
   if (config_.count_zeros) {
-    double zeros = 0.0;
-    for_owned_grads([&](Tensor& g) { zeros += static_cast<double>(backend_.count_zeros(g)); });
-    if (grad_buffer_.distributed()) zeros = comm::all_reduce_scalar(grad_buffer_.group(), zeros, comm::ReduceOp::kSum);
+    double zeros = sum_counted(grads, [&](const Tensor& g) { return static_cast<double>(backend_.count_zeros(g)); });
+    zeros = reduce_over_state_groups(zeros, comm::ReduceOp::kSum, grad_buffer_.distributed());
     result.num_zeros = static_cast<int64_t>(zeros);
   }
 

@@ -23,6 +23,14 @@
 // Adam run on the owned ranges, the new values are cast into the owned ranges of the model
 // parameters and all-gathered. Results are the same on every rank: the inf flag and the
 // norm are reduced over the group, so every rank skips or clips alike.
+//
+// Tensor parallelism. Each rank's ParameterSet holds its shards, and the gradient buffer,
+// buckets and (distributed) optimizer state are per rank over those shards; the DP reduction
+// runs over the DP group only. The grad norm is sqrt of the sum over the model-parallel group
+// (and over DP when the state is sharded) of each rank's sum of squares, where a parameter
+// replicated over TP (LayerNorms, position embedding, row-parallel biases) counts on TP rank 0
+// only (Megatron's param_is_not_tensor_parallel_duplicate); the same for --log-num-zeros-in-grad
+// and the parameter norm. The inf flag is reduced (MAX) over the model-parallel group too.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +60,8 @@ struct DataParallelOptions {
   comm::Communicator* group = nullptr;
   bool distributed = false;  // --use-distributed-optimizer
   int64_t bucket_size = 0;   // --ddp-bucket-size (elements; 0: one bucket)
+  // The model-parallel group (TP; null: one rank) over which norms and the inf flag are reduced.
+  comm::Communicator* model_parallel = nullptr;
 };
 
 // The full fp32 optimizer state [P] for a checkpoint (main_params undefined when the model is
@@ -114,7 +124,16 @@ class MixedPrecisionOptimizer {
     // int64 [S, 3]: (offset, numel, decay) runs of parameter fragments in this range, offsets
     // relative to range.start, for adamw_update_segments.
     Tensor segments;
+    // The parts of `range` (absolute buffer offsets, merged) that count in the norms: all of it
+    // except TP-duplicated parameters on TP ranks other than 0.
+    std::vector<Range> norm_ranges;
   };
+  // Sum over the owned, counted ranges of f(values of `buffer` there), as a double.
+  template <class F>
+  double sum_counted(const Tensor& buffer, F&& f) const;
+  // `value` summed (or maxed) over the groups the state is split over: DP when sharded, then
+  // the model-parallel group.
+  double reduce_over_state_groups(double value, comm::ReduceOp op, bool include_dp) const;
   // Sum over the owned ranges of f(grad range), reduced over the group when sharded.
   bool owned_grads_finite();
   double owned_sum_squares(bool grads) const;
@@ -125,6 +144,7 @@ class MixedPrecisionOptimizer {
   optim::GradScaler scaler_;
   bool fp16_;
   std::unique_ptr<comm::Communicator> self_group_;  // the one-rank group when none is given
+  comm::Communicator* model_parallel_ = nullptr;     // null: one rank
   GradBuffer grad_buffer_;
   Tensor main_;        // fp32 [owned_numel]; unused under fp32 (the shards view the values)
   Tensor exp_avg_;     // fp32 [owned_numel]

@@ -68,9 +68,11 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   log0_ = groups_->is_first_rank() ? &out : &null_;
   log_last_ = groups_->is_last_rank() ? &out : &null_;
   const TrainConfig& c = config_;
-  MT_CHECK(c.world_size == groups_->world_size() && c.data_parallel_size == groups_->sizes.dp)
-      << "config for world " << c.world_size << " / dp " << c.data_parallel_size << ", groups of "
-      << groups_->world_size() << " / " << groups_->sizes.dp;
+  MT_CHECK(c.world_size == groups_->world_size() && c.data_parallel_size == groups_->sizes.dp &&
+           c.tensor_model_parallel_size == groups_->sizes.tp)
+      << "config for world " << c.world_size << " / dp " << c.data_parallel_size << " / tp "
+      << c.tensor_model_parallel_size << ", groups of " << groups_->world_size() << " / " << groups_->sizes.dp
+      << " / " << groups_->sizes.tp;
   microbatches_ = std::make_unique<NumMicroBatchesCalculator>(c.microbatch_calculator());
   *log0_ << microbatches_->describe() << '\n';
   train_iters_ = c.total_train_iters();
@@ -90,7 +92,10 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   if (!datasets_.train()) throw_error("[--split] the training split of --data-path is empty");
 
   *log0_ << "building GPT model ...\n";
-  model_ = std::make_unique<model::GPTModel>(c.model, backend_, param_dtype(c), c.micro_batch_size);
+  model::TensorParallelOptions tp;
+  tp.group = groups_->tp.get();
+  tp.sequence_parallel = c.sequence_parallel;
+  model_ = std::make_unique<model::GPTModel>(c.model, backend_, param_dtype(c), c.micro_batch_size, tp);
   model_->parameters().initialize(backend_, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
   *log0_ << " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): "
        << model_->parameters().total_numel() << '\n';
@@ -118,6 +123,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   dp.group = groups_->dp_cp.get();  // gradients are reduced over dp x cp (megatron-facts §9)
   dp.distributed = c.use_distributed_optimizer;
   dp.bucket_size = c.ddp_bucket_size.value_or(0);
+  dp.model_parallel = groups_->model_parallel.get();  // norms and the inf flag span the TP shards
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, oc, std::move(scaler), dp);
   scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));
   *log0_ << model::format_memory_plan(train_memory_plan(c));
@@ -140,11 +146,14 @@ void Trainer::save() {
   if (!config_.save) return;
   // Collective: with the distributed optimizer the owners send their state to DP rank 0.
   const FullOptimizerState state = optimizer_->gather_full_state();
-  // The state is replicated over DP (or gathered to DP rank 0): DP rank 0 of the first
-  // model-parallel replica writes, which is global rank 0 while TP = PP = 1.
-  if (groups_->is_first_rank()) {
-    save_training_checkpoint(config_, progress_, model_->parameters(), *optimizer_, state, *scheduler_, backend_,
-                             *log0_);
+  // The state is replicated over DP (or gathered to DP rank 0). The DP-rank-0 ranks (one TP
+  // group) gather the shards into global tensors, and global rank 0 (TP 0, DP 0) writes.
+  if (groups_->dp_cp->rank() == 0) {
+    const CheckpointTensors tensors = collect_checkpoint_tensors(model_->parameters(), *optimizer_, state,
+                                                                 !config_.no_save_optim, *groups_->tp, backend_);
+    if (groups_->is_first_rank()) {
+      save_training_checkpoint(config_, progress_, tensors, *optimizer_, *scheduler_, backend_, *log0_);
+    }
   }
   // Nobody goes on (and perhaps exits, or reads the checkpoint) before it is complete.
   groups_->world->barrier();
@@ -279,11 +288,16 @@ TrainSummary Trainer::run() {
       model::DropoutContext dropout;
       dropout.seed = static_cast<uint64_t>(c.seed);
       dropout.iteration = progress_.iteration;
-      dropout.micro_batch = k;
+      // The global micro-batch index (this DP rank's k-th holds the samples of the single
+      // process's micro-batch k * dp + dp_rank, megatron-facts §3.9): dropout masks then
+      // differ across DP ranks and equal the single-process run's.
+      dropout.micro_batch = k * c.data_parallel_size + groups_->coords.dp;
       iter_loss += model_->forward(mb, dropout);
       model_->backward(optimizer_->loss_scale(), 1.0f / static_cast<float>(num_micro));
     }
-    // Megatron's finalize_model_grads: the gradient reduction closes forward-backward.
+    // Megatron's finalize_model_grads: the gradient reduction closes forward-backward
+    // (sequence-parallel LayerNorm gradients over TP, then everything over DP).
+    model_->reduce_sequence_parallel_grads();
     optimizer_->reduce_gradients();
     lap(&t_fwd_bwd);
     // The loss of the global batch: this rank's micro-batch mean, averaged over DP.

@@ -10,6 +10,10 @@
 // loss is averaged over DP. Rank 0 prints the start-up and checkpoint messages, the last rank
 // the iteration lines and validation (Megatron's print_rank_0 / print_rank_last) and writes
 // TensorBoard and the JSONL log; DP rank 0 writes checkpoints.
+// Tensor parallelism (model/gpt_model.h): the TP ranks of a replica read the same samples
+// (they share the DP coordinate), the model runs collectively over the TP group, the
+// sequence-parallel LayerNorm gradients are all-reduced over TP before the DP reduction, and
+// a checkpoint gathers the TP shards into global tensors that global rank 0 writes.
 #pragma once
 
 #include <cstdint>

@@ -267,8 +267,6 @@ TEST(TrainArgs, Recompute) {
 }
 
 TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
-  EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "8"}), /*world_size=*/8),
-            "[--tensor-model-parallel-size] 8 is not supported yet (tensor parallelism comes later; accepted: 1)");
   // The layout comes first: a world that TP x PP does not divide is Megatron's error.
   EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "2"}), /*world_size=*/3),
             "[--tensor-model-parallel-size/--pipeline-model-parallel-size] world size (3) is not divisible by tensor "
@@ -320,6 +318,34 @@ TEST(TrainArgs, CheckpointAndTensorBoardFlags) {
   EXPECT_ERROR_NAMES(with(base_args(), {"--save-keep-last", "-1"}), "--save-keep-last]");
 }
 
+// Tensor parallelism: what must divide, as one line naming the flag, before anything starts.
+TEST(TrainArgs, TensorParallelConfigErrors) {
+  // base: 4 heads, hidden 64 (ffn 256), seq 32, micro-batch 2.
+  const TrainConfig ok = parse(with(base_args(), {"--tensor-model-parallel-size", "2", "--sequence-parallel"}), 4);
+  EXPECT_EQ(ok.tensor_model_parallel_size, 2);
+  EXPECT_EQ(ok.data_parallel_size, 2);
+  EXPECT_TRUE(ok.sequence_parallel);
+  EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "8"}), 8),
+            "[--num-attention-heads] 4 is not divisible by --tensor-model-parallel-size 8");
+  EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "2", "--ffn-hidden-size", "129"}), 2),
+            "[--ffn-hidden-size] 129 is not divisible by --tensor-model-parallel-size 2");
+  EXPECT_EQ(error_of(with(base_args(), {"--sequence-parallel"}), 2),
+            "[--sequence-parallel] needs --tensor-model-parallel-size > 1 (it splits the sequence over the "
+            "tensor-parallel ranks)");
+  EXPECT_EQ(error_of(with(without(base_args(), "--seq-length"),
+                          {"--seq-length", "31", "--tensor-model-parallel-size", "2", "--sequence-parallel"}),
+                     2),
+            "[--seq-length] 31 is not divisible by --tensor-model-parallel-size 2 (--sequence-parallel splits the "
+            "sequence)");
+  EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "2"}), 6 - 1),
+            "[--tensor-model-parallel-size/--pipeline-model-parallel-size] world size (5) is not divisible by tensor "
+            "parallel size (2) times pipeline parallel size (1)");
+  // The global batch is split over dp = world / tp: 8 ranks at TP 2 are DP 4.
+  EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "2", "--global-batch-size", "4"}), 8),
+            "[--global-batch-size] global batch size (4) is not divisible by micro batch size (2) times data "
+            "parallel size (4)");
+}
+
 TEST(TrainArgs, AcceptedValuesOfLimitedFlags) {
   const TrainConfig c = parse(with(base_args(), {"--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size",
                                                  "1", "--data-impl", "mmap", "--tokenizer-type", "GPT2BPETokenizer",
@@ -333,9 +359,8 @@ TEST(TrainArgs, NoOpFlagsAreAccepted) {
   const TrainConfig c = parse(with(base_args(), {"--use-flash-attn", "--no-masked-softmax-fusion",
                                                  "--no-bias-dropout-fusion", "--num-workers", "8",
                                                  "--use-mcore-models", "--attention-softmax-in-fp32",
-                                                 "--sequence-parallel", "--local_rank", "0",
+                                                 "--local_rank", "0",
                                                  "--use-cpu-initialization", "--override-opt_param-scheduler"}));
-  EXPECT_FALSE(c.sequence_parallel);  // off at tensor-parallel size 1, as in Megatron
   EXPECT_TRUE(c.use_cpu_initialization);
   EXPECT_TRUE(c.override_opt_param_scheduler);
 }

@@ -142,6 +142,66 @@ TEST(MemoryPlan, DistributedOptimizerPlanIsRankZerosShard) {
   }
 }
 
+// Tensor parallelism under mpirun -np 2 (TP 2): each rank allocates exactly its plan, kind by
+// kind, with and without sequence parallelism (fp32: the MPI ranks reduce fp32), and a step
+// allocates nothing more.
+TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
+  if (test::relaunch_under_mpirun(2)) return;
+  comm::MpiRuntime mpi;
+  auto tp = mpi.world();
+  GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 16;
+  c.num_attention_heads = 4;
+  c.kv_channels = 4;
+  c.ffn_hidden_size = 24;
+  c.seq_length = 6;
+  c.max_position_embeddings = 8;
+  c.vocab_size = 30;
+  c.padded_vocab_size = 32;
+  for (bool sp : {false, true}) {
+    const MemoryPlan plan = plan_memory(c, DType::kF32, 2, 2, sp);
+    EXPECT_LT(plan.num_parameters, gpt_num_parameters(c));
+    auto backend = backend::make_cpu_backend();
+    MemoryTracker& tracker = memory_tracker(Device::kCPU);
+    const MemorySnapshot before = tracker.snapshot();
+    GPTModel model(c, *backend, DType::kF32, 2, {tp.get(), sp});
+    train::MixedPrecisionOptimizer opt(model.parameters(), *backend, train::OptimizerConfig{},
+                                       optim::GradScaler::constant(1.0f), {nullptr, false, 0, tp.get()});
+    const MemorySnapshot built = tracker.snapshot();
+    EXPECT_EQ(plan.num_parameters, model.parameters().total_numel()) << "sp " << sp;
+    for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kMainParams, MemoryKind::kGrads, MemoryKind::kOptimizer,
+                            MemoryKind::kActivations, MemoryKind::kWorkspace}) {
+      const int64_t planned = kind == MemoryKind::kParams        ? plan.parameters
+                              : kind == MemoryKind::kMainParams  ? plan.main_parameters
+                              : kind == MemoryKind::kGrads       ? plan.gradients
+                              : kind == MemoryKind::kOptimizer   ? plan.optimizer
+                              : kind == MemoryKind::kActivations ? plan.activations
+                                                                 : plan.workspace;
+      EXPECT_EQ(planned, delta(built, before, kind)) << memory_kind_name(kind) << " sp " << sp;
+    }
+    tracker.reset_peak();
+    MicroBatch mb;
+    mb.batch = 2;
+    mb.seq = c.seq_length;
+    for (int64_t i = 0; i < mb.batch * mb.seq; ++i) {
+      mb.tokens.push_back(static_cast<int32_t>(i * 5 % c.vocab_size));
+      mb.labels.push_back(static_cast<int32_t>((i * 7 + 3) % c.vocab_size));
+      mb.loss_mask.push_back(1.0f);
+    }
+    opt.zero_grads();
+    model.forward(mb, {});
+    model.backward(1.0f, 1.0f);
+    model.reduce_sequence_parallel_grads();
+    opt.step(1e-3f, 0.01f);
+    const MemorySnapshot after = tracker.snapshot();
+    for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kGrads, MemoryKind::kActivations, MemoryKind::kWorkspace}) {
+      const int i = static_cast<int>(kind);
+      EXPECT_EQ(after.peak[i], built.current[i]) << memory_kind_name(kind) << " grew during a step";
+    }
+  }
+}
+
 TEST(MemoryPlan, Gpt3_175BNumbers) {
   // The benchmark's shape: 96 layers, h 12288, 96 heads, seq 2048, vocab 50257 -> 50304.
   GPTConfig c;

@@ -47,9 +47,14 @@ Dims check_attention(const Tensor& qkv, const Tensor& lse, const AttentionParams
 }
 
 // Dropout multiplier of probability (bi, hd, i, j).
-inline float attention_dropout(const DropoutParams& dp, const Dims& dims, int64_t bh, int64_t i, int64_t j) {
+// bh = bi * heads + hd is the local (batch, head) pair; the index uses the global head
+// dropout_head0 + hd of dropout_total_heads() (ops.h), so tensor-parallel ranks draw the
+// single-process masks.
+inline float attention_dropout(const AttentionParams& p, const Dims& dims, int64_t bh, int64_t i, int64_t j) {
+  const DropoutParams& dp = p.dropout;
   if (dp.p == 0.0f) return 1.0f;
-  const uint64_t index = static_cast<uint64_t>((bh * dims.s + i) * dims.s + j);
+  const int64_t global_bh = (bh / dims.heads) * p.dropout_total_heads() + p.dropout_head0 + bh % dims.heads;
+  const uint64_t index = static_cast<uint64_t>((global_bh * dims.s + i) * dims.s + j);
   return dropout_keep(dp.seed, dp.stream, index, dp.p) ? 1.0f / (1.0f - dp.p) : 0.0f;
 }
 
@@ -86,7 +91,7 @@ void CpuBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, 
       const float row_lse = mx + static_cast<float>(std::log(sum));
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int64_t j = 0; j <= i; ++j) {
-        const float pm = std::exp(score[j] - row_lse) * attention_dropout(params.dropout, dims, bh, i, j);
+        const float pm = std::exp(score[j] - row_lse) * attention_dropout(params, dims, bh, i, j);
         if (pm == 0.0f) continue;
         for (int64_t c = 0; c < d; ++c) acc[c] += static_cast<double>(pm) * v(j)[c];
       }
@@ -129,7 +134,7 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& qkv, const
         double dot = 0.0;
         for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q(i)[c]) * k(j)[c];
         const float p = std::exp(static_cast<float>(dot) * scale - row_lse);
-        const float m = attention_dropout(params.dropout, dims, bh, i, j);
+        const float m = attention_dropout(params, dims, bh, i, j);
         double gv = 0.0;  // dout_i . v_j
         for (int64_t c = 0; c < d; ++c) gv += static_cast<double>(go(i)[c]) * v(j)[c];
         prob[j] = p;

@@ -1,7 +1,7 @@
 // CPU backend: elementwise ops (add, scale, dropout, bias-dropout-add, bias gradient, GELU).
 //
 // Dropout: element i (the flat index in the tensor dropout applies to) is kept iff
-// dropout_keep(seed, stream, i, p); kept values are scaled by 1 / (1 - p); p == 0 draws
+// dropout_keep(seed, stream, offset + i, p) (offset: a shard's global start, ops.h); kept values are scaled by 1 / (1 - p); p == 0 draws
 // nothing and is the identity.
 #include <algorithm>
 #include <cmath>
@@ -23,7 +23,7 @@ void check_dropout(const DropoutParams& d) {
 // The dropout multiplier of element i: 0 if dropped, 1 / (1 - p) if kept, 1 without dropout.
 inline float dropout_factor(const DropoutParams& d, int64_t i) {
   if (d.p == 0.0f) return 1.0f;
-  return dropout_keep(d.seed, d.stream, static_cast<uint64_t>(i), d.p) ? 1.0f / (1.0f - d.p) : 0.0f;
+  return dropout_keep(d.seed, d.stream, d.offset + static_cast<uint64_t>(i), d.p) ? 1.0f / (1.0f - d.p) : 0.0f;
 }
 
 void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {

@@ -1,6 +1,7 @@
 // CPU backend: softmax cross-entropy over logits[n, V], one row at a time, max-subtracted:
 //   lse = m + log sum_v exp(l_v - m) (m = max_v l_v, fp32 exp, sum in double), loss = lse - l_label,
-//   dl_v = (exp(l_v - lse) - [v == label]) * dloss.
+//   dl_v = (exp(l_v - lse) - [v == label]) * dloss. Labels outside [0, V) are another
+// vocab-parallel rank's ids: a NaN loss forward, no one-hot term backward (ops.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -41,7 +42,6 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& label
   for (int64_t r = 0; r < n; ++r) {
     const float* row = lv.data() + r * vocab;
     const int32_t t = lab[r];
-    MT_CHECK(t >= 0 && t < vocab) << "label " << t << " outside the vocabulary of " << vocab;
     float mx = -std::numeric_limits<float>::infinity();
     for (int64_t v = 0; v < vocab; ++v) mx = std::max(mx, row[v]);
     // fp32 exp (the libm double exp costs twice as much per element); each term is in (0, 1]
@@ -50,7 +50,8 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& label
     for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - mx);
     const float row_lse = mx + static_cast<float>(std::log(sum));
     lsep[r] = row_lse;
-    lossp[r] = row_lse - row[t];
+    // A label outside [0, V): another vocab-parallel rank's id (ops.h).
+    lossp[r] = t >= 0 && t < vocab ? row_lse - row[t] : std::numeric_limits<float>::quiet_NaN();
   }
 }
 
@@ -71,8 +72,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& labe
   for (int64_t r = 0; r < n; ++r) {
     const float* row = lv.data() + r * vocab;
     float* drow = dv.data() + r * vocab;
-    const int32_t t = lab[r];
-    MT_CHECK(t >= 0 && t < vocab) << "label " << t << " outside the vocabulary of " << vocab;
+    const int32_t t = lab[r];  // outside [0, V): no one-hot term (vocab-parallel)
     const float row_lse = lsep[r], g = dlp[r];
     for (int64_t v = 0; v < vocab; ++v) drow[v] = (std::exp(row[v] - row_lse) - (v == t ? 1.0f : 0.0f)) * g;
   }

@@ -117,21 +117,26 @@ void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Ten
 void CpuBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
   check_i32(tokens, "embedding tokens");
   MT_CHECK(tokens.ndim() == 2) << "embedding tokens " << tokens.describe() << " must be [b, s]";
-  MT_CHECK(wte.ndim() == 2 && wpe.ndim() == 2 && wte.dim(1) == wpe.dim(1))
+  MT_CHECK(wte.ndim() == 2 && (!wpe.defined() || (wpe.ndim() == 2 && wte.dim(1) == wpe.dim(1))))
       << "embedding tables wte " << wte.describe() << ", wpe " << wpe.describe();
   const int64_t b = tokens.dim(0), s = tokens.dim(1), vocab = wte.dim(0), h = wte.dim(1);
-  MT_CHECK(s <= wpe.dim(0)) << "sequence length " << s << " exceeds position table " << wpe.describe();
+  MT_CHECK(!wpe.defined() || s <= wpe.dim(0)) << "sequence length " << s << " exceeds position table " << wpe.describe();
   MT_CHECK(out.numel() == s * b * h) << "embedding out " << out.describe() << ", expected [" << s << ", " << b
                                      << ", " << h << "]";
   const int32_t* tok = tokens.data_as<const int32_t>();
-  In tv(wte, "embedding wte"), pv(wpe, "embedding wpe");
+  In tv(wte, "embedding wte");
+  In pv = In::optional(wpe, "embedding wpe");
   Out ov(out, "embedding out");
 #pragma omp parallel for schedule(static) if (s * b * h >= kParallelWork)
   for (int64_t row = 0; row < s * b; ++row) {
     const int64_t si = row / b, bi = row % b;
     const int32_t t = tok[bi * s + si];
-    MT_CHECK(t >= 0 && t < vocab) << "token " << t << " outside the vocabulary of " << vocab;
-    for (int64_t j = 0; j < h; ++j) ov[row * h + j] = tv[t * h + j] + pv[si * h + j];
+    // Outside this table's ids: a zero word row (vocab-parallel masking, ops.h).
+    const bool in = t >= 0 && t < vocab;
+    for (int64_t j = 0; j < h; ++j) {
+      const float w = in ? tv[t * h + j] : 0.0f;
+      ov[row * h + j] = pv ? w + pv[si * h + j] : w;
+    }
   }
   ov.commit();
 }
@@ -156,7 +161,7 @@ void CpuBackend::embedding_backward(const Tensor& tokens, const Tensor& dout, Te
     for (int64_t row = 0; row < s * b; ++row) {
       const int64_t si = row / b, bi = row % b;
       const int32_t t = tok[bi * s + si];
-      MT_CHECK(t >= 0 && t < vocab) << "token " << t << " outside the vocabulary of " << vocab;
+      if (t < 0 || t >= vocab) continue;  // another vocab-parallel rank's id
       for (int64_t j = c0; j < c1; ++j) tv[t * h + j] += dv[row * h + j];
     }
   }

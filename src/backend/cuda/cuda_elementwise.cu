@@ -33,22 +33,36 @@ constexpr float kGeluCubic = 0.044715f;
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 
-// Dropout multipliers of elements [i, i + 4), i a multiple of 4: one Philox block, word k
-// for element i + k (core/rng.h philox_uniform), kept iff uniform >= p.
-__device__ __forceinline__ void dropout4(uint64_t seed, uint64_t stream, int64_t i, float p, float (&m)[4]) {
+// Dropout multipliers of the elements with global indices [g, g + 4) (g = DropoutParams
+// offset + the local index): word g % 4 of Philox block g / 4 (core/rng.h philox_uniform),
+// kept iff uniform >= p. g a multiple of 4 (offset 0, or any sequence-parallel shard of a
+// tensor whose rows hold a multiple of 4 elements): one block; else two.
+__device__ __forceinline__ uint4 dropout_block(uint64_t seed, uint64_t stream, uint64_t block) {
+  return philox4x32_10(make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                                  static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)),
+                       make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)));
+}
+__device__ __forceinline__ void dropout4(uint64_t seed, uint64_t stream, uint64_t g, float p, float (&m)[4]) {
   if (p == 0.0f) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) m[k] = 1.0f;
     return;
   }
-  const uint64_t block = static_cast<uint64_t>(i) >> 2;
-  const uint4 w = philox4x32_10(make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
-                                           static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)),
-                                make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)));
+  const uint4 w = dropout_block(seed, stream, g >> 2);
+  uint32_t words[8] = {w.x, w.y, w.z, w.w, 0u, 0u, 0u, 0u};
+  const uint32_t first = static_cast<uint32_t>(g & 3);
+  if (first != 0) {
+    const uint4 w2 = dropout_block(seed, stream, (g >> 2) + 1);
+    words[4] = w2.x;
+    words[5] = w2.y;
+    words[6] = w2.z;
+    words[7] = w2.w;
+  }
   const float scale = 1.0f / (1.0f - p);
-  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-  for (int k = 0; k < 4; ++k) m[k] = static_cast<float>(words[k] >> 8) * (1.0f / 16777216.0f) >= p ? scale : 0.0f;
+  for (int k = 0; k < 4; ++k) {
+    m[k] = static_cast<float>(words[first + k] >> 8) * (1.0f / 16777216.0f) >= p ? scale : 0.0f;
+  }
 }
 
 // bias[(i + k) % cols] for k < 4 (0 without a bias).
@@ -69,6 +83,7 @@ __device__ __forceinline__ void bias4(const void* bias, DType dt, int64_t i, int
 struct DropoutArgs {
   uint64_t seed;
   uint64_t stream;
+  uint64_t offset;  // global index of element 0 (ops.h)
   float p;
 };
 
@@ -80,7 +95,7 @@ __global__ void dropout_kernel(const void* x, DType xdt, void* out, DType odt, i
     const int64_t i = 4 * g;
     float v[4], m[4];
     load4(x, xdt, i, n, vec, v);
-    dropout4(d.seed, d.stream, i, d.p, m);
+    dropout4(d.seed, d.stream, d.offset + static_cast<uint64_t>(i), d.p, m);
 #pragma unroll
     for (int k = 0; k < 4; ++k) v[k] = __fmul_rn(v[k], m[k]);
     store4(out, odt, i, n, vec, v);
@@ -99,7 +114,7 @@ __global__ void bias_dropout_add_kernel(const void* x, DType xdt, const void* bi
     load4(x, xdt, i, n, vec, v);
     load4(res, rdt, i, n, vec, r);
     bias4(bias, bdt, i, cols, b);
-    dropout4(d.seed, d.stream, i, d.p, m);
+    dropout4(d.seed, d.stream, d.offset + static_cast<uint64_t>(i), d.p, m);
 #pragma unroll
     for (int k = 0; k < 4; ++k) v[k] = __fadd_rn(r[k], __fmul_rn(__fadd_rn(v[k], b[k]), m[k]));
     store4(out, odt, i, n, vec, v);
@@ -135,7 +150,7 @@ __device__ __forceinline__ void store_tail_or_vec(T* p, int64_t i, int64_t n, co
 
 // Dropout multipliers of elements [i, i + W), i a multiple of W.
 template <int W>
-__device__ __forceinline__ void dropout_w(uint64_t seed, uint64_t stream, int64_t i, float p, float (&m)[W]) {
+__device__ __forceinline__ void dropout_w(uint64_t seed, uint64_t stream, uint64_t i, float p, float (&m)[W]) {
 #pragma unroll
   for (int q = 0; q < W / 4; ++q) {
     float m4[4];
@@ -170,7 +185,7 @@ __global__ void dropout_vec_kernel(const T* x, T* out, int64_t n, DropoutArgs d)
   for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * W; i < n; i += stride) {
     float v[W], m[W];
     load_tail_or_vec<T>(x, i, n, v);
-    dropout_w<W>(d.seed, d.stream, i, d.p, m);
+    dropout_w<W>(d.seed, d.stream, d.offset + static_cast<uint64_t>(i), d.p, m);
 #pragma unroll
     for (int k = 0; k < W; ++k) v[k] = __fmul_rn(v[k], m[k]);
     store_tail_or_vec<T>(out, i, n, v);
@@ -190,7 +205,7 @@ __global__ void bias_dropout_add_vec_kernel(const T* x, const T* bias, const T* 
     load_tail_or_vec<T>(x, i, n, v);
     load_tail_or_vec<T>(res, i, n, r);
     bias_w<T, kBias>(bias, col, cols, b);
-    dropout_w<W>(d.seed, d.stream, i, d.p, m);
+    dropout_w<W>(d.seed, d.stream, d.offset + static_cast<uint64_t>(i), d.p, m);
 #pragma unroll
     for (int k = 0; k < W; ++k) v[k] = __fadd_rn(r[k], __fmul_rn(__fadd_rn(v[k], b[k]), m[k]));
     store_tail_or_vec<T>(out, i, n, v);
@@ -324,7 +339,7 @@ bool group_aligned(const Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data()) % static_cast<uintptr_t>(4 * dtype_size(t.dtype())) == 0;
 }
 
-DropoutArgs dropout_args(const DropoutParams& d) { return DropoutArgs{d.seed, d.stream, d.p}; }
+DropoutArgs dropout_args(const DropoutParams& d) { return DropoutArgs{d.seed, d.stream, d.offset, d.p}; }
 
 // The vector fast path applies: every tensor of `dtype` and 16-byte aligned.
 bool vec_path(DType dtype, std::initializer_list<const Tensor*> ts) {

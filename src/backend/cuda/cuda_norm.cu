@@ -459,8 +459,8 @@ __global__ void layernorm_dx_kernel(const void* dy, DType dydt, const void* x, D
   }
 }
 
-// out[row = si * b + bi] = wte[tokens[bi, si]] + wpe[si]; a token outside [0, vocab) gives a
-// NaN row (visible in the loss) instead of an out-of-bounds read.
+// out[row = si * b + bi] = wte[tokens[bi, si]] + wpe[si]; a token outside [0, vocab) takes a
+// zero word row (another vocab-parallel rank's id, ops.h); wpe null: no position term.
 __global__ void embedding_forward_kernel(const int32_t* tokens, const void* wte, DType tdt, const void* wpe,
                                          DType pdt, void* out, DType odt, int64_t b, int64_t s, int64_t vocab,
                                          int64_t h) {
@@ -470,7 +470,8 @@ __global__ void embedding_forward_kernel(const int32_t* tokens, const void* wte,
   const bool valid = t >= 0 && t < vocab;
   for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < h;
        j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
-    const float v = valid ? load_f(wte, tdt, t * h + j) + load_f(wpe, pdt, si * h + j) : __int_as_float(0x7FC00000);
+    const float w = valid ? load_f(wte, tdt, t * h + j) : 0.0f;
+    const float v = wpe != nullptr ? w + load_f(wpe, pdt, si * h + j) : w;
     store_f(out, odt, row * h + j, v);
   }
 }
@@ -777,13 +778,13 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
 void CudaBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
   cuda::check_device_i32(tokens, "embedding tokens");
   cuda::check_device_float(wte, "embedding wte");
-  cuda::check_device_float(wpe, "embedding wpe");
+  if (wpe.defined()) cuda::check_device_float(wpe, "embedding wpe");
   cuda::check_device_float(out, "embedding out");
   MT_CHECK(tokens.ndim() == 2) << "embedding tokens " << tokens.describe() << " must be [b, s]";
-  MT_CHECK(wte.ndim() == 2 && wpe.ndim() == 2 && wte.dim(1) == wpe.dim(1))
+  MT_CHECK(wte.ndim() == 2 && (!wpe.defined() || (wpe.ndim() == 2 && wte.dim(1) == wpe.dim(1))))
       << "embedding tables wte " << wte.describe() << ", wpe " << wpe.describe();
   const int64_t b = tokens.dim(0), s = tokens.dim(1), vocab = wte.dim(0), h = wte.dim(1);
-  MT_CHECK(s <= wpe.dim(0)) << "sequence length " << s << " exceeds position table " << wpe.describe();
+  MT_CHECK(!wpe.defined() || s <= wpe.dim(0)) << "sequence length " << s << " exceeds position table " << wpe.describe();
   MT_CHECK(out.numel() == s * b * h) << "embedding out " << out.describe() << ", expected [" << s << ", " << b
                                      << ", " << h << "]";
   if (s * b == 0 || h == 0) return;
@@ -791,7 +792,8 @@ void CudaBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, con
   const int64_t col_blocks = (h + threads - 1) / threads;
   cuda::embedding_forward_kernel<<<dim3(static_cast<unsigned>(s * b), static_cast<unsigned>(col_blocks)), threads,
                                    0, stream()>>>(static_cast<const int32_t*>(tokens.data()), wte.data(),
-                                                  wte.dtype(), wpe.data(), wpe.dtype(), out.data(), out.dtype(), b,
+                                                  wte.dtype(), wpe.defined() ? wpe.data() : nullptr,
+                                                  wpe.defined() ? wpe.dtype() : wte.dtype(), out.data(), out.dtype(), b,
                                                   s, vocab, h);
   MT_CUDA_LAUNCH_CHECK();
 }

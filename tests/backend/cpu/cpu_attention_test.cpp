@@ -146,6 +146,50 @@ TEST(CpuAttentionDetail, DropoutChangesOutputAndIsReproducible) {
   EXPECT_TRUE(bitwise_equal(o1, o2));
 }
 
+// Tensor parallelism: a call on heads [h0, h0 + H/2) of H with dropout_heads = H and
+// dropout_head0 = h0 gives exactly those heads' outputs, lse and gradients of the call on all
+// H heads, dropout on (each head is computed on its own, so bit for bit).
+TEST(CpuAttentionDetail, HeadSliceWithGlobalDropoutIndexEqualsTheWholeCall) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t s = 6, b = 2, H = 4, d = 4, Hl = 2;
+  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng);
+  Tensor dout = random_tensor({s, b, H * d}, rng);
+  Tensor out = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  Tensor dqkv = be->empty({s, b, H * 3 * d}, DType::kF32, MemoryKind::kOther);
+  const AttentionParams whole = params(H, d, 0.4f);
+  be->attention_forward(qkv, out, lse, whole);
+  be->attention_backward(dout, qkv, out, lse, dqkv, whole);
+  for (int64_t r = 0; r < 2; ++r) {
+    // Columns of heads [r Hl, (r+1) Hl) of [s, b, H * w] as [s, b, Hl * w].
+    auto cols = [&](const Tensor& t, int64_t w) {
+      Tensor o = be->empty({s, b, Hl * w}, DType::kF32, MemoryKind::kOther);
+      for (int64_t row = 0; row < s * b; ++row)
+        for (int64_t c = 0; c < Hl * w; ++c) set(o, row * Hl * w + c, get(t, row * H * w + r * Hl * w + c));
+      return o;
+    };
+    AttentionParams part = params(Hl, d, 0.4f);
+    part.dropout_heads = H;
+    part.dropout_head0 = r * Hl;
+    const Tensor lqkv = cols(qkv, 3 * d), ldout = cols(dout, d);
+    Tensor lout = be->empty({s, b, Hl * d}, DType::kF32, MemoryKind::kOther);
+    Tensor llse = be->empty({b, Hl, s}, DType::kF32, MemoryKind::kOther);
+    Tensor ldqkv = be->empty({s, b, Hl * 3 * d}, DType::kF32, MemoryKind::kOther);
+    be->attention_forward(lqkv, lout, llse, part);
+    be->attention_backward(ldout, lqkv, lout, llse, ldqkv, part);
+    EXPECT_TRUE(bitwise_equal(lout, cols(out, d))) << "rank " << r;
+    EXPECT_TRUE(bitwise_equal(ldqkv, cols(dqkv, 3 * d))) << "rank " << r;
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t k = 0; k < Hl * s; ++k) EXPECT_EQ(get(llse, bi * Hl * s + k), get(lse, (bi * H + r * Hl) * s + k));
+    // Without the global index the masks are another head's: the outputs differ.
+    part.dropout_heads = 0;
+    part.dropout_head0 = 0;
+    be->attention_forward(lqkv, lout, llse, part);
+    if (r == 1) EXPECT_FALSE(bitwise_equal(lout, cols(out, d)));
+  }
+}
+
 TEST(CpuAttentionDetail, Bf16IsFp32OfRoundedInputsThenRounded) {
   auto rng = test_rng();
   auto be = make_cpu_backend();

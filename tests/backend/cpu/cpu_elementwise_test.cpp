@@ -64,6 +64,35 @@ TEST(CpuElementwise, DropoutMaskScaleAndFraction) {
   EXPECT_TRUE(bitwise_equal(out2, x));
 }
 
+// Sequence parallelism: the shard [offset, offset + m) of a tensor, run with that offset,
+// gets exactly the whole tensor's mask there (also at offsets that are not a multiple of the
+// 4 words of a Philox block), in dropout and in bias-dropout-add.
+TEST(CpuElementwise, DropoutOffsetGivesTheWholeTensorsMask) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t n = 60, cols = 6;
+  Tensor x = random_tensor({n / cols, cols}, rng), bias = random_tensor({cols}, rng), res = random_tensor({n / cols, cols}, rng);
+  Tensor whole = be->empty({n / cols, cols}, DType::kF32, MemoryKind::kOther);
+  Tensor whole_bda = be->empty({n / cols, cols}, DType::kF32, MemoryKind::kOther);
+  const DropoutParams dp{0.5f, 99, 5};
+  be->dropout_forward(x, whole, dp);
+  be->bias_dropout_add(x, bias, res, whole_bda, dp);
+  for (int64_t rows0 : {int64_t{2}, int64_t{5}}) {  // offsets 12 and 30 (30 % 4 != 0)
+    const int64_t off = rows0 * cols, m = 3 * cols;
+    DropoutParams shard = dp;
+    shard.offset = static_cast<uint64_t>(off);
+    const Tensor xs = x.flat_view(off, {3, cols}), rs = res.flat_view(off, {3, cols});
+    Tensor out = be->empty({3, cols}, DType::kF32, MemoryKind::kOther);
+    be->dropout_forward(xs, out, shard);
+    EXPECT_TRUE(bitwise_equal(out, whole.flat_view(off, {3, cols}))) << "offset " << off;
+    be->bias_dropout_add(xs, bias, rs, out, shard);
+    EXPECT_TRUE(bitwise_equal(out, whole_bda.flat_view(off, {3, cols}))) << "offset " << off;
+    // Offset 0 on the shard draws the mask of elements [0, m): another one.
+    be->dropout_forward(xs, out, dp);
+    EXPECT_FALSE(bitwise_equal(out, whole.flat_view(off, {3, cols}))) << "offset " << off << ", " << m;
+  }
+}
+
 TEST(CpuElementwise, DropoutBackwardMatchesFiniteDifferences) {
   auto rng = test_rng();
   auto be = make_cpu_backend();

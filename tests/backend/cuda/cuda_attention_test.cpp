@@ -261,6 +261,41 @@ TEST(CudaAttentionDropout, MaskChangesTheOutput) {
   EXPECT_FALSE(bitwise_equal(to_host(*gpu, out0), to_host(*gpu, out1)));
 }
 
+// Tensor parallelism: heads [2, 4) of 4 computed alone with dropout_heads = 4 and
+// dropout_head0 = 2 draw the CPU's masks of those global heads (SIMT fp32 and tensor-core bf16
+// paths), and differ from the call that numbers them 0 and 1.
+TEST(CudaAttentionDropout, GlobalHeadIndexMatchesTheCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  auto rng = test_rng();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_own_gpu();
+  const int64_t s = 64, b = 2, H = 2, d = 64;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const Tensor qkv = random_tensor({s, b, H * 3 * d}, rng, dt, 0.1f, 2.0f);
+    AttentionParams params = make_params(H, d, 0.2f);
+    params.dropout_heads = 4;
+    params.dropout_head0 = 2;
+    Tensor want = cpu->empty({s, b, H * d}, dt, MemoryKind::kOther);
+    Tensor lse = cpu->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+    cpu->attention_forward(qkv, want, lse, params);
+    Tensor out = gpu->empty({s, b, H * d}, dt, MemoryKind::kOther);
+    Tensor glse = gpu->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+    gpu->attention_forward(to_device(*gpu, qkv), out, glse, params);
+    const Tensor got = to_host(*gpu, out);
+    // Same masks: the outputs agree to the path's rounding (bf16: a few bf16 ulps of values < 4).
+    double worst = 0.0;
+    for (int64_t i = 0; i < got.numel(); ++i) worst = std::max(worst, std::abs(get(got, i) - get(want, i)));
+    EXPECT_LT(worst, dt == DType::kF32 ? 1e-4 : 6e-2) << dtype_name(dt);
+    params.dropout_heads = 0;
+    params.dropout_head0 = 0;
+    gpu->attention_forward(to_device(*gpu, qkv), out, glse, params);
+    const Tensor other = to_host(*gpu, out);
+    double moved = 0.0;
+    for (int64_t i = 0; i < other.numel(); ++i) moved = std::max(moved, std::abs(get(other, i) - get(want, i)));
+    EXPECT_GT(moved, 0.1) << dtype_name(dt);
+  }
+}
+
 // The tensor-core path's dropout mask is the CPU's, element for element: with one-hot values
 // (v_j = e_j, s <= d) out[i][j] = P_ij * mask_ij / l_i for j <= i, so an output element is zero
 // exactly where the probability was dropped (P_ij > 0 otherwise: no underflow at these scores).

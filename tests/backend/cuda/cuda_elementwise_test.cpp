@@ -82,6 +82,37 @@ TEST(CudaElementwise, DropoutForwardAndBackwardEqualTheCpuBitForBit) {
   }
 }
 
+// Sequence-parallel shards: a global element offset (a multiple of 4, one Philox block per 4
+// elements; or not, two blocks) gives the CPU's mask at the same global indices, in the vector
+// and the scalar kernels, for dropout and bias-dropout-add.
+TEST(CudaElementwise, DropoutWithAnOffsetEqualsTheCpu) {
+  MT_REQUIRE_CUDA();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  uint64_t seed = 5;
+  for (DType dt : kFloatTypes) {
+    for (uint64_t offset : {uint64_t{0}, uint64_t{4096}, uint64_t{6}, uint64_t{1} << 33}) {
+      for (const Shape& shape : {Shape{1000}, Shape{64, 96}}) {
+        DropoutParams dp{0.3f, 77, 9};
+        dp.offset = offset;
+        const std::string what = "dropout offset " + std::to_string(offset) + " " + shape_name(shape, dt);
+        const Tensor x = host_random(shape, dt, ++seed);
+        Tensor want = cpu->empty(shape, dt, MemoryKind::kOther);
+        cpu->dropout_forward(x, want, dp);
+        Tensor xd = to_device(*gpu, x);
+        Tensor outd = gpu->empty(shape, dt, MemoryKind::kOther);
+        gpu->dropout_forward(xd, outd, dp);
+        EXPECT_TRUE(bitwise(to_host(*gpu, outd), want, what));
+        const Tensor res = host_random(shape, dt, ++seed);
+        cpu->bias_dropout_add(x, Tensor(), res, want, dp);
+        Tensor resd = to_device(*gpu, res);
+        gpu->bias_dropout_add(xd, Tensor(), resd, outd, dp);
+        EXPECT_TRUE(bitwise(to_host(*gpu, outd), want, what + " bias_dropout_add"));
+      }
+    }
+  }
+}
+
 TEST(CudaElementwise, DropoutOnUnalignedViewsUsesTheScalarPathWithTheSameMask) {
   MT_REQUIRE_CUDA();
   auto cpu = make_cpu_backend();

@@ -1,0 +1,37 @@
+#include "tensor_parallel/mappings.h"
+
+#include "core/error.h"
+
+namespace megatron::tensor_parallel {
+
+void all_reduce_tp(comm::Communicator& tp, Tensor& x) {
+  if (tp.size() == 1) return;
+  tp.all_reduce(x, comm::ReduceOp::kSum);
+}
+
+int64_t shard_rows(const comm::Communicator& tp, int64_t n) {
+  MT_CHECK(n % tp.size() == 0) << n << " rows do not split over " << tp.size() << " sequence-parallel ranks";
+  return n / tp.size();
+}
+
+Tensor sequence_shard(const comm::Communicator& tp, const Tensor& full) {
+  const int64_t n = full.dim(0), rows = shard_rows(tp, n), row_numel = full.numel() / n;
+  Shape shape = full.shape();
+  shape[0] = rows;
+  return full.flat_view(tp.rank() * rows * row_numel, shape);
+}
+
+void gather_sequence(comm::Communicator& tp, const Tensor& shard, Tensor& full) {
+  MT_CHECK_EQ(shard.numel() * tp.size(), full.numel());
+  Tensor flat_full = full.view({full.numel()});
+  comm::all_gather(tp, shard.view({shard.numel()}), flat_full);
+}
+
+void reduce_scatter_sequence(comm::Communicator& tp, Tensor& full, Tensor& shard) {
+  MT_CHECK_EQ(shard.numel() * tp.size(), full.numel());
+  Tensor flat_full = full.view({full.numel()});
+  Tensor flat_shard = shard.view({shard.numel()});
+  comm::reduce_scatter(tp, flat_full, flat_shard, comm::ReduceOp::kSum);
+}
+
+}  // namespace megatron::tensor_parallel

@@ -1,0 +1,45 @@
+// How a parameter is split over the tensor-parallel group (Megatron's tensor_model_parallel /
+// partition_dim / partition_stride=1 attributes) and the index math between a rank's shard and
+// the global tensor, used to initialise shards with the single-process values and to save and
+// load checkpoints with global shapes (DESIGN.md decision 6).
+//
+//   dim -1: replicated (LayerNorm, position embedding, row-parallel biases): shard == global.
+//   dim  0: rows split (column-parallel weights [out/T, in] and biases [out/T], the vocab-
+//           parallel embedding and output layer [V/T, h]): rank r holds global rows
+//           [r * R/T, (r+1) * R/T), one contiguous block of the flat tensor.
+//   dim  1: columns split (row-parallel weights [out, in/T]): rank r holds columns
+//           [r * C/T, (r+1) * C/T) of every row. Example [2, 4] over T = 2: global
+//           [[0 1 2 3] [4 5 6 7]] -> rank 0 [[0 1] [4 5]], rank 1 [[2 3] [6 7]].
+// The fused QKV weight [3 * heads * d, h] is split by rows: with Megatron's per-head [q|k|v]
+// row order, rank r's block is exactly the heads [r * heads/T, (r+1) * heads/T).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/ops.h"
+#include "comm/communicator.h"
+#include "core/tensor.h"
+
+namespace megatron::tensor_parallel {
+
+struct Partition {
+  int dim = -1;       // -1 (replicated), 0 or 1
+  int64_t rank = 0;   // tensor-parallel rank and size
+  int64_t size = 1;
+  bool split() const { return dim >= 0 && size > 1; }
+};
+
+// The shard's shape: global with dimension `dim` divided by size (checked divisible).
+Shape local_shape(const Shape& global, const Partition& p);
+// Flat index in the global tensor of flat element `k` of the shard.
+int64_t global_index(const Shape& global, const Partition& p, int64_t k);
+
+// The global tensor (host, shard's dtype) assembled from the group's shards: every rank of
+// `tp` passes its shard (contiguous, on the backend's device) and gets the whole. Replicated:
+// a host copy of the shard.
+Tensor gather_partitioned(comm::Communicator& tp, backend::Backend& backend, const Tensor& shard,
+                          const Shape& global, const Partition& p);
+// This rank's shard (host, global's dtype) cut from a host global tensor.
+Tensor slice_partition(const Tensor& global, const Partition& p);
+
+}  // namespace megatron::tensor_parallel

@@ -1,0 +1,240 @@
+// The parity spine of tensor parallelism (DESIGN.md decision 3): `megatron train` on a tiny
+// GPT (fp32, 10 iterations) as one process, as TP2, TP2 with --sequence-parallel, and TP2 x DP2
+// (4 ranks) with and without --use-distributed-optimizer, logs the same losses and grad norms,
+// with dropout off and with dropout on (hidden and attention: the TP ranks draw the single-
+// process masks, model/gpt_model.h); checkpoints saved under TP2 resume under TP1 and the
+// reverse with the same next losses; a TP configuration error is one line before anything
+// starts. Values are read from --log-jsonl (full double precision) of the last rank.
+//
+// The vocabulary: GPT-2's 50257 ids pad to 50432 at TP2 (a multiple of 128 * 2) and to 50304
+// at TP1; the dummy rows take part in the softmax, so the single process is run with
+// --make-vocab-size-divisible-by 256 to have the same 50432 rows (Megatron's checkpoints, too,
+// only move between TP sizes with the same padded vocabulary).
+//
+// Tolerance: relative 2e-6 on the loss and 1e-5 on the grad norm, as the DP parity test. The
+// runs differ only in the order of fp32 additions: a row-parallel output is two half-sums over
+// the split input dimension added by the all-reduce (one blocked GEMM sum in one process), the
+// cross-entropy combines the two vocabulary halves' log-sum-exps, and the norm adds the ranks'
+// partial sums. Each reordering moves an activation or gradient by a few fp32 ulps (6e-8
+// relative); Adam's update and the loss are smooth in them, so after 10 steps losses agree to
+// ~1e-7 relative. A real bug (a missing reduction, a head or dropout mask of the wrong rank, a
+// duplicated parameter counted twice in the norm) moves the loss or the norm by > 1e-3.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "comm/mpirun.h"
+#include "support/paths.h"
+#include "support/walk_corpus.h"
+
+namespace megatron::train {
+namespace {
+
+struct Logged {
+  double loss = 0;
+  double grad_norm = 0;
+};
+
+// iteration -> values, from the training records of a --log-jsonl file.
+std::map<int64_t, Logged> read_jsonl(const std::string& path) {
+  std::map<int64_t, Logged> out;
+  std::ifstream in(path);
+  std::string line;
+  static const std::regex it(R"("iteration": (\d+), "consumed_samples")"), loss(R"("lm_loss": ([-0-9.eE+]+))"),
+      norm(R"("grad_norm": ([-0-9.eE+]+))");
+  while (std::getline(in, line)) {
+    std::smatch a, b, c;
+    if (!std::regex_search(line, a, it) || !std::regex_search(line, b, loss) || !std::regex_search(line, c, norm)) continue;
+    out[std::stoll(a[1])] = Logged{std::stod(b[1]), std::stod(c[1])};
+  }
+  return out;
+}
+
+// The tiny GPT: 2 layers, hidden 32, 4 heads (2 per TP rank), seq 16 (8 per rank under SP),
+// global batch 8 of micro-batches of 2.
+std::vector<std::string> train_flags(const std::string& dir, bool dropout) {
+  std::vector<std::string> f = {
+      test::megatron_binary(), "train", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+      "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "10",
+      "--lr", "0.003", "--lr-decay-style", "cosine", "--lr-warmup-iters", "2", "--log-interval", "1",
+      "--eval-interval", "1000", "--eval-iters", "1", "--seed", "5", "--data-path", dir + "/walk_text_document",
+      "--split", "90,10,0", "--data-cache-path", dir + "/cache", "--vocab-file", test::gpt2_vocab_file(),
+      "--merge-file", test::gpt2_merge_file(), "--device", "cpu"};
+  const std::vector<std::string> p = dropout ? std::vector<std::string>{"--attention-dropout", "0.1", "--hidden-dropout", "0.1"}
+                                             : std::vector<std::string>{"--attention-dropout", "0", "--hidden-dropout", "0"};
+  f.insert(f.end(), p.begin(), p.end());
+  return f;
+}
+
+std::vector<std::string> with(std::vector<std::string> a, std::initializer_list<std::string> more) {
+  a.insert(a.end(), more);
+  return a;
+}
+
+// One process pads the vocabulary like TP2 (see the header).
+std::vector<std::string> one_process(std::vector<std::string> a) {
+  return with(std::move(a), {"--make-vocab-size-divisible-by", "256"});
+}
+
+test::CommandResult run(const std::vector<std::string>& argv, int np) {
+  const std::string cmd = np == 1 ? comm::shell_join(argv) : comm::shell_join(comm::local_mpirun_command(np, argv));
+  return test::run_command(cmd, /*capture_stderr=*/true);
+}
+
+void expect_same(const std::map<int64_t, Logged>& ref, const std::map<int64_t, Logged>& got, int64_t from,
+                 const std::string& what) {
+  double worst_loss = 0, worst_norm = 0;
+  for (int64_t i = from; i <= 10; ++i) {
+    ASSERT_TRUE(ref.count(i) && got.count(i)) << what << ": iteration " << i << " missing";
+    const Logged &a = ref.at(i), &b = got.at(i);
+    EXPECT_NEAR(b.loss, a.loss, 2e-6 * std::abs(a.loss)) << what << " iteration " << i;
+    EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * std::abs(a.grad_norm)) << what << " iteration " << i;
+    worst_loss = std::max(worst_loss, std::abs(b.loss - a.loss) / std::abs(a.loss));
+    worst_norm = std::max(worst_norm, std::abs(b.grad_norm - a.grad_norm) / std::abs(a.grad_norm));
+  }
+  std::printf("%s: max relative difference loss %.2e, grad norm %.2e\n", what.c_str(), worst_loss, worst_norm);
+}
+
+void parity(bool dropout, const std::string& name) {
+  const std::string dir = test::scratch_dir(name);
+  test::write_walk_corpus(dir);
+  const auto base = train_flags(dir, dropout);
+  const test::CommandResult one = run(one_process(with(base, {"--log-jsonl", dir + "/one.jsonl"})), 1);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const auto ref = read_jsonl(dir + "/one.jsonl");
+  ASSERT_EQ(ref.size(), 10u) << one.output;
+  EXPECT_LT(ref.at(10).loss, ref.at(1).loss - 0.5) << "the run must learn for the comparison to mean anything";
+
+  const test::CommandResult tp2 =
+      run(with(base, {"--tensor-model-parallel-size", "2", "--log-jsonl", dir + "/tp2.jsonl"}), 2);
+  ASSERT_EQ(tp2.status, 0) << tp2.output;
+  EXPECT_NE(tp2.output.find("tensor-model-parallel size: 2"), std::string::npos) << tp2.output;
+  EXPECT_NE(tp2.output.find(" > padded vocab (size: 50257) with 175 dummy tokens (new size: 50432)"), std::string::npos)
+      << tp2.output;
+  expect_same(ref, read_jsonl(dir + "/tp2.jsonl"), 1, "TP2");
+
+  const test::CommandResult sp = run(
+      with(base, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--log-jsonl", dir + "/sp.jsonl"}), 2);
+  ASSERT_EQ(sp.status, 0) << sp.output;
+  expect_same(ref, read_jsonl(dir + "/sp.jsonl"), 1, "TP2 + SP");
+
+  const test::CommandResult tpdp = run(
+      with(base, {"--tensor-model-parallel-size", "2", "--log-jsonl", dir + "/tpdp.jsonl"}), 4);
+  ASSERT_EQ(tpdp.status, 0) << tpdp.output;
+  EXPECT_NE(tpdp.output.find("using world size: 4, data-parallel size: 2"), std::string::npos) << tpdp.output;
+  expect_same(ref, read_jsonl(dir + "/tpdp.jsonl"), 1, "TP2 x DP2");
+
+  // The distributed optimizer over DP within TP, several buckets, sequence parallelism.
+  const test::CommandResult dist =
+      run(with(base, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer",
+                      "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/dist.jsonl"}),
+          4);
+  ASSERT_EQ(dist.status, 0) << dist.output;
+  expect_same(ref, read_jsonl(dir + "/dist.jsonl"), 1, "TP2 x DP2 + SP, distributed optimizer");
+}
+
+TEST(TrainerTensorParallel, MatchesOneProcessWithoutDropout) { parity(/*dropout=*/false, "trainer_tp_parity"); }
+
+TEST(TrainerTensorParallel, MatchesOneProcessWithDropout) { parity(/*dropout=*/true, "trainer_tp_parity_dropout"); }
+
+// TP4 + SP (one head and a quarter of the sequence per rank; the vocabulary pads to 50688, a
+// multiple of 128 * 4), dropout on, with full recomputation (the re-run forward repeats the
+// collectives and the masks).
+TEST(TrainerTensorParallel, Tp4WithSequenceParallelMatchesOneProcess) {
+  const std::string dir = test::scratch_dir("trainer_tp4");
+  test::write_walk_corpus(dir);
+  const auto base = train_flags(dir, /*dropout=*/true);
+  const test::CommandResult one =
+      run(with(base, {"--make-vocab-size-divisible-by", "512", "--log-jsonl", dir + "/one.jsonl"}), 1);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const test::CommandResult tp4 = run(
+      with(base, {"--tensor-model-parallel-size", "4", "--sequence-parallel", "--recompute-granularity", "full",
+                  "--recompute-method", "uniform", "--recompute-num-layers", "1", "--log-jsonl", dir + "/tp4.jsonl"}),
+      4);
+  ASSERT_EQ(tp4.status, 0) << tp4.output;
+  EXPECT_NE(tp4.output.find("(new size: 50688)"), std::string::npos) << tp4.output;
+  expect_same(read_jsonl(dir + "/one.jsonl"), read_jsonl(dir + "/tp4.jsonl"), 1, "TP4 + SP + full recompute");
+}
+
+// A checkpoint holds global tensors: saved under TP2 (with the distributed optimizer over DP2)
+// it resumes as one process, and one saved by one process resumes under TP2 + SP, with the
+// next losses of the uninterrupted run.
+TEST(TrainerTensorParallel, CheckpointsMoveBetweenTensorParallelSizes) {
+  const std::string dir = test::scratch_dir("trainer_tp_resume");
+  test::write_walk_corpus(dir);
+  const auto base = train_flags(dir, /*dropout=*/true);
+  const test::CommandResult whole = run(one_process(with(base, {"--log-jsonl", dir + "/whole.jsonl"})), 1);
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  const auto ref = read_jsonl(dir + "/whole.jsonl");
+
+  const test::CommandResult save_tp2 =
+      run(with(base, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--save", dir + "/ck_tp2",
+                      "--save-interval", "5", "--exit-interval", "5"}),
+          4);
+  ASSERT_EQ(save_tp2.status, 0) << save_tp2.output;
+  const test::CommandResult load_tp1 =
+      run(one_process(with(base, {"--load", dir + "/ck_tp2", "--log-jsonl", dir + "/tp1_resumed.jsonl"})), 1);
+  ASSERT_EQ(load_tp1.status, 0) << load_tp1.output;
+  EXPECT_NE(load_tp1.output.find("--tensor-model-parallel-size: 2 -> 1"), std::string::npos) << load_tp1.output;
+  const auto tp1_resumed = read_jsonl(dir + "/tp1_resumed.jsonl");
+  EXPECT_EQ(tp1_resumed.count(5), 0u);
+  expect_same(ref, tp1_resumed, 6, "TP2 checkpoint resumed under TP1");
+
+  const test::CommandResult save_tp1 = run(
+      one_process(with(base, {"--save", dir + "/ck_tp1", "--save-interval", "5", "--exit-interval", "5"})), 1);
+  ASSERT_EQ(save_tp1.status, 0) << save_tp1.output;
+  const test::CommandResult load_tp2 =
+      run(with(base, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--load", dir + "/ck_tp1",
+                      "--log-jsonl", dir + "/tp2_resumed.jsonl"}),
+          2);
+  ASSERT_EQ(load_tp2.status, 0) << load_tp2.output;
+  expect_same(ref, read_jsonl(dir + "/tp2_resumed.jsonl"), 6, "TP1 checkpoint resumed under TP2 + SP");
+}
+
+// --dry-run under 2 ranks at TP 2 prints one rank's plan: its shards of the tiny GPT,
+// vocabulary rows 50432 / 2 = 25216 x 32 = 806912, positions 16 x 32 = 512, per layer LayerNorms
+// 2 x 64, QKV 48 x 32 + 48, proj 32 x 16 + 32, FC1 64 x 32 + 64, FC2 32 x 64 + 32 (6448; x 2
+// layers), final LayerNorm 64: 820384 parameters (the whole model: 1639808).
+TEST(TrainerTensorParallel, DryRunPrintsThePerRankPlan) {
+  const std::string dir = test::scratch_dir("trainer_tp_dry_run");
+  const test::CommandResult r =
+      run(with(train_flags(dir, false), {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--dry-run"}), 2);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(" > memory plan per rank (820384 parameters):"), std::string::npos) << r.output;
+  const test::CommandResult one = run(with(train_flags(dir, false), {"--dry-run", "--make-vocab-size-divisible-by", "256"}), 1);
+  ASSERT_EQ(one.status, 0) << one.output;
+  EXPECT_NE(one.output.find(" > memory plan per rank (1639808 parameters):"), std::string::npos) << one.output;
+}
+
+TEST(TrainerTensorParallel, BadTensorParallelConfigIsOneLineBeforeAnythingStarts) {
+  const std::string dir = test::scratch_dir("trainer_tp_config");
+  test::write_walk_corpus(dir);
+  // 3 ranks at TP 3: the 4 heads do not split (every rank finds it; rank 0 alone says so).
+  const test::CommandResult r = run(
+      with(train_flags(dir, false), {"--tensor-model-parallel-size", "3", "--global-batch-size", "2"}), 3);
+  EXPECT_NE(r.status, 0);
+  const std::string expected = "error: [--num-attention-heads] 4 is not divisible by --tensor-model-parallel-size 3\n";
+  size_t count = 0;
+  for (size_t at = r.output.find("error: "); at != std::string::npos; at = r.output.find("error: ", at + 1)) ++count;
+  EXPECT_EQ(count, 1u) << "one line, from rank 0:\n" << r.output;
+  EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("building GPT model"), std::string::npos) << "nothing started:\n" << r.output;
+
+  // CPU ranks reduce fp32 only (MPI): a 16-bit model under TP is refused up front.
+  const test::CommandResult bf16 =
+      run(with(train_flags(dir, false), {"--tensor-model-parallel-size", "2", "--bf16"}), 2);
+  EXPECT_NE(bf16.status, 0);
+  EXPECT_NE(bf16.output.find("error: [--bf16] tensor parallelism on CPU ranks needs fp32 activations (MPI reduces "
+                             "fp32 only)\n"),
+            std::string::npos)
+      << bf16.output;
+  EXPECT_EQ(bf16.output.find("building GPT model"), std::string::npos) << "nothing started:\n" << bf16.output;
+}
+
+}  // namespace
+}  // namespace megatron::train
