@@ -23,11 +23,13 @@ set -euo pipefail
 args=(train --model "$MODEL"
   --tensor-model-parallel-size "$TP" --pipeline-model-parallel-size "$PP"
   --micro-batch-size "$MBS" --global-batch-size "$GBS"
-  --bf16 --use-distributed-optimizer --sequence-parallel
+  --bf16 --use-distributed-optimizer
   --train-iters "$TRAIN_ITERS" --log-interval "$LOG_INTERVAL" --log-throughput
   --eval-iters 0 --eval-interval 1000000
   --lr 6e-5 --min-lr 6e-6 --lr-decay-style cosine --lr-warmup-iters 0 --weight-decay 0.1 --clip-grad 1.0
   --data-path "$DATA_PREFIX" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 949,50,1)
+# Sequence parallelism splits the sequence over the tensor-parallel ranks: only with TP > 1.
+if (( TP > 1 )); then args+=(--sequence-parallel); fi
 # shellcheck disable=SC2206
 args+=(${EXTRA_ARGS:-})
 
