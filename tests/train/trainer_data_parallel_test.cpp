@@ -33,31 +33,15 @@
 #include <vector>
 
 #include "comm/mpirun.h"
+#include "support/parity_runs.h"
 #include "support/paths.h"
 #include "support/walk_corpus.h"
 
 namespace megatron::train {
 namespace {
 
-struct Logged {
-  double loss = 0;
-  double grad_norm = 0;
-};
-
-// iteration -> values, from the training records of a --log-jsonl file.
-std::map<int64_t, Logged> read_jsonl(const std::string& path) {
-  std::map<int64_t, Logged> out;
-  std::ifstream in(path);
-  std::string line;
-  static const std::regex it(R"("iteration": (\d+), "consumed_samples")"), loss(R"("lm_loss": ([-0-9.eE+]+))"),
-      norm(R"("grad_norm": ([-0-9.eE+]+))");
-  while (std::getline(in, line)) {
-    std::smatch a, b, c;
-    if (!std::regex_search(line, a, it) || !std::regex_search(line, b, loss) || !std::regex_search(line, c, norm)) continue;
-    out[std::stoll(a[1])] = Logged{std::stod(b[1]), std::stod(c[1])};
-  }
-  return out;
-}
+using test::expect_same;
+using test::read_jsonl;
 
 std::vector<std::string> train_flags(const std::string& dir) {
   return {test::megatron_binary(), "train", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
@@ -74,32 +58,17 @@ std::vector<std::string> with(std::vector<std::string> a, std::initializer_list<
   return a;
 }
 
-test::CommandResult run(const std::vector<std::string>& argv, int np) {
-  const std::string cmd = np == 1 ? comm::shell_join(argv) : comm::shell_join(comm::local_mpirun_command(np, argv));
-  return test::run_command(cmd, /*capture_stderr=*/true);
-}
-
-void expect_same(const std::map<int64_t, Logged>& ref, const std::map<int64_t, Logged>& got, int64_t from,
-                 const std::string& what) {
-  for (int64_t i = from; i <= 10; ++i) {
-    ASSERT_TRUE(ref.count(i) && got.count(i)) << what << ": iteration " << i << " missing";
-    const Logged &a = ref.at(i), &b = got.at(i);
-    EXPECT_NEAR(b.loss, a.loss, 2e-6 * std::abs(a.loss)) << what << " iteration " << i;
-    EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * std::abs(a.grad_norm)) << what << " iteration " << i;
-  }
-}
-
 TEST(TrainerDataParallel, Dp2AndDistributedOptimizerMatchOneProcess) {
   const std::string dir = test::scratch_dir("trainer_dp_parity");
   test::write_walk_corpus(dir);
   const auto base = train_flags(dir);
-  const test::CommandResult one = run(with(base, {"--log-jsonl", dir + "/one.jsonl"}), 1);
+  const test::CommandResult one = test::run_ranks(with(base, {"--log-jsonl", dir + "/one.jsonl"}), 1);
   ASSERT_EQ(one.status, 0) << one.output;
   const auto ref = read_jsonl(dir + "/one.jsonl");
   ASSERT_EQ(ref.size(), 10u) << one.output;
   EXPECT_LT(ref.at(10).loss, ref.at(1).loss - 0.5) << "the run must learn for the comparison to mean anything";
 
-  const test::CommandResult dp2 = run(with(base, {"--log-jsonl", dir + "/dp2.jsonl"}), 2);
+  const test::CommandResult dp2 = test::run_ranks(with(base, {"--log-jsonl", dir + "/dp2.jsonl"}), 2);
   ASSERT_EQ(dp2.status, 0) << dp2.output;
   expect_same(ref, read_jsonl(dir + "/dp2.jsonl"), 1, "DP2");
   // Megatron's layout line, and the iteration lines printed once (by the last rank).
@@ -111,14 +80,14 @@ TEST(TrainerDataParallel, Dp2AndDistributedOptimizerMatchOneProcess) {
   EXPECT_EQ(lines, 1) << dp2.output;
 
   const test::CommandResult dist =
-      run(with(base, {"--use-distributed-optimizer", "--log-jsonl", dir + "/dist.jsonl"}), 2);
+      test::run_ranks(with(base, {"--use-distributed-optimizer", "--log-jsonl", dir + "/dist.jsonl"}), 2);
   ASSERT_EQ(dist.status, 0) << dist.output;
   expect_same(ref, read_jsonl(dir + "/dist.jsonl"), 1, "DP2 distributed optimizer");
 
   // Several buckets whose pieces split parameters: 3001 elements per bucket or more. The
   // parameter norm is collective under the distributed optimizer; TensorBoard (last rank only)
   // logs it without leaving the other rank waiting (the watchdog would end a hang in 1 min).
-  const test::CommandResult buckets = run(
+  const test::CommandResult buckets = test::run_ranks(
       with(base, {"--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/buckets.jsonl",
                   "--log-params-norm", "--tensorboard-dir", dir + "/tb", "--distributed-timeout-minutes", "1"}), 2);
   ASSERT_EQ(buckets.status, 0) << buckets.output;
@@ -136,10 +105,10 @@ TEST(TrainerDataParallel, Fp16SkipsTheSameIterationsUnderTheDistributedOptimizer
   const std::string dir = test::scratch_dir("trainer_dp_fp16");
   test::write_walk_corpus(dir);
   const auto base = with(train_flags(dir), {"--fp16", "--initial-loss-scale", "1048576", "--loss-scale-window", "3"});
-  const test::CommandResult one = run(with(base, {"--log-jsonl", dir + "/one.jsonl"}), 2);
+  const test::CommandResult one = test::run_ranks(with(base, {"--log-jsonl", dir + "/one.jsonl"}), 2);
   ASSERT_EQ(one.status, 0) << one.output;
   const test::CommandResult dist =
-      run(with(base, {"--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/dist.jsonl"}), 2);
+      test::run_ranks(with(base, {"--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/dist.jsonl"}), 2);
   ASSERT_EQ(dist.status, 0) << dist.output;
   auto scaler_path = [](const std::string& path) {
     std::vector<std::string> out;
@@ -165,14 +134,14 @@ TEST(TrainerDataParallel, CheckpointOfDp2DistributedOptimizerResumesAsOneProcess
   const std::string dir = test::scratch_dir("trainer_dp_resume");
   test::write_walk_corpus(dir);
   const auto base = train_flags(dir);
-  const test::CommandResult whole = run(with(base, {"--log-jsonl", dir + "/whole.jsonl"}), 1);
+  const test::CommandResult whole = test::run_ranks(with(base, {"--log-jsonl", dir + "/whole.jsonl"}), 1);
   ASSERT_EQ(whole.status, 0) << whole.output;
   // DP2 with the sharded optimizer state saves at iteration 5 and exits.
-  const test::CommandResult first = run(with(base, {"--use-distributed-optimizer", "--save", dir + "/ck",
+  const test::CommandResult first = test::run_ranks(with(base, {"--use-distributed-optimizer", "--save", dir + "/ck",
                                                     "--save-interval", "5", "--exit-interval", "5"}), 2);
   ASSERT_EQ(first.status, 0) << first.output;
   EXPECT_NE(first.output.find("saving checkpoint at iteration       5"), std::string::npos) << first.output;
-  const test::CommandResult second = run(with(base, {"--load", dir + "/ck", "--log-jsonl", dir + "/resumed.jsonl"}), 1);
+  const test::CommandResult second = test::run_ranks(with(base, {"--load", dir + "/ck", "--log-jsonl", dir + "/resumed.jsonl"}), 1);
   ASSERT_EQ(second.status, 0) << second.output;
   const auto resumed = read_jsonl(dir + "/resumed.jsonl");
   EXPECT_EQ(resumed.count(5), 0u);
@@ -182,10 +151,10 @@ TEST(TrainerDataParallel, CheckpointOfDp2DistributedOptimizerResumesAsOneProcess
 TEST(TrainerDataParallel, NprocPerNodeStartsTheRanksItself) {
   const std::string dir = test::scratch_dir("trainer_dp_nproc");
   test::write_walk_corpus(dir);
-  const test::CommandResult one = run(with(train_flags(dir), {"--log-jsonl", dir + "/one.jsonl"}), 1);
+  const test::CommandResult one = test::run_ranks(with(train_flags(dir), {"--log-jsonl", dir + "/one.jsonl"}), 1);
   ASSERT_EQ(one.status, 0) << one.output;
   const test::CommandResult r =
-      run(with(train_flags(dir), {"--nproc-per-node", "2", "--log-jsonl", dir + "/spawned.jsonl"}), 1);
+      test::run_ranks(with(train_flags(dir), {"--nproc-per-node", "2", "--log-jsonl", dir + "/spawned.jsonl"}), 1);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("using world size: 2, data-parallel size: 2"), std::string::npos) << r.output;
   expect_same(read_jsonl(dir + "/one.jsonl"), read_jsonl(dir + "/spawned.jsonl"), 1, "--nproc-per-node 2");
@@ -195,7 +164,7 @@ TEST(TrainerDataParallel, BadLayoutIsOneLineErrorBeforeAnythingStarts) {
   const std::string dir = test::scratch_dir("trainer_dp_layout");
   test::write_walk_corpus(dir);
   // 3 ranks: the global batch of 8 is not divisible by micro-batch 2 x data-parallel 3.
-  const test::CommandResult r = run(train_flags(dir), 3);
+  const test::CommandResult r = test::run_ranks(train_flags(dir), 3);
   EXPECT_NE(r.status, 0);
   const std::string expected =
       "error: [--global-batch-size] global batch size (8) is not divisible by micro batch size (2) times data "

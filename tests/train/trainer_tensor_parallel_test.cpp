@@ -29,31 +29,15 @@
 #include <vector>
 
 #include "comm/mpirun.h"
+#include "support/parity_runs.h"
 #include "support/paths.h"
 #include "support/walk_corpus.h"
 
 namespace megatron::train {
 namespace {
 
-struct Logged {
-  double loss = 0;
-  double grad_norm = 0;
-};
-
-// iteration -> values, from the training records of a --log-jsonl file.
-std::map<int64_t, Logged> read_jsonl(const std::string& path) {
-  std::map<int64_t, Logged> out;
-  std::ifstream in(path);
-  std::string line;
-  static const std::regex it(R"("iteration": (\d+), "consumed_samples")"), loss(R"("lm_loss": ([-0-9.eE+]+))"),
-      norm(R"("grad_norm": ([-0-9.eE+]+))");
-  while (std::getline(in, line)) {
-    std::smatch a, b, c;
-    if (!std::regex_search(line, a, it) || !std::regex_search(line, b, loss) || !std::regex_search(line, c, norm)) continue;
-    out[std::stoll(a[1])] = Logged{std::stod(b[1]), std::stod(c[1])};
-  }
-  return out;
-}
+using test::expect_same;
+using test::read_jsonl;
 
 // The tiny GPT: 2 layers, hidden 32, 4 heads (2 per TP rank), seq 16 (8 per rank under SP),
 // global batch 8 of micro-batches of 2.
@@ -81,49 +65,30 @@ std::vector<std::string> one_process(std::vector<std::string> a) {
   return with(std::move(a), {"--make-vocab-size-divisible-by", "256"});
 }
 
-test::CommandResult run(const std::vector<std::string>& argv, int np) {
-  const std::string cmd = np == 1 ? comm::shell_join(argv) : comm::shell_join(comm::local_mpirun_command(np, argv));
-  return test::run_command(cmd, /*capture_stderr=*/true);
-}
-
-void expect_same(const std::map<int64_t, Logged>& ref, const std::map<int64_t, Logged>& got, int64_t from,
-                 const std::string& what) {
-  double worst_loss = 0, worst_norm = 0;
-  for (int64_t i = from; i <= 10; ++i) {
-    ASSERT_TRUE(ref.count(i) && got.count(i)) << what << ": iteration " << i << " missing";
-    const Logged &a = ref.at(i), &b = got.at(i);
-    EXPECT_NEAR(b.loss, a.loss, 2e-6 * std::abs(a.loss)) << what << " iteration " << i;
-    EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * std::abs(a.grad_norm)) << what << " iteration " << i;
-    worst_loss = std::max(worst_loss, std::abs(b.loss - a.loss) / std::abs(a.loss));
-    worst_norm = std::max(worst_norm, std::abs(b.grad_norm - a.grad_norm) / std::abs(a.grad_norm));
-  }
-  std::printf("%s: max relative difference loss %.2e, grad norm %.2e\n", what.c_str(), worst_loss, worst_norm);
-}
-
 void parity(bool dropout, const std::string& name) {
   const std::string dir = test::scratch_dir(name);
   test::write_walk_corpus(dir);
   const auto base = train_flags(dir, dropout);
-  const test::CommandResult one = run(one_process(with(base, {"--log-jsonl", dir + "/one.jsonl"})), 1);
+  const test::CommandResult one = test::run_ranks(one_process(with(base, {"--log-jsonl", dir + "/one.jsonl"})), 1);
   ASSERT_EQ(one.status, 0) << one.output;
   const auto ref = read_jsonl(dir + "/one.jsonl");
   ASSERT_EQ(ref.size(), 10u) << one.output;
   EXPECT_LT(ref.at(10).loss, ref.at(1).loss - 0.5) << "the run must learn for the comparison to mean anything";
 
   const test::CommandResult tp2 =
-      run(with(base, {"--tensor-model-parallel-size", "2", "--log-jsonl", dir + "/tp2.jsonl"}), 2);
+      test::run_ranks(with(base, {"--tensor-model-parallel-size", "2", "--log-jsonl", dir + "/tp2.jsonl"}), 2);
   ASSERT_EQ(tp2.status, 0) << tp2.output;
   EXPECT_NE(tp2.output.find("tensor-model-parallel size: 2"), std::string::npos) << tp2.output;
   EXPECT_NE(tp2.output.find(" > padded vocab (size: 50257) with 175 dummy tokens (new size: 50432)"), std::string::npos)
       << tp2.output;
   expect_same(ref, read_jsonl(dir + "/tp2.jsonl"), 1, "TP2");
 
-  const test::CommandResult sp = run(
+  const test::CommandResult sp = test::run_ranks(
       with(base, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--log-jsonl", dir + "/sp.jsonl"}), 2);
   ASSERT_EQ(sp.status, 0) << sp.output;
   expect_same(ref, read_jsonl(dir + "/sp.jsonl"), 1, "TP2 + SP");
 
-  const test::CommandResult tpdp = run(
+  const test::CommandResult tpdp = test::run_ranks(
       with(base, {"--tensor-model-parallel-size", "2", "--log-jsonl", dir + "/tpdp.jsonl"}), 4);
   ASSERT_EQ(tpdp.status, 0) << tpdp.output;
   EXPECT_NE(tpdp.output.find("using world size: 4, data-parallel size: 2"), std::string::npos) << tpdp.output;
@@ -131,7 +96,7 @@ void parity(bool dropout, const std::string& name) {
 
   // The distributed optimizer over DP within TP, several buckets, sequence parallelism.
   const test::CommandResult dist =
-      run(with(base, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer",
+      test::run_ranks(with(base, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer",
                       "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/dist.jsonl"}),
           4);
   ASSERT_EQ(dist.status, 0) << dist.output;
@@ -150,9 +115,9 @@ TEST(TrainerTensorParallel, Tp4WithSequenceParallelMatchesOneProcess) {
   test::write_walk_corpus(dir);
   const auto base = train_flags(dir, /*dropout=*/true);
   const test::CommandResult one =
-      run(with(base, {"--make-vocab-size-divisible-by", "512", "--log-jsonl", dir + "/one.jsonl"}), 1);
+      test::run_ranks(with(base, {"--make-vocab-size-divisible-by", "512", "--log-jsonl", dir + "/one.jsonl"}), 1);
   ASSERT_EQ(one.status, 0) << one.output;
-  const test::CommandResult tp4 = run(
+  const test::CommandResult tp4 = test::run_ranks(
       with(base, {"--tensor-model-parallel-size", "4", "--sequence-parallel", "--recompute-granularity", "full",
                   "--recompute-method", "uniform", "--recompute-num-layers", "1", "--log-jsonl", dir + "/tp4.jsonl"}),
       4);
@@ -168,28 +133,28 @@ TEST(TrainerTensorParallel, CheckpointsMoveBetweenTensorParallelSizes) {
   const std::string dir = test::scratch_dir("trainer_tp_resume");
   test::write_walk_corpus(dir);
   const auto base = train_flags(dir, /*dropout=*/true);
-  const test::CommandResult whole = run(one_process(with(base, {"--log-jsonl", dir + "/whole.jsonl"})), 1);
+  const test::CommandResult whole = test::run_ranks(one_process(with(base, {"--log-jsonl", dir + "/whole.jsonl"})), 1);
   ASSERT_EQ(whole.status, 0) << whole.output;
   const auto ref = read_jsonl(dir + "/whole.jsonl");
 
   const test::CommandResult save_tp2 =
-      run(with(base, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--save", dir + "/ck_tp2",
+      test::run_ranks(with(base, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--save", dir + "/ck_tp2",
                       "--save-interval", "5", "--exit-interval", "5"}),
           4);
   ASSERT_EQ(save_tp2.status, 0) << save_tp2.output;
   const test::CommandResult load_tp1 =
-      run(one_process(with(base, {"--load", dir + "/ck_tp2", "--log-jsonl", dir + "/tp1_resumed.jsonl"})), 1);
+      test::run_ranks(one_process(with(base, {"--load", dir + "/ck_tp2", "--log-jsonl", dir + "/tp1_resumed.jsonl"})), 1);
   ASSERT_EQ(load_tp1.status, 0) << load_tp1.output;
   EXPECT_NE(load_tp1.output.find("--tensor-model-parallel-size: 2 -> 1"), std::string::npos) << load_tp1.output;
   const auto tp1_resumed = read_jsonl(dir + "/tp1_resumed.jsonl");
   EXPECT_EQ(tp1_resumed.count(5), 0u);
   expect_same(ref, tp1_resumed, 6, "TP2 checkpoint resumed under TP1");
 
-  const test::CommandResult save_tp1 = run(
+  const test::CommandResult save_tp1 = test::run_ranks(
       one_process(with(base, {"--save", dir + "/ck_tp1", "--save-interval", "5", "--exit-interval", "5"})), 1);
   ASSERT_EQ(save_tp1.status, 0) << save_tp1.output;
   const test::CommandResult load_tp2 =
-      run(with(base, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--load", dir + "/ck_tp1",
+      test::run_ranks(with(base, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--load", dir + "/ck_tp1",
                       "--log-jsonl", dir + "/tp2_resumed.jsonl"}),
           2);
   ASSERT_EQ(load_tp2.status, 0) << load_tp2.output;
@@ -203,10 +168,10 @@ TEST(TrainerTensorParallel, CheckpointsMoveBetweenTensorParallelSizes) {
 TEST(TrainerTensorParallel, DryRunPrintsThePerRankPlan) {
   const std::string dir = test::scratch_dir("trainer_tp_dry_run");
   const test::CommandResult r =
-      run(with(train_flags(dir, false), {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--dry-run"}), 2);
+      test::run_ranks(with(train_flags(dir, false), {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--dry-run"}), 2);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find(" > memory plan per rank (820384 parameters):"), std::string::npos) << r.output;
-  const test::CommandResult one = run(with(train_flags(dir, false), {"--dry-run", "--make-vocab-size-divisible-by", "256"}), 1);
+  const test::CommandResult one = test::run_ranks(with(train_flags(dir, false), {"--dry-run", "--make-vocab-size-divisible-by", "256"}), 1);
   ASSERT_EQ(one.status, 0) << one.output;
   EXPECT_NE(one.output.find(" > memory plan per rank (1639808 parameters):"), std::string::npos) << one.output;
 }
@@ -215,7 +180,7 @@ TEST(TrainerTensorParallel, BadTensorParallelConfigIsOneLineBeforeAnythingStarts
   const std::string dir = test::scratch_dir("trainer_tp_config");
   test::write_walk_corpus(dir);
   // 3 ranks at TP 3: the 4 heads do not split (every rank finds it; rank 0 alone says so).
-  const test::CommandResult r = run(
+  const test::CommandResult r = test::run_ranks(
       with(train_flags(dir, false), {"--tensor-model-parallel-size", "3", "--global-batch-size", "2"}), 3);
   EXPECT_NE(r.status, 0);
   const std::string expected = "error: [--num-attention-heads] 4 is not divisible by --tensor-model-parallel-size 3\n";
@@ -227,7 +192,7 @@ TEST(TrainerTensorParallel, BadTensorParallelConfigIsOneLineBeforeAnythingStarts
 
   // CPU ranks reduce fp32 only (MPI): a 16-bit model under TP is refused up front.
   const test::CommandResult bf16 =
-      run(with(train_flags(dir, false), {"--tensor-model-parallel-size", "2", "--bf16"}), 2);
+      test::run_ranks(with(train_flags(dir, false), {"--tensor-model-parallel-size", "2", "--bf16"}), 2);
   EXPECT_NE(bf16.status, 0);
   EXPECT_NE(bf16.output.find("error: [--bf16] tensor parallelism on CPU ranks needs fp32 activations (MPI reduces "
                              "fp32 only)\n"),

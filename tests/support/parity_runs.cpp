@@ -1,0 +1,48 @@
+#include "support/parity_runs.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+
+#include "comm/mpirun.h"
+
+namespace megatron::test {
+
+std::map<int64_t, Logged> read_jsonl(const std::string& path) {
+  std::map<int64_t, Logged> out;
+  std::ifstream in(path);
+  std::string line;
+  static const std::regex it(R"("iteration": (\d+), "consumed_samples")"), loss(R"("lm_loss": ([-0-9.eE+]+))"),
+      norm(R"("grad_norm": ([-0-9.eE+]+))");
+  while (std::getline(in, line)) {
+    std::smatch a, b, c;
+    if (!std::regex_search(line, a, it) || !std::regex_search(line, b, loss) || !std::regex_search(line, c, norm)) continue;
+    out[std::stoll(a[1])] = Logged{std::stod(b[1]), std::stod(c[1])};
+  }
+  return out;
+}
+
+CommandResult run_ranks(const std::vector<std::string>& argv, int np) {
+  const std::string cmd = np == 1 ? comm::shell_join(argv) : comm::shell_join(comm::local_mpirun_command(np, argv));
+  return run_command(cmd, /*capture_stderr=*/true);
+}
+
+void expect_same(const std::map<int64_t, Logged>& ref, const std::map<int64_t, Logged>& got, int64_t from,
+                 const std::string& what) {
+  double worst_loss = 0, worst_norm = 0;
+  for (int64_t i = from; i <= 10; ++i) {
+    ASSERT_TRUE(ref.count(i) && got.count(i)) << what << ": iteration " << i << " missing";
+    const Logged &a = ref.at(i), &b = got.at(i);
+    EXPECT_NEAR(b.loss, a.loss, 2e-6 * std::abs(a.loss)) << what << " iteration " << i;
+    EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * std::abs(a.grad_norm)) << what << " iteration " << i;
+    worst_loss = std::max(worst_loss, std::abs(b.loss - a.loss) / std::abs(a.loss));
+    worst_norm = std::max(worst_norm, std::abs(b.grad_norm - a.grad_norm) / std::abs(a.grad_norm));
+  }
+  std::printf("%s: max relative difference loss %.2e, grad norm %.2e\n", what.c_str(), worst_loss, worst_norm);
+}
+
+}  // namespace megatron::test
