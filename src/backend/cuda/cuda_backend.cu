@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_adamw.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/device.h"
 #include "core/dtype.h"
@@ -364,21 +365,11 @@ __global__ void count_zeros_kernel(const U* bits, int64_t n, U abs_mask, unsigne
   if (threadIdx.x == 0 && acc[0] != 0) atomicAdd(count, acc[0]);
 }
 
-// AdamW, the CPU's expression order with every operation rounded on its own (explicit _rn
-// intrinsics: nvcc would otherwise contract a*b + c into an FMA, which the CPU does not do).
+// AdamW over n elements (cuda_adamw.cuh holds the arithmetic).
 __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
-                             float* __restrict__ v, int64_t n, float lr, float b1, float b2, float omb1, float omb2,
-                             float bc1, float bc2, float eps, float wd, float gs) {
+                             float* __restrict__ v, int64_t n, AdamWScalars a) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float gi = __fmul_rn(g[i], gs);
-    const float pi = p[i];
-    const float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(omb1, gi));
-    const float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(omb2, gi), gi));
-    const float denom = __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, bc2)), eps);
-    const float update = __fadd_rn(__fdiv_rn(__fdiv_rn(mi, bc1), denom), __fmul_rn(wd, pi));
-    p[i] = __fsub_rn(pi, __fmul_rn(lr, update));
-    m[i] = mi;
-    v[i] = vi;
+    p[i] = adamw_element(p, g, m, v, i, a, a.wd);
   }
 }
 
@@ -692,14 +683,9 @@ void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_av
   MT_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n) << "adamw_update sizes";
   MT_CHECK(s.step >= 1) << "adamw_update step " << s.step;
   if (n == 0) return;
-  // Host side exactly as the CPU backend (apex): bias corrections in double, rounded once.
-  const float b1 = s.beta1, b2 = s.beta2, omb1 = 1.0f - b1, omb2 = 1.0f - b2;
-  const auto bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), static_cast<double>(s.step)));
-  const auto bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), static_cast<double>(s.step)));
   adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(
       static_cast<float*>(param.data()), static_cast<const float*>(grad.data()), static_cast<float*>(exp_avg.data()),
-      static_cast<float*>(exp_avg_sq.data()), n, s.lr, b1, b2, omb1, omb2, bc1, bc2, s.eps, s.weight_decay,
-      s.grad_scale);
+      static_cast<float*>(exp_avg_sq.data()), n, adamw_scalars(s));
   MT_CUDA_LAUNCH_CHECK();
 }
 

@@ -5,13 +5,13 @@
 // Grid: block k owns the element tile [k * kTile, (k + 1) * kTile) of the flat buffer; thread 0
 // finds the first segment that ends inside or after the tile (binary search over the S rows of
 // the device segment table), then the block walks the segments overlapping its tile. Each
-// element's arithmetic is adamw_kernel's (cuda_backend.cu): the CPU's expression order, every
-// operation rounded on its own, so results are bit-identical to adamw_update and the CPU.
-#include <cmath>
+// element's arithmetic is cuda_adamw.cuh's, shared with adamw_update: bit-identical to it and
+// to the CPU.
 #include <cstdint>
 #include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_adamw.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
 namespace megatron::backend {
@@ -22,10 +22,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kTile = 16 * 1024;  // elements per block: 64 per thread
-
-struct AdamWScalars {
-  float gs, lr, b1, b2, omb1, omb2, bc1, bc2, eps, wd;
-};
 
 // ModelT: void (no model copy), float, __nv_bfloat16 or __half.
 template <typename ModelT>
@@ -65,16 +61,8 @@ __global__ void adamw_segments_kernel(float* __restrict__ p, const float* __rest
     const float wd = seg[3 * k + 2] != 0 ? a.wd : 0.0f;
     const int64_t lo = off > t0 ? off : t0, hi = end < t1 ? end : t1;
     for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      const float gi = __fmul_rn(g[i], a.gs);
-      const float pi = p[i];
-      const float mi = __fadd_rn(__fmul_rn(a.b1, m[i]), __fmul_rn(a.omb1, gi));
-      const float vi = __fadd_rn(__fmul_rn(a.b2, v[i]), __fmul_rn(__fmul_rn(a.omb2, gi), gi));
-      const float denom = __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, a.bc2)), a.eps);
-      const float update = __fadd_rn(__fdiv_rn(__fdiv_rn(mi, a.bc1), denom), __fmul_rn(wd, pi));
-      const float pn = __fsub_rn(pi, __fmul_rn(a.lr, update));
+      const float pn = adamw_element(p, g, m, v, i, a, wd);
       p[i] = pn;
-      m[i] = mi;
-      v[i] = vi;
       if constexpr (!std::is_same_v<ModelT, void>) store_model(model, i, pn);
     }
   }
@@ -107,18 +95,7 @@ void CudaBackend::adamw_update_segments(Tensor& param, const Tensor& grad, Tenso
   }
   MT_CHECK(s.step >= 1) << "adamw_update_segments step " << s.step;
   if (n == 0 || segments.dim(0) == 0) return;
-  // Host side exactly as adamw_update (apex): bias corrections in double, rounded once.
-  AdamWScalars a{};
-  a.gs = s.grad_scale;
-  a.lr = s.lr;
-  a.b1 = s.beta1;
-  a.b2 = s.beta2;
-  a.omb1 = 1.0f - s.beta1;
-  a.omb2 = 1.0f - s.beta2;
-  a.bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(s.beta1), static_cast<double>(s.step)));
-  a.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(s.beta2), static_cast<double>(s.step)));
-  a.eps = s.eps;
-  a.wd = s.weight_decay;
+  const AdamWScalars a = adamw_scalars(s);
   const int64_t blocks = (n + kTile - 1) / kTile;
   MT_CHECK(blocks <= 0x7FFFFFFF) << "adamw_update_segments: " << n << " elements";
   auto* p = static_cast<float*>(param.data());
