@@ -118,10 +118,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--no-persist-layer-norm", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--no-gradient-accumulation-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--no-async-tensor-model-parallel-allreduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
-    {"--overlap-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "",
-     "no-op: gradients are reduced bucket by bucket after the backward pass, not overlapped with it yet"},
-    {"--overlap-param-gather", FlagType::kSwitch, FlagState::kNoOp, "",
-     "no-op: parameters are all-gathered right after the optimizer step, not overlapped yet"},
     {"--cross-entropy-loss-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the cross-entropy is always fused"},
     {"--attention-softmax-in-fp32", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: softmax always runs in fp32"},
     {"--no-create-attention-mask-in-dataloader", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the causal mask is implicit"},
@@ -339,7 +335,13 @@ void declare_supported_flags(Args& a) {
   a.option("--tensor-model-parallel-size", "N", "tensor-parallel size (heads, FFN and vocabulary split over N ranks)", "1")
       .option("--pipeline-model-parallel-size", "N", "pipeline-parallel size (only 1 for now)", "1")
       .flag("--use-distributed-optimizer", "shard the fp32 main weights and Adam moments over data-parallel ranks")
-      .option("--ddp-bucket-size", "N", "gradient all-reduce / reduce-scatter bucket size in elements (default: one bucket)")
+      .option("--ddp-bucket-size", "N",
+              "gradient all-reduce / reduce-scatter bucket size in elements (default: one bucket; "
+              "max(40M, 1M x DP) with --overlap-grad-reduce)")
+      .flag("--overlap-grad-reduce", "start each gradient bucket's reduction during the last backward pass")
+      .flag("--overlap-param-gather",
+            "all-gather the distributed optimizer's parameters during the next forward pass "
+            "(needs --use-distributed-optimizer and --overlap-grad-reduce)")
       .option("--nproc-per-node", "N", "start N local worker processes of this command (torchrun's flag)")
       .option("--distributed-timeout-minutes", "M",
               "end the job when a collective has waited M minutes (a rank is stuck or dead)", "10")
@@ -483,6 +485,14 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   }
   c.use_distributed_optimizer = a.get_flag("--use-distributed-optimizer");
   c.ddp_bucket_size = opt_int(a, "--ddp-bucket-size");
+  c.overlap_grad_reduce = a.get_flag("--overlap-grad-reduce");
+  c.overlap_param_gather = a.get_flag("--overlap-param-gather");
+  if (c.overlap_param_gather && !c.use_distributed_optimizer) {
+    throw_error("[--overlap-param-gather] needs --use-distributed-optimizer (only its parameters are gathered)");
+  }
+  if (c.overlap_param_gather && !c.overlap_grad_reduce) {
+    throw_error("[--overlap-param-gather] needs --overlap-grad-reduce (as in Megatron-LM)");
+  }
   c.distributed_timeout_minutes = a.get_double("--distributed-timeout-minutes");
   if (!(c.distributed_timeout_minutes > 0)) {
     throw_error("[--distributed-timeout-minutes] must be positive, got ", c.distributed_timeout_minutes);

@@ -15,6 +15,31 @@ const char* to_string(ReduceOp op) {
   return "?";
 }
 
+namespace {
+// What the blocking defaults of start_* return: the collective has already completed.
+class FinishedCollective final : public PendingCollective {
+ public:
+  void wait() override {}
+};
+}  // namespace
+
+std::unique_ptr<PendingCollective> Communicator::start_all_reduce(Tensor& x, ReduceOp op) {
+  all_reduce(x, op);
+  return std::make_unique<FinishedCollective>();
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_reduce_scatter(Tensor& in, Tensor& out,
+                                                                      std::span<const int64_t> counts, ReduceOp op) {
+  reduce_scatter(in, out, counts, op);
+  return std::make_unique<FinishedCollective>();
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_all_gather(const Tensor& in, Tensor& out,
+                                                                  std::span<const int64_t> counts) {
+  all_gather(in, out, counts);
+  return std::make_unique<FinishedCollective>();
+}
+
 void reduce_scatter(Communicator& comm, Tensor& in, Tensor& out, ReduceOp op) {
   const std::vector<int64_t> counts(static_cast<size_t>(comm.size()), out.numel());
   comm.reduce_scatter(in, out, counts, op);

@@ -31,6 +31,16 @@ namespace megatron::comm {
 enum class ReduceOp { kSum, kMax, kMin };
 const char* to_string(ReduceOp op);
 
+// A collective started by Communicator::start_*. wait() makes its result visible to the
+// caller's next op (NCCL: the compute stream waits for it on the device; the host does not
+// block). wait() is idempotent; destroying an unwaited handle waits. A handle must not
+// outlive its communicator.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -62,6 +72,19 @@ class Communicator {
   // (key, old rank). Collective over this group; `name` names the new group. A rank passing
   // a negative color joins no group and gets nullptr.
   virtual std::unique_ptr<Communicator> split(int64_t color, int64_t key, const std::string& name) = 0;
+
+  // Asynchronous collectives (--overlap-grad-reduce, --overlap-param-gather): the blocking
+  // call's collective and result, started but not waited for. Until the handle's wait() the
+  // caller must not touch the tensors. Collectives of one group complete in the order they
+  // were called, blocking or not, on every rank. NCCL runs a started collective on the
+  // communicator's own stream, after everything already enqueued on the compute stream, so
+  // that compute goes on beside it. The defaults (MPI, one rank) run the blocking call at once
+  // and return a finished handle: the same results without overlap.
+  virtual std::unique_ptr<PendingCollective> start_all_reduce(Tensor& x, ReduceOp op);
+  virtual std::unique_ptr<PendingCollective> start_reduce_scatter(Tensor& in, Tensor& out,
+                                                                  std::span<const int64_t> counts, ReduceOp op);
+  virtual std::unique_ptr<PendingCollective> start_all_gather(const Tensor& in, Tensor& out,
+                                                              std::span<const int64_t> counts);
 };
 
 // Equal pieces: counts[r] = out.numel() (reduce_scatter) or in.numel() (all_gather) for every r.

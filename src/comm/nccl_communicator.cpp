@@ -66,6 +66,10 @@ class NcclCommunicator final : public Communicator {
   }
   ~NcclCommunicator() override {
     cudaFree(scratch_);
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    if (ready_ != nullptr) cudaEventDestroy(ready_);
+    if (async_done_ != nullptr) cudaEventDestroy(async_done_);
+    if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
     // During unwinding the peers may be stuck in a collective: abort rather than destroy
     // (ncclCommDestroy would wait for them).
     if (std::uncaught_exceptions() > 0) {
@@ -79,14 +83,10 @@ class NcclCommunicator final : public Communicator {
   int64_t size() const override { return size_; }
   const std::string& name() const override { return name_; }
 
-  void all_reduce(Tensor& x, ReduceOp op) override {
-    if (x.numel() == 0) return;
-    require_device(x, "all_reduce");
-    MT_NCCL_CHECK(ncclAllReduce(x.data(), x.data(), static_cast<size_t>(x.numel()), nccl_type(x.dtype()), nccl_op(op),
-                                comm_, stream_));
-  }
+  void all_reduce(Tensor& x, ReduceOp op) override { enqueue_all_reduce(x, op, blocking_stream()); }
 
   void all_reduce_host(std::span<double> values, ReduceOp op) override {
+    blocking_stream();
     for (size_t off = 0; off < values.size(); off += kScratchDoubles) {
       const size_t n = std::min(values.size() - off, kScratchDoubles);
       MT_NCCL_CUDA_CHECK(cudaMemcpyAsync(scratch_, values.data() + off, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
@@ -97,6 +97,29 @@ class NcclCommunicator final : public Communicator {
   }
 
   void reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op) override {
+    enqueue_reduce_scatter(in, out, counts, op, blocking_stream());
+  }
+  void all_gather(const Tensor& in, Tensor& out, std::span<const int64_t> counts) override {
+    enqueue_all_gather(in, out, counts, blocking_stream());
+  }
+
+  std::unique_ptr<PendingCollective> start_all_reduce(Tensor& x, ReduceOp op) override {
+    enqueue_all_reduce(x, op, async_stream());
+    return async_started();
+  }
+  std::unique_ptr<PendingCollective> start_reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts,
+                                                          ReduceOp op) override {
+    enqueue_reduce_scatter(in, out, counts, op, async_stream());
+    return async_started();
+  }
+  std::unique_ptr<PendingCollective> start_all_gather(const Tensor& in, Tensor& out,
+                                                      std::span<const int64_t> counts) override {
+    enqueue_all_gather(in, out, counts, async_stream());
+    return async_started();
+  }
+
+  void enqueue_reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op,
+                              cudaStream_t stream) {
     check_pieces("reduce_scatter", *this, in.numel(), out.numel(), counts);
     MT_CHECK(in.dtype() == out.dtype()) << "reduce_scatter: dtypes differ";
     if (in.numel() == 0) return;
@@ -106,7 +129,7 @@ class NcclCommunicator final : public Communicator {
     if (all_equal(counts)) {
       // In place when out is this rank's piece of in (NCCL's convention).
       MT_NCCL_CHECK(ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()), t, nccl_op(op), comm_,
-                                      stream_));
+                                      stream));
       return;
     }
     MT_NCCL_CHECK(ncclGroupStart());
@@ -116,14 +139,14 @@ class NcclCommunicator final : public Communicator {
       if (n > 0) {
         const char* src = static_cast<const char*>(in.data()) + off * esize;
         void* dst = r == rank_ ? out.data() : const_cast<char*>(src);  // recvbuff is read on the root only
-        MT_NCCL_CHECK(ncclReduce(src, dst, static_cast<size_t>(n), t, nccl_op(op), static_cast<int>(r), comm_, stream_));
+        MT_NCCL_CHECK(ncclReduce(src, dst, static_cast<size_t>(n), t, nccl_op(op), static_cast<int>(r), comm_, stream));
       }
       off += n;
     }
     MT_NCCL_CHECK(ncclGroupEnd());
   }
 
-  void all_gather(const Tensor& in, Tensor& out, std::span<const int64_t> counts) override {
+  void enqueue_all_gather(const Tensor& in, Tensor& out, std::span<const int64_t> counts, cudaStream_t stream) {
     check_pieces("all_gather", *this, out.numel(), in.numel(), counts);
     MT_CHECK(in.dtype() == out.dtype()) << "all_gather: dtypes differ";
     if (out.numel() == 0) return;
@@ -131,7 +154,7 @@ class NcclCommunicator final : public Communicator {
     const ncclDataType_t t = nccl_type(out.dtype());
     const int64_t esize = dtype_size(out.dtype());
     if (all_equal(counts)) {
-      MT_NCCL_CHECK(ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()), t, comm_, stream_));
+      MT_NCCL_CHECK(ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()), t, comm_, stream));
       return;
     }
     MT_NCCL_CHECK(ncclGroupStart());
@@ -141,7 +164,7 @@ class NcclCommunicator final : public Communicator {
       if (n > 0) {
         char* dst = static_cast<char*>(out.data()) + off * esize;
         const void* src = r == rank_ ? in.data() : dst;  // sendbuff is read on the root only
-        MT_NCCL_CHECK(ncclBroadcast(src, dst, static_cast<size_t>(n), t, static_cast<int>(r), comm_, stream_));
+        MT_NCCL_CHECK(ncclBroadcast(src, dst, static_cast<size_t>(n), t, static_cast<int>(r), comm_, stream));
       }
       off += n;
     }
@@ -153,21 +176,21 @@ class NcclCommunicator final : public Communicator {
     if (x.numel() == 0) return;
     require_device(x, "broadcast");
     MT_NCCL_CHECK(ncclBroadcast(x.data(), x.data(), static_cast<size_t>(x.numel()), nccl_type(x.dtype()),
-                                static_cast<int>(root), comm_, stream_));
+                                static_cast<int>(root), comm_, blocking_stream()));
   }
 
   void send(const Tensor& x, int64_t peer) override {
     if (x.numel() == 0) return;
     require_device(x, "send");
     MT_NCCL_CHECK(ncclSend(x.data(), static_cast<size_t>(x.numel()), nccl_type(x.dtype()), static_cast<int>(peer), comm_,
-                           stream_));
+                           blocking_stream()));
   }
 
   void recv(Tensor& x, int64_t peer) override {
     if (x.numel() == 0) return;
     require_device(x, "recv");
     MT_NCCL_CHECK(ncclRecv(x.data(), static_cast<size_t>(x.numel()), nccl_type(x.dtype()), static_cast<int>(peer), comm_,
-                           stream_));
+                           blocking_stream()));
   }
 
   void barrier() override {
@@ -184,6 +207,81 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // A finished-on-the-device marker of one started collective (see PendingCollective).
+  class Pending final : public PendingCollective {
+   public:
+    Pending(NcclCommunicator& owner, cudaEvent_t done) : owner_(owner), done_(done) {}
+    ~Pending() override {
+      try {
+        wait();
+      } catch (...) {
+        // Destruction during unwinding: the communicator is being aborted anyway.
+      }
+    }
+    void wait() override {
+      if (done_ == nullptr) return;
+      cudaEvent_t e = done_;
+      done_ = nullptr;
+      owner_.wait_for(e);
+    }
+
+   private:
+    NcclCommunicator& owner_;
+    cudaEvent_t done_;
+  };
+
+  void enqueue_all_reduce(Tensor& x, ReduceOp op, cudaStream_t stream) {
+    if (x.numel() == 0) return;
+    require_device(x, "all_reduce");
+    MT_NCCL_CHECK(ncclAllReduce(x.data(), x.data(), static_cast<size_t>(x.numel()), nccl_type(x.dtype()), nccl_op(op),
+                                comm_, stream));
+  }
+
+  // Where a blocking collective goes: the compute stream, first made to wait for any started
+  // collective still unwaited, so that this group's collectives never run concurrently (NCCL
+  // needs them in the same order on every rank).
+  cudaStream_t blocking_stream() {
+    if (async_outstanding_) {
+      MT_NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, async_done_, 0));
+      async_outstanding_ = false;
+    }
+    return stream_;
+  }
+  // Where a started collective goes: the communicator's own (high-priority) stream, after the
+  // compute stream's work so far (which produced its input).
+  cudaStream_t async_stream() {
+    if (comm_stream_ == nullptr) {
+      int least = 0, greatest = 0;
+      MT_NCCL_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      MT_NCCL_CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest));
+      MT_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+      MT_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&async_done_, cudaEventDisableTiming));
+    }
+    MT_NCCL_CUDA_CHECK(cudaEventRecord(ready_, stream_));
+    MT_NCCL_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_, 0));
+    return comm_stream_;
+  }
+  // Marks the collective just enqueued on comm_stream_ and returns its handle.
+  std::unique_ptr<PendingCollective> async_started() {
+    cudaEvent_t done = nullptr;
+    if (free_events_.empty()) {
+      MT_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    } else {
+      done = free_events_.back();
+      free_events_.pop_back();
+    }
+    MT_NCCL_CUDA_CHECK(cudaEventRecord(done, comm_stream_));
+    MT_NCCL_CUDA_CHECK(cudaEventRecord(async_done_, comm_stream_));
+    async_outstanding_ = true;
+    return std::make_unique<Pending>(*this, done);
+  }
+  // The compute stream waits for `done`; the event goes back to the pool (a later record does
+  // not affect a wait already enqueued).
+  void wait_for(cudaEvent_t done) {
+    free_events_.push_back(done);
+    MT_NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, done, 0));
+  }
+
   static constexpr size_t kScratchDoubles = 64;
   static bool all_equal(std::span<const int64_t> counts) {
     for (int64_t c : counts) {
@@ -196,7 +294,14 @@ class NcclCommunicator final : public Communicator {
   }
 
   ncclComm_t comm_;
-  cudaStream_t stream_;
+  cudaStream_t stream_;  // the compute stream (the backend's)
+  // Started collectives: their stream (created on first use), the event that orders it after
+  // the compute stream, the last one's completion, whether any is unwaited, reusable events.
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
+  cudaEvent_t async_done_ = nullptr;
+  bool async_outstanding_ = false;
+  std::vector<cudaEvent_t> free_events_;
   std::string name_;
   int64_t world_rank_;
   int64_t rank_ = 0, size_ = 1;

@@ -101,6 +101,21 @@ void WatchedCommunicator::barrier() {
   Watchdog::Scope s(watchdog_, "barrier", *inner_);
   inner_->barrier();
 }
+std::unique_ptr<PendingCollective> WatchedCommunicator::start_all_reduce(Tensor& x, ReduceOp op) {
+  Watchdog::Scope s(watchdog_, "start_all_reduce", *inner_);
+  return inner_->start_all_reduce(x, op);
+}
+std::unique_ptr<PendingCollective> WatchedCommunicator::start_reduce_scatter(Tensor& in, Tensor& out,
+                                                                             std::span<const int64_t> counts,
+                                                                             ReduceOp op) {
+  Watchdog::Scope s(watchdog_, "start_reduce_scatter", *inner_);
+  return inner_->start_reduce_scatter(in, out, counts, op);
+}
+std::unique_ptr<PendingCollective> WatchedCommunicator::start_all_gather(const Tensor& in, Tensor& out,
+                                                                         std::span<const int64_t> counts) {
+  Watchdog::Scope s(watchdog_, "start_all_gather", *inner_);
+  return inner_->start_all_gather(in, out, counts);
+}
 std::unique_ptr<Communicator> WatchedCommunicator::split(int64_t color, int64_t key, const std::string& name) {
   std::unique_ptr<Communicator> sub;
   {

@@ -81,6 +81,12 @@ class WatchedCommunicator final : public Communicator {
   void recv(Tensor& x, int64_t peer) override;
   void barrier() override;
   std::unique_ptr<Communicator> split(int64_t color, int64_t key, const std::string& name) override;
+  // Watched while they start (MPI: the whole collective; NCCL: the enqueue).
+  std::unique_ptr<PendingCollective> start_all_reduce(Tensor& x, ReduceOp op) override;
+  std::unique_ptr<PendingCollective> start_reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts,
+                                                          ReduceOp op) override;
+  std::unique_ptr<PendingCollective> start_all_gather(const Tensor& in, Tensor& out,
+                                                      std::span<const int64_t> counts) override;
 
  private:
   std::unique_ptr<Communicator> inner_;

@@ -1,5 +1,6 @@
 #include "model/gpt_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "comm/self_communicator.h"
@@ -228,6 +229,7 @@ float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
   // shard under sequence parallelism (Megatron: all-reduce, then scatter; the same values).
   const int64_t h = config_.hidden_size;
   const backend::DropoutParams emb_dropout = dropout_params(config_.hidden_dropout, -1, kSiteEmbedding);
+  before_reading(std::max(word_emb_, pos_emb_) + 1);
   const Tensor wpe = tp_->rank() == 0 ? param(pos_emb_) : Tensor();
   Tensor emb = !sp_ && emb_dropout.p == 0.0f ? xs_[0] : ws_h1_.view({s, b, h});
   backend_.embedding_forward(tokens_, param(word_emb_), wpe, emb);
@@ -238,7 +240,11 @@ float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
     backend_.dropout_forward(emb_local, x0, emb_dropout);  // p == 0: a copy
   }
 
-  for (int64_t l = 0; l < config_.num_layers; ++l) layer_forward(l);
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    before_reading(layer_end(l));
+    layer_forward(l);
+  }
+  before_reading(static_cast<int64_t>(params_.params().size()));
 
   Tensor x_last = xs_[config_.num_layers].view({n_local_, h});
   backend_.layernorm_forward(x_last, param(final_ln_w_), param(final_ln_b_), config_.layernorm_epsilon, final_ln_out_,
@@ -301,6 +307,7 @@ void GPTModel::backward(float loss_scale, float grad_scale) {
   Tensor x_last = xs_[config_.num_layers].view({n_local_, h});
   backend_.layernorm_backward(reduce_rows(ws_h2_), x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_,
                               ws_grad_, grad(final_ln_w_), grad(final_ln_b_));
+  grads_final_from(layer_end(config_.num_layers - 1));
   for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
     // Entering a recomputed chunk from its top: re-run its forward from the kept input (the
     // dropout masks are functions of (seed, iteration, micro-batch, layer), so they repeat).
@@ -315,6 +322,7 @@ void GPTModel::backward(float loss_scale, float grad_scale) {
       }
     }
     layer_backward(l, ws_grad_);
+    grads_final_from(layer_params_[static_cast<size_t>(l)].ln1_w);
   }
 
   // Embedding: through the dropout, the rows gathered (sequence parallelism), then
@@ -324,6 +332,11 @@ void GPTModel::backward(float loss_scale, float grad_scale) {
       through_dropout(ws_grad_, demb_buffer, dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
   const Tensor demb = gather_rows(demb_local, ws_h1_);
   backend_.embedding_backward(tokens_, demb.view({s, b, h}), grad(word_emb_), grad(pos_emb_));
+  grads_final_from(0);
+}
+
+int64_t GPTModel::layer_end(int64_t l) const {
+  return l + 1 < config_.num_layers ? layer_params_[static_cast<size_t>(l) + 1].ln1_w : final_ln_w_;
 }
 
 Tensor GPTModel::through_dropout(const Tensor& dy, Tensor& buffer, const backend::DropoutParams& dropout) {

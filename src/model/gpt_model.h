@@ -40,6 +40,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -68,6 +69,19 @@ struct DropoutContext {
   uint64_t seed = 0;
   int64_t iteration = 0;
   int64_t micro_batch = 0;
+};
+
+// Points where data-parallel communication can overlap compute (--overlap-param-gather,
+// --overlap-grad-reduce; train/grad_buffer.h). Parameter indices are ParameterSet's
+// (registration order = the order the forward reads them; the backward finishes them in
+// reverse). Unset hooks are not called.
+struct ParamHooks {
+  // Forward: the parameters [0, k) are about to be read (called with growing k; the last call
+  // has k = the number of parameters).
+  std::function<void(int64_t k)> before_reading;
+  // Backward: the gradients of the parameters [k, P) are final for this backward (called with
+  // shrinking k; the last call has k = 0).
+  std::function<void(int64_t k)> grads_final_from;
 };
 
 // The tensor-parallel group this model is split over (null: one rank) and whether the
@@ -104,6 +118,7 @@ class GPTModel {
   // finalize_model_grads). No-op otherwise.
   void reduce_sequence_parallel_grads();
   int64_t tensor_parallel_size() const { return tp_->size(); }
+  void set_param_hooks(ParamHooks hooks) { hooks_ = std::move(hooks); }
   bool sequence_parallel() const { return sp_; }
 
  private:
@@ -121,6 +136,9 @@ class GPTModel {
   backend::DropoutParams dropout_params(float p, int64_t layer, int site) const;
   backend::AttentionParams attention_params(int64_t layer) const;
   void layer_forward(int64_t l);
+  // One past layer l's last parameter index (the layers' parameters are contiguous, each
+  // starting with its first LayerNorm's weight; the final LayerNorm follows the last layer).
+  int64_t layer_end(int64_t l) const;
   // d(input) of a dropout from its output gradient dy: dy itself without dropout, else the
   // masked gradient written into `buffer`.
   Tensor through_dropout(const Tensor& dy, Tensor& buffer, const backend::DropoutParams& dropout);
@@ -177,6 +195,13 @@ class GPTModel {
   Tensor ws_grad_, ws_h1_, ws_h2_, ws_qkv_, ws_q_, ws_f_, ws_full_;
   DropoutContext dropout_ctx_;
   float mask_sum_ = 0.0f;
+  ParamHooks hooks_;
+  void before_reading(int64_t k) const {
+    if (hooks_.before_reading) hooks_.before_reading(k);
+  }
+  void grads_final_from(int64_t k) const {
+    if (hooks_.grads_final_from) hooks_.grads_final_from(k);
+  }
 };
 
 }  // namespace megatron::model

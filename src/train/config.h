@@ -143,7 +143,9 @@ struct TrainConfig {
   int64_t data_parallel_size = 1;
   bool sequence_parallel = false;           // --sequence-parallel (turned off at TP 1, as Megatron)
   bool use_distributed_optimizer = false;   // --use-distributed-optimizer
-  std::optional<int64_t> ddp_bucket_size;   // --ddp-bucket-size (elements; None: one bucket)
+  std::optional<int64_t> ddp_bucket_size;   // --ddp-bucket-size (elements; None: the default below)
+  bool overlap_grad_reduce = false;         // --overlap-grad-reduce
+  bool overlap_param_gather = false;        // --overlap-param-gather (needs the two above)
   double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes (fractions allowed)
   bool use_cpu_initialization = false;      // --use-cpu-initialization (TP-invariant init)
 

@@ -48,35 +48,76 @@ GradBuffer::GradBuffer(model::ParameterSet& params, backend::Backend& backend, c
   for (const Range& r : owned_) owned_numel_ += r.size();
 }
 
-void GradBuffer::reduce_gradients() {
+void GradBuffer::start_grad_bucket(size_t i) {
   const int64_t dp = dp_.size();
-  if (dp == 1) return;
-  Tensor grads = params_.grads();
-  for (const Range& b : buckets_) {
-    Tensor bucket = grads.flat_view(b.start, {b.size()});
-    // Megatron scales before the reduction (gradient_scaling_factor = 1/dp): the sum of
-    // already-averaged terms stays in range where the sum of raw ones might not.
-    // Scaling by a power of two is exact; for other dp it rounds once per element.
-    if (b.size() > 0) backend_.scale(bucket, 1.0f / static_cast<float>(dp));
-    if (distributed_) {
-      const std::vector<int64_t> counts = shard_counts(b.size(), dp);
-      Tensor mine = bucket.flat_view(comm::piece_offset(counts, dp_.rank()), {counts[static_cast<size_t>(dp_.rank())]});
-      dp_.reduce_scatter(bucket, mine, counts, comm::ReduceOp::kSum);
-    } else {
-      dp_.all_reduce(bucket, comm::ReduceOp::kSum);
+  const Range& b = buckets_[i];
+  Tensor bucket = params_.grads().flat_view(b.start, {b.size()});
+  // Megatron scales before the reduction (gradient_scaling_factor = 1/dp): the sum of
+  // already-averaged terms stays in range where the sum of raw ones might not.
+  // Scaling by a power of two is exact; for other dp it rounds once per element.
+  if (b.size() > 0) backend_.scale(bucket, 1.0f / static_cast<float>(dp));
+  if (distributed_) {
+    const std::vector<int64_t> counts = shard_counts(b.size(), dp);
+    Tensor mine = bucket.flat_view(comm::piece_offset(counts, dp_.rank()), {counts[static_cast<size_t>(dp_.rank())]});
+    grad_pending_.push_back(dp_.start_reduce_scatter(bucket, mine, counts, comm::ReduceOp::kSum));
+  } else {
+    grad_pending_.push_back(dp_.start_all_reduce(bucket, comm::ReduceOp::kSum));
+  }
+}
+
+void GradBuffer::grads_final_from(int64_t k) {
+  if (!armed_ || dp_.size() == 1) return;
+  const auto& ps = params_.params();
+  const int64_t first = k < static_cast<int64_t>(ps.size()) ? ps[static_cast<size_t>(k)].offset : params_.total_numel();
+  // Buckets run from the end of the buffer towards 0: bucket i is complete once every
+  // element from its start on is final.
+  while (next_grad_bucket_ < buckets_.size() && buckets_[next_grad_bucket_].start >= first) {
+    start_grad_bucket(next_grad_bucket_++);
+  }
+}
+
+void GradBuffer::finish_grad_sync() {
+  armed_ = false;
+  if (dp_.size() == 1) return;
+  while (next_grad_bucket_ < buckets_.size()) start_grad_bucket(next_grad_bucket_++);
+  for (auto& p : grad_pending_) p->wait();
+  grad_pending_.clear();
+  next_grad_bucket_ = 0;
+}
+
+void GradBuffer::start_param_gather(bool overlap) {
+  if (!distributed_ || dp_.size() == 1) return;
+  finish_param_gather();
+  Tensor values = params_.values();
+  gather_pending_.resize(buckets_.size());
+  // The forward reads from parameter 0 on: the last bucket first.
+  for (size_t i = buckets_.size(); i-- > 0;) {
+    const Range& b = buckets_[i];
+    const std::vector<int64_t> counts = shard_counts(b.size(), dp_.size());
+    Tensor bucket = values.flat_view(b.start, {b.size()});
+    Tensor mine = bucket.flat_view(comm::piece_offset(counts, dp_.rank()), {counts[static_cast<size_t>(dp_.rank())]});
+    gather_pending_[i] = dp_.start_all_gather(mine, bucket, counts);
+  }
+  if (!overlap) finish_param_gather();
+}
+
+void GradBuffer::before_reading(int64_t k) {
+  if (gather_pending_.empty()) return;
+  const auto& ps = params_.params();
+  const int64_t end = k < static_cast<int64_t>(ps.size()) ? ps[static_cast<size_t>(k)].offset : params_.total_numel();
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    if (buckets_[i].start < end && gather_pending_[i]) {
+      gather_pending_[i]->wait();
+      gather_pending_[i].reset();
     }
   }
 }
 
-void GradBuffer::gather_parameters() {
-  if (!distributed_ || dp_.size() == 1) return;
-  Tensor values = params_.values();
-  for (const Range& b : buckets_) {
-    const std::vector<int64_t> counts = shard_counts(b.size(), dp_.size());
-    Tensor bucket = values.flat_view(b.start, {b.size()});
-    Tensor mine = bucket.flat_view(comm::piece_offset(counts, dp_.rank()), {counts[static_cast<size_t>(dp_.rank())]});
-    dp_.all_gather(mine, bucket, counts);
+void GradBuffer::finish_param_gather() {
+  for (auto& p : gather_pending_) {
+    if (p) p->wait();
   }
+  gather_pending_.clear();
 }
 
 }  // namespace megatron::train

@@ -20,9 +20,24 @@
 // rank's pieces only (the rest of the buffer is then stale and must not be read).
 // After the optimizer step the distributed optimizer all-gathers each bucket of the (model
 // dtype) parameter values from the owners' pieces.
+//
+// Overlap (Megatron's --overlap-grad-reduce / --overlap-param-gather). The collectives are
+// started (comm::Communicator::start_*) rather than waited for one by one:
+//  - grad reduce: during the iteration's last backward the model reports how far its
+//    gradients are final (model::ParamHooks::grads_final_from); each bucket whose parameters
+//    all are is scaled and its collective started at once, so that it runs beside the rest of
+//    the backward. finish_grad_sync() starts what is left and waits for all of them.
+//  - param gather: start_param_gather() starts every bucket's all-gather in the order the
+//    forward reads them (the last bucket first) and returns; the forward waits for each one
+//    just before it reads the bucket's parameters (ParamHooks::before_reading);
+//    finish_param_gather() waits for whatever is still in flight (before anything else reads
+//    the parameters: a checkpoint, a norm).
+// The results are bit-identical to the non-overlapped reduction: the same collectives on the
+// same data, only started earlier.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/ops.h"
@@ -53,11 +68,22 @@ class GradBuffer {
   GradBuffer(model::ParameterSet& params, backend::Backend& backend, comm::Communicator& dp, bool distributed,
              int64_t bucket_size);
 
-  // Scale by 1/dp and all-reduce / reduce-scatter every bucket (no-op at dp 1).
-  void reduce_gradients();
+  // Scale by 1/dp and all-reduce / reduce-scatter every bucket not started yet, then wait for
+  // all of them (no-op at dp 1).
+  void finish_grad_sync();
+  // --overlap-grad-reduce: the next backward is the last one before finish_grad_sync(), so its
+  // grads_final_from() calls start buckets.
+  void arm_grad_overlap() { armed_ = true; }
+  // The gradients of parameters [k, P) are final: starts the armed buckets they complete.
+  void grads_final_from(int64_t k);
+
   // Distributed optimizer: all-gather the owners' pieces of the parameter values, bucket by
-  // bucket (no-op otherwise).
-  void gather_parameters();
+  // bucket (no-op otherwise), waiting unless `overlap`, in which case the forward waits for
+  // them through before_reading() and finish_param_gather() for any left.
+  void start_param_gather(bool overlap);
+  // Parameters [0, k) are about to be read: waits for the gathers of the buckets holding them.
+  void before_reading(int64_t k);
+  void finish_param_gather();
 
   const std::vector<Range>& buckets() const { return buckets_; }
   // What this rank's optimizer updates: its pieces, or the whole buffer.
@@ -74,6 +100,13 @@ class GradBuffer {
   std::vector<Range> buckets_;
   std::vector<Range> owned_;
   int64_t owned_numel_ = 0;
+  void start_grad_bucket(size_t i);
+  // Grad reduce: armed for the current backward, the next bucket to start, those in flight.
+  bool armed_ = false;
+  size_t next_grad_bucket_ = 0;
+  std::vector<std::unique_ptr<comm::PendingCollective>> grad_pending_;
+  // Param gather in flight, by bucket (null: done or never started).
+  std::vector<std::unique_ptr<comm::PendingCollective>> gather_pending_;
 };
 
 }  // namespace megatron::train

@@ -69,7 +69,8 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(model::ParameterSet& params, ba
       fp16_(params.values().dtype() == DType::kF16),
       self_group_(dp.group ? nullptr : std::make_unique<comm::SelfCommunicator>(backend, "dp")),
       model_parallel_(dp.model_parallel),
-      grad_buffer_(params, backend, dp.group ? *dp.group : *self_group_, dp.distributed, dp.bucket_size) {
+      grad_buffer_(params, backend, dp.group ? *dp.group : *self_group_, dp.distributed, dp.bucket_size),
+      overlap_param_gather_(dp.overlap_param_gather) {
   const int64_t n = grad_buffer_.owned_numel();
   const bool separate = has_separate_main_params();
   if (separate) main_ = backend.empty({n}, DType::kF32, MemoryKind::kMainParams);
@@ -98,7 +99,7 @@ void MixedPrecisionOptimizer::zero_grads() {
   backend_.fill(g, 0.0f);
 }
 
-void MixedPrecisionOptimizer::reduce_gradients() { grad_buffer_.reduce_gradients(); }
+void MixedPrecisionOptimizer::reduce_gradients() { grad_buffer_.finish_grad_sync(); }
 
 double MixedPrecisionOptimizer::reduce_over_state_groups(double value, comm::ReduceOp op, bool include_dp) const {
   if (include_dp) value = comm::all_reduce_scalar(grad_buffer_.group(), value, op);
@@ -196,7 +197,7 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
     backend_.adamw_update_segments(s.main, grads.flat_view(s.range.start, {s.range.size()}), s.exp_avg, s.exp_avg_sq,
                                    s.segments, a, model_copy);
   }
-  grad_buffer_.gather_parameters();
+  grad_buffer_.start_param_gather(overlap_param_gather_);
   return result;
 }
 

@@ -62,6 +62,7 @@ struct DataParallelOptions {
   int64_t bucket_size = 0;   // --ddp-bucket-size (elements; 0: one bucket)
   // The model-parallel group (TP; null: one rank) over which norms and the inf flag are reduced.
   comm::Communicator* model_parallel = nullptr;
+  bool overlap_param_gather = false;  // --overlap-param-gather (with distributed)
 };
 
 // The full fp32 optimizer state [P] for a checkpoint (main_params undefined when the model is
@@ -86,10 +87,12 @@ class MixedPrecisionOptimizer {
   // The factor the loss is multiplied by before backward (the current loss scale, or 1).
   float loss_scale() const;
   // Averages the gradients over the data-parallel group (after the last backward of the
-  // iteration, before step(); a no-op on one rank).
+  // iteration, before step(); a no-op on one rank). Buckets started during the backward
+  // (--overlap-grad-reduce) are waited for here.
   void reduce_gradients();
   // One update with the scheduler's lr and weight decay for this iteration. Collective over
-  // the data-parallel group.
+  // the data-parallel group. With --overlap-param-gather the distributed optimizer's
+  // all-gathers are still in flight when it returns (see GradBuffer::start_param_gather).
   StepResult step(float lr, float weight_decay);
   void zero_grads();
   // L2 norm of all parameters (the fp32 main copy), for --log-params-norm. Collective.
@@ -111,6 +114,8 @@ class MixedPrecisionOptimizer {
   // Megatron's reload_model_params()).
   void reload_main_params_from_model();
   const GradBuffer& grad_buffer() const { return grad_buffer_; }
+  // For the overlap hooks (GradBuffer's arm_grad_overlap, grads_final_from, before_reading).
+  GradBuffer& grad_buffer() { return grad_buffer_; }
   const optim::GradScaler& scaler() const { return scaler_; }
   bool uses_scaler() const { return fp16_; }
 
@@ -146,6 +151,7 @@ class MixedPrecisionOptimizer {
   std::unique_ptr<comm::Communicator> self_group_;  // the one-rank group when none is given
   comm::Communicator* model_parallel_ = nullptr;     // null: one rank
   GradBuffer grad_buffer_;
+  bool overlap_param_gather_ = false;
   Tensor main_;        // fp32 [owned_numel]; unused under fp32 (the shards view the values)
   Tensor exp_avg_;     // fp32 [owned_numel]
   Tensor exp_avg_sq_;  // fp32 [owned_numel]

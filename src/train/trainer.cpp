@@ -122,9 +122,21 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   DataParallelOptions dp;
   dp.group = groups_->dp_cp.get();  // gradients are reduced over dp x cp (megatron-facts §9)
   dp.distributed = c.use_distributed_optimizer;
-  dp.bucket_size = c.ddp_bucket_size.value_or(0);
+  // Megatron's default: one bucket, or max(40M, 1M x dp-cp) elements with overlap.
+  const int64_t overlap_bucket = std::max<int64_t>(40'000'000, 1'000'000 * groups_->dp_cp->size());
+  dp.bucket_size = c.ddp_bucket_size.value_or(c.overlap_grad_reduce ? overlap_bucket : 0);
+  dp.overlap_param_gather = c.overlap_param_gather;
   dp.model_parallel = groups_->model_parallel.get();  // norms and the inf flag span the TP shards
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, oc, std::move(scaler), dp);
+  if (c.overlap_grad_reduce || c.overlap_param_gather) {
+    // The model tells the gradient buffer how far its backward / forward has got
+    // (train/grad_buffer.h "Overlap"); without --overlap-* nothing is started early.
+    GradBuffer& gb = optimizer_->grad_buffer();
+    model::ParamHooks hooks;
+    if (c.overlap_grad_reduce) hooks.grads_final_from = [&gb](int64_t k) { gb.grads_final_from(k); };
+    if (c.overlap_param_gather) hooks.before_reading = [&gb](int64_t k) { gb.before_reading(k); };
+    model_->set_param_hooks(std::move(hooks));
+  }
   scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));
   *log0_ << model::format_memory_plan(train_memory_plan(c));
   *log0_ << flops_formula_text(c.model, c.global_batch_size, c.flops_convention);
@@ -144,6 +156,8 @@ void Trainer::request_exit() { g_exit_requested.store(true); }
 
 void Trainer::save() {
   if (!config_.save) return;
+  // The model values are read below: the parameter gather must have landed.
+  optimizer_->grad_buffer().finish_param_gather();
   // Collective: with the distributed optimizer the owners send their state to DP rank 0.
   const FullOptimizerState state = optimizer_->gather_full_state();
   // The state is replicated over DP (or gathered to DP rank 0). The DP-rank-0 ranks (one TP
@@ -293,12 +307,16 @@ TrainSummary Trainer::run() {
       // differ across DP ranks and equal the single-process run's.
       dropout.micro_batch = k * c.data_parallel_size + groups_->coords.dp;
       iter_loss += model_->forward(mb, dropout);
+      // --overlap-grad-reduce: the last backward starts the buckets (Megatron's no_sync for the others).
+      if (c.overlap_grad_reduce && k == num_micro - 1) optimizer_->grad_buffer().arm_grad_overlap();
       model_->backward(optimizer_->loss_scale(), 1.0f / static_cast<float>(num_micro));
     }
     // Megatron's finalize_model_grads: the gradient reduction closes forward-backward
-    // (sequence-parallel LayerNorm gradients over TP, then everything over DP).
-    model_->reduce_sequence_parallel_grads();
+    // (everything over DP, then the sequence-parallel LayerNorm gradients over TP; with the
+    // distributed optimizer only the owned pieces are meaningful, and they are the same
+    // pieces on every TP rank).
     optimizer_->reduce_gradients();
+    model_->reduce_sequence_parallel_grads();
     lap(&t_fwd_bwd);
     // The loss of the global batch: this rank's micro-batch mean, averaged over DP.
     iter_loss = comm::all_reduce_scalar(*groups_->dp_cp, iter_loss, comm::ReduceOp::kSum) /

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "comm/mpi_communicator.h"
 #include "support/mpi.h"
@@ -67,6 +69,125 @@ TEST(GradBuffer, ShardsAreContiguousPiecesOfEachBucket) {
     for (const Range& x : owned_ranges(buckets, 3, r))
       for (int64_t i = x.start; i < x.end; ++i) ++owners[static_cast<size_t>(i)];
   for (int o : owners) EXPECT_EQ(o, 1);
+}
+
+// A two-rank group that performs nothing and logs, in order, what the buffer starts and waits
+// for: "start <op> [a, b)" (a, b element offsets into `base`) and "wait <op> [a, b)".
+class RecordingCommunicator final : public comm::Communicator {
+ public:
+  explicit RecordingCommunicator(const Tensor& base) : base_(base) {}
+  int64_t rank() const override { return 0; }
+  int64_t size() const override { return 2; }
+  const std::string& name() const override { return name_; }
+  void all_reduce(Tensor&, comm::ReduceOp) override { log.push_back("blocking all_reduce"); }
+  void all_reduce_host(std::span<double>, comm::ReduceOp) override {}
+  void reduce_scatter(Tensor&, Tensor&, std::span<const int64_t>, comm::ReduceOp) override {
+    log.push_back("blocking reduce_scatter");
+  }
+  void all_gather(const Tensor&, Tensor&, std::span<const int64_t>) override { log.push_back("blocking all_gather"); }
+  void broadcast(Tensor&, int64_t) override {}
+  void send(const Tensor&, int64_t) override {}
+  void recv(Tensor&, int64_t) override {}
+  void barrier() override {}
+  std::unique_ptr<comm::Communicator> split(int64_t, int64_t, const std::string&) override { return nullptr; }
+  std::unique_ptr<comm::PendingCollective> start_all_reduce(Tensor& x, comm::ReduceOp) override {
+    return started("all_reduce", x);
+  }
+  std::unique_ptr<comm::PendingCollective> start_reduce_scatter(Tensor& in, Tensor&, std::span<const int64_t>,
+                                                                comm::ReduceOp) override {
+    return started("reduce_scatter", in);
+  }
+  std::unique_ptr<comm::PendingCollective> start_all_gather(const Tensor&, Tensor& out,
+                                                            std::span<const int64_t>) override {
+    return started("all_gather", out);
+  }
+  std::vector<std::string> log;
+
+ private:
+  class Pending final : public comm::PendingCollective {
+   public:
+    Pending(std::vector<std::string>& log, std::string what) : log_(log), what_(std::move(what)) {}
+    ~Pending() override { wait(); }
+    void wait() override {
+      if (!what_.empty()) log_.push_back("wait " + what_);
+      what_.clear();
+    }
+
+   private:
+    std::vector<std::string>& log_;
+    std::string what_;
+  };
+  std::unique_ptr<comm::PendingCollective> started(const char* op, const Tensor& t) {
+    const int64_t a = (static_cast<const char*>(t.data()) - static_cast<const char*>(base_.data())) /
+                      dtype_size(t.dtype());
+    const std::string what = std::string(op) + " [" + std::to_string(a) + ", " + std::to_string(a + t.numel()) + ")";
+    log.push_back("start " + what);
+    return std::make_unique<Pending>(log, what);
+  }
+  Tensor base_;
+  std::string name_ = "dp";
+};
+
+using Log = std::vector<std::string>;
+
+// --overlap-grad-reduce: a bucket starts exactly when the backward has finished all of its
+// parameters, scaled by 1/dp first; finish_grad_sync() starts the rest and waits for all.
+TEST(GradBuffer, OverlappedReductionStartsEachBucketOnceItsGradientsAreFinal) {
+  auto backend = backend::make_cpu_backend();
+  model::ParameterSet ps = make_params(*backend, DType::kF32);  // buckets [20, 43), [0, 20)
+  RecordingCommunicator dp(ps.grads());
+  GradBuffer gb(ps, *backend, dp, false, 10);
+  Tensor g = ps.grads();
+  backend->fill(g, 1.0f);
+
+  gb.grads_final_from(2);  // not armed: an earlier micro-batch's backward starts nothing
+  EXPECT_TRUE(dp.log.empty());
+  gb.arm_grad_overlap();
+  gb.grads_final_from(3);  // c.weight [36, 43) alone does not complete [20, 43)
+  EXPECT_TRUE(dp.log.empty());
+  gb.grads_final_from(2);  // b.weight [20, 36) completes it
+  EXPECT_EQ(dp.log, (Log{"start all_reduce [20, 43)"}));
+  EXPECT_EQ(g.data_as<float>()[20], 0.5f) << "scaled by 1/dp before the reduction";
+  EXPECT_EQ(g.data_as<float>()[19], 1.0f) << "the other bucket is not touched yet";
+  gb.grads_final_from(1);
+  gb.grads_final_from(0);
+  gb.finish_grad_sync();
+  EXPECT_EQ(dp.log, (Log{"start all_reduce [20, 43)", "start all_reduce [0, 20)", "wait all_reduce [20, 43)",
+                         "wait all_reduce [0, 20)"}));
+  EXPECT_EQ(g.data_as<float>()[0], 0.5f);
+
+  // Without overlap (or an early backward) everything starts in finish_grad_sync, in bucket order.
+  dp.log.clear();
+  gb.grads_final_from(0);
+  gb.finish_grad_sync();
+  EXPECT_EQ(dp.log, (Log{"start all_reduce [20, 43)", "start all_reduce [0, 20)", "wait all_reduce [20, 43)",
+                         "wait all_reduce [0, 20)"}));
+}
+
+// --overlap-param-gather: the gathers start in the order the forward reads the parameters, and
+// each is waited for just before the forward reads a parameter of its bucket.
+TEST(GradBuffer, OverlappedParamGatherWaitsPerBucketBeforeTheForwardReadsIt) {
+  auto backend = backend::make_cpu_backend();
+  model::ParameterSet ps = make_params(*backend, DType::kF32);
+  RecordingCommunicator dp(ps.values());
+  GradBuffer gb(ps, *backend, dp, true, 10);
+  gb.start_param_gather(true);
+  EXPECT_EQ(dp.log, (Log{"start all_gather [0, 20)", "start all_gather [20, 43)"}));
+  gb.before_reading(1);  // a.weight [0, 15) is in bucket [0, 20)
+  gb.before_reading(2);  // a.bias too
+  EXPECT_EQ(dp.log.back(), "wait all_gather [0, 20)");
+  EXPECT_EQ(dp.log.size(), 3u);
+  gb.before_reading(3);  // b.weight [20, 36)
+  EXPECT_EQ(dp.log.back(), "wait all_gather [20, 43)");
+  gb.before_reading(4);
+  gb.finish_param_gather();
+  EXPECT_EQ(dp.log.size(), 4u) << "each gather is waited for once";
+
+  // Without overlap the step waits for every gather itself.
+  dp.log.clear();
+  gb.start_param_gather(false);
+  EXPECT_EQ(dp.log, (Log{"start all_gather [0, 20)", "start all_gather [20, 43)", "wait all_gather [20, 43)",
+                         "wait all_gather [0, 20)"}));
 }
 
 // Same gradients on every run: a function of (rank, element), averaged over the ranks by the
