@@ -3,9 +3,15 @@
 #  1. parity: a small GPT (bf16, no dropout, --deterministic-mode) trained 20 iterations on one
 #     GPU and with --nproc-per-node N (same global batch): the losses must agree to bf16
 #     reduction-order noise;
+#     the same with --overlap-grad-reduce (several buckets) and with the distributed optimizer
+#     plus --overlap-param-gather;
 #  2. weak scaling: gpt2-350m (mb 16, seq 1024) and gpt3-1.3b (mb 4, seq 2048) on 1 and N GPUs
-#     (global batch = mb x GPUs), tokens/s from --log-jsonl, next to PyTorch DDP
+#     (global batch = mb x GPUs), tokens/s from --log-jsonl, without and with --overlap-grad-reduce
+#     (and the distributed optimizer with both overlaps at 1.3B), next to PyTorch DDP
 #     (../shared/bench/torch_gpt_ddp.py under torchrun, copied to bench/out/) on 1 and N GPUs.
+#  3. with COMM_SMS_LIST="8 16 ..." (environment), the overlapped runs again under each
+#     MEGATRON_COMM_SMS (NCCL's CTAs capped, GEMMs leaving those SMs free while a bucket is in
+#     flight); SKIP_TORCH=1 and SKIP_BASE=1 (no parity / non-overlapped N-GPU runs) shorten the call.
 #   bench/gpu_data_parallel.sh PACK_DIR OUT_DIR NGPUS     (needs data/gpt2 and data/brown carried)
 set -uo pipefail
 P=${1:?pack dir}
@@ -26,20 +32,46 @@ train() {  # train NAME NPROC ITERS FLAGS...
   local launch=()
   [ "$nproc" -gt 1 ] && launch=(--nproc-per-node "$nproc")
   timeout 240 "$P/megatron" train "${launch[@]}" $COMMON --train-iters "$iters" --log-jsonl $W/$name.jsonl "$@" \
-    > $OUT/$name.log 2>&1
-  echo "$name: exit $?"
+    > $W/$name.log 2>&1
+  local rc=$?
+  echo "$name: exit $rc"
+  [ $rc -eq 0 ] || { echo "== $name (exit $rc)"; tail -n 20 $W/$name.log; } >> $OUT/failures.txt
 }
+PAR="--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 \
+  --micro-batch-size 4 --global-batch-size $((4 * N)) --log-interval 1 --deterministic-mode --ddp-bucket-size 1000000"
 train parity1 1 20 --num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 512 \
   --max-position-embeddings 512 --micro-batch-size 4 --global-batch-size $((4 * N)) --log-interval 1 --deterministic-mode
+if [ -z "${SKIP_BASE:-}" ]; then
 train parityN $N 20 --num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 512 \
   --max-position-embeddings 512 --micro-batch-size 4 --global-batch-size $((4 * N)) --log-interval 1 --deterministic-mode
 train parityN_distopt $N 20 --num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 512 \
   --max-position-embeddings 512 --micro-batch-size 4 --global-batch-size $((4 * N)) --log-interval 1 --deterministic-mode \
   --use-distributed-optimizer
+train parityN_overlap $N 20 $PAR --overlap-grad-reduce
+train parityN_distopt_overlap $N 20 $PAR --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+fi
 for g in 1 $N; do
+  [ -n "${SKIP_BASE:-}" ] && [ $g -ne 1 ] && continue
   train m350_$g $g 30 --model gpt2-350m --micro-batch-size 16 --global-batch-size $((16 * g)) --log-interval 10
   train m1300_$g $g 30 --model gpt3-1.3b --micro-batch-size 4 --global-batch-size $((4 * g)) --log-interval 10
 done
+for sms in ${COMM_SMS_LIST:-}; do
+  export MEGATRON_COMM_SMS=$sms
+  train parityN_overlap_sms$sms $N 20 $PAR --overlap-grad-reduce
+  train m350_${N}_overlap_sms$sms $N 30 --model gpt2-350m --micro-batch-size 16 --global-batch-size $((16 * N)) \
+    --log-interval 10 --overlap-grad-reduce
+  train m1300_${N}_overlap_sms$sms $N 30 --model gpt3-1.3b --micro-batch-size 4 --global-batch-size $((4 * N)) \
+    --log-interval 10 --overlap-grad-reduce
+  train m1300_${N}_distopt_overlap_sms$sms $N 30 --model gpt3-1.3b --micro-batch-size 4 \
+    --global-batch-size $((4 * N)) --log-interval 10 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+  unset MEGATRON_COMM_SMS
+done
+[ -z "${SKIP_BASE:-}" ] && train m350_${N}_overlap $N 30 --model gpt2-350m --micro-batch-size 16 --global-batch-size $((16 * N)) --log-interval 10 \
+  --overlap-grad-reduce
+[ -z "${SKIP_BASE:-}" ] && train m1300_${N}_overlap $N 30 --model gpt3-1.3b --micro-batch-size 4 --global-batch-size $((4 * N)) --log-interval 10 \
+  --overlap-grad-reduce
+[ -z "${SKIP_BASE:-}" ] && train m1300_${N}_distopt_overlap $N 30 --model gpt3-1.3b --micro-batch-size 4 --global-batch-size $((4 * N)) \
+  --log-interval 10 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
 python3 - $W $N <<'PY' | tee $OUT/dp_summary.txt
 import json, sys
 w, n = sys.argv[1], int(sys.argv[2])
@@ -49,19 +81,27 @@ def rows(name):
     except OSError:
         return []
 one = rows("parity1")
-for other in ("parityN", "parityN_distopt"):
+import glob, os
+extra = sorted(os.path.basename(f)[:-6] for f in glob.glob(f"{w}/parityN_overlap_sms*.jsonl"))
+for other in ["parityN", "parityN_distopt", "parityN_overlap", "parityN_distopt_overlap"] + extra:
     o = rows(other)
     if not one or len(one) != len(o):
         print(f"{other}: {len(o)} vs {len(one)} logged iterations: FAIL"); continue
     dl = max(abs(a["lm_loss"] - b["lm_loss"]) for a, b in zip(one, o))
     dg = max(abs(a["grad_norm"] - b["grad_norm"]) / a["grad_norm"] for a, b in zip(one, o))
     print(f"{other} vs 1 GPU over {len(o)} iterations: max |loss diff| {dl:.2e}, max rel grad-norm diff {dg:.2e}")
-for shape in ("m350", "m1300"):
-    t1, tn = rows(f"{shape}_1"), rows(f"{shape}_{n}")
+variants = [("m350", ""), ("m350", "_overlap"), ("m1300", ""), ("m1300", "_overlap"), ("m1300", "_distopt_overlap")]
+for f in sorted(glob.glob(f"{w}/m*_{n}_*sms*.jsonl")):
+    name = os.path.basename(f)[:-6]
+    shape = name.split("_")[0]
+    variants.append((shape, name[len(f"{shape}_{n}"):]))
+for shape, variant in variants:
+    t1, tn = rows(f"{shape}_1"), rows(f"{shape}_{n}{variant}")
     if not t1 or not tn:
-        print(f"{shape}: missing runs"); continue
+        print(f"{shape}{variant}: missing runs"); continue
     a, b = t1[-1]["tokens_per_second"], tn[-1]["tokens_per_second"] / n
-    print(f"{shape}: 1 GPU {a:.0f} tokens/s; {n} GPUs {b:.0f} tokens/s per GPU: weak-scaling efficiency {100 * b / a:.1f}%")
+    print(f"{shape}{variant}: 1 GPU {a:.0f} tokens/s; {n} GPUs {b:.0f} tokens/s per GPU: weak-scaling efficiency {100 * b / a:.1f}%")
 PY
-timeout 200 torchrun --nproc_per_node 1 bench/out/torch_gpt_ddp.py gpt2-350M gpt3-1.3B 2>&1 | grep '^{' | tee $OUT/torch_ddp_1.txt
-timeout 240 torchrun --nproc_per_node $N bench/out/torch_gpt_ddp.py gpt2-350M gpt3-1.3B 2>&1 | grep '^{' | tee $OUT/torch_ddp_$N.txt
+[ -n "${SKIP_TORCH:-}" ] || timeout 200 torchrun --nproc_per_node 1 bench/out/torch_gpt_ddp.py gpt2-350M gpt3-1.3B 2>&1 | grep '^{' | tee $OUT/torch_ddp_1.txt
+[ -n "${SKIP_TORCH:-}" ] || timeout 240 torchrun --nproc_per_node $N bench/out/torch_gpt_ddp.py gpt2-350M gpt3-1.3B 2>&1 | grep '^{' | tee $OUT/torch_ddp_$N.txt
+tar -C $W -czf $OUT/logs.tar.gz $(cd $W && ls *.log)

@@ -1,6 +1,7 @@
 #include "cli/backend_choice.h"
 
 #include "backend/cuda/attention_impl.h"
+#include "backend/cuda/gemm_tuning.h"
 #include "backend/device.h"
 #include "core/error.h"
 
@@ -38,7 +39,8 @@ std::unique_ptr<backend::Backend> make_backend(const Args& args, std::ostream& l
     std::unique_ptr<backend::Backend> be = backend::make_cuda_backend(dev);
     if (deterministic(args)) {
       backend::set_attention_deterministic(*be, true);
-      log << " > deterministic mode: cuDNN attention backward without atomics\n";
+      backend::set_gemm_autotune(*be, false);  // timing-dependent algorithm choice
+      log << " > deterministic mode: cuDNN attention backward without atomics, cuBLASLt heuristic algorithms\n";
     }
     return be;
   }

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <vector>
@@ -55,8 +56,15 @@ void check_cuda(cudaError_t rc, const char* call, int64_t rank, const std::strin
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, std::string name, int64_t world_rank)
-      : comm_(comm), stream_(stream), name_(std::move(name)), world_rank_(world_rank) {
+  // `comm_sms` (MEGATRON_COMM_SMS, 0: unset): the SMs a started collective may use; while one is
+  // in flight the backend's GEMMs leave them free (CudaBackend::reserve_sms_for_communication).
+  NcclCommunicator(ncclComm_t comm, backend::CudaBackend& backend, std::string name, int64_t world_rank, int comm_sms)
+      : comm_(comm),
+        backend_(backend),
+        stream_(backend.stream()),
+        name_(std::move(name)),
+        world_rank_(world_rank),
+        comm_sms_(comm_sms) {
     int r = 0, s = 0;
     MT_NCCL_CHECK(ncclCommUserRank(comm_, &r));
     MT_NCCL_CHECK(ncclCommCount(comm_, &s));
@@ -203,7 +211,7 @@ class NcclCommunicator final : public Communicator {
     MT_NCCL_CHECK(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : static_cast<int>(color), static_cast<int>(key),
                                 &sub, nullptr));
     if (sub == nullptr) return nullptr;
-    return std::make_unique<NcclCommunicator>(sub, stream_, name, world_rank_);
+    return std::make_unique<NcclCommunicator>(sub, backend_, name, world_rank_, comm_sms_);
   }
 
  private:
@@ -273,12 +281,14 @@ class NcclCommunicator final : public Communicator {
     MT_NCCL_CUDA_CHECK(cudaEventRecord(done, comm_stream_));
     MT_NCCL_CUDA_CHECK(cudaEventRecord(async_done_, comm_stream_));
     async_outstanding_ = true;
+    if (in_flight_++ == 0) backend_.reserve_sms_for_communication(comm_sms_);
     return std::make_unique<Pending>(*this, done);
   }
   // The compute stream waits for `done`; the event goes back to the pool (a later record does
   // not affect a wait already enqueued).
   void wait_for(cudaEvent_t done) {
     free_events_.push_back(done);
+    if (--in_flight_ == 0) backend_.reserve_sms_for_communication(-comm_sms_);
     MT_NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, done, 0));
   }
 
@@ -294,6 +304,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   ncclComm_t comm_;
+  backend::CudaBackend& backend_;
   cudaStream_t stream_;  // the compute stream (the backend's)
   // Started collectives: their stream (created on first use), the event that orders it after
   // the compute stream, the last one's completion, whether any is unwaited, reusable events.
@@ -302,6 +313,8 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t async_done_ = nullptr;
   bool async_outstanding_ = false;
   std::vector<cudaEvent_t> free_events_;
+  int comm_sms_ = 0;
+  int64_t in_flight_ = 0;  // started collectives not yet waited for
   std::string name_;
   int64_t world_rank_;
   int64_t rank_ = 0, size_ = 1;
@@ -328,12 +341,23 @@ std::unique_ptr<Communicator> make_nccl_world(backend::Backend& backend, int64_t
   if (cuda == nullptr) throw_error("NCCL needs the CUDA backend (--device cuda)");
   ncclUniqueId id;
   std::memcpy(&id, bytes.data(), sizeof(id));
+  // MEGATRON_COMM_SMS=n: collectives use at most n CTAs (one SM each), and GEMMs running beside a
+  // started collective leave n SMs free for it (see the constructor).
+  int comm_sms = 0;
+  if (const char* v = std::getenv("MEGATRON_COMM_SMS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 1 || n > 1024) throw_error("[MEGATRON_COMM_SMS] '", v, "' is not a count of SMs (1..1024)");
+    comm_sms = static_cast<int>(n);
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  if (comm_sms > 0) config.maxCTAs = comm_sms;
   ncclComm_t comm = nullptr;
-  const ncclResult_t rc = ncclCommInitRank(&comm, static_cast<int>(size), id, static_cast<int>(rank));
+  const ncclResult_t rc = ncclCommInitRankConfig(&comm, static_cast<int>(size), id, static_cast<int>(rank), &config);
   if (rc != ncclSuccess) {
     throw_error("[rank ", rank, "] ncclCommInitRank(world of ", size, ") failed: ", ncclGetErrorString(rc));
   }
-  return std::make_unique<NcclCommunicator>(comm, cuda->stream(), "world", rank);
+  return std::make_unique<NcclCommunicator>(comm, *cuda, "world", rank, comm_sms);
 }
 
 }  // namespace megatron::comm

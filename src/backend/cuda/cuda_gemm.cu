@@ -12,15 +12,20 @@
 // C/D, which is how dW accumulates into the fp32 main gradient with beta = 1). Any other dtype
 // mix is converted to fp32 first (the CPU reference's arithmetic).
 //
-// The heuristic's choice is cached per (shape, transposes, dtypes, epilogue, pointer
-// alignments) so that a training step neither queries it again nor changes algorithm, which
-// keeps results identical run to run.
+// The algorithm (the heuristic's first, or with autotuning the fastest of its top candidates,
+// gemm_tuning.h) is cached per (shape, transposes, dtypes, epilogue, pointer alignments) so
+// that a training step neither queries it again nor changes algorithm.
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/gemm_tuning.h"
 
 namespace megatron::backend {
 
@@ -113,6 +118,77 @@ struct Epilogue {
   }
 };
 
+// Autotuning: the heuristic's top candidates are timed on this problem, the fastest wins.
+constexpr int kTuneCandidates = 8;
+constexpr int kTuneRuns = 3;  // timed runs per candidate, after one untimed
+
+// RAII for two timing events.
+struct EventPair {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  EventPair() {
+    MT_CUDA_CHECK(cudaEventCreate(&start));
+    MT_CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~EventPair() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+};
+
+// The fastest of `candidates` for D = alpha A B (+ beta C) with D written to `out`. With beta
+// != 0 the caller's C is both input and output, so candidates write into a temporary of C's
+// size with beta = 0 instead (the same problem but for the read of C, which all candidates
+// share) and the caller's C stays untouched. Synchronises the stream: first calls only.
+cublasLtMatmulAlgo_t fastest_algo(CudaBackend& be, const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
+                                  cublasLtMatmulDesc_t desc, const void* alpha, const void* pa,
+                                  cublasLtMatrixLayout_t la, const void* pb, cublasLtMatrixLayout_t lb, float beta,
+                                  void* pc, cublasLtMatrixLayout_t lc, size_t c_bytes) {
+  void* out = pc;
+  if (beta != 0.0f) MT_CUDA_CHECK(cudaMalloc(&out, c_bytes));
+  const float zero = 0.0f;
+  EventPair ev;
+  float best_ms = 0.0f;
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(candidates.size()); ++i) {
+    auto run = [&] {
+      return cublasLtMatmul(be.lt(), desc, alpha, pa, la, pb, lb, beta != 0.0f ? &zero : &beta, out, lc, out, lc,
+                            &candidates[static_cast<size_t>(i)].algo, be.workspace(), be.workspace_bytes(), be.stream());
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that fails to launch is skipped
+    MT_CUDA_CHECK(cudaEventRecord(ev.start, be.stream()));
+    bool ok = true;
+    for (int r = 0; r < kTuneRuns && ok; ++r) ok = run() == CUBLAS_STATUS_SUCCESS;
+    MT_CUDA_CHECK(cudaEventRecord(ev.stop, be.stream()));
+    MT_CUDA_CHECK(cudaEventSynchronize(ev.stop));
+    float ms = 0.0f;
+    MT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
+    if (ok && (best < 0 || ms < best_ms)) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  if (out != pc) MT_CUDA_CHECK(cudaFree(out));
+  MT_CHECK(best >= 0) << "cuBLASLt: none of " << candidates.size() << " candidate algorithms ran";
+  return candidates[static_cast<size_t>(best)].algo;
+}
+
+}  // namespace
+
+bool gemm_autotune_from_env() {
+  const char* v = std::getenv("MEGATRON_GEMM_AUTOTUNE");
+  if (v == nullptr || std::string(v).empty() || std::string(v) == "0") return false;
+  if (std::string(v) == "1") return true;
+  throw_error("[MEGATRON_GEMM_AUTOTUNE] '", v, "' is not 0 or 1");
+}
+
+void set_gemm_autotune(Backend& backend, bool on) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) throw_error("set_gemm_autotune: not a CUDA backend");
+  cuda->set_gemm_autotune(on);
+}
+
+namespace {
+
 // The cuBLASLt call for c[m, n] = alpha op(a) op(b) + beta c, then the epilogue. a and b share
 // a dtype; c has it or is fp32. Returns false, having run nothing, if allow_unsupported and
 // cuBLASLt has no algorithm.
@@ -132,6 +208,11 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
   MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  const int32_t sm_target = be.gemm_sm_target();
+  if (sm_target > 0) {
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target, sizeof(sm_target)));
+  }
   if (bias) {
     MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     const int32_t bias_type = cuda_type(cd);
@@ -171,7 +252,8 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
                         static_cast<int>(al_b),
                         static_cast<int>(al_c),
                         static_cast<int>(al_bias),
-                        static_cast<int>(al_aux)};
+                        static_cast<int>(al_aux),
+                        static_cast<int>(sm_target)};
   auto it = cache.find(key);
   if (it == cache.end()) {
     Preference pref;
@@ -187,18 +269,27 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
         cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
     MT_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
-    cublasLtMatmulHeuristicResult_t result{};
+    const int want = be.gemm_autotune() ? kTuneCandidates : 1;
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(want));
     int found = 0;
     const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(be.lt(), desc.d, la.l, lb.l, lc.l, lc.l, pref.p, 1, &result, &found);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+        cublasLtMatmulAlgoGetHeuristic(be.lt(), desc.d, la.l, lb.l, lc.l, lc.l, pref.p, want, results.data(), &found);
+    results.resize(st == CUBLAS_STATUS_SUCCESS ? static_cast<size_t>(std::max(found, 0)) : 0);
+    results.erase(std::remove_if(results.begin(), results.end(),
+                                 [](const cublasLtMatmulHeuristicResult_t& r) { return r.state != CUBLAS_STATUS_SUCCESS; }),
+                  results.end());
+    if (results.empty()) {
       if (allow_unsupported) return false;
       throw_error("cuBLASLt has no algorithm for ", a.t->describe(), ta ? "^T" : "", " @ ", b.t->describe(),
                   tb ? "^T" : "", " -> ", c.describe(), " (m=", m, " n=", n, " k=", k,
                   ", epilogue=", static_cast<int>(epilogue), ", status ", static_cast<int>(st), ", found ", found,
                   ")");
     }
-    it = cache.emplace(key, result.algo).first;
+    const cublasLtMatmulAlgo_t algo =
+        results.size() == 1 ? results[0].algo
+                            : fastest_algo(be, results, desc.d, &alpha, pa, la.l, pb, lb.l, beta, pc, lc.l,
+                                           static_cast<size_t>(m * n * dtype_size(cd)));
+    it = cache.emplace(key, algo).first;
   }
   MT_CUBLAS_CHECK(cublasLtMatmul(be.lt(), desc.d, &alpha, pa, la.l, pb, lb.l, &beta, pc, lc.l, pc, lc.l, &it->second,
                                  be.workspace(), be.workspace_bytes(), be.stream()));

@@ -38,7 +38,7 @@ __device__ __forceinline__ void store_model(ModelT* out, int64_t i, float v) {
 template <typename ModelT>
 __global__ void adamw_segments_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                                       float* __restrict__ v, const int64_t* __restrict__ seg, int64_t num_segments,
-                                      int64_t n, AdamWScalars a, ModelT* __restrict__ model) {
+                                      int64_t n, AdamWScalars a, ModelT* __restrict__ model, bool vectorized) {
   __shared__ int64_t first;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t t1 = t0 + kTile < n ? t0 + kTile : n;
@@ -60,10 +60,43 @@ __global__ void adamw_segments_kernel(float* __restrict__ p, const float* __rest
     const int64_t off = seg[3 * k], end = off + seg[3 * k + 1];
     const float wd = seg[3 * k + 2] != 0 ? a.wd : 0.0f;
     const int64_t lo = off > t0 ? off : t0, hi = end < t1 ? end : t1;
-    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    auto one = [&](int64_t i) {
       const float pn = adamw_element(p, g, m, v, i, a, wd);
       p[i] = pn;
       if constexpr (!std::is_same_v<ModelT, void>) store_model(model, i, pn);
+    };
+    if (!vectorized) {
+      for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) one(i);
+      continue;
+    }
+    // 16-byte accesses over the 4-aligned middle [lo4, hi4) (the pointers are 16-byte aligned,
+    // so element 4j starts a float4); the ragged ends one element at a time. The arithmetic per
+    // element is the same adamw_element: vectorising changes only how memory is read.
+    const int64_t lo4 = (lo + 3) & ~int64_t{3}, hi4 = hi & ~int64_t{3};
+    if (lo4 >= hi4) {
+      for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) one(i);
+      continue;
+    }
+    if (threadIdx.x < lo4 - lo) one(lo + threadIdx.x);
+    if (threadIdx.x < hi - hi4) one(hi4 + threadIdx.x);
+    for (int64_t i = lo4 + 4 * static_cast<int64_t>(threadIdx.x); i < hi4; i += 4 * static_cast<int64_t>(blockDim.x)) {
+      float4 pv = *reinterpret_cast<const float4*>(p + i);
+      const float4 gv = *reinterpret_cast<const float4*>(g + i);
+      float4 mv = *reinterpret_cast<const float4*>(m + i);
+      float4 vv = *reinterpret_cast<const float4*>(v + i);
+      float* pe = &pv.x;
+      const float* ge = &gv.x;
+      float* me = &mv.x;
+      float* ve = &vv.x;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) pe[j] = adamw_element(pe, ge, me, ve, j, a, wd);
+      *reinterpret_cast<float4*>(p + i) = pv;
+      *reinterpret_cast<float4*>(m + i) = mv;
+      *reinterpret_cast<float4*>(v + i) = vv;
+      if constexpr (!std::is_same_v<ModelT, void>) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) store_model(model, i + j, pe[j]);
+      }
     }
   }
 }
@@ -105,17 +138,19 @@ void CudaBackend::adamw_update_segments(Tensor& param, const Tensor& grad, Tenso
   const auto* seg = static_cast<const int64_t*>(segments.data());
   const int64_t S = segments.dim(0);
   const dim3 grid(static_cast<unsigned>(blocks));
+  auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  const bool vec = aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v);
   if (!model_copy.defined()) {
-    adamw_segments_kernel<void><<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, nullptr);
+    adamw_segments_kernel<void><<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, nullptr, vec);
   } else if (model_copy.dtype() == DType::kBF16) {
     adamw_segments_kernel<__nv_bfloat16>
-        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<__nv_bfloat16*>(model_copy.data()));
+        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<__nv_bfloat16*>(model_copy.data()), vec);
   } else if (model_copy.dtype() == DType::kF16) {
     adamw_segments_kernel<__half>
-        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<__half*>(model_copy.data()));
+        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<__half*>(model_copy.data()), vec);
   } else {
     adamw_segments_kernel<float>
-        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<float*>(model_copy.data()));
+        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<float*>(model_copy.data()), vec);
   }
   MT_CUDA_LAUNCH_CHECK();
 }

@@ -33,6 +33,7 @@
 
 #include "backend/cpu/cpu_test_util.h"
 #include "backend/cuda/cuda_test_util.h"
+#include "backend/cuda/gemm_tuning.h"
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "core/dtype.h"
@@ -183,6 +184,36 @@ TEST_F(CudaGemmTest, MatmulBetaOneReallyAccumulates) {
     gpu_->matmul(ad, false, bd, false, cd, 1.0f, 1.0f);
     expect_rel(to_cpu(cd), c_cpu, tol_for(dtype, DType::kF32, 127), "c += a b twice, " + name(dtype));
   }
+}
+
+// MEGATRON_GEMM_AUTOTUNE: timing the candidate algorithms on the first call must leave the
+// result as one call's: beta = 1 (dW += dy^T x into fp32) adds the product exactly once, beta = 0
+// overwrites, and the epilogues (bias, GELU with aux) hold; each problem large enough that the
+// heuristic offers several candidates. Then a second call (the cached winner) agrees bit for bit.
+TEST_F(CudaGemmTest, AutotunedAlgorithmsComputeTheSameProducts) {
+  set_gemm_autotune(*gpu_, true);
+  auto rng = test_rng();
+  for (DType in : {DType::kBF16, DType::kF16}) {
+    check_matmul(rng, in, DType::kF32, 768, 2048, 2304, true, false, 1.0f, 1.0f);
+    check_matmul(rng, in, DType::kF32, 3072, 2048, 768, true, false, 1.0f, 1.0f);
+    check_matmul(rng, in, in, 2048, 768, 3072, false, true, 1.0f, 0.0f);
+    check_matmul(rng, in, in, 2048, 3072, 768, false, false, 1.0f, 0.0f);
+  }
+  check_matmul(rng, DType::kF32, DType::kF32, 512, 768, 256, false, true, 1.0f, 0.5f);
+
+  const Tensor x = random_tensor({1024, 768}, rng, DType::kBF16), w = random_tensor({3072, 768}, rng, DType::kBF16);
+  const Tensor bias = random_tensor({3072}, rng, DType::kBF16);
+  Tensor pre_cpu = Tensor::cpu({1024, 3072}, DType::kBF16), out_cpu = Tensor::cpu({1024, 3072}, DType::kBF16);
+  cpu_->linear_gelu_forward(x, w, bias, pre_cpu, out_cpu, Gelu::kTanh);
+  const Tensor xd = to_gpu(x), wd = to_gpu(w), bd = to_gpu(bias);
+  Tensor pre = gpu_->empty({1024, 3072}, DType::kBF16, MemoryKind::kOther);
+  Tensor out = gpu_->empty({1024, 3072}, DType::kBF16, MemoryKind::kOther);
+  gpu_->linear_gelu_forward(xd, wd, bd, pre, out, Gelu::kTanh);
+  const Tensor first = to_cpu(out);
+  expect_rel(first, out_cpu, tol_for(DType::kBF16, DType::kBF16, 768) + std::ldexp(1.0, -10), "autotuned linear_gelu_forward");
+  expect_rel(to_cpu(pre), pre_cpu, tol_for(DType::kBF16, DType::kBF16, 768), "autotuned linear_gelu_forward: pre");
+  gpu_->linear_gelu_forward(xd, wd, bd, pre, out, Gelu::kTanh);
+  EXPECT_TRUE(test::bitwise_equal(to_cpu(out), first)) << "the cached winner gives the tuned call's bits";
 }
 
 TEST_F(CudaGemmTest, MatmulMixedDtypesAndHigherRank) {
