@@ -14,7 +14,7 @@ namespace megatron::train {
 
 namespace {
 
-constexpr const char* kFormat = "megatron.cpp checkpoint v1";
+constexpr const char* kFormat = kCheckpointFormat;
 #ifndef MT_VERSION
 #define MT_VERSION "dev"
 #endif
