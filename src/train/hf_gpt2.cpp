@@ -42,54 +42,45 @@ enum class Map {
   kVocabRows,   // ours [V_pad, h] <-> HF [V, h]: dummy rows dropped on export, zero on import
 };
 
-struct Entry {
-  std::string ours, hf;  // hf without the "transformer." prefix
-  Map map;
-};
-
-// Every parameter of a GPT-2-shaped model in our declaration order (model/gpt_model.cpp).
-std::vector<Entry> gpt2_entries(int64_t layers) {
-  std::vector<Entry> e = {{"embedding.word_embeddings.weight", "wte.weight", Map::kVocabRows},
-                          {"embedding.position_embeddings.weight", "wpe.weight", Map::kCopy}};
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string o = "decoder.layers." + std::to_string(l) + ".", h = "h." + std::to_string(l) + ".";
-    e.push_back({o + "input_layernorm.weight", h + "ln_1.weight", Map::kCopy});
-    e.push_back({o + "input_layernorm.bias", h + "ln_1.bias", Map::kCopy});
-    e.push_back({o + "self_attention.linear_qkv.weight", h + "attn.c_attn.weight", Map::kQkvWeight});
-    e.push_back({o + "self_attention.linear_qkv.bias", h + "attn.c_attn.bias", Map::kQkvBias});
-    e.push_back({o + "self_attention.linear_proj.weight", h + "attn.c_proj.weight", Map::kTranspose});
-    e.push_back({o + "self_attention.linear_proj.bias", h + "attn.c_proj.bias", Map::kCopy});
-    e.push_back({o + "pre_mlp_layernorm.weight", h + "ln_2.weight", Map::kCopy});
-    e.push_back({o + "pre_mlp_layernorm.bias", h + "ln_2.bias", Map::kCopy});
-    e.push_back({o + "mlp.linear_fc1.weight", h + "mlp.c_fc.weight", Map::kTranspose});
-    e.push_back({o + "mlp.linear_fc1.bias", h + "mlp.c_fc.bias", Map::kCopy});
-    e.push_back({o + "mlp.linear_fc2.weight", h + "mlp.c_proj.weight", Map::kTranspose});
-    e.push_back({o + "mlp.linear_fc2.bias", h + "mlp.c_proj.bias", Map::kCopy});
-  }
-  e.push_back({"decoder.final_layernorm.weight", "ln_f.weight", Map::kCopy});
-  e.push_back({"decoder.final_layernorm.bias", "ln_f.bias", Map::kCopy});
-  return e;
-}
-
-// Shapes (ours, HF) of an entry for the model dimensions.
+// The model dimensions: h = hidden, f = FFN, heads, positions P, vocabulary V and padded V_pad.
 struct Dims {
   int64_t h = 0, f = 0, layers = 0, heads = 0, positions = 0, vocab = 0, padded_vocab = 0;
 };
 
-std::vector<int64_t> our_shape(const Entry& e, const Dims& d) {
-  const bool weight = e.ours.size() > 7 && e.ours.compare(e.ours.size() - 7, 7, ".weight") == 0;
-  if (e.map == Map::kVocabRows) return {d.padded_vocab, d.h};
-  if (e.ours.find("position_embeddings") != std::string::npos) return {d.positions, d.h};
-  if (e.map == Map::kQkvWeight) return {3 * d.h, d.h};
-  if (e.map == Map::kQkvBias) return {3 * d.h};
-  if (e.ours.find("linear_fc1") != std::string::npos) return weight ? std::vector<int64_t>{d.f, d.h} : std::vector<int64_t>{d.f};
-  if (e.ours.find("linear_fc2.weight") != std::string::npos) return {d.h, d.f};
-  if (e.ours.find("linear_proj.weight") != std::string::npos) return {d.h, d.h};
-  return {d.h};  // LayerNorms and row-parallel biases
+struct Entry {
+  std::string ours, hf;  // hf without the "transformer." prefix
+  Map map;
+  std::vector<int64_t> shape;  // ours
+};
+
+// Every parameter of a GPT-2-shaped model in our declaration order (model/gpt_model.cpp),
+// with our shapes (model/gpt_model.h).
+std::vector<Entry> gpt2_entries(const Dims& d) {
+  const int64_t h = d.h, f = d.f;
+  std::vector<Entry> e = {{"embedding.word_embeddings.weight", "wte.weight", Map::kVocabRows, {d.padded_vocab, h}},
+                          {"embedding.position_embeddings.weight", "wpe.weight", Map::kCopy, {d.positions, h}}};
+  for (int64_t l = 0; l < d.layers; ++l) {
+    const std::string o = "decoder.layers." + std::to_string(l) + ".", x = "h." + std::to_string(l) + ".";
+    e.push_back({o + "input_layernorm.weight", x + "ln_1.weight", Map::kCopy, {h}});
+    e.push_back({o + "input_layernorm.bias", x + "ln_1.bias", Map::kCopy, {h}});
+    e.push_back({o + "self_attention.linear_qkv.weight", x + "attn.c_attn.weight", Map::kQkvWeight, {3 * h, h}});
+    e.push_back({o + "self_attention.linear_qkv.bias", x + "attn.c_attn.bias", Map::kQkvBias, {3 * h}});
+    e.push_back({o + "self_attention.linear_proj.weight", x + "attn.c_proj.weight", Map::kTranspose, {h, h}});
+    e.push_back({o + "self_attention.linear_proj.bias", x + "attn.c_proj.bias", Map::kCopy, {h}});
+    e.push_back({o + "pre_mlp_layernorm.weight", x + "ln_2.weight", Map::kCopy, {h}});
+    e.push_back({o + "pre_mlp_layernorm.bias", x + "ln_2.bias", Map::kCopy, {h}});
+    e.push_back({o + "mlp.linear_fc1.weight", x + "mlp.c_fc.weight", Map::kTranspose, {f, h}});
+    e.push_back({o + "mlp.linear_fc1.bias", x + "mlp.c_fc.bias", Map::kCopy, {f}});
+    e.push_back({o + "mlp.linear_fc2.weight", x + "mlp.c_proj.weight", Map::kTranspose, {h, f}});
+    e.push_back({o + "mlp.linear_fc2.bias", x + "mlp.c_proj.bias", Map::kCopy, {h}});
+  }
+  e.push_back({"decoder.final_layernorm.weight", "ln_f.weight", Map::kCopy, {h}});
+  e.push_back({"decoder.final_layernorm.bias", "ln_f.bias", Map::kCopy, {h}});
+  return e;
 }
 
 std::vector<int64_t> hf_shape(const Entry& e, const Dims& d) {
-  std::vector<int64_t> s = our_shape(e, d);
+  std::vector<int64_t> s = e.shape;
   if (e.map == Map::kVocabRows) s[0] = d.vocab;
   if (e.map == Map::kTranspose || e.map == Map::kQkvWeight) std::swap(s[0], s[1]);
   return s;
@@ -102,7 +93,7 @@ void transpose_bytes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t col
   }
 }
 
-// Our tensor bytes (shape our_shape) -> HF bytes (shape hf_shape).
+// Our tensor bytes (shape e.shape) -> HF bytes (shape hf_shape).
 std::vector<uint8_t> to_hf(const Entry& e, const Dims& d, const uint8_t* src, int64_t es) {
   const std::vector<int64_t> hs = hf_shape(e, d);
   int64_t n = 1;
@@ -128,9 +119,9 @@ std::vector<uint8_t> to_hf(const Entry& e, const Dims& d, const uint8_t* src, in
   return out;
 }
 
-// HF bytes (shape hf_shape) -> our tensor bytes (shape our_shape); added vocabulary rows are zero.
+// HF bytes (shape hf_shape) -> our tensor bytes (shape e.shape); added vocabulary rows are zero.
 std::vector<uint8_t> from_hf(const Entry& e, const Dims& d, const uint8_t* src, int64_t es) {
-  const std::vector<int64_t> os = our_shape(e, d);
+  const std::vector<int64_t> os = e.shape;
   int64_t n = 1;
   for (int64_t x : os) n *= x;
   std::vector<uint8_t> out(static_cast<size_t>(n * es), 0);
@@ -215,11 +206,11 @@ HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t
   const SafetensorsFile& model = ck.model();
   std::deque<std::vector<uint8_t>> buffers;
   std::vector<TensorToWrite> tensors;
-  for (const Entry& e : gpt2_entries(d.layers)) {
+  for (const Entry& e : gpt2_entries(d)) {
     const SafetensorsTensor& t = model.at(e.ours);
-    if (t.shape != our_shape(e, d)) {
+    if (t.shape != e.shape) {
       throw_error(model.path(), ": tensor '", e.ours, "' has shape ", shape_to_string(t.shape), ", expected ",
-                  shape_to_string(our_shape(e, d)));
+                  shape_to_string(e.shape));
     }
     if (t.dtype != cm.dtype) {
       throw_error(model.path(), ": tensor '", e.ours, "' is ", dtype_name(t.dtype), ", the checkpoint's precision is ",
@@ -388,7 +379,7 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& save
   std::deque<std::vector<uint8_t>> buffers;
   std::vector<TensorToWrite> tensors;
   std::set<std::string> used;
-  for (const Entry& e : gpt2_entries(d.layers)) {
+  for (const Entry& e : gpt2_entries(d)) {
     const auto it = by_name.find(e.hf);
     if (it == by_name.end()) throw_error(weights_path, ": tensor '", kHfPrefix, e.hf, "' is missing");
     const SafetensorsTensor& t = *it->second;
@@ -406,7 +397,7 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& save
     TensorToWrite w;
     w.name = e.ours;
     w.dtype = t.dtype;
-    w.shape = our_shape(e, d);
+    w.shape = e.shape;
     w.data = buffers.back().data();
     tensors.push_back(std::move(w));
   }

@@ -149,6 +149,7 @@ TEST(Reshard, TrainerLoadsTheRepaddedCheckpoint) {
     ADD_FAILURE() << "a padded vocabulary of 64 must not load a checkpoint padded to 48";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("the padded vocabulary is 64 but the checkpoint"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(re-pad it for this run with megatron convert"), std::string::npos) << e.what();
   }
   ReshardOptions o;
   o.make_vocab_size_divisible_by = 32;
