@@ -4,7 +4,8 @@ drives it; it is not a CTest entry of its own). Run by Debian's python3 with num
 
   hf_gpt2_reference.py make DIR [ACTIVATION]
       writes DIR/hf_in/{config.json,model.safetensors}: a random GPT-2 in HF's own layout, written
-      here with numpy (never by our writer): "transformer." names, Conv1D weights [in, out],
+      here with numpy (never by our writer): "transformer." names as GPT2LMHeadModel saves them
+      (for ACTIVATION gelu_new; for gelu the hub's bare GPT2Model names), Conv1D weights [in, out],
       c_attn columns [q | k | v], an old-style causal-mask buffer h.0.attn.bias and a tied
       lm_head.weight (both must be skipped by the importer). Weights are O(0.3), so activations
       are O(1) and the GELU variants differ visibly in the logits.
@@ -109,6 +110,9 @@ def make(root, activation):
     t["transformer.ln_f.bias"] = rand(E, std=0.1)
     t["transformer.h.0.attn.bias"] = np.tril(np.ones((P, P), dtype=np.float32)).reshape(1, 1, P, P)
     t["lm_head.weight"] = t["transformer.wte.weight"].copy()
+    if activation == "gelu":  # the hub's gpt2 files: GPT2Model names, no lm_head
+        del t["lm_head.weight"]
+        t = {k[len("transformer."):]: v for k, v in t.items()}
     out = os.path.join(root, "hf_in")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
@@ -163,7 +167,9 @@ def check(root):
     hf_in = read_safetensors(os.path.join(root, "hf_in", "model.safetensors"))
     out_dir = os.path.join(root, "hf_out")
     hf_out = read_safetensors(os.path.join(out_dir, "model.safetensors"))
-    expected = {k: v for k, v in hf_in.items() if k not in ("lm_head.weight", "transformer.h.0.attn.bias")}
+    expected = {("transformer." + k if not k.startswith(("transformer.", "lm_head.")) else k): v
+                for k, v in hf_in.items()}
+    expected = {k: v for k, v in expected.items() if k not in ("lm_head.weight", "transformer.h.0.attn.bias")}
     if sorted(expected) != sorted(hf_out):
         failures.append("tensor names differ: %s vs %s" % (sorted(expected), sorted(hf_out)))
     for name, arr in expected.items():

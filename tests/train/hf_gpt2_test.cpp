@@ -8,7 +8,9 @@
 //     forward and the KV-cache generator) on it; the script checks that the export equals its
 //     input bit for bit and that a numpy statement of transformers' GPT-2 forward, run on the
 //     exported config.json + model.safetensors, gives our logits and loss (tolerance justified
-//     in the script), for the tanh GELU (gelu_new) and the exact one (gelu);
+//     in the script), for the tanh GELU (gelu_new; GPT2LMHeadModel's "transformer." names with an
+//     old-style mask buffer and a tied lm_head.weight to skip) and the exact one (gelu; the hub's
+//     bare GPT2Model names);
 //   - what does not map is refused with one line.
 #include "train/hf_gpt2.h"
 
