@@ -173,6 +173,86 @@ const char* torch_dtype(DType dt) {
   }
 }
 
+// config.json of a GPT-2 (transformers' GPT2Config, its defaults for absent members), checked
+// for what maps onto our model exactly.
+struct HfConfig {
+  Dims dims;  // without padded_vocab
+  model::Gelu gelu = model::Gelu::kTanh;
+  double layernorm_epsilon = 1e-5, init_std = 0.02, attn_pdrop = 0.1, resid_pdrop = 0.1;
+};
+
+HfConfig read_hf_config(const std::string& config_path) {
+  HfConfig c;
+  const std::string text = read_text(config_path, "--load-hf");
+  simdjson::dom::parser parser;
+  simdjson::dom::element cfg;
+  if (parser.parse(text).get(cfg) != simdjson::SUCCESS || !cfg.is_object()) throw_error(config_path, ": not a JSON object");
+  auto get_int = [&](const char* key, std::optional<int64_t> fallback) -> int64_t {
+    simdjson::dom::element e;
+    if (cfg[key].get(e) != simdjson::SUCCESS || e.is_null()) {
+      if (!fallback) throw_error(config_path, ": \"", key, "\" is missing");
+      return *fallback;
+    }
+    int64_t v = 0;
+    if (e.get_int64().get(v) != simdjson::SUCCESS || v <= 0) throw_error(config_path, ": \"", key, "\" is not a positive integer");
+    return v;
+  };
+  auto get_double = [&](const char* key, double fallback) {
+    simdjson::dom::element e;
+    if (cfg[key].get(e) != simdjson::SUCCESS || e.is_null()) return fallback;
+    double v = 0;
+    if (e.get_double().get(v) == simdjson::SUCCESS) return v;
+    int64_t i = 0;
+    if (e.get_int64().get(i) == simdjson::SUCCESS) return static_cast<double>(i);
+    throw_error(config_path, ": \"", key, "\" is not a number");
+  };
+  auto get_bool = [&](const char* key, bool fallback) {
+    simdjson::dom::element e;
+    if (cfg[key].get(e) != simdjson::SUCCESS || e.is_null()) return fallback;
+    bool v = false;
+    if (e.get_bool().get(v) != simdjson::SUCCESS) throw_error(config_path, ": \"", key, "\" is not a boolean");
+    return v;
+  };
+  auto get_string = [&](const char* key, const char* fallback) {
+    std::string_view v;
+    if (cfg[key].get_string().get(v) != simdjson::SUCCESS) return std::string(fallback);
+    return std::string(v);
+  };
+  const std::string model_type = get_string("model_type", "gpt2");
+  if (model_type != "gpt2") throw_error(config_path, ": model_type \"", model_type, "\" is not supported (only \"gpt2\")");
+  const std::string act = get_string("activation_function", "gelu_new");
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
+    c.gelu = model::Gelu::kTanh;
+  } else if (act == "gelu") {
+    c.gelu = model::Gelu::kExact;
+  } else {
+    throw_error(config_path, ": activation_function \"", act, "\" is not supported (gelu_new, gelu_pytorch_tanh, gelu)");
+  }
+  if (!get_bool("scale_attn_weights", true)) throw_error(config_path, ": scale_attn_weights false is not supported");
+  if (get_bool("scale_attn_by_inverse_layer_idx", false)) {
+    throw_error(config_path, ": scale_attn_by_inverse_layer_idx true is not supported");
+  }
+  if (get_bool("add_cross_attention", false)) throw_error(config_path, ": add_cross_attention true is not supported");
+  if (!get_bool("tie_word_embeddings", true)) {
+    throw_error(config_path, ": tie_word_embeddings false (an untied lm_head) is not supported");
+  }
+
+  Dims& d = c.dims;
+  d.h = get_int("n_embd", std::nullopt);
+  d.layers = get_int("n_layer", std::nullopt);
+  d.heads = get_int("n_head", std::nullopt);
+  d.positions = get_int("n_positions", cfg["n_ctx"].is_int64() ? std::optional<int64_t>(get_int("n_ctx", std::nullopt))
+                                                                  : std::nullopt);
+  d.vocab = get_int("vocab_size", std::nullopt);
+  d.f = get_int("n_inner", 4 * d.h);
+  if (d.h % d.heads != 0) throw_error(config_path, ": n_embd ", d.h, " is not divisible by n_head ", d.heads);
+  c.layernorm_epsilon = get_double("layer_norm_epsilon", 1e-5);
+  c.init_std = get_double("initializer_range", 0.02);
+  c.attn_pdrop = get_double("attn_pdrop", 0.1);
+  c.resid_pdrop = get_double("resid_pdrop", 0.1);
+  return c;
+}
+
 }  // namespace
 
 int64_t hf_qkv_column(int64_t row, int64_t heads, int64_t head_dim) {
@@ -285,71 +365,8 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& save
     throw_error("[--load-hf] ", weights_path, " does not exist (pickle .bin files are not read; save with safetensors)");
   }
 
-  // config.json, with transformers' GPT2Config defaults for absent members.
-  const std::string text = read_text(config_path, "--load-hf");
-  simdjson::dom::parser parser;
-  simdjson::dom::element cfg;
-  if (parser.parse(text).get(cfg) != simdjson::SUCCESS || !cfg.is_object()) throw_error(config_path, ": not a JSON object");
-  auto get_int = [&](const char* key, std::optional<int64_t> fallback) -> int64_t {
-    simdjson::dom::element e;
-    if (cfg[key].get(e) != simdjson::SUCCESS || e.is_null()) {
-      if (!fallback) throw_error(config_path, ": \"", key, "\" is missing");
-      return *fallback;
-    }
-    int64_t v = 0;
-    if (e.get_int64().get(v) != simdjson::SUCCESS || v <= 0) throw_error(config_path, ": \"", key, "\" is not a positive integer");
-    return v;
-  };
-  auto get_double = [&](const char* key, double fallback) {
-    simdjson::dom::element e;
-    if (cfg[key].get(e) != simdjson::SUCCESS || e.is_null()) return fallback;
-    double v = 0;
-    if (e.get_double().get(v) == simdjson::SUCCESS) return v;
-    int64_t i = 0;
-    if (e.get_int64().get(i) == simdjson::SUCCESS) return static_cast<double>(i);
-    throw_error(config_path, ": \"", key, "\" is not a number");
-  };
-  auto get_bool = [&](const char* key, bool fallback) {
-    simdjson::dom::element e;
-    if (cfg[key].get(e) != simdjson::SUCCESS || e.is_null()) return fallback;
-    bool v = false;
-    if (e.get_bool().get(v) != simdjson::SUCCESS) throw_error(config_path, ": \"", key, "\" is not a boolean");
-    return v;
-  };
-  auto get_string = [&](const char* key, const char* fallback) {
-    std::string_view v;
-    if (cfg[key].get_string().get(v) != simdjson::SUCCESS) return std::string(fallback);
-    return std::string(v);
-  };
-  const std::string model_type = get_string("model_type", "gpt2");
-  if (model_type != "gpt2") throw_error(config_path, ": model_type \"", model_type, "\" is not supported (only \"gpt2\")");
-  const std::string act = get_string("activation_function", "gelu_new");
-  model::Gelu gelu;
-  if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
-    gelu = model::Gelu::kTanh;
-  } else if (act == "gelu") {
-    gelu = model::Gelu::kExact;
-  } else {
-    throw_error(config_path, ": activation_function \"", act, "\" is not supported (gelu_new, gelu_pytorch_tanh, gelu)");
-  }
-  if (!get_bool("scale_attn_weights", true)) throw_error(config_path, ": scale_attn_weights false is not supported");
-  if (get_bool("scale_attn_by_inverse_layer_idx", false)) {
-    throw_error(config_path, ": scale_attn_by_inverse_layer_idx true is not supported");
-  }
-  if (get_bool("add_cross_attention", false)) throw_error(config_path, ": add_cross_attention true is not supported");
-  if (!get_bool("tie_word_embeddings", true)) {
-    throw_error(config_path, ": tie_word_embeddings false (an untied lm_head) is not supported");
-  }
-
-  Dims d;
-  d.h = get_int("n_embd", std::nullopt);
-  d.layers = get_int("n_layer", std::nullopt);
-  d.heads = get_int("n_head", std::nullopt);
-  d.positions = get_int("n_positions", cfg["n_ctx"].is_int64() ? std::optional<int64_t>(get_int("n_ctx", std::nullopt))
-                                                                  : std::nullopt);
-  d.vocab = get_int("vocab_size", std::nullopt);
-  d.f = get_int("n_inner", 4 * d.h);
-  if (d.h % d.heads != 0) throw_error(config_path, ": n_embd ", d.h, " is not divisible by n_head ", d.heads);
+  const HfConfig hc = read_hf_config(config_path);
+  Dims d = hc.dims;
   const int64_t tp = options.tensor_model_parallel_size, pp = options.pipeline_model_parallel_size;
   if (tp <= 0) throw_error("[--target-tensor-parallel-size] must be positive, got ", tp);
   if (pp <= 0) throw_error("[--target-pipeline-model-parallel-size] must be positive, got ", pp);
@@ -428,11 +445,11 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& save
       {"--make-vocab-size-divisible-by", std::to_string(options.make_vocab_size_divisible_by)},
       {"--untie-embeddings-and-output-weights", "false"},
       {"--disable-bias-linear", "false"},
-      {"gelu", json_quote(gelu == model::Gelu::kTanh ? "tanh" : "exact")},
-      {"--layernorm-epsilon", jd(get_double("layer_norm_epsilon", 1e-5))},
-      {"--init-method-std", jd(get_double("initializer_range", 0.02))},
-      {"--attention-dropout", jd(get_double("attn_pdrop", 0.1))},
-      {"--hidden-dropout", jd(get_double("resid_pdrop", 0.1))},
+      {"gelu", json_quote(hc.gelu == model::Gelu::kTanh ? "tanh" : "exact")},
+      {"--layernorm-epsilon", jd(hc.layernorm_epsilon)},
+      {"--init-method-std", jd(hc.init_std)},
+      {"--attention-dropout", jd(hc.attn_pdrop)},
+      {"--hidden-dropout", jd(hc.resid_pdrop)},
       {"--tokenizer-type", json_quote("GPT2BPETokenizer")},
       {"precision", json_quote(precision)},
       {"--tensor-model-parallel-size", std::to_string(tp)},
