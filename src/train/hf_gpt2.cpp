@@ -2,7 +2,6 @@
 
 #include <simdjson.h>
 
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

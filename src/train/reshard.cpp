@@ -1,5 +1,6 @@
 #include "train/reshard.h"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <set>
