@@ -19,5 +19,6 @@ int run_train(const CommandArgs& args);           // train_command.cpp
 int run_generate(const CommandArgs& args);        // generate_command.cpp
 int run_bench(const CommandArgs& args);           // bench_command.cpp
 int run_plan(const CommandArgs& args);            // plan_command.cpp
+int run_convert(const CommandArgs& args);         // convert_command.cpp
 
 }  // namespace megatron::cli

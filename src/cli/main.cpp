@@ -21,6 +21,7 @@ constexpr Command kCommands[] = {
     {"bench", megatron::cli::run_bench, "training-step speed and memory (tokens/s, TFLOP/s, MFU, report time)"},
     {"plan", megatron::cli::run_plan, "memory + throughput model: which TP/PP/DP/micro-batch/recompute fits and wins"},
     {"generate", megatron::cli::run_generate, "sample text from a checkpoint"},
+    {"convert", megatron::cli::run_convert, "checkpoint <-> Hugging Face GPT-2 safetensors, reshard for another TP/PP"},
     {"preprocess", megatron::cli::run_preprocess, "JSONL(.gz/.xz/.zst) -> <prefix>_<key>_document.bin/.idx"},
     {"merge-datasets", megatron::cli::run_merge_datasets, "concatenate indexed datasets"},
     {"dataset-info", megatron::cli::run_dataset_info, "counts, splits and the training samples of a dataset"},

@@ -14,7 +14,7 @@ namespace megatron::train {
 
 namespace {
 
-constexpr const char* kFormat = "megatron.cpp checkpoint v1";
+constexpr const char* kFormat = kCheckpointFormat;
 #ifndef MT_VERSION
 #define MT_VERSION "dev"
 #endif
@@ -310,7 +310,9 @@ TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet
                   "; a checkpoint cannot change it");
     }
     throw_error("[--vocab-file/--make-vocab-size-divisible-by] the padded vocabulary is ", cur,
-                " but the checkpoint in ", ck.directory, " was trained with ", it->second);
+                " but the checkpoint in ", ck.directory, " was trained with ", it->second,
+                " (re-pad it for this run with megatron convert --target-tensor-parallel-size",
+                " --make-vocab-size-divisible-by)");
   }
 
   // Weights.

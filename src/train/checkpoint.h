@@ -28,6 +28,9 @@
 
 namespace megatron::train {
 
+// metadata.json "format" of our checkpoints (written by the trainer and by megatron convert).
+inline constexpr const char* kCheckpointFormat = "megatron.cpp checkpoint v1";
+
 // Where a run is: Megatron's iteration and consumed samples (the data sampler's cursor).
 struct TrainProgress {
   int64_t iteration = 0;
