@@ -5,6 +5,8 @@
 // At the end it prints the benchmark's result table (cli/bench_table.h); --json adds the row's
 // fields to its object, --csv prints the row as CSV instead, and `megatron bench --table
 // a.json b.json ...` merges saved --json results into one table (text, or CSV with --csv).
+// `megatron bench --sweep KEY=V,... [--dry-run]` runs (or, with --dry-run, plans) a matrix of
+// configurations (cli/bench_sweep_command.cpp).
 // --profile-ops wraps the backend in a ProfilingBackend (backend/profiling_backend.h) and
 // prints where the timed iterations spent their time, per op and per GEMM shape.
 #include <chrono>
@@ -74,6 +76,7 @@ int run_bench_table(const CommandArgs& argv) {
 int run_bench(const CommandArgs& argv_in) {
   for (const std::string& a : argv_in) {
     if (a == "--table" || a.rfind("--table=", 0) == 0) return run_bench_table(argv_in);
+    if (a == "--sweep" || a.rfind("--sweep=", 0) == 0) return run_bench_sweep(argv_in);
   }
   Args args("bench", "training-step throughput and memory on synthetic tokens");
   declare_train_flags(args);
@@ -83,6 +86,8 @@ int run_bench(const CommandArgs& argv_in) {
       .flag("--json", "print one JSON object instead of the table")
       .flag("--csv", "print the benchmark result row as CSV (header + one line) instead of the table")
       .list("--table", "FILE", "merge saved --json results into one table (no run)")
+      .list("--sweep", "KEY=V,...", "run a matrix of configurations (tp, pp, dp, mbs, gbs, recompute, sp, dist-opt, "
+            "model, layers, hidden, heads, seq); with --dry-run only plan them")
       .flag("--profile-ops",
             "time every backend op of the timed iterations (CUDA events on a GPU, host clock on the CPU) and "
             "print the time per op and per GEMM shape");
