@@ -10,10 +10,10 @@
 //    latency / tokens/s / TFLOP/s on --gpu (default h100-80gb; 8 GPUs per node), so the whole
 //    matrix can be produced without GPUs.
 //  - Otherwise each runnable point runs as a child `megatron bench ... --json` (a fresh process:
-//    its memory, and a crash, stay its own), with the prediction kept alongside. Not runnable,
-//    and listed as skipped with the reason: pipeline parallelism (not in the engine yet),
-//    more ranks than this machine has GPUs ("does not fit on N GPUs"), and for now any point
-//    with more than one rank (bench runs one process).
+//    its memory, and a crash, stay its own), with `--nproc-per-node dp*tp` when it has more
+//    than one rank; the prediction is kept alongside. Not runnable, and listed as skipped with
+//    the reason: pipeline parallelism (not in the engine yet), and more ranks than this
+//    machine has GPUs ("does not fit on N GPUs"; CPU ranks: its cores).
 // --json prints one JSON object per configuration (`megatron bench --table` reads them back,
 // passing over the skipped ones); --csv one CSV line per configuration.
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/device.h"
@@ -130,12 +131,19 @@ BenchRow run_child(const std::vector<std::string>& argv, std::string& error) {
   char buf[4096];
   while (size_t n = fread(buf, 1, sizeof(buf), pipe)) out.append(buf, n);
   const int status = pclose(pipe);
-  const size_t start = out.rfind('{');
+  // The result is the last line that is a JSON object (mpirun and the ranks may print more).
+  size_t start = std::string::npos;
+  for (size_t at = 0; at < out.size();) {
+    if (out[at] == '{') start = at;
+    const size_t eol = out.find('\n', at);
+    if (eol == std::string::npos) break;
+    at = eol + 1;
+  }
   if (status != 0 || start == std::string::npos) {
     error = str_cat("bench exited with status ", status, " (its messages are above)");
     return {};
   }
-  return parse_bench_row(out.substr(start), "bench --json");
+  return parse_bench_row(out.substr(start, out.find('\n', start) - start), "bench --json");
 }
 
 std::string json_line(const SweepResult& r) {
@@ -265,6 +273,7 @@ int run_bench_sweep(const CommandArgs& argv_in) {
       "--sequence-parallel",          "--use-distributed-optimizer"};
   const std::string device = flag_value(base, "--device").value_or("auto");
   const int gpus = device == "cpu" ? 0 : backend::cuda_device_count();
+  const int64_t ranks = gpus > 0 ? gpus : std::max<int64_t>(1, std::thread::hardware_concurrency());
 
   std::vector<SweepResult> results;
   for (const SweepPoint& point : expand_sweep(axes)) {
@@ -339,14 +348,13 @@ int run_bench_sweep(const CommandArgs& argv_in) {
     r.status = "skipped";
     if (p.pp > 1) {
       r.reason = "pipeline parallelism is not in the engine yet (--dry-run predicts it)";
-    } else if (p.world() > std::max(gpus, 1)) {
-      r.reason = gpus > 0 ? str_cat("does not fit on ", gpus, " GPUs (needs ", p.world(), ")")
-                          : str_cat("needs ", p.world(), " ranks; bench on the CPU runs one");
-    } else if (p.world() > 1) {
-      r.reason = "multi-rank bench rows are not implemented yet (--dry-run predicts them)";
+    } else if (p.world() > ranks) {
+      r.reason = str_cat("does not fit on ", ranks, gpus > 0 ? " GPUs" : " CPU cores", " (needs ", p.world(), " ranks)");
     } else {
       std::string error;
-      BenchRow b = run_child(merged, error);
+      std::vector<std::string> child = merged;
+      if (p.world() > 1) child.insert(child.end(), {"--nproc-per-node", std::to_string(p.world())});
+      BenchRow b = run_child(child, error);
       if (error.empty()) {
         r.status = "measured";
         r.row = b;
