@@ -5,13 +5,22 @@
 // At the end it prints the benchmark's result table (cli/bench_table.h); --json adds the row's
 // fields to its object, --csv prints the row as CSV instead, and `megatron bench --table
 // a.json b.json ...` merges saved --json results into one table (text, or CSV with --csv).
+// With --nproc-per-node N (or under torchrun / mpirun / srun) every rank runs the same steps
+// as one rank of a data- and tensor-parallel job (--tensor-model-parallel-size, the rest data
+// parallel; gradients reduced over DP as `megatron train` does) and rank 0 reports: tokens/s
+// of the whole job, TFLOP/s per GPU over all ranks, its own memory, and the real layout in the
+// table (nodes = ranks / ranks per node, TP, DP; PP is 1 until the engine has it).
+// `megatron bench --sweep KEY=V,... [--dry-run]` runs (or, with --dry-run, plans) a matrix of
+// configurations (cli/bench_sweep_command.cpp).
 // --profile-ops wraps the backend in a ProfilingBackend (backend/profiling_backend.h) and
 // prints where the timed iterations spent their time, per op and per GEMM shape.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/device.h"
@@ -22,6 +31,10 @@
 #include "cli/bench_table.h"
 #include "cli/commands.h"
 #include "cli/train_args.h"
+#include "comm/launch.h"
+#include "comm/launch_env.h"
+#include "comm/process_groups.h"
+#include "comm/self_communicator.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/rng.h"
@@ -52,6 +65,19 @@ double peak_tflops(const std::string& name) {
   return 0.0;
 }
 
+// GPUs (ranks) per node of this job: the launcher's local world size (torchrun's
+// LOCAL_WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, Slurm's SLURM_NTASKS_PER_NODE),
+// else the whole world on one node.
+int64_t ranks_per_node(int64_t world) {
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr) continue;
+    const int64_t n = parse_int(v, name);
+    if (n >= 1 && n <= world && world % n == 0) return n;
+  }
+  return world;
+}
+
 // megatron bench --table FILE... [--csv]
 int run_bench_table(const CommandArgs& argv) {
   Args args("bench --table", "merge `megatron bench --json` results into the benchmark's table");
@@ -74,6 +100,7 @@ int run_bench_table(const CommandArgs& argv) {
 int run_bench(const CommandArgs& argv_in) {
   for (const std::string& a : argv_in) {
     if (a == "--table" || a.rfind("--table=", 0) == 0) return run_bench_table(argv_in);
+    if (a == "--sweep" || a.rfind("--sweep=", 0) == 0) return run_bench_sweep(argv_in);
   }
   Args args("bench", "training-step throughput and memory on synthetic tokens");
   declare_train_flags(args);
@@ -83,6 +110,8 @@ int run_bench(const CommandArgs& argv_in) {
       .flag("--json", "print one JSON object instead of the table")
       .flag("--csv", "print the benchmark result row as CSV (header + one line) instead of the table")
       .list("--table", "FILE", "merge saved --json results into one table (no run)")
+      .list("--sweep", "KEY=V,...", "run a matrix of configurations (tp, pp, dp, mbs, gbs, recompute, sp, dist-opt, "
+            "model, layers, hidden, heads, seq); with --dry-run only plan them")
       .flag("--profile-ops",
             "time every backend op of the timed iterations (CUDA events on a GPU, host clock on the CPU) and "
             "print the time per op and per GEMM shape");
@@ -101,7 +130,37 @@ int run_bench(const CommandArgs& argv_in) {
     std::cout << args.usage();
     return 0;
   }
-  train::TrainConfig c = parse_train_config(args, 1, nullptr);
+  if (args.given("--nproc-per-node")) {
+    // Each worker gets these arguments without --nproc-per-node N (as `megatron train`).
+    std::vector<std::string> worker = {comm::self_executable(), "bench"};
+    for (size_t i = 0; i < argv.size(); ++i) {
+      if (argv[i] == "--nproc-per-node") {
+        ++i;
+      } else if (!argv[i].starts_with("--nproc-per-node=")) {
+        worker.push_back(argv[i]);
+      }
+    }
+    return comm::spawn_local_workers(args.get_int("--nproc-per-node"), worker, uses_cuda(args));
+  }
+  // One rank of a data / tensor parallel job when a launcher started several: every rank
+  // runs the same steps; rank 0 reports.
+  const comm::LaunchEnv env = comm::detect_launch_env(comm::process_environment());
+  const int64_t world = env.world_size;
+  train::TrainConfig c;
+  try {
+    c = parse_train_config(args, world, nullptr);
+    if (c.tensor_model_parallel_size > 1 && (c.bf16 || c.fp16) && !uses_cuda(args)) {
+      throw_error("[", c.bf16 ? "--bf16" : "--fp16",
+                  "] tensor parallelism on CPU ranks needs fp32 activations (MPI reduces fp32 only)");
+    }
+  } catch (const Error&) {
+    if (env.rank != 0) {
+      // As `megatron train`: rank 0 prints the one line; the others leave it the time to.
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      return 1;
+    }
+    throw;
+  }
   c.model.vocab_size = kGpt2Vocab;
   c.model.padded_vocab_size =
       train::padded_vocab_size(kGpt2Vocab, c.make_vocab_size_divisible_by, c.tensor_model_parallel_size);
@@ -110,9 +169,23 @@ int run_bench(const CommandArgs& argv_in) {
   if (warmup < 0) throw_error("[--warmup-iters] must not be negative, got ", warmup);
   const bool json = args.get_flag("--json"), csv = args.get_flag("--csv");
   if (json && csv) throw_error("[--csv] give --json or --csv, not both");
-  std::ostream& log = json || csv ? std::cerr : std::cout;
+  std::ostream null_stream(nullptr);
+  const bool reporter = env.rank == 0;
+  std::ostream& log = !reporter ? null_stream : json || csv ? std::cerr : std::cout;
 
-  std::unique_ptr<backend::Backend> be = make_backend(args, log);
+  std::unique_ptr<backend::Backend> be = make_backend(args, log, env.local_rank);
+  // The connection to the other ranks outlives the groups split from it.
+  comm::RankConnection connection;
+  std::unique_ptr<comm::Communicator> world_comm;
+  if (world > 1) {
+    connection = comm::connect_ranks(
+        env, *be, std::chrono::milliseconds(static_cast<int64_t>(c.distributed_timeout_minutes * 60000.0)));
+    world_comm = std::move(connection.world);
+  } else {
+    world_comm = std::make_unique<comm::SelfCommunicator>(*be, "world");
+  }
+  comm::ProcessGroups groups = comm::make_process_groups(
+      std::move(world_comm), comm::parallel_sizes(world, c.tensor_model_parallel_size, c.pipeline_model_parallel_size));
   // The model and optimizer are built on the wrapper so that every op they issue is seen;
   // timing is switched on for the timed iterations only.
   backend::ProfilingBackend* profiler = nullptr;
@@ -124,28 +197,39 @@ int run_bench(const CommandArgs& argv_in) {
   }
   const DType dtype = c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32;
   const int64_t mbs = c.micro_batch_size, s = c.model.seq_length, gbs = c.global_batch_size;
-  const int64_t num_micro = gbs / mbs;
+  const int64_t num_micro = gbs / (mbs * c.data_parallel_size);
   const bool cuda = be->device() == Device::kCUDA;
-  const int64_t used_before = cuda ? backend::cuda_device_memory_used(0) : 0;
+  const int device_index = static_cast<int>(env.local_rank);
+  const int64_t used_before = cuda ? backend::cuda_device_memory_used(device_index) : 0;
   memory_tracker(be->device()).reset_peak();
 
   const auto t_start = std::chrono::steady_clock::now();
-  model::GPTModel model(c.model, *be, dtype, mbs);
+  model::TensorParallelOptions tp;
+  tp.group = groups.tp.get();
+  tp.sequence_parallel = c.sequence_parallel;
+  model::GPTModel model(c.model, *be, dtype, mbs, tp);
   model.parameters().initialize(*be, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
   train::OptimizerConfig oc;
   oc.clip_grad = c.clip_grad;
   optim::GradScaler scaler = optim::GradScaler::constant(c.fp16 ? 4096.0f : 1.0f);
-  train::MixedPrecisionOptimizer opt(model.parameters(), *be, oc, std::move(scaler));
+  train::DataParallelOptions dpo;
+  dpo.group = groups.dp_cp.get();
+  dpo.distributed = c.use_distributed_optimizer;
+  dpo.bucket_size = c.ddp_bucket_size.value_or(0);
+  dpo.model_parallel = groups.model_parallel.get();
+  train::MixedPrecisionOptimizer opt(model.parameters(), *be, oc, std::move(scaler), dpo);
   // Synthetic tokens (GPT-2 ids), a fresh batch per micro-batch slot, fixed across iterations.
   std::vector<model::MicroBatch> batches(static_cast<size_t>(num_micro));
   for (int64_t k = 0; k < num_micro; ++k) {
     model::MicroBatch& mb = batches[static_cast<size_t>(k)];
+    // This DP rank's slice: the single process's micro-batch k * dp + dp_rank (TP ranks share it).
+    const int64_t sample0 = (k * c.data_parallel_size + groups.coords.dp) * mbs;
     mb.batch = mbs;
     mb.seq = s;
     for (int64_t i = 0; i < mbs * s; ++i) {
       const auto draw = [&](uint64_t stream) {
         return static_cast<int32_t>(philox_uniform(static_cast<uint64_t>(c.seed), stream,
-                                                   static_cast<uint64_t>(k * mbs * s + i)) *
+                                                   static_cast<uint64_t>(sample0 * s + i)) *
                                     static_cast<float>(kGpt2Vocab));
       };
       mb.tokens.push_back(std::min<int32_t>(draw(1), kGpt2Vocab - 1));
@@ -160,6 +244,7 @@ int run_bench(const CommandArgs& argv_in) {
   float loss = 0.0f;
   for (int64_t it = 0; it < warmup + iters; ++it) {
     be->synchronize();
+    groups.world->barrier();
     if (profiler != nullptr && it == warmup) {
       profiler->reset();
       profiler->set_enabled(true);
@@ -170,12 +255,16 @@ int run_bench(const CommandArgs& argv_in) {
       model::DropoutContext d;
       d.seed = static_cast<uint64_t>(c.seed);
       d.iteration = it;
-      d.micro_batch = k;
+      d.micro_batch = k * c.data_parallel_size + groups.coords.dp;
       loss = model.forward(batches[static_cast<size_t>(k)], d);
       model.backward(opt.loss_scale(), 1.0f / static_cast<float>(num_micro));
     }
+    // Megatron's finalize_model_grads: SP LayerNorm gradients over TP, then everything over DP.
+    model.reduce_sequence_parallel_grads();
+    opt.reduce_gradients();
     opt.step(1e-4f, 0.01f);
     be->synchronize();
+    groups.world->barrier();  // the iteration ends when the slowest rank's does
     if (it >= warmup) timed += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double per_iter = timed / static_cast<double>(iters);
@@ -187,16 +276,26 @@ int run_bench(const CommandArgs& argv_in) {
   const double tokens_per_s = static_cast<double>(gbs * s) / per_iter;
   const double f2025 = train::flops_per_iteration(c.model, gbs, train::FlopsConvention::k2025);
   const double f2024 = train::flops_per_iteration(c.model, gbs, train::FlopsConvention::k2024);
-  const double tf2025 = f2025 / per_iter / 1e12, tf2024 = f2024 / per_iter / 1e12;
-  const std::string device_name = cuda ? backend::cuda_device_name(0) : "cpu";
+  // Per GPU: the job's FLOPs over all ranks.
+  const double tf2025 = f2025 / per_iter / 1e12 / static_cast<double>(world);
+  const double tf2024 = f2024 / per_iter / 1e12 / static_cast<double>(world);
+  if (!reporter) return 0;
+  const std::string device_name = cuda ? backend::cuda_device_name(device_index) : "cpu";
   const double peak = cuda ? peak_tflops(device_name) : 0.0;
   const MemorySnapshot mem = memory_tracker(be->device()).snapshot();
-  const int64_t device_used = cuda ? backend::cuda_device_memory_used(0) - used_before : 0;
-  const model::MemoryPlan plan = model::plan_memory(c.model, dtype, mbs);
+  const int64_t device_used = cuda ? backend::cuda_device_memory_used(device_index) - used_before : 0;
+  // This rank's planned bytes (TP shards, distributed optimizer), and the whole model's size.
+  const model::MemoryPlan plan = train::train_memory_plan(c);
+  const int64_t model_parameters = model::plan_memory(c.model, dtype, mbs).num_parameters;
   const double report_time = 20e6 / tokens_per_s;
-  // One process = one GPU today (bench runs no collectives): nodes 1, TP = PP = DP = 1.
+  // The layout the ranks ran (PP = 1: pipeline parallelism is not in the engine yet).
   BenchRow row;
-  row.model_size_b = static_cast<double>(plan.num_parameters) / 1e9;
+  row.model_size_b = static_cast<double>(model_parameters) / 1e9;
+  row.gpus_per_node = ranks_per_node(world);
+  row.nodes = world / row.gpus_per_node;
+  row.tp = c.tensor_model_parallel_size;
+  row.pp = c.pipeline_model_parallel_size;
+  row.dp = c.data_parallel_size;
   row.global_batch = gbs;
   row.micro_batch = mbs;
   row.tokens_per_s = tokens_per_s;
@@ -219,7 +318,7 @@ int run_bench(const CommandArgs& argv_in) {
                   device_name.c_str(), static_cast<long long>(c.model.num_layers),
                   static_cast<long long>(c.model.hidden_size), static_cast<long long>(c.model.num_attention_heads),
                   static_cast<long long>(s), static_cast<long long>(mbs), static_cast<long long>(gbs),
-                  std::string(dtype_name(dtype)).c_str(), static_cast<long long>(plan.num_parameters),
+                  std::string(dtype_name(dtype)).c_str(), static_cast<long long>(model_parameters),
                   per_iter * 1e3, tokens_per_s, tf2025, tf2024, peak > 0 ? tf2025 / peak : 0.0,
                   peak > 0 ? tf2024 / peak : 0.0, static_cast<long long>(plan.total()),
                   static_cast<long long>(mem.peak_total), static_cast<long long>(device_used), report_time, setup_s,
@@ -247,7 +346,7 @@ int run_bench(const CommandArgs& argv_in) {
                 device_name.c_str(), static_cast<long long>(c.model.num_layers),
                 static_cast<long long>(c.model.hidden_size), static_cast<long long>(c.model.num_attention_heads),
                 static_cast<long long>(s), static_cast<long long>(mbs), static_cast<long long>(gbs),
-                std::string(dtype_name(dtype)).c_str(), static_cast<long long>(plan.num_parameters), per_iter * 1e3,
+                std::string(dtype_name(dtype)).c_str(), static_cast<long long>(model_parameters), per_iter * 1e3,
                 static_cast<long long>(iters), static_cast<long long>(warmup), tokens_per_s, tf2025, tf2024, peak,
                 peak > 0 ? 100 * tf2025 / peak : 0.0, peak > 0 ? 100 * tf2024 / peak : 0.0,
                 static_cast<double>(plan.total()) / (1 << 30), static_cast<double>(mem.peak_total) / (1 << 30),

@@ -56,41 +56,47 @@ std::string bench_row_json_fields(const BenchRow& r) {
   return buf;
 }
 
+BenchRow parse_bench_row(const std::string& json, const std::string& where) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object obj;
+  if (parser.parse(simdjson::padded_string(json)).get_object().get(obj) != simdjson::SUCCESS) {
+    throw_error("[--table] ", where, ": not a JSON object (expected one `megatron bench --json` line)");
+  }
+  auto number_of = [&](const char* key) {
+    simdjson::dom::element e;
+    if (obj[key].get(e) != simdjson::SUCCESS) throw_error("[--table] ", where, ": missing field \"", key, "\"");
+    double v = 0;
+    if (e.is_int64()) return static_cast<double>(e.get_int64().value());
+    if (e.get_double().get(v) != simdjson::SUCCESS) throw_error("[--table] ", where, ": field \"", key, "\" is not a number");
+    return v;
+  };
+  BenchRow r;
+  r.model_size_b = number_of("model_size_b");
+  r.nodes = static_cast<int64_t>(number_of("nodes"));
+  r.gpus_per_node = static_cast<int64_t>(number_of("gpus_per_node"));
+  r.global_batch = static_cast<int64_t>(number_of("global_batch"));
+  r.pp = static_cast<int64_t>(number_of("pipeline_model_parallel_size"));
+  r.tp = static_cast<int64_t>(number_of("tensor_model_parallel_size"));
+  r.dp = static_cast<int64_t>(number_of("data_parallel_size"));
+  r.micro_batch = static_cast<int64_t>(number_of("micro_batch"));
+  r.tokens_per_s = number_of("tokens_per_s");
+  r.report_time_s = number_of("report_time_s");
+  r.tflops_per_gpu = number_of("tflops_per_gpu");
+  r.memory_per_gpu_bytes = number_of("memory_per_gpu_bytes");
+  simdjson::dom::element ms;
+  if (obj["ms_per_iter"].get(ms) == simdjson::SUCCESS) r.ms_per_iteration = number_of("ms_per_iter");
+  return r;
+}
+
 std::vector<BenchRow> read_bench_rows(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw_error("[--table] cannot open '", path, "': ", errno_string(errno));
   std::vector<BenchRow> rows;
   std::string line;
-  simdjson::dom::parser parser;
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = str_cat(path, ":", number);
-    simdjson::dom::object obj;
-    if (parser.parse(simdjson::padded_string(line)).get_object().get(obj) != simdjson::SUCCESS) {
-      throw_error("[--table] ", where, ": not a JSON object (expected one `megatron bench --json` line)");
-    }
-    auto number_of = [&](const char* key) {
-      simdjson::dom::element e;
-      if (obj[key].get(e) != simdjson::SUCCESS) throw_error("[--table] ", where, ": missing field \"", key, "\"");
-      double v = 0;
-      if (e.is_int64()) return static_cast<double>(e.get_int64().value());
-      if (e.get_double().get(v) != simdjson::SUCCESS) throw_error("[--table] ", where, ": field \"", key, "\" is not a number");
-      return v;
-    };
-    BenchRow r;
-    r.model_size_b = number_of("model_size_b");
-    r.nodes = static_cast<int64_t>(number_of("nodes"));
-    r.gpus_per_node = static_cast<int64_t>(number_of("gpus_per_node"));
-    r.global_batch = static_cast<int64_t>(number_of("global_batch"));
-    r.pp = static_cast<int64_t>(number_of("pipeline_model_parallel_size"));
-    r.tp = static_cast<int64_t>(number_of("tensor_model_parallel_size"));
-    r.dp = static_cast<int64_t>(number_of("data_parallel_size"));
-    r.micro_batch = static_cast<int64_t>(number_of("micro_batch"));
-    r.tokens_per_s = number_of("tokens_per_s");
-    r.report_time_s = number_of("report_time_s");
-    r.tflops_per_gpu = number_of("tflops_per_gpu");
-    r.memory_per_gpu_bytes = number_of("memory_per_gpu_bytes");
-    rows.push_back(r);
+    if (line.find("\"status\":\"skipped\"") != std::string::npos) continue;  // a sweep's skipped case
+    rows.push_back(parse_bench_row(line, str_cat(path, ":", number)));
   }
   if (rows.empty()) throw_error("[--table] '", path, "' holds no results");
   return rows;

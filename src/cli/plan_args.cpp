@@ -88,6 +88,20 @@ plan::Cluster parse_cluster(const Args& a, DType dtype) {
     cl.overlap_grad_reduce = false;
     cl.overlap_param_gather = false;
   }
+  cl.engine = plan::find_engine(a.get_string("--engine"));
+  if (a.given("--attention-backend")) {
+    const std::string b = a.get_string("--attention-backend");
+    if (b == "flash") cl.engine.attention = plan::AttentionBackend::kFlash;
+    else if (b == "local") cl.engine.attention = plan::AttentionBackend::kLocal;
+    else throw_error("[--attention-backend] invalid choice '", b, "' (choose from flash, local)");
+  }
+  if (a.given("--attention-dropout")) {
+    const double p = a.get_double("--attention-dropout");
+    if (!(p >= 0.0 && p < 1.0)) throw_error("[--attention-dropout] must be in [0, 1), got ", a.get_string("--attention-dropout"));
+    cl.engine.attention_dropout = p;
+  }
+  if (a.get_flag("--tp-comm-overlap")) cl.engine.tp_comm_overlap = true;
+  if (a.get_flag("--grad-reduce-in-bf16")) cl.engine.grad_reduce_bytes = 2;
   return cl;
 }
 
@@ -130,7 +144,12 @@ void declare_plan_flags(Args& a) {
       .option("--target-report-time", "S", "report time to reach, seconds (20e6 tokens / tokens per second)")
       .option("--intra-node-bandwidth", "GB/s", "NVLink bandwidth per GPU, one direction (default: the GPU's)")
       .option("--inter-node-bandwidth", "GB/s", "network bandwidth per GPU, one direction (default: the GPU's DGX)")
-      .flag("--no-overlap", "no overlap of gradient reduction / parameter gather with compute");
+      .flag("--no-overlap", "no overlap of gradient reduction / parameter gather with compute")
+      .option("--engine", "NAME", "software profile (" + plan::engine_names() + "; plan/engine_profile.h)", "ours")
+      .option("--attention-backend", "B", "flash or local (materialised scores); default: the engine's")
+      .option("--attention-dropout", "P", "attention dropout (costs time with --attention-backend local)")
+      .flag("--tp-comm-overlap", "TP collectives pipelined with the GEMMs (needs --sequence-parallel)")
+      .flag("--grad-reduce-in-bf16", "reduce gradients in 16 bits instead of fp32");
   a.option("--global-batch-size", "B", "samples per iteration", std::to_string(kDefaultPlanGlobalBatch))
       .option("--tensor-model-parallel-size", "N", "fix TP (searched otherwise)")
       .option("--pipeline-model-parallel-size", "N", "fix PP (searched otherwise)")

@@ -122,6 +122,16 @@ void write_header(JsonWriter& w, const PlanRequest& q) {
   w.key("inter_node_bytes_per_s").value(q.cluster.inter_node_bytes_per_s > 0 ? q.cluster.inter_node_bytes_per_s
                                                                              : q.cluster.gpu.ib_bytes_per_s);
   w.end_object();
+  const plan::Engine& e = q.cluster.engine;
+  w.key("engine").begin_object();
+  w.key("attention_backend").value(plan::attention_backend_name(e.attention));
+  w.key("attention_dropout").value(e.attention_dropout);
+  w.key("grad_reduce_bytes").value(e.grad_reduce_bytes);
+  w.key("gelu_in_gemm_epilogue").value(e.gelu_in_gemm_epilogue);
+  w.key("async_tp_allreduce").value(e.async_tp_allreduce);
+  w.key("tp_comm_overlap").value(e.tp_comm_overlap);
+  w.key("fused_cross_entropy").value(e.fused_cross_entropy);
+  w.end_object();
 }
 
 std::string header_text(const PlanRequest& q) {
@@ -129,7 +139,8 @@ std::string header_text(const PlanRequest& q) {
   const int64_t P = plan::stage_num_parameters(plan::config_for_tp(q.model, 1), plan::ParallelConfig{}, 0);
   return str_cat(" > plan: ", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_attention_heads,
                  " heads, seq ", c.seq_length, ", ", fmt("%.2f", static_cast<double>(P) / 1e9), "B parameters, ",
-                 dtype_name(q.model.dtype), "; ", q.cluster.gpu.name, ", ", q.cluster.gpus_per_node, " GPUs/node\n");
+                 dtype_name(q.model.dtype), "; ", q.cluster.gpu.name, ", ", q.cluster.gpus_per_node, " GPUs/node; ",
+                 plan::attention_backend_name(q.cluster.engine.attention), " attention\n");
 }
 
 int run_node_search(const PlanRequest& q, bool json) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 #include "plan/comm_model.h"
@@ -32,11 +33,26 @@ double gemm3_seconds(double m, double n, double k, const Gpu& g) {
 }
 
 struct LayerTimes {
-  double gemm = 0, wgrad_overlap = 0, attention = 0, memory = 0, tp_allreduce = 0;
+  double gemm = 0, wgrad_overlap = 0, memory = 0, tp_allreduce = 0;
+  double memory_forward = 0;     // the part of `memory` full recompute runs again
+  double attention = 0;          // forward + backward
+  double attention_forward = 0;  // what full recompute runs again
 };
 
+// Megatron's local core attention (see the header): E score elements of e bytes, head size d.
+// Returns {forward, backward} seconds.
+std::pair<double, double> local_attention_seconds(double E, double d, double e, double dropout, const Gpu& g) {
+  const double stream = g.hbm * kStreamEfficiency;
+  // One batched score GEMM: 2*E*d FLOPs (plus the per-GEMM lost work), E*e bytes of scores.
+  const double bmm = std::max((2.0 * E * d + g.lost_work) / g.flops, E * e / stream);
+  const double drop = dropout > 0 ? (2.0 * e + 1.0) * E / stream : 0.0;
+  const double forward = 2.0 * bmm + 2.0 * E * e / stream + drop;
+  const double backward = 4.0 * bmm + 3.0 * E * e / stream + drop;
+  return {forward, backward};
+}
+
 LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, const Gpu& g,
-                       const Link& tp_link) {
+                       const Link& tp_link, const Engine& engine) {
   const double n = static_cast<double>(p.micro_batch * c.seq_length), h = static_cast<double>(c.hidden_size);
   const double q = static_cast<double>(c.num_attention_heads * c.kv_channels);
   const double f = static_cast<double>(c.ffn_hidden_size), t = static_cast<double>(p.tp);
@@ -46,10 +62,25 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
   const double qkv = gemm3_seconds(n, 3 * q / t, h, g), fc1 = gemm3_seconds(n, f / t, h, g);
   lt.gemm = qkv + gemm3_seconds(n, h, q / t, g) + fc1 + gemm3_seconds(n, h, f / t, g);
   lt.wgrad_overlap = (qkv + fc1) / 3.0;
-  const double attention_flops = 6.0 * static_cast<double>(p.micro_batch) * s * s * q / t;
-  const double eff = kAttentionEfficiency * d / (d + 64.0) * s / (s + 512.0);
-  lt.attention = attention_flops / (g.peak * eff);
+  if (engine.attention == AttentionBackend::kLocal) {
+    const double heads = static_cast<double>(c.num_attention_heads) / t;
+    const auto [forward, backward] =
+        local_attention_seconds(static_cast<double>(p.micro_batch) * heads * s * s, d, e, engine.attention_dropout, g);
+    lt.attention = forward + backward;
+    lt.attention_forward = forward;
+  } else {
+    const double attention_flops = 6.0 * static_cast<double>(p.micro_batch) * s * s * q / t;
+    const double eff = kAttentionEfficiency * d / (d + 64.0) * s / (s + 512.0);
+    lt.attention = attention_flops / (g.peak * eff);
+    lt.attention_forward = lt.attention / 3.5;  // flash attention's backward is ~2.5x its forward
+  }
   lt.memory = kElementwiseBytes * n * h / u / g.hbm;
+  lt.memory_forward = lt.memory / 3.0;
+  if (!engine.gelu_in_gemm_epilogue) {
+    const double stream = g.hbm * kStreamEfficiency;
+    lt.memory_forward += 2.0 * e * n * f / t / stream;
+    lt.memory += 5.0 * e * n * f / t / stream;
+  }
   lt.tp_allreduce = all_reduce_seconds(n * h * e, p.tp, tp_link);
   return lt;
 }
@@ -129,14 +160,24 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   const double layers = static_cast<double>(c.num_layers / p.pp);
   const bool full = p.recompute == PlanRecompute::kFull;
 
-  const LayerTimes lt = layer_times(c, dtype, p, g, tp_link);
+  const LayerTimes lt = layer_times(c, dtype, p, g, tp_link, cl.engine);
   double layer_compute = lt.gemm + lt.attention + lt.memory;
-  double layer_tp = 2.0 * lt.tp_allreduce + std::max(0.0, 2.0 * lt.tp_allreduce - lt.wgrad_overlap);
+  const double backward_tp = 2.0 * lt.tp_allreduce;
+  double layer_tp = 2.0 * lt.tp_allreduce +
+                    (cl.engine.async_tp_allreduce ? std::max(0.0, backward_tp - lt.wgrad_overlap) : backward_tp);
+  double layer_gemm = lt.gemm;
   if (full) {
-    layer_compute += (lt.gemm + lt.memory) / 3.0 + lt.attention / 3.5;
+    layer_compute += lt.gemm / 3.0 + lt.memory_forward + lt.attention_forward;
     layer_tp += 2.0 * lt.tp_allreduce;
+    layer_gemm += lt.gemm / 3.0;
   }
-  const double head = gemm3_seconds(n, V / t, h, g) + kLogitsBytes * n * V / t / g.hbm;
+  if (cl.engine.tp_comm_overlap && p.sequence_parallel) {
+    const double all_tp = (full ? 6.0 : 4.0) * lt.tp_allreduce;
+    layer_tp = std::max(0.0, all_tp - layer_gemm);
+  }
+  const double logits_seconds = cl.engine.fused_cross_entropy ? kLogitsBytes * n * V / t / g.hbm
+                                                               : kUnfusedLogitsBytes * n * V / t / (g.hbm * kStreamEfficiency);
+  const double head = gemm3_seconds(n, V / t, h, g) + logits_seconds;
   const double p2p = p.pp > 1 ? 2.0 * static_cast<double>(p.vp) * send_recv_seconds(n * h * e / t, pp_link) : 0.0;
 
   // The slowest stage per micro-batch: the last one carries the LM head (the first one's
@@ -156,8 +197,9 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   const int64_t P = std::max(stage_num_parameters(c, p, 0), stage_num_parameters(c, p, p.pp - 1));
   const double Pd = static_cast<double>(P);
   const double buckets = std::max(1.0, std::ceil(Pd / std::max(kBucketElements, 1e6 * static_cast<double>(p.dp))));
-  const double grads = p.distributed_optimizer ? reduce_scatter_seconds(Pd * 4.0, p.dp, dp_link)
-                                               : all_reduce_seconds(Pd * 4.0, p.dp, dp_link);
+  const double grad_bytes = Pd * static_cast<double>(cl.engine.grad_reduce_bytes);
+  const double grads = p.distributed_optimizer ? reduce_scatter_seconds(grad_bytes, p.dp, dp_link)
+                                               : all_reduce_seconds(grad_bytes, p.dp, dp_link);
   const double backward_window = last_compute * 2.0 / 3.0, forward_window = last_compute / 3.0;
   double dp = cl.overlap_grad_reduce ? std::max(grads - backward_window, grads / buckets) : grads;
   if (p.distributed_optimizer) {
@@ -166,7 +208,7 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
                                                             : params;
   }
   if (p.pp > 1 && !c.untie_embeddings_and_output_weights) {
-    dp += all_reduce_seconds(V / t * h * 4.0, 2, pp_link);  // tied embedding grads, first <-> last stage
+    dp += all_reduce_seconds(V / t * h * static_cast<double>(cl.engine.grad_reduce_bytes), 2, pp_link);  // tied embedding grads, first <-> last stage
   }
   r.dp_comm_s = dp;
   const double owned = p.distributed_optimizer ? std::ceil(Pd / static_cast<double>(p.dp)) : Pd;

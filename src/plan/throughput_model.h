@@ -6,21 +6,34 @@
 //              with w = 2*M*N*K FLOPs at efficiency  eff(w) = gemm_efficiency * w / (w + w0),
 //              i.e. time = (w + w0) / (peak * gemm_efficiency): a fixed ~w0 of lost work per GEMM
 //              (launch, wave quantisation, tails, fp32 wgrad accumulation).
-//  attention   6*b*s^2*q/t FLOPs per layer (forward + backward, causal mask counted half) at
-//              efficiency  kAttentionEfficiency * d/(d + 64) * s/(s + 512)  (d = head size).
+//  attention   flash (our engine, Megatron-Core's --attention-backend flash): 6*b*s^2*q/t FLOPs
+//              per layer (forward + backward, causal mask counted half) at efficiency
+//              kAttentionEfficiency * d/(d + 64) * s/(s + 512)  (d = head size).
+//              local (Megatron's own DotProductAttention, the only kind in 2021): the scores
+//              [b, a/t, s, s] are materialised in the model dtype (E = b*a/t*s^2 elements, e bytes):
+//              two batched GEMMs forward (QK^T, probs.V) and four backward, 2*E*d FLOPs each, the
+//              full square computed (no causal skipping); each is the slower of its FLOPs at the
+//              GEMM rate and its E*e bytes of score traffic at the streaming rate (roofline: at
+//              d = 64..160 these GEMMs are memory-bound on A100 and H100); the fused
+//              scale-mask-softmax moves 2E*e forward, 3E*e backward; attention dropout (p > 0)
+//              (2e + 1)*E forward (probs in, dropped probs and a 1-byte mask out) and the same
+//              backward. Streaming rate = HBM bandwidth x kStreamEfficiency.
 //  memory-bound  kElementwiseBytes * n*h/u bytes per layer (LayerNorms, residual adds, dropout,
 //              bias; forward + backward) and kLogitsBytes * n*V/t for the softmax cross-entropy,
 //              at the GPU's HBM bandwidth.
-//  full recompute  one more forward: 1/3 of the GEMM and memory-bound time, 1/3.5 of attention
-//              (flash attention's backward is ~2.5x its forward), two more TP all-reduces.
+//  full recompute  one more forward: 1/3 of the GEMM and memory-bound time, 1/3.5 of flash
+//              attention (its backward is ~2.5x its forward) or local attention's forward terms,
+//              two more TP all-reduces.
 //  TP          4 all-reduces of n*h*e bytes per layer (2 forward, 2 backward; with SP the same
 //              volume as all-gathers + reduce-scatters); the 2 backward ones overlap the QKV and
-//              FC1 wgrad GEMMs (Megatron's async TP all-reduce), the rest is exposed.
+//              FC1 wgrad GEMMs (Megatron's async TP all-reduce; Engine::async_tp_allreduce), the
+//              rest is exposed.
 //  PP          per micro-batch and virtual chunk, a forward and a backward send/recv of n*h*e/t
 //              bytes (scatter-gather / SP-sharded); iteration = (m + (pp-1)/vp) * slowest stage
 //              (bubble fraction (pp-1)/(m*vp), Narayanan et al. 2021 §2.2).
 //  DP          gradient all-reduce (or reduce-scatter with the distributed optimizer) of the
-//              stage's fp32 grads, and the parameter all-gather of the distributed optimizer;
+//              stage's grads (Engine::grad_reduce_bytes each), and the parameter all-gather of
+//              the distributed optimizer;
 //              with overlap, exposed = max(t - window, t / buckets), window = the backward
 //              (grads) or forward (params) of one micro-batch, buckets of max(4e7, 1e6*dp)
 //              elements (megatron-facts §9).
@@ -36,6 +49,14 @@
 // kLogitsBytes, kGradPassBytes and kAdamBytes from the same profile, w0 by least squares on the
 // four measured single-GPU runs (gpt2-124m, gpt2-350m, gpt3-1.3b, gpt3-2.7b). Other GPUs: w0 and
 // the rest scale with the GPU's peak and bandwidth; attention efficiency is assumed the same.
+// kStreamEfficiency from the same profile at 1.3B: adamw_update_segments streams 39.5 GB of fp32
+// state at 2.7 TB/s, 82% of the H100's 3.35 TB/s (bench/RESULTS.md, "the 1.3B profile").
+//
+// Validation against published runs (tests/plan/published_runs_test.cpp; bench/RESULTS.md
+// "plan validation vs published"): with the engine profile of the software that ran
+// (engine_profile.h), Narayanan et al. 2021 Table 1 (A100) is over-predicted by +15..+24% on
+// every row (a per-layer offset of the 2021 kernels the model does not claim to know), the
+// Megatron-Core H100 table lands within 20% on 7 of 9 rows (1.7B and 7.1B: +27%, +32%).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +64,7 @@
 
 #include "core/dtype.h"
 #include "model/gpt_config.h"
+#include "plan/engine_profile.h"
 #include "plan/gpu_spec.h"
 #include "plan/parallel_config.h"
 
@@ -55,6 +77,12 @@ constexpr double kLogitsBytes = 8.0;         // per token and (padded) vocabular
 constexpr double kGradPassBytes = 31.0;      // per parameter of the rank
 constexpr double kAdamBytes = 38.0;          // per parameter the rank's optimizer owns
 constexpr double kBucketElements = 40e6;     // Megatron's bucket size with --overlap-grad-reduce
+constexpr double kStreamEfficiency = 0.82;   // achieved fraction of HBM bandwidth of a streaming kernel
+
+// Megatron's unfused cross-entropy, bytes per logit for 16-bit logits: forward cast to fp32
+// (2 read + 4 written), max (4), subtract (4 + 4), exp (4 + 4), sum (4), divide (4 + 4) = 38;
+// backward scale the saved softmax (4 + 4) and cast back (4 + 2) = 14.
+constexpr double kUnfusedLogitsBytes = 52.0;
 
 struct Cluster {
   GpuSpec gpu;
@@ -64,6 +92,7 @@ struct Cluster {
   double inter_node_bytes_per_s = 0;  // 0: the GPU's default network figure
   bool overlap_grad_reduce = true;    // --overlap-grad-reduce
   bool overlap_param_gather = true;   // --overlap-param-gather (with the distributed optimizer)
+  Engine engine;
   int64_t world() const { return gpus_per_node * nodes; }
 };
 

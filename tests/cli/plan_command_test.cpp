@@ -66,6 +66,28 @@ TEST(PlanCommand, SmallestNodeCountFor175B) {
   EXPECT_NE(text.output.find("no layout fits"), std::string::npos);
 }
 
+// Narayanan et al. 2021's 145.6B row (A100, fp16, full recompute, vp 2): the megatron-2021
+// engine profile (materialised attention, exposed TP all-reduces, ...) is slower than ours.
+TEST(PlanCommand, EngineProfileChangesThePrediction) {
+  const std::string layout =
+      "--model gpt-145.6b --gpu a100-80gb --fp16 --nodes 192 --tensor-model-parallel-size 8 "
+      "--pipeline-model-parallel-size 8 --num-layers-per-virtual-pipeline-stage 5 --micro-batch-size 2 "
+      "--global-batch-size 2304 --recompute-granularity full --json";
+  const test::CommandResult ours = plan(layout);
+  const test::CommandResult old = plan(layout + " --engine megatron-2021");
+  ASSERT_EQ(ours.status, 0) << ours.output;
+  ASSERT_EQ(old.status, 0) << old.output;
+  EXPECT_NE(ours.output.find("\"attention_backend\": \"flash\""), std::string::npos) << ours.output;
+  EXPECT_NE(old.output.find("\"attention_backend\": \"local\""), std::string::npos) << old.output;
+  EXPECT_NE(old.output.find("\"async_tp_allreduce\": false"), std::string::npos) << old.output;
+  auto tokens = [](const std::string& out) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(out, m, std::regex("\"tokens_per_s\": ([0-9.e+]+)"))) << out;
+    return std::stod(m[1]);
+  };
+  EXPECT_LT(tokens(old.output), 0.95 * tokens(ours.output));
+}
+
 TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
   const struct {
     const char* flags;
@@ -90,6 +112,9 @@ TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
        "--micro-batch-size 1 --num-layers-per-virtual-pipeline-stage 5",
        "error: [--num-layers-per-virtual-pipeline-stage] 5 does not divide the layers per stage (96 / 4)"},
       {"--model gpt3-175b --gpu h100-80gb --inter-node-bandwidth -3", "error: [--inter-node-bandwidth] must be positive"},
+      {"--model gpt3-175b --gpu h100-80gb --engine deepspeed", "error: [--engine] unknown engine 'deepspeed'"},
+      {"--model gpt3-175b --gpu h100-80gb --attention-backend fused",
+       "error: [--attention-backend] invalid choice 'fused' (choose from flash, local)"},
   };
   for (const auto& c : cases) {
     const test::CommandResult r = plan(c.flags);

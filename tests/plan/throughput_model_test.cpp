@@ -5,7 +5,9 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "plan/comm_model.h"
+#include "plan/engine_profile.h"
 #include "plan/search.h"
 #include "plan/throughput_model.h"
 #include "train/flops.h"
@@ -116,6 +118,115 @@ TEST(PlanThroughput, ReproducesOurMeasuredH100Runs) {
     const Prediction r = predict(config_for_tp(m, 1), DType::kBF16, p, h100(1, 1));
     EXPECT_LT(std::fabs(r.tokens_per_s / run.tokens_per_s - 1.0), 0.10)
         << run.name << ": predicted " << r.tokens_per_s << ", measured " << run.tokens_per_s;
+  }
+}
+
+
+// The engine knobs, each checked against its formula (throughput_model.h, engine_profile.h) on
+// one A100 (no TP / PP / DP unless stated): the difference they make is exactly their term.
+Cluster a100(int64_t nodes, int64_t gpus_per_node) {
+  Cluster c;
+  c.gpu = find_gpu("a100-80gb");
+  c.nodes = nodes;
+  c.gpus_per_node = gpus_per_node;
+  return c;
+}
+
+TEST(PlanThroughput, LocalAttentionCostsItsScoreTraffic) {
+  // h 1024, 16 heads of 64, s 2048, micro-batch 16: E = 16 * 16 * 2048^2 scores per layer. The
+  // six score GEMMs (2*E*64 FLOPs, ~0.5 ms at 271 TFLOP/s) are memory-bound (E*2 bytes, ~1.3 ms).
+  const PlanModel m = preset(4, 1024, 16, 2048);
+  const model::GPTConfig c = config_for_tp(m, 1);
+  ParallelConfig p{1, 1, 1, 1, 16, 32, PlanRecompute::kNone, false, false};
+  Cluster flash = a100(1, 1), local = a100(1, 1), dropped = a100(1, 1);
+  local.engine.attention = AttentionBackend::kLocal;
+  dropped.engine.attention = AttentionBackend::kLocal;
+  dropped.engine.attention_dropout = 0.1;
+  const double E = 16.0 * 16.0 * 2048.0 * 2048.0, stream = 2.039e12 * kStreamEfficiency;
+  const double flash_layer = 6.0 * 16.0 * 2048.0 * 2048.0 * 1024.0 / (312e12 * kAttentionEfficiency * 0.5 * 2048.0 / 2560.0);
+  // forward: 2 GEMMs + softmax (2 passes); backward: 4 GEMMs + softmax backward (3 passes).
+  const double local_layer = 11.0 * E * 2.0 / stream;
+  const double dropout_layer = 2.0 * 5.0 * E / stream;  // (2e + 1) bytes per score, forward and backward
+  const double micro = 2.0, layers = 4.0;
+  const double base = predict(c, DType::kBF16, p, flash).compute_s;
+  EXPECT_NEAR(predict(c, DType::kBF16, p, local).compute_s - base, micro * layers * (local_layer - flash_layer), 1e-9);
+  EXPECT_NEAR(predict(c, DType::kBF16, p, dropped).compute_s - base,
+              micro * layers * (local_layer + dropout_layer - flash_layer), 1e-9);
+  // Full recompute runs the local forward (4 score passes + dropout's forward) once more.
+  ParallelConfig r = p;
+  r.recompute = PlanRecompute::kFull;
+  const double extra = predict(c, DType::kBF16, r, dropped).compute_s - predict(c, DType::kBF16, p, dropped).compute_s;
+  const double extra_flash = predict(c, DType::kBF16, r, flash).compute_s - base;
+  EXPECT_NEAR(extra - extra_flash, micro * layers * (4.0 * E * 2.0 / stream + 5.0 * E / stream - flash_layer / 3.5), 1e-9);
+}
+
+TEST(PlanThroughput, UnfusedGeluAndCrossEntropyCostTheirBytes) {
+  const PlanModel m = preset(4, 1024, 16, 2048);
+  const model::GPTConfig c = config_for_tp(m, 1);
+  ParallelConfig p{1, 1, 1, 1, 8, 8, PlanRecompute::kNone, false, false};
+  const Cluster ours = a100(1, 1);
+  Cluster gelu = ours, ce = ours;
+  gelu.engine.gelu_in_gemm_epilogue = false;
+  ce.engine.fused_cross_entropy = false;
+  const double n = 8.0 * 2048.0, stream = 2.039e12 * kStreamEfficiency;
+  const double base = predict(c, DType::kBF16, p, ours).compute_s;
+  EXPECT_NEAR(predict(c, DType::kBF16, p, gelu).compute_s - base, 4.0 * 5.0 * 2.0 * n * 4096.0 / stream, 1e-9);
+  const double V = static_cast<double>(c.padded_vocab_size);
+  EXPECT_NEAR(predict(c, DType::kBF16, p, ce).compute_s - base,
+              kUnfusedLogitsBytes * n * V / stream - kLogitsBytes * n * V / 2.039e12, 1e-9);
+}
+
+TEST(PlanThroughput, TensorParallelOverlapSettings) {
+  const PlanModel m = preset(8, 4096, 32, 2048);
+  const model::GPTConfig c = config_for_tp(m, 8);
+  ParallelConfig p{8, 1, 1, 1, 1, 4, PlanRecompute::kNone, false, true};
+  const Cluster ours = h100(1);
+  Cluster sync = ours, overlapped = ours;
+  sync.engine.async_tp_allreduce = false;
+  overlapped.engine.tp_comm_overlap = true;
+  // Without async all-reduce all four per layer are exposed: 4 * layers * micro-batches of them.
+  const double one = all_reduce_seconds(2048.0 * 4096.0 * 2.0, 8, Link{450e9, kNvlinkLatency});
+  EXPECT_NEAR(predict(c, DType::kBF16, p, sync).tp_comm_s, 4.0 * 8.0 * 4.0 * one, 1e-12);
+  const double async = predict(c, DType::kBF16, p, ours).tp_comm_s;
+  EXPECT_LT(async, 4.0 * 8.0 * 4.0 * one);
+  EXPECT_GE(async, 2.0 * 8.0 * 4.0 * one);
+  // Pipelined with the GEMMs: a layer's 4 all-reduces (~0.3 ms) hide behind its GEMMs (~1 ms).
+  EXPECT_EQ(predict(c, DType::kBF16, p, overlapped).tp_comm_s, 0.0);
+  // Without SP there is nothing for --tp-comm-overlap to pipeline.
+  ParallelConfig no_sp = p;
+  no_sp.sequence_parallel = false;
+  EXPECT_EQ(predict(c, DType::kBF16, no_sp, overlapped).tp_comm_s, predict(c, DType::kBF16, no_sp, ours).tp_comm_s);
+}
+
+TEST(PlanThroughput, GradientReductionMovesGradReduceBytes) {
+  const PlanModel m = preset(8, 2048, 16, 2048);
+  const model::GPTConfig c = config_for_tp(m, 1);
+  ParallelConfig p{1, 1, 1, 8, 1, 8, PlanRecompute::kNone, false, false};
+  Cluster fp32 = h100(1), half = h100(1);
+  fp32.overlap_grad_reduce = half.overlap_grad_reduce = false;
+  half.engine.grad_reduce_bytes = 2;
+  const double P = static_cast<double>(stage_num_parameters(c, p, 0));
+  const Link nvlink{450e9, kNvlinkLatency};
+  EXPECT_NEAR(predict(c, DType::kBF16, p, fp32).dp_comm_s, all_reduce_seconds(P * 4.0, 8, nvlink), 1e-12);
+  EXPECT_NEAR(predict(c, DType::kBF16, p, half).dp_comm_s, all_reduce_seconds(P * 2.0, 8, nvlink), 1e-12);
+}
+
+TEST(PlanThroughput, EngineProfiles) {
+  const Engine ours = find_engine("ours");
+  EXPECT_EQ(ours.attention, AttentionBackend::kFlash);
+  EXPECT_TRUE(ours.fused_cross_entropy && ours.gelu_in_gemm_epilogue && ours.async_tp_allreduce);
+  EXPECT_FALSE(ours.tp_comm_overlap);
+  EXPECT_EQ(ours.grad_reduce_bytes, 4);
+  const Engine old = find_engine("megatron-2021");
+  EXPECT_EQ(old.attention, AttentionBackend::kLocal);
+  EXPECT_EQ(old.grad_reduce_bytes, 2);
+  EXPECT_FALSE(old.async_tp_allreduce || old.gelu_in_gemm_epilogue || old.fused_cross_entropy);
+  EXPECT_TRUE(find_engine("megatron-core-2024").tp_comm_overlap);
+  try {
+    find_engine("deepspeed");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[--engine] unknown engine 'deepspeed'"), std::string::npos) << e.what();
   }
 }
 

@@ -1,0 +1,31 @@
+#include "plan/engine_profile.h"
+
+#include "core/error.h"
+
+namespace megatron::plan {
+
+const char* attention_backend_name(AttentionBackend a) { return a == AttentionBackend::kLocal ? "local" : "flash"; }
+
+std::string engine_names() { return "ours, megatron-core-2024, megatron-2021"; }
+
+Engine find_engine(const std::string& name) {
+  Engine e;
+  if (name == "ours") return e;
+  if (name == "megatron-core-2024") {
+    e.tp_comm_overlap = true;
+    e.fused_cross_entropy = false;
+    return e;
+  }
+  if (name == "megatron-2021") {
+    e.attention = AttentionBackend::kLocal;
+    e.attention_dropout = 0.1;
+    e.grad_reduce_bytes = 2;
+    e.gelu_in_gemm_epilogue = false;
+    e.async_tp_allreduce = false;
+    e.fused_cross_entropy = false;
+    return e;
+  }
+  throw_error("[--engine] unknown engine '", name, "' (choose from ", engine_names(), ")");
+}
+
+}  // namespace megatron::plan

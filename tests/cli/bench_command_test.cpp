@@ -1,0 +1,59 @@
+// `megatron bench --nproc-per-node N` on CPU ranks (mpirun): the data- and tensor-parallel
+// rows carry the real layout (nodes, GPUs per node, TP, DP) and per-rank memory.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "support/paths.h"
+
+namespace megatron {
+namespace {
+
+const char* kTiny =
+    " --device cpu --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2"
+    " --bench-iters 1 --warmup-iters 0 --csv";
+
+// The CSV row's fields (format_bench_csv: model_size_b, nodes, gpus_per_node, batch_size,
+// pipeline_parallel, tensor_parallel, data_parallel, micro_batch, tokens_per_s, report_time_s,
+// tflops_per_gpu, memory_per_gpu_gib).
+std::vector<std::string> row_of(const std::string& flags) {
+  const test::CommandResult r = test::run_command(test::megatron_binary() + " bench" + kTiny + flags, false);
+  EXPECT_EQ(r.status, 0) << flags << "\n" << r.output;
+  const size_t eol = r.output.find('\n');
+  std::vector<std::string> fields;
+  if (eol == std::string::npos) return fields;
+  std::string line = r.output.substr(eol + 1);
+  if (!line.empty() && line.back() == '\n') line.pop_back();
+  size_t start = 0;
+  for (size_t comma; (comma = line.find(',', start)) != std::string::npos; start = comma + 1) {
+    fields.push_back(line.substr(start, comma - start));
+  }
+  fields.push_back(line.substr(start));
+  return fields;
+}
+
+TEST(BenchCommand, DataAndTensorParallelRowsOnCpuRanks) {
+  const std::vector<std::string> one = row_of("");
+  const std::vector<std::string> dp = row_of(" --nproc-per-node 2");
+  const std::vector<std::string> tp = row_of(" --nproc-per-node 2 --tensor-model-parallel-size 2");
+  ASSERT_EQ(one.size(), 12u);
+  ASSERT_EQ(dp.size(), 12u);
+  ASSERT_EQ(tp.size(), 12u);
+  // nodes, GPUs/node, batch, PP, TP, DP, micro-batch
+  EXPECT_EQ(std::vector<std::string>(one.begin() + 1, one.begin() + 8),
+            (std::vector<std::string>{"1", "1", "2", "1", "1", "1", "2"}));
+  EXPECT_EQ(std::vector<std::string>(dp.begin() + 1, dp.begin() + 8),
+            (std::vector<std::string>{"1", "2", "4", "1", "1", "2", "2"}));
+  EXPECT_EQ(std::vector<std::string>(tp.begin() + 1, tp.begin() + 8),
+            (std::vector<std::string>{"1", "2", "2", "1", "2", "1", "2"}));
+  // The whole model's size in every row; per-rank memory: DP replicates, TP shards.
+  EXPECT_EQ(one[0], dp[0]);
+  EXPECT_EQ(one[0], tp[0]);
+  EXPECT_EQ(one[11], dp[11]);
+  EXPECT_LT(std::stod(tp[11]), 0.75 * std::stod(one[11]));
+  for (const auto* row : {&one, &dp, &tp}) EXPECT_GT(std::stod((*row)[8]), 0.0);  // tokens/s
+}
+
+}  // namespace
+}  // namespace megatron

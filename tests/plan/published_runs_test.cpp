@@ -1,0 +1,157 @@
+// The throughput model against published large-scale Megatron-LM runs (issue 7, validation (b)):
+// every row's predicted tokens/s per GPU must lie within 20% of the published figure, except
+// the rows listed as known misses, which must stay outside it (so the list is kept honest: a
+// model change that fixes one fails here until the row moves out of the list).
+//
+// Published figures are TFLOP/s per GPU, turned into tokens/s per GPU with each source's own
+// FLOPs-per-token formula (perf-anchors.md §0):
+//   Narayanan et al. 2021 (SC21, arXiv 2104.04473) Table 1, A100 80GB on Selene:
+//     96*L*h^2*(1 + s/(6h) + V/(16*L*h)), V = 51,200 (counts the recompute forward)
+//     Layouts, batch sizes and the virtual pipeline from Megatron-LM examples/sc21/run_table_1.sh
+//     and CONFIG.sh (commit 79a3bb6bf2): seq 2048, --fp16, dropout 0.1 (Megatron's default),
+//     activation recompute on every row, --DDP-impl torch (overlapped all-reduce) up to 18.4B
+//     and local (all-reduce after the backward) from 39.1B; no flash attention existed.
+//   Megatron-LM README H100 weak-scaling table (Megatron-Core r0.8.0, commit f2e5db402c):
+//     72*L*h^2*(1 + s/(6h) + V/(12*L*h)), V = 131,072, seq 4096, DP 48, DP/TP/PP overlap.
+//     Not published: micro-batch (1 assumed), virtual pipeline (1 assumed), precision (bf16
+//     assumed); distributed optimizer and SP for TP > 1 assumed (Megatron-Core's recommended
+//     setting for these runs).
+// bench/RESULTS.md "plan validation vs published" (2026-11-23) records the table this test prints.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "plan/search.h"
+#include "plan/throughput_model.h"
+
+namespace megatron::plan {
+namespace {
+
+struct PublishedRun {
+  const char* name;
+  int64_t layers, hidden, heads, tp, pp, vp, gpus, micro_batch, global_batch;
+  double tflops_per_gpu;  // as published
+  const char* miss;       // nullptr: must be within 20%; else why the model stays off
+};
+
+struct Source {
+  const char* gpu;
+  int64_t seq, vocab, flops_vocab;
+  double flops_factor, flops_vocab_divisor;  // 96 and 16 (Narayanan) or 72 and 12 (Megatron 2024)
+  DType dtype;
+  PlanRecompute recompute;
+  bool distributed_optimizer;
+  Engine engine;
+};
+
+double published_tokens_per_gpu(const Source& src, const PublishedRun& r) {
+  const double L = static_cast<double>(r.layers), h = static_cast<double>(r.hidden);
+  const double s = static_cast<double>(src.seq), V = static_cast<double>(src.flops_vocab);
+  const double per_token = src.flops_factor * L * h * h * (1.0 + s / (6.0 * h) + V / (src.flops_vocab_divisor * L * h));
+  return r.tflops_per_gpu * 1e12 / per_token;
+}
+
+Prediction predict_run(const Source& src, const PublishedRun& r, bool overlap_grad_reduce) {
+  PlanModel m;
+  model::GPTConfig& c = m.config;
+  c.num_layers = r.layers;
+  c.hidden_size = r.hidden;
+  c.num_attention_heads = r.heads;
+  c.kv_channels = r.hidden / r.heads;
+  c.ffn_hidden_size = 4 * r.hidden;
+  c.seq_length = src.seq;
+  c.max_position_embeddings = src.seq;
+  c.vocab_size = src.vocab;
+  m.dtype = src.dtype;
+  Cluster cl;
+  cl.gpu = find_gpu(src.gpu);
+  cl.gpus_per_node = 8;
+  cl.nodes = r.gpus / 8;
+  cl.overlap_grad_reduce = overlap_grad_reduce;
+  cl.overlap_param_gather = overlap_grad_reduce;
+  cl.engine = src.engine;
+  const int64_t dp = r.gpus / (r.tp * r.pp);
+  ParallelConfig p{r.tp, r.pp, r.vp, dp, r.micro_batch, r.global_batch, src.recompute,
+                   src.distributed_optimizer && dp > 1, r.tp > 1 && src.engine.attention == AttentionBackend::kFlash};
+  return evaluate_layout(m, cl, p).prediction;
+}
+
+// Checks every row and prints the comparison table (markdown, for bench/RESULTS.md).
+void check(const Source& src, const PublishedRun* rows, size_t n, int64_t last_overlapped_size) {
+  std::printf("| model | TP x PP x DP (vp) | mbs | GBS | published tok/s/GPU | predicted | error | TFLOP/s pub. | pred. |\n"
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (size_t i = 0; i < n; ++i) {
+    const PublishedRun& r = rows[i];
+    const bool overlapped = r.layers * r.hidden <= last_overlapped_size;
+    const Prediction pr = predict_run(src, r, overlapped);
+    const double published = published_tokens_per_gpu(src, r);
+    const double predicted = pr.tokens_per_s / static_cast<double>(r.gpus);
+    const double error = predicted / published - 1.0;
+    std::printf("| %s | %lld x %lld x %lld (%lld) | %lld | %lld | %.0f | %.0f | %+.1f%% | %.1f | %.1f |\n", r.name,
+                static_cast<long long>(r.tp), static_cast<long long>(r.pp),
+                static_cast<long long>(r.gpus / (r.tp * r.pp)), static_cast<long long>(r.vp),
+                static_cast<long long>(r.micro_batch), static_cast<long long>(r.global_batch), published, predicted,
+                100.0 * error, r.tflops_per_gpu, r.tflops_per_gpu * predicted / published);
+    if (r.miss == nullptr) {
+      EXPECT_LT(std::fabs(error), 0.20) << r.name << ": predicted " << predicted << " tokens/s/GPU, published "
+                                        << published;
+    } else {
+      EXPECT_GE(std::fabs(error), 0.20) << r.name << " is listed as a known miss (" << r.miss
+                                        << ") but is now within 20%: take it off the list";
+    }
+  }
+}
+
+// Why the listed rows stay off (bench/RESULTS.md "plan validation vs published" has the numbers).
+constexpr const char* kKernels2021 =
+    "2021 kernels: the model runs GEMMs at our A100 ceiling (MAMF 271 TFLOP/s, 2025 cuBLAS); "
+    "every row is over-predicted by a near-constant +19..24% whatever its layout, i.e. per-layer "
+    "compute of the 2021 stack (PyTorch 1.8, cuBLAS 11 fp16) ran ~20% slower, which nothing we "
+    "measured pins down";
+constexpr const char* kSmallMegatron =
+    "small TP: at h = 2048..4096 Megatron-Core ran at 41-47% MFU, our engine's calibration at 53%; "
+    "the planner predicts our per-layer kernels";
+
+// Narayanan et al. 2021 Table 1 (perf-anchors.md §1.3).
+const PublishedRun kNarayanan[] = {
+    {"1.7B", 24, 2304, 24, 1, 1, 1, 32, 16, 512, 137, kKernels2021},
+    {"3.6B", 30, 3072, 32, 2, 1, 1, 64, 16, 512, 138, kKernels2021},
+    {"7.5B", 36, 4096, 32, 4, 1, 1, 128, 16, 512, 142, kKernels2021},
+    {"18.4B", 40, 6144, 48, 8, 1, 1, 256, 8, 1024, 135, kKernels2021},
+    {"39.1B", 48, 8192, 64, 8, 2, 1, 512, 4, 1536, 138, nullptr},
+    {"76.1B", 60, 10240, 80, 8, 4, 3, 1024, 2, 1792, 140, kKernels2021},
+    {"145.6B", 80, 12288, 96, 8, 8, 2, 1536, 2, 2304, 148, kKernels2021},
+    {"310.1B", 96, 16384, 128, 8, 16, 2, 1920, 1, 2160, 155, kKernels2021},
+    {"529.6B", 105, 20480, 128, 8, 35, 3, 2520, 1, 2520, 163, kKernels2021},
+    {"1008B", 128, 25600, 160, 8, 64, 1, 3072, 1, 3072, 163, nullptr},
+};
+
+TEST(PlanPublished, NarayananTable1OnA100) {
+  const Source src{"a100-80gb", 2048, 50257, 51200, 96.0, 16.0, DType::kF16, PlanRecompute::kFull, false,
+                   find_engine("megatron-2021")};
+  check(src, kNarayanan, std::size(kNarayanan), 40 * 6144);  // torch DDP (overlapped) up to 18.4B
+}
+
+// Megatron-LM README, H100 weak scaling (perf-anchors.md §1.1).
+const PublishedRun kMegatronH100[] = {
+    {"1.7B", 24, 2048, 16, 1, 1, 1, 48, 1, 192, 408.8, kSmallMegatron},
+    {"7.1B", 30, 4096, 32, 2, 1, 1, 96, 1, 192, 465.9, kSmallMegatron},
+    {"16B", 32, 6144, 48, 4, 1, 1, 192, 1, 192, 489.1, nullptr},
+    {"32B", 48, 7168, 56, 8, 1, 1, 384, 1, 192, 459.6, nullptr},
+    {"70B", 84, 8192, 64, 8, 2, 1, 768, 1, 384, 419.7, nullptr},
+    {"119B", 92, 10240, 80, 8, 4, 1, 1536, 1, 768, 420.5, nullptr},
+    {"177B", 96, 12288, 96, 8, 6, 1, 2304, 1, 1152, 432.8, nullptr},
+    {"314B", 96, 16384, 128, 8, 8, 1, 3072, 1, 1536, 474.4, nullptr},
+    {"462B", 112, 18432, 144, 8, 16, 1, 6144, 1, 3072, 459.9, nullptr},
+};
+
+TEST(PlanPublished, MegatronReadmeH100WeakScaling) {
+  const Source src{"h100-80gb", 4096, 131072, 131072, 72.0, 12.0, DType::kBF16, PlanRecompute::kNone, true,
+                   find_engine("megatron-core-2024")};
+  check(src, kMegatronH100, std::size(kMegatronH100), INT64_MAX);
+}
+
+}  // namespace
+}  // namespace megatron::plan
