@@ -13,6 +13,7 @@
 #include "model/memory_plan.h"
 #include "optim/loss_scaler.h"
 #include "train/flops.h"
+#include "train/pipeline_executor.h"
 #include "train/tensorboard_tags.h"
 #include "train/training_log.h"
 
@@ -69,10 +70,11 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   log_last_ = groups_->is_last_rank() ? &out : &null_;
   const TrainConfig& c = config_;
   MT_CHECK(c.world_size == groups_->world_size() && c.data_parallel_size == groups_->sizes.dp &&
-           c.tensor_model_parallel_size == groups_->sizes.tp)
+           c.tensor_model_parallel_size == groups_->sizes.tp && c.pipeline_model_parallel_size == groups_->sizes.pp)
       << "config for world " << c.world_size << " / dp " << c.data_parallel_size << " / tp "
-      << c.tensor_model_parallel_size << ", groups of " << groups_->world_size() << " / " << groups_->sizes.dp
-      << " / " << groups_->sizes.tp;
+      << c.tensor_model_parallel_size << " / pp " << c.pipeline_model_parallel_size << ", groups of "
+      << groups_->world_size() << " / " << groups_->sizes.dp << " / " << groups_->sizes.tp << " / "
+      << groups_->sizes.pp;
   microbatches_ = std::make_unique<NumMicroBatchesCalculator>(c.microbatch_calculator());
   *log0_ << microbatches_->describe() << '\n';
   train_iters_ = c.total_train_iters();
@@ -95,7 +97,8 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   model::TensorParallelOptions tp;
   tp.group = groups_->tp.get();
   tp.sequence_parallel = c.sequence_parallel;
-  model_ = std::make_unique<model::GPTModel>(c.model, backend_, param_dtype(c), c.micro_batch_size, tp);
+  model_ = std::make_unique<model::GPTModel>(c.model, backend_, param_dtype(c), c.micro_batch_size, tp,
+                                             pipeline_stage(c, groups_->coords.pp));
   model_->parameters().initialize(backend_, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
   *log0_ << " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): "
        << model_->parameters().total_numel() << '\n';
@@ -123,10 +126,10 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   dp.group = groups_->dp_cp.get();  // gradients are reduced over dp x cp (megatron-facts §9)
   dp.distributed = c.use_distributed_optimizer;
   dp.bucket_size = c.ddp_bucket_size.value_or(0);
-  dp.model_parallel = groups_->model_parallel.get();  // norms and the inf flag span the TP shards
+  dp.model_parallel = groups_->model_parallel.get();  // norms and the inf flag span TP x PP
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, oc, std::move(scaler), dp);
   scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));
-  *log0_ << model::format_memory_plan(train_memory_plan(c));
+  *log0_ << model::format_memory_plan(train_memory_plan(c, groups_->coords.pp));
   *log0_ << flops_formula_text(c.model, c.global_batch_size, c.flops_convention);
 
   if (c.load) {
@@ -142,15 +145,33 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
 
 void Trainer::request_exit() { g_exit_requested.store(true); }
 
+std::vector<parallel::PipelineAction> Trainer::pipeline_table(int64_t num_micro, bool forward_only) const {
+  const parallel::PipelineShape shape{config_.pipeline_model_parallel_size, groups_->coords.pp, num_micro,
+                                      config_.virtual_pipeline_chunks(), forward_only};
+  std::vector<parallel::PipelineAction> table = parallel::pipeline_schedule(shape);
+  const std::vector<int64_t> in_flight = parallel::max_in_flight(table, shape.virtual_chunks);
+  for (int64_t ci = 0; ci < shape.virtual_chunks; ++ci) {
+    MT_CHECK(in_flight[static_cast<size_t>(ci)] <= model_->activation_sets(ci))
+        << "chunk " << ci << " holds " << in_flight[static_cast<size_t>(ci)] << " micro-batches in flight, "
+        << model_->activation_sets(ci) << " activation sets";
+  }
+  return table;
+}
+
 void Trainer::save() {
   if (!config_.save) return;
   // Collective: with the distributed optimizer the owners send their state to DP rank 0.
   const FullOptimizerState state = optimizer_->gather_full_state();
   // The state is replicated over DP (or gathered to DP rank 0). The DP-rank-0 ranks (one TP
-  // group) gather the shards into global tensors, and global rank 0 (TP 0, DP 0) writes.
+  // group per stage) gather the shards into global tensors, TP rank 0 of each stage sends its
+  // stage's to stage 0, and global rank 0 (TP 0, DP 0, stage 0) writes.
   if (groups_->dp_cp->rank() == 0) {
-    const CheckpointTensors tensors = collect_checkpoint_tensors(model_->parameters(), *optimizer_, state,
-                                                                 !config_.no_save_optim, *groups_->tp, backend_);
+    CheckpointTensors tensors = collect_checkpoint_tensors(model_->parameters(), *optimizer_, state,
+                                                           !config_.no_save_optim, *groups_->tp, backend_);
+    if (groups_->tp->rank() == 0) {
+      gather_pipeline_stages(&tensors, config_, model_->dtype(), optimizer_->has_separate_main_params(),
+                             !config_.no_save_optim, *groups_->pp, backend_);
+    }
     if (groups_->is_first_rank()) {
       save_training_checkpoint(config_, progress_, tensors, *optimizer_, *scheduler_, backend_, *log0_);
     }
@@ -202,15 +223,16 @@ void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_
 
 double Trainer::evaluate(const data::TokenDataset& dataset, int64_t* consumed, int64_t global_batch) {
   const int64_t num_micro = global_batch / (config_.micro_batch_size * config_.data_parallel_size);
-  model::MicroBatch mb;
   model::DropoutContext no_dropout;
   no_dropout.training = false;
+  // Forward only through the pipeline; the losses appear on the last stage (0 elsewhere).
+  const auto table = pipeline_table(num_micro, /*forward_only=*/true);
   double total = 0.0;
   for (int64_t it = 0; it < config_.eval_iters; ++it) {
-    for (int64_t k = 0; k < num_micro; ++k) {
-      load_micro_batch(dataset, *consumed, k, &mb);
-      total += model_->forward(mb, no_dropout);
-    }
+    PipelineCallbacks cb;
+    cb.load = [&](int64_t k, model::MicroBatch* mb) { load_micro_batch(dataset, *consumed, k, mb); };
+    cb.dropout = [&](int64_t) { return no_dropout; };
+    total += run_pipeline(table, *model_, *groups_->pp, cb);
     *consumed += global_batch;
   }
   // C23: the sum of micro-batch means over eval_iters * num_microbatches, averaged over DP
@@ -258,7 +280,6 @@ TrainSummary Trainer::run() {
   int64_t advanced = 0, skipped = 0, nans = 0;
   auto interval_start = Clock::now();
   bool memory_reported = false, first = true;
-  model::MicroBatch mb;
   // --log-timers-to-tensorboard: seconds per phase since the last log line, as Megatron's
   // timers "batch-generator", "forward-backward" and "optimizer" (synchronising the device at
   // phase boundaries, which is why it is opt-in).
@@ -281,10 +302,18 @@ TrainSummary Trainer::run() {
       *total += std::chrono::duration<double>(now - phase_start).count();
       phase_start = now;
     };
-    for (int64_t k = 0; k < num_micro; ++k) {
+    // Forward and backward of the micro-batches in the pipeline schedule's order (one stage:
+    // forward k, backward k). The loss head's backward runs right after each loss.
+    model::HeadBackward head;
+    head.loss_scale = optimizer_->loss_scale();
+    head.grad_scale = 1.0f / static_cast<float>(num_micro);
+    PipelineCallbacks cb;
+    cb.load = [&](int64_t k, model::MicroBatch* mb) {
       lap(&t_fwd_bwd);
-      load_micro_batch(*datasets_.train(), progress_.consumed_train_samples, k, &mb);
+      load_micro_batch(*datasets_.train(), progress_.consumed_train_samples, k, mb);
       lap(&t_batch);
+    };
+    cb.dropout = [&](int64_t k) {
       model::DropoutContext dropout;
       dropout.seed = static_cast<uint64_t>(c.seed);
       dropout.iteration = progress_.iteration;
@@ -292,12 +321,20 @@ TrainSummary Trainer::run() {
       // process's micro-batch k * dp + dp_rank, megatron-facts §3.9): dropout masks then
       // differ across DP ranks and equal the single-process run's.
       dropout.micro_batch = k * c.data_parallel_size + groups_->coords.dp;
-      iter_loss += model_->forward(mb, dropout);
-      model_->backward(optimizer_->loss_scale(), 1.0f / static_cast<float>(num_micro));
-    }
+      return dropout;
+    };
+    cb.head = &head;
+    iter_loss = run_pipeline(pipeline_table(num_micro, /*forward_only=*/false), *model_, *groups_->pp, cb);
     // Megatron's finalize_model_grads: the gradient reduction closes forward-backward
-    // (sequence-parallel LayerNorm gradients over TP, then everything over DP).
+    // (sequence-parallel LayerNorm gradients over TP; the tied word embedding's two copies
+    // summed over the embedding group {first, last stage}; then everything over DP). The
+    // embedding sum comes before the DP reduction so that it sees whole gradients also when
+    // the distributed optimizer keeps only its shards.
     model_->reduce_sequence_parallel_grads();
+    if (model::Parameter* tied = model_->tied_embedding()) {
+      MT_CHECK(groups_->embedding != nullptr) << "a stage with the tied embedding outside the embedding group";
+      groups_->embedding->all_reduce(tied->grad, comm::ReduceOp::kSum);
+    }
     optimizer_->reduce_gradients();
     lap(&t_fwd_bwd);
     // The loss of the global batch: this rank's micro-batch mean, averaged over DP.
