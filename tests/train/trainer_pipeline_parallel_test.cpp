@@ -2,7 +2,7 @@
 // GPT (4 layers, fp32, dropout off, 10 iterations) as one process and as PP2 (1F1B), PP2
 // interleaved (2 chunks of 1 layer per stage), TP2 x PP2 and TP2 x PP2 x DP2 (8 ranks), each
 // also with --use-distributed-optimizer and full recomputation together, logs the same losses
-// and grad norms; checkpoints saved under PP2 resume under PP1 and the reverse with the next
+// and grad norms (PP2 interleaved also with dropout on); checkpoints saved under PP2 resume under PP1 and the reverse with the next
 // losses of the uninterrupted run; --dry-run prints every stage's plan; bad pipeline
 // configurations are one line before anything starts. Values are read from --log-jsonl (full
 // double precision) of the last rank, which is on the last stage.
@@ -35,14 +35,14 @@ using test::read_jsonl;
 
 // 4 layers (PP2: 2 per stage; interleaved: 1 per chunk), hidden 32, 4 heads, seq 16, global
 // batch 8 of micro-batches of 2 (4 micro-batches per iteration; 2 per DP rank at DP2).
-std::vector<std::string> train_flags(const std::string& dir) {
+std::vector<std::string> train_flags(const std::string& dir, const char* dropout = "0") {
   return {test::megatron_binary(), "train", "--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4",
           "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "10",
           "--lr", "0.003", "--lr-decay-style", "cosine", "--lr-warmup-iters", "2", "--log-interval", "1",
           "--eval-interval", "1000", "--eval-iters", "1", "--seed", "5", "--data-path", dir + "/walk_text_document",
           "--split", "90,10,0", "--data-cache-path", dir + "/cache", "--vocab-file", test::gpt2_vocab_file(),
-          "--merge-file", test::gpt2_merge_file(), "--device", "cpu", "--attention-dropout", "0",
-          "--hidden-dropout", "0"};
+          "--merge-file", test::gpt2_merge_file(), "--device", "cpu", "--attention-dropout", dropout,
+          "--hidden-dropout", dropout};
 }
 
 std::vector<std::string> with(std::vector<std::string> a, std::initializer_list<std::string> more) {
@@ -66,10 +66,10 @@ struct Layout {
   std::vector<std::string> flags;  // with the TP1 padding where needed
 };
 
-void parity(const std::string& test_name, const std::vector<Layout>& layouts) {
+void parity(const std::string& test_name, const std::vector<Layout>& layouts, const char* dropout = "0") {
   const std::string dir = test::scratch_dir(test_name);
   test::write_walk_corpus(dir);
-  const auto base = train_flags(dir);
+  const auto base = train_flags(dir, dropout);
   const test::CommandResult one = test::run_ranks(tp1(with(base, {"--log-jsonl", dir + "/one.jsonl"})), 1);
   ASSERT_EQ(one.status, 0) << one.output;
   const auto ref = read_jsonl(dir + "/one.jsonl");
@@ -105,6 +105,18 @@ TEST(TrainerPipelineParallel, Tp2Pp2AndTp2Pp2Dp2MatchOneProcess) {
           {"TP2 x PP2 x DP2",
            8,
            {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--sequence-parallel"}}});
+}
+
+// Dropout on (hidden and attention): every stage draws the single-process masks (the streams
+// take the global layer index and the micro-batch's own dropout context, also when several
+// micro-batches are in flight and when recomputation replays them).
+TEST(TrainerPipelineParallel, InterleavedWithDropoutMatchesOneProcess) {
+  parity("trainer_pp_parity_dropout",
+         {{"PP2 interleaved (vp 2), dropout 0.1",
+           2,
+           {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+            "--make-vocab-size-divisible-by", "256"}}},
+         "0.1");
 }
 
 // Checkpoints hold global tensors by global layer names: saved under PP2 (the last stage's
