@@ -1,10 +1,10 @@
 // The parity spine of pipeline parallelism (DESIGN.md decision 3): `megatron train` on a tiny
-// GPT (4 layers, fp32, dropout off, 10 iterations) as one process and as PP2 (1F1B), PP2
+// GPT (4 layers, fp32, dropout off, 10 iterations) as one process and as PP2 (1F1B), PP4, PP2
 // interleaved (2 chunks of 1 layer per stage), TP2 x PP2 and TP2 x PP2 x DP2 (8 ranks), each
 // also with --use-distributed-optimizer and full recomputation together, logs the same losses
-// and grad norms (PP2 interleaved also with dropout on); checkpoints saved under PP2 resume under PP1 and the reverse with the next
-// losses of the uninterrupted run; --dry-run prints every stage's plan; bad pipeline
-// configurations are one line before anything starts. Values are read from --log-jsonl (full
+// and grad norms (PP2 interleaved also with dropout on); checkpoints saved under PP2 resume
+// under PP1 and the reverse with the next losses of the uninterrupted run; --dry-run prints
+// every stage's plan; bad pipeline configurations are one line before anything starts. Values are read from --log-jsonl (full
 // double precision) of the last rank, which is on the last stage.
 //
 // Tolerance (test/support/parity_runs.h): relative 2e-6 on the loss and 1e-5 on the grad norm,
@@ -90,9 +90,11 @@ void parity(const std::string& test_name, const std::vector<Layout>& layouts, co
   }
 }
 
-TEST(TrainerPipelineParallel, Pp2AndInterleavedMatchOneProcess) {
+TEST(TrainerPipelineParallel, Pp2Pp4AndInterleavedMatchOneProcess) {
   parity("trainer_pp_parity",
          {{"PP2", 2, {"--pipeline-model-parallel-size", "2", "--make-vocab-size-divisible-by", "256"}},
+          // One layer per stage; the two middle stages send and receive both ways in one exchange.
+          {"PP4", 4, {"--pipeline-model-parallel-size", "4", "--make-vocab-size-divisible-by", "256"}},
           {"PP2 interleaved (vp 2)",
            2,
            {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
