@@ -39,10 +39,6 @@ constexpr const char* kVariant = "this model variant is not implemented yet";
 
 constexpr FlagRow kFlagTable[] = {
     // Parallelism: later issues widen these.
-    // --tensor/--pipeline-model-parallel-size are declared as supported flags: the layout check
-    // (world size divisible by TP x PP) comes first, then fill_parallel_and_batch() says that
-    // pipeline sizes other than 1 are not supported yet.
-    {"--num-layers-per-virtual-pipeline-stage", FlagType::kValue, FlagState::kUnsupported, "", "interleaved pipeline schedule"},
     {"--context-parallel-size", FlagType::kValue, FlagState::kValues, "1", "context parallelism"},
     {"--expert-model-parallel-size", FlagType::kValue, FlagState::kValues, "1", "mixture of experts"},
     {"--num-experts", FlagType::kValue, FlagState::kUnsupported, "", "mixture of experts"},
@@ -333,7 +329,9 @@ void declare_supported_flags(Args& a) {
       .option("--log-jsonl", "FILE", "append one JSON object per logged iteration and validation to FILE");
   // Parallelism and recompute.
   a.option("--tensor-model-parallel-size", "N", "tensor-parallel size (heads, FFN and vocabulary split over N ranks)", "1")
-      .option("--pipeline-model-parallel-size", "N", "pipeline-parallel size (only 1 for now)", "1")
+      .option("--pipeline-model-parallel-size", "N", "pipeline-parallel size (the layers split over N stages, 1F1B schedule)", "1")
+      .option("--num-layers-per-virtual-pipeline-stage", "N",
+              "layers per virtual pipeline stage: each stage holds several chunks (interleaved 1F1B schedule)")
       .flag("--use-distributed-optimizer", "shard the fp32 main weights and Adam moments over data-parallel ranks")
       .option("--ddp-bucket-size", "N",
               "gradient all-reduce / reduce-scatter bucket size in elements (default: one bucket; "
@@ -453,10 +451,6 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   // Megatron's layout check first (megatron-facts §7): dp = world / (tp * pp).
   c.data_parallel_size = comm::parallel_sizes(world_size, c.tensor_model_parallel_size,
                                               c.pipeline_model_parallel_size).dp;
-  if (c.pipeline_model_parallel_size != 1) {
-    throw_error("[--pipeline-model-parallel-size] ", c.pipeline_model_parallel_size,
-                " is not supported yet (pipeline parallelism comes later; accepted: 1)");
-  }
   if (c.model.num_attention_heads % c.tensor_model_parallel_size != 0) {
     throw_error("[--num-attention-heads] ", c.model.num_attention_heads,
                 " is not divisible by --tensor-model-parallel-size ", c.tensor_model_parallel_size);
@@ -464,6 +458,19 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   if (c.model.num_layers % c.pipeline_model_parallel_size != 0) {
     throw_error("[--num-layers] ", c.model.num_layers, " is not divisible by --pipeline-model-parallel-size ",
                 c.pipeline_model_parallel_size);
+  }
+  c.num_layers_per_virtual_pipeline_stage = opt_int(a, "--num-layers-per-virtual-pipeline-stage");
+  if (c.num_layers_per_virtual_pipeline_stage) {
+    const int64_t per_stage = c.model.num_layers / c.pipeline_model_parallel_size;
+    require_positive("--num-layers-per-virtual-pipeline-stage", *c.num_layers_per_virtual_pipeline_stage);
+    if (c.pipeline_model_parallel_size == 1) {
+      throw_error("[--num-layers-per-virtual-pipeline-stage] the interleaved schedule needs "
+                  "--pipeline-model-parallel-size > 1");
+    }
+    if (per_stage % *c.num_layers_per_virtual_pipeline_stage != 0) {
+      throw_error("[--num-layers-per-virtual-pipeline-stage] the layers per pipeline stage (", per_stage,
+                  ") are not divisible by ", *c.num_layers_per_virtual_pipeline_stage);
+    }
   }
   // Tensor parallelism splits heads, FFN columns and (with --sequence-parallel) the sequence
   // (model/gpt_model.h); the vocabulary is padded to a multiple of T (train/config.h).
@@ -536,6 +543,18 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
                   c.data_parallel_size, ")");
     }
     c.rampup_batch_size = ramp;
+  }
+  // The interleaved schedule runs micro-batches in groups of pp (parallel/pipeline_schedule.h).
+  if (c.virtual_pipeline_chunks() > 1) {
+    if (c.rampup_batch_size) {
+      throw_error("[--rampup-batch-size] is not supported with --num-layers-per-virtual-pipeline-stage");
+    }
+    const int64_t m = c.global_batch_size / per_step;
+    if (m % c.pipeline_model_parallel_size != 0) {
+      throw_error("[--num-layers-per-virtual-pipeline-stage] number of microbatches (", m,
+                  ") is not divisible by --pipeline-model-parallel-size (", c.pipeline_model_parallel_size,
+                  ") when using the interleaved schedule");
+    }
   }
 }
 

@@ -93,7 +93,14 @@ int run_train(const CommandArgs& argv) {
       config.model.vocab_size, config.make_vocab_size_divisible_by, config.tensor_model_parallel_size, &log0);
 
   if (config.dry_run) {
-    log0 << model::format_memory_plan(train::train_memory_plan(config));
+    if (config.pipeline_model_parallel_size == 1) {
+      log0 << model::format_memory_plan(train::train_memory_plan(config));
+    } else {
+      for (int64_t stage = 0; stage < config.pipeline_model_parallel_size; ++stage) {
+        log0 << " > pipeline stage " << stage << " of " << config.pipeline_model_parallel_size << ":\n"
+             << model::format_memory_plan(train::train_memory_plan(config, stage));
+      }
+    }
     log0 << train::flops_formula_text(config.model, config.global_batch_size, config.flops_convention);
     return 0;
   }

@@ -41,6 +41,14 @@ class PendingCollective {
   virtual void wait() = 0;
 };
 
+// One message of Communicator::send_recv: send `tensor` to, or receive it from, group rank
+// `peer` (a view: the caller keeps the storage alive until send_recv returns).
+struct PointToPoint {
+  bool send = false;
+  Tensor tensor;
+  int64_t peer = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -68,6 +76,17 @@ class Communicator {
   virtual void send(const Tensor& x, int64_t peer) = 0;
   virtual void recv(Tensor& x, int64_t peer) = 0;
   virtual void barrier() = 0;
+
+  // ---- Pipeline point-to-point (train/pipeline_executor.h) ----
+  // Posts every send and receive of `ops` at once and returns when all have completed (MPI:
+  // Isend/Irecv + Waitall; NCCL: one group, enqueued on the stream; one rank: a send to
+  // itself is copied into its receives in order). Neighbouring pipeline stages that both send
+  // and receive in one step cannot deadlock, as paired blocking send/recv can. Collective over
+  // the peers named, not the group; between two ranks messages match in posting order, and
+  // the receiver knows the shapes and dtypes.
+  virtual void send_recv(std::span<const PointToPoint> ops) = 0;
+  // ---- end of pipeline point-to-point ----
+
   // MPI_Comm_split: the ranks that pass the same `color` form one new group, ordered by
   // (key, old rank). Collective over this group; `name` names the new group. A rank passing
   // a negative color joins no group and gets nullptr.

@@ -203,6 +203,29 @@ void MpiCommunicator::recv(Tensor& x, int64_t peer) {
   }
 }
 
+void MpiCommunicator::send_recv(std::span<const PointToPoint> ops) {
+  std::vector<MPI_Request> requests;
+  for (const PointToPoint& op : ops) {
+    MT_CHECK(op.peer >= 0 && op.peer < size_ && op.peer != rank_) << "send_recv with " << op.peer << " on " << rank_;
+    require_host(op.tensor, op.send ? "send_recv (send)" : "send_recv (recv)", name_);
+    char* p = static_cast<char*>(op.tensor.data());
+    const int64_t esize = dtype_size(op.tensor.dtype());
+    // Chunks of kMaxChunk elements (int counts), posted in order: they match in order.
+    for (int64_t off = 0; off < op.tensor.numel(); off += kMaxChunk) {
+      const int n = static_cast<int>(std::min(kMaxChunk, op.tensor.numel() - off));
+      MPI_Request r = MPI_REQUEST_NULL;
+      if (op.send) {
+        MT_MPI_CHECK(MPI_Isend(p + off * esize, n, mpi_type(op.tensor.dtype()), static_cast<int>(op.peer), 0, comm_, &r));
+      } else {
+        MT_MPI_CHECK(MPI_Irecv(p + off * esize, n, mpi_type(op.tensor.dtype()), static_cast<int>(op.peer), 0, comm_, &r));
+      }
+      requests.push_back(r);
+    }
+  }
+  if (requests.empty()) return;
+  MT_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+}
+
 void MpiCommunicator::barrier() { MT_MPI_CHECK(MPI_Barrier(comm_)); }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int64_t color, int64_t key, const std::string& name) {

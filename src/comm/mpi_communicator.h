@@ -51,6 +51,7 @@ class MpiCommunicator final : public Communicator {
   void send(const Tensor& x, int64_t peer) override;
   void recv(Tensor& x, int64_t peer) override;
   void barrier() override;
+  void send_recv(std::span<const PointToPoint> ops) override;
   std::unique_ptr<Communicator> split(int64_t color, int64_t key, const std::string& name) override;
 
  private:

@@ -201,6 +201,25 @@ class NcclCommunicator final : public Communicator {
                            blocking_stream()));
   }
 
+  void send_recv(std::span<const PointToPoint> ops) override {
+    // One group: NCCL starts every send and receive together, so pairs cannot deadlock.
+    const cudaStream_t stream = blocking_stream();
+    MT_NCCL_CHECK(ncclGroupStart());
+    for (const PointToPoint& op : ops) {
+      MT_CHECK(op.peer >= 0 && op.peer < size_ && op.peer != rank_) << "send_recv with " << op.peer << " on " << rank_;
+      if (op.tensor.numel() == 0) continue;
+      require_device(op.tensor, op.send ? "send_recv (send)" : "send_recv (recv)");
+      const size_t n = static_cast<size_t>(op.tensor.numel());
+      if (op.send) {
+        MT_NCCL_CHECK(ncclSend(op.tensor.data(), n, nccl_type(op.tensor.dtype()), static_cast<int>(op.peer), comm_, stream));
+      } else {
+        MT_NCCL_CHECK(ncclRecv(op.tensor.data(), n, nccl_type(op.tensor.dtype()),
+                               static_cast<int>(op.peer), comm_, stream));
+      }
+    }
+    MT_NCCL_CHECK(ncclGroupEnd());
+  }
+
   void barrier() override {
     double one = 1.0;
     all_reduce_host(std::span<double>(&one, 1), ReduceOp::kSum);

@@ -1,5 +1,7 @@
 #include "comm/self_communicator.h"
 
+#include <vector>
+
 #include "core/error.h"
 
 namespace megatron::comm {
@@ -34,6 +36,20 @@ void SelfCommunicator::send(const Tensor&, int64_t peer) {
 
 void SelfCommunicator::recv(Tensor&, int64_t peer) {
   MT_CHECK(false) << "recv from rank " << peer << " in the one-rank group '" << name_ << "'";
+}
+
+void SelfCommunicator::send_recv(std::span<const PointToPoint> ops) {
+  // Sends to rank 0 (itself) pair with receives in posting order.
+  std::vector<const PointToPoint*> sends, recvs;
+  for (const PointToPoint& op : ops) {
+    MT_CHECK(op.peer == 0) << "send_recv with rank " << op.peer << " in the one-rank group '" << name_ << "'";
+    (op.send ? sends : recvs).push_back(&op);
+  }
+  MT_CHECK_EQ(sends.size(), recvs.size());
+  for (size_t i = 0; i < sends.size(); ++i) {
+    Tensor dst = recvs[i]->tensor;
+    copy_unless_same(sends[i]->tensor, dst);
+  }
 }
 
 std::unique_ptr<Communicator> SelfCommunicator::split(int64_t color, int64_t, const std::string& name) {

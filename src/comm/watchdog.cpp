@@ -97,6 +97,10 @@ void WatchedCommunicator::recv(Tensor& x, int64_t peer) {
   Watchdog::Scope s(watchdog_, "recv", *inner_);
   inner_->recv(x, peer);
 }
+void WatchedCommunicator::send_recv(std::span<const PointToPoint> ops) {
+  Watchdog::Scope s(watchdog_, "send_recv", *inner_);
+  inner_->send_recv(ops);
+}
 void WatchedCommunicator::barrier() {
   Watchdog::Scope s(watchdog_, "barrier", *inner_);
   inner_->barrier();

@@ -80,6 +80,7 @@ class WatchedCommunicator final : public Communicator {
   void send(const Tensor& x, int64_t peer) override;
   void recv(Tensor& x, int64_t peer) override;
   void barrier() override;
+  void send_recv(std::span<const PointToPoint> ops) override;
   std::unique_ptr<Communicator> split(int64_t color, int64_t key, const std::string& name) override;
   // Watched while they start (MPI: the whole collective; NCCL: the enqueue).
   std::unique_ptr<PendingCollective> start_all_reduce(Tensor& x, ReduceOp op) override;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/ops.h"
 
@@ -50,6 +51,19 @@ struct GPTConfig {
     if (recompute == Recompute::kUniform) return recompute_num_layers < num_layers ? recompute_num_layers : num_layers;
     return recompute == Recompute::kBlock && recompute_num_layers > 0 ? 1 : 0;
   }
+};
+
+// Which part of the model a rank holds under pipeline parallelism (parallel/
+// pipeline_schedule.h has the layout): pp stages of vp chunks; chunk c of `stage` is virtual
+// stage v = c * pp + stage with the L / (pp * vp) layers from v * L / (pp * vp). Virtual stage 0
+// has the embeddings, the last one the final LayerNorm, output layer and loss; with tied
+// embeddings the last stage (pp > 1) keeps its own copy of the word embedding.
+// activation_sets[c]: how many micro-batches chunk c holds in flight (empty: one each).
+struct PipelineStageOptions {
+  int64_t pp = 1;
+  int64_t stage = 0;
+  int64_t virtual_chunks = 1;
+  std::vector<int64_t> activation_sets;
 };
 
 }  // namespace megatron::model

@@ -17,9 +17,72 @@ constexpr int kSiteMlpOut = 2;
 constexpr int kSiteEmbedding = 3;
 }  // namespace
 
+GPTModel::ParamIndices GPTModel::declare(const GPTConfig& c, const PipelineStageOptions& pipe, ParameterSet* params) {
+  ParamIndices ix;
+  const int64_t pp = pipe.pp, vp = pipe.virtual_chunks, Lc = c.num_layers / (pp * vp);
+  const bool first_stage = pipe.stage == 0, last_stage = pipe.stage == pp - 1;
+  const int64_t h = c.hidden_size, f = c.ffn_hidden_size, V = c.padded_vocab_size;
+  const int64_t q = c.num_attention_heads * c.kv_channels;
+  const bool bias = c.add_bias_linear, tied = !c.untie_embeddings_and_output_weights;
+  constexpr int kRows = 0, kCols = 1;  // partition dims: column-parallel / vocab rows, row-parallel columns
+  // Parameters in the single-process order, each drawing from its single-process init stream:
+  // word 0, position 1, then per layer `per_layer` streams, then the final LayerNorm and the
+  // untied output layer.
+  const int64_t per_layer = bias ? 12 : 8;
+  ParameterSet& ps = *params;
+  if (first_stage) {
+    ps.set_next_init_stream(0);
+    ix.word_emb = ps.add("embedding.word_embeddings.weight", {V, h}, Init::kNormal, kRows);
+    ix.pos_emb = ps.add("embedding.position_embeddings.weight", {c.max_position_embeddings, h}, Init::kNormal);
+  }
+  for (int64_t ci = 0; ci < vp; ++ci) {
+    const int64_t first_layer = (ci * pp + pipe.stage) * Lc;
+    for (int64_t l = first_layer; l < first_layer + Lc; ++l) {
+      ps.set_next_init_stream(2 + l * per_layer);
+      const std::string pre = "decoder.layers." + std::to_string(l) + ".";
+      LayerParams lp{};
+      lp.ln1_w = ps.add(pre + "input_layernorm.weight", {h}, Init::kOnes);
+      lp.ln1_b = ps.add(pre + "input_layernorm.bias", {h}, Init::kZeros);
+      lp.qkv_w = ps.add(pre + "self_attention.linear_qkv.weight", {3 * q, h}, Init::kNormal, kRows);
+      lp.qkv_b = bias ? ps.add(pre + "self_attention.linear_qkv.bias", {3 * q}, Init::kZeros, kRows) : -1;
+      lp.proj_w = ps.add(pre + "self_attention.linear_proj.weight", {h, q}, Init::kScaledNormal, kCols);
+      lp.proj_b = bias ? ps.add(pre + "self_attention.linear_proj.bias", {h}, Init::kZeros) : -1;
+      lp.ln2_w = ps.add(pre + "pre_mlp_layernorm.weight", {h}, Init::kOnes);
+      lp.ln2_b = ps.add(pre + "pre_mlp_layernorm.bias", {h}, Init::kZeros);
+      lp.fc1_w = ps.add(pre + "mlp.linear_fc1.weight", {f, h}, Init::kNormal, kRows);
+      lp.fc1_b = bias ? ps.add(pre + "mlp.linear_fc1.bias", {f}, Init::kZeros, kRows) : -1;
+      lp.fc2_w = ps.add(pre + "mlp.linear_fc2.weight", {h, f}, Init::kScaledNormal, kCols);
+      lp.fc2_b = bias ? ps.add(pre + "mlp.linear_fc2.bias", {h}, Init::kZeros) : -1;
+      ix.layers.push_back(lp);
+    }
+  }
+  if (last_stage) {
+    ps.set_next_init_stream(2 + c.num_layers * per_layer);
+    ix.final_ln_w = ps.add("decoder.final_layernorm.weight", {h}, Init::kOnes);
+    ix.final_ln_b = ps.add("decoder.final_layernorm.bias", {h}, Init::kZeros);
+    if (!tied) {
+      ix.output_w = ps.add("output_layer.weight", {V, h}, Init::kNormal, kRows);
+    } else if (first_stage) {
+      ix.output_w = ix.word_emb;
+    } else {
+      // The last stage's own copy of the tied embedding, initialised like the first stage's
+      // (stream 0) and kept equal by summing the two gradients (Megatron's shared embedding).
+      ps.set_next_init_stream(0);
+      ix.output_w = ps.add("embedding.word_embeddings.weight", {V, h}, Init::kNormal, kRows);
+      ps[ix.output_w].pipeline_shared = true;
+    }
+  }
+  return ix;
+}
+
+void GPTModel::declare_stage_parameters(const GPTConfig& config, const PipelineStageOptions& pipeline,
+                                        ParameterSet* params) {
+  declare(config, pipeline, params);
+}
+
 GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType param_dtype, int64_t micro_batch_size,
-                   const TensorParallelOptions& tp)
-    : config_(config), backend_(backend), dtype_(param_dtype), micro_batch_size_(micro_batch_size) {
+                   const TensorParallelOptions& tp, const PipelineStageOptions& pipeline)
+    : config_(config), backend_(backend), dtype_(param_dtype), micro_batch_size_(micro_batch_size), pipe_(pipeline) {
   const GPTConfig& c = config_;
   MT_CHECK(c.num_layers > 0 && c.hidden_size > 0 && c.num_attention_heads > 0 && c.ffn_hidden_size > 0 &&
            c.kv_channels > 0 && c.seq_length > 0 && c.padded_vocab_size > 0 && micro_batch_size > 0)
@@ -34,40 +97,36 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   MT_CHECK(c.num_attention_heads % T == 0 && c.ffn_hidden_size % T == 0 && c.padded_vocab_size % T == 0 &&
            (!sp_ || c.seq_length % T == 0))
       << "GPTConfig does not split over " << T << " tensor-parallel ranks";
+  const int64_t pp = pipe_.pp, vp = pipe_.virtual_chunks;
+  MT_CHECK(pp >= 1 && vp >= 1 && pipe_.stage >= 0 && pipe_.stage < pp && c.num_layers % (pp * vp) == 0)
+      << "pipeline stage " << pipe_.stage << " of " << pp << " x " << vp << " chunks for " << c.num_layers << " layers";
+  if (pipe_.activation_sets.empty()) pipe_.activation_sets.assign(static_cast<size_t>(vp), 1);
+  MT_CHECK(static_cast<int64_t>(pipe_.activation_sets.size()) == vp) << "activation_sets per chunk";
+  layers_per_chunk_ = c.num_layers / (pp * vp);
+  chunk_config_ = c;
+  chunk_config_.num_layers = layers_per_chunk_;
+  const int64_t Lc = layers_per_chunk_;
+  const bool last_stage = pipe_.stage == pp - 1;
   const int64_t h = c.hidden_size, f = c.ffn_hidden_size, V = c.padded_vocab_size;
   const int64_t q = c.num_attention_heads * c.kv_channels;
   heads_ = c.num_attention_heads / T;
   q_size_ = q / T;
   ffn_ = f / T;
   vocab_ = tensor_parallel::vocab_range(V, rank, T);
-  const bool bias = c.add_bias_linear;
-  constexpr int kRows = 0, kCols = 1;  // partition dims: column-parallel / vocab rows, row-parallel columns
 
   params_.set_tensor_parallel(rank, T);
-  word_emb_ = params_.add("embedding.word_embeddings.weight", {V, h}, Init::kNormal, kRows);
-  pos_emb_ = params_.add("embedding.position_embeddings.weight", {c.max_position_embeddings, h}, Init::kNormal);
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string pre = "decoder.layers." + std::to_string(l) + ".";
-    LayerParams lp{};
-    lp.ln1_w = params_.add(pre + "input_layernorm.weight", {h}, Init::kOnes);
-    lp.ln1_b = params_.add(pre + "input_layernorm.bias", {h}, Init::kZeros);
-    lp.qkv_w = params_.add(pre + "self_attention.linear_qkv.weight", {3 * q, h}, Init::kNormal, kRows);
-    lp.qkv_b = bias ? params_.add(pre + "self_attention.linear_qkv.bias", {3 * q}, Init::kZeros, kRows) : -1;
-    lp.proj_w = params_.add(pre + "self_attention.linear_proj.weight", {h, q}, Init::kScaledNormal, kCols);
-    lp.proj_b = bias ? params_.add(pre + "self_attention.linear_proj.bias", {h}, Init::kZeros) : -1;
-    lp.ln2_w = params_.add(pre + "pre_mlp_layernorm.weight", {h}, Init::kOnes);
-    lp.ln2_b = params_.add(pre + "pre_mlp_layernorm.bias", {h}, Init::kZeros);
-    lp.fc1_w = params_.add(pre + "mlp.linear_fc1.weight", {f, h}, Init::kNormal, kRows);
-    lp.fc1_b = bias ? params_.add(pre + "mlp.linear_fc1.bias", {f}, Init::kZeros, kRows) : -1;
-    lp.fc2_w = params_.add(pre + "mlp.linear_fc2.weight", {h, f}, Init::kScaledNormal, kCols);
-    lp.fc2_b = bias ? params_.add(pre + "mlp.linear_fc2.bias", {h}, Init::kZeros) : -1;
-    layer_params_.push_back(lp);
+  const ParamIndices ix = declare(c, pipe_, &params_);
+  word_emb_ = ix.word_emb;
+  pos_emb_ = ix.pos_emb;
+  final_ln_w_ = ix.final_ln_w;
+  final_ln_b_ = ix.final_ln_b;
+  output_w_ = ix.output_w;
+  layer_params_ = ix.layers;
+  for (int64_t ci = 0; ci < vp; ++ci) {
+    Chunk chunk;
+    chunk.first_layer = (ci * pp + pipe_.stage) * Lc;
+    chunks_.push_back(std::move(chunk));
   }
-  final_ln_w_ = params_.add("decoder.final_layernorm.weight", {h}, Init::kOnes);
-  final_ln_b_ = params_.add("decoder.final_layernorm.bias", {h}, Init::kZeros);
-  output_w_ = c.untie_embeddings_and_output_weights
-                  ? params_.add("output_layer.weight", {V, h}, Init::kNormal, kRows)
-                  : word_emb_;
   if (sp_) {
     for (Parameter& p : params_.params()) {
       if (p.name.find("layernorm") != std::string::npos) p.sequence_parallel = true;
@@ -75,28 +134,13 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   }
   params_.allocate(backend_, dtype_);
 
-  // Activations and inputs of one micro-batch (shapes per rank, see the header).
+  // Activations and inputs (shapes per rank, see the header).
   const int64_t s = c.seq_length, b = micro_batch_size_, n = s * b;
   n_local_ = sp_ ? n / T : n;
   const int64_t nl = n_local_, sl = sp_ ? s / T : s;
   auto act = [&](Shape shape, DType dt) { return backend_.empty(std::move(shape), dt, MemoryKind::kActivations); };
   auto work = [&](Shape shape, DType dt) { return backend_.empty(std::move(shape), dt, MemoryKind::kWorkspace); };
-  tokens_ = act({b, s}, DType::kI32);
-  labels_ = act({s, b}, DType::kI32);
-  loss_weights_ = act({s, b}, DType::kF32);
-  for (int64_t l = 0; l <= c.num_layers; ++l) xs_.push_back(act({sl, b, h}, dtype_));
-  MT_CHECK(c.recompute == Recompute::kNone || c.recompute_num_layers >= 1) << "recompute_num_layers";
-  // Kept layers own a slot each (in layer order); recomputed layers share the slots after them.
-  for (int64_t l = 0, kept = 0; l < c.num_layers; ++l) {
-    if (!c.recomputed(l)) {
-      act_slot_.push_back(kept++);
-    } else if (c.recompute == Recompute::kUniform) {
-      act_slot_.push_back(c.kept_layers() + l % c.recompute_num_layers);
-    } else {
-      act_slot_.push_back(c.kept_layers());
-    }
-  }
-  for (int64_t l = 0; l < c.kept_layers() + c.recompute_slots(); ++l) {
+  auto layer_acts = [&]() {
     LayerActs a;
     a.ln1_out = act({nl, h}, dtype_);
     a.ln1_mean = act({nl}, DType::kF32);
@@ -110,16 +154,45 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
     a.ln2_rstd = act({nl}, DType::kF32);
     a.fc1_out = act({n, ffn_}, dtype_);
     a.gelu_out = act({n, ffn_}, dtype_);
-    acts_.push_back(std::move(a));
+    return a;
+  };
+  const GPTConfig& cc = chunk_config_;
+  MT_CHECK(cc.recompute == Recompute::kNone || cc.recompute_num_layers >= 1) << "recompute_num_layers";
+  // Kept layers own a slot per set (in layer order); recomputed layers share the recompute
+  // slots (~slot) of the whole stage: they are filled just before their backward.
+  for (int64_t l = 0, kept = 0; l < Lc; ++l) {
+    if (!cc.recomputed(l)) {
+      act_slot_.push_back(kept++);
+    } else if (cc.recompute == Recompute::kUniform) {
+      act_slot_.push_back(~(l % cc.recompute_num_layers));
+    } else {
+      act_slot_.push_back(~int64_t{0});
+    }
   }
-  final_ln_out_ = act({nl, h}, dtype_);
-  final_ln_mean_ = act({nl}, DType::kF32);
-  final_ln_rstd_ = act({nl}, DType::kF32);
-  // Logits in the model dtype, as Megatron's output layer (the cross-entropy works in fp32 on
-  // them); the backward overwrites them with their gradient.
-  logits_ = act({n, vocab_.size}, dtype_);
-  losses_ = act({n}, DType::kF32);
-  loss_lse_ = act({n}, DType::kF32);
+  for (int64_t ci = 0; ci < vp; ++ci) {
+    Chunk& chunk = chunks_[static_cast<size_t>(ci)];
+    MT_CHECK(pipe_.activation_sets[static_cast<size_t>(ci)] >= 1) << "activation sets";
+    for (int64_t k = 0; k < pipe_.activation_sets[static_cast<size_t>(ci)]; ++k) {
+      ActivationSet set;
+      if (is_first_virtual(ci)) set.tokens = act({b, s}, DType::kI32);
+      for (int64_t l = 0; l <= Lc; ++l) set.xs.push_back(act({sl, b, h}, dtype_));
+      for (int64_t l = 0; l < cc.kept_layers(); ++l) set.kept.push_back(layer_acts());
+      chunk.sets.push_back(std::move(set));
+    }
+  }
+  for (int64_t l = 0; l < cc.recompute_slots(); ++l) recompute_acts_.push_back(layer_acts());
+  if (last_stage) {
+    labels_ = act({s, b}, DType::kI32);
+    loss_weights_ = act({s, b}, DType::kF32);
+    final_ln_out_ = act({nl, h}, dtype_);
+    final_ln_mean_ = act({nl}, DType::kF32);
+    final_ln_rstd_ = act({nl}, DType::kF32);
+    // Logits in the model dtype, as Megatron's output layer (the cross-entropy works in fp32
+    // on them); the backward overwrites them with their gradient.
+    logits_ = act({n, vocab_.size}, dtype_);
+    losses_ = act({n}, DType::kF32);
+    loss_lse_ = act({n}, DType::kF32);
+  }
   ws_grad_ = work({nl, h}, dtype_);
   ws_h1_ = work({n, h}, dtype_);
   ws_h2_ = work({n, h}, dtype_);
@@ -127,7 +200,29 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   ws_q_ = work({s, b, q_size_}, dtype_);
   ws_f_ = work({n, ffn_}, dtype_);
   if (sp_) ws_full_ = work({n, h}, dtype_);
+  if (pp > 1) recv_grad_ = work({nl, h}, dtype_);
   dlogits_ = logits_;
+}
+
+int64_t GPTModel::activation_sets(int64_t chunk) const {
+  return static_cast<int64_t>(chunks_[static_cast<size_t>(chunk)].sets.size());
+}
+
+bool GPTModel::is_last_virtual(int64_t chunk) const {
+  return chunk == num_chunks() - 1 && pipe_.stage == pipe_.pp - 1;
+}
+
+Parameter* GPTModel::tied_embedding() {
+  if (pipe_.pp == 1 || config_.untie_embeddings_and_output_weights) return nullptr;
+  if (word_emb_ >= 0) return &params_[word_emb_];
+  if (output_w_ >= 0) return &params_[output_w_];
+  return nullptr;
+}
+
+GPTModel::LayerActs& GPTModel::layer_acts(int64_t l) {
+  const int64_t slot = act_slot_[static_cast<size_t>(l)];
+  if (slot < 0) return recompute_acts_[static_cast<size_t>(~slot)];
+  return chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)].kept[static_cast<size_t>(slot)];
 }
 
 backend::DropoutParams GPTModel::dropout_params(float p, int64_t layer, int site) const {
@@ -192,14 +287,13 @@ void GPTModel::reduce_sequence_parallel_grads() {
   }
 }
 
-float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
+void GPTModel::load_inputs(const MicroBatch& mb, Tensor* tokens, bool labels) {
   const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b;
   MT_CHECK(mb.batch == b && mb.seq == s && static_cast<int64_t>(mb.tokens.size()) == n &&
            static_cast<int64_t>(mb.labels.size()) == n && static_cast<int64_t>(mb.loss_mask.size()) == n)
       << "micro-batch shape " << mb.batch << "x" << mb.seq << " != " << b << "x" << s;
-  dropout_ctx_ = dropout;
-
-  // Inputs: tokens stay [b, s]; labels and mask go sequence-first to match the logits rows.
+  // Tokens stay [b, s]; labels and mask go sequence-first to match the logits rows. Ids go in
+  // shifted into this rank's vocabulary slice (-1 outside it; T = 1: unchanged).
   Tensor host_tokens = Tensor::cpu({b, s}, DType::kI32);
   Tensor host_labels = Tensor::cpu({s, b}, DType::kI32);
   Tensor host_mask = Tensor::cpu({s, b}, DType::kF32);
@@ -207,7 +301,6 @@ float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
   int32_t* lb = host_labels.data_as<int32_t>();
   float* mk = host_mask.data_as<float>();
   double mask_sum = 0.0;
-  // Ids go in shifted into this rank's vocabulary slice (-1 outside it; T = 1: unchanged).
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t si = 0; si < s; ++si) {
       const int32_t t = mb.tokens[bi * s + si], y = mb.labels[bi * s + si];
@@ -220,38 +313,96 @@ float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
     }
   }
   mask_sum_ = static_cast<float>(mask_sum);
-  backend_.copy(host_tokens, tokens_);
-  backend_.copy(host_labels, labels_);
-  backend_.copy(host_mask, loss_weights_);
+  if (tokens) backend_.copy(host_tokens, *tokens);
+  if (labels) {
+    backend_.copy(host_labels, labels_);
+    backend_.copy(host_mask, loss_weights_);
+  }
+}
 
-  // Embedding: word + position, then (hidden) dropout. Vocab-parallel: each rank's partial
-  // lookup (rank 0 adds the positions) summed over TP, or reduce-scattered into the sequence
-  // shard under sequence parallelism (Megatron: all-reduce, then scatter; the same values).
-  const int64_t h = config_.hidden_size;
-  const backend::DropoutParams emb_dropout = dropout_params(config_.hidden_dropout, -1, kSiteEmbedding);
-  before_reading(std::max(word_emb_, pos_emb_) + 1);
-  const Tensor wpe = tp_->rank() == 0 ? param(pos_emb_) : Tensor();
-  Tensor emb = !sp_ && emb_dropout.p == 0.0f ? xs_[0] : ws_h1_.view({s, b, h});
-  backend_.embedding_forward(tokens_, param(word_emb_), wpe, emb);
-  Tensor emb_rows = emb.view({n, h});
-  const Tensor emb_local = reduce_rows(emb_rows);
-  if (emb.data() != xs_[0].data()) {
-    Tensor x0 = xs_[0].view({n_local_, h});
-    backend_.dropout_forward(emb_local, x0, emb_dropout);  // p == 0: a copy
+float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
+  MT_CHECK(pipe_.pp == 1 && num_chunks() == 1) << "forward() runs the whole model; a pipeline stage uses forward_chunk()";
+  return forward_chunk(0, 0, &mb, dropout);
+}
+
+void GPTModel::backward(float loss_scale, float grad_scale) {
+  MT_CHECK(pipe_.pp == 1 && num_chunks() == 1) << "backward() runs the whole model; a pipeline stage uses backward_chunk()";
+  cur_chunk_ = 0;
+  cur_set_ = 0;
+  head_backward(loss_scale, grad_scale, ws_grad_);
+  chunk_backward();
+}
+
+Tensor& GPTModel::input_buffer(int64_t chunk, int64_t set) {
+  MT_CHECK(!is_first_virtual(chunk)) << "virtual stage 0 reads tokens";
+  return chunks_[static_cast<size_t>(chunk)].sets[static_cast<size_t>(set)].xs.front();
+}
+
+const Tensor& GPTModel::output(int64_t chunk, int64_t set) const {
+  MT_CHECK(!is_last_virtual(chunk)) << "the last virtual stage outputs a loss";
+  return chunks_[static_cast<size_t>(chunk)].sets[static_cast<size_t>(set)].xs.back();
+}
+
+float GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, const DropoutContext& dropout,
+                              const HeadBackward* head) {
+  cur_chunk_ = chunk;
+  cur_set_ = set;
+  ActivationSet& as = chunks_[static_cast<size_t>(chunk)].sets[static_cast<size_t>(set)];
+  as.dropout = dropout;
+  dropout_ctx_ = dropout;
+  const bool first = is_first_virtual(chunk), last = is_last_virtual(chunk);
+  if (first || last) {
+    MT_CHECK(mb != nullptr) << "the first and last virtual stages read the micro-batch";
+    load_inputs(*mb, first ? &as.tokens : nullptr, last);
+  }
+  const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
+
+  if (first) {
+    // Embedding: word + position, then (hidden) dropout. Vocab-parallel: each rank's partial
+    // lookup (rank 0 adds the positions) summed over TP, or reduce-scattered into the sequence
+    // shard under sequence parallelism (Megatron: all-reduce, then scatter; the same values).
+    const backend::DropoutParams emb_dropout = dropout_params(config_.hidden_dropout, -1, kSiteEmbedding);
+    before_reading(std::max(word_emb_, pos_emb_) + 1);
+    const Tensor wpe = tp_->rank() == 0 ? param(pos_emb_) : Tensor();
+    Tensor& x0 = as.xs.front();
+    Tensor emb = !sp_ && emb_dropout.p == 0.0f ? x0 : ws_h1_.view({s, b, h});
+    backend_.embedding_forward(as.tokens, param(word_emb_), wpe, emb);
+    Tensor emb_rows = emb.view({n, h});
+    const Tensor emb_local = reduce_rows(emb_rows);
+    if (emb.data() != x0.data()) {
+      Tensor x0_rows = x0.view({n_local_, h});
+      backend_.dropout_forward(emb_local, x0_rows, emb_dropout);  // p == 0: a copy
+    }
   }
 
-  for (int64_t l = 0; l < config_.num_layers; ++l) {
-    before_reading(layer_end(l));
+  for (int64_t l = 0; l < layers_per_chunk_; ++l) {
+    if (hooks_.before_reading) before_reading(layer_end(l));
     layer_forward(l);
   }
+  if (!last) return 0.0f;
   before_reading(static_cast<int64_t>(params_.params().size()));
+  const float loss = head_forward();
+  if (head) {
+    // The head's backward now: the set then keeps d(x_last) in place of x_last (the layers'
+    // backward reads their inputs, never the chunk's output).
+    Tensor dx = as.xs.back().view({n_local_, h});
+    head_backward(head->loss_scale, head->grad_scale, dx);
+  }
+  return loss;
+}
 
-  Tensor x_last = xs_[config_.num_layers].view({n_local_, h});
+float GPTModel::head_forward() {
+  const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
+  const ActivationSet& as = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
+  Tensor x_last = as.xs.back().view({n_local_, h});
   backend_.layernorm_forward(x_last, param(final_ln_w_), param(final_ln_b_), config_.layernorm_epsilon, final_ln_out_,
                              final_ln_mean_, final_ln_rstd_);
   backend_.linear_forward(column_input(final_ln_out_), param(output_w_), Tensor(), logits_);
 
   // The masked mean on the host (n values): exact and backend-independent.
+  Tensor host_mask = Tensor::cpu({n}, DType::kF32);
+  backend_.copy(loss_weights_.view({n}), host_mask);
+  const float* mk = host_mask.data_as<float>();
   double total = 0.0;
   if (tp_->size() == 1) {
     backend_.cross_entropy_forward(logits_, labels_.view({n}), losses_, loss_lse_);
@@ -264,36 +415,11 @@ float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
         tensor_parallel::vocab_parallel_cross_entropy(backend_, *tp_, logits_, labels_.view({n}), losses_, loss_lse_);
     for (int64_t i = 0; i < n; ++i) total += ls[static_cast<size_t>(i)] * mk[i];
   }
-  return mask_sum > 0 ? static_cast<float>(total / mask_sum) : 0.0f;
+  return mask_sum_ > 0 ? static_cast<float>(total / mask_sum_) : 0.0f;
 }
 
-void GPTModel::layer_forward(int64_t l) {
-  const LayerParams& p = layer_params_[static_cast<size_t>(l)];
-  LayerActs& a = acts_[static_cast<size_t>(act_slot_[static_cast<size_t>(l)])];
-  const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
-  const Tensor x = xs_[static_cast<size_t>(l)].view({n_local_, h});
-  const float eps = config_.layernorm_epsilon;
-
-  backend_.layernorm_forward(x, param(p.ln1_w), param(p.ln1_b), eps, a.ln1_out, a.ln1_mean, a.ln1_rstd);
-  Tensor qkv2 = a.qkv.view({n, 3 * q_size_});
-  backend_.linear_forward(column_input(a.ln1_out), param(p.qkv_w), optional_param(p.qkv_b), qkv2);
-  backend_.attention_forward(a.qkv, a.attn_out, a.attn_lse, attention_params(l));
-  backend_.linear_forward(a.attn_out.view({n, q_size_}), param(p.proj_w), Tensor(), ws_h1_);
-  backend_.bias_dropout_add(reduce_rows(ws_h1_), optional_param(p.proj_b), x, a.x_mid,
-                            dropout_params(config_.hidden_dropout, l, kSiteAttentionOut));
-
-  backend_.layernorm_forward(a.x_mid, param(p.ln2_w), param(p.ln2_b), eps, a.ln2_out, a.ln2_mean, a.ln2_rstd);
-  // fc1_out keeps the pre-activation (bias included) for GELU's backward.
-  backend_.linear_gelu_forward(column_input(a.ln2_out), param(p.fc1_w), optional_param(p.fc1_b), a.fc1_out,
-                               a.gelu_out, config_.gelu);
-  backend_.linear_forward(a.gelu_out, param(p.fc2_w), Tensor(), ws_h1_);
-  Tensor out = xs_[static_cast<size_t>(l) + 1].view({n_local_, h});
-  backend_.bias_dropout_add(reduce_rows(ws_h1_), optional_param(p.fc2_b), a.x_mid, out,
-                            dropout_params(config_.hidden_dropout, l, kSiteMlpOut));
-}
-
-void GPTModel::backward(float loss_scale, float grad_scale) {
-  const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
+void GPTModel::head_backward(float loss_scale, float grad_scale, Tensor& dx) {
+  const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
   // d(loss)/d(loss_i) = mask_i / sum(mask), times the loss scale and 1/num_microbatches.
   Tensor dlosses = loss_weights_.view({n});
   if (mask_sum_ > 0) {
@@ -304,39 +430,89 @@ void GPTModel::backward(float loss_scale, float grad_scale) {
   Tensor no_bias;
   backend_.linear_backward(dlogits_, column_input(final_ln_out_), param(output_w_), ws_h2_, grad(output_w_),
                            no_bias);
-  Tensor x_last = xs_[config_.num_layers].view({n_local_, h});
+  const ActivationSet& as = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
+  Tensor x_last = as.xs.back().view({n_local_, h});
+  // dx may be x_last's own buffer (forward_chunk): LayerNorm's backward reads x_last, so the
+  // gradient goes through ws_grad_ first.
   backend_.layernorm_backward(reduce_rows(ws_h2_), x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_,
                               ws_grad_, grad(final_ln_w_), grad(final_ln_b_));
-  grads_final_from(layer_end(config_.num_layers - 1));
-  for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
-    // Entering a recomputed chunk from its top: re-run its forward from the kept input (the
+  if (dx.data() != ws_grad_.data()) backend_.copy(ws_grad_, dx);
+  if (hooks_.grads_final_from) grads_final_from(layer_end(layers_per_chunk_ - 1));
+}
+
+void GPTModel::backward_chunk(int64_t chunk, int64_t set) {
+  cur_chunk_ = chunk;
+  cur_set_ = set;
+  const ActivationSet& as = chunks_[static_cast<size_t>(chunk)].sets[static_cast<size_t>(set)];
+  dropout_ctx_ = as.dropout;
+  // ws_grad_ := d(chunk output): kept by the early head backward, or received.
+  const Tensor& dy = is_last_virtual(chunk) ? as.xs.back() : recv_grad_;
+  backend_.copy(dy.view({n_local_, config_.hidden_size}), ws_grad_);
+  chunk_backward();
+}
+
+void GPTModel::chunk_backward() {
+  const GPTConfig& cc = chunk_config_;
+  // Top to bottom, one layer at a time (a per-layer "gradients ready" point: after
+  // layer_backward(l) the gradients of layer l are final for this micro-batch).
+  for (int64_t l = layers_per_chunk_ - 1; l >= 0; --l) {
+    // Entering a recomputed block from its top: re-run its forward from the kept input (the
     // dropout masks are functions of (seed, iteration, micro-batch, layer), so they repeat).
-    if (config_.recomputed(l)) {
-      const int64_t first = config_.recompute == Recompute::kUniform
-                                ? l / config_.recompute_num_layers * config_.recompute_num_layers
-                                : l;
-      const bool top = config_.recompute == Recompute::kBlock || l == config_.num_layers - 1 ||
-                       (l + 1) % config_.recompute_num_layers == 0;
+    if (cc.recomputed(l)) {
+      const int64_t first = cc.recompute == Recompute::kUniform ? l / cc.recompute_num_layers * cc.recompute_num_layers : l;
+      const bool top = cc.recompute == Recompute::kBlock || l == layers_per_chunk_ - 1 ||
+                       (l + 1) % cc.recompute_num_layers == 0;
       if (top) {
         for (int64_t k = first; k <= l; ++k) layer_forward(k);
       }
     }
     layer_backward(l, ws_grad_);
-    grads_final_from(layer_params_[static_cast<size_t>(l)].ln1_w);
+    grads_final_from(layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)].ln1_w);
   }
+  if (!is_first_virtual(cur_chunk_)) return;
 
   // Embedding: through the dropout, the rows gathered (sequence parallelism), then
   // scatter-add into this rank's word rows (other ranks' ids are skipped) and the positions.
+  const int64_t s = config_.seq_length, b = micro_batch_size_, h = config_.hidden_size;
+  const ActivationSet& as = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
   Tensor demb_buffer = local_rows(ws_h1_);
   const Tensor demb_local =
       through_dropout(ws_grad_, demb_buffer, dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
   const Tensor demb = gather_rows(demb_local, ws_h1_);
-  backend_.embedding_backward(tokens_, demb.view({s, b, h}), grad(word_emb_), grad(pos_emb_));
+  backend_.embedding_backward(as.tokens, demb.view({s, b, h}), grad(word_emb_), grad(pos_emb_));
   grads_final_from(0);
 }
 
 int64_t GPTModel::layer_end(int64_t l) const {
-  return l + 1 < config_.num_layers ? layer_params_[static_cast<size_t>(l) + 1].ln1_w : final_ln_w_;
+  MT_CHECK(pipe_.pp == 1 && num_chunks() == 1) << "parameter hooks need the whole model on one stage";
+  return l + 1 < layers_per_chunk_ ? layer_params_[static_cast<size_t>(l) + 1].ln1_w : final_ln_w_;
+}
+
+void GPTModel::layer_forward(int64_t l) {
+  const int64_t gl = chunks_[static_cast<size_t>(cur_chunk_)].first_layer + l;  // global layer
+  const LayerParams& p = layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)];
+  LayerActs& a = layer_acts(l);
+  std::vector<Tensor>& xs = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)].xs;
+  const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
+  const Tensor x = xs[static_cast<size_t>(l)].view({n_local_, h});
+  const float eps = config_.layernorm_epsilon;
+
+  backend_.layernorm_forward(x, param(p.ln1_w), param(p.ln1_b), eps, a.ln1_out, a.ln1_mean, a.ln1_rstd);
+  Tensor qkv2 = a.qkv.view({n, 3 * q_size_});
+  backend_.linear_forward(column_input(a.ln1_out), param(p.qkv_w), optional_param(p.qkv_b), qkv2);
+  backend_.attention_forward(a.qkv, a.attn_out, a.attn_lse, attention_params(gl));
+  backend_.linear_forward(a.attn_out.view({n, q_size_}), param(p.proj_w), Tensor(), ws_h1_);
+  backend_.bias_dropout_add(reduce_rows(ws_h1_), optional_param(p.proj_b), x, a.x_mid,
+                            dropout_params(config_.hidden_dropout, gl, kSiteAttentionOut));
+
+  backend_.layernorm_forward(a.x_mid, param(p.ln2_w), param(p.ln2_b), eps, a.ln2_out, a.ln2_mean, a.ln2_rstd);
+  // fc1_out keeps the pre-activation (bias included) for GELU's backward.
+  backend_.linear_gelu_forward(column_input(a.ln2_out), param(p.fc1_w), optional_param(p.fc1_b), a.fc1_out,
+                               a.gelu_out, config_.gelu);
+  backend_.linear_forward(a.gelu_out, param(p.fc2_w), Tensor(), ws_h1_);
+  Tensor out = xs[static_cast<size_t>(l) + 1].view({n_local_, h});
+  backend_.bias_dropout_add(reduce_rows(ws_h1_), optional_param(p.fc2_b), a.x_mid, out,
+                            dropout_params(config_.hidden_dropout, gl, kSiteMlpOut));
 }
 
 Tensor GPTModel::through_dropout(const Tensor& dy, Tensor& buffer, const backend::DropoutParams& dropout) {
@@ -346,10 +522,13 @@ Tensor GPTModel::through_dropout(const Tensor& dy, Tensor& buffer, const backend
 }
 
 void GPTModel::layer_backward(int64_t l, Tensor& g) {
-  const LayerParams& p = layer_params_[static_cast<size_t>(l)];
-  LayerActs& a = acts_[static_cast<size_t>(act_slot_[static_cast<size_t>(l)])];
+  const int64_t gl = chunks_[static_cast<size_t>(cur_chunk_)].first_layer + l;  // global layer
+  const LayerParams& p = layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)];
+  LayerActs& a = layer_acts(l);
   const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
-  const Tensor x = xs_[static_cast<size_t>(l)].view({n_local_, h});
+  const Tensor x =
+      chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)].xs[static_cast<size_t>(l)].view(
+          {n_local_, h});
   Tensor db_fc2 = optional_grad(p.fc2_b), db_fc1 = optional_grad(p.fc1_b);
   Tensor db_proj = optional_grad(p.proj_b), db_qkv = optional_grad(p.qkv_b);
   // g, x, x_mid and LayerNorm gradients are [n_local, h] (this rank's rows under sequence
@@ -360,7 +539,7 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   // output gradient is gathered (the backward of its reduce-scatter); b_fc2's gradient is
   // taken from all n rows, so it is complete on every rank.
   const Tensor d_fc2 =
-      gather_rows(through_dropout(g, h1, dropout_params(config_.hidden_dropout, l, kSiteMlpOut)), ws_h1_);
+      gather_rows(through_dropout(g, h1, dropout_params(config_.hidden_dropout, gl, kSiteMlpOut)), ws_h1_);
   // FC2's backward through GELU: ws_f_ = d(fc1 + b_fc1).
   backend_.linear_dgelu_backward(d_fc2, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
                                  config_.gelu);
@@ -371,10 +550,10 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
 
   // Attention branch: x_mid = x + dropout(proj + b_proj).
   const Tensor d_proj =
-      gather_rows(through_dropout(g, h1, dropout_params(config_.hidden_dropout, l, kSiteAttentionOut)), ws_h1_);
+      gather_rows(through_dropout(g, h1, dropout_params(config_.hidden_dropout, gl, kSiteAttentionOut)), ws_h1_);
   Tensor dq = ws_q_.view({n, q_size_});
   backend_.linear_backward(d_proj, a.attn_out.view({n, q_size_}), param(p.proj_w), dq, grad(p.proj_w), db_proj);
-  backend_.attention_backward(ws_q_, a.qkv, a.attn_out, a.attn_lse, ws_qkv_, attention_params(l));
+  backend_.attention_backward(ws_q_, a.qkv, a.attn_out, a.attn_lse, ws_qkv_, attention_params(gl));
   backend_.linear_backward(ws_qkv_.view({n, 3 * q_size_}), column_input(a.ln1_out), param(p.qkv_w), ws_h2_,
                            grad(p.qkv_w), db_qkv);
   backend_.layernorm_backward(reduce_rows(ws_h2_), x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, h1, grad(p.ln1_w),

@@ -37,6 +37,20 @@
 // shard's global element offset (backend/ops.h) and attention dropout the global head index:
 // the masks are the single-process run's (Megatron instead forks a per-rank RNG; we match the
 // serial run so that TP is testable against it with dropout on).
+//
+// Pipeline parallelism (PipelineStageOptions, model/gpt_config.h): a model holds one stage,
+// i.e. vp chunks of consecutive layers, parameters named by their GLOBAL layer index (so
+// checkpoints do not depend on the layout) and initialised from the single-process init
+// streams. Virtual stage 0 adds the embeddings, the last one the final LayerNorm, output layer
+// and loss; with tied embeddings the last stage (pp > 1) has its own copy of the word
+// embedding (Parameter::pipeline_shared), whose gradient the trainer sums with the first
+// stage's. Dropout streams use the global layer index, so the masks are the serial run's.
+// Several micro-batches are in flight per chunk: each has an activation set (its residual
+// stream and kept layers' activations, all allocated up front); recomputed layers share one
+// set of slots per stage, filled just before their backward, so in-flight sets stay cheap
+// under --recompute-granularity full (Megatron recomputes within each chunk's layers). The
+// loss head's backward runs right after the loss (forward_chunk with a HeadBackward): the
+// logits then need one buffer whatever the number of micro-batches in flight.
 #pragma once
 
 #include <cstdint>
@@ -91,19 +105,28 @@ struct TensorParallelOptions {
   bool sequence_parallel = false;
 };
 
+// The loss head's backward, run by forward_chunk right after the loss on the last virtual
+// stage (training): the gradient of loss * loss_scale * grad_scale.
+struct HeadBackward {
+  float loss_scale = 1.0f;
+  float grad_scale = 1.0f;
+};
+
 class GPTModel {
  public:
   // Declares and allocates the parameters (model dtype = param_dtype; this rank's shards) and
   // every activation and workspace buffer for micro-batches of `micro_batch_size` x
   // config.seq_length. Forward and backward are collective over the TP group.
+  // `pipeline`: this rank's stage (default: the whole model).
   GPTModel(const GPTConfig& config, backend::Backend& backend, DType param_dtype, int64_t micro_batch_size,
-           const TensorParallelOptions& tp = {});
+           const TensorParallelOptions& tp = {}, const PipelineStageOptions& pipeline = {});
 
   const GPTConfig& config() const { return config_; }
   ParameterSet& parameters() { return params_; }
   const ParameterSet& parameters() const { return params_; }
   DType dtype() const { return dtype_; }
 
+  // The whole model on one pipeline stage (pp == 1), one micro-batch at a time:
   // Loss of one micro-batch: sum(loss * mask) / sum(mask) (0 when the mask is empty).
   // Saves the activations for backward().
   float forward(const MicroBatch& batch, const DropoutContext& dropout);
@@ -118,8 +141,46 @@ class GPTModel {
   // finalize_model_grads). No-op otherwise.
   void reduce_sequence_parallel_grads();
   int64_t tensor_parallel_size() const { return tp_->size(); }
+  // Only for the whole model on one stage (no pipeline parallelism, one chunk): the indices
+  // assume the forward reads the parameters in registration order.
   void set_param_hooks(ParamHooks hooks) { hooks_ = std::move(hooks); }
   bool sequence_parallel() const { return sp_; }
+
+  // --- Pipeline stage interface (train/pipeline_executor.h drives it; forward() and
+  // backward() above are chunk 0, set 0 of a one-stage model). Per chunk, set k holds one
+  // micro-batch in flight from its forward to its backward. Activations and gradients
+  // crossing stages are the residual stream [s/T (sequence parallel) or s, b, h].
+  int64_t num_chunks() const { return static_cast<int64_t>(chunks_.size()); }
+  int64_t activation_sets(int64_t chunk) const;
+  // Virtual stage 0 (embedding, tokens in) / the last one (loss out).
+  bool is_first_virtual(int64_t chunk) const { return chunk == 0 && pipe_.stage == 0; }
+  bool is_last_virtual(int64_t chunk) const;
+  // Where chunk c's input activation for set k is received (not the first virtual stage).
+  Tensor& input_buffer(int64_t chunk, int64_t set);
+  // Forward of one micro-batch through chunk c into set k. `batch` is read on the first
+  // virtual stage (tokens) and the last (labels, mask; may be null elsewhere). Returns the
+  // micro-batch loss on the last virtual stage (0 elsewhere); there, with `head`, the loss
+  // head's backward runs at once and the set keeps only d(last layer output).
+  float forward_chunk(int64_t chunk, int64_t set, const MicroBatch* batch, const DropoutContext& dropout,
+                      const HeadBackward* head = nullptr);
+  // Chunk c's output activation from set k's forward (to send; not the last virtual stage).
+  const Tensor& output(int64_t chunk, int64_t set) const;
+  // Where the gradient of a chunk's output is received before backward_chunk (one buffer).
+  Tensor& output_grad_buffer() { return recv_grad_; }
+  // Backward of chunk c for the micro-batch in set k: from output_grad_buffer() (or, on the
+  // last virtual stage, the head gradient forward_chunk kept), accumulating parameter
+  // gradients. Afterwards input_grad() is d(chunk input) (to send; not on virtual stage 0).
+  void backward_chunk(int64_t chunk, int64_t set);
+  const Tensor& input_grad() const { return ws_grad_; }
+  // The word embedding when it is tied across the first and last stage (pp > 1, not
+  // --untie-embeddings-and-output-weights) and this stage holds it: its gradient must be
+  // all-reduced over the embedding group before the optimizer step. Null otherwise.
+  Parameter* tied_embedding();
+  // Declares (without allocating) in `params` the parameters of pipeline stage `pipeline`, as
+  // the constructor does (names, global shapes under a one-rank TP set, order, init streams):
+  // what a checkpoint writer receives from that stage.
+  static void declare_stage_parameters(const GPTConfig& config, const PipelineStageOptions& pipeline,
+                                       ParameterSet* params);
 
  private:
   struct LayerParams {
@@ -135,14 +196,46 @@ class GPTModel {
   Tensor optional_grad(int64_t i) { return i >= 0 ? params_[i].grad : Tensor(); }
   backend::DropoutParams dropout_params(float p, int64_t layer, int site) const;
   backend::AttentionParams attention_params(int64_t layer) const;
+  // One activation set of a chunk: the residual stream xs[0..Lc] (xs[l] is the input of the
+  // chunk's layer l, xs[Lc] its output, or d(output) after an early head backward), the kept
+  // layers' activations, the tokens (virtual stage 0) and the micro-batch's dropout context.
+  struct ActivationSet {
+    std::vector<Tensor> xs;
+    std::vector<LayerActs> kept;
+    Tensor tokens;
+    DropoutContext dropout;
+  };
+  struct Chunk {
+    int64_t first_layer = 0;  // global index of local layer 0
+    std::vector<ActivationSet> sets;
+  };
+  // The layers [first, first + layers_per_chunk_) of chunk c, local index l.
+  LayerActs& layer_acts(int64_t l);
+  struct ParamIndices {
+    int64_t word_emb = -1, pos_emb = -1, final_ln_w = -1, final_ln_b = -1, output_w = -1;
+    std::vector<LayerParams> layers;  // [chunk * layers per chunk + local layer]
+  };
+  static ParamIndices declare(const GPTConfig& config, const PipelineStageOptions& pipeline, ParameterSet* params);
+  // Forward of local layer l of the current chunk / set (cur_chunk_, cur_set_).
   void layer_forward(int64_t l);
   // One past layer l's last parameter index (the layers' parameters are contiguous, each
   // starting with its first LayerNorm's weight; the final LayerNorm follows the last layer).
+  // Whole model on one stage only (the hooks' case).
   int64_t layer_end(int64_t l) const;
+  // Loss head: final LayerNorm, output layer, cross-entropy over xs[Lc] of the current set.
+  float head_forward();
+  // d(loss * loss_scale * grad_scale) through the head into `dx` [n_local, h].
+  void head_backward(float loss_scale, float grad_scale, Tensor& dx);
+  // Layers of the current chunk, top to bottom, from ws_grad_ = d(output); then, on virtual
+  // stage 0, the embedding.
+  void chunk_backward();
+  // Inputs of a micro-batch onto the device: tokens (virtual stage 0) into `tokens`, labels
+  // and loss weights (last virtual stage); sets mask_sum_.
+  void load_inputs(const MicroBatch& mb, Tensor* tokens, bool labels);
   // d(input) of a dropout from its output gradient dy: dy itself without dropout, else the
   // masked gradient written into `buffer`.
   Tensor through_dropout(const Tensor& dy, Tensor& buffer, const backend::DropoutParams& dropout);
-  // grad_x: gradient w.r.t. the layer's output on entry, w.r.t. its input on exit.
+  // grad_x: gradient w.r.t. the layer's output on entry, w.r.t. its input on exit (local l).
   void layer_backward(int64_t l, Tensor& grad_x);
   // The input of a column-parallel linear from its LayerNorm output [n_local, h]: the rows
   // gathered into ws_full_ under sequence parallelism, else `ln_out` itself.
@@ -171,17 +264,24 @@ class GPTModel {
   tensor_parallel::VocabRange vocab_;
   int64_t heads_ = 0, ffn_ = 0, n_local_ = 0;
 
-  ParameterSet params_;
-  int64_t word_emb_ = -1, pos_emb_ = -1, final_ln_w_ = -1, final_ln_b_ = -1, output_w_ = -1;
-  std::vector<LayerParams> layer_params_;
+  PipelineStageOptions pipe_;
+  // Recompute bookkeeping per chunk: config_ with num_layers = layers_per_chunk_ (Megatron
+  // recomputes within each chunk's block of layers).
+  GPTConfig chunk_config_;
+  int64_t layers_per_chunk_ = 0;
 
-  // Inputs of the current micro-batch (device): tokens [b,s] int32, labels [s,b] int32,
-  // loss weights [s,b] fp32.
-  Tensor tokens_, labels_, loss_weights_;
-  // xs_[l] is the input of layer l, xs_[L] the last layer's output; xs_[0] = dropout(embedding).
-  std::vector<Tensor> xs_;
-  std::vector<LayerActs> acts_;      // kept layers' slots, then the recompute slots
-  std::vector<int64_t> act_slot_;    // per layer: its index into acts_
+  ParameterSet params_;
+  // -1 where this stage has none (embeddings off virtual stage 0, head off the last).
+  int64_t word_emb_ = -1, pos_emb_ = -1, final_ln_w_ = -1, final_ln_b_ = -1, output_w_ = -1;
+  std::vector<LayerParams> layer_params_;  // [chunk * layers_per_chunk_ + local layer]
+
+  // Inputs of the current micro-batch (device): labels [s,b] int32, loss weights [s,b] fp32
+  // (last virtual stage; tokens live in the activation sets).
+  Tensor labels_, loss_weights_;
+  std::vector<Chunk> chunks_;
+  int64_t cur_chunk_ = 0, cur_set_ = 0;  // what layer_forward / layer_backward work on
+  std::vector<LayerActs> recompute_acts_;  // the recompute slots, shared by every chunk and set
+  std::vector<int64_t> act_slot_;    // per local layer: kept slot (>= 0) or ~recompute slot
   Tensor final_ln_out_, final_ln_mean_, final_ln_rstd_;
   // [n, V] in the model dtype, as Megatron's output layer (the cross-entropy reads them in fp32).
   Tensor logits_;
@@ -193,6 +293,9 @@ class GPTModel {
   // the embedding sum before dropout uses temporaries. Sequence parallelism adds ws_full_
   // [n, h], the gathered input of a column-parallel linear.
   Tensor ws_grad_, ws_h1_, ws_h2_, ws_qkv_, ws_q_, ws_f_, ws_full_;
+  // pp > 1: the received output gradient [n_local, h] (separate from ws_grad_, which a send of
+  // the previous input gradient may still read in the same exchange).
+  Tensor recv_grad_;
   DropoutContext dropout_ctx_;
   float mask_sum_ = 0.0f;
   ParamHooks hooks_;

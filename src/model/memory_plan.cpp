@@ -4,25 +4,45 @@
 
 namespace megatron::model {
 
-int64_t gpt_num_parameters(const GPTConfig& c, int64_t tp) {
+namespace {
+
+int64_t layer_num_parameters(const GPTConfig& c, int64_t tp) {
   const int64_t h = c.hidden_size, f = c.ffn_hidden_size / tp, q = c.num_attention_heads * c.kv_channels / tp;
-  const int64_t V = c.padded_vocab_size / tp;
   const int64_t bias = c.add_bias_linear ? 1 : 0;
-  const int64_t per_layer = 2 * h                  // input LayerNorm
-                            + 3 * q * h + bias * 3 * q  // QKV (column-parallel)
-                            + h * q + bias * h          // output projection (row-parallel; bias whole)
-                            + 2 * h                     // pre-MLP LayerNorm
-                            + f * h + bias * f          // FC1 (column-parallel)
-                            + h * f + bias * h;         // FC2 (row-parallel; bias whole)
+  return 2 * h                      // input LayerNorm
+         + 3 * q * h + bias * 3 * q  // QKV (column-parallel)
+         + h * q + bias * h          // output projection (row-parallel; bias whole)
+         + 2 * h                     // pre-MLP LayerNorm
+         + f * h + bias * f          // FC1 (column-parallel)
+         + h * f + bias * h;         // FC2 (row-parallel; bias whole)
+}
+
+}  // namespace
+
+int64_t gpt_num_parameters(const GPTConfig& c, int64_t tp) {
+  const int64_t h = c.hidden_size, V = c.padded_vocab_size / tp;
   const int64_t embeddings = V * h + c.max_position_embeddings * h;
   const int64_t output = c.untie_embeddings_and_output_weights ? V * h : 0;
-  return embeddings + c.num_layers * per_layer + 2 * h + output;
+  return embeddings + c.num_layers * layer_num_parameters(c, tp) + 2 * h + output;
+}
+
+int64_t stage_num_parameters(const GPTConfig& c, int64_t tp, const PipelineStageOptions& pipe) {
+  const int64_t h = c.hidden_size, V = c.padded_vocab_size / tp;
+  const bool first = pipe.stage == 0, last = pipe.stage == pipe.pp - 1;
+  int64_t n = c.num_layers / pipe.pp * layer_num_parameters(c, tp);
+  if (first) n += V * h + c.max_position_embeddings * h;
+  if (last) {
+    n += 2 * h;
+    // The output layer: untied, or the last stage's copy of the tied embedding.
+    if (c.untie_embeddings_and_output_weights || !first) n += V * h;
+  }
+  return n;
 }
 
 MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batch_size, int64_t tp,
-                       bool sequence_parallel) {
+                       bool sequence_parallel, const PipelineStageOptions& pipe) {
   MemoryPlan p;
-  const int64_t P = gpt_num_parameters(c, tp);
+  const int64_t P = stage_num_parameters(c, tp, pipe);
   const int64_t e = dtype_size(param_dtype);
   p.num_parameters = P;
   p.parameters = P * e;
@@ -31,23 +51,36 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
   p.optimizer = 2 * P * 4;
 
   const int64_t s = c.seq_length, b = micro_batch_size, n = s * b, h = c.hidden_size, f = c.ffn_hidden_size / tp;
-  const int64_t q = c.num_attention_heads * c.kv_channels / tp, a = c.num_attention_heads / tp, L = c.num_layers;
+  const int64_t q = c.num_attention_heads * c.kv_channels / tp, a = c.num_attention_heads / tp;
   const int64_t V = c.padded_vocab_size / tp;
+  const int64_t vp = pipe.virtual_chunks, Lc = c.num_layers / (pipe.pp * vp);
+  const bool first = pipe.stage == 0, last = pipe.stage == pipe.pp - 1;
   // Rows of the residual stream and LayerNorms on this rank: n / tp under sequence parallelism.
   const int64_t nl = sequence_parallel ? n / tp : n;
   // Per layer, in the model dtype: LN1 out, x_mid, LN2 out [nl, h] each, qkv (3q), attention
   // out (q), fc1 out and GELU out (f each) [n, .]; in fp32: LN1/LN2 mean and rstd (4 nl),
   // attention lse (b*a*s).
   const int64_t layer = (3 * nl * h + n * (4 * q + 2 * f)) * e + 4 * nl * 4 + b * a * s * 4;
-  // Outside the layers: the L+1 residual-stream tensors [nl, h] (model dtype); final LN out
-  // (model dtype) with mean/rstd [nl]; logits [n, V] in the model dtype (their gradient reuses
-  // the buffer); fp32 losses and lse [n]; int32 tokens and labels and fp32 loss weights [n].
-  const int64_t outside = (L + 1) * nl * h * e + nl * h * e + 2 * nl * 4 + n * V * e + 2 * n * 4 + 3 * n * 4;
-  // Recomputed layers share slots (model/gpt_config.h); their inputs stay in the residual stream.
-  p.activations = (c.kept_layers() + c.recompute_slots()) * layer + outside;
+  // Recompute works within a chunk's block of layers (model/gpt_config.h); recomputed layers
+  // share the stage's recompute slots, their inputs stay in the residual stream.
+  GPTConfig cc = c;
+  cc.num_layers = Lc;
+  // Per activation set of a chunk: the Lc+1 residual-stream tensors [nl, h] (model dtype) and
+  // the kept layers; int32 tokens [n] on the first virtual stage.
+  const int64_t per_set = (Lc + 1) * nl * h * e + cc.kept_layers() * layer;
+  p.activations = cc.recompute_slots() * layer;
+  for (int64_t ci = 0; ci < vp; ++ci) {
+    const int64_t sets = pipe.activation_sets.empty() ? 1 : pipe.activation_sets[static_cast<size_t>(ci)];
+    p.activations += sets * (per_set + (first && ci == 0 ? n * 4 : 0));
+  }
+  // The loss head (last stage): final LN out (model dtype) with mean/rstd [nl]; logits [n, V]
+  // in the model dtype (their gradient reuses the buffer); fp32 losses and lse [n]; int32
+  // labels and fp32 loss weights [n].
+  if (last) p.activations += nl * h * e + 2 * nl * 4 + n * V * e + 2 * n * 4 + 2 * n * 4;
   // Workspace (model dtype): the gradient stream [nl, h], two temporaries [n, h], [n, 3q],
-  // [n, q] and [n, f]; sequence parallelism adds the [n, h] gather buffer.
-  p.workspace = (nl * h + 2 * n * h + 4 * n * q + n * f + (sequence_parallel ? n * h : 0)) * e;
+  // [n, q] and [n, f]; sequence parallelism adds the [n, h] gather buffer, pp > 1 the
+  // received output gradient [nl, h].
+  p.workspace = (nl * h + 2 * n * h + 4 * n * q + n * f + (sequence_parallel ? n * h : 0) + (pipe.pp > 1 ? nl * h : 0)) * e;
   return p;
 }
 

@@ -28,13 +28,19 @@ struct MemoryPlan {
 // tensor-parallel rank's shards with tp > 1 (model/gpt_model.h: vocabulary, QKV, FC1 rows and
 // proj, FC2 columns divided by tp; LayerNorms, position embedding, row-parallel biases whole).
 int64_t gpt_num_parameters(const GPTConfig& config, int64_t tp = 1);
+// The parameters pipeline stage `pipeline` holds (its layers; embeddings on the first stage;
+// final LayerNorm and output layer on the last, whose copy of a tied word embedding counts).
+int64_t stage_num_parameters(const GPTConfig& config, int64_t tp, const PipelineStageOptions& pipeline);
 
 // One rank's plan; tp / sequence_parallel as GPTModel's TensorParallelOptions (per layer
 // qkv, attention out, FC1/GELU out and the logits are split over tp; with sequence
 // parallelism the residual stream, LayerNorm outputs and statistics too, plus one [n, h]
 // gather workspace).
+// `pipeline`: the stage's layers, each chunk's activation sets (the residual stream and kept
+// layers per set, tokens per set on the first virtual stage), the loss head's buffers on the
+// last stage, and the [nl, h] received-gradient workspace when pp > 1.
 MemoryPlan plan_memory(const GPTConfig& config, DType param_dtype, int64_t micro_batch_size, int64_t tp = 1,
-                       bool sequence_parallel = false);
+                       bool sequence_parallel = false, const PipelineStageOptions& pipeline = {});
 
 // --use-distributed-optimizer (megatron-facts §9): the fp32 main parameters and Adam moments
 // are sharded over `dp` ranks. With one gradient bucket (the default) rank 0 holds the largest

@@ -22,6 +22,7 @@ int64_t ParameterSet::add(std::string name, Shape shape, Init init, int partitio
   p.global_shape = std::move(shape);
   p.shape = tensor_parallel::local_shape(p.global_shape, p.partition);
   p.init = init;
+  p.init_stream = next_init_stream_++;
   p.offset = total_numel_;
   total_numel_ += p.numel();
   params_.push_back(std::move(p));
@@ -70,7 +71,7 @@ void ParameterSet::initialize(backend::Backend& backend, uint64_t seed, float st
 #pragma omp parallel for schedule(static)
         for (int64_t k = 0; k < n; ++k) {
           const int64_t g = tensor_parallel::global_index(p.global_shape, p.partition, k);
-          h[k] = s * philox_normal(seed, pi, static_cast<uint64_t>(g));
+          h[k] = s * philox_normal(seed, static_cast<uint64_t>(p.init_stream), static_cast<uint64_t>(g));
         }
         break;
       }

@@ -41,6 +41,13 @@ struct Parameter {
   bool sequence_parallel = false;
   Init init = Init::kZeros;
   bool no_weight_decay = false;  // biases and 1-D parameters (megatron-facts §3.5)
+  // Megatron's `shared` attribute: the last pipeline stage's copy of the tied word embedding.
+  // Its gradient is summed with the first stage's (embedding group); it is left out of the
+  // norms (the first stage's copy counts) and of checkpoints (the first stage saves it).
+  bool pipeline_shared = false;
+  // The counter-based init stream (initialize()): the parameter's index in the single-process
+  // model, so that every pipeline stage starts from the single-process weights.
+  int64_t init_stream = 0;
   int64_t offset = 0;  // into the flat buffers, in elements
   Tensor value;        // view of the values buffer
   Tensor grad;         // view of the grads buffer (fp32)
@@ -48,6 +55,9 @@ struct Parameter {
   // Replicated over TP and not on TP rank 0: left out of the grad norm (Megatron's
   // param_is_not_tensor_parallel_duplicate), so each value counts once.
   bool tensor_parallel_duplicate() const { return !partition.split() && partition.rank != 0; }
+  // Counts in the grad norm, --log-num-zeros-in-grad and the parameter norm (each value once
+  // over the model-parallel group).
+  bool counted_in_norms() const { return !tensor_parallel_duplicate() && !pipeline_shared; }
 };
 
 class ParameterSet {
@@ -56,11 +66,14 @@ class ParameterSet {
   void set_tensor_parallel(int64_t rank, int64_t size);
   // Declares a parameter of global shape `shape` (before allocate()), split along
   // `partition_dim` (-1: replicated) over the tensor-parallel group; returns its index.
+  // Its init stream is the next one (0, 1, ... unless set_next_init_stream moved it).
   int64_t add(std::string name, Shape shape, Init init, int partition_dim = -1);
+  // The init stream of the next add() (a pipeline stage skips the other stages' parameters).
+  void set_next_init_stream(int64_t stream) { next_init_stream_ = stream; }
   // Allocates the flat buffers on `backend` and points every Parameter at its views.
   void allocate(backend::Backend& backend, DType dtype);
   // Fills the values per their Init from a counter-based normal stream: global element k of
-  // parameter p is a pure function of (seed, p, k), independent of the backend and of how
+  // parameter p is a pure function of (seed, p.init_stream, k), independent of the backend and of how
   // the tensors are sharded (a shard takes its elements' global indices). std is the init_method_std; num_layers scales kScaledNormal.
   void initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers);
 
@@ -78,6 +91,7 @@ class ParameterSet {
   std::vector<Parameter> params_;
   int64_t total_numel_ = 0;
   int64_t tp_rank_ = 0, tp_size_ = 1;
+  int64_t next_init_stream_ = 0;
   Tensor values_;
   Tensor grads_;
 };

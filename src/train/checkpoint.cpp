@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/json_writer.h"
+#include "model/gpt_model.h"
 #include "tensor_parallel/partition.h"
 #include "train/checkpoint_io.h"
 
@@ -148,9 +149,13 @@ CheckpointTensors collect_checkpoint_tensors(const model::ParameterSet& params,
     if (tp.size() == 1) return shard;
     return tensor_parallel::gather_partitioned(tp, backend, shard, p.global_shape, p.partition);
   };
-  for (const model::Parameter& p : params.params()) out.model.emplace_back(p.name, global(p, p.value));
+  // The last stage's copy of a tied embedding is the first stage's (Parameter::pipeline_shared).
+  for (const model::Parameter& p : params.params()) {
+    if (!p.pipeline_shared) out.model.emplace_back(p.name, global(p, p.value));
+  }
   if (!with_optimizer) return out;
   for (const model::Parameter& p : params.params()) {
+    if (p.pipeline_shared) continue;
     if (optimizer.has_separate_main_params()) {
       out.optimizer.emplace_back("main_param." + p.name, global(p, state.main_params.flat_view(p.offset, p.shape)));
     }
@@ -158,6 +163,39 @@ CheckpointTensors collect_checkpoint_tensors(const model::ParameterSet& params,
     out.optimizer.emplace_back("exp_avg_sq." + p.name, global(p, state.exp_avg_sq.flat_view(p.offset, p.shape)));
   }
   return out;
+}
+
+void gather_pipeline_stages(CheckpointTensors* tensors, const TrainConfig& c, DType model_dtype,
+                            bool separate_main_params, bool with_optimizer, comm::Communicator& pp,
+                            backend::Backend& backend) {
+  if (pp.size() == 1) return;
+  if (pp.rank() != 0) {
+    // In the order stage 0 expects: the model tensors, then the optimizer's.
+    for (const auto& [name, t] : tensors->model) pp.send(t, 0);
+    for (const auto& [name, t] : tensors->optimizer) pp.send(t, 0);
+    return;
+  }
+  for (int64_t stage = 1; stage < pp.size(); ++stage) {
+    // What stage `stage` holds, declared as its GPTModel does (global shapes, same order).
+    model::ParameterSet declared;
+    model::GPTModel::declare_stage_parameters(c.model, pipeline_stage(c, stage), &declared);
+    auto receive = [&](const std::string& name, const Shape& shape, DType dtype,
+                       std::vector<std::pair<std::string, Tensor>>* into) {
+      Tensor t = backend.empty(shape, dtype, MemoryKind::kOther);
+      pp.recv(t, stage);
+      into->emplace_back(name, std::move(t));
+    };
+    for (const model::Parameter& p : declared.params()) {
+      if (!p.pipeline_shared) receive(p.name, p.global_shape, model_dtype, &tensors->model);
+    }
+    if (!with_optimizer) continue;
+    for (const model::Parameter& p : declared.params()) {
+      if (p.pipeline_shared) continue;
+      if (separate_main_params) receive("main_param." + p.name, p.global_shape, DType::kF32, &tensors->optimizer);
+      receive("exp_avg." + p.name, p.global_shape, DType::kF32, &tensors->optimizer);
+      receive("exp_avg_sq." + p.name, p.global_shape, DType::kF32, &tensors->optimizer);
+    }
+  }
 }
 
 void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progress, const CheckpointTensors& tensors,

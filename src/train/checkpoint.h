@@ -52,11 +52,21 @@ struct CheckpointTensors {
 // whole fp32 state of this rank's shards, also when it is sharded over data-parallel ranks).
 // With tensor parallelism each partitioned tensor is gathered over `tp` into its global
 // shape (tensor_parallel/partition.h): collective over `tp`, every rank gets the whole set.
-// One TP rank: views of the rank's own tensors, no copies.
+// One TP rank: views of the rank's own tensors, no copies. The last pipeline stage's copy of a
+// tied word embedding is left out (the first stage saves it).
 CheckpointTensors collect_checkpoint_tensors(const model::ParameterSet& params,
                                              const MixedPrecisionOptimizer& optimizer,
                                              const FullOptimizerState& state, bool with_optimizer,
                                              comm::Communicator& tp, backend::Backend& backend);
+
+// Pipeline parallelism: stage 0's writer receives the other stages' tensors (global shapes,
+// as collect_checkpoint_tensors returned them there) and appends them to `tensors`; the other
+// stages send theirs. Collective over `pp`, called by the ranks that hold whole tensors (TP
+// rank 0 of DP rank 0 of each stage); stage 0 knows what arrives by declaring each stage's
+// parameters (model::GPTModel::declare_stage_parameters). No-op at pp 1.
+void gather_pipeline_stages(CheckpointTensors* tensors, const TrainConfig& config, DType model_dtype,
+                            bool separate_main_params, bool with_optimizer, comm::Communicator& pp,
+                            backend::Backend& backend);
 
 // Saves the state after `progress.iteration` to config.save (with --no-save-optim, weights
 // only), printing Megatron's "saving checkpoint at iteration ..." lines to `log`. The files

@@ -4,13 +4,26 @@
 #include <optional>
 
 #include "core/error.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace megatron::train {
 
-model::MemoryPlan train_memory_plan(const TrainConfig& c) {
+model::PipelineStageOptions pipeline_stage(const TrainConfig& c, int64_t stage) {
+  model::PipelineStageOptions p;
+  p.pp = c.pipeline_model_parallel_size;
+  p.stage = stage;
+  p.virtual_chunks = c.virtual_pipeline_chunks();
+  // In flight at most at the largest number of micro-batches (the final global batch).
+  const int64_t m = c.global_batch_size / (c.micro_batch_size * c.data_parallel_size);
+  p.activation_sets = parallel::max_in_flight(parallel::pipeline_schedule({p.pp, stage, m, p.virtual_chunks}),
+                                              p.virtual_chunks);
+  return p;
+}
+
+model::MemoryPlan train_memory_plan(const TrainConfig& c, int64_t stage) {
   const DType dtype = c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32;
-  model::MemoryPlan plan =
-      model::plan_memory(c.model, dtype, c.micro_batch_size, c.tensor_model_parallel_size, c.sequence_parallel);
+  model::MemoryPlan plan = model::plan_memory(c.model, dtype, c.micro_batch_size, c.tensor_model_parallel_size,
+                                              c.sequence_parallel, pipeline_stage(c, stage));
   if (c.use_distributed_optimizer) plan = model::shard_optimizer_state(plan, c.data_parallel_size);
   return plan;
 }

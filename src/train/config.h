@@ -140,6 +140,13 @@ struct TrainConfig {
   int64_t world_size = 1;
   int64_t tensor_model_parallel_size = 1;   // --tensor-model-parallel-size
   int64_t pipeline_model_parallel_size = 1; // --pipeline-model-parallel-size
+  std::optional<int64_t> num_layers_per_virtual_pipeline_stage;  // --num-layers-per-virtual-pipeline-stage
+  // vp: model chunks per pipeline stage (1 without interleaving).
+  int64_t virtual_pipeline_chunks() const {
+    return num_layers_per_virtual_pipeline_stage
+               ? model.num_layers / pipeline_model_parallel_size / *num_layers_per_virtual_pipeline_stage
+               : 1;
+  }
   int64_t data_parallel_size = 1;
   bool sequence_parallel = false;           // --sequence-parallel (turned off at TP 1, as Megatron)
   bool use_distributed_optimizer = false;   // --use-distributed-optimizer
@@ -180,9 +187,13 @@ std::string padded_vocab_message(int64_t vocab, int64_t padded);
 
 // Names as Megatron's flags spell them ("cosine", "inverse-square-root", "WSD", ...).
 // The per-rank memory plan of this configuration (model/memory_plan.h): the tensor-parallel
-// rank's shards and activations (with --sequence-parallel, its sequence rows), the optimizer
-// state divided over data-parallel ranks under --use-distributed-optimizer.
-model::MemoryPlan train_memory_plan(const TrainConfig& config);
+// rank's shards and activations (with --sequence-parallel, its sequence rows) on pipeline
+// stage `stage` (its layers, and one activation set per micro-batch its schedule holds in
+// flight at the final global batch size), the optimizer state divided over data-parallel
+// ranks under --use-distributed-optimizer.
+model::MemoryPlan train_memory_plan(const TrainConfig& config, int64_t stage = 0);
+// What GPTModel needs to build stage `stage` (layers, chunks, activation sets).
+model::PipelineStageOptions pipeline_stage(const TrainConfig& config, int64_t stage);
 
 const char* to_string(RecomputeGranularity s);
 const char* to_string(RecomputeMethod s);

@@ -45,7 +45,7 @@ std::vector<Range> counted_ranges(const model::ParameterSet& params, const Range
   std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) { return a->offset < b->offset; });
   std::vector<Range> out;
   for (const model::Parameter* p : order) {
-    if (p->tensor_parallel_duplicate()) continue;
+    if (!p->counted_in_norms()) continue;
     const int64_t lo = std::max(range.start, p->offset), hi = std::min(range.end, p->offset + p->numel());
     if (lo >= hi) continue;
     if (!out.empty() && out.back().end == lo) {

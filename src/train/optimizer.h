@@ -31,6 +31,9 @@
 // replicated over TP (LayerNorms, position embedding, row-parallel biases) counts on TP rank 0
 // only (Megatron's param_is_not_tensor_parallel_duplicate); the same for --log-num-zeros-in-grad
 // and the parameter norm. The inf flag is reduced (MAX) over the model-parallel group too.
+// Pipeline parallelism: the model-parallel group is TP x PP (each stage's ranks add their
+// parameters' squares), and the last stage's copy of a tied word embedding
+// (Parameter::pipeline_shared) is left out, so that every value counts once.
 #pragma once
 
 #include <cstdint>
@@ -60,7 +63,7 @@ struct DataParallelOptions {
   comm::Communicator* group = nullptr;
   bool distributed = false;  // --use-distributed-optimizer
   int64_t bucket_size = 0;   // --ddp-bucket-size (elements; 0: one bucket)
-  // The model-parallel group (TP; null: one rank) over which norms and the inf flag are reduced.
+  // The model-parallel group (TP x PP; null: one rank) over which norms and the inf flag are reduced.
   comm::Communicator* model_parallel = nullptr;
   bool overlap_param_gather = false;  // --overlap-param-gather (with distributed)
 };

@@ -13,6 +13,7 @@
 #include "model/memory_plan.h"
 #include "optim/loss_scaler.h"
 #include "train/flops.h"
+#include "train/pipeline_executor.h"
 #include "train/tensorboard_tags.h"
 #include "train/training_log.h"
 
@@ -69,10 +70,11 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   log_last_ = groups_->is_last_rank() ? &out : &null_;
   const TrainConfig& c = config_;
   MT_CHECK(c.world_size == groups_->world_size() && c.data_parallel_size == groups_->sizes.dp &&
-           c.tensor_model_parallel_size == groups_->sizes.tp)
+           c.tensor_model_parallel_size == groups_->sizes.tp && c.pipeline_model_parallel_size == groups_->sizes.pp)
       << "config for world " << c.world_size << " / dp " << c.data_parallel_size << " / tp "
-      << c.tensor_model_parallel_size << ", groups of " << groups_->world_size() << " / " << groups_->sizes.dp
-      << " / " << groups_->sizes.tp;
+      << c.tensor_model_parallel_size << " / pp " << c.pipeline_model_parallel_size << ", groups of "
+      << groups_->world_size() << " / " << groups_->sizes.dp << " / " << groups_->sizes.tp << " / "
+      << groups_->sizes.pp;
   microbatches_ = std::make_unique<NumMicroBatchesCalculator>(c.microbatch_calculator());
   *log0_ << microbatches_->describe() << '\n';
   train_iters_ = c.total_train_iters();
@@ -95,7 +97,8 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   model::TensorParallelOptions tp;
   tp.group = groups_->tp.get();
   tp.sequence_parallel = c.sequence_parallel;
-  model_ = std::make_unique<model::GPTModel>(c.model, backend_, param_dtype(c), c.micro_batch_size, tp);
+  model_ = std::make_unique<model::GPTModel>(c.model, backend_, param_dtype(c), c.micro_batch_size, tp,
+                                             pipeline_stage(c, groups_->coords.pp));
   model_->parameters().initialize(backend_, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
   *log0_ << " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): "
        << model_->parameters().total_numel() << '\n';
@@ -125,20 +128,28 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   // Megatron's default: one bucket, or max(40M, 1M x dp-cp) elements with overlap.
   const int64_t overlap_bucket = std::max<int64_t>(40'000'000, 1'000'000 * groups_->dp_cp->size());
   dp.bucket_size = c.ddp_bucket_size.value_or(c.overlap_grad_reduce ? overlap_bucket : 0);
-  dp.overlap_param_gather = c.overlap_param_gather;
-  dp.model_parallel = groups_->model_parallel.get();  // norms and the inf flag span the TP shards
+  // The overlap hooks need the whole model on one stage (model::GPTModel::set_param_hooks);
+  // with pipeline parallelism the reductions follow the pipeline flush, as without overlap.
+  const bool one_stage = c.pipeline_model_parallel_size == 1;
+  overlapped_grads_ = c.overlap_grad_reduce && one_stage;
+  dp.overlap_param_gather = c.overlap_param_gather && one_stage;
+  if (!one_stage && (c.overlap_grad_reduce || c.overlap_param_gather)) {
+    *log0_ << " > --overlap-grad-reduce / --overlap-param-gather: no effect with pipeline parallelism yet "
+              "(gradients are reduced and parameters gathered after the pipeline flush)\n";
+  }
+  dp.model_parallel = groups_->model_parallel.get();  // norms and the inf flag span TP x PP
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, oc, std::move(scaler), dp);
-  if (c.overlap_grad_reduce || c.overlap_param_gather) {
+  if (overlapped_grads_ || dp.overlap_param_gather) {
     // The model tells the gradient buffer how far its backward / forward has got
     // (train/grad_buffer.h "Overlap"); without --overlap-* nothing is started early.
     GradBuffer& gb = optimizer_->grad_buffer();
     model::ParamHooks hooks;
-    if (c.overlap_grad_reduce) hooks.grads_final_from = [&gb](int64_t k) { gb.grads_final_from(k); };
-    if (c.overlap_param_gather) hooks.before_reading = [&gb](int64_t k) { gb.before_reading(k); };
+    if (overlapped_grads_) hooks.grads_final_from = [&gb](int64_t k) { gb.grads_final_from(k); };
+    if (dp.overlap_param_gather) hooks.before_reading = [&gb](int64_t k) { gb.before_reading(k); };
     model_->set_param_hooks(std::move(hooks));
   }
   scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));
-  *log0_ << model::format_memory_plan(train_memory_plan(c));
+  *log0_ << model::format_memory_plan(train_memory_plan(c, groups_->coords.pp));
   *log0_ << flops_formula_text(c.model, c.global_batch_size, c.flops_convention);
 
   if (c.load) {
@@ -154,6 +165,19 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
 
 void Trainer::request_exit() { g_exit_requested.store(true); }
 
+std::vector<parallel::PipelineAction> Trainer::pipeline_table(int64_t num_micro, bool forward_only) const {
+  const parallel::PipelineShape shape{config_.pipeline_model_parallel_size, groups_->coords.pp, num_micro,
+                                      config_.virtual_pipeline_chunks(), forward_only};
+  std::vector<parallel::PipelineAction> table = parallel::pipeline_schedule(shape);
+  const std::vector<int64_t> in_flight = parallel::max_in_flight(table, shape.virtual_chunks);
+  for (int64_t ci = 0; ci < shape.virtual_chunks; ++ci) {
+    MT_CHECK(in_flight[static_cast<size_t>(ci)] <= model_->activation_sets(ci))
+        << "chunk " << ci << " holds " << in_flight[static_cast<size_t>(ci)] << " micro-batches in flight, "
+        << model_->activation_sets(ci) << " activation sets";
+  }
+  return table;
+}
+
 void Trainer::save() {
   if (!config_.save) return;
   // The model values are read below: the parameter gather must have landed.
@@ -161,10 +185,15 @@ void Trainer::save() {
   // Collective: with the distributed optimizer the owners send their state to DP rank 0.
   const FullOptimizerState state = optimizer_->gather_full_state();
   // The state is replicated over DP (or gathered to DP rank 0). The DP-rank-0 ranks (one TP
-  // group) gather the shards into global tensors, and global rank 0 (TP 0, DP 0) writes.
+  // group per stage) gather the shards into global tensors, TP rank 0 of each stage sends its
+  // stage's to stage 0, and global rank 0 (TP 0, DP 0, stage 0) writes.
   if (groups_->dp_cp->rank() == 0) {
-    const CheckpointTensors tensors = collect_checkpoint_tensors(model_->parameters(), *optimizer_, state,
-                                                                 !config_.no_save_optim, *groups_->tp, backend_);
+    CheckpointTensors tensors = collect_checkpoint_tensors(model_->parameters(), *optimizer_, state,
+                                                           !config_.no_save_optim, *groups_->tp, backend_);
+    if (groups_->tp->rank() == 0) {
+      gather_pipeline_stages(&tensors, config_, model_->dtype(), optimizer_->has_separate_main_params(),
+                             !config_.no_save_optim, *groups_->pp, backend_);
+    }
     if (groups_->is_first_rank()) {
       save_training_checkpoint(config_, progress_, tensors, *optimizer_, *scheduler_, backend_, *log0_);
     }
@@ -216,15 +245,16 @@ void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_
 
 double Trainer::evaluate(const data::TokenDataset& dataset, int64_t* consumed, int64_t global_batch) {
   const int64_t num_micro = global_batch / (config_.micro_batch_size * config_.data_parallel_size);
-  model::MicroBatch mb;
   model::DropoutContext no_dropout;
   no_dropout.training = false;
+  // Forward only through the pipeline; the losses appear on the last stage (0 elsewhere).
+  const auto table = pipeline_table(num_micro, /*forward_only=*/true);
   double total = 0.0;
   for (int64_t it = 0; it < config_.eval_iters; ++it) {
-    for (int64_t k = 0; k < num_micro; ++k) {
-      load_micro_batch(dataset, *consumed, k, &mb);
-      total += model_->forward(mb, no_dropout);
-    }
+    PipelineCallbacks cb;
+    cb.load = [&](int64_t k, model::MicroBatch* mb) { load_micro_batch(dataset, *consumed, k, mb); };
+    cb.dropout = [&](int64_t) { return no_dropout; };
+    total += run_pipeline(table, *model_, *groups_->pp, cb);
     *consumed += global_batch;
   }
   // C23: the sum of micro-batch means over eval_iters * num_microbatches, averaged over DP
@@ -272,7 +302,6 @@ TrainSummary Trainer::run() {
   int64_t advanced = 0, skipped = 0, nans = 0;
   auto interval_start = Clock::now();
   bool memory_reported = false, first = true;
-  model::MicroBatch mb;
   // --log-timers-to-tensorboard: seconds per phase since the last log line, as Megatron's
   // timers "batch-generator", "forward-backward" and "optimizer" (synchronising the device at
   // phase boundaries, which is why it is opt-in).
@@ -295,10 +324,21 @@ TrainSummary Trainer::run() {
       *total += std::chrono::duration<double>(now - phase_start).count();
       phase_start = now;
     };
-    for (int64_t k = 0; k < num_micro; ++k) {
+    // Forward and backward of the micro-batches in the pipeline schedule's order (one stage:
+    // forward k, backward k). The loss head's backward runs right after each loss.
+    model::HeadBackward head;
+    head.loss_scale = optimizer_->loss_scale();
+    head.grad_scale = 1.0f / static_cast<float>(num_micro);
+    PipelineCallbacks cb;
+    cb.load = [&](int64_t k, model::MicroBatch* mb) {
+      // --overlap-grad-reduce: the last micro-batch's backward (its head's runs inside its
+      // forward) starts the buckets; the others accumulate (Megatron's no_sync).
+      if (overlapped_grads_ && k == num_micro - 1) optimizer_->grad_buffer().arm_grad_overlap();
       lap(&t_fwd_bwd);
-      load_micro_batch(*datasets_.train(), progress_.consumed_train_samples, k, &mb);
+      load_micro_batch(*datasets_.train(), progress_.consumed_train_samples, k, mb);
       lap(&t_batch);
+    };
+    cb.dropout = [&](int64_t k) {
       model::DropoutContext dropout;
       dropout.seed = static_cast<uint64_t>(c.seed);
       dropout.iteration = progress_.iteration;
@@ -306,17 +346,26 @@ TrainSummary Trainer::run() {
       // process's micro-batch k * dp + dp_rank, megatron-facts §3.9): dropout masks then
       // differ across DP ranks and equal the single-process run's.
       dropout.micro_batch = k * c.data_parallel_size + groups_->coords.dp;
-      iter_loss += model_->forward(mb, dropout);
-      // --overlap-grad-reduce: the last backward starts the buckets (Megatron's no_sync for the others).
-      if (c.overlap_grad_reduce && k == num_micro - 1) optimizer_->grad_buffer().arm_grad_overlap();
-      model_->backward(optimizer_->loss_scale(), 1.0f / static_cast<float>(num_micro));
-    }
+      return dropout;
+    };
+    cb.head = &head;
+    iter_loss = run_pipeline(pipeline_table(num_micro, /*forward_only=*/false), *model_, *groups_->pp, cb);
     // Megatron's finalize_model_grads: the gradient reduction closes forward-backward
-    // (everything over DP, then the sequence-parallel LayerNorm gradients over TP; with the
-    // distributed optimizer only the owned pieces are meaningful, and they are the same
-    // pieces on every TP rank).
+    // (sequence-parallel LayerNorm gradients over TP; the tied word embedding's two copies
+    // summed over the embedding group {first, last stage}; then everything over DP). The
+    // embedding sum comes before the DP reduction so that it sees whole gradients also when
+    // the distributed optimizer keeps only its shards.
+    // With --overlap-grad-reduce (one stage only, so no tied copy) buckets holding the
+    // sequence-parallel LayerNorm gradients are already on their way: their TP sum follows
+    // the DP one (Megatron's order; linear, and the TP ranks' buffers have the same layout, so
+    // the distributed optimizer's shards line up).
+    if (!overlapped_grads_) model_->reduce_sequence_parallel_grads();
+    if (model::Parameter* tied = model_->tied_embedding()) {
+      MT_CHECK(groups_->embedding != nullptr) << "a stage with the tied embedding outside the embedding group";
+      groups_->embedding->all_reduce(tied->grad, comm::ReduceOp::kSum);
+    }
     optimizer_->reduce_gradients();
-    model_->reduce_sequence_parallel_grads();
+    if (overlapped_grads_) model_->reduce_sequence_parallel_grads();
     lap(&t_fwd_bwd);
     // The loss of the global batch: this rank's micro-batch mean, averaged over DP.
     iter_loss = comm::all_reduce_scalar(*groups_->dp_cp, iter_loss, comm::ReduceOp::kSum) /

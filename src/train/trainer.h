@@ -14,17 +14,31 @@
 // (they share the DP coordinate), the model runs collectively over the TP group, the
 // sequence-parallel LayerNorm gradients are all-reduced over TP before the DP reduction, and
 // a checkpoint gathers the TP shards into global tensors that global rank 0 writes.
+// Pipeline parallelism (model/gpt_model.h, parallel/pipeline_schedule.h): each rank builds
+// its stage; an iteration runs the stage's table (1F1B, or interleaved with
+// --num-layers-per-virtual-pipeline-stage) through train/pipeline_executor.h, so the loss
+// exists on the last stage only (logged by the last rank, averaged over DP there; the other
+// stages contribute 0 to that average). Before the DP reduction the tied word embedding's
+// gradient is summed over the embedding group {first, last stage}; the grad norm and the
+// fp16 inf flag are reduced over the model-parallel group (TP x PP) with the last stage's
+// embedding copy left out. Gradient buffers, buckets and the distributed optimizer are per
+// stage (each rank's own ParameterSet, reduced over its DP group). Evaluation runs the
+// forward-only table. A checkpoint: each stage's TP rank 0 (of DP rank 0) sends its global
+// tensors to global rank 0, which writes one layout-independent set of files; every rank
+// loads its own parameters by their global names.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <vector>
 
 #include "backend/ops.h"
 #include "comm/process_groups.h"
 #include "data/dataset_config.h"
 #include "model/gpt_model.h"
+#include "parallel/pipeline_schedule.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/metrics_jsonl.h"
@@ -73,6 +87,8 @@ class Trainer {
   void evaluate_and_print(const std::string& prefix, const data::TokenDataset& dataset, int64_t* consumed,
                           int64_t global_batch, double* loss_out);
   void save();
+  // This stage's schedule for `num_micro` micro-batches (checked against the model's sets).
+  std::vector<parallel::PipelineAction> pipeline_table(int64_t num_micro, bool forward_only) const;
   // TensorBoard scalars of one iteration (every --tensorboard-log-interval).
   // `params_norm`: --log-params-norm's value (computed by every rank: it is collective).
   void log_to_tensorboard(const StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm);
@@ -87,6 +103,7 @@ class Trainer {
   data::GPTDatasets datasets_;
   std::unique_ptr<model::GPTModel> model_;
   std::unique_ptr<MixedPrecisionOptimizer> optimizer_;
+  bool overlapped_grads_ = false;  // --overlap-grad-reduce with the hooks installed (one stage)
   std::unique_ptr<OptimizerParamScheduler> scheduler_;
   std::unique_ptr<NumMicroBatchesCalculator> microbatches_;
   int64_t train_iters_ = 0;

@@ -276,8 +276,6 @@ TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
             "(--save/--load))");
   EXPECT_EQ(error_of(with(base_args(), {"--log-memory-to-tensorboard"})),
             "[--log-memory-to-tensorboard] is not supported yet (this TensorBoard option is not implemented yet)");
-  EXPECT_EQ(error_of(with(base_args(), {"--pipeline-model-parallel-size", "2"}), /*world_size=*/2),
-            "[--pipeline-model-parallel-size] 2 is not supported yet (pipeline parallelism comes later; accepted: 1)");
   for (const char* flag : {"--swiglu", "--data-impl", "--tokenizer-type",
                            "--timing-log-level"}) {
     Argv a = base_args();
@@ -290,6 +288,31 @@ TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
     EXPECT_EQ(msg.rfind(std::string("[") + flag + "]", 0), 0u) << msg;
     EXPECT_NE(msg.find("is not supported yet ("), std::string::npos) << msg;
   }
+}
+
+TEST(TrainArgs, PipelineFlags) {
+  // 4 layers over PP2, 2 chunks of 1 layer per stage; global batch 8 = 4 micro-batches of 2.
+  const Argv four = with(without(base_args(), "--num-layers"), {"--num-layers", "4", "--global-batch-size", "8"});
+  const TrainConfig c = parse(with(four, {"--pipeline-model-parallel-size", "2",
+                                          "--num-layers-per-virtual-pipeline-stage", "1"}), 2);
+  EXPECT_EQ(c.pipeline_model_parallel_size, 2);
+  EXPECT_EQ(c.data_parallel_size, 1);
+  EXPECT_EQ(c.virtual_pipeline_chunks(), 2);
+  EXPECT_EQ(parse(with(four, {"--pipeline-model-parallel-size", "2"}), 4).virtual_pipeline_chunks(), 1);
+  EXPECT_EQ(error_of(with(base_args(), {"--pipeline-model-parallel-size", "3"}), /*world_size=*/3),
+            "[--num-layers] 2 is not divisible by --pipeline-model-parallel-size 3");
+  EXPECT_EQ(error_of(with(four, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"}),
+                     2),
+            "[--num-layers-per-virtual-pipeline-stage] the layers per pipeline stage (2) are not divisible by 3");
+  EXPECT_EQ(error_of(with(four, {"--num-layers-per-virtual-pipeline-stage", "1"})),
+            "[--num-layers-per-virtual-pipeline-stage] the interleaved schedule needs --pipeline-model-parallel-size > 1");
+  // 6 / 2 = 3 micro-batches do not go through 2 stages in groups of 2.
+  EXPECT_EQ(error_of(with(without(four, "--global-batch-size"),
+                          {"--global-batch-size", "6", "--pipeline-model-parallel-size", "2",
+                           "--num-layers-per-virtual-pipeline-stage", "1"}),
+                     2),
+            "[--num-layers-per-virtual-pipeline-stage] number of microbatches (3) is not divisible by "
+            "--pipeline-model-parallel-size (2) when using the interleaved schedule");
 }
 
 TEST(TrainArgs, DataParallelFlags) {

@@ -34,6 +34,7 @@ class SlowCommunicator final : public Communicator {
   void send(const Tensor&, int64_t) override {}
   void recv(Tensor&, int64_t) override {}
   void barrier() override {}
+  void send_recv(std::span<const PointToPoint>) override {}
   std::unique_ptr<Communicator> split(int64_t, int64_t, const std::string&) override {
     return std::make_unique<SlowCommunicator>(*this);
   }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -229,6 +230,110 @@ TEST(GPTModel, MemorisesAFixedBatch) {
   }
   EXPECT_GT(first, 2.0f);
   EXPECT_LT(last, 0.05f) << "a 2-layer model must memorise 32 random tokens";
+}
+
+}  // namespace
+}  // namespace megatron::model
+
+namespace megatron::model {
+namespace {
+
+// Pipeline stages in one process, the activations and gradients handed over by copies:
+// PP2 with 2 chunks per stage (virtual stages 0..3 of one layer each), two micro-batches in
+// flight per chunk in the 1F1B-like order F0 F1 B0 B1, dropout and full recomputation on,
+// gives the whole model's losses and gradients bit for bit (same ops on the same values; the
+// dropout streams use the global layer index), except the tied word embedding, whose two
+// partial gradients (lookup on stage 0, output layer on stage 1) add up to the whole one.
+TEST(GPTModel, PipelineStagesEqualTheWholeModel) {
+  GPTConfig c = tiny_config();
+  c.num_layers = 4;
+  c.attention_dropout = 0.1f;
+  c.hidden_dropout = 0.1f;
+  c.recompute = Recompute::kUniform;
+  c.recompute_num_layers = 1;
+  auto backend = backend::make_cpu_backend();
+  const MicroBatch mbs[2] = {random_batch(2, c.seq_length, c.vocab_size, 1, true),
+                             random_batch(2, c.seq_length, c.vocab_size, 2, false)};
+  DropoutContext d[2];
+  for (int k = 0; k < 2; ++k) {
+    d[k].seed = 3;
+    d[k].iteration = 4;
+    d[k].micro_batch = k;
+  }
+  GPTModel whole(c, *backend, DType::kF32, 2);
+  whole.parameters().initialize(*backend, 7, c.init_method_std, c.num_layers);
+  Tensor wg = whole.parameters().grads();
+  backend->fill(wg, 0.0f);
+  float whole_loss[2];
+  for (int k = 0; k < 2; ++k) {
+    whole_loss[k] = whole.forward(mbs[k], d[k]);
+    whole.backward(1.0f, 0.5f);
+  }
+
+  std::vector<std::unique_ptr<GPTModel>> st;
+  for (int64_t s = 0; s < 2; ++s) {
+    PipelineStageOptions p;
+    p.pp = 2;
+    p.stage = s;
+    p.virtual_chunks = 2;
+    p.activation_sets = {2, 2};
+    st.push_back(std::make_unique<GPTModel>(c, *backend, DType::kF32, 2, TensorParallelOptions{}, p));
+    st.back()->parameters().initialize(*backend, 7, c.init_method_std, c.num_layers);
+    Tensor g = st.back()->parameters().grads();
+    backend->fill(g, 0.0f);
+  }
+  // Virtual stage v = chunk * 2 + stage.
+  auto model_of = [&](int64_t v) -> GPTModel& { return *st[static_cast<size_t>(v % 2)]; };
+  const HeadBackward head{1.0f, 0.5f};
+  float stage_loss[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    for (int64_t v = 0; v < 4; ++v) {
+      if (v > 0) backend->copy(model_of(v - 1).output((v - 1) / 2, k), model_of(v).input_buffer(v / 2, k));
+      stage_loss[k] += model_of(v).forward_chunk(v / 2, k, &mbs[k], d[k], &head);
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    for (int64_t v = 3; v >= 0; --v) {
+      if (v < 3) backend->copy(model_of(v + 1).input_grad(), model_of(v).output_grad_buffer());
+      model_of(v).backward_chunk(v / 2, k);
+    }
+  }
+  for (int k = 0; k < 2; ++k) EXPECT_EQ(stage_loss[k], whole_loss[k]);
+
+  auto host = [&](const Tensor& t) {
+    Tensor h = Tensor::cpu(t.shape(), DType::kF32);
+    backend->copy(t, h);
+    return std::vector<float>(h.data_as<float>(), h.data_as<float>() + h.numel());
+  };
+  int64_t compared = 0;
+  for (const Parameter& p : whole.parameters().params()) {
+    std::vector<float> want = host(p.grad), got(want.size(), 0.0f);
+    int64_t holders = 0;
+    for (auto& m : st) {
+      const Parameter* q = m->parameters().find(p.name);
+      if (!q) continue;
+      ++holders;
+      const std::vector<float> part = host(q->grad);
+      for (size_t i = 0; i < got.size(); ++i) got[i] += part[i];
+    }
+    const bool tied = p.name == "embedding.word_embeddings.weight";
+    ASSERT_EQ(holders, tied ? 2 : 1) << p.name;
+    for (size_t i = 0; i < want.size(); ++i) {
+      // The tied embedding: two partial sums added once (a few ulps of the largest term).
+      if (tied) {
+        ASSERT_NEAR(got[i], want[i], 1e-6f + 1e-5f * std::abs(want[i])) << p.name << " [" << i << "]";
+      } else {
+        ASSERT_EQ(got[i], want[i]) << p.name << " [" << i << "]";
+      }
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, static_cast<int64_t>(whole.parameters().params().size()));
+  // The last stage's copy of the embedding starts from the same values and is marked shared.
+  const Parameter* copy = st[1]->parameters().find("embedding.word_embeddings.weight");
+  ASSERT_NE(copy, nullptr);
+  EXPECT_TRUE(copy->pipeline_shared);
+  EXPECT_EQ(host(copy->value), host(whole.parameters().find("embedding.word_embeddings.weight")->value));
 }
 
 }  // namespace

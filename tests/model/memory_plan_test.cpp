@@ -202,6 +202,53 @@ TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
   }
 }
 
+// Pipeline stages: each stage of PP2 (and of PP2 with 2 chunks per stage), with several
+// activation sets per chunk and with recomputation, allocates what its plan says; the stages'
+// parameters add up to the model plus the last stage's copy of the tied embedding.
+TEST(MemoryPlan, PipelineStagePlanEqualsAllocatedBytes) {
+  GPTConfig c;
+  c.num_layers = 4;
+  c.hidden_size = 16;
+  c.num_attention_heads = 2;
+  c.kv_channels = 8;
+  c.ffn_hidden_size = 24;
+  c.seq_length = 6;
+  c.max_position_embeddings = 8;
+  c.vocab_size = 30;
+  c.padded_vocab_size = 32;
+  for (Recompute r : {Recompute::kNone, Recompute::kUniform, Recompute::kBlock}) {
+    for (int64_t vp : {1, 2}) {
+      for (bool untied : {false, true}) {
+        c.recompute = r;
+        c.untie_embeddings_and_output_weights = untied;
+        int64_t total = 0;
+        for (int64_t stage = 0; stage < 2; ++stage) {
+          PipelineStageOptions pipe;
+          pipe.pp = 2;
+          pipe.stage = stage;
+          pipe.virtual_chunks = vp;
+          pipe.activation_sets = vp == 1 ? std::vector<int64_t>{2 - stage} : std::vector<int64_t>{3, 2};
+          const MemoryPlan plan = plan_memory(c, DType::kBF16, 2, 1, false, pipe);
+          auto backend = backend::make_cpu_backend();
+          MemoryTracker& tracker = memory_tracker(Device::kCPU);
+          const MemorySnapshot before = tracker.snapshot();
+          GPTModel model(c, *backend, DType::kBF16, 2, {}, pipe);
+          const MemorySnapshot built = tracker.snapshot();
+          const std::string what = "stage " + std::to_string(stage) + " vp " + std::to_string(vp) + " recompute " +
+                                   std::to_string(static_cast<int>(r)) + (untied ? " untied" : "");
+          EXPECT_EQ(plan.num_parameters, model.parameters().total_numel()) << what;
+          EXPECT_EQ(plan.parameters, delta(built, before, MemoryKind::kParams)) << what;
+          EXPECT_EQ(plan.gradients, delta(built, before, MemoryKind::kGrads)) << what;
+          EXPECT_EQ(plan.activations, delta(built, before, MemoryKind::kActivations)) << what;
+          EXPECT_EQ(plan.workspace, delta(built, before, MemoryKind::kWorkspace)) << what;
+          total += plan.num_parameters;
+        }
+        EXPECT_EQ(total, gpt_num_parameters(c) + (untied ? 0 : c.padded_vocab_size * c.hidden_size));
+      }
+    }
+  }
+}
+
 TEST(MemoryPlan, Gpt3_175BNumbers) {
   // The benchmark's shape: 96 layers, h 12288, 96 heads, seq 2048, vocab 50257 -> 50304.
   GPTConfig c;

@@ -88,6 +88,7 @@ class RecordingCommunicator final : public comm::Communicator {
   void broadcast(Tensor&, int64_t) override {}
   void send(const Tensor&, int64_t) override {}
   void recv(Tensor&, int64_t) override {}
+  void send_recv(std::span<const comm::PointToPoint>) override {}
   void barrier() override {}
   std::unique_ptr<comm::Communicator> split(int64_t, int64_t, const std::string&) override { return nullptr; }
   std::unique_ptr<comm::PendingCollective> start_all_reduce(Tensor& x, comm::ReduceOp) override {

@@ -1,0 +1,92 @@
+// Pipeline schedules as pure tables (STYLE.md §9.5 "schedule = data + executor"): for one
+// pipeline stage, the ordered list of what it does in one iteration — forward or backward of
+// micro-batch k on model chunk c, and between them the point-to-point messages to post
+// together. No communication here; train/pipeline_executor.h runs a table over the pp group.
+//
+// Layout (megatron-facts §7). pp stages, each holding vp model chunks (vp = 1 without
+// interleaving). Chunk c of stage s is virtual stage v = c * pp + s and holds the layers
+// [v * L / (pp * vp), (v + 1) * L / (pp * vp)). Activations flow v -> v + 1: from stage s to
+// s + 1 within a chunk, and from the last stage's chunk c to the first stage's chunk c + 1.
+// Virtual stage 0 (stage 0, chunk 0) has the embedding, virtual stage pp * vp - 1 (last stage,
+// last chunk) the final LayerNorm, output layer and loss.
+//
+// Order of the computations (Megatron's schedules.py):
+//   1F1B (vp = 1): warm-up min(pp - s - 1, M) forwards, then 1F1B pairs (forward k + warm-up,
+//     backward k) and a cool-down of the remaining backwards.
+//   interleaved (vp > 1, M % pp == 0): the same on the M * vp "virtual micro-batches" i, with
+//     warm-up min((pp - s - 1) * 2 + (vp - 1) * pp, M * vp) (all of them when M == pp); the
+//     i-th forward runs chunk (i mod (pp * vp)) / pp on micro-batch (i / (pp * vp)) * pp + i mod
+//     pp, the i-th backward the same micro-batch on chunk vp - 1 - that: micro-batches go
+//     through the chunks in groups of pp.
+//   forward only (evaluation): every forward in that order, no backward.
+// Messages: each compute's input arrives (a receive) in the kComm step just before it and its
+// output leaves (a send) in the kComm step just after it, together with the next compute's
+// receive; in the interleaved steady state the pair (forward, backward) runs back to back
+// with one kComm step before it (both receives, the previous pair's sends), as Megatron's
+// combined exchange: separate steps there deadlock (a stage blocks sending a gradient that
+// its neighbour receives only after an exchange waiting on the first stage). A kComm step's messages are posted at once and all complete before the stage goes
+// on (MPI Isend/Irecv + Waitall, an NCCL group), which is what keeps neighbouring stages that
+// both send and receive in one step from deadlocking. Between two stages messages match in
+// posting order (one tag): the tests check both sides list them in the same order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace megatron::parallel {
+
+enum class PipelineOp : uint8_t { kForward, kBackward, kComm };
+
+// One message of a kComm step. `chunk` and `micro_batch` name the data on THIS stage: a send
+// carries the output (activation) or input gradient of (chunk, micro_batch) computed here; a
+// receive delivers the input activation or output gradient that (chunk, micro_batch) needs.
+struct P2PMessage {
+  bool send = false;
+  bool gradient = false;  // false: an activation going forward; true: a gradient going backward
+  int64_t peer = 0;       // pipeline rank of the other side
+  int64_t chunk = 0;
+  int64_t micro_batch = 0;
+  bool operator==(const P2PMessage&) const = default;
+};
+
+struct PipelineAction {
+  PipelineOp op = PipelineOp::kForward;
+  int64_t chunk = 0;        // kForward / kBackward
+  int64_t micro_batch = 0;  // kForward / kBackward
+  std::vector<P2PMessage> messages;  // kComm only, in posting order
+  bool operator==(const PipelineAction&) const = default;
+};
+
+struct PipelineShape {
+  int64_t pp = 1;                // --pipeline-model-parallel-size
+  int64_t stage = 0;             // this rank's pipeline rank
+  int64_t num_microbatches = 1;  // per iteration, per data-parallel rank
+  int64_t virtual_chunks = 1;    // vp: layers per stage / --num-layers-per-virtual-pipeline-stage
+  bool forward_only = false;     // evaluation
+};
+
+// Throws megatron::Error (one line naming the flag) for a shape no schedule exists for:
+// interleaving with M not divisible by pp, or with pp == 1.
+void check_pipeline_shape(const PipelineShape& shape);
+
+// The table of `shape.stage` (checked with check_pipeline_shape).
+std::vector<PipelineAction> pipeline_schedule(const PipelineShape& shape);
+
+// Per chunk, the most micro-batches whose forward has run and whose backward has not yet
+// (forward only: 1 per chunk that runs anything): how many activation sets the chunk needs.
+// Forwards and backwards of a chunk both go in micro-batch order, so micro-batch k can use
+// set k mod max_in_flight[c].
+std::vector<int64_t> max_in_flight(const std::vector<PipelineAction>& table, int64_t virtual_chunks);
+
+// The virtual stage (c * pp + s) of chunk c on stage s, and the (stage, chunk) before / after
+// a virtual stage (-1 stage: none).
+int64_t virtual_stage(int64_t pp, int64_t stage, int64_t chunk);
+
+// "F3.1" (forward of micro-batch 3 on chunk 1; "F3" when vp == 1), "B0", "[sF3>1 rB0<1]" (send
+// the activation of micro-batch 3 to stage 1, receive the gradient of micro-batch 0 from
+// stage 1): for test expectations and messages.
+std::string to_string(const PipelineAction& action, int64_t virtual_chunks);
+std::string to_string(const std::vector<PipelineAction>& table, int64_t virtual_chunks);
+
+}  // namespace megatron::parallel

@@ -1,0 +1,202 @@
+// The parity spine of pipeline parallelism (DESIGN.md decision 3): `megatron train` on a tiny
+// GPT (4 layers, fp32, dropout off, 10 iterations) as one process and as PP2 (1F1B), PP4, PP2
+// interleaved (2 chunks of 1 layer per stage), TP2 x PP2 and TP2 x PP2 x DP2 (8 ranks), each
+// also with --use-distributed-optimizer and full recomputation together, logs the same losses
+// and grad norms (PP2 interleaved also with dropout on); checkpoints saved under PP2 resume
+// under PP1 and the reverse with the next losses of the uninterrupted run; --dry-run prints
+// every stage's plan; bad pipeline configurations are one line before anything starts. Values are read from --log-jsonl (full
+// double precision) of the last rank, which is on the last stage.
+//
+// Tolerance (test/support/parity_runs.h): relative 2e-6 on the loss and 1e-5 on the grad norm,
+// as the DP and TP parity tests. Pipelining itself changes no arithmetic inside a stage: each
+// micro-batch runs the same ops on the same values, the activations cross stages bit for bit,
+// and the gradients of a parameter accumulate over the micro-batches in the same order. What
+// differs is the order of a few fp32 sums: the tied word embedding's gradient is the sum of
+// the two stages' partial sums (output layer on the last stage, embedding lookup on the first)
+// instead of one running sum, and the grad norm adds the stages' partial squares. With TP the
+// reorderings of the TP parity test come on top. Each moves a value by a few fp32 ulps (6e-8
+// relative), and after 10 Adam steps losses agree to ~1e-7. A real bug (a layer on the wrong
+// stage, an activation set reused too early, a missing embedding reduction, the shared
+// embedding counted twice in the norm) moves the loss or the norm by > 1e-3.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "support/parity_runs.h"
+#include "support/paths.h"
+#include "support/walk_corpus.h"
+
+namespace megatron::train {
+namespace {
+
+using test::expect_same;
+using test::read_jsonl;
+
+// 4 layers (PP2: 2 per stage; interleaved: 1 per chunk), hidden 32, 4 heads, seq 16, global
+// batch 8 of micro-batches of 2 (4 micro-batches per iteration; 2 per DP rank at DP2).
+std::vector<std::string> train_flags(const std::string& dir, const char* dropout = "0") {
+  return {test::megatron_binary(), "train", "--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4",
+          "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "10",
+          "--lr", "0.003", "--lr-decay-style", "cosine", "--lr-warmup-iters", "2", "--log-interval", "1",
+          "--eval-interval", "1000", "--eval-iters", "1", "--seed", "5", "--data-path", dir + "/walk_text_document",
+          "--split", "90,10,0", "--data-cache-path", dir + "/cache", "--vocab-file", test::gpt2_vocab_file(),
+          "--merge-file", test::gpt2_merge_file(), "--device", "cpu", "--attention-dropout", dropout,
+          "--hidden-dropout", dropout};
+}
+
+std::vector<std::string> with(std::vector<std::string> a, std::initializer_list<std::string> more) {
+  a.insert(a.end(), more);
+  return a;
+}
+
+// TP2 pads the vocabulary to 50432 (a multiple of 128 * 2); TP1 runs ask for the same rows.
+std::vector<std::string> tp1(std::vector<std::string> a) {
+  return with(std::move(a), {"--make-vocab-size-divisible-by", "256"});
+}
+
+std::vector<std::string> dist_recompute(std::vector<std::string> a) {
+  return with(std::move(a), {"--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--recompute-granularity",
+                             "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"});
+}
+
+struct Layout {
+  std::string name;
+  int np;
+  std::vector<std::string> flags;  // with the TP1 padding where needed
+};
+
+void parity(const std::string& test_name, const std::vector<Layout>& layouts, const char* dropout = "0") {
+  const std::string dir = test::scratch_dir(test_name);
+  test::write_walk_corpus(dir);
+  const auto base = train_flags(dir, dropout);
+  const test::CommandResult one = test::run_ranks(tp1(with(base, {"--log-jsonl", dir + "/one.jsonl"})), 1);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const auto ref = read_jsonl(dir + "/one.jsonl");
+  ASSERT_EQ(ref.size(), 10u) << one.output;
+  EXPECT_LT(ref.at(10).loss, ref.at(1).loss - 0.5) << "the run must learn for the comparison to mean anything";
+  for (const Layout& l : layouts) {
+    for (bool variant : {false, true}) {
+      const std::string name = l.name + (variant ? " + distributed optimizer + full recompute" : "");
+      const std::string log = dir + "/" + std::to_string(&l - layouts.data()) + (variant ? "v" : "") + ".jsonl";
+      std::vector<std::string> argv = with(l.flags, {"--log-jsonl", log});
+      if (variant) argv = dist_recompute(std::move(argv));
+      std::vector<std::string> full = base;
+      full.insert(full.end(), argv.begin(), argv.end());
+      const test::CommandResult r = test::run_ranks(full, l.np);
+      ASSERT_EQ(r.status, 0) << name << "\n" << r.output;
+      expect_same(ref, read_jsonl(log), 1, name);
+    }
+  }
+}
+
+TEST(TrainerPipelineParallel, Pp2Pp4AndInterleavedMatchOneProcess) {
+  parity("trainer_pp_parity",
+         {{"PP2", 2, {"--pipeline-model-parallel-size", "2", "--make-vocab-size-divisible-by", "256"}},
+          // One layer per stage; the two middle stages send and receive both ways in one exchange.
+          {"PP4", 4, {"--pipeline-model-parallel-size", "4", "--make-vocab-size-divisible-by", "256"}},
+          {"PP2 interleaved (vp 2)",
+           2,
+           {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+            "--make-vocab-size-divisible-by", "256"}}});
+}
+
+TEST(TrainerPipelineParallel, Tp2Pp2AndTp2Pp2Dp2MatchOneProcess) {
+  parity("trainer_tp_pp_parity",
+         {{"TP2 x PP2", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}},
+          {"TP2 x PP2 x DP2",
+           8,
+           {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--sequence-parallel"}}});
+}
+
+// Dropout on (hidden and attention): every stage draws the single-process masks (the streams
+// take the global layer index and the micro-batch's own dropout context, also when several
+// micro-batches are in flight and when recomputation replays them).
+TEST(TrainerPipelineParallel, InterleavedWithDropoutMatchesOneProcess) {
+  parity("trainer_pp_parity_dropout",
+         {{"PP2 interleaved (vp 2), dropout 0.1",
+           2,
+           {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+            "--make-vocab-size-divisible-by", "256"}}},
+         "0.1");
+}
+
+// Checkpoints hold global tensors by global layer names: saved under PP2 (the last stage's
+// copy of the tied embedding is not saved twice) they resume as one process, and the reverse.
+TEST(TrainerPipelineParallel, CheckpointsMoveBetweenPipelineSizes) {
+  const std::string dir = test::scratch_dir("trainer_pp_resume");
+  test::write_walk_corpus(dir);
+  const auto base = tp1(train_flags(dir));
+  const test::CommandResult whole = test::run_ranks(with(base, {"--log-jsonl", dir + "/whole.jsonl"}), 1);
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  const auto ref = read_jsonl(dir + "/whole.jsonl");
+
+  const test::CommandResult save_pp2 = test::run_ranks(
+      with(base, {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer", "--save", dir + "/ck_pp2",
+                  "--save-interval", "5", "--exit-interval", "5"}),
+      4);
+  ASSERT_EQ(save_pp2.status, 0) << save_pp2.output;
+  const test::CommandResult load_pp1 =
+      test::run_ranks(with(base, {"--load", dir + "/ck_pp2", "--log-jsonl", dir + "/pp1_resumed.jsonl"}), 1);
+  ASSERT_EQ(load_pp1.status, 0) << load_pp1.output;
+  EXPECT_NE(load_pp1.output.find("--pipeline-model-parallel-size: 2 -> 1"), std::string::npos) << load_pp1.output;
+  const auto pp1_resumed = read_jsonl(dir + "/pp1_resumed.jsonl");
+  EXPECT_EQ(pp1_resumed.count(5), 0u);
+  expect_same(ref, pp1_resumed, 6, "PP2 x DP2 checkpoint resumed under PP1");
+
+  const test::CommandResult save_pp1 =
+      test::run_ranks(with(base, {"--save", dir + "/ck_pp1", "--save-interval", "5", "--exit-interval", "5"}), 1);
+  ASSERT_EQ(save_pp1.status, 0) << save_pp1.output;
+  const test::CommandResult load_pp2 = test::run_ranks(
+      with(base, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1", "--load",
+                  dir + "/ck_pp1", "--log-jsonl", dir + "/pp2_resumed.jsonl"}),
+      2);
+  ASSERT_EQ(load_pp2.status, 0) << load_pp2.output;
+  expect_same(ref, read_jsonl(dir + "/pp2_resumed.jsonl"), 6, "PP1 checkpoint resumed under PP2 interleaved");
+}
+
+// --dry-run at PP2 prints each stage's plan. Stage 0: word embedding 50432 x 32 = 1613824,
+// positions 16 x 32 = 512, 2 layers of 12704 (LayerNorms 2 x 64, QKV 96 x 32 + 96, proj
+// 32 x 32 + 32, FC1 128 x 32 + 128, FC2 32 x 128 + 32): 1639744. Stage 1: 2 layers, final
+// LayerNorm 64 and its copy of the tied embedding: 1639296.
+TEST(TrainerPipelineParallel, DryRunPrintsEveryStage) {
+  const std::string dir = test::scratch_dir("trainer_pp_dry_run");
+  const test::CommandResult r =
+      test::run_ranks(tp1(with(train_flags(dir), {"--pipeline-model-parallel-size", "2", "--dry-run"})), 2);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(" > pipeline stage 0 of 2:\n > memory plan per rank (1639744 parameters):"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(" > pipeline stage 1 of 2:\n > memory plan per rank (1639296 parameters):"),
+            std::string::npos)
+      << r.output;
+}
+
+void expect_one_line(const std::vector<std::string>& argv, int np, const std::string& expected) {
+  const test::CommandResult r = test::run_ranks(argv, np);
+  EXPECT_NE(r.status, 0);
+  size_t count = 0;
+  for (size_t at = r.output.find("error: "); at != std::string::npos; at = r.output.find("error: ", at + 1)) ++count;
+  EXPECT_EQ(count, 1u) << "one line, from rank 0:\n" << r.output;
+  EXPECT_NE(r.output.find("error: " + expected + "\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("building GPT model"), std::string::npos) << "nothing started:\n" << r.output;
+}
+
+TEST(TrainerPipelineParallel, BadPipelineConfigIsOneLineBeforeAnythingStarts) {
+  const std::string dir = test::scratch_dir("trainer_pp_config");
+  test::write_walk_corpus(dir);
+  const auto base = tp1(train_flags(dir));
+  expect_one_line(with(base, {"--pipeline-model-parallel-size", "3"}), 3,
+                  "[--num-layers] 4 is not divisible by --pipeline-model-parallel-size 3");
+  // Global batch 6 = 3 micro-batches: the interleaved schedule runs them in groups of 2.
+  expect_one_line(with(base, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+                              "--global-batch-size", "6"}),
+                  2,
+                  "[--num-layers-per-virtual-pipeline-stage] number of microbatches (3) is not divisible by "
+                  "--pipeline-model-parallel-size (2) when using the interleaved schedule");
+  expect_one_line(with(base, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"}),
+                  2, "[--num-layers-per-virtual-pipeline-stage] the layers per pipeline stage (2) are not divisible by 3");
+}
+
+}  // namespace
+}  // namespace megatron::train
