@@ -9,9 +9,9 @@
 #     (global batch = mb x GPUs), tokens/s from --log-jsonl, without and with --overlap-grad-reduce
 #     (and the distributed optimizer with both overlaps at 1.3B), next to PyTorch DDP
 #     (../shared/bench/torch_gpt_ddp.py under torchrun, copied to bench/out/) on 1 and N GPUs.
-#  3. with COMM_SMS_LIST="8 16 ..." (environment), the overlapped runs again under each
-#     MEGATRON_COMM_SMS (NCCL's CTAs capped, GEMMs leaving those SMs free while a bucket is in
-#     flight); SKIP_TORCH=1 and SKIP_BASE=1 (no parity / non-overlapped N-GPU runs) shorten the call.
+#  SKIP_TORCH=1 leaves PyTorch out; SKIP_BASE=1 keeps only the 1-GPU runs, and with
+#  ENV_LIST="A=1 B=2" (environment) the overlapped runs are repeated once per NAME=VALUE, that
+#  variable set (e.g. NCCL_MAX_CTAS=8 or MEGATRON_GEMM_AUTOTUNE=1), for A/B measurements.
 #   bench/gpu_data_parallel.sh PACK_DIR OUT_DIR NGPUS     (needs data/gpt2 and data/brown carried)
 set -uo pipefail
 P=${1:?pack dir}
@@ -55,16 +55,17 @@ for g in 1 $N; do
   train m350_$g $g 30 --model gpt2-350m --micro-batch-size 16 --global-batch-size $((16 * g)) --log-interval 10
   train m1300_$g $g 30 --model gpt3-1.3b --micro-batch-size 4 --global-batch-size $((4 * g)) --log-interval 10
 done
-for sms in ${COMM_SMS_LIST:-}; do
-  export MEGATRON_COMM_SMS=$sms
-  train parityN_overlap_sms$sms $N 20 $PAR --overlap-grad-reduce
-  train m350_${N}_overlap_sms$sms $N 30 --model gpt2-350m --micro-batch-size 16 --global-batch-size $((16 * N)) \
+for kv in ${ENV_LIST:-}; do
+  export "$kv"
+  tag=$(echo "$kv" | tr -c 'A-Za-z0-9\n' '_')
+  train parityN_overlap_env$tag $N 20 $PAR --overlap-grad-reduce
+  train m350_${N}_overlap_env$tag $N 30 --model gpt2-350m --micro-batch-size 16 --global-batch-size $((16 * N)) \
     --log-interval 10 --overlap-grad-reduce
-  train m1300_${N}_overlap_sms$sms $N 30 --model gpt3-1.3b --micro-batch-size 4 --global-batch-size $((4 * N)) \
+  train m1300_${N}_overlap_env$tag $N 30 --model gpt3-1.3b --micro-batch-size 4 --global-batch-size $((4 * N)) \
     --log-interval 10 --overlap-grad-reduce
-  train m1300_${N}_distopt_overlap_sms$sms $N 30 --model gpt3-1.3b --micro-batch-size 4 \
+  train m1300_${N}_distopt_overlap_env$tag $N 30 --model gpt3-1.3b --micro-batch-size 4 \
     --global-batch-size $((4 * N)) --log-interval 10 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
-  unset MEGATRON_COMM_SMS
+  unset "${kv%%=*}"
 done
 [ -z "${SKIP_BASE:-}" ] && train m350_${N}_overlap $N 30 --model gpt2-350m --micro-batch-size 16 --global-batch-size $((16 * N)) --log-interval 10 \
   --overlap-grad-reduce
@@ -82,7 +83,7 @@ def rows(name):
         return []
 one = rows("parity1")
 import glob, os
-extra = sorted(os.path.basename(f)[:-6] for f in glob.glob(f"{w}/parityN_overlap_sms*.jsonl"))
+extra = sorted(os.path.basename(f)[:-6] for f in glob.glob(f"{w}/parityN_overlap_env*.jsonl"))
 for other in ["parityN", "parityN_distopt", "parityN_overlap", "parityN_distopt_overlap"] + extra:
     o = rows(other)
     if not one or len(one) != len(o):
@@ -91,7 +92,7 @@ for other in ["parityN", "parityN_distopt", "parityN_overlap", "parityN_distopt_
     dg = max(abs(a["grad_norm"] - b["grad_norm"]) / a["grad_norm"] for a, b in zip(one, o))
     print(f"{other} vs 1 GPU over {len(o)} iterations: max |loss diff| {dl:.2e}, max rel grad-norm diff {dg:.2e}")
 variants = [("m350", ""), ("m350", "_overlap"), ("m1300", ""), ("m1300", "_overlap"), ("m1300", "_distopt_overlap")]
-for f in sorted(glob.glob(f"{w}/m*_{n}_*sms*.jsonl")):
+for f in sorted(glob.glob(f"{w}/m*_{n}_*env*.jsonl")):
     name = os.path.basename(f)[:-6]
     shape = name.split("_")[0]
     variants.append((shape, name[len(f"{shape}_{n}"):]))

@@ -4,7 +4,10 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <string>
 #include <cstring>
 #include <exception>
 #include <vector>
@@ -56,15 +59,9 @@ void check_cuda(cudaError_t rc, const char* call, int64_t rank, const std::strin
 
 class NcclCommunicator final : public Communicator {
  public:
-  // `comm_sms` (MEGATRON_COMM_SMS, 0: unset): the SMs a started collective may use; while one is
-  // in flight the backend's GEMMs leave them free (CudaBackend::reserve_sms_for_communication).
-  NcclCommunicator(ncclComm_t comm, backend::CudaBackend& backend, std::string name, int64_t world_rank, int comm_sms)
-      : comm_(comm),
-        backend_(backend),
-        stream_(backend.stream()),
-        name_(std::move(name)),
-        world_rank_(world_rank),
-        comm_sms_(comm_sms) {
+  NcclCommunicator(ncclComm_t comm, backend::CudaBackend& backend, std::string name, int64_t world_rank)
+      : comm_(comm), backend_(backend), stream_(backend.stream()), name_(std::move(name)), world_rank_(world_rank) {
+    if (const char* t = std::getenv("MEGATRON_COMM_TRACE"); t != nullptr && std::string(t) == "1") trace_.emplace();
     int r = 0, s = 0;
     MT_NCCL_CHECK(ncclCommUserRank(comm_, &r));
     MT_NCCL_CHECK(ncclCommCount(comm_, &s));
@@ -112,17 +109,23 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::unique_ptr<PendingCollective> start_all_reduce(Tensor& x, ReduceOp op) override {
-    enqueue_all_reduce(x, op, async_stream());
+    const cudaStream_t s = async_stream();
+    trace_begin("all_reduce", x.nbytes());
+    enqueue_all_reduce(x, op, s);
     return async_started();
   }
   std::unique_ptr<PendingCollective> start_reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts,
                                                           ReduceOp op) override {
-    enqueue_reduce_scatter(in, out, counts, op, async_stream());
+    const cudaStream_t s = async_stream();
+    trace_begin("reduce_scatter", in.nbytes());
+    enqueue_reduce_scatter(in, out, counts, op, s);
     return async_started();
   }
   std::unique_ptr<PendingCollective> start_all_gather(const Tensor& in, Tensor& out,
                                                       std::span<const int64_t> counts) override {
-    enqueue_all_gather(in, out, counts, async_stream());
+    const cudaStream_t s = async_stream();
+    trace_begin("all_gather", out.nbytes());
+    enqueue_all_gather(in, out, counts, s);
     return async_started();
   }
 
@@ -230,7 +233,7 @@ class NcclCommunicator final : public Communicator {
     MT_NCCL_CHECK(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : static_cast<int>(color), static_cast<int>(key),
                                 &sub, nullptr));
     if (sub == nullptr) return nullptr;
-    return std::make_unique<NcclCommunicator>(sub, backend_, name, world_rank_, comm_sms_);
+    return std::make_unique<NcclCommunicator>(sub, backend_, name, world_rank_);
   }
 
  private:
@@ -288,8 +291,54 @@ class NcclCommunicator final : public Communicator {
     MT_NCCL_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_, 0));
     return comm_stream_;
   }
+  // MEGATRON_COMM_TRACE=1 (diagnostics): per started collective, when the compute stream asked
+  // for it, when it began and ended on the comm stream, and when the compute stream first
+  // waited for one; printed on stderr by rank 0 at each wait after the 3rd, relative to the
+  // first request of the batch, e.g. "all_reduce 160.0 MB: asked 0.0 began 0.1 ended 0.7 ms".
+  struct TraceRecord {
+    const char* op;
+    int64_t bytes;
+    cudaEvent_t asked, began, ended;
+  };
+  void trace_begin(const char* op, int64_t bytes) {
+    if (!trace_) return;
+    TraceRecord r{op, bytes, nullptr, nullptr, nullptr};
+    for (cudaEvent_t* e : {&r.asked, &r.began, &r.ended}) MT_NCCL_CUDA_CHECK(cudaEventCreate(e));
+    MT_NCCL_CUDA_CHECK(cudaEventRecord(r.asked, stream_));
+    MT_NCCL_CUDA_CHECK(cudaEventRecord(r.began, comm_stream_));
+    trace_.value().push_back(r);
+  }
+  void trace_waited() {
+    if (!trace_ || trace_->empty() || in_flight_ != 0) return;
+    const cudaEvent_t waited = trace_reached_;
+    trace_reached_ = nullptr;
+    MT_NCCL_CUDA_CHECK(cudaStreamSynchronize(comm_stream_));
+    MT_NCCL_CUDA_CHECK(cudaEventSynchronize(waited));
+    if (world_rank_ == 0 && ++trace_batches_ > 3 && trace_batches_ <= 6) {
+      const cudaEvent_t t0 = trace_->front().asked;
+      auto ms = [&](cudaEvent_t e) {
+        float v = 0.0f;
+        cudaEventElapsedTime(&v, t0, e);
+        return v;
+      };
+      std::string text = str_cat("[rank 0] comm trace on '", name_, "': compute stream reached the wait at ",
+                                 ms(waited), " ms\n");
+      for (const TraceRecord& r : *trace_) {
+        text += str_cat("  ", r.op, " ", static_cast<double>(r.bytes) / 1e6, " MB: asked ", ms(r.asked), " began ",
+                        ms(r.began), " ended ", ms(r.ended), " ms\n");
+      }
+      std::fputs(text.c_str(), stderr);
+    }
+    for (const TraceRecord& r : *trace_) {
+      for (cudaEvent_t e : {r.asked, r.began, r.ended}) cudaEventDestroy(e);
+    }
+    cudaEventDestroy(waited);
+    trace_->clear();
+  }
+
   // Marks the collective just enqueued on comm_stream_ and returns its handle.
   std::unique_ptr<PendingCollective> async_started() {
+    if (trace_) MT_NCCL_CUDA_CHECK(cudaEventRecord(trace_->back().ended, comm_stream_));
     cudaEvent_t done = nullptr;
     if (free_events_.empty()) {
       MT_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
@@ -300,15 +349,20 @@ class NcclCommunicator final : public Communicator {
     MT_NCCL_CUDA_CHECK(cudaEventRecord(done, comm_stream_));
     MT_NCCL_CUDA_CHECK(cudaEventRecord(async_done_, comm_stream_));
     async_outstanding_ = true;
-    if (in_flight_++ == 0) backend_.reserve_sms_for_communication(comm_sms_);
+    ++in_flight_;
     return std::make_unique<Pending>(*this, done);
   }
   // The compute stream waits for `done`; the event goes back to the pool (a later record does
   // not affect a wait already enqueued).
   void wait_for(cudaEvent_t done) {
     free_events_.push_back(done);
-    if (--in_flight_ == 0) backend_.reserve_sms_for_communication(-comm_sms_);
+    --in_flight_;
+    if (trace_ && trace_reached_ == nullptr) {
+      MT_NCCL_CUDA_CHECK(cudaEventCreate(&trace_reached_));
+      MT_NCCL_CUDA_CHECK(cudaEventRecord(trace_reached_, stream_));
+    }
     MT_NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, done, 0));
+    trace_waited();
   }
 
   static constexpr size_t kScratchDoubles = 64;
@@ -332,8 +386,10 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t async_done_ = nullptr;
   bool async_outstanding_ = false;
   std::vector<cudaEvent_t> free_events_;
-  int comm_sms_ = 0;
   int64_t in_flight_ = 0;  // started collectives not yet waited for
+  std::optional<std::vector<TraceRecord>> trace_;  // set under MEGATRON_COMM_TRACE=1
+  int64_t trace_batches_ = 0;
+  cudaEvent_t trace_reached_ = nullptr;  // the compute stream at its first wait of the batch
   std::string name_;
   int64_t world_rank_;
   int64_t rank_ = 0, size_ = 1;
@@ -360,23 +416,12 @@ std::unique_ptr<Communicator> make_nccl_world(backend::Backend& backend, int64_t
   if (cuda == nullptr) throw_error("NCCL needs the CUDA backend (--device cuda)");
   ncclUniqueId id;
   std::memcpy(&id, bytes.data(), sizeof(id));
-  // MEGATRON_COMM_SMS=n: collectives use at most n CTAs (one SM each), and GEMMs running beside a
-  // started collective leave n SMs free for it (see the constructor).
-  int comm_sms = 0;
-  if (const char* v = std::getenv("MEGATRON_COMM_SMS"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end != '\0' || n < 1 || n > 1024) throw_error("[MEGATRON_COMM_SMS] '", v, "' is not a count of SMs (1..1024)");
-    comm_sms = static_cast<int>(n);
-  }
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  if (comm_sms > 0) config.maxCTAs = comm_sms;
   ncclComm_t comm = nullptr;
-  const ncclResult_t rc = ncclCommInitRankConfig(&comm, static_cast<int>(size), id, static_cast<int>(rank), &config);
+  const ncclResult_t rc = ncclCommInitRank(&comm, static_cast<int>(size), id, static_cast<int>(rank));
   if (rc != ncclSuccess) {
     throw_error("[rank ", rank, "] ncclCommInitRank(world of ", size, ") failed: ", ncclGetErrorString(rc));
   }
-  return std::make_unique<NcclCommunicator>(comm, *cuda, "world", rank, comm_sms);
+  return std::make_unique<NcclCommunicator>(comm, *cuda, "world", rank);
 }
 
 }  // namespace megatron::comm

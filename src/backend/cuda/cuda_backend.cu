@@ -426,7 +426,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     scratch_bytes_ = kScratchBytes;
     attention_impl_ = attention_impl_from_env();
     gemm_autotune_ = gemm_autotune_from_env();
-    MT_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   } catch (...) {
     free_resources(stream_, lt_, workspace_, scratch_);
     throw;

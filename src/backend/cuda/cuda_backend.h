@@ -50,8 +50,8 @@ namespace megatron::backend {
 
 // cuBLASLt algorithms chosen by the heuristic, per GEMM problem (cuda_gemm.cu): key =
 // (m, n, k, trans_a, trans_b, A/B dtype, C/D dtype, epilogue, alignment of A, B, C/D, bias,
-// aux, SM count target).
-using GemmAlgoKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int, int, int>;
+// aux).
+using GemmAlgoKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int, int>;
 using GemmAlgoCache = std::map<GemmAlgoKey, cublasLtMatmulAlgo_t>;
 
 class CudnnAttention;  // cudnn_attention.h
@@ -138,13 +138,6 @@ class CudaBackend : public Backend {
   // GEMM algorithm choice (gemm_tuning.h).
   void set_gemm_autotune(bool on) { gemm_autotune_ = on; }
   bool gemm_autotune() const { return gemm_autotune_; }
-  // SMs left to collectives that run beside compute (comm/nccl_communicator.cpp adds them while
-  // a started collective is in flight, and takes them back when it is waited for): GEMMs
-  // enqueued meanwhile ask cuBLASLt for algorithms that target the other SMs only
-  // (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), instead of kernels that hold every SM and leave the
-  // collective waiting for them to finish. 0: target the whole GPU.
-  void reserve_sms_for_communication(int delta) { comm_sms_ += delta; }
-  int gemm_sm_target() const { return comm_sms_ > 0 && comm_sms_ < sm_count_ ? sm_count_ - comm_sms_ : 0; }
   // "" if attention of this case would run on cuDNN (both directions), else why not.
   std::string cudnn_attention_unavailable(DType dtype, int64_t s, int64_t b, const AttentionParams& params);
   // cuDNN's version, engines and workspace for this case (cudnn_attention.h describe()).
@@ -174,8 +167,6 @@ class CudaBackend : public Backend {
   AttentionImpl attention_impl_ = AttentionImpl::kAuto;
   bool attention_deterministic_ = false;
   bool gemm_autotune_ = false;
-  int sm_count_ = 0;
-  int comm_sms_ = 0;
   std::unique_ptr<CudnnAttention, CudnnAttentionDeleter> cudnn_attention_;  // created on first use
   std::set<std::string> attention_fallbacks_reported_;  // stderr lines already printed
 };

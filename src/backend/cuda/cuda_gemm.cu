@@ -208,11 +208,6 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
   MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-  const int32_t sm_target = be.gemm_sm_target();
-  if (sm_target > 0) {
-    MT_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target, sizeof(sm_target)));
-  }
   if (bias) {
     MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     const int32_t bias_type = cuda_type(cd);
@@ -252,8 +247,7 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
                         static_cast<int>(al_b),
                         static_cast<int>(al_c),
                         static_cast<int>(al_bias),
-                        static_cast<int>(al_aux),
-                        static_cast<int>(sm_target)};
+                        static_cast<int>(al_aux)};
   auto it = cache.find(key);
   if (it == cache.end()) {
     Preference pref;
