@@ -9,7 +9,8 @@
 // as one rank of a data- and tensor-parallel job (--tensor-model-parallel-size, the rest data
 // parallel; gradients reduced over DP as `megatron train` does) and rank 0 reports: tokens/s
 // of the whole job, TFLOP/s per GPU over all ranks, its own memory, and the real layout in the
-// table (nodes = ranks / ranks per node, TP, DP; PP is 1 until the engine has it).
+// table (nodes = ranks / ranks per node, TP, PP, DP). Rank 0 reports: with pipeline
+// parallelism its memory is the first stage's and its loss 0 (the loss lives on the last).
 // `megatron bench --sweep KEY=V,... [--dry-run]` runs (or, with --dry-run, plans) a matrix of
 // configurations (cli/bench_sweep_command.cpp).
 // --profile-ops wraps the backend in a ProfilingBackend (backend/profiling_backend.h) and
@@ -44,6 +45,8 @@
 #include "train/config.h"
 #include "train/flops.h"
 #include "train/optimizer.h"
+#include "train/pipeline_executor.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace megatron::cli {
 
@@ -207,7 +210,7 @@ int run_bench(const CommandArgs& argv_in) {
   model::TensorParallelOptions tp;
   tp.group = groups.tp.get();
   tp.sequence_parallel = c.sequence_parallel;
-  model::GPTModel model(c.model, *be, dtype, mbs, tp);
+  model::GPTModel model(c.model, *be, dtype, mbs, tp, train::pipeline_stage(c, groups.coords.pp));
   model.parameters().initialize(*be, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
   train::OptimizerConfig oc;
   oc.clip_grad = c.clip_grad;
@@ -237,6 +240,11 @@ int run_bench(const CommandArgs& argv_in) {
       mb.loss_mask.push_back(1.0f);
     }
   }
+  // The step runs the pipeline schedule as `megatron train` does (one stage: forward k,
+  // backward k, the loss head's backward right after each loss).
+  const parallel::PipelineShape shape{c.pipeline_model_parallel_size, groups.coords.pp, num_micro,
+                                      c.virtual_pipeline_chunks(), /*forward_only=*/false};
+  const std::vector<parallel::PipelineAction> table = parallel::pipeline_schedule(shape);
   be->synchronize();
   const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 
@@ -251,16 +259,25 @@ int run_bench(const CommandArgs& argv_in) {
     }
     const auto t0 = std::chrono::steady_clock::now();
     opt.zero_grads();
-    for (int64_t k = 0; k < num_micro; ++k) {
+    model::HeadBackward head;
+    head.loss_scale = opt.loss_scale();
+    head.grad_scale = 1.0f / static_cast<float>(num_micro);
+    train::PipelineCallbacks cb;
+    cb.load = [&](int64_t k, model::MicroBatch* mb) { *mb = batches[static_cast<size_t>(k)]; };
+    cb.dropout = [&](int64_t k) {
       model::DropoutContext d;
       d.seed = static_cast<uint64_t>(c.seed);
       d.iteration = it;
       d.micro_batch = k * c.data_parallel_size + groups.coords.dp;
-      loss = model.forward(batches[static_cast<size_t>(k)], d);
-      model.backward(opt.loss_scale(), 1.0f / static_cast<float>(num_micro));
-    }
-    // Megatron's finalize_model_grads: SP LayerNorm gradients over TP, then everything over DP.
+      return d;
+    };
+    cb.head = &head;
+    // The mean micro-batch loss (on the last stage; 0 on the others).
+    loss = static_cast<float>(train::run_pipeline(table, model, *groups.pp, cb) / static_cast<double>(num_micro));
+    // Megatron's finalize_model_grads: SP LayerNorm gradients over TP, the tied embedding's
+    // two copies over the embedding group (first and last stage), then everything over DP.
     model.reduce_sequence_parallel_grads();
+    if (model::Parameter* tied = model.tied_embedding()) groups.embedding->all_reduce(tied->grad, comm::ReduceOp::kSum);
     opt.reduce_gradients();
     opt.step(1e-4f, 0.01f);
     be->synchronize();
@@ -285,10 +302,10 @@ int run_bench(const CommandArgs& argv_in) {
   const MemorySnapshot mem = memory_tracker(be->device()).snapshot();
   const int64_t device_used = cuda ? backend::cuda_device_memory_used(device_index) - used_before : 0;
   // This rank's planned bytes (TP shards, distributed optimizer), and the whole model's size.
-  const model::MemoryPlan plan = train::train_memory_plan(c);
+  const model::MemoryPlan plan = train::train_memory_plan(c, groups.coords.pp);
   const int64_t model_parameters = model::plan_memory(c.model, dtype, mbs).num_parameters;
   const double report_time = 20e6 / tokens_per_s;
-  // The layout the ranks ran (PP = 1: pipeline parallelism is not in the engine yet).
+  // The layout the ranks ran.
   BenchRow row;
   row.model_size_b = static_cast<double>(model_parameters) / 1e9;
   row.gpus_per_node = ranks_per_node(world);

@@ -10,10 +10,10 @@
 //    latency / tokens/s / TFLOP/s on --gpu (default h100-80gb; 8 GPUs per node), so the whole
 //    matrix can be produced without GPUs.
 //  - Otherwise each runnable point runs as a child `megatron bench ... --json` (a fresh process:
-//    its memory, and a crash, stay its own), with `--nproc-per-node dp*tp` when it has more
+//    its memory, and a crash, stay its own), with `--nproc-per-node dp*tp*pp` when it has more
 //    than one rank; the prediction is kept alongside. Not runnable, and listed as skipped with
-//    the reason: pipeline parallelism (not in the engine yet), and more ranks than this
-//    machine has GPUs ("does not fit on N GPUs"; CPU ranks: its cores).
+//    the reason: more ranks than this machine has GPUs ("does not fit on N GPUs"; CPU ranks:
+//    its cores).
 // --json prints one JSON object per configuration (`megatron bench --table` reads them back,
 // passing over the skipped ones); --csv one CSV line per configuration.
 #include <algorithm>
@@ -346,9 +346,7 @@ int run_bench_sweep(const CommandArgs& argv_in) {
       continue;
     }
     r.status = "skipped";
-    if (p.pp > 1) {
-      r.reason = "pipeline parallelism is not in the engine yet (--dry-run predicts it)";
-    } else if (p.world() > ranks) {
+    if (p.world() > ranks) {
       r.reason = str_cat("does not fit on ", ranks, gpus > 0 ? " GPUs" : " CPU cores", " (needs ", p.world(), " ranks)");
     } else {
       std::string error;

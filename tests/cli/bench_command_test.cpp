@@ -1,5 +1,6 @@
-// `megatron bench --nproc-per-node N` on CPU ranks (mpirun): the data- and tensor-parallel
-// rows carry the real layout (nodes, GPUs per node, TP, DP) and per-rank memory.
+// `megatron bench --nproc-per-node N` on CPU ranks (mpirun): the data-, tensor- and
+// pipeline-parallel rows carry the real layout (nodes, GPUs per node, PP, TP, DP) and per-rank
+// memory.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -53,6 +54,21 @@ TEST(BenchCommand, DataAndTensorParallelRowsOnCpuRanks) {
   EXPECT_EQ(one[11], dp[11]);
   EXPECT_LT(std::stod(tp[11]), 0.75 * std::stod(one[11]));
   for (const auto* row : {&one, &dp, &tp}) EXPECT_GT(std::stod((*row)[8]), 0.0);  // tokens/s
+}
+
+// Pipeline parallelism runs the 1F1B schedule (2 micro-batches per rank); rank 0 reports the
+// first stage, which holds one of the two layers and the embeddings but no output layer copy
+// beyond the tied one of the last stage: less memory than the whole model.
+TEST(BenchCommand, PipelineParallelRowOnCpuRanks) {
+  const std::vector<std::string> one = row_of(" --global-batch-size 4");
+  const std::vector<std::string> pp = row_of(" --global-batch-size 4 --nproc-per-node 2 --pipeline-model-parallel-size 2");
+  ASSERT_EQ(one.size(), 12u);
+  ASSERT_EQ(pp.size(), 12u);
+  EXPECT_EQ(std::vector<std::string>(pp.begin() + 1, pp.begin() + 8),
+            (std::vector<std::string>{"1", "2", "4", "2", "1", "1", "2"}));
+  EXPECT_EQ(one[0], pp[0]);
+  EXPECT_LT(std::stod(pp[11]), std::stod(one[11]));
+  EXPECT_GT(std::stod(pp[8]), 0.0);
 }
 
 }  // namespace

@@ -152,7 +152,7 @@ TEST(BenchSweepCommand, DryRunTableAndJsonMergeBack) {
 }
 
 // CPU ranks: points up to the machine's cores run (more than one rank through mpirun, as
-// `bench --nproc-per-node`); pipeline parallelism and more ranks than cores do not.
+// `bench --nproc-per-node`), pipeline parallelism included; more ranks than cores do not.
 TEST(BenchSweepCommand, OnTheCpuRunnablePointsAreMeasured) {
   const test::CommandResult r = bench(
       "--device cpu --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 "
@@ -161,14 +161,13 @@ TEST(BenchSweepCommand, OnTheCpuRunnablePointsAreMeasured) {
   const std::vector<std::string> lines = lines_of(r.output);
   ASSERT_EQ(lines.size(), 7u) << r.output;
   EXPECT_EQ(lines[1].rfind("1GPU_1x1x1_2_64x2,measured,1,1,1,2,2,none,", 0), 0u) << lines[1];
-  EXPECT_NE(lines[2].find("PP_1x1x2_2_64x2,skipped"), std::string::npos) << lines[2];
-  EXPECT_NE(lines[2].find("pipeline parallelism is not in the engine yet"), std::string::npos) << lines[2];
+  EXPECT_EQ(lines[2].rfind("PP_1x1x2_2_64x2,measured,1,1,2,2,2,none,", 0), 0u) << lines[2];
   EXPECT_EQ(lines[3].rfind("DP_2x1x1_4_64x2,measured,2,1,1,2,4,none,", 0), 0u) << lines[3];
   EXPECT_NE(lines[5].find("DP_4096x1x1_8192_64x2,skipped"), std::string::npos) << lines[5];
   EXPECT_NE(lines[5].find("does not fit on "), std::string::npos) << lines[5];
   EXPECT_NE(lines[5].find(" CPU cores (needs 4096 ranks)"), std::string::npos) << lines[5];
   // Measured latency is a positive number of milliseconds.
-  for (int i : {1, 3}) {
+  for (int i : {1, 2, 3}) {
     std::smatch m;
     ASSERT_TRUE(std::regex_search(lines[i], m, std::regex("none,([0-9.]+),"))) << lines[i];
     EXPECT_GT(std::stod(m[1]), 0.0) << lines[i];
