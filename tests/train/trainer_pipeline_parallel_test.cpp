@@ -1,7 +1,8 @@
 // The parity spine of pipeline parallelism (DESIGN.md decision 3): `megatron train` on a tiny
 // GPT (4 layers, fp32, dropout off, 10 iterations) as one process and as PP2 (1F1B), PP4, PP2
 // interleaved (2 chunks of 1 layer per stage), TP2 x PP2 and TP2 x PP2 x DP2 (8 ranks), each
-// also with --use-distributed-optimizer and full recomputation together, logs the same losses
+// also with --use-distributed-optimizer and full recomputation together (and, for PP2
+// interleaved and the 8-rank layout, each of the two alone), logs the same losses
 // and grad norms (PP2 interleaved also with dropout on); checkpoints saved under PP2 resume
 // under PP1 and the reverse with the next losses of the uninterrupted run; --dry-run prints
 // every stage's plan; bad pipeline configurations are one line before anything starts. Values are read from --log-jsonl (full
@@ -55,9 +56,19 @@ std::vector<std::string> tp1(std::vector<std::string> a) {
   return with(std::move(a), {"--make-vocab-size-divisible-by", "256"});
 }
 
-std::vector<std::string> dist_recompute(std::vector<std::string> a) {
-  return with(std::move(a), {"--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--recompute-granularity",
-                             "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"});
+const std::vector<std::string> kDistributed = {"--use-distributed-optimizer", "--ddp-bucket-size", "3001"};
+const std::vector<std::string> kRecompute = {"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                             "--recompute-num-layers", "1"};
+
+// Extra flags a layout also runs with, and the name they add.
+struct Variant {
+  std::string suffix;
+  std::vector<std::string> flags;
+};
+std::vector<Variant> plain_and_both() {
+  std::vector<std::string> both = kDistributed;
+  both.insert(both.end(), kRecompute.begin(), kRecompute.end());
+  return {{"", {}}, {" + distributed optimizer + full recompute", both}};
 }
 
 struct Layout {
@@ -66,7 +77,8 @@ struct Layout {
   std::vector<std::string> flags;  // with the TP1 padding where needed
 };
 
-void parity(const std::string& test_name, const std::vector<Layout>& layouts, const char* dropout = "0") {
+void parity(const std::string& test_name, const std::vector<Layout>& layouts, const char* dropout = "0",
+            const std::vector<Variant>& variants = plain_and_both()) {
   const std::string dir = test::scratch_dir(test_name);
   test::write_walk_corpus(dir);
   const auto base = train_flags(dir, dropout);
@@ -76,11 +88,12 @@ void parity(const std::string& test_name, const std::vector<Layout>& layouts, co
   ASSERT_EQ(ref.size(), 10u) << one.output;
   EXPECT_LT(ref.at(10).loss, ref.at(1).loss - 0.5) << "the run must learn for the comparison to mean anything";
   for (const Layout& l : layouts) {
-    for (bool variant : {false, true}) {
-      const std::string name = l.name + (variant ? " + distributed optimizer + full recompute" : "");
-      const std::string log = dir + "/" + std::to_string(&l - layouts.data()) + (variant ? "v" : "") + ".jsonl";
+    for (const Variant& v : variants) {
+      const std::string name = l.name + v.suffix;
+      const std::string log =
+          dir + "/" + std::to_string(&l - layouts.data()) + "_" + std::to_string(&v - variants.data()) + ".jsonl";
       std::vector<std::string> argv = with(l.flags, {"--log-jsonl", log});
-      if (variant) argv = dist_recompute(std::move(argv));
+      argv.insert(argv.end(), v.flags.begin(), v.flags.end());
       std::vector<std::string> full = base;
       full.insert(full.end(), argv.begin(), argv.end());
       const test::CommandResult r = test::run_ranks(full, l.np);
@@ -107,6 +120,20 @@ TEST(TrainerPipelineParallel, Tp2Pp2AndTp2Pp2Dp2MatchOneProcess) {
           {"TP2 x PP2 x DP2",
            8,
            {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--sequence-parallel"}}});
+}
+
+// The distributed optimizer and recomputation each on their own (the tests above run them
+// together), on the interleaved schedule and on the 8-rank layout.
+TEST(TrainerPipelineParallel, DistributedOptimizerAndRecomputeEachAloneMatchOneProcess) {
+  parity("trainer_pp_parity_each",
+         {{"PP2 interleaved (vp 2)",
+           2,
+           {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+            "--make-vocab-size-divisible-by", "256"}},
+          {"TP2 x PP2 x DP2",
+           8,
+           {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--sequence-parallel"}}},
+         "0", {{" + distributed optimizer", kDistributed}, {" + full recompute", kRecompute}});
 }
 
 // Dropout on (hidden and attention): every stage draws the single-process masks (the streams
