@@ -43,6 +43,7 @@
 #include "model/memory_plan.h"
 #include "optim/loss_scaler.h"
 #include "train/config.h"
+#include "train/data_parallel_setup.h"
 #include "train/flops.h"
 #include "train/optimizer.h"
 #include "train/pipeline_executor.h"
@@ -215,12 +216,11 @@ int run_bench(const CommandArgs& argv_in) {
   train::OptimizerConfig oc;
   oc.clip_grad = c.clip_grad;
   optim::GradScaler scaler = optim::GradScaler::constant(c.fp16 ? 4096.0f : 1.0f);
-  train::DataParallelOptions dpo;
-  dpo.group = groups.dp_cp.get();
-  dpo.distributed = c.use_distributed_optimizer;
-  dpo.bucket_size = c.ddp_bucket_size.value_or(0);
-  dpo.model_parallel = groups.model_parallel.get();
-  train::MixedPrecisionOptimizer opt(model.parameters(), *be, oc, std::move(scaler), dpo);
+  // The same data-parallel reduction as `megatron train` (buckets, --overlap-* on one stage).
+  train::MixedPrecisionOptimizer opt(model.parameters(), *be, oc, std::move(scaler),
+                                     train::data_parallel_options(c, groups));
+  train::connect_overlap_hooks(c, model, opt);
+  const bool overlap_grads = train::overlaps_grad_reduce(c);
   // Synthetic tokens (GPT-2 ids), a fresh batch per micro-batch slot, fixed across iterations.
   std::vector<model::MicroBatch> batches(static_cast<size_t>(num_micro));
   for (int64_t k = 0; k < num_micro; ++k) {
@@ -263,7 +263,11 @@ int run_bench(const CommandArgs& argv_in) {
     head.loss_scale = opt.loss_scale();
     head.grad_scale = 1.0f / static_cast<float>(num_micro);
     train::PipelineCallbacks cb;
-    cb.load = [&](int64_t k, model::MicroBatch* mb) { *mb = batches[static_cast<size_t>(k)]; };
+    cb.load = [&](int64_t k, model::MicroBatch* mb) {
+      // --overlap-grad-reduce: the last micro-batch's backward starts the buckets.
+      if (overlap_grads && k == num_micro - 1) opt.grad_buffer().arm_grad_overlap();
+      *mb = batches[static_cast<size_t>(k)];
+    };
     cb.dropout = [&](int64_t k) {
       model::DropoutContext d;
       d.seed = static_cast<uint64_t>(c.seed);
@@ -276,9 +280,11 @@ int run_bench(const CommandArgs& argv_in) {
     loss = static_cast<float>(train::run_pipeline(table, model, *groups.pp, cb) / static_cast<double>(num_micro));
     // Megatron's finalize_model_grads: SP LayerNorm gradients over TP, the tied embedding's
     // two copies over the embedding group (first and last stage), then everything over DP.
-    model.reduce_sequence_parallel_grads();
+    // With --overlap-grad-reduce the buckets are on their way: the TP sum follows (as in train).
+    if (!overlap_grads) model.reduce_sequence_parallel_grads();
     if (model::Parameter* tied = model.tied_embedding()) groups.embedding->all_reduce(tied->grad, comm::ReduceOp::kSum);
     opt.reduce_gradients();
+    if (overlap_grads) model.reduce_sequence_parallel_grads();
     opt.step(1e-4f, 0.01f);
     be->synchronize();
     groups.world->barrier();  // the iteration ends when the slowest rank's does

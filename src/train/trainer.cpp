@@ -12,6 +12,7 @@
 #include "core/memory.h"
 #include "model/memory_plan.h"
 #include "optim/loss_scaler.h"
+#include "train/data_parallel_setup.h"
 #include "train/flops.h"
 #include "train/pipeline_executor.h"
 #include "train/tensorboard_tags.h"
@@ -122,32 +123,16 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
       scaler = optim::GradScaler::dynamic(dyn);
     }
   }
-  DataParallelOptions dp;
-  dp.group = groups_->dp_cp.get();  // gradients are reduced over dp x cp (megatron-facts §9)
-  dp.distributed = c.use_distributed_optimizer;
-  // Megatron's default: one bucket, or max(40M, 1M x dp-cp) elements with overlap.
-  const int64_t overlap_bucket = std::max<int64_t>(40'000'000, 1'000'000 * groups_->dp_cp->size());
-  dp.bucket_size = c.ddp_bucket_size.value_or(c.overlap_grad_reduce ? overlap_bucket : 0);
-  // The overlap hooks need the whole model on one stage (model::GPTModel::set_param_hooks);
-  // with pipeline parallelism the reductions follow the pipeline flush, as without overlap.
-  const bool one_stage = c.pipeline_model_parallel_size == 1;
-  overlapped_grads_ = c.overlap_grad_reduce && one_stage;
-  dp.overlap_param_gather = c.overlap_param_gather && one_stage;
-  if (!one_stage && (c.overlap_grad_reduce || c.overlap_param_gather)) {
+  // Megatron's bucket size; the overlaps need the whole model on one stage (with pipeline
+  // parallelism the reductions follow the pipeline flush, as without overlap).
+  const DataParallelOptions dp = data_parallel_options(c, *groups_);
+  overlapped_grads_ = overlaps_grad_reduce(c);
+  if (c.pipeline_model_parallel_size > 1 && (c.overlap_grad_reduce || c.overlap_param_gather)) {
     *log0_ << " > --overlap-grad-reduce / --overlap-param-gather: no effect with pipeline parallelism yet "
               "(gradients are reduced and parameters gathered after the pipeline flush)\n";
   }
-  dp.model_parallel = groups_->model_parallel.get();  // norms and the inf flag span TP x PP
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, oc, std::move(scaler), dp);
-  if (overlapped_grads_ || dp.overlap_param_gather) {
-    // The model tells the gradient buffer how far its backward / forward has got
-    // (train/grad_buffer.h "Overlap"); without --overlap-* nothing is started early.
-    GradBuffer& gb = optimizer_->grad_buffer();
-    model::ParamHooks hooks;
-    if (overlapped_grads_) hooks.grads_final_from = [&gb](int64_t k) { gb.grads_final_from(k); };
-    if (dp.overlap_param_gather) hooks.before_reading = [&gb](int64_t k) { gb.before_reading(k); };
-    model_->set_param_hooks(std::move(hooks));
-  }
+  connect_overlap_hooks(c, *model_, *optimizer_);
   scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));
   *log0_ << model::format_memory_plan(train_memory_plan(c, groups_->coords.pp));
   *log0_ << flops_formula_text(c.model, c.global_batch_size, c.flops_convention);

@@ -56,6 +56,27 @@ TEST(BenchCommand, DataAndTensorParallelRowsOnCpuRanks) {
   for (const auto* row : {&one, &dp, &tp}) EXPECT_GT(std::stod((*row)[8]), 0.0);  // tokens/s
 }
 
+// --overlap-grad-reduce and --overlap-param-gather run in bench as in train (several buckets):
+// the loss after two steps is the non-overlapped run's.
+TEST(BenchCommand, OverlapFlagsRunAsInTrain) {
+  auto loss_of = [](const std::string& flags) {
+    const test::CommandResult r = test::run_command(
+        test::megatron_binary() +
+            " bench --device cpu --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32"
+            " --micro-batch-size 2 --global-batch-size 4 --bench-iters 2 --warmup-iters 0 --json --nproc-per-node 2"
+            " --ddp-bucket-size 3001" +
+            flags,
+        false);
+    EXPECT_EQ(r.status, 0) << flags << "\n" << r.output;
+    const size_t at = r.output.find("\"loss\": ");
+    return at == std::string::npos ? std::string("missing") : r.output.substr(at, 16);
+  };
+  const std::string plain = loss_of(""), dist = loss_of(" --use-distributed-optimizer");
+  EXPECT_NE(plain, "missing");
+  EXPECT_EQ(loss_of(" --overlap-grad-reduce"), plain);
+  EXPECT_EQ(loss_of(" --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"), dist);
+}
+
 // Pipeline parallelism runs the 1F1B schedule (2 micro-batches per rank); rank 0 reports the
 // first stage, which holds one of the two layers and the embeddings but no output layer copy
 // beyond the tied one of the last stage: less memory than the whole model.

@@ -1,0 +1,37 @@
+#include "train/data_parallel_setup.h"
+
+#include <algorithm>
+
+namespace megatron::train {
+
+int64_t ddp_bucket_size(const TrainConfig& config, int64_t dp_cp_size) {
+  if (config.ddp_bucket_size) return *config.ddp_bucket_size;
+  return config.overlap_grad_reduce ? std::max<int64_t>(40'000'000, 1'000'000 * dp_cp_size) : 0;
+}
+
+bool overlaps_grad_reduce(const TrainConfig& config) {
+  return config.overlap_grad_reduce && config.pipeline_model_parallel_size == 1;
+}
+
+DataParallelOptions data_parallel_options(const TrainConfig& config, comm::ProcessGroups& groups) {
+  DataParallelOptions dp;
+  dp.group = groups.dp_cp.get();  // gradients are reduced over dp x cp (megatron-facts §9)
+  dp.distributed = config.use_distributed_optimizer;
+  dp.bucket_size = ddp_bucket_size(config, groups.dp_cp->size());
+  dp.model_parallel = groups.model_parallel.get();  // norms and the inf flag span TP x PP
+  dp.overlap_param_gather = config.overlap_param_gather && config.pipeline_model_parallel_size == 1;
+  return dp;
+}
+
+void connect_overlap_hooks(const TrainConfig& config, model::GPTModel& model, MixedPrecisionOptimizer& optimizer) {
+  const bool grads = overlaps_grad_reduce(config);
+  const bool params = config.overlap_param_gather && config.pipeline_model_parallel_size == 1;
+  if (!grads && !params) return;
+  GradBuffer& gb = optimizer.grad_buffer();
+  model::ParamHooks hooks;
+  if (grads) hooks.grads_final_from = [&gb](int64_t k) { gb.grads_final_from(k); };
+  if (params) hooks.before_reading = [&gb](int64_t k) { gb.before_reading(k); };
+  model.set_param_hooks(std::move(hooks));
+}
+
+}  // namespace megatron::train
