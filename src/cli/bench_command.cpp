@@ -135,16 +135,8 @@ int run_bench(const CommandArgs& argv_in) {
     return 0;
   }
   if (args.given("--nproc-per-node")) {
-    // Each worker gets these arguments without --nproc-per-node N (as `megatron train`).
-    std::vector<std::string> worker = {comm::self_executable(), "bench"};
-    for (size_t i = 0; i < argv.size(); ++i) {
-      if (argv[i] == "--nproc-per-node") {
-        ++i;
-      } else if (!argv[i].starts_with("--nproc-per-node=")) {
-        worker.push_back(argv[i]);
-      }
-    }
-    return comm::spawn_local_workers(args.get_int("--nproc-per-node"), worker, uses_cuda(args));
+    return comm::spawn_local_workers(args.get_int("--nproc-per-node"), comm::worker_command("bench", argv),
+                                     uses_cuda(args));
   }
   // One rank of a data / tensor parallel job when a launcher started several: every rank
   // runs the same steps; rank 0 reports.

@@ -37,16 +37,8 @@ int run_train(const CommandArgs& argv) {
     return 0;
   }
   if (args.given("--nproc-per-node")) {
-    // Each worker gets these arguments without --nproc-per-node N.
-    std::vector<std::string> worker = {comm::self_executable(), "train"};
-    for (size_t i = 0; i < argv.size(); ++i) {
-      if (argv[i] == "--nproc-per-node") {
-        ++i;
-      } else if (!argv[i].starts_with("--nproc-per-node=")) {
-        worker.push_back(argv[i]);
-      }
-    }
-    return comm::spawn_local_workers(args.get_int("--nproc-per-node"), worker, uses_cuda(args));
+    return comm::spawn_local_workers(args.get_int("--nproc-per-node"), comm::worker_command("train", argv),
+                                     uses_cuda(args));
   }
 
   const comm::LaunchEnv env = comm::detect_launch_env(comm::process_environment());

@@ -38,6 +38,18 @@ std::string self_executable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+std::vector<std::string> worker_command(const std::string& command, const std::vector<std::string>& arguments) {
+  std::vector<std::string> worker = {self_executable(), command};
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (arguments[i] == "--nproc-per-node") {
+      ++i;
+    } else if (!arguments[i].starts_with("--nproc-per-node=")) {
+      worker.push_back(arguments[i]);
+    }
+  }
+  return worker;
+}
+
 RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend, std::chrono::milliseconds timeout) {
   RankConnection c;
   if (env.world_size == 1) {

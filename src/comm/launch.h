@@ -49,4 +49,8 @@ int spawn_local_workers(int64_t nproc, const std::vector<std::string>& argv, boo
 // The path of the running executable (/proc/self/exe).
 std::string self_executable();
 
+// What each worker of `megatron <command> --nproc-per-node N <arguments>` runs: this executable,
+// `command`, and `arguments` without --nproc-per-node N / --nproc-per-node=N.
+std::vector<std::string> worker_command(const std::string& command, const std::vector<std::string>& arguments);
+
 }  // namespace megatron::comm

@@ -155,4 +155,13 @@ void rename_file(const std::string& from, const std::string& to) {
   }
 }
 
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw_error(dir, ": cannot open directory to sync: ", errno_string(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw_error(dir, ": cannot sync directory: ", errno_string(err));
+}
+
 }  // namespace megatron

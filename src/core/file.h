@@ -87,5 +87,8 @@ void make_directories(const std::string& path);
 std::string parent_directory(const std::string& path);  // "" -> "."
 // Renames atomically; throws naming both paths.
 void rename_file(const std::string& from, const std::string& to);
+// fsync(2) of a directory, so that the entries created or renamed in it are durable; throws
+// naming the directory.
+void fsync_directory(const std::string& dir);
 
 }  // namespace megatron

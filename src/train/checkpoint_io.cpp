@@ -33,15 +33,6 @@ bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(
 
 std::string join(const std::string& dir, std::string_view name) { return (fs::path(dir) / name).string(); }
 
-void fsync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw_error(dir, ": cannot open directory to sync: ", errno_string(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw_error(dir, ": cannot sync directory: ", errno_string(err));
-}
-
 void remove_tree(const std::string& path) {
   std::error_code ec;
   fs::remove_all(path, ec);
@@ -213,6 +204,20 @@ std::optional<int64_t> parse_iteration_dir_name(std::string_view name) {
   return v;
 }
 
+void write_checkpoint_files(const std::string& dir, const std::vector<CheckpointFile>& files) {
+  for (const CheckpointFile& f : files) {
+    const std::string path = join(dir, f.name);
+    if (f.is_safetensors) {
+      write_safetensors(path, f.tensors, f.metadata);
+    } else {
+      AtomicFile out(path);
+      out.write(f.text);
+      out.commit();
+    }
+  }
+  fsync_directory(dir);
+}
+
 void save_checkpoint_dir(const std::string& save_dir, int64_t iteration, const std::vector<CheckpointFile>& files,
                          int64_t keep_last) {
   if (iteration <= 0) throw_error(save_dir, ": cannot save iteration ", iteration, " (iterations start at 1)");
@@ -229,17 +234,7 @@ void save_checkpoint_dir(const std::string& save_dir, int64_t iteration, const s
   const std::string final_dir = join(save_dir, dir_name);
   const std::string tmp = join(save_dir, str_cat(kTmpPrefix, dir_name, ".", ::getpid()));
   make_directories(tmp);
-  for (const CheckpointFile& f : files) {
-    const std::string path = join(tmp, f.name);
-    if (f.is_safetensors) {
-      write_safetensors(path, f.tensors, f.metadata);
-    } else {
-      AtomicFile out(path);
-      out.write(f.text);
-      out.commit();
-    }
-  }
-  fsync_directory(tmp);
+  write_checkpoint_files(tmp, files);
   fsync_directory(save_dir);  // the temporary directory's entry, before it is renamed
   install_directory(save_dir, tmp, final_dir, dir_name);
   fsync_directory(save_dir);

@@ -61,6 +61,10 @@ std::string iteration_dir_name(int64_t iteration);
 // The iteration of an "iter_<digits>" name, or nullopt for anything else.
 std::optional<int64_t> parse_iteration_dir_name(std::string_view name);
 
+// Writes `files` into the existing directory `dir` (safetensors files and text files), each
+// atomically and fsynced, then fsyncs `dir`.
+void write_checkpoint_files(const std::string& dir, const std::vector<CheckpointFile>& files);
+
 // Writes a checkpoint (see the header comment for the steps) and makes it the latest.
 // Any list of files is written; a loadable checkpoint needs model.safetensors and
 // metadata.json. Throws Error for a negative iteration, a bad or duplicate file name, a

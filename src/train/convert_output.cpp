@@ -1,45 +1,16 @@
 #include "train/convert_output.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <filesystem>
 #include <system_error>
 
 #include "core/error.h"
 #include "core/file.h"
-#include "train/safetensors.h"
 
 namespace megatron::train {
-namespace {
 
 namespace fs = std::filesystem;
-
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw_error(dir, ": cannot open directory to sync: ", errno_string(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw_error(dir, ": cannot sync directory: ", errno_string(err));
-}
-
-}  // namespace
-
-void write_checkpoint_files(const std::string& dir, const std::vector<CheckpointFile>& files) {
-  for (const CheckpointFile& f : files) {
-    const std::string path = (fs::path(dir) / f.name).string();
-    if (f.is_safetensors) {
-      write_safetensors(path, f.tensors, f.metadata);
-    } else {
-      AtomicFile out(path);
-      out.write(f.text);
-      out.commit();
-    }
-  }
-  fsync_dir(dir);
-}
 
 void write_new_directory(const std::string& dir, const std::string& flag,
                          const std::function<void(const std::string& tmp)>& fill) {
@@ -62,9 +33,9 @@ void write_new_directory(const std::string& dir, const std::string& flag,
   make_directories(tmp);
   try {
     fill(tmp);
-    fsync_dir(tmp);
+    fsync_directory(tmp);
     rename_file(tmp, target.string());
-    fsync_dir(parent.string());
+    fsync_directory(parent.string());
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;

@@ -29,8 +29,4 @@ void write_new_directory(const std::string& dir, const std::string& flag,
 void write_new_checkpoint(const std::string& dir, const std::string& flag, int64_t iteration, bool release,
                           const std::vector<CheckpointFile>& files);
 
-// Writes `files` into the existing directory `dir` (safetensors files and text files), each
-// atomically and fsynced, then fsyncs `dir`.
-void write_checkpoint_files(const std::string& dir, const std::vector<CheckpointFile>& files);
-
 }  // namespace megatron::train
