@@ -19,10 +19,7 @@ void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using test::read_file;
 
 std::string tokenize_cli(const std::string& flags) {
   return str_cat(test::megatron_binary(), " tokenize --vocab-file '", test::gpt2_vocab_file(), "' --merge-file '",

@@ -20,10 +20,7 @@ void write_file(const std::string& path, const std::string& bytes) {
   f << bytes;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using test::read_file;
 
 struct Read {
   std::vector<std::string> lines;

@@ -18,10 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using test::read_file;
 
 // Document d of dataset `seed`: (d % 3) sequences of distinct tokens; d % 4 == 3 is empty.
 struct Doc {

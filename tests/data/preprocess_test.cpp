@@ -27,10 +27,7 @@ void write_file(const std::string& path, const std::string& bytes) {
   f << bytes;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using test::read_file;
 
 std::vector<std::string> list_dir(const std::string& dir) {
   std::vector<std::string> names;

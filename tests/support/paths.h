@@ -11,6 +11,8 @@ std::string megatron_binary();
 // GPT-2 vocabulary fetched by scripts/setup.sh (data/gpt2/vocab.json, merges.txt).
 std::string gpt2_vocab_file();
 std::string gpt2_merge_file();
+// The bytes of the file at `path` ("" if it cannot be read).
+std::string read_file(const std::string& path);
 // A fresh, empty directory for this test (under the build tree), removed at exit.
 std::string scratch_dir(const std::string& name);
 

@@ -17,12 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::read_file;
 
 void write_text(const std::string& dir, const std::string& name, const std::string& text) {
   write_checkpoint_files(dir, {CheckpointFile::text_file(name, text)});

@@ -31,18 +31,14 @@
 #include "train/checkpoint_io.h"
 #include "train/safetensors.h"
 #include "train/tiny_training.h"
+#include "support/paths.h"
 
 namespace megatron::train {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::read_file;
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);

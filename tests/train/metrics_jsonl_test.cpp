@@ -23,10 +23,7 @@
 namespace megatron {
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
+using test::read_file;
 
 std::string json_double(double x) {
   std::string s;

@@ -23,18 +23,14 @@
 #include "train/checkpoint_io.h"
 #include "train/checkpoint_metadata.h"
 #include "train/tiny_training.h"
+#include "support/paths.h"
 
 namespace megatron::train {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::read_file;
 
 // Every regular file under dir (relative path -> bytes).
 std::map<std::string, std::string> snapshot(const std::string& dir) {

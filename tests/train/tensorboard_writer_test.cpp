@@ -48,10 +48,7 @@ std::string to_hex(const std::string& bytes) {
   return out;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
+using test::read_file;
 
 uint32_t le32(const std::string& s, size_t at) {
   uint32_t v = 0;

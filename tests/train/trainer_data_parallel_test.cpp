@@ -42,21 +42,9 @@ namespace {
 
 using test::expect_same;
 using test::read_jsonl;
+using test::with;
 
-std::vector<std::string> train_flags(const std::string& dir) {
-  return {test::megatron_binary(), "train", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
-          "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "10",
-          "--lr", "0.003", "--lr-decay-style", "cosine", "--lr-warmup-iters", "2", "--log-interval", "1",
-          "--eval-interval", "1000", "--eval-iters", "1", "--attention-dropout", "0", "--hidden-dropout", "0",
-          "--seed", "5", "--data-path", dir + "/walk_text_document", "--split", "90,10,0",
-          "--data-cache-path", dir + "/cache", "--vocab-file", test::gpt2_vocab_file(),
-          "--merge-file", test::gpt2_merge_file(), "--device", "cpu"};
-}
-
-std::vector<std::string> with(std::vector<std::string> a, std::initializer_list<std::string> more) {
-  a.insert(a.end(), more);
-  return a;
-}
+std::vector<std::string> train_flags(const std::string& dir) { return test::tiny_train_flags(dir, 2, "0"); }
 
 TEST(TrainerDataParallel, Dp2AndDistributedOptimizerMatchOneProcess) {
   const std::string dir = test::scratch_dir("trainer_dp_parity");

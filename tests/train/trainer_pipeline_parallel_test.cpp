@@ -33,22 +33,12 @@ namespace {
 
 using test::expect_same;
 using test::read_jsonl;
+using test::with;
 
 // 4 layers (PP2: 2 per stage; interleaved: 1 per chunk), hidden 32, 4 heads, seq 16, global
 // batch 8 of micro-batches of 2 (4 micro-batches per iteration; 2 per DP rank at DP2).
 std::vector<std::string> train_flags(const std::string& dir, const char* dropout = "0") {
-  return {test::megatron_binary(), "train", "--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4",
-          "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "10",
-          "--lr", "0.003", "--lr-decay-style", "cosine", "--lr-warmup-iters", "2", "--log-interval", "1",
-          "--eval-interval", "1000", "--eval-iters", "1", "--seed", "5", "--data-path", dir + "/walk_text_document",
-          "--split", "90,10,0", "--data-cache-path", dir + "/cache", "--vocab-file", test::gpt2_vocab_file(),
-          "--merge-file", test::gpt2_merge_file(), "--device", "cpu", "--attention-dropout", dropout,
-          "--hidden-dropout", dropout};
-}
-
-std::vector<std::string> with(std::vector<std::string> a, std::initializer_list<std::string> more) {
-  a.insert(a.end(), more);
-  return a;
+  return test::tiny_train_flags(dir, 4, dropout);
 }
 
 // TP2 pads the vocabulary to 50432 (a multiple of 128 * 2); TP1 runs ask for the same rows.
