@@ -17,26 +17,8 @@ set -uo pipefail
 P=${1:?pack dir}
 OUT=${2:?out dir}
 N=${3:-2}
-export NCCL_NVLS_ENABLE=0
-for f in lib tests; do [ -f "$P/$f.tar.xz" ] && tar -C "$P" -xJf "$P/$f.tar.xz"; done
-export LD_LIBRARY_PATH="$PWD/$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 W=/tmp/mt_dp
-mkdir -p $W
-"$P/megatron" preprocess --input data/brown/brown.jsonl --output-prefix $W/brown --tokenizer-type GPT2BPETokenizer \
-  --vocab-file data/gpt2/vocab.json --merge-file data/gpt2/merges.txt --append-eod --workers 8 > $W/pre.log 2>&1
-DATA="--data-path $W/brown_text_document --data-cache-path $W/cache --vocab-file data/gpt2/vocab.json --merge-file data/gpt2/merges.txt"
-COMMON="--device cuda --bf16 --attention-dropout 0 --hidden-dropout 0 --lr 3e-4 --lr-warmup-iters 2 --eval-interval 100000 --eval-iters 0 $DATA"
-train() {  # train NAME NPROC ITERS FLAGS...
-  local name=$1 nproc=$2 iters=$3
-  shift 3
-  local launch=()
-  [ "$nproc" -gt 1 ] && launch=(--nproc-per-node "$nproc")
-  timeout 240 "$P/megatron" train "${launch[@]}" $COMMON --train-iters "$iters" --log-jsonl $W/$name.jsonl "$@" \
-    > $W/$name.log 2>&1
-  local rc=$?
-  echo "$name: exit $rc"
-  [ $rc -eq 0 ] || { echo "== $name (exit $rc)"; tail -n 20 $W/$name.log; } >> $OUT/failures.txt
-}
+. bench/gpu_runs.sh
 PAR="--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 \
   --micro-batch-size 4 --global-batch-size $((4 * N)) --log-interval 1 --deterministic-mode --ddp-bucket-size 1000000"
 train parity1 1 20 --num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 512 \
@@ -74,30 +56,19 @@ done
 [ -z "${SKIP_BASE:-}" ] && train m1300_${N}_distopt_overlap $N 30 --model gpt3-1.3b --micro-batch-size 4 --global-batch-size $((4 * N)) \
   --log-interval 10 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
 python3 - $W $N <<'PY' | tee $OUT/dp_summary.txt
-import json, sys
+import glob, os, sys
+sys.path.insert(0, "bench")
+from gpu_runs import print_parity, rows
 w, n = sys.argv[1], int(sys.argv[2])
-def rows(name):
-    try:
-        return [r for r in map(json.loads, open(f"{w}/{name}.jsonl")) if r.get("lm_loss") is not None]
-    except OSError:
-        return []
-one = rows("parity1")
-import glob, os
 extra = sorted(os.path.basename(f)[:-6] for f in glob.glob(f"{w}/parityN_overlap_env*.jsonl"))
-for other in ["parityN", "parityN_distopt", "parityN_overlap", "parityN_distopt_overlap"] + extra:
-    o = rows(other)
-    if not one or len(one) != len(o):
-        print(f"{other}: {len(o)} vs {len(one)} logged iterations: FAIL"); continue
-    dl = max(abs(a["lm_loss"] - b["lm_loss"]) for a, b in zip(one, o))
-    dg = max(abs(a["grad_norm"] - b["grad_norm"]) / a["grad_norm"] for a, b in zip(one, o))
-    print(f"{other} vs 1 GPU over {len(o)} iterations: max |loss diff| {dl:.2e}, max rel grad-norm diff {dg:.2e}")
+print_parity(w, "parity1", ["parityN", "parityN_distopt", "parityN_overlap", "parityN_distopt_overlap"] + extra)
 variants = [("m350", ""), ("m350", "_overlap"), ("m1300", ""), ("m1300", "_overlap"), ("m1300", "_distopt_overlap")]
 for f in sorted(glob.glob(f"{w}/m*_{n}_*env*.jsonl")):
     name = os.path.basename(f)[:-6]
     shape = name.split("_")[0]
     variants.append((shape, name[len(f"{shape}_{n}"):]))
 for shape, variant in variants:
-    t1, tn = rows(f"{shape}_1"), rows(f"{shape}_{n}{variant}")
+    t1, tn = rows(w, f"{shape}_1"), rows(w, f"{shape}_{n}{variant}")
     if not t1 or not tn:
         print(f"{shape}{variant}: missing runs"); continue
     a, b = t1[-1]["tokens_per_second"], tn[-1]["tokens_per_second"] / n

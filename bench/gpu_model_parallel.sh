@@ -11,26 +11,9 @@ set -uo pipefail
 P=${1:?pack dir}
 OUT=${2:?out dir}
 N=${3:-2}
-export NCCL_NVLS_ENABLE=0
-for f in lib tests; do [ -d "$P/lib" ] || { [ -f "$P/$f.tar.xz" ] && tar -C "$P" -xJf "$P/$f.tar.xz"; }; done
-export LD_LIBRARY_PATH="$PWD/$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 W=/tmp/mt_mp
-mkdir -p $W
-"$P/megatron" preprocess --input data/brown/brown.jsonl --output-prefix $W/brown --tokenizer-type GPT2BPETokenizer \
-  --vocab-file data/gpt2/vocab.json --merge-file data/gpt2/merges.txt --append-eod --workers 8 > $W/pre.log 2>&1
-DATA="--data-path $W/brown_text_document --data-cache-path $W/cache --vocab-file data/gpt2/vocab.json --merge-file data/gpt2/merges.txt"
-COMMON="--device cuda --bf16 --attention-dropout 0 --hidden-dropout 0 --lr 3e-4 --lr-warmup-iters 2 --eval-interval 100000 --eval-iters 0 $DATA"
-train() {  # train NAME NPROC ITERS FLAGS...
-  local name=$1 nproc=$2 iters=$3
-  shift 3
-  local launch=()
-  [ "$nproc" -gt 1 ] && launch=(--nproc-per-node "$nproc")
-  timeout 240 "$P/megatron" train "${launch[@]}" $COMMON --train-iters "$iters" --log-jsonl $W/$name.jsonl "$@" \
-    > $W/$name.log 2>&1
-  local rc=$?
-  echo "$name: exit $rc"
-  [ $rc -eq 0 ] || { echo "== $name (exit $rc)"; tail -n 20 $W/$name.log; } >> $OUT/mp_failures.txt
-}
+FAILURES=mp_failures.txt
+. bench/gpu_runs.sh
 SMALL="--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 \
   --micro-batch-size 4 --global-batch-size 8 --log-interval 1 --deterministic-mode"
 train mp_parity1 1 20 $SMALL
@@ -45,25 +28,15 @@ for m in 1300 2700; do
     --pipeline-model-parallel-size $N
 done
 python3 - $W $N <<'PY' | tee $OUT/mp_summary.txt
-import json, sys
+import sys
+sys.path.insert(0, "bench")
+from gpu_runs import print_parity, rows
 w, n = sys.argv[1], int(sys.argv[2])
-def rows(name):
-    try:
-        return [r for r in map(json.loads, open(f"{w}/{name}.jsonl")) if r.get("lm_loss") is not None]
-    except OSError:
-        return []
-one = rows("mp_parity1")
-for other in (f"mp_parity_tp{n}", f"mp_parity_pp{n}"):
-    o = rows(other)
-    if not one or len(one) != len(o):
-        print(f"{other}: {len(o)} vs {len(one)} logged iterations: FAIL"); continue
-    dl = max(abs(a["lm_loss"] - b["lm_loss"]) for a, b in zip(one, o))
-    dg = max(abs(a["grad_norm"] - b["grad_norm"]) / a["grad_norm"] for a, b in zip(one, o))
-    print(f"{other} vs 1 GPU over {len(o)} iterations: max |loss diff| {dl:.2e}, max rel grad-norm diff {dg:.2e}")
+print_parity(w, "mp_parity1", [f"mp_parity_tp{n}", f"mp_parity_pp{n}"])
 for m in ("1300", "2700"):
-    base = rows(f"mp_{m}_1")
+    base = rows(w, f"mp_{m}_1")
     for lay in (f"tp{n}", f"pp{n}"):
-        r = rows(f"mp_{m}_{lay}")
+        r = rows(w, f"mp_{m}_{lay}")
         if not base or not r:
             print(f"{m} {lay}: missing runs"); continue
         a, b = base[-1]["tokens_per_second"], r[-1]["tokens_per_second"] / n
