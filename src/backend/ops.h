@@ -4,8 +4,9 @@
 // Conventions for every op:
 //  - Tensors are contiguous and live on this backend's device.
 //  - Float inputs may be fp32, bf16 or fp16; arithmetic is fp32; outputs are rounded to
-//    their own dtype (round-to-nearest-even). Outputs named "(+=)" accumulate into fp32
-//    tensors (gradients); all others are overwritten.
+//    their own dtype (round-to-nearest-even). Outputs named "(+=)" are fp32 parameter
+//    gradients, written as the call's GradWrite says (accumulated by default); all others
+//    are overwritten.
 //  - Activations are sequence-first, [s, b, h], as in Megatron (sequence parallelism splits
 //    dim 0). "n" below is s*b rows.
 //  - Linear weights are [out, in] (PyTorch/Megatron layout): y = x W^T + b.
@@ -26,6 +27,13 @@ namespace megatron::backend {
 
 // GELU as Megatron's fused bias-GELU (tanh approximation) or exact (erf, --openai-gelu off).
 enum class Gelu { kTanh, kExact };
+
+// How an op writes its "(+=)" outputs (parameter gradients): added to what they hold
+// (gradient accumulation over micro-batches, and every later writer of a step), or written
+// over it by the first writer of a step. Overwriting gives the same values as accumulating
+// into zeros and lets the step skip the zero fill of the whole fp32 gradient buffer, and the
+// weight-gradient GEMMs skip reading C (Megatron zeroes main_grad and accumulates).
+enum class GradWrite { kAccumulate, kOverwrite };
 
 struct DropoutParams {
   float p = 0.0f;
@@ -96,9 +104,9 @@ class Backend {
   // y[n, out] = x[n, in] @ w[out, in]^T + bias[out] (bias may be undefined).
   virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) = 0;
   // From dy[n, out]: dx[n, in] = dy @ w (skipped if dx undefined), dw[out, in] (+=) dy^T @ x,
-  // dbias[out] (+=) column sums of dy (skipped if undefined).
+  // dbias[out] (+=) column sums of dy (skipped if undefined); `write` applies to dw and dbias.
   virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
-                               Tensor& dbias) = 0;
+                               Tensor& dbias, GradWrite write = GradWrite::kAccumulate) = 0;
 
   // Megatron's linear_fc1 followed by its bias-GELU, in one pass (cuBLASLt's GELU_AUX_BIAS
   // epilogue on CUDA): with z = x[n, in] @ w[out, in]^T + bias[out] in fp32 (bias may be
@@ -113,7 +121,8 @@ class Backend {
   // dw[out, in] (+=) dy^T @ x, dbias[out] (+=) column sums of dy (skipped if undefined).
   // Unfused, the product is rounded to dpre's dtype before the multiplication.
   virtual void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
-                                     Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind) = 0;
+                                     Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind,
+                                     GradWrite write = GradWrite::kAccumulate) = 0;
 
   // ---- elementwise ----------------------------------------------------------------------
   // out = a + b (same shapes; out may be a or b).
@@ -128,7 +137,7 @@ class Backend {
   // out = dropout(x).
   virtual void dropout_forward(const Tensor& x, Tensor& out, const DropoutParams& dropout) = 0;
   // dbias[k] (+=) sum over rows of dy[n, k].
-  virtual void bias_grad(const Tensor& dy, Tensor& dbias) = 0;
+  virtual void bias_grad(const Tensor& dy, Tensor& dbias, GradWrite write = GradWrite::kAccumulate) = 0;
   // out[n, f] = gelu(x + bias) (bias may be undefined); tanh approximation or exact erf.
   virtual void bias_gelu_forward(const Tensor& x, const Tensor& bias, Tensor& out, Gelu kind) = 0;
   // dx[n, f] = dy * gelu'(x + bias).
@@ -141,7 +150,8 @@ class Backend {
                                  Tensor& mean, Tensor& rstd) = 0;
   // dx[n, h] (overwritten), dgamma[h] (+=), dbeta[h] (+=).
   virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                  const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
+                                  const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                                  GradWrite write = GradWrite::kAccumulate) = 0;
 
   // ---- embeddings -----------------------------------------------------------------------
   // out[s, b, h] = wte[tokens[b, s]] + wpe[s] (tokens int32; positions 0..s-1). A token

@@ -274,9 +274,9 @@ void ProfilingBackend::linear_forward(const Tensor& x, const Tensor& w, const Te
 }
 
 void ProfilingBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
-                                       Tensor& dbias) {
+                                       Tensor& dbias, GradWrite write) {
   timed(linear_backward_key(kLinearBackward, dy, x, w, dx, dw, dbias),
-        [&] { inner_->linear_backward(dy, x, w, dx, dw, dbias); });
+        [&] { inner_->linear_backward(dy, x, w, dx, dw, dbias, write); });
 }
 
 void ProfilingBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre,
@@ -286,9 +286,9 @@ void ProfilingBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, con
 }
 
 void ProfilingBackend::linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
-                                             Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind) {
+                                             Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind, GradWrite write) {
   timed(linear_backward_key(kLinearDgeluBackward, dy, x, w, dpre, dw, dbias),
-        [&] { inner_->linear_dgelu_backward(dy, x, w, pre, dpre, dw, dbias, kind); });
+        [&] { inner_->linear_dgelu_backward(dy, x, w, pre, dpre, dw, dbias, kind, write); });
 }
 
 void ProfilingBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
@@ -307,8 +307,8 @@ void ProfilingBackend::dropout_backward(const Tensor& dy, Tensor& dx, const Drop
 void ProfilingBackend::dropout_forward(const Tensor& x, Tensor& out, const DropoutParams& dropout) {
   timed(kDropoutForward, [&] { inner_->dropout_forward(x, out, dropout); });
 }
-void ProfilingBackend::bias_grad(const Tensor& dy, Tensor& dbias) {
-  timed(kBiasGrad, [&] { inner_->bias_grad(dy, dbias); });
+void ProfilingBackend::bias_grad(const Tensor& dy, Tensor& dbias, GradWrite write) {
+  timed(kBiasGrad, [&] { inner_->bias_grad(dy, dbias, write); });
 }
 void ProfilingBackend::bias_gelu_forward(const Tensor& x, const Tensor& bias, Tensor& out, Gelu kind) {
   timed(kBiasGeluForward, [&] { inner_->bias_gelu_forward(x, bias, out, kind); });
@@ -323,8 +323,9 @@ void ProfilingBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, c
   timed(kLayernormForward, [&] { inner_->layernorm_forward(x, gamma, beta, eps, out, mean, rstd); });
 }
 void ProfilingBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                          const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
-  timed(kLayernormBackward, [&] { inner_->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta); });
+                                          const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                                          GradWrite write) {
+  timed(kLayernormBackward, [&] { inner_->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write); });
 }
 
 void ProfilingBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {

@@ -429,13 +429,13 @@ void GPTModel::head_backward(float loss_scale, float grad_scale, Tensor& dx) {
   backend_.cross_entropy_backward(logits_, labels_.view({n}), loss_lse_, dlosses, dlogits_);
   Tensor no_bias;
   backend_.linear_backward(dlogits_, column_input(final_ln_out_), param(output_w_), ws_h2_, grad(output_w_),
-                           no_bias);
+                           no_bias, claim_grads(output_w_));
   const ActivationSet& as = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
   Tensor x_last = as.xs.back().view({n_local_, h});
   // dx may be x_last's own buffer (forward_chunk): LayerNorm's backward reads x_last, so the
   // gradient goes through ws_grad_ first.
   backend_.layernorm_backward(reduce_rows(ws_h2_), x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_,
-                              ws_grad_, grad(final_ln_w_), grad(final_ln_b_));
+                              ws_grad_, grad(final_ln_w_), grad(final_ln_b_), claim_grads(final_ln_w_, final_ln_b_));
   if (dx.data() != ws_grad_.data()) backend_.copy(ws_grad_, dx);
   if (hooks_.grads_final_from) grads_final_from(layer_end(layers_per_chunk_ - 1));
 }
@@ -479,7 +479,7 @@ void GPTModel::chunk_backward() {
   const Tensor demb_local =
       through_dropout(ws_grad_, demb_buffer, dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
   const Tensor demb = gather_rows(demb_local, ws_h1_);
-  backend_.embedding_backward(as.tokens, demb.view({s, b, h}), grad(word_emb_), grad(pos_emb_));
+  backend_.embedding_backward(as.tokens, demb.view({s, b, h}), accumulable_grad(word_emb_), accumulable_grad(pos_emb_));
   grads_final_from(0);
 }
 
@@ -515,6 +515,21 @@ void GPTModel::layer_forward(int64_t l) {
                             dropout_params(config_.hidden_dropout, gl, kSiteMlpOut));
 }
 
+backend::GradWrite GPTModel::claim_grads(int64_t a, int64_t b) {
+  const backend::GradWrite w = params_.claim_grad(a);
+  if (b >= 0) {
+    MT_CHECK(params_.claim_grad(b) == w) << "gradients of " << params_[a].name << " and " << params_[b].name
+                                         << " are written together, but only one was written this step";
+  }
+  return w;
+}
+
+Tensor& GPTModel::accumulable_grad(int64_t i) {
+  Tensor& g = params_[i].grad;
+  if (params_.claim_grad(i) == backend::GradWrite::kOverwrite) backend_.fill(g, 0.0f);
+  return g;
+}
+
 Tensor GPTModel::through_dropout(const Tensor& dy, Tensor& buffer, const backend::DropoutParams& dropout) {
   if (dropout.p == 0.0f) return dy;  // the identity: no copy
   backend_.dropout_backward(dy, buffer, dropout);
@@ -542,22 +557,24 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
       gather_rows(through_dropout(g, h1, dropout_params(config_.hidden_dropout, gl, kSiteMlpOut)), ws_h1_);
   // FC2's backward through GELU: ws_f_ = d(fc1 + b_fc1).
   backend_.linear_dgelu_backward(d_fc2, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
-                                 config_.gelu);
-  backend_.linear_backward(ws_f_, column_input(a.ln2_out), param(p.fc1_w), ws_h2_, grad(p.fc1_w), db_fc1);
+                                 config_.gelu, claim_grads(p.fc2_w, p.fc2_b));
+  backend_.linear_backward(ws_f_, column_input(a.ln2_out), param(p.fc1_w), ws_h2_, grad(p.fc1_w), db_fc1,
+                           claim_grads(p.fc1_w, p.fc1_b));
   backend_.layernorm_backward(reduce_rows(ws_h2_), a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, h1,
-                              grad(p.ln2_w), grad(p.ln2_b));
+                              grad(p.ln2_w), grad(p.ln2_b), claim_grads(p.ln2_w, p.ln2_b));
   backend_.add(g, h1, g);  // g = d(x_mid): the residual path plus the MLP branch
 
   // Attention branch: x_mid = x + dropout(proj + b_proj).
   const Tensor d_proj =
       gather_rows(through_dropout(g, h1, dropout_params(config_.hidden_dropout, gl, kSiteAttentionOut)), ws_h1_);
   Tensor dq = ws_q_.view({n, q_size_});
-  backend_.linear_backward(d_proj, a.attn_out.view({n, q_size_}), param(p.proj_w), dq, grad(p.proj_w), db_proj);
+  backend_.linear_backward(d_proj, a.attn_out.view({n, q_size_}), param(p.proj_w), dq, grad(p.proj_w), db_proj,
+                           claim_grads(p.proj_w, p.proj_b));
   backend_.attention_backward(ws_q_, a.qkv, a.attn_out, a.attn_lse, ws_qkv_, attention_params(gl));
   backend_.linear_backward(ws_qkv_.view({n, 3 * q_size_}), column_input(a.ln1_out), param(p.qkv_w), ws_h2_,
-                           grad(p.qkv_w), db_qkv);
+                           grad(p.qkv_w), db_qkv, claim_grads(p.qkv_w, p.qkv_b));
   backend_.layernorm_backward(reduce_rows(ws_h2_), x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, h1, grad(p.ln1_w),
-                              grad(p.ln1_b));
+                              grad(p.ln1_b), claim_grads(p.ln1_w, p.ln1_b));
   backend_.add(g, h1, g);  // g = d(x): residual plus the attention branch
 }
 

@@ -194,6 +194,12 @@ class GPTModel {
   // The parameter's value, or an undefined tensor for i < 0 (no bias).
   Tensor optional_param(int64_t i) const { return i >= 0 ? params_[i].value : Tensor(); }
   Tensor optional_grad(int64_t i) { return i >= 0 ? params_[i].grad : Tensor(); }
+  // How an op writes the gradients of parameters a and b (b < 0: none; they are always written
+  // together): kOverwrite for the step's first write (ParameterSet::claim_grad).
+  backend::GradWrite claim_grads(int64_t a, int64_t b = -1);
+  // The gradient for an op that can only accumulate (embedding_backward): zero-filled first if
+  // it is stale.
+  Tensor& accumulable_grad(int64_t i);
   backend::DropoutParams dropout_params(float p, int64_t layer, int site) const;
   backend::AttentionParams attention_params(int64_t layer) const;
   // One activation set of a chunk: the residual stream xs[0..Lc] (xs[l] is the input of the

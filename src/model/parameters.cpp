@@ -38,6 +38,24 @@ void ParameterSet::allocate(backend::Backend& backend, DType dtype) {
   }
 }
 
+void ParameterSet::forget_grads() {
+  for (Parameter& p : params_) p.grad_stale = true;
+}
+
+backend::GradWrite ParameterSet::claim_grad(int64_t i) {
+  Parameter& p = params_[static_cast<size_t>(i)];
+  const bool stale = p.grad_stale;
+  p.grad_stale = false;
+  return stale ? backend::GradWrite::kOverwrite : backend::GradWrite::kAccumulate;
+}
+
+int64_t ParameterSet::first_stale_grad() const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].grad_stale) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
 const Parameter* ParameterSet::find(const std::string& name) const {
   for (const Parameter& p : params_) {
     if (p.name == name) return &p;

@@ -48,6 +48,8 @@ struct Parameter {
   // The counter-based init stream (initialize()): the parameter's index in the single-process
   // model, so that every pipeline stage starts from the single-process weights.
   int64_t init_stream = 0;
+  // The gradient does not hold this step's value yet (ParameterSet::forget_grads).
+  bool grad_stale = false;
   int64_t offset = 0;  // into the flat buffers, in elements
   Tensor value;        // view of the values buffer
   Tensor grad;         // view of the grads buffer (fp32)
@@ -84,6 +86,14 @@ class ParameterSet {
   int64_t total_numel() const { return total_numel_; }
   // The parameter called `name`, or nullptr.
   const Parameter* find(const std::string& name) const;
+  // A step's gradients without a zero fill (backend::GradWrite): forget_grads() marks every
+  // gradient stale; claim_grad(i) answers kOverwrite for the first writer of a stale one (and
+  // marks it written), kAccumulate afterwards; first_stale_grad() is -1 once the backward has
+  // written them all (the buffer starts zero-filled, so a new set's gradients are written).
+  void forget_grads();
+  backend::GradWrite claim_grad(int64_t i);
+  int64_t first_stale_grad() const;
+
   const Tensor& values() const { return values_; }  // [total_numel], model dtype
   const Tensor& grads() const { return grads_; }    // [total_numel], fp32
 

@@ -94,12 +94,14 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(model::ParameterSet& params, ba
 
 float MixedPrecisionOptimizer::loss_scale() const { return fp16_ ? scaler_.scale() : 1.0f; }
 
-void MixedPrecisionOptimizer::zero_grads() {
-  Tensor g = params_.grads();
-  backend_.fill(g, 0.0f);
-}
+void MixedPrecisionOptimizer::zero_grads() { params_.forget_grads(); }
 
-void MixedPrecisionOptimizer::reduce_gradients() { grad_buffer_.finish_grad_sync(); }
+void MixedPrecisionOptimizer::reduce_gradients() {
+  if (const int64_t i = params_.first_stale_grad(); i >= 0) {
+    throw_error("the backward wrote no gradient for ", params_[i].name, " this step");
+  }
+  grad_buffer_.finish_grad_sync();
+}
 
 double MixedPrecisionOptimizer::reduce_over_state_groups(double value, comm::ReduceOp op, bool include_dp) const {
   if (include_dp) value = comm::all_reduce_scalar(grad_buffer_.group(), value, op);

@@ -97,6 +97,9 @@ class MixedPrecisionOptimizer {
   // the data-parallel group. With --overlap-param-gather the distributed optimizer's
   // all-gathers are still in flight when it returns (see GradBuffer::start_param_gather).
   StepResult step(float lr, float weight_decay);
+  // Megatron's zero_grad: the gradients of the next backward start from zero. Done without a
+  // fill: they are marked stale and the backward's first write of each overwrites it
+  // (model::ParameterSet::forget_grads); reduce_gradients() checks that every one was written.
   void zero_grads();
   // L2 norm of all parameters (the fp32 main copy), for --log-params-norm. Collective.
   double params_norm() const;

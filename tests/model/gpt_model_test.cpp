@@ -8,9 +8,11 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/ops.h"
+#include "core/error.h"
 #include "model/gpt_model.h"
 #include "optim/loss_scaler.h"
 #include "train/optimizer.h"
@@ -230,6 +232,74 @@ TEST(GPTModel, MemorisesAFixedBatch) {
   }
   EXPECT_GT(first, 2.0f);
   EXPECT_LT(last, 0.05f) << "a 2-layer model must memorise 32 random tokens";
+}
+
+// zero_grads() marks the gradients stale instead of filling the buffer (GradWrite): the
+// backward's first write of each overwrites it, later ones accumulate. Over a buffer full of
+// NaN, two micro-batches must give (a) the bits of the same backwards over a zero-filled
+// buffer and (b) the sum of the two micro-batches' gradients taken one step each, for the
+// tied model (the output layer writes the word embedding's gradient first, the lookup then
+// adds to it) and the untied one with biases off.
+TEST(GPTModel, ZeroGradsWithoutAFillGivesTheGradientsOfAZeroedBuffer) {
+  for (bool untied : {false, true}) {
+    GPTConfig c = tiny_config();
+    c.untie_embeddings_and_output_weights = untied;
+    c.add_bias_linear = !untied;
+    auto backend = backend::make_cpu_backend();
+    const MicroBatch mbs[2] = {random_batch(2, c.seq_length, c.vocab_size, 1, true),
+                               random_batch(2, c.seq_length, c.vocab_size, 2, false)};
+    // The gradients after backwards over mbs[first, last), the buffer NaN + stale or zeroed.
+    auto grads_after = [&](int first, int last, bool stale_buffer) {
+      GPTModel model(c, *backend, DType::kF32, 2);
+      model.parameters().initialize(*backend, 5, c.init_method_std, c.num_layers);
+      train::OptimizerConfig oc;
+      train::MixedPrecisionOptimizer opt(model.parameters(), *backend, oc, optim::GradScaler::constant(1.0f));
+      Tensor g = model.parameters().grads();
+      if (stale_buffer) {
+        backend->fill(g, std::nanf(""));
+        opt.zero_grads();
+      } else {
+        backend->fill(g, 0.0f);  // written (not stale): every op accumulates
+      }
+      for (int k = first; k < last; ++k) {
+        model.forward(mbs[k], {});
+        model.backward(1.0f, 0.5f);
+      }
+      EXPECT_EQ(model.parameters().first_stale_grad(), -1);
+      std::vector<float> out(static_cast<size_t>(g.numel()));
+      std::memcpy(out.data(), g.data(), out.size() * sizeof(float));
+      return out;
+    };
+    const std::vector<float> fresh = grads_after(0, 2, true);
+    const std::vector<float> zeroed = grads_after(0, 2, false);
+    const std::vector<float> one = grads_after(0, 1, true), two = grads_after(1, 2, true);
+    ASSERT_EQ(fresh.size(), zeroed.size());
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      ASSERT_EQ(fresh[i], zeroed[i]) << "untied " << untied << ", gradient element " << i;
+      // The accumulating GEMMs add in their own order: fp32 rounding of a few terms.
+      const float sum = one[i] + two[i];
+      ASSERT_NEAR(fresh[i], sum, 1e-6f + 1e-5f * std::fabs(sum)) << "untied " << untied << ", element " << i;
+    }
+  }
+}
+
+// A gradient the backward never wrote would be garbage: reduce_gradients() refuses it.
+TEST(GPTModel, ReduceGradientsRefusesAGradientTheBackwardDidNotWrite) {
+  GPTConfig c = tiny_config();
+  auto backend = backend::make_cpu_backend();
+  GPTModel model(c, *backend, DType::kF32, 2);
+  train::OptimizerConfig oc;
+  train::MixedPrecisionOptimizer opt(model.parameters(), *backend, oc, optim::GradScaler::constant(1.0f));
+  opt.zero_grads();
+  model.forward(random_batch(2, c.seq_length, c.vocab_size, 3, false), {});
+  try {
+    opt.reduce_gradients();
+    FAIL() << "no backward ran, yet reduce_gradients accepted the stale gradients";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("embedding.word_embeddings.weight"), std::string::npos) << e.what();
+  }
+  model.backward(1.0f, 1.0f);
+  EXPECT_NO_THROW(opt.reduce_gradients());
 }
 
 }  // namespace

@@ -150,7 +150,7 @@ void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& 
 }
 
 void CpuBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
-                                 Tensor& dbias) {
+                                 Tensor& dbias, GradWrite write) {
   MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
   const int64_t out = w.dim(0), in = w.dim(1);
   const int64_t n = rows_of(x, in, "linear input");
@@ -173,15 +173,18 @@ void CpuBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor
     dxv.commit();
   }
   {
-    Out dwv(dw, "linear dw", /*load=*/true);
+    const bool accumulate = write == GradWrite::kAccumulate;
+    Out dwv(dw, "linear dw", /*load=*/accumulate);
     if (n > 0 && out > 0 && in > 0) {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(out), static_cast<int>(in),
-                  static_cast<int>(n), 1.0f, dyv.data(), static_cast<int>(out), xv.data(), static_cast<int>(in), 1.0f,
-                  dwv.data(), static_cast<int>(in));
+                  static_cast<int>(n), 1.0f, dyv.data(), static_cast<int>(out), xv.data(), static_cast<int>(in),
+                  accumulate ? 1.0f : 0.0f, dwv.data(), static_cast<int>(in));
+    } else if (!accumulate) {
+      std::fill_n(dwv.data(), out * in, 0.0f);
     }
     dwv.commit();
   }
-  if (dbias.defined()) bias_grad(dy, dbias);
+  if (dbias.defined()) bias_grad(dy, dbias, write);
 }
 
 // The fused forms compute the GEMM into an fp32 tensor with the unfused ops, so the only
@@ -200,12 +203,12 @@ void CpuBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, const Ten
 }
 
 void CpuBackend::linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
-                                       Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind) {
+                                       Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind, GradWrite write) {
   MT_CHECK(pre.numel() == x.numel() && dpre.numel() == x.numel())
       << "linear_dgelu_backward: pre " << pre.describe() << ", dpre " << dpre.describe() << " for input "
       << x.describe();
   Tensor dx = Tensor::cpu(x.shape(), DType::kF32);
-  linear_backward(dy, x, w, dx, dw, dbias);  // dx = dy w in fp32
+  linear_backward(dy, x, w, dx, dw, dbias, write);  // dx = dy w in fp32
   In pv(pre, "linear_dgelu_backward pre");
   float* d = dx.data_as<float>();
   const int64_t n = dx.numel();

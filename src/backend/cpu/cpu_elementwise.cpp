@@ -93,12 +93,13 @@ void CpuBackend::dropout_backward(const Tensor& dy, Tensor& dx, const DropoutPar
   dropout_forward(dy, dx, dropout);  // the same mask and scale: dropout is linear
 }
 
-void CpuBackend::bias_grad(const Tensor& dy, Tensor& dbias) {
+void CpuBackend::bias_grad(const Tensor& dy, Tensor& dbias, GradWrite write) {
   const int64_t cols = dbias.numel();
   const int64_t rows = rows_of(dy, cols, "bias_grad dy");
   MT_CHECK(dy.dim(-1) == cols) << "bias_grad: dy " << dy.describe() << " vs dbias " << dbias.describe();
   In dyv(dy, "bias_grad dy");
-  Out dbv(dbias, "bias_grad dbias", /*load=*/true);
+  const bool accumulate = write == GradWrite::kAccumulate;
+  Out dbv(dbias, "bias_grad dbias", /*load=*/accumulate);
   // Each column chunk belongs to one thread, which adds the rows in order.
   const int64_t chunks = (cols + kColumnChunk - 1) / kColumnChunk;
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
@@ -107,7 +108,7 @@ void CpuBackend::bias_grad(const Tensor& dy, Tensor& dbias) {
     float acc[kColumnChunk] = {};
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = c0; j < c1; ++j) acc[j - c0] += dyv[r * cols + j];
-    for (int64_t j = c0; j < c1; ++j) dbv[j] += acc[j - c0];
+    for (int64_t j = c0; j < c1; ++j) dbv[j] = accumulate ? dbv[j] + acc[j - c0] : acc[j - c0];
   }
   dbv.commit();
 }

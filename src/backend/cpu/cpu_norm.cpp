@@ -52,7 +52,8 @@ void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const T
 }
 
 void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                    const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+                                    const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                                    GradWrite write) {
   const int64_t h = x.dim(-1);
   const int64_t n = rows_of(x, h, "layernorm x");
   MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel())
@@ -69,7 +70,8 @@ void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Ten
 
   // dgamma, dbeta first (dx may alias dy): column chunks, rows in order.
   {
-    Out dgv(dgamma, "layernorm dgamma", /*load=*/true), dbv(dbeta, "layernorm dbeta", /*load=*/true);
+    const bool accumulate = write == GradWrite::kAccumulate;
+    Out dgv(dgamma, "layernorm dgamma", /*load=*/accumulate), dbv(dbeta, "layernorm dbeta", /*load=*/accumulate);
     const int64_t chunks = (h + kColumnChunk - 1) / kColumnChunk;
 #pragma omp parallel for schedule(static) if (n * h >= kParallelWork)
     for (int64_t c = 0; c < chunks; ++c) {
@@ -83,8 +85,8 @@ void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Ten
         }
       }
       for (int64_t j = c0; j < c1; ++j) {
-        dgv[j] += ag[j - c0];
-        dbv[j] += ab[j - c0];
+        dgv[j] = accumulate ? dgv[j] + ag[j - c0] : ag[j - c0];
+        dbv[j] = accumulate ? dbv[j] + ab[j - c0] : ab[j - c0];
       }
     }
     dgv.commit();

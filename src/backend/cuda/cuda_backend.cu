@@ -240,7 +240,7 @@ constexpr int kBgCols = 32, kBgLanes = 8;
 
 template <class T, bool kVec>
 __global__ void bias_grad_kernel(const T* dy, int64_t rows, int64_t cols, int64_t rows_per_split, float* partial,
-                                 void* dbias, DType dbias_dt) {
+                                 void* dbias, DType dbias_dt, bool accumulate) {
   constexpr int W = kVecWidth<T>;
   __shared__ float acc[kBgLanes][W][kBgCols];
   const int64_t c0 = (blockIdx.x * int64_t{kBgCols} + threadIdx.x) * W;
@@ -280,17 +280,17 @@ __global__ void bias_grad_kernel(const T* dy, int64_t rows, int64_t cols, int64_
       if (partial) {
         partial[blockIdx.y * cols + col] = total;
       } else {
-        store_f(dbias, dbias_dt, col, __fadd_rn(load_f(dbias, dbias_dt, col), total));
+        store_f(dbias, dbias_dt, col, accumulate ? __fadd_rn(load_f(dbias, dbias_dt, col), total) : total);
       }
     }
   }
 }
 
-// bias_grad, pass 2: dbias[col] (+=) the splits' partial sums. Block (32 columns, 16 lanes):
+// bias_grad, pass 2: dbias[col] (+=, or = when !accumulate) the splits' partial sums. Block (32 columns, 16 lanes):
 // lane y adds splits y, y + 16, ... in order, then the 16 lane sums are added in lane order.
 constexpr int kBgCombineLanes = 16;
 __global__ void bias_grad_combine_kernel(const float* partial, int64_t splits, int64_t cols, void* dbias,
-                                         DType dbias_dt) {
+                                         DType dbias_dt, bool accumulate) {
   __shared__ float acc[kBgCombineLanes][kBgCols + 1];
   const int64_t col = blockIdx.x * int64_t{kBgCols} + threadIdx.x;
   float s = 0.0f;
@@ -303,7 +303,7 @@ __global__ void bias_grad_combine_kernel(const float* partial, int64_t splits, i
   s = acc[0][threadIdx.x];
 #pragma unroll
   for (int y = 1; y < kBgCombineLanes; ++y) s = __fadd_rn(s, acc[y][threadIdx.x]);
-  store_f(dbias, dbias_dt, col, __fadd_rn(load_f(dbias, dbias_dt, col), s));
+  store_f(dbias, dbias_dt, col, accumulate ? __fadd_rn(load_f(dbias, dbias_dt, col), s) : s);
 }
 
 // sum_squares, pass 1: block b sums x[i]^2 (in double) over i = b*256 + t + j*grid*256, then
@@ -565,14 +565,18 @@ void CudaBackend::scale(Tensor& x, float alpha) {
   MT_CUDA_LAUNCH_CHECK();
 }
 
-void CudaBackend::bias_grad(const Tensor& dy, Tensor& dbias) {
+void CudaBackend::bias_grad(const Tensor& dy, Tensor& dbias, GradWrite write) {
   check_float_device(dy, "bias_grad dy");
   check_float_device(dbias, "bias_grad dbias");
   const int64_t cols = dbias.numel();
   MT_CHECK(cols > 0 && dy.ndim() >= 1 && dy.dim(-1) == cols && dy.numel() % cols == 0)
       << "bias_grad: dy " << dy.describe() << " vs dbias " << dbias.describe();
   const int64_t rows = dy.numel() / cols;
-  if (rows == 0) return;
+  const bool accumulate = write == GradWrite::kAccumulate;
+  if (rows == 0) {
+    if (!accumulate) fill(dbias, 0.0f);
+    return;
+  }
   // The split of the rows depends only on (rows, cols, dy's dtype): about 1024 blocks in all,
   // at least 64 rows per split, and the partials must fit the scratch buffer.
   dispatch_float_type(dy.dtype(), [&](auto tag) {
@@ -592,11 +596,11 @@ void CudaBackend::bias_grad(const Tensor& dy, Tensor& dbias) {
     const bool vec = cols % W == 0 && vec_aligned(dy.data());
     auto kernel = vec ? bias_grad_kernel<T, true> : bias_grad_kernel<T, false>;
     kernel<<<grid, block, 0, stream_>>>(static_cast<const T*>(dy.data()), rows, cols, rows_per_split, partial,
-                                        dbias.data(), dbias.dtype());
+                                        dbias.data(), dbias.dtype(), accumulate);
     MT_CUDA_LAUNCH_CHECK();
     if (partial) {
       bias_grad_combine_kernel<<<static_cast<unsigned>((cols + kBgCols - 1) / kBgCols), dim3(kBgCols, kBgCombineLanes),
-                                 0, stream_>>>(partial, splits, cols, dbias.data(), dbias.dtype());
+                                 0, stream_>>>(partial, splits, cols, dbias.data(), dbias.dtype(), accumulate);
       MT_CUDA_LAUNCH_CHECK();
     }
   });

@@ -82,11 +82,12 @@ class CudaBackend : public Backend {
               float beta) override;
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) override;
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
-                       Tensor& dbias) override;
+                       Tensor& dbias, GradWrite write = GradWrite::kAccumulate) override;
   void linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
                            Gelu kind) override;
   void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, Tensor& dpre,
-                             Tensor& dw, Tensor& dbias, Gelu kind) override;
+                             Tensor& dw, Tensor& dbias, Gelu kind,
+                             GradWrite write = GradWrite::kAccumulate) override;
 
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale(Tensor& x, float alpha) override;
@@ -94,14 +95,15 @@ class CudaBackend : public Backend {
                         const DropoutParams& dropout) override;
   void dropout_backward(const Tensor& dy, Tensor& dx, const DropoutParams& dropout) override;
   void dropout_forward(const Tensor& x, Tensor& out, const DropoutParams& dropout) override;
-  void bias_grad(const Tensor& dy, Tensor& dbias) override;
+  void bias_grad(const Tensor& dy, Tensor& dbias, GradWrite write = GradWrite::kAccumulate) override;
   void bias_gelu_forward(const Tensor& x, const Tensor& bias, Tensor& out, Gelu kind) override;
   void bias_gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& bias, Tensor& dx, Gelu kind) override;
 
   void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& out,
                          Tensor& mean, Tensor& rstd) override;
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                          const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
+                          const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                          GradWrite write = GradWrite::kAccumulate) override;
 
   void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) override;
   void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) override;

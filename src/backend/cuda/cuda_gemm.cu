@@ -386,12 +386,12 @@ Operand rows_of(const Tensor& t, int64_t cols, const char* what) {
 }
 
 // dw[out, in] (+=) dy[n, out]^T @ x[n, in]; dbias (+=) column sums of dy: the deterministic
-// fixed-order reduction of cuda_backend.cu (the BGRADB epilogue would overwrite rather than
-// accumulate, in an unspecified order).
+// fixed-order reduction of cuda_backend.cu (the BGRADB epilogue sums in an unspecified
+// order). GradWrite::kOverwrite: beta = 0, so the GEMM does not read dw.
 void weight_grads(CudaBackend& be, GemmAlgoCache& cache, const Operand& dy, const Operand& x, Tensor& dw,
-                  Tensor& dbias) {
-  gemm(be, cache, dy, true, x, false, dw, 1.0f, 1.0f, nullptr);
-  if (dbias.defined()) be.bias_grad(*dy.t, dbias);
+                  Tensor& dbias, GradWrite write) {
+  gemm(be, cache, dy, true, x, false, dw, 1.0f, write == GradWrite::kAccumulate ? 1.0f : 0.0f, nullptr);
+  if (dbias.defined()) be.bias_grad(*dy.t, dbias, write);
 }
 
 }  // namespace
@@ -421,7 +421,7 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
 }
 
 void CudaBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
-                                  Tensor& dbias) {
+                                  Tensor& dbias, GradWrite write) {
   check_float_device(w, "linear weight");
   MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
   const int64_t out = w.dim(0), in = w.dim(1);
@@ -438,7 +438,7 @@ void CudaBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tenso
     // dx[n, in] = dy[n, out] @ w[out, in]
     gemm(*this, gemm_algos_, dyv, false, Operand{&w, out, in}, false, dx, 1.0f, 0.0f, nullptr);
   }
-  weight_grads(*this, gemm_algos_, dyv, xv, dw, dbias);
+  weight_grads(*this, gemm_algos_, dyv, xv, dw, dbias, write);
 }
 
 // The GELU epilogues run for 16-bit GEMMs with the tanh GELU (cuBLASLt's is the tanh form).
@@ -486,7 +486,7 @@ void CudaBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, const Te
 }
 
 void CudaBackend::linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
-                                        Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind) {
+                                        Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind, GradWrite write) {
   check_float_device(w, "linear weight");
   MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
   const int64_t out = w.dim(0), in = w.dim(1);
@@ -512,7 +512,7 @@ void CudaBackend::linear_dgelu_backward(const Tensor& dy, const Tensor& x, const
     gemm(*this, gemm_algos_, dyv, false, Operand{&w, out, in}, false, dpre, 1.0f, 0.0f, nullptr);
     bias_gelu_backward(dpre, pre, Tensor(), dpre, kind);
   }
-  weight_grads(*this, gemm_algos_, dyv, xv, dw, dbias);
+  weight_grads(*this, gemm_algos_, dyv, xv, dw, dbias, write);
 }
 
 }  // namespace megatron::backend

@@ -403,13 +403,15 @@ __global__ void layernorm_param_partials_kernel(const void* dy, DType dydt, cons
   }
 }
 
-// dgamma[j] (+=) the sum over chunks of partial_g[chunk][j]; the same for dbeta (both paths).
+// dgamma[j] (+=) the sum over chunks of partial_g[chunk][j]; the same for dbeta (both paths);
+// written over instead of added to when !accumulate (GradWrite::kOverwrite).
 // Block (kReduceCols, kReduceLanes): lane y of column j adds chunks y, y + kReduceLanes, ...
 // in order; then the lanes' sums are added in lane order.
 constexpr int kReduceCols = 32;
 constexpr int kReduceLanes = 16;
 __global__ void layernorm_param_reduce_kernel(const float* partial_g, const float* partial_b, int64_t chunks,
-                                              int64_t h, void* dgamma, DType dgdt, void* dbeta, DType dbdt) {
+                                              int64_t h, void* dgamma, DType dgdt, void* dbeta, DType dbdt,
+                                              bool accumulate) {
   __shared__ float sg[kReduceLanes][kReduceCols + 1];
   __shared__ float sb[kReduceLanes][kReduceCols + 1];
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kReduceCols + threadIdx.x;
@@ -431,8 +433,8 @@ __global__ void layernorm_param_reduce_kernel(const float* partial_g, const floa
       tg += sg[r][threadIdx.x];
       tb += sb[r][threadIdx.x];
     }
-    store_f(dgamma, dgdt, j, load_f(dgamma, dgdt, j) + tg);
-    store_f(dbeta, dbdt, j, load_f(dbeta, dbdt, j) + tb);
+    store_f(dgamma, dgdt, j, accumulate ? load_f(dgamma, dgdt, j) + tg : tg);
+    store_f(dbeta, dbdt, j, accumulate ? load_f(dbeta, dbdt, j) + tb : tb);
   }
 }
 
@@ -693,7 +695,8 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
 }
 
 void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                     const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+                                     const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                                     GradWrite write) {
   cuda::check_device_float(dy, "layernorm dy");
   cuda::check_device_float(x, "layernorm x");
   cuda::check_device_float(gamma, "layernorm gamma");
@@ -711,7 +714,14 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
       << dbeta.describe();
   MT_CHECK(mean.numel() == n && rstd.numel() == n) << "layernorm mean/rstd for " << n << " rows";
   MT_CHECK(n <= std::numeric_limits<int32_t>::max()) << "layernorm: " << n << " rows exceed the grid";
-  if (n == 0) return;
+  const bool accumulate = write == GradWrite::kAccumulate;
+  if (n == 0) {
+    if (!accumulate) {
+      fill(dgamma, 0.0f);
+      fill(dbeta, 0.0f);
+    }
+    return;
+  }
   const float* mp = static_cast<const float*>(mean.data());
   const float* rp = static_cast<const float*>(rstd.data());
   const unsigned reduce_blocks = static_cast<unsigned>((h + cuda::kReduceCols - 1) / cuda::kReduceCols);
@@ -747,7 +757,7 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
         MT_CUDA_LAUNCH_CHECK();
       });
       cuda::layernorm_param_reduce_kernel<<<reduce_blocks, reduce_block, 0, stream()>>>(
-          pg, pb, blocks, h, dgamma.data(), dgamma.dtype(), dbeta.data(), dbeta.dtype());
+          pg, pb, blocks, h, dgamma.data(), dgamma.dtype(), dbeta.data(), dbeta.dtype(), accumulate);
       MT_CUDA_LAUNCH_CHECK();
       launched = true;
     });
@@ -766,7 +776,7 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
       dy.data(), dy.dtype(), x.data(), x.dtype(), mp, rp, n, h, pg, pb);
   MT_CUDA_LAUNCH_CHECK();
   cuda::layernorm_param_reduce_kernel<<<reduce_blocks, reduce_block, 0, stream()>>>(
-      pg, pb, chunks, h, dgamma.data(), dgamma.dtype(), dbeta.data(), dbeta.dtype());
+      pg, pb, chunks, h, dgamma.data(), dgamma.dtype(), dbeta.data(), dbeta.dtype(), accumulate);
   MT_CUDA_LAUNCH_CHECK();
 
   // 3: dx.
