@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -64,38 +65,50 @@ const Parameter* ParameterSet::find(const std::string& name) const {
 }
 
 float philox_normal(uint64_t seed, uint64_t stream, uint64_t index) {
-  // Two uniforms per normal: u1 in (0, 1] (so log is finite), u2 in [0, 1).
-  const float u1 = 1.0f - philox_uniform(seed, stream, 2 * index);
-  const float u2 = philox_uniform(seed, stream, 2 * index + 1);
+  // Two uniforms per normal, words 2*index and 2*index + 1 of the stream (philox_uniform's
+  // numbering): u1 in (0, 1] (so log is finite), u2 in [0, 1). Both lie in one Philox block
+  // (block index/2, words 2*(index&1) and the next), evaluated once.
+  const uint64_t block = index >> 1;
+  const PhiloxBlock out = philox4x32_10(
+      {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), static_cast<uint32_t>(stream),
+       static_cast<uint32_t>(stream >> 32)},
+      {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+  const int w = 2 * static_cast<int>(index & 1);
+  const float u1 = 1.0f - static_cast<float>(out[static_cast<size_t>(w)] >> 8) * (1.0f / 16777216.0f);
+  const float u2 = static_cast<float>(out[static_cast<size_t>(w) + 1] >> 8) * (1.0f / 16777216.0f);
   return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.283185307179586f * u2);
 }
 
+// Values are computed on the host in fp32, rounded to the model dtype there (round to nearest
+// even, as the device's conversion) and copied to the device in one transfer: a 1.3B model's
+// start-up was dominated by per-parameter staging buffers and conversions.
 void ParameterSet::initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers) {
   MT_CHECK(values_.defined()) << "initialize() before allocate()";
   const float scaled_std = std / std::sqrt(2.0f * static_cast<float>(num_layers));
-  for (size_t pi = 0; pi < params_.size(); ++pi) {
-    Parameter& p = params_[pi];
-    Tensor host = Tensor::cpu(p.shape, DType::kF32, MemoryKind::kOther);
-    float* h = host.data_as<float>();
-    const int64_t n = p.numel();
-    switch (p.init) {
-      case Init::kZeros: break;
-      case Init::kOnes:
-        for (int64_t k = 0; k < n; ++k) h[k] = 1.0f;
-        break;
-      case Init::kNormal:
-      case Init::kScaledNormal: {
-        const float s = p.init == Init::kNormal ? std : scaled_std;
-#pragma omp parallel for schedule(static)
-        for (int64_t k = 0; k < n; ++k) {
-          const int64_t g = tensor_parallel::global_index(p.global_shape, p.partition, k);
-          h[k] = s * philox_normal(seed, static_cast<uint64_t>(p.init_stream), static_cast<uint64_t>(g));
-        }
-        break;
-      }
+  const DType dt = values_.dtype();
+  Tensor host = Tensor::cpu({total_numel_}, dt, MemoryKind::kOther);
+  auto store = [&, base = static_cast<char*>(host.data())](int64_t i, float v) {
+    switch (dt) {
+      case DType::kF32: reinterpret_cast<float*>(base)[i] = v; break;
+      case DType::kBF16: reinterpret_cast<uint16_t*>(base)[i] = float_to_bf16(v); break;
+      case DType::kF16: reinterpret_cast<uint16_t*>(base)[i] = float_to_fp16(v); break;
+      default: MT_CHECK(false) << "parameters of dtype " << dtype_name(dt);
     }
-    backend.copy(host, p.value);
+  };
+  for (const Parameter& p : params_) {
+    const int64_t n = p.numel(), o = p.offset;
+    const float s = p.init == Init::kNormal ? std : p.init == Init::kScaledNormal ? scaled_std : 0.0f;
+#pragma omp parallel for schedule(static) if (n >= 4096)
+    for (int64_t k = 0; k < n; ++k) {
+      float v = p.init == Init::kOnes ? 1.0f : 0.0f;
+      if (p.init == Init::kNormal || p.init == Init::kScaledNormal) {
+        const int64_t g = tensor_parallel::global_index(p.global_shape, p.partition, k);
+        v = s * philox_normal(seed, static_cast<uint64_t>(p.init_stream), static_cast<uint64_t>(g));
+      }
+      store(o + k, v);
+    }
   }
+  backend.copy(host, values_);
 }
 
 }  // namespace megatron::model
