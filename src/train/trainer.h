@@ -103,7 +103,7 @@ class Trainer {
   data::GPTDatasets datasets_;
   std::unique_ptr<model::GPTModel> model_;
   std::unique_ptr<MixedPrecisionOptimizer> optimizer_;
-  bool overlapped_grads_ = false;  // --overlap-grad-reduce with the hooks installed (one stage)
+  bool overlapped_grads_ = false;  // --overlap-grad-reduce with the hooks installed
   std::unique_ptr<OptimizerParamScheduler> scheduler_;
   std::unique_ptr<NumMicroBatchesCalculator> microbatches_;
   int64_t train_iters_ = 0;

@@ -143,7 +143,7 @@ TEST(GradBuffer, OverlappedReductionStartsEachBucketOnceItsGradientsAreFinal) {
 
   gb.grads_final_from(2);  // not armed: an earlier micro-batch's backward starts nothing
   EXPECT_TRUE(dp.log.empty());
-  gb.arm_grad_overlap();
+  gb.arm_grad_overlap(0, 4);  // the whole model is one chunk
   gb.grads_final_from(3);  // c.weight [36, 43) alone does not complete [20, 43)
   EXPECT_TRUE(dp.log.empty());
   gb.grads_final_from(2);  // b.weight [20, 36) completes it
