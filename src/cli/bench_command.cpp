@@ -208,9 +208,9 @@ int run_bench(const CommandArgs& argv_in) {
   train::OptimizerConfig oc;
   oc.clip_grad = c.clip_grad;
   optim::GradScaler scaler = optim::GradScaler::constant(c.fp16 ? 4096.0f : 1.0f);
-  // The same data-parallel reduction as `megatron train` (buckets, --overlap-* on one stage).
+  // The same data-parallel reduction as `megatron train` (buckets, --overlap-*).
   train::MixedPrecisionOptimizer opt(model.parameters(), *be, oc, std::move(scaler),
-                                     train::data_parallel_options(c, groups));
+                                     train::data_parallel_options(c, groups, model));
   train::connect_overlap_hooks(c, model, opt);
   const bool overlap_grads = train::overlaps_grad_reduce(c);
   // Synthetic tokens (GPT-2 ids), a fresh batch per micro-batch slot, fixed across iterations.
@@ -255,11 +255,10 @@ int run_bench(const CommandArgs& argv_in) {
     head.loss_scale = opt.loss_scale();
     head.grad_scale = 1.0f / static_cast<float>(num_micro);
     train::PipelineCallbacks cb;
-    cb.load = [&](int64_t k, model::MicroBatch* mb) {
-      // --overlap-grad-reduce: the last micro-batch's backward starts the buckets.
-      if (overlap_grads && k == num_micro - 1) opt.grad_buffer().arm_grad_overlap();
-      *mb = batches[static_cast<size_t>(k)];
-    };
+    cb.load = [&](int64_t k, model::MicroBatch* mb) { *mb = batches[static_cast<size_t>(k)]; };
+    // --overlap-grad-reduce: each chunk's last micro-batch starts its buckets.
+    cb.grad_sync = train::grad_sync_callback(c, model, opt);
+    cb.overlap_p2p = c.overlap_p2p_communication;
     cb.dropout = [&](int64_t k) {
       model::DropoutContext d;
       d.seed = static_cast<uint64_t>(c.seed);

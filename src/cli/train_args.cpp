@@ -340,6 +340,9 @@ void declare_supported_flags(Args& a) {
       .flag("--overlap-param-gather",
             "all-gather the distributed optimizer's parameters during the next forward pass "
             "(needs --use-distributed-optimizer and --overlap-grad-reduce)")
+      .flag("--overlap-p2p-communication",
+            "start the pipeline stages' sends and receives and wait for them only where their buffers are used, "
+            "so that a stage computes on while its peer catches up (1F1B and interleaved)")
       .option("--nproc-per-node", "N", "start N local worker processes of this command (torchrun's flag)")
       .option("--distributed-timeout-minutes", "M",
               "end the job when a collective has waited M minutes (a rank is stuck or dead)", "10")
@@ -494,6 +497,7 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   c.ddp_bucket_size = opt_int(a, "--ddp-bucket-size");
   c.overlap_grad_reduce = a.get_flag("--overlap-grad-reduce");
   c.overlap_param_gather = a.get_flag("--overlap-param-gather");
+  c.overlap_p2p_communication = a.get_flag("--overlap-p2p-communication");
   if (c.overlap_param_gather && !c.use_distributed_optimizer) {
     throw_error("[--overlap-param-gather] needs --use-distributed-optimizer (only its parameters are gathered)");
   }

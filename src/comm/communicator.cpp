@@ -40,6 +40,11 @@ std::unique_ptr<PendingCollective> Communicator::start_all_gather(const Tensor& 
   return std::make_unique<FinishedCollective>();
 }
 
+std::unique_ptr<PendingCollective> Communicator::start_send_recv(std::span<const PointToPoint> ops) {
+  send_recv(ops);
+  return std::make_unique<FinishedCollective>();
+}
+
 void reduce_scatter(Communicator& comm, Tensor& in, Tensor& out, ReduceOp op) {
   const std::vector<int64_t> counts(static_cast<size_t>(comm.size()), out.numel());
   comm.reduce_scatter(in, out, counts, op);

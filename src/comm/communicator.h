@@ -85,6 +85,13 @@ class Communicator {
   // the peers named, not the group; between two ranks messages match in posting order, and
   // the receiver knows the shapes and dtypes.
   virtual void send_recv(std::span<const PointToPoint> ops) = 0;
+  // send_recv started, not waited for (--overlap-p2p-communication): until the handle's wait()
+  // the caller must neither read a receive's tensor nor write a send's. Exchanges started on
+  // one group are matched and completed in the order they were started, also among blocking
+  // ones. MPI: Isend/Irecv now, Waitall in wait(); NCCL: one group on the communicator's own
+  // stream after the compute stream's work so far, the compute stream waiting for it in
+  // wait(). The default (one rank) runs send_recv at once and returns a finished handle.
+  virtual std::unique_ptr<PendingCollective> start_send_recv(std::span<const PointToPoint> ops);
   // ---- end of pipeline point-to-point ----
 
   // MPI_Comm_split: the ranks that pass the same `color` form one new group, ordered by

@@ -1,6 +1,7 @@
 #include "comm/mpi_communicator.h"
 
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <vector>
@@ -203,7 +204,7 @@ void MpiCommunicator::recv(Tensor& x, int64_t peer) {
   }
 }
 
-void MpiCommunicator::send_recv(std::span<const PointToPoint> ops) {
+std::vector<MPI_Request> MpiCommunicator::post_send_recv(std::span<const PointToPoint> ops) {
   std::vector<MPI_Request> requests;
   for (const PointToPoint& op : ops) {
     MT_CHECK(op.peer >= 0 && op.peer < size_ && op.peer != rank_) << "send_recv with " << op.peer << " on " << rank_;
@@ -222,8 +223,53 @@ void MpiCommunicator::send_recv(std::span<const PointToPoint> ops) {
       requests.push_back(r);
     }
   }
+  return requests;
+}
+
+void MpiCommunicator::send_recv(std::span<const PointToPoint> ops) {
+  std::vector<MPI_Request> requests = post_send_recv(ops);
   if (requests.empty()) return;
   MT_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+}
+
+namespace {
+// Posted requests of one start_send_recv; wait() completes them all (Waitall).
+class PendingSendRecv final : public PendingCollective {
+ public:
+  PendingSendRecv(std::vector<MPI_Request> requests, std::string group, int world_rank)
+      : requests_(std::move(requests)), group_(std::move(group)), world_rank_(world_rank) {}
+  ~PendingSendRecv() override {
+    // An unwaited handle waits (PendingCollective's contract); during unwinding the job is
+    // ending: leave the requests (the process exits and mpirun ends the job).
+    if (std::uncaught_exceptions() > 0) return;
+    try {
+      wait();
+    } catch (...) {
+      // A destructor does not throw; the failed exchange ends the job at the next MPI call.
+    }
+  }
+  void wait() override {
+    if (requests_.empty()) return;
+    const int rc = MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+    requests_.clear();
+    if (rc != MPI_SUCCESS) {
+      char text[MPI_MAX_ERROR_STRING];
+      int len = 0;
+      if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = std::snprintf(text, sizeof(text), "error %d", rc);
+      throw_error("[rank ", world_rank_, "] MPI_Waitall (start_send_recv) on group '", group_,
+                  "' failed: ", std::string(text, static_cast<size_t>(len)));
+    }
+  }
+
+ private:
+  std::vector<MPI_Request> requests_;
+  std::string group_;
+  int world_rank_;
+};
+}  // namespace
+
+std::unique_ptr<PendingCollective> MpiCommunicator::start_send_recv(std::span<const PointToPoint> ops) {
+  return std::make_unique<PendingSendRecv>(post_send_recv(ops), name_, world_rank_);
 }
 
 void MpiCommunicator::barrier() { MT_MPI_CHECK(MPI_Barrier(comm_)); }

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -52,10 +53,13 @@ class MpiCommunicator final : public Communicator {
   void recv(Tensor& x, int64_t peer) override;
   void barrier() override;
   void send_recv(std::span<const PointToPoint> ops) override;
+  std::unique_ptr<PendingCollective> start_send_recv(std::span<const PointToPoint> ops) override;
   std::unique_ptr<Communicator> split(int64_t color, int64_t key, const std::string& name) override;
 
  private:
   void check(int rc, const char* call) const;
+  // Posts the Isend/Irecv of every op (in order, cut into int-count chunks).
+  std::vector<MPI_Request> post_send_recv(std::span<const PointToPoint> ops);
   MPI_Comm comm_;
   std::string name_;
   int64_t rank_ = 0;

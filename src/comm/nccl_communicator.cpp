@@ -204,9 +204,19 @@ class NcclCommunicator final : public Communicator {
                            blocking_stream()));
   }
 
-  void send_recv(std::span<const PointToPoint> ops) override {
+  void send_recv(std::span<const PointToPoint> ops) override { enqueue_send_recv(ops, blocking_stream()); }
+
+  std::unique_ptr<PendingCollective> start_send_recv(std::span<const PointToPoint> ops) override {
+    const cudaStream_t s = async_stream();
+    int64_t bytes = 0;
+    for (const PointToPoint& op : ops) bytes += op.tensor.nbytes();
+    trace_begin("send_recv", bytes);
+    enqueue_send_recv(ops, s);
+    return async_started();
+  }
+
+  void enqueue_send_recv(std::span<const PointToPoint> ops, cudaStream_t stream) {
     // One group: NCCL starts every send and receive together, so pairs cannot deadlock.
-    const cudaStream_t stream = blocking_stream();
     MT_NCCL_CHECK(ncclGroupStart());
     for (const PointToPoint& op : ops) {
       MT_CHECK(op.peer >= 0 && op.peer < size_ && op.peer != rank_) << "send_recv with " << op.peer << " on " << rank_;

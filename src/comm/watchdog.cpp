@@ -120,6 +120,35 @@ std::unique_ptr<PendingCollective> WatchedCommunicator::start_all_gather(const T
   Watchdog::Scope s(watchdog_, "start_all_gather", *inner_);
   return inner_->start_all_gather(in, out, counts);
 }
+namespace {
+// A started exchange whose wait() the watchdog times like a blocking call.
+class WatchedPending final : public PendingCollective {
+ public:
+  WatchedPending(std::unique_ptr<PendingCollective> inner, Watchdog& watchdog, const Communicator& group)
+      : inner_(std::move(inner)), watchdog_(watchdog), group_(group) {}
+  void wait() override {
+    if (!inner_) return;
+    Watchdog::Scope s(watchdog_, "send_recv (wait)", group_);
+    inner_->wait();
+    inner_.reset();
+  }
+
+ private:
+  std::unique_ptr<PendingCollective> inner_;
+  Watchdog& watchdog_;
+  const Communicator& group_;
+};
+}  // namespace
+
+std::unique_ptr<PendingCollective> WatchedCommunicator::start_send_recv(std::span<const PointToPoint> ops) {
+  std::unique_ptr<PendingCollective> started;
+  {
+    Watchdog::Scope s(watchdog_, "start_send_recv", *inner_);
+    started = inner_->start_send_recv(ops);
+  }
+  return std::make_unique<WatchedPending>(std::move(started), watchdog_, *inner_);
+}
+
 std::unique_ptr<Communicator> WatchedCommunicator::split(int64_t color, int64_t key, const std::string& name) {
   std::unique_ptr<Communicator> sub;
   {

@@ -88,6 +88,8 @@ class WatchedCommunicator final : public Communicator {
                                                           ReduceOp op) override;
   std::unique_ptr<PendingCollective> start_all_gather(const Tensor& in, Tensor& out,
                                                       std::span<const int64_t> counts) override;
+  // Watched while it is posted and again while its wait() blocks (MPI: Waitall on the peers).
+  std::unique_ptr<PendingCollective> start_send_recv(std::span<const PointToPoint> ops) override;
 
  private:
   std::unique_ptr<Communicator> inner_;

@@ -484,8 +484,16 @@ void GPTModel::chunk_backward() {
 }
 
 int64_t GPTModel::layer_end(int64_t l) const {
-  MT_CHECK(pipe_.pp == 1 && num_chunks() == 1) << "parameter hooks need the whole model on one stage";
-  return l + 1 < layers_per_chunk_ ? layer_params_[static_cast<size_t>(l) + 1].ln1_w : final_ln_w_;
+  // A layer's parameters are contiguous and end with its FC2 (bias); what follows is the next
+  // layer, the next chunk's first layer or the loss head.
+  const LayerParams& p = layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)];
+  return std::max(p.fc2_w, p.fc2_b) + 1;
+}
+
+std::pair<int64_t, int64_t> GPTModel::chunk_parameters(int64_t chunk) const {
+  auto first = [&](int64_t c) { return layer_params_[static_cast<size_t>(c * layers_per_chunk_)].ln1_w; };
+  const int64_t end = chunk + 1 < num_chunks() ? first(chunk + 1) : static_cast<int64_t>(params_.params().size());
+  return {chunk == 0 ? 0 : first(chunk), end};
 }
 
 void GPTModel::layer_forward(int64_t l) {

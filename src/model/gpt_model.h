@@ -56,6 +56,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/ops.h"
@@ -87,14 +88,15 @@ struct DropoutContext {
 
 // Points where data-parallel communication can overlap compute (--overlap-param-gather,
 // --overlap-grad-reduce; train/grad_buffer.h). Parameter indices are ParameterSet's
-// (registration order = the order the forward reads them; the backward finishes them in
-// reverse). Unset hooks are not called.
+// (registration order = the order the forward reads them, chunk after chunk; the backward
+// finishes a chunk's in reverse). Unset hooks are not called.
 struct ParamHooks {
-  // Forward: the parameters [0, k) are about to be read (called with growing k; the last call
-  // has k = the number of parameters).
+  // Forward of chunk c: the parameters [0, k) are about to be read (called with growing k
+  // within a chunk; k ends at chunk_parameters(c).second).
   std::function<void(int64_t k)> before_reading;
-  // Backward: the gradients of the parameters [k, P) are final for this backward (called with
-  // shrinking k; the last call has k = 0).
+  // Backward of chunk c (and the loss head's, inside the last chunk's forward): the gradients
+  // of the parameters [k, chunk_parameters(c).second) are final for this micro-batch (called
+  // with shrinking k; the chunk's last call has k = chunk_parameters(c).first).
   std::function<void(int64_t k)> grads_final_from;
 };
 
@@ -141,9 +143,11 @@ class GPTModel {
   // finalize_model_grads). No-op otherwise.
   void reduce_sequence_parallel_grads();
   int64_t tensor_parallel_size() const { return tp_->size(); }
-  // Only for the whole model on one stage (no pipeline parallelism, one chunk): the indices
-  // assume the forward reads the parameters in registration order.
   void set_param_hooks(ParamHooks hooks) { hooks_ = std::move(hooks); }
+  // The parameter indices [first, end) of chunk c: its layers, on virtual stage 0 also the
+  // embeddings, on the last virtual stage also the final LayerNorm and output layer (or the
+  // tied embedding's copy). The chunks tile [0, P) in order.
+  std::pair<int64_t, int64_t> chunk_parameters(int64_t chunk) const;
   bool sequence_parallel() const { return sp_; }
 
   // --- Pipeline stage interface (train/pipeline_executor.h drives it; forward() and
@@ -224,9 +228,8 @@ class GPTModel {
   static ParamIndices declare(const GPTConfig& config, const PipelineStageOptions& pipeline, ParameterSet* params);
   // Forward of local layer l of the current chunk / set (cur_chunk_, cur_set_).
   void layer_forward(int64_t l);
-  // One past layer l's last parameter index (the layers' parameters are contiguous, each
-  // starting with its first LayerNorm's weight; the final LayerNorm follows the last layer).
-  // Whole model on one stage only (the hooks' case).
+  // One past local layer l's (of the current chunk) last parameter index (the layers'
+  // parameters are contiguous, each starting with its first LayerNorm's weight).
   int64_t layer_end(int64_t l) const;
   // Loss head: final LayerNorm, output layer, cross-entropy over xs[Lc] of the current set.
   float head_forward();

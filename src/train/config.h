@@ -153,6 +153,7 @@ struct TrainConfig {
   std::optional<int64_t> ddp_bucket_size;   // --ddp-bucket-size (elements; None: the default below)
   bool overlap_grad_reduce = false;         // --overlap-grad-reduce
   bool overlap_param_gather = false;        // --overlap-param-gather (needs the two above)
+  bool overlap_p2p_communication = false;   // --overlap-p2p-communication (pipeline exchanges started, waited late)
   double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes (fractions allowed)
   bool use_cpu_initialization = false;      // --use-cpu-initialization (TP-invariant init)
 

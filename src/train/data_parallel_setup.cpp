@@ -9,29 +9,46 @@ int64_t ddp_bucket_size(const TrainConfig& config, int64_t dp_cp_size) {
   return config.overlap_grad_reduce ? std::max<int64_t>(40'000'000, 1'000'000 * dp_cp_size) : 0;
 }
 
-bool overlaps_grad_reduce(const TrainConfig& config) {
-  return config.overlap_grad_reduce && config.pipeline_model_parallel_size == 1;
-}
+bool overlaps_grad_reduce(const TrainConfig& config) { return config.overlap_grad_reduce; }
 
-DataParallelOptions data_parallel_options(const TrainConfig& config, comm::ProcessGroups& groups) {
+DataParallelOptions data_parallel_options(const TrainConfig& config, comm::ProcessGroups& groups,
+                                          model::GPTModel& model) {
   DataParallelOptions dp;
   dp.group = groups.dp_cp.get();  // gradients are reduced over dp x cp (megatron-facts §9)
   dp.distributed = config.use_distributed_optimizer;
   dp.bucket_size = ddp_bucket_size(config, groups.dp_cp->size());
   dp.model_parallel = groups.model_parallel.get();  // norms and the inf flag span TP x PP
-  dp.overlap_param_gather = config.overlap_param_gather && config.pipeline_model_parallel_size == 1;
+  dp.overlap_param_gather = config.overlap_param_gather;
+  for (int64_t c = 1; c < model.num_chunks(); ++c) dp.bucket_starts.push_back(model.chunk_parameters(c).first);
+  if (const model::Parameter* tied = model.tied_embedding()) {
+    dp.held_param = tied - model.parameters().params().data();
+  }
   return dp;
 }
 
 void connect_overlap_hooks(const TrainConfig& config, model::GPTModel& model, MixedPrecisionOptimizer& optimizer) {
   const bool grads = overlaps_grad_reduce(config);
-  const bool params = config.overlap_param_gather && config.pipeline_model_parallel_size == 1;
+  const bool params = config.overlap_param_gather;
   if (!grads && !params) return;
   GradBuffer& gb = optimizer.grad_buffer();
   model::ParamHooks hooks;
   if (grads) hooks.grads_final_from = [&gb](int64_t k) { gb.grads_final_from(k); };
   if (params) hooks.before_reading = [&gb](int64_t k) { gb.before_reading(k); };
   model.set_param_hooks(std::move(hooks));
+}
+
+std::function<void(int64_t chunk, bool on)> grad_sync_callback(const TrainConfig& config, model::GPTModel& model,
+                                                               MixedPrecisionOptimizer& optimizer) {
+  if (!overlaps_grad_reduce(config)) return nullptr;
+  GradBuffer& gb = optimizer.grad_buffer();
+  return [&gb, &model](int64_t chunk, bool on) {
+    if (!on) {
+      gb.disarm_grad_overlap();
+      return;
+    }
+    const auto [first, end] = model.chunk_parameters(chunk);
+    gb.arm_grad_overlap(first, end);
+  };
 }
 
 }  // namespace megatron::train

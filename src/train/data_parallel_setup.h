@@ -1,7 +1,8 @@
 // How `megatron train` and `megatron bench` set up the data-parallel side of the optimizer from
-// the flags, so that both run the same reduction: Megatron's default bucket size, and the
-// overlap of gradient reduction / parameter gathering with compute (train/grad_buffer.h
-// "Overlap"), which needs the whole model on one pipeline stage (model::ParamHooks).
+// the flags, so that both run the same reduction: Megatron's default bucket size, buckets cut
+// at model-chunk boundaries with the tied embedding alone, and the overlap of gradient
+// reduction / parameter gathering with compute (train/grad_buffer.h "Overlap"), with any
+// number of pipeline stages and chunks (model::ParamHooks, train/pipeline_executor.h).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include "model/gpt_model.h"
 #include "train/config.h"
 #include "train/optimizer.h"
+#include "train/pipeline_executor.h"
 
 namespace megatron::train {
 
@@ -17,15 +19,25 @@ namespace megatron::train {
 // max(40M, 1M x dp-cp) elements.
 int64_t ddp_bucket_size(const TrainConfig& config, int64_t dp_cp_size);
 
-// The optimizer's data-parallel options for these groups and flags. The overlaps are on only
-// with one pipeline stage (with more, the reductions follow the pipeline flush).
-DataParallelOptions data_parallel_options(const TrainConfig& config, comm::ProcessGroups& groups);
+// The optimizer's data-parallel options for these groups, flags and this stage's model: the
+// buckets never span two model chunks (Megatron keeps a buffer per chunk) and, with pipeline
+// parallelism and tied embeddings, the word embedding (first stage) or its copy (last stage)
+// has a bucket of its own, held back from the overlap: its gradient is summed over the
+// embedding group first (train/trainer.cpp). The layout is the same with and without the
+// overlaps, so that they change only when the collectives start.
+DataParallelOptions data_parallel_options(const TrainConfig& config, comm::ProcessGroups& groups,
+                                          model::GPTModel& model);
 
-// Whether --overlap-grad-reduce is in effect (the flag, one pipeline stage).
+// Whether --overlap-grad-reduce is in effect.
 bool overlaps_grad_reduce(const TrainConfig& config);
 
 // Points the model's hooks at the optimizer's gradient buffer for the overlaps in effect (no-op
 // without them). The gradient buffer must outlive the model's use of the hooks.
 void connect_overlap_hooks(const TrainConfig& config, model::GPTModel& model, MixedPrecisionOptimizer& optimizer);
+
+// The executor's grad_sync callback for --overlap-grad-reduce (arms chunk c's parameters in the
+// gradient buffer around the computes that finish them); null without it.
+std::function<void(int64_t chunk, bool on)> grad_sync_callback(const TrainConfig& config, model::GPTModel& model,
+                                                               MixedPrecisionOptimizer& optimizer);
 
 }  // namespace megatron::train

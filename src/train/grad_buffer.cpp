@@ -6,13 +6,19 @@
 
 namespace megatron::train {
 
-std::vector<Range> grad_buckets(const model::ParameterSet& params, int64_t bucket_size) {
+std::vector<Range> grad_buckets(const model::ParameterSet& params, int64_t bucket_size,
+                                const std::vector<int64_t>& starts) {
   std::vector<Range> buckets;
   const auto& ps = params.params();
+  std::vector<bool> starts_bucket(ps.size(), false);
+  for (int64_t k : starts) {
+    MT_CHECK(k >= 0 && k <= static_cast<int64_t>(ps.size())) << "bucket start at parameter " << k << " of " << ps.size();
+    if (k < static_cast<int64_t>(ps.size())) starts_bucket[static_cast<size_t>(k)] = true;
+  }
   int64_t end = params.total_numel();
   for (size_t i = ps.size(); i-- > 0;) {
     const int64_t start = ps[i].offset;
-    if (bucket_size > 0 && end - start >= bucket_size) {
+    if (end > start && ((bucket_size > 0 && end - start >= bucket_size) || starts_bucket[i])) {
       buckets.push_back({start, end});
       end = start;
     }
@@ -42,13 +48,45 @@ std::vector<Range> owned_ranges(const std::vector<Range>& buckets, int64_t dp, i
 
 GradBuffer::GradBuffer(model::ParameterSet& params, backend::Backend& backend, comm::Communicator& dp, bool distributed,
                        int64_t bucket_size)
-    : params_(params), backend_(backend), dp_(dp), distributed_(distributed), buckets_(grad_buckets(params, bucket_size)) {
+    : GradBuffer(params, backend, dp, distributed, BucketLayout{bucket_size, {}, -1}) {}
+
+namespace {
+// The layout's starts plus the held parameter's own bucket (it begins one, its successor another).
+std::vector<int64_t> all_starts(const BucketLayout& layout) {
+  std::vector<int64_t> s = layout.starts;
+  if (layout.held >= 0) s.insert(s.end(), {layout.held, layout.held + 1});
+  return s;
+}
+}  // namespace
+
+GradBuffer::GradBuffer(model::ParameterSet& params, backend::Backend& backend, comm::Communicator& dp, bool distributed,
+                       const BucketLayout& layout)
+    : params_(params),
+      backend_(backend),
+      dp_(dp),
+      distributed_(distributed),
+      buckets_(grad_buckets(params, layout.bucket_size, all_starts(layout))),
+      held_(buckets_.size()) {
+  if (layout.held >= 0) {
+    const int64_t k = layout.held;
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      if (buckets_[i].start == offset_of(k) && buckets_[i].end == offset_of(k + 1)) held_ = i;
+    }
+    MT_CHECK(held_ < buckets_.size()) << "no bucket of its own for parameter " << k;
+  }
+  grad_started_.assign(buckets_.size(), false);
   owned_ = distributed_ ? owned_ranges(buckets_, dp_.size(), dp_.rank())
                         : std::vector<Range>{Range{0, params.total_numel()}};
   for (const Range& r : owned_) owned_numel_ += r.size();
 }
 
+int64_t GradBuffer::offset_of(int64_t k) const {
+  const auto& ps = params_.params();
+  return k < static_cast<int64_t>(ps.size()) ? ps[static_cast<size_t>(k)].offset : params_.total_numel();
+}
+
 void GradBuffer::start_grad_bucket(size_t i) {
+  grad_started_[i] = true;
   const int64_t dp = dp_.size();
   const Range& b = buckets_[i];
   Tensor bucket = params_.grads().flat_view(b.start, {b.size()});
@@ -65,24 +103,34 @@ void GradBuffer::start_grad_bucket(size_t i) {
   }
 }
 
+void GradBuffer::arm_grad_overlap(int64_t first, int64_t end) {
+  MT_CHECK(first <= end) << "arm_grad_overlap(" << first << ", " << end << ")";
+  armed_ = {offset_of(first), offset_of(end)};
+}
+
 void GradBuffer::grads_final_from(int64_t k) {
-  if (!armed_ || dp_.size() == 1) return;
-  const auto& ps = params_.params();
-  const int64_t first = k < static_cast<int64_t>(ps.size()) ? ps[static_cast<size_t>(k)].offset : params_.total_numel();
-  // Buckets run from the end of the buffer towards 0: bucket i is complete once every
-  // element from its start on is final.
-  while (next_grad_bucket_ < buckets_.size() && buckets_[next_grad_bucket_].start >= first) {
-    start_grad_bucket(next_grad_bucket_++);
+  if (armed_.size() == 0 || dp_.size() == 1) return;
+  const int64_t first = offset_of(k);
+  // Within the armed chunk the gradients from `first` to the chunk's end are final: every
+  // bucket of the chunk starting at or after `first` is complete (buckets run from the end of
+  // the buffer towards 0, so these are taken in backprop order).
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const Range& b = buckets_[i];
+    if (!grad_started_[i] && i != held_ && b.start >= first && b.start >= armed_.start && b.end <= armed_.end) {
+      start_grad_bucket(i);
+    }
   }
 }
 
 void GradBuffer::finish_grad_sync() {
-  armed_ = false;
+  armed_ = {};
   if (dp_.size() == 1) return;
-  while (next_grad_bucket_ < buckets_.size()) start_grad_bucket(next_grad_bucket_++);
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    if (!grad_started_[i]) start_grad_bucket(i);
+  }
   for (auto& p : grad_pending_) p->wait();
   grad_pending_.clear();
-  next_grad_bucket_ = 0;
+  grad_started_.assign(buckets_.size(), false);
 }
 
 void GradBuffer::start_param_gather(bool overlap) {
@@ -90,7 +138,8 @@ void GradBuffer::start_param_gather(bool overlap) {
   finish_param_gather();
   Tensor values = params_.values();
   gather_pending_.resize(buckets_.size());
-  // The forward reads from parameter 0 on: the last bucket first.
+  // The forward reads from parameter 0 on (chunk by chunk, in schedule order): the last bucket
+  // first.
   for (size_t i = buckets_.size(); i-- > 0;) {
     const Range& b = buckets_[i];
     const std::vector<int64_t> counts = shard_counts(b.size(), dp_.size());
@@ -103,8 +152,7 @@ void GradBuffer::start_param_gather(bool overlap) {
 
 void GradBuffer::before_reading(int64_t k) {
   if (gather_pending_.empty()) return;
-  const auto& ps = params_.params();
-  const int64_t end = k < static_cast<int64_t>(ps.size()) ? ps[static_cast<size_t>(k)].offset : params_.total_numel();
+  const int64_t end = offset_of(k);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     if (buckets_[i].start < end && gather_pending_[i]) {
       gather_pending_[i]->wait();

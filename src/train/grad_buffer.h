@@ -7,6 +7,13 @@
 // reverse registration order): a bucket closes at the first parameter boundary at which it
 // holds >= bucket_size elements; bucket_size <= 0 means one bucket for everything (Megatron's
 // default without --overlap-grad-reduce). Bucket 0 is the last range of the buffer.
+// A bucket also closes where a parameter listed in BucketLayout::starts begins: with pipeline
+// parallelism the first parameter of each model chunk (Megatron keeps one buffer, so one set
+// of buckets, per chunk: a bucket is complete when its chunk's last backward has run), and
+// the tied word embedding and the parameter after it (it gets a bucket of its own, as in
+// Megatron). Example: stage 0 of PP2 with vp 2, one layer per chunk, no size limit:
+//   params [word, pos | layer 0 (12) | layer 2 (12)], starts {1 (after word), 14 (chunk 1)}
+//   -> buckets [layer 2], [pos + layer 0], [word].
 //
 // Sharding (--use-distributed-optimizer). Each bucket [a, b) of n elements is cut into dp
 // contiguous pieces of S = ceil(n / dp) elements (the last ones shorter, possibly empty: the
@@ -23,13 +30,22 @@
 //
 // Overlap (Megatron's --overlap-grad-reduce / --overlap-param-gather). The collectives are
 // started (comm::Communicator::start_*) rather than waited for one by one:
-//  - grad reduce: during the iteration's last backward the model reports how far its
-//    gradients are final (model::ParamHooks::grads_final_from); each bucket whose parameters
-//    all are is scaled and its collective started at once, so that it runs beside the rest of
-//    the backward. finish_grad_sync() starts what is left and waits for all of them.
+//  - grad reduce: a chunk's gradients are final only after the backward of its last
+//    micro-batch of the iteration (Megatron's no_sync for the others). Around the computes
+//    that finish them (that backward, and on the last pipeline stage also the forward of the
+//    last micro-batch, whose loss head backward runs inside it) the caller arms the chunk's
+//    range (arm_grad_overlap / disarm_grad_overlap); the model reports how far its gradients
+//    are final (model::ParamHooks::grads_final_from) and each bucket of the armed range whose
+//    parameters all are is scaled and its collective started at once, so that it runs beside
+//    the rest of the backward. finish_grad_sync() starts what is left and waits for all.
+//    The held bucket (BucketLayout::held: the tied word embedding with pipeline parallelism)
+//    is never started early: its gradient is first summed with the other stage's copy over the
+//    embedding group (train/trainer.cpp), which needs the whole local gradient; it starts in
+//    finish_grad_sync(), called after that sum.
 //  - param gather: start_param_gather() starts every bucket's all-gather in the order the
 //    forward reads them (the last bucket first) and returns; the forward waits for each one
-//    just before it reads the bucket's parameters (ParamHooks::before_reading);
+//    just before it reads the bucket's parameters (ParamHooks::before_reading; with several
+//    chunks their first forwards run in chunk order, so parameter order is reading order);
 //    finish_param_gather() waits for whatever is still in flight (before anything else reads
 //    the parameters: a checkpoint, a norm).
 // The results are bit-identical to the non-overlapped reduction: the same collectives on the
@@ -53,8 +69,16 @@ struct Range {
   int64_t size() const { return end - start; }
 };
 
+// How the buffer is cut into buckets (see above).
+struct BucketLayout {
+  int64_t bucket_size = 0;      // --ddp-bucket-size (elements; <= 0: no size limit)
+  std::vector<int64_t> starts;  // parameter indices that begin a bucket (any order)
+  int64_t held = -1;            // a parameter alone in its bucket, started only at finish (-1: none)
+};
+
 // Buckets of a buffer of parameters in backprop order (see above), each a Range.
-std::vector<Range> grad_buckets(const model::ParameterSet& params, int64_t bucket_size);
+std::vector<Range> grad_buckets(const model::ParameterSet& params, int64_t bucket_size,
+                                const std::vector<int64_t>& starts = {});
 // The dp pieces of a bucket of n elements: counts[r] = clamp(n - r*S, 0, S), S = ceil(n/dp).
 std::vector<int64_t> shard_counts(int64_t n, int64_t dp);
 // The ranges rank `rank` of `dp` owns: piece `rank` of each bucket (empty pieces left out), in
@@ -67,14 +91,19 @@ class GradBuffer {
   // reduce-scatter + sharded ownership.
   GradBuffer(model::ParameterSet& params, backend::Backend& backend, comm::Communicator& dp, bool distributed,
              int64_t bucket_size);
+  GradBuffer(model::ParameterSet& params, backend::Backend& backend, comm::Communicator& dp, bool distributed,
+             const BucketLayout& layout);
 
   // Scale by 1/dp and all-reduce / reduce-scatter every bucket not started yet, then wait for
   // all of them (no-op at dp 1).
   void finish_grad_sync();
-  // --overlap-grad-reduce: the next backward is the last one before finish_grad_sync(), so its
-  // grads_final_from() calls start buckets.
-  void arm_grad_overlap() { armed_ = true; }
-  // The gradients of parameters [k, P) are final: starts the armed buckets they complete.
+  // --overlap-grad-reduce: the compute about to run finishes, for this iteration, the
+  // gradients of parameters [first, end) (a model chunk's), so its grads_final_from() calls
+  // start the buckets inside that range; disarm when it is done.
+  void arm_grad_overlap(int64_t first, int64_t end);
+  void disarm_grad_overlap() { armed_ = {}; }
+  // The gradients of parameters [k, end of the armed chunk) are final: starts the armed
+  // buckets they complete (none while disarmed), in bucket (backprop) order.
   void grads_final_from(int64_t k);
 
   // Distributed optimizer: all-gather the owners' pieces of the parameter values, bucket by
@@ -86,6 +115,8 @@ class GradBuffer {
   void finish_param_gather();
 
   const std::vector<Range>& buckets() const { return buckets_; }
+  // The index of the held bucket (BucketLayout::held), or buckets().size() for none.
+  size_t held_bucket() const { return held_; }
   // What this rank's optimizer updates: its pieces, or the whole buffer.
   const std::vector<Range>& owned() const { return owned_; }
   int64_t owned_numel() const { return owned_numel_; }
@@ -98,12 +129,14 @@ class GradBuffer {
   comm::Communicator& dp_;
   bool distributed_;
   std::vector<Range> buckets_;
+  size_t held_;
   std::vector<Range> owned_;
   int64_t owned_numel_ = 0;
   void start_grad_bucket(size_t i);
-  // Grad reduce: armed for the current backward, the next bucket to start, those in flight.
-  bool armed_ = false;
-  size_t next_grad_bucket_ = 0;
+  int64_t offset_of(int64_t k) const;  // where parameter k starts (the buffer's end for k = P)
+  // Grad reduce: the armed element range (empty: none), which buckets started, those in flight.
+  Range armed_;
+  std::vector<bool> grad_started_;
   std::vector<std::unique_ptr<comm::PendingCollective>> grad_pending_;
   // Param gather in flight, by bucket (null: done or never started).
   std::vector<std::unique_ptr<comm::PendingCollective>> gather_pending_;

@@ -66,6 +66,10 @@ struct DataParallelOptions {
   // The model-parallel group (TP x PP; null: one rank) over which norms and the inf flag are reduced.
   comm::Communicator* model_parallel = nullptr;
   bool overlap_param_gather = false;  // --overlap-param-gather (with distributed)
+  // Bucket cuts besides the size (train/grad_buffer.h BucketLayout): model chunks, the tied
+  // embedding's own bucket (held back from the overlap; -1: none).
+  std::vector<int64_t> bucket_starts = {};
+  int64_t held_param = -1;
 };
 
 // The full fp32 optimizer state [P] for a checkpoint (main_params undefined when the model is

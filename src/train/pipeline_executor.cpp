@@ -1,16 +1,93 @@
 #include "train/pipeline_executor.h"
 
+#include <deque>
+#include <memory>
+
 #include "core/error.h"
 
 namespace megatron::train {
 
+namespace {
+
+// Bytes [begin, end) of a tensor's storage.
+struct Span {
+  const char* begin;
+  const char* end;
+  bool overlaps(const Span& o) const { return begin < o.end && o.begin < end; }
+};
+Span span_of(const Tensor& t) {
+  const char* p = static_cast<const char*>(t.data());
+  return {p, p + t.nbytes()};
+}
+
+// A started exchange and the buffers it sends from / receives into.
+struct Started {
+  std::unique_ptr<comm::PendingCollective> handle;
+  std::vector<Span> buffers;
+};
+
+// What compute `a` reads or writes among the buffers exchanges use.
+std::vector<Span> compute_buffers(const parallel::PipelineAction& a, model::GPTModel& model, int64_t set,
+                                  bool has_head) {
+  std::vector<Span> out;
+  const int64_t c = a.chunk;
+  if (!model.is_first_virtual(c)) out.push_back(span_of(model.input_buffer(c, set)));
+  if (!model.is_last_virtual(c)) out.push_back(span_of(model.output(c, set)));
+  const bool backward = a.op == parallel::PipelineOp::kBackward;
+  if (backward || (model.is_last_virtual(c) && has_head)) out.push_back(span_of(model.input_grad()));
+  if (backward) out.push_back(span_of(model.output_grad_buffer()));
+  return out;
+}
+
+}  // namespace
+
 double run_pipeline(const std::vector<parallel::PipelineAction>& table, model::GPTModel& model, comm::Communicator& pp,
                     const PipelineCallbacks& cb) {
   auto set_of = [&](int64_t chunk, int64_t k) { return k % model.activation_sets(chunk); };
+  // The computes that finish each chunk's gradients (--overlap-grad-reduce): its last backward,
+  // and on the last virtual stage its last forward (the loss head's backward).
+  std::vector<size_t> last_backward(static_cast<size_t>(model.num_chunks()), table.size());
+  std::vector<size_t> last_forward = last_backward;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const parallel::PipelineAction& a = table[i];
+    if (a.op == parallel::PipelineOp::kBackward) last_backward[static_cast<size_t>(a.chunk)] = i;
+    if (a.op == parallel::PipelineOp::kForward) last_forward[static_cast<size_t>(a.chunk)] = i;
+  }
+  auto finishes_grads = [&](size_t i) {
+    const parallel::PipelineAction& a = table[i];
+    const size_t c = static_cast<size_t>(a.chunk);
+    if (!cb.grad_sync || cb.head == nullptr) return false;
+    return last_backward[c] == i || (last_forward[c] == i && model.is_last_virtual(a.chunk));
+  };
+
+  std::deque<Started> in_flight;  // started exchanges, oldest first
+  // Waits, oldest first, up to the newest exchange that touches one of `buffers` (all: null).
+  auto wait_for = [&](const std::vector<Span>* buffers) {
+    size_t upto = 0;
+    for (size_t i = 0; i < in_flight.size(); ++i) {
+      bool hit = buffers == nullptr;
+      for (const Span& x : in_flight[i].buffers) {
+        for (size_t j = 0; !hit && buffers != nullptr && j < buffers->size(); ++j) hit = x.overlaps((*buffers)[j]);
+      }
+      if (hit) upto = i + 1;
+    }
+    for (size_t i = 0; i < upto; ++i) {
+      in_flight.front().handle->wait();
+      in_flight.pop_front();
+    }
+  };
+
   double loss = 0.0;
   model::MicroBatch mb;
   std::vector<comm::PointToPoint> ops;
-  for (const parallel::PipelineAction& a : table) {
+  for (size_t i = 0; i < table.size(); ++i) {
+    const parallel::PipelineAction& a = table[i];
+    if (a.op != parallel::PipelineOp::kComm && !in_flight.empty()) {
+      const std::vector<Span> touched = compute_buffers(a, model, set_of(a.chunk, a.micro_batch), cb.head != nullptr);
+      wait_for(&touched);
+    }
+    const bool sync = a.op != parallel::PipelineOp::kComm && finishes_grads(i);
+    if (sync) cb.grad_sync(a.chunk, true);
     switch (a.op) {
       case parallel::PipelineOp::kForward: {
         const bool needs_batch = model.is_first_virtual(a.chunk) || model.is_last_virtual(a.chunk);
@@ -25,17 +102,26 @@ double run_pipeline(const std::vector<parallel::PipelineAction>& table, model::G
         break;
       case parallel::PipelineOp::kComm: {
         ops.clear();
+        Started started;
         for (const parallel::P2PMessage& m : a.messages) {
           const int64_t set = set_of(m.chunk, m.micro_batch);
           Tensor t = m.send ? (m.gradient ? model.input_grad() : model.output(m.chunk, set))
                             : (m.gradient ? model.output_grad_buffer() : model.input_buffer(m.chunk, set));
           ops.push_back({m.send, t, m.peer});
+          started.buffers.push_back(span_of(t));
         }
-        pp.send_recv(ops);
+        if (cb.overlap_p2p) {
+          started.handle = pp.start_send_recv(ops);
+          in_flight.push_back(std::move(started));
+        } else {
+          pp.send_recv(ops);
+        }
         break;
       }
     }
+    if (sync) cb.grad_sync(a.chunk, false);
   }
+  wait_for(nullptr);
   return loss;
 }
 

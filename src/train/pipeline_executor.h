@@ -9,6 +9,23 @@
 // the set's backward; a receive is posted in the exchange just before its compute, or before
 // the forward that an interleaved steady-state pair runs first (that forward does not touch
 // output_grad_buffer).
+//
+// --overlap-p2p-communication (PipelineCallbacks::overlap_p2p): each exchange is started
+// (Communicator::start_send_recv: MPI Isend/Irecv, an NCCL group on the communicator's own
+// stream) instead of completed on the spot, and waited for only just before the first compute
+// that reads one of its receive buffers or writes one of its send buffers (the activation set
+// of the same (chunk, set), input_grad, output_grad_buffer), and at the end of the table. A
+// stage whose next compute needs nothing from the exchange (e.g. stage 0 sending warm-up
+// activations, the last stage sending gradients before its next forward) computes on while
+// its peer has yet to receive. Exchanges are waited for in the order they were started. The
+// values are those of the blocking exchange: the same messages into the same buffers.
+//
+// --overlap-grad-reduce (PipelineCallbacks::grad_sync): the computes that finish a chunk's
+// gradients for the iteration — the backward of its last micro-batch, and on the last virtual
+// stage the forward of that micro-batch (the loss head's backward runs inside it) — are
+// bracketed by grad_sync(chunk, true) / grad_sync(chunk, false): only there do the model's
+// grads_final_from hooks start buckets (Megatron enables grad sync for the last micro-batch
+// only, no_sync for the others).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +45,11 @@ struct PipelineCallbacks {
   std::function<model::DropoutContext(int64_t k)> dropout;
   // Training: the loss head's backward scales (the table has backwards). Null: forward only.
   const model::HeadBackward* head = nullptr;
+  // Null: not called. See "--overlap-grad-reduce" above.
+  std::function<void(int64_t chunk, bool on)> grad_sync;
+  // Start exchanges and wait for them only where needed (see above); false: each completes
+  // before the next action.
+  bool overlap_p2p = false;
 };
 
 // Runs `table` and returns the sum of the micro-batch losses (last virtual stage; 0 elsewhere).

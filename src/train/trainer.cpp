@@ -123,14 +123,9 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
       scaler = optim::GradScaler::dynamic(dyn);
     }
   }
-  // Megatron's bucket size; the overlaps need the whole model on one stage (with pipeline
-  // parallelism the reductions follow the pipeline flush, as without overlap).
-  const DataParallelOptions dp = data_parallel_options(c, *groups_);
+  // Megatron's bucket size and buckets per model chunk; the overlap hooks.
+  const DataParallelOptions dp = data_parallel_options(c, *groups_, *model_);
   overlapped_grads_ = overlaps_grad_reduce(c);
-  if (c.pipeline_model_parallel_size > 1 && (c.overlap_grad_reduce || c.overlap_param_gather)) {
-    *log0_ << " > --overlap-grad-reduce / --overlap-param-gather: no effect with pipeline parallelism yet "
-              "(gradients are reduced and parameters gathered after the pipeline flush)\n";
-  }
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, oc, std::move(scaler), dp);
   connect_overlap_hooks(c, *model_, *optimizer_);
   scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));
@@ -239,6 +234,7 @@ double Trainer::evaluate(const data::TokenDataset& dataset, int64_t* consumed, i
     PipelineCallbacks cb;
     cb.load = [&](int64_t k, model::MicroBatch* mb) { load_micro_batch(dataset, *consumed, k, mb); };
     cb.dropout = [&](int64_t) { return no_dropout; };
+    cb.overlap_p2p = config_.overlap_p2p_communication;
     total += run_pipeline(table, *model_, *groups_->pp, cb);
     *consumed += global_batch;
   }
@@ -316,9 +312,6 @@ TrainSummary Trainer::run() {
     head.grad_scale = 1.0f / static_cast<float>(num_micro);
     PipelineCallbacks cb;
     cb.load = [&](int64_t k, model::MicroBatch* mb) {
-      // --overlap-grad-reduce: the last micro-batch's backward (its head's runs inside its
-      // forward) starts the buckets; the others accumulate (Megatron's no_sync).
-      if (overlapped_grads_ && k == num_micro - 1) optimizer_->grad_buffer().arm_grad_overlap();
       lap(&t_fwd_bwd);
       load_micro_batch(*datasets_.train(), progress_.consumed_train_samples, k, mb);
       lap(&t_batch);
@@ -334,16 +327,21 @@ TrainSummary Trainer::run() {
       return dropout;
     };
     cb.head = &head;
+    // --overlap-grad-reduce: each chunk's last micro-batch starts its buckets; the others
+    // accumulate (Megatron's no_sync).
+    cb.grad_sync = grad_sync_callback(c, *model_, *optimizer_);
+    cb.overlap_p2p = c.overlap_p2p_communication;
     iter_loss = run_pipeline(pipeline_table(num_micro, /*forward_only=*/false), *model_, *groups_->pp, cb);
     // Megatron's finalize_model_grads: the gradient reduction closes forward-backward
     // (sequence-parallel LayerNorm gradients over TP; the tied word embedding's two copies
     // summed over the embedding group {first, last stage}; then everything over DP). The
     // embedding sum comes before the DP reduction so that it sees whole gradients also when
     // the distributed optimizer keeps only its shards.
-    // With --overlap-grad-reduce (one stage only, so no tied copy) buckets holding the
-    // sequence-parallel LayerNorm gradients are already on their way: their TP sum follows
-    // the DP one (Megatron's order; linear, and the TP ranks' buffers have the same layout, so
-    // the distributed optimizer's shards line up).
+    // With --overlap-grad-reduce buckets holding the sequence-parallel LayerNorm gradients
+    // are already on their way: their TP sum follows the DP one (Megatron's order; linear, and
+    // the TP ranks' buffers have the same layout, so the distributed optimizer's shards line
+    // up). The tied embedding's bucket is held back from the overlap (train/grad_buffer.h):
+    // it starts in reduce_gradients(), after the embedding-group sum below.
     if (!overlapped_grads_) model_->reduce_sequence_parallel_grads();
     if (model::Parameter* tied = model_->tied_embedding()) {
       MT_CHECK(groups_->embedding != nullptr) << "a stage with the tied embedding outside the embedding group";

@@ -22,7 +22,12 @@
 // gradient is summed over the embedding group {first, last stage}; the grad norm and the
 // fp16 inf flag are reduced over the model-parallel group (TP x PP) with the last stage's
 // embedding copy left out. Gradient buffers, buckets and the distributed optimizer are per
-// stage (each rank's own ParameterSet, reduced over its DP group). Evaluation runs the
+// stage (each rank's own ParameterSet, reduced over its DP group; buckets per model chunk).
+// The overlaps work with any pipeline layout: --overlap-grad-reduce starts a chunk's buckets
+// during its last micro-batch's backward (the tied embedding's after its embedding-group sum),
+// --overlap-param-gather waits for each bucket in the next forward, and
+// --overlap-p2p-communication starts the stage exchanges (train/grad_buffer.h,
+// train/pipeline_executor.h). Evaluation runs the
 // forward-only table. A checkpoint: each stage's TP rank 0 (of DP rank 0) sends its global
 // tensors to global rank 0, which writes one layout-independent set of files; every rank
 // loads its own parameters by their global names.
@@ -103,7 +108,7 @@ class Trainer {
   data::GPTDatasets datasets_;
   std::unique_ptr<model::GPTModel> model_;
   std::unique_ptr<MixedPrecisionOptimizer> optimizer_;
-  bool overlapped_grads_ = false;  // --overlap-grad-reduce with the hooks installed (one stage)
+  bool overlapped_grads_ = false;  // --overlap-grad-reduce with the hooks installed
   std::unique_ptr<OptimizerParamScheduler> scheduler_;
   std::unique_ptr<NumMicroBatchesCalculator> microbatches_;
   int64_t train_iters_ = 0;

@@ -167,6 +167,49 @@ TEST(MpiCommunicator, SendRecvPostsEverythingAtOnce) {
   }
 }
 
+// start_send_recv (--overlap-p2p-communication): two exchanges started back to back on every
+// rank match in start order whatever order they are waited in; and a start returns before the
+// peer has posted its receive: rank 0 starts a 4 MB send (above MPI's eager limit, so a
+// blocking send would wait for the receive) and only then joins a barrier that rank 1 passes
+// before posting the receive — with a blocking start this deadlocks.
+TEST(MpiCommunicator, StartSendRecvReturnsAtOnceAndMatchesInStartOrder) {
+  if (test::relaunch_under_mpirun(kRanks)) return;
+  MpiRuntime mpi;
+  auto world = mpi.world();
+  const int64_t me = world->rank(), next = (me + 1) % kRanks, prev = (me + kRanks - 1) % kRanks;
+  for (int64_t n : kSizes) {
+    Tensor a = filled(n, value, me), b = filled(n, value, me + 10);
+    Tensor from_a = Tensor::cpu({n}), from_b = Tensor::cpu({n});
+    const std::vector<PointToPoint> first = {{true, a, next}, {false, from_a, prev}};
+    const std::vector<PointToPoint> second = {{true, b, next}, {false, from_b, prev}};
+    auto p1 = world->start_send_recv(first);
+    auto p2 = world->start_send_recv(second);
+    p2->wait();
+    p1->wait();
+    p1->wait();  // idempotent
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(from_a.data_as<float>()[i], value(prev, i)) << "n " << n << " i " << i;
+      ASSERT_EQ(from_b.data_as<float>()[i], value(prev + 10, i)) << "n " << n << " i " << i;
+    }
+  }
+  const int64_t big = int64_t{1} << 20;
+  Tensor x = filled(big, value, me);
+  if (me == 0) {
+    const std::vector<PointToPoint> send = {{true, x, 1}};
+    auto pending = world->start_send_recv(send);
+    world->barrier();
+    pending->wait();
+  } else if (me == 1) {
+    world->barrier();
+    Tensor got = Tensor::cpu({big});
+    const std::vector<PointToPoint> recv = {{false, got, 0}};
+    world->start_send_recv(recv)->wait();
+    for (int64_t i = 0; i < big; i += 4099) ASSERT_EQ(got.data_as<float>()[i], value(0, i)) << i;
+  } else {
+    world->barrier();
+  }
+}
+
 TEST(MpiCommunicator, SplitFormsGroupsByColorOrderedByKey) {
   if (test::relaunch_under_mpirun(kRanks)) return;
   MpiRuntime mpi;

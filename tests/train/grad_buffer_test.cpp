@@ -13,6 +13,7 @@
 
 #include "comm/mpi_communicator.h"
 #include "support/mpi.h"
+#include "support/recording_communicator.h"
 #include "train/optimizer.h"
 
 namespace megatron::train {
@@ -71,64 +72,7 @@ TEST(GradBuffer, ShardsAreContiguousPiecesOfEachBucket) {
   for (int o : owners) EXPECT_EQ(o, 1);
 }
 
-// A two-rank group that performs nothing and logs, in order, what the buffer starts and waits
-// for: "start <op> [a, b)" (a, b element offsets into `base`) and "wait <op> [a, b)".
-class RecordingCommunicator final : public comm::Communicator {
- public:
-  explicit RecordingCommunicator(const Tensor& base) : base_(base) {}
-  int64_t rank() const override { return 0; }
-  int64_t size() const override { return 2; }
-  const std::string& name() const override { return name_; }
-  void all_reduce(Tensor&, comm::ReduceOp) override { log.push_back("blocking all_reduce"); }
-  void all_reduce_host(std::span<double>, comm::ReduceOp) override {}
-  void reduce_scatter(Tensor&, Tensor&, std::span<const int64_t>, comm::ReduceOp) override {
-    log.push_back("blocking reduce_scatter");
-  }
-  void all_gather(const Tensor&, Tensor&, std::span<const int64_t>) override { log.push_back("blocking all_gather"); }
-  void broadcast(Tensor&, int64_t) override {}
-  void send(const Tensor&, int64_t) override {}
-  void recv(Tensor&, int64_t) override {}
-  void send_recv(std::span<const comm::PointToPoint>) override {}
-  void barrier() override {}
-  std::unique_ptr<comm::Communicator> split(int64_t, int64_t, const std::string&) override { return nullptr; }
-  std::unique_ptr<comm::PendingCollective> start_all_reduce(Tensor& x, comm::ReduceOp) override {
-    return started("all_reduce", x);
-  }
-  std::unique_ptr<comm::PendingCollective> start_reduce_scatter(Tensor& in, Tensor&, std::span<const int64_t>,
-                                                                comm::ReduceOp) override {
-    return started("reduce_scatter", in);
-  }
-  std::unique_ptr<comm::PendingCollective> start_all_gather(const Tensor&, Tensor& out,
-                                                            std::span<const int64_t>) override {
-    return started("all_gather", out);
-  }
-  std::vector<std::string> log;
-
- private:
-  class Pending final : public comm::PendingCollective {
-   public:
-    Pending(std::vector<std::string>& log, std::string what) : log_(log), what_(std::move(what)) {}
-    ~Pending() override { wait(); }
-    void wait() override {
-      if (!what_.empty()) log_.push_back("wait " + what_);
-      what_.clear();
-    }
-
-   private:
-    std::vector<std::string>& log_;
-    std::string what_;
-  };
-  std::unique_ptr<comm::PendingCollective> started(const char* op, const Tensor& t) {
-    const int64_t a = (static_cast<const char*>(t.data()) - static_cast<const char*>(base_.data())) /
-                      dtype_size(t.dtype());
-    const std::string what = std::string(op) + " [" + std::to_string(a) + ", " + std::to_string(a + t.numel()) + ")";
-    log.push_back("start " + what);
-    return std::make_unique<Pending>(log, what);
-  }
-  Tensor base_;
-  std::string name_ = "dp";
-};
-
+using test::RecordingCommunicator;
 using Log = std::vector<std::string>;
 
 // --overlap-grad-reduce: a bucket starts exactly when the backward has finished all of its
@@ -136,14 +80,14 @@ using Log = std::vector<std::string>;
 TEST(GradBuffer, OverlappedReductionStartsEachBucketOnceItsGradientsAreFinal) {
   auto backend = backend::make_cpu_backend();
   model::ParameterSet ps = make_params(*backend, DType::kF32);  // buckets [20, 43), [0, 20)
-  RecordingCommunicator dp(ps.grads());
+  RecordingCommunicator dp({ps.grads()});
   GradBuffer gb(ps, *backend, dp, false, 10);
   Tensor g = ps.grads();
   backend->fill(g, 1.0f);
 
   gb.grads_final_from(2);  // not armed: an earlier micro-batch's backward starts nothing
   EXPECT_TRUE(dp.log.empty());
-  gb.arm_grad_overlap();
+  gb.arm_grad_overlap(0, 4);  // the whole model is one chunk
   gb.grads_final_from(3);  // c.weight [36, 43) alone does not complete [20, 43)
   EXPECT_TRUE(dp.log.empty());
   gb.grads_final_from(2);  // b.weight [20, 36) completes it
@@ -170,7 +114,7 @@ TEST(GradBuffer, OverlappedReductionStartsEachBucketOnceItsGradientsAreFinal) {
 TEST(GradBuffer, OverlappedParamGatherWaitsPerBucketBeforeTheForwardReadsIt) {
   auto backend = backend::make_cpu_backend();
   model::ParameterSet ps = make_params(*backend, DType::kF32);
-  RecordingCommunicator dp(ps.values());
+  RecordingCommunicator dp({ps.values()});
   GradBuffer gb(ps, *backend, dp, true, 10);
   gb.start_param_gather(true);
   EXPECT_EQ(dp.log, (Log{"start all_gather [0, 20)", "start all_gather [20, 43)"}));
@@ -189,6 +133,45 @@ TEST(GradBuffer, OverlappedParamGatherWaitsPerBucketBeforeTheForwardReadsIt) {
   gb.start_param_gather(false);
   EXPECT_EQ(dp.log, (Log{"start all_gather [0, 20)", "start all_gather [20, 43)", "wait all_gather [20, 43)",
                          "wait all_gather [0, 20)"}));
+}
+
+// Pipeline parallelism: buckets never span two model chunks, and the tied embedding (here
+// a.weight) sits alone in a bucket that only finish_grad_sync() starts; an armed chunk starts
+// only its own buckets.
+TEST(GradBuffer, BucketsStayInsideChunksAndTheHeldParameterWaitsForFinish) {
+  auto backend = backend::make_cpu_backend();
+  model::ParameterSet ps = make_params(*backend, DType::kF32);
+  // Chunk 1 from b.weight on: [20, 43) and [0, 20), whatever the size limit.
+  auto two = grad_buckets(ps, 0, {2});
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].start, 20);
+  EXPECT_EQ(two[1].end, 20);
+  auto sized = grad_buckets(ps, 16, {2});  // c + b closes at 20 anyway; a.bias + a.weight
+  ASSERT_EQ(sized.size(), 2u);
+  EXPECT_EQ(sized[1].start, 0);
+
+  RecordingCommunicator dp({ps.grads()});
+  GradBuffer gb(ps, *backend, dp, false, BucketLayout{0, {2}, 0});
+  ASSERT_EQ(gb.buckets().size(), 3u);  // [20, 43), [15, 20), [0, 15)
+  EXPECT_EQ(gb.buckets()[1].start, 15);
+  EXPECT_EQ(gb.held_bucket(), 2u);
+  gb.arm_grad_overlap(0, 2);  // chunk 0 armed: chunk 1's final gradients start nothing
+  gb.grads_final_from(2);
+  EXPECT_TRUE(dp.log.empty());
+  gb.arm_grad_overlap(2, 4);
+  gb.grads_final_from(2);
+  gb.disarm_grad_overlap();
+  EXPECT_EQ(dp.log, (Log{"start all_reduce [20, 43)"}));
+  gb.grads_final_from(0);  // disarmed (an earlier micro-batch): nothing
+  EXPECT_EQ(dp.log.size(), 1u);
+  gb.arm_grad_overlap(0, 2);
+  gb.grads_final_from(1);
+  gb.grads_final_from(0);  // a.weight is final here, but held
+  gb.disarm_grad_overlap();
+  EXPECT_EQ(dp.log, (Log{"start all_reduce [20, 43)", "start all_reduce [15, 20)"}));
+  gb.finish_grad_sync();
+  EXPECT_EQ(dp.log, (Log{"start all_reduce [20, 43)", "start all_reduce [15, 20)", "start all_reduce [0, 15)",
+                         "wait all_reduce [20, 43)", "wait all_reduce [15, 20)", "wait all_reduce [0, 15)"}));
 }
 
 // Same gradients on every run: a function of (rank, element), averaged over the ranks by the

@@ -21,7 +21,9 @@
 // embedding counted twice in the norm) moves the loss or the norm by > 1e-3.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/parity_runs.h"
@@ -170,6 +172,93 @@ TEST(TrainerPipelineParallel, CheckpointsMoveBetweenPipelineSizes) {
       2);
   ASSERT_EQ(load_pp2.status, 0) << load_pp2.output;
   expect_same(ref, read_jsonl(dir + "/pp2_resumed.jsonl"), 6, "PP1 checkpoint resumed under PP2 interleaved");
+}
+
+// Runs `base` + `more` on np ranks and returns its log.
+std::map<int64_t, test::Logged> run_logged(const std::vector<std::string>& base, const std::vector<std::string>& more,
+                                           int np, const std::string& log) {
+  std::vector<std::string> argv = base;
+  argv.insert(argv.end(), more.begin(), more.end());
+  const test::CommandResult r = test::run_ranks(with(argv, {"--log-jsonl", log}), np);
+  EXPECT_EQ(r.status, 0) << r.output;
+  return read_jsonl(log);
+}
+
+// Every iteration of `b` (a whole run or a part of one) equals `a`'s, bit for bit.
+void expect_identical(const std::map<int64_t, test::Logged>& a, const std::map<int64_t, test::Logged>& b,
+                      size_t expected, const std::string& what) {
+  ASSERT_EQ(b.size(), expected) << what;
+  for (const auto& [it, x] : b) {
+    ASSERT_TRUE(a.count(it)) << what << " iteration " << it;
+    EXPECT_EQ(x.loss, a.at(it).loss) << what << " iteration " << it;
+    EXPECT_EQ(x.grad_norm, a.at(it).grad_norm) << what << " iteration " << it;
+  }
+}
+
+// --overlap-grad-reduce and --overlap-param-gather under DP2 x PP2, 1F1B and interleaved
+// (vp 2), change when the collectives start, never what they compute: the overlapped runs log
+// the very same losses and grad norms (==) as the runs without, also with
+// --overlap-p2p-communication on top, and a checkpoint written while the parameter gathers
+// are in flight resumes identically. Buckets of 3001 elements: several per chunk, and the tied
+// embedding's own bucket on the first and last stage. Under MPI a started collective completes
+// at once, so a bucket started before the last micro-batch's backward of its chunk (or the
+// tied embedding's before its embedding-group sum) would reduce a partial gradient and move
+// the loss.
+TEST(TrainerPipelineParallel, OverlapChangesNothingButTiming) {
+  const std::string dir = test::scratch_dir("trainer_pp_overlap");
+  test::write_walk_corpus(dir);
+  const auto base = with(tp1(train_flags(dir)), {"--ddp-bucket-size", "3001"});
+  const std::vector<std::string> dist = {"--use-distributed-optimizer"};
+  const std::vector<std::string> grads = {"--overlap-grad-reduce"};
+  const std::vector<std::string> all = {"--use-distributed-optimizer", "--overlap-grad-reduce",
+                                        "--overlap-param-gather", "--overlap-p2p-communication"};
+  const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+      {"DP2 x PP2", {"--pipeline-model-parallel-size", "2"}},
+      {"DP2 x PP2 interleaved",
+       {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}}};
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    const auto& [name, flags] = layouts[i];
+    std::vector<std::string> b = base;
+    b.insert(b.end(), flags.begin(), flags.end());
+    const std::string at = dir + "/" + std::to_string(i);
+    const auto plain = run_logged(b, {}, 4, at + "plain.jsonl");
+    ASSERT_EQ(plain.size(), 10u) << name;
+    expect_identical(plain, run_logged(b, grads, 4, at + "grads.jsonl"), 10, name + " --overlap-grad-reduce");
+    const auto sharded = run_logged(b, dist, 4, at + "dist.jsonl");
+    ASSERT_EQ(sharded.size(), 10u) << name;
+    expect_identical(sharded, run_logged(b, all, 4, at + "all.jsonl"), 10,
+                     name + " distributed optimizer, all overlaps");
+    if (i == 1) {
+      // Saved at iteration 5 (the gathers of step 5 in flight), stopped, resumed.
+      std::vector<std::string> first = all, second = all;
+      first.insert(first.end(), {"--save", dir + "/ck", "--save-interval", "5", "--exit-interval", "5"});
+      second.insert(second.end(), {"--load", dir + "/ck"});
+      expect_identical(sharded, run_logged(b, first, 4, at + "first_half.jsonl"), 5, name + " all overlaps, saving");
+      expect_identical(sharded, run_logged(b, second, 4, at + "second_half.jsonl"), 5,
+                       name + " all overlaps, resumed");
+    }
+  }
+}
+
+// --overlap-p2p-communication alone, PP2 (1F1B) and PP2 interleaved: the exchanges are started
+// and waited for later, the values are the blocking exchanges' (==). A receive waited for too
+// late (or a send buffer overwritten while in flight) would feed a stage stale activations.
+TEST(TrainerPipelineParallel, OverlappedP2PMatchesBlockingBitForBit) {
+  const std::string dir = test::scratch_dir("trainer_pp_overlap_p2p");
+  test::write_walk_corpus(dir);
+  const auto base = tp1(train_flags(dir, "0.1"));  // dropout on: the masks follow the micro-batches
+  const std::vector<std::vector<std::string>> layouts = {
+      {"--pipeline-model-parallel-size", "2"},
+      {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}};
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    std::vector<std::string> b = base;
+    b.insert(b.end(), layouts[i].begin(), layouts[i].end());
+    const std::string at = dir + "/" + std::to_string(i);
+    const auto blocking = run_logged(b, {}, 2, at + "blocking.jsonl");
+    ASSERT_EQ(blocking.size(), 10u);
+    expect_identical(blocking, run_logged(b, {"--overlap-p2p-communication"}, 2, at + "overlap.jsonl"), 10,
+                     i == 0 ? "PP2 --overlap-p2p-communication" : "PP2 interleaved --overlap-p2p-communication");
+  }
 }
 
 // --dry-run at PP2 prints each stage's plan. Stage 0: word embedding 50432 x 32 = 1613824,

@@ -1,0 +1,52 @@
+// A data-parallel group of two ranks that moves no data and logs, in order, what is started
+// and waited for: "start <op> [a, b)" and "wait <op> [a, b)", with [a, b) the element offsets
+// of the collective's buffer inside whichever of `bases` (flat buffers: a ParameterSet's grads
+// or values) holds it. Blocking collectives log "blocking <op>". For the overlap tests of
+// train/grad_buffer and train/pipeline_executor. Other entries may be appended to `log` by the
+// test itself (hook calls, computes) to check the interleaving.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace megatron::test {
+
+class RecordingCommunicator final : public comm::Communicator {
+ public:
+  explicit RecordingCommunicator(std::vector<Tensor> bases) : bases_(std::move(bases)) {}
+  int64_t rank() const override { return 0; }
+  int64_t size() const override { return 2; }
+  const std::string& name() const override { return name_; }
+  void all_reduce(Tensor&, comm::ReduceOp) override { log.push_back("blocking all_reduce"); }
+  void all_reduce_host(std::span<double>, comm::ReduceOp) override {}
+  void reduce_scatter(Tensor&, Tensor&, std::span<const int64_t>, comm::ReduceOp) override {
+    log.push_back("blocking reduce_scatter");
+  }
+  void all_gather(const Tensor&, Tensor&, std::span<const int64_t>) override { log.push_back("blocking all_gather"); }
+  void broadcast(Tensor&, int64_t) override {}
+  void send(const Tensor&, int64_t) override {}
+  void recv(Tensor&, int64_t) override {}
+  void send_recv(std::span<const comm::PointToPoint>) override {}
+  void barrier() override {}
+  std::unique_ptr<comm::Communicator> split(int64_t, int64_t, const std::string&) override { return nullptr; }
+  std::unique_ptr<comm::PendingCollective> start_all_reduce(Tensor& x, comm::ReduceOp) override;
+  std::unique_ptr<comm::PendingCollective> start_reduce_scatter(Tensor& in, Tensor&, std::span<const int64_t>,
+                                                                comm::ReduceOp) override;
+  std::unique_ptr<comm::PendingCollective> start_all_gather(const Tensor&, Tensor& out,
+                                                            std::span<const int64_t>) override;
+  // "[a, b)" of `t` in the base that holds it.
+  std::string where(const Tensor& t) const;
+
+  std::vector<std::string> log;
+
+ private:
+  std::unique_ptr<comm::PendingCollective> started(const char* op, const Tensor& t);
+  std::vector<Tensor> bases_;
+  std::string name_ = "dp";
+};
+
+}  // namespace megatron::test
