@@ -426,6 +426,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     scratch_bytes_ = kScratchBytes;
     attention_impl_ = attention_impl_from_env();
     gemm_autotune_ = gemm_autotune_from_env();
+    layernorm_warp_forward_ = layernorm_warp_forward_from_env();
   } catch (...) {
     free_resources(stream_, lt_, workspace_, scratch_);
     throw;

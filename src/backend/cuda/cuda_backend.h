@@ -64,6 +64,9 @@ AttentionImpl attention_impl_from_env();
 // MEGATRON_GEMM_AUTOTUNE (gemm_tuning.h): false when unset; an error for anything but 0 or 1.
 // Defined in cuda_gemm.cu.
 bool gemm_autotune_from_env();
+// MEGATRON_LN_WARP_FORWARD (layernorm_paths.h): false when unset; an error for anything but 0
+// or 1. Defined in cuda_norm.cu.
+bool layernorm_warp_forward_from_env();
 
 class CudaBackend : public Backend {
  public:
@@ -140,6 +143,8 @@ class CudaBackend : public Backend {
   // GEMM algorithm choice (gemm_tuning.h).
   void set_gemm_autotune(bool on) { gemm_autotune_ = on; }
   bool gemm_autotune() const { return gemm_autotune_; }
+  // LayerNorm forward kernel choice (layernorm_paths.h).
+  void set_layernorm_warp_forward(bool on) { layernorm_warp_forward_ = on; }
   // "" if attention of this case would run on cuDNN (both directions), else why not.
   std::string cudnn_attention_unavailable(DType dtype, int64_t s, int64_t b, const AttentionParams& params);
   // cuDNN's version, engines and workspace for this case (cudnn_attention.h describe()).
@@ -169,6 +174,7 @@ class CudaBackend : public Backend {
   AttentionImpl attention_impl_ = AttentionImpl::kAuto;
   bool attention_deterministic_ = false;
   bool gemm_autotune_ = false;
+  bool layernorm_warp_forward_ = false;
   std::unique_ptr<CudnnAttention, CudnnAttentionDeleter> cudnn_attention_;  // created on first use
   std::set<std::string> attention_fallbacks_reported_;  // stderr lines already printed
 };

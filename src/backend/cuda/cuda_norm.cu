@@ -1,6 +1,9 @@
 // CUDA backend: layernorm and the token + position embeddings, the same functions as
 // backend/cpu/cpu_norm.cpp (Megatron's fused layer norm and LanguageModelEmbedding).
 //
+// LayerNorm forward, warp path (opt-in, layernorm_paths.h; x, out, gamma, beta of one dtype T,
+// h <= 256 W: GPT sizes up to 2048 in 16-bit): one warp per row, up to 8 chunks of W per lane,
+// warp-only row sums (layernorm_forward_warp_kernel). Otherwise the paths below.
 // LayerNorm, fast path (x, out / dy, x, dx of one dtype T, h <= 12288 for 16-bit, <= 8192 for
 // fp32): the row lives in registers. A row is cut into chunks of W = 16 bytes (8 bf16/fp16 or
 // 4 fp32 elements, one 16-byte load or store when the rows are 16-byte aligned, else the same
@@ -43,12 +46,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
+#include <string>
 #include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/layernorm_paths.h"
+#include "core/error.h"
 
 namespace megatron::backend {
 namespace cuda {
@@ -199,6 +206,77 @@ __global__ void __launch_bounds__(512)
         mean[row] = m;
         rstd[row] = s;
       }
+    }
+  }
+}
+
+// Forward, one warp per row (h <= 32 * kLnWarpMaxChunks * W elements, gamma and beta of the
+// activations' dtype; kVec as in the row-group kernel, the same bits either way): each lane holds chunks lane, lane + 32, ... (up
+// to 8 independent 16-byte loads in flight per thread) and the row sums are warp butterflies
+// only. The row-group kernel above splits such rows over several warps joined by block-wide
+// reductions and ran at a third of HBM bandwidth at GPT sizes (8192 rows of 2048: ~60 us for
+// 67 MB). gamma and beta are re-read per row (L1 hits) instead of being held in registers.
+constexpr int kLnWarpMaxChunks = 8;
+template <class T, int K, bool kVec>
+__global__ void __launch_bounds__(256)
+    layernorm_forward_warp_kernel(const T* x, const T* gamma, const T* beta, T* out, float* mean, float* rstd,
+                                  int64_t n, int64_t h, float eps) {
+  constexpr int W = kVecWidth<T>;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); row < n;
+       row += warps) {
+    const T* xr = x + row * h;
+    uint4 raw[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c0 = static_cast<int64_t>(lane + 32 * k) * W;
+      raw[k] = c0 < h ? load_raw<T, kVec>(xr, c0, h) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      float v[W];
+      unpack_vec<T>(raw[k], v);  // elements past h were loaded as zeros: they add nothing
+#pragma unroll
+      for (int e = 0; e < W; ++e) sum += v[e];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+    const float m = sum / static_cast<float>(h);
+    float sq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c0 = static_cast<int64_t>(lane + 32 * k) * W;
+      float v[W];
+      unpack_vec<T>(raw[k], v);
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        if (c0 + e < h) {
+          const float d = v[e] - m;
+          sq += d * d;
+        }
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xFFFFFFFFu, sq, o);
+    const float s = 1.0f / sqrtf(sq / static_cast<float>(h) + eps);
+    T* orow = out + row * h;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c0 = static_cast<int64_t>(lane + 32 * k) * W;
+      if (c0 >= h) continue;
+      float v[W], g[W], b[W], o[W];
+      unpack_vec<T>(raw[k], v);
+      unpack_vec<T>(load_raw<T, kVec>(gamma, c0, h), g);
+      unpack_vec<T>(load_raw<T, kVec>(beta, c0, h), b);
+#pragma unroll
+      for (int e = 0; e < W; ++e) o[e] = (v[e] - m) * s * g[e] + b[e];
+      store_chunk<T, kVec>(orow, c0, h, o);
+    }
+    if (lane == 0) {
+      mean[row] = m;
+      rstd[row] = s;
     }
   }
 }
@@ -639,6 +717,19 @@ float* partial_scratch(const CudaBackend& be, size_t floats, std::optional<Strea
 }  // namespace
 }  // namespace cuda
 
+bool layernorm_warp_forward_from_env() {
+  const char* v = std::getenv("MEGATRON_LN_WARP_FORWARD");
+  if (v == nullptr || std::string(v).empty() || std::string(v) == "0") return false;
+  if (std::string(v) == "1") return true;
+  throw_error("[MEGATRON_LN_WARP_FORWARD] '", v, "' is not 0 or 1");
+}
+
+void set_layernorm_warp_forward(Backend& backend, bool on) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) throw_error("set_layernorm_warp_forward: not a CUDA backend");
+  cuda->set_layernorm_warp_forward(on);
+}
+
 // ---- launchers ------------------------------------------------------------------------------
 
 void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& out,
@@ -658,8 +749,43 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
       << "layernorm mean " << mean.describe() << ", rstd " << rstd.describe() << " for " << n << " rows";
   MT_CHECK(n <= std::numeric_limits<int32_t>::max()) << "layernorm: " << n << " rows exceed the grid";
   if (n == 0) return;
-  // Fast path: x and out of one dtype, the row in registers.
+  // One warp per row (x, out, gamma, beta of one dtype), when chosen (layernorm_paths.h).
   bool launched = false;
+  if (layernorm_warp_forward_ && x.dtype() == out.dtype() && gamma.dtype() == x.dtype() &&
+      beta.dtype() == x.dtype()) {
+    cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      constexpr int W = cuda::kVecWidth<T>;
+      const int64_t k = ((h + W - 1) / W + 31) / 32;
+      if (k > cuda::kLnWarpMaxChunks) return;
+      const bool vec = h % W == 0 && cuda::vec_aligned(x.data()) && cuda::vec_aligned(out.data()) &&
+                       cuda::vec_aligned(gamma.data()) && cuda::vec_aligned(beta.data());
+      const int64_t blocks = std::min<int64_t>((n + 7) / 8, cuda::kLnForwardMaxBlocks);
+      auto launch = [&](auto kc) {
+        constexpr int K = decltype(kc)::value;
+        auto kernel = vec ? cuda::layernorm_forward_warp_kernel<T, K, true>
+                          : cuda::layernorm_forward_warp_kernel<T, K, false>;
+        kernel<<<static_cast<unsigned>(blocks), 256, 0, stream()>>>(
+            static_cast<const T*>(x.data()), static_cast<const T*>(gamma.data()), static_cast<const T*>(beta.data()),
+            static_cast<T*>(out.data()), static_cast<float*>(mean.data()), static_cast<float*>(rstd.data()), n, h,
+            eps);
+        MT_CUDA_LAUNCH_CHECK();
+      };
+      switch (k) {
+        case 1: launch(std::integral_constant<int, 1>{}); break;
+        case 2: launch(std::integral_constant<int, 2>{}); break;
+        case 3: launch(std::integral_constant<int, 3>{}); break;
+        case 4: launch(std::integral_constant<int, 4>{}); break;
+        case 5: launch(std::integral_constant<int, 5>{}); break;
+        case 6: launch(std::integral_constant<int, 6>{}); break;
+        case 7: launch(std::integral_constant<int, 7>{}); break;
+        default: launch(std::integral_constant<int, 8>{}); break;
+      }
+      launched = true;
+    });
+  }
+  if (launched) return;
+  // Fast path: x and out of one dtype, the row in registers.
   if (x.dtype() == out.dtype()) {
     cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;

@@ -2,6 +2,7 @@
 #include "backend/cuda/attention_impl.h"
 #include "backend/cuda/cuda_op_timer.h"
 #include "backend/cuda/gemm_tuning.h"
+#include "backend/cuda/layernorm_paths.h"
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "core/error.h"
@@ -26,6 +27,9 @@ void set_attention_deterministic(Backend&, bool) {
   throw_error("set_attention_deterministic: this build of megatron has no CUDA backend");
 }
 void set_gemm_autotune(Backend&, bool) { throw_error("set_gemm_autotune: this build of megatron has no CUDA backend"); }
+void set_layernorm_warp_forward(Backend&, bool) {
+  throw_error("set_layernorm_warp_forward: this build of megatron has no CUDA backend");
+}
 std::string cudnn_attention_unavailable(Backend&, DType, int64_t, int64_t, const AttentionParams&) {
   return "this build of megatron has no CUDA backend";
 }

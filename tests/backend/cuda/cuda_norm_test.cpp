@@ -12,6 +12,7 @@
 
 #include "backend/cpu/cpu_test_util.h"
 #include "backend/cuda/cuda_test_util.h"
+#include "backend/cuda/layernorm_paths.h"
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "core/dtype.h"
@@ -50,36 +51,41 @@ TEST(CudaNorm, LayernormForwardMatchesTheCpu) {
   auto gpu = make_cuda_backend();
   const float eps = 1e-5f;
   uint64_t seed = 7;
-  for (const auto& [n, h] : kLayernormShapes) {
-    for (DType dt : kFloatTypes) {
-      const std::string what = shape_name({n, h}, dt);
-      const Tensor x = layernorm_input(n, h, dt, ++seed);
-      const Tensor gamma = host_random({h}, dt, ++seed), beta = host_random({h}, dt, ++seed);
-      Tensor want = cpu->empty({n, h}, dt, MemoryKind::kOther);
-      Tensor want_mean = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
-      Tensor want_rstd = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
-      cpu->layernorm_forward(x, gamma, beta, eps, want, want_mean, want_rstd);
-      Tensor xd = to_device(*gpu, x), gd = to_device(*gpu, gamma), bd = to_device(*gpu, beta);
-      Tensor outd = gpu->empty({n, h}, dt, MemoryKind::kOther);
-      Tensor meand = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
-      Tensor rstdd = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
-      gpu->layernorm_forward(xd, gd, bd, eps, outd, meand, rstdd);
-      const Tensor got = to_host(*gpu, outd);
-      // Error budget of the GPU's fp32 statistics (the CPU sums in double): a sum of h terms
-      // of size <= 4, each thread adding <= 49 in sequence and then a 10-level tree, is
-      // within ~60 * 2^-24 * 4 ~ 1.5e-5 of exact in the worst case, ~1e-6 typically, so the
-      // mean (~3) is within 1e-6 + 2e-6 |mean| (7e-6).
-      EXPECT_TRUE(close(to_host(*gpu, meand), want_mean, 1e-6, 2e-6, 0, "layernorm mean " + what));
-      // The variance is a sum of squares of x - mean (no cancellation): the same relative
-      // bound, ~1e-6 typical; rstd = 1/sqrt halves it. 1e-5 relative.
-      EXPECT_TRUE(close(to_host(*gpu, rstdd), want_rstd, 0.0, 1e-5, 0, "layernorm rstd " + what));
-      // out = (x - mean) rstd gamma + beta: the mean's error (7e-6) times rstd (<= ~2) and
-      // |gamma| <= 1 gives 1.4e-5 absolute; 3e-5 absolute plus 1e-5 relative for the
-      // products. 16-bit: 1 ulp of the CPU's rounded value.
-      EXPECT_TRUE(close(got, want, 3e-5, 1e-5, 1, "layernorm out " + what));
-      Tensor again = gpu->empty({n, h}, dt, MemoryKind::kOther);
-      gpu->layernorm_forward(xd, gd, bd, eps, again, meand, rstdd);
-      EXPECT_TRUE(bitwise(to_host(*gpu, again), got, "layernorm out rerun " + what));
+  // Both forward kernels for rows that fit a warp (layernorm_paths.h); longer rows take the
+  // same path either way.
+  for (bool warp : {false, true}) {
+    set_layernorm_warp_forward(*gpu, warp);
+    for (const auto& [n, h] : kLayernormShapes) {
+      for (DType dt : kFloatTypes) {
+        const std::string what = shape_name({n, h}, dt) + (warp ? " (warp per row)" : "");
+        const Tensor x = layernorm_input(n, h, dt, ++seed);
+        const Tensor gamma = host_random({h}, dt, ++seed), beta = host_random({h}, dt, ++seed);
+        Tensor want = cpu->empty({n, h}, dt, MemoryKind::kOther);
+        Tensor want_mean = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
+        Tensor want_rstd = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
+        cpu->layernorm_forward(x, gamma, beta, eps, want, want_mean, want_rstd);
+        Tensor xd = to_device(*gpu, x), gd = to_device(*gpu, gamma), bd = to_device(*gpu, beta);
+        Tensor outd = gpu->empty({n, h}, dt, MemoryKind::kOther);
+        Tensor meand = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+        Tensor rstdd = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+        gpu->layernorm_forward(xd, gd, bd, eps, outd, meand, rstdd);
+        const Tensor got = to_host(*gpu, outd);
+        // Error budget of the GPU's fp32 statistics (the CPU sums in double): a sum of h terms
+        // of size <= 4, each thread adding <= 49 in sequence and then a 10-level tree, is
+        // within ~60 * 2^-24 * 4 ~ 1.5e-5 of exact in the worst case, ~1e-6 typically, so the
+        // mean (~3) is within 1e-6 + 2e-6 |mean| (7e-6).
+        EXPECT_TRUE(close(to_host(*gpu, meand), want_mean, 1e-6, 2e-6, 0, "layernorm mean " + what));
+        // The variance is a sum of squares of x - mean (no cancellation): the same relative
+        // bound, ~1e-6 typical; rstd = 1/sqrt halves it. 1e-5 relative.
+        EXPECT_TRUE(close(to_host(*gpu, rstdd), want_rstd, 0.0, 1e-5, 0, "layernorm rstd " + what));
+        // out = (x - mean) rstd gamma + beta: the mean's error (7e-6) times rstd (<= ~2) and
+        // |gamma| <= 1 gives 1.4e-5 absolute; 3e-5 absolute plus 1e-5 relative for the
+        // products. 16-bit: 1 ulp of the CPU's rounded value.
+        EXPECT_TRUE(close(got, want, 3e-5, 1e-5, 1, "layernorm out " + what));
+        Tensor again = gpu->empty({n, h}, dt, MemoryKind::kOther);
+        gpu->layernorm_forward(xd, gd, bd, eps, again, meand, rstdd);
+        EXPECT_TRUE(bitwise(to_host(*gpu, again), got, "layernorm out rerun " + what));
+      }
     }
   }
 }
@@ -179,39 +185,44 @@ TEST(CudaNorm, LayernormOnMisalignedViewsGivesTheAlignedBits) {
   const float eps = 1e-5f;
   uint64_t seed = 900;
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {3, 8}, {129, 768}, {64, 1024}, {5, 12288}};
-  for (const auto& [n, h] : shapes) {
-    for (DType dt : kFloatTypes) {
-      const std::string what = "misaligned " + shape_name({n, h}, dt);
-      const Tensor x = layernorm_input(n, h, dt, ++seed), dy = host_random({n, h}, dt, ++seed);
-      const Tensor gamma = host_random({h}, dt, ++seed), beta = host_random({h}, dt, ++seed);
-      const Tensor dg0 = host_random({h}, DType::kF32, ++seed), db0 = host_random({h}, DType::kF32, ++seed);
-      Tensor gd = to_device(*gpu, gamma), bd = to_device(*gpu, beta);
-      // Aligned.
-      Tensor xd = to_device(*gpu, x), dyd = to_device(*gpu, dy);
-      Tensor outd = gpu->empty({n, h}, dt, MemoryKind::kOther), dxd = gpu->empty({n, h}, dt, MemoryKind::kOther);
-      Tensor meand = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
-      Tensor rstdd = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
-      Tensor dgd = to_device(*gpu, dg0), dbd = to_device(*gpu, db0);
-      gpu->layernorm_forward(xd, gd, bd, eps, outd, meand, rstdd);
-      gpu->layernorm_backward(dyd, xd, gd, meand, rstdd, dxd, dgd, dbd);
-      // Views at element 1 of buffers one element longer.
-      Tensor xbuf = gpu->empty({n * h + 1}, dt, MemoryKind::kOther), dybuf = gpu->empty({n * h + 1}, dt, MemoryKind::kOther);
-      Tensor obuf = gpu->empty({n * h + 1}, dt, MemoryKind::kOther), dxbuf = gpu->empty({n * h + 1}, dt, MemoryKind::kOther);
-      Tensor xv = xbuf.flat_view(1, {n, h}), dyv = dybuf.flat_view(1, {n, h});
-      Tensor ov = obuf.flat_view(1, {n, h}), dxv = dxbuf.flat_view(1, {n, h});
-      gpu->copy(x, xv);
-      gpu->copy(dy, dyv);
-      Tensor mean2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
-      Tensor rstd2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
-      Tensor dg2 = to_device(*gpu, dg0), db2 = to_device(*gpu, db0);
-      gpu->layernorm_forward(xv, gd, bd, eps, ov, mean2, rstd2);
-      gpu->layernorm_backward(dyv, xv, gd, mean2, rstd2, dxv, dg2, db2);
-      EXPECT_TRUE(bitwise(to_host(*gpu, ov), to_host(*gpu, outd), "layernorm out " + what));
-      EXPECT_TRUE(bitwise(to_host(*gpu, mean2), to_host(*gpu, meand), "layernorm mean " + what));
-      EXPECT_TRUE(bitwise(to_host(*gpu, rstd2), to_host(*gpu, rstdd), "layernorm rstd " + what));
-      EXPECT_TRUE(bitwise(to_host(*gpu, dxv), to_host(*gpu, dxd), "layernorm dx " + what));
-      EXPECT_TRUE(bitwise(to_host(*gpu, dg2), to_host(*gpu, dgd), "layernorm dgamma " + what));
-      EXPECT_TRUE(bitwise(to_host(*gpu, db2), to_host(*gpu, dbd), "layernorm dbeta " + what));
+  for (bool warp : {false, true}) {
+    set_layernorm_warp_forward(*gpu, warp);
+    for (const auto& [n, h] : shapes) {
+      for (DType dt : kFloatTypes) {
+        const std::string what = "misaligned " + shape_name({n, h}, dt) + (warp ? " (warp per row)" : "");
+        const Tensor x = layernorm_input(n, h, dt, ++seed), dy = host_random({n, h}, dt, ++seed);
+        const Tensor gamma = host_random({h}, dt, ++seed), beta = host_random({h}, dt, ++seed);
+        const Tensor dg0 = host_random({h}, DType::kF32, ++seed), db0 = host_random({h}, DType::kF32, ++seed);
+        Tensor gd = to_device(*gpu, gamma), bd = to_device(*gpu, beta);
+        // Aligned.
+        Tensor xd = to_device(*gpu, x), dyd = to_device(*gpu, dy);
+        Tensor outd = gpu->empty({n, h}, dt, MemoryKind::kOther), dxd = gpu->empty({n, h}, dt, MemoryKind::kOther);
+        Tensor meand = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+        Tensor rstdd = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+        Tensor dgd = to_device(*gpu, dg0), dbd = to_device(*gpu, db0);
+        gpu->layernorm_forward(xd, gd, bd, eps, outd, meand, rstdd);
+        gpu->layernorm_backward(dyd, xd, gd, meand, rstdd, dxd, dgd, dbd);
+        // Views at element 1 of buffers one element longer.
+        Tensor xbuf = gpu->empty({n * h + 1}, dt, MemoryKind::kOther);
+        Tensor dybuf = gpu->empty({n * h + 1}, dt, MemoryKind::kOther);
+        Tensor obuf = gpu->empty({n * h + 1}, dt, MemoryKind::kOther);
+        Tensor dxbuf = gpu->empty({n * h + 1}, dt, MemoryKind::kOther);
+        Tensor xv = xbuf.flat_view(1, {n, h}), dyv = dybuf.flat_view(1, {n, h});
+        Tensor ov = obuf.flat_view(1, {n, h}), dxv = dxbuf.flat_view(1, {n, h});
+        gpu->copy(x, xv);
+        gpu->copy(dy, dyv);
+        Tensor mean2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+        Tensor rstd2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+        Tensor dg2 = to_device(*gpu, dg0), db2 = to_device(*gpu, db0);
+        gpu->layernorm_forward(xv, gd, bd, eps, ov, mean2, rstd2);
+        gpu->layernorm_backward(dyv, xv, gd, mean2, rstd2, dxv, dg2, db2);
+        EXPECT_TRUE(bitwise(to_host(*gpu, ov), to_host(*gpu, outd), "layernorm out " + what));
+        EXPECT_TRUE(bitwise(to_host(*gpu, mean2), to_host(*gpu, meand), "layernorm mean " + what));
+        EXPECT_TRUE(bitwise(to_host(*gpu, rstd2), to_host(*gpu, rstdd), "layernorm rstd " + what));
+        EXPECT_TRUE(bitwise(to_host(*gpu, dxv), to_host(*gpu, dxd), "layernorm dx " + what));
+        EXPECT_TRUE(bitwise(to_host(*gpu, dg2), to_host(*gpu, dgd), "layernorm dgamma " + what));
+        EXPECT_TRUE(bitwise(to_host(*gpu, db2), to_host(*gpu, dbd), "layernorm dbeta " + what));
+      }
     }
   }
 }
