@@ -272,6 +272,24 @@ Tensor GPTModel::reduce_rows(Tensor& partial) {
   return shard;
 }
 
+Tensor GPTModel::column_backward(const Tensor& dy, const Tensor& in, int64_t w, int64_t b, Tensor& dx_partial) {
+  const backend::GradWrite write = claim_grads(w, b);
+  Tensor db = optional_grad(b);
+  if (tp_->size() == 1) {
+    backend_.linear_backward(dy, in, param(w), dx_partial, grad(w), db, write);
+    return dx_partial;
+  }
+  backend_.matmul(dy, false, param(w), false, dx_partial);  // dX = dy W, this rank's part of the sum
+  Tensor shard = sp_ ? tensor_parallel::sequence_shard(*tp_, dx_partial) : dx_partial;
+  std::unique_ptr<comm::PendingCollective> sum =
+      sp_ ? tensor_parallel::start_reduce_scatter_sequence(*tp_, dx_partial, shard)
+          : tensor_parallel::start_all_reduce_tp(*tp_, dx_partial);
+  Tensor no_dx;
+  backend_.linear_backward(dy, in, param(w), no_dx, grad(w), db, write);
+  sum->wait();
+  return shard;
+}
+
 Tensor GPTModel::gather_rows(const Tensor& shard, Tensor& full) {
   if (!sp_) return shard;
   tensor_parallel::gather_sequence(*tp_, shard, full);
@@ -427,14 +445,12 @@ void GPTModel::head_backward(float loss_scale, float grad_scale, Tensor& dx) {
   }
   // Vocab-parallel: the local slice's softmax with the whole vocabulary's lse, local labels.
   backend_.cross_entropy_backward(logits_, labels_.view({n}), loss_lse_, dlosses, dlogits_);
-  Tensor no_bias;
-  backend_.linear_backward(dlogits_, column_input(final_ln_out_), param(output_w_), ws_h2_, grad(output_w_),
-                           no_bias, claim_grads(output_w_));
+  const Tensor d_final_ln = column_backward(dlogits_, column_input(final_ln_out_), output_w_, -1, ws_h2_);
   const ActivationSet& as = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
   Tensor x_last = as.xs.back().view({n_local_, h});
   // dx may be x_last's own buffer (forward_chunk): LayerNorm's backward reads x_last, so the
   // gradient goes through ws_grad_ first.
-  backend_.layernorm_backward(reduce_rows(ws_h2_), x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_,
+  backend_.layernorm_backward(d_final_ln, x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_,
                               ws_grad_, grad(final_ln_w_), grad(final_ln_b_), claim_grads(final_ln_w_, final_ln_b_));
   if (dx.data() != ws_grad_.data()) backend_.copy(ws_grad_, dx);
   if (hooks_.grads_final_from) grads_final_from(layer_end(layers_per_chunk_ - 1));
@@ -552,8 +568,7 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   const Tensor x =
       chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)].xs[static_cast<size_t>(l)].view(
           {n_local_, h});
-  Tensor db_fc2 = optional_grad(p.fc2_b), db_fc1 = optional_grad(p.fc1_b);
-  Tensor db_proj = optional_grad(p.proj_b), db_qkv = optional_grad(p.qkv_b);
+  Tensor db_fc2 = optional_grad(p.fc2_b), db_proj = optional_grad(p.proj_b);
   // g, x, x_mid and LayerNorm gradients are [n_local, h] (this rank's rows under sequence
   // parallelism); `h1` is the matching part of ws_h1_.
   Tensor h1 = local_rows(ws_h1_);
@@ -566,9 +581,8 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   // FC2's backward through GELU: ws_f_ = d(fc1 + b_fc1).
   backend_.linear_dgelu_backward(d_fc2, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
                                  config_.gelu, claim_grads(p.fc2_w, p.fc2_b));
-  backend_.linear_backward(ws_f_, column_input(a.ln2_out), param(p.fc1_w), ws_h2_, grad(p.fc1_w), db_fc1,
-                           claim_grads(p.fc1_w, p.fc1_b));
-  backend_.layernorm_backward(reduce_rows(ws_h2_), a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, h1,
+  const Tensor d_ln2 = column_backward(ws_f_, column_input(a.ln2_out), p.fc1_w, p.fc1_b, ws_h2_);
+  backend_.layernorm_backward(d_ln2, a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, h1,
                               grad(p.ln2_w), grad(p.ln2_b), claim_grads(p.ln2_w, p.ln2_b));
   backend_.add(g, h1, g);  // g = d(x_mid): the residual path plus the MLP branch
 
@@ -579,9 +593,9 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   backend_.linear_backward(d_proj, a.attn_out.view({n, q_size_}), param(p.proj_w), dq, grad(p.proj_w), db_proj,
                            claim_grads(p.proj_w, p.proj_b));
   backend_.attention_backward(ws_q_, a.qkv, a.attn_out, a.attn_lse, ws_qkv_, attention_params(gl));
-  backend_.linear_backward(ws_qkv_.view({n, 3 * q_size_}), column_input(a.ln1_out), param(p.qkv_w), ws_h2_,
-                           grad(p.qkv_w), db_qkv, claim_grads(p.qkv_w, p.qkv_b));
-  backend_.layernorm_backward(reduce_rows(ws_h2_), x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, h1, grad(p.ln1_w),
+  const Tensor d_ln1 =
+      column_backward(ws_qkv_.view({n, 3 * q_size_}), column_input(a.ln1_out), p.qkv_w, p.qkv_b, ws_h2_);
+  backend_.layernorm_backward(d_ln1, x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, h1, grad(p.ln1_w),
                               grad(p.ln1_b), claim_grads(p.ln1_w, p.ln1_b));
   backend_.add(g, h1, g);  // g = d(x): residual plus the attention branch
 }

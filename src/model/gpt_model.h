@@ -253,6 +253,11 @@ class GPTModel {
   // [n, h]: summed over TP, all-reduced in place (returns `partial`), or reduce-scattered
   // into its sequence shard (returns that view).
   Tensor reduce_rows(Tensor& partial);
+  // A column-parallel linear's backward from dy [n, out]: dX [n, in] into dx_partial, summed
+  // over TP as reduce_rows() does (the return value), and the weight gradients. Under TP the
+  // sum is started right after the dX GEMM and waited for after the weight-gradient GEMM,
+  // which runs beside it (Megatron's asynchronous input-gradient all-reduce / reduce-scatter).
+  Tensor column_backward(const Tensor& dy, const Tensor& in, int64_t w, int64_t b, Tensor& dx_partial);
   // The whole [n, h] gradient from this rank's rows `shard` (gathered into `full`), or
   // `shard` itself without sequence parallelism.
   Tensor gather_rows(const Tensor& shard, Tensor& full);

@@ -1,5 +1,7 @@
 #include "tensor_parallel/mappings.h"
 
+#include <vector>
+
 #include "core/error.h"
 
 namespace megatron::tensor_parallel {
@@ -32,6 +34,28 @@ void reduce_scatter_sequence(comm::Communicator& tp, Tensor& full, Tensor& shard
   Tensor flat_full = full.view({full.numel()});
   Tensor flat_shard = shard.view({shard.numel()});
   comm::reduce_scatter(tp, flat_full, flat_shard, comm::ReduceOp::kSum);
+}
+
+namespace {
+class Finished final : public comm::PendingCollective {
+ public:
+  void wait() override {}
+};
+}  // namespace
+
+std::unique_ptr<comm::PendingCollective> start_all_reduce_tp(comm::Communicator& tp, Tensor& x) {
+  if (tp.size() == 1) return std::make_unique<Finished>();
+  return tp.start_all_reduce(x, comm::ReduceOp::kSum);
+}
+
+std::unique_ptr<comm::PendingCollective> start_reduce_scatter_sequence(comm::Communicator& tp, Tensor& full,
+                                                                       Tensor& shard) {
+  MT_CHECK_EQ(shard.numel() * tp.size(), full.numel());
+  if (tp.size() == 1 && shard.data() == full.data()) return std::make_unique<Finished>();  // in place, one rank
+  Tensor flat_full = full.view({full.numel()});
+  Tensor flat_shard = shard.view({shard.numel()});
+  const std::vector<int64_t> counts(static_cast<size_t>(tp.size()), flat_shard.numel());
+  return tp.start_reduce_scatter(flat_full, flat_shard, counts, comm::ReduceOp::kSum);
 }
 
 }  // namespace megatron::tensor_parallel

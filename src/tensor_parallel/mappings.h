@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "comm/communicator.h"
 #include "core/tensor.h"
@@ -39,5 +40,13 @@ void gather_sequence(comm::Communicator& tp, const Tensor& shard, Tensor& full);
 // shard [n/T, h] := this rank's rows of the sum over the group of full [n, h]; `shard` may be
 // sequence_shard(full) (in place); the rest of `full` is then unspecified.
 void reduce_scatter_sequence(comm::Communicator& tp, Tensor& full, Tensor& shard);
+
+// The same two reductions started, not waited for (Megatron's asynchronous input-gradient
+// all-reduce / reduce-scatter in a column-parallel linear's backward, overlapped with the
+// weight-gradient GEMM): the result is the blocking call's once wait() returns; until then
+// the caller must not touch x / full / shard. T == 1: a finished handle, nothing done.
+std::unique_ptr<comm::PendingCollective> start_all_reduce_tp(comm::Communicator& tp, Tensor& x);
+std::unique_ptr<comm::PendingCollective> start_reduce_scatter_sequence(comm::Communicator& tp, Tensor& full,
+                                                                       Tensor& shard);
 
 }  // namespace megatron::tensor_parallel

@@ -50,5 +50,29 @@ TEST(Mappings, GatherAndReduceScatterAlongTheSequence) {
   EXPECT_EQ(x.data_as<float>()[1], 2.0f);
 }
 
+// The started forms give the blocking calls' results once waited for (in place and not), and
+// two started reductions complete in start order even when waited for in reverse.
+TEST(Mappings, StartedReductionsEqualTheBlockingOnes) {
+  if (test::relaunch_under_mpirun(2)) return;
+  comm::MpiRuntime mpi;
+  auto tp = mpi.world();
+  const int64_t n = 6, h = 3, r = tp->rank();
+  Tensor full = Tensor::cpu({n, h}, DType::kF32), x = Tensor::cpu({4}, DType::kF32);
+  for (int64_t i = 0; i < full.numel(); ++i) full.data_as<float>()[i] = static_cast<float>(i * (r + 1));
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = static_cast<float>(r * 10 + i);
+  Tensor view = sequence_shard(*tp, full);
+  auto scatter = start_reduce_scatter_sequence(*tp, full, view);
+  auto sum = start_all_reduce_tp(*tp, x);
+  sum->wait();
+  scatter->wait();
+  for (int64_t i = 0; i < view.numel(); ++i) EXPECT_EQ(view.data_as<float>()[i], 3.0f * static_cast<float>(r * 9 + i));
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(x.data_as<float>()[i], static_cast<float>(10 + 2 * i));
+
+  for (int64_t i = 0; i < full.numel(); ++i) full.data_as<float>()[i] = static_cast<float>(i * (r + 1));
+  Tensor out = Tensor::cpu({3, h}, DType::kF32);
+  start_reduce_scatter_sequence(*tp, full, out)->wait();
+  for (int64_t i = 0; i < out.numel(); ++i) EXPECT_EQ(out.data_as<float>()[i], 3.0f * static_cast<float>(r * 9 + i));
+}
+
 }  // namespace
 }  // namespace megatron::tensor_parallel
