@@ -21,6 +21,8 @@
 // duplicated parameter counted twice in the norm) moves the loss or the norm by > 1e-3.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -110,6 +112,29 @@ TEST(TrainerTensorParallel, Tp4WithSequenceParallelMatchesOneProcess) {
   ASSERT_EQ(tp4.status, 0) << tp4.output;
   EXPECT_NE(tp4.output.find("(new size: 50688)"), std::string::npos) << tp4.output;
   expect_same(read_jsonl(dir + "/one.jsonl"), read_jsonl(dir + "/tp4.jsonl"), 1, "TP4 + SP + full recompute");
+}
+
+// The benchmark's within-node layout, TP8 with sequence parallelism (issue 8's CPU part), on
+// the tiny GPT with 8 heads (one per rank) and 2 sequence rows per rank: the single process's
+// losses and norms. GPT-2's vocabulary pads to 51200 at TP8 (Megatron's "943 dummy tokens"
+// line); the single process pads the same way (--make-vocab-size-divisible-by 1024).
+TEST(TrainerTensorParallel, Tp8WithSequenceParallelMatchesOneProcess) {
+  const std::string dir = test::scratch_dir("trainer_tp8");
+  test::write_walk_corpus(dir);
+  auto base = train_flags(dir, /*dropout=*/true);
+  const auto heads = std::find(base.begin(), base.end(), "--num-attention-heads");
+  ASSERT_NE(heads, base.end());
+  *(heads + 1) = "8";
+  const test::CommandResult one =
+      test::run_ranks(with(base, {"--make-vocab-size-divisible-by", "1024", "--log-jsonl", dir + "/one.jsonl"}), 1);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const test::CommandResult tp8 = test::run_ranks(
+      with(base, {"--tensor-model-parallel-size", "8", "--sequence-parallel", "--log-jsonl", dir + "/tp8.jsonl"}), 8);
+  ASSERT_EQ(tp8.status, 0) << tp8.output;
+  EXPECT_NE(tp8.output.find(" > padded vocab (size: 50257) with 943 dummy tokens (new size: 51200)"),
+            std::string::npos)
+      << tp8.output;
+  expect_same(read_jsonl(dir + "/one.jsonl"), read_jsonl(dir + "/tp8.jsonl"), 1, "TP8 + SP");
 }
 
 // A checkpoint holds global tensors: saved under TP2 (with the distributed optimizer over DP2)
