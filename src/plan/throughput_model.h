@@ -118,7 +118,6 @@ struct Prediction {
   double bubble_s = 0;       // (pp-1)/vp idle micro-batch slots
   double dp_comm_s = 0;      // exposed gradient reduction + parameter gather + tied-embedding all-reduce
   double optimizer_s = 0;
-  double other_s = 0;        // per-iteration costs outside the step proper (Engine::iteration_overhead_s)
 };
 
 // FLOPs of one iteration of `global_batch` samples (train/flops.h's formula; causal = the 2025

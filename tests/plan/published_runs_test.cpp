@@ -107,15 +107,15 @@ void check(const Source& src, const PublishedRun* rows, size_t n, int64_t last_o
                                         << ") but is now within 20%: take it off the list";
     }
   }
-  std::printf("\n| model | predicted s/iter | GEMM | attention | memory-bound | TP | PP p2p | bubble | DP | optimizer | other |\n"
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("\n| model | predicted s/iter | GEMM | attention | memory-bound | TP | PP p2p | bubble | DP | optimizer |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (size_t i = 0; i < n; ++i) {
     const Prediction& pr = predictions[i];
     const double T = pr.seconds_per_iteration;
     auto pct = [T](double x) { return 100.0 * x / T; };
-    std::printf("| %s | %.3f | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n", rows[i].name, T,
+    std::printf("| %s | %.3f | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n", rows[i].name, T,
                 pct(pr.gemm_s), pct(pr.attention_s), pct(pr.memory_bound_s), pct(pr.tp_comm_s), pct(pr.pp_comm_s),
-                pct(pr.bubble_s), pct(pr.dp_comm_s), pct(pr.optimizer_s), pct(pr.other_s));
+                pct(pr.bubble_s), pct(pr.dp_comm_s), pct(pr.optimizer_s));
   }
 }
 
