@@ -91,6 +91,9 @@ void write_candidate(JsonWriter& w, const plan::Candidate& k) {
   w.key("report_time_s").value(r.report_time_s);
   w.key("breakdown_s").begin_object();
   w.key("compute").value(r.compute_s);
+  w.key("compute_gemm").value(r.gemm_s);
+  w.key("compute_attention").value(r.attention_s);
+  w.key("compute_memory_bound").value(r.memory_bound_s);
   w.key("tp_comm").value(r.tp_comm_s);
   w.key("pp_comm").value(r.pp_comm_s);
   w.key("bubble").value(r.bubble_s);
@@ -131,6 +134,11 @@ void write_header(JsonWriter& w, const PlanRequest& q) {
   w.key("async_tp_allreduce").value(e.async_tp_allreduce);
   w.key("tp_comm_overlap").value(e.tp_comm_overlap);
   w.key("fused_cross_entropy").value(e.fused_cross_entropy);
+  w.key("gemm_efficiency").value(e.gemm_efficiency);  // 0: the GPU's (gpu_spec.h)
+  w.key("hidden_dropout").value(e.hidden_dropout);
+  w.key("linear_bias_in_epilogue").value(e.linear_bias_in_epilogue);
+  w.key("wgrad_accumulation_bytes").value(e.wgrad_accumulation_bytes);
+  w.key("optimizer_bytes").value(e.optimizer_bytes);  // 0: ours (measured constants)
   w.end_object();
 }
 

@@ -17,6 +17,11 @@ Engine find_engine(const std::string& name) {
     return e;
   }
   if (name == "megatron-2021") {
+    e.gemm_efficiency = kGemmEfficiencyA100Era2022;
+    e.hidden_dropout = 0.1;  // Megatron's default --hidden-dropout; examples/sc21/CONFIG.sh keeps it
+    e.linear_bias_in_epilogue = false;
+    e.wgrad_accumulation_bytes = 6.0;
+    e.optimizer_bytes = kMegatron2021OptimizerBytes;
     e.attention = AttentionBackend::kLocal;
     e.attention_dropout = 0.1;
     e.grad_reduce_bytes = 2;

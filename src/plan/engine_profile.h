@@ -8,10 +8,16 @@
 //   megatron-core-2024  Megatron-Core r0.8 as its README H100 table ran (Transformer Engine,
 //                       flash attention, "DP/TP/PP communication overlap" = --tp-comm-overlap,
 //                       unfused fp32 cross-entropy: --cross-entropy-loss-fusion came after r0.8).
-//   megatron-2021       Megatron-LM as Narayanan et al. 2021 ran it (examples/sc21): local
+//   megatron-2021       Megatron-LM as Narayanan et al. 2021 ran it (examples/sc21: container
+//                       nvcr.io/nvidia/pytorch:20.12-py3, --fp16, default dropouts 0.1): local
 //                       attention with dropout 0.1 on the scores, fused_bias_gelu as its own
-//                       kernel, every TP all-reduce exposed, --fp16 grads reduced in fp16,
-//                       unfused cross-entropy.
+//                       kernel, the QKV bias added outside the GEMM, residual dropout masks,
+//                       every TP all-reduce exposed, --fp16 grads reduced in fp16 and
+//                       accumulated across micro-batches by autograd, unfused cross-entropy,
+//                       Megatron's fp16 optimizer (unfused passes, no distributed optimizer),
+//                       and the A100 GEMM rate of that era's cuBLAS (kGemmEfficiencyA100Era2022).
+// Every profile field is a documented property of the software that ran, never a per-row or
+// fitted factor (tests/plan/published_runs_test.cpp; bench/RESULTS.md "plan validation").
 #pragma once
 
 #include <cstdint>
@@ -48,7 +54,43 @@ struct Engine {
   // Megatron's vocab_parallel_cross_entropy on output.float() (no --cross-entropy-loss-fusion):
   // kUnfusedLogitsBytes per logit at the streaming rate.
   bool fused_cross_entropy = true;
+  // Ceiling of the GEMM efficiency curve (fraction of the GPU's dense peak) of the engine's
+  // software stack; 0: the GPU's own figure (gpu_spec.h: today's cuBLAS, Bekman's MAMF).
+  double gemm_efficiency = 0;
+  // Dropout on the two residual branches (--hidden-dropout). The fused bias-dropout-add reads
+  // and writes what it would without dropout, plus a 1-byte mask forward (again in a recompute
+  // forward); backward applies the mask in its own pass: grad in (e), mask (1), grad out (e).
+  // Our engine's calibration ran with dropout 0, so `ours` keeps 0.
+  double hidden_dropout = 0.0;
+  // The QKV bias added by the GEMM (epilogue / cuBLASLt bias). false: Megatron 2021's
+  // ColumnParallelLinear on [s, b, h] input: F.linear = matmul, then `+= bias` as its own
+  // kernel, 2e bytes per QKV output element forward (and in a recompute forward).
+  bool linear_bias_in_epilogue = true;
+  // Bytes per parameter and micro-batch (from the second on) spent accumulating the weight
+  // gradients outside the GEMM. 0: the wgrad GEMM accumulates into the main grad (ours;
+  // Megatron-Core's --gradient-accumulation-fusion). Megatron 2021 with --fp16: autograd adds
+  // each micro-batch's fp16 grad into param.grad: read 2 + read 2 + write 2 = 6.
+  double wgrad_accumulation_bytes = 0;
+  // Optimizer step bytes per parameter at the streaming rate, for an engine without the
+  // distributed optimizer; 0: ours (kGradPassBytes per local + kAdamBytes per owned parameter
+  // at HBM bandwidth, measured). See find_engine for Megatron 2021's count.
+  double optimizer_bytes = 0;
 };
+
+// A100 GEMM ceiling for Megatron-LM 2021: 230 of 312 TFLOP/s, torch.matmul fp16 on
+// 8192 x 8192 x 8192 random matrices, A100 80GB, NGC PyTorch 22.07 (CUDA 11.7)
+// (github.com/mli/transformers-benchmarks README, "MatMul FP32 / FP16 116 / 230"). The
+// SC21 runs used the older 20.12 container (CUDA 11.1); the same shape measures 258 with 2024
+// software (Horace He, perf-anchors §5.1) and the best shape 271 with 2025's (Bekman's MAMF,
+// gpu_spec.h), so cuBLAS on A100 got faster with time and 230 is the closest period figure we
+// have, not a fit.
+constexpr double kGemmEfficiencyA100Era2022 = 230.0 / 312.0;
+
+// Megatron 2021's fp16 optimizer step (Float16OptimizerWithFloat16Params + apex FusedAdam),
+// bytes per parameter: fp16 grad -> fp32 main grad (2 + 4), unscale and inf check (4 + 4),
+// grad norm (4), clip scale (4 + 4), Adam (p, g, m, v read, p, m, v written: 28), fp32 params ->
+// fp16 model params (4 + 2), zero the fp16 grads (2) = 62.
+constexpr double kMegatron2021OptimizerBytes = 62.0;
 
 // The profile named `name` (ours, megatron-core-2024, megatron-2021); throws megatron::Error
 // "[--engine] unknown engine 'x' (choose from ...)" otherwise.

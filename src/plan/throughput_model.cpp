@@ -21,8 +21,9 @@ struct Gpu {
   double hbm;        // B/s
 };
 
-Gpu gpu_rates(const GpuSpec& g) {
-  return {g.peak_tflops * 1e12 * g.gemm_efficiency, g.peak_tflops * 1e12,
+Gpu gpu_rates(const GpuSpec& g, const Engine& engine) {
+  const double ceiling = engine.gemm_efficiency > 0 ? engine.gemm_efficiency : g.gemm_efficiency;
+  return {g.peak_tflops * 1e12 * ceiling, g.peak_tflops * 1e12,
           kGemmLostWorkH100 * g.peak_tflops / kH100Peak, g.hbm_bytes_per_s};
 }
 
@@ -39,15 +40,18 @@ struct LayerTimes {
   double attention_forward = 0;  // what full recompute runs again
 };
 
-// Megatron's local core attention (see the header): E score elements of e bytes, head size d.
+// Megatron's local core attention (see the header): E score elements of e bytes, head size d,
+// C context elements ([b, a/t, s, d], permuted to [s, b, a/t * d] by a copy forward and back).
 // Returns {forward, backward} seconds.
-std::pair<double, double> local_attention_seconds(double E, double d, double e, double dropout, const Gpu& g) {
+std::pair<double, double> local_attention_seconds(double E, double C, double d, double e, double dropout,
+                                                  const Gpu& g) {
   const double stream = g.hbm * kStreamEfficiency;
   // One batched score GEMM: 2*E*d FLOPs (plus the per-GEMM lost work), E*e bytes of scores.
   const double bmm = std::max((2.0 * E * d + g.lost_work) / g.flops, E * e / stream);
   const double drop = dropout > 0 ? (2.0 * e + 1.0) * E / stream : 0.0;
-  const double forward = 2.0 * bmm + 2.0 * E * e / stream + drop;
-  const double backward = 4.0 * bmm + 3.0 * E * e / stream + drop;
+  const double permute = 2.0 * C * e / stream;
+  const double forward = 2.0 * bmm + 2.0 * E * e / stream + drop + permute;
+  const double backward = 4.0 * bmm + 3.0 * E * e / stream + drop + permute;
   return {forward, backward};
 }
 
@@ -65,7 +69,8 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
   if (engine.attention == AttentionBackend::kLocal) {
     const double heads = static_cast<double>(c.num_attention_heads) / t;
     const auto [forward, backward] =
-        local_attention_seconds(static_cast<double>(p.micro_batch) * heads * s * s, d, e, engine.attention_dropout, g);
+        local_attention_seconds(static_cast<double>(p.micro_batch) * heads * s * s, n * q / t, d, e,
+                                engine.attention_dropout, g);
     lt.attention = forward + backward;
     lt.attention_forward = forward;
   } else {
@@ -76,10 +81,18 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
   }
   lt.memory = kElementwiseBytes * n * h / u / g.hbm;
   lt.memory_forward = lt.memory / 3.0;
+  const double stream = g.hbm * kStreamEfficiency;
   if (!engine.gelu_in_gemm_epilogue) {
-    const double stream = g.hbm * kStreamEfficiency;
     lt.memory_forward += 2.0 * e * n * f / t / stream;
     lt.memory += 5.0 * e * n * f / t / stream;
+  }
+  if (engine.hidden_dropout > 0) {  // two residual dropouts per layer on [n, h/u]
+    lt.memory_forward += 2.0 * n * h / u / stream;
+    lt.memory += 2.0 * (1.0 + 2.0 * e + 1.0) * n * h / u / stream;
+  }
+  if (!engine.linear_bias_in_epilogue) {  // QKV `+= bias` after the GEMM
+    lt.memory_forward += 2.0 * e * n * 3.0 * q / t / stream;
+    lt.memory += 2.0 * e * n * 3.0 * q / t / stream;
   }
   lt.tp_allreduce = all_reduce_seconds(n * h * e, p.tp, tp_link);
   return lt;
@@ -138,7 +151,7 @@ void validate_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t
 }
 
 Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, const Cluster& cl) {
-  const Gpu g = gpu_rates(cl.gpu);
+  const Gpu g = gpu_rates(cl.gpu, cl.engine);
   const Link nvlink{cl.intra_node_bytes_per_s > 0 ? cl.intra_node_bytes_per_s : cl.gpu.nvlink_bytes_per_s,
                     kNvlinkLatency};
   const Link network{cl.inter_node_bytes_per_s > 0 ? cl.inter_node_bytes_per_s : cl.gpu.ib_bytes_per_s,
@@ -161,41 +174,52 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   const bool full = p.recompute == PlanRecompute::kFull;
 
   const LayerTimes lt = layer_times(c, dtype, p, g, tp_link, cl.engine);
-  double layer_compute = lt.gemm + lt.attention + lt.memory;
+  double layer_gemm = lt.gemm, layer_attention = lt.attention, layer_memory = lt.memory;
   const double backward_tp = 2.0 * lt.tp_allreduce;
   double layer_tp = 2.0 * lt.tp_allreduce +
                     (cl.engine.async_tp_allreduce ? std::max(0.0, backward_tp - lt.wgrad_overlap) : backward_tp);
-  double layer_gemm = lt.gemm;
   if (full) {
-    layer_compute += lt.gemm / 3.0 + lt.memory_forward + lt.attention_forward;
-    layer_tp += 2.0 * lt.tp_allreduce;
     layer_gemm += lt.gemm / 3.0;
+    layer_memory += lt.memory_forward;
+    layer_attention += lt.attention_forward;
+    layer_tp += 2.0 * lt.tp_allreduce;
   }
+  const double layer_compute = layer_gemm + layer_attention + layer_memory;
   if (cl.engine.tp_comm_overlap && p.sequence_parallel) {
     const double all_tp = (full ? 6.0 : 4.0) * lt.tp_allreduce;
     layer_tp = std::max(0.0, all_tp - layer_gemm);
   }
   const double logits_seconds = cl.engine.fused_cross_entropy ? kLogitsBytes * n * V / t / g.hbm
                                                                : kUnfusedLogitsBytes * n * V / t / (g.hbm * kStreamEfficiency);
-  const double head = gemm3_seconds(n, V / t, h, g) + logits_seconds;
+  const double head_gemm = gemm3_seconds(n, V / t, h, g);
+  const double head = head_gemm + logits_seconds;
   const double p2p = p.pp > 1 ? 2.0 * static_cast<double>(p.vp) * send_recv_seconds(n * h * e / t, pp_link) : 0.0;
+
+  // Data parallel and optimizer: the first stage holds the most parameters when the embedding is there.
+  const int64_t P = std::max(stage_num_parameters(c, p, 0), stage_num_parameters(c, p, p.pp - 1));
+  const double Pd = static_cast<double>(P);
+  const double stream = g.hbm * kStreamEfficiency;
+  // Weight-gradient accumulation outside the GEMMs: m - 1 passes over the stage's parameters,
+  // spread over the m micro-batch slots.
+  const double accumulate = m > 1 ? (m - 1.0) / m * cl.engine.wgrad_accumulation_bytes * Pd / stream : 0.0;
 
   // The slowest stage per micro-batch: the last one carries the LM head (the first one's
   // embedding lookup is negligible).
-  const double last_compute = layers * layer_compute + head;
+  const double last_compute = layers * layer_compute + head + accumulate;
   const double per_micro = last_compute + layers * layer_tp + p2p;
 
   Prediction r;
   const double slots = m + static_cast<double>(p.pp - 1) / static_cast<double>(p.vp);
   r.compute_s = m * last_compute;
+  r.gemm_s = m * (layers * layer_gemm + head_gemm);
+  r.attention_s = m * layers * layer_attention;
+  r.memory_bound_s = m * (layers * layer_memory + logits_seconds + accumulate);
   r.tp_comm_s = m * layers * layer_tp;
   r.pp_comm_s = m * p2p;
   r.bubble_s = (slots - m) * per_micro;
   double pipeline = slots * per_micro;
 
-  // Data parallel: the first stage holds the most parameters when the embedding is there.
-  const int64_t P = std::max(stage_num_parameters(c, p, 0), stage_num_parameters(c, p, p.pp - 1));
-  const double Pd = static_cast<double>(P);
+  // Data parallel.
   const double buckets = std::max(1.0, std::ceil(Pd / std::max(kBucketElements, 1e6 * static_cast<double>(p.dp))));
   const double grad_bytes = Pd * static_cast<double>(cl.engine.grad_reduce_bytes);
   const double grads = p.distributed_optimizer ? reduce_scatter_seconds(grad_bytes, p.dp, dp_link)
@@ -212,7 +236,8 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   }
   r.dp_comm_s = dp;
   const double owned = p.distributed_optimizer ? std::ceil(Pd / static_cast<double>(p.dp)) : Pd;
-  r.optimizer_s = (kGradPassBytes * Pd + kAdamBytes * owned) / g.hbm;
+  r.optimizer_s = cl.engine.optimizer_bytes > 0 ? cl.engine.optimizer_bytes * Pd / stream
+                                                : (kGradPassBytes * Pd + kAdamBytes * owned) / g.hbm;
 
   r.seconds_per_iteration = pipeline + r.dp_comm_s + r.optimizer_s;
   const double tokens = static_cast<double>(p.global_batch * c.seq_length);

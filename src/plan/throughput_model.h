@@ -17,10 +17,15 @@
 //              d = 64..160 these GEMMs are memory-bound on A100 and H100); the fused
 //              scale-mask-softmax moves 2E*e forward, 3E*e backward; attention dropout (p > 0)
 //              (2e + 1)*E forward (probs in, dropped probs and a 1-byte mask out) and the same
-//              backward. Streaming rate = HBM bandwidth x kStreamEfficiency.
+//              backward; the context [b, a/t, s, d] -> [s, b, q/t] copy (permute + contiguous,
+//              read + write) forward and backward. Streaming rate = HBM bandwidth x kStreamEfficiency.
 //  memory-bound  kElementwiseBytes * n*h/u bytes per layer (LayerNorms, residual adds, dropout,
 //              bias; forward + backward) and kLogitsBytes * n*V/t for the softmax cross-entropy,
-//              at the GPU's HBM bandwidth.
+//              at the GPU's HBM bandwidth; plus, at the streaming rate, what the engine does
+//              outside its kernels (engine_profile.h): a separate bias-GeLU, residual dropout
+//              masks, a QKV `+= bias`, unfused cross-entropy, and weight-gradient accumulation
+//              outside the GEMM ((m-1) passes over the stage's parameters per iteration).
+//  GEMM ceiling  the GPU's (gpu_spec.h), or the engine's software stack's (Engine::gemm_efficiency).
 //  full recompute  one more forward: 1/3 of the GEMM and memory-bound time, 1/3.5 of flash
 //              attention (its backward is ~2.5x its forward) or local attention's forward terms,
 //              two more TP all-reduces.
@@ -38,7 +43,8 @@
 //              (grads) or forward (params) of one micro-batch, buckets of max(4e7, 1e6*dp)
 //              elements (megatron-facts §9).
 //  optimizer   kGradPassBytes per local parameter (zero, norm, clip) + kAdamBytes per owned
-//              parameter, at HBM bandwidth.
+//              parameter, at HBM bandwidth (ours); or Engine::optimizer_bytes per parameter at
+//              the streaming rate (Megatron 2021's fp16 optimizer).
 // Links: TP within a node on NVLink when tp <= GPUs per node; DP over the network when tp*dp
 // spans nodes, at k x the per-GPU network bandwidth when k = min(dp, G/tp) ranks of the DP group
 // share a node (one NCCL channel per NIC; capped at NVLink); PP over the network when tp*dp*pp
@@ -53,10 +59,10 @@
 // state at 2.7 TB/s, 82% of the H100's 3.35 TB/s (bench/RESULTS.md, "the 1.3B profile").
 //
 // Validation against published runs (tests/plan/published_runs_test.cpp; bench/RESULTS.md
-// "plan validation vs published"): with the engine profile of the software that ran
-// (engine_profile.h), Narayanan et al. 2021 Table 1 (A100) is over-predicted by +15..+24% on
-// every row (a per-layer offset of the 2021 kernels the model does not claim to know), the
-// Megatron-Core H100 table lands within 20% on 7 of 9 rows (1.7B and 7.1B: +27%, +32%).
+// "plan validation vs published", 2026-11-23 "megatron-2021 as it ran"): with the engine
+// profile of the software that ran (engine_profile.h), Narayanan et al. 2021 Table 1 (A100)
+// lands within -2..+10% on all 10 rows; the Megatron-Core H100 table within 20% on 7 of 9
+// rows (1.7B and 7.1B: +27%, +32%, per-layer host/launch overheads we have no source for).
 #pragma once
 
 #include <cstdint>
@@ -104,6 +110,9 @@ struct Prediction {
   double report_time_s = 0;        // 20e6 / tokens_per_s (the NLP benchmark's figure)
   // Breakdown, seconds per iteration on the slowest stage.
   double compute_s = 0;      // GEMMs, attention, memory-bound ops, recompute (all micro-batches)
+  double gemm_s = 0;         //   of which the linear-layer GEMMs (layers and LM head, recompute included)
+  double attention_s = 0;    //   of which core attention (recompute included)
+  double memory_bound_s = 0; //   of which the memory-bound ops (norms, residuals, GeLU, cross-entropy, ...)
   double tp_comm_s = 0;      // exposed TP collectives
   double pp_comm_s = 0;      // pipeline sends/receives
   double bubble_s = 0;       // (pp-1)/vp idle micro-batch slots

@@ -11,6 +11,7 @@
 //     and CONFIG.sh (commit 79a3bb6bf2): seq 2048, --fp16, dropout 0.1 (Megatron's default),
 //     activation recompute on every row, --DDP-impl torch (overlapped all-reduce) up to 18.4B
 //     and local (all-reduce after the backward) from 39.1B; no flash attention existed.
+//     Engine megatron-2021 (engine_profile.h): what that code did, each setting sourced there.
 //   Megatron-LM README H100 weak-scaling table (Megatron-Core r0.8.0, commit f2e5db402c):
 //     72*L*h^2*(1 + s/(6h) + V/(12*L*h)), V = 131,072, seq 4096, DP 48, DP/TP/PP overlap.
 //     Not published: micro-batch (1 assumed), virtual pipeline (1 assumed), precision (bf16
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "plan/search.h"
 #include "plan/throughput_model.h"
@@ -78,14 +80,17 @@ Prediction predict_run(const Source& src, const PublishedRun& r, bool overlap_gr
   return evaluate_layout(m, cl, p).prediction;
 }
 
-// Checks every row and prints the comparison table (markdown, for bench/RESULTS.md).
+// Checks every row and prints the comparison table (markdown, for bench/RESULTS.md), then
+// where the predicted iteration goes (percent of the predicted iteration time).
 void check(const Source& src, const PublishedRun* rows, size_t n, int64_t last_overlapped_size) {
   std::printf("| model | TP x PP x DP (vp) | mbs | GBS | published tok/s/GPU | predicted | error | TFLOP/s pub. | pred. |\n"
               "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::vector<Prediction> predictions;
   for (size_t i = 0; i < n; ++i) {
     const PublishedRun& r = rows[i];
     const bool overlapped = r.layers * r.hidden <= last_overlapped_size;
     const Prediction pr = predict_run(src, r, overlapped);
+    predictions.push_back(pr);
     const double published = published_tokens_per_gpu(src, r);
     const double predicted = pr.tokens_per_s / static_cast<double>(r.gpus);
     const double error = predicted / published - 1.0;
@@ -102,29 +107,34 @@ void check(const Source& src, const PublishedRun* rows, size_t n, int64_t last_o
                                         << ") but is now within 20%: take it off the list";
     }
   }
+  std::printf("\n| model | predicted s/iter | GEMM | attention | memory-bound | TP | PP p2p | bubble | DP | optimizer |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (size_t i = 0; i < n; ++i) {
+    const Prediction& pr = predictions[i];
+    const double T = pr.seconds_per_iteration;
+    auto pct = [T](double x) { return 100.0 * x / T; };
+    std::printf("| %s | %.3f | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n", rows[i].name, T,
+                pct(pr.gemm_s), pct(pr.attention_s), pct(pr.memory_bound_s), pct(pr.tp_comm_s), pct(pr.pp_comm_s),
+                pct(pr.bubble_s), pct(pr.dp_comm_s), pct(pr.optimizer_s));
+  }
 }
 
 // Why the listed rows stay off (bench/RESULTS.md "plan validation vs published" has the numbers).
-constexpr const char* kKernels2021 =
-    "2021 kernels: the model runs GEMMs at our A100 ceiling (MAMF 271 TFLOP/s, 2025 cuBLAS); "
-    "every row is over-predicted by a near-constant +19..24% whatever its layout, i.e. per-layer "
-    "compute of the 2021 stack (PyTorch 1.8, cuBLAS 11 fp16) ran ~20% slower, which nothing we "
-    "measured pins down";
 constexpr const char* kSmallMegatron =
     "small TP: at h = 2048..4096 Megatron-Core ran at 41-47% MFU, our engine's calibration at 53%; "
     "the planner predicts our per-layer kernels";
 
 // Narayanan et al. 2021 Table 1 (perf-anchors.md §1.3).
 const PublishedRun kNarayanan[] = {
-    {"1.7B", 24, 2304, 24, 1, 1, 1, 32, 16, 512, 137, kKernels2021},
-    {"3.6B", 30, 3072, 32, 2, 1, 1, 64, 16, 512, 138, kKernels2021},
-    {"7.5B", 36, 4096, 32, 4, 1, 1, 128, 16, 512, 142, kKernels2021},
-    {"18.4B", 40, 6144, 48, 8, 1, 1, 256, 8, 1024, 135, kKernels2021},
+    {"1.7B", 24, 2304, 24, 1, 1, 1, 32, 16, 512, 137, nullptr},
+    {"3.6B", 30, 3072, 32, 2, 1, 1, 64, 16, 512, 138, nullptr},
+    {"7.5B", 36, 4096, 32, 4, 1, 1, 128, 16, 512, 142, nullptr},
+    {"18.4B", 40, 6144, 48, 8, 1, 1, 256, 8, 1024, 135, nullptr},
     {"39.1B", 48, 8192, 64, 8, 2, 1, 512, 4, 1536, 138, nullptr},
-    {"76.1B", 60, 10240, 80, 8, 4, 3, 1024, 2, 1792, 140, kKernels2021},
-    {"145.6B", 80, 12288, 96, 8, 8, 2, 1536, 2, 2304, 148, kKernels2021},
-    {"310.1B", 96, 16384, 128, 8, 16, 2, 1920, 1, 2160, 155, kKernels2021},
-    {"529.6B", 105, 20480, 128, 8, 35, 3, 2520, 1, 2520, 163, kKernels2021},
+    {"76.1B", 60, 10240, 80, 8, 4, 3, 1024, 2, 1792, 140, nullptr},
+    {"145.6B", 80, 12288, 96, 8, 8, 2, 1536, 2, 2304, 148, nullptr},
+    {"310.1B", 96, 16384, 128, 8, 16, 2, 1920, 1, 2160, 155, nullptr},
+    {"529.6B", 105, 20480, 128, 8, 35, 3, 2520, 1, 2520, 163, nullptr},
     {"1008B", 128, 25600, 160, 8, 64, 1, 3072, 1, 3072, 163, nullptr},
 };
 

@@ -144,20 +144,23 @@ TEST(PlanThroughput, LocalAttentionCostsItsScoreTraffic) {
   dropped.engine.attention_dropout = 0.1;
   const double E = 16.0 * 16.0 * 2048.0 * 2048.0, stream = 2.039e12 * kStreamEfficiency;
   const double flash_layer = 6.0 * 16.0 * 2048.0 * 2048.0 * 1024.0 / (312e12 * kAttentionEfficiency * 0.5 * 2048.0 / 2560.0);
-  // forward: 2 GEMMs + softmax (2 passes); backward: 4 GEMMs + softmax backward (3 passes).
-  const double local_layer = 11.0 * E * 2.0 / stream;
+  // forward: 2 GEMMs + softmax (2 passes); backward: 4 GEMMs + softmax backward (3 passes);
+  // the context's [b, a, s, d] -> [s, b, a*d] copy (read + write, forward and backward).
+  const double C = 16.0 * 2048.0 * 1024.0;
+  const double local_layer = 11.0 * E * 2.0 / stream + 2.0 * 2.0 * C * 2.0 / stream;
   const double dropout_layer = 2.0 * 5.0 * E / stream;  // (2e + 1) bytes per score, forward and backward
   const double micro = 2.0, layers = 4.0;
   const double base = predict(c, DType::kBF16, p, flash).compute_s;
   EXPECT_NEAR(predict(c, DType::kBF16, p, local).compute_s - base, micro * layers * (local_layer - flash_layer), 1e-9);
   EXPECT_NEAR(predict(c, DType::kBF16, p, dropped).compute_s - base,
               micro * layers * (local_layer + dropout_layer - flash_layer), 1e-9);
-  // Full recompute runs the local forward (4 score passes + dropout's forward) once more.
+  // Full recompute runs the local forward (4 score passes + dropout's forward + the copy) once more.
   ParallelConfig r = p;
   r.recompute = PlanRecompute::kFull;
   const double extra = predict(c, DType::kBF16, r, dropped).compute_s - predict(c, DType::kBF16, p, dropped).compute_s;
   const double extra_flash = predict(c, DType::kBF16, r, flash).compute_s - base;
-  EXPECT_NEAR(extra - extra_flash, micro * layers * (4.0 * E * 2.0 / stream + 5.0 * E / stream - flash_layer / 3.5), 1e-9);
+  EXPECT_NEAR(extra - extra_flash, micro * layers * (4.0 * E * 2.0 / stream + 5.0 * E / stream + 2.0 * C * 2.0 / stream - flash_layer / 3.5),
+              1e-9);
 }
 
 TEST(PlanThroughput, UnfusedGeluAndCrossEntropyCostTheirBytes) {
@@ -174,6 +177,52 @@ TEST(PlanThroughput, UnfusedGeluAndCrossEntropyCostTheirBytes) {
   const double V = static_cast<double>(c.padded_vocab_size);
   EXPECT_NEAR(predict(c, DType::kBF16, p, ce).compute_s - base,
               kUnfusedLogitsBytes * n * V / stream - kLogitsBytes * n * V / 2.039e12, 1e-9);
+}
+
+// The Megatron-2021 engine settings each cost what engine_profile.h says they do.
+TEST(PlanThroughput, Megatron2021SettingsCostTheirBytes) {
+  const PlanModel m = preset(4, 1024, 16, 2048);
+  const model::GPTConfig c = config_for_tp(m, 1);
+  ParallelConfig p{1, 1, 1, 1, 8, 32, PlanRecompute::kNone, false, false};  // 4 micro-batches
+  const Cluster ours = a100(1, 1);
+  const double n = 8.0 * 2048.0, h = 1024.0, e = 2.0, stream = 2.039e12 * kStreamEfficiency, layers = 4.0, micro = 4.0;
+  const Prediction base = predict(c, DType::kBF16, p, ours);
+
+  Cluster dropout = ours;  // 1-byte mask forward, mask + grad in/out backward, two per layer
+  dropout.engine.hidden_dropout = 0.1;
+  EXPECT_NEAR(predict(c, DType::kBF16, p, dropout).compute_s - base.compute_s,
+              micro * layers * 2.0 * (1.0 + 2.0 * e + 1.0) * n * h / stream, 1e-9);
+
+  Cluster bias = ours;  // QKV `+= bias`: 2e bytes per QKV output element, forward only
+  bias.engine.linear_bias_in_epilogue = false;
+  EXPECT_NEAR(predict(c, DType::kBF16, p, bias).compute_s - base.compute_s,
+              micro * layers * 2.0 * e * n * 3.0 * h / stream, 1e-9);
+
+  Cluster accumulate = ours;  // m - 1 passes over the parameters
+  accumulate.engine.wgrad_accumulation_bytes = 6.0;
+  const double P = static_cast<double>(stage_num_parameters(c, p, 0));
+  EXPECT_NEAR(predict(c, DType::kBF16, p, accumulate).compute_s - base.compute_s, 3.0 * 6.0 * P / stream, 1e-9);
+  ParallelConfig one = p;
+  one.global_batch = 8;  // a single micro-batch accumulates nothing
+  EXPECT_DOUBLE_EQ(predict(c, DType::kBF16, one, accumulate).compute_s, predict(c, DType::kBF16, one, ours).compute_s);
+
+  Cluster optimizer = ours;
+  optimizer.engine.optimizer_bytes = kMegatron2021OptimizerBytes;
+  EXPECT_NEAR(predict(c, DType::kBF16, p, optimizer).optimizer_s, 62.0 * P / stream, 1e-12);
+
+  // A lower GEMM ceiling slows the GEMMs by the ratio of ceilings (lost work scales with it).
+  Cluster slow = ours;
+  slow.engine.gemm_efficiency = kGemmEfficiencyA100Era2022;
+  EXPECT_NEAR(predict(c, DType::kBF16, p, slow).gemm_s / base.gemm_s, 0.869 / (230.0 / 312.0), 1e-9);
+  EXPECT_DOUBLE_EQ(predict(c, DType::kBF16, p, slow).attention_s, base.attention_s);  // flash: own efficiency
+
+  // The profile sets all of them.
+  const Engine e2021 = find_engine("megatron-2021");
+  EXPECT_DOUBLE_EQ(e2021.gemm_efficiency, kGemmEfficiencyA100Era2022);
+  EXPECT_DOUBLE_EQ(e2021.hidden_dropout, 0.1);
+  EXPECT_FALSE(e2021.linear_bias_in_epilogue);
+  EXPECT_DOUBLE_EQ(e2021.wgrad_accumulation_bytes, 6.0);
+  EXPECT_DOUBLE_EQ(e2021.optimizer_bytes, kMegatron2021OptimizerBytes);
 }
 
 TEST(PlanThroughput, TensorParallelOverlapSettings) {
