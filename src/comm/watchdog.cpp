@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
 
 #include "core/error.h"
 
@@ -126,6 +127,12 @@ class WatchedPending final : public PendingCollective {
  public:
   WatchedPending(std::unique_ptr<PendingCollective> inner, Watchdog& watchdog, const Communicator& group)
       : inner_(std::move(inner)), watchdog_(watchdog), group_(group) {}
+  // Dropped without wait() in normal flow: still waited for under the watchdog, so that a dead
+  // peer is reported instead of hanging in the inner handle's destructor. (While an exception
+  // unwinds, the inner handle's destructor decides.)
+  ~WatchedPending() override {
+    if (inner_ && std::uncaught_exceptions() == 0) wait();
+  }
   void wait() override {
     if (!inner_) return;
     Watchdog::Scope s(watchdog_, "send_recv (wait)", group_);

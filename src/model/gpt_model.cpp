@@ -542,8 +542,9 @@ void GPTModel::layer_forward(int64_t l) {
 backend::GradWrite GPTModel::claim_grads(int64_t a, int64_t b) {
   const backend::GradWrite w = params_.claim_grad(a);
   if (b >= 0) {
-    MT_CHECK(params_.claim_grad(b) == w) << "gradients of " << params_[a].name << " and " << params_[b].name
-                                         << " are written together, but only one was written this step";
+    const backend::GradWrite wb = params_.claim_grad(b);
+    MT_CHECK(wb == w) << "gradients of " << params_[a].name << " and " << params_[b].name
+                      << " are written together, but only one was written this step";
   }
   return w;
 }

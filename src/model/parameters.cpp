@@ -1,5 +1,6 @@
 #include "model/parameters.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/dtype.h"
@@ -80,35 +81,45 @@ float philox_normal(uint64_t seed, uint64_t stream, uint64_t index) {
 }
 
 // Values are computed on the host in fp32, rounded to the model dtype there (round to nearest
-// even, as the device's conversion) and copied to the device in one transfer: a 1.3B model's
-// start-up was dominated by per-parameter staging buffers and conversions.
-void ParameterSet::initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers) {
+// even, as the device's conversion) and copied to the device in chunks of `chunk` (64M)
+// elements (a bounded host buffer: every data-parallel rank of a node initialises a full
+// replica at once): a 1.3B model's start-up was dominated by per-parameter staging buffers
+// and conversions.
+void ParameterSet::initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers,
+                              int64_t chunk) {
   MT_CHECK(values_.defined()) << "initialize() before allocate()";
   const float scaled_std = std / std::sqrt(2.0f * static_cast<float>(num_layers));
   const DType dt = values_.dtype();
-  Tensor host = Tensor::cpu({total_numel_}, dt, MemoryKind::kOther);
-  auto store = [&, base = static_cast<char*>(host.data())](int64_t i, float v) {
-    switch (dt) {
-      case DType::kF32: reinterpret_cast<float*>(base)[i] = v; break;
-      case DType::kBF16: reinterpret_cast<uint16_t*>(base)[i] = float_to_bf16(v); break;
-      case DType::kF16: reinterpret_cast<uint16_t*>(base)[i] = float_to_fp16(v); break;
-      default: MT_CHECK(false) << "parameters of dtype " << dtype_name(dt);
-    }
-  };
-  for (const Parameter& p : params_) {
-    const int64_t n = p.numel(), o = p.offset;
-    const float s = p.init == Init::kNormal ? std : p.init == Init::kScaledNormal ? scaled_std : 0.0f;
-#pragma omp parallel for schedule(static) if (n >= 4096)
-    for (int64_t k = 0; k < n; ++k) {
-      float v = p.init == Init::kOnes ? 1.0f : 0.0f;
-      if (p.init == Init::kNormal || p.init == Init::kScaledNormal) {
-        const int64_t g = tensor_parallel::global_index(p.global_shape, p.partition, k);
-        v = s * philox_normal(seed, static_cast<uint64_t>(p.init_stream), static_cast<uint64_t>(g));
+  MT_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16) << "parameters of dtype " << dtype_name(dt);
+  MT_CHECK(chunk > 0) << "initialize: chunk " << chunk;
+  const int64_t kChunk = chunk;
+  Tensor host = Tensor::cpu({std::min(total_numel_, kChunk)}, dt, MemoryKind::kOther);
+  char* const base = static_cast<char*>(host.data());
+  for (int64_t c0 = 0; c0 < total_numel_; c0 += kChunk) {
+    const int64_t c1 = std::min(total_numel_, c0 + kChunk);
+    for (const Parameter& p : params_) {
+      // This parameter's elements [k0, k1) that fall in the chunk [c0, c1) of the flat buffer.
+      const int64_t k0 = std::max<int64_t>(0, c0 - p.offset), k1 = std::min(p.numel(), c1 - p.offset);
+      if (k0 >= k1) continue;
+      const float s = p.init == Init::kNormal ? std : p.init == Init::kScaledNormal ? scaled_std : 0.0f;
+#pragma omp parallel for schedule(static) if (k1 - k0 >= 4096)
+      for (int64_t k = k0; k < k1; ++k) {
+        float v = p.init == Init::kOnes ? 1.0f : 0.0f;
+        if (p.init == Init::kNormal || p.init == Init::kScaledNormal) {
+          const int64_t g = tensor_parallel::global_index(p.global_shape, p.partition, k);
+          v = s * philox_normal(seed, static_cast<uint64_t>(p.init_stream), static_cast<uint64_t>(g));
+        }
+        const int64_t i = p.offset + k - c0;
+        if (dt == DType::kF32) {
+          reinterpret_cast<float*>(base)[i] = v;
+        } else {
+          reinterpret_cast<uint16_t*>(base)[i] = dt == DType::kBF16 ? float_to_bf16(v) : float_to_fp16(v);
+        }
       }
-      store(o + k, v);
     }
+    Tensor dst = values_.flat_view(c0, {c1 - c0});
+    backend.copy(host.flat_view(0, {c1 - c0}), dst);
   }
-  backend.copy(host, values_);
 }
 
 }  // namespace megatron::model

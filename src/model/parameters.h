@@ -77,7 +77,9 @@ class ParameterSet {
   // Fills the values per their Init from a counter-based normal stream: global element k of
   // parameter p is a pure function of (seed, p.init_stream, k), independent of the backend and of how
   // the tensors are sharded (a shard takes its elements' global indices). std is the init_method_std; num_layers scales kScaledNormal.
-  void initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers);
+  // The values go through a host buffer of `chunk` elements (tests use small ones).
+  void initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers,
+                  int64_t chunk = int64_t{1} << 26);
 
   std::vector<Parameter>& params() { return params_; }
   const std::vector<Parameter>& params() const { return params_; }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "backend/ops.h"
 #include "core/dtype.h"
@@ -60,6 +61,40 @@ TEST(Parameters, InitializeWritesEachParametersOwnStreamRoundedToTheModelDtype) 
       EXPECT_EQ(value(g, k), 1.0f);
     }
     EXPECT_NE(ps[w].init_stream, ps[o].init_stream);
+
+    // Chunks of 7 elements (cutting parameters in the middle) give the same bytes.
+    ParameterSet chunked;
+    chunked.add("w", {3, 5}, Init::kNormal);
+    chunked.add("b", {5}, Init::kZeros);
+    chunked.add("g", {5}, Init::kOnes);
+    chunked.add("o", {4, 3}, Init::kScaledNormal);
+    chunked.allocate(*cpu, dt);
+    chunked.initialize(*cpu, 99, std, layers, /*chunk=*/7);
+    ASSERT_EQ(chunked.values().nbytes(), ps.values().nbytes());
+    EXPECT_EQ(std::memcmp(chunked.values().data(), ps.values().data(), static_cast<size_t>(ps.values().nbytes())), 0)
+        << dtype_name(dt);
+  }
+}
+
+// A tensor-parallel shard takes its elements' global indices: rank 1 of 2 of a [4, 3]
+// parameter split along dim 0 holds the single process's rows 2 and 3; fp16 rounds the same
+// values.
+TEST(Parameters, TensorParallelShardsHoldTheirGlobalElements) {
+  auto cpu = backend::make_cpu_backend();
+  ParameterSet whole, shard;
+  whole.add("w", {4, 3}, Init::kNormal, 0);
+  whole.allocate(*cpu, DType::kF16);
+  whole.initialize(*cpu, 3, 1.0f, 2);
+  shard.set_tensor_parallel(1, 2);
+  shard.add("w", {4, 3}, Init::kNormal, 0);
+  shard.allocate(*cpu, DType::kF16);
+  shard.initialize(*cpu, 3, 1.0f, 2);
+  ASSERT_EQ(shard[0].shape, (Shape{2, 3}));
+  const uint16_t* a = whole.values().data_as<const uint16_t>();
+  const uint16_t* b = shard.values().data_as<const uint16_t>();
+  for (int64_t k = 0; k < 6; ++k) {
+    EXPECT_EQ(b[k], a[6 + k]) << k;
+    EXPECT_EQ(b[k], float_to_fp16(reference_normal(3, 0, static_cast<uint64_t>(6 + k)))) << k;
   }
 }
 
