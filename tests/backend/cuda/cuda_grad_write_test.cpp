@@ -15,6 +15,7 @@
 #include "backend/cpu/cpu_test_util.h"
 #include "backend/cuda/cuda_test_util.h"
 #include "backend/ops.h"
+#include "core/dtype.h"
 
 namespace megatron::backend {
 namespace {
@@ -69,6 +70,33 @@ TEST(CudaGradWrite, OverwriteGivesTheValuesOfAccumulatingIntoZeros) {
     for (int64_t i = 0; i < out; ++i) {
       ASSERT_FALSE(std::isnan(get(once, i))) << what << " bias_grad " << i;
       ASSERT_EQ(get(twice, i), 2.0 * get(once, i)) << what << " bias_grad " << i;
+    }
+  }
+}
+
+// No rows (an empty micro-batch shard): overwriting writes the empty sum, zeros, in every
+// output (the GEMM's k == 0 path, bias_grad's and layernorm_backward's early fills); fp32 too.
+TEST(CudaGradWrite, OverwriteWithNoRowsWritesZeros) {
+  MT_REQUIRE_CUDA();
+  auto gpu = make_cuda_backend();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const int64_t in = 24, out = 40, h = 24;
+    const Tensor x = gpu->empty({0, in}, dt, MemoryKind::kOther), dy = gpu->empty({0, out}, dt, MemoryKind::kOther);
+    const Tensor w = to_device(*gpu, host_random({out, in}, dt, 5));
+    Tensor dx = gpu->empty({0, in}, dt, MemoryKind::kOther);
+    Tensor dw = device_filled(*gpu, {out, in}, nan), db = device_filled(*gpu, {out}, nan);
+    gpu->linear_backward(dy, x, w, dx, dw, db, GradWrite::kOverwrite);
+    const Tensor gamma = to_device(*gpu, host_random({h}, dt, 6));
+    const Tensor mean = gpu->empty({0}, DType::kF32, MemoryKind::kOther);
+    const Tensor rstd = gpu->empty({0}, DType::kF32, MemoryKind::kOther);
+    Tensor dg = device_filled(*gpu, {h}, nan), dbeta = device_filled(*gpu, {h}, nan);
+    Tensor dln = gpu->empty({0, h}, dt, MemoryKind::kOther);
+    gpu->layernorm_backward(dy.view({0, h}), x.view({0, h}), gamma, mean, rstd, dln, dg, dbeta,
+                            GradWrite::kOverwrite);
+    for (const Tensor* t : {&dw, &db, &dg, &dbeta}) {
+      const Tensor host = to_host(*gpu, *t);
+      for (int64_t i = 0; i < host.numel(); ++i) ASSERT_EQ(get(host, i), 0.0) << dtype_name(dt) << " " << t->describe();
     }
   }
 }
