@@ -8,7 +8,8 @@
 // backward (before another compute can overwrite it); an activation stays in its set until
 // the set's backward; a receive is posted in the exchange just before its compute, or before
 // the forward that an interleaved steady-state pair runs first (that forward does not touch
-// output_grad_buffer).
+// output_grad_buffer); overlapped tables post some receives one compute earlier, never into a
+// buffer still in use (parallel/pipeline_schedule.h, "Overlapped exchanges").
 //
 // --overlap-p2p-communication (PipelineCallbacks::overlap_p2p): the table runs as
 // parallel::overlapped_exchanges makes it — each exchange split into an activation group and a

@@ -11,6 +11,11 @@
 //    nothing is waited for before finish_grad_sync, everything is by its end;
 //  - param gather: the gathers start in reading order (chunk 0's buckets first) and each is
 //    waited for right after the first "read k" that reaches into its bucket, not before.
+// And the pipeline exchanges under --overlap-p2p-communication, with a recording pipeline
+// group: every started group is waited for once, in order, only right before a compute that
+// touches one of its buffers and before any compute that does; interleaved receives start
+// before the compute preceding the one that reads them; a 1F1B forward does not wait for the
+// gradient group started with its input's receive.
 #include "train/pipeline_executor.h"
 
 #include <gtest/gtest.h>
