@@ -1,6 +1,8 @@
 #include "parallel/pipeline_schedule.h"
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include "core/error.h"
 
@@ -107,16 +109,67 @@ std::vector<PipelineAction> pipeline_schedule(const PipelineShape& s) {
   return table;
 }
 
+std::vector<PipelineAction> overlapped_exchanges(const std::vector<PipelineAction>& table,
+                                                 const std::vector<int64_t>& activation_sets) {
+  const int64_t vp = static_cast<int64_t>(activation_sets.size());
+  std::vector<PipelineAction> out;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const PipelineAction& a = table[i];
+    if (a.op != PipelineOp::kComm) {
+      out.push_back(a);
+      continue;
+    }
+    const PipelineAction none{PipelineOp::kComm, 0, 0, {}};
+    PipelineAction early = none, act = none, grad = none;
+    // The exchange after an interleaved steady-state pair (forward, backward): its activation
+    // messages are posted between the two, the receive running beside the backward; except a
+    // receive into the activation set that this backward frees (it holds the backward's
+    // micro-batch until then).
+    const PipelineAction* pair_backward = nullptr;
+    if (vp > 1 && i >= 2 && table[i - 1].op == PipelineOp::kBackward && table[i - 2].op == PipelineOp::kForward) {
+      pair_backward = &table[i - 1];
+    }
+    auto frees = [&](const P2PMessage& m) {
+      const int64_t sets = activation_sets[static_cast<size_t>(m.chunk)];
+      return pair_backward->chunk == m.chunk && pair_backward->micro_batch % sets == m.micro_batch % sets;
+    };
+    for (const P2PMessage& m : a.messages) {
+      if (m.gradient) {
+        grad.messages.push_back(m);
+      } else if (pair_backward != nullptr && (m.send || !frees(m))) {
+        early.messages.push_back(m);
+      } else {
+        act.messages.push_back(m);
+      }
+    }
+    if (!early.messages.empty()) out.insert(out.end() - 1, std::move(early));
+    if (!act.messages.empty()) out.push_back(std::move(act));
+    if (!grad.messages.empty()) out.push_back(std::move(grad));
+  }
+  return out;
+}
+
 std::vector<int64_t> max_in_flight(const std::vector<PipelineAction>& table, int64_t virtual_chunks) {
   std::vector<int64_t> now(static_cast<size_t>(virtual_chunks), 0), most(static_cast<size_t>(virtual_chunks), 0);
   bool any_backward = false;
   for (const PipelineAction& a : table) any_backward |= a.op == PipelineOp::kBackward;
+  // A set is taken when its input activation's receive is posted (or, with no receive, at the
+  // forward) and given back at the backward.
+  std::set<std::pair<int64_t, int64_t>> received;
+  auto take = [&](int64_t chunk) {
+    const size_t c = static_cast<size_t>(chunk);
+    most[c] = std::max(most[c], ++now[c]);
+  };
   for (const PipelineAction& a : table) {
     const size_t c = static_cast<size_t>(a.chunk);
-    if (a.op == PipelineOp::kForward) {
-      most[c] = std::max(most[c], ++now[c]);
+    if (a.op == PipelineOp::kComm) {
+      for (const P2PMessage& m : a.messages) {
+        if (!m.send && !m.gradient && received.insert({m.chunk, m.micro_batch}).second) take(m.chunk);
+      }
+    } else if (a.op == PipelineOp::kForward) {
+      if (!received.count({a.chunk, a.micro_batch})) take(a.chunk);
       if (!any_backward) now[c] = 0;  // forward only: the set is free once the output has left
-    } else if (a.op == PipelineOp::kBackward) {
+    } else {
       --now[c];
     }
   }

@@ -28,6 +28,24 @@
 // on (MPI Isend/Irecv + Waitall, an NCCL group), which is what keeps neighbouring stages that
 // both send and receive in one step from deadlocking. Between two stages messages match in
 // posting order (one tag): the tests check both sides list them in the same order.
+//
+// Overlapped exchanges (--overlap-p2p-communication, overlapped_exchanges()). The executor
+// starts each kComm step and waits for it only before the first compute that touches one of
+// its buffers; started steps still run one after another (NCCL: groups on one stream), so a
+// step that waits on a neighbour holds back every later step of its stage. Each exchange is
+// split into an activation group (sends to the next stage, receives from the previous) and a
+// gradient group after it (the other way), so that a forward waits only for activations. In the
+// interleaved steady state the activation group after a pair (F, B) moves between F and B
+// (Megatron's send_forward_recv_forward right after the forward): the next forward's input is
+// received while B runs, and the gradient group after B receives the next backward's gradient
+// while the next F runs. Both peers split the same exchange the same way, activations first,
+// so their groups still pair up as the blocking steps did. Not moved: a receive into the
+// activation set the pair's backward frees (the model has no spare set for it: it would
+// overwrite that backward's input), and 1F1B receives: there the last stage would post the
+// next forward's receive before its backward's send while the stage before it posts that
+// backward's receive before the next forward's send, a cycle on one stream (Megatron's 1F1B
+// has no overlapped exchanges either). A gradient receive is never posted before the previous
+// backward has read its own, so one output-gradient buffer is enough.
 #pragma once
 
 #include <cstdint>
@@ -73,7 +91,18 @@ void check_pipeline_shape(const PipelineShape& shape);
 // The table of `shape.stage` (checked with check_pipeline_shape).
 std::vector<PipelineAction> pipeline_schedule(const PipelineShape& shape);
 
-// Per chunk, the most micro-batches whose forward has run and whose backward has not yet
+// --overlap-p2p-communication: `table` (of pipeline_schedule) with each exchange split by
+// direction into two started groups, activations then gradients (Megatron's
+// send_forward_recv_forward, send_backward_recv_backward); in the interleaved steady state the
+// activation group after a pair (forward, backward) moves between the two. See "Overlapped
+// exchanges" above. `activation_sets[c]`: the sets chunk c has in the model (micro-batch k in
+// set k mod that, as the executor uses them; at least max_in_flight(table)), which decide the
+// receives that cannot move. The result needs no more sets than `table`.
+std::vector<PipelineAction> overlapped_exchanges(const std::vector<PipelineAction>& table,
+                                                 const std::vector<int64_t>& activation_sets);
+
+// Per chunk, the most micro-batches whose input activation has been received (the receive
+// posted; on virtual stage 0: whose forward has run) and whose backward has not yet run
 // (forward only: 1 per chunk that runs anything): how many activation sets the chunk needs.
 // Forwards and backwards of a chunk both go in micro-batch order, so micro-batch k can use
 // set k mod max_in_flight[c].

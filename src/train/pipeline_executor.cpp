@@ -41,8 +41,17 @@ std::vector<Span> compute_buffers(const parallel::PipelineAction& a, model::GPTM
 
 }  // namespace
 
-double run_pipeline(const std::vector<parallel::PipelineAction>& table, model::GPTModel& model, comm::Communicator& pp,
-                    const PipelineCallbacks& cb) {
+double run_pipeline(const std::vector<parallel::PipelineAction>& blocking_table, model::GPTModel& model,
+                    comm::Communicator& pp, const PipelineCallbacks& cb) {
+  // --overlap-p2p-communication: the exchanges split by direction and posted earlier
+  // (parallel::overlapped_exchanges, for the model's activation sets).
+  std::vector<parallel::PipelineAction> overlapped;
+  if (cb.overlap_p2p) {
+    std::vector<int64_t> sets;
+    for (int64_t c = 0; c < model.num_chunks(); ++c) sets.push_back(model.activation_sets(c));
+    overlapped = parallel::overlapped_exchanges(blocking_table, sets);
+  }
+  const std::vector<parallel::PipelineAction>& table = cb.overlap_p2p ? overlapped : blocking_table;
   auto set_of = [&](int64_t chunk, int64_t k) { return k % model.activation_sets(chunk); };
   // The computes that finish each chunk's gradients (--overlap-grad-reduce): its last backward,
   // and on the last virtual stage its last forward (the loss head's backward).
@@ -86,6 +95,7 @@ double run_pipeline(const std::vector<parallel::PipelineAction>& table, model::G
       const std::vector<Span> touched = compute_buffers(a, model, set_of(a.chunk, a.micro_batch), cb.head != nullptr);
       wait_for(&touched);
     }
+    if (a.op != parallel::PipelineOp::kComm && cb.before_compute) cb.before_compute(a, set_of(a.chunk, a.micro_batch));
     const bool sync = a.op != parallel::PipelineOp::kComm && finishes_grads(i);
     if (sync) cb.grad_sync(a.chunk, true);
     switch (a.op) {

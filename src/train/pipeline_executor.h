@@ -8,16 +8,20 @@
 // backward (before another compute can overwrite it); an activation stays in its set until
 // the set's backward; a receive is posted in the exchange just before its compute, or before
 // the forward that an interleaved steady-state pair runs first (that forward does not touch
-// output_grad_buffer).
+// output_grad_buffer); overlapped tables post some receives one compute earlier, never into a
+// buffer still in use (parallel/pipeline_schedule.h, "Overlapped exchanges").
 //
-// --overlap-p2p-communication (PipelineCallbacks::overlap_p2p): each exchange is started
-// (Communicator::start_send_recv: MPI Isend/Irecv, an NCCL group on the communicator's own
-// stream) instead of completed on the spot, and waited for only just before the first compute
-// that reads one of its receive buffers or writes one of its send buffers (the activation set
-// of the same (chunk, set), input_grad, output_grad_buffer), and at the end of the table. A
-// stage whose next compute needs nothing from the exchange (e.g. stage 0 sending warm-up
+// --overlap-p2p-communication (PipelineCallbacks::overlap_p2p): the table runs as
+// parallel::overlapped_exchanges makes it — each exchange split into an activation group and a
+// gradient group, and in the interleaved steady state the next forward's receive posted before
+// the backward it runs beside. Each group is started (Communicator::start_send_recv: MPI
+// Isend/Irecv, an NCCL group on the communicator's own stream) instead of completed on the
+// spot, and waited for only just before the first compute that reads one of its receive
+// buffers or writes one of its send buffers (the activation set of the same (chunk, set),
+// input_grad, output_grad_buffer), and at the end of the table. A stage whose next compute
+// needs nothing from a group (a forward and the gradient group, stage 0 sending warm-up
 // activations, the last stage sending gradients before its next forward) computes on while
-// its peer has yet to receive. Exchanges are waited for in the order they were started. The
+// its peer has yet to receive. Groups are waited for in the order they were started. The
 // values are those of the blocking exchange: the same messages into the same buffers.
 //
 // --overlap-grad-reduce (PipelineCallbacks::grad_sync): the computes that finish a chunk's
@@ -50,9 +54,13 @@ struct PipelineCallbacks {
   // Start exchanges and wait for them only where needed (see above); false: each completes
   // before the next action.
   bool overlap_p2p = false;
+  // Null: not called. Called for each kForward / kBackward with the activation set it uses,
+  // after the waits for its buffers, just before it runs (tests, tracing).
+  std::function<void(const parallel::PipelineAction& compute, int64_t set)> before_compute;
 };
 
-// Runs `table` and returns the sum of the micro-batch losses (last virtual stage; 0 elsewhere).
+// Runs `table` (the blocking form, as pipeline_schedule makes it) and returns the sum of the
+// micro-batch losses (last virtual stage; 0 elsewhere).
 double run_pipeline(const std::vector<parallel::PipelineAction>& table, model::GPTModel& model, comm::Communicator& pp,
                     const PipelineCallbacks& callbacks);
 

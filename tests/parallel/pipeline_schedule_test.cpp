@@ -1,11 +1,16 @@
 // The pipeline tables without communication: every stage's table is run together in a small
-// simulator of the executor's semantics (a kComm step posts all its messages, the stage waits
-// until each is matched; between two stages messages match in posting order), which checks
-// that every forward's input was produced and received, every backward follows its forward and
-// has its output gradient, messages pair up with the right data, and nothing deadlocks. The
-// small cases are also compared with tables worked out by hand.
+// simulator of the executor's semantics (see simulate() below: kComm steps of a stage run one
+// after another, messages match in posting order, a compute waits for all posted steps when
+// blocking and only for those touching its buffers when overlapped), which checks that every
+// forward's input was produced and received, every backward follows its forward and has its
+// output gradient, messages pair up with the right data, receives land in free buffers, and
+// nothing deadlocks — for the blocking tables and for their --overlap-p2p-communication form
+// (overlapped_exchanges). The small cases are also compared with tables worked out by hand,
+// and mutations of the overlapped posting order (directions swapped on one peer, 1F1B receives
+// one compute earlier, a receive into a busy set or gradient buffer) must fail.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -24,99 +29,204 @@ std::vector<std::vector<PipelineAction>> all_tables(int64_t pp, int64_t m, int64
   return t;
 }
 
-// Runs the tables; returns "" or what went wrong.
+// --overlap-p2p-communication tables of every stage, with the model's activation sets (those
+// of the blocking table).
+std::vector<std::vector<PipelineAction>> overlapped_tables(const std::vector<std::vector<PipelineAction>>& tables,
+                                                           int64_t vp, std::vector<std::vector<int64_t>>* sets) {
+  std::vector<std::vector<PipelineAction>> out;
+  for (const auto& t : tables) {
+    sets->push_back(max_in_flight(t, vp));
+    out.push_back(overlapped_exchanges(t, sets->back()));
+  }
+  return out;
+}
+
+// The buffers the executor (train/pipeline_executor.h) exchanges through, per stage: chunk
+// c's input and output activation of set k, input_grad (one) and output_grad_buffer (one).
+enum Buf : int64_t { kIn, kOut, kInGrad, kOutGrad };
+using BufId = std::tuple<int64_t, int64_t, int64_t>;  // (Buf, chunk, set)
+
+// Runs every stage's table together; returns "" or what went wrong. Each stage posts its kComm
+// steps in order; the steps of one stage run one after another, as NCCL groups on one stream
+// do (a step starts once the previous one has completed), and two stages' messages match only
+// between the steps they are running, the first unmatched message of a kind (peer, send or
+// receive) with the first of the other side. Blocking: a compute waits for every step posted
+// before it. Overlapped (--overlap-p2p-communication): a compute waits, as the executor does,
+// only up to the newest posted step that touches one of its buffers. MPI matches the same
+// messages with fewer constraints (any posted step, not only the running one), so a table that
+// completes here completes under MPI too.
+// Checked on the way: every forward's input and backward's output gradient has arrived
+// (forward before backward, the received data the one the compute needs), a send leaves only
+// what its compute produced and is still in the buffer, a receive lands only in a free buffer
+// (an activation set whose previous micro-batch has run its backward: `sets` per stage and
+// chunk, as the model allocates them; the output gradient consumed).
 std::string simulate(const std::vector<std::vector<PipelineAction>>& tables, int64_t pp, int64_t m, int64_t vp,
-                     bool forward_only) {
+                     bool forward_only, bool overlapped = false,
+                     std::vector<std::vector<int64_t>> sets = {}) {
   const int64_t last_v = pp * vp - 1;
+  if (sets.empty()) {
+    for (const auto& t : tables) sets.push_back(max_in_flight(t, vp));
+  }
   using Key = std::tuple<int64_t, int64_t, int64_t>;  // (stage, chunk, micro-batch)
   std::set<Key> fwd_done, bwd_done, input_here, grad_here;
-  std::vector<size_t> pos(static_cast<size_t>(pp), 0);
-  // Per stage, which messages of its current kComm step are matched.
-  std::vector<std::vector<bool>> matched(static_cast<size_t>(pp));
-  auto step_of = [&](int64_t s) -> const PipelineAction* {
-    const auto& t = tables[static_cast<size_t>(s)];
-    return pos[static_cast<size_t>(s)] < t.size() ? &t[pos[static_cast<size_t>(s)]] : nullptr;
+  struct Posted {
+    const PipelineAction* step;
+    std::vector<bool> matched;
+    std::vector<BufId> buffers;
+  };
+  struct Stage {
+    size_t pos = 0;
+    std::vector<Posted> posted;
+    size_t done = 0;                        // posted steps completed (in order)
+    std::map<BufId, int64_t> holds;         // activation buffers: micro-batch in them (absent: free)
+    std::pair<int64_t, int64_t> grad_in{-1, -1}, grad_out{-1, -1};  // (chunk, micro-batch) or free
+  };
+  std::vector<Stage> st(static_cast<size_t>(pp));
+  auto set_of = [&](int64_t s, int64_t chunk, int64_t mb) {
+    return mb % sets[static_cast<size_t>(s)][static_cast<size_t>(chunk)];
+  };
+  auto buffer_of = [&](int64_t s, const P2PMessage& msg) -> BufId {
+    if (msg.gradient) return {msg.send ? kInGrad : kOutGrad, 0, 0};
+    return {msg.send ? kOut : kIn, msg.chunk, set_of(s, msg.chunk, msg.micro_batch)};
+  };
+  // What a compute reads or writes (the executor's compute_buffers).
+  auto compute_buffers = [&](int64_t s, const PipelineAction& a) {
+    const int64_t v = virtual_stage(pp, s, a.chunk), set = set_of(s, a.chunk, a.micro_batch);
+    std::vector<BufId> out;
+    if (v > 0) out.push_back({kIn, a.chunk, set});
+    if (v < last_v) out.push_back({kOut, a.chunk, set});
+    const bool backward = a.op == PipelineOp::kBackward;
+    if (backward || (v == last_v && !forward_only)) out.push_back({kInGrad, 0, 0});
+    if (backward) out.push_back({kOutGrad, 0, 0});
+    return out;
   };
   // The virtual stage a message's data goes to (send) or comes from (receive).
   auto other_v = [&](int64_t s, const P2PMessage& msg) {
     const int64_t v = virtual_stage(pp, s, msg.chunk);
     return msg.gradient == msg.send ? v - 1 : v + 1;
   };
+  auto held = [](const Stage& me, const BufId& b) {
+    const auto it = me.holds.find(b);
+    return it == me.holds.end() ? int64_t{-1} : it->second;
+  };
+  auto where = [&](int64_t s, const PipelineAction& a) { return "stage " + std::to_string(s) + " " + to_string(a, vp); };
   for (;;) {
     bool progress = false, all_done = true;
     for (int64_t s = 0; s < pp; ++s) {
-      const PipelineAction* a = step_of(s);
-      if (!a) continue;
-      all_done = false;
-      const Key key{s, a->chunk, a->micro_batch};
-      const int64_t v = virtual_stage(pp, s, a->chunk);
-      if (a->op == PipelineOp::kForward) {
-        if (v > 0 && !input_here.count(key)) return "forward without input: stage " + std::to_string(s) + " " + to_string(*a, vp);
-        if (!fwd_done.insert(key).second) return "forward twice: " + to_string(*a, vp);
-        ++pos[static_cast<size_t>(s)];
-        progress = true;
-        continue;
-      }
-      if (a->op == PipelineOp::kBackward) {
-        if (!fwd_done.count(key)) return "backward before forward: " + to_string(*a, vp);
-        if (v < last_v && !grad_here.count(key)) return "backward without gradient: " + to_string(*a, vp);
-        if (!bwd_done.insert(key).second) return "backward twice: " + to_string(*a, vp);
-        ++pos[static_cast<size_t>(s)];
-        progress = true;
-        continue;
-      }
-      auto& mine = matched[static_cast<size_t>(s)];
-      if (mine.size() != a->messages.size()) mine.assign(a->messages.size(), false);
-      for (size_t i = 0; i < a->messages.size(); ++i) {
-        const P2PMessage& msg = a->messages[i];
-        if (mine[i]) continue;
-        // Only the earliest unmatched message of this direction to this peer can match.
-        bool earlier = false;
-        for (size_t j = 0; j < i; ++j) {
-          earlier |= !mine[j] && a->messages[j].peer == msg.peer && a->messages[j].send == msg.send;
+      Stage& me = st[static_cast<size_t>(s)];
+      const auto& table = tables[static_cast<size_t>(s)];
+      // Match the running step's messages with the peers' running steps.
+      if (me.done < me.posted.size()) {
+        Posted& mine = me.posted[me.done];
+        const std::vector<P2PMessage>& msgs = mine.step->messages;
+        for (size_t i = 0; i < msgs.size(); ++i) {
+          const P2PMessage& msg = msgs[i];
+          if (mine.matched[i]) continue;
+          bool earlier = false;
+          for (size_t j = 0; j < i; ++j) earlier |= !mine.matched[j] && msgs[j].peer == msg.peer && msgs[j].send == msg.send;
+          if (earlier) continue;
+          Stage& peer = st[static_cast<size_t>(msg.peer)];
+          if (peer.done >= peer.posted.size()) continue;
+          Posted& theirs = peer.posted[peer.done];
+          for (size_t j = 0; j < theirs.step->messages.size(); ++j) {
+            const P2PMessage& o = theirs.step->messages[j];
+            if (theirs.matched[j] || o.peer != s || o.send == msg.send) continue;
+            const bool same = o.gradient == msg.gradient && o.micro_batch == msg.micro_batch &&
+                              other_v(msg.peer, o) == virtual_stage(pp, s, msg.chunk) &&
+                              other_v(s, msg) == virtual_stage(pp, msg.peer, o.chunk);
+            if (!same) return "mismatched messages: " + where(s, *mine.step) + " vs " + where(msg.peer, *theirs.step);
+            mine.matched[i] = theirs.matched[j] = true;
+            const P2PMessage& recv = msg.send ? o : msg;
+            const int64_t at = msg.send ? msg.peer : s;
+            (recv.gradient ? grad_here : input_here).insert({at, recv.chunk, recv.micro_batch});
+            progress = true;
+            break;
+          }
         }
-        if (earlier) continue;
-        if (msg.send) {
-          const Key produced{s, msg.chunk, msg.micro_batch};
-          if (!(msg.gradient ? bwd_done : fwd_done).count(produced)) return "send before compute: " + to_string(*a, vp);
-        }
-        const PipelineAction* b = step_of(msg.peer);
-        if (!b || b->op != PipelineOp::kComm) continue;
-        auto& theirs = matched[static_cast<size_t>(msg.peer)];
-        if (theirs.size() != b->messages.size()) theirs.assign(b->messages.size(), false);
-        for (size_t j = 0; j < b->messages.size(); ++j) {
-          const P2PMessage& o = b->messages[j];
-          if (theirs[j] || o.peer != s || o.send == msg.send) continue;
-          // The first unmatched opposite message from s: it must carry the same data.
-          const bool same = o.gradient == msg.gradient && o.micro_batch == msg.micro_batch &&
-                            other_v(msg.peer, o) == virtual_stage(pp, s, msg.chunk) &&
-                            other_v(s, msg) == virtual_stage(pp, msg.peer, o.chunk);
-          if (!same) return "mismatched messages: stage " + std::to_string(s) + " " + to_string(*a, vp) + " vs stage " +
-                            std::to_string(msg.peer) + " " + to_string(*b, vp);
-          mine[i] = theirs[j] = true;
-          const P2PMessage& recv = msg.send ? o : msg;
-          const int64_t at = msg.send ? msg.peer : s;
-          (recv.gradient ? grad_here : input_here).insert({at, recv.chunk, recv.micro_batch});
+        if (std::find(mine.matched.begin(), mine.matched.end(), false) == mine.matched.end()) {
+          ++me.done;
           progress = true;
-          break;
         }
       }
-      bool complete = true;
-      for (bool x : mine) complete &= x;
-      if (complete) {
-        mine.clear();
-        ++pos[static_cast<size_t>(s)];
-        progress = true;
+      if (me.pos >= table.size()) {
+        all_done &= me.done == me.posted.size();
+        continue;
       }
+      all_done = false;
+      const PipelineAction& a = table[me.pos];
+      if (a.op == PipelineOp::kComm) {
+        // Posting: what is sent is in its buffer, what is received lands in a free one.
+        Posted p{&a, std::vector<bool>(a.messages.size(), false), {}};
+        for (const P2PMessage& msg : a.messages) {
+          const BufId b = buffer_of(s, msg);
+          p.buffers.push_back(b);
+          const std::pair<int64_t, int64_t> data{msg.chunk, msg.micro_batch};
+          if (msg.send && msg.gradient && me.grad_out != data) return "sends a stale input gradient: " + where(s, a);
+          if (msg.send && !msg.gradient && (!fwd_done.count({s, msg.chunk, msg.micro_batch}) || held(me, b) != msg.micro_batch)) {
+            return "sends an activation not in its buffer: " + where(s, a);
+          }
+          if (!msg.send && msg.gradient) {
+            if (me.grad_in.first >= 0) return "output gradient received over an unconsumed one: " + where(s, a);
+            me.grad_in = data;
+          }
+          if (!msg.send && !msg.gradient) {
+            if (me.holds.count(b)) return "activation received into a busy set: " + where(s, a);
+            me.holds[b] = msg.micro_batch;
+          }
+        }
+        me.posted.push_back(std::move(p));
+        ++me.pos;
+        progress = true;
+        continue;
+      }
+      // A compute: wait for the posted steps the executor would wait for.
+      const std::vector<BufId> touched = compute_buffers(s, a);
+      size_t need = overlapped ? 0 : me.posted.size();
+      for (size_t i = 0; overlapped && i < me.posted.size(); ++i) {
+        for (const BufId& b : me.posted[i].buffers) {
+          if (std::find(touched.begin(), touched.end(), b) != touched.end()) need = i + 1;
+        }
+      }
+      if (me.done < need) continue;
+      const Key key{s, a.chunk, a.micro_batch};
+      const int64_t v = virtual_stage(pp, s, a.chunk), set = set_of(s, a.chunk, a.micro_batch);
+      const BufId in{kIn, a.chunk, set}, out{kOut, a.chunk, set};
+      if (a.op == PipelineOp::kForward) {
+        if (v > 0 && (!input_here.count(key) || held(me, in) != a.micro_batch)) return "forward without input: " + where(s, a);
+        if (v == 0) {
+          if (me.holds.count(in)) return "forward into a busy set: " + where(s, a);
+          me.holds[in] = a.micro_batch;
+        }
+        if (!fwd_done.insert(key).second) return "forward twice: " + where(s, a);
+        me.holds[out] = a.micro_batch;
+        if (v == last_v && !forward_only) me.grad_out = {-1, -1};  // the loss head's backward
+        if (forward_only) me.holds.erase(in);
+      } else {
+        if (!fwd_done.count(key)) return "backward before forward: " + where(s, a);
+        if (v < last_v) {
+          if (!grad_here.count(key) || me.grad_in != std::pair<int64_t, int64_t>{a.chunk, a.micro_batch}) {
+            return "backward without gradient: " + where(s, a);
+          }
+          me.grad_in = {-1, -1};
+        }
+        if (held(me, in) != a.micro_batch) return "backward of a set holding another micro-batch: " + where(s, a);
+        me.holds.erase(in);
+        if (!bwd_done.insert(key).second) return "backward twice: " + where(s, a);
+        me.grad_out = {a.chunk, a.micro_batch};
+      }
+      ++me.pos;
+      progress = true;
     }
     if (all_done) break;
     if (!progress) {
-      std::string where;
+      std::string state;
       for (int64_t s = 0; s < pp; ++s) {
-        const PipelineAction* a = step_of(s);
-        where += " stage " + std::to_string(s) + " at " + (a ? to_string(*a, vp) : "end");
+        const Stage& me = st[static_cast<size_t>(s)];
+        const auto& table = tables[static_cast<size_t>(s)];
+        state += " stage " + std::to_string(s) + " at " + (me.pos < table.size() ? to_string(table[me.pos], vp) : "end");
+        if (me.done < me.posted.size()) state += " running " + to_string(*me.posted[me.done].step, vp);
       }
-      return "deadlock:" + where;
+      return "deadlock:" + state;
     }
   }
   const size_t expect = static_cast<size_t>(pp * vp * m);
@@ -177,10 +287,154 @@ TEST(PipelineSchedule, EveryShapeRunsWithoutDeadlock) {
         for (bool fo : {false, true}) {
           const std::string what = "pp " + std::to_string(pp) + " vp " + std::to_string(vp) + " M " +
                                    std::to_string(m) + (fo ? " forward only" : "");
-          EXPECT_EQ(simulate(all_tables(pp, m, vp, fo), pp, m, vp, fo), "") << what;
+          const auto tables = all_tables(pp, m, vp, fo);
+          EXPECT_EQ(simulate(tables, pp, m, vp, fo), "") << what;
+          // --overlap-p2p-communication: the same, split by direction, with the activation sets
+          // the blocking table needs (what the model allocates).
+          std::vector<std::vector<int64_t>> sets;
+          const auto split = overlapped_tables(tables, vp, &sets);
+          EXPECT_EQ(simulate(split, pp, m, vp, fo, /*overlapped=*/true, sets), "") << what << " overlapped";
         }
       }
     }
+  }
+}
+
+TEST(PipelineSchedule, OverlappedExchangesByHand) {
+  // 1F1B: each exchange becomes activations, then gradients; no receive moves (see the
+  // mutation test below for why).
+  const auto t = all_tables(2, 3, 1);
+  EXPECT_EQ(to_string(overlapped_exchanges(t[0], {2}), 1),
+            "F0 [sF0>1] F1 [sF1>1] [rB0<1] B0 F2 [sF2>1] [rB1<1] B1 [rB2<1] B2");
+  EXPECT_EQ(to_string(overlapped_exchanges(t[1], {1}), 1),
+            "[rF0<0] F0 B0 [rF1<0] [sB0>0] F1 B1 [rF2<0] [sB1>0] F2 B2 [sB2>0]");
+  // Interleaved pp 2, vp 2, M 4 (the hand table above). After each steady-state pair (F, B)
+  // the activation group moves between F and B: F1.1 [rF2.0<0] B1.1 on stage 1 receives F2.0's
+  // input beside B1.1, and [sB1.1>0 rB0.0<0] receives B0.0's gradient beside F2.0. A receive
+  // stays after the backward that frees its set: chunk 1 of stage 1 has one set, so rF1.1
+  // waits for B0.1; chunk 0 has 3, so rF3.0 waits for B0.0.
+  const auto u = all_tables(2, 4, 2);
+  EXPECT_EQ(to_string(overlapped_exchanges(u[0], {4, 2}), 2),
+            "F0.0 [sF0.0>1] F1.0 [sF1.0>1 rF0.1<1] F0.1 [sF0.1>1 rF1.1<1] F1.1 [sF1.1>1] [rB0.1<1] F2.0 "
+            "[sF2.0>1] B0.1 [sB0.1>1 rB1.1<1] F3.0 [sF3.0>1 rF2.1<1] B1.1 [sB1.1>1 rB0.0<1] F2.1 "
+            "[sF2.1>1 rF3.1<1] B0.0 [rB1.0<1] F3.1 [sF3.1>1] B1.0 [rB2.1<1] B2.1 [sB2.1>1 rB3.1<1] B3.1 "
+            "[sB3.1>1 rB2.0<1] B2.0 [rB3.0<1] B3.0");
+  EXPECT_EQ(to_string(overlapped_exchanges(u[1], {3, 1}), 2),
+            "[rF0.0<0] F0.0 [sF0.0>0 rF1.0<0] F1.0 [sF1.0>0 rF0.1<0] F0.1 B0.1 [rF1.1<0] [sB0.1>0] F1.1 "
+            "[rF2.0<0] B1.1 [sB1.1>0 rB0.0<0] F2.0 [sF2.0>0] B0.0 [rF3.0<0] [sB0.0>0 rB1.0<0] F3.0 "
+            "[sF3.0>0 rF2.1<0] B1.0 [sB1.0>0] F2.1 B2.1 [rF3.1<0] [sB2.1>0] F3.1 B3.1 [sB3.1>0 rB2.0<0] "
+            "B2.0 [sB2.0>0 rB3.0<0] B3.0 [sB3.0>0]");
+  // Forward only: nothing to split or move.
+  const auto f = all_tables(2, 4, 2, true);
+  EXPECT_EQ(overlapped_exchanges(f[1], {1, 1}), f[1]);
+}
+
+TEST(PipelineSchedule, OverlappedExchangesNeedNoMoreActivationSets) {
+  for (int64_t pp : {1, 2, 3, 4}) {
+    for (int64_t vp : {1, 2, 3}) {
+      if (pp == 1 && vp > 1) continue;
+      for (int64_t m : {1, 2, 3, 4, 6, 8, 9}) {
+        if (vp > 1 && m % pp != 0) continue;
+        std::vector<std::vector<int64_t>> sets;
+        const auto split = overlapped_tables(all_tables(pp, m, vp), vp, &sets);
+        for (size_t s = 0; s < split.size(); ++s) EXPECT_EQ(max_in_flight(split[s], vp), sets[s]);
+      }
+    }
+  }
+}
+
+// Swaps each activation group with the gradient group right after it.
+std::vector<PipelineAction> gradients_first(std::vector<PipelineAction> t) {
+  for (size_t i = 0; i + 1 < t.size(); ++i) {
+    if (t[i].op == PipelineOp::kComm && t[i + 1].op == PipelineOp::kComm && !t[i].messages[0].gradient &&
+        t[i + 1].messages[0].gradient) {
+      std::swap(t[i], t[i + 1]);
+      ++i;
+    }
+  }
+  return t;
+}
+
+// Each receive posted one compute earlier than pipeline_schedule puts it (joining the group
+// after that compute), as Megatron's interleaved steady state does, applied to 1F1B.
+std::vector<PipelineAction> receives_one_earlier(const std::vector<PipelineAction>& t) {
+  std::vector<PipelineAction> out;
+  for (const PipelineAction& a : t) {
+    if (a.op != PipelineOp::kComm) {
+      out.push_back(a);
+      continue;
+    }
+    PipelineAction sends{PipelineOp::kComm, 0, 0, {}}, recvs = sends;
+    for (const P2PMessage& m : a.messages) (m.send ? sends : recvs).messages.push_back(m);
+    // Back over the compute before this exchange, into the exchange before that compute (or
+    // a new one right after the compute before it).
+    size_t at = out.size();
+    if (at > 0 && out[at - 1].op != PipelineOp::kComm && !recvs.messages.empty()) {
+      if (at > 1 && out[at - 2].op == PipelineOp::kComm) {
+        for (const P2PMessage& m : recvs.messages) out[at - 2].messages.push_back(m);
+      } else {
+        out.insert(out.end() - 1, recvs);
+      }
+      recvs.messages.clear();
+    }
+    for (const P2PMessage& m : recvs.messages) sends.messages.push_back(m);
+    if (!sends.messages.empty()) out.push_back(sends);
+  }
+  return out;
+}
+
+TEST(PipelineSchedule, OverlappedMutationsFail) {
+  // The two directions in opposite orders on odd stages: a stage runs its activation group
+  // while its neighbour runs the gradient group, neither completes.
+  {
+    std::vector<std::vector<int64_t>> sets;
+    auto split = overlapped_tables(all_tables(2, 3, 1), 1, &sets);
+    split[1] = gradients_first(split[1]);
+    EXPECT_EQ(simulate(split, 2, 3, 1, false, true, sets).rfind("deadlock:", 0), 0u)
+        << simulate(split, 2, 3, 1, false, true, sets);
+    std::vector<std::vector<int64_t>> sets2;
+    auto inter = overlapped_tables(all_tables(2, 4, 2), 2, &sets2);
+    inter[1] = gradients_first(inter[1]);
+    EXPECT_EQ(simulate(inter, 2, 4, 2, false, true, sets2).rfind("deadlock:", 0), 0u)
+        << simulate(inter, 2, 4, 2, false, true, sets2);
+  }
+  // 1F1B with every receive one compute earlier: the last stage posts the next forward's
+  // receive before its backward's send, the stage before it the backward's receive before the
+  // next forward's send; on one stream each waits for the other (Megatron's 1F1B schedule has
+  // no overlapped exchanges either). With enough activation sets, so that only the order fails.
+  {
+    std::vector<std::vector<PipelineAction>> early;
+    std::vector<std::vector<int64_t>> sets;
+    for (const auto& t : all_tables(2, 3, 1)) {
+      early.push_back(receives_one_earlier(t));
+      sets.push_back({3});
+    }
+    EXPECT_EQ(to_string(early[1], 1), "[rF0<0] F0 [rF1<0] B0 [sB0>0] F1 [rF2<0] B1 [sB1>0] F2 B2 [sB2>0]");
+    EXPECT_EQ(simulate(early, 2, 3, 1, false, true, sets).rfind("deadlock:", 0), 0u)
+        << simulate(early, 2, 3, 1, false, true, sets);
+  }
+  // Interleaved: the receive of F1.1 on stage 1 moved before B0.1, which still reads chunk 1's
+  // only set.
+  {
+    std::vector<std::vector<int64_t>> sets;
+    auto split = overlapped_tables(all_tables(2, 4, 2), 2, &sets);
+    auto& t = split[1];
+    const auto b = std::find(t.begin(), t.end(), PipelineAction{PipelineOp::kBackward, 1, 0, {}});
+    ASSERT_EQ(to_string(*(b + 1), 2), "[rF1.1<0]");
+    std::iter_swap(b, b + 1);
+    EXPECT_EQ(simulate(split, 2, 4, 2, false, true, sets), "activation received into a busy set: stage 1 [rF1.1<0]");
+  }
+  // The gradient receive of a backward posted before the backward before it consumed its own:
+  // one output-gradient buffer is enough only because no table does that.
+  {
+    std::vector<std::vector<int64_t>> sets;
+    auto split = overlapped_tables(all_tables(2, 4, 2), 2, &sets);
+    auto& t = split[0];
+    const auto b = std::find(t.begin(), t.end(), PipelineAction{PipelineOp::kBackward, 0, 0, {}});
+    ASSERT_EQ(to_string(*(b + 1), 2), "[rB1.0<1]");
+    std::iter_swap(b, b + 1);
+    EXPECT_EQ(simulate(split, 2, 4, 2, false, true, sets),
+              "output gradient received over an unconsumed one: stage 0 [rB1.0<1]");
   }
 }
 

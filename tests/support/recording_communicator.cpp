@@ -1,5 +1,7 @@
 #include "support/recording_communicator.h"
 
+#include <cstring>
+
 #include "core/error.h"
 
 namespace megatron::test {
@@ -51,6 +53,29 @@ std::unique_ptr<comm::PendingCollective> RecordingCommunicator::start_reduce_sca
 std::unique_ptr<comm::PendingCollective> RecordingCommunicator::start_all_gather(const Tensor&, Tensor& out,
                                                                                 std::span<const int64_t>) {
   return started("all_gather", out);
+}
+
+std::string RecordingCommunicator::exchange(std::span<const comm::PointToPoint> ops) {
+  MT_CHECK(p2p_name) << "pipeline exchange on a recording communicator without p2p_name";
+  std::string what;
+  for (const comm::PointToPoint& op : ops) {
+    if (!what.empty()) what += ' ';
+    what += op.send ? "send " : "recv ";
+    what += p2p_name(op.tensor);
+    if (!op.send) std::memset(op.tensor.data(), 0, static_cast<size_t>(op.tensor.nbytes()));
+  }
+  return what;
+}
+
+void RecordingCommunicator::send_recv(std::span<const comm::PointToPoint> ops) {
+  log.push_back("blocking " + exchange(ops));
+}
+
+std::unique_ptr<comm::PendingCollective> RecordingCommunicator::start_send_recv(
+    std::span<const comm::PointToPoint> ops) {
+  const std::string what = exchange(ops);
+  log.push_back("start " + what);
+  return std::make_unique<Pending>(log, what);
 }
 
 }  // namespace megatron::test

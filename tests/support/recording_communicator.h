@@ -1,11 +1,13 @@
-// A data-parallel group of two ranks that moves no data and logs, in order, what is started
+// A group of two ranks that moves no data and logs, in order, what is started
 // and waited for: "start <op> [a, b)" and "wait <op> [a, b)", with [a, b) the element offsets
 // of the collective's buffer inside whichever of `bases` (flat buffers: a ParameterSet's grads
 // or values) holds it. Blocking collectives log "blocking <op>". For the overlap tests of
-// train/grad_buffer and train/pipeline_executor. Other entries may be appended to `log` by the
-// test itself (hook calls, computes) to check the interleaving.
+// train/grad_buffer and train/pipeline_executor (as the data-parallel or the pipeline group).
+// Other entries may be appended to `log` by the test itself (hook calls, computes) to check
+// the interleaving.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -30,7 +32,11 @@ class RecordingCommunicator final : public comm::Communicator {
   void broadcast(Tensor&, int64_t) override {}
   void send(const Tensor&, int64_t) override {}
   void recv(Tensor&, int64_t) override {}
-  void send_recv(std::span<const comm::PointToPoint>) override {}
+  // Pipeline exchanges (with `p2p_name` set): logged as "blocking <ops>", "start <ops>" and
+  // "wait <ops>", <ops> the messages in order as "send <name>" / "recv <name>"; receives are
+  // filled with zeros when posted.
+  void send_recv(std::span<const comm::PointToPoint> ops) override;
+  std::unique_ptr<comm::PendingCollective> start_send_recv(std::span<const comm::PointToPoint> ops) override;
   void barrier() override {}
   std::unique_ptr<comm::Communicator> split(int64_t, int64_t, const std::string&) override { return nullptr; }
   std::unique_ptr<comm::PendingCollective> start_all_reduce(Tensor& x, comm::ReduceOp) override;
@@ -42,9 +48,12 @@ class RecordingCommunicator final : public comm::Communicator {
   std::string where(const Tensor& t) const;
 
   std::vector<std::string> log;
+  // The test's name for a pipeline buffer (required for send_recv / start_send_recv).
+  std::function<std::string(const Tensor&)> p2p_name;
 
  private:
   std::unique_ptr<comm::PendingCollective> started(const char* op, const Tensor& t);
+  std::string exchange(std::span<const comm::PointToPoint> ops);
   std::vector<Tensor> bases_;
   std::string name_ = "dp";
 };

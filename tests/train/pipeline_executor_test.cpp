@@ -11,11 +11,19 @@
 //    nothing is waited for before finish_grad_sync, everything is by its end;
 //  - param gather: the gathers start in reading order (chunk 0's buckets first) and each is
 //    waited for right after the first "read k" that reaches into its bucket, not before.
+// And the pipeline exchanges under --overlap-p2p-communication, with a recording pipeline
+// group: every started group is waited for once, in order, only right before a compute that
+// touches one of its buffers and before any compute that does; interleaved receives start
+// before the compute preceding the one that reads them; a 1F1B forward does not wait for the
+// gradient group started with its input's receive.
 #include "train/pipeline_executor.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <deque>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,9 +33,9 @@
 namespace megatron::train {
 namespace {
 
-model::GPTConfig tiny_config() {
+model::GPTConfig tiny_config(int64_t layers = 4) {
   model::GPTConfig c;
-  c.num_layers = 4;
+  c.num_layers = layers;
   c.hidden_size = 8;
   c.num_attention_heads = 2;
   c.kv_channels = 4;
@@ -201,6 +209,196 @@ TEST(PipelineExecutor, OverlapPointsFollowTheLastMicroBatchOfEachChunk) {
   for (int64_t vp : {1, 2}) {
     for (int64_t stage : {0, 1}) check_stage(vp, stage);
   }
+}
+
+// ---- --overlap-p2p-communication: where exchanges are started and waited for ----
+
+// One stage of a pipeline of `pp` stages (M micro-batches, vp chunks) run alone with a
+// recording pipeline group: the log holds the exchanges ("blocking ...", "start ...",
+// "wait ...": "send out 0.1" = chunk 0's output of set 1, "recv in", "send igrad", "recv
+// ograd") and "F3.1" / "B0" for each compute, logged after its waits. `touched` gets, per
+// logged compute, the buffers it reads or writes (the executor's rule).
+std::vector<std::string> p2p_log(int64_t pp, int64_t vp, int64_t stage, int64_t micro, int64_t layers, bool overlap,
+                                 std::map<std::string, std::vector<std::string>>* touched) {
+  const model::GPTConfig c = tiny_config(layers);
+  const std::vector<parallel::PipelineAction> table = parallel::pipeline_schedule({pp, stage, micro, vp, false});
+  auto backend = backend::make_cpu_backend();
+  model::GPTModel model(c, *backend, DType::kF32, 1, {}, {pp, stage, vp, parallel::max_in_flight(table, vp)});
+  model.parameters().initialize(*backend, 3, 0.1f, c.num_layers);
+  test::RecordingCommunicator comm({});
+  auto set_name = [](int64_t chunk, int64_t set) { return std::to_string(chunk) + "." + std::to_string(set); };
+  comm.p2p_name = [&](const Tensor& t) -> std::string {
+    if (t.data() == model.input_grad().data()) return "igrad";
+    if (t.data() == model.output_grad_buffer().data()) return "ograd";
+    for (int64_t ci = 0; ci < vp; ++ci) {
+      for (int64_t k = 0; k < model.activation_sets(ci); ++k) {
+        if (!model.is_first_virtual(ci) && t.data() == model.input_buffer(ci, k).data()) return "in " + set_name(ci, k);
+        if (!model.is_last_virtual(ci) && t.data() == model.output(ci, k).data()) return "out " + set_name(ci, k);
+      }
+    }
+    ADD_FAILURE() << "an exchange of an unknown buffer";
+    return "?";
+  };
+  model::HeadBackward head;
+  head.grad_scale = 1.0f / static_cast<float>(micro);
+  PipelineCallbacks cb;
+  cb.load = [&](int64_t, model::MicroBatch* mb) {
+    mb->batch = 1;
+    mb->seq = c.seq_length;
+    mb->tokens.assign(static_cast<size_t>(c.seq_length), 5);
+    mb->labels.assign(static_cast<size_t>(c.seq_length), 7);
+    mb->loss_mask.assign(static_cast<size_t>(c.seq_length), 1.0f);
+  };
+  cb.dropout = [](int64_t) { return model::DropoutContext{}; };
+  cb.head = &head;
+  cb.overlap_p2p = overlap;
+  cb.before_compute = [&](const parallel::PipelineAction& a, int64_t set) {
+    const std::string name = parallel::to_string(a, vp);
+    comm.log.push_back(name);
+    std::vector<std::string>& b = (*touched)[name];
+    if (!model.is_first_virtual(a.chunk)) b.push_back("in " + set_name(a.chunk, set));
+    if (!model.is_last_virtual(a.chunk)) b.push_back("out " + set_name(a.chunk, set));
+    const bool backward = a.op == parallel::PipelineOp::kBackward;
+    if (backward || model.is_last_virtual(a.chunk)) b.push_back("igrad");
+    if (backward) b.push_back("ograd");
+  };
+  run_pipeline(table, model, comm, cb);
+  return comm.log;
+}
+
+// The buffers of a logged exchange ("start send out 0.1 recv in 1.0" -> {out 0.1, in 1.0}).
+std::vector<std::string> exchange_buffers(const std::string& entry) {
+  std::vector<std::string> out;
+  std::istringstream in(entry.substr(entry.find(' ') + 1));
+  std::string dir, kind, which;
+  while (in >> dir >> kind) {
+    if (kind == "in" || kind == "out") {
+      in >> which;
+      kind += " " + which;
+    }
+    out.push_back(kind);
+  }
+  return out;
+}
+
+bool is_compute(const std::string& e) { return e[0] == 'F' || e[0] == 'B'; }
+
+// Checks the waits of an overlapped log: every started exchange is waited for once, in start
+// order; no compute runs while an exchange of one of its buffers is unwaited; and a run of
+// waits ends with an exchange of the compute right after it (or the end of the table): no
+// wait earlier than needed. Returns, per compute that reads a received buffer, whether that
+// receive was started before the compute preceding it (it ran beside that compute).
+std::map<std::string, bool> check_waits(const std::vector<std::string>& log,
+                                        const std::map<std::string, std::vector<std::string>>& touched) {
+  std::deque<std::string> unwaited;  // started, oldest first
+  std::map<std::string, size_t> received_at;  // buffer -> log index of the start receiving into it
+  std::map<std::string, bool> beside;
+  size_t last_compute = 0;
+  for (size_t i = 0; i < log.size(); ++i) {
+    const std::string& e = log[i];
+    EXPECT_NE(e.rfind("blocking", 0), 0u) << "a blocking exchange under --overlap-p2p-communication";
+    if (e.rfind("start ", 0) == 0) {
+      unwaited.push_back(e.substr(6));
+      const std::vector<std::string> bufs = exchange_buffers(e);
+      std::istringstream in(e.substr(6));
+      for (const std::string& b : bufs) {
+        if (e.find("recv " + b) != std::string::npos) received_at[b] = i;
+      }
+      continue;
+    }
+    if (e.rfind("wait ", 0) == 0) {
+      EXPECT_FALSE(unwaited.empty()) << "wait without start at " << i;
+      if (unwaited.empty()) continue;
+      EXPECT_EQ(e.substr(5), unwaited.front()) << "waited out of start order at " << i;
+      unwaited.pop_front();
+      // The last wait of a run: the next compute touches one of its buffers (or none follows).
+      if (i + 1 < log.size() && log[i + 1].rfind("wait ", 0) != 0) {
+        size_t next = i + 1;
+        while (next < log.size() && !is_compute(log[next])) ++next;
+        if (next == log.size()) continue;
+        const std::vector<std::string>& t = touched.at(log[next]);
+        bool hit = false;
+        for (const std::string& b : exchange_buffers(e)) hit |= std::find(t.begin(), t.end(), b) != t.end();
+        EXPECT_TRUE(hit) << e << " waited for before " << log[next] << ", which does not touch it";
+      }
+      continue;
+    }
+    // A compute: nothing it touches is still in flight.
+    for (const std::string& pending : unwaited) {
+      for (const std::string& b : exchange_buffers("x " + pending)) {
+        const std::vector<std::string>& t = touched.at(e);
+        EXPECT_EQ(std::find(t.begin(), t.end(), b), t.end()) << e << " runs while '" << pending << "' is in flight";
+      }
+    }
+    const std::string reads = e[0] == 'F' ? (touched.at(e).empty() ? "" : touched.at(e)[0]) : "ograd";
+    if (received_at.count(reads) && received_at[reads] > 0) {
+      if (reads.rfind("in ", 0) == 0 || e[0] == 'B') beside[e] = received_at[reads] < last_compute;
+      received_at.erase(reads);
+    }
+    last_compute = i;
+  }
+  EXPECT_TRUE(unwaited.empty()) << "exchanges never waited for";
+  return beside;
+}
+
+std::vector<std::string> overlapped_computes(const std::map<std::string, bool>& beside) {
+  std::vector<std::string> out;
+  for (const auto& [compute, yes] : beside) {
+    if (yes) out.push_back(compute);
+  }
+  return out;
+}
+
+TEST(PipelineExecutor, OverlappedReceivesRunBesideThePrecedingCompute) {
+  // Interleaved PP2 (vp 2, M 4), stage 1: the overlapped table (pipeline_schedule_test's
+  // by hand) receives F2.0's input while B1.1 runs and F2.1's while B1.0 runs, and B0.0's
+  // gradient while F2.0 runs and B1.0's while F3.0 runs; the blocking run receives nothing
+  // early.
+  std::map<std::string, std::vector<std::string>> touched;
+  const std::vector<std::string> log = p2p_log(2, 2, 1, 4, 4, true, &touched);
+  EXPECT_EQ(overlapped_computes(check_waits(log, touched)), (std::vector<std::string>{"B0.0", "B1.0", "F2.0", "F2.1"}));
+  const auto at = [&](const std::string& e) { return std::find(log.begin(), log.end(), e) - log.begin(); };
+  EXPECT_LT(at("start recv in 0.2"), at("B1.1"));
+  EXPECT_EQ(at("wait recv in 0.2") + 1, at("F2.0")) << "waited for right before the forward that reads it";
+  EXPECT_LT(at("start send igrad recv ograd"), at("F2.0"));
+
+  std::map<std::string, std::vector<std::string>> touched_blocking;
+  const std::vector<std::string> blocking = p2p_log(2, 2, 1, 4, 4, false, &touched_blocking);
+  size_t exchanges = 0;
+  for (const std::string& e : blocking) {
+    if (is_compute(e)) continue;
+    EXPECT_EQ(e.rfind("blocking ", 0), 0u) << e;
+    ++exchanges;
+  }
+  size_t steps = 0;
+  for (const parallel::PipelineAction& a : parallel::pipeline_schedule({2, 1, 4, 2, false})) {
+    steps += a.op == parallel::PipelineOp::kComm;
+  }
+  EXPECT_EQ(exchanges, steps) << "the blocking table's steps, unchanged";
+}
+
+TEST(PipelineExecutor, OverlappedForwardWaitsOnlyForActivations) {
+  // 1F1B PP3 (M 4), the middle stage: the exchange before F2 (sB0 to stage 0, rF2 from it) is
+  // two groups; F2 waits for the activation and runs while the gradient send is in flight,
+  // which is waited for only before B1 (which overwrites input_grad).
+  std::map<std::string, std::vector<std::string>> touched;
+  const std::vector<std::string> log = p2p_log(3, 1, 1, 4, 3, true, &touched);
+  check_waits(log, touched);
+  // The first occurrence of `e` after index `from`.
+  const auto at = [&](const std::string& e, std::ptrdiff_t from = -1) {
+    return std::find(log.begin() + (from + 1), log.end(), e) - log.begin();
+  };
+  const auto b0 = at("B0"), f2 = at("F2");
+  ASSERT_LT(f2, static_cast<std::ptrdiff_t>(log.size()));
+  // Between B0 and F2: the receive of F2's input (set 0), then the send of B0's input gradient.
+  EXPECT_EQ(std::vector<std::string>(log.begin() + b0 + 1, log.begin() + f2),
+            (std::vector<std::string>{"start recv in 0.0", "start send igrad", "wait recv in 0.0"}));
+  const auto wait_grad = at("wait send igrad", f2);
+  EXPECT_LT(wait_grad, at("B1")) << "waited for after F2, before the next backward";
+  // Blocking: one exchange carries both.
+  std::map<std::string, std::vector<std::string>> touched_blocking;
+  const std::vector<std::string> blocking = p2p_log(3, 1, 1, 4, 3, false, &touched_blocking);
+  EXPECT_NE(std::find(blocking.begin(), blocking.end(), "blocking send igrad recv in 0.0"), blocking.end());
 }
 
 }  // namespace

@@ -240,24 +240,33 @@ TEST(TrainerPipelineParallel, OverlapChangesNothingButTiming) {
   }
 }
 
-// --overlap-p2p-communication alone, PP2 (1F1B) and PP2 interleaved: the exchanges are started
-// and waited for later, the values are the blocking exchanges' (==). A receive waited for too
-// late (or a send buffer overwritten while in flight) would feed a stage stale activations.
+// --overlap-p2p-communication alone, PP2 and PP4 (1F1B) and PP2 interleaved, dropout on: the
+// exchanges are split into activation and gradient groups, started, waited for later, and in
+// the interleaved steady state the next forward's input is received during the backward
+// (parallel::overlapped_exchanges); the values are the blocking exchanges' (==). A receive
+// waited for too late, posted into a set still in use, or a send buffer overwritten while in
+// flight would feed a stage other activations or gradients and move the loss.
 TEST(TrainerPipelineParallel, OverlappedP2PMatchesBlockingBitForBit) {
   const std::string dir = test::scratch_dir("trainer_pp_overlap_p2p");
   test::write_walk_corpus(dir);
   const auto base = tp1(train_flags(dir, "0.1"));  // dropout on: the masks follow the micro-batches
-  const std::vector<std::vector<std::string>> layouts = {
-      {"--pipeline-model-parallel-size", "2"},
-      {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}};
-  for (size_t i = 0; i < layouts.size(); ++i) {
+  struct Case {
+    std::string name;
+    int np;
+    std::vector<std::string> flags;
+  };
+  const std::vector<Case> cases = {
+      {"PP2", 2, {"--pipeline-model-parallel-size", "2"}},
+      {"PP4", 4, {"--pipeline-model-parallel-size", "4"}},
+      {"PP2 interleaved", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}}};
+  for (size_t i = 0; i < cases.size(); ++i) {
     std::vector<std::string> b = base;
-    b.insert(b.end(), layouts[i].begin(), layouts[i].end());
+    b.insert(b.end(), cases[i].flags.begin(), cases[i].flags.end());
     const std::string at = dir + "/" + std::to_string(i);
-    const auto blocking = run_logged(b, {}, 2, at + "blocking.jsonl");
-    ASSERT_EQ(blocking.size(), 10u);
-    expect_identical(blocking, run_logged(b, {"--overlap-p2p-communication"}, 2, at + "overlap.jsonl"), 10,
-                     i == 0 ? "PP2 --overlap-p2p-communication" : "PP2 interleaved --overlap-p2p-communication");
+    const auto blocking = run_logged(b, {}, cases[i].np, at + "blocking.jsonl");
+    ASSERT_EQ(blocking.size(), 10u) << cases[i].name;
+    expect_identical(blocking, run_logged(b, {"--overlap-p2p-communication"}, cases[i].np, at + "overlap.jsonl"), 10,
+                     cases[i].name + " --overlap-p2p-communication");
   }
 }
 
