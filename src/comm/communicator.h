@@ -41,6 +41,13 @@ class PendingCollective {
   virtual void wait() = 0;
 };
 
+// A handle whose collective has already completed (the blocking defaults of start_*, and
+// callers with nothing to start).
+class FinishedCollective final : public PendingCollective {
+ public:
+  void wait() override {}
+};
+
 // One message of Communicator::send_recv: send `tensor` to, or receive it from, group rank
 // `peer` (a view: the caller keeps the storage alive until send_recv returns).
 struct PointToPoint {

@@ -249,8 +249,8 @@ class GPTModel {
   // The input of a column-parallel linear from its LayerNorm output [n_local, h]: the rows
   // gathered into ws_full_ under sequence parallelism, else `ln_out` itself.
   Tensor column_input(const Tensor& ln_out);
-  // Row-parallel output (forward) or column-parallel input gradient (backward) `partial`
-  // [n, h]: summed over TP, all-reduced in place (returns `partial`), or reduce-scattered
+  // Row-parallel output (forward; the backward's column-parallel input gradients go through
+  // column_backward) `partial` [n, h]: summed over TP, all-reduced in place (returns `partial`), or reduce-scattered
   // into its sequence shard (returns that view).
   Tensor reduce_rows(Tensor& partial);
   // A column-parallel linear's backward from dy [n, out]: dX [n, in] into dx_partial, summed

@@ -36,22 +36,16 @@ void reduce_scatter_sequence(comm::Communicator& tp, Tensor& full, Tensor& shard
   comm::reduce_scatter(tp, flat_full, flat_shard, comm::ReduceOp::kSum);
 }
 
-namespace {
-class Finished final : public comm::PendingCollective {
- public:
-  void wait() override {}
-};
-}  // namespace
-
 std::unique_ptr<comm::PendingCollective> start_all_reduce_tp(comm::Communicator& tp, Tensor& x) {
-  if (tp.size() == 1) return std::make_unique<Finished>();
+  if (tp.size() == 1) return std::make_unique<comm::FinishedCollective>();
   return tp.start_all_reduce(x, comm::ReduceOp::kSum);
 }
 
 std::unique_ptr<comm::PendingCollective> start_reduce_scatter_sequence(comm::Communicator& tp, Tensor& full,
                                                                        Tensor& shard) {
   MT_CHECK_EQ(shard.numel() * tp.size(), full.numel());
-  if (tp.size() == 1 && shard.data() == full.data()) return std::make_unique<Finished>();  // in place, one rank
+  // One rank, in place: the shard already holds the sum.
+  if (tp.size() == 1 && shard.data() == full.data()) return std::make_unique<comm::FinishedCollective>();
   Tensor flat_full = full.view({full.numel()});
   Tensor flat_shard = shard.view({shard.numel()});
   const std::vector<int64_t> counts(static_cast<size_t>(tp.size()), flat_shard.numel());

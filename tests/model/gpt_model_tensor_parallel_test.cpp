@@ -8,13 +8,13 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "backend/ops.h"
 #include "comm/mpi_communicator.h"
 #include "model/gpt_model.h"
 #include "support/deferred_communicator.h"
+#include "support/micro_batches.h"
 #include "support/mpi.h"
 
 namespace megatron::model {
@@ -35,20 +35,6 @@ GPTConfig tiny_config() {
   return c;
 }
 
-MicroBatch batch(const GPTConfig& c, int64_t b) {
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
-  MicroBatch mb;
-  mb.batch = b;
-  mb.seq = c.seq_length;
-  for (int64_t i = 0; i < b * c.seq_length; ++i) {
-    mb.tokens.push_back(tok(rng));
-    mb.labels.push_back(tok(rng));
-    mb.loss_mask.push_back(1.0f);
-  }
-  return mb;
-}
-
 struct Result {
   float loss = 0.0f;
   std::vector<float> grads;
@@ -62,7 +48,7 @@ Result forward_backward(const GPTConfig& c, comm::Communicator& tp, bool sp) {
   GPTModel model(c, *cpu, DType::kF32, 2, opts);
   model.parameters().initialize(*cpu, 11, c.init_method_std, c.num_layers);
   Result r;
-  r.loss = model.forward(batch(c, 2), {});
+  r.loss = model.forward(test::random_micro_batch(2, c.seq_length, c.vocab_size, 7, false), {});
   model.backward(1.0f, 1.0f);
   const Tensor& g = model.parameters().grads();
   r.grads.resize(static_cast<size_t>(g.numel()));

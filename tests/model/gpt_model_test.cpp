@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "core/error.h"
 #include "model/gpt_model.h"
 #include "optim/loss_scaler.h"
+#include "support/micro_batches.h"
 #include "train/optimizer.h"
 
 namespace megatron::model {
@@ -37,19 +37,7 @@ GPTConfig tiny_config() {
   return c;
 }
 
-MicroBatch random_batch(int64_t b, int64_t s, int64_t vocab, uint32_t seed, bool partial_mask) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab) - 1);
-  MicroBatch mb;
-  mb.batch = b;
-  mb.seq = s;
-  for (int64_t i = 0; i < b * s; ++i) {
-    mb.tokens.push_back(tok(rng));
-    mb.labels.push_back(tok(rng));
-    mb.loss_mask.push_back(partial_mask && i % 3 == 1 ? 0.0f : 1.0f);
-  }
-  return mb;
-}
+using test::random_micro_batch;
 
 // Central differences of the loss against the analytic gradient on a spread of elements of
 // every parameter. fp32 forward: with step 1e-2 the truncation error is ~eps^2 * f''' / 6
@@ -90,7 +78,7 @@ void check_gradients(const GPTConfig& config, const MicroBatch& mb, const Dropou
 
 TEST(GPTModel, GradientsMatchFiniteDifferences) {
   const GPTConfig c = tiny_config();
-  check_gradients(c, random_batch(2, c.seq_length, c.vocab_size, 1, /*partial_mask=*/true), {});
+  check_gradients(c, random_micro_batch(2, c.seq_length, c.vocab_size, 1, /*partial_mask=*/true), {});
 }
 
 TEST(GPTModel, GradientsMatchFiniteDifferencesWithDropout) {
@@ -101,7 +89,7 @@ TEST(GPTModel, GradientsMatchFiniteDifferencesWithDropout) {
   ctx.seed = 99;
   ctx.iteration = 3;
   ctx.micro_batch = 1;
-  check_gradients(c, random_batch(2, c.seq_length, c.vocab_size, 2, false), ctx);
+  check_gradients(c, random_micro_batch(2, c.seq_length, c.vocab_size, 2, false), ctx);
 }
 
 TEST(GPTModel, GradientsMatchFiniteDifferencesUntiedNoBiasExactGelu) {
@@ -110,7 +98,7 @@ TEST(GPTModel, GradientsMatchFiniteDifferencesUntiedNoBiasExactGelu) {
   c.add_bias_linear = false;
   c.gelu = Gelu::kExact;
   c.kv_channels = 3;  // heads * kv_channels != hidden
-  check_gradients(c, random_batch(3, c.seq_length, c.vocab_size, 3, true), {});
+  check_gradients(c, random_micro_batch(3, c.seq_length, c.vocab_size, 3, true), {});
 }
 
 TEST(GPTModel, DropoutIsAFunctionOfTheContext) {
@@ -120,7 +108,7 @@ TEST(GPTModel, DropoutIsAFunctionOfTheContext) {
   auto backend = backend::make_cpu_backend();
   GPTModel model(c, *backend, DType::kF32, 2);
   model.parameters().initialize(*backend, 1, c.init_method_std, c.num_layers);
-  const MicroBatch mb = random_batch(2, c.seq_length, c.vocab_size, 4, false);
+  const MicroBatch mb = random_micro_batch(2, c.seq_length, c.vocab_size, 4, false);
   DropoutContext a;
   a.seed = 5;
   a.iteration = 1;
@@ -143,7 +131,7 @@ TEST(GPTModel, RecomputeGivesBitIdenticalGradients) {
   base.num_layers = 5;
   base.attention_dropout = 0.2f;
   base.hidden_dropout = 0.2f;
-  const MicroBatch mb = random_batch(2, base.seq_length, base.vocab_size, 6, true);
+  const MicroBatch mb = random_micro_batch(2, base.seq_length, base.vocab_size, 6, true);
   DropoutContext ctx;
   ctx.seed = 11;
   ctx.iteration = 3;
@@ -186,13 +174,13 @@ TEST(GPTModel, InitialLossIsNearLogVocab) {
   auto backend = backend::make_cpu_backend();
   GPTModel model(c, *backend, DType::kF32, 4);
   model.parameters().initialize(*backend, 3, c.init_method_std, c.num_layers);
-  const float loss = model.forward(random_batch(4, c.seq_length, c.vocab_size, 5, false), {});
+  const float loss = model.forward(random_micro_batch(4, c.seq_length, c.vocab_size, 5, false), {});
   EXPECT_NEAR(loss, std::log(512.0), 0.05);  // near-uniform logits over the padded vocabulary
 }
 
 TEST(GPTModel, SixteenBitModelsTrackFp32) {
   const GPTConfig c = tiny_config();
-  const MicroBatch mb = random_batch(2, c.seq_length, c.vocab_size, 6, false);
+  const MicroBatch mb = random_micro_batch(2, c.seq_length, c.vocab_size, 6, false);
   auto backend = backend::make_cpu_backend();
   GPTModel ref(c, *backend, DType::kF32, 2);
   ref.parameters().initialize(*backend, 11, c.init_method_std, c.num_layers);
@@ -221,7 +209,7 @@ TEST(GPTModel, MemorisesAFixedBatch) {
   model.parameters().initialize(*backend, 1, c.init_method_std, c.num_layers);
   train::OptimizerConfig oc;
   train::MixedPrecisionOptimizer opt(model.parameters(), *backend, oc, optim::GradScaler::constant(1.0f));
-  const MicroBatch mb = random_batch(4, c.seq_length, c.vocab_size, 8, false);
+  const MicroBatch mb = random_micro_batch(4, c.seq_length, c.vocab_size, 8, false);
   float first = 0, last = 0;
   for (int step = 0; step < 300; ++step) {
     opt.zero_grads();
@@ -246,8 +234,8 @@ TEST(GPTModel, ZeroGradsWithoutAFillGivesTheGradientsOfAZeroedBuffer) {
     c.untie_embeddings_and_output_weights = untied;
     c.add_bias_linear = !untied;
     auto backend = backend::make_cpu_backend();
-    const MicroBatch mbs[2] = {random_batch(2, c.seq_length, c.vocab_size, 1, true),
-                               random_batch(2, c.seq_length, c.vocab_size, 2, false)};
+    const MicroBatch mbs[2] = {random_micro_batch(2, c.seq_length, c.vocab_size, 1, true),
+                               random_micro_batch(2, c.seq_length, c.vocab_size, 2, false)};
     // The gradients after backwards over mbs[first, last), the buffer NaN + stale or zeroed.
     auto grads_after = [&](int first, int last, bool stale_buffer) {
       GPTModel model(c, *backend, DType::kF32, 2);
@@ -291,7 +279,7 @@ TEST(GPTModel, ReduceGradientsRefusesAGradientTheBackwardDidNotWrite) {
   train::OptimizerConfig oc;
   train::MixedPrecisionOptimizer opt(model.parameters(), *backend, oc, optim::GradScaler::constant(1.0f));
   opt.zero_grads();
-  model.forward(random_batch(2, c.seq_length, c.vocab_size, 3, false), {});
+  model.forward(random_micro_batch(2, c.seq_length, c.vocab_size, 3, false), {});
   try {
     opt.reduce_gradients();
     FAIL() << "no backward ran, yet reduce_gradients accepted the stale gradients";
@@ -322,8 +310,8 @@ TEST(GPTModel, PipelineStagesEqualTheWholeModel) {
   c.recompute = Recompute::kUniform;
   c.recompute_num_layers = 1;
   auto backend = backend::make_cpu_backend();
-  const MicroBatch mbs[2] = {random_batch(2, c.seq_length, c.vocab_size, 1, true),
-                             random_batch(2, c.seq_length, c.vocab_size, 2, false)};
+  const MicroBatch mbs[2] = {random_micro_batch(2, c.seq_length, c.vocab_size, 1, true),
+                             random_micro_batch(2, c.seq_length, c.vocab_size, 2, false)};
   DropoutContext d[2];
   for (int k = 0; k < 2; ++k) {
     d[k].seed = 3;

@@ -49,6 +49,22 @@ model::GPTConfig tiny_config(int64_t layers = 4) {
   return c;
 }
 
+// The callbacks of a stage fed one fixed micro-batch (tokens 5, labels 7, every position
+// counted) without dropout; `head` is the loss head's backward on the last stage.
+PipelineCallbacks fixed_batch_callbacks(const model::GPTConfig& c, model::HeadBackward* head) {
+  PipelineCallbacks cb;
+  cb.load = [seq = c.seq_length](int64_t, model::MicroBatch* mb) {
+    mb->batch = 1;
+    mb->seq = seq;
+    mb->tokens.assign(static_cast<size_t>(seq), 5);
+    mb->labels.assign(static_cast<size_t>(seq), 7);
+    mb->loss_mask.assign(static_cast<size_t>(seq), 1.0f);
+  };
+  cb.dropout = [](int64_t) { return model::DropoutContext{}; };
+  cb.head = head;
+  return cb;
+}
+
 // The pipeline group of a stage that runs alone: receives fill zeros, sends go nowhere.
 class NoPeers final : public comm::Communicator {
  public:
@@ -92,7 +108,9 @@ void check_stage(int64_t vp, int64_t stage) {
   model::GPTModel model(c, *backend, DType::kF32, 1, {}, pipe);
   model::ParameterSet& ps = model.parameters();
   ps.initialize(*backend, 3, 0.1f, c.num_layers);
-  auto offset = [&](int64_t k) { return k < static_cast<int64_t>(ps.params().size()) ? ps[k].offset : ps.total_numel(); };
+  auto offset = [&](int64_t k) {
+    return k < static_cast<int64_t>(ps.params().size()) ? ps[k].offset : ps.total_numel();
+  };
 
   test::RecordingCommunicator dp({ps.grads(), ps.values()});
   std::vector<std::string>& log = dp.log;
@@ -118,16 +136,7 @@ void check_stage(int64_t vp, int64_t stage) {
   gb.start_param_gather(/*overlap=*/true);
   model::HeadBackward head;
   head.grad_scale = 1.0f / kMicro;
-  PipelineCallbacks cb;
-  cb.load = [&](int64_t, model::MicroBatch* mb) {
-    mb->batch = 1;
-    mb->seq = c.seq_length;
-    mb->tokens.assign(static_cast<size_t>(c.seq_length), 5);
-    mb->labels.assign(static_cast<size_t>(c.seq_length), 7);
-    mb->loss_mask.assign(static_cast<size_t>(c.seq_length), 1.0f);
-  };
-  cb.dropout = [](int64_t) { return model::DropoutContext{}; };
-  cb.head = &head;
+  PipelineCallbacks cb = fixed_batch_callbacks(c, &head);
   cb.grad_sync = [&](int64_t chunk, bool on) {
     if (!on) return gb.disarm_grad_overlap();
     const auto [first, end] = model.chunk_parameters(chunk);
@@ -241,16 +250,7 @@ std::vector<std::string> p2p_log(int64_t pp, int64_t vp, int64_t stage, int64_t 
   };
   model::HeadBackward head;
   head.grad_scale = 1.0f / static_cast<float>(micro);
-  PipelineCallbacks cb;
-  cb.load = [&](int64_t, model::MicroBatch* mb) {
-    mb->batch = 1;
-    mb->seq = c.seq_length;
-    mb->tokens.assign(static_cast<size_t>(c.seq_length), 5);
-    mb->labels.assign(static_cast<size_t>(c.seq_length), 7);
-    mb->loss_mask.assign(static_cast<size_t>(c.seq_length), 1.0f);
-  };
-  cb.dropout = [](int64_t) { return model::DropoutContext{}; };
-  cb.head = &head;
+  PipelineCallbacks cb = fixed_batch_callbacks(c, &head);
   cb.overlap_p2p = overlap;
   cb.before_compute = [&](const parallel::PipelineAction& a, int64_t set) {
     const std::string name = parallel::to_string(a, vp);

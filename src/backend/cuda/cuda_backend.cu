@@ -11,8 +11,10 @@
 // since integer addition is exact and order-free.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -415,6 +417,19 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
   return std::make_unique<CudaBackend>(device);
 }
 
+bool env_switch(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || std::string(v).empty() || std::string(v) == "0") return false;
+  if (std::string(v) == "1") return true;
+  throw_error("[", name, "] '", v, "' is not 0 or 1");
+}
+
+CudaBackend& as_cuda(Backend& backend, const char* what) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) throw_error(what, ": the backend is not a CUDA backend");
+  return *cuda;
+}
+
 CudaBackend::CudaBackend(int device) : device_(device) {
   try {
     MT_CUDA_CHECK(cudaSetDevice(device_));
@@ -425,8 +440,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     MT_CUDA_CHECK(cudaMalloc(&scratch_, kScratchBytes));
     scratch_bytes_ = kScratchBytes;
     attention_impl_ = attention_impl_from_env();
-    gemm_autotune_ = gemm_autotune_from_env();
-    layernorm_warp_forward_ = layernorm_warp_forward_from_env();
+    gemm_autotune_ = env_switch("MEGATRON_GEMM_AUTOTUNE");
+    layernorm_warp_forward_ = env_switch("MEGATRON_LN_WARP_FORWARD");
   } catch (...) {
     free_resources(stream_, lt_, workspace_, scratch_);
     throw;

@@ -61,12 +61,10 @@ struct CudnnAttentionDeleter {
 // MEGATRON_ATTENTION_IMPL (attention_impl.h): kAuto when unset; megatron::Error naming the
 // variable for anything but auto, cudnn or own. Defined in cudnn_attention.cpp.
 AttentionImpl attention_impl_from_env();
-// MEGATRON_GEMM_AUTOTUNE (gemm_tuning.h): false when unset; an error for anything but 0 or 1.
-// Defined in cuda_gemm.cu.
-bool gemm_autotune_from_env();
-// MEGATRON_LN_WARP_FORWARD (layernorm_paths.h): false when unset; an error for anything but 0
-// or 1. Defined in cuda_norm.cu.
-bool layernorm_warp_forward_from_env();
+// An on/off environment variable (MEGATRON_GEMM_AUTOTUNE, gemm_tuning.h;
+// MEGATRON_LN_WARP_FORWARD, layernorm_paths.h): false when unset, empty or 0, true for 1,
+// megatron::Error naming the variable for anything else. Defined in cuda_backend.cu.
+bool env_switch(const char* name);
 
 class CudaBackend : public Backend {
  public:
@@ -178,6 +176,10 @@ class CudaBackend : public Backend {
   std::unique_ptr<CudnnAttention, CudnnAttentionDeleter> cudnn_attention_;  // created on first use
   std::set<std::string> attention_fallbacks_reported_;  // stderr lines already printed
 };
+
+// `backend` as the CUDA backend it must be; megatron::Error "<what>: the backend is not a CUDA
+// backend" otherwise (the free setters of attention_impl.h, gemm_tuning.h, layernorm_paths.h).
+CudaBackend& as_cuda(Backend& backend, const char* what);
 
 // Device-side helpers shared by the .cu files (defined in cuda_common.cuh).
 }  // namespace megatron::backend

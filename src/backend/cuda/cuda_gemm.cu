@@ -174,18 +174,7 @@ cublasLtMatmulAlgo_t fastest_algo(CudaBackend& be, const std::vector<cublasLtMat
 
 }  // namespace
 
-bool gemm_autotune_from_env() {
-  const char* v = std::getenv("MEGATRON_GEMM_AUTOTUNE");
-  if (v == nullptr || std::string(v).empty() || std::string(v) == "0") return false;
-  if (std::string(v) == "1") return true;
-  throw_error("[MEGATRON_GEMM_AUTOTUNE] '", v, "' is not 0 or 1");
-}
-
-void set_gemm_autotune(Backend& backend, bool on) {
-  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
-  if (cuda == nullptr) throw_error("set_gemm_autotune: not a CUDA backend");
-  cuda->set_gemm_autotune(on);
-}
+void set_gemm_autotune(Backend& backend, bool on) { as_cuda(backend, "set_gemm_autotune").set_gemm_autotune(on); }
 
 namespace {
 

@@ -46,10 +46,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <optional>
-#include <string>
 #include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
@@ -717,17 +715,8 @@ float* partial_scratch(const CudaBackend& be, size_t floats, std::optional<Strea
 }  // namespace
 }  // namespace cuda
 
-bool layernorm_warp_forward_from_env() {
-  const char* v = std::getenv("MEGATRON_LN_WARP_FORWARD");
-  if (v == nullptr || std::string(v).empty() || std::string(v) == "0") return false;
-  if (std::string(v) == "1") return true;
-  throw_error("[MEGATRON_LN_WARP_FORWARD] '", v, "' is not 0 or 1");
-}
-
 void set_layernorm_warp_forward(Backend& backend, bool on) {
-  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
-  if (cuda == nullptr) throw_error("set_layernorm_warp_forward: not a CUDA backend");
-  cuda->set_layernorm_warp_forward(on);
+  as_cuda(backend, "set_layernorm_warp_forward").set_layernorm_warp_forward(on);
 }
 
 // ---- launchers ------------------------------------------------------------------------------

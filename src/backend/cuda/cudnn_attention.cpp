@@ -837,16 +837,6 @@ std::string CudaBackend::describe_cudnn_attention(DType dtype, int64_t s, int64_
 
 // ---- attention_impl.h ----------------------------------------------------------------------------
 
-namespace {
-
-CudaBackend& as_cuda(Backend& backend, const char* what) {
-  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
-  if (cuda == nullptr) throw_error(what, ": the backend is not a CUDA backend");
-  return *cuda;
-}
-
-}  // namespace
-
 void set_attention_impl(Backend& backend, AttentionImpl impl) {
   as_cuda(backend, "set_attention_impl").set_attention_impl(impl);
 }
