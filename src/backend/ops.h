@@ -148,10 +148,15 @@ class Backend {
   // out[n, h] = (x - mean) * rstd * gamma + beta; mean[n], rstd[n] (fp32) saved for backward.
   virtual void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& out,
                                  Tensor& mean, Tensor& rstd) = 0;
-  // dx[n, h] (overwritten), dgamma[h] (+=), dbeta[h] (+=).
+  // dx[n, h], dgamma[h] (+=), dbeta[h] (+=). dx_write kOverwrite: dx = the LayerNorm input
+  // gradient (dx may alias dy). kAccumulate: dx holds the residual path's gradient on entry and
+  // gets dx + LayerNorm gradient with the bits of the unfused pair (the LayerNorm gradient
+  // rounded to dx's dtype, then the sum rounded, as layernorm_backward into a temporary followed
+  // by add); dx must not alias dy. It saves the residual add's separate pass over three tensors.
   virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                   const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                                  GradWrite write = GradWrite::kAccumulate) = 0;
+                                  GradWrite write = GradWrite::kAccumulate,
+                                  GradWrite dx_write = GradWrite::kOverwrite) = 0;
 
   // ---- embeddings -----------------------------------------------------------------------
   // out[s, b, h] = wte[tokens[b, s]] + wpe[s] (tokens int32; positions 0..s-1). A token

@@ -324,8 +324,9 @@ void ProfilingBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, c
 }
 void ProfilingBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                           const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                                          GradWrite write) {
-  timed(kLayernormBackward, [&] { inner_->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write); });
+                                          GradWrite write, GradWrite dx_write) {
+  timed(kLayernormBackward,
+        [&] { inner_->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write); });
 }
 
 void ProfilingBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {

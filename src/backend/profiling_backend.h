@@ -97,7 +97,8 @@ class ProfilingBackend final : public Backend {
                          Tensor& mean, Tensor& rstd) override;
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                           const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                          GradWrite write = GradWrite::kAccumulate) override;
+                          GradWrite write = GradWrite::kAccumulate,
+                          GradWrite dx_write = GradWrite::kOverwrite) override;
 
   void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) override;
   void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) override;

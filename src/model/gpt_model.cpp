@@ -583,9 +583,9 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   backend_.linear_dgelu_backward(d_fc2, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
                                  config_.gelu, claim_grads(p.fc2_w, p.fc2_b));
   const Tensor d_ln2 = column_backward(ws_f_, column_input(a.ln2_out), p.fc1_w, p.fc1_b, ws_h2_);
-  backend_.layernorm_backward(d_ln2, a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, h1,
-                              grad(p.ln2_w), grad(p.ln2_b), claim_grads(p.ln2_w, p.ln2_b));
-  backend_.add(g, h1, g);  // g = d(x_mid): the residual path plus the MLP branch
+  // g = d(x_mid): the residual path plus the MLP branch (the add fused into the backward).
+  backend_.layernorm_backward(d_ln2, a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, g, grad(p.ln2_w),
+                              grad(p.ln2_b), claim_grads(p.ln2_w, p.ln2_b), backend::GradWrite::kAccumulate);
 
   // Attention branch: x_mid = x + dropout(proj + b_proj).
   const Tensor d_proj =
@@ -596,9 +596,9 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   backend_.attention_backward(ws_q_, a.qkv, a.attn_out, a.attn_lse, ws_qkv_, attention_params(gl));
   const Tensor d_ln1 =
       column_backward(ws_qkv_.view({n, 3 * q_size_}), column_input(a.ln1_out), p.qkv_w, p.qkv_b, ws_h2_);
-  backend_.layernorm_backward(d_ln1, x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, h1, grad(p.ln1_w),
-                              grad(p.ln1_b), claim_grads(p.ln1_w, p.ln1_b));
-  backend_.add(g, h1, g);  // g = d(x): residual plus the attention branch
+  // g = d(x): the residual path plus the attention branch.
+  backend_.layernorm_backward(d_ln1, x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, g, grad(p.ln1_w), grad(p.ln1_b),
+                              claim_grads(p.ln1_w, p.ln1_b), backend::GradWrite::kAccumulate);
 }
 
 }  // namespace megatron::model

@@ -53,7 +53,16 @@ void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const T
 
 void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                     const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                                    GradWrite write) {
+                                    GradWrite write, GradWrite dx_write) {
+  if (dx_write == GradWrite::kAccumulate) {
+    // The definition of the fused form: the LayerNorm gradient in dx's dtype, then the add.
+    MT_CHECK(dx.data() != dy.data()) << "layernorm backward adding into dx: dx " << dx.describe()
+                                     << " must not alias dy";
+    Tensor ln_dx = Tensor::cpu(dx.shape(), dx.dtype());
+    layernorm_backward(dy, x, gamma, mean, rstd, ln_dx, dgamma, dbeta, write, GradWrite::kOverwrite);
+    add(dx, ln_dx, dx);
+    return;
+  }
   const int64_t h = x.dim(-1);
   const int64_t n = rows_of(x, h, "layernorm x");
   MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel())

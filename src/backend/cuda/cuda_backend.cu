@@ -417,11 +417,21 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
   return std::make_unique<CudaBackend>(device);
 }
 
-bool env_switch(const char* name) {
+bool env_switch(const char* name, bool fallback) {
   const char* v = std::getenv(name);
-  if (v == nullptr || std::string(v).empty() || std::string(v) == "0") return false;
+  if (v == nullptr || std::string(v).empty()) return fallback;
+  if (std::string(v) == "0") return false;
   if (std::string(v) == "1") return true;
   throw_error("[", name, "] '", v, "' is not 0 or 1");
+}
+
+int64_t env_count(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || std::string(v).empty()) return fallback;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (*end != '\0' || n < lo || n > hi) throw_error("[", name, "] '", v, "' is not an integer in [", lo, ", ", hi, "]");
+  return n;
 }
 
 CudaBackend& as_cuda(Backend& backend, const char* what) {
@@ -441,7 +451,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     scratch_bytes_ = kScratchBytes;
     attention_impl_ = attention_impl_from_env();
     gemm_autotune_ = env_switch("MEGATRON_GEMM_AUTOTUNE");
-    layernorm_warp_forward_ = env_switch("MEGATRON_LN_WARP_FORWARD");
+    layernorm_warp_forward_ = env_switch("MEGATRON_LN_WARP_FORWARD", true);
+    layernorm_backward_blocks_ = env_count("MEGATRON_LN_BACKWARD_BLOCKS", layernorm_backward_blocks_, 1, 65535);
   } catch (...) {
     free_resources(stream_, lt_, workspace_, scratch_);
     throw;

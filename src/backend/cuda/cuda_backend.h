@@ -62,9 +62,12 @@ struct CudnnAttentionDeleter {
 // variable for anything but auto, cudnn or own. Defined in cudnn_attention.cpp.
 AttentionImpl attention_impl_from_env();
 // An on/off environment variable (MEGATRON_GEMM_AUTOTUNE, gemm_tuning.h;
-// MEGATRON_LN_WARP_FORWARD, layernorm_paths.h): false when unset, empty or 0, true for 1,
-// megatron::Error naming the variable for anything else. Defined in cuda_backend.cu.
-bool env_switch(const char* name);
+// MEGATRON_LN_WARP_FORWARD, layernorm_paths.h): `fallback` when unset or empty, false for 0,
+// true for 1, megatron::Error naming the variable for anything else. Defined in cuda_backend.cu.
+bool env_switch(const char* name, bool fallback = false);
+// The integer in environment variable `name`, `fallback` when unset or empty; megatron::Error
+// naming the variable when it is not an integer in [lo, hi].
+int64_t env_count(const char* name, int64_t fallback, int64_t lo, int64_t hi);
 
 class CudaBackend : public Backend {
  public:
@@ -104,7 +107,8 @@ class CudaBackend : public Backend {
                          Tensor& mean, Tensor& rstd) override;
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                           const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                          GradWrite write = GradWrite::kAccumulate) override;
+                          GradWrite write = GradWrite::kAccumulate,
+                          GradWrite dx_write = GradWrite::kOverwrite) override;
 
   void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) override;
   void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) override;
@@ -143,6 +147,7 @@ class CudaBackend : public Backend {
   bool gemm_autotune() const { return gemm_autotune_; }
   // LayerNorm forward kernel choice (layernorm_paths.h).
   void set_layernorm_warp_forward(bool on) { layernorm_warp_forward_ = on; }
+  int64_t layernorm_backward_blocks() const { return layernorm_backward_blocks_; }
   // "" if attention of this case would run on cuDNN (both directions), else why not.
   std::string cudnn_attention_unavailable(DType dtype, int64_t s, int64_t b, const AttentionParams& params);
   // cuDNN's version, engines and workspace for this case (cudnn_attention.h describe()).
@@ -172,7 +177,11 @@ class CudaBackend : public Backend {
   AttentionImpl attention_impl_ = AttentionImpl::kAuto;
   bool attention_deterministic_ = false;
   bool gemm_autotune_ = false;
-  bool layernorm_warp_forward_ = false;
+  bool layernorm_warp_forward_ = true;
+  // Blocks of the fused LayerNorm backward (cuda_norm.cu): the rows are split into this many
+  // parts whatever the device, so the summation order depends only on (n, h, dtype, this).
+  // MEGATRON_LN_BACKWARD_BLOCKS sets it for measurements.
+  int64_t layernorm_backward_blocks_ = 256;
   std::unique_ptr<CudnnAttention, CudnnAttentionDeleter> cudnn_attention_;  // created on first use
   std::set<std::string> attention_fallbacks_reported_;  // stderr lines already printed
 };

@@ -36,6 +36,15 @@ __device__ __forceinline__ void store_f(void* p, DType dt, int64_t i, float v) {
   }
 }
 
+// v rounded to dtype dt (nearest even) and back to fp32: what store_f then load_f give.
+__device__ __forceinline__ float round_to(float v, DType dt) {
+  switch (dt) {
+    case DType::kBF16: return __bfloat162float(__float2bfloat16_rn(v));
+    case DType::kF16: return __half2float(__float2half_rn(v));
+    default: return v;
+  }
+}
+
 // Vectorised access in groups of 4 elements (the Philox block size), shared by the
 // elementwise and loss kernels: raw 16-bit patterns <-> fp32 (RNE on the way back), then
 // load4/store4.

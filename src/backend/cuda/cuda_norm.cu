@@ -1,7 +1,7 @@
 // CUDA backend: layernorm and the token + position embeddings, the same functions as
 // backend/cpu/cpu_norm.cpp (Megatron's fused layer norm and LanguageModelEmbedding).
 //
-// LayerNorm forward, warp path (opt-in, layernorm_paths.h; x, out, gamma, beta of one dtype T,
+// LayerNorm forward, warp path (the default, layernorm_paths.h; x, out, gamma, beta of one dtype T,
 // h <= 256 W: GPT sizes up to 2048 in 16-bit): one warp per row, up to 8 chunks of W per lane,
 // warp-only row sums (layernorm_forward_warp_kernel). Otherwise the paths below.
 // LayerNorm, fast path (x, out / dy, x, dx of one dtype T, h <= 12288 for 16-bit, <= 8192 for
@@ -16,8 +16,9 @@
 //   from the registers; rstd = 1 / sqrt(var + eps); mean and rstd saved as fp32.
 //   backward, one fused kernel then a reduce (dy and x read once):
 //   1. block b owns rows [b R, b R + R), R = (rows per row group) * (row groups per block),
-//      about n / 256 rows (kLnBackwardBlocks, a constant, so the order depends only on n, h
-//      and the dtype). Per row: xhat = (x - mean) rstd, g = dy gamma, the row sums of g and
+//      about n / 256 rows (CudaBackend::layernorm_backward_blocks(), 256 unless
+//      MEGATRON_LN_BACKWARD_BLOCKS says otherwise; not derived from the device, so the order
+//      depends only on n, h, the dtype and that count). Per row: xhat = (x - mean) rstd, g = dy gamma, the row sums of g and
 //      g xhat, then dx = rstd (g - mean(g) - xhat mean(g xhat)) written where dy was read by
 //      the same thread (dx may alias dy). Each thread adds dy xhat and dy of its columns over
 //      its rows in row order; the block's row groups are combined by a fixed tree ((p0 + p4)
@@ -98,9 +99,6 @@ __device__ __forceinline__ float block_sum(float v, float* buf) {
 template <class T>
 constexpr int kLnMaxChunks = sizeof(T) == 2 ? 3 : 4;
 constexpr int kLnMaxWarpsPerRow = 16;
-// Blocks of the fused backward: fixed (not derived from the device) so that the split of the
-// rows into chunks, and with it the summation order, depends only on (n, h, dtype).
-constexpr int64_t kLnBackwardBlocks = 256;
 
 // Sum of v over the `wpr` warps of this thread's row, the same bits in every thread: xor
 // butterflies within each warp, then (wpr > 1) the warps' sums added in warp order. Called
@@ -286,12 +284,14 @@ __global__ void __launch_bounds__(256)
 // may alias dy). Each thread also accumulates, for its columns and in row order, dy xhat and
 // dy; at the end the groups' sums are combined by a fixed tree (group j += group j + half, half
 // = groups / 2, ..., 1) and group 0 writes partial_g/partial_b[b][column].
+// add_dx (dx not aliasing dy): dx holds the residual gradient and gets dx + round_T(LayerNorm
+// dx), rounded: the bits of the unfused layernorm_backward then add (ops.h).
 // Dynamic shared memory: (groups / 2) * 2 * K * W * 32 wpr floats for the tree.
 template <class T, int K, bool kVec>
 __global__ void __launch_bounds__(512)
     layernorm_backward_rows_kernel(const T* dy, const T* x, const void* gamma, DType gdt, const float* mean,
-                                   const float* rstd, T* dx, int64_t n, int64_t h, int wpr, int rows_per_group,
-                                   float* partial_g, float* partial_b) {
+                                   const float* rstd, T* dx, bool add_dx, int64_t n, int64_t h, int wpr,
+                                   int rows_per_group, float* partial_g, float* partial_b) {
   constexpr int W = kVecWidth<T>;
   extern __shared__ float tree[];
   __shared__ float2 red[kLnMaxWarpsPerRow];
@@ -359,6 +359,12 @@ __global__ void __launch_bounds__(512)
             const float xhat = (xv[e] - m) * s;
             const float g = d[e] * gv[k][e];
             o[e] = s * (g - mean_g - xhat * mean_gx);
+          }
+          if (add_dx) {
+            float r[W];
+            unpack_vec<T>(load_raw<T, kVec>(dxr, c0, h), r);
+#pragma unroll
+            for (int e = 0; e < W; ++e) o[e] = __fadd_rn(r[e], to_f32<T>(from_f32<T>(o[e])));
           }
           store_chunk<T, kVec>(dxr, c0, h, o);
         }
@@ -516,9 +522,10 @@ __global__ void layernorm_param_reduce_kernel(const float* partial_g, const floa
 
 // One block per row. Each thread reads dy[j] in the first pass and writes dx[j] (only after
 // the block-wide sums) at the same j, so dx may alias dy.
+// add_dx as in layernorm_backward_rows_kernel.
 __global__ void layernorm_dx_kernel(const void* dy, DType dydt, const void* x, DType xdt, const void* gamma,
                                     DType gdt, const float* mean, const float* rstd, void* dx, DType dxdt,
-                                    int64_t h) {
+                                    bool add_dx, int64_t h) {
   __shared__ float buf[32];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * h;
   const float m = mean[blockIdx.x], s = rstd[blockIdx.x];
@@ -533,7 +540,8 @@ __global__ void layernorm_dx_kernel(const void* dy, DType dydt, const void* x, D
   for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
     const float xhat = (load_f(x, xdt, base + j) - m) * s;
     const float g = load_f(dy, dydt, base + j) * load_f(gamma, gdt, j);
-    store_f(dx, dxdt, base + j, s * (g - mean_g - xhat * mean_gx));
+    const float v = s * (g - mean_g - xhat * mean_gx);
+    store_f(dx, dxdt, base + j, add_dx ? __fadd_rn(load_f(dx, dxdt, base + j), round_to(v, dxdt)) : v);
   }
 }
 
@@ -811,7 +819,7 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
 
 void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                      const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                                     GradWrite write) {
+                                     GradWrite write, GradWrite dx_write) {
   cuda::check_device_float(dy, "layernorm dy");
   cuda::check_device_float(x, "layernorm x");
   cuda::check_device_float(gamma, "layernorm gamma");
@@ -829,6 +837,9 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
       << dbeta.describe();
   MT_CHECK(mean.numel() == n && rstd.numel() == n) << "layernorm mean/rstd for " << n << " rows";
   MT_CHECK(n <= std::numeric_limits<int32_t>::max()) << "layernorm: " << n << " rows exceed the grid";
+  const bool add_dx = dx_write == GradWrite::kAccumulate;
+  MT_CHECK(!add_dx || dx.data() != dy.data())
+      << "layernorm backward adding into dx: dx " << dx.describe() << " must not alias dy";
   const bool accumulate = write == GradWrite::kAccumulate;
   if (n == 0) {
     if (!accumulate) {
@@ -853,8 +864,8 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
       if (!c.ok) return;
       const bool vec = h % W == 0 && cuda::vec_aligned(dy.data()) && cuda::vec_aligned(x.data()) &&
                        cuda::vec_aligned(dx.data());
-      // Rows per block: about n / kLnBackwardBlocks, a whole number of rows per group.
-      const int64_t target = (n + cuda::kLnBackwardBlocks - 1) / cuda::kLnBackwardBlocks;
+      // Rows per block: about n / layernorm_backward_blocks(), a whole number of rows per group.
+      const int64_t target = (n + layernorm_backward_blocks() - 1) / layernorm_backward_blocks();
       const int64_t rows_per_group = (target + c.groups - 1) / c.groups;
       const int64_t rows_per_block = rows_per_group * c.groups;
       const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
@@ -868,7 +879,7 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
                           : cuda::layernorm_backward_rows_kernel<T, K, false>;
         kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), smem, stream()>>>(
             static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), gamma.data(), gamma.dtype(), mp, rp,
-            static_cast<T*>(dx.data()), n, h, c.wpr, static_cast<int>(rows_per_group), pg, pb);
+            static_cast<T*>(dx.data()), add_dx, n, h, c.wpr, static_cast<int>(rows_per_group), pg, pb);
         MT_CUDA_LAUNCH_CHECK();
       });
       cuda::layernorm_param_reduce_kernel<<<reduce_blocks, reduce_block, 0, stream()>>>(
@@ -896,7 +907,8 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
 
   // 3: dx.
   cuda::layernorm_dx_kernel<<<static_cast<unsigned>(n), cuda::row_threads(h), 0, stream()>>>(
-      dy.data(), dy.dtype(), x.data(), x.dtype(), gamma.data(), gamma.dtype(), mp, rp, dx.data(), dx.dtype(), h);
+      dy.data(), dy.dtype(), x.data(), x.dtype(), gamma.data(), gamma.dtype(), mp, rp, dx.data(), dx.dtype(), add_dx,
+      h);
   MT_CUDA_LAUNCH_CHECK();
 }
 

@@ -35,6 +35,27 @@ __device__ __forceinline__ void store_model(ModelT* out, int64_t i, float v) {
   }
 }
 
+// Elements [i, i + 4) of the model copy (i a multiple of 4, the copy's base 16-byte aligned):
+// one 8-byte store for 16-bit copies, one 16-byte store for fp32; the same roundings as
+// store_model element by element.
+template <typename ModelT>
+__device__ __forceinline__ void store_model4(ModelT* out, int64_t i, const float* v) {
+  if constexpr (std::is_same_v<ModelT, float>) {
+    *reinterpret_cast<float4*>(out + i) = make_float4(v[0], v[1], v[2], v[3]);
+  } else if constexpr (!std::is_same_v<ModelT, void>) {
+    ModelT q[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (std::is_same_v<ModelT, __nv_bfloat16>) {
+        q[j] = __float2bfloat16_rn(v[j]);
+      } else {
+        q[j] = __float2half_rn(v[j]);
+      }
+    }
+    *reinterpret_cast<uint2*>(out + i) = *reinterpret_cast<const uint2*>(q);
+  }
+}
+
 template <typename ModelT>
 __global__ void adamw_segments_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                                       float* __restrict__ v, const int64_t* __restrict__ seg, int64_t num_segments,
@@ -93,10 +114,7 @@ __global__ void adamw_segments_kernel(float* __restrict__ p, const float* __rest
       *reinterpret_cast<float4*>(p + i) = pv;
       *reinterpret_cast<float4*>(m + i) = mv;
       *reinterpret_cast<float4*>(v + i) = vv;
-      if constexpr (!std::is_same_v<ModelT, void>) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) store_model(model, i + j, pe[j]);
-      }
+      if constexpr (!std::is_same_v<ModelT, void>) store_model4(model, i, pe);
     }
   }
 }
@@ -139,7 +157,8 @@ void CudaBackend::adamw_update_segments(Tensor& param, const Tensor& grad, Tenso
   const int64_t S = segments.dim(0);
   const dim3 grid(static_cast<unsigned>(blocks));
   auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  const bool vec = aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v);
+  const bool vec = aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) &&
+                   (!model_copy.defined() || aligned16(model_copy.data()));
   if (!model_copy.defined()) {
     adamw_segments_kernel<void><<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, nullptr, vec);
   } else if (model_copy.dtype() == DType::kBF16) {

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_test_util.h"
@@ -119,6 +120,41 @@ TEST(CpuNorm, LayernormBf16IsFp32OfRoundedInputsThenRounded) {
   EXPECT_TRUE(bitwise_equal(db, db32));
   for (int64_t i = 0; i < dx.numel(); ++i)
     ASSERT_EQ(get(dx, i), round_to(DType::kBF16, static_cast<float>(get(dx32, i)))) << i;
+}
+
+// dx_write = kAccumulate: dx = round(residual + round(LayerNorm dx)) element by element, the
+// bits of the unfused backward-then-add (in bf16 both roundings show); dgamma / dbeta as the
+// plain backward; dx aliasing dy is a programming error (MT_CHECK aborts).
+TEST(CpuNorm, LayernormBackwardAddingIntoDxRoundsTwiceAsTheUnfusedPair) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t n = 6, h = 32;
+  Tensor x = random_tensor({n, h}, rng, DType::kBF16), gamma = random_tensor({h}, rng, DType::kBF16);
+  Tensor beta = random_tensor({h}, rng, DType::kBF16), dy = random_tensor({n, h}, rng, DType::kBF16);
+  Tensor resid = random_tensor({n, h}, rng, DType::kBF16);
+  for (int64_t i = 0; i < resid.numel(); ++i) set(resid, i, 8.0 * get(resid, i));
+  Tensor out = be->empty({n, h}, DType::kBF16, MemoryKind::kOther);
+  Tensor mean = be->empty({n}, DType::kF32, MemoryKind::kOther), rstd = be->empty({n}, DType::kF32, MemoryKind::kOther);
+  be->layernorm_forward(x, gamma, beta, 1e-5f, out, mean, rstd);
+  Tensor ln_dx = be->empty({n, h}, DType::kBF16, MemoryKind::kOther);
+  Tensor dg1 = be->empty({h}, DType::kF32, MemoryKind::kOther), db1 = be->empty({h}, DType::kF32, MemoryKind::kOther);
+  be->layernorm_backward(dy, x, gamma, mean, rstd, ln_dx, dg1, db1, GradWrite::kOverwrite);
+  Tensor dx = be->empty({n, h}, DType::kBF16, MemoryKind::kOther);
+  std::memcpy(dx.data(), resid.data(), static_cast<size_t>(resid.nbytes()));
+  Tensor dg2 = be->empty({h}, DType::kF32, MemoryKind::kOther), db2 = be->empty({h}, DType::kF32, MemoryKind::kOther);
+  be->layernorm_backward(dy, x, gamma, mean, rstd, dx, dg2, db2, GradWrite::kOverwrite, GradWrite::kAccumulate);
+  int64_t moved = 0;
+  for (int64_t i = 0; i < dx.numel(); ++i) {
+    ASSERT_EQ(get(dx, i), round_to(DType::kBF16, static_cast<float>(get(resid, i)) + static_cast<float>(get(ln_dx, i))))
+        << i;
+    moved += get(dx, i) != get(resid, i);
+  }
+  EXPECT_GT(moved, n * h / 2) << "the LayerNorm gradient was not added";
+  EXPECT_TRUE(bitwise_equal(dg1, dg2));
+  EXPECT_TRUE(bitwise_equal(db1, db2));
+  EXPECT_DEATH(be->layernorm_backward(dy, x, gamma, mean, rstd, dy, dg2, db2, GradWrite::kOverwrite,
+                                      GradWrite::kAccumulate),
+               "must not alias dy");
 }
 
 TEST(CpuNorm, EmbeddingForwardMatchesNaive) {

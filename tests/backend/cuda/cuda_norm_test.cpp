@@ -321,6 +321,59 @@ TEST(CudaNorm, LayernormWithMixedDtypesMatchesTheCpu) {
   }
 }
 
+// dx_write = kAccumulate (the residual add fused into the backward) gives, bit for bit, the
+// unfused pair on the GPU: the backward into a temporary, then add(residual, temporary). Both
+// kernels: the fast path (one activation dtype; aligned and, through a view one element in,
+// misaligned rows) and the generic path (x in another dtype than dy / dx). dgamma / dbeta do
+// not depend on dx_write: the same bits too.
+TEST(CudaNorm, LayernormBackwardAddingIntoDxIsTheUnfusedPairBitForBit) {
+  MT_REQUIRE_CUDA();
+  auto gpu = make_cuda_backend();
+  struct Case {
+    int64_t n, h;
+    DType x, act;
+    int64_t offset;  // elements the views start in: 1 makes the fast path's rows misaligned
+  };
+  const Case cases[] = {{2048, 2048, DType::kBF16, DType::kBF16, 0}, {129, 768, DType::kF16, DType::kF16, 0},
+                        {33, 1000, DType::kF32, DType::kF32, 0},     {65, 1536, DType::kBF16, DType::kBF16, 1},
+                        {3, 25000, DType::kBF16, DType::kBF16, 0},   {129, 768, DType::kBF16, DType::kF32, 0}};
+  uint64_t seed = 1700;
+  for (const Case& c : cases) {
+    const std::string what = shape_name({c.n, c.h}, c.act) + " x " + std::string(dtype_name(c.x)) +
+                             (c.offset != 0 ? " (misaligned)" : "");
+    const int64_t count = c.n * c.h;
+    const Tensor x = layernorm_input(c.n, c.h, c.x, ++seed), gamma = host_random({c.h}, c.x, ++seed);
+    const Tensor beta = host_random({c.h}, c.x, ++seed);
+    const Tensor dy = host_random({c.n, c.h}, c.act, ++seed);
+    // The residual gradient spans a wider range than the LayerNorm gradient, so the second
+    // rounding matters.
+    Tensor resid = host_random({count + c.offset}, c.act, ++seed);
+    for (int64_t i = 0; i < resid.numel(); ++i) set(resid, i, 8.0 * get(resid, i));
+    Tensor xd = to_device(*gpu, x), gd = to_device(*gpu, gamma), bd = to_device(*gpu, beta), dyd = to_device(*gpu, dy);
+    Tensor outd = gpu->empty({c.n, c.h}, c.x, MemoryKind::kOther);
+    Tensor md = gpu->empty({c.n}, DType::kF32, MemoryKind::kOther), rd = gpu->empty({c.n}, DType::kF32, MemoryKind::kOther);
+    gpu->layernorm_forward(xd, gd, bd, 1e-5f, outd, md, rd);
+
+    Tensor tmp = gpu->empty({c.n, c.h}, c.act, MemoryKind::kOther);
+    Tensor want_store = to_device(*gpu, resid);
+    Tensor want = want_store.flat_view(c.offset, {c.n, c.h});
+    Tensor dg1 = gpu->empty({c.h}, DType::kF32, MemoryKind::kOther), db1 = gpu->empty({c.h}, DType::kF32, MemoryKind::kOther);
+    gpu->layernorm_backward(dyd, xd, gd, md, rd, tmp, dg1, db1, GradWrite::kOverwrite);
+    gpu->add(want, tmp, want);
+
+    Tensor got_store = to_device(*gpu, resid);
+    Tensor got = got_store.flat_view(c.offset, {c.n, c.h});
+    Tensor dg2 = gpu->empty({c.h}, DType::kF32, MemoryKind::kOther), db2 = gpu->empty({c.h}, DType::kF32, MemoryKind::kOther);
+    gpu->layernorm_backward(dyd, xd, gd, md, rd, got, dg2, db2, GradWrite::kOverwrite, GradWrite::kAccumulate);
+
+    EXPECT_TRUE(bitwise(to_host(*gpu, got_store), to_host(*gpu, want_store), "fused residual add dx " + what));
+    EXPECT_TRUE(bitwise(to_host(*gpu, dg2), to_host(*gpu, dg1), "fused residual add dgamma " + what));
+    EXPECT_TRUE(bitwise(to_host(*gpu, db2), to_host(*gpu, db1), "fused residual add dbeta " + what));
+    // The residual really entered: the fused result is not the bare LayerNorm gradient.
+    EXPECT_FALSE(bitwise_equal(to_host(*gpu, got), to_host(*gpu, tmp))) << what;
+  }
+}
+
 struct EmbeddingCase {
   int64_t b, s, vocab, h;
 };
