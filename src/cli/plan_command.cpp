@@ -80,6 +80,7 @@ void write_candidate(JsonWriter& w, const plan::Candidate& k) {
   w.key("optimizer").value(m.optimizer);
   w.key("activations").value(m.activations);
   w.key("workspace").value(m.workspace);
+  w.key("nccl").value(m.nccl);
   w.key("num_parameters").value(m.num_parameters);
   w.end_object();
   w.key("capacity_bytes").value(k.capacity_bytes);

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "data/tokenizer/gpt2_bpe_tokenizer.h"
 #include "model/memory_plan.h"
+#include "plan/nccl_memory.h"
 #include "train/config.h"
 #include "train/flops.h"
 #include "train/trainer.h"
@@ -85,12 +86,27 @@ int run_train(const CommandArgs& argv) {
       config.model.vocab_size, config.make_vocab_size_divisible_by, config.tensor_model_parallel_size, &log0);
 
   if (config.dry_run) {
+    // GPU ranks add NCCL's communicator buffers, as `megatron plan` does (plan/nccl_memory.h),
+    // for ranks on one node (the launch environment does not say how many nodes a job spans).
+    const bool nccl = config.world_size > 1 && uses_cuda(args);
+    plan::NcclLayout layout;
+    layout.tp = config.tensor_model_parallel_size;
+    layout.pp = config.pipeline_model_parallel_size;
+    layout.dp = config.data_parallel_size;
+    layout.vp = config.virtual_pipeline_chunks();
+    layout.tied_embedding = !config.model.untie_embeddings_and_output_weights;
+    auto stage_plan = [&](int64_t stage) {
+      model::MemoryPlan p = train::train_memory_plan(config, stage);
+      if (nccl) p.nccl = plan::nccl_memory(layout, stage).total();
+      return p;
+    };
+    if (nccl) log0 << " > NCCL buffers: the model of plan/nccl_memory.h, all " << config.world_size << " ranks on one node\n";
     if (config.pipeline_model_parallel_size == 1) {
-      log0 << model::format_memory_plan(train::train_memory_plan(config));
+      log0 << model::format_memory_plan(stage_plan(0));
     } else {
       for (int64_t stage = 0; stage < config.pipeline_model_parallel_size; ++stage) {
         log0 << " > pipeline stage " << stage << " of " << config.pipeline_model_parallel_size << ":\n"
-             << model::format_memory_plan(train::train_memory_plan(config, stage));
+             << model::format_memory_plan(stage_plan(stage));
       }
     }
     log0 << train::flops_formula_text(config.model, config.global_batch_size, config.flops_convention);

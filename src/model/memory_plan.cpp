@@ -108,6 +108,7 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   row("optimizer state (Adam, fp32)", plan.optimizer);
   row("activations (one micro-batch)", plan.activations);
   row("workspace", plan.workspace);
+  if (plan.nccl != 0) row("NCCL buffers (model)", plan.nccl);
   row("total", plan.total());
   return out;
 }

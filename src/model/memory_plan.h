@@ -20,7 +20,12 @@ struct MemoryPlan {
   int64_t optimizer = 0;       // Adam exp_avg + exp_avg_sq, fp32
   int64_t activations = 0;     // saved for backward, one micro-batch (inputs and logits included)
   int64_t workspace = 0;       // gradient stream and temporaries reused by every layer
-  int64_t total() const { return parameters + main_parameters + gradients + optimizer + activations + workspace; }
+  // NCCL's communicator buffers: not allocated by us, so plan_memory leaves it 0; the planner
+  // and --dry-run on several ranks fill it from plan/nccl_memory.h's model.
+  int64_t nccl = 0;
+  int64_t total() const {
+    return parameters + main_parameters + gradients + optimizer + activations + workspace + nccl;
+  }
 };
 
 // Parameter count of the GPT (megatron-facts §10 shapes: embeddings, per-layer QKV/proj/
@@ -48,7 +53,8 @@ MemoryPlan plan_memory(const GPTConfig& config, DType param_dtype, int64_t micro
 // sharded on its own and a rank may hold up to one element more per bucket.)
 MemoryPlan shard_optimizer_state(MemoryPlan plan, int64_t dp);
 
-// The table --dry-run prints: one line per kind with bytes and GiB, then the total.
+// The table --dry-run prints: one line per kind with bytes and GiB (the NCCL line only when
+// it is not 0), then the total.
 std::string format_memory_plan(const MemoryPlan& plan);
 
 }  // namespace megatron::model

@@ -39,7 +39,19 @@ int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p,
   return n;
 }
 
-model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage) {
+NcclLayout nccl_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t gpus_per_node) {
+  NcclLayout l;
+  l.tp = p.tp;
+  l.pp = p.pp;
+  l.dp = p.dp;
+  l.vp = p.vp;
+  l.gpus_per_node = gpus_per_node;
+  l.tied_embedding = !c.untie_embeddings_and_output_weights;
+  return l;
+}
+
+model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage,
+                               int64_t gpus_per_node) {
   MT_CHECK(p.tp > 0 && p.pp > 0 && p.vp > 0 && p.dp > 0 && p.micro_batch > 0 && c.num_layers % p.pp == 0 &&
            p.num_micro_batches() > 0)
       << p.describe();
@@ -70,13 +82,14 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   }
   m.activations = act;
   m.workspace = (3 * n * h + (4 * n * q + n * f) / t) * e;
+  m.nccl = nccl_memory(nccl_layout(c, p, gpus_per_node), stage).total();
   return m;
 }
 
-RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p) {
+RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t gpus_per_node) {
   RankMemory r;
   for (int64_t k = 0; k < p.pp; ++k) {
-    const model::MemoryPlan m = stage_memory(c, dtype, p, k);
+    const model::MemoryPlan m = stage_memory(c, dtype, p, k, gpus_per_node);
     r.stage_totals.push_back(m.total());
     if (k == 0 || m.total() > r.worst.total()) {
       r.worst = m;

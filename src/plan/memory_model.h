@@ -6,6 +6,8 @@
 //    engine allocates, term for term model::plan_memory + model::shard_optimizer_state
 //    (tests/plan/memory_model_test.cpp checks the equality; memory_plan_test checks those
 //    against real allocations).
+//  - NCCL's buffers (MemoryPlan::nccl, 0 on one GPU): a model of what NCCL allocates for the
+//    communicators the stage connects, plan/nccl_memory.h (one constant fitted on 2 x H200).
 //  - TP > 1 or PP > 1: the bytes our engine WILL allocate with Megatron's layout (megatron-facts
 //    §7-§10), same per-tensor accounting, not yet checked against allocations (the TP/PP engine
 //    does not exist yet). Megatron-LM itself stores more (dropout masks, unfused softmax inputs:
@@ -37,27 +39,36 @@
 #include "core/dtype.h"
 #include "model/gpt_config.h"
 #include "model/memory_plan.h"
+#include "plan/nccl_memory.h"
 #include "plan/parallel_config.h"
 
 namespace megatron::plan {
 
 // Headroom kept free on every GPU: the CUDA context (~0.5 GiB on H100), cuBLASLt and cuDNN
-// workspaces, NCCL buffers and allocator fragmentation. An assumption, not a measurement.
+// workspaces, loaded kernels and allocator fragmentation. An assumption, not a measurement;
+// our 1-GPU H200 runs use 0.07-0.10 GiB beyond the plan besides the context. NCCL's buffers
+// (0.75-1.5 GiB per GPU on 2 GPUs) are no longer part of it: the plan counts them
+// (MemoryPlan::nccl); the reserve keeps its 2 GiB.
 constexpr double kReservedBytes = 2.0 * 1024 * 1024 * 1024;
 
 // Parameters held by pipeline stage `stage` (each rank of its TP group holds this many).
 int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p, int64_t stage);
 
 // The memory of one rank of pipeline stage `stage`, in model::MemoryPlan's kinds
-// ("activations" = everything saved for backward across the micro-batches in flight).
+// ("activations" = everything saved for backward across the micro-batches in flight; "nccl"
+// = nccl_memory() of the layout with `gpus_per_node` GPUs per node, 0 meaning one node).
 // c.padded_vocab_size must already be padded for p.tp.
-model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage);
+model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage,
+                               int64_t gpus_per_node = 0);
 
 struct RankMemory {
   model::MemoryPlan worst;    // the stage with the largest total
   int64_t worst_stage = 0;
   std::vector<int64_t> stage_totals;  // bytes per stage
 };
-RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p);
+RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t gpus_per_node = 0);
+
+// The NCCL layout (plan/nccl_memory.h) of a planner layout.
+NcclLayout nccl_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t gpus_per_node);
 
 }  // namespace megatron::plan

@@ -40,7 +40,7 @@ struct SearchSpace {
 struct Candidate {
   ParallelConfig parallel;
   RankMemory memory;
-  double capacity_bytes = 0;  // GPU memory - kReservedBytes
+  double capacity_bytes = 0;  // GPU memory - kReservedBytes (memory.worst includes NCCL's buffers)
   bool fits = false;
   Prediction prediction;
 };

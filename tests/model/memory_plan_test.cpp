@@ -269,5 +269,19 @@ TEST(MemoryPlan, Gpt3_175BNumbers) {
   EXPECT_EQ(p.main_parameters + p.gradients + p.optimizer, 16 * expected);  // Megatron's 18 bytes/param minus bf16
 }
 
+// NCCL's buffers are not ours: plan_memory leaves them 0 and the table shows their line only
+// when the planner or --dry-run filled them; the total includes them.
+TEST(MemoryPlan, NcclLineOnlyWhenFilled) {
+  MemoryPlan p;
+  p.parameters = 100;
+  p.workspace = 20;
+  EXPECT_EQ(format_memory_plan(p).find("NCCL"), std::string::npos);
+  p.nccl = 3;
+  EXPECT_EQ(p.total(), 123);
+  const std::string table = format_memory_plan(p);
+  EXPECT_NE(table.find("NCCL buffers (model)"), std::string::npos) << table;
+  EXPECT_NE(table.find("123 bytes"), std::string::npos) << table;
+}
+
 }  // namespace
 }  // namespace megatron::model

@@ -1,7 +1,8 @@
 // The planner's memory per GPU: at TP = PP = 1 it must equal the engine's exact plan
 // (model::plan_memory, checked against real allocations in memory_plan_test) for every DP size
-// with and without the distributed optimizer; at TP/PP > 1 it must equal values computed by
-// hand from the formula in plan/memory_model.h.
+// with and without the distributed optimizer, kind by kind (NCCL's buffers apart: they are not
+// ours, tests/plan/nccl_memory_test.cpp); at TP/PP > 1 it must equal values computed by hand
+// from the formula in plan/memory_model.h.
 #include <gtest/gtest.h>
 
 #include "model/memory_plan.h"
@@ -71,7 +72,10 @@ TEST(PlanMemory, EqualsTheEnginePlanAtTp1Pp1) {
               if (dist) expected = model::shard_optimizer_state(expected, dp);
               SCOPED_TRACE(testing::Message() << s.hidden << " " << dtype_name(dtype) << " untied " << untied
                                               << " " << p.describe());
-              expect_same(stage_memory(c, dtype, p, 0), expected);
+              const model::MemoryPlan planned = stage_memory(c, dtype, p, 0);
+              expect_same(planned, expected);
+              EXPECT_EQ(planned.nccl, nccl_memory(nccl_layout(c, p, 0), 0).total());
+              EXPECT_EQ(planned.nccl == 0, dp == 1);
             }
           }
         }
@@ -105,11 +109,16 @@ TEST(PlanMemory, TensorAndPipelineShardsByHand) {
   // Stage 1: 1 micro-batch x 2 layers, + final stream and LN out 2*n*h*e = 128, their stats 32,
   // logits n*(V/t)*e = 256, losses/lse/labels/weights 64.
   EXPECT_EQ(s1.activations, 2 * (64 + 656) + 128 + 32 + 256 + 64);
+  // NCCL (plan/nccl_memory.h): 4 ranks on one node; both stages connect world, tp,
+  // model-parallel, embedding (tied) and one pipeline neighbour, 32 channels x 12 MiB each.
+  const int64_t nccl = 5 * 32 * 12 * 1024 * 1024;
+  EXPECT_EQ(s0.nccl, nccl);
+  EXPECT_EQ(s1.nccl, nccl);
   const RankMemory r = rank_memory(c, DType::kBF16, p);
   EXPECT_EQ(r.worst_stage, 0);
-  EXPECT_EQ(r.worst.total(), 2416 + 4832 + 4832 + 9664 + 2912 + 448);
+  EXPECT_EQ(r.worst.total(), 2416 + 4832 + 4832 + 9664 + 2912 + 448 + nccl);
   ASSERT_EQ(r.stage_totals.size(), 2u);
-  EXPECT_EQ(r.stage_totals[1], 1192 * 18 + 1920 + 448);
+  EXPECT_EQ(r.stage_totals[1], 1192 * 18 + 1920 + 448 + nccl);
 
   // Sequence parallelism shards the LayerNorm region (3h, LN stats, layer inputs) by t:
   // layer = 4*(12 + 48)*2 + 32 + 16 = 528, input 32.
@@ -143,6 +152,25 @@ TEST(PlanMemory, InterleavedScheduleInFlightChunks) {
   EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 10 * (64 + 1056) + 2 * 16);
   p.vp = 1;
   EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 8 * (64 + 1056) + 2 * 16);
+}
+
+// The worst stage accounts for NCCL too: with pp 4 and untied embeddings the middle stages
+// have two pipeline neighbours (768 MiB of send/recv buffers against the ends' 384).
+TEST(PlanMemory, StageTotalsIncludeNcclBuffers) {
+  model::GPTConfig c = small_config();
+  c.untie_embeddings_and_output_weights = true;
+  ParallelConfig p;
+  p.pp = 4;
+  p.micro_batch = 1;
+  p.global_batch = 4;
+  const RankMemory r = rank_memory(c, DType::kBF16, p, 8);
+  for (int64_t k = 0; k < 4; ++k) {
+    const model::MemoryPlan m = stage_memory(c, DType::kBF16, p, k, 8);
+    EXPECT_EQ(m.nccl, nccl_memory(nccl_layout(c, p, 8), k).total());
+    EXPECT_EQ(r.stage_totals[static_cast<size_t>(k)], m.total());
+  }
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 1, 8).nccl - stage_memory(c, DType::kBF16, p, 0, 8).nccl,
+            32 * 12 * 1024 * 1024);
 }
 
 }  // namespace
