@@ -8,6 +8,8 @@
 //   megatron-core-2024  Megatron-Core r0.8 as its README H100 table ran (Transformer Engine,
 //                       flash attention, "DP/TP/PP communication overlap" = --tp-comm-overlap,
 //                       unfused fp32 cross-entropy: --cross-entropy-loss-fusion came after r0.8).
+//                       Its GEMMs are cuBLAS(Lt)'s, as ours: it takes our fitted GEMM curve and
+//                       optimizer byte counts (no measurement of its own exists).
 //   megatron-2021       Megatron-LM as Narayanan et al. 2021 ran it (examples/sc21: container
 //                       nvcr.io/nvidia/pytorch:20.12-py3, --fp16, default dropouts 0.1): local
 //                       attention with dropout 0.1 on the scores, fused_bias_gelu as its own
@@ -55,7 +57,8 @@ struct Engine {
   // kUnfusedLogitsBytes per logit at the streaming rate.
   bool fused_cross_entropy = true;
   // Ceiling of the GEMM efficiency curve (fraction of the GPU's dense peak) of the engine's
-  // software stack; 0: the GPU's own figure (gpu_spec.h: today's cuBLAS, Bekman's MAMF).
+  // software stack; 0: kGemmCeilingShare of the GPU's own figure (gpu_spec.h: today's cuBLAS,
+  // Bekman's MAMF), the share our engine's GEMM mix reaches (throughput_model.h).
   double gemm_efficiency = 0;
   // Dropout on the two residual branches (--hidden-dropout). The fused bias-dropout-add reads
   // and writes what it would without dropout, plus a 1-byte mask forward (again in a recompute

@@ -22,7 +22,7 @@ struct Gpu {
 };
 
 Gpu gpu_rates(const GpuSpec& g, const Engine& engine) {
-  const double ceiling = engine.gemm_efficiency > 0 ? engine.gemm_efficiency : g.gemm_efficiency;
+  const double ceiling = engine.gemm_efficiency > 0 ? engine.gemm_efficiency : kGemmCeilingShare * g.gemm_efficiency;
   return {g.peak_tflops * 1e12 * ceiling, g.peak_tflops * 1e12,
           kGemmLostWorkH100 * g.peak_tflops / kH100Peak, g.hbm_bytes_per_s};
 }

@@ -3,8 +3,8 @@
 // Per micro-batch and pipeline stage (n = b*s tokens, t = tp, u = t with SP else 1):
 //  GEMMs       per layer QKV (n x 3q/t x h), proj (n x h x q/t), FC1 (n x f/t x h), FC2 (n x h x f/t),
 //              LM head (n x V/t x h) on the last stage; each runs 3 times (forward, dgrad, wgrad)
-//              with w = 2*M*N*K FLOPs at efficiency  eff(w) = gemm_efficiency * w / (w + w0),
-//              i.e. time = (w + w0) / (peak * gemm_efficiency): a fixed ~w0 of lost work per GEMM
+//              with w = 2*M*N*K FLOPs at efficiency  eff(w) = ceiling * w / (w + w0),
+//              i.e. time = (w + w0) / (peak * ceiling): a fixed ~w0 of lost work per GEMM
 //              (launch, wave quantisation, tails, fp32 wgrad accumulation).
 //  attention   flash (our engine, Megatron-Core's --attention-backend flash): 6*b*s^2*q/t FLOPs
 //              per layer (forward + backward, causal mask counted half) at efficiency
@@ -25,7 +25,9 @@
 //              outside its kernels (engine_profile.h): a separate bias-GeLU, residual dropout
 //              masks, a QKV `+= bias`, unfused cross-entropy, and weight-gradient accumulation
 //              outside the GEMM ((m-1) passes over the stage's parameters per iteration).
-//  GEMM ceiling  the GPU's (gpu_spec.h), or the engine's software stack's (Engine::gemm_efficiency).
+//  GEMM ceiling  kGemmCeilingShare of the GPU's best-shape GEMM rate (gpu_spec.h): what a training
+//              step's GEMM mix reaches (fp32-accumulating wgrad, GELU_AUX epilogues, its shapes);
+//              or the engine's software stack's absolute figure (Engine::gemm_efficiency).
 //  full recompute  one more forward: 1/3 of the GEMM and memory-bound time, 1/3.5 of flash
 //              attention (its backward is ~2.5x its forward) or local attention's forward terms,
 //              two more TP all-reduces.
@@ -42,7 +44,7 @@
 //              with overlap, exposed = max(t - window, t / buckets), window = the backward
 //              (grads) or forward (params) of one micro-batch, buckets of max(4e7, 1e6*dp)
 //              elements (megatron-facts §9).
-//  optimizer   kGradPassBytes per local parameter (zero, norm, clip) + kAdamBytes per owned
+//  optimizer   kGradPassBytes per local parameter (grad norm) + kAdamBytes per owned
 //              parameter, at HBM bandwidth (ours); or Engine::optimizer_bytes per parameter at
 //              the streaming rate (Megatron 2021's fp16 optimizer).
 // Links: TP within a node on NVLink when tp <= GPUs per node; DP over the network when tp*dp
@@ -51,18 +53,25 @@
 // spans nodes (rank order tp-dp-pp, megatron-facts §7).
 //
 // Calibration (H100, bench/RESULTS.md "planner"): kAttentionEfficiency from the 124M op
-// profile (cuDNN attention forward + backward 5.01 ms for 0.93 TFLOP), kElementwiseBytes,
-// kLogitsBytes, kGradPassBytes and kAdamBytes from the same profile, w0 by least squares on the
-// four measured single-GPU runs (gpt2-124m, gpt2-350m, gpt3-1.3b, gpt3-2.7b). Other GPUs: w0 and
-// the rest scale with the GPU's peak and bandwidth; attention efficiency is assumed the same.
+// profile (cuDNN attention forward + backward 5.01 ms for 0.93 TFLOP), kElementwiseBytes and
+// kLogitsBytes from the same profile. kGradPassBytes and kAdamBytes from the 1.3B profile after
+// the gradient zero fill went and the clip factor moved into AdamW (bench/RESULTS.md
+// "gradient writes without a zero fill", 2026-11-23: sum_squares 2.10 ms, adamw 13.90 ms for
+// 1.316e9 parameters). The GEMM curve (kGemmCeilingShare, kGemmLostWorkH100) by least squares
+// on relative error over 7 single-H100 runs of 2026-11-23 (bench/RESULTS.md "plan validation (a)
+// on one H100, 12 runs; refit"): gpt2-350m mbs 16, gpt3-1.3b and gpt3-2.7b mbs 4 from the sweep
+// (bench/recorded/one_*.json) and gpt2-124m, 350m, 1.3b, 2.7b at the issue's shapes; held out:
+// the mbs 8 / 2 rows and every full-recompute row (all within 3.1%; tests/plan/recorded_runs_test.cpp).
+// Other GPUs: the ceiling is the same share of the GPU's own ceiling, w0 and the rest scale with
+// the GPU's peak and bandwidth; attention efficiency is assumed the same.
 // kStreamEfficiency from the same profile at 1.3B: adamw_update_segments streams 39.5 GB of fp32
 // state at 2.7 TB/s, 82% of the H100's 3.35 TB/s (bench/RESULTS.md, "the 1.3B profile").
 //
 // Validation against published runs (tests/plan/published_runs_test.cpp; bench/RESULTS.md
 // "plan validation vs published", 2026-11-23 "megatron-2021 as it ran"): with the engine
 // profile of the software that ran (engine_profile.h), Narayanan et al. 2021 Table 1 (A100)
-// lands within -2..+10% on all 10 rows; the Megatron-Core H100 table within 20% on 7 of 9
-// rows (1.7B and 7.1B: +27%, +32%, per-layer host/launch overheads we have no source for).
+// lands within -1..+11% on all 10 rows; the Megatron-Core H100 table within 20% on 7 of 9
+// rows (1.7B and 7.1B: +29%, +29%, per-layer host/launch overheads we have no source for).
 #pragma once
 
 #include <cstdint>
@@ -76,12 +85,15 @@
 
 namespace megatron::plan {
 
-constexpr double kGemmLostWorkH100 = 28e9;   // w0 in FLOPs on H100 (scaled by peak / 989 elsewhere)
+// The GEMM curve, its two constants fitted together (see "Calibration" above; on H100 the
+// ceiling is 0.857 x 0.803 = 0.688 of peak, 680 TFLOP/s).
+constexpr double kGemmCeilingShare = 0.857;  // of the GPU's GEMM ceiling (gpu_spec.h)
+constexpr double kGemmLostWorkH100 = 9.0e9;  // w0 in FLOPs on H100 (scaled by peak / 989 elsewhere)
 constexpr double kAttentionEfficiency = 0.562;
 constexpr double kElementwiseBytes = 72.0;   // per layer, token and hidden element
 constexpr double kLogitsBytes = 8.0;         // per token and (padded) vocabulary entry
-constexpr double kGradPassBytes = 31.0;      // per parameter of the rank
-constexpr double kAdamBytes = 38.0;          // per parameter the rank's optimizer owns
+constexpr double kGradPassBytes = 5.3;       // per parameter of the rank (the grad-norm pass)
+constexpr double kAdamBytes = 35.4;          // per parameter the rank's optimizer owns
 constexpr double kBucketElements = 40e6;     // Megatron's bucket size with --overlap-grad-reduce
 constexpr double kStreamEfficiency = 0.82;   // achieved fraction of HBM bandwidth of a streaming kernel
 

@@ -1,10 +1,18 @@
-// `megatron plan`'s memory per GPU against our own recorded runs (issue 7, validation (a)):
-// the ten rows of bench/RESULTS.md "`megatron bench` rows with PP, TP and DP on GPUs"
-// (2 x H200, 2026-11-23, micro-batch 4, bf16, NCCL_NVLS_ENABLE=0) must each be within 5% of
-// the measured device memory, and on two GPUs NCCL's buffers (plan/nccl_memory.h) must bring
-// the plan closer than it is without them. Prints the table recorded in bench/RESULTS.md.
+// `megatron plan` against our own recorded runs (issue 7, validation (a)).
+//
+// 2 x H200: the ten rows of bench/RESULTS.md "`megatron bench` rows with PP, TP and DP on GPUs"
+// (2026-11-23, micro-batch 4, bf16, NCCL_NVLS_ENABLE=0) must each be within 5% of the measured
+// device memory, and on two GPUs NCCL's buffers (plan/nccl_memory.h) must bring the plan closer
+// than it is without them. Their tokens/s is printed; the 1-GPU and PP2 rows must be within 10%
+// (the DP2 and TP2 rows are known misses, see the test).
+//
+// One H100: the twelve rows of `bench/gpu_plan_validation.sh PACK OUT 1` (2026-11-23,
+// bench/recorded/one_*.json; bench/RESULTS.md "plan validation (a) on one H100, 12 runs;
+// refit") must each be within 10% in tokens/s and 5% in memory. The GEMM curve was fitted on
+// three of them (the "fit" rows); the other nine are held out.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -19,14 +27,15 @@ struct RecordedRun {
   const char* model;
   int64_t layers, hidden, heads, gpus, global_batch, pp, tp, dp;
   double measured_gib;  // Memory/GPU [GiB], as `megatron bench` printed it
+  double measured_tokens_per_s;
 };
 
 const RecordedRun kRuns[] = {
-    {"gpt3-1.3b", 24, 2048, 16, 1, 32, 1, 1, 1, 35.32}, {"gpt3-1.3b", 24, 2048, 16, 2, 32, 2, 1, 1, 25.92},
-    {"gpt3-1.3b", 24, 2048, 16, 1, 4, 1, 1, 1, 35.32},  {"gpt3-1.3b", 24, 2048, 16, 2, 4, 1, 2, 1, 18.80},
-    {"gpt3-1.3b", 24, 2048, 16, 2, 8, 1, 1, 2, 36.07},  {"gpt3-2.7b", 32, 2560, 32, 1, 32, 1, 1, 1, 65.86},
-    {"gpt3-2.7b", 32, 2560, 32, 2, 32, 2, 1, 1, 45.49}, {"gpt3-2.7b", 32, 2560, 32, 1, 4, 1, 1, 1, 65.86},
-    {"gpt3-2.7b", 32, 2560, 32, 2, 4, 1, 2, 1, 34.10},  {"gpt3-2.7b", 32, 2560, 32, 2, 8, 1, 1, 2, 66.60},
+    {"gpt3-1.3b", 24, 2048, 16, 1, 32, 1, 1, 1, 35.32, 65228}, {"gpt3-1.3b", 24, 2048, 16, 2, 32, 2, 1, 1, 25.92, 112328},
+    {"gpt3-1.3b", 24, 2048, 16, 1, 4, 1, 1, 1, 35.32, 61101},  {"gpt3-1.3b", 24, 2048, 16, 2, 4, 1, 2, 1, 18.80, 80439},
+    {"gpt3-1.3b", 24, 2048, 16, 2, 8, 1, 1, 2, 36.07, 107714}, {"gpt3-2.7b", 32, 2560, 32, 1, 32, 1, 1, 1, 65.86, 32308},
+    {"gpt3-2.7b", 32, 2560, 32, 2, 32, 2, 1, 1, 45.49, 56196}, {"gpt3-2.7b", 32, 2560, 32, 1, 4, 1, 1, 1, 65.86, 29790},
+    {"gpt3-2.7b", 32, 2560, 32, 2, 4, 1, 2, 1, 34.10, 44161},  {"gpt3-2.7b", 32, 2560, 32, 2, 8, 1, 1, 2, 66.60, 53559},
 };
 
 Candidate plan_run(const RecordedRun& r) {
@@ -49,19 +58,21 @@ Candidate plan_run(const RecordedRun& r) {
   return evaluate_layout(m, cl, p);
 }
 
-TEST(PlanRecordedRuns, MemoryWithinFivePercentOfTwoH200Runs) {
-  std::printf("| model | GPUs | batch | PP | TP | DP | measured GiB/GPU | planned | error | of which NCCL | error without NCCL |\n"
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+TEST(PlanRecordedRuns, TwoH200RunsMemoryAndTokensPerSecond) {
+  std::printf("| model | GPUs | batch | PP | TP | DP | measured tok/s | predicted | error | measured GiB/GPU | planned | error | of which NCCL | error without NCCL |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const RecordedRun& r : kRuns) {
     const Candidate k = plan_run(r);
     const double planned = static_cast<double>(k.memory.worst.total()) / kGiB;
     const double nccl = static_cast<double>(k.memory.worst.nccl) / kGiB;
     const double error = planned / r.measured_gib - 1.0;
     const double error_without = (planned - nccl) / r.measured_gib - 1.0;
-    std::printf("| %s | %lld | %lld | %lld | %lld | %lld | %.2f | %.2f | %+.1f%% | %.3f | %+.1f%% |\n", r.model,
-                static_cast<long long>(r.gpus), static_cast<long long>(r.global_batch), static_cast<long long>(r.pp),
-                static_cast<long long>(r.tp), static_cast<long long>(r.dp), r.measured_gib, planned, 100.0 * error, nccl,
-                100.0 * error_without);
+    const double speed_error = k.prediction.tokens_per_s / r.measured_tokens_per_s - 1.0;
+    std::printf("| %s | %lld | %lld | %lld | %lld | %lld | %.0f | %.0f | %+.1f%% | %.2f | %.2f | %+.1f%% | %.3f | %+.1f%% |\n",
+                r.model, static_cast<long long>(r.gpus), static_cast<long long>(r.global_batch),
+                static_cast<long long>(r.pp), static_cast<long long>(r.tp), static_cast<long long>(r.dp),
+                r.measured_tokens_per_s, k.prediction.tokens_per_s, 100.0 * speed_error, r.measured_gib, planned,
+                100.0 * error, nccl, 100.0 * error_without);
     EXPECT_LT(std::fabs(error), 0.05) << r.model << " on " << r.gpus << " GPUs: planned " << planned
                                       << " GiB, measured " << r.measured_gib;
     if (r.gpus == 1) {
@@ -69,7 +80,87 @@ TEST(PlanRecordedRuns, MemoryWithinFivePercentOfTwoH200Runs) {
     } else {
       EXPECT_LT(std::fabs(error), std::fabs(error_without)) << r.model << " pp " << r.pp << " tp " << r.tp;
     }
+    // Known misses (bench/RESULTS.md "plan validation (a)"): TP2 ran with blocking TP
+    // all-reduces (before the asynchronous input-gradient reduction) and DP2 without
+    // --overlap-grad-reduce; the planner assumes both overlapped, so it is too fast on them.
+    if (r.tp == 1 && r.dp == 1) {
+      EXPECT_LT(std::fabs(speed_error), 0.10) << r.model << " on " << r.gpus << " GPUs, batch " << r.global_batch
+                                              << ": predicted " << k.prediction.tokens_per_s << " tokens/s, measured "
+                                              << r.measured_tokens_per_s;
+    } else {
+      EXPECT_GT(speed_error, 0.10) << r.model << " tp " << r.tp << " dp " << r.dp
+                                   << " is a known miss but is now within 10%: take it off the list";
+    }
   }
+}
+
+// One H100 80GB, 2026-11-23: `megatron bench --sweep mbs=.. recompute=none,full` (bf16, dropout 0,
+// TP = PP = DP = 1, global batch = micro-batch) as bench/gpu_plan_validation.sh ran it; measured
+// ms/iter and device memory copied from bench/recorded/one_{350m,1.3b,2.7b}.json.
+struct H100Run {
+  const char* model;
+  int64_t layers, hidden, heads, seq, micro_batch;
+  bool full_recompute;
+  double measured_ms;
+  double measured_bytes;
+};
+
+const H100Run kH100Runs[] = {
+    {"gpt2-350m", 24, 1024, 16, 1024, 8, false, 44.356, 13939769344},
+    {"gpt2-350m", 24, 1024, 16, 1024, 8, true, 55.835, 8136949760},
+    {"gpt2-350m", 24, 1024, 16, 1024, 16, false, 82.707, 21474836480},
+    {"gpt2-350m", 24, 1024, 16, 1024, 16, true, 105.64, 9867100160},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 2, false, 78.627, 30817648640},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 2, true, 97.64, 25023217664},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 4, false, 137.878, 37931188224},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 4, true, 177.064, 26340229120},
+    {"gpt3-2.7b", 32, 2560, 32, 2048, 2, false, 159.175, 59234058240},
+    {"gpt3-2.7b", 32, 2560, 32, 2048, 2, true, 199.463, 49463427072},
+    {"gpt3-2.7b", 32, 2560, 32, 2048, 4, false, 282.132, 70715965440},
+    {"gpt3-2.7b", 32, 2560, 32, 2048, 4, true, 361.18, 51174703104},
+};
+
+TEST(PlanRecordedRuns, TwelveSingleH100RunsWithinTenPercentAndFivePercent) {
+  std::printf("| model | mbs | recompute | set | measured ms | predicted | tok/s error | measured MiB | planned | error |\n"
+              "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  double worst_held_out = 0;
+  for (const H100Run& r : kH100Runs) {
+    PlanModel m;
+    model::GPTConfig& c = m.config;
+    c.num_layers = r.layers;
+    c.hidden_size = r.hidden;
+    c.num_attention_heads = r.heads;
+    c.kv_channels = r.hidden / r.heads;
+    c.ffn_hidden_size = 4 * r.hidden;
+    c.seq_length = r.seq;
+    c.max_position_embeddings = r.seq;
+    c.vocab_size = 50257;
+    Cluster cl;
+    cl.gpu = find_gpu("h100-80gb");
+    cl.gpus_per_node = 1;
+    cl.nodes = 1;
+    const ParallelConfig p{1, 1, 1, 1, r.micro_batch, r.micro_batch,
+                           r.full_recompute ? PlanRecompute::kFull : PlanRecompute::kNone, false, false};
+    const Candidate k = evaluate_layout(m, cl, p);
+    const double predicted_ms = 1e3 * k.prediction.seconds_per_iteration;
+    // tokens/s error = predicted tokens/s / measured - 1 = measured ms / predicted ms - 1.
+    const double speed_error = r.measured_ms / predicted_ms - 1.0;
+    const double planned = static_cast<double>(k.memory.worst.total());
+    const double memory_error = planned / r.measured_bytes - 1.0;
+    const bool fit = !r.full_recompute && (r.micro_batch == 4 || r.micro_batch == 16);
+    if (!fit) worst_held_out = std::max(worst_held_out, std::fabs(speed_error));
+    std::printf("| %s | %lld | %s | %s | %.1f | %.1f | %+.1f%% | %.0f | %.0f | %+.1f%% |\n", r.model,
+                static_cast<long long>(r.micro_batch), r.full_recompute ? "full" : "none", fit ? "fit" : "held out",
+                r.measured_ms, predicted_ms, 100.0 * speed_error, r.measured_bytes / 1048576.0, planned / 1048576.0,
+                100.0 * memory_error);
+    EXPECT_LT(std::fabs(speed_error), 0.10) << r.model << " mbs " << r.micro_batch << " recompute "
+                                            << r.full_recompute << ": predicted " << predicted_ms << " ms, measured "
+                                            << r.measured_ms;
+    EXPECT_LT(std::fabs(memory_error), 0.05) << r.model << " mbs " << r.micro_batch << " recompute "
+                                             << r.full_recompute << ": planned " << planned << " bytes, measured "
+                                             << r.measured_bytes;
+  }
+  std::printf("worst held-out tokens/s error: %.1f%%\n", 100.0 * worst_held_out);
 }
 
 }  // namespace

@@ -100,23 +100,26 @@ TEST(PlanThroughput, CommunicationIsExposedOnlyWhereItShouldBe) {
   EXPECT_GT(predict(c, DType::kBF16, r, fast).compute_s, predict(c, DType::kBF16, q, fast).compute_s);
 }
 
-// bench/RESULTS.md, "cuDNN fused attention ..." (nvidia-h100-x1, bf16, dropout 0, one GPU):
-// the planner's prediction must be within 10% of each measured tokens/s.
+// bench/RESULTS.md, "plan validation (a) on one H100, 12 runs; refit" (2026-11-23, one H100,
+// `megatron bench` bf16, dropout 0, the shapes): four of the seven runs the GEMM curve
+// was fitted on, so this is a consistency check: the fit leaves them within 2.1%, 5% allows for
+// the rounded constants. The held-out rows are checked in recorded_runs_test.cpp.
 TEST(PlanThroughput, ReproducesOurMeasuredH100Runs) {
   struct Run {
     const char* name;
     int64_t layers, hidden, heads, seq, micro_batch;
     double tokens_per_s;
   };
-  const Run runs[] = {{"gpt2-124m", 12, 768, 12, 1024, 16, 494767},
-                      {"gpt2-350m", 24, 1024, 16, 1024, 16, 189436},
-                      {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 56523},
-                      {"gpt3-2.7b", 32, 2560, 32, 2048, 4, 28045}};
+  // tokens/s = micro-batch x seq / measured s/iter: 31.93, 83.41, 138.38, 282.90 ms.
+  const Run runs[] = {{"gpt2-124m", 12, 768, 12, 1024, 16, 16384 / 0.03193},
+                      {"gpt2-350m", 24, 1024, 16, 1024, 16, 16384 / 0.08341},
+                      {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 8192 / 0.13838},
+                      {"gpt3-2.7b", 32, 2560, 32, 2048, 4, 8192 / 0.28290}};
   for (const Run& run : runs) {
     const PlanModel m = preset(run.layers, run.hidden, run.heads, run.seq);
     ParallelConfig p{1, 1, 1, 1, run.micro_batch, run.micro_batch, PlanRecompute::kNone, false, false};
     const Prediction r = predict(config_for_tp(m, 1), DType::kBF16, p, h100(1, 1));
-    EXPECT_LT(std::fabs(r.tokens_per_s / run.tokens_per_s - 1.0), 0.10)
+    EXPECT_LT(std::fabs(r.tokens_per_s / run.tokens_per_s - 1.0), 0.05)
         << run.name << ": predicted " << r.tokens_per_s << ", measured " << run.tokens_per_s;
   }
 }
@@ -210,10 +213,12 @@ TEST(PlanThroughput, Megatron2021SettingsCostTheirBytes) {
   optimizer.engine.optimizer_bytes = kMegatron2021OptimizerBytes;
   EXPECT_NEAR(predict(c, DType::kBF16, p, optimizer).optimizer_s, 62.0 * P / stream, 1e-12);
 
-  // A lower GEMM ceiling slows the GEMMs by the ratio of ceilings (lost work scales with it).
+  // A lower GEMM ceiling slows the GEMMs by the ratio of ceilings (lost work scales with it);
+  // ours is kGemmCeilingShare of the A100's 0.869.
   Cluster slow = ours;
   slow.engine.gemm_efficiency = kGemmEfficiencyA100Era2022;
-  EXPECT_NEAR(predict(c, DType::kBF16, p, slow).gemm_s / base.gemm_s, 0.869 / (230.0 / 312.0), 1e-9);
+  EXPECT_NEAR(predict(c, DType::kBF16, p, slow).gemm_s / base.gemm_s, kGemmCeilingShare * 0.869 / (230.0 / 312.0),
+              1e-9);
   EXPECT_DOUBLE_EQ(predict(c, DType::kBF16, p, slow).attention_s, base.attention_s);  // flash: own efficiency
 
   // The profile sets all of them.
