@@ -152,7 +152,7 @@ class Backend {
   // gradient (dx may alias dy). kAccumulate: dx holds the residual path's gradient on entry and
   // gets dx + LayerNorm gradient with the bits of the unfused pair (the LayerNorm gradient
   // rounded to dx's dtype, then the sum rounded, as layernorm_backward into a temporary followed
-  // by add); dx must not alias dy. It saves the residual add's separate pass over three tensors.
+  // by add); dx must not overlap dy. It saves the residual add's separate pass over three tensors.
   virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                   const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                                   GradWrite write = GradWrite::kAccumulate,

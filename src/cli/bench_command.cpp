@@ -69,19 +69,6 @@ double peak_tflops(const std::string& name) {
   return 0.0;
 }
 
-// GPUs (ranks) per node of this job: the launcher's local world size (torchrun's
-// LOCAL_WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, Slurm's SLURM_NTASKS_PER_NODE),
-// else the whole world on one node.
-int64_t ranks_per_node(int64_t world) {
-  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
-    const char* v = std::getenv(name);
-    if (v == nullptr) continue;
-    const int64_t n = parse_int(v, name);
-    if (n >= 1 && n <= world && world % n == 0) return n;
-  }
-  return world;
-}
-
 // megatron bench --table FILE... [--csv]
 int run_bench_table(const CommandArgs& argv) {
   Args args("bench --table", "merge `megatron bench --json` results into the benchmark's table");
@@ -305,7 +292,7 @@ int run_bench(const CommandArgs& argv_in) {
   // The layout the ranks ran.
   BenchRow row;
   row.model_size_b = static_cast<double>(model_parameters) / 1e9;
-  row.gpus_per_node = ranks_per_node(world);
+  row.gpus_per_node = comm::ranks_per_node(comm::process_environment(), world);
   row.nodes = world / row.gpus_per_node;
   row.tp = c.tensor_model_parallel_size;
   row.pp = c.pipeline_model_parallel_size;

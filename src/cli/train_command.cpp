@@ -87,20 +87,25 @@ int run_train(const CommandArgs& argv) {
 
   if (config.dry_run) {
     // GPU ranks add NCCL's communicator buffers, as `megatron plan` does (plan/nccl_memory.h),
-    // for ranks on one node (the launch environment does not say how many nodes a job spans).
+    // with the launcher's ranks per node (comm::ranks_per_node; one node when it says nothing).
     const bool nccl = config.world_size > 1 && uses_cuda(args);
+    const int64_t per_node = comm::ranks_per_node(comm::process_environment(), config.world_size);
     plan::NcclLayout layout;
     layout.tp = config.tensor_model_parallel_size;
     layout.pp = config.pipeline_model_parallel_size;
     layout.dp = config.data_parallel_size;
     layout.vp = config.virtual_pipeline_chunks();
     layout.tied_embedding = !config.model.untie_embeddings_and_output_weights;
+    layout.gpus_per_node = per_node;
     auto stage_plan = [&](int64_t stage) {
       model::MemoryPlan p = train::train_memory_plan(config, stage);
       if (nccl) p.nccl = plan::nccl_memory(layout, stage).total();
       return p;
     };
-    if (nccl) log0 << " > NCCL buffers: the model of plan/nccl_memory.h, all " << config.world_size << " ranks on one node\n";
+    if (nccl) {
+      log0 << " > NCCL buffers: the model of plan/nccl_memory.h, " << config.world_size << " ranks, " << per_node
+           << " per node\n";
+    }
     if (config.pipeline_model_parallel_size == 1) {
       log0 << model::format_memory_plan(stage_plan(0));
     } else {

@@ -71,4 +71,12 @@ LaunchEnv detect_launch_env(const EnvLookup& env) {
   return e;
 }
 
+int64_t ranks_per_node(const EnvLookup& env, int64_t world) {
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
+    const int64_t n = int_var(env, name, 0);
+    if (n >= 1 && n <= world && world % n == 0) return n;
+  }
+  return world;
+}
+
 }  // namespace megatron::comm

@@ -39,4 +39,10 @@ EnvLookup process_environment();
 // (rank >= world size, a port outside 1..65535).
 LaunchEnv detect_launch_env(const EnvLookup& env);
 
+// Ranks per node of a job of `world` ranks: the launcher's local world size (torchrun's
+// LOCAL_WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, Slurm's SLURM_NTASKS_PER_NODE, the
+// first that is set and divides `world`), else the whole world on one node. Throws
+// megatron::Error naming the variable when it is not an integer.
+int64_t ranks_per_node(const EnvLookup& env, int64_t world);
+
 }  // namespace megatron::comm

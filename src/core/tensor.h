@@ -85,4 +85,13 @@ class Tensor {
   DType dtype_ = DType::kF32;
 };
 
+// True when the bytes of a and b intersect (views of one buffer that share an element, e.g. an
+// op's input and its in-place output). Undefined or empty tensors overlap nothing.
+inline bool overlaps(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const auto* pa = static_cast<const char*>(a.data());
+  const auto* pb = static_cast<const char*>(b.data());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
 }  // namespace megatron

@@ -57,6 +57,17 @@ TEST(LaunchEnv, SlurmAndOpenMpi) {
   EXPECT_EQ(e.launcher, Launcher::kTorchrun);
 }
 
+TEST(LaunchEnv, RanksPerNodeFromTheLauncher) {
+  EXPECT_EQ(ranks_per_node(env_of({}), 16), 16);  // no launcher variable: one node
+  EXPECT_EQ(ranks_per_node(env_of({{"LOCAL_WORLD_SIZE", "8"}}), 16), 8);
+  EXPECT_EQ(ranks_per_node(env_of({{"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}}), 16), 4);
+  EXPECT_EQ(ranks_per_node(env_of({{"SLURM_NTASKS_PER_NODE", "2"}}), 16), 2);
+  // The first variable that divides the world wins; one that does not is skipped.
+  EXPECT_EQ(ranks_per_node(env_of({{"LOCAL_WORLD_SIZE", "3"}, {"SLURM_NTASKS_PER_NODE", "4"}}), 16), 4);
+  EXPECT_EQ(ranks_per_node(env_of({{"LOCAL_WORLD_SIZE", "32"}}), 16), 16);
+  EXPECT_THROW(ranks_per_node(env_of({{"LOCAL_WORLD_SIZE", "eight"}}), 16), Error);
+}
+
 TEST(LaunchEnv, BadValuesNameTheVariable) {
   auto message = [](std::map<std::string, std::string> vars) {
     try {

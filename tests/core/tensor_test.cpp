@@ -73,5 +73,17 @@ TEST(TensorDeathTest, MisuseIsCaught) {
   EXPECT_DEATH(t.dim(2), "dim");
 }
 
+TEST(Tensor, OverlapsComparesByteRanges) {
+  Tensor buf = Tensor::cpu({16}, DType::kBF16);
+  const Tensor a = buf.flat_view(0, {8}), b = buf.flat_view(8, {8}), c = buf.flat_view(7, {2});
+  EXPECT_FALSE(overlaps(a, b));  // adjacent: no shared byte
+  EXPECT_TRUE(overlaps(a, c));   // c's first element is a's last
+  EXPECT_TRUE(overlaps(c, b));
+  EXPECT_TRUE(overlaps(buf, a));
+  EXPECT_FALSE(overlaps(buf.flat_view(3, {0}), buf));  // empty
+  EXPECT_FALSE(overlaps(Tensor(), buf));                // undefined
+  EXPECT_FALSE(overlaps(Tensor::cpu({4}), Tensor::cpu({4})));
+}
+
 }  // namespace
 }  // namespace megatron

@@ -56,8 +56,8 @@ void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Ten
                                     GradWrite write, GradWrite dx_write) {
   if (dx_write == GradWrite::kAccumulate) {
     // The definition of the fused form: the LayerNorm gradient in dx's dtype, then the add.
-    MT_CHECK(dx.data() != dy.data()) << "layernorm backward adding into dx: dx " << dx.describe()
-                                     << " must not alias dy";
+    MT_CHECK(!overlaps(dx, dy)) << "layernorm backward adding into dx: dx " << dx.describe()
+                                << " must not alias dy";
     Tensor ln_dx = Tensor::cpu(dx.shape(), dx.dtype());
     layernorm_backward(dy, x, gamma, mean, rstd, ln_dx, dgamma, dbeta, write, GradWrite::kOverwrite);
     add(dx, ln_dx, dx);

@@ -32,6 +32,8 @@
 //      over its rows, in a fixed order, into partial[chunk][column];
 //   2. the reduce above;
 //   3. dx: one block per row, dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy gamma.
+// Backward with dx_write = kAccumulate (ops.h: the residual add fused in): both paths read dx
+// where they would write it and store dx + round(LayerNorm dx), the sum rounded once more.
 // No float atomics anywhere: every sum has a fixed shape for given (n, h, dtypes), so results
 // are bit-identical run to run, on any GPU (the fast path's aligned and element-by-element
 // variants also give the same bits). The partial sums live in the backend's persistent
@@ -838,7 +840,7 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
   MT_CHECK(mean.numel() == n && rstd.numel() == n) << "layernorm mean/rstd for " << n << " rows";
   MT_CHECK(n <= std::numeric_limits<int32_t>::max()) << "layernorm: " << n << " rows exceed the grid";
   const bool add_dx = dx_write == GradWrite::kAccumulate;
-  MT_CHECK(!add_dx || dx.data() != dy.data())
+  MT_CHECK(!add_dx || !overlaps(dx, dy))
       << "layernorm backward adding into dx: dx " << dx.describe() << " must not alias dy";
   const bool accumulate = write == GradWrite::kAccumulate;
   if (n == 0) {

@@ -35,31 +35,31 @@ __device__ __forceinline__ void store_model(ModelT* out, int64_t i, float v) {
   }
 }
 
-// Elements [i, i + 4) of the model copy (i a multiple of 4, the copy's base 16-byte aligned):
-// one 8-byte store for 16-bit copies, one 16-byte store for fp32; the same roundings as
-// store_model element by element.
+// Elements [i, i + 4) of the model copy, rounded as store_model: one 8-byte (16-bit copies) or
+// 16-byte (fp32) store when `vec` (the copy's base aligned to 4 of its elements, i a multiple
+// of 4), else element by element.
 template <typename ModelT>
-__device__ __forceinline__ void store_model4(ModelT* out, int64_t i, const float* v) {
+__device__ __forceinline__ void store_model4(ModelT* out, int64_t i, const float* v, bool vec) {
   if constexpr (std::is_same_v<ModelT, float>) {
-    *reinterpret_cast<float4*>(out + i) = make_float4(v[0], v[1], v[2], v[3]);
-  } else if constexpr (!std::is_same_v<ModelT, void>) {
-    ModelT q[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if constexpr (std::is_same_v<ModelT, __nv_bfloat16>) {
-        q[j] = __float2bfloat16_rn(v[j]);
-      } else {
-        q[j] = __float2half_rn(v[j]);
-      }
+    if (vec) {
+      *reinterpret_cast<float4*>(out + i) = make_float4(v[0], v[1], v[2], v[3]);
+      return;
     }
-    *reinterpret_cast<uint2*>(out + i) = *reinterpret_cast<const uint2*>(q);
+  } else if constexpr (!std::is_same_v<ModelT, void>) {
+    if (vec) {
+      *reinterpret_cast<uint2*>(out + i) = make_uint2(pack2<ModelT>(v[0], v[1]), pack2<ModelT>(v[2], v[3]));
+      return;
+    }
   }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) store_model(out, i + j, v[j]);
 }
 
 template <typename ModelT>
 __global__ void adamw_segments_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                                       float* __restrict__ v, const int64_t* __restrict__ seg, int64_t num_segments,
-                                      int64_t n, AdamWScalars a, ModelT* __restrict__ model, bool vectorized) {
+                                      int64_t n, AdamWScalars a, ModelT* __restrict__ model, bool vectorized,
+                                      bool model_vec) {
   __shared__ int64_t first;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t t1 = t0 + kTile < n ? t0 + kTile : n;
@@ -114,7 +114,7 @@ __global__ void adamw_segments_kernel(float* __restrict__ p, const float* __rest
       *reinterpret_cast<float4*>(p + i) = pv;
       *reinterpret_cast<float4*>(m + i) = mv;
       *reinterpret_cast<float4*>(v + i) = vv;
-      if constexpr (!std::is_same_v<ModelT, void>) store_model4(model, i, pe);
+      if constexpr (!std::is_same_v<ModelT, void>) store_model4(model, i, pe, model_vec);
     }
   }
 }
@@ -157,19 +157,26 @@ void CudaBackend::adamw_update_segments(Tensor& param, const Tensor& grad, Tenso
   const int64_t S = segments.dim(0);
   const dim3 grid(static_cast<unsigned>(blocks));
   auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  const bool vec = aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) &&
-                   (!model_copy.defined() || aligned16(model_copy.data()));
+  const bool vec = aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v);
+  // The distributed optimizer's shards start on any multiple of 4 elements: a 16-bit copy may
+  // be only 8-byte aligned, and then still takes the 8-byte stores.
+  const bool model_vec =
+      model_copy.defined() &&
+      reinterpret_cast<uintptr_t>(model_copy.data()) % static_cast<uintptr_t>(4 * dtype_size(model_copy.dtype())) == 0;
   if (!model_copy.defined()) {
-    adamw_segments_kernel<void><<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, nullptr, vec);
+    adamw_segments_kernel<void><<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, nullptr, vec, false);
   } else if (model_copy.dtype() == DType::kBF16) {
     adamw_segments_kernel<__nv_bfloat16>
-        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<__nv_bfloat16*>(model_copy.data()), vec);
+        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<__nv_bfloat16*>(model_copy.data()), vec,
+                                              model_vec);
   } else if (model_copy.dtype() == DType::kF16) {
     adamw_segments_kernel<__half>
-        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<__half*>(model_copy.data()), vec);
+        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<__half*>(model_copy.data()), vec,
+                                         model_vec);
   } else {
     adamw_segments_kernel<float>
-        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<float*>(model_copy.data()), vec);
+        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<float*>(model_copy.data()), vec,
+                                         model_vec);
   }
   MT_CUDA_LAUNCH_CHECK();
 }

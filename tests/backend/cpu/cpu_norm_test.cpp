@@ -155,6 +155,12 @@ TEST(CpuNorm, LayernormBackwardAddingIntoDxRoundsTwiceAsTheUnfusedPair) {
   EXPECT_DEATH(be->layernorm_backward(dy, x, gamma, mean, rstd, dy, dg2, db2, GradWrite::kOverwrite,
                                       GradWrite::kAccumulate),
                "must not alias dy");
+  // A partial overlap too: dx one row into dy's buffer.
+  Tensor both = be->empty({n + 1, h}, DType::kBF16, MemoryKind::kOther);
+  Tensor dy_view = both.flat_view(0, {n, h}), dx_view = both.flat_view(h, {n, h});
+  EXPECT_DEATH(be->layernorm_backward(dy_view, x, gamma, mean, rstd, dx_view, dg2, db2, GradWrite::kOverwrite,
+                                      GradWrite::kAccumulate),
+               "must not alias dy");
 }
 
 TEST(CpuNorm, EmbeddingForwardMatchesNaive) {

@@ -551,7 +551,9 @@ TEST_F(CudaBackendTest, AdamWMatchesCpuBitForBit) {
 
 // The one-launch AdamW over segments (tiles of 16384 elements crossing segment boundaries,
 // gaps, a segment inside one tile) equals the CPU's per-segment reference bit for bit, and so
-// does the bf16/fp16/fp32 model copy.
+// does the bf16/fp16/fp32 model copy — also when the copy starts 2 or 4 elements into its
+// buffer (a distributed-optimizer shard: the 4-element stores need the copy aligned to 4 of
+// its elements, else it is written element by element), leaving the buffer's other elements.
 TEST_F(CudaBackendTest, AdamWSegmentsMatchCpuBitForBit) {
   auto rng = test_rng();
   const int64_t n = 3 * 16384 + 1001;
@@ -561,27 +563,31 @@ TEST_F(CudaBackendTest, AdamWSegmentsMatchCpuBitForBit) {
   std::copy(rows.begin(), rows.end(), seg.data_as<int64_t>());
   const Tensor seg_d = to_gpu(seg);
   for (DType copy_dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-    Tensor p = random_tensor({n}, rng), m = random_tensor({n}, rng, DType::kF32, 1e-4f, 1e-2f);
-    Tensor v = Tensor::cpu({n});
-    for (int64_t i = 0; i < n; ++i) v.data_as<float>()[i] = std::abs(test::random_value(rng, 1e-8f, 1e-3f));
-    Tensor copy = random_tensor({n}, rng, copy_dtype);
-    Tensor pd = to_gpu(p), md = to_gpu(m), vd = to_gpu(v), copy_d = to_gpu(copy);
-    for (int64_t step = 1; step <= 3; ++step) {
-      const Tensor g = random_tensor({n}, rng, DType::kF32, 1e-6f, 1e-1f);
-      AdamWStep s;
-      s.lr = 3e-4f;
-      s.beta2 = 0.95f;
-      s.weight_decay = 0.1f;
-      s.step = step;
-      s.grad_scale = step == 2 ? 0.25f : 1.0f;
-      cpu_->adamw_update_segments(p, g, m, v, seg, s, copy);
-      gpu_->adamw_update_segments(pd, to_gpu(g), md, vd, seg_d, s, copy_d);
+    for (int64_t copy_offset : {0, 2, 4}) {
+      Tensor p = random_tensor({n}, rng), m = random_tensor({n}, rng, DType::kF32, 1e-4f, 1e-2f);
+      Tensor v = Tensor::cpu({n});
+      for (int64_t i = 0; i < n; ++i) v.data_as<float>()[i] = std::abs(test::random_value(rng, 1e-8f, 1e-3f));
+      Tensor copy_buffer = random_tensor({n + 4}, rng, copy_dtype);
+      Tensor pd = to_gpu(p), md = to_gpu(m), vd = to_gpu(v), copy_buffer_d = to_gpu(copy_buffer);
+      Tensor copy = copy_buffer.flat_view(copy_offset, {n}), copy_d = copy_buffer_d.flat_view(copy_offset, {n});
+      for (int64_t step = 1; step <= 3; ++step) {
+        const Tensor g = random_tensor({n}, rng, DType::kF32, 1e-6f, 1e-1f);
+        AdamWStep s;
+        s.lr = 3e-4f;
+        s.beta2 = 0.95f;
+        s.weight_decay = 0.1f;
+        s.step = step;
+        s.grad_scale = step == 2 ? 0.25f : 1.0f;
+        cpu_->adamw_update_segments(p, g, m, v, seg, s, copy);
+        gpu_->adamw_update_segments(pd, to_gpu(g), md, vd, seg_d, s, copy_d);
+      }
+      const std::string what = "adamw segments, copy " + std::string(dtype_name(copy_dtype)) + " at element " +
+                               std::to_string(copy_offset);
+      expect_bitwise(to_cpu(pd), p, what + ": param");
+      expect_bitwise(to_cpu(md), m, what + ": exp_avg");
+      expect_bitwise(to_cpu(vd), v, what + ": exp_avg_sq");
+      expect_bitwise(to_cpu(copy_buffer_d), copy_buffer, what + ": model copy buffer");
     }
-    const std::string what = "adamw segments, copy " + std::string(dtype_name(copy_dtype));
-    expect_bitwise(to_cpu(pd), p, what + ": param");
-    expect_bitwise(to_cpu(md), m, what + ": exp_avg");
-    expect_bitwise(to_cpu(vd), v, what + ": exp_avg_sq");
-    expect_bitwise(to_cpu(copy_d), copy, what + ": model copy");
   }
 }
 
