@@ -90,13 +90,9 @@ int run_train(const CommandArgs& argv) {
     // with the launcher's ranks per node (comm::ranks_per_node; one node when it says nothing).
     const bool nccl = config.world_size > 1 && uses_cuda(args);
     const int64_t per_node = comm::ranks_per_node(comm::process_environment(), config.world_size);
-    plan::NcclLayout layout;
-    layout.tp = config.tensor_model_parallel_size;
-    layout.pp = config.pipeline_model_parallel_size;
-    layout.dp = config.data_parallel_size;
-    layout.vp = config.virtual_pipeline_chunks();
-    layout.tied_embedding = !config.model.untie_embeddings_and_output_weights;
-    layout.gpus_per_node = per_node;
+    const plan::NcclLayout layout{config.tensor_model_parallel_size, config.pipeline_model_parallel_size,
+                                  config.data_parallel_size,         config.virtual_pipeline_chunks(),
+                                  per_node,                          !config.model.untie_embeddings_and_output_weights};
     auto stage_plan = [&](int64_t stage) {
       model::MemoryPlan p = train::train_memory_plan(config, stage);
       if (nccl) p.nccl = plan::nccl_memory(layout, stage).total();

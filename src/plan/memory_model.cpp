@@ -40,14 +40,7 @@ int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p,
 }
 
 NcclLayout nccl_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t gpus_per_node) {
-  NcclLayout l;
-  l.tp = p.tp;
-  l.pp = p.pp;
-  l.dp = p.dp;
-  l.vp = p.vp;
-  l.gpus_per_node = gpus_per_node;
-  l.tied_embedding = !c.untie_embeddings_and_output_weights;
-  return l;
+  return NcclLayout{p.tp, p.pp, p.dp, p.vp, gpus_per_node, !c.untie_embeddings_and_output_weights};
 }
 
 model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage,

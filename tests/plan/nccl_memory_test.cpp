@@ -9,6 +9,7 @@
 #include "model/memory_plan.h"
 #include "plan/nccl_memory.h"
 #include "plan/search.h"
+#include "support/plan_models.h"
 
 namespace megatron::plan {
 namespace {
@@ -74,16 +75,7 @@ struct Measured {
 };
 
 model::MemoryPlan engine_plan(const Measured& r, int64_t tp, int64_t pp) {
-  PlanModel pm;
-  model::GPTConfig& c = pm.config;
-  c.num_layers = r.layers;
-  c.hidden_size = r.hidden;
-  c.num_attention_heads = r.heads;
-  c.kv_channels = r.hidden / r.heads;
-  c.ffn_hidden_size = 4 * r.hidden;
-  c.seq_length = 2048;
-  c.max_position_embeddings = 2048;
-  c.vocab_size = 50257;
+  const PlanModel pm = test::gpt_plan_model(r.layers, r.hidden, r.heads, 2048);
   model::PipelineStageOptions stage;
   stage.pp = pp;
   // The measured rank is stage 0; 1F1B keeps pp - 0 micro-batches in flight there (8 > 2 run).

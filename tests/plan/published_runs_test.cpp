@@ -27,6 +27,7 @@
 
 #include "plan/search.h"
 #include "plan/throughput_model.h"
+#include "support/plan_models.h"
 
 namespace megatron::plan {
 namespace {
@@ -56,16 +57,7 @@ double published_tokens_per_gpu(const Source& src, const PublishedRun& r) {
 }
 
 Prediction predict_run(const Source& src, const PublishedRun& r, bool overlap_grad_reduce) {
-  PlanModel m;
-  model::GPTConfig& c = m.config;
-  c.num_layers = r.layers;
-  c.hidden_size = r.hidden;
-  c.num_attention_heads = r.heads;
-  c.kv_channels = r.hidden / r.heads;
-  c.ffn_hidden_size = 4 * r.hidden;
-  c.seq_length = src.seq;
-  c.max_position_embeddings = src.seq;
-  c.vocab_size = src.vocab;
+  PlanModel m = test::gpt_plan_model(r.layers, r.hidden, r.heads, src.seq, src.vocab);
   m.dtype = src.dtype;
   Cluster cl;
   cl.gpu = find_gpu(src.gpu);

@@ -17,6 +17,7 @@
 #include <cstdio>
 
 #include "plan/search.h"
+#include "support/plan_models.h"
 
 namespace megatron::plan {
 namespace {
@@ -39,16 +40,7 @@ const RecordedRun kRuns[] = {
 };
 
 Candidate plan_run(const RecordedRun& r) {
-  PlanModel m;
-  model::GPTConfig& c = m.config;
-  c.num_layers = r.layers;
-  c.hidden_size = r.hidden;
-  c.num_attention_heads = r.heads;
-  c.kv_channels = r.hidden / r.heads;
-  c.ffn_hidden_size = 4 * r.hidden;
-  c.seq_length = 2048;
-  c.max_position_embeddings = 2048;
-  c.vocab_size = 50257;
+  const PlanModel m = test::gpt_plan_model(r.layers, r.hidden, r.heads, 2048);
   Cluster cl;
   cl.gpu = find_gpu("h200-141gb");
   cl.gpus_per_node = r.gpus;
@@ -125,16 +117,7 @@ TEST(PlanRecordedRuns, TwelveSingleH100RunsWithinTenPercentAndFivePercent) {
               "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   double worst_held_out = 0;
   for (const H100Run& r : kH100Runs) {
-    PlanModel m;
-    model::GPTConfig& c = m.config;
-    c.num_layers = r.layers;
-    c.hidden_size = r.hidden;
-    c.num_attention_heads = r.heads;
-    c.kv_channels = r.hidden / r.heads;
-    c.ffn_hidden_size = 4 * r.hidden;
-    c.seq_length = r.seq;
-    c.max_position_embeddings = r.seq;
-    c.vocab_size = 50257;
+    const PlanModel m = test::gpt_plan_model(r.layers, r.hidden, r.heads, r.seq);
     Cluster cl;
     cl.gpu = find_gpu("h100-80gb");
     cl.gpus_per_node = 1;

@@ -10,23 +10,11 @@
 #include "plan/engine_profile.h"
 #include "plan/search.h"
 #include "plan/throughput_model.h"
+#include "support/plan_models.h"
 #include "train/flops.h"
 
 namespace megatron::plan {
 namespace {
-
-PlanModel preset(int64_t layers, int64_t hidden, int64_t heads, int64_t seq) {
-  PlanModel m;
-  m.config.num_layers = layers;
-  m.config.hidden_size = hidden;
-  m.config.num_attention_heads = heads;
-  m.config.kv_channels = hidden / heads;
-  m.config.ffn_hidden_size = 4 * hidden;
-  m.config.seq_length = seq;
-  m.config.max_position_embeddings = seq;
-  m.config.vocab_size = 50257;
-  return m;
-}
 
 Cluster h100(int64_t nodes, int64_t gpus_per_node = 8) {
   Cluster c;
@@ -37,7 +25,7 @@ Cluster h100(int64_t nodes, int64_t gpus_per_node = 8) {
 }
 
 TEST(PlanThroughput, FlopsEqualTrainFlops) {
-  const model::GPTConfig c = config_for_tp(preset(96, 12288, 96, 2048), 8);
+  const model::GPTConfig c = config_for_tp(test::gpt_plan_model(96, 12288, 96, 2048), 8);
   EXPECT_DOUBLE_EQ(model_flops(c, 1536, true), train::flops_per_iteration(c, 1536, train::FlopsConvention::k2025));
   EXPECT_DOUBLE_EQ(model_flops(c, 1536, false), train::flops_per_iteration(c, 1536, train::FlopsConvention::k2024));
 }
@@ -53,7 +41,7 @@ TEST(PlanThroughput, CollectiveFormulas) {
 }
 
 TEST(PlanThroughput, BubbleIsPpMinusOneOverMicroBatchesTimesVp) {
-  const PlanModel m = preset(48, 4096, 32, 2048);
+  const PlanModel m = test::gpt_plan_model(48, 4096, 32, 2048);
   for (int64_t vp : {1, 2, 3}) {
     ParallelConfig p{2, 4, vp, 2, 1, 48, PlanRecompute::kNone, false, false};
     const model::GPTConfig c = config_for_tp(m, p.tp);
@@ -66,7 +54,7 @@ TEST(PlanThroughput, BubbleIsPpMinusOneOverMicroBatchesTimesVp) {
 }
 
 TEST(PlanThroughput, MoreDataParallelGpusNeverIncreaseReportTime) {
-  const PlanModel m = preset(40, 5120, 32, 2048);  // the benchmark's 13B shape
+  const PlanModel m = test::gpt_plan_model(40, 5120, 32, 2048);  // the benchmark's 13B shape
   for (bool dist : {false, true}) {
     double previous = 1e30;
     for (int64_t nodes : {1, 2, 4, 8, 16, 32, 64}) {
@@ -80,7 +68,7 @@ TEST(PlanThroughput, MoreDataParallelGpusNeverIncreaseReportTime) {
 }
 
 TEST(PlanThroughput, CommunicationIsExposedOnlyWhereItShouldBe) {
-  const PlanModel m = preset(40, 5120, 32, 2048);
+  const PlanModel m = test::gpt_plan_model(40, 5120, 32, 2048);
   ParallelConfig p{1, 1, 1, 1, 1, 8, PlanRecompute::kNone, false, false};
   const Prediction one = predict(config_for_tp(m, 1), DType::kBF16, p, h100(1, 1));
   EXPECT_EQ(one.tp_comm_s, 0.0);
@@ -116,7 +104,7 @@ TEST(PlanThroughput, ReproducesOurMeasuredH100Runs) {
                       {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 8192 / 0.13838},
                       {"gpt3-2.7b", 32, 2560, 32, 2048, 4, 8192 / 0.28290}};
   for (const Run& run : runs) {
-    const PlanModel m = preset(run.layers, run.hidden, run.heads, run.seq);
+    const PlanModel m = test::gpt_plan_model(run.layers, run.hidden, run.heads, run.seq);
     ParallelConfig p{1, 1, 1, 1, run.micro_batch, run.micro_batch, PlanRecompute::kNone, false, false};
     const Prediction r = predict(config_for_tp(m, 1), DType::kBF16, p, h100(1, 1));
     EXPECT_LT(std::fabs(r.tokens_per_s / run.tokens_per_s - 1.0), 0.05)
@@ -138,7 +126,7 @@ Cluster a100(int64_t nodes, int64_t gpus_per_node) {
 TEST(PlanThroughput, LocalAttentionCostsItsScoreTraffic) {
   // h 1024, 16 heads of 64, s 2048, micro-batch 16: E = 16 * 16 * 2048^2 scores per layer. The
   // six score GEMMs (2*E*64 FLOPs, ~0.5 ms at 271 TFLOP/s) are memory-bound (E*2 bytes, ~1.3 ms).
-  const PlanModel m = preset(4, 1024, 16, 2048);
+  const PlanModel m = test::gpt_plan_model(4, 1024, 16, 2048);
   const model::GPTConfig c = config_for_tp(m, 1);
   ParallelConfig p{1, 1, 1, 1, 16, 32, PlanRecompute::kNone, false, false};
   Cluster flash = a100(1, 1), local = a100(1, 1), dropped = a100(1, 1);
@@ -167,7 +155,7 @@ TEST(PlanThroughput, LocalAttentionCostsItsScoreTraffic) {
 }
 
 TEST(PlanThroughput, UnfusedGeluAndCrossEntropyCostTheirBytes) {
-  const PlanModel m = preset(4, 1024, 16, 2048);
+  const PlanModel m = test::gpt_plan_model(4, 1024, 16, 2048);
   const model::GPTConfig c = config_for_tp(m, 1);
   ParallelConfig p{1, 1, 1, 1, 8, 8, PlanRecompute::kNone, false, false};
   const Cluster ours = a100(1, 1);
@@ -184,7 +172,7 @@ TEST(PlanThroughput, UnfusedGeluAndCrossEntropyCostTheirBytes) {
 
 // The Megatron-2021 engine settings each cost what engine_profile.h says they do.
 TEST(PlanThroughput, Megatron2021SettingsCostTheirBytes) {
-  const PlanModel m = preset(4, 1024, 16, 2048);
+  const PlanModel m = test::gpt_plan_model(4, 1024, 16, 2048);
   const model::GPTConfig c = config_for_tp(m, 1);
   ParallelConfig p{1, 1, 1, 1, 8, 32, PlanRecompute::kNone, false, false};  // 4 micro-batches
   const Cluster ours = a100(1, 1);
@@ -231,7 +219,7 @@ TEST(PlanThroughput, Megatron2021SettingsCostTheirBytes) {
 }
 
 TEST(PlanThroughput, TensorParallelOverlapSettings) {
-  const PlanModel m = preset(8, 4096, 32, 2048);
+  const PlanModel m = test::gpt_plan_model(8, 4096, 32, 2048);
   const model::GPTConfig c = config_for_tp(m, 8);
   ParallelConfig p{8, 1, 1, 1, 1, 4, PlanRecompute::kNone, false, true};
   const Cluster ours = h100(1);
@@ -253,7 +241,7 @@ TEST(PlanThroughput, TensorParallelOverlapSettings) {
 }
 
 TEST(PlanThroughput, GradientReductionMovesGradReduceBytes) {
-  const PlanModel m = preset(8, 2048, 16, 2048);
+  const PlanModel m = test::gpt_plan_model(8, 2048, 16, 2048);
   const model::GPTConfig c = config_for_tp(m, 1);
   ParallelConfig p{1, 1, 1, 8, 1, 8, PlanRecompute::kNone, false, false};
   Cluster fp32 = h100(1), half = h100(1);
