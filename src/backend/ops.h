@@ -108,6 +108,16 @@ class Backend {
   virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                                Tensor& dbias, GradWrite write = GradWrite::kAccumulate) = 0;
 
+  // A row-parallel linear followed by Megatron's bias-dropout-add without dropout, in one pass
+  // (cuBLASLt with C = residual, beta = 1 and the bias epilogue on CUDA): with
+  // z = x[n, in] @ w[out, in]^T in fp32, y[n, out] = residual + (z + bias[out]) computed in
+  // fp32 and rounded once to y's dtype (bias may be undefined; y may be residual). The unfused
+  // pair rounds z to the activation dtype first; in fp32 the two are the same bits on the CPU.
+  // Only where nothing sits between the GEMM and the add: no tensor-parallel reduction, no
+  // dropout.
+  virtual void linear_residual_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                                       Tensor& y) = 0;
+
   // Megatron's linear_fc1 followed by its bias-GELU, in one pass (cuBLASLt's GELU_AUX_BIAS
   // epilogue on CUDA): with z = x[n, in] @ w[out, in]^T + bias[out] in fp32 (bias may be
   // undefined), pre[n, out] = z rounded to pre's dtype (saved for backward) and

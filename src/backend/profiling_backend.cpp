@@ -95,7 +95,8 @@ const char* ProfilingBackend::op_name(int op) {
       "attention_forward", "attention_backward", "attention_kv_cache",
       "cross_entropy_forward", "cross_entropy_backward", "sum_squares",
       "all_finite",      "count_zeros",        "adamw_update",
-      "linear_gelu_forward", "linear_dgelu_backward", "adamw_update_segments"};
+      "linear_gelu_forward", "linear_dgelu_backward", "adamw_update_segments",
+      "linear_residual_forward"};
   return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -157,11 +158,12 @@ int ProfilingBackend::gemm_key(const GemmKey& key, double flops_per_call) {
                   static_cast<long long>(k));
     info.shape = "a " + mat(d0, r0, c0) + (f0 ? "^T" : "") + " b " + mat(d1, r1, c1) + (f1 ? "^T" : "") + " -> c " +
                  mat(d2, r2, c2) + (f2 ? " (+beta c)" : "") + mnk;
-  } else if (info.op == kLinearForward || info.op == kLinearGeluForward) {
+  } else if (info.op == kLinearForward || info.op == kLinearGeluForward || info.op == kLinearResidualForward) {
     // x [rows, in], w [out, in], y [rows, out].
     std::snprintf(mnk, sizeof(mnk), " (m=%lld n=%lld k=%lld)", static_cast<long long>(r0),
                   static_cast<long long>(r1), static_cast<long long>(c0));
-    info.shape = "x " + mat(d0, r0, c0) + " w " + mat(d1, r1, c1) + (f0 ? " +bias" : "") + " -> y " + dt(d2) + mnk;
+    info.shape = "x " + mat(d0, r0, c0) + " w " + mat(d1, r1, c1) + (f0 ? " +bias" : "") +
+                 (info.op == kLinearResidualForward ? " +residual" : "") + " -> y " + dt(d2) + mnk;
   } else {
     // dy [rows, out], x [rows, in], w [out, in]; f0: dx, f1: dbias, f2: dw dtype.
     std::snprintf(mnk, sizeof(mnk), " (dx: m=%lld n=%lld k=%lld; dw: m=%lld n=%lld k=%lld)",
@@ -277,6 +279,12 @@ void ProfilingBackend::linear_backward(const Tensor& dy, const Tensor& x, const 
                                        Tensor& dbias, GradWrite write) {
   timed(linear_backward_key(kLinearBackward, dy, x, w, dx, dw, dbias),
         [&] { inner_->linear_backward(dy, x, w, dx, dw, dbias, write); });
+}
+
+void ProfilingBackend::linear_residual_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                               const Tensor& residual, Tensor& y) {
+  timed(linear_forward_key(kLinearResidualForward, x, w, bias, y),
+        [&] { inner_->linear_residual_forward(x, w, bias, residual, y); });
 }
 
 void ProfilingBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre,

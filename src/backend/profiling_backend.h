@@ -77,6 +77,8 @@ class ProfilingBackend final : public Backend {
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) override;
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                        Tensor& dbias, GradWrite write = GradWrite::kAccumulate) override;
+  void linear_residual_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                               Tensor& y) override;
   void linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
                            Gelu kind) override;
   void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, Tensor& dpre,
@@ -127,7 +129,7 @@ class ProfilingBackend final : public Backend {
     kDropoutBackward, kDropoutForward, kBiasGrad, kBiasGeluForward, kBiasGeluBackward, kLayernormForward,
     kLayernormBackward, kEmbeddingForward, kEmbeddingBackward, kAttentionForward, kAttentionBackward,
     kAttentionKvCache, kCrossEntropyForward, kCrossEntropyBackward, kSumSquares, kAllFinite, kCountZeros,
-    kAdamwUpdate, kLinearGeluForward, kLinearDgeluBackward, kAdamwUpdateSegments, kNumOps
+    kAdamwUpdate, kLinearGeluForward, kLinearDgeluBackward, kAdamwUpdateSegments, kLinearResidualForward, kNumOps
   };
   static const char* op_name(int op);
 

@@ -78,25 +78,23 @@ std::vector<float> GPTGenerator::append(std::span<const int32_t> tokens) {
   Tensor x2 = x.view({t, h});
 
   Tensor ln = tmp({t, h}, dtype_), mean = tmp({t}, DType::kF32), rstd = tmp({t}, DType::kF32);
-  Tensor qkv = tmp({t, 1, 3 * q}, dtype_), ctx = tmp({t, 1, q}, dtype_), branch = tmp({t, h}, dtype_);
+  Tensor qkv = tmp({t, 1, 3 * q}, dtype_), ctx = tmp({t, 1, q}, dtype_);
   Tensor mid = tmp({t, h}, dtype_), fc1 = tmp({t, f}, dtype_), act = tmp({t, f}, dtype_);
   backend::AttentionParams ap;
   ap.heads = config_.num_attention_heads;
   ap.head_dim = config_.kv_channels;
   ap.softmax_scale = 1.0f / std::sqrt(static_cast<float>(config_.kv_channels));
-  const backend::DropoutParams none;
   auto opt = [](const Tensor* p) { return p ? *p : Tensor(); };
   for (Layer& L : layers_) {
     backend_.layernorm_forward(x2, *L.ln1_w, *L.ln1_b, eps, ln, mean, rstd);
     Tensor qkv2 = qkv.view({t, 3 * q});
     backend_.linear_forward(ln, *L.qkv_w, opt(L.qkv_b), qkv2);
     backend_.attention_kv_cache(qkv, L.k_cache, L.v_cache, past_, ctx, ap);
-    backend_.linear_forward(ctx.view({t, q}), *L.proj_w, Tensor(), branch);
-    backend_.bias_dropout_add(branch, opt(L.proj_b), x2, mid, none);
+    // The training forward's row-parallel linear + residual, as one op (no TP, no dropout here).
+    backend_.linear_residual_forward(ctx.view({t, q}), *L.proj_w, opt(L.proj_b), x2, mid);
     backend_.layernorm_forward(mid, *L.ln2_w, *L.ln2_b, eps, ln, mean, rstd);
     backend_.linear_gelu_forward(ln, *L.fc1_w, opt(L.fc1_b), fc1, act, config_.gelu);  // as training's forward
-    backend_.linear_forward(act, *L.fc2_w, Tensor(), branch);
-    backend_.bias_dropout_add(branch, opt(L.fc2_b), mid, x2, none);
+    backend_.linear_residual_forward(act, *L.fc2_w, opt(L.fc2_b), mid, x2);
   }
   // Only the last position's logits are needed.
   Tensor last = x2.slice(t - 1, t);

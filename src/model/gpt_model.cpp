@@ -525,18 +525,25 @@ void GPTModel::layer_forward(int64_t l) {
   Tensor qkv2 = a.qkv.view({n, 3 * q_size_});
   backend_.linear_forward(column_input(a.ln1_out), param(p.qkv_w), optional_param(p.qkv_b), qkv2);
   backend_.attention_forward(a.qkv, a.attn_out, a.attn_lse, attention_params(gl));
-  backend_.linear_forward(a.attn_out.view({n, q_size_}), param(p.proj_w), Tensor(), ws_h1_);
-  backend_.bias_dropout_add(reduce_rows(ws_h1_), optional_param(p.proj_b), x, a.x_mid,
-                            dropout_params(config_.hidden_dropout, gl, kSiteAttentionOut));
+  row_linear_residual(a.attn_out.view({n, q_size_}), p.proj_w, p.proj_b, x, a.x_mid,
+                      dropout_params(config_.hidden_dropout, gl, kSiteAttentionOut));
 
   backend_.layernorm_forward(a.x_mid, param(p.ln2_w), param(p.ln2_b), eps, a.ln2_out, a.ln2_mean, a.ln2_rstd);
   // fc1_out keeps the pre-activation (bias included) for GELU's backward.
   backend_.linear_gelu_forward(column_input(a.ln2_out), param(p.fc1_w), optional_param(p.fc1_b), a.fc1_out,
                                a.gelu_out, config_.gelu);
-  backend_.linear_forward(a.gelu_out, param(p.fc2_w), Tensor(), ws_h1_);
   Tensor out = xs[static_cast<size_t>(l) + 1].view({n_local_, h});
-  backend_.bias_dropout_add(reduce_rows(ws_h1_), optional_param(p.fc2_b), a.x_mid, out,
-                            dropout_params(config_.hidden_dropout, gl, kSiteMlpOut));
+  row_linear_residual(a.gelu_out, p.fc2_w, p.fc2_b, a.x_mid, out, dropout_params(config_.hidden_dropout, gl, kSiteMlpOut));
+}
+
+void GPTModel::row_linear_residual(const Tensor& in, int64_t w, int64_t b, const Tensor& residual, Tensor& out,
+                                   const backend::DropoutParams& dropout) {
+  if (tp_->size() == 1 && dropout.p == 0.0f) {
+    backend_.linear_residual_forward(in, param(w), optional_param(b), residual, out);
+    return;
+  }
+  backend_.linear_forward(in, param(w), Tensor(), ws_h1_);
+  backend_.bias_dropout_add(reduce_rows(ws_h1_), optional_param(b), residual, out, dropout);
 }
 
 backend::GradWrite GPTModel::claim_grads(int64_t a, int64_t b) {

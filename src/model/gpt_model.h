@@ -253,6 +253,12 @@ class GPTModel {
   // column_backward) `partial` [n, h]: summed over TP, all-reduced in place (returns `partial`), or reduce-scattered
   // into its sequence shard (returns that view).
   Tensor reduce_rows(Tensor& partial);
+  // A row-parallel linear (weight w, bias b: parameter indices, b may be -1) then Megatron's
+  // bias-dropout-add: out = residual + dropout(reduce_rows(in @ W^T) + bias). Without TP and
+  // dropout nothing sits between the GEMM and the add, so they run as one
+  // (Backend::linear_residual_forward: the product is not rounded before the add).
+  void row_linear_residual(const Tensor& in, int64_t w, int64_t b, const Tensor& residual, Tensor& out,
+                           const backend::DropoutParams& dropout);
   // A column-parallel linear's backward from dy [n, out]: dX [n, in] into dx_partial, summed
   // over TP as reduce_rows() does (the return value), and the weight gradients. Under TP the
   // sum is started right after the dX GEMM and waited for after the weight-gradient GEMM,

@@ -189,6 +189,15 @@ void CpuBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor
 
 // The fused forms compute the GEMM into an fp32 tensor with the unfused ops, so the only
 // difference from the unfused sequence is the rounding they skip.
+void CpuBackend::linear_residual_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                                         Tensor& y) {
+  MT_CHECK(residual.numel() == y.numel())
+      << "linear_residual_forward: residual " << residual.describe() << " vs y " << y.describe();
+  Tensor z = Tensor::cpu(y.shape(), DType::kF32);
+  linear_forward(x, w, Tensor(), z);                       // z = x w^T in fp32
+  bias_dropout_add(z, bias, residual, y, DropoutParams{});  // residual + (z + bias), one rounding
+}
+
 void CpuBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
                                      Gelu kind) {
   MT_CHECK(pre.numel() == y.numel()) << "linear_gelu_forward: pre " << pre.describe() << " vs y " << y.describe();

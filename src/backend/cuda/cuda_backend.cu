@@ -308,15 +308,27 @@ __global__ void bias_grad_combine_kernel(const float* partial, int64_t splits, i
   store_f(dbias, dbias_dt, col, accumulate ? __fadd_rn(load_f(dbias, dbias_dt, col), s) : s);
 }
 
-// sum_squares, pass 1: block b sums x[i]^2 (in double) over i = b*256 + t + j*grid*256, then
-// a fixed tree over its 256 threads; partial[b] = the block's sum.
-template <DType D>
-__global__ void sum_squares_kernel(const typename Elem<D>::T* x, int64_t n, double* partial) {
+// sum_squares, pass 1. x is cut into chunks of W = kVecWidth<T> consecutive elements (16
+// bytes; the last may be short); thread g of the grid (G threads) takes chunks g, g + G, ...
+// and adds the squares of each chunk's elements in order into one double, then a fixed tree
+// over the block's 256 threads gives partial[b]. kVec (x 16-byte aligned): a chunk is one
+// 16-byte load, 16 bytes in flight per thread instead of 4 (a third faster at 1.3B's 5.3 GB of
+// fp32 gradients); otherwise the same chunks element by element, so both give the same bits.
+template <class T, bool kVec>
+__global__ void sum_squares_kernel(const T* x, int64_t n, double* partial) {
+  constexpr int W = kVecWidth<T>;
   __shared__ double acc[kThreads];
   double s = 0.0;
-  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads) {
-    const double v = Elem<D>::load(x, i);
-    s = __dadd_rn(s, __dmul_rn(v, v));  // v*v is exact in double for any fp32 v
+  const int64_t full = n / W;  // whole chunks; a short last chunk goes element by element
+  const int64_t chunks = (n + W - 1) / W;
+  for (int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x; c < chunks; c += int64_t{gridDim.x} * kThreads) {
+    float v[W];
+    unpack_vec<T>(kVec && c < full ? load_raw<T, true>(x, c * W, n) : load_raw<T, false>(x, c * W, n), v);
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      const double d = v[e];
+      s = __dadd_rn(s, __dmul_rn(d, d));  // exact square of any fp32 value; past n: +0
+    }
   }
   acc[threadIdx.x] = s;
   __syncthreads();
@@ -452,6 +464,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     attention_impl_ = attention_impl_from_env();
     gemm_autotune_ = env_switch("MEGATRON_GEMM_AUTOTUNE");
     layernorm_warp_forward_ = env_switch("MEGATRON_LN_WARP_FORWARD", true);
+    residual_epilogue_ = env_switch("MEGATRON_RESIDUAL_EPILOGUE", true);
     layernorm_backward_blocks_ = env_count("MEGATRON_LN_BACKWARD_BLOCKS", layernorm_backward_blocks_, 1, 65535);
   } catch (...) {
     free_resources(stream_, lt_, workspace_, scratch_);
@@ -644,13 +657,19 @@ double CudaBackend::sum_squares(const Tensor& x) {
   check_float_device(x, "sum_squares input");
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
-  const int blocks = static_cast<int>(std::min<int64_t>(kMaxSumBlocks, (n + kThreads * 8 - 1) / (kThreads * 8)));
+  const int64_t chunk = 16 / dtype_size(x.dtype());
+  const int blocks =
+      static_cast<int>(std::min<int64_t>(kMaxSumBlocks, (n + kThreads * chunk * 2 - 1) / (kThreads * chunk * 2)));
   double* partial = static_cast<double*>(scratch_);
   double* result = partial + kMaxSumBlocks;
-  dispatch_float(x.dtype(), [&](auto d) {
-    constexpr DType D = decltype(d)::value;
-    using T = typename Elem<D>::T;
-    sum_squares_kernel<D><<<blocks, kThreads, 0, stream_>>>(static_cast<const T*>(x.data()), n, partial);
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = static_cast<const T*>(x.data());
+    if (vec_aligned(p)) {
+      sum_squares_kernel<T, true><<<blocks, kThreads, 0, stream_>>>(p, n, partial);
+    } else {
+      sum_squares_kernel<T, false><<<blocks, kThreads, 0, stream_>>>(p, n, partial);
+    }
   });
   MT_CUDA_LAUNCH_CHECK();
   sum_partials_kernel<<<1, kMaxSumBlocks, 0, stream_>>>(partial, blocks, result);

@@ -49,9 +49,9 @@
 namespace megatron::backend {
 
 // cuBLASLt algorithms chosen by the heuristic, per GEMM problem (cuda_gemm.cu): key =
-// (m, n, k, trans_a, trans_b, A/B dtype, C/D dtype, epilogue, alignment of A, B, C/D, bias,
-// aux).
-using GemmAlgoKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int, int>;
+// (m, n, k, trans_a, trans_b, A/B dtype, C/D dtype, epilogue, alignment of A, B, D, bias,
+// aux, and of C where it is not D (0 when it is)).
+using GemmAlgoKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int, int, int>;
 using GemmAlgoCache = std::map<GemmAlgoKey, cublasLtMatmulAlgo_t>;
 
 class CudnnAttention;  // cudnn_attention.h
@@ -87,6 +87,8 @@ class CudaBackend : public Backend {
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) override;
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                        Tensor& dbias, GradWrite write = GradWrite::kAccumulate) override;
+  void linear_residual_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                               Tensor& y) override;
   void linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
                            Gelu kind) override;
   void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, Tensor& dpre,
@@ -145,6 +147,8 @@ class CudaBackend : public Backend {
   // GEMM algorithm choice (gemm_tuning.h).
   void set_gemm_autotune(bool on) { gemm_autotune_ = on; }
   bool gemm_autotune() const { return gemm_autotune_; }
+  // linear_residual_forward as one GEMM (the default) or, for measurements, the unfused pair.
+  bool residual_epilogue() const { return residual_epilogue_; }
   // LayerNorm forward kernel choice (layernorm_paths.h).
   void set_layernorm_warp_forward(bool on) { layernorm_warp_forward_ = on; }
   int64_t layernorm_backward_blocks() const { return layernorm_backward_blocks_; }
@@ -178,6 +182,7 @@ class CudaBackend : public Backend {
   bool attention_deterministic_ = false;
   bool gemm_autotune_ = false;
   bool layernorm_warp_forward_ = true;
+  bool residual_epilogue_ = true;
   // Blocks of the fused LayerNorm backward (cuda_norm.cu): the rows are split into this many
   // parts whatever the device, so the summation order depends only on (n, h, dtype, this).
   // MEGATRON_LN_BACKWARD_BLOCKS sets it for measurements.

@@ -179,11 +179,12 @@ void set_gemm_autotune(Backend& backend, bool on) { as_cuda(backend, "set_gemm_a
 namespace {
 
 // The cuBLASLt call for c[m, n] = alpha op(a) op(b) + beta c, then the epilogue. a and b share
-// a dtype; c has it or is fp32. Returns false, having run nothing, if allow_unsupported and
-// cuBLASLt has no algorithm.
+// a dtype; c has it or is fp32. With c_in (beta != 0), cuBLASLt's C is c_in, a matrix of c's
+// dtype and layout, and c only its output D: c = alpha op(a) op(b) + beta c_in. Returns false,
+// having run nothing, if allow_unsupported and cuBLASLt has no algorithm.
 bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta, const Operand& b, bool tb,
                const Tensor& c, int64_t m, int64_t n, int64_t k, float alpha, float beta, const Epilogue& ep,
-               bool allow_unsupported) {
+               bool allow_unsupported, const void* c_in = nullptr) {
   const DType ab = a.t->dtype(), cd = c.dtype();
   MT_CHECK(b.t->dtype() == ab && (cd == ab || cd == DType::kF32))
       << "lt_matmul dtypes " << a.t->describe() << ", " << b.t->describe() << " -> " << c.describe();
@@ -221,7 +222,9 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
   const void* pa = b.t->data();
   const void* pb = a.t->data();
   void* pc = c.data();
+  const void* pc_in = c_in ? c_in : pc;
   const uint32_t al_a = alignment_of(pa), al_b = alignment_of(pb), al_c = alignment_of(pc);
+  const uint32_t al_c_in = c_in ? alignment_of(c_in) : 0;  // 0: C is D
   const uint32_t al_bias = bias ? alignment_of(bias) : 0;
   const uint32_t al_aux = ep.aux ? alignment_of(ep.aux) : 0;
   const GemmAlgoKey key{m,
@@ -236,7 +239,8 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
                         static_cast<int>(al_b),
                         static_cast<int>(al_c),
                         static_cast<int>(al_bias),
-                        static_cast<int>(al_aux)};
+                        static_cast<int>(al_aux),
+                        static_cast<int>(al_c_in)};
   auto it = cache.find(key);
   if (it == cache.end()) {
     Preference pref;
@@ -249,7 +253,8 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
     MT_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
     MT_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                             c_in ? &al_c_in : &al_c, sizeof(al_c)));
     MT_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
     const int want = be.gemm_autotune() ? kTuneCandidates : 1;
@@ -274,7 +279,7 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
                                            static_cast<size_t>(m * n * dtype_size(cd)));
     it = cache.emplace(key, algo).first;
   }
-  MT_CUBLAS_CHECK(cublasLtMatmul(be.lt(), desc.d, &alpha, pa, la.l, pb, lb.l, &beta, pc, lc.l, pc, lc.l, &it->second,
+  MT_CUBLAS_CHECK(cublasLtMatmul(be.lt(), desc.d, &alpha, pa, la.l, pb, lb.l, &beta, pc_in, lc.l, pc, lc.l, &it->second,
                                  be.workspace(), be.workspace_bytes(), be.stream()));
   return true;
 }
@@ -407,6 +412,47 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   // y[n, out] = x[n, in] @ w[out, in]^T (+ bias)
   gemm(*this, gemm_algos_, xv, false, Operand{&w, out, in}, true, y, 1.0f, 0.0f,
        bias.defined() ? &bias : nullptr);
+}
+
+// One GEMM with C = residual (beta = 1) and D = y, the bias in the epilogue, when cuBLASLt takes
+// it (16-bit or fp32 throughout, the bias of y's dtype and epilogue-aligned); otherwise the
+// product in fp32 and the CPU's bias-dropout-add arithmetic. Either way one rounding to y's
+// dtype; cuBLASLt's order of the two fp32 additions is its own (within an fp32 ulp of the CPU's).
+void CudaBackend::linear_residual_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                          const Tensor& residual, Tensor& y) {
+  check_float_device(w, "linear weight");
+  MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
+  const int64_t out = w.dim(0), in = w.dim(1);
+  const Operand xv = rows_of(x, in, "linear input");
+  check_float_device(y, "linear output");
+  check_float_device(residual, "linear residual");
+  MT_CHECK(y.ndim() >= 1 && y.dim(-1) == out && y.numel() == xv.rows * out && residual.numel() == y.numel())
+      << "linear_residual_forward output " << y.describe() << ", residual " << residual.describe();
+  if (bias.defined()) {
+    check_float_device(bias, "linear bias");
+    MT_CHECK_EQ(bias.numel(), out) << "linear bias " << bias.describe();
+  }
+  if (xv.rows == 0 || out == 0) return;
+  const DType d = y.dtype();
+  if (!residual_epilogue()) {  // the unfused pair, for measurements (gemm_tuning.h)
+    Tensor h = empty({xv.rows, out}, d, MemoryKind::kWorkspace);
+    gemm(*this, gemm_algos_, xv, false, Operand{&w, out, in}, true, h, 1.0f, 0.0f, nullptr);
+    bias_dropout_add(h, bias, residual, y, DropoutParams{});
+    return;
+  }
+  const bool same = x.dtype() == d && w.dtype() == d && residual.dtype() == d && (!bias.defined() || bias.dtype() == d);
+  if (same && in > 0) {
+    Epilogue ep;
+    ep.bias = bias.defined() ? epilogue_bias(*this, bias) : nullptr;
+    if ((!bias.defined() || ep.bias) && lt_matmul(*this, gemm_algos_, xv, false, Operand{&w, out, in}, true, y,
+                                                  xv.rows, out, in, 1.0f, 1.0f, ep, /*allow_unsupported=*/true,
+                                                  residual.data())) {
+      return;
+    }
+  }
+  Tensor z = empty({xv.rows, out}, DType::kF32, MemoryKind::kWorkspace);
+  gemm(*this, gemm_algos_, xv, false, Operand{&w, out, in}, true, z, 1.0f, 0.0f, nullptr);
+  bias_dropout_add(z, bias, residual, y, DropoutParams{});
 }
 
 void CudaBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,

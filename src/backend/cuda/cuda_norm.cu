@@ -317,13 +317,17 @@ __global__ void __launch_bounds__(512)
     const int64_t row = first + static_cast<int64_t>(i) * groups + group;
     const bool active = row < n;
     const float m = active ? mean[row] : 0.0f, s = active ? rstd[row] : 0.0f;
-    uint4 rdy[K], rx[K];  // the row's chunks of dy and x of this thread, as loaded
+    // The row's chunks of dy, x and (add_dx) the residual gradient of this thread, as loaded:
+    // all three issued before the row sums, so that the residual's read is not a second
+    // memory round trip after them.
+    uint4 rdy[K], rx[K], rres[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int64_t c0 = static_cast<int64_t>(t + k * tpr) * W;
       const bool load = active && c0 < h;
       rdy[k] = load ? load_raw<T, kVec>(dy + row * h, c0, h) : make_uint4(0u, 0u, 0u, 0u);
       rx[k] = load ? load_raw<T, kVec>(x + row * h, c0, h) : make_uint4(0u, 0u, 0u, 0u);
+      rres[k] = load && add_dx ? load_raw<T, kVec>(dx + row * h, c0, h) : make_uint4(0u, 0u, 0u, 0u);
     }
     float sum_g = 0.0f, sum_gx = 0.0f;
 #pragma unroll
@@ -364,7 +368,7 @@ __global__ void __launch_bounds__(512)
           }
           if (add_dx) {
             float r[W];
-            unpack_vec<T>(load_raw<T, kVec>(dxr, c0, h), r);
+            unpack_vec<T>(rres[k], r);
 #pragma unroll
             for (int e = 0; e < W; ++e) o[e] = __fadd_rn(r[e], to_f32<T>(from_f32<T>(o[e])));
           }

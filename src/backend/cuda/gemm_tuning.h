@@ -10,6 +10,10 @@
 // in summation order, so --deterministic-mode turns it off.
 // Initial value from the environment when the backend is constructed:
 //   MEGATRON_GEMM_AUTOTUNE=0 | 1
+// A measurement switch, read at construction too: MEGATRON_RESIDUAL_EPILOGUE=0 runs
+// linear_residual_forward as the pair it replaces (the GEMM into a temporary of the output's
+// dtype, then bias_dropout_add: one more rounding) to time the fusion against it; unset or 1:
+// one GEMM with the residual as C.
 #pragma once
 
 #include "backend/ops.h"

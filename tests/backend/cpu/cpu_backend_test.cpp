@@ -245,6 +245,49 @@ TEST(CpuBackend, LinearGeluForwardIsGeluOfTheUnroundedProduct) {
   EXPECT_FALSE(bitwise_equal(y, y_unfused));
 }
 
+TEST(CpuBackend, LinearResidualForwardAddsTheUnroundedProduct) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const Tensor x = random_tensor({4, 3, 10}, rng, d), w = random_tensor({7, 10}, rng, d);
+    const Tensor b = random_tensor({7}, rng, d), r = random_tensor({12, 7}, rng, d);
+    for (bool with_bias : {true, false}) {
+      const Tensor bias = with_bias ? b : Tensor();
+      Tensor y = be->empty({12, 7}, d, MemoryKind::kOther);
+      be->linear_residual_forward(x, w, bias, r, y);
+      // Against the fp32 product of the same inputs: residual + (z + bias) in fp32, rounded once.
+      Tensor z = be->empty({12, 7}, DType::kF32, MemoryKind::kOther);
+      be->linear_forward(x, w, Tensor(), z);
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        const float v = with_bias ? static_cast<float>(get(z, i)) + static_cast<float>(get(b, i % 7))
+                                  : static_cast<float>(get(z, i));
+        ASSERT_EQ(get(y, i), round_to(d, static_cast<float>(get(r, i)) + v))
+            << dtype_name(d) << (with_bias ? " +bias" : "") << " element " << i;
+      }
+      // In place (y is the residual) gives the same bits.
+      Tensor in_place = clone(r);
+      be->linear_residual_forward(x, w, bias, in_place, in_place);
+      EXPECT_TRUE(bitwise_equal(in_place, y)) << dtype_name(d);
+      // fp32: the same bits as the unfused pair the model runs under TP or dropout.
+      if (d == DType::kF32) {
+        Tensor h = be->empty({12, 7}, d, MemoryKind::kOther), unfused = be->empty({12, 7}, d, MemoryKind::kOther);
+        be->linear_forward(x, w, Tensor(), h);
+        be->bias_dropout_add(h, bias, r, unfused, DropoutParams{});
+        EXPECT_TRUE(bitwise_equal(unfused, y));
+      }
+    }
+  }
+  // bf16: the product is not rounded before the add, so some element differs from the pair.
+  const Tensor x = random_tensor({64, 32}, rng, DType::kBF16), w = random_tensor({16, 32}, rng, DType::kBF16);
+  const Tensor r = random_tensor({64, 16}, rng, DType::kBF16, 1e-3f, 1e-2f);
+  Tensor y = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther), h = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther);
+  Tensor unfused = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther);
+  be->linear_residual_forward(x, w, Tensor(), r, y);
+  be->linear_forward(x, w, Tensor(), h);
+  be->bias_dropout_add(h, Tensor(), r, unfused, DropoutParams{});
+  EXPECT_FALSE(bitwise_equal(y, unfused));
+}
+
 TEST(CpuBackend, LinearDgeluBackwardMatchesDoubleReference) {
   auto rng = test_rng();
   auto be = make_cpu_backend();

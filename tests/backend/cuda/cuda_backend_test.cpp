@@ -461,6 +461,14 @@ TEST_F(CudaBackendTest, SumSquaresMatchesCpuDouble) {
       EXPECT_NEAR(got, expected, tol) << "sum_squares " << name(dtype) << " n=" << n << " (relative error "
                                       << std::abs(got - expected) / expected << ")";
       EXPECT_EQ(gpu_->sum_squares(d), got) << "sum_squares is not deterministic, n=" << n;
+      // A view that starts off the 16-byte grid (element-by-element loads) sums the same chunks
+      // in the same order as an aligned copy of it (vector loads): the same bits.
+      for (int64_t off : {1, 2, 3}) {
+        if (off >= n) break;
+        const Tensor view = d.slice(off, n);
+        const double aligned = gpu_->sum_squares(to_gpu(to_cpu(view)));
+        EXPECT_EQ(gpu_->sum_squares(view), aligned) << "sum_squares " << name(dtype) << " n=" << n << " offset " << off;
+      }
     }
   }
   Tensor empty = gpu_->empty({0}, DType::kF32, MemoryKind::kOther);

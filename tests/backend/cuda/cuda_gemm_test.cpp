@@ -415,6 +415,52 @@ TEST_F(CudaGemmTest, LinearGeluForwardMatchesCpu) {
   }
 }
 
+// linear_residual_forward (one cuBLASLt GEMM: C = the residual with beta = 1, D = y, the bias
+// epilogue; the fp32 product and the CPU's bias-dropout-add arithmetic where it cannot) vs the
+// CPU's fused reference. Tolerance: the GEMM's (tol_for); cuBLASLt adds C and the bias to the
+// fp32 product in its own order, an fp32 ulp at most before the output's rounding, inside it.
+TEST_F(CudaGemmTest, LinearResidualForwardMatchesCpu) {
+  auto rng = test_rng();
+  for (DType dtype : kFloatTypes) {
+    for (const GeluShape& s : kGeluShapes) {
+      for (bool with_bias : {true, false}) {
+        for (bool in_place : {false, true}) {
+          const Tensor x = random_tensor({s.n, s.in}, rng, dtype), w = random_tensor({s.out, s.in}, rng, dtype);
+          const Tensor bias = with_bias ? random_tensor({s.out}, rng, dtype) : Tensor();
+          const Tensor r = random_tensor({s.n, s.out}, rng, dtype);
+          Tensor y_cpu = Tensor::cpu({s.n, s.out}, dtype);
+          cpu_->linear_residual_forward(x, w, bias, r, y_cpu);
+          Tensor r_d = to_gpu(r);
+          Tensor y_d = in_place ? r_d : gpu_->empty({s.n, s.out}, dtype, MemoryKind::kOther);
+          gpu_->linear_residual_forward(to_gpu(x), to_gpu(w), with_bias ? to_gpu(bias) : Tensor(), r_d, y_d);
+          const std::string what = "linear_residual_forward " + name(dtype) + " n=" + std::to_string(s.n) +
+                                   " in=" + std::to_string(s.in) + " out=" + std::to_string(s.out) +
+                                   (with_bias ? " +bias" : "") + (in_place ? " in place" : "");
+          expect_rel(to_cpu(y_d), y_cpu, tol_for(dtype, dtype, s.in), what);
+          if (!in_place) expect_rel(to_cpu(r_d), r, 0.0, what + ": residual untouched");
+        }
+      }
+    }
+  }
+  // A misaligned bias (a view one element into its buffer) and an fp32 bias for 16-bit outputs.
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    const int64_t n = 96, in = 768, out = 2304;
+    const Tensor x = random_tensor({n, in}, rng, dtype), w = random_tensor({out, in}, rng, dtype);
+    const Tensor r = random_tensor({n, out}, rng, dtype);
+    for (DType bias_dtype : {dtype, DType::kF32}) {
+      const Tensor bias_buf = random_tensor({out + 1}, rng, bias_dtype);
+      const Tensor bias = bias_buf.slice(1, out + 1);
+      Tensor y_cpu = Tensor::cpu({n, out}, dtype);
+      cpu_->linear_residual_forward(x, w, bias, r, y_cpu);
+      const Tensor bias_d = to_gpu(bias_buf).slice(1, out + 1);
+      Tensor y_d = gpu_->empty({n, out}, dtype, MemoryKind::kOther);
+      gpu_->linear_residual_forward(to_gpu(x), to_gpu(w), bias_d, to_gpu(r), y_d);
+      expect_rel(to_cpu(y_d), y_cpu, tol_for(dtype, dtype, in),
+                 "linear_residual_forward misaligned " + name(bias_dtype) + " bias, " + name(dtype));
+    }
+  }
+}
+
 TEST_F(CudaGemmTest, LinearDgeluBackwardMatchesCpuAndAccumulates) {
   auto rng = test_rng();
   for (DType dtype : kFloatTypes) {
@@ -476,6 +522,17 @@ TEST_F(CudaGemmTest, LinearAllocatesNothing) {
   EXPECT_EQ(after_fused.peak_total, before_fused.peak_total)
       << "linear_gelu_forward/linear_dgelu_backward allocated temporaries";
   EXPECT_EQ(after_fused.current, before_fused.current);
+
+  // The row-parallel linear with the residual add (proj, FC2): one GEMM, no fp32 temporary.
+  const Tensor r = to_gpu(random_tensor({1024, 2304}, rng, DType::kBF16));
+  gpu_->synchronize();
+  memory_tracker(Device::kCUDA).reset_peak();
+  const MemorySnapshot before_residual = memory_tracker(Device::kCUDA).snapshot();
+  gpu_->linear_residual_forward(x, w, b, r, y);
+  gpu_->synchronize();
+  const MemorySnapshot after_residual = memory_tracker(Device::kCUDA).snapshot();
+  EXPECT_EQ(after_residual.peak_total, before_residual.peak_total)
+      << "linear_residual_forward allocated a temporary (the unfused fallback?)";
 }
 
 }  // namespace
