@@ -10,10 +10,11 @@
 // in summation order, so --deterministic-mode turns it off.
 // Initial value from the environment when the backend is constructed:
 //   MEGATRON_GEMM_AUTOTUNE=0 | 1
-// A measurement switch, read at construction too: MEGATRON_RESIDUAL_EPILOGUE=0 runs
-// linear_residual_forward as the pair it replaces (the GEMM into a temporary of the output's
-// dtype, then bias_dropout_add: one more rounding) to time the fusion against it; unset or 1:
-// one GEMM with the residual as C.
+//
+// Bias gradients (linear_backward, linear_dgelu_backward): from the weight-gradient GEMM's
+// BGRADB epilogue (on: one read of dy fewer; cuBLASLt's summation order, fixed with the
+// algorithm) or from the fixed-order reduction kernel (off). Off by default until measured; --deterministic-mode
+// turns it off; initial value MEGATRON_BGRAD_EPILOGUE=0 | 1.
 #pragma once
 
 #include "backend/ops.h"
@@ -22,5 +23,6 @@ namespace megatron::backend {
 
 // `backend` must be a CUDA backend (megatron::Error otherwise, and always without CUDA).
 void set_gemm_autotune(Backend& backend, bool on);
+void set_bias_grad_epilogue(Backend& backend, bool on);
 
 }  // namespace megatron::backend
