@@ -39,10 +39,8 @@ std::unique_ptr<backend::Backend> make_backend(const Args& args, std::ostream& l
     std::unique_ptr<backend::Backend> be = backend::make_cuda_backend(dev);
     if (deterministic(args)) {
       backend::set_attention_deterministic(*be, true);
-      backend::set_gemm_autotune(*be, false);       // timing-dependent algorithm choice
-      backend::set_bias_grad_epilogue(*be, false);  // cuBLASLt's summation order: ours is fixed
-      log << " > deterministic mode: cuDNN attention backward without atomics, cuBLASLt heuristic algorithms, "
-             "fixed-order bias gradients\n";
+      backend::set_gemm_autotune(*be, false);  // timing-dependent algorithm choice
+      log << " > deterministic mode: cuDNN attention backward without atomics, cuBLASLt heuristic algorithms\n";
     }
     return be;
   }

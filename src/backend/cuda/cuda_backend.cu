@@ -464,7 +464,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     attention_impl_ = attention_impl_from_env();
     gemm_autotune_ = env_switch("MEGATRON_GEMM_AUTOTUNE");
     layernorm_warp_forward_ = env_switch("MEGATRON_LN_WARP_FORWARD", true);
-    bias_grad_epilogue_ = env_switch("MEGATRON_BGRAD_EPILOGUE", false);
     layernorm_backward_blocks_ = env_count("MEGATRON_LN_BACKWARD_BLOCKS", layernorm_backward_blocks_, 1, 65535);
   } catch (...) {
     free_resources(stream_, lt_, workspace_, scratch_);

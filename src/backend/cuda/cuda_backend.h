@@ -147,9 +147,6 @@ class CudaBackend : public Backend {
   // GEMM algorithm choice (gemm_tuning.h).
   void set_gemm_autotune(bool on) { gemm_autotune_ = on; }
   bool gemm_autotune() const { return gemm_autotune_; }
-  // Bias gradients from the weight-gradient GEMM's BGRADB epilogue (gemm_tuning.h).
-  void set_bias_grad_epilogue(bool on) { bias_grad_epilogue_ = on; }
-  bool bias_grad_epilogue() const { return bias_grad_epilogue_; }
   // LayerNorm forward kernel choice (layernorm_paths.h).
   void set_layernorm_warp_forward(bool on) { layernorm_warp_forward_ = on; }
   int64_t layernorm_backward_blocks() const { return layernorm_backward_blocks_; }
@@ -183,7 +180,6 @@ class CudaBackend : public Backend {
   bool attention_deterministic_ = false;
   bool gemm_autotune_ = false;
   bool layernorm_warp_forward_ = true;
-  bool bias_grad_epilogue_ = false;
   // Blocks of the fused LayerNorm backward (cuda_norm.cu): the rows are split into this many
   // parts whatever the device, so the summation order depends only on (n, h, dtype, this).
   // MEGATRON_LN_BACKWARD_BLOCKS sets it for measurements.

@@ -105,17 +105,13 @@ __global__ void bias_add_kernel(const void* src, DType sdt, const void* bias, DT
 //  - gelu: D = gelu_tanh(D) with the pre-activation stored to aux[m, n] (GELU_AUX[_BIAS]);
 //  - dgelu: D = D * gelu_tanh'(aux[m, n]) (DGELU).
 // aux is row-major [m, n] of c's dtype (cuBLASLt's column-major [n, m], leading dimension n).
-//  - bgradb: no change to D; bias (an output here, of c's dtype) = the column sums of our a's
-//    op, i.e. for dW = dy^T x the sums over the tokens of dy: the bias gradient (BGRADB).
 struct Epilogue {
   const void* bias = nullptr;
   bool gelu = false;
   bool dgelu = false;
   const void* aux = nullptr;
-  bool bgradb = false;
 
   cublasLtEpilogue_t kind() const {
-    if (bgradb) return CUBLASLT_EPILOGUE_BGRADB;
     if (dgelu) return CUBLASLT_EPILOGUE_DGELU;
     if (gelu) return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -179,9 +175,6 @@ cublasLtMatmulAlgo_t fastest_algo(CudaBackend& be, const std::vector<cublasLtMat
 }  // namespace
 
 void set_gemm_autotune(Backend& backend, bool on) { as_cuda(backend, "set_gemm_autotune").set_gemm_autotune(on); }
-void set_bias_grad_epilogue(Backend& backend, bool on) {
-  as_cuda(backend, "set_bias_grad_epilogue").set_bias_grad_epilogue(on);
-}
 
 namespace {
 
@@ -386,45 +379,14 @@ Operand rows_of(const Tensor& t, int64_t cols, const char* what) {
   return Operand{&t, t.numel() / cols, cols};
 }
 
-// dbias (=, +=) s: the bias gradient the BGRADB epilogue left in s (fp32, n values).
-__global__ void bias_grad_write_kernel(const float* s, float* dbias, int64_t n, bool accumulate) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    dbias[i] = accumulate ? __fadd_rn(dbias[i], s[i]) : s[i];
-}
-
-// dw[out, in] (+=) dy[n, out]^T @ x[n, in]; dbias (+=) column sums of dy. GradWrite::kOverwrite:
-// beta = 0, so the GEMM does not read dw.
-// The bias gradient comes from the GEMM itself (the BGRADB epilogue: the GEMM already streams
-// dy through shared memory, so the separate pass that read all of dy again, ~7 GB per 1.3B
-// step, goes) when be.bias_grad_epilogue() and the case is 16-bit dy and x into fp32 dw and
-// dbias (the main gradients); cuBLASLt sums in its own order, fixed with the algorithm. The
-// epilogue writes (never adds) the vector: into dbias itself when overwriting a 16-byte aligned
-// dbias, else into the scratch and then written or added (one rounding, as bias_grad's).
-// Otherwise, and under --deterministic-mode, the fixed-order reduction of cuda_backend.cu.
+// dw[out, in] (+=) dy[n, out]^T @ x[n, in]; dbias (+=) column sums of dy: the deterministic
+// fixed-order reduction of cuda_backend.cu. cuBLASLt's BGRADB epilogue (the bias gradient from
+// the weight-gradient GEMM, in its own order) was measured slower than the GEMM plus this
+// reduction at 124M and 1.3B shapes (bench/RESULTS.md, 2026-11-23 third session).
+// GradWrite::kOverwrite: beta = 0, so the GEMM does not read dw.
 void weight_grads(CudaBackend& be, GemmAlgoCache& cache, const Operand& dy, const Operand& x, Tensor& dw,
                   Tensor& dbias, GradWrite write) {
-  const float beta = write == GradWrite::kAccumulate ? 1.0f : 0.0f;
-  const DType in = dy.t->dtype();
-  if (dbias.defined() && be.bias_grad_epilogue() && (in == DType::kBF16 || in == DType::kF16) &&
-      x.t->dtype() == in && dw.dtype() == DType::kF32 && dbias.dtype() == DType::kF32 && dbias.numel() == dy.cols &&
-      dy.rows > 0 && dy.cols > 0 && x.cols > 0 && dbias.nbytes() <= 1024 * 1024) {
-    const bool direct = write == GradWrite::kOverwrite && alignment_of(dbias.data()) >= 16;
-    void* target = direct ? dbias.data() : be.scratch();
-    Epilogue ep;
-    ep.bias = target;
-    ep.bgradb = true;
-    if (lt_matmul(be, cache, dy, true, x, false, dw, dy.cols, x.cols, dy.rows, 1.0f, beta, ep,
-                  /*allow_unsupported=*/true)) {
-      if (!direct) {
-        bias_grad_write_kernel<<<grid_for(dy.cols, kThreads), kThreads, 0, be.stream()>>>(
-            static_cast<const float*>(target), static_cast<float*>(dbias.data()), dy.cols,
-            write == GradWrite::kAccumulate);
-        MT_CUDA_LAUNCH_CHECK();
-      }
-      return;
-    }
-  }
-  gemm(be, cache, dy, true, x, false, dw, 1.0f, beta, nullptr);
+  gemm(be, cache, dy, true, x, false, dw, 1.0f, write == GradWrite::kAccumulate ? 1.0f : 0.0f, nullptr);
   if (dbias.defined()) be.bias_grad(*dy.t, dbias, write);
 }
 

@@ -10,11 +10,6 @@
 // in summation order, so --deterministic-mode turns it off.
 // Initial value from the environment when the backend is constructed:
 //   MEGATRON_GEMM_AUTOTUNE=0 | 1
-//
-// Bias gradients (linear_backward, linear_dgelu_backward): from the weight-gradient GEMM's
-// BGRADB epilogue (on: one read of dy fewer; cuBLASLt's summation order, fixed with the
-// algorithm) or from the fixed-order reduction kernel (off). Off by default until measured; --deterministic-mode
-// turns it off; initial value MEGATRON_BGRAD_EPILOGUE=0 | 1.
 #pragma once
 
 #include "backend/ops.h"
@@ -23,6 +18,5 @@ namespace megatron::backend {
 
 // `backend` must be a CUDA backend (megatron::Error otherwise, and always without CUDA).
 void set_gemm_autotune(Backend& backend, bool on);
-void set_bias_grad_epilogue(Backend& backend, bool on);
 
 }  // namespace megatron::backend

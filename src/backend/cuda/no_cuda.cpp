@@ -27,9 +27,6 @@ void set_attention_deterministic(Backend&, bool) {
   throw_error("set_attention_deterministic: this build of megatron has no CUDA backend");
 }
 void set_gemm_autotune(Backend&, bool) { throw_error("set_gemm_autotune: this build of megatron has no CUDA backend"); }
-void set_bias_grad_epilogue(Backend&, bool) {
-  throw_error("set_bias_grad_epilogue: this build of megatron has no CUDA backend");
-}
 void set_layernorm_warp_forward(Backend&, bool) {
   throw_error("set_layernorm_warp_forward: this build of megatron has no CUDA backend");
 }

@@ -486,45 +486,6 @@ TEST_F(CudaGemmTest, LinearDgeluBackwardMatchesCpuAndAccumulates) {
   }
 }
 
-// The bias gradient from the weight-gradient GEMM (BGRADB epilogue, cuBLASLt's summation
-// order) against the fixed-order reduction it replaces (set_bias_grad_epilogue(false): the same
-// bits as bias_grad alone): within the fp32 accumulation tolerance, for an aligned dbias
-// (written in place) and one a float off the 16-byte grid (through the scratch), overwritten
-// and then accumulated.
-TEST_F(CudaGemmTest, BiasGradientEpilogueMatchesTheFixedOrderReduction) {
-  auto rng = test_rng();
-  for (DType dtype : {DType::kBF16, DType::kF16}) {
-    for (const GeluShape& s : kGeluShapes) {
-      const Tensor x = to_gpu(random_tensor({s.n, s.in}, rng, dtype)), w = to_gpu(random_tensor({s.out, s.in}, rng, dtype));
-      const Tensor dy = to_gpu(random_tensor({s.n, s.out}, rng, dtype));
-      for (int64_t offset : {0, 1}) {
-        const std::string what = "bias gradient " + name(dtype) + " n=" + std::to_string(s.n) +
-                                 " out=" + std::to_string(s.out) + " offset " + std::to_string(offset);
-        Tensor dx;
-        Tensor dw = gpu_->empty({s.out, s.in}, DType::kF32, MemoryKind::kOther);
-        Tensor reference = gpu_->empty({s.out}, DType::kF32, MemoryKind::kOther);
-        gpu_->bias_grad(dy, reference, GradWrite::kOverwrite);
-        Tensor buf_on = gpu_->empty({s.out + offset}, DType::kF32, MemoryKind::kOther);
-        Tensor buf_off = gpu_->empty({s.out + offset}, DType::kF32, MemoryKind::kOther);
-        Tensor on = buf_on.slice(offset, s.out + offset), off = buf_off.slice(offset, s.out + offset);
-        for (GradWrite write : {GradWrite::kOverwrite, GradWrite::kAccumulate}) {
-          set_bias_grad_epilogue(*gpu_, true);
-          gpu_->linear_backward(dy, x, w, dx, dw, on, write);
-          set_bias_grad_epilogue(*gpu_, false);
-          gpu_->linear_backward(dy, x, w, dx, dw, off, write);
-          const Tensor fixed = to_cpu(off);
-          if (write == GradWrite::kOverwrite) {
-            EXPECT_TRUE(test::bitwise_equal(fixed, to_cpu(reference))) << what << ": fixed order vs bias_grad";
-          }
-          expect_rel(to_cpu(on), fixed, tol_for(DType::kF32, DType::kF32, s.n),
-                     what + (write == GradWrite::kOverwrite ? " overwritten" : " accumulated"));
-        }
-        set_bias_grad_epilogue(*gpu_, true);
-      }
-    }
-  }
-}
-
 // The GEMM path of a training step allocates nothing (the memory plan is exact): aligned
 // bias, fp32 main-grad accumulation.
 TEST_F(CudaGemmTest, LinearAllocatesNothing) {
