@@ -94,6 +94,15 @@ class Backend {
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   // Blocks until all queued work on this backend is done (no-op on the CPU).
   virtual void synchronize() = 0;
+  // A host tensor that copy_to_host_async() fills without blocking (page-locked on CUDA; plain
+  // host memory on the CPU). Not counted as device memory.
+  virtual Tensor host_staging(Shape shape, DType dtype) = 0;
+  // Queues dst = src (src on this device, dst a host tensor of the same dtype and numel) and
+  // returns at once: dst holds the values after the next synchronize() or blocking copy().
+  // src may be overwritten by ops queued after this call (the copy reads it first). With dst
+  // from host_staging() the CUDA copy does not stall the host; any other host tensor works too
+  // (the copy then blocks). The CPU backend copies at once.
+  virtual void copy_to_host_async(const Tensor& src, Tensor& dst) = 0;
 
   // ---- dense algebra --------------------------------------------------------------------
   // c = alpha * op(a) @ op(b) + beta * c, with op(x) = x or x^T on the 2-D views

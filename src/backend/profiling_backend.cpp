@@ -271,6 +271,10 @@ int ProfilingBackend::linear_backward_key(int op, const Tensor& dy, const Tensor
                   flops);
 }
 
+void ProfilingBackend::copy_to_host_async(const Tensor& src, Tensor& dst) {
+  timed(kCopy, [&] { inner_->copy_to_host_async(src, dst); });
+}
+
 void ProfilingBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
   timed(linear_forward_key(kLinearForward, x, w, bias, y), [&] { inner_->linear_forward(x, w, bias, y); });
 }

@@ -9,7 +9,8 @@
 //
 // Construct the model and optimizer on the ProfilingBackend itself: they call ops on the
 // Backend& they were built with (empty()/copy() forward too, so allocation works).
-// device() and synchronize() are forwarded untimed; every other op is timed while enabled().
+// device(), synchronize() and host_staging() are forwarded untimed; every other op is timed
+// while enabled().
 #pragma once
 
 #include <array>
@@ -71,6 +72,8 @@ class ProfilingBackend final : public Backend {
   void fill(Tensor& t, float value) override;
   void copy(const Tensor& src, Tensor& dst) override;
   void synchronize() override { inner_->synchronize(); }
+  Tensor host_staging(Shape shape, DType dtype) override { return inner_->host_staging(std::move(shape), dtype); }
+  void copy_to_host_async(const Tensor& src, Tensor& dst) override;
 
   void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
               float beta) override;

@@ -335,12 +335,15 @@ void GPTModel::load_inputs(const MicroBatch& mb, Tensor* tokens, bool labels) {
   if (labels) {
     backend_.copy(host_labels, labels_);
     backend_.copy(host_mask, loss_weights_);
+    host_mask_ = host_mask.view({n});
   }
 }
 
 float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
   MT_CHECK(pipe_.pp == 1 && num_chunks() == 1) << "forward() runs the whole model; a pipeline stage uses forward_chunk()";
-  return forward_chunk(0, 0, &mb, dropout);
+  MT_CHECK(pending_losses_.empty()) << "forward(): " << pending_losses_.size() << " queued losses not taken";
+  forward_chunk(0, 0, &mb, dropout);
+  return static_cast<float>(take_losses());  // one micro-batch: its float loss exactly
 }
 
 void GPTModel::backward(float loss_scale, float grad_scale) {
@@ -361,8 +364,8 @@ const Tensor& GPTModel::output(int64_t chunk, int64_t set) const {
   return chunks_[static_cast<size_t>(chunk)].sets[static_cast<size_t>(set)].xs.back();
 }
 
-float GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, const DropoutContext& dropout,
-                              const HeadBackward* head) {
+void GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, const DropoutContext& dropout,
+                             const HeadBackward* head) {
   cur_chunk_ = chunk;
   cur_set_ = set;
   ActivationSet& as = chunks_[static_cast<size_t>(chunk)].sets[static_cast<size_t>(set)];
@@ -397,19 +400,40 @@ float GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, 
     if (hooks_.before_reading) before_reading(layer_end(l));
     layer_forward(l);
   }
-  if (!last) return 0.0f;
+  if (!last) return;
   before_reading(static_cast<int64_t>(params_.params().size()));
-  const float loss = head_forward();
+  head_forward();
   if (head) {
     // The head's backward now: the set then keeps d(x_last) in place of x_last (the layers'
     // backward reads their inputs, never the chunk's output).
     Tensor dx = as.xs.back().view({n_local_, h});
     head_backward(head->loss_scale, head->grad_scale, dx);
   }
-  return loss;
 }
 
-float GPTModel::head_forward() {
+double GPTModel::take_losses() {
+  if (pending_losses_.empty()) return 0.0;
+  const bool copied = std::any_of(pending_losses_.begin(), pending_losses_.end(),
+                                  [](const PendingLoss& p) { return !p.on_host; });
+  if (copied) backend_.synchronize();  // the asynchronous copies have landed
+  double sum = 0.0;
+  for (const PendingLoss& p : pending_losses_) {
+    float loss = p.value;
+    if (!p.on_host) {
+      // The masked mean on the host (n values): exact and backend-independent.
+      const float* ls = p.losses.data_as<const float>();
+      const float* mk = p.mask.data_as<const float>();
+      double total = 0.0;
+      for (int64_t i = 0; i < p.losses.numel(); ++i) total += static_cast<double>(ls[i]) * mk[i];
+      loss = p.mask_sum > 0 ? static_cast<float>(total / p.mask_sum) : 0.0f;
+    }
+    sum += loss;
+  }
+  pending_losses_.clear();
+  return sum;
+}
+
+void GPTModel::head_forward() {
   const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
   const ActivationSet& as = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
   Tensor x_last = as.xs.back().view({n_local_, h});
@@ -417,23 +441,27 @@ float GPTModel::head_forward() {
                              final_ln_mean_, final_ln_rstd_);
   backend_.linear_forward(column_input(final_ln_out_), param(output_w_), Tensor(), logits_);
 
-  // The masked mean on the host (n values): exact and backend-independent.
-  Tensor host_mask = Tensor::cpu({n}, DType::kF32);
-  backend_.copy(loss_weights_.view({n}), host_mask);
-  const float* mk = host_mask.data_as<float>();
-  double total = 0.0;
+  PendingLoss p;
+  p.mask = host_mask_;
+  p.mask_sum = mask_sum_;
   if (tp_->size() == 1) {
+    // The per-token losses go to the host without waiting; take_losses() reads them.
     backend_.cross_entropy_forward(logits_, labels_.view({n}), losses_, loss_lse_);
-    Tensor host_losses = Tensor::cpu({n}, DType::kF32);
-    backend_.copy(losses_, host_losses);
-    const float* ls = host_losses.data_as<float>();
-    for (int64_t i = 0; i < n; ++i) total += static_cast<double>(ls[i]) * mk[i];
+    const size_t slot = pending_losses_.size();
+    if (slot == loss_staging_.size()) loss_staging_.push_back(backend_.host_staging({n}, DType::kF32));
+    p.losses = loss_staging_[slot];
+    backend_.copy_to_host_async(losses_, p.losses);
   } else {
+    // Vocab-parallel: the losses come back on the host (the collective waits anyway).
     const std::vector<double> ls =
         tensor_parallel::vocab_parallel_cross_entropy(backend_, *tp_, logits_, labels_.view({n}), losses_, loss_lse_);
+    const float* mk = host_mask_.data_as<const float>();
+    double total = 0.0;
     for (int64_t i = 0; i < n; ++i) total += ls[static_cast<size_t>(i)] * mk[i];
+    p.on_host = true;
+    p.value = mask_sum_ > 0 ? static_cast<float>(total / mask_sum_) : 0.0f;
   }
-  return mask_sum_ > 0 ? static_cast<float>(total / mask_sum_) : 0.0f;
+  pending_losses_.push_back(std::move(p));
 }
 
 void GPTModel::head_backward(float loss_scale, float grad_scale, Tensor& dx) {

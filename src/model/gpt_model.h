@@ -162,11 +162,16 @@ class GPTModel {
   // Where chunk c's input activation for set k is received (not the first virtual stage).
   Tensor& input_buffer(int64_t chunk, int64_t set);
   // Forward of one micro-batch through chunk c into set k. `batch` is read on the first
-  // virtual stage (tokens) and the last (labels, mask; may be null elsewhere). Returns the
-  // micro-batch loss on the last virtual stage (0 elsewhere); there, with `head`, the loss
-  // head's backward runs at once and the set keeps only d(last layer output).
-  float forward_chunk(int64_t chunk, int64_t set, const MicroBatch* batch, const DropoutContext& dropout,
-                      const HeadBackward* head = nullptr);
+  // virtual stage (tokens) and the last (labels, mask; may be null elsewhere). On the last
+  // virtual stage the micro-batch loss is queued for take_losses() (its per-token losses are
+  // copied to the host without waiting); there, with `head`, the loss head's backward runs
+  // at once and the set keeps only d(last layer output).
+  void forward_chunk(int64_t chunk, int64_t set, const MicroBatch* batch, const DropoutContext& dropout,
+                     const HeadBackward* head = nullptr);
+  // The sum, in the order they ran, of the losses forward_chunk queued since the last call
+  // (each as forward() returns it), and the queue emptied: one wait for the device for all
+  // of an iteration's micro-batches instead of one each. 0 when none is queued.
+  double take_losses();
   // Chunk c's output activation from set k's forward (to send; not the last virtual stage).
   const Tensor& output(int64_t chunk, int64_t set) const;
   // Where the gradient of a chunk's output is received before backward_chunk (one buffer).
@@ -231,15 +236,16 @@ class GPTModel {
   // One past local layer l's (of the current chunk) last parameter index (the layers'
   // parameters are contiguous, each starting with its first LayerNorm's weight).
   int64_t layer_end(int64_t l) const;
-  // Loss head: final LayerNorm, output layer, cross-entropy over xs[Lc] of the current set.
-  float head_forward();
+  // Loss head: final LayerNorm, output layer, cross-entropy over xs[Lc] of the current set;
+  // the micro-batch loss queued in pending_losses_.
+  void head_forward();
   // d(loss * loss_scale * grad_scale) through the head into `dx` [n_local, h].
   void head_backward(float loss_scale, float grad_scale, Tensor& dx);
   // Layers of the current chunk, top to bottom, from ws_grad_ = d(output); then, on virtual
   // stage 0, the embedding.
   void chunk_backward();
   // Inputs of a micro-batch onto the device: tokens (virtual stage 0) into `tokens`, labels
-  // and loss weights (last virtual stage); sets mask_sum_.
+  // and loss weights (last virtual stage; their host copy in host_mask_); sets mask_sum_.
   void load_inputs(const MicroBatch& mb, Tensor* tokens, bool labels);
   // d(input) of a dropout from its output gradient dy: dy itself without dropout, else the
   // masked gradient written into `buffer`.
@@ -318,6 +324,18 @@ class GPTModel {
   Tensor recv_grad_;
   DropoutContext dropout_ctx_;
   float mask_sum_ = 0.0f;
+  Tensor host_mask_;  // the loss weights of the current micro-batch [s*b] fp32, on the host
+  // A micro-batch loss not yet read (take_losses): sum(loss * mask) / sum(mask) over `losses`
+  // (host staging, filled by an asynchronous copy) and `mask`, or `value` when the loss is
+  // already on the host (vocab-parallel cross-entropy).
+  struct PendingLoss {
+    Tensor losses, mask;
+    float mask_sum = 0.0f;
+    bool on_host = false;
+    float value = 0.0f;
+  };
+  std::vector<PendingLoss> pending_losses_;
+  std::vector<Tensor> loss_staging_;  // [n] fp32 host staging buffers, reused: one per queued loss
   ParamHooks hooks_;
   void before_reading(int64_t k) const {
     if (hooks_.before_reading) hooks_.before_reading(k);

@@ -86,7 +86,6 @@ double run_pipeline(const std::vector<parallel::PipelineAction>& blocking_table,
     }
   };
 
-  double loss = 0.0;
   model::MicroBatch mb;
   std::vector<comm::PointToPoint> ops;
   for (size_t i = 0; i < table.size(); ++i) {
@@ -102,8 +101,8 @@ double run_pipeline(const std::vector<parallel::PipelineAction>& blocking_table,
       case parallel::PipelineOp::kForward: {
         const bool needs_batch = model.is_first_virtual(a.chunk) || model.is_last_virtual(a.chunk);
         if (needs_batch) cb.load(a.micro_batch, &mb);
-        loss += model.forward_chunk(a.chunk, set_of(a.chunk, a.micro_batch), needs_batch ? &mb : nullptr,
-                                    cb.dropout(a.micro_batch), cb.head);
+        model.forward_chunk(a.chunk, set_of(a.chunk, a.micro_batch), needs_batch ? &mb : nullptr,
+                            cb.dropout(a.micro_batch), cb.head);
         break;
       }
       case parallel::PipelineOp::kBackward:
@@ -132,7 +131,8 @@ double run_pipeline(const std::vector<parallel::PipelineAction>& blocking_table,
     if (sync) cb.grad_sync(a.chunk, false);
   }
   wait_for(nullptr);
-  return loss;
+  // The losses queued by the last virtual stage's forwards, read once for the whole table.
+  return model.take_losses();
 }
 
 }  // namespace megatron::train

@@ -60,7 +60,8 @@ struct PipelineCallbacks {
 };
 
 // Runs `table` (the blocking form, as pipeline_schedule makes it) and returns the sum of the
-// micro-batch losses (last virtual stage; 0 elsewhere).
+// micro-batch losses (last virtual stage; 0 elsewhere), read from the device once, after the
+// last compute (GPTModel::take_losses), so that no micro-batch waits for the host.
 double run_pipeline(const std::vector<parallel::PipelineAction>& table, model::GPTModel& model, comm::Communicator& pp,
                     const PipelineCallbacks& callbacks);
 

@@ -302,6 +302,26 @@ namespace {
 // gives the whole model's losses and gradients bit for bit (same ops on the same values; the
 // dropout streams use the global layer index), except the tied word embedding, whose two
 // partial gradients (lookup on stage 0, output layer on stage 1) add up to the whole one.
+// forward_chunk queues each micro-batch loss; take_losses() returns their sum in run order
+// (floats added in double, as the pipeline executor adds them) and empties the queue. The
+// values are those forward() returns one at a time.
+TEST(GPTModel, QueuedLossesAreTakenOnceInRunOrder) {
+  auto backend = backend::make_cpu_backend();
+  const GPTConfig c = tiny_config();
+  GPTModel model(c, *backend, DType::kF32, 2);
+  model.parameters().initialize(*backend, 3, c.init_method_std, c.num_layers);
+  std::vector<MicroBatch> mbs;
+  for (uint32_t k = 0; k < 3; ++k) mbs.push_back(random_micro_batch(2, c.seq_length, c.vocab_size, 20 + k, true));
+  double expected = 0.0;
+  for (const MicroBatch& mb : mbs) expected += model.forward(mb, {});
+  EXPECT_EQ(model.take_losses(), 0.0) << "forward() takes its own loss";
+  for (const MicroBatch& mb : mbs) model.forward_chunk(0, 0, &mb, {});
+  EXPECT_EQ(model.take_losses(), expected);
+  EXPECT_EQ(model.take_losses(), 0.0) << "the queue is empty after a take";
+  model.forward_chunk(0, 0, &mbs[0], {});
+  EXPECT_DEATH(model.forward(mbs[1], {}), "queued losses not taken");
+}
+
 TEST(GPTModel, PipelineStagesEqualTheWholeModel) {
   GPTConfig c = tiny_config();
   c.num_layers = 4;
@@ -347,7 +367,8 @@ TEST(GPTModel, PipelineStagesEqualTheWholeModel) {
   for (int k = 0; k < 2; ++k) {
     for (int64_t v = 0; v < 4; ++v) {
       if (v > 0) backend->copy(model_of(v - 1).output((v - 1) / 2, k), model_of(v).input_buffer(v / 2, k));
-      stage_loss[k] += model_of(v).forward_chunk(v / 2, k, &mbs[k], d[k], &head);
+      model_of(v).forward_chunk(v / 2, k, &mbs[k], d[k], &head);
+      stage_loss[k] += static_cast<float>(model_of(v).take_losses());  // 0 but on the last virtual stage
     }
   }
   for (int k = 0; k < 2; ++k) {

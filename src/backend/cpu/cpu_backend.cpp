@@ -76,6 +76,14 @@ void CpuBackend::fill(Tensor& t, float value) {
   }
 }
 
+Tensor CpuBackend::host_staging(Shape shape, DType dtype) { return Tensor::cpu(std::move(shape), dtype); }
+
+void CpuBackend::copy_to_host_async(const Tensor& src, Tensor& dst) {
+  MT_CHECK(dst.defined() && src.dtype() == dst.dtype())
+      << "copy_to_host_async: " << src.describe() << " -> " << (dst.defined() ? dst.describe() : "undefined");
+  copy(src, dst);
+}
+
 void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   check_cpu(src, "copy source");
   check_cpu(dst, "copy destination");

@@ -552,6 +552,28 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
 
 void CudaBackend::synchronize() { MT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+Tensor CudaBackend::host_staging(Shape shape, DType dtype) {
+  const int64_t bytes = shape_numel(shape) * dtype_size(dtype);
+  void* p = nullptr;
+  if (bytes > 0) MT_CUDA_CHECK(cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocDefault));
+  if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
+  auto storage = std::make_shared<Storage>(p, bytes, Device::kCPU, MemoryKind::kOther, [](void* q) {
+    if (q) cudaFreeHost(q);  // never throws from a destructor
+  });
+  return Tensor(std::move(storage), 0, std::move(shape), dtype);
+}
+
+void CudaBackend::copy_to_host_async(const Tensor& src, Tensor& dst) {
+  check_device(src, "copy_to_host_async source");
+  MT_CHECK(dst.defined() && dst.device() == Device::kCPU && dst.dtype() == src.dtype() && dst.numel() == src.numel())
+      << "copy_to_host_async: " << src.describe() << " -> " << (dst.defined() ? dst.describe() : "undefined")
+      << " (a host tensor of the same dtype and size)";
+  if (src.nbytes() == 0) return;
+  // Into page-locked memory this returns at once; into pageable memory CUDA completes it first.
+  MT_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), static_cast<size_t>(src.nbytes()), cudaMemcpyDeviceToHost,
+                                stream_));
+}
+
 // ---- elementwise --------------------------------------------------------------------------
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {

@@ -81,6 +81,8 @@ class CudaBackend : public Backend {
   void fill(Tensor& t, float value) override;
   void copy(const Tensor& src, Tensor& dst) override;
   void synchronize() override;
+  Tensor host_staging(Shape shape, DType dtype) override;
+  void copy_to_host_async(const Tensor& src, Tensor& dst) override;
 
   void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
               float beta) override;

@@ -190,6 +190,17 @@ TEST(CpuBackend, SumSquaresAndAllFinite) {
   EXPECT_FALSE(be->all_finite(h));
 }
 
+TEST(CpuBackend, AsyncCopyToHostCopiesAtOnce) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const Tensor src = random_tensor({37}, rng);
+  Tensor dst = be->host_staging({37}, DType::kF32);
+  be->copy_to_host_async(src, dst);
+  EXPECT_TRUE(bitwise_equal(dst, src));
+  Tensor wrong = Tensor::cpu({37}, DType::kBF16);
+  EXPECT_DEATH(be->copy_to_host_async(src, wrong), "copy_to_host_async");
+}
+
 TEST(CpuBackend, SixteenBitLinearIsFp32OfRoundedInputsThenRounded) {
   auto rng = test_rng();
   auto be = make_cpu_backend();

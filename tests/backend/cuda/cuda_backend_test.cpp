@@ -149,6 +149,27 @@ TEST_F(CudaBackendTest, LargeAllocationIsCountedExactly) {
 
 // ---- fill --------------------------------------------------------------------------------
 
+// copy_to_host_async into host_staging returns before the copy and reads src in stream order:
+// src overwritten by an op queued after it leaves dst with the old values once synchronised.
+TEST_F(CudaBackendTest, AsyncCopyToHostReadsTheSourceInStreamOrder) {
+  auto rng = test_rng();
+  const Tensor values = random_tensor({100003}, rng, DType::kF32);
+  Tensor src = to_gpu(values);
+  Tensor staged = gpu_->host_staging({100003}, DType::kF32);
+  EXPECT_EQ(staged.device(), Device::kCPU);
+  gpu_->copy_to_host_async(src, staged);
+  gpu_->fill(src, 7.0f);
+  gpu_->synchronize();
+  expect_bitwise(staged, values, "staged copy");
+  // Into ordinary host memory it works too (CUDA completes that copy before returning).
+  Tensor plain = Tensor::cpu({100003}, DType::kF32);
+  gpu_->copy_to_host_async(src, plain);
+  gpu_->synchronize();
+  EXPECT_EQ(plain.data_as<float>()[5], 7.0f);
+  Tensor wrong = Tensor::cpu({100003}, DType::kBF16);
+  EXPECT_DEATH(gpu_->copy_to_host_async(src, wrong), "same dtype and size");
+}
+
 TEST_F(CudaBackendTest, FillMatchesCpuBitForBit) {
   const float fills[] = {1.5f, -3.3f, 1e-6f, 7e4f, -42.7f, 0.1f};
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64}) {
