@@ -138,6 +138,8 @@ void write_header(JsonWriter& w, const PlanRequest& q) {
   w.key("gemm_efficiency").value(e.gemm_efficiency);  // 0: the GPU's (gpu_spec.h)
   w.key("hidden_dropout").value(e.hidden_dropout);
   w.key("linear_bias_in_epilogue").value(e.linear_bias_in_epilogue);
+  w.key("residual_add_in_gemm_epilogue").value(e.residual_add_in_gemm_epilogue);
+  w.key("residual_grad_add_in_layernorm").value(e.residual_grad_add_in_layernorm);
   w.key("wgrad_accumulation_bytes").value(e.wgrad_accumulation_bytes);
   w.key("optimizer_bytes").value(e.optimizer_bytes);  // 0: ours (measured constants)
   w.end_object();

@@ -14,12 +14,16 @@ Engine find_engine(const std::string& name) {
   if (name == "megatron-core-2024") {
     e.tp_comm_overlap = true;
     e.fused_cross_entropy = false;
+    e.residual_add_in_gemm_epilogue = false;  // bias_dropout_add after the row-parallel linear
+    e.residual_grad_add_in_layernorm = false;
     return e;
   }
   if (name == "megatron-2021") {
     e.gemm_efficiency = kGemmEfficiencyA100Era2022;
     e.hidden_dropout = 0.1;  // Megatron's default --hidden-dropout; examples/sc21/CONFIG.sh keeps it
     e.linear_bias_in_epilogue = false;
+    e.residual_add_in_gemm_epilogue = false;
+    e.residual_grad_add_in_layernorm = false;
     e.wgrad_accumulation_bytes = 6.0;
     e.optimizer_bytes = kMegatron2021OptimizerBytes;
     e.attention = AttentionBackend::kLocal;

@@ -9,11 +9,14 @@
 //                       flash attention, "DP/TP/PP communication overlap" = --tp-comm-overlap,
 //                       unfused fp32 cross-entropy: --cross-entropy-loss-fusion came after r0.8).
 //                       Its GEMMs are cuBLAS(Lt)'s, as ours: it takes our fitted GEMM curve and
-//                       optimizer byte counts (no measurement of its own exists).
+//                       optimizer byte counts (no measurement of its own exists). Residual adds
+//                       as Megatron runs them: bias-dropout-add after the row-parallel linear,
+//                       the residual gradients added by autograd (our kernels' bytes for both).
 //   megatron-2021       Megatron-LM as Narayanan et al. 2021 ran it (examples/sc21: container
 //                       nvcr.io/nvidia/pytorch:20.12-py3, --fp16, default dropouts 0.1): local
 //                       attention with dropout 0.1 on the scores, fused_bias_gelu as its own
 //                       kernel, the QKV bias added outside the GEMM, residual dropout masks,
+//                       bias-dropout-add and the residual-gradient add as their own kernels,
 //                       every TP all-reduce exposed, --fp16 grads reduced in fp16 and
 //                       accumulated across micro-batches by autograd, unfused cross-entropy,
 //                       Megatron's fp16 optimizer (unfused passes, no distributed optimizer),
@@ -63,8 +66,17 @@ struct Engine {
   // Dropout on the two residual branches (--hidden-dropout). The fused bias-dropout-add reads
   // and writes what it would without dropout, plus a 1-byte mask forward (again in a recompute
   // forward); backward applies the mask in its own pass: grad in (e), mask (1), grad out (e).
+  // With dropout our engine runs that bias-dropout-add instead of the residual epilogue below.
   // Our engine's calibration ran with dropout 0, so `ours` keeps 0.
   double hidden_dropout = 0.0;
+  // The attention projection and FC2 add the residual in their GEMM's epilogue (ours: cuBLASLt
+  // with C = residual, Backend::linear_residual_forward), which our engine does only with TP 1
+  // and hidden dropout 0. Otherwise, and always when false (Megatron's bias_dropout_add after the
+  // row-parallel linear): kBiasDropoutAddBytes per layer, token and hidden element.
+  bool residual_add_in_gemm_epilogue = true;
+  // The residual gradient added inside the LayerNorm backward (ours). false: a separate add of
+  // the two gradients (autograd in Megatron): kResidualGradAddBytes more per layer.
+  bool residual_grad_add_in_layernorm = true;
   // The QKV bias added by the GEMM (epilogue / cuBLASLt bias). false: Megatron 2021's
   // ColumnParallelLinear on [s, b, h] input: F.linear = matmul, then `+= bias` as its own
   // kernel, 2e bytes per QKV output element forward (and in a recompute forward).

@@ -79,8 +79,15 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
     lt.attention = attention_flops / (g.peak * eff);
     lt.attention_forward = lt.attention / 3.5;  // flash attention's backward is ~2.5x its forward
   }
-  lt.memory = kElementwiseBytes * n * h / u / g.hbm;
+  // LayerNorms (forward ~1/3 of it); the residual adds where the engine does not fuse them.
+  const double nh = n * h / u;
+  lt.memory = kElementwiseBytes * nh / g.hbm;
   lt.memory_forward = lt.memory / 3.0;
+  if (!engine.residual_add_in_gemm_epilogue || p.tp > 1 || engine.hidden_dropout > 0) {
+    lt.memory += kBiasDropoutAddBytes * nh / g.hbm;  // forward only
+    lt.memory_forward += kBiasDropoutAddBytes * nh / g.hbm;
+  }
+  if (!engine.residual_grad_add_in_layernorm) lt.memory += kResidualGradAddBytes * nh / g.hbm;  // backward only
   const double stream = g.hbm * kStreamEfficiency;
   if (!engine.gelu_in_gemm_epilogue) {
     lt.memory_forward += 2.0 * e * n * f / t / stream;

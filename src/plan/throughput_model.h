@@ -19,18 +19,23 @@
 //              (2e + 1)*E forward (probs in, dropped probs and a 1-byte mask out) and the same
 //              backward; the context [b, a/t, s, d] -> [s, b, q/t] copy (permute + contiguous,
 //              read + write) forward and backward. Streaming rate = HBM bandwidth x kStreamEfficiency.
-//  memory-bound  kElementwiseBytes * n*h/u bytes per layer (LayerNorms, residual adds, dropout,
-//              bias; forward + backward) and kLogitsBytes * n*V/t for the softmax cross-entropy,
-//              at the GPU's HBM bandwidth; plus, at the streaming rate, what the engine does
-//              outside its kernels (engine_profile.h): a separate bias-GeLU, residual dropout
-//              masks, a QKV `+= bias`, unfused cross-entropy, and weight-gradient accumulation
-//              outside the GEMM ((m-1) passes over the stage's parameters per iteration).
+//  memory-bound  per layer, on n*h/u elements at the GPU's HBM bandwidth: kElementwiseBytes (the
+//              two LayerNorms forward + backward, the residual-gradient add in the backward);
+//              kBiasDropoutAddBytes where the residual add is not in the row-parallel GEMM's
+//              epilogue (ours: TP > 1 or hidden dropout > 0; other engines always); and
+//              kResidualGradAddBytes where the residual-gradient add is its own kernel (not ours).
+//              kLogitsBytes * n*V/t for the softmax cross-entropy at HBM bandwidth; plus, at the
+//              streaming rate, what the engine does outside its kernels (engine_profile.h): a
+//              separate bias-GeLU, residual dropout masks, a QKV `+= bias`, unfused cross-entropy,
+//              and weight-gradient accumulation outside the GEMM ((m-1) passes over the stage's
+//              parameters per iteration).
 //  GEMM ceiling  kGemmCeilingShare of the GPU's best-shape GEMM rate (gpu_spec.h): what a training
 //              step's GEMM mix reaches (fp32-accumulating wgrad, GELU_AUX epilogues, its shapes);
 //              or the engine's software stack's absolute figure (Engine::gemm_efficiency).
-//  full recompute  one more forward: 1/3 of the GEMM and memory-bound time, 1/3.5 of flash
-//              attention (its backward is ~2.5x its forward) or local attention's forward terms,
-//              two more TP all-reduces.
+//  full recompute  one more forward: 1/3 of the GEMM and LayerNorm time (the profiles below:
+//              the forward is 0.29-0.41 of the LayerNorm time), the bias-dropout-add and the other
+//              forward-only terms, 1/3.5 of flash attention (its backward is ~2.5x its forward) or
+//              local attention's forward terms, two more TP all-reduces.
 //  TP          4 all-reduces of n*h*e bytes per layer (2 forward, 2 backward; with SP the same
 //              volume as all-gathers + reduce-scatters); the 2 backward ones overlap the QKV and
 //              FC1 wgrad GEMMs (Megatron's async TP all-reduce; Engine::async_tp_allreduce), the
@@ -53,15 +58,22 @@
 // spans nodes (rank order tp-dp-pp, megatron-facts §7).
 //
 // Calibration (H100, bench/RESULTS.md "planner"): kAttentionEfficiency from the 124M op
-// profile (cuDNN attention forward + backward 5.01 ms for 0.93 TFLOP), kElementwiseBytes and
-// kLogitsBytes from the same profile. kGradPassBytes and kAdamBytes from the 1.3B profile after
-// the gradient zero fill went and the clip factor moved into AdamW (bench/RESULTS.md
+// profile (cuDNN attention forward + backward 5.01 ms for 0.93 TFLOP), kLogitsBytes from the
+// same profile. kElementwiseBytes, kBiasDropoutAddBytes and kResidualGradAddBytes from op
+// profiles of the engine with and without its residual fusions (bench/RESULTS.md "planner:
+// memory-bound bytes from the fused engine", 2026-11-23 third session; numbers at the
+// constants). kGradPassBytes and kAdamBytes from the 1.3B profile after the gradient zero fill
+// went and the clip factor moved into AdamW (bench/RESULTS.md
 // "gradient writes without a zero fill", 2026-11-23: sum_squares 2.10 ms, adamw 13.90 ms for
 // 1.316e9 parameters). The GEMM curve (kGemmCeilingShare, kGemmLostWorkH100) by least squares
 // on relative error over 7 single-H100 runs of 2026-11-23 (bench/RESULTS.md "plan validation (a)
 // on one H100, 12 runs; refit"): gpt2-350m mbs 16, gpt3-1.3b and gpt3-2.7b mbs 4 from the sweep
 // (bench/recorded/one_*.json) and gpt2-124m, 350m, 1.3b, 2.7b at the issue's shapes; held out:
 // the mbs 8 / 2 rows and every full-recompute row (all within 3.1%; tests/plan/recorded_runs_test.cpp).
+// That fit ran with the older single kElementwiseBytes = 72; with the split memory-bound terms
+// (each run predicted with the residual adds of the code that ran it) the same procedure gives
+// 0.852 and 10.9 GFLOP, in sample rms 2.0 -> 1.6% but held out max 3.3 -> 4.9%, so the curve
+// was kept (bench/RESULTS.md "planner: memory-bound bytes from the fused engine").
 // Other GPUs: the ceiling is the same share of the GPU's own ceiling, w0 and the rest scale with
 // the GPU's peak and bandwidth; attention efficiency is assumed the same.
 // kStreamEfficiency from the same profile at 1.3B: adamw_update_segments streams 39.5 GB of fp32
@@ -90,7 +102,27 @@ namespace megatron::plan {
 constexpr double kGemmCeilingShare = 0.857;  // of the GPU's GEMM ceiling (gpu_spec.h)
 constexpr double kGemmLostWorkH100 = 9.0e9;  // w0 in FLOPs on H100 (scaled by peak / 989 elsewhere)
 constexpr double kAttentionEfficiency = 0.562;
-constexpr double kElementwiseBytes = 72.0;   // per layer, token and hidden element
+// Memory-bound bytes per layer, token and hidden element (n*h/u), at HBM bandwidth.
+// kElementwiseBytes: the two LayerNorms, forward + backward, the backward adding the residual
+// gradient (ours). H100 `--profile-ops`, 2026-11-23 (third session), layernorm_forward +
+// layernorm_backward per step (the final LayerNorm folded in, as before) x 3.35 TB/s over
+// layers x tokens x h: 124M (mbs 16) 0.526 + 1.300 ms -> 40.5 bytes, 1.3B (mbs 4) 1.765 + 3.528
+// -> 44.0, 2.7B (mbs 4) 4.638 + 6.645 -> 56.3; mean 47 (the later LayerNorm backward, 124M 1.20
+// and 2.7B 6.18 ms, gives 38.3 and 54.0). Was 72 from the first 124M profile, which also ran
+// a bias-dropout-add and a separate residual-gradient add in every layer.
+constexpr double kElementwiseBytes = 47.0;
+// Megatron's bias-dropout-add forward (two per layer: out = residual + dropout(x + bias)), which
+// our engine runs only with TP > 1 or hidden dropout > 0 (otherwise the projection and FC2
+// GEMMs add the residual in their epilogue, C = residual). Our kernel in the 1.3B profile of
+// bench/RESULTS.md "gradient writes without a zero fill" (2026-11-23; 1.8 again in the second
+// session's): 1.82 ms per step -> 15.1 bytes (6 read and written per element, twice, at 80% of
+// HBM bandwidth). Dropout's mask costs its own term (Engine::hidden_dropout).
+constexpr double kBiasDropoutAddBytes = 15.0;
+// A residual-gradient add as its own kernel (autograd's accumulation in Megatron; two per layer),
+// net of the residual read our LayerNorm backward does instead. 1.3B profiles of 2026-11-23,
+// before the fusion (the same one: LayerNorm backward 3.12 ms + add 1.64 ms per step) and after
+// it (second session: 3.92 ms) -> 0.84 ms = 7.0 bytes.
+constexpr double kResidualGradAddBytes = 7.0;
 constexpr double kLogitsBytes = 8.0;         // per token and (padded) vocabulary entry
 constexpr double kGradPassBytes = 5.3;       // per parameter of the rank (the grad-norm pass)
 constexpr double kAdamBytes = 35.4;          // per parameter the rank's optimizer owns
