@@ -556,8 +556,10 @@ void CudaBackend::synchronize() { MT_CUDA_CHECK(cudaStreamSynchronize(stream_));
 Tensor CudaBackend::host_staging(Shape shape, DType dtype) {
   const int64_t bytes = shape_numel(shape) * dtype_size(dtype);
   void* p = nullptr;
-  if (bytes > 0) MT_CUDA_CHECK(cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocDefault));
-  if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
+  if (bytes > 0) {
+    MT_CUDA_CHECK(cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocDefault));
+    std::memset(p, 0, static_cast<size_t>(bytes));
+  }
   auto storage = std::make_shared<Storage>(p, bytes, Device::kCPU, MemoryKind::kOther, [](void* q) {
     if (q) cudaFreeHost(q);  // never throws from a destructor
   });

@@ -379,6 +379,18 @@ Operand rows_of(const Tensor& t, int64_t cols, const char* what) {
   return Operand{&t, t.numel() / cols, cols};
 }
 
+// A linear layer's weight w [out, in] (checked) and its input x read as [rows, in].
+struct LinearOperands {
+  int64_t out, in;
+  Operand x;
+};
+LinearOperands linear_operands(const Tensor& x, const Tensor& w) {
+  check_float_device(w, "linear weight");
+  MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
+  const int64_t in = w.dim(1);
+  return {w.dim(0), in, rows_of(x, in, "linear input")};
+}
+
 // dw[out, in] (+=) dy[n, out]^T @ x[n, in]; dbias (+=) column sums of dy: the deterministic
 // fixed-order reduction of cuda_backend.cu. cuBLASLt's BGRADB epilogue (the bias gradient from
 // the weight-gradient GEMM, in its own order) was measured slower than the GEMM plus this
@@ -402,10 +414,7 @@ void CudaBackend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tr
 }
 
 void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
-  check_float_device(w, "linear weight");
-  MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
-  const int64_t out = w.dim(0), in = w.dim(1);
-  const Operand xv = rows_of(x, in, "linear input");
+  const auto [out, in, xv] = linear_operands(x, w);
   check_float_device(y, "linear output");
   MT_CHECK(y.ndim() >= 1 && y.dim(-1) == out && y.numel() == xv.rows * out) << "linear output " << y.describe();
   if (bias.defined()) {
@@ -422,10 +431,7 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
 // dtype; cuBLASLt's order of the two fp32 additions is its own (within an fp32 ulp of the CPU's).
 void CudaBackend::linear_residual_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                                           const Tensor& residual, Tensor& y) {
-  check_float_device(w, "linear weight");
-  MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
-  const int64_t out = w.dim(0), in = w.dim(1);
-  const Operand xv = rows_of(x, in, "linear input");
+  const auto [out, in, xv] = linear_operands(x, w);
   check_float_device(y, "linear output");
   check_float_device(residual, "linear residual");
   MT_CHECK(y.ndim() >= 1 && y.dim(-1) == out && y.numel() == xv.rows * out && residual.numel() == y.numel())
@@ -453,10 +459,7 @@ void CudaBackend::linear_residual_forward(const Tensor& x, const Tensor& w, cons
 
 void CudaBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                                   Tensor& dbias, GradWrite write) {
-  check_float_device(w, "linear weight");
-  MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
-  const int64_t out = w.dim(0), in = w.dim(1);
-  const Operand xv = rows_of(x, in, "linear input");
+  const auto [out, in, xv] = linear_operands(x, w);
   const int64_t n = xv.rows;
   check_float_device(dy, "linear dy");
   MT_CHECK(dy.ndim() >= 1 && dy.dim(-1) == out && dy.numel() == n * out) << "linear dy " << dy.describe();
@@ -490,10 +493,7 @@ bool gelu_epilogue_applies(Gelu kind, std::initializer_list<const Tensor*> ts, i
 
 void CudaBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
                                       Gelu kind) {
-  check_float_device(w, "linear weight");
-  MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
-  const int64_t out = w.dim(0), in = w.dim(1);
-  const Operand xv = rows_of(x, in, "linear input");
+  const auto [out, in, xv] = linear_operands(x, w);
   check_float_device(y, "linear output");
   check_float_device(pre, "linear pre-activation");
   MT_CHECK(y.dim(-1) == out && y.numel() == xv.rows * out && pre.numel() == y.numel())
@@ -518,10 +518,7 @@ void CudaBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, const Te
 
 void CudaBackend::linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
                                         Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind, GradWrite write) {
-  check_float_device(w, "linear weight");
-  MT_CHECK_EQ(w.ndim(), 2) << "linear weight " << w.describe();
-  const int64_t out = w.dim(0), in = w.dim(1);
-  const Operand xv = rows_of(x, in, "linear input");
+  const auto [out, in, xv] = linear_operands(x, w);
   const int64_t n = xv.rows;
   check_float_device(dy, "linear dy");
   MT_CHECK(dy.dim(-1) == out && dy.numel() == n * out) << "linear dy " << dy.describe();
