@@ -213,6 +213,12 @@ class Backend {
   // vocab-parallel case: another rank holds that id); lse may be the whole vocabulary's.
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
                                       const Tensor& dlosses, Tensor& dlogits) = 0;
+  // Both at once, for a loss head whose loss weights dlosses[n] are known before the loss
+  // (training, one vocabulary shard): losses and lse as cross_entropy_forward, dlogits as
+  // cross_entropy_backward with that lse, the same values. dlogits may alias logits (after the
+  // call the buffer holds the gradient). One read of the logits instead of two.
+  virtual void cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses, Tensor& losses,
+                                   Tensor& lse, Tensor& dlogits) = 0;
 
   // ---- reductions (for the optimizer step) ----------------------------------------------
   // Sum of squares of all elements, accumulated in double.

@@ -96,7 +96,7 @@ const char* ProfilingBackend::op_name(int op) {
       "cross_entropy_forward", "cross_entropy_backward", "sum_squares",
       "all_finite",      "count_zeros",        "adamw_update",
       "linear_gelu_forward", "linear_dgelu_backward", "adamw_update_segments",
-      "linear_residual_forward"};
+      "linear_residual_forward", "cross_entropy_fused"};
   return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -367,6 +367,11 @@ void ProfilingBackend::cross_entropy_forward(const Tensor& logits, const Tensor&
 void ProfilingBackend::cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
                                               const Tensor& dlosses, Tensor& dlogits) {
   timed(kCrossEntropyBackward, [&] { inner_->cross_entropy_backward(logits, labels, lse, dlosses, dlogits); });
+}
+
+void ProfilingBackend::cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses,
+                                           Tensor& losses, Tensor& lse, Tensor& dlogits) {
+  timed(kCrossEntropyFused, [&] { inner_->cross_entropy_fused(logits, labels, dlosses, losses, lse, dlogits); });
 }
 
 double ProfilingBackend::sum_squares(const Tensor& x) {

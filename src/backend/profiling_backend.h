@@ -117,6 +117,8 @@ class ProfilingBackend final : public Backend {
   void cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
                               const Tensor& dlosses, Tensor& dlogits) override;
+  void cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses, Tensor& losses,
+                           Tensor& lse, Tensor& dlogits) override;
 
   double sum_squares(const Tensor& x) override;
   bool all_finite(const Tensor& x) override;
@@ -132,7 +134,8 @@ class ProfilingBackend final : public Backend {
     kDropoutBackward, kDropoutForward, kBiasGrad, kBiasGeluForward, kBiasGeluBackward, kLayernormForward,
     kLayernormBackward, kEmbeddingForward, kEmbeddingBackward, kAttentionForward, kAttentionBackward,
     kAttentionKvCache, kCrossEntropyForward, kCrossEntropyBackward, kSumSquares, kAllFinite, kCountZeros,
-    kAdamwUpdate, kLinearGeluForward, kLinearDgeluBackward, kAdamwUpdateSegments, kLinearResidualForward, kNumOps
+    kAdamwUpdate, kLinearGeluForward, kLinearDgeluBackward, kAdamwUpdateSegments, kLinearResidualForward,
+    kCrossEntropyFused, kNumOps
   };
   static const char* op_name(int op);
 

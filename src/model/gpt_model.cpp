@@ -402,7 +402,7 @@ void GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, c
   }
   if (!last) return;
   before_reading(static_cast<int64_t>(params_.params().size()));
-  head_forward();
+  head_forward(head);
   if (head) {
     // The head's backward now: the set then keeps d(x_last) in place of x_last (the layers'
     // backward reads their inputs, never the chunk's output).
@@ -433,7 +433,7 @@ double GPTModel::take_losses() {
   return sum;
 }
 
-void GPTModel::head_forward() {
+void GPTModel::head_forward(const HeadBackward* head) {
   const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
   const ActivationSet& as = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
   Tensor x_last = as.xs.back().view({n_local_, h});
@@ -445,8 +445,15 @@ void GPTModel::head_forward() {
   p.mask = host_mask_;
   p.mask_sum = mask_sum_;
   if (tp_->size() == 1) {
-    // The per-token losses go to the host without waiting; take_losses() reads them.
-    backend_.cross_entropy_forward(logits_, labels_.view({n}), losses_, loss_lse_);
+    // The per-token losses go to the host without waiting; take_losses() reads them. With the
+    // head's backward next, its logits gradient comes out of the same pass over the logits.
+    if (head) {
+      backend_.cross_entropy_fused(logits_, labels_.view({n}), loss_weights(head->loss_scale, head->grad_scale),
+                                   losses_, loss_lse_, dlogits_);
+      dlogits_ready_ = true;
+    } else {
+      backend_.cross_entropy_forward(logits_, labels_.view({n}), losses_, loss_lse_);
+    }
     const size_t slot = pending_losses_.size();
     if (slot == loss_staging_.size()) loss_staging_.push_back(backend_.host_staging({n}, DType::kF32));
     p.losses = loss_staging_[slot];
@@ -464,15 +471,22 @@ void GPTModel::head_forward() {
   pending_losses_.push_back(std::move(p));
 }
 
+Tensor GPTModel::loss_weights(float loss_scale, float grad_scale) {
+  // d(loss)/d(loss_i) = mask_i / sum(mask), times the loss scale and 1/num_microbatches; in
+  // place: load_inputs refills the mask per micro-batch.
+  Tensor dlosses = loss_weights_.view({config_.seq_length * micro_batch_size_});
+  if (mask_sum_ > 0) backend_.scale(dlosses, loss_scale * grad_scale / mask_sum_);
+  return dlosses;
+}
+
 void GPTModel::head_backward(float loss_scale, float grad_scale, Tensor& dx) {
   const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
-  // d(loss)/d(loss_i) = mask_i / sum(mask), times the loss scale and 1/num_microbatches.
-  Tensor dlosses = loss_weights_.view({n});
-  if (mask_sum_ > 0) {
-    backend_.scale(dlosses, loss_scale * grad_scale / mask_sum_);
+  if (!dlogits_ready_) {
+    // Vocab-parallel: the local slice's softmax with the whole vocabulary's lse, local labels.
+    backend_.cross_entropy_backward(logits_, labels_.view({n}), loss_lse_, loss_weights(loss_scale, grad_scale),
+                                    dlogits_);
   }
-  // Vocab-parallel: the local slice's softmax with the whole vocabulary's lse, local labels.
-  backend_.cross_entropy_backward(logits_, labels_.view({n}), loss_lse_, dlosses, dlogits_);
+  dlogits_ready_ = false;
   const Tensor d_final_ln = column_backward(dlogits_, column_input(final_ln_out_), output_w_, -1, ws_h2_);
   const ActivationSet& as = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
   Tensor x_last = as.xs.back().view({n_local_, h});

@@ -237,10 +237,14 @@ class GPTModel {
   // parameters are contiguous, each starting with its first LayerNorm's weight).
   int64_t layer_end(int64_t l) const;
   // Loss head: final LayerNorm, output layer, cross-entropy over xs[Lc] of the current set;
-  // the micro-batch loss queued in pending_losses_.
-  void head_forward();
+  // the micro-batch loss queued in pending_losses_. With `head` (its backward next) and one
+  // vocabulary shard, the logits gradient is computed in the same pass (dlogits_ready_).
+  void head_forward(const HeadBackward* head);
   // d(loss * loss_scale * grad_scale) through the head into `dx` [n_local, h].
   void head_backward(float loss_scale, float grad_scale, Tensor& dx);
+  // The micro-batch's loss weights scaled into d(loss * loss_scale * grad_scale)/d(loss_i) [n];
+  // call once per micro-batch (it scales the loaded mask in place).
+  Tensor loss_weights(float loss_scale, float grad_scale);
   // Layers of the current chunk, top to bottom, from ws_grad_ = d(output); then, on virtual
   // stage 0, the embedding.
   void chunk_backward();
@@ -314,6 +318,7 @@ class GPTModel {
   // d(loss)/d(logits) [n, V] in the model dtype, as Megatron's autograd hands it to the LM head
   // (so its GEMMs run on 16-bit tensor cores): the logits buffer itself, overwritten.
   Tensor dlogits_;
+  bool dlogits_ready_ = false;  // head_forward computed dlogits_ (cross_entropy_fused)
   Tensor losses_, loss_lse_;  // [n] fp32
   // Workspace: the gradient stream [n_local, h], two temporaries [n,h], [n,3q], [n,q], [n,f];
   // the embedding sum before dropout uses temporaries. Sequence parallelism adds ws_full_

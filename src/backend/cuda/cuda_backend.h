@@ -126,6 +126,8 @@ class CudaBackend : public Backend {
   void cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
                               const Tensor& dlosses, Tensor& dlogits) override;
+  void cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses, Tensor& losses,
+                           Tensor& lse, Tensor& dlogits) override;
 
   double sum_squares(const Tensor& x) override;
   bool all_finite(const Tensor& x) override;

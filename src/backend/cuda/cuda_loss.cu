@@ -1,18 +1,15 @@
 // CUDA backend: softmax cross-entropy over logits[n, V], the same function as
 // backend/cpu/cpu_loss.cpp (Megatron's vocab-parallel cross-entropy on one rank):
 //   lse = m + log sum_v exp(l_v - m), loss = lse - l_label, dl_v = (exp(l_v - lse) - [v == label]) dloss.
-// Forward: one block of 512 threads per row, one pass over the row, templated on the logits'
-// dtype. The row is read in 16-byte chunks (8 bf16/fp16 or 4 fp32 elements; one vector load
-// when the rows are 16-byte aligned, V % 8 or 4 == 0, e.g. the padded vocabulary 50304; else
-// element by element, same order); thread t takes chunks t, t + 512, ... in order. Each
-// thread keeps an online (max, sum of exp(l - max)) pair: per chunk, the chunk's max, one
-// rescale of the sum when the max grows, then the chunk's exp(l - max) in element order; the
-// pairs are then merged in a fixed butterfly order (warps, then the warps' results), so the
-// result is bit-identical run to run. All in fp32 (the CPU sums in double; the difference is
-// a few fp32 ulps of lse).
+// Forward: one block of 512 threads per row, templated on the logits' dtype; the row max, then
+// the sum of exp(l - max), each in a fixed order (see "typed fast path"), so results are
+// bit-identical run to run. All in fp32 (the CPU sums in double; the difference is a few fp32
+// ulps of lse). The row is staged in shared memory
+// between the passes when it fits (100 KB for 16-bit logits at V = 50304).
 // Backward: one block of 256 threads per row, elementwise, the same chunks (dlogits of the
 // logits' dtype; another dtype takes a generic 4-element kernel); dlogits may alias logits
 // (each element is read and then written by the same thread).
+// Fused (the loss head in training): the forward's passes, then the backward's, in one kernel.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -28,6 +25,12 @@ namespace {
 
 constexpr int kForwardThreads = 512;
 constexpr int kBackwardThreads = 256;
+// Rows up to this size are staged in shared memory: two blocks per SM (228 KB).
+constexpr int64_t kStageBytes = 112 * 1024;
+
+// exp(l - c) for a row max or lse c. An empty row (c = -inf: every logit -inf) gives 0 for
+// every term rather than exp(NaN).
+__device__ __forceinline__ float exp_shifted(float l, float c) { return expf(l - (c == -INFINITY ? 0.0f : c)); }
 
 // Pointer to element `offset` of p.
 __device__ __forceinline__ const void* element_ptr(const void* p, DType dt, int64_t offset) {
@@ -37,13 +40,9 @@ __device__ __forceinline__ void* element_ptr(void* p, DType dt, int64_t offset) 
   return static_cast<char*>(p) + offset * (dt == DType::kF32 ? 4 : 2);
 }
 
-// Merges two states. Symmetric in its arguments (the same two products, added), so the
-// butterfly below leaves the same bits in every lane.
-__device__ __forceinline__ void online_merge(float& m, float& s, float m2, float s2) {
-  const float mm = fmaxf(m, m2);
-  if (mm == -INFINITY) return;  // both empty
-  s = __fadd_rn(__fmul_rn(s, expf(m - mm)), __fmul_rn(s2, expf(m2 - mm)));  // no FMA: keeps the symmetry
-  m = mm;
+// d(loss)/d(logit) of one element: (exp(l - lse) - [it is the label]) * dloss.
+__device__ __forceinline__ float logit_grad(float l, float lse, bool is_label, float g) {
+  return (exp_shifted(l, lse) - (is_label ? 1.0f : 0.0f)) * g;
 }
 
 // The generic backward (dlogits of another dtype than the logits): one block per row,
@@ -60,62 +59,22 @@ __global__ void cross_entropy_backward_kernel(const void* logits, DType ldt, con
     float v[4];
     load4(lrow, ldt, i, vocab, vec, v);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = (expf(v[k] - row_lse) - (i + k == t ? 1.0f : 0.0f)) * g;
+    for (int k = 0; k < 4; ++k) v[k] = logit_grad(v[k], row_lse, i + k == t, g);
     store4(drow, ddt, i, vocab, vec, v);
   }
 }
 
 // ---- typed fast path ---------------------------------------------------------------------------
 // Logits (and dlogits) of one dtype T, templated: a row is read in chunks of W = 16 bytes (8
-// bf16/fp16 or 4 fp32 elements), thread t taking chunks t, t + blockDim, ... in that order,
-// two chunks loaded before either is used. kVec: every row starts on a 16-byte boundary (an
-// aligned base and V % W == 0, e.g. the padded vocabulary 50304), so a chunk is one 16-byte
-// access; else the same chunks element by element (the same order, so the same bits).
-
-// Adds chunk v (elements past `valid` ignored) to the online state (m, s): the chunk's max
-// first, one rescale of s when it grows, then exp(l - m) of each element in order.
-template <int W>
-__device__ __forceinline__ void online_add_chunk(float& m, float& s, const float (&v)[W], int valid) {
-  float cm = -INFINITY;
-#pragma unroll
-  for (int e = 0; e < W; ++e)
-    if (e < valid) cm = fmaxf(cm, v[e]);
-  if (cm > m) {
-    s = s * expf(m - cm);  // m = -inf at the start: s = 0 * 0
-    m = cm;
-  }
-  if (m == -INFINITY) return;  // every element so far is -inf: exp(l - m) = 0
-#pragma unroll
-  for (int e = 0; e < W; ++e)
-    if (e < valid) s += expf(v[e] - m);
-}
-
-// The butterfly of the generic kernel: the per-thread states merged in a fixed order; lane 0
-// of warp 0 gets the row's (m, s).
-__device__ __forceinline__ void block_merge(float& m, float& s, float* buf_m, float* buf_s, bool& is_first) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xFFFFFFFFu, m, o), s2 = __shfl_xor_sync(0xFFFFFFFFu, s, o);
-    online_merge(m, s, m2, s2);
-  }
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) {
-    buf_m[warp] = m;
-    buf_s[warp] = s;
-  }
-  __syncthreads();
-  is_first = false;
-  if (warp != 0) return;
-  const bool has = lane < static_cast<int>(blockDim.x >> 5);
-  m = has ? buf_m[lane] : -INFINITY;
-  s = has ? buf_s[lane] : 0.0f;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xFFFFFFFFu, m, o), s2 = __shfl_xor_sync(0xFFFFFFFFu, s, o);
-    online_merge(m, s, m2, s2);
-  }
-  is_first = lane == 0;
-}
+// bf16/fp16 or 4 fp32 elements), thread t taking chunks t, t + blockDim, ... in that order. kVec:
+// every row starts on a 16-byte boundary (an aligned base and V % W == 0, e.g. the padded
+// vocabulary 50304), so a chunk is one 16-byte access; else the same chunks element by element
+// (the same order, so the same bits; elements past V read as 0 and are skipped).
+// The row sums, in three passes: (1) the row max m, (2) sum_v exp(l_v - m), each thread adding
+// its elements in chunk order, (3, backward) the gradient. A pass reads chunks c and c + blockDim
+// before using either. Block results: xor butterflies within each warp (fmaxf, or additions,
+// which commute, so every lane gets the same bits), then every warp reads the warps' results
+// in warp order and butterflies them again. Fixed shapes: bit-identical run to run.
 
 // Elements of chunk c inside the row (W, or fewer in the last chunk).
 template <int W>
@@ -124,37 +83,150 @@ __device__ __forceinline__ int chunk_valid(int64_t c, int64_t vocab) {
   return left < W ? static_cast<int>(left) : W;
 }
 
-template <class T, bool kVec>
-__global__ void __launch_bounds__(kForwardThreads)
-    cross_entropy_forward_typed_kernel(const T* logits, const int32_t* labels, int64_t vocab, float* losses,
-                                       float* lse) {
+template <bool kMax>
+__device__ __forceinline__ float warp_reduce(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float u = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    v = kMax ? fmaxf(v, u) : v + u;
+  }
+  return v;
+}
+
+// The block's max or sum of v, returned to every thread. buf: 32 floats of shared memory used
+// by this call only (a later call needs another buffer or a __syncthreads first).
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float v, float* buf) {
+  v = warp_reduce<kMax>(v);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) buf[warp] = v;
+  __syncthreads();
+  const float identity = kMax ? -INFINITY : 0.0f;
+  return warp_reduce<kMax>(lane < static_cast<int>(blockDim.x >> 5) ? buf[lane] : identity);
+}
+
+// The max of chunk v's valid elements folded into m.
+template <int W>
+__device__ __forceinline__ void chunk_max(float& m, const float (&v)[W], int valid) {
+#pragma unroll
+  for (int e = 0; e < W; ++e)
+    if (e < valid) m = fmaxf(m, v[e]);
+}
+// exp(l - c) of chunk v's valid elements added to s in element order.
+template <int W>
+__device__ __forceinline__ void chunk_exp_sum(float& s, const float (&v)[W], int valid, float c) {
+#pragma unroll
+  for (int e = 0; e < W; ++e)
+    if (e < valid) s += exp_shifted(v[e], c);
+}
+// The gradient of chunk c in place of its logits.
+template <int W>
+__device__ __forceinline__ void chunk_grad(float (&v)[W], int64_t c, int64_t t, float lse, float g) {
+#pragma unroll
+  for (int e = 0; e < W; ++e) v[e] = logit_grad(v[e], lse, c * W + e == t, g);
+}
+
+// Chunk c of the row: from shared memory when staged, else from the logits.
+template <class T, bool kVec, bool kStage>
+__device__ __forceinline__ uint4 row_chunk(const T* lrow, const uint4* staged, int64_t c, int64_t vocab) {
+  if constexpr (kStage) {
+    return staged[c];
+  } else {
+    return load_raw<T, kVec>(lrow, c * kVecWidth<T>, vocab);
+  }
+}
+
+// Passes 1 and 2 over a row: lse, from every thread's chunks. kStage: pass 1 copies the raw
+// chunks into `staged` ([chunks] in shared memory) and pass 2 reads them there; else pass 2
+// reads the row again (from L2 when it is still there). Each thread re-reads only chunks it
+// staged itself, so no barrier is needed between the copy and its use.
+// 16 bytes global -> shared without registers (cp.async; both 16-byte aligned), and the wait
+// for all of this thread's copies (after it, the thread sees the data it copied).
+__device__ __forceinline__ void copy_async_16(uint4* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+template <class T, bool kVec, bool kStage>
+__device__ __forceinline__ float row_lse(const T* lrow, uint4* staged, int64_t vocab, float* buf_max, float* buf_sum) {
   constexpr int W = kVecWidth<T>;
-  __shared__ float buf_m[32], buf_s[32];
-  const int64_t row = blockIdx.x;
-  const T* lrow = logits + row * vocab;
-  const int64_t chunks = (vocab + W - 1) / W;
-  const int64_t step = blockDim.x;
-  float m = -INFINITY, s = 0.0f;
+  const int64_t chunks = (vocab + W - 1) / W, step = blockDim.x;
+  float m = -INFINITY;
   int64_t c = threadIdx.x;
+  if constexpr (kStage && kVec) {
+    // Every chunk of this thread in flight at once (~200 bytes per thread, the whole row per
+    // block): one or two chunks per thread at a time left HBM half idle.
+    for (; c < chunks; c += step) copy_async_16(&staged[c], lrow + c * W);
+    copy_async_wait_all();
+    for (c = threadIdx.x; c < chunks; c += step) {
+      float a[W];
+      unpack_vec<T>(staged[c], a);
+      chunk_max<W>(m, a, W);
+    }
+  }
   for (; c + step < chunks; c += 2 * step) {
+    const uint4 qa = load_raw<T, kVec>(lrow, c * W, vocab), qb = load_raw<T, kVec>(lrow, (c + step) * W, vocab);
+    if constexpr (kStage) {
+      staged[c] = qa;
+      staged[c + step] = qb;
+    }
     float a[W], b[W];
-    load_chunk<T, kVec>(lrow, c * W, vocab, a);
-    load_chunk<T, kVec>(lrow, (c + step) * W, vocab, b);
-    online_add_chunk<W>(m, s, a, chunk_valid<W>(c, vocab));
-    online_add_chunk<W>(m, s, b, chunk_valid<W>(c + step, vocab));
+    unpack_vec<T>(qa, a);
+    unpack_vec<T>(qb, b);
+    chunk_max<W>(m, a, chunk_valid<W>(c, vocab));
+    chunk_max<W>(m, b, chunk_valid<W>(c + step, vocab));
+  }
+  if (c < chunks) {
+    const uint4 qa = load_raw<T, kVec>(lrow, c * W, vocab);
+    if constexpr (kStage) staged[c] = qa;
+    float a[W];
+    unpack_vec<T>(qa, a);
+    chunk_max<W>(m, a, chunk_valid<W>(c, vocab));
+  }
+  m = block_reduce<true>(m, buf_max);
+  float s = 0.0f;
+  for (c = threadIdx.x; c + step < chunks; c += 2 * step) {
+    const uint4 qa = row_chunk<T, kVec, kStage>(lrow, staged, c, vocab);
+    const uint4 qb = row_chunk<T, kVec, kStage>(lrow, staged, c + step, vocab);
+    float a[W], b[W];
+    unpack_vec<T>(qa, a);
+    unpack_vec<T>(qb, b);
+    chunk_exp_sum<W>(s, a, chunk_valid<W>(c, vocab), m);
+    chunk_exp_sum<W>(s, b, chunk_valid<W>(c + step, vocab), m);
   }
   if (c < chunks) {
     float a[W];
-    load_chunk<T, kVec>(lrow, c * W, vocab, a);
-    online_add_chunk<W>(m, s, a, chunk_valid<W>(c, vocab));
+    unpack_vec<T>(row_chunk<T, kVec, kStage>(lrow, staged, c, vocab), a);
+    chunk_exp_sum<W>(s, a, chunk_valid<W>(c, vocab), m);
   }
-  bool first = false;
-  block_merge(m, s, buf_m, buf_s, first);
-  if (first) {
-    const float row_lse = m + logf(s);
-    const int32_t t = labels[row];
-    lse[row] = row_lse;
-    losses[row] = t >= 0 && t < vocab ? row_lse - to_f32<T>(lrow[t]) : __int_as_float(0x7FC00000);
+  s = block_reduce<false>(s, buf_sum);
+  return m + logf(s);  // an empty row: -inf + log(0) = -inf
+}
+
+// The loss of a row from its lse and the label's logit; a label outside [0, V) gives NaN.
+__device__ __forceinline__ float row_loss(float lse, int64_t t, int64_t vocab, float label_logit) {
+  return t >= 0 && t < vocab ? lse - label_logit : __int_as_float(0x7FC00000);
+}
+
+template <class T>
+__device__ __forceinline__ float label_logit(const T* lrow, int64_t t, int64_t vocab) {
+  return t >= 0 && t < vocab ? to_f32<T>(lrow[t]) : 0.0f;
+}
+
+template <class T, bool kVec, bool kStage>
+__global__ void __launch_bounds__(kForwardThreads)
+    cross_entropy_forward_typed_kernel(const T* logits, const int32_t* labels, int64_t vocab, float* losses,
+                                       float* lse) {
+  extern __shared__ uint4 staged[];  // [chunks] when kStage
+  __shared__ float buf_max[32], buf_sum[32];
+  const int64_t row = blockIdx.x;
+  const T* lrow = logits + row * vocab;
+  const float r = row_lse<T, kVec, kStage>(lrow, staged, vocab, buf_max, buf_sum);
+  if (threadIdx.x == 0) {
+    const int64_t t = labels[row];
+    lse[row] = r;
+    losses[row] = row_loss(r, t, vocab, label_logit(lrow, t, vocab));
   }
 }
 
@@ -177,19 +249,51 @@ __global__ void __launch_bounds__(kBackwardThreads)
     float a[W], b[W];
     load_chunk<T, kVec>(lrow, c * W, vocab, a);
     load_chunk<T, kVec>(lrow, (c + step) * W, vocab, b);
-#pragma unroll
-    for (int e = 0; e < W; ++e) {
-      a[e] = (expf(a[e] - row_lse) - (c * W + e == t ? 1.0f : 0.0f)) * g;
-      b[e] = (expf(b[e] - row_lse) - ((c + step) * W + e == t ? 1.0f : 0.0f)) * g;
-    }
+    chunk_grad<W>(a, c, t, row_lse, g);
+    chunk_grad<W>(b, c + step, t, row_lse, g);
     store_chunk<T, kVec>(drow, c * W, vocab, a);
     store_chunk<T, kVec>(drow, (c + step) * W, vocab, b);
   }
   if (c < chunks) {
     float a[W];
     load_chunk<T, kVec>(lrow, c * W, vocab, a);
-#pragma unroll
-    for (int e = 0; e < W; ++e) a[e] = (expf(a[e] - row_lse) - (c * W + e == t ? 1.0f : 0.0f)) * g;
+    chunk_grad<W>(a, c, t, row_lse, g);
+    store_chunk<T, kVec>(drow, c * W, vocab, a);
+  }
+}
+
+// ---- forward and backward in one kernel ------------------------------------------------------
+// One block of kForwardThreads per row: the forward's passes (so lse is bit-identical to
+// cross_entropy_forward's), then the backward's arithmetic on each chunk (so dlogits is
+// bit-identical to cross_entropy_backward's). kStage: the row is staged in dynamic shared memory
+// by the first pass, so the logits are read from HBM once (the unfused pair reads them three
+// times); rows longer than kStageBytes are re-read (from L2 while they are there). The
+// label's logit is read before the first barrier and every later global read is of a chunk the
+// same thread writes afterwards, so dlogits may alias the logits.
+
+template <class T, bool kVec, bool kStage>
+__global__ void __launch_bounds__(kForwardThreads)
+    cross_entropy_fused_typed_kernel(const T* logits, const int32_t* labels, const float* dlosses, int64_t vocab,
+                                     float* losses, float* lse, T* dlogits) {
+  constexpr int W = kVecWidth<T>;
+  extern __shared__ uint4 staged[];  // [chunks] when kStage
+  __shared__ float buf_max[32], buf_sum[32];
+  const int64_t row = blockIdx.x;
+  const T* lrow = logits + row * vocab;
+  T* drow = dlogits + row * vocab;
+  const int64_t t = labels[row];
+  const float lab = threadIdx.x == 0 ? label_logit(lrow, t, vocab) : 0.0f;
+  const float r = row_lse<T, kVec, kStage>(lrow, staged, vocab, buf_max, buf_sum);
+  if (threadIdx.x == 0) {
+    lse[row] = r;
+    losses[row] = row_loss(r, t, vocab, lab);
+  }
+  const float g = dlosses[row];
+  const int64_t chunks = (vocab + W - 1) / W, step = blockDim.x;
+  for (int64_t c = threadIdx.x; c < chunks; c += step) {
+    float a[W];
+    unpack_vec<T>(row_chunk<T, kVec, kStage>(lrow, staged, c, vocab), a);
+    chunk_grad<W>(a, c, t, r, g);
     store_chunk<T, kVec>(drow, c * W, vocab, a);
   }
 }
@@ -231,6 +335,23 @@ bool rows_aligned(const Tensor& t, int64_t vocab) {
          reinterpret_cast<uintptr_t>(t.data()) % static_cast<uintptr_t>(4 * dtype_size(t.dtype())) == 0;
 }
 
+// Shared memory to stage a row of V elements of T (whole 16-byte chunks), or 0 when it is
+// larger than kStageBytes (the kernels then re-read the row).
+template <class T>
+int64_t stage_bytes(int64_t vocab) {
+  const int64_t bytes = (vocab + kVecWidth<T> - 1) / kVecWidth<T> * 16;
+  return bytes <= kStageBytes ? bytes : 0;
+}
+
+// The kernel allowed kStageBytes of dynamic shared memory (above 48 KB a kernel must opt in; a
+// host-side attribute, always the same value, so concurrent launches cannot race on it).
+template <class Kernel>
+Kernel opt_in(Kernel kernel) {
+  MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(kStageBytes)));
+  return kernel;
+}
+
 }  // namespace
 }  // namespace cuda
 
@@ -244,11 +365,20 @@ void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& labe
   if (n == 0) return;
   cuda::dispatch_float_type(logits.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    auto kernel = cuda::rows_vec_aligned(logits, vocab) ? cuda::cross_entropy_forward_typed_kernel<T, true>
-                                                        : cuda::cross_entropy_forward_typed_kernel<T, false>;
-    kernel<<<static_cast<unsigned>(n), cuda::kForwardThreads, 0, stream()>>>(
-        static_cast<const T*>(logits.data()), static_cast<const int32_t*>(labels.data()), vocab,
-        static_cast<float*>(losses.data()), static_cast<float*>(lse.data()));
+    const bool vec = cuda::rows_vec_aligned(logits, vocab);
+    auto launch = [&](auto kernel, int64_t smem) {
+      kernel<<<static_cast<unsigned>(n), cuda::kForwardThreads, smem, stream()>>>(
+          static_cast<const T*>(logits.data()), static_cast<const int32_t*>(labels.data()), vocab,
+          static_cast<float*>(losses.data()), static_cast<float*>(lse.data()));
+    };
+    const int64_t smem = cuda::stage_bytes<T>(vocab);
+    if (smem > 0) {
+      vec ? launch(cuda::opt_in(cuda::cross_entropy_forward_typed_kernel<T, true, true>), smem)
+          : launch(cuda::opt_in(cuda::cross_entropy_forward_typed_kernel<T, false, true>), smem);
+    } else {
+      vec ? launch(cuda::cross_entropy_forward_typed_kernel<T, true, false>, 0)
+          : launch(cuda::cross_entropy_forward_typed_kernel<T, false, false>, 0);
+    }
   });
   MT_CUDA_LAUNCH_CHECK();
 }
@@ -287,6 +417,45 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& lab
       logits.data(), logits.dtype(), static_cast<const int32_t*>(labels.data()),
       static_cast<const float*>(lse.data()), static_cast<const float*>(dlosses.data()), dlogits.data(),
       dlogits.dtype(), vocab, vec);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void CudaBackend::cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses,
+                                      Tensor& losses, Tensor& lse, Tensor& dlogits) {
+  const auto [rows, cols] = cuda::check_loss(logits, labels, losses, "losses");
+  const int64_t n = rows, vocab = cols;
+  cuda::check_device(lse, "cross_entropy lse");
+  MT_CHECK(lse.dtype() == DType::kF32 && lse.numel() == n) << "cross_entropy lse " << lse.describe();
+  cuda::check_device(dlosses, "cross_entropy dlosses");
+  MT_CHECK(dlosses.dtype() == DType::kF32 && dlosses.numel() == n)
+      << "cross_entropy dlosses " << dlosses.describe();
+  cuda::check_device(dlogits, "cross_entropy dlogits");
+  MT_CHECK(is_float(dlogits.dtype()) && dlogits.numel() == logits.numel())
+      << "cross_entropy dlogits " << dlogits.describe() << " for logits " << logits.describe();
+  if (dlogits.dtype() != logits.dtype()) {  // the generic backward converts; no one-pass kernel
+    cross_entropy_forward(logits, labels, losses, lse);
+    cross_entropy_backward(logits, labels, lse, dlosses, dlogits);
+    return;
+  }
+  if (n == 0) return;
+  cuda::dispatch_float_type(logits.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const bool vec = cuda::rows_vec_aligned(logits, vocab) && cuda::rows_vec_aligned(dlogits, vocab);
+    auto launch = [&](auto kernel, int64_t smem) {
+      kernel<<<static_cast<unsigned>(n), cuda::kForwardThreads, smem, stream()>>>(
+          static_cast<const T*>(logits.data()), static_cast<const int32_t*>(labels.data()),
+          static_cast<const float*>(dlosses.data()), vocab, static_cast<float*>(losses.data()),
+          static_cast<float*>(lse.data()), static_cast<T*>(dlogits.data()));
+    };
+    const int64_t smem = cuda::stage_bytes<T>(vocab);
+    if (smem > 0) {
+      vec ? launch(cuda::opt_in(cuda::cross_entropy_fused_typed_kernel<T, true, true>), smem)
+          : launch(cuda::opt_in(cuda::cross_entropy_fused_typed_kernel<T, false, true>), smem);
+    } else {
+      vec ? launch(cuda::cross_entropy_fused_typed_kernel<T, true, false>, 0)
+          : launch(cuda::cross_entropy_fused_typed_kernel<T, false, false>, 0);
+    }
+  });
   MT_CUDA_LAUNCH_CHECK();
 }
 

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_test_util.h"
@@ -94,6 +95,37 @@ TEST(CpuLoss, BackwardInPlaceAndBf16) {
     // dlogits aliasing logits gives the same result.
     be->cross_entropy_backward(logits, labels, lse, dl, logits);
     EXPECT_TRUE(bitwise_equal(logits, separate)) << dtype_name(d);
+  }
+}
+
+// cross_entropy_fused is the pair in turn: the same losses, lse and dlogits bits, also in place
+// and for a label outside [0, V) (another vocab-parallel rank's id: NaN loss, no one-hot term).
+TEST(CpuLoss, FusedEqualsForwardThenBackward) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t n = 5, vocab = 37;
+  for (DType d : {DType::kF32, DType::kBF16}) {
+    const Tensor logits = random_tensor({n, vocab}, rng, d, 0.1f, 4.0f);
+    Tensor labels = random_labels(n, vocab, rng);
+    labels.data_as<int32_t>()[2] = static_cast<int32_t>(vocab);  // outside the shard
+    const Tensor dl = random_tensor({n}, rng);
+    Tensor losses = be->empty({n}, DType::kF32, MemoryKind::kOther), lse = be->empty({n}, DType::kF32, MemoryKind::kOther);
+    be->cross_entropy_forward(logits, labels, losses, lse);
+    Tensor dlogits = be->empty({n, vocab}, d, MemoryKind::kOther);
+    be->cross_entropy_backward(logits, labels, lse, dl, dlogits);
+
+    Tensor fl = be->empty({n}, DType::kF32, MemoryKind::kOther), flse = be->empty({n}, DType::kF32, MemoryKind::kOther);
+    Tensor fd = be->empty({n, vocab}, d, MemoryKind::kOther);
+    be->cross_entropy_fused(logits, labels, dl, fl, flse, fd);
+    EXPECT_TRUE(bitwise_equal(fl, losses)) << dtype_name(d);
+    EXPECT_TRUE(std::isnan(get(fl, 2)));
+    EXPECT_TRUE(bitwise_equal(flse, lse)) << dtype_name(d);
+    EXPECT_TRUE(bitwise_equal(fd, dlogits)) << dtype_name(d);
+    Tensor inplace = be->empty({n, vocab}, d, MemoryKind::kOther);
+    std::memcpy(inplace.data(), logits.data(), static_cast<size_t>(logits.nbytes()));
+    be->cross_entropy_fused(inplace, labels, dl, fl, flse, inplace);
+    EXPECT_TRUE(bitwise_equal(inplace, dlogits)) << "in place " << dtype_name(d);
+    EXPECT_TRUE(bitwise_equal(flse, lse)) << "in place " << dtype_name(d);
   }
 }
 

@@ -154,5 +154,68 @@ TEST(CudaLoss, CrossEntropyOnMisalignedViewsAndMixedDtypes) {
   }
 }
 
+// cross_entropy_fused reads each chunk in the forward's order and applies the backward's
+// arithmetic, so it must give the unfused CUDA pair's bits: losses, lse and dlogits, into a
+// separate buffer and in place, on aligned and misaligned (element-wise) rows. Rows of up to
+// 112 KB are staged in shared memory (16-bit V = 50304); longer rows (fp32 at 50304, 16-bit at
+// 60000) take the re-reading variant. A label outside [0, V) gives a NaN loss and no one-hot
+// term, as in the pair. dlogits of another dtype fall back to the pair itself.
+TEST(CudaLoss, CrossEntropyFusedGivesThePairsBits) {
+  MT_REQUIRE_CUDA();
+  auto gpu = make_cuda_backend();
+  std::vector<std::pair<int64_t, int64_t>> shapes = kLossShapes;
+  shapes.push_back({9, 60000});
+  uint64_t seed = 900;
+  for (const auto& [n, vocab] : shapes) {
+    for (DType dt : kFloatTypes) {
+      const std::string what = shape_name({n, vocab}, dt);
+      const Tensor logits = host_random({n, vocab}, dt, ++seed, 0.1f, 8.0f);
+      Tensor labels = random_labels(n, vocab, ++seed);
+      labels.data_as<int32_t>()[n - 1] = -1;  // another shard's id
+      const Tensor dlosses = host_random({n}, DType::kF32, ++seed);
+      Tensor ld = to_device(*gpu, logits), labd = to_device(*gpu, labels), dld = to_device(*gpu, dlosses);
+      auto f32 = [&] { return gpu->empty({n}, DType::kF32, MemoryKind::kOther); };
+      Tensor loss = f32(), lse = f32();
+      gpu->cross_entropy_forward(ld, labd, loss, lse);
+      Tensor dd = gpu->empty({n, vocab}, dt, MemoryKind::kOther);
+      gpu->cross_entropy_backward(ld, labd, lse, dld, dd);
+      const Tensor want_loss = to_host(*gpu, loss), want_lse = to_host(*gpu, lse), want_d = to_host(*gpu, dd);
+      ASSERT_TRUE(std::isnan(get(want_loss, n - 1))) << what;
+
+      Tensor floss = f32(), flse = f32();
+      Tensor fd = gpu->empty({n, vocab}, dt, MemoryKind::kOther);
+      gpu->cross_entropy_fused(ld, labd, dld, floss, flse, fd);
+      EXPECT_TRUE(bitwise(to_host(*gpu, floss), want_loss, "fused loss " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, flse), want_lse, "fused lse " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, fd), want_d, "fused dlogits " + what));
+
+      // In place on a view one element into its buffer (rows not 16-byte aligned).
+      Tensor buf = gpu->empty({n * vocab + 1}, dt, MemoryKind::kOther);
+      Tensor lv = buf.flat_view(1, {n, vocab});
+      gpu->copy(ld, lv);
+      Tensor mloss = f32(), mlse = f32();
+      gpu->cross_entropy_fused(lv, labd, dld, mloss, mlse, lv);
+      EXPECT_TRUE(bitwise(to_host(*gpu, mloss), want_loss, "fused loss misaligned " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, mlse), want_lse, "fused lse misaligned " + what));
+      EXPECT_TRUE(bitwise(to_host(*gpu, lv), want_d, "fused dlogits in place, misaligned " + what));
+      // In place, aligned.
+      gpu->cross_entropy_fused(ld, labd, dld, floss, flse, ld);
+      EXPECT_TRUE(bitwise(to_host(*gpu, ld), want_d, "fused dlogits in place " + what));
+    }
+  }
+  // Another dtype for dlogits: the pair.
+  const int64_t n = 5, vocab = 1000;
+  const Tensor logits = host_random({n, vocab}, DType::kBF16, 4242, 0.1f, 8.0f);
+  Tensor ld = to_device(*gpu, logits), labd = to_device(*gpu, random_labels(n, vocab, 4243));
+  Tensor dld = to_device(*gpu, host_random({n}, DType::kF32, 4244));
+  Tensor loss = gpu->empty({n}, DType::kF32, MemoryKind::kOther), lse = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+  gpu->cross_entropy_forward(ld, labd, loss, lse);
+  Tensor want = gpu->empty({n, vocab}, DType::kF32, MemoryKind::kOther);
+  gpu->cross_entropy_backward(ld, labd, lse, dld, want);
+  Tensor got = gpu->empty({n, vocab}, DType::kF32, MemoryKind::kOther);
+  gpu->cross_entropy_fused(ld, labd, dld, loss, lse, got);
+  EXPECT_TRUE(bitwise(to_host(*gpu, got), to_host(*gpu, want), "fused fp32 dlogits from bf16"));
+}
+
 }  // namespace
 }  // namespace megatron::backend
