@@ -58,8 +58,8 @@
 // spans nodes (rank order tp-dp-pp, megatron-facts §7).
 //
 // Calibration (H100, bench/RESULTS.md "planner"): kAttentionEfficiency from the 124M op
-// profile (cuDNN attention forward + backward 5.01 ms for 0.93 TFLOP), kLogitsBytes from the
-// same profile. kElementwiseBytes, kBiasDropoutAddBytes and kResidualGradAddBytes from op
+// profile (cuDNN attention forward + backward 5.01 ms for 0.93 TFLOP); kLogitsBytes at the
+// constant. kElementwiseBytes, kBiasDropoutAddBytes and kResidualGradAddBytes from op
 // profiles of the engine with and without its residual fusions (bench/RESULTS.md "planner:
 // memory-bound bytes from the fused engine", 2026-11-23 third session; numbers at the
 // constants). kGradPassBytes and kAdamBytes from the 1.3B profile after the gradient zero fill
@@ -123,7 +123,10 @@ constexpr double kBiasDropoutAddBytes = 15.0;
 // before the fusion (the same one: LayerNorm backward 3.12 ms + add 1.64 ms per step) and after
 // it (second session: 3.92 ms) -> 0.84 ms = 7.0 bytes.
 constexpr double kResidualGradAddBytes = 7.0;
-constexpr double kLogitsBytes = 8.0;         // per token and (padded) vocabulary entry
+// The loss head's cross-entropy, forward and backward in one kernel (cross_entropy_fused, 2026-11-23
+// fourth session): 1.381 ms (124M) and 1.422 ms (350M) per step for n V = 8.24e8 logits at
+// 3.35 TB/s -> 5.6-5.8 bytes per logit (it moves 4: one bf16 read, one write). Before: 8.0.
+constexpr double kLogitsBytes = 5.7;         // per token and (padded) vocabulary entry
 constexpr double kGradPassBytes = 5.3;       // per parameter of the rank (the grad-norm pass)
 constexpr double kAdamBytes = 35.4;          // per parameter the rank's optimizer owns
 constexpr double kBucketElements = 40e6;     // Megatron's bucket size with --overlap-grad-reduce
