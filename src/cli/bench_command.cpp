@@ -31,6 +31,7 @@
 #include "cli/backend_choice.h"
 #include "cli/bench_table.h"
 #include "cli/commands.h"
+#include "cli/host_memory.h"
 #include "cli/train_args.h"
 #include "comm/launch.h"
 #include "comm/launch_env.h"
@@ -182,6 +183,10 @@ int run_bench(const CommandArgs& argv_in) {
   const int64_t mbs = c.micro_batch_size, s = c.model.seq_length, gbs = c.global_batch_size;
   const int64_t num_micro = gbs / (mbs * c.data_parallel_size);
   const bool cuda = be->device() == Device::kCUDA;
+  if (!cuda) {
+    check_host_memory("bench", train::train_memory_plan(c, groups.coords.pp).total(),
+                      comm::ranks_per_node(comm::process_environment(), world), host_available_bytes());
+  }
   const int device_index = static_cast<int>(env.local_rank);
   const int64_t used_before = cuda ? backend::cuda_device_memory_used(device_index) : 0;
   memory_tracker(be->device()).reset_peak();

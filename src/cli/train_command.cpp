@@ -10,6 +10,7 @@
 #include "cli/args.h"
 #include "cli/backend_choice.h"
 #include "cli/commands.h"
+#include "cli/host_memory.h"
 #include "cli/train_args.h"
 #include "comm/launch.h"
 #include "comm/launch_env.h"
@@ -122,6 +123,10 @@ int run_train(const CommandArgs& argv) {
   comm::ProcessGroups groups = comm::make_process_groups(
       std::move(connection.world), comm::parallel_sizes(config.world_size, config.tensor_model_parallel_size,
                                                         config.pipeline_model_parallel_size));
+  if (backend->device() == Device::kCPU) {
+    check_host_memory("train", train::train_memory_plan(config, groups.coords.pp).total(),
+                      comm::ranks_per_node(comm::process_environment(), config.world_size), host_available_bytes());
+  }
   train::Trainer trainer(config, *backend, std::cout, &groups);
   trainer.run();
   return 0;

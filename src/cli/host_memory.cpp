@@ -1,0 +1,49 @@
+#include "cli/host_memory.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace megatron::cli {
+
+std::optional<int64_t> parse_mem_available(const std::string& meminfo) {
+  std::istringstream in(meminfo);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream fields(line.substr(13));
+    long long kib = -1;
+    std::string unit;
+    if (!(fields >> kib >> unit) || kib < 0 || unit != "kB") return std::nullopt;
+    return static_cast<int64_t>(kib) * 1024;
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> host_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_mem_available(text.str());
+}
+
+void check_host_memory(const std::string& command, int64_t planned_bytes, int64_t ranks_on_node,
+                       std::optional<int64_t> available_bytes) {
+  if (!available_bytes) return;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const double need = static_cast<double>(planned_bytes) * static_cast<double>(ranks_on_node);
+  if (need <= static_cast<double>(*available_bytes)) return;
+  char numbers[160];
+  std::snprintf(numbers, sizeof numbers, "%.2f GiB per rank x %lld rank(s) on this node = %.2f GiB", planned_bytes / gib,
+                static_cast<long long>(ranks_on_node), need / gib);
+  char available[64];
+  std::snprintf(available, sizeof available, "%.2f GiB", static_cast<double>(*available_bytes) / gib);
+  throw_error(command, ": the memory plan needs ", numbers, " of host memory on the cpu device, but ", available,
+              " is available (MemAvailable, /proc/meminfo); use --device cuda, a smaller model or micro-batch, "
+              "or ask `megatron plan`");
+}
+
+}  // namespace megatron::cli

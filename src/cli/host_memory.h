@@ -1,0 +1,24 @@
+// Host memory for runs on the CPU device. A CPU run whose memory plan (model/memory_plan.h) is
+// larger than what the machine has available does not fail on allocation: Linux overcommits,
+// and the kernel's OOM killer ends the process part-way through model construction with no
+// message ("Killed"). `megatron train` and `megatron bench` check the plan against
+// /proc/meminfo's MemAvailable first and stop with a one-line error instead.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace megatron::cli {
+
+// MemAvailable of a /proc/meminfo text, in bytes; nullopt when the line is missing or malformed.
+std::optional<int64_t> parse_mem_available(const std::string& meminfo);
+// MemAvailable of this machine, or nullopt when /proc/meminfo cannot be read (no check then).
+std::optional<int64_t> host_available_bytes();
+// Throws a one-line error naming `command`, the plan and what is available when
+// `ranks_on_node` ranks of `planned_bytes` each exceed `available_bytes`; nothing when
+// `available_bytes` is unknown.
+void check_host_memory(const std::string& command, int64_t planned_bytes, int64_t ranks_on_node,
+                       std::optional<int64_t> available_bytes);
+
+}  // namespace megatron::cli
