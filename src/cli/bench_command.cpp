@@ -184,8 +184,7 @@ int run_bench(const CommandArgs& argv_in) {
   const int64_t num_micro = gbs / (mbs * c.data_parallel_size);
   const bool cuda = be->device() == Device::kCUDA;
   if (!cuda) {
-    check_host_memory("bench", train::train_memory_plan(c, groups.coords.pp).total(),
-                      comm::ranks_per_node(comm::process_environment(), world), host_available_bytes());
+    check_host_memory("bench", c, groups.coords.pp);
   }
   const int device_index = static_cast<int>(env.local_rank);
   const int64_t used_before = cuda ? backend::cuda_device_memory_used(device_index) : 0;

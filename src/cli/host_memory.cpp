@@ -4,7 +4,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "comm/launch_env.h"
 #include "core/error.h"
+#include "train/config.h"
 
 namespace megatron::cli {
 
@@ -44,6 +46,11 @@ void check_host_memory(const std::string& command, int64_t planned_bytes, int64_
   throw_error(command, ": the memory plan needs ", numbers, " of host memory on the cpu device, but ", available,
               " is available (MemAvailable, /proc/meminfo); use --device cuda, a smaller model or micro-batch, "
               "or ask `megatron plan`");
+}
+
+void check_host_memory(const std::string& command, const train::TrainConfig& config, int64_t stage) {
+  check_host_memory(command, train::train_memory_plan(config, stage).total(),
+                    comm::ranks_per_node(comm::process_environment(), config.world_size), host_available_bytes());
 }
 
 }  // namespace megatron::cli

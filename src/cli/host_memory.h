@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "train/config.h"
+
 namespace megatron::cli {
 
 // MemAvailable of a /proc/meminfo text, in bytes; nullopt when the line is missing or malformed.
@@ -20,5 +22,8 @@ std::optional<int64_t> host_available_bytes();
 // `available_bytes` is unknown.
 void check_host_memory(const std::string& command, int64_t planned_bytes, int64_t ranks_on_node,
                        std::optional<int64_t> available_bytes);
+// The check for a CPU run of `config` on pipeline stage `stage`: this rank's memory plan, the
+// launcher's ranks on this node, this machine's MemAvailable.
+void check_host_memory(const std::string& command, const train::TrainConfig& config, int64_t stage);
 
 }  // namespace megatron::cli

@@ -124,8 +124,7 @@ int run_train(const CommandArgs& argv) {
       std::move(connection.world), comm::parallel_sizes(config.world_size, config.tensor_model_parallel_size,
                                                         config.pipeline_model_parallel_size));
   if (backend->device() == Device::kCPU) {
-    check_host_memory("train", train::train_memory_plan(config, groups.coords.pp).total(),
-                      comm::ranks_per_node(comm::process_environment(), config.world_size), host_available_bytes());
+    check_host_memory("train", config, groups.coords.pp);
   }
   train::Trainer trainer(config, *backend, std::cout, &groups);
   trainer.run();

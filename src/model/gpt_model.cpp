@@ -15,6 +15,16 @@ constexpr int kSiteAttentionProbs = 0;
 constexpr int kSiteAttentionOut = 1;
 constexpr int kSiteMlpOut = 2;
 constexpr int kSiteEmbedding = 3;
+
+// sum(loss_i * mask_i) / sum(mask) in double over n per-token losses (float from the device, or
+// double from the vocab-parallel collective); 0 when the mask is empty.
+template <class L>
+float masked_mean(const L* losses, const float* mask, int64_t n, float mask_sum) {
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) total += static_cast<double>(losses[i]) * mask[i];
+  return mask_sum > 0 ? static_cast<float>(total / mask_sum) : 0.0f;
+}
+
 }  // namespace
 
 GPTModel::ParamIndices GPTModel::declare(const GPTConfig& c, const PipelineStageOptions& pipe, ParameterSet* params) {
@@ -418,16 +428,10 @@ double GPTModel::take_losses() {
   if (copied) backend_.synchronize();  // the asynchronous copies have landed
   double sum = 0.0;
   for (const PendingLoss& p : pending_losses_) {
-    float loss = p.value;
-    if (!p.on_host) {
-      // The masked mean on the host (n values): exact and backend-independent.
-      const float* ls = p.losses.data_as<const float>();
-      const float* mk = p.mask.data_as<const float>();
-      double total = 0.0;
-      for (int64_t i = 0; i < p.losses.numel(); ++i) total += static_cast<double>(ls[i]) * mk[i];
-      loss = p.mask_sum > 0 ? static_cast<float>(total / p.mask_sum) : 0.0f;
-    }
-    sum += loss;
+    // The masked mean on the host (n values): exact and backend-independent.
+    sum += p.on_host ? p.value
+                     : masked_mean(p.losses.data_as<const float>(), p.mask.data_as<const float>(), p.losses.numel(),
+                                   p.mask_sum);
   }
   pending_losses_.clear();
   return sum;
@@ -462,11 +466,8 @@ void GPTModel::head_forward(const HeadBackward* head) {
     // Vocab-parallel: the losses come back on the host (the collective waits anyway).
     const std::vector<double> ls =
         tensor_parallel::vocab_parallel_cross_entropy(backend_, *tp_, logits_, labels_.view({n}), losses_, loss_lse_);
-    const float* mk = host_mask_.data_as<const float>();
-    double total = 0.0;
-    for (int64_t i = 0; i < n; ++i) total += ls[static_cast<size_t>(i)] * mk[i];
     p.on_host = true;
-    p.value = mask_sum_ > 0 ? static_cast<float>(total / mask_sum_) : 0.0f;
+    p.value = masked_mean(ls.data(), host_mask_.data_as<const float>(), n, mask_sum_);
   }
   pending_losses_.push_back(std::move(p));
 }

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -333,6 +334,19 @@ std::pair<int64_t, int64_t> check_loss(const Tensor& logits, const Tensor& label
   return {n, vocab};
 }
 
+// An fp32 per-row tensor [n] on the device (lse, dlosses); `what` names it in the error.
+void check_row_values(const Tensor& t, int64_t n, const char* what) {
+  check_device(t, what);
+  MT_CHECK(t.dtype() == DType::kF32 && t.numel() == n) << what << " " << t.describe();
+}
+
+// dlogits: a float tensor of the logits' size on the device.
+void check_dlogits(const Tensor& dlogits, const Tensor& logits) {
+  check_device(dlogits, "cross_entropy dlogits");
+  MT_CHECK(is_float(dlogits.dtype()) && dlogits.numel() == logits.numel())
+      << "cross_entropy dlogits " << dlogits.describe() << " for logits " << logits.describe();
+}
+
 // Every row of t starts on a 16-byte boundary (the typed kernels' vectors).
 bool rows_vec_aligned(const Tensor& t, int64_t vocab) {
   return vocab % (16 / dtype_size(t.dtype())) == 0 && vec_aligned(t.data());
@@ -355,10 +369,27 @@ int64_t stage_bytes(int64_t vocab) {
 // The kernel allowed kStageBytes of dynamic shared memory (above 48 KB a kernel must opt in; a
 // host-side attribute, always the same value, so concurrent launches cannot race on it).
 template <class Kernel>
-Kernel opt_in(Kernel kernel) {
+void opt_in(Kernel kernel) {
   MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kStageBytes)));
-  return kernel;
+}
+
+// Picks the variant make(kVec, kStage) (std::bool_constant arguments) of a row kernel over
+// 16-bit or fp32 logits of V = vocab: kStage when the row fits in shared memory (opted in), kVec
+// when `vec`; then launch(kernel, dynamic shared memory bytes).
+template <class T, class Make, class Launch>
+void launch_row_kernel(int64_t vocab, bool vec, Make make, Launch launch) {
+  const int64_t smem = stage_bytes<T>(vocab);
+  auto go = [&](auto kvec, auto kstage) {
+    auto kernel = make(kvec, kstage);
+    if constexpr (decltype(kstage)::value) opt_in(kernel);
+    launch(kernel, decltype(kstage)::value ? smem : 0);
+  };
+  if (smem > 0) {
+    vec ? go(std::true_type{}, std::true_type{}) : go(std::false_type{}, std::true_type{});
+  } else {
+    vec ? go(std::true_type{}, std::false_type{}) : go(std::false_type{}, std::false_type{});
+  }
 }
 
 }  // namespace
@@ -369,25 +400,20 @@ Kernel opt_in(Kernel kernel) {
 void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) {
   const auto [rows, cols] = cuda::check_loss(logits, labels, losses, "losses");
   const int64_t n = rows, vocab = cols;  // (lambdas capture no structured bindings in C++17)
-  cuda::check_device(lse, "cross_entropy lse");
-  MT_CHECK(lse.dtype() == DType::kF32 && lse.numel() == n) << "cross_entropy lse " << lse.describe();
+  cuda::check_row_values(lse, n, "cross_entropy lse");
   if (n == 0) return;
   cuda::dispatch_float_type(logits.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const bool vec = cuda::rows_vec_aligned(logits, vocab);
-    auto launch = [&](auto kernel, int64_t smem) {
-      kernel<<<static_cast<unsigned>(n), cuda::kForwardThreads, smem, stream()>>>(
-          static_cast<const T*>(logits.data()), static_cast<const int32_t*>(labels.data()), vocab,
-          static_cast<float*>(losses.data()), static_cast<float*>(lse.data()));
-    };
-    const int64_t smem = cuda::stage_bytes<T>(vocab);
-    if (smem > 0) {
-      vec ? launch(cuda::opt_in(cuda::cross_entropy_forward_typed_kernel<T, true, true>), smem)
-          : launch(cuda::opt_in(cuda::cross_entropy_forward_typed_kernel<T, false, true>), smem);
-    } else {
-      vec ? launch(cuda::cross_entropy_forward_typed_kernel<T, true, false>, 0)
-          : launch(cuda::cross_entropy_forward_typed_kernel<T, false, false>, 0);
-    }
+    cuda::launch_row_kernel<T>(
+        vocab, cuda::rows_vec_aligned(logits, vocab),
+        [](auto kvec, auto kstage) {
+          return cuda::cross_entropy_forward_typed_kernel<T, decltype(kvec)::value, decltype(kstage)::value>;
+        },
+        [&](auto kernel, int64_t smem) {
+          kernel<<<static_cast<unsigned>(n), cuda::kForwardThreads, smem, stream()>>>(
+              static_cast<const T*>(logits.data()), static_cast<const int32_t*>(labels.data()), vocab,
+              static_cast<float*>(losses.data()), static_cast<float*>(lse.data()));
+        });
   });
   MT_CUDA_LAUNCH_CHECK();
 }
@@ -396,12 +422,8 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& lab
                                          const Tensor& dlosses, Tensor& dlogits) {
   const auto [rows, cols] = cuda::check_loss(logits, labels, lse, "lse");
   const int64_t n = rows, vocab = cols;
-  cuda::check_device(dlosses, "cross_entropy dlosses");
-  MT_CHECK(dlosses.dtype() == DType::kF32 && dlosses.numel() == n)
-      << "cross_entropy dlosses " << dlosses.describe();
-  cuda::check_device(dlogits, "cross_entropy dlogits");
-  MT_CHECK(is_float(dlogits.dtype()) && dlogits.numel() == logits.numel())
-      << "cross_entropy dlogits " << dlogits.describe() << " for logits " << logits.describe();
+  cuda::check_row_values(dlosses, n, "cross_entropy dlosses");
+  cuda::check_dlogits(dlogits, logits);
   if (dlogits.data() == logits.data()) {
     MT_CHECK(dlogits.dtype() == logits.dtype())
         << "cross_entropy: in-place dlogits " << dlogits.describe() << " must have the logits' dtype";
@@ -433,14 +455,9 @@ void CudaBackend::cross_entropy_fused(const Tensor& logits, const Tensor& labels
                                       Tensor& losses, Tensor& lse, Tensor& dlogits) {
   const auto [rows, cols] = cuda::check_loss(logits, labels, losses, "losses");
   const int64_t n = rows, vocab = cols;
-  cuda::check_device(lse, "cross_entropy lse");
-  MT_CHECK(lse.dtype() == DType::kF32 && lse.numel() == n) << "cross_entropy lse " << lse.describe();
-  cuda::check_device(dlosses, "cross_entropy dlosses");
-  MT_CHECK(dlosses.dtype() == DType::kF32 && dlosses.numel() == n)
-      << "cross_entropy dlosses " << dlosses.describe();
-  cuda::check_device(dlogits, "cross_entropy dlogits");
-  MT_CHECK(is_float(dlogits.dtype()) && dlogits.numel() == logits.numel())
-      << "cross_entropy dlogits " << dlogits.describe() << " for logits " << logits.describe();
+  cuda::check_row_values(lse, n, "cross_entropy lse");
+  cuda::check_row_values(dlosses, n, "cross_entropy dlosses");
+  cuda::check_dlogits(dlogits, logits);
   if (dlogits.dtype() != logits.dtype()) {  // the generic backward converts; no one-pass kernel
     cross_entropy_forward(logits, labels, losses, lse);
     cross_entropy_backward(logits, labels, lse, dlosses, dlogits);
@@ -449,21 +466,17 @@ void CudaBackend::cross_entropy_fused(const Tensor& logits, const Tensor& labels
   if (n == 0) return;
   cuda::dispatch_float_type(logits.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const bool vec = cuda::rows_vec_aligned(logits, vocab) && cuda::rows_vec_aligned(dlogits, vocab);
-    auto launch = [&](auto kernel, int64_t smem) {
-      kernel<<<static_cast<unsigned>(n), cuda::kForwardThreads, smem, stream()>>>(
-          static_cast<const T*>(logits.data()), static_cast<const int32_t*>(labels.data()),
-          static_cast<const float*>(dlosses.data()), vocab, static_cast<float*>(losses.data()),
-          static_cast<float*>(lse.data()), static_cast<T*>(dlogits.data()));
-    };
-    const int64_t smem = cuda::stage_bytes<T>(vocab);
-    if (smem > 0) {
-      vec ? launch(cuda::opt_in(cuda::cross_entropy_fused_typed_kernel<T, true, true>), smem)
-          : launch(cuda::opt_in(cuda::cross_entropy_fused_typed_kernel<T, false, true>), smem);
-    } else {
-      vec ? launch(cuda::cross_entropy_fused_typed_kernel<T, true, false>, 0)
-          : launch(cuda::cross_entropy_fused_typed_kernel<T, false, false>, 0);
-    }
+    cuda::launch_row_kernel<T>(
+        vocab, cuda::rows_vec_aligned(logits, vocab) && cuda::rows_vec_aligned(dlogits, vocab),
+        [](auto kvec, auto kstage) {
+          return cuda::cross_entropy_fused_typed_kernel<T, decltype(kvec)::value, decltype(kstage)::value>;
+        },
+        [&](auto kernel, int64_t smem) {
+          kernel<<<static_cast<unsigned>(n), cuda::kForwardThreads, smem, stream()>>>(
+              static_cast<const T*>(logits.data()), static_cast<const int32_t*>(labels.data()),
+              static_cast<const float*>(dlosses.data()), vocab, static_cast<float*>(losses.data()),
+              static_cast<float*>(lse.data()), static_cast<T*>(dlogits.data()));
+        });
   });
   MT_CUDA_LAUNCH_CHECK();
 }
