@@ -182,7 +182,7 @@ class CudaBackend : public Backend {
   GemmAlgoCache gemm_algos_;  // filled lazily by cuda_gemm.cu
   AttentionImpl attention_impl_ = AttentionImpl::kAuto;
   bool attention_deterministic_ = false;
-  bool gemm_autotune_ = false;
+  bool gemm_autotune_ = true;  // gemm_tuning.h
   bool layernorm_warp_forward_ = true;
   // Blocks of the fused LayerNorm backward (cuda_norm.cu): the rows are split into this many
   // parts whatever the device, so the summation order depends only on (n, h, dtype, this).
