@@ -176,6 +176,16 @@ class Backend {
                                   const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                                   GradWrite write = GradWrite::kAccumulate,
                                   GradWrite dx_write = GradWrite::kOverwrite) = 0;
+  // layernorm_backward (the same dx, dgamma and dbeta), and dx_colsum[h] (+=, by
+  // `colsum_write`) the column sums of dx as it leaves it (the sum with the residual gradient
+  // under dx_write = kAccumulate, in dx's dtype): what bias_grad(dx) gives, in its own order.
+  // That is the bias gradient of a linear whose output went straight into the residual stream
+  // this LayerNorm read (no dropout, no tensor-parallel reduction in between); the CUDA
+  // backend sums it in the same pass, saving the bias gradient's own read of dx.
+  virtual void layernorm_backward_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                         const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                                         Tensor& dx_colsum, GradWrite write, GradWrite dx_write,
+                                         GradWrite colsum_write) = 0;
 
   // ---- embeddings -----------------------------------------------------------------------
   // out[s, b, h] = wte[tokens[b, s]] + wpe[s] (tokens int32; positions 0..s-1). A token

@@ -104,6 +104,9 @@ class ProfilingBackend final : public Backend {
                           const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                           GradWrite write = GradWrite::kAccumulate,
                           GradWrite dx_write = GradWrite::kOverwrite) override;
+  void layernorm_backward_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                 const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta, Tensor& dx_colsum,
+                                 GradWrite write, GradWrite dx_write, GradWrite colsum_write) override;
 
   void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) override;
   void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) override;
@@ -135,7 +138,7 @@ class ProfilingBackend final : public Backend {
     kLayernormBackward, kEmbeddingForward, kEmbeddingBackward, kAttentionForward, kAttentionBackward,
     kAttentionKvCache, kCrossEntropyForward, kCrossEntropyBackward, kSumSquares, kAllFinite, kCountZeros,
     kAdamwUpdate, kLinearGeluForward, kLinearDgeluBackward, kAdamwUpdateSegments, kLinearResidualForward,
-    kCrossEntropyFused, kNumOps
+    kCrossEntropyFused, kLayernormBackwardColsum, kNumOps
   };
   static const char* op_name(int op);
 

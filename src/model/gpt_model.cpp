@@ -512,6 +512,7 @@ void GPTModel::backward_chunk(int64_t chunk, int64_t set) {
 
 void GPTModel::chunk_backward() {
   const GPTConfig& cc = chunk_config_;
+  fc2_bias_grad_done_ = false;  // g comes from the head or the next stage: no bias sum in it
   // Top to bottom, one layer at a time (a per-layer "gradients ready" point: after
   // layer_backward(l) the gradients of layer l are final for this micro-batch).
   for (int64_t l = layers_per_chunk_ - 1; l >= 0; --l) {
@@ -619,36 +620,65 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   const Tensor x =
       chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)].xs[static_cast<size_t>(l)].view(
           {n_local_, h});
-  Tensor db_fc2 = optional_grad(p.fc2_b), db_proj = optional_grad(p.proj_b);
   // g, x, x_mid and LayerNorm gradients are [n_local, h] (this rank's rows under sequence
   // parallelism); `h1` is the matching part of ws_h1_.
   Tensor h1 = local_rows(ws_h1_);
+  const backend::DropoutParams mlp_dropout = dropout_params(config_.hidden_dropout, gl, kSiteMlpOut);
+  const backend::DropoutParams attn_dropout = dropout_params(config_.hidden_dropout, gl, kSiteAttentionOut);
 
   // MLP branch: g is d(x_out); x_out = x_mid + dropout(fc2 + b_fc2). The row-parallel FC2's
   // output gradient is gathered (the backward of its reduce-scatter); b_fc2's gradient is
-  // taken from all n rows, so it is complete on every rank.
-  const Tensor d_fc2 =
-      gather_rows(through_dropout(g, h1, dropout_params(config_.hidden_dropout, gl, kSiteMlpOut)), ws_h1_);
+  // taken from all n rows, so it is complete on every rank. Unless the LayerNorm backward
+  // that produced g already summed it (fc2_bias_grad_done_, see below).
+  const Tensor d_fc2 = gather_rows(through_dropout(g, h1, mlp_dropout), ws_h1_);
+  const bool fc2_bias_done = fc2_bias_grad_done_;
+  fc2_bias_grad_done_ = false;
+  Tensor db_fc2 = fc2_bias_done ? Tensor() : optional_grad(p.fc2_b);
   // FC2's backward through GELU: ws_f_ = d(fc1 + b_fc1).
   backend_.linear_dgelu_backward(d_fc2, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
-                                 config_.gelu, claim_grads(p.fc2_w, p.fc2_b));
+                                 config_.gelu, claim_grads(p.fc2_w, fc2_bias_done ? -1 : p.fc2_b));
   const Tensor d_ln2 = column_backward(ws_f_, column_input(a.ln2_out), p.fc1_w, p.fc1_b, ws_h2_);
   // g = d(x_mid): the residual path plus the MLP branch (the add fused into the backward).
-  backend_.layernorm_backward(d_ln2, a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, g, grad(p.ln2_w),
-                              grad(p.ln2_b), claim_grads(p.ln2_w, p.ln2_b), backend::GradWrite::kAccumulate);
+  // Without dropout or tensor parallelism d(proj + b_proj) is that g itself, so b_proj's
+  // gradient is its column sum, taken in the same pass (layernorm_backward_colsum).
+  const bool proj_bias_in_ln = residual_bias_grad_in_layernorm(p.proj_b, attn_dropout);
+  if (proj_bias_in_ln) {
+    const backend::GradWrite w = claim_grads(p.ln2_w, p.ln2_b);
+    backend_.layernorm_backward_colsum(d_ln2, a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, g, grad(p.ln2_w),
+                                       grad(p.ln2_b), grad(p.proj_b), w, backend::GradWrite::kAccumulate,
+                                       params_.claim_grad(p.proj_b));
+  } else {
+    backend_.layernorm_backward(d_ln2, a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, g, grad(p.ln2_w),
+                                grad(p.ln2_b), claim_grads(p.ln2_w, p.ln2_b), backend::GradWrite::kAccumulate);
+  }
 
   // Attention branch: x_mid = x + dropout(proj + b_proj).
-  const Tensor d_proj =
-      gather_rows(through_dropout(g, h1, dropout_params(config_.hidden_dropout, gl, kSiteAttentionOut)), ws_h1_);
+  const Tensor d_proj = gather_rows(through_dropout(g, h1, attn_dropout), ws_h1_);
   Tensor dq = ws_q_.view({n, q_size_});
+  Tensor db_proj = proj_bias_in_ln ? Tensor() : optional_grad(p.proj_b);
   backend_.linear_backward(d_proj, a.attn_out.view({n, q_size_}), param(p.proj_w), dq, grad(p.proj_w), db_proj,
-                           claim_grads(p.proj_w, p.proj_b));
+                           claim_grads(p.proj_w, proj_bias_in_ln ? -1 : p.proj_b));
   backend_.attention_backward(ws_q_, a.qkv, a.attn_out, a.attn_lse, ws_qkv_, attention_params(gl));
   const Tensor d_ln1 =
       column_backward(ws_qkv_.view({n, 3 * q_size_}), column_input(a.ln1_out), p.qkv_w, p.qkv_b, ws_h2_);
-  // g = d(x): the residual path plus the attention branch.
-  backend_.layernorm_backward(d_ln1, x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, g, grad(p.ln1_w), grad(p.ln1_b),
-                              claim_grads(p.ln1_w, p.ln1_b), backend::GradWrite::kAccumulate);
+  // g = d(x): the residual path plus the attention branch. g is also d(x_out) of the layer
+  // below (this chunk's layer l - 1), whose b_fc2 gradient is then summed here likewise.
+  const LayerParams* below =
+      l > 0 ? &layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l - 1)] : nullptr;
+  if (below && residual_bias_grad_in_layernorm(below->fc2_b, dropout_params(config_.hidden_dropout, gl - 1, kSiteMlpOut))) {
+    const backend::GradWrite w = claim_grads(p.ln1_w, p.ln1_b);
+    backend_.layernorm_backward_colsum(d_ln1, x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, g, grad(p.ln1_w),
+                                       grad(p.ln1_b), grad(below->fc2_b), w, backend::GradWrite::kAccumulate,
+                                       params_.claim_grad(below->fc2_b));
+    fc2_bias_grad_done_ = true;
+  } else {
+    backend_.layernorm_backward(d_ln1, x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, g, grad(p.ln1_w), grad(p.ln1_b),
+                                claim_grads(p.ln1_w, p.ln1_b), backend::GradWrite::kAccumulate);
+  }
+}
+
+bool GPTModel::residual_bias_grad_in_layernorm(int64_t bias, const backend::DropoutParams& dropout) const {
+  return bias >= 0 && tp_->size() == 1 && dropout.p == 0.0f;
 }
 
 }  // namespace megatron::model

@@ -206,6 +206,11 @@ class GPTModel {
   // How an op writes the gradients of parameters a and b (b < 0: none; they are always written
   // together): kOverwrite for the step's first write (ParameterSet::claim_grad).
   backend::GradWrite claim_grads(int64_t a, int64_t b = -1);
+  // Whether the gradient of `bias`, of a linear whose output goes into the residual stream
+  // through `dropout`, is the column sum of the residual gradient that a LayerNorm backward
+  // leaves (layernorm_backward_colsum): a bias, no dropout, one tensor-parallel rank (no
+  // reduction in between) — exactly when the forward adds it in the GEMM epilogue.
+  bool residual_bias_grad_in_layernorm(int64_t bias, const backend::DropoutParams& dropout) const;
   // The gradient for an op that can only accumulate (embedding_backward): zero-filled first if
   // it is stale.
   Tensor& accumulable_grad(int64_t i);
@@ -319,6 +324,9 @@ class GPTModel {
   // (so its GEMMs run on 16-bit tensor cores): the logits buffer itself, overwritten.
   Tensor dlogits_;
   bool dlogits_ready_ = false;  // head_forward computed dlogits_ (cross_entropy_fused)
+  // layer_backward(l)'s LayerNorm-1 backward wrote the b_fc2 gradient of layer l - 1 (the same
+  // chunk): layer_backward(l - 1) skips it.
+  bool fc2_bias_grad_done_ = false;
   Tensor losses_, loss_lse_;  // [n] fp32
   // Workspace: the gradient stream [n_local, h], two temporaries [n,h], [n,3q], [n,q], [n,f];
   // the embedding sum before dropout uses temporaries. Sequence parallelism adds ws_full_

@@ -68,6 +68,9 @@ class CpuBackend final : public Backend {
                           const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                           GradWrite write = GradWrite::kAccumulate,
                           GradWrite dx_write = GradWrite::kOverwrite) override;
+  void layernorm_backward_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                 const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta, Tensor& dx_colsum,
+                                 GradWrite write, GradWrite dx_write, GradWrite colsum_write) override;
 
   void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) override;
   void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) override;

@@ -125,6 +125,15 @@ void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Ten
   dxv.commit();
 }
 
+// The reference is the pair: the fused CUDA kernel sums the same stored values in its own order.
+void CpuBackend::layernorm_backward_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                           const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                                           Tensor& dx_colsum, GradWrite write, GradWrite dx_write,
+                                           GradWrite colsum_write) {
+  layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write);
+  bias_grad(dx, dx_colsum, colsum_write);
+}
+
 void CpuBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
   check_i32(tokens, "embedding tokens");
   MT_CHECK(tokens.ndim() == 2) << "embedding tokens " << tokens.describe() << " must be [b, s]";

@@ -100,6 +100,13 @@ __device__ __forceinline__ float block_sum(float v, float* buf) {
 // registers without spills.
 template <class T>
 constexpr int kLnMaxChunks = sizeof(T) == 2 ? 3 : 4;
+// The backward with a third column sum (layernorm_backward_colsum) holds K more accumulators:
+// at 3 chunks (16-bit) or 4 (fp32) it spilled (ptxas: 296-740 bytes per thread). Splitting such
+// rows over twice the warps instead cost more than it saved (2.7B, h = 2560 at 8 warps of 2
+// chunks: 6.19 -> 7.83 ms per step for the LayerNorm backwards, against ~1.3 ms of bias
+// gradients), so those widths (124M's 768, 2.7B's 2560) run the plain kernel and bias_grad.
+template <class T>
+constexpr int kLnColsumMaxChunks = sizeof(T) == 2 ? 2 : 3;
 constexpr int kLnMaxWarpsPerRow = 16;
 
 // Sum of v over the `wpr` warps of this thread's row, the same bits in every thread: xor
@@ -312,12 +319,14 @@ __device__ __forceinline__ void gamma_chunk(const void* gamma, DType gdt, int64_
 // = groups / 2, ..., 1) and group 0 writes partial_g/partial_b[b][column].
 // add_dx (dx not aliasing dy): dx holds the residual gradient and gets dx + round_T(LayerNorm
 // dx), rounded: the bits of the unfused layernorm_backward then add (ops.h).
-// Dynamic shared memory: (groups / 2) * 2 * K * W * 32 wpr floats for the tree.
-template <class T, int K, bool kVec>
+// kColsum: a third column sum, of dx as stored, through the same tree into partial_o
+// (layernorm_backward_colsum); dx, dgamma and dbeta are the same bits either way.
+// Dynamic shared memory: (groups / 2) * S * K * W * 32 wpr floats for the tree, S = 2 or 3 sums.
+template <class T, int K, bool kVec, bool kColsum>
 __global__ void __launch_bounds__(512)
     layernorm_backward_rows_kernel(const T* dy, const T* x, const void* gamma, DType gdt, const float* mean,
                                    const float* rstd, T* dx, bool add_dx, int64_t n, int64_t h, int wpr,
-                                   int rows_per_group, float* partial_g, float* partial_b) {
+                                   int rows_per_group, float* partial_g, float* partial_b, float* partial_o) {
   constexpr int W = kVecWidth<T>;
   extern __shared__ float tree[];
   __shared__ float2 red[kLnMaxWarpsPerRow];
@@ -330,7 +339,8 @@ __global__ void __launch_bounds__(512)
   // held vs 3.68 re-read, at 124M and 2.7B (K = 3) 1.30 / 6.65 ms held vs 1.20 / 6.18
   // re-read. The same values either way.
   constexpr bool kHoldGamma = K * W <= 16;
-  float gh[kHoldGamma ? K : 1][W], ag[K][W], ab[K][W];
+  constexpr int KO = kColsum ? K : 1;
+  float gh[kHoldGamma ? K : 1][W], ag[K][W], ab[K][W], ao[KO][W];
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     if constexpr (kHoldGamma) gamma_chunk<T, kVec>(gamma, gdt, static_cast<int64_t>(t + k * tpr) * W, h, gh[k]);
@@ -338,6 +348,7 @@ __global__ void __launch_bounds__(512)
     for (int e = 0; e < W; ++e) {
       ag[k][e] = 0.0f;
       ab[k][e] = 0.0f;
+      if constexpr (kColsum) ao[k][e] = 0.0f;
     }
   }
   auto gamma_of = [&](int k, int64_t c0, float (&g)[W]) {
@@ -411,6 +422,12 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
             for (int e = 0; e < W; ++e) o[e] = __fadd_rn(r[e], to_f32<T>(from_f32<T>(o[e])));
           }
+          if constexpr (kColsum) {
+#pragma unroll
+            for (int e = 0; e < W; ++e) {
+              if (c0 + e < h) ao[k][e] += to_f32<T>(from_f32<T>(o[e]));  // as stored below
+            }
+          }
           store_chunk<T, kVec>(dxr, c0, h, o);
         }
       }
@@ -418,28 +435,31 @@ __global__ void __launch_bounds__(512)
   }
   // The groups' column sums, combined by a fixed tree.
   constexpr int E = K * W;
+  constexpr int S = kColsum ? 3 : 2;
   for (int half = groups / 2; half >= 1; half /= 2) {
     __syncthreads();
     if (group >= half && group < 2 * half) {
-      float* slot = tree + static_cast<size_t>(group - half) * 2 * E * tpr;
+      float* slot = tree + static_cast<size_t>(group - half) * S * E * tpr;
 #pragma unroll
       for (int k = 0; k < K; ++k) {
 #pragma unroll
         for (int e = 0; e < W; ++e) {
           slot[(k * W + e) * tpr + t] = ag[k][e];
           slot[(E + k * W + e) * tpr + t] = ab[k][e];
+          if constexpr (kColsum) slot[(2 * E + k * W + e) * tpr + t] = ao[k][e];
         }
       }
     }
     __syncthreads();
     if (group < half) {
-      const float* slot = tree + static_cast<size_t>(group) * 2 * E * tpr;
+      const float* slot = tree + static_cast<size_t>(group) * S * E * tpr;
 #pragma unroll
       for (int k = 0; k < K; ++k) {
 #pragma unroll
         for (int e = 0; e < W; ++e) {
           ag[k][e] += slot[(k * W + e) * tpr + t];
           ab[k][e] += slot[(E + k * W + e) * tpr + t];
+          if constexpr (kColsum) ao[k][e] += slot[(2 * E + k * W + e) * tpr + t];
         }
       }
     }
@@ -447,6 +467,7 @@ __global__ void __launch_bounds__(512)
   if (group == 0) {
     float* pg = partial_g + static_cast<int64_t>(blockIdx.x) * h;
     float* pb = partial_b + static_cast<int64_t>(blockIdx.x) * h;
+    float* po = kColsum ? partial_o + static_cast<int64_t>(blockIdx.x) * h : nullptr;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int64_t c0 = static_cast<int64_t>(t + k * tpr) * W;
@@ -455,6 +476,7 @@ __global__ void __launch_bounds__(512)
         if (c0 + e < h) {
           pg[c0 + e] = ag[k][e];
           pb[c0 + e] = ab[k][e];
+          if constexpr (kColsum) po[c0 + e] = ao[k][e];
         }
       }
     }
@@ -536,32 +558,46 @@ __global__ void layernorm_param_partials_kernel(const void* dy, DType dydt, cons
 // in order; then the lanes' sums are added in lane order.
 constexpr int kReduceCols = 32;
 constexpr int kReduceLanes = 16;
+// ColSum: optional third partials (partial_o, into dcol with its own accumulate), the same order.
+struct ColSum {
+  const float* partial = nullptr;
+  void* out = nullptr;
+  DType dtype = DType::kF32;
+  bool accumulate = false;
+};
 __global__ void layernorm_param_reduce_kernel(const float* partial_g, const float* partial_b, int64_t chunks,
                                               int64_t h, void* dgamma, DType dgdt, void* dbeta, DType dbdt,
-                                              bool accumulate) {
+                                              bool accumulate, ColSum col) {
   __shared__ float sg[kReduceLanes][kReduceCols + 1];
   __shared__ float sb[kReduceLanes][kReduceCols + 1];
+  __shared__ float so[kReduceLanes][kReduceCols + 1];
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kReduceCols + threadIdx.x;
-  float tg = 0.0f, tb = 0.0f;
+  const bool third = col.partial != nullptr;
+  float tg = 0.0f, tb = 0.0f, to = 0.0f;
   if (j < h) {
     for (int64_t c = threadIdx.y; c < chunks; c += kReduceLanes) {
       tg += partial_g[c * h + j];
       tb += partial_b[c * h + j];
+      if (third) to += col.partial[c * h + j];
     }
   }
   sg[threadIdx.y][threadIdx.x] = tg;
   sb[threadIdx.y][threadIdx.x] = tb;
+  so[threadIdx.y][threadIdx.x] = to;
   __syncthreads();
   if (threadIdx.y == 0 && j < h) {
     tg = sg[0][threadIdx.x];
     tb = sb[0][threadIdx.x];
+    to = so[0][threadIdx.x];
 #pragma unroll
     for (int r = 1; r < kReduceLanes; ++r) {
       tg += sg[r][threadIdx.x];
       tb += sb[r][threadIdx.x];
+      to += so[r][threadIdx.x];
     }
     store_f(dgamma, dgdt, j, accumulate ? load_f(dgamma, dgdt, j) + tg : tg);
     store_f(dbeta, dbdt, j, accumulate ? load_f(dbeta, dbdt, j) + tb : tb);
+    if (third) store_f(col.out, col.dtype, j, col.accumulate ? load_f(col.out, col.dtype, j) + to : to);
   }
 }
 
@@ -866,9 +902,14 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
   MT_CUDA_LAUNCH_CHECK();
 }
 
-void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                     const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                                     GradWrite write, GradWrite dx_write) {
+namespace {
+
+// layernorm_backward, and with `colsum` its column sums of dx (layernorm_backward_colsum):
+// the fast path sums them in its kernel (kColsum) up to kLnColsumMaxChunks per thread; wider
+// rows and the generic path by bias_grad after dx. dx, dgamma and dbeta are the same bits.
+void layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                               const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                               GradWrite write, GradWrite dx_write, Tensor* colsum, GradWrite colsum_write) {
   cuda::check_device_float(dy, "layernorm dy");
   cuda::check_device_float(x, "layernorm x");
   cuda::check_device_float(gamma, "layernorm gamma");
@@ -884,6 +925,10 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
   MT_CHECK(gamma.numel() == h && dgamma.numel() == h && dbeta.numel() == h)
       << "layernorm gamma " << gamma.describe() << ", dgamma " << dgamma.describe() << ", dbeta "
       << dbeta.describe();
+  if (colsum) {
+    cuda::check_device_float(*colsum, "layernorm dx_colsum");
+    MT_CHECK_EQ(colsum->numel(), h) << "layernorm dx_colsum " << colsum->describe() << " for x " << x.describe();
+  }
   MT_CHECK(mean.numel() == n && rstd.numel() == n) << "layernorm mean/rstd for " << n << " rows";
   MT_CHECK(n <= std::numeric_limits<int32_t>::max()) << "layernorm: " << n << " rows exceed the grid";
   const bool add_dx = dx_write == GradWrite::kAccumulate;
@@ -892,9 +937,10 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
   const bool accumulate = write == GradWrite::kAccumulate;
   if (n == 0) {
     if (!accumulate) {
-      fill(dgamma, 0.0f);
-      fill(dbeta, 0.0f);
+      be.fill(dgamma, 0.0f);
+      be.fill(dbeta, 0.0f);
     }
+    if (colsum && colsum_write == GradWrite::kOverwrite) be.fill(*colsum, 0.0f);
     return;
   }
   const float* mp = static_cast<const float*>(mean.data());
@@ -905,60 +951,93 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
   // Fast path: dy, x and dx of one dtype, the row in registers; dx and the parameter-gradient
   // partials in one pass, then the fixed-order reduce.
   bool launched = false;
+  Tensor* in_kernel = colsum;  // the column sums taken by the kernel
   if (dy.dtype() == x.dtype() && dx.dtype() == x.dtype()) {
     cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       constexpr int W = cuda::kVecWidth<T>;
       const cuda::LnConfig c = cuda::ln_config<T>(h);
       if (!c.ok) return;
+      if (c.k > cuda::kLnColsumMaxChunks<T>) in_kernel = nullptr;
       const bool vec = h % W == 0 && cuda::vec_aligned(dy.data()) && cuda::vec_aligned(x.data()) &&
                        cuda::vec_aligned(dx.data());
       // Rows per block: about n / layernorm_backward_blocks(), a whole number of rows per group.
-      const int64_t target = (n + layernorm_backward_blocks() - 1) / layernorm_backward_blocks();
+      const int64_t target = (n + be.layernorm_backward_blocks() - 1) / be.layernorm_backward_blocks();
       const int64_t rows_per_group = (target + c.groups - 1) / c.groups;
       const int64_t rows_per_block = rows_per_group * c.groups;
       const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
+      const int sums = in_kernel ? 3 : 2;
       std::optional<cuda::StreamBuffer> owner;
-      float* pg = cuda::partial_scratch(*this, 2 * static_cast<size_t>(blocks * h), owner);
+      float* pg = cuda::partial_scratch(be, static_cast<size_t>(sums * blocks * h), owner);
       float* pb = pg + blocks * h;
+      float* po = in_kernel ? pb + blocks * h : nullptr;
       cuda::dispatch_chunks<T>(c.k, [&](auto kc) {
         constexpr int K = decltype(kc)::value;
-        const size_t smem = static_cast<size_t>(c.groups / 2) * 2 * K * W * 32 * c.wpr * sizeof(float);
-        auto kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true>
-                          : cuda::layernorm_backward_rows_kernel<T, K, false>;
-        kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), smem, stream()>>>(
+        const size_t smem = static_cast<size_t>(c.groups / 2) * sums * K * W * 32 * c.wpr * sizeof(float);
+        auto kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, false>
+                          : cuda::layernorm_backward_rows_kernel<T, K, false, false>;
+        if constexpr (K <= cuda::kLnColsumMaxChunks<T>) {
+          if (in_kernel) {
+            kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, true>
+                         : cuda::layernorm_backward_rows_kernel<T, K, false, true>;
+          }
+        }
+        kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), smem, be.stream()>>>(
             static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), gamma.data(), gamma.dtype(), mp, rp,
-            static_cast<T*>(dx.data()), add_dx, n, h, c.wpr, static_cast<int>(rows_per_group), pg, pb);
+            static_cast<T*>(dx.data()), add_dx, n, h, c.wpr, static_cast<int>(rows_per_group), pg, pb, po);
         MT_CUDA_LAUNCH_CHECK();
       });
-      cuda::layernorm_param_reduce_kernel<<<reduce_blocks, reduce_block, 0, stream()>>>(
-          pg, pb, blocks, h, dgamma.data(), dgamma.dtype(), dbeta.data(), dbeta.dtype(), accumulate);
+      cuda::ColSum col;
+      if (in_kernel) col = {po, in_kernel->data(), in_kernel->dtype(), colsum_write == GradWrite::kAccumulate};
+      cuda::layernorm_param_reduce_kernel<<<reduce_blocks, reduce_block, 0, be.stream()>>>(
+          pg, pb, blocks, h, dgamma.data(), dgamma.dtype(), dbeta.data(), dbeta.dtype(), accumulate, col);
       MT_CUDA_LAUNCH_CHECK();
       launched = true;
     });
   }
-  if (launched) return;
+  if (launched) {
+    if (colsum && !in_kernel) be.bias_grad(dx, *colsum, colsum_write);
+    return;
+  }
 
   // Generic path. 1 and 2: dgamma, dbeta (before dx, which may alias dy).
   const int64_t chunks = (n + cuda::kRowsPerChunk - 1) / cuda::kRowsPerChunk;
   const int64_t col_tiles = (h + cuda::kTileCols - 1) / cuda::kTileCols;
   MT_CHECK(chunks <= 65535) << "layernorm backward: " << n << " rows exceed the partial-sum grid";
   std::optional<cuda::StreamBuffer> owner;
-  float* pg = cuda::partial_scratch(*this, 2 * static_cast<size_t>(chunks * h), owner);
+  float* pg = cuda::partial_scratch(be, 2 * static_cast<size_t>(chunks * h), owner);
   float* pb = pg + chunks * h;
   cuda::layernorm_param_partials_kernel<<<dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(chunks)),
-                                          dim3(cuda::kTileCols, cuda::kTileRows), 0, stream()>>>(
+                                          dim3(cuda::kTileCols, cuda::kTileRows), 0, be.stream()>>>(
       dy.data(), dy.dtype(), x.data(), x.dtype(), mp, rp, n, h, pg, pb);
   MT_CUDA_LAUNCH_CHECK();
-  cuda::layernorm_param_reduce_kernel<<<reduce_blocks, reduce_block, 0, stream()>>>(
-      pg, pb, chunks, h, dgamma.data(), dgamma.dtype(), dbeta.data(), dbeta.dtype(), accumulate);
+  cuda::layernorm_param_reduce_kernel<<<reduce_blocks, reduce_block, 0, be.stream()>>>(
+      pg, pb, chunks, h, dgamma.data(), dgamma.dtype(), dbeta.data(), dbeta.dtype(), accumulate, cuda::ColSum{});
   MT_CUDA_LAUNCH_CHECK();
 
   // 3: dx.
-  cuda::layernorm_dx_kernel<<<static_cast<unsigned>(n), cuda::row_threads(h), 0, stream()>>>(
+  cuda::layernorm_dx_kernel<<<static_cast<unsigned>(n), cuda::row_threads(h), 0, be.stream()>>>(
       dy.data(), dy.dtype(), x.data(), x.dtype(), gamma.data(), gamma.dtype(), mp, rp, dx.data(), dx.dtype(), add_dx,
       h);
   MT_CUDA_LAUNCH_CHECK();
+  if (colsum) be.bias_grad(dx, *colsum, colsum_write);
+}
+
+}  // namespace
+
+void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                     const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                                     GradWrite write, GradWrite dx_write) {
+  layernorm_backward_launch(*this, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write, nullptr,
+                            GradWrite::kOverwrite);
+}
+
+void CudaBackend::layernorm_backward_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                            const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma,
+                                            Tensor& dbeta, Tensor& dx_colsum, GradWrite write, GradWrite dx_write,
+                                            GradWrite colsum_write) {
+  layernorm_backward_launch(*this, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write, &dx_colsum,
+                            colsum_write);
 }
 
 void CudaBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {

@@ -79,6 +79,10 @@ TEST(CpuGradWrite, OverwriteIgnoresTheOldGradientAndAccumulateAddsToIt) {
     Tensor dx = Tensor::cpu({n, h}, DType::kF32);
     cpu->layernorm_backward(dln, x, gamma, mean, rstd, dx, g[0], g[1], m);
   });
+  check_grad_write("layernorm_backward_colsum", {{h}, {h}, {h}}, [&](std::vector<Tensor>& g, GradWrite m) {
+    Tensor dx = Tensor::cpu({n, h}, DType::kF32);
+    cpu->layernorm_backward_colsum(dln, x, gamma, mean, rstd, dx, g[0], g[1], g[2], m, GradWrite::kOverwrite, m);
+  });
 }
 
 }  // namespace

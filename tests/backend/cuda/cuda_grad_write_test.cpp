@@ -22,12 +22,6 @@ namespace {
 
 using namespace megatron::test;
 
-Tensor device_filled(Backend& gpu, Shape shape, float v) {
-  Tensor t = gpu.empty(std::move(shape), DType::kF32, MemoryKind::kOther);
-  gpu.fill(t, v);
-  return t;
-}
-
 // [n, in] -> [n, out] linears: GPT-2 124M's QKV and FC2 at 16 x 1024 rows, and sizes one off
 // the tiles.
 const std::vector<std::tuple<int64_t, int64_t, int64_t>> kLinearShapes = {

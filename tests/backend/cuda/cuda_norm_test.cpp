@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -377,6 +378,88 @@ TEST(CudaNorm, LayernormBackwardAddingIntoDxIsTheUnfusedPairBitForBit) {
     EXPECT_TRUE(bitwise(to_host(*gpu, db2), to_host(*gpu, db1), "fused residual add dbeta " + what));
     // The residual really entered: the fused result is not the bare LayerNorm gradient.
     EXPECT_FALSE(bitwise_equal(to_host(*gpu, got), to_host(*gpu, tmp))) << what;
+  }
+}
+
+// layernorm_backward_colsum (the residual gradient added into dx, as the model runs it): dx,
+// dgamma and dbeta are layernorm_backward's bits, whether the sums are taken in the kernel
+// (rows of <= 2 chunks per thread for 16-bit: h = 1024, 2048, 770, 8; <= 3 for fp32: h = 256)
+// or by bias_grad after it (16-bit h = 768, 1536, 2560 at 3 chunks, fp32 h = 1000 at 4, the
+// generic path for h = 25000 and mixed dtypes); the column sums equal bias_grad of
+// that dx up to summation order: |a - b| <= 2 n 2^-24 sum_i |dx_ij|. Accumulating adds the
+// fresh sums onto the old values (one fp32 add).
+TEST(CudaNorm, LayernormBackwardColsumIsTheColumnSumOfItsDx) {
+  MT_REQUIRE_CUDA();
+  auto gpu = make_cuda_backend();
+  struct Case {
+    int64_t n, h;
+    DType x, act;
+    int64_t offset;  // elements the views start in: 1 makes the fast path's rows misaligned
+  };
+  const Case cases[] = {{4096, 1024, DType::kBF16, DType::kBF16, 0},
+                        {2048, 2048, DType::kBF16, DType::kBF16, 0},
+                        {1024, 2560, DType::kBF16, DType::kBF16, 0},
+                        {129, 768, DType::kF16, DType::kF16, 0},
+                        {33, 1000, DType::kF32, DType::kF32, 0},
+                        {100, 256, DType::kF32, DType::kF32, 0},
+                        {65, 1536, DType::kBF16, DType::kBF16, 1},
+                        {3, 25000, DType::kBF16, DType::kBF16, 0},  // generic path: bias_grad after
+                        {129, 768, DType::kBF16, DType::kF32, 0},   // mixed dtypes: generic path
+                        {17, 770, DType::kBF16, DType::kBF16, 0},  // h % 8 != 0
+                        {1, 8, DType::kBF16, DType::kBF16, 0}};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  uint64_t seed = 2700;
+  for (const Case& c : cases) {
+    const std::string what = shape_name({c.n, c.h}, c.act) + " x " + std::string(dtype_name(c.x)) +
+                             (c.offset != 0 ? " (misaligned)" : "");
+    const int64_t count = c.n * c.h;
+    const Tensor x = layernorm_input(c.n, c.h, c.x, ++seed), gamma = host_random({c.h}, c.x, ++seed);
+    const Tensor beta = host_random({c.h}, c.x, ++seed);
+    const Tensor dy = host_random({c.n, c.h}, c.act, ++seed);
+    Tensor resid = host_random({count + c.offset}, c.act, ++seed);
+    for (int64_t i = 0; i < resid.numel(); ++i) set(resid, i, 8.0 * get(resid, i) - 4.0);
+    Tensor xd = to_device(*gpu, x), gd = to_device(*gpu, gamma), bd = to_device(*gpu, beta), dyd = to_device(*gpu, dy);
+    Tensor outd = gpu->empty({c.n, c.h}, c.x, MemoryKind::kOther);
+    Tensor md = gpu->empty({c.n}, DType::kF32, MemoryKind::kOther), rd = gpu->empty({c.n}, DType::kF32, MemoryKind::kOther);
+    gpu->layernorm_forward(xd, gd, bd, 1e-5f, outd, md, rd);
+
+    Tensor plain_store = to_device(*gpu, resid);
+    Tensor plain = plain_store.flat_view(c.offset, {c.n, c.h});
+    Tensor dg1 = device_filled(*gpu, {c.h}, 0.0f), db1 = device_filled(*gpu, {c.h}, 0.0f);
+    gpu->layernorm_backward(dyd, xd, gd, md, rd, plain, dg1, db1, GradWrite::kOverwrite, GradWrite::kAccumulate);
+
+    Tensor got_store = to_device(*gpu, resid);
+    Tensor got = got_store.flat_view(c.offset, {c.n, c.h});
+    Tensor dg2 = device_filled(*gpu, {c.h}, nan), db2 = device_filled(*gpu, {c.h}, nan);
+    Tensor cs = device_filled(*gpu, {c.h}, nan);
+    gpu->layernorm_backward_colsum(dyd, xd, gd, md, rd, got, dg2, db2, cs, GradWrite::kOverwrite,
+                                   GradWrite::kAccumulate, GradWrite::kOverwrite);
+    const Tensor got_dx = to_host(*gpu, got), plain_dx = to_host(*gpu, plain);
+    EXPECT_TRUE(bitwise(got_dx, plain_dx, "colsum dx " + what));
+    EXPECT_TRUE(bitwise(to_host(*gpu, dg2), to_host(*gpu, dg1), "colsum dgamma " + what));
+    EXPECT_TRUE(bitwise(to_host(*gpu, db2), to_host(*gpu, db1), "colsum dbeta " + what));
+    Tensor want = device_filled(*gpu, {c.h}, nan);
+    gpu->bias_grad(got, want, GradWrite::kOverwrite);
+    const Tensor got_cs = to_host(*gpu, cs), want_cs = to_host(*gpu, want);
+    for (int64_t j = 0; j < c.h; ++j) {
+      double abs_sum = 0.0;
+      for (int64_t r = 0; r < c.n; ++r) abs_sum += std::fabs(get(got_dx, r * c.h + j));
+      const double bound = 2.0 * static_cast<double>(c.n) * std::ldexp(1.0, -24) * abs_sum;
+      ASSERT_LE(std::fabs(get(got_cs, j) - get(want_cs, j)), bound)
+          << what << " column " << j << ": colsum " << get(got_cs, j) << ", bias_grad " << get(want_cs, j);
+    }
+    // Accumulating: the same sums added onto what is there.
+    const Tensor base = host_random({c.h}, DType::kF32, ++seed);
+    Tensor again_store = to_device(*gpu, resid);
+    Tensor again = again_store.flat_view(c.offset, {c.n, c.h});
+    Tensor cs_acc = to_device(*gpu, base);
+    gpu->layernorm_backward_colsum(dyd, xd, gd, md, rd, again, dg2, db2, cs_acc, GradWrite::kAccumulate,
+                                   GradWrite::kAccumulate, GradWrite::kAccumulate);
+    const Tensor acc = to_host(*gpu, cs_acc);
+    for (int64_t j = 0; j < c.h; ++j) {
+      ASSERT_EQ(static_cast<float>(get(acc, j)), static_cast<float>(get(base, j)) + static_cast<float>(get(got_cs, j)))
+          << what << " accumulated column " << j;
+    }
   }
 }
 

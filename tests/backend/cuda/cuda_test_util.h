@@ -50,6 +50,13 @@ inline Tensor to_device(Backend& gpu, const Tensor& host) {
   return d;
 }
 
+// An fp32 device tensor filled with v (NaN shows any read of a gradient that must be overwritten).
+inline Tensor device_filled(Backend& gpu, Shape shape, float v) {
+  Tensor t = gpu.empty(std::move(shape), DType::kF32, MemoryKind::kOther);
+  gpu.fill(t, v);
+  return t;
+}
+
 inline Tensor to_host(Backend& gpu, const Tensor& device) {
   Tensor h = Tensor::cpu(device.shape(), device.dtype());
   gpu.copy(device, h);

@@ -15,7 +15,7 @@
 namespace megatron::model {
 namespace {
 
-GPTConfig config() {
+GPTConfig config(float dropout) {
   GPTConfig c;
   c.num_layers = 2;
   c.hidden_size = 64;
@@ -27,8 +27,8 @@ GPTConfig config() {
   c.vocab_size = 500;
   c.padded_vocab_size = 512;
   c.init_method_std = 0.05f;
-  c.attention_dropout = 0.1f;
-  c.hidden_dropout = 0.1f;
+  c.attention_dropout = dropout;
+  c.hidden_dropout = dropout;
   return c;
 }
 
@@ -59,9 +59,9 @@ double rel_error(backend::Backend& ga, const Tensor& a, backend::Backend& gb, co
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-void compare(DType dtype, double loss_tol, double grad_tol) {
+void compare(DType dtype, double loss_tol, double grad_tol, float dropout = 0.1f) {
   if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const GPTConfig c = config();
+  const GPTConfig c = config(dropout);
   auto cpu = backend::make_cpu_backend();
   auto gpu = backend::make_cuda_backend(0);
   GPTModel mc(c, *cpu, dtype, 2), mg(c, *gpu, dtype, 2);
@@ -99,6 +99,13 @@ TEST(GpuModel, Fp32MatchesTheCpuReference) { compare(DType::kF32, 1e-5, 2e-3); }
 // bf16: activations are rounded to 8 mantissa bits on both sides, but a one-ulp difference in
 // an intermediate (different fp32 order before rounding) propagates: ~1e-2 relative.
 TEST(GpuModel, Bf16MatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2); }
+
+// Without dropout (the benchmark setting), the paths that only run then: cuDNN attention in
+// bf16, the residual add in the projection / FC2 GEMM epilogues, and their bias gradients as
+// column sums inside the LayerNorm backward (layernorm_backward_colsum; layer 0's FC2 from
+// layer 1's LayerNorm 1, layer 1's FC2 by its own pass after the final LayerNorm).
+TEST(GpuModel, Fp32WithoutDropoutMatchesTheCpuReference) { compare(DType::kF32, 1e-5, 2e-3, 0.0f); }
+TEST(GpuModel, Bf16WithoutDropoutMatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2, 0.0f); }
 
 }  // namespace
 }  // namespace megatron::model
