@@ -12,7 +12,8 @@
 // (timing noise), and algorithms differ in summation order, so --deterministic-mode turns it
 // off. A problem first seen with beta != 0 is timed into a temporary of C's size (cudaMalloc,
 // outside the memory plan, freed at once); the engine's first call of each weight-gradient
-// problem overwrites (beta = 0), so only the residual-add GEMMs take one (n x h, 16-bit).
+// problem overwrites (beta = 0), so only the residual-add GEMMs take one (n x h, 16-bit); where
+// the device has no room for it, that problem keeps the heuristic's choice.
 // Initial value from the environment when the backend is constructed:
 //   MEGATRON_GEMM_AUTOTUNE=0 | 1   (unset: 1)
 #pragma once
