@@ -464,6 +464,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     scratch_bytes_ = kScratchBytes;
     attention_impl_ = attention_impl_from_env();
     gemm_autotune_ = env_switch("MEGATRON_GEMM_AUTOTUNE", true);
+    gemm_tune_candidates_ = static_cast<int>(env_count("MEGATRON_GEMM_TUNE_CANDIDATES", gemm_tune_candidates_, 1, 64));
     layernorm_warp_forward_ = env_switch("MEGATRON_LN_WARP_FORWARD", true);
     layernorm_backward_blocks_ = env_count("MEGATRON_LN_BACKWARD_BLOCKS", layernorm_backward_blocks_, 1, 65535);
   } catch (...) {

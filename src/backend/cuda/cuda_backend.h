@@ -154,6 +154,7 @@ class CudaBackend : public Backend {
   // GEMM algorithm choice (gemm_tuning.h).
   void set_gemm_autotune(bool on) { gemm_autotune_ = on; }
   bool gemm_autotune() const { return gemm_autotune_; }
+  int gemm_tune_candidates() const { return gemm_tune_candidates_; }
   // LayerNorm forward kernel choice (layernorm_paths.h).
   void set_layernorm_warp_forward(bool on) { layernorm_warp_forward_ = on; }
   int64_t layernorm_backward_blocks() const { return layernorm_backward_blocks_; }
@@ -185,7 +186,8 @@ class CudaBackend : public Backend {
   GemmAlgoCache gemm_algos_;  // filled lazily by cuda_gemm.cu
   AttentionImpl attention_impl_ = AttentionImpl::kAuto;
   bool attention_deterministic_ = false;
-  bool gemm_autotune_ = true;  // gemm_tuning.h
+  bool gemm_autotune_ = true;     // gemm_tuning.h
+  int gemm_tune_candidates_ = 32;  // gemm_tuning.h
   bool layernorm_warp_forward_ = true;
   // Blocks of the fused LayerNorm backward (cuda_norm.cu): the rows are split into this many
   // parts whatever the device, so the summation order depends only on (n, h, dtype, this).

@@ -119,7 +119,6 @@ struct Epilogue {
 };
 
 // Autotuning: the heuristic's top candidates are timed on this problem, the fastest wins.
-constexpr int kTuneCandidates = 8;
 constexpr int kTuneRuns = 3;  // timed runs per candidate, after one untimed
 
 // RAII for two timing events.
@@ -263,7 +262,7 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
                                              c_in ? &al_c_in : &al_c, sizeof(al_c)));
     MT_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
-    const int want = be.gemm_autotune() ? kTuneCandidates : 1;
+    const int want = be.gemm_autotune() ? be.gemm_tune_candidates() : 1;
     std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(want));
     int found = 0;
     const cublasStatus_t st =
