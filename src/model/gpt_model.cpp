@@ -512,7 +512,6 @@ void GPTModel::backward_chunk(int64_t chunk, int64_t set) {
 
 void GPTModel::chunk_backward() {
   const GPTConfig& cc = chunk_config_;
-  fc2_bias_grad_done_ = false;  // g comes from the head or the next stage: no bias sum in it
   // Top to bottom, one layer at a time (a per-layer "gradients ready" point: after
   // layer_backward(l) the gradients of layer l are final for this micro-batch).
   for (int64_t l = layers_per_chunk_ - 1; l >= 0; --l) {
@@ -629,10 +628,9 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   // MLP branch: g is d(x_out); x_out = x_mid + dropout(fc2 + b_fc2). The row-parallel FC2's
   // output gradient is gathered (the backward of its reduce-scatter); b_fc2's gradient is
   // taken from all n rows, so it is complete on every rank. Unless the LayerNorm backward
-  // that produced g already summed it (fc2_bias_grad_done_, see below).
+  // that produced g already summed it: layer l + 1's LayerNorm 1 in this chunk (see below).
   const Tensor d_fc2 = gather_rows(through_dropout(g, h1, mlp_dropout), ws_h1_);
-  const bool fc2_bias_done = fc2_bias_grad_done_;
-  fc2_bias_grad_done_ = false;
+  const bool fc2_bias_done = l + 1 < layers_per_chunk_ && residual_bias_grad_in_layernorm(p.fc2_b, mlp_dropout);
   Tensor db_fc2 = fc2_bias_done ? Tensor() : optional_grad(p.fc2_b);
   // FC2's backward through GELU: ws_f_ = d(fc1 + b_fc1).
   backend_.linear_dgelu_backward(d_fc2, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
@@ -642,15 +640,7 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   // Without dropout or tensor parallelism d(proj + b_proj) is that g itself, so b_proj's
   // gradient is its column sum, taken in the same pass (layernorm_backward_colsum).
   const bool proj_bias_in_ln = residual_bias_grad_in_layernorm(p.proj_b, attn_dropout);
-  if (proj_bias_in_ln) {
-    const backend::GradWrite w = claim_grads(p.ln2_w, p.ln2_b);
-    backend_.layernorm_backward_colsum(d_ln2, a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, g, grad(p.ln2_w),
-                                       grad(p.ln2_b), grad(p.proj_b), w, backend::GradWrite::kAccumulate,
-                                       params_.claim_grad(p.proj_b));
-  } else {
-    backend_.layernorm_backward(d_ln2, a.x_mid, param(p.ln2_w), a.ln2_mean, a.ln2_rstd, g, grad(p.ln2_w),
-                                grad(p.ln2_b), claim_grads(p.ln2_w, p.ln2_b), backend::GradWrite::kAccumulate);
-  }
+  layernorm_backward_into(d_ln2, a.x_mid, p.ln2_w, p.ln2_b, a.ln2_mean, a.ln2_rstd, g, proj_bias_in_ln ? p.proj_b : -1);
 
   // Attention branch: x_mid = x + dropout(proj + b_proj).
   const Tensor d_proj = gather_rows(through_dropout(g, h1, attn_dropout), ws_h1_);
@@ -662,19 +652,28 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   const Tensor d_ln1 =
       column_backward(ws_qkv_.view({n, 3 * q_size_}), column_input(a.ln1_out), p.qkv_w, p.qkv_b, ws_h2_);
   // g = d(x): the residual path plus the attention branch. g is also d(x_out) of the layer
-  // below (this chunk's layer l - 1), whose b_fc2 gradient is then summed here likewise.
-  const LayerParams* below =
-      l > 0 ? &layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l - 1)] : nullptr;
-  if (below && residual_bias_grad_in_layernorm(below->fc2_b, dropout_params(config_.hidden_dropout, gl - 1, kSiteMlpOut))) {
-    const backend::GradWrite w = claim_grads(p.ln1_w, p.ln1_b);
-    backend_.layernorm_backward_colsum(d_ln1, x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, g, grad(p.ln1_w),
-                                       grad(p.ln1_b), grad(below->fc2_b), w, backend::GradWrite::kAccumulate,
-                                       params_.claim_grad(below->fc2_b));
-    fc2_bias_grad_done_ = true;
-  } else {
-    backend_.layernorm_backward(d_ln1, x, param(p.ln1_w), a.ln1_mean, a.ln1_rstd, g, grad(p.ln1_w), grad(p.ln1_b),
-                                claim_grads(p.ln1_w, p.ln1_b), backend::GradWrite::kAccumulate);
+  // below (this chunk's layer l - 1), whose b_fc2 gradient is then summed here likewise (the
+  // condition layer_backward(l - 1) checks as fc2_bias_done).
+  int64_t below_fc2_b = -1;
+  if (l > 0) {
+    const LayerParams& below = layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l - 1)];
+    if (residual_bias_grad_in_layernorm(below.fc2_b, dropout_params(config_.hidden_dropout, gl - 1, kSiteMlpOut))) {
+      below_fc2_b = below.fc2_b;
+    }
   }
+  layernorm_backward_into(d_ln1, x, p.ln1_w, p.ln1_b, a.ln1_mean, a.ln1_rstd, g, below_fc2_b);
+}
+
+void GPTModel::layernorm_backward_into(const Tensor& dy, const Tensor& x, int64_t w, int64_t b, const Tensor& mean,
+                                       const Tensor& rstd, Tensor& g, int64_t residual_bias) {
+  const backend::GradWrite write = claim_grads(w, b);
+  if (residual_bias < 0) {
+    backend_.layernorm_backward(dy, x, param(w), mean, rstd, g, grad(w), grad(b), write,
+                                backend::GradWrite::kAccumulate);
+    return;
+  }
+  backend_.layernorm_backward_colsum(dy, x, param(w), mean, rstd, g, grad(w), grad(b), grad(residual_bias), write,
+                                     backend::GradWrite::kAccumulate, params_.claim_grad(residual_bias));
 }
 
 bool GPTModel::residual_bias_grad_in_layernorm(int64_t bias, const backend::DropoutParams& dropout) const {

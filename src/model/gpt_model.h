@@ -211,6 +211,11 @@ class GPTModel {
   // leaves (layernorm_backward_colsum): a bias, no dropout, one tensor-parallel rank (no
   // reduction in between) — exactly when the forward adds it in the GEMM epilogue.
   bool residual_bias_grad_in_layernorm(int64_t bias, const backend::DropoutParams& dropout) const;
+  // g += the backward of LayerNorm (w, b) for dy (the residual gradient add fused in), with the
+  // gradients of w and b; with residual_bias >= 0 also that bias's gradient, g's column sums
+  // (layernorm_backward_colsum).
+  void layernorm_backward_into(const Tensor& dy, const Tensor& x, int64_t w, int64_t b, const Tensor& mean,
+                               const Tensor& rstd, Tensor& g, int64_t residual_bias);
   // The gradient for an op that can only accumulate (embedding_backward): zero-filled first if
   // it is stale.
   Tensor& accumulable_grad(int64_t i);
@@ -324,9 +329,6 @@ class GPTModel {
   // (so its GEMMs run on 16-bit tensor cores): the logits buffer itself, overwritten.
   Tensor dlogits_;
   bool dlogits_ready_ = false;  // head_forward computed dlogits_ (cross_entropy_fused)
-  // layer_backward(l)'s LayerNorm-1 backward wrote the b_fc2 gradient of layer l - 1 (the same
-  // chunk): layer_backward(l - 1) skips it.
-  bool fc2_bias_grad_done_ = false;
   Tensor losses_, loss_lse_;  // [n] fp32
   // Workspace: the gradient stream [n_local, h], two temporaries [n,h], [n,3q], [n,q], [n,f];
   // the embedding sum before dropout uses temporaries. Sequence parallelism adds ws_full_

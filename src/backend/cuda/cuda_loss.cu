@@ -146,10 +146,6 @@ __device__ __forceinline__ uint4 row_chunk(const T* lrow, const uint4* staged, i
   }
 }
 
-// Passes 1 and 2 over a row: lse, from every thread's chunks. kStage: pass 1 copies the raw
-// chunks into `staged` ([chunks] in shared memory) and pass 2 reads them there; else pass 2
-// reads the row again (from L2 when it is still there). Each thread re-reads only chunks it
-// staged itself, so no barrier is needed between the copy and its use.
 // 16 bytes global -> shared without registers (cp.async; both 16-byte aligned), and the wait
 // for all of this thread's copies (after it, the thread sees the data it copied).
 __device__ __forceinline__ void copy_async_16(uint4* dst, const void* src) {
@@ -158,6 +154,10 @@ __device__ __forceinline__ void copy_async_16(uint4* dst, const void* src) {
 }
 __device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
+// Passes 1 and 2 over a row: lse, from every thread's chunks. kStage: pass 1 copies the raw
+// chunks into `staged` ([chunks] in shared memory) and pass 2 reads them there; else pass 2
+// reads the row again (from L2 when it is still there). Each thread re-reads only chunks it
+// staged itself, so no barrier is needed between the copy and its use.
 template <class T, bool kVec, bool kStage>
 __device__ __forceinline__ float row_lse(const T* lrow, uint4* staged, int64_t vocab, float* buf_max, float* buf_sum) {
   constexpr int W = kVecWidth<T>;

@@ -904,10 +904,11 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
 
 namespace {
 
-// layernorm_backward, and with `colsum` its column sums of dx (layernorm_backward_colsum):
-// the fast path sums them in its kernel (kColsum) up to kLnColsumMaxChunks per thread; wider
-// rows and the generic path by bias_grad after dx. dx, dgamma and dbeta are the same bits.
-void layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+// layernorm_backward; with `colsum`, the fast path also takes dx's column sums in its kernel
+// (kColsum) where a thread holds at most kLnColsumMaxChunks chunks, and returns true. false:
+// the caller sums dx itself (wider rows, the generic path, or no colsum). dx, dgamma and dbeta
+// are the same bits either way.
+bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                                GradWrite write, GradWrite dx_write, Tensor* colsum, GradWrite colsum_write) {
   cuda::check_device_float(dy, "layernorm dy");
@@ -940,8 +941,7 @@ void layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
       be.fill(dgamma, 0.0f);
       be.fill(dbeta, 0.0f);
     }
-    if (colsum && colsum_write == GradWrite::kOverwrite) be.fill(*colsum, 0.0f);
-    return;
+    return false;  // bias_grad of no rows: zeros when overwriting
   }
   const float* mp = static_cast<const float*>(mean.data());
   const float* rp = static_cast<const float*>(rstd.data());
@@ -951,14 +951,14 @@ void layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
   // Fast path: dy, x and dx of one dtype, the row in registers; dx and the parameter-gradient
   // partials in one pass, then the fixed-order reduce.
   bool launched = false;
-  Tensor* in_kernel = colsum;  // the column sums taken by the kernel
+  Tensor* in_kernel = nullptr;  // colsum, when the kernel takes the sums
   if (dy.dtype() == x.dtype() && dx.dtype() == x.dtype()) {
     cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       constexpr int W = cuda::kVecWidth<T>;
       const cuda::LnConfig c = cuda::ln_config<T>(h);
       if (!c.ok) return;
-      if (c.k > cuda::kLnColsumMaxChunks<T>) in_kernel = nullptr;
+      if (c.k <= cuda::kLnColsumMaxChunks<T>) in_kernel = colsum;
       const bool vec = h % W == 0 && cuda::vec_aligned(dy.data()) && cuda::vec_aligned(x.data()) &&
                        cuda::vec_aligned(dx.data());
       // Rows per block: about n / layernorm_backward_blocks(), a whole number of rows per group.
@@ -995,10 +995,7 @@ void layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
       launched = true;
     });
   }
-  if (launched) {
-    if (colsum && !in_kernel) be.bias_grad(dx, *colsum, colsum_write);
-    return;
-  }
+  if (launched) return in_kernel != nullptr;
 
   // Generic path. 1 and 2: dgamma, dbeta (before dx, which may alias dy).
   const int64_t chunks = (n + cuda::kRowsPerChunk - 1) / cuda::kRowsPerChunk;
@@ -1020,7 +1017,7 @@ void layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
       dy.data(), dy.dtype(), x.data(), x.dtype(), gamma.data(), gamma.dtype(), mp, rp, dx.data(), dx.dtype(), add_dx,
       h);
   MT_CUDA_LAUNCH_CHECK();
-  if (colsum) be.bias_grad(dx, *colsum, colsum_write);
+  return false;
 }
 
 }  // namespace
@@ -1036,8 +1033,10 @@ void CudaBackend::layernorm_backward_colsum(const Tensor& dy, const Tensor& x, c
                                             const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma,
                                             Tensor& dbeta, Tensor& dx_colsum, GradWrite write, GradWrite dx_write,
                                             GradWrite colsum_write) {
-  layernorm_backward_launch(*this, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write, &dx_colsum,
-                            colsum_write);
+  if (!layernorm_backward_launch(*this, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write, &dx_colsum,
+                                 colsum_write)) {
+    bias_grad(dx, dx_colsum, colsum_write);
+  }
 }
 
 void CudaBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
