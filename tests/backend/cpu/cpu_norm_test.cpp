@@ -122,6 +122,27 @@ TEST(CpuNorm, LayernormBf16IsFp32OfRoundedInputsThenRounded) {
     ASSERT_EQ(get(dx, i), round_to(DType::kBF16, static_cast<float>(get(dx32, i)))) << i;
 }
 
+// A bf16 LayerNorm backward adding into a residual gradient: x, gamma, dy and the residual
+// (random values times resid_scale) of n rows of h, and mean / rstd from the forward.
+struct ResidualBackward {
+  Tensor x, gamma, dy, resid, mean, rstd;
+};
+ResidualBackward residual_backward_inputs(Backend& be, std::mt19937_64& rng, int64_t n, int64_t h,
+                                          double resid_scale) {
+  ResidualBackward r;
+  r.x = random_tensor({n, h}, rng, DType::kBF16);
+  r.gamma = random_tensor({h}, rng, DType::kBF16);
+  const Tensor beta = random_tensor({h}, rng, DType::kBF16);
+  r.dy = random_tensor({n, h}, rng, DType::kBF16);
+  r.resid = random_tensor({n, h}, rng, DType::kBF16);
+  for (int64_t i = 0; i < r.resid.numel(); ++i) set(r.resid, i, resid_scale * get(r.resid, i));
+  Tensor out = be.empty({n, h}, DType::kBF16, MemoryKind::kOther);
+  r.mean = be.empty({n}, DType::kF32, MemoryKind::kOther);
+  r.rstd = be.empty({n}, DType::kF32, MemoryKind::kOther);
+  be.layernorm_forward(r.x, r.gamma, beta, 1e-5f, out, r.mean, r.rstd);
+  return r;
+}
+
 // dx_write = kAccumulate: dx = round(residual + round(LayerNorm dx)) element by element, the
 // bits of the unfused backward-then-add (in bf16 both roundings show); dgamma / dbeta as the
 // plain backward; dx aliasing dy is a programming error (MT_CHECK aborts).
@@ -129,13 +150,7 @@ TEST(CpuNorm, LayernormBackwardAddingIntoDxRoundsTwiceAsTheUnfusedPair) {
   auto rng = test_rng();
   auto be = make_cpu_backend();
   const int64_t n = 6, h = 32;
-  Tensor x = random_tensor({n, h}, rng, DType::kBF16), gamma = random_tensor({h}, rng, DType::kBF16);
-  Tensor beta = random_tensor({h}, rng, DType::kBF16), dy = random_tensor({n, h}, rng, DType::kBF16);
-  Tensor resid = random_tensor({n, h}, rng, DType::kBF16);
-  for (int64_t i = 0; i < resid.numel(); ++i) set(resid, i, 8.0 * get(resid, i));
-  Tensor out = be->empty({n, h}, DType::kBF16, MemoryKind::kOther);
-  Tensor mean = be->empty({n}, DType::kF32, MemoryKind::kOther), rstd = be->empty({n}, DType::kF32, MemoryKind::kOther);
-  be->layernorm_forward(x, gamma, beta, 1e-5f, out, mean, rstd);
+  auto [x, gamma, dy, resid, mean, rstd] = residual_backward_inputs(*be, rng, n, h, 8.0);
   Tensor ln_dx = be->empty({n, h}, DType::kBF16, MemoryKind::kOther);
   Tensor dg1 = be->empty({h}, DType::kF32, MemoryKind::kOther), db1 = be->empty({h}, DType::kF32, MemoryKind::kOther);
   be->layernorm_backward(dy, x, gamma, mean, rstd, ln_dx, dg1, db1, GradWrite::kOverwrite);
@@ -171,12 +186,7 @@ TEST(CpuNorm, LayernormBackwardColsumSumsTheDxItLeaves) {
   auto rng = test_rng();
   auto be = make_cpu_backend();
   const int64_t n = 6, h = 32;
-  Tensor x = random_tensor({n, h}, rng, DType::kBF16), gamma = random_tensor({h}, rng, DType::kBF16);
-  Tensor beta = random_tensor({h}, rng, DType::kBF16), dy = random_tensor({n, h}, rng, DType::kBF16);
-  const Tensor resid = random_tensor({n, h}, rng, DType::kBF16);
-  Tensor out = be->empty({n, h}, DType::kBF16, MemoryKind::kOther);
-  Tensor mean = be->empty({n}, DType::kF32, MemoryKind::kOther), rstd = be->empty({n}, DType::kF32, MemoryKind::kOther);
-  be->layernorm_forward(x, gamma, beta, 1e-5f, out, mean, rstd);
+  const auto [x, gamma, dy, resid, mean, rstd] = residual_backward_inputs(*be, rng, n, h, 1.0);
   Tensor dx1 = clone(resid), dg1 = be->empty({h}, DType::kF32, MemoryKind::kOther);
   Tensor db1 = be->empty({h}, DType::kF32, MemoryKind::kOther);
   be->layernorm_backward(dy, x, gamma, mean, rstd, dx1, dg1, db1, GradWrite::kOverwrite, GradWrite::kAccumulate);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_test_util.h"
@@ -325,6 +326,49 @@ TEST(CudaNorm, LayernormWithMixedDtypesMatchesTheCpu) {
   }
 }
 
+// A LayerNorm backward adding its dx into a residual gradient (dx_write = kAccumulate): x of
+// dtype `x`, dy / dx / the residual of dtype `act`, the residual's [n, h] view `offset` elements
+// into its buffer (1 makes the fast path's rows misaligned).
+struct ResidualCase {
+  int64_t n, h;
+  DType x, act;
+  int64_t offset;
+};
+
+// A case's inputs on the device (x, gamma, dy, and mean / rstd from the GPU forward) and its
+// residual gradient on the host: 8 v + shift for v random in +-[0.1, 1], wider than the
+// LayerNorm gradient, so that the second rounding matters.
+struct ResidualInputs {
+  std::string what;
+  Tensor resid, xd, gd, dyd, md, rd;
+
+  // A fresh device copy of the residual: {its buffer, the [n, h] view in it}.
+  std::pair<Tensor, Tensor> residual(Backend& gpu, const ResidualCase& c) const {
+    Tensor store = to_device(gpu, resid);
+    Tensor view = store.flat_view(c.offset, {c.n, c.h});
+    return {store, view};
+  }
+};
+
+ResidualInputs residual_inputs(Backend& gpu, const ResidualCase& c, uint64_t& seed, double shift) {
+  ResidualInputs in;
+  in.what = shape_name({c.n, c.h}, c.act) + " x " + std::string(dtype_name(c.x)) +
+            (c.offset != 0 ? " (misaligned)" : "");
+  const Tensor x = layernorm_input(c.n, c.h, c.x, ++seed), gamma = host_random({c.h}, c.x, ++seed);
+  const Tensor beta = host_random({c.h}, c.x, ++seed);
+  const Tensor dy = host_random({c.n, c.h}, c.act, ++seed);
+  in.resid = host_random({c.n * c.h + c.offset}, c.act, ++seed);
+  for (int64_t i = 0; i < in.resid.numel(); ++i) set(in.resid, i, 8.0 * get(in.resid, i) + shift);
+  in.xd = to_device(gpu, x);
+  in.gd = to_device(gpu, gamma);
+  in.dyd = to_device(gpu, dy);
+  Tensor bd = to_device(gpu, beta), outd = gpu.empty({c.n, c.h}, c.x, MemoryKind::kOther);
+  in.md = gpu.empty({c.n}, DType::kF32, MemoryKind::kOther);
+  in.rd = gpu.empty({c.n}, DType::kF32, MemoryKind::kOther);
+  gpu.layernorm_forward(in.xd, in.gd, bd, 1e-5f, outd, in.md, in.rd);
+  return in;
+}
+
 // dx_write = kAccumulate (the residual add fused into the backward) gives, bit for bit, the
 // unfused pair on the GPU: the backward into a temporary, then add(residual, temporary). Both
 // kernels: the fast path (one activation dtype; aligned and, through a view one element in,
@@ -333,45 +377,26 @@ TEST(CudaNorm, LayernormWithMixedDtypesMatchesTheCpu) {
 TEST(CudaNorm, LayernormBackwardAddingIntoDxIsTheUnfusedPairBitForBit) {
   MT_REQUIRE_CUDA();
   auto gpu = make_cuda_backend();
-  struct Case {
-    int64_t n, h;
-    DType x, act;
-    int64_t offset;  // elements the views start in: 1 makes the fast path's rows misaligned
-  };
-  const Case cases[] = {{2048, 2048, DType::kBF16, DType::kBF16, 0}, {129, 768, DType::kF16, DType::kF16, 0},
+  const ResidualCase cases[] = {{2048, 2048, DType::kBF16, DType::kBF16, 0}, {129, 768, DType::kF16, DType::kF16, 0},
                         {33, 1000, DType::kF32, DType::kF32, 0},     {65, 1536, DType::kBF16, DType::kBF16, 1},
                         {3, 25000, DType::kBF16, DType::kBF16, 0},   {129, 768, DType::kBF16, DType::kF32, 0},
                         {17, 770, DType::kBF16, DType::kBF16, 0}};  // h % 8 != 0: fast path, element by element
   uint64_t seed = 1700;
-  for (const Case& c : cases) {
-    const std::string what = shape_name({c.n, c.h}, c.act) + " x " + std::string(dtype_name(c.x)) +
-                             (c.offset != 0 ? " (misaligned)" : "");
-    const int64_t count = c.n * c.h;
-    const Tensor x = layernorm_input(c.n, c.h, c.x, ++seed), gamma = host_random({c.h}, c.x, ++seed);
-    const Tensor beta = host_random({c.h}, c.x, ++seed);
-    const Tensor dy = host_random({c.n, c.h}, c.act, ++seed);
-    // The residual gradient spans a wider range than the LayerNorm gradient, so the second
-    // rounding matters.
-    Tensor resid = host_random({count + c.offset}, c.act, ++seed);
-    for (int64_t i = 0; i < resid.numel(); ++i) set(resid, i, 8.0 * get(resid, i));
-    Tensor xd = to_device(*gpu, x), gd = to_device(*gpu, gamma), bd = to_device(*gpu, beta), dyd = to_device(*gpu, dy);
-    Tensor outd = gpu->empty({c.n, c.h}, c.x, MemoryKind::kOther);
-    Tensor md = gpu->empty({c.n}, DType::kF32, MemoryKind::kOther), rd = gpu->empty({c.n}, DType::kF32, MemoryKind::kOther);
-    gpu->layernorm_forward(xd, gd, bd, 1e-5f, outd, md, rd);
-
+  for (const ResidualCase& c : cases) {
+    const ResidualInputs in = residual_inputs(*gpu, c, seed, 0.0);
+    const std::string& what = in.what;
     Tensor tmp = gpu->empty({c.n, c.h}, c.act, MemoryKind::kOther);
-    Tensor want_store = to_device(*gpu, resid);
-    Tensor want = want_store.flat_view(c.offset, {c.n, c.h});
+    auto [want_store, want] = in.residual(*gpu, c);
     // dgamma / dbeta accumulate into the same random values in both runs.
     const Tensor dg0 = host_random({c.h}, DType::kF32, ++seed), db0 = host_random({c.h}, DType::kF32, ++seed);
     Tensor dg1 = to_device(*gpu, dg0), db1 = to_device(*gpu, db0);
-    gpu->layernorm_backward(dyd, xd, gd, md, rd, tmp, dg1, db1, GradWrite::kAccumulate);
+    gpu->layernorm_backward(in.dyd, in.xd, in.gd, in.md, in.rd, tmp, dg1, db1, GradWrite::kAccumulate);
     gpu->add(want, tmp, want);
 
-    Tensor got_store = to_device(*gpu, resid);
-    Tensor got = got_store.flat_view(c.offset, {c.n, c.h});
+    auto [got_store, got] = in.residual(*gpu, c);
     Tensor dg2 = to_device(*gpu, dg0), db2 = to_device(*gpu, db0);
-    gpu->layernorm_backward(dyd, xd, gd, md, rd, got, dg2, db2, GradWrite::kAccumulate, GradWrite::kAccumulate);
+    gpu->layernorm_backward(in.dyd, in.xd, in.gd, in.md, in.rd, got, dg2, db2, GradWrite::kAccumulate,
+                            GradWrite::kAccumulate);
 
     EXPECT_TRUE(bitwise(to_host(*gpu, got_store), to_host(*gpu, want_store), "fused residual add dx " + what));
     EXPECT_TRUE(bitwise(to_host(*gpu, dg2), to_host(*gpu, dg1), "fused residual add dgamma " + what));
@@ -391,12 +416,7 @@ TEST(CudaNorm, LayernormBackwardAddingIntoDxIsTheUnfusedPairBitForBit) {
 TEST(CudaNorm, LayernormBackwardColsumIsTheColumnSumOfItsDx) {
   MT_REQUIRE_CUDA();
   auto gpu = make_cuda_backend();
-  struct Case {
-    int64_t n, h;
-    DType x, act;
-    int64_t offset;  // elements the views start in: 1 makes the fast path's rows misaligned
-  };
-  const Case cases[] = {{4096, 1024, DType::kBF16, DType::kBF16, 0},
+  const ResidualCase cases[] = {{4096, 1024, DType::kBF16, DType::kBF16, 0},
                         {2048, 2048, DType::kBF16, DType::kBF16, 0},
                         {1024, 2560, DType::kBF16, DType::kBF16, 0},
                         {129, 768, DType::kF16, DType::kF16, 0},
@@ -409,30 +429,18 @@ TEST(CudaNorm, LayernormBackwardColsumIsTheColumnSumOfItsDx) {
                         {1, 8, DType::kBF16, DType::kBF16, 0}};
   const float nan = std::numeric_limits<float>::quiet_NaN();
   uint64_t seed = 2700;
-  for (const Case& c : cases) {
-    const std::string what = shape_name({c.n, c.h}, c.act) + " x " + std::string(dtype_name(c.x)) +
-                             (c.offset != 0 ? " (misaligned)" : "");
-    const int64_t count = c.n * c.h;
-    const Tensor x = layernorm_input(c.n, c.h, c.x, ++seed), gamma = host_random({c.h}, c.x, ++seed);
-    const Tensor beta = host_random({c.h}, c.x, ++seed);
-    const Tensor dy = host_random({c.n, c.h}, c.act, ++seed);
-    Tensor resid = host_random({count + c.offset}, c.act, ++seed);
-    for (int64_t i = 0; i < resid.numel(); ++i) set(resid, i, 8.0 * get(resid, i) - 4.0);
-    Tensor xd = to_device(*gpu, x), gd = to_device(*gpu, gamma), bd = to_device(*gpu, beta), dyd = to_device(*gpu, dy);
-    Tensor outd = gpu->empty({c.n, c.h}, c.x, MemoryKind::kOther);
-    Tensor md = gpu->empty({c.n}, DType::kF32, MemoryKind::kOther), rd = gpu->empty({c.n}, DType::kF32, MemoryKind::kOther);
-    gpu->layernorm_forward(xd, gd, bd, 1e-5f, outd, md, rd);
-
-    Tensor plain_store = to_device(*gpu, resid);
-    Tensor plain = plain_store.flat_view(c.offset, {c.n, c.h});
+  for (const ResidualCase& c : cases) {
+    const ResidualInputs in = residual_inputs(*gpu, c, seed, -4.0);
+    const std::string& what = in.what;
+    auto [plain_store, plain] = in.residual(*gpu, c);
     Tensor dg1 = device_filled(*gpu, {c.h}, 0.0f), db1 = device_filled(*gpu, {c.h}, 0.0f);
-    gpu->layernorm_backward(dyd, xd, gd, md, rd, plain, dg1, db1, GradWrite::kOverwrite, GradWrite::kAccumulate);
+    gpu->layernorm_backward(in.dyd, in.xd, in.gd, in.md, in.rd, plain, dg1, db1, GradWrite::kOverwrite,
+                            GradWrite::kAccumulate);
 
-    Tensor got_store = to_device(*gpu, resid);
-    Tensor got = got_store.flat_view(c.offset, {c.n, c.h});
+    auto [got_store, got] = in.residual(*gpu, c);
     Tensor dg2 = device_filled(*gpu, {c.h}, nan), db2 = device_filled(*gpu, {c.h}, nan);
     Tensor cs = device_filled(*gpu, {c.h}, nan);
-    gpu->layernorm_backward_colsum(dyd, xd, gd, md, rd, got, dg2, db2, cs, GradWrite::kOverwrite,
+    gpu->layernorm_backward_colsum(in.dyd, in.xd, in.gd, in.md, in.rd, got, dg2, db2, cs, GradWrite::kOverwrite,
                                    GradWrite::kAccumulate, GradWrite::kOverwrite);
     const Tensor got_dx = to_host(*gpu, got), plain_dx = to_host(*gpu, plain);
     EXPECT_TRUE(bitwise(got_dx, plain_dx, "colsum dx " + what));
@@ -450,11 +458,10 @@ TEST(CudaNorm, LayernormBackwardColsumIsTheColumnSumOfItsDx) {
     }
     // Accumulating: the same sums added onto what is there.
     const Tensor base = host_random({c.h}, DType::kF32, ++seed);
-    Tensor again_store = to_device(*gpu, resid);
-    Tensor again = again_store.flat_view(c.offset, {c.n, c.h});
+    auto [again_store, again] = in.residual(*gpu, c);
     Tensor cs_acc = to_device(*gpu, base);
-    gpu->layernorm_backward_colsum(dyd, xd, gd, md, rd, again, dg2, db2, cs_acc, GradWrite::kAccumulate,
-                                   GradWrite::kAccumulate, GradWrite::kAccumulate);
+    gpu->layernorm_backward_colsum(in.dyd, in.xd, in.gd, in.md, in.rd, again, dg2, db2, cs_acc,
+                                   GradWrite::kAccumulate, GradWrite::kAccumulate, GradWrite::kAccumulate);
     const Tensor acc = to_host(*gpu, cs_acc);
     for (int64_t j = 0; j < c.h; ++j) {
       ASSERT_EQ(static_cast<float>(get(acc, j)), static_cast<float>(get(base, j)) + static_cast<float>(get(got_cs, j)))
