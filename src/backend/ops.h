@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace megatron::backend {
@@ -80,6 +81,13 @@ struct AttentionParams {
   int64_t dropout_total_heads() const { return dropout_heads > 0 ? dropout_heads : heads; }
 };
 
+// Device work recorded once and queued again as a whole (a CUDA graph): see
+// Backend::begin_recording.
+class Recording {
+ public:
+  virtual ~Recording() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -103,6 +111,19 @@ class Backend {
   // from host_staging() the CUDA copy does not stall the host; any other host tensor works too
   // (the copy then blocks). The CPU backend copies at once.
   virtual void copy_to_host_async(const Tensor& src, Tensor& dst) = 0;
+
+  // ---- recorded work (CUDA graphs) --------------------------------------------------------
+  // Whether this backend records (the CPU one does not; CUDA unless MEGATRON_CUDA_GRAPHS=0).
+  virtual bool can_record() const { return false; }
+  // Between begin_recording() and end_recording() the ops are recorded, not run: nothing they
+  // compute exists until replay(). They must not wait for the device, copy from or to the
+  // host, or allocate tensors. end_recording() returns the recording, or null when one of the
+  // ops could not be recorded (or an op threw: call end_recording() anyway, which then ends
+  // the recording and clears the failure). replay() queues the recorded work again: the same
+  // kernels with the same arguments, reading and writing the same addresses.
+  virtual void begin_recording() { throw_error("this backend does not record device work"); }
+  virtual std::unique_ptr<Recording> end_recording() { return nullptr; }
+  virtual void replay(const Recording&) { throw_error("this backend does not replay device work"); }
 
   // ---- dense algebra --------------------------------------------------------------------
   // c = alpha * op(a) @ op(b) + beta * c, with op(x) = x or x^T on the 2-D views

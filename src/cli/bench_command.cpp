@@ -71,6 +71,12 @@ double peak_tflops(const std::string& name) {
 }
 
 // megatron bench --table FILE... [--csv]
+// The bench line on recorded work: how often the step ran from a recording, or why it stopped.
+std::string recorded_work_text(const model::GPTModel& model) {
+  if (!model.recording_failure().empty()) return "stopped: " + model.recording_failure();
+  return std::to_string(model.replays()) + " runs from a recording";
+}
+
 int run_bench_table(const CommandArgs& argv) {
   Args args("bench --table", "merge `megatron bench --json` results into the benchmark's table");
   args.list("--table", "FILE", "result files (one JSON object per line)", 0, true)
@@ -330,6 +336,7 @@ int run_bench(const CommandArgs& argv_in) {
                   static_cast<double>(loss));
     std::string out = buf;
     out += ", " + bench_row_json_fields(row);
+    out += ", \"recorded_runs\": " + std::to_string(model.replays());
     if (profiler != nullptr) {
       out += ", \"op_profile_clock\": " + backend::profile_json_string(op_profile.clock) +
              ", \"op_profile\": " + backend::op_profile_json_ops(op_profile, iters, per_iter * 1e3) +
@@ -357,6 +364,7 @@ int run_bench(const CommandArgs& argv_in) {
                 static_cast<double>(plan.total()) / (1 << 30), static_cast<double>(mem.peak_total) / (1 << 30),
                 static_cast<double>(device_used) / (1 << 30), report_time, setup_s, static_cast<double>(loss));
   std::cout << buf;
+  std::cout << "    recorded work (CUDA graphs)  " << recorded_work_text(model) << '\n';
   if (profiler != nullptr) std::cout << backend::format_op_profile(op_profile, iters, per_iter * 1e3);
   std::cout << " > benchmark result (TFLOP/s/GPU: " << (c.flops_convention == train::FlopsConvention::k2025 ? "2025" : "2024")
             << " convention; memory: " << (cuda ? "device memory in use" : "planned") << "):\n"

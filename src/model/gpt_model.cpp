@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "comm/self_communicator.h"
 #include "core/error.h"
@@ -386,8 +387,16 @@ void GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, c
     MT_CHECK(mb != nullptr) << "the first and last virtual stages read the micro-batch";
     load_inputs(*mb, first ? &as.tokens : nullptr, last);
   }
-  const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
+  // The loss weights' scale (loss_weights) is the one host value the recorded work depends on
+  // that changes with the micro-batch (through the mask's sum).
+  const float loss_factor = last && head && mask_sum_ > 0 ? head->loss_scale * head->grad_scale / mask_sum_ : 0.0f;
+  run_recordable(0, head != nullptr, loss_factor, [&] { chunk_forward(first, last, head); });
+  if (last) queue_loss();
+}
 
+void GPTModel::chunk_forward(bool first, bool last, const HeadBackward* head) {
+  ActivationSet& as = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
+  const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
   if (first) {
     // Embedding: word + position, then (hidden) dropout. Vocab-parallel: each rank's partial
     // lookup (rank 0 adds the positions) summed over TP, or reduce-scattered into the sequence
@@ -421,6 +430,55 @@ void GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, c
   }
 }
 
+bool GPTModel::recordable() const {
+  const bool dropout_drawn =
+      dropout_ctx_.training && (config_.hidden_dropout > 0.0f || config_.attention_dropout > 0.0f);
+  return recording_on_ && recording_failure_.empty() && backend_.can_record() && tp_->size() == 1 &&
+         pipe_.pp == 1 && num_chunks() == 1 && !hooks_.before_reading && !hooks_.grads_final_from && !dropout_drawn;
+}
+
+void GPTModel::run_recordable(int kind, bool head, float loss_factor, const std::function<void()>& work) {
+  if (!recordable()) {
+    work();
+    return;
+  }
+  uint32_t factor_bits = 0;
+  std::memcpy(&factor_bits, &loss_factor, sizeof(factor_bits));
+  const std::vector<bool> stale_before = params_.stale_grads();
+  RecordedWork& r = recorded_[RecordKey{kind, cur_chunk_, cur_set_, head, factor_bits, stale_before}];
+  if (r.recording) {
+    backend_.replay(*r.recording);
+    params_.set_stale_grads(r.stale_after);
+    ++replays_;
+    return;
+  }
+  if (r.runs++ == 0) {  // the first run of this work: unrecorded (lazy set-up happens here)
+    work();
+    return;
+  }
+  // Record, then run the recording. Whatever fails while recording (an op the backend cannot
+  // record) ends recording for this model: the flags are put back and the work runs unrecorded.
+  std::string failure;
+  backend_.begin_recording();
+  try {
+    work();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  std::unique_ptr<backend::Recording> recording = backend_.end_recording();
+  if (!failure.empty() || recording == nullptr) {
+    recording_failure_ = failure.empty() ? "the backend could not record an op of the step" : failure;
+    params_.set_stale_grads(stale_before);
+    dlogits_ready_ = false;
+    work();
+    return;
+  }
+  r.stale_after = params_.stale_grads();
+  r.recording = std::move(recording);
+  backend_.replay(*r.recording);
+  ++replays_;
+}
+
 double GPTModel::take_losses() {
   if (pending_losses_.empty()) return 0.0;
   const bool copied = std::any_of(pending_losses_.begin(), pending_losses_.end(),
@@ -444,13 +502,9 @@ void GPTModel::head_forward(const HeadBackward* head) {
   backend_.layernorm_forward(x_last, param(final_ln_w_), param(final_ln_b_), config_.layernorm_epsilon, final_ln_out_,
                              final_ln_mean_, final_ln_rstd_);
   backend_.linear_forward(column_input(final_ln_out_), param(output_w_), Tensor(), logits_);
-
-  PendingLoss p;
-  p.mask = host_mask_;
-  p.mask_sum = mask_sum_;
   if (tp_->size() == 1) {
-    // The per-token losses go to the host without waiting; take_losses() reads them. With the
-    // head's backward next, its logits gradient comes out of the same pass over the logits.
+    // With the head's backward next, its logits gradient comes out of the same pass over the
+    // logits.
     if (head) {
       backend_.cross_entropy_fused(logits_, labels_.view({n}), loss_weights(head->loss_scale, head->grad_scale),
                                    losses_, loss_lse_, dlogits_);
@@ -458,16 +512,28 @@ void GPTModel::head_forward(const HeadBackward* head) {
     } else {
       backend_.cross_entropy_forward(logits_, labels_.view({n}), losses_, loss_lse_);
     }
+  } else {
+    // Vocab-parallel: the losses come back on the host (the collective waits anyway).
+    const std::vector<double> ls =
+        tensor_parallel::vocab_parallel_cross_entropy(backend_, *tp_, logits_, labels_.view({n}), losses_, loss_lse_);
+    head_host_loss_ = masked_mean(ls.data(), host_mask_.data_as<const float>(), n, mask_sum_);
+  }
+}
+
+void GPTModel::queue_loss() {
+  const int64_t n = config_.seq_length * micro_batch_size_;
+  PendingLoss p;
+  p.mask = host_mask_;
+  p.mask_sum = mask_sum_;
+  if (tp_->size() == 1) {
+    // The per-token losses go to the host without waiting; take_losses() reads them.
     const size_t slot = pending_losses_.size();
     if (slot == loss_staging_.size()) loss_staging_.push_back(backend_.host_staging({n}, DType::kF32));
     p.losses = loss_staging_[slot];
     backend_.copy_to_host_async(losses_, p.losses);
   } else {
-    // Vocab-parallel: the losses come back on the host (the collective waits anyway).
-    const std::vector<double> ls =
-        tensor_parallel::vocab_parallel_cross_entropy(backend_, *tp_, logits_, labels_.view({n}), losses_, loss_lse_);
     p.on_host = true;
-    p.value = masked_mean(ls.data(), host_mask_.data_as<const float>(), n, mask_sum_);
+    p.value = head_host_loss_;
   }
   pending_losses_.push_back(std::move(p));
 }
@@ -506,8 +572,10 @@ void GPTModel::backward_chunk(int64_t chunk, int64_t set) {
   dropout_ctx_ = as.dropout;
   // ws_grad_ := d(chunk output): kept by the early head backward, or received.
   const Tensor& dy = is_last_virtual(chunk) ? as.xs.back() : recv_grad_;
-  backend_.copy(dy.view({n_local_, config_.hidden_size}), ws_grad_);
-  chunk_backward();
+  run_recordable(1, false, 0.0f, [&] {
+    backend_.copy(dy.view({n_local_, config_.hidden_size}), ws_grad_);
+    chunk_backward();
+  });
 }
 
 void GPTModel::chunk_backward() {

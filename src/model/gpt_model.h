@@ -55,7 +55,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -144,6 +147,18 @@ class GPTModel {
   void reduce_sequence_parallel_grads();
   int64_t tensor_parallel_size() const { return tp_->size(); }
   void set_param_hooks(ParamHooks hooks) { hooks_ = std::move(hooks); }
+  // Recorded device work (Backend::begin_recording; CUDA graphs): on a backend that records,
+  // one pipeline stage of one chunk, one tensor-parallel rank, no parameter hooks and no
+  // dropout drawn, the device work of forward_chunk (embedding, layers, loss head and its
+  // backward) and of backward_chunk is recorded the second time it runs with the same
+  // host-side inputs (the first run is left unrecorded so that lazy set-up — GEMM autotuning,
+  // cuDNN plans — happens outside a recording) and replayed from then on. The results are the
+  // same bits: the same kernels with the same arguments. Off: the ops are issued one by one.
+  void set_recording(bool on) { recording_on_ = on; }
+  // Runs of recorded work so far (the one right after recording included), and why recording
+  // stopped ("" while it has not).
+  int64_t replays() const { return replays_; }
+  const std::string& recording_failure() const { return recording_failure_; }
   // The parameter indices [first, end) of chunk c: its layers, on virtual stage 0 also the
   // embeddings, on the last virtual stage also the final LayerNorm and output layer (or the
   // tied embedding's copy). The chunks tile [0, P) in order.
@@ -246,10 +261,29 @@ class GPTModel {
   // One past local layer l's (of the current chunk) last parameter index (the layers'
   // parameters are contiguous, each starting with its first LayerNorm's weight).
   int64_t layer_end(int64_t l) const;
-  // Loss head: final LayerNorm, output layer, cross-entropy over xs[Lc] of the current set;
-  // the micro-batch loss queued in pending_losses_. With `head` (its backward next) and one
-  // vocabulary shard, the logits gradient is computed in the same pass (dlogits_ready_).
+  // The device work of forward_chunk after its inputs are loaded (first / last: virtual
+  // stage 0 / the last one).
+  void chunk_forward(bool first, bool last, const HeadBackward* head);
+  // Loss head: final LayerNorm, output layer, cross-entropy over xs[Lc] of the current set
+  // into losses_ (one vocabulary shard; with more the collective's loss is kept in
+  // head_host_loss_). With `head` (its backward next) and one vocabulary shard, the logits
+  // gradient is computed in the same pass (dlogits_ready_).
   void head_forward(const HeadBackward* head);
+  // The micro-batch loss of the last head_forward queued in pending_losses_ (host work: the
+  // per-token losses' copy to the host is queued after the device work).
+  void queue_loss();
+  // Recorded work (set_recording). A key holds everything host-side that the recorded ops
+  // bake in: which work (0 forward, 1 backward), chunk, set, whether the loss head's backward
+  // runs, the loss weights' scale (its bits) and every gradient's stale flag (GradWrite).
+  using RecordKey = std::tuple<int, int64_t, int64_t, bool, uint32_t, std::vector<bool>>;
+  struct RecordedWork {
+    int64_t runs = 0;
+    std::unique_ptr<backend::Recording> recording;
+    std::vector<bool> stale_after;  // the stale flags after the work (what it claimed)
+  };
+  bool recordable() const;
+  // Runs `work` (device ops only), records it, or replays its recording (see set_recording).
+  void run_recordable(int kind, bool head, float loss_factor, const std::function<void()>& work);
   // d(loss * loss_scale * grad_scale) through the head into `dx` [n_local, h].
   void head_backward(float loss_scale, float grad_scale, Tensor& dx);
   // The micro-batch's loss weights scaled into d(loss * loss_scale * grad_scale)/d(loss_i) [n];
@@ -351,6 +385,11 @@ class GPTModel {
   };
   std::vector<PendingLoss> pending_losses_;
   std::vector<Tensor> loss_staging_;  // [n] fp32 host staging buffers, reused: one per queued loss
+  float head_host_loss_ = 0.0f;       // the vocab-parallel head's micro-batch loss (tp > 1)
+  bool recording_on_ = true;
+  std::map<RecordKey, RecordedWork> recorded_;
+  int64_t replays_ = 0;
+  std::string recording_failure_;
   ParamHooks hooks_;
   void before_reading(int64_t k) const {
     if (hooks_.before_reading) hooks_.before_reading(k);

@@ -58,6 +58,17 @@ int64_t ParameterSet::first_stale_grad() const {
   return -1;
 }
 
+std::vector<bool> ParameterSet::stale_grads() const {
+  std::vector<bool> stale(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) stale[i] = params_[i].grad_stale;
+  return stale;
+}
+
+void ParameterSet::set_stale_grads(const std::vector<bool>& stale) {
+  MT_CHECK(stale.size() == params_.size()) << stale.size() << " stale flags for " << params_.size() << " parameters";
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].grad_stale = stale[i];
+}
+
 const Parameter* ParameterSet::find(const std::string& name) const {
   for (const Parameter& p : params_) {
     if (p.name == name) return &p;

@@ -95,6 +95,10 @@ class ParameterSet {
   void forget_grads();
   backend::GradWrite claim_grad(int64_t i);
   int64_t first_stale_grad() const;
+  // Every parameter's stale flag, in order, and setting them back (recorded work,
+  // GPTModel: a replay writes the gradients its recording claimed without claiming them).
+  std::vector<bool> stale_grads() const;
+  void set_stale_grads(const std::vector<bool>& stale);
 
   const Tensor& values() const { return values_; }  // [total_numel], model dtype
   const Tensor& grads() const { return grads_; }    // [total_numel], fp32

@@ -354,6 +354,11 @@ TrainSummary Trainer::run() {
     iter_loss = comm::all_reduce_scalar(*groups_->dp_cp, iter_loss, comm::ReduceOp::kSum) /
                 static_cast<double>(num_micro * groups_->dp_cp->size());
 
+    if (!recording_failure_reported_ && !model_->recording_failure().empty()) {
+      *log0_ << " > warning: recording the step's device work (CUDA graphs) stopped: "
+             << model_->recording_failure() << "; its ops are issued one by one from now on\n";
+      recording_failure_reported_ = true;
+    }
     const StepResult step = optimizer_->step(static_cast<float>(scheduler_->lr()),
                                              static_cast<float>(scheduler_->weight_decay()));
     lap(&t_optimizer);

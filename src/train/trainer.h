@@ -109,6 +109,7 @@ class Trainer {
   std::unique_ptr<model::GPTModel> model_;
   std::unique_ptr<MixedPrecisionOptimizer> optimizer_;
   bool overlapped_grads_ = false;  // --overlap-grad-reduce with the hooks installed
+  bool recording_failure_reported_ = false;  // the warning on recorded work, printed once
   std::unique_ptr<OptimizerParamScheduler> scheduler_;
   std::unique_ptr<NumMicroBatchesCalculator> microbatches_;
   int64_t train_iters_ = 0;

@@ -8,6 +8,7 @@
 //   cuda_norm.cu         layernorm forward/backward, embedding forward/backward
 //   cuda_loss.cu         cross-entropy forward/backward
 //   cuda_attention.cu    causal attention forward/backward (flash-style, lse saved), KV cache
+//   cuda_recording.cpp   recorded work: stream capture into CUDA graphs, replay
 //   cudnn_attention.cpp  the same attention through cuDNN's fused flash attention, chosen per
 //                        case (attention_impl.h: MEGATRON_ATTENTION_IMPL=auto|cudnn|own)
 // Numerics contract (what tests/backend/cuda/ checks against the CPU backend): the same
@@ -83,6 +84,11 @@ class CudaBackend : public Backend {
   void synchronize() override;
   Tensor host_staging(Shape shape, DType dtype) override;
   void copy_to_host_async(const Tensor& src, Tensor& dst) override;
+  // Recorded work (cuda_recording.cpp): stream capture into CUDA graphs.
+  bool can_record() const override { return record_; }
+  void begin_recording() override;
+  std::unique_ptr<Recording> end_recording() override;
+  void replay(const Recording& recording) override;
 
   void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
               float beta) override;
@@ -158,6 +164,7 @@ class CudaBackend : public Backend {
   // LayerNorm forward kernel choice (layernorm_paths.h).
   void set_layernorm_warp_forward(bool on) { layernorm_warp_forward_ = on; }
   int64_t layernorm_backward_blocks() const { return layernorm_backward_blocks_; }
+  bool layernorm_group_sync() const { return layernorm_group_sync_; }
   // "" if attention of this case would run on cuDNN (both directions), else why not.
   std::string cudnn_attention_unavailable(DType dtype, int64_t s, int64_t b, const AttentionParams& params);
   // cuDNN's version, engines and workspace for this case (cudnn_attention.h describe()).
@@ -189,6 +196,10 @@ class CudaBackend : public Backend {
   bool gemm_autotune_ = true;     // gemm_tuning.h
   int gemm_tune_candidates_ = 32;  // gemm_tuning.h
   bool layernorm_warp_forward_ = true;
+  bool record_ = true;  // MEGATRON_CUDA_GRAPHS (cuda_recording.cpp)
+  // LayerNorm row-group kernels (cuda_norm.cu): a row's warps synchronise among themselves
+  // (named barriers), not with the block: MEGATRON_LN_GROUP_SYNC=1 (off by default until measured).
+  bool layernorm_group_sync_ = false;
   // Blocks of the fused LayerNorm backward (cuda_norm.cu): the rows are split into this many
   // parts whatever the device, so the summation order depends only on (n, h, dtype, this).
   // MEGATRON_LN_BACKWARD_BLOCKS sets it for measurements.

@@ -145,6 +145,14 @@ cublasLtMatmulAlgo_t fastest_algo(CudaBackend& be, const std::vector<cublasLtMat
                                   cublasLtMatmulDesc_t desc, const void* alpha, const void* pa,
                                   cublasLtMatrixLayout_t la, const void* pb, cublasLtMatrixLayout_t lb, float beta,
                                   void* pc, cublasLtMatrixLayout_t lc, size_t c_bytes) {
+  // Timing waits for the device, which a recording (Backend::begin_recording) cannot: refused
+  // before anything is queued, so that the recording fails cleanly and the caller runs the
+  // work unrecorded (where this GEMM is then tuned).
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  MT_CUDA_CHECK(cudaStreamIsCapturing(be.stream(), &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) {
+    throw_error("cuBLASLt autotuning of a GEMM first seen while recording device work");
+  }
   void* out = pc;
   if (beta != 0.0f && cudaMalloc(&out, c_bytes) != cudaSuccess) {
     cudaGetLastError();  // clear the allocation error so that later checks do not report it

@@ -109,20 +109,38 @@ template <class T>
 constexpr int kLnColsumMaxChunks = sizeof(T) == 2 ? 2 : 3;
 constexpr int kLnMaxWarpsPerRow = 16;
 
+// Synchronises the `wpr` warps of this thread's row group only: named barrier 1 + group
+// (barrier 0 is __syncthreads'; blocks of at most 16 warps and wpr >= 2 have at most 8 groups).
+// Row groups then never wait for each other between rows, so one group's loads overlap another's
+// reductions.
+__device__ __forceinline__ void row_group_sync(int group, int wpr) {
+  asm volatile("bar.sync %0, %1;" ::"r"(group + 1), "r"(wpr * 32) : "memory");
+}
+
 // Sum of v over the `wpr` warps of this thread's row, the same bits in every thread: xor
 // butterflies within each warp, then (wpr > 1) the warps' sums added in warp order. Called
-// by every thread of the block the same number of times (it may synchronise the block).
+// by every thread of the row group the same number of times (it synchronises the group, or
+// the whole block without group_sync).
 // red: one float2 per warp of the block; v.x and v.y are two independent sums.
-__device__ __forceinline__ float2 row_sum2(float2 v, float2* red, int wpr, int warp, int wig) {
+__device__ __forceinline__ float2 row_sum2(float2 v, float2* red, int wpr, int warp, int wig, bool group_sync) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     v.x += __shfl_xor_sync(0xFFFFFFFFu, v.x, o);
     v.y += __shfl_xor_sync(0xFFFFFFFFu, v.y, o);
   }
   if (wpr == 1) return v;
-  __syncthreads();  // red may still be read by a previous call
+  // red[warp] may still be read by this group's previous call; only this group reads it.
+  if (group_sync) {
+    row_group_sync(warp / wpr, wpr);
+  } else {
+    __syncthreads();
+  }
   if ((threadIdx.x & 31) == 0) red[warp] = v;
-  __syncthreads();
+  if (group_sync) {
+    row_group_sync(warp / wpr, wpr);
+  } else {
+    __syncthreads();
+  }
   const float2* r = red + (warp - wig);
   float2 t = r[0];
   for (int w = 1; w < wpr; ++w) {
@@ -138,7 +156,7 @@ __device__ __forceinline__ float2 row_sum2(float2 v, float2* red, int wpr, int w
 template <class T, int K, bool kVec>
 __global__ void __launch_bounds__(512)
     layernorm_forward_rows_kernel(const T* x, const void* gamma, DType gdt, const void* beta, DType bdt, T* out,
-                                  float* mean, float* rstd, int64_t n, int64_t h, int wpr, float eps) {
+                                  float* mean, float* rstd, int64_t n, int64_t h, int wpr, float eps, bool group_sync) {
   constexpr int W = kVecWidth<T>;
   __shared__ float2 red[kLnMaxWarpsPerRow * 2];
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
@@ -176,7 +194,7 @@ __global__ void __launch_bounds__(512)
       for (int e = 0; e < W; ++e)
         if (active && c0 + e < h) sum += v[e];
     }
-    const float m = row_sum2(make_float2(sum, 0.0f), red, wpr, warp, wig).x / static_cast<float>(h);
+    const float m = row_sum2(make_float2(sum, 0.0f), red, wpr, warp, wig, group_sync).x / static_cast<float>(h);
     float sq = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -191,7 +209,7 @@ __global__ void __launch_bounds__(512)
         }
       }
     }
-    const float var = row_sum2(make_float2(sq, 0.0f), red + kLnMaxWarpsPerRow, wpr, warp, wig).x /
+    const float var = row_sum2(make_float2(sq, 0.0f), red + kLnMaxWarpsPerRow, wpr, warp, wig, group_sync).x /
                       static_cast<float>(h);
     const float s = 1.0f / sqrtf(var + eps);
     if (active) {
@@ -326,7 +344,8 @@ template <class T, int K, bool kVec, bool kColsum>
 __global__ void __launch_bounds__(512)
     layernorm_backward_rows_kernel(const T* dy, const T* x, const void* gamma, DType gdt, const float* mean,
                                    const float* rstd, T* dx, bool add_dx, int64_t n, int64_t h, int wpr,
-                                   int rows_per_group, float* partial_g, float* partial_b, float* partial_o) {
+                                   int rows_per_group, float* partial_g, float* partial_b, float* partial_o,
+                                   bool group_sync) {
   constexpr int W = kVecWidth<T>;
   extern __shared__ float tree[];
   __shared__ float2 red[kLnMaxWarpsPerRow];
@@ -397,7 +416,7 @@ __global__ void __launch_bounds__(512)
         }
       }
     }
-    const float2 tot = row_sum2(make_float2(sum_g, sum_gx), red, wpr, warp, wig);
+    const float2 tot = row_sum2(make_float2(sum_g, sum_gx), red, wpr, warp, wig, group_sync);
     const float mean_g = tot.x / static_cast<float>(h), mean_gx = tot.y / static_cast<float>(h);
     if (active) {
       T* dxr = dx + row * h;
@@ -882,7 +901,7 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
         kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), 0, stream()>>>(
             static_cast<const T*>(x.data()), gamma.data(), gamma.dtype(), beta.data(), beta.dtype(),
             static_cast<T*>(out.data()), static_cast<float*>(mean.data()), static_cast<float*>(rstd.data()), n, h,
-            c.wpr, eps);
+            c.wpr, eps, layernorm_group_sync_);
         MT_CUDA_LAUNCH_CHECK();
       });
       launched = true;
@@ -984,7 +1003,8 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
         }
         kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), smem, be.stream()>>>(
             static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), gamma.data(), gamma.dtype(), mp, rp,
-            static_cast<T*>(dx.data()), add_dx, n, h, c.wpr, static_cast<int>(rows_per_group), pg, pb, po);
+            static_cast<T*>(dx.data()), add_dx, n, h, c.wpr, static_cast<int>(rows_per_group), pg, pb, po,
+            be.layernorm_group_sync());
         MT_CUDA_LAUNCH_CHECK();
       });
       cuda::ColSum col;

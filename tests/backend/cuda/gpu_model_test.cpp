@@ -3,9 +3,15 @@
 // tolerance), and a few optimizer steps keep the two in step. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <random>
+#include <vector>
 
+#include "backend/cuda/attention_impl.h"
+#include "backend/cuda/gemm_tuning.h"
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "model/gpt_model.h"
@@ -106,6 +112,90 @@ TEST(GpuModel, Bf16MatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2); 
 // layer 1's LayerNorm 1, layer 1's FC2 by its own pass after the final LayerNorm).
 TEST(GpuModel, Fp32WithoutDropoutMatchesTheCpuReference) { compare(DType::kF32, 1e-5, 2e-3, 0.0f); }
 TEST(GpuModel, Bf16WithoutDropoutMatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2, 0.0f); }
+
+// The host copy of a device tensor's bytes.
+std::vector<char> bytes_of(backend::Backend& be, const Tensor& t) {
+  Tensor h = Tensor::cpu(t.shape(), t.dtype());
+  be.copy(t, h);
+  std::vector<char> out(static_cast<size_t>(h.nbytes()));
+  std::memcpy(out.data(), h.data(), out.size());
+  return out;
+}
+
+// Training steps of two micro-batches each, as the trainer runs them (forward_chunk with the
+// loss head's backward, backward_chunk, the losses read once per step). Returns the model
+// after `steps` with each step's loss in *losses. Deterministic kernels (cuDNN's attention
+// backward without atomics, the cuBLASLt heuristic) so that two models can agree bit for bit.
+struct Trained {
+  std::unique_ptr<backend::Backend> be;
+  std::unique_ptr<GPTModel> model;
+  std::vector<double> losses;
+};
+Trained train_steps(float dropout, bool recording, int steps) {
+  const GPTConfig c = config(dropout);
+  Trained t;
+  t.be = backend::make_cuda_backend(0);
+  backend::set_attention_deterministic(*t.be, true);
+  backend::set_gemm_autotune(*t.be, false);
+  t.model = std::make_unique<GPTModel>(c, *t.be, DType::kBF16, 2);
+  GPTModel& m = *t.model;
+  m.set_recording(recording);
+  m.parameters().initialize(*t.be, 3, c.init_method_std, c.num_layers);
+  train::MixedPrecisionOptimizer opt(m.parameters(), *t.be, {}, optim::GradScaler::constant(1.0f));
+  MicroBatch mbs[2] = {batch(c, 2), batch(c, 2)};
+  std::reverse(mbs[1].tokens.begin(), mbs[1].tokens.end());  // another batch, another mask sum
+  mbs[1].loss_mask[3] = 0.0f;
+  for (int step = 0; step < steps; ++step) {
+    opt.zero_grads();
+    HeadBackward head;
+    head.grad_scale = 0.5f;
+    for (int k = 0; k < 2; ++k) {
+      DropoutContext d;
+      d.seed = 5;
+      d.iteration = step;
+      d.micro_batch = k;
+      m.forward_chunk(0, 0, &mbs[k], d, &head);
+      m.backward_chunk(0, 0);
+    }
+    t.losses.push_back(m.take_losses());
+    opt.step(1e-3f, 0.01f);
+  }
+  t.be->synchronize();
+  return t;
+}
+
+// Recorded work (CUDA graphs) replays the same kernels with the same arguments: the losses of
+// every step and the weights and gradients after them are the unrecorded run's bits. Step 0
+// runs each micro-batch's work unrecorded, step 1 records it (micro-batch 0 overwrites the
+// gradients, micro-batch 1 accumulates: different recordings), steps 2-4 replay.
+TEST(GpuModel, RecordedStepsGiveTheBitsOfUnrecordedOnes) {
+  if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  constexpr int kSteps = 5;
+  const Trained plain = train_steps(0.0f, false, kSteps);
+  const Trained rec = train_steps(0.0f, true, kSteps);
+  EXPECT_EQ(plain.model->replays(), 0);
+  ASSERT_EQ(rec.model->recording_failure(), "");
+  // Forward and backward of 2 micro-batches, replayed in steps 1-4 (step 1 runs its recordings).
+  EXPECT_EQ(rec.model->replays(), 4 * (kSteps - 1));
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_EQ(plain.losses[static_cast<size_t>(step)], rec.losses[static_cast<size_t>(step)]) << "step " << step;
+  }
+  EXPECT_GT(plain.losses.front(), plain.losses.back());  // the steps train
+  const auto& pp = plain.model->parameters().params();
+  const auto& rp = rec.model->parameters().params();
+  for (size_t i = 0; i < pp.size(); ++i) {
+    EXPECT_EQ(bytes_of(*plain.be, pp[i].value), bytes_of(*rec.be, rp[i].value)) << pp[i].name;
+    EXPECT_EQ(bytes_of(*plain.be, pp[i].grad), bytes_of(*rec.be, rp[i].grad)) << pp[i].name;
+  }
+}
+
+// Dropout masks depend on the iteration, a host value: such steps are never recorded.
+TEST(GpuModel, StepsWithDropoutAreNotRecorded) {
+  if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Trained rec = train_steps(0.1f, true, 3);
+  EXPECT_EQ(rec.model->replays(), 0);
+  EXPECT_EQ(rec.model->recording_failure(), "");
+}
 
 }  // namespace
 }  // namespace megatron::model
