@@ -467,7 +467,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     gemm_tune_candidates_ = static_cast<int>(env_count("MEGATRON_GEMM_TUNE_CANDIDATES", gemm_tune_candidates_, 1, 64));
     layernorm_warp_forward_ = env_switch("MEGATRON_LN_WARP_FORWARD", true);
     record_ = env_switch("MEGATRON_CUDA_GRAPHS", true);
-    layernorm_group_sync_ = env_switch("MEGATRON_LN_GROUP_SYNC", false);
+    layernorm_group_sync_ = env_switch("MEGATRON_LN_GROUP_SYNC", true);
     layernorm_backward_blocks_ = env_count("MEGATRON_LN_BACKWARD_BLOCKS", layernorm_backward_blocks_, 1, 65535);
   } catch (...) {
     free_resources(stream_, lt_, workspace_, scratch_);
