@@ -74,8 +74,11 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
     lt.attention = forward + backward;
     lt.attention_forward = forward;
   } else {
-    const double attention_flops = 6.0 * static_cast<double>(p.micro_batch) * s * s * q / t;
-    const double eff = kAttentionEfficiency * d / (d + 64.0) * s / (s + 512.0);
+    // A head of size d runs as the kernel's head size dk (flash_kernel_head_size): the work of
+    // dk at dk's efficiency.
+    const double dk = flash_kernel_head_size(d);
+    const double attention_flops = 6.0 * static_cast<double>(p.micro_batch) * s * s * q / t * (dk / d);
+    const double eff = kAttentionEfficiency * dk / (dk + 64.0) * s / (s + 512.0);
     lt.attention = attention_flops / (g.peak * eff);
     lt.attention_forward = lt.attention / 3.5;  // flash attention's backward is ~2.5x its forward
   }

@@ -8,7 +8,9 @@
 //              (launch, wave quantisation, tails, fp32 wgrad accumulation).
 //  attention   flash (our engine, Megatron-Core's --attention-backend flash): 6*b*s^2*q/t FLOPs
 //              per layer (forward + backward, causal mask counted half) at efficiency
-//              kAttentionEfficiency * d/(d + 64) * s/(s + 512)  (d = head size).
+//              kAttentionEfficiency * d/(d + 64) * s/(s + 512)  (d = head size), where a head
+//              size between the kernel's sizes runs as the next one up (flash_kernel_head_size:
+//              d = 80 costs the work of 128 at 128's efficiency).
 //              local (Megatron's own DotProductAttention, the only kind in 2021): the scores
 //              [b, a/t, s, s] are materialised in the model dtype (E = b*a/t*s^2 elements, e bytes):
 //              two batched GEMMs forward (QK^T, probs.V) and four backward, 2*E*d FLOPs each, the
@@ -102,6 +104,13 @@ namespace megatron::plan {
 constexpr double kGemmCeilingShare = 0.857;  // of the GPU's GEMM ceiling (gpu_spec.h)
 constexpr double kGemmLostWorkH100 = 9.0e9;  // w0 in FLOPs on H100 (scaled by peak / 989 elsewhere)
 constexpr double kAttentionEfficiency = 0.562;
+// The head size a flash kernel computes a head of size d as: cuDNN's fused attention has kernels
+// for 64, 128 and 256 and runs the sizes between as the next one up. H100, 2026-11-23 (third
+// session, bench/RESULTS.md "the GEMM and attention limits measured"): a 4-layer probe at hidden
+// 2560 ran 32 heads of 80 in 3.90 + 1.21 ms (backward + forward) against 2.68 + 0.80 ms for 20
+// heads of 128, the same FLOPs: 1.47x, where this rule says 1.6x and d/(d + 64) alone 1.2x.
+// Sizes up to 64 and above 256 are taken as they are.
+constexpr double flash_kernel_head_size(double d) { return d <= 64.0 ? d : d <= 128.0 ? 128.0 : d <= 256.0 ? 256.0 : d; }
 // Memory-bound bytes per layer, token and hidden element (n*h/u), at HBM bandwidth.
 // kElementwiseBytes: the two LayerNorms, forward + backward, the backward adding the residual
 // gradient (ours). H100 `--profile-ops`, 2026-11-23 (third session), layernorm_forward +
