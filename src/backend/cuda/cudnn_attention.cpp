@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -137,9 +138,14 @@ struct Plan {
   int64_t workspace = 0;  // bytes cuDNN needs
   std::string name;       // "the attention forward of ..."
   std::string engine;     // "engine 8 (tensor_core)"
+  // With MEGATRON_CUDNN_LIST_ENGINES=1: every other engine config the heuristics offered whose
+  // plan finalizes, in their order ("mode A: engine 3 (tensor_core), 1024 B; ..."), for choosing
+  // among them later; empty otherwise (listing finalizes every plan: slower set-up).
+  std::string others;
 };
 
 struct EngineInfo {
+  int64_t index = -1;  // cuDNN's global engine index (-1: unknown)
   std::string text;
   bool nondeterministic = false;
 };
@@ -178,6 +184,7 @@ EngineInfo engine_info(cudnnBackendDescriptor_t cfg) {
       CUDNN_STATUS_SUCCESS) {
     index = -1;
   }
+  info.index = index;
   info.text = index >= 0 ? str_cat("engine ", index) : std::string("engine ?");
   std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
   int64_t count = 0;
@@ -340,13 +347,30 @@ class Graph {
   // Finalizes the graph and returns the first engine config (heuristics mode A, then FALLBACK)
   // whose execution plan finalizes; with `deterministic`, engines noted NONDETERMINISTIC are
   // skipped. Throws megatron::Error listing what each candidate answered.
+  // MEGATRON_CUDNN_ENGINE=N (measurements): only engine N's configs are taken, where one
+  // finalizes; otherwise the choice above.
   Plan build(bool deterministic) {
+    static const int64_t want = env_count("MEGATRON_CUDNN_ENGINE", -1, -1, 1 << 20);
+    if (want >= 0) {
+      try {
+        return build(deterministic, want);
+      } catch (const Error&) {
+      }
+    }
+    return build(deterministic, -1);
+  }
+
+  Plan build(bool deterministic, int64_t only_engine) {
     MT_CHECK(handle_ != nullptr) << "building a plan of " << name_ << " without a cuDNN handle";
     Descriptor graph = finalize_graph();
+    static const bool list_all = env_switch("MEGATRON_CUDNN_LIST_ENGINES", false);
+    std::optional<Plan> chosen;
+    std::string others;
 
     std::string refused;
-    const std::pair<cudnnBackendHeurMode_t, const char*> modes[] = {{CUDNN_HEUR_MODE_A, "A"},
-                                                                    {CUDNN_HEUR_MODE_FALLBACK, "FALLBACK"}};
+    std::vector<std::pair<cudnnBackendHeurMode_t, const char*>> modes = {{CUDNN_HEUR_MODE_A, "A"},
+                                                                         {CUDNN_HEUR_MODE_FALLBACK, "FALLBACK"}};
+    if (list_all) modes.insert(modes.begin() + 1, {CUDNN_HEUR_MODE_B, "B"});
     for (const auto& [mode, mode_name] : modes) {
       Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
                       str_cat("engine heuristics (mode ", mode_name, ") of ", name_));
@@ -377,6 +401,10 @@ class Graph {
       }
       for (int64_t i = 0; i < got && i < count; ++i) {
         const EngineInfo info = engine_info(raw[static_cast<size_t>(i)]);
+        if (only_engine >= 0 && info.index != only_engine) {
+          refused += info.text + ": not MEGATRON_CUDNN_ENGINE; ";
+          continue;
+        }
         if (deterministic && info.nondeterministic) {
           refused += info.text + ": refused (deterministic requested); ";
           continue;
@@ -392,17 +420,29 @@ class Graph {
         int64_t ws = 0, n = 0;
         MT_CUDNN_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
                                                 1, &n, &ws));
+        if (chosen) {
+          others += str_cat("mode ", mode_name, ": ", info.text, ", ", ws, " B; ");
+          continue;
+        }
         Plan p;
         p.exec = plan.get();
         p.workspace = ws;
         p.name = name_;
         p.engine = info.text;
         p.keep = std::move(keep_);
-        p.keep.push_back(std::move(graph));
         p.keep.push_back(std::move(cfgs[static_cast<size_t>(i)]));
         p.keep.push_back(std::move(plan));
-        return p;
+        if (!list_all) {
+          p.keep.push_back(std::move(graph));
+          return p;
+        }
+        chosen = std::move(p);  // the graph stays here for the other modes' heuristics
       }
+    }
+    if (chosen) {
+      chosen->keep.push_back(std::move(graph));
+      chosen->others = others.empty() ? "none" : others;
+      return std::move(*chosen);
     }
     throw_error("no cuDNN engine runs ", name_, ": ", refused);
   }
@@ -672,6 +712,11 @@ CudnnAttention::Entry& CudnnAttention::entry(const CudnnAttentionKey& key) {
       e->dq_accum_bytes = key.deterministic ? 0 : rows * key.head_dim * 4;
       e->bwd_bytes = e->dq_accum_offset + e->dq_accum_bytes;
       workspace(std::max(e->fwd.workspace, e->bwd_bytes));  // sized now, not in the middle of a step
+      if (!e->fwd.others.empty()) {
+        std::fprintf(stderr, "megatron: cuDNN %s, %s: forward %s; backward %s; other forward engines: %s; other "
+                     "backward engines: %s\n", version_string().c_str(), key_name(key).c_str(), e->fwd.engine.c_str(),
+                     e->bwd.engine.c_str(), e->fwd.others.c_str(), e->bwd.others.c_str());
+      }
     } catch (const Error& err) {
       e->unavailable = err.what();
       e->fwd = Plan();
@@ -737,8 +782,11 @@ std::string CudnnAttention::describe(const CudnnAttentionKey& key) {
   const Entry& e = entry(key);
   std::string out = str_cat("cuDNN ", version_string(), ", ", key_name(key), ": ");
   if (!e.unavailable.empty()) return out + "unavailable: " + e.unavailable;
-  return out + str_cat("forward ", e.fwd.engine, ", workspace ", e.fwd.workspace, " B; backward ", e.bwd.engine,
-                       ", workspace ", e.bwd_bytes, " B (cuDNN's ", e.bwd.workspace, " B)");
+  out += str_cat("forward ", e.fwd.engine, ", workspace ", e.fwd.workspace, " B; backward ", e.bwd.engine,
+                 ", workspace ", e.bwd_bytes, " B (cuDNN's ", e.bwd.workspace, " B)");
+  if (!e.fwd.others.empty()) out += str_cat("; other forward engines: ", e.fwd.others);
+  if (!e.bwd.others.empty()) out += str_cat("; other backward engines: ", e.bwd.others);
+  return out;
 }
 
 void CudnnAttentionDeleter::operator()(CudnnAttention* p) const { delete p; }
