@@ -195,6 +195,7 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   if (last_stage) {
     labels_ = act({s, b}, DType::kI32);
     loss_weights_ = act({s, b}, DType::kF32);
+    dloss_weights_ = act({s, b}, DType::kF32);
     final_ln_out_ = act({nl, h}, dtype_);
     final_ln_mean_ = act({nl}, DType::kF32);
     final_ln_rstd_ = act({nl}, DType::kF32);
@@ -445,7 +446,11 @@ void GPTModel::run_recordable(int kind, bool head, float loss_factor, const std:
   uint32_t factor_bits = 0;
   std::memcpy(&factor_bits, &loss_factor, sizeof(factor_bits));
   const std::vector<bool> stale_before = params_.stale_grads();
-  RecordedWork& r = recorded_[RecordKey{kind, cur_chunk_, cur_set_, head, factor_bits, stale_before}];
+  RecordKey key{kind, cur_chunk_, cur_set_, head, factor_bits, stale_before};
+  // Keys that keep changing (a loss mask whose sum differs per micro-batch, a dynamic fp16 loss
+  // scale) would grow the map without end: past kMaxRecordedKeys it starts over.
+  if (recorded_.size() >= kMaxRecordedKeys && recorded_.find(key) == recorded_.end()) recorded_.clear();
+  RecordedWork& r = recorded_[std::move(key)];
   if (r.recording) {
     backend_.replay(*r.recording);
     params_.set_stale_grads(r.stale_after);
@@ -539,9 +544,12 @@ void GPTModel::queue_loss() {
 }
 
 Tensor GPTModel::loss_weights(float loss_scale, float grad_scale) {
-  // d(loss)/d(loss_i) = mask_i / sum(mask), times the loss scale and 1/num_microbatches; in
-  // place: load_inputs refills the mask per micro-batch.
-  Tensor dlosses = loss_weights_.view({config_.seq_length * micro_batch_size_});
+  // d(loss)/d(loss_i) = mask_i / sum(mask), times the loss scale and 1/num_microbatches. Into
+  // their own buffer, the loaded mask left as it is: the head's work then gives the same
+  // result when it runs again (recorded work that failed to record runs again unrecorded).
+  const int64_t n = config_.seq_length * micro_batch_size_;
+  Tensor dlosses = dloss_weights_.view({n});
+  backend_.copy(loss_weights_.view({n}), dlosses);
   if (mask_sum_ > 0) backend_.scale(dlosses, loss_scale * grad_scale / mask_sum_);
   return dlosses;
 }

@@ -281,13 +281,14 @@ class GPTModel {
     std::unique_ptr<backend::Recording> recording;
     std::vector<bool> stale_after;  // the stale flags after the work (what it claimed)
   };
+  static constexpr size_t kMaxRecordedKeys = 16;
   bool recordable() const;
   // Runs `work` (device ops only), records it, or replays its recording (see set_recording).
   void run_recordable(int kind, bool head, float loss_factor, const std::function<void()>& work);
   // d(loss * loss_scale * grad_scale) through the head into `dx` [n_local, h].
   void head_backward(float loss_scale, float grad_scale, Tensor& dx);
-  // The micro-batch's loss weights scaled into d(loss * loss_scale * grad_scale)/d(loss_i) [n];
-  // call once per micro-batch (it scales the loaded mask in place).
+  // The micro-batch's loss weights scaled into d(loss * loss_scale * grad_scale)/d(loss_i) [n]
+  // (dloss_weights_, from the loaded mask).
   Tensor loss_weights(float loss_scale, float grad_scale);
   // Layers of the current chunk, top to bottom, from ws_grad_ = d(output); then, on virtual
   // stage 0, the embedding.
@@ -351,7 +352,7 @@ class GPTModel {
 
   // Inputs of the current micro-batch (device): labels [s,b] int32, loss weights [s,b] fp32
   // (last virtual stage; tokens live in the activation sets).
-  Tensor labels_, loss_weights_;
+  Tensor labels_, loss_weights_, dloss_weights_;  // [s, b]: labels, the loss mask, the scaled weights
   std::vector<Chunk> chunks_;
   int64_t cur_chunk_ = 0, cur_set_ = 0;  // what layer_forward / layer_backward work on
   std::vector<LayerActs> recompute_acts_;  // the recompute slots, shared by every chunk and set

@@ -75,8 +75,8 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
   }
   // The loss head (last stage): final LN out (model dtype) with mean/rstd [nl]; logits [n, V]
   // in the model dtype (their gradient reuses the buffer); fp32 losses and lse [n]; int32
-  // labels and fp32 loss weights [n].
-  if (last) p.activations += nl * h * e + 2 * nl * 4 + n * V * e + 2 * n * 4 + 2 * n * 4;
+  // labels, the fp32 loss mask and the scaled loss weights [n].
+  if (last) p.activations += nl * h * e + 2 * nl * 4 + n * V * e + 2 * n * 4 + 3 * n * 4;
   // Workspace (model dtype): the gradient stream [nl, h], two temporaries [n, h], [n, 3q],
   // [n, q] and [n, f]; sequence parallelism adds the [n, h] gather buffer, pp > 1 the
   // received output gradient [nl, h].

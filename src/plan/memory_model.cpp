@@ -71,7 +71,7 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   if (full) act += layer;  // the one slot recomputed layers share (model/gpt_config.h recompute_slots)
   if (stage == 0) act += mbs_in_flight * n * 4;
   if (stage == p.pp - 1) {
-    act += mbs_in_flight * (2 * n * h * e / u + 2 * n * 4 / u + n * (V / t) * e + 4 * n * 4);
+    act += mbs_in_flight * (2 * n * h * e / u + 2 * n * 4 / u + n * (V / t) * e + 5 * n * 4);
   }
   m.activations = act;
   m.workspace = (3 * n * h + (4 * n * q + n * f) / t) * e;

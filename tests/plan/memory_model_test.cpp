@@ -107,8 +107,8 @@ TEST(PlanMemory, TensorAndPipelineShardsByHand) {
   EXPECT_EQ(s0.workspace, (3 * 4 * 8 + (4 * 4 * 8 + 4 * 32) / 2) * 2);
   const model::MemoryPlan s1 = stage_memory(c, DType::kBF16, p, 1);
   // Stage 1: 1 micro-batch x 2 layers, + final stream and LN out 2*n*h*e = 128, their stats 32,
-  // logits n*(V/t)*e = 256, losses/lse/labels/weights 64.
-  EXPECT_EQ(s1.activations, 2 * (64 + 656) + 128 + 32 + 256 + 64);
+  // logits n*(V/t)*e = 256, losses/lse/labels/mask/scaled weights 5*4n = 80.
+  EXPECT_EQ(s1.activations, 2 * (64 + 656) + 128 + 32 + 256 + 80);
   // NCCL (plan/nccl_memory.h): 4 ranks on one node; both stages connect world, tp,
   // model-parallel, embedding (tied) and one pipeline neighbour, 32 channels x 12 MiB each.
   const int64_t nccl = 5 * 32 * 12 * 1024 * 1024;
@@ -118,7 +118,7 @@ TEST(PlanMemory, TensorAndPipelineShardsByHand) {
   EXPECT_EQ(r.worst_stage, 0);
   EXPECT_EQ(r.worst.total(), 2416 + 4832 + 4832 + 9664 + 2912 + 448 + nccl);
   ASSERT_EQ(r.stage_totals.size(), 2u);
-  EXPECT_EQ(r.stage_totals[1], 1192 * 18 + 1920 + 448 + nccl);
+  EXPECT_EQ(r.stage_totals[1], 1192 * 18 + 1936 + 448 + nccl);
 
   // Sequence parallelism shards the LayerNorm region (3h, LN stats, layer inputs) by t:
   // layer = 4*(12 + 48)*2 + 32 + 16 = 528, input 32.

@@ -28,7 +28,7 @@
 
 namespace megatron::backend {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   Device device() const override { return Device::kCPU; }
 
