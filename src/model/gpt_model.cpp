@@ -448,8 +448,12 @@ void GPTModel::run_recordable(int kind, bool head, float loss_factor, const std:
   const std::vector<bool> stale_before = params_.stale_grads();
   RecordKey key{kind, cur_chunk_, cur_set_, head, factor_bits, stale_before};
   // Keys that keep changing (a loss mask whose sum differs per micro-batch, a dynamic fp16 loss
-  // scale) would grow the map without end: past kMaxRecordedKeys it starts over.
-  if (recorded_.size() >= kMaxRecordedKeys && recorded_.find(key) == recorded_.end()) recorded_.clear();
+  // scale) would grow the map without end: past kMaxRecordedKeys the keys seen once go (the
+  // recordings stay), and if that is not enough, everything.
+  if (recorded_keys() >= kMaxRecordedKeys && recorded_.find(key) == recorded_.end()) {
+    std::erase_if(recorded_, [](const auto& entry) { return entry.second.recording == nullptr; });
+    if (recorded_keys() >= kMaxRecordedKeys) recorded_.clear();
+  }
   RecordedWork& r = recorded_[std::move(key)];
   if (r.recording) {
     backend_.replay(*r.recording);
@@ -469,6 +473,8 @@ void GPTModel::run_recordable(int kind, bool head, float loss_factor, const std:
     work();
   } catch (const std::exception& e) {
     failure = e.what();
+  } catch (...) {
+    failure = "an op threw a non-standard exception while recording";
   }
   std::unique_ptr<backend::Recording> recording = backend_.end_recording();
   if (!failure.empty() || recording == nullptr) {

@@ -159,6 +159,10 @@ class GPTModel {
   // stopped ("" while it has not).
   int64_t replays() const { return replays_; }
   const std::string& recording_failure() const { return recording_failure_; }
+  // Distinct host-side inputs being tracked: at most kMaxRecordedKeys (past it the keys seen
+  // only once are dropped, then if need be every recording).
+  static constexpr int64_t kMaxRecordedKeys = 16;
+  int64_t recorded_keys() const { return static_cast<int64_t>(recorded_.size()); }
   // The parameter indices [first, end) of chunk c: its layers, on virtual stage 0 also the
   // embeddings, on the last virtual stage also the final LayerNorm and output layer (or the
   // tied embedding's copy). The chunks tile [0, P) in order.
@@ -281,7 +285,6 @@ class GPTModel {
     std::unique_ptr<backend::Recording> recording;
     std::vector<bool> stale_after;  // the stale flags after the work (what it claimed)
   };
-  static constexpr size_t kMaxRecordedKeys = 16;
   bool recordable() const;
   // Runs `work` (device ops only), records it, or replays its recording (see set_recording).
   void run_recordable(int kind, bool head, float loss_factor, const std::function<void()>& work);

@@ -163,6 +163,27 @@ TEST(GPTModelRecording, AnOpThatThrowsWhileRecordingRunsTheWorkUnrecorded) {
   EXPECT_FALSE(be.recording);
 }
 
+// A loss weight scale that changes every step (here the gradient scale, as a dynamic fp16
+// loss scale or masks of changing sums would): the forward's key never repeats, so it is never
+// recorded, and the keys tracked stay bounded without dropping the backward's recording.
+TEST(GPTModelRecording, KeysThatNeverRepeatStayBoundedAndKeepTheRecordings) {
+  FakeRecordingBackend be;
+  Stepper s(be, 0.0f, 1);
+  constexpr int kSteps = 40;
+  for (int it = 0; it < kSteps; ++it) {
+    s.model.parameters().forget_grads();
+    HeadBackward head;
+    head.grad_scale = 1.0f / static_cast<float>(it + 1);
+    DropoutContext d;
+    s.model.forward_chunk(0, 0, &s.batches[0], d, &head);
+    s.model.backward_chunk(0, 0);
+    s.model.take_losses();
+    EXPECT_LE(s.model.recorded_keys(), GPTModel::kMaxRecordedKeys) << "iteration " << it;
+  }
+  EXPECT_EQ(be.begins, 1);               // the backward, once
+  EXPECT_EQ(be.replays, kSteps - 1);     // and from its recording ever after
+}
+
 // Dropout masks depend on the iteration (a host value baked into the kernels): never recorded.
 // Nor is anything when recording is switched off.
 TEST(GPTModelRecording, NothingIsRecordedWithDropoutOrWhenSwitchedOff) {
