@@ -6,7 +6,7 @@
 # assembles build-gpu-pack; carry build-gpu-pack (and data/gpt2, data/brown for the data runs).
 #   scripts/gpu-check.sh PACK_DIR OUT_DIR [shapes...]    shapes: 124m 350m 1.3b 2.7b (default all)
 # Environment: SKIP_TESTS=1, SKIP_BENCH=1, SKIP_TORCH=1, SKIP_CURVES=1 leave those parts out (to fit
-# one device call's 10 minutes).
+# one device call's 10 minutes); GPU_TEST_JOBS=N runs N test binaries at a time (default 1).
 set -uo pipefail
 P=${1:?pack dir}
 OUT=${2:?out dir}
@@ -23,11 +23,22 @@ export LD_LIBRARY_PATH="$PWD/$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   "$P/megatron" version
 } 2>&1 | tee "$OUT/machine.txt"
 
+# The test binaries run GPU_TEST_JOBS at a time on the one GPU, each into its own log, gathered
+# in name order. One by one (the default) they take ~6 minutes (cuda_gemm_test alone ~2), which
+# leaves little room in a device call for the rest; they are correctness tests (none times
+# anything), so GPU_TEST_JOBS=3 should cut that, but has not run on a GPU yet.
+run_gpu_test() {
+  timeout 300 "$1" --gtest_brief=1 > "$2/gpu_test_$(basename "$1").log" 2>&1
+  echo "exit status $?" >> "$2/gpu_test_$(basename "$1").log"
+}
+export -f run_gpu_test
 [ -n "${SKIP_TESTS:-}" ] || { echo "== GPU tests" | tee "$OUT/gpu_tests.txt"
+for t in "$P"/tests/*cuda*_test; do [ -x "$t" ] && echo "$t"; done |
+  xargs -P "${GPU_TEST_JOBS:-1}" -I{} bash -c 'run_gpu_test "$1" "$2"' _ {} "$OUT"
 for t in "$P"/tests/*cuda*_test; do
   [ -x "$t" ] || continue
   echo "-- $(basename "$t")"
-  timeout 300 "$t" --gtest_brief=1 2>&1 | tail -n 40
+  tail -n 40 "$OUT/gpu_test_$(basename "$t").log"
 done 2>&1 | tee -a "$OUT/gpu_tests.txt"; }
 
 bench_flags() {
