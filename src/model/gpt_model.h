@@ -154,13 +154,15 @@ class GPTModel {
   // host-side inputs (the first run is left unrecorded so that lazy set-up — GEMM autotuning,
   // cuDNN plans — happens outside a recording) and replayed from then on. The results are the
   // same bits: the same kernels with the same arguments. Off: the ops are issued one by one.
+  // Work that fails to record runs again unrecorded, so what is recorded must give the same
+  // result when run twice (hence loss_weights writes into its own buffer).
   void set_recording(bool on) { recording_on_ = on; }
   // Runs of recorded work so far (the one right after recording included), and why recording
   // stopped ("" while it has not).
   int64_t replays() const { return replays_; }
   const std::string& recording_failure() const { return recording_failure_; }
-  // Distinct host-side inputs being tracked: at most kMaxRecordedKeys (past it the keys seen
-  // only once are dropped, then if need be every recording).
+  // Distinct host-side inputs being tracked: at most kMaxRecordedKeys (past it the keys without
+  // a recording are dropped, then if need be every recording).
   static constexpr int64_t kMaxRecordedKeys = 16;
   int64_t recorded_keys() const { return static_cast<int64_t>(recorded_.size()); }
   // The parameter indices [first, end) of chunk c: its layers, on virtual stage 0 also the
