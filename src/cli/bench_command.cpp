@@ -70,13 +70,13 @@ double peak_tflops(const std::string& name) {
   return 0.0;
 }
 
-// megatron bench --table FILE... [--csv]
 // The bench line on recorded work: how often the step ran from a recording, or why it stopped.
 std::string recorded_work_text(const model::GPTModel& model) {
   if (!model.recording_failure().empty()) return "stopped: " + model.recording_failure();
   return std::to_string(model.replays()) + " runs from a recording";
 }
 
+// megatron bench --table FILE... [--csv]
 int run_bench_table(const CommandArgs& argv) {
   Args args("bench --table", "merge `megatron bench --json` results into the benchmark's table");
   args.list("--table", "FILE", "result files (one JSON object per line)", 0, true)

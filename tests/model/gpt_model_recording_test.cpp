@@ -44,17 +44,7 @@ class FakeRecordingBackend : public backend::CpuBackend {
 };
 
 GPTConfig tiny_config(float dropout) {
-  GPTConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 8;
-  c.num_attention_heads = 2;
-  c.kv_channels = 4;
-  c.ffn_hidden_size = 16;
-  c.seq_length = 5;
-  c.max_position_embeddings = 6;
-  c.vocab_size = 13;
-  c.padded_vocab_size = 16;
-  c.init_method_std = 0.3f;
+  GPTConfig c = test::tiny_gpt_config();
   c.attention_dropout = dropout;
   c.hidden_dropout = dropout;
   return c;

@@ -20,24 +20,8 @@
 namespace megatron::model {
 namespace {
 
-GPTConfig tiny_config() {
-  GPTConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 8;
-  c.num_attention_heads = 2;
-  c.kv_channels = 4;
-  c.ffn_hidden_size = 16;
-  c.seq_length = 5;
-  c.max_position_embeddings = 6;
-  c.vocab_size = 13;
-  c.padded_vocab_size = 16;
-  c.init_method_std = 0.3f;  // larger than 0.02 so every path carries gradient well above FD noise
-  c.attention_dropout = 0.0f;
-  c.hidden_dropout = 0.0f;
-  return c;
-}
-
 using test::random_micro_batch;
+using test::tiny_gpt_config;
 
 // Central differences of the loss against the analytic gradient on a spread of elements of
 // every parameter. fp32 forward: with step 1e-2 the truncation error is ~eps^2 * f''' / 6
@@ -77,12 +61,12 @@ void check_gradients(const GPTConfig& config, const MicroBatch& mb, const Dropou
 }
 
 TEST(GPTModel, GradientsMatchFiniteDifferences) {
-  const GPTConfig c = tiny_config();
+  const GPTConfig c = tiny_gpt_config();
   check_gradients(c, random_micro_batch(2, c.seq_length, c.vocab_size, 1, /*partial_mask=*/true), {});
 }
 
 TEST(GPTModel, GradientsMatchFiniteDifferencesWithDropout) {
-  GPTConfig c = tiny_config();
+  GPTConfig c = tiny_gpt_config();
   c.attention_dropout = 0.2f;
   c.hidden_dropout = 0.1f;
   DropoutContext ctx;
@@ -93,7 +77,7 @@ TEST(GPTModel, GradientsMatchFiniteDifferencesWithDropout) {
 }
 
 TEST(GPTModel, GradientsMatchFiniteDifferencesUntiedNoBiasExactGelu) {
-  GPTConfig c = tiny_config();
+  GPTConfig c = tiny_gpt_config();
   c.untie_embeddings_and_output_weights = true;
   c.add_bias_linear = false;
   c.gelu = Gelu::kExact;
@@ -102,7 +86,7 @@ TEST(GPTModel, GradientsMatchFiniteDifferencesUntiedNoBiasExactGelu) {
 }
 
 TEST(GPTModel, DropoutIsAFunctionOfTheContext) {
-  GPTConfig c = tiny_config();
+  GPTConfig c = tiny_gpt_config();
   c.attention_dropout = 0.3f;
   c.hidden_dropout = 0.3f;
   auto backend = backend::make_cpu_backend();
@@ -127,7 +111,7 @@ TEST(GPTModel, DropoutIsAFunctionOfTheContext) {
 // bit — for uniform chunks (including a partial last chunk: 5 layers in chunks of 2) and for
 // the block method, in fp32 and bf16, with dropout on.
 TEST(GPTModel, RecomputeGivesBitIdenticalGradients) {
-  GPTConfig base = tiny_config();
+  GPTConfig base = tiny_gpt_config();
   base.num_layers = 5;
   base.attention_dropout = 0.2f;
   base.hidden_dropout = 0.2f;
@@ -167,7 +151,7 @@ TEST(GPTModel, RecomputeGivesBitIdenticalGradients) {
 }
 
 TEST(GPTModel, InitialLossIsNearLogVocab) {
-  GPTConfig c = tiny_config();
+  GPTConfig c = tiny_gpt_config();
   c.init_method_std = 0.02f;
   c.padded_vocab_size = 512;
   c.vocab_size = 500;
@@ -179,7 +163,7 @@ TEST(GPTModel, InitialLossIsNearLogVocab) {
 }
 
 TEST(GPTModel, SixteenBitModelsTrackFp32) {
-  const GPTConfig c = tiny_config();
+  const GPTConfig c = tiny_gpt_config();
   const MicroBatch mb = random_micro_batch(2, c.seq_length, c.vocab_size, 6, false);
   auto backend = backend::make_cpu_backend();
   GPTModel ref(c, *backend, DType::kF32, 2);
@@ -196,7 +180,7 @@ TEST(GPTModel, SixteenBitModelsTrackFp32) {
 }
 
 TEST(GPTModel, MemorisesAFixedBatch) {
-  GPTConfig c = tiny_config();
+  GPTConfig c = tiny_gpt_config();
   c.hidden_size = 32;
   c.num_attention_heads = 4;
   c.kv_channels = 8;
@@ -230,7 +214,7 @@ TEST(GPTModel, MemorisesAFixedBatch) {
 // adds to it) and the untied one with biases off.
 TEST(GPTModel, ZeroGradsWithoutAFillGivesTheGradientsOfAZeroedBuffer) {
   for (bool untied : {false, true}) {
-    GPTConfig c = tiny_config();
+    GPTConfig c = tiny_gpt_config();
     c.untie_embeddings_and_output_weights = untied;
     c.add_bias_linear = !untied;
     auto backend = backend::make_cpu_backend();
@@ -273,7 +257,7 @@ TEST(GPTModel, ZeroGradsWithoutAFillGivesTheGradientsOfAZeroedBuffer) {
 
 // A gradient the backward never wrote would be garbage: reduce_gradients() refuses it.
 TEST(GPTModel, ReduceGradientsRefusesAGradientTheBackwardDidNotWrite) {
-  GPTConfig c = tiny_config();
+  GPTConfig c = tiny_gpt_config();
   auto backend = backend::make_cpu_backend();
   GPTModel model(c, *backend, DType::kF32, 2);
   train::OptimizerConfig oc;
@@ -307,7 +291,7 @@ namespace {
 // values are those forward() returns one at a time.
 TEST(GPTModel, QueuedLossesAreTakenOnceInRunOrder) {
   auto backend = backend::make_cpu_backend();
-  const GPTConfig c = tiny_config();
+  const GPTConfig c = tiny_gpt_config();
   GPTModel model(c, *backend, DType::kF32, 2);
   model.parameters().initialize(*backend, 3, c.init_method_std, c.num_layers);
   std::vector<MicroBatch> mbs;
@@ -323,7 +307,7 @@ TEST(GPTModel, QueuedLossesAreTakenOnceInRunOrder) {
 }
 
 TEST(GPTModel, PipelineStagesEqualTheWholeModel) {
-  GPTConfig c = tiny_config();
+  GPTConfig c = tiny_gpt_config();
   c.num_layers = 4;
   c.attention_dropout = 0.1f;
   c.hidden_dropout = 0.1f;

@@ -4,6 +4,23 @@
 
 namespace megatron::test {
 
+model::GPTConfig tiny_gpt_config() {
+  model::GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 8;
+  c.num_attention_heads = 2;
+  c.kv_channels = 4;
+  c.ffn_hidden_size = 16;
+  c.seq_length = 5;
+  c.max_position_embeddings = 6;
+  c.vocab_size = 13;
+  c.padded_vocab_size = 16;
+  c.init_method_std = 0.3f;
+  c.attention_dropout = 0.0f;
+  c.hidden_dropout = 0.0f;
+  return c;
+}
+
 model::MicroBatch random_micro_batch(int64_t b, int64_t s, int64_t vocab, uint32_t seed, bool partial_mask) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab) - 1);

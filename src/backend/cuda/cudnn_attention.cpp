@@ -712,18 +712,16 @@ CudnnAttention::Entry& CudnnAttention::entry(const CudnnAttentionKey& key) {
       e->dq_accum_bytes = key.deterministic ? 0 : rows * key.head_dim * 4;
       e->bwd_bytes = e->dq_accum_offset + e->dq_accum_bytes;
       workspace(std::max(e->fwd.workspace, e->bwd_bytes));  // sized now, not in the middle of a step
-      if (!e->fwd.others.empty()) {
-        std::fprintf(stderr, "megatron: cuDNN %s, %s: forward %s; backward %s; other forward engines: %s; other "
-                     "backward engines: %s\n", version_string().c_str(), key_name(key).c_str(), e->fwd.engine.c_str(),
-                     e->bwd.engine.c_str(), e->fwd.others.c_str(), e->bwd.others.c_str());
-      }
     } catch (const Error& err) {
       e->unavailable = err.what();
       e->fwd = Plan();
       e->bwd = Plan();
     }
   }
-  return *entries_.emplace(key, std::move(e)).first->second;
+  Entry& made = *entries_.emplace(key, std::move(e)).first->second;
+  // MEGATRON_CUDNN_LIST_ENGINES: the engines this key could use, once.
+  if (!made.fwd.others.empty()) std::fprintf(stderr, "megatron: %s\n", describe(key).c_str());
+  return made;
 }
 
 const std::string& CudnnAttention::unavailable(const CudnnAttentionKey& key) { return entry(key).unavailable; }
