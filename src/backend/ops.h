@@ -53,6 +53,11 @@ struct DropoutParams {
 // H = dropout_heads (0: heads) and h0 = dropout_head0: a tensor-parallel rank computing the
 // global heads [h0, h0 + heads) of H passes them, so its masks are the single-process run's.
 // Masked keys (j > i) draw nothing.
+// One exception: a backend may draw the attention mask from another generator where a fused
+// kernel needs its own (the CUDA backend's cuDNN path: cuDNN's Philox keyed by (seed, stream),
+// cudnn_attention.h), still a pure function of (seed, stream, bi, hd, i, j), so the same call
+// gives the same mask, the backward the forward's, and recompute the original's; only the
+// bits differ from the index rule above. Cases with h0 != 0 or H != heads keep the rule.
 // One AdamW update (Megatron --optimizer adam = apex FusedAdam, adam_w_mode, bias correction),
 // elementwise over fp32 tensors, step t >= 1:
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;

@@ -5,10 +5,12 @@
 //
 // The choice is read once from the environment when a CUDA backend is constructed:
 //   MEGATRON_ATTENTION_IMPL=auto   (default) cuDNN where it can run the case, ours elsewhere
-//                                  (dropout p > 0, fp32, shapes or versions cuDNN refuses),
-//                                  each reason reported once on stderr
+//                                  (fp32, dropout over a tensor-parallel share of the heads,
+//                                  shapes or versions cuDNN refuses), each reason reported
+//                                  once on stderr. With dropout, cuDNN draws its own masks
+//                                  (not the CPU's bits; the same statistics)
 //   MEGATRON_ATTENTION_IMPL=cudnn  cuDNN only: a case it cannot run is an error
-//   MEGATRON_ATTENTION_IMPL=own    our kernels only
+//   MEGATRON_ATTENTION_IMPL=own    our kernels only: dropout masks bit-identical to the CPU's
 // The KV-cache attention (generation) always runs our kernels.
 #pragma once
 

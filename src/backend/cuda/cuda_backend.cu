@@ -447,6 +447,18 @@ int64_t env_count(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
   return n;
 }
 
+namespace {
+__global__ void store_u64_pair_kernel(uint64_t* dst, uint64_t first, uint64_t second) {
+  dst[0] = first;
+  dst[2] = second;
+}
+}  // namespace
+
+void store_u64_pair(void* dst, uint64_t first, uint64_t second, cudaStream_t stream) {
+  store_u64_pair_kernel<<<1, 1, 0, stream>>>(static_cast<uint64_t*>(dst), first, second);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
 CudaBackend& as_cuda(Backend& backend, const char* what) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   if (cuda == nullptr) throw_error(what, ": the backend is not a CUDA backend");

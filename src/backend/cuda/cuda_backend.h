@@ -13,7 +13,8 @@
 //                        case (attention_impl.h: MEGATRON_ATTENTION_IMPL=auto|cudnn|own)
 // Numerics contract (what tests/backend/cuda/ checks against the CPU backend): the same
 // function of the inputs; fp32 accumulation everywhere; outputs rounded RNE to their dtype;
-// dropout masks bit-identical to the CPU's (core/rng.h Philox, the same element index);
+// dropout masks bit-identical to the CPU's (core/rng.h Philox, the same element index), except
+// attention dropout on cuDNN (cuDNN's own Philox; MEGATRON_ATTENTION_IMPL=own keeps ours);
 // "(+=)" outputs accumulate; deterministic results run to run (no float atomics in
 // reductions whose order would vary), except cuDNN's attention backward, which accumulates dQ
 // with fp32 atomics unless set_attention_deterministic(true) (cudnn_attention.h).
@@ -69,6 +70,10 @@ bool env_switch(const char* name, bool fallback = false);
 // The integer in environment variable `name`, `fallback` when unset or empty; megatron::Error
 // naming the variable when it is not an integer in [lo, hi].
 int64_t env_count(const char* name, int64_t fallback, int64_t lo, int64_t hi);
+// Writes `first` to bytes [0, 8) and `second` to bytes [16, 24) of device memory `dst` (16-byte
+// aligned) in stream order: one thread, for scalars that kernels read from device memory
+// (cuDNN's dropout seed and offset). Defined in cuda_backend.cu.
+void store_u64_pair(void* dst, uint64_t first, uint64_t second, cudaStream_t stream);
 
 class CudaBackend : public Backend {
  public:

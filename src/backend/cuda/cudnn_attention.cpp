@@ -3,14 +3,16 @@
 // and our kernels. cudnn_attention.h describes the graphs and the strided Megatron layout;
 // attention_impl.h the switch.
 //
-// Which cases go to cuDNN: bf16/fp16, dropout p == 0, head_dim a multiple of 8 and <= 128,
-// 16-byte aligned tensors of one dtype, a cuDNN 9 runtime whose engines accept both graphs.
+// Which cases go to cuDNN: bf16/fp16, head_dim a multiple of 8 and <= 128, dropout p < 1 over
+// all heads of the model (not a TP share), 16-byte aligned tensors of one dtype, a cuDNN 9
+// runtime whose engines accept both graphs.
 // Known runtime limits are checked before asking cuDNN (see version_reason()). Everything else
 // runs our kernels, the reason printed once on stderr (or an error under MEGATRON_ATTENTION_IMPL=
 // cudnn). The decision is made per case for both directions together, so a forward that ran on
 // cuDNN is followed by a backward on cuDNN; only the data-dependent checks (dtype of dout/dqkv,
 // alignment) can split them, which stays correct because the lse of either implementation feeds
-// the other's backward (tests/backend/cuda/cudnn_attention_test.cpp checks both ways).
+// the other's backward (tests/backend/cuda/cudnn_attention_test.cpp checks both ways); with
+// dropout such a split is an error (the two draw different masks).
 #include "backend/cuda/cudnn_attention.h"
 
 #include <cuda_runtime.h>
@@ -235,7 +237,7 @@ class Graph {
     t.set_bool(MT_ATTR(CUDNN_ATTR_TENSOR_IS_VIRTUAL), is_virtual);
     if (by_value) t.set_bool(MT_ATTR(CUDNN_ATTR_TENSOR_IS_BY_VALUE), true);
     t.finalize();
-    return keep(std::move(t));
+    return keep_desc(std::move(t));
   }
   // An intermediate that lives only inside cuDNN's kernels.
   cudnnBackendDescriptor_t virt(const char* name, cudnnDataType_t dtype, const Dims4& dims, const Dims4& strides) {
@@ -257,7 +259,7 @@ class Graph {
     op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_MATMUL_CDESC), c);
     op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_MATMUL_DESC), mm.get());
     op.finalize();
-    keep(std::move(mm));
+    keep_desc(std::move(mm));
     add_op(std::move(op));
   }
 
@@ -277,7 +279,7 @@ class Graph {
     if (t != nullptr) op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_TDESC), t);
     op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_YDESC), y);
     op.finalize();
-    keep(std::move(pw));
+    keep_desc(std::move(pw));
     add_op(std::move(op));
   }
   void unary(const char* name, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
@@ -299,7 +301,7 @@ class Graph {
     op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_REDUCTION_YDESC), y);
     op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_REDUCTION_DESC), r.get());
     op.finalize();
-    keep(std::move(r));
+    keep_desc(std::move(r));
     add_op(std::move(op));
   }
 
@@ -310,6 +312,27 @@ class Graph {
     op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_RESHAPE_YDESC), y);
     op.finalize();
     add_op(std::move(op));
+  }
+
+  // A Bernoulli mask [b, h, s, s] (fp32 0/1, virtual): element kept with probability `keep`,
+  // drawn by cuDNN's Philox from the int64 device scalars `seed` and `offset`.
+  cudnnBackendDescriptor_t bernoulli(const char* name, double keep, cudnnBackendDescriptor_t seed,
+                                     cudnnBackendDescriptor_t offset, const Dims4& dims, const Dims4& strides) {
+    Descriptor rng(CUDNN_BACKEND_RNG_DESCRIPTOR, str_cat("rng descriptor '", name, "' of ", name_));
+    const cudnnRngDistribution_t dist = CUDNN_RNG_DISTRIBUTION_BERNOULLI;
+    rng.set(MT_ATTR(CUDNN_ATTR_RNG_DISTRIBUTION), CUDNN_TYPE_RNG_DISTRIBUTION, 1, &dist);
+    rng.set(MT_ATTR(CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY), CUDNN_TYPE_DOUBLE, 1, &keep);
+    rng.finalize();
+    auto y = virt(name, CUDNN_DATA_FLOAT, dims, strides);
+    Descriptor op(CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR, str_cat("rng '", name, "' of ", name_));
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_RNG_YDESC), y);
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_RNG_DESC), rng.get());
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_RNG_SEED), seed);
+    op.set_desc(MT_ATTR(CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC), offset);
+    op.finalize();
+    keep_desc(std::move(rng));
+    add_op(std::move(op));
+    return y;
   }
 
   // The causal mask on scores x [b, h, s, s]: keep x where row >= col, else `neg_inf` (a
@@ -448,11 +471,11 @@ class Graph {
   }
 
  private:
-  cudnnBackendDescriptor_t keep(Descriptor&& d) {
+  cudnnBackendDescriptor_t keep_desc(Descriptor&& d) {
     keep_.push_back(std::move(d));
     return keep_.back().get();
   }
-  void add_op(Descriptor&& op) { ops_.push_back(keep(std::move(op))); }
+  void add_op(Descriptor&& op) { ops_.push_back(keep_desc(std::move(op))); }
 
   cudnnHandle_t handle_;
   std::string name_;
@@ -463,13 +486,23 @@ class Graph {
 
 // Unique ids of the tensors bound at execution.
 constexpr int64_t kQ = 1, kK = 2, kV = 3, kO = 4, kStats = 5, kScale = 6, kNegInf = 7, kDO = 8, kDQ = 9, kDK = 10,
-                  kDV = 11, kOne = 12, kDSum = 13, kDQAccum = 14;
+                  kDV = 11, kOne = 12, kDSum = 13, kDQAccum = 14, kSeed = 15, kOffset = 16, kDropScale = 17,
+                  kDropScaleInv = 18;
 
 cudnnDataType_t cudnn_dtype(DType d) { return d == DType::kBF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
 
 std::string key_name(const CudnnAttentionKey& k) {
   return str_cat(dtype_name(k.dtype), " b=", k.b, " s=", k.s, " heads=", k.heads, " head_dim=", k.head_dim,
+                 k.dropout_bits != 0 ? str_cat(" dropout=", k.dropout_p()) : std::string(),
                  k.deterministic ? " deterministic" : "");
+}
+
+// The dropout mask of a graph: the seed and offset (int64 scalars in device memory, bound at
+// execution) and the Bernoulli draw of the kept probabilities, 1 - p.
+cudnnBackendDescriptor_t dropout_mask(Graph& g, const CudnnAttentionKey& k, const Dims4& dims, const Dims4& strides) {
+  auto seed = g.tensor("dropout seed", kSeed, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1});
+  auto offset = g.tensor("dropout offset", kOffset, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1});
+  return g.bernoulli("dropout mask", 1.0 - static_cast<double>(k.dropout_p()), seed, offset, dims, strides);
 }
 
 // Dims and strides of one case (see cudnn_attention.h).
@@ -528,8 +561,17 @@ void forward_graph(Graph& g, const CudnnAttentionKey& k) {
   auto log_l = g.virt("log L", f32, L.bhs1, L.rows);
   g.unary("log L", CUDNN_POINTWISE_LOG, l, log_l);
   g.binary("Stats = M + log L", CUDNN_POINTWISE_ADD, m, log_l, stats);
-  auto p = g.virt("P", io, L.bhss, L.scores);  // the second matmul takes P in the I/O dtype
+  auto p = g.virt("P", k.dropout_bits != 0 ? f32 : io, L.bhss, L.scores);  // P V takes the I/O dtype
   g.binary("P = E / L", CUDNN_POINTWISE_DIV, e, l, p);
+  if (k.dropout_bits != 0) {
+    // P = P * mask * 1/(1-p) (cuDNN's flash fprop pattern with dropout).
+    auto mask = dropout_mask(g, k, L.bhss, L.scores);
+    auto kept = g.virt("P * mask", f32, L.bhss, L.scores);
+    g.binary("P * mask", CUDNN_POINTWISE_MUL, p, mask, kept);
+    auto dropped = g.virt("P dropped", io, L.bhss, L.scores);
+    g.binary("P * mask / (1 - p)", CUDNN_POINTWISE_MUL, kept, g.scalar("1 / (1 - p)", kDropScale), dropped);
+    p = dropped;
+  }
   g.matmul("P V", p, v, o);
 }
 
@@ -544,19 +586,21 @@ void backward_graph(Graph& g, const CudnnAttentionKey& k) {
   auto stats = g.tensor("Stats", kStats, f32, L.bhs1, L.rows);
   auto scale = g.scalar("scale", kScale);
   auto neg_inf = g.scalar("-inf", kNegInf);
-  auto one = g.scalar("one", kOne);
+  const bool dropout = k.dropout_bits != 0;
+  auto one = dropout ? nullptr : g.scalar("one", kOne);
   auto dout = g.tensor("dO", kDO, io, L.bhsd, L.o);
   auto dq = g.tensor("dQ", kDQ, io, L.bhsd, L.qkv);
   auto dk = g.tensor("dK", kDK, io, L.bhsd, L.qkv);
   auto dv = g.tensor("dV", kDV, io, L.bhsd, L.qkv);
   auto dsum = g.tensor("D", kDSum, f32, L.bhs1, L.rows);  // in our workspace
 
-  // D_i = sum_t dO_it O_it (= sum_j P_ij dP_ij), times 1 (the slot of a dropout rescale).
+  // D_i = sum_t dO_it O_it (= sum_j P_ij dP_ij), times 1, or with dropout times 1 - p (then D is
+  // compared with the masked dP before the 1/(1-p) rescale: see dS below).
   auto do_o = g.virt("dO * O", f32, L.bhsd, L.packed);
   g.binary("dO * O", CUDNN_POINTWISE_MUL, dout, o, do_o);
   auto do_o_sum = g.virt("sum dO * O", f32, L.bhs1, L.rows);
   g.reduction("sum dO * O", CUDNN_REDUCE_TENSOR_ADD, do_o, do_o_sum);
-  g.binary("D", CUDNN_POINTWISE_MUL, do_o_sum, one, dsum);
+  g.binary("D", CUDNN_POINTWISE_MUL, do_o_sum, dropout ? g.scalar("1 - p", kDropScaleInv) : one, dsum);
 
   // P = exp(mask(scale Q K^T - Stats)), recomputed.
   auto s = g.virt("S", f32, L.bhss, L.scores);
@@ -569,18 +613,41 @@ void backward_graph(Graph& g, const CudnnAttentionKey& k) {
   auto p = g.virt("P", f32, L.bhss, L.scores);
   g.unary("P = exp", CUDNN_POINTWISE_EXP, masked, p);
 
-  // dV = P^T dO.
+  // dV = P^T dO; with dropout P is the dropped P * mask / (1-p) of the forward (the same seed
+  // and offset draw the same mask).
+  cudnnBackendDescriptor_t mask = nullptr, drop_scale = nullptr, p_used = p;
+  if (dropout) {
+    mask = dropout_mask(g, k, L.bhss, L.scores);
+    drop_scale = g.scalar("1 / (1 - p)", kDropScale);
+    auto kept = g.virt("P * mask", f32, L.bhss, L.scores);
+    g.binary("P * mask", CUDNN_POINTWISE_MUL, p, mask, kept);
+    auto dropped = g.virt("P dropped", f32, L.bhss, L.scores);
+    g.binary("P * mask / (1 - p)", CUDNN_POINTWISE_MUL, kept, drop_scale, dropped);
+    p_used = dropped;
+  }
   auto pt = g.virt("P^T", io, L.bhss, L.scores_t);
-  g.reshape("P^T", p, pt);
+  g.reshape("P^T", p_used, pt);
   g.matmul("P^T dO", pt, dout, dv);
 
-  // dS = P (dO V^T - D) scale.
+  // dS = P (dP - D) scale. With dropout, dP (= dO V^T) is the gradient of the dropped P, so
+  // dS = P (dP mask / (1-p) - D) scale, computed as P (dP mask - D (1-p)) / (1-p) scale (D
+  // already carries the 1 - p).
   auto dp = g.virt("dP", f32, L.bhss, L.scores);
   g.matmul("dO V^T", dout, vt, dp);
+  if (dropout) {
+    auto dp_masked = g.virt("dP * mask", f32, L.bhss, L.scores);
+    g.binary("dP * mask", CUDNN_POINTWISE_MUL, dp, mask, dp_masked);
+    dp = dp_masked;
+  }
   auto dp_d = g.virt("dP - D", f32, L.bhss, L.scores);
   g.binary("dP - D", CUDNN_POINTWISE_SUB, dp, dsum, dp_d);
   auto pdp = g.virt("P (dP - D)", f32, L.bhss, L.scores);
   g.binary("P (dP - D)", CUDNN_POINTWISE_MUL, dp_d, p, pdp);
+  if (dropout) {
+    auto rescaled = g.virt("P (dP - D) / (1 - p)", f32, L.bhss, L.scores);
+    g.binary("P (dP - D) / (1 - p)", CUDNN_POINTWISE_MUL, pdp, drop_scale, rescaled);
+    pdp = rescaled;
+  }
   auto ds = g.virt("dS", f32, L.bhss, L.scores);
   g.binary("dS = P (dP - D) scale", CUDNN_POINTWISE_MUL, pdp, scale, ds);
 
@@ -639,7 +706,7 @@ struct CudnnAttention::Entry {
   // [b, h, s, d] fp32 (non-deterministic graph only).
   int64_t dsum_offset = 0, dq_accum_offset = 0, dq_accum_bytes = 0, bwd_bytes = 0;
   // Scalars passed by value (their addresses go into the variant packs).
-  float scale = 0.0f, neg_inf = -INFINITY, one = 1.0f;
+  float scale = 0.0f, neg_inf = -INFINITY, one = 1.0f, drop_scale = 1.0f, drop_scale_inv = 1.0f;
 };
 
 CudnnAttention::CudnnAttention(CudaBackend& backend) : backend_(backend) {
@@ -696,6 +763,10 @@ CudnnAttention::Entry& CudnnAttention::entry(const CudnnAttentionKey& key) {
   if (auto it = entries_.find(key); it != entries_.end()) return *it->second;
   auto e = std::make_unique<Entry>();
   std::memcpy(&e->scale, &key.scale_bits, sizeof(float));
+  if (key.dropout_bits != 0) {
+    e->drop_scale = 1.0f / (1.0f - key.dropout_p());  // as our kernels and the CPU scale kept values
+    e->drop_scale_inv = 1.0f - key.dropout_p();
+  }
   // Masked scores: -inf, except below 9.10 where cuDNN's softmax wants the lowest finite float.
   e->neg_inf = version_ < 91000 ? -FLT_MAX : -INFINITY;
   if (!init_error_.empty()) {
@@ -735,18 +806,30 @@ void* CudnnAttention::workspace(int64_t bytes) {
   return workspace_.data();
 }
 
-void CudnnAttention::forward(const CudnnAttentionKey& key, const void* qkv, void* out, float* lse) {
+void* CudnnAttention::rng_state(uint64_t seed) {
+  if (!rng_.defined()) rng_ = backend_.empty({8}, DType::kF32, MemoryKind::kWorkspace);
+  store_u64_pair(rng_.data(), seed, 0, backend_.stream());
+  return rng_.data();
+}
+
+void CudnnAttention::forward(const CudnnAttentionKey& key, const void* qkv, void* out, float* lse,
+                             uint64_t rng_seed) {
   Entry& e = entry(key);
   MT_CHECK(e.unavailable.empty()) << "cuDNN attention forward of " << key_name(key) << ": " << e.unavailable;
   char* base = static_cast<char*>(const_cast<void*>(qkv));
   const int64_t d_bytes = key.head_dim * 2;
-  const int64_t uids[] = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
-  void* const ptrs[] = {base, base + d_bytes, base + 2 * d_bytes, out, lse, &e.scale, &e.neg_inf};
-  execute(handle_, e.fwd, uids, ptrs, 7, workspace(e.fwd.workspace));
+  std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
+  std::vector<void*> ptrs = {base, base + d_bytes, base + 2 * d_bytes, out, lse, &e.scale, &e.neg_inf};
+  if (key.dropout_bits != 0) {
+    char* rng = static_cast<char*>(rng_state(rng_seed));
+    uids.insert(uids.end(), {kSeed, kOffset, kDropScale});
+    ptrs.insert(ptrs.end(), {rng, rng + 16, &e.drop_scale});
+  }
+  execute(handle_, e.fwd, uids.data(), ptrs.data(), static_cast<int64_t>(uids.size()), workspace(e.fwd.workspace));
 }
 
 void CudnnAttention::backward(const CudnnAttentionKey& key, const void* dout, const void* qkv, const void* out,
-                              const float* lse, void* dqkv) {
+                              const float* lse, void* dqkv, uint64_t rng_seed) {
   Entry& e = entry(key);
   MT_CHECK(e.unavailable.empty()) << "cuDNN attention backward of " << key_name(key) << ": " << e.unavailable;
   char* ws = static_cast<char*>(workspace(e.bwd_bytes));
@@ -757,23 +840,32 @@ void CudnnAttention::backward(const CudnnAttentionKey& key, const void* dout, co
   char* in = static_cast<char*>(const_cast<void*>(qkv));
   char* grad = static_cast<char*>(dqkv);
   const int64_t d_bytes = key.head_dim * 2;
-  const int64_t uids[] = {kQ, kK, kV, kO, kStats, kScale, kNegInf, kDO, kDQ, kDK, kDV, kOne, kDSum, kDQAccum};
-  void* const ptrs[] = {in,
-                        in + d_bytes,
-                        in + 2 * d_bytes,
-                        const_cast<void*>(out),
-                        const_cast<float*>(lse),
-                        &e.scale,
-                        &e.neg_inf,
-                        const_cast<void*>(dout),
-                        grad,
-                        grad + d_bytes,
-                        grad + 2 * d_bytes,
-                        &e.one,
-                        ws + e.dsum_offset,
-                        ws + e.dq_accum_offset};
-  const int64_t n = e.dq_accum_bytes > 0 ? 14 : 13;  // the accumulator is the last entry
-  execute(handle_, e.bwd, uids, ptrs, n, ws);
+  std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf, kDO, kDQ, kDK, kDV, kDSum};
+  std::vector<void*> ptrs = {in,
+                             in + d_bytes,
+                             in + 2 * d_bytes,
+                             const_cast<void*>(out),
+                             const_cast<float*>(lse),
+                             &e.scale,
+                             &e.neg_inf,
+                             const_cast<void*>(dout),
+                             grad,
+                             grad + d_bytes,
+                             grad + 2 * d_bytes,
+                             ws + e.dsum_offset};
+  if (e.dq_accum_bytes > 0) {
+    uids.push_back(kDQAccum);
+    ptrs.push_back(ws + e.dq_accum_offset);
+  }
+  if (key.dropout_bits != 0) {
+    char* rng = static_cast<char*>(rng_state(rng_seed));
+    uids.insert(uids.end(), {kSeed, kOffset, kDropScale, kDropScaleInv});
+    ptrs.insert(ptrs.end(), {rng, rng + 16, &e.drop_scale, &e.drop_scale_inv});
+  } else {
+    uids.push_back(kOne);
+    ptrs.push_back(&e.one);
+  }
+  execute(handle_, e.bwd, uids.data(), ptrs.data(), static_cast<int64_t>(uids.size()), ws);
 }
 
 std::string CudnnAttention::describe(const CudnnAttentionKey& key) {
@@ -809,8 +901,21 @@ CudnnAttentionKey make_key(DType dtype, int64_t s, int64_t b, const AttentionPar
   k.head_dim = p.head_dim;
   k.dtype = dtype;
   std::memcpy(&k.scale_bits, &p.softmax_scale, sizeof(float));
+  if (p.dropout.p > 0.0f) std::memcpy(&k.dropout_bits, &p.dropout.p, sizeof(float));
   k.deterministic = deterministic;
   return k;
+}
+
+// cuDNN's Philox seed for the mask of (seed, stream): the two mixed by SplitMix64's finalizer,
+// so that every (iteration, micro-batch, layer) draws from its own key (offset 0) instead of
+// from overlapping counter ranges of one key.
+uint64_t cudnn_dropout_seed(const DropoutParams& d) {
+  auto mix = [](uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  return mix(d.seed + 0x9E3779B97F4A7C15ull * (mix(d.stream) + 1));
 }
 
 }  // namespace
@@ -820,7 +925,11 @@ std::string CudaBackend::cudnn_attention_reason(DType dtype, int64_t s, int64_t 
   if (dtype != DType::kBF16 && dtype != DType::kF16) {
     return str_cat(dtype_name(dtype), " tensors (cuDNN's fused attention is used for bf16 and fp16)");
   }
-  if (p.dropout.p > 0.0f) return "attention dropout p > 0 (cuDNN's dropout RNG cannot reproduce our Philox masks)";
+  if (p.dropout.p > 0.0f && (p.dropout_total_heads() != p.heads || p.dropout_head0 != 0)) {
+    return "attention dropout over a tensor-parallel share of the heads (cuDNN's masks cannot follow the global "
+           "head index, which keeps the single-process masks under any TP layout)";
+  }
+  if (p.dropout.p >= 1.0f) return str_cat("attention dropout p = ", p.dropout.p, " (cuDNN needs p < 1)");
   if (p.head_dim % 8 != 0 || p.head_dim > 128) {
     return str_cat("head_dim ", p.head_dim, " (cuDNN here takes multiples of 8 up to 128)");
   }
@@ -854,7 +963,7 @@ bool CudaBackend::cudnn_attention_forward(const Tensor& qkv, Tensor& out, Tensor
     return false;
   }
   cudnn_attention_->forward(make_key(qkv.dtype(), s, b, p, attention_deterministic_), qkv.data(), out.data(),
-                            static_cast<float*>(lse.data()));
+                            static_cast<float*>(lse.data()), cudnn_dropout_seed(p.dropout));
   return true;
 }
 
@@ -863,9 +972,17 @@ bool CudaBackend::cudnn_attention_backward(const Tensor& dout, const Tensor& qkv
   const int64_t s = qkv.dim(0), b = qkv.dim(1);
   if (attention_impl_ == AttentionImpl::kOwn || s == 0 || b == 0) return false;
   const std::string reason = cudnn_attention_reason(qkv.dtype(), s, b, p, {&qkv, &out, &dout, &dqkv});
+  // With dropout the backward must draw the forward's mask: a forward that ran on cuDNN (its
+  // case and tensors accepted) cannot be followed by our kernels' backward.
+  if (!reason.empty() && p.dropout.p > 0.0f && attention_impl_ != AttentionImpl::kCudnn &&
+      cudnn_attention_reason(qkv.dtype(), s, b, p, {&qkv, &out}).empty()) {
+    throw_error("attention backward with dropout: the forward ran on cuDNN but the backward cannot (", reason,
+                "); cuDNN's dropout masks are not our kernels' (set MEGATRON_ATTENTION_IMPL=own for both)");
+  }
   if (!use_cudnn_attention(reason, qkv.dtype(), s, b, p)) return false;
   cudnn_attention_->backward(make_key(qkv.dtype(), s, b, p, attention_deterministic_), dout.data(), qkv.data(),
-                             out.data(), static_cast<const float*>(lse.data()), dqkv.data());
+                             out.data(), static_cast<const float*>(lse.data()), dqkv.data(),
+                             cudnn_dropout_seed(p.dropout));
   return true;
 }
 

@@ -19,10 +19,22 @@
 //   BINARY_SELECT);  M = max_j S;  E = exp(S - M);  L = sum_j E;  Stats = M + log L;
 //   P = E / L (bf16/fp16);  O = P V.
 // Stats is therefore the natural-log log-sum-exp of the scaled, masked scores: exactly our
-// lse, so either implementation's backward can consume the other's forward.
+// lse, so either implementation's backward can consume the other's forward (without dropout).
+// With attention dropout p (cuDNN's pattern): P = E / L in fp32, then P * mask * 1/(1-p)
+// (rounded to bf16/fp16) into P V, where mask [b, h, s, s] is a Bernoulli(1 - p) draw of an
+// RNG node with int64 seed and offset tensors in device memory. Our seed is a mix of
+// DropoutParams (seed, stream), the offset 0; the mask is a function of those and of the
+// element's (batch, head, row, column) only, so the backward regenerates it. It is not the
+// CPU's mask (core/rng.h): tests check its statistics and that every output is consistent
+// with one mask, which a naive masked attention then reproduces. cuDNN 9.14's engine applies
+// 1/(1-p) rounded to the I/O dtype (bf16 1.109375 for p = 0.1: kept values 0.16% low; fp16
+// 1.111328), in the forward and the backward alike, so the gradients stay those of the
+// forward computed.
 // Backward graph (P recomputed from Stats):
 //   D = sum_t dO*O (fp32, kept in our workspace);  P = exp(mask(scale Q K^T - Stats));
 //   dV = P^T dO;  dP = dO V^T;  dS = P (dP - D) scale;  dK = dS^T Q;  dQ = dS K.
+// With dropout: D is scaled by 1 - p, P in dV = Pd^T dO is the dropped Pd = P mask / (1-p), and
+// dS = P (dP mask - D) / (1-p) scale.
 // dQ is accumulated by cuDNN with fp32 atomics into an fp32 workspace tensor and then
 // converted (fast; run-to-run bits may differ), unless `deterministic`: then dS K writes dQ
 // directly, which makes cuDNN pick its deterministic algorithm (it keeps a 16-bit dP of
@@ -36,6 +48,7 @@
 #include <cudnn_graph.h>
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,10 +65,16 @@ struct CudnnAttentionKey {
   int64_t b = 0, s = 0, heads = 0, head_dim = 0;
   DType dtype = DType::kBF16;  // of qkv, out, dout and dqkv alike
   uint32_t scale_bits = 0;     // the softmax scale's fp32 bit pattern
+  uint32_t dropout_bits = 0;   // the attention dropout probability's fp32 bits (0: no dropout)
   bool deterministic = false;
+  float dropout_p() const {
+    float p;
+    std::memcpy(&p, &dropout_bits, sizeof(p));
+    return p;
+  }
   bool operator<(const CudnnAttentionKey& o) const {
-    return std::tie(b, s, heads, head_dim, dtype, scale_bits, deterministic) <
-           std::tie(o.b, o.s, o.heads, o.head_dim, o.dtype, o.scale_bits, o.deterministic);
+    return std::tie(b, s, heads, head_dim, dtype, scale_bits, dropout_bits, deterministic) <
+           std::tie(o.b, o.s, o.heads, o.head_dim, o.dtype, o.scale_bits, o.dropout_bits, o.deterministic);
   }
 };
 
@@ -72,9 +91,11 @@ class CudnnAttention {
 
   // Both require unavailable(key) == "". Device pointers: qkv [s, b, h*3d], out and dout
   // [s, b, h*d], dqkv [s, b, h*3d] (all of key.dtype, 16-byte aligned), lse [b, h, s] fp32.
-  void forward(const CudnnAttentionKey& key, const void* qkv, void* out, float* lse);
+  // With dropout, `rng_seed` is cuDNN's Philox seed (offset 0) of the mask: the backward of a
+  // forward must pass the same seed.
+  void forward(const CudnnAttentionKey& key, const void* qkv, void* out, float* lse, uint64_t rng_seed);
   void backward(const CudnnAttentionKey& key, const void* dout, const void* qkv, const void* out, const float* lse,
-                void* dqkv);
+                void* dqkv, uint64_t rng_seed);
 
   // cuDNN version, the engines chosen for `key` and their notes, workspace bytes (for logs/tests).
   std::string describe(const CudnnAttentionKey& key);
@@ -91,6 +112,9 @@ class CudnnAttention {
  private:
   Entry& entry(const CudnnAttentionKey& key);
   void* workspace(int64_t bytes);
+  // The device copies of the dropout seed (bytes [0, 8)) and offset (bytes [16, 24)), written
+  // in stream order before each execution that draws a mask.
+  void* rng_state(uint64_t seed);
 
   CudaBackend& backend_;
   cudnnHandle_t handle_ = nullptr;
@@ -98,6 +122,7 @@ class CudnnAttention {
   size_t version_ = 0;      // cudnnGetVersion(): 91900 for 9.19.0
   std::map<CudnnAttentionKey, std::unique_ptr<Entry>> entries_;
   Tensor workspace_;  // MemoryKind::kWorkspace, grown to the largest plan's need
+  Tensor rng_;        // 32 bytes (MemoryKind::kWorkspace), allocated by the first dropout call
 };
 
 }  // namespace megatron::backend

@@ -1,8 +1,10 @@
 // cuDNN's fused flash attention in the CUDA backend (src/backend/cuda/cudnn_attention.cpp,
 // selected with AttentionImpl::kCudnn) against the CPU reference backend: forward out and lse,
 // backward dqkv, on GPT training shapes and awkward ones, bf16 and fp16; the lse handed between
-// cuDNN and our kernels in both directions; the fallbacks to our kernels (dropout, fp32); the
-// deterministic backward; the workspace accounting; MEGATRON_ATTENTION_IMPL.
+// cuDNN and our kernels in both directions; attention dropout with cuDNN's own masks (against a
+// double-precision masked attention of the mask read back); the fallbacks to our kernels
+// (dropout over a tensor-parallel share of the heads, fp32); the deterministic backward; the
+// workspace accounting; MEGATRON_ATTENTION_IMPL.
 // Every test but CudnnAttentionGraphs skips without a GPU. Awkward shapes that the cuDNN found
 // at run time refuses skip with its reason; the GPT training shapes must run on cuDNN.
 #include <gtest/gtest.h>
@@ -248,11 +250,234 @@ TEST(CudnnAttentionGraphs, BuildWithoutAGpu) {
   if (!built_with_cuda()) GTEST_SKIP() << "built without CUDA";
   for (const Case& c : kCases) {
     for (bool deterministic : {false, true}) {
-      SCOPED_TRACE(case_name(c) + (deterministic ? " deterministic" : ""));
-      EXPECT_EQ(check_cudnn_attention_graphs(c.dtype, c.s, c.b, make_params(c.heads, c.d), deterministic), "");
+      for (float dropout : {0.0f, 0.1f}) {
+        SCOPED_TRACE(case_name(c) + (deterministic ? " deterministic" : "") + (dropout > 0 ? " dropout" : ""));
+        EXPECT_EQ(
+            check_cudnn_attention_graphs(c.dtype, c.s, c.b, make_params(c.heads, c.d, dropout), deterministic), "");
+      }
     }
   }
 }
+
+// ---- dropout on cuDNN --------------------------------------------------------------------------
+
+// cuDNN draws attention dropout masks with its own Philox (cudnn_attention.h), so they are not
+// the CPU's bits. What must hold instead: the forward is consistent with one keep mask M
+// (every probability either dropped to 0 or kept and scaled by 1/(1-p)), about 1 - p of the
+// causal entries are kept, the same (seed, stream) draws the same M and another stream another
+// one, and forward and backward are the masked attention of that M, which the double reference
+// below recomputes independently of both backends.
+
+// q and k of |.| in [0.05, 0.5]: scaled scores within +-1, so every P is >= e^-2 / s and no
+// kept probability rounds to 0 (a kept entry is then unambiguous).
+Tensor small_qk_one_hot_v(const Case& c, uint64_t seed, int64_t key0) {
+  Tensor qkv = host_random({c.s, c.b, c.heads * 3 * c.d}, c.dtype, seed, 0.05f, 0.5f);
+  for (int64_t i = 0; i < c.s; ++i) {
+    for (int64_t bi = 0; bi < c.b; ++bi) {
+      for (int64_t h = 0; h < c.heads; ++h) {
+        for (int64_t t = 0; t < c.d; ++t) {
+          const int64_t at = (i * c.b + bi) * c.heads * 3 * c.d + h * 3 * c.d + 2 * c.d + t;
+          test::set(qkv, at, i == key0 + t ? 1.0 : 0.0);
+        }
+      }
+    }
+  }
+  return qkv;
+}
+
+// Softmax probabilities P[bi][h][i][j] (causal, double) of qkv's q and k.
+std::vector<double> probabilities(const Tensor& qkv, const Case& c, float scale) {
+  const int64_t s = c.s, H = c.heads, d = c.d, w = H * 3 * d;
+  std::vector<double> P(static_cast<size_t>(c.b * H * s * s), 0.0);
+  std::vector<double> row(static_cast<size_t>(s));
+  for (int64_t bi = 0; bi < c.b; ++bi) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < s; ++i) {
+        double m = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0.0;
+          for (int64_t t = 0; t < d; ++t) {
+            dot += test::get(qkv, (i * c.b + bi) * w + h * 3 * d + t) * test::get(qkv, (j * c.b + bi) * w + h * 3 * d + d + t);
+          }
+          row[static_cast<size_t>(j)] = dot * scale;
+          m = std::max(m, row[static_cast<size_t>(j)]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(row[static_cast<size_t>(j)] - m);
+        for (int64_t j = 0; j <= i; ++j) {
+          P[static_cast<size_t>(((bi * H + h) * s + i) * s + j)] = std::exp(row[static_cast<size_t>(j)] - m) / sum;
+        }
+      }
+    }
+  }
+  return P;
+}
+
+// The factor cuDNN scales kept probabilities by: 1/(1-p) rounded to the I/O dtype (measured on
+// cuDNN 9.14: bf16 out[i][j] = 0.636719 for P = 0.475175 at p = 0.25 is P * 1.3359375 rounded,
+// where P * 1.3333 would round to 0.632812; for p = 0.1 the factor is 1.109375, 0.16% low).
+double cudnn_dropout_scale(float p, DType dtype) {
+  return test::get(test::tensor_from({1.0 / (1.0 - static_cast<double>(p))}, {1}, dtype), 0);
+}
+
+// The keep mask cuDNN draws for `p` ([b, heads, s, s], 1 = kept; 0 above the diagonal), read
+// through forwards with one-hot values: v_j = e_{j - key0} for keys [key0, key0 + d), so
+// out[i][t] = Pd[i][key0 + t] exactly (one nonzero product, fp32 accumulation); ceil(s / d)
+// forwards cover every key. Each entry must be 0 (dropped) or P times cudnn_dropout_scale
+// within `rel` (two roundings to the I/O dtype: exp(S - max) for the P V product, then out);
+// anything else fails the test.
+std::vector<uint8_t> read_keep_mask(Backend& gpu, const Case& c, const AttentionParams& p, double rel) {
+  const int64_t s = c.s, H = c.heads, d = c.d;
+  std::vector<uint8_t> keep(static_cast<size_t>(c.b * H * s * s), 0);
+  const double r = cudnn_dropout_scale(p.dropout.p, c.dtype);
+  int64_t bad = 0;
+  double worst = 0.0;
+  std::string first_bad;
+  for (int64_t key0 = 0; key0 < s; key0 += d) {
+    const Tensor qkv_h = small_qk_one_hot_v(c, 4242, key0);
+    const std::vector<double> P = probabilities(qkv_h, c, p.softmax_scale);
+    Tensor qkv = to_device(gpu, qkv_h);
+    Tensor out = gpu.empty({s, c.b, H * d}, c.dtype, MemoryKind::kOther);
+    Tensor lse = gpu.empty({c.b, H, s}, DType::kF32, MemoryKind::kOther);
+    gpu.attention_forward(qkv, out, lse, p);
+    const Tensor o = to_host(gpu, out);
+    for (int64_t i = 0; i < s; ++i) {
+      for (int64_t bi = 0; bi < c.b; ++bi) {
+        for (int64_t h = 0; h < H; ++h) {
+          for (int64_t t = 0; t < d && key0 + t < s; ++t) {
+            const int64_t j = key0 + t;
+            const double got = test::get(o, (i * c.b + bi) * H * d + h * d + t);
+            const size_t at = static_cast<size_t>(((bi * H + h) * s + i) * s + j);
+            const double kept = P[at] * r;
+            if (j > i || got == 0.0) {
+              if (got != 0.0 && bad++ == 0) first_bad = str_cat("masked (", i, ", ", j, ") = ", got);
+              continue;
+            }
+            worst = std::max(worst, std::abs(got - kept) / kept);
+            if (std::abs(got - kept) > rel * kept && bad++ == 0) {
+              first_bad = str_cat("(b ", bi, ", head ", h, ", ", i, ", ", j, ") = ", got, ", neither 0 nor P r = ", kept);
+            }
+            keep[at] = 1;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "entries of the dropped probabilities that no keep mask explains; first " << first_bad;
+  std::cout << "  kept probabilities within " << worst << " (relative) of P * " << r << "\n";
+  return keep;
+}
+
+// Attention with an explicit keep mask, in double: per (batch, head) S = scale q k^T (causal),
+// P = softmax(S), Pd = P keep r, out = Pd v; backward: dPd = dout v^T, dv = Pd^T dout,
+// dP = dPd keep r, dS = P (dP - rowsum(P dP)), dq = scale dS k, dk = scale dS^T q; r is
+// cudnn_dropout_scale, the factor the forward applied.
+// Results rounded to qkv's dtype in Megatron's layouts.
+Result masked_attention(const Tensor& qkv, const Tensor& dout, const std::vector<uint8_t>& keep, const Case& c,
+                        const AttentionParams& p) {
+  const int64_t s = c.s, H = c.heads, d = c.d, w = H * 3 * d;
+  const double r = cudnn_dropout_scale(p.dropout.p, c.dtype);
+  const std::vector<double> P = probabilities(qkv, c, p.softmax_scale);
+  std::vector<double> out(static_cast<size_t>(s * c.b * H * d), 0.0), dqkv(static_cast<size_t>(s * c.b * w), 0.0);
+  auto x = [&](int64_t pos, int64_t bi, int64_t h, int64_t part, int64_t t) {
+    return test::get(qkv, (pos * c.b + bi) * w + h * 3 * d + part * d + t);
+  };
+  std::vector<double> dP(static_cast<size_t>(s));
+  for (int64_t bi = 0; bi < c.b; ++bi) {
+    for (int64_t h = 0; h < H; ++h) {
+      const size_t base = static_cast<size_t>((bi * H + h) * s * s);
+      for (int64_t i = 0; i < s; ++i) {
+        const double* Pi = P.data() + base + static_cast<size_t>(i * s);
+        const uint8_t* Ki = keep.data() + base + static_cast<size_t>(i * s);
+        for (int64_t t = 0; t < d; ++t) {
+          double acc = 0.0;
+          for (int64_t j = 0; j <= i; ++j) acc += Pi[j] * Ki[j] * r * x(j, bi, h, 2, t);
+          out[static_cast<size_t>((i * c.b + bi) * H * d + h * d + t)] = acc;
+        }
+        double rowsum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dpd = 0.0;
+          for (int64_t t = 0; t < d; ++t) dpd += test::get(dout, (i * c.b + bi) * H * d + h * d + t) * x(j, bi, h, 2, t);
+          dP[static_cast<size_t>(j)] = dpd * Ki[j] * r;
+          rowsum += Pi[j] * dP[static_cast<size_t>(j)];
+          for (int64_t t = 0; t < d; ++t) {  // dv_j += Pd_ij dout_i
+            dqkv[static_cast<size_t>((j * c.b + bi) * w + h * 3 * d + 2 * d + t)] +=
+                Pi[j] * Ki[j] * r * test::get(dout, (i * c.b + bi) * H * d + h * d + t);
+          }
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double ds = Pi[j] * (dP[static_cast<size_t>(j)] - rowsum) * p.softmax_scale;
+          for (int64_t t = 0; t < d; ++t) {
+            dqkv[static_cast<size_t>((i * c.b + bi) * w + h * 3 * d + t)] += ds * x(j, bi, h, 1, t);
+            dqkv[static_cast<size_t>((j * c.b + bi) * w + h * 3 * d + d + t)] += ds * x(i, bi, h, 0, t);
+          }
+        }
+      }
+    }
+  }
+  return {test::tensor_from(out, {s, c.b, H * d}, c.dtype), Tensor(), test::tensor_from(dqkv, qkv.shape(), c.dtype)};
+}
+
+class CudnnAttentionDropout : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudnnAttentionDropout, OneMaskExplainsForwardAndBackward) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case c = GetParam();
+  SCOPED_TRACE(case_name(c));
+  auto gpu = make_gpu(AttentionImpl::kCudnn);
+  const float drop = 0.25f;
+  const AttentionParams p = make_params(c.heads, c.d, drop);
+  ASSERT_EQ(cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, p), "") << "cuDNN must run attention dropout";
+  std::cout << "  " << describe_cudnn_attention(*gpu, c.dtype, c.s, c.b, p) << "\n";
+
+  // Two roundings to the I/O dtype (2^-9 or 2^-12 relative each) after fp32 exp and sums
+  // (~1e-6): 2^-7 / 2^-10 leave a 2x margin and still tell P r from P (25% apart).
+  const double rel = c.dtype == DType::kBF16 ? 1.0 / 128 : 1.0 / 1024;
+  const std::vector<uint8_t> keep = read_keep_mask(*gpu, c, p, rel);
+  int64_t causal = 0, kept = 0;
+  for (int64_t bh = 0; bh < c.b * c.heads; ++bh) {
+    for (int64_t i = 0; i < c.s; ++i) {
+      for (int64_t j = 0; j <= i; ++j) {
+        ++causal;
+        kept += keep[static_cast<size_t>((bh * c.s + i) * c.s + j)];
+      }
+    }
+  }
+  // Kept fraction: binomial with n = causal entries; 6 standard deviations.
+  const double frac = static_cast<double>(kept) / static_cast<double>(causal);
+  const double sd = std::sqrt(drop * (1.0 - drop) / static_cast<double>(causal));
+  EXPECT_NEAR(frac, 1.0 - drop, 6 * sd) << kept << " of " << causal << " causal entries kept";
+
+  // The same call again: the same mask. Another stream: another mask (about 2 p (1-p) of the
+  // entries differ).
+  EXPECT_EQ(read_keep_mask(*gpu, c, p, rel), keep) << "the same (seed, stream) drew another mask";
+  AttentionParams other = p;
+  other.dropout.stream += 1;
+  const std::vector<uint8_t> keep2 = read_keep_mask(*gpu, c, other, rel);
+  int64_t differ = 0;
+  for (size_t i = 0; i < keep.size(); ++i) differ += keep[i] != keep2[i];
+  EXPECT_GT(static_cast<double>(differ), 0.5 * 2 * drop * (1 - drop) * static_cast<double>(causal))
+      << "stream + 1 drew nearly the same mask";
+
+  // Random inputs through forward and backward: the masked attention of that mask.
+  const Inputs in = make_inputs(c, 99);
+  const Result got = gpu_attention(*gpu, in.qkv, in.dout, p, AttentionImpl::kCudnn, AttentionImpl::kCudnn);
+  const Result ref = masked_attention(in.qkv, in.dout, keep, c, p);
+  // As tolerance() without dropout, times 1.5: kept probabilities are scaled by r before their
+  // rounding, one more multiply per term.
+  const Tolerance tol = tolerance(c.dtype);
+  EXPECT_TRUE(close_scaled(got.out, ref.out, 1.5 * tol.out, 0.0, "dropout out"));
+  EXPECT_TRUE(close_scaled(got.dqkv, ref.dqkv, 1.5 * tol.dqkv, 0.0, "dropout dqkv"));
+  // The lse is the softmax's, before dropout: the CPU's without dropout.
+  const Result plain = cpu_attention(in.qkv, in.dout, make_params(c.heads, c.d));
+  EXPECT_TRUE(close_scaled(got.lse, plain.lse, tol.lse, 1e-5, "dropout lse"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionDropout,
+                         ::testing::Values(Case{128, 2, 2, 64, DType::kBF16, true},
+                                           Case{256, 1, 2, 128, DType::kF16, true},
+                                           Case{256, 1, 3, 80, DType::kBF16, true}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 // ---- lse between implementations -----------------------------------------------------------
 
@@ -292,8 +517,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionInterop,
 
 // Cases cuDNN must not take run our kernels under kAuto: bit for bit what AttentionImpl::kOwn
 // gives (our kernels are deterministic); under kCudnn they are errors.
-void expect_falls_back(const Case& c, float dropout, const std::string& reason_part) {
-  const AttentionParams p = make_params(c.heads, c.d, dropout);
+void expect_falls_back(const Case& c, const AttentionParams& p, const std::string& reason_part) {
   auto gpu = make_gpu(AttentionImpl::kAuto);
   const std::string why = cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, p);
   EXPECT_NE(why.find(reason_part), std::string::npos) << "reason: '" << why << "'";
@@ -307,21 +531,31 @@ void expect_falls_back(const Case& c, float dropout, const std::string& reason_p
   EXPECT_THROW(gpu_attention(*gpu, in.qkv, in.dout, p, AttentionImpl::kCudnn, AttentionImpl::kCudnn), Error);
 }
 
-TEST(CudnnAttentionFallback, DropoutRunsOurKernels) {
+// Heads [2, 4) of 4 (a tensor-parallel rank): the dropout index needs the global head, which
+// cuDNN's generator cannot take, so our kernels keep the single-process masks.
+AttentionParams tensor_parallel_dropout(int64_t heads, int64_t d) {
+  AttentionParams p = make_params(heads, d, 0.1f);
+  p.dropout_heads = 2 * heads;
+  p.dropout_head0 = heads;
+  return p;
+}
+
+TEST(CudnnAttentionFallback, TensorParallelDropoutRunsOurKernels) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  expect_falls_back(Case{128, 2, 2, 64, DType::kBF16, false}, 0.1f, "dropout");
+  expect_falls_back(Case{128, 2, 2, 64, DType::kBF16, false}, tensor_parallel_dropout(2, 64), "tensor-parallel");
 }
 
 TEST(CudnnAttentionFallback, Fp32RunsOurKernels) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  expect_falls_back(Case{128, 2, 2, 64, DType::kF32, false}, 0.0f, "fp32");
+  expect_falls_back(Case{128, 2, 2, 64, DType::kF32, false}, make_params(2, 64), "fp32");
 }
 
 TEST(CudnnAttentionFallback, ReasonsAreReported) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   auto gpu = make_gpu(AttentionImpl::kAuto);
   EXPECT_NE(cudnn_attention_unavailable(*gpu, DType::kBF16, 128, 1, make_params(2, 36)), "");  // head_dim % 8
-  EXPECT_NE(cudnn_attention_unavailable(*gpu, DType::kF16, 128, 1, make_params(2, 64, 0.5f)), "");
+  EXPECT_NE(cudnn_attention_unavailable(*gpu, DType::kF16, 128, 1, tensor_parallel_dropout(2, 64)), "");
+  EXPECT_EQ(cudnn_attention_unavailable(*gpu, DType::kF16, 128, 1, make_params(2, 64, 0.5f)), "");
   EXPECT_NE(cudnn_attention_unavailable(*gpu, DType::kF32, 128, 1, make_params(2, 64)), "");
   EXPECT_EQ(cudnn_attention_unavailable(*gpu, DType::kBF16, 1024, 2, make_params(12, 64)), "");
   set_attention_impl(*gpu, AttentionImpl::kOwn);
@@ -417,7 +651,7 @@ TEST(CudnnAttentionSwitch, EnvironmentVariableIsReadAtConstruction) {
     ScopedEnv env("MEGATRON_ATTENTION_IMPL", "cudnn");
     auto gpu = make_cuda_backend();
     const Inputs in = make_inputs(c, 3);
-    const AttentionParams dropout = make_params(c.heads, c.d, 0.1f);
+    const AttentionParams dropout = tensor_parallel_dropout(c.heads, c.d);
     Tensor qkv = to_device(*gpu, in.qkv);
     Tensor out = gpu->empty({c.s, c.b, c.heads * c.d}, c.dtype, MemoryKind::kOther);
     Tensor lse = gpu->empty({c.b, c.heads, c.s}, DType::kF32, MemoryKind::kOther);

@@ -70,6 +70,8 @@ void compare(DType dtype, double loss_tol, double grad_tol, float dropout = 0.1f
   const GPTConfig c = config(dropout);
   auto cpu = backend::make_cpu_backend();
   auto gpu = backend::make_cuda_backend(0);
+  // The CPU's dropout masks need our attention kernels (cuDNN draws its own; see below).
+  if (dropout > 0.0f) backend::set_attention_impl(*gpu, backend::AttentionImpl::kOwn);
   GPTModel mc(c, *cpu, dtype, 2), mg(c, *gpu, dtype, 2);
   mc.parameters().initialize(*cpu, 3, c.init_method_std, c.num_layers);
   mg.parameters().initialize(*gpu, 3, c.init_method_std, c.num_layers);
@@ -131,8 +133,7 @@ struct Trained {
   std::unique_ptr<GPTModel> model;
   std::vector<double> losses;
 };
-Trained train_steps(float dropout, bool recording, int steps) {
-  const GPTConfig c = config(dropout);
+Trained train_steps(const GPTConfig& c, bool recording, int steps) {
   Trained t;
   t.be = backend::make_cuda_backend(0);
   backend::set_attention_deterministic(*t.be, true);
@@ -163,6 +164,7 @@ Trained train_steps(float dropout, bool recording, int steps) {
   t.be->synchronize();
   return t;
 }
+Trained train_steps(float dropout, bool recording, int steps) { return train_steps(config(dropout), recording, steps); }
 
 // Recorded work (CUDA graphs) replays the same kernels with the same arguments: the losses of
 // every step and the weights and gradients after them are the unrecorded run's bits. Step 0
@@ -186,6 +188,41 @@ TEST(GpuModel, RecordedStepsGiveTheBitsOfUnrecordedOnes) {
   for (size_t i = 0; i < pp.size(); ++i) {
     EXPECT_EQ(bytes_of(*plain.be, pp[i].value), bytes_of(*rec.be, rp[i].value)) << pp[i].name;
     EXPECT_EQ(bytes_of(*plain.be, pp[i].grad), bytes_of(*rec.be, rp[i].grad)) << pp[i].name;
+  }
+}
+
+// Attention dropout on cuDNN (bf16, s = 128: cuDNN draws its own masks, keyed by the seed and
+// the (iteration, micro-batch, layer) stream). Full recompute runs each layer's forward again
+// before its backward, which must draw the forward's masks again: the losses, weights and
+// gradients are the bits of the run that keeps its activations, and differ from a run
+// without dropout.
+TEST(GpuModel, RecomputeRedrawsCudnnDropoutMasks) {
+  if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  GPTConfig c = config(0.1f);
+  c.seq_length = c.max_position_embeddings = 128;
+  {
+    auto be = backend::make_cuda_backend(0);
+    backend::AttentionParams a;
+    a.heads = c.num_attention_heads;
+    a.head_dim = c.kv_channels;
+    a.softmax_scale = 0.25f;
+    a.dropout.p = c.attention_dropout;
+    ASSERT_EQ(backend::cudnn_attention_unavailable(*be, DType::kBF16, c.seq_length, 2, a), "")
+        << "this test needs cuDNN's attention dropout";
+  }
+  GPTConfig recomputed = c;
+  recomputed.recompute = Recompute::kUniform;
+  GPTConfig no_dropout = c;
+  no_dropout.attention_dropout = no_dropout.hidden_dropout = 0.0f;
+  const Trained kept = train_steps(c, false, 3), again = train_steps(recomputed, false, 3);
+  const Trained plain = train_steps(no_dropout, false, 3);
+  EXPECT_EQ(kept.losses, again.losses);
+  EXPECT_NE(kept.losses[0], plain.losses[0]) << "dropout changed nothing";
+  const auto& kp = kept.model->parameters().params();
+  const auto& ap = again.model->parameters().params();
+  for (size_t i = 0; i < kp.size(); ++i) {
+    EXPECT_EQ(bytes_of(*kept.be, kp[i].value), bytes_of(*again.be, ap[i].value)) << kp[i].name;
+    EXPECT_EQ(bytes_of(*kept.be, kp[i].grad), bytes_of(*again.be, ap[i].grad)) << kp[i].name;
   }
 }
 
