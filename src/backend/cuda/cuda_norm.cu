@@ -764,7 +764,9 @@ constexpr size_t kMaxRowCacheBytes = 96 * 1024;
 // The row-in-registers configuration for rows of h elements of T: the fewest warps per row
 // (1, 2, 4, 8 or 16) whose threads hold the row in at most kLnMaxChunks<T> chunks each: K = 1,
 // 2, 3 (or 4 for fp32) chunks per thread. Blocks of 8 warps (`groups` rows at a time), or one
-// row of 16 warps. ok = false: the row does not fit (the generic path).
+// row of 16 warps. ok = false: the row does not fit (the generic path). Twice the fewest warps
+// (half the chunks and column accumulators per thread, more blocks per SM) measured slower in
+// the backward (H100, session 7: 350M 3.29 -> 3.71 ms, 1.3B 3.75 -> 4.40 ms per step).
 struct LnConfig {
   bool ok = false;
   int wpr = 0;

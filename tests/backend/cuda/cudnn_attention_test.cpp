@@ -324,8 +324,7 @@ double cudnn_dropout_scale(float p, DType dtype) {
 // through forwards with one-hot values: v_j = e_{j - key0} for keys [key0, key0 + d), so
 // out[i][t] = Pd[i][key0 + t] exactly (one nonzero product, fp32 accumulation); ceil(s / d)
 // forwards cover every key. Each entry must be 0 (dropped) or P times cudnn_dropout_scale
-// within `rel` (two roundings to the I/O dtype: exp(S - max) for the P V product, then out);
-// anything else fails the test.
+// within `rel` (the roundings to the I/O dtype on the way); anything else fails the test.
 std::vector<uint8_t> read_keep_mask(Backend& gpu, const Case& c, const AttentionParams& p, double rel) {
   const int64_t s = c.s, H = c.heads, d = c.d;
   std::vector<uint8_t> keep(static_cast<size_t>(c.b * H * s * s), 0);
@@ -430,9 +429,11 @@ TEST_P(CudnnAttentionDropout, OneMaskExplainsForwardAndBackward) {
   ASSERT_EQ(cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, p), "") << "cuDNN must run attention dropout";
   std::cout << "  " << describe_cudnn_attention(*gpu, c.dtype, c.s, c.b, p) << "\n";
 
-  // Two roundings to the I/O dtype (2^-9 or 2^-12 relative each) after fp32 exp and sums
-  // (~1e-6): 2^-7 / 2^-10 leave a 2x margin and still tell P r from P (25% apart).
-  const double rel = c.dtype == DType::kBF16 ? 1.0 / 128 : 1.0 / 1024;
+  // Up to three roundings to the I/O dtype (exp(S - max) for the P V product, its product with
+  // r, out), each <= 2^-8 (bf16) or 2^-11 (fp16) relative: <= 1.17% / 0.15%; measured on an
+  // H100 with cuDNN 9.14: 0.94% / 0.12%. 2^-6 / 2^-9 keep a margin and still tell P r from P
+  // (25% apart at p = 0.25).
+  const double rel = c.dtype == DType::kBF16 ? 1.0 / 64 : 1.0 / 512;
   const std::vector<uint8_t> keep = read_keep_mask(*gpu, c, p, rel);
   int64_t causal = 0, kept = 0;
   for (int64_t bh = 0; bh < c.b * c.heads; ++bh) {
