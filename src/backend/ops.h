@@ -212,6 +212,18 @@ class Backend {
                                          const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                                          Tensor& dx_colsum, GradWrite write, GradWrite dx_write,
                                          GradWrite colsum_write) = 0;
+  // layernorm_backward (the same dx, dgamma and dbeta), then dz = dropout_backward(dx as it
+  // leaves it, dropout) and dz_colsum[h] (+=, by `colsum_write`) the column sums of dz: what
+  // dropout_backward followed by bias_grad(dz) give, in its own order. dx is the gradient of a
+  // residual stream that a linear's output entered through dropout (Megatron's
+  // bias-dropout-add): dz is that linear's output gradient, dz_colsum its bias gradient. The
+  // CUDA backend does it in the LayerNorm backward's pass. dz: dx's shape and dtype, its own
+  // memory.
+  virtual void layernorm_backward_dropout_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                                 const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma,
+                                                 Tensor& dbeta, Tensor& dz, Tensor& dz_colsum,
+                                                 const DropoutParams& dropout, GradWrite write, GradWrite dx_write,
+                                                 GradWrite colsum_write) = 0;
 
   // ---- embeddings -----------------------------------------------------------------------
   // out[s, b, h] = wte[tokens[b, s]] + wpe[s] (tokens int32; positions 0..s-1). A token

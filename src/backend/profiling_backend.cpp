@@ -96,7 +96,8 @@ const char* ProfilingBackend::op_name(int op) {
       "cross_entropy_forward", "cross_entropy_backward", "sum_squares",
       "all_finite",      "count_zeros",        "adamw_update",
       "linear_gelu_forward", "linear_dgelu_backward", "adamw_update_segments",
-      "linear_residual_forward", "cross_entropy_fused", "layernorm_backward_colsum"};
+      "linear_residual_forward", "cross_entropy_fused", "layernorm_backward_colsum",
+      "layernorm_backward_dropout_colsum"};
   return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -339,6 +340,16 @@ void ProfilingBackend::layernorm_backward(const Tensor& dy, const Tensor& x, con
                                           GradWrite write, GradWrite dx_write) {
   timed(kLayernormBackward,
         [&] { inner_->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write); });
+}
+void ProfilingBackend::layernorm_backward_dropout_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                                         const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                                         Tensor& dgamma, Tensor& dbeta, Tensor& dz, Tensor& dz_colsum,
+                                                         const DropoutParams& dropout, GradWrite write,
+                                                         GradWrite dx_write, GradWrite colsum_write) {
+  timed(kLayernormBackwardDropoutColsum, [&] {
+    inner_->layernorm_backward_dropout_colsum(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, dz, dz_colsum, dropout,
+                                              write, dx_write, colsum_write);
+  });
 }
 void ProfilingBackend::layernorm_backward_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                                  const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma,

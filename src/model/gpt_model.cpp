@@ -594,6 +594,7 @@ void GPTModel::backward_chunk(int64_t chunk, int64_t set) {
 
 void GPTModel::chunk_backward() {
   const GPTConfig& cc = chunk_config_;
+  fc2_bias_taken_for_ = -1;
   // Top to bottom, one layer at a time (a per-layer "gradients ready" point: after
   // layer_backward(l) the gradients of layer l are final for this micro-batch).
   for (int64_t l = layers_per_chunk_ - 1; l >= 0; --l) {
@@ -605,6 +606,7 @@ void GPTModel::chunk_backward() {
                        (l + 1) % cc.recompute_num_layers == 0;
       if (top) {
         for (int64_t k = first; k <= l; ++k) layer_forward(k);
+        fc2_grad_in_h1_ = false;  // the forward used ws_h1_
       }
     }
     layer_backward(l, ws_grad_);
@@ -710,22 +712,27 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   // MLP branch: g is d(x_out); x_out = x_mid + dropout(fc2 + b_fc2). The row-parallel FC2's
   // output gradient is gathered (the backward of its reduce-scatter); b_fc2's gradient is
   // taken from all n rows, so it is complete on every rank. Unless the LayerNorm backward
-  // that produced g already summed it: layer l + 1's LayerNorm 1 in this chunk (see below).
-  const Tensor d_fc2 = gather_rows(through_dropout(g, h1, mlp_dropout), ws_h1_);
-  const bool fc2_bias_done = l + 1 < layers_per_chunk_ && residual_bias_grad_in_layernorm(p.fc2_b, mlp_dropout);
+  // that produced g already summed it (and with dropout left d(fc2 + b_fc2) in h1): layer
+  // l + 1's LayerNorm 1 in this chunk (see below).
+  const bool fc2_bias_done = fc2_bias_taken_for_ == gl;
+  const bool fc2_grad_ready = fc2_bias_done && fc2_grad_in_h1_;
+  fc2_bias_taken_for_ = -1;
+  const Tensor d_fc2 = fc2_grad_ready ? h1 : gather_rows(through_dropout(g, h1, mlp_dropout), ws_h1_);
   Tensor db_fc2 = fc2_bias_done ? Tensor() : optional_grad(p.fc2_b);
   // FC2's backward through GELU: ws_f_ = d(fc1 + b_fc1).
   backend_.linear_dgelu_backward(d_fc2, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
                                  config_.gelu, claim_grads(p.fc2_w, fc2_bias_done ? -1 : p.fc2_b));
   const Tensor d_ln2 = column_backward(ws_f_, column_input(a.ln2_out), p.fc1_w, p.fc1_b, ws_h2_);
   // g = d(x_mid): the residual path plus the MLP branch (the add fused into the backward).
-  // Without dropout or tensor parallelism d(proj + b_proj) is that g itself, so b_proj's
-  // gradient is its column sum, taken in the same pass (layernorm_backward_colsum).
-  const bool proj_bias_in_ln = residual_bias_grad_in_layernorm(p.proj_b, attn_dropout);
-  layernorm_backward_into(d_ln2, a.x_mid, p.ln2_w, p.ln2_b, a.ln2_mean, a.ln2_rstd, g, proj_bias_in_ln ? p.proj_b : -1);
+  // Without tensor parallelism d(proj + b_proj) is g itself (no dropout) or its dropout's
+  // backward, taken in the same pass into h1, and b_proj's gradient their column sum.
+  const bool proj_bias_in_ln = residual_bias_grad_in_layernorm(p.proj_b);
+  const bool proj_grad_in_h1 = proj_bias_in_ln && attn_dropout.p > 0.0f;
+  layernorm_backward_into(d_ln2, a.x_mid, p.ln2_w, p.ln2_b, a.ln2_mean, a.ln2_rstd, g, proj_bias_in_ln ? p.proj_b : -1,
+                          attn_dropout, &h1);
 
   // Attention branch: x_mid = x + dropout(proj + b_proj).
-  const Tensor d_proj = gather_rows(through_dropout(g, h1, attn_dropout), ws_h1_);
+  const Tensor d_proj = proj_grad_in_h1 ? h1 : gather_rows(through_dropout(g, h1, attn_dropout), ws_h1_);
   Tensor dq = ws_q_.view({n, q_size_});
   Tensor db_proj = proj_bias_in_ln ? Tensor() : optional_grad(p.proj_b);
   backend_.linear_backward(d_proj, a.attn_out.view({n, q_size_}), param(p.proj_w), dq, grad(p.proj_w), db_proj,
@@ -734,32 +741,41 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   const Tensor d_ln1 =
       column_backward(ws_qkv_.view({n, 3 * q_size_}), column_input(a.ln1_out), p.qkv_w, p.qkv_b, ws_h2_);
   // g = d(x): the residual path plus the attention branch. g is also d(x_out) of the layer
-  // below (this chunk's layer l - 1), whose b_fc2 gradient is then summed here likewise (the
-  // condition layer_backward(l - 1) checks as fc2_bias_done).
+  // below (this chunk's layer l - 1), whose b_fc2 gradient is then summed here likewise, and
+  // with dropout its FC2 output gradient left in h1 for it (chunk_backward forgets that when
+  // a recompute overwrites h1 in between; the layer then runs the dropout backward again, the
+  // same bits).
   int64_t below_fc2_b = -1;
+  const backend::DropoutParams below_dropout = dropout_params(config_.hidden_dropout, gl - 1, kSiteMlpOut);
   if (l > 0) {
     const LayerParams& below = layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l - 1)];
-    if (residual_bias_grad_in_layernorm(below.fc2_b, dropout_params(config_.hidden_dropout, gl - 1, kSiteMlpOut))) {
-      below_fc2_b = below.fc2_b;
-    }
+    if (residual_bias_grad_in_layernorm(below.fc2_b)) below_fc2_b = below.fc2_b;
   }
-  layernorm_backward_into(d_ln1, x, p.ln1_w, p.ln1_b, a.ln1_mean, a.ln1_rstd, g, below_fc2_b);
+  layernorm_backward_into(d_ln1, x, p.ln1_w, p.ln1_b, a.ln1_mean, a.ln1_rstd, g, below_fc2_b, below_dropout, &h1);
+  fc2_bias_taken_for_ = below_fc2_b >= 0 ? gl - 1 : -1;
+  fc2_grad_in_h1_ = below_fc2_b >= 0 && below_dropout.p > 0.0f;
 }
 
 void GPTModel::layernorm_backward_into(const Tensor& dy, const Tensor& x, int64_t w, int64_t b, const Tensor& mean,
-                                       const Tensor& rstd, Tensor& g, int64_t residual_bias) {
+                                       const Tensor& rstd, Tensor& g, int64_t residual_bias,
+                                       const backend::DropoutParams& dropout, Tensor* dz) {
   const backend::GradWrite write = claim_grads(w, b);
   if (residual_bias < 0) {
     backend_.layernorm_backward(dy, x, param(w), mean, rstd, g, grad(w), grad(b), write,
                                 backend::GradWrite::kAccumulate);
     return;
   }
+  if (dropout.p > 0.0f) {
+    MT_CHECK(dz != nullptr) << "layernorm backward through dropout without an output gradient buffer";
+    backend_.layernorm_backward_dropout_colsum(dy, x, param(w), mean, rstd, g, grad(w), grad(b), *dz,
+                                               grad(residual_bias), dropout, write, backend::GradWrite::kAccumulate,
+                                               params_.claim_grad(residual_bias));
+    return;
+  }
   backend_.layernorm_backward_colsum(dy, x, param(w), mean, rstd, g, grad(w), grad(b), grad(residual_bias), write,
                                      backend::GradWrite::kAccumulate, params_.claim_grad(residual_bias));
 }
 
-bool GPTModel::residual_bias_grad_in_layernorm(int64_t bias, const backend::DropoutParams& dropout) const {
-  return bias >= 0 && tp_->size() == 1 && dropout.p == 0.0f;
-}
+bool GPTModel::residual_bias_grad_in_layernorm(int64_t bias) const { return bias >= 0 && tp_->size() == 1; }
 
 }  // namespace megatron::model

@@ -228,15 +228,19 @@ class GPTModel {
   // together): kOverwrite for the step's first write (ParameterSet::claim_grad).
   backend::GradWrite claim_grads(int64_t a, int64_t b = -1);
   // Whether the gradient of `bias`, of a linear whose output goes into the residual stream
-  // through `dropout`, is the column sum of the residual gradient that a LayerNorm backward
-  // leaves (layernorm_backward_colsum): a bias, no dropout, one tensor-parallel rank (no
-  // reduction in between) — exactly when the forward adds it in the GEMM epilogue.
-  bool residual_bias_grad_in_layernorm(int64_t bias, const backend::DropoutParams& dropout) const;
+  // (through dropout or not), is taken by the LayerNorm backward that leaves that residual
+  // gradient: a bias and one tensor-parallel rank (no reduction in between). Without dropout
+  // it is the residual gradient's column sum (layernorm_backward_colsum; the forward adds the
+  // bias in the GEMM epilogue); with dropout the same kernel also applies the dropout's
+  // backward, writing the linear's output gradient (layernorm_backward_dropout_colsum).
+  bool residual_bias_grad_in_layernorm(int64_t bias) const;
   // g += the backward of LayerNorm (w, b) for dy (the residual gradient add fused in), with the
-  // gradients of w and b; with residual_bias >= 0 also that bias's gradient, g's column sums
-  // (layernorm_backward_colsum).
+  // gradients of w and b; with residual_bias >= 0 also that bias's gradient: g's column sums
+  // (layernorm_backward_colsum), or with dropout.p > 0 those of dz = the dropout's backward of
+  // g, written into dz (layernorm_backward_dropout_colsum).
   void layernorm_backward_into(const Tensor& dy, const Tensor& x, int64_t w, int64_t b, const Tensor& mean,
-                               const Tensor& rstd, Tensor& g, int64_t residual_bias);
+                               const Tensor& rstd, Tensor& g, int64_t residual_bias,
+                               const backend::DropoutParams& dropout = {}, Tensor* dz = nullptr);
   // The gradient for an op that can only accumulate (embedding_backward): zero-filled first if
   // it is stale.
   Tensor& accumulable_grad(int64_t i);
@@ -361,6 +365,12 @@ class GPTModel {
   std::vector<Chunk> chunks_;
   int64_t cur_chunk_ = 0, cur_set_ = 0;  // what layer_forward / layer_backward work on
   std::vector<LayerActs> recompute_acts_;  // the recompute slots, shared by every chunk and set
+  // Set by layer l's LayerNorm 1 backward for the layer below (global index) when it took that
+  // layer's FC2 bias gradient, and whether it also left FC2's output gradient (through the
+  // dropout) in ws_h1_ (cleared when a recompute's forward reuses ws_h1_ first); read and
+  // cleared by that layer's backward, which runs next.
+  int64_t fc2_bias_taken_for_ = -1;
+  bool fc2_grad_in_h1_ = false;
   std::vector<int64_t> act_slot_;    // per local layer: kept slot (>= 0) or ~recompute slot
   Tensor final_ln_out_, final_ln_mean_, final_ln_rstd_;
   // [n, V] in the model dtype, as Megatron's output layer (the cross-entropy reads them in fp32).

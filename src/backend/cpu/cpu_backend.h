@@ -71,6 +71,10 @@ class CpuBackend : public Backend {
   void layernorm_backward_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                  const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta, Tensor& dx_colsum,
                                  GradWrite write, GradWrite dx_write, GradWrite colsum_write) override;
+  void layernorm_backward_dropout_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                         const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta, Tensor& dz,
+                                         Tensor& dz_colsum, const DropoutParams& dropout, GradWrite write,
+                                         GradWrite dx_write, GradWrite colsum_write) override;
 
   void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) override;
   void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) override;

@@ -134,6 +134,17 @@ void CpuBackend::layernorm_backward_colsum(const Tensor& dy, const Tensor& x, co
   bias_grad(dx, dx_colsum, colsum_write);
 }
 
+// Likewise the three ops the CUDA kernel fuses.
+void CpuBackend::layernorm_backward_dropout_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                                   const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma,
+                                                   Tensor& dbeta, Tensor& dz, Tensor& dz_colsum,
+                                                   const DropoutParams& dropout, GradWrite write, GradWrite dx_write,
+                                                   GradWrite colsum_write) {
+  layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write);
+  dropout_backward(dx, dz, dropout);
+  bias_grad(dz, dz_colsum, colsum_write);
+}
+
 void CpuBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
   check_i32(tokens, "embedding tokens");
   MT_CHECK(tokens.ndim() == 2) << "embedding tokens " << tokens.describe() << " must be [b, s]";

@@ -130,6 +130,47 @@ __device__ __forceinline__ float dropout_multiplier(uint64_t seed, uint64_t stre
   return philox_uniform(seed, stream, index) >= p ? 1.0f / (1.0f - p) : 0.0f;
 }
 
+// Dropout multipliers of the elements with global indices [g, g + 4) (g = DropoutParams
+// offset + the local index): word g % 4 of Philox block g / 4 (core/rng.h philox_uniform),
+// kept iff uniform >= p. g a multiple of 4 (offset 0, or any sequence-parallel shard of a
+// tensor whose rows hold a multiple of 4 elements): one block; else two.
+__device__ __forceinline__ uint4 dropout_block(uint64_t seed, uint64_t stream, uint64_t block) {
+  return philox4x32_10(make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                                  static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)),
+                       make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)));
+}
+__device__ __forceinline__ void dropout4(uint64_t seed, uint64_t stream, uint64_t g, float p, float (&m)[4]) {
+  if (p == 0.0f) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) m[k] = 1.0f;
+    return;
+  }
+  const uint4 w = dropout_block(seed, stream, g >> 2);
+  uint32_t words[8] = {w.x, w.y, w.z, w.w, 0u, 0u, 0u, 0u};
+  const uint32_t first = static_cast<uint32_t>(g & 3);
+  if (first != 0) {
+    const uint4 w2 = dropout_block(seed, stream, (g >> 2) + 1);
+    words[4] = w2.x;
+    words[5] = w2.y;
+    words[6] = w2.z;
+    words[7] = w2.w;
+  }
+  const float scale = 1.0f / (1.0f - p);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    m[k] = static_cast<float>(words[first + k] >> 8) * (1.0f / 16777216.0f) >= p ? scale : 0.0f;
+  }
+}
+// dropout4 for g a multiple of 4 (one block, no indexing into a local array), p > 0.
+__device__ __forceinline__ void dropout4_aligned(uint64_t seed, uint64_t stream, uint64_t g, float p,
+                                                 float (&m)[4]) {
+  const uint4 w = dropout_block(seed, stream, g >> 2);
+  const float scale = 1.0f / (1.0f - p);
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) m[k] = static_cast<float>(words[k] >> 8) * (1.0f / 16777216.0f) >= p ? scale : 0.0f;
+}
+
 // ---- compile-time-typed access: one dtype dispatch per launch, 16-byte vectors ---------------
 // T is float, __nv_bfloat16 or __half; arithmetic is fp32, stores round to nearest even (the
 // same conversions as load_f/store_f).

@@ -33,38 +33,6 @@ constexpr float kGeluCubic = 0.044715f;
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 
-// Dropout multipliers of the elements with global indices [g, g + 4) (g = DropoutParams
-// offset + the local index): word g % 4 of Philox block g / 4 (core/rng.h philox_uniform),
-// kept iff uniform >= p. g a multiple of 4 (offset 0, or any sequence-parallel shard of a
-// tensor whose rows hold a multiple of 4 elements): one block; else two.
-__device__ __forceinline__ uint4 dropout_block(uint64_t seed, uint64_t stream, uint64_t block) {
-  return philox4x32_10(make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
-                                  static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)),
-                       make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)));
-}
-__device__ __forceinline__ void dropout4(uint64_t seed, uint64_t stream, uint64_t g, float p, float (&m)[4]) {
-  if (p == 0.0f) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) m[k] = 1.0f;
-    return;
-  }
-  const uint4 w = dropout_block(seed, stream, g >> 2);
-  uint32_t words[8] = {w.x, w.y, w.z, w.w, 0u, 0u, 0u, 0u};
-  const uint32_t first = static_cast<uint32_t>(g & 3);
-  if (first != 0) {
-    const uint4 w2 = dropout_block(seed, stream, (g >> 2) + 1);
-    words[4] = w2.x;
-    words[5] = w2.y;
-    words[6] = w2.z;
-    words[7] = w2.w;
-  }
-  const float scale = 1.0f / (1.0f - p);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    m[k] = static_cast<float>(words[first + k] >> 8) * (1.0f / 16777216.0f) >= p ? scale : 0.0f;
-  }
-}
-
 // bias[(i + k) % cols] for k < 4 (0 without a bias).
 __device__ __forceinline__ void bias4(const void* bias, DType dt, int64_t i, int64_t cols, float (&b)[4]) {
   if (bias == nullptr) {

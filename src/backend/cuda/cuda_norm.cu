@@ -339,13 +339,22 @@ __device__ __forceinline__ void gamma_chunk(const void* gamma, DType gdt, int64_
 // dx), rounded: the bits of the unfused layernorm_backward then add (ops.h).
 // kColsum: a third column sum, of dx as stored, through the same tree into partial_o
 // (layernorm_backward_colsum); dx, dgamma and dbeta are the same bits either way.
+// kDropout (with kColsum; layernorm_backward_dropout_colsum): dz = dropout_backward(dx as
+// stored) is written too (element row * h + c of the mask is drop.offset + row * h + c, as the
+// elementwise kernels draw it) and the third sum is dz's as stored instead of dx's.
 // Dynamic shared memory: (groups / 2) * S * K * W * 32 wpr floats for the tree, S = 2 or 3 sums.
-template <class T, int K, bool kVec, bool kColsum>
+struct LnDropout {
+  void* dz = nullptr;
+  uint64_t seed = 0, stream = 0, offset = 0;
+  float p = 0.0f;
+  bool aligned = false;  // offset and h multiples of 4: every 4-element group is one Philox block
+};
+template <class T, int K, bool kVec, bool kColsum, bool kDropout = false>
 __global__ void __launch_bounds__(512)
     layernorm_backward_rows_kernel(const T* dy, const T* x, const void* gamma, DType gdt, const float* mean,
                                    const float* rstd, T* dx, bool add_dx, int64_t n, int64_t h, int wpr,
                                    int rows_per_group, float* partial_g, float* partial_b, float* partial_o,
-                                   bool group_sync) {
+                                   bool group_sync, LnDropout drop) {
   constexpr int W = kVecWidth<T>;
   extern __shared__ float tree[];
   __shared__ float2 red[kLnMaxWarpsPerRow];
@@ -441,7 +450,28 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
             for (int e = 0; e < W; ++e) o[e] = __fadd_rn(r[e], to_f32<T>(from_f32<T>(o[e])));
           }
-          if constexpr (kColsum) {
+          if constexpr (kDropout) {
+            // dz = dx as stored times the mask multiplier, rounded when stored; summed as stored.
+            float m[W], z[W];
+#pragma unroll
+            for (int q = 0; q < W; q += 4) {
+              float m4[4];
+              const uint64_t g = drop.offset + static_cast<uint64_t>(row * h + c0 + q);
+              if (drop.aligned) {
+                dropout4_aligned(drop.seed, drop.stream, g, drop.p, m4);
+              } else {
+                dropout4(drop.seed, drop.stream, g, drop.p, m4);
+              }
+#pragma unroll
+              for (int e = 0; e < 4; ++e) m[q + e] = m4[e];
+            }
+#pragma unroll
+            for (int e = 0; e < W; ++e) {
+              z[e] = to_f32<T>(from_f32<T>(o[e])) * m[e];
+              if (c0 + e < h) ao[k][e] += to_f32<T>(from_f32<T>(z[e]));
+            }
+            store_chunk<T, kVec>(static_cast<T*>(drop.dz) + row * h, c0, h, z);
+          } else if constexpr (kColsum) {
 #pragma unroll
             for (int e = 0; e < W; ++e) {
               if (c0 + e < h) ao[k][e] += to_f32<T>(from_f32<T>(o[e]));  // as stored below
@@ -928,10 +958,12 @@ namespace {
 // layernorm_backward; with `colsum`, the fast path also takes dx's column sums in its kernel
 // (kColsum) where a thread holds at most kLnColsumMaxChunks chunks, and returns true. false:
 // the caller sums dx itself (wider rows, the generic path, or no colsum). dx, dgamma and dbeta
-// are the same bits either way.
+// are the same bits either way. With `dropout` (and colsum, dz): the kernel also writes dz =
+// dropout_backward(dx) and the column sums are dz's (kDropout); false: the caller does both.
 bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                               GradWrite write, GradWrite dx_write, Tensor* colsum, GradWrite colsum_write) {
+                               GradWrite write, GradWrite dx_write, Tensor* colsum, GradWrite colsum_write,
+                               const DropoutParams* dropout = nullptr, Tensor* dz = nullptr) {
   cuda::check_device_float(dy, "layernorm dy");
   cuda::check_device_float(x, "layernorm x");
   cuda::check_device_float(gamma, "layernorm gamma");
@@ -950,6 +982,12 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
   if (colsum) {
     cuda::check_device_float(*colsum, "layernorm dx_colsum");
     MT_CHECK_EQ(colsum->numel(), h) << "layernorm dx_colsum " << colsum->describe() << " for x " << x.describe();
+  }
+  if (dropout) {
+    MT_CHECK(colsum && dz) << "layernorm backward with dropout needs dz and its column sums";
+    cuda::check_device_float(*dz, "layernorm dz");
+    MT_CHECK(dz->numel() == x.numel() && dz->dtype() == dx.dtype() && !overlaps(*dz, dx) && !overlaps(*dz, dy))
+        << "layernorm dz " << dz->describe() << " for dx " << dx.describe() << " (same shape and dtype, its own memory)";
   }
   MT_CHECK(mean.numel() == n && rstd.numel() == n) << "layernorm mean/rstd for " << n << " rows";
   MT_CHECK(n <= std::numeric_limits<int32_t>::max()) << "layernorm: " << n << " rows exceed the grid";
@@ -981,7 +1019,7 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
       if (!c.ok) return;
       if (c.k <= cuda::kLnColsumMaxChunks<T>) in_kernel = colsum;
       const bool vec = h % W == 0 && cuda::vec_aligned(dy.data()) && cuda::vec_aligned(x.data()) &&
-                       cuda::vec_aligned(dx.data());
+                       cuda::vec_aligned(dx.data()) && (!dropout || cuda::vec_aligned(dz->data()));
       // Rows per block: about n / layernorm_backward_blocks(), a whole number of rows per group.
       const int64_t target = (n + be.layernorm_backward_blocks() - 1) / be.layernorm_backward_blocks();
       const int64_t rows_per_group = (target + c.groups - 1) / c.groups;
@@ -997,8 +1035,14 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
         const size_t smem = static_cast<size_t>(c.groups / 2) * sums * K * W * 32 * c.wpr * sizeof(float);
         auto kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, false>
                           : cuda::layernorm_backward_rows_kernel<T, K, false, false>;
+        cuda::LnDropout drop;
         if constexpr (K <= cuda::kLnColsumMaxChunks<T>) {
-          if (in_kernel) {
+          if (in_kernel && dropout) {
+            kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, true, true>
+                         : cuda::layernorm_backward_rows_kernel<T, K, false, true, true>;
+            drop = {dz->data(), dropout->seed, dropout->stream, dropout->offset, dropout->p,
+                    dropout->offset % 4 == 0 && h % 4 == 0 && dropout->p > 0.0f};
+          } else if (in_kernel) {
             kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, true>
                          : cuda::layernorm_backward_rows_kernel<T, K, false, true>;
           }
@@ -1006,7 +1050,7 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
         kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), smem, be.stream()>>>(
             static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), gamma.data(), gamma.dtype(), mp, rp,
             static_cast<T*>(dx.data()), add_dx, n, h, c.wpr, static_cast<int>(rows_per_group), pg, pb, po,
-            be.layernorm_group_sync());
+            be.layernorm_group_sync(), drop);
         MT_CUDA_LAUNCH_CHECK();
       });
       cuda::ColSum col;
@@ -1058,6 +1102,18 @@ void CudaBackend::layernorm_backward_colsum(const Tensor& dy, const Tensor& x, c
   if (!layernorm_backward_launch(*this, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write, &dx_colsum,
                                  colsum_write)) {
     bias_grad(dx, dx_colsum, colsum_write);
+  }
+}
+
+void CudaBackend::layernorm_backward_dropout_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                                    const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                                    Tensor& dgamma, Tensor& dbeta, Tensor& dz, Tensor& dz_colsum,
+                                                    const DropoutParams& dropout, GradWrite write,
+                                                    GradWrite dx_write, GradWrite colsum_write) {
+  if (!layernorm_backward_launch(*this, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write, &dz_colsum,
+                                 colsum_write, &dropout, &dz)) {
+    dropout_backward(dx, dz, dropout);
+    bias_grad(dz, dz_colsum, colsum_write);
   }
 }
 

@@ -83,6 +83,11 @@ TEST(CpuGradWrite, OverwriteIgnoresTheOldGradientAndAccumulateAddsToIt) {
     Tensor dx = Tensor::cpu({n, h}, DType::kF32);
     cpu->layernorm_backward_colsum(dln, x, gamma, mean, rstd, dx, g[0], g[1], g[2], m, GradWrite::kOverwrite, m);
   });
+  check_grad_write("layernorm_backward_dropout_colsum", {{h}, {h}, {h}}, [&](std::vector<Tensor>& g, GradWrite m) {
+    Tensor dx = Tensor::cpu({n, h}, DType::kF32), dz = Tensor::cpu({n, h}, DType::kF32);
+    cpu->layernorm_backward_dropout_colsum(dln, x, gamma, mean, rstd, dx, g[0], g[1], dz, g[2],
+                                           DropoutParams{0.3f, 5, 9, 0}, m, GradWrite::kOverwrite, m);
+  });
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_test_util.h"
+#include "core/rng.h"
 
 namespace megatron::backend {
 namespace {
@@ -207,6 +208,41 @@ TEST(CpuNorm, LayernormBackwardColsumSumsTheDxItLeaves) {
     }
     expect_close(cs, want, 1e-5, 1e-5, colsum_write == GradWrite::kAccumulate ? "colsum (+=)" : "colsum");
   }
+}
+
+// layernorm_backward_dropout_colsum: the same dx, dgamma and dbeta; dz is dx through the mask
+// (element i: 0, or dx_i / (1-p) rounded, kept iff dropout_keep(seed, stream, offset + i, p),
+// core/rng.h, checked here element by element) and the column sums are dz's, against double
+// sums.
+TEST(CpuNorm, LayernormBackwardDropoutColsumMasksTheDxItLeavesAndSumsThat) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t n = 6, h = 32;
+  const auto [x, gamma, dy, resid, mean, rstd] = residual_backward_inputs(*be, rng, n, h, 1.0);
+  Tensor dx1 = clone(resid), dg1 = be->empty({h}, DType::kF32, MemoryKind::kOther);
+  Tensor db1 = be->empty({h}, DType::kF32, MemoryKind::kOther);
+  be->layernorm_backward(dy, x, gamma, mean, rstd, dx1, dg1, db1, GradWrite::kOverwrite, GradWrite::kAccumulate);
+  const DropoutParams dp{0.25f, 91, 7, 5};
+  Tensor dx2 = clone(resid), dg2 = be->empty({h}, DType::kF32, MemoryKind::kOther);
+  Tensor db2 = be->empty({h}, DType::kF32, MemoryKind::kOther), cs = be->empty({h}, DType::kF32, MemoryKind::kOther);
+  Tensor dz = Tensor::cpu({n, h}, resid.dtype());
+  be->layernorm_backward_dropout_colsum(dy, x, gamma, mean, rstd, dx2, dg2, db2, dz, cs, dp, GradWrite::kOverwrite,
+                                        GradWrite::kAccumulate, GradWrite::kOverwrite);
+  EXPECT_TRUE(bitwise_equal(dx1, dx2));
+  EXPECT_TRUE(bitwise_equal(dg1, dg2));
+  EXPECT_TRUE(bitwise_equal(db1, db2));
+  int64_t dropped = 0;
+  std::vector<double> want(static_cast<size_t>(h), 0.0);
+  for (int64_t i = 0; i < n * h; ++i) {
+    const bool keep = dropout_keep(dp.seed, dp.stream, dp.offset + static_cast<uint64_t>(i), dp.p);
+    const float kept = static_cast<float>(get(dx2, i)) * (1.0f / (1.0f - dp.p));  // fp32, as ops.h
+    const Tensor one = tensor_from({keep ? static_cast<double>(kept) : 0.0}, {1}, dz.dtype());
+    ASSERT_EQ(get(dz, i), get(one, 0)) << "element " << i;
+    dropped += keep ? 0 : 1;
+    want[static_cast<size_t>(i % h)] += get(dz, i);
+  }
+  EXPECT_GT(dropped, 0);
+  expect_close(cs, want, 1e-5, 1e-5, "dropout colsum");
 }
 
 TEST(CpuNorm, EmbeddingForwardMatchesNaive) {

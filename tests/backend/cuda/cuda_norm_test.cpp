@@ -470,6 +470,77 @@ TEST(CudaNorm, LayernormBackwardColsumIsTheColumnSumOfItsDx) {
   }
 }
 
+// layernorm_backward_dropout_colsum: dx, dgamma and dbeta are layernorm_backward's bits; dz is
+// dropout_backward of that dx bit for bit (the CPU's mask: the elementwise kernels' test checks
+// dropout_backward against the CPU), with the mask offset of a shard (0, 4 and 3: the unaligned
+// Philox groups) and p = 0.1 / 0.5; its column sums equal bias_grad(dz) up to summation order
+// (the bound above), in the kernel (16-bit h = 1024, 2048, 770; fp32 h = 256) or by the
+// separate passes (h = 768, 2560, the generic path).
+TEST(CudaNorm, LayernormBackwardDropoutColsumIsTheDropoutBackwardAndItsColumnSums) {
+  MT_REQUIRE_CUDA();
+  auto gpu = make_cuda_backend();
+  const ResidualCase cases[] = {{4096, 1024, DType::kBF16, DType::kBF16, 0},
+                                {1024, 2048, DType::kBF16, DType::kBF16, 0},
+                                {1024, 2560, DType::kBF16, DType::kBF16, 0},
+                                {129, 768, DType::kF16, DType::kF16, 0},
+                                {100, 256, DType::kF32, DType::kF32, 0},
+                                {3, 25000, DType::kBF16, DType::kBF16, 0},
+                                {17, 770, DType::kBF16, DType::kBF16, 0}};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  uint64_t seed = 3100;
+  int variant = 0;
+  for (const ResidualCase& c : cases) {
+    const ResidualInputs in = residual_inputs(*gpu, c, seed, -4.0);
+    const DropoutParams dp{variant % 2 == 0 ? 0.1f : 0.5f, 77, 12345 + static_cast<uint64_t>(variant),
+                           static_cast<uint64_t>(variant % 3 == 0 ? 0 : variant % 3 == 1 ? 4 : 3)};
+    ++variant;
+    const std::string what = in.what + " p " + std::to_string(dp.p) + " offset " + std::to_string(dp.offset);
+    auto [plain_store, plain] = in.residual(*gpu, c);
+    Tensor dg1 = device_filled(*gpu, {c.h}, 0.0f), db1 = device_filled(*gpu, {c.h}, 0.0f);
+    gpu->layernorm_backward(in.dyd, in.xd, in.gd, in.md, in.rd, plain, dg1, db1, GradWrite::kOverwrite,
+                            GradWrite::kAccumulate);
+    Tensor want_dz = gpu->empty({c.n, c.h}, c.act, MemoryKind::kOther);
+    gpu->dropout_backward(plain, want_dz, dp);
+
+    auto [got_store, got] = in.residual(*gpu, c);
+    Tensor dg2 = device_filled(*gpu, {c.h}, nan), db2 = device_filled(*gpu, {c.h}, nan);
+    Tensor cs = device_filled(*gpu, {c.h}, nan);
+    Tensor dz = gpu->empty({c.n, c.h}, c.act, MemoryKind::kOther);
+    gpu->fill(dz, nan);
+    gpu->layernorm_backward_dropout_colsum(in.dyd, in.xd, in.gd, in.md, in.rd, got, dg2, db2, dz, cs, dp,
+                                           GradWrite::kOverwrite, GradWrite::kAccumulate, GradWrite::kOverwrite);
+    EXPECT_TRUE(bitwise(to_host(*gpu, got), to_host(*gpu, plain), "dropout colsum dx " + what));
+    EXPECT_TRUE(bitwise(to_host(*gpu, dg2), to_host(*gpu, dg1), "dropout colsum dgamma " + what));
+    EXPECT_TRUE(bitwise(to_host(*gpu, db2), to_host(*gpu, db1), "dropout colsum dbeta " + what));
+    const Tensor got_dz = to_host(*gpu, dz);
+    EXPECT_TRUE(bitwise(got_dz, to_host(*gpu, want_dz), "dropout colsum dz " + what));
+    int64_t zeros = 0;
+    for (int64_t i = 0; i < got_dz.numel(); ++i) zeros += get(got_dz, i) == 0.0;
+    EXPECT_GT(zeros, 0) << what << ": no element dropped";
+    Tensor want = device_filled(*gpu, {c.h}, nan);
+    gpu->bias_grad(want_dz, want, GradWrite::kOverwrite);
+    const Tensor got_cs = to_host(*gpu, cs), want_cs = to_host(*gpu, want);
+    for (int64_t j = 0; j < c.h; ++j) {
+      double abs_sum = 0.0;
+      for (int64_t r = 0; r < c.n; ++r) abs_sum += std::fabs(get(got_dz, r * c.h + j));
+      const double bound = 2.0 * static_cast<double>(c.n) * std::ldexp(1.0, -24) * abs_sum;
+      ASSERT_LE(std::fabs(get(got_cs, j) - get(want_cs, j)), bound)
+          << what << " column " << j << ": in the pass " << get(got_cs, j) << ", bias_grad " << get(want_cs, j);
+    }
+    // Accumulating: the same sums added onto what is there.
+    const Tensor base = host_random({c.h}, DType::kF32, ++seed);
+    auto [again_store, again] = in.residual(*gpu, c);
+    Tensor cs_acc = to_device(*gpu, base);
+    gpu->layernorm_backward_dropout_colsum(in.dyd, in.xd, in.gd, in.md, in.rd, again, dg2, db2, dz, cs_acc, dp,
+                                           GradWrite::kAccumulate, GradWrite::kAccumulate, GradWrite::kAccumulate);
+    const Tensor acc = to_host(*gpu, cs_acc);
+    for (int64_t j = 0; j < c.h; ++j) {
+      ASSERT_EQ(static_cast<float>(get(acc, j)), static_cast<float>(get(base, j)) + static_cast<float>(get(got_cs, j)))
+          << what << " accumulated column " << j;
+    }
+  }
+}
+
 struct EmbeddingCase {
   int64_t b, s, vocab, h;
 };
