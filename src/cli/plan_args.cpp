@@ -100,6 +100,11 @@ plan::Cluster parse_cluster(const Args& a, DType dtype) {
     if (!(p >= 0.0 && p < 1.0)) throw_error("[--attention-dropout] must be in [0, 1), got ", a.get_string("--attention-dropout"));
     cl.engine.attention_dropout = p;
   }
+  if (a.given("--hidden-dropout")) {
+    const double p = a.get_double("--hidden-dropout");
+    if (!(p >= 0.0 && p < 1.0)) throw_error("[--hidden-dropout] must be in [0, 1), got ", a.get_string("--hidden-dropout"));
+    cl.engine.hidden_dropout = p;
+  }
   if (a.get_flag("--tp-comm-overlap")) cl.engine.tp_comm_overlap = true;
   if (a.get_flag("--grad-reduce-in-bf16")) cl.engine.grad_reduce_bytes = 2;
   return cl;
@@ -147,7 +152,8 @@ void declare_plan_flags(Args& a) {
       .flag("--no-overlap", "no overlap of gradient reduction / parameter gather with compute")
       .option("--engine", "NAME", "software profile (" + plan::engine_names() + "; plan/engine_profile.h)", "ours")
       .option("--attention-backend", "B", "flash or local (materialised scores); default: the engine's")
-      .option("--attention-dropout", "P", "attention dropout (costs time with --attention-backend local)")
+      .option("--attention-dropout", "P", "attention dropout (default: the engine profile's; ours 0, as calibrated)")
+      .option("--hidden-dropout", "P", "dropout on the residual branches (default: the engine profile's; ours 0)")
       .flag("--tp-comm-overlap", "TP collectives pipelined with the GEMMs (needs --sequence-parallel)")
       .flag("--grad-reduce-in-bf16", "reduce gradients in 16 bits instead of fp32");
   a.option("--global-batch-size", "B", "samples per iteration", std::to_string(kDefaultPlanGlobalBatch))

@@ -40,7 +40,7 @@ const char* attention_backend_name(AttentionBackend a);
 // find_engine's other profiles describe published runs (tests/plan/published_runs_test.cpp).
 struct Engine {
   AttentionBackend attention = AttentionBackend::kFlash;  // --attention-backend
-  double attention_dropout = 0.0;  // --attention-dropout; costs time only with kLocal (flash fuses it)
+  double attention_dropout = 0.0;  // --attention-dropout; kLocal: passes over the scores; kFlash: the RNG
   int64_t grad_reduce_bytes = 4;   // bytes per gradient element the DP collective moves: 4 = fp32
                                    // main grads; 2 = --grad-reduce-in-bf16, or Megatron-2021 --fp16
                                    // without --accumulate-allreduce-grads-in-fp32

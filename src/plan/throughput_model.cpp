@@ -19,12 +19,13 @@ struct Gpu {
   double peak;       // FLOP/s
   double lost_work;  // w0, FLOPs
   double hbm;        // B/s
+  double int_ops;    // 32-bit integer operations per second
 };
 
 Gpu gpu_rates(const GpuSpec& g, const Engine& engine) {
   const double ceiling = engine.gemm_efficiency > 0 ? engine.gemm_efficiency : kGemmCeilingShare * g.gemm_efficiency;
-  return {g.peak_tflops * 1e12 * ceiling, g.peak_tflops * 1e12,
-          kGemmLostWorkH100 * g.peak_tflops / kH100Peak, g.hbm_bytes_per_s};
+  return {g.peak_tflops * 1e12 * ceiling, g.peak_tflops * 1e12, kGemmLostWorkH100 * g.peak_tflops / kH100Peak,
+          g.hbm_bytes_per_s, g.int32_tops * 1e12};
 }
 
 // Forward + dgrad + wgrad of an M x N x K GEMM: 3 * (w + w0) / achievable.
@@ -81,6 +82,14 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
     const double eff = kAttentionEfficiency * dk / (dk + 64.0) * s / (s + 512.0);
     lt.attention = attention_flops / (g.peak * eff);
     lt.attention_forward = lt.attention / 3.5;  // flash attention's backward is ~2.5x its forward
+    if (engine.attention_dropout > 0) {
+      // The mask is drawn inside the kernels, forward and again backward, for every causal score.
+      const double drawn = static_cast<double>(p.micro_batch) * static_cast<double>(c.num_attention_heads) / t * s *
+                           (s + 1.0) / 2.0;
+      const double forward = drawn * kFlashDropoutForwardOps / g.int_ops;
+      lt.attention += forward + drawn * kFlashDropoutBackwardOps / g.int_ops;
+      lt.attention_forward += forward;
+    }
   }
   // LayerNorms (forward ~1/3 of it); the residual adds where the engine does not fuse them.
   const double nh = n * h / u;

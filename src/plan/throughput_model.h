@@ -111,6 +111,14 @@ constexpr double kAttentionEfficiency = 0.562;
 // heads of 128, the same FLOPs: 1.47x, where this rule says 1.6x and d/(d + 64) alone 1.2x.
 // Sizes up to 64 and above 256 are taken as they are.
 constexpr double flash_kernel_head_size(double d) { return d <= 64.0 ? d : d <= 128.0 ? 128.0 : d <= 256.0 ? 256.0 : d; }
+// Attention dropout inside flash attention (ours: cuDNN's RNG node) costs integer work per causal
+// score drawn, in the forward and again in the backward, on top of the FLOPs. H100 `--profile-ops`,
+// 2026-11-24 (seventh session, bench/RESULTS.md), attention with dropout 0.1 minus without, per
+// step, over b * heads * s (s + 1) / 2 * layers scores: 350M (3.22e9) forward +3.44 ms, backward
+// +2.31; 1.3B (3.22e9) +4.12 / +2.44; 2.7B (8.59e9) +9.78 / +6.54: 0.87e12 and 1.34e12 scores
+// per second, i.e. 19.3 and 12.5 of the H100's 16.7e12 INT32 operations per score.
+constexpr double kFlashDropoutForwardOps = 19.3;
+constexpr double kFlashDropoutBackwardOps = 12.5;
 // Memory-bound bytes per layer, token and hidden element (n*h/u), at HBM bandwidth.
 // kElementwiseBytes: the two LayerNorms, forward + backward, the backward adding the residual
 // gradient (ours). H100 `--profile-ops`, 2026-11-23 (third session), layernorm_forward +

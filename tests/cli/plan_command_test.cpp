@@ -115,6 +115,7 @@ TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
       {"--model gpt3-175b --gpu h100-80gb --engine deepspeed", "error: [--engine] unknown engine 'deepspeed'"},
       {"--model gpt3-175b --gpu h100-80gb --attention-backend fused",
        "error: [--attention-backend] invalid choice 'fused' (choose from flash, local)"},
+      {"--model gpt3-175b --gpu h100-80gb --hidden-dropout 1", "error: [--hidden-dropout] must be in [0, 1), got 1"},
   };
   for (const auto& c : cases) {
     const test::CommandResult r = plan(c.flags);

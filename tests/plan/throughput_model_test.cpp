@@ -118,6 +118,35 @@ TEST(PlanThroughput, ReproducesOurMeasuredH100Runs) {
   }
 }
 
+// Megatron's default dropouts (--attention-dropout 0.1 --hidden-dropout 0.1) on the same H100
+// shapes, seventh session (2026-11-24, bench/RESULTS.md: attention dropout on cuDNN, the hidden
+// dropout's backward in the LayerNorm backward): the attention RNG term (kFlashDropout*Ops) and
+// the bias-dropout-add and mask terms (Engine::hidden_dropout) on top of the runs above, to 5%.
+TEST(PlanThroughput, ReproducesOurMeasuredH100RunsWithDropout) {
+  struct Run {
+    const char* name;
+    int64_t layers, hidden, heads, seq, micro_batch;
+    double ms;  // measured s/iter
+  };
+  const Run runs[] = {{"gpt2-124m", 12, 768, 12, 1024, 16, 33.80},
+                      {"gpt2-350m", 24, 1024, 16, 1024, 16, 88.39},
+                      {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 145.09},
+                      {"gpt3-2.7b", 32, 2560, 32, 2048, 4, 294.90}};
+  for (const Run& run : runs) {
+    const PlanModel m = test::gpt_plan_model(run.layers, run.hidden, run.heads, run.seq);
+    ParallelConfig p{1, 1, 1, 1, run.micro_batch, run.micro_batch, PlanRecompute::kNone, false, false};
+    Cluster dropout = h100(1, 1);
+    dropout.engine.attention_dropout = 0.1;
+    dropout.engine.hidden_dropout = 0.1;
+    const Prediction r = predict(config_for_tp(m, 1), DType::kBF16, p, dropout);
+    const Prediction plain = predict(config_for_tp(m, 1), DType::kBF16, p, h100(1, 1));
+    const double measured = static_cast<double>(run.micro_batch * run.seq) / (run.ms * 1e-3);
+    EXPECT_LT(std::fabs(r.tokens_per_s / measured - 1.0), 0.05)
+        << run.name << " (" << run.ms << " ms): predicted " << r.tokens_per_s << " tokens/s, measured " << measured;
+    EXPECT_LT(r.tokens_per_s, 0.95 * plain.tokens_per_s) << run.name << ": dropout costs at least 5% here";
+  }
+}
+
 // Head size 80 runs as 128 (flash_kernel_head_size): the attention term of 2.7B's 32 heads of 80
 // is that of the same FLOPs in heads of 128, times 128 / 80; 64 and 128 run as they are.
 TEST(PlanThroughput, FlashAttentionPadsTheHeadSizeToTheKernels) {
