@@ -41,6 +41,12 @@ struct DropoutParams {
   uint64_t seed = 0;
   uint64_t stream = 0;  // distinct per use site and step (layer, micro-batch, iteration)
   uint64_t offset = 0;  // global flat index of element 0 (sequence-parallel shards; see above)
+  // Optional: the address, in this backend's memory, of a value added to `stream` when the op
+  // runs (not when it is issued). Recorded work (begin_recording) then draws, at each replay,
+  // the masks of the value written there before it. Null: `stream` alone.
+  const uint64_t* stream_add = nullptr;
+  // The stream of a host backend's op (its memory is the host's).
+  uint64_t host_stream() const { return stream_add != nullptr ? stream + *stream_add : stream; }
 };
 
 // Causal self-attention over Megatron's fused QKV projection output.

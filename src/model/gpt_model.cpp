@@ -6,6 +6,7 @@
 
 #include "comm/self_communicator.h"
 #include "core/error.h"
+#include "model/memory_plan.h"
 #include "tensor_parallel/mappings.h"
 
 namespace megatron::model {
@@ -186,6 +187,7 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
     for (int64_t k = 0; k < pipe_.activation_sets[static_cast<size_t>(ci)]; ++k) {
       ActivationSet set;
       if (is_first_virtual(ci)) set.tokens = act({b, s}, DType::kI32);
+      if (dropout_stream_in_memory(c, T, pipe_)) set.dropout_stream = act({1}, DType::kI64);
       for (int64_t l = 0; l <= Lc; ++l) set.xs.push_back(act({sl, b, h}, dtype_));
       for (int64_t l = 0; l < cc.kept_layers(); ++l) set.kept.push_back(layer_acts());
       chunk.sets.push_back(std::move(set));
@@ -242,18 +244,26 @@ backend::DropoutParams GPTModel::dropout_params(float p, int64_t layer, int site
   if (!dropout_ctx_.training || p <= 0.0f) return d;
   d.p = p;
   d.seed = dropout_ctx_.seed;
-  // A distinct Philox stream per (iteration, micro-batch, layer, site): 26 + 16 + 12 + 2 bits.
-  d.stream = (((static_cast<uint64_t>(dropout_ctx_.iteration) << 16 | static_cast<uint64_t>(dropout_ctx_.micro_batch))
-                   << 12 |
-               static_cast<uint64_t>(layer + 1))
-              << 2) |
-             static_cast<uint64_t>(site);
+  // A distinct Philox stream per (iteration, micro-batch, layer, site): 26 + 16 + 12 + 2 bits;
+  // the (iteration, micro-batch) part read from the set's dropout_stream when it has one.
+  d.stream = (static_cast<uint64_t>(layer + 1) << 2) | static_cast<uint64_t>(site);
+  const Tensor& in_memory =
+      chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)].dropout_stream;
+  if (in_memory.defined()) {
+    d.stream_add = reinterpret_cast<const uint64_t*>(in_memory.data_as<const int64_t>());
+  } else {
+    d.stream |= dropout_stream_base(dropout_ctx_);
+  }
   // Hidden dropouts act on the residual stream [n_local, h]: a sequence-parallel shard starts
   // at global element rank * n_local * h (attention dropout places its heads instead).
   if (sp_ && site != kSiteAttentionProbs) {
     d.offset = static_cast<uint64_t>(tp_->rank() * n_local_ * config_.hidden_size);
   }
   return d;
+}
+
+uint64_t GPTModel::dropout_stream_base(const DropoutContext& dropout) {
+  return (static_cast<uint64_t>(dropout.iteration) << 16 | static_cast<uint64_t>(dropout.micro_batch)) << 14;
 }
 
 backend::AttentionParams GPTModel::attention_params(int64_t layer) const {
@@ -388,6 +398,11 @@ void GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, c
     MT_CHECK(mb != nullptr) << "the first and last virtual stages read the micro-batch";
     load_inputs(*mb, first ? &as.tokens : nullptr, last);
   }
+  if (as.dropout_stream.defined()) {
+    Tensor host = Tensor::cpu({1}, DType::kI64);
+    *host.data_as<int64_t>() = static_cast<int64_t>(dropout_stream_base(dropout));
+    backend_.copy(host, as.dropout_stream);
+  }
   // The loss weights' scale (loss_weights) is the one host value the recorded work depends on
   // that changes with the micro-batch (through the mask's sum).
   const float loss_factor = last && head && mask_sum_ > 0 ? head->loss_scale * head->grad_scale / mask_sum_ : 0.0f;
@@ -432,10 +447,12 @@ void GPTModel::chunk_forward(bool first, bool last, const HeadBackward* head) {
 }
 
 bool GPTModel::recordable() const {
-  const bool dropout_drawn =
-      dropout_ctx_.training && (config_.hidden_dropout > 0.0f || config_.attention_dropout > 0.0f);
+  // Dropout masks follow the (iteration, micro-batch) in the set's dropout_stream, read when
+  // the work runs; without it they are baked in.
+  const bool masks_baked = dropout_ctx_.training && (config_.hidden_dropout > 0.0f || config_.attention_dropout > 0.0f) &&
+                           !chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)].dropout_stream.defined();
   return recording_on_ && recording_failure_.empty() && backend_.can_record() && tp_->size() == 1 &&
-         pipe_.pp == 1 && num_chunks() == 1 && !hooks_.before_reading && !hooks_.grads_final_from && !dropout_drawn;
+         pipe_.pp == 1 && num_chunks() == 1 && !hooks_.before_reading && !hooks_.grads_final_from && !masks_baked;
 }
 
 void GPTModel::run_recordable(int kind, bool head, float loss_factor, const std::function<void()>& work) {
@@ -446,7 +463,7 @@ void GPTModel::run_recordable(int kind, bool head, float loss_factor, const std:
   uint32_t factor_bits = 0;
   std::memcpy(&factor_bits, &loss_factor, sizeof(factor_bits));
   const std::vector<bool> stale_before = params_.stale_grads();
-  RecordKey key{kind, cur_chunk_, cur_set_, head, factor_bits, stale_before};
+  RecordKey key{kind, cur_chunk_, cur_set_, head, dropout_ctx_.training, factor_bits, stale_before};
   // Keys that keep changing (a loss mask whose sum differs per micro-batch, a dynamic fp16 loss
   // scale) would grow the map without end: past kMaxRecordedKeys the keys seen once go (the
   // recordings stay), and if that is not enough, everything.

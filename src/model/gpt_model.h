@@ -148,8 +148,9 @@ class GPTModel {
   int64_t tensor_parallel_size() const { return tp_->size(); }
   void set_param_hooks(ParamHooks hooks) { hooks_ = std::move(hooks); }
   // Recorded device work (Backend::begin_recording; CUDA graphs): on a backend that records,
-  // one pipeline stage of one chunk, one tensor-parallel rank, no parameter hooks and no
-  // dropout drawn, the device work of forward_chunk (embedding, layers, loss head and its
+  // one pipeline stage of one chunk, one tensor-parallel rank and no parameter hooks (dropout
+  // included: its streams' (iteration, micro-batch) part is read from the activation set's
+  // dropout_stream when the work runs), the device work of forward_chunk (embedding, layers, loss head and its
   // backward) and of backward_chunk is recorded the second time it runs with the same
   // host-side inputs (the first run is left unrecorded so that lazy set-up — GEMM autotuning,
   // cuDNN plans — happens outside a recording) and replayed from then on. The results are the
@@ -245,6 +246,8 @@ class GPTModel {
   // it is stale.
   Tensor& accumulable_grad(int64_t i);
   backend::DropoutParams dropout_params(float p, int64_t layer, int site) const;
+  // The (iteration, micro-batch) bits of every dropout stream of `dropout` (dropout_params).
+  static uint64_t dropout_stream_base(const DropoutContext& dropout);
   backend::AttentionParams attention_params(int64_t layer) const;
   // One activation set of a chunk: the residual stream xs[0..Lc] (xs[l] is the input of the
   // chunk's layer l, xs[Lc] its output, or d(output) after an early head backward), the kept
@@ -254,6 +257,9 @@ class GPTModel {
     std::vector<LayerActs> kept;
     Tensor tokens;
     DropoutContext dropout;
+    // int64 [1]: (iteration << 16 | micro-batch) << 14 of `dropout`, written by forward_chunk
+    // where dropout_stream_in_memory; the dropout ops add it to their streams when they run.
+    Tensor dropout_stream;
   };
   struct Chunk {
     int64_t first_layer = 0;  // global index of local layer 0
@@ -284,8 +290,10 @@ class GPTModel {
   void queue_loss();
   // Recorded work (set_recording). A key holds everything host-side that the recorded ops
   // bake in: which work (0 forward, 1 backward), chunk, set, whether the loss head's backward
-  // runs, the loss weights' scale (its bits) and every gradient's stale flag (GradWrite).
-  using RecordKey = std::tuple<int, int64_t, int64_t, bool, uint32_t, std::vector<bool>>;
+  // runs, whether dropout is drawn (training), the loss weights' scale (its bits) and every
+  // gradient's stale flag (GradWrite). The dropout streams' (iteration, micro-batch) part is
+  // read from the set's dropout_stream when the work runs.
+  using RecordKey = std::tuple<int, int64_t, int64_t, bool, bool, uint32_t, std::vector<bool>>;
   struct RecordedWork {
     int64_t runs = 0;
     std::unique_ptr<backend::Recording> recording;

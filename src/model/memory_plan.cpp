@@ -39,6 +39,10 @@ int64_t stage_num_parameters(const GPTConfig& c, int64_t tp, const PipelineStage
   return n;
 }
 
+bool dropout_stream_in_memory(const GPTConfig& c, int64_t tp, const PipelineStageOptions& pipe) {
+  return tp == 1 && pipe.pp == 1 && pipe.virtual_chunks == 1 && (c.attention_dropout > 0.0f || c.hidden_dropout > 0.0f);
+}
+
 MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batch_size, int64_t tp,
                        bool sequence_parallel, const PipelineStageOptions& pipe) {
   MemoryPlan p;
@@ -66,8 +70,10 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
   GPTConfig cc = c;
   cc.num_layers = Lc;
   // Per activation set of a chunk: the Lc+1 residual-stream tensors [nl, h] (model dtype) and
-  // the kept layers; int32 tokens [n] on the first virtual stage.
-  const int64_t per_set = (Lc + 1) * nl * h * e + cc.kept_layers() * layer;
+  // the kept layers; int32 tokens [n] on the first virtual stage; the int64 dropout stream
+  // (dropout_stream_in_memory).
+  const int64_t per_set =
+      (Lc + 1) * nl * h * e + cc.kept_layers() * layer + (dropout_stream_in_memory(c, tp, pipe) ? 8 : 0);
   p.activations = cc.recompute_slots() * layer;
   for (int64_t ci = 0; ci < vp; ++ci) {
     const int64_t sets = pipe.activation_sets.empty() ? 1 : pipe.activation_sets[static_cast<size_t>(ci)];

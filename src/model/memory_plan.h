@@ -47,6 +47,12 @@ int64_t stage_num_parameters(const GPTConfig& config, int64_t tp, const Pipeline
 MemoryPlan plan_memory(const GPTConfig& config, DType param_dtype, int64_t micro_batch_size, int64_t tp = 1,
                        bool sequence_parallel = false, const PipelineStageOptions& pipeline = {});
 
+// Whether GPTModel keeps, per activation set, the (iteration, micro-batch) part of its dropout
+// streams in backend memory (one int64), so that recorded work draws each replay's masks
+// (DropoutParams::stream_add): with dropout, on one rank of one stage and chunk (where it
+// records work).
+bool dropout_stream_in_memory(const GPTConfig& config, int64_t tp, const PipelineStageOptions& pipeline);
+
 // --use-distributed-optimizer (megatron-facts §9): the fp32 main parameters and Adam moments
 // are sharded over `dp` ranks. With one gradient bucket (the default) rank 0 holds the largest
 // shard, ceil(P / dp) elements; this is its plan. (With --ddp-bucket-size each bucket is

@@ -70,6 +70,10 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   int64_t act = layers_in_flight * (n * h * e / u + (full ? 0 : layer));
   if (full) act += layer;  // the one slot recomputed layers share (model/gpt_config.h recompute_slots)
   if (stage == 0) act += mbs_in_flight * n * 4;
+  model::PipelineStageOptions layout;
+  layout.pp = p.pp;
+  layout.virtual_chunks = p.vp;
+  if (model::dropout_stream_in_memory(c, p.tp, layout)) act += mbs_in_flight * 8;  // int64 per activation set
   if (stage == p.pp - 1) {
     act += mbs_in_flight * (2 * n * h * e / u + 2 * n * 4 / u + n * (V / t) * e + 5 * n * 4);
   }

@@ -174,14 +174,35 @@ TEST(GPTModelRecording, KeysThatNeverRepeatStayBoundedAndKeepTheRecordings) {
   EXPECT_EQ(be.replays, kSteps - 1);     // and from its recording ever after
 }
 
-// Dropout masks depend on the iteration (a host value baked into the kernels): never recorded.
-// Nor is anything when recording is switched off.
-TEST(GPTModelRecording, NothingIsRecordedWithDropoutOrWhenSwitchedOff) {
+// With dropout the masks' (iteration, micro-batch) part is read from the activation set's
+// dropout stream when the work runs (DropoutParams::stream_add), so dropout steps are recorded
+// and replayed like the others (the GPU test checks the replays' bits); evaluation, which
+// draws no dropout, gets recordings of its own.
+TEST(GPTModelRecording, DropoutStepsAreRecordedToo) {
   FakeRecordingBackend be;
-  Stepper with_dropout(be, 0.1f, 1);
-  for (int it = 0; it < 3; ++it) with_dropout.step(it);
+  Stepper s(be, 0.1f, 1);
+  s.step(0);
   EXPECT_EQ(be.begins, 0);
-  Stepper off(be, 0.0f, 1);
+  s.step(1);
+  EXPECT_EQ(be.begins, 2);
+  for (int it = 2; it < 5; ++it) s.step(it);
+  EXPECT_EQ(be.begins, 2);
+  EXPECT_EQ(be.replays, 2 + 2 * 3);
+  DropoutContext eval;
+  eval.training = false;
+  for (int k = 0; k < 3; ++k) {
+    s.model.forward_chunk(0, 0, &s.batches[0], eval);
+    s.model.take_losses();
+  }
+  EXPECT_EQ(be.begins, 3);  // the evaluation forward, on its second run
+  EXPECT_EQ(be.replays, 8 + 2);
+  EXPECT_EQ(s.model.recording_failure(), "");
+}
+
+// Nothing is recorded when recording is switched off.
+TEST(GPTModelRecording, NothingIsRecordedWhenSwitchedOff) {
+  FakeRecordingBackend be;
+  Stepper off(be, 0.1f, 1);
   off.model.set_recording(false);
   for (int it = 0; it < 3; ++it) off.step(it);
   EXPECT_EQ(be.begins, 0);

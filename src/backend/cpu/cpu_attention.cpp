@@ -55,7 +55,7 @@ inline float attention_dropout(const AttentionParams& p, const Dims& dims, int64
   if (dp.p == 0.0f) return 1.0f;
   const int64_t global_bh = (bh / dims.heads) * p.dropout_total_heads() + p.dropout_head0 + bh % dims.heads;
   const uint64_t index = static_cast<uint64_t>((global_bh * dims.s + i) * dims.s + j);
-  return dropout_keep(dp.seed, dp.stream, index, dp.p) ? 1.0f / (1.0f - dp.p) : 0.0f;
+  return dropout_keep(dp.seed, dp.host_stream(), index, dp.p) ? 1.0f / (1.0f - dp.p) : 0.0f;
 }
 
 }  // namespace

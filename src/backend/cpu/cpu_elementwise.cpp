@@ -23,7 +23,7 @@ void check_dropout(const DropoutParams& d) {
 // The dropout multiplier of element i: 0 if dropped, 1 / (1 - p) if kept, 1 without dropout.
 inline float dropout_factor(const DropoutParams& d, int64_t i) {
   if (d.p == 0.0f) return 1.0f;
-  return dropout_keep(d.seed, d.stream, d.offset + static_cast<uint64_t>(i), d.p) ? 1.0f / (1.0f - d.p) : 0.0f;
+  return dropout_keep(d.seed, d.host_stream(), d.offset + static_cast<uint64_t>(i), d.p) ? 1.0f / (1.0f - d.p) : 0.0f;
 }
 
 void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {

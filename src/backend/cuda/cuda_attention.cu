@@ -98,6 +98,7 @@ struct ForwardArgs {
   float scale = 0.0f;
   float dropout_p = 0.0f;  // index ((dropout_bh(bh) * nq + row) * nk + key); only with nq == nk, q_pos0 == 0
   uint64_t seed = 0, stream = 0;
+  const uint64_t* stream_add = nullptr;  // DropoutParams::stream_add (device memory) or null
   int dropout_heads = 0, dropout_head0 = 0;  // ops.h AttentionParams (global heads of the index)
 };
 
@@ -114,8 +115,15 @@ struct BackwardArgs {
   float scale = 0.0f;
   float dropout_p = 0.0f;
   uint64_t seed = 0, stream = 0;
+  const uint64_t* stream_add = nullptr;  // DropoutParams::stream_add (device memory) or null
   int dropout_heads = 0, dropout_head0 = 0;  // ops.h AttentionParams (global heads of the index)
 };
+
+// The Philox stream of the masks: `stream`, plus the value at stream_add when set (ops.h).
+template <class Args>
+__device__ __forceinline__ uint64_t dropout_stream(const Args& a) {
+  return a.stream_add != nullptr ? a.stream + *a.stream_add : a.stream;
+}
 
 // The (batch, head) pair of the dropout index for the local pair bh = bi * heads + hd: the
 // global head dropout_head0 + hd of dropout_heads (tensor parallelism; ops.h).
@@ -303,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_forward_kernel(const Fo
         if (dropout && pv != 0.0f) {
           const int64_t key = k0 + tx + 16 * c;
           const uint64_t index = static_cast<uint64_t>((dropout_bh(a, bh) * a.nq + row) * a.nk + key);
-          pv *= dropout_multiplier(a.seed, a.stream, index, a.dropout_p);
+          pv *= dropout_multiplier(a.seed, dropout_stream(a), index, a.dropout_p);
         }
         Ps[(ty + 16 * r) * LDP + tx + 16 * c] = pv;
       }
@@ -438,7 +446,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_dkdv_kernel(const Backw
         float mult = 1.0f;
         if (dropout && valid) {
           const uint64_t index = static_cast<uint64_t>((dropout_bh(a, bh) * a.s + qi) * a.s + key);
-          mult = dropout_multiplier(a.seed, a.stream, index, a.dropout_p);
+          mult = dropout_multiplier(a.seed, dropout_stream(a), index, a.dropout_p);
         }
         PT[(ty + 16 * r) * LDT + ci] = p * mult;
         dST[(ty + 16 * r) * LDT + ci] = p * (dpt[r][c] * mult - D_s[ci]);
@@ -522,7 +530,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_dq_kernel(const Backwar
         float mult = 1.0f;
         if (dropout && valid) {
           const uint64_t index = static_cast<uint64_t>((dropout_bh(a, bh) * a.s + qi) * a.s + key);
-          mult = dropout_multiplier(a.seed, a.stream, index, a.dropout_p);
+          mult = dropout_multiplier(a.seed, dropout_stream(a), index, a.dropout_p);
         }
         dSs[ri * LDS + tx + 16 * c] = p * (dp[r][c] * mult - D_s[ri]);
       }
@@ -855,7 +863,7 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_forward_tc_kernel(con
           const int64_t key = k0 + j * 8 + 2 * t4;
           if (sc[j][2 * h] == 0.0f && sc[j][2 * h + 1] == 0.0f) continue;  // masked: no draw needed
           float m0, m1;
-          dropout_pair(a.seed, a.stream, static_cast<uint64_t>((dropout_bh(a, bh) * a.nq + row) * a.nk + key), a.dropout_p,
+          dropout_pair(a.seed, dropout_stream(a), static_cast<uint64_t>((dropout_bh(a, bh) * a.nq + row) * a.nk + key), a.dropout_p,
                        inv_keep, m0, m1);
           sc[j][2 * h] *= m0;
           sc[j][2 * h + 1] *= m1;
@@ -1084,7 +1092,7 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
         float mult = 1.0f;
         if (dropout && valid) {
           const int64_t qi = q0 + ci, key = key_a + (e >> 1) * 8;
-          mult = dropout_one(a.seed, a.stream, static_cast<uint64_t>((dropout_bh(a, bh) * a.s + qi) * a.s + key), a.dropout_p,
+          mult = dropout_one(a.seed, dropout_stream(a), static_cast<uint64_t>((dropout_bh(a, bh) * a.s + qi) * a.s + key), a.dropout_p,
                              inv_keep);
         }
         st[j][e] = p * mult;
@@ -1233,7 +1241,7 @@ __global__ void __launch_bounds__(kTcThreads, kDqMinBlocks<D>) attention_dq_tc_k
         const float p1 = v1 ? exp2f(sc[j][2 * h + 1] * scale2 - lse2[h]) : 0.0f;
         float m0 = 1.0f, m1 = 1.0f;
         if (dropout && (v0 || v1))
-          dropout_pair(a.seed, a.stream, static_cast<uint64_t>((dropout_bh(a, bh) * a.s + qi) * a.s + key), a.dropout_p, inv_keep,
+          dropout_pair(a.seed, dropout_stream(a), static_cast<uint64_t>((dropout_bh(a, bh) * a.s + qi) * a.s + key), a.dropout_p, inv_keep,
                        m0, m1);
         dp[j][2 * h] = p0 * (dp[j][2 * h] * m0 - Drow[h]);
         dp[j][2 * h + 1] = p1 * (dp[j][2 * h + 1] * m1 - Drow[h]);
@@ -1390,6 +1398,7 @@ void CudaBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse,
   a.dropout_p = params.dropout.p;
   a.seed = params.dropout.seed;
   a.stream = params.dropout.stream;
+  a.stream_add = params.dropout.stream_add;
   a.dropout_heads = static_cast<int>(params.dropout_total_heads());
   a.dropout_head0 = static_cast<int>(params.dropout_head0);
   if (tc_eligible(d, {&qkv, &out})) {
@@ -1427,6 +1436,7 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& qkv, cons
   a.dropout_p = params.dropout.p;
   a.seed = params.dropout.seed;
   a.stream = params.dropout.stream;
+  a.stream_add = params.dropout.stream_add;
   a.dropout_heads = static_cast<int>(params.dropout_total_heads());
   a.dropout_head0 = static_cast<int>(params.dropout_head0);
   if (tc_eligible(d, {&qkv, &dout, &out, &dqkv})) {

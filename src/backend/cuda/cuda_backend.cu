@@ -448,14 +448,25 @@ int64_t env_count(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
 }
 
 namespace {
-__global__ void store_u64_pair_kernel(uint64_t* dst, uint64_t first, uint64_t second) {
-  dst[0] = first;
-  dst[2] = second;
+// cuDNN's Philox seed for the masks of (seed, stream): the two mixed by SplitMix64's finalizer,
+// so that every (iteration, micro-batch, layer) draws from its own key (offset 0) instead of
+// from overlapping counter ranges of one key.
+__global__ void store_cudnn_dropout_seed_kernel(uint64_t* dst, uint64_t seed, uint64_t stream,
+                                                const uint64_t* stream_add) {
+  if (stream_add != nullptr) stream += *stream_add;
+  auto mix = [](uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  dst[0] = mix(seed + 0x9E3779B97F4A7C15ull * (mix(stream) + 1));
+  dst[2] = 0;
 }
 }  // namespace
 
-void store_u64_pair(void* dst, uint64_t first, uint64_t second, cudaStream_t stream) {
-  store_u64_pair_kernel<<<1, 1, 0, stream>>>(static_cast<uint64_t*>(dst), first, second);
+void store_cudnn_dropout_seed(void* dst, const DropoutParams& dropout, cudaStream_t stream) {
+  store_cudnn_dropout_seed_kernel<<<1, 1, 0, stream>>>(static_cast<uint64_t*>(dst), dropout.seed, dropout.stream,
+                                                        dropout.stream_add);
   MT_CUDA_LAUNCH_CHECK();
 }
 

@@ -70,10 +70,10 @@ bool env_switch(const char* name, bool fallback = false);
 // The integer in environment variable `name`, `fallback` when unset or empty; megatron::Error
 // naming the variable when it is not an integer in [lo, hi].
 int64_t env_count(const char* name, int64_t fallback, int64_t lo, int64_t hi);
-// Writes `first` to bytes [0, 8) and `second` to bytes [16, 24) of device memory `dst` (16-byte
-// aligned) in stream order: one thread, for scalars that kernels read from device memory
-// (cuDNN's dropout seed and offset). Defined in cuda_backend.cu.
-void store_u64_pair(void* dst, uint64_t first, uint64_t second, cudaStream_t stream);
+// Writes cuDNN's dropout seed for `dropout` (its seed and stream, the stream read at run time
+// when stream_add is set) to bytes [0, 8) of device memory `dst` and offset 0 to bytes [16, 24),
+// in stream order (one thread; cudnn_attention.h). Defined in cuda_backend.cu.
+void store_cudnn_dropout_seed(void* dst, const DropoutParams& dropout, cudaStream_t stream);
 
 class CudaBackend : public Backend {
  public:

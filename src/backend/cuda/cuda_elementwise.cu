@@ -53,10 +53,16 @@ struct DropoutArgs {
   uint64_t stream;
   uint64_t offset;  // global index of element 0 (ops.h)
   float p;
+  const uint64_t* stream_add;  // DropoutParams::stream_add (device memory) or null
+  // Adds the value at stream_add to stream, once per thread at the start of a kernel.
+  __device__ __forceinline__ void resolve() {
+    if (stream_add != nullptr) stream += *stream_add;
+  }
 };
 
 __global__ void dropout_kernel(const void* x, DType xdt, void* out, DType odt, int64_t n, bool vec,
                                DropoutArgs d) {
+  d.resolve();
   const int64_t groups = (n + 3) / 4;
   for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
        g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -74,6 +80,7 @@ __global__ void dropout_kernel(const void* x, DType xdt, void* out, DType odt, i
 __global__ void bias_dropout_add_kernel(const void* x, DType xdt, const void* bias, DType bdt, const void* res,
                                         DType rdt, void* out, DType odt, int64_t n, int64_t cols, bool vec,
                                         DropoutArgs d) {
+  d.resolve();
   const int64_t groups = (n + 3) / 4;
   for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
        g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -148,6 +155,7 @@ __device__ __forceinline__ void bias_w(const T* bias, int64_t col, int64_t cols,
 
 template <class T>
 __global__ void dropout_vec_kernel(const T* x, T* out, int64_t n, DropoutArgs d) {
+  d.resolve();
   constexpr int W = kVecWidth<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * W;
   for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * W; i < n; i += stride) {
@@ -164,6 +172,7 @@ __global__ void dropout_vec_kernel(const T* x, T* out, int64_t n, DropoutArgs d)
 template <class T, int kBias>
 __global__ void bias_dropout_add_vec_kernel(const T* x, const T* bias, const T* res, T* out, int64_t n, int64_t cols,
                                             int64_t stride_mod_cols, DropoutArgs d) {
+  d.resolve();
   constexpr int W = kVecWidth<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * W;
   int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * W;
@@ -307,7 +316,7 @@ bool group_aligned(const Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data()) % static_cast<uintptr_t>(4 * dtype_size(t.dtype())) == 0;
 }
 
-DropoutArgs dropout_args(const DropoutParams& d) { return DropoutArgs{d.seed, d.stream, d.offset, d.p}; }
+DropoutArgs dropout_args(const DropoutParams& d) { return DropoutArgs{d.seed, d.stream, d.offset, d.p, d.stream_add}; }
 
 // The vector fast path applies: every tensor of `dtype` and 16-byte aligned.
 bool vec_path(DType dtype, std::initializer_list<const Tensor*> ts) {

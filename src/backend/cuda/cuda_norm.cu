@@ -347,7 +347,8 @@ struct LnDropout {
   void* dz = nullptr;
   uint64_t seed = 0, stream = 0, offset = 0;
   float p = 0.0f;
-  bool aligned = false;  // offset and h multiples of 4: every 4-element group is one Philox block
+  bool aligned = false;                  // offset and h multiples of 4: one Philox block per group
+  const uint64_t* stream_add = nullptr;  // DropoutParams::stream_add (device memory) or null
 };
 template <class T, int K, bool kVec, bool kColsum, bool kDropout = false>
 __global__ void __launch_bounds__(512)
@@ -366,6 +367,9 @@ __global__ void __launch_bounds__(512)
   // per row (gamma_chunk, L1 hits) beyond: measured in bf16 at 1.3B (K = 2) 3.53 ms per step
   // held vs 3.68 re-read, at 124M and 2.7B (K = 3) 1.30 / 6.65 ms held vs 1.20 / 6.18
   // re-read. The same values either way.
+  if constexpr (kDropout) {
+    if (drop.stream_add != nullptr) drop.stream += *drop.stream_add;
+  }
   constexpr bool kHoldGamma = K * W <= 16;
   constexpr int KO = kColsum ? K : 1;
   float gh[kHoldGamma ? K : 1][W], ag[K][W], ab[K][W], ao[KO][W];
@@ -1040,8 +1044,9 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
           if (in_kernel && dropout) {
             kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, true, true>
                          : cuda::layernorm_backward_rows_kernel<T, K, false, true, true>;
-            drop = {dz->data(), dropout->seed, dropout->stream, dropout->offset, dropout->p,
-                    dropout->offset % 4 == 0 && h % 4 == 0 && dropout->p > 0.0f};
+            drop = {dz->data(), dropout->seed,    dropout->stream,
+                    dropout->offset, dropout->p, dropout->offset % 4 == 0 && h % 4 == 0 && dropout->p > 0.0f,
+                    dropout->stream_add};
           } else if (in_kernel) {
             kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, true>
                          : cuda::layernorm_backward_rows_kernel<T, K, false, true>;

@@ -806,14 +806,14 @@ void* CudnnAttention::workspace(int64_t bytes) {
   return workspace_.data();
 }
 
-void* CudnnAttention::rng_state(uint64_t seed) {
+void* CudnnAttention::rng_state(const DropoutParams& dropout) {
   if (!rng_.defined()) rng_ = backend_.empty({8}, DType::kF32, MemoryKind::kWorkspace);
-  store_u64_pair(rng_.data(), seed, 0, backend_.stream());
+  store_cudnn_dropout_seed(rng_.data(), dropout, backend_.stream());
   return rng_.data();
 }
 
 void CudnnAttention::forward(const CudnnAttentionKey& key, const void* qkv, void* out, float* lse,
-                             uint64_t rng_seed) {
+                             const DropoutParams& dropout) {
   Entry& e = entry(key);
   MT_CHECK(e.unavailable.empty()) << "cuDNN attention forward of " << key_name(key) << ": " << e.unavailable;
   char* base = static_cast<char*>(const_cast<void*>(qkv));
@@ -821,7 +821,7 @@ void CudnnAttention::forward(const CudnnAttentionKey& key, const void* qkv, void
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
   std::vector<void*> ptrs = {base, base + d_bytes, base + 2 * d_bytes, out, lse, &e.scale, &e.neg_inf};
   if (key.dropout_bits != 0) {
-    char* rng = static_cast<char*>(rng_state(rng_seed));
+    char* rng = static_cast<char*>(rng_state(dropout));
     uids.insert(uids.end(), {kSeed, kOffset, kDropScale});
     ptrs.insert(ptrs.end(), {rng, rng + 16, &e.drop_scale});
   }
@@ -829,7 +829,7 @@ void CudnnAttention::forward(const CudnnAttentionKey& key, const void* qkv, void
 }
 
 void CudnnAttention::backward(const CudnnAttentionKey& key, const void* dout, const void* qkv, const void* out,
-                              const float* lse, void* dqkv, uint64_t rng_seed) {
+                              const float* lse, void* dqkv, const DropoutParams& dropout) {
   Entry& e = entry(key);
   MT_CHECK(e.unavailable.empty()) << "cuDNN attention backward of " << key_name(key) << ": " << e.unavailable;
   char* ws = static_cast<char*>(workspace(e.bwd_bytes));
@@ -858,7 +858,7 @@ void CudnnAttention::backward(const CudnnAttentionKey& key, const void* dout, co
     ptrs.push_back(ws + e.dq_accum_offset);
   }
   if (key.dropout_bits != 0) {
-    char* rng = static_cast<char*>(rng_state(rng_seed));
+    char* rng = static_cast<char*>(rng_state(dropout));
     uids.insert(uids.end(), {kSeed, kOffset, kDropScale, kDropScaleInv});
     ptrs.insert(ptrs.end(), {rng, rng + 16, &e.drop_scale, &e.drop_scale_inv});
   } else {
@@ -906,17 +906,6 @@ CudnnAttentionKey make_key(DType dtype, int64_t s, int64_t b, const AttentionPar
   return k;
 }
 
-// cuDNN's Philox seed for the mask of (seed, stream): the two mixed by SplitMix64's finalizer,
-// so that every (iteration, micro-batch, layer) draws from its own key (offset 0) instead of
-// from overlapping counter ranges of one key.
-uint64_t cudnn_dropout_seed(const DropoutParams& d) {
-  auto mix = [](uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  return mix(d.seed + 0x9E3779B97F4A7C15ull * (mix(d.stream) + 1));
-}
 
 }  // namespace
 
@@ -963,7 +952,7 @@ bool CudaBackend::cudnn_attention_forward(const Tensor& qkv, Tensor& out, Tensor
     return false;
   }
   cudnn_attention_->forward(make_key(qkv.dtype(), s, b, p, attention_deterministic_), qkv.data(), out.data(),
-                            static_cast<float*>(lse.data()), cudnn_dropout_seed(p.dropout));
+                            static_cast<float*>(lse.data()), p.dropout);
   return true;
 }
 
@@ -982,7 +971,7 @@ bool CudaBackend::cudnn_attention_backward(const Tensor& dout, const Tensor& qkv
   if (!use_cudnn_attention(reason, qkv.dtype(), s, b, p)) return false;
   cudnn_attention_->backward(make_key(qkv.dtype(), s, b, p, attention_deterministic_), dout.data(), qkv.data(),
                              out.data(), static_cast<const float*>(lse.data()), dqkv.data(),
-                             cudnn_dropout_seed(p.dropout));
+                             p.dropout);
   return true;
 }
 

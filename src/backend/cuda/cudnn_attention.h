@@ -55,6 +55,7 @@
 #include <tuple>
 
 #include "core/dtype.h"
+#include "backend/ops.h"
 #include "core/tensor.h"
 
 namespace megatron::backend {
@@ -91,11 +92,12 @@ class CudnnAttention {
 
   // Both require unavailable(key) == "". Device pointers: qkv [s, b, h*3d], out and dout
   // [s, b, h*d], dqkv [s, b, h*3d] (all of key.dtype, 16-byte aligned), lse [b, h, s] fp32.
-  // With dropout, `rng_seed` is cuDNN's Philox seed (offset 0) of the mask: the backward of a
-  // forward must pass the same seed.
-  void forward(const CudnnAttentionKey& key, const void* qkv, void* out, float* lse, uint64_t rng_seed);
+  // With dropout, cuDNN's Philox seed of the mask is a mix of `dropout`'s seed and stream
+  // (store_cudnn_dropout_seed, on the device: stream_add is read there); the backward of a
+  // forward passes the same.
+  void forward(const CudnnAttentionKey& key, const void* qkv, void* out, float* lse, const DropoutParams& dropout);
   void backward(const CudnnAttentionKey& key, const void* dout, const void* qkv, const void* out, const float* lse,
-                void* dqkv, uint64_t rng_seed);
+                void* dqkv, const DropoutParams& dropout);
 
   // cuDNN version, the engines chosen for `key` and their notes, workspace bytes (for logs/tests).
   std::string describe(const CudnnAttentionKey& key);
@@ -114,7 +116,7 @@ class CudnnAttention {
   void* workspace(int64_t bytes);
   // The device copies of the dropout seed (bytes [0, 8)) and offset (bytes [16, 24)), written
   // in stream order before each execution that draws a mask.
-  void* rng_state(uint64_t seed);
+  void* rng_state(const DropoutParams& dropout);
 
   CudaBackend& backend_;
   cudnnHandle_t handle_ = nullptr;

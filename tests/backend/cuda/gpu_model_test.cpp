@@ -226,12 +226,32 @@ TEST(GpuModel, RecomputeRedrawsCudnnDropoutMasks) {
   }
 }
 
-// Dropout masks depend on the iteration, a host value: such steps are never recorded.
-TEST(GpuModel, StepsWithDropoutAreNotRecorded) {
+// With dropout the recordings read each replay's (iteration, micro-batch) from the activation
+// set's dropout stream (DropoutParams::stream_add): every step's loss and the weights and
+// gradients after them are the unrecorded run's bits, with the masks changing each step. At
+// s = 32 attention runs our kernels (cuDNN 9.14 takes s % 128 == 0), at s = 128 cuDNN's with
+// its RNG node; the hidden dropouts run the elementwise and LayerNorm kernels either way.
+TEST(GpuModel, RecordedStepsWithDropoutGiveTheBitsOfUnrecordedOnes) {
   if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const Trained rec = train_steps(0.1f, true, 3);
-  EXPECT_EQ(rec.model->replays(), 0);
-  EXPECT_EQ(rec.model->recording_failure(), "");
+  constexpr int kSteps = 4;
+  for (int64_t seq : {32, 128}) {
+    GPTConfig c = config(0.1f);
+    c.seq_length = c.max_position_embeddings = seq;
+    const Trained plain = train_steps(c, false, kSteps);
+    const Trained rec = train_steps(c, true, kSteps);
+    ASSERT_EQ(rec.model->recording_failure(), "") << "s " << seq;
+    EXPECT_EQ(rec.model->replays(), 4 * (kSteps - 1)) << "s " << seq;
+    for (int step = 0; step < kSteps; ++step) {
+      EXPECT_EQ(plain.losses[static_cast<size_t>(step)], rec.losses[static_cast<size_t>(step)])
+          << "s " << seq << " step " << step;
+    }
+    const auto& pp = plain.model->parameters().params();
+    const auto& rp = rec.model->parameters().params();
+    for (size_t i = 0; i < pp.size(); ++i) {
+      EXPECT_EQ(bytes_of(*plain.be, pp[i].value), bytes_of(*rec.be, rp[i].value)) << pp[i].name << " s " << seq;
+      EXPECT_EQ(bytes_of(*plain.be, pp[i].grad), bytes_of(*rec.be, rp[i].grad)) << pp[i].name << " s " << seq;
+    }
+  }
 }
 
 }  // namespace
