@@ -250,7 +250,7 @@ backend::DropoutParams GPTModel::dropout_params(float p, int64_t layer, int site
   const Tensor& in_memory =
       chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)].dropout_stream;
   if (in_memory.defined()) {
-    d.stream_add = reinterpret_cast<const uint64_t*>(in_memory.data_as<const int64_t>());
+    d.stream_add = static_cast<const uint64_t*>(in_memory.data());  // device memory on a GPU backend
   } else {
     d.stream |= dropout_stream_base(dropout_ctx_);
   }
