@@ -11,7 +11,8 @@
 //    dim 0). "n" below is s*b rows.
 //  - Linear weights are [out, in] (PyTorch/Megatron layout): y = x W^T + b.
 //  - Dropout: element i of a tensor is kept iff dropout_keep(seed, stream, offset + i, p)
-//    (core/rng.h); kept values are scaled by 1/(1-p). p == 0 means no dropout (no RNG drawn).
+//    (core/rng.h; stream includes the value at DropoutParams::stream_add when set); kept values
+//    are scaled by 1/(1-p). p == 0 means no dropout (no RNG drawn).
 //    offset (DropoutParams) is 0 except for a shard of a larger tensor: a sequence-parallel
 //    rank's [s/T, b, h] rows start at flat index offset = r * (s/T) * b * h of the [s, b, h]
 //    tensor, so its mask is the single-process run's at the same global elements.
@@ -39,7 +40,9 @@ enum class GradWrite { kAccumulate, kOverwrite };
 struct DropoutParams {
   float p = 0.0f;
   uint64_t seed = 0;
-  uint64_t stream = 0;  // distinct per use site and step (layer, micro-batch, iteration)
+  // Distinct per use site and step (layer, micro-batch, iteration): this value, plus the one at
+  // stream_add when that is set.
+  uint64_t stream = 0;
   uint64_t offset = 0;  // global flat index of element 0 (sequence-parallel shards; see above)
   // Optional: the address, in this backend's memory, of a value added to `stream` when the op
   // runs (not when it is issued). Recorded work (begin_recording) then draws, at each replay,

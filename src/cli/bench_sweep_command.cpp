@@ -319,7 +319,9 @@ int run_bench_sweep(const CommandArgs& argv_in) {
       continue;
     }
     r.name = sweep_case_name(p.dp, p.tp, p.pp, p.global_batch, pm.config.hidden_size, pm.config.num_layers);
-    const plan::Cluster cluster = cluster_for(gpu, p.world());
+    plan::Cluster cluster = cluster_for(gpu, p.world());
+    cluster.engine.attention_dropout = tc.model.attention_dropout;  // the run's (Megatron's defaults 0.1)
+    cluster.engine.hidden_dropout = tc.model.hidden_dropout;
     const plan::Candidate k = plan::evaluate_layout(pm, cluster, p);
     r.fits = k.fits;
     r.predicted_ms = k.prediction.seconds_per_iteration * 1e3;

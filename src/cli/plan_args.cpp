@@ -173,6 +173,9 @@ PlanRequest parse_plan_request(const Args& a) {
   PlanRequest q;
   q.model = parse_model(a);
   q.cluster = parse_cluster(a, q.model.dtype);
+  // The dropouts priced (the engine's, or the flags') are the model's too (memory plan).
+  q.model.config.attention_dropout = static_cast<float>(q.cluster.engine.attention_dropout);
+  q.model.config.hidden_dropout = static_cast<float>(q.cluster.engine.hidden_dropout);
   q.space.global_batch = positive(a, "--global-batch-size");
   const model::GPTConfig& c = q.model.config;
   if (a.given("--tensor-model-parallel-size")) q.space.tp = positive(a, "--tensor-model-parallel-size");

@@ -463,7 +463,9 @@ void GPTModel::run_recordable(int kind, bool head, float loss_factor, const std:
   uint32_t factor_bits = 0;
   std::memcpy(&factor_bits, &loss_factor, sizeof(factor_bits));
   const std::vector<bool> stale_before = params_.stale_grads();
-  RecordKey key{kind, cur_chunk_, cur_set_, head, dropout_ctx_.training, factor_bits, stale_before};
+  const bool dropout_drawn =
+      dropout_ctx_.training && (config_.hidden_dropout > 0.0f || config_.attention_dropout > 0.0f);
+  RecordKey key{kind, cur_chunk_, cur_set_, head, dropout_drawn ? dropout_ctx_.seed + 1 : 0, factor_bits, stale_before};
   // Keys that keep changing (a loss mask whose sum differs per micro-batch, a dynamic fp16 loss
   // scale) would grow the map without end: past kMaxRecordedKeys the keys seen once go (the
   // recordings stay), and if that is not enough, everything.

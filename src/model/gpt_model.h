@@ -290,10 +290,10 @@ class GPTModel {
   void queue_loss();
   // Recorded work (set_recording). A key holds everything host-side that the recorded ops
   // bake in: which work (0 forward, 1 backward), chunk, set, whether the loss head's backward
-  // runs, whether dropout is drawn (training), the loss weights' scale (its bits) and every
-  // gradient's stale flag (GradWrite). The dropout streams' (iteration, micro-batch) part is
-  // read from the set's dropout_stream when the work runs.
-  using RecordKey = std::tuple<int, int64_t, int64_t, bool, bool, uint32_t, std::vector<bool>>;
+  // runs, the dropout seed + 1 when dropout is drawn (0 when not), the loss weights' scale (its
+  // bits) and every gradient's stale flag (GradWrite). The dropout streams' (iteration,
+  // micro-batch) part is read from the set's dropout_stream when the work runs.
+  using RecordKey = std::tuple<int, int64_t, int64_t, bool, uint64_t, uint32_t, std::vector<bool>>;
   struct RecordedWork {
     int64_t runs = 0;
     std::unique_ptr<backend::Recording> recording;

@@ -11,6 +11,7 @@ std::string engine_names() { return "ours, megatron-core-2024, megatron-2021"; }
 Engine find_engine(const std::string& name) {
   Engine e;
   if (name == "ours") return e;
+  e.own_attention_for_tp_dropout = name == "ours";
   if (name == "megatron-core-2024") {
     e.tp_comm_overlap = true;
     e.fused_cross_entropy = false;

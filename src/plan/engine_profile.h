@@ -41,6 +41,10 @@ const char* attention_backend_name(AttentionBackend a);
 struct Engine {
   AttentionBackend attention = AttentionBackend::kFlash;  // --attention-backend
   double attention_dropout = 0.0;  // --attention-dropout; kLocal: passes over the scores; kFlash: the RNG
+  // Attention dropout over a tensor-parallel share of the heads runs our own kernels, not
+  // cuDNN's (ours: the masks follow the global head index; attention_impl.h), at
+  // kOwnDropoutAttentionFactor times the time. Other profiles: false.
+  bool own_attention_for_tp_dropout = true;
   int64_t grad_reduce_bytes = 4;   // bytes per gradient element the DP collective moves: 4 = fp32
                                    // main grads; 2 = --grad-reduce-in-bf16, or Megatron-2021 --fp16
                                    // without --accumulate-allreduce-grads-in-fp32

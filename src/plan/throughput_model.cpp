@@ -89,6 +89,10 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
       const double forward = drawn * kFlashDropoutForwardOps / g.int_ops;
       lt.attention += forward + drawn * kFlashDropoutBackwardOps / g.int_ops;
       lt.attention_forward += forward;
+      if (p.tp > 1 && engine.own_attention_for_tp_dropout) {
+        lt.attention *= kOwnDropoutAttentionFactor;
+        lt.attention_forward *= kOwnDropoutAttentionFactor;
+      }
     }
   }
   // LayerNorms (forward ~1/3 of it); the residual adds where the engine does not fuse them.

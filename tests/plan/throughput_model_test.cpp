@@ -147,6 +147,27 @@ TEST(PlanThroughput, ReproducesOurMeasuredH100RunsWithDropout) {
   }
 }
 
+// Attention dropout on a tensor-parallel share of the heads runs our own kernels in our engine
+// (kOwnDropoutAttentionFactor times cuDNN's time, RNG included); at TP 1, or in a profile
+// without that fallback, it is cuDNN's: the FLOPs term plus the RNG term.
+TEST(PlanThroughput, TensorParallelAttentionDropoutRunsOurKernels) {
+  const PlanModel m = test::gpt_plan_model(4, 2048, 16, 2048);
+  auto attention_s = [&](int64_t tp, bool own, double dropout) {
+    ParallelConfig p{tp, 1, 1, 1, 4, 4, PlanRecompute::kNone, false, false};
+    Cluster c = h100(1, tp);
+    c.engine.attention_dropout = dropout;
+    c.engine.own_attention_for_tp_dropout = own;
+    return predict(config_for_tp(m, tp), DType::kBF16, p, c).attention_s;
+  };
+  EXPECT_NEAR(attention_s(2, true, 0.1) / attention_s(2, false, 0.1), kOwnDropoutAttentionFactor, 1e-9);
+  EXPECT_EQ(attention_s(1, true, 0.1), attention_s(1, false, 0.1));
+  EXPECT_EQ(attention_s(2, true, 0.0), attention_s(2, false, 0.0));
+  // The RNG term: b * heads / tp * s (s + 1) / 2 scores per layer, 4 layers, at the H100's rate.
+  const double drawn = 4.0 * 16.0 / 2.0 * 2048.0 * 2049.0 / 2.0 * 4.0;
+  EXPECT_NEAR(attention_s(2, false, 0.1) - attention_s(2, false, 0.0),
+              drawn * (kFlashDropoutForwardOps + kFlashDropoutBackwardOps) / 16.7e12, 1e-9);
+}
+
 // Head size 80 runs as 128 (flash_kernel_head_size): the attention term of 2.7B's 32 heads of 80
 // is that of the same FLOPs in heads of 128, times 128 / 80; 64 and 128 run as they are.
 TEST(PlanThroughput, FlashAttentionPadsTheHeadSizeToTheKernels) {

@@ -140,6 +140,8 @@ void CpuBackend::layernorm_backward_dropout_colsum(const Tensor& dy, const Tenso
                                                    Tensor& dbeta, Tensor& dz, Tensor& dz_colsum,
                                                    const DropoutParams& dropout, GradWrite write, GradWrite dx_write,
                                                    GradWrite colsum_write) {
+  MT_CHECK(dz.numel() == x.numel() && dz.dtype() == dx.dtype() && !overlaps(dz, dx) && !overlaps(dz, dy))
+      << "layernorm dz " << dz.describe() << " for dx " << dx.describe() << " (same shape and dtype, its own memory)";
   layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write);
   dropout_backward(dx, dz, dropout);
   bias_grad(dz, dz_colsum, colsum_write);

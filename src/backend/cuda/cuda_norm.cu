@@ -456,7 +456,7 @@ __global__ void __launch_bounds__(512)
           }
           if constexpr (kDropout) {
             // dz = dx as stored times the mask multiplier, rounded when stored; summed as stored.
-            float m[W], z[W];
+            float mk[W], z[W];
 #pragma unroll
             for (int q = 0; q < W; q += 4) {
               float m4[4];
@@ -467,11 +467,11 @@ __global__ void __launch_bounds__(512)
                 dropout4(drop.seed, drop.stream, g, drop.p, m4);
               }
 #pragma unroll
-              for (int e = 0; e < 4; ++e) m[q + e] = m4[e];
+              for (int e = 0; e < 4; ++e) mk[q + e] = m4[e];
             }
 #pragma unroll
             for (int e = 0; e < W; ++e) {
-              z[e] = to_f32<T>(from_f32<T>(o[e])) * m[e];
+              z[e] = to_f32<T>(from_f32<T>(o[e])) * mk[e];
               if (c0 + e < h) ao[k][e] += to_f32<T>(from_f32<T>(z[e]));
             }
             store_chunk<T, kVec>(static_cast<T*>(drop.dz) + row * h, c0, h, z);
@@ -988,6 +988,7 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
     MT_CHECK_EQ(colsum->numel(), h) << "layernorm dx_colsum " << colsum->describe() << " for x " << x.describe();
   }
   if (dropout) {
+    MT_CHECK(dropout->p >= 0.0f && dropout->p < 1.0f) << "dropout probability " << dropout->p << " is not in [0, 1)";
     MT_CHECK(colsum && dz) << "layernorm backward with dropout needs dz and its column sums";
     cuda::check_device_float(*dz, "layernorm dz");
     MT_CHECK(dz->numel() == x.numel() && dz->dtype() == dx.dtype() && !overlaps(*dz, dx) && !overlaps(*dz, dy))

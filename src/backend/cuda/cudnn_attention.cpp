@@ -783,6 +783,7 @@ CudnnAttention::Entry& CudnnAttention::entry(const CudnnAttentionKey& key) {
       e->dq_accum_bytes = key.deterministic ? 0 : rows * key.head_dim * 4;
       e->bwd_bytes = e->dq_accum_offset + e->dq_accum_bytes;
       workspace(std::max(e->fwd.workspace, e->bwd_bytes));  // sized now, not in the middle of a step
+      if (key.dropout_bits != 0 && !rng_.defined()) rng_ = backend_.empty({8}, DType::kF32, MemoryKind::kWorkspace);
     } catch (const Error& err) {
       e->unavailable = err.what();
       e->fwd = Plan();
@@ -807,7 +808,7 @@ void* CudnnAttention::workspace(int64_t bytes) {
 }
 
 void* CudnnAttention::rng_state(const DropoutParams& dropout) {
-  if (!rng_.defined()) rng_ = backend_.empty({8}, DType::kF32, MemoryKind::kWorkspace);
+  MT_CHECK(rng_.defined()) << "cuDNN dropout state used before its case's plans were built";
   store_cudnn_dropout_seed(rng_.data(), dropout, backend_.stream());
   return rng_.data();
 }

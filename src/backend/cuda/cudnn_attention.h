@@ -124,7 +124,7 @@ class CudnnAttention {
   size_t version_ = 0;      // cudnnGetVersion(): 91900 for 9.19.0
   std::map<CudnnAttentionKey, std::unique_ptr<Entry>> entries_;
   Tensor workspace_;  // MemoryKind::kWorkspace, grown to the largest plan's need
-  Tensor rng_;        // 32 bytes (MemoryKind::kWorkspace), allocated by the first dropout call
+  Tensor rng_;        // 32 bytes (MemoryKind::kWorkspace), allocated with the first dropout case's plans
 };
 
 }  // namespace megatron::backend
