@@ -146,19 +146,17 @@ __device__ __forceinline__ void dropout4(uint64_t seed, uint64_t stream, uint64_
     return;
   }
   const uint4 w = dropout_block(seed, stream, g >> 2);
-  uint32_t words[8] = {w.x, w.y, w.z, w.w, 0u, 0u, 0u, 0u};
   const uint32_t first = static_cast<uint32_t>(g & 3);
-  if (first != 0) {
-    const uint4 w2 = dropout_block(seed, stream, (g >> 2) + 1);
-    words[4] = w2.x;
-    words[5] = w2.y;
-    words[6] = w2.z;
-    words[7] = w2.w;
-  }
+  const uint4 w2 = first != 0 ? dropout_block(seed, stream, (g >> 2) + 1) : make_uint4(0u, 0u, 0u, 0u);
+  // Word j of the 8 (w, then w2), by selects: an array indexed with `first` would live in local
+  // memory (ptxas: a 32-byte stack frame in every dropout kernel).
+  auto word = [&](uint32_t j) {
+    return j == 0 ? w.x : j == 1 ? w.y : j == 2 ? w.z : j == 3 ? w.w : j == 4 ? w2.x : j == 5 ? w2.y : j == 6 ? w2.z : w2.w;
+  };
   const float scale = 1.0f / (1.0f - p);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    m[k] = static_cast<float>(words[first + k] >> 8) * (1.0f / 16777216.0f) >= p ? scale : 0.0f;
+    m[k] = static_cast<float>(word(first + k) >> 8) * (1.0f / 16777216.0f) >= p ? scale : 0.0f;
   }
 }
 // dropout4 for g a multiple of 4 (one block, no indexing into a local array), p > 0.
