@@ -236,7 +236,7 @@ Parameter* GPTModel::tied_embedding() {
 GPTModel::LayerActs& GPTModel::layer_acts(int64_t l) {
   const int64_t slot = act_slot_[static_cast<size_t>(l)];
   if (slot < 0) return recompute_acts_[static_cast<size_t>(~slot)];
-  return chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)].kept[static_cast<size_t>(slot)];
+  return cur_set().kept[static_cast<size_t>(slot)];
 }
 
 backend::DropoutParams GPTModel::dropout_params(float p, int64_t layer, int site) const {
@@ -247,8 +247,7 @@ backend::DropoutParams GPTModel::dropout_params(float p, int64_t layer, int site
   // A distinct Philox stream per (iteration, micro-batch, layer, site): 26 + 16 + 12 + 2 bits;
   // the (iteration, micro-batch) part read from the set's dropout_stream when it has one.
   d.stream = (static_cast<uint64_t>(layer + 1) << 2) | static_cast<uint64_t>(site);
-  const Tensor& in_memory =
-      chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)].dropout_stream;
+  const Tensor& in_memory = cur_set().dropout_stream;
   if (in_memory.defined()) {
     d.stream_add = static_cast<const uint64_t*>(in_memory.data());  // device memory on a GPU backend
   } else {
@@ -411,7 +410,7 @@ void GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, c
 }
 
 void GPTModel::chunk_forward(bool first, bool last, const HeadBackward* head) {
-  ActivationSet& as = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
+  ActivationSet& as = cur_set();
   const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
   if (first) {
     // Embedding: word + position, then (hidden) dropout. Vocab-parallel: each rank's partial
@@ -449,8 +448,7 @@ void GPTModel::chunk_forward(bool first, bool last, const HeadBackward* head) {
 bool GPTModel::recordable() const {
   // Dropout masks follow the (iteration, micro-batch) in the set's dropout_stream, read when
   // the work runs; without it they are baked in.
-  const bool masks_baked = dropout_ctx_.training && (config_.hidden_dropout > 0.0f || config_.attention_dropout > 0.0f) &&
-                           !chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)].dropout_stream.defined();
+  const bool masks_baked = dropout_drawn() && !cur_set().dropout_stream.defined();
   return recording_on_ && recording_failure_.empty() && backend_.can_record() && tp_->size() == 1 &&
          pipe_.pp == 1 && num_chunks() == 1 && !hooks_.before_reading && !hooks_.grads_final_from && !masks_baked;
 }
@@ -463,9 +461,7 @@ void GPTModel::run_recordable(int kind, bool head, float loss_factor, const std:
   uint32_t factor_bits = 0;
   std::memcpy(&factor_bits, &loss_factor, sizeof(factor_bits));
   const std::vector<bool> stale_before = params_.stale_grads();
-  const bool dropout_drawn =
-      dropout_ctx_.training && (config_.hidden_dropout > 0.0f || config_.attention_dropout > 0.0f);
-  RecordKey key{kind, cur_chunk_, cur_set_, head, dropout_drawn ? dropout_ctx_.seed + 1 : 0, factor_bits, stale_before};
+  RecordKey key{kind, cur_chunk_, cur_set_, head, dropout_drawn() ? dropout_ctx_.seed + 1 : 0, factor_bits, stale_before};
   // Keys that keep changing (a loss mask whose sum differs per micro-batch, a dynamic fp16 loss
   // scale) would grow the map without end: past kMaxRecordedKeys the keys seen once go (the
   // recordings stay), and if that is not enough, everything.
@@ -527,7 +523,7 @@ double GPTModel::take_losses() {
 
 void GPTModel::head_forward(const HeadBackward* head) {
   const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
-  const ActivationSet& as = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
+  const ActivationSet& as = cur_set();
   Tensor x_last = as.xs.back().view({n_local_, h});
   backend_.layernorm_forward(x_last, param(final_ln_w_), param(final_ln_b_), config_.layernorm_epsilon, final_ln_out_,
                              final_ln_mean_, final_ln_rstd_);
@@ -588,7 +584,7 @@ void GPTModel::head_backward(float loss_scale, float grad_scale, Tensor& dx) {
   }
   dlogits_ready_ = false;
   const Tensor d_final_ln = column_backward(dlogits_, column_input(final_ln_out_), output_w_, -1, ws_h2_);
-  const ActivationSet& as = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
+  const ActivationSet& as = cur_set();
   Tensor x_last = as.xs.back().view({n_local_, h});
   // dx may be x_last's own buffer (forward_chunk): LayerNorm's backward reads x_last, so the
   // gradient goes through ws_grad_ first.
@@ -636,7 +632,7 @@ void GPTModel::chunk_backward() {
   // Embedding: through the dropout, the rows gathered (sequence parallelism), then
   // scatter-add into this rank's word rows (other ranks' ids are skipped) and the positions.
   const int64_t s = config_.seq_length, b = micro_batch_size_, h = config_.hidden_size;
-  const ActivationSet& as = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
+  const ActivationSet& as = cur_set();
   Tensor demb_buffer = local_rows(ws_h1_);
   const Tensor demb_local =
       through_dropout(ws_grad_, demb_buffer, dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
@@ -662,7 +658,7 @@ void GPTModel::layer_forward(int64_t l) {
   const int64_t gl = chunks_[static_cast<size_t>(cur_chunk_)].first_layer + l;  // global layer
   const LayerParams& p = layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)];
   LayerActs& a = layer_acts(l);
-  std::vector<Tensor>& xs = chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)].xs;
+  std::vector<Tensor>& xs = cur_set().xs;
   const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
   const Tensor x = xs[static_cast<size_t>(l)].view({n_local_, h});
   const float eps = config_.layernorm_epsilon;
@@ -719,9 +715,7 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   const LayerParams& p = layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)];
   LayerActs& a = layer_acts(l);
   const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
-  const Tensor x =
-      chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)].xs[static_cast<size_t>(l)].view(
-          {n_local_, h});
+  const Tensor x = cur_set().xs[static_cast<size_t>(l)].view({n_local_, h});
   // g, x, x_mid and LayerNorm gradients are [n_local, h] (this rank's rows under sequence
   // parallelism); `h1` is the matching part of ws_h1_.
   Tensor h1 = local_rows(ws_h1_);

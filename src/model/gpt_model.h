@@ -265,6 +265,15 @@ class GPTModel {
     int64_t first_layer = 0;  // global index of local layer 0
     std::vector<ActivationSet> sets;
   };
+  // The activation set being run (cur_chunk_, cur_set_).
+  ActivationSet& cur_set() { return chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)]; }
+  const ActivationSet& cur_set() const {
+    return chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
+  }
+  // Whether the current work draws dropout masks (training, a dropout > 0).
+  bool dropout_drawn() const {
+    return dropout_ctx_.training && (config_.hidden_dropout > 0.0f || config_.attention_dropout > 0.0f);
+  }
   // The layers [first, first + layers_per_chunk_) of chunk c, local index l.
   LayerActs& layer_acts(int64_t l);
   struct ParamIndices {
