@@ -70,13 +70,20 @@ if [ -z "${SKIP_CURVES:-}" ] && [ -f data/brown/brown.jsonl ] && [ -f data/gpt2/
   mkdir -p $W
   "$P/megatron" preprocess --input data/brown/brown.jsonl --output-prefix $W/brown --tokenizer-type GPT2BPETokenizer \
     --vocab-file data/gpt2/vocab.json --merge-file data/gpt2/merges.txt --append-eod --workers 8 > $W/pre.log 2>&1
-  for dev in cuda cpu; do
-    timeout 400 "$P/megatron" train --device $dev --num-layers 2 --hidden-size 128 --num-attention-heads 4 \
-      --seq-length 64 --micro-batch-size 8 --global-batch-size 16 --train-iters 200 --lr 1e-3 --min-lr 1e-4 \
+  # brown_train NAME SECONDS [train flags]: 200 iterations of a 2-layer model (hidden 128, micro-
+  # batch 8, global batch 16), losses logged every 10 into $OUT/curve_NAME.jsonl.
+  brown_train() {
+    local name=$1 secs=$2
+    shift 2
+    timeout "$secs" "$P/megatron" train "$@" --num-layers 2 --hidden-size 128 --num-attention-heads 4 \
+      --micro-batch-size 8 --global-batch-size 16 --train-iters 200 --lr 1e-3 --min-lr 1e-4 \
       --lr-decay-style cosine --lr-warmup-iters 20 --log-interval 10 --eval-interval 100 --eval-iters 2 \
-      --data-path $W/brown_text_document --data-cache-path $W/cache --vocab-file data/gpt2/vocab.json \
-      --merge-file data/gpt2/merges.txt --log-jsonl $OUT/curve_$dev.jsonl > $OUT/train_$dev.log 2>&1
-    echo "$dev: exit $? $(grep -c 'consumed samples' $OUT/train_$dev.log) log lines, $(grep -o 'elapsed time per iteration (ms): [0-9.]*' $OUT/train_$dev.log | tail -1)"
+      --data-path $W/brown_text_document --vocab-file data/gpt2/vocab.json \
+      --merge-file data/gpt2/merges.txt --log-jsonl $OUT/curve_$name.jsonl > $OUT/train_$name.log 2>&1
+    echo "$name: exit $? $(grep -c 'consumed samples' $OUT/train_$name.log) log lines, $(grep -o 'elapsed time per iteration (ms): [0-9.]*' $OUT/train_$name.log | tail -1)$(grep -m1 ' own kernels' $OUT/train_$name.log | sed 's/^/; /')"
+  }
+  for dev in cuda cpu; do
+    brown_train $dev 400 --device $dev --seq-length 64 --data-cache-path $W/cache
   done 2>&1 | tee -a "$OUT/curves.txt"
   python3 - "$OUT/curve_cuda.jsonl" "$OUT/curve_cpu.jsonl" <<'PY' 2>&1 | tee -a "$OUT/curves.txt"
 import json, sys
@@ -94,16 +101,11 @@ PY
   # CPU itself takes ~2 s per iteration here). Judged on the mean of the last five logged
   # losses (iterations 160-200): within 0.05 nats.
   echo "== Brown Corpus, s = 128: GPU bf16 (cuDNN's attention dropout) vs GPU fp32 (our masks)" | tee -a "$OUT/curves.txt"
-  for run in "bf16 --bf16" "fp32"; do
-    set -- $run
-    timeout 300 "$P/megatron" train --device cuda "${@:2}" --num-layers 2 --hidden-size 128 --num-attention-heads 4 \
-      --seq-length 128 --max-position-embeddings 128 --micro-batch-size 8 --global-batch-size 16 --train-iters 200 \
-      --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine --lr-warmup-iters 20 --log-interval 10 --eval-interval 100 \
-      --eval-iters 2 --data-path $W/brown_text_document --data-cache-path $W/cache128 --vocab-file data/gpt2/vocab.json \
-      --merge-file data/gpt2/merges.txt --log-jsonl $OUT/curve128_$1.jsonl > $OUT/train128_$1.log 2>&1
-    echo "$1: exit $? $(grep -c 'consumed samples' $OUT/train128_$1.log) log lines; $(grep -m1 'own kernels' $OUT/train128_$1.log)"
+  for dtype in bf16 fp32; do
+    brown_train 128_$dtype 300 --device cuda $([ $dtype = bf16 ] && echo --bf16) --seq-length 128 \
+      --max-position-embeddings 128 --data-cache-path $W/cache128
   done 2>&1 | tee -a "$OUT/curves.txt"
-  python3 - "$OUT/curve128_bf16.jsonl" "$OUT/curve128_fp32.jsonl" <<'PY' 2>&1 | tee -a "$OUT/curves.txt"
+  python3 - "$OUT/curve_128_bf16.jsonl" "$OUT/curve_128_fp32.jsonl" <<'PY' 2>&1 | tee -a "$OUT/curves.txt"
 import json, sys
 def read(p):
     return {r["iteration"]: r["lm_loss"] for r in map(json.loads, open(p)) if "consumed_samples" in r}

@@ -144,6 +144,28 @@ ResidualBackward residual_backward_inputs(Backend& be, std::mt19937_64& rng, int
   return r;
 }
 
+// The outputs of one backward call adding into the residual gradient: dx starting as a copy of
+// the residual, dgamma and dbeta unset (every call here overwrites them).
+struct LnGrads {
+  Tensor dx, dgamma, dbeta;
+};
+LnGrads residual_outputs(Backend& be, const ResidualBackward& in) {
+  const int64_t h = in.gamma.numel();
+  return {clone(in.resid), be.empty({h}, DType::kF32, MemoryKind::kOther), be.empty({h}, DType::kF32, MemoryKind::kOther)};
+}
+// layernorm_backward adding into the residual gradient: the bits the fused variants must leave.
+LnGrads plain_residual_backward(Backend& be, const ResidualBackward& in) {
+  LnGrads g = residual_outputs(be, in);
+  be.layernorm_backward(in.dy, in.x, in.gamma, in.mean, in.rstd, g.dx, g.dgamma, g.dbeta, GradWrite::kOverwrite,
+                        GradWrite::kAccumulate);
+  return g;
+}
+void expect_same_bits(const LnGrads& got, const LnGrads& want) {
+  EXPECT_TRUE(bitwise_equal(got.dx, want.dx));
+  EXPECT_TRUE(bitwise_equal(got.dgamma, want.dgamma));
+  EXPECT_TRUE(bitwise_equal(got.dbeta, want.dbeta));
+}
+
 // dx_write = kAccumulate: dx = round(residual + round(LayerNorm dx)) element by element, the
 // bits of the unfused backward-then-add (in bf16 both roundings show); dgamma / dbeta as the
 // plain backward; dx aliasing dy is a programming error (MT_CHECK aborts).
@@ -187,23 +209,19 @@ TEST(CpuNorm, LayernormBackwardColsumSumsTheDxItLeaves) {
   auto rng = test_rng();
   auto be = make_cpu_backend();
   const int64_t n = 6, h = 32;
-  const auto [x, gamma, dy, resid, mean, rstd] = residual_backward_inputs(*be, rng, n, h, 1.0);
-  Tensor dx1 = clone(resid), dg1 = be->empty({h}, DType::kF32, MemoryKind::kOther);
-  Tensor db1 = be->empty({h}, DType::kF32, MemoryKind::kOther);
-  be->layernorm_backward(dy, x, gamma, mean, rstd, dx1, dg1, db1, GradWrite::kOverwrite, GradWrite::kAccumulate);
+  const ResidualBackward in = residual_backward_inputs(*be, rng, n, h, 1.0);
+  const LnGrads plain = plain_residual_backward(*be, in);
   for (GradWrite colsum_write : {GradWrite::kOverwrite, GradWrite::kAccumulate}) {
     const Tensor base = random_tensor({h}, rng);
-    Tensor dx2 = clone(resid), dg2 = be->empty({h}, DType::kF32, MemoryKind::kOther);
-    Tensor db2 = be->empty({h}, DType::kF32, MemoryKind::kOther), cs = clone(base);
-    be->layernorm_backward_colsum(dy, x, gamma, mean, rstd, dx2, dg2, db2, cs, GradWrite::kOverwrite,
-                                  GradWrite::kAccumulate, colsum_write);
-    EXPECT_TRUE(bitwise_equal(dx1, dx2));
-    EXPECT_TRUE(bitwise_equal(dg1, dg2));
-    EXPECT_TRUE(bitwise_equal(db1, db2));
+    LnGrads got = residual_outputs(*be, in);
+    Tensor cs = clone(base);
+    be->layernorm_backward_colsum(in.dy, in.x, in.gamma, in.mean, in.rstd, got.dx, got.dgamma, got.dbeta, cs,
+                                  GradWrite::kOverwrite, GradWrite::kAccumulate, colsum_write);
+    expect_same_bits(got, plain);
     std::vector<double> want(static_cast<size_t>(h));
     for (int64_t j = 0; j < h; ++j) {
       double sum = colsum_write == GradWrite::kAccumulate ? get(base, j) : 0.0;
-      for (int64_t r = 0; r < n; ++r) sum += get(dx2, r * h + j);
+      for (int64_t r = 0; r < n; ++r) sum += get(got.dx, r * h + j);
       want[static_cast<size_t>(j)] = sum;
     }
     expect_close(cs, want, 1e-5, 1e-5, colsum_write == GradWrite::kAccumulate ? "colsum (+=)" : "colsum");
@@ -218,24 +236,20 @@ TEST(CpuNorm, LayernormBackwardDropoutColsumMasksTheDxItLeavesAndSumsThat) {
   auto rng = test_rng();
   auto be = make_cpu_backend();
   const int64_t n = 6, h = 32;
-  const auto [x, gamma, dy, resid, mean, rstd] = residual_backward_inputs(*be, rng, n, h, 1.0);
-  Tensor dx1 = clone(resid), dg1 = be->empty({h}, DType::kF32, MemoryKind::kOther);
-  Tensor db1 = be->empty({h}, DType::kF32, MemoryKind::kOther);
-  be->layernorm_backward(dy, x, gamma, mean, rstd, dx1, dg1, db1, GradWrite::kOverwrite, GradWrite::kAccumulate);
+  const ResidualBackward in = residual_backward_inputs(*be, rng, n, h, 1.0);
+  const LnGrads plain = plain_residual_backward(*be, in);
   const DropoutParams dp{0.25f, 91, 7, 5};
-  Tensor dx2 = clone(resid), dg2 = be->empty({h}, DType::kF32, MemoryKind::kOther);
-  Tensor db2 = be->empty({h}, DType::kF32, MemoryKind::kOther), cs = be->empty({h}, DType::kF32, MemoryKind::kOther);
-  Tensor dz = Tensor::cpu({n, h}, resid.dtype());
-  be->layernorm_backward_dropout_colsum(dy, x, gamma, mean, rstd, dx2, dg2, db2, dz, cs, dp, GradWrite::kOverwrite,
-                                        GradWrite::kAccumulate, GradWrite::kOverwrite);
-  EXPECT_TRUE(bitwise_equal(dx1, dx2));
-  EXPECT_TRUE(bitwise_equal(dg1, dg2));
-  EXPECT_TRUE(bitwise_equal(db1, db2));
+  LnGrads got = residual_outputs(*be, in);
+  Tensor cs = be->empty({h}, DType::kF32, MemoryKind::kOther);
+  Tensor dz = Tensor::cpu({n, h}, in.resid.dtype());
+  be->layernorm_backward_dropout_colsum(in.dy, in.x, in.gamma, in.mean, in.rstd, got.dx, got.dgamma, got.dbeta, dz, cs,
+                                        dp, GradWrite::kOverwrite, GradWrite::kAccumulate, GradWrite::kOverwrite);
+  expect_same_bits(got, plain);
   int64_t dropped = 0;
   std::vector<double> want(static_cast<size_t>(h), 0.0);
   for (int64_t i = 0; i < n * h; ++i) {
     const bool keep = dropout_keep(dp.seed, dp.stream, dp.offset + static_cast<uint64_t>(i), dp.p);
-    const float kept = static_cast<float>(get(dx2, i)) * (1.0f / (1.0f - dp.p));  // fp32, as ops.h
+    const float kept = static_cast<float>(get(got.dx, i)) * (1.0f / (1.0f - dp.p));  // fp32, as ops.h
     const Tensor one = tensor_from({keep ? static_cast<double>(kept) : 0.0}, {1}, dz.dtype());
     ASSERT_EQ(get(dz, i), get(one, 0)) << "element " << i;
     dropped += keep ? 0 : 1;
