@@ -22,6 +22,19 @@ bool uses_cuda(const Args& args) {
   return d == "cuda" || (d == "auto" && backend::built_with_cuda() && backend::cuda_device_count() > 0);
 }
 
+bool host_collectives(const Args& args) {
+  const std::string b = args.get_string("--distributed-backend");
+  if (b == "nccl") return false;
+  if (b == "mpi" || b == "gloo") return true;
+  throw_error("[--distributed-backend] expected nccl, mpi or gloo, got '", b, "'");
+}
+
+int64_t cuda_device_for_rank(const Args& args, int64_t local_rank) {
+  const int n = backend::cuda_device_count();
+  if (!host_collectives(args) || n == 0) return local_rank;
+  return local_rank % n;
+}
+
 std::unique_ptr<backend::Backend> make_backend(const Args& args, std::ostream& log, int64_t cuda_device) {
   const std::string d = args.get_string("--device");
   if (d != "cpu" && d != "cuda" && d != "auto") throw_error("[--device] expected cpu, cuda or auto, got '", d, "'");
@@ -33,7 +46,8 @@ std::unique_ptr<backend::Backend> make_backend(const Args& args, std::ostream& l
   if (d == "cuda" || (d == "auto" && gpu)) {
     const int dev = static_cast<int>(cuda_device);
     if (dev >= backend::cuda_device_count()) {
-      throw_error("[LOCAL_RANK] ", dev, " but only ", backend::cuda_device_count(), " GPUs are visible");
+      throw_error("[LOCAL_RANK] ", dev, " but only ", backend::cuda_device_count(),
+                  " GPUs are visible (NCCL needs a GPU per rank; --distributed-backend mpi lets ranks share one)");
     }
     log << " > device: cuda:" << dev << " " << backend::cuda_device_name(dev) << '\n';
     std::unique_ptr<backend::Backend> be = backend::make_cuda_backend(dev);

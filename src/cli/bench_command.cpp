@@ -130,7 +130,7 @@ int run_bench(const CommandArgs& argv_in) {
   }
   if (args.given("--nproc-per-node")) {
     return comm::spawn_local_workers(args.get_int("--nproc-per-node"), comm::worker_command("bench", argv),
-                                     uses_cuda(args));
+                                     uses_cuda(args) && !host_collectives(args));
   }
   // One rank of a data / tensor parallel job when a launcher started several: every rank
   // runs the same steps; rank 0 reports.
@@ -139,10 +139,7 @@ int run_bench(const CommandArgs& argv_in) {
   train::TrainConfig c;
   try {
     c = parse_train_config(args, world, nullptr);
-    if (c.tensor_model_parallel_size > 1 && (c.bf16 || c.fp16) && !uses_cuda(args)) {
-      throw_error("[", c.bf16 ? "--bf16" : "--fp16",
-                  "] tensor parallelism on CPU ranks needs fp32 activations (MPI reduces fp32 only)");
-    }
+    host_collectives(args);  // a bad --distributed-backend is rank 0's one line too
   } catch (const Error&) {
     if (env.rank != 0) {
       // As `megatron train`: rank 0 prints the one line; the others leave it the time to.
@@ -163,13 +160,15 @@ int run_bench(const CommandArgs& argv_in) {
   const bool reporter = env.rank == 0;
   std::ostream& log = !reporter ? null_stream : json || csv ? std::cerr : std::cout;
 
-  std::unique_ptr<backend::Backend> be = make_backend(args, log, env.local_rank);
+  const int device_index = static_cast<int>(cuda_device_for_rank(args, env.local_rank));
+  std::unique_ptr<backend::Backend> be = make_backend(args, log, device_index);
   // The connection to the other ranks outlives the groups split from it.
   comm::RankConnection connection;
   std::unique_ptr<comm::Communicator> world_comm;
   if (world > 1) {
     connection = comm::connect_ranks(
-        env, *be, std::chrono::milliseconds(static_cast<int64_t>(c.distributed_timeout_minutes * 60000.0)));
+        env, *be, std::chrono::milliseconds(static_cast<int64_t>(c.distributed_timeout_minutes * 60000.0)),
+        host_collectives(args));
     world_comm = std::move(connection.world);
   } else {
     world_comm = std::make_unique<comm::SelfCommunicator>(*be, "world");
@@ -192,7 +191,6 @@ int run_bench(const CommandArgs& argv_in) {
   if (!cuda) {
     check_host_memory("bench", c, groups.coords.pp);
   }
-  const int device_index = static_cast<int>(env.local_rank);
   const int64_t used_before = cuda ? backend::cuda_device_memory_used(device_index) : 0;
   memory_tracker(be->device()).reset_peak();
 

@@ -98,8 +98,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--optimizer", FlagType::kValue, FlagState::kValues, "adam", "only Adam(W)"},
     // Accepted, no effect here.
     {"--num-workers", FlagType::kValue, FlagState::kNoOp, "", "no-op: samples come from memory-mapped files in the trainer"},
-    {"--distributed-backend", FlagType::kValue, FlagState::kValues, "nccl|gloo",
-     "no-op: NCCL on GPUs, MPI on CPUs, chosen automatically"},
     {"--DDP-impl", FlagType::kValue, FlagState::kValues, "local|torch", "no-op: gradient reduction is our own"},
     {"--use-contiguous-buffers-in-local-ddp", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: gradients always live in one buffer"},
     {"--no-contiguous-buffers-in-local-ddp", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: gradients always live in one buffer"},
@@ -344,6 +342,11 @@ void declare_supported_flags(Args& a) {
             "start the pipeline stages' sends and receives and wait for them only where their buffers are used, "
             "so that a stage computes on while its peer catches up (1F1B and interleaved)")
       .option("--nproc-per-node", "N", "start N local worker processes of this command (torchrun's flag)")
+      .option("--distributed-backend", "B",
+              "nccl: GPU ranks talk over NCCL (CPU ranks always use MPI); mpi or gloo: host-side collectives over "
+              "MPI, GPU tensors staged through host memory (slow; lets several ranks share one GPU, which NCCL "
+              "refuses; needs mpirun or --nproc-per-node)",
+              "nccl")
       .option("--distributed-timeout-minutes", "M",
               "end the job when a collective has waited M minutes (a rank is stuck or dead)", "10")
       .flag("--sequence-parallel", "sequence parallelism in the LayerNorm/dropout regions (needs tensor parallelism)")

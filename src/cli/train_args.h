@@ -4,7 +4,7 @@
 // Every flag that Megatron GPT job scripts commonly pass is declared, in one of three states:
 //  - supported: read into TrainConfig;
 //  - a documented no-op: accepted because it changes nothing here (e.g. --data-impl mmap,
-//    --distributed-backend nccl, --use-flash-attn: the attention kernel is chosen by the backend);
+//    --use-flash-attn: the attention kernel is chosen by the backend);
 //  - not supported yet: a one-line error "[--flag] is not supported yet (reason)".
 // The last two live in one table, kFlagTable in train_args.cpp: enabling a feature means
 // deleting its row there and reading the flag in parse_train_config().

@@ -40,7 +40,7 @@ int run_train(const CommandArgs& argv) {
   }
   if (args.given("--nproc-per-node")) {
     return comm::spawn_local_workers(args.get_int("--nproc-per-node"), comm::worker_command("train", argv),
-                                     uses_cuda(args));
+                                     uses_cuda(args) && !host_collectives(args));
   }
 
   const comm::LaunchEnv env = comm::detect_launch_env(comm::process_environment());
@@ -52,12 +52,7 @@ int run_train(const CommandArgs& argv) {
   train::TrainConfig config;
   try {
     config = parse_train_config(args, env.world_size, &log0);
-    // MPI (the CPU ranks' communicator) reduces fp32 only; tensor parallelism reduces
-    // activations, which are in the model dtype.
-    if (config.tensor_model_parallel_size > 1 && (config.bf16 || config.fp16) && !uses_cuda(args)) {
-      throw_error("[", config.bf16 ? "--bf16" : "--fp16",
-                  "] tensor parallelism on CPU ranks needs fp32 activations (MPI reduces fp32 only)");
-    }
+    host_collectives(args);  // a bad --distributed-backend is rank 0's one line too
   } catch (const Error&) {
     if (!rank0) {
       // mpirun tears the job down at the first non-zero exit: leave rank 0 (which finds the
@@ -89,7 +84,7 @@ int run_train(const CommandArgs& argv) {
   if (config.dry_run) {
     // GPU ranks add NCCL's communicator buffers, as `megatron plan` does (plan/nccl_memory.h),
     // with the launcher's ranks per node (comm::ranks_per_node; one node when it says nothing).
-    const bool nccl = config.world_size > 1 && uses_cuda(args);
+    const bool nccl = config.world_size > 1 && uses_cuda(args) && !host_collectives(args);
     const int64_t per_node = comm::ranks_per_node(comm::process_environment(), config.world_size);
     const plan::NcclLayout layout{config.tensor_model_parallel_size, config.pipeline_model_parallel_size,
                                   config.data_parallel_size,         config.virtual_pipeline_chunks(),
@@ -116,10 +111,11 @@ int run_train(const CommandArgs& argv) {
   }
   if (config.data_path.empty()) throw_error("[--data-path] is required (a dataset prefix or weight/prefix pairs)");
 
-  std::unique_ptr<backend::Backend> backend = make_backend(args, log0, env.local_rank);
+  std::unique_ptr<backend::Backend> backend = make_backend(args, log0, cuda_device_for_rank(args, env.local_rank));
   // The connection to the other ranks outlives the groups split from it.
   comm::RankConnection connection = comm::connect_ranks(
-      env, *backend, std::chrono::milliseconds(static_cast<int64_t>(config.distributed_timeout_minutes * 60000.0)));
+      env, *backend, std::chrono::milliseconds(static_cast<int64_t>(config.distributed_timeout_minutes * 60000.0)),
+      host_collectives(args));
   comm::ProcessGroups groups = comm::make_process_groups(
       std::move(connection.world), comm::parallel_sizes(config.world_size, config.tensor_model_parallel_size,
                                                         config.pipeline_model_parallel_size));

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "comm/host_staged_communicator.h"
 #include "comm/mpirun.h"
 #include "comm/nccl_communicator.h"
 #include "comm/self_communicator.h"
@@ -50,13 +51,14 @@ std::vector<std::string> worker_command(const std::string& command, const std::v
   return worker;
 }
 
-RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend, std::chrono::milliseconds timeout) {
+RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend, std::chrono::milliseconds timeout,
+                             bool host_collectives) {
   RankConnection c;
   if (env.world_size == 1) {
     c.world = std::make_unique<SelfCommunicator>(backend, "world");
     return c;
   }
-  if (backend.device() == Device::kCUDA) {
+  if (backend.device() == Device::kCUDA && !host_collectives) {
     NcclUniqueIdBytes id{};
     if (env.rank == 0) id = make_nccl_unique_id();
     if (env.mpi_available) {
@@ -75,11 +77,13 @@ RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend, st
     c.world = make_nccl_world(backend, env.rank, env.world_size, id);
   } else {
     if (!env.mpi_available) {
-      throw_error("[", to_string(env.launcher), "] CPU ranks communicate over MPI: start them with mpirun -np ",
-                  env.world_size, " (or `megatron train --nproc-per-node ", env.world_size, "`)");
+      throw_error("[", to_string(env.launcher), "] ",
+                  backend.device() == Device::kCUDA ? "--distributed-backend mpi" : "CPU ranks",
+                  " communicate over MPI: start them with mpirun -np ", env.world_size,
+                  " (or `megatron train --nproc-per-node ", env.world_size, "`)");
     }
     c.mpi = std::make_unique<MpiRuntime>();
-    c.world = c.mpi->world();
+    c.world = std::make_unique<HostStagedCommunicator>(c.mpi->world(), backend);
   }
   if (c.world->size() != env.world_size || c.world->rank() != env.rank) {
     throw_error("[", to_string(env.launcher), "] the environment says rank ", env.rank, " of ", env.world_size,
@@ -90,9 +94,9 @@ RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend, st
   return c;
 }
 
-int spawn_local_workers(int64_t nproc, const std::vector<std::string>& argv, bool gpu) {
+int spawn_local_workers(int64_t nproc, const std::vector<std::string>& argv, bool nccl) {
   if (nproc < 1) throw_error("[--nproc-per-node] must be positive, got ", nproc);
-  if (!gpu) {
+  if (!nccl) {
     std::vector<std::string> cmd = local_mpirun_command(nproc, argv);
     std::fflush(nullptr);
     std::vector<char*> args = c_argv(cmd);

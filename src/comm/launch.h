@@ -4,18 +4,21 @@
 // computes:
 //   - one process: a SelfCommunicator;
 //   - GPU ranks: NCCL, its unique id sent by rank 0 over MPI when MPI started us, else over
-//     the TCP rendezvous at MASTER_ADDR:MASTER_PORT;
+//     the TCP rendezvous at MASTER_ADDR:MASTER_PORT; with `host_collectives`
+//     (--distributed-backend mpi|gloo) MPI instead, the GPU tensors staged through host memory;
 //   - CPU ranks: MPI, which must have started us (mpirun, or srun with PMIx).
+// MPI worlds are wrapped in a HostStagedCommunicator (comm/host_staged_communicator.h), so
+// that device tensors and bf16/fp16 reductions work over MPI too.
 //
 // spawn_local_workers (`megatron train --nproc-per-node N`): starts N copies of this program
 // on this machine and returns the job's exit status.
-//   - CPU: replaces this process by `mpirun -np N <program>` (comm/mpirun.h). The CPU ranks
+//   - CPU ranks, and GPU ranks with host collectives: replaces this process by `mpirun -np N <program>` (comm/mpirun.h). The CPU ranks
 //     need MPI to talk, and Open MPI's mpirun is the robust way to give it to them: it wires
 //     the ranks up, forwards their output, and when one rank exits non-zero or dies it kills
 //     the others and names the failed rank ("mpirun detected that one or more processes exited
 //     with non-zero status ... rank 1"). Open MPI singletons started by fork/exec could not
 //     join one world, and a second, home-made CPU transport would duplicate what MPI does.
-//   - GPU: fork/exec of N workers with torchrun's RANK, WORLD_SIZE, LOCAL_RANK,
+//   - GPU ranks over NCCL (`nccl`): fork/exec of N workers with torchrun's RANK, WORLD_SIZE, LOCAL_RANK,
 //     LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (NCCL bootstraps over the TCP rendezvous);
 //     the launcher waits, and when a worker exits non-zero or is killed it prints which rank,
 //     stops the others (SIGTERM, then SIGKILL after 10 s) and returns non-zero.
@@ -41,10 +44,11 @@ struct RankConnection {
 };
 // `timeout`: --distributed-timeout-minutes, after which a collective that has not completed
 // ends the process (comm/watchdog.h).
-RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend, std::chrono::milliseconds timeout);
+RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend, std::chrono::milliseconds timeout,
+                             bool host_collectives = false);
 
 // argv: this program and the arguments each worker gets (without --nproc-per-node).
-int spawn_local_workers(int64_t nproc, const std::vector<std::string>& argv, bool gpu);
+int spawn_local_workers(int64_t nproc, const std::vector<std::string>& argv, bool nccl);
 
 // The path of the running executable (/proc/self/exe).
 std::string self_executable();

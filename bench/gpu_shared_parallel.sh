@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# On a machine with ONE GPU: the CUDA engine's parallel code paths, with every rank on that GPU
+# (--distributed-backend mpi: host-staged collectives over MPI; NCCL refuses two ranks on one
+# device). Not a speed measurement: it checks that data, tensor, sequence and pipeline
+# parallelism (1F1B and interleaved), the distributed optimizer with overlapped reductions,
+# and full recompute give the one-process losses on the GPU as they do on the CPU.
+# A small GPT (4 layers, hidden 128, 4 heads, seq 128; global batch 16 of micro-batches 2;
+# 20 iterations on the Brown Corpus, no dropout, --deterministic-mode) runs as one process and
+# in each layout, in fp32 and in bf16; the summary prints, per layout, the largest loss and
+# relative grad-norm differences from the one-process run of the same dtype.
+#   bench/gpu_shared_parallel.sh PACK_DIR OUT_DIR     (needs data/gpt2 and data/brown)
+set -uo pipefail
+P=${1:?pack dir}
+OUT=${2:?out dir}
+W=/tmp/mt_shared
+FAILURES=shared_failures.txt
+. bench/gpu_runs.sh
+SMALL="--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 \
+  --micro-batch-size 2 --global-batch-size 16 --lr 3e-4 --lr-warmup-iters 2 --log-interval 1 --seed 7 \
+  --attention-dropout 0 --hidden-dropout 0 --eval-interval 100000 --eval-iters 0 --device cuda \
+  --deterministic-mode --distributed-backend mpi $DATA"
+# run NAME NPROC FLAGS...: 20 iterations of the small GPT. TP 1 runs pad the vocabulary as TP 2
+# does (50432 rows: a multiple of 128 x 2), so that every layout trains the same model.
+run() {
+  local name=$1 nproc=$2
+  shift 2
+  local launch=() pad=(--make-vocab-size-divisible-by 256)
+  [ "$nproc" -gt 1 ] && launch=(--nproc-per-node "$nproc")
+  case " $* " in *" --tensor-model-parallel-size 2 "*) pad=() ;; esac
+  timeout 300 "$P/megatron" train "${launch[@]}" $SMALL "${pad[@]}" --train-iters 20 --log-jsonl $W/$name.jsonl "$@" \
+    > $W/$name.log 2>&1
+  local rc=$?
+  echo "$name: exit $rc"
+  [ $rc -eq 0 ] || { echo "== $name (exit $rc)"; tail -n 20 $W/$name.log; } >> $OUT/$FAILURES
+}
+LAYOUTS="dp2 dp2_distopt tp2 tp2_sp pp2 pp2_vp tp2pp2 tp2pp2dp2_distopt_recompute"
+for dtype in fp32 bf16; do
+  D=()
+  [ $dtype = bf16 ] && D=(--bf16)
+  run ${dtype}_one 1 "${D[@]}"
+  run ${dtype}_dp2 2 "${D[@]}"
+  run ${dtype}_dp2_distopt 2 "${D[@]}" --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+  run ${dtype}_tp2 2 "${D[@]}" --tensor-model-parallel-size 2
+  run ${dtype}_tp2_sp 2 "${D[@]}" --tensor-model-parallel-size 2 --sequence-parallel
+  run ${dtype}_pp2 2 "${D[@]}" --pipeline-model-parallel-size 2
+  run ${dtype}_pp2_vp 2 "${D[@]}" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+  run ${dtype}_tp2pp2 4 "${D[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+  run ${dtype}_tp2pp2dp2_distopt_recompute 8 "${D[@]}" --tensor-model-parallel-size 2 \
+    --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer --recompute-granularity full \
+    --recompute-method uniform --recompute-num-layers 1
+done
+python3 - $W "$LAYOUTS" <<'PY' | tee $OUT/shared_summary.txt
+import sys
+sys.path.insert(0, "bench")
+from gpu_runs import print_parity
+w, layouts = sys.argv[1], sys.argv[2].split()
+for dtype in ("fp32", "bf16"):
+    print(f"-- {dtype}")
+    print_parity(w, f"{dtype}_one", [f"{dtype}_{l}" for l in layouts])
+PY

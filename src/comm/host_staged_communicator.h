@@ -1,0 +1,58 @@
+// Host-side collectives for any tensor: a host communicator (MPI) made usable by ranks whose
+// tensors live on a GPU, or whose reductions are in bf16/fp16 (MPI reduces fp32 only).
+// `megatron train --distributed-backend mpi` (or Megatron's `gloo`, the host-side library of
+// PyTorch) uses it on GPUs instead of NCCL; CPU ranks always go through it.
+//
+// Every call stages what the inner communicator cannot take:
+//  - a device tensor is copied to host memory (backend.copy: after the work queued on the
+//    device), the inner call runs on the copy, and results are copied back;
+//  - a reduction of 16-bit floats runs in fp32 on the host (widened exactly) and is rounded
+//    once to the tensor's dtype (round to nearest even). With two ranks that is NCCL's bf16
+//    sum bit for bit (one rounding of the exact sum); with more, NCCL rounds after every
+//    hop of its ring and results may differ in the last bit.
+//  - host fp32 tensors go straight through (no copy).
+// Started collectives complete before start_* returns (the Communicator defaults), so there
+// is no overlap. Staging allocates host memory per call and moves every byte over PCIe and
+// through MPI: it is for correctness checks and machines without NCCL (several ranks sharing
+// one GPU: NCCL refuses two ranks on one device), not for speed.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/ops.h"
+#include "comm/communicator.h"
+
+namespace megatron::comm {
+
+class HostStagedCommunicator final : public Communicator {
+ public:
+  // `inner` takes host tensors and fp32 reductions; `backend` moves tensors to and from the
+  // device (the backend the tensors belong to; any backend for host tensors).
+  HostStagedCommunicator(std::unique_ptr<Communicator> inner, backend::Backend& backend);
+
+  int64_t rank() const override { return inner_->rank(); }
+  int64_t size() const override { return inner_->size(); }
+  const std::string& name() const override { return inner_->name(); }
+  void all_reduce(Tensor& x, ReduceOp op) override;
+  void all_reduce_host(std::span<double> values, ReduceOp op) override { inner_->all_reduce_host(values, op); }
+  void reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op) override;
+  void all_gather(const Tensor& in, Tensor& out, std::span<const int64_t> counts) override;
+  void broadcast(Tensor& x, int64_t root) override;
+  void send(const Tensor& x, int64_t peer) override;
+  void recv(Tensor& x, int64_t peer) override;
+  void barrier() override { inner_->barrier(); }
+  void send_recv(std::span<const PointToPoint> ops) override;
+  std::unique_ptr<Communicator> split(int64_t color, int64_t key, const std::string& name) override;
+
+ private:
+  // A host tensor holding x's values (x itself when it is a host tensor), as `dtype`.
+  Tensor to_host(const Tensor& x, DType dtype);
+  // x := host (converted to x's dtype); nothing when host is x.
+  void from_host(const Tensor& host, Tensor& x);
+
+  std::unique_ptr<Communicator> inner_;
+  backend::Backend& backend_;
+};
+
+}  // namespace megatron::comm

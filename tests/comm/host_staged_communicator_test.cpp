@@ -1,0 +1,202 @@
+// HostStagedCommunicator over MPI under mpirun -np 3 (oversubscribed): 16-bit reductions
+// (which MPI cannot do) and every operation on tensors of the CPU backend and, where a GPU is
+// visible, of the CUDA backend (device tensors; the three ranks share GPU 0, as
+// --distributed-backend mpi allows). Expectations are exact: the 16-bit values have 8 or 11
+// significant bits, so a sum of three of them is exact in fp32 in any order, and the staged
+// result is that sum rounded once to the dtype (round_to); fp32 values are small integers.
+#include "comm/host_staged_communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "backend/device.h"
+#include "comm/mpi_communicator.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "support/mpi.h"
+
+namespace megatron::comm {
+namespace {
+
+constexpr int kRanks = 3;
+const std::vector<int64_t> kSizes = {0, 1, 7, 1001};
+
+// The backends whose tensors are staged: the CPU's always, the GPU's where there is one.
+std::vector<std::unique_ptr<backend::Backend>> backends() {
+  std::vector<std::unique_ptr<backend::Backend>> out;
+  out.push_back(backend::make_cpu_backend());
+  if (backend::cuda_device_count() > 0) out.push_back(backend::make_cuda_backend(0));
+  return out;
+}
+
+// Element i of rank r's input, already representable in `dtype`: 1 + ((r + 1) (i % 13) + r) 2^-7,
+// times -1 for odd i. The three ranks' sum is 3 + (6 (i % 13) + 3) 2^-7, an odd multiple of
+// 2^-7 that bf16 (spacing 2^-6 above 2) must round: rounding is exercised.
+float value(DType dtype, int64_t r, int64_t i) {
+  const float v = 1.0f + static_cast<float>((r + 1) * (i % 13) + r) * 0.0078125f;
+  return round_to(dtype, i % 2 == 1 ? -v : v);
+}
+
+Tensor host_tensor(const std::vector<float>& v, DType dtype) {
+  Tensor f = Tensor::cpu({static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) f.data_as<float>()[i] = v[i];
+  if (dtype == DType::kF32) return f;
+  auto cpu = backend::make_cpu_backend();
+  Tensor t = Tensor::cpu({static_cast<int64_t>(v.size())}, dtype);
+  cpu->copy(f, t);
+  return t;
+}
+
+// `v` as a tensor of `be` in `dtype`.
+Tensor make(backend::Backend& be, const std::vector<float>& v, DType dtype) {
+  Tensor h = host_tensor(v, dtype);
+  if (be.device() == Device::kCPU) return h;
+  Tensor d = be.empty({h.numel()}, dtype, MemoryKind::kOther);
+  be.copy(h, d);
+  return d;
+}
+
+// The values of a tensor of `be`, widened to float.
+std::vector<float> values(backend::Backend& be, const Tensor& t) {
+  Tensor f = Tensor::cpu({t.numel()});
+  be.copy(t, f);
+  return std::vector<float>(f.data_as<float>(), f.data_as<float>() + t.numel());
+}
+
+std::vector<float> inputs(DType dtype, int64_t rank, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = value(dtype, rank, i);
+  return v;
+}
+
+float reduced(DType dtype, ReduceOp op, int64_t i) {
+  float s = value(dtype, 0, i);
+  for (int64_t r = 1; r < kRanks; ++r) {
+    const float v = value(dtype, r, i);
+    s = op == ReduceOp::kSum ? s + v : op == ReduceOp::kMax ? std::max(s, v) : std::min(s, v);
+  }
+  return round_to(dtype, s);
+}
+
+const char* device_name(Device d) { return d == Device::kCPU ? "cpu" : "cuda"; }
+
+const DType kFloatTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+
+TEST(HostStagedCommunicator, AllReduceRoundsTheExactSumOnce) {
+  if (test::relaunch_under_mpirun(kRanks)) return;
+  MpiRuntime mpi;
+  for (auto& be : backends()) {
+    HostStagedCommunicator world(mpi.world(), *be);
+    ASSERT_EQ(world.size(), kRanks);
+    for (DType dtype : kFloatTypes) {
+      for (int64_t n : kSizes) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+          Tensor x = make(*be, inputs(dtype, world.rank(), n), dtype);
+          world.all_reduce(x, op);
+          const std::vector<float> got = values(*be, x);
+          for (int64_t i = 0; i < n; ++i) {
+            ASSERT_EQ(got[static_cast<size_t>(i)], reduced(dtype, op, i))
+                << device_name(be->device()) << " " << dtype_name(dtype) << " n " << n << " " << to_string(op) << " i " << i;
+          }
+        }
+      }
+    }
+    // The sum 3 + 6 * 2^-7 * k needs 10 bits: bf16 must have rounded it (a check that the
+    // expectation itself is not trivially the fp32 sum).
+    EXPECT_NE(reduced(DType::kBF16, ReduceOp::kSum, 12), value(DType::kF32, 0, 12) + value(DType::kF32, 1, 12) +
+                                                             value(DType::kF32, 2, 12));
+  }
+}
+
+TEST(HostStagedCommunicator, ReduceScatterAndAllGatherInAndOutOfPlace) {
+  if (test::relaunch_under_mpirun(kRanks)) return;
+  MpiRuntime mpi;
+  const std::vector<int64_t> counts = {5, 0, 9};
+  const int64_t total = 14;
+  for (auto& be : backends()) {
+    HostStagedCommunicator world(mpi.world(), *be);
+    const int64_t me = world.rank(), mine = counts[static_cast<size_t>(me)];
+    const int64_t off = piece_offset(counts, me);
+    for (DType dtype : kFloatTypes) {
+      for (bool in_place : {false, true}) {
+        const std::string what = std::string(device_name(be->device())) + " " + std::string(dtype_name(dtype)) +
+                                 (in_place ? " in place" : "");
+        const std::vector<float> own = inputs(dtype, me, total);
+        Tensor in = make(*be, own, dtype);
+        Tensor out = in_place ? in.flat_view(off, {mine}) : make(*be, std::vector<float>(mine, 0.0f), dtype);
+        world.reduce_scatter(in, out, counts, ReduceOp::kSum);
+        const std::vector<float> got = values(*be, out);
+        for (int64_t i = 0; i < mine; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], reduced(dtype, ReduceOp::kSum, off + i)) << what;
+
+        // Gather every rank's piece of its own inputs back into [total].
+        Tensor whole = make(*be, std::vector<float>(total, 0.0f), dtype);
+        Tensor piece = make(*be, std::vector<float>(own.begin() + off, own.begin() + off + mine), dtype);
+        if (in_place) {
+          Tensor slot = whole.flat_view(off, {mine});
+          be->copy(piece, slot);
+          world.all_gather(slot, whole, counts);
+        } else {
+          world.all_gather(piece, whole, counts);
+        }
+        const std::vector<float> gathered = values(*be, whole);
+        for (int64_t r = 0, at = 0; r < kRanks; ++r) {
+          for (int64_t i = 0; i < counts[static_cast<size_t>(r)]; ++i, ++at) {
+            ASSERT_EQ(gathered[static_cast<size_t>(at)], value(dtype, r, at)) << what << " rank " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(HostStagedCommunicator, BroadcastSendRecvAndSplitGroups) {
+  if (test::relaunch_under_mpirun(kRanks)) return;
+  MpiRuntime mpi;
+  for (auto& be : backends()) {
+    HostStagedCommunicator world(mpi.world(), *be);
+    const int64_t me = world.rank();
+    const DType dtype = DType::kBF16;
+    Tensor x = make(*be, inputs(dtype, me, 7), dtype);
+    world.broadcast(x, 2);
+    EXPECT_EQ(values(*be, x), inputs(dtype, 2, 7));
+
+    // A ring: each rank sends its values to the next and receives the previous rank's.
+    Tensor send = make(*be, inputs(dtype, me, 9), dtype);
+    Tensor recv = make(*be, std::vector<float>(9, 0.0f), dtype);
+    const std::vector<PointToPoint> ops = {{true, send, (me + 1) % kRanks}, {false, recv, (me + kRanks - 1) % kRanks}};
+    world.send_recv(ops);
+    EXPECT_EQ(values(*be, recv), inputs(dtype, (me + kRanks - 1) % kRanks, 9));
+
+    // Ranks 0 and 2 form a group whose reductions are staged too; rank 1 joins none.
+    std::unique_ptr<Communicator> pair = world.split(me == 1 ? -1 : 0, me, "pair");
+    ASSERT_EQ(pair == nullptr, me == 1);
+    if (pair) {
+      Tensor y = make(*be, inputs(dtype, me, 13), dtype);
+      pair->all_reduce(y, ReduceOp::kSum);
+      const std::vector<float> got = values(*be, y);
+      for (int64_t i = 0; i < 13; ++i) {
+        ASSERT_EQ(got[static_cast<size_t>(i)], round_to(dtype, value(dtype, 0, i) + value(dtype, 2, i))) << i;
+      }
+    }
+    world.barrier();
+  }
+}
+
+TEST(HostStagedCommunicator, IntegerReductionIsAnErrorNamingTheGroup) {
+  if (test::relaunch_under_mpirun(kRanks)) return;
+  MpiRuntime mpi;
+  auto cpu = backend::make_cpu_backend();
+  HostStagedCommunicator world(mpi.world(), *cpu);
+  Tensor ids = Tensor::cpu({4}, DType::kI64);
+  try {
+    world.all_reduce(ids, ReduceOp::kSum);
+    FAIL() << "an int64 all-reduce must be refused";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "all_reduce on group 'world': reductions take float tensors, got int64");
+  }
+}
+
+}  // namespace
+}  // namespace megatron::comm
