@@ -16,6 +16,7 @@ mkdir -p "$P/lib" "$P/bench" "$P/tests"
 cp "$B/megatron" "$P/"
 cp "$B"/bench/*_bench "$P/bench/"
 cp "$B"/tests/*cuda*_test "$P/tests/" 2>/dev/null || true
+cp "$B"/tests/comm_host_staged_communicator_test "$P/tests/"  # its CUDA half: ranks sharing a GPU
 # Libraries of Debian's that the Ubuntu image may lack (OpenBLAS resolves to the real file
 # behind Debian's alternatives link). CUDA's and cuDNN's libraries are never copied: the GPU
 # machine has its own (cuDNN's engines alone are ~500 MB; the pack must stay under 64 MiB).

@@ -5,7 +5,7 @@
 # The build comes from here: bench/pack_for_gpu_machine.sh builds with CUDA (sm_90a) and
 # assembles build-gpu-pack; carry build-gpu-pack (and data/gpt2, data/brown for the data runs).
 #   scripts/gpu-check.sh PACK_DIR OUT_DIR [shapes...]    shapes: 124m 350m 1.3b 2.7b (default all)
-# Environment: SKIP_TESTS=1, SKIP_BENCH=1, SKIP_TORCH=1, SKIP_CURVES=1 leave those parts out (to fit
+# Environment: SKIP_TESTS=1, SKIP_BENCH=1, SKIP_TORCH=1, SKIP_CURVES=1, SKIP_PARALLEL=1 leave those parts out (to fit
 # one device call's 10 minutes); GPU_TEST_JOBS=N runs N test binaries at a time (default 1).
 set -uo pipefail
 P=${1:?pack dir}
@@ -116,4 +116,14 @@ last = sorted(c)[-5:]
 gap = sum(g[i] - c[i] for i in last) / len(last)
 print(f"mean of the last 5 logged losses: bf16 - fp32 = {gap:+.4f}: {'PASS' if abs(gap) < 0.05 else 'FAIL'}")
 PY
+fi
+
+# Every parallel layout with its ranks sharing this GPU (--distributed-backend mpi; needs
+# data/gpt2 and data/brown): the host-staged communicator's test under mpirun (its CUDA half),
+# then bench/gpu_shared_parallel.sh (~3 minutes): the layouts' losses against one process.
+if [ -z "${SKIP_PARALLEL:-}" ] && [ -f data/brown/brown.jsonl ] && [ -f data/gpt2/vocab.json ]; then
+  echo "== parallel layouts on one GPU" | tee "$OUT/parallel.txt"
+  t="$P/tests/comm_host_staged_communicator_test"
+  [ -x "$t" ] && timeout 120 "$t" --gtest_brief=1 2>&1 | tail -n 5 | tee -a "$OUT/parallel.txt"
+  timeout 480 bash bench/gpu_shared_parallel.sh "$P" "$OUT" 2>&1 | tee -a "$OUT/parallel.txt"
 fi
