@@ -27,6 +27,8 @@ export LD_LIBRARY_PATH="$PWD/$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # in name order. One by one (the default) they take ~6 minutes (cuda_gemm_test alone ~2); they
 # are correctness tests (none times anything), and GPU_TEST_JOBS=3 ran all of them in 153 s on
 # an H100 (seventh session), leaving room in a device call for the benchmarks.
+# Tests that start `megatron` or read data/gpt2 find them here, not in this build's paths.
+export MEGATRON_TEST_SOURCE_DIR="$PWD" MEGATRON_TEST_BINARY_DIR="$(cd "$P" && pwd)"
 run_gpu_test() {
   timeout 300 "$1" --gtest_brief=1 > "$2/gpu_test_$(basename "$1").log" 2>&1
   echo "exit status $?" >> "$2/gpu_test_$(basename "$1").log"

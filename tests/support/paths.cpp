@@ -4,14 +4,23 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 
 namespace megatron::test {
 
-std::string source_dir() { return MT_SOURCE_DIR; }
-std::string binary_dir() { return MT_BINARY_DIR; }
+namespace {
+// The environment's value of `name` when set and non-empty, else `built_in`.
+std::string env_or(const char* name, const char* built_in) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : built_in;
+}
+}  // namespace
+
+std::string source_dir() { return env_or("MEGATRON_TEST_SOURCE_DIR", MT_SOURCE_DIR); }
+std::string binary_dir() { return env_or("MEGATRON_TEST_BINARY_DIR", MT_BINARY_DIR); }
 std::string megatron_binary() { return binary_dir() + "/megatron"; }
 std::string gpt2_vocab_file() { return source_dir() + "/data/gpt2/vocab.json"; }
 std::string gpt2_merge_file() { return source_dir() + "/data/gpt2/merges.txt"; }

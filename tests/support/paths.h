@@ -5,6 +5,9 @@
 
 namespace megatron::test {
 
+// Both are compiled in; MEGATRON_TEST_SOURCE_DIR / MEGATRON_TEST_BINARY_DIR override them where
+// the test binaries run away from their build (scripts/gpu-check.sh on the GPU machine: the
+// repository copy there and the pack holding `megatron`).
 std::string source_dir();  // the repository root
 std::string binary_dir();  // the build directory (holds the `megatron` binary)
 std::string megatron_binary();
