@@ -1,6 +1,7 @@
 #include "comm/host_staged_communicator.h"
 
-#include <cstring>
+#include <exception>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -9,38 +10,11 @@
 namespace megatron::comm {
 namespace {
 
-// dst := src, two host tensors of equal numel and float dtypes (16-bit -> fp32 exactly,
-// fp32 -> 16-bit rounded to nearest even, as every backend's copy()).
-void convert_on_host(const Tensor& src, Tensor& dst) {
-  const int64_t n = src.numel();
-  if (src.dtype() == dst.dtype()) {
-    std::memcpy(dst.data(), src.data(), static_cast<size_t>(src.nbytes()));
-    return;
-  }
-  MT_CHECK(is_float(src.dtype()) && is_float(dst.dtype())) << "staging " << src.describe() << " -> " << dst.describe();
-  auto widen = [&](int64_t i) -> float {
-    switch (src.dtype()) {
-      case DType::kBF16: return bf16_to_float(src.data_as<uint16_t>()[i]);
-      case DType::kF16: return fp16_to_float(src.data_as<uint16_t>()[i]);
-      default: return src.data_as<float>()[i];
-    }
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = widen(i);
-    switch (dst.dtype()) {
-      case DType::kBF16: dst.data_as<uint16_t>()[i] = float_to_bf16(v); break;
-      case DType::kF16: dst.data_as<uint16_t>()[i] = float_to_fp16(v); break;
-      default: dst.data_as<float>()[i] = v; break;
-    }
-  }
-}
-
-// The dtype a reduction runs in on the host: fp32 for every float dtype.
-DType reduction_dtype(const Tensor& x, const char* op, const std::string& group) {
+void require_float(const Tensor& x, const char* op, const Communicator& group) {
   if (!is_float(x.dtype())) {
-    throw_error(op, " on group '", group, "': reductions take float tensors, got ", dtype_name(x.dtype()));
+    throw_error(op, " on group '", group.name(), "' (rank ", group.rank(), "): reductions take float tensors, got ",
+                dtype_name(x.dtype()));
   }
-  return DType::kF32;
 }
 
 }  // namespace
@@ -50,6 +24,8 @@ HostStagedCommunicator::HostStagedCommunicator(std::unique_ptr<Communicator> inn
   MT_CHECK(inner_ != nullptr) << "HostStagedCommunicator without an inner communicator";
 }
 
+// Device -> host is a plain copy of the bytes (no device buffer); a dtype change then happens
+// host to host (every backend's copy() converts float dtypes there, rounding to nearest even).
 Tensor HostStagedCommunicator::to_host(const Tensor& x, DType dtype) {
   if (x.device() == Device::kCPU && x.dtype() == dtype) return x;
   Tensor raw = x;
@@ -59,45 +35,46 @@ Tensor HostStagedCommunicator::to_host(const Tensor& x, DType dtype) {
   }
   if (raw.dtype() == dtype) return raw;
   Tensor out = Tensor::cpu({x.numel()}, dtype);
-  convert_on_host(raw, out);
+  backend_.copy(raw, out);
   return out;
 }
 
 void HostStagedCommunicator::from_host(const Tensor& host, Tensor& x) {
   if (host.data() == x.data() && host.dtype() == x.dtype()) return;
-  if (x.device() == Device::kCPU) {
-    Tensor flat = x.view({x.numel()});
-    convert_on_host(host, flat);
-    return;
-  }
   Tensor raw = host;
-  if (host.dtype() != x.dtype()) {
+  if (x.device() != Device::kCPU && host.dtype() != x.dtype()) {
     raw = Tensor::cpu({x.numel()}, x.dtype());
-    convert_on_host(host, raw);
+    backend_.copy(host, raw);
   }
-  backend_.copy(raw, x);
+  backend_.copy(raw, x);  // host -> device: complete when it returns
 }
 
 void HostStagedCommunicator::all_reduce(Tensor& x, ReduceOp op) {
   if (x.numel() == 0) return;
-  Tensor h = to_host(x, reduction_dtype(x, "all_reduce", name()));
+  require_float(x, "all_reduce", *this);
+  Tensor h = to_host(x, DType::kF32);
   inner_->all_reduce(h, op);
   from_host(h, x);
+}
+
+void HostStagedCommunicator::all_reduce_host(std::span<double> values, ReduceOp op) {
+  backend_.synchronize();  // the contract: host scalars are exchanged after the device work
+  inner_->all_reduce_host(values, op);
 }
 
 void HostStagedCommunicator::reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op) {
   check_pieces("reduce_scatter", *this, in.numel(), out.numel(), counts);
   MT_CHECK(out.dtype() == in.dtype()) << "reduce_scatter: dtypes differ";
   if (in.numel() == 0) return;
-  const DType t = reduction_dtype(in, "reduce_scatter", name());
-  if (in.device() == Device::kCPU && out.device() == Device::kCPU && in.dtype() == t) {
+  require_float(in, "reduce_scatter", *this);
+  if (in.device() == Device::kCPU && out.device() == Device::kCPU && in.dtype() == DType::kF32) {
     inner_->reduce_scatter(in, out, counts, op);
     return;
   }
   // h_out is a buffer of its own, so the inner call is never in place (and `out` may be a
   // piece of `in`: its values are read before any is written).
-  Tensor h_in = to_host(in, t);
-  Tensor h_out = Tensor::cpu({out.numel()}, t);
+  Tensor h_in = to_host(in, DType::kF32);
+  Tensor h_out = Tensor::cpu({out.numel()}, DType::kF32);
   inner_->reduce_scatter(h_in, h_out, counts, op);
   from_host(h_out, out);
 }
@@ -112,27 +89,27 @@ void HostStagedCommunicator::all_gather(const Tensor& in, Tensor& out, std::span
   if (out.numel() == 0) return;
   // `in` may be this rank's piece of `out`: it is read before h_out (a buffer of its own) is
   // copied back.
-  Tensor h_in = in.numel() == 0 ? Tensor::cpu({0}, in.dtype()) : to_host(in, in.dtype());
+  Tensor h_in = to_host(in, in.dtype());
   Tensor h_out = Tensor::cpu({out.numel()}, out.dtype());
   inner_->all_gather(h_in, h_out, counts);
   from_host(h_out, out);
 }
 
 void HostStagedCommunicator::broadcast(Tensor& x, int64_t root) {
-  if (x.numel() == 0) return;
-  Tensor h = to_host(x, x.dtype());
+  if (x.device() == Device::kCPU || x.numel() == 0) {
+    inner_->broadcast(x, root);
+    return;
+  }
+  // Only the root's values travel: the others receive into a fresh buffer.
+  Tensor h = rank() == root ? to_host(x, x.dtype()) : Tensor::cpu({x.numel()}, x.dtype());
   inner_->broadcast(h, root);
   if (rank() != root) from_host(h, x);
 }
 
-void HostStagedCommunicator::send(const Tensor& x, int64_t peer) {
-  if (x.numel() == 0) return;
-  inner_->send(to_host(x, x.dtype()), peer);
-}
+void HostStagedCommunicator::send(const Tensor& x, int64_t peer) { inner_->send(to_host(x, x.dtype()), peer); }
 
 void HostStagedCommunicator::recv(Tensor& x, int64_t peer) {
-  if (x.numel() == 0) return;
-  if (x.device() == Device::kCPU) {
+  if (x.device() == Device::kCPU || x.numel() == 0) {
     inner_->recv(x, peer);
     return;
   }
@@ -141,8 +118,44 @@ void HostStagedCommunicator::recv(Tensor& x, int64_t peer) {
   from_host(h, x);
 }
 
-void HostStagedCommunicator::send_recv(std::span<const PointToPoint> ops) {
-  std::vector<PointToPoint> staged;
+namespace {
+// A started exchange over staged buffers: wait() completes the inner exchange, then copies each
+// received host buffer into its device tensor. It owns the staged tensors until then.
+class PendingStagedSendRecv final : public PendingCollective {
+ public:
+  PendingStagedSendRecv(std::unique_ptr<PendingCollective> inner, std::vector<PointToPoint> staged,
+                        std::vector<PointToPoint> original, backend::Backend& backend)
+      : inner_(std::move(inner)), staged_(std::move(staged)), original_(std::move(original)), backend_(backend) {}
+  ~PendingStagedSendRecv() override {
+    if (std::uncaught_exceptions() > 0) return;  // the job is ending (as PendingSendRecv)
+    try {
+      wait();
+    } catch (...) {
+      // A destructor does not throw; the failed exchange ends the job at the next call.
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    done_ = true;
+    inner_->wait();
+    for (size_t i = 0; i < original_.size(); ++i) {
+      if (original_[i].send || staged_[i].tensor.data() == original_[i].tensor.data()) continue;
+      backend_.copy(staged_[i].tensor, original_[i].tensor);
+    }
+  }
+
+ private:
+  std::unique_ptr<PendingCollective> inner_;
+  std::vector<PointToPoint> staged_, original_;
+  backend::Backend& backend_;
+  bool done_ = false;
+};
+}  // namespace
+
+std::unique_ptr<PendingCollective> HostStagedCommunicator::start_send_recv(std::span<const PointToPoint> ops) {
+  // Device sends are read into host buffers here, after the work queued so far; device
+  // receives land in host buffers and reach their tensors in wait().
+  std::vector<PointToPoint> staged, original(ops.begin(), ops.end());
   staged.reserve(ops.size());
   for (const PointToPoint& op : ops) {
     PointToPoint s = op;
@@ -151,13 +164,11 @@ void HostStagedCommunicator::send_recv(std::span<const PointToPoint> ops) {
     }
     staged.push_back(std::move(s));
   }
-  inner_->send_recv(staged);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].send || staged[i].tensor.data() == ops[i].tensor.data()) continue;
-    Tensor dst = ops[i].tensor;
-    from_host(staged[i].tensor, dst);
-  }
+  std::unique_ptr<PendingCollective> inner = inner_->start_send_recv(staged);
+  return std::make_unique<PendingStagedSendRecv>(std::move(inner), std::move(staged), std::move(original), backend_);
 }
+
+void HostStagedCommunicator::send_recv(std::span<const PointToPoint> ops) { start_send_recv(ops)->wait(); }
 
 std::unique_ptr<Communicator> HostStagedCommunicator::split(int64_t color, int64_t key, const std::string& name) {
   std::unique_ptr<Communicator> sub = inner_->split(color, key, name);

@@ -11,8 +11,8 @@
 //    sum bit for bit (one rounding of the exact sum); with more, NCCL rounds after every
 //    hop of its ring and results may differ in the last bit.
 //  - host fp32 tensors go straight through (no copy).
-// Started collectives complete before start_* returns (the Communicator defaults), so there
-// is no overlap. Staging allocates host memory per call and moves every byte over PCIe and
+// start_send_recv keeps the inner communicator's overlap (--overlap-p2p-communication); the
+// other started collectives complete before start_* returns (the Communicator defaults). Staging allocates host memory per call and moves every byte over PCIe and
 // through MPI: it is for correctness checks and machines without NCCL (several ranks sharing
 // one GPU: NCCL refuses two ranks on one device), not for speed.
 #pragma once
@@ -35,7 +35,7 @@ class HostStagedCommunicator final : public Communicator {
   int64_t size() const override { return inner_->size(); }
   const std::string& name() const override { return inner_->name(); }
   void all_reduce(Tensor& x, ReduceOp op) override;
-  void all_reduce_host(std::span<double> values, ReduceOp op) override { inner_->all_reduce_host(values, op); }
+  void all_reduce_host(std::span<double> values, ReduceOp op) override;
   void reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op) override;
   void all_gather(const Tensor& in, Tensor& out, std::span<const int64_t> counts) override;
   void broadcast(Tensor& x, int64_t root) override;
@@ -43,10 +43,13 @@ class HostStagedCommunicator final : public Communicator {
   void recv(Tensor& x, int64_t peer) override;
   void barrier() override { inner_->barrier(); }
   void send_recv(std::span<const PointToPoint> ops) override;
+  // Non-blocking as the inner one's (MPI: Isend/Irecv now, Waitall in wait()): device sends are
+  // staged before it returns, device receives are copied in by the handle's wait().
+  std::unique_ptr<PendingCollective> start_send_recv(std::span<const PointToPoint> ops) override;
   std::unique_ptr<Communicator> split(int64_t color, int64_t key, const std::string& name) override;
 
  private:
-  // A host tensor holding x's values (x itself when it is a host tensor), as `dtype`.
+  // A host tensor holding x's values (x itself when it is a host tensor of `dtype`), as `dtype`.
   Tensor to_host(const Tensor& x, DType dtype);
   // x := host (converted to x's dtype); nothing when host is x.
   void from_host(const Tensor& host, Tensor& x);

@@ -77,10 +77,13 @@ RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend, st
     c.world = make_nccl_world(backend, env.rank, env.world_size, id);
   } else {
     if (!env.mpi_available) {
-      throw_error("[", to_string(env.launcher), "] ",
-                  backend.device() == Device::kCUDA ? "--distributed-backend mpi" : "CPU ranks",
-                  " communicate over MPI: start them with mpirun -np ", env.world_size,
-                  " (or `megatron train --nproc-per-node ", env.world_size, "`)");
+      if (backend.device() == Device::kCUDA) {
+        throw_error("[--distributed-backend] mpi: GPU ranks then talk over MPI; start them with mpirun -np ",
+                    env.world_size, " (or `megatron train --nproc-per-node ", env.world_size, "`), not from ",
+                    to_string(env.launcher));
+      }
+      throw_error("[", to_string(env.launcher), "] CPU ranks communicate over MPI: start them with mpirun -np ",
+                  env.world_size, " (or `megatron train --nproc-per-node ", env.world_size, "`)");
     }
     c.mpi = std::make_unique<MpiRuntime>();
     c.world = std::make_unique<HostStagedCommunicator>(c.mpi->world(), backend);

@@ -14,6 +14,9 @@ namespace megatron::test {
 
 namespace {
 constexpr const char* kRanksVar = "MT_TEST_MPI_RANKS";
+// A test whose ranks deadlock fails after this long instead of holding ctest (which has no
+// timeout of its own) until CI's limit; every multi-rank test body takes seconds.
+constexpr int kRanksTimeoutSeconds = 300;
 
 std::string self_exe() {
   char buf[4096];
@@ -30,7 +33,10 @@ bool relaunch_under_mpirun(int np) {
   const std::string filter = std::string(info->test_suite_name()) + "." + info->name();
   const std::vector<std::string> cmd = comm::local_mpirun_command(
       np, {self_exe(), "--gtest_filter=" + filter}, {std::string(kRanksVar) + "=1"});
-  const CommandResult r = run_command(comm::shell_join(cmd), /*capture_stderr=*/true);
+  const CommandResult r = run_command(
+      "timeout --kill-after=10 " + std::to_string(kRanksTimeoutSeconds) + " " + comm::shell_join(cmd), /*capture_stderr=*/true);
+  EXPECT_NE(r.status, 124) << "mpirun -np " << np << " " << filter << " did not finish in " << kRanksTimeoutSeconds
+                           << " s (deadlocked ranks?):\n" << r.output;
   EXPECT_EQ(r.status, 0) << "mpirun -np " << np << " " << filter << " failed:\n" << r.output;
   return true;
 }
