@@ -35,6 +35,18 @@ int64_t cuda_device_for_rank(const Args& args, int64_t local_rank) {
   return local_rank % n;
 }
 
+std::string host_collectives_note(const Args& args, int64_t local_ranks) {
+  if (!host_collectives(args) || !uses_cuda(args)) return "";
+  std::string note = " > collectives: MPI, GPU tensors staged through host memory (--distributed-backend " +
+                     args.get_string("--distributed-backend") + ")";
+  const int64_t gpus = backend::cuda_device_count();
+  if (local_ranks > gpus) {
+    note += "; " + std::to_string(local_ranks) + " ranks share " + std::to_string(gpus) +
+            " GPU(s): for checking a layout, not for speed (tokens/s and device memory are the shared GPU's)";
+  }
+  return note + "\n";
+}
+
 std::unique_ptr<backend::Backend> make_backend(const Args& args, std::ostream& log, int64_t cuda_device) {
   const std::string d = args.get_string("--device");
   if (d != "cpu" && d != "cuda" && d != "auto") throw_error("[--device] expected cpu, cuda or auto, got '", d, "'");

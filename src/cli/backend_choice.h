@@ -26,5 +26,9 @@ bool host_collectives(const Args& args);
 // The GPU of the rank with LOCAL_RANK `local_rank`: that GPU; with host collectives, ranks
 // beyond the visible GPUs share them round-robin (NCCL refuses two ranks on one GPU).
 int64_t cuda_device_for_rank(const Args& args, int64_t local_rank);
+// The line a CUDA job with host collectives prints first (" > collectives: ..."), saying when
+// its `local_ranks` share fewer GPUs, so that speed and device memory are read as what they
+// are; "" without host collectives or off the GPU.
+std::string host_collectives_note(const Args& args, int64_t local_ranks);
 
 }  // namespace megatron::cli

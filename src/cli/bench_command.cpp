@@ -162,6 +162,7 @@ int run_bench(const CommandArgs& argv_in) {
 
   const int device_index = static_cast<int>(cuda_device_for_rank(args, env.local_rank));
   std::unique_ptr<backend::Backend> be = make_backend(args, log, device_index);
+  log << host_collectives_note(args, comm::ranks_per_node(comm::process_environment(), world));
   // The connection to the other ranks outlives the groups split from it.
   comm::RankConnection connection;
   std::unique_ptr<comm::Communicator> world_comm;

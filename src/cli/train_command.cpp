@@ -112,6 +112,7 @@ int run_train(const CommandArgs& argv) {
   if (config.data_path.empty()) throw_error("[--data-path] is required (a dataset prefix or weight/prefix pairs)");
 
   std::unique_ptr<backend::Backend> backend = make_backend(args, log0, cuda_device_for_rank(args, env.local_rank));
+  log0 << host_collectives_note(args, comm::ranks_per_node(comm::process_environment(), env.world_size));
   // The connection to the other ranks outlives the groups split from it.
   comm::RankConnection connection = comm::connect_ranks(
       env, *backend, std::chrono::milliseconds(static_cast<int64_t>(config.distributed_timeout_minutes * 60000.0)),

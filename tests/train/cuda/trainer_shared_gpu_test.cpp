@@ -74,6 +74,10 @@ TEST(TrainerSharedGpu, EveryLayoutMatchesTheOneProcessGpuRun) {
     argv.insert(argv.end(), l.flags.begin(), l.flags.end());
     const test::CommandResult r = test::run_ranks(argv, l.ranks);
     ASSERT_EQ(r.status, 0) << l.name << "\n" << r.output;
+    const std::string note = " > collectives: MPI, GPU tensors staged through host memory (--distributed-backend mpi); " +
+                             std::to_string(l.ranks) + " ranks share " + std::to_string(backend::cuda_device_count()) +
+                             " GPU(s)";
+    EXPECT_NE(r.output.find(note), std::string::npos) << l.name << ": rank 0 says the GPU is shared\n" << r.output;
     expect_same(ref, read_jsonl(log), 1, l.name + " on one GPU");
   }
 }
