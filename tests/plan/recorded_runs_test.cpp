@@ -95,6 +95,51 @@ TEST(PlanRecordedRuns, TwoH200RunsMemoryAndTokensPerSecond) {
   }
 }
 
+// 2 x H200 again, eighth session (2026-11-24, bench/RESULTS.md "eighth session", call 12): the
+// same ten layouts measured on the tree of that session (both residual fusions; the TP input
+// gradient's reduction overlapped with the weight-gradient GEMM), the DP2 rows now with the
+// distributed optimizer and both overlaps. Memory within 5% on every row, tokens/s within 10%
+// on every row but TP2 + SP (see the test).
+const RecordedRun kRunsS8[] = {
+    {"gpt3-1.3b", 24, 2048, 16, 1, 4, 1, 1, 1, 35.36, 64033.1},  {"gpt3-1.3b", 24, 2048, 16, 2, 4, 1, 2, 1, 18.80, 83073.7},
+    {"gpt3-1.3b", 24, 2048, 16, 1, 32, 1, 1, 1, 35.36, 68107.7}, {"gpt3-1.3b", 24, 2048, 16, 2, 32, 2, 1, 1, 25.93, 115584.1},
+    {"gpt3-1.3b", 24, 2048, 16, 2, 8, 1, 1, 2, 28.72, 120101.9}, {"gpt3-2.7b", 32, 2560, 32, 1, 4, 1, 1, 1, 65.89, 31057.4},
+    {"gpt3-2.7b", 32, 2560, 32, 2, 4, 1, 2, 1, 34.10, 45933.5},  {"gpt3-2.7b", 32, 2560, 32, 1, 32, 1, 1, 1, 65.89, 33401.1},
+    {"gpt3-2.7b", 32, 2560, 32, 2, 32, 2, 1, 1, 45.49, 57043.0}, {"gpt3-2.7b", 32, 2560, 32, 2, 8, 1, 1, 2, 51.79, 58703.9},
+};
+
+TEST(PlanRecordedRuns, TwoH200RunsOfTheEighthSession) {
+  std::printf("| model | GPUs | batch | PP | TP | DP | measured tok/s | predicted | error | measured GiB/GPU | planned | error |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const RecordedRun& r : kRunsS8) {
+    const PlanModel m = test::gpt_plan_model(r.layers, r.hidden, r.heads, 2048);
+    Cluster cl;
+    cl.gpu = find_gpu("h200-141gb");
+    cl.gpus_per_node = r.gpus;
+    cl.nodes = 1;
+    const ParallelConfig p{r.tp, r.pp, 1, r.dp, 4, r.global_batch, PlanRecompute::kNone, r.dp > 1, r.tp > 1};
+    const Candidate k = evaluate_layout(m, cl, p);
+    const double planned = static_cast<double>(k.memory.worst.total()) / kGiB;
+    const double error = planned / r.measured_gib - 1.0;
+    const double speed_error = k.prediction.tokens_per_s / r.measured_tokens_per_s - 1.0;
+    std::printf("| %s | %lld | %lld | %lld | %lld | %lld | %.0f | %.0f | %+.1f%% | %.2f | %.2f | %+.1f%% |\n", r.model,
+                static_cast<long long>(r.gpus), static_cast<long long>(r.global_batch), static_cast<long long>(r.pp),
+                static_cast<long long>(r.tp), static_cast<long long>(r.dp), r.measured_tokens_per_s,
+                k.prediction.tokens_per_s, 100.0 * speed_error, r.measured_gib, planned, 100.0 * error);
+    EXPECT_LT(std::fabs(error), 0.05) << r.model << " tp " << r.tp << " pp " << r.pp << " dp " << r.dp;
+    // Known miss: under TP2 + SP the ops take half the one-GPU time, as planned, but the
+    // collectives leave ~39 ms of the 1.3B step exposed (call 13's profile: ~1.6 ms per layer,
+    // ~105 GB/s effective for ~10 all-gathers / reduce-scatters of [8192, 2048] bf16 per
+    // layer), where the planner's NVLink term expects a fraction of that: +36% at 1.3B, +22%
+    // at 2.7B. The DP2 and PP2 rows, which the older runs missed or not, are within 10% now.
+    if (r.tp == 1) {
+      EXPECT_LT(std::fabs(speed_error), 0.10) << r.model << " pp " << r.pp << " dp " << r.dp;
+    } else {
+      EXPECT_GT(speed_error, 0.10) << r.model << " tp " << r.tp << " is a known miss but is now within 10%: take it off";
+    }
+  }
+}
+
 // One H100 80GB, 2026-11-23, measured ms/iter and device memory:
 // "sweep": `megatron bench --sweep mbs=.. recompute=none,full` (bf16, dropout 0, TP = PP = DP =
 //   1, global batch = micro-batch) as bench/gpu_plan_validation.sh ran it in the second session
