@@ -293,18 +293,22 @@ Tensor GPTModel::reduce_rows(Tensor& partial) {
   return shard;
 }
 
-Tensor GPTModel::column_backward(const Tensor& dy, const Tensor& in, int64_t w, int64_t b, Tensor& dx_partial) {
+Tensor GPTModel::column_backward(const Tensor& dy, const Tensor& ln_out, int64_t w, int64_t b, Tensor& dx_partial) {
   const backend::GradWrite write = claim_grads(w, b);
   Tensor db = optional_grad(b);
   if (tp_->size() == 1) {
-    backend_.linear_backward(dy, in, param(w), dx_partial, grad(w), db, write);
+    backend_.linear_backward(dy, ln_out, param(w), dx_partial, grad(w), db, write);
     return dx_partial;
   }
+  std::unique_ptr<comm::PendingCollective> gathered = std::make_unique<comm::FinishedCollective>();
+  if (sp_) gathered = tensor_parallel::start_gather_sequence(*tp_, ln_out, ws_full_);
+  const Tensor in = sp_ ? ws_full_ : ln_out;
   backend_.matmul(dy, false, param(w), false, dx_partial);  // dX = dy W, this rank's part of the sum
   Tensor shard = sp_ ? tensor_parallel::sequence_shard(*tp_, dx_partial) : dx_partial;
   std::unique_ptr<comm::PendingCollective> sum =
       sp_ ? tensor_parallel::start_reduce_scatter_sequence(*tp_, dx_partial, shard)
           : tensor_parallel::start_all_reduce_tp(*tp_, dx_partial);
+  gathered->wait();
   Tensor no_dx;
   backend_.linear_backward(dy, in, param(w), no_dx, grad(w), db, write);
   sum->wait();
@@ -583,7 +587,7 @@ void GPTModel::head_backward(float loss_scale, float grad_scale, Tensor& dx) {
                                     dlogits_);
   }
   dlogits_ready_ = false;
-  const Tensor d_final_ln = column_backward(dlogits_, column_input(final_ln_out_), output_w_, -1, ws_h2_);
+  const Tensor d_final_ln = column_backward(dlogits_, final_ln_out_, output_w_, -1, ws_h2_);
   const ActivationSet& as = cur_set();
   Tensor x_last = as.xs.back().view({n_local_, h});
   // dx may be x_last's own buffer (forward_chunk): LayerNorm's backward reads x_last, so the
@@ -735,7 +739,7 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   // FC2's backward through GELU: ws_f_ = d(fc1 + b_fc1).
   backend_.linear_dgelu_backward(d_fc2, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
                                  config_.gelu, claim_grads(p.fc2_w, fc2_bias_done ? -1 : p.fc2_b));
-  const Tensor d_ln2 = column_backward(ws_f_, column_input(a.ln2_out), p.fc1_w, p.fc1_b, ws_h2_);
+  const Tensor d_ln2 = column_backward(ws_f_, a.ln2_out, p.fc1_w, p.fc1_b, ws_h2_);
   // g = d(x_mid): the residual path plus the MLP branch (the add fused into the backward).
   // Without tensor parallelism d(proj + b_proj) is g itself (no dropout) or its dropout's
   // backward, taken in the same pass into h1, and b_proj's gradient their column sum.
@@ -752,7 +756,7 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
                            claim_grads(p.proj_w, proj_bias_in_ln ? -1 : p.proj_b));
   backend_.attention_backward(ws_q_, a.qkv, a.attn_out, a.attn_lse, ws_qkv_, attention_params(gl));
   const Tensor d_ln1 =
-      column_backward(ws_qkv_.view({n, 3 * q_size_}), column_input(a.ln1_out), p.qkv_w, p.qkv_b, ws_h2_);
+      column_backward(ws_qkv_.view({n, 3 * q_size_}), a.ln1_out, p.qkv_w, p.qkv_b, ws_h2_);
   // g = d(x): the residual path plus the attention branch. g is also d(x_out) of the layer
   // below (this chunk's layer l - 1), whose b_fc2 gradient is then summed here likewise, and
   // with dropout its FC2 output gradient left in h1 for it (chunk_backward forgets that when

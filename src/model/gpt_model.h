@@ -340,11 +340,15 @@ class GPTModel {
   // (Backend::linear_residual_forward: the product is not rounded before the add).
   void row_linear_residual(const Tensor& in, int64_t w, int64_t b, const Tensor& residual, Tensor& out,
                            const backend::DropoutParams& dropout);
-  // A column-parallel linear's backward from dy [n, out]: dX [n, in] into dx_partial, summed
-  // over TP as reduce_rows() does (the return value), and the weight gradients. Under TP the
-  // sum is started right after the dX GEMM and waited for after the weight-gradient GEMM,
-  // which runs beside it (Megatron's asynchronous input-gradient all-reduce / reduce-scatter).
-  Tensor column_backward(const Tensor& dy, const Tensor& in, int64_t w, int64_t b, Tensor& dx_partial);
+  // A column-parallel linear's backward from dy [n, out] and its LayerNorm output ln_out
+  // [n_local, h] (the forward's input before column_input()): dX [n, in] into dx_partial,
+  // summed over TP as reduce_rows() does (the return value), and the weight gradients. Under TP
+  // the sum is started right after the dX GEMM and waited for after the weight-gradient GEMM,
+  // which runs beside it (Megatron's asynchronous input-gradient all-reduce / reduce-scatter);
+  // under sequence parallelism the input's rows are gathered again (ws_full_ held another
+  // layer's since the forward), started before the dX GEMM, which runs beside it, and waited
+  // for before the weight-gradient GEMM that reads them (Megatron's asynchronous all-gather).
+  Tensor column_backward(const Tensor& dy, const Tensor& ln_out, int64_t w, int64_t b, Tensor& dx_partial);
   // The whole [n, h] gradient from this rank's rows `shard` (gathered into `full`), or
   // `shard` itself without sequence parallelism.
   Tensor gather_rows(const Tensor& shard, Tensor& full);

@@ -52,4 +52,12 @@ std::unique_ptr<comm::PendingCollective> start_reduce_scatter_sequence(comm::Com
   return tp.start_reduce_scatter(flat_full, flat_shard, counts, comm::ReduceOp::kSum);
 }
 
+std::unique_ptr<comm::PendingCollective> start_gather_sequence(comm::Communicator& tp, const Tensor& shard,
+                                                               Tensor& full) {
+  MT_CHECK_EQ(shard.numel() * tp.size(), full.numel());
+  Tensor flat_full = full.view({full.numel()});
+  const std::vector<int64_t> counts(static_cast<size_t>(tp.size()), shard.numel());
+  return tp.start_all_gather(shard.view({shard.numel()}), flat_full, counts);
+}
+
 }  // namespace megatron::tensor_parallel

@@ -48,5 +48,10 @@ void reduce_scatter_sequence(comm::Communicator& tp, Tensor& full, Tensor& shard
 std::unique_ptr<comm::PendingCollective> start_all_reduce_tp(comm::Communicator& tp, Tensor& x);
 std::unique_ptr<comm::PendingCollective> start_reduce_scatter_sequence(comm::Communicator& tp, Tensor& full,
                                                                        Tensor& shard);
+// gather_sequence started, not waited for (the backward's second gather of a column-parallel
+// input, overlapped with the input-gradient GEMM). `shard` must not be a view of `full`.
+// T == 1: full := shard (a copy), a finished handle.
+std::unique_ptr<comm::PendingCollective> start_gather_sequence(comm::Communicator& tp, const Tensor& shard,
+                                                               Tensor& full);
 
 }  // namespace megatron::tensor_parallel
