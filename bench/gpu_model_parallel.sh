@@ -5,7 +5,8 @@
 #     (1F1B): the losses must agree to bf16 reduction-order noise;
 #  2. throughput: gpt3-1.3b and gpt3-2.7b (micro-batch 4, seq 2048) with TP=N (+SP) and with
 #     PP=N (8 micro-batches per global batch), tokens/s per GPU from --log-jsonl, next to the
-#     1-GPU run of the same micro-batch.
+#     1-GPU run of the same micro-batch;
+#  3. the TP=N + SP step at 1.3B under --profile-ops (ops and collectives, rank 0).
 #   bench/gpu_model_parallel.sh PACK_DIR OUT_DIR NGPUS     (needs data/gpt2 and data/brown carried)
 set -uo pipefail
 P=${1:?pack dir}
@@ -42,4 +43,9 @@ for m in ("1300", "2700"):
         a, b = base[-1]["tokens_per_second"], r[-1]["tokens_per_second"] / n
         print(f"gpt {m}M {lay}: 1 GPU {a:.0f} tokens/s; {lay} {b:.0f} tokens/s per GPU ({100 * b / a:.1f}% of 1 GPU)")
 PY
+# 3. where TP's time goes: --profile-ops on rank 0 at 1.3B, the ops and each group's
+#    collectives (blocking ones, and the waits for started ones: what compute did not hide).
+timeout 150 "$P/megatron" bench --model gpt3-1.3b --bf16 --attention-dropout 0 --hidden-dropout 0 --device cuda \
+  --micro-batch-size 4 --global-batch-size 4 --bench-iters 5 --warmup-iters 2 --profile-ops --nproc-per-node $N \
+  --tensor-model-parallel-size $N --sequence-parallel 2>&1 | sed -n '/ > time per op/,/ > GEMM shapes/p' > $OUT/tp_profile.txt
 tar -C $W -czf $OUT/mp_logs.tar.gz $(cd $W && ls *.log)

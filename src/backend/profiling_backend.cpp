@@ -177,6 +177,23 @@ int ProfilingBackend::gemm_key(const GemmKey& key, double flops_per_call) {
   return id;
 }
 
+void ProfilingBackend::time_region(const std::string& name, const std::function<void()>& f) {
+  if (!enabled_) {
+    f();
+    return;
+  }
+  auto it = region_keys_.find(name);
+  if (it == region_keys_.end()) {
+    const int id = kNumOps + static_cast<int>(gemms_.size());
+    GemmInfo info;
+    info.op = -1;
+    info.shape = name;
+    gemms_.push_back(std::move(info));
+    it = region_keys_.emplace(name, id).first;
+  }
+  timed(it->second, f);
+}
+
 OpProfile ProfilingBackend::report() {
   const std::vector<OpTime> times = timer_->report();
   OpProfile p;
@@ -192,6 +209,14 @@ OpProfile ProfilingBackend::report() {
       continue;
     }
     const GemmInfo& g = gemms_.at(key - kNumOps);
+    if (g.op < 0) {  // a named region: a row of the op table
+      OpProfileRow region;
+      region.op = g.shape;
+      region.calls = t.calls;
+      region.total_ms = t.total_ms;
+      per_op.push_back(std::move(region));
+      continue;
+    }
     OpProfileRow row;
     row.op = op_name(g.op);
     row.shape = g.shape;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -66,6 +67,11 @@ class ProfilingBackend final : public Backend {
   void reset();
   // The totals so far (waits for queued GPU work to be measured).
   OpProfile report();
+  // Runs `f` timed as the region `name`, a row of its own in the op table (e.g. a collective,
+  // "all_gather [tp]", which is no Backend op): what `f` queues on the device between the
+  // timer's two marks (an NCCL kernel on the compute stream, or the stream's wait for one
+  // started elsewhere), or the host time it blocks. Untimed while disabled.
+  void time_region(const std::string& name, const std::function<void()>& f);
 
   Device device() const override { return inner_->device(); }
   Tensor empty(Shape shape, DType dtype, MemoryKind kind) override;
@@ -152,7 +158,7 @@ class ProfilingBackend final : public Backend {
   // [op, rows/cols of the three operands (2-D views), three dtypes, three flags].
   using GemmKey = std::array<int64_t, 13>;
   struct GemmInfo {
-    int op = 0;
+    int op = 0;  // -1: a named region (time_region), `shape` holding its name
     std::string shape;
     double flops_per_call = 0.0;
   };
@@ -170,7 +176,8 @@ class ProfilingBackend final : public Backend {
   std::unique_ptr<OpTimer> timer_;
   bool enabled_ = true;
   std::map<GemmKey, int> gemm_keys_;
-  std::vector<GemmInfo> gemms_;  // by key - kNumOps
+  std::vector<GemmInfo> gemms_;  // by key - kNumOps (GEMM shapes and named regions)
+  std::map<std::string, int> region_keys_;
 };
 
 }  // namespace megatron::backend

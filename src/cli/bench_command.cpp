@@ -36,6 +36,7 @@
 #include "comm/launch.h"
 #include "comm/launch_env.h"
 #include "comm/process_groups.h"
+#include "comm/profiled_communicator.h"
 #include "comm/self_communicator.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -174,17 +175,19 @@ int run_bench(const CommandArgs& argv_in) {
   } else {
     world_comm = std::make_unique<comm::SelfCommunicator>(*be, "world");
   }
-  comm::ProcessGroups groups = comm::make_process_groups(
-      std::move(world_comm), comm::parallel_sizes(world, c.tensor_model_parallel_size, c.pipeline_model_parallel_size));
   // The model and optimizer are built on the wrapper so that every op they issue is seen;
-  // timing is switched on for the timed iterations only.
+  // timing is switched on for the timed iterations only. With several ranks the groups' collectives
+  // are timed too, as rows of the same table (comm/profiled_communicator.h).
   backend::ProfilingBackend* profiler = nullptr;
   if (args.get_flag("--profile-ops")) {
     auto wrapped = std::make_unique<backend::ProfilingBackend>(std::move(be));
     wrapped->set_enabled(false);
     profiler = wrapped.get();
     be = std::move(wrapped);
+    if (world > 1) world_comm = std::make_unique<comm::ProfiledCommunicator>(std::move(world_comm), *profiler);
   }
+  comm::ProcessGroups groups = comm::make_process_groups(
+      std::move(world_comm), comm::parallel_sizes(world, c.tensor_model_parallel_size, c.pipeline_model_parallel_size));
   const DType dtype = c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32;
   const int64_t mbs = c.micro_batch_size, s = c.model.seq_length, gbs = c.global_batch_size;
   const int64_t num_micro = gbs / (mbs * c.data_parallel_size);

@@ -56,6 +56,23 @@ TEST(BenchCommand, DataAndTensorParallelRowsOnCpuRanks) {
   for (const auto* row : {&one, &dp, &tp}) EXPECT_GT(std::stod((*row)[8]), 0.0);  // tokens/s
 }
 
+// --profile-ops under TP2 + SP on two CPU ranks: the tensor-parallel group's collectives are
+// rows of the op table, the blocking gathers / reduce-scatters of the forward and the started
+// ones of the backward with their waits (comm/profiled_communicator.h).
+TEST(BenchCommand, ProfileOpsListsTheCollectivesOfEachGroup) {
+  const test::CommandResult r = test::run_command(
+      test::megatron_binary() +
+          " bench --device cpu --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32"
+          " --micro-batch-size 2 --bench-iters 1 --warmup-iters 0 --profile-ops --nproc-per-node 2"
+          " --tensor-model-parallel-size 2 --sequence-parallel",
+      true);
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* row : {"all_gather [tp]", "reduce_scatter [tp]", "start all_gather [tp]", "wait all_gather [tp]",
+                          "start reduce_scatter [tp]", "wait reduce_scatter [tp]"}) {
+    EXPECT_NE(r.output.find(std::string("    ") + row + " "), std::string::npos) << row << "\n" << r.output;
+  }
+}
+
 // --overlap-grad-reduce and --overlap-param-gather run in bench as in train (several buckets):
 // the loss after two steps is the non-overlapped run's.
 TEST(BenchCommand, OverlapFlagsRunAsInTrain) {
