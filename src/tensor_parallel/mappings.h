@@ -50,7 +50,8 @@ std::unique_ptr<comm::PendingCollective> start_reduce_scatter_sequence(comm::Com
                                                                        Tensor& shard);
 // gather_sequence started, not waited for (the backward's second gather of a column-parallel
 // input, overlapped with the input-gradient GEMM). `shard` must not be a view of `full`.
-// T == 1: full := shard (a copy), a finished handle.
+// T == 1: the one-rank group's gather (full := shard); callers gather only under sequence
+// parallelism, where T > 1.
 std::unique_ptr<comm::PendingCollective> start_gather_sequence(comm::Communicator& tp, const Tensor& shard,
                                                                Tensor& full);
 

@@ -59,7 +59,7 @@ TEST(BenchCommand, DataAndTensorParallelRowsOnCpuRanks) {
 // --profile-ops under TP2 + SP on two CPU ranks: the tensor-parallel group's collectives are
 // rows of the op table, the blocking gathers / reduce-scatters of the forward and the started
 // ones of the backward with their waits (comm/profiled_communicator.h).
-TEST(BenchCommand, ProfileOpsListsTheCollectivesOfEachGroup) {
+TEST(BenchCommand, ProfileOpsListsTheTensorParallelCollectives) {
   const test::CommandResult r = test::run_command(
       test::megatron_binary() +
           " bench --device cpu --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/self_communicator.h"
+#include "support/deferred_communicator.h"
 
 namespace megatron::comm {
 namespace {
@@ -58,6 +59,38 @@ TEST(ProfiledCommunicator, EveryCollectiveIsARowOfTheOpTable) {
   EXPECT_EQ(host[0], 2.0);
   EXPECT_EQ(world.name(), "world");
   EXPECT_EQ(world.size(), 1);
+}
+
+// Started collectives through a DeferredCommunicator (which runs them only at wait() and
+// poisons their outputs with NaN until then): the profiled handles must run the inner wait, or
+// the results stay NaN; every start and wait is a row.
+TEST(ProfiledCommunicator, StartedCollectivesWaitForTheInnerOnes) {
+  backend::ProfilingBackend profiler(backend::make_cpu_backend());
+  SelfCommunicator self(profiler.inner(), "dp");
+  auto deferred = std::make_unique<test::DeferredCommunicator>(self);
+  const test::DeferredCommunicator& seen = *deferred;
+  ProfiledCommunicator dp(std::move(deferred), profiler);
+  Tensor x = Tensor::cpu({3}), whole = Tensor::cpu({3}), shard = Tensor::cpu({3});
+  for (int64_t i = 0; i < 3; ++i) x.data_as<float>()[i] = 1.5f * static_cast<float>(i + 1);
+  const std::vector<int64_t> counts = {3};
+  dp.start_all_reduce(x, ReduceOp::kSum)->wait();
+  Tensor in = x;
+  dp.start_reduce_scatter(in, shard, counts, ReduceOp::kSum)->wait();
+  dp.start_all_gather(shard, whole, counts)->wait();
+  EXPECT_EQ(seen.deferred(), 3);
+  for (int64_t i = 0; i < 3; ++i) {
+    const float v = 1.5f * static_cast<float>(i + 1);
+    EXPECT_EQ(x.data_as<float>()[i], v) << i;
+    EXPECT_EQ(shard.data_as<float>()[i], v) << i;
+    EXPECT_EQ(whole.data_as<float>()[i], v) << i;
+  }
+  Tensor y = x;
+  dp.broadcast(y, 0);
+  const std::map<std::string, int64_t> expected = {
+      {"start all_reduce [dp]", 1},     {"wait all_reduce [dp]", 1}, {"start reduce_scatter [dp]", 1},
+      {"wait reduce_scatter [dp]", 1}, {"start all_gather [dp]", 1}, {"wait all_gather [dp]", 1},
+      {"broadcast [dp]", 1}};
+  EXPECT_EQ(calls_by_row(profiler), expected);
 }
 
 }  // namespace
