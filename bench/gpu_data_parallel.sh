@@ -8,7 +8,8 @@
 #  2. weak scaling: gpt2-350m (mb 16, seq 1024) and gpt3-1.3b (mb 4, seq 2048) on 1 and N GPUs
 #     (global batch = mb x GPUs), tokens/s from --log-jsonl, without and with --overlap-grad-reduce
 #     (and the distributed optimizer with both overlaps at 1.3B), next to PyTorch DDP
-#     (../shared/bench/torch_gpt_ddp.py under torchrun, copied to bench/out/) on 1 and N GPUs.
+#     (../shared/bench/torch_gpt_ddp.py under torchrun, copied to bench/out/ with the
+#     torch_gpt_bench.py it imports) on 1 and N GPUs.
 #  SKIP_TORCH=1 leaves PyTorch out; SKIP_BASE=1 keeps only the 1-GPU runs, and with
 #  ENV_LIST="A=1 B=2" (environment) the overlapped runs are repeated once per NAME=VALUE, that
 #  variable set (e.g. NCCL_MAX_CTAS=8 or MEGATRON_GEMM_AUTOTUNE=1), for A/B measurements.
@@ -74,6 +75,9 @@ for shape, variant in variants:
     a, b = t1[-1]["tokens_per_second"], tn[-1]["tokens_per_second"] / n
     print(f"{shape}{variant}: 1 GPU {a:.0f} tokens/s; {n} GPUs {b:.0f} tokens/s per GPU: weak-scaling efficiency {100 * b / a:.1f}%")
 PY
+# torch_gpt_ddp.py imports torch_gpt_bench.py from its own folder: carry both.
+[ -n "${SKIP_TORCH:-}" ] || [ -f bench/out/torch_gpt_bench.py ] ||
+  echo "bench/out/torch_gpt_bench.py is missing (torch_gpt_ddp.py imports it): PyTorch DDP not run" | tee $OUT/torch_ddp_1.txt
 [ -n "${SKIP_TORCH:-}" ] || timeout 200 torchrun --nproc_per_node 1 bench/out/torch_gpt_ddp.py gpt2-350M gpt3-1.3B 2>&1 | grep '^{' | tee $OUT/torch_ddp_1.txt
 [ -n "${SKIP_TORCH:-}" ] || timeout 240 torchrun --nproc_per_node $N bench/out/torch_gpt_ddp.py gpt2-350M gpt3-1.3B 2>&1 | grep '^{' | tee $OUT/torch_ddp_$N.txt
 tar -C $W -czf $OUT/logs.tar.gz $(cd $W && ls *.log)
