@@ -18,7 +18,8 @@ OUT=${2:?out dir}
 W=/tmp/mt_shared
 FAILURES=shared_failures.txt
 . bench/gpu_runs.sh
-SMALL="--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 \
+# gpu_runs.sh's `train` with this script's flags in place of its bf16 Brown Corpus defaults.
+COMMON="--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 \
   --micro-batch-size 2 --global-batch-size 16 --lr 3e-4 --lr-warmup-iters 2 --log-interval 1 --seed 7 \
   --attention-dropout 0 --hidden-dropout 0 --eval-interval 100000 --eval-iters 0 --device cuda \
   --deterministic-mode --distributed-backend mpi $DATA"
@@ -27,14 +28,9 @@ SMALL="--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128
 run() {
   local name=$1 nproc=$2
   shift 2
-  local launch=() pad=(--make-vocab-size-divisible-by 256)
-  [ "$nproc" -gt 1 ] && launch=(--nproc-per-node "$nproc")
+  local pad=(--make-vocab-size-divisible-by 256)
   case " $* " in *" --tensor-model-parallel-size 2 "*) pad=() ;; esac
-  timeout 300 "$P/megatron" train "${launch[@]}" $SMALL "${pad[@]}" --train-iters 20 --log-jsonl $W/$name.jsonl "$@" \
-    > $W/$name.log 2>&1
-  local rc=$?
-  echo "$name: exit $rc"
-  [ $rc -eq 0 ] || { echo "== $name (exit $rc)"; tail -n 20 $W/$name.log; } >> $OUT/$FAILURES
+  train "$name" "$nproc" 20 "${pad[@]}" "$@"
 }
 LAYOUTS="dp2 dp2_distopt tp2 tp2_sp pp2 pp2_vp tp2pp2 tp2pp2dp2_distopt_recompute"
 for dtype in fp32 bf16; do
