@@ -29,6 +29,8 @@ bool host_collectives(const Args& args) {
   throw_error("[--distributed-backend] expected nccl, mpi or gloo, got '", b, "'");
 }
 
+bool uses_nccl(const Args& args) { return uses_cuda(args) && !host_collectives(args); }
+
 int64_t cuda_device_for_rank(const Args& args, int64_t local_rank) {
   const int n = backend::cuda_device_count();
   if (!host_collectives(args) || n == 0) return local_rank;

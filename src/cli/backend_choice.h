@@ -23,6 +23,8 @@ bool uses_cuda(const Args& args);
 // --distributed-backend (a train flag): true for mpi or gloo (host-side collectives over MPI,
 // comm/host_staged_communicator.h), false for nccl; anything else is a one-line error.
 bool host_collectives(const Args& args);
+// Whether this process's ranks talk over NCCL: GPU ranks without host collectives.
+bool uses_nccl(const Args& args);
 // The GPU of the rank with LOCAL_RANK `local_rank`: that GPU; with host collectives, ranks
 // beyond the visible GPUs share them round-robin (NCCL refuses two ranks on one GPU).
 int64_t cuda_device_for_rank(const Args& args, int64_t local_rank);

@@ -131,7 +131,7 @@ int run_bench(const CommandArgs& argv_in) {
   }
   if (args.given("--nproc-per-node")) {
     return comm::spawn_local_workers(args.get_int("--nproc-per-node"), comm::worker_command("bench", argv),
-                                     uses_cuda(args) && !host_collectives(args));
+                                     uses_nccl(args));
   }
   // One rank of a data / tensor parallel job when a launcher started several: every rank
   // runs the same steps; rank 0 reports.

@@ -40,7 +40,7 @@ int run_train(const CommandArgs& argv) {
   }
   if (args.given("--nproc-per-node")) {
     return comm::spawn_local_workers(args.get_int("--nproc-per-node"), comm::worker_command("train", argv),
-                                     uses_cuda(args) && !host_collectives(args));
+                                     uses_nccl(args));
   }
 
   const comm::LaunchEnv env = comm::detect_launch_env(comm::process_environment());
@@ -84,7 +84,7 @@ int run_train(const CommandArgs& argv) {
   if (config.dry_run) {
     // GPU ranks add NCCL's communicator buffers, as `megatron plan` does (plan/nccl_memory.h),
     // with the launcher's ranks per node (comm::ranks_per_node; one node when it says nothing).
-    const bool nccl = config.world_size > 1 && uses_cuda(args) && !host_collectives(args);
+    const bool nccl = config.world_size > 1 && uses_nccl(args);
     const int64_t per_node = comm::ranks_per_node(comm::process_environment(), config.world_size);
     const plan::NcclLayout layout{config.tensor_model_parallel_size, config.pipeline_model_parallel_size,
                                   config.data_parallel_size,         config.virtual_pipeline_chunks(),
