@@ -143,7 +143,8 @@ class GPTModel {
   void backward(float loss_scale, float grad_scale);
   // Sequence parallelism: all-reduces over TP the gradients of the parameters marked
   // sequence_parallel (the LayerNorms), after the last backward of an iteration (Megatron's
-  // finalize_model_grads). No-op otherwise.
+  // finalize_model_grads), packed into as few collectives as the gathered-rows workspace
+  // allows (one at GPT sizes). No-op otherwise.
   void reduce_sequence_parallel_grads();
   int64_t tensor_parallel_size() const { return tp_->size(); }
   void set_param_hooks(ParamHooks hooks) { hooks_ = std::move(hooks); }

@@ -95,6 +95,23 @@ TEST(TrainerTensorParallel, MatchesOneProcessWithoutDropout) { parity(/*dropout=
 
 TEST(TrainerTensorParallel, MatchesOneProcessWithDropout) { parity(/*dropout=*/true, "trainer_tp_parity_dropout"); }
 
+// Sequences of 4 tokens, one per micro-batch: the gathered-rows workspace (4 x 32 floats) holds
+// only 4 of the 10 LayerNorm gradient tensors, so their TP sum goes out in three packed
+// all-reduces (4 + 4 + 2 tensors); the losses and norms are the single process's all the same.
+TEST(TrainerTensorParallel, SequenceParallelGradientsInSeveralPacksMatchOneProcess) {
+  const std::string dir = test::scratch_dir("trainer_tp_sp_packs");
+  test::write_walk_corpus(dir);
+  const auto base = with(train_flags(dir, /*dropout=*/false), {"--seq-length", "4", "--micro-batch-size", "1"});
+  const test::CommandResult one = test::run_ranks(one_process(with(base, {"--log-jsonl", dir + "/one.jsonl"})), 1);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const test::CommandResult sp = test::run_ranks(
+      with(base, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--log-jsonl", dir + "/sp.jsonl"}), 2);
+  ASSERT_EQ(sp.status, 0) << sp.output;
+  const auto ref = read_jsonl(dir + "/one.jsonl");
+  ASSERT_EQ(ref.size(), 10u) << one.output;
+  expect_same(ref, read_jsonl(dir + "/sp.jsonl"), 1, "TP2 + SP, seq 4");
+}
+
 // TP4 + SP (one head and a quarter of the sequence per rank; the vocabulary pads to 50688, a
 // multiple of 128 * 4), dropout on, with full recomputation (the re-run forward repeats the
 // collectives and the masks).
