@@ -85,6 +85,23 @@ struct AdamWStep {
   int64_t step = 1;
 };
 
+// Counter-based normal initialisation (Megatron's init_method: N(0, std)): element k of the
+// destination is scale * philox_normal(seed, stream, g(k)) (core/rng.h; computed in fp32 as
+// one multiply, rounded to the destination's dtype), g(k) = (k / local_cols) * global_cols +
+// offset + k % local_cols: the element's flat index in the whole (unsharded) parameter
+// (tensor_parallel/partition.h global_index: a replicated tensor or a row block sets
+// local_cols = global_cols and offset = its first element; a column shard of [R, C] its C / T
+// columns, C and rank * C / T). Every backend writes the same bits (the GPU computes Box-
+// Muller with the host's operations, core/normal_math.h).
+struct NormalInit {
+  uint64_t seed = 0;
+  uint64_t stream = 0;
+  float scale = 1.0f;
+  int64_t offset = 0;
+  int64_t local_cols = 1;
+  int64_t global_cols = 1;
+};
+
 struct AttentionParams {
   int64_t heads = 0;
   int64_t head_dim = 0;
@@ -111,6 +128,8 @@ class Backend {
   // A new zero-filled tensor on this device, counted under `kind`.
   virtual Tensor empty(Shape shape, DType dtype, MemoryKind kind) = 0;
   virtual void fill(Tensor& t, float value) = 0;
+  // t = normals as NormalInit says (float dtypes).
+  virtual void init_normal(Tensor& t, const NormalInit& init) = 0;
   // dst = src (same numel; any float dtypes, converted with RNE; or the same integer dtype).
   // Either side may be a host tensor: this is also the host <-> device transfer.
   virtual void copy(const Tensor& src, Tensor& dst) = 0;

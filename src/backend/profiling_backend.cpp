@@ -97,7 +97,7 @@ const char* ProfilingBackend::op_name(int op) {
       "all_finite",      "count_zeros",        "adamw_update",
       "linear_gelu_forward", "linear_dgelu_backward", "adamw_update_segments",
       "linear_residual_forward", "cross_entropy_fused", "layernorm_backward_colsum",
-      "layernorm_backward_dropout_colsum"};
+      "layernorm_backward_dropout_colsum", "init_normal"};
   return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -250,6 +250,9 @@ Tensor ProfilingBackend::empty(Shape shape, DType dtype, MemoryKind kind) {
 }
 void ProfilingBackend::fill(Tensor& t, float value) {
   timed(kFill, [&] { inner_->fill(t, value); });
+}
+void ProfilingBackend::init_normal(Tensor& t, const NormalInit& init) {
+  timed(kInitNormal, [&] { inner_->init_normal(t, init); });
 }
 void ProfilingBackend::copy(const Tensor& src, Tensor& dst) {
   timed(kCopy, [&] { inner_->copy(src, dst); });

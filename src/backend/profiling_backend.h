@@ -76,6 +76,7 @@ class ProfilingBackend final : public Backend {
   Device device() const override { return inner_->device(); }
   Tensor empty(Shape shape, DType dtype, MemoryKind kind) override;
   void fill(Tensor& t, float value) override;
+  void init_normal(Tensor& t, const NormalInit& init) override;
   void copy(const Tensor& src, Tensor& dst) override;
   void synchronize() override { inner_->synchronize(); }
   Tensor host_staging(Shape shape, DType dtype) override { return inner_->host_staging(std::move(shape), dtype); }
@@ -148,7 +149,7 @@ class ProfilingBackend final : public Backend {
     kLayernormBackward, kEmbeddingForward, kEmbeddingBackward, kAttentionForward, kAttentionBackward,
     kAttentionKvCache, kCrossEntropyForward, kCrossEntropyBackward, kSumSquares, kAllFinite, kCountZeros,
     kAdamwUpdate, kLinearGeluForward, kLinearDgeluBackward, kAdamwUpdateSegments, kLinearResidualForward,
-    kCrossEntropyFused, kLayernormBackwardColsum, kLayernormBackwardDropoutColsum, kNumOps
+    kCrossEntropyFused, kLayernormBackwardColsum, kLayernormBackwardDropoutColsum, kInitNormal, kNumOps
   };
   static const char* op_name(int op);
 

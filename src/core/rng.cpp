@@ -1,5 +1,7 @@
 #include "core/rng.h"
 
+#include "core/normal_math.h"
+
 namespace megatron {
 
 PhiloxBlock philox4x32_10(PhiloxBlock c, PhiloxKey k) {
@@ -23,6 +25,18 @@ float philox_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
        static_cast<uint32_t>(stream >> 32)},
       {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
   return static_cast<float>(out[index & 3] >> 8) * (1.0f / 16777216.0f);
+}
+
+float philox_normal(uint64_t seed, uint64_t stream, uint64_t index) {
+  const uint64_t block = index >> 1;
+  const PhiloxBlock out = philox4x32_10(
+      {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), static_cast<uint32_t>(stream),
+       static_cast<uint32_t>(stream >> 32)},
+      {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+  const size_t w = 2 * static_cast<size_t>(index & 1);
+  const double u1 = 1.0 - static_cast<double>(out[w] >> 8) * (1.0 / 16777216.0);  // exact
+  const double u2 = static_cast<double>(out[w + 1] >> 8) * (1.0 / 16777216.0);
+  return static_cast<float>(normal_math::box_muller(u1, u2));
 }
 
 }  // namespace megatron

@@ -77,9 +77,8 @@ class ParameterSet {
   // Fills the values per their Init from a counter-based normal stream: global element k of
   // parameter p is a pure function of (seed, p.init_stream, k), independent of the backend and of how
   // the tensors are sharded (a shard takes its elements' global indices). std is the init_method_std; num_layers scales kScaledNormal.
-  // The values go through a host buffer of `chunk` elements (tests use small ones).
-  void initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers,
-                  int64_t chunk = int64_t{1} << 26);
+  // Computed where the values live (Backend::init_normal: on the GPU, the CPU's bits).
+  void initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers);
 
   std::vector<Parameter>& params() { return params_; }
   const std::vector<Parameter>& params() const { return params_; }
@@ -111,8 +110,5 @@ class ParameterSet {
   Tensor values_;
   Tensor grads_;
 };
-
-// A standard normal from (seed, stream, index) via Box-Muller over two Philox uniforms.
-float philox_normal(uint64_t seed, uint64_t stream, uint64_t index);
 
 }  // namespace megatron::model

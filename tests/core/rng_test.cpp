@@ -1,8 +1,10 @@
-// Philox4x32-10 against Random123's known-answer vectors, and the uniform/dropout helpers.
+// Philox4x32-10 against Random123's known-answer vectors, and the uniform/normal/dropout
+// helpers.
 #include "core/rng.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace megatron {
@@ -53,6 +55,48 @@ TEST(Philox, StreamsAndSeedsDiffer) {
   // 24-bit values: a coincidence has probability 6e-8 per element.
   EXPECT_LE(same_stream, 1);
   EXPECT_LE(same_seed, 1);
+}
+
+// philox_normal against Box-Muller in long double (libm's logl/cosl, independent of
+// core/normal_math.h's series) on the same two uniforms: within one float rounding (half an
+// ulp of the result) plus the long double reference's own error. Over 2^20 normals of two
+// streams, with the moments of N(0, 1) and the tails it must reach.
+TEST(Philox, NormalIsBoxMullerOfTheStreamsUniformsToHalfAnUlp) {
+  const int64_t n = 1 << 20;
+  double sum = 0.0, sum_sq = 0.0, worst_ulps = 0.0;
+  float lo = 0.0f, hi = 0.0f;
+  for (uint64_t stream : {0ull, 1ull << 40}) {
+    for (int64_t i = 0; i < n / 2; ++i) {
+      const uint64_t idx = static_cast<uint64_t>(i) * 7919;
+      const float z = philox_normal(1234, stream, idx);
+      const long double u1 = 1.0L - static_cast<long double>(philox_uniform(1234, stream, 2 * idx));
+      const long double u2 = philox_uniform(1234, stream, 2 * idx + 1);
+      const long double exact = std::sqrt(-2.0L * std::log(u1)) * std::cos(6.283185307179586476925286766559L * u2);
+      const float ulp = std::nextafter(std::fabs(static_cast<float>(exact)), INFINITY) - std::fabs(static_cast<float>(exact));
+      worst_ulps = std::max(worst_ulps, static_cast<double>(std::fabs(static_cast<long double>(z) - exact) / ulp));
+      sum += z;
+      sum_sq += static_cast<double>(z) * z;
+      lo = std::min(lo, z);
+      hi = std::max(hi, z);
+    }
+  }
+  EXPECT_LE(worst_ulps, 0.5 + 1e-6) << "a normal is not the float nearest to Box-Muller's value";
+  EXPECT_NEAR(sum / n, 0.0, 5.0 / std::sqrt(static_cast<double>(n)));  // 5 standard errors
+  EXPECT_NEAR(sum_sq / n, 1.0, 5.0 * std::sqrt(2.0 / static_cast<double>(n)));
+  EXPECT_LT(lo, -4.0f);  // P(|z| > 4) = 6.3e-5: ~66 of 2^20 on either side expected
+  EXPECT_GT(hi, 4.0f);
+}
+
+// The two words of one Philox block: normal 2j uses words 0 and 1 of block j, normal 2j + 1
+// words 2 and 3 (u1 = 1 - uniform; u1 = 1 gives exactly 0).
+TEST(Philox, NormalTakesItsTwoWordsOfBlockIndexOverTwo) {
+  const uint64_t seed = 99, stream = 5;
+  for (uint64_t idx : {0ull, 1ull, 2ull, 3ull, 1000001ull, (1ull << 33) + 4}) {
+    const float u1 = 1.0f - philox_uniform(seed, stream, 2 * idx);
+    const float u2 = philox_uniform(seed, stream, 2 * idx + 1);
+    const double expect = std::sqrt(-2.0 * std::log(static_cast<double>(u1))) * std::cos(6.283185307179586 * u2);
+    EXPECT_NEAR(philox_normal(seed, stream, idx), expect, 1e-6 * std::max(1.0, std::fabs(expect))) << idx;
+  }
 }
 
 TEST(Dropout, KeepFractionAndThreshold) {

@@ -1,7 +1,6 @@
-// model/parameters: the counter-based initialisation. philox_normal is Box-Muller over the
-// stream's uniforms 2i and 2i + 1 (core/rng.h's philox_uniform numbering) whichever way it
-// evaluates them; initialize() writes those values, rounded to the model dtype, at every
-// parameter's place, independent of how the set is laid out.
+// model/parameters: the counter-based initialisation. initialize() writes std (or the scaled
+// std) times philox_normal (core/rng.h, tested in tests/core/rng_test.cpp) of each element's
+// global index in its parameter's own stream, rounded to the model dtype, on every backend.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,23 +14,6 @@
 
 namespace megatron::model {
 namespace {
-
-float reference_normal(uint64_t seed, uint64_t stream, uint64_t i) {
-  const float u1 = 1.0f - philox_uniform(seed, stream, 2 * i);
-  const float u2 = philox_uniform(seed, stream, 2 * i + 1);
-  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.283185307179586f * u2);
-}
-
-TEST(Parameters, PhiloxNormalIsBoxMullerOfTheStreamsUniforms) {
-  for (uint64_t seed : {0ull, 1234ull, 0x123456789abcdefull}) {
-    for (uint64_t stream : {0ull, 7ull, 1ull << 40}) {
-      for (uint64_t i : {0ull, 1ull, 2ull, 3ull, 1000001ull, (1ull << 33) + 5}) {
-        EXPECT_EQ(philox_normal(seed, stream, i), reference_normal(seed, stream, i))
-            << "seed " << seed << " stream " << stream << " index " << i;
-      }
-    }
-  }
-}
 
 TEST(Parameters, InitializeWritesEachParametersOwnStreamRoundedToTheModelDtype) {
   auto cpu = backend::make_cpu_backend();
@@ -51,28 +33,16 @@ TEST(Parameters, InitializeWritesEachParametersOwnStreamRoundedToTheModelDtype) 
     };
     const float scaled = std / std::sqrt(2.0f * static_cast<float>(layers));
     for (int64_t k = 0; k < 15; ++k) {
-      EXPECT_EQ(value(w, k), round_to(dt, std * reference_normal(99, static_cast<uint64_t>(ps[w].init_stream), k)));
+      EXPECT_EQ(value(w, k), round_to(dt, std * philox_normal(99, static_cast<uint64_t>(ps[w].init_stream), k)));
     }
     for (int64_t k = 0; k < 12; ++k) {
-      EXPECT_EQ(value(o, k), round_to(dt, scaled * reference_normal(99, static_cast<uint64_t>(ps[o].init_stream), k)));
+      EXPECT_EQ(value(o, k), round_to(dt, scaled * philox_normal(99, static_cast<uint64_t>(ps[o].init_stream), k)));
     }
     for (int64_t k = 0; k < 5; ++k) {
       EXPECT_EQ(value(b, k), 0.0f);
       EXPECT_EQ(value(g, k), 1.0f);
     }
     EXPECT_NE(ps[w].init_stream, ps[o].init_stream);
-
-    // Chunks of 7 elements (cutting parameters in the middle) give the same bytes.
-    ParameterSet chunked;
-    chunked.add("w", {3, 5}, Init::kNormal);
-    chunked.add("b", {5}, Init::kZeros);
-    chunked.add("g", {5}, Init::kOnes);
-    chunked.add("o", {4, 3}, Init::kScaledNormal);
-    chunked.allocate(*cpu, dt);
-    chunked.initialize(*cpu, 99, std, layers, /*chunk=*/7);
-    ASSERT_EQ(chunked.values().nbytes(), ps.values().nbytes());
-    EXPECT_EQ(std::memcmp(chunked.values().data(), ps.values().data(), static_cast<size_t>(ps.values().nbytes())), 0)
-        << dtype_name(dt);
   }
 }
 
@@ -94,8 +64,28 @@ TEST(Parameters, TensorParallelShardsHoldTheirGlobalElements) {
   const uint16_t* b = shard.values().data_as<const uint16_t>();
   for (int64_t k = 0; k < 6; ++k) {
     EXPECT_EQ(b[k], a[6 + k]) << k;
-    EXPECT_EQ(b[k], float_to_fp16(reference_normal(3, 0, static_cast<uint64_t>(6 + k)))) << k;
+    EXPECT_EQ(b[k], float_to_fp16(philox_normal(3, 0, static_cast<uint64_t>(6 + k)))) << k;
   }
+}
+
+
+// A row-parallel weight [3, 4] split along dim 1 over 2 ranks: rank 1 holds columns 2 and 3
+// of every row, i.e. global elements 2, 3, 6, 7, 10, 11.
+TEST(Parameters, ColumnShardsHoldTheirGlobalElements) {
+  auto cpu = backend::make_cpu_backend();
+  ParameterSet whole, shard;
+  whole.add("w", {3, 4}, Init::kScaledNormal, 1);
+  whole.allocate(*cpu, DType::kF32);
+  whole.initialize(*cpu, 8, 0.5f, 4);
+  shard.set_tensor_parallel(1, 2);
+  shard.add("w", {3, 4}, Init::kScaledNormal, 1);
+  shard.allocate(*cpu, DType::kF32);
+  shard.initialize(*cpu, 8, 0.5f, 4);
+  ASSERT_EQ(shard[0].shape, (Shape{3, 2}));
+  const float* a = whole.values().data_as<const float>();
+  const float* b = shard.values().data_as<const float>();
+  const int64_t global[] = {2, 3, 6, 7, 10, 11};
+  for (int64_t k = 0; k < 6; ++k) EXPECT_EQ(b[k], a[global[k]]) << k;
 }
 
 }  // namespace

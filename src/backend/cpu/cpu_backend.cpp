@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_util.h"
+#include "core/rng.h"
 
 namespace megatron::backend {
 
@@ -73,6 +74,26 @@ void CpuBackend::fill(Tensor& t, float value) {
     case DType::kF16: std::fill_n(t.data_as<uint16_t>(), n, float_to_fp16(value)); break;
     case DType::kI32: std::fill_n(t.data_as<int32_t>(), n, static_cast<int32_t>(value)); break;
     case DType::kI64: std::fill_n(t.data_as<int64_t>(), n, static_cast<int64_t>(value)); break;
+  }
+}
+
+void CpuBackend::init_normal(Tensor& t, const NormalInit& init) {
+  check_cpu(t, "init_normal target");
+  const DType dt = t.dtype();
+  MT_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16) << "init_normal of " << t.describe();
+  MT_CHECK(init.local_cols > 0 && init.global_cols >= init.local_cols) << "init_normal columns " << init.local_cols
+                                                                        << " of " << init.global_cols;
+  const int64_t n = t.numel();
+  void* const out = t.data();
+#pragma omp parallel for schedule(static) if (n >= 4096)
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t g = (k / init.local_cols) * init.global_cols + init.offset + k % init.local_cols;
+    const float v = init.scale * philox_normal(init.seed, init.stream, static_cast<uint64_t>(g));
+    if (dt == DType::kF32) {
+      static_cast<float*>(out)[k] = v;
+    } else {
+      static_cast<uint16_t*>(out)[k] = dt == DType::kBF16 ? float_to_bf16(v) : float_to_fp16(v);
+    }
   }
 }
 

@@ -34,6 +34,7 @@ class CpuBackend : public Backend {
 
   Tensor empty(Shape shape, DType dtype, MemoryKind kind) override;
   void fill(Tensor& t, float value) override;
+  void init_normal(Tensor& t, const NormalInit& init) override;
   void copy(const Tensor& src, Tensor& dst) override;
   void synchronize() override {}
   Tensor host_staging(Shape shape, DType dtype) override;

@@ -24,6 +24,7 @@
 #include "backend/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/normal_math.h"
 
 namespace megatron::backend {
 
@@ -162,6 +163,24 @@ template <class T>
 __global__ void fill_kernel(T* p, int64_t n, T value) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     p[i] = value;
+  }
+}
+
+// Backend::init_normal: philox_normal (core/rng.cpp) with the same Philox words and the same
+// double operations (core/normal_math.h), so every element has the CPU's bits.
+__global__ void init_normal_kernel(void* out, DType dt, int64_t n, NormalInit init) {
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < n; k += int64_t{gridDim.x} * blockDim.x) {
+    const uint64_t g =
+        static_cast<uint64_t>((k / init.local_cols) * init.global_cols + init.offset + k % init.local_cols);
+    const uint64_t block = g >> 1;
+    const uint4 w = philox4x32_10(make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                                             static_cast<uint32_t>(init.stream), static_cast<uint32_t>(init.stream >> 32)),
+                                  make_uint2(static_cast<uint32_t>(init.seed), static_cast<uint32_t>(init.seed >> 32)));
+    const uint32_t a = (g & 1) ? w.z : w.x, b = (g & 1) ? w.w : w.y;
+    const double u1 = 1.0 - static_cast<double>(a >> 8) * (1.0 / 16777216.0);  // exact, as on the host
+    const double u2 = static_cast<double>(b >> 8) * (1.0 / 16777216.0);
+    const float normal = __double2float_rn(normal_math::box_muller(u1, u2));
+    store_f(out, dt, k, __fmul_rn(init.scale, normal));
   }
 }
 
@@ -532,6 +551,17 @@ void CudaBackend::fill(Tensor& t, float value) {
       fill_kernel<<<grid, kThreads, 0, stream_>>>(static_cast<int64_t*>(t.data()), n, static_cast<int64_t>(value));
       break;
   }
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void CudaBackend::init_normal(Tensor& t, const NormalInit& init) {
+  check_device(t, "init_normal target");
+  MT_CHECK(is_float(t.dtype())) << "init_normal of " << t.describe();
+  MT_CHECK(init.local_cols > 0 && init.global_cols >= init.local_cols) << "init_normal columns " << init.local_cols
+                                                                        << " of " << init.global_cols;
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  init_normal_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(t.data(), t.dtype(), n, init);
   MT_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,4 +1,4 @@
-// CUDA backend vs the CPU reference: memory (zero fill, tracker counts), fill, copy and dtype
+// CUDA backend vs the CPU reference: memory (zero fill, tracker counts), fill, init_normal, copy and dtype
 // conversions (bit for bit), add/scale (bit for bit), bias_grad ("+=", fixed-order fp32 sums),
 // sum_squares (double), all_finite, count_zeros and AdamW (bit for bit). Skips without a GPU.
 #include <gtest/gtest.h>
@@ -181,6 +181,33 @@ TEST_F(CudaBackendTest, FillMatchesCpuBitForBit) {
         gpu_->fill(d, v);
         expect_bitwise(to_cpu(d), expected, "fill(" + std::to_string(v) + ") " + name(dtype) + " n=" + std::to_string(n));
       }
+    }
+  }
+}
+
+// The parameter initialisation: the GPU's Box-Muller (core/normal_math.h) writes the CPU's bits
+// for every element: 4M fp32 normals of one stream (the float result of two uniforms lands
+// next to a rounding boundary often enough that libm-vs-CUDA log/cos would differ somewhere in
+// there), every dtype, and the index maps of a row block and a column shard.
+TEST_F(CudaBackendTest, InitNormalMatchesCpuBitForBit) {
+  struct Case {
+    int64_t n;
+    NormalInit init;
+  };
+  const Case cases[] = {
+      {int64_t{1} << 22, {1234, 7, 1.0f, 0, int64_t{1} << 22, int64_t{1} << 22}},
+      {100003, {0x123456789abcdefULL, 1ULL << 40, 0.02f, 100003 * 3, 100003, 100003}},  // row block of rank 3
+      {3 * 1000, {5, 9, 0.0025f, 1000, 1000, 4000}},  // rank 1's 1000 of 4000 columns
+      {1, {2, 3, -1.5f, 0, 1, 1}},
+  };
+  for (DType dtype : kFloatTypes) {
+    for (const Case& c : cases) {
+      if (dtype != DType::kF32 && c.n > 1000000) continue;
+      Tensor expected = Tensor::cpu({c.n}, dtype);
+      cpu_->init_normal(expected, c.init);
+      Tensor d = gpu_->empty({c.n}, dtype, MemoryKind::kOther);
+      gpu_->init_normal(d, c.init);
+      expect_bitwise(to_cpu(d), expected, "init_normal " + name(dtype) + " n=" + std::to_string(c.n));
     }
   }
 }
