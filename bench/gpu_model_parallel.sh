@@ -6,7 +6,8 @@
 #  2. throughput: gpt3-1.3b and gpt3-2.7b (micro-batch 4, seq 2048) with TP=N (+SP) and with
 #     PP=N (8 micro-batches per global batch), tokens/s per GPU from --log-jsonl, next to the
 #     1-GPU run of the same micro-batch;
-#  3. the TP=N + SP step at 1.3B under --profile-ops (ops and collectives, rank 0).
+#  3. the TP=N + SP step at 1.3B under --profile-ops (ops and collectives, rank 0);
+#  with N = 4 also TP2 x PP2 rows and the largest model the planner fits on 4 GPUs.
 #   bench/gpu_model_parallel.sh PACK_DIR OUT_DIR NGPUS     (needs data/gpt2 and data/brown carried)
 set -uo pipefail
 P=${1:?pack dir}
@@ -43,6 +44,32 @@ for m in ("1300", "2700"):
         a, b = base[-1]["tokens_per_second"], r[-1]["tokens_per_second"] / n
         print(f"gpt {m}M {lay}: 1 GPU {a:.0f} tokens/s; {lay} {b:.0f} tokens/s per GPU ({100 * b / a:.1f}% of 1 GPU)")
 PY
+# 4 GPUs (issue 6): TP2 x PP2 rows at 1.3B and 2.7B, and the largest GPT the planner fits on
+#    4 x H200 (52 layers, hidden 7168, 56 heads: 32.4B parameters, TP4 + SP, full recompute,
+#    planned 137.97 GiB per GPU; bench/RESULTS.md ninth session): two steps of `megatron bench`
+#    measure whether it trains and its memory against the plan.
+if [ "$N" = 4 ]; then
+  for m in 1300 2700; do
+    model=gpt3-1.3b; [ $m = 2700 ] && model=gpt3-2.7b
+    train mp_${m}_tp2pp2 4 8 --model $model --micro-batch-size 4 --global-batch-size 32 --log-interval 4 \
+      --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2
+  done
+  python3 - $W <<'PY' | tee -a $OUT/mp_summary.txt
+import sys
+sys.path.insert(0, "bench")
+from gpu_runs import rows
+for m in ("1300", "2700"):
+    base, r = rows(sys.argv[1], f"mp_{m}_1"), rows(sys.argv[1], f"mp_{m}_tp2pp2")
+    if base and r:
+        a, b = base[-1]["tokens_per_second"], r[-1]["tokens_per_second"] / 4
+        print(f"gpt {m}M tp2pp2: {b:.0f} tokens/s per GPU ({100 * b / a:.1f}% of 1 GPU)")
+PY
+  timeout 300 "$P/megatron" bench --num-layers 52 --hidden-size 7168 --num-attention-heads 56 --seq-length 2048 \
+    --max-position-embeddings 2048 --bf16 --device cuda --micro-batch-size 1 --global-batch-size 64 \
+    --tensor-model-parallel-size 4 --sequence-parallel --recompute-granularity full --recompute-method uniform \
+    --recompute-num-layers 1 --nproc-per-node 4 --bench-iters 2 --warmup-iters 1 > $OUT/largest_4gpu.txt 2>&1
+  echo "largest model on 4 GPUs: exit $?" | tee -a $OUT/mp_summary.txt
+fi
 # 3. where TP's time goes: --profile-ops on rank 0 at 1.3B, the ops and each group's
 #    collectives (blocking ones, and the waits for started ones: what compute did not hide).
 timeout 150 "$P/megatron" bench --model gpt3-1.3b --bf16 --attention-dropout 0 --hidden-dropout 0 --device cuda \
