@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the embedded data: preprocess the Brown Corpus into Megatron's indexed
-# format, show what a training run reads from it, then pretrain a small GPT on it on the CPU
-# (a few minutes on 2 cores) with Megatron-LM's flags and log lines, save a checkpoint, and
-# sample a few lines from it.
+# format, show what a training run reads from it, then pretrain a small GPT on it (on the GPU
+# when the build has CUDA and one is visible, `--device auto`; else on the CPU, a few minutes
+# on 2 cores) with Megatron-LM's flags and log lines, save a checkpoint, and sample a few
+# lines from it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
