@@ -5,11 +5,15 @@
 // Why not std::log / std::cos: libm's logf/cosf and CUDA's differ in the last bit for some
 // arguments, so a GPU initialisation through them would not reproduce the CPU's. Here every
 // step is one correctly rounded +, -, *, / or sqrt (the same on any IEEE machine), never fused
-// into an FMA: device code uses the _rn intrinsics (nvcc does not contract them), and the one
-// host file that includes this header (core/rng.cpp) is compiled with -ffp-contract=off
-// (src/CMakeLists.txt). Accuracy: both series are truncated far below a double ulp, so the
-// float result is the correctly rounded value of the exact formula except within ~1e-15
-// relative of a rounding boundary (tests/core/rng_test.cpp compares with long double).
+// into an FMA: device code uses the _rn intrinsics (nvcc does not contract them); host code
+// calls the *_host entry points below, compiled once in core/normal_math.cpp with
+// -ffp-contract=off (src/CMakeLists.txt; GCC ignores `#pragma STDC FP_CONTRACT`), never the
+// inline functions, which any other host file could contract into FMAs (a -march with FMA
+// changes ~4% of the doubles). Accuracy: ln within ~2 double ulps, cos within ~2.2 (both
+// series are truncated far below an ulp), so the float normal is the correctly rounded value of
+// the exact formula except within ~1e-15 relative of a rounding boundary (tests/core/
+// rng_test.cpp; tests/backend/cuda/cuda_backend_test.cpp compares the device's doubles with
+// the host's over the whole 24-bit domain, bit for bit).
 #pragma once
 
 #include <cstdint>
@@ -134,5 +138,24 @@ MT_HOST_DEVICE inline double cos_two_pi(double u) {
 MT_HOST_DEVICE inline double box_muller(double u1, double u2) {
   return mul(root(mul(-2.0, log_positive(u1))), cos_two_pi(u2));
 }
+
+// The normal of two Philox words (core/rng.h philox_normal): u1 = 1 - (first >> 8) 2^-24 in
+// (0, 1], u2 = (second >> 8) 2^-24 in [0, 1) (both exact), Box-Muller rounded once to float.
+MT_HOST_DEVICE inline float normal_from_words(uint32_t first, uint32_t second) {
+  const double u1 = 1.0 - static_cast<double>(first >> 8) * (1.0 / 16777216.0);
+  const double u2 = static_cast<double>(second >> 8) * (1.0 / 16777216.0);
+#if defined(__CUDA_ARCH__)
+  return __double2float_rn(box_muller(u1, u2));
+#else
+  return static_cast<float>(box_muller(u1, u2));
+#endif
+}
+
+// Host entry points (core/normal_math.cpp, compiled with -ffp-contract=off): the functions
+// above as the host computes them.
+double log_positive_host(double x);
+double cos_two_pi_host(double u);
+double box_muller_host(double u1, double u2);
+float normal_from_words_host(uint32_t first, uint32_t second);
 
 }  // namespace megatron::normal_math

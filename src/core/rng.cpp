@@ -34,9 +34,7 @@ float philox_normal(uint64_t seed, uint64_t stream, uint64_t index) {
        static_cast<uint32_t>(stream >> 32)},
       {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
   const size_t w = 2 * static_cast<size_t>(index & 1);
-  const double u1 = 1.0 - static_cast<double>(out[w] >> 8) * (1.0 / 16777216.0);  // exact
-  const double u2 = static_cast<double>(out[w + 1] >> 8) * (1.0 / 16777216.0);
-  return static_cast<float>(normal_math::box_muller(u1, u2));
+  return normal_math::normal_from_words_host(out[w], out[w + 1]);
 }
 
 }  // namespace megatron

@@ -328,8 +328,9 @@ void GPTModel::reduce_sequence_parallel_grads() {
   // One all-reduce per workspace-full of gradients instead of one per LayerNorm tensor (4 per
   // layer: ~100 small collectives at 24 layers, each paying NCCL's latency), as Megatron
   // coalesces them. The packing buffer is ws_full_'s bytes: the gathered rows it holds are dead
-  // after the last backward of an iteration. Sums are elementwise, so the bits are those of
-  // the per-tensor all-reduces.
+  // after the last backward of an iteration. The sums are elementwise (at TP 2 the bits of the
+  // per-tensor all-reduces; at larger TP a ring may add an element's terms in another order
+  // for another message size, the same on every rank).
   std::vector<Tensor> grads;
   for (Parameter& p : params_.params()) {
     if (p.sequence_parallel && p.grad.numel() > 0) grads.push_back(p.grad);
@@ -339,7 +340,8 @@ void GPTModel::reduce_sequence_parallel_grads() {
   const int64_t esize = dtype_size(gdt);
   const auto* base = static_cast<const char*>(ws_full_.storage()->data());
   const int64_t byte_offset = static_cast<const char*>(ws_full_.data()) - base;
-  const int64_t capacity = byte_offset % esize == 0 ? ws_full_.nbytes() / esize : 0;
+  MT_CHECK(byte_offset % esize == 0) << "ws_full_ at byte " << byte_offset << " cannot hold " << dtype_name(gdt);
+  const int64_t capacity = ws_full_.nbytes() / esize;
   const Tensor pack_all = Tensor(ws_full_.storage(), byte_offset / esize, {capacity}, gdt);
   size_t next = 0;
   while (next < grads.size()) {

@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+
+#include "core/normal_math.h"
 
 namespace megatron {
 namespace {
@@ -57,23 +61,48 @@ TEST(Philox, StreamsAndSeedsDiffer) {
   EXPECT_LE(same_seed, 1);
 }
 
-// philox_normal against Box-Muller in long double (libm's logl/cosl, independent of
+// cos(2 pi u) in long double, the angle reduced exactly as core/normal_math.h does (u = k/4 + r,
+// both exact): at u = 1/4 and 3/4 the value is exactly 0, which cos(2 pi u) of a rounded 2 pi
+// would miss by ~1e-20.
+long double cos_two_pi_reference(long double u) {
+  const long double k = std::floor(4.0L * u + 0.5L), r = u - k / 4.0L;
+  const long double x = 6.283185307179586476925286766559L * r;
+  switch (static_cast<int>(k) & 3) {
+    case 0: return std::cos(x);
+    case 1: return -std::sin(x);
+    case 2: return -std::cos(x);
+    default: return std::sin(x);
+  }
+}
+
+// |got - exact| in units of the last place of exact as a T (the distance to the next T above
+// |exact|; at exact 0 the smallest subnormal, so only an exact zero passes).
+template <class T>
+double ulps(long double got, long double exact) {
+  const T e = static_cast<T>(std::fabs(exact));
+  const T ulp = std::nextafter(e, std::numeric_limits<T>::infinity()) - e;
+  return static_cast<double>(std::fabs(got - exact) / ulp);
+}
+
+// philox_normal against Box-Muller in long double (libm's logl/sinl/cosl, independent of
 // core/normal_math.h's series) on the same two uniforms: within one float rounding (half an
-// ulp of the result) plus the long double reference's own error. Over 2^20 normals of two
-// streams, with the moments of N(0, 1) and the tails it must reach.
+// ulp of the result) plus the long double reference's own error. Over 2^20 normals of each of
+// 20 seeds (the exact zeros of cos at u2 = 1/4, 3/4 come up in some), with the moments of
+// N(0, 1) and the tails it must reach.
 TEST(Philox, NormalIsBoxMullerOfTheStreamsUniformsToHalfAnUlp) {
-  const int64_t n = 1 << 20;
+  const int64_t per_seed = 1 << 16;
   double sum = 0.0, sum_sq = 0.0, worst_ulps = 0.0;
   float lo = 0.0f, hi = 0.0f;
-  for (uint64_t stream : {0ull, 1ull << 40}) {
-    for (int64_t i = 0; i < n / 2; ++i) {
+  int64_t n = 0;
+  for (uint64_t seed = 1230; seed < 1250; ++seed) {
+    const uint64_t stream = seed % 2 == 0 ? 0 : 1ull << 40;
+    for (int64_t i = 0; i < per_seed; ++i, ++n) {
       const uint64_t idx = static_cast<uint64_t>(i) * 7919;
-      const float z = philox_normal(1234, stream, idx);
-      const long double u1 = 1.0L - static_cast<long double>(philox_uniform(1234, stream, 2 * idx));
-      const long double u2 = philox_uniform(1234, stream, 2 * idx + 1);
-      const long double exact = std::sqrt(-2.0L * std::log(u1)) * std::cos(6.283185307179586476925286766559L * u2);
-      const float ulp = std::nextafter(std::fabs(static_cast<float>(exact)), INFINITY) - std::fabs(static_cast<float>(exact));
-      worst_ulps = std::max(worst_ulps, static_cast<double>(std::fabs(static_cast<long double>(z) - exact) / ulp));
+      const float z = philox_normal(seed, stream, idx);
+      const long double u1 = 1.0L - static_cast<long double>(philox_uniform(seed, stream, 2 * idx));
+      const long double u2 = philox_uniform(seed, stream, 2 * idx + 1);
+      const long double exact = std::sqrt(-2.0L * std::log(u1)) * cos_two_pi_reference(u2);
+      worst_ulps = std::max(worst_ulps, ulps<float>(z, exact));
       sum += z;
       sum_sq += static_cast<double>(z) * z;
       lo = std::min(lo, z);
@@ -83,12 +112,33 @@ TEST(Philox, NormalIsBoxMullerOfTheStreamsUniformsToHalfAnUlp) {
   EXPECT_LE(worst_ulps, 0.5 + 1e-6) << "a normal is not the float nearest to Box-Muller's value";
   EXPECT_NEAR(sum / n, 0.0, 5.0 / std::sqrt(static_cast<double>(n)));  // 5 standard errors
   EXPECT_NEAR(sum_sq / n, 1.0, 5.0 * std::sqrt(2.0 / static_cast<double>(n)));
-  EXPECT_LT(lo, -4.0f);  // P(|z| > 4) = 6.3e-5: ~66 of 2^20 on either side expected
+  EXPECT_LT(lo, -4.0f);  // P(|z| > 4) = 6.3e-5: ~83 of 2^20 on either side expected
   EXPECT_GT(hi, 4.0f);
 }
 
+// The double functions behind it (the host entry points: the GPU's bits, tested in
+// tests/backend/cuda/cuda_backend_test.cpp), over a stride of the 2^24 values each uniform
+// takes plus both ends: ln within 3 double ulps of logl, cos(2 pi u) within 3 of the exactly
+// reduced long double (measured worst against binary128: 2.09 and 2.22).
+TEST(Philox, NormalMathIsWithinThreeDoubleUlps) {
+  double worst_log = 0.0, worst_cos = 0.0;
+  auto check = [&](int64_t i) {
+    const double u1 = 1.0 - static_cast<double>(i) * (1.0 / 16777216.0);
+    const double u2 = static_cast<double>(i) * (1.0 / 16777216.0);
+    worst_log = std::max(worst_log, ulps<double>(normal_math::log_positive_host(u1), std::log(static_cast<long double>(u1))));
+    worst_cos = std::max(worst_cos, ulps<double>(normal_math::cos_two_pi_host(u2), cos_two_pi_reference(u2)));
+  };
+  for (int64_t i = 0; i < (int64_t{1} << 24); i += 61) check(i);
+  for (int64_t i : {int64_t{1}, int64_t{1} << 22, int64_t{3} << 22, (int64_t{1} << 24) - 1}) check(i);
+  EXPECT_LE(worst_log, 3.0);
+  EXPECT_LE(worst_cos, 3.0);
+  EXPECT_EQ(normal_math::log_positive_host(1.0), 0.0);
+  EXPECT_EQ(normal_math::cos_two_pi_host(0.25), 0.0);  // -0.0
+  EXPECT_EQ(normal_math::cos_two_pi_host(0.5), -1.0);
+}
+
 // The two words of one Philox block: normal 2j uses words 0 and 1 of block j, normal 2j + 1
-// words 2 and 3 (u1 = 1 - uniform; u1 = 1 gives exactly 0).
+// words 2 and 3 (u1 = 1 - uniform; u1 = 1 gives +-0).
 TEST(Philox, NormalTakesItsTwoWordsOfBlockIndexOverTwo) {
   const uint64_t seed = 99, stream = 5;
   for (uint64_t idx : {0ull, 1ull, 2ull, 3ull, 1000001ull, (1ull << 33) + 4}) {

@@ -176,10 +176,7 @@ __global__ void init_normal_kernel(void* out, DType dt, int64_t n, NormalInit in
     const uint4 w = philox4x32_10(make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
                                              static_cast<uint32_t>(init.stream), static_cast<uint32_t>(init.stream >> 32)),
                                   make_uint2(static_cast<uint32_t>(init.seed), static_cast<uint32_t>(init.seed >> 32)));
-    const uint32_t a = (g & 1) ? w.z : w.x, b = (g & 1) ? w.w : w.y;
-    const double u1 = 1.0 - static_cast<double>(a >> 8) * (1.0 / 16777216.0);  // exact, as on the host
-    const double u2 = static_cast<double>(b >> 8) * (1.0 / 16777216.0);
-    const float normal = __double2float_rn(normal_math::box_muller(u1, u2));
+    const float normal = (g & 1) ? normal_math::normal_from_words(w.z, w.w) : normal_math::normal_from_words(w.x, w.y);
     store_f(out, dt, k, __fmul_rn(init.scale, normal));
   }
 }

@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_op_timer.h"
 #include "backend/cuda/gemm_tuning.h"
 #include "backend/cuda/layernorm_paths.h"
+#include "backend/cuda/normal_math_check.h"
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "core/error.h"
@@ -10,6 +11,9 @@
 namespace megatron::backend {
 
 bool built_with_cuda() { return false; }
+NormalMathValues normal_math_on_device(int, int64_t) {
+  throw_error("normal_math_on_device: this build of megatron has no CUDA backend");
+}
 int cuda_device_count() { return 0; }
 std::string describe_cuda_devices() { return ""; }
 

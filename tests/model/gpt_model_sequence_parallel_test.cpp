@@ -1,0 +1,106 @@
+// GPTModel::reduce_sequence_parallel_grads: the LayerNorms' gradients, and only they, are summed
+// over the tensor-parallel group, packed into as few all-reduces as the gathered-rows workspace
+// holds. A group of two ranks that holds the same values on both is simulated by a
+// communicator whose all-reduce doubles its buffer (and logs its size): every LayerNorm
+// gradient must come out doubled exactly once, every other one untouched, in the expected
+// number of collectives, including the path where a single tensor fills the workspace.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "comm/communicator.h"
+#include "model/gpt_model.h"
+
+namespace megatron::model {
+namespace {
+
+class DoublingCommunicator final : public comm::Communicator {
+ public:
+  explicit DoublingCommunicator(backend::Backend& backend) : backend_(backend) {}
+  int64_t rank() const override { return 0; }
+  int64_t size() const override { return 2; }
+  const std::string& name() const override { return name_; }
+  void all_reduce(Tensor& x, comm::ReduceOp) override {
+    sizes.push_back(x.numel());
+    backend_.scale(x, 2.0f);
+  }
+  void all_reduce_host(std::span<double>, comm::ReduceOp) override { unexpected("all_reduce_host"); }
+  void reduce_scatter(Tensor&, Tensor&, std::span<const int64_t>, comm::ReduceOp) override {
+    unexpected("reduce_scatter");
+  }
+  void all_gather(const Tensor&, Tensor&, std::span<const int64_t>) override { unexpected("all_gather"); }
+  void broadcast(Tensor&, int64_t) override { unexpected("broadcast"); }
+  void send(const Tensor&, int64_t) override { unexpected("send"); }
+  void recv(Tensor&, int64_t) override { unexpected("recv"); }
+  void send_recv(std::span<const comm::PointToPoint>) override { unexpected("send_recv"); }
+  void barrier() override {}
+  std::unique_ptr<comm::Communicator> split(int64_t, int64_t, const std::string&) override { return nullptr; }
+
+  std::vector<int64_t> sizes;  // numel of each all-reduce, in order
+
+ private:
+  static void unexpected(const char* op) { FAIL() << op << " in reduce_sequence_parallel_grads"; }
+  backend::Backend& backend_;
+  std::string name_ = "tp";
+};
+
+GPTConfig tiny_config(int64_t seq) {
+  GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 16;
+  c.num_attention_heads = 4;
+  c.kv_channels = 4;
+  c.ffn_hidden_size = 32;
+  c.seq_length = seq;
+  c.max_position_embeddings = seq;
+  c.vocab_size = 30;
+  c.padded_vocab_size = 32;
+  return c;
+}
+
+struct Case {
+  DType dtype;       // activations (the workspace's dtype); gradients are fp32
+  int64_t seq, micro_batch;
+  std::vector<int64_t> expected_sizes;  // 10 LayerNorm tensors of 16 floats
+};
+
+TEST(GPTModelSequenceParallel, LayerNormGradientsAreSummedOnceInPacks) {
+  const Case cases[] = {
+      {DType::kF32, 8, 2, {160}},                      // 16 rows x 16: all ten in one pack
+      {DType::kF32, 2, 1, {32, 32, 32, 32, 32}},       // 2 rows: two tensors per pack
+      {DType::kBF16, 4, 1, {32, 32, 32, 32, 32}},      // 4 rows of bf16: 32 floats
+      {DType::kBF16, 2, 1, {16, 16, 16, 16, 16, 16, 16, 16, 16, 16}},  // one tensor fills it: in place
+  };
+  auto cpu = backend::make_cpu_backend();
+  for (const Case& k : cases) {
+    const std::string what = std::string(dtype_name(k.dtype)) + " seq " + std::to_string(k.seq);
+    DoublingCommunicator tp(*cpu);
+    TensorParallelOptions opts;
+    opts.group = &tp;
+    opts.sequence_parallel = true;
+    GPTModel model(tiny_config(k.seq), *cpu, k.dtype, k.micro_batch, opts);
+    ParameterSet& ps = model.parameters();
+    float* g = ps.grads().data_as<float>();
+    for (int64_t i = 0; i < ps.grads().numel(); ++i) g[i] = 0.25f + 0.001f * static_cast<float>(i);
+    model.reduce_sequence_parallel_grads();
+    EXPECT_EQ(tp.sizes, k.expected_sizes) << what;
+    int64_t layernorms = 0;
+    for (const Parameter& p : ps.params()) {
+      const bool layernorm = p.name.find("layernorm") != std::string::npos;
+      layernorms += layernorm;
+      const float* v = p.grad.data_as<const float>();
+      for (int64_t e = 0; e < p.grad.numel(); ++e) {
+        const float before = 0.25f + 0.001f * static_cast<float>(p.offset + e);
+        ASSERT_EQ(v[e], layernorm ? 2.0f * before : before) << what << ": " << p.name << "[" << e << "]";
+      }
+    }
+    EXPECT_EQ(layernorms, 10) << what;
+  }
+}
+
+}  // namespace
+}  // namespace megatron::model
