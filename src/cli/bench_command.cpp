@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "backend/device.h"
+#include "backend/gpu_telemetry.h"
 #include "backend/ops.h"
 #include "backend/profiling_backend.h"
 #include "cli/args.h"
@@ -241,6 +242,9 @@ int run_bench(const CommandArgs& argv_in) {
 
   double timed = 0.0;
   float loss = 0.0f;
+  // The GPU's clock and power over the timed iterations, every 20 ms (NVML; none without it).
+  std::unique_ptr<backend::TelemetrySampler> telemetry;
+  std::string telemetry_missing;
   for (int64_t it = 0; it < warmup + iters; ++it) {
     be->synchronize();
     groups.world->barrier();
@@ -248,6 +252,7 @@ int run_bench(const CommandArgs& argv_in) {
       profiler->reset();
       profiler->set_enabled(true);
     }
+    if (cuda && it == warmup) telemetry = backend::start_telemetry(device_index, 20, &telemetry_missing);
     const auto t0 = std::chrono::steady_clock::now();
     opt.zero_grads();
     model::HeadBackward head;
@@ -281,6 +286,7 @@ int run_bench(const CommandArgs& argv_in) {
     if (it >= warmup) timed += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double per_iter = timed / static_cast<double>(iters);
+  const backend::TelemetrySummary gpu = telemetry ? telemetry->stop() : backend::TelemetrySummary{};
   backend::OpProfile op_profile;
   if (profiler != nullptr) {
     profiler->set_enabled(false);
@@ -339,6 +345,15 @@ int run_bench(const CommandArgs& argv_in) {
     std::string out = buf;
     out += ", " + bench_row_json_fields(row);
     out += ", \"recorded_runs\": " + std::to_string(model.replays());
+    if (gpu.samples > 0) {
+      std::snprintf(buf, sizeof(buf),
+                    ", \"gpu_samples\": %lld, \"sm_clock_median_mhz\": %.0f, \"sm_clock_max_mhz\": %.0f, "
+                    "\"power_median_w\": %.1f, \"power_limit_w\": %.1f, \"power_capped_fraction\": %.3f, "
+                    "\"thermal_capped_fraction\": %.3f",
+                    static_cast<long long>(gpu.samples), gpu.sm_clock_median_mhz, gpu.sm_clock_max_mhz,
+                    gpu.power_median_w, gpu.power_limit_w, gpu.power_capped, gpu.thermal_capped);
+      out += buf;
+    }
     if (profiler != nullptr) {
       out += ", \"op_profile_clock\": " + backend::profile_json_string(op_profile.clock) +
              ", \"op_profile\": " + backend::op_profile_json_ops(op_profile, iters, per_iter * 1e3) +
@@ -367,6 +382,13 @@ int run_bench(const CommandArgs& argv_in) {
                 static_cast<double>(device_used) / (1 << 30), report_time, setup_s, static_cast<double>(loss));
   std::cout << buf;
   std::cout << "    recorded work (CUDA graphs)  " << recorded_work_text(model) << '\n';
+  if (gpu.samples > 0) {
+    std::cout << "    GPU during the timed steps   " << backend::describe_telemetry(gpu) << '\n';
+  } else if (cuda) {
+    std::cout << "    GPU during the timed steps   not sampled: "
+              << (telemetry_missing.empty() ? std::string("the steps ended before the first sample") : telemetry_missing)
+              << '\n';
+  }
   if (profiler != nullptr) std::cout << backend::format_op_profile(op_profile, iters, per_iter * 1e3);
   std::cout << " > benchmark result (TFLOP/s/GPU: " << (c.flops_convention == train::FlopsConvention::k2025 ? "2025" : "2024")
             << " convention; memory: " << (cuda ? "device memory in use" : "planned") << "):\n"

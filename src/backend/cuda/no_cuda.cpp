@@ -5,12 +5,17 @@
 #include "backend/cuda/layernorm_paths.h"
 #include "backend/cuda/normal_math_check.h"
 #include "backend/device.h"
+#include "backend/gpu_telemetry.h"
 #include "backend/ops.h"
 #include "core/error.h"
 
 namespace megatron::backend {
 
 bool built_with_cuda() { return false; }
+std::unique_ptr<TelemetrySampler> start_telemetry(int, int, std::string* why_not) {
+  if (why_not != nullptr) *why_not = "this build of megatron has no CUDA backend";
+  return nullptr;
+}
 NormalMathValues normal_math_on_device(int, int64_t) {
   throw_error("normal_math_on_device: this build of megatron has no CUDA backend");
 }

@@ -1,0 +1,153 @@
+// start_telemetry (backend/gpu_telemetry.h) through NVML, loaded with dlopen: the few NVML
+// entry points used are declared here (NVML's C ABI: nvmlReturn_t is an int, 0 = success;
+// nvmlDevice_t an opaque pointer; NVML_CLOCK_SM = 1; clocks in MHz, power in milliwatts), so
+// the build needs neither nvml.h nor libnvidia-ml at link time.
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/gpu_telemetry.h"
+#include "core/error.h"
+
+namespace megatron::backend {
+namespace {
+
+struct NvmlDeviceSt;
+using NvmlDevice = NvmlDeviceSt*;
+constexpr int kNvmlSuccess = 0;
+constexpr int kNvmlClockSm = 1;
+
+// The NVML library and the functions this file calls.
+struct Nvml {
+  void* lib = nullptr;
+  int (*init)() = nullptr;
+  int (*shutdown)() = nullptr;
+  const char* (*error_string)(int) = nullptr;
+  int (*by_pci_bus_id)(const char*, NvmlDevice*) = nullptr;
+  int (*clock)(NvmlDevice, int, unsigned*) = nullptr;
+  int (*max_clock)(NvmlDevice, int, unsigned*) = nullptr;
+  int (*power)(NvmlDevice, unsigned*) = nullptr;
+  int (*power_limit)(NvmlDevice, unsigned*) = nullptr;
+  int (*reasons)(NvmlDevice, unsigned long long*) = nullptr;
+
+  ~Nvml() {
+    if (shutdown != nullptr) shutdown();
+    if (lib != nullptr) dlclose(lib);
+  }
+  std::string why(const char* call, int rc) const {
+    return str_cat(call, " failed: ", error_string != nullptr ? error_string(rc) : std::to_string(rc).c_str());
+  }
+};
+
+template <class F>
+bool resolve(void* lib, const char* name, F* f) {
+  *f = reinterpret_cast<F>(dlsym(lib, name));
+  return *f != nullptr;
+}
+
+class NvmlSampler final : public TelemetrySampler {
+ public:
+  NvmlSampler(std::unique_ptr<Nvml> nvml, NvmlDevice device, int period_ms, double max_clock, double limit)
+      : nvml_(std::move(nvml)), device_(device), period_(period_ms), max_clock_(max_clock), limit_(limit) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~NvmlSampler() override { join(); }
+
+  TelemetrySummary stop() override {
+    join();
+    return summarize_telemetry(samples_, max_clock_, limit_);
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      TelemetrySample s;
+      unsigned clock = 0, milliwatts = 0;
+      unsigned long long reasons = 0;
+      if (nvml_->clock(device_, kNvmlClockSm, &clock) == kNvmlSuccess &&
+          nvml_->power(device_, &milliwatts) == kNvmlSuccess &&
+          nvml_->reasons(device_, &reasons) == kNvmlSuccess) {
+        s.sm_clock_mhz = clock;
+        s.power_w = milliwatts / 1000.0;
+        s.reasons = reasons;
+        samples_.push_back(s);
+      }
+      cv_.wait_for(lock, std::chrono::milliseconds(period_), [this] { return stop_; });
+    }
+  }
+  void join() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  std::unique_ptr<Nvml> nvml_;
+  NvmlDevice device_;
+  int period_;
+  double max_clock_, limit_;
+  std::vector<TelemetrySample> samples_;  // written by the thread until joined
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<TelemetrySampler> start_telemetry(int cuda_device, int period_ms, std::string* why_not) {
+  MT_CHECK(period_ms > 0) << "telemetry period " << period_ms;
+  auto fail = [&](std::string why) -> std::unique_ptr<TelemetrySampler> {
+    if (why_not != nullptr) *why_not = std::move(why);
+    return nullptr;
+  };
+  auto nvml = std::make_unique<Nvml>();
+  nvml->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml->lib == nullptr) return fail("no NVML library (libnvidia-ml.so.1)");
+  void* lib = nvml->lib;
+  resolve(lib, "nvmlErrorString", &nvml->error_string);
+  int (*init)() = nullptr;
+  if (!resolve(lib, "nvmlInit_v2", &init) || !resolve(lib, "nvmlDeviceGetHandleByPciBusId_v2", &nvml->by_pci_bus_id) ||
+      !resolve(lib, "nvmlDeviceGetClockInfo", &nvml->clock) || !resolve(lib, "nvmlDeviceGetMaxClockInfo", &nvml->max_clock) ||
+      !resolve(lib, "nvmlDeviceGetPowerUsage", &nvml->power) ||
+      !resolve(lib, "nvmlDeviceGetEnforcedPowerLimit", &nvml->power_limit) ||
+      !(resolve(lib, "nvmlDeviceGetCurrentClocksEventReasons", &nvml->reasons) ||
+        resolve(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", &nvml->reasons))) {
+    return fail("the NVML library lacks a function this build calls");
+  }
+  if (const int rc = init(); rc != kNvmlSuccess) return fail(nvml->why("nvmlInit_v2", rc));
+  resolve(lib, "nvmlShutdown", &nvml->shutdown);  // paired with the successful init
+  char bus[32] = {0};
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), cuda_device) != cudaSuccess) {
+    return fail(str_cat("no PCI bus id for CUDA device ", cuda_device));
+  }
+  NvmlDevice device = nullptr;
+  if (const int rc = nvml->by_pci_bus_id(bus, &device); rc != kNvmlSuccess) {
+    return fail(nvml->why("nvmlDeviceGetHandleByPciBusId_v2", rc));
+  }
+  unsigned max_clock = 0, limit_mw = 0, probe = 0;
+  unsigned long long reasons = 0;
+  if (const int rc = nvml->max_clock(device, kNvmlClockSm, &max_clock); rc != kNvmlSuccess) {
+    return fail(nvml->why("nvmlDeviceGetMaxClockInfo", rc));
+  }
+  if (const int rc = nvml->power_limit(device, &limit_mw); rc != kNvmlSuccess) {
+    return fail(nvml->why("nvmlDeviceGetEnforcedPowerLimit", rc));
+  }
+  if (const int rc = nvml->power(device, &probe); rc != kNvmlSuccess) return fail(nvml->why("nvmlDeviceGetPowerUsage", rc));
+  if (const int rc = nvml->reasons(device, &reasons); rc != kNvmlSuccess) {
+    return fail(nvml->why("nvmlDeviceGetCurrentClocksEventReasons", rc));
+  }
+  return std::make_unique<NvmlSampler>(std::move(nvml), device, period_ms, static_cast<double>(max_clock),
+                                       limit_mw / 1000.0);
+}
+
+}  // namespace megatron::backend

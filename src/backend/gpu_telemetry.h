@@ -1,0 +1,59 @@
+// What the GPU's clock and power did while `megatron bench` timed its steps: a training step
+// at 1.3B and larger runs against the board's power limit on an H100 (SM clock median 1605-1785
+// of 1980 MHz, bench/RESULTS.md ninth session), so MFU alone does not say whether a step is
+// slow or merely power-capped. Sampled through NVML, loaded at run time (dlopen of
+// libnvidia-ml.so.1, which ships with the driver: the binary runs where it is absent, and then
+// reports nothing).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace megatron::backend {
+
+// One reading.
+struct TelemetrySample {
+  double sm_clock_mhz = 0.0;
+  double power_w = 0.0;
+  uint64_t reasons = 0;  // NVML clock event (throttle) reasons, bit mask
+};
+
+// NVML's clock event reason bits that mean "held back by power" and "by heat".
+constexpr uint64_t kReasonSwPowerCap = 0x4, kReasonHwSlowdown = 0x8, kReasonHwPowerBrake = 0x80;
+constexpr uint64_t kReasonSwThermal = 0x20, kReasonHwThermal = 0x40;
+
+struct TelemetrySummary {
+  int64_t samples = 0;
+  double sm_clock_median_mhz = 0.0;
+  double sm_clock_max_mhz = 0.0;  // the device's maximum SM clock
+  double power_median_w = 0.0;
+  double power_limit_w = 0.0;     // the enforced limit
+  double power_capped = 0.0;      // fraction of samples held back by power (SW cap, HW slowdown, power brake)
+  double thermal_capped = 0.0;    // fraction held back by temperature
+};
+
+// The summary of `samples` (medians; fractions of samples with the reason bits), given the
+// device's maximum SM clock and power limit. Empty samples give samples = 0.
+TelemetrySummary summarize_telemetry(std::span<const TelemetrySample> samples, double sm_clock_max_mhz,
+                                     double power_limit_w);
+
+// "SM clock median 1785 of 1980 MHz, power median 591 of 700 W, power-capped in 63% of 417
+// samples" (and ", temperature-capped in N%" when any sample was).
+std::string describe_telemetry(const TelemetrySummary& t);
+
+// Samples GPU `cuda_device` every `period_ms` on a thread of its own from construction to
+// stop().
+class TelemetrySampler {
+ public:
+  virtual ~TelemetrySampler() = default;
+  virtual TelemetrySummary stop() = 0;
+};
+
+// A running sampler, or null with *why_not set (no NVML library, no such device, a query NVML
+// does not support on it). Defined in backend/cuda/gpu_telemetry_nvml.cpp (CUDA builds) or
+// backend/cuda/no_cuda.cpp.
+std::unique_ptr<TelemetrySampler> start_telemetry(int cuda_device, int period_ms, std::string* why_not);
+
+}  // namespace megatron::backend

@@ -1,0 +1,46 @@
+// The NVML sampler behind `megatron bench`'s "GPU during the timed steps" line: while the GPU
+// multiplies matrices for ~0.4 s it returns readings every 5 ms, each clock within the
+// device's maximum, the power positive and within the enforced limit (plus NVML's averaging
+// slack), and the maximum clock and limit of a data-centre GPU. Skips without a GPU; fails if
+// NVML is missing on a machine with one (the driver ships it).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "backend/device.h"
+#include "backend/gpu_telemetry.h"
+#include "backend/ops.h"
+#include "core/memory.h"
+
+namespace megatron::backend {
+namespace {
+
+TEST(GpuTelemetryNvml, SamplesClockAndPowerWhileTheGpuWorks) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::string why;
+  std::unique_ptr<TelemetrySampler> sampler = start_telemetry(0, 5, &why);
+  ASSERT_NE(sampler, nullptr) << why;
+  auto gpu = make_cuda_backend(0);
+  Tensor a = gpu->empty({4096, 4096}, DType::kBF16, MemoryKind::kOther);
+  Tensor c = gpu->empty({4096, 4096}, DType::kBF16, MemoryKind::kOther);
+  gpu->fill(a, 0.01f);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(400)) {
+    for (int i = 0; i < 20; ++i) gpu->matmul(a, false, a, true, c, 1.0f, 0.0f);
+    gpu->synchronize();
+  }
+  const TelemetrySummary t = sampler->stop();
+  EXPECT_GE(t.samples, 20);
+  EXPECT_GE(t.sm_clock_max_mhz, 1000.0);
+  EXPECT_GT(t.sm_clock_median_mhz, 0.0);
+  EXPECT_LE(t.sm_clock_median_mhz, t.sm_clock_max_mhz);
+  EXPECT_GE(t.power_limit_w, 100.0);
+  EXPECT_GT(t.power_median_w, 0.0);
+  EXPECT_LE(t.power_median_w, 1.2 * t.power_limit_w);
+  EXPECT_GE(t.power_capped, 0.0);
+  EXPECT_LE(t.power_capped, 1.0);
+}
+
+}  // namespace
+}  // namespace megatron::backend
