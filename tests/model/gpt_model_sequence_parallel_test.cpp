@@ -14,6 +14,7 @@
 #include "backend/ops.h"
 #include "comm/communicator.h"
 #include "model/gpt_model.h"
+#include "support/micro_batches.h"
 
 namespace megatron::model {
 namespace {
@@ -48,32 +49,26 @@ class DoublingCommunicator final : public comm::Communicator {
   std::string name_ = "tp";
 };
 
+// The shared tiny GPT (hidden 8: each LayerNorm tensor 8 floats) at sequence length `seq`.
 GPTConfig tiny_config(int64_t seq) {
-  GPTConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_attention_heads = 4;
-  c.kv_channels = 4;
-  c.ffn_hidden_size = 32;
+  GPTConfig c = test::tiny_gpt_config();
   c.seq_length = seq;
   c.max_position_embeddings = seq;
-  c.vocab_size = 30;
-  c.padded_vocab_size = 32;
   return c;
 }
 
 struct Case {
   DType dtype;       // activations (the workspace's dtype); gradients are fp32
   int64_t seq, micro_batch;
-  std::vector<int64_t> expected_sizes;  // 10 LayerNorm tensors of 16 floats
+  std::vector<int64_t> expected_sizes;  // 10 LayerNorm tensors of 8 floats
 };
 
 TEST(GPTModelSequenceParallel, LayerNormGradientsAreSummedOnceInPacks) {
   const Case cases[] = {
-      {DType::kF32, 8, 2, {160}},                      // 16 rows x 16: all ten in one pack
-      {DType::kF32, 2, 1, {32, 32, 32, 32, 32}},       // 2 rows: two tensors per pack
-      {DType::kBF16, 4, 1, {32, 32, 32, 32, 32}},      // 4 rows of bf16: 32 floats
-      {DType::kBF16, 2, 1, {16, 16, 16, 16, 16, 16, 16, 16, 16, 16}},  // one tensor fills it: in place
+      {DType::kF32, 8, 2, {80}},                   // 16 rows x 8: all ten in one pack
+      {DType::kF32, 2, 1, {16, 16, 16, 16, 16}},   // 2 rows: two tensors per pack
+      {DType::kBF16, 4, 1, {16, 16, 16, 16, 16}},  // 4 rows of bf16: 16 floats
+      {DType::kBF16, 2, 1, {8, 8, 8, 8, 8, 8, 8, 8, 8, 8}},  // one tensor fills it: in place
   };
   auto cpu = backend::make_cpu_backend();
   for (const Case& k : cases) {

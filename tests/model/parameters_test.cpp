@@ -46,19 +46,25 @@ TEST(Parameters, InitializeWritesEachParametersOwnStreamRoundedToTheModelDtype) 
   }
 }
 
+// A set holding one parameter `global` (split along `dim`) as tensor-parallel rank `rank` of
+// `size`, initialised with seed `seed`, std `std` and `layers` layers.
+ParameterSet one_parameter(backend::Backend& be, const Shape& global, Init init, int dim, DType dt, int64_t rank,
+                           int64_t size, uint64_t seed, float std, int64_t layers) {
+  ParameterSet ps;
+  ps.set_tensor_parallel(rank, size);
+  ps.add("w", global, init, dim);
+  ps.allocate(be, dt);
+  ps.initialize(be, seed, std, layers);
+  return ps;
+}
+
 // A tensor-parallel shard takes its elements' global indices: rank 1 of 2 of a [4, 3]
 // parameter split along dim 0 holds the single process's rows 2 and 3; fp16 rounds the same
 // values.
 TEST(Parameters, TensorParallelShardsHoldTheirGlobalElements) {
   auto cpu = backend::make_cpu_backend();
-  ParameterSet whole, shard;
-  whole.add("w", {4, 3}, Init::kNormal, 0);
-  whole.allocate(*cpu, DType::kF16);
-  whole.initialize(*cpu, 3, 1.0f, 2);
-  shard.set_tensor_parallel(1, 2);
-  shard.add("w", {4, 3}, Init::kNormal, 0);
-  shard.allocate(*cpu, DType::kF16);
-  shard.initialize(*cpu, 3, 1.0f, 2);
+  const ParameterSet whole = one_parameter(*cpu, {4, 3}, Init::kNormal, 0, DType::kF16, 0, 1, 3, 1.0f, 2);
+  const ParameterSet shard = one_parameter(*cpu, {4, 3}, Init::kNormal, 0, DType::kF16, 1, 2, 3, 1.0f, 2);
   ASSERT_EQ(shard[0].shape, (Shape{2, 3}));
   const uint16_t* a = whole.values().data_as<const uint16_t>();
   const uint16_t* b = shard.values().data_as<const uint16_t>();
@@ -68,19 +74,12 @@ TEST(Parameters, TensorParallelShardsHoldTheirGlobalElements) {
   }
 }
 
-
 // A row-parallel weight [3, 4] split along dim 1 over 2 ranks: rank 1 holds columns 2 and 3
 // of every row, i.e. global elements 2, 3, 6, 7, 10, 11.
 TEST(Parameters, ColumnShardsHoldTheirGlobalElements) {
   auto cpu = backend::make_cpu_backend();
-  ParameterSet whole, shard;
-  whole.add("w", {3, 4}, Init::kScaledNormal, 1);
-  whole.allocate(*cpu, DType::kF32);
-  whole.initialize(*cpu, 8, 0.5f, 4);
-  shard.set_tensor_parallel(1, 2);
-  shard.add("w", {3, 4}, Init::kScaledNormal, 1);
-  shard.allocate(*cpu, DType::kF32);
-  shard.initialize(*cpu, 8, 0.5f, 4);
+  const ParameterSet whole = one_parameter(*cpu, {3, 4}, Init::kScaledNormal, 1, DType::kF32, 0, 1, 8, 0.5f, 4);
+  const ParameterSet shard = one_parameter(*cpu, {3, 4}, Init::kScaledNormal, 1, DType::kF32, 1, 2, 8, 0.5f, 4);
   ASSERT_EQ(shard[0].shape, (Shape{3, 2}));
   const float* a = whole.values().data_as<const float>();
   const float* b = shard.values().data_as<const float>();
