@@ -336,7 +336,7 @@ void GPTModel::reduce_sequence_parallel_grads() {
     if (p.sequence_parallel && p.grad.numel() > 0) grads.push_back(p.grad);
   }
   if (grads.empty()) return;
-  const DType gdt = grads.front().dtype();
+  const DType gdt = params_.grads().dtype();  // every gradient is a view of this one flat buffer
   const int64_t esize = dtype_size(gdt);
   const auto* base = static_cast<const char*>(ws_full_.storage()->data());
   const int64_t byte_offset = static_cast<const char*>(ws_full_.data()) - base;
@@ -348,7 +348,7 @@ void GPTModel::reduce_sequence_parallel_grads() {
     // Gradients [next, end) fit the buffer together; one that alone does not is reduced in place.
     size_t end = next;
     int64_t numel = 0;
-    while (end < grads.size() && grads[end].dtype() == gdt && numel + grads[end].numel() <= capacity) {
+    while (end < grads.size() && numel + grads[end].numel() <= capacity) {
       numel += grads[end++].numel();
     }
     if (end - next < 2) {

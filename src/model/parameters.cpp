@@ -76,26 +76,6 @@ const Parameter* ParameterSet::find(const std::string& name) const {
   return nullptr;
 }
 
-namespace {
-
-// Backend::init_normal's index map of a shard: flat element k of the shard is element
-// global_index(global_shape, partition, k) of the whole tensor (tensor_parallel/partition.h).
-backend::NormalInit shard_index_map(const Parameter& p) {
-  backend::NormalInit m;
-  const int64_t n = p.numel();
-  m.local_cols = m.global_cols = n;
-  if (p.partition.split() && p.partition.dim == 0) {
-    m.offset = p.partition.rank * n;
-  } else if (p.partition.split()) {  // dim 1 of [R, C]: this rank's C / T columns of each row
-    m.global_cols = p.global_shape[1];
-    m.local_cols = m.global_cols / p.partition.size;
-    m.offset = p.partition.rank * m.local_cols;
-  }
-  return m;
-}
-
-}  // namespace
-
 // Each parameter's values are computed on its backend (a GPU writes its shard directly: no
 // host staging, ~2.7e9 Box-Mullers took ~10 s of a 2.7B model's start-up on 16 host cores).
 void ParameterSet::initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers) {
@@ -110,7 +90,7 @@ void ParameterSet::initialize(backend::Backend& backend, uint64_t seed, float st
       case Init::kOnes: backend.fill(p.value, 1.0f); break;
       case Init::kNormal:
       case Init::kScaledNormal: {
-        backend::NormalInit init = shard_index_map(p);
+        backend::NormalInit init = tensor_parallel::shard_index_map(p.global_shape, p.partition);
         init.seed = seed;
         init.stream = static_cast<uint64_t>(p.init_stream);
         init.scale = p.init == Init::kNormal ? std : scaled_std;

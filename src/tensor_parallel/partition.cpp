@@ -1,5 +1,6 @@
 #include "tensor_parallel/partition.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -21,6 +22,20 @@ int64_t global_index(const Shape& global, const Partition& p, int64_t k) {
   // dim 1 of [R, C]: local [R, C/T].
   const int64_t cols = global[1], local_cols = cols / p.size;
   return (k / local_cols) * cols + p.rank * local_cols + k % local_cols;
+}
+
+backend::NormalInit shard_index_map(const Shape& global, const Partition& p) {
+  backend::NormalInit m;
+  const int64_t n = shape_numel(global) / (p.split() ? p.size : 1);  // the shard's elements
+  m.local_cols = m.global_cols = std::max<int64_t>(n, 1);
+  if (p.split() && p.dim == 0) {
+    m.offset = p.rank * n;
+  } else if (p.split()) {  // dim 1 of [R, C]: this rank's C / T columns of each row
+    m.global_cols = global[1];
+    m.local_cols = m.global_cols / p.size;
+    m.offset = p.rank * m.local_cols;
+  }
+  return m;
 }
 
 Tensor gather_partitioned(comm::Communicator& tp, backend::Backend& backend, const Tensor& shard,

@@ -33,6 +33,9 @@ struct Partition {
 Shape local_shape(const Shape& global, const Partition& p);
 // Flat index in the global tensor of flat element `k` of the shard.
 int64_t global_index(const Shape& global, const Partition& p, int64_t k);
+// global_index as Backend::init_normal's affine index map (offset, local_cols, global_cols;
+// seed, stream and scale left at their defaults), for filling a shard on its device.
+backend::NormalInit shard_index_map(const Shape& global, const Partition& p);
 
 // The global tensor (host, shard's dtype) assembled from the group's shards: every rank of
 // `tp` passes its shard (contiguous, on the backend's device) and gets the whole. Replicated:

@@ -78,9 +78,8 @@ void CpuBackend::fill(Tensor& t, float value) {
 }
 
 void CpuBackend::init_normal(Tensor& t, const NormalInit& init) {
-  check_cpu(t, "init_normal target");
+  check_float(t, "init_normal target");
   const DType dt = t.dtype();
-  MT_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16) << "init_normal of " << t.describe();
   MT_CHECK(init.local_cols > 0 && init.global_cols >= init.local_cols) << "init_normal columns " << init.local_cols
                                                                         << " of " << init.global_cols;
   const int64_t n = t.numel();
