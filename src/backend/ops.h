@@ -295,6 +295,17 @@ class Backend {
   // call the buffer holds the gradient). One read of the logits instead of two.
   virtual void cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses, Tensor& losses,
                                    Tensor& lse, Tensor& dlogits) = 0;
+  // The per-row steps of the vocab-parallel cross-entropy between its all-reduces
+  // (tensor_parallel/vocab_parallel.h), in place on fp32 [n] tensors, each value computed in
+  // double from the fp32 inputs and rounded once. Given max_lse[n] (the all-reduced MAX of the
+  // ranks' slice lse), this rank's slice lse and losses (cross_entropy_forward on its logits
+  // columns) and its local labels (-1: another rank's id):
+  //   vocab_parallel_ce_terms:   losses[i] := labels[i] >= 0 ? lse[i] - losses[i] : 0  (the target logit)
+  //                              lse[i]    := exp(lse[i] - max_lse[i])  (1 where both are -inf)
+  // then, after both are all-reduced SUM over the ranks:
+  //   vocab_parallel_ce_finish:  lse[i]    := max_lse[i] + log(lse[i]),  losses[i] := lse[i] - losses[i]
+  virtual void vocab_parallel_ce_terms(const Tensor& max_lse, const Tensor& labels, Tensor& lse, Tensor& losses) = 0;
+  virtual void vocab_parallel_ce_finish(const Tensor& max_lse, Tensor& lse, Tensor& losses) = 0;
 
   // ---- reductions (for the optimizer step) ----------------------------------------------
   // Sum of squares of all elements, accumulated in double.

@@ -97,7 +97,8 @@ const char* ProfilingBackend::op_name(int op) {
       "all_finite",      "count_zeros",        "adamw_update",
       "linear_gelu_forward", "linear_dgelu_backward", "adamw_update_segments",
       "linear_residual_forward", "cross_entropy_fused", "layernorm_backward_colsum",
-      "layernorm_backward_dropout_colsum", "init_normal"};
+      "layernorm_backward_dropout_colsum", "init_normal",
+      "vocab_parallel_ce_terms", "vocab_parallel_ce_finish"};
   return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -420,6 +421,13 @@ void ProfilingBackend::cross_entropy_backward(const Tensor& logits, const Tensor
 void ProfilingBackend::cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses,
                                            Tensor& losses, Tensor& lse, Tensor& dlogits) {
   timed(kCrossEntropyFused, [&] { inner_->cross_entropy_fused(logits, labels, dlosses, losses, lse, dlogits); });
+}
+void ProfilingBackend::vocab_parallel_ce_terms(const Tensor& max_lse, const Tensor& labels, Tensor& lse,
+                                               Tensor& losses) {
+  timed(kVocabParallelCeTerms, [&] { inner_->vocab_parallel_ce_terms(max_lse, labels, lse, losses); });
+}
+void ProfilingBackend::vocab_parallel_ce_finish(const Tensor& max_lse, Tensor& lse, Tensor& losses) {
+  timed(kVocabParallelCeFinish, [&] { inner_->vocab_parallel_ce_finish(max_lse, lse, losses); });
 }
 
 double ProfilingBackend::sum_squares(const Tensor& x) {

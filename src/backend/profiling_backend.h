@@ -133,6 +133,8 @@ class ProfilingBackend final : public Backend {
                               const Tensor& dlosses, Tensor& dlogits) override;
   void cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses, Tensor& losses,
                            Tensor& lse, Tensor& dlogits) override;
+  void vocab_parallel_ce_terms(const Tensor& max_lse, const Tensor& labels, Tensor& lse, Tensor& losses) override;
+  void vocab_parallel_ce_finish(const Tensor& max_lse, Tensor& lse, Tensor& losses) override;
 
   double sum_squares(const Tensor& x) override;
   bool all_finite(const Tensor& x) override;
@@ -149,7 +151,8 @@ class ProfilingBackend final : public Backend {
     kLayernormBackward, kEmbeddingForward, kEmbeddingBackward, kAttentionForward, kAttentionBackward,
     kAttentionKvCache, kCrossEntropyForward, kCrossEntropyBackward, kSumSquares, kAllFinite, kCountZeros,
     kAdamwUpdate, kLinearGeluForward, kLinearDgeluBackward, kAdamwUpdateSegments, kLinearResidualForward,
-    kCrossEntropyFused, kLayernormBackwardColsum, kLayernormBackwardDropoutColsum, kInitNormal, kNumOps
+    kCrossEntropyFused, kLayernormBackwardColsum, kLayernormBackwardDropoutColsum, kInitNormal,
+    kVocabParallelCeTerms, kVocabParallelCeFinish, kNumOps
   };
   static const char* op_name(int op);
 

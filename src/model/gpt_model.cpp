@@ -18,10 +18,8 @@ constexpr int kSiteAttentionOut = 1;
 constexpr int kSiteMlpOut = 2;
 constexpr int kSiteEmbedding = 3;
 
-// sum(loss_i * mask_i) / sum(mask) in double over n per-token losses (float from the device, or
-// double from the vocab-parallel collective); 0 when the mask is empty.
-template <class L>
-float masked_mean(const L* losses, const float* mask, int64_t n, float mask_sum) {
+// sum(loss_i * mask_i) / sum(mask) in double over n per-token losses; 0 when the mask is empty.
+float masked_mean(const float* losses, const float* mask, int64_t n, float mask_sum) {
   double total = 0.0;
   for (int64_t i = 0; i < n; ++i) total += static_cast<double>(losses[i]) * mask[i];
   return mask_sum > 0 ? static_cast<float>(total / mask_sum) : 0.0f;
@@ -553,15 +551,11 @@ void GPTModel::run_recordable(int kind, bool head, float loss_factor, const std:
 
 double GPTModel::take_losses() {
   if (pending_losses_.empty()) return 0.0;
-  const bool copied = std::any_of(pending_losses_.begin(), pending_losses_.end(),
-                                  [](const PendingLoss& p) { return !p.on_host; });
-  if (copied) backend_.synchronize();  // the asynchronous copies have landed
+  backend_.synchronize();  // the asynchronous copies have landed
   double sum = 0.0;
   for (const PendingLoss& p : pending_losses_) {
     // The masked mean on the host (n values): exact and backend-independent.
-    sum += p.on_host ? p.value
-                     : masked_mean(p.losses.data_as<const float>(), p.mask.data_as<const float>(), p.losses.numel(),
-                                   p.mask_sum);
+    sum += masked_mean(p.losses.data_as<const float>(), p.mask.data_as<const float>(), p.losses.numel(), p.mask_sum);
   }
   pending_losses_.clear();
   return sum;
@@ -585,10 +579,11 @@ void GPTModel::head_forward(const HeadBackward* head) {
       backend_.cross_entropy_forward(logits_, labels_.view({n}), losses_, loss_lse_);
     }
   } else {
-    // Vocab-parallel: the losses come back on the host (the collective waits anyway).
-    const std::vector<double> ls =
-        tensor_parallel::vocab_parallel_cross_entropy(backend_, *tp_, logits_, labels_.view({n}), losses_, loss_lse_);
-    head_host_loss_ = masked_mean(ls.data(), host_mask_.data_as<const float>(), n, mask_sum_);
+    // Vocab-parallel: the whole vocabulary's losses and lse from the slices, on the device. The
+    // rows' maximum lse goes in dloss_weights_, free until head_backward's loss_weights().
+    Tensor max_lse = dloss_weights_.view({n});
+    tensor_parallel::vocab_parallel_cross_entropy(backend_, *tp_, logits_, labels_.view({n}), max_lse, losses_,
+                                                  loss_lse_);
   }
 }
 
@@ -597,16 +592,11 @@ void GPTModel::queue_loss() {
   PendingLoss p;
   p.mask = host_mask_;
   p.mask_sum = mask_sum_;
-  if (tp_->size() == 1) {
-    // The per-token losses go to the host without waiting; take_losses() reads them.
-    const size_t slot = pending_losses_.size();
-    if (slot == loss_staging_.size()) loss_staging_.push_back(backend_.host_staging({n}, DType::kF32));
-    p.losses = loss_staging_[slot];
-    backend_.copy_to_host_async(losses_, p.losses);
-  } else {
-    p.on_host = true;
-    p.value = head_host_loss_;
-  }
+  // The per-token losses go to the host without waiting; take_losses() reads them.
+  const size_t slot = pending_losses_.size();
+  if (slot == loss_staging_.size()) loss_staging_.push_back(backend_.host_staging({n}, DType::kF32));
+  p.losses = loss_staging_[slot];
+  backend_.copy_to_host_async(losses_, p.losses);
   pending_losses_.push_back(std::move(p));
 }
 

@@ -291,8 +291,8 @@ class GPTModel {
   // stage 0 / the last one).
   void chunk_forward(bool first, bool last, const HeadBackward* head);
   // Loss head: final LayerNorm, output layer, cross-entropy over xs[Lc] of the current set
-  // into losses_ (one vocabulary shard; with more the collective's loss is kept in
-  // head_host_loss_). With `head` (its backward next) and one vocabulary shard, the logits
+  // into losses_ (with more than one vocabulary shard, through the vocab-parallel collectives,
+  // still on the device). With `head` (its backward next) and one vocabulary shard, the logits
   // gradient is computed in the same pass (dlogits_ready_).
   void head_forward(const HeadBackward* head);
   // The micro-batch loss of the last head_forward queued in pending_losses_ (host work: the
@@ -413,17 +413,13 @@ class GPTModel {
   float mask_sum_ = 0.0f;
   Tensor host_mask_;  // the loss weights of the current micro-batch [s*b] fp32, on the host
   // A micro-batch loss not yet read (take_losses): sum(loss * mask) / sum(mask) over `losses`
-  // (host staging, filled by an asynchronous copy) and `mask`, or `value` when the loss is
-  // already on the host (vocab-parallel cross-entropy).
+  // (host staging, filled by an asynchronous copy) and `mask`.
   struct PendingLoss {
     Tensor losses, mask;
     float mask_sum = 0.0f;
-    bool on_host = false;
-    float value = 0.0f;
   };
   std::vector<PendingLoss> pending_losses_;
   std::vector<Tensor> loss_staging_;  // [n] fp32 host staging buffers, reused: one per queued loss
-  float head_host_loss_ = 0.0f;       // the vocab-parallel head's micro-batch loss (tp > 1)
   bool recording_on_ = true;
   std::map<RecordKey, RecordedWork> recorded_;
   int64_t replays_ = 0;

@@ -19,10 +19,12 @@
 //   S = sum_r exp(lse_r - M)                        (all-reduce SUM: Megatron's sum of exp)
 //   target = lse_owner - loss_owner, 0 elsewhere     (all-reduce SUM: Megatron's target logit)
 //   lse = M + log S, loss = lse - target
-// in double on the host (n values per micro-batch; the losses go to the host anyway for the
-// masked mean). The backward is the backend's cross_entropy_backward on the local slice with
-// the global lse and the local labels (ids of other ranks have no one-hot term): softmax -
-// onehot, local, no communication.
+// on the device, in the stream's order (three all-reduces of n fp32 values, as Megatron; the
+// per-row steps are the backend's vocab_parallel_ce_terms / _finish, double arithmetic rounded
+// to fp32): the host waits for nothing, and the losses reach it as the single-shard head's do.
+// The backward is the backend's cross_entropy_backward on the local slice with the global lse
+// and the local labels (ids of other ranks have no one-hot term): softmax - onehot, local, no
+// communication.
 #pragma once
 
 #include <cstdint>
@@ -47,11 +49,11 @@ VocabRange vocab_range(int64_t padded_vocab, int64_t rank, int64_t size);
 std::vector<int32_t> localize_ids(const std::vector<int32_t>& ids, const VocabRange& range);
 
 // Forward of the vocab-parallel cross-entropy (see above). logits [n, V/T] (model dtype),
-// local_labels [n] int32 (localize_ids; device). On return lse [n] (fp32, device) holds the
-// whole vocabulary's lse for the backward, and the result is the n per-row losses (host).
-// `losses_scratch` [n] fp32 (device) receives the slice's losses. Collective over `tp`.
-std::vector<double> vocab_parallel_cross_entropy(backend::Backend& backend, comm::Communicator& tp,
-                                                 const Tensor& logits, const Tensor& local_labels,
-                                                 Tensor& losses_scratch, Tensor& lse);
+// local_labels [n] int32 (localize_ids), max_scratch, losses and lse [n] fp32, all on the
+// backend's device. On return losses holds each row's loss over the whole vocabulary and lse
+// the whole vocabulary's lse (for the backward); max_scratch is overwritten. Collective over
+// `tp`.
+void vocab_parallel_cross_entropy(backend::Backend& backend, comm::Communicator& tp, const Tensor& logits,
+                                  const Tensor& local_labels, Tensor& max_scratch, Tensor& losses, Tensor& lse);
 
 }  // namespace megatron::tensor_parallel

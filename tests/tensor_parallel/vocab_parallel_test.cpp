@@ -43,8 +43,9 @@ TEST(VocabParallel, RangesAndLocalIds) {
   EXPECT_EQ(localize_ids({0, 25215, 25216}, vocab_range(50432, 0, 2)), (std::vector<int32_t>{0, 25215, -1}));
 }
 
-// Loss and lse: the slices' log-sum-exps combined in double against the serial fp32 row (sum
-// in double): a few fp32 ulps of lse (~8) and of the loss, hence 2e-6 relative. dlogits: each
+// Loss and lse: the slices' log-sum-exps combined (each term in double, rounded to fp32, the
+// fp32 terms summed over the ranks) against the serial fp32 row (sum in double): a few fp32
+// ulps of lse (~8) and of the loss, hence 2e-6 relative. dlogits: each
 // element exp(l - lse) - onehot with lse differing by those ulps: 1e-6 absolute (values <= 1).
 TEST(VocabParallel, CrossEntropyMatchesTheSerialOp) {
   if (test::relaunch_under_mpirun(2)) return;
@@ -69,10 +70,11 @@ TEST(VocabParallel, CrossEntropyMatchesTheSerialOp) {
   Tensor local_labels = Tensor::cpu({n}, DType::kI32);
   std::memcpy(local_labels.data(), local_ids.data(), static_cast<size_t>(n) * 4);
   Tensor scratch = Tensor::cpu({n}, DType::kF32), lse = Tensor::cpu({n}, DType::kF32);
-  const std::vector<double> losses = vocab_parallel_cross_entropy(*backend, *tp, local, local_labels, scratch, lse);
+  Tensor losses = Tensor::cpu({n}, DType::kF32);
+  vocab_parallel_cross_entropy(*backend, *tp, local, local_labels, scratch, losses, lse);
   for (int64_t i = 0; i < n; ++i) {
     const double want = ref_losses.data_as<float>()[i];
-    EXPECT_NEAR(losses[static_cast<size_t>(i)], want, 2e-6 * std::abs(want)) << "row " << i;
+    EXPECT_NEAR(losses.data_as<float>()[i], want, 2e-6 * std::abs(want)) << "row " << i;
     EXPECT_NEAR(lse.data_as<float>()[i], ref_lse.data_as<float>()[i], 2e-6 * std::abs(ref_lse.data_as<float>()[i]));
   }
   Tensor dlocal = Tensor::cpu({n, range.size}, DType::kF32);

@@ -91,6 +91,8 @@ class CpuBackend : public Backend {
                               const Tensor& dlosses, Tensor& dlogits) override;
   void cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses, Tensor& losses,
                            Tensor& lse, Tensor& dlogits) override;
+  void vocab_parallel_ce_terms(const Tensor& max_lse, const Tensor& labels, Tensor& lse, Tensor& losses) override;
+  void vocab_parallel_ce_finish(const Tensor& max_lse, Tensor& lse, Tensor& losses) override;
 
   double sum_squares(const Tensor& x) override;
   bool all_finite(const Tensor& x) override;

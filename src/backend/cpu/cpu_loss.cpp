@@ -87,4 +87,47 @@ void CpuBackend::cross_entropy_fused(const Tensor& logits, const Tensor& labels,
   cross_entropy_backward(logits, labels, lse, dlosses, dlogits);
 }
 
+namespace {
+
+// n of the vocab-parallel cross-entropy's per-row tensors: max_lse, lse and losses fp32 [n].
+int64_t check_vocab_parallel_rows(const Tensor& max_lse, const Tensor& lse, const Tensor& losses, const char* op) {
+  check_f32(max_lse, op);
+  check_f32(lse, op);
+  check_f32(losses, op);
+  const int64_t n = max_lse.numel();
+  MT_CHECK(lse.numel() == n && losses.numel() == n)
+      << op << ": max_lse " << max_lse.describe() << ", lse " << lse.describe() << ", losses " << losses.describe();
+  return n;
+}
+
+}  // namespace
+
+void CpuBackend::vocab_parallel_ce_terms(const Tensor& max_lse, const Tensor& labels, Tensor& lse, Tensor& losses) {
+  const int64_t n = check_vocab_parallel_rows(max_lse, lse, losses, "vocab_parallel_ce_terms");
+  check_i32(labels, "vocab_parallel_ce_terms labels");
+  MT_CHECK(labels.numel() == n) << "vocab_parallel_ce_terms labels " << labels.describe() << " for " << n << " rows";
+  const float* m = max_lse.data_as<const float>();
+  const int32_t* lab = labels.data_as<const int32_t>();
+  float* l = lse.data_as<float>();
+  float* loss = losses.data_as<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const double li = l[i], mi = m[i];
+    loss[i] = lab[i] >= 0 ? static_cast<float>(li - static_cast<double>(loss[i])) : 0.0f;
+    // A slice of -inf logits only adds exp(-inf) = 0, or 1 where every slice is -inf (m too).
+    l[i] = std::isinf(mi) && mi < 0 ? (li == mi ? 1.0f : 0.0f) : static_cast<float>(std::exp(li - mi));
+  }
+}
+
+void CpuBackend::vocab_parallel_ce_finish(const Tensor& max_lse, Tensor& lse, Tensor& losses) {
+  const int64_t n = check_vocab_parallel_rows(max_lse, lse, losses, "vocab_parallel_ce_finish");
+  const float* m = max_lse.data_as<const float>();
+  float* l = lse.data_as<float>();
+  float* loss = losses.data_as<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const double total = static_cast<double>(m[i]) + std::log(static_cast<double>(l[i]));
+    l[i] = static_cast<float>(total);
+    loss[i] = static_cast<float>(total - static_cast<double>(loss[i]));
+  }
+}
+
 }  // namespace megatron::backend

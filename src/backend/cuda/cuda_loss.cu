@@ -481,4 +481,59 @@ void CudaBackend::cross_entropy_fused(const Tensor& logits, const Tensor& labels
   MT_CUDA_LAUNCH_CHECK();
 }
 
+// ---- the vocab-parallel cross-entropy's per-row steps (ops.h) -------------------------------
+// Double arithmetic from the fp32 inputs, rounded once, as the CPU reference: CUDA's double
+// exp and log are within an ulp of double, far below the fp32 rounding that follows.
+
+namespace cuda {
+namespace {
+
+__global__ void vocab_parallel_ce_terms_kernel(const float* __restrict__ max_lse, const int32_t* __restrict__ labels,
+                                               float* __restrict__ lse, float* __restrict__ losses, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const double li = lse[i], mi = max_lse[i];
+    losses[i] = labels[i] >= 0 ? __double2float_rn(li - static_cast<double>(losses[i])) : 0.0f;
+    lse[i] = isinf(mi) && mi < 0 ? (li == mi ? 1.0f : 0.0f) : __double2float_rn(exp(li - mi));
+  }
+}
+
+__global__ void vocab_parallel_ce_finish_kernel(const float* __restrict__ max_lse, float* __restrict__ lse,
+                                                float* __restrict__ losses, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const double total = static_cast<double>(max_lse[i]) + log(static_cast<double>(lse[i]));
+    lse[i] = __double2float_rn(total);
+    losses[i] = __double2float_rn(total - static_cast<double>(losses[i]));
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaBackend::vocab_parallel_ce_terms(const Tensor& max_lse, const Tensor& labels, Tensor& lse, Tensor& losses) {
+  const int64_t n = max_lse.numel();
+  cuda::check_row_values(max_lse, n, "vocab_parallel_ce_terms max_lse");
+  cuda::check_row_values(lse, n, "vocab_parallel_ce_terms lse");
+  cuda::check_row_values(losses, n, "vocab_parallel_ce_terms losses");
+  cuda::check_device(labels, "vocab_parallel_ce_terms labels");
+  MT_CHECK(labels.dtype() == DType::kI32 && labels.numel() == n)
+      << "vocab_parallel_ce_terms labels " << labels.describe() << " for " << n << " rows";
+  if (n == 0) return;
+  cuda::vocab_parallel_ce_terms_kernel<<<cuda::grid_for(n), 256, 0, stream()>>>(
+      static_cast<const float*>(max_lse.data()), static_cast<const int32_t*>(labels.data()),
+      static_cast<float*>(lse.data()), static_cast<float*>(losses.data()), n);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void CudaBackend::vocab_parallel_ce_finish(const Tensor& max_lse, Tensor& lse, Tensor& losses) {
+  const int64_t n = max_lse.numel();
+  cuda::check_row_values(max_lse, n, "vocab_parallel_ce_finish max_lse");
+  cuda::check_row_values(lse, n, "vocab_parallel_ce_finish lse");
+  cuda::check_row_values(losses, n, "vocab_parallel_ce_finish losses");
+  if (n == 0) return;
+  cuda::vocab_parallel_ce_finish_kernel<<<cuda::grid_for(n), 256, 0, stream()>>>(
+      static_cast<const float*>(max_lse.data()), static_cast<float*>(lse.data()), static_cast<float*>(losses.data()),
+      n);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
 }  // namespace megatron::backend

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_test_util.h"
@@ -148,6 +150,88 @@ TEST(CpuLoss, ResultsIndependentOfThreadCount) {
   const auto one = run(1), two = run(2);
   omp_set_num_threads(saved);
   for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bitwise_equal(one[i], two[i])) << "output " << i;
+}
+
+// The vocab-parallel steps (ops.h) put together as tensor_parallel/vocab_parallel.cpp does, with
+// the all-reduces done here in rank order: three slices of each row's logits combine into the
+// whole row's lse and loss, against long double over the whole row. The error is that of the
+// slices' fp32 lse (each within a few ulps) plus the fp32 exp terms: 4 ulps of lse, absolute.
+TEST(CpuLoss, VocabParallelStepsCombineSlicesIntoTheWholeRow) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t n = 9, slice = 11, ranks = 3, vocab = slice * ranks;
+  Tensor logits = random_tensor({n, vocab}, rng, DType::kF32, -6.0f, 6.0f);
+  for (int64_t v = 0; v < vocab; ++v) set(logits, 4 * vocab + v, get(logits, 4 * vocab + v) + 1000.0);  // stability
+  // Row 5: one slice far below the others (its exp term underflows to ~0).
+  for (int64_t v = 0; v < slice; ++v) set(logits, 5 * vocab + v, get(logits, 5 * vocab + v) - 200.0);
+  Tensor labels = random_labels(n, vocab, rng);
+  auto f32 = [&] { return be->empty({n}, DType::kF32, MemoryKind::kOther); };
+  std::vector<Tensor> lse, losses, local_labels;
+  Tensor max_lse = f32();
+  for (int64_t r = 0; r < ranks; ++r) {
+    Tensor part = be->empty({n, slice}, DType::kF32, MemoryKind::kOther);
+    Tensor lab = Tensor::cpu({n}, DType::kI32);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t v = 0; v < slice; ++v) set(part, i * slice + v, get(logits, i * vocab + r * slice + v));
+      const int32_t t = labels.data_as<int32_t>()[i];
+      lab.data_as<int32_t>()[i] = t >= r * slice && t < (r + 1) * slice ? static_cast<int32_t>(t - r * slice) : -1;
+    }
+    lse.push_back(f32());
+    losses.push_back(f32());
+    local_labels.push_back(lab);
+    be->cross_entropy_forward(part, lab, losses.back(), lse.back());
+    for (int64_t i = 0; i < n; ++i) {
+      const float l = lse.back().data_as<float>()[i];
+      max_lse.data_as<float>()[i] = r == 0 ? l : std::max(max_lse.data_as<float>()[i], l);
+    }
+  }
+  for (int64_t r = 0; r < ranks; ++r) be->vocab_parallel_ce_terms(max_lse, local_labels[r], lse[r], losses[r]);
+  for (int64_t r = 1; r < ranks; ++r) {  // the SUM all-reduces, into rank 0's tensors
+    for (int64_t i = 0; i < n; ++i) {
+      lse[0].data_as<float>()[i] += lse[r].data_as<float>()[i];
+      losses[0].data_as<float>()[i] += losses[r].data_as<float>()[i];
+    }
+  }
+  be->vocab_parallel_ce_finish(max_lse, lse[0], losses[0]);
+  for (int64_t i = 0; i < n; ++i) {
+    long double mx = -INFINITY, sum = 0;
+    for (int64_t v = 0; v < vocab; ++v) mx = std::max(mx, static_cast<long double>(get(logits, i * vocab + v)));
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<long double>(get(logits, i * vocab + v)) - mx);
+    const long double want_lse = mx + std::log(sum);
+    const long double want_loss = want_lse - get(logits, i * vocab + labels.data_as<int32_t>()[i]);
+    const double tol = 4 * std::nextafter(std::fabs(static_cast<float>(want_lse)), INFINITY) -
+                       4 * std::fabs(static_cast<float>(want_lse));
+    EXPECT_NEAR(lse[0].data_as<float>()[i], static_cast<double>(want_lse), tol) << "row " << i;
+    EXPECT_NEAR(losses[0].data_as<float>()[i], static_cast<double>(want_loss), tol) << "row " << i;
+  }
+}
+
+// The edges of the terms step: a slice of -inf logits only contributes exp(-inf) = 0 beside a
+// finite maximum, and 1 where the maximum is -inf too (then the row's lse stays -inf); a label
+// of another rank contributes a zero target.
+TEST(CpuLoss, VocabParallelTermsAtInfinities) {
+  auto be = make_cpu_backend();
+  const float inf = std::numeric_limits<float>::infinity();
+  auto make = [&](std::vector<float> v) {
+    Tensor t = be->empty({static_cast<int64_t>(v.size())}, DType::kF32, MemoryKind::kOther);
+    std::memcpy(t.data(), v.data(), v.size() * 4);
+    return t;
+  };
+  Tensor max_lse = make({2.0f, -inf, 3.0f}), lse = make({-inf, -inf, 1.0f}), losses = make({0.5f, 0.25f, 0.75f});
+  Tensor labels = Tensor::cpu({3}, DType::kI32);
+  labels.data_as<int32_t>()[0] = -1;
+  labels.data_as<int32_t>()[1] = -1;
+  labels.data_as<int32_t>()[2] = 4;
+  be->vocab_parallel_ce_terms(max_lse, labels, lse, losses);
+  EXPECT_EQ(lse.data_as<float>()[0], 0.0f);
+  EXPECT_EQ(lse.data_as<float>()[1], 1.0f);
+  EXPECT_EQ(lse.data_as<float>()[2], static_cast<float>(std::exp(-2.0)));
+  EXPECT_EQ(losses.data_as<float>()[0], 0.0f);
+  EXPECT_EQ(losses.data_as<float>()[1], 0.0f);
+  EXPECT_EQ(losses.data_as<float>()[2], 0.25f);  // the target logit 1 - 0.75
+  be->vocab_parallel_ce_finish(max_lse, lse, losses);
+  EXPECT_EQ(lse.data_as<float>()[1], -inf);
+  EXPECT_EQ(lse.data_as<float>()[2], static_cast<float>(3.0 + std::log(static_cast<double>(static_cast<float>(std::exp(-2.0))))));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,48 @@ TEST(CudaLoss, CrossEntropyFusedGivesThePairsBits) {
   Tensor got = gpu->empty({n, vocab}, DType::kF32, MemoryKind::kOther);
   gpu->cross_entropy_fused(ld, labd, dld, loss, lse, got);
   EXPECT_TRUE(bitwise(to_host(*gpu, got), to_host(*gpu, want), "fused fp32 dlogits from bf16"));
+}
+
+// The vocab-parallel cross-entropy's per-row steps (ops.h) give the CPU's bits: both compute
+// in double from the same fp32 inputs and round once, and CUDA's double exp and log (within an
+// ulp of double) differ from the host's only where a double lies within an ulp of an fp32
+// rounding boundary (odds ~2^-28 per value). Row counts around the grid's sizes, -inf edges.
+TEST(CudaLoss, VocabParallelStepsMatchTheCpuBitForBit) {
+  MT_REQUIRE_CUDA();
+  auto gpu = make_cuda_backend();
+  auto cpu = make_cpu_backend();
+  const float inf = std::numeric_limits<float>::infinity();
+  uint64_t seed = 7100;
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{255}, int64_t{257}, int64_t{8195}}) {
+    const std::string what = "n " + std::to_string(n);
+    Tensor lse = host_random({n}, DType::kF32, ++seed, 0.1f, 12.0f);
+    Tensor max_lse = host_random({n}, DType::kF32, ++seed, 0.1f, 2.0f);
+    for (int64_t i = 0; i < n; ++i) {  // max_lse >= lse, as the all-reduced MAX is
+      max_lse.data_as<float>()[i] = std::max(lse.data_as<float>()[i], 0.0f) + std::fabs(max_lse.data_as<float>()[i]);
+    }
+    Tensor losses = host_random({n}, DType::kF32, ++seed, 0.1f, 9.0f);
+    Tensor labels = random_labels(n, 50304, ++seed);
+    for (int64_t i = 0; i < n; i += 3) labels.data_as<int32_t>()[i] = -1;  // other ranks' ids
+    lse.data_as<float>()[0] = -inf;  // a slice of -inf logits: 0, or 1 when the maximum is -inf too
+    if (n > 1) {
+      lse.data_as<float>()[1] = -inf;
+      max_lse.data_as<float>()[1] = -inf;
+      labels.data_as<int32_t>()[1] = -1;  // (an owned label there would make the loss -inf - -inf: NaN)
+    }
+    Tensor gm = to_device(*gpu, max_lse), gl = to_device(*gpu, lse), gloss = to_device(*gpu, losses);
+    Tensor glab = to_device(*gpu, labels);
+    cpu->vocab_parallel_ce_terms(max_lse, labels, lse, losses);
+    gpu->vocab_parallel_ce_terms(gm, glab, gl, gloss);
+    EXPECT_TRUE(bitwise(to_host(*gpu, gl), lse, "terms: exp " + what));
+    EXPECT_TRUE(bitwise(to_host(*gpu, gloss), losses, "terms: target " + what));
+    // Sums of a few ranks' terms, then the finish.
+    for (int64_t i = 0; i < n; ++i) lse.data_as<float>()[i] += 1.5f;
+    gl = to_device(*gpu, lse);
+    cpu->vocab_parallel_ce_finish(max_lse, lse, losses);
+    gpu->vocab_parallel_ce_finish(gm, gl, gloss);
+    EXPECT_TRUE(bitwise(to_host(*gpu, gl), lse, "finish: lse " + what));
+    EXPECT_TRUE(bitwise(to_host(*gpu, gloss), losses, "finish: losses " + what));
+  }
 }
 
 }  // namespace
