@@ -278,6 +278,7 @@ backend::AttentionParams GPTModel::attention_params(int64_t layer) const {
 Tensor GPTModel::column_input(const Tensor& ln_out) {
   if (!sp_) return ln_out;
   tensor_parallel::gather_sequence(*tp_, ln_out, ws_full_);
+  ws_full_rows_of_ = ln_out.data();
   return ws_full_;
 }
 
@@ -299,7 +300,10 @@ Tensor GPTModel::column_backward(const Tensor& dy, const Tensor& ln_out, int64_t
     return dx_partial;
   }
   std::unique_ptr<comm::PendingCollective> gathered = std::make_unique<comm::FinishedCollective>();
-  if (sp_) gathered = tensor_parallel::start_gather_sequence(*tp_, ln_out, ws_full_);
+  if (sp_ && ws_full_rows_of_ != ln_out.data()) {
+    gathered = tensor_parallel::start_gather_sequence(*tp_, ln_out, ws_full_);
+    ws_full_rows_of_ = ln_out.data();
+  }
   const Tensor in = sp_ ? ws_full_ : ln_out;
   backend_.matmul(dy, false, param(w), false, dx_partial);  // dX = dy W, this rank's part of the sum
   Tensor shard = sp_ ? tensor_parallel::sequence_shard(*tp_, dx_partial) : dx_partial;
@@ -334,6 +338,7 @@ void GPTModel::reduce_sequence_parallel_grads() {
     if (p.sequence_parallel && p.grad.numel() > 0) grads.push_back(p.grad);
   }
   if (grads.empty()) return;
+  ws_full_rows_of_ = nullptr;  // the packs overwrite the gathered rows
   const DType gdt = params_.grads().dtype();  // every gradient is a view of this one flat buffer
   const int64_t esize = dtype_size(gdt);
   const auto* base = static_cast<const char*>(ws_full_.storage()->data());

@@ -348,7 +348,9 @@ class GPTModel {
   // which runs beside it (Megatron's asynchronous input-gradient all-reduce / reduce-scatter);
   // under sequence parallelism the input's rows are gathered again (ws_full_ held another
   // layer's since the forward), started before the dX GEMM, which runs beside it, and waited
-  // for before the weight-gradient GEMM that reads them (Megatron's asynchronous all-gather).
+  // for before the weight-gradient GEMM that reads them (Megatron's asynchronous all-gather),
+  // unless ws_full_ still holds them (ws_full_rows_of_): the loss head's, whose backward follows
+  // its forward, and a recomputed layer's FC1 input.
   Tensor column_backward(const Tensor& dy, const Tensor& ln_out, int64_t w, int64_t b, Tensor& dx_partial);
   // The whole [n, h] gradient from this rank's rows `shard` (gathered into `full`), or
   // `shard` itself without sequence parallelism.
@@ -406,6 +408,10 @@ class GPTModel {
   // the embedding sum before dropout uses temporaries. Sequence parallelism adds ws_full_
   // [n, h], the gathered input of a column-parallel linear.
   Tensor ws_grad_, ws_h1_, ws_h2_, ws_qkv_, ws_q_, ws_f_, ws_full_;
+  // The LayerNorm output whose gathered rows ws_full_ holds (its data pointer), or null. Every
+  // write of a LayerNorm output is followed by its column_input(), which sets this; anything
+  // else writing ws_full_ clears it.
+  const void* ws_full_rows_of_ = nullptr;
   // pp > 1: the received output gradient [n_local, h] (separate from ws_grad_, which a send of
   // the previous input gradient may still read in the same exchange).
   Tensor recv_grad_;

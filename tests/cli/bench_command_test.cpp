@@ -83,6 +83,15 @@ TEST(BenchCommand, ProfileOpsListsTheTensorParallelCollectives) {
   row >> calls;
   EXPECT_EQ(calls, 1 + 3) << r.output.substr(at, 80);
   EXPECT_EQ(r.output.find("all_reduce_host [tp] "), std::string::npos) << r.output;
+  // The backward gathers the QKV and FC1 inputs again (2 layers x 2); the loss head's are still
+  // in the gather workspace from its forward.
+  const std::string started = "    start all_gather [tp] ";
+  const size_t at_gather = r.output.find(started);
+  ASSERT_NE(at_gather, std::string::npos) << r.output;
+  std::istringstream gathers(r.output.substr(at_gather + started.size()));
+  int64_t gather_calls = 0;
+  gathers >> gather_calls;
+  EXPECT_EQ(gather_calls, 4) << r.output.substr(at_gather, 80);
 }
 
 // --overlap-grad-reduce and --overlap-param-gather run in bench as in train (several buckets):
