@@ -180,14 +180,20 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   const Link network{cl.inter_node_bytes_per_s > 0 ? cl.inter_node_bytes_per_s : cl.gpu.ib_bytes_per_s,
                      kNetworkLatency};
   const int64_t G = cl.gpus_per_node;
-  const Link& tp_link = p.tp <= G ? nvlink : network;
+  // In Megatron's rank order (tp-cp-dp-pp) a TP group is `tp` consecutive ranks, a DP group
+  // lies in a block of tp * dp consecutive ranks and a pipeline hop goes tp * dp ranks on. All
+  // such groups stay inside nodes of G GPUs only if their block divides the node: TP 6 on
+  // 8-GPU nodes puts half of its groups across two nodes, and a step waits for its slowest
+  // group, so it runs on the network.
+  const auto within_nodes = [G](int64_t block) { return block <= G && G % block == 0; };
+  const Link& tp_link = within_nodes(p.tp) ? nvlink : network;
   // A DP group with k ranks on each node crosses the network on k NICs at once (NCCL runs a
   // ring/tree channel per NIC), so its network bandwidth is k x the per-GPU figure, at most NVLink's.
   const int64_t dp_ranks_per_node = p.tp < G ? std::min(p.dp, G / p.tp) : 1;
   const Link dp_network{std::min(nvlink.bytes_per_s, network.bytes_per_s * static_cast<double>(dp_ranks_per_node)),
                         network.latency_s};
-  const Link& dp_link = p.tp * p.dp <= G ? nvlink : dp_network;
-  const Link& pp_link = p.tp * p.dp * p.pp <= G ? nvlink : network;
+  const Link& dp_link = within_nodes(p.tp * p.dp) ? nvlink : dp_network;
+  const Link& pp_link = within_nodes(p.tp * p.dp * p.pp) ? nvlink : network;
 
   const double n = static_cast<double>(p.micro_batch * c.seq_length), h = static_cast<double>(c.hidden_size);
   const double e = static_cast<double>(dtype_size(dtype)), t = static_cast<double>(p.tp);

@@ -88,6 +88,33 @@ TEST(PlanThroughput, CommunicationIsExposedOnlyWhereItShouldBe) {
   EXPECT_GT(predict(c, DType::kBF16, r, fast).compute_s, predict(c, DType::kBF16, q, fast).compute_s);
 }
 
+// Groups that do not divide a node cross it (Megatron's rank order tp-cp-dp-pp): the same TP 6
+// x PP 12 layout of 72 GPUs keeps every TP group on NVLink on 6-GPU nodes, but on 8-GPU nodes
+// half of its groups span two nodes, so its TP collectives run at the network's speed (the
+// 175B benchmark's 9-node answer came from pricing those on NVLink). Likewise the DP groups of
+// TP 2 x DP 3 (blocks of 6 ranks) on 8-GPU nodes, against 12-GPU nodes.
+TEST(PlanThroughput, GroupsThatDoNotDivideANodeCrossIt) {
+  const PlanModel m = test::gpt_plan_model(96, 12288, 96, 2048);
+  const ParallelConfig tp6{6, 12, 1, 1, 1, 1536, PlanRecompute::kNone, false, false};
+  const model::GPTConfig c6 = config_for_tp(m, 6);
+  const Prediction in_node = predict(c6, DType::kBF16, tp6, h100(12, 6));
+  const Prediction across = predict(c6, DType::kBF16, tp6, h100(9, 8));
+  const Cluster eight = h100(9, 8);
+  const double ratio = eight.gpu.nvlink_bytes_per_s / eight.gpu.ib_bytes_per_s;
+  ASSERT_GT(ratio, 4.0);
+  EXPECT_GT(across.tp_comm_s, 0.5 * ratio * in_node.tp_comm_s);
+  EXPECT_EQ(across.compute_s, in_node.compute_s);
+  // TP 8 on 8-GPU nodes stays inside them: the in-node price.
+  const ParallelConfig tp8{8, 12, 1, 1, 1, 1536, PlanRecompute::kNone, false, false};
+  const model::GPTConfig c8 = config_for_tp(m, 8);
+  EXPECT_LT(predict(c8, DType::kBF16, tp8, h100(12, 8)).tp_comm_s, across.tp_comm_s / 2.0);
+  // DP: blocks of tp * dp = 6 ranks, fewer than a node's 8 but not dividing it.
+  const ParallelConfig dp3{2, 16, 1, 3, 1, 1536, PlanRecompute::kNone, true, true};
+  const model::GPTConfig c2 = config_for_tp(m, 2);
+  EXPECT_GT(predict(c2, DType::kBF16, dp3, h100(12, 8)).dp_comm_s,
+            2.0 * predict(c2, DType::kBF16, dp3, h100(8, 12)).dp_comm_s);
+}
+
 // The side-by-side runs of one H100 (`megatron bench` bf16, dropout 0, the issue's shapes): the
 // fourth session's (2026-11-23, the fused cross-entropy whose bytes the model carries,
 // throughput_model.h kLogitsBytes) and the sixth's (2026-11-24, bench/RESULTS.md "sixth
