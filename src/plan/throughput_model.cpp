@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "core/error.h"
@@ -13,6 +14,7 @@ namespace megatron::plan {
 namespace {
 
 constexpr double kH100Peak = 989.0;
+
 
 struct Gpu {
   double flops;      // achievable dense FLOP/s ceiling = peak * gemm_efficiency
@@ -173,6 +175,30 @@ void validate_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t
   }
 }
 
+// The layout of the groups repeats every lcm(size * stride, G) ranks: that span covers them all.
+int64_t fewest_group_members_on_a_node(int64_t size, int64_t stride, int64_t G) {
+  MT_CHECK(size >= 1 && stride >= 1 && G >= 1) << "groups of " << size << " ranks " << stride << " apart on nodes of " << G;
+  const int64_t block = size * stride;
+  const int64_t span = block / std::gcd(block, G) * G;
+  int64_t fewest = size;
+  for (int64_t start = 0; start < span; start += block) {
+    for (int64_t offset = 0; offset < stride; ++offset) {
+      int64_t node = -1, count = 0;
+      for (int64_t i = 0; i < size; ++i) {
+        const int64_t at = (start + offset + i * stride) / G;
+        if (at != node) {
+          if (count > 0) fewest = std::min(fewest, count);
+          node = at;
+          count = 0;
+        }
+        ++count;
+      }
+      fewest = std::min(fewest, count);
+    }
+  }
+  return fewest;
+}
+
 Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, const Cluster& cl) {
   const Gpu g = gpu_rates(cl.gpu, cl.engine);
   const Link nvlink{cl.intra_node_bytes_per_s > 0 ? cl.intra_node_bytes_per_s : cl.gpu.nvlink_bytes_per_s,
@@ -188,8 +214,10 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   const auto within_nodes = [G](int64_t block) { return block <= G && G % block == 0; };
   const Link& tp_link = within_nodes(p.tp) ? nvlink : network;
   // A DP group with k ranks on each node crosses the network on k NICs at once (NCCL runs a
-  // ring/tree channel per NIC), so its network bandwidth is k x the per-GPU figure, at most NVLink's.
-  const int64_t dp_ranks_per_node = p.tp < G ? std::min(p.dp, G / p.tp) : 1;
+  // ring/tree channel per NIC), so its network bandwidth is k x the per-GPU figure, at most
+  // NVLink's; with k uneven (blocks straddling nodes: TP 4 x DP 3 on 8-GPU nodes puts 2 + 1 of
+  // a group's ranks on two nodes) the node with the fewest sets the pace.
+  const int64_t dp_ranks_per_node = fewest_group_members_on_a_node(p.dp, p.tp, G);
   const Link dp_network{std::min(nvlink.bytes_per_s, network.bytes_per_s * static_cast<double>(dp_ranks_per_node)),
                         network.latency_s};
   const Link& dp_link = within_nodes(p.tp * p.dp) ? nvlink : dp_network;

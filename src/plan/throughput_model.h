@@ -206,4 +206,10 @@ void validate_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t
 // c.padded_vocab_size must be padded for p.tp; p must pass validate_layout.
 Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, const Cluster& cluster);
 
+// The fewest ranks that any group of `size` ranks `stride` apart (blocks of size * stride
+// consecutive ranks, Megatron's order: DP groups have stride TP) has on one node of
+// `gpus_per_node` GPUs that it touches: how many NICs its slowest node crossing has. TP 4 x DP
+// 3 on 8-GPU nodes: 1 (a group puts 2 + 1 ranks on two nodes); TP 4 x DP 4: 2.
+int64_t fewest_group_members_on_a_node(int64_t size, int64_t stride, int64_t gpus_per_node);
+
 }  // namespace megatron::plan

@@ -115,6 +115,19 @@ TEST(PlanThroughput, GroupsThatDoNotDivideANodeCrossIt) {
             2.0 * predict(c2, DType::kBF16, dp3, h100(8, 12)).dp_comm_s);
 }
 
+// How many NICs a DP group's slowest node crossing uses: its fewest ranks on one node, counted
+// by hand from the rank layout (groups r, r + tp, ... in blocks of tp * dp ranks).
+TEST(PlanThroughput, FewestGroupMembersOnANode) {
+  EXPECT_EQ(fewest_group_members_on_a_node(3, 4, 8), 1);  // {0, 4, 8}: 2 on node 0, 1 on node 1
+  EXPECT_EQ(fewest_group_members_on_a_node(3, 2, 8), 1);  // {6, 8, 10}: 1 + 2
+  EXPECT_EQ(fewest_group_members_on_a_node(4, 4, 8), 2);  // {0, 4 | 8, 12}
+  EXPECT_EQ(fewest_group_members_on_a_node(2, 8, 8), 1);  // TP 8: one rank per node
+  EXPECT_EQ(fewest_group_members_on_a_node(4, 2, 8), 4);  // the block of 8 fills one node
+  EXPECT_EQ(fewest_group_members_on_a_node(16, 1, 8), 8);
+  EXPECT_EQ(fewest_group_members_on_a_node(6, 1, 8), 2);  // TP 6 groups: [6, 12) is 2 + 4
+  EXPECT_EQ(fewest_group_members_on_a_node(5, 1, 1), 1);
+}
+
 // The side-by-side runs of one H100 (`megatron bench` bf16, dropout 0, the issue's shapes): the
 // fourth session's (2026-11-23, the fused cross-entropy whose bytes the model carries,
 // throughput_model.h kLogitsBytes) and the sixth's (2026-11-24, bench/RESULTS.md "sixth

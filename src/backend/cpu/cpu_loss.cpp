@@ -48,7 +48,9 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& label
     // and summed in double, so the sum keeps full precision.
     double sum = 0.0;
     for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - mx);
-    const float row_lse = mx + static_cast<float>(std::log(sum));
+    // A row of -inf logits only (a vocab-parallel slice can be one) has lse -inf, as on the
+    // GPU, not the NaN of -inf - -inf above.
+    const float row_lse = std::isinf(mx) && mx < 0 ? mx : mx + static_cast<float>(std::log(sum));
     lsep[r] = row_lse;
     // A label outside [0, V): another vocab-parallel rank's id (ops.h).
     lossp[r] = t >= 0 && t < vocab ? row_lse - row[t] : std::numeric_limits<float>::quiet_NaN();

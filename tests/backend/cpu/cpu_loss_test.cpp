@@ -208,10 +208,19 @@ TEST(CpuLoss, VocabParallelStepsCombineSlicesIntoTheWholeRow) {
 
 // The edges of the terms step: a slice of -inf logits only contributes exp(-inf) = 0 beside a
 // finite maximum, and 1 where the maximum is -inf too (then the row's lse stays -inf); a label
-// of another rank contributes a zero target.
+// of another rank contributes a zero target. Such a slice's lse from the forward is -inf.
 TEST(CpuLoss, VocabParallelTermsAtInfinities) {
   auto be = make_cpu_backend();
   const float inf = std::numeric_limits<float>::infinity();
+  {
+    Tensor slice = be->empty({1, 3}, DType::kF32, MemoryKind::kOther);
+    for (int64_t v = 0; v < 3; ++v) set(slice, v, -inf);
+    Tensor other = Tensor::cpu({1}, DType::kI32);
+    other.data_as<int32_t>()[0] = -1;
+    Tensor l = be->empty({1}, DType::kF32, MemoryKind::kOther), s = be->empty({1}, DType::kF32, MemoryKind::kOther);
+    be->cross_entropy_forward(slice, other, l, s);
+    EXPECT_EQ(s.data_as<float>()[0], -inf);
+  }
   auto make = [&](std::vector<float> v) {
     Tensor t = be->empty({static_cast<int64_t>(v.size())}, DType::kF32, MemoryKind::kOther);
     std::memcpy(t.data(), v.data(), v.size() * 4);

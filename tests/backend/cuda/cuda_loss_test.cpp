@@ -260,6 +260,21 @@ TEST(CudaLoss, VocabParallelStepsMatchTheCpuBitForBit) {
     EXPECT_TRUE(bitwise(to_host(*gpu, gl), lse, "finish: lse " + what));
     EXPECT_TRUE(bitwise(to_host(*gpu, gloss), losses, "finish: losses " + what));
   }
+  // A slice whose logits are all -inf has lse -inf on both backends (what the terms step takes).
+  for (DType dt : kFloatTypes) {
+    const int64_t vocab = 1000;
+    Tensor slice = Tensor::cpu({2, vocab}, dt);
+    for (int64_t i = 0; i < 2 * vocab; ++i) set(slice, i, i < vocab ? -inf : 0.001 * static_cast<double>(i % 7));
+    Tensor labels = Tensor::cpu({2}, DType::kI32);
+    labels.data_as<int32_t>()[0] = -1;
+    labels.data_as<int32_t>()[1] = 3;
+    Tensor cl = Tensor::cpu({2}, DType::kF32), clse = Tensor::cpu({2}, DType::kF32);
+    cpu->cross_entropy_forward(slice, labels, cl, clse);
+    Tensor gl2 = gpu->empty({2}, DType::kF32, MemoryKind::kOther), glse = gpu->empty({2}, DType::kF32, MemoryKind::kOther);
+    gpu->cross_entropy_forward(to_device(*gpu, slice), to_device(*gpu, labels), gl2, glse);
+    EXPECT_EQ(get(clse, 0), -inf) << dtype_name(dt);
+    EXPECT_EQ(get(to_host(*gpu, glse), 0), -inf) << dtype_name(dt);
+  }
 }
 
 }  // namespace
