@@ -243,6 +243,20 @@ int run_plan(const CommandArgs& argv) {
   for (size_t i = 0; i < shown; ++i) std::cout << table_row(rows[i]);
   std::cout << "    TFLOP/s per GPU: Megatron 2024 convention; report time = 20e6 / tokens/s; memory = the worst "
                "pipeline stage\n";
+  if (q.single) {
+    // A layout the user chose whose groups straddle nodes: say why it is slow.
+    const plan::ParallelConfig& p = q.single_layout;
+    const int64_t G = q.cluster.gpus_per_node;
+    if (p.tp > 1 && !plan::blocks_within_nodes(p.tp, G) && p.tp < G) {
+      std::cout << " > note: TP " << p.tp << " does not divide " << G
+                << " GPUs per node, so some TP groups span two nodes and their collectives run over the network "
+                   "(priced so above)\n";
+    }
+    if (p.dp > 1 && p.tp * p.dp < G && !plan::blocks_within_nodes(p.tp * p.dp, G)) {
+      std::cout << " > note: TP x DP = " << p.tp * p.dp << " does not divide " << G
+                << " GPUs per node, so some DP groups span two nodes and reduce over the network (priced so above)\n";
+    }
+  }
   return 0;
 }
 

@@ -199,6 +199,10 @@ int64_t fewest_group_members_on_a_node(int64_t size, int64_t stride, int64_t G) 
   return fewest;
 }
 
+bool blocks_within_nodes(int64_t block, int64_t gpus_per_node) {
+  return block <= gpus_per_node && gpus_per_node % block == 0;
+}
+
 Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, const Cluster& cl) {
   const Gpu g = gpu_rates(cl.gpu, cl.engine);
   const Link nvlink{cl.intra_node_bytes_per_s > 0 ? cl.intra_node_bytes_per_s : cl.gpu.nvlink_bytes_per_s,
@@ -211,7 +215,7 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   // such groups stay inside nodes of G GPUs only if their block divides the node: TP 6 on
   // 8-GPU nodes puts half of its groups across two nodes, and a step waits for its slowest
   // group, so it runs on the network.
-  const auto within_nodes = [G](int64_t block) { return block <= G && G % block == 0; };
+  const auto within_nodes = [G](int64_t block) { return blocks_within_nodes(block, G); };
   const Link& tp_link = within_nodes(p.tp) ? nvlink : network;
   // A DP group with k ranks on each node crosses the network on k NICs at once (NCCL runs a
   // ring/tree channel per NIC), so its network bandwidth is k x the per-GPU figure, at most

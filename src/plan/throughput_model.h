@@ -212,4 +212,9 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
 // 3 on 8-GPU nodes: 1 (a group puts 2 + 1 ranks on two nodes); TP 4 x DP 4: 2.
 int64_t fewest_group_members_on_a_node(int64_t size, int64_t stride, int64_t gpus_per_node);
 
+// Whether every block of `block` consecutive ranks (a TP group: tp; the ranks of DP groups: tp
+// x dp; a pipeline's hops: tp x dp x pp) lies inside one node of `gpus_per_node` GPUs, i.e.
+// the block divides the node. Groups of a block that does not span whole nodes otherwise.
+bool blocks_within_nodes(int64_t block, int64_t gpus_per_node);
+
 }  // namespace megatron::plan

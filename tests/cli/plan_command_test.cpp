@@ -49,6 +49,22 @@ TEST(PlanCommand, FixedLayoutIsEvaluatedAlone) {
   EXPECT_NE(r.output.find("\"report_time_s\": "), std::string::npos);
 }
 
+// A chosen layout whose TP groups straddle nodes is priced over the network and says so; one
+// whose groups divide the node does not.
+TEST(PlanCommand, FixedLayoutAcrossNodesSaysWhy) {
+  const std::string base = "--model gpt3-175b --gpu h100-80gb --gpus-per-node 8 --micro-batch-size 1 "
+                           "--global-batch-size 1536 ";
+  const test::CommandResult tp6 = plan(base + "--nodes 9 --tensor-model-parallel-size 6 --pipeline-model-parallel-size 12");
+  ASSERT_EQ(tp6.status, 0) << tp6.output;
+  EXPECT_NE(tp6.output.find("note: TP 6 does not divide 8 GPUs per node"), std::string::npos) << tp6.output;
+  const test::CommandResult tp4 = plan(base + "--nodes 8 --tensor-model-parallel-size 4 --pipeline-model-parallel-size 16");
+  ASSERT_EQ(tp4.status, 0) << tp4.output;
+  EXPECT_EQ(tp4.output.find("note:"), std::string::npos) << tp4.output;
+  const test::CommandResult dp3 = plan(base + "--nodes 12 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 16");
+  ASSERT_EQ(dp3.status, 0) << dp3.output;
+  EXPECT_NE(dp3.output.find("note: TP x DP = 6 does not divide 8 GPUs per node"), std::string::npos) << dp3.output;
+}
+
 TEST(PlanCommand, SmallestNodeCountFor175B) {
   const test::CommandResult r =
       plan("--model gpt3-175b --gpu h100-80gb --nodes-range 1..64 --target-report-time 560 --json");
