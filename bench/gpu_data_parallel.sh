@@ -10,6 +10,7 @@
 #     (and the distributed optimizer with both overlaps at 1.3B), next to PyTorch DDP
 #     (../shared/bench/torch_gpt_ddp.py under torchrun, copied to bench/out/ with the
 #     torch_gpt_bench.py it imports) on 1 and N GPUs.
+#  3. power: the 1.3B `megatron bench` on 1 and N GPUs with its clock and power line (JSON);
 #  SKIP_TORCH=1 leaves PyTorch out; SKIP_BASE=1 keeps only the 1-GPU runs, and with
 #  ENV_LIST="A=1 B=2" (environment) the overlapped runs are repeated once per NAME=VALUE, that
 #  variable set (e.g. NCCL_MAX_CTAS=8 or MEGATRON_GEMM_AUTOTUNE=1), for A/B measurements.
@@ -75,6 +76,18 @@ for shape, variant in variants:
     a, b = t1[-1]["tokens_per_second"], tn[-1]["tokens_per_second"] / n
     print(f"{shape}{variant}: 1 GPU {a:.0f} tokens/s; {n} GPUs {b:.0f} tokens/s per GPU: weak-scaling efficiency {100 * b / a:.1f}%")
 PY
+# Power (the DP gap's hypothesis: NCCL's HBM and NVLink traffic shares the 700 W cap with the
+# GEMMs): rank 0's SM clock and board power over the timed steps of `megatron bench`, 1 GPU
+# against N with the distributed optimizer and both overlaps, at 1.3B.
+for g in 1 $N; do
+  flags=""
+  [ "$g" -gt 1 ] && flags="--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
+  timeout 200 "$P/megatron" bench --model gpt3-1.3b --bf16 --attention-dropout 0 --hidden-dropout 0 --device cuda \
+    --micro-batch-size 4 --global-batch-size $((4 * g)) --bench-iters 20 --warmup-iters 3 --nproc-per-node $g $flags \
+    --json > $OUT/dp_power_$g.json 2>&1
+  echo "1.3B bench on $g GPU(s): $(grep -h -o '"ms_per_iter": [0-9.]*\|"sm_clock_median_mhz": [0-9]*\|"power_median_w": [0-9.]*' \
+    $OUT/dp_power_$g.json | tr '\n' ' ')" | tee -a $OUT/dp_summary.txt
+done
 # torch_gpt_ddp.py imports torch_gpt_bench.py from its own folder: carry both.
 [ -n "${SKIP_TORCH:-}" ] || [ -f bench/out/torch_gpt_bench.py ] ||
   echo "bench/out/torch_gpt_bench.py is missing (torch_gpt_ddp.py imports it): PyTorch DDP not run" | tee $OUT/torch_ddp_1.txt
