@@ -15,7 +15,6 @@ namespace {
 
 constexpr double kH100Peak = 989.0;
 
-
 struct Gpu {
   double flops;      // achievable dense FLOP/s ceiling = peak * gemm_efficiency
   double peak;       // FLOP/s
@@ -215,8 +214,7 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   // such groups stay inside nodes of G GPUs only if their block divides the node: TP 6 on
   // 8-GPU nodes puts half of its groups across two nodes, and a step waits for its slowest
   // group, so it runs on the network.
-  const auto within_nodes = [G](int64_t block) { return blocks_within_nodes(block, G); };
-  const Link& tp_link = within_nodes(p.tp) ? nvlink : network;
+  const Link& tp_link = blocks_within_nodes(p.tp, G) ? nvlink : network;
   // A DP group with k ranks on each node crosses the network on k NICs at once (NCCL runs a
   // ring/tree channel per NIC), so its network bandwidth is k x the per-GPU figure, at most
   // NVLink's; with k uneven (blocks straddling nodes: TP 4 x DP 3 on 8-GPU nodes puts 2 + 1 of
@@ -224,8 +222,8 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   const int64_t dp_ranks_per_node = fewest_group_members_on_a_node(p.dp, p.tp, G);
   const Link dp_network{std::min(nvlink.bytes_per_s, network.bytes_per_s * static_cast<double>(dp_ranks_per_node)),
                         network.latency_s};
-  const Link& dp_link = within_nodes(p.tp * p.dp) ? nvlink : dp_network;
-  const Link& pp_link = within_nodes(p.tp * p.dp * p.pp) ? nvlink : network;
+  const Link& dp_link = blocks_within_nodes(p.tp * p.dp, G) ? nvlink : dp_network;
+  const Link& pp_link = blocks_within_nodes(p.tp * p.dp * p.pp, G) ? nvlink : network;
 
   const double n = static_cast<double>(p.micro_batch * c.seq_length), h = static_cast<double>(c.hidden_size);
   const double e = static_cast<double>(dtype_size(dtype)), t = static_cast<double>(p.tp);

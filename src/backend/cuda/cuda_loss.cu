@@ -506,14 +506,20 @@ __global__ void vocab_parallel_ce_finish_kernel(const float* __restrict__ max_ls
   }
 }
 
+// n of the per-row tensors max_lse, lse and losses (fp32 [n] on the device, checked).
+int64_t check_vocab_parallel_rows(const Tensor& max_lse, const Tensor& lse, const Tensor& losses, const char* op) {
+  const int64_t n = max_lse.numel();
+  check_row_values(max_lse, n, op);
+  check_row_values(lse, n, op);
+  check_row_values(losses, n, op);
+  return n;
+}
+
 }  // namespace
 }  // namespace cuda
 
 void CudaBackend::vocab_parallel_ce_terms(const Tensor& max_lse, const Tensor& labels, Tensor& lse, Tensor& losses) {
-  const int64_t n = max_lse.numel();
-  cuda::check_row_values(max_lse, n, "vocab_parallel_ce_terms max_lse");
-  cuda::check_row_values(lse, n, "vocab_parallel_ce_terms lse");
-  cuda::check_row_values(losses, n, "vocab_parallel_ce_terms losses");
+  const int64_t n = cuda::check_vocab_parallel_rows(max_lse, lse, losses, "vocab_parallel_ce_terms");
   cuda::check_device(labels, "vocab_parallel_ce_terms labels");
   MT_CHECK(labels.dtype() == DType::kI32 && labels.numel() == n)
       << "vocab_parallel_ce_terms labels " << labels.describe() << " for " << n << " rows";
@@ -525,10 +531,7 @@ void CudaBackend::vocab_parallel_ce_terms(const Tensor& max_lse, const Tensor& l
 }
 
 void CudaBackend::vocab_parallel_ce_finish(const Tensor& max_lse, Tensor& lse, Tensor& losses) {
-  const int64_t n = max_lse.numel();
-  cuda::check_row_values(max_lse, n, "vocab_parallel_ce_finish max_lse");
-  cuda::check_row_values(lse, n, "vocab_parallel_ce_finish lse");
-  cuda::check_row_values(losses, n, "vocab_parallel_ce_finish losses");
+  const int64_t n = cuda::check_vocab_parallel_rows(max_lse, lse, losses, "vocab_parallel_ce_finish");
   if (n == 0) return;
   cuda::vocab_parallel_ce_finish_kernel<<<cuda::grid_for(n), 256, 0, stream()>>>(
       static_cast<const float*>(max_lse.data()), static_cast<float*>(lse.data()), static_cast<float*>(losses.data()),
