@@ -8,6 +8,8 @@
 //       also Megatron's target sizes, the split ranges, epochs, whether the last epoch
 //       is separate, and the index-cache files loaded or built (classic Megatron C23 rules,
 //       data/gpt_dataset.h). --data-path (one prefix, or weight/prefix pairs) replaces PREFIX.
+//   megatron dataset-info --mock-data [--eod ID] ...
+//       the same for Megatron-Core's mock data (data/mock_sequences.h; its split rule, no cache).
 //
 // Machine-readable mode: with --show-samples K, stdout holds only K JSON lines
 // {"index": i, "tokens": [...]} (i = position in training order, tokens = seq_length+1 ids)
@@ -24,6 +26,7 @@
 #include "core/error.h"
 #include "data/dataset_config.h"
 #include "data/indexed_dataset.h"
+#include "data/mock_sequences.h"
 
 namespace megatron::cli {
 namespace {
@@ -84,6 +87,8 @@ int run_dataset_info(const CommandArgs& argv) {
   Args a("dataset-info", "counts, splits and the training samples of an indexed dataset");
   a.positional("prefix", "dataset prefix (<prefix>.bin/.idx); or use --data-path", false)
       .list("--data-path", "PATH", "a prefix, or weight prefix pairs (a blend), as Megatron's --data-path")
+      .flag("--mock-data", "Megatron-Core's mock data instead of a dataset")
+      .option("--eod", "ID", "with --mock-data: the end-of-document token id (GPT-2's <|endoftext|>)", "50256")
       .option("--seq-length", "S", "sequence length: build the sample index")
       .option("--train-samples", "N", "training samples (or --train-iters)")
       .option("--train-iters", "I", "training iterations (train samples = I * global batch size)")
@@ -100,13 +105,20 @@ int run_dataset_info(const CommandArgs& argv) {
     return 0;
   }
   std::vector<std::string> data_path;
-  if (a.given("--data-path")) {
+  const bool mock = a.get_flag("--mock-data");
+  if (mock) {
+    if (a.given("prefix") || a.given("--data-path")) {
+      throw_error("[--mock-data] cannot be combined with a dataset prefix or --data-path (give one)");
+    }
+  } else if (a.given("--eod")) {
+    throw_error("[--eod] only applies to --mock-data (a dataset's tokens are on disk)");
+  } else if (a.given("--data-path")) {
     if (a.given("prefix")) throw_error("[--data-path] give either a positional prefix or --data-path, not both");
     data_path = a.get_list("--data-path");
   } else if (a.given("prefix")) {
     data_path = {a.get_string("prefix")};
   } else {
-    throw_error("dataset-info: missing argument <prefix> (or --data-path)");
+    throw_error("dataset-info: missing argument <prefix> (or --data-path, or --mock-data)");
   }
 
   const bool has_train_target = a.given("--train-samples") || a.given("--train-iters");
@@ -139,8 +151,18 @@ int run_dataset_info(const CommandArgs& argv) {
 
   // With --show-samples stdout carries only JSON lines.
   std::ostream& out = show ? std::cerr : std::cout;
-  const data::DataBlend blend = data::parse_data_path(data_path);
-  for (const std::string& prefix : blend.prefixes) print_summary(out, IndexedDataset(prefix));
+  const int64_t eod = positive(a, "--eod", 0);
+  if (mock) {
+    const data::MockSequences m(eod);
+    int64_t tokens = 0;
+    for (int32_t len : m.sequence_lengths()) tokens += len;
+    out << "dataset mock (Megatron-Core MockGPTLowLevelDataset, end of document " << eod << ")\n";
+    out << "  sequences:  " << m.sequence_count() << "\n";
+    out << "  tokens:     " << tokens << "\n";
+  } else {
+    const data::DataBlend blend = data::parse_data_path(data_path);
+    for (const std::string& prefix : blend.prefixes) print_summary(out, IndexedDataset(prefix));
+  }
   if (!seq_length) return 0;
 
   std::optional<int64_t> train_samples, train_iters;
@@ -148,6 +170,8 @@ int run_dataset_info(const CommandArgs& argv) {
   if (a.given("--train-iters")) train_iters = positive(a, "--train-iters", 1);
   data::GPTDataConfig config;
   config.data_path = data_path;
+  config.mock = mock;
+  config.eod = eod;
   config.split = a.get_string("--split");
   config.seq_length = *seq_length;
   config.seed = seed;
@@ -164,7 +188,7 @@ int run_dataset_info(const CommandArgs& argv) {
   static const char* kPrinted[3] = {"train", "validation", "test"};
   for (size_t p = 0; p < sets.parts.size(); ++p) {
     const auto& b = sets.bounds[p];
-    const IndexedDataset& ds = *sets.indexed[p];
+    const data::SequenceSource& ds = *sets.sources[p];
     out << " > dataset split of " << ds.prefix() << ":\n";
     for (int s = 0; s < 3; ++s) {
       int64_t tokens = 0;
@@ -182,8 +206,12 @@ int run_dataset_info(const CommandArgs& argv) {
       out << " > " << data::kSplitNames[s] << ": " << g->options().num_samples << " samples requested, "
           << g->tokens_per_epoch() << " tokens per epoch, " << plan.num_epochs << " epoch(s), separate last epoch: "
           << (plan.separate_last_epoch ? "yes" : "no") << ", " << g->size() << " samples available\n";
-      out << "     cache " << (g->cache().loaded ? "loaded: " : "built: ") << g->cache().path("") << "{.dsc,"
-          << "_doc_idx.npy,_sample_idx.npy,_shuffle_idx.npy}\n";
+      if (g->options().cache) {
+        out << "     cache " << (g->cache().loaded ? "loaded: " : "built: ") << g->cache().path("") << "{.dsc,"
+            << "_doc_idx.npy,_sample_idx.npy,_shuffle_idx.npy}\n";
+      } else {
+        out << "     index built in memory (no cache files)\n";
+      }
     }
   }
   for (int s = 0; s < 3; ++s) {

@@ -88,7 +88,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--tokenizer-model", FlagType::kValue, FlagState::kUnsupported, "", "only the GPT-2 BPE tokenizer"},
     {"--data-impl", FlagType::kValue, FlagState::kValues, "mmap|infer", "only the mmap indexed format (MMIDIDX)"},
     {"--dataloader-type", FlagType::kValue, FlagState::kValues, "single", "only the 'single' sampler"},
-    {"--mock-data", FlagType::kSwitch, FlagState::kUnsupported, "", "give --data-path"},
     {"--train-data-path", FlagType::kList, FlagState::kUnsupported, "", "use --data-path with --split"},
     {"--valid-data-path", FlagType::kList, FlagState::kUnsupported, "", "use --data-path with --split"},
     {"--test-data-path", FlagType::kList, FlagState::kUnsupported, "", "use --data-path with --split"},
@@ -244,7 +243,8 @@ void declare_supported_flags(Args& a) {
       .flag("--no-bias-gelu-fusion", "exact (erf) GELU, as Megatron's unfused path (unless --openai-gelu)")
       .flag("--disable-bias-linear", "no biases in the linear layers");
   // Data.
-  a.list("--data-path", "PATH", "a prefix, or weight/prefix pairs (required unless --dry-run)")
+  a.list("--data-path", "PATH", "a prefix, or weight/prefix pairs (required unless --dry-run or --mock-data)")
+      .flag("--mock-data", "Megatron-Core's mock data (100000 synthetic documents) instead of --data-path")
       .option("--split", "A,B,C", "train/valid/test proportions", "969, 30, 1")
       .option("--vocab-file", "FILE", "GPT-2 vocab.json (required unless --dry-run)")
       .option("--merge-file", "FILE", "GPT-2 merges.txt (required unless --dry-run)")
@@ -808,6 +808,8 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   if (a.given("--log-jsonl")) c.log_jsonl = a.get_string("--log-jsonl");
 
   c.data_path = a.get_list("--data-path");
+  c.mock_data = a.get_flag("--mock-data");
+  if (c.mock_data && !c.data_path.empty()) throw_error("[--mock-data] cannot be combined with --data-path (give one)");
   c.split = a.get_string("--split");
   if (a.given("--vocab-file")) c.vocab_file = a.get_string("--vocab-file");
   if (a.given("--merge-file")) c.merge_file = a.get_string("--merge-file");
@@ -815,7 +817,7 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.tokenizer_type = a.get_string("--tokenizer-type");
   c.seed = a.get_int("--seed");
   if (!c.dry_run) {
-    if (c.data_path.empty()) throw_error("[--data-path] is required (unless --dry-run)");
+    if (c.data_path.empty() && !c.mock_data) throw_error("[--data-path] is required (unless --dry-run or --mock-data)");
     if (!c.vocab_file) throw_error("[--vocab-file] is required for GPT2BPETokenizer (unless --dry-run)");
     if (!c.merge_file) throw_error("[--merge-file] is required for GPT2BPETokenizer (unless --dry-run)");
   }

@@ -73,6 +73,7 @@ int run_train(const CommandArgs& argv) {
   if (config.vocab_file && config.merge_file) {
     data::GPT2BPETokenizer tokenizer(*config.vocab_file, *config.merge_file);
     config.model.vocab_size = tokenizer.vocab_size();
+    if (config.mock_data) config.eod_token = tokenizer.eod();  // the mock documents end with it
   } else if (config.dry_run) {
     config.model.vocab_size = kGpt2VocabSize;
   } else {
@@ -109,7 +110,9 @@ int run_train(const CommandArgs& argv) {
     log0 << train::flops_formula_text(config.model, config.global_batch_size, config.flops_convention);
     return 0;
   }
-  if (config.data_path.empty()) throw_error("[--data-path] is required (a dataset prefix or weight/prefix pairs)");
+  if (config.data_path.empty() && !config.mock_data) {
+    throw_error("[--data-path] is required (a dataset prefix or weight/prefix pairs), or --mock-data");
+  }
 
   std::unique_ptr<backend::Backend> backend = make_backend(args, log0, cuda_device_for_rank(args, env.local_rank));
   log0 << host_collectives_note(args, comm::ranks_per_node(comm::process_environment(), env.world_size));

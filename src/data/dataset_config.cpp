@@ -5,6 +5,8 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "data/indexed_dataset.h"
+#include "data/mock_sequences.h"
 
 namespace megatron::data {
 namespace {
@@ -70,7 +72,45 @@ int64_t blend_member_samples(int64_t n, double weight) {
   return static_cast<int64_t>(std::ceil(static_cast<double>(n) * weight * 1.005));
 }
 
+namespace {
+
+// --mock-data: one source, Megatron-Core's split, no blend, no cache.
+GPTDatasets build_mock_datasets(const GPTDataConfig& config) {
+  if (!config.data_path.empty()) throw_error("[--mock-data] cannot be combined with --data-path (give one)");
+  MT_CHECK(config.eod >= 0) << "the mock data needs the tokenizer's end-of-document id";
+  GPTDatasets out;
+  auto mock = std::make_shared<const MockSequences>(config.eod);
+  out.blend.prefixes = {mock->prefix()};
+  const auto bounds = mcore_split_bounds(config.split, mock->sequence_count());
+  const std::array<int64_t, 3> wanted = {config.targets.train, config.targets.valid, config.targets.test};
+  std::array<std::shared_ptr<const GPTDataset>, 3> parts;
+  for (int s = 0; s < 3; ++s) {
+    out.requested[s] = wanted[s];
+    if (bounds[s + 1] <= bounds[s]) continue;
+    GPTDatasetOptions o;
+    o.name = kSplitNames[s];
+    o.prefix = mock->prefix();
+    o.doc_begin = bounds[s];
+    o.doc_end = bounds[s + 1];
+    o.num_samples = wanted[s];
+    o.seq_length = config.seq_length;
+    o.seed = config.seed;
+    o.split_string = config.split;
+    o.cache = false;
+    o.log = config.log;
+    parts[s] = std::make_shared<const GPTDataset>(mock, o);
+    out.splits[s] = parts[s];
+  }
+  out.sources.push_back(mock);
+  out.bounds.push_back(bounds);
+  out.parts.push_back(parts);
+  return out;
+}
+
+}  // namespace
+
 GPTDatasets build_gpt_datasets(const GPTDataConfig& config) {
+  if (config.mock) return build_mock_datasets(config);
   GPTDatasets out;
   out.blend = parse_data_path(config.data_path);
   const DataBlend& blend = out.blend;
@@ -102,7 +142,7 @@ GPTDatasets build_gpt_datasets(const GPTDataConfig& config) {
       o.log = config.log;
       parts[s] = std::make_shared<const GPTDataset>(indexed, o);
     }
-    out.indexed.push_back(indexed);
+    out.sources.push_back(indexed);
     out.bounds.push_back(bounds);
     out.parts.push_back(parts);
   }

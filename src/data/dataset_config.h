@@ -18,6 +18,7 @@
 
 #include "data/blended_dataset.h"
 #include "data/gpt_dataset.h"
+#include "data/sequence_source.h"
 
 namespace megatron::data {
 
@@ -44,7 +45,11 @@ TargetSamples target_sample_counts(std::optional<int64_t> train_samples, std::op
 int64_t blend_member_samples(int64_t n, double weight);
 
 struct GPTDataConfig {
-  std::vector<std::string> data_path;  // as given to --data-path
+  std::vector<std::string> data_path;  // as given to --data-path; empty with mock
+  // --mock-data: Megatron-Core's mock sequences (mock_sequences.h) split by mcore_split_bounds,
+  // their sample index in memory; `eod` is the tokenizer's end-of-document id.
+  bool mock = false;
+  int64_t eod = -1;
   std::string split = "969, 30, 1";
   int64_t seq_length = 0;
   int64_t seed = 1234;
@@ -61,9 +66,10 @@ struct GPTDatasets {
   const std::shared_ptr<const TokenDataset>& train() const { return splits[0]; }
   const std::shared_ptr<const TokenDataset>& valid() const { return splits[1]; }
   const std::shared_ptr<const TokenDataset>& test() const { return splits[2]; }
-  // Details for tools and tests: per prefix, its indexed dataset, split bounds and GPTDatasets.
+  // Details for tools and tests: per prefix (or the mock data), its sequences, split bounds and
+  // GPTDatasets.
   DataBlend blend;
-  std::vector<std::shared_ptr<const IndexedDataset>> indexed;
+  std::vector<std::shared_ptr<const SequenceSource>> sources;
   std::vector<std::array<int64_t, 4>> bounds;
   std::vector<std::array<std::shared_ptr<const GPTDataset>, 3>> parts;
   std::array<std::shared_ptr<const BlendedDataset>, 3> blends;

@@ -5,6 +5,7 @@
 #include <cfenv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <numeric>
@@ -46,9 +47,9 @@ bool is_file(const std::string& path) {
   return std::filesystem::is_regular_file(path, ec);
 }
 
-}  // namespace
-
-std::array<int64_t, 4> train_valid_test_split(const std::string& split, int64_t size, const char* flag) {
+// The --split weights: split on ',' (else '/'), each part Python float(), padded/truncated to
+// 3, each divided by their left-to-right sum.
+std::array<double, 3> normalised_split_weights(const std::string& split, const char* flag) {
   std::vector<std::string> parts;
   const char sep = split.find(',') != std::string::npos ? ',' : (split.find('/') != std::string::npos ? '/' : '\0');
   if (sep == '\0') {
@@ -69,15 +70,31 @@ std::array<int64_t, 4> train_valid_test_split(const std::string& split, int64_t 
   double sum = 0.0;  // Python sum(): left to right
   for (double x : w) sum += x;
   if (!(sum > 0.0)) throw_error("[", flag, "] '", split, "': the weights sum to 0");
-  std::array<int64_t, 4> idx{0, 0, 0, 0};
-  // Python round() is round-half-to-even; nearbyint does that under the default rounding mode.
+  return {w[0] / sum, w[1] / sum, w[2] / sum};
+}
+
+// Python round(): half to even, which nearbyint does under the default rounding mode.
+int64_t python_round(double x) {
   MT_CHECK(std::fegetround() == FE_TONEAREST);
-  for (int i = 0; i < 3; ++i) {
-    const double normalised = w[i] / sum;
-    idx[i + 1] = idx[i] + static_cast<int64_t>(std::nearbyint(normalised * static_cast<double>(size)));
-  }
+  return static_cast<int64_t>(std::nearbyint(x));
+}
+
+}  // namespace
+
+std::array<int64_t, 4> train_valid_test_split(const std::string& split, int64_t size, const char* flag) {
+  const std::array<double, 3> w = normalised_split_weights(split, flag);
+  std::array<int64_t, 4> idx{0, 0, 0, 0};
+  for (int i = 0; i < 3; ++i) idx[i + 1] = idx[i] + python_round(w[i] * static_cast<double>(size));
   const int64_t diff = idx[3] - size;
   for (int i = 1; i < 4; ++i) idx[i] -= diff;
+  return idx;
+}
+
+std::array<int64_t, 4> mcore_split_bounds(const std::string& split, int64_t size, const char* flag) {
+  const std::array<double, 3> w = normalised_split_weights(split, flag);
+  const std::array<double, 4> bookends = {0.0, w[0], w[0] + w[1], w[0] + w[1] + w[2]};
+  std::array<int64_t, 4> idx{};
+  for (int i = 0; i < 4; ++i) idx[i] = python_round(bookends[i] * static_cast<double>(size));
   return idx;
 }
 
@@ -188,19 +205,19 @@ std::string GPTDataset::describe(const GPTDatasetOptions& o) {
                  "Random seed ", o.seed, "\n", "Split ", o.split_string, "\n");
 }
 
-GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> indexed, GPTDatasetOptions options)
-    : indexed_(std::move(indexed)), options_(std::move(options)) {
+GPTDataset::GPTDataset(std::shared_ptr<const SequenceSource> sequences, GPTDatasetOptions options)
+    : sequences_(std::move(sequences)), options_(std::move(options)) {
   const GPTDatasetOptions& o = options_;
   if (o.seq_length < 1) throw_error("[--seq-length] must be >= 1, got ", o.seq_length);
   check_numpy_seed(o.seed, "--seed");
   MT_CHECK(o.num_samples >= 0) << o.num_samples;
-  const int64_t S = indexed_->sequence_count();
+  const int64_t S = sequences_->sequence_count();
   if (S > std::numeric_limits<int32_t>::max()) {
-    throw_error(indexed_->prefix(), ": ", S, " sequences; Megatron's int32 doc_idx cannot address them");
+    throw_error(sequences_->prefix(), ": ", S, " sequences; Megatron's int32 doc_idx cannot address them");
   }
   MT_CHECK(0 <= o.doc_begin && o.doc_begin < o.doc_end && o.doc_end <= S)
       << "split [" << o.doc_begin << ", " << o.doc_end << ") of " << S;
-  const std::vector<int32_t> sizes = indexed_->sequence_lengths();
+  const std::vector<int32_t> sizes = sequences_->sequence_lengths();
   tokens_per_epoch_ = 0;
   for (int64_t k = o.doc_begin; k < o.doc_end; ++k) tokens_per_epoch_ += sizes[static_cast<size_t>(k)];
   if (tokens_per_epoch_ == 0) {
@@ -216,6 +233,13 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> indexed, GPTDataset
   description_ = describe(o);
   cache_.hash = md5_hex(description_);
 
+  if (!o.cache) {
+    cache_.loaded = false;
+    hold_in_memory(build(sizes));
+    validate(sizes);
+    log_line(o.log, str_cat(" > ", o.name, ": built index in memory (", plan_.total_samples, " samples)"));
+    return;
+  }
   // C23: look in dirname(prefix)/index-cache, then --data-cache-path; build into the last looked in.
   std::vector<std::string> dirs = {default_index_cache_dir(o.prefix)};
   if (o.data_cache_path) dirs.push_back(*o.data_cache_path);
@@ -228,48 +252,53 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> indexed, GPTDataset
       break;
     }
   }
-  if (found) {
-    cache_.loaded = true;
-    load_and_validate(sizes);
-    log_line(o.log, str_cat(" > ", o.name, ": loaded cached index ", cache_.path("_*.npy")));
-  } else {
-    cache_.loaded = false;
-    build_and_write(sizes);
-    load_and_validate(sizes);
-    log_line(o.log, str_cat(" > ", o.name, ": built index, saved ", cache_.path("_*.npy")));
+  cache_.loaded = found;
+  if (!found) write_cache(build(sizes));
+  try {
+    load_cache();
+    validate(sizes);
+  } catch (const Error& e) {
+    if (!found) throw;  // a file we just wrote is wrong: a bug or a disk fault, say so as is
+    throw_error(e.what(), " (delete ", cache_.path("*"), " to rebuild it)");
   }
+  log_line(o.log, str_cat(" > ", o.name, found ? ": loaded cached index " : ": built index, saved ",
+                          cache_.path("_*.npy")));
 }
 
-void GPTDataset::build_and_write(const std::vector<int32_t>& sizes) {
+GPTDataset::Arrays GPTDataset::build(const std::vector<int32_t>& sizes) const {
   const GPTDatasetOptions& o = options_;
+  NumpyRandomState rng(static_cast<uint32_t>(o.seed));  // fresh per split dataset, as C23
+  std::vector<int32_t> documents(static_cast<size_t>(o.doc_end - o.doc_begin));
+  std::iota(documents.begin(), documents.end(), static_cast<int32_t>(o.doc_begin));
+  Arrays a;
+  a.doc_idx = build_doc_idx(documents, plan_.num_epochs, plan_.separate_last_epoch, &rng);
+  a.sample_idx = build_sample_idx(sizes, a.doc_idx, o.seq_length, plan_.num_epochs, tokens_per_epoch_);
+  const int64_t total = static_cast<int64_t>(a.sample_idx.size() / 2) - 1;
+  MT_CHECK_EQ(total, plan_.total_samples);
+  a.shuffle_idx = build_shuffle_idx(plan_.shuffle_first, total, &rng);
+  return a;
+}
+
+void GPTDataset::write_cache(const Arrays& a) {
   try {
     make_directories(cache_.directory);
   } catch (const Error& e) {
     throw_error(e.what(), " (the index cache goes to dirname(prefix)/index-cache or --data-cache-path;",
                 " give a writable --data-cache-path)");
   }
-  NumpyRandomState rng(static_cast<uint32_t>(o.seed));  // fresh per split dataset, as C23
-  std::vector<int32_t> documents(static_cast<size_t>(o.doc_end - o.doc_begin));
-  std::iota(documents.begin(), documents.end(), static_cast<int32_t>(o.doc_begin));
-  const std::vector<int32_t> doc_idx = build_doc_idx(documents, plan_.num_epochs, plan_.separate_last_epoch, &rng);
-  const std::vector<int32_t> sample_idx =
-      build_sample_idx(sizes, doc_idx, o.seq_length, plan_.num_epochs, tokens_per_epoch_);
-  const int64_t total = static_cast<int64_t>(sample_idx.size() / 2) - 1;
-  MT_CHECK_EQ(total, plan_.total_samples);
-  const std::vector<int64_t> shuffle = build_shuffle_idx(plan_.shuffle_first, total, &rng);
-
+  const int64_t total = plan_.total_samples;
   // All four files are written to temporaries and renamed together, the description last, so an
   // interrupted build never leaves a set that looks complete.
   AtomicFile doc_file(cache_.path("_doc_idx.npy"));
-  write_npy(&doc_file, NpyDType::kInt32, {static_cast<int64_t>(doc_idx.size())}, doc_idx.data());
+  write_npy(&doc_file, NpyDType::kInt32, {static_cast<int64_t>(a.doc_idx.size())}, a.doc_idx.data());
   AtomicFile sample_file(cache_.path("_sample_idx.npy"));
-  write_npy(&sample_file, NpyDType::kInt32, {total + 1, 2}, sample_idx.data());
+  write_npy(&sample_file, NpyDType::kInt32, {total + 1, 2}, a.sample_idx.data());
   AtomicFile shuffle_file(cache_.path("_shuffle_idx.npy"));
   if (shuffle_idx_dtype(total) == NpyDType::kUInt32) {
-    std::vector<uint32_t> narrow(shuffle.begin(), shuffle.end());
+    std::vector<uint32_t> narrow(a.shuffle_idx.begin(), a.shuffle_idx.end());
     write_npy(&shuffle_file, NpyDType::kUInt32, {total}, narrow.data());
   } else {
-    write_npy(&shuffle_file, NpyDType::kInt64, {total}, shuffle.data());
+    write_npy(&shuffle_file, NpyDType::kInt64, {total}, a.shuffle_idx.data());
   }
   AtomicFile desc_file(cache_.desc_path());
   desc_file.write(description_);
@@ -280,45 +309,67 @@ void GPTDataset::build_and_write(const std::vector<int32_t>& sizes) {
   desc_file.commit();
 }
 
-void GPTDataset::load_and_validate(const std::vector<int32_t>& sizes) {
+namespace {
+
+template <class T>
+std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
+  std::vector<uint8_t> out(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+}  // namespace
+
+void GPTDataset::hold_in_memory(const Arrays& a) {
+  const int64_t total = plan_.total_samples;
+  const std::string name = str_cat(options_.prefix, " ", options_.name, " ");
+  doc_idx_ = NpyFile::in_memory(name + "doc_idx", NpyDType::kInt32, {static_cast<int64_t>(a.doc_idx.size())},
+                                bytes_of(a.doc_idx));
+  sample_idx_ = NpyFile::in_memory(name + "sample_idx", NpyDType::kInt32, {total + 1, 2}, bytes_of(a.sample_idx));
+  if (shuffle_idx_dtype(total) == NpyDType::kUInt32) {
+    shuffle_idx_ = NpyFile::in_memory(name + "shuffle_idx", NpyDType::kUInt32, {total},
+                                      bytes_of(std::vector<uint32_t>(a.shuffle_idx.begin(), a.shuffle_idx.end())));
+  } else {
+    shuffle_idx_ = NpyFile::in_memory(name + "shuffle_idx", NpyDType::kInt64, {total}, bytes_of(a.shuffle_idx));
+  }
+}
+
+void GPTDataset::load_cache() {
+  {
+    MappedFile desc(cache_.desc_path());
+    std::string_view text(reinterpret_cast<const char*>(desc.data()), static_cast<size_t>(desc.size()));
+    if (text != description_) throw_error(cache_.desc_path(), ": description differs from this dataset's");
+  }
+  doc_idx_ = NpyFile(cache_.path("_doc_idx.npy"));
+  sample_idx_ = NpyFile(cache_.path("_sample_idx.npy"));
+  shuffle_idx_ = NpyFile(cache_.path("_shuffle_idx.npy"));
+}
+
+void GPTDataset::validate(const std::vector<int32_t>& sizes) const {
   const GPTDatasetOptions& o = options_;
-  const std::string fix = str_cat(" (delete ", cache_.path("*"), " to rebuild it)");
-  try {
-    {
-      MappedFile desc(cache_.desc_path());
-      std::string_view text(reinterpret_cast<const char*>(desc.data()), static_cast<size_t>(desc.size()));
-      if (text != description_) throw_error(cache_.desc_path(), ": description differs from this dataset's");
+  const int64_t n_doc = plan_.num_epochs * (o.doc_end - o.doc_begin);
+  doc_idx_.expect(NpyDType::kInt32, {n_doc});
+  for (int64_t k = 0; k < n_doc; ++k) {
+    const int64_t d = doc_idx_.at(k);
+    if (d < o.doc_begin || d >= o.doc_end) {
+      throw_error(doc_idx_.path(), ": entry ", k, " = ", d, " is outside the split's sequences [", o.doc_begin, ", ",
+                  o.doc_end, ")");
     }
-    doc_idx_ = NpyFile(cache_.path("_doc_idx.npy"));
-    const int64_t n_doc = plan_.num_epochs * (o.doc_end - o.doc_begin);
-    doc_idx_.expect(NpyDType::kInt32, {n_doc});
-    for (int64_t k = 0; k < n_doc; ++k) {
-      const int64_t d = doc_idx_.at(k);
-      if (d < o.doc_begin || d >= o.doc_end) {
-        throw_error(doc_idx_.path(), ": entry ", k, " = ", d, " is outside the split's sequences [", o.doc_begin,
-                    ", ", o.doc_end, ")");
-      }
-    }
-    sample_idx_ = NpyFile(cache_.path("_sample_idx.npy"));
-    const int64_t total = plan_.total_samples;
-    sample_idx_.expect(NpyDType::kInt32, {total + 1, 2});
-    int64_t prev = 0;
-    for (int64_t r = 0; r <= total; ++r) {
-      const int64_t di = sample_idx_.at(2 * r), off = sample_idx_.at(2 * r + 1);
-      const bool ok = di >= prev && di < n_doc && off >= 0 &&
-                      (r == 0 ? (di == 0 && off == 0) : off < sizes[static_cast<size_t>(doc_idx_.at(di))]);
-      if (!ok) throw_error(sample_idx_.path(), ": row ", r, " = (", di, ", ", off, ") is inconsistent with doc_idx");
-      prev = di;
-    }
-    shuffle_idx_ = NpyFile(cache_.path("_shuffle_idx.npy"));
-    shuffle_idx_.expect(shuffle_idx_dtype(total), {total});
-    for (int64_t k = 0; k < total; ++k) {
-      const int64_t v = shuffle_idx_.at(k);
-      if (v < 0 || v >= total) throw_error(shuffle_idx_.path(), ": entry ", k, " = ", v, " is not below ", total);
-    }
-  } catch (const Error& e) {
-    if (!cache_.loaded) throw;  // a file we just wrote is wrong: a bug or a disk fault, say so as is
-    throw_error(e.what(), fix);
+  }
+  const int64_t total = plan_.total_samples;
+  sample_idx_.expect(NpyDType::kInt32, {total + 1, 2});
+  int64_t prev = 0;
+  for (int64_t r = 0; r <= total; ++r) {
+    const int64_t di = sample_idx_.at(2 * r), off = sample_idx_.at(2 * r + 1);
+    const bool ok = di >= prev && di < n_doc && off >= 0 &&
+                    (r == 0 ? (di == 0 && off == 0) : off < sizes[static_cast<size_t>(doc_idx_.at(di))]);
+    if (!ok) throw_error(sample_idx_.path(), ": row ", r, " = (", di, ", ", off, ") is inconsistent with doc_idx");
+    prev = di;
+  }
+  shuffle_idx_.expect(shuffle_idx_dtype(total), {total});
+  for (int64_t k = 0; k < total; ++k) {
+    const int64_t v = shuffle_idx_.at(k);
+    if (v < 0 || v >= total) throw_error(shuffle_idx_.path(), ": entry ", k, " = ", v, " is not below ", total);
   }
 }
 
@@ -331,11 +382,11 @@ void GPTDataset::sample(int64_t i, std::vector<int64_t>* tokens) const {
   const int64_t d0 = sample_idx_.at(2 * r), o0 = sample_idx_.at(2 * r + 1);
   const int64_t d1 = sample_idx_.at(2 * r + 2), o1 = sample_idx_.at(2 * r + 3);
   if (d0 == d1) {
-    indexed_->get(doc_idx_.at(d0), o0, o1 - o0 + 1, tokens);
+    sequences_->get(doc_idx_.at(d0), o0, o1 - o0 + 1, tokens);
   } else {
-    indexed_->get(doc_idx_.at(d0), o0, -1, tokens);  // the rest of the first document
-    for (int64_t d = d0 + 1; d < d1; ++d) indexed_->get(doc_idx_.at(d), 0, -1, tokens);
-    indexed_->get(doc_idx_.at(d1), 0, o1 + 1, tokens);  // the head of the last, one extra token
+    sequences_->get(doc_idx_.at(d0), o0, -1, tokens);  // the rest of the first document
+    for (int64_t d = d0 + 1; d < d1; ++d) sequences_->get(doc_idx_.at(d), 0, -1, tokens);
+    sequences_->get(doc_idx_.at(d1), 0, o1 + 1, tokens);  // the head of the last, one extra token
   }
   MT_CHECK_EQ(static_cast<int64_t>(tokens->size()), options_.seq_length + 1);
 }

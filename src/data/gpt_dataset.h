@@ -39,9 +39,9 @@
 #include <string>
 #include <vector>
 
-#include "data/indexed_dataset.h"
 #include "data/npy.h"
 #include "data/numpy_random.h"
+#include "data/sequence_source.h"
 
 namespace megatron::data {
 
@@ -62,6 +62,12 @@ class TokenDataset {
 // Example: ("969, 30, 1", 1000) -> {0, 969, 999, 1000}. Bad strings throw naming flag.
 std::array<int64_t, 4> train_valid_test_split(const std::string& split, int64_t size,
                                               const char* flag = "--split");
+
+// Megatron-Core's split (blended_megatron_dataset_builder.py, used for --mock-data): the same
+// normalised weights cumulated into bookends b = (0, w0, w0+w1, w0+w1+w2), and
+// idx[i] = round(b[i] * size); split i holds [idx[i], idx[i+1]) (a weight of 0: no split).
+// Example: ("969, 30, 1", 100000) -> {0, 96900, 99900, 100000}.
+std::array<int64_t, 4> mcore_split_bounds(const std::string& split, int64_t size, const char* flag = "--split");
 
 // C23 _num_epochs; throws when tokens_per_epoch == 0 (Megatron loops forever).
 int64_t gpt_num_epochs(int64_t tokens_per_epoch, int64_t seq_length, int64_t num_samples);
@@ -102,13 +108,17 @@ struct GPTDatasetOptions {
   int64_t seed = 1234;
   std::string split_string;       // the --split text, verbatim (part of the cache hash)
   std::optional<std::string> data_cache_path;
+  // false: the index is built in memory and no cache file is read or written (Megatron-Core's
+  // mock data, whose sample index has no cache path).
+  bool cache = true;
   std::ostream* log = nullptr;    // progress lines ("loaded"/"built" cache), or none
 };
 
 struct CacheFiles {
   std::string directory;
   std::string hash;  // md5 hex of the description
-  bool loaded = false;  // true: mapped existing files; false: built and wrote them
+  bool loaded = false;  // true: mapped existing files; false: built and wrote them (or, without
+                        // a cache, built in memory: directory is then empty)
   std::string desc_path() const { return directory + "/" + hash + ".dsc"; }
   std::string path(const char* suffix) const { return directory + "/" + hash + suffix; }
 };
@@ -117,13 +127,13 @@ class GPTDataset : public TokenDataset {
  public:
   // Builds or loads the index (see the header comment). Throws Error on bad input:
   // an empty split, zero tokens, seq_length < 1, an inconsistent cache file.
-  GPTDataset(std::shared_ptr<const IndexedDataset> indexed, GPTDatasetOptions options);
+  GPTDataset(std::shared_ptr<const SequenceSource> sequences, GPTDatasetOptions options);
 
   int64_t size() const override { return sample_idx_.shape()[0] - 1; }
   void sample(int64_t i, std::vector<int64_t>* tokens) const override;
 
   const GPTDatasetOptions& options() const { return options_; }
-  const IndexedDataset& indexed() const { return *indexed_; }
+  const SequenceSource& sequences() const { return *sequences_; }
   const EpochPlan& plan() const { return plan_; }
   int64_t tokens_per_epoch() const { return tokens_per_epoch_; }
   const std::string& description() const { return description_; }
@@ -138,10 +148,17 @@ class GPTDataset : public TokenDataset {
   static std::string describe(const GPTDatasetOptions& options);
 
  private:
-  void build_and_write(const std::vector<int32_t>& sizes);
-  void load_and_validate(const std::vector<int32_t>& sizes);
+  struct Arrays {
+    std::vector<int32_t> doc_idx, sample_idx;
+    std::vector<int64_t> shuffle_idx;
+  };
+  Arrays build(const std::vector<int32_t>& sizes) const;
+  void write_cache(const Arrays& arrays);
+  void hold_in_memory(const Arrays& arrays);
+  void load_cache();
+  void validate(const std::vector<int32_t>& sizes) const;
 
-  std::shared_ptr<const IndexedDataset> indexed_;
+  std::shared_ptr<const SequenceSource> sequences_;
   GPTDatasetOptions options_;
   EpochPlan plan_;
   int64_t tokens_per_epoch_ = 0;

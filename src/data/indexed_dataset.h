@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/file.h"
+#include "data/sequence_source.h"
 
 namespace megatron::data {
 
@@ -46,26 +47,24 @@ inline constexpr int64_t kIndexHeaderBytes = 34;
 // against the .idx size, document indices non-decreasing and ending at S, and every
 // sequence inside the .bin (pointer[i] = sum of earlier lengths * itemsize and
 // the .bin size equals the total). A bad file throws Error naming it and the fault.
-class IndexedDataset {
+class IndexedDataset final : public SequenceSource {
  public:
   explicit IndexedDataset(const std::string& prefix);
 
-  const std::string& prefix() const { return prefix_; }
+  const std::string& prefix() const override { return prefix_; }
   TokenDType dtype() const { return dtype_; }
-  int64_t sequence_count() const { return sequence_count_; }
+  int64_t sequence_count() const override { return sequence_count_; }
   int64_t document_count() const { return document_count_; }  // D, without the +1
   int64_t token_count() const { return token_count_; }
 
-  int32_t sequence_length(int64_t i) const { return load<int32_t>(lengths_ + 4 * i); }
+  int32_t sequence_length(int64_t i) const override { return load<int32_t>(lengths_ + 4 * i); }
   int64_t sequence_pointer(int64_t i) const { return load<int64_t>(pointers_ + 8 * i); }
   // i in [0, D]: document_index(k) .. document_index(k+1) are document k's sequences.
   int64_t document_index(int64_t i) const { return load<int64_t>(documents_ + 8 * i); }
   // All sequence lengths, copied into an aligned array.
-  std::vector<int32_t> sequence_lengths() const;
+  std::vector<int32_t> sequence_lengths() const override;
 
-  // Appends tokens [offset, offset+length) of sequence `i` to `out`.
-  // length < 0 means "to the end of the sequence". Range errors are invariants (MT_CHECK).
-  void get(int64_t i, int64_t offset, int64_t length, std::vector<int64_t>* out) const;
+  void get(int64_t i, int64_t offset, int64_t length, std::vector<int64_t>* out) const override;
 
   const MappedFile& index_file() const { return idx_; }
   const MappedFile& data_file() const { return bin_; }

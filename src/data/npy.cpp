@@ -98,6 +98,19 @@ void write_npy(const std::string& path, NpyDType dtype, const std::vector<int64_
   file.commit();
 }
 
+NpyFile NpyFile::in_memory(std::string name, NpyDType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+  MT_CHECK(!name.empty());
+  MT_CHECK_EQ(static_cast<int64_t>(bytes.size()), product(shape) * npy_dtype_size(dtype)) << name;
+  NpyFile f;
+  f.memory_name_ = std::move(name);
+  f.dtype_ = dtype;
+  f.count_ = product(shape);
+  f.shape_ = std::move(shape);
+  f.memory_ = std::move(bytes);
+  f.data_ = f.memory_.data();
+  return f;
+}
+
 NpyFile::NpyFile(const std::string& path) : file_(path) {
   const uint8_t* p = file_.data();
   const int64_t size = file_.size();

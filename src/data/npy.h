@@ -42,8 +42,11 @@ class NpyFile {
  public:
   NpyFile() = default;
   explicit NpyFile(const std::string& path);
+  // An array held in memory instead (the mock data's sample index, which Megatron does not
+  // cache): `bytes` holds prod(shape) little-endian elements; `name` stands for the path.
+  static NpyFile in_memory(std::string name, NpyDType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes);
 
-  const std::string& path() const { return file_.path(); }
+  const std::string& path() const { return memory_name_.empty() ? file_.path() : memory_name_; }
   NpyDType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t element_count() const { return count_; }
@@ -74,6 +77,8 @@ class NpyFile {
   }
 
   MappedFile file_;
+  std::string memory_name_;      // in_memory: the name
+  std::vector<uint8_t> memory_;  // in_memory: the elements (data_ points here; moves keep the buffer)
   NpyDType dtype_ = NpyDType::kInt32;
   std::vector<int64_t> shape_;
   int64_t count_ = 0;

@@ -132,6 +132,7 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   std::string paths = "[";
   for (size_t i = 0; i < c.data_path.size(); ++i) paths += (i ? "," : "") + js(c.data_path[i]);
   a["--data-path"] = paths + "]";
+  if (c.mock_data) a["--mock-data"] = jb(true);  // only when set: older checkpoints lack the key
   if (c.train_iters) a["--train-iters"] = ji(*c.train_iters);
   if (c.train_samples) a["--train-samples"] = ji(*c.train_samples);
   a["--tensor-model-parallel-size"] = ji(c.tensor_model_parallel_size);

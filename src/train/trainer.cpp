@@ -83,6 +83,8 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   // Data: the sample counts Megatron asks of each split (build_train_valid_test_data_loaders).
   data::GPTDataConfig dc;
   dc.data_path = c.data_path;
+  dc.mock = c.mock_data;
+  dc.eod = c.eod_token;
   dc.split = c.split;
   dc.seq_length = c.model.seq_length;
   dc.seed = c.seed;
@@ -92,7 +94,9 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   dc.log = log0_;
   *log0_ << "> building train, validation, and test datasets ...\n";
   datasets_ = data::build_gpt_datasets(dc);
-  if (!datasets_.train()) throw_error("[--split] the training split of --data-path is empty");
+  if (!datasets_.train()) {
+    throw_error("[--split] the training split of ", c.mock_data ? "--mock-data" : "--data-path", " is empty");
+  }
 
   *log0_ << "building GPT model ...\n";
   model::TensorParallelOptions tp;

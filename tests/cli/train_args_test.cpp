@@ -402,6 +402,13 @@ TEST(TrainArgs, DataFilesRequiredWithoutDryRun) {
   EXPECT_ERROR_NAMES(a, "--data-path]");
   EXPECT_ERROR_NAMES(with(a, {"--data-path", "x_text_document"}), "--vocab-file]");
   EXPECT_ERROR_NAMES(with(a, {"--data-path", "x_text_document", "--vocab-file", "v.json"}), "--merge-file]");
+  // --mock-data stands in for --data-path (the tokenizer is still needed: its EOD ends each
+  // mock document), but not beside it.
+  EXPECT_ERROR_NAMES(with(a, {"--mock-data"}), "--vocab-file]");
+  const TrainConfig mock = parse(with(a, {"--mock-data", "--vocab-file", "v.json", "--merge-file", "m.txt"}));
+  EXPECT_TRUE(mock.mock_data);
+  EXPECT_TRUE(mock.data_path.empty());
+  EXPECT_ERROR_NAMES(with(a, {"--mock-data", "--data-path", "x_text_document"}), "--mock-data]");
 }
 
 TEST(TrainArgs, MegatronJobScriptParses) {

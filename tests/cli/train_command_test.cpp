@@ -82,6 +82,31 @@ TEST(TrainCommand, ShortRunOnAPreprocessedDataset) {
   EXPECT_NE(out.find(" validation loss at iteration 3 on validation set | "), std::string::npos) << out;
 }
 
+// Megatron-Core's mock data: training reads its documents (1, 2, ..., L-1, <|endoftext|>); the
+// checkpoint records the flag (a resume with it shows no difference there), and --data-path
+// beside it is refused.
+TEST(TrainCommand, MockDataTrainsWithoutADataset) {
+  const std::string dir = test::scratch_dir("train_command_mock");
+  const std::string common = "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+                             "--micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --lr-decay-iters 10 "
+                             "--log-interval 1 --eval-interval 2 --eval-iters 1 --vocab-file " + test::gpt2_vocab_file() +
+                             " --merge-file " + test::gpt2_merge_file();
+  int status = 0;
+  std::string out = train(common + " --train-iters 2 --mock-data --save " + dir + "/ckpt --save-interval 2", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(" > train: built index in memory ("), std::string::npos) << out;
+  EXPECT_NE(out.find(" iteration        2/       2 | consumed samples:            8 |"), std::string::npos) << out;
+  EXPECT_EQ(out.find("index-cache"), std::string::npos) << "mock data writes no index cache";
+  out = train(common + " --train-iters 3 --mock-data --override-opt_param-scheduler --load " + dir + "/ckpt", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("    --train-iters: 2 -> 3"), std::string::npos) << out;
+  EXPECT_EQ(out.find("--mock-data:"), std::string::npos) << out;
+  EXPECT_NE(out.find(" iteration        3/       3 |"), std::string::npos) << out;
+  EXPECT_NE(train(common + " --train-iters 3 --mock-data --data-path x", &status).find("[--mock-data]"),
+            std::string::npos);
+  EXPECT_NE(status, 0);
+}
+
 TEST(TrainCommand, SigtermSavesAndExitsZero) {
   const std::string dir = test::scratch_dir("train_command_sigterm");
   {

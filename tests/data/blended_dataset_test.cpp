@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "data/dataset_config.h"
+#include "data/indexed_dataset.h"
 #include "support/paths.h"
 
 namespace megatron::data {

@@ -1,4 +1,5 @@
 #include "data/gpt_dataset.h"
+#include "data/indexed_dataset.h"
 
 #include <gtest/gtest.h>
 
@@ -218,7 +219,11 @@ TEST(GPTDataset, CacheIsReusedAndValidated) {
   std::string e = error_of([&] { GPTDataset(ds, o); });
   EXPECT_NE(e.find(shuffle), std::string::npos) << e;
   EXPECT_NE(e.find("to rebuild"), std::string::npos) << e;
-  // A well-formed file of the wrong shape is caught too.
+  // A well-formed file of the wrong shape is caught too (in a set rebuilt after the truncation).
+  for (const char* suffix : {".dsc", "_doc_idx.npy", "_sample_idx.npy", "_shuffle_idx.npy"}) {
+    std::filesystem::remove(dir + "/cache/" + hash + suffix);
+  }
+  EXPECT_FALSE(GPTDataset(ds, o).cache().loaded);
   std::vector<int32_t> wrong(5, 0);
   write_npy(dir + "/cache/" + hash + "_doc_idx.npy", NpyDType::kInt32, {5}, wrong.data());
   e = error_of([&] { GPTDataset(ds, o); });
