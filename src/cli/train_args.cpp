@@ -84,7 +84,8 @@ constexpr FlagRow kFlagTable[] = {
      "Megatron no longer accepts it; use --recompute-activations, or --recompute-granularity full "
      "--recompute-method uniform --recompute-num-layers 1"},
     // Data.
-    {"--tokenizer-type", FlagType::kValue, FlagState::kValues, "GPT2BPETokenizer", "only the GPT-2 BPE tokenizer"},
+    {"--tokenizer-type", FlagType::kValue, FlagState::kValues, "GPT2BPETokenizer|NullTokenizer",
+     "the GPT-2 BPE tokenizer, or NullTokenizer with --vocab-size"},
     {"--tokenizer-model", FlagType::kValue, FlagState::kUnsupported, "", "only the GPT-2 BPE tokenizer"},
     {"--data-impl", FlagType::kValue, FlagState::kValues, "mmap|infer", "only the mmap indexed format (MMIDIDX)"},
     {"--dataloader-type", FlagType::kValue, FlagState::kValues, "single", "only the 'single' sampler"},
@@ -247,6 +248,7 @@ void declare_supported_flags(Args& a) {
       .flag("--mock-data", "Megatron-Core's mock data (100000 synthetic documents) instead of --data-path")
       .option("--split", "A,B,C", "train/valid/test proportions", "969, 30, 1")
       .option("--vocab-file", "FILE", "GPT-2 vocab.json (required unless --dry-run)")
+      .option("--vocab-size", "N", "NullTokenizer: ids 0..N-1 and the end of document N (vocabulary N + 1)")
       .option("--merge-file", "FILE", "GPT-2 merges.txt (required unless --dry-run)")
       .option("--data-cache-path", "DIR", "where the sample index files are cached")
       .option("--seed", "N", "random seed", "1234");
@@ -816,10 +818,20 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   if (a.given("--data-cache-path")) c.data_cache_path = a.get_string("--data-cache-path");
   c.tokenizer_type = a.get_string("--tokenizer-type");
   c.seed = a.get_int("--seed");
+  const bool null_tokenizer = c.tokenizer_type == "NullTokenizer";
+  if (null_tokenizer) {
+    // Megatron's _NullTokenizer(vocab_size): the EOD is the id after the vocabulary.
+    if (!a.given("--vocab-size")) throw_error("[--vocab-size] is required by --tokenizer-type NullTokenizer");
+    c.null_vocab_size = a.get_int("--vocab-size");
+    require_positive("--vocab-size", *c.null_vocab_size);
+  } else if (a.given("--vocab-size")) {
+    throw_error("[--vocab-size] applies to --tokenizer-type NullTokenizer only (GPT2BPETokenizer's vocabulary is",
+                " --vocab-file's)");
+  }
   if (!c.dry_run) {
     if (c.data_path.empty() && !c.mock_data) throw_error("[--data-path] is required (unless --dry-run or --mock-data)");
-    if (!c.vocab_file) throw_error("[--vocab-file] is required for GPT2BPETokenizer (unless --dry-run)");
-    if (!c.merge_file) throw_error("[--merge-file] is required for GPT2BPETokenizer (unless --dry-run)");
+    if (!null_tokenizer && !c.vocab_file) throw_error("[--vocab-file] is required for GPT2BPETokenizer (unless --dry-run)");
+    if (!null_tokenizer && !c.merge_file) throw_error("[--merge-file] is required for GPT2BPETokenizer (unless --dry-run)");
   }
 }
 

@@ -69,8 +69,12 @@ int run_train(const CommandArgs& argv) {
          << ")\n";
   }
 
-  // The tokenizer fixes the vocabulary (GPT2BPETokenizer: len(encoder) = 50257).
-  if (config.vocab_file && config.merge_file) {
+  // The tokenizer fixes the vocabulary (GPT2BPETokenizer: len(encoder) = 50257; NullTokenizer:
+  // --vocab-size N + 1, its EOD being N).
+  if (config.null_vocab_size) {
+    config.model.vocab_size = *config.null_vocab_size + 1;
+    config.eod_token = *config.null_vocab_size;
+  } else if (config.vocab_file && config.merge_file) {
     data::GPT2BPETokenizer tokenizer(*config.vocab_file, *config.merge_file);
     config.model.vocab_size = tokenizer.vocab_size();
     if (config.mock_data) config.eod_token = tokenizer.eod();  // the mock documents end with it

@@ -81,7 +81,13 @@ GPTDatasets build_mock_datasets(const GPTDataConfig& config) {
   GPTDatasets out;
   auto mock = std::make_shared<const MockSequences>(config.eod);
   out.blend.prefixes = {mock->prefix()};
-  const auto bounds = mcore_split_bounds(config.split, mock->sequence_count());
+  // Megatron-Core replaces the split of mock data by an even one.
+  const std::string split = MockSequences::kSplit;
+  if (config.log != nullptr) {
+    *config.log << " > mock data: " << mock->sequence_count() << " documents split " << split
+                << " (Megatron-Core's split for mock data; --split does not apply)\n";
+  }
+  const auto bounds = mcore_split_bounds(split, mock->sequence_count());
   const std::array<int64_t, 3> wanted = {config.targets.train, config.targets.valid, config.targets.test};
   std::array<std::shared_ptr<const GPTDataset>, 3> parts;
   for (int s = 0; s < 3; ++s) {
@@ -95,7 +101,7 @@ GPTDatasets build_mock_datasets(const GPTDataConfig& config) {
     o.num_samples = wanted[s];
     o.seq_length = config.seq_length;
     o.seed = config.seed;
-    o.split_string = config.split;
+    o.split_string = split;
     o.cache = false;
     o.log = config.log;
     parts[s] = std::make_shared<const GPTDataset>(mock, o);

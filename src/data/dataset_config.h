@@ -46,8 +46,8 @@ int64_t blend_member_samples(int64_t n, double weight);
 
 struct GPTDataConfig {
   std::vector<std::string> data_path;  // as given to --data-path; empty with mock
-  // --mock-data: Megatron-Core's mock sequences (mock_sequences.h) split by mcore_split_bounds,
-  // their sample index in memory; `eod` is the tokenizer's end-of-document id.
+  // --mock-data: Megatron-Core's mock sequences (mock_sequences.h) split evenly (`split` is
+  // ignored, as there), their sample index in memory; `eod` is the tokenizer's end of document.
   bool mock = false;
   int64_t eod = -1;
   std::string split = "969, 30, 1";

@@ -253,7 +253,10 @@ GPTDataset::GPTDataset(std::shared_ptr<const SequenceSource> sequences, GPTDatas
     }
   }
   cache_.loaded = found;
-  if (!found) write_cache(build(sizes));
+  if (!found) {
+    make_cache_directory();  // before the build, which can take minutes on a large dataset
+    write_cache(build(sizes));
+  }
   try {
     load_cache();
     validate(sizes);
@@ -279,13 +282,16 @@ GPTDataset::Arrays GPTDataset::build(const std::vector<int32_t>& sizes) const {
   return a;
 }
 
-void GPTDataset::write_cache(const Arrays& a) {
+void GPTDataset::make_cache_directory() const {
   try {
     make_directories(cache_.directory);
   } catch (const Error& e) {
     throw_error(e.what(), " (the index cache goes to dirname(prefix)/index-cache or --data-cache-path;",
                 " give a writable --data-cache-path)");
   }
+}
+
+void GPTDataset::write_cache(const Arrays& a) {
   const int64_t total = plan_.total_samples;
   // All four files are written to temporaries and renamed together, the description last, so an
   // interrupted build never leaves a set that looks complete.

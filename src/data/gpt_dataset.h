@@ -153,6 +153,7 @@ class GPTDataset : public TokenDataset {
     std::vector<int64_t> shuffle_idx;
   };
   Arrays build(const std::vector<int32_t>& sizes) const;
+  void make_cache_directory() const;
   void write_cache(const Arrays& arrays);
   void hold_in_memory(const Arrays& arrays);
   void load_cache();

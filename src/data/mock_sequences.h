@@ -3,8 +3,10 @@
 // numpy.random.default_rng(0).integers(1, 4096, size=100000, dtype=np.int32) (numpy_pcg64.h);
 // sequence i of length L holds the tokens 1, 2, ..., L-1 and then the tokenizer's end of
 // document. Example: lengths start 3484, 2609, ...; sequence 0 is [1, 2, ..., 3483, eod].
-// Megatron splits the sequences by --split and builds its sample index over them exactly as
-// over an indexed dataset, but keeps that index in memory (no cache files).
+// Megatron-Core splits them evenly whatever --split says (BlendedMegatronDatasetConfig sets
+// split = "1,1,1" when there is no blend: train [0, 33333), valid [33333, 66667), test
+// [66667, 100000)) and builds its sample index over them exactly as over an indexed dataset,
+// but keeps that index in memory (no cache files).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,7 @@ class MockSequences final : public SequenceSource {
   static constexpr int64_t kSize = 100000;           // MockGPTLowLevelDataset.size
   static constexpr int32_t kMaxSequenceLength = 4096;  // .max_sequence_length (exclusive bound)
   static constexpr uint64_t kSeed = 0;                 // .seed
+  static constexpr const char* kSplit = "1,1,1";       // the split Megatron-Core imposes
 
   explicit MockSequences(int64_t eod);
 

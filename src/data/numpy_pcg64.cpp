@@ -107,9 +107,9 @@ uint32_t NumpyPcg64::next_uint32() {
   return static_cast<uint32_t>(next & 0xffffffffu);
 }
 
-int32_t NumpyPcg64::integers_int32(int32_t low, int32_t high) {
-  MT_CHECK(low < high) << "integers(" << low << ", " << high << ")";
-  const uint32_t rng = static_cast<uint32_t>(static_cast<int64_t>(high) - 1 - low);  // inclusive range
+int32_t NumpyPcg64::integers_int32(int32_t low, int64_t high) {
+  MT_CHECK(low < high && high <= (int64_t{1} << 31)) << "integers(" << low << ", " << high << ")";
+  const uint32_t rng = static_cast<uint32_t>(high - 1 - low);  // the inclusive range, < 2^32
   uint32_t value = 0;
   if (rng == 0) {
     value = 0;  // one possible value: numpy draws nothing

@@ -32,8 +32,9 @@ class NumpyPcg64 {
 
   uint64_t next_uint64();  // bit_generator.random_raw()
   uint32_t next_uint32();  // the buffered 32-bit draw
-  // Generator.integers(low, high, dtype=np.int32): uniform in [low, high); needs low < high.
-  int32_t integers_int32(int32_t low, int32_t high);
+  // Generator.integers(low, high, dtype=np.int32): uniform in [low, high); needs low < high <=
+  // 2^31 (high is exclusive, so the full int32 range is (-2^31, 2^31)).
+  int32_t integers_int32(int32_t low, int64_t high);
 
   // The 128-bit state and increment (numpy's bit_generator.state), for tests.
   unsigned __int128 state() const { return state_; }

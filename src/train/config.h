@@ -47,11 +47,12 @@ struct TrainConfig {
   // Data.
   std::vector<std::string> data_path;       // --data-path (prefix, or weight/prefix pairs)
   bool mock_data = false;                   // --mock-data (Megatron-Core's mock sequences instead)
-  int64_t eod_token = 50256;                // the tokenizer's end of document (set from --vocab-file)
+  int64_t eod_token = 50256;                // the tokenizer's end of document (set with the vocabulary)
   std::string split = "969, 30, 1";         // --split
   std::optional<std::string> vocab_file;    // --vocab-file
   std::optional<std::string> merge_file;    // --merge-file
-  std::string tokenizer_type = "GPT2BPETokenizer";  // --tokenizer-type
+  std::string tokenizer_type = "GPT2BPETokenizer";  // --tokenizer-type (or NullTokenizer)
+  std::optional<int64_t> null_vocab_size;           // --vocab-size, NullTokenizer's N (vocabulary N + 1)
   std::optional<std::string> data_cache_path;       // --data-cache-path
   int64_t seed = 1234;                      // --seed
 

@@ -220,6 +220,15 @@ void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_
     MT_CHECK(index < dataset.size()) << "sample " << index << " of a dataset of " << dataset.size();
     dataset.sample(index, &sample);
     MT_CHECK(static_cast<int64_t>(sample.size()) == s + 1) << "sample of " << sample.size() << " tokens";
+    for (const int64_t id : sample) {
+      // A dataset tokenized with another vocabulary (or a NullTokenizer --vocab-size below the
+      // data's ids) would index past the embedding: say so instead.
+      if (id < 0 || id >= config_.model.padded_vocab_size) {
+        throw_error("[--vocab-size/--vocab-file] sample ", index, " holds token id ", id,
+                    ", outside the padded vocabulary of ", config_.model.padded_vocab_size,
+                    " ids: the data was tokenized with another vocabulary");
+      }
+    }
     for (int64_t t = 0; t < s; ++t) {
       mb->tokens[static_cast<size_t>(i * s + t)] = static_cast<int32_t>(sample[static_cast<size_t>(t)]);
       mb->labels[static_cast<size_t>(i * s + t)] = static_cast<int32_t>(sample[static_cast<size_t>(t) + 1]);

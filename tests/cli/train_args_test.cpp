@@ -411,6 +411,18 @@ TEST(TrainArgs, DataFilesRequiredWithoutDryRun) {
   EXPECT_ERROR_NAMES(with(a, {"--mock-data", "--data-path", "x_text_document"}), "--mock-data]");
 }
 
+TEST(TrainArgs, NullTokenizerNeedsVocabSizeAndNoVocabFiles) {
+  const Argv a = with(without(base_args(), "--dry-run", 0), {"--mock-data", "--tokenizer-type", "NullTokenizer"});
+  EXPECT_ERROR_NAMES(a, "--vocab-size]");
+  EXPECT_ERROR_NAMES(with(a, {"--vocab-size", "0"}), "--vocab-size]");
+  const TrainConfig c = parse(with(a, {"--vocab-size", "32000"}));
+  EXPECT_EQ(c.tokenizer_type, "NullTokenizer");
+  EXPECT_EQ(c.null_vocab_size, 32000);
+  EXPECT_FALSE(c.vocab_file.has_value());
+  // GPT2BPETokenizer's vocabulary comes from its files.
+  EXPECT_ERROR_NAMES(with(base_args(), {"--vocab-size", "32000"}), "--vocab-size]");
+}
+
 TEST(TrainArgs, MegatronJobScriptParses) {
   // The flags of Megatron's examples/pretrain_gpt_distributed_with_mp.sh with TP/PP 1, no
   // checkpointing and --recompute-activations for the removed --checkpoint-activations.

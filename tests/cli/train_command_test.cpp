@@ -107,6 +107,22 @@ TEST(TrainCommand, MockDataTrainsWithoutADataset) {
   EXPECT_NE(status, 0);
 }
 
+// Megatron's NullTokenizer: --vocab-size N gives N + 1 ids (the EOD is N), padded as usual; ids
+// of the data beyond the padded vocabulary stop the run with a line naming the flag.
+TEST(TrainCommand, NullTokenizerTakesItsVocabularyFromVocabSize) {
+  const std::string common = "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+                             "--micro-batch-size 2 --global-batch-size 4 --train-iters 1 --lr 1e-3 --eval-iters 0 "
+                             "--mock-data --tokenizer-type NullTokenizer";
+  int status = 0;
+  std::string out = train(common + " --vocab-size 5000", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("> padded vocab (size: 5001) with 119 dummy tokens (new size: 5120)"), std::string::npos) << out;
+  out = train(common + " --vocab-size 1000", &status);  // the mock documents count up to 4094
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("error: [--vocab-size/--vocab-file] sample 0 holds token id "), std::string::npos) << out;
+  EXPECT_NE(out.find("outside the padded vocabulary of 1024 ids"), std::string::npos) << out;
+}
+
 TEST(TrainCommand, SigtermSavesAndExitsZero) {
   const std::string dir = test::scratch_dir("train_command_sigterm");
   {

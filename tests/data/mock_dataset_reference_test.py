@@ -3,8 +3,9 @@
 Megatron-Core (megatron/core/datasets/gpt_dataset.py, MockGPTLowLevelDataset and GPTDataset;
 blended_megatron_dataset_builder.py) draws 100000 document lengths with
 numpy.random.default_rng(0).integers(1, 4096, dtype=int32); document d of length L holds
-1, 2, ..., L-1 and then the end-of-document id. The --split weights become cumulated bookends
-whose products with 100000 are rounded; the train split's sample index is built as for an
+1, 2, ..., L-1 and then the end-of-document id. Without a blend, BlendedMegatronDatasetConfig
+replaces --split by "1,1,1" (blended_megatron_dataset_config.py __post_init__), whose cumulated
+bookends times 100000 are rounded; the train split's sample index is built as for an
 indexed dataset (epochs, document index and shuffle index drawn from
 numpy.random.RandomState(seed), the sample index walking the documents). This script rebuilds
 all of it in plain Python + numpy -- numpy's own PCG64 draws the lengths, independently of
@@ -47,8 +48,11 @@ def document(d, eod):
     return np.concatenate([np.arange(1, LENGTHS[d], dtype=np.int64), np.array([eod], dtype=np.int64)])
 
 
-def train_samples_reference(split, seq, wanted, seed, eod, k):
-    begin, end = split_bookends(split, len(LENGTHS))[0:2]
+MOCK_SPLIT = "1,1,1"  # what Megatron-Core uses for mock data, whatever --split says
+
+
+def train_samples_reference(seq, wanted, seed, eod, k):
+    begin, end = split_bookends(MOCK_SPLIT, len(LENGTHS))[0:2]
     docs = np.arange(begin, end, dtype=np.int32)
     tokens_per_epoch = int(LENGTHS[begin:end].sum())
     epochs = 1
@@ -111,17 +115,18 @@ def run_config(tag, split, seq, wanted, seed, eod, k):
     if p.returncode != 0:
         check(False, f"{tag}: dataset-info failed: {p.stderr.strip()[-400:]}")
         return
-    want, epochs, separate = train_samples_reference(split, seq, wanted, seed, 50256 if eod is None else eod, k)
+    want, epochs, separate = train_samples_reference(seq, wanted, seed, 50256 if eod is None else eod, k)
     got = [json.loads(line)["tokens"] for line in p.stdout.splitlines()]
     check(len(got) == k, f"{tag}: {len(got)} samples shown, expected {k}")
     for i, (g, w) in enumerate(zip(got, want)):
         check(g == w, f"{tag}: training sample {i} differs from Megatron-Core's (first tokens {g[:5]} vs {w[:5]})")
-    bounds = split_bookends(split, len(LENGTHS))
+    bounds = split_bookends(MOCK_SPLIT, len(LENGTHS))
     for name, lo, hi in (("train", bounds[0], bounds[1]), ("validation", bounds[1], bounds[2]),
                          ("test", bounds[2], bounds[3])):
         line = f"    {name}:\n     document indices in [{lo}, {hi}) total of {hi - lo} documents, " \
                f"{int(LENGTHS[lo:hi].sum())} tokens"
         check(line in p.stderr, f"{tag}: split line not found: {line!r}")
+    check(f" > mock data: 100000 documents split {MOCK_SPLIT} (" in p.stderr, f"{tag}: the split note is missing")
     summary = f"{epochs} epoch(s), separate last epoch: {'yes' if separate else 'no'}"
     check(f" > train: {wanted} samples requested" in p.stderr and summary in p.stderr,
           f"{tag}: train summary lacks {summary!r}")
@@ -132,11 +137,13 @@ def main():
     if not MT_BIN:
         print("MT_BIN is not set", file=sys.stderr)
         return 2
-    run_config("default split", "969, 30, 1", 1024, 1000, 1234, None, 16)
+    # Every --split gives the same samples: Megatron-Core splits mock data evenly.
+    run_config("default --split", "969, 30, 1", 1024, 1000, 1234, None, 16)
     run_config("samples spanning documents", "98,2,0", 4096, 64, 7, 0, 8)
-    run_config("thirds (Megatron-Core's rounding)", "1,1,1", 16, 50, 3, 50256, 6)
-    # 200000 samples of 2048 need a third epoch of which only ~7% is used: it is shuffled apart.
-    run_config("three epochs, the last separate", "969, 30, 1", 2048, 200000, 1234, None, 12)
+    run_config("short samples", "1,1,1", 16, 50, 3, 50256, 6)
+    # 70000 samples of 2048 need a third epoch of the 33333 train documents (~34000 samples each)
+    # of which little is used: it is shuffled apart.
+    run_config("three epochs, the last separate", "1", 2048, 70000, 1234, None, 12)
     if FAILURES:
         print(f"{len(FAILURES)} failure(s)", file=sys.stderr)
         return 1

@@ -66,12 +66,13 @@ TEST(MockSequences, TheSampleIndexStaysInMemory) {
   c.eod = 50256;
   c.seq_length = 4096;  // samples span documents
   c.seed = 1234;
+  c.split = "969, 30, 1";   // Megatron-Core splits mock data 1,1,1 whatever --split says
   c.data_cache_path = dir;  // ignored by the mock data, as by Megatron-Core
   c.targets = {64, 8, 8};
   const GPTDatasets sets = build_gpt_datasets(c);
   ASSERT_TRUE(sets.train() && sets.valid() && sets.test());
   EXPECT_TRUE(std::filesystem::is_empty(dir));
-  EXPECT_EQ(sets.bounds[0], (std::array<int64_t, 4>{0, 96900, 99900, 100000}));
+  EXPECT_EQ(sets.bounds[0], (std::array<int64_t, 4>{0, 33333, 66667, 100000}));
   const auto& train = *sets.parts[0][0];
   EXPECT_FALSE(train.options().cache);
   EXPECT_TRUE(train.cache().directory.empty());

@@ -65,6 +65,16 @@ TEST(NumpyPcg64, Int32IntegersMatchNumpyIncludingRejectionsAndTheHalfWordBuffer)
   EXPECT_EQ(got, want);
 }
 
+// The full int32 range takes a 32-bit draw as it is: g = np.random.default_rng(11);
+// g.integers(-2**31, 2**31, size=5, dtype=np.int32), then g.integers(0, 2, dtype=np.int32).
+TEST(NumpyPcg64, FullInt32RangeMatchesNumpy) {
+  NumpyPcg64 g(11);
+  std::vector<int32_t> got;
+  for (int i = 0; i < 5; ++i) got.push_back(g.integers_int32(INT32_MIN, int64_t{1} << 31));
+  got.push_back(g.integers_int32(0, 2));
+  EXPECT_EQ(got, (std::vector<int32_t>{-1572811698, -1595278832, 1275951719, -3101558, 386688124, 1}));
+}
+
 // Megatron-Core's mock document lengths: r = np.random.default_rng(0).integers(1, 4096,
 // size=100000, dtype=np.int32): r[:4], r[50000], r[-3:], r.sum().
 TEST(NumpyPcg64, MockDatasetLengthsMatchNumpy) {
