@@ -92,7 +92,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--train-data-path", FlagType::kList, FlagState::kUnsupported, "", "use --data-path with --split"},
     {"--valid-data-path", FlagType::kList, FlagState::kUnsupported, "", "use --data-path with --split"},
     {"--test-data-path", FlagType::kList, FlagState::kUnsupported, "", "use --data-path with --split"},
-    {"--eod-mask-loss", FlagType::kSwitch, FlagState::kUnsupported, "", "document-boundary masking comes later"},
     {"--reset-position-ids", FlagType::kSwitch, FlagState::kUnsupported, "", "document-boundary masking comes later"},
     {"--reset-attention-mask", FlagType::kSwitch, FlagState::kUnsupported, "", "document-boundary masking comes later"},
     {"--optimizer", FlagType::kValue, FlagState::kValues, "adam", "only Adam(W)"},
@@ -246,6 +245,7 @@ void declare_supported_flags(Args& a) {
   // Data.
   a.list("--data-path", "PATH", "a prefix, or weight/prefix pairs (required unless --dry-run or --mock-data)")
       .flag("--mock-data", "Megatron-Core's mock data (100000 synthetic documents) instead of --data-path")
+      .flag("--eod-mask-loss", "no loss at positions whose input token is the end of document")
       .option("--split", "A,B,C", "train/valid/test proportions", "969, 30, 1")
       .option("--vocab-file", "FILE", "GPT-2 vocab.json (required unless --dry-run)")
       .option("--vocab-size", "N", "NullTokenizer: ids 0..N-1 and the end of document N (vocabulary N + 1)")
@@ -811,6 +811,7 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
 
   c.data_path = a.get_list("--data-path");
   c.mock_data = a.get_flag("--mock-data");
+  c.eod_mask_loss = a.get_flag("--eod-mask-loss");
   if (c.mock_data && !c.data_path.empty()) throw_error("[--mock-data] cannot be combined with --data-path (give one)");
   c.split = a.get_string("--split");
   if (a.given("--vocab-file")) c.vocab_file = a.get_string("--vocab-file");

@@ -77,7 +77,7 @@ int run_train(const CommandArgs& argv) {
   } else if (config.vocab_file && config.merge_file) {
     data::GPT2BPETokenizer tokenizer(*config.vocab_file, *config.merge_file);
     config.model.vocab_size = tokenizer.vocab_size();
-    if (config.mock_data) config.eod_token = tokenizer.eod();  // the mock documents end with it
+    config.eod_token = tokenizer.eod();  // ends the mock documents; masked by --eod-mask-loss
   } else if (config.dry_run) {
     config.model.vocab_size = kGpt2VocabSize;
   } else {

@@ -48,6 +48,7 @@ struct TrainConfig {
   std::vector<std::string> data_path;       // --data-path (prefix, or weight/prefix pairs)
   bool mock_data = false;                   // --mock-data (Megatron-Core's mock sequences instead)
   int64_t eod_token = 50256;                // the tokenizer's end of document (set with the vocabulary)
+  bool eod_mask_loss = false;               // --eod-mask-loss
   std::string split = "969, 30, 1";         // --split
   std::optional<std::string> vocab_file;    // --vocab-file
   std::optional<std::string> merge_file;    // --merge-file

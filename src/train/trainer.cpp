@@ -230,8 +230,12 @@ void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_
       }
     }
     for (int64_t t = 0; t < s; ++t) {
-      mb->tokens[static_cast<size_t>(i * s + t)] = static_cast<int32_t>(sample[static_cast<size_t>(t)]);
+      const int64_t token = sample[static_cast<size_t>(t)];
+      mb->tokens[static_cast<size_t>(i * s + t)] = static_cast<int32_t>(token);
       mb->labels[static_cast<size_t>(i * s + t)] = static_cast<int32_t>(sample[static_cast<size_t>(t) + 1]);
+      // Megatron's get_ltor_masks_and_position_ids: loss_mask[tokens == eod] = 0, i.e. the
+      // prediction of the token after an end of document does not count.
+      if (config_.eod_mask_loss && token == config_.eod_token) mb->loss_mask[static_cast<size_t>(i * s + t)] = 0.0f;
     }
   }
 }

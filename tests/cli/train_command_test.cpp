@@ -123,6 +123,43 @@ TEST(TrainCommand, NullTokenizerTakesItsVocabularyFromVocabSize) {
   EXPECT_NE(out.find("outside the padded vocabulary of 1024 ids"), std::string::npos) << out;
 }
 
+// --eod-mask-loss drops the positions whose input token is the EOD from the loss: on data with
+// EODs the first iteration's loss changes, on data without any it does not.
+TEST(TrainCommand, EodMaskLossMasksOnlyEndOfDocumentPositions) {
+  const std::string dir = test::scratch_dir("train_command_eod_mask");
+  auto write = [&](const std::string& prefix, bool with_eod) {
+    data::IndexedDatasetWriter writer(prefix, data::TokenDType::kUInt16);
+    for (int d = 0; d < 40; ++d) {
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < 12; ++i) tokens.push_back((d * 31 + i * 7) % 50000);
+      if (with_eod) tokens.push_back(50256);
+      const int32_t len = static_cast<int32_t>(tokens.size());
+      writer.add_document(tokens, std::span<const int32_t>(&len, 1));
+    }
+    writer.finalize();
+  };
+  write(dir + "/eod_text_document", true);
+  write(dir + "/plain_text_document", false);
+  auto first_loss = [&](const std::string& prefix, const std::string& extra) {
+    int status = 0;
+    const std::string out = train("--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 "
+                                  "--micro-batch-size 2 --global-batch-size 2 --train-iters 1 --lr 1e-3 "
+                                  "--log-interval 1 --eval-iters 0 --split 1 --data-path " + prefix +
+                                  " --data-cache-path " + dir + "/cache --vocab-file " + test::gpt2_vocab_file() +
+                                  " --merge-file " + test::gpt2_merge_file() + extra,
+                                  &status);
+    EXPECT_EQ(status, 0) << out;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(out, m, std::regex("lm loss: ([0-9.E+-]+)"))) << out;
+    return m.empty() ? std::string() : m[1].str();
+  };
+  const std::string eod_plain = first_loss(dir + "/eod_text_document", "");
+  const std::string eod_masked = first_loss(dir + "/eod_text_document", " --eod-mask-loss");
+  EXPECT_FALSE(eod_plain.empty());
+  EXPECT_NE(eod_plain, eod_masked);
+  EXPECT_EQ(first_loss(dir + "/plain_text_document", ""), first_loss(dir + "/plain_text_document", " --eod-mask-loss"));
+}
+
 TEST(TrainCommand, SigtermSavesAndExitsZero) {
   const std::string dir = test::scratch_dir("train_command_sigterm");
   {
