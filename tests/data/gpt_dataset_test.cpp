@@ -12,18 +12,12 @@
 
 #include "core/error.h"
 #include "support/paths.h"
+#include "support/error_of.h"
 
 namespace megatron::data {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // Expected bounds from C23 get_train_valid_test_split_ run in Python. "1,1" with S = 5 puts
 // 2.5 on each side: round-half-to-even gives 2 and 2, then the shift by idx[3] - S = -1

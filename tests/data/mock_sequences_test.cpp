@@ -13,18 +13,12 @@
 #include "data/dataset_config.h"
 #include "data/gpt_dataset.h"
 #include "support/paths.h"
+#include "support/error_of.h"
 
 namespace megatron::data {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(MockSequences, DocumentsCountUpAndEndWithTheEod) {
   const MockSequences m(50256);
