@@ -7,7 +7,8 @@
 //       --split --seed --data-cache-path DIR] [--show-samples K]
 //       also Megatron's target sizes, the split ranges, epochs, whether the last epoch
 //       is separate, and the index-cache files loaded or built (classic Megatron C23 rules,
-//       data/gpt_dataset.h). --data-path (one prefix, or weight/prefix pairs) replaces PREFIX.
+//       data/gpt_dataset.h). --data-path (one prefix, or weight/prefix pairs) replaces PREFIX;
+//       so do --train-data-path / --valid-data-path / --test-data-path (each split its own data).
 //   megatron dataset-info --mock-data [--eod ID] ...
 //       the same for Megatron-Core's mock data (data/mock_sequences.h; its split rule, no cache).
 //
@@ -15,6 +16,7 @@
 // {"index": i, "tokens": [...]} (i = position in training order, tokens = seq_length+1 ids)
 // and the summary goes to stderr.
 #include <algorithm>
+#include <array>
 #include <cinttypes>
 #include <cstdio>
 #include <iostream>
@@ -87,6 +89,9 @@ int run_dataset_info(const CommandArgs& argv) {
   Args a("dataset-info", "counts, splits and the training samples of an indexed dataset");
   a.positional("prefix", "dataset prefix (<prefix>.bin/.idx); or use --data-path", false)
       .list("--data-path", "PATH", "a prefix, or weight prefix pairs (a blend), as Megatron's --data-path")
+      .list("--train-data-path", "PATH", "the train split's own prefix or weight prefix pairs (all its sequences)")
+      .list("--valid-data-path", "PATH", "the valid split's own prefix or weight prefix pairs")
+      .list("--test-data-path", "PATH", "the test split's own prefix or weight prefix pairs")
       .flag("--mock-data", "Megatron-Core's mock data instead of a dataset")
       .option("--eod", "ID", "with --mock-data: the end-of-document token id (GPT-2's <|endoftext|>)", "50256")
       .option("--seq-length", "S", "sequence length: build the sample index")
@@ -105,10 +110,18 @@ int run_dataset_info(const CommandArgs& argv) {
     return 0;
   }
   std::vector<std::string> data_path;
+  std::array<std::vector<std::string>, 3> split_data_path;
+  bool per_split = false;
+  for (int s = 0; s < 3; ++s) {
+    const char* flag = data::kSplitDataPathFlags[s];
+    split_data_path[s] = a.get_list(flag);
+    if (a.given(flag) && split_data_path[s].empty()) throw_error("[", flag, "] no dataset prefix given");
+    per_split = per_split || a.given(flag);
+  }
   const bool mock = a.get_flag("--mock-data");
   if (mock) {
-    if (a.given("prefix") || a.given("--data-path")) {
-      throw_error("[--mock-data] cannot be combined with a dataset prefix or --data-path (give one)");
+    if (a.given("prefix") || a.given("--data-path") || per_split) {
+      throw_error("[--mock-data] cannot be combined with a dataset prefix, --data-path or per-split paths (give one)");
     }
   } else if (a.given("--eod")) {
     throw_error("[--eod] only applies to --mock-data (a dataset's tokens are on disk)");
@@ -116,9 +129,10 @@ int run_dataset_info(const CommandArgs& argv) {
     if (a.given("prefix")) throw_error("[--data-path] give either a positional prefix or --data-path, not both");
     data_path = a.get_list("--data-path");
   } else if (a.given("prefix")) {
+    if (per_split) throw_error("[--train-data-path] give either a positional prefix or per-split paths, not both");
     data_path = {a.get_string("prefix")};
-  } else {
-    throw_error("dataset-info: missing argument <prefix> (or --data-path, or --mock-data)");
+  } else if (!per_split) {
+    throw_error("dataset-info: missing argument <prefix> (or --data-path, --train-data-path, or --mock-data)");
   }
 
   const bool has_train_target = a.given("--train-samples") || a.given("--train-iters");
@@ -159,9 +173,15 @@ int run_dataset_info(const CommandArgs& argv) {
     out << "dataset mock (Megatron-Core MockGPTLowLevelDataset, end of document " << eod << ")\n";
     out << "  sequences:  " << m.sequence_count() << "\n";
     out << "  tokens:     " << tokens << "\n";
-  } else {
+  } else if (!data_path.empty()) {
     const data::DataBlend blend = data::parse_data_path(data_path);
     for (const std::string& prefix : blend.prefixes) print_summary(out, IndexedDataset(prefix));
+  } else {
+    for (int s = 0; s < 3; ++s) {
+      if (split_data_path[s].empty()) continue;
+      const data::DataBlend blend = data::parse_data_path(split_data_path[s], data::kSplitDataPathFlags[s]);
+      for (const std::string& prefix : blend.prefixes) print_summary(out, IndexedDataset(prefix));
+    }
   }
   if (!seq_length) return 0;
 
@@ -170,6 +190,7 @@ int run_dataset_info(const CommandArgs& argv) {
   if (a.given("--train-iters")) train_iters = positive(a, "--train-iters", 1);
   data::GPTDataConfig config;
   config.data_path = data_path;
+  config.split_data_path = split_data_path;
   config.mock = mock;
   config.eod = eod;
   config.split = a.get_string("--split");
@@ -230,7 +251,9 @@ int run_dataset_info(const CommandArgs& argv) {
 
   if (show) {
     const auto& train = sets.train();
-    if (!train) throw_error("[--show-samples] the train split is empty (see --split)");
+    if (!train) {
+      throw_error("[--show-samples] the train split is empty (", per_split && data_path.empty() ? "no --train-data-path" : "see --split", ")");
+    }
     if (*show > train->size()) {
       throw_error("[--show-samples] ", *show, " exceeds the ", train->size(), " training samples available");
     }

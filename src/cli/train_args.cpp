@@ -6,6 +6,7 @@
 
 #include "comm/rank_layout.h"
 #include "core/error.h"
+#include "data/dataset_config.h"
 
 namespace megatron::cli {
 namespace {
@@ -89,9 +90,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--tokenizer-model", FlagType::kValue, FlagState::kUnsupported, "", "only the GPT-2 BPE tokenizer"},
     {"--data-impl", FlagType::kValue, FlagState::kValues, "mmap|infer", "only the mmap indexed format (MMIDIDX)"},
     {"--dataloader-type", FlagType::kValue, FlagState::kValues, "single", "only the 'single' sampler"},
-    {"--train-data-path", FlagType::kList, FlagState::kUnsupported, "", "use --data-path with --split"},
-    {"--valid-data-path", FlagType::kList, FlagState::kUnsupported, "", "use --data-path with --split"},
-    {"--test-data-path", FlagType::kList, FlagState::kUnsupported, "", "use --data-path with --split"},
     {"--reset-position-ids", FlagType::kSwitch, FlagState::kUnsupported, "", "document-boundary masking comes later"},
     {"--reset-attention-mask", FlagType::kSwitch, FlagState::kUnsupported, "", "document-boundary masking comes later"},
     {"--optimizer", FlagType::kValue, FlagState::kValues, "adam", "only Adam(W)"},
@@ -243,7 +241,10 @@ void declare_supported_flags(Args& a) {
       .flag("--no-bias-gelu-fusion", "exact (erf) GELU, as Megatron's unfused path (unless --openai-gelu)")
       .flag("--disable-bias-linear", "no biases in the linear layers");
   // Data.
-  a.list("--data-path", "PATH", "a prefix, or weight/prefix pairs (required unless --dry-run or --mock-data)")
+  a.list("--data-path", "PATH", "a prefix, or weight/prefix pairs (required unless --dry-run, --mock-data or --train-data-path)")
+      .list("--train-data-path", "PATH", "the training data on its own: all sequences of a prefix, or weight/prefix pairs")
+      .list("--valid-data-path", "PATH", "the validation data on its own (as --train-data-path; none: no validation)")
+      .list("--test-data-path", "PATH", "the test data on its own (as --train-data-path)")
       .flag("--mock-data", "Megatron-Core's mock data (100000 synthetic documents) instead of --data-path")
       .flag("--eod-mask-loss", "no loss at positions whose input token is the end of document")
       .option("--split", "A,B,C", "train/valid/test proportions", "969, 30, 1")
@@ -813,6 +814,12 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.mock_data = a.get_flag("--mock-data");
   c.eod_mask_loss = a.get_flag("--eod-mask-loss");
   if (c.mock_data && !c.data_path.empty()) throw_error("[--mock-data] cannot be combined with --data-path (give one)");
+  for (int s = 0; s < 3; ++s) {
+    const char* flag = data::kSplitDataPathFlags[s];
+    c.split_data_path[s] = a.get_list(flag);
+    if (c.mock_data && a.given(flag)) throw_error("[--mock-data] cannot be combined with ", flag, " (give one)");
+    if (a.given(flag) && c.split_data_path[s].empty()) throw_error("[", flag, "] no dataset prefix given");
+  }
   c.split = a.get_string("--split");
   if (a.given("--vocab-file")) c.vocab_file = a.get_string("--vocab-file");
   if (a.given("--merge-file")) c.merge_file = a.get_string("--merge-file");
@@ -830,7 +837,12 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
                 " --vocab-file's)");
   }
   if (!c.dry_run) {
-    if (c.data_path.empty() && !c.mock_data) throw_error("[--data-path] is required (unless --dry-run or --mock-data)");
+    if (c.data_path.empty() && !c.mock_data && c.split_data_path[0].empty()) {
+      if (!c.split_data_path[1].empty() || !c.split_data_path[2].empty()) {
+        throw_error("[--train-data-path] is required with --valid-data-path or --test-data-path (no training data)");
+      }
+      throw_error("[--data-path] is required (unless --dry-run, --mock-data or --train-data-path)");
+    }
     if (!null_tokenizer && !c.vocab_file) throw_error("[--vocab-file] is required for GPT2BPETokenizer (unless --dry-run)");
     if (!null_tokenizer && !c.merge_file) throw_error("[--merge-file] is required for GPT2BPETokenizer (unless --dry-run)");
   }

@@ -114,8 +114,9 @@ int run_train(const CommandArgs& argv) {
     log0 << train::flops_formula_text(config.model, config.global_batch_size, config.flops_convention);
     return 0;
   }
-  if (config.data_path.empty() && !config.mock_data) {
-    throw_error("[--data-path] is required (a dataset prefix or weight/prefix pairs), or --mock-data");
+  if (config.data_path.empty() && !config.mock_data && config.split_data_path[0].empty()) {
+    throw_error("[--data-path] is required (a dataset prefix or weight/prefix pairs), or --train-data-path, or "
+                "--mock-data");
   }
 
   std::unique_ptr<backend::Backend> backend = make_backend(args, log0, cuda_device_for_rank(args, env.local_rank));

@@ -20,15 +20,15 @@ std::string strip(const std::string& s) {
 
 }  // namespace
 
-DataBlend parse_data_path(const std::vector<std::string>& values) {
+DataBlend parse_data_path(const std::vector<std::string>& values, const char* flag) {
   DataBlend blend;
-  if (values.empty()) throw_error("[--data-path] no dataset prefix given");
+  if (values.empty()) throw_error("[", flag, "] no dataset prefix given");
   if (values.size() == 1) {
     blend.prefixes = values;
     return blend;
   }
   if (values.size() % 2 != 0) {
-    throw_error("[--data-path] expected one prefix or (weight, prefix) pairs, got ", values.size(), " values");
+    throw_error("[", flag, "] expected one prefix or (weight, prefix) pairs, got ", values.size(), " values");
   }
   double sum = 0.0;
   for (size_t i = 0; i < values.size(); i += 2) {
@@ -37,14 +37,14 @@ DataBlend parse_data_path(const std::vector<std::string>& values) {
     errno = 0;
     const double v = w.empty() ? 0.0 : std::strtod(w.c_str(), &end);
     if (w.empty() || end != w.c_str() + w.size()) {
-      throw_error("[--data-path] '", values[i], "' is not a weight (expected weight prefix pairs)");
+      throw_error("[", flag, "] '", values[i], "' is not a weight (expected weight prefix pairs)");
     }
-    if (!std::isfinite(v) || v < 0) throw_error("[--data-path] weight '", values[i], "' must be finite and >= 0");
+    if (!std::isfinite(v) || v < 0) throw_error("[", flag, "] weight '", values[i], "' must be finite and >= 0");
     blend.weights.push_back(v);
     blend.prefixes.push_back(strip(values[i + 1]));  // C23 strips the prefix
     sum += v;
   }
-  if (!(sum > 0.0)) throw_error("[--data-path] the weights sum to 0");
+  if (!(sum > 0.0)) throw_error("[", flag, "] the weights sum to 0");
   for (double& w : blend.weights) w /= sum;
   return blend;
 }
@@ -77,6 +77,9 @@ namespace {
 // --mock-data: one source, Megatron-Core's split, no blend, no cache.
 GPTDatasets build_mock_datasets(const GPTDataConfig& config) {
   if (!config.data_path.empty()) throw_error("[--mock-data] cannot be combined with --data-path (give one)");
+  if (config.has_split_data_path()) {
+    throw_error("[--mock-data] cannot be combined with --train-data-path, --valid-data-path or --test-data-path");
+  }
   MT_CHECK(config.eod >= 0) << "the mock data needs the tokenizer's end-of-document id";
   GPTDatasets out;
   auto mock = std::make_shared<const MockSequences>(config.eod);
@@ -113,10 +116,72 @@ GPTDatasets build_mock_datasets(const GPTDataConfig& config) {
   return out;
 }
 
+// --train/valid/test-data-path (C23 build_dataset / _build_dataset): each given split is built
+// from all sequences of its prefix, or blended from its prefixes with their own weights.
+GPTDatasets build_per_split_datasets(const GPTDataConfig& config) {
+  GPTDatasets out;
+  if (config.log != nullptr) {
+    *config.log << " > separate data paths provided for train, valid & test: each split reads all sequences of "
+                   "its own datasets (--split is ignored)\n";
+  }
+  const std::array<int64_t, 3> wanted = {config.targets.train, config.targets.valid, config.targets.test};
+  for (int s = 0; s < 3; ++s) {
+    if (config.split_data_path[s].empty()) continue;
+    const char* flag = kSplitDataPathFlags[s];
+    const DataBlend blend = parse_data_path(config.split_data_path[s], flag);
+    std::vector<std::shared_ptr<const GPTDataset>> members;
+    int64_t size = 0;
+    for (size_t p = 0; p < blend.prefixes.size(); ++p) {
+      const std::string& prefix = blend.prefixes[p];
+      auto indexed = std::make_shared<const IndexedDataset>(prefix);
+      const int64_t sequences = indexed->sequence_count();
+      if (sequences == 0) throw_error("[", flag, "] ", prefix, ": the dataset holds no sequences");
+      // Split s spans every sequence; the splits before it end at 0, those after start at the end.
+      std::array<int64_t, 4> bounds{};
+      for (int k = 0; k < 4; ++k) bounds[k] = k <= s ? 0 : sequences;
+      GPTDatasetOptions o;
+      o.name = kSplitNames[s];
+      o.prefix = prefix;
+      o.doc_begin = 0;
+      o.doc_end = sequences;
+      o.num_samples = blend.blended() ? blend_member_samples(wanted[s], blend.weights[p]) : wanted[s];
+      o.seq_length = config.seq_length;
+      o.seed = config.seed;
+      o.split_string = config.split;  // C23 passes args.split along: part of the cache description
+      o.data_cache_path = config.data_cache_path;
+      o.log = config.log;
+      auto dataset = std::make_shared<const GPTDataset>(indexed, o);
+      std::array<std::shared_ptr<const GPTDataset>, 3> parts;
+      parts[s] = dataset;
+      out.sources.push_back(indexed);
+      out.bounds.push_back(bounds);
+      out.parts.push_back(parts);
+      members.push_back(dataset);
+      size += o.num_samples;
+    }
+    out.requested[s] = size;
+    if (!blend.blended()) {
+      out.splits[s] = members[0];
+      continue;
+    }
+    auto blended = std::make_shared<const BlendedDataset>(members, blend.weights, size, config.data_cache_path,
+                                                          config.log);
+    out.blends[s] = blended;
+    out.splits[s] = blended;
+  }
+  return out;
+}
+
 }  // namespace
 
 GPTDatasets build_gpt_datasets(const GPTDataConfig& config) {
   if (config.mock) return build_mock_datasets(config);
+  if (config.data_path.empty() && config.has_split_data_path()) return build_per_split_datasets(config);
+  if (config.has_split_data_path() && config.log != nullptr) {
+    // C23 build_train_valid_test_datasets takes --data-path whenever it is given.
+    *config.log << " > WARNING: --data-path is given, so --train-data-path, --valid-data-path and "
+                   "--test-data-path are ignored (as in Megatron)\n";
+  }
   GPTDatasets out;
   out.blend = parse_data_path(config.data_path);
   const DataBlend& blend = out.blend;

@@ -22,13 +22,14 @@
 
 namespace megatron::data {
 
-// --data-path: a single prefix, or (weight, prefix) pairs. Throws naming --data-path.
+// --data-path (or one of --train/valid/test-data-path, named by `flag`): a single prefix, or
+// (weight, prefix) pairs. Throws naming the flag.
 struct DataBlend {
   std::vector<std::string> prefixes;
   std::vector<double> weights;  // normalised; empty for a single unweighted prefix
   bool blended() const { return !weights.empty(); }
 };
-DataBlend parse_data_path(const std::vector<std::string>& values);
+DataBlend parse_data_path(const std::vector<std::string>& values, const char* flag = "--data-path");
 
 // Megatron's " > datasets target sizes (minimum size):".
 struct TargetSamples {
@@ -44,8 +45,20 @@ TargetSamples target_sample_counts(std::optional<int64_t> train_samples, std::op
 // C23 get_datasets_weights_and_num_samples: ceil(n * w * 1.005) for one split.
 int64_t blend_member_samples(int64_t n, double weight);
 
+inline constexpr const char* kSplitNames[3] = {"train", "valid", "test"};
+inline constexpr const char* kSplitDataPathFlags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
+
 struct GPTDataConfig {
   std::vector<std::string> data_path;  // as given to --data-path; empty with mock
+  // --train-data-path, --valid-data-path, --test-data-path (C23 build_train_valid_test_datasets'
+  // "separate data paths"), used when data_path is empty: each split reads all sequences of its
+  // own prefix or blend (its own weights, ceil(N * w * 1.005) samples per member, as
+  // --data-path's blend). A split without a path is not built. `split` does not choose
+  // sequences then, but its text is still part of each dataset's cache description, as in C23.
+  std::array<std::vector<std::string>, 3> split_data_path;
+  bool has_split_data_path() const {
+    return !split_data_path[0].empty() || !split_data_path[1].empty() || !split_data_path[2].empty();
+  }
   // --mock-data: Megatron-Core's mock sequences (mock_sequences.h) split evenly (`split` is
   // ignored, as there), their sample index in memory; `eod` is the tokenizer's end of document.
   bool mock = false;
@@ -58,8 +71,6 @@ struct GPTDataConfig {
   std::ostream* log = nullptr;
 };
 
-inline constexpr const char* kSplitNames[3] = {"train", "valid", "test"};
-
 struct GPTDatasets {
   // What training reads; null where the split is empty.
   std::array<std::shared_ptr<const TokenDataset>, 3> splits;
@@ -67,7 +78,9 @@ struct GPTDatasets {
   const std::shared_ptr<const TokenDataset>& valid() const { return splits[1]; }
   const std::shared_ptr<const TokenDataset>& test() const { return splits[2]; }
   // Details for tools and tests: per prefix (or the mock data), its sequences, split bounds and
-  // GPTDatasets.
+  // GPTDatasets. With per-split paths each entry is one prefix of one split (a prefix given for
+  // two splits appears twice) and its bounds give that split all sequences, e.g. a valid prefix
+  // of S sequences has {0, 0, S, S}. `blend` is --data-path's (empty with per-split paths).
   DataBlend blend;
   std::vector<std::shared_ptr<const SequenceSource>> sources;
   std::vector<std::array<int64_t, 4>> bounds;

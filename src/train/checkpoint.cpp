@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/json_writer.h"
+#include "data/dataset_config.h"
 #include "model/gpt_model.h"
 #include "tensor_parallel/partition.h"
 #include "train/checkpoint_io.h"
@@ -132,6 +133,13 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   std::string paths = "[";
   for (size_t i = 0; i < c.data_path.size(); ++i) paths += (i ? "," : "") + js(c.data_path[i]);
   a["--data-path"] = paths + "]";
+  for (int s = 0; s < 3; ++s) {  // only when set: older checkpoints lack the keys
+    const std::vector<std::string>& v = c.split_data_path[s];
+    if (v.empty()) continue;
+    std::string list = "[";
+    for (size_t i = 0; i < v.size(); ++i) list += (i ? "," : "") + js(v[i]);
+    a[data::kSplitDataPathFlags[s]] = list + "]";
+  }
   if (c.mock_data) a["--mock-data"] = jb(true);  // only when set: older checkpoints lack the key
   if (c.train_iters) a["--train-iters"] = ji(*c.train_iters);
   if (c.train_samples) a["--train-samples"] = ji(*c.train_samples);

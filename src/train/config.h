@@ -9,6 +9,7 @@
 // model.vocab_size and calls padded_vocab_size() (below) for model.padded_vocab_size.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -46,6 +47,9 @@ struct TrainConfig {
 
   // Data.
   std::vector<std::string> data_path;       // --data-path (prefix, or weight/prefix pairs)
+  // --train-data-path, --valid-data-path, --test-data-path: each split from its own prefix or
+  // blend (used when data_path is empty; see data::GPTDataConfig::split_data_path).
+  std::array<std::vector<std::string>, 3> split_data_path;
   bool mock_data = false;                   // --mock-data (Megatron-Core's mock sequences instead)
   int64_t eod_token = 50256;                // the tokenizer's end of document (set with the vocabulary)
   bool eod_mask_loss = false;               // --eod-mask-loss

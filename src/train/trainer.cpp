@@ -83,6 +83,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   // Data: the sample counts Megatron asks of each split (build_train_valid_test_data_loaders).
   data::GPTDataConfig dc;
   dc.data_path = c.data_path;
+  dc.split_data_path = c.split_data_path;
   dc.mock = c.mock_data;
   dc.eod = c.eod_token;
   dc.split = c.split;

@@ -411,6 +411,22 @@ TEST(TrainArgs, DataFilesRequiredWithoutDryRun) {
   EXPECT_ERROR_NAMES(with(a, {"--mock-data", "--data-path", "x_text_document"}), "--mock-data]");
 }
 
+// --train-data-path / --valid-data-path / --test-data-path stand in for --data-path; training
+// data is still required, and mock data excludes them.
+TEST(TrainArgs, SeparateDataPathsPerSplit) {
+  const Argv a = with(without(base_args(), "--dry-run", 0), {"--vocab-file", "v.json", "--merge-file", "m.txt"});
+  const TrainConfig c = parse(with(a, {"--train-data-path", "0.3", "x_text_document", "0.7", "y_text_document",
+                                       "--test-data-path", "z_text_document"}));
+  EXPECT_TRUE(c.data_path.empty());
+  EXPECT_EQ(c.split_data_path[0], (std::vector<std::string>{"0.3", "x_text_document", "0.7", "y_text_document"}));
+  EXPECT_TRUE(c.split_data_path[1].empty());
+  EXPECT_EQ(c.split_data_path[2], std::vector<std::string>{"z_text_document"});
+  EXPECT_ERROR_NAMES(with(a, {"--valid-data-path", "v_text_document"}), "--train-data-path]");
+  EXPECT_ERROR_NAMES(with(a, {"--test-data-path", "v_text_document"}), "--train-data-path]");
+  EXPECT_ERROR_NAMES(with(a, {"--mock-data", "--valid-data-path", "v_text_document"}), "--mock-data]");
+  EXPECT_ERROR_NAMES(with(a, {"--train-data-path"}), "--train-data-path]");
+}
+
 TEST(TrainArgs, NullTokenizerNeedsVocabSizeAndNoVocabFiles) {
   const Argv a = with(without(base_args(), "--dry-run", 0), {"--mock-data", "--tokenizer-type", "NullTokenizer"});
   EXPECT_ERROR_NAMES(a, "--vocab-size]");

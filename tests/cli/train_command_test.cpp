@@ -22,6 +22,12 @@ std::string train(const std::string& flags, int* status) {
   return r.output;
 }
 
+int occurrences(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 int64_t table_bytes(const std::string& out, const std::string& row) {
   std::smatch m;
   EXPECT_TRUE(std::regex_search(out, m, std::regex("    " + row + " +([0-9]+) bytes"))) << row << "\n" << out;
@@ -80,6 +86,57 @@ TEST(TrainCommand, ShortRunOnAPreprocessedDataset) {
   EXPECT_NE(out.find(" iteration        3/       3 | consumed samples:           12 |"), std::string::npos) << out;
   EXPECT_NE(out.find(" validation loss at iteration 2 | lm loss value: "), std::string::npos) << out;
   EXPECT_NE(out.find(" validation loss at iteration 3 on validation set | "), std::string::npos) << out;
+}
+
+// --train-data-path / --valid-data-path (C23's separate data paths): training reads only the
+// train prefix, validation only the valid blend, each over all its sequences; --split no longer
+// chooses sequences (a split of "1,0,0" would otherwise leave nothing to validate on). Without a
+// valid path there is no validation; a valid path without a train path is refused.
+TEST(TrainCommand, SeparateDataPathsPerSplit) {
+  const std::string dir = test::scratch_dir("train_command_split_paths");
+  for (const char* name : {"t", "v1", "v2"}) {
+    data::IndexedDatasetWriter writer(dir + "/" + name + "_text_document", data::TokenDType::kUInt16);
+    for (int d = 0; d < 12; ++d) {
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < 30; ++i) tokens.push_back((d * 17 + i * 5 + name[0]) % 50257);
+      const int32_t len = static_cast<int32_t>(tokens.size());
+      writer.add_document(tokens, std::span<const int32_t>(&len, 1));
+    }
+    writer.finalize();
+  }
+  const std::string common = "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+                             "--micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr 1e-3 "
+                             "--log-interval 1 --eval-interval 2 --eval-iters 1 --split 1,0,0 --data-cache-path " +
+                             dir + "/cache --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
+                             test::gpt2_merge_file() + " --train-data-path " + dir + "/t_text_document";
+  int status = 0;
+  std::string out = train(common + " --valid-data-path 0.5 " + dir + "/v1_text_document 0.5 " + dir +
+                              "/v2_text_document --save " + dir + "/ckpt --save-interval 2",
+                          &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(" > separate data paths provided for train, valid & test"), std::string::npos) << out;
+  // 8 train samples of the 12 documents x 30 tokens; the valid blend asks (2 // 2 + 1) x 1 x 4 = 8
+  // samples, ceil(8 x 0.5 x 1.005) = 5 of each member.
+  EXPECT_NE(out.find(" > train: built index"), std::string::npos) << out;
+  EXPECT_EQ(occurrences(out, " > valid: built index"), 2) << out;
+  EXPECT_NE(out.find(" validation loss at iteration 2 | lm loss value: "), std::string::npos) << out;
+  EXPECT_EQ(out.find(" > test:"), std::string::npos) << "no test path: no test dataset\n" << out;
+  // The checkpoint records the paths it trained on.
+  std::ifstream meta(dir + "/ckpt/iter_0000002/metadata.json");
+  const std::string json((std::istreambuf_iterator<char>(meta)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"--train-data-path\""), std::string::npos) << json;
+  EXPECT_NE(json.find("v2_text_document"), std::string::npos) << json;
+
+  out = train(common, &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_EQ(out.find("validation loss"), std::string::npos) << "no valid path: no validation\n" << out;
+
+  out = train("--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 --micro-batch-size 2 "
+              "--train-iters 2 --lr 1e-3 --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
+              test::gpt2_merge_file() + " --valid-data-path " + dir + "/v1_text_document",
+              &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("[--train-data-path] is required"), std::string::npos) << out;
 }
 
 // Megatron-Core's mock data: training reads its documents (1, 2, ..., L-1, <|endoftext|>); the

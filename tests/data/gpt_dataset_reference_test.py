@@ -26,7 +26,7 @@ import numpy as np
 
 MT_BIN = os.environ.get("MT_BIN")
 FAILURES = []
-CHECKS = {"configs": 0, "separate": 0, "not_separate": 0, "multi_epoch": 0, "blend": 0, "loaded": 0}
+CHECKS = {"configs": 0, "separate": 0, "not_separate": 0, "multi_epoch": 0, "blend": 0, "loaded": 0, "per_split": 0}
 
 
 def check(cond, what):
@@ -381,6 +381,83 @@ def blend_config(tmp, tag, datasets, weights, s, train_samples, split, seed, sho
     check(p2.stdout == p.stdout and "blend: loaded" in p2.stderr, f"{tag}: second blend run differs or rebuilt")
 
 
+def per_split_config(tmp, tag, paths, s, train_samples, split, seed, eval_iters=2, show=10):
+    """--train/valid/test-data-path (C23 build_dataset / _build_dataset): each given split reads
+    all sequences [0, S) of its own prefix, or blends its own weighted prefixes with
+    ceil(n * w * 1.005) samples each; the --split text still enters each cache description.
+    paths[i] is None, [(prefix, ds)] (one prefix) or [(weight, prefix, ds), ...] (a blend)."""
+    cache = os.path.join(tmp, "cache-" + tag)
+    args = []
+    for flag, entries in zip(("--train-data-path", "--valid-data-path", "--test-data-path"), paths):
+        if entries is None:
+            continue
+        args.append(flag)
+        for e in entries:
+            args += [str(x) for x in e[:-1]]
+    args += ["--seq-length", str(s), "--train-samples", str(train_samples), "--split", split, "--seed", str(seed),
+             "--eval-iters", str(eval_iters), "--data-cache-path", cache, "--show-samples", str(show)]
+    p = run(args)
+    if p.returncode != 0:
+        return
+    CHECKS["configs"] += 1
+    CHECKS["per_split"] += 1
+    check("separate data paths provided for train, valid & test" in p.stderr, f"{tag}: no separate-paths line")
+    wanted = targets(train_samples, 1, 1000, eval_iters)
+    names = ["train", "valid", "test"]
+    train_ref = None
+    for i, entries in enumerate(paths):
+        if entries is None:
+            check(not any(line.startswith(f" > {names[i]}: ") and "samples requested" in line
+                          for line in p.stderr.splitlines()), f"{tag}: {names[i]} built without a path")
+            continue
+        if len(entries) == 1 and len(entries[0]) == 2:
+            prefix, ds = entries[0]
+            ref = gpt_index(names[i], prefix, 0, len(ds["sizes"]), ds["sizes"], split, wanted[i], s, seed)
+            check_gpt_cache(f"{tag}/{names[i]}", cache, ref)
+            bounds = [0 if k <= i else len(ds["sizes"]) for k in range(4)]
+            refs = [ref if k == i else None for k in range(3)]
+            want = [wanted[i] if k == i else 0 for k in range(3)]
+            check_split_lines(f"{tag}/{names[i]}", p.stderr, prefix, bounds, ds["sizes"], refs, want)
+            if i == 0:
+                train_ref = ("single", ds, ref)
+            continue
+        ws = [float(e[0]) for e in entries]
+        total = 0.0
+        for w in ws:
+            total += w
+        ws = [w / total for w in ws]
+        counts = [int(math.ceil(wanted[i] * w * 1.005)) for w in ws]
+        members = []
+        for (w, prefix, ds), n in zip(entries, counts):
+            ref = gpt_index(names[i], prefix, 0, len(ds["sizes"]), ds["sizes"], split, n, s, seed)
+            check_gpt_cache(f"{tag}/{os.path.basename(os.path.dirname(prefix))}/{names[i]}", cache, ref)
+            members.append((ds, ref))
+        size = sum(counts)
+        index, sample_index = blending_indices(ws, size)
+        found = [f for f in os.listdir(cache) if f.endswith("_sample_index.npy")
+                 and np.load(os.path.join(cache, f)).shape == (size,)]
+        check(len(found) == 1, f"{tag}: expected one {names[i]} blend cache file of {size}, found {found}")
+        if found:
+            got_index = np.load(os.path.join(cache, found[0].replace("_sample_index.npy", "_index.npy")))
+            got_sample = np.load(os.path.join(cache, found[0]))
+            check(np.array_equal(got_index, index) and np.array_equal(got_sample, sample_index),
+                  f"{tag}: {names[i]} blend indices differ")
+        if i == 0:
+            train_ref = ("blend", members, (index, sample_index))
+    rows = shown(p.stdout)
+    check(len(rows) == show, f"{tag}: {len(rows)} samples shown")
+    for k, row in enumerate(rows):
+        if train_ref[0] == "single":
+            expect = gpt_sample(train_ref[1], train_ref[2], k)
+        else:
+            index, sample_index = train_ref[2]
+            ds, ref = train_ref[1][int(index[k])]
+            expect = gpt_sample(ds, ref, int(sample_index[k]))
+        check(row["tokens"] == expect, f"{tag}: sample {k} differs")
+    p2 = run(args)
+    check(p2.stdout == p.stdout and "built index" not in p2.stderr, f"{tag}: second run differs or rebuilt")
+
+
 def main():
     if not MT_BIN:
         print("MT_BIN is not set", file=sys.stderr)
@@ -423,6 +500,27 @@ def main():
         blend_config(tmp, "blend2", [data["a"], data["b"], data["c"]], ["2", "1", "1"], 8, 300, "90,5,5", 11)
         blend_config(tmp, "blend3", [data["c"]], ["1.0"], 12, 100, "969, 30, 1", 3)     # weighted single = blend
 
+        # Separate data paths per split: whole datasets, own blends, the --split text in the cache key.
+        tb = int(db["sizes"].sum())
+        per_split_config(tmp, "ps1", [[(pa, da)], [(pb, db)], [(pc, dc)]], 16, 60, "969, 30, 1", 1234)
+        per_split_config(tmp, "ps2", [[("0.3", pa, da), ("0.7", pc, dc)], [("1", pb, db)], None], 8, 200, "98,2,0", 5)
+        per_split_config(tmp, "ps3", [[(pb, db)], None, None], 9, 3 * tb // 9, "1", 77)  # 3 epochs of all of b
+        p = run(["--valid-data-path", pb, "--seq-length", "8", "--train-samples", "4", "--show-samples", "1"],
+                expect_ok=False)
+        check(p.returncode != 0 and "no --train-data-path" in p.stderr, f"valid path only: {p.stderr}")
+        p = run(["--train-data-path", "1", pa, "2", "--seq-length", "8", "--train-samples", "4"], expect_ok=False)
+        check(p.returncode != 0 and "[--train-data-path] expected one prefix or (weight, prefix) pairs" in p.stderr,
+              f"odd per-split list: {p.stderr}")
+        p = run([pa, "--train-data-path", pb], expect_ok=False)
+        check(p.returncode != 0 and "[--train-data-path]" in p.stderr, f"prefix and per-split path: {p.stderr}")
+        empty = os.path.join(tmp, "empty", "e")
+        os.makedirs(os.path.dirname(empty))
+        write_indexed(empty, [], rng)
+        p = run(["--train-data-path", pa, "--valid-data-path", empty, "--seq-length", "8", "--train-samples", "4"],
+                expect_ok=False)
+        check(p.returncode != 0 and "[--valid-data-path]" in p.stderr and "no sequences" in p.stderr,
+              f"empty valid dataset: {p.stderr}")
+
         # Errors: one line, non-zero exit, no hang.
         p = run([pa, "--seq-length", "0", "--train-samples", "5"], expect_ok=False)
         check(p.returncode != 0 and "--seq-length" in p.stderr, f"seq-length 0: {p.stderr}")
@@ -448,7 +546,7 @@ def main():
         check(" 20\n" in p.stdout and "sequences:  50" in p.stdout, f"multi-sequence fixture: {p.stdout}")
 
         # The test must have exercised what it claims to.
-        check(CHECKS["configs"] == 14, f"ran {CHECKS['configs']} of 14 configurations")
+        check(CHECKS["configs"] == 17 and CHECKS["per_split"] == 3, f"ran {CHECKS['configs']} of 17 configurations")
         check(CHECKS["separate"] >= 1 and CHECKS["not_separate"] >= 1, f"epoch coverage {CHECKS}")
         check(CHECKS["loaded"] >= 11, f"cache reuse coverage {CHECKS}")
     finally:
