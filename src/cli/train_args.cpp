@@ -1,12 +1,17 @@
 #include "cli/train_args.h"
 
+#include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <optional>
 #include <sstream>
 
 #include "comm/rank_layout.h"
 #include "core/error.h"
 #include "data/dataset_config.h"
+#include "train/checkpoint_io.h"
+#include "train/checkpoint_metadata.h"
+#include "train/timers.h"
 
 namespace megatron::cli {
 namespace {
@@ -35,7 +40,6 @@ struct FlagRow {
 };
 
 constexpr const char* kCkpt = "checkpoints use one format: safetensors + metadata.json (--save/--load)";
-constexpr const char* kTb = "this TensorBoard option is not implemented yet";
 constexpr const char* kVariant = "this model variant is not implemented yet";
 
 constexpr FlagRow kFlagTable[] = {
@@ -55,13 +59,9 @@ constexpr FlagRow kFlagTable[] = {
     {"--async-save", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
     {"--non-persistent-save-interval", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
     // TensorBoard and other loggers.
-    {"--log-memory-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
-    {"--log-world-size-to-tensorboard", FlagType::kSwitch, FlagState::kUnsupported, "", kTb},
     {"--wandb-project", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
     {"--wandb-exp-name", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
     {"--wandb-save-dir", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
-    {"--timing-log-level", FlagType::kValue, FlagState::kValues, "0", "per-phase timers come later"},
-    {"--timing-log-option", FlagType::kValue, FlagState::kValues, "minmax|max|all", "no timers are printed at level 0"},
     {"--profile", FlagType::kSwitch, FlagState::kUnsupported, "", "profiler hooks"},
     {"--profile-step-start", FlagType::kValue, FlagState::kUnsupported, "", "profiler hooks"},
     {"--profile-step-end", FlagType::kValue, FlagState::kUnsupported, "", "profiler hooks"},
@@ -297,6 +297,15 @@ void declare_supported_flags(Args& a) {
       .option("--eval-interval", "N", "iterations between validations", "1000")
       .option("--eval-iters", "N", "iterations per validation", "100")
       .flag("--log-throughput", "print throughput per GPU (TFLOP/s/GPU)")
+      .option("--timing-log-level", "0|1|2",
+              "Megatron's timers: 0 set-up and checkpoints; 1 also forward-backward, gradient reductions and the "
+              "optimizer (synchronises the device at each); 2 also batches, computes and pipeline exchanges",
+              "0")
+      .option("--timing-log-option", "minmax|max|all", "timer times across ranks: min and max, max, or every rank",
+              "minmax")
+      .flag("--no-barrier-with-level-1-timing", "level-1 timers start without a barrier over all ranks")
+      .flag("--no-check-for-nan-in-loss-and-grad",
+            "train on through a NaN or Inf loss and NaN gradients (default: stop the run, naming the rank)")
       .flag("--log-params-norm", "print the parameter norm")
       .flag("--log-num-zeros-in-grad", "print the number of zero gradients")
       .option("--flops-convention", "YEAR", "TFLOP/s formula: 2025 (causal attention halved, Megatron HEAD) or 2024",
@@ -315,12 +324,17 @@ void declare_supported_flags(Args& a) {
       .flag("--no-load-rng", "accepted: dropout masks are a function of (seed, iteration), no RNG state exists")
       .flag("--finetune", "load weights only and start at iteration 0 with 0 consumed samples")
       .flag("--exit-on-missing-checkpoint", "with --load: exit if no checkpoint is found")
+      .option("--ckpt-step", "N", "with --load: load iteration N instead of the latest")
+      .flag("--use-checkpoint-args", "take the model's shape flags not given here from --load's checkpoint")
+      .flag("--skip-train", "no training: evaluate on the validation and test sets (of --load's model) and exit")
       .flag("--exit-signal-handler", "on SIGTERM finish the iteration, save and exit 0");
   // TensorBoard and the JSONL metrics log.
   a.option("--tensorboard-dir", "DIR", "write TensorBoard event files to DIR")
       .option("--tensorboard-queue-size", "N", "events buffered before a flush", "1000")
       .option("--tensorboard-log-interval", "N", "iterations between TensorBoard scalars", "1")
       .flag("--log-batch-size-to-tensorboard", "also log the global batch size")
+      .flag("--log-memory-to-tensorboard", "also log the device memory in use (bytes, live allocations)")
+      .flag("--log-world-size-to-tensorboard", "also log the number of ranks")
       .flag("--log-timers-to-tensorboard", "log iteration time, throughput and per-phase timers (adds syncs)")
       .flag("--log-validation-ppl-to-tensorboard", "also log validation perplexity")
       .flag("--log-learning-rate-to-tensorboard", "log the learning rate (default on)")
@@ -775,9 +789,16 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.log_throughput = a.get_flag("--log-throughput");
   c.log_params_norm = a.get_flag("--log-params-norm");
   c.log_num_zeros_in_grad = a.get_flag("--log-num-zeros-in-grad");
+  c.check_for_nan_in_loss_and_grad = !a.get_flag("--no-check-for-nan-in-loss-and-grad");
   c.flops_convention = parse_choice<train::FlopsConvention>(
       a, "--flops-convention", {{"2025", train::FlopsConvention::k2025}, {"2024", train::FlopsConvention::k2024}});
   c.timing_log_level = a.get_int("--timing-log-level");
+  if (c.timing_log_level < 0 || c.timing_log_level > 2) {
+    throw_error("[--timing-log-level] must be 0, 1 or 2, got ", c.timing_log_level);
+  }
+  c.timing_log_option = a.get_string("--timing-log-option");
+  train::parse_timing_log_option(c.timing_log_option);  // a bad value fails here, naming the flag
+  c.barrier_with_l1_time = !a.get_flag("--no-barrier-with-level-1-timing");
   c.exit_interval = opt_int(a, "--exit-interval");
   c.exit_duration_in_mins = opt_int(a, "--exit-duration-in-mins");
   c.save_interval = opt_int(a, "--save-interval");
@@ -794,9 +815,12 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.finetune = a.get_flag("--finetune");
   c.exit_on_missing_checkpoint = a.get_flag("--exit-on-missing-checkpoint");
   c.exit_signal_handler = a.get_flag("--exit-signal-handler");
-  if ((c.finetune || c.no_load_optim || c.exit_on_missing_checkpoint) && !c.load) {
+  c.ckpt_step = opt_int(a, "--ckpt-step");
+  if (c.ckpt_step) require_positive("--ckpt-step", *c.ckpt_step);
+  c.skip_train = a.get_flag("--skip-train");
+  if ((c.finetune || c.no_load_optim || c.exit_on_missing_checkpoint || c.ckpt_step) && !c.load) {
     throw_error("[--load] is required by ", c.finetune ? "--finetune" : c.no_load_optim ? "--no-load-optim"
-                                                                                          : "--exit-on-missing-checkpoint");
+                                            : c.ckpt_step ? "--ckpt-step" : "--exit-on-missing-checkpoint");
   }
   if (a.given("--tensorboard-dir")) c.tensorboard_dir = a.get_string("--tensorboard-dir");
   c.tensorboard_queue_size = a.get_int("--tensorboard-queue-size");
@@ -804,6 +828,8 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   require_positive("--tensorboard-queue-size", c.tensorboard_queue_size);
   require_positive("--tensorboard-log-interval", c.tensorboard_log_interval);
   c.log_batch_size_to_tensorboard = a.get_flag("--log-batch-size-to-tensorboard");
+  c.log_memory_to_tensorboard = a.get_flag("--log-memory-to-tensorboard");
+  c.log_world_size_to_tensorboard = a.get_flag("--log-world-size-to-tensorboard");
   c.log_timers_to_tensorboard = a.get_flag("--log-timers-to-tensorboard");
   c.log_validation_ppl_to_tensorboard = a.get_flag("--log-validation-ppl-to-tensorboard");
   c.log_learning_rate_to_tensorboard = !a.get_flag("--no-log-learning-rate-to-tensorboard");
@@ -868,6 +894,52 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
   fill_recompute(args, c);
   fill_logging_and_data(args, c);
   return c;
+}
+
+std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log) {
+  std::vector<std::string> extra;
+  if (!a.get_flag("--use-checkpoint-args")) return extra;
+  if (!a.given("--load")) throw_error("[--load] is required by --use-checkpoint-args");
+  std::optional<int64_t> step;
+  if (a.given("--ckpt-step")) step = a.get_int("--ckpt-step");
+  const std::string load = a.get_string("--load");
+  const train::LoadedCheckpoint ck = train::load_checkpoint_dir(load, step);
+  if (!ck.found) throw_error("[--use-checkpoint-args] no checkpoint in ", load, " (", ck.tracker_path, " is missing)");
+  const train::CheckpointMetadata meta(ck.directory + "/" + train::kMetadataFileName, ck.metadata_json);
+  auto report = [&](const std::string& flag, const std::string& value) {
+    if (log == nullptr) return;
+    std::string name = flag.substr(2);
+    std::replace(name.begin(), name.end(), '-', '_');
+    *log << "Setting " << name << " to " << value << " from checkpoint\n";
+  };
+  auto take = [&](const std::string& flag, const std::string& value) {
+    if (a.given(flag)) return;
+    extra.push_back(flag);
+    extra.push_back(value);
+    report(flag, value);
+  };
+  for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads", "--kv-channels",
+                           "--ffn-hidden-size", "--seq-length", "--max-position-embeddings",
+                           "--make-vocab-size-divisible-by"}) {
+    take(flag, std::to_string(meta.arg_int(flag)));
+  }
+  char eps[64];
+  const auto written = std::to_chars(eps, eps + sizeof eps, meta.arg_double("--layernorm-epsilon"));  // shortest
+  take("--layernorm-epsilon", std::string(eps, written.ptr));
+  const std::string tokenizer = meta.arg_string("--tokenizer-type");
+  take("--tokenizer-type", tokenizer);
+  if (tokenizer == "NullTokenizer" && !a.given("--tokenizer-type")) {
+    take("--vocab-size", std::to_string(meta.arg_int("vocab_size") - 1));  // NullTokenizer: N + 1 ids
+  }
+  auto take_switch = [&](const std::string& flag, bool on) {
+    if (!on || a.given(flag)) return;
+    extra.push_back(flag);
+    report(flag, "True");
+  };
+  take_switch("--untie-embeddings-and-output-weights", meta.arg_bool("--untie-embeddings-and-output-weights"));
+  take_switch("--disable-bias-linear", meta.arg_bool("--disable-bias-linear"));
+  take_switch("--no-bias-gelu-fusion", meta.arg_string("gelu") == "exact" && !a.given("--openai-gelu"));
+  return extra;
 }
 
 }  // namespace megatron::cli

@@ -29,6 +29,10 @@
 #include "cli/args.h"
 #include "train/config.h"
 
+#include <ostream>
+#include <string>
+#include <vector>
+
 namespace megatron::cli {
 
 // Declares every flag of `megatron train` on `args` (Args' constructor names the command).
@@ -39,6 +43,17 @@ void declare_train_flags(Args& args);
 // to N", "accumulate and all-reduce gradients in fp32 for bfloat16 data type.") go to `log`
 // when it is not null. Throws megatron::Error with a one-line message naming the flag(s).
 train::TrainConfig parse_train_config(const Args& args, int64_t world_size = 1, std::ostream* log = nullptr);
+
+// --use-checkpoint-args (Megatron's load_args_from_checkpoint): the model's shape flags read
+// from the metadata of --load's checkpoint (the latest, or --ckpt-step's), as extra argv for
+// the flags not given on the command line (given ones win; a --model preset does not):
+// --num-layers --hidden-size --num-attention-heads --kv-channels --ffn-hidden-size
+// --seq-length --max-position-embeddings --make-vocab-size-divisible-by --layernorm-epsilon
+// --tokenizer-type (NullTokenizer: also --vocab-size), and the switches
+// --untie-embeddings-and-output-weights, --disable-bias-linear, --no-bias-gelu-fusion when the
+// checkpoint has them. Each value taken is reported to `log` ("Setting num_layers to 24 from
+// checkpoint"). Empty without the flag; Error without --load or without a checkpoint there.
+std::vector<std::string> checkpoint_model_args(const Args& args, std::ostream* log = nullptr);
 
 // A shape preset of --model.
 struct ModelPreset {

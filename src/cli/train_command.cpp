@@ -31,9 +31,13 @@ constexpr int64_t kGpt2VocabSize = 50257;
 }  // namespace
 
 int run_train(const CommandArgs& argv) {
-  Args args("train", "pretrain a GPT with Megatron-LM's pretrain_gpt.py flags");
-  declare_train_flags(args);
-  declare_device_flag(args);
+  auto make_args = [] {
+    Args a("train", "pretrain a GPT with Megatron-LM's pretrain_gpt.py flags");
+    declare_train_flags(a);
+    declare_device_flag(a);
+    return a;
+  };
+  Args args = make_args();
   if (!args.parse(argv)) {
     std::cout << args.usage();
     return 0;
@@ -51,6 +55,14 @@ int run_train(const CommandArgs& argv) {
   std::ostream& log0 = rank0 ? std::cout : null_stream;
   train::TrainConfig config;
   try {
+    // --use-checkpoint-args: the checkpoint's shape flags join the command line, then it is
+    // parsed again.
+    if (const std::vector<std::string> extra = checkpoint_model_args(args, &log0); !extra.empty()) {
+      CommandArgs full = argv;
+      full.insert(full.end(), extra.begin(), extra.end());
+      args = make_args();
+      args.parse(full);
+    }
     config = parse_train_config(args, env.world_size, &log0);
     host_collectives(args);  // a bad --distributed-backend is rank 0's one line too
   } catch (const Error&) {

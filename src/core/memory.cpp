@@ -30,12 +30,14 @@ void MemoryTracker::on_alloc(MemoryKind kind, int64_t bytes) {
   const int k = static_cast<int>(kind);
   raise_to(peak_[k], current_[k].fetch_add(bytes, std::memory_order_relaxed) + bytes);
   raise_to(peak_total_, current_total_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  live_allocations_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void MemoryTracker::on_free(MemoryKind kind, int64_t bytes) {
   const int k = static_cast<int>(kind);
   current_[k].fetch_sub(bytes, std::memory_order_relaxed);
   current_total_.fetch_sub(bytes, std::memory_order_relaxed);
+  live_allocations_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 MemorySnapshot MemoryTracker::snapshot() const {
@@ -46,6 +48,7 @@ MemorySnapshot MemoryTracker::snapshot() const {
   }
   s.current_total = current_total_.load(std::memory_order_relaxed);
   s.peak_total = peak_total_.load(std::memory_order_relaxed);
+  s.live_allocations = live_allocations_.load(std::memory_order_relaxed);
   return s;
 }
 

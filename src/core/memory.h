@@ -30,6 +30,7 @@ struct MemorySnapshot {
   std::array<int64_t, kNumMemoryKinds> peak{};     // highest `current` per kind since reset
   int64_t current_total = 0;
   int64_t peak_total = 0;  // highest sum over kinds at any moment since reset
+  int64_t live_allocations = 0;  // allocations not yet freed (torch's allocation.all.current)
 };
 
 // One per device kind per process (thread-safe). Counts requested bytes, not allocator
@@ -46,6 +47,7 @@ class MemoryTracker {
   std::array<std::atomic<int64_t>, kNumMemoryKinds> peak_{};
   std::atomic<int64_t> current_total_{0};
   std::atomic<int64_t> peak_total_{0};
+  std::atomic<int64_t> live_allocations_{0};
 };
 
 MemoryTracker& memory_tracker(Device device);

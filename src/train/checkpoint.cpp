@@ -290,7 +290,7 @@ TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet
                                        MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
                                        backend::Backend& backend, std::ostream& log) {
   MT_CHECK(c.load.has_value()) << "load without --load";
-  const LoadedCheckpoint ck = load_checkpoint_dir(*c.load);
+  const LoadedCheckpoint ck = load_checkpoint_dir(*c.load, c.ckpt_step);
   if (!ck.found) {
     if (c.exit_on_missing_checkpoint) {
       throw_error("[--load] no checkpoint in ", *c.load, " (", ck.tracker_path, " is missing) and --exit-on-missing-checkpoint is set");

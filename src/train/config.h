@@ -115,8 +115,11 @@ struct TrainConfig {
   bool log_throughput = false;              // --log-throughput
   bool log_params_norm = false;             // --log-params-norm
   bool log_num_zeros_in_grad = false;       // --log-num-zeros-in-grad
+  bool check_for_nan_in_loss_and_grad = true;  // false: --no-check-for-nan-in-loss-and-grad
   FlopsConvention flops_convention = FlopsConvention::k2025;  // --flops-convention (ours)
-  int64_t timing_log_level = 0;             // --timing-log-level (only 0 for now)
+  int64_t timing_log_level = 0;             // --timing-log-level: 0, 1 or 2 (train/timers.h)
+  std::string timing_log_option = "minmax"; // --timing-log-option: minmax, max or all
+  bool barrier_with_l1_time = true;         // false: --no-barrier-with-level-1-timing
 
   // Exit.
   std::optional<int64_t> exit_interval;         // --exit-interval
@@ -132,12 +135,16 @@ struct TrainConfig {
   bool no_load_optim = false;               // --no-load-optim
   bool finetune = false;                    // --finetune
   bool exit_on_missing_checkpoint = false;  // --exit-on-missing-checkpoint
+  std::optional<int64_t> ckpt_step;         // --ckpt-step: the iteration --load reads (else the latest)
+  bool skip_train = false;                  // --skip-train: evaluate only
   bool exit_signal_handler = false;         // --exit-signal-handler
   // TensorBoard and the JSONL metrics log.
   std::optional<std::string> tensorboard_dir;  // --tensorboard-dir
   int64_t tensorboard_queue_size = 1000;       // --tensorboard-queue-size
   int64_t tensorboard_log_interval = 1;        // --tensorboard-log-interval
   bool log_batch_size_to_tensorboard = false;      // --log-batch-size-to-tensorboard
+  bool log_memory_to_tensorboard = false;          // --log-memory-to-tensorboard
+  bool log_world_size_to_tensorboard = false;      // --log-world-size-to-tensorboard
   bool log_timers_to_tensorboard = false;          // --log-timers-to-tensorboard
   bool log_validation_ppl_to_tensorboard = false;  // --log-validation-ppl-to-tensorboard
   bool log_learning_rate_to_tensorboard = true;    // --no-log-learning-rate-to-tensorboard turns off

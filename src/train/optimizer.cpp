@@ -154,8 +154,10 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
   if (fp16_) {
     // Unscale, then check: a finite value times 1/scale stays finite, so this finds exactly
     // the inf/nan that were there before (torch's non-finite check and unscale).
+    start_timer("optimizer-unscale-and-check-inf");
     for_owned_grads([&](Tensor& g) { backend_.scale(g, scaler_.inv_scale()); });
     const bool found_inf = !owned_grads_finite();
+    stop_timer("optimizer-unscale-and-check-inf");
     scaler_.update(found_inf);
     if (found_inf) {
       result.success = false;
@@ -163,11 +165,18 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
     }
   }
   float clip_scale = 1.0f;
+  start_timer("optimizer-clip-main-grad");
   if (config_.clip_grad > 0.0) {
     // Megatron clip_grads: the pre-clip norm is logged; clip_coeff = max / (norm + 1e-6)
     // applied as an fp32 factor when < 1. A nan norm never clips; an inf norm zeroes.
     const double norm = std::sqrt(owned_sum_squares(/*grads=*/true));
     result.grad_norm = norm;
+    if (config_.check_for_nan_in_grad && std::isnan(norm)) {
+      stop_timer("optimizer-clip-main-grad");
+      result.success = false;
+      result.nan_grad_norm = true;
+      return result;
+    }
     if (std::isinf(norm)) {
       for_owned_grads([&](Tensor& g) { backend_.fill(g, 0.0f); });
     } else if (!std::isnan(norm)) {
@@ -177,12 +186,16 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
       if (coeff < 1.0) clip_scale = static_cast<float>(coeff);
     }
   }
+  stop_timer("optimizer-clip-main-grad");
+  start_timer("optimizer-count-zeros");
   if (config_.count_zeros) {
     double zeros = sum_counted(grads, [&](const Tensor& g) { return static_cast<double>(backend_.count_zeros(g)); });
     zeros = reduce_over_state_groups(zeros, comm::ReduceOp::kSum, grad_buffer_.distributed());
     result.num_zeros = static_cast<int64_t>(zeros);
   }
+  stop_timer("optimizer-count-zeros");
 
+  start_timer("optimizer-inner-step");
   ++steps_;
   // One pass per owned range over all its parameter fragments (weight decay per segment),
   // writing the 16-bit model copy of the range; then the ranges are all-gathered.
@@ -200,7 +213,12 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
     backend_.adamw_update_segments(s.main, grads.flat_view(s.range.start, {s.range.size()}), s.exp_avg, s.exp_avg_sq,
                                    s.segments, a, model_copy);
   }
+  stop_timer("optimizer-inner-step");
+  // Megatron's DistributedOptimizer times the gather (a no-op here when it overlaps the next
+  // forward); the replicated optimizer has none.
+  if (grad_buffer_.distributed()) start_timer("params-all-gather");
   grad_buffer_.start_param_gather(overlap_param_gather_);
+  if (grad_buffer_.distributed()) stop_timer("params-all-gather");
   return result;
 }
 

@@ -45,6 +45,7 @@
 #include "comm/communicator.h"
 #include "model/parameters.h"
 #include "train/grad_buffer.h"
+#include "train/timers.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 
@@ -56,6 +57,10 @@ struct OptimizerConfig {
   float eps = 1e-8f;        // --adam-eps
   double clip_grad = 1.0;   // --clip-grad (0: no clipping, no norm)
   bool count_zeros = false; // --log-num-zeros-in-grad
+  // Megatron's check_for_nan_in_loss_and_grad (on unless --no-check-for-nan-in-loss-and-grad):
+  // a NaN gradient norm (computed for clipping; every rank gets the same) stops the step before
+  // AdamW and sets StepResult::nan_grad_norm, so that every rank can stop the run together.
+  bool check_for_nan_in_grad = false;
 };
 
 // The data-parallel group of the optimizer (null: one rank) and its options.
@@ -83,6 +88,7 @@ struct StepResult {
   bool success = true;               // false: skipped (fp16 overflow)
   std::optional<double> grad_norm;   // pre-clip; absent when skipped or clip_grad == 0
   std::optional<int64_t> num_zeros;  // with count_zeros
+  bool nan_grad_norm = false;        // check_for_nan_in_grad found a NaN norm (success is false)
 };
 
 class MixedPrecisionOptimizer {
@@ -128,6 +134,17 @@ class MixedPrecisionOptimizer {
   GradBuffer& grad_buffer() { return grad_buffer_; }
   const optim::GradScaler& scaler() const { return scaler_; }
   bool uses_scaler() const { return fp16_; }
+  // Megatron's level-1 optimizer timers during step() (train/timers.h), in its order:
+  // optimizer-unscale-and-check-inf (fp16), optimizer-clip-main-grad (the norm; the clip factor
+  // is applied inside AdamW), optimizer-count-zeros, optimizer-inner-step (AdamW, which also
+  // writes the 16-bit model copy: Megatron's optimizer-copy-main-to-model-params has no pass of
+  // its own here, nor has optimizer-copy-to-main-grad: the fp32 grads are read in place) and,
+  // with the distributed optimizer, params-all-gather. Null: no timers. `world` for barriers.
+  void set_timers(Timers* timers, comm::Communicator* world, bool barrier) {
+    timers_ = timers;
+    timer_world_ = world;
+    timer_barrier_ = barrier;
+  }
 
  private:
   // One owned range of the buffers and this rank's state for it.
@@ -153,6 +170,16 @@ class MixedPrecisionOptimizer {
   bool owned_grads_finite();
   double owned_sum_squares(bool grads) const;
 
+  void start_timer(const char* name) {
+    if (timers_) timers_->start(name, 1, timer_world_, timer_barrier_);
+  }
+  void stop_timer(const char* name) {
+    if (timers_) timers_->stop(name);
+  }
+
+  Timers* timers_ = nullptr;
+  comm::Communicator* timer_world_ = nullptr;
+  bool timer_barrier_ = false;
   model::ParameterSet& params_;
   backend::Backend& backend_;
   OptimizerConfig config_;

@@ -95,6 +95,7 @@ double run_pipeline(const std::vector<parallel::PipelineAction>& blocking_table,
       wait_for(&touched);
     }
     if (a.op != parallel::PipelineOp::kComm && cb.before_compute) cb.before_compute(a, set_of(a.chunk, a.micro_batch));
+    if (cb.phase) cb.phase(a, true);
     const bool sync = a.op != parallel::PipelineOp::kComm && finishes_grads(i);
     if (sync) cb.grad_sync(a.chunk, true);
     switch (a.op) {
@@ -128,11 +129,32 @@ double run_pipeline(const std::vector<parallel::PipelineAction>& blocking_table,
         break;
       }
     }
+    if (cb.phase) cb.phase(a, false);
     if (sync) cb.grad_sync(a.chunk, false);
   }
   wait_for(nullptr);
   // The losses queued by the last virtual stage's forwards, read once for the whole table.
   return model.take_losses();
+}
+
+const char* megatron_timer_name(const parallel::PipelineAction& action) {
+  if (action.op == parallel::PipelineOp::kForward) return "forward-compute";
+  if (action.op == parallel::PipelineOp::kBackward) return "backward-compute";
+  bool send_act = false, recv_act = false, send_grad = false, recv_grad = false;
+  for (const parallel::P2PMessage& m : action.messages) {
+    (m.gradient ? (m.send ? send_grad : recv_grad) : (m.send ? send_act : recv_act)) = true;
+  }
+  const int kinds = send_act + recv_act + send_grad + recv_grad;
+  if (kinds == 1) {
+    return send_act ? "forward-send" : recv_act ? "forward-recv" : send_grad ? "backward-send" : "backward-recv";
+  }
+  if (kinds == 2) {
+    if (send_act && recv_grad) return "forward-send-backward-recv";
+    if (send_grad && recv_act) return "backward-send-forward-recv";
+    if (send_act && recv_act) return "forward-send-forward-recv";
+    if (send_grad && recv_grad) return "backward-send-backward-recv";
+  }
+  return "forward-backward-send-forward-backward-recv";
 }
 
 }  // namespace megatron::train

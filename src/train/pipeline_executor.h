@@ -57,7 +57,19 @@ struct PipelineCallbacks {
   // Null: not called. Called for each kForward / kBackward with the activation set it uses,
   // after the waits for its buffers, just before it runs (tests, tracing).
   std::function<void(const parallel::PipelineAction& compute, int64_t set)> before_compute;
+  // Null: not called. Called with started = true just before each action runs (a compute after
+  // the waits for its buffers, after before_compute) and with false right after it (an
+  // overlapped exchange: after it is posted, not completed): Megatron's timers
+  // (megatron_timer_name).
+  std::function<void(const parallel::PipelineAction& action, bool started)> phase;
 };
+
+// The name of Megatron's timer for an action: "forward-compute" / "backward-compute", and for an
+// exchange the name of the p2p_communication function that moves the same messages
+// ("forward-recv", "forward-send", "backward-recv", "backward-send", "forward-send-backward-recv",
+// "backward-send-forward-recv", "forward-send-forward-recv", "backward-send-backward-recv", and
+// "forward-backward-send-forward-backward-recv" for any other mix).
+const char* megatron_timer_name(const parallel::PipelineAction& action);
 
 // Runs `table` (the blocking form, as pipeline_schedule makes it) and returns the sum of the
 // micro-batch losses (last virtual stage; 0 elsewhere), read from the device once, after the

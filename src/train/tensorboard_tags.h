@@ -57,6 +57,16 @@ inline constexpr std::string_view kAll[] = {
     kLmLossValidation, kLmLossValidationVsSamples, kLmLossValidationPpl, kLmLossValidationPplVsSamples,
 };
 
+// --- training_log(), every --tensorboard-log-interval iterations, with their flags (not in
+// kAll's fixture). --log-memory-to-tensorboard: torch.cuda.memory_stats()'s current reserved
+// bytes, allocated bytes and allocation count (ours: no caching allocator, so reserved ==
+// allocated; the tracked tensors' bytes and live storages). --log-world-size-to-tensorboard.
+inline constexpr std::string_view kMemReservedBytes = "mem-reserved-bytes";               // x: iteration
+inline constexpr std::string_view kMemAllocatedBytes = "mem-allocated-bytes";             // x: iteration
+inline constexpr std::string_view kMemAllocatedCount = "mem-allocated-count";             // x: iteration
+inline constexpr std::string_view kWorldSize = "world-size";                              // x: iteration
+inline constexpr std::string_view kWorldSizeVsSamples = "world-size vs samples";          // x: consumed samples
+
 // True for the tags whose x-axis (the event's step) is consumed samples rather than iteration.
 constexpr bool is_vs_samples(std::string_view tag) { return tag.ends_with(" vs samples"); }
 

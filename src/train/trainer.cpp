@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -58,6 +60,12 @@ DType param_dtype(const TrainConfig& c) { return c.bf16 ? DType::kBF16 : c.fp16 
 std::atomic<bool> g_exit_requested{false};
 extern "C" void on_sigterm(int) { g_exit_requested.store(true); }
 
+std::string node_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "unknown";
+  return buf;
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out, comm::ProcessGroups* groups)
@@ -79,6 +87,10 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   microbatches_ = std::make_unique<NumMicroBatchesCalculator>(c.microbatch_calculator());
   *log0_ << microbatches_->describe() << '\n';
   train_iters_ = c.total_train_iters();
+  timers_ = std::make_unique<Timers>(c.timing_log_level, parse_timing_log_option(c.timing_log_option),
+                                     [this] { backend_.synchronize(); });
+  comm::Communicator* world = groups_->world.get();
+  timers_->start("train/valid/test-data-iterators-setup", 0, world, /*barrier=*/true);
 
   // Data: the sample counts Megatron asks of each split (build_train_valid_test_data_loaders).
   data::GPTDataConfig dc;
@@ -98,6 +110,9 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   if (!datasets_.train()) {
     throw_error("[--split] the training split of ", c.mock_data ? "--mock-data" : "--data-path", " is empty");
   }
+  timers_->stop("train/valid/test-data-iterators-setup");
+
+  timers_->start("model-and-optimizer-setup", 0, world, /*barrier=*/true);
 
   *log0_ << "building GPT model ...\n";
   model::TensorParallelOptions tp;
@@ -115,6 +130,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   oc.eps = static_cast<float>(c.adam_eps);
   oc.clip_grad = c.clip_grad;
   oc.count_zeros = c.log_num_zeros_in_grad;
+  oc.check_for_nan_in_grad = c.check_for_nan_in_loss_and_grad;
   optim::GradScaler scaler = optim::GradScaler::constant(1.0f);
   if (c.fp16) {
     if (c.loss_scale) {
@@ -132,14 +148,19 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   const DataParallelOptions dp = data_parallel_options(c, *groups_, *model_);
   overlapped_grads_ = overlaps_grad_reduce(c);
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, oc, std::move(scaler), dp);
+  optimizer_->set_timers(timers_.get(), world, c.barrier_with_l1_time);
   connect_overlap_hooks(c, *model_, *optimizer_);
   scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));
   *log0_ << model::format_memory_plan(train_memory_plan(c, groups_->coords.pp));
   *log0_ << flops_formula_text(c.model, c.global_batch_size, c.flops_convention);
 
   if (c.load) {
+    timers_->start("load-checkpoint", 0, world, /*barrier=*/true);
     progress_ = load_training_checkpoint(c, model_->parameters(), *optimizer_, *scheduler_, backend_, *log0_);
+    timers_->stop("load-checkpoint", world, /*barrier=*/true);
+    log_timers({"load-checkpoint"});
   }
+  timers_->stop("model-and-optimizer-setup");
   // Megatron writes TensorBoard from the last rank, the one that has the logged values.
   if (groups_->is_last_rank()) {
     if (c.tensorboard_dir) tensorboard_ = std::make_unique<TensorBoardWriter>(*c.tensorboard_dir, c.tensorboard_queue_size);
@@ -163,8 +184,15 @@ std::vector<parallel::PipelineAction> Trainer::pipeline_table(int64_t num_micro,
   return table;
 }
 
+void Trainer::log_timers(const std::vector<std::string>& names, double normalizer) {
+  if (const std::optional<std::string> block = timers_->log(names, *groups_->world, normalizer)) {
+    *log_last_ << *block << '\n' << std::flush;
+  }
+}
+
 void Trainer::save() {
   if (!config_.save) return;
+  timers_->start("save-checkpoint", 0, groups_->world.get(), /*barrier=*/true);
   // The model values are read below: the parameter gather must have landed.
   optimizer_->grad_buffer().finish_param_gather();
   // Collective: with the distributed optimizer the owners send their state to DP rank 0.
@@ -185,6 +213,8 @@ void Trainer::save() {
   }
   // Nobody goes on (and perhaps exits, or reads the checkpoint) before it is complete.
   groups_->world->barrier();
+  timers_->stop("save-checkpoint", groups_->world.get(), /*barrier=*/true);
+  log_timers({"save-checkpoint"});
 }
 
 void Trainer::log_to_tensorboard(const StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm) {
@@ -203,6 +233,15 @@ void Trainer::log_to_tensorboard(const StepResult& step, double loss, int64_t gb
   if (step.grad_norm) both(tb_tags::kGradNorm, tb_tags::kGradNormVsSamples, *step.grad_norm);
   if (step.num_zeros) both(tb_tags::kNumZeros, tb_tags::kNumZerosVsSamples, static_cast<double>(*step.num_zeros));
   if (params_norm) both(tb_tags::kParamsNorm, tb_tags::kParamsNormVsSamples, *params_norm);
+  if (c.log_memory_to_tensorboard) {
+    const MemorySnapshot m = memory_tracker(backend_.device()).snapshot();
+    tensorboard_->add_scalar(std::string(tb_tags::kMemReservedBytes), static_cast<double>(m.current_total), it);
+    tensorboard_->add_scalar(std::string(tb_tags::kMemAllocatedBytes), static_cast<double>(m.current_total), it);
+    tensorboard_->add_scalar(std::string(tb_tags::kMemAllocatedCount), static_cast<double>(m.live_allocations), it);
+  }
+  if (c.log_world_size_to_tensorboard) {
+    both(tb_tags::kWorldSize, tb_tags::kWorldSizeVsSamples, static_cast<double>(groups_->world_size()));
+  }
 }
 
 void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_sample, int64_t k,
@@ -301,12 +340,22 @@ TrainSummary Trainer::run() {
   int64_t advanced = 0, skipped = 0, nans = 0;
   auto interval_start = Clock::now();
   bool memory_reported = false, first = true;
-  // --log-timers-to-tensorboard: seconds per phase since the last log line, as Megatron's
-  // timers "batch-generator", "forward-backward" and "optimizer" (synchronising the device at
-  // phase boundaries, which is why it is opt-in).
-  double t_batch = 0.0, t_fwd_bwd = 0.0, t_optimizer = 0.0;
-  const bool timers = tensorboard_ && c.log_timers_to_tensorboard;
-
+  // Megatron's timers (train/timers.h): level 1 brackets forward-backward, the gradient
+  // reductions and the optimizer (after a barrier unless --no-barrier-with-level-1-timing),
+  // level 2 also each batch, compute and exchange; those above --timing-log-level cost nothing.
+  comm::Communicator* world = groups_->world.get();
+  const bool l1_barrier = c.barrier_with_l1_time;
+  *log0_ << "done with setup ...\n" << std::flush;
+  log_timers({"model-and-optimizer-setup", "train/valid/test-data-iterators-setup"});
+  if (c.skip_train) {
+    // Megatron HEAD's --skip-train: straight to the final validation and test evaluations.
+    *log0_ << "skipping training (--skip-train is on) ...\n" << std::flush;
+    summary.iterations = progress_.iteration;
+    summary.consumed_samples = progress_.consumed_train_samples;
+    microbatches_->update(progress_.consumed_train_samples);  // the batch size a resume would have
+    evaluate_final(&summary);
+    return summary;
+  }
   *log0_ << "training ...\n" << std::flush;
   while (progress_.iteration < train_iters_) {
     microbatches_->update(progress_.consumed_train_samples);
@@ -315,14 +364,7 @@ TrainSummary Trainer::run() {
 
     optimizer_->zero_grads();
     double iter_loss = 0.0;
-    auto phase_start = Clock::now();
-    auto lap = [&](double* total) {
-      if (!timers) return;
-      backend_.synchronize();
-      const auto now = Clock::now();
-      *total += std::chrono::duration<double>(now - phase_start).count();
-      phase_start = now;
-    };
+    timers_->start("forward-backward", 1, world, l1_barrier);
     // Forward and backward of the micro-batches in the pipeline schedule's order (one stage:
     // forward k, backward k). The loss head's backward runs right after each loss.
     model::HeadBackward head;
@@ -330,10 +372,16 @@ TrainSummary Trainer::run() {
     head.grad_scale = 1.0f / static_cast<float>(num_micro);
     PipelineCallbacks cb;
     cb.load = [&](int64_t k, model::MicroBatch* mb) {
-      lap(&t_fwd_bwd);
+      timers_->start("batch-generator", 2);
       load_micro_batch(*datasets_.train(), progress_.consumed_train_samples, k, mb);
-      lap(&t_batch);
+      timers_->stop("batch-generator");
     };
+    if (timers_->active(2)) {
+      cb.phase = [&](const parallel::PipelineAction& a, bool started) {
+        const char* name = megatron_timer_name(a);
+        started ? timers_->start(name, 2) : timers_->stop(name);
+      };
+    }
     cb.dropout = [&](int64_t k) {
       model::DropoutContext dropout;
       dropout.seed = static_cast<uint64_t>(c.seed);
@@ -360,14 +408,24 @@ TrainSummary Trainer::run() {
     // the TP ranks' buffers have the same layout, so the distributed optimizer's shards line
     // up). The tied embedding's bucket is held back from the overlap (train/grad_buffer.h):
     // it starts in reduce_gradients(), after the embedding-group sum below.
-    if (!overlapped_grads_) model_->reduce_sequence_parallel_grads();
+    auto reduce_layernorm_grads = [&] {
+      timers_->start("layernorm-grads-all-reduce", 1, world, l1_barrier);
+      model_->reduce_sequence_parallel_grads();
+      timers_->stop("layernorm-grads-all-reduce");
+    };
+    if (!overlapped_grads_) reduce_layernorm_grads();
+    timers_->start("embedding-grads-all-reduce", 1, world, l1_barrier);
     if (model::Parameter* tied = model_->tied_embedding()) {
       MT_CHECK(groups_->embedding != nullptr) << "a stage with the tied embedding outside the embedding group";
       groups_->embedding->all_reduce(tied->grad, comm::ReduceOp::kSum);
     }
+    timers_->stop("embedding-grads-all-reduce");
+    timers_->start("all-grads-sync", 1, world, l1_barrier);
     optimizer_->reduce_gradients();
-    if (overlapped_grads_) model_->reduce_sequence_parallel_grads();
-    lap(&t_fwd_bwd);
+    timers_->stop("all-grads-sync");
+    if (overlapped_grads_) reduce_layernorm_grads();
+    timers_->stop("forward-backward");
+    const double local_loss = iter_loss;  // this rank's sum of micro-batch losses (last stage)
     // The loss of the global batch: this rank's micro-batch mean, averaged over DP.
     iter_loss = comm::all_reduce_scalar(*groups_->dp_cp, iter_loss, comm::ReduceOp::kSum) /
                 static_cast<double>(num_micro * groups_->dp_cp->size());
@@ -377,9 +435,25 @@ TrainSummary Trainer::run() {
              << model_->recording_failure() << "; its ops are issued one by one from now on\n";
       recording_failure_reported_ = true;
     }
+    timers_->start("optimizer", 1, world, l1_barrier);
     const StepResult step = optimizer_->step(static_cast<float>(scheduler_->lr()),
                                              static_cast<float>(scheduler_->weight_decay()));
-    lap(&t_optimizer);
+    timers_->stop("optimizer");
+    if (c.check_for_nan_in_loss_and_grad) {
+      // Megatron's check_for_nan_in_loss_and_grad, fatal. A NaN or Inf loss makes the
+      // gradients NaN, and the NaN norm (the same on every rank) stopped the step before AdamW,
+      // so every rank stops here; the last stage names its loss first.
+      if (groups_->coords.pp == groups_->sizes.pp - 1 && !std::isfinite(local_loss)) {
+        throw_error("[--no-check-for-nan-in-loss-and-grad] rank ", groups_->rank(), ": found ",
+                    std::isnan(local_loss) ? "NaN" : "Inf", " in the local forward loss at iteration ",
+                    progress_.iteration + 1, " (node ", node_name(), ")");
+      }
+      if (step.nan_grad_norm) {
+        throw_error("[--no-check-for-nan-in-loss-and-grad] rank ", groups_->rank(),
+                    ": found NaN in the gradients (grad norm) at iteration ", progress_.iteration + 1,
+                    "; the step was not applied");
+      }
+    }
     if (step.success) scheduler_->step(gbs);
     progress_.consumed_train_samples += gbs;
     ++progress_.iteration;
@@ -401,6 +475,14 @@ TrainSummary Trainer::run() {
       std::optional<double> params_norm;
       if (c.log_params_norm) params_norm = optimizer_->params_norm();
       if (tensorboard_) log_to_tensorboard(step, iter_loss, gbs, params_norm);
+      if (c.log_timers_to_tensorboard) {
+        // Megatron's timers.write: each timer's largest time over the ranks, per iteration of
+        // the log interval so far, in seconds (collective; resets nothing).
+        const auto times = timers_->max_seconds(iteration_timer_names(), *world, static_cast<double>(advanced + skipped));
+        if (tensorboard_) {
+          for (const auto& [tag, seconds] : times) tensorboard_->add_scalar(tag, seconds, iteration);
+        }
+      }
     }
 
     if (iteration % c.log_interval == 0) {
@@ -429,14 +511,9 @@ TrainSummary Trainer::run() {
       log.eta_seconds = per_iter * static_cast<double>(train_iters_ - iteration);
       *log_last_ << format_iteration_line(log) << '\n' << std::flush;
       if (advanced > 0) summary.last_loss = loss_sum / static_cast<double>(advanced);
-      if (timers) {
-        const double n = static_cast<double>(iters);
+      if (tensorboard_ && c.log_timers_to_tensorboard) {
         tensorboard_->add_scalar(std::string(tb_tags::kIterationTime), per_iter, iteration);
         if (log.tflops_per_gpu) tensorboard_->add_scalar(std::string(tb_tags::kThroughput), *log.tflops_per_gpu, iteration);
-        tensorboard_->add_scalar("batch-generator-time", t_batch / n, iteration);
-        tensorboard_->add_scalar("forward-backward-time", t_fwd_bwd / n, iteration);
-        tensorboard_->add_scalar("optimizer-time", t_optimizer / n, iteration);
-        t_batch = t_fwd_bwd = t_optimizer = 0.0;
       }
       if (tensorboard_) tensorboard_->flush();
       if (jsonl_) {
@@ -460,6 +537,7 @@ TrainSummary Trainer::run() {
              << '\n';
         memory_reported = true;
       }
+      log_timers(iteration_timer_names(), static_cast<double>(c.log_interval));
       loss_sum = 0.0;
       interval_tokens = 0.0;
       advanced = skipped = nans = 0;
@@ -508,18 +586,23 @@ TrainSummary Trainer::run() {
   *log0_ << "after training is done\n";
   // HEAD: the final save unless the last iteration was just saved.
   if (c.save && progress_.iteration != 0 && !(c.save_interval && progress_.iteration % *c.save_interval == 0)) save();
+  evaluate_final(&summary);
+  return summary;
+}
+
+void Trainer::evaluate_final(TrainSummary* summary) {
+  const TrainConfig& c = config_;
   const int64_t gbs = microbatches_->current_global_batch_size();
   const std::string at = "iteration " + std::to_string(progress_.iteration);
-  if (do_valid) {
+  if (datasets_.valid() && c.eval_iters > 0) {
     evaluate_and_print(at + " on validation set", *datasets_.valid(), &progress_.consumed_valid_samples, gbs,
-                       &summary.final_valid_loss);
+                       &summary->final_valid_loss);
   }
   if (datasets_.test() && c.eval_iters > 0) {
     int64_t consumed_test = 0;
     evaluate_and_print(at + " on test set", *datasets_.test(), &consumed_test, gbs, nullptr);
   }
   if (tensorboard_) tensorboard_->flush();
-  return summary;
 }
 
 }  // namespace megatron::train

@@ -48,6 +48,7 @@
 #include "train/config.h"
 #include "train/metrics_jsonl.h"
 #include "train/tensorboard_writer.h"
+#include "train/timers.h"
 #include "train/lr_scheduler.h"
 #include "train/microbatches.h"
 #include "train/optimizer.h"
@@ -92,11 +93,15 @@ class Trainer {
   void evaluate_and_print(const std::string& prefix, const data::TokenDataset& dataset, int64_t* consumed,
                           int64_t global_batch, double* loss_out);
   void save();
+  // The validation and test evaluations after training (or instead of it, --skip-train).
+  void evaluate_final(TrainSummary* summary);
   // This stage's schedule for `num_micro` micro-batches (checked against the model's sets).
   std::vector<parallel::PipelineAction> pipeline_table(int64_t num_micro, bool forward_only) const;
   // TensorBoard scalars of one iteration (every --tensorboard-log-interval).
   // `params_norm`: --log-params-norm's value (computed by every rank: it is collective).
   void log_to_tensorboard(const StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm);
+  // Timers::log over the world, printed by the last rank (collective).
+  void log_timers(const std::vector<std::string>& names, double normalizer = 1.0);
 
   TrainConfig config_;
   backend::Backend& backend_;
@@ -114,6 +119,7 @@ class Trainer {
   std::unique_ptr<NumMicroBatchesCalculator> microbatches_;
   int64_t train_iters_ = 0;
   TrainProgress progress_;
+  std::unique_ptr<Timers> timers_;  // --timing-log-level (train/timers.h)
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::unique_ptr<MetricsJsonlWriter> jsonl_;
 };

@@ -274,16 +274,13 @@ TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
   EXPECT_EQ(error_of(with(base_args(), {"--ckpt-format", "torch"})),
             "[--ckpt-format] is not supported yet (checkpoints use one format: safetensors + metadata.json "
             "(--save/--load))");
-  EXPECT_EQ(error_of(with(base_args(), {"--log-memory-to-tensorboard"})),
-            "[--log-memory-to-tensorboard] is not supported yet (this TensorBoard option is not implemented yet)");
-  for (const char* flag : {"--swiglu", "--data-impl", "--tokenizer-type",
-                           "--timing-log-level"}) {
+  EXPECT_EQ(error_of(with(base_args(), {"--profile"})), "[--profile] is not supported yet (profiler hooks)");
+  for (const char* flag : {"--swiglu", "--data-impl", "--tokenizer-type"}) {
     Argv a = base_args();
     a.push_back(flag);
     // Value-taking flags get a value that is not accepted.
     if (std::string(flag) == "--data-impl") a.push_back("lazy");
     if (std::string(flag) == "--tokenizer-type") a.push_back("SentencePieceTokenizer");
-    if (std::string(flag) == "--timing-log-level") a.push_back("2");
     const std::string msg = error_of(a);
     EXPECT_EQ(msg.rfind(std::string("[") + flag + "]", 0), 0u) << msg;
     EXPECT_NE(msg.find("is not supported yet ("), std::string::npos) << msg;
@@ -425,6 +422,20 @@ TEST(TrainArgs, SeparateDataPathsPerSplit) {
   EXPECT_ERROR_NAMES(with(a, {"--test-data-path", "v_text_document"}), "--train-data-path]");
   EXPECT_ERROR_NAMES(with(a, {"--mock-data", "--valid-data-path", "v_text_document"}), "--mock-data]");
   EXPECT_ERROR_NAMES(with(a, {"--train-data-path"}), "--train-data-path]");
+}
+
+TEST(TrainArgs, TimingFlags) {
+  const TrainConfig c = parse(with(base_args(), {"--timing-log-level", "2", "--timing-log-option", "max",
+                                                 "--no-barrier-with-level-1-timing"}));
+  EXPECT_EQ(c.timing_log_level, 2);
+  EXPECT_EQ(c.timing_log_option, "max");
+  EXPECT_FALSE(c.barrier_with_l1_time);
+  const TrainConfig d = parse(base_args());
+  EXPECT_EQ(d.timing_log_level, 0);
+  EXPECT_EQ(d.timing_log_option, "minmax");
+  EXPECT_TRUE(d.barrier_with_l1_time);
+  EXPECT_ERROR_NAMES(with(base_args(), {"--timing-log-level", "3"}), "--timing-log-level]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--timing-log-option", "median"}), "--timing-log-option]");
 }
 
 TEST(TrainArgs, NullTokenizerNeedsVocabSizeAndNoVocabFiles) {

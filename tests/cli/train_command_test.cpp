@@ -139,6 +139,103 @@ TEST(TrainCommand, SeparateDataPathsPerSplit) {
   EXPECT_NE(out.find("[--train-data-path] is required"), std::string::npos) << out;
 }
 
+// Megatron's check_for_nan_in_loss_and_grad, on by default: a learning rate of 1e30 blows the
+// weights up after one step, the second forward's loss is NaN, and the run stops there with one
+// line naming the rank and the iteration (nothing is saved). --no-check-for-nan-in-loss-and-grad
+// trains on, as Megatron does, through NaN grad norms.
+TEST(TrainCommand, NanLossStopsTheRunUnlessTheCheckIsOff) {
+  const std::string dir = test::scratch_dir("train_command_nan");
+  {
+    data::IndexedDatasetWriter writer(dir + "/d_text_document", data::TokenDType::kUInt16);
+    for (int d = 0; d < 20; ++d) {
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < 40; ++i) tokens.push_back((d * 13 + i * 11) % 50257);
+      const int32_t len = static_cast<int32_t>(tokens.size());
+      writer.add_document(tokens, std::span<const int32_t>(&len, 1));
+    }
+    writer.finalize();
+  }
+  const std::string common = "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+                             "--micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e30 --log-interval 1 "
+                             "--eval-iters 0 --split 1,0,0 --data-path " + dir + "/d_text_document --data-cache-path " +
+                             dir + "/cache --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
+                             test::gpt2_merge_file() + " --save " + dir + "/ckpt --save-interval 2";
+  int status = 0;
+  std::string out = train(common, &status);
+  EXPECT_NE(status, 0) << out;
+  EXPECT_NE(out.find("error: [--no-check-for-nan-in-loss-and-grad] rank 0: found NaN in the local forward loss at "
+                     "iteration 2 (node "),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("saving checkpoint"), std::string::npos) << out;
+  EXPECT_EQ(out.find(" iteration        2/"), std::string::npos) << "iteration 2 must not be logged\n" << out;
+
+  out = train(common + " --no-check-for-nan-in-loss-and-grad", &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(" iteration        4/       4 |"), std::string::npos) << out;
+  EXPECT_NE(out.find("grad norm: nan |"), std::string::npos) << out;
+}
+
+// --use-checkpoint-args takes the model's shape from the checkpoint (given flags win),
+// --ckpt-step loads an older iteration than the latest, and --skip-train only evaluates: the
+// validation loss of iteration 4 equals the one printed at the end of training.
+TEST(TrainCommand, EvaluateACheckpointWithItsOwnArgs) {
+  const std::string dir = test::scratch_dir("train_command_ckpt_args");
+  {
+    data::IndexedDatasetWriter writer(dir + "/d_text_document", data::TokenDType::kUInt16);
+    for (int d = 0; d < 40; ++d) {
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < 50; ++i) tokens.push_back((d * 29 + i * 3) % 50257);
+      const int32_t len = static_cast<int32_t>(tokens.size());
+      writer.add_document(tokens, std::span<const int32_t>(&len, 1));
+    }
+    writer.finalize();
+  }
+  const std::string data = "--micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e-3 --log-interval 1 "
+                           "--eval-interval 100 --eval-iters 2 --split 80,20,0 --data-path " + dir +
+                           "/d_text_document --data-cache-path " + dir + "/cache --vocab-file " +
+                           test::gpt2_vocab_file() + " --merge-file " + test::gpt2_merge_file();
+  int status = 0;
+  std::string out = train("--num-layers 2 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+                          "--layernorm-epsilon 1e-6 --untie-embeddings-and-output-weights " + data + " --save " + dir +
+                              "/ckpt --save-interval 2",
+                          &status);
+  ASSERT_EQ(status, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("validation loss at iteration 4 on validation set \\| lm loss value: "
+                                                   "([0-9.E+-]+)")))
+      << out;
+  const std::string trained_loss = m[1];
+
+  out = train("--use-checkpoint-args --skip-train --load " + dir + "/ckpt " + data, &status);
+  ASSERT_EQ(status, 0) << out;
+  for (const char* line : {"Setting num_layers to 2 from checkpoint", "Setting hidden_size to 16 from checkpoint",
+                           "Setting seq_length to 8 from checkpoint", "Setting layernorm_epsilon to ",
+                           "Setting untie_embeddings_and_output_weights to True from checkpoint",
+                           "skipping training (--skip-train is on) ..."}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+  }
+  EXPECT_EQ(out.find(" iteration        "), std::string::npos) << "no training step\n" << out;
+  EXPECT_NE(out.find("validation loss at iteration 4 on validation set | lm loss value: " + trained_loss),
+            std::string::npos)
+      << out;
+
+  // --ckpt-step 2; a given flag wins over the checkpoint's (a different shape no longer loads).
+  out = train("--use-checkpoint-args --skip-train --ckpt-step 2 --load " + dir + "/ckpt " + data, &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("validation loss at iteration 2 on validation set"), std::string::npos) << out;
+  out = train("--use-checkpoint-args --skip-train --hidden-size 32 --load " + dir + "/ckpt " + data, &status);
+  EXPECT_NE(status, 0) << out;
+  EXPECT_EQ(out.find("Setting hidden_size"), std::string::npos) << out;
+
+  out = train("--use-checkpoint-args --skip-train --ckpt-step 3 --load " + dir + "/ckpt " + data, &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("iter_0000003"), std::string::npos) << out;
+  out = train("--use-checkpoint-args --skip-train " + data, &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("[--load] is required by --use-checkpoint-args"), std::string::npos) << out;
+}
+
 // Megatron-Core's mock data: training reads its documents (1, 2, ..., L-1, <|endoftext|>); the
 // checkpoint records the flag (a resume with it shows no difference there), and --data-path
 // beside it is refused.

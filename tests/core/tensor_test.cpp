@@ -37,6 +37,19 @@ TEST(Tensor, CpuTensorIsZeroFilledAndCounted) {
   EXPECT_FALSE(Tensor().defined());
 }
 
+// The live allocation count (Megatron's mem-allocated-count): one per storage, none per view.
+TEST(Tensor, LiveAllocationsCountStoragesNotViews) {
+  const auto live = [] { return memory_tracker(Device::kCPU).snapshot().live_allocations; };
+  const int64_t before = live();
+  {
+    Tensor a = Tensor::cpu({4});
+    Tensor b = Tensor::cpu({2, 2});
+    Tensor v = a.view({2, 2});
+    EXPECT_EQ(live(), before + 2);
+  }
+  EXPECT_EQ(live(), before);
+}
+
 TEST(Tensor, ViewsShareStorage) {
   Tensor t = Tensor::cpu({4, 3}, DType::kI32);
   for (int32_t i = 0; i < 12; ++i) t.data_as<int32_t>()[i] = i;

@@ -200,7 +200,8 @@ TEST(Checkpoint, TensorBoardAndJsonl) {
   const std::string dir = test::scratch_dir("ckpt_tb");
   write_corpus(dir);
   train(dir, {"--tensorboard-dir", dir + "/tb", "--log-jsonl", dir + "/metrics.jsonl", "--train-iters", "8",
-              "--log-validation-ppl-to-tensorboard", "--log-timers-to-tensorboard"});
+              "--log-validation-ppl-to-tensorboard", "--log-timers-to-tensorboard", "--timing-log-level", "1",
+              "--log-memory-to-tensorboard", "--log-world-size-to-tensorboard"});
   std::ifstream jl(dir + "/metrics.jsonl");
   std::string line;
   int iterations = 0, validations = 0;
@@ -221,7 +222,9 @@ TEST(Checkpoint, TensorBoardAndJsonl) {
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     for (const char* tag : {"learning-rate", "learning-rate vs samples", "lm loss", "lm loss vs samples", "loss-scale",
                             "grad-norm", "iteration-time", "forward-backward-time", "optimizer-time",
-                            "lm loss validation", "lm loss validation ppl vs samples"}) {
+                            "lm loss validation", "lm loss validation ppl vs samples", "mem-allocated-bytes",
+                            "mem-reserved-bytes", "mem-allocated-count", "world-size", "world-size vs samples",
+                            "all-grads-sync-time", "optimizer-inner-step-time"}) {
       EXPECT_NE(bytes.find(tag), std::string::npos) << tag;
     }
   }

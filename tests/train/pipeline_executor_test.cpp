@@ -401,5 +401,42 @@ TEST(PipelineExecutor, OverlappedForwardWaitsOnlyForActivations) {
   EXPECT_NE(std::find(blocking.begin(), blocking.end(), "blocking send igrad recv in 0.0"), blocking.end());
 }
 
+// Megatron's p2p_communication names for our exchanges (its timers' names), by which messages
+// an exchange holds.
+TEST(PipelineExecutor, MegatronTimerNames) {
+  using parallel::P2PMessage;
+  using parallel::PipelineAction;
+  using parallel::PipelineOp;
+  auto exchange = [](std::vector<std::pair<bool, bool>> send_gradient) {
+    PipelineAction a;
+    a.op = PipelineOp::kComm;
+    for (const auto& [send, gradient] : send_gradient) {
+      P2PMessage m;
+      m.send = send;
+      m.gradient = gradient;
+      a.messages.push_back(m);
+    }
+    return a;
+  };
+  PipelineAction f;
+  f.op = PipelineOp::kForward;
+  PipelineAction b;
+  b.op = PipelineOp::kBackward;
+  EXPECT_STREQ(megatron_timer_name(f), "forward-compute");
+  EXPECT_STREQ(megatron_timer_name(b), "backward-compute");
+  EXPECT_STREQ(megatron_timer_name(exchange({{false, false}})), "forward-recv");
+  EXPECT_STREQ(megatron_timer_name(exchange({{true, false}})), "forward-send");
+  EXPECT_STREQ(megatron_timer_name(exchange({{false, true}})), "backward-recv");
+  EXPECT_STREQ(megatron_timer_name(exchange({{true, true}})), "backward-send");
+  EXPECT_STREQ(megatron_timer_name(exchange({{true, false}, {false, true}})), "forward-send-backward-recv");
+  EXPECT_STREQ(megatron_timer_name(exchange({{false, false}, {true, true}})), "backward-send-forward-recv");
+  EXPECT_STREQ(megatron_timer_name(exchange({{true, false}, {false, false}})), "forward-send-forward-recv");
+  EXPECT_STREQ(megatron_timer_name(exchange({{true, true}, {false, true}})), "backward-send-backward-recv");
+  EXPECT_STREQ(megatron_timer_name(exchange({{true, false}, {true, true}, {false, false}, {false, true}})),
+               "forward-backward-send-forward-backward-recv");
+  // Two activations sent (two virtual chunks) are still one kind of message.
+  EXPECT_STREQ(megatron_timer_name(exchange({{true, false}, {true, false}})), "forward-send");
+}
+
 }  // namespace
 }  // namespace megatron::train

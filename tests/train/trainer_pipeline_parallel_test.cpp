@@ -287,6 +287,68 @@ TEST(TrainerPipelineParallel, DryRunPrintsEveryStage) {
       << r.output;
 }
 
+int occurrences(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// --timing-log-level: Megatron's timer blocks, gathered over the ranks and printed once by the
+// last rank after each iteration line; the pipeline exchanges under p2p_communication's names;
+// the distributed optimizer's params-all-gather; --timing-log-option all lists every rank.
+// Timing (device syncs, barriers) changes no value: the losses are those of the untimed run.
+TEST(TrainerPipelineParallel, TimersPrintMegatronsBlocksOnceForAllRanks) {
+  const std::string dir = test::scratch_dir("trainer_pp_timers");
+  test::write_walk_corpus(dir);
+  const auto base = tp1(train_flags(dir));
+  const test::CommandResult plain =
+      test::run_ranks(with(base, {"--pipeline-model-parallel-size", "2", "--log-jsonl", dir + "/plain.jsonl"}), 2);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  EXPECT_EQ(occurrences(plain.output, "forward-backward ...."), 0) << "level 0 has no iteration timers";
+  EXPECT_EQ(occurrences(plain.output, "    model-and-optimizer-setup ......................: ("), 1) << plain.output;
+
+  const test::CommandResult pp2 = test::run_ranks(
+      with(base, {"--pipeline-model-parallel-size", "2", "--timing-log-level", "2", "--log-jsonl", dir + "/pp2.jsonl"}),
+      2);
+  ASSERT_EQ(pp2.status, 0) << pp2.output;
+  expect_same(read_jsonl(dir + "/plain.jsonl"), read_jsonl(dir + "/pp2.jsonl"), 1, "PP2 with timers");
+  EXPECT_EQ(occurrences(pp2.output, "(min, max) time across ranks (ms):\n    forward-backward ...."), 10) << pp2.output;
+  for (const char* name : {"forward-compute", "backward-compute", "batch-generator", "forward-send", "backward-recv",
+                           "forward-send-backward-recv", "backward-send-forward-recv", "layernorm-grads-all-reduce",
+                           "embedding-grads-all-reduce", "all-grads-sync", "optimizer-clip-main-grad",
+                           "optimizer-inner-step", "optimizer"}) {
+    EXPECT_EQ(occurrences(pp2.output, std::string("\n    ") + name + " ."), 10) << name << "\n" << pp2.output;
+  }
+  EXPECT_EQ(occurrences(pp2.output, "params-all-gather"), 0) << "the replicated optimizer gathers nothing";
+
+  const test::CommandResult dp2 = test::run_ranks(
+      with(base, {"--use-distributed-optimizer", "--timing-log-level", "1", "--timing-log-option", "all",
+                  "--log-jsonl", dir + "/dp2.jsonl"}),
+      2);
+  ASSERT_EQ(dp2.status, 0) << dp2.output;
+  EXPECT_EQ(occurrences(dp2.output, "times across ranks (ms):\n  forward-backward:\n     rank  0: "), 10) << dp2.output;
+  EXPECT_EQ(occurrences(dp2.output, "\n  params-all-gather:\n     rank  0: "), 10) << dp2.output;
+  EXPECT_EQ(occurrences(dp2.output, "\n     rank  1: "), 10 * occurrences(dp2.output, "\n     rank  0: ") / 10)
+      << "every timer runs on both ranks";
+  EXPECT_EQ(occurrences(dp2.output, "forward-compute"), 0) << "level 2 timers do not exist at level 1";
+}
+
+// check_for_nan_in_loss_and_grad under PP2: the last stage names its NaN loss, the first stage
+// (no loss there) stops on the same step's NaN gradient norm; both exit, nobody waits on a peer.
+TEST(TrainerPipelineParallel, NanLossStopsEveryStage) {
+  const std::string dir = test::scratch_dir("trainer_pp_nan");
+  test::write_walk_corpus(dir);
+  const test::CommandResult r = test::run_ranks(
+      with(tp1(train_flags(dir)), {"--pipeline-model-parallel-size", "2", "--lr", "1e30", "--lr-warmup-iters", "0",
+                                   "--distributed-timeout-minutes", "1"}),
+      2);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1: found NaN in the local forward loss at iteration "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0: found NaN in the gradients (grad norm) at iteration "), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("watchdog"), std::string::npos) << "the ranks stop together, not by timeout\n" << r.output;
+}
+
 void expect_one_line(const std::vector<std::string>& argv, int np, const std::string& expected) {
   const test::CommandResult r = test::run_ranks(argv, np);
   EXPECT_NE(r.status, 0);
