@@ -16,5 +16,7 @@ std::string describe_cuda_devices();
 std::string cuda_device_name(int device);
 // Bytes in use on the device (total - free, as the driver reports it: all processes).
 int64_t cuda_device_memory_used(int device);
+// The device's memory in bytes (cudaMemGetInfo's total), or 0 without CUDA.
+int64_t cuda_device_memory_total(int device);
 
 }  // namespace megatron::backend

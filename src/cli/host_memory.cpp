@@ -6,6 +6,7 @@
 
 #include "comm/launch_env.h"
 #include "core/error.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 
 namespace megatron::cli {
@@ -53,4 +54,41 @@ void check_host_memory(const std::string& command, const train::TrainConfig& con
                     comm::ranks_per_node(comm::process_environment(), config.world_size), host_available_bytes());
 }
 
+namespace {
+std::string gib(int64_t bytes) {
+  if (bytes < (int64_t{1} << 30)) {
+    char small[32];
+    std::snprintf(small, sizeof small, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+    return small;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+}  // namespace
+
+std::string save_memory_line(const train::TrainConfig& config) {
+  const train::CheckpointSaveMemory m = train::checkpoint_save_memory(config);
+  return " > checkpoint save (--save): rank 0 writes every tensor, " + gib(m.host_bytes) + " through its host memory (" +
+         gib(m.node_host_bytes) + " on its node), and holds " + gib(m.device_bytes) +
+         " more on its device than training while it saves\n";
+}
+
+// A checkpoint that cannot be written fails at its first save, after hours of training: say so
+// before the first step (the writer's device: training's plan plus what a save adds; its host:
+// the whole checkpoint).
+void check_save_memory(const train::TrainConfig& config, int64_t planned_device_bytes, int64_t device_total,
+                       std::optional<int64_t> host_available) {
+  const train::CheckpointSaveMemory m = train::checkpoint_save_memory(config);
+  const char* why = " (checkpoints are written by rank 0; sharded checkpoints are not implemented yet)";
+  if (device_total > 0 && planned_device_bytes + m.device_bytes > device_total) {
+    throw_error("[--save] saving a checkpoint of this layout needs ", gib(m.device_bytes),
+                " of rank 0's device memory beside training's ", gib(planned_device_bytes), ", more than its ",
+                gib(device_total), why);
+  }
+  if (host_available && m.node_host_bytes > *host_available) {
+    throw_error("[--save] saving a checkpoint of this layout passes ", gib(m.node_host_bytes),
+                " through rank 0's node's host memory, more than its ", gib(*host_available), " available", why);
+  }
+}
 }  // namespace megatron::cli

@@ -26,4 +26,12 @@ void check_host_memory(const std::string& command, int64_t planned_bytes, int64_
 // launcher's ranks on this node, this machine's MemAvailable.
 void check_host_memory(const std::string& command, const train::TrainConfig& config, int64_t stage);
 
+// --save: the line --dry-run prints (train::checkpoint_save_memory's numbers), and the check
+// `megatron train` makes on rank 0 before the first step: a one-line error naming --save when
+// training's planned device bytes plus what a save adds exceed `device_total` (0: unknown, not
+// checked) or the checkpoint's pass through the node's host memory exceeds `host_available`.
+std::string save_memory_line(const train::TrainConfig& config);
+void check_save_memory(const train::TrainConfig& config, int64_t planned_device_bytes, int64_t device_total,
+                       std::optional<int64_t> host_available);
+
 }  // namespace megatron::cli

@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
+
+#include <simdjson.h>
 
 #include "comm/rank_layout.h"
 #include "core/error.h"
@@ -115,6 +119,63 @@ constexpr FlagRow kFlagTable[] = {
     {"--empty-unused-memory-level", FlagType::kValue, FlagState::kValues, "0|1|2", "no-op: memory is planned up front"},
     {"--manual-gc", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no garbage collector"},
     {"--local-rank", FlagType::kValue, FlagState::kNoOp, "", "no-op: ranks come from the environment"},
+    // Megatron-Core-era flags of current scripts (megatron/training/arguments.py).
+    {"--manual-gc-interval", FlagType::kValue, FlagState::kNoOp, "", "no-op: no garbage collector"},
+    {"--manual-gc-eval", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no garbage collector"},
+    {"--no-manual-gc-eval", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no garbage collector"},
+    {"--rerun-mode", FlagType::kValue, FlagState::kValues, "disabled",
+     "the rerun state machine (validate_results, report_stats); NaN losses stop the run instead"},
+    {"--num-dataset-builder-threads", FlagType::kValue, FlagState::kNoOp, "", "no-op: the sample indices are built in one pass"},
+    {"--mmap-bin-files", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the .bin files are always memory-mapped"},
+    {"--no-mmap-bin-files", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the .bin files are always memory-mapped"},
+    {"--enable-one-logger", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no telemetry is sent anywhere"},
+    {"--no-one-logger", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no telemetry is sent anywhere"},
+    {"--te-rng-tracker", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: dropout masks come from a stateless Philox stream"},
+    {"--ckpt-fully-parallel-save", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
+    {"--ckpt-fully-parallel-load", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
+    {"--ckpt-assume-constant-structure", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
+    {"--dist-ckpt-strictness", FlagType::kValue, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
+    {"--ddp-average-in-collective", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: gradients are scaled by 1/DP before the sum, which differs only in rounding"},
+    {"--align-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when buckets start changes no value"},
+    {"--no-align-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when buckets start changes no value"},
+    {"--align-param-gather", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when gathers start changes no value"},
+    {"--no-align-param-gather", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when gathers start changes no value"},
+    {"--overlap-param-gather-with-optimizer-step", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: parameters gather as with --overlap-param-gather"},
+    {"--defer-embedding-wgrad-compute", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: a scheduling choice, the same gradients"},
+    {"--async-tensor-model-parallel-allreduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
+    {"--use-ring-exchange-p2p", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: pipeline messages go point to point"},
+    {"--no-initialization", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: initialisation on the device takes milliseconds"},
+    {"--memory-efficient-layer-norm", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
+    {"--gradient-accumulation-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
+    {"--no-rope-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
+    {"--bias-swiglu-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
+    {"--no-bias-swiglu-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
+    {"--no-query-key-layer-scaling", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: query-key layer scaling is off"},
+    {"--tp-comm-overlap", FlagType::kSwitch, FlagState::kUnsupported, "", "TP communication overlap (Transformer Engine userbuffers)"},
+    {"--grad-reduce-in-bf16", FlagType::kSwitch, FlagState::kUnsupported, "", "gradients are reduced in fp32"},
+    {"--calculate-per-token-loss", FlagType::kSwitch, FlagState::kUnsupported, "", "the loss is averaged per micro-batch"},
+    {"--ddp-num-buckets", FlagType::kValue, FlagState::kUnsupported, "", "use --ddp-bucket-size"},
+    {"--use-tp-pp-dp-mapping", FlagType::kSwitch, FlagState::kUnsupported, "", "ranks follow Megatron's default tp-cp-dp-pp order"},
+    {"--microbatch-group-size-per-virtual-pipeline-stage", FlagType::kValue, FlagState::kUnsupported, "",
+     "the interleaved schedule groups pipeline-size micro-batches"},
+    {"--head-lr-mult", FlagType::kValue, FlagState::kUnsupported, "", "one learning rate for all parameters"},
+    {"--decoupled-lr", FlagType::kValue, FlagState::kUnsupported, "", "one learning rate for all parameters"},
+    {"--decoupled-min-lr", FlagType::kValue, FlagState::kUnsupported, "", "one learning rate for all parameters"},
+    {"--init-method-xavier-uniform", FlagType::kSwitch, FlagState::kUnsupported, "", "normal initialisation only"},
+    {"--apply-layernorm-1p", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
+    {"--full-validation", FlagType::kSwitch, FlagState::kUnsupported, "", "validation runs --eval-iters iterations"},
+    {"--multiple-validation-sets", FlagType::kSwitch, FlagState::kUnsupported, "", "one validation set"},
+    {"--log-straggler", FlagType::kSwitch, FlagState::kUnsupported, "", "straggler detection"},
+    {"--disable-straggler-on-startup", FlagType::kSwitch, FlagState::kUnsupported, "", "straggler detection"},
+    {"--log-progress", FlagType::kSwitch, FlagState::kUnsupported, "", "progress.txt"},
+    {"--use-pytorch-profiler", FlagType::kSwitch, FlagState::kUnsupported, "", "profiler hooks"},
+    {"--record-memory-history", FlagType::kSwitch, FlagState::kUnsupported, "", "profiler hooks"},
+    {"--check-weight-hash-across-dp-replicas-interval", FlagType::kValue, FlagState::kUnsupported, "",
+     "weight hashes across data-parallel replicas"},
+    {"--no-shared-storage", FlagType::kSwitch, FlagState::kUnsupported, "",
+     "rank 0 builds the sample indices for all ranks on shared storage"},
     {"--local_rank", FlagType::kValue, FlagState::kNoOp, "", "no-op: ranks come from the environment"},
 };
 
@@ -130,6 +191,53 @@ std::vector<std::string> split_values(const char* values) {
     }
   }
   if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+// The whitespace-separated words of a text file (Megatron: open(path).read().split()).
+std::vector<std::string> read_words(const std::string& path, const char* flag) {
+  std::ifstream in(path);
+  if (!in) throw_error("[", flag, "] ", path, ": cannot open");
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+// --per-split-data-args-path: {"train": L, "valid": L, "test": L}, each L a list of strings or
+// one string of whitespace-separated words (Megatron splits it), or null for no data.
+std::array<std::vector<std::string>, 3> read_per_split_data_args(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw_error("[--per-split-data-args-path] ", path, ": cannot open");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (parser.parse(simdjson::padded_string(text)).get(doc) != simdjson::SUCCESS || !doc.is_object()) {
+    throw_error("[--per-split-data-args-path] ", path, ": not a JSON object");
+  }
+  std::array<std::vector<std::string>, 3> out;
+  for (int s = 0; s < 3; ++s) {
+    const char* key = data::kSplitNames[s];
+    simdjson::dom::element e;
+    if (doc[key].get(e) != simdjson::SUCCESS) {
+      throw_error("[--per-split-data-args-path] ", path, ": missing \"", key, "\" (null for no ", key, " data)");
+    }
+    if (e.is_null()) continue;
+    std::string_view str;
+    simdjson::dom::array list;
+    if (e.get_string().get(str) == simdjson::SUCCESS) {
+      std::istringstream words{std::string(str)};
+      for (std::string w; words >> w;) out[s].push_back(w);
+    } else if (e.get_array().get(list) == simdjson::SUCCESS) {
+      for (simdjson::dom::element item : list) {
+        if (item.get_string().get(str) != simdjson::SUCCESS) {
+          throw_error("[--per-split-data-args-path] ", path, ": \"", key, "\" holds a non-string");
+        }
+        out[s].emplace_back(str);
+      }
+    } else {
+      throw_error("[--per-split-data-args-path] ", path, ": \"", key, "\" must be a list, a string or null");
+    }
+  }
   return out;
 }
 
@@ -236,6 +344,7 @@ void declare_supported_flags(Args& a) {
       .option("--attention-dropout", "P", "attention dropout", "0.1")
       .option("--hidden-dropout", "P", "hidden dropout", "0.1")
       .option("--layernorm-epsilon", "E", "LayerNorm epsilon", "1e-05")
+      .option("--norm-epsilon", "E", "LayerNorm epsilon (Megatron-Core's name for --layernorm-epsilon)")
       .flag("--untie-embeddings-and-output-weights", "separate output layer weights")
       .flag("--openai-gelu", "tanh-approximated GELU (the default fused bias-GELU is tanh too)")
       .flag("--no-bias-gelu-fusion", "exact (erf) GELU, as Megatron's unfused path (unless --openai-gelu)")
@@ -245,6 +354,9 @@ void declare_supported_flags(Args& a) {
       .list("--train-data-path", "PATH", "the training data on its own: all sequences of a prefix, or weight/prefix pairs")
       .list("--valid-data-path", "PATH", "the validation data on its own (as --train-data-path; none: no validation)")
       .list("--test-data-path", "PATH", "the test data on its own (as --train-data-path)")
+      .option("--data-args-path", "FILE", "a file holding --data-path's values (whitespace-separated)")
+      .option("--per-split-data-args-path", "FILE",
+              "a JSON file {\"train\": ..., \"valid\": ..., \"test\": ...} of per-split data paths (lists or strings)")
       .flag("--mock-data", "Megatron-Core's mock data (100000 synthetic documents) instead of --data-path")
       .flag("--eod-mask-loss", "no loss at positions whose input token is the end of document")
       .option("--split", "A,B,C", "train/valid/test proportions", "969, 30, 1")
@@ -448,7 +560,10 @@ void fill_model(const Args& a, TrainConfig& c) {
   m.init_method_std = static_cast<float>(a.get_double("--init-method-std"));
   m.attention_dropout = static_cast<float>(a.get_double("--attention-dropout"));
   m.hidden_dropout = static_cast<float>(a.get_double("--hidden-dropout"));
-  m.layernorm_epsilon = static_cast<float>(a.get_double("--layernorm-epsilon"));
+  if (a.given("--norm-epsilon") && a.given("--layernorm-epsilon")) {
+    throw_error("[--norm-epsilon] and --layernorm-epsilon name the same value: give one");
+  }
+  m.layernorm_epsilon = static_cast<float>(a.get_double(a.given("--norm-epsilon") ? "--norm-epsilon" : "--layernorm-epsilon"));
   for (const char* name : {"--attention-dropout", "--hidden-dropout"}) {
     const double p = a.get_double(name);
     if (!(p >= 0.0 && p < 1.0)) throw_error("[", name, "] must be in [0, 1), got ", p);
@@ -837,14 +952,29 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   if (a.given("--log-jsonl")) c.log_jsonl = a.get_string("--log-jsonl");
 
   c.data_path = a.get_list("--data-path");
+  if (a.given("--data-args-path")) {
+    if (a.given("--data-path")) throw_error("[--data-args-path] cannot be combined with --data-path (give one)");
+    c.data_path = read_words(a.get_string("--data-args-path"), "--data-args-path");
+    if (c.data_path.empty()) throw_error("[--data-args-path] ", a.get_string("--data-args-path"), " holds no data path");
+  }
   c.mock_data = a.get_flag("--mock-data");
   c.eod_mask_loss = a.get_flag("--eod-mask-loss");
-  if (c.mock_data && !c.data_path.empty()) throw_error("[--mock-data] cannot be combined with --data-path (give one)");
+  if (c.mock_data && !c.data_path.empty()) {
+    throw_error("[--mock-data] cannot be combined with ", a.given("--data-args-path") ? "--data-args-path" : "--data-path",
+                " (give one)");
+  }
   for (int s = 0; s < 3; ++s) {
     const char* flag = data::kSplitDataPathFlags[s];
     c.split_data_path[s] = a.get_list(flag);
     if (c.mock_data && a.given(flag)) throw_error("[--mock-data] cannot be combined with ", flag, " (give one)");
     if (a.given(flag) && c.split_data_path[s].empty()) throw_error("[", flag, "] no dataset prefix given");
+  }
+  if (a.given("--per-split-data-args-path")) {
+    for (const char* flag : data::kSplitDataPathFlags) {
+      if (a.given(flag)) throw_error("[--per-split-data-args-path] cannot be combined with ", flag, " (give one)");
+    }
+    c.split_data_path = read_per_split_data_args(a.get_string("--per-split-data-args-path"));
+    if (c.mock_data) throw_error("[--mock-data] cannot be combined with --per-split-data-args-path (give one)");
   }
   c.split = a.get_string("--split");
   if (a.given("--vocab-file")) c.vocab_file = a.get_string("--vocab-file");
@@ -925,7 +1055,7 @@ std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log)
   }
   char eps[64];
   const auto written = std::to_chars(eps, eps + sizeof eps, meta.arg_double("--layernorm-epsilon"));  // shortest
-  take("--layernorm-epsilon", std::string(eps, written.ptr));
+  if (!a.given("--norm-epsilon")) take("--layernorm-epsilon", std::string(eps, written.ptr));
   const std::string tokenizer = meta.arg_string("--tokenizer-type");
   take("--tokenizer-type", tokenizer);
   if (tokenizer == "NullTokenizer" && !a.given("--tokenizer-type")) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <thread>
 
+#include "backend/device.h"
 #include "backend/ops.h"
 #include "cli/args.h"
 #include "cli/backend_choice.h"
@@ -19,6 +20,7 @@
 #include "data/tokenizer/gpt2_bpe_tokenizer.h"
 #include "model/memory_plan.h"
 #include "plan/nccl_memory.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/flops.h"
 #include "train/trainer.h"
@@ -28,6 +30,7 @@ namespace megatron::cli {
 namespace {
 // GPT-2's vocabulary size, used by --dry-run when no --vocab-file is given.
 constexpr int64_t kGpt2VocabSize = 50257;
+
 }  // namespace
 
 int run_train(const CommandArgs& argv) {
@@ -124,6 +127,7 @@ int run_train(const CommandArgs& argv) {
       }
     }
     log0 << train::flops_formula_text(config.model, config.global_batch_size, config.flops_convention);
+    if (config.save) log0 << save_memory_line(config);
     return 0;
   }
   if (config.data_path.empty() && !config.mock_data && config.split_data_path[0].empty()) {
@@ -142,6 +146,10 @@ int run_train(const CommandArgs& argv) {
                                                         config.pipeline_model_parallel_size));
   if (backend->device() == Device::kCPU) {
     check_host_memory("train", config, groups.coords.pp);
+  } else if (config.save && groups.rank() == 0) {
+    check_save_memory(config, train::train_memory_plan(config, 0).total(),
+                      backend::cuda_device_memory_total(cuda_device_for_rank(args, env.local_rank)),
+                      host_available_bytes());
   }
   train::Trainer trainer(config, *backend, std::cout, &groups);
   trainer.run();

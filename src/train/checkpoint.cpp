@@ -148,6 +148,37 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   return a;
 }
 
+CheckpointSaveMemory checkpoint_save_memory(const TrainConfig& c) {
+  const model::GPTConfig& m = c.model;
+  const bool separate_main = c.fp16 || c.bf16;
+  const int64_t model_bytes = (c.fp16 || c.bf16) ? 2 : 4;
+  const int64_t optimizer_bytes = c.no_save_optim ? 0 : (separate_main ? 4 : 0) + 8;
+  const int64_t per_element = model_bytes + optimizer_bytes;
+  const int64_t pp = c.pipeline_model_parallel_size, tp = c.tensor_model_parallel_size;
+  const bool tied = !m.untie_embeddings_and_output_weights;
+  // A stage's parameters at global shapes, the last stage's copy of a tied embedding left out.
+  auto stage_global = [&](int64_t stage) {
+    int64_t n = model::stage_num_parameters(m, 1, pipeline_stage(c, stage));
+    if (tied && pp > 1 && stage == pp - 1) n -= m.padded_vocab_size * m.hidden_size;
+    return n;
+  };
+  CheckpointSaveMemory out;
+  int64_t others = 0, all = 0;
+  for (int64_t stage = 0; stage < pp; ++stage) {
+    all += stage_global(stage);
+    if (stage > 0) others += stage_global(stage);
+  }
+  out.host_bytes = all * per_element;
+  out.node_host_bytes = out.host_bytes + (tp - 1) * stage_global(0) * per_element;
+  out.device_bytes = others * per_element;
+  if (c.use_distributed_optimizer && c.data_parallel_size > 1) {
+    // gather_full_state: the fp32 state of this rank's whole (TP, PP) shard.
+    out.device_bytes += model::stage_num_parameters(m, tp, pipeline_stage(c, 0)) * ((separate_main ? 4 : 0) + 8);
+  }
+  if (tp > 1) out.device_bytes += m.padded_vocab_size * m.hidden_size * 4;  // one gathered tensor at a time
+  return out;
+}
+
 CheckpointTensors collect_checkpoint_tensors(const model::ParameterSet& params,
                                              const MixedPrecisionOptimizer& optimizer,
                                              const FullOptimizerState& state, bool with_optimizer,

@@ -68,6 +68,22 @@ void gather_pipeline_stages(CheckpointTensors* tensors, const TrainConfig& confi
                             bool separate_main_params, bool with_optimizer, comm::Communicator& pp,
                             backend::Backend& backend);
 
+// What a save costs the writer (global rank 0) in memory, as the functions above and
+// save_training_checkpoint do it: the whole checkpoint passes through its host memory (every
+// tensor of every stage, model dtype plus the saved optimizer state), and its device holds, on
+// top of training, the other pipeline stages' tensors it receives, the distributed optimizer's
+// gathered state of its own shard (DP > 1) and one TP-gathered tensor at a time (the largest,
+// the word embedding). Checkpoints are written by one rank: a model that needs model
+// parallelism to fit its GPUs needs this much on one rank when it saves (sharded checkpoints
+// are not implemented).
+struct CheckpointSaveMemory {
+  int64_t host_bytes = 0;       // rank 0's host memory while it writes
+  int64_t node_host_bytes = 0;  // with TP > 1 stage 0's other TP ranks (on rank 0's node) hold its
+                                // gathered tensors too
+  int64_t device_bytes = 0;     // rank 0's device memory beyond training
+};
+CheckpointSaveMemory checkpoint_save_memory(const TrainConfig& config);
+
 // Saves the state after `progress.iteration` to config.save (with --no-save-optim, weights
 // only), printing Megatron's "saving checkpoint at iteration ..." lines to `log`. The files
 // are the same for every data-parallel and tensor-parallel size. Called on the one rank that

@@ -3,9 +3,11 @@
 // (instead of being killed by the OOM killer) for a model far larger than any CI machine.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 
 #include "cli/host_memory.h"
+#include "train/checkpoint.h"
 #include "core/error.h"
 #include "support/paths.h"
 
@@ -47,6 +49,51 @@ TEST(HostMemory, BenchOfA175BModelOnTheCpuIsOneLineError) {
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("error: bench: the memory plan needs"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("GiB is available"), std::string::npos) << r.output;
+}
+
+// --save's check before the first step: rank 0's device must hold training plus what a save
+// adds, and its node's host the checkpoint passing through it; 0 / nullopt mean unknown.
+TEST(HostMemory, SaveThatCannotBeWrittenIsOneLineBeforeTraining) {
+  train::TrainConfig c;
+  c.model.num_layers = 96;
+  c.model.hidden_size = 12288;
+  c.model.num_attention_heads = 96;
+  c.model.ffn_hidden_size = 4 * 12288;
+  c.model.kv_channels = 128;
+  c.model.seq_length = 2048;
+  c.model.max_position_embeddings = 2048;
+  c.model.vocab_size = 50257;
+  c.model.padded_vocab_size = 50304;
+  c.bf16 = true;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 1536;
+  c.save = "ckpt";
+  const train::CheckpointSaveMemory m = train::checkpoint_save_memory(c);
+  EXPECT_NEAR(static_cast<double>(m.host_bytes) / 14.0 / 1e9, 174.6, 0.1) << "175B x (2 + 4 + 8) bytes";
+  const int64_t tib = int64_t{1} << 40;
+  EXPECT_NO_THROW(cli::check_save_memory(c, 10, 100, std::optional<int64_t>(4 * tib)));
+  EXPECT_NO_THROW(cli::check_save_memory(c, 10, 0, std::nullopt)) << "nothing known: nothing checked";
+  std::string message;
+  try {
+    cli::check_save_memory(c, 10, 100, std::optional<int64_t>(tib));
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(message.rfind("[--save] saving a checkpoint of this layout passes 2276.6 GiB", 0), 0u) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+  c.pipeline_model_parallel_size = 8;
+  c.world_size = 8;
+  message.clear();
+  try {
+    cli::check_save_memory(c, int64_t{60} << 30, int64_t{80} << 30, std::nullopt);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("[--save] saving a checkpoint of this layout needs "), std::string::npos) << message;
+  EXPECT_NE(message.find("of rank 0's device memory"), std::string::npos) << message;
+  EXPECT_NE(cli::save_memory_line(c).find(" > checkpoint save (--save): rank 0 writes every tensor, 2276.6 GiB"),
+            std::string::npos)
+      << cli::save_memory_line(c);
 }
 
 }  // namespace

@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
+#include "support/paths.h"
 
 namespace megatron::cli {
 namespace {
@@ -436,6 +441,53 @@ TEST(TrainArgs, TimingFlags) {
   EXPECT_TRUE(d.barrier_with_l1_time);
   EXPECT_ERROR_NAMES(with(base_args(), {"--timing-log-level", "3"}), "--timing-log-level]");
   EXPECT_ERROR_NAMES(with(base_args(), {"--timing-log-option", "median"}), "--timing-log-option]");
+}
+
+// Flags of current (Megatron-Core era) scripts: those that change nothing here are accepted,
+// --norm-epsilon is --layernorm-epsilon's newer name, and what would change the numerics or the
+// layout without being implemented is refused by name.
+TEST(TrainArgs, CurrentMegatronScriptFlags) {
+  const TrainConfig c = parse(with(base_args(), {"--manual-gc-interval", "10", "--no-manual-gc-eval", "--rerun-mode",
+                                                 "disabled", "--ddp-average-in-collective", "--ckpt-fully-parallel-save",
+                                                 "--ckpt-fully-parallel-load", "--num-dataset-builder-threads", "4",
+                                                 "--no-mmap-bin-files", "--te-rng-tracker", "--no-one-logger",
+                                                 "--norm-epsilon", "1e-6", "--no-query-key-layer-scaling"}));
+  EXPECT_EQ(c.model.layernorm_epsilon, 1e-6f);
+  EXPECT_ERROR_NAMES(with(base_args(), {"--norm-epsilon", "1e-6", "--layernorm-epsilon", "1e-5"}), "--norm-epsilon]");
+  for (const auto& [flags, name] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--rerun-mode", "validate_results"}, "[--rerun-mode] validate_results is not supported yet ("},
+           {{"--tp-comm-overlap"}, "[--tp-comm-overlap] is not supported yet ("},
+           {{"--grad-reduce-in-bf16"}, "[--grad-reduce-in-bf16] is not supported yet ("},
+           {{"--calculate-per-token-loss"}, "[--calculate-per-token-loss] is not supported yet ("}}) {
+    Argv a = base_args();
+    a.insert(a.end(), flags.begin(), flags.end());
+    EXPECT_EQ(error_of(a).rfind(name, 0), 0u) << error_of(a);
+  }
+}
+
+// --data-args-path and --per-split-data-args-path: the data paths from a file (Megatron:
+// open().read().split(); a JSON object of per-split lists or strings).
+TEST(TrainArgs, DataArgsFromFiles) {
+  const std::string dir = test::scratch_dir("train_args_data_files");
+  const Argv a = with(without(base_args(), "--dry-run", 0), {"--vocab-file", "v.json", "--merge-file", "m.txt"});
+  std::ofstream(dir + "/blend.txt") << "0.3 x_text_document\n  0.7   y_text_document\n";
+  const TrainConfig c = parse(with(a, {"--data-args-path", dir + "/blend.txt"}));
+  EXPECT_EQ(c.data_path, (std::vector<std::string>{"0.3", "x_text_document", "0.7", "y_text_document"}));
+  EXPECT_ERROR_NAMES(with(a, {"--data-args-path", dir + "/blend.txt", "--data-path", "z"}), "--data-args-path]");
+  EXPECT_ERROR_NAMES(with(a, {"--data-args-path", dir + "/missing.txt"}), "--data-args-path]");
+
+  std::ofstream(dir + "/splits.json") << R"({"train": ["1", "x_text_document"], "valid": "0.5 v1 0.5 v2", "test": null})";
+  const TrainConfig p = parse(with(a, {"--per-split-data-args-path", dir + "/splits.json"}));
+  EXPECT_TRUE(p.data_path.empty());
+  EXPECT_EQ(p.split_data_path[0], (std::vector<std::string>{"1", "x_text_document"}));
+  EXPECT_EQ(p.split_data_path[1], (std::vector<std::string>{"0.5", "v1", "0.5", "v2"}));
+  EXPECT_TRUE(p.split_data_path[2].empty());
+  std::ofstream(dir + "/no_test.json") << R"({"train": ["x"], "valid": null})";
+  EXPECT_ERROR_NAMES(with(a, {"--per-split-data-args-path", dir + "/no_test.json"}), "--per-split-data-args-path]");
+  std::ofstream(dir + "/bad.json") << R"({"train": 3, "valid": null, "test": null})";
+  EXPECT_ERROR_NAMES(with(a, {"--per-split-data-args-path", dir + "/bad.json"}), "--per-split-data-args-path]");
+  EXPECT_ERROR_NAMES(with(a, {"--per-split-data-args-path", dir + "/splits.json", "--train-data-path", "y"}),
+                     "--per-split-data-args-path]");
 }
 
 TEST(TrainArgs, NullTokenizerNeedsVocabSizeAndNoVocabFiles) {

@@ -46,4 +46,14 @@ int64_t cuda_device_memory_used(int device) {
   return static_cast<int64_t>(total_bytes - free_bytes);
 }
 
+int64_t cuda_device_memory_total(int device) {
+  int previous = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&previous));
+  MT_CUDA_CHECK(cudaSetDevice(device));
+  size_t free_bytes = 0, total_bytes = 0;
+  MT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  MT_CUDA_CHECK(cudaSetDevice(previous));
+  return static_cast<int64_t>(total_bytes);
+}
+
 }  // namespace megatron::backend

@@ -24,6 +24,7 @@ std::string describe_cuda_devices() { return ""; }
 
 std::string cuda_device_name(int) { return ""; }
 int64_t cuda_device_memory_used(int) { return 0; }
+int64_t cuda_device_memory_total(int) { return 0; }
 
 std::unique_ptr<Backend> make_cuda_backend(int) {
   throw_error("[--device] this build of megatron has no CUDA backend (built without nvcc)");
