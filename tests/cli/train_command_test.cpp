@@ -22,6 +22,19 @@ std::string train(const std::string& flags, int* status) {
   return r.output;
 }
 
+// An indexed dataset at `prefix` of `docs` documents of `length` tokens, token i of document d
+// being (d * a + i * b + c) % 50257: distinct, deterministic documents.
+void write_dataset(const std::string& prefix, int docs, int length, int a, int b, int c = 0) {
+  data::IndexedDatasetWriter writer(prefix, data::TokenDType::kUInt16);
+  for (int d = 0; d < docs; ++d) {
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < length; ++i) tokens.push_back((d * a + i * b + c) % 50257);
+    const int32_t len = static_cast<int32_t>(tokens.size());
+    writer.add_document(tokens, std::span<const int32_t>(&len, 1));
+  }
+  writer.finalize();
+}
+
 int occurrences(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -65,16 +78,7 @@ TEST(TrainCommand, DryRunPrintsThePlanFor175B) {
 
 TEST(TrainCommand, ShortRunOnAPreprocessedDataset) {
   const std::string dir = test::scratch_dir("train_command_run");
-  {
-    data::IndexedDatasetWriter writer(dir + "/d_text_document", data::TokenDType::kUInt16);
-    for (int d = 0; d < 40; ++d) {
-      std::vector<int32_t> tokens;
-      for (int i = 0; i < 50; ++i) tokens.push_back((d * 31 + i * 7) % 50257);
-      const int32_t len = static_cast<int32_t>(tokens.size());
-      writer.add_document(tokens, std::span<const int32_t>(&len, 1));
-    }
-    writer.finalize();
-  }
+  write_dataset(dir + "/d_text_document", 40, 50, 31, 7);
   int status = 0;
   const std::string out = train("--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
                                 "--micro-batch-size 2 --global-batch-size 4 --train-iters 3 --lr 1e-3 "
@@ -94,16 +98,7 @@ TEST(TrainCommand, ShortRunOnAPreprocessedDataset) {
 // valid path there is no validation; a valid path without a train path is refused.
 TEST(TrainCommand, SeparateDataPathsPerSplit) {
   const std::string dir = test::scratch_dir("train_command_split_paths");
-  for (const char* name : {"t", "v1", "v2"}) {
-    data::IndexedDatasetWriter writer(dir + "/" + name + "_text_document", data::TokenDType::kUInt16);
-    for (int d = 0; d < 12; ++d) {
-      std::vector<int32_t> tokens;
-      for (int i = 0; i < 30; ++i) tokens.push_back((d * 17 + i * 5 + name[0]) % 50257);
-      const int32_t len = static_cast<int32_t>(tokens.size());
-      writer.add_document(tokens, std::span<const int32_t>(&len, 1));
-    }
-    writer.finalize();
-  }
+  for (const char* name : {"t", "v1", "v2"}) write_dataset(dir + "/" + name + "_text_document", 12, 30, 17, 5, name[0]);
   const std::string common = "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
                              "--micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr 1e-3 "
                              "--log-interval 1 --eval-interval 2 --eval-iters 1 --split 1,0,0 --data-cache-path " +
@@ -145,16 +140,7 @@ TEST(TrainCommand, SeparateDataPathsPerSplit) {
 // trains on, as Megatron does, through NaN grad norms.
 TEST(TrainCommand, NanLossStopsTheRunUnlessTheCheckIsOff) {
   const std::string dir = test::scratch_dir("train_command_nan");
-  {
-    data::IndexedDatasetWriter writer(dir + "/d_text_document", data::TokenDType::kUInt16);
-    for (int d = 0; d < 20; ++d) {
-      std::vector<int32_t> tokens;
-      for (int i = 0; i < 40; ++i) tokens.push_back((d * 13 + i * 11) % 50257);
-      const int32_t len = static_cast<int32_t>(tokens.size());
-      writer.add_document(tokens, std::span<const int32_t>(&len, 1));
-    }
-    writer.finalize();
-  }
+  write_dataset(dir + "/d_text_document", 20, 40, 13, 11);
   const std::string common = "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
                              "--micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e30 --log-interval 1 "
                              "--eval-iters 0 --split 1,0,0 --data-path " + dir + "/d_text_document --data-cache-path " +
@@ -181,16 +167,7 @@ TEST(TrainCommand, NanLossStopsTheRunUnlessTheCheckIsOff) {
 // validation loss of iteration 4 equals the one printed at the end of training.
 TEST(TrainCommand, EvaluateACheckpointWithItsOwnArgs) {
   const std::string dir = test::scratch_dir("train_command_ckpt_args");
-  {
-    data::IndexedDatasetWriter writer(dir + "/d_text_document", data::TokenDType::kUInt16);
-    for (int d = 0; d < 40; ++d) {
-      std::vector<int32_t> tokens;
-      for (int i = 0; i < 50; ++i) tokens.push_back((d * 29 + i * 3) % 50257);
-      const int32_t len = static_cast<int32_t>(tokens.size());
-      writer.add_document(tokens, std::span<const int32_t>(&len, 1));
-    }
-    writer.finalize();
-  }
+  write_dataset(dir + "/d_text_document", 40, 50, 29, 3);
   const std::string data = "--micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e-3 --log-interval 1 "
                            "--eval-interval 100 --eval-iters 2 --split 80,20,0 --data-path " + dir +
                            "/d_text_document --data-cache-path " + dir + "/cache --vocab-file " +

@@ -1,5 +1,7 @@
 #include <cstdio>
 
+#include <utility>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/device.h"
 
@@ -36,24 +38,24 @@ std::string cuda_device_name(int device) {
   return prop.name;
 }
 
-int64_t cuda_device_memory_used(int device) {
+namespace {
+// cudaMemGetInfo of `device` (free, total), the current device left as it was.
+std::pair<int64_t, int64_t> memory_info(int device) {
   int previous = 0;
   MT_CUDA_CHECK(cudaGetDevice(&previous));
   MT_CUDA_CHECK(cudaSetDevice(device));
   size_t free_bytes = 0, total_bytes = 0;
   MT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   MT_CUDA_CHECK(cudaSetDevice(previous));
-  return static_cast<int64_t>(total_bytes - free_bytes);
+  return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+}
+}  // namespace
+
+int64_t cuda_device_memory_used(int device) {
+  const auto [free_bytes, total_bytes] = memory_info(device);
+  return total_bytes - free_bytes;
 }
 
-int64_t cuda_device_memory_total(int device) {
-  int previous = 0;
-  MT_CUDA_CHECK(cudaGetDevice(&previous));
-  MT_CUDA_CHECK(cudaSetDevice(device));
-  size_t free_bytes = 0, total_bytes = 0;
-  MT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  MT_CUDA_CHECK(cudaSetDevice(previous));
-  return static_cast<int64_t>(total_bytes);
-}
+int64_t cuda_device_memory_total(int device) { return memory_info(device).second; }
 
 }  // namespace megatron::backend
