@@ -82,7 +82,8 @@ void check_save_memory(const train::TrainConfig& config, int64_t planned_device_
   const train::CheckpointSaveMemory m = train::checkpoint_save_memory(config);
   const char* why = " (checkpoints are written by rank 0; sharded checkpoints are not implemented yet)";
   // Training that does not fit by itself fails on its own allocation, with its own message.
-  if (device_total > 0 && planned_device_bytes <= device_total && planned_device_bytes + m.device_bytes > device_total) {
+  if (device_total > 0 && planned_device_bytes > device_total) return;
+  if (device_total > 0 && planned_device_bytes + m.device_bytes > device_total) {
     throw_error("[--save] saving a checkpoint of this layout needs ", gib(m.device_bytes),
                 " of rank 0's device memory beside training's ", gib(planned_device_bytes), ", more than its ",
                 gib(device_total), why);

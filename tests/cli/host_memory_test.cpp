@@ -91,7 +91,7 @@ TEST(HostMemory, SaveThatCannotBeWrittenIsOneLineBeforeTraining) {
   }
   EXPECT_NE(message.find("[--save] saving a checkpoint of this layout needs "), std::string::npos) << message;
   EXPECT_NE(message.find("of rank 0's device memory"), std::string::npos) << message;
-  EXPECT_NO_THROW(cli::check_save_memory(c, int64_t{90} << 30, int64_t{80} << 30, std::nullopt))
+  EXPECT_NO_THROW(cli::check_save_memory(c, int64_t{90} << 30, int64_t{80} << 30, std::optional<int64_t>(tib)))
       << "training that does not fit by itself is not --save's error";
   EXPECT_NE(cli::save_memory_line(c).find(" > checkpoint save (--save): rank 0 writes every tensor, 2276.6 GiB"),
             std::string::npos)
