@@ -69,28 +69,26 @@ std::string gib(int64_t bytes) {
 
 std::string save_memory_line(const train::TrainConfig& config) {
   const train::CheckpointSaveMemory m = train::checkpoint_save_memory(config);
-  return " > checkpoint save (--save): rank 0 writes every tensor, " + gib(m.host_bytes) + " through its host memory (" +
-         gib(m.node_host_bytes) + " on its node), and holds " + gib(m.device_bytes) +
-         " more on its device than training while it saves\n";
+  return " > checkpoint save (--save): rank 0 writes " + gib(m.checkpoint_bytes) +
+         " one tensor at a time, holding at most " + gib(m.host_bytes) + " of host and " + gib(m.device_bytes) +
+         " of device memory beyond training while it saves\n";
 }
 
 // A checkpoint that cannot be written fails at its first save, after hours of training: say so
-// before the first step (the writer's device: training's plan plus what a save adds; its host:
-// the whole checkpoint).
+// before the first step.
 void check_save_memory(const train::TrainConfig& config, int64_t planned_device_bytes, int64_t device_total,
                        std::optional<int64_t> host_available) {
   const train::CheckpointSaveMemory m = train::checkpoint_save_memory(config);
-  const char* why = " (checkpoints are written by rank 0; sharded checkpoints are not implemented yet)";
   // Training that does not fit by itself fails on its own allocation, with its own message.
   if (device_total > 0 && planned_device_bytes > device_total) return;
   if (device_total > 0 && planned_device_bytes + m.device_bytes > device_total) {
-    throw_error("[--save] saving a checkpoint of this layout needs ", gib(m.device_bytes),
-                " of rank 0's device memory beside training's ", gib(planned_device_bytes), ", more than its ",
-                gib(device_total), why);
+    throw_error("[--save] saving a checkpoint needs ", gib(m.device_bytes), " of rank 0's device memory (its largest ",
+                "tensor, gathered whole) beside training's ", gib(planned_device_bytes), ", more than its ",
+                gib(device_total));
   }
-  if (host_available && m.node_host_bytes > *host_available) {
-    throw_error("[--save] saving a checkpoint of this layout passes ", gib(m.node_host_bytes),
-                " through rank 0's node's host memory, more than its ", gib(*host_available), " available", why);
+  if (host_available && m.host_bytes > *host_available) {
+    throw_error("[--save] saving a checkpoint needs ", gib(m.host_bytes), " of rank 0's host memory (two copies of its ",
+                "largest tensor), more than its ", gib(*host_available), " available");
   }
 }
 }  // namespace megatron::cli

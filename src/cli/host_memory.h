@@ -28,10 +28,9 @@ void check_host_memory(const std::string& command, const train::TrainConfig& con
 
 // --save: the line --dry-run prints (train::checkpoint_save_memory's numbers), and the check
 // `megatron train` makes on rank 0 before the first step: a one-line error naming --save when
-// training's planned device bytes plus what a save adds exceed `device_total` (0: unknown,
-// not checked), or the checkpoint's pass through the node's host memory exceeds
-// `host_available`. Nothing when training does not fit the device by itself: that fails first,
-// with its own message.
+// training's planned device bytes plus what a save adds exceed `device_total` (0: unknown, not
+// checked), or what a save holds in host memory exceeds `host_available`. Nothing when training
+// does not fit the device by itself: that fails first, with its own message.
 std::string save_memory_line(const train::TrainConfig& config);
 void check_save_memory(const train::TrainConfig& config, int64_t planned_device_bytes, int64_t device_total,
                        std::optional<int64_t> host_available);

@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -148,120 +149,137 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   return a;
 }
 
+namespace {
+
+// One tensor of a checkpoint file: which pipeline stage holds it, which of that stage's
+// parameters and which part of its state.
+enum class Part { kValue, kMain, kExpAvg, kExpAvgSq };
+struct SavedTensor {
+  std::string name;  // in the file
+  int64_t stage = 0;
+  std::string param;
+  Part part = Part::kValue;
+  DType dtype = DType::kF32;
+  Shape global;
+};
+
+// The tensors of model.safetensors and of optimizer.safetensors, all stages, in file order: the
+// list every rank walks. The last stage's copy of a tied word embedding is left out (the first
+// stage saves it).
+std::array<std::vector<SavedTensor>, 2> saved_tensors(const TrainConfig& c, DType model_dtype, bool separate_main) {
+  std::array<std::vector<SavedTensor>, 2> files;
+  for (int64_t stage = 0; stage < c.pipeline_model_parallel_size; ++stage) {
+    model::ParameterSet declared;
+    model::GPTModel::declare_stage_parameters(c.model, pipeline_stage(c, stage), &declared);
+    for (const model::Parameter& p : declared.params()) {
+      if (p.pipeline_shared) continue;
+      files[0].push_back({p.name, stage, p.name, Part::kValue, model_dtype, p.global_shape});
+      if (c.no_save_optim) continue;
+      if (separate_main) files[1].push_back({"main_param." + p.name, stage, p.name, Part::kMain, DType::kF32, p.global_shape});
+      files[1].push_back({"exp_avg." + p.name, stage, p.name, Part::kExpAvg, DType::kF32, p.global_shape});
+      files[1].push_back({"exp_avg_sq." + p.name, stage, p.name, Part::kExpAvgSq, DType::kF32, p.global_shape});
+    }
+  }
+  return files;
+}
+
+// The walk over one tensor on a rank of the stage that holds it: the parameter's part (the
+// optimizer's, gathered over DP when sharded: collective over DP), then on DP rank 0 its
+// global tensor (collective over TP; a view of the rank's own tensor at TP 1). Undefined on
+// the other DP ranks.
+Tensor global_tensor(const SavedTensor& t, const model::ParameterSet& params, const MixedPrecisionOptimizer& optimizer,
+                     const comm::ProcessGroups& groups, backend::Backend& backend) {
+  const model::Parameter* p = params.find(t.param);
+  MT_CHECK(p != nullptr) << "stage " << t.stage << " has no parameter " << t.param;
+  Tensor piece;
+  switch (t.part) {
+    case Part::kValue: piece = groups.dp_cp->rank() == 0 ? p->value : Tensor(); break;
+    case Part::kMain: piece = optimizer.gather_param_state(*p, StateKind::kMainParams); break;
+    case Part::kExpAvg: piece = optimizer.gather_param_state(*p, StateKind::kExpAvg); break;
+    case Part::kExpAvgSq: piece = optimizer.gather_param_state(*p, StateKind::kExpAvgSq); break;
+  }
+  if (groups.dp_cp->rank() != 0) return Tensor();
+  MT_CHECK(piece.defined()) << t.name << ": data-parallel rank 0 holds no state";
+  if (groups.tp->size() == 1) return piece;
+  return tensor_parallel::gather_partitioned(*groups.tp, backend, piece, p->global_shape, p->partition);
+}
+
+}  // namespace
+
 CheckpointSaveMemory checkpoint_save_memory(const TrainConfig& c) {
   const model::GPTConfig& m = c.model;
   const bool separate_main = c.fp16 || c.bf16;
-  const int64_t model_bytes = (c.fp16 || c.bf16) ? 2 : 4;
+  const int64_t model_bytes = separate_main ? 2 : 4;
   const int64_t optimizer_bytes = c.no_save_optim ? 0 : (separate_main ? 4 : 0) + 8;
-  const int64_t per_element = model_bytes + optimizer_bytes;
-  const int64_t pp = c.pipeline_model_parallel_size, tp = c.tensor_model_parallel_size;
+  const int64_t pp = c.pipeline_model_parallel_size;
   const bool tied = !m.untie_embeddings_and_output_weights;
-  // A stage's parameters at global shapes, the last stage's copy of a tied embedding left out.
-  auto stage_global = [&](int64_t stage) {
-    int64_t n = model::stage_num_parameters(m, 1, pipeline_stage(c, stage));
-    if (tied && pp > 1 && stage == pp - 1) n -= m.padded_vocab_size * m.hidden_size;
-    return n;
-  };
   CheckpointSaveMemory out;
-  int64_t others = 0, all = 0;
+  int64_t all = 0;
   for (int64_t stage = 0; stage < pp; ++stage) {
-    all += stage_global(stage);
-    if (stage > 0) others += stage_global(stage);
+    int64_t n = model::stage_num_parameters(m, 1, pipeline_stage(c, stage));
+    if (tied && pp > 1 && stage == pp - 1) n -= m.padded_vocab_size * m.hidden_size;  // not saved twice
+    all += n;
   }
-  out.host_bytes = all * per_element;
-  out.node_host_bytes = out.host_bytes + (tp - 1) * stage_global(0) * per_element;
-  out.device_bytes = others * per_element;
-  if (c.use_distributed_optimizer && c.data_parallel_size > 1) {
-    // gather_full_state: the fp32 state of this rank's whole (TP, PP) shard.
-    out.device_bytes += model::stage_num_parameters(m, tp, pipeline_stage(c, 0)) * ((separate_main ? 4 : 0) + 8);
-  }
-  if (tp > 1) out.device_bytes += m.padded_vocab_size * m.hidden_size * 4;  // one gathered tensor at a time
+  out.checkpoint_bytes = all * (model_bytes + optimizer_bytes);
+  // The largest tensor: the word embedding, fp32 when the optimizer state is saved.
+  const int64_t largest = m.padded_vocab_size * m.hidden_size * (c.no_save_optim ? model_bytes : 4);
+  out.host_bytes = 2 * largest;
+  out.device_bytes = largest;
   return out;
 }
 
-CheckpointTensors collect_checkpoint_tensors(const model::ParameterSet& params,
-                                             const MixedPrecisionOptimizer& optimizer,
-                                             const FullOptimizerState& state, bool with_optimizer,
-                                             comm::Communicator& tp, backend::Backend& backend) {
-  CheckpointTensors out;
-  // Every rank of `tp` walks the parameters in the same order: the gathers pair up.
-  auto global = [&](const model::Parameter& p, const Tensor& shard) {
-    if (tp.size() == 1) return shard;
-    return tensor_parallel::gather_partitioned(tp, backend, shard, p.global_shape, p.partition);
-  };
-  // The last stage's copy of a tied embedding is the first stage's (Parameter::pipeline_shared).
-  for (const model::Parameter& p : params.params()) {
-    if (!p.pipeline_shared) out.model.emplace_back(p.name, global(p, p.value));
-  }
-  if (!with_optimizer) return out;
-  for (const model::Parameter& p : params.params()) {
-    if (p.pipeline_shared) continue;
-    if (optimizer.has_separate_main_params()) {
-      out.optimizer.emplace_back("main_param." + p.name, global(p, state.main_params.flat_view(p.offset, p.shape)));
+void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progress, const model::ParameterSet& params,
+                              const MixedPrecisionOptimizer& optimizer, const OptimizerParamScheduler& scheduler,
+                              const comm::ProcessGroups& groups, backend::Backend& backend, std::ostream& log) {
+  MT_CHECK(c.save.has_value()) << "save without --save";
+  const DType model_dtype = c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32;
+  const std::array<std::vector<SavedTensor>, 2> files = saved_tensors(c, model_dtype, optimizer.has_separate_main_params());
+  const int64_t stage = groups.coords.pp;
+  const bool writer = groups.rank() == 0;
+  if (!writer) {
+    // The same walk as the writer's, over this stage's tensors: the gathers meet their peers,
+    // and this stage's TP-0 DP-0 rank sends each whole tensor when the writer asks for it.
+    for (const auto& file : files) {
+      for (const SavedTensor& t : file) {
+        if (t.stage != stage) continue;
+        const Tensor whole = global_tensor(t, params, optimizer, groups, backend);
+        if (whole.defined() && groups.tp->rank() == 0 && stage != 0) groups.pp->send(whole, 0);
+      }
     }
-    out.optimizer.emplace_back("exp_avg." + p.name, global(p, state.exp_avg.flat_view(p.offset, p.shape)));
-    out.optimizer.emplace_back("exp_avg_sq." + p.name, global(p, state.exp_avg_sq.flat_view(p.offset, p.shape)));
-  }
-  return out;
-}
-
-void gather_pipeline_stages(CheckpointTensors* tensors, const TrainConfig& c, DType model_dtype,
-                            bool separate_main_params, bool with_optimizer, comm::Communicator& pp,
-                            backend::Backend& backend) {
-  if (pp.size() == 1) return;
-  if (pp.rank() != 0) {
-    // In the order stage 0 expects: the model tensors, then the optimizer's.
-    for (const auto& [name, t] : tensors->model) pp.send(t, 0);
-    for (const auto& [name, t] : tensors->optimizer) pp.send(t, 0);
     return;
   }
-  for (int64_t stage = 1; stage < pp.size(); ++stage) {
-    // What stage `stage` holds, declared as its GPTModel does (global shapes, same order).
-    model::ParameterSet declared;
-    model::GPTModel::declare_stage_parameters(c.model, pipeline_stage(c, stage), &declared);
-    auto receive = [&](const std::string& name, const Shape& shape, DType dtype,
-                       std::vector<std::pair<std::string, Tensor>>* into) {
-      Tensor t = backend.empty(shape, dtype, MemoryKind::kOther);
-      pp.recv(t, stage);
-      into->emplace_back(name, std::move(t));
-    };
-    for (const model::Parameter& p : declared.params()) {
-      if (!p.pipeline_shared) receive(p.name, p.global_shape, model_dtype, &tensors->model);
-    }
-    if (!with_optimizer) continue;
-    for (const model::Parameter& p : declared.params()) {
-      if (p.pipeline_shared) continue;
-      if (separate_main_params) receive("main_param." + p.name, p.global_shape, DType::kF32, &tensors->optimizer);
-      receive("exp_avg." + p.name, p.global_shape, DType::kF32, &tensors->optimizer);
-      receive("exp_avg_sq." + p.name, p.global_shape, DType::kF32, &tensors->optimizer);
-    }
-  }
-}
-
-void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progress, const CheckpointTensors& tensors,
-                              const MixedPrecisionOptimizer& optimizer, const OptimizerParamScheduler& scheduler,
-                              backend::Backend& backend, std::ostream& log) {
-  MT_CHECK(c.save.has_value()) << "save without --save";
+  MT_CHECK(stage == 0 && groups.tp->rank() == 0 && groups.dp_cp->rank() == 0) << "the writer is stage 0, TP 0, DP 0";
   char line[64];
   std::snprintf(line, sizeof(line), "%7lld", static_cast<long long>(progress.iteration));
   log << "saving checkpoint at iteration " << line << " to " << *c.save << '\n' << std::flush;
 
-  // Tensors, from host views that stay alive until the files are written.
-  std::vector<Tensor> keep;
-  auto tensor = [&](const std::string& name, const Tensor& t) {
-    keep.push_back(host_view(t, backend));
+  // Each tensor's bytes are produced when write_safetensors reaches it (one dtype per file, so
+  // its data order is the list's order, the one the other ranks walk).
+  auto to_write = [&](const SavedTensor& t) {
     TensorToWrite w;
-    w.name = name;
-    w.dtype = t.dtype();
-    w.shape = t.shape();
-    w.data = keep.back().data();
+    w.name = t.name;
+    w.dtype = t.dtype;
+    w.shape = t.global;
+    w.fill = [&, t](void* dst) {
+      Tensor whole;
+      if (t.stage == 0) {
+        whole = global_tensor(t, params, optimizer, groups, backend);
+      } else {
+        whole = backend.empty(t.global, t.dtype, MemoryKind::kOther);
+        groups.pp->recv(whole, t.stage);
+      }
+      MT_CHECK(whole.shape() == t.global && whole.dtype() == t.dtype) << t.name << ": " << whole.describe();
+      const Tensor host = host_view(whole, backend);
+      std::memcpy(dst, host.data(), static_cast<size_t>(host.nbytes()));
+    };
     return w;
   };
-  std::vector<TensorToWrite> model_tensors, optim_tensors;
-  keep.reserve(tensors.model.size() + tensors.optimizer.size());
-  for (const auto& [name, t] : tensors.model) model_tensors.push_back(tensor(name, t));
-  if (!c.no_save_optim) {
-    for (const auto& [name, t] : tensors.optimizer) optim_tensors.push_back(tensor(name, t));
+  std::array<std::vector<TensorToWrite>, 2> tensors;
+  for (int f = 0; f < 2; ++f) {
+    for (const SavedTensor& t : files[f]) {
+      MT_CHECK(t.dtype == files[f].front().dtype) << "one dtype per file keeps the writing order the list's";
+      tensors[f].push_back(to_write(t));
+    }
   }
 
   JsonWriter w(2);
@@ -309,11 +327,11 @@ void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progres
   w.end_object();
   w.end_object();
 
-  std::vector<CheckpointFile> files;
-  files.push_back(CheckpointFile::safetensors(kModelFileName, std::move(model_tensors)));
-  if (!c.no_save_optim) files.push_back(CheckpointFile::safetensors(kOptimizerFileName, std::move(optim_tensors)));
-  files.push_back(CheckpointFile::text_file(kMetadataFileName, w.take()));
-  save_checkpoint_dir(*c.save, progress.iteration, files, c.save_keep_last);
+  std::vector<CheckpointFile> out;
+  out.push_back(CheckpointFile::safetensors(kModelFileName, std::move(tensors[0])));
+  if (!c.no_save_optim) out.push_back(CheckpointFile::safetensors(kOptimizerFileName, std::move(tensors[1])));
+  out.push_back(CheckpointFile::text_file(kMetadataFileName, w.take()));
+  save_checkpoint_dir(*c.save, progress.iteration, out, c.save_keep_last);
   log << "  successfully saved checkpoint at iteration " << line << " to " << *c.save << '\n' << std::flush;
 }
 

@@ -20,6 +20,7 @@
 
 #include "backend/ops.h"
 #include "comm/communicator.h"
+#include "comm/process_groups.h"
 #include "model/parameters.h"
 #include "train/checkpoint_io.h"
 #include "train/config.h"
@@ -41,57 +42,37 @@ struct TrainProgress {
 // The configuration fields a checkpoint records under "args", as flag name -> JSON value text.
 std::map<std::string, std::string> checkpoint_args(const TrainConfig& config);
 
-// The tensors a checkpoint stores, by name, with their global shapes (host or device): every
-// parameter in the model dtype and, unless --no-save-optim, its fp32 optimizer state
-// ("main_param." only for bf16/fp16 models, "exp_avg.", "exp_avg_sq.").
-struct CheckpointTensors {
-  std::vector<std::pair<std::string, Tensor>> model, optimizer;
-};
-
-// Collects them from this rank's parameters and `state` (optimizer.gather_full_state(): the
-// whole fp32 state of this rank's shards, also when it is sharded over data-parallel ranks).
-// With tensor parallelism each partitioned tensor is gathered over `tp` into its global
-// shape (tensor_parallel/partition.h): collective over `tp`, every rank gets the whole set.
-// One TP rank: views of the rank's own tensors, no copies. The last pipeline stage's copy of a
-// tied word embedding is left out (the first stage saves it).
-CheckpointTensors collect_checkpoint_tensors(const model::ParameterSet& params,
-                                             const MixedPrecisionOptimizer& optimizer,
-                                             const FullOptimizerState& state, bool with_optimizer,
-                                             comm::Communicator& tp, backend::Backend& backend);
-
-// Pipeline parallelism: stage 0's writer receives the other stages' tensors (global shapes,
-// as collect_checkpoint_tensors returned them there) and appends them to `tensors`; the other
-// stages send theirs. Collective over `pp`, called by the ranks that hold whole tensors (TP
-// rank 0 of DP rank 0 of each stage); stage 0 knows what arrives by declaring each stage's
-// parameters (model::GPTModel::declare_stage_parameters). No-op at pp 1.
-void gather_pipeline_stages(CheckpointTensors* tensors, const TrainConfig& config, DType model_dtype,
-                            bool separate_main_params, bool with_optimizer, comm::Communicator& pp,
-                            backend::Backend& backend);
-
-// What a save costs the writer (global rank 0) in memory, as the functions above and
-// save_training_checkpoint do it: the whole checkpoint passes through its host memory (every
-// tensor of every stage, model dtype plus the saved optimizer state), and its device holds, on
-// top of training, the other pipeline stages' tensors it receives, the distributed optimizer's
-// gathered state of its own shard (DP > 1) and one TP-gathered tensor at a time (the largest,
-// the word embedding). Checkpoints are written by one rank: a model that needs model
-// parallelism to fit its GPUs needs this much on one rank when it saves (sharded checkpoints
-// are not implemented).
+// What a save costs in memory beyond training (save_training_checkpoint streams one tensor at a
+// time): `checkpoint_bytes` pass through the writer's file (model dtype plus the saved
+// optimizer state, every tensor of every stage); at any moment the writer holds at most two
+// host copies of the largest tensor (one received or gathered, one being written) and one
+// device buffer of it, and a rank of a tensor-parallel group one gathered copy on the host and
+// one on the device. The largest tensor is the word embedding (padded vocabulary x hidden) in
+// fp32 when the optimizer is saved.
 struct CheckpointSaveMemory {
-  int64_t host_bytes = 0;       // rank 0's host memory while it writes
-  int64_t node_host_bytes = 0;  // with TP > 1 stage 0's other TP ranks (on rank 0's node) hold its
-                                // gathered tensors too
-  int64_t device_bytes = 0;     // rank 0's device memory beyond training
+  int64_t checkpoint_bytes = 0;  // the tensors of model.safetensors + optimizer.safetensors
+  int64_t host_bytes = 0;        // the writer's host memory while it saves
+  int64_t device_bytes = 0;      // the writer's device memory beyond training while it saves
 };
 CheckpointSaveMemory checkpoint_save_memory(const TrainConfig& config);
 
 // Saves the state after `progress.iteration` to config.save (with --no-save-optim, weights
-// only), printing Megatron's "saving checkpoint at iteration ..." lines to `log`. The files
-// are the same for every data-parallel and tensor-parallel size. Called on the one rank that
-// writes.
+// only), printing Megatron's "saving checkpoint at iteration ..." lines to `log` (the writer's).
+// The files are the same for every layout: every tensor by its global shape.
+//
+// Collective over `groups.world`: every rank calls it. Global rank 0 writes, one tensor at a
+// time, in file order (the model tensors of stage 0, 1, ..., then the optimizer's of stage 0,
+// 1, ...; a stage's in its parameter order). For each tensor the ranks of the stage that holds
+// it: gather the optimizer state of the parameter to data-parallel rank 0 when it is sharded
+// (MixedPrecisionOptimizer::gather_param_state), then the data-parallel-rank-0 ranks gather
+// it over tensor parallelism into its global shape, and that stage's writer (TP 0, DP 0) sends
+// it to rank 0 over the pipeline group unless it is rank 0. Every rank walks the same list in
+// the same order, so each collective and each send meets its peers; memory stays bounded by
+// the largest tensor (checkpoint_save_memory), whatever the model's size.
 void save_training_checkpoint(const TrainConfig& config, const TrainProgress& progress,
-                              const CheckpointTensors& tensors, const MixedPrecisionOptimizer& optimizer,
-                              const OptimizerParamScheduler& scheduler, backend::Backend& backend,
-                              std::ostream& log);
+                              const model::ParameterSet& params, const MixedPrecisionOptimizer& optimizer,
+                              const OptimizerParamScheduler& scheduler, const comm::ProcessGroups& groups,
+                              backend::Backend& backend, std::ostream& log);
 
 // Loads config.load into the model, optimizer and scheduler (what is loaded follows
 // --finetune / --no-load-optim) and returns where to continue. Without a checkpoint in the

@@ -279,6 +279,49 @@ FullOptimizerState MixedPrecisionOptimizer::gather_full_state() const {
   return st;
 }
 
+Tensor MixedPrecisionOptimizer::gather_param_state(const model::Parameter& p, StateKind kind) const {
+  MT_CHECK(kind != StateKind::kMainParams || has_separate_main_params()) << "fp32 models keep no main params";
+  auto state_of = [&](const Shard& s) -> const Tensor& {
+    return kind == StateKind::kMainParams ? s.main : kind == StateKind::kExpAvg ? s.exp_avg : s.exp_avg_sq;
+  };
+  const int64_t lo = p.offset, hi = p.offset + p.numel();
+  comm::Communicator& g = grad_buffer_.group();
+  if (!grad_buffer_.distributed() || g.size() == 1) {
+    // Every rank holds the whole state (one shard over all parameters): a view.
+    MT_CHECK(shards_.size() == 1 && shards_[0].range.start <= lo && hi <= shards_[0].range.end)
+        << p.name << " outside the replicated state";
+    return state_of(shards_[0]).flat_view(lo - shards_[0].range.start, p.shape);
+  }
+  // Sharded: every piece of every bucket that overlaps the range, from its owner to rank 0, in
+  // bucket order (gather_full_state's order, restricted to the range).
+  const bool root = g.rank() == 0;
+  Tensor out = root ? backend_.empty(p.shape, DType::kF32, MemoryKind::kOther) : Tensor();
+  for (const Range& b : grad_buffer_.buckets()) {
+    if (b.end <= lo || hi <= b.start) continue;
+    const std::vector<int64_t> counts = shard_counts(b.size(), g.size());
+    for (int64_t r = 0; r < g.size(); ++r) {
+      const int64_t start = b.start + comm::piece_offset(counts, r), end = start + counts[static_cast<size_t>(r)];
+      const int64_t a = std::max(start, lo), z = std::min(end, hi);
+      if (a >= z) continue;
+      if (r == g.rank()) {
+        const auto it = std::find_if(shards_.begin(), shards_.end(), [&](const Shard& s) { return s.range.start == start; });
+        MT_CHECK(it != shards_.end()) << "no shard at " << start;
+        const Tensor mine = state_of(*it).flat_view(a - start, {z - a});
+        if (root) {
+          Tensor dst = out.flat_view(a - lo, {z - a});
+          backend_.copy(mine, dst);
+        } else {
+          g.send(mine, 0);
+        }
+      } else if (root) {
+        Tensor dst = out.flat_view(a - lo, {z - a});
+        g.recv(dst, r);
+      }
+    }
+  }
+  return out;
+}
+
 void MixedPrecisionOptimizer::set_param_state(const model::Parameter& p, StateKind kind, const Tensor& value) {
   MT_CHECK_EQ(value.numel(), p.numel());
   if (kind == StateKind::kMainParams && !has_separate_main_params()) return;  // the values are the main params

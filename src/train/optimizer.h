@@ -121,6 +121,12 @@ class MixedPrecisionOptimizer {
   // returns them in new tensors (undefined tensors on the other ranks); otherwise this
   // rank's own state (main_params undefined under fp32).
   FullOptimizerState gather_full_state() const;
+  // One parameter's fp32 state of `kind` (shape p.shape): on data-parallel rank 0 a tensor
+  // (a view of this rank's state when it holds all of p's range, else the owners' pieces
+  // received into a new one), undefined on the other ranks. Collective over the data-parallel
+  // group when the state is sharded; every rank calls it for the same parameters in the same
+  // order. The memory-bounded form of gather_full_state, one parameter at a time (checkpoints).
+  Tensor gather_param_state(const model::Parameter& p, StateKind kind) const;
   // Loads the state of parameter `p` from `value` (fp32, p's shape, host or device): this
   // rank keeps the fragments it owns. For checkpoints, which store whole parameters.
   void set_param_state(const model::Parameter& p, StateKind kind, const Tensor& value);

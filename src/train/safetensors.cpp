@@ -120,7 +120,7 @@ SafetensorsHeader make_safetensors_header(const std::vector<TensorToWrite>& tens
     const TensorToWrite& t = tensors[i];
     const int64_t bytes = checked_bytes(t.shape, dtype_size(t.dtype), nullptr);
     if (bytes < 0) throw_error("safetensors: tensor '", t.name, "' has an invalid shape ", shape_to_string(t.shape));
-    if (bytes > 0 && t.data == nullptr) throw_error("safetensors: tensor '", t.name, "' has no data");
+    if (bytes > 0 && t.data == nullptr && !t.fill) throw_error("safetensors: tensor '", t.name, "' has no data");
     if (!t.global_shape.empty() && checked_bytes(t.global_shape, 1, nullptr) < 0) {
       throw_error("safetensors: tensor '", t.name, "' has an invalid global shape ", shape_to_string(t.global_shape));
     }
@@ -170,9 +170,17 @@ int64_t write_safetensors(const std::string& path, const std::vector<TensorToWri
   }
   AtomicFile out(path);
   out.write(h.bytes);
+  std::vector<char> produced;  // fill's buffer, reused from tensor to tensor
   for (size_t i : layout_order(tensors)) {
     const TensorToWrite& t = tensors[i];
-    out.write(t.data, checked_bytes(t.shape, dtype_size(t.dtype), nullptr));
+    const int64_t bytes = checked_bytes(t.shape, dtype_size(t.dtype), nullptr);
+    if (t.data == nullptr && t.fill && bytes > 0) {
+      produced.resize(static_cast<size_t>(bytes));
+      t.fill(produced.data());
+      out.write(produced.data(), bytes);
+    } else {
+      out.write(t.data, bytes);
+    }
   }
   MT_CHECK_EQ(out.bytes_written(), static_cast<int64_t>(h.bytes.size()) + h.data_bytes);
   out.commit();

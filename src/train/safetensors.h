@@ -29,6 +29,8 @@
 #include <string_view>
 #include <vector>
 
+#include <functional>
+
 #include "core/dtype.h"
 #include "core/file.h"
 
@@ -37,7 +39,10 @@ namespace megatron::train {
 inline constexpr const char* kDefaultTensorLayout = "tp=1,pp=1,partition_axis=-1";
 
 // One tensor to write: `data` points at numel(shape) * dtype_size(dtype) bytes of host
-// memory, in our byte order (little-endian) and row-major.
+// memory, in our byte order (little-endian) and row-major. Or, with `fill` set and `data`
+// null, the bytes are produced when the tensor's turn comes: fill(dst) writes them into a host
+// buffer of that size, one tensor at a time in the file's data order (a writer that streams
+// tensors gathered from other ranks holds one at a time).
 struct TensorToWrite {
   std::string name;
   DType dtype = DType::kF32;
@@ -45,6 +50,7 @@ struct TensorToWrite {
   const void* data = nullptr;
   std::vector<int64_t> global_shape;           // empty: the same as shape
   std::string layout = kDefaultTensorLayout;   // recorded as "<name>.layout"
+  std::function<void(void* dst)> fill;         // see above; null: `data` holds the bytes
 };
 
 using StringMap = std::map<std::string, std::string>;
@@ -63,7 +69,7 @@ struct SafetensorsHeader {
 SafetensorsHeader make_safetensors_header(const std::vector<TensorToWrite>& tensors, const StringMap& metadata);
 
 // Writes `path` atomically (a temporary file, fsync, rename: core/file.h AtomicFile).
-// Throws Error for an empty or duplicate name, a null data pointer with bytes to write,
+// Throws Error for an empty or duplicate name, neither data nor fill with bytes to write,
 // a negative dimension, a metadata key that collides with the per-tensor keys, or I/O errors.
 // Returns the file size in bytes.
 int64_t write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,

@@ -195,22 +195,10 @@ void Trainer::save() {
   timers_->start("save-checkpoint", 0, groups_->world.get(), /*barrier=*/true);
   // The model values are read below: the parameter gather must have landed.
   optimizer_->grad_buffer().finish_param_gather();
-  // Collective: with the distributed optimizer the owners send their state to DP rank 0.
-  const FullOptimizerState state = optimizer_->gather_full_state();
-  // The state is replicated over DP (or gathered to DP rank 0). The DP-rank-0 ranks (one TP
-  // group per stage) gather the shards into global tensors, TP rank 0 of each stage sends its
-  // stage's to stage 0, and global rank 0 (TP 0, DP 0, stage 0) writes.
-  if (groups_->dp_cp->rank() == 0) {
-    CheckpointTensors tensors = collect_checkpoint_tensors(model_->parameters(), *optimizer_, state,
-                                                           !config_.no_save_optim, *groups_->tp, backend_);
-    if (groups_->tp->rank() == 0) {
-      gather_pipeline_stages(&tensors, config_, model_->dtype(), optimizer_->has_separate_main_params(),
-                             !config_.no_save_optim, *groups_->pp, backend_);
-    }
-    if (groups_->is_first_rank()) {
-      save_training_checkpoint(config_, progress_, tensors, *optimizer_, *scheduler_, backend_, *log0_);
-    }
-  }
+  // Collective over the world: rank 0 writes, tensor by tensor, what the other ranks gather
+  // and send it (train/checkpoint.h).
+  save_training_checkpoint(config_, progress_, model_->parameters(), *optimizer_, *scheduler_, *groups_, backend_,
+                           *log0_);
   // Nobody goes on (and perhaps exits, or reads the checkpoint) before it is complete.
   groups_->world->barrier();
   timers_->stop("save-checkpoint", groups_->world.get(), /*barrier=*/true);

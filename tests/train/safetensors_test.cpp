@@ -108,6 +108,34 @@ TEST(Safetensors, RoundTripAllDtypes) {
   EXPECT_LT(f.at("weight.f32").offset, f.at("f16").offset);
 }
 
+// Tensors produced when their turn comes (TensorToWrite::fill) give the very same file as
+// tensors in memory, each produced once, in the data order (larger dtypes first, then as given).
+TEST(Safetensors, FilledTensorsWriteTheSameFile) {
+  const std::string dir = test::scratch_dir("safetensors_fill");
+  Fixture fx;
+  write_safetensors(dir + "/data.safetensors", fx.tensors);
+  std::vector<TensorToWrite> lazy = fx.tensors;
+  std::vector<std::string> order;
+  for (TensorToWrite& t : lazy) {
+    const void* src = t.data;
+    int64_t bytes = dtype_size(t.dtype);
+    for (int64_t d : t.shape) bytes *= d;
+    t.data = nullptr;
+    t.fill = [&order, name = t.name, src, bytes](void* dst) {
+      order.push_back(name);
+      std::memcpy(dst, src, static_cast<size_t>(bytes));
+    };
+  }
+  write_safetensors(dir + "/filled.safetensors", lazy);
+  EXPECT_EQ(read_bytes(dir + "/filled.safetensors"), read_bytes(dir + "/data.safetensors"));
+  const SafetensorsFile f(dir + "/data.safetensors");
+  std::vector<std::string> expected;
+  for (const SafetensorsTensor& t : f.tensors()) {
+    if (t.bytes > 0) expected.push_back(t.name);
+  }
+  EXPECT_EQ(order, expected) << "one call per tensor with bytes, in file order";
+}
+
 TEST(Safetensors, WriterRejectsBadInput) {
   const std::string dir = test::scratch_dir("safetensors_writer");
   float x[2] = {1, 2};

@@ -141,7 +141,8 @@ TEST(TrainerPipelineParallel, InterleavedWithDropoutMatchesOneProcess) {
 }
 
 // Checkpoints hold global tensors by global layer names: saved under PP2 (the last stage's
-// copy of the tied embedding is not saved twice) they resume as one process, and the reverse.
+// copy of the tied embedding is not saved twice) they resume as one process, and the reverse;
+// so does a checkpoint streamed from TP2 x PP2 x DP2 with the distributed optimizer.
 TEST(TrainerPipelineParallel, CheckpointsMoveBetweenPipelineSizes) {
   const std::string dir = test::scratch_dir("trainer_pp_resume");
   test::write_walk_corpus(dir);
@@ -172,6 +173,19 @@ TEST(TrainerPipelineParallel, CheckpointsMoveBetweenPipelineSizes) {
       2);
   ASSERT_EQ(load_pp2.status, 0) << load_pp2.output;
   expect_same(ref, read_jsonl(dir + "/pp2_resumed.jsonl"), 6, "PP1 checkpoint resumed under PP2 interleaved");
+
+  // Every part of the streamed save at once (train/checkpoint.h): TP gathers, the sharded
+  // optimizer state gathered per parameter over DP, and each stage's tensors sent to rank 0.
+  const test::CommandResult save_8 = test::run_ranks(
+      with(base, {"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "128",  // 50432 too
+                  "--pipeline-model-parallel-size", "2", "--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--save", dir + "/ck_8", "--save-interval",
+                  "5", "--exit-interval", "5"}),
+      8);
+  ASSERT_EQ(save_8.status, 0) << save_8.output;
+  const test::CommandResult load_8 =
+      test::run_ranks(with(base, {"--load", dir + "/ck_8", "--log-jsonl", dir + "/from_8.jsonl"}), 1);
+  ASSERT_EQ(load_8.status, 0) << load_8.output;
+  expect_same(ref, read_jsonl(dir + "/from_8.jsonl"), 6, "TP2 x PP2 x DP2 distributed-optimizer checkpoint resumed as one process");
 }
 
 // Runs `base` + `more` on np ranks and returns its log.
