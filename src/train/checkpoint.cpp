@@ -243,7 +243,14 @@ void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progres
       for (const SavedTensor& t : file) {
         if (t.stage != stage) continue;
         const Tensor whole = global_tensor(t, params, optimizer, groups, backend);
-        if (whole.defined() && groups.tp->rank() == 0 && stage != 0) groups.pp->send(whole, 0);
+        if (!whole.defined() || groups.tp->rank() != 0 || stage == 0) continue;
+        // A TP-gathered tensor is on the host; NCCL sends device memory.
+        Tensor sent = whole;
+        if (whole.device() != backend.device()) {
+          sent = backend.empty(whole.shape(), whole.dtype(), MemoryKind::kOther);
+          backend.copy(whole, sent);
+        }
+        groups.pp->send(sent, 0);
       }
     }
     return;
