@@ -21,6 +21,7 @@
 //    and the rank.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -86,6 +87,11 @@ class Communicator {
   virtual void send(const Tensor& x, int64_t peer) = 0;
   virtual void recv(Tensor& x, int64_t peer) = 0;
   virtual void barrier() = 0;
+  // Extra time a watchdog (comm/watchdog.h) grants every watched operation from now on, on
+  // top of --distributed-timeout-minutes, for phases whose waits are long by design (ranks
+  // waiting while one rank writes a checkpoint); 0 takes it back. No-op where nothing is
+  // watched.
+  virtual void set_watchdog_grace(std::chrono::milliseconds) {}
 
   // ---- Pipeline point-to-point (train/pipeline_executor.h) ----
   // Posts every send and receive of `ops` at once and returns when all have completed (MPI:

@@ -42,6 +42,7 @@ class HostStagedCommunicator final : public Communicator {
   void send(const Tensor& x, int64_t peer) override;
   void recv(Tensor& x, int64_t peer) override;
   void barrier() override { inner_->barrier(); }
+  void set_watchdog_grace(std::chrono::milliseconds grace) override { inner_->set_watchdog_grace(grace); }
   void send_recv(std::span<const PointToPoint> ops) override;
   // Non-blocking as the inner one's (MPI: Isend/Irecv now, Waitall in wait()): device sends are
   // staged before it returns, device receives are copied in by the handle's wait().

@@ -33,6 +33,7 @@ class ProfiledCommunicator final : public Communicator {
   void send(const Tensor& x, int64_t peer) override;
   void recv(Tensor& x, int64_t peer) override;
   void barrier() override;
+  void set_watchdog_grace(std::chrono::milliseconds grace) override { inner_->set_watchdog_grace(grace); }
   void send_recv(std::span<const PointToPoint> ops) override;
   std::unique_ptr<PendingCollective> start_send_recv(std::span<const PointToPoint> ops) override;
   std::unique_ptr<Communicator> split(int64_t color, int64_t key, const std::string& name) override;

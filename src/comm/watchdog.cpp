@@ -32,6 +32,11 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
+void Watchdog::set_grace(std::chrono::milliseconds grace) {
+  std::lock_guard<std::mutex> lock(mu_);
+  grace_ = grace;
+}
+
 Watchdog::Scope::Scope(Watchdog& w, const char* op, const Communicator& group) : w_(w) {
   std::lock_guard<std::mutex> lock(w_.mu_);
   ++w_.sequence_;
@@ -53,11 +58,13 @@ void Watchdog::run() {
     cv_.wait_for(lock, tick);
     if (stop_ || !busy_) continue;
     const auto waited = std::chrono::steady_clock::now() - since_;
-    if (waited < timeout_) continue;
+    if (waited < timeout_ + grace_) continue;
     const double seconds = std::chrono::duration<double>(waited).count();
+    const std::string granted =
+        grace_.count() > 0 ? str_cat(", plus ", grace_.count() / 1000, " s granted to a checkpoint save") : std::string();
     const std::string message =
         str_cat("[rank ", world_rank_, "] watchdog: ", what_, " has not completed after ", static_cast<double>(std::llround(seconds * 10)) / 10,
-                " s (--distributed-timeout-minutes): another rank of the group is behind (stuck or dead); aborting");
+                " s (--distributed-timeout-minutes", granted, "): another rank of the group is behind (stuck or dead); aborting");
     busy_ = false;  // report once
     lock.unlock();
     on_timeout_(message);

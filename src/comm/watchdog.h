@@ -41,6 +41,9 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   // Marks one collective in flight from construction to destruction.
+  // Time added to the timeout from now on (0: none); a report names it.
+  void set_grace(std::chrono::milliseconds grace);
+
   class Scope {
    public:
     Scope(Watchdog& w, const char* op, const Communicator& group);
@@ -54,6 +57,7 @@ class Watchdog {
   void run();
   int64_t world_rank_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds grace_{0};
   std::function<void(const std::string&)> on_timeout_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -80,6 +84,7 @@ class WatchedCommunicator final : public Communicator {
   void send(const Tensor& x, int64_t peer) override;
   void recv(Tensor& x, int64_t peer) override;
   void barrier() override;
+  void set_watchdog_grace(std::chrono::milliseconds grace) override { watchdog_.set_grace(grace); }
   void send_recv(std::span<const PointToPoint> ops) override;
   std::unique_ptr<Communicator> split(int64_t color, int64_t key, const std::string& name) override;
   // Watched while they start (MPI: the whole collective; NCCL: the enqueue).

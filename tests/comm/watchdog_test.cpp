@@ -87,5 +87,30 @@ TEST(Watchdog, SplitsAreWatchedToo) {
   EXPECT_EQ(fired, 1);
 }
 
+// A grace (Communicator::set_watchdog_grace, given to checkpoint saves) lets a long wait pass,
+// and taken back, the timeout applies again; the report names the grace while it holds.
+TEST(Watchdog, GraceLetsALongWaitPass) {
+  auto backend = backend::make_cpu_backend();
+  std::mutex mu;
+  std::vector<std::string> reports;
+  Watchdog w(1, 300ms, [&](const std::string& m) {
+    std::lock_guard<std::mutex> lock(mu);
+    reports.push_back(m);
+  });
+  WatchedCommunicator slow(std::make_unique<SlowCommunicator>(*backend, 800ms), w);
+  Tensor x = Tensor::cpu({1});
+  slow.set_watchdog_grace(3000ms);
+  slow.all_reduce(x, ReduceOp::kSum);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_TRUE(reports.empty()) << reports.front();
+  }
+  slow.set_watchdog_grace(0ms);
+  slow.all_reduce(x, ReduceOp::kSum);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].find("granted"), std::string::npos) << reports[0];
+}
+
 }  // namespace
 }  // namespace megatron::comm
