@@ -189,7 +189,7 @@ int run_bench(const CommandArgs& argv_in) {
   }
   comm::ProcessGroups groups = comm::make_process_groups(
       std::move(world_comm), comm::parallel_sizes(world, c.tensor_model_parallel_size, c.pipeline_model_parallel_size));
-  const DType dtype = c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32;
+  const DType dtype = train::model_dtype(c);
   const int64_t mbs = c.micro_batch_size, s = c.model.seq_length, gbs = c.global_batch_size;
   const int64_t num_micro = gbs / (mbs * c.data_parallel_size);
   const bool cuda = be->device() == Device::kCUDA;

@@ -309,7 +309,7 @@ int run_bench_sweep(const CommandArgs& argv_in) {
       pm.config = tc.model;
       pm.config.vocab_size = kGpt2Vocab;
       pm.make_vocab_size_divisible_by = tc.make_vocab_size_divisible_by;
-      pm.dtype = tc.bf16 ? DType::kBF16 : tc.fp16 ? DType::kF16 : DType::kF32;
+      pm.dtype = train::model_dtype(tc);
       plan::validate_layout(plan::config_for_tp(pm, p.tp), p, p.world());
     } catch (const Error& e) {
       r.name = sweep_case_name(p.dp, p.tp, p.pp, p.global_batch, tc.model.hidden_size, tc.model.num_layers);

@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <vector>
@@ -131,15 +132,14 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   a["--adam-eps"] = jd(c.adam_eps);
   a["--clip-grad"] = jd(c.clip_grad);
   a["--split"] = js(c.split);
-  std::string paths = "[";
-  for (size_t i = 0; i < c.data_path.size(); ++i) paths += (i ? "," : "") + js(c.data_path[i]);
-  a["--data-path"] = paths + "]";
-  for (int s = 0; s < 3; ++s) {  // only when set: older checkpoints lack the keys
-    const std::vector<std::string>& v = c.split_data_path[s];
-    if (v.empty()) continue;
+  auto strings = [](const std::vector<std::string>& v) {
     std::string list = "[";
     for (size_t i = 0; i < v.size(); ++i) list += (i ? "," : "") + js(v[i]);
-    a[data::kSplitDataPathFlags[s]] = list + "]";
+    return list + "]";
+  };
+  a["--data-path"] = strings(c.data_path);
+  for (int s = 0; s < 3; ++s) {  // only when set: older checkpoints lack the keys
+    if (!c.split_data_path[s].empty()) a[data::kSplitDataPathFlags[s]] = strings(c.split_data_path[s]);
   }
   if (c.mock_data) a["--mock-data"] = jb(true);  // only when set: older checkpoints lack the key
   if (c.train_iters) a["--train-iters"] = ji(*c.train_iters);
@@ -166,14 +166,14 @@ struct SavedTensor {
 // The tensors of model.safetensors and of optimizer.safetensors, all stages, in file order: the
 // list every rank walks. The last stage's copy of a tied word embedding is left out (the first
 // stage saves it).
-std::array<std::vector<SavedTensor>, 2> saved_tensors(const TrainConfig& c, DType model_dtype, bool separate_main) {
+std::array<std::vector<SavedTensor>, 2> saved_tensors(const TrainConfig& c, DType dtype, bool separate_main) {
   std::array<std::vector<SavedTensor>, 2> files;
   for (int64_t stage = 0; stage < c.pipeline_model_parallel_size; ++stage) {
     model::ParameterSet declared;
     model::GPTModel::declare_stage_parameters(c.model, pipeline_stage(c, stage), &declared);
     for (const model::Parameter& p : declared.params()) {
       if (p.pipeline_shared) continue;
-      files[0].push_back({p.name, stage, p.name, Part::kValue, model_dtype, p.global_shape});
+      files[0].push_back({p.name, stage, p.name, Part::kValue, dtype, p.global_shape});
       if (c.no_save_optim) continue;
       if (separate_main) files[1].push_back({"main_param." + p.name, stage, p.name, Part::kMain, DType::kF32, p.global_shape});
       files[1].push_back({"exp_avg." + p.name, stage, p.name, Part::kExpAvg, DType::kF32, p.global_shape});
@@ -207,22 +207,15 @@ Tensor global_tensor(const SavedTensor& t, const model::ParameterSet& params, co
 }  // namespace
 
 CheckpointSaveMemory checkpoint_save_memory(const TrainConfig& c) {
-  const model::GPTConfig& m = c.model;
-  const bool separate_main = c.fp16 || c.bf16;
-  const int64_t model_bytes = separate_main ? 2 : 4;
-  const int64_t optimizer_bytes = c.no_save_optim ? 0 : (separate_main ? 4 : 0) + 8;
-  const int64_t pp = c.pipeline_model_parallel_size;
-  const bool tied = !m.untie_embeddings_and_output_weights;
   CheckpointSaveMemory out;
-  int64_t all = 0;
-  for (int64_t stage = 0; stage < pp; ++stage) {
-    int64_t n = model::stage_num_parameters(m, 1, pipeline_stage(c, stage));
-    if (tied && pp > 1 && stage == pp - 1) n -= m.padded_vocab_size * m.hidden_size;  // not saved twice
-    all += n;
+  int64_t largest = 0;  // the word embedding, fp32 when the optimizer state is saved
+  for (const auto& file : saved_tensors(c, model_dtype(c), c.fp16 || c.bf16)) {
+    for (const SavedTensor& t : file) {
+      const int64_t bytes = shape_numel(t.global) * dtype_size(t.dtype);
+      out.checkpoint_bytes += bytes;
+      largest = std::max(largest, bytes);
+    }
   }
-  out.checkpoint_bytes = all * (model_bytes + optimizer_bytes);
-  // The largest tensor: the word embedding, fp32 when the optimizer state is saved.
-  const int64_t largest = m.padded_vocab_size * m.hidden_size * (c.no_save_optim ? model_bytes : 4);
   out.host_bytes = 2 * largest;
   out.device_bytes = largest;
   return out;
@@ -232,8 +225,7 @@ void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progres
                               const MixedPrecisionOptimizer& optimizer, const OptimizerParamScheduler& scheduler,
                               const comm::ProcessGroups& groups, backend::Backend& backend, std::ostream& log) {
   MT_CHECK(c.save.has_value()) << "save without --save";
-  const DType model_dtype = c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32;
-  const std::array<std::vector<SavedTensor>, 2> files = saved_tensors(c, model_dtype, optimizer.has_separate_main_params());
+  const std::array<std::vector<SavedTensor>, 2> files = saved_tensors(c, model_dtype(c), optimizer.has_separate_main_params());
   const int64_t stage = groups.coords.pp;
   const bool writer = groups.rank() == 0;
   if (!writer) {

@@ -47,8 +47,8 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& config);
 // optimizer state, every tensor of every stage); at any moment the writer holds at most two
 // host copies of the largest tensor (one received or gathered, one being written) and one
 // device buffer of it, and a rank of a tensor-parallel group one gathered copy on the host and
-// one on the device. The largest tensor is the word embedding (padded vocabulary x hidden) in
-// fp32 when the optimizer is saved.
+// one on the device. The sizes come from the same tensor list the save walks; at GPT shapes the
+// largest tensor is the word embedding's fp32 optimizer state (padded vocabulary x hidden).
 struct CheckpointSaveMemory {
   int64_t checkpoint_bytes = 0;  // the tensors of model.safetensors + optimizer.safetensors
   int64_t host_bytes = 0;        // the writer's host memory while it saves

@@ -20,9 +20,10 @@ model::PipelineStageOptions pipeline_stage(const TrainConfig& c, int64_t stage) 
   return p;
 }
 
+DType model_dtype(const TrainConfig& c) { return c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32; }
+
 model::MemoryPlan train_memory_plan(const TrainConfig& c, int64_t stage) {
-  const DType dtype = c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32;
-  model::MemoryPlan plan = model::plan_memory(c.model, dtype, c.micro_batch_size, c.tensor_model_parallel_size,
+  model::MemoryPlan plan = model::plan_memory(c.model, model_dtype(c), c.micro_batch_size, c.tensor_model_parallel_size,
                                               c.sequence_parallel, pipeline_stage(c, stage));
   if (c.use_distributed_optimizer) plan = model::shard_optimizer_state(plan, c.data_parallel_size);
   return plan;

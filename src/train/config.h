@@ -208,6 +208,8 @@ std::string padded_vocab_message(int64_t vocab, int64_t padded);
 // flight at the final global batch size), the optimizer state divided over data-parallel
 // ranks under --use-distributed-optimizer.
 model::MemoryPlan train_memory_plan(const TrainConfig& config, int64_t stage = 0);
+// The parameters' dtype: bf16 with --bf16, fp16 with --fp16, else fp32.
+DType model_dtype(const TrainConfig& config);
 // What GPTModel needs to build stage `stage` (layers, chunks, activation sets).
 model::PipelineStageOptions pipeline_stage(const TrainConfig& config, int64_t stage);
 

@@ -222,63 +222,6 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
   return result;
 }
 
-FullOptimizerState MixedPrecisionOptimizer::gather_full_state() const {
-  const int64_t P = params_.total_numel();
-  const bool separate = has_separate_main_params();
-  FullOptimizerState st;
-  if (shards_.size() == 1 && shards_[0].range.start == 0 && shards_[0].range.end == P) {
-    if (separate) st.main_params = main_;
-    st.exp_avg = exp_avg_;
-    st.exp_avg_sq = exp_avg_sq_;
-    return st;
-  }
-  comm::Communicator& g = grad_buffer_.group();
-  const bool root = g.rank() == 0;
-  if (root) {
-    if (separate) st.main_params = backend_.empty({P}, DType::kF32, MemoryKind::kOther);
-    st.exp_avg = backend_.empty({P}, DType::kF32, MemoryKind::kOther);
-    st.exp_avg_sq = backend_.empty({P}, DType::kF32, MemoryKind::kOther);
-  }
-  // Piece r of every bucket, in bucket order: rank 0 copies its own and receives the others'
-  // (the senders send in the same order, so the blocking pairs always match).
-  for (const Range& b : grad_buffer_.buckets()) {
-    const std::vector<int64_t> counts = shard_counts(b.size(), g.size());
-    for (int64_t r = 0; r < g.size(); ++r) {
-      const int64_t n = counts[static_cast<size_t>(r)];
-      if (n == 0) continue;
-      const int64_t start = b.start + comm::piece_offset(counts, r);
-      if (r == g.rank()) {
-        const auto it = std::find_if(shards_.begin(), shards_.end(), [&](const Shard& s) { return s.range.start == start; });
-        MT_CHECK(it != shards_.end() && it->range.size() == n) << "no shard at " << start;
-        std::vector<Tensor> mine;
-        if (separate) mine.push_back(it->main);
-        mine.push_back(it->exp_avg);
-        mine.push_back(it->exp_avg_sq);
-        std::vector<Tensor> full;
-        if (root) {
-          if (separate) full.push_back(st.main_params.flat_view(start, {n}));
-          full.push_back(st.exp_avg.flat_view(start, {n}));
-          full.push_back(st.exp_avg_sq.flat_view(start, {n}));
-        }
-        for (size_t k = 0; k < mine.size(); ++k) {
-          if (root) {
-            backend_.copy(mine[k], full[k]);
-          } else {
-            g.send(mine[k], 0);
-          }
-        }
-      } else if (root) {
-        std::vector<Tensor> full;
-        if (separate) full.push_back(st.main_params.flat_view(start, {n}));
-        full.push_back(st.exp_avg.flat_view(start, {n}));
-        full.push_back(st.exp_avg_sq.flat_view(start, {n}));
-        for (Tensor& t : full) g.recv(t, r);
-      }
-    }
-  }
-  return st;
-}
-
 Tensor MixedPrecisionOptimizer::gather_param_state(const model::Parameter& p, StateKind kind) const {
   MT_CHECK(kind != StateKind::kMainParams || has_separate_main_params()) << "fp32 models keep no main params";
   auto state_of = [&](const Shard& s) -> const Tensor& {
@@ -293,7 +236,7 @@ Tensor MixedPrecisionOptimizer::gather_param_state(const model::Parameter& p, St
     return state_of(shards_[0]).flat_view(lo - shards_[0].range.start, p.shape);
   }
   // Sharded: every piece of every bucket that overlaps the range, from its owner to rank 0, in
-  // bucket order (gather_full_state's order, restricted to the range).
+  // bucket order, each pair of ranks meeting in the same order on both sides.
   const bool root = g.rank() == 0;
   Tensor out = root ? backend_.empty(p.shape, DType::kF32, MemoryKind::kOther) : Tensor();
   for (const Range& b : grad_buffer_.buckets()) {

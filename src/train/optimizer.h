@@ -79,9 +79,6 @@ struct DataParallelOptions {
 
 // The full fp32 optimizer state [P] for a checkpoint (main_params undefined when the model is
 // fp32: its values are the main parameters).
-struct FullOptimizerState {
-  Tensor main_params, exp_avg, exp_avg_sq;
-};
 enum class StateKind { kMainParams, kExpAvg, kExpAvgSq };
 
 struct StepResult {
@@ -116,16 +113,11 @@ class MixedPrecisionOptimizer {
 
   int64_t steps() const { return steps_; }
   bool has_separate_main_params() const { return params_.values().dtype() != DType::kF32; }
-  // The fp32 state a checkpoint keeps, as full [P] tensors. Collective over the data-parallel
-  // group: with the distributed optimizer the owners send their ranges to DP rank 0, which
-  // returns them in new tensors (undefined tensors on the other ranks); otherwise this
-  // rank's own state (main_params undefined under fp32).
-  FullOptimizerState gather_full_state() const;
   // One parameter's fp32 state of `kind` (shape p.shape): on data-parallel rank 0 a tensor
   // (a view of this rank's state when it holds all of p's range, else the owners' pieces
   // received into a new one), undefined on the other ranks. Collective over the data-parallel
   // group when the state is sharded; every rank calls it for the same parameters in the same
-  // order. The memory-bounded form of gather_full_state, one parameter at a time (checkpoints).
+  // order: the state a checkpoint keeps, one parameter at a time, so that memory stays bounded.
   Tensor gather_param_state(const model::Parameter& p, StateKind kind) const;
   // Loads the state of parameter `p` from `value` (fp32, p's shape, host or device): this
   // rank keeps the fragments it owns. For checkpoints, which store whole parameters.

@@ -54,7 +54,6 @@ ScheduleFlags schedule_flags(const TrainConfig& c) {
   return f;
 }
 
-DType param_dtype(const TrainConfig& c) { return c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32; }
 
 // --exit-signal-handler: SIGTERM only sets this flag; the loop checks it after each iteration.
 std::atomic<bool> g_exit_requested{false};
@@ -118,7 +117,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   model::TensorParallelOptions tp;
   tp.group = groups_->tp.get();
   tp.sequence_parallel = c.sequence_parallel;
-  model_ = std::make_unique<model::GPTModel>(c.model, backend_, param_dtype(c), c.micro_batch_size, tp,
+  model_ = std::make_unique<model::GPTModel>(c.model, backend_, model_dtype(c), c.micro_batch_size, tp,
                                              pipeline_stage(c, groups_->coords.pp));
   model_->parameters().initialize(backend_, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
   *log0_ << " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): "

@@ -10,6 +10,7 @@
 #include "train/checkpoint.h"
 #include "core/error.h"
 #include "support/paths.h"
+#include "support/plan_models.h"
 
 namespace megatron::cli {
 namespace {
@@ -56,14 +57,7 @@ TEST(HostMemory, BenchOfA175BModelOnTheCpuIsOneLineError) {
 // checkpoint streams through in 2.2 TiB while a save holds ~4.6 GiB of host memory.
 TEST(HostMemory, SaveThatCannotBeWrittenIsOneLineBeforeTraining) {
   train::TrainConfig c;
-  c.model.num_layers = 96;
-  c.model.hidden_size = 12288;
-  c.model.num_attention_heads = 96;
-  c.model.ffn_hidden_size = 4 * 12288;
-  c.model.kv_channels = 128;
-  c.model.seq_length = 2048;
-  c.model.max_position_embeddings = 2048;
-  c.model.vocab_size = 50257;
+  c.model = test::gpt_plan_model(96, 12288, 96, 2048).config;  // GPT-3 175B
   c.model.padded_vocab_size = 50304;
   c.bf16 = true;
   c.micro_batch_size = 1;

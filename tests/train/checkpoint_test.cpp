@@ -199,8 +199,9 @@ TEST(Checkpoint, SigtermSavesAndStops) {
 
 // checkpoint_save_memory: its checkpoint bytes are the saved files' tensor bytes (fp32 and bf16,
 // for the layout that saved them and for every other: the files do not depend on the layout),
-// and what a save holds beyond training is bounded by the largest tensor (the word embedding,
-// fp32 with the optimizer state, model dtype without), whatever the layout.
+// and what a save holds beyond training is bounded by the largest saved tensor (here an MLP
+// weight, 64 x 16, larger than this vocabulary's 48 x 16 embedding; fp32 with the optimizer
+// state, the model dtype without), whatever the layout.
 TEST(Checkpoint, SaveMemoryIsBoundedByTheLargestTensor) {
   const std::string dir = test::scratch_dir("ckpt_save_memory");
   write_corpus(dir);
@@ -211,11 +212,16 @@ TEST(Checkpoint, SaveMemoryIsBoundedByTheLargestTensor) {
                                       "--save-interval", "2"};
     if (bf16) flags.push_back("--bf16");
     train(dir, flags);
-    int64_t bytes = 0;
+    int64_t bytes = 0, largest = 0, largest_weight = 0;
     for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
       const SafetensorsFile f(save + "/iter_0000002/" + file);
-      for (const SafetensorsTensor& t : f.tensors()) bytes += t.bytes;
+      for (const SafetensorsTensor& t : f.tensors()) {
+        bytes += t.bytes;
+        largest = std::max(largest, t.bytes);
+        if (std::string(file) == "model.safetensors") largest_weight = std::max(largest_weight, t.bytes);
+      }
     }
+    EXPECT_EQ(largest, 64 * 16 * 4) << "the fixture's largest tensor is an fp32 MLP weight's state";
     cli::Args args("train");
     cli::declare_train_flags(args);
     std::vector<std::string> argv = {"--num-layers", "2", "--hidden-size", "16", "--num-attention-heads", "2",
@@ -226,7 +232,6 @@ TEST(Checkpoint, SaveMemoryIsBoundedByTheLargestTensor) {
     TrainConfig c = cli::parse_train_config(args);
     c.model.vocab_size = 40;
     c.model.padded_vocab_size = 48;
-    const int64_t largest = 48 * 16 * 4;
     for (const auto& [tp, pp] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 2}, {2, 1}, {2, 2}}) {
       TrainConfig layout = c;
       layout.tensor_model_parallel_size = tp;
@@ -238,7 +243,8 @@ TEST(Checkpoint, SaveMemoryIsBoundedByTheLargestTensor) {
       EXPECT_EQ(m.device_bytes, largest);
     }
     c.no_save_optim = true;
-    EXPECT_EQ(checkpoint_save_memory(c).device_bytes, 48 * 16 * (bf16 ? 2 : 4)) << "weights only: the model dtype";
+    EXPECT_EQ(checkpoint_save_memory(c).device_bytes, largest_weight) << "weights only: the model dtype";
+    EXPECT_EQ(largest_weight, 64 * 16 * (bf16 ? 2 : 4));
   }
 }
 
