@@ -69,9 +69,13 @@ std::string gib(int64_t bytes) {
 
 std::string save_memory_line(const train::TrainConfig& config) {
   const train::CheckpointSaveMemory m = train::checkpoint_save_memory(config);
-  return " > checkpoint save (--save): rank 0 writes " + gib(m.checkpoint_bytes) +
-         " one tensor at a time, holding at most " + gib(m.host_bytes) + " of host and " + gib(m.device_bytes) +
-         " of device memory beyond training while it saves\n";
+  const std::string streamed = "rank 0 writes " + gib(m.checkpoint_bytes) + " one tensor at a time, holding at most " +
+                               gib(m.host_bytes) + " of host and " + gib(m.device_bytes) +
+                               " of device memory beyond training while it saves";
+  if (!config.ckpt_fully_parallel_save) return " > checkpoint save (--save): " + streamed + "\n";
+  return " > checkpoint save (--save): every rank writes what it holds of " + gib(m.checkpoint_bytes) + ", with " +
+         gib(train::kParallelSaveStagingBytes) + " of host memory; where not every rank sees the directory, " +
+         streamed + "\n";
 }
 
 // A checkpoint that cannot be written fails at its first save, after hours of training: say so

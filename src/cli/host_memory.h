@@ -26,8 +26,11 @@ void check_host_memory(const std::string& command, int64_t planned_bytes, int64_
 // launcher's ranks on this node, this machine's MemAvailable.
 void check_host_memory(const std::string& command, const train::TrainConfig& config, int64_t stage);
 
-// --save: the line --dry-run prints (train::checkpoint_save_memory's numbers), and the check
-// `megatron train` makes on rank 0 before the first step: a one-line error naming --save when
+// --save: the line --dry-run prints (the parallel save's staging, or with
+// --no-ckpt-fully-parallel-save train::checkpoint_save_memory's numbers), and the check
+// `megatron train` makes on rank 0 before the first step when rank 0 writes the whole
+// checkpoint (--no-ckpt-fully-parallel-save, or a --save directory not every rank sees;
+// the parallel save needs no check): a one-line error naming --save when
 // training's planned device bytes plus what a save adds exceed `device_total` (0: unknown, not
 // checked), or what a save holds in host memory exceeds `host_available`. Nothing when training
 // does not fit the device by itself: that fails first, with its own message.

@@ -131,7 +131,8 @@ constexpr FlagRow kFlagTable[] = {
     {"--enable-one-logger", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no telemetry is sent anywhere"},
     {"--no-one-logger", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no telemetry is sent anywhere"},
     {"--te-rng-tracker", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: dropout masks come from a stateless Philox stream"},
-    {"--ckpt-fully-parallel-save", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
+    {"--ckpt-fully-parallel-save", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op, as in Megatron: the parallel save is the default (--no-ckpt-fully-parallel-save turns it off)"},
     {"--ckpt-fully-parallel-load", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
     {"--ckpt-assume-constant-structure", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
     {"--dist-ckpt-strictness", FlagType::kValue, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
@@ -431,6 +432,9 @@ void declare_supported_flags(Args& a) {
       .option("--load", "DIR", "resume from the latest checkpoint in DIR")
       .option("--save-keep-last", "K", "keep only the K newest checkpoints (0: keep all)", "0")
       .flag("--no-save-optim", "save weights only (no fp32 main weights, no Adam state)")
+      .flag("--no-ckpt-fully-parallel-save",
+            "rank 0 writes the whole checkpoint (default: every rank writes what it holds, "
+            "when all ranks see the --save directory)")
       .flag("--no-save-rng", "accepted: dropout masks are a function of (seed, iteration), no RNG state exists")
       .flag("--no-load-optim", "load weights only; the optimizer starts fresh from them")
       .flag("--no-load-rng", "accepted: dropout masks are a function of (seed, iteration), no RNG state exists")
@@ -926,6 +930,7 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.save_keep_last = a.get_int("--save-keep-last");
   if (c.save_keep_last < 0) throw_error("[--save-keep-last] must not be negative, got ", c.save_keep_last);
   c.no_save_optim = a.get_flag("--no-save-optim");
+  c.ckpt_fully_parallel_save = !a.get_flag("--no-ckpt-fully-parallel-save");
   c.no_load_optim = a.get_flag("--no-load-optim");
   c.finetune = a.get_flag("--finetune");
   c.exit_on_missing_checkpoint = a.get_flag("--exit-on-missing-checkpoint");

@@ -144,9 +144,14 @@ int run_train(const CommandArgs& argv) {
   comm::ProcessGroups groups = comm::make_process_groups(
       std::move(connection.world), comm::parallel_sizes(config.world_size, config.tensor_model_parallel_size,
                                                         config.pipeline_model_parallel_size));
+  if (config.save && config.ckpt_fully_parallel_save && !train::all_ranks_see_directory(*config.save, *groups.world)) {
+    config.ckpt_fully_parallel_save = false;
+    log0 << " > not every rank sees --save " << *config.save
+         << ": rank 0 writes the checkpoints (as with --no-ckpt-fully-parallel-save)\n";
+  }
   if (backend->device() == Device::kCPU) {
     check_host_memory("train", config, groups.coords.pp);
-  } else if (config.save && groups.rank() == 0) {
+  } else if (config.save && !config.ckpt_fully_parallel_save && groups.rank() == 0) {
     check_save_memory(config, train::train_memory_plan(config, 0).total(),
                       backend::cuda_device_memory_total(cuda_device_for_rank(args, env.local_rank)),
                       host_available_bytes());

@@ -14,6 +14,7 @@
 // row order, rank r's block is exactly the heads [r * heads/T, (r+1) * heads/T).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/ops.h"
@@ -33,6 +34,24 @@ struct Partition {
 Shape local_shape(const Shape& global, const Partition& p);
 // Flat index in the global tensor of flat element `k` of the shard.
 int64_t global_index(const Shape& global, const Partition& p, int64_t k);
+// The shard's flat elements [begin, begin + count) as runs of consecutive global elements, in
+// order: fn(global_start, shard_start, n) for each maximal run (one run for dim -1 and dim 0;
+// for dim 1 one per row touched, C/T elements each but the first and last). What a rank
+// writing its own shard into the global tensor's bytes needs (train/checkpoint.cpp).
+template <class Fn>
+void for_each_global_run(const Shape& global, const Partition& p, int64_t begin, int64_t count, Fn&& fn) {
+  if (count <= 0) return;
+  if (!p.split() || p.dim == 0) {
+    fn(global_index(global, p, begin), begin, count);
+    return;
+  }
+  const int64_t local_cols = global[1] / p.size;
+  for (int64_t k = begin, end = begin + count; k < end;) {
+    const int64_t n = std::min(end - k, local_cols - k % local_cols);  // to the end of this row
+    fn(global_index(global, p, k), k, n);
+    k += n;
+  }
+}
 // global_index as Backend::init_normal's affine index map (offset, local_cols, global_cols;
 // seed, stream and scale left at their defaults), for filling a shard on its device.
 backend::NormalInit shard_index_map(const Shape& global, const Partition& p);

@@ -4,10 +4,18 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <random>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/error.h"
+#include "core/file.h"
 #include "core/json_writer.h"
 #include "data/dataset_config.h"
 #include "model/gpt_model.h"
@@ -221,66 +229,11 @@ CheckpointSaveMemory checkpoint_save_memory(const TrainConfig& c) {
   return out;
 }
 
-void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progress, const model::ParameterSet& params,
-                              const MixedPrecisionOptimizer& optimizer, const OptimizerParamScheduler& scheduler,
-                              const comm::ProcessGroups& groups, backend::Backend& backend, std::ostream& log) {
-  MT_CHECK(c.save.has_value()) << "save without --save";
-  const std::array<std::vector<SavedTensor>, 2> files = saved_tensors(c, model_dtype(c), optimizer.has_separate_main_params());
-  const int64_t stage = groups.coords.pp;
-  const bool writer = groups.rank() == 0;
-  if (!writer) {
-    // The same walk as the writer's, over this stage's tensors: the gathers meet their peers,
-    // and this stage's TP-0 DP-0 rank sends each whole tensor when the writer asks for it.
-    for (const auto& file : files) {
-      for (const SavedTensor& t : file) {
-        if (t.stage != stage) continue;
-        const Tensor whole = global_tensor(t, params, optimizer, groups, backend);
-        if (!whole.defined() || groups.tp->rank() != 0 || stage == 0) continue;
-        // A TP-gathered tensor is on the host; NCCL sends device memory.
-        Tensor sent = whole;
-        if (whole.device() != backend.device()) {
-          sent = backend.empty(whole.shape(), whole.dtype(), MemoryKind::kOther);
-          backend.copy(whole, sent);
-        }
-        groups.pp->send(sent, 0);
-      }
-    }
-    return;
-  }
-  MT_CHECK(stage == 0 && groups.tp->rank() == 0 && groups.dp_cp->rank() == 0) << "the writer is stage 0, TP 0, DP 0";
-  char line[64];
-  std::snprintf(line, sizeof(line), "%7lld", static_cast<long long>(progress.iteration));
-  log << "saving checkpoint at iteration " << line << " to " << *c.save << '\n' << std::flush;
+namespace {
 
-  // Each tensor's bytes are produced when write_safetensors reaches it (one dtype per file, so
-  // its data order is the list's order, the one the other ranks walk).
-  auto to_write = [&](const SavedTensor& t) {
-    TensorToWrite w;
-    w.name = t.name;
-    w.dtype = t.dtype;
-    w.shape = t.global;
-    w.fill = [&, t](void* dst) {
-      Tensor whole;
-      if (t.stage == 0) {
-        whole = global_tensor(t, params, optimizer, groups, backend);
-      } else {
-        whole = backend.empty(t.global, t.dtype, MemoryKind::kOther);
-        groups.pp->recv(whole, t.stage);
-      }
-      MT_CHECK(whole.shape() == t.global && whole.dtype() == t.dtype) << t.name << ": " << whole.describe();
-      const Tensor host = host_view(whole, backend);
-      std::memcpy(dst, host.data(), static_cast<size_t>(host.nbytes()));
-    };
-    return w;
-  };
-  std::array<std::vector<TensorToWrite>, 2> tensors;
-  for (int f = 0; f < 2; ++f) {
-    for (const SavedTensor& t : files[f]) {
-      MT_CHECK(t.dtype == files[f].front().dtype) << "one dtype per file keeps the writing order the list's";
-      tensors[f].push_back(to_write(t));
-    }
-  }
-
+// metadata.json of a save (train/checkpoint.h lists its keys).
+std::string metadata_json(const TrainConfig& c, const TrainProgress& progress, const MixedPrecisionOptimizer& optimizer,
+                          const OptimizerParamScheduler& scheduler) {
   JsonWriter w(2);
   w.begin_object();
   w.key("format").value(kFormat);
@@ -325,13 +278,238 @@ void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progres
   for (const auto& [k, v] : checkpoint_args(c)) w.key(k).raw_value(v);
   w.end_object();
   w.end_object();
+  return w.take();
+}
 
+// Megatron's "saving checkpoint at iteration       5 to DIR" (the iteration as '{:7d}').
+std::string iteration_text(int64_t iteration) {
+  char line[32];
+  std::snprintf(line, sizeof(line), "%7lld", static_cast<long long>(iteration));
+  return line;
+}
+
+// Rank 0 writes every tensor; the stage holding one gathers it and sends it (train/checkpoint.h).
+void save_streamed(const TrainConfig& c, const TrainProgress& progress, const std::array<std::vector<SavedTensor>, 2>& files,
+                   const model::ParameterSet& params, const MixedPrecisionOptimizer& optimizer,
+                   const OptimizerParamScheduler& scheduler, const comm::ProcessGroups& groups,
+                   backend::Backend& backend) {
+  const int64_t stage = groups.coords.pp;
+  if (groups.rank() != 0) {
+    // The same walk as the writer's, over this stage's tensors: the gathers meet their peers,
+    // and this stage's TP-0 DP-0 rank sends each whole tensor when the writer asks for it.
+    for (const auto& file : files) {
+      for (const SavedTensor& t : file) {
+        if (t.stage != stage) continue;
+        const Tensor whole = global_tensor(t, params, optimizer, groups, backend);
+        if (!whole.defined() || groups.tp->rank() != 0 || stage == 0) continue;
+        // A TP-gathered tensor is on the host; NCCL sends device memory.
+        Tensor sent = whole;
+        if (whole.device() != backend.device()) {
+          sent = backend.empty(whole.shape(), whole.dtype(), MemoryKind::kOther);
+          backend.copy(whole, sent);
+        }
+        groups.pp->send(sent, 0);
+      }
+    }
+    return;
+  }
+  MT_CHECK(stage == 0 && groups.tp->rank() == 0 && groups.dp_cp->rank() == 0) << "the writer is stage 0, TP 0, DP 0";
+  // Each tensor's bytes are produced when write_safetensors reaches it (one dtype per file, so
+  // its data order is the list's order, the one the other ranks walk).
+  auto to_write = [&](const SavedTensor& t) {
+    TensorToWrite w;
+    w.name = t.name;
+    w.dtype = t.dtype;
+    w.shape = t.global;
+    w.fill = [&, t](void* dst) {
+      Tensor whole;
+      if (t.stage == 0) {
+        whole = global_tensor(t, params, optimizer, groups, backend);
+      } else {
+        whole = backend.empty(t.global, t.dtype, MemoryKind::kOther);
+        groups.pp->recv(whole, t.stage);
+      }
+      MT_CHECK(whole.shape() == t.global && whole.dtype() == t.dtype) << t.name << ": " << whole.describe();
+      const Tensor host = host_view(whole, backend);
+      std::memcpy(dst, host.data(), static_cast<size_t>(host.nbytes()));
+    };
+    return w;
+  };
+  std::array<std::vector<TensorToWrite>, 2> tensors;
+  for (int f = 0; f < 2; ++f) {
+    for (const SavedTensor& t : files[f]) {
+      MT_CHECK(t.dtype == files[f].front().dtype) << "one dtype per file keeps the writing order the list's";
+      tensors[f].push_back(to_write(t));
+    }
+  }
   std::vector<CheckpointFile> out;
   out.push_back(CheckpointFile::safetensors(kModelFileName, std::move(tensors[0])));
   if (!c.no_save_optim) out.push_back(CheckpointFile::safetensors(kOptimizerFileName, std::move(tensors[1])));
-  out.push_back(CheckpointFile::text_file(kMetadataFileName, w.take()));
+  out.push_back(CheckpointFile::text_file(kMetadataFileName, metadata_json(c, progress, optimizer, scheduler)));
   save_checkpoint_dir(*c.save, progress.iteration, out, c.save_keep_last);
-  log << "  successfully saved checkpoint at iteration " << line << " to " << *c.save << '\n' << std::flush;
+}
+
+// ---- The parallel save (train/checkpoint.h says who writes what) ----
+
+// A run of a parameter's flat (TP-local) elements this rank writes: [begin, begin + n).
+struct Piece {
+  int64_t begin = 0;
+  Tensor values;  // [n], host or device
+};
+
+// Part d of D: elements [d*n/D, (d+1)*n/D) of `values` [n], which start at element `begin`.
+Piece part_of(const Tensor& values, int64_t begin, int64_t d, int64_t parts) {
+  const int64_t n = values.numel(), lo = d * n / parts, hi = (d + 1) * n / parts;
+  return {begin + lo, values.flat_view(lo, {hi - lo})};
+}
+
+// What this rank writes of tensor t (see above).
+std::vector<Piece> pieces_to_write(const SavedTensor& t, const model::Parameter& p, const MixedPrecisionOptimizer& optimizer,
+                                   const comm::ProcessGroups& groups) {
+  if (!p.partition.split() && groups.tp->rank() != 0) return {};
+  const int64_t d = groups.dp_cp->rank(), parts = groups.dp_cp->size();
+  if (t.part == Part::kValue) return {part_of(p.value.view({p.numel()}), 0, d, parts)};
+  const StateKind kind = t.part == Part::kMain ? StateKind::kMainParams
+                         : t.part == Part::kExpAvg ? StateKind::kExpAvg
+                                                   : StateKind::kExpAvgSq;
+  std::vector<MixedPrecisionOptimizer::HeldState> held = optimizer.held_param_state(p, kind);
+  std::vector<Piece> out;
+  if (optimizer.state_sharded()) {
+    for (MixedPrecisionOptimizer::HeldState& h : held) out.push_back({h.begin, std::move(h.values)});
+  } else {
+    out.push_back(part_of(held.at(0).values, held.at(0).begin, d, parts));
+  }
+  return out;
+}
+
+// Writes this rank's pieces of every tensor of its stage into the laid-out file `path`.
+void write_my_pieces(const std::string& path, const SafetensorsHeader& header, const std::vector<SavedTensor>& file,
+                     const model::ParameterSet& params, const MixedPrecisionOptimizer& optimizer,
+                     const comm::ProcessGroups& groups, backend::Backend& backend,
+                     const std::shared_ptr<Storage>& staging) {
+  std::optional<SafetensorsRangeWriter> writer;  // opened at the first byte this rank writes
+  for (size_t i = 0; i < file.size(); ++i) {
+    const SavedTensor& t = file[i];
+    if (t.stage != groups.coords.pp) continue;
+    const model::Parameter* p = params.find(t.param);
+    MT_CHECK(p != nullptr) << "stage " << t.stage << " has no parameter " << t.param;
+    const int64_t e = dtype_size(t.dtype);
+    for (const Piece& piece : pieces_to_write(t, *p, optimizer, groups)) {
+      MT_CHECK(piece.values.dtype() == t.dtype) << t.name << ": " << piece.values.describe();
+      const int64_t n = piece.values.numel(), chunk = kParallelSaveStagingBytes / e;
+      for (int64_t at = 0; at < n; at += chunk) {
+        const int64_t m = std::min(chunk, n - at);
+        Tensor src = piece.values.flat_view(at, {m});
+        if (src.device() != Device::kCPU) {
+          Tensor host(staging, 0, {m}, t.dtype);
+          backend.copy(src, host);
+          src = host;
+        }
+        if (!writer) writer.emplace(path, header);
+        const char* bytes = static_cast<const char*>(src.data());
+        tensor_parallel::for_each_global_run(t.global, p->partition, piece.begin + at, m,
+                                             [&](int64_t global_start, int64_t local_start, int64_t len) {
+                                               writer->write(i, global_start * e,
+                                                             bytes + (local_start - piece.begin - at) * e, len * e);
+                                             });
+      }
+    }
+  }
+  if (writer) writer->finish();
+}
+
+// Every rank learns whether any failed at a step of the save; the one that failed throws its
+// own error, the others a line that points at it.
+void agree(comm::Communicator& world, const std::optional<std::string>& my_error, const std::string& save_dir,
+           const char* step) {
+  double failed = my_error ? 1.0 : 0.0;
+  world.all_reduce_host({&failed, 1}, comm::ReduceOp::kMax);
+  if (my_error) throw Error(*my_error);
+  if (failed > 0) throw_error("[--save] ", save_dir, ": ", step, " failed on another rank (its error says why)");
+}
+
+// The parallel save (train/checkpoint.h): rank 0 lays out the files in a temporary directory,
+// every rank writes its bytes into them, rank 0 adds metadata.json and makes it the latest.
+void save_parallel(const TrainConfig& c, const TrainProgress& progress, const std::array<std::vector<SavedTensor>, 2>& files,
+                   const model::ParameterSet& params, const MixedPrecisionOptimizer& optimizer,
+                   const OptimizerParamScheduler& scheduler, const comm::ProcessGroups& groups,
+                   backend::Backend& backend) {
+  comm::Communicator& world = *groups.world;
+  const bool rank0 = groups.rank() == 0;
+  const std::array<const char*, 2> names = {kModelFileName, kOptimizerFileName};
+  const int nfiles = c.no_save_optim ? 1 : 2;
+  std::array<SafetensorsHeader, 2> headers;
+  for (int f = 0; f < nfiles; ++f) {
+    std::vector<TensorToWrite> shapes;
+    for (const SavedTensor& t : files[f]) {
+      TensorToWrite w;
+      w.name = t.name;
+      w.dtype = t.dtype;
+      w.shape = t.global;
+      shapes.push_back(std::move(w));
+    }
+    headers[f] = make_safetensors_header(shapes, {});
+  }
+
+  std::optional<std::string> error;
+  std::string tmp;
+  double pid = 0;  // rank 0's, which names the temporary directory
+  if (rank0) {
+    try {
+      tmp = begin_checkpoint_dir(*c.save, progress.iteration);
+      for (int f = 0; f < nfiles; ++f) create_safetensors_file(tmp + "/" + names[f], headers[f]);
+      pid = static_cast<double>(::getpid());
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  agree(world, error, *c.save, "starting the checkpoint");
+  world.all_reduce_host({&pid, 1}, comm::ReduceOp::kMax);
+  if (!rank0) tmp = temporary_checkpoint_dir(*c.save, progress.iteration, static_cast<int64_t>(pid));
+
+  try {
+    const std::shared_ptr<Storage> staging =
+        backend.device() == Device::kCPU ? nullptr : allocate_cpu_storage(kParallelSaveStagingBytes, MemoryKind::kOther);
+    for (int f = 0; f < nfiles; ++f) {
+      write_my_pieces(tmp + "/" + names[f], headers[f], files[f], params, optimizer, groups, backend, staging);
+    }
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  try {
+    agree(world, error, *c.save, "writing the checkpoint");
+  } catch (const Error&) {
+    if (rank0) abandon_checkpoint_dir(tmp);  // the previous checkpoint stays the latest
+    throw;
+  }
+  if (rank0) {
+    try {
+      write_checkpoint_files(tmp, {CheckpointFile::text_file(kMetadataFileName,
+                                                             metadata_json(c, progress, optimizer, scheduler))});
+      commit_checkpoint_dir(*c.save, progress.iteration, tmp, c.save_keep_last);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  agree(world, error, *c.save, "committing the checkpoint");
+}
+
+}  // namespace
+
+void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progress, const model::ParameterSet& params,
+                              const MixedPrecisionOptimizer& optimizer, const OptimizerParamScheduler& scheduler,
+                              const comm::ProcessGroups& groups, backend::Backend& backend, std::ostream& log) {
+  MT_CHECK(c.save.has_value()) << "save without --save";
+  const std::array<std::vector<SavedTensor>, 2> files = saved_tensors(c, model_dtype(c), optimizer.has_separate_main_params());
+  const bool rank0 = groups.rank() == 0;
+  const std::string line = iteration_text(progress.iteration);
+  if (rank0) log << "saving checkpoint at iteration " << line << " to " << *c.save << '\n' << std::flush;
+  if (c.ckpt_fully_parallel_save) {
+    save_parallel(c, progress, files, params, optimizer, scheduler, groups, backend);
+  } else {
+    save_streamed(c, progress, files, params, optimizer, scheduler, groups, backend);
+  }
+  if (rank0) log << "  successfully saved checkpoint at iteration " << line << " to " << *c.save << '\n' << std::flush;
 }
 
 TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet& params,
@@ -526,6 +704,35 @@ CheckpointModel read_checkpoint_model(const LoadedCheckpoint& ck) {
 
 void load_checkpoint_weights(const LoadedCheckpoint& ck, model::ParameterSet& params, backend::Backend& backend) {
   for (model::Parameter& p : params.params()) load_into(ck.model(), p.name, p, p.value, backend);
+}
+
+bool all_ranks_see_directory(const std::string& dir, comm::Communicator& world) {
+  const std::string probe = dir + "/.shared_storage_probe";
+  std::optional<std::string> error;
+  double nonce = 0;  // < 2^48: exact in a double
+  if (world.rank() == 0) {
+    try {
+      make_directories(dir);
+      std::random_device rd;
+      nonce = static_cast<double>((static_cast<uint64_t>(rd()) << 16 ^ rd()) & ((uint64_t{1} << 48) - 1));
+      AtomicFile out(probe);
+      out.write(std::to_string(static_cast<uint64_t>(nonce)));
+      out.commit();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  agree(world, error, dir, "checking the directory");
+  world.all_reduce_host({&nonce, 1}, comm::ReduceOp::kMax);
+  double seen = 1.0;
+  if (world.rank() != 0) {
+    std::ifstream in(probe);
+    uint64_t read = 0;
+    seen = in && (in >> read) && read == static_cast<uint64_t>(nonce) ? 1.0 : 0.0;
+  }
+  world.all_reduce_host({&seen, 1}, comm::ReduceOp::kMin);  // also: every rank has read it
+  if (world.rank() == 0) ::unlink(probe.c_str());
+  return seen > 0;
 }
 
 }  // namespace megatron::train

@@ -42,13 +42,15 @@ struct TrainProgress {
 // The configuration fields a checkpoint records under "args", as flag name -> JSON value text.
 std::map<std::string, std::string> checkpoint_args(const TrainConfig& config);
 
-// What a save costs in memory beyond training (save_training_checkpoint streams one tensor at a
-// time): `checkpoint_bytes` pass through the writer's file (model dtype plus the saved
+// What the streamed save (--no-ckpt-fully-parallel-save, below) costs in memory beyond
+// training: `checkpoint_bytes` pass through the writer's file (model dtype plus the saved
 // optimizer state, every tensor of every stage); at any moment the writer holds at most two
 // host copies of the largest tensor (one received or gathered, one being written) and one
 // device buffer of it, and a rank of a tensor-parallel group one gathered copy on the host and
 // one on the device. The sizes come from the same tensor list the save walks; at GPT shapes the
 // largest tensor is the word embedding's fp32 optimizer state (padded vocabulary x hidden).
+// The parallel save holds kParallelSaveStagingBytes of host memory per rank and no device memory.
+inline constexpr int64_t kParallelSaveStagingBytes = int64_t{64} << 20;
 struct CheckpointSaveMemory {
   int64_t checkpoint_bytes = 0;  // the tensors of model.safetensors + optimizer.safetensors
   int64_t host_bytes = 0;        // the writer's host memory while it saves
@@ -57,10 +59,23 @@ struct CheckpointSaveMemory {
 CheckpointSaveMemory checkpoint_save_memory(const TrainConfig& config);
 
 // Saves the state after `progress.iteration` to config.save (with --no-save-optim, weights
-// only), printing Megatron's "saving checkpoint at iteration ..." lines to `log` (the writer's).
-// The files are the same for every layout: every tensor by its global shape.
+// only), printing Megatron's "saving checkpoint at iteration ..." lines to `log` (rank 0's).
+// The files are the same for every layout and either way of writing them: every tensor by its
+// global shape, byte for byte. Collective over `groups.world`: every rank calls it. A failure
+// on any rank (a full disk, a directory it cannot see) stops every rank with an Error, the
+// failing rank's naming the path; the previous checkpoint stays the latest.
 //
-// Collective over `groups.world`: every rank calls it. Global rank 0 writes, one tensor at a
+// The parallel save (config.ckpt_fully_parallel_save, Megatron's default fully parallel save;
+// it needs every rank to see the --save directory: all_ranks_see_directory): rank 0 lays out
+// the files in the temporary directory (headers written, data areas sized), then every rank
+// writes the bytes it holds at their offsets in the global tensors, with no communication:
+// each TP rank its shard of a split parameter (TP rank 0 a replicated one), and of that, the
+// optimizer state it owns under --use-distributed-optimizer, else part d of DP equal parts on
+// DP rank d. Every byte is written by exactly one rank; device bytes are staged through
+// kParallelSaveStagingBytes of host memory at a time. Rank 0 then adds metadata.json and
+// commits the directory (train/checkpoint_io.h).
+//
+// The streamed save (--no-ckpt-fully-parallel-save): global rank 0 writes, one tensor at a
 // time, in file order (the model tensors of stage 0, 1, ..., then the optimizer's of stage 0,
 // 1, ...; a stage's in its parameter order). For each tensor the ranks of the stage that holds
 // it: gather the optimizer state of the parameter to data-parallel rank 0 when it is sharded
@@ -73,6 +88,12 @@ void save_training_checkpoint(const TrainConfig& config, const TrainProgress& pr
                               const model::ParameterSet& params, const MixedPrecisionOptimizer& optimizer,
                               const OptimizerParamScheduler& scheduler, const comm::ProcessGroups& groups,
                               backend::Backend& backend, std::ostream& log);
+
+// Whether every rank of `world` sees the same directory `dir` (created by rank 0 when
+// missing): rank 0 leaves a file with a random number there that each rank must read back.
+// Not so for node-local storage under one path on several nodes, where the parallel save
+// cannot work. Collective; an Error on every rank when rank 0 cannot create the directory.
+bool all_ranks_see_directory(const std::string& dir, comm::Communicator& world);
 
 // Loads config.load into the model, optimizer and scheduler (what is loaded follows
 // --finetune / --no-load-optim) and returns where to continue. Without a checkpoint in the

@@ -218,23 +218,29 @@ void write_checkpoint_files(const std::string& dir, const std::vector<Checkpoint
   fsync_directory(dir);
 }
 
-void save_checkpoint_dir(const std::string& save_dir, int64_t iteration, const std::vector<CheckpointFile>& files,
-                         int64_t keep_last) {
+std::string temporary_checkpoint_dir(const std::string& save_dir, int64_t iteration, int64_t pid) {
+  return join(save_dir, str_cat(kTmpPrefix, iteration_dir_name(iteration), ".", pid));
+}
+
+std::string begin_checkpoint_dir(const std::string& save_dir, int64_t iteration) {
   if (iteration <= 0) throw_error(save_dir, ": cannot save iteration ", iteration, " (iterations start at 1)");
-  if (keep_last < 0) throw_error(save_dir, ": keep_last must be >= 0, got ", keep_last);
-  std::set<std::string> names;
-  for (const CheckpointFile& f : files) {
-    validate_file_name(f.name);
-    if (!names.insert(f.name).second) throw_error("checkpoint: file '", f.name, "' given twice");
-  }
   make_directories(save_dir);
   clean_leftovers(save_dir);
+  const std::string tmp = temporary_checkpoint_dir(save_dir, iteration, ::getpid());
+  make_directories(tmp);
+  return tmp;
+}
 
+void abandon_checkpoint_dir(const std::string& tmp) noexcept {
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+}
+
+void commit_checkpoint_dir(const std::string& save_dir, int64_t iteration, const std::string& tmp, int64_t keep_last) {
+  if (keep_last < 0) throw_error(save_dir, ": keep_last must be >= 0, got ", keep_last);
   const std::string dir_name = iteration_dir_name(iteration);
   const std::string final_dir = join(save_dir, dir_name);
-  const std::string tmp = join(save_dir, str_cat(kTmpPrefix, dir_name, ".", ::getpid()));
-  make_directories(tmp);
-  write_checkpoint_files(tmp, files);
+  fsync_directory(tmp);
   fsync_directory(save_dir);  // the temporary directory's entry, before it is renamed
   install_directory(save_dir, tmp, final_dir, dir_name);
   fsync_directory(save_dir);
@@ -262,6 +268,19 @@ void save_checkpoint_dir(const std::string& save_dir, int64_t iteration, const s
       remove_tree(doomed);
     }
   }
+}
+
+void save_checkpoint_dir(const std::string& save_dir, int64_t iteration, const std::vector<CheckpointFile>& files,
+                         int64_t keep_last) {
+  if (keep_last < 0) throw_error(save_dir, ": keep_last must be >= 0, got ", keep_last);
+  std::set<std::string> names;
+  for (const CheckpointFile& f : files) {
+    validate_file_name(f.name);
+    if (!names.insert(f.name).second) throw_error("checkpoint: file '", f.name, "' given twice");
+  }
+  const std::string tmp = begin_checkpoint_dir(save_dir, iteration);
+  write_checkpoint_files(tmp, files);
+  commit_checkpoint_dir(save_dir, iteration, tmp, keep_last);
 }
 
 std::optional<TrackerInfo> read_tracker(const std::string& dir) {

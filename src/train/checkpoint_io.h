@@ -73,6 +73,19 @@ void write_checkpoint_files(const std::string& dir, const std::vector<Checkpoint
 void save_checkpoint_dir(const std::string& save_dir, int64_t iteration, const std::vector<CheckpointFile>& files,
                          int64_t keep_last = 0);
 
+// save_checkpoint_dir in two halves, for files written by several processes (the parallel
+// save, train/checkpoint.cpp): begin_checkpoint_dir does the clean-up and creates step 1's
+// temporary directory, returning its path (temporary_checkpoint_dir with the caller's pid), to
+// be filled by the caller and by others; commit_checkpoint_dir does steps 2-4 with it. A
+// failure in between leaves only the temporary directory, removed by the next save. One
+// process calls both.
+std::string begin_checkpoint_dir(const std::string& save_dir, int64_t iteration);
+std::string temporary_checkpoint_dir(const std::string& save_dir, int64_t iteration, int64_t pid);
+// Removes a temporary directory of begin_checkpoint_dir after a failed save, as far as it can
+// (never throws: the caller is reporting the failure; the next save removes what is left).
+void abandon_checkpoint_dir(const std::string& tmp) noexcept;
+void commit_checkpoint_dir(const std::string& save_dir, int64_t iteration, const std::string& tmp, int64_t keep_last);
+
 // The tracker file as Megatron's read_metadata() reads it: the stripped text is an
 // integer > 0, or "release".
 struct TrackerInfo {

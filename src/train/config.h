@@ -132,6 +132,9 @@ struct TrainConfig {
   std::optional<std::string> load;          // --load
   int64_t save_keep_last = 0;               // --save-keep-last (ours; 0 keeps all)
   bool no_save_optim = false;               // --no-save-optim
+  // Every rank writes the tensors it holds straight into the checkpoint's files (Megatron's
+  // default fully parallel save); false (--no-ckpt-fully-parallel-save): rank 0 writes them all.
+  bool ckpt_fully_parallel_save = true;
   bool no_load_optim = false;               // --no-load-optim
   bool finetune = false;                    // --finetune
   bool exit_on_missing_checkpoint = false;  // --exit-on-missing-checkpoint

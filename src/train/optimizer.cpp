@@ -265,6 +265,20 @@ Tensor MixedPrecisionOptimizer::gather_param_state(const model::Parameter& p, St
   return out;
 }
 
+std::vector<MixedPrecisionOptimizer::HeldState> MixedPrecisionOptimizer::held_param_state(const model::Parameter& p,
+                                                                                          StateKind kind) const {
+  MT_CHECK(kind != StateKind::kMainParams || has_separate_main_params()) << "fp32 models keep no main params";
+  std::vector<HeldState> out;
+  for (const Shard& s : shards_) {  // in buffer order, so in p's element order
+    const int64_t lo = std::max(s.range.start, p.offset), hi = std::min(s.range.end, p.offset + p.numel());
+    if (lo >= hi) continue;
+    const Tensor& state = kind == StateKind::kMainParams ? s.main : kind == StateKind::kExpAvg ? s.exp_avg : s.exp_avg_sq;
+    out.push_back({lo - p.offset, state.flat_view(lo - s.range.start, {hi - lo})});
+  }
+  MT_CHECK(state_sharded() || (out.size() == 1 && out[0].values.numel() == p.numel())) << p.name << " outside the state";
+  return out;
+}
+
 void MixedPrecisionOptimizer::set_param_state(const model::Parameter& p, StateKind kind, const Tensor& value) {
   MT_CHECK_EQ(value.numel(), p.numel());
   if (kind == StateKind::kMainParams && !has_separate_main_params()) return;  // the values are the main params

@@ -1,8 +1,13 @@
 #include "train/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -99,6 +104,7 @@ std::optional<std::vector<int64_t>> parse_shape(std::string_view text) {
 SafetensorsHeader make_safetensors_header(const std::vector<TensorToWrite>& tensors, const StringMap& metadata) {
   SafetensorsHeader h;
   h.data_offsets.assign(tensors.size(), 0);
+  h.data_sizes.assign(tensors.size(), 0);
   std::set<std::string_view> names;
   for (const TensorToWrite& t : tensors) {
     if (t.name.empty()) throw_error("safetensors: a tensor has an empty name");
@@ -120,11 +126,11 @@ SafetensorsHeader make_safetensors_header(const std::vector<TensorToWrite>& tens
     const TensorToWrite& t = tensors[i];
     const int64_t bytes = checked_bytes(t.shape, dtype_size(t.dtype), nullptr);
     if (bytes < 0) throw_error("safetensors: tensor '", t.name, "' has an invalid shape ", shape_to_string(t.shape));
-    if (bytes > 0 && t.data == nullptr && !t.fill) throw_error("safetensors: tensor '", t.name, "' has no data");
     if (!t.global_shape.empty() && checked_bytes(t.global_shape, 1, nullptr) < 0) {
       throw_error("safetensors: tensor '", t.name, "' has an invalid global shape ", shape_to_string(t.global_shape));
     }
     h.data_offsets[i] = offset;
+    h.data_sizes[i] = bytes;
     offset += bytes;
   }
   h.data_bytes = offset;
@@ -168,6 +174,11 @@ int64_t write_safetensors(const std::string& path, const std::vector<TensorToWri
   } catch (const Error& e) {
     throw_error(path, ": ", e.what());
   }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (h.data_sizes[i] > 0 && tensors[i].data == nullptr && !tensors[i].fill) {
+      throw_error(path, ": safetensors: tensor '", tensors[i].name, "' has no data");
+    }
+  }
   AtomicFile out(path);
   out.write(h.bytes);
   std::vector<char> produced;  // fill's buffer, reused from tensor to tensor
@@ -185,6 +196,68 @@ int64_t write_safetensors(const std::string& path, const std::vector<TensorToWri
   MT_CHECK_EQ(out.bytes_written(), static_cast<int64_t>(h.bytes.size()) + h.data_bytes);
   out.commit();
   return out.bytes_written();
+}
+
+void create_safetensors_file(const std::string& path, const SafetensorsHeader& header) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw_error(path, ": cannot create: ", errno_string(errno));
+  const auto fail = [&](const char* what) {
+    const int err = errno;
+    ::close(fd);
+    throw_error(path, ": ", what, ": ", errno_string(err));
+  };
+  if (::ftruncate(fd, header.file_bytes()) != 0) fail("cannot size the file");
+  const char* p = header.bytes.data();
+  for (int64_t done = 0, n = static_cast<int64_t>(header.bytes.size()); done < n;) {
+    const ssize_t w = ::pwrite(fd, p + done, static_cast<size_t>(n - done), done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("cannot write the header");
+    done += w;
+  }
+  if (::fsync(fd) != 0) fail("fsync failed");
+  if (::close(fd) != 0) throw_error(path, ": close failed: ", errno_string(errno));
+}
+
+SafetensorsRangeWriter::SafetensorsRangeWriter(std::string path, const SafetensorsHeader& header)
+    : path_(std::move(path)), header_(header) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd_ < 0) throw_error(path_, ": cannot open for writing: ", errno_string(errno));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || st.st_size != header.file_bytes()) {
+    ::close(fd_);
+    fd_ = -1;
+    throw_error(path_, ": safetensors: expected a file of ", header.file_bytes(), " bytes laid out for writing");
+  }
+}
+
+SafetensorsRangeWriter::~SafetensorsRangeWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SafetensorsRangeWriter::write(size_t index, int64_t offset, const void* data, int64_t bytes) {
+  MT_CHECK(fd_ >= 0) << path_ << ": written after finish()";
+  MT_CHECK(index < header_.data_sizes.size() && offset >= 0 && bytes >= 0 && offset + bytes <= header_.data_sizes[index])
+      << path_ << ": tensor " << index << " bytes [" << offset << ", " << offset + bytes << ")";
+  const int64_t at = static_cast<int64_t>(header_.bytes.size()) + header_.data_offsets[index] + offset;
+  const char* p = static_cast<const char*>(data);
+  for (int64_t done = 0; done < bytes;) {
+    const ssize_t w = ::pwrite(fd_, p + done, static_cast<size_t>(bytes - done), at + done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw_error(path_, ": write failed: ", errno_string(w < 0 ? errno : EIO));
+    done += w;
+  }
+}
+
+void SafetensorsRangeWriter::finish() {
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw_error(path_, ": fsync failed: ", errno_string(err));
+  }
+  if (::close(fd) != 0) throw_error(path_, ": close failed: ", errno_string(errno));
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {

@@ -60,13 +60,46 @@ std::string_view safetensors_dtype_name(DType dtype);
 std::optional<DType> parse_safetensors_dtype(std::string_view name);
 
 // The complete header block (8-byte length + padded JSON) for these tensors, and the data
-// offset of each tensor (same order as `tensors`, relative to the data area).
+// offset and size of each tensor (same order as `tensors`, relative to the data area). Only
+// names, dtypes and shapes are read: every process computes the same header from the same list.
 struct SafetensorsHeader {
   std::string bytes;
   std::vector<int64_t> data_offsets;
+  std::vector<int64_t> data_sizes;
   int64_t data_bytes = 0;
+  int64_t file_bytes() const { return static_cast<int64_t>(bytes.size()) + data_bytes; }
 };
 SafetensorsHeader make_safetensors_header(const std::vector<TensorToWrite>& tensors, const StringMap& metadata);
+
+// One file written by several processes at once (the parallel checkpoint save,
+// train/checkpoint.cpp): one process creates it (create_safetensors_file: the header, and the
+// data area sized but not written, sparse where the file system allows), then each writes byte
+// ranges of tensors' data at their offsets through a SafetensorsRangeWriter of its own. The
+// file is complete when the writers together have written every byte of every tensor; that is
+// the caller's protocol to ensure, and not an atomic write: put the file in a directory that is
+// renamed into place afterwards. Errors name the path.
+void create_safetensors_file(const std::string& path, const SafetensorsHeader& header);
+
+class SafetensorsRangeWriter {
+ public:
+  // Opens the file create_safetensors_file made with this header (Error when it is missing
+  // or of another size).
+  SafetensorsRangeWriter(std::string path, const SafetensorsHeader& header);
+  ~SafetensorsRangeWriter();
+  SafetensorsRangeWriter(const SafetensorsRangeWriter&) = delete;
+  SafetensorsRangeWriter& operator=(const SafetensorsRangeWriter&) = delete;
+
+  // Writes `bytes` bytes at byte `offset` of tensor `index`'s data (index into the list the
+  // header was made from); the range must lie within the tensor (MT_CHECK).
+  void write(size_t index, int64_t offset, const void* data, int64_t bytes);
+  // fsync and close; the destructor closes without fsync (after an error).
+  void finish();
+
+ private:
+  std::string path_;
+  const SafetensorsHeader& header_;
+  int fd_ = -1;
+};
 
 // Writes `path` atomically (a temporary file, fsync, rename: core/file.h AtomicFile).
 // Throws Error for an empty or duplicate name, neither data nor fill with bytes to write,

@@ -192,16 +192,17 @@ void Trainer::log_timers(const std::vector<std::string>& names, double normalize
 void Trainer::save() {
   if (!config_.save) return;
   timers_->start("save-checkpoint", 0, groups_->world.get(), /*barrier=*/true);
-  // Rank 0 writes every byte while the others wait for their turn or at the barrier below: the
-  // watchdog grants them the time the checkpoint takes at kSaveBandwidthFloor, on top of
-  // --distributed-timeout-minutes; a hang during a save is still reported after that.
+  // Ranks wait for each other while they write (the parallel save), or while rank 0 writes
+  // every byte (the streamed save): the watchdog grants them the time the whole checkpoint
+  // takes at kSaveBandwidthFloor, on top of --distributed-timeout-minutes; a hang during a
+  // save is still reported after that.
   constexpr double kSaveBandwidthFloor = 100e6;  // bytes/s: the slowest disk a save is granted time for
   groups_->world->set_watchdog_grace(std::chrono::milliseconds(static_cast<int64_t>(
       1000.0 * static_cast<double>(checkpoint_save_memory(config_).checkpoint_bytes) / kSaveBandwidthFloor)));
   // The model values are read below: the parameter gather must have landed.
   optimizer_->grad_buffer().finish_param_gather();
-  // Collective over the world: rank 0 writes, tensor by tensor, what the other ranks gather
-  // and send it (train/checkpoint.h).
+  // Collective over the world: every rank writes what it holds, or rank 0 writes, tensor by
+  // tensor, what the other ranks gather and send it (train/checkpoint.h).
   save_training_checkpoint(config_, progress_, model_->parameters(), *optimizer_, *scheduler_, *groups_, backend_,
                            *log0_);
   // Nobody goes on (and perhaps exits, or reads the checkpoint) before it is complete.

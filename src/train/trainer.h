@@ -9,11 +9,11 @@
 // the DP group (train/grad_buffer.h, optionally with the distributed optimizer); the logged
 // loss is averaged over DP. Rank 0 prints the start-up and checkpoint messages, the last rank
 // the iteration lines and validation (Megatron's print_rank_0 / print_rank_last) and writes
-// TensorBoard and the JSONL log; DP rank 0 writes checkpoints.
+// TensorBoard and the JSONL log; every rank writes its part of a checkpoint (train/checkpoint.h).
 // Tensor parallelism (model/gpt_model.h): the TP ranks of a replica read the same samples
 // (they share the DP coordinate), the model runs collectively over the TP group, the
 // sequence-parallel LayerNorm gradients are all-reduced over TP before the DP reduction, and
-// a checkpoint gathers the TP shards into global tensors that global rank 0 writes.
+// a checkpoint holds global tensors, each TP rank writing its shard's bytes into them.
 // Pipeline parallelism (model/gpt_model.h, parallel/pipeline_schedule.h): each rank builds
 // its stage; an iteration runs the stage's table (1F1B, or interleaved with
 // --num-layers-per-virtual-pipeline-stage) through train/pipeline_executor.h, so the loss

@@ -85,6 +85,11 @@ TEST(HostMemory, SaveThatCannotBeWrittenIsOneLineBeforeTraining) {
   const std::string host = message_of(60 * gib, 80 * gib, std::optional<int64_t>(gib));
   EXPECT_EQ(host.rfind("[--save] saving a checkpoint needs 4.6 GiB of rank 0's host memory", 0), 0u) << host;
   EXPECT_EQ(host.find('\n'), std::string::npos);
+  EXPECT_EQ(cli::save_memory_line(c), " > checkpoint save (--save): every rank writes what it holds of 2276.6 GiB, "
+                                      "with 64.0 MiB of host memory; where not every rank sees the directory, rank 0 "
+                                      "writes 2276.6 GiB one tensor at a time, holding at most 4.6 GiB of host and "
+                                      "2.3 GiB of device memory beyond training while it saves\n");
+  c.ckpt_fully_parallel_save = false;  // --no-ckpt-fully-parallel-save
   EXPECT_EQ(cli::save_memory_line(c), " > checkpoint save (--save): rank 0 writes 2276.6 GiB one tensor at a time, "
                                       "holding at most 4.6 GiB of host and 2.3 GiB of device memory beyond training "
                                       "while it saves\n");

@@ -29,6 +29,40 @@ TEST(Partition, ShapesAndGlobalIndices) {
   EXPECT_EQ(global_index(g, {-1, 1, 2}, 3), 3);
 }
 
+// Every element of every sub-range of every shard lands where global_index puts it, in runs
+// that are maximal (the next element is never the continuation of the run before it) and
+// cover the range exactly once, in order.
+TEST(Partition, GlobalRunsFollowGlobalIndex) {
+  const Shape g{5, 6};
+  for (int dim : {-1, 0, 1}) {
+    for (int64_t size : {1, 2, 3}) {
+      if (dim == 0 && 5 % size != 0) continue;
+      for (int64_t rank = 0; rank < size; ++rank) {
+        const Partition p{dim, rank, size};
+        const int64_t n = shape_numel(local_shape(g, p));
+        for (int64_t begin = 0; begin <= n; ++begin) {
+          for (int64_t count = 0; begin + count <= n; ++count) {
+            int64_t next_local = begin, runs = 0, last_end = -1;
+            for_each_global_run(g, p, begin, count, [&](int64_t global_start, int64_t local_start, int64_t len) {
+              ASSERT_EQ(local_start, next_local);
+              ASSERT_GT(len, 0);
+              EXPECT_NE(global_start, last_end) << "run not maximal";
+              for (int64_t i = 0; i < len; ++i) ASSERT_EQ(global_index(g, p, local_start + i), global_start + i);
+              next_local += len;
+              last_end = global_start + len;
+              ++runs;
+            });
+            EXPECT_EQ(next_local, begin + count);
+            if (count == 0) {
+              EXPECT_EQ(runs, 0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Partition, GatherThenSliceRoundTrips) {
   if (test::relaunch_under_mpirun(2)) return;
   comm::MpiRuntime mpi;

@@ -17,11 +17,15 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "backend/ops.h"
 #include "core/error.h"
 #include "cli/args.h"
 #include "cli/train_args.h"
+#include "comm/mpi_communicator.h"
 #include "data/indexed_dataset.h"
+#include "support/mpi.h"
 #include "support/paths.h"
 #include "train/checkpoint_io.h"
 #include "train/safetensors.h"
@@ -195,6 +199,39 @@ TEST(Checkpoint, SigtermSavesAndStops) {
   const std::optional<TrackerInfo> tracker = read_tracker(dir + "/ckpt");
   ASSERT_TRUE(tracker.has_value());
   EXPECT_EQ(tracker->iteration, 1);
+}
+
+// all_ranks_see_directory under mpirun -np 2: true when both ranks pass the same directory (and
+// the probe is gone afterwards, the directory created); false on both when rank 1's is another
+// directory, as a node-local disk under the same path on another node would be; an Error on
+// both when rank 0 cannot create it.
+TEST(Checkpoint, AllRanksSeeDirectoryNoticesNodeLocalStorage) {
+  if (test::relaunch_under_mpirun(2)) return;
+  comm::MpiRuntime mpi;
+  auto world = mpi.world();
+  // One path on both ranks: rank 0's scratch directory (named with its pid).
+  double pid = world->rank() == 0 ? static_cast<double>(::getpid()) : 0.0;
+  world->all_reduce_host({&pid, 1}, comm::ReduceOp::kMax);
+  const std::string dir = test::binary_dir() + "/test_scratch/ckpt_shared_probe-" + std::to_string(static_cast<int64_t>(pid));
+  if (world->rank() == 0) test::scratch_dir("ckpt_shared_probe");
+  world->barrier();
+  EXPECT_TRUE(all_ranks_see_directory(dir + "/save", *world));
+  world->barrier();
+  EXPECT_TRUE(std::filesystem::is_directory(dir + "/save"));
+  EXPECT_TRUE(std::filesystem::is_empty(dir + "/save")) << "the probe file is removed";
+  const std::string mine = dir + "/save_of_rank" + std::to_string(world->rank());
+  std::filesystem::create_directories(mine);
+  EXPECT_FALSE(all_ranks_see_directory(mine, *world));
+  if (world->rank() == 0) std::ofstream(dir + "/a_file") << "x";
+  world->barrier();
+  try {
+    all_ranks_see_directory(dir + "/a_file/save", *world);
+    ADD_FAILURE() << "no error on rank " << world->rank();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(dir + "/a_file"), std::string::npos) << what;
+    if (world->rank() == 1) EXPECT_NE(what.find("failed on another rank"), std::string::npos) << what;
+  }
 }
 
 // checkpoint_save_memory: its checkpoint bytes are the saved files' tensor bytes (fp32 and bf16,

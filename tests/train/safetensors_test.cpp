@@ -136,6 +136,51 @@ TEST(Safetensors, FilledTensorsWriteTheSameFile) {
   EXPECT_EQ(order, expected) << "one call per tensor with bytes, in file order";
 }
 
+// A file laid out by create_safetensors_file and filled by two writers in random pieces, in
+// random order, is byte for byte the file write_safetensors writes; out-of-range writes are
+// refused, and a writer refuses a file that is missing or not laid out for this header.
+TEST(Safetensors, RangeWritersFillTheSameFile) {
+  const std::string dir = test::scratch_dir("safetensors_ranges");
+  Fixture fx;
+  const StringMap meta{{"format", "x"}};
+  write_safetensors(dir + "/whole.safetensors", fx.tensors, meta);
+  std::vector<TensorToWrite> shapes = fx.tensors;
+  for (TensorToWrite& t : shapes) t.data = nullptr;  // the header needs no data
+  const SafetensorsHeader h = make_safetensors_header(shapes, meta);
+  const std::string path = dir + "/ranges.safetensors";
+  create_safetensors_file(path, h);
+  EXPECT_EQ(static_cast<int64_t>(read_bytes(path).size()), h.file_bytes());
+
+  struct Piece {
+    size_t tensor;
+    int64_t offset, bytes;
+  };
+  std::vector<Piece> pieces;
+  std::mt19937 rng(7);
+  for (size_t i = 0; i < fx.tensors.size(); ++i) {
+    for (int64_t at = 0; at < h.data_sizes[i];) {
+      const int64_t n = std::min<int64_t>(h.data_sizes[i] - at, 1 + static_cast<int64_t>(rng() % 9));
+      pieces.push_back({i, at, n});
+      at += n;
+    }
+  }
+  std::shuffle(pieces.begin(), pieces.end(), rng);
+  SafetensorsRangeWriter a(path, h), b(path, h);
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const Piece& p = pieces[k];
+    const char* src = static_cast<const char*>(fx.tensors[p.tensor].data) + p.offset;
+    (k % 2 ? a : b).write(p.tensor, p.offset, src, p.bytes);
+  }
+  EXPECT_DEATH(a.write(0, h.data_sizes[0] - 1, fx.bf16.data(), 2), "bytes");
+  a.finish();
+  b.finish();
+  EXPECT_EQ(read_bytes(path), read_bytes(dir + "/whole.safetensors"));
+
+  EXPECT_THROW(SafetensorsRangeWriter(dir + "/missing.safetensors", h), Error);
+  EXPECT_THROW(SafetensorsRangeWriter(dir + "/whole.safetensors", make_safetensors_header(shapes, {})), Error);
+  EXPECT_THROW(create_safetensors_file(path, h), Error) << "an existing file is never overwritten";
+}
+
 TEST(Safetensors, WriterRejectsBadInput) {
   const std::string dir = test::scratch_dir("safetensors_writer");
   float x[2] = {1, 2};

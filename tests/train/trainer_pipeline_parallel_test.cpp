@@ -21,6 +21,9 @@
 // embedding counted twice in the norm) moves the loss or the norm by > 1e-3.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <utility>
@@ -186,6 +189,66 @@ TEST(TrainerPipelineParallel, CheckpointsMoveBetweenPipelineSizes) {
       test::run_ranks(with(base, {"--load", dir + "/ck_8", "--log-jsonl", dir + "/from_8.jsonl"}), 1);
   ASSERT_EQ(load_8.status, 0) << load_8.output;
   expect_same(ref, read_jsonl(dir + "/from_8.jsonl"), 6, "TP2 x PP2 x DP2 distributed-optimizer checkpoint resumed as one process");
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The parallel save (every rank writes what it holds at its offsets: TP shards by rows and by
+// columns, replicated tensors split over DP, the distributed optimizer's owned ranges across
+// bucket boundaries) writes the very files of the streamed save (--no-ckpt-fully-parallel-save:
+// rank 0 writes every tensor, gathered and sent to it) of the same run: byte for byte, metadata
+// included. fp16 for the main_param tensors; buckets of 3001 elements cut parameters.
+TEST(TrainerPipelineParallel, ParallelSaveWritesTheStreamedFiles) {
+  const std::string dir = test::scratch_dir("trainer_pp_parallel_save");
+  test::write_walk_corpus(dir);
+  const auto base = with(train_flags(dir), {"--make-vocab-size-divisible-by", "128", "--fp16", "--ddp-bucket-size",
+                                            "3001", "--save-interval", "3", "--exit-interval", "3"});
+  const std::vector<std::pair<std::vector<std::string>, int>> layouts = {
+      {{"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}, 8},
+      {{"--tensor-model-parallel-size", "2", "--sequence-parallel", "--pipeline-model-parallel-size", "2"}, 8},
+      {{"--use-distributed-optimizer"}, 4},
+  };
+  int case_index = 0;
+  for (const auto& [layout, np] : layouts) {
+    std::vector<std::string> flags = base;
+    flags.insert(flags.end(), layout.begin(), layout.end());
+    const std::string parallel = dir + "/parallel" + std::to_string(case_index);
+    const std::string streamed = dir + "/streamed" + std::to_string(case_index);
+    const test::CommandResult a = test::run_ranks(with(flags, {"--save", parallel}), np);
+    ASSERT_EQ(a.status, 0) << a.output;
+    EXPECT_EQ(a.output.find("rank 0 writes the whole checkpoint"), std::string::npos) << a.output;
+    const test::CommandResult b =
+        test::run_ranks(with(flags, {"--save", streamed, "--no-ckpt-fully-parallel-save"}), np);
+    ASSERT_EQ(b.status, 0) << b.output;
+    for (const char* name : {"model.safetensors", "optimizer.safetensors", "metadata.json"}) {
+      const std::string x = file_bytes(parallel + "/iter_0000003/" + name);
+      EXPECT_FALSE(x.empty()) << name;
+      EXPECT_TRUE(x == file_bytes(streamed + "/iter_0000003/" + name)) << name << " differs, layout " << case_index;
+    }
+    EXPECT_FALSE(std::filesystem::exists(parallel + "/iter_0000003/.shared_storage_probe"));
+    ++case_index;
+  }
+}
+
+// A --save directory rank 0 cannot create (a file is in the way) stops every rank before the
+// first step (the start-up check that every rank sees it), none waiting for the others: rank 0
+// names the path, the others point at it.
+TEST(TrainerPipelineParallel, FailedSaveStopsEveryRank) {
+  const std::string dir = test::scratch_dir("trainer_pp_failed_save");
+  test::write_walk_corpus(dir);
+  std::ofstream(dir + "/in_the_way") << "x";
+  const test::CommandResult r = test::run_ranks(
+      with(tp1(train_flags(dir)), {"--pipeline-model-parallel-size", "2", "--save", dir + "/in_the_way/ck",
+                                   "--save-interval", "2", "--exit-interval", "2"}),
+      2);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(dir + "/in_the_way"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("checking the directory failed on another rank"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" iteration "), std::string::npos) << "no step before the error: " << r.output;
 }
 
 // Runs `base` + `more` on np ranks and returns its log.
