@@ -357,27 +357,30 @@ struct Piece {
   Tensor values;  // [n], host or device
 };
 
-// Part d of D: elements [d*n/D, (d+1)*n/D) of `values` [n], which start at element `begin`.
-Piece part_of(const Tensor& values, int64_t begin, int64_t d, int64_t parts) {
-  const int64_t n = values.numel(), lo = d * n / parts, hi = (d + 1) * n / parts;
-  return {begin + lo, values.flat_view(lo, {hi - lo})};
-}
-
-// What this rank writes of tensor t (see above).
+// What this rank writes of tensor t (train/checkpoint.h): of p's elements it holds (its TP
+// shard's, flat), the optimizer state it owns when that is sharded, else the elements
+// [d*n/D, (d+1)*n/D) on DP rank d of D.
 std::vector<Piece> pieces_to_write(const SavedTensor& t, const model::Parameter& p, const MixedPrecisionOptimizer& optimizer,
                                    const comm::ProcessGroups& groups) {
   if (!p.partition.split() && groups.tp->rank() != 0) return {};
-  const int64_t d = groups.dp_cp->rank(), parts = groups.dp_cp->size();
-  if (t.part == Part::kValue) return {part_of(p.value.view({p.numel()}), 0, d, parts)};
-  const StateKind kind = t.part == Part::kMain ? StateKind::kMainParams
-                         : t.part == Part::kExpAvg ? StateKind::kExpAvg
-                                                   : StateKind::kExpAvgSq;
-  std::vector<MixedPrecisionOptimizer::HeldState> held = optimizer.held_param_state(p, kind);
-  std::vector<Piece> out;
-  if (optimizer.state_sharded()) {
-    for (MixedPrecisionOptimizer::HeldState& h : held) out.push_back({h.begin, std::move(h.values)});
+  std::vector<Piece> held;
+  if (t.part == Part::kValue) {
+    held.push_back({0, p.value.view({p.numel()})});
   } else {
-    out.push_back(part_of(held.at(0).values, held.at(0).begin, d, parts));
+    const StateKind kind = t.part == Part::kMain ? StateKind::kMainParams
+                           : t.part == Part::kExpAvg ? StateKind::kExpAvg
+                                                     : StateKind::kExpAvgSq;
+    for (MixedPrecisionOptimizer::HeldState& h : optimizer.held_param_state(p, kind)) {
+      held.push_back({h.begin, std::move(h.values)});
+    }
+    if (optimizer.state_sharded()) return held;
+  }
+  const int64_t n = p.numel(), d = groups.dp_cp->rank(), parts = groups.dp_cp->size();
+  const int64_t lo = d * n / parts, hi = (d + 1) * n / parts;
+  std::vector<Piece> out;
+  for (const Piece& h : held) {
+    const int64_t a = std::max(lo, h.begin), z = std::min(hi, h.begin + h.values.numel());
+    if (a < z) out.push_back({a, h.values.flat_view(a - h.begin, {z - a})});
   }
   return out;
 }

@@ -229,11 +229,17 @@ Tensor MixedPrecisionOptimizer::gather_param_state(const model::Parameter& p, St
   };
   const int64_t lo = p.offset, hi = p.offset + p.numel();
   comm::Communicator& g = grad_buffer_.group();
-  if (!grad_buffer_.distributed() || g.size() == 1) {
-    // Every rank holds the whole state (one shard over all parameters): a view.
-    MT_CHECK(shards_.size() == 1 && shards_[0].range.start <= lo && hi <= shards_[0].range.end)
-        << p.name << " outside the replicated state";
-    return state_of(shards_[0]).flat_view(lo - shards_[0].range.start, p.shape);
+  if (!state_sharded()) {
+    // This rank holds the whole state: a view of it, or (the distributed optimizer on one
+    // rank: a shard per bucket) a copy of its pieces.
+    const std::vector<HeldState> held = held_param_state(p, kind);
+    if (held.size() == 1) return held[0].values.view(p.shape);
+    Tensor out = backend_.empty(p.shape, DType::kF32, MemoryKind::kOther);
+    for (const HeldState& h : held) {
+      Tensor dst = out.flat_view(h.begin, {h.values.numel()});
+      backend_.copy(h.values, dst);
+    }
+    return out;
   }
   // Sharded: every piece of every bucket that overlaps the range, from its owner to rank 0, in
   // bucket order, each pair of ranks meeting in the same order on both sides.
@@ -275,7 +281,11 @@ std::vector<MixedPrecisionOptimizer::HeldState> MixedPrecisionOptimizer::held_pa
     const Tensor& state = kind == StateKind::kMainParams ? s.main : kind == StateKind::kExpAvg ? s.exp_avg : s.exp_avg_sq;
     out.push_back({lo - p.offset, state.flat_view(lo - s.range.start, {hi - lo})});
   }
-  MT_CHECK(state_sharded() || (out.size() == 1 && out[0].values.numel() == p.numel())) << p.name << " outside the state";
+  if (!state_sharded()) {
+    int64_t held = 0;
+    for (const HeldState& h : out) held += h.values.numel();
+    MT_CHECK_EQ(held, p.numel()) << p.name << ": the replicated state misses part of it";
+  }
   return out;
 }
 

@@ -211,6 +211,8 @@ TEST(TrainerPipelineParallel, ParallelSaveWritesTheStreamedFiles) {
       {{"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}, 8},
       {{"--tensor-model-parallel-size", "2", "--sequence-parallel", "--pipeline-model-parallel-size", "2"}, 8},
       {{"--use-distributed-optimizer"}, 4},
+      // The distributed optimizer on one DP rank: a shard per bucket, none of them sharded.
+      {{"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}, 4},
   };
   int case_index = 0;
   for (const auto& [layout, np] : layouts) {
