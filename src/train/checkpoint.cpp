@@ -53,53 +53,55 @@ Tensor host_view(const Tensor& t, backend::Backend& backend) {
   return h;
 }
 
-// Copies this rank's shard of parameter p's global tensor `name` in the file into `dst` (any
-// float dtype; converted with RNE), checking the global shape.
-void load_into(const SafetensorsFile& file, const std::string& name, const model::Parameter& p, Tensor& dst,
-               backend::Backend& backend) {
+// Elements [begin, begin + n) of this rank's shard of parameter p's global tensor `name` (its
+// TP-local flat elements), as a host tensor [n] in the file's dtype: only those bytes are read
+// from the map, so that ranks loading a large checkpoint read their own parts of it, not every
+// global tensor (Megatron's fully parallel load, which is the default here).
+Tensor read_shard(const SafetensorsFile& file, const std::string& name, const model::Parameter& p, int64_t begin,
+                  int64_t n) {
   const SafetensorsTensor& t = file.at(name);
   if (t.shape != p.global_shape) {
     throw_error(file.path(), ": tensor '", name, "' has shape ", shape_string(t.shape), ", this model expects ",
                 shape_string(p.global_shape));
   }
   if (!is_float(t.dtype)) throw_error(file.path(), ": tensor '", name, "' is not a float tensor");
-  Tensor staged = Tensor::cpu(t.shape, t.dtype);
-  if (t.bytes) std::memcpy(staged.data(), t.data, static_cast<size_t>(t.bytes));
-  backend.copy(tensor_parallel::slice_partition(staged, p.partition), dst);
+  Tensor out = Tensor::cpu({n}, t.dtype);
+  const int64_t e = dtype_size(t.dtype);
+  auto* dst = static_cast<char*>(out.data());
+  tensor_parallel::for_each_global_run(p.global_shape, p.partition, begin, n,
+                                       [&](int64_t global_start, int64_t local_start, int64_t len) {
+                                         std::memcpy(dst + (local_start - begin) * e, t.data + global_start * e,
+                                                     static_cast<size_t>(len * e));
+                                       });
+  return out;
 }
 
-// A safetensors tensor as a host fp32 tensor of `shape` (bf16/fp16 widened exactly).
-Tensor read_fp32_global(const SafetensorsFile& file, const std::string& name, const Shape& shape) {
-  const SafetensorsTensor& t = file.at(name);
-  if (t.shape != shape) {
-    throw_error(file.path(), ": tensor '", name, "' has shape ", shape_string(t.shape), ", this model expects ",
-                shape_string(shape));
-  }
-  Tensor out = Tensor::cpu(shape, DType::kF32);
+// A host float tensor as fp32 (bf16/fp16 widened exactly).
+Tensor to_fp32(const Tensor& host) {
+  if (host.dtype() == DType::kF32) return host;
+  Tensor out = Tensor::cpu(host.shape(), DType::kF32);
+  const auto* src = static_cast<const uint16_t*>(host.data());
   float* dst = out.data_as<float>();
-  const int64_t n = out.numel();
-  switch (t.dtype) {
-    case DType::kF32:
-      if (n) std::memcpy(dst, t.data, static_cast<size_t>(n) * sizeof(float));
-      break;
-    case DType::kBF16:
-    case DType::kF16: {
-      const auto* src = static_cast<const uint8_t*>(t.data);
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = t.dtype == DType::kBF16 ? bf16_to_float(h) : fp16_to_float(h);
-      }
-      break;
-    }
-    default: throw_error(file.path(), ": tensor '", name, "' is not a float tensor");
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    dst[i] = host.dtype() == DType::kBF16 ? bf16_to_float(src[i]) : fp16_to_float(src[i]);
   }
   return out;
 }
 
-// This rank's shard of parameter p's global tensor `name`, as host fp32.
-Tensor read_fp32(const SafetensorsFile& file, const std::string& name, const model::Parameter& p) {
-  return tensor_parallel::slice_partition(read_fp32_global(file, name, p.global_shape), p.partition);
+// This rank's shard of parameter p's tensor `name` into `dst` (p's shape, any float dtype:
+// converted with RNE).
+void load_into(const SafetensorsFile& file, const std::string& name, const model::Parameter& p, Tensor& dst,
+               backend::Backend& backend) {
+  backend.copy(read_shard(file, name, p, 0, p.numel()).view(p.shape), dst);
+}
+
+// The optimizer state of `kind` this rank holds for p (its owned ranges under the distributed
+// optimizer) from the file's tensor `name`, widened to fp32.
+void load_state(const SafetensorsFile& file, const std::string& name, const model::Parameter& p, StateKind kind,
+                MixedPrecisionOptimizer& optimizer, backend::Backend& backend) {
+  for (MixedPrecisionOptimizer::HeldState& h : optimizer.held_param_state(p, kind)) {
+    backend.copy(to_fp32(read_shard(file, name, p, h.begin, h.values.numel())), h.values);
+  }
 }
 
 std::string element_text(simdjson::dom::element e) { return std::string(simdjson::minify(e)); }
@@ -616,13 +618,13 @@ TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet
     for (const model::Parameter& p : params.params()) {
       if (optimizer.has_separate_main_params()) {
         if (opt->find("main_param." + p.name)) {
-          optimizer.set_param_state(p, StateKind::kMainParams, read_fp32(*opt, "main_param." + p.name, p));
+          load_state(*opt, "main_param." + p.name, p, StateKind::kMainParams, optimizer, backend);
         } else {  // saved from an fp32 model: its weights are the main parameters
-          optimizer.set_param_state(p, StateKind::kMainParams, read_fp32(ck.model(), p.name, p));
+          load_state(ck.model(), p.name, p, StateKind::kMainParams, optimizer, backend);
         }
       }
-      optimizer.set_param_state(p, StateKind::kExpAvg, read_fp32(*opt, "exp_avg." + p.name, p));
-      optimizer.set_param_state(p, StateKind::kExpAvgSq, read_fp32(*opt, "exp_avg_sq." + p.name, p));
+      load_state(*opt, "exp_avg." + p.name, p, StateKind::kExpAvg, optimizer, backend);
+      load_state(*opt, "exp_avg_sq." + p.name, p, StateKind::kExpAvgSq, optimizer, backend);
     }
     simdjson::dom::element gs = need("grad_scaler");
     optim::GradScalerState state;

@@ -100,9 +100,10 @@ bool all_ranks_see_directory(const std::string& dir, comm::Communicator& world);
 // directory: Megatron's warning and iteration 0 (or an Error with --exit-on-missing-checkpoint).
 // Prints the differences between the checkpoint's args and this run's, and refuses (Error,
 // one line naming the flag) a change that breaks the weights or the run: model shape,
-// padded vocabulary, sequence length. Every rank calls it (each reads the files and keeps
-// what it owns: its tensor-parallel shards, its data-parallel optimizer ranges), so a
-// checkpoint saved under one TP/DP layout loads under another.
+// padded vocabulary, sequence length. Every rank calls it, without communication: each reads
+// from the memory-mapped files only the bytes it holds (its tensor-parallel shards, and of the
+// optimizer state its data-parallel ranges), so a checkpoint saved under one TP/PP/DP layout
+// loads under another, and no rank reads more than its share.
 TrainProgress load_training_checkpoint(const TrainConfig& config, model::ParameterSet& params,
                                        MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
                                        backend::Backend& backend, std::ostream& log);

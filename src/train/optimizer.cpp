@@ -289,18 +289,6 @@ std::vector<MixedPrecisionOptimizer::HeldState> MixedPrecisionOptimizer::held_pa
   return out;
 }
 
-void MixedPrecisionOptimizer::set_param_state(const model::Parameter& p, StateKind kind, const Tensor& value) {
-  MT_CHECK_EQ(value.numel(), p.numel());
-  if (kind == StateKind::kMainParams && !has_separate_main_params()) return;  // the values are the main params
-  for (Shard& s : shards_) {
-    const int64_t lo = std::max(s.range.start, p.offset), hi = std::min(s.range.end, p.offset + p.numel());
-    if (lo >= hi) continue;
-    Tensor& dst = kind == StateKind::kMainParams ? s.main : kind == StateKind::kExpAvg ? s.exp_avg : s.exp_avg_sq;
-    Tensor d = dst.flat_view(lo - s.range.start, {hi - lo});
-    backend_.copy(value.flat_view(lo - p.offset, {hi - lo}), d);
-  }
-}
-
 void MixedPrecisionOptimizer::restore(int64_t steps, const optim::GradScalerState& scaler) {
   MT_CHECK(steps >= 0) << "optimizer steps " << steps;
   steps_ = steps;

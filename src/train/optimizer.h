@@ -122,7 +122,8 @@ class MixedPrecisionOptimizer {
   // The pieces of parameter p's fp32 state of `kind` this rank holds, as views in element
   // order: (first element within p, values). The whole parameter, one piece, unless the state
   // is sharded (state_sharded()), when it is the parts of p's range this rank owns (none on
-  // some ranks). No communication: what the parallel checkpoint save writes from every rank.
+  // some ranks). No communication: what the parallel checkpoint save writes from every rank,
+  // and what a load fills in (the views are this rank's state itself).
   struct HeldState {
     int64_t begin = 0;
     Tensor values;  // fp32 [n], on the backend's device
@@ -130,9 +131,6 @@ class MixedPrecisionOptimizer {
   std::vector<HeldState> held_param_state(const model::Parameter& p, StateKind kind) const;
   // --use-distributed-optimizer over more than one data-parallel rank.
   bool state_sharded() const { return grad_buffer_.distributed() && grad_buffer_.group().size() > 1; }
-  // Loads the state of parameter `p` from `value` (fp32, p's shape, host or device): this
-  // rank keeps the fragments it owns. For checkpoints, which store whole parameters.
-  void set_param_state(const model::Parameter& p, StateKind kind, const Tensor& value);
   // After a checkpoint set the tensors: the step count and the scaler.
   void restore(int64_t steps, const optim::GradScalerState& scaler);
   // Main parameters := the model's values (loading weights without optimizer state, as
