@@ -158,7 +158,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--tp-comm-overlap", FlagType::kSwitch, FlagState::kUnsupported, "", "TP communication overlap (Transformer Engine userbuffers)"},
     {"--grad-reduce-in-bf16", FlagType::kSwitch, FlagState::kUnsupported, "", "gradients are reduced in fp32"},
     {"--calculate-per-token-loss", FlagType::kSwitch, FlagState::kUnsupported, "", "the loss is averaged per micro-batch"},
-    {"--ddp-num-buckets", FlagType::kValue, FlagState::kUnsupported, "", "use --ddp-bucket-size"},
     {"--use-tp-pp-dp-mapping", FlagType::kSwitch, FlagState::kUnsupported, "", "ranks follow Megatron's default tp-cp-dp-pp order"},
     {"--microbatch-group-size-per-virtual-pipeline-stage", FlagType::kValue, FlagState::kUnsupported, "",
      "the interleaved schedule groups pipeline-size micro-batches"},
@@ -468,6 +467,7 @@ void declare_supported_flags(Args& a) {
       .option("--ddp-bucket-size", "N",
               "gradient all-reduce / reduce-scatter bucket size in elements (default: one bucket; "
               "max(40M, 1M x DP) with --overlap-grad-reduce)")
+      .option("--ddp-num-buckets", "N", "gradient buckets of (this rank's parameters / N) elements each")
       .flag("--overlap-grad-reduce", "start each gradient bucket's reduction during the last backward pass")
       .flag("--overlap-param-gather",
             "all-gather the distributed optimizer's parameters during the next forward pass "
@@ -635,6 +635,11 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   }
   c.use_distributed_optimizer = a.get_flag("--use-distributed-optimizer");
   c.ddp_bucket_size = opt_int(a, "--ddp-bucket-size");
+  c.ddp_num_buckets = opt_int(a, "--ddp-num-buckets");
+  if (c.ddp_num_buckets && c.ddp_bucket_size) {
+    throw_error("[--ddp-num-buckets] cannot be given with --ddp-bucket-size (as in Megatron-LM)");
+  }
+  if (c.ddp_num_buckets) require_positive("--ddp-num-buckets", *c.ddp_num_buckets);
   c.overlap_grad_reduce = a.get_flag("--overlap-grad-reduce");
   c.overlap_param_gather = a.get_flag("--overlap-param-gather");
   c.overlap_p2p_communication = a.get_flag("--overlap-p2p-communication");

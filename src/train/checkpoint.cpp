@@ -425,12 +425,12 @@ void write_my_pieces(const std::string& path, const SafetensorsHeader& header, c
 
 // Every rank learns whether any failed at a step of the save; the one that failed throws its
 // own error, the others a line that points at it.
-void agree(comm::Communicator& world, const std::optional<std::string>& my_error, const std::string& save_dir,
-           const char* step) {
+void agree(comm::Communicator& world, const std::optional<std::string>& my_error, const std::string& dir,
+           const char* step, const char* flag = "--save") {
   double failed = my_error ? 1.0 : 0.0;
   world.all_reduce_host({&failed, 1}, comm::ReduceOp::kMax);
   if (my_error) throw Error(*my_error);
-  if (failed > 0) throw_error("[--save] ", save_dir, ": ", step, " failed on another rank (its error says why)");
+  if (failed > 0) throw_error("[", flag, "] ", dir, ": ", step, " failed on another rank (its error says why)");
 }
 
 // The parallel save (train/checkpoint.h): rank 0 lays out the files in a temporary directory,
@@ -517,10 +517,11 @@ void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progres
   if (rank0) log << "  successfully saved checkpoint at iteration " << line << " to " << *c.save << '\n' << std::flush;
 }
 
-TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet& params,
-                                       MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
-                                       backend::Backend& backend, std::ostream& log) {
-  MT_CHECK(c.load.has_value()) << "load without --load";
+namespace {
+
+// One rank's part of load_training_checkpoint.
+TrainProgress load_own_part(const TrainConfig& c, model::ParameterSet& params, MixedPrecisionOptimizer& optimizer,
+                            OptimizerParamScheduler& scheduler, backend::Backend& backend, std::ostream& log) {
   const LoadedCheckpoint ck = load_checkpoint_dir(*c.load, c.ckpt_step);
   if (!ck.found) {
     if (c.exit_on_missing_checkpoint) {
@@ -655,6 +656,35 @@ TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet
     scheduler.load_state(s, policy);
   }
   log << "  successfully loaded checkpoint from " << *c.load << " at iteration " << progress.iteration << '\n';
+  return progress;
+}
+
+}  // namespace
+
+TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet& params,
+                                       MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
+                                       comm::Communicator& world, backend::Backend& backend, std::ostream& log) {
+  MT_CHECK(c.load.has_value()) << "load without --load";
+  std::optional<std::string> error;
+  TrainProgress progress;
+  try {
+    progress = load_own_part(c, params, optimizer, scheduler, backend, log);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  agree(world, error, *c.load, "loading the checkpoint", "--load");
+  // Ranks that read different directories (node-local disks under one path, a save landing
+  // between two ranks' reads of the tracker) would train on from different states.
+  const double mine[3] = {static_cast<double>(progress.iteration), static_cast<double>(progress.consumed_train_samples),
+                          static_cast<double>(progress.consumed_valid_samples)};
+  std::array<double, 6> range;
+  for (int i = 0; i < 3; ++i) range[static_cast<size_t>(2 * i)] = mine[i], range[static_cast<size_t>(2 * i + 1)] = -mine[i];
+  world.all_reduce_host(range, comm::ReduceOp::kMax);
+  if (range[0] != -range[1] || range[2] != -range[3] || range[4] != -range[5]) {
+    throw_error("[--load] ", *c.load, ": the ranks loaded different checkpoints (iterations ",
+                static_cast<int64_t>(-range[1]), " to ", static_cast<int64_t>(range[0]), "; this rank ",
+                progress.iteration, "): every rank must see the same directory");
+  }
   return progress;
 }
 

@@ -103,10 +103,13 @@ bool all_ranks_see_directory(const std::string& dir, comm::Communicator& world);
 // padded vocabulary, sequence length. Every rank calls it, without communication: each reads
 // from the memory-mapped files only the bytes it holds (its tensor-parallel shards, and of the
 // optimizer state its data-parallel ranges), so a checkpoint saved under one TP/PP/DP layout
-// loads under another, and no rank reads more than its share.
+// loads under another, and no rank reads more than its share. Collective over `world` at the
+// end: an error on any rank stops every rank (the failing one naming the file), and so do
+// ranks that loaded different iterations or sample counts (a --load directory that is not
+// the same on every node).
 TrainProgress load_training_checkpoint(const TrainConfig& config, model::ParameterSet& params,
                                        MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
-                                       backend::Backend& backend, std::ostream& log);
+                                       comm::Communicator& world, backend::Backend& backend, std::ostream& log);
 
 // For inference (megatron generate): the model shape and dtype a checkpoint was trained with,
 // read from its metadata.json, and its weights loaded into `params` (declared by a GPTModel

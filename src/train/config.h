@@ -169,6 +169,7 @@ struct TrainConfig {
   bool sequence_parallel = false;           // --sequence-parallel (turned off at TP 1, as Megatron)
   bool use_distributed_optimizer = false;   // --use-distributed-optimizer
   std::optional<int64_t> ddp_bucket_size;   // --ddp-bucket-size (elements; None: the default below)
+  std::optional<int64_t> ddp_num_buckets;   // --ddp-num-buckets (bucket size: this rank's parameters / N)
   bool overlap_grad_reduce = false;         // --overlap-grad-reduce
   bool overlap_param_gather = false;        // --overlap-param-gather (needs the two above)
   bool overlap_p2p_communication = false;   // --overlap-p2p-communication (pipeline exchanges started, waited late)

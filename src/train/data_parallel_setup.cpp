@@ -4,8 +4,10 @@
 
 namespace megatron::train {
 
-int64_t ddp_bucket_size(const TrainConfig& config, int64_t dp_cp_size) {
+int64_t ddp_bucket_size(const TrainConfig& config, int64_t dp_cp_size, int64_t local_params) {
   if (config.ddp_bucket_size) return *config.ddp_bucket_size;
+  // Megatron: num_parameters // ddp_num_buckets, at least one element here (0 means no limit).
+  if (config.ddp_num_buckets) return std::max<int64_t>(1, local_params / *config.ddp_num_buckets);
   return config.overlap_grad_reduce ? std::max<int64_t>(40'000'000, 1'000'000 * dp_cp_size) : 0;
 }
 
@@ -16,7 +18,7 @@ DataParallelOptions data_parallel_options(const TrainConfig& config, comm::Proce
   DataParallelOptions dp;
   dp.group = groups.dp_cp.get();  // gradients are reduced over dp x cp (megatron-facts §9)
   dp.distributed = config.use_distributed_optimizer;
-  dp.bucket_size = ddp_bucket_size(config, groups.dp_cp->size());
+  dp.bucket_size = ddp_bucket_size(config, groups.dp_cp->size(), model.parameters().total_numel());
   dp.model_parallel = groups.model_parallel.get();  // norms and the inf flag span TP x PP
   dp.overlap_param_gather = config.overlap_param_gather;
   for (int64_t c = 1; c < model.num_chunks(); ++c) dp.bucket_starts.push_back(model.chunk_parameters(c).first);

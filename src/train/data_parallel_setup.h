@@ -15,9 +15,10 @@
 
 namespace megatron::train {
 
-// --ddp-bucket-size, else one bucket (0), or with --overlap-grad-reduce Megatron's
+// --ddp-bucket-size; --ddp-num-buckets N: `local_params` (this rank's parameters, all its
+// model chunks) / N, as Megatron; else one bucket (0), or with --overlap-grad-reduce Megatron's
 // max(40M, 1M x dp-cp) elements.
-int64_t ddp_bucket_size(const TrainConfig& config, int64_t dp_cp_size);
+int64_t ddp_bucket_size(const TrainConfig& config, int64_t dp_cp_size, int64_t local_params);
 
 // The optimizer's data-parallel options for these groups, flags and this stage's model: the
 // buckets never span two model chunks (Megatron keeps a buffer per chunk) and, with pipeline

@@ -155,7 +155,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
 
   if (c.load) {
     timers_->start("load-checkpoint", 0, world, /*barrier=*/true);
-    progress_ = load_training_checkpoint(c, model_->parameters(), *optimizer_, *scheduler_, backend_, *log0_);
+    progress_ = load_training_checkpoint(c, model_->parameters(), *optimizer_, *scheduler_, *world, backend_, *log0_);
     timers_->stop("load-checkpoint", world, /*barrier=*/true);
     log_timers({"load-checkpoint"});
   }

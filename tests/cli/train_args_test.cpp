@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "support/paths.h"
+#include "train/data_parallel_setup.h"
 
 namespace megatron::cli {
 namespace {
@@ -323,6 +324,16 @@ TEST(TrainArgs, DataParallelFlags) {
   EXPECT_EQ(c.ddp_bucket_size, 1000);
   EXPECT_EQ(c.data_parallel_size, 2);
   EXPECT_ERROR_NAMES(with(base_args(), {"--ddp-bucket-size", "0"}), "--ddp-bucket-size]");
+  // --ddp-num-buckets N: this rank's parameters / N elements per bucket (Megatron's integer
+  // division), never together with --ddp-bucket-size.
+  const TrainConfig n = parse(with(base_args(), {"--ddp-num-buckets", "3", "--overlap-grad-reduce"}), 2);
+  EXPECT_EQ(n.ddp_num_buckets, 3);
+  EXPECT_EQ(train::ddp_bucket_size(n, 2, 1000), 333) << "not max(40M, 1M x DP): the count wins";
+  EXPECT_EQ(train::ddp_bucket_size(n, 2, 2), 1) << "at least one element";
+  EXPECT_EQ(train::ddp_bucket_size(c, 2, 1000), 1000);
+  EXPECT_EQ(train::ddp_bucket_size(parse(base_args(), 2), 2, 1000), 0) << "one bucket";
+  EXPECT_ERROR_NAMES(with(base_args(), {"--ddp-num-buckets", "0"}), "--ddp-num-buckets]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--ddp-num-buckets", "2", "--ddp-bucket-size", "10"}), "--ddp-num-buckets]");
 }
 
 TEST(TrainArgs, CheckpointAndTensorBoardFlags) {

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/mpirun.h"
 #include "support/parity_runs.h"
 #include "support/paths.h"
 #include "support/walk_corpus.h"
@@ -251,6 +252,30 @@ TEST(TrainerPipelineParallel, FailedSaveStopsEveryRank) {
   EXPECT_NE(r.output.find(dir + "/in_the_way"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("checking the directory failed on another rank"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find(" iteration "), std::string::npos) << "no step before the error: " << r.output;
+}
+
+// Ranks whose --load directories differ (node-local disks under one path) do not train on from
+// different states: rank 0 reads a directory whose tracker names iteration 3, rank 1 a copy
+// whose tracker names iteration 2 (mpirun's MPMD form gives each its own --load); every rank
+// stops before the first step, naming both iterations.
+TEST(TrainerPipelineParallel, RanksThatLoadDifferentCheckpointsStop) {
+  const std::string dir = test::scratch_dir("trainer_pp_load_mismatch");
+  test::write_walk_corpus(dir);
+  const auto base = with(tp1(train_flags(dir)), {"--train-iters", "6"});
+  const test::CommandResult saved =
+      test::run_ranks(with(base, {"--save", dir + "/a", "--save-interval", "1", "--exit-interval", "3"}), 1);
+  ASSERT_EQ(saved.status, 0) << saved.output;
+  std::filesystem::copy(dir + "/a", dir + "/b", std::filesystem::copy_options::recursive);
+  std::ofstream(dir + "/b/latest_checkpointed_iteration.txt", std::ios::trunc) << "2";
+  std::vector<std::string> cmd = comm::local_mpirun_command(1, with(base, {"--load", dir + "/a"}));
+  const std::vector<std::string> second = with(base, {"--load", dir + "/b"});
+  cmd.insert(cmd.end(), {":", "-np", "1"});
+  cmd.insert(cmd.end(), second.begin(), second.end());
+  const test::CommandResult r = test::run_command("timeout 120 " + comm::shell_join(cmd), /*capture_stderr=*/true);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.status, 124) << "a rank hung: " << r.output;
+  EXPECT_NE(r.output.find("the ranks loaded different checkpoints (iterations 2 to 3"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" iteration        4/"), std::string::npos) << "no step after the load: " << r.output;
 }
 
 // Runs `base` + `more` on np ranks and returns its log.
