@@ -73,6 +73,12 @@ std::string save_memory_line(const train::TrainConfig& config) {
                                gib(m.host_bytes) + " of host and " + gib(m.device_bytes) +
                                " of device memory beyond training while it saves";
   if (!config.ckpt_fully_parallel_save) return " > checkpoint save (--save): " + streamed + "\n";
+  if (config.async_save) {
+    return " > checkpoint save (--save --async-save): every rank copies what it holds of " + gib(m.checkpoint_bytes) +
+           " to host memory (about " + gib(m.rank_share_bytes) +
+           " on the busiest rank) and writes it while training goes on; where not every rank sees the directory, " +
+           streamed + "\n";
+  }
   return " > checkpoint save (--save): every rank writes what it holds of " + gib(m.checkpoint_bytes) + ", with " +
          gib(train::kParallelSaveStagingBytes) + " of host memory; where not every rank sees the directory, " +
          streamed + "\n";

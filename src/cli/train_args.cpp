@@ -60,7 +60,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--ckpt-format", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
     {"--use-dist-ckpt", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
     {"--auto-detect-ckpt-format", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
-    {"--async-save", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
     {"--non-persistent-save-interval", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
     // TensorBoard and other loggers.
     {"--wandb-project", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
@@ -432,6 +431,9 @@ void declare_supported_flags(Args& a) {
       .option("--load", "DIR", "resume from the latest checkpoint in DIR")
       .option("--save-keep-last", "K", "keep only the K newest checkpoints (0: keep all)", "0")
       .flag("--no-save-optim", "save weights only (no fp32 main weights, no Adam state)")
+      .flag("--async-save",
+            "write checkpoints in the background: each rank copies what it holds to host memory, "
+            "training goes on while a thread writes it")
       .flag("--no-ckpt-fully-parallel-save",
             "rank 0 writes the whole checkpoint (default: every rank writes what it holds, "
             "when all ranks see the --save directory)")
@@ -937,6 +939,10 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   if (c.save_keep_last < 0) throw_error("[--save-keep-last] must not be negative, got ", c.save_keep_last);
   c.no_save_optim = a.get_flag("--no-save-optim");
   c.ckpt_fully_parallel_save = !a.get_flag("--no-ckpt-fully-parallel-save");
+  c.async_save = a.get_flag("--async-save");
+  if (c.async_save && !c.ckpt_fully_parallel_save) {
+    throw_error("[--async-save] needs the parallel save (it cannot be given with --no-ckpt-fully-parallel-save)");
+  }
   c.no_load_optim = a.get_flag("--no-load-optim");
   c.finetune = a.get_flag("--finetune");
   c.exit_on_missing_checkpoint = a.get_flag("--exit-on-missing-checkpoint");

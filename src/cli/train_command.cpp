@@ -147,7 +147,9 @@ int run_train(const CommandArgs& argv) {
   if (config.save && config.ckpt_fully_parallel_save && !train::all_ranks_see_directory(*config.save, *groups.world)) {
     config.ckpt_fully_parallel_save = false;
     log0 << " > not every rank sees --save " << *config.save
-         << ": rank 0 writes the checkpoints (as with --no-ckpt-fully-parallel-save)\n";
+         << ": rank 0 writes the checkpoints (as with --no-ckpt-fully-parallel-save)"
+         << (config.async_save ? ", and not in the background (--async-save needs the parallel save)" : "") << "\n";
+    config.async_save = false;
   }
   if (backend->device() == Device::kCPU) {
     check_host_memory("train", config, groups.coords.pp);

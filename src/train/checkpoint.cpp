@@ -10,6 +10,8 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <thread>
+#include <atomic>
 #include <vector>
 
 #include <unistd.h>
@@ -219,15 +221,19 @@ Tensor global_tensor(const SavedTensor& t, const model::ParameterSet& params, co
 CheckpointSaveMemory checkpoint_save_memory(const TrainConfig& c) {
   CheckpointSaveMemory out;
   int64_t largest = 0;  // the word embedding, fp32 when the optimizer state is saved
+  std::vector<int64_t> stage_bytes(static_cast<size_t>(c.pipeline_model_parallel_size), 0);
   for (const auto& file : saved_tensors(c, model_dtype(c), c.fp16 || c.bf16)) {
     for (const SavedTensor& t : file) {
       const int64_t bytes = shape_numel(t.global) * dtype_size(t.dtype);
       out.checkpoint_bytes += bytes;
+      stage_bytes[static_cast<size_t>(t.stage)] += bytes;
       largest = std::max(largest, bytes);
     }
   }
   out.host_bytes = 2 * largest;
   out.device_bytes = largest;
+  const int64_t ranks_per_stage = c.tensor_model_parallel_size * c.data_parallel_size;
+  for (int64_t b : stage_bytes) out.rank_share_bytes = std::max(out.rank_share_bytes, (b + ranks_per_stage - 1) / ranks_per_stage);
   return out;
 }
 
@@ -387,41 +393,56 @@ std::vector<Piece> pieces_to_write(const SavedTensor& t, const model::Parameter&
   return out;
 }
 
-// Writes this rank's pieces of every tensor of its stage into the laid-out file `path`.
-void write_my_pieces(const std::string& path, const SafetensorsHeader& header, const std::vector<SavedTensor>& file,
-                     const model::ParameterSet& params, const MixedPrecisionOptimizer& optimizer,
-                     const comm::ProcessGroups& groups, backend::Backend& backend,
-                     const std::shared_ptr<Storage>& staging) {
-  std::optional<SafetensorsRangeWriter> writer;  // opened at the first byte this rank writes
+// Calls fn(index, t, p, begin, values) for what this rank writes of file `file` (the tensors
+// of its stage), in pieces of at most kParallelSaveStagingBytes: `values` [m] (host or device)
+// are the TP-local flat elements [begin, begin + m) of parameter p's tensor t.
+template <class Fn>
+void for_each_chunk(const std::vector<SavedTensor>& file, const model::ParameterSet& params,
+                    const MixedPrecisionOptimizer& optimizer, const comm::ProcessGroups& groups, Fn&& fn) {
   for (size_t i = 0; i < file.size(); ++i) {
     const SavedTensor& t = file[i];
     if (t.stage != groups.coords.pp) continue;
     const model::Parameter* p = params.find(t.param);
     MT_CHECK(p != nullptr) << "stage " << t.stage << " has no parameter " << t.param;
-    const int64_t e = dtype_size(t.dtype);
+    const int64_t chunk = kParallelSaveStagingBytes / dtype_size(t.dtype);
     for (const Piece& piece : pieces_to_write(t, *p, optimizer, groups)) {
       MT_CHECK(piece.values.dtype() == t.dtype) << t.name << ": " << piece.values.describe();
-      const int64_t n = piece.values.numel(), chunk = kParallelSaveStagingBytes / e;
-      for (int64_t at = 0; at < n; at += chunk) {
-        const int64_t m = std::min(chunk, n - at);
-        Tensor src = piece.values.flat_view(at, {m});
-        if (src.device() != Device::kCPU) {
-          Tensor host(staging, 0, {m}, t.dtype);
-          backend.copy(src, host);
-          src = host;
-        }
-        if (!writer) writer.emplace(path, header);
-        const char* bytes = static_cast<const char*>(src.data());
-        tensor_parallel::for_each_global_run(t.global, p->partition, piece.begin + at, m,
-                                             [&](int64_t global_start, int64_t local_start, int64_t len) {
-                                               writer->write(i, global_start * e,
-                                                             bytes + (local_start - piece.begin - at) * e, len * e);
-                                             });
+      for (int64_t at = 0, n = piece.values.numel(); at < n; at += chunk) {
+        fn(i, t, *p, piece.begin + at, piece.values.flat_view(at, {std::min(chunk, n - at)}));
       }
     }
   }
-  if (writer) writer->finish();
 }
+
+// Writes host bytes into the laid-out files at their global offsets (each file opened at its
+// first write).
+class ShareWriter {
+ public:
+  ShareWriter(const std::array<std::string, 2>& paths, const std::array<SafetensorsHeader, 2>& headers)
+      : paths_(paths), headers_(headers) {}
+  // `host` [m]: the TP-local elements [begin, begin + m) of tensor `index` of file `f`.
+  void write(int f, size_t index, const Shape& global, const tensor_parallel::Partition& partition, int64_t begin,
+             const Tensor& host) {
+    if (!writers_[static_cast<size_t>(f)]) writers_[static_cast<size_t>(f)].emplace(paths_[f], headers_[f]);
+    SafetensorsRangeWriter& w = *writers_[static_cast<size_t>(f)];
+    const int64_t e = dtype_size(host.dtype());
+    const char* bytes = static_cast<const char*>(host.data());
+    tensor_parallel::for_each_global_run(global, partition, begin, host.numel(),
+                                         [&](int64_t global_start, int64_t local_start, int64_t len) {
+                                           w.write(index, global_start * e, bytes + (local_start - begin) * e, len * e);
+                                         });
+  }
+  void finish() {
+    for (auto& w : writers_) {
+      if (w) w->finish();
+    }
+  }
+
+ private:
+  const std::array<std::string, 2>& paths_;
+  const std::array<SafetensorsHeader, 2>& headers_;
+  std::array<std::optional<SafetensorsRangeWriter>, 2> writers_;
+};
 
 // Every rank learns whether any failed at a step of the save; the one that failed throws its
 // own error, the others a line that points at it.
@@ -433,17 +454,58 @@ void agree(comm::Communicator& world, const std::optional<std::string>& my_error
   if (failed > 0) throw_error("[", flag, "] ", dir, ": ", step, " failed on another rank (its error says why)");
 }
 
-// The parallel save (train/checkpoint.h): rank 0 lays out the files in a temporary directory,
-// every rank writes its bytes into them, rank 0 adds metadata.json and makes it the latest.
-void save_parallel(const TrainConfig& c, const TrainProgress& progress, const std::array<std::vector<SavedTensor>, 2>& files,
-                   const model::ParameterSet& params, const MixedPrecisionOptimizer& optimizer,
-                   const OptimizerParamScheduler& scheduler, const comm::ProcessGroups& groups,
-                   backend::Backend& backend) {
+}  // namespace
+
+// A parallel save between its start (files laid out, this rank's bytes taken) and its commit.
+struct PendingCheckpointSave::State {
+  std::string save_dir, tmp, metadata, line;
+  int64_t iteration = 0, keep_last = 0;
+  bool rank0 = false;
+  std::array<std::string, 2> paths;
+  std::array<SafetensorsHeader, 2> headers;
+  // --async-save: this rank's bytes, copied at the save, written by `thread`.
+  struct Job {
+    int file = 0;
+    size_t index = 0;
+    Shape global;
+    tensor_parallel::Partition partition;
+    int64_t begin = 0;
+    Tensor host;
+  };
+  std::vector<Job> jobs;
+  std::thread thread;
+  std::atomic<bool> written{false};
+  std::optional<std::string> error;  // this rank's write failure (set before `written`)
+};
+
+PendingCheckpointSave::PendingCheckpointSave(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+PendingCheckpointSave::~PendingCheckpointSave() {
+  if (state_ && state_->thread.joinable()) state_->thread.join();
+}
+
+int64_t PendingCheckpointSave::iteration() const { return state_->iteration; }
+
+namespace {
+
+// The parallel save (train/checkpoint.h) up to its commit: rank 0 lays out the files in a
+// temporary directory, every rank writes its bytes into them (async: copies them, and a thread
+// writes them).
+std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
+    const TrainConfig& c, const TrainProgress& progress, const std::array<std::vector<SavedTensor>, 2>& files,
+    const model::ParameterSet& params, const MixedPrecisionOptimizer& optimizer,
+    const OptimizerParamScheduler& scheduler, const comm::ProcessGroups& groups, backend::Backend& backend,
+    bool async) {
+  using State = PendingCheckpointSave::State;
   comm::Communicator& world = *groups.world;
-  const bool rank0 = groups.rank() == 0;
+  auto st = std::make_unique<State>();
+  st->save_dir = *c.save;
+  st->iteration = progress.iteration;
+  st->keep_last = c.save_keep_last;
+  st->rank0 = groups.rank() == 0;
+  st->metadata = metadata_json(c, progress, optimizer, scheduler);
   const std::array<const char*, 2> names = {kModelFileName, kOptimizerFileName};
   const int nfiles = c.no_save_optim ? 1 : 2;
-  std::array<SafetensorsHeader, 2> headers;
   for (int f = 0; f < nfiles; ++f) {
     std::vector<TensorToWrite> shapes;
     for (const SavedTensor& t : files[f]) {
@@ -453,68 +515,129 @@ void save_parallel(const TrainConfig& c, const TrainProgress& progress, const st
       w.shape = t.global;
       shapes.push_back(std::move(w));
     }
-    headers[f] = make_safetensors_header(shapes, {});
+    st->headers[f] = make_safetensors_header(shapes, {});
   }
 
   std::optional<std::string> error;
-  std::string tmp;
   double pid = 0;  // rank 0's, which names the temporary directory
-  if (rank0) {
+  if (st->rank0) {
     try {
-      tmp = begin_checkpoint_dir(*c.save, progress.iteration);
-      for (int f = 0; f < nfiles; ++f) create_safetensors_file(tmp + "/" + names[f], headers[f]);
+      st->tmp = begin_checkpoint_dir(st->save_dir, st->iteration);
+      for (int f = 0; f < nfiles; ++f) create_safetensors_file(st->tmp + "/" + names[f], st->headers[f]);
       pid = static_cast<double>(::getpid());
     } catch (const Error& e) {
       error = e.what();
     }
   }
-  agree(world, error, *c.save, "starting the checkpoint");
+  agree(world, error, st->save_dir, "starting the checkpoint");
   world.all_reduce_host({&pid, 1}, comm::ReduceOp::kMax);
-  if (!rank0) tmp = temporary_checkpoint_dir(*c.save, progress.iteration, static_cast<int64_t>(pid));
+  if (!st->rank0) st->tmp = temporary_checkpoint_dir(st->save_dir, st->iteration, static_cast<int64_t>(pid));
+  for (int f = 0; f < nfiles; ++f) st->paths[f] = st->tmp + "/" + names[f];
 
+  if (async) {
+    // The bytes as they are now (training goes on and changes them), then the writes.
+    for (int f = 0; f < nfiles; ++f) {
+      for_each_chunk(files[f], params, optimizer, groups,
+                     [&](size_t index, const SavedTensor& t, const model::Parameter& p, int64_t begin, const Tensor& v) {
+                       Tensor host = Tensor::cpu(v.shape(), v.dtype());
+                       backend.copy(v, host);
+                       st->jobs.push_back({f, index, t.global, p.partition, begin, std::move(host)});
+                     });
+    }
+    State* s = st.get();
+    st->thread = std::thread([s] {
+      try {
+        ShareWriter writer(s->paths, s->headers);
+        for (State::Job& job : s->jobs) {
+          writer.write(job.file, job.index, job.global, job.partition, job.begin, job.host);
+          job.host = Tensor();  // its memory goes back as soon as it is written
+        }
+        writer.finish();
+      } catch (const std::exception& e) {
+        s->error = e.what();
+      }
+      s->written.store(true);
+    });
+    return st;
+  }
   try {
     const std::shared_ptr<Storage> staging =
         backend.device() == Device::kCPU ? nullptr : allocate_cpu_storage(kParallelSaveStagingBytes, MemoryKind::kOther);
+    ShareWriter writer(st->paths, st->headers);
     for (int f = 0; f < nfiles; ++f) {
-      write_my_pieces(tmp + "/" + names[f], headers[f], files[f], params, optimizer, groups, backend, staging);
+      for_each_chunk(files[f], params, optimizer, groups,
+                     [&](size_t index, const SavedTensor& t, const model::Parameter& p, int64_t begin, const Tensor& v) {
+                       Tensor host = v;
+                       if (v.device() != Device::kCPU) {
+                         host = Tensor(staging, 0, v.shape(), v.dtype());
+                         backend.copy(v, host);
+                       }
+                       writer.write(f, index, t.global, p.partition, begin, host);
+                     });
     }
+    writer.finish();
   } catch (const Error& e) {
-    error = e.what();
+    st->error = e.what();
   }
-  try {
-    agree(world, error, *c.save, "writing the checkpoint");
-  } catch (const Error&) {
-    if (rank0) abandon_checkpoint_dir(tmp);  // the previous checkpoint stays the latest
-    throw;
-  }
-  if (rank0) {
-    try {
-      write_checkpoint_files(tmp, {CheckpointFile::text_file(kMetadataFileName,
-                                                             metadata_json(c, progress, optimizer, scheduler))});
-      commit_checkpoint_dir(*c.save, progress.iteration, tmp, c.save_keep_last);
-    } catch (const Error& e) {
-      error = e.what();
-    }
-  }
-  agree(world, error, *c.save, "committing the checkpoint");
+  st->written.store(true);
+  return st;
 }
 
 }  // namespace
 
-void save_training_checkpoint(const TrainConfig& c, const TrainProgress& progress, const model::ParameterSet& params,
-                              const MixedPrecisionOptimizer& optimizer, const OptimizerParamScheduler& scheduler,
-                              const comm::ProcessGroups& groups, backend::Backend& backend, std::ostream& log) {
+bool finish_checkpoint_save(PendingCheckpointSave& save, comm::Communicator& world, bool wait, std::ostream& log) {
+  PendingCheckpointSave::State& st = *save.state_;
+  if (!wait) {
+    double written = st.written.load() ? 1.0 : 0.0;
+    world.all_reduce_host({&written, 1}, comm::ReduceOp::kMin);
+    if (written < 1.0) return false;
+  }
+  if (st.thread.joinable()) st.thread.join();
+  try {
+    agree(world, st.error, st.save_dir, "writing the checkpoint");
+  } catch (const Error&) {
+    if (st.rank0) abandon_checkpoint_dir(st.tmp);  // the previous checkpoint stays the latest
+    throw;
+  }
+  std::optional<std::string> error;
+  if (st.rank0) {
+    try {
+      write_checkpoint_files(st.tmp, {CheckpointFile::text_file(kMetadataFileName, st.metadata)});
+      commit_checkpoint_dir(st.save_dir, st.iteration, st.tmp, st.keep_last);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  agree(world, error, st.save_dir, "committing the checkpoint");
+  if (st.rank0) {
+    log << "  successfully saved checkpoint at iteration " << iteration_text(st.iteration) << " to " << st.save_dir
+        << '\n' << std::flush;
+  }
+  return true;
+}
+
+std::unique_ptr<PendingCheckpointSave> save_training_checkpoint(
+    const TrainConfig& c, const TrainProgress& progress, const model::ParameterSet& params,
+    const MixedPrecisionOptimizer& optimizer, const OptimizerParamScheduler& scheduler, const comm::ProcessGroups& groups,
+    backend::Backend& backend, std::ostream& log) {
   MT_CHECK(c.save.has_value()) << "save without --save";
   const std::array<std::vector<SavedTensor>, 2> files = saved_tensors(c, model_dtype(c), optimizer.has_separate_main_params());
   const bool rank0 = groups.rank() == 0;
   const std::string line = iteration_text(progress.iteration);
   if (rank0) log << "saving checkpoint at iteration " << line << " to " << *c.save << '\n' << std::flush;
-  if (c.ckpt_fully_parallel_save) {
-    save_parallel(c, progress, files, params, optimizer, scheduler, groups, backend);
-  } else {
+  if (!c.ckpt_fully_parallel_save) {
     save_streamed(c, progress, files, params, optimizer, scheduler, groups, backend);
+    if (rank0) log << "  successfully saved checkpoint at iteration " << line << " to " << *c.save << '\n' << std::flush;
+    return nullptr;
   }
-  if (rank0) log << "  successfully saved checkpoint at iteration " << line << " to " << *c.save << '\n' << std::flush;
+  auto save = std::make_unique<PendingCheckpointSave>(
+      start_parallel_save(c, progress, files, params, optimizer, scheduler, groups, backend, c.async_save));
+  if (!c.async_save) {
+    finish_checkpoint_save(*save, *groups.world, /*wait=*/true, log);
+    return nullptr;
+  }
+  if (rank0) log << "  writing it in the background (--async-save)\n" << std::flush;
+  return save;
 }
 
 namespace {

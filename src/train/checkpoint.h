@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -55,6 +56,10 @@ struct CheckpointSaveMemory {
   int64_t checkpoint_bytes = 0;  // the tensors of model.safetensors + optimizer.safetensors
   int64_t host_bytes = 0;        // the writer's host memory while it saves
   int64_t device_bytes = 0;      // the writer's device memory beyond training while it saves
+  // The parallel save: about what the busiest rank writes (its stage's bytes over TP x DP; a
+  // little more on TP rank 0, which writes the tensors replicated over TP): what --async-save
+  // copies to that rank's host memory.
+  int64_t rank_share_bytes = 0;
 };
 CheckpointSaveMemory checkpoint_save_memory(const TrainConfig& config);
 
@@ -84,10 +89,41 @@ CheckpointSaveMemory checkpoint_save_memory(const TrainConfig& config);
 // it to rank 0 over the pipeline group unless it is rank 0. Every rank walks the same list in
 // the same order, so each collective and each send meets its peers; memory stays bounded by
 // the largest tensor (checkpoint_save_memory), whatever the model's size.
-void save_training_checkpoint(const TrainConfig& config, const TrainProgress& progress,
-                              const model::ParameterSet& params, const MixedPrecisionOptimizer& optimizer,
-                              const OptimizerParamScheduler& scheduler, const comm::ProcessGroups& groups,
-                              backend::Backend& backend, std::ostream& log);
+//
+// With --async-save (config.async_save, parallel save only) it returns once every rank has
+// copied the bytes it writes to host memory (the state as of this iteration) and started a
+// thread that writes them; training goes on, and finish_checkpoint_save commits the
+// checkpoint. Otherwise it returns null, the checkpoint committed.
+class PendingCheckpointSave;
+std::unique_ptr<PendingCheckpointSave> save_training_checkpoint(
+    const TrainConfig& config, const TrainProgress& progress, const model::ParameterSet& params,
+    const MixedPrecisionOptimizer& optimizer, const OptimizerParamScheduler& scheduler,
+    const comm::ProcessGroups& groups, backend::Backend& backend, std::ostream& log);
+
+// An asynchronous save in flight. Destroyed unfinished, it waits for this rank's writes and
+// leaves the temporary directory (the previous checkpoint stays the latest; the next save
+// removes it).
+class PendingCheckpointSave {
+ public:
+  struct State;
+  explicit PendingCheckpointSave(std::unique_ptr<State> state);
+  ~PendingCheckpointSave();
+  PendingCheckpointSave(const PendingCheckpointSave&) = delete;
+  PendingCheckpointSave& operator=(const PendingCheckpointSave&) = delete;
+  int64_t iteration() const;
+
+ private:
+  friend bool finish_checkpoint_save(PendingCheckpointSave&, comm::Communicator&, bool, std::ostream&);
+  std::unique_ptr<State> state_;
+};
+
+// Collective over `world`. When every rank's writes are done (waiting for them when `wait`):
+// rank 0 adds metadata.json and makes the checkpoint the latest, prints Megatron's
+// "successfully saved checkpoint" line to `log`, and it returns true; a write failure on any
+// rank stops every rank (Error), as in the synchronous save. Without `wait`, while some rank
+// is still writing, it returns false and changes nothing (Megatron's
+// maybe_finalize_async_save(blocking=False), called once per iteration).
+bool finish_checkpoint_save(PendingCheckpointSave& save, comm::Communicator& world, bool wait, std::ostream& log);
 
 // Whether every rank of `world` sees the same directory `dir` (created by rank 0 when
 // missing): rank 0 leaves a file with a random number there that each rank must read back.

@@ -135,6 +135,8 @@ struct TrainConfig {
   // Every rank writes the tensors it holds straight into the checkpoint's files (Megatron's
   // default fully parallel save); false (--no-ckpt-fully-parallel-save): rank 0 writes them all.
   bool ckpt_fully_parallel_save = true;
+  // --async-save: the parallel save's writes go on in the background while training continues.
+  bool async_save = false;
   bool no_load_optim = false;               // --no-load-optim
   bool finetune = false;                    // --finetune
   bool exit_on_missing_checkpoint = false;  // --exit-on-missing-checkpoint

@@ -189,27 +189,42 @@ void Trainer::log_timers(const std::vector<std::string>& names, double normalize
   }
 }
 
+// Ranks wait for each other while they write (the parallel save), or while rank 0 writes
+// every byte (the streamed save): the watchdog grants them the time the whole checkpoint takes
+// at kSaveBandwidthFloor, on top of --distributed-timeout-minutes; a hang during a save is
+// still reported after that.
+void Trainer::grant_save_time(bool on) {
+  constexpr double kSaveBandwidthFloor = 100e6;  // bytes/s: the slowest disk a save is granted time for
+  const double ms = on ? 1000.0 * static_cast<double>(checkpoint_save_memory(config_).checkpoint_bytes) / kSaveBandwidthFloor
+                       : 0.0;
+  groups_->world->set_watchdog_grace(std::chrono::milliseconds(static_cast<int64_t>(ms)));
+}
+
 void Trainer::save() {
   if (!config_.save) return;
+  finish_pending_save(/*wait=*/true);  // one save at a time
   timers_->start("save-checkpoint", 0, groups_->world.get(), /*barrier=*/true);
-  // Ranks wait for each other while they write (the parallel save), or while rank 0 writes
-  // every byte (the streamed save): the watchdog grants them the time the whole checkpoint
-  // takes at kSaveBandwidthFloor, on top of --distributed-timeout-minutes; a hang during a
-  // save is still reported after that.
-  constexpr double kSaveBandwidthFloor = 100e6;  // bytes/s: the slowest disk a save is granted time for
-  groups_->world->set_watchdog_grace(std::chrono::milliseconds(static_cast<int64_t>(
-      1000.0 * static_cast<double>(checkpoint_save_memory(config_).checkpoint_bytes) / kSaveBandwidthFloor)));
+  grant_save_time(true);
   // The model values are read below: the parameter gather must have landed.
   optimizer_->grad_buffer().finish_param_gather();
-  // Collective over the world: every rank writes what it holds, or rank 0 writes, tensor by
-  // tensor, what the other ranks gather and send it (train/checkpoint.h).
-  save_training_checkpoint(config_, progress_, model_->parameters(), *optimizer_, *scheduler_, *groups_, backend_,
-                           *log0_);
-  // Nobody goes on (and perhaps exits, or reads the checkpoint) before it is complete.
+  // Collective over the world: every rank writes what it holds (--async-save: copies it and
+  // writes it in the background), or rank 0 writes, tensor by tensor, what the other ranks
+  // gather and send it (train/checkpoint.h).
+  pending_save_ = save_training_checkpoint(config_, progress_, model_->parameters(), *optimizer_, *scheduler_, *groups_,
+                                           backend_, *log0_);
+  // Nobody goes on (and perhaps exits, or reads the checkpoint) before it is complete, or
+  // with --async-save before every rank has taken its copy.
   groups_->world->barrier();
   timers_->stop("save-checkpoint", groups_->world.get(), /*barrier=*/true);
-  groups_->world->set_watchdog_grace(std::chrono::milliseconds(0));
+  grant_save_time(false);
   log_timers({"save-checkpoint"});
+}
+
+void Trainer::finish_pending_save(bool wait) {
+  if (!pending_save_) return;
+  if (wait) grant_save_time(true);
+  if (finish_checkpoint_save(*pending_save_, *groups_->world, wait, *log0_)) pending_save_.reset();
+  if (wait) grant_save_time(false);
 }
 
 void Trainer::log_to_tensorboard(const StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm) {
@@ -539,6 +554,8 @@ TrainSummary Trainer::run() {
       interval_start = Clock::now();
     }
 
+    // An --async-save in flight is committed once every rank has written its part.
+    finish_pending_save(/*wait=*/false);
     // Megatron's order after the log (megatron-facts §3.8): evaluate, signal, save, duration, interval.
     if (c.eval_interval > 0 && iteration % c.eval_interval == 0 && do_valid) {
       evaluate_and_print("iteration " + std::to_string(iteration), *datasets_.valid(),
@@ -576,12 +593,16 @@ TrainSummary Trainer::run() {
   }
   summary.iterations = progress_.iteration;
   summary.consumed_samples = progress_.consumed_train_samples;
-  if (summary.exited_early) return summary;  // Megatron exits right there: no final evaluation
+  if (summary.exited_early) {  // Megatron exits right there: no final evaluation
+    finish_pending_save(/*wait=*/true);
+    return summary;
+  }
 
   *log0_ << "after training is done\n";
   // HEAD: the final save unless the last iteration was just saved.
   if (c.save && progress_.iteration != 0 && !(c.save_interval && progress_.iteration % *c.save_interval == 0)) save();
-  evaluate_final(&summary);
+  evaluate_final(&summary);  // an --async-save goes on meanwhile
+  finish_pending_save(/*wait=*/true);
   return summary;
 }
 

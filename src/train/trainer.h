@@ -93,6 +93,11 @@ class Trainer {
   void evaluate_and_print(const std::string& prefix, const data::TokenDataset& dataset, int64_t* consumed,
                           int64_t global_batch, double* loss_out);
   void save();
+  // Commits an --async-save in flight: when every rank has written (without `wait`: checked,
+  // collectively), or after waiting for them (`wait`).
+  void finish_pending_save(bool wait);
+  // The watchdog's grace for the waits of a save (on), or none (off).
+  void grant_save_time(bool on);
   // The validation and test evaluations after training (or instead of it, --skip-train).
   void evaluate_final(TrainSummary* summary);
   // This stage's schedule for `num_micro` micro-batches (checked against the model's sets).
@@ -122,6 +127,7 @@ class Trainer {
   std::unique_ptr<Timers> timers_;  // --timing-log-level (train/timers.h)
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::unique_ptr<MetricsJsonlWriter> jsonl_;
+  std::unique_ptr<PendingCheckpointSave> pending_save_;  // an --async-save being written
 };
 
 }  // namespace megatron::train

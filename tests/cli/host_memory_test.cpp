@@ -89,6 +89,19 @@ TEST(HostMemory, SaveThatCannotBeWrittenIsOneLineBeforeTraining) {
                                       "with 64.0 MiB of host memory; where not every rank sees the directory, rank 0 "
                                       "writes 2276.6 GiB one tensor at a time, holding at most 4.6 GiB of host and "
                                       "2.3 GiB of device memory beyond training while it saves\n");
+  c.async_save = true;  // at TP 1 x PP 1 x DP 1 the one rank holds it all
+  EXPECT_EQ(m.rank_share_bytes, m.checkpoint_bytes);
+  EXPECT_EQ(cli::save_memory_line(c).rfind(" > checkpoint save (--save --async-save): every rank copies what it holds "
+                                           "of 2276.6 GiB to host memory (about 2276.6 GiB on the busiest rank)", 0),
+            0u)
+      << cli::save_memory_line(c);
+  c.tensor_model_parallel_size = 8;  // the benchmark's TP 8 x PP 16: 1/128 each, the first and last stages more
+  c.pipeline_model_parallel_size = 16;
+  const int64_t share = train::checkpoint_save_memory(c).rank_share_bytes;
+  EXPECT_GT(share, m.checkpoint_bytes / 128);
+  EXPECT_LT(share, m.checkpoint_bytes / 128 + int64_t{50304} * 12288 * 14 / 8 + 1) << "+ the embedding's 1/8";
+  c.tensor_model_parallel_size = c.pipeline_model_parallel_size = 1;
+  c.async_save = false;
   c.ckpt_fully_parallel_save = false;  // --no-ckpt-fully-parallel-save
   EXPECT_EQ(cli::save_memory_line(c), " > checkpoint save (--save): rank 0 writes 2276.6 GiB one tensor at a time, "
                                       "holding at most 4.6 GiB of host and 2.3 GiB of device memory beyond training "

@@ -336,6 +336,15 @@ TEST(TrainArgs, DataParallelFlags) {
   EXPECT_ERROR_NAMES(with(base_args(), {"--ddp-num-buckets", "2", "--ddp-bucket-size", "10"}), "--ddp-num-buckets]");
 }
 
+TEST(TrainArgs, ParallelAndAsyncSaveFlags) {
+  EXPECT_TRUE(parse(base_args()).ckpt_fully_parallel_save) << "Megatron's default";
+  EXPECT_FALSE(parse(base_args()).async_save);
+  EXPECT_FALSE(parse(with(base_args(), {"--no-ckpt-fully-parallel-save"})).ckpt_fully_parallel_save);
+  EXPECT_TRUE(parse(with(base_args(), {"--async-save"})).async_save);
+  EXPECT_TRUE(parse(with(base_args(), {"--ckpt-fully-parallel-save"})).ckpt_fully_parallel_save) << "a no-op";
+  EXPECT_ERROR_NAMES(with(base_args(), {"--async-save", "--no-ckpt-fully-parallel-save"}), "--async-save]");
+}
+
 TEST(TrainArgs, CheckpointAndTensorBoardFlags) {
   const TrainConfig c = parse(with(base_args(), {"--save", "/tmp/ck", "--load", "/tmp/ck", "--save-interval", "10",
                                                  "--save-keep-last", "3", "--no-load-optim", "--no-save-optim",

@@ -237,6 +237,30 @@ TEST(TrainerPipelineParallel, ParallelSaveWritesTheStreamedFiles) {
   }
 }
 
+// --async-save writes the synchronous save's checkpoints byte for byte while training goes on:
+// DP2 x PP2 with the distributed optimizer, a save at every iteration (each waits for the one
+// before, the others are committed when an iteration finds every rank done), the last one
+// committed before the process exits.
+TEST(TrainerPipelineParallel, AsyncSaveWritesTheSameCheckpoints) {
+  const std::string dir = test::scratch_dir("trainer_pp_async_save");
+  test::write_walk_corpus(dir);
+  const auto base = with(tp1(train_flags(dir)), {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer",
+                                                 "--train-iters", "4", "--save-interval", "1"});
+  const test::CommandResult sync = test::run_ranks(with(base, {"--save", dir + "/sync"}), 4);
+  ASSERT_EQ(sync.status, 0) << sync.output;
+  const test::CommandResult async = test::run_ranks(with(base, {"--save", dir + "/async", "--async-save"}), 4);
+  ASSERT_EQ(async.status, 0) << async.output;
+  EXPECT_NE(async.output.find("writing it in the background (--async-save)"), std::string::npos) << async.output;
+  EXPECT_EQ(file_bytes(dir + "/async/latest_checkpointed_iteration.txt"), "4");
+  for (const char* it : {"iter_0000001", "iter_0000002", "iter_0000003", "iter_0000004"}) {
+    for (const char* name : {"model.safetensors", "optimizer.safetensors", "metadata.json"}) {
+      const std::string a = file_bytes(dir + "/async/" + it + "/" + name);
+      EXPECT_FALSE(a.empty()) << it << "/" << name;
+      EXPECT_TRUE(a == file_bytes(dir + "/sync/" + it + "/" + name)) << it << "/" << name << " differs";
+    }
+  }
+}
+
 // A --save directory rank 0 cannot create (a file is in the way) stops every rank before the
 // first step (the start-up check that every rank sees it), none waiting for the others: rank 0
 // names the path, the others point at it.
