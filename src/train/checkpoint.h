@@ -91,14 +91,17 @@ CheckpointSaveMemory checkpoint_save_memory(const TrainConfig& config);
 // the largest tensor (checkpoint_save_memory), whatever the model's size.
 //
 // With --async-save (config.async_save, parallel save only) it returns once every rank has
-// copied the bytes it writes to host memory (the state as of this iteration) and started a
-// thread that writes them; training goes on, and finish_checkpoint_save commits the
-// checkpoint. Otherwise it returns null, the checkpoint committed.
+// copied the bytes it writes (the state as of this iteration) into the page-locked host buffer
+// *async_host (allocated at the first save, or grown, and kept for the next: the caller holds
+// it and must not start another save before this one is finished) and started a thread that
+// writes them; training goes on, and finish_checkpoint_save commits the checkpoint. Otherwise
+// it returns null, the checkpoint committed.
 class PendingCheckpointSave;
 std::unique_ptr<PendingCheckpointSave> save_training_checkpoint(
     const TrainConfig& config, const TrainProgress& progress, const model::ParameterSet& params,
     const MixedPrecisionOptimizer& optimizer, const OptimizerParamScheduler& scheduler,
-    const comm::ProcessGroups& groups, backend::Backend& backend, std::ostream& log);
+    const comm::ProcessGroups& groups, backend::Backend& backend, std::ostream& log,
+    std::shared_ptr<Storage>* async_host = nullptr);
 
 // An asynchronous save in flight. Destroyed unfinished, it waits for this rank's writes and
 // leaves the temporary directory (the previous checkpoint stays the latest; the next save

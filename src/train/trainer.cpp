@@ -211,7 +211,7 @@ void Trainer::save() {
   // writes it in the background), or rank 0 writes, tensor by tensor, what the other ranks
   // gather and send it (train/checkpoint.h).
   pending_save_ = save_training_checkpoint(config_, progress_, model_->parameters(), *optimizer_, *scheduler_, *groups_,
-                                           backend_, *log0_);
+                                           backend_, *log0_, &async_save_host_);
   // Nobody goes on (and perhaps exits, or reads the checkpoint) before it is complete, or
   // with --async-save before every rank has taken its copy.
   groups_->world->barrier();

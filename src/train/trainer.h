@@ -127,7 +127,8 @@ class Trainer {
   std::unique_ptr<Timers> timers_;  // --timing-log-level (train/timers.h)
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::unique_ptr<MetricsJsonlWriter> jsonl_;
-  std::unique_ptr<PendingCheckpointSave> pending_save_;  // an --async-save being written
+  std::shared_ptr<Storage> async_save_host_;            // --async-save's page-locked copy, kept between saves
+  std::unique_ptr<PendingCheckpointSave> pending_save_;  // an --async-save being written (declared last: destroyed first)
 };
 
 }  // namespace megatron::train
