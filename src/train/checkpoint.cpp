@@ -488,6 +488,21 @@ int64_t PendingCheckpointSave::iteration() const { return state_->iteration; }
 
 namespace {
 
+int64_t padded_to_8(int64_t bytes) { return (bytes + 7) / 8 * 8; }
+
+// The bytes --async-save copies on this rank: its chunks, each at a multiple of 8 bytes.
+int64_t async_copy_bytes(const std::array<std::vector<SavedTensor>, 2>& files, const model::ParameterSet& params,
+                         const MixedPrecisionOptimizer& optimizer, const comm::ProcessGroups& groups) {
+  int64_t total = 0;
+  for (const auto& file : files) {
+    for_each_chunk(file, params, optimizer, groups,
+                   [&](size_t, const SavedTensor&, const model::Parameter&, int64_t, const Tensor& v) {
+                     total += padded_to_8(v.nbytes());
+                   });
+  }
+  return total;
+}
+
 // The parallel save (train/checkpoint.h) up to its commit: rank 0 lays out the files in a
 // temporary directory, every rank writes its bytes into them (async: copies them, and a thread
 // writes them).
@@ -539,14 +554,7 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
     // The bytes as they are now (training goes on and changes them), copied into one
     // page-locked host buffer (kept for the next save: pinning is slow, the copies are not),
     // each chunk at a multiple of 8 bytes; then the thread writes them.
-    const auto padded = [](int64_t bytes) { return (bytes + 7) / 8 * 8; };
-    int64_t total = 0;
-    for (int f = 0; f < nfiles; ++f) {
-      for_each_chunk(files[f], params, optimizer, groups,
-                     [&](size_t, const SavedTensor&, const model::Parameter&, int64_t, const Tensor& v) {
-                       total += padded(v.nbytes());
-                     });
-    }
+    const int64_t total = async_copy_bytes(files, params, optimizer, groups);
     if (!*async_host || (*async_host)->bytes() < total) {
       async_host->reset();
       *async_host = backend.host_staging({(total + 7) / 8}, DType::kI64).storage();
@@ -558,7 +566,7 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
                        Tensor host(*async_host, at / dtype_size(v.dtype()), v.shape(), v.dtype());
                        backend.copy_to_host_async(v, host);
                        st->jobs.push_back({f, index, t.global, p.partition, begin, std::move(host)});
-                       at += padded(v.nbytes());
+                       at += padded_to_8(v.nbytes());
                      });
     }
     backend.synchronize();
@@ -601,6 +609,14 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
 }
 
 }  // namespace
+
+std::shared_ptr<Storage> async_save_host_buffer(const TrainConfig& c, const model::ParameterSet& params,
+                                                const MixedPrecisionOptimizer& optimizer,
+                                                const comm::ProcessGroups& groups, backend::Backend& backend) {
+  const int64_t bytes =
+      async_copy_bytes(saved_tensors(c, model_dtype(c), optimizer.has_separate_main_params()), params, optimizer, groups);
+  return backend.host_staging({(bytes + 7) / 8}, DType::kI64).storage();
+}
 
 bool finish_checkpoint_save(PendingCheckpointSave& save, comm::Communicator& world, bool wait, std::ostream& log) {
   PendingCheckpointSave::State& st = *save.state_;

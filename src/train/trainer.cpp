@@ -6,6 +6,7 @@
 #include <chrono>
 #include <csignal>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <vector>
 
@@ -158,6 +159,15 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
     progress_ = load_training_checkpoint(c, model_->parameters(), *optimizer_, *scheduler_, *world, backend_, *log0_);
     timers_->stop("load-checkpoint", world, /*barrier=*/true);
     log_timers({"load-checkpoint"});
+  }
+  if (c.save && c.async_save) {
+    const auto t0 = Clock::now();
+    async_save_host_ = async_save_host_buffer(c, model_->parameters(), *optimizer_, *groups_, backend_);
+    char line[160];
+    std::snprintf(line, sizeof(line),
+                  " > --async-save: %.2f GiB of page-locked host memory for rank 0's checkpoint copies, pinned in %.1f s\n",
+                  static_cast<double>(async_save_host_->bytes()) / (1 << 30), seconds_since(t0));
+    *log0_ << line;
   }
   timers_->stop("model-and-optimizer-setup");
   // Megatron writes TensorBoard from the last rank, the one that has the logged values.

@@ -251,6 +251,7 @@ TEST(TrainerPipelineParallel, AsyncSaveWritesTheSameCheckpoints) {
   const test::CommandResult async = test::run_ranks(with(base, {"--save", dir + "/async", "--async-save"}), 4);
   ASSERT_EQ(async.status, 0) << async.output;
   EXPECT_NE(async.output.find("writing it in the background (--async-save)"), std::string::npos) << async.output;
+  EXPECT_NE(async.output.find(" > --async-save: "), std::string::npos) << "the buffer is pinned before training";
   EXPECT_EQ(file_bytes(dir + "/async/latest_checkpointed_iteration.txt"), "4");
   for (const char* it : {"iter_0000001", "iter_0000002", "iter_0000003", "iter_0000004"}) {
     for (const char* name : {"model.safetensors", "optimizer.safetensors", "metadata.json"}) {
