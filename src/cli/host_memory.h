@@ -29,8 +29,9 @@ void check_host_memory(const std::string& command, const train::TrainConfig& con
 // --save: the line --dry-run prints (the parallel save's staging, or with
 // --no-ckpt-fully-parallel-save train::checkpoint_save_memory's numbers), and the check
 // `megatron train` makes on rank 0 before the first step when rank 0 writes the whole
-// checkpoint (--no-ckpt-fully-parallel-save, or a --save directory not every rank sees;
-// the parallel save needs no check): a one-line error naming --save when
+// checkpoint (--no-ckpt-fully-parallel-save, or a --save directory not every rank sees; the
+// parallel save stages 64 MiB, and --async-save's page-locked copy is allocated before the
+// first step, every rank stopping if one cannot): a one-line error naming --save when
 // training's planned device bytes plus what a save adds exceed `device_total` (0: unknown, not
 // checked), or what a save holds in host memory exceeds `host_available`. Nothing when training
 // does not fit the device by itself: that fails first, with its own message.

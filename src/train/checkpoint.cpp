@@ -425,6 +425,7 @@ class ShareWriter {
              const Tensor& host) {
     if (!writers_[static_cast<size_t>(f)]) writers_[static_cast<size_t>(f)].emplace(paths_[f], headers_[f]);
     SafetensorsRangeWriter& w = *writers_[static_cast<size_t>(f)];
+    bytes_[static_cast<size_t>(f)] += static_cast<double>(host.nbytes());
     const int64_t e = dtype_size(host.dtype());
     const char* bytes = static_cast<const char*>(host.data());
     tensor_parallel::for_each_global_run(global, partition, begin, host.numel(),
@@ -437,11 +438,13 @@ class ShareWriter {
       if (w) w->finish();
     }
   }
+  const std::array<double, 2>& bytes() const { return bytes_; }
 
  private:
   const std::array<std::string, 2>& paths_;
   const std::array<SafetensorsHeader, 2>& headers_;
   std::array<std::optional<SafetensorsRangeWriter>, 2> writers_;
+  std::array<double, 2> bytes_ = {0, 0};
 };
 
 // Every rank learns whether any failed at a step of the save; the one that failed throws its
@@ -476,13 +479,16 @@ struct PendingCheckpointSave::State {
   std::thread thread;
   std::atomic<bool> written{false};
   std::optional<std::string> error;  // this rank's write failure (set before `written`)
+  std::array<double, 2> bytes_written = {0, 0};  // per file, by this rank (set before `written`)
+
+  ~State() {
+    if (thread.joinable()) thread.join();
+  }
 };
 
 PendingCheckpointSave::PendingCheckpointSave(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
-PendingCheckpointSave::~PendingCheckpointSave() {
-  if (state_ && state_->thread.joinable()) state_->thread.join();
-}
+PendingCheckpointSave::~PendingCheckpointSave() = default;
 
 int64_t PendingCheckpointSave::iteration() const { return state_->iteration; }
 
@@ -541,8 +547,9 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
       st->tmp = begin_checkpoint_dir(st->save_dir, st->iteration);
       for (int f = 0; f < nfiles; ++f) create_safetensors_file(st->tmp + "/" + names[f], st->headers[f]);
       pid = static_cast<double>(::getpid());
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       error = e.what();
+      if (!st->tmp.empty()) abandon_checkpoint_dir(st->tmp);
     }
   }
   agree(world, error, st->save_dir, "starting the checkpoint");
@@ -554,22 +561,32 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
     // The bytes as they are now (training goes on and changes them), copied into one
     // page-locked host buffer (kept for the next save: pinning is slow, the copies are not),
     // each chunk at a multiple of 8 bytes; then the thread writes them.
-    const int64_t total = async_copy_bytes(files, params, optimizer, groups);
-    if (!*async_host || (*async_host)->bytes() < total) {
-      async_host->reset();
-      *async_host = backend.host_staging({(total + 7) / 8}, DType::kI64).storage();
+    try {
+      const int64_t total = async_copy_bytes(files, params, optimizer, groups);
+      if (!*async_host || (*async_host)->bytes() < total) {
+        async_host->reset();
+        *async_host = backend.host_staging({(total + 7) / 8}, DType::kI64).storage();
+      }
+      int64_t at = 0;
+      for (int f = 0; f < nfiles; ++f) {
+        for_each_chunk(files[f], params, optimizer, groups,
+                       [&](size_t index, const SavedTensor& t, const model::Parameter& p, int64_t begin, const Tensor& v) {
+                         Tensor host(*async_host, at / dtype_size(v.dtype()), v.shape(), v.dtype());
+                         backend.copy_to_host_async(v, host);
+                         st->jobs.push_back({f, index, t.global, p.partition, begin, std::move(host)});
+                         at += padded_to_8(v.nbytes());
+                       });
+      }
+      backend.synchronize();
+    } catch (const std::exception& e) {
+      error = e.what();
     }
-    int64_t at = 0;
-    for (int f = 0; f < nfiles; ++f) {
-      for_each_chunk(files[f], params, optimizer, groups,
-                     [&](size_t index, const SavedTensor& t, const model::Parameter& p, int64_t begin, const Tensor& v) {
-                       Tensor host(*async_host, at / dtype_size(v.dtype()), v.shape(), v.dtype());
-                       backend.copy_to_host_async(v, host);
-                       st->jobs.push_back({f, index, t.global, p.partition, begin, std::move(host)});
-                       at += padded_to_8(v.nbytes());
-                     });
+    try {
+      agree(world, error, st->save_dir, "copying the checkpoint to host memory");
+    } catch (const Error&) {
+      if (st->rank0) abandon_checkpoint_dir(st->tmp);
+      throw;
     }
-    backend.synchronize();
     State* s = st.get();
     st->thread = std::thread([s] {
       try {
@@ -578,6 +595,7 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
           writer.write(job.file, job.index, job.global, job.partition, job.begin, job.host);
         }
         writer.finish();
+        s->bytes_written = writer.bytes();
       } catch (const std::exception& e) {
         s->error = e.what();
       }
@@ -601,7 +619,8 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
                      });
     }
     writer.finish();
-  } catch (const Error& e) {
+    st->bytes_written = writer.bytes();
+  } catch (const std::exception& e) {
     st->error = e.what();
   }
   st->written.store(true);
@@ -613,9 +632,18 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
 std::shared_ptr<Storage> async_save_host_buffer(const TrainConfig& c, const model::ParameterSet& params,
                                                 const MixedPrecisionOptimizer& optimizer,
                                                 const comm::ProcessGroups& groups, backend::Backend& backend) {
-  const int64_t bytes =
-      async_copy_bytes(saved_tensors(c, model_dtype(c), optimizer.has_separate_main_params()), params, optimizer, groups);
-  return backend.host_staging({(bytes + 7) / 8}, DType::kI64).storage();
+  std::optional<std::string> error;
+  std::shared_ptr<Storage> buffer;
+  try {
+    const int64_t bytes =
+        async_copy_bytes(saved_tensors(c, model_dtype(c), optimizer.has_separate_main_params()), params, optimizer, groups);
+    buffer = backend.host_staging({(bytes + 7) / 8}, DType::kI64).storage();
+  } catch (const std::exception& e) {
+    error = str_cat("[--async-save] rank ", groups.rank(), ": cannot allocate the page-locked host copy of its checkpoint share: ",
+                    e.what());
+  }
+  agree(*groups.world, error, *c.save, "allocating --async-save's host memory", "--async-save");
+  return buffer;
 }
 
 bool finish_checkpoint_save(PendingCheckpointSave& save, comm::Communicator& world, bool wait, std::ostream& log) {
@@ -628,6 +656,16 @@ bool finish_checkpoint_save(PendingCheckpointSave& save, comm::Communicator& wor
   if (st.thread.joinable()) st.thread.join();
   try {
     agree(world, st.error, st.save_dir, "writing the checkpoint");
+    // The files were sized before anything was written: a byte no rank wrote would read as
+    // zero. Every byte is written exactly once, so the ranks' counts add up to the data areas.
+    std::array<double, 2> total = st.bytes_written;
+    world.all_reduce_host(total, comm::ReduceOp::kSum);
+    for (size_t f = 0; f < 2; ++f) {
+      if (total[f] != static_cast<double>(st.headers[f].data_bytes)) {
+        throw_error("[--save] ", st.save_dir, ": the ranks wrote ", static_cast<int64_t>(total[f]), " bytes of ",
+                    st.paths[f], "'s ", st.headers[f].data_bytes, " (a defect: please report it)");
+      }
+    }
   } catch (const Error&) {
     if (st.rank0) abandon_checkpoint_dir(st.tmp);  // the previous checkpoint stays the latest
     throw;
@@ -637,7 +675,7 @@ bool finish_checkpoint_save(PendingCheckpointSave& save, comm::Communicator& wor
     try {
       write_checkpoint_files(st.tmp, {CheckpointFile::text_file(kMetadataFileName, st.metadata)});
       commit_checkpoint_dir(st.save_dir, st.iteration, st.tmp, st.keep_last);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       error = e.what();
     }
   }
@@ -677,10 +715,13 @@ std::unique_ptr<PendingCheckpointSave> save_training_checkpoint(
 
 namespace {
 
-// One rank's part of load_training_checkpoint.
+// One rank's part of load_training_checkpoint; *loaded := the iteration of the checkpoint it
+// read (0 for release), -1 when there was none.
 TrainProgress load_own_part(const TrainConfig& c, model::ParameterSet& params, MixedPrecisionOptimizer& optimizer,
-                            OptimizerParamScheduler& scheduler, backend::Backend& backend, std::ostream& log) {
+                            OptimizerParamScheduler& scheduler, backend::Backend& backend, std::ostream& log,
+                            int64_t* loaded) {
   const LoadedCheckpoint ck = load_checkpoint_dir(*c.load, c.ckpt_step);
+  *loaded = ck.found ? ck.iteration : -1;
   if (!ck.found) {
     if (c.exit_on_missing_checkpoint) {
       throw_error("[--load] no checkpoint in ", *c.load, " (", ck.tracker_path, " is missing) and --exit-on-missing-checkpoint is set");
@@ -825,23 +866,27 @@ TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet
   MT_CHECK(c.load.has_value()) << "load without --load";
   std::optional<std::string> error;
   TrainProgress progress;
+  int64_t loaded = -1;
   try {
-    progress = load_own_part(c, params, optimizer, scheduler, backend, log);
-  } catch (const Error& e) {
+    progress = load_own_part(c, params, optimizer, scheduler, backend, log, &loaded);
+  } catch (const std::exception& e) {
     error = e.what();
   }
   agree(world, error, *c.load, "loading the checkpoint", "--load");
   // Ranks that read different directories (node-local disks under one path, a save landing
-  // between two ranks' reads of the tracker) would train on from different states.
-  const double mine[3] = {static_cast<double>(progress.iteration), static_cast<double>(progress.consumed_train_samples),
+  // between two ranks' reads of the tracker) would train on from different states: the
+  // checkpoint read (-1: none, which --finetune's iteration 0 would hide) and where it resumes.
+  const double mine[4] = {static_cast<double>(loaded), static_cast<double>(progress.iteration),
+                          static_cast<double>(progress.consumed_train_samples),
                           static_cast<double>(progress.consumed_valid_samples)};
-  std::array<double, 6> range;
-  for (int i = 0; i < 3; ++i) range[static_cast<size_t>(2 * i)] = mine[i], range[static_cast<size_t>(2 * i + 1)] = -mine[i];
+  std::array<double, 8> range;  // max, -min of each
+  for (size_t i = 0; i < 4; ++i) range[2 * i] = mine[i], range[2 * i + 1] = -mine[i];
   world.all_reduce_host(range, comm::ReduceOp::kMax);
-  if (range[0] != -range[1] || range[2] != -range[3] || range[4] != -range[5]) {
-    throw_error("[--load] ", *c.load, ": the ranks loaded different checkpoints (iterations ",
-                static_cast<int64_t>(-range[1]), " to ", static_cast<int64_t>(range[0]), "; this rank ",
-                progress.iteration, "): every rank must see the same directory");
+  for (size_t i = 0; i < 4; ++i) {
+    if (range[2 * i] == -range[2 * i + 1]) continue;
+    const auto name = [](double it) { return it < 0 ? std::string("none") : std::to_string(static_cast<int64_t>(it)); };
+    throw_error("[--load] ", *c.load, ": the ranks loaded different checkpoints (iterations ", name(-range[1]), " to ",
+                name(range[0]), "; this rank ", name(mine[0]), "): every rank must see the same directory");
   }
   return progress;
 }
@@ -900,23 +945,25 @@ void load_checkpoint_weights(const LoadedCheckpoint& ck, model::ParameterSet& pa
 }
 
 bool all_ranks_see_directory(const std::string& dir, comm::Communicator& world) {
-  const std::string probe = dir + "/.shared_storage_probe";
   std::optional<std::string> error;
   double nonce = 0;  // < 2^48: exact in a double
+  // Named by the number too, so that two jobs probing one directory do not read each other's.
+  const auto probe_path = [&] { return dir + "/.shared_storage_probe." + std::to_string(static_cast<uint64_t>(nonce)); };
   if (world.rank() == 0) {
     try {
       make_directories(dir);
       std::random_device rd;
       nonce = static_cast<double>((static_cast<uint64_t>(rd()) << 16 ^ rd()) & ((uint64_t{1} << 48) - 1));
-      AtomicFile out(probe);
+      AtomicFile out(probe_path());
       out.write(std::to_string(static_cast<uint64_t>(nonce)));
       out.commit();
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       error = e.what();
     }
   }
   agree(world, error, dir, "checking the directory");
   world.all_reduce_host({&nonce, 1}, comm::ReduceOp::kMax);
+  const std::string probe = probe_path();
   double seen = 1.0;
   if (world.rank() != 0) {
     std::ifstream in(probe);

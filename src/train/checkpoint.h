@@ -50,7 +50,8 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& config);
 // device buffer of it, and a rank of a tensor-parallel group one gathered copy on the host and
 // one on the device. The sizes come from the same tensor list the save walks; at GPT shapes the
 // largest tensor is the word embedding's fp32 optimizer state (padded vocabulary x hidden).
-// The parallel save holds kParallelSaveStagingBytes of host memory per rank and no device memory.
+// The parallel save holds kParallelSaveStagingBytes of host memory per rank and no device memory;
+// with --async-save, a page-locked copy of the rank's share instead (rank_share_bytes).
 inline constexpr int64_t kParallelSaveStagingBytes = int64_t{64} << 20;
 struct CheckpointSaveMemory {
   int64_t checkpoint_bytes = 0;  // the tensors of model.safetensors + optimizer.safetensors
@@ -99,7 +100,8 @@ CheckpointSaveMemory checkpoint_save_memory(const TrainConfig& config);
 class PendingCheckpointSave;
 // The page-locked host buffer --async-save copies this rank's bytes into, allocated before
 // training (pinning is slow: ~14 s for the 18.4 GB of gpt3-1.3b on the GPU machine, which the
-// first save would otherwise stall for). Not a collective.
+// first save would otherwise stall for). Collective over groups.world: when one rank cannot
+// allocate it, every rank stops (Error; that rank's names it).
 std::shared_ptr<Storage> async_save_host_buffer(const TrainConfig& config, const model::ParameterSet& params,
                                                 const MixedPrecisionOptimizer& optimizer,
                                                 const comm::ProcessGroups& groups, backend::Backend& backend);
@@ -145,7 +147,7 @@ bool all_ranks_see_directory(const std::string& dir, comm::Communicator& world);
 // directory: Megatron's warning and iteration 0 (or an Error with --exit-on-missing-checkpoint).
 // Prints the differences between the checkpoint's args and this run's, and refuses (Error,
 // one line naming the flag) a change that breaks the weights or the run: model shape,
-// padded vocabulary, sequence length. Every rank calls it, without communication: each reads
+// padded vocabulary, sequence length. Every rank calls it and reads, with no communication,
 // from the memory-mapped files only the bytes it holds (its tensor-parallel shards, and of the
 // optimizer state its data-parallel ranges), so a checkpoint saved under one TP/PP/DP layout
 // loads under another, and no rank reads more than its share. Collective over `world` at the

@@ -211,6 +211,7 @@ void create_safetensors_file(const std::string& path, const SafetensorsHeader& h
   for (int64_t done = 0, n = static_cast<int64_t>(header.bytes.size()); done < n;) {
     const ssize_t w = ::pwrite(fd, p + done, static_cast<size_t>(n - done), done);
     if (w < 0 && errno == EINTR) continue;
+    if (w == 0) errno = EIO;
     if (w <= 0) fail("cannot write the header");
     done += w;
   }

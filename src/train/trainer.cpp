@@ -232,9 +232,17 @@ void Trainer::save() {
 
 void Trainer::finish_pending_save(bool wait) {
   if (!pending_save_) return;
-  if (wait) grant_save_time(true);
+  grant_save_time(true);  // also without `wait`: rank 0's commit (fsyncs, --save-keep-last) is waited for
   if (finish_checkpoint_save(*pending_save_, *groups_->world, wait, *log0_)) pending_save_.reset();
-  if (wait) grant_save_time(false);
+  grant_save_time(false);
+}
+
+Trainer::~Trainer() {
+  if (pending_save_) {
+    *log0_ << "WARNING: the --async-save checkpoint of iteration " << pending_save_->iteration()
+           << " was not committed (the run stopped while it was being written)\n"
+           << std::flush;
+  }
 }
 
 void Trainer::log_to_tensorboard(const StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm) {

@@ -9,7 +9,8 @@
 // the DP group (train/grad_buffer.h, optionally with the distributed optimizer); the logged
 // loss is averaged over DP. Rank 0 prints the start-up and checkpoint messages, the last rank
 // the iteration lines and validation (Megatron's print_rank_0 / print_rank_last) and writes
-// TensorBoard and the JSONL log; every rank writes its part of a checkpoint (train/checkpoint.h).
+// TensorBoard and the JSONL log; every rank writes its part of a checkpoint, or rank 0 all of it
+// where the ranks do not share the --save directory (train/checkpoint.h).
 // Tensor parallelism (model/gpt_model.h): the TP ranks of a replica read the same samples
 // (they share the DP coordinate), the model runs collectively over the TP group, the
 // sequence-parallel LayerNorm gradients are all-reduced over TP before the DP reduction, and
@@ -72,6 +73,7 @@ class Trainer {
   // to `out`.
   // `groups` (outliving the trainer) are this rank's parallel groups; null: one process.
   // config.world_size and data_parallel_size must match them.
+  ~Trainer();  // warns when an --async-save checkpoint was left uncommitted
   Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out,
           comm::ProcessGroups* groups = nullptr);
   TrainSummary run();

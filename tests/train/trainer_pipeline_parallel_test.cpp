@@ -301,6 +301,17 @@ TEST(TrainerPipelineParallel, RanksThatLoadDifferentCheckpointsStop) {
   EXPECT_NE(r.status, 124) << "a rank hung: " << r.output;
   EXPECT_NE(r.output.find("the ranks loaded different checkpoints (iterations 2 to 3"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find(" iteration        4/"), std::string::npos) << "no step after the load: " << r.output;
+
+  // Rank 1 finds no checkpoint at all: under --finetune both would start at iteration 0, one
+  // from the loaded weights and one from random ones.
+  std::filesystem::create_directories(dir + "/empty");
+  std::vector<std::string> finetune = comm::local_mpirun_command(1, with(base, {"--load", dir + "/a", "--finetune"}));
+  const std::vector<std::string> none = with(base, {"--load", dir + "/empty", "--finetune"});
+  finetune.insert(finetune.end(), {":", "-np", "1"});
+  finetune.insert(finetune.end(), none.begin(), none.end());
+  const test::CommandResult f = test::run_command("timeout 120 " + comm::shell_join(finetune), /*capture_stderr=*/true);
+  EXPECT_NE(f.status, 0) << f.output;
+  EXPECT_NE(f.output.find("the ranks loaded different checkpoints (iterations none to 3"), std::string::npos) << f.output;
 }
 
 // Runs `base` + `more` on np ranks and returns its log.
