@@ -262,6 +262,31 @@ TEST(TrainerPipelineParallel, AsyncSaveWritesTheSameCheckpoints) {
   }
 }
 
+// A write that fails on one rank mid-save (rank 1 may write files of at most 1 MB: `ulimit -f`,
+// SIGXFSZ ignored, so its pwrite past that fails with EFBIG) stops both ranks with an error,
+// rank 1 naming the file, rank 0 pointing at it, synchronously and with --async-save (where the
+// failure surfaces when the save is committed); no checkpoint is named the latest.
+TEST(TrainerPipelineParallel, AWriteFailureOnOneRankStopsBoth) {
+  const std::string dir = test::scratch_dir("trainer_pp_write_failure");
+  test::write_walk_corpus(dir);
+  const auto base = with(tp1(train_flags(dir)), {"--save-interval", "2", "--exit-interval", "2"});
+  for (const bool async : {false, true}) {
+    const std::string save = dir + (async ? "/async" : "/sync");
+    std::vector<std::string> flags = with(base, {"--save", save});
+    if (async) flags.push_back("--async-save");
+    std::vector<std::string> cmd = comm::local_mpirun_command(1, flags);
+    cmd.insert(cmd.end(), {":", "-np", "1", "bash", "-c", "trap '' XFSZ; ulimit -f 1024; exec \"$@\"", "bash"});
+    cmd.insert(cmd.end(), flags.begin(), flags.end());
+    const test::CommandResult r = test::run_command("timeout 120 " + comm::shell_join(cmd), /*capture_stderr=*/true);
+    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_NE(r.status, 124) << "a rank hung: " << r.output;
+    EXPECT_NE(r.output.find("model.safetensors: write failed: File too large"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("writing the checkpoint failed on another rank"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("successfully saved"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(save + "/latest_checkpointed_iteration.txt"));
+  }
+}
+
 // A --save directory rank 0 cannot create (a file is in the way) stops every rank before the
 // first step (the start-up check that every rank sees it), none waiting for the others: rank 0
 // names the path, the others point at it.
