@@ -78,18 +78,6 @@ Tensor read_shard(const SafetensorsFile& file, const std::string& name, const mo
   return out;
 }
 
-// A host float tensor as fp32 (bf16/fp16 widened exactly).
-Tensor to_fp32(const Tensor& host) {
-  if (host.dtype() == DType::kF32) return host;
-  Tensor out = Tensor::cpu(host.shape(), DType::kF32);
-  const auto* src = static_cast<const uint16_t*>(host.data());
-  float* dst = out.data_as<float>();
-  for (int64_t i = 0; i < host.numel(); ++i) {
-    dst[i] = host.dtype() == DType::kBF16 ? bf16_to_float(src[i]) : fp16_to_float(src[i]);
-  }
-  return out;
-}
-
 // This rank's shard of parameter p's tensor `name` into `dst` (p's shape, any float dtype:
 // converted with RNE).
 void load_into(const SafetensorsFile& file, const std::string& name, const model::Parameter& p, Tensor& dst,
@@ -98,11 +86,11 @@ void load_into(const SafetensorsFile& file, const std::string& name, const model
 }
 
 // The optimizer state of `kind` this rank holds for p (its owned ranges under the distributed
-// optimizer) from the file's tensor `name`, widened to fp32.
+// optimizer) from the file's tensor `name` (a 16-bit one widened exactly by the copy).
 void load_state(const SafetensorsFile& file, const std::string& name, const model::Parameter& p, StateKind kind,
                 MixedPrecisionOptimizer& optimizer, backend::Backend& backend) {
   for (MixedPrecisionOptimizer::HeldState& h : optimizer.held_param_state(p, kind)) {
-    backend.copy(to_fp32(read_shard(file, name, p, h.begin, h.values.numel())), h.values);
+    backend.copy(read_shard(file, name, p, h.begin, h.values.numel()), h.values);
   }
 }
 
@@ -166,6 +154,10 @@ namespace {
 // One tensor of a checkpoint file: which pipeline stage holds it, which of that stage's
 // parameters and which part of its state.
 enum class Part { kValue, kMain, kExpAvg, kExpAvgSq };
+// The optimizer state a part other than kValue is.
+StateKind state_kind(Part part) {
+  return part == Part::kMain ? StateKind::kMainParams : part == Part::kExpAvg ? StateKind::kExpAvg : StateKind::kExpAvgSq;
+}
 struct SavedTensor {
   std::string name;  // in the file
   int64_t stage = 0;
@@ -203,13 +195,9 @@ Tensor global_tensor(const SavedTensor& t, const model::ParameterSet& params, co
                      const comm::ProcessGroups& groups, backend::Backend& backend) {
   const model::Parameter* p = params.find(t.param);
   MT_CHECK(p != nullptr) << "stage " << t.stage << " has no parameter " << t.param;
-  Tensor piece;
-  switch (t.part) {
-    case Part::kValue: piece = groups.dp_cp->rank() == 0 ? p->value : Tensor(); break;
-    case Part::kMain: piece = optimizer.gather_param_state(*p, StateKind::kMainParams); break;
-    case Part::kExpAvg: piece = optimizer.gather_param_state(*p, StateKind::kExpAvg); break;
-    case Part::kExpAvgSq: piece = optimizer.gather_param_state(*p, StateKind::kExpAvgSq); break;
-  }
+  const Tensor piece = t.part != Part::kValue      ? optimizer.gather_param_state(*p, state_kind(t.part))
+                       : groups.dp_cp->rank() == 0 ? p->value
+                                                   : Tensor();
   if (groups.dp_cp->rank() != 0) return Tensor();
   MT_CHECK(piece.defined()) << t.name << ": data-parallel rank 0 holds no state";
   if (groups.tp->size() == 1) return piece;
@@ -375,10 +363,7 @@ std::vector<Piece> pieces_to_write(const SavedTensor& t, const model::Parameter&
   if (t.part == Part::kValue) {
     held.push_back({0, p.value.view({p.numel()})});
   } else {
-    const StateKind kind = t.part == Part::kMain ? StateKind::kMainParams
-                           : t.part == Part::kExpAvg ? StateKind::kExpAvg
-                                                     : StateKind::kExpAvgSq;
-    for (MixedPrecisionOptimizer::HeldState& h : optimizer.held_param_state(p, kind)) {
+    for (MixedPrecisionOptimizer::HeldState& h : optimizer.held_param_state(p, state_kind(t.part))) {
       held.push_back({h.begin, std::move(h.values)});
     }
     if (optimizer.state_sharded()) return held;
@@ -461,7 +446,7 @@ void agree(comm::Communicator& world, const std::optional<std::string>& my_error
 
 // A parallel save between its start (files laid out, this rank's bytes taken) and its commit.
 struct PendingCheckpointSave::State {
-  std::string save_dir, tmp, metadata, line;
+  std::string save_dir, tmp, metadata;
   int64_t iteration = 0, keep_last = 0;
   bool rank0 = false;
   std::array<std::string, 2> paths;
@@ -495,6 +480,22 @@ int64_t PendingCheckpointSave::iteration() const { return state_->iteration; }
 namespace {
 
 int64_t padded_to_8(int64_t bytes) { return (bytes + 7) / 8 * 8; }
+
+// Runs write(writer) with a ShareWriter over st's files, then records the outcome: the bytes
+// written, or the error; then `written`, after them (finish_checkpoint_save reads them once it
+// sees `written`, or after joining the thread).
+template <class Fn>
+void record_writes(PendingCheckpointSave::State& st, Fn&& write) {
+  try {
+    ShareWriter writer(st.paths, st.headers);
+    write(writer);
+    writer.finish();
+    st.bytes_written = writer.bytes();
+  } catch (const std::exception& e) {
+    st.error = e.what();
+  }
+  st.written.store(true);
+}
 
 // The bytes --async-save copies on this rank: its chunks, each at a multiple of 8 bytes.
 int64_t async_copy_bytes(const std::array<std::vector<SavedTensor>, 2>& files, const model::ParameterSet& params,
@@ -589,24 +590,17 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
     }
     State* s = st.get();
     st->thread = std::thread([s] {
-      try {
-        ShareWriter writer(s->paths, s->headers);
+      record_writes(*s, [s](ShareWriter& writer) {
         for (const State::Job& job : s->jobs) {
           writer.write(job.file, job.index, job.global, job.partition, job.begin, job.host);
         }
-        writer.finish();
-        s->bytes_written = writer.bytes();
-      } catch (const std::exception& e) {
-        s->error = e.what();
-      }
-      s->written.store(true);
+      });
     });
     return st;
   }
-  try {
+  record_writes(*st, [&](ShareWriter& writer) {
     const std::shared_ptr<Storage> staging =
         backend.device() == Device::kCPU ? nullptr : allocate_cpu_storage(kParallelSaveStagingBytes, MemoryKind::kOther);
-    ShareWriter writer(st->paths, st->headers);
     for (int f = 0; f < nfiles; ++f) {
       for_each_chunk(files[f], params, optimizer, groups,
                      [&](size_t index, const SavedTensor& t, const model::Parameter& p, int64_t begin, const Tensor& v) {
@@ -618,12 +612,7 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
                        writer.write(f, index, t.global, p.partition, begin, host);
                      });
     }
-    writer.finish();
-    st->bytes_written = writer.bytes();
-  } catch (const std::exception& e) {
-    st->error = e.what();
-  }
-  st->written.store(true);
+  });
   return st;
 }
 

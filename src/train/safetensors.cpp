@@ -198,25 +198,44 @@ int64_t write_safetensors(const std::string& path, const std::vector<TensorToWri
   return out.bytes_written();
 }
 
+namespace {
+
+// pwrite of all `bytes` at `at`; 0, or the errno of the failure (EIO for a write of nothing).
+int pwrite_all(int fd, const void* data, int64_t bytes, int64_t at) {
+  const char* p = static_cast<const char*>(data);
+  for (int64_t done = 0; done < bytes;) {
+    const ssize_t w = ::pwrite(fd, p + done, static_cast<size_t>(bytes - done), at + done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return w < 0 ? errno : EIO;
+    done += w;
+  }
+  return 0;
+}
+
+// fsync, then close `fd` (also when fsync fails); Error naming `path`.
+void fsync_and_close(int fd, const std::string& path) {
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw_error(path, ": fsync failed: ", errno_string(err));
+  }
+  if (::close(fd) != 0) throw_error(path, ": close failed: ", errno_string(errno));
+}
+
+}  // namespace
+
 void create_safetensors_file(const std::string& path, const SafetensorsHeader& header) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw_error(path, ": cannot create: ", errno_string(errno));
-  const auto fail = [&](const char* what) {
-    const int err = errno;
+  const auto fail = [&](const char* what, int err) {
     ::close(fd);
     throw_error(path, ": ", what, ": ", errno_string(err));
   };
-  if (::ftruncate(fd, header.file_bytes()) != 0) fail("cannot size the file");
-  const char* p = header.bytes.data();
-  for (int64_t done = 0, n = static_cast<int64_t>(header.bytes.size()); done < n;) {
-    const ssize_t w = ::pwrite(fd, p + done, static_cast<size_t>(n - done), done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w == 0) errno = EIO;
-    if (w <= 0) fail("cannot write the header");
-    done += w;
+  if (::ftruncate(fd, header.file_bytes()) != 0) fail("cannot size the file", errno);
+  if (const int err = pwrite_all(fd, header.bytes.data(), static_cast<int64_t>(header.bytes.size()), 0)) {
+    fail("cannot write the header", err);
   }
-  if (::fsync(fd) != 0) fail("fsync failed");
-  if (::close(fd) != 0) throw_error(path, ": close failed: ", errno_string(errno));
+  fsync_and_close(fd, path);
 }
 
 SafetensorsRangeWriter::SafetensorsRangeWriter(std::string path, const SafetensorsHeader& header)
@@ -240,25 +259,14 @@ void SafetensorsRangeWriter::write(size_t index, int64_t offset, const void* dat
   MT_CHECK(index < header_.data_sizes.size() && offset >= 0 && bytes >= 0 && offset + bytes <= header_.data_sizes[index])
       << path_ << ": tensor " << index << " bytes [" << offset << ", " << offset + bytes << ")";
   const int64_t at = static_cast<int64_t>(header_.bytes.size()) + header_.data_offsets[index] + offset;
-  const char* p = static_cast<const char*>(data);
-  for (int64_t done = 0; done < bytes;) {
-    const ssize_t w = ::pwrite(fd_, p + done, static_cast<size_t>(bytes - done), at + done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw_error(path_, ": write failed: ", errno_string(w < 0 ? errno : EIO));
-    done += w;
-  }
+  if (const int err = pwrite_all(fd_, data, bytes, at)) throw_error(path_, ": write failed: ", errno_string(err));
 }
 
 void SafetensorsRangeWriter::finish() {
   if (fd_ < 0) return;
   const int fd = fd_;
   fd_ = -1;
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw_error(path_, ": fsync failed: ", errno_string(err));
-  }
-  if (::close(fd) != 0) throw_error(path_, ": close failed: ", errno_string(errno));
+  fsync_and_close(fd, path_);
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {

@@ -205,9 +205,11 @@ void Trainer::log_timers(const std::vector<std::string>& names, double normalize
 // still reported after that.
 void Trainer::grant_save_time(bool on) {
   constexpr double kSaveBandwidthFloor = 100e6;  // bytes/s: the slowest disk a save is granted time for
-  const double ms = on ? 1000.0 * static_cast<double>(checkpoint_save_memory(config_).checkpoint_bytes) / kSaveBandwidthFloor
-                       : 0.0;
-  groups_->world->set_watchdog_grace(std::chrono::milliseconds(static_cast<int64_t>(ms)));
+  if (on && save_grace_.count() == 0) {  // once: it walks every stage's parameters
+    save_grace_ = std::chrono::milliseconds(static_cast<int64_t>(
+        1000.0 * static_cast<double>(checkpoint_save_memory(config_).checkpoint_bytes) / kSaveBandwidthFloor));
+  }
+  groups_->world->set_watchdog_grace(on ? save_grace_ : std::chrono::milliseconds(0));
 }
 
 void Trainer::save() {

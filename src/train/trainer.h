@@ -34,6 +34,7 @@
 // loads its own parameters by their global names.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -129,6 +130,7 @@ class Trainer {
   std::unique_ptr<Timers> timers_;  // --timing-log-level (train/timers.h)
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::unique_ptr<MetricsJsonlWriter> jsonl_;
+  std::chrono::milliseconds save_grace_{0};  // grant_save_time's grace, computed at the first save
   std::shared_ptr<Storage> async_save_host_;            // --async-save's page-locked copy, kept between saves
   std::unique_ptr<PendingCheckpointSave> pending_save_;  // an --async-save being written (declared last: destroyed first)
 };
