@@ -14,6 +14,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/host_name.h"
 
 namespace megatron {
 namespace tensorboard {
@@ -120,12 +121,6 @@ double now_seconds() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";
-  return buf;
-}
-
 std::atomic<int64_t> g_file_counter{0};
 
 }  // namespace
@@ -139,7 +134,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t queue_size)
   const double wall_time = now_seconds();
   char stamp[32];
   std::snprintf(stamp, sizeof(stamp), "%010lld", static_cast<long long>(wall_time));
-  path_ = str_cat(dir, "/events.out.tfevents.", stamp, ".", host_name(), ".", ::getpid(), ".",
+  path_ = str_cat(dir, "/events.out.tfevents.", stamp, ".", host_name("localhost"), ".", ::getpid(), ".",
                   g_file_counter.fetch_add(1));
   // O_EXCL: never append to or clobber someone else's event file.
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

@@ -1,7 +1,5 @@
 #include "train/trainer.h"
 
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -12,6 +10,7 @@
 
 #include "comm/self_communicator.h"
 #include "core/error.h"
+#include "core/host_name.h"
 #include "core/memory.h"
 #include "model/memory_plan.h"
 #include "optim/loss_scaler.h"
@@ -60,11 +59,6 @@ ScheduleFlags schedule_flags(const TrainConfig& c) {
 std::atomic<bool> g_exit_requested{false};
 extern "C" void on_sigterm(int) { g_exit_requested.store(true); }
 
-std::string node_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "unknown";
-  return buf;
-}
 
 }  // namespace
 
@@ -476,7 +470,7 @@ TrainSummary Trainer::run() {
       if (groups_->coords.pp == groups_->sizes.pp - 1 && !std::isfinite(local_loss)) {
         throw_error("[--no-check-for-nan-in-loss-and-grad] rank ", groups_->rank(), ": found ",
                     std::isnan(local_loss) ? "NaN" : "Inf", " in the local forward loss at iteration ",
-                    progress_.iteration + 1, " (node ", node_name(), ")");
+                    progress_.iteration + 1, " (node ", host_name("unknown"), ")");
       }
       if (step.nan_grad_norm) {
         throw_error("[--no-check-for-nan-in-loss-and-grad] rank ", groups_->rank(),
