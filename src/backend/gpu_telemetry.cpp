@@ -22,16 +22,20 @@ TelemetrySummary summarize_telemetry(std::span<const TelemetrySample> samples, d
   t.power_limit_w = power_limit_w;
   t.samples = static_cast<int64_t>(samples.size());
   if (samples.empty()) return t;
-  std::vector<double> clock, power;
+  std::vector<double> clock, power, temperature, utilization;
   int64_t power_capped = 0, thermal_capped = 0;
   for (const TelemetrySample& s : samples) {
     clock.push_back(s.sm_clock_mhz);
     power.push_back(s.power_w);
+    temperature.push_back(s.temperature_c);
+    utilization.push_back(s.utilization_pct);
     power_capped += (s.reasons & (kReasonSwPowerCap | kReasonHwSlowdown | kReasonHwPowerBrake)) != 0;
     thermal_capped += (s.reasons & (kReasonSwThermal | kReasonHwThermal)) != 0;
   }
   t.sm_clock_median_mhz = median(std::move(clock));
   t.power_median_w = median(std::move(power));
+  t.temperature_median_c = median(std::move(temperature));
+  t.utilization_median_pct = median(std::move(utilization));
   t.power_capped = static_cast<double>(power_capped) / static_cast<double>(samples.size());
   t.thermal_capped = static_cast<double>(thermal_capped) / static_cast<double>(samples.size());
   return t;

@@ -18,6 +18,8 @@ struct TelemetrySample {
   double sm_clock_mhz = 0.0;
   double power_w = 0.0;
   uint64_t reasons = 0;  // NVML clock event (throttle) reasons, bit mask
+  double temperature_c = 0.0;    // the GPU die
+  double utilization_pct = 0.0;  // of the last sample period NVML saw a kernel running
 };
 
 // NVML's clock event reason bits that mean "held back by power" and "by heat".
@@ -32,6 +34,8 @@ struct TelemetrySummary {
   double power_limit_w = 0.0;     // the enforced limit
   double power_capped = 0.0;      // fraction of samples held back by power (SW cap, HW slowdown, power brake)
   double thermal_capped = 0.0;    // fraction held back by temperature
+  double temperature_median_c = 0.0;
+  double utilization_median_pct = 0.0;
 };
 
 // The summary of `samples` (medians; fractions of samples with the reason bits), given the
@@ -48,7 +52,10 @@ std::string describe_telemetry(const TelemetrySummary& t);
 class TelemetrySampler {
  public:
   virtual ~TelemetrySampler() = default;
+  // Stops sampling; the summary of the samples not yet taken.
   virtual TelemetrySummary stop() = 0;
+  // The summary of the samples since the last take() (or the start), sampling on.
+  virtual TelemetrySummary take() = 0;
 };
 
 // A running sampler, or null with *why_not set (no NVML library, no such device, a query NVML

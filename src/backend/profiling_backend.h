@@ -23,6 +23,7 @@
 
 #include "backend/cuda/cuda_op_timer.h"
 #include "backend/ops.h"
+#include "backend/region_timer.h"
 
 namespace megatron::backend {
 
@@ -54,7 +55,7 @@ std::string op_profile_json_gemms(const OpProfile& profile, int64_t iterations, 
 // `s` as a quoted JSON string.
 std::string profile_json_string(const std::string& s);
 
-class ProfilingBackend final : public Backend {
+class ProfilingBackend final : public Backend, public RegionTimer {
  public:
   explicit ProfilingBackend(std::unique_ptr<Backend> inner);
   ~ProfilingBackend() override;
@@ -67,11 +68,9 @@ class ProfilingBackend final : public Backend {
   void reset();
   // The totals so far (waits for queued GPU work to be measured).
   OpProfile report();
-  // Runs `f` timed as the region `name`, a row of its own in the op table (e.g. a collective,
-  // "all_gather [tp]", which is no Backend op): what `f` queues on the device between the
-  // timer's two marks (an NCCL kernel on the compute stream, or the stream's wait for one
-  // started elsewhere), or the host time it blocks. Untimed while disabled.
-  void time_region(const std::string& name, const std::function<void()>& f);
+  // RegionTimer: `f` timed as a row of its own in the op table (e.g. a collective,
+  // "all_gather [tp]"). Untimed while disabled.
+  void time_region(const std::string& name, const std::function<void()>& f) override;
 
   Device device() const override { return inner_->device(); }
   Tensor empty(Shape shape, DType dtype, MemoryKind kind) override;

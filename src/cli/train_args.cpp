@@ -167,8 +167,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--apply-layernorm-1p", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--full-validation", FlagType::kSwitch, FlagState::kUnsupported, "", "validation runs --eval-iters iterations"},
     {"--multiple-validation-sets", FlagType::kSwitch, FlagState::kUnsupported, "", "one validation set"},
-    {"--log-straggler", FlagType::kSwitch, FlagState::kUnsupported, "", "straggler detection"},
-    {"--disable-straggler-on-startup", FlagType::kSwitch, FlagState::kUnsupported, "", "straggler detection"},
     {"--log-progress", FlagType::kSwitch, FlagState::kUnsupported, "", "progress.txt"},
     {"--use-pytorch-profiler", FlagType::kSwitch, FlagState::kUnsupported, "", "profiler hooks"},
     {"--record-memory-history", FlagType::kSwitch, FlagState::kUnsupported, "", "profiler hooks"},
@@ -416,6 +414,13 @@ void declare_supported_flags(Args& a) {
       .option("--timing-log-option", "minmax|max|all", "timer times across ranks: min and max, max, or every rank",
               "minmax")
       .flag("--no-barrier-with-level-1-timing", "level-1 timers start without a barrier over all ranks")
+      .flag("--log-straggler",
+            "at every log interval rank 0 names the slowest and fastest rank by compute time (communication "
+            "waits left out), with each one's GPU power, temperature, utilisation and clock")
+      .flag("--disable-straggler-on-startup", "--log-straggler starts off (--straggler-ctrlr-port turns it on)")
+      .option("--straggler-ctrlr-port", "PORT",
+              "rank 0 listens here; each connection (curl HOST:PORT) turns --log-straggler off or on", "65535")
+      .option("--straggler-minmax-count", "N", "also list the N ranks of lowest and highest estimated TFLOP/s", "1")
       .flag("--no-check-for-nan-in-loss-and-grad",
             "train on through a NaN or Inf loss and NaN gradients (default: stop the run, naming the rank)")
       .flag("--log-params-norm", "print the parameter norm")
@@ -926,6 +931,14 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.timing_log_option = a.get_string("--timing-log-option");
   train::parse_timing_log_option(c.timing_log_option);  // a bad value fails here, naming the flag
   c.barrier_with_l1_time = !a.get_flag("--no-barrier-with-level-1-timing");
+  c.log_straggler = a.get_flag("--log-straggler");
+  c.disable_straggler_on_startup = a.get_flag("--disable-straggler-on-startup");
+  c.straggler_ctrlr_port = a.get_int("--straggler-ctrlr-port");
+  if (c.straggler_ctrlr_port < 0 || c.straggler_ctrlr_port > 65535) {
+    throw_error("[--straggler-ctrlr-port] must be a TCP port (0-65535; 0: any free one), got ", c.straggler_ctrlr_port);
+  }
+  c.straggler_minmax_count = a.get_int("--straggler-minmax-count");
+  require_positive("--straggler-minmax-count", c.straggler_minmax_count);
   c.exit_interval = opt_int(a, "--exit-interval");
   c.exit_duration_in_mins = opt_int(a, "--exit-duration-in-mins");
   c.save_interval = opt_int(a, "--save-interval");

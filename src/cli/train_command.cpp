@@ -23,6 +23,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/flops.h"
+#include "train/straggler_detector.h"
 #include "train/trainer.h"
 
 namespace megatron::cli {
@@ -141,6 +142,19 @@ int run_train(const CommandArgs& argv) {
   comm::RankConnection connection = comm::connect_ranks(
       env, *backend, std::chrono::milliseconds(static_cast<int64_t>(config.distributed_timeout_minutes * 60000.0)),
       host_collectives(args));
+  // --log-straggler times every group's collectives: the world is wrapped before the groups
+  // are split from it (the detector outlives them).
+  std::unique_ptr<train::StragglerDetector> straggler;
+  if (config.log_straggler) {
+    train::StragglerOptions options;
+    options.on_at_start = !config.disable_straggler_on_startup;
+    options.control_port = static_cast<int>(config.straggler_ctrlr_port);
+    options.minmax_count = config.straggler_minmax_count;
+    const int gpu = backend->device() == Device::kCUDA ? static_cast<int>(cuda_device_for_rank(args, env.local_rank)) : -1;
+    straggler = std::make_unique<train::StragglerDetector>(*backend, options, env.rank, gpu);
+    connection.world = straggler->watch(std::move(connection.world));
+    log0 << straggler->start_up_note();
+  }
   comm::ProcessGroups groups = comm::make_process_groups(
       std::move(connection.world), comm::parallel_sizes(config.world_size, config.tensor_model_parallel_size,
                                                         config.pipeline_model_parallel_size));
@@ -159,6 +173,7 @@ int run_train(const CommandArgs& argv) {
                       host_available_bytes());
   }
   train::Trainer trainer(config, *backend, std::cout, &groups);
+  trainer.set_straggler_detector(straggler.get());
   trainer.run();
   return 0;
 }

@@ -9,7 +9,7 @@ namespace {
 
 class TimedPending final : public PendingCollective {
  public:
-  TimedPending(std::unique_ptr<PendingCollective> inner, backend::ProfilingBackend& profiler, std::string row)
+  TimedPending(std::unique_ptr<PendingCollective> inner, backend::RegionTimer& profiler, std::string row)
       : inner_(std::move(inner)), profiler_(profiler), row_(std::move(row)) {}
   // An unwaited handle waits in its own destructor (the contract), untimed.
   void wait() override {
@@ -20,14 +20,14 @@ class TimedPending final : public PendingCollective {
 
  private:
   std::unique_ptr<PendingCollective> inner_;
-  backend::ProfilingBackend& profiler_;
+  backend::RegionTimer& profiler_;
   std::string row_;
   bool waited_ = false;
 };
 
 }  // namespace
 
-ProfiledCommunicator::ProfiledCommunicator(std::unique_ptr<Communicator> inner, backend::ProfilingBackend& profiler)
+ProfiledCommunicator::ProfiledCommunicator(std::unique_ptr<Communicator> inner, backend::RegionTimer& profiler)
     : inner_(std::move(inner)), profiler_(profiler) {
   MT_CHECK(inner_ != nullptr) << "ProfiledCommunicator without an inner communicator";
 }

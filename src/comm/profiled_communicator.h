@@ -1,6 +1,7 @@
-// A Communicator that times every collective of the group it wraps in a ProfilingBackend's op
-// table (`megatron bench --profile-ops`), so that communication is a row of the profile
-// instead of hiding in "outside ops". Rows are named by operation and group:
+// A Communicator that times every collective of the group it wraps as regions of a RegionTimer
+// (backend/region_timer.h): in a ProfilingBackend's op table (`megatron bench --profile-ops`),
+// so that communication is a row of the profile instead of hiding in "outside ops", or for the
+// straggler detector (train/straggler_detector.h). Regions are named by operation and group:
 //   "all_gather [tp]"            a blocking collective: its time on the compute stream (NCCL:
 //                                the kernel; host-side MPI: the host time it blocks)
 //   "start all_reduce [dp]"      starting one (NCCL: the enqueue on its own stream, ~0)
@@ -13,14 +14,14 @@
 #include <memory>
 #include <string>
 
-#include "backend/profiling_backend.h"
+#include "backend/region_timer.h"
 #include "comm/communicator.h"
 
 namespace megatron::comm {
 
 class ProfiledCommunicator final : public Communicator {
  public:
-  ProfiledCommunicator(std::unique_ptr<Communicator> inner, backend::ProfilingBackend& profiler);
+  ProfiledCommunicator(std::unique_ptr<Communicator> inner, backend::RegionTimer& profiler);
 
   int64_t rank() const override { return inner_->rank(); }
   int64_t size() const override { return inner_->size(); }
@@ -50,7 +51,7 @@ class ProfiledCommunicator final : public Communicator {
   std::unique_ptr<PendingCollective> timed_wait(std::unique_ptr<PendingCollective> pending, const char* op);
 
   std::unique_ptr<Communicator> inner_;
-  backend::ProfilingBackend& profiler_;
+  backend::RegionTimer& profiler_;
 };
 
 }  // namespace megatron::comm

@@ -120,6 +120,11 @@ struct TrainConfig {
   int64_t timing_log_level = 0;             // --timing-log-level: 0, 1 or 2 (train/timers.h)
   std::string timing_log_option = "minmax"; // --timing-log-option: minmax, max or all
   bool barrier_with_l1_time = true;         // false: --no-barrier-with-level-1-timing
+  // --log-straggler and its options (train/straggler_detector.h).
+  bool log_straggler = false;               // --log-straggler
+  bool disable_straggler_on_startup = false;  // --disable-straggler-on-startup
+  int64_t straggler_ctrlr_port = 65535;     // --straggler-ctrlr-port
+  int64_t straggler_minmax_count = 1;       // --straggler-minmax-count
 
   // Exit.
   std::optional<int64_t> exit_interval;         // --exit-interval

@@ -386,6 +386,7 @@ TrainSummary Trainer::run() {
     const int64_t gbs = microbatches_->current_global_batch_size();
     const int64_t num_micro = microbatches_->num_microbatches();
 
+    if (straggler_) straggler_->begin_iteration();
     optimizer_->zero_grads();
     double iter_loss = 0.0;
     timers_->start("forward-backward", 1, world, l1_barrier);
@@ -397,7 +398,9 @@ TrainSummary Trainer::run() {
     PipelineCallbacks cb;
     cb.load = [&](int64_t k, model::MicroBatch* mb) {
       timers_->start("batch-generator", 2);
+      const auto loading = Clock::now();
       load_micro_batch(*datasets_.train(), progress_.consumed_train_samples, k, mb);
+      if (straggler_) straggler_->add_batch_seconds(seconds_since(loading));
       timers_->stop("batch-generator");
     };
     if (timers_->active(2)) {
@@ -463,6 +466,9 @@ TrainSummary Trainer::run() {
     const StepResult step = optimizer_->step(static_cast<float>(scheduler_->lr()),
                                              static_cast<float>(scheduler_->weight_decay()));
     timers_->stop("optimizer");
+    if (straggler_) {
+      straggler_->end_iteration(flops_per_sample * static_cast<double>(gbs) / static_cast<double>(c.world_size));
+    }
     if (c.check_for_nan_in_loss_and_grad) {
       // Megatron's check_for_nan_in_loss_and_grad, fatal. A NaN or Inf loss makes the
       // gradients NaN, and the NaN norm (the same on every rank) stopped the step before AdamW,
@@ -562,6 +568,9 @@ TrainSummary Trainer::run() {
         memory_reported = true;
       }
       log_timers(iteration_timer_names(), static_cast<double>(c.log_interval));
+      if (straggler_) {
+        if (const std::optional<std::string> text = straggler_->report(*world)) *log0_ << *text << std::flush;
+      }
       loss_sum = 0.0;
       interval_tokens = 0.0;
       advanced = skipped = nans = 0;

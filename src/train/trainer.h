@@ -50,6 +50,7 @@
 #include "train/config.h"
 #include "train/metrics_jsonl.h"
 #include "train/tensorboard_writer.h"
+#include "train/straggler_detector.h"
 #include "train/timers.h"
 #include "train/lr_scheduler.h"
 #include "train/microbatches.h"
@@ -78,6 +79,10 @@ class Trainer {
   Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out,
           comm::ProcessGroups* groups = nullptr);
   TrainSummary run();
+
+  // --log-straggler's detector (null: none), whose watched communicators `groups` are; it
+  // times each iteration and reports at every log interval (train/straggler_detector.h).
+  void set_straggler_detector(StragglerDetector* detector) { straggler_ = detector; }
 
   model::GPTModel& model() { return *model_; }
   const TrainProgress& progress() const { return progress_; }
@@ -128,6 +133,7 @@ class Trainer {
   int64_t train_iters_ = 0;
   TrainProgress progress_;
   std::unique_ptr<Timers> timers_;  // --timing-log-level (train/timers.h)
+  StragglerDetector* straggler_ = nullptr;  // --log-straggler
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::unique_ptr<MetricsJsonlWriter> jsonl_;
   std::chrono::milliseconds save_grace_{0};  // grant_save_time's grace, computed at the first save

@@ -39,6 +39,14 @@ TEST(GpuTelemetry, SummaryTakesMediansAndCountsCappedSamples) {
   EXPECT_EQ(describe_telemetry(o), "SM clock median 1600 of 1980 MHz, power median 600 of 700 W, power-capped in 33% of 3 samples");
 }
 
+TEST(GpuTelemetry, SummaryTakesTheMedianTemperatureAndUtilization) {
+  const std::vector<TelemetrySample> samples = {
+      {1980, 300, 0, 41, 0}, {1800, 650, 0, 63, 100}, {1850, 640, 0, 60, 97}, {1900, 500, 0, 58, 88}};
+  const TelemetrySummary t = summarize_telemetry(samples, 1980, 700);
+  EXPECT_DOUBLE_EQ(t.temperature_median_c, (58.0 + 60.0) / 2);
+  EXPECT_DOUBLE_EQ(t.utilization_median_pct, (88.0 + 97.0) / 2);
+}
+
 TEST(GpuTelemetry, NoSamplesIsAnEmptySummary) {
   const TelemetrySummary t = summarize_telemetry({}, 1980, 700);
   EXPECT_EQ(t.samples, 0);

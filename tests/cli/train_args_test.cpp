@@ -463,6 +463,22 @@ TEST(TrainArgs, TimingFlags) {
   EXPECT_ERROR_NAMES(with(base_args(), {"--timing-log-option", "median"}), "--timing-log-option]");
 }
 
+TEST(TrainArgs, StragglerFlags) {
+  const TrainConfig c = parse(with(base_args(), {"--log-straggler", "--disable-straggler-on-startup",
+                                                 "--straggler-ctrlr-port", "7000", "--straggler-minmax-count", "4"}));
+  EXPECT_TRUE(c.log_straggler);
+  EXPECT_TRUE(c.disable_straggler_on_startup);
+  EXPECT_EQ(c.straggler_ctrlr_port, 7000);
+  EXPECT_EQ(c.straggler_minmax_count, 4);
+  const TrainConfig d = parse(base_args());  // Megatron's defaults
+  EXPECT_FALSE(d.log_straggler);
+  EXPECT_FALSE(d.disable_straggler_on_startup);
+  EXPECT_EQ(d.straggler_ctrlr_port, 65535);
+  EXPECT_EQ(d.straggler_minmax_count, 1);
+  EXPECT_ERROR_NAMES(with(base_args(), {"--straggler-ctrlr-port", "70000"}), "--straggler-ctrlr-port]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--straggler-minmax-count", "0"}), "--straggler-minmax-count");
+}
+
 // Flags of current (Megatron-Core era) scripts: those that change nothing here are accepted,
 // --norm-epsilon is --layernorm-epsilon's newer name, and what would change the numerics or the
 // layout without being implemented is refused by name.

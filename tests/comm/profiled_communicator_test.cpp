@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/profiling_backend.h"
 #include "comm/self_communicator.h"
 #include "support/deferred_communicator.h"
 

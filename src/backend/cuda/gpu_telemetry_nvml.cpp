@@ -1,7 +1,8 @@
 // start_telemetry (backend/gpu_telemetry.h) through NVML, loaded with dlopen: the few NVML
 // entry points used are declared here (NVML's C ABI: nvmlReturn_t is an int, 0 = success;
-// nvmlDevice_t an opaque pointer; NVML_CLOCK_SM = 1; clocks in MHz, power in milliwatts), so
-// the build needs neither nvml.h nor libnvidia-ml at link time.
+// nvmlDevice_t an opaque pointer; NVML_CLOCK_SM = 1; NVML_TEMPERATURE_GPU = 0; clocks in MHz,
+// power in milliwatts, temperature in degrees C; nvmlUtilization_t is {unsigned gpu, memory}
+// in percent), so the build needs neither nvml.h nor libnvidia-ml at link time.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
@@ -22,6 +23,11 @@ struct NvmlDeviceSt;
 using NvmlDevice = NvmlDeviceSt*;
 constexpr int kNvmlSuccess = 0;
 constexpr int kNvmlClockSm = 1;
+constexpr int kNvmlTemperatureGpu = 0;
+struct NvmlUtilization {
+  unsigned gpu;
+  unsigned memory;
+};
 
 // The NVML library and the functions this file calls.
 struct Nvml {
@@ -35,6 +41,9 @@ struct Nvml {
   int (*power)(NvmlDevice, unsigned*) = nullptr;
   int (*power_limit)(NvmlDevice, unsigned*) = nullptr;
   int (*reasons)(NvmlDevice, unsigned long long*) = nullptr;
+  // Optional (older drivers may lack them; the fields then read 0).
+  int (*temperature)(NvmlDevice, int, unsigned*) = nullptr;
+  int (*utilization)(NvmlDevice, NvmlUtilization*) = nullptr;
 
   ~Nvml() {
     if (shutdown != nullptr) shutdown();
@@ -63,6 +72,14 @@ class NvmlSampler final : public TelemetrySampler {
     join();
     return summarize_telemetry(samples_, max_clock_, limit_);
   }
+  TelemetrySummary take() override {
+    std::vector<TelemetrySample> taken;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      taken.swap(samples_);
+    }
+    return summarize_telemetry(taken, max_clock_, limit_);
+  }
 
  private:
   void run() {
@@ -77,6 +94,14 @@ class NvmlSampler final : public TelemetrySampler {
         s.sm_clock_mhz = clock;
         s.power_w = milliwatts / 1000.0;
         s.reasons = reasons;
+        unsigned celsius = 0;
+        if (nvml_->temperature != nullptr && nvml_->temperature(device_, kNvmlTemperatureGpu, &celsius) == kNvmlSuccess) {
+          s.temperature_c = celsius;
+        }
+        NvmlUtilization busy{0, 0};
+        if (nvml_->utilization != nullptr && nvml_->utilization(device_, &busy) == kNvmlSuccess) {
+          s.utilization_pct = busy.gpu;
+        }
         samples_.push_back(s);
       }
       cv_.wait_for(lock, std::chrono::milliseconds(period_), [this] { return stop_; });
@@ -95,7 +120,7 @@ class NvmlSampler final : public TelemetrySampler {
   NvmlDevice device_;
   int period_;
   double max_clock_, limit_;
-  std::vector<TelemetrySample> samples_;  // written by the thread until joined
+  std::vector<TelemetrySample> samples_;  // written by the thread under mu_
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
@@ -126,6 +151,8 @@ std::unique_ptr<TelemetrySampler> start_telemetry(int cuda_device, int period_ms
   }
   if (const int rc = init(); rc != kNvmlSuccess) return fail(nvml->why("nvmlInit_v2", rc));
   resolve(lib, "nvmlShutdown", &nvml->shutdown);  // paired with the successful init
+  resolve(lib, "nvmlDeviceGetTemperature", &nvml->temperature);
+  resolve(lib, "nvmlDeviceGetUtilizationRates", &nvml->utilization);
   char bus[32] = {0};
   if (cudaDeviceGetPCIBusId(bus, sizeof(bus), cuda_device) != cudaSuccess) {
     return fail(str_cat("no PCI bus id for CUDA device ", cuda_device));

@@ -1,12 +1,14 @@
 // The NVML sampler behind `megatron bench`'s "GPU during the timed steps" line: while the GPU
 // multiplies matrices for ~0.4 s it returns readings every 5 ms, each clock within the
 // device's maximum, the power positive and within the enforced limit (plus NVML's averaging
-// slack), and the maximum clock and limit of a data-centre GPU. Skips without a GPU; fails if
-// NVML is missing on a machine with one (the driver ships it).
+// slack), the die temperature and a busy GPU's utilisation (--log-straggler's readings, taken
+// while sampling goes on), and the maximum clock and limit of a data-centre GPU. Skips without a
+// GPU; fails if NVML is missing on a machine with one (the driver ships it).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "backend/device.h"
 #include "backend/gpu_telemetry.h"
@@ -30,8 +32,12 @@ TEST(GpuTelemetryNvml, SamplesClockAndPowerWhileTheGpuWorks) {
     for (int i = 0; i < 20; ++i) gpu->matmul(a, false, a, true, c, 1.0f, 0.0f);
     gpu->synchronize();
   }
-  const TelemetrySummary t = sampler->stop();
+  const TelemetrySummary t = sampler->take();
   EXPECT_GE(t.samples, 20);
+  EXPECT_GT(t.temperature_median_c, 15.0);
+  EXPECT_LT(t.temperature_median_c, 110.0);
+  EXPECT_GT(t.utilization_median_pct, 30.0) << "the GPU multiplied matrices all along";
+  EXPECT_LE(t.utilization_median_pct, 100.0);
   EXPECT_GE(t.sm_clock_max_mhz, 1000.0);
   EXPECT_GT(t.sm_clock_median_mhz, 0.0);
   EXPECT_LE(t.sm_clock_median_mhz, t.sm_clock_max_mhz);
@@ -40,6 +46,11 @@ TEST(GpuTelemetryNvml, SamplesClockAndPowerWhileTheGpuWorks) {
   EXPECT_LE(t.power_median_w, 1.2 * t.power_limit_w);
   EXPECT_GE(t.power_capped, 0.0);
   EXPECT_LE(t.power_capped, 1.0);
+  // take() left sampling on: the samples after it, and only those, come with stop().
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const TelemetrySummary rest = sampler->stop();
+  EXPECT_GE(rest.samples, 5);
+  EXPECT_LT(rest.samples, t.samples);
 }
 
 }  // namespace
