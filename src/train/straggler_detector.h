@@ -16,7 +16,10 @@
 //         stream, minus the time the stream was held up by communication: every blocking
 //         collective and every wait for a started one (comm/profiled_communicator.h). A rank
 //         that waits for a straggler spends that time in communication, so the straggler is the
-//         one with the largest Rtt, in any layout.
+//         one with the largest Rtt, in any layout. What it cannot see: a rank held up *inside*
+//         a collective (its host descheduled during an MPI call, a late NCCL launch) spends that
+//         time in communication as its peers do, so it is named only for slowness between
+//         collectives, which is where a throttled GPU, a slow kernel or a loaded host shows.
 //   Pwr, Tmp, Utl, Clk   the GPU's power (W), temperature (C), utilisation (%) and SM clock
 //         (MHz), sampled through NVML every 100 ms (backend/gpu_telemetry.h); left out where no
 //         rank has them (CPU ranks, no NVML library).
