@@ -169,6 +169,23 @@ bool Args::given(const std::string& name) const {
   return values_.count(name) != 0;
 }
 
+std::vector<Args::Setting> Args::settings() const {
+  std::vector<Setting> out;
+  for (const Spec& s : specs_) {
+    if (s.kind == Kind::kPositional) continue;
+    Setting setting{s.name, s.metavar, values_.count(s.name) != 0, ""};
+    if (s.kind == Kind::kFlag) {
+      setting.value = setting.given ? "1" : "0";
+    } else if (setting.given) {
+      for (const std::string& v : values_.at(s.name)) setting.value += (setting.value.empty() ? "" : " ") + v;
+    } else if (s.default_value) {
+      setting.value = *s.default_value;
+    }
+    out.push_back(std::move(setting));
+  }
+  return out;
+}
+
 bool Args::has(const std::string& name) const { return given(name) || spec(name).default_value.has_value(); }
 
 bool Args::get_flag(const std::string& name) const {

@@ -43,6 +43,16 @@ class Args {
   std::vector<std::string> get_list(const std::string& name) const;
   std::vector<int64_t> get_int_list(const std::string& name) const;
 
+  // Every declared flag (positionals left out), in declaration order: whether it was given
+  // and its value as text (a switch: "1" or "0"; a list: its values joined by ' '; an absent
+  // option: its default, or "" when it has none).
+  struct Setting {
+    std::string name;
+    std::string metavar;
+    bool given = false;
+    std::string value;
+  };
+  std::vector<Setting> settings() const;
   std::string usage() const;
   const std::string& command() const { return command_; }
 

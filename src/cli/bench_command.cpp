@@ -32,6 +32,7 @@
 #include "cli/backend_choice.h"
 #include "cli/bench_table.h"
 #include "cli/commands.h"
+#include "cli/flag_agreement.h"
 #include "cli/host_memory.h"
 #include "cli/train_args.h"
 #include "comm/launch.h"
@@ -172,6 +173,7 @@ int run_bench(const CommandArgs& argv_in) {
     connection = comm::connect_ranks(
         env, *be, std::chrono::milliseconds(static_cast<int64_t>(c.distributed_timeout_minutes * 60000.0)),
         host_collectives(args));
+    if (!flags_agree_across_ranks(args, *connection.world)) return 1;
     world_comm = std::move(connection.world);
   } else {
     world_comm = std::make_unique<comm::SelfCommunicator>(*be, "world");

@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/backend_choice.h"
 #include "cli/commands.h"
+#include "cli/flag_agreement.h"
 #include "cli/host_memory.h"
 #include "cli/train_args.h"
 #include "comm/launch.h"
@@ -142,6 +143,7 @@ int run_train(const CommandArgs& argv) {
   comm::RankConnection connection = comm::connect_ranks(
       env, *backend, std::chrono::milliseconds(static_cast<int64_t>(config.distributed_timeout_minutes * 60000.0)),
       host_collectives(args));
+  if (!flags_agree_across_ranks(args, *connection.world)) return 1;
   // --log-straggler times every group's collectives: the world is wrapped before the groups
   // are split from it (the detector outlives them).
   std::unique_ptr<train::StragglerDetector> straggler;

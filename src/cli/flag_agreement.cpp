@@ -1,0 +1,97 @@
+#include "cli/flag_agreement.h"
+
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <thread>
+#include <span>
+#include <vector>
+
+#include "core/error.h"
+
+namespace megatron::cli {
+namespace {
+
+// FNV-1a of "name\0value", kept to 48 bits so that a double holds it exactly.
+double hash48(const std::string& name, const std::string& value) {
+  uint64_t h = 1469598103934665603ull;
+  auto add = [&](unsigned char c) {
+    h ^= c;
+    h *= 1099511628211ull;
+  };
+  for (char c : name) add(static_cast<unsigned char>(c));
+  add(0);
+  for (char c : value) add(static_cast<unsigned char>(c));
+  return static_cast<double>(h & ((uint64_t{1} << 48) - 1));
+}
+
+bool may_differ(const Args::Setting& s) {
+  return s.metavar == "FILE" || s.metavar == "DIR" || s.metavar == "PATH" || s.name == "--nproc-per-node" ||
+         s.name == "--local-rank" || s.name == "--local_rank";
+}
+
+std::string shown(const std::string& value) { return value.empty() ? "(none)" : "'" + value + "'"; }
+
+}  // namespace
+
+FlagDisagreement compare_flags_across_ranks(const Args& args, comm::Communicator& world) {
+  FlagDisagreement out;
+  const int64_t ranks = world.size(), me = world.rank();
+  if (ranks == 1) return out;
+  std::vector<Args::Setting> compared = {{"the megatron.cpp version", "", true, MT_VERSION},
+                                         {"the command", "", true, args.command()}};
+  for (Args::Setting& s : args.settings()) {
+    if (!may_differ(s)) compared.push_back(std::move(s));
+  }
+  const size_t n = compared.size();
+  std::vector<double> mine(n), rank0(n, 0.0);
+  for (size_t i = 0; i < n; ++i) mine[i] = hash48(compared[i].name, compared[i].value);
+  if (me == 0) rank0 = mine;
+  world.all_reduce_host(std::span<double>(rank0), comm::ReduceOp::kSum);
+  // Per flag: how many ranks differ from rank 0, and the first of them.
+  std::vector<double> count(n, 0.0), first(n, static_cast<double>(ranks));
+  for (size_t i = 0; i < n; ++i) {
+    if (mine[i] != rank0[i]) {
+      count[i] = 1.0;
+      first[i] = static_cast<double>(me);
+    }
+  }
+  world.all_reduce_host(std::span<double>(count), comm::ReduceOp::kSum);
+  world.all_reduce_host(std::span<double>(first), comm::ReduceOp::kMin);
+  // Rank 0 lists every differing flag with its value there; another rank the flags where it
+  // differs, with its own values. At most five each.
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < n; ++i) {
+    if (count[i] == 0.0) continue;
+    out.any = true;
+    const Args::Setting& s = compared[i];
+    if (me == 0) {
+      lines.push_back(str_cat(s.name, " is ", shown(s.value), " on rank 0 but not on ", static_cast<int64_t>(count[i]),
+                              " of ", ranks, " ranks (rank ", static_cast<int64_t>(first[i]), " first)"));
+    } else if (mine[i] != rank0[i]) {
+      lines.push_back(str_cat(s.name, " is ", shown(s.value), " here"));
+    }
+  }
+  std::string mismatches;
+  for (size_t i = 0; i < lines.size() && i < 5; ++i) mismatches += (i > 0 ? "; " : "") + lines[i];
+  if (lines.size() > 5) mismatches += str_cat("; and ", lines.size() - 5, " more");
+  if (!out.any) return out;
+  if (me == 0) {
+    out.message = str_cat("the ranks were not started with the same flags: ", mismatches,
+                          ". Every rank must run the same command (only file and directory flags may differ)");
+  } else if (!mismatches.empty()) {
+    out.message = str_cat("[rank ", me, "] ", mismatches, ", unlike rank 0");
+  }
+  return out;
+}
+
+bool flags_agree_across_ranks(const Args& args, comm::Communicator& world) {
+  const FlagDisagreement d = compare_flags_across_ranks(args, world);
+  if (!d.any) return true;
+  if (world.rank() == 0) throw_error(d.message);
+  if (!d.message.empty()) std::cerr << "error: " << d.message << '\n' << std::flush;
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  return false;
+}
+
+}  // namespace megatron::cli
