@@ -49,6 +49,25 @@ TEST(Args, DefaultsApplyWhenAbsent) {
   EXPECT_TRUE(a.get_list("--data-path").empty());
 }
 
+TEST(Args, SettingsListEveryDeclaredFlagWithItsValue) {
+  Args a = make_args();
+  ASSERT_TRUE(a.parse({"pfx", "--lr=3e-4", "--data-path", "0.3", "a", "0.7", "b", "--append-eod"}));
+  const std::vector<Args::Setting> s = a.settings();
+  ASSERT_EQ(s.size(), 6u);  // the positional left out
+  auto expect = [&](size_t i, const char* name, const char* metavar, bool given, const char* value) {
+    EXPECT_EQ(s[i].name, name);
+    EXPECT_EQ(s[i].metavar, metavar);
+    EXPECT_EQ(s[i].given, given) << name;
+    EXPECT_EQ(s[i].value, value) << name;
+  };
+  expect(0, "--workers", "N", false, "1");  // the default
+  expect(1, "--seed", "S", false, "");
+  expect(2, "--lr", "LR", true, "3e-4");
+  expect(3, "--append-eod", "", true, "1");
+  expect(4, "--data-path", "PATH", true, "0.3 a 0.7 b");
+  expect(5, "--rampup-batch-size", "N", false, "");
+}
+
 TEST(Args, HelpReturnsFalse) {
   Args a = make_args();
   EXPECT_FALSE(a.parse({"--help"}));
