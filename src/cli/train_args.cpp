@@ -170,8 +170,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--log-progress", FlagType::kSwitch, FlagState::kUnsupported, "", "progress.txt"},
     {"--use-pytorch-profiler", FlagType::kSwitch, FlagState::kUnsupported, "", "profiler hooks"},
     {"--record-memory-history", FlagType::kSwitch, FlagState::kUnsupported, "", "profiler hooks"},
-    {"--check-weight-hash-across-dp-replicas-interval", FlagType::kValue, FlagState::kUnsupported, "",
-     "weight hashes across data-parallel replicas"},
     {"--no-shared-storage", FlagType::kSwitch, FlagState::kUnsupported, "",
      "rank 0 builds the sample indices for all ranks on shared storage"},
     {"--local_rank", FlagType::kValue, FlagState::kNoOp, "", "no-op: ranks come from the environment"},
@@ -421,6 +419,9 @@ void declare_supported_flags(Args& a) {
       .option("--straggler-ctrlr-port", "PORT",
               "rank 0 listens here; each connection (curl HOST:PORT) turns --log-straggler off or on", "65535")
       .option("--straggler-minmax-count", "N", "also list the N ranks of lowest and highest estimated TFLOP/s", "1")
+      .option("--check-weight-hash-across-dp-replicas-interval", "N",
+              "before training and every N iterations, check that data-parallel replicas hold the same weights "
+              "bit for bit (stops every rank otherwise, naming the parameters)")
       .flag("--no-check-for-nan-in-loss-and-grad",
             "train on through a NaN or Inf loss and NaN gradients (default: stop the run, naming the rank)")
       .flag("--log-params-norm", "print the parameter norm")
@@ -939,6 +940,10 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   }
   c.straggler_minmax_count = a.get_int("--straggler-minmax-count");
   require_positive("--straggler-minmax-count", c.straggler_minmax_count);
+  c.check_weight_hash_interval = opt_int(a, "--check-weight-hash-across-dp-replicas-interval");
+  if (c.check_weight_hash_interval) {
+    require_positive("--check-weight-hash-across-dp-replicas-interval", *c.check_weight_hash_interval);
+  }
   c.exit_interval = opt_int(a, "--exit-interval");
   c.exit_duration_in_mins = opt_int(a, "--exit-duration-in-mins");
   c.save_interval = opt_int(a, "--save-interval");

@@ -125,6 +125,8 @@ struct TrainConfig {
   bool disable_straggler_on_startup = false;  // --disable-straggler-on-startup
   int64_t straggler_ctrlr_port = 65535;     // --straggler-ctrlr-port
   int64_t straggler_minmax_count = 1;       // --straggler-minmax-count
+  // --check-weight-hash-across-dp-replicas-interval (train/weight_hash.h): unset, no check.
+  std::optional<int64_t> check_weight_hash_interval;
 
   // Exit.
   std::optional<int64_t> exit_interval;         // --exit-interval

@@ -5,7 +5,9 @@
 #include <csignal>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "comm/self_communicator.h"
@@ -19,6 +21,7 @@
 #include "train/pipeline_executor.h"
 #include "train/tensorboard_tags.h"
 #include "train/training_log.h"
+#include "train/weight_hash.h"
 
 namespace megatron::train {
 
@@ -226,6 +229,24 @@ void Trainer::save() {
   log_timers({"save-checkpoint"});
 }
 
+void Trainer::check_weight_hashes() {
+  optimizer_->grad_buffer().finish_param_gather();  // --overlap-param-gather: the values must have landed
+  const auto t0 = Clock::now();
+  const WeightHashCheck r = compare_weights_across_dp_replicas(model_->parameters(), backend_, *groups_->dp,
+                                                               *groups_->world, progress_.iteration);
+  if (r.mismatches == 0) {
+    *log0_ << ">>> Weight hashes match after " << progress_.iteration << " iterations (checked in "
+           << seconds_since(t0) << " s)\n" << std::flush;
+    return;
+  }
+  if (groups_->rank() == 0) throw_error(r.message);
+  // Rank 0 names the count and the first rank; a differing rank adds its parameters. Rank 0
+  // exits first (mpirun ends the job at the first non-zero exit).
+  if (!r.message.empty()) std::cerr << "error: " << r.message << '\n' << std::flush;
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  throw_error("weights differ across data-parallel replicas (rank 0 says where)");
+}
+
 void Trainer::finish_pending_save(bool wait) {
   if (!pending_save_) return;
   grant_save_time(true);  // also without `wait`: rank 0's commit (fsyncs, --save-keep-last) is waited for
@@ -381,6 +402,9 @@ TrainSummary Trainer::run() {
     return summary;
   }
   *log0_ << "training ...\n" << std::flush;
+  // Megatron checks once before the first step ("to be very pedantic"): a load or an
+  // initialisation that differs between replicas shows here.
+  if (c.check_weight_hash_interval) check_weight_hashes();
   while (progress_.iteration < train_iters_) {
     microbatches_->update(progress_.consumed_train_samples);
     const int64_t gbs = microbatches_->current_global_batch_size();
@@ -577,6 +601,7 @@ TrainSummary Trainer::run() {
       interval_start = Clock::now();
     }
 
+    if (c.check_weight_hash_interval && iteration % *c.check_weight_hash_interval == 0) check_weight_hashes();
     // An --async-save in flight is committed once every rank has written its part.
     finish_pending_save(/*wait=*/false);
     // Megatron's order after the log (megatron-facts §3.8): evaluate, signal, save, duration, interval.

@@ -113,6 +113,9 @@ class Trainer {
   // TensorBoard scalars of one iteration (every --tensorboard-log-interval).
   // `params_norm`: --log-params-norm's value (computed by every rank: it is collective).
   void log_to_tensorboard(const StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm);
+  // --check-weight-hash-across-dp-replicas-interval: every rank's weights against its
+  // data-parallel group's rank 0 (collective); throws on every rank when any differ.
+  void check_weight_hashes();
   // Timers::log over the world, printed by the last rank (collective).
   void log_timers(const std::vector<std::string>& names, double normalizer = 1.0);
 
