@@ -479,6 +479,14 @@ TEST(TrainArgs, StragglerFlags) {
   EXPECT_ERROR_NAMES(with(base_args(), {"--straggler-minmax-count", "0"}), "--straggler-minmax-count");
 }
 
+TEST(TrainArgs, WeightHashCheckInterval) {
+  EXPECT_FALSE(parse(base_args()).check_weight_hash_interval.has_value());
+  EXPECT_EQ(parse(with(base_args(), {"--check-weight-hash-across-dp-replicas-interval", "100"})).check_weight_hash_interval,
+            std::optional<int64_t>(100));
+  EXPECT_ERROR_NAMES(with(base_args(), {"--check-weight-hash-across-dp-replicas-interval", "0"}),
+                     "--check-weight-hash-across-dp-replicas-interval");
+}
+
 // Flags of current (Megatron-Core era) scripts: those that change nothing here are accepted,
 // --norm-epsilon is --layernorm-epsilon's newer name, and what would change the numerics or the
 // layout without being implemented is refused by name.
