@@ -167,7 +167,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--apply-layernorm-1p", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--full-validation", FlagType::kSwitch, FlagState::kUnsupported, "", "validation runs --eval-iters iterations"},
     {"--multiple-validation-sets", FlagType::kSwitch, FlagState::kUnsupported, "", "one validation set"},
-    {"--log-progress", FlagType::kSwitch, FlagState::kUnsupported, "", "progress.txt"},
     {"--use-pytorch-profiler", FlagType::kSwitch, FlagState::kUnsupported, "", "profiler hooks"},
     {"--record-memory-history", FlagType::kSwitch, FlagState::kUnsupported, "", "profiler hooks"},
     {"--no-shared-storage", FlagType::kSwitch, FlagState::kUnsupported, "",
@@ -425,6 +424,8 @@ void declare_supported_flags(Args& a) {
       .flag("--no-check-for-nan-in-loss-and-grad",
             "train on through a NaN or Inf loss and NaN gradients (default: stop the run, naming the rank)")
       .flag("--log-params-norm", "print the parameter norm")
+      .flag("--log-progress",
+            "append the job's start and, at each checkpoint, its throughput, FLOPs and tokens to <--save>/progress.txt")
       .flag("--log-num-zeros-in-grad", "print the number of zero gradients")
       .option("--flops-convention", "YEAR", "TFLOP/s formula: 2025 (causal attention halved, Megatron HEAD) or 2024",
               "2025")
@@ -921,6 +922,7 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   if (c.eval_iters < 0) throw_error("[--eval-iters] must not be negative, got ", c.eval_iters);
   c.log_throughput = a.get_flag("--log-throughput");
   c.log_params_norm = a.get_flag("--log-params-norm");
+  c.log_progress = a.get_flag("--log-progress");
   c.log_num_zeros_in_grad = a.get_flag("--log-num-zeros-in-grad");
   c.check_for_nan_in_loss_and_grad = !a.get_flag("--no-check-for-nan-in-loss-and-grad");
   c.flops_convention = parse_choice<train::FlopsConvention>(
@@ -1058,6 +1060,9 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
   fill_optimizer_and_precision(args, c, log);
   fill_recompute(args, c);
   fill_logging_and_data(args, c);
+  if (c.log_progress && !c.save && log != nullptr) {
+    *log << "warning: --log-progress writes <--save>/progress.txt; without --save nothing is written\n";
+  }
   return c;
 }
 

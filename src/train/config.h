@@ -114,6 +114,7 @@ struct TrainConfig {
   int64_t eval_iters = 100;                 // --eval-iters
   bool log_throughput = false;              // --log-throughput
   bool log_params_norm = false;             // --log-params-norm
+  bool log_progress = false;                // --log-progress: <--save>/progress.txt (train/progress_log.h)
   bool log_num_zeros_in_grad = false;       // --log-num-zeros-in-grad
   bool check_for_nan_in_loss_and_grad = true;  // false: --no-check-for-nan-in-loss-and-grad
   FlopsConvention flops_convention = FlopsConvention::k2025;  // --flops-convention (ours)

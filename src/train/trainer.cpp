@@ -5,7 +5,10 @@
 #include <csignal>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <limits>
 #include <thread>
 #include <vector>
@@ -20,6 +23,7 @@
 #include "train/flops.h"
 #include "train/pipeline_executor.h"
 #include "train/tensorboard_tags.h"
+#include "train/progress_log.h"
 #include "train/training_log.h"
 #include "train/weight_hash.h"
 
@@ -75,6 +79,13 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   log0_ = groups_->is_first_rank() ? &out : &null_;
   log_last_ = groups_->is_last_rank() ? &out : &null_;
   const TrainConfig& c = config_;
+  {
+    // Megatron's _TRAIN_START_TIME: the earliest rank's (collective).
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const double earliest = comm::all_reduce_scalar(*groups_->world, now, comm::ReduceOp::kMin);
+    job_start_ = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(earliest)));
+  }
   MT_CHECK(c.world_size == groups_->world_size() && c.data_parallel_size == groups_->sizes.dp &&
            c.tensor_model_parallel_size == groups_->sizes.tp && c.pipeline_model_parallel_size == groups_->sizes.pp)
       << "config for world " << c.world_size << " / dp " << c.data_parallel_size << " / tp "
@@ -157,6 +168,8 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
     timers_->stop("load-checkpoint", world, /*barrier=*/true);
     log_timers({"load-checkpoint"});
   }
+  job_start_flops_ = static_cast<double>(progress_.consumed_train_samples) *
+                     flops_per_iteration(c.model, 1, c.flops_convention);
   if (c.save && c.async_save) {
     const auto t0 = Clock::now();
     async_save_host_ = async_save_host_buffer(c, model_->parameters(), *optimizer_, *groups_, backend_);
@@ -227,6 +240,40 @@ void Trainer::save() {
   timers_->stop("save-checkpoint", groups_->world.get(), /*barrier=*/true);
   grant_save_time(false);
   log_timers({"save-checkpoint"});
+  if (config_.log_progress && groups_->is_first_rank()) {
+    // Megatron's compute_throughputs_and_append_to_progress_log.
+    const double gpus = static_cast<double>(config_.world_size);
+    const double flops = static_cast<double>(progress_.consumed_train_samples) *
+                         flops_per_iteration(config_.model, 1, config_.flops_convention);
+    const auto now = std::chrono::system_clock::now();
+    auto tflops_per_gpu = [&](double done, std::chrono::system_clock::time_point since) {
+      const double seconds = std::chrono::duration<double>(now - since).count();
+      return seconds > 0 ? done / (seconds * 1e12 * gpus) : 0.0;
+    };
+    std::string contents;
+    {
+      std::ifstream in(*config_.save + "/progress.txt", std::ios::binary);
+      contents.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const std::optional<ProgressStart> run_start = cumulative_start(contents, config_.world_size);
+    const double cumulative = run_start ? tflops_per_gpu(flops - run_start->flops, run_start->time) : 0.0;
+    append_progress(checkpoint_progress_text(config_.async_save, progress_.iteration,
+                                             tflops_per_gpu(flops - job_start_flops_, job_start_), cumulative, flops,
+                                             static_cast<double>(progress_.consumed_train_samples) *
+                                                 static_cast<double>(config_.model.seq_length)));
+  }
+}
+
+void Trainer::append_progress(const std::string& text) {
+  if (!config_.save || !groups_->is_first_rank()) return;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const std::string path = *config_.save + "/progress.txt";
+  try {
+    append_progress_line(path, progress_line(std::chrono::system_clock::now(), job != nullptr ? job : "",
+                                             config_.world_size, text));
+  } catch (const Error& e) {
+    *log0_ << " > warning: " << e.what() << "; training goes on\n" << std::flush;
+  }
 }
 
 void Trainer::check_weight_hashes() {
@@ -402,6 +449,7 @@ TrainSummary Trainer::run() {
     return summary;
   }
   *log0_ << "training ...\n" << std::flush;
+  if (c.log_progress) append_progress("Starting job");
   // Megatron checks once before the first step ("to be very pedantic"): a load or an
   // initialisation that differs between replicas shows here.
   if (c.check_weight_hash_interval) check_weight_hashes();

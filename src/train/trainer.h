@@ -116,6 +116,9 @@ class Trainer {
   // --check-weight-hash-across-dp-replicas-interval: every rank's weights against its
   // data-parallel group's rank 0 (collective); throws on every rank when any differ.
   void check_weight_hashes();
+  // --log-progress: rank 0 appends `text` to <--save>/progress.txt (a failure is a warning: the
+  // run goes on).
+  void append_progress(const std::string& text);
   // Timers::log over the world, printed by the last rank (collective).
   void log_timers(const std::vector<std::string>& names, double normalizer = 1.0);
 
@@ -139,6 +142,10 @@ class Trainer {
   StragglerDetector* straggler_ = nullptr;  // --log-straggler
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::unique_ptr<MetricsJsonlWriter> jsonl_;
+  // --log-progress: when this job started (the earliest rank's construction of its Trainer) and
+  // the model FLOPs done before it (the loaded checkpoint's).
+  std::chrono::system_clock::time_point job_start_;
+  double job_start_flops_ = 0.0;
   std::chrono::milliseconds save_grace_{0};  // grant_save_time's grace, computed at the first save
   std::shared_ptr<Storage> async_save_host_;            // --async-save's page-locked copy, kept between saves
   std::unique_ptr<PendingCheckpointSave> pending_save_;  // an --async-save being written (declared last: destroyed first)
