@@ -20,6 +20,7 @@ int run_generate(const CommandArgs& args);        // generate_command.cpp
 int run_bench(const CommandArgs& args);           // bench_command.cpp
 int run_bench_sweep(const CommandArgs& args);     // bench_sweep_command.cpp (bench --sweep)
 int run_plan(const CommandArgs& args);            // plan_command.cpp
+int run_preflight(const CommandArgs& args);       // preflight_command.cpp
 int run_convert(const CommandArgs& args);         // convert_command.cpp
 
 }  // namespace megatron::cli

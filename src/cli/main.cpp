@@ -20,6 +20,7 @@ constexpr Command kCommands[] = {
     {"train", megatron::cli::run_train, "pretrain a GPT (Megatron-LM pretrain_gpt.py flags)"},
     {"bench", megatron::cli::run_bench, "training-step speed and memory (tokens/s, TFLOP/s, MFU, report time)"},
     {"plan", megatron::cli::run_plan, "memory + throughput model: which TP/PP/DP/micro-batch/recompute fits and wins"},
+    {"preflight", megatron::cli::run_preflight, "measure every GPU and parallel group's links; name the slow ones"},
     {"generate", megatron::cli::run_generate, "sample text from a checkpoint"},
     {"convert", megatron::cli::run_convert, "checkpoint <-> Hugging Face GPT-2 safetensors, reshard for another TP/PP"},
     {"preprocess", megatron::cli::run_preprocess, "JSONL(.gz/.xz/.zst) -> <prefix>_<key>_document.bin/.idx"},

@@ -1,5 +1,6 @@
 #include "comm/communicator.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
@@ -50,6 +51,23 @@ void all_gather(Communicator& comm, const Tensor& in, Tensor& out) {
 double all_reduce_scalar(Communicator& comm, double value, ReduceOp op) {
   comm.all_reduce_host(std::span<double>(&value, 1), op);
   return value;
+}
+
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine, size_t max_chars) {
+  // Every rank fills its own row of character codes; the sum over ranks is the gather.
+  const size_t ranks = static_cast<size_t>(comm.size()), me = static_cast<size_t>(comm.rank());
+  std::vector<double> chars(ranks * max_chars, 0.0);
+  for (size_t i = 0; i < std::min(mine.size(), max_chars); ++i) {
+    chars[me * max_chars + i] = static_cast<unsigned char>(mine[i]);
+  }
+  if (ranks > 1) comm.all_reduce_host(std::span<double>(chars), ReduceOp::kSum);
+  std::vector<std::string> out(ranks);
+  for (size_t r = 0; r < ranks; ++r) {
+    for (size_t i = 0; i < max_chars && chars[r * max_chars + i] != 0.0; ++i) {
+      out[r].push_back(static_cast<char>(chars[r * max_chars + i]));
+    }
+  }
+  return out;
 }
 
 int64_t piece_offset(std::span<const int64_t> counts, int64_t r) {

@@ -134,6 +134,9 @@ void reduce_scatter(Communicator& comm, Tensor& in, Tensor& out, ReduceOp op);
 void all_gather(Communicator& comm, const Tensor& in, Tensor& out);
 // One host scalar reduced over the group.
 double all_reduce_scalar(Communicator& comm, double value, ReduceOp op);
+// Every rank's `mine` (its first `max_chars` bytes, no NUL bytes), by group rank: a host name,
+// a device name. One host all-reduce of size() * max_chars doubles.
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine, size_t max_chars = 64);
 
 // Where piece r of a buffer split by `counts` starts: sum(counts[0..r)).
 int64_t piece_offset(std::span<const int64_t> counts, int64_t r);

@@ -45,7 +45,6 @@ std::string local_timestamp() {
 
 // A gathered row: what one rank sends at a report.
 enum Field { kRequested, kIterations, kRtt, kBatch, kEtpt, kGpu, kPower, kTemperature, kUtilization, kClock, kFields };
-constexpr size_t kHostChars = 64;
 
 }  // namespace
 
@@ -172,22 +171,7 @@ void StragglerDetector::time_region(const std::string&, const std::function<void
 std::optional<std::string> StragglerDetector::report(comm::Communicator& world) {
   MT_CHECK(!in_iteration_) << "StragglerDetector::report inside an iteration";
   const size_t ranks = static_cast<size_t>(world.size()), me = static_cast<size_t>(world.rank());
-  if (hosts_.empty()) {
-    // Once: every rank's host name (its first kHostChars bytes), gathered as a sum of rows.
-    std::vector<double> chars(ranks * kHostChars, 0.0);
-    const std::string host = host_name("unknown");
-    for (size_t i = 0; i < std::min(host.size(), kHostChars); ++i) {
-      chars[me * kHostChars + i] = static_cast<unsigned char>(host[i]);
-    }
-    if (ranks > 1) world.all_reduce_host(std::span<double>(chars), comm::ReduceOp::kSum);
-    for (size_t r = 0; r < ranks; ++r) {
-      std::string h;
-      for (size_t i = 0; i < kHostChars && chars[r * kHostChars + i] != 0.0; ++i) {
-        h.push_back(static_cast<char>(chars[r * kHostChars + i]));
-      }
-      hosts_.push_back(h);
-    }
-  }
+  if (hosts_.empty()) hosts_ = comm::all_gather_strings(world, host_name("unknown"));  // once
 
   std::vector<double> table(ranks * kFields, 0.0);
   double* row = &table[me * kFields];

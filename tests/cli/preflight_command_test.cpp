@@ -1,0 +1,58 @@
+// `megatron preflight` on CPU ranks: every group of a TP2 x PP2 layout is measured (the
+// tensor-parallel reductions, the pipeline ring, the world) and nothing is slow at tolerance 1;
+// a rank stopped four fifths of the time (SIGSTOP/SIGCONT from a shell around it, mpirun's MPMD
+// form: its GEMM rate ~1/5 of rank 0's, flagged below 0.6 x the median of the two, i.e. below
+// ~0.43 x rank 0's) is named slow with its host, and the job exits 1; bad flags are one line.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "comm/mpirun.h"
+#include "core/host_name.h"
+#include "support/paths.h"
+
+namespace megatron::cli {
+namespace {
+
+TEST(PreflightCommand, MeasuresEveryGroupOfTheLayout) {
+  const test::CommandResult r = test::run_command(
+      comm::shell_join({test::megatron_binary(), "preflight", "--device", "cpu", "--nproc-per-node", "4",
+                        "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--tolerance", "1"}),
+      /*capture_stderr=*/true);
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* line : {"preflight: 4 rank(s) on 1 host(s), CPU, TP 2 x PP 2 x DP 1", "  GEMM fp32 256 x 256 x 256",
+                           "  device copy 32 MiB", "  all_reduce [tp] 8 MiB fp32", "  all_gather [tp] 8 MiB fp32",
+                           "  send_recv [pp] 8 MiB fp32", "  all_reduce [world] 8 MiB fp32",
+                           "every rank and group within 100% of its median", "for `megatron plan`: --intra-node-bandwidth "}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
+  EXPECT_EQ(r.output.find("[dp]"), std::string::npos) << "DP 1 has no group to measure: " << r.output;
+  EXPECT_NE(r.output.find("[4 values]"), std::string::npos) << r.output;
+}
+
+TEST(PreflightCommand, NamesAHeldBackRank) {
+  const std::vector<std::string> flags = {test::megatron_binary(), "preflight", "--device", "cpu", "--gemm-size", "384",
+                                          "--iterations", "40", "--tolerance", "0.4"};
+  std::vector<std::string> cmd = comm::local_mpirun_command(1, flags);
+  cmd.insert(cmd.end(), {":", "-np", "1", "bash", "-c",
+                         "\"$@\" & p=$!; (while kill -0 $p 2>/dev/null; do sleep 0.02; kill -STOP $p 2>/dev/null; "
+                         "sleep 0.08; kill -CONT $p 2>/dev/null; done) & wait $p",
+                         "bash"});
+  cmd.insert(cmd.end(), flags.begin(), flags.end());
+  const test::CommandResult r = test::run_command("timeout 120 " + comm::shell_join(cmd), /*capture_stderr=*/true);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("  rank 1 on " + host_name("unknown") + ": GEMM fp32 384 x 384 x 384 "), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("  rank 0 on "), std::string::npos) << "rank 0 ran at full speed: " << r.output;
+}
+
+TEST(PreflightCommand, BadFlagsAreOneLine) {
+  const test::CommandResult r = test::run_command(
+      comm::shell_join({test::megatron_binary(), "preflight", "--device", "cpu", "--tolerance", "2"}), true);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("error: [--tolerance] must be within [0, 1], got 2"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace megatron::cli
