@@ -197,6 +197,11 @@ int run_preflight(const CommandArgs& argv) {
     report.header = str_cat("preflight: ", w, " rank(s) on ", distinct.size(), " host(s), ",
                             gpu ? backend::cuda_device_name(device) : std::string("CPU"), ", TP ", sizes.tp, " x PP ",
                             sizes.pp, " x DP ", sizes.dp, ", ", iterations, " timed repetitions of each");
+    if (gpu && host_collectives(args) && w > 1) {
+      report.header += str_cat("\n(--distributed-backend ", args.get_string("--distributed-backend"),
+                               ": collectives are staged through host memory, so their bandwidths are the staging's, "
+                               "not the GPU links')");
+    }
     PreflightRow gemm{str_cat("GEMM ", gpu ? "bf16 " : "fp32 ", n, " x ", n, " x ", n), "TFLOP/s", false, {}};
     PreflightRow copy{str_cat("device copy ", copy_bytes >> 20, " MiB"), "GB/s", false, {}};
     for (int64_t r = 0; r < w; ++r) {
