@@ -65,9 +65,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--wandb-project", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
     {"--wandb-exp-name", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
     {"--wandb-save-dir", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
-    {"--profile", FlagType::kSwitch, FlagState::kUnsupported, "", "profiler hooks"},
-    {"--profile-step-start", FlagType::kValue, FlagState::kUnsupported, "", "profiler hooks"},
-    {"--profile-step-end", FlagType::kValue, FlagState::kUnsupported, "", "profiler hooks"},
     // Model variants.
     {"--swiglu", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--group-query-attention", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
@@ -167,8 +164,10 @@ constexpr FlagRow kFlagTable[] = {
     {"--apply-layernorm-1p", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--full-validation", FlagType::kSwitch, FlagState::kUnsupported, "", "validation runs --eval-iters iterations"},
     {"--multiple-validation-sets", FlagType::kSwitch, FlagState::kUnsupported, "", "one validation set"},
-    {"--use-pytorch-profiler", FlagType::kSwitch, FlagState::kUnsupported, "", "profiler hooks"},
-    {"--record-memory-history", FlagType::kSwitch, FlagState::kUnsupported, "", "profiler hooks"},
+    {"--use-pytorch-profiler", FlagType::kSwitch, FlagState::kUnsupported, "",
+     "no PyTorch here: --profile starts and stops the CUDA profiler (nsys) instead"},
+    {"--record-memory-history", FlagType::kSwitch, FlagState::kUnsupported, "",
+     "no caching allocator to record: --dry-run prints every byte the engine allocates"},
     {"--no-shared-storage", FlagType::kSwitch, FlagState::kUnsupported, "",
      "rank 0 builds the sample indices for all ranks on shared storage"},
     {"--local_rank", FlagType::kValue, FlagState::kNoOp, "", "no-op: ranks come from the environment"},
@@ -424,6 +423,13 @@ void declare_supported_flags(Args& a) {
       .flag("--no-check-for-nan-in-loss-and-grad",
             "train on through a NaN or Inf loss and NaN gradients (default: stop the run, naming the rank)")
       .flag("--log-params-norm", "print the parameter norm")
+      .flag("--profile",
+            "start the CUDA profiler before iteration --profile-step-start + 1 and stop it after "
+            "--profile-step-end, on --profile-ranks (nsys profile --capture-range=cudaProfilerApi), with NVTX "
+            "ranges per iteration and phase")
+      .option("--profile-step-start", "N", "--profile: the capture starts after N iterations", "10")
+      .option("--profile-step-end", "N", "--profile: the capture stops after iteration N", "12")
+      .list("--profile-ranks", "R", "--profile: the global ranks that capture (default 0)")
       .flag("--log-progress",
             "append the job's start and, at each checkpoint, its throughput, FLOPs and tokens to <--save>/progress.txt")
       .flag("--log-num-zeros-in-grad", "print the number of zero gradients")
@@ -923,6 +929,18 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.log_throughput = a.get_flag("--log-throughput");
   c.log_params_norm = a.get_flag("--log-params-norm");
   c.log_progress = a.get_flag("--log-progress");
+  c.profile = a.get_flag("--profile");
+  c.profile_step_start = a.get_int("--profile-step-start");
+  c.profile_step_end = a.get_int("--profile-step-end");
+  if (c.profile_step_start < 0) throw_error("[--profile-step-start] must not be negative, got ", c.profile_step_start);
+  if (c.profile_step_end <= c.profile_step_start) {
+    throw_error("[--profile-step-end] must be greater than --profile-step-start (", c.profile_step_start, "), got ",
+                c.profile_step_end);
+  }
+  if (a.given("--profile-ranks")) c.profile_ranks = a.get_int_list("--profile-ranks");
+  for (int64_t r : c.profile_ranks) {
+    if (r < 0) throw_error("[--profile-ranks] ranks are not negative, got ", r);
+  }
   c.log_num_zeros_in_grad = a.get_flag("--log-num-zeros-in-grad");
   c.check_for_nan_in_loss_and_grad = !a.get_flag("--no-check-for-nan-in-loss-and-grad");
   c.flops_convention = parse_choice<train::FlopsConvention>(

@@ -115,6 +115,12 @@ struct TrainConfig {
   bool log_throughput = false;              // --log-throughput
   bool log_params_norm = false;             // --log-params-norm
   bool log_progress = false;                // --log-progress: <--save>/progress.txt (train/progress_log.h)
+  // --profile: the CUDA profiler captures iterations profile_step_start + 1 .. profile_step_end
+  // on these ranks (backend/profiler_marks.h).
+  bool profile = false;
+  int64_t profile_step_start = 10;
+  int64_t profile_step_end = 12;
+  std::vector<int64_t> profile_ranks = {0};
   bool log_num_zeros_in_grad = false;       // --log-num-zeros-in-grad
   bool check_for_nan_in_loss_and_grad = true;  // false: --no-check-for-nan-in-loss-and-grad
   FlopsConvention flops_convention = FlopsConvention::k2025;  // --flops-convention (ours)

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/profiler_marks.h"
 #include "comm/self_communicator.h"
 #include "core/error.h"
 #include "core/host_name.h"
@@ -22,8 +24,8 @@
 #include "train/data_parallel_setup.h"
 #include "train/flops.h"
 #include "train/pipeline_executor.h"
-#include "train/tensorboard_tags.h"
 #include "train/progress_log.h"
+#include "train/tensorboard_tags.h"
 #include "train/training_log.h"
 #include "train/weight_hash.h"
 
@@ -450,6 +452,40 @@ TrainSummary Trainer::run() {
   }
   *log0_ << "training ...\n" << std::flush;
   if (c.log_progress) append_progress("Starting job");
+  // --profile: Megatron's nsys hooks. The capture starts when profile_step_start iterations are
+  // done and stops after iteration profile_step_end; NVTX ranges name every iteration and phase.
+  const bool profiled = c.profile && std::find(c.profile_ranks.begin(), c.profile_ranks.end(), groups_->rank()) !=
+                                         c.profile_ranks.end();
+  if (c.profile) {
+    for (int64_t r : c.profile_ranks) {
+      if (r >= groups_->world_size()) {
+        throw_error("[--profile-ranks] rank ", r, " is not in the world of ", groups_->world_size(), " ranks");
+      }
+    }
+    if (backend_.device() == Device::kCUDA) {
+      *log0_ << " > --profile: the CUDA profiler captures iterations " << c.profile_step_start + 1 << "-"
+             << c.profile_step_end << " on rank(s)";
+      for (int64_t r : c.profile_ranks) *log0_ << ' ' << r;
+      *log0_ << " (run under nsys profile --capture-range=cudaProfilerApi)\n" << std::flush;
+    } else {
+      *log0_ << " > --profile: no CUDA profiler on the CPU backend; NVTX ranges only\n" << std::flush;
+    }
+  }
+  auto profiler = [&](bool start) {
+    if (backend_.device() != Device::kCUDA) return;
+    const std::string why = start ? backend::cuda_profiler_start() : backend::cuda_profiler_stop();
+    if (!why.empty()) {
+      std::cerr << " > warning: [--profile] rank " << groups_->rank() << ": the CUDA profiler did not "
+                << (start ? "start" : "stop") << ": " << why << '\n' << std::flush;
+    }
+  };
+  // One NVTX range per phase while --profile is on (nothing otherwise).
+  auto mark = [&](const char* name) {
+    if (c.profile) backend::nvtx_push(name);
+  };
+  auto unmark = [&] {
+    if (c.profile) backend::nvtx_pop();
+  };
   // Megatron checks once before the first step ("to be very pedantic"): a load or an
   // initialisation that differs between replicas shows here.
   if (c.check_weight_hash_interval) check_weight_hashes();
@@ -458,8 +494,12 @@ TrainSummary Trainer::run() {
     const int64_t gbs = microbatches_->current_global_batch_size();
     const int64_t num_micro = microbatches_->num_microbatches();
 
+    if (profiled && progress_.iteration == c.profile_step_start) profiler(true);
+    const std::string iteration_mark = c.profile ? "iteration " + std::to_string(progress_.iteration + 1) : "";
+    mark(iteration_mark.c_str());
     if (straggler_) straggler_->begin_iteration();
     optimizer_->zero_grads();
+    mark("forward-backward");
     double iter_loss = 0.0;
     timers_->start("forward-backward", 1, world, l1_barrier);
     // Forward and backward of the micro-batches in the pipeline schedule's order (one stage:
@@ -524,6 +564,7 @@ TrainSummary Trainer::run() {
     timers_->stop("all-grads-sync");
     if (overlapped_grads_) reduce_layernorm_grads();
     timers_->stop("forward-backward");
+    unmark();
     const double local_loss = iter_loss;  // this rank's sum of micro-batch losses (last stage)
     // The loss of the global batch: this rank's micro-batch mean, averaged over DP.
     iter_loss = comm::all_reduce_scalar(*groups_->dp_cp, iter_loss, comm::ReduceOp::kSum) /
@@ -534,10 +575,12 @@ TrainSummary Trainer::run() {
              << model_->recording_failure() << "; its ops are issued one by one from now on\n";
       recording_failure_reported_ = true;
     }
+    mark("optimizer");
     timers_->start("optimizer", 1, world, l1_barrier);
     const StepResult step = optimizer_->step(static_cast<float>(scheduler_->lr()),
                                              static_cast<float>(scheduler_->weight_decay()));
     timers_->stop("optimizer");
+    unmark();
     if (straggler_) {
       straggler_->end_iteration(flops_per_sample * static_cast<double>(gbs) / static_cast<double>(c.world_size));
     }
@@ -560,6 +603,8 @@ TrainSummary Trainer::run() {
     progress_.consumed_train_samples += gbs;
     ++progress_.iteration;
     const int64_t iteration = progress_.iteration;
+    unmark();  // the iteration's range
+    if (profiled && iteration == c.profile_step_end) profiler(false);
     interval_tokens += static_cast<double>(gbs * c.model.seq_length);
 
     if (step.success) {

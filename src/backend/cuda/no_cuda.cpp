@@ -7,11 +7,16 @@
 #include "backend/device.h"
 #include "backend/gpu_telemetry.h"
 #include "backend/ops.h"
+#include "backend/profiler_marks.h"
 #include "core/error.h"
 
 namespace megatron::backend {
 
 bool built_with_cuda() { return false; }
+std::string cuda_profiler_start() { return "this build of megatron has no CUDA backend"; }
+std::string cuda_profiler_stop() { return "this build of megatron has no CUDA backend"; }
+void nvtx_push(const char*) {}
+void nvtx_pop() {}
 std::unique_ptr<TelemetrySampler> start_telemetry(int, int, std::string* why_not) {
   if (why_not != nullptr) *why_not = "this build of megatron has no CUDA backend";
   return nullptr;
