@@ -1,6 +1,7 @@
 #include "backend/gpu_telemetry.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -27,15 +28,15 @@ TelemetrySummary summarize_telemetry(std::span<const TelemetrySample> samples, d
   for (const TelemetrySample& s : samples) {
     clock.push_back(s.sm_clock_mhz);
     power.push_back(s.power_w);
-    temperature.push_back(s.temperature_c);
-    utilization.push_back(s.utilization_pct);
+    if (!std::isnan(s.temperature_c)) temperature.push_back(s.temperature_c);
+    if (!std::isnan(s.utilization_pct)) utilization.push_back(s.utilization_pct);
     power_capped += (s.reasons & (kReasonSwPowerCap | kReasonHwSlowdown | kReasonHwPowerBrake)) != 0;
     thermal_capped += (s.reasons & (kReasonSwThermal | kReasonHwThermal)) != 0;
   }
   t.sm_clock_median_mhz = median(std::move(clock));
   t.power_median_w = median(std::move(power));
-  t.temperature_median_c = median(std::move(temperature));
-  t.utilization_median_pct = median(std::move(utilization));
+  if (!temperature.empty()) t.temperature_median_c = median(std::move(temperature));
+  if (!utilization.empty()) t.utilization_median_pct = median(std::move(utilization));
   t.power_capped = static_cast<double>(power_capped) / static_cast<double>(samples.size());
   t.thermal_capped = static_cast<double>(thermal_capped) / static_cast<double>(samples.size());
   return t;

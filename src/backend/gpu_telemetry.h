@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -18,8 +19,9 @@ struct TelemetrySample {
   double sm_clock_mhz = 0.0;
   double power_w = 0.0;
   uint64_t reasons = 0;  // NVML clock event (throttle) reasons, bit mask
-  double temperature_c = 0.0;    // the GPU die
-  double utilization_pct = 0.0;  // of the last sample period NVML saw a kernel running
+  // Optional readings (NaN where this GPU or driver does not give them, e.g. utilisation under MIG).
+  double temperature_c = std::numeric_limits<double>::quiet_NaN();    // the GPU die
+  double utilization_pct = std::numeric_limits<double>::quiet_NaN();  // of NVML's last period, with a kernel running
 };
 
 // NVML's clock event reason bits that mean "held back by power" and "by heat".
@@ -34,8 +36,9 @@ struct TelemetrySummary {
   double power_limit_w = 0.0;     // the enforced limit
   double power_capped = 0.0;      // fraction of samples held back by power (SW cap, HW slowdown, power brake)
   double thermal_capped = 0.0;    // fraction held back by temperature
-  double temperature_median_c = 0.0;
-  double utilization_median_pct = 0.0;
+  // Medians over the samples that have the reading; NaN when none has.
+  double temperature_median_c = std::numeric_limits<double>::quiet_NaN();
+  double utilization_median_pct = std::numeric_limits<double>::quiet_NaN();
 };
 
 // The summary of `samples` (medians; fractions of samples with the reason bits), given the

@@ -151,6 +151,13 @@ int run_bench(const CommandArgs& argv_in) {
     }
     throw;
   }
+  if (env.rank == 0) {
+    // Flags of `megatron train`'s loop that the benchmark's own loop does not have.
+    for (const char* flag : {"--log-straggler", "--log-progress", "--check-weight-hash-across-dp-replicas-interval",
+                             "--profile", "--save", "--load"}) {
+      if (args.given(flag)) std::cerr << "warning: [" << flag << "] is a `megatron train` flag; bench ignores it\n";
+    }
+  }
   c.model.vocab_size = kGpt2Vocab;
   c.model.padded_vocab_size =
       train::padded_vocab_size(kGpt2Vocab, c.make_vocab_size_divisible_by, c.tensor_model_parallel_size);

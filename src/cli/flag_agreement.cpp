@@ -38,12 +38,53 @@ FlagDisagreement compare_flags_across_ranks(const Args& args, comm::Communicator
   FlagDisagreement out;
   const int64_t ranks = world.size(), me = world.rank();
   if (ranks == 1) return out;
-  std::vector<Args::Setting> compared = {{"the megatron.cpp version", "", true, MT_VERSION},
-                                         {"the command", "", true, args.command()}};
+  std::vector<Args::Setting> compared;
   for (Args::Setting& s : args.settings()) {
     if (!may_differ(s)) compared.push_back(std::move(s));
   }
   const size_t n = compared.size();
+  // First a fixed-size header, so that ranks of another build or command (whose flag lists, and
+  // so the lengths of the reductions below, differ) stop here instead of hanging: the version,
+  // the command and the number of flags compared, against rank 0's.
+  {
+    std::string names;
+    for (const Args::Setting& s : compared) names += s.name + " ";
+    const std::vector<std::pair<std::string, std::string>> header = {
+        {"the megatron.cpp version", MT_VERSION}, {"the command", args.command()}, {"the flag set", names}};
+    std::vector<double> h(header.size()), h0(header.size(), 0.0);
+    for (size_t i = 0; i < header.size(); ++i) h[i] = hash48(header[i].first, header[i].second);
+    if (me == 0) h0 = h;
+    world.all_reduce_host(std::span<double>(h0), comm::ReduceOp::kSum);
+    std::vector<double> count(header.size(), 0.0), first(header.size(), static_cast<double>(ranks));
+    for (size_t i = 0; i < header.size(); ++i) {
+      if (h[i] != h0[i]) {
+        count[i] = 1.0;
+        first[i] = static_cast<double>(me);
+      }
+    }
+    world.all_reduce_host(std::span<double>(count), comm::ReduceOp::kSum);
+    world.all_reduce_host(std::span<double>(first), comm::ReduceOp::kMin);
+    std::string what;
+    for (size_t i = 0; i < header.size(); ++i) {
+      if (count[i] == 0.0) continue;
+      out.any = true;
+      if (me == 0) {
+        what += str_cat(what.empty() ? "" : "; ", header[i].first, " differs on ", static_cast<int64_t>(count[i]),
+                        " of ", ranks, " ranks (rank ", static_cast<int64_t>(first[i]), " first)");
+      } else if (h[i] != h0[i]) {
+        what += str_cat(what.empty() ? "" : "; ", header[i].first, " differs from rank 0's");
+      }
+    }
+    if (out.any) {
+      if (me == 0) {
+        out.message = str_cat("the ranks do not run the same program: ", what, " (megatron.cpp ", MT_VERSION, " `",
+                              args.command(), "` here). Every rank must run the same build and command");
+      } else if (!what.empty()) {
+        out.message = str_cat("[rank ", me, "] ", what, ": megatron.cpp ", MT_VERSION, " `", args.command(), "` here");
+      }
+      return out;
+    }
+  }
   std::vector<double> mine(n), rank0(n, 0.0);
   for (size_t i = 0; i < n; ++i) mine[i] = hash48(compared[i].name, compared[i].value);
   if (me == 0) rank0 = mine;

@@ -2,7 +2,9 @@
 // builds a rank's flags from its node, an MPMD line with one flag missed, or a node with another
 // build would otherwise hang in a collective, crash in one, or (a different --lr on some ranks)
 // train replicas that silently drift apart. Before anything is allocated, the ranks compare a
-// 48-bit hash of each flag's value (and of the megatron.cpp version) over the world.
+// 48-bit hash of each flag's value over the world, after a fixed-size comparison of the
+// megatron.cpp version, the command and the set of flags (so that ranks of another build or
+// command stop with a message rather than hang in reductions of different lengths).
 //
 // Flags that name files and directories (metavar FILE, DIR or PATH: --data-path, --load,
 // --vocab-file, ...) may differ: nodes mount storage at different places. So may the launch's

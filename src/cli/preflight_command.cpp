@@ -197,7 +197,8 @@ int run_preflight(const CommandArgs& argv) {
     report.header = str_cat("preflight: ", w, " rank(s) on ", distinct.size(), " host(s), ",
                             gpu ? backend::cuda_device_name(device) : std::string("CPU"), ", TP ", sizes.tp, " x PP ",
                             sizes.pp, " x DP ", sizes.dp, ", ", iterations, " timed repetitions of each");
-    if (gpu && host_collectives(args) && w > 1) {
+    report.host_staged = gpu && host_collectives(args) && w > 1;
+    if (report.host_staged) {
       report.header += str_cat("\n(--distributed-backend ", args.get_string("--distributed-backend"),
                                ": collectives are staged through host memory, so their bandwidths are the staging's, "
                                "not the GPU links')");

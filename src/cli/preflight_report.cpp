@@ -52,11 +52,15 @@ std::vector<double> values_of(const PreflightRow& row) {
 
 }  // namespace
 
-std::string plan_link_flags(const PreflightReport& report) {
+std::string plan_link_flags(const PreflightReport& report, double tolerance) {
+  if (report.host_staged) return "";
   std::vector<double> within, across;
   for (const PreflightRow& row : report.rows) {
     if (!row.bus_bandwidth) continue;
-    for (const PreflightValue& v : row.values) (v.across_nodes ? across : within).push_back(v.value);
+    const double mid = median(values_of(row));
+    for (const PreflightValue& v : row.values) {
+      if (v.value >= (1.0 - tolerance) * mid) (v.across_nodes ? across : within).push_back(v.value);
+    }
   }
   std::string flags;
   if (!within.empty()) flags += " --intra-node-bandwidth " + fixed(median(within) / plan::kLinkEfficiency, 0);
@@ -97,8 +101,8 @@ std::string format_preflight(const PreflightReport& report, double tolerance, in
     text += str_cat(slow_lines.size(), " slow (more than ", pct, "% below the median):\n");
     for (const std::string& l : slow_lines) text += l + "\n";
   }
-  if (const std::string flags = plan_link_flags(report); !flags.empty()) {
-    text += str_cat("for `megatron plan`: ", flags, "  (median bus bandwidths over the planner's ",
+  if (const std::string flags = plan_link_flags(report, tolerance); !flags.empty()) {
+    text += str_cat("for `megatron plan`: ", flags, "  (median bus bandwidths, slow ones left out, over the planner's ",
                     fixed(plan::kLinkEfficiency, 2), " link efficiency)\n");
   }
   if (slow != nullptr) *slow = static_cast<int64_t>(slow_lines.size());

@@ -30,6 +30,7 @@ struct PreflightReport {
   std::string header;              // ranks, hosts, device, layout, iterations
   std::vector<std::string> hosts;  // by world rank
   std::vector<PreflightRow> rows;
+  bool host_staged = false;        // GPU collectives staged through host memory: no plan flags from them
 };
 
 // The report's text: per row the least value (its ranks and host), the median and the greatest;
@@ -39,8 +40,10 @@ struct PreflightReport {
 std::string format_preflight(const PreflightReport& report, double tolerance, int64_t* slow);
 
 // `megatron plan`'s --intra-node-bandwidth / --inter-node-bandwidth (nominal GB/s per GPU, one
-// direction) from the median bus bandwidth of the collectives within / across nodes, over the
-// planner's link efficiency (plan/comm_model.h); "" when neither was measured.
-std::string plan_link_flags(const PreflightReport& report);
+// direction) from the median bus bandwidth of the collectives within / across nodes, leaving out
+// the values more than `tolerance` below their row's median (a broken link describes that link,
+// not the cluster), over the planner's link efficiency (plan/comm_model.h); "" when neither was
+// measured or the collectives were host-staged.
+std::string plan_link_flags(const PreflightReport& report, double tolerance);
 
 }  // namespace megatron::cli

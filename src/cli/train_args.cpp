@@ -1081,6 +1081,11 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
   if (c.log_progress && !c.save && log != nullptr) {
     *log << "warning: --log-progress writes <--save>/progress.txt; without --save nothing is written\n";
   }
+  if (!c.log_straggler && log != nullptr) {
+    for (const char* flag : {"--disable-straggler-on-startup", "--straggler-ctrlr-port", "--straggler-minmax-count"}) {
+      if (args.given(flag)) *log << "warning: " << flag << " has no effect without --log-straggler\n";
+    }
+  }
   return c;
 }
 

@@ -92,8 +92,20 @@ class NcclCommunicator final : public Communicator {
 
   void all_reduce_host(std::span<double> values, ReduceOp op) override {
     blocking_stream();
-    for (size_t off = 0; off < values.size(); off += kScratchDoubles) {
-      const size_t n = std::min(values.size() - off, kScratchDoubles);
+    // The scratch grows to the largest request (up to kMaxScratchDoubles per round): gathered
+    // host tables (the straggler report's, all_gather_strings') go in one collective, not one
+    // per 64 values. Every rank sees the same sizes, so the rounds match.
+    if (values.size() > scratch_doubles_ && scratch_doubles_ < kMaxScratchDoubles) {
+      const size_t want = std::min(values.size(), kMaxScratchDoubles);
+      double* bigger = nullptr;
+      MT_NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      MT_NCCL_CUDA_CHECK(cudaMalloc(&bigger, want * sizeof(double)));
+      MT_NCCL_CUDA_CHECK(cudaFree(scratch_));
+      scratch_ = bigger;
+      scratch_doubles_ = want;
+    }
+    for (size_t off = 0; off < values.size(); off += scratch_doubles_) {
+      const size_t n = std::min(values.size() - off, scratch_doubles_);
       MT_NCCL_CUDA_CHECK(cudaMemcpyAsync(scratch_, values.data() + off, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
       MT_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, n, ncclFloat64, nccl_op(op), comm_, stream_));
       MT_NCCL_CUDA_CHECK(cudaMemcpyAsync(values.data() + off, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
@@ -376,6 +388,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   static constexpr size_t kScratchDoubles = 64;
+  static constexpr size_t kMaxScratchDoubles = size_t{1} << 20;  // 8 MiB
   static bool all_equal(std::span<const int64_t> counts) {
     for (int64_t c : counts) {
       if (c != counts[0]) return false;
@@ -403,7 +416,8 @@ class NcclCommunicator final : public Communicator {
   std::string name_;
   int64_t world_rank_;
   int64_t rank_ = 0, size_ = 1;
-  double* scratch_ = nullptr;  // [kScratchDoubles] for host-scalar reductions
+  double* scratch_ = nullptr;  // [scratch_doubles_] for host-value reductions
+  size_t scratch_doubles_ = kScratchDoubles;
 };
 
 }  // namespace

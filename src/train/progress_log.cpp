@@ -73,7 +73,8 @@ std::optional<ProgressStart> cumulative_start(const std::string& contents, int64
     } catch (const std::exception&) {
       continue;
     }
-    if ((f[3] == "Saved checkpoint" || f[3] == "Saving async checkpoint") && f.size() >= 8) {
+    // Megatron counts finished saves only: an async save's line is written when it starts.
+    if (f[3] == "Saved checkpoint" && f.size() >= 8) {
       if (const std::optional<std::string> v = field_value(f[7])) {
         try {
           latest_flops = std::stod(*v);

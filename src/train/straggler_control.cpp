@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <string>
 
 #include "core/error.h"
@@ -55,12 +56,16 @@ void StragglerControl::serve() {
 void StragglerControl::answer(int client) {
   const bool now_on = !on_.load();
   on_.store(now_on);
-  // The request (curl's GET): read until its blank line, for at most half a second.
+  // The request (curl's GET): read until its blank line, for at most one second in all (a slow
+  // client cannot hold the thread, and with it the destructor).
   std::string request;
   char buf[1024];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
     pollfd p{client, POLLIN, 0};
-    if (::poll(&p, 1, 500) <= 0) break;
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
     const ssize_t n = ::recv(client, buf, sizeof(buf), 0);
     if (n <= 0) break;
     request.append(buf, static_cast<size_t>(n));

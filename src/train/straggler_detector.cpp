@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <numeric>
@@ -44,7 +45,11 @@ std::string local_timestamp() {
 }
 
 // A gathered row: what one rank sends at a report.
-enum Field { kRequested, kIterations, kRtt, kBatch, kEtpt, kGpu, kPower, kTemperature, kUtilization, kClock, kFields };
+// (Missing readings travel as a flag and a 0, never NaN: the rows are summed.)
+enum Field {
+  kRequested, kIterations, kRtt, kBatch, kEtpt, kGpu, kPower, kClock,
+  kHasTemperature, kTemperature, kHasUtilization, kUtilization, kFields
+};
 
 }  // namespace
 
@@ -60,10 +65,12 @@ std::string format_straggler_report(const std::vector<StragglerRankStats>& ranks
   };
   auto all = [](const StragglerRankStats&) { return true; };
   auto gpu = [](const StragglerRankStats& s) { return s.gpu; };
+  auto has_temperature = [](const StragglerRankStats& s) { return s.gpu && !std::isnan(s.temperature_c); };
+  auto has_utilization = [](const StragglerRankStats& s) { return s.gpu && !std::isnan(s.utilization_pct); };
   pair("Rtt", "ms", [](const StragglerRankStats& s) { return s.rtt_ms; }, all);
   pair("Pwr", "W", [](const StragglerRankStats& s) { return s.power_w; }, gpu);
-  pair("Tmp", "C", [](const StragglerRankStats& s) { return s.temperature_c; }, gpu);
-  pair("Utl", "%", [](const StragglerRankStats& s) { return s.utilization_pct; }, gpu);
+  pair("Tmp", "C", [](const StragglerRankStats& s) { return s.temperature_c; }, has_temperature);
+  pair("Utl", "%", [](const StragglerRankStats& s) { return s.utilization_pct; }, has_utilization);
   pair("Clk", "MHz", [](const StragglerRankStats& s) { return s.sm_clock_mhz; }, gpu);
   pair("DRtt", "ms", [](const StragglerRankStats& s) { return s.batch_ms; }, all);
   pair("Etpt", "TF", [](const StragglerRankStats& s) { return s.etpt_tflops; }, all);
@@ -107,7 +114,7 @@ StragglerDetector::StragglerDetector(backend::Backend& backend, const StragglerO
       control_error_ = e.what();
     }
   }
-  if (cuda_device >= 0) gpu_ = backend::start_telemetry(cuda_device, 100, nullptr);
+  if (cuda_device >= 0) gpu_ = backend::start_telemetry(cuda_device, 100, &gpu_missing_);
   iteration_timer_ = backend::make_op_timer(backend_);
   comm_timer_ = backend::make_op_timer(backend_);
 }
@@ -123,11 +130,12 @@ std::string StragglerDetector::start_up_note() const {
                              ", rank 0 reports the slowest and fastest rank at every log interval");
   if (control_) {
     note += str_cat("; `curl ", host_name("<rank 0 host>"), ":", control_->port(), "` turns it ", on_ ? "off" : "on",
-                    " and back\n");
+                    " and back");
   } else {
-    note += str_cat("; it cannot be turned ", on_ ? "off" : "on", " while running: ", control_error_, "\n");
+    note += str_cat("; it cannot be turned ", on_ ? "off" : "on", " while running: ", control_error_);
   }
-  return note;
+  if (!gpu_missing_.empty()) note += str_cat("; no GPU readings on rank 0: ", gpu_missing_);
+  return note + "\n";
 }
 
 void StragglerDetector::begin_iteration() {
@@ -192,9 +200,15 @@ std::optional<std::string> StragglerDetector::report(comm::Communicator& world) 
     if (gpu.samples > 0) {
       row[kGpu] = 1.0;
       row[kPower] = gpu.power_median_w;
-      row[kTemperature] = gpu.temperature_median_c;
-      row[kUtilization] = gpu.utilization_median_pct;
       row[kClock] = gpu.sm_clock_median_mhz;
+      if (!std::isnan(gpu.temperature_median_c)) {
+        row[kHasTemperature] = 1.0;
+        row[kTemperature] = gpu.temperature_median_c;
+      }
+      if (!std::isnan(gpu.utilization_median_pct)) {
+        row[kHasUtilization] = 1.0;
+        row[kUtilization] = gpu.utilization_median_pct;
+      }
     }
   }
   iterations_ = 0;
@@ -216,9 +230,9 @@ std::optional<std::string> StragglerDetector::report(comm::Communicator& world) 
     s.etpt_tflops = t[kEtpt];
     s.gpu = t[kGpu] > 0.5;
     s.power_w = t[kPower];
-    s.temperature_c = t[kTemperature];
-    s.utilization_pct = t[kUtilization];
     s.sm_clock_mhz = t[kClock];
+    if (t[kHasTemperature] > 0.5) s.temperature_c = t[kTemperature];
+    if (t[kHasUtilization] > 0.5) s.utilization_pct = t[kUtilization];
   }
   if (timed) text = format_straggler_report(stats, hosts_, options_.minmax_count, local_timestamp());
   if (on_ != was_on) text += str_cat(" > straggler detector ", on_ ? "on" : "off", " from the next iteration\n");

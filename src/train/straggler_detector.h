@@ -21,8 +21,8 @@
 //         time in communication as its peers do, so it is named only for slowness between
 //         collectives, which is where a throttled GPU, a slow kernel or a loaded host shows.
 //   Pwr, Tmp, Utl, Clk   the GPU's power (W), temperature (C), utilisation (%) and SM clock
-//         (MHz), sampled through NVML every 100 ms (backend/gpu_telemetry.h); left out where no
-//         rank has them (CPU ranks, no NVML library).
+//         (MHz), sampled through NVML every 100 ms (backend/gpu_telemetry.h); each left out
+//         where no rank has it (CPU ranks, no NVML library, utilisation under MIG).
 //   DRtt  the time spent reading the iteration's micro-batches.
 //   Etpt  this rank's share of the iteration's model FLOPs (the log line's formula / world
 //         size) over its Rtt: the TFLOP/s it would reach if it never waited.
@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,8 +53,11 @@ struct StragglerRankStats {
   double rtt_ms = 0.0;
   double batch_ms = 0.0;
   double etpt_tflops = 0.0;
-  bool gpu = false;  // the four GPU readings exist
-  double power_w = 0.0, temperature_c = 0.0, utilization_pct = 0.0, sm_clock_mhz = 0.0;
+  bool gpu = false;  // the GPU was sampled: power and clock exist
+  double power_w = 0.0, sm_clock_mhz = 0.0;
+  // NaN where the GPU or driver does not give the reading (utilisation under MIG, ...).
+  double temperature_c = std::numeric_limits<double>::quiet_NaN();
+  double utilization_pct = std::numeric_limits<double>::quiet_NaN();
 };
 
 // The report of one interval: Megatron's line (after `timestamp`, "[YYYY-mm-dd HH:MM:SS]"),
@@ -105,6 +109,7 @@ class StragglerDetector final : public backend::RegionTimer {
   bool on_;
   std::unique_ptr<StragglerControl> control_;  // rank 0
   std::string control_error_;                  // why rank 0 has no control listener
+  std::string gpu_missing_;                    // why a GPU rank has no readings
   std::unique_ptr<backend::TelemetrySampler> gpu_;
   std::unique_ptr<backend::OpTimer> iteration_timer_, comm_timer_;
   bool in_iteration_ = false, in_region_ = false;

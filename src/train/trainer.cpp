@@ -279,6 +279,14 @@ void Trainer::append_progress(const std::string& text) {
 }
 
 void Trainer::check_weight_hashes() {
+  if (groups_->dp->size() == 1) {
+    // No replicas: nothing can differ (the DP size is the same on every rank: no rank waits).
+    if (!weight_hash_skip_reported_) {
+      *log0_ << ">>> Weight hashes: data-parallel size 1, no replicas to compare (no check)\n" << std::flush;
+      weight_hash_skip_reported_ = true;
+    }
+    return;
+  }
   optimizer_->grad_buffer().finish_param_gather();  // --overlap-param-gather: the values must have landed
   const auto t0 = Clock::now();
   const WeightHashCheck r = compare_weights_across_dp_replicas(model_->parameters(), backend_, *groups_->dp,
@@ -293,7 +301,8 @@ void Trainer::check_weight_hashes() {
   // exits first (mpirun ends the job at the first non-zero exit).
   if (!r.message.empty()) std::cerr << "error: " << r.message << '\n' << std::flush;
   std::this_thread::sleep_for(std::chrono::seconds(3));
-  throw_error("weights differ across data-parallel replicas (rank 0 says where)");
+  throw_error("[--check-weight-hash-across-dp-replicas-interval] weights differ across data-parallel replicas (rank 0 "
+              "says where)");
 }
 
 void Trainer::finish_pending_save(bool wait) {

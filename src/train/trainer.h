@@ -134,6 +134,7 @@ class Trainer {
   std::unique_ptr<MixedPrecisionOptimizer> optimizer_;
   bool overlapped_grads_ = false;  // --overlap-grad-reduce with the hooks installed
   bool recording_failure_reported_ = false;  // the warning on recorded work, printed once
+  bool weight_hash_skip_reported_ = false;   // --check-weight-hash... at DP 1, said once
   std::unique_ptr<OptimizerParamScheduler> scheduler_;
   std::unique_ptr<NumMicroBatchesCalculator> microbatches_;
   int64_t train_iters_ = 0;

@@ -7,7 +7,7 @@
 
 namespace megatron::train {
 
-uint64_t weight_hash48(std::span<const unsigned char> bytes) {
+uint64_t weight_hash64(std::span<const unsigned char> bytes) {
   uint64_t h = 0x243F6A8885A308D3ull ^ static_cast<uint64_t>(bytes.size());
   auto fold = [&h](uint64_t w) {
     h = (h ^ w) * 0x9E3779B97F4A7C15ull;
@@ -24,7 +24,7 @@ uint64_t weight_hash48(std::span<const unsigned char> bytes) {
     std::memcpy(&w, bytes.data() + i, bytes.size() - i);
     fold(w);
   }
-  return h & ((uint64_t{1} << 48) - 1);
+  return h;
 }
 
 WeightHashCheck compare_weights_across_dp_replicas(const model::ParameterSet& params, backend::Backend& backend,
@@ -32,18 +32,21 @@ WeightHashCheck compare_weights_across_dp_replicas(const model::ParameterSet& pa
                                                    int64_t iteration) {
   const std::vector<model::Parameter>& ps = params.params();
   const size_t n = ps.size();
-  std::vector<double> mine(n), dp_rank0(n, 0.0);
+  // Each hash as two 32-bit halves (exact in doubles).
+  std::vector<double> mine(2 * n), dp_rank0(2 * n, 0.0);
   for (size_t i = 0; i < n; ++i) {
     Tensor host = Tensor::cpu(ps[i].shape, ps[i].value.dtype());
     backend.copy(ps[i].value, host);
-    mine[i] = static_cast<double>(weight_hash48(
-        std::span<const unsigned char>(static_cast<const unsigned char*>(host.data()), static_cast<size_t>(host.nbytes()))));
+    const uint64_t h = weight_hash64(
+        std::span<const unsigned char>(static_cast<const unsigned char*>(host.data()), static_cast<size_t>(host.nbytes())));
+    mine[2 * i] = static_cast<double>(h >> 32);
+    mine[2 * i + 1] = static_cast<double>(h & 0xffffffffu);
   }
   if (dp.rank() == 0) dp_rank0 = mine;
   if (dp.size() > 1) dp.all_reduce_host(std::span<double>(dp_rank0), comm::ReduceOp::kSum);
   std::vector<std::string> differing;
   for (size_t i = 0; i < n; ++i) {
-    if (mine[i] != dp_rank0[i]) differing.push_back(ps[i].name);
+    if (mine[2 * i] != dp_rank0[2 * i] || mine[2 * i + 1] != dp_rank0[2 * i + 1]) differing.push_back(ps[i].name);
   }
   // Over the world: how many (rank, parameter) pairs differ, and the first rank with any.
   double counts[2] = {static_cast<double>(differing.size()), differing.empty() ? 0.0 : 1.0};
@@ -58,7 +61,8 @@ WeightHashCheck compare_weights_across_dp_replicas(const model::ParameterSet& pa
     std::string names;
     for (size_t i = 0; i < differing.size() && i < 5; ++i) names += (i > 0 ? ", " : "") + differing[i];
     if (differing.size() > 5) names += str_cat(" and ", differing.size() - 5, " more");
-    out.message = str_cat("[rank ", world.rank(), "] weights differ from data-parallel rank 0 of this replica group at ",
+    out.message = str_cat("[--check-weight-hash-across-dp-replicas-interval] rank ", world.rank(),
+                          ": weights differ from data-parallel rank 0 of this replica group at ",
                           "iteration ", iteration, ": ", names, " (", differing.size(), " of ", n, " parameters)");
   }
   if (world.rank() == 0) {

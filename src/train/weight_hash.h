@@ -7,9 +7,10 @@
 // data-parallel group's rank 0; any difference stops every rank, the differing ranks naming the
 // parameters.
 //
-// The hash: the parameter's bytes copied to the host, folded 8 bytes at a time with an odd
-// multiply and an xor-shift (each a bijection, so any change to a single word always changes the
-// hash; more changes collide with probability ~2^-48), kept to 48 bits to travel in a double.
+// The hash: the parameter's bytes copied to the host, folded 8 bytes at a time into 64 bits with
+// an odd multiply and an xor-shift (each step a bijection of the state, so a change to a single
+// word always changes the hash; more changes collide with probability ~2^-64), sent as two
+// 32-bit halves (exact in doubles).
 // Cost: one device-to-host copy of the stage's weights and a pass over them (~2.6 GB for 1.3B
 // bf16), hence the interval.
 #pragma once
@@ -24,8 +25,8 @@
 
 namespace megatron::train {
 
-// The 48-bit hash of `bytes` (exposed for tests).
-uint64_t weight_hash48(std::span<const unsigned char> bytes);
+// The 64-bit hash of `bytes` (exposed for tests).
+uint64_t weight_hash64(std::span<const unsigned char> bytes);
 
 struct WeightHashCheck {
   int64_t mismatches = 0;  // (rank, parameter) pairs that differ from their DP rank 0, over the world

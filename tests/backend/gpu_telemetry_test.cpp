@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <vector>
 
 namespace megatron::backend {
@@ -45,6 +47,13 @@ TEST(GpuTelemetry, SummaryTakesTheMedianTemperatureAndUtilization) {
   const TelemetrySummary t = summarize_telemetry(samples, 1980, 700);
   EXPECT_DOUBLE_EQ(t.temperature_median_c, (58.0 + 60.0) / 2);
   EXPECT_DOUBLE_EQ(t.utilization_median_pct, (88.0 + 97.0) / 2);
+  // Readings a GPU does not give (NaN) are left out; none at all: NaN.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<TelemetrySample> partial = {{1980, 300, 0, 41, nan}, {1800, 650, 0, nan, nan}, {1850, 640, 0, 60, nan}};
+  const TelemetrySummary p = summarize_telemetry(partial, 1980, 700);
+  EXPECT_DOUBLE_EQ(p.temperature_median_c, (41.0 + 60.0) / 2);
+  EXPECT_TRUE(std::isnan(p.utilization_median_pct));
+  EXPECT_DOUBLE_EQ(p.sm_clock_median_mhz, 1850);
 }
 
 TEST(GpuTelemetry, NoSamplesIsAnEmptySummary) {

@@ -3,6 +3,7 @@
 //    (--data-path, --load, ...) may differ; a different --seq-length on rank 2 and a switch only
 //    rank 1 gives are named by rank 0 with its value, the count and the first rank, and by
 //    each differing rank with its own value.
+//  - A rank running another command (another flag list) is named, not left hanging.
 //  - End to end: `megatron train` under mpirun's MPMD form with rank 1 at another --lr exits
 //    non-zero within seconds on both ranks, before any iteration, with both lines.
 #include "cli/flag_agreement.h"
@@ -58,6 +59,37 @@ TEST(FlagAgreement, RanksWithDifferentFlagsAreNamed) {
     EXPECT_EQ(d.message, "[rank 1] --fp16 is '1' here, unlike rank 0");
   } else {
     EXPECT_EQ(d.message, "[rank 2] --seq-length is '256' here, unlike rank 0");
+  }
+}
+
+// A rank running another command (so another flag set: reductions of another length) is
+// stopped by the fixed-size header comparison instead of hanging.
+TEST(FlagAgreement, ARankRunningAnotherCommandIsNamed) {
+  if (test::relaunch_under_mpirun(3)) return;
+  comm::MpiRuntime mpi;
+  auto world = mpi.world();
+  const int64_t me = world->rank();
+  const std::vector<std::string> base = {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4"};
+  Args other("bench");
+  declare_train_flags(other);
+  other.flag("--json", "one extra flag: a longer flag list");
+  other.parse(base);
+  const FlagDisagreement d = compare_flags_across_ranks(me == 2 ? other : train_args(base), *world);
+  EXPECT_TRUE(d.any);
+  if (me == 0) {
+    EXPECT_EQ(d.message.rfind("the ranks do not run the same program: the command differs on 1 of 3 ranks (rank 2 "
+                              "first); the flag set differs on 1 of 3 ranks (rank 2 first) (megatron.cpp ",
+                              0),
+              0u)
+        << d.message;
+    EXPECT_NE(d.message.find(" `train` here). Every rank must run the same build and command"), std::string::npos)
+        << d.message;
+  } else if (me == 2) {
+    EXPECT_EQ(d.message.rfind("[rank 2] the command differs from rank 0's; the flag set differs from rank 0's: ", 0), 0u)
+        << d.message;
+    EXPECT_NE(d.message.find(" `bench` here"), std::string::npos) << d.message;
+  } else {
+    EXPECT_EQ(d.message, "");
   }
 }
 

@@ -1,6 +1,7 @@
 // cli/preflight_report: the report's rows (least value with its ranks and hosts, median,
 // greatest), the values more than the tolerance below their median, and `megatron plan`'s link
-// flags from the median bus bandwidths within and across nodes over the planner's efficiency.
+// flags from the median bus bandwidths within and across nodes over the planner's efficiency,
+// slow values left out, none from host-staged collectives.
 #include "cli/preflight_report.h"
 
 #include <gtest/gtest.h>
@@ -32,8 +33,10 @@ TEST(PreflightReport, NamesTheSlowAndSuggestsThePlanFlags) {
             "2 slow (more than 10% below the median):\n"
             "  rank 2 on b: GEMM bf16 560.0 TFLOP/s, 19.4% below the median\n"
             "  ranks 1,3 on a,b: all_reduce [dp] 0.0421 GB/s, 99.8% below the median\n"
-            "for `megatron plan`: --intra-node-bandwidth 445 --inter-node-bandwidth 25  (median bus bandwidths over "
-            "the planner's 0.80 link efficiency)\n");
+            "for `megatron plan`: --intra-node-bandwidth 445 --inter-node-bandwidth 50  (median bus bandwidths, slow "
+            "ones left out, over the planner's 0.80 link efficiency)\n");
+  // The 0.0421 GB/s link is left out of the suggestion (50 = 40 / 0.8), unless nothing is slow.
+  EXPECT_EQ(plan_link_flags(four_ranks_two_nodes(), 1.0), "--intra-node-bandwidth 445 --inter-node-bandwidth 25");
 }
 
 TEST(PreflightReport, NothingSlowWithinTheTolerance) {
@@ -45,7 +48,11 @@ TEST(PreflightReport, NothingSlowWithinTheTolerance) {
   one.header = "h";
   one.hosts = {"a"};
   one.rows.push_back({"GEMM fp32", "TFLOP/s", false, {{{0}, 0.0521}}});
-  EXPECT_EQ(plan_link_flags(one), "");
+  EXPECT_EQ(plan_link_flags(one, 0.1), "");
+  PreflightReport staged = four_ranks_two_nodes();
+  staged.host_staged = true;  // MPI through host memory: no link to report
+  EXPECT_EQ(plan_link_flags(staged, 0.1), "");
+  EXPECT_EQ(format_preflight(staged, 0.1, nullptr).find("megatron plan"), std::string::npos);
   EXPECT_EQ(format_preflight(one, 0.1, nullptr),
             "h\n  GEMM fp32  min 0.0521 TFLOP/s (rank 0 on a)  median 0.0521  max 0.0521  [1 value]\n"
             "every rank and group within 10% of its median\n");

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <limits>
 #include <regex>
 #include <string>
 #include <thread>
@@ -74,6 +75,13 @@ TEST(StragglerReport, GpuFieldsOnlyFromRanksThatHaveThem) {
   const std::vector<StragglerRankStats> mixed = {stats(10.0, 1.0, 2.0), with_gpu(stats(10.0, 1.0, 2.0), 300, 40, 50, 1500)};
   const std::string m = format_straggler_report(mixed, {"h0", "h1"}, 1, "[t]");
   EXPECT_NE(m.find("MnPwr/Rnk: 300.00W/1 | MxPwr/Rnk: 300.00W/1"), std::string::npos) << m;
+  // A GPU without a utilisation reading (MIG): no Utl fields rather than a made-up 0%.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<StragglerRankStats> mig = {with_gpu(stats(10.0, 1.0, 2.0), 300, 40, nan, 1500),
+                                               with_gpu(stats(11.0, 1.0, 2.0), 310, 45, nan, 1490)};
+  const std::string g = format_straggler_report(mig, {"h0", "h1"}, 1, "[t]");
+  EXPECT_EQ(g.find("Utl"), std::string::npos) << g;
+  EXPECT_NE(g.find("MnTmp/Rnk: 40.00C/0 | MxTmp/Rnk: 45.00C/1 | MnClk/Rnk: 1490.00MHz/1"), std::string::npos) << g;
   EXPECT_NE(m.find("slowest: rank 0 on h0, 0.0% over the fastest"), std::string::npos) << m;
 }
 
