@@ -2,7 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
-#include <iostream>
+#include <cstdio>
 #include <thread>
 #include <span>
 #include <vector>
@@ -130,7 +130,8 @@ bool flags_agree_across_ranks(const Args& args, comm::Communicator& world) {
   const FlagDisagreement d = compare_flags_across_ranks(args, world);
   if (!d.any) return true;
   if (world.rank() == 0) throw_error(d.message);
-  if (!d.message.empty()) std::cerr << "error: " << d.message << '\n' << std::flush;
+  // One write, so that the line does not interleave with rank 0's on a shared stderr.
+  if (!d.message.empty()) std::fputs(str_cat("error: ", d.message, "\n").c_str(), stderr);
   std::this_thread::sleep_for(std::chrono::seconds(3));
   return false;
 }

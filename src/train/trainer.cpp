@@ -299,7 +299,7 @@ void Trainer::check_weight_hashes() {
   if (groups_->rank() == 0) throw_error(r.message);
   // Rank 0 names the count and the first rank; a differing rank adds its parameters. Rank 0
   // exits first (mpirun ends the job at the first non-zero exit).
-  if (!r.message.empty()) std::cerr << "error: " << r.message << '\n' << std::flush;
+  if (!r.message.empty()) std::fputs(str_cat("error: ", r.message, "\n").c_str(), stderr);  // one write
   std::this_thread::sleep_for(std::chrono::seconds(3));
   throw_error("[--check-weight-hash-across-dp-replicas-interval] weights differ across data-parallel replicas (rank 0 "
               "says where)");
