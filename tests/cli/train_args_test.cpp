@@ -479,6 +479,24 @@ TEST(TrainArgs, StragglerFlags) {
   EXPECT_ERROR_NAMES(with(base_args(), {"--straggler-minmax-count", "0"}), "--straggler-minmax-count");
 }
 
+TEST(TrainArgs, ProfileFlags) {
+  const TrainConfig d = parse(base_args());  // Megatron's defaults
+  EXPECT_FALSE(d.profile);
+  EXPECT_EQ(d.profile_step_start, 10);
+  EXPECT_EQ(d.profile_step_end, 12);
+  EXPECT_EQ(d.profile_ranks, (std::vector<int64_t>{0}));
+  const TrainConfig c = parse(with(base_args(), {"--profile", "--profile-step-start", "3", "--profile-step-end", "5",
+                                                 "--profile-ranks", "0", "7"}));
+  EXPECT_TRUE(c.profile);
+  EXPECT_EQ(c.profile_step_start, 3);
+  EXPECT_EQ(c.profile_step_end, 5);
+  EXPECT_EQ(c.profile_ranks, (std::vector<int64_t>{0, 7}));
+  EXPECT_ERROR_NAMES(with(base_args(), {"--profile", "--profile-step-start", "5", "--profile-step-end", "5"}),
+                     "--profile-step-end]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--profile-ranks", "-1"}), "--profile-ranks]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--use-pytorch-profiler"}), "--use-pytorch-profiler]");
+}
+
 TEST(TrainArgs, WeightHashCheckInterval) {
   EXPECT_FALSE(parse(base_args()).check_weight_hash_interval.has_value());
   EXPECT_EQ(parse(with(base_args(), {"--check-weight-hash-across-dp-replicas-interval", "100"})).check_weight_hash_interval,

@@ -238,6 +238,24 @@ TEST(TrainCommand, MockDataTrainsWithoutADataset) {
   EXPECT_NE(status, 0);
 }
 
+// --profile on the CPU backend: NVTX ranges only (said at start-up), the run unchanged; a
+// --profile-ranks rank outside the world is one line before the first step.
+TEST(TrainCommand, ProfileOnTheCpuSaysWhatItCaptures) {
+  const std::string common = "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+                             "--micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --train-iters 3 --log-interval 1 "
+                             "--eval-iters 0 --mock-data --tokenizer-type NullTokenizer --vocab-size 50000 --device cpu "
+                             "--profile --profile-step-start 1 --profile-step-end 2";
+  int status = 0;
+  std::string out = train(common, &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(" > --profile: no CUDA profiler on the CPU backend; NVTX ranges only"), std::string::npos) << out;
+  EXPECT_NE(out.find(" iteration        3/       3 |"), std::string::npos) << out;
+  out = train(common + " --profile-ranks 0 3", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("error: [--profile-ranks] rank 3 is not in the world of 1 ranks"), std::string::npos) << out;
+  EXPECT_EQ(out.find(" iteration        1/"), std::string::npos) << "no step before the error: " << out;
+}
+
 // Megatron's NullTokenizer: --vocab-size N gives N + 1 ids (the EOD is N), padded as usual; ids
 // of the data beyond the padded vocabulary stop the run with a line naming the flag.
 TEST(TrainCommand, NullTokenizerTakesItsVocabularyFromVocabSize) {
