@@ -280,7 +280,9 @@ TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
   EXPECT_EQ(error_of(with(base_args(), {"--ckpt-format", "torch"})),
             "[--ckpt-format] is not supported yet (checkpoints use one format: safetensors + metadata.json "
             "(--save/--load))");
-  EXPECT_EQ(error_of(with(base_args(), {"--profile"})), "[--profile] is not supported yet (profiler hooks)");
+  EXPECT_EQ(error_of(with(base_args(), {"--use-pytorch-profiler"})),
+            "[--use-pytorch-profiler] is not supported yet (no PyTorch here: --profile starts and stops the CUDA "
+            "profiler (nsys) instead)");
   for (const char* flag : {"--swiglu", "--data-impl", "--tokenizer-type"}) {
     Argv a = base_args();
     a.push_back(flag);
