@@ -12,6 +12,7 @@
 #   VOCAB MERGES   GPT-2 vocab.json / merges.txt
 #   MEGATRON       the binary (default: megatron on PATH)
 #   EXTRA_ARGS     appended verbatim (e.g. --dry-run)
+#   PREFLIGHT=0    skip `megatron preflight` before the run; PREFLIGHT_TOLERANCE (default 0.1)
 #   MEGATRON_PRINT_ARGS=1  print the megatron command, one argument per line, and exit
 set -euo pipefail
 
@@ -36,5 +37,12 @@ args+=(${EXTRA_ARGS:-})
 if [[ "${MEGATRON_PRINT_ARGS:-0}" == 1 ]]; then
   printf '%s\n' "$MEGATRON" "${args[@]}"
   exit 0
+fi
+# First every GPU and every link of this layout is measured (`megatron preflight`, ~10 s): a GPU
+# or link more than PREFLIGHT_TOLERANCE below the others stops the job here (exit 1, srun
+# --kill-on-bad-exit), named with its node, instead of slowing every rank of the run.
+if [[ "${PREFLIGHT:-1}" == 1 ]]; then
+  "$MEGATRON" preflight --tensor-model-parallel-size "$TP" --pipeline-model-parallel-size "$PP" \
+    --tolerance "${PREFLIGHT_TOLERANCE:-0.1}"
 fi
 exec "$MEGATRON" "${args[@]}"

@@ -25,6 +25,15 @@ for name in ("nlp_benchmark.sh", "nlp_benchmark_13b.sbatch", "nlp_benchmark_175b
     r = subprocess.run(["bash", "-n", os.path.join(DIR, name)], capture_output=True, text=True)
     check(r.returncode == 0, f"bash -n {name}: {r.stderr}")
 
+rank_script = open(os.path.join(DIR, "nlp_benchmark.sh")).read()
+check('"$MEGATRON" preflight --tensor-model-parallel-size "$TP" --pipeline-model-parallel-size "$PP"' in rank_script
+      and 'PREFLIGHT:-1' in rank_script, "the rank script runs megatron preflight on the job's layout first")
+# The preflight line itself parses and runs: one CPU rank of the layout TP = PP = 1.
+r = subprocess.run([BIN, "preflight", "--device", "cpu", "--tensor-model-parallel-size", "1",
+                    "--pipeline-model-parallel-size", "1", "--tolerance", "0.1", "--iterations", "2"],
+                   capture_output=True, text=True)
+check(r.returncode == 0 and "GEMM fp32" in r.stdout, f"megatron preflight runs: {r.stdout[-300:]}{r.stderr}")
+
 for sbatch, model in (("nlp_benchmark_175b.sbatch", "gpt3-175b"), ("nlp_benchmark_13b.sbatch", "gpt3-13b")):
     text = open(os.path.join(DIR, sbatch)).read()
     check(f"export MODEL={model}" in text, f"{sbatch} sets MODEL={model}")
