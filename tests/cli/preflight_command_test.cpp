@@ -10,6 +10,7 @@
 
 #include "comm/mpirun.h"
 #include "core/host_name.h"
+#include "support/held_back_rank.h"
 #include "support/paths.h"
 
 namespace megatron::cli {
@@ -34,13 +35,8 @@ TEST(PreflightCommand, MeasuresEveryGroupOfTheLayout) {
 TEST(PreflightCommand, NamesAHeldBackRank) {
   const std::vector<std::string> flags = {test::megatron_binary(), "preflight", "--device", "cpu", "--gemm-size", "384",
                                           "--iterations", "40", "--tolerance", "0.4"};
-  std::vector<std::string> cmd = comm::local_mpirun_command(1, flags);
-  cmd.insert(cmd.end(), {":", "-np", "1", "bash", "-c",
-                         "\"$@\" & p=$!; (while kill -0 $p 2>/dev/null; do sleep 0.02; kill -STOP $p 2>/dev/null; "
-                         "sleep 0.08; kill -CONT $p 2>/dev/null; done) & wait $p",
-                         "bash"});
-  cmd.insert(cmd.end(), flags.begin(), flags.end());
-  const test::CommandResult r = test::run_command("timeout 120 " + comm::shell_join(cmd), /*capture_stderr=*/true);
+  const test::CommandResult r =
+      test::run_command(test::held_back_rank1_command(flags, 0.02, 0.08, 120), /*capture_stderr=*/true);
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("  rank 1 on " + host_name("unknown") + ": GEMM fp32 384 x 384 x 384 "), std::string::npos)
       << r.output;

@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "backend/ops.h"
-#include "comm/mpirun.h"
 #include "comm/self_communicator.h"
 #include "core/host_name.h"
+#include "support/held_back_rank.h"
 #include "support/parity_runs.h"
 #include "support/paths.h"
 #include "support/walk_corpus.h"
@@ -248,14 +248,8 @@ TEST(StragglerDetector, NamesTheRankThatIsHeldBack) {
       test::tiny_train_flags(dir, 2, "0"),
       {"--train-iters", "24", "--log-interval", "8", "--log-straggler", "--straggler-ctrlr-port", "0",
        "--straggler-minmax-count", "2"});
-  std::vector<std::string> cmd = comm::local_mpirun_command(1, flags);
-  cmd.insert(cmd.end(), {":", "-np", "1", "bash", "-c",
-                         "\"$@\" & p=$!; "
-                         "(while kill -0 $p 2>/dev/null; do sleep 0.02; kill -STOP $p 2>/dev/null; sleep 0.06; "
-                         "kill -CONT $p 2>/dev/null; done) & wait $p",
-                         "bash"});
-  cmd.insert(cmd.end(), flags.begin(), flags.end());
-  const test::CommandResult r = test::run_command("timeout 300 " + comm::shell_join(cmd), /*capture_stderr=*/true);
+  const test::CommandResult r =
+      test::run_command(test::held_back_rank1_command(flags, 0.02, 0.06, 300), /*capture_stderr=*/true);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find(" > straggler detector (--log-straggler): on"), std::string::npos) << r.output;
   const std::regex line(R"(\| MnRtt/Rnk: ([0-9.]+)ms/(\d) \| MxRtt/Rnk: ([0-9.]+)ms/(\d) \|.*\| slowest: rank (\d) on )");
