@@ -74,7 +74,8 @@ int run_preflight(const CommandArgs& argv) {
       .option("--copy-size-mb", "M", "the copied buffer in MiB (default 1024 on a GPU, 32 on the CPU)")
       .option("--message-size-mb", "M", "each collective's buffer in MiB, fp32 (default 256 on a GPU, 8 on the CPU)")
       .option("--iterations", "N", "timed repetitions of each measurement", "10")
-      .option("--tolerance", "F", "values more than F (a fraction) below their median are slow: exit status 1", "0.1");
+      .option("--tolerance", "F", "values more than F (a fraction) below their median are slow: exit status 1", "0.1")
+      .flag("--json", "print the report as one JSON object (on rank 0) instead of the table");
   if (!args.parse(argv)) {
     std::cout << args.usage();
     return 0;
@@ -94,7 +95,8 @@ int run_preflight(const CommandArgs& argv) {
   if (!(timeout_minutes > 0)) throw_error("[--distributed-timeout-minutes] must be positive, got ", timeout_minutes);
 
   std::ostream null_stream(nullptr);
-  std::ostream& log0 = env.rank == 0 ? std::cout : null_stream;
+  // With --json stdout holds the JSON object alone: the device line goes to stderr.
+  std::ostream& log0 = env.rank != 0 ? null_stream : args.get_flag("--json") ? std::cerr : std::cout;
   const int device = static_cast<int>(cuda_device_for_rank(args, env.local_rank));
   std::unique_ptr<backend::Backend> be = make_backend(args, log0, device);
   const bool gpu = be->device() == Device::kCUDA;
@@ -226,7 +228,8 @@ int run_preflight(const CommandArgs& argv) {
       }
       report.rows.push_back(row);
     }
-    std::cout << format_preflight(report, tolerance, &slow) << std::flush;
+    const std::string table = format_preflight(report, tolerance, &slow);
+    std::cout << (args.get_flag("--json") ? preflight_json(report, tolerance) : table) << std::flush;
   }
   const double any_slow = comm::all_reduce_scalar(world, static_cast<double>(slow), comm::ReduceOp::kMax);
   return any_slow > 0 ? 1 : 0;

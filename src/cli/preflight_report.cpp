@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/json_writer.h"
 #include "plan/comm_model.h"
 
 namespace megatron::cli {
@@ -107,6 +108,50 @@ std::string format_preflight(const PreflightReport& report, double tolerance, in
   }
   if (slow != nullptr) *slow = static_cast<int64_t>(slow_lines.size());
   return text;
+}
+
+std::string preflight_json(const PreflightReport& report, double tolerance) {
+  JsonWriter w(0);
+  w.begin_object();
+  w.key("header").value(report.header);
+  w.key("tolerance").value(tolerance);
+  int64_t slow = 0;
+  w.key("rows").begin_array();
+  for (const PreflightRow& row : report.rows) {
+    const std::vector<double> values = values_of(row);
+    const double mid = median(values);
+    w.begin_object();
+    w.key("what").value(row.what);
+    w.key("unit").value(row.unit);
+    w.key("bus_bandwidth").value(row.bus_bandwidth);
+    if (!values.empty()) {
+      w.key("min").value(*std::min_element(values.begin(), values.end()));
+      w.key("median").value(mid);
+      w.key("max").value(*std::max_element(values.begin(), values.end()));
+    }
+    w.key("values").begin_array();
+    for (const PreflightValue& v : row.values) {
+      const bool is_slow = v.value < (1.0 - tolerance) * mid;
+      slow += is_slow ? 1 : 0;
+      w.begin_object();
+      w.key("ranks").begin_array();
+      for (int64_t r : v.ranks) w.value(r);
+      w.end_array();
+      w.key("hosts").begin_array();
+      for (int64_t r : v.ranks) w.value(report.hosts.at(static_cast<size_t>(r)));
+      w.end_array();
+      w.key("value").value(v.value);
+      w.key("slow").value(is_slow);
+      w.end_object();
+    }
+    w.end_array();
+    w.end_object();
+  }
+  w.end_array();
+  w.key("slow").value(slow);
+  w.key("plan_flags").value(plan_link_flags(report, tolerance));
+  w.end_object();
+  return w.take() + "\n";
 }
 
 }  // namespace megatron::cli

@@ -39,6 +39,12 @@ struct PreflightReport {
 // such values.
 std::string format_preflight(const PreflightReport& report, double tolerance, int64_t* slow);
 
+// The same as one JSON object (`megatron preflight --json`, for a cluster's health checks):
+//   {"header": ..., "tolerance": 0.1, "slow": N, "plan_flags": "...",
+//    "rows": [{"what": ..., "unit": ..., "bus_bandwidth": bool, "min": x, "median": x, "max": x,
+//              "values": [{"ranks": [...], "hosts": [...], "value": x, "slow": bool}, ...]}, ...]}
+std::string preflight_json(const PreflightReport& report, double tolerance);
+
 // `megatron plan`'s --intra-node-bandwidth / --inter-node-bandwidth (nominal GB/s per GPU, one
 // direction) from the median bus bandwidth of the collectives within / across nodes, leaving out
 // the values more than `tolerance` below their row's median (a broken link describes that link,

@@ -43,6 +43,23 @@ TEST(PreflightCommand, NamesAHeldBackRank) {
   EXPECT_EQ(r.output.find("  rank 0 on "), std::string::npos) << "rank 0 ran at full speed: " << r.output;
 }
 
+// --json: stdout is one JSON object that Python's json module reads (the device line on stderr).
+TEST(PreflightCommand, JsonIsOneObjectOnStdout) {
+  const std::string dir = test::scratch_dir("preflight_json");
+  const test::CommandResult r = test::run_command(
+      comm::shell_join({test::megatron_binary(), "preflight", "--device", "cpu", "--iterations", "2", "--tolerance", "1",
+                        "--json"}) +
+          " > " + dir + "/out.json",
+      false);
+  ASSERT_EQ(r.status, 0);
+  const test::CommandResult py = test::run_command(
+      "python3 -c \"import json,sys; d=json.load(open('" + dir +
+          "/out.json')); print(d['slow'], [r['what'] for r in d['rows']], d['rows'][0]['values'][0]['ranks'])\"",
+      true);
+  EXPECT_EQ(py.status, 0) << py.output;
+  EXPECT_EQ(py.output, "0 ['GEMM fp32 256 x 256 x 256', 'device copy 32 MiB'] [0]\n");
+}
+
 TEST(PreflightCommand, BadFlagsAreOneLine) {
   const test::CommandResult r = test::run_command(
       comm::shell_join({test::megatron_binary(), "preflight", "--device", "cpu", "--tolerance", "2"}), true);
