@@ -13,6 +13,7 @@
 #include "comm/rank_layout.h"
 #include "core/error.h"
 #include "data/dataset_config.h"
+#include "plan/gpu_spec.h"
 #include "train/checkpoint_io.h"
 #include "train/checkpoint_metadata.h"
 #include "train/timers.h"
@@ -438,7 +439,10 @@ void declare_supported_flags(Args& a) {
       .option("--exit-interval", "N", "exit when the iteration is a multiple of N")
       .option("--exit-duration-in-mins", "M", "exit after M minutes")
       .option("--save-interval", "N", "iterations between checkpoints (with --save)")
-      .flag("--dry-run", "print the configuration and memory plan, then exit");
+      .flag("--dry-run", "print the configuration and memory plan, then exit")
+      .option("--gpu", "NAME",
+              "the GPU kind megatron plan's prediction, printed before the first step, is for (" + plan::gpu_names() +
+                  "; default: this CUDA device's kind; needed with --dry-run)");
   // Checkpoints (train/checkpoint.h).
   a.option("--save", "DIR", "save checkpoints to DIR (DIR/iter_0000100/, latest_checkpointed_iteration.txt)")
       .option("--load", "DIR", "resume from the latest checkpoint in DIR")

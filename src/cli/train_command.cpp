@@ -14,12 +14,14 @@
 #include "cli/flag_agreement.h"
 #include "cli/host_memory.h"
 #include "cli/train_args.h"
+#include "cli/train_prediction.h"
 #include "comm/launch.h"
 #include "comm/launch_env.h"
 #include "comm/process_groups.h"
 #include "core/error.h"
 #include "data/tokenizer/gpt2_bpe_tokenizer.h"
 #include "model/memory_plan.h"
+#include "plan/gpu_spec.h"
 #include "plan/nccl_memory.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -28,8 +30,17 @@
 #include "train/trainer.h"
 
 namespace megatron::cli {
-
 namespace {
+
+// predicted_speed_line, or why there is none (a layout the planner does not model).
+std::string prediction_line(const train::TrainConfig& config, const plan::GpuSpec& gpu, int64_t gpus_per_node) {
+  try {
+    return predicted_speed_line(config, gpu, gpus_per_node);
+  } catch (const Error& e) {
+    return str_cat(" > no prediction by megatron plan for ", gpu.name, ": ", e.what(), "\n");
+  }
+}
+
 // GPT-2's vocabulary size, used by --dry-run when no --vocab-file is given.
 constexpr int64_t kGpt2VocabSize = 50257;
 
@@ -129,6 +140,7 @@ int run_train(const CommandArgs& argv) {
       }
     }
     log0 << train::flops_formula_text(config.model, config.global_batch_size, config.flops_convention);
+    if (args.given("--gpu")) log0 << prediction_line(config, plan::find_gpu(args.get_string("--gpu")), per_node);
     if (config.save) log0 << save_memory_line(config);
     return 0;
   }
@@ -138,6 +150,19 @@ int run_train(const CommandArgs& argv) {
   }
 
   std::unique_ptr<backend::Backend> backend = make_backend(args, log0, cuda_device_for_rank(args, env.local_rank));
+  {
+    // How fast the run should go, before it goes: megatron plan's prediction for this layout on
+    // --gpu, else on this CUDA device's kind when the planner knows it.
+    std::optional<std::string> gpu;
+    if (args.given("--gpu")) {
+      gpu = args.get_string("--gpu");
+    } else if (backend->device() == Device::kCUDA) {
+      gpu = plan::gpu_for_device_name(backend::cuda_device_name(static_cast<int>(cuda_device_for_rank(args, env.local_rank))));
+    }
+    if (gpu) {
+      log0 << prediction_line(config, plan::find_gpu(*gpu), comm::ranks_per_node(comm::process_environment(), env.world_size));
+    }
+  }
   log0 << host_collectives_note(args, comm::ranks_per_node(comm::process_environment(), env.world_size));
   // The connection to the other ranks outlives the groups split from it.
   comm::RankConnection connection = comm::connect_ranks(

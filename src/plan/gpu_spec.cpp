@@ -35,4 +35,15 @@ const GpuSpec& find_gpu(const std::string& name) {
   throw_error("[--gpu] unknown GPU '", name, "' (choose from ", gpu_names(), ")");
 }
 
+std::optional<std::string> gpu_for_device_name(const std::string& n) {
+  auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
+  if (has("H200")) return "h200-141gb";
+  if (has("H100") && (has("HBM3") || has("SXM"))) return "h100-80gb";
+  if (has("A100") && has("80GB")) return "a100-80gb";
+  if (has("A100") && has("40GB")) return "a100-40gb";
+  if (has("V100") && has("32GB")) return "v100-32gb";
+  if (has("V100") && has("16GB")) return "v100-16gb";
+  return std::nullopt;
+}
+
 }  // namespace megatron::plan

@@ -238,6 +238,46 @@ TEST(TrainCommand, MockDataTrainsWithoutADataset) {
   EXPECT_NE(status, 0);
 }
 
+// Before the first step (here with --dry-run) train prints megatron plan's prediction for its
+// exact layout on --gpu: the same iteration time and tokens/s as `megatron plan --json` for
+// those flags (TP2 x PP2 x DP2 of gpt3-1.3b on 8 H100s of one node); a GPU kind the planner does
+// not know is one line naming --gpu.
+TEST(TrainCommand, PrintsThePlannersPredictionBeforeTheFirstStep) {
+  const std::string layout = "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 2 "
+                             "--global-batch-size 64";
+  int status = 0;
+  // Rank 0 of 8 on one node, as torchrun would start it (a dry run connects to nobody); with
+  // megatron plan's default overlaps, and without them.
+  auto run = [&](const std::string& overlaps) {
+    const test::CommandResult r = test::run_command(
+        "env WORLD_SIZE=8 RANK=0 LOCAL_RANK=0 LOCAL_WORLD_SIZE=8 " + test::megatron_binary() + " train --model gpt3-1.3b " +
+            layout + " --sequence-parallel --use-distributed-optimizer " + overlaps +
+            " --bf16 --attention-dropout 0 --hidden-dropout 0 --lr 1e-4 --train-iters 10 --dry-run --gpu h100-80gb",
+        true);
+    EXPECT_EQ(r.status, 0) << r.output;
+    return r.output;
+  };
+  const std::regex line(R"( > predicted by megatron plan for h100-80gb \(1 node\(s\) x 8 GPU\(s\)\): ([0-9.]+) ms per iteration, ([0-9]+) tokens/s, [0-9.]+ TFLOP/s/GPU, report time [0-9.]+ s; fits \()");
+  const std::string out = run("--overlap-grad-reduce --overlap-param-gather"), serial_out = run("");
+  std::smatch m, serial;
+  ASSERT_TRUE(std::regex_search(out, m, line)) << out;
+  ASSERT_TRUE(std::regex_search(serial_out, serial, line)) << serial_out;
+  EXPECT_GT(std::stod(serial[1]), std::stod(m[1])) << "the run's overlaps count: " << serial_out;
+  const test::CommandResult plan = test::run_command(
+      test::megatron_binary() + " plan --model gpt3-1.3b --gpu h100-80gb --gpus-per-node 8 --nodes 1 " + layout +
+          " --sequence-parallel --use-distributed-optimizer --json",
+      true);
+  ASSERT_EQ(plan.status, 0) << plan.output;
+  std::smatch s, t;
+  ASSERT_TRUE(std::regex_search(plan.output, s, std::regex(R"("seconds_per_iteration": ([0-9.e-]+))"))) << plan.output;
+  ASSERT_TRUE(std::regex_search(plan.output, t, std::regex(R"("tokens_per_s": ([0-9.e+]+))"))) << plan.output;
+  EXPECT_NEAR(std::stod(m[1]), 1e3 * std::stod(s[1]), 0.051) << out;
+  EXPECT_NEAR(std::stod(m[2]), std::stod(t[1]), 0.51) << out;
+  const std::string bad = train("--model gpt3-1.3b --micro-batch-size 1 --lr 1e-4 --train-iters 10 --dry-run --gpu b200", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(bad.find("[--gpu] unknown GPU 'b200'"), std::string::npos) << bad;
+}
+
 // --profile on the CPU backend: NVTX ranges only (said at start-up), the run unchanged; a
 // --profile-ranks rank outside the world is one line before the first step.
 TEST(TrainCommand, ProfileOnTheCpuSaysWhatItCaptures) {

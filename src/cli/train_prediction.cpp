@@ -1,0 +1,50 @@
+#include "cli/train_prediction.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "plan/search.h"
+
+namespace megatron::cli {
+
+std::string predicted_speed_line(const train::TrainConfig& c, const plan::GpuSpec& gpu, int64_t gpus_per_node) {
+  plan::PlanModel m;
+  m.config = c.model;
+  m.make_vocab_size_divisible_by = c.make_vocab_size_divisible_by;
+  m.dtype = train::model_dtype(c);
+  plan::ParallelConfig p;
+  p.tp = c.tensor_model_parallel_size;
+  p.pp = c.pipeline_model_parallel_size;
+  p.vp = c.virtual_pipeline_chunks();
+  p.dp = c.data_parallel_size;
+  p.micro_batch = c.micro_batch_size;
+  p.global_batch = c.global_batch_size;
+  p.recompute = c.recompute_granularity == train::RecomputeGranularity::kFull        ? plan::PlanRecompute::kFull
+                : c.recompute_granularity == train::RecomputeGranularity::kSelective ? plan::PlanRecompute::kSelective
+                                                                                     : plan::PlanRecompute::kNone;
+  p.distributed_optimizer = c.use_distributed_optimizer;
+  p.sequence_parallel = c.sequence_parallel;
+  plan::Cluster cluster;
+  cluster.gpu = gpu;
+  cluster.gpus_per_node = gpus_per_node;
+  cluster.nodes = c.world_size / gpus_per_node;
+  cluster.overlap_grad_reduce = c.overlap_grad_reduce;
+  cluster.overlap_param_gather = c.overlap_param_gather;
+  cluster.engine.attention_dropout = c.model.attention_dropout;
+  cluster.engine.hidden_dropout = c.model.hidden_dropout;
+  const plan::Candidate k = plan::evaluate_layout(m, cluster, p);
+  const plan::Prediction& q = k.prediction;
+  const double tflops = c.flops_convention == train::FlopsConvention::k2025 ? q.tflops_per_gpu_2025 : q.tflops_per_gpu_2024;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  char buf[400];
+  std::snprintf(buf, sizeof(buf),
+                " > predicted by megatron plan for %s (%lld node(s) x %lld GPU(s)): %.1f ms per iteration, %.0f tokens/s, "
+                "%.1f TFLOP/s/GPU, report time %.1f s; %s (%.1f of %.1f GiB per GPU)\n",
+                gpu.name, static_cast<long long>(cluster.nodes), static_cast<long long>(gpus_per_node),
+                q.seconds_per_iteration * 1e3, q.tokens_per_s, tflops, q.report_time_s,
+                k.fits ? "fits" : "does NOT fit", static_cast<double>(k.memory.worst.total()) / gib,
+                k.capacity_bytes / gib);
+  return buf;
+}
+
+}  // namespace megatron::cli
