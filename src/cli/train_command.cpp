@@ -32,12 +32,12 @@
 namespace megatron::cli {
 namespace {
 
-// predicted_speed_line, or why there is none (a layout the planner does not model).
-std::string prediction_line(const train::TrainConfig& config, const plan::GpuSpec& gpu, int64_t gpus_per_node) {
+// predict_speed, or why there is none (a layout the planner does not model).
+SpeedPrediction prediction(const train::TrainConfig& config, const plan::GpuSpec& gpu, int64_t gpus_per_node) {
   try {
-    return predicted_speed_line(config, gpu, gpus_per_node);
+    return predict_speed(config, gpu, gpus_per_node);
   } catch (const Error& e) {
-    return str_cat(" > no prediction by megatron plan for ", gpu.name, ": ", e.what(), "\n");
+    return {str_cat(" > no prediction by megatron plan for ", gpu.name, ": ", e.what(), "\n"), 0.0};
   }
 }
 
@@ -140,7 +140,7 @@ int run_train(const CommandArgs& argv) {
       }
     }
     log0 << train::flops_formula_text(config.model, config.global_batch_size, config.flops_convention);
-    if (args.given("--gpu")) log0 << prediction_line(config, plan::find_gpu(args.get_string("--gpu")), per_node);
+    if (args.given("--gpu")) log0 << prediction(config, plan::find_gpu(args.get_string("--gpu")), per_node).line;
     if (config.save) log0 << save_memory_line(config);
     return 0;
   }
@@ -160,7 +160,10 @@ int run_train(const CommandArgs& argv) {
       gpu = plan::gpu_for_device_name(backend::cuda_device_name(static_cast<int>(cuda_device_for_rank(args, env.local_rank))));
     }
     if (gpu) {
-      log0 << prediction_line(config, plan::find_gpu(*gpu), comm::ranks_per_node(comm::process_environment(), env.world_size));
+      const SpeedPrediction p =
+          prediction(config, plan::find_gpu(*gpu), comm::ranks_per_node(comm::process_environment(), env.world_size));
+      log0 << p.line;
+      config.predicted_iteration_ms = p.ms_per_iteration;  // the run compares at its end
     }
   }
   log0 << host_collectives_note(args, comm::ranks_per_node(comm::process_environment(), env.world_size));

@@ -7,7 +7,7 @@
 
 namespace megatron::cli {
 
-std::string predicted_speed_line(const train::TrainConfig& c, const plan::GpuSpec& gpu, int64_t gpus_per_node) {
+SpeedPrediction predict_speed(const train::TrainConfig& c, const plan::GpuSpec& gpu, int64_t gpus_per_node) {
   plan::PlanModel m;
   m.config = c.model;
   m.make_vocab_size_divisible_by = c.make_vocab_size_divisible_by;
@@ -44,7 +44,7 @@ std::string predicted_speed_line(const train::TrainConfig& c, const plan::GpuSpe
                 q.seconds_per_iteration * 1e3, q.tokens_per_s, tflops, q.report_time_s,
                 k.fits ? "fits" : "does NOT fit", static_cast<double>(k.memory.worst.total()) / gib,
                 k.capacity_bytes / gib);
-  return buf;
+  return {buf, q.seconds_per_iteration * 1e3};
 }
 
 }  // namespace megatron::cli

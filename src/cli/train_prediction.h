@@ -15,6 +15,10 @@ namespace megatron::cli {
 // " > predicted by megatron plan for h100-80gb (1 node x 1 GPU): 136.2 ms per iteration,
 // 60,150 tokens/s, 510.3 TFLOP/s/GPU, report time 332.5 s; fits (38.1 of 79.6 GiB per GPU)\n".
 // `config` must have model.vocab_size set; `gpus_per_node` ranks share a node.
-std::string predicted_speed_line(const train::TrainConfig& config, const plan::GpuSpec& gpu, int64_t gpus_per_node);
+struct SpeedPrediction {
+  std::string line;
+  double ms_per_iteration = 0.0;
+};
+SpeedPrediction predict_speed(const train::TrainConfig& config, const plan::GpuSpec& gpu, int64_t gpus_per_node);
 
 }  // namespace megatron::cli

@@ -139,6 +139,9 @@ struct TrainConfig {
   std::optional<int64_t> exit_interval;         // --exit-interval
   std::optional<int64_t> exit_duration_in_mins; // --exit-duration-in-mins
   bool dry_run = false;                         // --dry-run (ours): print the plan and exit
+  // megatron plan's time per iteration for this layout (cli/train_prediction.h), set by
+  // `megatron train` before the run; 0: none. The run prints the measured time against it.
+  double predicted_iteration_ms = 0.0;
 
   // Checkpoints (train/checkpoint.h).
   std::optional<int64_t> save_interval;     // --save-interval

@@ -438,6 +438,11 @@ TrainSummary Trainer::run() {
   const double flops_per_sample = flops_per_iteration(c.model, 1, c.flops_convention);
   const auto start = Clock::now();
 
+  // The iterations after the first log interval (warm-up left out), against megatron plan's
+  // prediction at the end of training.
+  double steady_seconds = 0.0;
+  int64_t steady_iterations = 0, steady_from = 0;
+  bool first_interval = true;
   // Accumulators since the last log line (reset there), as Megatron's training_log.
   double loss_sum = 0.0, interval_tokens = 0.0;
   int64_t advanced = 0, skipped = 0, nans = 0;
@@ -644,6 +649,12 @@ TrainSummary Trainer::run() {
     if (iteration % c.log_interval == 0) {
       const double elapsed = seconds_since(interval_start);
       const int64_t iters = advanced + skipped;
+      if (!first_interval) {
+        if (steady_iterations == 0) steady_from = iteration - iters + 1;
+        steady_seconds += elapsed;
+        steady_iterations += iters;
+      }
+      first_interval = false;
       const double per_iter = elapsed / static_cast<double>(iters);
       IterationLog log;
       log.timestamp = format_timestamp(std::chrono::system_clock::now());
@@ -743,6 +754,16 @@ TrainSummary Trainer::run() {
   }
   summary.iterations = progress_.iteration;
   summary.consumed_samples = progress_.consumed_train_samples;
+  if (c.predicted_iteration_ms > 0 && steady_iterations > 0) {
+    const double measured = 1000.0 * steady_seconds / static_cast<double>(steady_iterations);
+    char line[200];
+    std::snprintf(line, sizeof(line),
+                  " > measured %.1f ms per iteration (iterations %lld-%lld), megatron plan predicted %.1f ms (%+.1f%%)\n",
+                  measured, static_cast<long long>(steady_from),
+                  static_cast<long long>(steady_from + steady_iterations - 1), c.predicted_iteration_ms,
+                  100.0 * (c.predicted_iteration_ms / measured - 1.0));
+    *log_last_ << line << std::flush;
+  }
   if (summary.exited_early) {  // Megatron exits right there: no final evaluation
     finish_pending_save(/*wait=*/true);
     return summary;
