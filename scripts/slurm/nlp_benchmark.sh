@@ -12,7 +12,9 @@
 #   VOCAB MERGES   GPT-2 vocab.json / merges.txt
 #   MEGATRON       the binary (default: megatron on PATH)
 #   EXTRA_ARGS     appended verbatim (e.g. --dry-run)
-#   PREFLIGHT=0    skip `megatron preflight` before the run; PREFLIGHT_TOLERANCE (default 0.1)
+#   PREFLIGHT=0    skip `megatron preflight` before the run (skipped too with --dry-run in EXTRA_ARGS);
+#                  PREFLIGHT_TOLERANCE (default 0.1); PREFLIGHT_ARGS appended to it (e.g. the
+#                  --distributed-backend the run uses)
 #   MEGATRON_PRINT_ARGS=1  print the megatron command, one argument per line, and exit
 set -euo pipefail
 
@@ -41,8 +43,9 @@ fi
 # First every GPU and every link of this layout is measured (`megatron preflight`, ~10 s): a GPU
 # or link more than PREFLIGHT_TOLERANCE below the others stops the job here (exit 1, srun
 # --kill-on-bad-exit), named with its node, instead of slowing every rank of the run.
-if [[ "${PREFLIGHT:-1}" == 1 ]]; then
+if [[ "${PREFLIGHT:-1}" == 1 && " ${EXTRA_ARGS:-} " != *" --dry-run "* ]]; then
+  # shellcheck disable=SC2086
   "$MEGATRON" preflight --tensor-model-parallel-size "$TP" --pipeline-model-parallel-size "$PP" \
-    --tolerance "${PREFLIGHT_TOLERANCE:-0.1}"
+    --tolerance "${PREFLIGHT_TOLERANCE:-0.1}" ${PREFLIGHT_ARGS:-}
 fi
 exec "$MEGATRON" "${args[@]}"

@@ -936,15 +936,20 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.profile = a.get_flag("--profile");
   c.profile_step_start = a.get_int("--profile-step-start");
   c.profile_step_end = a.get_int("--profile-step-end");
-  if (c.profile_step_start < 0) throw_error("[--profile-step-start] must not be negative, got ", c.profile_step_start);
-  if (c.profile_step_end <= c.profile_step_start) {
-    throw_error("[--profile-step-end] must be greater than --profile-step-start (", c.profile_step_start, "), got ",
-                c.profile_step_end);
-  }
   if (a.given("--profile-ranks")) c.profile_ranks = a.get_int_list("--profile-ranks");
-  for (int64_t r : c.profile_ranks) {
-    if (r < 0) throw_error("[--profile-ranks] ranks are not negative, got ", r);
+  if (c.profile) {  // as Megatron, the window and ranks matter only with --profile
+    if (c.profile_step_start < 0) throw_error("[--profile-step-start] must not be negative, got ", c.profile_step_start);
+    if (c.profile_step_end <= c.profile_step_start) {
+      throw_error("[--profile-step-end] must be greater than --profile-step-start (", c.profile_step_start, "), got ",
+                  c.profile_step_end);
+    }
+    for (int64_t r : c.profile_ranks) {
+      if (r < 0 || r >= c.world_size) {
+        throw_error("[--profile-ranks] rank ", r, " is not in the world of ", c.world_size, " ranks");
+      }
+    }
   }
+  if (a.given("--gpu")) plan::find_gpu(a.get_string("--gpu"));  // an unknown kind fails here, naming --gpu
   c.log_num_zeros_in_grad = a.get_flag("--log-num-zeros-in-grad");
   c.check_for_nan_in_loss_and_grad = !a.get_flag("--no-check-for-nan-in-loss-and-grad");
   c.flops_convention = parse_choice<train::FlopsConvention>(

@@ -32,7 +32,7 @@
 namespace megatron::cli {
 namespace {
 
-// predict_speed, or why there is none (a layout the planner does not model).
+// predict_speed, or why there is none (a layout the planner rejects).
 SpeedPrediction prediction(const train::TrainConfig& config, const plan::GpuSpec& gpu, int64_t gpus_per_node) {
   try {
     return predict_speed(config, gpu, gpus_per_node);
@@ -163,7 +163,8 @@ int run_train(const CommandArgs& argv) {
       const SpeedPrediction p =
           prediction(config, plan::find_gpu(*gpu), comm::ranks_per_node(comm::process_environment(), env.world_size));
       log0 << p.line;
-      config.predicted_iteration_ms = p.ms_per_iteration;  // the run compares at its end
+      // The run compares at its end, on the GPU it was predicted for only.
+      if (backend->device() == Device::kCUDA) config.predicted_iteration_ms = p.ms_per_iteration;
     }
   }
   log0 << host_collectives_note(args, comm::ranks_per_node(comm::process_environment(), env.world_size));

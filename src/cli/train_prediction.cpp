@@ -8,6 +8,18 @@
 namespace megatron::cli {
 
 SpeedPrediction predict_speed(const train::TrainConfig& c, const plan::GpuSpec& gpu, int64_t gpus_per_node) {
+  // What the planner does not model gets a reason instead of a wrong number.
+  auto none = [&](const std::string& why) {
+    return SpeedPrediction{str_cat(" > no prediction by megatron plan for ", gpu.name, ": ", why, "\n"), 0.0};
+  };
+  if (!c.bf16 && !c.fp16) return none("it models bf16 and fp16 training (this run is fp32)");
+  if (c.recompute_granularity == train::RecomputeGranularity::kFull &&
+      c.recompute_method == train::RecomputeMethod::kBlock &&
+      c.recompute_num_layers.value_or(0) * c.pipeline_model_parallel_size < c.model.num_layers) {
+    return none("it recomputes every layer under full recompute (this run's --recompute-method block recomputes "
+                "fewer)");
+  }
+  if (c.world_size % gpus_per_node != 0) gpus_per_node = c.world_size;  // ranks per node unknown: one node
   plan::PlanModel m;
   m.config = c.model;
   m.make_vocab_size_divisible_by = c.make_vocab_size_divisible_by;
@@ -44,7 +56,12 @@ SpeedPrediction predict_speed(const train::TrainConfig& c, const plan::GpuSpec& 
                 q.seconds_per_iteration * 1e3, q.tokens_per_s, tflops, q.report_time_s,
                 k.fits ? "fits" : "does NOT fit", static_cast<double>(k.memory.worst.total()) / gib,
                 k.capacity_bytes / gib);
-  return {buf, q.seconds_per_iteration * 1e3};
+  std::string line = buf;
+  if (c.rampup_batch_size) {
+    line.insert(line.size() - 1, " (at the global batch after --rampup-batch-size; no comparison at the end)");
+    return {line, 0.0};
+  }
+  return {line, q.seconds_per_iteration * 1e3};
 }
 
 }  // namespace megatron::cli

@@ -37,6 +37,9 @@ const GpuSpec& find_gpu(const std::string& name) {
 
 std::optional<std::string> gpu_for_device_name(const std::string& n) {
   auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
+  // Other parts of the same names: the GH200 superchip (H100-class memory), the NVL and PCIe
+  // cards (other clocks and power), MIG slices (a fraction of the GPU).
+  if (has("GH200") || has("NVL") || has("PCIe") || has("PCIE") || has("MIG")) return std::nullopt;
   if (has("H200")) return "h200-141gb";
   if (has("H100") && (has("HBM3") || has("SXM"))) return "h100-80gb";
   if (has("A100") && has("80GB")) return "a100-80gb";

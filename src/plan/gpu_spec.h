@@ -50,8 +50,8 @@ const GpuSpec& find_gpu(const std::string& name);
 std::string gpu_names();
 // The spec name of a CUDA device name as the driver reports it ("NVIDIA H100 80GB HBM3" ->
 // h100-80gb, "NVIDIA A100-SXM4-40GB" -> a100-40gb, "NVIDIA H200" -> h200-141gb, "Tesla
-// V100-SXM2-32GB" -> v100-32gb); nullopt for GPUs the planner has no figures for (an H100 PCIe,
-// whose clocks and power differ from the SXM part's, included).
+// V100-SXM2-32GB" -> v100-32gb); nullopt for GPUs the planner has no figures for: GH200, the NVL
+// and PCIe cards (other clocks and power than the SXM parts), MIG slices.
 std::optional<std::string> gpu_for_device_name(const std::string& device_name);
 
 }  // namespace megatron::plan

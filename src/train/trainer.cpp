@@ -447,6 +447,14 @@ TrainSummary Trainer::run() {
   double loss_sum = 0.0, interval_tokens = 0.0;
   int64_t advanced = 0, skipped = 0, nans = 0;
   auto interval_start = Clock::now();
+  // Megatron stops its interval timer around evaluation and checkpoint saves: their seconds are
+  // left out of the next log line's time per iteration (and tokens/s).
+  double paused_seconds = 0.0;
+  auto paused = [&](auto&& work) {
+    const auto t0 = Clock::now();
+    work();
+    paused_seconds += seconds_since(t0);
+  };
   bool memory_reported = false, first = true;
   // Megatron's timers (train/timers.h): level 1 brackets forward-backward, the gradient
   // reductions and the optimizer (after a barrier unless --no-barrier-with-level-1-timing),
@@ -471,11 +479,6 @@ TrainSummary Trainer::run() {
   const bool profiled = c.profile && std::find(c.profile_ranks.begin(), c.profile_ranks.end(), groups_->rank()) !=
                                          c.profile_ranks.end();
   if (c.profile) {
-    for (int64_t r : c.profile_ranks) {
-      if (r >= groups_->world_size()) {
-        throw_error("[--profile-ranks] rank ", r, " is not in the world of ", groups_->world_size(), " ranks");
-      }
-    }
     if (backend_.device() == Device::kCUDA) {
       *log0_ << " > --profile: the CUDA profiler captures iterations " << c.profile_step_start + 1 << "-"
              << c.profile_step_end << " on rank(s)";
@@ -647,7 +650,7 @@ TrainSummary Trainer::run() {
     }
 
     if (iteration % c.log_interval == 0) {
-      const double elapsed = seconds_since(interval_start);
+      const double elapsed = seconds_since(interval_start) - paused_seconds;
       const int64_t iters = advanced + skipped;
       if (!first_interval) {
         if (steady_iterations == 0) steady_from = iteration - iters + 1;
@@ -712,6 +715,7 @@ TrainSummary Trainer::run() {
       interval_tokens = 0.0;
       advanced = skipped = nans = 0;
       interval_start = Clock::now();
+      paused_seconds = 0.0;
     }
 
     if (c.check_weight_hash_interval && iteration % *c.check_weight_hash_interval == 0) check_weight_hashes();
@@ -719,8 +723,10 @@ TrainSummary Trainer::run() {
     finish_pending_save(/*wait=*/false);
     // Megatron's order after the log (megatron-facts §3.8): evaluate, signal, save, duration, interval.
     if (c.eval_interval > 0 && iteration % c.eval_interval == 0 && do_valid) {
-      evaluate_and_print("iteration " + std::to_string(iteration), *datasets_.valid(),
-                         &progress_.consumed_valid_samples, gbs, nullptr);
+      paused([&] {
+        evaluate_and_print("iteration " + std::to_string(iteration), *datasets_.valid(),
+                           &progress_.consumed_valid_samples, gbs, nullptr);
+      });
     }
     // Any rank's SIGTERM stops every rank (Megatron all-gathers the flag).
     if (c.exit_signal_handler &&
@@ -732,7 +738,7 @@ TrainSummary Trainer::run() {
     }
     bool saved = false;
     if (c.save && c.save_interval && iteration % *c.save_interval == 0) {
-      save();
+      paused([&] { save(); });
       saved = true;
     }
     if (c.exit_duration_in_mins) {

@@ -25,9 +25,35 @@ for name in ("nlp_benchmark.sh", "nlp_benchmark_13b.sbatch", "nlp_benchmark_175b
     r = subprocess.run(["bash", "-n", os.path.join(DIR, name)], capture_output=True, text=True)
     check(r.returncode == 0, f"bash -n {name}: {r.stderr}")
 
+# The rank script runs `megatron preflight` on the job's layout, then train; a failing preflight
+# stops it before train; PREFLIGHT=0 and --dry-run skip it. MEGATRON is a stand-in that logs
+# its command and fails `preflight` when asked to.
+import tempfile
+tmp = tempfile.mkdtemp()
+fake = os.path.join(tmp, "fake_megatron.sh")
+with open(fake, "w") as f:
+    f.write('#!/bin/bash\necho "$1 $*" >> "$FAKE_LOG"\n[[ "$1" == preflight && "${FAKE_SLOW:-0}" == 1 ]] && exit 1\nexit 0\n')
+os.chmod(fake, 0o755)
+
+
+def rank_run(extra_env):
+    log = os.path.join(tmp, "log%d" % len(os.listdir(tmp)))
+    env = dict(os.environ, MODEL="gpt3-13b", TP="2", PP="4", MEGATRON=fake, FAKE_LOG=log, **extra_env)
+    r = subprocess.run(["bash", os.path.join(DIR, "nlp_benchmark.sh")], env=env, capture_output=True, text=True)
+    return r.returncode, [l.split(" ")[0] for l in open(log).read().splitlines()] if os.path.exists(log) else []
+
+
+rc, calls = rank_run({})
+check(rc == 0 and calls == ["preflight", "train"], f"preflight, then train: {rc} {calls}")
+rc, calls = rank_run({"FAKE_SLOW": "1"})
+check(rc != 0 and calls == ["preflight"], f"a slow preflight stops the rank before train: {rc} {calls}")
+rc, calls = rank_run({"PREFLIGHT": "0"})
+check(rc == 0 and calls == ["train"], f"PREFLIGHT=0 skips it: {rc} {calls}")
+rc, calls = rank_run({"EXTRA_ARGS": "--dry-run"})
+check(rc == 0 and calls == ["train"], f"--dry-run skips it: {rc} {calls}")
 rank_script = open(os.path.join(DIR, "nlp_benchmark.sh")).read()
-check('"$MEGATRON" preflight --tensor-model-parallel-size "$TP" --pipeline-model-parallel-size "$PP"' in rank_script
-      and 'PREFLIGHT:-1' in rank_script, "the rank script runs megatron preflight on the job's layout first")
+check('preflight --tensor-model-parallel-size "$TP" --pipeline-model-parallel-size "$PP"' in rank_script,
+      "preflight measures the job's layout")
 # The preflight line itself parses and runs: one CPU rank of the layout TP = PP = 1.
 r = subprocess.run([BIN, "preflight", "--device", "cpu", "--tensor-model-parallel-size", "1",
                     "--pipeline-model-parallel-size", "1", "--tolerance", "0.1", "--iterations", "2"],

@@ -488,14 +488,19 @@ TEST(TrainArgs, ProfileFlags) {
   EXPECT_EQ(d.profile_step_end, 12);
   EXPECT_EQ(d.profile_ranks, (std::vector<int64_t>{0}));
   const TrainConfig c = parse(with(base_args(), {"--profile", "--profile-step-start", "3", "--profile-step-end", "5",
-                                                 "--profile-ranks", "0", "7"}));
+                                                 "--profile-ranks", "0", "7"}),
+                              /*world_size=*/8);
   EXPECT_TRUE(c.profile);
   EXPECT_EQ(c.profile_step_start, 3);
   EXPECT_EQ(c.profile_step_end, 5);
   EXPECT_EQ(c.profile_ranks, (std::vector<int64_t>{0, 7}));
   EXPECT_ERROR_NAMES(with(base_args(), {"--profile", "--profile-step-start", "5", "--profile-step-end", "5"}),
                      "--profile-step-end]");
-  EXPECT_ERROR_NAMES(with(base_args(), {"--profile-ranks", "-1"}), "--profile-ranks]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--profile", "--profile-ranks", "-1"}), "--profile-ranks]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--profile", "--profile-ranks", "0", "1"}), "--profile-ranks]");  // world 1
+  // Without --profile the window is not looked at (Megatron's behaviour).
+  EXPECT_FALSE(parse(with(base_args(), {"--profile-step-start", "20"})).profile);
+  EXPECT_ERROR_NAMES(with(base_args(), {"--gpu", "b200"}), "--gpu]");
   EXPECT_ERROR_NAMES(with(base_args(), {"--use-pytorch-profiler"}), "--use-pytorch-profiler]");
 }
 

@@ -16,6 +16,12 @@ TEST(GpuSpec, DeviceNamesMapToPlannerKinds) {
   EXPECT_EQ(gpu_for_device_name("Tesla V100-SXM2-32GB"), std::optional<std::string>("v100-32gb"));
   EXPECT_EQ(gpu_for_device_name("Tesla V100-SXM2-16GB"), std::optional<std::string>("v100-16gb"));
   EXPECT_FALSE(gpu_for_device_name("NVIDIA H100 PCIe").has_value());
+  EXPECT_FALSE(gpu_for_device_name("NVIDIA GH200 480GB").has_value());
+  EXPECT_FALSE(gpu_for_device_name("NVIDIA H200 NVL").has_value());
+  EXPECT_FALSE(gpu_for_device_name("NVIDIA H100 NVL").has_value());
+  EXPECT_FALSE(gpu_for_device_name("NVIDIA A100 80GB PCIe").has_value());
+  EXPECT_FALSE(gpu_for_device_name("NVIDIA A100-PCIE-40GB").has_value());
+  EXPECT_FALSE(gpu_for_device_name("NVIDIA H100 80GB HBM3 MIG 1g.10gb").has_value());
   EXPECT_FALSE(gpu_for_device_name("NVIDIA GeForce RTX 4090").has_value());
   for (const GpuSpec& g : gpu_specs()) EXPECT_EQ(find_gpu(g.name).name, g.name);
 }

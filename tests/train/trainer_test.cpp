@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <map>
 #include <regex>
@@ -127,6 +129,41 @@ TEST(Trainer, TrainsAndLogsMegatronLines) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(on validation set \| lm loss value: (\S+) \| lm loss PPL: (\S+) \|)")));
   EXPECT_NEAR(std::stod(m[2]), std::exp(std::stod(m[1])), 1e-5 * std::stod(m[2]));
+}
+
+// Evaluation and checkpoint saves are left out of the log line's time per iteration (Megatron
+// stops its interval timer around both): 60 validation iterations after iterations 2 and 4 (the
+// cost of ~20 training steps each) do not show in the times of iterations 3 and 5. A prediction
+// (set here as train_command sets it) is compared at the end with the mean time of the
+// iterations after the first log interval.
+TEST(Trainer, EvaluationIsLeftOutOfTheIterationTimeAndTheRunChecksItsPrediction) {
+  const std::string dir = test::scratch_dir("trainer_interval_time");
+  std::vector<std::string> flags = base_flags(test::write_walk_corpus(dir), dir + "/cache");
+  for (const char* f : {"--global-batch-size", "4", "--train-iters", "6", "--lr", "0.01", "--log-interval", "1",
+                        "--eval-interval", "2", "--eval-iters", "60"})
+    flags.push_back(f);
+  TrainConfig c = parse(flags);
+  c.predicted_iteration_ms = 1.0;
+  auto backend = backend::make_cpu_backend();
+  std::ostringstream out;
+  Trainer trainer(c, *backend, out);
+  trainer.run();
+  const std::string log = out.str();
+  const std::vector<Line> lines = parse_lines(log);
+  ASSERT_EQ(lines.size(), 6u) << log;
+  const double after_eval = std::max(lines[2].ms, lines[4].ms);  // iterations 3 and 5
+  const double plain = std::max({lines[1].ms, lines[3].ms, lines[5].ms});
+  EXPECT_LT(after_eval, 3.0 * plain + 5.0) << "evaluation time counted in the next interval:\n" << log;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"( > measured ([0-9.]+) ms per iteration \(iterations 2-6\), megatron plan predicted 1\.0 ms \(([-+][0-9.]+)%\))")))
+      << log;
+  double sum = 0.0;
+  for (size_t i = 1; i < 6; ++i) sum += lines[i].ms;
+  EXPECT_NEAR(std::stod(m[1]), sum / 5.0, 0.1) << log;
+  // The percentage is of the unrounded mean: allow the printed mean's rounding (0.05 ms).
+  const double shown = std::stod(m[1]);
+  EXPECT_NEAR(std::stod(m[2]), 100.0 * (1.0 / shown - 1.0), 100.0 * (1.0 / (shown - 0.05) - 1.0 / (shown + 0.05)) + 0.1)
+      << log;
 }
 
 // --eval-iters 0 turns validation off (Megatron's do_valid / do_test), even with a valid split
