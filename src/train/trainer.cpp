@@ -487,6 +487,14 @@ TrainSummary Trainer::run() {
     } else {
       *log0_ << " > --profile: no CUDA profiler on the CPU backend; NVTX ranges only\n" << std::flush;
     }
+    // A window this run does not cover (a resume past its start, an end after the last
+    // iteration) would capture nothing, or never stop the capture before exit: say so.
+    if (progress_.iteration > c.profile_step_start || c.profile_step_end > train_iters_) {
+      *log0_ << " > warning: [--profile-step-start/--profile-step-end] the capture window (iterations "
+             << c.profile_step_start + 1 << "-" << c.profile_step_end << ") is not inside this run's iterations ("
+             << progress_.iteration + 1 << "-" << train_iters_ << ")\n"
+             << std::flush;
+    }
   }
   auto profiler = [&](bool start) {
     if (backend_.device() != Device::kCUDA) return;

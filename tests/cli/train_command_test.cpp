@@ -290,6 +290,14 @@ TEST(TrainCommand, ProfileOnTheCpuSaysWhatItCaptures) {
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find(" > --profile: no CUDA profiler on the CPU backend; NVTX ranges only"), std::string::npos) << out;
   EXPECT_NE(out.find(" iteration        3/       3 |"), std::string::npos) << out;
+  EXPECT_EQ(out.find("capture window"), std::string::npos) << "iterations 2-2 are inside 1-3: " << out;
+  // A window past the run's last iteration is said at start-up.
+  out = train(common + " --profile-step-end 9", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(" > warning: [--profile-step-start/--profile-step-end] the capture window (iterations 2-9) is "
+                     "not inside this run's iterations (1-3)"),
+            std::string::npos)
+      << out;
   out = train(common + " --profile-ranks 0 3", &status);
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("error: [--profile-ranks] rank 3 is not in the world of 1 ranks"), std::string::npos) << out;
