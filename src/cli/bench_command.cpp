@@ -21,7 +21,6 @@
 #include <iostream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "backend/device.h"
@@ -145,8 +144,7 @@ int run_bench(const CommandArgs& argv_in) {
     host_collectives(args);  // a bad --distributed-backend is rank 0's one line too
   } catch (const Error&) {
     if (env.rank != 0) {
-      // As `megatron train`: rank 0 prints the one line; the others leave it the time to.
-      std::this_thread::sleep_for(std::chrono::seconds(3));
+      comm::let_rank0_report_first();  // as `megatron train`: rank 0 prints the one line
       return 1;
     }
     throw;

@@ -178,15 +178,10 @@ int run_preflight(const CommandArgs& argv) {
   }
 
   // Rank 0 gathers every rank's values: [gemm, copy, then (bus GB/s, group key) per collective].
-  const size_t fields = 2 + 2 * measures.size(), me = static_cast<size_t>(world.rank());
-  std::vector<double> table(static_cast<size_t>(w) * fields, 0.0);
-  table[me * fields] = gemm_tflops;
-  table[me * fields + 1] = copy_gbps;
-  for (size_t i = 0; i < measures.size(); ++i) {
-    table[me * fields + 2 + 2 * i] = measures[i].bus_gbps;
-    table[me * fields + 3 + 2 * i] = measures[i].key;
-  }
-  if (w > 1) world.all_reduce_host(std::span<double>(table), comm::ReduceOp::kSum);
+  const size_t fields = 2 + 2 * measures.size();
+  std::vector<double> row = {gemm_tflops, copy_gbps};
+  for (const GroupMeasure& m : measures) row.insert(row.end(), {m.bus_gbps, m.key});
+  const std::vector<double> table = comm::all_gather_host(world, row);
 
   int64_t slow = 0;
   if (world.rank() == 0) {

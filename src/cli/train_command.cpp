@@ -4,7 +4,6 @@
 #include <chrono>
 #include <iostream>
 #include <optional>
-#include <thread>
 
 #include "backend/device.h"
 #include "backend/ops.h"
@@ -83,9 +82,7 @@ int run_train(const CommandArgs& argv) {
     host_collectives(args);  // a bad --distributed-backend is rank 0's one line too
   } catch (const Error&) {
     if (!rank0) {
-      // mpirun tears the job down at the first non-zero exit: leave rank 0 (which finds the
-      // same error) the time to print its line first; it exits at once and ends the job.
-      std::this_thread::sleep_for(std::chrono::seconds(3));
+      comm::let_rank0_report_first();  // rank 0 finds the same error and prints the one line
       return 1;
     }
     throw;

@@ -53,14 +53,26 @@ double all_reduce_scalar(Communicator& comm, double value, ReduceOp op) {
   return value;
 }
 
+std::vector<double> all_gather_host(Communicator& comm, std::span<const double> mine) {
+  const size_t ranks = static_cast<size_t>(comm.size()), n = mine.size();
+  std::vector<double> table(ranks * n, 0.0);
+  std::copy(mine.begin(), mine.end(), table.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(comm.rank()) * n));
+  if (ranks > 1) comm.all_reduce_host(std::span<double>(table), ReduceOp::kSum);
+  return table;
+}
+
+std::vector<double> broadcast_host(Communicator& comm, std::span<const double> values, int64_t root) {
+  std::vector<double> out(values.size(), 0.0);
+  if (comm.rank() == root) out.assign(values.begin(), values.end());
+  if (comm.size() > 1) comm.all_reduce_host(std::span<double>(out), ReduceOp::kSum);
+  return out;
+}
+
 std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine, size_t max_chars) {
-  // Every rank fills its own row of character codes; the sum over ranks is the gather.
-  const size_t ranks = static_cast<size_t>(comm.size()), me = static_cast<size_t>(comm.rank());
-  std::vector<double> chars(ranks * max_chars, 0.0);
-  for (size_t i = 0; i < std::min(mine.size(), max_chars); ++i) {
-    chars[me * max_chars + i] = static_cast<unsigned char>(mine[i]);
-  }
-  if (ranks > 1) comm.all_reduce_host(std::span<double>(chars), ReduceOp::kSum);
+  std::vector<double> codes(max_chars, 0.0);
+  for (size_t i = 0; i < std::min(mine.size(), max_chars); ++i) codes[i] = static_cast<unsigned char>(mine[i]);
+  const std::vector<double> chars = all_gather_host(comm, codes);
+  const size_t ranks = static_cast<size_t>(comm.size());
   std::vector<std::string> out(ranks);
   for (size_t r = 0; r < ranks; ++r) {
     for (size_t i = 0; i < max_chars && chars[r * max_chars + i] != 0.0; ++i) {

@@ -134,8 +134,15 @@ void reduce_scatter(Communicator& comm, Tensor& in, Tensor& out, ReduceOp op);
 void all_gather(Communicator& comm, const Tensor& in, Tensor& out);
 // One host scalar reduced over the group.
 double all_reduce_scalar(Communicator& comm, double value, ReduceOp op);
+// Every rank's `mine` (the same length on every rank), row r being group rank r's:
+// size() * mine.size() values. One host all-reduce (each rank fills its own row of zeros; a sum
+// of zeros and one value is exact).
+std::vector<double> all_gather_host(Communicator& comm, std::span<const double> mine);
+// Group rank `root`'s `values` on every rank (the same length everywhere; the others' are
+// ignored). One host all-reduce, as all_gather_host.
+std::vector<double> broadcast_host(Communicator& comm, std::span<const double> values, int64_t root = 0);
 // Every rank's `mine` (its first `max_chars` bytes, no NUL bytes), by group rank: a host name,
-// a device name. One host all-reduce of size() * max_chars doubles.
+// a device name. One all_gather_host of max_chars doubles per rank.
 std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine, size_t max_chars = 64);
 
 // Where piece r of a buffer split by `counts` starts: sum(counts[0..r)).

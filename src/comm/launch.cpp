@@ -32,6 +32,11 @@ std::vector<char*> c_argv(std::vector<std::string>& words) {
 }
 }  // namespace
 
+void let_rank0_report_first(const std::string& line) {
+  if (!line.empty()) std::fputs(str_cat("error: ", line, "\n").c_str(), stderr);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+}
+
 std::string self_executable() {
   char buf[4096];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);

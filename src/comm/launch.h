@@ -47,6 +47,12 @@ struct RankConnection {
 RankConnection connect_ranks(const LaunchEnv& env, backend::Backend& backend, std::chrono::milliseconds timeout,
                              bool host_collectives = false);
 
+// For a rank other than 0 that stops because rank 0 does (a bad flag, a check that failed on
+// every rank): prints `line`, if any, as "error: <line>" in one write (so that it does not
+// interleave with other ranks' on a shared stderr), then waits 3 s. mpirun ends the job at the
+// first non-zero exit: rank 0, which reports the error, exits first.
+void let_rank0_report_first(const std::string& line = "");
+
 // argv: this program and the arguments each worker gets (without --nproc-per-node).
 int spawn_local_workers(int64_t nproc, const std::vector<std::string>& argv, bool nccl);
 

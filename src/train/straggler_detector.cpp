@@ -181,8 +181,7 @@ std::optional<std::string> StragglerDetector::report(comm::Communicator& world) 
   const size_t ranks = static_cast<size_t>(world.size()), me = static_cast<size_t>(world.rank());
   if (hosts_.empty()) hosts_ = comm::all_gather_strings(world, host_name("unknown"));  // once
 
-  std::vector<double> table(ranks * kFields, 0.0);
-  double* row = &table[me * kFields];
+  std::vector<double> row(kFields, 0.0);
   if (world_rank_ == 0) row[kRequested] = (control_ ? control_->requested() : on_) ? 1.0 : 0.0;
   const std::vector<backend::OpTime> whole = iteration_timer_->report(), comm = comm_timer_->report();
   iteration_timer_->reset();
@@ -213,7 +212,7 @@ std::optional<std::string> StragglerDetector::report(comm::Communicator& world) 
   }
   iterations_ = 0;
   batch_seconds_ = model_flops_ = 0.0;
-  if (ranks > 1) world.all_reduce_host(std::span<double>(table), comm::ReduceOp::kSum);
+  const std::vector<double> table = comm::all_gather_host(world, row);
 
   const bool was_on = on_;
   on_ = table[kRequested] > 0.5;  // rank 0's row

@@ -77,9 +77,7 @@ double Timers::elapsed_seconds(const std::string& name) const {
 std::vector<std::vector<double>> Timers::gather(const std::vector<std::string>& names, comm::Communicator& world,
                                                 bool reset) {
   const size_t n = names.size(), ranks = static_cast<size_t>(world.size());
-  // Every rank fills its own row; summing rows of zeros is exact, so the sum is the gather.
-  std::vector<double> table(ranks * n, 0.0);
-  const size_t me = static_cast<size_t>(world.rank());
+  std::vector<double> mine(n, 0.0);
   for (size_t i = 0; i < n; ++i) {
     auto it = timers_.find(names[i]);
     if (it == timers_.end()) continue;
@@ -92,9 +90,9 @@ std::vector<std::vector<double>> Timers::gather(const std::vector<std::string>& 
       if (reset) t.started = now;
     }
     if (reset) t.elapsed = 0.0;
-    table[me * n + i] = s;
+    mine[i] = s;
   }
-  if (ranks > 1) world.all_reduce_host(std::span<double>(table), comm::ReduceOp::kSum);
+  const std::vector<double> table = comm::all_gather_host(world, mine);
   std::vector<std::vector<double>> out(ranks, std::vector<double>(n));
   for (size_t r = 0; r < ranks; ++r) {
     for (size_t i = 0; i < n; ++i) out[r][i] = table[r * n + i];

@@ -11,10 +11,10 @@
 #include <iostream>
 #include <iterator>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #include "backend/profiler_marks.h"
+#include "comm/launch.h"
 #include "comm/self_communicator.h"
 #include "core/error.h"
 #include "core/host_name.h"
@@ -81,6 +81,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   log0_ = groups_->is_first_rank() ? &out : &null_;
   log_last_ = groups_->is_last_rank() ? &out : &null_;
   const TrainConfig& c = config_;
+  flops_per_sample_ = flops_per_iteration(c.model, 1, c.flops_convention);  // the log line's formula
   {
     // Megatron's _TRAIN_START_TIME: the earliest rank's (collective).
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -170,8 +171,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
     timers_->stop("load-checkpoint", world, /*barrier=*/true);
     log_timers({"load-checkpoint"});
   }
-  job_start_flops_ = static_cast<double>(progress_.consumed_train_samples) *
-                     flops_per_iteration(c.model, 1, c.flops_convention);
+  job_start_flops_ = static_cast<double>(progress_.consumed_train_samples) * flops_per_sample_;
   if (c.save && c.async_save) {
     const auto t0 = Clock::now();
     async_save_host_ = async_save_host_buffer(c, model_->parameters(), *optimizer_, *groups_, backend_);
@@ -242,28 +242,25 @@ void Trainer::save() {
   timers_->stop("save-checkpoint", groups_->world.get(), /*barrier=*/true);
   grant_save_time(false);
   log_timers({"save-checkpoint"});
-  if (config_.log_progress && groups_->is_first_rank()) {
-    // Megatron's compute_throughputs_and_append_to_progress_log.
-    const double gpus = static_cast<double>(config_.world_size);
-    const double flops = static_cast<double>(progress_.consumed_train_samples) *
-                         flops_per_iteration(config_.model, 1, config_.flops_convention);
-    const auto now = std::chrono::system_clock::now();
-    auto tflops_per_gpu = [&](double done, std::chrono::system_clock::time_point since) {
-      const double seconds = std::chrono::duration<double>(now - since).count();
-      return seconds > 0 ? done / (seconds * 1e12 * gpus) : 0.0;
-    };
-    std::string contents;
-    {
-      std::ifstream in(*config_.save + "/progress.txt", std::ios::binary);
-      contents.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-    const std::optional<ProgressStart> run_start = cumulative_start(contents, config_.world_size);
-    const double cumulative = run_start ? tflops_per_gpu(flops - run_start->flops, run_start->time) : 0.0;
-    append_progress(checkpoint_progress_text(config_.async_save, progress_.iteration,
-                                             tflops_per_gpu(flops - job_start_flops_, job_start_), cumulative, flops,
-                                             static_cast<double>(progress_.consumed_train_samples) *
-                                                 static_cast<double>(config_.model.seq_length)));
-  }
+  if (config_.log_progress) append_checkpoint_progress();
+}
+
+void Trainer::append_checkpoint_progress() {
+  if (!groups_->is_first_rank()) return;
+  // Megatron's compute_throughputs_and_append_to_progress_log.
+  const double gpus = static_cast<double>(config_.world_size);
+  const double flops = static_cast<double>(progress_.consumed_train_samples) * flops_per_sample_;
+  const auto now = std::chrono::system_clock::now();
+  auto tflops_per_gpu = [&](double done, std::chrono::system_clock::time_point since) {
+    const double seconds = std::chrono::duration<double>(now - since).count();
+    return seconds > 0 ? done / (seconds * 1e12 * gpus) : 0.0;
+  };
+  const double cumulative =
+      progress_run_start_ ? tflops_per_gpu(flops - progress_run_start_->flops, progress_run_start_->time) : 0.0;
+  append_progress(checkpoint_progress_text(config_.async_save, progress_.iteration,
+                                           tflops_per_gpu(flops - job_start_flops_, job_start_), cumulative, flops,
+                                           static_cast<double>(progress_.consumed_train_samples) *
+                                               static_cast<double>(config_.model.seq_length)));
 }
 
 void Trainer::append_progress(const std::string& text) {
@@ -297,10 +294,8 @@ void Trainer::check_weight_hashes() {
     return;
   }
   if (groups_->rank() == 0) throw_error(r.message);
-  // Rank 0 names the count and the first rank; a differing rank adds its parameters. Rank 0
-  // exits first (mpirun ends the job at the first non-zero exit).
-  if (!r.message.empty()) std::fputs(str_cat("error: ", r.message, "\n").c_str(), stderr);  // one write
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  // Rank 0 names the count and the first rank; a differing rank adds its parameters.
+  comm::let_rank0_report_first(r.message);
   throw_error("[--check-weight-hash-across-dp-replicas-interval] weights differ across data-parallel replicas (rank 0 "
               "says where)");
 }
@@ -435,7 +430,6 @@ TrainSummary Trainer::run() {
   const bool do_valid = datasets_.valid() && c.eval_iters > 0;
   TrainSummary summary;
   summary.final_valid_loss = std::numeric_limits<double>::quiet_NaN();
-  const double flops_per_sample = flops_per_iteration(c.model, 1, c.flops_convention);
   const auto start = Clock::now();
 
   // The iterations after the first log interval (warm-up left out), against megatron plan's
@@ -473,7 +467,12 @@ TrainSummary Trainer::run() {
     return summary;
   }
   *log0_ << "training ...\n" << std::flush;
-  if (c.log_progress) append_progress("Starting job");
+  if (c.log_progress && c.save && groups_->is_first_rank()) {
+    append_progress("Starting job");
+    std::ifstream in(*c.save + "/progress.txt", std::ios::binary);
+    progress_run_start_ = cumulative_start(
+        std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), c.world_size);
+  }
   // --profile: Megatron's nsys hooks. The capture starts when profile_step_start iterations are
   // done and stops after iteration profile_step_end; NVTX ranges name every iteration and phase.
   const bool profiled = c.profile && std::find(c.profile_ranks.begin(), c.profile_ranks.end(), groups_->rank()) !=
@@ -607,7 +606,7 @@ TrainSummary Trainer::run() {
     timers_->stop("optimizer");
     unmark();
     if (straggler_) {
-      straggler_->end_iteration(flops_per_sample * static_cast<double>(gbs) / static_cast<double>(c.world_size));
+      straggler_->end_iteration(flops_per_sample_ * static_cast<double>(gbs) / static_cast<double>(c.world_size));
     }
     if (c.check_for_nan_in_loss_and_grad) {
       // Megatron's check_for_nan_in_loss_and_grad, fatal. A NaN or Inf loss makes the
@@ -674,7 +673,7 @@ TrainSummary Trainer::run() {
       log.consumed_samples = progress_.consumed_train_samples;
       log.elapsed_ms = per_iter * 1000.0;
       if (c.log_throughput) {
-        log.tflops_per_gpu = tflops_per_gpu(flops_per_sample * static_cast<double>(gbs), per_iter, c.world_size);
+        log.tflops_per_gpu = tflops_per_gpu(flops_per_sample_ * static_cast<double>(gbs), per_iter, c.world_size);
       }
       log.learning_rate = scheduler_->lr();
       log.global_batch_size = gbs;

@@ -55,6 +55,7 @@
 #include "train/lr_scheduler.h"
 #include "train/microbatches.h"
 #include "train/optimizer.h"
+#include "train/progress_log.h"
 
 namespace megatron::train {
 
@@ -119,6 +120,8 @@ class Trainer {
   // --log-progress: rank 0 appends `text` to <--save>/progress.txt (a failure is a warning: the
   // run goes on).
   void append_progress(const std::string& text);
+  // --log-progress after a save: Megatron's line of the job's and the run's throughput.
+  void append_checkpoint_progress();
   // Timers::log over the world, printed by the last rank (collective).
   void log_timers(const std::vector<std::string>& names, double normalizer = 1.0);
 
@@ -145,8 +148,12 @@ class Trainer {
   std::unique_ptr<MetricsJsonlWriter> jsonl_;
   // --log-progress: when this job started (the earliest rank's construction of its Trainer) and
   // the model FLOPs done before it (the loaded checkpoint's).
+  double flops_per_sample_ = 0.0;  // model FLOPs of one sample (train/flops.h, --flops-convention)
   std::chrono::system_clock::time_point job_start_;
   double job_start_flops_ = 0.0;
+  // Where the run of jobs with this GPU count started (read from progress.txt once, after this
+  // job's "Starting job": later lines are this job's own and cannot move it).
+  std::optional<ProgressStart> progress_run_start_;
   std::chrono::milliseconds save_grace_{0};  // grant_save_time's grace, computed at the first save
   std::shared_ptr<Storage> async_save_host_;            // --async-save's page-locked copy, kept between saves
   std::unique_ptr<PendingCheckpointSave> pending_save_;  // an --async-save being written (declared last: destroyed first)

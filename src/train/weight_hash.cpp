@@ -33,7 +33,7 @@ WeightHashCheck compare_weights_across_dp_replicas(const model::ParameterSet& pa
   const std::vector<model::Parameter>& ps = params.params();
   const size_t n = ps.size();
   // Each hash as two 32-bit halves (exact in doubles).
-  std::vector<double> mine(2 * n), dp_rank0(2 * n, 0.0);
+  std::vector<double> mine(2 * n);
   for (size_t i = 0; i < n; ++i) {
     Tensor host = Tensor::cpu(ps[i].shape, ps[i].value.dtype());
     backend.copy(ps[i].value, host);
@@ -42,8 +42,7 @@ WeightHashCheck compare_weights_across_dp_replicas(const model::ParameterSet& pa
     mine[2 * i] = static_cast<double>(h >> 32);
     mine[2 * i + 1] = static_cast<double>(h & 0xffffffffu);
   }
-  if (dp.rank() == 0) dp_rank0 = mine;
-  if (dp.size() > 1) dp.all_reduce_host(std::span<double>(dp_rank0), comm::ReduceOp::kSum);
+  const std::vector<double> dp_rank0 = comm::broadcast_host(dp, mine);
   std::vector<std::string> differing;
   for (size_t i = 0; i < n; ++i) {
     if (mine[2 * i] != dp_rank0[2 * i] || mine[2 * i + 1] != dp_rank0[2 * i + 1]) differing.push_back(ps[i].name);
