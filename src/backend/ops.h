@@ -109,6 +109,11 @@ struct AttentionParams {
   DropoutParams dropout;       // its offset is unused: heads are placed by the two fields below
   int64_t dropout_heads = 0;   // H of the dropout index (0: heads; TP: all heads of the model)
   int64_t dropout_head0 = 0;   // global index of this call's head 0 (TP: rank * heads)
+  // Documents packed into one sequence (Megatron's --reset-attention-mask): int32 [b, s], the
+  // first key query i of batch row bi may see; keys key_start[bi, i] <= j <= i are visible.
+  // Non-decreasing along each row with 0 <= key_start[bi, i] <= i (a row's first position
+  // of its document). Undefined: every query sees keys 0..i (the causal mask alone).
+  Tensor key_start;
   int64_t dropout_total_heads() const { return dropout_heads > 0 ? dropout_heads : heads; }
 };
 
@@ -254,14 +259,18 @@ class Backend {
                                                  GradWrite colsum_write) = 0;
 
   // ---- embeddings -----------------------------------------------------------------------
-  // out[s, b, h] = wte[tokens[b, s]] + wpe[s] (tokens int32; positions 0..s-1). A token
-  // outside [0, V) takes a zero word row and wpe may be undefined (no position term): the
-  // pieces of Megatron's VocabParallelEmbedding, where wte holds one rank's vocabulary slice,
-  // the caller shifts the ids into it and sums the ranks' outputs.
-  virtual void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) = 0;
-  // dwte[V, h] (+=) and dwpe[P, h] (+=) from dout[s, b, h]; tokens outside [0, V) add
-  // nothing to dwte.
-  virtual void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) = 0;
+  // out[s, b, h] = wte[tokens[b, s]] + wpe[positions[b, s]] (int32 ids). `positions`
+  // undefined: position s for every batch row (0..s-1); defined (Megatron's
+  // --reset-position-ids): ids in [0, P) of wpe[P, h], checked on the host backend only. A
+  // token outside [0, V) takes a zero word row and wpe may be undefined (no position term):
+  // the pieces of Megatron's VocabParallelEmbedding, where wte holds one rank's vocabulary
+  // slice, the caller shifts the ids into it and sums the ranks' outputs.
+  virtual void embedding_forward(const Tensor& tokens, const Tensor& positions, const Tensor& wte, const Tensor& wpe,
+                                 Tensor& out) = 0;
+  // dwte[V, h] (+=) and dwpe[P, h] (+=) from dout[s, b, h], positions as in the forward;
+  // tokens outside [0, V) add nothing to dwte.
+  virtual void embedding_backward(const Tensor& tokens, const Tensor& positions, const Tensor& dout, Tensor& dwte,
+                                  Tensor& dwpe) = 0;
 
   // ---- attention ------------------------------------------------------------------------
   // out[s, b, heads*d] from qkv (see AttentionParams); lse[b, heads, s] (fp32) receives the

@@ -390,11 +390,13 @@ void ProfilingBackend::layernorm_backward_colsum(const Tensor& dy, const Tensor&
   });
 }
 
-void ProfilingBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
-  timed(kEmbeddingForward, [&] { inner_->embedding_forward(tokens, wte, wpe, out); });
+void ProfilingBackend::embedding_forward(const Tensor& tokens, const Tensor& positions, const Tensor& wte,
+                                         const Tensor& wpe, Tensor& out) {
+  timed(kEmbeddingForward, [&] { inner_->embedding_forward(tokens, positions, wte, wpe, out); });
 }
-void ProfilingBackend::embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
-  timed(kEmbeddingBackward, [&] { inner_->embedding_backward(tokens, dout, dwte, dwpe); });
+void ProfilingBackend::embedding_backward(const Tensor& tokens, const Tensor& positions, const Tensor& dout,
+                                          Tensor& dwte, Tensor& dwpe) {
+  timed(kEmbeddingBackward, [&] { inner_->embedding_backward(tokens, positions, dout, dwte, dwpe); });
 }
 
 void ProfilingBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) {

@@ -48,6 +48,7 @@
 #include "train/config.h"
 #include "train/data_parallel_setup.h"
 #include "train/flops.h"
+#include "train/micro_batch_documents.h"
 #include "train/optimizer.h"
 #include "train/pipeline_executor.h"
 #include "parallel/pipeline_schedule.h"
@@ -238,6 +239,9 @@ int run_bench(const CommandArgs& argv_in) {
       mb.labels.push_back(std::min<int32_t>(draw(2), kGpt2Vocab - 1));
       mb.loss_mask.push_back(1.0f);
     }
+    // --reset-position-ids / --reset-attention-mask: uniform ids hold almost no end of document
+    // (50256), so each row is about one document: the masked attention's slowest case.
+    train::mark_documents(c.model, kGpt2Vocab - 1, &mb);
   }
   // The step runs the pipeline schedule as `megatron train` does (one stage: forward k,
   // backward k, the loss head's backward right after each loss).

@@ -91,8 +91,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--tokenizer-model", FlagType::kValue, FlagState::kUnsupported, "", "only the GPT-2 BPE tokenizer"},
     {"--data-impl", FlagType::kValue, FlagState::kValues, "mmap|infer", "only the mmap indexed format (MMIDIDX)"},
     {"--dataloader-type", FlagType::kValue, FlagState::kValues, "single", "only the 'single' sampler"},
-    {"--reset-position-ids", FlagType::kSwitch, FlagState::kUnsupported, "", "document-boundary masking comes later"},
-    {"--reset-attention-mask", FlagType::kSwitch, FlagState::kUnsupported, "", "document-boundary masking comes later"},
     {"--optimizer", FlagType::kValue, FlagState::kValues, "adam", "only Adam(W)"},
     // Accepted, no effect here.
     {"--num-workers", FlagType::kValue, FlagState::kNoOp, "", "no-op: samples come from memory-mapped files in the trainer"},
@@ -354,6 +352,9 @@ void declare_supported_flags(Args& a) {
               "a JSON file {\"train\": ..., \"valid\": ..., \"test\": ...} of per-split data paths (lists or strings)")
       .flag("--mock-data", "Megatron-Core's mock data (100000 synthetic documents) instead of --data-path")
       .flag("--eod-mask-loss", "no loss at positions whose input token is the end of document")
+      .flag("--reset-position-ids", "position ids restart at 0 after each end-of-document token")
+      .flag("--reset-attention-mask",
+            "tokens attend only within their document (keys after the last end-of-document token before them)")
       .option("--split", "A,B,C", "train/valid/test proportions", "969, 30, 1")
       .option("--vocab-file", "FILE", "GPT-2 vocab.json (required unless --dry-run)")
       .option("--vocab-size", "N", "NullTokenizer: ids 0..N-1 and the end of document N (vocabulary N + 1)")
@@ -1023,6 +1024,8 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   }
   c.mock_data = a.get_flag("--mock-data");
   c.eod_mask_loss = a.get_flag("--eod-mask-loss");
+  c.model.reset_position_ids = a.get_flag("--reset-position-ids");
+  c.model.reset_attention_mask = a.get_flag("--reset-attention-mask");
   if (c.mock_data && !c.data_path.empty()) {
     throw_error("[--mock-data] cannot be combined with ", a.given("--data-args-path") ? "--data-args-path" : "--data-path",
                 " (give one)");
@@ -1089,6 +1092,10 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
   fill_logging_and_data(args, c);
   if (c.log_progress && !c.save && log != nullptr) {
     *log << "warning: --log-progress writes <--save>/progress.txt; without --save nothing is written\n";
+  }
+  if (c.model.reset_attention_mask && args.get_flag("--no-create-attention-mask-in-dataloader") && log != nullptr) {
+    *log << "warning: --reset-attention-mask with --no-create-attention-mask-in-dataloader: Megatron then builds no "
+            "mask and attends across documents; here attention stays within each document\n";
   }
   if (!c.log_straggler && log != nullptr) {
     for (const char* flag : {"--disable-straggler-on-startup", "--straggler-ctrlr-port", "--straggler-minmax-count"}) {

@@ -19,6 +19,10 @@ SpeedPrediction predict_speed(const train::TrainConfig& c, const plan::GpuSpec& 
     return none("it recomputes every layer under full recompute (this run's --recompute-method block recomputes "
                 "fewer)");
   }
+  if (c.model.reset_attention_mask) {
+    return none("--reset-attention-mask runs our own attention kernels instead of cuDNN's, at a speed that depends "
+                "on the documents' lengths");
+  }
   if (c.world_size % gpus_per_node != 0) gpus_per_node = c.world_size;  // ranks per node unknown: one node
   plan::PlanModel m;
   m.config = c.model;

@@ -37,6 +37,11 @@ struct GPTConfig {
   bool add_bias_linear = true;       // --disable-bias-linear turns it off
   Recompute recompute = Recompute::kNone;  // --recompute-method with --recompute-granularity full
   int64_t recompute_num_layers = 1;        // --recompute-num-layers
+  // Documents packed into a sample (data flags that change the model's inputs; MicroBatch):
+  // positions restart after each end-of-document token (--reset-position-ids), and queries
+  // attend only to keys of their own document (--reset-attention-mask).
+  bool reset_position_ids = false;
+  bool reset_attention_mask = false;
 
   bool recomputed(int64_t layer) const {
     return recompute == Recompute::kUniform || (recompute == Recompute::kBlock && layer < recompute_num_layers);

@@ -74,7 +74,7 @@ std::vector<float> GPTGenerator::append(std::span<const int32_t> tokens) {
   backend_.copy(host_tokens, dev_tokens);
   const Tensor positions = pos_->slice(past_, past_ + t);
   Tensor x = tmp({t, 1, h}, dtype_);
-  backend_.embedding_forward(dev_tokens, *word_, positions, x);
+  backend_.embedding_forward(dev_tokens, Tensor(), *word_, positions, x);
   Tensor x2 = x.view({t, h});
 
   Tensor ln = tmp({t, h}, dtype_), mean = tmp({t}, DType::kF32), rstd = tmp({t}, DType::kF32);

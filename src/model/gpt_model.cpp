@@ -185,6 +185,8 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
     for (int64_t k = 0; k < pipe_.activation_sets[static_cast<size_t>(ci)]; ++k) {
       ActivationSet set;
       if (is_first_virtual(ci)) set.tokens = act({b, s}, DType::kI32);
+      if (is_first_virtual(ci) && c.reset_position_ids) set.positions = act({b, s}, DType::kI32);
+      if (c.reset_attention_mask) set.key_start = act({b, s}, DType::kI32);
       if (dropout_stream_in_memory(c, T, pipe_)) set.dropout_stream = act({1}, DType::kI64);
       for (int64_t l = 0; l <= Lc; ++l) set.xs.push_back(act({sl, b, h}, dtype_));
       for (int64_t l = 0; l < cc.kept_layers(); ++l) set.kept.push_back(layer_acts());
@@ -272,6 +274,7 @@ backend::AttentionParams GPTModel::attention_params(int64_t layer) const {
   // This rank's heads are the global heads [rank * heads_, (rank + 1) * heads_).
   a.dropout_heads = config_.num_attention_heads;
   a.dropout_head0 = tp_->rank() * heads_;
+  a.key_start = cur_set().key_start;  // undefined without documents
   return a;
 }
 
@@ -375,11 +378,43 @@ void GPTModel::reduce_sequence_parallel_grads() {
   }
 }
 
-void GPTModel::load_inputs(const MicroBatch& mb, Tensor* tokens, bool labels) {
+namespace {
+
+// A micro-batch's document ids (MicroBatch), checked on the host because the device kernels
+// trust them (ops.h): position ids within [0, max_positions); key starts within [0, i] at
+// position i and not decreasing along a row.
+void check_document_ids(const std::vector<int32_t>& ids, bool key_starts, int64_t b, int64_t s,
+                        int64_t max_positions) {
+  const char* what = key_starts ? "key_start" : "position_ids";
+  MT_CHECK(static_cast<int64_t>(ids.size()) == b * s)
+      << "micro-batch " << what << ": " << ids.size() << " ids for " << b << "x" << s << " tokens";
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t si = 0; si < s; ++si) {
+      const int32_t v = ids[static_cast<size_t>(bi * s + si)];
+      const bool ok = key_starts ? v >= 0 && v <= si && (si == 0 || v >= ids[static_cast<size_t>(bi * s + si - 1)])
+                                 : v >= 0 && v < max_positions;
+      MT_CHECK(ok) << "micro-batch " << what << "[" << bi << ", " << si << "] = " << v
+                   << (key_starts ? ": expected within [0, position], not below the previous position's"
+                                  : ": expected within [0, --max-position-embeddings)");
+    }
+  }
+}
+
+}  // namespace
+
+void GPTModel::load_inputs(const MicroBatch& mb, ActivationSet& as, bool first, bool labels) {
   const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b;
   MT_CHECK(mb.batch == b && mb.seq == s && static_cast<int64_t>(mb.tokens.size()) == n &&
            static_cast<int64_t>(mb.labels.size()) == n && static_cast<int64_t>(mb.loss_mask.size()) == n)
       << "micro-batch shape " << mb.batch << "x" << mb.seq << " != " << b << "x" << s;
+  auto load_ids = [&](const std::vector<int32_t>& ids, bool key_starts, Tensor& dst) {
+    check_document_ids(ids, key_starts, b, s, config_.max_position_embeddings);
+    Tensor host = Tensor::cpu({b, s}, DType::kI32);
+    std::copy(ids.begin(), ids.end(), host.data_as<int32_t>());
+    backend_.copy(host, dst);
+  };
+  if (first && as.positions.defined()) load_ids(mb.position_ids, false, as.positions);
+  if (as.key_start.defined()) load_ids(mb.key_start, true, as.key_start);
   // Tokens stay [b, s]; labels and mask go sequence-first to match the logits rows. Ids go in
   // shifted into this rank's vocabulary slice (-1 outside it; T = 1: unchanged).
   Tensor host_tokens = Tensor::cpu({b, s}, DType::kI32);
@@ -401,7 +436,7 @@ void GPTModel::load_inputs(const MicroBatch& mb, Tensor* tokens, bool labels) {
     }
   }
   mask_sum_ = static_cast<float>(mask_sum);
-  if (tokens) backend_.copy(host_tokens, *tokens);
+  if (first) backend_.copy(host_tokens, as.tokens);
   if (labels) {
     backend_.copy(host_labels, labels_);
     backend_.copy(host_mask, loss_weights_);
@@ -442,9 +477,9 @@ void GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, c
   as.dropout = dropout;
   dropout_ctx_ = dropout;
   const bool first = is_first_virtual(chunk), last = is_last_virtual(chunk);
-  if (first || last) {
-    MT_CHECK(mb != nullptr) << "the first and last virtual stages read the micro-batch";
-    load_inputs(*mb, first ? &as.tokens : nullptr, last);
+  if (reads_batch(chunk)) {
+    MT_CHECK(mb != nullptr) << "chunk " << chunk << " of stage " << pipe_.stage << " reads the micro-batch";
+    load_inputs(*mb, as, first, last);
   }
   if (as.dropout_stream.defined()) {
     Tensor host = Tensor::cpu({1}, DType::kI64);
@@ -470,7 +505,7 @@ void GPTModel::chunk_forward(bool first, bool last, const HeadBackward* head) {
     const Tensor wpe = tp_->rank() == 0 ? param(pos_emb_) : Tensor();
     Tensor& x0 = as.xs.front();
     Tensor emb = !sp_ && emb_dropout.p == 0.0f ? x0 : ws_h1_.view({s, b, h});
-    backend_.embedding_forward(as.tokens, param(word_emb_), wpe, emb);
+    backend_.embedding_forward(as.tokens, as.positions, param(word_emb_), wpe, emb);
     Tensor emb_rows = emb.view({n, h});
     const Tensor emb_local = reduce_rows(emb_rows);
     if (emb.data() != x0.data()) {
@@ -678,7 +713,8 @@ void GPTModel::chunk_backward() {
   const Tensor demb_local =
       through_dropout(ws_grad_, demb_buffer, dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
   const Tensor demb = gather_rows(demb_local, ws_h1_);
-  backend_.embedding_backward(as.tokens, demb.view({s, b, h}), accumulable_grad(word_emb_), accumulable_grad(pos_emb_));
+  backend_.embedding_backward(as.tokens, as.positions, demb.view({s, b, h}), accumulable_grad(word_emb_),
+                              accumulable_grad(pos_emb_));
   grads_final_from(0);
 }
 

@@ -72,13 +72,18 @@
 namespace megatron::model {
 
 // One micro-batch on the host: row-major [b, s] token ids, labels (the tokens shifted by one)
-// and a loss mask (1 = counts in the loss).
+// and a loss mask (1 = counts in the loss). With documents packed into a sample
+// (data/document_starts.h): each token's position id (GPTConfig::reset_position_ids; else
+// empty, positions 0..s-1) and its document's first position, the first key it attends to
+// (GPTConfig::reset_attention_mask; else empty).
 struct MicroBatch {
   int64_t batch = 0;
   int64_t seq = 0;
   std::vector<int32_t> tokens;
   std::vector<int32_t> labels;
   std::vector<float> loss_mask;
+  std::vector<int32_t> position_ids;
+  std::vector<int32_t> key_start;
 };
 
 // Where dropout draws from: a seed and the (iteration, micro-batch) being run.
@@ -182,10 +187,16 @@ class GPTModel {
   // Virtual stage 0 (embedding, tokens in) / the last one (loss out).
   bool is_first_virtual(int64_t chunk) const { return chunk == 0 && pipe_.stage == 0; }
   bool is_last_virtual(int64_t chunk) const;
+  // Whether forward_chunk(chunk, ...) reads the micro-batch: the first and last virtual
+  // stages, and every chunk when attention follows documents (its key_start).
+  bool reads_batch(int64_t chunk) const {
+    return is_first_virtual(chunk) || is_last_virtual(chunk) || config_.reset_attention_mask;
+  }
   // Where chunk c's input activation for set k is received (not the first virtual stage).
   Tensor& input_buffer(int64_t chunk, int64_t set);
-  // Forward of one micro-batch through chunk c into set k. `batch` is read on the first
-  // virtual stage (tokens) and the last (labels, mask; may be null elsewhere). On the last
+  // Forward of one micro-batch through chunk c into set k. `batch` is read where
+  // reads_batch(c): tokens (and position ids) on the first virtual stage, labels and mask on
+  // the last, the documents' key starts everywhere with reset_attention_mask. On the last
   // virtual stage the micro-batch loss is queued for take_losses() (its per-token losses are
   // copied to the host without waiting); there, with `head`, the loss head's backward runs
   // at once and the set keeps only d(last layer output).
@@ -257,6 +268,8 @@ class GPTModel {
     std::vector<Tensor> xs;
     std::vector<LayerActs> kept;
     Tensor tokens;
+    Tensor positions;  // int32 [b, s] position ids (virtual stage 0, reset_position_ids)
+    Tensor key_start;  // int32 [b, s] first visible key per query (reset_attention_mask)
     DropoutContext dropout;
     // int64 [1]: (iteration << 16 | micro-batch) << 14 of `dropout`, written by forward_chunk
     // where dropout_stream_in_memory; the dropout ops add it to their streams when they run.
@@ -320,9 +333,10 @@ class GPTModel {
   // Layers of the current chunk, top to bottom, from ws_grad_ = d(output); then, on virtual
   // stage 0, the embedding.
   void chunk_backward();
-  // Inputs of a micro-batch onto the device: tokens (virtual stage 0) into `tokens`, labels
+  // Inputs of a micro-batch onto the device, into `as` and the loss head: tokens and position
+  // ids (`first`), the documents' key starts (reset_attention_mask), labels (`labels`)
   // and loss weights (last virtual stage; their host copy in host_mask_); sets mask_sum_.
-  void load_inputs(const MicroBatch& mb, Tensor* tokens, bool labels);
+  void load_inputs(const MicroBatch& mb, ActivationSet& as, bool first, bool labels);
   // d(input) of a dropout from its output gradient dy: dy itself without dropout, else the
   // masked gradient written into `buffer`.
   Tensor through_dropout(const Tensor& dy, Tensor& buffer, const backend::DropoutParams& dropout);

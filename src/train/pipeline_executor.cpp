@@ -100,7 +100,7 @@ double run_pipeline(const std::vector<parallel::PipelineAction>& blocking_table,
     if (sync) cb.grad_sync(a.chunk, true);
     switch (a.op) {
       case parallel::PipelineOp::kForward: {
-        const bool needs_batch = model.is_first_virtual(a.chunk) || model.is_last_virtual(a.chunk);
+        const bool needs_batch = model.reads_batch(a.chunk);
         if (needs_batch) cb.load(a.micro_batch, &mb);
         model.forward_chunk(a.chunk, set_of(a.chunk, a.micro_batch), needs_batch ? &mb : nullptr,
                             cb.dropout(a.micro_batch), cb.head);

@@ -23,6 +23,7 @@
 #include "optim/loss_scaler.h"
 #include "train/data_parallel_setup.h"
 #include "train/flops.h"
+#include "train/micro_batch_documents.h"
 #include "train/pipeline_executor.h"
 #include "train/progress_log.h"
 #include "train/tensorboard_tags.h"
@@ -376,6 +377,7 @@ void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_
       if (config_.eod_mask_loss && token == config_.eod_token) mb->loss_mask[static_cast<size_t>(i * s + t)] = 0.0f;
     }
   }
+  mark_documents(config_.model, config_.eod_token, mb);  // --reset-position-ids, --reset-attention-mask
 }
 
 double Trainer::evaluate(const data::TokenDataset& dataset, int64_t* consumed, int64_t global_batch) {

@@ -465,6 +465,26 @@ TEST(TrainArgs, TimingFlags) {
   EXPECT_ERROR_NAMES(with(base_args(), {"--timing-log-option", "median"}), "--timing-log-option]");
 }
 
+// Megatron's document flags set the model's inputs; with --no-create-attention-mask-in-dataloader
+// (under which Megatron builds no mask at all) a warning says that here documents are still masked.
+TEST(TrainArgs, DocumentFlags) {
+  const TrainConfig c = parse(with(base_args(), {"--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss"}));
+  EXPECT_TRUE(c.model.reset_position_ids);
+  EXPECT_TRUE(c.model.reset_attention_mask);
+  EXPECT_TRUE(c.eod_mask_loss);
+  const TrainConfig d = parse(base_args());
+  EXPECT_FALSE(d.model.reset_position_ids);
+  EXPECT_FALSE(d.model.reset_attention_mask);
+  std::ostringstream log;
+  parse(with(base_args(), {"--reset-attention-mask", "--no-create-attention-mask-in-dataloader"}), 1, &log);
+  EXPECT_NE(log.str().find("warning: --reset-attention-mask with --no-create-attention-mask-in-dataloader"),
+            std::string::npos)
+      << log.str();
+  std::ostringstream quiet;
+  parse(with(base_args(), {"--reset-position-ids", "--no-create-attention-mask-in-dataloader"}), 1, &quiet);
+  EXPECT_EQ(quiet.str().find("warning"), std::string::npos) << quiet.str();
+}
+
 TEST(TrainArgs, StragglerFlags) {
   const TrainConfig c = parse(with(base_args(), {"--log-straggler", "--disable-straggler-on-startup",
                                                  "--straggler-ctrlr-port", "7000", "--straggler-minmax-count", "4"}));

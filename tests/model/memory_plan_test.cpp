@@ -30,6 +30,7 @@ struct Case {
   int64_t kv_channels;
   Recompute recompute = Recompute::kNone;
   int64_t recompute_num_layers = 1;
+  bool documents = false;  // --reset-position-ids and --reset-attention-mask
 };
 
 class MemoryPlanTest : public ::testing::TestWithParam<Case> {};
@@ -50,6 +51,7 @@ TEST_P(MemoryPlanTest, PlanEqualsAllocatedBytes) {
   c.add_bias_linear = k.bias;
   c.recompute = k.recompute;
   c.recompute_num_layers = k.recompute_num_layers;
+  c.reset_position_ids = c.reset_attention_mask = k.documents;
   const MemoryPlan plan = plan_memory(c, k.dtype, k.micro_batch);
 
   auto backend = backend::make_cpu_backend();
@@ -77,6 +79,11 @@ TEST_P(MemoryPlanTest, PlanEqualsAllocatedBytes) {
     mb.tokens.push_back(static_cast<int32_t>(i % c.vocab_size));
     mb.labels.push_back(static_cast<int32_t>((i * 7 + 3) % c.vocab_size));
     mb.loss_mask.push_back(1.0f);
+    if (k.documents) {  // two documents per row: positions 0-2, then 0-3
+      const int32_t t = static_cast<int32_t>(i % c.seq_length), start = t < 3 ? 0 : 3;
+      mb.position_ids.push_back(t - start);
+      mb.key_start.push_back(start);
+    }
   }
   opt.zero_grads();
   model.forward(mb, {});
@@ -98,7 +105,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MemoryPlanTest,
                                            Case{"bf16_recompute_uniform2", DType::kBF16, false, true, 2, 8,
                                                 Recompute::kUniform, 2},
                                            Case{"fp32_recompute_block1", DType::kF32, false, true, 2, 8,
-                                                Recompute::kBlock, 1}),
+                                                Recompute::kBlock, 1},
+                                           Case{"bf16_documents_recompute_uniform1", DType::kBF16, false, true, 2, 8,
+                                                Recompute::kUniform, 1, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // --use-distributed-optimizer under mpirun -np 3: each rank allocates its shard of the fp32 main
@@ -221,6 +230,8 @@ TEST(MemoryPlan, PipelineStagePlanEqualsAllocatedBytes) {
       for (bool untied : {false, true}) {
         c.recompute = r;
         c.untie_embeddings_and_output_weights = untied;
+        // Documents: key starts in every chunk's sets, position ids on virtual stage 0.
+        c.reset_position_ids = c.reset_attention_mask = untied;
         int64_t total = 0;
         for (int64_t stage = 0; stage < 2; ++stage) {
           PipelineStageOptions pipe;
@@ -235,7 +246,7 @@ TEST(MemoryPlan, PipelineStagePlanEqualsAllocatedBytes) {
           GPTModel model(c, *backend, DType::kBF16, 2, {}, pipe);
           const MemorySnapshot built = tracker.snapshot();
           const std::string what = "stage " + std::to_string(stage) + " vp " + std::to_string(vp) + " recompute " +
-                                   std::to_string(static_cast<int>(r)) + (untied ? " untied" : "");
+                                   std::to_string(static_cast<int>(r)) + (untied ? " untied, documents" : "");
           EXPECT_EQ(plan.num_parameters, model.parameters().total_numel()) << what;
           EXPECT_EQ(plan.parameters, delta(built, before, MemoryKind::kParams)) << what;
           EXPECT_EQ(plan.gradients, delta(built, before, MemoryKind::kGrads)) << what;

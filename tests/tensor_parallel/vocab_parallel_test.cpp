@@ -101,7 +101,7 @@ TEST(VocabParallel, EmbeddingMatchesTheSerialOpBitwise) {
   Tensor tokens = Tensor::cpu({b, s}, DType::kI32);
   std::memcpy(tokens.data(), ids.data(), ids.size() * 4);
   Tensor ref = Tensor::cpu({s, b, h}, DType::kF32);
-  backend->embedding_forward(tokens, wte, wpe, ref);
+  backend->embedding_forward(tokens, Tensor(), wte, wpe, ref);
 
   const VocabRange range = vocab_range(V, tp->rank(), tp->size());
   Tensor local_wte = Tensor::cpu({range.size, h}, DType::kF32);
@@ -110,7 +110,7 @@ TEST(VocabParallel, EmbeddingMatchesTheSerialOpBitwise) {
   Tensor local_tokens = Tensor::cpu({b, s}, DType::kI32);
   std::memcpy(local_tokens.data(), local_ids.data(), local_ids.size() * 4);
   Tensor out = Tensor::cpu({s, b, h}, DType::kF32);
-  backend->embedding_forward(local_tokens, local_wte, tp->rank() == 0 ? wpe : Tensor(), out);
+  backend->embedding_forward(local_tokens, Tensor(), local_wte, tp->rank() == 0 ? wpe : Tensor(), out);
   all_reduce_tp(*tp, out);
   EXPECT_EQ(std::memcmp(out.data(), ref.data(), static_cast<size_t>(ref.nbytes())), 0);
 
@@ -119,11 +119,11 @@ TEST(VocabParallel, EmbeddingMatchesTheSerialOpBitwise) {
   Tensor dwte = Tensor::cpu({V, h}, DType::kF32), dwpe = Tensor::cpu({P, h}, DType::kF32);
   std::memset(dwte.data(), 0, static_cast<size_t>(dwte.nbytes()));
   std::memset(dwpe.data(), 0, static_cast<size_t>(dwpe.nbytes()));
-  backend->embedding_backward(tokens, dout, dwte, dwpe);
+  backend->embedding_backward(tokens, Tensor(), dout, dwte, dwpe);
   Tensor ldwte = Tensor::cpu({range.size, h}, DType::kF32), ldwpe = Tensor::cpu({P, h}, DType::kF32);
   std::memset(ldwte.data(), 0, static_cast<size_t>(ldwte.nbytes()));
   std::memset(ldwpe.data(), 0, static_cast<size_t>(ldwpe.nbytes()));
-  backend->embedding_backward(local_tokens, dout, ldwte, ldwpe);
+  backend->embedding_backward(local_tokens, Tensor(), dout, ldwte, ldwpe);
   EXPECT_EQ(std::memcmp(ldwte.data(), dwte.data_as<float>() + range.start * h, static_cast<size_t>(ldwte.nbytes())), 0);
   EXPECT_EQ(std::memcmp(ldwpe.data(), dwpe.data(), static_cast<size_t>(ldwpe.nbytes())), 0);
 }

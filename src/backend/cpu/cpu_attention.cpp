@@ -3,7 +3,8 @@
 //
 // For batch bi and head hd (H heads of size d), row i of q, k, v is read from
 // qkv[i, bi, hd*3d + {0, d, 2d} + (0..d)] (ops.h, AttentionParams).
-// Forward, per query row i (keys j <= i; scale = softmax_scale):
+// Forward, per query row i (keys lo_i <= j <= i, lo_i = key_start[bi, i] or 0; scale =
+// softmax_scale):
 //   s_ij = scale q_i . k_j,  lse_i = log sum_j exp(s_ij),  P_ij = exp(s_ij - lse_i),
 //   out_i = sum_j P_ij M_ij v_j,  M_ij = dropout multiplier (0 or 1 / (1 - p)).
 // Dropout element index: ((bi * H + hd) * s + i) * s + j over the [b, H, s, s] probability
@@ -31,6 +32,9 @@ namespace {
 
 struct Dims {
   int64_t s, b, heads, d;
+  const int32_t* key_start = nullptr;  // [b, s] (AttentionParams::key_start) or null
+  // The first key query i of batch row bi sees.
+  int64_t lo(int64_t bi, int64_t i) const { return key_start != nullptr ? key_start[bi * s + i] : 0; }
 };
 
 Dims check_attention(const Tensor& qkv, const Tensor& lse, const AttentionParams& p) {
@@ -39,7 +43,21 @@ Dims check_attention(const Tensor& qkv, const Tensor& lse, const AttentionParams
   MT_CHECK(p.dropout.p >= 0.0f && p.dropout.p < 1.0f) << "attention dropout " << p.dropout.p;
   MT_CHECK(qkv.ndim() == 3 && qkv.dim(2) == p.heads * 3 * p.head_dim)
       << "attention qkv " << qkv.describe() << " for " << p.heads << " heads of " << p.head_dim;
-  const Dims dims{qkv.dim(0), qkv.dim(1), p.heads, p.head_dim};
+  Dims dims{qkv.dim(0), qkv.dim(1), p.heads, p.head_dim};
+  if (p.key_start.defined()) {
+    check_i32(p.key_start, "attention key_start");
+    MT_CHECK(p.key_start.ndim() == 2 && p.key_start.dim(0) == dims.b && p.key_start.dim(1) == dims.s)
+        << "attention key_start " << p.key_start.describe() << ", expected [" << dims.b << ", " << dims.s << "]";
+    dims.key_start = p.key_start.data_as<const int32_t>();
+    for (int64_t bi = 0; bi < dims.b; ++bi) {
+      for (int64_t i = 0; i < dims.s; ++i) {
+        const int64_t lo = dims.lo(bi, i);
+        MT_CHECK(lo >= 0 && lo <= i && (i == 0 || lo >= dims.lo(bi, i - 1)))
+            << "attention key_start[" << bi << ", " << i << "] = " << lo
+            << ": must lie in [0, i] and not decrease along the row";
+      }
+    }
+  }
   check_f32(lse, "attention lse");
   MT_CHECK(lse.numel() == dims.b * dims.heads * dims.s)
       << "attention lse " << lse.describe() << ", expected [" << dims.b << ", " << dims.heads << ", " << dims.s << "]";
@@ -62,7 +80,7 @@ inline float attention_dropout(const AttentionParams& p, const Dims& dims, int64
 
 void CpuBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) {
   const Dims dims = check_attention(qkv, lse, params);
-  const auto [s, b, heads, d] = dims;
+  const int64_t s = dims.s, b = dims.b, heads = dims.heads, d = dims.d;
   MT_CHECK(out.numel() == s * b * heads * d) << "attention out " << out.describe();
   In qv(qkv, "attention qkv");
   Out ov(out, "attention out");
@@ -79,18 +97,19 @@ void CpuBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, 
     std::vector<float> score(static_cast<size_t>(s));
     std::vector<double> acc(static_cast<size_t>(d));
     for (int64_t i = 0; i < s; ++i) {
+      const int64_t lo = dims.lo(bi, i);
       float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = lo; j <= i; ++j) {
         double dot = 0.0;
         for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q(i)[c]) * k(j)[c];
         score[j] = static_cast<float>(dot) * params.softmax_scale;
         mx = std::max(mx, score[j]);
       }
       double sum = 0.0;
-      for (int64_t j = 0; j <= i; ++j) sum += std::exp(static_cast<double>(score[j]) - mx);
+      for (int64_t j = lo; j <= i; ++j) sum += std::exp(static_cast<double>(score[j]) - mx);
       const float row_lse = mx + static_cast<float>(std::log(sum));
       std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = lo; j <= i; ++j) {
         const float pm = std::exp(score[j] - row_lse) * attention_dropout(params, dims, bh, i, j);
         if (pm == 0.0f) continue;
         for (int64_t c = 0; c < d; ++c) acc[c] += static_cast<double>(pm) * v(j)[c];
@@ -106,7 +125,7 @@ void CpuBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, 
 void CpuBackend::attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                     Tensor& dqkv, const AttentionParams& params) {
   const Dims dims = check_attention(qkv, lse, params);
-  const auto [s, b, heads, d] = dims;
+  const int64_t s = dims.s, b = dims.b, heads = dims.heads, d = dims.d;
   MT_CHECK(dout.numel() == s * b * heads * d) << "attention dout " << dout.describe();
   MT_CHECK(out.numel() == s * b * heads * d) << "attention out " << out.describe();
   MT_CHECK(dqkv.numel() == qkv.numel()) << "attention dqkv " << dqkv.describe() << " for qkv " << qkv.describe();
@@ -129,8 +148,9 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& qkv, const
     std::vector<float> prob(static_cast<size_t>(s)), dprob(static_cast<size_t>(s));
     for (int64_t i = 0; i < s; ++i) {
       const float row_lse = lp[bh * s + i];
+      const int64_t lo = dims.lo(bi, i);
       double row_dot = 0.0;  // sum_j P_ij dP_ij
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = lo; j <= i; ++j) {
         double dot = 0.0;
         for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q(i)[c]) * k(j)[c];
         const float p = std::exp(static_cast<float>(dot) * scale - row_lse);
@@ -145,7 +165,7 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& qkv, const
           for (int64_t c = 0; c < d; ++c) dv[j * d + c] += pm * go(i)[c];
         }
       }
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = lo; j <= i; ++j) {
         const double ds = static_cast<double>(prob[j]) * (dprob[j] - row_dot) * scale;
         for (int64_t c = 0; c < d; ++c) {
           dq[i * d + c] += ds * k(j)[c];

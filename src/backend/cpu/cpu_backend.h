@@ -77,8 +77,10 @@ class CpuBackend : public Backend {
                                          Tensor& dz_colsum, const DropoutParams& dropout, GradWrite write,
                                          GradWrite dx_write, GradWrite colsum_write) override;
 
-  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) override;
-  void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) override;
+  void embedding_forward(const Tensor& tokens, const Tensor& positions, const Tensor& wte, const Tensor& wpe,
+                         Tensor& out) override;
+  void embedding_backward(const Tensor& tokens, const Tensor& positions, const Tensor& dout, Tensor& dwte,
+                          Tensor& dwpe) override;
 
   void attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) override;
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,

@@ -147,13 +147,35 @@ void CpuBackend::layernorm_backward_dropout_colsum(const Tensor& dy, const Tenso
   bias_grad(dz, dz_colsum, colsum_write);
 }
 
-void CpuBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
+namespace {
+
+// Position ids [b, s] (int32, each in [0, P)), or null for 0..s-1 in every batch row.
+const int32_t* checked_positions(const Tensor& positions, int64_t b, int64_t s, int64_t P) {
+  if (!positions.defined()) {
+    MT_CHECK(s <= P) << "sequence length " << s << " exceeds the position table's " << P << " rows";
+    return nullptr;
+  }
+  check_i32(positions, "embedding positions");
+  MT_CHECK(positions.ndim() == 2 && positions.dim(0) == b && positions.dim(1) == s)
+      << "embedding positions " << positions.describe() << ", expected [" << b << ", " << s << "]";
+  const int32_t* pos = positions.data_as<const int32_t>();
+  for (int64_t i = 0; i < b * s; ++i) {
+    MT_CHECK(pos[i] >= 0 && pos[i] < P) << "embedding position id " << pos[i] << " at [" << i / s << ", " << i % s
+                                        << "] outside the position table's " << P << " rows";
+  }
+  return pos;
+}
+
+}  // namespace
+
+void CpuBackend::embedding_forward(const Tensor& tokens, const Tensor& positions, const Tensor& wte, const Tensor& wpe,
+                                   Tensor& out) {
   check_i32(tokens, "embedding tokens");
   MT_CHECK(tokens.ndim() == 2) << "embedding tokens " << tokens.describe() << " must be [b, s]";
   MT_CHECK(wte.ndim() == 2 && (!wpe.defined() || (wpe.ndim() == 2 && wte.dim(1) == wpe.dim(1))))
       << "embedding tables wte " << wte.describe() << ", wpe " << wpe.describe();
   const int64_t b = tokens.dim(0), s = tokens.dim(1), vocab = wte.dim(0), h = wte.dim(1);
-  MT_CHECK(!wpe.defined() || s <= wpe.dim(0)) << "sequence length " << s << " exceeds position table " << wpe.describe();
+  const int32_t* pos = wpe.defined() ? checked_positions(positions, b, s, wpe.dim(0)) : nullptr;
   MT_CHECK(out.numel() == s * b * h) << "embedding out " << out.describe() << ", expected [" << s << ", " << b
                                      << ", " << h << "]";
   const int32_t* tok = tokens.data_as<const int32_t>();
@@ -164,29 +186,31 @@ void CpuBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, cons
   for (int64_t row = 0; row < s * b; ++row) {
     const int64_t si = row / b, bi = row % b;
     const int32_t t = tok[bi * s + si];
+    const int64_t p = pos != nullptr ? pos[bi * s + si] : si;
     // Outside this table's ids: a zero word row (vocab-parallel masking, ops.h).
     const bool in = t >= 0 && t < vocab;
     for (int64_t j = 0; j < h; ++j) {
       const float w = in ? tv[t * h + j] : 0.0f;
-      ov[row * h + j] = pv ? w + pv[si * h + j] : w;
+      ov[row * h + j] = pv ? w + pv[p * h + j] : w;
     }
   }
   ov.commit();
 }
 
-void CpuBackend::embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
+void CpuBackend::embedding_backward(const Tensor& tokens, const Tensor& positions, const Tensor& dout, Tensor& dwte,
+                                    Tensor& dwpe) {
   check_i32(tokens, "embedding tokens");
   MT_CHECK(tokens.ndim() == 2) << "embedding tokens " << tokens.describe() << " must be [b, s]";
   MT_CHECK(dwte.ndim() == 2 && dwpe.ndim() == 2 && dwte.dim(1) == dwpe.dim(1))
       << "embedding grads dwte " << dwte.describe() << ", dwpe " << dwpe.describe();
   const int64_t b = tokens.dim(0), s = tokens.dim(1), vocab = dwte.dim(0), h = dwte.dim(1);
-  MT_CHECK(s <= dwpe.dim(0)) << "sequence length " << s << " exceeds position table " << dwpe.describe();
+  const int32_t* pos = checked_positions(positions, b, s, dwpe.dim(0));
   MT_CHECK(dout.numel() == s * b * h) << "embedding dout " << dout.describe();
   const int32_t* tok = tokens.data_as<const int32_t>();
   In dv(dout, "embedding dout");
   Out tv(dwte, "embedding dwte", /*load=*/true), pv(dwpe, "embedding dwpe", /*load=*/true);
-  // Token rows repeat, so the scatter is split by column chunks; each chunk walks the
-  // positions in (s, b) order, a fixed accumulation order per element.
+  // Token and position rows repeat, so the scatters are split by column chunks; each chunk
+  // walks the rows in (s, b) order, a fixed accumulation order per element.
   const int64_t chunks = (h + kColumnChunk - 1) / kColumnChunk;
 #pragma omp parallel for schedule(static) if (s * b * h >= kParallelWork)
   for (int64_t c = 0; c < chunks; ++c) {
@@ -194,15 +218,12 @@ void CpuBackend::embedding_backward(const Tensor& tokens, const Tensor& dout, Te
     for (int64_t row = 0; row < s * b; ++row) {
       const int64_t si = row / b, bi = row % b;
       const int32_t t = tok[bi * s + si];
+      const int64_t p = pos != nullptr ? pos[bi * s + si] : si;
+      for (int64_t j = c0; j < c1; ++j) pv[p * h + j] += dv[row * h + j];
       if (t < 0 || t >= vocab) continue;  // another vocab-parallel rank's id
       for (int64_t j = c0; j < c1; ++j) tv[t * h + j] += dv[row * h + j];
     }
   }
-  // Positions: one thread per position, batch entries in order.
-#pragma omp parallel for schedule(static) if (s * b * h >= kParallelWork)
-  for (int64_t si = 0; si < s; ++si)
-    for (int64_t bi = 0; bi < b; ++bi)
-      for (int64_t j = 0; j < h; ++j) pv[si * h + j] += dv[(si * b + bi) * h + j];
   tv.commit();
   pv.commit();
 }

@@ -100,6 +100,9 @@ struct ForwardArgs {
   uint64_t seed = 0, stream = 0;
   const uint64_t* stream_add = nullptr;  // DropoutParams::stream_add (device memory) or null
   int dropout_heads = 0, dropout_head0 = 0;  // ops.h AttentionParams (global heads of the index)
+  // [b, nq] first visible key per query (AttentionParams::key_start; only with nq == nk,
+  // q_pos0 == 0) or null: keys key_start[bi, row] <= j are visible, non-decreasing per row.
+  const int32_t* key_start = nullptr;
 };
 
 struct BackwardArgs {
@@ -117,6 +120,7 @@ struct BackwardArgs {
   uint64_t seed = 0, stream = 0;
   const uint64_t* stream_add = nullptr;  // DropoutParams::stream_add (device memory) or null
   int dropout_heads = 0, dropout_head0 = 0;  // ops.h AttentionParams (global heads of the index)
+  const int32_t* key_start = nullptr;  // [b, s] as in ForwardArgs, or null
 };
 
 // The Philox stream of the masks: `stream`, plus the value at stream_add when set (ops.h).
@@ -277,8 +281,11 @@ __global__ void __launch_bounds__(kThreads, 2) attention_forward_kernel(const Fo
   const int64_t last_key = (a.q_pos0 + last_row < a.nk - 1) ? a.q_pos0 + last_row : a.nk - 1;
   const int64_t key_tiles = last_key / BK + 1;
   const bool dropout = a.dropout_p > 0.0f;
+  // Documents (key_start): the tiles before the first row's document start are never visible.
+  const int32_t* key_start = a.key_start != nullptr ? a.key_start + bi * a.nq : nullptr;
+  const int64_t first_tile = key_start != nullptr ? key_start[r0] / BK : 0;
 
-  for (int64_t kt = 0; kt < key_tiles; ++kt) {
+  for (int64_t kt = first_tile; kt < key_tiles; ++kt) {
     const int64_t k0 = kt * BK;
     __syncthreads();  // the previous tile's reads of K, V, P are done
     load_tile<BK, DMAX, LD>(Ks, a.k, bi, hd, k0, a.nk, a.d);
@@ -291,11 +298,12 @@ __global__ void __launch_bounds__(kThreads, 2) attention_forward_kernel(const Fo
     for (int r = 0; r < RR; ++r) {
       const int64_t row = r0 + ty + 16 * r;
       const int64_t qpos = a.q_pos0 + row;
+      const int64_t lo = key_start != nullptr && row < a.nq ? key_start[row] : 0;
       float mx = kNegInf;
 #pragma unroll
       for (int c = 0; c < CC; ++c) {
         const int64_t key = k0 + tx + 16 * c;
-        const bool valid = row < a.nq && key < a.nk && key <= qpos;
+        const bool valid = row < a.nq && key < a.nk && key <= qpos && key >= lo;
         sc[r][c] = valid ? sc[r][c] * a.scale : kNegInf;
         mx = fmaxf(mx, sc[r][c]);
       }
@@ -441,7 +449,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_dkdv_kernel(const Backw
       for (int c = 0; c < CC; ++c) {
         const int ci = tx + 16 * c;
         const int64_t qi = q0 + ci;
-        const bool valid = qi < a.s && key <= qi;
+        const bool valid = qi < a.s && key <= qi && (a.key_start == nullptr || key >= a.key_start[bi * a.s + qi]);
         const float p = valid ? expf(st[r][c] * a.scale - lse_s[ci]) : 0.0f;
         float mult = 1.0f;
         if (dropout && valid) {
@@ -508,7 +516,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_dq_kernel(const Backwar
 
   const int64_t last_row = (q0 + BQ - 1 < a.s - 1) ? q0 + BQ - 1 : a.s - 1;
   const int64_t key_tiles = last_row / BK + 1;
-  for (int64_t kt = 0; kt < key_tiles; ++kt) {
+  const int32_t* key_start = a.key_start != nullptr ? a.key_start + bi * a.s : nullptr;
+  for (int64_t kt = key_start != nullptr ? key_start[q0] / BK : 0; kt < key_tiles; ++kt) {
     const int64_t k0 = kt * BK;
     __syncthreads();  // the previous tile's reads of K, V, dS are done
     load_tile<BK, DMAX, LD>(Ks, a.k, bi, hd, k0, a.s, a.d);
@@ -522,10 +531,11 @@ __global__ void __launch_bounds__(kThreads, 2) attention_dq_kernel(const Backwar
     for (int r = 0; r < RR; ++r) {
       const int ri = ty + 16 * r;
       const int64_t qi = q0 + ri;
+      const int64_t lo = key_start != nullptr && qi < a.s ? key_start[qi] : 0;
 #pragma unroll
       for (int c = 0; c < CC; ++c) {
         const int64_t key = k0 + tx + 16 * c;
-        const bool valid = qi < a.s && key <= qi;
+        const bool valid = qi < a.s && key <= qi && key >= lo;
         const float p = valid ? expf(sc[r][c] * a.scale - lse_s[ri]) : 0.0f;
         float mult = 1.0f;
         if (dropout && valid) {
@@ -748,7 +758,9 @@ constexpr size_t fwd_tc_smem_bytes() {
 // Forward: grid (ceil(nq / 64), b * heads), query tiles in reverse order (the longest first).
 // Shared: Q[64][D+8], K[2][64][D+8], V[2][64][D+8] (K/V double-buffered: tile kt+1 is copied
 // while tile kt is used). Per warp: Q fragments (D/16 x 4 regs), S[8 n8 tiles][4], O[D/8][4].
-template <typename T, int D>
+// kDoc: a.key_start is set (documents; ops.h); key tiles before the first row's document start
+// are skipped. A template parameter so that the causal-only kernel is compiled as before.
+template <typename T, int D, bool kDoc>
 __global__ void __launch_bounds__(kTcThreads, 2) attention_forward_tc_kernel(const ForwardArgs a) {
   constexpr int BQ = 64, BK = 64, LD = D + 8, KD = D / 16, NS = BK / 8, ND = D / 8;
   extern __shared__ float4 smem4[];
@@ -769,23 +781,30 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_forward_tc_kernel(con
   const bool dropout = a.dropout_p > 0.0f;
   const float inv_keep = dropout ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
   const float scale2 = a.scale * kLog2e;
+  const int32_t* key_start = kDoc ? a.key_start + bi * a.nq : nullptr;
+  const int64_t kt0 = kDoc ? key_start[r0] / BK : 0;
+  // Rows of this thread: rr[0] = warp*16 + g, rr[1] = rr[0] + 8; their first visible keys.
+  const int64_t row_a = r0 + warp * 16 + g;
+  int64_t lo[2] = {0, 0};
+  if constexpr (kDoc) {
+    for (int h = 0; h < 2; ++h) lo[h] = row_a + h * 8 < a.nq ? key_start[row_a + h * 8] : 0;
+  }
+  const int64_t lo_last = kDoc ? key_start[last_row] : 0;  // the largest in this query tile
 
   load_tile_async<T, BQ, D>(Qs, qb, a.q.row_stride, r0, a.nq);
-  load_tile_async<T, BK, D>(Ks, kb, a.k.row_stride, 0, a.nk);
-  load_tile_async<T, BK, D>(Vs, vb, a.v.row_stride, 0, a.nk);
+  load_tile_async<T, BK, D>(Ks, kb, a.k.row_stride, kt0 * BK, a.nk);
+  load_tile_async<T, BK, D>(Vs, vb, a.v.row_stride, kt0 * BK, a.nk);
   cp_async_commit();
 
-  // Rows of this thread: rr[0] = warp*16 + g, rr[1] = rr[0] + 8.
-  const int64_t row_a = r0 + warp * 16 + g;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
   float o[ND][4];
 #pragma unroll
   for (int j = 0; j < ND; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   uint32_t qf[KD][4];
 
-  for (int64_t kt = 0; kt < key_tiles; ++kt) {
+  for (int64_t kt = kt0; kt < key_tiles; ++kt) {
     const int64_t k0 = kt * BK;
-    const int buf = static_cast<int>(kt & 1);
+    const int buf = static_cast<int>((kt - kt0) & 1);
     if (kt + 1 < key_tiles) {
       load_tile_async<T, BK, D>(Ks + (buf ^ 1) * BK * LD, kb, a.k.row_stride, k0 + BK, a.nk);
       load_tile_async<T, BK, D>(Vs + (buf ^ 1) * BK * LD, vb, a.v.row_stride, k0 + BK, a.nk);
@@ -795,7 +814,7 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_forward_tc_kernel(con
     __syncthreads();
     const T* Kt = Ks + buf * BK * LD;
     const T* Vt = Vs + buf * BK * LD;
-    if (kt == 0) {
+    if (kt == kt0) {
 #pragma unroll
       for (int kk = 0; kk < KD; ++kk)
         ldsm_x4(qf[kk], smem_addr(Qs + (warp * 16 + a_row(lane)) * LD + kk * 16 + a_col(lane)));
@@ -815,8 +834,9 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_forward_tc_kernel(con
         mma16816<T>(sc[2 * np + 1], qf[kk], b[2], b[3]);
       }
 
-    // Mask (only tiles that reach past the diagonal or the last key), scale to log2 units.
-    const bool need_mask = k0 + BK - 1 > a.q_pos0 + r0 || k0 + BK > a.nk;
+    // Mask (only tiles that reach past the diagonal or the last key, or start before the last
+    // row's document), scale to log2 units.
+    const bool need_mask = k0 + BK - 1 > a.q_pos0 + r0 || k0 + BK > a.nk || (kDoc && k0 < lo_last);
 #pragma unroll
     for (int j = 0; j < NS; ++j)
 #pragma unroll
@@ -825,7 +845,7 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_forward_tc_kernel(con
         if (need_mask) {
           const int64_t key = k0 + j * 8 + 2 * t4 + (e & 1);
           const int64_t qpos = a.q_pos0 + row_a + (e >> 1) * 8;
-          if (key > qpos || key >= a.nk) v = kNegInf;
+          if (key > qpos || key >= a.nk || (kDoc && key < lo[e >> 1])) v = kNegInf;
         }
         sc[j][e] = v;
       }
@@ -907,10 +927,10 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_forward_tc_kernel(con
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kDoc>
 void launch_forward_tc(const ForwardArgs& a, int64_t batch_heads, cudaStream_t stream) {
   constexpr size_t smem = fwd_tc_smem_bytes<D>();
-  auto kernel = attention_forward_tc_kernel<T, D>;
+  auto kernel = attention_forward_tc_kernel<T, D, kDoc>;
   MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((a.nq + 63) / 64), static_cast<unsigned>(batch_heads));
   kernel<<<grid, kTcThreads, smem, stream>>>(a);
@@ -977,9 +997,9 @@ __global__ void __launch_bounds__(kTcThreads) attention_bwd_prep_tc_kernel(const
 template <int D>
 constexpr int kDqMinBlocks = D == 64 ? 3 : 2;
 
-template <int D, int BQ>
+template <int D, int BQ, bool kDoc>
 constexpr size_t dkdv_tc_smem_bytes() {
-  return sizeof(uint16_t) * static_cast<size_t>(2 * 64 + 4 * BQ) * (D + 8) + sizeof(float) * 4 * BQ;
+  return sizeof(uint16_t) * static_cast<size_t>(2 * 64 + 4 * BQ) * (D + 8) + sizeof(float) * (kDoc ? 6 : 4) * BQ;
 }
 
 // dK, dV of one 64-key tile (warp w: keys 16w .. 16w+15 as the M rows): grid (ceil(s / 64),
@@ -989,7 +1009,9 @@ constexpr size_t dkdv_tc_smem_bytes() {
 // dK += dS^T Q with P^T/dS^T as A operands and dO/Q read by ldmatrix.trans. Fixed order: no
 // atomics. Shared: K, V [64][D+8], Q, dO [2][BQ][D+8], lse (log2 units), D [2][BQ] (all
 // query-tile data double-buffered by cp.async; lse2 and D come from the prologue kernel).
-template <typename T, int D, int BQ>
+// kDoc (documents, a.key_start set): the query rows' first visible keys ride along as int
+// [2][BQ], and the walk ends at the first query tile whose rows all start after this key tile.
+template <typename T, int D, int BQ, bool kDoc>
 __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const BackwardArgs a) {
   constexpr int BK = 64, LD = D + 8, KD = D / 16, NQ = BQ / 8, ND = D / 8;
   extern __shared__ float4 smem4[];
@@ -999,6 +1021,7 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
   T* dOs = Qs + 2 * BQ * LD;  // [2][BQ][LD]
   float* lse_s = reinterpret_cast<float*>(dOs + 2 * BQ * LD);  // [2][BQ], log2 units
   float* D_s = lse_s + 2 * BQ;                                  // [2][BQ]
+  int* lo_s = reinterpret_cast<int*>(D_s + 2 * BQ);             // [2][BQ], kDoc only
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int64_t bh = blockIdx.y, bi = bh / a.heads, hd = bh % a.heads;
@@ -1012,18 +1035,34 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
   const float scale2 = a.scale * kLog2e;
   const float* lse2b = a.lse2 + bh * a.s;
   const float* deltab = a.delta + bh * a.s;
-  // lse2 / delta of query rows [r0, r0 + BQ) into buffer `b` (0 past s), in the caller's group.
+  const int32_t* key_start = kDoc ? a.key_start + bi * a.s : nullptr;
+  // lse2 / delta (and key_start) of query rows [r0, r0 + BQ) into buffer `b` (0 past s), in the
+  // caller's group.
   auto load_rows = [&](int b, int64_t r0) {
-    for (int i = threadIdx.x; i < 2 * BQ; i += kTcThreads) {
+    for (int i = threadIdx.x; i < (kDoc ? 3 : 2) * BQ; i += kTcThreads) {
       const int r = i % BQ;
       const bool ok = r0 + r < a.s;
       const int64_t src = ok ? r0 + r : 0;
       if (i < BQ) cp_async4(lse_s + b * BQ + r, lse2b + src, ok);
-      else cp_async4(D_s + b * BQ + r, deltab + src, ok);
+      else if (i < 2 * BQ) cp_async4(D_s + b * BQ + r, deltab + src, ok);
+      else if constexpr (kDoc) cp_async4(lo_s + b * BQ + r, key_start + src, ok);
     }
   };
 
-  const int64_t qt0 = k0 / BQ, q_tiles = (a.s + BQ - 1) / BQ;
+  const int64_t qt0 = k0 / BQ;
+  int64_t q_tiles = (a.s + BQ - 1) / BQ;
+  if constexpr (kDoc) {
+    // Rows [0, q_end) are those with key_start <= the tile's last key (key_start does not
+    // decrease): a binary search, the same in every thread. q_end > k0 as key_start[k0] <= k0.
+    const int64_t last_key = k0 + BK - 1;
+    int64_t lo_row = k0, hi_row = a.s;  // key_start[lo_row] <= last_key; answer in (lo_row, hi_row]
+    while (hi_row - lo_row > 1) {
+      const int64_t mid = (lo_row + hi_row) / 2;
+      if (key_start[mid] <= last_key) lo_row = mid;
+      else hi_row = mid;
+    }
+    q_tiles = (hi_row + BQ - 1) / BQ;
+  }
   load_tile_async<T, BK, D>(Ks, kb, a.k.row_stride, k0, a.s);
   load_tile_async<T, BK, D>(Vs, vb, a.v.row_stride, k0, a.s);
   load_tile_async<T, BQ, D>(Qs, qb, a.q.row_stride, qt0 * BQ, a.s);
@@ -1053,6 +1092,7 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
     const T* dOt = dOs + buf * BQ * LD;
     const float* lse_t = lse_s + buf * BQ;
     const float* D_t = D_s + buf * BQ;
+    const int* lo_t = lo_s + buf * BQ;
 
     float st[NQ][4], dpt[NQ][4];
 #pragma unroll
@@ -1079,15 +1119,19 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
     // P^T (dropped) into st, dS^T into dpt. Masking only where a query precedes a key or past s.
     // 32-bit tile-relative tests (fewer registers than 64-bit row indices): query q0 + ci is
     // valid for key key_a + 8h iff ci < s - q0 and ci + (q0 - key_a) - 8h >= 0.
-    const bool need_mask = q0 < k0 + BK - 1 || q0 + BQ > a.s;
+    // Documents: some query row of the tile starts after key k0 (its last row has the largest
+    // start); key key_a + 8h is visible to query q0 + ci only if lo_t[ci] <= it.
     const int q_left = static_cast<int>(a.s - q0 < BQ ? a.s - q0 : BQ);
+    const bool need_mask = q0 < k0 + BK - 1 || q0 + BQ > a.s || (kDoc && lo_t[q_left - 1] > k0);
     const int rel = static_cast<int>(q0 - key_a);
+    const int key_i = static_cast<int>(key_a);
 #pragma unroll
     for (int j = 0; j < NQ; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int ci = j * 8 + 2 * t4 + (e & 1);
-        const bool valid = !need_mask || (ci < q_left && ci + rel - (e >> 1) * 8 >= 0);
+        const bool valid = !need_mask || (ci < q_left && ci + rel - (e >> 1) * 8 >= 0 &&
+                                          (!kDoc || lo_t[ci] <= key_i + (e >> 1) * 8));
         const float p = valid ? exp2f(st[j][e] * scale2 - lse_t[ci]) : 0.0f;
         float mult = 1.0f;
         if (dropout && valid) {
@@ -1152,8 +1196,11 @@ constexpr size_t dq_tc_smem_bytes() {
 // S = Q K^T, dP = dO V^T (16 x 64), dS = P (dP M - D) in registers, dQ += dS K (K by
 // ldmatrix.trans). Shared: Q, dO [64][D+8], K, V [2][64][D+8]; lse2, D of its rows from the
 // prologue kernel, in registers.
-template <typename T, int D>
-__global__ void __launch_bounds__(kTcThreads, kDqMinBlocks<D>) attention_dq_tc_kernel(const BackwardArgs a) {
+// kDoc (documents, a.key_start set): key tiles before the first row's document start are
+// skipped and keys before each row's start masked; compiled for 2 blocks per SM (at 3, head_dim
+// 64 spills ~200 bytes per thread).
+template <typename T, int D, bool kDoc>
+__global__ void __launch_bounds__(kTcThreads, kDoc ? 2 : kDqMinBlocks<D>) attention_dq_tc_kernel(const BackwardArgs a) {
   constexpr int BQ = 64, BK = 64, LD = D + 8, KD = D / 16, NS = BK / 8, ND = D / 8;
   extern __shared__ float4 smem4[];
   T* Qs = reinterpret_cast<T*>(smem4);
@@ -1171,11 +1218,13 @@ __global__ void __launch_bounds__(kTcThreads, kDqMinBlocks<D>) attention_dq_tc_k
   const bool dropout = a.dropout_p > 0.0f;
   const float inv_keep = dropout ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
   const float scale2 = a.scale * kLog2e;
+  const int32_t* key_start = kDoc ? a.key_start + bi * a.s : nullptr;
+  const int64_t kt0 = kDoc ? key_start[q0] / BK : 0;
 
   load_tile_async<T, BQ, D>(Qs, qb, a.q.row_stride, q0, a.s);
   load_tile_async<T, BQ, D>(dOs, dob, a.dout.row_stride, q0, a.s);
-  load_tile_async<T, BK, D>(Ks, kb, a.k.row_stride, 0, a.s);
-  load_tile_async<T, BK, D>(Vs, vb, a.v.row_stride, 0, a.s);
+  load_tile_async<T, BK, D>(Ks, kb, a.k.row_stride, kt0 * BK, a.s);
+  load_tile_async<T, BK, D>(Vs, vb, a.v.row_stride, kt0 * BK, a.s);
   cp_async_commit();
 
   const int64_t row_a = q0 + warp * 16 + g;  // this thread's rows: row_a, row_a + 8
@@ -1193,9 +1242,14 @@ __global__ void __launch_bounds__(kTcThreads, kDqMinBlocks<D>) attention_dq_tc_k
 
   const int64_t last_row = (q0 + BQ - 1 < a.s - 1) ? q0 + BQ - 1 : a.s - 1;
   const int64_t key_tiles = last_row / BK + 1;
-  for (int64_t kt = 0; kt < key_tiles; ++kt) {
+  int lo[2] = {0, 0};  // kDoc: this thread's rows' first visible keys
+  if constexpr (kDoc) {
+    for (int h = 0; h < 2; ++h) lo[h] = row_a + h * 8 < a.s ? key_start[row_a + h * 8] : 0;
+  }
+  const int64_t lo_last = kDoc ? key_start[last_row] : 0;
+  for (int64_t kt = kt0; kt < key_tiles; ++kt) {
     const int64_t k0 = kt * BK;
-    const int buf = static_cast<int>(kt & 1);
+    const int buf = static_cast<int>((kt - kt0) & 1);
     if (kt + 1 < key_tiles) {
       load_tile_async<T, BK, D>(Ks + (buf ^ 1) * BK * LD, kb, a.k.row_stride, k0 + BK, a.s);
       load_tile_async<T, BK, D>(Vs + (buf ^ 1) * BK * LD, vb, a.v.row_stride, k0 + BK, a.s);
@@ -1229,14 +1283,14 @@ __global__ void __launch_bounds__(kTcThreads, kDqMinBlocks<D>) attention_dq_tc_k
     }
 
     // dS = P (dP M - D) into dp.
-    const bool need_mask = k0 + BK - 1 > q0 || k0 + BK > a.s;
+    const bool need_mask = k0 + BK - 1 > q0 || k0 + BK > a.s || (kDoc && k0 < lo_last);
 #pragma unroll
     for (int j = 0; j < NS; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t qi = row_a + h * 8, key = k0 + j * 8 + 2 * t4;
-        const bool v0 = !need_mask || (qi < a.s && key <= qi);
-        const bool v1 = !need_mask || (qi < a.s && key + 1 <= qi && key + 1 < a.s);
+        const bool v0 = !need_mask || (qi < a.s && key <= qi && (!kDoc || key >= lo[h]));
+        const bool v1 = !need_mask || (qi < a.s && key + 1 <= qi && key + 1 < a.s && (!kDoc || key + 1 >= lo[h]));
         const float p0 = v0 ? exp2f(sc[j][2 * h] * scale2 - lse2[h]) : 0.0f;
         const float p1 = v1 ? exp2f(sc[j][2 * h + 1] * scale2 - lse2[h]) : 0.0f;
         float m0 = 1.0f, m1 = 1.0f;
@@ -1279,7 +1333,7 @@ __global__ void __launch_bounds__(kTcThreads, kDqMinBlocks<D>) attention_dq_tc_k
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kDoc>
 void launch_backward_tc(const BackwardArgs& args, int64_t batch_heads, cudaStream_t stream) {
   if (args.s == 0 || batch_heads == 0) return;
   constexpr int BQ = D == 64 ? 64 : 32;  // dK/dV query tile: 2 x 16 x D fp32 accumulators per warp
@@ -1301,14 +1355,14 @@ void launch_backward_tc(const BackwardArgs& args, int64_t batch_heads, cudaStrea
                    static_cast<unsigned>(batch_heads));
   attention_bwd_prep_tc_kernel<T, D><<<grid0, kTcThreads, 0, stream>>>(a, scratch, scratch + rows);
   MT_CUDA_LAUNCH_CHECK();
-  constexpr size_t smem1 = dkdv_tc_smem_bytes<D, BQ>();
-  auto k1 = attention_dkdv_tc_kernel<T, D, BQ>;
+  constexpr size_t smem1 = dkdv_tc_smem_bytes<D, BQ, kDoc>();
+  auto k1 = attention_dkdv_tc_kernel<T, D, BQ, kDoc>;
   MT_CUDA_CHECK(cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem1)));
   const dim3 grid(static_cast<unsigned>((a.s + 63) / 64), static_cast<unsigned>(batch_heads));
   k1<<<grid, kTcThreads, smem1, stream>>>(a);
   MT_CUDA_LAUNCH_CHECK();
   constexpr size_t smem2 = dq_tc_smem_bytes<D>();
-  auto k2 = attention_dq_tc_kernel<T, D>;
+  auto k2 = attention_dq_tc_kernel<T, D, kDoc>;
   MT_CUDA_CHECK(cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem2)));
   k2<<<grid, kTcThreads, smem2, stream>>>(a);
   MT_CUDA_LAUNCH_CHECK();
@@ -1328,33 +1382,45 @@ bool tc_eligible(int64_t d, std::initializer_list<const Tensor*> ts) {
   return true;
 }
 
+// One instantiation per (dtype, head_dim, documents or not).
+template <typename T, int D>
+void launch_backward_tc_any(const BackwardArgs& a, int64_t batch_heads, cudaStream_t stream) {
+  if (a.key_start != nullptr) tc::launch_backward_tc<T, D, true>(a, batch_heads, stream);
+  else tc::launch_backward_tc<T, D, false>(a, batch_heads, stream);
+}
+template <typename T>
+void run_backward_tc_typed(const BackwardArgs& a, int64_t batch_heads, cudaStream_t stream) {
+  if (a.d == 64) launch_backward_tc_any<T, 64>(a, batch_heads, stream);
+  else if (a.d == 80) launch_backward_tc_any<T, 80>(a, batch_heads, stream);
+  else launch_backward_tc_any<T, 128>(a, batch_heads, stream);
+}
+
 void run_backward_tc(const BackwardArgs& a, int64_t batch_heads, DType dt, cudaStream_t stream) {
-  if (dt == DType::kBF16) {
-    if (a.d == 64) tc::launch_backward_tc<__nv_bfloat16, 64>(a, batch_heads, stream);
-    else if (a.d == 80) tc::launch_backward_tc<__nv_bfloat16, 80>(a, batch_heads, stream);
-    else tc::launch_backward_tc<__nv_bfloat16, 128>(a, batch_heads, stream);
-  } else {
-    if (a.d == 64) tc::launch_backward_tc<__half, 64>(a, batch_heads, stream);
-    else if (a.d == 80) tc::launch_backward_tc<__half, 80>(a, batch_heads, stream);
-    else tc::launch_backward_tc<__half, 128>(a, batch_heads, stream);
-  }
+  if (dt == DType::kBF16) run_backward_tc_typed<__nv_bfloat16>(a, batch_heads, stream);
+  else run_backward_tc_typed<__half>(a, batch_heads, stream);
+}
+
+template <typename T, int D>
+void launch_forward_tc_any(const ForwardArgs& a, int64_t batch_heads, cudaStream_t stream) {
+  if (a.key_start != nullptr) tc::launch_forward_tc<T, D, true>(a, batch_heads, stream);
+  else tc::launch_forward_tc<T, D, false>(a, batch_heads, stream);
+}
+template <typename T>
+void run_forward_tc_typed(const ForwardArgs& a, int64_t batch_heads, cudaStream_t stream) {
+  if (a.d == 64) launch_forward_tc_any<T, 64>(a, batch_heads, stream);
+  else if (a.d == 80) launch_forward_tc_any<T, 80>(a, batch_heads, stream);
+  else launch_forward_tc_any<T, 128>(a, batch_heads, stream);
 }
 
 void run_forward_tc(const ForwardArgs& a, int64_t batch_heads, DType dt, cudaStream_t stream) {
   if (a.nq == 0 || batch_heads == 0) return;
-  if (dt == DType::kBF16) {
-    if (a.d == 64) tc::launch_forward_tc<__nv_bfloat16, 64>(a, batch_heads, stream);
-    else if (a.d == 80) tc::launch_forward_tc<__nv_bfloat16, 80>(a, batch_heads, stream);
-    else tc::launch_forward_tc<__nv_bfloat16, 128>(a, batch_heads, stream);
-  } else {
-    if (a.d == 64) tc::launch_forward_tc<__half, 64>(a, batch_heads, stream);
-    else if (a.d == 80) tc::launch_forward_tc<__half, 80>(a, batch_heads, stream);
-    else tc::launch_forward_tc<__half, 128>(a, batch_heads, stream);
-  }
+  if (dt == DType::kBF16) run_forward_tc_typed<__nv_bfloat16>(a, batch_heads, stream);
+  else run_forward_tc_typed<__half>(a, batch_heads, stream);
 }
 
 struct Dims {
   int64_t s, b, heads, d;
+  const int32_t* key_start = nullptr;  // device [b, s] (AttentionParams::key_start) or null
 };
 
 Dims check_attention(const Tensor& qkv, const Tensor& lse, const AttentionParams& p) {
@@ -1365,7 +1431,16 @@ Dims check_attention(const Tensor& qkv, const Tensor& lse, const AttentionParams
   MT_CHECK(qkv.ndim() == 3 && qkv.dim(2) == p.heads * 3 * p.head_dim)
       << "attention qkv " << qkv.describe() << " for " << p.heads << " heads of " << p.head_dim;
   MT_CHECK(is_float(qkv.dtype())) << "attention qkv " << qkv.describe();
-  const Dims dims{qkv.dim(0), qkv.dim(1), p.heads, p.head_dim};
+  Dims dims{qkv.dim(0), qkv.dim(1), p.heads, p.head_dim};
+  if (p.key_start.defined()) {
+    // Its values (non-decreasing, each row's within [0, i]) are the caller's contract (ops.h):
+    // checking them would wait for the device.
+    const Tensor& ks = p.key_start;
+    MT_CHECK(ks.device() == Device::kCUDA && ks.dtype() == DType::kI32 && ks.ndim() == 2 && ks.dim(0) == dims.b &&
+             ks.dim(1) == dims.s)
+        << "attention key_start " << ks.describe() << ", expected a CUDA int32 [" << dims.b << ", " << dims.s << "]";
+    dims.key_start = static_cast<const int32_t*>(p.key_start.data());
+  }
   MT_CHECK(lse.dtype() == DType::kF32 && lse.numel() == dims.b * dims.heads * dims.s)
       << "attention lse " << lse.describe() << ", expected fp32[" << dims.b << ", " << dims.heads << ", " << dims.s
       << "]";
@@ -1380,7 +1455,7 @@ OutMatrix out_part(Tensor& t, int64_t base, int64_t row_stride, int64_t batch_st
 }  // namespace
 
 void CudaBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) {
-  const auto [s, b, heads, d] = check_attention(qkv, lse, params);
+  const auto [s, b, heads, d, key_start] = check_attention(qkv, lse, params);
   MT_CHECK(out.numel() == s * b * heads * d && is_float(out.dtype())) << "attention out " << out.describe();
   if (cudnn_attention_forward(qkv, out, lse, params)) return;  // cudnn_attention.cpp decides per case
   ForwardArgs a;
@@ -1401,6 +1476,7 @@ void CudaBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse,
   a.stream_add = params.dropout.stream_add;
   a.dropout_heads = static_cast<int>(params.dropout_total_heads());
   a.dropout_head0 = static_cast<int>(params.dropout_head0);
+  a.key_start = key_start;
   if (tc_eligible(d, {&qkv, &out})) {
     run_forward_tc(a, b * heads, qkv.dtype(), stream());
   } else {
@@ -1410,7 +1486,7 @@ void CudaBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse,
 
 void CudaBackend::attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                      Tensor& dqkv, const AttentionParams& params) {
-  const auto [s, b, heads, d] = check_attention(qkv, lse, params);
+  const auto [s, b, heads, d, key_start] = check_attention(qkv, lse, params);
   MT_CHECK(dout.numel() == s * b * heads * d && is_float(dout.dtype())) << "attention dout " << dout.describe();
   MT_CHECK(out.numel() == s * b * heads * d && is_float(out.dtype())) << "attention out " << out.describe();
   MT_CHECK(dqkv.numel() == qkv.numel() && is_float(dqkv.dtype()))
@@ -1439,6 +1515,7 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& qkv, cons
   a.stream_add = params.dropout.stream_add;
   a.dropout_heads = static_cast<int>(params.dropout_total_heads());
   a.dropout_head0 = static_cast<int>(params.dropout_head0);
+  a.key_start = key_start;
   if (tc_eligible(d, {&qkv, &dout, &out, &dqkv})) {
     run_backward_tc(a, b * heads, qkv.dtype(), stream());
   } else if (d <= 64) {

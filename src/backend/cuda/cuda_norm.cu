@@ -679,39 +679,41 @@ __global__ void layernorm_dx_kernel(const void* dy, DType dydt, const void* x, D
   }
 }
 
-// out[row = si * b + bi] = wte[tokens[bi, si]] + wpe[si]; a token outside [0, vocab) takes a
-// zero word row (another vocab-parallel rank's id, ops.h); wpe null: no position term.
-__global__ void embedding_forward_kernel(const int32_t* tokens, const void* wte, DType tdt, const void* wpe,
-                                         DType pdt, void* out, DType odt, int64_t b, int64_t s, int64_t vocab,
-                                         int64_t h) {
+// out[row = si * b + bi] = wte[tokens[bi, si]] + wpe[positions[bi, si]] (positions null: si);
+// a token outside [0, vocab) takes a zero word row (another vocab-parallel rank's id, ops.h);
+// wpe null: no position term.
+__global__ void embedding_forward_kernel(const int32_t* tokens, const int32_t* positions, const void* wte, DType tdt,
+                                         const void* wpe, DType pdt, void* out, DType odt, int64_t b, int64_t s,
+                                         int64_t vocab, int64_t h) {
   const int64_t row = blockIdx.x;
   const int64_t si = row / b, bi = row % b;
   const int32_t t = tokens[bi * s + si];
+  const int64_t p = positions != nullptr ? positions[bi * s + si] : si;
   const bool valid = t >= 0 && t < vocab;
   for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < h;
        j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
     const float w = valid ? load_f(wte, tdt, t * h + j) : 0.0f;
-    const float v = wpe != nullptr ? w + load_f(wpe, pdt, si * h + j) : w;
+    const float v = wpe != nullptr ? w + load_f(wpe, pdt, p * h + j) : w;
     store_f(out, odt, row * h + j, v);
   }
 }
 
-// keys[row] = token * rows + row for row = si * b + bi (tokens outside [0, vocab) become
-// `vocab`, a bucket that is never written).
-__global__ void embedding_keys_kernel(const int32_t* tokens, int64_t b, int64_t s, int64_t vocab,
+// keys[row] = id * rows + row for row = si * b + bi, id = ids[bi, si] (token or position ids;
+// ids outside [0, n_ids) become `n_ids`, a bucket that is never written).
+__global__ void embedding_keys_kernel(const int32_t* ids, int64_t b, int64_t s, int64_t n_ids,
                                       unsigned long long* keys) {
   const int64_t rows = b * s;
   for (int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; row < rows;
        row += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t si = row / b, bi = row % b;
-    const int32_t t = tokens[bi * s + si];
-    const int64_t bucket = t >= 0 && t < vocab ? t : vocab;
+    const int32_t t = ids[bi * s + si];
+    const int64_t bucket = t >= 0 && t < n_ids ? t : n_ids;
     keys[row] = static_cast<unsigned long long>(bucket * rows + row);
   }
 }
 
-// Block (i, column chunk): if sorted entry i starts a run of equal tokens, adds the run's
-// rows of dout (ascending row order) into dwte[token] for its columns.
+// Block (i, column chunk): if sorted entry i starts a run of equal ids, adds the run's rows of
+// dout (ascending row order) into dwte[id] for its columns (dwte: the word or position table).
 __global__ void embedding_dwte_kernel(const unsigned long long* sorted, int64_t rows, int64_t vocab,
                                       const void* dout, DType ddt, void* dwte, DType wdt, int64_t h) {
   const int64_t i = blockIdx.x;
@@ -1123,7 +1125,50 @@ void CudaBackend::layernorm_backward_dropout_colsum(const Tensor& dy, const Tens
   }
 }
 
-void CudaBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
+namespace {
+
+// Position ids of the embedding (ops.h): null for 0..s-1; else a device int32 [b, s].
+const int32_t* device_positions(const Tensor& positions, int64_t b, int64_t s, int64_t P) {
+  if (!positions.defined()) {
+    MT_CHECK(s <= P) << "sequence length " << s << " exceeds the position table's " << P << " rows";
+    return nullptr;
+  }
+  cuda::check_device_i32(positions, "embedding positions");
+  MT_CHECK(positions.ndim() == 2 && positions.dim(0) == b && positions.dim(1) == s)
+      << "embedding positions " << positions.describe() << ", expected [" << b << ", " << s << "]";
+  return static_cast<const int32_t*>(positions.data());
+}
+
+// dst[id] += dout rows with that id (ids[b, s], rows in ascending (s, b) order per id: the CPU
+// backend's order), by sorting the keys id * rows + row (unique, so any sort gives one order).
+void scatter_add_rows(const int32_t* ids, int64_t b, int64_t s, int64_t n_ids, const Tensor& dout, Tensor& dst,
+                      cudaStream_t stream) {
+  const int64_t rows = s * b, h = dst.dim(1);
+  const unsigned threads = 256;
+  const unsigned col_blocks = static_cast<unsigned>((h + threads - 1) / threads);
+  const unsigned long long max_key = static_cast<unsigned long long>(n_ids + 1) * static_cast<unsigned long long>(rows) - 1;
+  int end_bit = 1;
+  while (end_bit < 64 && (max_key >> end_bit) != 0) ++end_bit;
+  cuda::StreamBuffer keys(2 * static_cast<size_t>(rows) * sizeof(unsigned long long), stream);
+  auto* keys_in = keys.as<unsigned long long>();
+  auto* keys_out = keys_in + rows;
+  cuda::embedding_keys_kernel<<<cuda::grid_for(rows), 256, 0, stream>>>(ids, b, s, n_ids, keys_in);
+  MT_CUDA_LAUNCH_CHECK();
+  size_t temp_bytes = 0;
+  MT_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, keys_in, keys_out, static_cast<int>(rows), 0,
+                                               end_bit, stream));
+  cuda::StreamBuffer temp(temp_bytes, stream);
+  MT_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp.as<void>(), temp_bytes, keys_in, keys_out, static_cast<int>(rows),
+                                               0, end_bit, stream));
+  cuda::embedding_dwte_kernel<<<dim3(static_cast<unsigned>(rows), col_blocks), threads, 0, stream>>>(
+      keys_out, rows, n_ids, dout.data(), dout.dtype(), dst.data(), dst.dtype(), h);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void CudaBackend::embedding_forward(const Tensor& tokens, const Tensor& positions, const Tensor& wte, const Tensor& wpe,
+                                    Tensor& out) {
   cuda::check_device_i32(tokens, "embedding tokens");
   cuda::check_device_float(wte, "embedding wte");
   if (wpe.defined()) cuda::check_device_float(wpe, "embedding wpe");
@@ -1132,21 +1177,22 @@ void CudaBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, con
   MT_CHECK(wte.ndim() == 2 && (!wpe.defined() || (wpe.ndim() == 2 && wte.dim(1) == wpe.dim(1))))
       << "embedding tables wte " << wte.describe() << ", wpe " << wpe.describe();
   const int64_t b = tokens.dim(0), s = tokens.dim(1), vocab = wte.dim(0), h = wte.dim(1);
-  MT_CHECK(!wpe.defined() || s <= wpe.dim(0)) << "sequence length " << s << " exceeds position table " << wpe.describe();
+  const int32_t* pos = wpe.defined() ? device_positions(positions, b, s, wpe.dim(0)) : nullptr;
   MT_CHECK(out.numel() == s * b * h) << "embedding out " << out.describe() << ", expected [" << s << ", " << b
                                      << ", " << h << "]";
   if (s * b == 0 || h == 0) return;
   const unsigned threads = 256;
   const int64_t col_blocks = (h + threads - 1) / threads;
   cuda::embedding_forward_kernel<<<dim3(static_cast<unsigned>(s * b), static_cast<unsigned>(col_blocks)), threads,
-                                   0, stream()>>>(static_cast<const int32_t*>(tokens.data()), wte.data(),
+                                   0, stream()>>>(static_cast<const int32_t*>(tokens.data()), pos, wte.data(),
                                                   wte.dtype(), wpe.defined() ? wpe.data() : nullptr,
                                                   wpe.defined() ? wpe.dtype() : wte.dtype(), out.data(), out.dtype(), b,
                                                   s, vocab, h);
   MT_CUDA_LAUNCH_CHECK();
 }
 
-void CudaBackend::embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
+void CudaBackend::embedding_backward(const Tensor& tokens, const Tensor& positions, const Tensor& dout, Tensor& dwte,
+                                     Tensor& dwpe) {
   cuda::check_device_i32(tokens, "embedding tokens");
   cuda::check_device_float(dout, "embedding dout");
   cuda::check_device_float(dwte, "embedding dwte");
@@ -1155,34 +1201,18 @@ void CudaBackend::embedding_backward(const Tensor& tokens, const Tensor& dout, T
   MT_CHECK(dwte.ndim() == 2 && dwpe.ndim() == 2 && dwte.dim(1) == dwpe.dim(1))
       << "embedding grads dwte " << dwte.describe() << ", dwpe " << dwpe.describe();
   const int64_t b = tokens.dim(0), s = tokens.dim(1), vocab = dwte.dim(0), h = dwte.dim(1);
-  MT_CHECK(s <= dwpe.dim(0)) << "sequence length " << s << " exceeds position table " << dwpe.describe();
+  const int32_t* pos = device_positions(positions, b, s, dwpe.dim(0));
   MT_CHECK(dout.numel() == s * b * h) << "embedding dout " << dout.describe();
   const int64_t rows = s * b;
   if (rows == 0 || h == 0) return;
   MT_CHECK(rows <= std::numeric_limits<int32_t>::max()) << "embedding: " << rows << " rows exceed the grid";
+  scatter_add_rows(static_cast<const int32_t*>(tokens.data()), b, s, vocab, dout, dwte, stream());
+  if (pos != nullptr) {
+    scatter_add_rows(pos, b, s, dwpe.dim(0), dout, dwpe, stream());
+    return;
+  }
   const unsigned threads = 256;
   const unsigned col_blocks = static_cast<unsigned>((h + threads - 1) / threads);
-
-  // Sort the keys token * rows + row: unique, so any sort gives the same order.
-  const unsigned long long max_key = static_cast<unsigned long long>(vocab + 1) * static_cast<unsigned long long>(rows) - 1;
-  int end_bit = 1;
-  while (end_bit < 64 && (max_key >> end_bit) != 0) ++end_bit;
-  cuda::StreamBuffer keys(2 * static_cast<size_t>(rows) * sizeof(unsigned long long), stream());
-  auto* keys_in = keys.as<unsigned long long>();
-  auto* keys_out = keys_in + rows;
-  cuda::embedding_keys_kernel<<<cuda::grid_for(rows), 256, 0, stream()>>>(static_cast<const int32_t*>(tokens.data()),
-                                                                          b, s, vocab, keys_in);
-  MT_CUDA_LAUNCH_CHECK();
-  size_t temp_bytes = 0;
-  MT_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, keys_in, keys_out, static_cast<int>(rows), 0,
-                                               end_bit, stream()));
-  cuda::StreamBuffer temp(temp_bytes, stream());
-  MT_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp.as<void>(), temp_bytes, keys_in, keys_out, static_cast<int>(rows),
-                                               0, end_bit, stream()));
-
-  cuda::embedding_dwte_kernel<<<dim3(static_cast<unsigned>(rows), col_blocks), threads, 0, stream()>>>(
-      keys_out, rows, vocab, dout.data(), dout.dtype(), dwte.data(), dwte.dtype(), h);
-  MT_CUDA_LAUNCH_CHECK();
   cuda::embedding_dwpe_kernel<<<dim3(static_cast<unsigned>(s), col_blocks), threads, 0, stream()>>>(
       dout.data(), dout.dtype(), dwpe.data(), dwpe.dtype(), b, h);
   MT_CUDA_LAUNCH_CHECK();

@@ -912,6 +912,10 @@ CudnnAttentionKey make_key(DType dtype, int64_t s, int64_t b, const AttentionPar
 
 std::string CudaBackend::cudnn_attention_reason(DType dtype, int64_t s, int64_t b, const AttentionParams& p,
                                                 std::initializer_list<const Tensor*> io) {
+  if (p.key_start.defined()) {
+    return "documents packed in the sequence (--reset-attention-mask: each query's keys start at its document; "
+           "the causal cuDNN graph here has no per-row start)";
+  }
   if (dtype != DType::kBF16 && dtype != DType::kF16) {
     return str_cat(dtype_name(dtype), " tensors (cuDNN's fused attention is used for bf16 and fp16)");
   }

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_test_util.h"
@@ -234,6 +236,115 @@ TEST(CpuAttentionDetail, ResultsIndependentOfThreadCount) {
   const auto one = run(1), two = run(2);
   omp_set_num_threads(saved);
   for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bitwise_equal(one[i], two[i])) << "output " << i;
+}
+
+// Documents packed into the sequence (AttentionParams::key_start): key_start [b, s] (int32,
+// host) from each batch row's document lengths (summing to s).
+Tensor document_key_starts(const std::vector<std::vector<int64_t>>& docs, int64_t s) {
+  Tensor t = Tensor::cpu({static_cast<int64_t>(docs.size()), s}, DType::kI32);
+  for (size_t bi = 0; bi < docs.size(); ++bi) {
+    int32_t* row = t.data_as<int32_t>() + static_cast<int64_t>(bi) * s;
+    int64_t start = 0;
+    for (const int64_t len : docs[bi]) {
+      std::fill(row + start, row + start + len, static_cast<int32_t>(start));
+      start += len;
+    }
+    EXPECT_EQ(start, s);
+  }
+  return t;
+}
+
+// Rows [first, first + len) of batch row bi of x [s, b, cols], as [len, 1, cols].
+Tensor rows_of(const Tensor& x, int64_t bi, int64_t first, int64_t len) {
+  const int64_t b = x.dim(1), cols = x.dim(2);
+  Tensor out = Tensor::cpu({len, 1, cols}, DType::kF32);
+  for (int64_t i = 0; i < len; ++i)
+    for (int64_t c = 0; c < cols; ++c) out.data_as<float>()[i * cols + c] = get(x, ((first + i) * b + bi) * cols + c);
+  return out;
+}
+
+// Each document of a packed sequence gets exactly what attention over that document alone
+// gives: the same out, lse and dqkv bits (the same operations in the same order), and nothing
+// from the other documents of its row.
+TEST(CpuAttentionDocuments, EachDocumentEqualsItselfAlone) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t s = 12, b = 2, H = 2, d = 4;
+  const std::vector<std::vector<int64_t>> docs = {{5, 4, 3}, {3, 9}};
+  AttentionParams p = params(H, d, 0.0f);
+  p.key_start = document_key_starts(docs, s);
+  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng, DType::kF32, 0.1f, 2.0f);
+  Tensor dout = random_tensor({s, b, H * d}, rng);
+  Tensor out = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  Tensor dqkv = be->empty({s, b, H * 3 * d}, DType::kF32, MemoryKind::kOther);
+  be->attention_forward(qkv, out, lse, p);
+  be->attention_backward(dout, qkv, out, lse, dqkv, p);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    int64_t first = 0;
+    for (const int64_t len : docs[static_cast<size_t>(bi)]) {
+      const AttentionParams alone = params(H, d, 0.0f);
+      const Tensor q1 = rows_of(qkv, bi, first, len), do1 = rows_of(dout, bi, first, len);
+      Tensor o1 = be->empty({len, 1, H * d}, DType::kF32, MemoryKind::kOther);
+      Tensor l1 = be->empty({1, H, len}, DType::kF32, MemoryKind::kOther);
+      Tensor g1 = be->empty({len, 1, H * 3 * d}, DType::kF32, MemoryKind::kOther);
+      be->attention_forward(q1, o1, l1, alone);
+      be->attention_backward(do1, q1, o1, l1, g1, alone);
+      EXPECT_TRUE(bitwise_equal(rows_of(out, bi, first, len), o1)) << "out, row " << bi << " document at " << first;
+      EXPECT_TRUE(bitwise_equal(rows_of(dqkv, bi, first, len), g1)) << "dqkv, row " << bi << " document at " << first;
+      for (int64_t hd = 0; hd < H; ++hd)
+        for (int64_t i = 0; i < len; ++i)
+          EXPECT_EQ(get(lse, (bi * H + hd) * s + first + i), get(l1, hd * len + i)) << "lse " << bi << ", " << i;
+      first += len;
+    }
+  }
+  // Without key_start the later documents see the earlier ones: out differs.
+  Tensor causal = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  be->attention_forward(qkv, causal, lse, params(H, d, 0.0f));
+  EXPECT_TRUE(bitwise_equal(rows_of(causal, 0, 0, 5), rows_of(out, 0, 0, 5)));
+  EXPECT_FALSE(bitwise_equal(rows_of(causal, 0, 5, 7), rows_of(out, 0, 5, 7)));
+}
+
+// With dropout, the masks keep the whole sequence's element index (so a packed document draws
+// other masks than alone); the backward is still the forward's derivative.
+TEST(CpuAttentionDocuments, BackwardWithDropoutMatchesFiniteDifferences) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t s = 6, b = 2, H = 2, d = 3;
+  AttentionParams p = params(H, d, 0.3f);
+  p.key_start = document_key_starts({{2, 4}, {4, 1, 1}}, s);
+  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng);
+  Tensor r = random_tensor({s, b, H * d}, rng);
+  Tensor out = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  auto objective = [&] {
+    be->attention_forward(qkv, out, lse, p);
+    return dot(out, r);
+  };
+  objective();
+  Tensor dqkv = be->empty({s, b, H * 3 * d}, DType::kF32, MemoryKind::kOther);
+  be->attention_backward(r, qkv, out, lse, dqkv, p);
+  // As BackwardMatchesFiniteDifferences.
+  expect_close(dqkv, finite_difference(qkv, 1e-3, objective), 3e-3, 3e-3, "attention dqkv");
+}
+
+// ops.h's contract (the model checks the ids it passes); a violation stops the process.
+TEST(CpuAttentionDocuments, KeyStartsOutsideTheContractAreCallersBugs) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t s = 4, b = 1, H = 1, d = 2;
+  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng);
+  Tensor out = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  for (const std::vector<int32_t>& bad : {std::vector<int32_t>{0, 2, 2, 2}, {0, 1, 0, 3}, {-1, 0, 0, 0}}) {
+    AttentionParams p = params(H, d, 0.0f);
+    p.key_start = Tensor::cpu({b, s}, DType::kI32);
+    std::copy(bad.begin(), bad.end(), p.key_start.data_as<int32_t>());
+    EXPECT_DEATH(be->attention_forward(qkv, out, lse, p), "must lie in \\[0, i\\] and not decrease");
+  }
+  AttentionParams p = params(H, d, 0.0f);
+  p.key_start = Tensor::cpu({b, s + 1}, DType::kI32);
+  EXPECT_DEATH(be->attention_forward(qkv, out, lse, p), "attention key_start");
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_test_util.h"
@@ -267,7 +269,7 @@ TEST(CpuNorm, EmbeddingForwardMatchesNaive) {
   for (int64_t i = 0; i < b * s; ++i) tokens.data_as<int32_t>()[i] = static_cast<int32_t>(rng() % vocab);
   Tensor wte = random_tensor({vocab, h}, rng), wpe = random_tensor({positions, h}, rng);
   Tensor out = be->empty({s, b, h}, DType::kF32, MemoryKind::kOther);
-  be->embedding_forward(tokens, wte, wpe, out);
+  be->embedding_forward(tokens, Tensor(), wte, wpe, out);
   std::vector<double> expect(s * b * h);
   for (int64_t si = 0; si < s; ++si)
     for (int64_t bi = 0; bi < b; ++bi) {
@@ -290,18 +292,62 @@ TEST(CpuNorm, EmbeddingBackwardMatchesFiniteDifferencesAndAccumulates) {
   Tensor r = random_tensor({s, b, h}, rng);
   Tensor out = be->empty({s, b, h}, DType::kF32, MemoryKind::kOther);
   auto objective = [&] {
-    be->embedding_forward(tokens, wte, wpe, out);
+    be->embedding_forward(tokens, Tensor(), wte, wpe, out);
     return dot(out, r);
   };
   Tensor dwte = random_tensor({vocab, h}, rng), dwpe = random_tensor({positions, h}, rng);
   const std::vector<double> dwte0 = values(dwte), dwpe0 = values(dwpe);
-  be->embedding_backward(tokens, r, dwte, dwpe);
+  be->embedding_backward(tokens, Tensor(), r, dwte, dwpe);
   // Linear in both tables: central differences exact up to fp32 noise (~1e-4, see linear).
   expect_close(minus(values(dwte), dwte0), finite_difference(wte, 1e-2, objective), 1e-3, 1e-3, "dwte (+=)");
   expect_close(minus(values(dwpe), dwpe0), finite_difference(wpe, 1e-2, objective), 1e-3, 1e-3, "dwpe (+=)");
   // Positions beyond s get no gradient: their (+=) leaves them untouched.
   for (int64_t p = s; p < positions; ++p)
     for (int64_t j = 0; j < h; ++j) EXPECT_EQ(get(dwpe, p * h + j), dwpe0[p * h + j]);
+}
+
+// Position ids (--reset-position-ids): row (si, bi) adds wpe[positions[bi, si]], and the
+// gradient of each position row sums every token that used it.
+TEST(CpuNorm, EmbeddingWithPositionIdsMatchesNaiveAndFiniteDifferences) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t b = 2, s = 6, vocab = 5, h = 4, positions = 7;
+  Tensor tokens = be->empty({b, s}, DType::kI32, MemoryKind::kOther);
+  for (int64_t i = 0; i < b * s; ++i) tokens.data_as<int32_t>()[i] = static_cast<int32_t>(rng() % vocab);
+  // Documents restart the positions: row 0 = {0, 1, 0, 1, 2, 0}, row 1 = {0, 1, 2, 3, 4, 5}.
+  Tensor pos = Tensor::cpu({b, s}, DType::kI32);
+  const int32_t ids[] = {0, 1, 0, 1, 2, 0, 0, 1, 2, 3, 4, 5};
+  std::copy(std::begin(ids), std::end(ids), pos.data_as<int32_t>());
+  Tensor wte = random_tensor({vocab, h}, rng), wpe = random_tensor({positions, h}, rng);
+  Tensor out = be->empty({s, b, h}, DType::kF32, MemoryKind::kOther);
+  be->embedding_forward(tokens, pos, wte, wpe, out);
+  std::vector<double> expect(s * b * h);
+  for (int64_t si = 0; si < s; ++si)
+    for (int64_t bi = 0; bi < b; ++bi) {
+      const int32_t t = tokens.data_as<int32_t>()[bi * s + si], p = ids[bi * s + si];
+      for (int64_t j = 0; j < h; ++j) expect[(si * b + bi) * h + j] = get(wte, t * h + j) + get(wpe, p * h + j);
+    }
+  expect_close(out, expect, 0.0, 1e-7, "embedding out with position ids");
+
+  Tensor r = random_tensor({s, b, h}, rng);
+  auto objective = [&] {
+    be->embedding_forward(tokens, pos, wte, wpe, out);
+    return dot(out, r);
+  };
+  Tensor dwte = random_tensor({vocab, h}, rng), dwpe = random_tensor({positions, h}, rng);
+  const std::vector<double> dwte0 = values(dwte), dwpe0 = values(dwpe);
+  be->embedding_backward(tokens, pos, r, dwte, dwpe);
+  expect_close(minus(values(dwte), dwte0), finite_difference(wte, 1e-2, objective), 1e-3, 1e-3, "dwte (+=)");
+  expect_close(minus(values(dwpe), dwpe0), finite_difference(wpe, 1e-2, objective), 1e-3, 1e-3, "dwpe (+=)");
+  // Position 6 is never used: its row is untouched.
+  for (int64_t j = 0; j < h; ++j) EXPECT_EQ(get(dwpe, 6 * h + j), dwpe0[6 * h + j]);
+
+  // An id outside the table, or ids of another shape, are the caller's bugs.
+  pos.data_as<int32_t>()[3] = static_cast<int32_t>(positions);
+  EXPECT_DEATH(be->embedding_forward(tokens, pos, wte, wpe, out), "position id 7 at \\[0, 3\\]");
+  EXPECT_DEATH(be->embedding_backward(tokens, pos, r, dwte, dwpe), "position id 7");
+  EXPECT_DEATH(be->embedding_forward(tokens, Tensor::cpu({b, s - 1}, DType::kI32), wte, wpe, out),
+               "embedding positions");
 }
 
 TEST(CpuNorm, ResultsIndependentOfThreadCount) {
@@ -316,7 +362,7 @@ TEST(CpuNorm, ResultsIndependentOfThreadCount) {
     omp_set_num_threads(threads);
     Tensor dwte = be->empty({vocab, h}, DType::kF32, MemoryKind::kOther);
     Tensor dwpe = be->empty({s, h}, DType::kF32, MemoryKind::kOther);
-    be->embedding_backward(tokens, dout, dwte, dwpe);
+    be->embedding_backward(tokens, Tensor(), dout, dwte, dwpe);
     Tensor out = be->empty({s, b, h}, DType::kF32, MemoryKind::kOther);
     Tensor mean = be->empty({s * b}, DType::kF32, MemoryKind::kOther);
     Tensor rstd = be->empty({s * b}, DType::kF32, MemoryKind::kOther);

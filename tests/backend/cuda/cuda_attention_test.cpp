@@ -79,13 +79,30 @@ struct Case {
   int64_t s, b, heads, d;
   DType dtype;
   float p;
+  bool documents = false;  // AttentionParams::key_start from document_key_starts
 };
 
 std::string case_name(const Case& c) {
   std::ostringstream n;
   n << "s" << c.s << "_b" << c.b << "_h" << c.heads << "_d" << c.d << "_" << dtype_name(c.dtype) << "_p"
-    << static_cast<int>(std::lround(c.p * 100));
+    << static_cast<int>(std::lround(c.p * 100)) << (c.documents ? "_documents" : "");
   return n.str();
+}
+
+// Documents packed into each batch row (--reset-attention-mask): host int32 key_start [b, s].
+// Lengths cycle through one-token documents, documents inside a 64-row tile, across tile
+// boundaries and longer than two tiles, starting at another point for each row.
+Tensor document_key_starts(int64_t b, int64_t s) {
+  const int64_t lengths[] = {1, 37, 64, 5, 130, 2, 90, 1, 1, 63, 200, 17};
+  Tensor t = Tensor::cpu({b, s}, DType::kI32);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    int64_t start = 0, next = 3 * bi;
+    for (int64_t i = 0; i < s; ++i) {
+      if (i == start + lengths[next % 12]) start = i, ++next;
+      t.data_as<int32_t>()[bi * s + i] = static_cast<int32_t>(start);
+    }
+  }
+  return t;
 }
 
 // Position of flat index i in out/dout [s, b, heads*d], dqkv [s, b, heads*3d], lse [b, heads, s].
@@ -120,12 +137,18 @@ class CudaAttention : public ::testing::TestWithParam<Case> {};
 TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const Case c = GetParam();
-  const auto [s, b, H, d, dtype, p] = c;
+  const int64_t s = c.s, b = c.b, H = c.heads, d = c.d;
+  const DType dtype = c.dtype;
+  const float p = c.p;
   SCOPED_TRACE(case_name(c));
   auto rng = test_rng();
   auto cpu = make_cpu_backend();
   auto gpu = make_own_gpu();
-  const AttentionParams params = make_params(H, d, p);
+  AttentionParams params = make_params(H, d, p), gpu_params = params;
+  if (c.documents) {
+    params.key_start = document_key_starts(b, s);
+    gpu_params.key_start = to_device(*gpu, params.key_start);
+  }
 
   // |q|, |k|, |v| in [0.1, 2]: scores with a standard deviation ~1.5, so the softmax is far
   // from uniform and the online max matters.
@@ -143,10 +166,10 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   Tensor out_d = gpu->empty({s, b, H * d}, dtype, MemoryKind::kOther);
   Tensor lse_d = gpu->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
   gpu->fill(out_d, 7.0f);  // overwritten
-  gpu->attention_forward(qkv_d, out_d, lse_d, params);
+  gpu->attention_forward(qkv_d, out_d, lse_d, gpu_params);
   Tensor dqkv_d = gpu->empty({s, b, H * 3 * d}, dtype, MemoryKind::kOther);
   gpu->fill(dqkv_d, 7.0f);  // overwritten
-  gpu->attention_backward(dout_d, qkv_d, out_d, lse_d, dqkv_d, params);
+  gpu->attention_backward(dout_d, qkv_d, out_d, lse_d, dqkv_d, gpu_params);
   const Tensor out = to_host(*gpu, out_d), lse = to_host(*gpu, lse_d), dqkv = to_host(*gpu, dqkv_d);
 
   if (dtype == DType::kF32) {
@@ -212,6 +235,13 @@ const Case kCases[] = {
     {65, 2, 2, 32, DType::kBF16, 0.1f},    {97, 1, 3, 80, DType::kF16, 0.1f},
     // GPT-3 2.7B's head_dim (2560 / 32) on the tensor-core path.
     {257, 2, 2, 80, DType::kBF16, 0.1f},   {130, 1, 3, 80, DType::kBF16, 0.0f},
+    // Documents (--reset-attention-mask): the SIMT kernels (fp32; bf16 at head_dim 32) and the
+    // tensor-core ones (bf16/fp16 at 64, 80, 128), s not a multiple of the tiles, dropout.
+    {300, 2, 2, 64, DType::kF32, 0.1f, true},   {97, 1, 2, 128, DType::kF32, 0.0f, true},
+    {129, 2, 2, 32, DType::kBF16, 0.1f, true},  {300, 2, 3, 64, DType::kBF16, 0.0f, true},
+    {300, 2, 3, 64, DType::kBF16, 0.1f, true},  {1024, 2, 4, 64, DType::kF16, 0.1f, true},
+    {257, 2, 2, 80, DType::kBF16, 0.1f, true},  {333, 2, 2, 128, DType::kBF16, 0.1f, true},
+    {2048, 1, 4, 128, DType::kF16, 0.0f, true},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(kCases),
@@ -223,9 +253,11 @@ TEST(CudaAttentionDeterminism, TwoRunsAreBitwiseEqual) {
   auto rng = test_rng();
   auto gpu = make_own_gpu();
   for (const Case& c : {Case{300, 2, 4, 64, DType::kBF16, 0.1f}, Case{200, 1, 2, 128, DType::kF32, 0.1f},
-                        Case{300, 2, 4, 64, DType::kF16, 0.1f}, Case{231, 1, 3, 128, DType::kBF16, 0.1f}}) {
+                        Case{300, 2, 4, 64, DType::kF16, 0.1f}, Case{231, 1, 3, 128, DType::kBF16, 0.1f},
+                        Case{300, 2, 4, 64, DType::kBF16, 0.1f, true}}) {
     SCOPED_TRACE(case_name(c));
-    const AttentionParams params = make_params(c.heads, c.d, c.p);
+    AttentionParams params = make_params(c.heads, c.d, c.p);
+    if (c.documents) params.key_start = to_device(*gpu, document_key_starts(c.b, c.s));
     Tensor qkv = to_device(*gpu, random_tensor({c.s, c.b, c.heads * 3 * c.d}, rng, c.dtype, 0.1f, 2.0f));
     Tensor dout = to_device(*gpu, random_tensor({c.s, c.b, c.heads * c.d}, rng, c.dtype));
     Tensor results[2][3];
@@ -243,6 +275,35 @@ TEST(CudaAttentionDeterminism, TwoRunsAreBitwiseEqual) {
     EXPECT_TRUE(bitwise_equal(results[0][1], results[1][1])) << "lse differs between runs";
     EXPECT_TRUE(bitwise_equal(results[0][2], results[1][2])) << "dqkv differs between runs";
   }
+}
+
+// Documents: cuDNN's causal graph is never chosen (it would attend across documents); the
+// automatic choice runs our kernels and says why, and the masks change the result.
+TEST(CudaAttentionDocuments, RunOnOurKernelsAndChangeTheOutput) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  auto rng = test_rng();
+  auto gpu = make_cuda_backend();  // the automatic choice (cuDNN where it can)
+  const int64_t s = 256, b = 2, H = 2, d = 64;
+  AttentionParams params = make_params(H, d, 0.0f);
+  params.key_start = to_device(*gpu, document_key_starts(b, s));
+  const std::string why = cudnn_attention_unavailable(*gpu, DType::kBF16, s, b, params);
+  EXPECT_NE(why.find("--reset-attention-mask"), std::string::npos) << why;
+  Tensor qkv = to_device(*gpu, random_tensor({s, b, H * 3 * d}, rng, DType::kBF16, 0.1f, 2.0f));
+  Tensor docs = gpu->empty({s, b, H * d}, DType::kBF16, MemoryKind::kOther);
+  Tensor causal = gpu->empty({s, b, H * d}, DType::kBF16, MemoryKind::kOther);
+  Tensor lse = gpu->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  gpu->attention_forward(qkv, docs, lse, params);
+  gpu->attention_forward(qkv, causal, lse, make_params(H, d, 0.0f));
+  const Tensor a = to_host(*gpu, docs), c = to_host(*gpu, causal);
+  // Row 0's first document is one token (its output is v_0 either way); the second (rows 1-37)
+  // no longer sees row 0.
+  double first = 0.0, second = 0.0;
+  for (int64_t col = 0; col < H * d; ++col) {
+    first = std::max(first, std::abs(get(a, col) - get(c, col)));
+    second = std::max(second, std::abs(get(a, (2 * b) * H * d + col) - get(c, (2 * b) * H * d + col)));
+  }
+  EXPECT_EQ(first, 0.0);
+  EXPECT_GT(second, 1e-2);
 }
 
 // Dropout really drops: the same inputs with p = 0.1 and p = 0 give different outputs (so the
@@ -305,7 +366,9 @@ class CudaAttentionTcMask : public ::testing::TestWithParam<Case> {};
 TEST_P(CudaAttentionTcMask, DroppedProbabilitiesMatchCpu) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const Case c = GetParam();
-  const auto [s, b, H, d, dtype, p] = c;
+  const int64_t s = c.s, b = c.b, H = c.heads, d = c.d;
+  const DType dtype = c.dtype;
+  const float p = c.p;
   SCOPED_TRACE(case_name(c));
   ASSERT_LE(s, d);
   auto rng = test_rng();

@@ -575,10 +575,10 @@ TEST(CudaNorm, EmbeddingForwardEqualsTheCpuBitForBit) {
       const Tensor tokens = random_tokens(c.b, c.s, c.vocab, ++seed);
       const Tensor wte = host_random({c.vocab, c.h}, dt, ++seed), wpe = host_random({c.s + 3, c.h}, dt, ++seed);
       Tensor want = cpu->empty({c.s, c.b, c.h}, dt, MemoryKind::kOther);
-      cpu->embedding_forward(tokens, wte, wpe, want);
+      cpu->embedding_forward(tokens, Tensor(), wte, wpe, want);
       Tensor tokd = to_device(*gpu, tokens), wted = to_device(*gpu, wte), wped = to_device(*gpu, wpe);
       Tensor outd = gpu->empty({c.s, c.b, c.h}, dt, MemoryKind::kOther);
-      gpu->embedding_forward(tokd, wted, wped, outd);
+      gpu->embedding_forward(tokd, Tensor(), wted, wped, outd);
       // One fp32 addition of the same two values, rounded RNE: equal bits.
       EXPECT_TRUE(bitwise(to_host(*gpu, outd), want, what));
     }
@@ -600,10 +600,10 @@ TEST(CudaNorm, EmbeddingBackwardAccumulatesInTheCpuOrderBitForBit) {
       const Tensor dwte0 = host_random({c.vocab, c.h}, DType::kF32, ++seed);
       const Tensor dwpe0 = host_random({c.s + 3, c.h}, DType::kF32, ++seed);
       Tensor want_te = clone(dwte0), want_pe = clone(dwpe0);
-      cpu->embedding_backward(tokens, dout, want_te, want_pe);
+      cpu->embedding_backward(tokens, Tensor(), dout, want_te, want_pe);
       Tensor tokd = to_device(*gpu, tokens), doutd = to_device(*gpu, dout);
       Tensor ted = to_device(*gpu, dwte0), ped = to_device(*gpu, dwpe0);
-      gpu->embedding_backward(tokd, doutd, ted, ped);
+      gpu->embedding_backward(tokd, Tensor(), doutd, ted, ped);
       const Tensor got_te = to_host(*gpu, ted), got_pe = to_host(*gpu, ped);
       // Both add each token's rows into the fp32 gradient one at a time in (s, b) row order,
       // and each position's b rows in order: the same fp32 additions, so the same bits.
@@ -611,9 +611,52 @@ TEST(CudaNorm, EmbeddingBackwardAccumulatesInTheCpuOrderBitForBit) {
       EXPECT_TRUE(bitwise(got_pe, want_pe, what + " dwpe"));
       // Rerun from the same starting gradients: the same bits.
       Tensor ted2 = to_device(*gpu, dwte0), ped2 = to_device(*gpu, dwpe0);
-      gpu->embedding_backward(tokd, doutd, ted2, ped2);
+      gpu->embedding_backward(tokd, Tensor(), doutd, ted2, ped2);
       EXPECT_TRUE(bitwise(to_host(*gpu, ted2), got_te, what + " dwte rerun"));
       EXPECT_TRUE(bitwise(to_host(*gpu, ped2), got_pe, what + " dwpe rerun"));
+    }
+  }
+}
+
+// Position ids (--reset-position-ids): documents of random lengths restart the positions;
+// forward and backward equal the CPU's bits (the backward adds the rows of each position id
+// in (s, b) order on both sides).
+TEST(CudaNorm, EmbeddingWithPositionIdsEqualsTheCpuBitForBit) {
+  MT_REQUIRE_CUDA();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  uint64_t seed = 700;
+  for (const EmbeddingCase& c : kEmbeddingCases) {
+    Tensor positions = Tensor::cpu({c.b, c.s}, DType::kI32);
+    uint64_t state = ++seed;
+    for (int64_t bi = 0; bi < c.b; ++bi) {
+      int32_t p = 0;
+      for (int64_t si = 0; si < c.s; ++si) {
+        positions.data_as<int32_t>()[bi * c.s + si] = p;
+        p = splitmix64(state) % 7 == 0 ? 0 : p + 1;  // a document ends about every 7 tokens
+      }
+    }
+    for (DType dt : kFloatTypes) {
+      const std::string what = "embedding with position ids b=" + std::to_string(c.b) + " s=" + std::to_string(c.s) +
+                               " V=" + std::to_string(c.vocab) + " " + shape_name({c.h}, dt);
+      const Tensor tokens = random_tokens(c.b, c.s, c.vocab, ++seed);
+      const Tensor wte = host_random({c.vocab, c.h}, dt, ++seed), wpe = host_random({c.s + 3, c.h}, dt, ++seed);
+      Tensor want = cpu->empty({c.s, c.b, c.h}, dt, MemoryKind::kOther);
+      cpu->embedding_forward(tokens, positions, wte, wpe, want);
+      Tensor tokd = to_device(*gpu, tokens), posd = to_device(*gpu, positions);
+      Tensor outd = gpu->empty({c.s, c.b, c.h}, dt, MemoryKind::kOther);
+      gpu->embedding_forward(tokd, posd, to_device(*gpu, wte), to_device(*gpu, wpe), outd);
+      EXPECT_TRUE(bitwise(to_host(*gpu, outd), want, what));
+
+      const Tensor dout = host_random({c.s, c.b, c.h}, dt, ++seed);
+      const Tensor dwte0 = host_random({c.vocab, c.h}, DType::kF32, ++seed);
+      const Tensor dwpe0 = host_random({c.s + 3, c.h}, DType::kF32, ++seed);
+      Tensor want_te = clone(dwte0), want_pe = clone(dwpe0);
+      cpu->embedding_backward(tokens, positions, dout, want_te, want_pe);
+      Tensor ted = to_device(*gpu, dwte0), ped = to_device(*gpu, dwpe0);
+      gpu->embedding_backward(tokd, posd, to_device(*gpu, dout), ted, ped);
+      EXPECT_TRUE(bitwise(to_host(*gpu, ted), want_te, what + " dwte"));
+      EXPECT_TRUE(bitwise(to_host(*gpu, ped), want_pe, what + " dwpe"));
     }
   }
 }

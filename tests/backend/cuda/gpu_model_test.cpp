@@ -16,6 +16,7 @@
 #include "backend/ops.h"
 #include "model/gpt_model.h"
 #include "optim/loss_scaler.h"
+#include "train/micro_batch_documents.h"
 #include "train/optimizer.h"
 
 namespace megatron::model {
@@ -38,16 +39,22 @@ GPTConfig config(float dropout) {
   return c;
 }
 
+constexpr int32_t kEod = 499;  // the last id of config()'s vocabulary
+
+// Random tokens; with documents (c.reset_*) about one in 7 is the end of a document.
 MicroBatch batch(const GPTConfig& c, int64_t b) {
   std::mt19937 rng(17);
   MicroBatch mb;
   mb.batch = b;
   mb.seq = c.seq_length;
+  const bool documents = c.reset_position_ids || c.reset_attention_mask;
   for (int64_t i = 0; i < b * c.seq_length; ++i) {
-    mb.tokens.push_back(static_cast<int32_t>(rng() % c.vocab_size));
+    const int32_t t = static_cast<int32_t>(rng() % c.vocab_size);
+    mb.tokens.push_back(documents && t % 7 == 0 ? kEod : t);
     mb.labels.push_back(static_cast<int32_t>(rng() % c.vocab_size));
     mb.loss_mask.push_back(i % 5 == 0 ? 0.0f : 1.0f);
   }
+  train::mark_documents(c, kEod, &mb);
   return mb;
 }
 
@@ -65,9 +72,10 @@ double rel_error(backend::Backend& ga, const Tensor& a, backend::Backend& gb, co
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-void compare(DType dtype, double loss_tol, double grad_tol, float dropout = 0.1f) {
+void compare(DType dtype, double loss_tol, double grad_tol, float dropout = 0.1f, bool documents = false) {
   if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const GPTConfig c = config(dropout);
+  GPTConfig c = config(dropout);
+  c.reset_position_ids = c.reset_attention_mask = documents;
   auto cpu = backend::make_cpu_backend();
   auto gpu = backend::make_cuda_backend(0);
   // The CPU's dropout masks need our attention kernels (cuDNN draws its own; see below).
@@ -115,6 +123,12 @@ TEST(GpuModel, Bf16MatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2); 
 TEST(GpuModel, Fp32WithoutDropoutMatchesTheCpuReference) { compare(DType::kF32, 1e-5, 2e-3, 0.0f); }
 TEST(GpuModel, Bf16WithoutDropoutMatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2, 0.0f); }
 
+// Documents packed into the samples (--reset-position-ids, --reset-attention-mask): position
+// ids into the embedding and its gradient, the key starts into every layer's attention (our
+// kernels, in place of cuDNN), with and without dropout.
+TEST(GpuModel, Fp32WithDocumentsMatchesTheCpuReference) { compare(DType::kF32, 1e-5, 2e-3, 0.1f, true); }
+TEST(GpuModel, Bf16WithDocumentsMatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2, 0.0f, true); }
+
 // The host copy of a device tensor's bytes.
 std::vector<char> bytes_of(backend::Backend& be, const Tensor& t) {
   Tensor h = Tensor::cpu(t.shape(), t.dtype());
@@ -146,6 +160,7 @@ Trained train_steps(const GPTConfig& c, bool recording, int steps) {
   MicroBatch mbs[2] = {batch(c, 2), batch(c, 2)};
   std::reverse(mbs[1].tokens.begin(), mbs[1].tokens.end());  // another batch, another mask sum
   mbs[1].loss_mask[3] = 0.0f;
+  train::mark_documents(c, kEod, &mbs[1]);  // and (with documents) other position ids and key starts
   for (int step = 0; step < steps; ++step) {
     opt.zero_grads();
     HeadBackward head;
@@ -187,6 +202,27 @@ TEST(GpuModel, RecordedStepsGiveTheBitsOfUnrecordedOnes) {
   const auto& rp = rec.model->parameters().params();
   for (size_t i = 0; i < pp.size(); ++i) {
     EXPECT_EQ(bytes_of(*plain.be, pp[i].value), bytes_of(*rec.be, rp[i].value)) << pp[i].name;
+    EXPECT_EQ(bytes_of(*plain.be, pp[i].grad), bytes_of(*rec.be, rp[i].grad)) << pp[i].name;
+  }
+}
+
+// With documents, the recordings read each micro-batch's position ids and key starts from
+// their buffers when replayed (the two micro-batches have different documents).
+TEST(GpuModel, RecordedStepsWithDocumentsGiveTheBitsOfUnrecordedOnes) {
+  if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  GPTConfig c = config(0.0f);
+  c.reset_position_ids = c.reset_attention_mask = true;
+  constexpr int kSteps = 4;
+  const Trained plain = train_steps(c, false, kSteps);
+  const Trained rec = train_steps(c, true, kSteps);
+  ASSERT_EQ(rec.model->recording_failure(), "");
+  EXPECT_EQ(rec.model->replays(), 4 * (kSteps - 1));
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_EQ(plain.losses[static_cast<size_t>(step)], rec.losses[static_cast<size_t>(step)]) << "step " << step;
+  }
+  const auto& pp = plain.model->parameters().params();
+  const auto& rp = rec.model->parameters().params();
+  for (size_t i = 0; i < pp.size(); ++i) {
     EXPECT_EQ(bytes_of(*plain.be, pp[i].grad), bytes_of(*rec.be, rp[i].grad)) << pp[i].name;
   }
 }
