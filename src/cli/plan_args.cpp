@@ -106,6 +106,7 @@ plan::Cluster parse_cluster(const Args& a, DType dtype) {
     cl.engine.hidden_dropout = p;
   }
   if (a.get_flag("--tp-comm-overlap")) cl.engine.tp_comm_overlap = true;
+  if (a.get_flag("--reset-attention-mask")) cl.engine.document_bias = true;
   if (a.get_flag("--grad-reduce-in-bf16")) cl.engine.grad_reduce_bytes = 2;
   return cl;
 }
@@ -155,6 +156,7 @@ void declare_plan_flags(Args& a) {
       .option("--attention-dropout", "P", "attention dropout (default: the engine profile's; ours 0, as calibrated)")
       .option("--hidden-dropout", "P", "dropout on the residual branches (default: the engine profile's; ours 0)")
       .flag("--tp-comm-overlap", "TP collectives pipelined with the GEMMs (needs --sequence-parallel)")
+      .flag("--reset-attention-mask", "attention within documents (cuDNN reads a bias of the documents)")
       .flag("--grad-reduce-in-bf16", "reduce gradients in 16 bits instead of fp32");
   a.option("--global-batch-size", "B", "samples per iteration", std::to_string(kDefaultPlanGlobalBatch))
       .option("--tensor-model-parallel-size", "N", "fix TP (searched otherwise)")

@@ -137,6 +137,7 @@ void write_header(JsonWriter& w, const PlanRequest& q) {
   w.key("fused_cross_entropy").value(e.fused_cross_entropy);
   w.key("gemm_efficiency").value(e.gemm_efficiency);  // 0: the GPU's (gpu_spec.h)
   w.key("hidden_dropout").value(e.hidden_dropout);
+  w.key("document_bias").value(e.document_bias);
   w.key("linear_bias_in_epilogue").value(e.linear_bias_in_epilogue);
   w.key("residual_add_in_gemm_epilogue").value(e.residual_add_in_gemm_epilogue);
   w.key("residual_grad_add_in_layernorm").value(e.residual_grad_add_in_layernorm);

@@ -19,10 +19,6 @@ SpeedPrediction predict_speed(const train::TrainConfig& c, const plan::GpuSpec& 
     return none("it recomputes every layer under full recompute (this run's --recompute-method block recomputes "
                 "fewer)");
   }
-  if (c.model.reset_attention_mask) {
-    return none("--reset-attention-mask runs our own attention kernels instead of cuDNN's, at a speed that depends "
-                "on the documents' lengths");
-  }
   if (c.world_size % gpus_per_node != 0) gpus_per_node = c.world_size;  // ranks per node unknown: one node
   plan::PlanModel m;
   m.config = c.model;
@@ -48,6 +44,7 @@ SpeedPrediction predict_speed(const train::TrainConfig& c, const plan::GpuSpec& 
   cluster.overlap_param_gather = c.overlap_param_gather;
   cluster.engine.attention_dropout = c.model.attention_dropout;
   cluster.engine.hidden_dropout = c.model.hidden_dropout;
+  cluster.engine.document_bias = c.model.reset_attention_mask;
   const plan::Candidate k = plan::evaluate_layout(m, cluster, p);
   const plan::Prediction& q = k.prediction;
   const double tflops = c.flops_convention == train::FlopsConvention::k2025 ? q.tflops_per_gpu_2025 : q.tflops_per_gpu_2024;

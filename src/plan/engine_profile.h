@@ -45,6 +45,11 @@ struct Engine {
   // cuDNN's (ours: the masks follow the global head index; attention_impl.h), at
   // kOwnDropoutAttentionFactor times the time. Other profiles: false.
   bool own_attention_for_tp_dropout = true;
+  // Documents packed into samples (--reset-attention-mask): cuDNN's flash attention adds a
+  // [b, 1, s, s] bias of the documents to the scores (cudnn_attention.h), read from memory at
+  // kDocumentBiasForwardPasses / kDocumentBiasBackwardPasses per causal score. (Where our own
+  // kernels run instead, a tensor-parallel share with dropout, they skip masked tiles: no term.)
+  bool document_bias = false;
   int64_t grad_reduce_bytes = 4;   // bytes per gradient element the DP collective moves: 4 = fp32
                                    // main grads; 2 = --grad-reduce-in-bf16, or Megatron-2021 --fp16
                                    // without --accumulate-allreduce-grads-in-fp32

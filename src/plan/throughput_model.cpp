@@ -95,6 +95,14 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
         lt.attention_forward *= kOwnDropoutAttentionFactor;
       }
     }
+    const bool own_kernels = engine.attention_dropout > 0 && p.tp > 1 && engine.own_attention_for_tp_dropout;
+    if (engine.document_bias && !own_kernels) {
+      // One pass: a 2-byte bias element per causal score of each (batch, head) of this rank.
+      const double pass = static_cast<double>(p.micro_batch) * static_cast<double>(c.num_attention_heads) / t * s *
+                          (s + 1.0) / 2.0 * 2.0 / g.hbm;
+      lt.attention += (kDocumentBiasForwardPasses + kDocumentBiasBackwardPasses) * pass;
+      lt.attention_forward += kDocumentBiasForwardPasses * pass;
+    }
   }
   // LayerNorms (forward ~1/3 of it); the residual adds where the engine does not fuse them.
   const double nh = n * h / u;

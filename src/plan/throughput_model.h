@@ -129,6 +129,15 @@ constexpr double kFlashDropoutBackwardOps = 12.5;
 // attention time per step: 124M 48.3 vs 7.25 ms (6.7x), 350M 126 vs 19.7 (6.4x), 1.3B 127 vs
 // 24.4 (5.2x), 2.7B 295 vs 58.4 (5.1x); the mean, 5.8.
 constexpr double kOwnDropoutAttentionFactor = 5.8;
+// The documents' bias on cuDNN (Engine::document_bias), in 2-byte reads per causal score and
+// (batch, head), at the HBM rate: fitted on one H100 measurement (bench/RESULTS.md, fifteenth
+// session, call 3; gpt3-1.3b, micro-batch 4, s 2048, 16 heads of 128, bf16): attention forward
+// 7.38 vs 3.76 ms and backward 25.31 vs 13.47 ms per step with and without the bias, i.e. 0.151
+// and 0.493 ms more per layer, where one pass over the causal half of [4, 16, 2048, 2048] bf16
+// takes 0.080 ms at 3.35 TB/s. The bias traffic scales with b * heads * s^2 as modelled; how
+// well the fit carries to other head sizes is not measured.
+constexpr double kDocumentBiasForwardPasses = 1.9;
+constexpr double kDocumentBiasBackwardPasses = 6.2;
 // Memory-bound bytes per layer, token and hidden element (n*h/u), at HBM bandwidth.
 // kElementwiseBytes: the two LayerNorms, forward + backward, the backward adding the residual
 // gradient (ours). H100 `--profile-ops`, 2026-11-23 (third session), layernorm_forward +

@@ -45,6 +45,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cudnn_attention.h"
 
 namespace megatron::backend {
 
@@ -573,6 +574,16 @@ void launch_dq(const BackwardArgs& a, int64_t batch_heads, cudaStream_t stream) 
   const dim3 grid(static_cast<unsigned>((a.s + BQ - 1) / BQ), static_cast<unsigned>(batch_heads));
   kernel<<<grid, kThreads, smem, stream>>>(a);
   MT_CUDA_LAUNCH_CHECK();
+}
+
+// ---- documents on cuDNN -----------------------------------------------------------------
+
+// One row (bi, i) of the attention bias of documents (cudnn_attention.h): 0 for keys j >=
+// key_start[bi, i], `masked` before.
+__global__ void document_bias_kernel(const int32_t* key_start, int64_t s, DType dtype, void* bias, float masked) {
+  const int64_t row = blockIdx.x;  // bi * s + i
+  const int64_t lo = key_start[row];
+  for (int64_t j = threadIdx.x; j < s; j += blockDim.x) store_f(bias, dtype, row * s + j, j >= lo ? 0.0f : masked);
 }
 
 // ---- KV cache ----------------------------------------------------------------------------
@@ -1453,6 +1464,16 @@ OutMatrix out_part(Tensor& t, int64_t base, int64_t row_stride, int64_t batch_st
 }
 
 }  // namespace
+
+void write_document_bias(const int32_t* key_start, int64_t b, int64_t s, DType dtype, void* bias,
+                         cudaStream_t stream) {
+  MT_CHECK(dtype == DType::kBF16 || dtype == DType::kF16) << "document bias of " << dtype_name(dtype);
+  if (b * s == 0) return;
+  // The lowest finite value: masked scores stay finite (no -inf - -inf in the softmax).
+  const float masked = dtype == DType::kBF16 ? -3.3895314e38f : -65504.0f;
+  document_bias_kernel<<<static_cast<unsigned>(b * s), 256, 0, stream>>>(key_start, s, dtype, bias, masked);
+  MT_CUDA_LAUNCH_CHECK();
+}
 
 void CudaBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) {
   const auto [s, b, heads, d, key_start] = check_attention(qkv, lse, params);

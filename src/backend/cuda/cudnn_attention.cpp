@@ -487,14 +487,14 @@ class Graph {
 // Unique ids of the tensors bound at execution.
 constexpr int64_t kQ = 1, kK = 2, kV = 3, kO = 4, kStats = 5, kScale = 6, kNegInf = 7, kDO = 8, kDQ = 9, kDK = 10,
                   kDV = 11, kOne = 12, kDSum = 13, kDQAccum = 14, kSeed = 15, kOffset = 16, kDropScale = 17,
-                  kDropScaleInv = 18;
+                  kDropScaleInv = 18, kDocumentBias = 19;
 
 cudnnDataType_t cudnn_dtype(DType d) { return d == DType::kBF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
 
 std::string key_name(const CudnnAttentionKey& k) {
   return str_cat(dtype_name(k.dtype), " b=", k.b, " s=", k.s, " heads=", k.heads, " head_dim=", k.head_dim,
                  k.dropout_bits != 0 ? str_cat(" dropout=", k.dropout_p()) : std::string(),
-                 k.deterministic ? " deterministic" : "");
+                 k.deterministic ? " deterministic" : "", k.documents ? " documents" : "");
 }
 
 // The dropout mask of a graph: the seed and offset (int64 scalars in device memory, bound at
@@ -503,6 +503,18 @@ cudnnBackendDescriptor_t dropout_mask(Graph& g, const CudnnAttentionKey& k, cons
   auto seed = g.tensor("dropout seed", kSeed, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1});
   auto offset = g.tensor("dropout offset", kOffset, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1});
   return g.bernoulli("dropout mask", 1.0 - static_cast<double>(k.dropout_p()), seed, offset, dims, strides);
+}
+
+// With documents (k.documents): x + the documents' bias [b, 1, s, s] (write_document_bias),
+// broadcast over heads; else x.
+cudnnBackendDescriptor_t add_document_bias(Graph& g, const CudnnAttentionKey& k, cudnnBackendDescriptor_t x,
+                                           const Dims4& dims, const Dims4& strides) {
+  if (!k.documents) return x;
+  auto bias = g.tensor("document bias", kDocumentBias, cudnn_dtype(k.dtype), {k.b, 1, k.s, k.s},
+                       {k.s * k.s, k.s * k.s, k.s, 1});
+  auto y = g.virt("S + document bias", CUDNN_DATA_FLOAT, dims, strides);
+  g.binary("S + document bias", CUDNN_POINTWISE_ADD, x, bias, y);
+  return y;
 }
 
 // Dims and strides of one case (see cudnn_attention.h).
@@ -548,7 +560,7 @@ void forward_graph(Graph& g, const CudnnAttentionKey& k) {
   g.matmul("Q K^T", q, kt, s);
   auto scaled = g.virt("S * scale", f32, L.bhss, L.scores);
   g.binary("S * scale", CUDNN_POINTWISE_MUL, s, scale, scaled);
-  auto masked = g.causal_mask(scaled, neg_inf, L.bhss, L.scores);
+  auto masked = g.causal_mask(add_document_bias(g, k, scaled, L.bhss, L.scores), neg_inf, L.bhss, L.scores);
   // Softmax with its statistics: M = max, E = exp(S - M), L = sum E, Stats = M + log L, P = E / L.
   auto m = g.virt("M", f32, L.bhs1, L.rows);
   g.reduction("M = max S", CUDNN_REDUCE_TENSOR_MAX, masked, m);
@@ -608,7 +620,7 @@ void backward_graph(Graph& g, const CudnnAttentionKey& k) {
   auto scaled = g.virt("S * scale", f32, L.bhss, L.scores);
   g.binary("S * scale", CUDNN_POINTWISE_MUL, s, scale, scaled);
   auto centered = g.virt("S - Stats", f32, L.bhss, L.scores);
-  g.binary("S - Stats", CUDNN_POINTWISE_SUB, scaled, stats, centered);
+  g.binary("S - Stats", CUDNN_POINTWISE_SUB, add_document_bias(g, k, scaled, L.bhss, L.scores), stats, centered);
   auto masked = g.causal_mask(centered, neg_inf, L.bhss, L.scores);
   auto p = g.virt("P", f32, L.bhss, L.scores);
   g.unary("P = exp", CUDNN_POINTWISE_EXP, masked, p);
@@ -705,6 +717,9 @@ struct CudnnAttention::Entry {
   // Backward workspace: cuDNN's own at 0, then D [b, h, s] fp32, then the dQ accumulator
   // [b, h, s, d] fp32 (non-deterministic graph only).
   int64_t dsum_offset = 0, dq_accum_offset = 0, dq_accum_bytes = 0, bwd_bytes = 0;
+  // Documents: the bias [b, s, s] after cuDNN's forward workspace and after the backward's
+  // above; fwd_bytes is the forward's whole need.
+  int64_t bias_offset_fwd = 0, bias_offset_bwd = 0, fwd_bytes = 0;
   // Scalars passed by value (their addresses go into the variant packs).
   float scale = 0.0f, neg_inf = -INFINITY, one = 1.0f, drop_scale = 1.0f, drop_scale_inv = 1.0f;
 };
@@ -782,7 +797,15 @@ CudnnAttention::Entry& CudnnAttention::entry(const CudnnAttentionKey& key) {
       e->dq_accum_offset = align_up(e->dsum_offset + rows * 4, 256);
       e->dq_accum_bytes = key.deterministic ? 0 : rows * key.head_dim * 4;
       e->bwd_bytes = e->dq_accum_offset + e->dq_accum_bytes;
-      workspace(std::max(e->fwd.workspace, e->bwd_bytes));  // sized now, not in the middle of a step
+      e->fwd_bytes = e->fwd.workspace;
+      if (key.documents) {
+        const int64_t bias_bytes = key.b * key.s * key.s * 2;
+        e->bias_offset_fwd = align_up(e->fwd_bytes, 256);
+        e->fwd_bytes = e->bias_offset_fwd + bias_bytes;
+        e->bias_offset_bwd = align_up(e->bwd_bytes, 256);
+        e->bwd_bytes = e->bias_offset_bwd + bias_bytes;
+      }
+      workspace(std::max(e->fwd_bytes, e->bwd_bytes));  // sized now, not in the middle of a step
       if (key.dropout_bits != 0 && !rng_.defined()) rng_ = backend_.empty({8}, DType::kF32, MemoryKind::kWorkspace);
     } catch (const Error& err) {
       e->unavailable = err.what();
@@ -814,23 +837,29 @@ void* CudnnAttention::rng_state(const DropoutParams& dropout) {
 }
 
 void CudnnAttention::forward(const CudnnAttentionKey& key, const void* qkv, void* out, float* lse,
-                             const DropoutParams& dropout) {
+                             const DropoutParams& dropout, const int32_t* key_start) {
   Entry& e = entry(key);
   MT_CHECK(e.unavailable.empty()) << "cuDNN attention forward of " << key_name(key) << ": " << e.unavailable;
   char* base = static_cast<char*>(const_cast<void*>(qkv));
   const int64_t d_bytes = key.head_dim * 2;
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
   std::vector<void*> ptrs = {base, base + d_bytes, base + 2 * d_bytes, out, lse, &e.scale, &e.neg_inf};
+  char* ws = static_cast<char*>(workspace(e.fwd_bytes));
+  if (key.documents) {
+    write_document_bias(key_start, key.b, key.s, key.dtype, ws + e.bias_offset_fwd, backend_.stream());
+    uids.push_back(kDocumentBias);
+    ptrs.push_back(ws + e.bias_offset_fwd);
+  }
   if (key.dropout_bits != 0) {
     char* rng = static_cast<char*>(rng_state(dropout));
     uids.insert(uids.end(), {kSeed, kOffset, kDropScale});
     ptrs.insert(ptrs.end(), {rng, rng + 16, &e.drop_scale});
   }
-  execute(handle_, e.fwd, uids.data(), ptrs.data(), static_cast<int64_t>(uids.size()), workspace(e.fwd.workspace));
+  execute(handle_, e.fwd, uids.data(), ptrs.data(), static_cast<int64_t>(uids.size()), ws);
 }
 
 void CudnnAttention::backward(const CudnnAttentionKey& key, const void* dout, const void* qkv, const void* out,
-                              const float* lse, void* dqkv, const DropoutParams& dropout) {
+                              const float* lse, void* dqkv, const DropoutParams& dropout, const int32_t* key_start) {
   Entry& e = entry(key);
   MT_CHECK(e.unavailable.empty()) << "cuDNN attention backward of " << key_name(key) << ": " << e.unavailable;
   char* ws = static_cast<char*>(workspace(e.bwd_bytes));
@@ -857,6 +886,11 @@ void CudnnAttention::backward(const CudnnAttentionKey& key, const void* dout, co
   if (e.dq_accum_bytes > 0) {
     uids.push_back(kDQAccum);
     ptrs.push_back(ws + e.dq_accum_offset);
+  }
+  if (key.documents) {
+    write_document_bias(key_start, key.b, key.s, key.dtype, ws + e.bias_offset_bwd, backend_.stream());
+    uids.push_back(kDocumentBias);
+    ptrs.push_back(ws + e.bias_offset_bwd);
   }
   if (key.dropout_bits != 0) {
     char* rng = static_cast<char*>(rng_state(dropout));
@@ -904,7 +938,12 @@ CudnnAttentionKey make_key(DType dtype, int64_t s, int64_t b, const AttentionPar
   std::memcpy(&k.scale_bits, &p.softmax_scale, sizeof(float));
   if (p.dropout.p > 0.0f) std::memcpy(&k.dropout_bits, &p.dropout.p, sizeof(float));
   k.deterministic = deterministic;
+  k.documents = p.key_start.defined();
   return k;
+}
+
+const int32_t* key_start_of(const AttentionParams& p) {
+  return p.key_start.defined() ? static_cast<const int32_t*>(p.key_start.data()) : nullptr;
 }
 
 
@@ -912,10 +951,6 @@ CudnnAttentionKey make_key(DType dtype, int64_t s, int64_t b, const AttentionPar
 
 std::string CudaBackend::cudnn_attention_reason(DType dtype, int64_t s, int64_t b, const AttentionParams& p,
                                                 std::initializer_list<const Tensor*> io) {
-  if (p.key_start.defined()) {
-    return "documents packed in the sequence (--reset-attention-mask: each query's keys start at its document; "
-           "the causal cuDNN graph here has no per-row start)";
-  }
   if (dtype != DType::kBF16 && dtype != DType::kF16) {
     return str_cat(dtype_name(dtype), " tensors (cuDNN's fused attention is used for bf16 and fp16)");
   }
@@ -931,6 +966,9 @@ std::string CudaBackend::cudnn_attention_reason(DType dtype, int64_t s, int64_t 
     if (t->dtype() != dtype)
       return str_cat("tensors of mixed dtypes (", t->describe(), " with ", dtype_name(dtype), ")");
     if (reinterpret_cast<uintptr_t>(t->data()) % 16 != 0) return "a tensor that is not 16-byte aligned";
+  }
+  if (p.key_start.defined() && reinterpret_cast<uintptr_t>(p.key_start.data()) % 16 != 0) {
+    return "documents' key starts (--reset-attention-mask) that are not 16-byte aligned";
   }
   if (!cudnn_attention_) cudnn_attention_.reset(new CudnnAttention(*this));
   return cudnn_attention_->unavailable(make_key(dtype, s, b, p, attention_deterministic_));
@@ -957,7 +995,7 @@ bool CudaBackend::cudnn_attention_forward(const Tensor& qkv, Tensor& out, Tensor
     return false;
   }
   cudnn_attention_->forward(make_key(qkv.dtype(), s, b, p, attention_deterministic_), qkv.data(), out.data(),
-                            static_cast<float*>(lse.data()), p.dropout);
+                            static_cast<float*>(lse.data()), p.dropout, key_start_of(p));
   return true;
 }
 
@@ -975,8 +1013,8 @@ bool CudaBackend::cudnn_attention_backward(const Tensor& dout, const Tensor& qkv
   }
   if (!use_cudnn_attention(reason, qkv.dtype(), s, b, p)) return false;
   cudnn_attention_->backward(make_key(qkv.dtype(), s, b, p, attention_deterministic_), dout.data(), qkv.data(),
-                             out.data(), static_cast<const float*>(lse.data()), dqkv.data(),
-                             p.dropout);
+                             out.data(), static_cast<const float*>(lse.data()), dqkv.data(), p.dropout,
+                             key_start_of(p));
   return true;
 }
 

@@ -68,16 +68,28 @@ struct CudnnAttentionKey {
   uint32_t scale_bits = 0;     // the softmax scale's fp32 bit pattern
   uint32_t dropout_bits = 0;   // the attention dropout probability's fp32 bits (0: no dropout)
   bool deterministic = false;
+  // Documents (AttentionParams::key_start): keys before each query's document start are masked
+  // too, by an attention bias [b, 1, s, s] of the I/O dtype (write_document_bias) added to the
+  // scaled scores. (cuDNN 9.14's engines refuse the cheaper form, the key starts as an int32
+  // [b, 1, s, 1] operand of the mask's comparison.)
+  bool documents = false;
   float dropout_p() const {
     float p;
     std::memcpy(&p, &dropout_bits, sizeof(p));
     return p;
   }
   bool operator<(const CudnnAttentionKey& o) const {
-    return std::tie(b, s, heads, head_dim, dtype, scale_bits, dropout_bits, deterministic) <
-           std::tie(o.b, o.s, o.heads, o.head_dim, o.dtype, o.scale_bits, o.dropout_bits, o.deterministic);
+    return std::tie(b, s, heads, head_dim, dtype, scale_bits, dropout_bits, deterministic, documents) <
+           std::tie(o.b, o.s, o.heads, o.head_dim, o.dtype, o.scale_bits, o.dropout_bits, o.deterministic,
+                    o.documents);
   }
 };
+
+// bias[bi, i, j] = 0 where key j is in query i's document (j >= key_start[bi, i]), else the
+// lowest finite value of `dtype` (bf16/fp16): device int32 key_start [b, s], bias [b, s, s],
+// written in stream order (cuda_attention.cu).
+void write_document_bias(const int32_t* key_start, int64_t b, int64_t s, DType dtype, void* bias,
+                         cudaStream_t stream);
 
 class CudnnAttention {
  public:
@@ -95,9 +107,11 @@ class CudnnAttention {
   // With dropout, cuDNN's Philox seed of the mask is a mix of `dropout`'s seed and stream
   // (store_cudnn_dropout_seed, on the device: stream_add is read there); the backward of a
   // forward passes the same.
-  void forward(const CudnnAttentionKey& key, const void* qkv, void* out, float* lse, const DropoutParams& dropout);
+  // key_start: the device int32 [b, s] of key.documents (else null).
+  void forward(const CudnnAttentionKey& key, const void* qkv, void* out, float* lse, const DropoutParams& dropout,
+               const int32_t* key_start);
   void backward(const CudnnAttentionKey& key, const void* dout, const void* qkv, const void* out, const float* lse,
-                void* dqkv, const DropoutParams& dropout);
+                void* dqkv, const DropoutParams& dropout, const int32_t* key_start);
 
   // cuDNN version, the engines chosen for `key` and their notes, workspace bytes (for logs/tests).
   std::string describe(const CudnnAttentionKey& key);

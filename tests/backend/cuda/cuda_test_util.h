@@ -137,4 +137,24 @@ inline std::string shape_name(const Shape& shape, DType dtype) {
   return std::string(dtype_name(dtype)) + shape_string(shape);
 }
 
+// Documents packed into each batch row (--reset-attention-mask): host int32 key_start [b, s]
+// (AttentionParams::key_start). Lengths cycle through one-token documents, documents inside a
+// 64-row tile, across tile boundaries and longer than two tiles, starting at another point for
+// each row.
+inline Tensor document_key_starts(int64_t b, int64_t s) {
+  const int64_t lengths[] = {1, 37, 64, 5, 130, 2, 90, 1, 1, 63, 200, 17};
+  Tensor t = Tensor::cpu({b, s}, DType::kI32);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    int64_t start = 0, next = 3 * bi;
+    for (int64_t i = 0; i < s; ++i) {
+      if (i == start + lengths[next % 12]) {
+        start = i;
+        ++next;
+      }
+      t.data_as<int32_t>()[bi * s + i] = static_cast<int32_t>(start);
+    }
+  }
+  return t;
+}
+
 }  // namespace megatron::backend

@@ -254,8 +254,42 @@ TEST(CudnnAttentionGraphs, BuildWithoutAGpu) {
         SCOPED_TRACE(case_name(c) + (deterministic ? " deterministic" : "") + (dropout > 0 ? " dropout" : ""));
         EXPECT_EQ(
             check_cudnn_attention_graphs(c.dtype, c.s, c.b, make_params(c.heads, c.d, dropout), deterministic), "");
+        AttentionParams documents = make_params(c.heads, c.d, dropout);
+        documents.key_start = document_key_starts(c.b, c.s);
+        EXPECT_EQ(check_cudnn_attention_graphs(c.dtype, c.s, c.b, documents, deterministic), "") << "documents";
       }
     }
+  }
+}
+
+// ---- documents (--reset-attention-mask) ---------------------------------------------------------
+
+// The documents' key starts enter cuDNN's graph as an int32 [b, 1, s, 1] input beside the causal
+// mask: on GPT training shapes cuDNN takes them, and the results are the CPU's masked attention.
+TEST(CudnnAttentionDocuments, TrainingShapesMatchCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const Case& c : {Case{1024, 2, 12, 64, DType::kBF16, true}, Case{2048, 2, 32, 80, DType::kBF16, true},
+                        Case{2048, 2, 16, 128, DType::kF16, true}}) {
+    SCOPED_TRACE(case_name(c));
+    auto gpu = make_gpu(AttentionImpl::kCudnn);
+    AttentionParams p = make_params(c.heads, c.d);
+    const Tensor starts = document_key_starts(c.b, c.s);
+    p.key_start = to_device(*gpu, starts);
+    const std::string why = cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, p);
+    ASSERT_EQ(why, "") << "cuDNN must run documents on a GPT training shape";
+    std::cout << "  " << describe_cudnn_attention(*gpu, c.dtype, c.s, c.b, p) << "\n";
+    const Inputs in = make_inputs(c, 4000 + static_cast<uint64_t>(c.s + c.d));
+    const Result got = gpu_attention(*gpu, in.qkv, in.dout, p, AttentionImpl::kCudnn, AttentionImpl::kCudnn);
+    const std::vector<int64_t> sel = ref_heads(c.heads);
+    AttentionParams p_sel = make_params(static_cast<int64_t>(sel.size()), c.d);
+    p_sel.key_start = starts;
+    const Result ref =
+        cpu_attention(gather_heads(in.qkv, c.heads, 3 * c.d, sel), gather_heads(in.dout, c.heads, c.d, sel), p_sel);
+    expect_matches_cpu(got, ref, c, sel, "cuDNN with documents");
+    // Without the key starts the same inputs give another output (the masks are not ignored).
+    const Result causal =
+        gpu_attention(*gpu, in.qkv, in.dout, make_params(c.heads, c.d), AttentionImpl::kCudnn, AttentionImpl::kCudnn);
+    EXPECT_FALSE(close_scaled(causal.out, got.out, 1e-2, 0.0, "causal vs documents"));
   }
 }
 
