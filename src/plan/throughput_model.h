@@ -130,14 +130,16 @@ constexpr double kFlashDropoutBackwardOps = 12.5;
 // 24.4 (5.2x), 2.7B 295 vs 58.4 (5.1x); the mean, 5.8.
 constexpr double kOwnDropoutAttentionFactor = 5.8;
 // The documents' bias on cuDNN (Engine::document_bias), in 2-byte reads per causal score and
-// (batch, head), at the HBM rate: fitted on one H100 measurement (bench/RESULTS.md, fifteenth
-// session, call 3; gpt3-1.3b, micro-batch 4, s 2048, 16 heads of 128, bf16): attention forward
-// 7.38 vs 3.76 ms and backward 25.31 vs 13.47 ms per step with and without the bias, i.e. 0.151
-// and 0.493 ms more per layer, where one pass over the causal half of [4, 16, 2048, 2048] bf16
-// takes 0.080 ms at 3.35 TB/s. The bias traffic scales with b * heads * s^2 as modelled; how
-// well the fit carries to other head sizes is not measured.
-constexpr double kDocumentBiasForwardPasses = 1.9;
-constexpr double kDocumentBiasBackwardPasses = 6.2;
+// (batch, head), at the HBM rate, fitted on H100 whole steps (bench/RESULTS.md, fifteenth
+// session, calls 3-4, bf16, dropout 0): gpt3-1.3b (micro-batch 4, s 2048, 16 heads of 128)
+// 147.0-148.1 ms with documents vs 135.5 causal, gpt3-2.7b (2 x 2048, 32 heads of 80) 171.0-
+// 172.2 vs 155.9: 6.0-6.5 passes over the causal half of the [b, heads, s, s] bias (one pass:
+// 1.92 and 2.57 ms per step at 3.35 TB/s). Split forward : backward as the attention ops' added
+// time under --profile-ops (3.6 : 11.8 ms at 1.3B). At s 1024 (gpt2-350m, 8 x 1024, heads of 64)
+// the measured cost is lower, 3.9 passes (the smaller bias stays in L2): the model is then
+// pessimistic by ~6%.
+constexpr double kDocumentBiasForwardPasses = 1.5;
+constexpr double kDocumentBiasBackwardPasses = 4.6;
 // Memory-bound bytes per layer, token and hidden element (n*h/u), at HBM bandwidth.
 // kElementwiseBytes: the two LayerNorms, forward + backward, the backward adding the residual
 // gradient (ours). H100 `--profile-ops`, 2026-11-23 (third session), layernorm_forward +

@@ -208,10 +208,11 @@ TEST(PlanThroughput, TensorParallelAttentionDropoutRunsOurKernels) {
               drawn * (kFlashDropoutForwardOps + kFlashDropoutBackwardOps) / 16.7e12, 1e-9);
 }
 
-// Documents (--reset-attention-mask) on cuDNN: the bias reads the constants were fitted to (the
-// 1.3B step, fifteenth session: attention 32.7 vs 17.2 ms per step, whole step 148.1 vs 135.6
-// ms), and the measured mock-data training run with documents (148.9-149.1 ms) within 5%. A
-// tensor-parallel share with dropout runs our kernels instead: no bias term.
+// Documents (--reset-attention-mask) on cuDNN: one pass is a 2-byte read per causal score of
+// every (batch, head) and layer; the measured mock-data training runs with documents (fifteenth
+// session, calls 3-4, bf16, dropout 0) within 10% (350M, s 1024: ~6% pessimistic, see
+// kDocumentBiasForwardPasses). A tensor-parallel share with dropout runs our kernels instead:
+// no bias term.
 TEST(PlanThroughput, DocumentBiasCostsItsReads) {
   const PlanModel m = test::gpt_plan_model(24, 2048, 16, 2048);
   ParallelConfig p{1, 1, 1, 1, 4, 4, PlanRecompute::kNone, false, false};
@@ -222,10 +223,22 @@ TEST(PlanThroughput, DocumentBiasCostsItsReads) {
   const double pass = 4.0 * 16.0 * 2048.0 * 2049.0 / 2.0 * 2.0 / h100(1, 1).gpu.hbm_bytes_per_s * 24.0;
   EXPECT_NEAR(with.attention_s - without.attention_s, (kDocumentBiasForwardPasses + kDocumentBiasBackwardPasses) * pass,
               1e-9);
-  EXPECT_NEAR(with.attention_s - without.attention_s, 15.5e-3, 1.0e-3);
-  for (const double ms : {148.9, 149.1}) {
-    const double measured = 4.0 * 2048.0 / (ms * 1e-3);
-    EXPECT_LT(std::fabs(with.tokens_per_s / measured - 1.0), 0.05) << ms << " ms: predicted " << with.tokens_per_s;
+  struct Run {
+    const char* name;
+    int64_t layers, hidden, heads, seq, micro_batch;
+    double ms_low, ms_high;  // measured s/iter with documents
+  };
+  for (const Run& run : {Run{"gpt2-350m", 24, 1024, 16, 1024, 8, 46.6, 46.8},
+                         Run{"gpt3-1.3b", 24, 2048, 16, 2048, 4, 147.0, 149.1},
+                         Run{"gpt3-2.7b", 32, 2560, 32, 2048, 2, 171.0, 172.2}}) {
+    const PlanModel rm = test::gpt_plan_model(run.layers, run.hidden, run.heads, run.seq);
+    ParallelConfig rp{1, 1, 1, 1, run.micro_batch, run.micro_batch, PlanRecompute::kNone, false, false};
+    const Prediction r = predict(config_for_tp(rm, 1), DType::kBF16, rp, docs);
+    for (const double ms : {run.ms_low, run.ms_high}) {
+      const double measured = static_cast<double>(run.micro_batch * run.seq) / (ms * 1e-3);
+      EXPECT_LT(std::fabs(r.tokens_per_s / measured - 1.0), 0.10)
+          << run.name << " (" << ms << " ms): predicted " << r.tokens_per_s << " tokens/s, measured " << measured;
+    }
   }
   ParallelConfig tp2{2, 1, 1, 1, 4, 4, PlanRecompute::kNone, false, false};
   Cluster own = h100(1, 2), own_docs = h100(1, 2);

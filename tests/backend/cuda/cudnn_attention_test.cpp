@@ -290,6 +290,10 @@ TEST(CudnnAttentionDocuments, TrainingShapesMatchCpu) {
     const Result causal =
         gpu_attention(*gpu, in.qkv, in.dout, make_params(c.heads, c.d), AttentionImpl::kCudnn, AttentionImpl::kCudnn);
     EXPECT_FALSE(close_scaled(causal.out, got.out, 1e-2, 0.0, "causal vs documents"));
+    // Megatron's default attention dropout with documents stays on cuDNN too.
+    AttentionParams dropped = p;
+    dropped.dropout.p = 0.1f;
+    EXPECT_EQ(cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, dropped), "");
   }
 }
 
