@@ -106,7 +106,10 @@ plan::Cluster parse_cluster(const Args& a, DType dtype) {
     cl.engine.hidden_dropout = p;
   }
   if (a.get_flag("--tp-comm-overlap")) cl.engine.tp_comm_overlap = true;
-  if (a.get_flag("--reset-attention-mask")) cl.engine.document_bias = true;
+  // Documents: our engine reads their bias on cuDNN (priced), and holds it and the key starts
+  // (planned); another --engine profile's flash attention ignores the mask (Megatron's TE path).
+  const bool documents = a.get_flag("--reset-attention-mask");
+  if (documents && a.get_string("--engine") == "ours") cl.engine.document_bias = true;
   if (a.get_flag("--grad-reduce-in-bf16")) cl.engine.grad_reduce_bytes = 2;
   return cl;
 }
@@ -177,6 +180,7 @@ PlanRequest parse_plan_request(const Args& a) {
   q.cluster = parse_cluster(a, q.model.dtype);
   // The dropouts priced (the engine's, or the flags') are the model's too (memory plan).
   q.model.config.attention_dropout = static_cast<float>(q.cluster.engine.attention_dropout);
+  q.model.config.reset_attention_mask = q.cluster.engine.document_bias;
   q.model.config.hidden_dropout = static_cast<float>(q.cluster.engine.hidden_dropout);
   q.space.global_batch = positive(a, "--global-batch-size");
   const model::GPTConfig& c = q.model.config;

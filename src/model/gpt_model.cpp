@@ -415,6 +415,7 @@ void GPTModel::load_inputs(const MicroBatch& mb, ActivationSet& as, bool first, 
   };
   if (first && as.positions.defined()) load_ids(mb.position_ids, false, as.positions);
   if (as.key_start.defined()) load_ids(mb.key_start, true, as.key_start);
+  if (!first && !labels) return;  // a middle chunk reads only the key starts
   // Tokens stay [b, s]; labels and mask go sequence-first to match the logits rows. Ids go in
   // shifted into this rank's vocabulary slice (-1 outside it; T = 1: unchanged).
   Tensor host_tokens = Tensor::cpu({b, s}, DType::kI32);
@@ -435,9 +436,9 @@ void GPTModel::load_inputs(const MicroBatch& mb, ActivationSet& as, bool first, 
       mask_sum += mb.loss_mask[bi * s + si];
     }
   }
-  mask_sum_ = static_cast<float>(mask_sum);
   if (first) backend_.copy(host_tokens, as.tokens);
   if (labels) {
+    mask_sum_ = static_cast<float>(mask_sum);
     backend_.copy(host_labels, labels_);
     backend_.copy(host_mask, loss_weights_);
     host_mask_ = host_mask.view({n});

@@ -335,7 +335,7 @@ class GPTModel {
   void chunk_backward();
   // Inputs of a micro-batch onto the device, into `as` and the loss head: tokens and position
   // ids (`first`), the documents' key starts (reset_attention_mask), labels (`labels`)
-  // and loss weights (last virtual stage; their host copy in host_mask_); sets mask_sum_.
+  // and loss weights (last virtual stage; their host copy in host_mask_; sets mask_sum_).
   void load_inputs(const MicroBatch& mb, ActivationSet& as, bool first, bool labels);
   // d(input) of a dropout from its output gradient dy: dy itself without dropout, else the
   // masked gradient written into `buffer`.

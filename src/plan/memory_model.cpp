@@ -69,7 +69,9 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   const bool full = p.recompute == PlanRecompute::kFull;
   int64_t act = layers_in_flight * (n * h * e / u + (full ? 0 : layer));
   if (full) act += layer;  // the one slot recomputed layers share (model/gpt_config.h recompute_slots)
-  if (stage == 0) act += mbs_in_flight * n * 4;
+  if (stage == 0) act += mbs_in_flight * n * 4 * (c.reset_position_ids ? 2 : 1);  // tokens (and position ids)
+  // Documents: int32 key starts [n] per chunk's activation set in flight.
+  if (c.reset_attention_mask) act += layers_in_flight / (layers / p.vp) * n * 4;
   model::PipelineStageOptions layout;
   layout.pp = p.pp;
   layout.virtual_chunks = p.vp;
@@ -79,6 +81,9 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   }
   m.activations = act;
   m.workspace = (3 * n * h + (4 * n * q + n * f) / t) * e;
+  // Documents on cuDNN: its bias [b, s, s] in the 16-bit I/O dtype, in cuDNN's workspace
+  // (cudnn_attention.h), which the engine's own plan (model::plan_memory) does not hold.
+  if (c.reset_attention_mask && dtype != DType::kF32) m.workspace += b * s * s * 2;
   m.nccl = nccl_memory(nccl_layout(c, p, gpus_per_node), stage).total();
   return m;
 }

@@ -104,6 +104,30 @@ TEST(PlanCommand, EngineProfileChangesThePrediction) {
   EXPECT_LT(tokens(old.output), 0.95 * tokens(ours.output));
 }
 
+// --reset-attention-mask: our engine reads the documents' bias on cuDNN (slower) and holds it
+// (more memory); a profile whose flash attention ignores the mask (Megatron-Core with
+// Transformer Engine) is unchanged.
+TEST(PlanCommand, DocumentsCostTheirBiasOnlyInOurEngine) {
+  const std::string layout = "--model gpt3-1.3b --gpu h100-80gb --gpus-per-node 1 --nodes 1 --micro-batch-size 4 "
+                             "--global-batch-size 4 --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 "
+                             "--json";
+  auto number = [](const std::string& out, const char* key) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(out, m, std::regex(std::string("\"") + key + "\": ([0-9.e+]+)"))) << out;
+    return std::stod(m[1]);
+  };
+  const test::CommandResult causal = plan(layout), docs = plan(layout + " --reset-attention-mask");
+  ASSERT_EQ(causal.status, 0) << causal.output;
+  ASSERT_EQ(docs.status, 0) << docs.output;
+  EXPECT_NE(docs.output.find("\"document_bias\": true"), std::string::npos) << docs.output;
+  EXPECT_LT(number(docs.output, "tokens_per_s"), 0.95 * number(causal.output, "tokens_per_s"));
+  EXPECT_GT(number(docs.output, "memory_per_gpu_bytes"), number(causal.output, "memory_per_gpu_bytes") + 32.0 * 1024 * 1024);
+  const std::string core = " --engine megatron-core-2024";
+  const test::CommandResult core_causal = plan(layout + core), core_docs = plan(layout + core + " --reset-attention-mask");
+  ASSERT_EQ(core_docs.status, 0) << core_docs.output;
+  EXPECT_EQ(number(core_docs.output, "tokens_per_s"), number(core_causal.output, "tokens_per_s"));
+}
+
 TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
   const struct {
     const char* flags;

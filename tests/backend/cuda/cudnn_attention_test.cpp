@@ -264,8 +264,9 @@ TEST(CudnnAttentionGraphs, BuildWithoutAGpu) {
 
 // ---- documents (--reset-attention-mask) ---------------------------------------------------------
 
-// The documents' key starts enter cuDNN's graph as an int32 [b, 1, s, 1] input beside the causal
-// mask: on GPT training shapes cuDNN takes them, and the results are the CPU's masked attention.
+// The documents enter cuDNN's graphs as a bias [b, 1, s, s] added to the scores
+// (write_document_bias): on GPT training shapes cuDNN takes it, and the results are the CPU's
+// masked attention.
 TEST(CudnnAttentionDocuments, TrainingShapesMatchCpu) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const Case& c : {Case{1024, 2, 12, 64, DType::kBF16, true}, Case{2048, 2, 32, 80, DType::kBF16, true},
@@ -323,16 +324,23 @@ Tensor small_qk_one_hot_v(const Case& c, uint64_t seed, int64_t key0) {
   return qkv;
 }
 
-// Softmax probabilities P[bi][h][i][j] (causal, double) of qkv's q and k.
-std::vector<double> probabilities(const Tensor& qkv, const Case& c, float scale) {
+// The first key query i of batch row bi sees: key_start[bi, i] (host int32 [b, s]), or 0.
+int64_t first_key(const Tensor* key_start, const Case& c, int64_t bi, int64_t i) {
+  return key_start != nullptr ? key_start->data_as<int32_t>()[bi * c.s + i] : 0;
+}
+
+// Softmax probabilities P[bi][h][i][j] (causal, double) of qkv's q and k; with key_start
+// (documents) only over keys first_key .. i, the others 0.
+std::vector<double> probabilities(const Tensor& qkv, const Case& c, float scale, const Tensor* key_start = nullptr) {
   const int64_t s = c.s, H = c.heads, d = c.d, w = H * 3 * d;
   std::vector<double> P(static_cast<size_t>(c.b * H * s * s), 0.0);
   std::vector<double> row(static_cast<size_t>(s));
   for (int64_t bi = 0; bi < c.b; ++bi) {
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t i = 0; i < s; ++i) {
+        const int64_t lo = first_key(key_start, c, bi, i);
         double m = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = lo; j <= i; ++j) {
           double dot = 0.0;
           for (int64_t t = 0; t < d; ++t) {
             dot += test::get(qkv, (i * c.b + bi) * w + h * 3 * d + t) * test::get(qkv, (j * c.b + bi) * w + h * 3 * d + d + t);
@@ -341,8 +349,8 @@ std::vector<double> probabilities(const Tensor& qkv, const Case& c, float scale)
           m = std::max(m, row[static_cast<size_t>(j)]);
         }
         double sum = 0.0;
-        for (int64_t j = 0; j <= i; ++j) sum += std::exp(row[static_cast<size_t>(j)] - m);
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = lo; j <= i; ++j) sum += std::exp(row[static_cast<size_t>(j)] - m);
+        for (int64_t j = lo; j <= i; ++j) {
           P[static_cast<size_t>(((bi * H + h) * s + i) * s + j)] = std::exp(row[static_cast<size_t>(j)] - m) / sum;
         }
       }
@@ -363,7 +371,9 @@ double cudnn_dropout_scale(float p, DType dtype) {
 // out[i][t] = Pd[i][key0 + t] exactly (one nonzero product, fp32 accumulation); ceil(s / d)
 // forwards cover every key. Each entry must be 0 (dropped) or P times cudnn_dropout_scale
 // within `rel` (the roundings to the I/O dtype on the way); anything else fails the test.
-std::vector<uint8_t> read_keep_mask(Backend& gpu, const Case& c, const AttentionParams& p, double rel) {
+// With documents (host key_start), keys before a query's document are masked like those after it.
+std::vector<uint8_t> read_keep_mask(Backend& gpu, const Case& c, const AttentionParams& p, double rel,
+                                    const Tensor* key_start = nullptr) {
   const int64_t s = c.s, H = c.heads, d = c.d;
   std::vector<uint8_t> keep(static_cast<size_t>(c.b * H * s * s), 0);
   const double r = cudnn_dropout_scale(p.dropout.p, c.dtype);
@@ -372,7 +382,7 @@ std::vector<uint8_t> read_keep_mask(Backend& gpu, const Case& c, const Attention
   std::string first_bad;
   for (int64_t key0 = 0; key0 < s; key0 += d) {
     const Tensor qkv_h = small_qk_one_hot_v(c, 4242, key0);
-    const std::vector<double> P = probabilities(qkv_h, c, p.softmax_scale);
+    const std::vector<double> P = probabilities(qkv_h, c, p.softmax_scale, key_start);
     Tensor qkv = to_device(gpu, qkv_h);
     Tensor out = gpu.empty({s, c.b, H * d}, c.dtype, MemoryKind::kOther);
     Tensor lse = gpu.empty({c.b, H, s}, DType::kF32, MemoryKind::kOther);
@@ -386,7 +396,7 @@ std::vector<uint8_t> read_keep_mask(Backend& gpu, const Case& c, const Attention
             const double got = test::get(o, (i * c.b + bi) * H * d + h * d + t);
             const size_t at = static_cast<size_t>(((bi * H + h) * s + i) * s + j);
             const double kept = P[at] * r;
-            if (j > i || got == 0.0) {
+            if (j > i || j < first_key(key_start, c, bi, i) || got == 0.0) {
               if (got != 0.0 && bad++ == 0) first_bad = str_cat("masked (", i, ", ", j, ") = ", got);
               continue;
             }
@@ -410,11 +420,12 @@ std::vector<uint8_t> read_keep_mask(Backend& gpu, const Case& c, const Attention
 // dP = dPd keep r, dS = P (dP - rowsum(P dP)), dq = scale dS k, dk = scale dS^T q; r is
 // cudnn_dropout_scale, the factor the forward applied.
 // Results rounded to qkv's dtype in Megatron's layouts.
+// With documents (host key_start) P is 0 before each query's document, so those keys drop out.
 Result masked_attention(const Tensor& qkv, const Tensor& dout, const std::vector<uint8_t>& keep, const Case& c,
-                        const AttentionParams& p) {
+                        const AttentionParams& p, const Tensor* key_start = nullptr) {
   const int64_t s = c.s, H = c.heads, d = c.d, w = H * 3 * d;
   const double r = cudnn_dropout_scale(p.dropout.p, c.dtype);
-  const std::vector<double> P = probabilities(qkv, c, p.softmax_scale);
+  const std::vector<double> P = probabilities(qkv, c, p.softmax_scale, key_start);
   std::vector<double> out(static_cast<size_t>(s * c.b * H * d), 0.0), dqkv(static_cast<size_t>(s * c.b * w), 0.0);
   auto x = [&](int64_t pos, int64_t bi, int64_t h, int64_t part, int64_t t) {
     return test::get(qkv, (pos * c.b + bi) * w + h * 3 * d + part * d + t);
@@ -510,6 +521,31 @@ TEST_P(CudnnAttentionDropout, OneMaskExplainsForwardAndBackward) {
   // The lse is the softmax's, before dropout: the CPU's without dropout.
   const Result plain = cpu_attention(in.qkv, in.dout, make_params(c.heads, c.d));
   EXPECT_TRUE(close_scaled(got.lse, plain.lse, tol.lse, 1e-5, "dropout lse"));
+}
+
+// Documents with dropout (Megatron's default attention dropout at TP 1 runs here): the forward
+// is one keep mask inside the documents and 0 outside, and forward and backward are the masked
+// attention of that mask over the documents.
+TEST_P(CudnnAttentionDropout, DocumentsOneMaskExplainsForwardAndBackward) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case c = GetParam();
+  SCOPED_TRACE(case_name(c));
+  auto gpu = make_gpu(AttentionImpl::kCudnn);
+  AttentionParams p = make_params(c.heads, c.d, 0.25f);
+  const Tensor starts = document_key_starts(c.b, c.s);
+  p.key_start = to_device(*gpu, starts);
+  ASSERT_EQ(cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, p), "") << "cuDNN must run documents with dropout";
+  const double rel = c.dtype == DType::kBF16 ? 1.0 / 64 : 1.0 / 512;  // as above
+  const std::vector<uint8_t> keep = read_keep_mask(*gpu, c, p, rel, &starts);
+  const Inputs in = make_inputs(c, 77);
+  const Result got = gpu_attention(*gpu, in.qkv, in.dout, p, AttentionImpl::kCudnn, AttentionImpl::kCudnn);
+  const Result ref = masked_attention(in.qkv, in.dout, keep, c, p, &starts);
+  const Tolerance tol = tolerance(c.dtype);
+  EXPECT_TRUE(close_scaled(got.out, ref.out, 1.5 * tol.out, 0.0, "documents + dropout out"));
+  EXPECT_TRUE(close_scaled(got.dqkv, ref.dqkv, 1.5 * tol.dqkv, 0.0, "documents + dropout dqkv"));
+  AttentionParams plain = make_params(c.heads, c.d);
+  plain.key_start = starts;
+  EXPECT_TRUE(close_scaled(got.lse, cpu_attention(in.qkv, in.dout, plain).lse, tol.lse, 1e-5, "documents lse"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionDropout,

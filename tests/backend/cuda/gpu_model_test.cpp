@@ -72,9 +72,13 @@ double rel_error(backend::Backend& ga, const Tensor& a, backend::Backend& gb, co
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-void compare(DType dtype, double loss_tol, double grad_tol, float dropout = 0.1f, bool documents = false) {
+// heads: 4 of 16 (our SIMT kernels), or 1 of 64 (the tensor-core ones in bf16/fp16).
+void compare(DType dtype, double loss_tol, double grad_tol, float dropout = 0.1f, bool documents = false,
+             int64_t heads = 4) {
   if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   GPTConfig c = config(dropout);
+  c.num_attention_heads = heads;
+  c.kv_channels = c.hidden_size / heads;
   c.reset_position_ids = c.reset_attention_mask = documents;
   auto cpu = backend::make_cpu_backend();
   auto gpu = backend::make_cuda_backend(0);
@@ -124,9 +128,14 @@ TEST(GpuModel, Fp32WithoutDropoutMatchesTheCpuReference) { compare(DType::kF32, 
 TEST(GpuModel, Bf16WithoutDropoutMatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2, 0.0f); }
 
 // Documents packed into the samples (--reset-position-ids, --reset-attention-mask): position
-// ids into the embedding and its gradient, the key starts into every layer's attention (our
-// kernels, in place of cuDNN), with and without dropout.
+// ids into the embedding and its gradient, the key starts into every layer's attention: our
+// SIMT kernels (fp32, dropout), the tensor-core ones (bf16, head_dim 64, dropout: our kernels
+// draw the CPU's masks), and cuDNN's graph with the documents' bias (bf16, no dropout; s = 32
+// falls back to our kernels on cuDNN <= 9.15, see cudnn_attention.cpp).
 TEST(GpuModel, Fp32WithDocumentsMatchesTheCpuReference) { compare(DType::kF32, 1e-5, 2e-3, 0.1f, true); }
+TEST(GpuModel, Bf16WithDocumentsOnTensorCoresMatchesTheCpuReference) {
+  compare(DType::kBF16, 1e-2, 5e-2, 0.1f, true, /*heads=*/1);
+}
 TEST(GpuModel, Bf16WithDocumentsMatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2, 0.0f, true); }
 
 // The host copy of a device tensor's bytes.
