@@ -1393,40 +1393,47 @@ bool tc_eligible(int64_t d, std::initializer_list<const Tensor*> ts) {
   return true;
 }
 
-// One instantiation per (dtype, head_dim, documents or not).
-template <typename T, int D>
-void launch_backward_tc_any(const BackwardArgs& a, int64_t batch_heads, cudaStream_t stream) {
-  if (a.key_start != nullptr) tc::launch_backward_tc<T, D, true>(a, batch_heads, stream);
-  else tc::launch_backward_tc<T, D, false>(a, batch_heads, stream);
+// The tensor-core kernels: one instantiation per (dtype, head_dim 64 / 80 / 128, documents or
+// not); f.run<T, D, kDoc>() launches the one a call needs.
+template <typename T, int D, class Launch>
+void dispatch_tc_documents(bool documents, const Launch& f) {
+  if (documents) f.template run<T, D, true>();
+  else f.template run<T, D, false>();
 }
-template <typename T>
-void run_backward_tc_typed(const BackwardArgs& a, int64_t batch_heads, cudaStream_t stream) {
-  if (a.d == 64) launch_backward_tc_any<T, 64>(a, batch_heads, stream);
-  else if (a.d == 80) launch_backward_tc_any<T, 80>(a, batch_heads, stream);
-  else launch_backward_tc_any<T, 128>(a, batch_heads, stream);
+template <typename T, class Launch>
+void dispatch_tc_head_dim(int d, bool documents, const Launch& f) {
+  if (d == 64) dispatch_tc_documents<T, 64>(documents, f);
+  else if (d == 80) dispatch_tc_documents<T, 80>(documents, f);
+  else dispatch_tc_documents<T, 128>(documents, f);
 }
+template <class Launch>
+void dispatch_tc(DType dt, int d, bool documents, const Launch& f) {
+  if (dt == DType::kBF16) dispatch_tc_head_dim<__nv_bfloat16>(d, documents, f);
+  else dispatch_tc_head_dim<__half>(d, documents, f);
+}
+
+struct BackwardLaunch {
+  const BackwardArgs& a;
+  int64_t batch_heads;
+  cudaStream_t stream;
+  template <typename T, int D, bool kDoc>
+  void run() const { tc::launch_backward_tc<T, D, kDoc>(a, batch_heads, stream); }
+};
+struct ForwardLaunch {
+  const ForwardArgs& a;
+  int64_t batch_heads;
+  cudaStream_t stream;
+  template <typename T, int D, bool kDoc>
+  void run() const { tc::launch_forward_tc<T, D, kDoc>(a, batch_heads, stream); }
+};
 
 void run_backward_tc(const BackwardArgs& a, int64_t batch_heads, DType dt, cudaStream_t stream) {
-  if (dt == DType::kBF16) run_backward_tc_typed<__nv_bfloat16>(a, batch_heads, stream);
-  else run_backward_tc_typed<__half>(a, batch_heads, stream);
-}
-
-template <typename T, int D>
-void launch_forward_tc_any(const ForwardArgs& a, int64_t batch_heads, cudaStream_t stream) {
-  if (a.key_start != nullptr) tc::launch_forward_tc<T, D, true>(a, batch_heads, stream);
-  else tc::launch_forward_tc<T, D, false>(a, batch_heads, stream);
-}
-template <typename T>
-void run_forward_tc_typed(const ForwardArgs& a, int64_t batch_heads, cudaStream_t stream) {
-  if (a.d == 64) launch_forward_tc_any<T, 64>(a, batch_heads, stream);
-  else if (a.d == 80) launch_forward_tc_any<T, 80>(a, batch_heads, stream);
-  else launch_forward_tc_any<T, 128>(a, batch_heads, stream);
+  dispatch_tc(dt, a.d, a.key_start != nullptr, BackwardLaunch{a, batch_heads, stream});
 }
 
 void run_forward_tc(const ForwardArgs& a, int64_t batch_heads, DType dt, cudaStream_t stream) {
   if (a.nq == 0 || batch_heads == 0) return;
-  if (dt == DType::kBF16) run_forward_tc_typed<__nv_bfloat16>(a, batch_heads, stream);
-  else run_forward_tc_typed<__half>(a, batch_heads, stream);
+  dispatch_tc(dt, a.d, a.key_start != nullptr, ForwardLaunch{a, batch_heads, stream});
 }
 
 struct Dims {

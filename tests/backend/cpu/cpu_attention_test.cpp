@@ -78,11 +78,11 @@ TEST_P(CpuAttention, ForwardMatchesNaive) {
   expect_close(lse, el, 1e-5, 1e-6, "attention lse");
 }
 
-TEST_P(CpuAttention, BackwardMatchesFiniteDifferences) {
+// dL/dqkv of L = out . r against central differences, for p's dropout and documents.
+void expect_backward_matches_finite_differences(const AttentionParams& p, int64_t s, int64_t b) {
   auto rng = test_rng();
   auto be = make_cpu_backend();
-  const int64_t s = 5, b = 2, H = 2, d = 3;
-  const AttentionParams p = params(H, d, GetParam());
+  const int64_t H = p.heads, d = p.head_dim;
   Tensor qkv = random_tensor({s, b, H * 3 * d}, rng);
   Tensor r = random_tensor({s, b, H * d}, rng);
   Tensor out = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
@@ -100,6 +100,10 @@ TEST_P(CpuAttention, BackwardMatchesFiniteDifferences) {
   // noise of L (sum of 60 terms ~1, ~2e-6) over 2e-3: ~1e-3. Tolerance 3e-3 absolute,
   // against gradients of size ~0.1-2.
   expect_close(dqkv, finite_difference(qkv, 1e-3, objective), 3e-3, 3e-3, "attention dqkv");
+}
+
+TEST_P(CpuAttention, BackwardMatchesFiniteDifferences) {
+  expect_backward_matches_finite_differences(params(2, 3, GetParam()), 5, 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dropout, CpuAttention, ::testing::Values(0.0f, 0.3f));
@@ -188,7 +192,9 @@ TEST(CpuAttentionDetail, HeadSliceWithGlobalDropoutIndexEqualsTheWholeCall) {
     part.dropout_heads = 0;
     part.dropout_head0 = 0;
     be->attention_forward(lqkv, lout, llse, part);
-    if (r == 1) EXPECT_FALSE(bitwise_equal(lout, cols(out, d)));
+    if (r == 1) {
+      EXPECT_FALSE(bitwise_equal(lout, cols(out, d)));
+    }
   }
 }
 
@@ -308,24 +314,9 @@ TEST(CpuAttentionDocuments, EachDocumentEqualsItselfAlone) {
 // With dropout, the masks keep the whole sequence's element index (so a packed document draws
 // other masks than alone); the backward is still the forward's derivative.
 TEST(CpuAttentionDocuments, BackwardWithDropoutMatchesFiniteDifferences) {
-  auto rng = test_rng();
-  auto be = make_cpu_backend();
-  const int64_t s = 6, b = 2, H = 2, d = 3;
-  AttentionParams p = params(H, d, 0.3f);
-  p.key_start = document_key_starts({{2, 4}, {4, 1, 1}}, s);
-  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng);
-  Tensor r = random_tensor({s, b, H * d}, rng);
-  Tensor out = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
-  Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
-  auto objective = [&] {
-    be->attention_forward(qkv, out, lse, p);
-    return dot(out, r);
-  };
-  objective();
-  Tensor dqkv = be->empty({s, b, H * 3 * d}, DType::kF32, MemoryKind::kOther);
-  be->attention_backward(r, qkv, out, lse, dqkv, p);
-  // As BackwardMatchesFiniteDifferences.
-  expect_close(dqkv, finite_difference(qkv, 1e-3, objective), 3e-3, 3e-3, "attention dqkv");
+  AttentionParams p = params(2, 3, 0.3f);
+  p.key_start = document_key_starts({{2, 4}, {4, 1, 1}}, 6);
+  expect_backward_matches_finite_differences(p, 6, 2);
 }
 
 // ops.h's contract (the model checks the ids it passes); a violation stops the process.
