@@ -152,7 +152,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--no-query-key-layer-scaling", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: query-key layer scaling is off"},
     {"--tp-comm-overlap", FlagType::kSwitch, FlagState::kUnsupported, "", "TP communication overlap (Transformer Engine userbuffers)"},
     {"--grad-reduce-in-bf16", FlagType::kSwitch, FlagState::kUnsupported, "", "gradients are reduced in fp32"},
-    {"--calculate-per-token-loss", FlagType::kSwitch, FlagState::kUnsupported, "", "the loss is averaged per micro-batch"},
     {"--use-tp-pp-dp-mapping", FlagType::kSwitch, FlagState::kUnsupported, "", "ranks follow Megatron's default tp-cp-dp-pp order"},
     {"--microbatch-group-size-per-virtual-pipeline-stage", FlagType::kValue, FlagState::kUnsupported, "",
      "the interleaved schedule groups pipeline-size micro-batches"},
@@ -352,6 +351,9 @@ void declare_supported_flags(Args& a) {
               "a JSON file {\"train\": ..., \"valid\": ..., \"test\": ...} of per-split data paths (lists or strings)")
       .flag("--mock-data", "Megatron-Core's mock data (100000 synthetic documents) instead of --data-path")
       .flag("--eod-mask-loss", "no loss at positions whose input token is the end of document")
+      .flag("--calculate-per-token-loss",
+            "the loss is the global batch's sum over its counted tokens divided by their number (not a mean of "
+            "micro-batch means)")
       .flag("--reset-position-ids", "position ids restart at 0 after each end-of-document token")
       .flag("--reset-attention-mask",
             "tokens attend only within their document (keys after the last end-of-document token before them)")
@@ -1024,6 +1026,7 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   }
   c.mock_data = a.get_flag("--mock-data");
   c.eod_mask_loss = a.get_flag("--eod-mask-loss");
+  c.calculate_per_token_loss = a.get_flag("--calculate-per-token-loss");
   c.model.reset_position_ids = a.get_flag("--reset-position-ids");
   c.model.reset_attention_mask = a.get_flag("--reset-attention-mask");
   if (c.mock_data && !c.data_path.empty()) {

@@ -19,10 +19,14 @@ constexpr int kSiteMlpOut = 2;
 constexpr int kSiteEmbedding = 3;
 
 // sum(loss_i * mask_i) / sum(mask) in double over n per-token losses; 0 when the mask is empty.
-float masked_mean(const float* losses, const float* mask, int64_t n, float mask_sum) {
+double masked_sum(const float* losses, const float* mask, int64_t n) {
   double total = 0.0;
   for (int64_t i = 0; i < n; ++i) total += static_cast<double>(losses[i]) * mask[i];
-  return mask_sum > 0 ? static_cast<float>(total / mask_sum) : 0.0f;
+  return total;
+}
+
+float masked_mean(const float* losses, const float* mask, int64_t n, float mask_sum) {
+  return mask_sum > 0 ? static_cast<float>(masked_sum(losses, mask, n) / mask_sum) : 0.0f;
 }
 
 }  // namespace
@@ -489,7 +493,11 @@ void GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, c
   }
   // The loss weights' scale (loss_weights) is the one host value the recorded work depends on
   // that changes with the micro-batch (through the mask's sum).
-  const float loss_factor = last && head && mask_sum_ > 0 ? head->loss_scale * head->grad_scale / mask_sum_ : 0.0f;
+  float loss_factor = 0.0f;
+  if (last && head) {
+    loss_factor = head->loss_scale * head->grad_scale;
+    if (!per_token_loss_) loss_factor = mask_sum_ > 0 ? loss_factor / mask_sum_ : 0.0f;
+  }
   run_recordable(0, head != nullptr, loss_factor, [&] { chunk_forward(first, last, head); });
   if (last) queue_loss();
 }
@@ -595,8 +603,11 @@ double GPTModel::take_losses() {
   backend_.synchronize();  // the asynchronous copies have landed
   double sum = 0.0;
   for (const PendingLoss& p : pending_losses_) {
-    // The masked mean on the host (n values): exact and backend-independent.
-    sum += masked_mean(p.losses.data_as<const float>(), p.mask.data_as<const float>(), p.losses.numel(), p.mask_sum);
+    // The masked mean (or sum) on the host (n values): exact and backend-independent.
+    const float* losses = p.losses.data_as<const float>();
+    const float* mask = p.mask.data_as<const float>();
+    sum += per_token_loss_ ? masked_sum(losses, mask, p.losses.numel())
+                           : masked_mean(losses, mask, p.losses.numel(), p.mask_sum);
   }
   pending_losses_.clear();
   return sum;
@@ -642,13 +653,18 @@ void GPTModel::queue_loss() {
 }
 
 Tensor GPTModel::loss_weights(float loss_scale, float grad_scale) {
-  // d(loss)/d(loss_i) = mask_i / sum(mask), times the loss scale and 1/num_microbatches. Into
-  // their own buffer, the loaded mask left as it is: the head's work then gives the same
-  // result when it runs again (recorded work that failed to record runs again unrecorded).
+  // d(loss)/d(loss_i) = mask_i / sum(mask), times the loss scale and 1/num_microbatches (per
+  // token: mask_i times the loss scale and grad_scale, the caller's 1 / tokens). Into their own
+  // buffer, the loaded mask left as it is: the head's work then gives the same result when it
+  // runs again (recorded work that failed to record runs again unrecorded).
   const int64_t n = config_.seq_length * micro_batch_size_;
   Tensor dlosses = dloss_weights_.view({n});
   backend_.copy(loss_weights_.view({n}), dlosses);
-  if (mask_sum_ > 0) backend_.scale(dlosses, loss_scale * grad_scale / mask_sum_);
+  if (per_token_loss_) {
+    backend_.scale(dlosses, loss_scale * grad_scale);
+  } else if (mask_sum_ > 0) {
+    backend_.scale(dlosses, loss_scale * grad_scale / mask_sum_);
+  }
   return dlosses;
 }
 

@@ -117,6 +117,8 @@ struct TensorParallelOptions {
 
 // The loss head's backward, run by forward_chunk right after the loss on the last virtual
 // stage (training): the gradient of loss * loss_scale * grad_scale.
+// The loss head's backward: d(loss * loss_scale * grad_scale), where the loss is the micro-
+// batch's masked mean (or, with set_per_token_loss, its masked sum).
 struct HeadBackward {
   float loss_scale = 1.0f;
   float grad_scale = 1.0f;
@@ -206,6 +208,10 @@ class GPTModel {
   // (each as forward() returns it), and the queue emptied: one wait for the device for all
   // of an iteration's micro-batches instead of one each. 0 when none is queued.
   double take_losses();
+  // Megatron's --calculate-per-token-loss: a micro-batch's loss is the masked sum of its token
+  // losses, not their mean; take_losses() then sums them and the caller divides by the tokens
+  // (forward() returns the sum as a float). Off by default.
+  void set_per_token_loss(bool on) { per_token_loss_ = on; }
   // Chunk c's output activation from set k's forward (to send; not the last virtual stage).
   const Tensor& output(int64_t chunk, int64_t set) const;
   // Where the gradient of a chunk's output is received before backward_chunk (one buffer).
@@ -431,6 +437,7 @@ class GPTModel {
   Tensor recv_grad_;
   DropoutContext dropout_ctx_;
   float mask_sum_ = 0.0f;
+  bool per_token_loss_ = false;
   Tensor host_mask_;  // the loss weights of the current micro-batch [s*b] fp32, on the host
   // A micro-batch loss not yet read (take_losses): sum(loss * mask) / sum(mask) over `losses`
   // (host staging, filled by an asynchronous copy) and `mask`.

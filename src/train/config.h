@@ -53,6 +53,7 @@ struct TrainConfig {
   bool mock_data = false;                   // --mock-data (Megatron-Core's mock sequences instead)
   int64_t eod_token = 50256;                // the tokenizer's end of document (set with the vocabulary)
   bool eod_mask_loss = false;               // --eod-mask-loss
+  bool calculate_per_token_loss = false;    // --calculate-per-token-loss
   std::string split = "969, 30, 1";         // --split
   std::optional<std::string> vocab_file;    // --vocab-file
   std::optional<std::string> merge_file;    // --merge-file

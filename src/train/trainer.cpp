@@ -133,6 +133,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   model_ = std::make_unique<model::GPTModel>(c.model, backend_, model_dtype(c), c.micro_batch_size, tp,
                                              pipeline_stage(c, groups_->coords.pp));
   model_->parameters().initialize(backend_, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
+  model_->set_per_token_loss(c.calculate_per_token_loss);
   *log0_ << " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): "
        << model_->parameters().total_numel() << '\n';
 
@@ -380,14 +381,31 @@ void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_
   mark_documents(config_.model, config_.eod_token, mb);  // --reset-position-ids, --reset-attention-mask
 }
 
+double Trainer::loss_tokens(const data::TokenDataset& dataset, int64_t first_sample, int64_t global_batch) const {
+  const int64_t s = config_.model.seq_length;
+  if (!config_.eod_mask_loss) return static_cast<double>(global_batch * s);
+  const int64_t b = config_.micro_batch_size, dp = config_.data_parallel_size;
+  double counted = 0.0;
+  std::vector<int64_t> sample;
+  for (int64_t k = 0; k < global_batch / (b * dp); ++k) {
+    for (int64_t i = 0; i < b; ++i) {
+      dataset.sample(sampler_index(first_sample, k, i, b, dp, groups_->coords.dp), &sample);
+      for (int64_t t = 0; t < s; ++t) counted += sample[static_cast<size_t>(t)] == config_.eod_token ? 0.0 : 1.0;
+    }
+  }
+  return comm::all_reduce_scalar(*groups_->dp_cp, counted, comm::ReduceOp::kSum);
+}
+
 double Trainer::evaluate(const data::TokenDataset& dataset, int64_t* consumed, int64_t global_batch) {
   const int64_t num_micro = global_batch / (config_.micro_batch_size * config_.data_parallel_size);
   model::DropoutContext no_dropout;
   no_dropout.training = false;
   // Forward only through the pipeline; the losses appear on the last stage (0 elsewhere).
   const auto table = pipeline_table(num_micro, /*forward_only=*/true);
-  double total = 0.0;
+  const bool last_stage = groups_->coords.pp == groups_->sizes.pp - 1;
+  double total = 0.0, tokens = 0.0;
   for (int64_t it = 0; it < config_.eval_iters; ++it) {
+    if (config_.calculate_per_token_loss && last_stage) tokens += loss_tokens(dataset, *consumed, global_batch);
     PipelineCallbacks cb;
     cb.load = [&](int64_t k, model::MicroBatch* mb) { load_micro_batch(dataset, *consumed, k, mb); };
     cb.dropout = [&](int64_t) { return no_dropout; };
@@ -396,8 +414,10 @@ double Trainer::evaluate(const data::TokenDataset& dataset, int64_t* consumed, i
     *consumed += global_batch;
   }
   // C23: the sum of micro-batch means over eval_iters * num_microbatches, averaged over DP
-  // (Megatron averages each micro-batch's loss across the data-parallel group).
+  // (Megatron averages each micro-batch's loss across the data-parallel group). Per token: the
+  // summed token losses over the tokens counted.
   total = comm::all_reduce_scalar(*groups_->dp_cp, total, comm::ReduceOp::kSum);
+  if (config_.calculate_per_token_loss) return tokens > 0.0 ? total / tokens : 0.0;
   return total / static_cast<double>(config_.eval_iters * num_micro * groups_->dp_cp->size());
 }
 
@@ -440,7 +460,9 @@ TrainSummary Trainer::run() {
   int64_t steady_iterations = 0, steady_from = 0;
   bool first_interval = true;
   // Accumulators since the last log line (reset there), as Megatron's training_log.
-  double loss_sum = 0.0, interval_tokens = 0.0;
+  // The logged loss is loss_sum / loss_weight: iterations' losses over iterations, or (per
+  // token) summed token losses over tokens counted, as Megatron's total_loss_dict.
+  double loss_sum = 0.0, loss_weight = 0.0, interval_tokens = 0.0;
   int64_t advanced = 0, skipped = 0, nans = 0;
   auto interval_start = Clock::now();
   // Megatron stops its interval timer around evaluation and checkpoint saves: their seconds are
@@ -533,6 +555,16 @@ TrainSummary Trainer::run() {
     model::HeadBackward head;
     head.loss_scale = optimizer_->loss_scale();
     head.grad_scale = 1.0f / static_cast<float>(num_micro);
+    // --calculate-per-token-loss: each counted token's loss weighs 1 / (the global batch's
+    // counted tokens). The DP reduction averages, hence the factor DP. (Megatron sums over DP
+    // and scales the gradients by 1 / tokens afterwards: the same up to rounding.)
+    double step_tokens = 0.0;
+    const bool last_stage = groups_->coords.pp == groups_->sizes.pp - 1;
+    if (c.calculate_per_token_loss && last_stage) {
+      step_tokens = loss_tokens(*datasets_.train(), progress_.consumed_train_samples, gbs);
+      head.grad_scale =
+          step_tokens > 0.0 ? static_cast<float>(static_cast<double>(c.data_parallel_size) / step_tokens) : 0.0f;
+    }
     PipelineCallbacks cb;
     cb.load = [&](int64_t k, model::MicroBatch* mb) {
       timers_->start("batch-generator", 2);
@@ -592,9 +624,15 @@ TrainSummary Trainer::run() {
     timers_->stop("forward-backward");
     unmark();
     const double local_loss = iter_loss;  // this rank's sum of micro-batch losses (last stage)
-    // The loss of the global batch: this rank's micro-batch mean, averaged over DP.
-    iter_loss = comm::all_reduce_scalar(*groups_->dp_cp, iter_loss, comm::ReduceOp::kSum) /
-                static_cast<double>(num_micro * groups_->dp_cp->size());
+    // The loss of the global batch: this rank's micro-batch mean, averaged over DP; per token,
+    // the summed token losses over the tokens counted.
+    const double summed = comm::all_reduce_scalar(*groups_->dp_cp, iter_loss, comm::ReduceOp::kSum);
+    const double iter_weight = c.calculate_per_token_loss ? step_tokens : 1.0;
+    if (c.calculate_per_token_loss) {
+      iter_loss = step_tokens > 0.0 ? summed / step_tokens : 0.0;
+    } else {
+      iter_loss = summed / static_cast<double>(num_micro * groups_->dp_cp->size());
+    }
 
     if (!recording_failure_reported_ && !model_->recording_failure().empty()) {
       *log0_ << " > warning: recording the step's device work (CUDA graphs) stopped: "
@@ -635,7 +673,8 @@ TrainSummary Trainer::run() {
 
     if (step.success) {
       ++advanced;
-      loss_sum += iter_loss;
+      loss_sum += iter_loss * iter_weight;
+      loss_weight += iter_weight;
       if (first) summary.first_loss = iter_loss;
       first = false;
     } else {
@@ -679,7 +718,7 @@ TrainSummary Trainer::run() {
       }
       log.learning_rate = scheduler_->lr();
       log.global_batch_size = gbs;
-      if (advanced > 0) log.losses.push_back({"lm loss", loss_sum / static_cast<double>(advanced)});
+      if (loss_weight > 0) log.losses.push_back({"lm loss", loss_sum / loss_weight});
       log.loss_scale = optimizer_->loss_scale();
       log.grad_norm = step.grad_norm;
       if (step.num_zeros) log.num_zeros = static_cast<double>(*step.num_zeros);
@@ -689,7 +728,7 @@ TrainSummary Trainer::run() {
       log.tokens_per_second = interval_tokens / elapsed;
       log.eta_seconds = per_iter * static_cast<double>(train_iters_ - iteration);
       *log_last_ << format_iteration_line(log) << '\n' << std::flush;
-      if (advanced > 0) summary.last_loss = loss_sum / static_cast<double>(advanced);
+      if (loss_weight > 0) summary.last_loss = loss_sum / loss_weight;
       if (tensorboard_ && c.log_timers_to_tensorboard) {
         tensorboard_->add_scalar(std::string(tb_tags::kIterationTime), per_iter, iteration);
         if (log.tflops_per_gpu) tensorboard_->add_scalar(std::string(tb_tags::kThroughput), *log.tflops_per_gpu, iteration);
@@ -702,7 +741,7 @@ TrainSummary Trainer::run() {
                        {"throughput_tflops_per_gpu", log.tflops_per_gpu},
                        {"learning_rate", log.learning_rate},
                        {"global_batch_size", gbs},
-                       {"lm_loss", advanced > 0 ? MetricValue(loss_sum / static_cast<double>(advanced)) : MetricValue()},
+                       {"lm_loss", loss_weight > 0 ? MetricValue(loss_sum / loss_weight) : MetricValue()},
                        {"loss_scale", static_cast<double>(log.loss_scale)},
                        {"grad_norm", step.grad_norm},
                        {"params_norm", log.params_norm},
@@ -720,7 +759,7 @@ TrainSummary Trainer::run() {
       if (straggler_) {
         if (const std::optional<std::string> text = straggler_->report(*world)) *log0_ << *text << std::flush;
       }
-      loss_sum = 0.0;
+      loss_sum = loss_weight = 0.0;
       interval_tokens = 0.0;
       advanced = skipped = nans = 0;
       interval_start = Clock::now();

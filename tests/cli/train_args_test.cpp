@@ -472,6 +472,8 @@ TEST(TrainArgs, DocumentFlags) {
   EXPECT_TRUE(c.model.reset_position_ids);
   EXPECT_TRUE(c.model.reset_attention_mask);
   EXPECT_TRUE(c.eod_mask_loss);
+  EXPECT_FALSE(c.calculate_per_token_loss);
+  EXPECT_TRUE(parse(with(base_args(), {"--calculate-per-token-loss"})).calculate_per_token_loss);
   const TrainConfig d = parse(base_args());
   EXPECT_FALSE(d.model.reset_position_ids);
   EXPECT_FALSE(d.model.reset_attention_mask);
@@ -546,8 +548,7 @@ TEST(TrainArgs, CurrentMegatronScriptFlags) {
   for (const auto& [flags, name] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--rerun-mode", "validate_results"}, "[--rerun-mode] validate_results is not supported yet ("},
            {{"--tp-comm-overlap"}, "[--tp-comm-overlap] is not supported yet ("},
-           {{"--grad-reduce-in-bf16"}, "[--grad-reduce-in-bf16] is not supported yet ("},
-           {{"--calculate-per-token-loss"}, "[--calculate-per-token-loss] is not supported yet ("}}) {
+           {{"--grad-reduce-in-bf16"}, "[--grad-reduce-in-bf16] is not supported yet ("}}) {
     Argv a = base_args();
     a.insert(a.end(), flags.begin(), flags.end());
     EXPECT_EQ(error_of(a).rfind(name, 0), 0u) << error_of(a);
