@@ -384,14 +384,12 @@ void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_
 double Trainer::loss_tokens(const data::TokenDataset& dataset, int64_t first_sample, int64_t global_batch) const {
   const int64_t s = config_.model.seq_length;
   if (!config_.eod_mask_loss) return static_cast<double>(global_batch * s);
-  const int64_t b = config_.micro_batch_size, dp = config_.data_parallel_size;
+  // This rank's micro-batches as the step loads them: their loss masks are the count.
   double counted = 0.0;
-  std::vector<int64_t> sample;
-  for (int64_t k = 0; k < global_batch / (b * dp); ++k) {
-    for (int64_t i = 0; i < b; ++i) {
-      dataset.sample(sampler_index(first_sample, k, i, b, dp, groups_->coords.dp), &sample);
-      for (int64_t t = 0; t < s; ++t) counted += sample[static_cast<size_t>(t)] == config_.eod_token ? 0.0 : 1.0;
-    }
+  model::MicroBatch mb;
+  for (int64_t k = 0; k < global_batch / (config_.micro_batch_size * config_.data_parallel_size); ++k) {
+    load_micro_batch(dataset, first_sample, k, &mb);
+    for (const float m : mb.loss_mask) counted += m;
   }
   return comm::all_reduce_scalar(*groups_->dp_cp, counted, comm::ReduceOp::kSum);
 }

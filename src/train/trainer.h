@@ -98,9 +98,9 @@ class Trainer {
   void load_micro_batch(const data::TokenDataset& dataset, int64_t first_sample, int64_t k, model::MicroBatch* mb) const;
   // --calculate-per-token-loss: the tokens the loss counts in the global batch of
   // `global_batch` samples from `first_sample`, over the whole data-parallel group: every
-  // position unless --eod-mask-loss drops the predictions after an end of document (then this
-  // rank's micro-batches are read and counted, and the counts summed over DP). Collective over
-  // DP; only the last stage calls it.
+  // position unless --eod-mask-loss drops the predictions after an end of document (then the
+  // loss masks of this rank's micro-batches, loaded as load_micro_batch does, summed over DP).
+  // Collective over DP; only the last stage calls it.
   double loss_tokens(const data::TokenDataset& dataset, int64_t first_sample, int64_t global_batch) const;
   // Megatron evaluate(): eval_iters iterations of the current global batch without dropout;
   // the mean of the micro-batch losses over all DP ranks. Advances *consumed.
