@@ -13,10 +13,15 @@ function(mt_add_library name)
   endif()
 endfunction()
 
-# mt_add_test(name SOURCES ... DEPS ... LABELS ...): a GoogleTest executable whose
-# cases are registered one by one with CTest, each carrying LABELS (default: unit).
+# mt_add_test(name [SERIAL] SOURCES ... DEPS ... LABELS ...): a GoogleTest executable whose
+# cases are registered one by one with CTest, each carrying LABELS (default: unit). SERIAL cases
+# run with no other test beside them (RUN_SERIAL): those that compare the speeds of processes.
 function(mt_add_test name)
-  cmake_parse_arguments(A "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(A "SERIAL" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  set(serial FALSE)
+  if(A_SERIAL)
+    set(serial TRUE)
+  endif()
   if(NOT A_LABELS)
     set(A_LABELS unit)
   endif()
@@ -24,7 +29,7 @@ function(mt_add_test name)
   target_link_libraries(${name} PRIVATE ${A_DEPS} mt_test_support GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE
     MT_SOURCE_DIR="${PROJECT_SOURCE_DIR}" MT_BINARY_DIR="${PROJECT_BINARY_DIR}")
-  gtest_discover_tests(${name} PROPERTIES LABELS "${A_LABELS}"
+  gtest_discover_tests(${name} PROPERTIES LABELS "${A_LABELS}" RUN_SERIAL ${serial}
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR} DISCOVERY_TIMEOUT 60)
 endfunction()
 
