@@ -222,8 +222,19 @@ class Backend {
   virtual void bias_gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& bias, Tensor& dx,
                                   Gelu kind) = 0;
 
+  // out[n, f] = silu(gate) * up with x[n, 2f] = [gate | up] per row (Megatron's --swiglu: the
+  // two halves of linear_fc1's output, its bias included), in fp32, rounded once to out's dtype.
+  virtual void swiglu_forward(const Tensor& x, Tensor& out) = 0;
+  // dx[n, 2f] = [dy * up * silu'(gate) | dy * silu(gate)] from dy[n, f] and the saved x, in fp32,
+  // each half rounded once to dx's dtype; silu'(g) = sigmoid(g) * (1 + g * (1 - sigmoid(g))).
+  virtual void swiglu_backward(const Tensor& dy, const Tensor& x, Tensor& dx) = 0;
+
   // ---- normalisation --------------------------------------------------------------------
   // out[n, h] = (x - mean) * rstd * gamma + beta; mean[n], rstd[n] (fp32) saved for backward.
+  // RMSNorm (Megatron's --normalization RMSNorm) is the same ops with `mean` undefined in the
+  // forward and every backward: out = x * rstd * gamma with rstd = 1 / sqrt(mean(x^2) + eps),
+  // beta and dbeta undefined; the backward's dx = rstd * (gamma * dy - xhat * mean(gamma * dy *
+  // xhat)) with xhat = x * rstd (no centring term).
   virtual void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& out,
                                  Tensor& mean, Tensor& rstd) = 0;
   // dx[n, h], dgamma[h] (+=), dbeta[h] (+=). dx_write kOverwrite: dx = the LayerNorm input

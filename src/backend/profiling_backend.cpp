@@ -98,7 +98,8 @@ const char* ProfilingBackend::op_name(int op) {
       "linear_gelu_forward", "linear_dgelu_backward", "adamw_update_segments",
       "linear_residual_forward", "cross_entropy_fused", "layernorm_backward_colsum",
       "layernorm_backward_dropout_colsum", "init_normal",
-      "vocab_parallel_ce_terms", "vocab_parallel_ce_finish"};
+      "vocab_parallel_ce_terms", "vocab_parallel_ce_finish", "swiglu_forward",
+      "swiglu_backward"};
   return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -358,6 +359,12 @@ void ProfilingBackend::bias_gelu_forward(const Tensor& x, const Tensor& bias, Te
 void ProfilingBackend::bias_gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& bias, Tensor& dx,
                                           Gelu kind) {
   timed(kBiasGeluBackward, [&] { inner_->bias_gelu_backward(dy, x, bias, dx, kind); });
+}
+void ProfilingBackend::swiglu_forward(const Tensor& x, Tensor& out) {
+  timed(kSwigluForward, [&] { inner_->swiglu_forward(x, out); });
+}
+void ProfilingBackend::swiglu_backward(const Tensor& dy, const Tensor& x, Tensor& dx) {
+  timed(kSwigluBackward, [&] { inner_->swiglu_backward(dy, x, dx); });
 }
 
 void ProfilingBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,

@@ -57,7 +57,18 @@ plan::PlanModel parse_model(const Args& a) {
     }
     c.kv_channels = c.hidden_size / c.num_attention_heads;
   }
-  c.ffn_hidden_size = a.given("--ffn-hidden-size") ? positive(a, "--ffn-hidden-size") : 4 * c.hidden_size;
+  c.swiglu = a.get_flag("--swiglu");
+  // As train (Megatron): int(4h * 2/3 / 64) * 64 with SwiGLU, else 4h.
+  const int64_t default_ffn = c.swiglu ? c.hidden_size / 24 * 64 : 4 * c.hidden_size;
+  c.ffn_hidden_size = a.given("--ffn-hidden-size") ? positive(a, "--ffn-hidden-size") : default_ffn;
+  if (c.ffn_hidden_size <= 0) {
+    throw_error("[--ffn-hidden-size] must be positive, got ", c.ffn_hidden_size, " (the --swiglu default for hidden ",
+                c.hidden_size, ")");
+  }
+  const std::string norm = a.get_string("--normalization");
+  if (norm == "LayerNorm") c.normalization = model::Normalization::kLayerNorm;
+  else if (norm == "RMSNorm") c.normalization = model::Normalization::kRMSNorm;
+  else throw_error("[--normalization] invalid choice '", norm, "' (choose from LayerNorm, RMSNorm)");
   c.max_position_embeddings =
       a.given("--max-position-embeddings") ? positive(a, "--max-position-embeddings") : c.seq_length;
   if (c.seq_length > c.max_position_embeddings) {
@@ -137,13 +148,15 @@ void declare_plan_flags(Args& a) {
       .option("--hidden-size", "H", "hidden size")
       .option("--num-attention-heads", "N", "attention heads")
       .option("--seq-length", "S", "tokens per sample")
-      .option("--ffn-hidden-size", "F", "MLP hidden size (default 4 * hidden)")
+      .option("--ffn-hidden-size", "F", "MLP hidden size (default 4 * hidden; with --swiglu int(8h/3/64)*64)")
       .option("--kv-channels", "D", "head size (default hidden / heads)")
       .option("--max-position-embeddings", "P", "learned positions (default: --seq-length)")
       .option("--vocab-size", "V", "tokenizer vocabulary before padding (GPT-2: 50257)", "50257")
       .option("--make-vocab-size-divisible-by", "N", "pad the vocabulary to a multiple of N * TP", "128")
       .flag("--untie-embeddings-and-output-weights", "separate output layer weights")
       .flag("--disable-bias-linear", "no biases in the linear layers")
+      .flag("--swiglu", "SwiGLU MLP: linear_fc1 gives gate and up halves, silu(gate) * up replaces GELU")
+      .option("--normalization", "NAME", "LayerNorm or RMSNorm", "LayerNorm")
       .flag("--bf16", "bf16 parameters, fp32 main weights (the default)")
       .flag("--fp16", "fp16 parameters, fp32 main weights");
   a.option("--gpu", "NAME", "GPU kind (" + plan::gpu_names() + ")")

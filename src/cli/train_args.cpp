@@ -67,10 +67,9 @@ constexpr FlagRow kFlagTable[] = {
     {"--wandb-exp-name", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
     {"--wandb-save-dir", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
     // Model variants.
-    {"--swiglu", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--group-query-attention", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--num-query-groups", FlagType::kValue, FlagState::kUnsupported, "", kVariant},
-    {"--normalization", FlagType::kValue, FlagState::kValues, "LayerNorm", kVariant},
+    {"--normalization", FlagType::kValue, FlagState::kValues, "LayerNorm|RMSNorm", "LayerNorm or RMSNorm"},
     {"--position-embedding-type", FlagType::kValue, FlagState::kValues, "learned_absolute", kVariant},
     {"--use-rotary-position-embeddings", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--no-position-embedding", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
@@ -340,7 +339,9 @@ void declare_supported_flags(Args& a) {
       .flag("--untie-embeddings-and-output-weights", "separate output layer weights")
       .flag("--openai-gelu", "tanh-approximated GELU (the default fused bias-GELU is tanh too)")
       .flag("--no-bias-gelu-fusion", "exact (erf) GELU, as Megatron's unfused path (unless --openai-gelu)")
-      .flag("--disable-bias-linear", "no biases in the linear layers");
+      .flag("--disable-bias-linear", "no biases in the linear layers")
+      .flag("--swiglu", "SwiGLU MLP: linear_fc1 gives gate and up halves, silu(gate) * up replaces GELU "
+                        "(--ffn-hidden-size then defaults to int(8h/3/64)*64)");
   // Data.
   a.list("--data-path", "PATH", "a prefix, or weight/prefix pairs (required unless --dry-run, --mock-data or --train-data-path)")
       .list("--train-data-path", "PATH", "the training data on its own: all sequences of a prefix, or weight/prefix pairs")
@@ -575,7 +576,10 @@ void fill_model(const Args& a, TrainConfig& c) {
     }
     m.kv_channels = m.hidden_size / m.num_attention_heads;
   }
-  m.ffn_hidden_size = a.given("--ffn-hidden-size") ? a.get_int("--ffn-hidden-size") : 4 * m.hidden_size;
+  m.swiglu = a.get_flag("--swiglu");
+  // Megatron: int(4h * 2/3 / 64) * 64 with SwiGLU (two projections share the MLP's width), else 4h.
+  const int64_t default_ffn = m.swiglu ? m.hidden_size / 24 * 64 : 4 * m.hidden_size;
+  m.ffn_hidden_size = a.given("--ffn-hidden-size") ? a.get_int("--ffn-hidden-size") : default_ffn;
   require_positive("--ffn-hidden-size", m.ffn_hidden_size);
   m.max_position_embeddings =
       a.given("--max-position-embeddings") ? a.get_int("--max-position-embeddings") : m.seq_length;
@@ -598,6 +602,8 @@ void fill_model(const Args& a, TrainConfig& c) {
   if (!(m.init_method_std > 0)) throw_error("[--init-method-std] must be positive, got ", m.init_method_std);
   m.untie_embeddings_and_output_weights = a.get_flag("--untie-embeddings-and-output-weights");
   m.add_bias_linear = !a.get_flag("--disable-bias-linear");
+  m.normalization =
+      a.get_string("--normalization") == "RMSNorm" ? model::Normalization::kRMSNorm : model::Normalization::kLayerNorm;
   // Megatron: --openai-gelu is the tanh form; the default fused bias-GELU is the tanh form too;
   // --no-bias-gelu-fusion falls back to torch's exact erf GELU.
   m.gelu = (a.get_flag("--no-bias-gelu-fusion") && !a.get_flag("--openai-gelu")) ? model::Gelu::kExact
@@ -1150,6 +1156,8 @@ std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log)
   };
   take_switch("--untie-embeddings-and-output-weights", meta.arg_bool("--untie-embeddings-and-output-weights"));
   take_switch("--disable-bias-linear", meta.arg_bool("--disable-bias-linear"));
+  take_switch("--swiglu", meta.optional_arg_bool("--swiglu").value_or(false));
+  take("--normalization", meta.optional_arg_string("--normalization").value_or("LayerNorm"));
   take_switch("--no-bias-gelu-fusion", meta.arg_string("gelu") == "exact" && !a.given("--openai-gelu"));
   return extra;
 }

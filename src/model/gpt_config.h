@@ -18,6 +18,9 @@ using Gelu = backend::Gelu;  // kTanh: Megatron's fused bias-GELU; kExact: erf
 // attention keeps no [s, s] probabilities to recompute.
 enum class Recompute { kNone, kUniform, kBlock };
 
+// --normalization: LayerNorm (weight and bias) or RMSNorm (weight only, no centring).
+enum class Normalization { kLayerNorm, kRMSNorm };
+
 struct GPTConfig {
   int64_t num_layers = 0;            // --num-layers
   int64_t hidden_size = 0;           // --hidden-size
@@ -35,6 +38,10 @@ struct GPTConfig {
   bool untie_embeddings_and_output_weights = false;  // --untie-embeddings-and-output-weights
   Gelu gelu = Gelu::kTanh;
   bool add_bias_linear = true;       // --disable-bias-linear turns it off
+  Normalization normalization = Normalization::kLayerNorm;  // --normalization
+  // --swiglu: linear_fc1 is [2f, h] = [gate; up] (each half column-parallel: rank r holds rows
+  // r f/T.. of both), and the MLP's activation silu(gate) * up replaces GELU.
+  bool swiglu = false;
   Recompute recompute = Recompute::kNone;  // --recompute-method with --recompute-granularity full
   int64_t recompute_num_layers = 1;        // --recompute-num-layers
   // Documents packed into a sample (data flags that change the model's inputs; MicroBatch):
@@ -42,6 +49,10 @@ struct GPTConfig {
   // attend only to keys of their own document (--reset-attention-mask).
   bool reset_position_ids = false;
   bool reset_attention_mask = false;
+
+  bool layernorm_bias() const { return normalization == Normalization::kLayerNorm; }
+  // linear_fc1's output width (whole model): f, or 2f with SwiGLU's gate and up halves.
+  int64_t fc1_out_size() const { return swiglu ? 2 * ffn_hidden_size : ffn_hidden_size; }
 
   bool recomputed(int64_t layer) const {
     return recompute == Recompute::kUniform || (recompute == Recompute::kBlock && layer < recompute_num_layers);

@@ -38,11 +38,13 @@ GPTModel::ParamIndices GPTModel::declare(const GPTConfig& c, const PipelineStage
   const int64_t h = c.hidden_size, f = c.ffn_hidden_size, V = c.padded_vocab_size;
   const int64_t q = c.num_attention_heads * c.kv_channels;
   const bool bias = c.add_bias_linear, tied = !c.untie_embeddings_and_output_weights;
+  const bool norm_bias = c.layernorm_bias();
+  const int64_t f1 = c.fc1_out_size(), f1_chunks = c.swiglu ? 2 : 1;  // [gate; up] with SwiGLU
   constexpr int kRows = 0, kCols = 1;  // partition dims: column-parallel / vocab rows, row-parallel columns
   // Parameters in the single-process order, each drawing from its single-process init stream:
   // word 0, position 1, then per layer `per_layer` streams, then the final LayerNorm and the
   // untied output layer.
-  const int64_t per_layer = bias ? 12 : 8;
+  const int64_t per_layer = (bias ? 8 : 4) + (norm_bias ? 4 : 2);
   ParameterSet& ps = *params;
   if (first_stage) {
     ps.set_next_init_stream(0);
@@ -56,15 +58,15 @@ GPTModel::ParamIndices GPTModel::declare(const GPTConfig& c, const PipelineStage
       const std::string pre = "decoder.layers." + std::to_string(l) + ".";
       LayerParams lp{};
       lp.ln1_w = ps.add(pre + "input_layernorm.weight", {h}, Init::kOnes);
-      lp.ln1_b = ps.add(pre + "input_layernorm.bias", {h}, Init::kZeros);
+      lp.ln1_b = norm_bias ? ps.add(pre + "input_layernorm.bias", {h}, Init::kZeros) : -1;
       lp.qkv_w = ps.add(pre + "self_attention.linear_qkv.weight", {3 * q, h}, Init::kNormal, kRows);
       lp.qkv_b = bias ? ps.add(pre + "self_attention.linear_qkv.bias", {3 * q}, Init::kZeros, kRows) : -1;
       lp.proj_w = ps.add(pre + "self_attention.linear_proj.weight", {h, q}, Init::kScaledNormal, kCols);
       lp.proj_b = bias ? ps.add(pre + "self_attention.linear_proj.bias", {h}, Init::kZeros) : -1;
       lp.ln2_w = ps.add(pre + "pre_mlp_layernorm.weight", {h}, Init::kOnes);
-      lp.ln2_b = ps.add(pre + "pre_mlp_layernorm.bias", {h}, Init::kZeros);
-      lp.fc1_w = ps.add(pre + "mlp.linear_fc1.weight", {f, h}, Init::kNormal, kRows);
-      lp.fc1_b = bias ? ps.add(pre + "mlp.linear_fc1.bias", {f}, Init::kZeros, kRows) : -1;
+      lp.ln2_b = norm_bias ? ps.add(pre + "pre_mlp_layernorm.bias", {h}, Init::kZeros) : -1;
+      lp.fc1_w = ps.add(pre + "mlp.linear_fc1.weight", {f1, h}, Init::kNormal, kRows, f1_chunks);
+      lp.fc1_b = bias ? ps.add(pre + "mlp.linear_fc1.bias", {f1}, Init::kZeros, kRows, f1_chunks) : -1;
       lp.fc2_w = ps.add(pre + "mlp.linear_fc2.weight", {h, f}, Init::kScaledNormal, kCols);
       lp.fc2_b = bias ? ps.add(pre + "mlp.linear_fc2.bias", {h}, Init::kZeros) : -1;
       ix.layers.push_back(lp);
@@ -73,7 +75,7 @@ GPTModel::ParamIndices GPTModel::declare(const GPTConfig& c, const PipelineStage
   if (last_stage) {
     ps.set_next_init_stream(2 + c.num_layers * per_layer);
     ix.final_ln_w = ps.add("decoder.final_layernorm.weight", {h}, Init::kOnes);
-    ix.final_ln_b = ps.add("decoder.final_layernorm.bias", {h}, Init::kZeros);
+    ix.final_ln_b = norm_bias ? ps.add("decoder.final_layernorm.bias", {h}, Init::kZeros) : -1;
     if (!tied) {
       ix.output_w = ps.add("output_layer.weight", {V, h}, Init::kNormal, kRows);
     } else if (first_stage) {
@@ -154,19 +156,22 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   const int64_t nl = n_local_, sl = sp_ ? s / T : s;
   auto act = [&](Shape shape, DType dt) { return backend_.empty(std::move(shape), dt, MemoryKind::kActivations); };
   auto work = [&](Shape shape, DType dt) { return backend_.empty(std::move(shape), dt, MemoryKind::kWorkspace); };
+  // RMSNorm keeps no row means (ops.h: an undefined mean selects it).
+  const bool norm_mean = c.layernorm_bias();
+  const int64_t f1_local = c.swiglu ? 2 * ffn_ : ffn_;
   auto layer_acts = [&]() {
     LayerActs a;
     a.ln1_out = act({nl, h}, dtype_);
-    a.ln1_mean = act({nl}, DType::kF32);
+    if (norm_mean) a.ln1_mean = act({nl}, DType::kF32);
     a.ln1_rstd = act({nl}, DType::kF32);
     a.qkv = act({s, b, 3 * q_size_}, dtype_);
     a.attn_out = act({s, b, q_size_}, dtype_);
     a.attn_lse = act({b, heads_, s}, DType::kF32);
     a.x_mid = act({nl, h}, dtype_);
     a.ln2_out = act({nl, h}, dtype_);
-    a.ln2_mean = act({nl}, DType::kF32);
+    if (norm_mean) a.ln2_mean = act({nl}, DType::kF32);
     a.ln2_rstd = act({nl}, DType::kF32);
-    a.fc1_out = act({n, ffn_}, dtype_);
+    a.fc1_out = act({n, f1_local}, dtype_);
     a.gelu_out = act({n, ffn_}, dtype_);
     return a;
   };
@@ -203,7 +208,7 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
     loss_weights_ = act({s, b}, DType::kF32);
     dloss_weights_ = act({s, b}, DType::kF32);
     final_ln_out_ = act({nl, h}, dtype_);
-    final_ln_mean_ = act({nl}, DType::kF32);
+    if (norm_mean) final_ln_mean_ = act({nl}, DType::kF32);
     final_ln_rstd_ = act({nl}, DType::kF32);
     // Logits in the model dtype, as Megatron's output layer (the cross-entropy works in fp32
     // on them); the backward overwrites them with their gradient.
@@ -216,7 +221,8 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   ws_h2_ = work({n, h}, dtype_);
   ws_qkv_ = work({s, b, 3 * q_size_}, dtype_);
   ws_q_ = work({s, b, q_size_}, dtype_);
-  ws_f_ = work({n, ffn_}, dtype_);
+  ws_f_ = work({n, f1_local}, dtype_);
+  if (c.swiglu) ws_act_ = work({n, ffn_}, dtype_);
   if (sp_) ws_full_ = work({n, h}, dtype_);
   if (pp > 1) recv_grad_ = work({nl, h}, dtype_);
   dlogits_ = logits_;
@@ -617,7 +623,8 @@ void GPTModel::head_forward(const HeadBackward* head) {
   const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
   const ActivationSet& as = cur_set();
   Tensor x_last = as.xs.back().view({n_local_, h});
-  backend_.layernorm_forward(x_last, param(final_ln_w_), param(final_ln_b_), config_.layernorm_epsilon, final_ln_out_,
+  backend_.layernorm_forward(x_last, param(final_ln_w_), optional_param(final_ln_b_), config_.layernorm_epsilon,
+                             final_ln_out_,
                              final_ln_mean_, final_ln_rstd_);
   backend_.linear_forward(column_input(final_ln_out_), param(output_w_), Tensor(), logits_);
   if (tp_->size() == 1) {
@@ -681,8 +688,9 @@ void GPTModel::head_backward(float loss_scale, float grad_scale, Tensor& dx) {
   Tensor x_last = as.xs.back().view({n_local_, h});
   // dx may be x_last's own buffer (forward_chunk): LayerNorm's backward reads x_last, so the
   // gradient goes through ws_grad_ first.
-  backend_.layernorm_backward(d_final_ln, x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_,
-                              ws_grad_, grad(final_ln_w_), grad(final_ln_b_), claim_grads(final_ln_w_, final_ln_b_));
+  Tensor d_final_ln_b = optional_grad(final_ln_b_);
+  backend_.layernorm_backward(d_final_ln, x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_, ws_grad_,
+                              grad(final_ln_w_), d_final_ln_b, claim_grads(final_ln_w_, final_ln_b_));
   if (dx.data() != ws_grad_.data()) backend_.copy(ws_grad_, dx);
   if (hooks_.grads_final_from) grads_final_from(layer_end(layers_per_chunk_ - 1));
 }
@@ -757,17 +765,23 @@ void GPTModel::layer_forward(int64_t l) {
   const Tensor x = xs[static_cast<size_t>(l)].view({n_local_, h});
   const float eps = config_.layernorm_epsilon;
 
-  backend_.layernorm_forward(x, param(p.ln1_w), param(p.ln1_b), eps, a.ln1_out, a.ln1_mean, a.ln1_rstd);
+  backend_.layernorm_forward(x, param(p.ln1_w), optional_param(p.ln1_b), eps, a.ln1_out, a.ln1_mean, a.ln1_rstd);
   Tensor qkv2 = a.qkv.view({n, 3 * q_size_});
   backend_.linear_forward(column_input(a.ln1_out), param(p.qkv_w), optional_param(p.qkv_b), qkv2);
   backend_.attention_forward(a.qkv, a.attn_out, a.attn_lse, attention_params(gl));
   row_linear_residual(a.attn_out.view({n, q_size_}), p.proj_w, p.proj_b, x, a.x_mid,
                       dropout_params(config_.hidden_dropout, gl, kSiteAttentionOut));
 
-  backend_.layernorm_forward(a.x_mid, param(p.ln2_w), param(p.ln2_b), eps, a.ln2_out, a.ln2_mean, a.ln2_rstd);
-  // fc1_out keeps the pre-activation (bias included) for GELU's backward.
-  backend_.linear_gelu_forward(column_input(a.ln2_out), param(p.fc1_w), optional_param(p.fc1_b), a.fc1_out,
-                               a.gelu_out, config_.gelu);
+  backend_.layernorm_forward(a.x_mid, param(p.ln2_w), optional_param(p.ln2_b), eps, a.ln2_out, a.ln2_mean,
+                             a.ln2_rstd);
+  // fc1_out keeps the pre-activation (bias included) for the activation's backward.
+  if (config_.swiglu) {
+    backend_.linear_forward(column_input(a.ln2_out), param(p.fc1_w), optional_param(p.fc1_b), a.fc1_out);
+    backend_.swiglu_forward(a.fc1_out, a.gelu_out);
+  } else {
+    backend_.linear_gelu_forward(column_input(a.ln2_out), param(p.fc1_w), optional_param(p.fc1_b), a.fc1_out,
+                                 a.gelu_out, config_.gelu);
+  }
   Tensor out = xs[static_cast<size_t>(l) + 1].view({n_local_, h});
   row_linear_residual(a.gelu_out, p.fc2_w, p.fc2_b, a.x_mid, out, dropout_params(config_.hidden_dropout, gl, kSiteMlpOut));
 }
@@ -826,9 +840,15 @@ void GPTModel::layer_backward(int64_t l, Tensor& g) {
   fc2_bias_taken_for_ = -1;
   const Tensor d_fc2 = fc2_grad_ready ? h1 : gather_rows(through_dropout(g, h1, mlp_dropout), ws_h1_);
   Tensor db_fc2 = fc2_bias_done ? Tensor() : optional_grad(p.fc2_b);
-  // FC2's backward through GELU: ws_f_ = d(fc1 + b_fc1).
-  backend_.linear_dgelu_backward(d_fc2, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
-                                 config_.gelu, claim_grads(p.fc2_w, fc2_bias_done ? -1 : p.fc2_b));
+  // FC2's backward through the activation: ws_f_ = d(fc1 + b_fc1).
+  if (config_.swiglu) {
+    backend_.linear_backward(d_fc2, a.gelu_out, param(p.fc2_w), ws_act_, grad(p.fc2_w), db_fc2,
+                             claim_grads(p.fc2_w, fc2_bias_done ? -1 : p.fc2_b));
+    backend_.swiglu_backward(ws_act_, a.fc1_out, ws_f_);
+  } else {
+    backend_.linear_dgelu_backward(d_fc2, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
+                                   config_.gelu, claim_grads(p.fc2_w, fc2_bias_done ? -1 : p.fc2_b));
+  }
   const Tensor d_ln2 = column_backward(ws_f_, a.ln2_out, p.fc1_w, p.fc1_b, ws_h2_);
   // g = d(x_mid): the residual path plus the MLP branch (the add fused into the backward).
   // Without tensor parallelism d(proj + b_proj) is g itself (no dropout) or its dropout's
@@ -867,19 +887,19 @@ void GPTModel::layernorm_backward_into(const Tensor& dy, const Tensor& x, int64_
                                        const Tensor& rstd, Tensor& g, int64_t residual_bias,
                                        const backend::DropoutParams& dropout, Tensor* dz) {
   const backend::GradWrite write = claim_grads(w, b);
+  Tensor db = optional_grad(b);  // undefined for RMSNorm
   if (residual_bias < 0) {
-    backend_.layernorm_backward(dy, x, param(w), mean, rstd, g, grad(w), grad(b), write,
-                                backend::GradWrite::kAccumulate);
+    backend_.layernorm_backward(dy, x, param(w), mean, rstd, g, grad(w), db, write, backend::GradWrite::kAccumulate);
     return;
   }
   if (dropout.p > 0.0f) {
     MT_CHECK(dz != nullptr) << "layernorm backward through dropout without an output gradient buffer";
-    backend_.layernorm_backward_dropout_colsum(dy, x, param(w), mean, rstd, g, grad(w), grad(b), *dz,
+    backend_.layernorm_backward_dropout_colsum(dy, x, param(w), mean, rstd, g, grad(w), db, *dz,
                                                grad(residual_bias), dropout, write, backend::GradWrite::kAccumulate,
                                                params_.claim_grad(residual_bias));
     return;
   }
-  backend_.layernorm_backward_colsum(dy, x, param(w), mean, rstd, g, grad(w), grad(b), grad(residual_bias), write,
+  backend_.layernorm_backward_colsum(dy, x, param(w), mean, rstd, g, grad(w), db, grad(residual_bias), write,
                                      backend::GradWrite::kAccumulate, params_.claim_grad(residual_bias));
 }
 

@@ -6,6 +6,9 @@
 //   TransformerLayer (pre-LayerNorm):
 //     x_mid = x + dropout(proj(attention(qkv(LN1(x)))) + b_proj)
 //     x_out = x_mid + dropout(fc2(gelu(fc1(LN2(x_mid)) + b_fc1)) + b_fc2)
+//   Variants (Megatron's flags): --normalization RMSNorm (LN*(x) = x rstd gamma: no bias, no
+//   mean kept); --swiglu (fc1 gives [gate | up] of f each, the activation silu(gate) * up;
+//   FC2's backward is then not fused with the activation's, which uses a workspace [n, f]).
 //
 // Explicit forward and backward, no autograd (DESIGN.md decision 1). Every buffer is
 // allocated once at construction for the configured micro-batch (model/memory_plan.h sizes
@@ -428,6 +431,7 @@ class GPTModel {
   // the embedding sum before dropout uses temporaries. Sequence parallelism adds ws_full_
   // [n, h], the gathered input of a column-parallel linear.
   Tensor ws_grad_, ws_h1_, ws_h2_, ws_qkv_, ws_q_, ws_f_, ws_full_;
+  Tensor ws_act_;  // SwiGLU: d(activation out) [n, f/T] between FC2's and the activation's backward
   // The LayerNorm output whose gathered rows ws_full_ holds (its data pointer), or null. Every
   // write of a LayerNorm output is followed by its column_input(), which sets this; anything
   // else writing ws_full_ clears it.

@@ -6,14 +6,18 @@ namespace megatron::model {
 
 namespace {
 
+// A LayerNorm's weight and bias, or RMSNorm's weight.
+int64_t norm_num_parameters(const GPTConfig& c) { return (c.layernorm_bias() ? 2 : 1) * c.hidden_size; }
+
 int64_t layer_num_parameters(const GPTConfig& c, int64_t tp) {
   const int64_t h = c.hidden_size, f = c.ffn_hidden_size / tp, q = c.num_attention_heads * c.kv_channels / tp;
+  const int64_t f1 = c.fc1_out_size() / tp;  // SwiGLU: gate and up
   const int64_t bias = c.add_bias_linear ? 1 : 0;
-  return 2 * h                      // input LayerNorm
+  return norm_num_parameters(c)       // input LayerNorm
          + 3 * q * h + bias * 3 * q  // QKV (column-parallel)
          + h * q + bias * h          // output projection (row-parallel; bias whole)
-         + 2 * h                     // pre-MLP LayerNorm
-         + f * h + bias * f          // FC1 (column-parallel)
+         + norm_num_parameters(c)    // pre-MLP LayerNorm
+         + f1 * h + bias * f1        // FC1 (column-parallel)
          + h * f + bias * h;         // FC2 (row-parallel; bias whole)
 }
 
@@ -23,7 +27,7 @@ int64_t gpt_num_parameters(const GPTConfig& c, int64_t tp) {
   const int64_t h = c.hidden_size, V = c.padded_vocab_size / tp;
   const int64_t embeddings = V * h + c.max_position_embeddings * h;
   const int64_t output = c.untie_embeddings_and_output_weights ? V * h : 0;
-  return embeddings + c.num_layers * layer_num_parameters(c, tp) + 2 * h + output;
+  return embeddings + c.num_layers * layer_num_parameters(c, tp) + norm_num_parameters(c) + output;
 }
 
 int64_t stage_num_parameters(const GPTConfig& c, int64_t tp, const PipelineStageOptions& pipe) {
@@ -32,7 +36,7 @@ int64_t stage_num_parameters(const GPTConfig& c, int64_t tp, const PipelineStage
   int64_t n = c.num_layers / pipe.pp * layer_num_parameters(c, tp);
   if (first) n += V * h + c.max_position_embeddings * h;
   if (last) {
-    n += 2 * h;
+    n += norm_num_parameters(c);
     // The output layer: untied, or the last stage's copy of the tied embedding.
     if (c.untie_embeddings_and_output_weights || !first) n += V * h;
   }
@@ -62,9 +66,11 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
   // Rows of the residual stream and LayerNorms on this rank: n / tp under sequence parallelism.
   const int64_t nl = sequence_parallel ? n / tp : n;
   // Per layer, in the model dtype: LN1 out, x_mid, LN2 out [nl, h] each, qkv (3q), attention
-  // out (q), fc1 out and GELU out (f each) [n, .]; in fp32: LN1/LN2 mean and rstd (4 nl),
-  // attention lse (b*a*s).
-  const int64_t layer = (3 * nl * h + n * (4 * q + 2 * f)) * e + 4 * nl * 4 + b * a * s * 4;
+  // out (q), fc1 out (f, or 2f with SwiGLU) and the activation's out (f) [n, .]; in fp32: LN1/LN2
+  // mean (LayerNorm only) and rstd (2 or 4 nl), attention lse (b*a*s).
+  const int64_t f1 = c.fc1_out_size() / tp;
+  const int64_t norm_stats = c.layernorm_bias() ? 2 : 1;
+  const int64_t layer = (3 * nl * h + n * (4 * q + f1 + f)) * e + 2 * norm_stats * nl * 4 + b * a * s * 4;
   // Recompute works within a chunk's block of layers (model/gpt_config.h); recomputed layers
   // share the stage's recompute slots, their inputs stay in the residual stream.
   GPTConfig cc = c;
@@ -81,14 +87,17 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
     const int64_t sets = pipe.activation_sets.empty() ? 1 : pipe.activation_sets[static_cast<size_t>(ci)];
     p.activations += sets * (per_set + (first && ci == 0 ? first_inputs : 0));
   }
-  // The loss head (last stage): final LN out (model dtype) with mean/rstd [nl]; logits [n, V]
-  // in the model dtype (their gradient reuses the buffer); fp32 losses and lse [n]; int32
-  // labels, the fp32 loss mask and the scaled loss weights [n].
-  if (last) p.activations += nl * h * e + 2 * nl * 4 + n * V * e + 2 * n * 4 + 3 * n * 4;
+  // The loss head (last stage): final LN out (model dtype) with mean (LayerNorm) and rstd [nl];
+  // logits [n, V] in the model dtype (their gradient reuses the buffer); fp32 losses and lse
+  // [n]; int32 labels, the fp32 loss mask and the scaled loss weights [n].
+  if (last) p.activations += nl * h * e + norm_stats * nl * 4 + n * V * e + 2 * n * 4 + 3 * n * 4;
   // Workspace (model dtype): the gradient stream [nl, h], two temporaries [n, h], [n, 3q],
-  // [n, q] and [n, f]; sequence parallelism adds the [n, h] gather buffer, pp > 1 the
-  // received output gradient [nl, h].
-  p.workspace = (nl * h + 2 * n * h + 4 * n * q + n * f + (sequence_parallel ? n * h : 0) + (pipe.pp > 1 ? nl * h : 0)) * e;
+  // [n, q] and [n, f1] (fc1's output gradient); SwiGLU adds the activation's output gradient
+  // [n, f], sequence parallelism the [n, h] gather buffer, pp > 1 the received output gradient
+  // [nl, h].
+  p.workspace = (nl * h + 2 * n * h + 4 * n * q + n * f1 + (c.swiglu ? n * f : 0) + (sequence_parallel ? n * h : 0) +
+                 (pipe.pp > 1 ? nl * h : 0)) *
+                e;
   return p;
 }
 

@@ -15,12 +15,12 @@ void ParameterSet::set_tensor_parallel(int64_t rank, int64_t size) {
   tp_size_ = size;
 }
 
-int64_t ParameterSet::add(std::string name, Shape shape, Init init, int partition_dim) {
+int64_t ParameterSet::add(std::string name, Shape shape, Init init, int partition_dim, int64_t chunks) {
   MT_CHECK(!values_.defined()) << "add() after allocate()";
   Parameter p;
   p.no_weight_decay = shape.size() == 1 || (name.size() >= 5 && name.ends_with(".bias"));
   p.name = std::move(name);
-  p.partition = tensor_parallel::Partition{partition_dim, tp_rank_, tp_size_};
+  p.partition = tensor_parallel::Partition{partition_dim, tp_rank_, tp_size_, chunks};
   p.global_shape = std::move(shape);
   p.shape = tensor_parallel::local_shape(p.global_shape, p.partition);
   p.init = init;

@@ -67,9 +67,10 @@ class ParameterSet {
   // This rank's place in the tensor-parallel group (before add(); default 0 of 1).
   void set_tensor_parallel(int64_t rank, int64_t size);
   // Declares a parameter of global shape `shape` (before allocate()), split along
-  // `partition_dim` (-1: replicated) over the tensor-parallel group; returns its index.
+  // `partition_dim` (-1: replicated) over the tensor-parallel group, row blocks `chunks`
+  // (tensor_parallel/partition.h); returns its index.
   // Its init stream is the next one (0, 1, ... unless set_next_init_stream moved it).
-  int64_t add(std::string name, Shape shape, Init init, int partition_dim = -1);
+  int64_t add(std::string name, Shape shape, Init init, int partition_dim = -1, int64_t chunks = 1);
   // The init stream of the next add() (a pipeline stage skips the other stages' parameters).
   void set_next_init_stream(int64_t stream) { next_init_stream_ = stream; }
   // Allocates the flat buffers on `backend` and points every Parameter at its views.

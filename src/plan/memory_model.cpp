@@ -25,15 +25,17 @@ int64_t in_flight_layers(const ParallelConfig& p, int64_t stage, int64_t layers_
 
 int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p, int64_t stage) {
   const int64_t h = c.hidden_size, f = c.ffn_hidden_size, q = c.num_attention_heads * c.kv_channels, t = p.tp;
+  const int64_t f1 = c.fc1_out_size();  // FC1's rows: f, or 2f (gate and up) with SwiGLU
   const int64_t bias = c.add_bias_linear ? 1 : 0;
-  const int64_t per_layer = 4 * h                              // two LayerNorms, replicated
-                            + (3 * q * h + h * q + 2 * f * h) / t  // QKV, proj, FC1, FC2 weights
-                            + bias * (3 * q / t + f / t + 2 * h);  // column biases split, row biases not
+  const int64_t norm = (c.layernorm_bias() ? 2 : 1) * h;  // LayerNorm weight + bias, RMSNorm weight
+  const int64_t per_layer = 2 * norm                                 // two norms, replicated
+                            + (3 * q * h + h * q + f1 * h + f * h) / t  // QKV, proj, FC1, FC2 weights
+                            + bias * (3 * q / t + f1 / t + 2 * h);      // column biases split, row biases not
   int64_t n = (c.num_layers / p.pp) * per_layer;
   const int64_t vocab_rows = c.padded_vocab_size / t;
   if (stage == 0) n += vocab_rows * h + c.max_position_embeddings * h;
   if (stage == p.pp - 1) {
-    n += 2 * h;
+    n += norm;
     if (c.untie_embeddings_and_output_weights || p.pp > 1) n += vocab_rows * h;
   }
   return n;
@@ -63,7 +65,11 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   const int64_t u = p.sequence_parallel ? t : 1;
   const int64_t V = c.padded_vocab_size;
   const int64_t layers = c.num_layers / p.pp;
-  const int64_t layer = n * (3 * h / u + (4 * q + 2 * f) / t) * e + 4 * n * 4 / u + b * a * s * 4 / t;
+  // FC1's output: f, or 2f with SwiGLU (gate and up); the activation's output f either way.
+  const int64_t f1 = c.fc1_out_size();
+  // fp32 statistics per norm and row: LayerNorm's mean and rstd, RMSNorm's rstd only.
+  const int64_t norm_stats = c.layernorm_bias() ? 2 : 1;
+  const int64_t layer = n * (3 * h / u + (4 * q + f1 + f) / t) * e + 2 * norm_stats * n * 4 / u + b * a * s * 4 / t;
   const int64_t mbs_in_flight = in_flight_micro_batches(p, stage);
   const int64_t layers_in_flight = in_flight_layers(p, stage, layers);
   const bool full = p.recompute == PlanRecompute::kFull;
@@ -77,10 +83,11 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   layout.virtual_chunks = p.vp;
   if (model::dropout_stream_in_memory(c, p.tp, layout)) act += mbs_in_flight * 8;  // int64 per activation set
   if (stage == p.pp - 1) {
-    act += mbs_in_flight * (2 * n * h * e / u + 2 * n * 4 / u + n * (V / t) * e + 5 * n * 4);
+    act += mbs_in_flight * (2 * n * h * e / u + norm_stats * n * 4 / u + n * (V / t) * e + 5 * n * 4);
   }
   m.activations = act;
-  m.workspace = (3 * n * h + (4 * n * q + n * f) / t) * e;
+  // fc1's output gradient [n, f1/t]; SwiGLU adds the activation's output gradient [n, f/t].
+  m.workspace = (3 * n * h + (4 * n * q + n * f1 + (c.swiglu ? n * f : 0)) / t) * e;
   // Documents on cuDNN: its bias [b, s, s] in the 16-bit I/O dtype, in cuDNN's workspace
   // (cudnn_attention.h), which the engine's own plan (model::plan_memory) does not hold.
   if (c.reset_attention_mask && dtype != DType::kF32) m.workspace += b * s * s * 2;

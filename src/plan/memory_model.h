@@ -14,23 +14,28 @@
 //    Korthikanti et al. 2022's 34*s*b*h per layer vs our ~(3h + 4q/t + 2f/t)*e per token).
 //
 // The pieces, for rank k of a pipeline of pp stages (n = micro_batch * seq tokens, e = bytes of
-// the model dtype, t = tp, u = t with sequence parallelism else 1, L_k = L / pp layers):
-//  parameters per rank  L_k * [4h + (3qh + hq + 2fh)/t + bias*(3q/t + f/t + 2h)]
+// the model dtype, t = tp, u = t with sequence parallelism else 1, L_k = L / pp layers; the
+// variants as model::plan_memory: f1 = FC1's output width, f or 2f with --swiglu (gate and up);
+// r = 2 parameters and 2 fp32 statistics (mean, rstd) per LayerNorm row, 1 and 1 with
+// --normalization RMSNorm (weight only, rstd only)):
+//  parameters per rank  L_k * [2rh + (3qh + hq + f1*h + fh)/t + bias*(3q/t + f1/t + 2h)]
 //                       + first stage: V*h/t + P*h (positions, replicated)
-//                       + last stage: 2h (final LN) + V*h/t (untied, or the tied copy when pp > 1)
+//                       + last stage: rh (final norm) + V*h/t (untied, or the tied copy when pp > 1)
 //  bytes per parameter  e (model) + 4 (fp32 main, 16-bit models only) + 4 (fp32 grad) + 8 (Adam);
 //                       the distributed optimizer keeps ceil(P_k / dp) of main and Adam (§9)
 //  activations          per micro-batch in flight: L_k layer inputs n*h*e/u, the kept layers'
-//                       n*(3h/u + (4q + 2f)/t)*e + 16n/u + 4*b*a*s/t bytes each (LN outputs and
-//                       x_mid are sequence-sharded only with SP; qkv, attention out, fc1, GELU are
-//                       head/column-sharded; fp32 LN stats; fp32 softmax lse), the first stage's
-//                       int32 tokens 4n, the last stage's final stream and LN out 2*n*h*e/u + 8n/u,
-//                       logits n*(V/t)*e and 16n (losses, lse, labels, weights);
+//                       n*(3h/u + (4q + f1 + f)/t)*e + 8rn/u + 4*b*a*s/t bytes each (LN outputs
+//                       and x_mid are sequence-sharded only with SP; qkv, attention out, fc1, the
+//                       GELU / SwiGLU output are head/column-sharded; fp32 norm stats; fp32
+//                       softmax lse), the first stage's int32 tokens 4n, the last stage's final
+//                       stream and norm out 2*n*h*e/u + 4rn/u,
+//                       logits n*(V/t)*e and 20n (losses, lse, labels, loss mask, weights);
 //                       plus, once, the activation slot of the layer being recomputed (full recompute)
 //  in flight            1F1B: stage k holds min(pp - k, m) micro-batches (megatron-facts §8);
 //                       interleaved: min(m*vp, 2(pp-k-1) + (vp-1)*pp + 1) chunks of L_k/vp layers
 //                       (stage 0: L*(1 + (pp-1)/(pp*vp)) layer-micro-batches, Korthikanti 2022)
-//  workspace            (3nh + (4nq + nf)/t)*e: gradient stream, temporaries, gathered SP inputs
+//  workspace            (3nh + (4nq + n*f1 + [SwiGLU] nf)/t)*e: gradient stream, temporaries,
+//                       gathered SP inputs, fc1's output gradient, SwiGLU's output gradient
 #pragma once
 
 #include <cstdint>

@@ -64,8 +64,10 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
   const double f = static_cast<double>(c.ffn_hidden_size), t = static_cast<double>(p.tp);
   const double u = p.sequence_parallel ? t : 1.0, s = static_cast<double>(c.seq_length);
   const double d = static_cast<double>(c.kv_channels), e = static_cast<double>(dtype_size(dtype));
+  // FC1's output width: f, or 2f with SwiGLU (gate and up halves, one GEMM of [n, h] x [h, 2f/t]).
+  const double f1 = static_cast<double>(c.fc1_out_size());
   LayerTimes lt;
-  const double qkv = gemm3_seconds(n, 3 * q / t, h, g), fc1 = gemm3_seconds(n, f / t, h, g);
+  const double qkv = gemm3_seconds(n, 3 * q / t, h, g), fc1 = gemm3_seconds(n, f1 / t, h, g);
   lt.gemm = qkv + gemm3_seconds(n, h, q / t, g) + fc1 + gemm3_seconds(n, h, f / t, g);
   lt.wgrad_overlap = (qkv + fc1) / 3.0;
   if (engine.attention == AttentionBackend::kLocal) {
@@ -105,6 +107,8 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
     }
   }
   // LayerNorms (forward ~1/3 of it); the residual adds where the engine does not fuse them.
+  // RMSNorm takes the same term: it moves the same [n, h] tensors (and one fp32 statistic per
+  // row fewer, no bias gradient), so it costs slightly less; not measured apart.
   const double nh = n * h / u;
   lt.memory = kElementwiseBytes * nh / g.hbm;
   lt.memory_forward = lt.memory / 3.0;
@@ -114,7 +118,14 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
   }
   if (!engine.residual_grad_add_in_layernorm) lt.memory += kResidualGradAddBytes * nh / g.hbm;  // backward only
   const double stream = g.hbm * kStreamEfficiency;
-  if (!engine.gelu_in_gemm_epilogue) {
+  if (c.swiglu) {
+    // SwiGLU runs as its own kernels in every engine (no GEMM epilogue computes it; ours:
+    // Backend::swiglu_forward / swiglu_backward), so FC1 is a plain GEMM and FC2's dgrad loses
+    // the dGELU epilogue (its GEMM is priced the same). Forward reads [n, 2f/t] and writes
+    // [n, f/t]; backward reads the output gradient and the saved [n, 2f/t], writes [n, 2f/t].
+    lt.memory_forward += kSwigluForwardBytes * e * n * f / t / stream;
+    lt.memory += (kSwigluForwardBytes + kSwigluBackwardBytes) * e * n * f / t / stream;
+  } else if (!engine.gelu_in_gemm_epilogue) {
     lt.memory_forward += 2.0 * e * n * f / t / stream;
     lt.memory += 5.0 * e * n * f / t / stream;
   }
@@ -137,8 +148,9 @@ double model_flops(const model::GPTConfig& c, int64_t global_batch, bool causal)
   const double L = static_cast<double>(c.num_layers), h = static_cast<double>(c.hidden_size);
   const double q = static_cast<double>(c.num_attention_heads * c.kv_channels), k = q;
   const double f = static_cast<double>(c.ffn_hidden_size), V = static_cast<double>(c.padded_vocab_size);
+  const double mlp_gemms = c.swiglu ? 3.0 : 2.0;  // Megatron's c: FC1 is h x 2f with --swiglu
   return 6.0 * B * s * L * (h * (q + 2.0 * k) + q * h) + (causal ? 6.0 : 12.0) * B * s * s * L * q +
-         12.0 * B * s * L * h * f + 6.0 * B * s * h * V;
+         6.0 * mlp_gemms * B * s * L * h * f + 6.0 * B * s * h * V;
 }
 
 void validate_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t world) {

@@ -1,7 +1,8 @@
 // Predicted iteration time, tokens/s and TFLOP/s per GPU of a layout on a cluster.
 //
 // Per micro-batch and pipeline stage (n = b*s tokens, t = tp, u = t with SP else 1):
-//  GEMMs       per layer QKV (n x 3q/t x h), proj (n x h x q/t), FC1 (n x f/t x h), FC2 (n x h x f/t),
+//  GEMMs       per layer QKV (n x 3q/t x h), proj (n x h x q/t), FC1 (n x f1/t x h; f1 = f, or 2f
+//              with --swiglu: gate and up), FC2 (n x h x f/t),
 //              LM head (n x V/t x h) on the last stage; each runs 3 times (forward, dgrad, wgrad)
 //              with w = 2*M*N*K FLOPs at efficiency  eff(w) = ceiling * w / (w + w0),
 //              i.e. time = (w + w0) / (peak * ceiling): a fixed ~w0 of lost work per GEMM
@@ -26,9 +27,12 @@
 //              kBiasDropoutAddBytes where the residual add is not in the row-parallel GEMM's
 //              epilogue (ours: TP > 1 or hidden dropout > 0; other engines always); and
 //              kResidualGradAddBytes where the residual-gradient add is its own kernel (not ours).
+//              (RMSNorm: the same term as LayerNorm.)
 //              kLogitsBytes * n*V/t for the softmax cross-entropy at HBM bandwidth; plus, at the
-//              streaming rate, what the engine does outside its kernels (engine_profile.h): a
-//              separate bias-GeLU, residual dropout masks, a QKV `+= bias`, unfused cross-entropy,
+//              streaming rate, with --swiglu its own kernels (kSwiglu*Bytes * e per [n, f/t]
+//              output element, in every engine), and what the engine does outside its kernels
+//              (engine_profile.h): a separate bias-GeLU (without SwiGLU), residual dropout masks,
+//              a QKV `+= bias`, unfused cross-entropy,
 //              and weight-gradient accumulation outside the GEMM ((m-1) passes over the stage's
 //              parameters per iteration).
 //  GEMM ceiling  kGemmCeilingShare of the GPU's best-shape GEMM rate (gpu_spec.h): what a training
@@ -166,6 +170,14 @@ constexpr double kResidualGradAddBytes = 7.0;
 // logits at 3.35 TB/s -> 4.5 bytes per logit (it moves 4: one bf16 read, one write). Before: 8.0
 // (two kernels), 5.7 (one kernel with expf).
 constexpr double kLogitsBytes = 4.5;         // per token and (padded) vocabulary entry
+// --swiglu's elementwise kernels (Backend::swiglu_forward / swiglu_backward), in units of the
+// model dtype's bytes e per element of the activation output [n, f/t], at the streaming rate
+// (kStreamEfficiency), priced like the unfused bias-GeLU (2e forward, 3e backward): forward
+// reads gate and up (2) and writes the output (1); backward reads the output gradient (1) and
+// the saved gate and up (2) and writes their gradients (2). The traffic counted, not measured:
+// an assumption until an H100 profile of the SwiGLU ops calibrates it.
+constexpr double kSwigluForwardBytes = 3.0;
+constexpr double kSwigluBackwardBytes = 5.0;
 constexpr double kGradPassBytes = 5.3;       // per parameter of the rank (the grad-norm pass)
 constexpr double kAdamBytes = 35.4;          // per parameter the rank's optimizer owns
 constexpr double kBucketElements = 40e6;     // Megatron's bucket size with --overlap-grad-reduce
@@ -206,8 +218,8 @@ struct Prediction {
   double optimizer_s = 0;
 };
 
-// FLOPs of one iteration of `global_batch` samples (train/flops.h's formula; causal = the 2025
-// convention). Needs c.padded_vocab_size.
+// FLOPs of one iteration of `global_batch` samples (train/flops.h's formula, SwiGLU's c = 3
+// included; causal = the 2025 convention). Needs c.padded_vocab_size.
 double model_flops(const model::GPTConfig& c, int64_t global_batch, bool causal);
 
 // Throws megatron::Error with a one-line reason naming the flag when `p` is not a valid layout

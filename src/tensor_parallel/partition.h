@@ -12,6 +12,10 @@
 //           [[0 1 2 3] [4 5 6 7]] -> rank 0 [[0 1] [4 5]], rank 1 [[2 3] [6 7]].
 // The fused QKV weight [3 * heads * d, h] is split by rows: with Megatron's per-head [q|k|v]
 // row order, rank r's block is exactly the heads [r * heads/T, (r+1) * heads/T).
+//   dim 0 with chunks c > 1: the rows are c equal blocks, each split over the ranks, and rank r
+//           holds its rows of every block in block order (SwiGLU's linear_fc1 [2f, h] = [gate;
+//           up]: rank r holds [gate rows r f/T..; up rows r f/T..], as Megatron-core's sharded
+//           state dict). That is dim 1 of the flat tensor viewed as [c, numel / c].
 #pragma once
 
 #include <algorithm>
@@ -27,8 +31,21 @@ struct Partition {
   int dim = -1;       // -1 (replicated), 0 or 1
   int64_t rank = 0;   // tensor-parallel rank and size
   int64_t size = 1;
+  int64_t chunks = 1;  // dim 0 only: blocks of rows split separately
   bool split() const { return dim >= 0 && size > 1; }
 };
+
+// A chunked dim-0 split as the equivalent dim-1 split of the flat tensor viewed as [chunks,
+// numel / chunks]; any other partition as it is. The index math below works on these.
+inline void as_plain_split(const Shape& global, const Partition& p, Shape* shape, Partition* plain) {
+  if (p.split() && p.dim == 0 && p.chunks > 1) {
+    *shape = {p.chunks, shape_numel(global) / p.chunks};
+    *plain = Partition{1, p.rank, p.size, 1};
+  } else {
+    *shape = global;
+    *plain = p;
+  }
+}
 
 // The shard's shape: global with dimension `dim` divided by size (checked divisible).
 Shape local_shape(const Shape& global, const Partition& p);
@@ -39,8 +56,11 @@ int64_t global_index(const Shape& global, const Partition& p, int64_t k);
 // for dim 1 one per row touched, C/T elements each but the first and last). What a rank
 // writing its own shard into the global tensor's bytes needs (train/checkpoint.cpp).
 template <class Fn>
-void for_each_global_run(const Shape& global, const Partition& p, int64_t begin, int64_t count, Fn&& fn) {
+void for_each_global_run(const Shape& global_shape, const Partition& partition, int64_t begin, int64_t count, Fn&& fn) {
   if (count <= 0) return;
+  Shape global;
+  Partition p;
+  as_plain_split(global_shape, partition, &global, &p);
   if (!p.split() || p.dim == 0) {
     fn(global_index(global, p, begin), begin, count);
     return;

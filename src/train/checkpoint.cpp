@@ -38,7 +38,13 @@ constexpr const char* kFormat = kCheckpointFormat;
 constexpr const char* kFixedArgs[] = {"--num-layers", "--hidden-size", "--num-attention-heads", "--kv-channels",
                                       "--ffn-hidden-size", "--max-position-embeddings", "--seq-length",
                                       "padded_vocab_size", "--untie-embeddings-and-output-weights",
-                                      "--disable-bias-linear"};
+                                      "--disable-bias-linear", "--normalization", "--swiglu"};
+// What a checkpoint written before an arg was recorded was trained with (JSON text).
+const char* absent_arg_value(const std::string& key) {
+  if (key == "--normalization") return "\"LayerNorm\"";
+  if (key == "--swiglu") return "false";
+  return nullptr;
+}
 
 std::string jd(double v) { return json_double(v); }
 std::string ji(int64_t v) { return std::to_string(v); }
@@ -113,6 +119,8 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   a["--make-vocab-size-divisible-by"] = ji(c.make_vocab_size_divisible_by);
   a["--untie-embeddings-and-output-weights"] = jb(m.untie_embeddings_and_output_weights);
   a["--disable-bias-linear"] = jb(!m.add_bias_linear);
+  a["--normalization"] = js(m.normalization == model::Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm");
+  a["--swiglu"] = jb(m.swiglu);
   a["gelu"] = js(m.gelu == model::Gelu::kTanh ? "tanh" : "exact");
   a["--layernorm-epsilon"] = jd(m.layernorm_epsilon);
   a["--init-method-std"] = jd(m.init_method_std);
@@ -770,10 +778,13 @@ TrainProgress load_own_part(const TrainConfig& c, model::ParameterSet& params, M
   for (const char* fixed : kFixedArgs) {
     const auto it = saved.find(fixed);
     const std::string cur = reformat_json(now.at(fixed), 0);
-    if (it == saved.end() || it->second == cur) continue;
+    const char* absent = absent_arg_value(fixed);
+    if (it == saved.end() && absent == nullptr) continue;
+    const std::string was = it != saved.end() ? it->second : absent;
+    if (was == cur) continue;
     const std::string k = fixed;
     if (k[0] == '-') {
-      throw_error("[", k, "] is ", cur, " but the checkpoint in ", ck.directory, " was trained with ", it->second,
+      throw_error("[", k, "] is ", cur, " but the checkpoint in ", ck.directory, " was trained with ", was,
                   "; a checkpoint cannot change it");
     }
     throw_error("[--vocab-file/--make-vocab-size-divisible-by] the padded vocabulary is ", cur,
@@ -920,6 +931,17 @@ CheckpointModel read_checkpoint_model(const LoadedCheckpoint& ck) {
   g.hidden_dropout = 0.0f;
   g.untie_embeddings_and_output_weights = get_bool("--untie-embeddings-and-output-weights");
   g.add_bias_linear = !get_bool("--disable-bias-linear");
+  // Absent from checkpoints written before the variants: LayerNorm, GELU.
+  std::string_view normalization = "LayerNorm";
+  if (args["--normalization"].error() == simdjson::SUCCESS &&
+      args["--normalization"].get_string().get(normalization) != simdjson::SUCCESS) {
+    throw_error(meta_path, ": args.--normalization is not a string");
+  }
+  if (normalization != "LayerNorm" && normalization != "RMSNorm") {
+    throw_error(meta_path, ": args.--normalization is '", normalization, "', expected LayerNorm or RMSNorm");
+  }
+  g.normalization = normalization == "RMSNorm" ? model::Normalization::kRMSNorm : model::Normalization::kLayerNorm;
+  g.swiglu = args["--swiglu"].error() == simdjson::SUCCESS && get_bool("--swiglu");
   std::string_view gelu, precision;
   if (args["gelu"].get_string().get(gelu) != simdjson::SUCCESS) throw_error(meta_path, ": args.gelu missing");
   g.gelu = gelu == "exact" ? model::Gelu::kExact : model::Gelu::kTanh;

@@ -97,6 +97,14 @@ std::optional<std::string> CheckpointMetadata::optional_arg_string(const std::st
   return std::string(v);
 }
 
+std::optional<bool> CheckpointMetadata::optional_arg_bool(const std::string& key) const {
+  Parsed p;
+  parse(path_, json_, p);
+  bool v = false;
+  if (p.doc["args"][key].get_bool().get(v) != simdjson::SUCCESS) return std::nullopt;
+  return v;
+}
+
 std::optional<int64_t> CheckpointMetadata::layout_int(const std::string& key) const {
   Parsed p;
   parse(path_, json_, p);

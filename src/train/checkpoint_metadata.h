@@ -25,6 +25,7 @@ class CheckpointMetadata {
   bool arg_bool(const std::string& key) const;
   std::string arg_string(const std::string& key) const;
   std::optional<std::string> optional_arg_string(const std::string& key) const;
+  std::optional<bool> optional_arg_bool(const std::string& key) const;
   // layout[key], nullopt when absent.
   std::optional<int64_t> layout_int(const std::string& key) const;
   // A top-level integer / string member, nullopt when absent.

@@ -20,10 +20,13 @@ FlopsTerms flops_terms(const model::GPTConfig& m, int64_t batch, FlopsConvention
   const double f = static_cast<double>(m.ffn_hidden_size);
   const double V = static_cast<double>(m.padded_vocab_size);
   const double core = convention == FlopsConvention::k2025 ? 6.0 : 12.0;
+  // Megatron's c: 2 GEMMs' worth of h x f (FC1, FC2), or 3 with --swiglu (FC1 is h x 2f).
+  // RMSNorm changes nothing (norms are not counted).
+  const double c = m.swiglu ? 3.0 : 2.0;
   FlopsTerms t;
   t.attention_linear = 6.0 * B * s * L * (h * (q + 2.0 * k) + q * h);
   t.core_attention = core * B * s * s * L * q;
-  t.mlp = 12.0 * B * s * L * h * f;
+  t.mlp = 6.0 * c * B * s * L * h * f;
   t.logits = 6.0 * B * s * h * V;
   return t;
 }
@@ -63,11 +66,12 @@ std::string flops_formula_text(const model::GPTConfig& m, int64_t global_batch, 
                                         : "Megatron 2024 convention: full core attention",
       "; recompute not counted):\n", "    B=", global_batch, " s=", m.seq_length, " L=", m.num_layers,
       " h=", m.hidden_size, " n=", m.num_attention_heads, " q=k=n*d=", m.num_attention_heads * m.kv_channels,
-      " f=", m.ffn_hidden_size, " V=", m.padded_vocab_size, " (padded)\n");
+      " f=", m.ffn_hidden_size, m.swiglu ? " (SwiGLU: c=3)" : "", " V=", m.padded_vocab_size, " (padded)\n");
   out += row("attention QKV + projection", "6*B*s*L*(h*(q+2k)+q*h)", one.attention_linear, all.attention_linear);
   out += row("core attention (QK^T, AV)", causal ? "6*B*s^2*L*q" : "12*B*s^2*L*q", one.core_attention,
              all.core_attention);
-  out += row("MLP (FC1 + FC2)", "12*B*s*L*h*f", one.mlp, all.mlp);
+  out += row(m.swiglu ? "MLP (FC1 gate+up, FC2)" : "MLP (FC1 + FC2)", m.swiglu ? "18*B*s*L*h*f" : "12*B*s*L*h*f",
+             one.mlp, all.mlp);
   out += row("logits", "6*B*s*h*V", one.logits, all.logits);
   out += row("total", "", one.total(), all.total());
   return out;

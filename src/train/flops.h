@@ -7,11 +7,15 @@
 //   attention QKV + projection   6*B*s*L*(h*(q + 2k) + q*h)
 //   core attention (QK^T, AV)    6*B*s^2*L*q    (2025 convention: causal mask counts half)
 //                               12*B*s^2*L*q    (2024 convention: full square)
-//   MLP (FC1 + FC2, GELU)        12*B*s*L*h*f
+//   MLP (FC1 + FC2, GELU)        12*B*s*L*h*f   = 6*c*B*s*L*h*f with Megatron's c = 2
+//   MLP with --swiglu            18*B*s*L*h*f   c = 3: FC1 is [2f, h] (gate and up), FC2 [h, f]
+//                                               (HEAD transformer_flops; the 2024 formulas'
+//                                               (f/h)*1.5 is the same number)
 //   logits                        6*B*s*h*V
 // For GPT-2 shapes (q = k = h, f = 4h) the 2025 sum is 72*B*s*L*h^2*(1 + s/(12h) + V/(12Lh)):
 // L=12, h=768, s=1024, V=50304 gives 8.171846e11 per sample (2024: 8.751667e11).
-// Activation recomputation is never counted (as upstream). Throughput divides by all GPUs.
+// Activation recomputation is never counted (as upstream), nor are the norms (RMSNorm or
+// LayerNorm) or the SwiGLU / GELU elementwise work. Throughput divides by all GPUs.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +30,7 @@ namespace megatron::train {
 struct FlopsTerms {
   double attention_linear = 0;  // QKV and output projection
   double core_attention = 0;    // QK^T and softmax(.)V
-  double mlp = 0;               // FC1 and FC2
+  double mlp = 0;               // FC1 and FC2 (FC1's gate and up halves with SwiGLU)
   double logits = 0;            // LM head
   double total() const { return attention_linear + core_attention + mlp + logits; }
 };

@@ -269,6 +269,10 @@ HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t
   const std::string where = " (checkpoint " + ck.directory + "; Hugging Face GPT-2 has no such option)";
   if (g.untie_embeddings_and_output_weights) throw_error("[--save-hf] the checkpoint has an untied output layer", where);
   if (!g.add_bias_linear) throw_error("[--save-hf] the checkpoint has no linear biases (--disable-bias-linear)", where);
+  if (g.normalization != model::Normalization::kLayerNorm) {
+    throw_error("[--save-hf] the checkpoint uses RMSNorm (--normalization RMSNorm)", where);
+  }
+  if (g.swiglu) throw_error("[--save-hf] the checkpoint has a SwiGLU MLP (--swiglu)", where);
   if (g.kv_channels * g.num_attention_heads != g.hidden_size) {
     throw_error("[--save-hf] --kv-channels ", g.kv_channels, " x --num-attention-heads ", g.num_attention_heads,
                 " is not --hidden-size ", g.hidden_size, where);

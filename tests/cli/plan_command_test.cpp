@@ -128,6 +128,40 @@ TEST(PlanCommand, DocumentsCostTheirBiasOnlyInOurEngine) {
   EXPECT_EQ(number(core_docs.output, "tokens_per_s"), number(core_causal.output, "tokens_per_s"));
 }
 
+// --swiglu and --normalization as train takes them: the SwiGLU default --ffn-hidden-size is
+// int(8h/3/64)*64 (1024 -> 2688); FC1 has 2f rows; RMSNorm has no biases. Hand counts for
+// L 4, h 1024, V 50304 (padded), 2048 positions, biases on: per layer norms 2rh, QKV 3h^2 + 3h,
+// proj h^2 + h, FC1 f1*h + f1, FC2 h*f + h; plus embeddings and the final norm.
+TEST(PlanCommand, SwigluAndRmsNormShapeTheModel) {
+  const std::string layout = "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+                             "--gpu h100-80gb --gpus-per-node 1 --micro-batch-size 4 --global-batch-size 4 "
+                             "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --json";
+  auto number = [](const std::string& out, const char* key) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(out, m, std::regex(std::string("\"") + key + "\": ([0-9.e+]+)"))) << out;
+    return std::stod(m[1]);
+  };
+  const test::CommandResult gelu = plan(layout), swiglu = plan(layout + " --swiglu");
+  const test::CommandResult both = plan(layout + " --swiglu --normalization RMSNorm");
+  const test::CommandResult named = plan(layout + " --normalization LayerNorm");
+  ASSERT_EQ(gelu.status, 0) << gelu.output;
+  ASSERT_EQ(swiglu.status, 0) << swiglu.output;
+  ASSERT_EQ(both.status, 0) << both.output;
+  ASSERT_EQ(named.status, 0) << named.output;
+  EXPECT_EQ(number(gelu.output, "ffn_hidden_size"), 4096);
+  EXPECT_EQ(number(swiglu.output, "ffn_hidden_size"), 2688);
+  EXPECT_EQ(number(gelu.output, "num_parameters"), 103995392);   // f 4096, LayerNorm
+  EXPECT_EQ(number(swiglu.output, "num_parameters"), 103476224);  // f 2688, FC1 [5376, 1024]
+  EXPECT_EQ(number(both.output, "num_parameters"), 103467008);    // 9 norm biases of 1024 fewer
+  EXPECT_EQ(named.output, gelu.output);
+  // An explicit width wins over the SwiGLU default.
+  const test::CommandResult wide = plan(layout + " --swiglu --ffn-hidden-size 4096");
+  ASSERT_EQ(wide.status, 0) << wide.output;
+  EXPECT_EQ(number(wide.output, "ffn_hidden_size"), 4096);
+  EXPECT_GT(number(wide.output, "memory_per_gpu_bytes"), number(gelu.output, "memory_per_gpu_bytes"));
+  EXPECT_LT(number(wide.output, "tokens_per_s"), number(gelu.output, "tokens_per_s"));
+}
+
 TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
   const struct {
     const char* flags;
@@ -156,6 +190,10 @@ TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
       {"--model gpt3-175b --gpu h100-80gb --attention-backend fused",
        "error: [--attention-backend] invalid choice 'fused' (choose from flash, local)"},
       {"--model gpt3-175b --gpu h100-80gb --hidden-dropout 1", "error: [--hidden-dropout] must be in [0, 1), got 1"},
+      {"--model gpt3-175b --gpu h100-80gb --normalization rmsnorm",
+       "error: [--normalization] invalid choice 'rmsnorm' (choose from LayerNorm, RMSNorm)"},
+      {"--num-layers 2 --hidden-size 16 --num-attention-heads 2 --seq-length 8 --gpu h100-80gb --swiglu",
+       "error: [--ffn-hidden-size] must be positive, got 0"},
   };
   for (const auto& c : cases) {
     const test::CommandResult r = plan(c.flags);

@@ -85,6 +85,53 @@ TEST(GPTModel, GradientsMatchFiniteDifferencesUntiedNoBiasExactGelu) {
   check_gradients(c, random_micro_batch(3, c.seq_length, c.vocab_size, 3, true), {});
 }
 
+// Megatron's Llama-style pieces: RMSNorm (no bias, no centring) and the SwiGLU MLP, with and
+// without linear biases, with dropout.
+TEST(GPTModel, GradientsMatchFiniteDifferencesRmsNormSwiglu) {
+  GPTConfig c = tiny_gpt_config();
+  c.normalization = Normalization::kRMSNorm;
+  c.swiglu = true;
+  check_gradients(c, random_micro_batch(2, c.seq_length, c.vocab_size, 4, true), {});
+  c.add_bias_linear = false;
+  c.untie_embeddings_and_output_weights = true;
+  c.attention_dropout = 0.2f;
+  c.hidden_dropout = 0.1f;
+  DropoutContext ctx;
+  ctx.seed = 5;
+  ctx.iteration = 2;
+  check_gradients(c, random_micro_batch(2, c.seq_length, c.vocab_size, 5, false), ctx);
+}
+
+// Each variant alone changes the loss (the flags reach the model), and RMSNorm's parameters are
+// the weights alone.
+TEST(GPTModel, RmsNormAndSwigluChangeTheModel) {
+  const GPTConfig base = tiny_gpt_config();
+  const MicroBatch mb = random_micro_batch(2, base.seq_length, base.vocab_size, 8, false);
+  auto loss_of = [&](const GPTConfig& c, int64_t* numel) {
+    auto backend = backend::make_cpu_backend();
+    GPTModel model(c, *backend, DType::kF32, mb.batch);
+    model.parameters().initialize(*backend, 7, c.init_method_std, c.num_layers);
+    *numel = model.parameters().total_numel();
+    for (const Parameter& p : model.parameters().params()) {
+      if (c.normalization == Normalization::kRMSNorm) EXPECT_EQ(p.name.find("layernorm.bias"), std::string::npos) << p.name;
+      if (p.name.find("linear_fc1.weight") != std::string::npos) {
+        EXPECT_EQ(p.global_shape[0], c.fc1_out_size()) << p.name;
+      }
+    }
+    return model.forward(mb, {});
+  };
+  int64_t n0 = 0, n_rms = 0, n_swiglu = 0;
+  GPTConfig rms = base, swiglu = base;
+  rms.normalization = Normalization::kRMSNorm;
+  swiglu.swiglu = true;
+  const float l0 = loss_of(base, &n0), l_rms = loss_of(rms, &n_rms), l_swiglu = loss_of(swiglu, &n_swiglu);
+  EXPECT_NE(l0, l_rms);
+  EXPECT_NE(l0, l_swiglu);
+  const int64_t h = base.hidden_size, f = base.ffn_hidden_size;
+  EXPECT_EQ(n0 - n_rms, (2 * base.num_layers + 1) * h) << "one bias [h] per LayerNorm";
+  EXPECT_EQ(n_swiglu - n0, base.num_layers * (f * h + f)) << "fc1's up half: [f, h] and its bias";
+}
+
 TEST(GPTModel, DropoutIsAFunctionOfTheContext) {
   GPTConfig c = tiny_gpt_config();
   c.attention_dropout = 0.3f;
@@ -119,9 +166,14 @@ TEST(GPTModel, RecomputeGivesBitIdenticalGradients) {
   DropoutContext ctx;
   ctx.seed = 11;
   ctx.iteration = 3;
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
+  for (int variant = 0; variant < 3; ++variant) {  // fp32, bf16, bf16 with RMSNorm + SwiGLU
+    const DType dtype = variant == 0 ? DType::kF32 : DType::kBF16;
     auto run = [&](Recompute method, int64_t layers, float* loss) {
       GPTConfig c = base;
+      if (variant == 2) {
+        c.normalization = Normalization::kRMSNorm;
+        c.swiglu = true;
+      }
       c.recompute = method;
       c.recompute_num_layers = layers;
       auto backend = backend::make_cpu_backend();
@@ -141,7 +193,8 @@ TEST(GPTModel, RecomputeGivesBitIdenticalGradients) {
                                   std::pair{Recompute::kUniform, int64_t{5}}, std::pair{Recompute::kBlock, int64_t{3}}}) {
       float loss = 0.0f;
       const std::vector<float> g = run(method, layers, &loss);
-      const std::string what = std::string(dtype_name(dtype)) + (method == Recompute::kUniform ? " uniform " : " block ") +
+      const std::string what = std::string(dtype_name(dtype)) + (variant == 2 ? " rmsnorm swiglu" : "") +
+                               (method == Recompute::kUniform ? " uniform " : " block ") +
                                std::to_string(layers);
       EXPECT_EQ(loss, loss_ref) << what;
       ASSERT_EQ(g.size(), ref.size());

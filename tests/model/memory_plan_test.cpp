@@ -31,6 +31,8 @@ struct Case {
   Recompute recompute = Recompute::kNone;
   int64_t recompute_num_layers = 1;
   bool documents = false;  // --reset-position-ids and --reset-attention-mask
+  bool rmsnorm = false;    // --normalization RMSNorm
+  bool swiglu = false;     // --swiglu
 };
 
 class MemoryPlanTest : public ::testing::TestWithParam<Case> {};
@@ -52,6 +54,8 @@ TEST_P(MemoryPlanTest, PlanEqualsAllocatedBytes) {
   c.recompute = k.recompute;
   c.recompute_num_layers = k.recompute_num_layers;
   c.reset_position_ids = c.reset_attention_mask = k.documents;
+  c.normalization = k.rmsnorm ? Normalization::kRMSNorm : Normalization::kLayerNorm;
+  c.swiglu = k.swiglu;
   const MemoryPlan plan = plan_memory(c, k.dtype, k.micro_batch);
 
   auto backend = backend::make_cpu_backend();
@@ -107,7 +111,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MemoryPlanTest,
                                            Case{"fp32_recompute_block1", DType::kF32, false, true, 2, 8,
                                                 Recompute::kBlock, 1},
                                            Case{"bf16_documents_recompute_uniform1", DType::kBF16, false, true, 2, 8,
-                                                Recompute::kUniform, 1, true}),
+                                                Recompute::kUniform, 1, true},
+                                           Case{"bf16_rmsnorm_swiglu", DType::kBF16, false, true, 2, 8,
+                                                Recompute::kNone, 1, false, true, true},
+                                           Case{"fp32_rmsnorm_swiglu_nobias_untied_recompute_block1", DType::kF32,
+                                                true, false, 2, 8, Recompute::kBlock, 1, false, true, true},
+                                           Case{"fp16_swiglu", DType::kF16, false, true, 1, 8, Recompute::kNone, 1,
+                                                false, false, true},
+                                           Case{"bf16_rmsnorm", DType::kBF16, false, true, 3, 8, Recompute::kNone, 1,
+                                                false, true, false}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // --use-distributed-optimizer under mpirun -np 3: each rank allocates its shard of the fp32 main
@@ -168,7 +180,10 @@ TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
   c.max_position_embeddings = 8;
   c.vocab_size = 30;
   c.padded_vocab_size = 32;
-  for (bool sp : {false, true}) {
+  for (int variant = 0; variant < 4; ++variant) {  // sp, and RMSNorm + SwiGLU, each on or off
+    const bool sp = variant % 2 == 1;
+    c.normalization = variant >= 2 ? Normalization::kRMSNorm : Normalization::kLayerNorm;
+    c.swiglu = variant >= 2;
     const MemoryPlan plan = plan_memory(c, DType::kF32, 2, 2, sp);
     EXPECT_LT(plan.num_parameters, gpt_num_parameters(c));
     auto backend = backend::make_cpu_backend();
@@ -178,7 +193,7 @@ TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
     train::MixedPrecisionOptimizer opt(model.parameters(), *backend, train::OptimizerConfig{},
                                        optim::GradScaler::constant(1.0f), {nullptr, false, 0, tp.get()});
     const MemorySnapshot built = tracker.snapshot();
-    EXPECT_EQ(plan.num_parameters, model.parameters().total_numel()) << "sp " << sp;
+    EXPECT_EQ(plan.num_parameters, model.parameters().total_numel()) << "variant " << variant;
     for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kMainParams, MemoryKind::kGrads, MemoryKind::kOptimizer,
                             MemoryKind::kActivations, MemoryKind::kWorkspace}) {
       const int64_t planned = kind == MemoryKind::kParams        ? plan.parameters
@@ -187,7 +202,7 @@ TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
                               : kind == MemoryKind::kOptimizer   ? plan.optimizer
                               : kind == MemoryKind::kActivations ? plan.activations
                                                                  : plan.workspace;
-      EXPECT_EQ(planned, delta(built, before, kind)) << memory_kind_name(kind) << " sp " << sp;
+      EXPECT_EQ(planned, delta(built, before, kind)) << memory_kind_name(kind) << " variant " << variant;
     }
     tracker.reset_peak();
     MicroBatch mb;
@@ -232,6 +247,9 @@ TEST(MemoryPlan, PipelineStagePlanEqualsAllocatedBytes) {
         c.untie_embeddings_and_output_weights = untied;
         // Documents: key starts in every chunk's sets, position ids on virtual stage 0.
         c.reset_position_ids = c.reset_attention_mask = untied;
+        // RMSNorm and SwiGLU: no final LayerNorm bias on the last stage, fc1 [2f, h].
+        c.normalization = vp == 2 ? Normalization::kRMSNorm : Normalization::kLayerNorm;
+        c.swiglu = vp == 2;
         int64_t total = 0;
         for (int64_t stage = 0; stage < 2; ++stage) {
           PipelineStageOptions pipe;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "model/memory_plan.h"
+#include "parallel/pipeline_schedule.h"
 #include "plan/memory_model.h"
 
 namespace megatron::plan {
@@ -25,6 +26,18 @@ model::GPTConfig small_config() {
   return c;
 }
 
+// The model variants: --normalization RMSNorm (no norm biases, no row means) and --swiglu
+// (FC1 [2f, h], an extra [n, f/t] workspace).
+struct Variant {
+  bool rmsnorm, swiglu;
+};
+constexpr Variant kVariants[] = {{false, false}, {true, false}, {false, true}, {true, true}};
+
+void apply(const Variant& v, model::GPTConfig& c) {
+  c.normalization = v.rmsnorm ? model::Normalization::kRMSNorm : model::Normalization::kLayerNorm;
+  c.swiglu = v.swiglu;
+}
+
 void expect_same(const model::MemoryPlan& a, const model::MemoryPlan& b) {
   EXPECT_EQ(a.num_parameters, b.num_parameters);
   EXPECT_EQ(a.parameters, b.parameters);
@@ -42,6 +55,7 @@ TEST(PlanMemory, EqualsTheEnginePlanAtTp1Pp1) {
   // 124M, 1.3B and 175B shapes plus the small one (vocab padded for TP 1).
   const Shape shapes[] = {{12, 768, 12, 1024, 50304}, {24, 2048, 16, 2048, 50304}, {96, 12288, 96, 2048, 50304}};
   for (const Shape& s : shapes) {
+   for (const Variant& v : kVariants) {
     for (DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
       for (bool untied : {false, true}) {
         for (PlanRecompute rc : {PlanRecompute::kNone, PlanRecompute::kFull}) {
@@ -56,7 +70,9 @@ TEST(PlanMemory, EqualsTheEnginePlanAtTp1Pp1) {
               c.hidden_size = s.hidden;
               c.num_attention_heads = s.heads;
               c.kv_channels = s.hidden / s.heads;
-              c.ffn_hidden_size = 4 * s.hidden;
+              apply(v, c);
+              // SwiGLU's default width (train_args: int(8h/3/64)*64): 2048, 5440, 32768.
+              c.ffn_hidden_size = v.swiglu ? s.hidden / 24 * 64 : 4 * s.hidden;
               c.seq_length = s.seq;
               c.max_position_embeddings = s.seq;
               c.padded_vocab_size = s.vocab;
@@ -75,7 +91,8 @@ TEST(PlanMemory, EqualsTheEnginePlanAtTp1Pp1) {
               model::MemoryPlan expected = model::plan_memory(engine, dtype, 2);
               if (dist) expected = model::shard_optimizer_state(expected, dp);
               SCOPED_TRACE(testing::Message() << s.hidden << " " << dtype_name(dtype) << " untied " << untied
-                                              << " " << p.describe());
+                                              << " rmsnorm " << v.rmsnorm << " swiglu " << v.swiglu << " "
+                                              << p.describe());
               if (documents && dtype != DType::kF32) expected.workspace += 2 * s.seq * s.seq * 2;
               const model::MemoryPlan planned = stage_memory(c, dtype, p, 0);
               expect_same(planned, expected);
@@ -86,6 +103,7 @@ TEST(PlanMemory, EqualsTheEnginePlanAtTp1Pp1) {
         }
       }
     }
+   }
   }
 }
 
@@ -141,6 +159,112 @@ TEST(PlanMemory, TensorAndPipelineShardsByHand) {
   const model::MemoryPlan d = stage_memory(c, DType::kBF16, p, 0);
   EXPECT_EQ(d.main_parameters, 403 * 4);
   EXPECT_EQ(d.optimizer, 403 * 8);
+}
+
+// RMSNorm + SwiGLU on the same layout, by hand (f = 32 given, so f1 = 64; r = 1).
+TEST(PlanMemory, RmsNormSwigluShardsByHand) {
+  model::GPTConfig c = small_config();
+  apply({true, true}, c);
+  ParallelConfig p;
+  p.tp = 2;
+  p.pp = 2;
+  p.micro_batch = 1;
+  p.global_batch = 4;
+  p.sequence_parallel = true;
+  // Per layer: 2h = 16 norm weights + (3qh + hq + f1*h + f*h)/t = (192 + 64 + 512 + 256)/2 = 512
+  // + biases 3q/t + f1/t + 2h = 12 + 32 + 16 = 60 -> 588; 2 layers per stage = 1176.
+  EXPECT_EQ(stage_num_parameters(c, p, 0), 1176 + 32 * 8 + 4 * 8);  // + V/t*h word, positions
+  EXPECT_EQ(stage_num_parameters(c, p, 1), 1176 + 8 + 32 * 8);      // + final RMSNorm weight, tied copy
+  // n = 4, SP (u = 2). Layer: n*(3h/u + (4q + f1 + f)/t)*e + 2*1*4n/u + 4*b*a*s/t
+  // = 4*(12 + 64)*2 + 16 + 16 = 640; its input n*h*e/u = 32.
+  const model::MemoryPlan s0 = stage_memory(c, DType::kBF16, p, 0);
+  EXPECT_EQ(s0.activations, 4 * (32 + 640) + 2 * 16);
+  // Workspace: (3nh + (4nq + n*f1 + n*f)/t)*e = (96 + (128 + 256 + 128)/2)*2.
+  EXPECT_EQ(s0.workspace, (96 + 256) * 2);
+  // Stage 1: 2 x (32 + 640), final stream and norm out 2*n*h*e/u = 64, rstd 4n/u = 8, logits
+  // n*(V/t)*e = 256, losses/lse/labels/mask/weights 80.
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 1).activations, 2 * (32 + 640) + 64 + 8 + 256 + 80);
+  // Each variant alone, stage 0, against the LayerNorm/GELU numbers of
+  // TensorAndPipelineShardsByHand with SP (920 parameters of layers, layer 528, workspace 448).
+  // RMSNorm: 2 layers x 2 norms x 8 biases = 32 parameters fewer; the two means, 2*4n/u = 16
+  // bytes per layer, fewer.
+  apply({true, false}, c);
+  EXPECT_EQ(stage_num_parameters(c, p, 0), 920 - 32 + 32 * 8 + 4 * 8);
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 4 * (32 + 528 - 16) + 2 * 16);
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).workspace, 448);
+  // SwiGLU: FC1 has f1 - f = 32 more rows, (32*8 + 32)/2 = 144 parameters per layer; its output
+  // n*(f1 - f)/t*e = 128 bytes more per layer; the workspace's fc1 gradient 128 bytes more and
+  // the activation's output gradient n*f/t*e = 128.
+  apply({false, true}, c);
+  EXPECT_EQ(stage_num_parameters(c, p, 0), 920 + 2 * 144 + 32 * 8 + 4 * 8);
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 4 * (32 + 528 + 128) + 2 * 16);
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).workspace, 448 + 128 + 128);
+}
+
+// Beyond TP = PP = 1 the planner is a model of Megatron's layout (the header), but what the
+// variants add or remove must be exactly what model::plan_memory adds or removes for the same
+// stage: parameters equal model::stage_num_parameters outright, and each kind's change from
+// the LayerNorm/GELU model equals the engine plan's change, with TP 2 (SP on and off), 1F1B and
+// interleaved pipelines (activations: 1F1B only), every stage, with and without full recompute. The engine's activation
+// sets per chunk are the schedule's (train/config.cpp pipeline_stage).
+TEST(PlanMemory, VariantsChangeWhatTheEnginePlanChanges) {
+  struct Layout {
+    int64_t tp, pp, vp;
+    bool sp;
+  };
+  for (const Layout& l : {Layout{2, 1, 1, true}, Layout{2, 1, 1, false}, Layout{1, 2, 1, false},
+                          Layout{2, 2, 1, true}, Layout{2, 4, 1, true}, Layout{2, 2, 2, true}}) {
+    for (PlanRecompute rc : {PlanRecompute::kNone, PlanRecompute::kFull}) {
+      for (const Variant& v : kVariants) {
+        model::GPTConfig base = small_config();
+        base.num_layers = 8;
+        base.seq_length = base.max_position_embeddings = 8;
+        model::GPTConfig c = base;
+        apply(v, c);
+        ParallelConfig p;
+        p.tp = l.tp;
+        p.pp = l.pp;
+        p.vp = l.vp;
+        p.sequence_parallel = l.sp;
+        p.micro_batch = 2;
+        p.global_batch = 16;  // m = 8
+        p.recompute = rc;
+        model::GPTConfig engine = c, engine_base = base;
+        if (rc == PlanRecompute::kFull) {
+          for (model::GPTConfig* e : {&engine, &engine_base}) {
+            e->recompute = model::Recompute::kUniform;
+            e->recompute_num_layers = 1;
+          }
+        }
+        for (int64_t k = 0; k < l.pp; ++k) {
+          SCOPED_TRACE(testing::Message() << p.describe() << " stage " << k << " rmsnorm " << v.rmsnorm << " swiglu "
+                                          << v.swiglu);
+          model::PipelineStageOptions stage;
+          stage.pp = l.pp;
+          stage.stage = k;
+          stage.virtual_chunks = l.vp;
+          stage.activation_sets =
+              parallel::max_in_flight(parallel::pipeline_schedule({l.pp, k, p.num_micro_batches(), l.vp}), l.vp);
+          EXPECT_EQ(stage_num_parameters(c, p, k), model::stage_num_parameters(c, l.tp, stage));
+          const model::MemoryPlan planned = stage_memory(c, DType::kBF16, p, k);
+          const model::MemoryPlan planned_base = stage_memory(base, DType::kBF16, p, k);
+          const model::MemoryPlan exact = model::plan_memory(engine, DType::kBF16, 2, l.tp, l.sp, stage);
+          const model::MemoryPlan exact_base = model::plan_memory(engine_base, DType::kBF16, 2, l.tp, l.sp, stage);
+          EXPECT_EQ(planned.parameters - planned_base.parameters, exact.parameters - exact_base.parameters);
+          // Interleaved, the planner keeps Megatron's count of chunks in flight (the test below),
+          // which can be one below the engine's schedule (5 against 6 on stage 0 at pp 2, vp 2,
+          // m 8): the per-chunk change is the same, its multiple is not.
+          if (l.vp == 1) {
+            EXPECT_EQ(planned.activations - planned_base.activations, exact.activations - exact_base.activations);
+          }
+          EXPECT_EQ(planned.workspace - planned_base.workspace, exact.workspace - exact_base.workspace);
+          if (v.rmsnorm || v.swiglu) {
+            EXPECT_NE(planned.activations, planned_base.activations);
+          }
+        }
+      }
+    }
+  }
 }
 
 // Interleaving: stage 0 holds min(m*vp, 2(pp-1) + (vp-1)pp + 1) chunks of L/(pp*vp) layers.

@@ -30,6 +30,20 @@ TEST(PlanThroughput, FlopsEqualTrainFlops) {
   EXPECT_DOUBLE_EQ(model_flops(c, 1536, false), train::flops_per_iteration(c, 1536, train::FlopsConvention::k2024));
 }
 
+TEST(PlanThroughput, FlopsEqualTrainFlopsForTheVariants) {
+  model::GPTConfig c = config_for_tp(test::gpt_plan_model(32, 4096, 32, 4096), 2);
+  c.swiglu = true;
+  c.ffn_hidden_size = 4096 / 24 * 64;  // 10880
+  c.normalization = model::Normalization::kRMSNorm;
+  EXPECT_DOUBLE_EQ(model_flops(c, 512, true), train::flops_per_iteration(c, 512, train::FlopsConvention::k2025));
+  EXPECT_DOUBLE_EQ(model_flops(c, 512, false), train::flops_per_iteration(c, 512, train::FlopsConvention::k2024));
+  // c = 3: the MLP's 18*B*s*L*h*f against GELU's 12*B*s*L*h*f.
+  model::GPTConfig gelu = c;
+  gelu.swiglu = false;
+  EXPECT_NEAR((model_flops(c, 512, true) - model_flops(gelu, 512, true)) / (6.0 * 512 * 4096 * 32 * 4096 * 10880), 1.0,
+              1e-12);
+}
+
 TEST(PlanThroughput, CollectiveFormulas) {
   const Link link{100e9, 1e-5};
   // 4 ranks, 1 GB: all-reduce 2*3*1e-5 + 2*3/4 * 1e9 / (100e9 * 0.8) = 6e-5 + 0.01875.
@@ -320,6 +334,60 @@ TEST(PlanThroughput, UnfusedGeluAndCrossEntropyCostTheirBytes) {
   const double V = static_cast<double>(c.padded_vocab_size);
   EXPECT_NEAR(predict(c, DType::kBF16, p, ce).compute_s - base,
               kUnfusedLogitsBytes * n * V / stream - kLogitsBytes * n * V / 2.039e12, 1e-9);
+}
+
+// --swiglu: FC1 is one [n, h] x [h, 2f/t] GEMM (f/t more output columns, forward, dgrad and
+// wgrad), and its own elementwise kernels, (kSwigluForwardBytes + kSwigluBackwardBytes) * e
+// per [n, f/t] output element at the streaming rate, in place of the GELU epilogue, or of the
+// separate bias-GeLU where the engine has one. Full recompute runs the forward part again.
+TEST(PlanThroughput, SwigluCostsItsGemmAndItsKernels) {
+  const PlanModel m = test::gpt_plan_model(4, 1024, 16, 2048);
+  model::GPTConfig gelu = config_for_tp(m, 2);
+  gelu.ffn_hidden_size = 2688;
+  model::GPTConfig swiglu = gelu;
+  swiglu.swiglu = true;
+  ParallelConfig p{2, 1, 1, 1, 8, 16, PlanRecompute::kNone, false, true};  // 2 micro-batches
+  const Cluster ours = a100(1, 2);
+  const double n = 8.0 * 2048.0, h = 1024.0, f_t = 2688.0 / 2.0, e = 2.0, layers = 4.0, micro = 2.0;
+  const double gemm_rate = 312e12 * kGemmCeilingShare * ours.gpu.gemm_efficiency;
+  const double stream = 2.039e12 * kStreamEfficiency;
+  const Prediction g = predict(gelu, DType::kBF16, p, ours), w = predict(swiglu, DType::kBF16, p, ours);
+  const double fc1 = micro * layers * 3.0 * 2.0 * n * f_t * h / gemm_rate;  // the extra f/t columns
+  const double kernels = micro * layers * (kSwigluForwardBytes + kSwigluBackwardBytes) * e * n * f_t / stream;
+  EXPECT_NEAR(w.gemm_s - g.gemm_s, fc1, 1e-12);
+  EXPECT_NEAR(w.memory_bound_s - g.memory_bound_s, kernels, 1e-12);
+  EXPECT_NEAR(w.compute_s - g.compute_s, fc1 + kernels, 1e-12);
+  EXPECT_DOUBLE_EQ(w.attention_s, g.attention_s);
+  EXPECT_DOUBLE_EQ(kSwigluForwardBytes + kSwigluBackwardBytes, 8.0);  // 2 + 1 forward, 1 + 2 + 2 backward
+  // An engine with a separate bias-GeLU (5e per element) runs SwiGLU's kernels instead.
+  Cluster unfused = ours;
+  unfused.engine.gelu_in_gemm_epilogue = false;
+  EXPECT_NEAR(predict(swiglu, DType::kBF16, p, unfused).compute_s - predict(gelu, DType::kBF16, p, unfused).compute_s,
+              fc1 + kernels - micro * layers * 5.0 * e * n * f_t / stream, 1e-12);
+  EXPECT_DOUBLE_EQ(predict(swiglu, DType::kBF16, p, unfused).compute_s, w.compute_s);
+  // Full recompute: one more forward, a third of the extra GEMM and the forward kernel.
+  ParallelConfig r = p;
+  r.recompute = PlanRecompute::kFull;
+  const double extra = (predict(swiglu, DType::kBF16, r, ours).compute_s - w.compute_s) -
+                       (predict(gelu, DType::kBF16, r, ours).compute_s - g.compute_s);
+  EXPECT_NEAR(extra, fc1 / 3.0 + micro * layers * kSwigluForwardBytes * e * n * f_t / stream, 1e-12);
+}
+
+// RMSNorm takes LayerNorm's term (throughput_model.h): the same compute; only the parameter
+// count (no norm biases) moves the optimizer and gradient reduction.
+TEST(PlanThroughput, RmsNormComputesLikeLayerNorm) {
+  const PlanModel m = test::gpt_plan_model(8, 2048, 16, 2048);
+  const model::GPTConfig layernorm = config_for_tp(m, 1);
+  model::GPTConfig rmsnorm = layernorm;
+  rmsnorm.normalization = model::Normalization::kRMSNorm;
+  ParallelConfig p{1, 1, 1, 8, 1, 16, PlanRecompute::kNone, false, false};
+  const Prediction a = predict(layernorm, DType::kBF16, p, h100(1));
+  const Prediction b = predict(rmsnorm, DType::kBF16, p, h100(1));
+  EXPECT_EQ(a.compute_s, b.compute_s);
+  EXPECT_EQ(a.memory_bound_s, b.memory_bound_s);
+  EXPECT_EQ(model_flops(layernorm, 16, true), model_flops(rmsnorm, 16, true));
+  EXPECT_EQ(stage_num_parameters(layernorm, p, 0) - stage_num_parameters(rmsnorm, p, 0), (2 * 8 + 1) * 2048);
+  EXPECT_LT(b.optimizer_s, a.optimizer_s);
 }
 
 // The Megatron-2021 engine settings each cost what engine_profile.h says they do.

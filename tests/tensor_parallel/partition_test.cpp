@@ -29,6 +29,33 @@ TEST(Partition, ShapesAndGlobalIndices) {
   EXPECT_EQ(global_index(g, {-1, 1, 2}, 3), 3);
 }
 
+// SwiGLU's FC1 [2f, h] = [gate; up] as 2 row chunks over 2 ranks (f = 4, h = 3): rank r holds
+// gate rows 2r, 2r + 1 then up rows 4 + 2r, 4 + 2r + 1; the init map and the runs agree.
+TEST(Partition, ChunkedRowsHoldTheirRowsOfEachChunk) {
+  const Shape g{8, 3};
+  for (int64_t rank : {0, 1}) {
+    const Partition p{0, rank, 2, 2};
+    ASSERT_EQ(local_shape(g, p), (Shape{4, 3}));
+    std::vector<int64_t> rows;
+    for (int64_t k = 0; k < 12; k += 3) rows.push_back(global_index(g, p, k) / 3);
+    EXPECT_EQ(rows, (std::vector<int64_t>{2 * rank, 2 * rank + 1, 4 + 2 * rank, 5 + 2 * rank})) << rank;
+    for (int64_t k = 0; k < 12; ++k) EXPECT_EQ(global_index(g, p, k) % 3, k % 3);
+    const backend::NormalInit m = shard_index_map(g, p);  // global = offset + k / local * global_cols + k % local
+    for (int64_t k = 0; k < 12; ++k) {
+      EXPECT_EQ(m.offset + k / m.local_cols * m.global_cols + k % m.local_cols, global_index(g, p, k)) << k;
+    }
+    int runs = 0;
+    for_each_global_run(g, p, 0, 12, [&](int64_t global_start, int64_t local_start, int64_t len) {
+      EXPECT_EQ(len, 6);
+      EXPECT_EQ(global_start, global_index(g, p, local_start));
+      ++runs;
+    });
+    EXPECT_EQ(runs, 2) << "one run per chunk";
+  }
+  // Rows that do not split into chunks x ranks are a bug (MT_CHECK aborts).
+  EXPECT_DEATH(local_shape(Shape{6, 3}, Partition{0, 0, 2, 2}), "does not split along dim 0 over 2 x 2 chunks");
+}
+
 // Every element of every sub-range of every shard lands where global_index puts it, in runs
 // that are maximal (the next element is never the continuation of the run before it) and
 // cover the range exactly once, in order.
@@ -68,9 +95,9 @@ TEST(Partition, GatherThenSliceRoundTrips) {
   comm::MpiRuntime mpi;
   auto tp = mpi.world();
   auto backend = backend::make_cpu_backend();
-  const Shape g{6, 4};
-  for (int dim : {-1, 0, 1}) {
-    const Partition p{dim, tp->rank(), 2};
+  const Shape g{8, 4};
+  for (int dim : {-1, 0, 1, 2}) {  // 2: dim 0 in two row chunks (SwiGLU's FC1)
+    const Partition p{dim == 2 ? 0 : dim, tp->rank(), 2, dim == 2 ? 2 : 1};
     Tensor shard = Tensor::cpu(local_shape(g, p), DType::kF32);
     for (int64_t k = 0; k < shard.numel(); ++k) {
       shard.data_as<float>()[k] = static_cast<float>(dim == -1 ? k : global_index(g, p, k));

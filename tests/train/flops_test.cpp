@@ -79,6 +79,49 @@ TEST(Flops, KvChannelsAndFfnAreUsed) {
   EXPECT_DOUBLE_EQ(t.core_attention, 6.0 * 1024 * 1024 * 12 * 1536);
 }
 
+// --swiglu: Megatron's c = 3 in the MLP term, 6*c*B*s*L*h*f = 18*B*s*L*h*f (FC1 is [2f, h]).
+TEST(Flops, SwigluCountsThreeMlpGemms) {
+  // h 1024: the --swiglu default f = int(8h/3/64)*64 = 42*64 = 2688 (not 8h/3 = 2730.67).
+  model::GPTConfig m = gpt2_shape(24, 1024, 16);
+  m.ffn_hidden_size = 2688;
+  const FlopsTerms gelu = flops_terms(m, 1, FlopsConvention::k2025);
+  m.swiglu = true;
+  const FlopsTerms swiglu = flops_terms(m, 1, FlopsConvention::k2025);
+  EXPECT_DOUBLE_EQ(gelu.mlp, 12.0 * 1024 * 24 * 1024 * 2688);         // 8.1175e11
+  EXPECT_DOUBLE_EQ(swiglu.mlp, 18.0 * 1024 * 24 * 1024 * 2688);       // 1.21762e12
+  EXPECT_DOUBLE_EQ(swiglu.mlp, 1217623228416.0);
+  EXPECT_DOUBLE_EQ(swiglu.attention_linear, gelu.attention_linear);
+  EXPECT_DOUBLE_EQ(swiglu.core_attention, gelu.core_attention);
+  EXPECT_DOUBLE_EQ(swiglu.logits, gelu.logits);
+  // The 2024 convention (2024-04 .. 2025-03): 12*B*s*L*h^2*[(1 + g/n + s/h)*(q/h) + (f/h)*1.5]
+  // + 6*B*s*h*V, the same MLP number.
+  const double B = 4, s = 1024, L = 24, h = 1024, f = 2688, V = 50304;
+  expect_rel(flops_per_iteration(m, 4, FlopsConvention::k2024),
+             12 * B * s * L * h * h * ((1 + 1 + s / h) * 1 + f / h * 1.5) + 6 * B * s * h * V);
+  EXPECT_DOUBLE_EQ(flops_terms(m, 1, FlopsConvention::k2024).mlp, swiglu.mlp);
+}
+
+// With f = 8h/3 exactly (h a multiple of 24: 768 -> 2048) SwiGLU's 3 GEMMs of h x f are the
+// FLOPs of GELU's 2 of h x 4h: the per-sample vector of the 124M shape again.
+TEST(Flops, SwigluAtEightThirdsEqualsTheGeluModel) {
+  model::GPTConfig m = gpt2_shape(12, 768, 12);
+  m.swiglu = true;
+  m.ffn_hidden_size = 768 / 24 * 64;
+  ASSERT_EQ(m.ffn_hidden_size, 2048);
+  expect_rel(flops_per_iteration(m, 1, FlopsConvention::k2025), 8.171846e11);
+  EXPECT_DOUBLE_EQ(flops_terms(m, 1, FlopsConvention::k2025).mlp, 18.0 * 1024 * 12 * 768 * 2048);
+  EXPECT_DOUBLE_EQ(flops_terms(m, 1, FlopsConvention::k2025).mlp, 347892350976.0);
+}
+
+TEST(Flops, RmsNormChangesNothing) {
+  model::GPTConfig m = gpt2_shape(12, 768, 12);
+  const double layernorm = flops_per_iteration(m, 8, FlopsConvention::k2025);
+  m.normalization = model::Normalization::kRMSNorm;
+  EXPECT_EQ(flops_per_iteration(m, 8, FlopsConvention::k2025), layernorm);
+  EXPECT_EQ(flops_formula_text(m, 8, FlopsConvention::k2025),
+            flops_formula_text(gpt2_shape(12, 768, 12), 8, FlopsConvention::k2025));
+}
+
 TEST(Flops, ThroughputDividesByAllGpus) {
   EXPECT_DOUBLE_EQ(tflops_per_gpu(8e15, 2.0, 4), 1000.0);
 }
@@ -94,6 +137,18 @@ TEST(Flops, FormulaTextShowsTermsAndNumbers) {
   const std::string text24 = flops_formula_text(gpt2_shape(12, 768, 12), 8, FlopsConvention::k2024);
   EXPECT_NE(text24.find("12*B*s^2*L*q"), std::string::npos) << text24;
   EXPECT_NE(text24.find("8.7517E+11 per sample"), std::string::npos) << text24;
+  EXPECT_EQ(text.find("SwiGLU"), std::string::npos) << text;
+
+  // SwiGLU: the MLP row shows c = 3; h 1024, f 2688, L 24 -> 18*s*L*h*f = 1.2176E+12 per sample.
+  model::GPTConfig m = gpt2_shape(24, 1024, 16);
+  m.swiglu = true;
+  m.ffn_hidden_size = 2688;
+  const std::string sw = flops_formula_text(m, 8, FlopsConvention::k2025);
+  EXPECT_NE(sw.find("f=2688 (SwiGLU: c=3)"), std::string::npos) << sw;
+  EXPECT_NE(sw.find("MLP (FC1 gate+up, FC2)"), std::string::npos) << sw;
+  EXPECT_NE(sw.find("18*B*s*L*h*f"), std::string::npos) << sw;
+  EXPECT_NE(sw.find("1.2176E+12 per sample, 9.7410E+12 per iteration"), std::string::npos) << sw;
+  EXPECT_EQ(sw.find("12*B*s*L*h*f"), std::string::npos) << sw;
 }
 
 }  // namespace

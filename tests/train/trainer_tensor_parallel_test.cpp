@@ -154,6 +154,51 @@ TEST(TrainerTensorParallel, Tp8WithSequenceParallelMatchesOneProcess) {
   expect_same(read_jsonl(dir + "/one.jsonl"), read_jsonl(dir + "/tp8.jsonl"), 1, "TP8 + SP");
 }
 
+// Megatron's Llama-style pieces, --normalization RMSNorm and --swiglu (FC1 [2f, h] = [gate; up],
+// each half split over TP: tensor_parallel/partition.h's chunked rows), with dropout: TP2 + SP,
+// TP2 x DP2 with the distributed optimizer, and PP2 log the single process's losses and norms;
+// a TP2 checkpoint resumes as one process with the uninterrupted run's next losses (the saved
+// FC1 is the global [gate; up], not the ranks' shards end to end).
+TEST(TrainerTensorParallel, RmsNormAndSwigluMatchOneProcess) {
+  const std::string dir = test::scratch_dir("trainer_tp_rmsnorm_swiglu");
+  test::write_walk_corpus(dir);
+  const auto base = with(train_flags(dir, /*dropout=*/true), {"--normalization", "RMSNorm", "--swiglu"});
+  const test::CommandResult one = test::run_ranks(one_process(with(base, {"--log-jsonl", dir + "/one.jsonl"})), 1);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const auto ref = read_jsonl(dir + "/one.jsonl");
+  ASSERT_EQ(ref.size(), 10u) << one.output;
+  EXPECT_LT(ref.at(10).loss, ref.at(1).loss - 0.5) << "the run must learn for the comparison to mean anything";
+
+  const test::CommandResult sp = test::run_ranks(
+      with(base, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--log-jsonl", dir + "/sp.jsonl"}), 2);
+  ASSERT_EQ(sp.status, 0) << sp.output;
+  expect_same(ref, read_jsonl(dir + "/sp.jsonl"), 1, "RMSNorm + SwiGLU, TP2 + SP");
+
+  const test::CommandResult dist = test::run_ranks(
+      with(base, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--save", dir + "/ck",
+                  "--save-interval", "5", "--log-jsonl", dir + "/dist.jsonl"}),
+      4);
+  ASSERT_EQ(dist.status, 0) << dist.output;
+  expect_same(ref, read_jsonl(dir + "/dist.jsonl"), 1, "RMSNorm + SwiGLU, TP2 x DP2, distributed optimizer");
+
+  const test::CommandResult pp = test::run_ranks(
+      one_process(with(base, {"--pipeline-model-parallel-size", "2", "--log-jsonl", dir + "/pp.jsonl"})), 2);
+  ASSERT_EQ(pp.status, 0) << pp.output;
+  expect_same(ref, read_jsonl(dir + "/pp.jsonl"), 1, "RMSNorm + SwiGLU, PP2");
+
+  const test::CommandResult resumed = test::run_ranks(
+      one_process(with(base, {"--load", dir + "/ck", "--ckpt-step", "5", "--log-jsonl", dir + "/resumed.jsonl"})), 1);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  expect_same(ref, read_jsonl(dir + "/resumed.jsonl"), 6, "RMSNorm + SwiGLU TP2 checkpoint resumed as one process");
+
+  // The checkpoint names its variant: a LayerNorm run cannot load it.
+  const test::CommandResult wrong = test::run_ranks(
+      one_process(with(train_flags(dir, true), {"--swiglu", "--load", dir + "/ck", "--ckpt-step", "5"})), 1);
+  EXPECT_NE(wrong.status, 0);
+  EXPECT_NE(wrong.output.find("[--normalization] is \"LayerNorm\" but the checkpoint in "), std::string::npos)
+      << wrong.output;
+}
+
 // A checkpoint holds global tensors: saved under TP2 (with the distributed optimizer over DP2)
 // it resumes as one process, and one saved by one process resumes under TP2 + SP, with the
 // next losses of the uninterrupted run.

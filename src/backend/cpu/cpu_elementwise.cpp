@@ -138,4 +138,55 @@ void CpuBackend::bias_gelu_backward(const Tensor& dy, const Tensor& x, const Ten
   dxv.commit();
 }
 
+namespace {
+
+// x[n, 2f] = [gate | up] per row: the row count and f, checked against out[n, f].
+int64_t swiglu_half(const Tensor& x, const Tensor& out, const char* op) {
+  MT_CHECK(x.ndim() >= 1 && x.dim(-1) % 2 == 0) << op << " x " << x.describe() << " must end in an even dim [.., 2f]";
+  const int64_t f = x.dim(-1) / 2;
+  MT_CHECK(out.numel() * 2 == x.numel() && out.dim(-1) == f)
+      << op << " " << out.describe() << " for x " << x.describe() << ", expected [.., " << f << "]";
+  return f;
+}
+
+float sigmoid(float g) { return 1.0f / (1.0f + std::exp(-g)); }
+
+}  // namespace
+
+void CpuBackend::swiglu_forward(const Tensor& x, Tensor& out) {
+  const int64_t f = swiglu_half(x, out, "swiglu_forward");
+  const int64_t n = x.numel() / (2 * f);
+  In xv(x, "swiglu x");
+  Out ov(out, "swiglu out");
+#pragma omp parallel for schedule(static) if (n * f >= kParallelWork)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* gate = xv.data() + r * 2 * f;
+    const float* up = gate + f;
+    for (int64_t j = 0; j < f; ++j) ov[r * f + j] = gate[j] * sigmoid(gate[j]) * up[j];
+  }
+  ov.commit();
+}
+
+void CpuBackend::swiglu_backward(const Tensor& dy, const Tensor& x, Tensor& dx) {
+  const int64_t f = swiglu_half(x, dy, "swiglu_backward");
+  check_same_numel(x, dx, "swiglu_backward");
+  MT_CHECK(!overlaps(dx, x) && !overlaps(dx, dy)) << "swiglu_backward dx " << dx.describe() << " must not alias x or dy";
+  const int64_t n = x.numel() / (2 * f);
+  In dyv(dy, "swiglu dy"), xv(x, "swiglu x");
+  Out dxv(dx, "swiglu dx");
+#pragma omp parallel for schedule(static) if (n * f >= kParallelWork)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* gate = xv.data() + r * 2 * f;
+    const float* up = gate + f;
+    float* dgate = dxv.data() + r * 2 * f;
+    float* dup = dgate + f;
+    for (int64_t j = 0; j < f; ++j) {
+      const float g = gate[j], sg = sigmoid(g), d = dyv[r * f + j];
+      dgate[j] = d * up[j] * sg * (1.0f + g * (1.0f - sg));
+      dup[j] = d * g * sg;
+    }
+  }
+  dxv.commit();
+}
+
 }  // namespace megatron::backend

@@ -5,6 +5,8 @@
 //   xhat = (x - mean) rstd, out = xhat gamma + beta.
 // Backward, with g = dy gamma:
 //   dx = rstd (g - mean(g) - xhat mean(g xhat)), dgamma (+=) sum_r dy xhat, dbeta (+=) sum_r dy.
+// RMSNorm (`mean` undefined): rstd = 1 / sqrt(sum(x^2) / h + eps), xhat = x rstd, out = xhat gamma;
+//   dx = rstd (g - xhat mean(g xhat)), dgamma (+=) sum_r dy xhat, no beta.
 // Row statistics are accumulated in double (two passes), stored as fp32.
 #include <algorithm>
 #include <cmath>
@@ -20,23 +22,28 @@ void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const T
                                    Tensor& mean, Tensor& rstd) {
   const int64_t h = x.dim(-1);
   const int64_t n = rows_of(x, h, "layernorm x");
-  MT_CHECK(gamma.numel() == h && beta.numel() == h)
-      << "layernorm gamma " << gamma.describe() << ", beta " << beta.describe() << " for x " << x.describe();
+  const bool rms = !mean.defined();
+  MT_CHECK(gamma.numel() == h && (rms ? !beta.defined() : beta.numel() == h))
+      << (rms ? "rmsnorm" : "layernorm") << " gamma " << gamma.describe() << ", beta " << beta.describe()
+      << " for x " << x.describe() << (rms ? " (RMSNorm has no beta)" : "");
   MT_CHECK(out.numel() == x.numel()) << "layernorm out " << out.describe() << " for x " << x.describe();
-  check_f32(mean, "layernorm mean");
+  if (!rms) check_f32(mean, "layernorm mean");
   check_f32(rstd, "layernorm rstd");
-  MT_CHECK(mean.numel() == n && rstd.numel() == n)
+  MT_CHECK((rms || mean.numel() == n) && rstd.numel() == n)
       << "layernorm mean " << mean.describe() << ", rstd " << rstd.describe() << " for " << n << " rows";
-  In xv(x, "layernorm x"), gv(gamma, "layernorm gamma"), bv(beta, "layernorm beta");
+  In xv(x, "layernorm x"), gv(gamma, "layernorm gamma");
+  In bv = In::optional(beta, "layernorm beta");
   Out ov(out, "layernorm out");
-  float* mp = mean.data_as<float>();
+  float* mp = rms ? nullptr : mean.data_as<float>();
   float* rp = rstd.data_as<float>();
 #pragma omp parallel for schedule(static) if (n * h >= kParallelWork)
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = xv.data() + r * h;
     double sum = 0.0;
-    for (int64_t j = 0; j < h; ++j) sum += xr[j];
-    const float m = static_cast<float>(sum / static_cast<double>(h));
+    if (!rms) {
+      for (int64_t j = 0; j < h; ++j) sum += xr[j];
+    }
+    const float m = static_cast<float>(sum / static_cast<double>(h));  // 0 for RMSNorm
     double sq = 0.0;
     for (int64_t j = 0; j < h; ++j) {
       const double d = static_cast<double>(xr[j]) - m;
@@ -44,8 +51,8 @@ void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const T
     }
     const float s = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(h) + static_cast<double>(eps)));
     float* orow = ov.data() + r * h;
-    for (int64_t j = 0; j < h; ++j) orow[j] = (xr[j] - m) * s * gv[j] + bv[j];
-    mp[r] = m;
+    for (int64_t j = 0; j < h; ++j) orow[j] = (xr[j] - m) * s * gv[j] + (bv ? bv[j] : 0.0f);
+    if (mp != nullptr) mp[r] = m;
     rp[r] = s;
   }
   ov.commit();
@@ -65,22 +72,25 @@ void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Ten
   }
   const int64_t h = x.dim(-1);
   const int64_t n = rows_of(x, h, "layernorm x");
+  const bool rms = !mean.defined();
   MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel())
       << "layernorm dy " << dy.describe() << ", dx " << dx.describe() << " for x " << x.describe();
-  MT_CHECK(gamma.numel() == h && dgamma.numel() == h && dbeta.numel() == h)
-      << "layernorm gamma " << gamma.describe() << ", dgamma " << dgamma.describe() << ", dbeta "
-      << dbeta.describe();
-  check_f32(mean, "layernorm mean");
+  MT_CHECK(gamma.numel() == h && dgamma.numel() == h && (rms ? !dbeta.defined() : dbeta.numel() == h))
+      << (rms ? "rmsnorm" : "layernorm") << " gamma " << gamma.describe() << ", dgamma " << dgamma.describe()
+      << ", dbeta " << dbeta.describe() << (rms ? " (RMSNorm has no beta)" : "");
+  if (!rms) check_f32(mean, "layernorm mean");
   check_f32(rstd, "layernorm rstd");
-  MT_CHECK(mean.numel() == n && rstd.numel() == n) << "layernorm mean/rstd for " << n << " rows";
+  MT_CHECK((rms || mean.numel() == n) && rstd.numel() == n) << "layernorm mean/rstd for " << n << " rows";
   In dyv(dy, "layernorm dy"), xv(x, "layernorm x"), gv(gamma, "layernorm gamma");
-  const float* mp = mean.data_as<const float>();
+  const float* mp = rms ? nullptr : mean.data_as<const float>();
   const float* rp = rstd.data_as<const float>();
+  auto row_mean = [mp](int64_t r) { return mp != nullptr ? mp[r] : 0.0f; };
 
   // dgamma, dbeta first (dx may alias dy): column chunks, rows in order.
   {
     const bool accumulate = write == GradWrite::kAccumulate;
-    Out dgv(dgamma, "layernorm dgamma", /*load=*/accumulate), dbv(dbeta, "layernorm dbeta", /*load=*/accumulate);
+    Out dgv(dgamma, "layernorm dgamma", /*load=*/accumulate);
+    Out dbv = Out::optional(dbeta, "layernorm dbeta", /*load=*/accumulate);
     const int64_t chunks = (h + kColumnChunk - 1) / kColumnChunk;
 #pragma omp parallel for schedule(static) if (n * h >= kParallelWork)
     for (int64_t c = 0; c < chunks; ++c) {
@@ -89,17 +99,17 @@ void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Ten
       for (int64_t r = 0; r < n; ++r) {
         for (int64_t j = c0; j < c1; ++j) {
           const float d = dyv[r * h + j];
-          ag[j - c0] += d * (xv[r * h + j] - mp[r]) * rp[r];
+          ag[j - c0] += d * (xv[r * h + j] - row_mean(r)) * rp[r];
           ab[j - c0] += d;
         }
       }
       for (int64_t j = c0; j < c1; ++j) {
         dgv[j] = accumulate ? dgv[j] + ag[j - c0] : ag[j - c0];
-        dbv[j] = accumulate ? dbv[j] + ab[j - c0] : ab[j - c0];
+        if (dbv) dbv[j] = accumulate ? dbv[j] + ab[j - c0] : ab[j - c0];
       }
     }
     dgv.commit();
-    dbv.commit();
+    if (dbv) dbv.commit();
   }
 
   Out dxv(dx, "layernorm dx");
@@ -107,14 +117,14 @@ void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Ten
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = xv.data() + r * h;
     const float* dyr = dyv.data() + r * h;
-    const float m = mp[r], s = rp[r];
+    const float m = row_mean(r), s = rp[r];
     double sum_g = 0.0, sum_gx = 0.0;
     for (int64_t j = 0; j < h; ++j) {
       const float g = dyr[j] * gv[j];
       sum_g += g;
       sum_gx += static_cast<double>(g) * ((xr[j] - m) * s);
     }
-    const float mean_g = static_cast<float>(sum_g / static_cast<double>(h));
+    const float mean_g = rms ? 0.0f : static_cast<float>(sum_g / static_cast<double>(h));
     const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
     float* dxr = dxv.data() + r * h;
     for (int64_t j = 0; j < h; ++j) {

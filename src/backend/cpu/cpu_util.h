@@ -105,6 +105,11 @@ class Out {
   }
   Out(const Out&) = delete;
   Out& operator=(const Out&) = delete;
+  // An undefined tensor (an optional gradient) gives a null view; commit() must not be called.
+  static Out optional(Tensor& t, const char* what, bool load = false) {
+    return t.defined() ? Out(t, what, load) : Out();
+  }
+  explicit operator bool() const { return t_ != nullptr; }
 
   float* data() { return p_; }
   float& operator[](int64_t i) { return p_[i]; }
@@ -114,7 +119,9 @@ class Out {
   }
 
  private:
-  Tensor* t_;
+  Out() = default;
+
+  Tensor* t_ = nullptr;
   std::vector<float> scratch_;
   float* p_ = nullptr;
 };

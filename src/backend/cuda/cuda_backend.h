@@ -118,6 +118,8 @@ class CudaBackend : public Backend {
   void bias_grad(const Tensor& dy, Tensor& dbias, GradWrite write = GradWrite::kAccumulate) override;
   void bias_gelu_forward(const Tensor& x, const Tensor& bias, Tensor& out, Gelu kind) override;
   void bias_gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& bias, Tensor& dx, Gelu kind) override;
+  void swiglu_forward(const Tensor& x, Tensor& out) override;
+  void swiglu_backward(const Tensor& dy, const Tensor& x, Tensor& dx) override;
 
   void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& out,
                          Tensor& mean, Tensor& rstd) override;

@@ -1,5 +1,5 @@
-// CUDA backend: dropout, Megatron's bias-dropout-add and the fused bias-GELU (forward and
-// backward), the same functions as backend/cpu/cpu_elementwise.cpp.
+// CUDA backend: dropout, Megatron's bias-dropout-add, the fused bias-GELU and SwiGLU (forward
+// and backward), the same functions as backend/cpu/cpu_elementwise.cpp.
 //
 // Every kernel walks the tensor in groups of 4 consecutive elements [4g, 4g + 4) with a
 // grid-stride loop. A group shares one Philox4x32-10 block (counter = g), whose 4 words are
@@ -11,6 +11,11 @@
 // the kernels are templated on the dtype and read 16-byte vectors of 8 bf16/fp16 or 4 fp32
 // elements (two or one Philox blocks, the same words per element), the last partial vector
 // element by element, with the same arithmetic; the generic kernels below it take the rest.
+// SwiGLU (x[n, 2f] = [gate | up] per row, out[n, f]): the vector kernels take W outputs of one
+// row at a time (f a multiple of W, so a vector never straddles a row or a half and every
+// 16-byte access is aligned), walking the rows with a (row, column) cursor instead of a
+// division per vector; any other f, mixed dtypes or misaligned views take a scalar kernel.
+// fp32 math in the CPU's order (no fused multiply-adds), each output rounded once.
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -285,6 +290,95 @@ __global__ void bias_gelu_backward_vec_kernel(const T* dy, const T* x, const T* 
   }
 }
 
+// ---- SwiGLU ---------------------------------------------------------------------------------------
+// out = silu(gate) * up, silu(g) = g sigmoid(g); d/dgate = dy up silu'(gate), d/dup = dy silu(gate)
+// with silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g))). The CPU's expressions and association
+// (cpu_elementwise.cpp), spelled with __fmul_rn / __fadd_rn so that no multiply-add is fused:
+// the only difference left is expf's (within 2 ulp) against the host's.
+__device__ __forceinline__ float sigmoid(float g) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g))); }
+__device__ __forceinline__ float swiglu(float g, float u) { return __fmul_rn(__fmul_rn(g, sigmoid(g)), u); }
+// dgate and dup of one element.
+__device__ __forceinline__ void swiglu_grad(float d, float g, float u, float& dg, float& du) {
+  const float sg = sigmoid(g);
+  dg = __fmul_rn(__fmul_rn(__fmul_rn(d, u), sg), __fadd_rn(1.0f, __fmul_rn(g, __fadd_rn(1.0f, -sg))));
+  du = __fmul_rn(__fmul_rn(d, g), sg);
+}
+
+// The grid-stride cursor over [rows, f] outputs taken W at a time (f % W == 0): output i =
+// row * f + col; a step of `stride` outputs is rows_step rows and col_step columns.
+struct RowCursor {
+  int64_t row, col;
+  __device__ __forceinline__ void advance(int64_t rows_step, int64_t col_step, int64_t f) {
+    row += rows_step;
+    col += col_step;
+    if (col >= f) {
+      col -= f;
+      ++row;
+    }
+  }
+};
+
+template <class T>
+__global__ void swiglu_forward_vec_kernel(const T* x, T* out, int64_t n, int64_t f, int64_t rows_step,
+                                          int64_t col_step) {
+  constexpr int W = kVecWidth<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * W;
+  int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * W;
+  RowCursor at{i / f, i % f};
+  for (; i < n; i += stride) {
+    const T* gate = x + 2 * f * at.row + at.col;
+    float g[W], u[W], o[W];
+    load_vec<T>(gate, g);
+    load_vec<T>(gate + f, u);
+#pragma unroll
+    for (int e = 0; e < W; ++e) o[e] = swiglu(g[e], u[e]);
+    store_vec<T>(out + i, o);
+    at.advance(rows_step, col_step, f);
+  }
+}
+
+template <class T>
+__global__ void swiglu_backward_vec_kernel(const T* dy, const T* x, T* dx, int64_t n, int64_t f, int64_t rows_step,
+                                           int64_t col_step) {
+  constexpr int W = kVecWidth<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * W;
+  int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * W;
+  RowCursor at{i / f, i % f};
+  for (; i < n; i += stride) {
+    const int64_t at_gate = 2 * f * at.row + at.col;
+    float d[W], g[W], u[W], dg[W], du[W];
+    load_vec<T>(dy + i, d);
+    load_vec<T>(x + at_gate, g);
+    load_vec<T>(x + at_gate + f, u);
+#pragma unroll
+    for (int e = 0; e < W; ++e) swiglu_grad(d[e], g[e], u[e], dg[e], du[e]);
+    store_vec<T>(dx + at_gate, dg);
+    store_vec<T>(dx + at_gate + f, du);
+    at.advance(rows_step, col_step, f);
+  }
+}
+
+// Any f, dtypes and alignment: one output (and its gate / up) per thread and step.
+__global__ void swiglu_forward_kernel(const void* x, DType xdt, void* out, DType odt, int64_t n, int64_t f) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t gate = i + (i / f) * f;  // row * 2f + col
+    store_f(out, odt, i, swiglu(load_f(x, xdt, gate), load_f(x, xdt, gate + f)));
+  }
+}
+
+__global__ void swiglu_backward_kernel(const void* dy, DType dydt, const void* x, DType xdt, void* dx, DType dxdt,
+                                       int64_t n, int64_t f) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t gate = i + (i / f) * f;
+    float dg, du;
+    swiglu_grad(load_f(dy, dydt, i), load_f(x, xdt, gate), load_f(x, xdt, gate + f), dg, du);
+    store_f(dx, dxdt, gate, dg);
+    store_f(dx, dxdt, gate + f, du);
+  }
+}
+
 // ---- host helpers -----------------------------------------------------------------------------
 
 void check_device_float(const Tensor& t, const char* what) {
@@ -335,6 +429,27 @@ struct VecLaunch {
 VecLaunch vec_launch(int64_t n, int width, int64_t cols) {
   const unsigned grid = grid_for((n + width - 1) / width, kThreads);
   return VecLaunch{grid, (static_cast<int64_t>(grid) * kThreads * width) % cols};
+}
+
+// x[.., 2f] = [gate | up] per row: f, checked against y[.., f] (out, or dy), as the CPU does.
+int64_t swiglu_half(const Tensor& x, const Tensor& y, const char* op) {
+  MT_CHECK(x.ndim() >= 1 && x.dim(-1) % 2 == 0) << op << " x " << x.describe() << " must end in an even dim [.., 2f]";
+  const int64_t f = x.dim(-1) / 2;
+  MT_CHECK(y.numel() * 2 == x.numel() && y.ndim() >= 1 && y.dim(-1) == f)
+      << op << " " << y.describe() << " for x " << x.describe() << ", expected [.., " << f << "]";
+  return f;
+}
+
+// The vector SwiGLU kernels' launch: grid (one thread per vector of W outputs, grid_for's cap)
+// and the cursor's step in rows and columns per grid stride.
+struct RowLaunch {
+  unsigned grid;
+  int64_t rows_step, col_step;
+};
+RowLaunch row_launch(int64_t n, int width, int64_t f) {
+  const unsigned grid = grid_for((n + width - 1) / width, kThreads);
+  const int64_t stride = static_cast<int64_t>(grid) * kThreads * width;
+  return RowLaunch{grid, stride / f, stride % f};
 }
 
 // Calls f(std::integral_constant<int, mode>{}) for the bias mode of `bias` on rows of `cols`.
@@ -487,6 +602,53 @@ void CudaBackend::bias_gelu_backward(const Tensor& dy, const Tensor& x, const Te
     cuda::bias_gelu_backward_kernel<false><<<grid, cuda::kThreads, 0, stream()>>>(
         dy.data(), dy.dtype(), x.data(), x.dtype(), bp, bdt, dx.data(), dx.dtype(), n, cols, vec);
   }
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void CudaBackend::swiglu_forward(const Tensor& x, Tensor& out) {
+  cuda::check_device_float(x, "swiglu x");
+  cuda::check_device_float(out, "swiglu out");
+  const int64_t f = cuda::swiglu_half(x, out, "swiglu_forward");
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int W = cuda::kVecWidth<T>;
+    if (f % W == 0 && cuda::vec_path(x.dtype(), {&x, &out})) {
+      const cuda::RowLaunch l = cuda::row_launch(n, W, f);
+      cuda::swiglu_forward_vec_kernel<T><<<l.grid, cuda::kThreads, 0, stream()>>>(
+          static_cast<const T*>(x.data()), static_cast<T*>(out.data()), n, f, l.rows_step, l.col_step);
+    } else {
+      cuda::swiglu_forward_kernel<<<cuda::grid_for(n, cuda::kThreads), cuda::kThreads, 0, stream()>>>(
+          x.data(), x.dtype(), out.data(), out.dtype(), n, f);
+    }
+  });
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void CudaBackend::swiglu_backward(const Tensor& dy, const Tensor& x, Tensor& dx) {
+  cuda::check_device_float(dy, "swiglu dy");
+  cuda::check_device_float(x, "swiglu x");
+  cuda::check_device_float(dx, "swiglu dx");
+  const int64_t f = cuda::swiglu_half(x, dy, "swiglu_backward");
+  cuda::check_same_numel(x, dx, "swiglu_backward");
+  // Each thread reads its dy and x before writing, but other threads' dx would land on them.
+  MT_CHECK(!overlaps(dx, x) && !overlaps(dx, dy)) << "swiglu_backward dx " << dx.describe() << " must not alias x or dy";
+  const int64_t n = dy.numel();
+  if (n == 0) return;
+  cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int W = cuda::kVecWidth<T>;
+    if (f % W == 0 && cuda::vec_path(x.dtype(), {&dy, &x, &dx})) {
+      const cuda::RowLaunch l = cuda::row_launch(n, W, f);
+      cuda::swiglu_backward_vec_kernel<T><<<l.grid, cuda::kThreads, 0, stream()>>>(
+          static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), static_cast<T*>(dx.data()), n, f,
+          l.rows_step, l.col_step);
+    } else {
+      cuda::swiglu_backward_kernel<<<cuda::grid_for(n, cuda::kThreads), cuda::kThreads, 0, stream()>>>(
+          dy.data(), dy.dtype(), x.data(), x.dtype(), dx.data(), dx.dtype(), n, f);
+    }
+  });
   MT_CUDA_LAUNCH_CHECK();
 }
 

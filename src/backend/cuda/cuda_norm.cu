@@ -39,6 +39,11 @@
 // variants also give the same bits). The partial sums live in the backend's persistent
 // scratch when they fit (8 MiB: 2 * 256 * h floats for h <= 4096), else in a stream-ordered
 // allocation.
+// RMSNorm (ops.h: `mean` undefined, no beta / dbeta): every kernel above takes a compile-time
+// kRms (false: the LayerNorm code unchanged) that drops the mean (m = 0: xhat = x rstd, rstd =
+// 1 / sqrt(mean(x^2) + eps), one row sum in the forward), beta, the mean(g) term of dx and the
+// dbeta partials (the tree and the partial sums hold one column sum fewer); the same fixed
+// orders, so RMSNorm is as deterministic as LayerNorm.
 // Embedding backward: the rows of dout are grouped by token with a radix sort of the unique
 // keys token * N + row (N = s b rows), so each token's rows come out in row order; one block
 // per run of equal tokens then adds them into dwte in that order, the CPU's order exactly.
@@ -152,8 +157,9 @@ __device__ __forceinline__ float2 row_sum2(float2 v, float2* red, int wpr, int w
 
 // Block: `groups` row groups of `wpr` warps; group g handles rows base + g for base = blockIdx.x
 // * groups, + gridDim.x * groups, ... Two passes over the row in registers: mean, then the
-// biased variance of x - mean; rstd = 1 / sqrt(var + eps).
-template <class T, int K, bool kVec>
+// biased variance of x - mean; rstd = 1 / sqrt(var + eps). kRms: one pass, the mean of x^2
+// (mean and beta null, nothing stored to mean).
+template <class T, int K, bool kVec, bool kRms = false>
 __global__ void __launch_bounds__(512)
     layernorm_forward_rows_kernel(const T* x, const void* gamma, DType gdt, const void* beta, DType bdt, T* out,
                                   float* mean, float* rstd, int64_t n, int64_t h, int wpr, float eps, bool group_sync) {
@@ -170,7 +176,7 @@ __global__ void __launch_bounds__(512)
     for (int e = 0; e < W; ++e) {
       const int64_t col = static_cast<int64_t>(t + k * tpr) * W + e;
       gv[k][e] = col < h ? load_f(gamma, gdt, col) : 0.0f;
-      bv[k][e] = col < h ? load_f(beta, bdt, col) : 0.0f;
+      if constexpr (!kRms) bv[k][e] = col < h ? load_f(beta, bdt, col) : 0.0f;
     }
   }
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < n;
@@ -184,17 +190,20 @@ __global__ void __launch_bounds__(512)
       const int64_t c0 = static_cast<int64_t>(t + k * tpr) * W;
       raw[k] = active && c0 < h ? load_raw<T, kVec>(xr, c0, h) : make_uint4(0u, 0u, 0u, 0u);
     }
-    float sum = 0.0f;
+    float m = 0.0f;  // stays 0 for RMSNorm
+    if constexpr (!kRms) {
+      float sum = 0.0f;
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t c0 = static_cast<int64_t>(t + k * tpr) * W;
-      float v[W];
-      unpack_vec<T>(raw[k], v);
+      for (int k = 0; k < K; ++k) {
+        const int64_t c0 = static_cast<int64_t>(t + k * tpr) * W;
+        float v[W];
+        unpack_vec<T>(raw[k], v);
 #pragma unroll
-      for (int e = 0; e < W; ++e)
-        if (active && c0 + e < h) sum += v[e];
+        for (int e = 0; e < W; ++e)
+          if (active && c0 + e < h) sum += v[e];
+      }
+      m = row_sum2(make_float2(sum, 0.0f), red, wpr, warp, wig, group_sync).x / static_cast<float>(h);
     }
-    const float m = row_sum2(make_float2(sum, 0.0f), red, wpr, warp, wig, group_sync).x / static_cast<float>(h);
     float sq = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -204,7 +213,7 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
       for (int e = 0; e < W; ++e) {
         if (active && c0 + e < h) {
-          const float d = v[e] - m;
+          const float d = kRms ? v[e] : v[e] - m;
           sq += d * d;
         }
       }
@@ -221,12 +230,18 @@ __global__ void __launch_bounds__(512)
           float v[W], o[W];
           unpack_vec<T>(raw[k], v);
 #pragma unroll
-          for (int e = 0; e < W; ++e) o[e] = (v[e] - m) * s * gv[k][e] + bv[k][e];
+          for (int e = 0; e < W; ++e) {
+            if constexpr (kRms) {
+              o[e] = v[e] * s * gv[k][e];
+            } else {
+              o[e] = (v[e] - m) * s * gv[k][e] + bv[k][e];
+            }
+          }
           store_chunk<T, kVec>(orow, c0, h, o);
         }
       }
       if (t == 0) {
-        mean[row] = m;
+        if constexpr (!kRms) mean[row] = m;
         rstd[row] = s;
       }
     }
@@ -240,9 +255,10 @@ __global__ void __launch_bounds__(512)
 // reductions and ran at a third of HBM bandwidth at GPT sizes (8192 rows of 2048: ~60 us for
 // 67 MB). gamma and beta are re-read per row (L1 hits) instead of being held in registers.
 // 12 chunks (48 registers of raw row) take 2.7B's h = 2560 (10 chunks), which the row-group
-// kernel ran at ~40% of HBM bandwidth (4.64 ms per step, 65 calls).
+// kernel ran at ~40% of HBM bandwidth (4.64 ms per step, 65 calls). kRms: RMSNorm, one row
+// sum (of x^2), beta and mean null.
 constexpr int kLnWarpMaxChunks = 12;
-template <class T, int K, bool kVec>
+template <class T, int K, bool kVec, bool kRms = false>
 __global__ void __launch_bounds__(256)
     layernorm_forward_warp_kernel(const T* x, const T* gamma, const T* beta, T* out, float* mean, float* rstd,
                                   int64_t n, int64_t h, float eps) {
@@ -258,17 +274,20 @@ __global__ void __launch_bounds__(256)
       const int64_t c0 = static_cast<int64_t>(lane + 32 * k) * W;
       raw[k] = c0 < h ? load_raw<T, kVec>(xr, c0, h) : make_uint4(0u, 0u, 0u, 0u);
     }
-    float sum = 0.0f;
+    float m = 0.0f;  // stays 0 for RMSNorm
+    if constexpr (!kRms) {
+      float sum = 0.0f;
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      float v[W];
-      unpack_vec<T>(raw[k], v);  // elements past h were loaded as zeros: they add nothing
+      for (int k = 0; k < K; ++k) {
+        float v[W];
+        unpack_vec<T>(raw[k], v);  // elements past h were loaded as zeros: they add nothing
 #pragma unroll
-      for (int e = 0; e < W; ++e) sum += v[e];
+        for (int e = 0; e < W; ++e) sum += v[e];
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+      m = sum / static_cast<float>(h);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-    const float m = sum / static_cast<float>(h);
     float sq = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -278,7 +297,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
       for (int e = 0; e < W; ++e) {
         if (c0 + e < h) {
-          const float d = v[e] - m;
+          const float d = kRms ? v[e] : v[e] - m;
           sq += d * d;
         }
       }
@@ -291,16 +310,22 @@ __global__ void __launch_bounds__(256)
     for (int k = 0; k < K; ++k) {
       const int64_t c0 = static_cast<int64_t>(lane + 32 * k) * W;
       if (c0 >= h) continue;
-      float v[W], g[W], b[W], o[W];
+      float v[W], g[W], o[W];
       unpack_vec<T>(raw[k], v);
       unpack_vec<T>(load_raw<T, kVec>(gamma, c0, h), g);
-      unpack_vec<T>(load_raw<T, kVec>(beta, c0, h), b);
+      if constexpr (kRms) {
 #pragma unroll
-      for (int e = 0; e < W; ++e) o[e] = (v[e] - m) * s * g[e] + b[e];
+        for (int e = 0; e < W; ++e) o[e] = v[e] * s * g[e];
+      } else {
+        float b[W];
+        unpack_vec<T>(load_raw<T, kVec>(beta, c0, h), b);
+#pragma unroll
+        for (int e = 0; e < W; ++e) o[e] = (v[e] - m) * s * g[e] + b[e];
+      }
       store_chunk<T, kVec>(orow, c0, h, o);
     }
     if (lane == 0) {
-      mean[row] = m;
+      if constexpr (!kRms) mean[row] = m;
       rstd[row] = s;
     }
   }
@@ -342,7 +367,10 @@ __device__ __forceinline__ void gamma_chunk(const void* gamma, DType gdt, int64_
 // kDropout (with kColsum; layernorm_backward_dropout_colsum): dz = dropout_backward(dx as
 // stored) is written too (element row * h + c of the mask is drop.offset + row * h + c, as the
 // elementwise kernels draw it) and the third sum is dz's as stored instead of dx's.
-// Dynamic shared memory: (groups / 2) * S * K * W * 32 wpr floats for the tree, S = 2 or 3 sums.
+// kRms (RMSNorm; mean and partial_b null): xhat = x rstd, dx = rstd (g - xhat mean(g xhat)), no
+// dy column sums (no dbeta): S is one fewer.
+// Dynamic shared memory: (groups / 2) * S * K * W * 32 wpr floats for the tree, S = 2 or 3 sums
+// (1 or 2 for kRms).
 struct LnDropout {
   void* dz = nullptr;
   uint64_t seed = 0, stream = 0, offset = 0;
@@ -350,7 +378,7 @@ struct LnDropout {
   bool aligned = false;                  // offset and h multiples of 4: one Philox block per group
   const uint64_t* stream_add = nullptr;  // DropoutParams::stream_add (device memory) or null
 };
-template <class T, int K, bool kVec, bool kColsum, bool kDropout = false>
+template <class T, int K, bool kVec, bool kColsum, bool kDropout = false, bool kRms = false>
 __global__ void __launch_bounds__(512)
     layernorm_backward_rows_kernel(const T* dy, const T* x, const void* gamma, DType gdt, const float* mean,
                                    const float* rstd, T* dx, bool add_dx, int64_t n, int64_t h, int wpr,
@@ -395,7 +423,7 @@ __global__ void __launch_bounds__(512)
   for (int i = 0; i < rows_per_group; ++i) {
     const int64_t row = first + static_cast<int64_t>(i) * groups + group;
     const bool active = row < n;
-    const float m = active ? mean[row] : 0.0f, s = active ? rstd[row] : 0.0f;
+    const float m = !kRms && active ? mean[row] : 0.0f, s = active ? rstd[row] : 0.0f;
     // The row's chunks of dy, x and (add_dx) the residual gradient of this thread, as loaded:
     // all three issued before the row sums, so that the residual's read is not a second
     // memory round trip after them. (Loading the next row here as well, one row ahead, gained
@@ -420,17 +448,17 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
       for (int e = 0; e < W; ++e) {
         if (active && c0 + e < h) {
-          const float xhat = (xv[e] - m) * s;
+          const float xhat = kRms ? xv[e] * s : (xv[e] - m) * s;
           ag[k][e] += d[e] * xhat;
-          ab[k][e] += d[e];
+          if constexpr (!kRms) ab[k][e] += d[e];
           const float g = d[e] * gv[e];
-          sum_g += g;
+          if constexpr (!kRms) sum_g += g;
           sum_gx += g * xhat;
         }
       }
     }
     const float2 tot = row_sum2(make_float2(sum_g, sum_gx), red, wpr, warp, wig, group_sync);
-    const float mean_g = tot.x / static_cast<float>(h), mean_gx = tot.y / static_cast<float>(h);
+    const float mean_g = tot.x / static_cast<float>(h), mean_gx = tot.y / static_cast<float>(h);  // mean_g unused for kRms
     if (active) {
       T* dxr = dx + row * h;
 #pragma unroll
@@ -444,9 +472,14 @@ __global__ void __launch_bounds__(512)
           gamma_of(k, c0, gv);
 #pragma unroll
           for (int e = 0; e < W; ++e) {
-            const float xhat = (xv[e] - m) * s;
-            const float g = d[e] * gv[e];
-            o[e] = s * (g - mean_g - xhat * mean_gx);
+            if constexpr (kRms) {
+              const float xhat = xv[e] * s;
+              o[e] = s * (d[e] * gv[e] - xhat * mean_gx);
+            } else {
+              const float xhat = (xv[e] - m) * s;
+              const float g = d[e] * gv[e];
+              o[e] = s * (g - mean_g - xhat * mean_gx);
+            }
           }
           if (add_dx) {
             float r[W];
@@ -486,9 +519,11 @@ __global__ void __launch_bounds__(512)
       }
     }
   }
-  // The groups' column sums, combined by a fixed tree.
+  // The groups' column sums, combined by a fixed tree: dy xhat at slot 0, dy at E (not kRms),
+  // the third sum after them (at kO).
   constexpr int E = K * W;
-  constexpr int S = kColsum ? 3 : 2;
+  constexpr int S = (kColsum ? 3 : 2) - (kRms ? 1 : 0);
+  constexpr int kO = kRms ? E : 2 * E;
   for (int half = groups / 2; half >= 1; half /= 2) {
     __syncthreads();
     if (group >= half && group < 2 * half) {
@@ -498,8 +533,8 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
         for (int e = 0; e < W; ++e) {
           slot[(k * W + e) * tpr + t] = ag[k][e];
-          slot[(E + k * W + e) * tpr + t] = ab[k][e];
-          if constexpr (kColsum) slot[(2 * E + k * W + e) * tpr + t] = ao[k][e];
+          if constexpr (!kRms) slot[(E + k * W + e) * tpr + t] = ab[k][e];
+          if constexpr (kColsum) slot[(kO + k * W + e) * tpr + t] = ao[k][e];
         }
       }
     }
@@ -511,15 +546,15 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
         for (int e = 0; e < W; ++e) {
           ag[k][e] += slot[(k * W + e) * tpr + t];
-          ab[k][e] += slot[(E + k * W + e) * tpr + t];
-          if constexpr (kColsum) ao[k][e] += slot[(2 * E + k * W + e) * tpr + t];
+          if constexpr (!kRms) ab[k][e] += slot[(E + k * W + e) * tpr + t];
+          if constexpr (kColsum) ao[k][e] += slot[(kO + k * W + e) * tpr + t];
         }
       }
     }
   }
   if (group == 0) {
     float* pg = partial_g + static_cast<int64_t>(blockIdx.x) * h;
-    float* pb = partial_b + static_cast<int64_t>(blockIdx.x) * h;
+    float* pb = kRms ? nullptr : partial_b + static_cast<int64_t>(blockIdx.x) * h;
     float* po = kColsum ? partial_o + static_cast<int64_t>(blockIdx.x) * h : nullptr;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -528,7 +563,7 @@ __global__ void __launch_bounds__(512)
       for (int e = 0; e < W; ++e) {
         if (c0 + e < h) {
           pg[c0 + e] = ag[k][e];
-          pb[c0 + e] = ab[k][e];
+          if constexpr (!kRms) pb[c0 + e] = ab[k][e];
           if constexpr (kColsum) po[c0 + e] = ao[k][e];
         }
       }
@@ -540,6 +575,8 @@ __global__ void __launch_bounds__(512)
 // Mixed activation dtypes, or rows too long for the registers (h > 12288 for fp32 and 16-bit).
 
 // Dynamic shared memory: 32 floats of reduction buffer, then (if cache_row) the row as fp32.
+// kRms: RMSNorm, the second sum only (of x^2), beta and mean null.
+template <bool kRms = false>
 __global__ void layernorm_forward_kernel(const void* x, DType xdt, const void* gamma, DType gdt, const void* beta,
                                          DType bdt, void* out, DType odt, float* mean, float* rstd, int64_t h,
                                          float eps, bool cache_row) {
@@ -547,26 +584,38 @@ __global__ void layernorm_forward_kernel(const void* x, DType xdt, const void* g
   float* buf = smem;
   float* row = smem + 32;
   const int64_t base = static_cast<int64_t>(blockIdx.x) * h;
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-    const float v = load_f(x, xdt, base + j);
-    if (cache_row) row[j] = v;
-    sum += v;
+  float m = 0.0f;  // stays 0 for RMSNorm
+  if constexpr (kRms) {
+    if (cache_row) {
+      for (int64_t j = threadIdx.x; j < h; j += blockDim.x) row[j] = load_f(x, xdt, base + j);
+    }
+  } else {
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
+      const float v = load_f(x, xdt, base + j);
+      if (cache_row) row[j] = v;
+      sum += v;
+    }
+    m = block_sum(sum, buf) / static_cast<float>(h);
   }
-  const float m = block_sum(sum, buf) / static_cast<float>(h);
   float sq = 0.0f;
   for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-    const float d = (cache_row ? row[j] : load_f(x, xdt, base + j)) - m;
+    const float v = cache_row ? row[j] : load_f(x, xdt, base + j);
+    const float d = kRms ? v : v - m;
     sq += d * d;
   }
   const float var = block_sum(sq, buf) / static_cast<float>(h);
   const float s = 1.0f / sqrtf(var + eps);
   for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
     const float v = cache_row ? row[j] : load_f(x, xdt, base + j);
-    store_f(out, odt, base + j, (v - m) * s * load_f(gamma, gdt, j) + load_f(beta, bdt, j));
+    if constexpr (kRms) {
+      store_f(out, odt, base + j, v * s * load_f(gamma, gdt, j));
+    } else {
+      store_f(out, odt, base + j, (v - m) * s * load_f(gamma, gdt, j) + load_f(beta, bdt, j));
+    }
   }
   if (threadIdx.x == 0) {
-    mean[blockIdx.x] = m;
+    if constexpr (!kRms) mean[blockIdx.x] = m;
     rstd[blockIdx.x] = s;
   }
 }
@@ -574,6 +623,8 @@ __global__ void layernorm_forward_kernel(const void* x, DType xdt, const void* g
 // Block (kTileCols, kTileRows) = column tile blockIdx.x, row chunk blockIdx.y. Thread (c, r)
 // sums rows chunk * kRowsPerChunk + r, + kTileRows, ... of column c; then the kTileRows
 // sums are added in order r = 0, 1, ... into partial_g/partial_b[chunk * h + column].
+// kRms: xhat = x rstd, no partial_b (mean and partial_b null).
+template <bool kRms = false>
 __global__ void layernorm_param_partials_kernel(const void* dy, DType dydt, const void* x, DType xdt,
                                                 const float* mean, const float* rstd, int64_t n, int64_t h,
                                                 float* partial_g, float* partial_b) {
@@ -586,22 +637,26 @@ __global__ void layernorm_param_partials_kernel(const void* dy, DType dydt, cons
   if (col < h) {
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) {
       const float d = load_f(dy, dydt, r * h + col);
-      ag += d * (load_f(x, xdt, r * h + col) - mean[r]) * rstd[r];
-      ab += d;
+      if constexpr (kRms) {
+        ag += d * load_f(x, xdt, r * h + col) * rstd[r];
+      } else {
+        ag += d * (load_f(x, xdt, r * h + col) - mean[r]) * rstd[r];
+        ab += d;
+      }
     }
   }
   sg[threadIdx.y][threadIdx.x] = ag;
-  sb[threadIdx.y][threadIdx.x] = ab;
+  if constexpr (!kRms) sb[threadIdx.y][threadIdx.x] = ab;
   __syncthreads();
   if (threadIdx.y == 0 && col < h) {
     float tg = 0.0f, tb = 0.0f;
 #pragma unroll
     for (int r = 0; r < kTileRows; ++r) {
       tg += sg[r][threadIdx.x];
-      tb += sb[r][threadIdx.x];
+      if constexpr (!kRms) tb += sb[r][threadIdx.x];
     }
     partial_g[blockIdx.y * h + col] = tg;
-    partial_b[blockIdx.y * h + col] = tb;
+    if constexpr (!kRms) partial_b[blockIdx.y * h + col] = tb;
   }
 }
 
@@ -612,12 +667,14 @@ __global__ void layernorm_param_partials_kernel(const void* dy, DType dydt, cons
 constexpr int kReduceCols = 32;
 constexpr int kReduceLanes = 16;
 // ColSum: optional third partials (partial_o, into dcol with its own accumulate), the same order.
+// kRms: no dbeta (partial_b and dbeta null).
 struct ColSum {
   const float* partial = nullptr;
   void* out = nullptr;
   DType dtype = DType::kF32;
   bool accumulate = false;
 };
+template <bool kRms = false>
 __global__ void layernorm_param_reduce_kernel(const float* partial_g, const float* partial_b, int64_t chunks,
                                               int64_t h, void* dgamma, DType dgdt, void* dbeta, DType dbdt,
                                               bool accumulate, ColSum col) {
@@ -630,51 +687,56 @@ __global__ void layernorm_param_reduce_kernel(const float* partial_g, const floa
   if (j < h) {
     for (int64_t c = threadIdx.y; c < chunks; c += kReduceLanes) {
       tg += partial_g[c * h + j];
-      tb += partial_b[c * h + j];
+      if constexpr (!kRms) tb += partial_b[c * h + j];
       if (third) to += col.partial[c * h + j];
     }
   }
   sg[threadIdx.y][threadIdx.x] = tg;
-  sb[threadIdx.y][threadIdx.x] = tb;
+  if constexpr (!kRms) sb[threadIdx.y][threadIdx.x] = tb;
   so[threadIdx.y][threadIdx.x] = to;
   __syncthreads();
   if (threadIdx.y == 0 && j < h) {
     tg = sg[0][threadIdx.x];
-    tb = sb[0][threadIdx.x];
+    if constexpr (!kRms) tb = sb[0][threadIdx.x];
     to = so[0][threadIdx.x];
 #pragma unroll
     for (int r = 1; r < kReduceLanes; ++r) {
       tg += sg[r][threadIdx.x];
-      tb += sb[r][threadIdx.x];
+      if constexpr (!kRms) tb += sb[r][threadIdx.x];
       to += so[r][threadIdx.x];
     }
     store_f(dgamma, dgdt, j, accumulate ? load_f(dgamma, dgdt, j) + tg : tg);
-    store_f(dbeta, dbdt, j, accumulate ? load_f(dbeta, dbdt, j) + tb : tb);
+    if constexpr (!kRms) store_f(dbeta, dbdt, j, accumulate ? load_f(dbeta, dbdt, j) + tb : tb);
     if (third) store_f(col.out, col.dtype, j, col.accumulate ? load_f(col.out, col.dtype, j) + to : to);
   }
 }
 
 // One block per row. Each thread reads dy[j] in the first pass and writes dx[j] (only after
 // the block-wide sums) at the same j, so dx may alias dy.
-// add_dx as in layernorm_backward_rows_kernel.
+// add_dx as in layernorm_backward_rows_kernel. kRms: xhat = x rstd, no mean(g) (mean null).
+template <bool kRms = false>
 __global__ void layernorm_dx_kernel(const void* dy, DType dydt, const void* x, DType xdt, const void* gamma,
                                     DType gdt, const float* mean, const float* rstd, void* dx, DType dxdt,
                                     bool add_dx, int64_t h) {
   __shared__ float buf[32];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * h;
-  const float m = mean[blockIdx.x], s = rstd[blockIdx.x];
+  const float m = kRms ? 0.0f : mean[blockIdx.x], s = rstd[blockIdx.x];
   float sum_g = 0.0f, sum_gx = 0.0f;
   for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
     const float g = load_f(dy, dydt, base + j) * load_f(gamma, gdt, j);
-    sum_g += g;
-    sum_gx += g * ((load_f(x, xdt, base + j) - m) * s);
+    if constexpr (kRms) {
+      sum_gx += g * (load_f(x, xdt, base + j) * s);
+    } else {
+      sum_g += g;
+      sum_gx += g * ((load_f(x, xdt, base + j) - m) * s);
+    }
   }
-  const float mean_g = block_sum(sum_g, buf) / static_cast<float>(h);
+  const float mean_g = kRms ? 0.0f : block_sum(sum_g, buf) / static_cast<float>(h);
   const float mean_gx = block_sum(sum_gx, buf) / static_cast<float>(h);
   for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-    const float xhat = (load_f(x, xdt, base + j) - m) * s;
+    const float xhat = kRms ? load_f(x, xdt, base + j) * s : (load_f(x, xdt, base + j) - m) * s;
     const float g = load_f(dy, dydt, base + j) * load_f(gamma, gdt, j);
-    const float v = s * (g - mean_g - xhat * mean_gx);
+    const float v = kRms ? s * (g - xhat * mean_gx) : s * (g - mean_g - xhat * mean_gx);
     store_f(dx, dxdt, base + j, add_dx ? __fadd_rn(load_f(dx, dxdt, base + j), round_to(v, dxdt)) : v);
   }
 }
@@ -846,6 +908,16 @@ void dispatch_chunks(int k, F&& f) {
   MT_CHECK(false) << "layernorm: no kernel for " << k << " chunks per thread";
 }
 
+// Calls f(std::bool_constant<b>{}): a runtime flag (RMSNorm) as a kernel template argument.
+template <class F>
+void dispatch_bool(bool b, F&& f) {
+  if (b) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
 // Most blocks of the forward's grid-stride loop over row groups.
 constexpr int64_t kLnForwardMaxBlocks = 16384;
 
@@ -869,42 +941,49 @@ void set_layernorm_warp_forward(Backend& backend, bool on) {
 
 void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& out,
                                     Tensor& mean, Tensor& rstd) {
+  // RMSNorm when `mean` is undefined (ops.h): no beta, nothing stored to mean.
+  const bool rms = !mean.defined();
   cuda::check_device_float(x, "layernorm x");
   cuda::check_device_float(gamma, "layernorm gamma");
-  cuda::check_device_float(beta, "layernorm beta");
+  if (!rms) cuda::check_device_float(beta, "layernorm beta");
   cuda::check_device_float(out, "layernorm out");
-  cuda::check_device_f32(mean, "layernorm mean");
+  if (!rms) cuda::check_device_f32(mean, "layernorm mean");
   cuda::check_device_f32(rstd, "layernorm rstd");
   const int64_t h = x.dim(-1);
   const int64_t n = cuda::rows_of(x, h, "layernorm x");
-  MT_CHECK(gamma.numel() == h && beta.numel() == h)
-      << "layernorm gamma " << gamma.describe() << ", beta " << beta.describe() << " for x " << x.describe();
+  MT_CHECK(gamma.numel() == h && (rms ? !beta.defined() : beta.numel() == h))
+      << (rms ? "rmsnorm" : "layernorm") << " gamma " << gamma.describe() << ", beta " << beta.describe()
+      << " for x " << x.describe() << (rms ? " (RMSNorm has no beta)" : "");
   MT_CHECK(out.numel() == x.numel()) << "layernorm out " << out.describe() << " for x " << x.describe();
-  MT_CHECK(mean.numel() == n && rstd.numel() == n)
+  MT_CHECK((rms || mean.numel() == n) && rstd.numel() == n)
       << "layernorm mean " << mean.describe() << ", rstd " << rstd.describe() << " for " << n << " rows";
   MT_CHECK(n <= std::numeric_limits<int32_t>::max()) << "layernorm: " << n << " rows exceed the grid";
   if (n == 0) return;
+  const void* bp = rms ? nullptr : beta.data();
+  const DType bdt = rms ? gamma.dtype() : beta.dtype();
+  float* mp = rms ? nullptr : static_cast<float*>(mean.data());
   // One warp per row (x, out, gamma, beta of one dtype), when chosen (layernorm_paths.h).
   bool launched = false;
-  if (layernorm_warp_forward_ && x.dtype() == out.dtype() && gamma.dtype() == x.dtype() &&
-      beta.dtype() == x.dtype()) {
+  if (layernorm_warp_forward_ && x.dtype() == out.dtype() && gamma.dtype() == x.dtype() && bdt == x.dtype()) {
     cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       constexpr int W = cuda::kVecWidth<T>;
       const int64_t k = ((h + W - 1) / W + 31) / 32;
       if (k > cuda::kLnWarpMaxChunks) return;
       const bool vec = h % W == 0 && cuda::vec_aligned(x.data()) && cuda::vec_aligned(out.data()) &&
-                       cuda::vec_aligned(gamma.data()) && cuda::vec_aligned(beta.data());
+                       cuda::vec_aligned(gamma.data()) && (rms || cuda::vec_aligned(bp));
       const int64_t blocks = std::min<int64_t>((n + 7) / 8, cuda::kLnForwardMaxBlocks);
       auto launch = [&](auto kc) {
         constexpr int K = decltype(kc)::value;
-        auto kernel = vec ? cuda::layernorm_forward_warp_kernel<T, K, true>
-                          : cuda::layernorm_forward_warp_kernel<T, K, false>;
-        kernel<<<static_cast<unsigned>(blocks), 256, 0, stream()>>>(
-            static_cast<const T*>(x.data()), static_cast<const T*>(gamma.data()), static_cast<const T*>(beta.data()),
-            static_cast<T*>(out.data()), static_cast<float*>(mean.data()), static_cast<float*>(rstd.data()), n, h,
-            eps);
-        MT_CUDA_LAUNCH_CHECK();
+        cuda::dispatch_bool(rms, [&](auto rc) {
+          constexpr bool R = decltype(rc)::value;
+          auto kernel = vec ? cuda::layernorm_forward_warp_kernel<T, K, true, R>
+                            : cuda::layernorm_forward_warp_kernel<T, K, false, R>;
+          kernel<<<static_cast<unsigned>(blocks), 256, 0, stream()>>>(
+              static_cast<const T*>(x.data()), static_cast<const T*>(gamma.data()), static_cast<const T*>(bp),
+              static_cast<T*>(out.data()), mp, static_cast<float*>(rstd.data()), n, h, eps);
+          MT_CUDA_LAUNCH_CHECK();
+        });
       };
       switch (k) {
         case 1: launch(std::integral_constant<int, 1>{}); break;
@@ -934,13 +1013,15 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
       const int64_t blocks = std::min<int64_t>((n + c.groups - 1) / c.groups, cuda::kLnForwardMaxBlocks);
       cuda::dispatch_chunks<T>(c.k, [&](auto kc) {
         constexpr int K = decltype(kc)::value;
-        auto kernel = vec ? cuda::layernorm_forward_rows_kernel<T, K, true>
-                          : cuda::layernorm_forward_rows_kernel<T, K, false>;
-        kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), 0, stream()>>>(
-            static_cast<const T*>(x.data()), gamma.data(), gamma.dtype(), beta.data(), beta.dtype(),
-            static_cast<T*>(out.data()), static_cast<float*>(mean.data()), static_cast<float*>(rstd.data()), n, h,
-            c.wpr, eps, layernorm_group_sync_);
-        MT_CUDA_LAUNCH_CHECK();
+        cuda::dispatch_bool(rms, [&](auto rc) {
+          constexpr bool R = decltype(rc)::value;
+          auto kernel = vec ? cuda::layernorm_forward_rows_kernel<T, K, true, R>
+                            : cuda::layernorm_forward_rows_kernel<T, K, false, R>;
+          kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), 0, stream()>>>(
+              static_cast<const T*>(x.data()), gamma.data(), gamma.dtype(), bp, bdt, static_cast<T*>(out.data()), mp,
+              static_cast<float*>(rstd.data()), n, h, c.wpr, eps, layernorm_group_sync_);
+          MT_CUDA_LAUNCH_CHECK();
+        });
       });
       launched = true;
     });
@@ -949,13 +1030,14 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
   const size_t row_bytes = (32 + static_cast<size_t>(h)) * sizeof(float);
   const bool cache_row = row_bytes <= cuda::kMaxRowCacheBytes;
   const size_t smem = cache_row ? row_bytes : 32 * sizeof(float);
+  auto kernel = rms ? cuda::layernorm_forward_kernel<true> : cuda::layernorm_forward_kernel<false>;
   if (smem > 48 * 1024) {
-    MT_CUDA_CHECK(cudaFuncSetAttribute(cuda::layernorm_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
+    MT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
-  cuda::layernorm_forward_kernel<<<static_cast<unsigned>(n), cuda::row_threads(h), smem, stream()>>>(
-      x.data(), x.dtype(), gamma.data(), gamma.dtype(), beta.data(), beta.dtype(), out.data(), out.dtype(),
-      static_cast<float*>(mean.data()), static_cast<float*>(rstd.data()), h, eps, cache_row);
+  kernel<<<static_cast<unsigned>(n), cuda::row_threads(h), smem, stream()>>>(
+      x.data(), x.dtype(), gamma.data(), gamma.dtype(), bp, bdt, out.data(), out.dtype(), mp,
+      static_cast<float*>(rstd.data()), h, eps, cache_row);
   MT_CUDA_LAUNCH_CHECK();
 }
 
@@ -966,6 +1048,7 @@ namespace {
 // the caller sums dx itself (wider rows, the generic path, or no colsum). dx, dgamma and dbeta
 // are the same bits either way. With `dropout` (and colsum, dz): the kernel also writes dz =
 // dropout_backward(dx) and the column sums are dz's (kDropout); false: the caller does both.
+// RMSNorm when `mean` is undefined (dbeta undefined too): the kernels' kRms.
 bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                                GradWrite write, GradWrite dx_write, Tensor* colsum, GradWrite colsum_write,
@@ -974,17 +1057,18 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
   cuda::check_device_float(x, "layernorm x");
   cuda::check_device_float(gamma, "layernorm gamma");
   cuda::check_device_float(dx, "layernorm dx");
+  const bool rms = !mean.defined();
   cuda::check_device_float(dgamma, "layernorm dgamma");
-  cuda::check_device_float(dbeta, "layernorm dbeta");
-  cuda::check_device_f32(mean, "layernorm mean");
+  if (!rms) cuda::check_device_float(dbeta, "layernorm dbeta");
+  if (!rms) cuda::check_device_f32(mean, "layernorm mean");
   cuda::check_device_f32(rstd, "layernorm rstd");
   const int64_t h = x.dim(-1);
   const int64_t n = cuda::rows_of(x, h, "layernorm x");
   MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel())
       << "layernorm dy " << dy.describe() << ", dx " << dx.describe() << " for x " << x.describe();
-  MT_CHECK(gamma.numel() == h && dgamma.numel() == h && dbeta.numel() == h)
-      << "layernorm gamma " << gamma.describe() << ", dgamma " << dgamma.describe() << ", dbeta "
-      << dbeta.describe();
+  MT_CHECK(gamma.numel() == h && dgamma.numel() == h && (rms ? !dbeta.defined() : dbeta.numel() == h))
+      << (rms ? "rmsnorm" : "layernorm") << " gamma " << gamma.describe() << ", dgamma " << dgamma.describe()
+      << ", dbeta " << dbeta.describe() << (rms ? " (RMSNorm has no beta)" : "");
   if (colsum) {
     cuda::check_device_float(*colsum, "layernorm dx_colsum");
     MT_CHECK_EQ(colsum->numel(), h) << "layernorm dx_colsum " << colsum->describe() << " for x " << x.describe();
@@ -996,7 +1080,7 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
     MT_CHECK(dz->numel() == x.numel() && dz->dtype() == dx.dtype() && !overlaps(*dz, dx) && !overlaps(*dz, dy))
         << "layernorm dz " << dz->describe() << " for dx " << dx.describe() << " (same shape and dtype, its own memory)";
   }
-  MT_CHECK(mean.numel() == n && rstd.numel() == n) << "layernorm mean/rstd for " << n << " rows";
+  MT_CHECK((rms || mean.numel() == n) && rstd.numel() == n) << "layernorm mean/rstd for " << n << " rows";
   MT_CHECK(n <= std::numeric_limits<int32_t>::max()) << "layernorm: " << n << " rows exceed the grid";
   const bool add_dx = dx_write == GradWrite::kAccumulate;
   MT_CHECK(!add_dx || !overlaps(dx, dy))
@@ -1005,12 +1089,15 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
   if (n == 0) {
     if (!accumulate) {
       be.fill(dgamma, 0.0f);
-      be.fill(dbeta, 0.0f);
+      if (!rms) be.fill(dbeta, 0.0f);
     }
     return false;  // bias_grad of no rows: zeros when overwriting
   }
-  const float* mp = static_cast<const float*>(mean.data());
+  const float* mp = rms ? nullptr : static_cast<const float*>(mean.data());
   const float* rp = static_cast<const float*>(rstd.data());
+  void* dbp = rms ? nullptr : dbeta.data();
+  const DType dbdt = rms ? dgamma.dtype() : dbeta.dtype();
+  auto reduce_kernel = rms ? cuda::layernorm_param_reduce_kernel<true> : cuda::layernorm_param_reduce_kernel<false>;
   const unsigned reduce_blocks = static_cast<unsigned>((h + cuda::kReduceCols - 1) / cuda::kReduceCols);
   const dim3 reduce_block(cuda::kReduceCols, cuda::kReduceLanes);
 
@@ -1032,39 +1119,43 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
       const int64_t rows_per_group = (target + c.groups - 1) / c.groups;
       const int64_t rows_per_block = rows_per_group * c.groups;
       const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
-      const int sums = in_kernel ? 3 : 2;
+      // Column sums per block: dy xhat, dy (not RMSNorm), then dx's or dz's (in_kernel).
+      const int sums = (in_kernel ? 3 : 2) - (rms ? 1 : 0);
       std::optional<cuda::StreamBuffer> owner;
       float* pg = cuda::partial_scratch(be, static_cast<size_t>(sums * blocks * h), owner);
-      float* pb = pg + blocks * h;
-      float* po = in_kernel ? pb + blocks * h : nullptr;
+      float* pb = rms ? nullptr : pg + blocks * h;
+      float* po = in_kernel ? pg + (sums - 1) * blocks * h : nullptr;
       cuda::dispatch_chunks<T>(c.k, [&](auto kc) {
         constexpr int K = decltype(kc)::value;
         const size_t smem = static_cast<size_t>(c.groups / 2) * sums * K * W * 32 * c.wpr * sizeof(float);
-        auto kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, false>
-                          : cuda::layernorm_backward_rows_kernel<T, K, false, false>;
-        cuda::LnDropout drop;
-        if constexpr (K <= cuda::kLnColsumMaxChunks<T>) {
-          if (in_kernel && dropout) {
-            kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, true, true>
-                         : cuda::layernorm_backward_rows_kernel<T, K, false, true, true>;
-            drop = {dz->data(), dropout->seed,    dropout->stream,
-                    dropout->offset, dropout->p, dropout->offset % 4 == 0 && h % 4 == 0 && dropout->p > 0.0f,
-                    dropout->stream_add};
-          } else if (in_kernel) {
-            kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, true>
-                         : cuda::layernorm_backward_rows_kernel<T, K, false, true>;
+        cuda::dispatch_bool(rms, [&](auto rc) {
+          constexpr bool R = decltype(rc)::value;
+          auto kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, false, false, R>
+                            : cuda::layernorm_backward_rows_kernel<T, K, false, false, false, R>;
+          cuda::LnDropout drop;
+          if constexpr (K <= cuda::kLnColsumMaxChunks<T>) {
+            if (in_kernel && dropout) {
+              kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, true, true, R>
+                           : cuda::layernorm_backward_rows_kernel<T, K, false, true, true, R>;
+              drop = {dz->data(), dropout->seed,    dropout->stream,
+                      dropout->offset, dropout->p, dropout->offset % 4 == 0 && h % 4 == 0 && dropout->p > 0.0f,
+                      dropout->stream_add};
+            } else if (in_kernel) {
+              kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, true, false, R>
+                           : cuda::layernorm_backward_rows_kernel<T, K, false, true, false, R>;
+            }
           }
-        }
-        kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), smem, be.stream()>>>(
-            static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), gamma.data(), gamma.dtype(), mp, rp,
-            static_cast<T*>(dx.data()), add_dx, n, h, c.wpr, static_cast<int>(rows_per_group), pg, pb, po,
-            be.layernorm_group_sync(), drop);
-        MT_CUDA_LAUNCH_CHECK();
+          kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), smem, be.stream()>>>(
+              static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), gamma.data(), gamma.dtype(), mp, rp,
+              static_cast<T*>(dx.data()), add_dx, n, h, c.wpr, static_cast<int>(rows_per_group), pg, pb, po,
+              be.layernorm_group_sync(), drop);
+          MT_CUDA_LAUNCH_CHECK();
+        });
       });
       cuda::ColSum col;
       if (in_kernel) col = {po, in_kernel->data(), in_kernel->dtype(), colsum_write == GradWrite::kAccumulate};
-      cuda::layernorm_param_reduce_kernel<<<reduce_blocks, reduce_block, 0, be.stream()>>>(
-          pg, pb, blocks, h, dgamma.data(), dgamma.dtype(), dbeta.data(), dbeta.dtype(), accumulate, col);
+      reduce_kernel<<<reduce_blocks, reduce_block, 0, be.stream()>>>(pg, pb, blocks, h, dgamma.data(), dgamma.dtype(),
+                                                                     dbp, dbdt, accumulate, col);
       MT_CUDA_LAUNCH_CHECK();
       launched = true;
     });
@@ -1076,18 +1167,21 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
   const int64_t col_tiles = (h + cuda::kTileCols - 1) / cuda::kTileCols;
   MT_CHECK(chunks <= 65535) << "layernorm backward: " << n << " rows exceed the partial-sum grid";
   std::optional<cuda::StreamBuffer> owner;
-  float* pg = cuda::partial_scratch(be, 2 * static_cast<size_t>(chunks * h), owner);
-  float* pb = pg + chunks * h;
-  cuda::layernorm_param_partials_kernel<<<dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(chunks)),
-                                          dim3(cuda::kTileCols, cuda::kTileRows), 0, be.stream()>>>(
-      dy.data(), dy.dtype(), x.data(), x.dtype(), mp, rp, n, h, pg, pb);
+  float* pg = cuda::partial_scratch(be, (rms ? 1 : 2) * static_cast<size_t>(chunks * h), owner);
+  float* pb = rms ? nullptr : pg + chunks * h;
+  auto partials_kernel =
+      rms ? cuda::layernorm_param_partials_kernel<true> : cuda::layernorm_param_partials_kernel<false>;
+  partials_kernel<<<dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(chunks)),
+                    dim3(cuda::kTileCols, cuda::kTileRows), 0, be.stream()>>>(dy.data(), dy.dtype(), x.data(),
+                                                                              x.dtype(), mp, rp, n, h, pg, pb);
   MT_CUDA_LAUNCH_CHECK();
-  cuda::layernorm_param_reduce_kernel<<<reduce_blocks, reduce_block, 0, be.stream()>>>(
-      pg, pb, chunks, h, dgamma.data(), dgamma.dtype(), dbeta.data(), dbeta.dtype(), accumulate, cuda::ColSum{});
+  reduce_kernel<<<reduce_blocks, reduce_block, 0, be.stream()>>>(pg, pb, chunks, h, dgamma.data(), dgamma.dtype(), dbp,
+                                                                 dbdt, accumulate, cuda::ColSum{});
   MT_CUDA_LAUNCH_CHECK();
 
   // 3: dx.
-  cuda::layernorm_dx_kernel<<<static_cast<unsigned>(n), cuda::row_threads(h), 0, be.stream()>>>(
+  auto dx_kernel = rms ? cuda::layernorm_dx_kernel<true> : cuda::layernorm_dx_kernel<false>;
+  dx_kernel<<<static_cast<unsigned>(n), cuda::row_threads(h), 0, be.stream()>>>(
       dy.data(), dy.dtype(), x.data(), x.dtype(), gamma.data(), gamma.dtype(), mp, rp, dx.data(), dx.dtype(), add_dx,
       h);
   MT_CUDA_LAUNCH_CHECK();

@@ -73,10 +73,15 @@ double rel_error(backend::Backend& ga, const Tensor& a, backend::Backend& gb, co
 }
 
 // heads: 4 of 16 (our SIMT kernels), or 1 of 64 (the tensor-core ones in bf16/fp16).
+// rms_swiglu: --normalization RMSNorm --swiglu (ffn 256 = 2 x 128 halves).
 void compare(DType dtype, double loss_tol, double grad_tol, float dropout = 0.1f, bool documents = false,
-             int64_t heads = 4) {
+             int64_t heads = 4, bool rms_swiglu = false) {
   if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   GPTConfig c = config(dropout);
+  if (rms_swiglu) {
+    c.normalization = Normalization::kRMSNorm;
+    c.swiglu = true;
+  }
   c.num_attention_heads = heads;
   c.kv_channels = c.hidden_size / heads;
   c.reset_position_ids = c.reset_attention_mask = documents;
@@ -137,6 +142,15 @@ TEST(GpuModel, Bf16WithDocumentsOnTensorCoresMatchesTheCpuReference) {
   compare(DType::kBF16, 1e-2, 5e-2, 0.1f, true, /*heads=*/1);
 }
 TEST(GpuModel, Bf16WithDocumentsMatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2, 0.0f, true); }
+
+// RMSNorm and SwiGLU: the RMS forms of every LayerNorm kernel (with dropout: the backward's
+// dropout column sums; without: the fused bias column sums and cuDNN in bf16), SwiGLU's
+// kernels and FC2's unfused backward, at the tolerances of the LayerNorm / GELU model above.
+TEST(GpuModel, Fp32RmsNormSwigluMatchesTheCpuReference) { compare(DType::kF32, 1e-5, 2e-3, 0.1f, false, 4, true); }
+TEST(GpuModel, Bf16RmsNormSwigluMatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2, 0.1f, false, 4, true); }
+TEST(GpuModel, Bf16RmsNormSwigluWithoutDropoutMatchesTheCpuReference) {
+  compare(DType::kBF16, 1e-2, 5e-2, 0.0f, false, 4, true);
+}
 
 // The host copy of a device tensor's bytes.
 std::vector<char> bytes_of(backend::Backend& be, const Tensor& t) {
@@ -212,6 +226,28 @@ TEST(GpuModel, RecordedStepsGiveTheBitsOfUnrecordedOnes) {
   for (size_t i = 0; i < pp.size(); ++i) {
     EXPECT_EQ(bytes_of(*plain.be, pp[i].value), bytes_of(*rec.be, rp[i].value)) << pp[i].name;
     EXPECT_EQ(bytes_of(*plain.be, pp[i].grad), bytes_of(*rec.be, rp[i].grad)) << pp[i].name;
+  }
+}
+
+// RMSNorm + SwiGLU steps recorded and replayed: the unrecorded run's bits.
+TEST(GpuModel, RecordedRmsNormSwigluStepsGiveTheBitsOfUnrecordedOnes) {
+  if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  GPTConfig c = config(0.0f);
+  c.normalization = Normalization::kRMSNorm;
+  c.swiglu = true;
+  constexpr int kSteps = 4;
+  const Trained plain = train_steps(c, false, kSteps);
+  const Trained rec = train_steps(c, true, kSteps);
+  ASSERT_EQ(rec.model->recording_failure(), "");
+  EXPECT_GT(rec.model->replays(), 0);
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_EQ(plain.losses[static_cast<size_t>(step)], rec.losses[static_cast<size_t>(step)]) << "step " << step;
+  }
+  EXPECT_GT(plain.losses.front(), plain.losses.back());
+  const auto& pp = plain.model->parameters().params();
+  const auto& rp = rec.model->parameters().params();
+  for (size_t i = 0; i < pp.size(); ++i) {
+    EXPECT_EQ(bytes_of(*plain.be, pp[i].value), bytes_of(*rec.be, rp[i].value)) << pp[i].name;
   }
 }
 
