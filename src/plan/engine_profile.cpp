@@ -1,5 +1,7 @@
 #include "plan/engine_profile.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace megatron::plan {
@@ -8,10 +10,18 @@ const char* attention_backend_name(AttentionBackend a) { return a == AttentionBa
 
 std::string engine_names() { return "ours, megatron-core-2024, megatron-2021"; }
 
+double our_tp_collective_share(double bytes) {
+  if (bytes <= kOurTpShareSmallBytes) return kOurTpShareSmall;
+  if (bytes >= kOurTpShareLargeBytes) return kOurTpShareLarge;
+  const double x = std::log(bytes / kOurTpShareSmallBytes) / std::log(kOurTpShareLargeBytes / kOurTpShareSmallBytes);
+  return kOurTpShareSmall + x * (kOurTpShareLarge - kOurTpShareSmall);
+}
+
 Engine find_engine(const std::string& name) {
   Engine e;
   if (name == "ours") return e;
   e.own_attention_for_tp_dropout = name == "ours";
+  e.measured_tp_collectives = false;
   if (name == "megatron-core-2024") {
     e.tp_comm_overlap = true;
     e.fused_cross_entropy = false;

@@ -36,6 +36,20 @@ namespace megatron::plan {
 enum class AttentionBackend { kFlash, kLocal };
 const char* attention_backend_name(AttentionBackend a);
 
+// The share of NVLink's figure (in comm_model.h's alpha-beta model, bus bandwidth = 2 (p-1)/p x
+// bytes / time per all-reduce) that our TP collectives reach, by message size. Measured, not
+// fitted to step times; it grows with the message as NCCL's fixed costs weigh less:
+//  - 33.5 MB ([s b, h] bf16 at 1.3B, the TP + SP all-gathers and reduce-scatters): 0.39. TP2 on
+//    2 x H200, one all-gather + one reduce-scatter of 33.6 MB alone 0.185 ms (182 GB/s = 0.40;
+//    bench/RESULTS.md eighth session, call 14); TP4 on 4 x H100 inside the 1.3B step
+//    (--profile-ops) 0.114 + 0.183 ms for 33.5 MB (169 GB/s = 0.38; sixteenth session).
+//  - 256 MiB: 0.75. `megatron preflight` on 4 x H100, fp32 all-reduce over the 4 ranks, 339
+//    GB/s (sixteenth session; 2-rank groups 263-297 GB/s).
+// Between them log-linear in the size, outside them the nearer value.
+constexpr double kOurTpShareSmallBytes = 33.5e6, kOurTpShareSmall = 0.39;
+constexpr double kOurTpShareLargeBytes = 268435456.0, kOurTpShareLarge = 0.75;
+double our_tp_collective_share(double bytes);
+
 // How the training software runs where it matters for time. The defaults are our engine's;
 // find_engine's other profiles describe published runs (tests/plan/published_runs_test.cpp).
 struct Engine {
@@ -60,6 +74,9 @@ struct Engine {
   // The backward TP all-reduces overlap the wgrad GEMMs (Megatron's async TP all-reduce, ours).
   // false: every TP all-reduce is exposed (the 2021 code the SC21 runs used).
   bool async_tp_allreduce = true;
+  // TP collectives over NVLink at our_tp_collective_share() of the link (ours, measured) instead
+  // of comm_model.h's kLinkEfficiency (the other profiles: their validations used 0.80).
+  bool measured_tp_collectives = true;
   // --tp-comm-overlap (Transformer Engine userbuffers): each layer's TP all-gathers and
   // reduce-scatters are split into chunks pipelined with the GEMMs they feed, so only what
   // exceeds the layer's GEMM time is exposed. Needs SP; our engine does not have it.

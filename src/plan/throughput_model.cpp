@@ -234,7 +234,14 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   // such groups stay inside nodes of G GPUs only if their block divides the node: TP 6 on
   // 8-GPU nodes puts half of its groups across two nodes, and a step waits for its slowest
   // group, so it runs on the network.
-  const Link& tp_link = blocks_within_nodes(p.tp, G) ? nvlink : network;
+  const bool tp_on_nvlink = blocks_within_nodes(p.tp, G);
+  Link tp_link = tp_on_nvlink ? nvlink : network;
+  // TP collectives over NVLink run at our measured share of the link for their message size
+  // ([s b, h] of the micro-batch; engine_profile.h), not at the large-message kLinkEfficiency.
+  if (tp_on_nvlink && cl.engine.measured_tp_collectives) {
+    const double tp_message = static_cast<double>(p.micro_batch * c.seq_length * c.hidden_size * dtype_size(dtype));
+    tp_link.bytes_per_s *= our_tp_collective_share(tp_message) / kLinkEfficiency;
+  }
   // A DP group with k ranks on each node crosses the network on k NICs at once (NCCL runs a
   // ring/tree channel per NIC), so its network bandwidth is k x the per-GPU figure, at most
   // NVLink's; with k uneven (blocks straddling nodes: TP 4 x DP 3 on 8-GPU nodes puts 2 + 1 of

@@ -130,8 +130,9 @@ TEST(PlanRecordedRuns, TwoH200RunsOfTheEighthSession) {
     // Known miss: under TP2 + SP the ops take half the one-GPU time, as planned, but the
     // collectives leave ~39 ms of the 1.3B step exposed (call 13's profile: ~1.6 ms per layer,
     // ~105 GB/s effective for ~10 all-gathers / reduce-scatters of [8192, 2048] bf16 per
-    // layer), where the planner's NVLink term expects a fraction of that: +36% at 1.3B, +22%
-    // at 2.7B. The DP2 and PP2 rows, which the older runs missed or not, are within 10% now.
+    // layer), where the planner's NVLink term, even at our measured share of the link for these
+    // messages (engine_profile.h), expects less: +27% at 1.3B, +17% at 2.7B (+36% / +22% at
+    // the large-message efficiency). The DP2 and PP2 rows are within 10%.
     if (r.tp == 1) {
       EXPECT_LT(std::fabs(speed_error), 0.10) << r.model << " pp " << r.pp << " dp " << r.dp;
     } else {
@@ -210,6 +211,74 @@ TEST(PlanRecordedRuns, SixteenSingleH100RunsWithinTenPercentAndFivePercent) {
                                              << " bytes, measured " << r.measured_bytes;
   }
   std::printf("worst held-out tokens/s error: %.1f%%\n", 100.0 * worst_held_out);
+}
+
+// 4 x H100 80GB, sixteenth session (2026-11-28, bench/RESULTS.md "the first 4-GPU machine"):
+// `megatron train` on the Brown Corpus (bf16, dropout 0), the measured ms per iteration its
+// closing line printed (after the first log interval) for every layout of
+// bench/gpu_data_parallel.sh and bench/gpu_model_parallel.sh, with the flags each ran with.
+// Within 10% in tokens/s (predicted / measured - 1), 11 of the 14: the 1-GPU rows, DP4 without
+// overlap, 350M DP4 with it, PP4, and, since the TP collectives run at our measured share of
+// NVLink for their message size (engine_profile.h our_tp_collective_share, taken from collective
+// timings, not from these step times), TP4 + SP at both sizes and TP2 + SP x PP2 at 2.7B. Known misses, kept
+// visible: 1.3B DP4 with overlap (+10.5%) and with the distributed optimizer and both overlaps
+// (+11.9%): the planner hides more of the reduction than the step does (the 4-GPU step is 6.9
+// ms slower than one GPU's at the same SM clock); 1.3B TP2 + SP x PP2 (+12.4%).
+struct FourGpuRun {
+  const char* model;
+  int64_t layers, hidden, heads, seq, gpus, micro_batch, global_batch, tp, pp;
+  bool distributed, overlap;  // --use-distributed-optimizer; --overlap-grad-reduce (+ param gather)
+  double measured_ms;
+  bool known_miss;
+};
+
+const FourGpuRun kFourGpuRuns[] = {
+    {"gpt2-350m", 24, 1024, 16, 1024, 1, 16, 16, 1, 1, false, false, 79.9, false},
+    {"gpt2-350m", 24, 1024, 16, 1024, 4, 16, 64, 1, 1, false, false, 87.0, false},
+    {"gpt2-350m", 24, 1024, 16, 1024, 4, 16, 64, 1, 1, false, true, 87.3, false},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 1, 4, 4, 1, 1, false, false, 134.3, false},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 16, 1, 1, false, false, 156.6, false},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 16, 1, 1, false, true, 152.6, true},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 16, 1, 1, true, true, 142.6, true},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 4, 4, 1, false, false, 67.0, false},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 32, 1, 4, false, false, 368.7, false},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 32, 2, 2, false, false, 398.1, true},
+    {"gpt3-2.7b", 32, 2560, 32, 2048, 1, 4, 4, 1, 1, false, false, 274.4, false},
+    {"gpt3-2.7b", 32, 2560, 32, 2048, 4, 4, 4, 4, 1, false, false, 117.6, false},
+    {"gpt3-2.7b", 32, 2560, 32, 2048, 4, 4, 32, 1, 4, false, false, 718.4, false},
+    {"gpt3-2.7b", 32, 2560, 32, 2048, 4, 4, 32, 2, 2, false, false, 744.7, false},
+};
+
+TEST(PlanRecordedRuns, FourH100RunsOfTheSixteenthSession) {
+  std::printf("| model | GPUs | batch | TP | PP | DP | dist-opt | overlap | measured ms | predicted | tok/s error |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |\n");
+  for (const FourGpuRun& r : kFourGpuRuns) {
+    const PlanModel m = test::gpt_plan_model(r.layers, r.hidden, r.heads, r.seq);
+    Cluster cl;
+    cl.gpu = find_gpu("h100-80gb");
+    cl.gpus_per_node = r.gpus;
+    cl.nodes = 1;
+    cl.overlap_grad_reduce = cl.overlap_param_gather = r.overlap;
+    const int64_t dp = r.gpus / (r.tp * r.pp);
+    const ParallelConfig p{r.tp, r.pp, 1, dp, r.micro_batch, r.global_batch, PlanRecompute::kNone, r.distributed,
+                           r.tp > 1};
+    const Candidate k = evaluate_layout(m, cl, p);
+    const double predicted_ms = 1e3 * k.prediction.seconds_per_iteration;
+    const double speed_error = r.measured_ms / predicted_ms - 1.0;  // predicted tokens/s / measured - 1
+    std::printf("| %s | %lld | %lld | %lld | %lld | %lld | %s | %s | %.1f | %.1f | %+.1f%% |\n", r.model,
+                static_cast<long long>(r.gpus), static_cast<long long>(r.global_batch), static_cast<long long>(r.tp),
+                static_cast<long long>(r.pp), static_cast<long long>(dp), r.distributed ? "yes" : "no",
+                r.overlap ? "yes" : "no", r.measured_ms, predicted_ms, 100.0 * speed_error);
+    const std::string what = std::string(r.model) + " tp " + std::to_string(r.tp) + " pp " + std::to_string(r.pp) +
+                             " dp " + std::to_string(dp) + (r.distributed ? " dist-opt" : "") +
+                             (r.overlap ? " overlap" : "");
+    if (r.known_miss) {
+      EXPECT_GT(std::fabs(speed_error), 0.10) << what << " is a known miss but is now within 10%: take it off";
+    } else {
+      EXPECT_LT(std::fabs(speed_error), 0.10) << what << ": predicted " << predicted_ms << " ms, measured "
+                                              << r.measured_ms;
+    }
+  }
 }
 
 }  // namespace

@@ -478,6 +478,28 @@ TEST(PlanThroughput, ResidualAddsCostTheirBytes) {
   EXPECT_DOUBLE_EQ(predict(c2, DType::kBF16, t, ours2).compute_s, predict(c2, DType::kBF16, t, bda2).compute_s);
 }
 
+// Our TP collectives' share of NVLink: the two measured anchors, flat outside them, rising
+// log-linearly between them (at the geometric mean of the two sizes, the mean of the shares).
+TEST(PlanThroughput, OurTpCollectiveShareFollowsMessageSize) {
+  EXPECT_EQ(our_tp_collective_share(1e6), kOurTpShareSmall);
+  EXPECT_EQ(our_tp_collective_share(kOurTpShareSmallBytes), kOurTpShareSmall);
+  EXPECT_DOUBLE_EQ(our_tp_collective_share(kOurTpShareLargeBytes), kOurTpShareLarge);
+  EXPECT_EQ(our_tp_collective_share(4e9), kOurTpShareLarge);
+  const double mid = std::sqrt(kOurTpShareSmallBytes * kOurTpShareLargeBytes);
+  EXPECT_NEAR(our_tp_collective_share(mid), 0.5 * (kOurTpShareSmall + kOurTpShareLarge), 1e-12);
+  // TP is slower with the measured share than at the large-message efficiency, and the other
+  // engine profiles keep the latter.
+  const PlanModel m = test::gpt_plan_model(24, 2048, 16, 2048);
+  const model::GPTConfig c = config_for_tp(m, 4);
+  const ParallelConfig p{4, 1, 1, 1, 4, 4, PlanRecompute::kNone, false, true};
+  Cluster ours = h100(1), large = h100(1);
+  large.engine.measured_tp_collectives = false;
+  EXPECT_GT(predict(c, DType::kBF16, p, ours).tp_comm_s, 1.5 * predict(c, DType::kBF16, p, large).tp_comm_s);
+  EXPECT_FALSE(find_engine("megatron-core-2024").measured_tp_collectives);
+  EXPECT_FALSE(find_engine("megatron-2021").measured_tp_collectives);
+  EXPECT_TRUE(find_engine("ours").measured_tp_collectives);
+}
+
 TEST(PlanThroughput, TensorParallelOverlapSettings) {
   const PlanModel m = test::gpt_plan_model(8, 4096, 32, 2048);
   const model::GPTConfig c = config_for_tp(m, 8);
@@ -485,9 +507,16 @@ TEST(PlanThroughput, TensorParallelOverlapSettings) {
   const Cluster ours = h100(1);
   Cluster sync = ours, overlapped = ours;
   sync.engine.async_tp_allreduce = false;
+  // --tp-comm-overlap is Transformer Engine's userbuffers, not our NCCL collectives: the link at
+  // kLinkEfficiency, as the megatron-core-2024 profile has it.
   overlapped.engine.tp_comm_overlap = true;
-  // Without async all-reduce all four per layer are exposed: 4 * layers * micro-batches of them.
-  const double one = all_reduce_seconds(2048.0 * 4096.0 * 2.0, 8, Link{450e9, kNvlinkLatency});
+  overlapped.engine.measured_tp_collectives = false;
+  // Without async all-reduce all four per layer are exposed: 4 * layers * micro-batches of them,
+  // each [2048, 4096] bf16 (16.8 MB) at our measured share of NVLink for that size.
+  const double share = our_tp_collective_share(2048.0 * 4096.0 * 2.0);
+  EXPECT_EQ(share, kOurTpShareSmall);
+  const double one =
+      all_reduce_seconds(2048.0 * 4096.0 * 2.0, 8, Link{450e9 * share / kLinkEfficiency, kNvlinkLatency});
   EXPECT_NEAR(predict(c, DType::kBF16, p, sync).tp_comm_s, 4.0 * 8.0 * 4.0 * one, 1e-12);
   const double async = predict(c, DType::kBF16, p, ours).tp_comm_s;
   EXPECT_LT(async, 4.0 * 8.0 * 4.0 * one);
@@ -497,7 +526,10 @@ TEST(PlanThroughput, TensorParallelOverlapSettings) {
   // Without SP there is nothing for --tp-comm-overlap to pipeline.
   ParallelConfig no_sp = p;
   no_sp.sequence_parallel = false;
-  EXPECT_EQ(predict(c, DType::kBF16, no_sp, overlapped).tp_comm_s, predict(c, DType::kBF16, no_sp, ours).tp_comm_s);
+  Cluster ours_at_large_share = ours;
+  ours_at_large_share.engine.measured_tp_collectives = false;
+  EXPECT_EQ(predict(c, DType::kBF16, no_sp, overlapped).tp_comm_s,
+            predict(c, DType::kBF16, no_sp, ours_at_large_share).tp_comm_s);
 }
 
 TEST(PlanThroughput, GradientReductionMovesGradReduceBytes) {
