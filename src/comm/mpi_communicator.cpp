@@ -180,6 +180,25 @@ void MpiCommunicator::broadcast(Tensor& x, int64_t root) {
   }
 }
 
+void check_receive_counts(const std::vector<ExpectedReceive>& receives, const std::vector<MPI_Status>& statuses,
+                          const std::string& group, int world_rank) {
+  MT_CHECK(receives.size() == statuses.size()) << receives.size() << " receives for " << statuses.size() << " statuses";
+  for (size_t i = 0; i < receives.size(); ++i) {
+    const ExpectedReceive& r = receives[i];
+    if (r.count < 0) continue;
+    MPI_Status status = statuses[i];
+    int got = 0;
+    if (MPI_Get_count(&status, r.type, &got) != MPI_SUCCESS) {
+      throw_error("[rank ", world_rank, "] MPI_Get_count failed after a receive from rank ", r.peer, " of group '", group, "'");
+    }
+    if (got != r.count) {
+      throw_error("[rank ", world_rank, "] a receive from rank ", r.peer, " of group '", group, "' got ", got,
+                  " elements where ", r.count, " were expected: the two sides disagree on the message's size "
+                  "(NCCL would wait for the rest: a hang on GPUs)");
+    }
+  }
+}
+
 void MpiCommunicator::send(const Tensor& x, int64_t peer) {
   MT_CHECK(peer >= 0 && peer < size_ && peer != rank_) << "send to " << peer << " from " << rank_;
   if (x.numel() == 0) return;
@@ -200,11 +219,14 @@ void MpiCommunicator::recv(Tensor& x, int64_t peer) {
   const int64_t esize = dtype_size(x.dtype());
   for (int64_t off = 0; off < x.numel(); off += kMaxChunk) {
     const int n = static_cast<int>(std::min(kMaxChunk, x.numel() - off));
-    MT_MPI_CHECK(MPI_Recv(p + off * esize, n, mpi_type(x.dtype()), static_cast<int>(peer), 0, comm_, MPI_STATUS_IGNORE));
+    std::vector<MPI_Status> status(1);
+    MT_MPI_CHECK(MPI_Recv(p + off * esize, n, mpi_type(x.dtype()), static_cast<int>(peer), 0, comm_, status.data()));
+    check_receive_counts({{n, mpi_type(x.dtype()), peer}}, status, name_, world_rank_);
   }
 }
 
-std::vector<MPI_Request> MpiCommunicator::post_send_recv(std::span<const PointToPoint> ops) {
+std::vector<MPI_Request> MpiCommunicator::post_send_recv(std::span<const PointToPoint> ops,
+                                                         std::vector<ExpectedReceive>* receives) {
   std::vector<MPI_Request> requests;
   for (const PointToPoint& op : ops) {
     MT_CHECK(op.peer >= 0 && op.peer < size_ && op.peer != rank_) << "send_recv with " << op.peer << " on " << rank_;
@@ -221,23 +243,29 @@ std::vector<MPI_Request> MpiCommunicator::post_send_recv(std::span<const PointTo
         MT_MPI_CHECK(MPI_Irecv(p + off * esize, n, mpi_type(op.tensor.dtype()), static_cast<int>(op.peer), 0, comm_, &r));
       }
       requests.push_back(r);
+      receives->push_back({op.send ? -1 : n, mpi_type(op.tensor.dtype()), op.peer});
     }
   }
   return requests;
 }
 
 void MpiCommunicator::send_recv(std::span<const PointToPoint> ops) {
-  std::vector<MPI_Request> requests = post_send_recv(ops);
+  std::vector<ExpectedReceive> receives;
+  std::vector<MPI_Request> requests = post_send_recv(ops, &receives);
   if (requests.empty()) return;
-  MT_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+  std::vector<MPI_Status> statuses(requests.size());
+  MT_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), statuses.data()));
+  check_receive_counts(receives, statuses, name_, world_rank_);
 }
 
 namespace {
 // Posted requests of one start_send_recv; wait() completes them all (Waitall).
 class PendingSendRecv final : public PendingCollective {
  public:
-  PendingSendRecv(std::vector<MPI_Request> requests, std::string group, int world_rank)
-      : requests_(std::move(requests)), group_(std::move(group)), world_rank_(world_rank) {}
+  PendingSendRecv(std::vector<MPI_Request> requests, std::vector<ExpectedReceive> receives, std::string group,
+                  int world_rank)
+      : requests_(std::move(requests)), receives_(std::move(receives)), group_(std::move(group)),
+        world_rank_(world_rank) {}
   ~PendingSendRecv() override {
     // An unwaited handle waits (PendingCollective's contract); during unwinding the job is
     // ending: leave the requests (the process exits and mpirun ends the job).
@@ -250,7 +278,8 @@ class PendingSendRecv final : public PendingCollective {
   }
   void wait() override {
     if (requests_.empty()) return;
-    const int rc = MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+    std::vector<MPI_Status> statuses(requests_.size());
+    const int rc = MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), statuses.data());
     requests_.clear();
     if (rc != MPI_SUCCESS) {
       char text[MPI_MAX_ERROR_STRING];
@@ -259,17 +288,21 @@ class PendingSendRecv final : public PendingCollective {
       throw_error("[rank ", world_rank_, "] MPI_Waitall (start_send_recv) on group '", group_,
                   "' failed: ", std::string(text, static_cast<size_t>(len)));
     }
+    check_receive_counts(receives_, statuses, group_, world_rank_);
   }
 
  private:
   std::vector<MPI_Request> requests_;
+  std::vector<ExpectedReceive> receives_;
   std::string group_;
   int world_rank_;
 };
 }  // namespace
 
 std::unique_ptr<PendingCollective> MpiCommunicator::start_send_recv(std::span<const PointToPoint> ops) {
-  return std::make_unique<PendingSendRecv>(post_send_recv(ops), name_, world_rank_);
+  std::vector<ExpectedReceive> receives;
+  std::vector<MPI_Request> requests = post_send_recv(ops, &receives);
+  return std::make_unique<PendingSendRecv>(std::move(requests), std::move(receives), name_, world_rank_);
 }
 
 void MpiCommunicator::barrier() { MT_MPI_CHECK(MPI_Barrier(comm_)); }

@@ -17,6 +17,17 @@
 
 namespace megatron::comm {
 
+// A posted receive's size and source: MPI completes a receive of fewer elements than its
+// buffer, NCCL waits for the rest (a hang on GPUs), so a short message is an error here too.
+struct ExpectedReceive {
+  int count = -1;  // elements; -1: the request is a send
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  int64_t peer = 0;
+};
+// Throws (naming the group and peer) if a completed receive got another count than expected.
+void check_receive_counts(const std::vector<ExpectedReceive>& receives, const std::vector<MPI_Status>& statuses,
+                          const std::string& group, int world_rank);
+
 // MPI_Init_thread on construction, MPI_Finalize on destruction. Owned by the program's entry
 // point, created before and destroyed after every MpiCommunicator. When it is destroyed during
 // stack unwinding (an exception leaving the run) it does not finalize: MPI_Finalize would wait
@@ -58,8 +69,9 @@ class MpiCommunicator final : public Communicator {
 
  private:
   void check(int rc, const char* call) const;
-  // Posts the Isend/Irecv of every op (in order, cut into int-count chunks).
-  std::vector<MPI_Request> post_send_recv(std::span<const PointToPoint> ops);
+  // Posts the Isend/Irecv of every op (in order, cut into int-count chunks); `receives` gets,
+  // per request, the elements a receive expects (-1 for a send) and its peer.
+  std::vector<MPI_Request> post_send_recv(std::span<const PointToPoint> ops, std::vector<ExpectedReceive>* receives);
   MPI_Comm comm_;
   std::string name_;
   int64_t rank_ = 0;

@@ -15,8 +15,11 @@ Watchdog::Watchdog(int64_t world_rank, std::chrono::milliseconds timeout,
     : world_rank_(world_rank), timeout_(timeout), on_timeout_(std::move(on_timeout)) {
   if (!on_timeout_) {
     on_timeout_ = [](const std::string& message) {
-      std::fprintf(stderr, "%s\n", message.c_str());
+      // One write(2) of the whole line: every rank of a group times out at once on a shared
+      // stderr, and fprintf's pieces interleaved mid-line there (4 H100 ranks, 2026-11-28).
+      const std::string line = message + "\n";
       std::fflush(nullptr);
+      [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, line.data(), line.size());
       ::_exit(1);
     };
   }

@@ -231,6 +231,41 @@ TEST(MpiCommunicator, SplitFormsGroupsByColorOrderedByKey) {
   }
 }
 
+// A message shorter than the receive's buffer: MPI would complete the receive, NCCL waits for
+// the missing elements (a GPU job hangs), so recv, send_recv and start_send_recv all refuse it,
+// naming the peer, the group and both counts.
+TEST(MpiCommunicator, ShortMessageIsAnErrorInEveryReceive) {
+  if (test::relaunch_under_mpirun(2)) return;
+  MpiRuntime mpi;
+  auto world = mpi.world();
+  const int64_t me = world->rank();
+  for (int path = 0; path < 3; ++path) {
+    Tensor small = filled(5, value, me), big = Tensor::cpu({7});
+    if (me == 0) {
+      world->send(small, 1);
+      continue;
+    }
+    const std::string expected = "[rank 1] a receive from rank 0 of group 'world' got 5 elements where 7 were expected";
+    const std::vector<PointToPoint> recv = {{false, big, 0}};
+    try {
+      if (path == 0) world->recv(big, 0);
+      if (path == 1) world->send_recv(recv);
+      if (path == 2) world->start_send_recv(recv)->wait();
+      ADD_FAILURE() << "path " << path << ": no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).substr(0, expected.size()), expected) << "path " << path << ": " << e.what();
+    }
+  }
+  // Equal sizes still pass (the check counts elements, not bytes of another type).
+  Tensor same = Tensor::cpu({3}, DType::kI32);
+  if (me == 0) {
+    world->send(same, 1);
+  } else {
+    world->recv(same, 0);
+  }
+  world->barrier();
+}
+
 TEST(MpiCommunicator, UnsupportedDtypeIsAnErrorNamingTheOpAndGroup) {
   if (test::relaunch_under_mpirun(2)) return;
   MpiRuntime mpi;
