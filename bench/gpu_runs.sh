@@ -4,7 +4,8 @@
 #   train NAME NPROC ITERS FLAGS...   one `megatron train` run (bf16, no dropout, no evaluation,
 #                                     on the Brown Corpus; --nproc-per-node NPROC when > 1),
 #                                     logging to $W/NAME.jsonl and $W/NAME.log; a failed run's
-#                                     tail is appended to $OUT/${FAILURES:-failures.txt}.
+#                                     tail is appended to $OUT/${FAILURES:-failures.txt};
+#                                     TRAIN_TIMEOUT seconds at most (default 240).
 export NCCL_NVLS_ENABLE=0
 for f in lib tests; do [ -d "$P/lib" ] || { [ -f "$P/$f.tar.xz" ] && tar -C "$P" -xJf "$P/$f.tar.xz"; }; done
 export LD_LIBRARY_PATH="$PWD/$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -18,7 +19,7 @@ train() {  # train NAME NPROC ITERS FLAGS...
   shift 3
   local launch=()
   [ "$nproc" -gt 1 ] && launch=(--nproc-per-node "$nproc")
-  timeout 240 "$P/megatron" train "${launch[@]}" $COMMON --train-iters "$iters" --log-jsonl $W/$name.jsonl "$@" \
+  timeout "${TRAIN_TIMEOUT:-240}" "$P/megatron" train "${launch[@]}" $COMMON --train-iters "$iters" --log-jsonl $W/$name.jsonl "$@" \
     > $W/$name.log 2>&1
   local rc=$?
   echo "$name: exit $rc"
