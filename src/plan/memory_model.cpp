@@ -1,8 +1,14 @@
 #include "plan/memory_model.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <tuple>
+#include <vector>
 
 #include "core/error.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace megatron::plan {
 
@@ -15,10 +21,33 @@ int64_t in_flight_micro_batches(const ParallelConfig& p, int64_t stage) {
   return std::min(p.pp - stage, p.num_micro_batches());
 }
 
+// Interleaved: the activation sets our engine allocates for each chunk of `stage`, the
+// schedule's max_in_flight (train/config.cpp). They stop growing with m at 2 pp micro-batches
+// (the warm-up is at most (vp + 1) pp chunk forwards; checked for pp <= 16, vp <= 12 in
+// tests/plan/memory_model_test.cpp), so the table is built for min(m, 2 pp) and memoised.
+std::vector<int64_t> interleaved_sets(const ParallelConfig& p, int64_t stage) {
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::vector<int64_t>> memo;
+  const int64_t m = std::min(p.num_micro_batches(), 2 * p.pp);
+  const auto key = std::make_tuple(p.pp, p.vp, m, stage);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = memo.find(key);
+  if (it == memo.end()) {
+    const parallel::PipelineShape shape{p.pp, stage, m, p.vp};
+    it = memo.emplace(key, parallel::max_in_flight(parallel::pipeline_schedule(shape), p.vp)).first;
+  }
+  return it->second;
+}
+
 int64_t in_flight_layers(const ParallelConfig& p, int64_t stage, int64_t layers_per_stage) {
   if (p.vp == 1) return in_flight_micro_batches(p, stage) * layers_per_stage;
-  const int64_t chunks = std::min(p.num_micro_batches() * p.vp, 2 * (p.pp - stage - 1) + (p.vp - 1) * p.pp + 1);
-  return chunks * (layers_per_stage / p.vp);
+  const std::vector<int64_t> sets = interleaved_sets(p, stage);
+  return std::accumulate(sets.begin(), sets.end(), int64_t{0}) * (layers_per_stage / p.vp);
+}
+
+// Micro-batches whose int32 tokens stage 0 keeps: one per activation set of its first chunk.
+int64_t first_stage_token_sets(const ParallelConfig& p) {
+  return p.vp == 1 ? in_flight_micro_batches(p, 0) : interleaved_sets(p, 0).front();
 }
 
 }  // namespace
@@ -75,13 +104,14 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   const bool full = p.recompute == PlanRecompute::kFull;
   int64_t act = layers_in_flight * (n * h * e / u + (full ? 0 : layer));
   if (full) act += layer;  // the one slot recomputed layers share (model/gpt_config.h recompute_slots)
-  if (stage == 0) act += mbs_in_flight * n * 4 * (c.reset_position_ids ? 2 : 1);  // tokens (and position ids)
-  // Documents: int32 key starts [n] per chunk's activation set in flight.
-  if (c.reset_attention_mask) act += layers_in_flight / (layers / p.vp) * n * 4;
+  if (stage == 0) act += first_stage_token_sets(p) * n * 4 * (c.reset_position_ids ? 2 : 1);  // tokens (and position ids)
+  const int64_t chunk_sets = layers_in_flight / (layers / p.vp);  // activation sets over the stage's chunks
+  // Documents: int32 key starts [n] per activation set.
+  if (c.reset_attention_mask) act += chunk_sets * n * 4;
   model::PipelineStageOptions layout;
   layout.pp = p.pp;
   layout.virtual_chunks = p.vp;
-  if (model::dropout_stream_in_memory(c, p.tp, layout)) act += mbs_in_flight * 8;  // int64 per activation set
+  if (model::dropout_stream_in_memory(c, p.tp, layout)) act += chunk_sets * 8;  // int64 per activation set
   if (stage == p.pp - 1) {
     act += mbs_in_flight * (2 * n * h * e / u + norm_stats * n * 4 / u + n * (V / t) * e + 5 * n * 4);
   }

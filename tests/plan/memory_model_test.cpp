@@ -205,7 +205,7 @@ TEST(PlanMemory, RmsNormSwigluShardsByHand) {
 // variants add or remove must be exactly what model::plan_memory adds or removes for the same
 // stage: parameters equal model::stage_num_parameters outright, and each kind's change from
 // the LayerNorm/GELU model equals the engine plan's change, with TP 2 (SP on and off), 1F1B and
-// interleaved pipelines (activations: 1F1B only), every stage, with and without full recompute. The engine's activation
+// interleaved pipelines, every stage, with and without full recompute. The engine's activation
 // sets per chunk are the schedule's (train/config.cpp pipeline_stage).
 TEST(PlanMemory, VariantsChangeWhatTheEnginePlanChanges) {
   struct Layout {
@@ -251,12 +251,7 @@ TEST(PlanMemory, VariantsChangeWhatTheEnginePlanChanges) {
           const model::MemoryPlan exact = model::plan_memory(engine, DType::kBF16, 2, l.tp, l.sp, stage);
           const model::MemoryPlan exact_base = model::plan_memory(engine_base, DType::kBF16, 2, l.tp, l.sp, stage);
           EXPECT_EQ(planned.parameters - planned_base.parameters, exact.parameters - exact_base.parameters);
-          // Interleaved, the planner keeps Megatron's count of chunks in flight (the test below),
-          // which can be one below the engine's schedule (5 against 6 on stage 0 at pp 2, vp 2,
-          // m 8): the per-chunk change is the same, its multiple is not.
-          if (l.vp == 1) {
-            EXPECT_EQ(planned.activations - planned_base.activations, exact.activations - exact_base.activations);
-          }
+          EXPECT_EQ(planned.activations - planned_base.activations, exact.activations - exact_base.activations);
           EXPECT_EQ(planned.workspace - planned_base.workspace, exact.workspace - exact_base.workspace);
           if (v.rmsnorm || v.swiglu) {
             EXPECT_NE(planned.activations, planned_base.activations);
@@ -267,7 +262,10 @@ TEST(PlanMemory, VariantsChangeWhatTheEnginePlanChanges) {
   }
 }
 
-// Interleaving: stage 0 holds min(m*vp, 2(pp-1) + (vp-1)pp + 1) chunks of L/(pp*vp) layers.
+// Interleaving: each chunk keeps the activation sets the engine allocates for it, the
+// schedule's max_in_flight, of L/(pp*vp) layers each. Their sum can exceed Megatron's count of
+// chunks live at once, min(m*vp, 2(pp-1) + (vp-1)pp + 1): each chunk's sets are sized for its
+// own busiest moment.
 TEST(PlanMemory, InterleavedScheduleInFlightChunks) {
   model::GPTConfig c = small_config();
   c.num_layers = 8;
@@ -277,10 +275,30 @@ TEST(PlanMemory, InterleavedScheduleInFlightChunks) {
   p.micro_batch = 1;
   p.global_batch = 8;
   // tp 1: layer = n*(3h + 4q + 2f)*e + 16n + 4*b*a*s = 4*(24 + 32 + 64)*2 + 64 + 32 = 1056; input 64.
-  // chunks = min(16, 2*1 + 1*2 + 1) = 5, of 4/2 = 2 layers -> 10 layer-micro-batches (vs 8 for 1F1B).
-  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 10 * (64 + 1056) + 2 * 16);
+  // Stage 0's chunks hold 4 and 2 sets (Megatron's formula: min(16, 2*1 + 1*2 + 1) = 5 live at
+  // once), of 4/2 = 2 layers -> 12 layer-micro-batches (vs 8 for 1F1B); int32 tokens [n = 4]
+  // for each of chunk 0's 4 sets.
+  EXPECT_EQ(parallel::max_in_flight(parallel::pipeline_schedule({2, 0, 8, 2}), 2), (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 12 * (64 + 1056) + 4 * 16);
   p.vp = 1;
   EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 8 * (64 + 1056) + 2 * 16);
+}
+
+// The planner builds the interleaved schedule for min(m, 2 pp) micro-batches: past 2 pp the
+// sets per chunk do not change (pp up to 16, vp up to 12, every stage), so the plan is that of
+// the real m.
+TEST(PlanMemory, InterleavedSetsStopGrowingAtTwicePpMicroBatches) {
+  for (int64_t pp : {2, 3, 4, 8, 16}) {
+    for (int64_t vp : {2, 3, 4, 6, 12}) {
+      for (int64_t stage = 0; stage < pp; ++stage) {
+        const std::vector<int64_t> at_cap = parallel::max_in_flight(parallel::pipeline_schedule({pp, stage, 2 * pp, vp}), vp);
+        for (int64_t k : {3, 5, 8}) {
+          EXPECT_EQ(parallel::max_in_flight(parallel::pipeline_schedule({pp, stage, k * pp, vp}), vp), at_cap)
+              << "pp " << pp << " vp " << vp << " stage " << stage << " m " << k * pp;
+        }
+      }
+    }
+  }
 }
 
 // The worst stage accounts for NCCL too: with pp 4 and untied embeddings the middle stages
