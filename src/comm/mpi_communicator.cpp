@@ -180,6 +180,8 @@ void MpiCommunicator::broadcast(Tensor& x, int64_t root) {
   }
 }
 
+namespace {
+// Throws (naming the group and peer) if a completed receive got another count than expected.
 void check_receive_counts(const std::vector<ExpectedReceive>& receives, const std::vector<MPI_Status>& statuses,
                           const std::string& group, int world_rank) {
   MT_CHECK(receives.size() == statuses.size()) << receives.size() << " receives for " << statuses.size() << " statuses";
@@ -198,6 +200,8 @@ void check_receive_counts(const std::vector<ExpectedReceive>& receives, const st
     }
   }
 }
+
+}  // namespace
 
 void MpiCommunicator::send(const Tensor& x, int64_t peer) {
   MT_CHECK(peer >= 0 && peer < size_ && peer != rank_) << "send to " << peer << " from " << rank_;

@@ -24,9 +24,6 @@ struct ExpectedReceive {
   MPI_Datatype type = MPI_DATATYPE_NULL;
   int64_t peer = 0;
 };
-// Throws (naming the group and peer) if a completed receive got another count than expected.
-void check_receive_counts(const std::vector<ExpectedReceive>& receives, const std::vector<MPI_Status>& statuses,
-                          const std::string& group, int world_rank);
 
 // MPI_Init_thread on construction, MPI_Finalize on destruction. Owned by the program's entry
 // point, created before and destroyed after every MpiCommunicator. When it is destroyed during

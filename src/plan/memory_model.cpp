@@ -16,7 +16,7 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Micro-batches (1F1B) or layer-chunks (interleaved) in flight on `stage`: see the header.
+// Micro-batches in flight on 1F1B stage `stage` (the header).
 int64_t in_flight_micro_batches(const ParallelConfig& p, int64_t stage) {
   return std::min(p.pp - stage, p.num_micro_batches());
 }
@@ -39,15 +39,10 @@ std::vector<int64_t> interleaved_sets(const ParallelConfig& p, int64_t stage) {
   return it->second;
 }
 
-int64_t in_flight_layers(const ParallelConfig& p, int64_t stage, int64_t layers_per_stage) {
-  if (p.vp == 1) return in_flight_micro_batches(p, stage) * layers_per_stage;
-  const std::vector<int64_t> sets = interleaved_sets(p, stage);
-  return std::accumulate(sets.begin(), sets.end(), int64_t{0}) * (layers_per_stage / p.vp);
-}
-
-// Micro-batches whose int32 tokens stage 0 keeps: one per activation set of its first chunk.
-int64_t first_stage_token_sets(const ParallelConfig& p) {
-  return p.vp == 1 ? in_flight_micro_batches(p, 0) : interleaved_sets(p, 0).front();
+// The activation sets of each of the stage's chunks: 1F1B min(pp - stage, m) micro-batches;
+// interleaved, what our engine allocates per chunk.
+std::vector<int64_t> activation_sets(const ParallelConfig& p, int64_t stage) {
+  return p.vp == 1 ? std::vector<int64_t>{in_flight_micro_batches(p, stage)} : interleaved_sets(p, stage);
 }
 
 }  // namespace
@@ -100,12 +95,14 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   const int64_t norm_stats = c.layernorm_bias() ? 2 : 1;
   const int64_t layer = n * (3 * h / u + (4 * q + f1 + f) / t) * e + 2 * norm_stats * n * 4 / u + b * a * s * 4 / t;
   const int64_t mbs_in_flight = in_flight_micro_batches(p, stage);
-  const int64_t layers_in_flight = in_flight_layers(p, stage, layers);
+  const std::vector<int64_t> sets = activation_sets(p, stage);
+  const int64_t chunk_sets = std::accumulate(sets.begin(), sets.end(), int64_t{0});  // over the stage's chunks
+  const int64_t layers_in_flight = chunk_sets * (layers / p.vp);
   const bool full = p.recompute == PlanRecompute::kFull;
   int64_t act = layers_in_flight * (n * h * e / u + (full ? 0 : layer));
   if (full) act += layer;  // the one slot recomputed layers share (model/gpt_config.h recompute_slots)
-  if (stage == 0) act += first_stage_token_sets(p) * n * 4 * (c.reset_position_ids ? 2 : 1);  // tokens (and position ids)
-  const int64_t chunk_sets = layers_in_flight / (layers / p.vp);  // activation sets over the stage's chunks
+  // Tokens (and position ids) on stage 0: one per activation set of its first chunk.
+  if (stage == 0) act += sets.front() * n * 4 * (c.reset_position_ids ? 2 : 1);
   // Documents: int32 key starts [n] per activation set.
   if (c.reset_attention_mask) act += chunk_sets * n * 4;
   model::PipelineStageOptions layout;
