@@ -245,6 +245,7 @@ int run_bench(const CommandArgs& argv_in) {
   }
   // The step runs the pipeline schedule as `megatron train` does (one stage: forward k,
   // backward k, the loss head's backward right after each loss).
+  comm::connect_pipeline_neighbours(groups, c.virtual_pipeline_chunks() > 1);
   const parallel::PipelineShape shape{c.pipeline_model_parallel_size, groups.coords.pp, num_micro,
                                       c.virtual_pipeline_chunks(), /*forward_only=*/false};
   const std::vector<parallel::PipelineAction> table = parallel::pipeline_schedule(shape);

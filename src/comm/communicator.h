@@ -108,6 +108,17 @@ class Communicator {
   // stream after the compute stream's work so far, the compute stream waiting for it in
   // wait(). The default (one rank) runs send_recv at once and returns a finished handle.
   virtual std::unique_ptr<PendingCollective> start_send_recv(std::span<const PointToPoint> ops);
+  // Opens the point-to-point connections with `peers` (both directions) before the first
+  // send_recv (comm::connect_pipeline_neighbours). Collective over the peers named: every
+  // rank calls it once, and if a names b, b names a. Why (NCCL): a pair's connection is made at its first message in each
+  // direction, inside ncclGroupEnd, and blocks that rank's host until the peer reaches its
+  // own first message the other way. A pipeline whose first messages are not in matching
+  // groups on both sides deadlocks there: PP4 with 2 micro-batches, where stage 0's group
+  // [send F1 to 1, receive B0 from 1] waits in the connection for stage 1's first send to 0,
+  // which comes after stage 1 has received F1 (NVIDIA/nccl#783, #2130). One exchange in
+  // which every rank talks to all its peers at once makes every later group start free of it.
+  // The default (MPI, one rank) does nothing: MPI connects without that rendezvous.
+  virtual void connect_peers(std::span<const int64_t> peers) { (void)peers; }
   // ---- end of pipeline point-to-point ----
 
   // MPI_Comm_split: the ranks that pass the same `color` form one new group, ordered by

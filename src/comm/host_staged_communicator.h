@@ -44,6 +44,7 @@ class HostStagedCommunicator final : public Communicator {
   void barrier() override { inner_->barrier(); }
   void set_watchdog_grace(std::chrono::milliseconds grace) override { inner_->set_watchdog_grace(grace); }
   void send_recv(std::span<const PointToPoint> ops) override;
+  void connect_peers(std::span<const int64_t> peers) override { inner_->connect_peers(peers); }
   // Non-blocking as the inner one's (MPI: Isend/Irecv now, Waitall in wait()): device sends are
   // staged before it returns, device receives are copied in by the handle's wait().
   std::unique_ptr<PendingCollective> start_send_recv(std::span<const PointToPoint> ops) override;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "comm/self_communicator.h"
 #include "core/error.h"
 
 namespace megatron::comm {
@@ -245,6 +246,23 @@ class NcclCommunicator final : public Communicator {
     MT_NCCL_CHECK(ncclGroupEnd());
   }
 
+  void connect_peers(std::span<const int64_t> peers) override {
+    // One double each way per peer, from and into the scratch (scratch_[0] out, scratch_[1 + i]
+    // in), in one group on the compute stream; the host waits until the connections exist.
+    MT_CHECK(peers.size() + 1 <= scratch_doubles_) << "connect_peers with " << peers.size() << " peers";
+    const cudaStream_t stream = blocking_stream();
+    MT_NCCL_CUDA_CHECK(cudaMemsetAsync(scratch_, 0, sizeof(double), stream));
+    MT_NCCL_CHECK(ncclGroupStart());
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const int64_t peer = peers[i];
+      MT_CHECK(peer >= 0 && peer < size_ && peer != rank_) << "connect_peers with " << peer << " on " << rank_;
+      MT_NCCL_CHECK(ncclSend(scratch_, 1, ncclFloat64, static_cast<int>(peer), comm_, stream));
+      MT_NCCL_CHECK(ncclRecv(scratch_ + 1 + i, 1, ncclFloat64, static_cast<int>(peer), comm_, stream));
+    }
+    MT_NCCL_CHECK(ncclGroupEnd());
+    MT_NCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+
   void barrier() override {
     double one = 1.0;
     all_reduce_host(std::span<double>(&one, 1), ReduceOp::kSum);
@@ -255,6 +273,16 @@ class NcclCommunicator final : public Communicator {
     MT_NCCL_CHECK(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : static_cast<int>(color), static_cast<int>(key),
                                 &sub, nullptr));
     if (sub == nullptr) return nullptr;
+    // A group of one rank needs no NCCL: each NCCL communicator holds device memory from its
+    // creation on (measured on 4 GPUs: the eleven groups of a TP4 rank, six of them of one rank,
+    // held ~3.9 GiB before the first step), so the one-rank groups of a layout (dp, pp, cp, ...
+    // at TP = world size) become SelfCommunicators, as in a single-process run.
+    int count = 0;
+    MT_NCCL_CHECK(ncclCommCount(sub, &count));
+    if (count == 1) {
+      MT_NCCL_CHECK(ncclCommDestroy(sub));
+      return std::make_unique<SelfCommunicator>(backend_, name);
+    }
     return std::make_unique<NcclCommunicator>(sub, backend_, name, world_rank_);
   }
 

@@ -54,4 +54,21 @@ ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const Par
   return g;
 }
 
+std::vector<int64_t> pipeline_neighbours(int64_t stage, int64_t pp, bool interleaved) {
+  MT_CHECK(pp >= 1 && stage >= 0 && stage < pp) << "pipeline stage " << stage << " of " << pp;
+  std::vector<int64_t> out;
+  auto add = [&](int64_t peer) {
+    if (peer != stage && std::find(out.begin(), out.end(), peer) == out.end()) out.push_back(peer);
+  };
+  if (stage > 0) add(stage - 1);
+  if (stage + 1 < pp) add(stage + 1);
+  if (interleaved && stage == 0) add(pp - 1);
+  if (interleaved && stage == pp - 1) add(0);
+  return out;
+}
+
+void connect_pipeline_neighbours(const ProcessGroups& groups, bool interleaved) {
+  if (groups.pp->size() > 1) groups.pp->connect_peers(pipeline_neighbours(groups.pp->rank(), groups.pp->size(), interleaved));
+}
+
 }  // namespace megatron::comm

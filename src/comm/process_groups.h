@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "comm/rank_layout.h"
@@ -31,5 +32,16 @@ struct ProcessGroups {
 // Splits `world` (size == sizes.world(), checked) into every group of Megatron's layout; the
 // split is collective over `world`, so every rank calls this with the same sizes.
 ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const ParallelSizes& sizes);
+
+// The pipeline ranks stage `stage` of `pp` exchanges activations and gradients with: the stages
+// before and after it, and with `interleaved` (virtual pipeline chunks) also the last stage and
+// the first, which the chunks wrap between. Each once, never `stage` itself; empty for pp == 1.
+// Symmetric: b is in a's list exactly when a is in b's (for the same pp and interleaved).
+std::vector<int64_t> pipeline_neighbours(int64_t stage, int64_t pp, bool interleaved);
+
+// Opens the pp group's connections to pipeline_neighbours (Communicator::connect_peers), so that
+// no schedule's first messages can deadlock NCCL. Collective over the pp group; call it once
+// before the first pipeline exchange (the trainer and the bench do).
+void connect_pipeline_neighbours(const ProcessGroups& groups, bool interleaved);
 
 }  // namespace megatron::comm

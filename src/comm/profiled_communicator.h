@@ -36,6 +36,7 @@ class ProfiledCommunicator final : public Communicator {
   void barrier() override;
   void set_watchdog_grace(std::chrono::milliseconds grace) override { inner_->set_watchdog_grace(grace); }
   void send_recv(std::span<const PointToPoint> ops) override;
+  void connect_peers(std::span<const int64_t> peers) override { inner_->connect_peers(peers); }
   std::unique_ptr<PendingCollective> start_send_recv(std::span<const PointToPoint> ops) override;
   std::unique_ptr<Communicator> split(int64_t color, int64_t key, const std::string& name) override;
   std::unique_ptr<PendingCollective> start_all_reduce(Tensor& x, ReduceOp op) override;

@@ -112,6 +112,10 @@ void WatchedCommunicator::send_recv(std::span<const PointToPoint> ops) {
   Watchdog::Scope s(watchdog_, "send_recv", *inner_);
   inner_->send_recv(ops);
 }
+void WatchedCommunicator::connect_peers(std::span<const int64_t> peers) {
+  Watchdog::Scope s(watchdog_, "connect_peers", *inner_);
+  inner_->connect_peers(peers);
+}
 void WatchedCommunicator::barrier() {
   Watchdog::Scope s(watchdog_, "barrier", *inner_);
   inner_->barrier();

@@ -86,6 +86,7 @@ class WatchedCommunicator final : public Communicator {
   void barrier() override;
   void set_watchdog_grace(std::chrono::milliseconds grace) override { watchdog_.set_grace(grace); }
   void send_recv(std::span<const PointToPoint> ops) override;
+  void connect_peers(std::span<const int64_t> peers) override;
   std::unique_ptr<Communicator> split(int64_t color, int64_t key, const std::string& name) override;
   // Watched while they start (MPI: the whole collective; NCCL: the enqueue).
   std::unique_ptr<PendingCollective> start_all_reduce(Tensor& x, ReduceOp op) override;

@@ -40,7 +40,7 @@ int64_t p2p_channel_bytes() {
 
 int64_t net_side_bytes() { return round_up_to_granularity(kLl128BufferBytes + kSimpleBufferBytes); }
 
-int64_t NcclMemory::total() const {
+int64_t NcclMemory::buffers() const {
   int64_t t = 0;
   for (const NcclCommunicatorMemory& c : communicators) t += c.bytes;
   return t;
@@ -52,6 +52,11 @@ NcclMemory nccl_memory(const NcclLayout& l, int64_t stage) {
   const int64_t world = l.tp * l.pp * l.dp;
   const int64_t G = l.gpus_per_node == 0 ? world : l.gpus_per_node;
   NcclMemory m;
+  const bool embedding_member = l.pp > 1 && (stage == 0 || stage == l.pp - 1);
+  for (const int64_t ranks : {world, l.tp, l.dp, l.pp, l.dp /* dp-cp */, l.tp * l.pp /* model-parallel */,
+                              l.tp * l.dp /* tp-dp-cp */, l.tp /* tp-cp */, embedding_member ? int64_t{2} : 1}) {
+    m.created += ranks > 1 ? 1 : 0;
+  }
   auto collective = [&](const char* name, int64_t ranks, int64_t k) {
     if (ranks <= 1) return;
     m.communicators.push_back({name, ranks, NcclTraffic::kCollective, k, collective_bytes(ranks, k)});

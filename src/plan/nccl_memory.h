@@ -20,6 +20,9 @@
 //    direction instead (kNetP2pPoolBytes).
 //  - NVLS (NVLink SHARP) buffers: none, we always run with NCCL_NVLS_ENABLE=0.
 //
+// Which communicators a rank creates: every group of comm/process_groups.h with two or more
+// ranks (world, tp, dp, pp, dp-cp, model-parallel, tp-dp-cp, tp-cp, and on the first and last
+// stage the embedding group), each paying kCommunicatorCreationBytes.
 // Which communicators a rank connects (comm/process_groups.h; they all exist, the size-1 ones
 // cost nothing, and groups our step never uses — cp, dp, tp-cp, tp-dp-cp, the position
 // embedding — are never connected):
@@ -116,9 +119,22 @@ struct NcclCommunicatorMemory {
   int64_t bytes = 0;
 };
 
+// NCCL's own device state of one communicator of two or more ranks, allocated when it is
+// created (before any connection, whether or not it is ever used): per channel a few small
+// arrays (channel.cc: peers, ring ranks), each its own cuMem allocation rounded up to the
+// 2 MiB granularity, so ~6 MiB per channel. Measured on 4 x H200 (NCCL 2.28, 2026-11-28,
+// nvidia-smi against our own allocations in `megatron bench`): a TP4 rank's five 4-rank
+// communicators held 1,262 MiB beyond the CUDA context (572 MiB, the 1-GPU run) and the world
+// ring's buffers (counted above): 252 MiB each. One-rank groups cost 395 MiB each (64
+// channels) when they were NCCL communicators; the engine makes them SelfCommunicators now
+// (comm/nccl_communicator.cpp), so they cost nothing.
+constexpr int64_t kCommunicatorCreationBytes = 252 * kMebibyte;
+
 struct NcclMemory {
   std::vector<NcclCommunicatorMemory> communicators;  // only those that connect anything
-  int64_t total() const;
+  int64_t created = 0;  // communicators of two or more ranks this rank creates (used or not)
+  int64_t buffers() const;  // the communicators' connection buffers
+  int64_t total() const { return buffers() + created * kCommunicatorCreationBytes; }
 };
 
 // The NCCL device memory of one rank of pipeline stage `stage` (0 <= stage < pp).

@@ -15,6 +15,7 @@
 
 #include "backend/profiler_marks.h"
 #include "comm/launch.h"
+#include "comm/process_groups.h"
 #include "comm/self_communicator.h"
 #include "core/error.h"
 #include "core/host_name.h"
@@ -96,6 +97,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
       << c.tensor_model_parallel_size << " / pp " << c.pipeline_model_parallel_size << ", groups of "
       << groups_->world_size() << " / " << groups_->sizes.dp << " / " << groups_->sizes.tp << " / "
       << groups_->sizes.pp;
+  comm::connect_pipeline_neighbours(*groups_, c.virtual_pipeline_chunks() > 1);
   microbatches_ = std::make_unique<NumMicroBatchesCalculator>(c.microbatch_calculator());
   *log0_ << microbatches_->describe() << '\n';
   train_iters_ = c.total_train_iters();

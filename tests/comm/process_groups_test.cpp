@@ -5,8 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
+#include "core/error.h"
 #include "support/mpi.h"
 
 namespace megatron::comm {
@@ -39,6 +43,35 @@ TEST(ProcessGroups, MpiGroupsMatchTheRankLayout) {
     all_gather(*c, mine, all);
     for (int64_t k = 0; k < c->size(); ++k) {
       EXPECT_EQ(all.data_as<int64_t>()[k], expected[static_cast<size_t>(k)]) << to_string(kind) << " member " << k;
+    }
+  }
+}
+
+// The links connect_pipeline_neighbours opens: each stage's neighbours, with interleaving also
+// the wrap between the last stage and the first; each once, never itself, and symmetric
+// (Communicator::connect_peers needs both ends to name each other, or it waits forever).
+TEST(ProcessGroups, PipelineNeighboursAreSymmetric) {
+  EXPECT_EQ(pipeline_neighbours(0, 1, false), std::vector<int64_t>{});
+  EXPECT_EQ(pipeline_neighbours(0, 1, true), std::vector<int64_t>{});
+  EXPECT_EQ(pipeline_neighbours(0, 2, true), std::vector<int64_t>{1});
+  EXPECT_EQ(pipeline_neighbours(1, 2, false), std::vector<int64_t>{0});
+  EXPECT_EQ(pipeline_neighbours(0, 4, false), std::vector<int64_t>{1});
+  EXPECT_EQ(pipeline_neighbours(0, 4, true), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(pipeline_neighbours(2, 4, false), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(pipeline_neighbours(3, 4, false), std::vector<int64_t>{2});
+  EXPECT_EQ(pipeline_neighbours(3, 4, true), (std::vector<int64_t>{2, 0}));
+  for (bool interleaved : {false, true}) {
+    for (int64_t pp = 1; pp <= 9; ++pp) {
+      for (int64_t a = 0; a < pp; ++a) {
+        const std::vector<int64_t> mine = pipeline_neighbours(a, pp, interleaved);
+        const int64_t inner = (a > 0) + (a + 1 < pp);
+        EXPECT_EQ(static_cast<int64_t>(mine.size()), interleaved ? std::min<int64_t>(pp - 1, 2) : inner) << a << " of " << pp;
+        for (int64_t b : mine) {
+          EXPECT_NE(b, a);
+          const std::vector<int64_t> theirs = pipeline_neighbours(b, pp, interleaved);
+          EXPECT_EQ(std::count(theirs.begin(), theirs.end(), a), 1) << a << " and " << b << " of " << pp;
+        }
+      }
     }
   }
 }

@@ -35,6 +35,7 @@ class SlowCommunicator final : public Communicator {
   void recv(Tensor&, int64_t) override {}
   void barrier() override {}
   void send_recv(std::span<const PointToPoint>) override {}
+  void connect_peers(std::span<const int64_t>) override { std::this_thread::sleep_for(delay_); }
   std::unique_ptr<Communicator> split(int64_t, int64_t, const std::string&) override {
     return std::make_unique<SlowCommunicator>(*this);
   }
@@ -85,6 +86,24 @@ TEST(Watchdog, SplitsAreWatchedToo) {
   child->all_reduce(x, ReduceOp::kSum);
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(fired, 1);
+}
+
+// Opening the pipeline's connections waits for the peers (NCCL: on the host, inside the
+// group): a peer that never comes is reported like a late collective.
+TEST(Watchdog, ConnectingPeersIsWatched) {
+  auto backend = backend::make_cpu_backend();
+  std::mutex mu;
+  std::vector<std::string> reports;
+  Watchdog w(2, 300ms, [&](const std::string& m) {
+    std::lock_guard<std::mutex> lock(mu);
+    reports.push_back(m);
+  });
+  WatchedCommunicator slow(std::make_unique<SlowCommunicator>(*backend, 1000ms), w);
+  const std::vector<int64_t> peers = {1};
+  slow.connect_peers(peers);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].rfind("[rank 2] watchdog: connect_peers #1 on group 'dp' (2 ranks)", 0), 0u) << reports[0];
 }
 
 // A grace (Communicator::set_watchdog_grace, given to checkpoint saves) lets a long wait pass,

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/process_groups.h"
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -55,6 +56,11 @@ using BufId = std::tuple<int64_t, int64_t, int64_t>;  // (Buf, chunk, set)
 // only up to the newest posted step that touches one of its buffers. MPI matches the same
 // messages with fewer constraints (any posted step, not only the running one), so a table that
 // completes here completes under MPI too.
+// Lazy connections (`lazy` given: the directed links (from stage, to stage) open before the
+// tables run), NCCL's rule for the others: a link opens at the first message over it, while
+// its step is being posted, and the posting stage waits there (no compute, no later step;
+// its steps already posted go on) until the stage at the other end is posting its own first
+// message over that link (NVIDIA/nccl#783; Communicator::connect_peers).
 // Checked on the way: every forward's input and backward's output gradient has arrived
 // (forward before backward, the received data the one the compute needs), a send leaves only
 // what its compute produced and is still in the buffer, a receive lands only in a free buffer
@@ -62,8 +68,13 @@ using BufId = std::tuple<int64_t, int64_t, int64_t>;  // (Buf, chunk, set)
 // chunk, as the model allocates them; the output gradient consumed).
 std::string simulate(const std::vector<std::vector<PipelineAction>>& tables, int64_t pp, int64_t m, int64_t vp,
                      bool forward_only, bool overlapped = false,
-                     std::vector<std::vector<int64_t>> sets = {}) {
+                     std::vector<std::vector<int64_t>> sets = {},
+                     const std::set<std::pair<int64_t, int64_t>>* lazy = nullptr) {
   const int64_t last_v = pp * vp - 1;
+  // Lazy connections: the links open so far, and per stage the links whose first message it
+  // is posting or has posted.
+  std::set<std::pair<int64_t, int64_t>> open = lazy != nullptr ? *lazy : std::set<std::pair<int64_t, int64_t>>{};
+  std::vector<std::set<std::pair<int64_t, int64_t>>> reached(static_cast<size_t>(pp));
   if (sets.empty()) {
     for (const auto& t : tables) sets.push_back(max_in_flight(t, vp));
   }
@@ -154,6 +165,22 @@ std::string simulate(const std::vector<std::vector<PipelineAction>>& tables, int
       }
       all_done = false;
       const PipelineAction& a = table[me.pos];
+      if (a.op == PipelineOp::kComm && lazy != nullptr) {
+        // Opening the step's new links: wait until both ends have reached each of them.
+        bool waiting = false;
+        for (const P2PMessage& msg : a.messages) {
+          const std::pair<int64_t, int64_t> link = msg.send ? std::pair{s, msg.peer} : std::pair{msg.peer, s};
+          if (open.count(link)) continue;
+          progress |= reached[static_cast<size_t>(s)].insert(link).second;
+          if (reached[static_cast<size_t>(msg.peer)].count(link)) {
+            open.insert(link);
+            progress = true;
+          } else {
+            waiting = true;
+          }
+        }
+        if (waiting) continue;
+      }
       if (a.op == PipelineOp::kComm) {
         // Posting: what is sent is in its buffer, what is received lands in a free one.
         Posted p{&a, std::vector<bool>(a.messages.size(), false), {}};
@@ -278,26 +305,58 @@ TEST(PipelineSchedule, InterleavedOrderByHand) {
   EXPECT_EQ(computes(all[1], 2), "F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0");
 }
 
+// The links comm::connect_pipeline_neighbours opens before any table runs: each stage with its
+// pipeline_neighbours, both directions.
+std::set<std::pair<int64_t, int64_t>> neighbour_links(int64_t pp, int64_t vp) {
+  std::set<std::pair<int64_t, int64_t>> links;
+  for (int64_t s = 0; s < pp; ++s) {
+    for (int64_t peer : comm::pipeline_neighbours(s, pp, vp > 1)) {
+      links.insert({s, peer});
+      links.insert({peer, s});
+    }
+  }
+  return links;
+}
+
 TEST(PipelineSchedule, EveryShapeRunsWithoutDeadlock) {
   for (int64_t pp : {1, 2, 3, 4}) {
     for (int64_t vp : {1, 2, 3}) {
       if (pp == 1 && vp > 1) continue;
+      const auto links = neighbour_links(pp, vp);
       for (int64_t m : {1, 2, 3, 4, 6, 8, 9}) {
         if (vp > 1 && m % pp != 0) continue;
         for (bool fo : {false, true}) {
           const std::string what = "pp " + std::to_string(pp) + " vp " + std::to_string(vp) + " M " +
                                    std::to_string(m) + (fo ? " forward only" : "");
           const auto tables = all_tables(pp, m, vp, fo);
-          EXPECT_EQ(simulate(tables, pp, m, vp, fo), "") << what;
+          // Under NCCL's lazy connections, with the neighbours' links opened first (a message
+          // to any other stage would open lazily and could deadlock).
+          EXPECT_EQ(simulate(tables, pp, m, vp, fo, false, {}, &links), "") << what;
           // --overlap-p2p-communication: the same, split by direction, with the activation sets
           // the blocking table needs (what the model allocates).
           std::vector<std::vector<int64_t>> sets;
           const auto split = overlapped_tables(tables, vp, &sets);
-          EXPECT_EQ(simulate(split, pp, m, vp, fo, /*overlapped=*/true, sets), "") << what << " overlapped";
+          EXPECT_EQ(simulate(split, pp, m, vp, fo, /*overlapped=*/true, sets, &links), "") << what << " overlapped";
         }
       }
     }
   }
+}
+
+// What 4 x H100 showed (bench/RESULTS.md, sixteenth session): PP4 with 2 micro-batches hung in
+// its first iteration while 8 micro-batches ran. Without links opened first, stage 0's first
+// receive from stage 1 (B0) shares a group with F1's send, which stage 1 receives in a group
+// before its own first send to stage 0: stage 0 waits in the connection for a message that
+// needs F1 (with 1 micro-batch: [sF0>1 rB0<1] against stage 1's [rF0<0]). From 4
+// micro-batches on, the first messages each way are in matching groups.
+TEST(PipelineSchedule, LazyConnectionsDeadlockFewerMicroBatchesThanStages) {
+  const std::set<std::pair<int64_t, int64_t>> none;
+  const auto links = neighbour_links(4, 1);
+  for (int64_t m : {1, 2, 3}) {
+    EXPECT_EQ(simulate(all_tables(4, m, 1), 4, m, 1, false, false, {}, &none).rfind("deadlock:", 0), 0u) << m;
+    EXPECT_EQ(simulate(all_tables(4, m, 1), 4, m, 1, false, false, {}, &links), "") << m;
+  }
+  for (int64_t m : {4, 8}) EXPECT_EQ(simulate(all_tables(4, m, 1), 4, m, 1, false, false, {}, &none), "") << m;
 }
 
 TEST(PipelineSchedule, OverlappedExchangesByHand) {

@@ -23,6 +23,10 @@ namespace megatron::backend {
 
 enum class AttentionImpl : uint8_t { kAuto, kCudnn, kOwn };
 
+// The largest head_dim our kernels take (cuda_attention.cu); past it only cuDNN runs attention,
+// and a case it cannot run is an error naming the flags.
+constexpr int64_t kOwnAttentionMaxHeadDim = 128;
+
 // Selects the attention implementation of `backend`, which must be a CUDA backend (throws
 // megatron::Error otherwise, and always in builds without CUDA).
 void set_attention_impl(Backend& backend, AttentionImpl impl);

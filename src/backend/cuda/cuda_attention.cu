@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "backend/cuda/attention_impl.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cudnn_attention.h"
@@ -1441,9 +1442,17 @@ struct Dims {
   const int32_t* key_start = nullptr;  // device [b, s] (AttentionParams::key_start) or null
 };
 
+// Past kOwnAttentionMaxHeadDim only cuDNN runs attention (cudnn_attention.cpp); called where
+// our kernels are about to run.
+void require_own_head_dim(int64_t d) {
+  if (d > kOwnAttentionMaxHeadDim) {
+    throw_error("[--hidden-size / --num-attention-heads] our CUDA attention kernels take head_dim <= ",
+                kOwnAttentionMaxHeadDim, ", got ", d, " (cuDNN's fused attention runs up to 256 in bf16/fp16)");
+  }
+}
+
 Dims check_attention(const Tensor& qkv, const Tensor& lse, const AttentionParams& p) {
   MT_CHECK(p.heads > 0 && p.head_dim > 0) << "attention heads " << p.heads << ", head_dim " << p.head_dim;
-  MT_CHECK(p.head_dim <= 128) << "CUDA attention supports head_dim <= 128, got " << p.head_dim;
   MT_CHECK(p.softmax_scale > 0.0f) << "attention softmax_scale " << p.softmax_scale << " (unset?)";
   MT_CHECK(p.dropout.p >= 0.0f && p.dropout.p < 1.0f) << "attention dropout " << p.dropout.p;
   MT_CHECK(qkv.ndim() == 3 && qkv.dim(2) == p.heads * 3 * p.head_dim)
@@ -1486,6 +1495,7 @@ void CudaBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse,
   const auto [s, b, heads, d, key_start] = check_attention(qkv, lse, params);
   MT_CHECK(out.numel() == s * b * heads * d && is_float(out.dtype())) << "attention out " << out.describe();
   if (cudnn_attention_forward(qkv, out, lse, params)) return;  // cudnn_attention.cpp decides per case
+  require_own_head_dim(d);
   ForwardArgs a;
   a.q = qkv_part(qkv, b, heads, d, 0);
   a.k = qkv_part(qkv, b, heads, d, 1);
@@ -1521,6 +1531,7 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& qkv, cons
       << "attention dqkv " << dqkv.describe() << " for qkv " << qkv.describe();
   if (s == 0 || b == 0) return;
   if (cudnn_attention_backward(dout, qkv, out, lse, dqkv, params)) return;
+  require_own_head_dim(d);
 
   BackwardArgs a;
   a.q = qkv_part(qkv, b, heads, d, 0);

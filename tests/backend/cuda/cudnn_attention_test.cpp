@@ -228,6 +228,10 @@ const Case kCases[] = {
     {2048, 4, 32, 128, DType::kF16, true},
     {1024, 3, 12, 64, DType::kF16, true},
     {2048, 2, 32, 80, DType::kF16, true},
+    // head_dim 160: GPT-3 13B of the NLP benchmark (5120 / 32; a quarter of its heads), which only
+    // cuDNN runs; 256, cuDNN's largest.
+    {2048, 1, 8, 160, DType::kBF16, true},
+    {1024, 1, 2, 256, DType::kF16, false},
     // Awkward: single rows, s one below and above the 64/128-row tiles, b = 1, head_dim 32 and 96.
     {1, 1, 1, 64, DType::kBF16, false},
     {1, 2, 3, 128, DType::kF16, false},
@@ -623,6 +627,21 @@ TEST(CudnnAttentionFallback, TensorParallelDropoutRunsOurKernels) {
 TEST(CudnnAttentionFallback, Fp32RunsOurKernels) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   expect_falls_back(Case{128, 2, 2, 64, DType::kF32, false}, make_params(2, 64), "fp32");
+}
+
+// Past our kernels' head_dim a case cuDNN refuses (fp32) is an error naming the flags, not a
+// fallback (nor an abort).
+TEST(CudnnAttentionFallback, LargeHeadDimWithoutCudnnIsAnError) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  auto gpu = make_gpu(AttentionImpl::kAuto);
+  const Case c{128, 1, 2, 160, DType::kF32, false};
+  const Inputs in = make_inputs(c, 7);
+  try {
+    gpu_attention(*gpu, in.qkv, in.dout, make_params(2, 160), AttentionImpl::kAuto, AttentionImpl::kAuto);
+    ADD_FAILURE() << "fp32 attention with head_dim 160 ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--num-attention-heads"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudnnAttentionFallback, ReasonsAreReported) {
