@@ -56,12 +56,14 @@
 
 namespace megatron::plan {
 
-// Headroom kept free on every GPU: the CUDA context (~0.5 GiB on H100), cuBLASLt and cuDNN
-// workspaces, loaded kernels and allocator fragmentation. An assumption, not a measurement;
-// our 1-GPU H200 runs use 0.07-0.10 GiB beyond the plan besides the context. NCCL's buffers
-// (0.75-1.5 GiB per GPU on 2 GPUs) are no longer part of it: the plan counts them
-// (MemoryPlan::nccl); the reserve keeps its 2 GiB.
-constexpr double kReservedBytes = 2.0 * 1024 * 1024 * 1024;
+// Headroom kept free on every GPU for what the plan does not count: the CUDA context and
+// library handles, loaded kernels, allocator fragmentation. NCCL's buffers and its
+// communicators' own state are counted (MemoryPlan::nccl). Measured (nvidia-smi's peak against
+// the plan, 2026-11-28, 4 x H200, NCCL 2.28): 0.69 GiB on one GPU (gpt3-2.7b; the context and
+// handles are 0.56 of it), 0.41 GiB at TP4 (gpt3-2.7b), 0.50 GiB for the 32.44B model at TP4
+// with full recompute, which ran with 0.7 GiB of the card left. 1 GiB keeps ~0.3 GiB beyond
+// the largest of these.
+constexpr double kReservedBytes = 1.0 * 1024 * 1024 * 1024;
 
 // Parameters held by pipeline stage `stage` (each rank of its TP group holds this many).
 int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p, int64_t stage);
