@@ -1,7 +1,10 @@
 #include "comm/process_groups.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
+#include "comm/shared_communicator.h"
 #include "core/error.h"
 
 namespace megatron::comm {
@@ -22,6 +25,18 @@ Communicator* ProcessGroups::group(GroupKind kind) const {
   return nullptr;
 }
 
+namespace {
+
+// The groups of a kind as a set (each group's members ascending, as rank_groups lists them):
+// two kinds with equal sets have the same communicators.
+std::vector<std::vector<int64_t>> partition_of(const ParallelSizes& sizes, GroupKind kind) {
+  std::vector<std::vector<int64_t>> groups = rank_groups(sizes, kind);
+  std::sort(groups.begin(), groups.end());
+  return groups;
+}
+
+}  // namespace
+
 ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const ParallelSizes& sizes) {
   MT_CHECK(world != nullptr) << "no world communicator";
   MT_CHECK_EQ(world->size(), sizes.world());
@@ -29,8 +44,20 @@ ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const Par
   g.sizes = sizes;
   const int64_t rank = world->rank();
   g.coords = rank_coords(sizes, rank);
+  // The communicators made so far, by their groups. Every rank computes the same partitions, so
+  // every rank shares or splits alike (a split is collective over the world). The world is not
+  // among them: its collectives at iteration boundaries (exit checks, timers' barrier) would
+  // otherwise wait for a kind's started collectives (the next forward's parameter gathers).
+  std::vector<std::pair<std::vector<std::vector<int64_t>>, Communicator*>> made;
   auto make = [&](GroupKind kind) -> std::unique_ptr<Communicator> {
     const int64_t color = group_index(sizes, kind, rank);
+    const std::vector<std::vector<int64_t>> partition = partition_of(sizes, kind);
+    for (const auto& [groups, comm] : made) {
+      if (groups != partition) continue;
+      // The same groups as a kind made before (members in the same order): a second name.
+      if (color < 0) return nullptr;
+      return std::make_unique<SharedCommunicator>(*comm, to_string(kind));
+    }
     int64_t key = 0;
     if (color >= 0) {
       const auto members = rank_groups(sizes, kind)[static_cast<size_t>(color)];
@@ -38,8 +65,10 @@ ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const Par
     }
     std::unique_ptr<Communicator> c = world->split(color, key, to_string(kind));
     MT_CHECK((c != nullptr) == (color >= 0)) << "split of " << to_string(kind);
+    made.push_back({partition, c.get()});
     return c;
   };
+  // In declaration order (process_groups.h): a shared name is destroyed before its target.
   g.tp = make(GroupKind::kTp);
   g.cp = make(GroupKind::kCp);
   g.dp = make(GroupKind::kDp);

@@ -116,6 +116,10 @@ struct Engine {
   // distributed optimizer; 0: ours (kGradPassBytes per local + kAdamBytes per owned parameter
   // at HBM bandwidth, measured). See find_engine for Megatron 2021's count.
   double optimizer_bytes = 0;
+  // Process-group kinds with the same groups share one NCCL communicator, and one-rank groups
+  // have none (comm::make_process_groups since 2026-11-28); false: every kind its own, as in
+  // the runs recorded before (plan/nccl_memory.h NcclLayout::shared_groups).
+  bool shared_process_groups = true;
 };
 
 // A100 GEMM ceiling for Megatron-LM 2021: 230 of 312 TFLOP/s, torch.matmul fp16 on

@@ -65,12 +65,12 @@ int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p,
   return n;
 }
 
-NcclLayout nccl_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t gpus_per_node) {
-  return NcclLayout{p.tp, p.pp, p.dp, p.vp, gpus_per_node, !c.untie_embeddings_and_output_weights};
+NcclLayout nccl_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t gpus_per_node, bool shared_groups) {
+  return NcclLayout{p.tp, p.pp, p.dp, p.vp, gpus_per_node, !c.untie_embeddings_and_output_weights, shared_groups};
 }
 
 model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage,
-                               int64_t gpus_per_node) {
+                               int64_t gpus_per_node, bool shared_groups) {
   MT_CHECK(p.tp > 0 && p.pp > 0 && p.vp > 0 && p.dp > 0 && p.micro_batch > 0 && c.num_layers % p.pp == 0 &&
            p.num_micro_batches() > 0)
       << p.describe();
@@ -118,14 +118,15 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   // Documents on cuDNN: its bias [b, s, s] in the 16-bit I/O dtype, in cuDNN's workspace
   // (cudnn_attention.h), which the engine's own plan (model::plan_memory) does not hold.
   if (c.reset_attention_mask && dtype != DType::kF32) m.workspace += b * s * s * 2;
-  m.nccl = nccl_memory(nccl_layout(c, p, gpus_per_node), stage).total();
+  m.nccl = nccl_memory(nccl_layout(c, p, gpus_per_node, shared_groups), stage).total();
   return m;
 }
 
-RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t gpus_per_node) {
+RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t gpus_per_node,
+                       bool shared_groups) {
   RankMemory r;
   for (int64_t k = 0; k < p.pp; ++k) {
-    const model::MemoryPlan m = stage_memory(c, dtype, p, k, gpus_per_node);
+    const model::MemoryPlan m = stage_memory(c, dtype, p, k, gpus_per_node, shared_groups);
     r.stage_totals.push_back(m.total());
     if (k == 0 || m.total() > r.worst.total()) {
       r.worst = m;

@@ -70,19 +70,22 @@ int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p,
 
 // The memory of one rank of pipeline stage `stage`, in model::MemoryPlan's kinds
 // ("activations" = everything saved for backward across the micro-batches in flight; "nccl"
-// = nccl_memory() of the layout with `gpus_per_node` GPUs per node, 0 meaning one node).
+// = nccl_memory() of the layout with `gpus_per_node` GPUs per node, 0 meaning one node, and
+// NcclLayout::shared_groups `shared_groups`).
 // c.padded_vocab_size must already be padded for p.tp.
 model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage,
-                               int64_t gpus_per_node = 0);
+                               int64_t gpus_per_node = 0, bool shared_groups = true);
 
 struct RankMemory {
   model::MemoryPlan worst;    // the stage with the largest total
   int64_t worst_stage = 0;
   std::vector<int64_t> stage_totals;  // bytes per stage
 };
-RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t gpus_per_node = 0);
+RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t gpus_per_node = 0,
+                       bool shared_groups = true);
 
 // The NCCL layout (plan/nccl_memory.h) of a planner layout.
-NcclLayout nccl_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t gpus_per_node);
+NcclLayout nccl_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t gpus_per_node,
+                       bool shared_groups = true);
 
 }  // namespace megatron::plan

@@ -52,23 +52,43 @@ NcclMemory nccl_memory(const NcclLayout& l, int64_t stage) {
   const int64_t world = l.tp * l.pp * l.dp;
   const int64_t G = l.gpus_per_node == 0 ? world : l.gpus_per_node;
   NcclMemory m;
+  // The groups of a kind span some of the dimensions tp, dp, pp (cp is 1); two kinds have the
+  // same groups when they span the same dimensions of size > 1. The embedding group of the first
+  // and last stage is the whole pp group when pp == 2, groups of their own beyond (kOwnDim).
+  constexpr int kTpDim = 1, kDpDim = 2, kPpDim = 4, kOwnDim = 8;
+  const int real = (l.tp > 1 ? kTpDim : 0) | (l.dp > 1 ? kDpDim : 0) | (l.pp > 1 ? kPpDim : 0);
   const bool embedding_member = l.pp > 1 && (stage == 0 || stage == l.pp - 1);
-  for (const int64_t ranks : {world, l.tp, l.dp, l.pp, l.dp /* dp-cp */, l.tp * l.pp /* model-parallel */,
-                              l.tp * l.dp /* tp-dp-cp */, l.tp /* tp-cp */, embedding_member ? int64_t{2} : 1}) {
-    m.created += ranks > 1 ? 1 : 0;
+  const int embedding_span = l.pp == 2 ? kPpDim : kOwnDim;
+  // Communicators created (comm::make_process_groups): the world, and one per kind of two or
+  // more ranks, or with shared groups one per distinct span.
+  std::vector<int> spans;
+  auto create = [&](int dims) {
+    const int effective = dims & (real | kOwnDim);
+    if (effective == 0) return;
+    if (!l.shared_groups || std::find(spans.begin(), spans.end(), effective) == spans.end()) spans.push_back(effective);
+  };
+  for (const int dims : {kTpDim, kDpDim, kPpDim, kDpDim /* dp-cp */, kTpDim | kPpDim /* model-parallel */,
+                         kTpDim | kDpDim /* tp-dp-cp */, kTpDim /* tp-cp */}) {
+    create(dims);
   }
-  auto collective = [&](const char* name, int64_t ranks, int64_t k) {
+  if (embedding_member) create(embedding_span);
+  m.created = static_cast<int64_t>(spans.size()) + (world > 1 ? 1 : 0);
+  // Collective rings: the world's, and each kind's that a step uses, once per communicator.
+  std::vector<int> rings;
+  auto collective = [&](const char* name, int64_t ranks, int64_t k, int dims) {
     if (ranks <= 1) return;
+    if (l.shared_groups && dims != 0) {
+      if (std::find(rings.begin(), rings.end(), dims & (real | kOwnDim)) != rings.end()) return;
+      rings.push_back(dims & (real | kOwnDim));
+    }
     m.communicators.push_back({name, ranks, NcclTraffic::kCollective, k, collective_bytes(ranks, k)});
   };
-  collective("world", world, std::min(world, G));
-  collective("tp", l.tp, per_node(l.tp, 1, G));
-  collective("dp-cp", l.dp, per_node(l.dp, l.tp, G));
+  collective("world", world, std::min(world, G), 0);
+  collective("tp", l.tp, per_node(l.tp, 1, G), kTpDim);
+  collective("dp-cp", l.dp, per_node(l.dp, l.tp, G), kDpDim);
   const int64_t pp_per_node = per_node(l.pp, l.tp * l.dp, G);
-  collective("model-parallel", l.tp * l.pp, std::min(l.tp, G) * pp_per_node);
-  if (l.pp > 1 && l.tied_embedding && (stage == 0 || stage == l.pp - 1)) {
-    collective("embedding", 2, world <= G ? 2 : 1);
-  }
+  collective("model-parallel", l.tp * l.pp, std::min(l.tp, G) * pp_per_node, kTpDim | kPpDim);
+  if (l.tied_embedding && embedding_member) collective("embedding", 2, world <= G ? 2 : 1, embedding_span);
   if (l.pp > 1) {
     // The distinct neighbours this stage sends to and receives from (both directions each:
     // activations one way, their gradients back).

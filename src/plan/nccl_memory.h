@@ -20,9 +20,12 @@
 //    direction instead (kNetP2pPoolBytes).
 //  - NVLS (NVLink SHARP) buffers: none, we always run with NCCL_NVLS_ENABLE=0.
 //
-// Which communicators a rank creates: every group of comm/process_groups.h with two or more
-// ranks (world, tp, dp, pp, dp-cp, model-parallel, tp-dp-cp, tp-cp, and on the first and last
-// stage the embedding group), each paying kCommunicatorCreationBytes.
+// Which communicators a rank creates, each paying kCommunicatorCreationBytes: the world's, and
+// one per distinct set of groups of two or more ranks among the kinds of comm/process_groups.h
+// (tp, dp, pp, dp-cp, model-parallel, tp-dp-cp, tp-cp, and on the first and last stage the
+// embedding group; kinds with the same groups share one communicator, the world never). TP4 on
+// 4 GPUs creates two (the world; tp = model-parallel = tp-cp = tp-dp-cp). The collective rings
+// below are likewise counted once per communicator.
 // Which communicators a rank connects (comm/process_groups.h; they all exist, the size-1 ones
 // cost nothing, and groups our step never uses — cp, dp, tp-cp, tp-dp-cp, the position
 // embedding — are never connected):
@@ -107,6 +110,9 @@ struct NcclLayout {
   int64_t tp = 1, pp = 1, dp = 1, vp = 1;
   int64_t gpus_per_node = 0;   // 0: every rank on one node
   bool tied_embedding = true;  // !--untie-embeddings-and-output-weights
+  // Kinds with the same groups share one communicator (comm::make_process_groups since
+  // 2026-11-28; the world excepted); false: each kind its own (the runs recorded before).
+  bool shared_groups = true;
 };
 
 enum class NcclTraffic { kCollective, kSendRecv };
@@ -127,7 +133,8 @@ struct NcclCommunicatorMemory {
 // communicators held 1,262 MiB beyond the CUDA context (572 MiB, the 1-GPU run) and the world
 // ring's buffers (counted above): 252 MiB each. One-rank groups cost 395 MiB each (64
 // channels) when they were NCCL communicators; the engine makes them SelfCommunicators now
-// (comm/nccl_communicator.cpp), so they cost nothing.
+// (comm/nccl_communicator.cpp), so they cost nothing, and kinds with the same groups share
+// one communicator (comm/shared_communicator.h).
 constexpr int64_t kCommunicatorCreationBytes = 252 * kMebibyte;
 
 struct NcclMemory {

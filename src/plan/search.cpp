@@ -44,7 +44,7 @@ Candidate evaluate_layout(const PlanModel& m, const Cluster& cluster, const Para
   }
   Candidate k;
   k.parallel = p;
-  k.memory = rank_memory(c, m.dtype, p, cluster.gpus_per_node);
+  k.memory = rank_memory(c, m.dtype, p, cluster.gpus_per_node, cluster.engine.shared_process_groups);
   k.capacity_bytes = cluster.gpu.memory_bytes - kReservedBytes;
   k.fits = static_cast<double>(k.memory.worst.total()) <= k.capacity_bytes;
   k.prediction = predict(c, m.dtype, p, cluster);

@@ -75,14 +75,21 @@ TEST(BenchCommand, ProfileOpsListsTheTensorParallelCollectives) {
   // Per iteration (one micro-batch): the LayerNorms' sequence-parallel gradients (2 layers x 4 +
   // the final 2 tensors) travel packed in one all-reduce, not one each, and the vocab-parallel
   // cross-entropy takes three on the device (max, sum of exps, target logit), none through the
-  // host (tensor_parallel/vocab_parallel.h).
+  // host (tensor_parallel/vocab_parallel.h). The one host all-reduce on these ranks is the
+  // gradient norm's over the model-parallel group, which at pp 1 is tp's communicator
+  // (comm/shared_communicator.h), so its row is named [tp].
   const size_t at = r.output.find("    all_reduce [tp] ");
   ASSERT_NE(at, std::string::npos) << r.output;
   std::istringstream row(r.output.substr(at + std::string("    all_reduce [tp] ").size()));
   int64_t calls = 0;
   row >> calls;
   EXPECT_EQ(calls, 1 + 3) << r.output.substr(at, 80);
-  EXPECT_EQ(r.output.find("all_reduce_host [tp] "), std::string::npos) << r.output;
+  const size_t at_host = r.output.find("    all_reduce_host [tp] ");
+  ASSERT_NE(at_host, std::string::npos) << r.output;
+  std::istringstream host_row(r.output.substr(at_host + std::string("    all_reduce_host [tp] ").size()));
+  int64_t host_calls = 0;
+  host_row >> host_calls;
+  EXPECT_EQ(host_calls, 1) << r.output.substr(at_host, 80);
   // The backward gathers the QKV and FC1 inputs again (2 layers x 2); the loss head's are still
   // in the gather workspace from its forward.
   const std::string started = "    start all_gather [tp] ";

@@ -10,7 +10,7 @@
 
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
-#include "core/error.h"
+#include "comm/shared_communicator.h"
 #include "support/mpi.h"
 
 namespace megatron::comm {
@@ -45,6 +45,37 @@ TEST(ProcessGroups, MpiGroupsMatchTheRankLayout) {
       EXPECT_EQ(all.data_as<int64_t>()[k], expected[static_cast<size_t>(k)]) << to_string(kind) << " member " << k;
     }
   }
+}
+
+// A kind whose groups are those of a kind made before gets a second name for that
+// communicator, not one of its own (each NCCL communicator costs ~250 MiB of device memory).
+// World 4 = tp 2 x pp 2: dp, cp and the position embedding are one-rank groups (the first of
+// them made, the rest named after it); tp-cp and tp-dp-cp are tp; the embedding group (first and
+// last stage of 2) is pp. Model-parallel has the world's ranks but its own communicator (the
+// world is never shared). Collectives through a second name still reach exactly its members.
+TEST(ProcessGroups, KindsWithTheSameGroupsShareOneCommunicator) {
+  if (test::relaunch_under_mpirun(4)) return;
+  MpiRuntime mpi;
+  ProcessGroups g = make_process_groups(mpi.world(), parallel_sizes(4, /*tp=*/2, /*pp=*/2));
+  auto shared = [](const std::unique_ptr<Communicator>& c) { return dynamic_cast<SharedCommunicator*>(c.get()) != nullptr; };
+  EXPECT_FALSE(shared(g.tp));
+  EXPECT_FALSE(shared(g.cp));
+  EXPECT_TRUE(shared(g.dp));
+  EXPECT_FALSE(shared(g.pp));
+  EXPECT_TRUE(shared(g.dp_cp));
+  EXPECT_FALSE(shared(g.model_parallel));
+  EXPECT_TRUE(shared(g.tp_dp_cp));
+  EXPECT_TRUE(shared(g.tp_cp));
+  EXPECT_TRUE(shared(g.embedding));
+  EXPECT_EQ(g.model_parallel->name(), to_string(GroupKind::kModelParallel));
+  EXPECT_EQ(g.tp_cp->name(), to_string(GroupKind::kTpCp));
+  EXPECT_EQ(g.embedding->size(), 2);
+  double mine = static_cast<double>(g.rank() + 1);
+  g.model_parallel->all_reduce_host(std::span<double>(&mine, 1), ReduceOp::kSum);
+  EXPECT_EQ(mine, 1.0 + 2.0 + 3.0 + 4.0);
+  double tp_sum = static_cast<double>(g.rank());
+  g.tp_cp->all_reduce_host(std::span<double>(&tp_sum, 1), ReduceOp::kSum);
+  EXPECT_EQ(tp_sum, g.coords.pp == 0 ? 0.0 + 1.0 : 2.0 + 3.0);
 }
 
 // The links connect_pipeline_neighbours opens: each stage's neighbours, with interleaving also

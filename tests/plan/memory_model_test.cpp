@@ -134,8 +134,9 @@ TEST(PlanMemory, TensorAndPipelineShardsByHand) {
   EXPECT_EQ(s1.activations, 2 * (64 + 656) + 128 + 32 + 256 + 80);
   // NCCL (plan/nccl_memory.h): 4 ranks on one node; both stages connect world, tp,
   // model-parallel, embedding (tied) and one pipeline neighbour, 32 channels x 12 MiB each, and
-  // create seven communicators of two or more ranks (those, pp, tp-dp-cp and tp-cp).
-  const int64_t nccl = 5 * 32 * 12 * 1024 * 1024 + 7 * kCommunicatorCreationBytes;
+  // create four communicators: the world, model-parallel (the world's ranks; the world is never
+  // shared), tp (= tp-cp = tp-dp-cp) and pp (= the embedding group of the first and last stage).
+  const int64_t nccl = 5 * 32 * 12 * 1024 * 1024 + 4 * kCommunicatorCreationBytes;
   EXPECT_EQ(s0.nccl, nccl);
   EXPECT_EQ(s1.nccl, nccl);
   const RankMemory r = rank_memory(c, DType::kBF16, p);

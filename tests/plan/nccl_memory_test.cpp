@@ -2,10 +2,13 @@
 // communicators it counts, and the three 2 x H200 layouts it was fitted on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
+#include "comm/rank_layout.h"
 #include "model/memory_plan.h"
 #include "plan/nccl_memory.h"
 #include "plan/search.h"
@@ -17,8 +20,11 @@ namespace {
 constexpr int64_t kMiBytes = 1024 * 1024;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-NcclLayout layout(int64_t tp, int64_t pp, int64_t dp, int64_t gpus_per_node = 0) {
+// shared = false: every process-group kind its own communicator, as the engine was when the
+// 2 x H200 layouts below were measured.
+NcclLayout layout(int64_t tp, int64_t pp, int64_t dp, int64_t gpus_per_node = 0, bool shared = true) {
   NcclLayout l;
+  l.shared_groups = shared;
   l.tp = tp;
   l.pp = pp;
   l.dp = dp;
@@ -59,7 +65,8 @@ TEST(PlanNcclMemory, GroupsOfOneRankCostNothing) {
   EXPECT_EQ(group_bytes(tp2, "dp-cp"), 0);
   EXPECT_EQ(group_bytes(tp2, "pp"), 0);
   EXPECT_EQ(group_bytes(tp2, "embedding"), 0);
-  EXPECT_EQ(tp2.communicators.size(), 3u);  // world, tp, model-parallel
+  EXPECT_EQ(tp2.communicators.size(), 2u);  // world, tp (model-parallel shares tp's at pp 1)
+  EXPECT_EQ(nccl_memory(layout(2, 1, 1, 0, false), 0).communicators.size(), 3u);  // each its own
 }
 
 // bench/RESULTS.md, `megatron bench` rows on 2 x H200 (2026-11-23, NVLink, NCCL_NVLS_ENABLE=0,
@@ -95,7 +102,7 @@ TEST(PlanNcclMemory, ReproducesTheTwoH200Layouts) {
     const double one_gpu_excess = r.one_gpu_gib - static_cast<double>(engine_plan(r, 1, 1).total()) / kGiB;
     const double excess = r.two_gpu_gib - static_cast<double>(engine_plan(r, r.tp, r.pp).total()) / kGiB;
     const double measured = excess - one_gpu_excess;
-    const double model = static_cast<double>(nccl_memory(layout(r.tp, r.pp, r.dp, 2), 0).buffers()) / kGiB;
+    const double model = static_cast<double>(nccl_memory(layout(r.tp, r.pp, r.dp, 2, false), 0).buffers()) / kGiB;
     std::printf("| %s | %.3f | %.3f | %.3f | %.3f | %+.3f |\n", r.name, excess, one_gpu_excess, measured, model,
                 model - measured);
     // 0.15 GiB: the measurements are rounded to 0.01 GiB and the model counts whole
@@ -105,40 +112,77 @@ TEST(PlanNcclMemory, ReproducesTheTwoH200Layouts) {
   }
   // The fitted constant: DP2 (world + dp-cp) is two communicators of 32 channels x 12 MiB.
   EXPECT_EQ(nccl_memory(layout(1, 1, 2), 0).buffers(), 2 * 32 * 12 * kMiBytes);
+  // Shared groups: TP2's model-parallel ring is tp's (pp 1), so one ring less than measured then.
+  EXPECT_EQ(nccl_memory(layout(2, 1, 1, 2, false), 0).buffers() - nccl_memory(layout(2, 1, 1, 2), 0).buffers(),
+            32 * 12 * kMiBytes);
 }
 
 // What NCCL holds from the creation of each communicator of two or more ranks. 4 x H200
 // (2026-11-28, `megatron bench --model gpt3-2.7b`, TP4 + SP): nvidia-smi's peak minus the
 // bench's device bytes in use was 2,218 MiB per rank, of which 572 MiB is the CUDA context and
 // handles (the same on one GPU): 1,646 MiB for NCCL before the step, the world ring connected
-// (by the flag check) and five communicators created.
+// (by the flag check) and five 4-rank communicators created (world, tp, model-parallel,
+// tp-dp-cp, tp-cp; each its own then, one shared communicator now).
 TEST(PlanNcclMemory, CreationReproducesTheFourH200Measurement) {
   const NcclMemory tp4 = nccl_memory(layout(4, 1, 1), 0);
-  EXPECT_EQ(tp4.created, 5);  // world, tp, model-parallel, tp-dp-cp, tp-cp
-  const double before_step = static_cast<double>(group_bytes(tp4, "world") + tp4.created * kCommunicatorCreationBytes);
+  const double before_step = static_cast<double>(group_bytes(tp4, "world") + 5 * kCommunicatorCreationBytes);
   EXPECT_NEAR(before_step / kMiBytes, 1646.0, 30.0);
-  EXPECT_EQ(nccl_memory(layout(1, 1, 4), 0).created, 4);  // world, dp, dp-cp, tp-dp-cp
+  EXPECT_EQ(nccl_memory(layout(4, 1, 1, 0, false), 0).created, 5);
+  // Now: the world, and tp = model-parallel = tp-dp-cp = tp-cp; one ring (the world's) less.
+  EXPECT_EQ(tp4.created, 2);
+  EXPECT_EQ(tp4.total(), tp4.buffers() + 2 * kCommunicatorCreationBytes);
+  EXPECT_EQ(group_bytes(tp4, "model-parallel"), 0);
+  EXPECT_EQ(nccl_memory(layout(1, 1, 4), 0).created, 2);  // the world; dp = dp-cp = tp-dp-cp
   EXPECT_EQ(nccl_memory(layout(1, 1, 1), 0).created, 0);
-  // Pipeline: world, pp, model-parallel, and the embedding group on the first and last stage.
-  EXPECT_EQ(nccl_memory(layout(1, 4, 1), 0).created, 4);
-  EXPECT_EQ(nccl_memory(layout(1, 4, 1), 1).created, 3);
-  EXPECT_EQ(nccl_memory(layout(1, 4, 1), 3).created, 4);
-  EXPECT_EQ(tp4.total(), tp4.buffers() + 5 * kCommunicatorCreationBytes);
+  // the world; tp (= model-parallel = tp-cp); dp (= dp-cp); tp-dp-cp
+  EXPECT_EQ(nccl_memory(layout(2, 1, 2), 0).created, 4);
+}
+
+// The planner's count of communicators against the groups comm::make_process_groups makes: per
+// rank, the world and the distinct groups of two or more ranks among every kind's, for layouts
+// up to 64 ranks.
+TEST(PlanNcclMemory, CreatedCommunicatorsAreTheDistinctGroups) {
+  for (int64_t tp : {1, 2, 4}) {
+    for (int64_t pp : {1, 2, 3, 4}) {
+      for (int64_t dp : {1, 2, 4}) {
+        const comm::ParallelSizes sizes = comm::parallel_sizes(tp * pp * dp, tp, pp);
+        for (int64_t rank = 0; rank < sizes.world(); ++rank) {
+          std::vector<std::vector<int64_t>> distinct;  // the kinds' groups (the world is never shared)
+          for (comm::GroupKind kind : {comm::GroupKind::kTp, comm::GroupKind::kCp, comm::GroupKind::kDp,
+                                       comm::GroupKind::kPp, comm::GroupKind::kDpCp, comm::GroupKind::kModelParallel,
+                                       comm::GroupKind::kTpDpCp, comm::GroupKind::kTpCp, comm::GroupKind::kEmbedding,
+                                       comm::GroupKind::kPositionEmbedding}) {
+            const int64_t index = comm::group_index(sizes, kind, rank);
+            if (index < 0) continue;
+            const std::vector<int64_t> members = comm::rank_groups(sizes, kind)[static_cast<size_t>(index)];
+            if (members.size() > 1 && std::find(distinct.begin(), distinct.end(), members) == distinct.end()) {
+              distinct.push_back(members);
+            }
+          }
+          const int64_t stage = comm::rank_coords(sizes, rank).pp;
+          const int64_t world = sizes.world() > 1 ? 1 : 0;
+          EXPECT_EQ(nccl_memory(layout(tp, pp, dp), stage).created, world + static_cast<int64_t>(distinct.size()))
+              << "tp " << tp << " pp " << pp << " dp " << dp << " rank " << rank;
+        }
+      }
+    }
+  }
 }
 
 TEST(PlanNcclMemory, MoreGroupsCostMore) {
-  const int64_t dp2 = nccl_memory(layout(1, 1, 2), 0).total();  // world, dp-cp
-  const int64_t tp2 = nccl_memory(layout(2, 1, 1), 0).total();  // world, tp, model-parallel
-  const int64_t pp2 = nccl_memory(layout(1, 2, 1), 0).total();  // world, model-parallel, embedding, pp
+  // Each kind its own communicator (shared = false), so that each group's cost shows.
+  const int64_t dp2 = nccl_memory(layout(1, 1, 2, 0, false), 0).total();  // world, dp-cp
+  const int64_t tp2 = nccl_memory(layout(2, 1, 1, 0, false), 0).total();  // world, tp, model-parallel
+  const int64_t pp2 = nccl_memory(layout(1, 2, 1, 0, false), 0).total();  // world, model-parallel, embedding, pp
   EXPECT_LT(dp2, tp2);
   EXPECT_LT(tp2, pp2);
-  EXPECT_GT(nccl_memory(layout(2, 1, 2), 0).total(), tp2);            // + dp-cp
-  EXPECT_GT(nccl_memory(layout(2, 2, 2), 0).total(), nccl_memory(layout(2, 2, 1), 0).total());
+  EXPECT_GT(nccl_memory(layout(2, 1, 2, 0, false), 0).total(), tp2);            // + dp-cp
+  EXPECT_GT(nccl_memory(layout(2, 2, 2, 0, false), 0).total(), nccl_memory(layout(2, 2, 1, 0, false), 0).total());
   // Within a node a ring costs the same for 2 or 8 ranks (one send and one receive side per
   // channel).
-  EXPECT_EQ(group_bytes(nccl_memory(layout(1, 1, 8), 0), "dp-cp"), group_bytes(nccl_memory(layout(1, 1, 2), 0), "dp-cp"));
+  EXPECT_EQ(group_bytes(nccl_memory(layout(1, 1, 8, 0, false), 0), "dp-cp"), group_bytes(nccl_memory(layout(1, 1, 2, 0, false), 0), "dp-cp"));
   // A middle pipeline stage has two neighbours; untied embeddings drop the embedding group.
-  const NcclLayout pp4 = layout(1, 4, 1);
+  const NcclLayout pp4 = layout(1, 4, 1, 0, false);
   EXPECT_EQ(group_bytes(nccl_memory(pp4, 1), "pp"), 2 * group_bytes(nccl_memory(pp4, 0), "pp"));
   EXPECT_EQ(group_bytes(nccl_memory(pp4, 1), "embedding"), 0);
   EXPECT_GT(group_bytes(nccl_memory(pp4, 3), "embedding"), 0);
