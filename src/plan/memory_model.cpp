@@ -48,21 +48,10 @@ std::vector<int64_t> activation_sets(const ParallelConfig& p, int64_t stage) {
 }  // namespace
 
 int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p, int64_t stage) {
-  const int64_t h = c.hidden_size, f = c.ffn_hidden_size, q = c.num_attention_heads * c.kv_channels, t = p.tp;
-  const int64_t f1 = c.fc1_out_size();  // FC1's rows: f, or 2f (gate and up) with SwiGLU
-  const int64_t bias = c.add_bias_linear ? 1 : 0;
-  const int64_t norm = (c.layernorm_bias() ? 2 : 1) * h;  // LayerNorm weight + bias, RMSNorm weight
-  const int64_t per_layer = 2 * norm                                 // two norms, replicated
-                            + (3 * q * h + h * q + f1 * h + f * h) / t  // QKV, proj, FC1, FC2 weights
-                            + bias * (3 * q / t + f1 / t + 2 * h);      // column biases split, row biases not
-  int64_t n = (c.num_layers / p.pp) * per_layer;
-  const int64_t vocab_rows = c.padded_vocab_size / t;
-  if (stage == 0) n += vocab_rows * h + c.max_position_embeddings * h;
-  if (stage == p.pp - 1) {
-    n += norm;
-    if (c.untie_embeddings_and_output_weights || p.pp > 1) n += vocab_rows * h;
-  }
-  return n;
+  model::PipelineStageOptions pipe;
+  pipe.pp = p.pp;
+  pipe.stage = stage;
+  return model::stage_num_parameters(c, p.tp, pipe);  // the engine's count (model/memory_plan.h)
 }
 
 NcclLayout nccl_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t gpus_per_node, bool shared_groups) {

@@ -65,7 +65,8 @@ namespace megatron::plan {
 // the largest of these.
 constexpr double kReservedBytes = 1.0 * 1024 * 1024 * 1024;
 
-// Parameters held by pipeline stage `stage` (each rank of its TP group holds this many).
+// Parameters held by pipeline stage `stage` (each rank of its TP group holds this many): the
+// engine's own count, model::stage_num_parameters.
 int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p, int64_t stage);
 
 // The memory of one rank of pipeline stage `stage`, in model::MemoryPlan's kinds

@@ -205,10 +205,10 @@ TEST(PlanMemory, RmsNormSwigluShardsByHand) {
 
 // Beyond TP = PP = 1 the planner is a model of Megatron's layout (the header), but what the
 // variants add or remove must be exactly what model::plan_memory adds or removes for the same
-// stage: parameters equal model::stage_num_parameters outright, and each kind's change from
-// the LayerNorm/GELU model equals the engine plan's change, with TP 2 (SP on and off), 1F1B and
-// interleaved pipelines, every stage, with and without full recompute. The engine's activation
-// sets per chunk are the schedule's (train/config.cpp pipeline_stage).
+// stage (the parameter count is model::stage_num_parameters, which the planner calls): each
+// kind's change from the LayerNorm/GELU model equals the engine plan's change, with TP 2 (SP
+// on and off), 1F1B and interleaved pipelines, every stage, with and without full recompute.
+// The engine's activation sets per chunk are the schedule's (train/config.cpp pipeline_stage).
 TEST(PlanMemory, VariantsChangeWhatTheEnginePlanChanges) {
   struct Layout {
     int64_t tp, pp, vp;
@@ -247,7 +247,6 @@ TEST(PlanMemory, VariantsChangeWhatTheEnginePlanChanges) {
           stage.virtual_chunks = l.vp;
           stage.activation_sets =
               parallel::max_in_flight(parallel::pipeline_schedule({l.pp, k, p.num_micro_batches(), l.vp}), l.vp);
-          EXPECT_EQ(stage_num_parameters(c, p, k), model::stage_num_parameters(c, l.tp, stage));
           const model::MemoryPlan planned = stage_memory(c, DType::kBF16, p, k);
           const model::MemoryPlan planned_base = stage_memory(base, DType::kBF16, p, k);
           const model::MemoryPlan exact = model::plan_memory(engine, DType::kBF16, 2, l.tp, l.sp, stage);
