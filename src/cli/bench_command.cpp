@@ -169,6 +169,9 @@ int run_bench(const CommandArgs& argv_in) {
   const bool reporter = env.rank == 0;
   std::ostream& log = !reporter ? null_stream : json || csv ? std::cerr : std::cout;
 
+  if (uses_cuda(args)) {
+    if (const std::string problem = cuda_attention_problem(c); !problem.empty()) throw_error(problem);
+  }
   const int device_index = static_cast<int>(cuda_device_for_rank(args, env.local_rank));
   std::unique_ptr<backend::Backend> be = make_backend(args, log, device_index);
   log << host_collectives_note(args, comm::ranks_per_node(comm::process_environment(), world));

@@ -10,6 +10,7 @@
 
 #include <simdjson.h>
 
+#include "backend/cuda/attention_impl.h"
 #include "comm/rank_layout.h"
 #include "core/error.h"
 #include "data/dataset_config.h"
@@ -1112,6 +1113,20 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
     }
   }
   return c;
+}
+
+std::string cuda_attention_problem(const train::TrainConfig& c) {
+  const int64_t d = c.model.kv_channels;
+  if (d <= backend::kOwnAttentionMaxHeadDim) return "";
+  const std::string what = str_cat("[--hidden-size / --num-attention-heads / --kv-channels] head_dim ", d,
+                                   " runs on CUDA only on cuDNN's fused attention (our kernels take up to ",
+                                   backend::kOwnAttentionMaxHeadDim, "), ");
+  if (!c.bf16 && !c.fp16) return what + "which needs --bf16 or --fp16";
+  if (c.tensor_model_parallel_size > 1 && c.model.attention_dropout > 0.0f) {
+    return what + "which cannot apply attention dropout over a tensor-parallel share of the heads: give "
+                  "--attention-dropout 0 or --tensor-model-parallel-size 1";
+  }
+  return "";
 }
 
 std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log) {

@@ -44,6 +44,12 @@ void declare_train_flags(Args& args);
 // when it is not null. Throws megatron::Error with a one-line message naming the flag(s).
 train::TrainConfig parse_train_config(const Args& args, int64_t world_size = 1, std::ostream* log = nullptr);
 
+// What CUDA attention cannot run in `c`, or "": past our kernels' head_dim
+// (backend::kOwnAttentionMaxHeadDim, 128) only cuDNN's fused attention runs, which needs bf16 or
+// fp16 and cannot draw attention dropout over a tensor-parallel share of the heads. A one-line
+// message naming the flags; the train and bench commands throw it on CUDA before allocating.
+std::string cuda_attention_problem(const train::TrainConfig& c);
+
 // --use-checkpoint-args (Megatron's load_args_from_checkpoint): the model's shape flags read
 // from the metadata of --load's checkpoint (the latest, or --ckpt-step's), as extra argv for
 // the flags not given on the command line (given ones win; a --model preset does not):

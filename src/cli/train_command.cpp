@@ -146,6 +146,9 @@ int run_train(const CommandArgs& argv) {
                 "--mock-data");
   }
 
+  if (uses_cuda(args)) {
+    if (const std::string problem = cuda_attention_problem(config); !problem.empty()) throw_error(problem);
+  }
   std::unique_ptr<backend::Backend> backend = make_backend(args, log0, cuda_device_for_rank(args, env.local_rank));
   {
     // How fast the run should go, before it goes: megatron plan's prediction for this layout on

@@ -45,13 +45,22 @@ ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const Par
   const int64_t rank = world->rank();
   g.coords = rank_coords(sizes, rank);
   // The communicators made so far, by their groups. Every rank computes the same partitions, so
-  // every rank shares or splits alike (a split is collective over the world). The world is not
-  // among them: its collectives at iteration boundaries (exit checks, timers' barrier) would
-  // otherwise wait for a kind's started collectives (the next forward's parameter gathers).
+  // every rank shares or splits alike (a split is collective over the world). The world's is a
+  // candidate only for the kinds no training step uses (cp, tp-dp-cp, tp-cp, the position
+  // embedding): its collectives at iteration boundaries (exit checks, the timers' barrier) must
+  // not wait for a used kind's started collectives (the next forward's parameter gathers).
   std::vector<std::pair<std::vector<std::vector<int64_t>>, Communicator*>> made;
+  const std::vector<std::vector<int64_t>> world_partition = {[&] {
+    std::vector<int64_t> all(static_cast<size_t>(sizes.world()));
+    for (int64_t r = 0; r < sizes.world(); ++r) all[static_cast<size_t>(r)] = r;
+    return all;
+  }()};
   auto make = [&](GroupKind kind) -> std::unique_ptr<Communicator> {
     const int64_t color = group_index(sizes, kind, rank);
     const std::vector<std::vector<int64_t>> partition = partition_of(sizes, kind);
+    const bool unused = kind == GroupKind::kCp || kind == GroupKind::kTpDpCp || kind == GroupKind::kTpCp ||
+                        kind == GroupKind::kPositionEmbedding;
+    if (unused && partition == world_partition) return std::make_unique<SharedCommunicator>(*world, to_string(kind));
     for (const auto& [groups, comm] : made) {
       if (groups != partition) continue;
       // The same groups as a kind made before (members in the same order): a second name.

@@ -61,17 +61,19 @@ NcclMemory nccl_memory(const NcclLayout& l, int64_t stage) {
   const int embedding_span = l.pp == 2 ? kPpDim : kOwnDim;
   // Communicators created (comm::make_process_groups): the world, and one per kind of two or
   // more ranks, or with shared groups one per distinct span.
+  // The kinds no step uses (tp-dp-cp, tp-cp) also share the world's when they span all of it.
   std::vector<int> spans;
-  auto create = [&](int dims) {
+  auto create = [&](int dims, bool unused) {
     const int effective = dims & (real | kOwnDim);
-    if (effective == 0) return;
+    if (effective == 0 || (l.shared_groups && unused && effective == real)) return;
     if (!l.shared_groups || std::find(spans.begin(), spans.end(), effective) == spans.end()) spans.push_back(effective);
   };
-  for (const int dims : {kTpDim, kDpDim, kPpDim, kDpDim /* dp-cp */, kTpDim | kPpDim /* model-parallel */,
-                         kTpDim | kDpDim /* tp-dp-cp */, kTpDim /* tp-cp */}) {
-    create(dims);
+  for (const int dims : {kTpDim, kDpDim, kPpDim, kDpDim /* dp-cp */, kTpDim | kPpDim /* model-parallel */}) {
+    create(dims, false);
   }
-  if (embedding_member) create(embedding_span);
+  create(kTpDim | kDpDim, true);  // tp-dp-cp
+  create(kTpDim, true);           // tp-cp
+  if (embedding_member) create(embedding_span, false);
   m.created = static_cast<int64_t>(spans.size()) + (world > 1 ? 1 : 0);
   // Collective rings: the world's, and each kind's that a step uses, once per communicator.
   std::vector<int> rings;

@@ -23,9 +23,10 @@
 // Which communicators a rank creates, each paying kCommunicatorCreationBytes: the world's, and
 // one per distinct set of groups of two or more ranks among the kinds of comm/process_groups.h
 // (tp, dp, pp, dp-cp, model-parallel, tp-dp-cp, tp-cp, and on the first and last stage the
-// embedding group; kinds with the same groups share one communicator, the world never). TP4 on
-// 4 GPUs creates two (the world; tp = model-parallel = tp-cp = tp-dp-cp). The collective rings
-// below are likewise counted once per communicator.
+// embedding group; kinds with the same groups share one communicator, and the world's only with
+// the kinds no step uses: tp-dp-cp, tp-cp). TP4 on 4 GPUs creates two (the world, which tp-dp-cp
+// and tp-cp share; tp = model-parallel). The collective rings below are likewise counted once
+// per communicator.
 // Which communicators a rank connects (comm/process_groups.h; they all exist, the size-1 ones
 // cost nothing, and groups our step never uses — cp, dp, tp-cp, tp-dp-cp, the position
 // embedding — are never connected):

@@ -127,6 +127,26 @@ TEST(TrainArgs, EveryPresetIsAValidShape) {
   EXPECT_EQ(model_presets().size(), 16u);
 }
 
+// The benchmark's 13B (head_dim 5120 / 32 = 160) runs on CUDA only on cuDNN's fused attention:
+// said before anything is allocated, naming the flags, and nothing for what cuDNN can run.
+TEST(TrainArgs, CudaAttentionPastHeadDim128NeedsWhatCudnnRuns) {
+  const Argv shape = {"--num-layers", "2", "--hidden-size", "640", "--num-attention-heads", "4", "--seq-length", "32",
+                      "--micro-batch-size", "2", "--train-iters", "10", "--lr", "1e-4", "--dry-run"};
+  EXPECT_EQ(cuda_attention_problem(parse(base_args())), "");  // head_dim 16
+  const std::string fp32 = cuda_attention_problem(parse(shape));
+  EXPECT_EQ(fp32.rfind("[--hidden-size / --num-attention-heads / --kv-channels] head_dim 160 ", 0), 0u) << fp32;
+  EXPECT_NE(fp32.find("--bf16"), std::string::npos) << fp32;
+  EXPECT_EQ(cuda_attention_problem(parse(with(shape, {"--bf16"}))), "");
+  const std::string tp_dropout =
+      cuda_attention_problem(parse(with(shape, {"--bf16", "--tensor-model-parallel-size", "2"}), 2));
+  EXPECT_NE(tp_dropout.find("--attention-dropout 0"), std::string::npos) << tp_dropout;
+  EXPECT_EQ(tp_dropout.find('\n'), std::string::npos);
+  EXPECT_EQ(cuda_attention_problem(parse(
+                with(shape, {"--fp16", "--tensor-model-parallel-size", "2", "--attention-dropout", "0"}), 2)),
+            "");
+  EXPECT_EQ(cuda_attention_problem(parse(with(shape, {"--bf16", "--kv-channels", "128"}))), "");
+}
+
 TEST(TrainArgs, UnknownPreset) { EXPECT_ERROR_NAMES(with(base_args(), {"--model", "gpt5"}), "--model]"); }
 
 TEST(TrainArgs, RequiredShapeFlags) {

@@ -78,6 +78,22 @@ TEST(ProcessGroups, KindsWithTheSameGroupsShareOneCommunicator) {
   EXPECT_EQ(tp_sum, g.coords.pp == 0 ? 0.0 + 1.0 : 2.0 + 3.0);
 }
 
+// World 2 = tp 2: tp has the world's ranks but its own communicator (a used kind); the unused
+// kinds with all ranks (tp-cp, tp-dp-cp) take the world's, model-parallel takes tp's.
+TEST(ProcessGroups, UnusedKindsWithAllRanksShareTheWorld) {
+  if (test::relaunch_under_mpirun(2)) return;
+  MpiRuntime mpi;
+  ProcessGroups g = make_process_groups(mpi.world(), parallel_sizes(2, /*tp=*/2, /*pp=*/1));
+  auto shared = [](const std::unique_ptr<Communicator>& c) { return dynamic_cast<SharedCommunicator*>(c.get()) != nullptr; };
+  EXPECT_FALSE(shared(g.tp));
+  EXPECT_TRUE(shared(g.model_parallel));
+  EXPECT_TRUE(shared(g.tp_cp));
+  EXPECT_TRUE(shared(g.tp_dp_cp));
+  double mine = static_cast<double>(g.rank() + 1);
+  g.tp_dp_cp->all_reduce_host(std::span<double>(&mine, 1), ReduceOp::kSum);
+  EXPECT_EQ(mine, 3.0);
+}
+
 // The links connect_pipeline_neighbours opens: each stage's neighbours, with interleaving also
 // the wrap between the last stage and the first; each once, never itself, and symmetric
 // (Communicator::connect_peers needs both ends to name each other, or it waits forever).

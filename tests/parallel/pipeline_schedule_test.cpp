@@ -329,6 +329,16 @@ TEST(PipelineSchedule, EveryShapeRunsWithoutDeadlock) {
           const std::string what = "pp " + std::to_string(pp) + " vp " + std::to_string(vp) + " M " +
                                    std::to_string(m) + (fo ? " forward only" : "");
           const auto tables = all_tables(pp, m, vp, fo);
+          // Every message goes over a link opened up front (a lazily opened one could deadlock
+          // under another table even where this simulation happens to finish).
+          for (int64_t s = 0; s < pp; ++s) {
+            for (const PipelineAction& a : tables[static_cast<size_t>(s)]) {
+              for (const P2PMessage& msg : a.messages) {
+                EXPECT_TRUE(links.count(msg.send ? std::pair{s, msg.peer} : std::pair{msg.peer, s}))
+                    << what << ": stage " << s << " " << to_string(a, vp);
+              }
+            }
+          }
           // Under NCCL's lazy connections, with the neighbours' links opened first (a message
           // to any other stage would open lazily and could deadlock).
           EXPECT_EQ(simulate(tables, pp, m, vp, fo, false, {}, &links), "") << what;
