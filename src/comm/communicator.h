@@ -110,9 +110,9 @@ class Communicator {
   virtual std::unique_ptr<PendingCollective> start_send_recv(std::span<const PointToPoint> ops);
   // Opens the point-to-point connections with `peers` (both directions) before the first
   // send_recv (comm::connect_pipeline_neighbours). Collective over the peers named: every
-  // rank calls it once, and if a names b, b names a. Why (NCCL): a pair's connection is made at its first message in each
-  // direction, inside ncclGroupEnd, and blocks that rank's host until the peer reaches its
-  // own first message the other way. A pipeline whose first messages are not in matching
+  // rank calls it once, and if a names b, b names a. Why (NCCL): a pair's connection is made
+  // at its first message in each direction, inside ncclGroupEnd, and blocks that rank's host
+  // until the peer reaches its own first message the other way. A pipeline whose first messages are not in matching
   // groups on both sides deadlocks there: PP4 with 2 micro-batches, where stage 0's group
   // [send F1 to 1, receive B0 from 1] waits in the connection for stage 1's first send to 0,
   // which comes after stage 1 has received F1 (NVIDIA/nccl#783, #2130). One exchange in

@@ -58,9 +58,9 @@ ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const Par
   auto make = [&](GroupKind kind) -> std::unique_ptr<Communicator> {
     const int64_t color = group_index(sizes, kind, rank);
     const std::vector<std::vector<int64_t>> partition = partition_of(sizes, kind);
-    const bool unused = kind == GroupKind::kCp || kind == GroupKind::kTpDpCp || kind == GroupKind::kTpCp ||
-                        kind == GroupKind::kPositionEmbedding;
-    if (unused && partition == world_partition) return std::make_unique<SharedCommunicator>(*world, to_string(kind));
+    if (!used_by_training(kind) && partition == world_partition) {
+      return std::make_unique<SharedCommunicator>(*world, to_string(kind));
+    }
     for (const auto& [groups, comm] : made) {
       if (groups != partition) continue;
       // The same groups as a kind made before (members in the same order): a second name.
@@ -92,6 +92,11 @@ ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const Par
   return g;
 }
 
+bool used_by_training(GroupKind kind) {
+  return kind != GroupKind::kCp && kind != GroupKind::kTpDpCp && kind != GroupKind::kTpCp &&
+         kind != GroupKind::kPositionEmbedding;
+}
+
 std::vector<int64_t> pipeline_neighbours(int64_t stage, int64_t pp, bool interleaved) {
   MT_CHECK(pp >= 1 && stage >= 0 && stage < pp) << "pipeline stage " << stage << " of " << pp;
   std::vector<int64_t> out;
@@ -106,7 +111,8 @@ std::vector<int64_t> pipeline_neighbours(int64_t stage, int64_t pp, bool interle
 }
 
 void connect_pipeline_neighbours(const ProcessGroups& groups, bool interleaved) {
-  if (groups.pp->size() > 1) groups.pp->connect_peers(pipeline_neighbours(groups.pp->rank(), groups.pp->size(), interleaved));
+  Communicator& pp = *groups.pp;
+  if (pp.size() > 1) pp.connect_peers(pipeline_neighbours(pp.rank(), pp.size(), interleaved));
 }
 
 }  // namespace megatron::comm

@@ -29,6 +29,11 @@ struct ProcessGroups {
   Communicator* group(GroupKind kind) const;
 };
 
+// Whether a training step communicates over groups of `kind`: false for cp (1 here), tp-dp-cp,
+// tp-cp and the position embedding, which exist for Megatron's layout only. make_process_groups
+// lets these take the world's communicator when they have all ranks.
+bool used_by_training(GroupKind kind);
+
 // Splits `world` (size == sizes.world(), checked) into every group of Megatron's layout; the
 // split is collective over `world`, so every rank calls this with the same sizes.
 ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const ParallelSizes& sizes);

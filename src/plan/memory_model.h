@@ -7,14 +7,15 @@
 //    (tests/plan/memory_model_test.cpp checks the equality; memory_plan_test checks those
 //    against real allocations).
 //  - NCCL's buffers (MemoryPlan::nccl, 0 on one GPU): a model of what NCCL allocates for the
-//    communicators the stage connects, plan/nccl_memory.h (one constant fitted on 2 x H200).
+//    communicators the stage creates and connects, plan/nccl_memory.h (one constant fitted on
+//    2 x H200, one on 4 x H200).
 //  - TP > 1 or PP > 1: the bytes our engine allocates with Megatron's layout (megatron-facts
 //    §7-§10), same per-tensor accounting; against measured device memory within 0.6% on ten
 //    2 x H200 runs (TP2, PP2, DP2; tests/plan/recorded_runs_test.cpp) and +1.5% on DP4 over 4 x
-//    H100. One miss: a TP4 rank of a 17.89B model held ~4.9 GB beyond its planned engine bytes
-//    where NCCL's model and the reserve gave 3.3 GiB, and ran out of memory (bench/RESULTS.md
-//    sixteenth session; cause not isolated). Megatron-LM itself stores more (dropout masks,
-//    unfused softmax inputs: Korthikanti et al. 2022's 34*s*b*h per layer vs our
+//    H100, and within 1% of nvidia-smi on 4 x H200 (seventeenth session), once NCCL's
+//    per-communicator state was counted: its absence was the 17.89B TP4 run's ~4.9 GB that ran
+//    out of memory on 4 x H100 (sixteenth session). Megatron-LM itself stores more (dropout
+//    masks, unfused softmax inputs: Korthikanti et al. 2022's 34*s*b*h per layer vs our
 //    ~(3h + 4q/t + 2f/t)*e per token).
 //
 // The pieces, for rank k of a pipeline of pp stages (n = micro_batch * seq tokens, e = bytes of

@@ -48,10 +48,10 @@
 // against 0.74-0.75, 0.99-1.00 and 1.46-1.47 GiB measured beyond our own allocations
 // (tests/plan/nccl_memory_test.cpp, bench/RESULTS.md 2026-11-23). Groups of 4 on 4 x H100
 // (sixteenth session), not isolated per communicator: a DP4 rank (world and dp-cp connected,
-// 0.75 GiB modelled) used 0.30 GiB beyond its tracked allocations, so the model is high there;
-// a TP4 rank of a 17.89B model (world, tp, model-parallel: 1.125 GiB modelled) held ~4.9 GB
-// beyond its planned engine bytes, context included, so something at TP4 is missing from the
-// plan, NCCL or not. Unmeasured: groups of 8 (if NCCL chooses Tree for a group of more than two
+// 0.75 GiB modelled) used 0.30 GiB beyond its tracked allocations, so the model is high there.
+// The ~4.9 GB a TP4 rank of a 17.89B model held beyond its plan then was the communicators'
+// own state (kCommunicatorCreationBytes below; 4 x H200, seventeenth session). Unmeasured:
+// groups of 8 (if NCCL chooses Tree for a group of more than two
 // ranks, its chain adds the reverse connections: up to twice that group's bytes), and every
 // inter-node figure.
 #pragma once

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/process_groups.h"
 #include "comm/rank_layout.h"
 #include "model/memory_plan.h"
 #include "plan/nccl_memory.h"
@@ -158,9 +159,7 @@ TEST(PlanNcclMemory, CreatedCommunicatorsAreTheDistinctGroups) {
             if (index < 0) continue;
             const std::vector<int64_t> members = comm::rank_groups(sizes, kind)[static_cast<size_t>(index)];
             // The kinds no step uses take the world's communicator when they have all ranks.
-            const bool unused = kind == comm::GroupKind::kCp || kind == comm::GroupKind::kTpDpCp ||
-                                kind == comm::GroupKind::kTpCp || kind == comm::GroupKind::kPositionEmbedding;
-            if (unused && members == everyone) continue;
+            if (!comm::used_by_training(kind) && members == everyone) continue;
             if (members.size() > 1 && std::find(distinct.begin(), distinct.end(), members) == distinct.end()) {
               distinct.push_back(members);
             }
