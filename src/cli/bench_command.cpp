@@ -57,8 +57,6 @@ namespace megatron::cli {
 
 namespace {
 
-constexpr int64_t kGpt2Vocab = 50257;
-
 // Dense bf16 tensor-core peak (TFLOP/s) by device name; 0 when unknown.
 double peak_tflops(const std::string& name) {
   struct Row {
@@ -157,9 +155,10 @@ int run_bench(const CommandArgs& argv_in) {
       if (args.given(flag)) std::cerr << "warning: [" << flag << "] is a `megatron train` flag; bench ignores it\n";
     }
   }
-  c.model.vocab_size = kGpt2Vocab;
+  const int64_t vocab = vocab_size_without_files(c);
+  c.model.vocab_size = vocab;
   c.model.padded_vocab_size =
-      train::padded_vocab_size(kGpt2Vocab, c.make_vocab_size_divisible_by, c.tensor_model_parallel_size);
+      train::padded_vocab_size(vocab, c.make_vocab_size_divisible_by, c.tensor_model_parallel_size);
   const int64_t iters = args.get_int("--bench-iters"), warmup = args.get_int("--warmup-iters");
   if (iters < 1) throw_error("[--bench-iters] must be at least 1, got ", iters);
   if (warmup < 0) throw_error("[--warmup-iters] must not be negative, got ", warmup);
@@ -224,7 +223,8 @@ int run_bench(const CommandArgs& argv_in) {
                                      train::data_parallel_options(c, groups, model));
   train::connect_overlap_hooks(c, model, opt);
   const bool overlap_grads = train::overlaps_grad_reduce(c);
-  // Synthetic tokens (GPT-2 ids), a fresh batch per micro-batch slot, fixed across iterations.
+  // Synthetic tokens (ids of the vocabulary), a fresh batch per micro-batch slot, fixed across
+  // iterations.
   std::vector<model::MicroBatch> batches(static_cast<size_t>(num_micro));
   for (int64_t k = 0; k < num_micro; ++k) {
     model::MicroBatch& mb = batches[static_cast<size_t>(k)];
@@ -236,15 +236,15 @@ int run_bench(const CommandArgs& argv_in) {
       const auto draw = [&](uint64_t stream) {
         return static_cast<int32_t>(philox_uniform(static_cast<uint64_t>(c.seed), stream,
                                                    static_cast<uint64_t>(sample0 * s + i)) *
-                                    static_cast<float>(kGpt2Vocab));
+                                    static_cast<float>(vocab));
       };
-      mb.tokens.push_back(std::min<int32_t>(draw(1), kGpt2Vocab - 1));
-      mb.labels.push_back(std::min<int32_t>(draw(2), kGpt2Vocab - 1));
+      mb.tokens.push_back(std::min<int32_t>(draw(1), static_cast<int32_t>(vocab - 1)));
+      mb.labels.push_back(std::min<int32_t>(draw(2), static_cast<int32_t>(vocab - 1)));
       mb.loss_mask.push_back(1.0f);
     }
     // --reset-position-ids / --reset-attention-mask: uniform ids hold almost no end of document
-    // (50256), so each row is about one document: the masked attention's slowest case.
-    train::mark_documents(c.model, kGpt2Vocab - 1, &mb);
+    // (the last id), so each row is about one document: the masked attention's slowest case.
+    train::mark_documents(c.model, vocab - 1, &mb);
   }
   // The step runs the pipeline schedule as `megatron train` does (one stage: forward k,
   // backward k, the loss head's backward right after each loss).

@@ -44,7 +44,6 @@ namespace megatron::cli {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-constexpr int64_t kGpt2Vocab = 50257;
 
 // The value of `flag` in argv ("--flag v" or "--flag=v"), if given.
 std::optional<std::string> flag_value(const std::vector<std::string>& argv, const std::string& flag) {
@@ -307,7 +306,7 @@ int run_bench_sweep(const CommandArgs& argv_in) {
       model_argv.insert(model_argv.end(), {"--micro-batch-size", std::to_string(p.micro_batch)});
       tc = parse_point_config(model_argv);
       pm.config = tc.model;
-      pm.config.vocab_size = kGpt2Vocab;
+      pm.config.vocab_size = vocab_size_without_files(tc);
       pm.make_vocab_size_divisible_by = tc.make_vocab_size_divisible_by;
       pm.dtype = train::model_dtype(tc);
       plan::validate_layout(plan::config_for_tp(pm, p.tp), p, p.world());

@@ -1115,6 +1115,11 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
   return c;
 }
 
+int64_t vocab_size_without_files(const train::TrainConfig& c) {
+  constexpr int64_t kGpt2VocabSize = 50257;  // len(encoder) of GPT-2's vocab.json
+  return c.null_vocab_size ? *c.null_vocab_size + 1 : kGpt2VocabSize;
+}
+
 std::string cuda_attention_problem(const train::TrainConfig& c) {
   const int64_t d = c.model.kv_channels;
   if (d <= backend::kOwnAttentionMaxHeadDim) return "";

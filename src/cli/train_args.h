@@ -44,6 +44,11 @@ void declare_train_flags(Args& args);
 // when it is not null. Throws megatron::Error with a one-line message naming the flag(s).
 train::TrainConfig parse_train_config(const Args& args, int64_t world_size = 1, std::ostream* log = nullptr);
 
+// The tokenizer's vocabulary when no tokenizer file is read (benchmarks, --dry-run):
+// NullTokenizer's --vocab-size N + 1 (its end of document being N), else GPT-2's 50257 (end of
+// document 50256). Either way the end of document is the last id.
+int64_t vocab_size_without_files(const train::TrainConfig& c);
+
 // What CUDA attention cannot run in `c`, or "": past our kernels' head_dim
 // (backend::kOwnAttentionMaxHeadDim, 128) only cuDNN's fused attention runs, which needs bf16 or
 // fp16 and cannot draw attention dropout over a tensor-parallel share of the heads. A one-line

@@ -40,9 +40,6 @@ SpeedPrediction prediction(const train::TrainConfig& config, const plan::GpuSpec
   }
 }
 
-// GPT-2's vocabulary size, used by --dry-run when no --vocab-file is given.
-constexpr int64_t kGpt2VocabSize = 50257;
-
 }  // namespace
 
 int run_train(const CommandArgs& argv) {
@@ -104,7 +101,7 @@ int run_train(const CommandArgs& argv) {
     config.model.vocab_size = tokenizer.vocab_size();
     config.eod_token = tokenizer.eod();  // ends the mock documents; masked by --eod-mask-loss
   } else if (config.dry_run) {
-    config.model.vocab_size = kGpt2VocabSize;
+    config.model.vocab_size = vocab_size_without_files(config);
   } else {
     throw_error("[--vocab-file] and [--merge-file] are required by --tokenizer-type GPT2BPETokenizer");
   }

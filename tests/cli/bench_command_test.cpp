@@ -3,6 +3,7 @@
 // memory.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -120,6 +121,29 @@ TEST(BenchCommand, OverlapFlagsRunAsInTrain) {
   EXPECT_NE(plain, "missing");
   EXPECT_EQ(loss_of(" --overlap-grad-reduce"), plain);
   EXPECT_EQ(loss_of(" --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"), dist);
+}
+
+// The benchmark's vocabulary is the tokenizer's: NullTokenizer's --vocab-size N gives N + 1 ids
+// (padded to 1024 here), not GPT-2's 50257 (padded to 50304): the embedding and output layer
+// shrink by (50304 - 1024) rows of h = 64, and the loss of uniform logits is ln(1024).
+TEST(BenchCommand, NullTokenizerSetsTheVocabulary) {
+  auto json_of = [](const std::string& flags) {
+    const test::CommandResult r = test::run_command(
+        test::megatron_binary() +
+            " bench --device cpu --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32"
+            " --micro-batch-size 2 --bench-iters 1 --warmup-iters 0 --json" +
+            flags,
+        false);
+    EXPECT_EQ(r.status, 0) << flags << "\n" << r.output;
+    return r.output;
+  };
+  auto number = [](const std::string& json, const std::string& key) {
+    const size_t at = json.find("\"" + key + "\": ");
+    return at == std::string::npos ? -1.0 : std::stod(json.substr(at + key.size() + 4));
+  };
+  const std::string gpt2 = json_of(""), null = json_of(" --tokenizer-type NullTokenizer --vocab-size 1000");
+  EXPECT_EQ(number(gpt2, "params") - number(null, "params"), (50304.0 - 1024.0) * 64.0);
+  EXPECT_NEAR(number(null, "loss"), std::log(1024.0), 0.2);
 }
 
 // Pipeline parallelism runs the 1F1B schedule (2 micro-batches per rank); rank 0 reports the
