@@ -5,6 +5,8 @@
 //   sm k   a copy kernel on k blocks (what an NCCL ring kernel is: a few CTAs, each resident
 //          for the whole collective, moving bytes);
 //   sm k hi  the same on a stream of the highest priority;
+//   sm k smem  the same with 48 KiB of shared memory per block, as NCCL's kernels hold (a GEMM
+//          block needing most of an SM's shared memory cannot share the SM with it);
 //   ce     cudaMemcpyAsync device to device (the copy engines; no SM).
 // For each: the contender chain alone, the GEMMs alone, both at once. If the GEMMs lose about
 // the contender's whole time, a resident kernel serialises with them (the GEMMs' CTAs on its SMs
@@ -29,6 +31,8 @@ __global__ void fill_bf16_kernel(__nv_bfloat16* x, long long n) {
 
 // dst = src + dst over n float4s (a reduce step's traffic: two reads, one write).
 __global__ void reduce_copy_kernel(float4* __restrict__ dst, const float4* __restrict__ src, long long n) {
+  extern __shared__ float held[];  // only occupies the SM (sm k smem)
+  if (n < 0) held[threadIdx.x] = 0.0f;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     float4 a = src[i], b = dst[i];
     dst[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
@@ -128,12 +132,13 @@ int main(int argc, char** argv) {
     const char* name;
     int blocks;  // 0: copy engine
     cudaStream_t stream;
+    size_t smem = 0;
   };
   auto run_side = [&](const Contender& c) {
     if (c.blocks == 0) {
       CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c.stream));
     } else {
-      reduce_copy_kernel<<<c.blocks, 512, 0, c.stream>>>(reinterpret_cast<float4*>(dst),
+      reduce_copy_kernel<<<c.blocks, 512, c.smem, c.stream>>>(reinterpret_cast<float4*>(dst),
                                                          reinterpret_cast<const float4*>(src), bytes / 16);
       CK(cudaGetLastError());
     }
@@ -173,6 +178,7 @@ int main(int argc, char** argv) {
   cs.push_back({"ce", 0, s2});
   for (int k : {4, 8, 16, 32}) cs.push_back({"sm", k, s2});
   for (int k : {8, 16}) cs.push_back({"sm hi", k, s2hi});
+  for (int k : {8, 16, 32}) cs.push_back({"smem", k, s2, 48u << 10});
   for (const Contender& c : cs) {
     double g1 = 0, s1ms = 0, a1 = 0, g2 = 0, s2ms = 0, a2 = 0;
     run(&c, 1, &g1, &s1ms, &a1);  // the contenders alone (each starts when the last ends)

@@ -12,6 +12,7 @@ const char* to_string(ReduceOp op) {
     case ReduceOp::kSum: return "sum";
     case ReduceOp::kMax: return "max";
     case ReduceOp::kMin: return "min";
+    case ReduceOp::kAvg: return "avg";
   }
   return "?";
 }

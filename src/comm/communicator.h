@@ -32,7 +32,11 @@
 
 namespace megatron::comm {
 
-enum class ReduceOp { kSum, kMax, kMin };
+// kAvg: every rank's input multiplied by 1 / size() (the factor and each product rounded to
+// the input's dtype), then summed: NCCL's ncclAvg on floats (a pre-multiplied sum), so a
+// data-parallel gradient is averaged inside the collective instead of by a scaling pass over
+// it first. With a power-of-two size the products are exact: the bits of the plain sum scaled.
+enum class ReduceOp { kSum, kMax, kMin, kAvg };
 const char* to_string(ReduceOp op);
 
 // A collective started by Communicator::start_*. wait() makes its result visible to the

@@ -33,8 +33,16 @@ MPI_Op mpi_op(ReduceOp op) {
     case ReduceOp::kSum: return MPI_SUM;
     case ReduceOp::kMax: return MPI_MAX;
     case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kAvg: return MPI_SUM;  // of the pre-multiplied inputs (premultiplied below)
   }
   return MPI_OP_NULL;
+}
+
+// kAvg's pre-multiplication (communicator.h): each of the n values times 1 / ranks, in fp32.
+template <class T>
+void premultiply(T* p, int64_t n, int64_t ranks) {
+  const T f = static_cast<T>(1.0) / static_cast<T>(ranks);
+  for (int64_t i = 0; i < n; ++i) p[i] *= f;
 }
 
 void require_host(const Tensor& t, const char* op, const std::string& group) {
@@ -111,6 +119,7 @@ void MpiCommunicator::all_reduce(Tensor& x, ReduceOp op) {
   require_host(x, "all_reduce", name_);
   require_reducible(x, "all_reduce", name_);
   float* p = x.data_as<float>();
+  if (op == ReduceOp::kAvg) premultiply(p, x.numel(), size());
   for (int64_t off = 0; off < x.numel(); off += kMaxChunk) {
     const int n = static_cast<int>(std::min(kMaxChunk, x.numel() - off));
     MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off, n, MPI_FLOAT, mpi_op(op), comm_));
@@ -119,6 +128,7 @@ void MpiCommunicator::all_reduce(Tensor& x, ReduceOp op) {
 
 void MpiCommunicator::all_reduce_host(std::span<double> values, ReduceOp op) {
   if (values.empty()) return;
+  if (op == ReduceOp::kAvg) premultiply(values.data(), static_cast<int64_t>(values.size()), size());
   MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), int_count(static_cast<int64_t>(values.size()), "all_reduce_host"),
                              MPI_DOUBLE, mpi_op(op), comm_));
 }
@@ -134,6 +144,14 @@ void MpiCommunicator::reduce_scatter(Tensor& in, Tensor& out, std::span<const in
   if (in.numel() == 0) return;
   const int64_t my_offset = piece_offset(counts, rank_);
   const bool in_place = out.numel() > 0 && out.data() == in.data_as<float>() + my_offset;
+  std::vector<float> scaled;  // kAvg out of place: the caller's `in` stays as it was
+  if (op == ReduceOp::kAvg && !in_place) {
+    scaled.assign(in.data_as<float>(), in.data_as<float>() + in.numel());
+    premultiply(scaled.data(), in.numel(), size());
+    MT_MPI_CHECK(MPI_Reduce_scatter(scaled.data(), ptr(out), c.data(), MPI_FLOAT, MPI_SUM, comm_));
+    return;
+  }
+  if (op == ReduceOp::kAvg) premultiply(in.data_as<float>(), in.numel(), size());
   if (in_place) {
     // MPI puts the in-place result at the start of the buffer; move it to this rank's piece.
     MT_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, in.data(), c.data(), MPI_FLOAT, mpi_op(op), comm_));

@@ -35,6 +35,7 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::kSum: return ncclSum;
     case ReduceOp::kMax: return ncclMax;
     case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kAvg: return ncclAvg;
   }
   return ncclSum;
 }

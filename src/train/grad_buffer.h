@@ -22,7 +22,8 @@
 // Without the distributed optimizer a rank "owns" the whole buffer.
 //
 // Reduction (finish_grad_sync). Gradients are scaled by 1/dp (Megatron's
-// gradient_scaling_factor) and summed over the data-parallel group bucket by bucket: an
+// gradient_scaling_factor, inside the collective: comm::ReduceOp::kAvg) and summed over the
+// data-parallel group bucket by bucket: an
 // all-reduce, or with the distributed optimizer a reduce-scatter that leaves the sum in this
 // rank's pieces only (the rest of the buffer is then stale and must not be read).
 // After the optimizer step the distributed optimizer all-gathers each bucket of the (model
@@ -89,12 +90,10 @@ class GradBuffer {
  public:
   // `dp` is the data-parallel group (size 1: nothing to reduce); distributed selects
   // reduce-scatter + sharded ownership.
-  GradBuffer(model::ParameterSet& params, backend::Backend& backend, comm::Communicator& dp, bool distributed,
-             int64_t bucket_size);
-  GradBuffer(model::ParameterSet& params, backend::Backend& backend, comm::Communicator& dp, bool distributed,
-             const BucketLayout& layout);
+  GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, int64_t bucket_size);
+  GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, const BucketLayout& layout);
 
-  // Scale by 1/dp and all-reduce / reduce-scatter every bucket not started yet, then wait for
+  // Average (kAvg) all-reduce / reduce-scatter every bucket not started yet, then wait for
   // all of them (no-op at dp 1).
   void finish_grad_sync();
   // --overlap-grad-reduce: the compute about to run finishes, for this iteration, the
@@ -125,7 +124,6 @@ class GradBuffer {
 
  private:
   model::ParameterSet& params_;
-  backend::Backend& backend_;
   comm::Communicator& dp_;
   bool distributed_;
   std::vector<Range> buckets_;

@@ -69,7 +69,7 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(model::ParameterSet& params, ba
       fp16_(params.values().dtype() == DType::kF16),
       self_group_(dp.group ? nullptr : std::make_unique<comm::SelfCommunicator>(backend, "dp")),
       model_parallel_(dp.model_parallel),
-      grad_buffer_(params, backend, dp.group ? *dp.group : *self_group_, dp.distributed,
+      grad_buffer_(params, dp.group ? *dp.group : *self_group_, dp.distributed,
                    BucketLayout{dp.bucket_size, dp.bucket_starts, dp.held_param}),
       overlap_param_gather_(dp.overlap_param_gather) {
   const int64_t n = grad_buffer_.owned_numel();

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/error.h"
@@ -51,6 +52,39 @@ TEST(MpiCommunicator, AllReduceSumMaxMin) {
   EXPECT_EQ(s[0], 1.5);
   EXPECT_EQ(s[1], 3.0);
   EXPECT_EQ(all_reduce_scalar(*world, static_cast<double>(world->rank()), ReduceOp::kMax), 2.0);
+}
+
+// kAvg: each rank's values times 1/3 in fp32, then summed (MPI's order: within fp32 rounding
+// of the exact mean); host doubles the same.
+TEST(MpiCommunicator, AverageIsThePremultipliedSum) {
+  if (test::relaunch_under_mpirun(kRanks)) return;
+  MpiRuntime mpi;
+  auto world = mpi.world();
+  const float third = 1.0f / 3.0f;
+  for (int64_t n : kSizes) {
+    Tensor x = filled(n, value, world->rank());
+    world->all_reduce(x, ReduceOp::kAvg);
+    for (int64_t i = 0; i < n; ++i) {
+      const float expect = value(0, i) * third + value(1, i) * third + value(2, i) * third;
+      ASSERT_NEAR(x.data_as<float>()[i], expect, 2e-6f * (1.0f + std::fabs(expect))) << "n " << n << " i " << i;
+    }
+  }
+  EXPECT_NEAR(all_reduce_scalar(*world, static_cast<double>(world->rank()), ReduceOp::kAvg), 1.0, 1e-15);
+  const std::vector<int64_t> counts = {5, 0, 2};
+  const int64_t me = world->rank(), off = piece_offset(counts, me);
+  for (bool in_place : {false, true}) {
+    Tensor in = filled(7, value, me);
+    Tensor out = in_place ? in.flat_view(off, {counts[static_cast<size_t>(me)]})
+                          : Tensor::cpu({counts[static_cast<size_t>(me)]});
+    world->reduce_scatter(in, out, counts, ReduceOp::kAvg);
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      const float expect = value(0, off + i) * third + value(1, off + i) * third + value(2, off + i) * third;
+      ASSERT_NEAR(out.data_as<float>()[i], expect, 2e-6f * (1.0f + std::fabs(expect))) << "in place " << in_place;
+    }
+    if (!in_place) {
+      for (int64_t i = 0; i < 7; ++i) ASSERT_EQ(in.data_as<float>()[i], value(me, i)) << "out of place: in kept";
+    }
+  }
 }
 
 TEST(MpiCommunicator, ReduceScatterEvenUnevenInPlace) {

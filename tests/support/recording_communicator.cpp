@@ -42,12 +42,14 @@ std::unique_ptr<comm::PendingCollective> RecordingCommunicator::started(const ch
   return std::make_unique<Pending>(log, what);
 }
 
-std::unique_ptr<comm::PendingCollective> RecordingCommunicator::start_all_reduce(Tensor& x, comm::ReduceOp) {
+std::unique_ptr<comm::PendingCollective> RecordingCommunicator::start_all_reduce(Tensor& x, comm::ReduceOp op) {
+  reduce_ops.push_back(op);
   return started("all_reduce", x);
 }
 std::unique_ptr<comm::PendingCollective> RecordingCommunicator::start_reduce_scatter(Tensor& in, Tensor&,
                                                                                     std::span<const int64_t>,
-                                                                                    comm::ReduceOp) {
+                                                                                    comm::ReduceOp op) {
+  reduce_ops.push_back(op);
   return started("reduce_scatter", in);
 }
 std::unique_ptr<comm::PendingCollective> RecordingCommunicator::start_all_gather(const Tensor&, Tensor& out,

@@ -48,6 +48,7 @@ class RecordingCommunicator final : public comm::Communicator {
   std::string where(const Tensor& t) const;
 
   std::vector<std::string> log;
+  std::vector<comm::ReduceOp> reduce_ops;  // of every started all-reduce / reduce-scatter, in order
   // The test's name for a pipeline buffer (required for send_recv / start_send_recv).
   std::function<std::string(const Tensor&)> p2p_name;
 

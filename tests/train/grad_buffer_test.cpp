@@ -76,12 +76,13 @@ using test::RecordingCommunicator;
 using Log = std::vector<std::string>;
 
 // --overlap-grad-reduce: a bucket starts exactly when the backward has finished all of its
-// parameters, scaled by 1/dp first; finish_grad_sync() starts the rest and waits for all.
+// parameters, as an average (the 1/dp scaling inside the collective, no pass of its own over
+// the gradients); finish_grad_sync() starts the rest and waits for all.
 TEST(GradBuffer, OverlappedReductionStartsEachBucketOnceItsGradientsAreFinal) {
   auto backend = backend::make_cpu_backend();
   model::ParameterSet ps = make_params(*backend, DType::kF32);  // buckets [20, 43), [0, 20)
   RecordingCommunicator dp({ps.grads()});
-  GradBuffer gb(ps, *backend, dp, false, 10);
+  GradBuffer gb(ps, dp, false, 10);
   Tensor g = ps.grads();
   backend->fill(g, 1.0f);
 
@@ -92,14 +93,14 @@ TEST(GradBuffer, OverlappedReductionStartsEachBucketOnceItsGradientsAreFinal) {
   EXPECT_TRUE(dp.log.empty());
   gb.grads_final_from(2);  // b.weight [20, 36) completes it
   EXPECT_EQ(dp.log, (Log{"start all_reduce [20, 43)"}));
-  EXPECT_EQ(g.data_as<float>()[20], 0.5f) << "scaled by 1/dp before the reduction";
-  EXPECT_EQ(g.data_as<float>()[19], 1.0f) << "the other bucket is not touched yet";
+  EXPECT_EQ(g.data_as<float>()[20], 1.0f) << "left to the collective to scale";
   gb.grads_final_from(1);
   gb.grads_final_from(0);
   gb.finish_grad_sync();
   EXPECT_EQ(dp.log, (Log{"start all_reduce [20, 43)", "start all_reduce [0, 20)", "wait all_reduce [20, 43)",
                          "wait all_reduce [0, 20)"}));
-  EXPECT_EQ(g.data_as<float>()[0], 0.5f);
+  EXPECT_EQ(dp.reduce_ops, (std::vector<comm::ReduceOp>{comm::ReduceOp::kAvg, comm::ReduceOp::kAvg}));
+  EXPECT_EQ(g.data_as<float>()[0], 1.0f);
 
   // Without overlap (or an early backward) everything starts in finish_grad_sync, in bucket order.
   dp.log.clear();
@@ -115,7 +116,7 @@ TEST(GradBuffer, OverlappedParamGatherWaitsPerBucketBeforeTheForwardReadsIt) {
   auto backend = backend::make_cpu_backend();
   model::ParameterSet ps = make_params(*backend, DType::kF32);
   RecordingCommunicator dp({ps.values()});
-  GradBuffer gb(ps, *backend, dp, true, 10);
+  GradBuffer gb(ps, dp, true, 10);
   gb.start_param_gather(true);
   EXPECT_EQ(dp.log, (Log{"start all_gather [0, 20)", "start all_gather [20, 43)"}));
   gb.before_reading(1);  // a.weight [0, 15) is in bucket [0, 20)
@@ -151,7 +152,7 @@ TEST(GradBuffer, BucketsStayInsideChunksAndTheHeldParameterWaitsForFinish) {
   EXPECT_EQ(sized[1].start, 0);
 
   RecordingCommunicator dp({ps.grads()});
-  GradBuffer gb(ps, *backend, dp, false, BucketLayout{0, {2}, 0});
+  GradBuffer gb(ps, dp, false, BucketLayout{0, {2}, 0});
   ASSERT_EQ(gb.buckets().size(), 3u);  // [20, 43), [15, 20), [0, 15)
   EXPECT_EQ(gb.buckets()[1].start, 15);
   EXPECT_EQ(gb.held_bucket(), 2u);

@@ -119,7 +119,7 @@ void check_stage(int64_t vp, int64_t stage) {
   for (int64_t ci = 1; ci < vp; ++ci) layout.starts.push_back(model.chunk_parameters(ci).first);
   ASSERT_NE(model.tied_embedding(), nullptr);
   layout.held = model.tied_embedding() - ps.params().data();
-  GradBuffer gb(ps, *backend, dp, /*distributed=*/true, layout);
+  GradBuffer gb(ps, dp, /*distributed=*/true, layout);
   ASSERT_GT(gb.buckets().size(), static_cast<size_t>(2 * vp)) << "several buckets per chunk";
 
   model::ParamHooks hooks;
