@@ -17,8 +17,9 @@
 //   backward, one fused kernel then a reduce (dy and x read once):
 //   1. block b owns rows [b R, b R + R), R = (rows per row group) * (row groups per block),
 //      about n / 256 rows (CudaBackend::layernorm_backward_blocks(), 256 unless
-//      MEGATRON_LN_BACKWARD_BLOCKS says otherwise; not derived from the device, so the order
-//      depends only on n, h, the dtype and that count). Per row: xhat = (x - mean) rstd, g = dy gamma, the row sums of g and
+//      MEGATRON_LN_BACKWARD_BLOCKS says otherwise; fewer for few or very wide rows,
+//      ln_backward_parts; not derived from the device, so the order depends only on n, h,
+//      the dtype and that count). Per row: xhat = (x - mean) rstd, g = dy gamma, the row sums of g and
 //      g xhat, then dx = rstd (g - mean(g) - xhat mean(g xhat)) written where dy was read by
 //      the same thread (dx may alias dy). Each thread adds dy xhat and dy of its columns over
 //      its rows in row order; the block's row groups are combined by a fixed tree ((p0 + p4)
@@ -918,6 +919,21 @@ void dispatch_bool(bool b, F&& f) {
   }
 }
 
+// How many parts (blocks) the fused backward cuts n rows of wpr warps into, from the backend's
+// count `base` (256, or MEGATRON_LN_BACKWARD_BLOCKS): half of it for rows of 16 warps (h >
+// 6144 in 16-bit: a block of 512 threads is one row, about one block per SM, and a second
+// wave of blocks costs more than their smaller partial sums save), and at most n / 4, so
+// that a block has several rows to overlap and the partial sums (2-3 x parts x h floats,
+// read again by the reduce) stay small next to the rows. H200, layernorm_bench (eighteenth
+// session, bench/RESULTS.md): 512 x 5120 40.0 -> 30.0 us, 256 x 12288 79.7 -> 42.5, 2048 x 12288
+// 144.1 -> 112.9; 2048 x 5120 and 8192 x 2048 keep 256 (128 there: +8% and +28%).
+// Derived from (n, h, dtype) only, never the device, so the summation order is the same on
+// every GPU.
+int64_t ln_backward_parts(int64_t n, int wpr, int64_t base) {
+  const int64_t cap = wpr >= kLnMaxWarpsPerRow ? std::max<int64_t>(1, base / 2) : base;
+  return std::max<int64_t>(1, std::min(cap, n / 4));
+}
+
 // Most blocks of the forward's grid-stride loop over row groups.
 constexpr int64_t kLnForwardMaxBlocks = 16384;
 
@@ -1114,8 +1130,9 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
       if (c.k <= cuda::kLnColsumMaxChunks<T>) in_kernel = colsum;
       const bool vec = h % W == 0 && cuda::vec_aligned(dy.data()) && cuda::vec_aligned(x.data()) &&
                        cuda::vec_aligned(dx.data()) && (!dropout || cuda::vec_aligned(dz->data()));
-      // Rows per block: about n / layernorm_backward_blocks(), a whole number of rows per group.
-      const int64_t target = (n + be.layernorm_backward_blocks() - 1) / be.layernorm_backward_blocks();
+      // Rows per block: about n / parts, a whole number of rows per group (ln_backward_parts).
+      const int64_t parts = cuda::ln_backward_parts(n, c.wpr, be.layernorm_backward_blocks());
+      const int64_t target = (n + parts - 1) / parts;
       const int64_t rows_per_group = (target + c.groups - 1) / c.groups;
       const int64_t rows_per_block = rows_per_group * c.groups;
       const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;

@@ -34,12 +34,14 @@ using namespace megatron::test;
 // warps), 8192 (16 warps; fp32 also 16) and 12288 (16 warps; fp32 the generic path); 4097 rows
 // of 64 (a backward block with a partial last row group). The forward's warp-per-row kernel
 // (16-bit rows up to 12 chunks of 8 per lane): 2560 (GPT-3 2.7B, 10 chunks), 2568 (11, the last
-// partial) and 3072 (12; fp32 takes the row groups beyond 1536).
+// partial) and 3072 (12; fp32 takes the row groups beyond 1536). The backward's fewer parts
+// (ln_backward_parts): 513 x 5120 (n / 4 = 128 parts of 5 rows, the last short) and 258 x 12288
+// (64 parts of 16-warp rows).
 const std::vector<std::pair<int64_t, int64_t>> kLayernormShapes = {
     {1, 1},      {1, 7},       {1, 8},       {5, 12},       {7, 127},     {17, 96},     {129, 129},
     {33, 1536},  {9, 4104},    {4, 6144},    {3, 8192},     {4097, 64},   {1000, 1000}, {3, 25000},
     {2048, 768}, {2048, 1024}, {2048, 2048}, {2048, 12288}, {8192, 1024}, {8192, 2560}, {37, 2568},
-    {5, 3072}};
+    {5, 3072},   {513, 5120},  {258, 12288}};
 
 // x with the offset of a residual stream (mean ~ 3) on top of its random spread: a variance
 // computed as E[x^2] - E[x]^2 in fp32 would fail the tolerances below.
