@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "probe_checks.h"
+#include "probe_gemm.h"
 
 namespace {
 
@@ -37,37 +38,6 @@ __global__ void reduce_copy_kernel(float4* __restrict__ dst, const float4* __res
     float4 a = src[i], b = dst[i];
     dst[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
   }
-}
-
-struct Gemm {
-  cublasLtMatmulDesc_t desc;
-  cublasLtMatrixLayout_t a, b, c;
-  cublasLtMatmulAlgo_t algo;
-};
-
-// y[T, out] = x[T, in] W[out, in]^T, column-major: C[out, T] = op(A = W as [in, out])^T B[in, T].
-Gemm make_gemm(cublasLtHandle_t lt, long long tokens, long long in, long long out, size_t ws) {
-  Gemm g{};
-  CB(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
-  CB(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)));
-  CB(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)));
-  CB(cublasLtMatrixLayoutCreate(&g.a, CUDA_R_16BF, in, out, in));
-  CB(cublasLtMatrixLayoutCreate(&g.b, CUDA_R_16BF, in, tokens, in));
-  CB(cublasLtMatrixLayoutCreate(&g.c, CUDA_R_16BF, out, tokens, out));
-  cublasLtMatmulPreference_t pref;
-  CB(cublasLtMatmulPreferenceCreate(&pref));
-  CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  cublasLtMatmulHeuristicResult_t r{};
-  int found = 0;
-  CB(cublasLtMatmulAlgoGetHeuristic(lt, g.desc, g.a, g.b, g.c, g.c, pref, 1, &r, &found));
-  if (found == 0) {
-    std::fprintf(stderr, "no algorithm\n");
-    std::exit(1);
-  }
-  g.algo = r.algo;
-  cublasLtMatmulPreferenceDestroy(pref);
-  return g;
 }
 
 }  // namespace
@@ -118,10 +88,10 @@ int main(int argc, char** argv) {
   // Forward, dgrad and wgrad shapes of QKV, proj, FC1, FC2: 12 GEMMs per layer, as a backward's.
   std::vector<Gemm> gs;
   for (int pass = 0; pass < 3; ++pass) {
-    gs.push_back(make_gemm(lt, T, h, 3 * h, ws_bytes));
-    gs.push_back(make_gemm(lt, T, h, h, ws_bytes));
-    gs.push_back(make_gemm(lt, T, h, 4 * h, ws_bytes));
-    gs.push_back(make_gemm(lt, T, 4 * h, h, ws_bytes));
+    gs.push_back(make_gemm(lt, T, h, 3 * h, 0, ws_bytes));
+    gs.push_back(make_gemm(lt, T, h, h, 0, ws_bytes));
+    gs.push_back(make_gemm(lt, T, h, 4 * h, 0, ws_bytes));
+    gs.push_back(make_gemm(lt, T, 4 * h, h, 0, ws_bytes));
   }
   auto ms = [](cudaEvent_t a, cudaEvent_t b) {
     float t = 0;
