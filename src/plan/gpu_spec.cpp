@@ -10,14 +10,14 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 const std::vector<GpuSpec>& gpu_specs() {
   // name, peak TFLOP/s, HBM B/s, memory B, NVLink B/s (one direction), IB B/s per GPU, GEMM ceiling,
-  // INT32 TOPS, bf16
+  // INT32 TOPS, bf16, SMs
   static const std::vector<GpuSpec> kSpecs = {
-      {"h100-80gb", 989.0, 3.35e12, 81559 * kMiB, 450e9, 50e9, 0.803, 16.7, true},
-      {"h200-141gb", 989.0, 4.8e12, 143771 * kMiB, 450e9, 50e9, 0.803, 16.7, true},
-      {"a100-40gb", 312.0, 1.555e12, 40960 * kMiB, 300e9, 25e9, 0.869, 9.75, true},
-      {"a100-80gb", 312.0, 2.039e12, 81920 * kMiB, 300e9, 25e9, 0.869, 9.75, true},
-      {"v100-16gb", 125.0, 0.9e12, 16160 * kMiB, 150e9, 6.25e9, 0.80, 7.83, false},
-      {"v100-32gb", 125.0, 0.9e12, 32510 * kMiB, 150e9, 6.25e9, 0.80, 7.83, false},
+      {"h100-80gb", 989.0, 3.35e12, 81559 * kMiB, 450e9, 50e9, 0.803, 16.7, true, 132},
+      {"h200-141gb", 989.0, 4.8e12, 143771 * kMiB, 450e9, 50e9, 0.803, 16.7, true, 132},
+      {"a100-40gb", 312.0, 1.555e12, 40960 * kMiB, 300e9, 25e9, 0.869, 9.75, true, 108},
+      {"a100-80gb", 312.0, 2.039e12, 81920 * kMiB, 300e9, 25e9, 0.869, 9.75, true, 108},
+      {"v100-16gb", 125.0, 0.9e12, 16160 * kMiB, 150e9, 6.25e9, 0.80, 7.83, false, 80},
+      {"v100-32gb", 125.0, 0.9e12, 32510 * kMiB, 150e9, 6.25e9, 0.80, 7.83, false, 80},
   };
   return kSpecs;
 }

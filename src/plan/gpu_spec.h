@@ -21,6 +21,8 @@
 //                      clock (H100 SXM 132 SMs at 1.98 GHz -> 16.7, H200 the same; A100 108 at
 //                      1.41 -> 9.75; V100 80 at 1.53 -> 7.83), the rate that random-number
 //                      generation inside a kernel (dropout in flash attention) scales with.
+//   sms                multiprocessors: how many of a kernel's tiles run at once (flash
+//                      attention's wave quantisation, throughput_model.h).
 // Sources: NVIDIA H100, H200, A100 and V100 datasheets as tabulated in perf-anchors.md §0;
 // DGX H100 / DGX A100 / DGX-1 system datasheets for the NIC counts.
 #pragma once
@@ -41,6 +43,7 @@ struct GpuSpec {
   double gemm_efficiency;
   double int32_tops;
   bool bf16;  // has bf16 tensor cores
+  int sms;    // streaming multiprocessors (the SXM parts' datasheet counts)
 };
 
 const std::vector<GpuSpec>& gpu_specs();

@@ -21,12 +21,13 @@ struct Gpu {
   double lost_work;  // w0, FLOPs
   double hbm;        // B/s
   double int_ops;    // 32-bit integer operations per second
+  double sms;        // multiprocessors
 };
 
 Gpu gpu_rates(const GpuSpec& g, const Engine& engine) {
   const double ceiling = engine.gemm_efficiency > 0 ? engine.gemm_efficiency : kGemmCeilingShare * g.gemm_efficiency;
   return {g.peak_tflops * 1e12 * ceiling, g.peak_tflops * 1e12, kGemmLostWorkH100 * g.peak_tflops / kH100Peak,
-          g.hbm_bytes_per_s, g.int32_tops * 1e12};
+          g.hbm_bytes_per_s, g.int32_tops * 1e12, static_cast<double>(g.sms)};
 }
 
 // Forward + dgrad + wgrad of an M x N x K GEMM: 3 * (w + w0) / achievable.
@@ -83,7 +84,9 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
     const double dk = flash_kernel_head_size(d);
     const double attention_flops = 6.0 * static_cast<double>(p.micro_batch) * s * s * q / t * (dk / d);
     const double eff = kAttentionEfficiency * dk / (dk + 64.0) * s / (s + 512.0);
-    lt.attention = attention_flops / (g.peak * eff);
+    lt.attention = attention_flops / (g.peak * eff) *
+                   flash_wave_factor(static_cast<double>(p.micro_batch) * static_cast<double>(c.num_attention_heads) / t,
+                                     s, static_cast<double>(g.sms));
     lt.attention_forward = lt.attention / 3.5;  // flash attention's backward is ~2.5x its forward
     if (engine.attention_dropout > 0) {
       // The mask is drawn inside the kernels, forward and again backward, for every causal score.

@@ -11,7 +11,8 @@
 //              per layer (forward + backward, causal mask counted half) at efficiency
 //              kAttentionEfficiency * d/(d + 64) * s/(s + 512)  (d = head size), where a head
 //              size between the kernel's sizes runs as the next one up (flash_kernel_head_size:
-//              d = 80 costs the work of 128 at 128's efficiency).
+//              d = 80 costs the work of 128 at 128's efficiency), and with few heads per rank
+//              the longest causal tiles set the time (flash_wave_factor).
 //              local (Megatron's own DotProductAttention, the only kind in 2021): the scores
 //              [b, a/t, s, s] are materialised in the model dtype (E = b*a/t*s^2 elements, e bytes):
 //              two batched GEMMs forward (QK^T, probs.V) and four backward, 2*E*d FLOPs each, the
@@ -92,6 +93,8 @@
 // rows (1.7B and 7.1B: +29%, +29%, per-layer host/launch overheads we have no source for).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 
@@ -119,6 +122,19 @@ constexpr double kAttentionEfficiency = 0.562;
 // rule for every size rather than a fit to three points.
 // Sizes up to 64 and above 256 are taken as they are.
 constexpr double flash_kernel_head_size(double d) { return d <= 64.0 ? d : d <= 128.0 ? 128.0 : d <= 256.0 ? 256.0 : d; }
+// Flash attention's wave quantisation: a kernel runs one tile of 128 queries (forward) or keys
+// (backward) of one (batch, head) per SM at a time, T = ceil(s / 128) tiles per head, and under
+// the causal mask tile i does i + 1 blocks of work: B heads x T (T + 1) / 2 blocks in all, at
+// least T of them in one tile. With few heads per rank (B = micro-batch x heads / TP) the
+// longest tiles, not the work per SM, set the time: factor max(1, T x SMs / (B T (T + 1) / 2)).
+// No constant fitted: H200, the 16.63B TP4 shard on one GPU (10 heads of 128, s 2048, B = 10,
+// T = 16: factor 1.55) ran cuDNN attention at 183 TFLOP/s against 286 for gpt3-1.3b (B = 64:
+// factor 1), 1.56x (eighteenth session, bench/RESULTS.md).
+inline double flash_wave_factor(double heads, double s, double sms) {
+  const double tiles = std::ceil(s / 128.0);
+  const double blocks = heads * tiles * (tiles + 1.0) / 2.0;
+  return blocks > 0 ? std::max(1.0, tiles * sms / blocks) : 1.0;
+}
 // Attention dropout inside flash attention (ours: cuDNN's RNG node) costs integer work per causal
 // score drawn, in the forward and again in the backward, on top of the FLOPs. H100 `--profile-ops`,
 // 2026-11-24 (seventh session, bench/RESULTS.md), attention with dropout 0.1 minus without, per

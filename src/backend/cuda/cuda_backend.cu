@@ -495,6 +495,9 @@ CudaBackend& as_cuda(Backend& backend, const char* what) {
 CudaBackend::CudaBackend(int device) : device_(device) {
   try {
     MT_CUDA_CHECK(cudaSetDevice(device_));
+    int sms = 0;
+    MT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+    sm_count_ = sms;
     MT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     MT_CUBLAS_CHECK(cublasLtCreate(&lt_));
     MT_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));

@@ -177,6 +177,9 @@ class CudaBackend : public Backend {
   void set_gemm_autotune(bool on) { gemm_autotune_ = on; }
   bool gemm_autotune() const { return gemm_autotune_; }
   int gemm_tune_candidates() const { return gemm_tune_candidates_; }
+  // Multiprocessors of the device (grids that only need to fill the GPU once, whose results do
+  // not depend on the grid).
+  int64_t sm_count() const { return sm_count_; }
   // LayerNorm forward kernel choice (layernorm_paths.h).
   void set_layernorm_warp_forward(bool on) { layernorm_warp_forward_ = on; }
   int64_t layernorm_backward_blocks() const { return layernorm_backward_blocks_; }
@@ -200,6 +203,7 @@ class CudaBackend : public Backend {
                            const AttentionParams& params);
 
   int device_;
+  int64_t sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;

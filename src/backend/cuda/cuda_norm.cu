@@ -2,7 +2,7 @@
 // backend/cpu/cpu_norm.cpp (Megatron's fused layer norm and LanguageModelEmbedding).
 //
 // LayerNorm forward, warp path (the default, layernorm_paths.h; x, out, gamma, beta of one dtype T,
-// h <= 384 W: GPT sizes up to 3072 in 16-bit): one warp per row, up to 12 chunks of W per lane,
+// h <= 768 W: GPT sizes up to 6144 in 16-bit): one warp per row, up to 24 chunks of W per lane,
 // warp-only row sums (layernorm_forward_warp_kernel). Otherwise the paths below.
 // LayerNorm, fast path (x, out / dy, x, dx of one dtype T, h <= 12288 for 16-bit, <= 8192 for
 // fp32): the row lives in registers. A row is cut into chunks of W = 16 bytes (8 bf16/fp16 or
@@ -251,14 +251,26 @@ __global__ void __launch_bounds__(512)
 
 // Forward, one warp per row (h <= 32 * kLnWarpMaxChunks * W elements, gamma and beta of the
 // activations' dtype; kVec as in the row-group kernel, the same bits either way): each lane holds chunks lane, lane + 32, ... (up
-// to 12 independent 16-byte loads in flight per thread) and the row sums are warp butterflies
+// to 24 independent 16-byte loads in flight per thread) and the row sums are warp butterflies
 // only. The row-group kernel above splits such rows over several warps joined by block-wide
 // reductions and ran at a third of HBM bandwidth at GPT sizes (8192 rows of 2048: ~60 us for
 // 67 MB). gamma and beta are re-read per row (L1 hits) instead of being held in registers.
 // 12 chunks (48 registers of raw row) take 2.7B's h = 2560 (10 chunks), which the row-group
-// kernel ran at ~40% of HBM bandwidth (4.64 ms per step, 65 calls). kRms: RMSNorm, one row
-// sum (of x^2), beta and mean null.
-constexpr int kLnWarpMaxChunks = 12;
+// kernel ran at ~40% of HBM bandwidth (4.64 ms per step, 65 calls). 24 chunks (96 registers)
+// take the 13B's h = 5120 (20 chunks): the row-group kernel ran 2048 x 5120 at 1.25 TB/s of the
+// H200's 4.8 (eighteenth session, bench/RESULTS.md). kRms: RMSNorm, one row sum (of x^2), beta
+// and mean null.
+constexpr int kLnWarpMaxChunks = 24;
+
+// Calls f(std::integral_constant<int, k>{}) for 1 <= k <= kLnWarpMaxChunks.
+template <int K = 1, class F>
+void dispatch_warp_chunks(int64_t k, F&& f) {
+  if (k == K) {
+    f(std::integral_constant<int, K>{});
+  } else if constexpr (K < kLnWarpMaxChunks) {
+    dispatch_warp_chunks<K + 1>(k, f);
+  }
+}
 template <class T, int K, bool kVec, bool kRms = false>
 __global__ void __launch_bounds__(256)
     layernorm_forward_warp_kernel(const T* x, const T* gamma, const T* beta, T* out, float* mean, float* rstd,
@@ -986,6 +998,12 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
       constexpr int W = cuda::kVecWidth<T>;
       const int64_t k = ((h + W - 1) / W + 31) / 32;
       if (k > cuda::kLnWarpMaxChunks) return;
+      // Past 12 chunks a warp's row is a long serial load-reduce-store: with few rows (under 1024,
+      // about a block of 8 per SM) the row groups' many warps per row finish sooner (H200, 512 x
+      // 5120, a TP4 + SP shard: 10.0 us against 10.8-11.3 one warp per row; 2048 x 5120: 33.5
+      // against 20.0). A fixed count, not the device's SMs: which kernel runs sets the
+      // summation order, and that stays the same on every GPU.
+      if (k > 12 && n < 1024) return;
       const bool vec = h % W == 0 && cuda::vec_aligned(x.data()) && cuda::vec_aligned(out.data()) &&
                        cuda::vec_aligned(gamma.data()) && (rms || cuda::vec_aligned(bp));
       const int64_t blocks = std::min<int64_t>((n + 7) / 8, cuda::kLnForwardMaxBlocks);
@@ -1001,20 +1019,7 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
           MT_CUDA_LAUNCH_CHECK();
         });
       };
-      switch (k) {
-        case 1: launch(std::integral_constant<int, 1>{}); break;
-        case 2: launch(std::integral_constant<int, 2>{}); break;
-        case 3: launch(std::integral_constant<int, 3>{}); break;
-        case 4: launch(std::integral_constant<int, 4>{}); break;
-        case 5: launch(std::integral_constant<int, 5>{}); break;
-        case 6: launch(std::integral_constant<int, 6>{}); break;
-        case 7: launch(std::integral_constant<int, 7>{}); break;
-        case 8: launch(std::integral_constant<int, 8>{}); break;
-        case 9: launch(std::integral_constant<int, 9>{}); break;
-        case 10: launch(std::integral_constant<int, 10>{}); break;
-        case 11: launch(std::integral_constant<int, 11>{}); break;
-        default: launch(std::integral_constant<int, 12>{}); break;
-      }
+      cuda::dispatch_warp_chunks(k, launch);
       launched = true;
     });
   }
@@ -1026,13 +1031,19 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
       const cuda::LnConfig c = cuda::ln_config<T>(h);
       if (!c.ok) return;
       const bool vec = h % cuda::kVecWidth<T> == 0 && cuda::vec_aligned(x.data()) && cuda::vec_aligned(out.data());
-      const int64_t blocks = std::min<int64_t>((n + c.groups - 1) / c.groups, cuda::kLnForwardMaxBlocks);
       cuda::dispatch_chunks<T>(c.k, [&](auto kc) {
         constexpr int K = decltype(kc)::value;
         cuda::dispatch_bool(rms, [&](auto rc) {
           constexpr bool R = decltype(rc)::value;
           auto kernel = vec ? cuda::layernorm_forward_rows_kernel<T, K, true, R>
                             : cuda::layernorm_forward_rows_kernel<T, K, false, R>;
+          // As many blocks as are resident at once, each looping over rows: gamma and beta are
+          // loaded into registers once per block instead of once per row (a block per row ran
+          // 2048 x 12288 at 1.15 TB/s). Each row is one group's alone, so the grid changes no bit.
+          int resident = 0;
+          MT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, c.threads, 0));
+          const int64_t blocks = std::min<int64_t>({(n + c.groups - 1) / c.groups, cuda::kLnForwardMaxBlocks,
+                                                    std::max<int64_t>(1, int64_t{resident} * sm_count())});
           kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), 0, stream()>>>(
               static_cast<const T*>(x.data()), gamma.data(), gamma.dtype(), bp, bdt, static_cast<T*>(out.data()), mp,
               static_cast<float*>(rstd.data()), n, h, c.wpr, eps, layernorm_group_sync_);

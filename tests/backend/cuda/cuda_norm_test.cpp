@@ -33,8 +33,9 @@ using namespace megatron::test;
 // (one chunk, whole and partial), 96 and 1536 (1 and 2 warps per row), 4104 and 6144 (8 and 16
 // warps), 8192 (16 warps; fp32 also 16) and 12288 (16 warps; fp32 the generic path); 4097 rows
 // of 64 (a backward block with a partial last row group). The forward's warp-per-row kernel
-// (16-bit rows up to 12 chunks of 8 per lane): 2560 (GPT-3 2.7B, 10 chunks), 2568 (11, the last
-// partial) and 3072 (12; fp32 takes the row groups beyond 1536). The backward's fewer parts
+// (16-bit rows up to 24 chunks of 8 per lane): 2560 (GPT-3 2.7B, 10 chunks), 2568 (11, the last
+// partial), 3072 (12), 4104 (17, partial), 5120 (20) and 6144 (24; fp32 takes the row groups
+// beyond 3072); the row groups' forward on a grid of the resident blocks: 8192 and 12288. The backward's fewer parts
 // (ln_backward_parts): 513 x 5120 (n / 4 = 128 parts of 5 rows, the last short) and 258 x 12288
 // (64 parts of 16-warp rows).
 const std::vector<std::pair<int64_t, int64_t>> kLayernormShapes = {
