@@ -33,12 +33,13 @@ MPI_Op mpi_op(ReduceOp op) {
     case ReduceOp::kSum: return MPI_SUM;
     case ReduceOp::kMax: return MPI_MAX;
     case ReduceOp::kMin: return MPI_MIN;
-    case ReduceOp::kAvg: return MPI_SUM;  // of the pre-multiplied inputs (premultiplied below)
+    case ReduceOp::kAvg: return MPI_SUM;  // of the inputs premultiplied by 1 / size (below)
   }
   return MPI_OP_NULL;
 }
 
-// kAvg's pre-multiplication (communicator.h): each of the n values times 1 / ranks, in fp32.
+// kAvg's pre-multiplication (communicator.h): each of the n values times 1 / ranks, in their
+// own type (fp32 tensors, host doubles).
 template <class T>
 void premultiply(T* p, int64_t n, int64_t ranks) {
   const T f = static_cast<T>(1.0) / static_cast<T>(ranks);
