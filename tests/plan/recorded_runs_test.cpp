@@ -359,7 +359,7 @@ TEST(PlanRecordedRuns, FourH200RunsOfTheSeventeenthSession) {
   }
 }
 
-// One H200, eighteenth session (bench/RESULTS.md "eighteenth session", call 6): a TP4 rank of
+// One H200, eighteenth session (bench/RESULTS.md "eighteenth session", calls 6-10): a TP4 rank of
 // the 16.63B model run as a one-GPU model (52 layers, h 5120, 10 heads of 128, FFN 5120, the
 // 12,672-row vocabulary shard; micro-batch 1, global batch 8): 830.36 ms per iteration, 77.15 GiB
 // planned by the bench's own accounting. Its attention has 10 heads per micro-batch: without
@@ -379,6 +379,19 @@ TEST(PlanRecordedRuns, OneH200TensorParallelShardOfTheEighteenthSession) {
   EXPECT_NEAR(static_cast<double>(k.memory.worst.total()) / kGiB, 77.15, 0.01);
   EXPECT_NEAR(flash_wave_factor(10, 2048, 132), 2.0 * 132 / (10 * 17), 1e-12);
   EXPECT_EQ(flash_wave_factor(64, 2048, 132), 1.0);  // gpt3-1.3b's micro-batch of 4 x 16 heads
+
+  // Call 10: a 13B TP2 x PP2 rank's shapes (20 layers, 16 heads of 160, FFN 10240, the 25,216-row
+  // vocabulary shard, micro-batch 2, global batch 64): 4,779.84 ms, 63.45 GiB planned by the
+  // bench. B = 32: no wave factor. Predicted 8% fast (the SM clock sat at 1500 MHz under the
+  // power cap, lower than in the 1.3B-2.7B runs the GEMM curve came from).
+  PlanModel m13 = test::gpt_plan_model(20, 5120, 16, 2048, 25216);
+  m13.config.kv_channels = 160;
+  m13.config.ffn_hidden_size = 10240;
+  const ParallelConfig p13{1, 1, 1, 1, 2, 64, PlanRecompute::kNone, false, false};
+  const Candidate k13 = evaluate_layout(m13, cl, p13);
+  const double predicted13_ms = 1e3 * k13.prediction.seconds_per_iteration;
+  EXPECT_LT(std::fabs(4779.84 / predicted13_ms - 1.0), 0.10) << "predicted " << predicted13_ms << " ms";
+  EXPECT_NEAR(static_cast<double>(k13.memory.worst.total()) / kGiB, 63.45, 0.01);
 }
 
 }  // namespace
