@@ -57,7 +57,6 @@
 #include <memory>
 #include <vector>
 
-#include "backend/ops.h"
 #include "comm/communicator.h"
 #include "model/parameters.h"
 
