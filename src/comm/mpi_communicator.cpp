@@ -145,14 +145,17 @@ void MpiCommunicator::reduce_scatter(Tensor& in, Tensor& out, std::span<const in
   if (in.numel() == 0) return;
   const int64_t my_offset = piece_offset(counts, rank_);
   const bool in_place = out.numel() > 0 && out.data() == in.data_as<float>() + my_offset;
-  std::vector<float> scaled;  // kAvg out of place: the caller's `in` stays as it was
-  if (op == ReduceOp::kAvg && !in_place) {
-    scaled.assign(in.data_as<float>(), in.data_as<float>() + in.numel());
-    premultiply(scaled.data(), in.numel(), size());
-    MT_MPI_CHECK(MPI_Reduce_scatter(scaled.data(), ptr(out), c.data(), MPI_FLOAT, MPI_SUM, comm_));
-    return;
+  // kAvg: in place the caller's `in` is premultiplied (its other pieces are unspecified after
+  // the call anyway); out of place a premultiplied copy is sent and `in` stays as it was.
+  std::vector<float> scaled;
+  float* send = in.data_as<float>();
+  if (op == ReduceOp::kAvg) {
+    if (!in_place) {
+      scaled.assign(send, send + in.numel());
+      send = scaled.data();
+    }
+    premultiply(send, in.numel(), size());
   }
-  if (op == ReduceOp::kAvg) premultiply(in.data_as<float>(), in.numel(), size());
   if (in_place) {
     // MPI puts the in-place result at the start of the buffer; move it to this rank's piece.
     MT_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, in.data(), c.data(), MPI_FLOAT, mpi_op(op), comm_));
@@ -160,7 +163,7 @@ void MpiCommunicator::reduce_scatter(Tensor& in, Tensor& out, std::span<const in
       std::memmove(out.data(), in.data(), static_cast<size_t>(out.nbytes()));
     }
   } else {
-    MT_MPI_CHECK(MPI_Reduce_scatter(in.data(), ptr(out), c.data(), MPI_FLOAT, mpi_op(op), comm_));
+    MT_MPI_CHECK(MPI_Reduce_scatter(send, ptr(out), c.data(), MPI_FLOAT, mpi_op(op), comm_));
   }
 }
 
