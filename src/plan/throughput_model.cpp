@@ -264,8 +264,16 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
 
   const LayerTimes lt = layer_times(c, dtype, p, g, tp_link, cl.engine);
   double layer_gemm = lt.gemm, layer_attention = lt.attention, layer_memory = lt.memory;
+  // TP collectives per layer and micro-batch in all-reduce equivalents (an all-gather plus a
+  // reduce-scatter of [s b, h] count one all-reduce). Forward 2: attention and MLP. Backward 2
+  // started beside the GEMMs: each column-parallel linear's dgrad all-reduce, or under SP its
+  // reduce-scatter and the all-gather of the input its weight gradient reads again. Under SP
+  // also the row-parallel linears' all-gathers of dy (proj and FC2), 1 more, which block: the
+  // dgrad needs them at once. (16.63B TP4 + SP, --profile-ops: per layer 4 blocking all-gathers,
+  // 2 blocking reduce-scatters, 2 + 2 started; bench/RESULTS.md nineteenth session.)
   const double backward_tp = 2.0 * lt.tp_allreduce;
-  double layer_tp = 2.0 * lt.tp_allreduce +
+  const double backward_dy_gathers = p.sequence_parallel ? lt.tp_allreduce : 0.0;
+  double layer_tp = 2.0 * lt.tp_allreduce + backward_dy_gathers +
                     (cl.engine.async_tp_allreduce ? std::max(0.0, backward_tp - lt.wgrad_overlap) : backward_tp);
   if (full) {
     layer_gemm += lt.gemm / 3.0;

@@ -511,16 +511,17 @@ TEST(PlanThroughput, TensorParallelOverlapSettings) {
   // kLinkEfficiency, as the megatron-core-2024 profile has it.
   overlapped.engine.tp_comm_overlap = true;
   overlapped.engine.measured_tp_collectives = false;
-  // Without async all-reduce all four per layer are exposed: 4 * layers * micro-batches of them,
-  // each [2048, 4096] bf16 (16.8 MB) at our measured share of NVLink for that size.
+  // Without async all-reduce all five per layer are exposed (four, and under SP the backward's
+  // all-gathers of dy for proj and FC2, a fifth): 5 * layers * micro-batches of them, each
+  // [2048, 4096] bf16 (16.8 MB) at our measured share of NVLink for that size.
   const double share = our_tp_collective_share(2048.0 * 4096.0 * 2.0);
   EXPECT_EQ(share, kOurTpShareSmall);
   const double one =
       all_reduce_seconds(2048.0 * 4096.0 * 2.0, 8, Link{450e9 * share / kLinkEfficiency, kNvlinkLatency});
-  EXPECT_NEAR(predict(c, DType::kBF16, p, sync).tp_comm_s, 4.0 * 8.0 * 4.0 * one, 1e-12);
+  EXPECT_NEAR(predict(c, DType::kBF16, p, sync).tp_comm_s, 5.0 * 8.0 * 4.0 * one, 1e-12);
   const double async = predict(c, DType::kBF16, p, ours).tp_comm_s;
-  EXPECT_LT(async, 4.0 * 8.0 * 4.0 * one);
-  EXPECT_GE(async, 2.0 * 8.0 * 4.0 * one);
+  EXPECT_LT(async, 5.0 * 8.0 * 4.0 * one);
+  EXPECT_GE(async, 3.0 * 8.0 * 4.0 * one);
   // Pipelined with the GEMMs: a layer's 4 all-reduces (~0.3 ms) hide behind its GEMMs (~1 ms).
   EXPECT_EQ(predict(c, DType::kBF16, p, overlapped).tp_comm_s, 0.0);
   // Without SP there is nothing for --tp-comm-overlap to pipeline.
