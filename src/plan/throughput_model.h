@@ -44,7 +44,8 @@
 //              forward-only terms, 1/3.5 of flash attention (its backward is ~2.5x its forward) or
 //              local attention's forward terms, two more TP all-reduces.
 //  TP          4 all-reduces of n*h*e bytes per layer (2 forward, 2 backward; with SP the same
-//              volume as all-gathers + reduce-scatters); the 2 backward ones overlap the QKV and
+//              volume as all-gathers + reduce-scatters, and 1 more: the backward's all-gathers
+//              of dy before the proj and FC2 dgrads); the 2 backward ones overlap the QKV and
 //              FC1 wgrad GEMMs (Megatron's async TP all-reduce; Engine::async_tp_allreduce), the
 //              rest is exposed.
 //  PP          per micro-batch and virtual chunk, a forward and a backward send/recv of n*h*e/t
@@ -197,6 +198,12 @@ constexpr double kSwigluBackwardBytes = 5.0;
 constexpr double kGradPassBytes = 5.3;       // per parameter of the rank (the grad-norm pass)
 constexpr double kAdamBytes = 35.4;          // per parameter the rank's optimizer owns
 constexpr double kBucketElements = 40e6;     // Megatron's bucket size with --overlap-grad-reduce
+// The share of an overlapped DP collective's time that the GEMMs beside it lose (NCCL's kernels
+// and cuBLASLt's contend for the SMs): the 1.3B step's GEMMs on H200 with the distributed
+// optimizer and both overlaps, --profile-ops against one GPU, +6.8 ms at DP2 and +9.8 ms at DP4
+// beside reduce-scatters and all-gathers this model times at 10.9 and 16.4 ms (0.62, 0.60;
+// bench/RESULTS.md eighteenth session call 3, nineteenth session call 2).
+constexpr double kOverlapContention = 0.6;
 constexpr double kStreamEfficiency = 0.82;   // achieved fraction of HBM bandwidth of a streaming kernel
 
 // Megatron's unfused cross-entropy, bytes per logit for 16-bit logits: forward cast to fp32

@@ -55,6 +55,10 @@ Candidate plan_run(const RecordedRun& r) {
   cl.engine.residual_add_in_gemm_epilogue = false;
   cl.engine.residual_grad_add_in_layernorm = false;
   cl.engine.shared_process_groups = false;  // every process-group kind its own communicator then
+  // Then TP all-reduced the input gradient before the weight-gradient GEMM, and DP reduced
+  // without --overlap-grad-reduce.
+  cl.engine.async_tp_allreduce = false;
+  cl.overlap_grad_reduce = cl.overlap_param_gather = false;
   // The bench's TP rows ran with --sequence-parallel.
   const ParallelConfig p{r.tp, r.pp, 1, r.dp, 4, r.global_batch, PlanRecompute::kNone, false, r.tp > 1};
   return evaluate_layout(m, cl, p);
@@ -91,16 +95,15 @@ TEST(PlanRecordedRuns, TwoH200RunsMemoryAndTokensPerSecond) {
     } else {
       EXPECT_LT(std::fabs(error), std::fabs(error_without)) << r.model << " pp " << r.pp << " tp " << r.tp;
     }
-    // Known misses (bench/RESULTS.md "plan validation (a)"): TP2 ran with blocking TP
-    // all-reduces (before the asynchronous input-gradient reduction) and DP2 without
-    // --overlap-grad-reduce; the planner assumes both overlapped, so it is too fast on them.
-    if (r.tp == 1 && r.dp == 1) {
+    // Planned with the flags they ran with (blocking TP all-reduces, no --overlap-grad-reduce):
+    // within 10% but for the 1.3B TP2 + SP row (+10.8%; the eighth session's TP2 rows below
+    // miss too).
+    if (!(r.tp == 2 && r.hidden == 2048)) {
       EXPECT_LT(std::fabs(speed_error), 0.10) << r.model << " on " << r.gpus << " GPUs, batch " << r.global_batch
                                               << ": predicted " << k.prediction.tokens_per_s << " tokens/s, measured "
                                               << r.measured_tokens_per_s;
     } else {
-      EXPECT_GT(speed_error, 0.10) << r.model << " tp " << r.tp << " dp " << r.dp
-                                   << " is a known miss but is now within 10%: take it off the list";
+      EXPECT_GT(speed_error, 0.10) << r.model << " tp " << r.tp << " is a known miss but is now within 10%: take it off";
     }
   }
 }
@@ -228,14 +231,13 @@ TEST(PlanRecordedRuns, SixteenSingleH100RunsWithinTenPercentAndFivePercent) {
 // `megatron train` on the Brown Corpus (bf16, dropout 0), the measured ms per iteration its
 // closing line printed (after the first log interval) for every layout of
 // bench/gpu_data_parallel.sh and bench/gpu_model_parallel.sh, with the flags each ran with.
-// Within 10% in tokens/s (predicted / measured - 1), 12 of the 14: the 1-GPU rows, DP4 without
-// overlap, 350M DP4 with it, PP4, and, since the TP collectives run at our measured share of
-// NVLink for their message size (engine_profile.h our_tp_collective_share, taken from collective
-// timings, not from these step times) and the SP backward's all-gathers of dy are counted
-// (nineteenth session), TP4 + SP and TP2 + SP x PP2 at both sizes. Known misses, kept visible:
-// 1.3B DP4 with overlap (+10.5%) and with the distributed optimizer and both overlaps (+11.9%):
-// the planner hides more of the reduction than the step does (the 4-GPU step is 6.9 ms slower
-// than one GPU's at the same SM clock).
+// Within 10% in tokens/s (predicted / measured - 1), all 14: the 1-GPU rows, DP4, PP4, and, since
+// the TP collectives run at our measured share of NVLink for their message size
+// (engine_profile.h our_tp_collective_share, taken from collective timings, not from these step
+// times) and the SP backward's all-gathers of dy are counted (nineteenth session), TP4 + SP and
+// TP2 + SP x PP2 at both sizes. The 1.3B DP4 rows with overlap (+10.5%, and +11.9% with the
+// distributed optimizer) came within 10% (+1.2%, +4.0%) when the GEMMs' loss beside NVLink
+// collectives was counted (throughput_model.h kOverlapContention, measured on H200 profiles).
 struct FourGpuRun {
   const char* model;
   int64_t layers, hidden, heads, seq, gpus, micro_batch, global_batch, tp, pp;
@@ -250,8 +252,8 @@ const FourGpuRun kFourGpuRuns[] = {
     {"gpt2-350m", 24, 1024, 16, 1024, 4, 16, 64, 1, 1, false, true, 87.3, false},
     {"gpt3-1.3b", 24, 2048, 16, 2048, 1, 4, 4, 1, 1, false, false, 134.3, false},
     {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 16, 1, 1, false, false, 156.6, false},
-    {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 16, 1, 1, false, true, 152.6, true},
-    {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 16, 1, 1, true, true, 142.6, true},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 16, 1, 1, false, true, 152.6, false},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 16, 1, 1, true, true, 142.6, false},
     {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 4, 4, 1, false, false, 67.0, false},
     {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 32, 1, 4, false, false, 368.7, false},
     {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 32, 2, 2, false, false, 398.1, false},

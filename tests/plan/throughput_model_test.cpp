@@ -546,6 +546,31 @@ TEST(PlanThroughput, GradientReductionMovesGradReduceBytes) {
   EXPECT_NEAR(predict(c, DType::kBF16, p, half).dp_comm_s, all_reduce_seconds(P * 2.0, 8, nvlink), 1e-12);
 }
 
+// Overlapped gradient reduction: the last bucket is exposed; over NVLink the rest costs the GEMMs
+// beside it kOverlapContention of its time, across nodes nothing (while it fits the backward).
+TEST(PlanThroughput, OverlappedReductionCostsContentionOnlyOnNvlink) {
+  const PlanModel m = test::gpt_plan_model(24, 2048, 16, 2048);
+  const model::GPTConfig c = config_for_tp(m, 1);
+  const double P = static_cast<double>(stage_num_parameters(c, ParallelConfig{1, 1, 1, 8, 4, 32, PlanRecompute::kNone,
+                                                                             false, false},
+                                                            0));
+  const double buckets = std::ceil(P / std::max(kBucketElements, 8e6));
+  // 8 GPUs of one node: DP over NVLink.
+  ParallelConfig p{1, 1, 1, 8, 4, 32, PlanRecompute::kNone, false, false};
+  Cluster node = h100(1), blocking = h100(1);
+  blocking.overlap_grad_reduce = false;
+  const double all = predict(c, DType::kBF16, p, blocking).dp_comm_s;
+  EXPECT_NEAR(predict(c, DType::kBF16, p, node).dp_comm_s,
+              all / buckets + kOverlapContention * (all - all / buckets), 1e-12);
+  // 8 nodes of one GPU: DP across the network (as fast as NVLink, so that the reduction fits the
+  // backward), only the last bucket shows.
+  Cluster nodes = h100(8, 1), nodes_blocking = h100(8, 1);
+  nodes.inter_node_bytes_per_s = nodes_blocking.inter_node_bytes_per_s = 450e9;
+  nodes_blocking.overlap_grad_reduce = false;
+  const double across = predict(c, DType::kBF16, p, nodes_blocking).dp_comm_s;
+  EXPECT_NEAR(predict(c, DType::kBF16, p, nodes).dp_comm_s, across / buckets, 1e-12);
+}
+
 TEST(PlanThroughput, EngineProfiles) {
   const Engine ours = find_engine("ours");
   EXPECT_EQ(ours.attention, AttentionBackend::kFlash);
