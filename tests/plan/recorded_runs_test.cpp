@@ -396,5 +396,51 @@ TEST(PlanRecordedRuns, OneH200TensorParallelShardOfTheEighteenthSession) {
   EXPECT_NEAR(static_cast<double>(k13.memory.worst.total()) / kGiB, 63.45, 0.01);
 }
 
+// 4 x H200, nineteenth session (bench/RESULTS.md "nineteenth session", calls 1-2): `megatron
+// train` tokens/s of the last 10 of 30 iterations (call 1) and `megatron bench` ms per
+// iteration (call 2), each with the flags it ran with. Not fitted: kOverlapContention came from
+// the profiles of the 1.3B DP rows before these runs (DP4 call 2 and DP2 of the eighteenth
+// session) and is checked here on 350M and on the train runs.
+TEST(PlanRecordedRuns, FourH200RunsOfTheNineteenthSession) {
+  struct Run {
+    const char* model;
+    int64_t layers, hidden, heads, seq, gpus, micro_batch, global_batch, tp, pp;
+    bool distributed, overlap;
+    double measured_ms;
+  };
+  const Run runs[] = {
+      {"gpt2-350m", 24, 1024, 16, 1024, 1, 16, 16, 1, 1, false, false, 16.0 * 1024 / 211503 * 1e3},
+      {"gpt2-350m", 24, 1024, 16, 1024, 4, 16, 64, 1, 1, true, true, 16.0 * 1024 / 200568 * 1e3},
+      {"gpt2-350m", 24, 1024, 16, 1024, 4, 16, 64, 1, 1, false, true, 16.0 * 1024 / 195454 * 1e3},
+      {"gpt3-1.3b", 24, 2048, 16, 2048, 1, 4, 4, 1, 1, false, false, 4.0 * 2048 / 62797 * 1e3},
+      {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 16, 1, 1, true, true, 4.0 * 2048 / 60144 * 1e3},
+      {"16.63B", 52, 5120, 40, 2048, 4, 1, 8, 4, 1, false, false, 1100.40},
+      {"gpt3-13b", 40, 5120, 32, 2048, 4, 2, 64, 2, 2, false, false, 5364.07},
+  };
+  std::printf("| model | GPUs | TP | PP | DP | dist-opt + overlaps | measured ms | predicted | tok/s error |\n"
+              "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
+  for (const Run& r : runs) {
+    const PlanModel m = test::gpt_plan_model(r.layers, r.hidden, r.heads, r.seq);
+    Cluster cl;
+    cl.gpu = find_gpu("h200-141gb");
+    cl.gpus_per_node = r.gpus;
+    cl.nodes = 1;
+    cl.overlap_grad_reduce = r.overlap;
+    cl.overlap_param_gather = r.overlap && r.distributed;
+    const int64_t dp = r.gpus / (r.tp * r.pp);
+    const ParallelConfig p{r.tp, r.pp, 1, dp, r.micro_batch, r.global_batch, PlanRecompute::kNone, r.distributed,
+                           r.tp > 1};
+    const Candidate k = evaluate_layout(m, cl, p);
+    const double predicted_ms = 1e3 * k.prediction.seconds_per_iteration;
+    const double speed_error = r.measured_ms / predicted_ms - 1.0;
+    std::printf("| %s | %lld | %lld | %lld | %lld | %s | %.1f | %.1f | %+.1f%% |\n", r.model,
+                static_cast<long long>(r.gpus), static_cast<long long>(r.tp), static_cast<long long>(r.pp),
+                static_cast<long long>(dp), r.distributed ? "yes" : (r.overlap ? "overlap only" : "no"), r.measured_ms,
+                predicted_ms, 100.0 * speed_error);
+    EXPECT_LT(std::fabs(speed_error), 0.10) << r.model << " tp " << r.tp << " pp " << r.pp << " dp " << dp
+                                            << ": predicted " << predicted_ms << " ms, measured " << r.measured_ms;
+  }
+}
+
 }  // namespace
 }  // namespace megatron::plan
