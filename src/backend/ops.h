@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -330,6 +331,15 @@ class Backend {
   // ---- reductions (for the optimizer step) ----------------------------------------------
   // Sum of squares of all elements, accumulated in double.
   virtual double sum_squares(const Tensor& x) = 0;
+  // sum_squares of each tensor (the same values), waiting for the device once for all of them:
+  // the gradient norm over a rank's many counted ranges (a TP rank > 0 skips the replicated
+  // parameters, ~2 ranges per layer) would otherwise wait once per range. Default: one by one.
+  virtual std::vector<double> sum_squares_each(const std::vector<Tensor>& xs) {
+    std::vector<double> out;
+    out.reserve(xs.size());
+    for (const Tensor& x : xs) out.push_back(sum_squares(x));
+    return out;
+  }
   // True if every element is finite.
   virtual bool all_finite(const Tensor& x) = 0;
   // Number of elements equal to zero (--log-num-zeros-in-grad).

@@ -442,6 +442,9 @@ void ProfilingBackend::vocab_parallel_ce_finish(const Tensor& max_lse, Tensor& l
 double ProfilingBackend::sum_squares(const Tensor& x) {
   return timed(kSumSquares, [&] { return inner_->sum_squares(x); });
 }
+std::vector<double> ProfilingBackend::sum_squares_each(const std::vector<Tensor>& xs) {
+  return timed(kSumSquares, [&] { return inner_->sum_squares_each(xs); });
+}
 bool ProfilingBackend::all_finite(const Tensor& x) {
   return timed(kAllFinite, [&] { return inner_->all_finite(x); });
 }

@@ -140,6 +140,7 @@ class ProfilingBackend final : public Backend, public RegionTimer {
   void vocab_parallel_ce_finish(const Tensor& max_lse, Tensor& lse, Tensor& losses) override;
 
   double sum_squares(const Tensor& x) override;
+  std::vector<double> sum_squares_each(const std::vector<Tensor>& xs) override;
   bool all_finite(const Tensor& x) override;
   int64_t count_zeros(const Tensor& x) override;
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,

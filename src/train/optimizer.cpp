@@ -128,14 +128,17 @@ bool MixedPrecisionOptimizer::owned_grads_finite() {
 }
 
 double MixedPrecisionOptimizer::owned_sum_squares(bool grads) const {
-  double sum = 0.0;
-  if (grads) {
-    sum = sum_counted(params_.grads(), [&](const Tensor& g) { return backend_.sum_squares(g); });
-  } else {
-    for (const Shard& s : shards_) {
-      for (const Range& r : s.norm_ranges) sum += backend_.sum_squares(s.main.flat_view(r.start - s.range.start, {r.size()}));
+  // Every counted range's sum from one wait for the device, added in range order (the same
+  // double as summing them one by one).
+  std::vector<Tensor> parts;
+  for (const Shard& s : shards_) {
+    for (const Range& r : s.norm_ranges) {
+      parts.push_back(grads ? params_.grads().flat_view(r.start, {r.size()})
+                            : s.main.flat_view(r.start - s.range.start, {r.size()}));
     }
   }
+  double sum = 0.0;
+  for (double part : backend_.sum_squares_each(parts)) sum += part;
   // Replicated state: every DP rank already has the whole sum; sharded: add the shards. The
   // model-parallel ranks always hold different parts.
   return reduce_over_state_groups(sum, comm::ReduceOp::kSum, grad_buffer_.distributed());

@@ -733,15 +733,17 @@ void CudaBackend::bias_grad(const Tensor& dy, Tensor& dbias, GradWrite write) {
 // then agrees with the CPU's to ~1e-15 relative rather than the ~1e-7 of fp32 partials, which
 // matters because the gradient norm feeds clipping and the logged grad-norm. The kernel stays
 // memory-bound: H100's fp64 rate (~60 TFLOP/s) far exceeds 2 flops per 2-4 loaded bytes.
-double CudaBackend::sum_squares(const Tensor& x) {
+void CudaBackend::queue_sum_squares(const Tensor& x, double* result) {
   check_float_device(x, "sum_squares input");
   const int64_t n = x.numel();
-  if (n == 0) return 0.0;
+  if (n == 0) {
+    MT_CUDA_CHECK(cudaMemsetAsync(result, 0, sizeof(double), stream_));
+    return;
+  }
   const int64_t chunk = 16 / dtype_size(x.dtype());
   const int blocks =
       static_cast<int>(std::min<int64_t>(kMaxSumBlocks, (n + kThreads * chunk * 2 - 1) / (kThreads * chunk * 2)));
   double* partial = static_cast<double*>(scratch_);
-  double* result = partial + kMaxSumBlocks;
   dispatch_float_type(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* p = static_cast<const T*>(x.data());
@@ -754,10 +756,26 @@ double CudaBackend::sum_squares(const Tensor& x) {
   MT_CUDA_LAUNCH_CHECK();
   sum_partials_kernel<<<1, kMaxSumBlocks, 0, stream_>>>(partial, blocks, result);
   MT_CUDA_LAUNCH_CHECK();
-  double host = 0.0;
-  MT_CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  MT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return host;
+}
+
+double CudaBackend::sum_squares(const Tensor& x) {
+  return sum_squares_each({x})[0];
+}
+
+std::vector<double> CudaBackend::sum_squares_each(const std::vector<Tensor>& xs) {
+  // The scratch holds the partials of one tensor at a time (the kernels run in stream order),
+  // then one result per tensor; more tensors than result slots go in batches.
+  double* results = static_cast<double*>(scratch_) + kMaxSumBlocks;
+  const size_t slots = scratch_bytes_ / sizeof(double) - kMaxSumBlocks;
+  std::vector<double> out(xs.size(), 0.0);
+  for (size_t first = 0; first < xs.size(); first += slots) {
+    const size_t count = std::min(slots, xs.size() - first);
+    for (size_t i = 0; i < count; ++i) queue_sum_squares(xs[first + i], results + i);
+    MT_CUDA_CHECK(cudaMemcpyAsync(out.data() + first, results, count * sizeof(double), cudaMemcpyDeviceToHost,
+                                  stream_));
+    MT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  return out;
 }
 
 bool CudaBackend::all_finite(const Tensor& x) {

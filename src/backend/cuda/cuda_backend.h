@@ -155,6 +155,7 @@ class CudaBackend : public Backend {
   void vocab_parallel_ce_finish(const Tensor& max_lse, Tensor& lse, Tensor& losses) override;
 
   double sum_squares(const Tensor& x) override;
+  std::vector<double> sum_squares_each(const std::vector<Tensor>& xs) override;
   bool all_finite(const Tensor& x) override;
   int64_t count_zeros(const Tensor& x) override;
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
@@ -184,6 +185,8 @@ class CudaBackend : public Backend {
   void set_layernorm_warp_forward(bool on) { layernorm_warp_forward_ = on; }
   int64_t layernorm_backward_blocks() const { return layernorm_backward_blocks_; }
   bool layernorm_group_sync() const { return layernorm_group_sync_; }
+  // Queues x's sum of squares into device double *result (sum_squares' two kernels).
+  void queue_sum_squares(const Tensor& x, double* result);
   // "" if attention of this case would run on cuDNN (both directions), else why not.
   std::string cudnn_attention_unavailable(DType dtype, int64_t s, int64_t b, const AttentionParams& params);
   // cuDNN's version, engines and workspace for this case (cudnn_attention.h describe()).

@@ -552,6 +552,30 @@ TEST_F(CudaBackendTest, SumSquaresMatchesCpuDouble) {
   EXPECT_EQ(gpu_->sum_squares(empty), 0.0);
 }
 
+// sum_squares_each: one wait for many tensors (the gradient norm over a rank's counted ranges),
+// each value the bits sum_squares gives it: mixed dtypes and sizes, unaligned views, an empty one.
+TEST_F(CudaBackendTest, SumSquaresEachGivesEachTensorsSumSquares) {
+  auto rng = test_rng();
+  std::vector<Tensor> parts;
+  for (DType dtype : kFloatTypes) {
+    for (int64_t n : {1, 1000, 1 << 20 | 3}) {
+      Tensor h = Tensor::cpu({n}, dtype);
+      for (int64_t i = 0; i < n; ++i) set(h, i, test::random_value(rng));
+      const Tensor d = to_gpu(h);
+      parts.push_back(d);
+      if (n > 3) parts.push_back(d.slice(3, n));
+    }
+  }
+  parts.push_back(gpu_->empty({0}, DType::kF32, MemoryKind::kOther));
+  const std::vector<double> each = gpu_->sum_squares_each(parts);
+  ASSERT_EQ(each.size(), parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    EXPECT_EQ(each[i], gpu_->sum_squares(parts[i])) << "part " << i << ": " << parts[i].describe();
+  }
+  EXPECT_EQ(each.back(), 0.0);
+  EXPECT_TRUE(gpu_->sum_squares_each({}).empty());
+}
+
 TEST_F(CudaBackendTest, AllFiniteFindsEveryNonFinite) {
   auto rng = test_rng();
   const float bad[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
