@@ -78,8 +78,9 @@ struct Engine {
   // of comm_model.h's kLinkEfficiency (the other profiles: their validations used 0.80).
   bool measured_tp_collectives = true;
   // --tp-comm-overlap (Transformer Engine userbuffers): each layer's TP all-gathers and
-  // reduce-scatters are split into chunks pipelined with the GEMMs they feed, so only what
-  // exceeds the layer's GEMM time is exposed. Needs SP; our engine does not have it.
+  // reduce-scatters (the backward's dy gathers included) are split into chunks pipelined with
+  // the GEMMs they feed, so only what exceeds the layer's GEMM time is exposed. Needs SP; our
+  // engine does not have it.
   bool tp_comm_overlap = false;
   // Softmax cross-entropy fused over the 16-bit logits (ours: kLogitsBytes per logit). false:
   // Megatron's vocab_parallel_cross_entropy on output.float() (no --cross-entropy-loss-fusion):

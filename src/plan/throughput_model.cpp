@@ -60,7 +60,7 @@ std::pair<double, double> local_attention_seconds(double E, double C, double d, 
 
 // What a DP collective of `t` seconds started bucket by bucket beside `window` seconds of compute
 // adds to the step: the last bucket (t / buckets) after the compute, what exceeds the window, and
-// `contention` of the part that runs beside the GEMMs (they slow by that much).
+// `contention` of the part that runs beside the compute (its GEMMs slow by that much).
 double overlapped_seconds(double t, double window, double buckets, double contention) {
   const double tail = t / buckets, rest = t - tail;
   const double beside = std::min(rest, window);
@@ -293,7 +293,7 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   }
   const double layer_compute = layer_gemm + layer_attention + layer_memory;
   if (cl.engine.tp_comm_overlap && p.sequence_parallel) {
-    const double all_tp = (full ? 6.0 : 4.0) * lt.tp_allreduce;
+    const double all_tp = (full ? 7.0 : 5.0) * lt.tp_allreduce;  // the layer's, dy gathers included
     layer_tp = std::max(0.0, all_tp - layer_gemm);
   }
   const double logits_seconds = cl.engine.fused_cross_entropy ? kLogitsBytes * n * V / t / g.hbm

@@ -54,7 +54,9 @@
 //  DP          gradient all-reduce (or reduce-scatter with the distributed optimizer) of the
 //              stage's grads (Engine::grad_reduce_bytes each), and the parameter all-gather of
 //              the distributed optimizer;
-//              with overlap, exposed = max(t - window, t / buckets), window = the backward
+//              with overlap, exposed = t / buckets (the last bucket, after the compute) + what
+//              of the rest exceeds the window + kOverlapContention x the part beside the
+//              compute when the DP group is on NVLink (0 across nodes); window = the backward
 //              (grads) or forward (params) of one micro-batch, buckets of max(4e7, 1e6*dp)
 //              elements (megatron-facts §9).
 //  optimizer   kGradPassBytes per local parameter (grad norm) + kAdamBytes per owned
@@ -202,7 +204,8 @@ constexpr double kBucketElements = 40e6;     // Megatron's bucket size with --ov
 // and cuBLASLt's contend for the SMs): the 1.3B step's GEMMs on H200 with the distributed
 // optimizer and both overlaps, --profile-ops against one GPU, +6.8 ms at DP2 and +9.8 ms at DP4
 // beside reduce-scatters and all-gathers this model times at 10.9 and 16.4 ms (0.62, 0.60;
-// bench/RESULTS.md eighteenth session call 3, nineteenth session call 2).
+// bench/RESULTS.md eighteenth session call 3, nineteenth session call 2). Measured against the
+// whole collective; the model applies it to all but the last bucket (32/33 of it at 1.3B).
 constexpr double kOverlapContention = 0.6;
 constexpr double kStreamEfficiency = 0.82;   // achieved fraction of HBM bandwidth of a streaming kernel
 

@@ -173,8 +173,9 @@ class MixedPrecisionOptimizer {
   // `value` summed (or maxed) over the groups the state is split over: DP when sharded, then
   // the model-parallel group.
   double reduce_over_state_groups(double value, comm::ReduceOp op, bool include_dp) const;
-  // Sum over the owned ranges of f(grad range), reduced over the group when sharded.
+  // Whether every owned gradient is finite, on every rank of the state groups (fp16).
   bool owned_grads_finite();
+  // The sum of squares of the owned, counted gradients (or main parameters), over the state groups.
   double owned_sum_squares(bool grads) const;
 
   void start_timer(const char* name) {

@@ -522,8 +522,11 @@ TEST(PlanThroughput, TensorParallelOverlapSettings) {
   const double async = predict(c, DType::kBF16, p, ours).tp_comm_s;
   EXPECT_LT(async, 5.0 * 8.0 * 4.0 * one);
   EXPECT_GE(async, 3.0 * 8.0 * 4.0 * one);
-  // Pipelined with the GEMMs: a layer's 4 all-reduces (~0.3 ms) hide behind its GEMMs (~1 ms).
-  EXPECT_EQ(predict(c, DType::kBF16, p, overlapped).tp_comm_s, 0.0);
+  // Pipelined with the GEMMs: a layer's 5 all-reduce equivalents (~0.62 ms at the large-message
+  // efficiency) about match its GEMMs (~0.62 ms): a few microseconds per layer stay exposed, under
+  // 2% of what the blocking collectives at our share cost.
+  const double pipelined = predict(c, DType::kBF16, p, overlapped).tp_comm_s;
+  EXPECT_LT(pipelined, 0.02 * 5.0 * 8.0 * 4.0 * one);
   // Without SP there is nothing for --tp-comm-overlap to pipeline.
   ParallelConfig no_sp = p;
   no_sp.sequence_parallel = false;

@@ -762,6 +762,8 @@ double CudaBackend::sum_squares(const Tensor& x) {
   return sum_squares_each({x})[0];
 }
 
+static_assert(kScratchBytes / sizeof(double) > kMaxSumBlocks, "the scratch holds the partials and result slots");
+
 std::vector<double> CudaBackend::sum_squares_each(const std::vector<Tensor>& xs) {
   // The scratch holds the partials of one tensor at a time (the kernels run in stream order),
   // then one result per tensor; more tensors than result slots go in batches.

@@ -185,14 +185,16 @@ class CudaBackend : public Backend {
   void set_layernorm_warp_forward(bool on) { layernorm_warp_forward_ = on; }
   int64_t layernorm_backward_blocks() const { return layernorm_backward_blocks_; }
   bool layernorm_group_sync() const { return layernorm_group_sync_; }
-  // Queues x's sum of squares into device double *result (sum_squares' two kernels).
-  void queue_sum_squares(const Tensor& x, double* result);
   // "" if attention of this case would run on cuDNN (both directions), else why not.
   std::string cudnn_attention_unavailable(DType dtype, int64_t s, int64_t b, const AttentionParams& params);
   // cuDNN's version, engines and workspace for this case (cudnn_attention.h describe()).
   std::string describe_cudnn_attention(DType dtype, int64_t s, int64_t b, const AttentionParams& params);
 
  private:
+  // Queues x's sum of squares (sum_squares' two kernels) into device double *result, which must
+  // lie outside scratch doubles [0, kMaxSumBlocks) (the partials, overwritten by every call) and
+  // is valid once the stream has been synchronised.
+  void queue_sum_squares(const Tensor& x, double* result);
   // cudnn_attention.cpp: runs the op on cuDNN and returns true when this case goes there (see
   // attention_impl.h); false means "use our kernels" (a fallback already reported), and under
   // AttentionImpl::kCudnn a case cuDNN cannot run throws instead.
