@@ -264,21 +264,27 @@ const FourGpuRun kFourGpuRuns[] = {
     {"gpt3-2.7b", 32, 2560, 32, 2048, 4, 4, 32, 2, 2, false, false, 744.7, false},
 };
 
+// The planner's ms per iteration for run `r` on one node of r.gpus `gpu`s, with the flags it ran
+// with (SP wherever TP > 1; --overlap-param-gather with the overlap, which only the distributed
+// optimizer reads).
+double planned_ms(const FourGpuRun& r, const char* gpu) {
+  const PlanModel m = test::gpt_plan_model(r.layers, r.hidden, r.heads, r.seq);
+  Cluster cl;
+  cl.gpu = find_gpu(gpu);
+  cl.gpus_per_node = r.gpus;
+  cl.nodes = 1;
+  cl.overlap_grad_reduce = cl.overlap_param_gather = r.overlap;
+  const ParallelConfig p{r.tp, r.pp, 1, r.gpus / (r.tp * r.pp), r.micro_batch, r.global_batch, PlanRecompute::kNone,
+                         r.distributed, r.tp > 1};
+  return 1e3 * evaluate_layout(m, cl, p).prediction.seconds_per_iteration;
+}
+
 TEST(PlanRecordedRuns, FourH100RunsOfTheSixteenthSession) {
   std::printf("| model | GPUs | batch | TP | PP | DP | dist-opt | overlap | measured ms | predicted | tok/s error |\n"
               "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |\n");
   for (const FourGpuRun& r : kFourGpuRuns) {
-    const PlanModel m = test::gpt_plan_model(r.layers, r.hidden, r.heads, r.seq);
-    Cluster cl;
-    cl.gpu = find_gpu("h100-80gb");
-    cl.gpus_per_node = r.gpus;
-    cl.nodes = 1;
-    cl.overlap_grad_reduce = cl.overlap_param_gather = r.overlap;
     const int64_t dp = r.gpus / (r.tp * r.pp);
-    const ParallelConfig p{r.tp, r.pp, 1, dp, r.micro_batch, r.global_batch, PlanRecompute::kNone, r.distributed,
-                           r.tp > 1};
-    const Candidate k = evaluate_layout(m, cl, p);
-    const double predicted_ms = 1e3 * k.prediction.seconds_per_iteration;
+    const double predicted_ms = planned_ms(r, "h100-80gb");
     const double speed_error = r.measured_ms / predicted_ms - 1.0;  // predicted tokens/s / measured - 1
     std::printf("| %s | %lld | %lld | %lld | %lld | %lld | %s | %s | %.1f | %.1f | %+.1f%% |\n", r.model,
                 static_cast<long long>(r.gpus), static_cast<long long>(r.global_batch), static_cast<long long>(r.tp),
@@ -403,40 +409,24 @@ TEST(PlanRecordedRuns, OneH200TensorParallelShardOfTheEighteenthSession) {
 // 1.3B DP profiles (call 2's DP4 and the eighteenth session's DP2), so the 1.3B DP4 row is the
 // configuration it was taken from; the 350M DP4 rows check it independently.
 TEST(PlanRecordedRuns, FourH200RunsOfTheNineteenthSession) {
-  struct Run {
-    const char* model;
-    int64_t layers, hidden, heads, seq, gpus, micro_batch, global_batch, tp, pp;
-    bool distributed, overlap;
-    double measured_ms;
-  };
-  const Run runs[] = {
-      {"gpt2-350m", 24, 1024, 16, 1024, 1, 16, 16, 1, 1, false, false, 16.0 * 1024 / 211503 * 1e3},
-      {"gpt2-350m", 24, 1024, 16, 1024, 4, 16, 64, 1, 1, true, true, 16.0 * 1024 / 200568 * 1e3},
-      {"gpt2-350m", 24, 1024, 16, 1024, 4, 16, 64, 1, 1, false, true, 16.0 * 1024 / 195454 * 1e3},
-      {"gpt3-1.3b", 24, 2048, 16, 2048, 1, 4, 4, 1, 1, false, false, 4.0 * 2048 / 62797 * 1e3},
-      {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 16, 1, 1, true, true, 4.0 * 2048 / 60144 * 1e3},
-      {"16.63B", 52, 5120, 40, 2048, 4, 1, 8, 4, 1, false, false, 1100.40},
-      {"gpt3-13b", 40, 5120, 32, 2048, 4, 2, 64, 2, 2, false, false, 5364.07},
+  const FourGpuRun runs[] = {
+      {"gpt2-350m", 24, 1024, 16, 1024, 1, 16, 16, 1, 1, false, false, 16.0 * 1024 / 211503 * 1e3, false},
+      {"gpt2-350m", 24, 1024, 16, 1024, 4, 16, 64, 1, 1, true, true, 16.0 * 1024 / 200568 * 1e3, false},
+      {"gpt2-350m", 24, 1024, 16, 1024, 4, 16, 64, 1, 1, false, true, 16.0 * 1024 / 195454 * 1e3, false},
+      {"gpt3-1.3b", 24, 2048, 16, 2048, 1, 4, 4, 1, 1, false, false, 4.0 * 2048 / 62797 * 1e3, false},
+      {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 16, 1, 1, true, true, 4.0 * 2048 / 60144 * 1e3, false},
+      {"16.63B", 52, 5120, 40, 2048, 4, 1, 8, 4, 1, false, false, 1100.40, false},
+      {"gpt3-13b", 40, 5120, 32, 2048, 4, 2, 64, 2, 2, false, false, 5364.07, false},
       // Call 9: TP2 + SP on two of the GPUs (bench), the eighth session's misses with the binary
       // before 3647a8d (88.40 / 168.32 ms since, call 11: the norm's single wait).
-      {"gpt3-1.3b", 24, 2048, 16, 2048, 2, 4, 4, 2, 1, false, false, 90.082},
-      {"gpt3-2.7b", 32, 2560, 32, 2048, 2, 4, 4, 2, 1, false, false, 172.350},
+      {"gpt3-1.3b", 24, 2048, 16, 2048, 2, 4, 4, 2, 1, false, false, 90.082, false},
+      {"gpt3-2.7b", 32, 2560, 32, 2048, 2, 4, 4, 2, 1, false, false, 172.350, false},
   };
   std::printf("| model | GPUs | TP | PP | DP | dist-opt + overlaps | measured ms | predicted | tok/s error |\n"
               "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
-  for (const Run& r : runs) {
-    const PlanModel m = test::gpt_plan_model(r.layers, r.hidden, r.heads, r.seq);
-    Cluster cl;
-    cl.gpu = find_gpu("h200-141gb");
-    cl.gpus_per_node = r.gpus;
-    cl.nodes = 1;
-    cl.overlap_grad_reduce = r.overlap;
-    cl.overlap_param_gather = r.overlap && r.distributed;
+  for (const FourGpuRun& r : runs) {
     const int64_t dp = r.gpus / (r.tp * r.pp);
-    const ParallelConfig p{r.tp, r.pp, 1, dp, r.micro_batch, r.global_batch, PlanRecompute::kNone, r.distributed,
-                           r.tp > 1};
-    const Candidate k = evaluate_layout(m, cl, p);
-    const double predicted_ms = 1e3 * k.prediction.seconds_per_iteration;
+    const double predicted_ms = planned_ms(r, "h200-141gb");
     const double speed_error = r.measured_ms / predicted_ms - 1.0;
     std::printf("| %s | %lld | %lld | %lld | %lld | %s | %.1f | %.1f | %+.1f%% |\n", r.model,
                 static_cast<long long>(r.gpus), static_cast<long long>(r.tp), static_cast<long long>(r.pp),
