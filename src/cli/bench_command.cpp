@@ -213,6 +213,7 @@ int run_bench(const CommandArgs& argv_in) {
   model::TensorParallelOptions tp;
   tp.group = groups.tp.get();
   tp.sequence_parallel = c.sequence_parallel;
+  const bool copy_engine = train::prepare_copy_engine(c, groups, cuda);
   model::GPTModel model(c.model, *be, dtype, mbs, tp, train::pipeline_stage(c, groups.coords.pp));
   model.parameters().initialize(*be, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
   train::OptimizerConfig oc;
@@ -221,6 +222,7 @@ int run_bench(const CommandArgs& argv_in) {
   // The same data-parallel reduction as `megatron train` (buckets, --overlap-*).
   train::MixedPrecisionOptimizer opt(model.parameters(), *be, oc, std::move(scaler),
                                      train::data_parallel_options(c, groups, model));
+  log << train::copy_engine_text(copy_engine, c, opt);
   train::connect_overlap_hooks(c, model, opt);
   const bool overlap_grads = train::overlaps_grad_reduce(c);
   // Synthetic tokens (ids of the vocabulary), a fresh batch per micro-batch slot, fixed across

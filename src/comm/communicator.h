@@ -142,6 +142,21 @@ class Communicator {
                                                                   std::span<const int64_t> counts, ReduceOp op);
   virtual std::unique_ptr<PendingCollective> start_all_gather(const Tensor& in, Tensor& out,
                                                               std::span<const int64_t> counts);
+
+  // Copy-engine collectives (MEGATRON_DP_COPY_ENGINE, train/data_parallel_setup.h): from now on
+  // the reduce-scatters and all-gathers of this group whose tensors lie inside `buffers` move
+  // their data with the GPUs' copy engines instead of kernels on the SMs, so that the GEMMs
+  // beside them keep every SM. A reduce-scatter of pieces of at most S elements becomes an
+  // all-to-all of S elements per rank into a receive buffer of `max_reduce_scatter` elements
+  // (>= size() * S for every later one) and a sum of the size() received pieces in group rank
+  // order: the same values as the reduce-scatter up to the order of the additions. Collective;
+  // returns false and changes nothing where it cannot (not NCCL >= 2.28, ranks on several
+  // hosts, buffers not from comm::use_symmetric_memory's allocator).
+  virtual bool enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) {
+    (void)buffers;
+    (void)max_reduce_scatter;
+    return false;
+  }
 };
 
 // Equal pieces: counts[r] = out.numel() (reduce_scatter) or in.numel() (all_gather) for every r.

@@ -3,9 +3,13 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <cstring>
@@ -13,6 +17,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_allocator.h"
+#include "backend/cuda/piece_sum.h"
 #include "comm/self_communicator.h"
 #include "core/error.h"
 
@@ -56,6 +62,65 @@ void check_cuda(cudaError_t rc, const char* call, int64_t rank, const std::strin
   if (rc != cudaSuccess) fail(rank, group, call, cudaGetErrorString(rc));
 }
 
+// NCCL 2.28: copy-engine collectives (ncclAlltoAll and ncclAllGather between symmetric
+// windows on a communicator whose CTA policy is NCCL_CTA_POLICY_ZERO, one host).
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#define MT_NCCL_COPY_ENGINE 1
+#else
+#define MT_NCCL_COPY_ENGINE 0
+#endif
+
+// The allocations use_symmetric_memory's allocator made: base -> bytes (slack included), so
+// that enable_copy_engine can tell whether a tensor lies in one and register all of it.
+std::mutex symmetric_mutex;
+std::map<const char*, int64_t>& symmetric_allocations() {
+  static std::map<const char*, int64_t> table;
+  return table;
+}
+// The allocation holding [p, p + bytes): its base and size, or {nullptr, 0}.
+std::pair<const char*, int64_t> symmetric_allocation_of(const void* p, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(symmetric_mutex);
+  const char* c = static_cast<const char*>(p);
+  auto it = symmetric_allocations().upper_bound(c);
+  if (it == symmetric_allocations().begin()) return {nullptr, 0};
+  --it;
+  if (c + bytes > it->first + it->second) return {nullptr, 0};
+  return *it;
+}
+
+void* symmetric_alloc(int64_t bytes) {
+#if MT_NCCL_COPY_ENGINE
+  void* p = nullptr;
+  const int64_t total = bytes + kSymmetricSlackBytes;
+  const ncclResult_t rc = ncclMemAlloc(&p, static_cast<size_t>(total));
+  if (rc != ncclSuccess) {
+    throw_error("ncclMemAlloc of ", total, " bytes (symmetric memory for copy-engine collectives) failed: ",
+                ncclGetErrorString(rc));
+  }
+  // Zeroed like cudaMalloc'd storage after CudaBackend::empty; the slack too, so that what an
+  // all-to-all reads past a bucket's end is never uninitialised memory.
+  if (cudaMemset(p, 0, static_cast<size_t>(total)) != cudaSuccess) {
+    throw_error("cudaMemset of symmetric memory failed: ", cudaGetErrorString(cudaGetLastError()));
+  }
+  std::lock_guard<std::mutex> lock(symmetric_mutex);
+  symmetric_allocations()[static_cast<const char*>(p)] = total;
+  return p;
+#else
+  (void)bytes;
+  throw_error("symmetric memory needs NCCL 2.28 or later");
+#endif
+}
+void symmetric_release(void* p) {
+  if (p == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(symmetric_mutex);
+    symmetric_allocations().erase(static_cast<const char*>(p));
+  }
+#if MT_NCCL_COPY_ENGINE
+  ncclMemFree(p);
+#endif
+}
+
 #define MT_NCCL_CHECK(call) check_nccl((call), #call, world_rank_, name_, comm_)
 #define MT_NCCL_CUDA_CHECK(call) check_cuda((call), #call, world_rank_, name_)
 
@@ -72,6 +137,19 @@ class NcclCommunicator final : public Communicator {
     MT_NCCL_CUDA_CHECK(cudaMalloc(&scratch_, kScratchDoubles * sizeof(double)));
   }
   ~NcclCommunicator() override {
+    if (ce_comm_ != nullptr) {
+      const bool unwinding = std::uncaught_exceptions() > 0;
+#if MT_NCCL_COPY_ENGINE
+      if (!unwinding) {
+        for (const Window& w : windows_) ncclCommWindowDeregister(ce_comm_, w.window);
+      }
+#endif
+      if (unwinding) {
+        ncclCommAbort(ce_comm_);
+      } else {
+        ncclCommDestroy(ce_comm_);
+      }
+    }
     cudaFree(scratch_);
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     if (ready_ != nullptr) cudaEventDestroy(ready_);
@@ -143,12 +221,63 @@ class NcclCommunicator final : public Communicator {
     return async_started();
   }
 
+  bool enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override {
+#if MT_NCCL_COPY_ENGINE
+    if (ce_comm_ != nullptr) return true;
+    // Every rank decides alike: one host, and every buffer in a symmetric allocation.
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '?';
+    const std::vector<std::string> hosts = all_gather_strings(*this, host);
+    bool ok = std::all_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h == hosts[0]; });
+    for (const Tensor& b : buffers) {
+      ok = ok && b.defined() && b.device() == Device::kCUDA &&
+           symmetric_allocation_of(b.data(), b.nbytes()).first != nullptr;
+    }
+    double all_ok = ok ? 1.0 : 0.0;
+    all_reduce_host(std::span<double>(&all_ok, 1), ReduceOp::kMin);
+    if (all_ok != 1.0) return false;
+    // A child of this group with the zero-CTA policy: NCCL runs its all-to-alls and all-gathers
+    // between symmetric windows on the copy engines. Its collectives go on the same streams as
+    // this group's, in program order, so the two never interleave differently on two ranks.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+    MT_NCCL_CHECK(ncclCommSplit(comm_, 0, static_cast<int>(rank_), &ce_comm_, &config));
+    auto add_window = [&](const char* base, int64_t bytes, std::shared_ptr<Storage> keep) {
+      Window w{base, bytes, nullptr, std::move(keep)};
+      MT_NCCL_CHECK(ncclCommWindowRegister(ce_comm_, const_cast<char*>(base), static_cast<size_t>(bytes), &w.window,
+                                           NCCL_WIN_COLL_SYMMETRIC));
+      windows_.push_back(std::move(w));
+    };
+    for (const Tensor& b : buffers) {
+      const auto [base, bytes] = symmetric_allocation_of(b.data(), b.nbytes());
+      if (std::none_of(windows_.begin(), windows_.end(), [&](const Window& w) { return w.base == base; })) {
+        add_window(base, bytes, b.storage());  // the storage outlives its window
+      }
+    }
+    // The all-to-all's receive buffer, fp32 (a reduce-scatter of any other dtype keeps NCCL's
+    // kernels).
+    const int64_t ring_elems = std::max<int64_t>(max_reduce_scatter, 1);
+    const int64_t ring_bytes = ring_elems * static_cast<int64_t>(sizeof(float));
+    void* p = symmetric_alloc(ring_bytes);
+    auto ring = std::make_shared<Storage>(p, ring_bytes, Device::kCUDA, MemoryKind::kOther, symmetric_release);
+    add_window(static_cast<const char*>(p), ring_bytes + kSymmetricSlackBytes, std::move(ring));
+    ring_ = static_cast<float*>(p);
+    ring_elems_ = ring_elems;
+    return true;
+#else
+    (void)buffers;
+    (void)max_reduce_scatter;
+    return false;
+#endif
+  }
+
   void enqueue_reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op,
                               cudaStream_t stream) {
     check_pieces("reduce_scatter", *this, in.numel(), out.numel(), counts);
     MT_CHECK(in.dtype() == out.dtype()) << "reduce_scatter: dtypes differ";
     if (in.numel() == 0) return;
     require_device(in, "reduce_scatter");
+    if (copy_engine_reduce_scatter(in, out, counts, op, stream)) return;
     const ncclDataType_t t = nccl_type(in.dtype());
     const int64_t esize = dtype_size(in.dtype());
     if (all_equal(counts)) {
@@ -179,7 +308,11 @@ class NcclCommunicator final : public Communicator {
     const ncclDataType_t t = nccl_type(out.dtype());
     const int64_t esize = dtype_size(out.dtype());
     if (all_equal(counts)) {
-      MT_NCCL_CHECK(ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()), t, comm_, stream));
+      // On the copy engines when `out` (and so `in`, this rank's piece of it, or not: then NCCL
+      // falls back to its kernels) lies in a registered window.
+      const bool ce = ce_comm_ != nullptr && in_window(out.data(), out.nbytes());
+      MT_NCCL_CHECK(ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()), t, ce ? ce_comm_ : comm_,
+                                  stream));
       return;
     }
     MT_NCCL_CHECK(ncclGroupStart());
@@ -416,6 +549,38 @@ class NcclCommunicator final : public Communicator {
     trace_waited();
   }
 
+  // A reduce-scatter as an all-to-all on the copy engines and a sum (enable_copy_engine), when
+  // it can be: fp32 sum or average, pieces laid out as shard_counts lays them (piece r at r * S,
+  // S the largest; the all-to-all reads size() * S elements from `in`, past its end by at most
+  // size() - 1 when the last piece is short: the allocation's slack or the next bucket, read
+  // and not used), all of them inside a window, and a receive buffer large enough.
+  bool copy_engine_reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op,
+                                  cudaStream_t stream) {
+#if MT_NCCL_COPY_ENGINE
+    if (ce_comm_ == nullptr || in.dtype() != DType::kF32 || (op != ReduceOp::kSum && op != ReduceOp::kAvg)) {
+      return false;
+    }
+    const int64_t piece = *std::max_element(counts.begin(), counts.end());
+    for (int64_t r = 0; r < size_; ++r) {
+      if (counts[static_cast<size_t>(r)] > 0 && piece_offset(counts, r) != r * piece) return false;
+    }
+    const int64_t read = size_ * piece;
+    if (read > ring_elems_ || !in_window(in.data(), read * static_cast<int64_t>(sizeof(float)))) return false;
+    MT_NCCL_CHECK(ncclAlltoAll(in.data(), ring_, static_cast<size_t>(piece), ncclFloat32, ce_comm_, stream));
+    const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(size_) : 1.0f;
+    backend::sum_pieces_f32(ring_, static_cast<float*>(out.data()), size_, piece, counts[static_cast<size_t>(rank_)],
+                            scale, stream);
+    return true;
+#else
+    (void)in, (void)out, (void)counts, (void)op, (void)stream;
+    return false;
+#endif
+  }
+  bool in_window(const void* p, int64_t bytes) const {
+    const char* c = static_cast<const char*>(p);
+    return std::any_of(windows_.begin(), windows_.end(),
+                       [&](const Window& w) { return c >= w.base && c + bytes <= w.base + w.bytes; });
+  }
   static constexpr size_t kScratchDoubles = 64;
   static constexpr size_t kMaxScratchDoubles = size_t{1} << 20;  // 8 MiB
   static bool all_equal(std::span<const int64_t> counts) {
@@ -447,11 +612,38 @@ class NcclCommunicator final : public Communicator {
   int64_t rank_ = 0, size_ = 1;
   double* scratch_ = nullptr;  // [scratch_doubles_] for host-value reductions
   size_t scratch_doubles_ = kScratchDoubles;
+  // enable_copy_engine: the zero-CTA child, its registered windows (each keeping its memory
+  // alive until it is deregistered), the all-to-all's receive buffer.
+  struct Window {
+    const char* base;
+    int64_t bytes;
+    ncclWindow_t window;
+    std::shared_ptr<Storage> keep;
+  };
+  ncclComm_t ce_comm_ = nullptr;
+  std::vector<Window> windows_;
+  float* ring_ = nullptr;
+  int64_t ring_elems_ = 0;
 };
 
 }  // namespace
 
 bool built_with_nccl() { return true; }
+
+
+bool use_symmetric_memory() {
+#if MT_NCCL_COPY_ENGINE
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kGrads}) {
+    backend::set_device_allocator(device, kind, backend::DeviceAllocator{symmetric_alloc, symmetric_release});
+  }
+  return true;
+#else
+  return false;
+#endif
+}
+
 
 NcclUniqueIdBytes make_nccl_unique_id() {
   ncclUniqueId id;

@@ -1,6 +1,11 @@
 #include "train/data_parallel_setup.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "comm/nccl_communicator.h"
+#include "core/error.h"
 
 namespace megatron::train {
 
@@ -9,6 +14,33 @@ int64_t ddp_bucket_size(const TrainConfig& config, int64_t dp_cp_size, int64_t l
   // Megatron: num_parameters // ddp_num_buckets, at least one element here (0 means no limit).
   if (config.ddp_num_buckets) return std::max<int64_t>(1, local_params / *config.ddp_num_buckets);
   return config.overlap_grad_reduce ? std::max<int64_t>(40'000'000, 1'000'000 * dp_cp_size) : 0;
+}
+
+namespace {
+bool copy_engine_asked() {
+  const char* v = std::getenv("MEGATRON_DP_COPY_ENGINE");
+  if (v == nullptr || *v == '\0' || std::string(v) == "0") return false;
+  if (std::string(v) == "1") return true;
+  throw_error("MEGATRON_DP_COPY_ENGINE=", v, ": expected 0 or 1");
+}
+}  // namespace
+
+bool prepare_copy_engine(const TrainConfig& config, const comm::ProcessGroups& groups, bool cuda) {
+  if (!copy_engine_asked() || !cuda || !config.use_distributed_optimizer || groups.dp_cp->size() == 1) return false;
+  return comm::use_symmetric_memory();
+}
+
+std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrecisionOptimizer& optimizer) {
+  if (!copy_engine_asked()) return "";
+  if (!prepared) {
+    return config.use_distributed_optimizer
+               ? " > MEGATRON_DP_COPY_ENGINE: off (needs CUDA, NCCL 2.28+ and more than one data-parallel rank)\n"
+               : " > MEGATRON_DP_COPY_ENGINE: off (needs --use-distributed-optimizer: an all-reduce needs the SMs)\n";
+  }
+  if (optimizer.grad_buffer().enable_copy_engine()) {
+    return " > MEGATRON_DP_COPY_ENGINE: data-parallel reduce-scatters and parameter gathers on the copy engines\n";
+  }
+  return " > MEGATRON_DP_COPY_ENGINE: off (the data-parallel ranks are on several hosts)\n";
 }
 
 bool overlaps_grad_reduce(const TrainConfig& config) { return config.overlap_grad_reduce; }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "comm/process_groups.h"
 #include "model/gpt_model.h"
@@ -28,6 +29,17 @@ int64_t ddp_bucket_size(const TrainConfig& config, int64_t dp_cp_size, int64_t l
 // overlaps, so that they change only when the collectives start.
 DataParallelOptions data_parallel_options(const TrainConfig& config, comm::ProcessGroups& groups,
                                           model::GPTModel& model);
+
+// Copy-engine collectives for the data-parallel reduce-scatters and parameter gathers
+// (MEGATRON_DP_COPY_ENGINE=1; comm::Communicator::enable_copy_engine): the GPUs' copy engines
+// move the gradients and parameters, so that the GEMMs beside them keep every SM.
+// prepare_copy_engine, before the model is built, puts its parameters and gradients in NCCL's
+// symmetric memory when the run can use it (the variable set, the distributed optimizer over
+// more than one rank, CUDA with NCCL 2.28+); copy_engine_text, after the optimizer is built,
+// switches its gradient buffer over if prepared (collective over the data-parallel group) and
+// returns the log line that says whether it did and why not.
+bool prepare_copy_engine(const TrainConfig& config, const comm::ProcessGroups& groups, bool cuda);
+std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrecisionOptimizer& optimizer);
 
 // Whether --overlap-grad-reduce is in effect.
 bool overlaps_grad_reduce(const TrainConfig& config);

@@ -101,6 +101,14 @@ void GradBuffer::start_grad_bucket(size_t i) {
   }
 }
 
+bool GradBuffer::enable_copy_engine() {
+  if (!distributed_ || dp_.size() == 1) return false;
+  int64_t largest = 0;  // the all-to-all of a bucket of n moves dp pieces of ceil(n / dp)
+  for (const Range& b : buckets_) largest = std::max(largest, shard_counts(b.size(), dp_.size())[0] * dp_.size());
+  const Tensor buffers[] = {params_.values(), params_.grads()};
+  return dp_.enable_copy_engine(buffers, largest);
+}
+
 void GradBuffer::arm_grad_overlap(int64_t first, int64_t end) {
   MT_CHECK(first <= end) << "arm_grad_overlap(" << first << ", " << end << ")";
   armed_ = {offset_of(first), offset_of(end)};

@@ -112,6 +112,12 @@ class GradBuffer {
   void before_reading(int64_t k);
   void finish_param_gather();
 
+  // Copy-engine collectives for this buffer's reduce-scatters and parameter gathers
+  // (comm::Communicator::enable_copy_engine over the values and gradients, with a receive
+  // buffer for the largest bucket): the distributed optimizer only (an all-reduce needs the
+  // SMs). Collective over the group; false where it cannot, and then nothing changes.
+  bool enable_copy_engine();
+
   const std::vector<Range>& buckets() const { return buckets_; }
   // The index of the held bucket (BucketLayout::held), or buckets().size() for none.
   size_t held_bucket() const { return held_; }

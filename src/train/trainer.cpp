@@ -132,6 +132,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   model::TensorParallelOptions tp;
   tp.group = groups_->tp.get();
   tp.sequence_parallel = c.sequence_parallel;
+  const bool copy_engine = prepare_copy_engine(c, *groups_, backend_.device() == Device::kCUDA);
   model_ = std::make_unique<model::GPTModel>(c.model, backend_, model_dtype(c), c.micro_batch_size, tp,
                                              pipeline_stage(c, groups_->coords.pp));
   model_->parameters().initialize(backend_, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
@@ -163,6 +164,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   const DataParallelOptions dp = data_parallel_options(c, *groups_, *model_);
   overlapped_grads_ = overlaps_grad_reduce(c);
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, oc, std::move(scaler), dp);
+  *log0_ << copy_engine_text(copy_engine, c, *optimizer_);
   optimizer_->set_timers(timers_.get(), world, c.barrier_with_l1_time);
   connect_overlap_hooks(c, *model_, *optimizer_);
   scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));

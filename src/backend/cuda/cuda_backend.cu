@@ -13,7 +13,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_adamw.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/device_allocator.h"
 #include "backend/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -49,8 +52,29 @@ void check_float_device(const Tensor& t, const char* what) {
   MT_CHECK(is_float(t.dtype())) << what << " " << t.describe() << " is not a float tensor";
 }
 
-// Device storage counted under `kind`; freed with cudaFree when the last view goes away.
-std::shared_ptr<Storage> device_storage(int64_t bytes, MemoryKind kind) {
+// set_device_allocator's table: (GPU, kind) -> allocator. Set at start-up, before the threads
+// that allocate (one per GPU in tests) run; the lock covers the rare later change.
+std::mutex allocators_mutex;
+std::map<std::pair<int, int>, DeviceAllocator>& device_allocators() {
+  static std::map<std::pair<int, int>, DeviceAllocator> table;
+  return table;
+}
+
+// Device storage counted under `kind`; freed with cudaFree when the last view goes away (or
+// by set_device_allocator's release).
+std::shared_ptr<Storage> device_storage(int64_t bytes, MemoryKind kind, int device) {
+  if (bytes > 0) {
+    DeviceAllocator custom;
+    {
+      std::lock_guard<std::mutex> lock(allocators_mutex);
+      auto it = device_allocators().find({device, static_cast<int>(kind)});
+      if (it != device_allocators().end()) custom = it->second;
+    }
+    if (custom.alloc) {
+      void* q = custom.alloc(bytes);
+      return std::make_shared<Storage>(q, bytes, Device::kCUDA, kind, std::move(custom.release));
+    }
+  }
   void* p = nullptr;
   if (bytes > 0) {
     const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(bytes));
@@ -524,9 +548,18 @@ CudaBackend::~CudaBackend() {
 
 // ---- memory -------------------------------------------------------------------------------
 
+void set_device_allocator(int device, MemoryKind kind, DeviceAllocator allocator) {
+  std::lock_guard<std::mutex> lock(allocators_mutex);
+  if (allocator.alloc) {
+    device_allocators()[{device, static_cast<int>(kind)}] = std::move(allocator);
+  } else {
+    device_allocators().erase({device, static_cast<int>(kind)});
+  }
+}
+
 Tensor CudaBackend::empty(Shape shape, DType dtype, MemoryKind kind) {
   const int64_t bytes = shape_numel(shape) * dtype_size(dtype);
-  auto storage = device_storage(bytes, kind);
+  auto storage = device_storage(bytes, kind, device_);
   if (bytes > 0) MT_CUDA_CHECK(cudaMemsetAsync(storage->data(), 0, static_cast<size_t>(bytes), stream_));
   return Tensor(std::move(storage), 0, std::move(shape), dtype);
 }
@@ -591,11 +624,11 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   // Conversions run on the GPU; a host side is staged through a device buffer of its dtype.
   Tensor s = src, d = dst;
   if (src_host) {
-    s = Tensor(device_storage(src.nbytes(), MemoryKind::kOther), 0, {n}, src.dtype());
+    s = Tensor(device_storage(src.nbytes(), MemoryKind::kOther, device_), 0, {n}, src.dtype());
     MT_CUDA_CHECK(cudaMemcpyAsync(s.data(), src.data(), static_cast<size_t>(src.nbytes()), cudaMemcpyHostToDevice,
                                   stream_));
   }
-  if (dst_host) d = Tensor(device_storage(dst.nbytes(), MemoryKind::kOther), 0, {n}, dst.dtype());
+  if (dst_host) d = Tensor(device_storage(dst.nbytes(), MemoryKind::kOther, device_), 0, {n}, dst.dtype());
   convert_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(s.data(), s.dtype(), d.data(), d.dtype(), n);
   MT_CUDA_LAUNCH_CHECK();
   if (dst_host) {
