@@ -157,6 +157,11 @@ class Communicator {
     (void)max_reduce_scatter;
     return false;
   }
+  // After enable_copy_engine: whether the collectives started or run from now on may use the
+  // copy engines (true, the default) or keep the SM kernels (false: the reduce-scatters that
+  // end the backward, which the copy engines, slowed by the compute beside them, finish later).
+  // Every rank switches at the same point of its calls. No-op before or without it.
+  virtual void use_copy_engine(bool on) { (void)on; }
 };
 
 // Equal pieces: counts[r] = out.numel() (reduce_scatter) or in.numel() (all_gather) for every r.

@@ -271,6 +271,8 @@ class NcclCommunicator final : public Communicator {
 #endif
   }
 
+  void use_copy_engine(bool on) override { ce_on_ = on; }
+
   void enqueue_reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op,
                               cudaStream_t stream) {
     check_pieces("reduce_scatter", *this, in.numel(), out.numel(), counts);
@@ -310,7 +312,7 @@ class NcclCommunicator final : public Communicator {
     if (all_equal(counts)) {
       // On the copy engines when `out` (and so `in`, this rank's piece of it, or not: then NCCL
       // falls back to its kernels) lies in a registered window.
-      const bool ce = ce_comm_ != nullptr && in_window(out.data(), out.nbytes());
+      const bool ce = ce_comm_ != nullptr && ce_on_ && in_window(out.data(), out.nbytes());
       MT_NCCL_CHECK(ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()), t, ce ? ce_comm_ : comm_,
                                   stream));
       return;
@@ -557,7 +559,7 @@ class NcclCommunicator final : public Communicator {
   bool copy_engine_reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op,
                                   cudaStream_t stream) {
 #if MT_NCCL_COPY_ENGINE
-    if (ce_comm_ == nullptr || in.dtype() != DType::kF32 || (op != ReduceOp::kSum && op != ReduceOp::kAvg)) {
+    if (ce_comm_ == nullptr || !ce_on_ || in.dtype() != DType::kF32 || (op != ReduceOp::kSum && op != ReduceOp::kAvg)) {
       return false;
     }
     const int64_t piece = *std::max_element(counts.begin(), counts.end());
@@ -621,6 +623,7 @@ class NcclCommunicator final : public Communicator {
     std::shared_ptr<Storage> keep;
   };
   ncclComm_t ce_comm_ = nullptr;
+  bool ce_on_ = true;  // use_copy_engine
   std::vector<Window> windows_;
   float* ring_ = nullptr;
   int64_t ring_elems_ = 0;

@@ -47,6 +47,7 @@ class ProfiledCommunicator final : public Communicator {
   bool enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override {
     return inner_->enable_copy_engine(buffers, max_reduce_scatter);
   }
+  void use_copy_engine(bool on) override { inner_->use_copy_engine(on); }
 
  private:
   // "op [group]"

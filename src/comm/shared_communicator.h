@@ -57,6 +57,7 @@ class SharedCommunicator final : public Communicator {
   bool enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override {
     return target_.enable_copy_engine(buffers, max_reduce_scatter);
   }
+  void use_copy_engine(bool on) override { target_.use_copy_engine(on); }
 
  private:
   Communicator& target_;

@@ -95,7 +95,10 @@ void GradBuffer::start_grad_bucket(size_t i) {
   if (distributed_) {
     const std::vector<int64_t> counts = shard_counts(b.size(), dp);
     Tensor mine = bucket.flat_view(comm::piece_offset(counts, dp_.rank()), {counts[static_cast<size_t>(dp_.rank())]});
+    const bool on_sms = copy_engine_ && i + kTailBucketsOnSms >= buckets_.size();
+    if (on_sms) dp_.use_copy_engine(false);
     grad_pending_.push_back(dp_.start_reduce_scatter(bucket, mine, counts, comm::ReduceOp::kAvg));
+    if (on_sms) dp_.use_copy_engine(true);
   } else {
     grad_pending_.push_back(dp_.start_all_reduce(bucket, comm::ReduceOp::kAvg));
   }
@@ -106,7 +109,8 @@ bool GradBuffer::enable_copy_engine() {
   int64_t largest = 0;  // the all-to-all of a bucket of n moves dp pieces of ceil(n / dp)
   for (const Range& b : buckets_) largest = std::max(largest, shard_counts(b.size(), dp_.size())[0] * dp_.size());
   const Tensor buffers[] = {params_.values(), params_.grads()};
-  return dp_.enable_copy_engine(buffers, largest);
+  copy_engine_ = dp_.enable_copy_engine(buffers, largest);
+  return copy_engine_;
 }
 
 void GradBuffer::arm_grad_overlap(int64_t first, int64_t end) {

@@ -117,6 +117,13 @@ class GradBuffer {
   // buffer for the largest bucket): the distributed optimizer only (an all-reduce needs the
   // SMs). Collective over the group; false where it cannot, and then nothing changes.
   bool enable_copy_engine();
+  // Of those, the last buckets in backprop order keep the SMs' reduce-scatter: they start at the
+  // end of the backward, where the copy engines, slowed by the compute beside them, finish
+  // after it (350M DP4 on 4 x H200: the second-to-last bucket's 168 MB took 2.9 ms instead of
+  // 1.2 on the SMs). Two measured best on 2 x H200 (350M 95.7-96.0% against 94.5-95.4% with
+  // none and 95.1-95.3% with one; 1.3B 96.6% against 96.0%; bench/RESULTS.md, twentieth
+  // session).
+  static constexpr size_t kTailBucketsOnSms = 2;
 
   const std::vector<Range>& buckets() const { return buckets_; }
   // The index of the held bucket (BucketLayout::held), or buckets().size() for none.
@@ -133,6 +140,7 @@ class GradBuffer {
   bool distributed_;
   std::vector<Range> buckets_;
   size_t held_;
+  bool copy_engine_ = false;  // enable_copy_engine succeeded
   std::vector<Range> owned_;
   int64_t owned_numel_ = 0;
   void start_grad_bucket(size_t i);

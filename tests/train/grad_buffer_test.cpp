@@ -110,6 +110,42 @@ TEST(GradBuffer, OverlappedReductionStartsEachBucketOnceItsGradientsAreFinal) {
                          "wait all_reduce [0, 20)"}));
 }
 
+// Copy engines (MEGATRON_DP_COPY_ENGINE): asked for the values and the gradients with a receive
+// buffer for the largest bucket's dp pieces; the last GradBuffer::kTailBucketsOnSms buckets in
+// backprop order (those that end the backward) are started with the copy engines off, the
+// others with them on. Refused by the group, or without the distributed optimizer: nothing
+// changes.
+TEST(GradBuffer, CopyEnginesReduceAllButTheLastBucketsOfTheBackward) {
+  auto backend = backend::make_cpu_backend();
+  model::ParameterSet ps = make_params(*backend, DType::kF32);
+  RecordingCommunicator dp({ps.grads(), ps.values()});
+  GradBuffer gb(ps, dp, true, 5);  // buckets [36, 43), [20, 36), [15, 20), [0, 15)
+  ASSERT_EQ(gb.buckets().size(), 4u);
+  EXPECT_FALSE(gb.enable_copy_engine()) << "the group refuses";
+  EXPECT_TRUE(dp.log.empty());
+  dp.copy_engine_available = true;
+  ASSERT_TRUE(gb.enable_copy_engine());
+  // The largest bucket, b.weight's 16, in 2 pieces of 8; a.weight's 15 needs 2 x 8 too.
+  EXPECT_EQ(dp.log, (Log{"enable_copy_engine 16 over [0, 43) [0, 43)"}));
+  dp.log.clear();
+  gb.arm_grad_overlap(0, 4);
+  gb.grads_final_from(2);  // [36, 43) and [20, 36): on the copy engines
+  gb.grads_final_from(0);  // [15, 20) and [0, 15): the tail, on the SMs
+  gb.finish_grad_sync();
+  static_assert(GradBuffer::kTailBucketsOnSms == 2);
+  EXPECT_EQ(dp.log, (Log{"start reduce_scatter [36, 43)", "start reduce_scatter [20, 36)", "copy engine off",
+                         "start reduce_scatter [15, 20)", "copy engine on", "copy engine off",
+                         "start reduce_scatter [0, 15)", "copy engine on", "wait reduce_scatter [36, 43)",
+                         "wait reduce_scatter [20, 36)", "wait reduce_scatter [15, 20)",
+                         "wait reduce_scatter [0, 15)"}));
+
+  RecordingCommunicator replicated_dp({ps.grads()});
+  replicated_dp.copy_engine_available = true;
+  GradBuffer replicated(ps, replicated_dp, false, 5);
+  EXPECT_FALSE(replicated.enable_copy_engine()) << "an all-reduce needs the SMs";
+  EXPECT_TRUE(replicated_dp.log.empty());
+}
+
 // --overlap-param-gather: the gathers start in the order the forward reads the parameters, and
 // each is waited for just before the forward reads a parameter of its bucket.
 TEST(GradBuffer, OverlappedParamGatherWaitsPerBucketBeforeTheForwardReadsIt) {
