@@ -467,6 +467,7 @@ void GPTModel::backward(float loss_scale, float grad_scale) {
   cur_chunk_ = 0;
   cur_set_ = 0;
   head_backward(loss_scale, grad_scale, ws_grad_);
+  grads_final_from(layer_end(layers_per_chunk_ - 1));
   chunk_backward();
 }
 
@@ -517,39 +518,66 @@ void GPTModel::chunk_forward(bool first, bool last, const HeadBackward* head) {
     // shard under sequence parallelism (Megatron: all-reduce, then scatter; the same values).
     const backend::DropoutParams emb_dropout = dropout_params(config_.hidden_dropout, -1, kSiteEmbedding);
     before_reading(std::max(word_emb_, pos_emb_) + 1);
-    const Tensor wpe = tp_->rank() == 0 ? param(pos_emb_) : Tensor();
-    Tensor& x0 = as.xs.front();
-    Tensor emb = !sp_ && emb_dropout.p == 0.0f ? x0 : ws_h1_.view({s, b, h});
-    backend_.embedding_forward(as.tokens, as.positions, param(word_emb_), wpe, emb);
-    Tensor emb_rows = emb.view({n, h});
-    const Tensor emb_local = reduce_rows(emb_rows);
-    if (emb.data() != x0.data()) {
-      Tensor x0_rows = x0.view({n_local_, h});
-      backend_.dropout_forward(emb_local, x0_rows, emb_dropout);  // p == 0: a copy
-    }
+    segment(forward_segment(0), false, 0.0f, [&] {
+      const Tensor wpe = tp_->rank() == 0 ? param(pos_emb_) : Tensor();
+      Tensor& x0 = as.xs.front();
+      Tensor emb = !sp_ && emb_dropout.p == 0.0f ? x0 : ws_h1_.view({s, b, h});
+      backend_.embedding_forward(as.tokens, as.positions, param(word_emb_), wpe, emb);
+      Tensor emb_rows = emb.view({n, h});
+      const Tensor emb_local = reduce_rows(emb_rows);
+      if (emb.data() != x0.data()) {
+        Tensor x0_rows = x0.view({n_local_, h});
+        backend_.dropout_forward(emb_local, x0_rows, emb_dropout);  // p == 0: a copy
+      }
+    });
   }
 
   for (int64_t l = 0; l < layers_per_chunk_; ++l) {
     if (hooks_.before_reading) before_reading(layer_end(l));
-    layer_forward(l);
+    segment(forward_segment(1 + l), false, 0.0f, [&] { layer_forward(l); });
   }
   if (!last) return;
   before_reading(static_cast<int64_t>(params_.params().size()));
-  head_forward(head);
+  float loss_factor = 0.0f;  // as forward_chunk's
   if (head) {
-    // The head's backward now: the set then keeps d(x_last) in place of x_last (the layers'
-    // backward reads their inputs, never the chunk's output).
-    Tensor dx = as.xs.back().view({n_local_, h});
-    head_backward(head->loss_scale, head->grad_scale, dx);
+    loss_factor = head->loss_scale * head->grad_scale;
+    if (!per_token_loss_) loss_factor = mask_sum_ > 0 ? loss_factor / mask_sum_ : 0.0f;
   }
+  segment(forward_segment(1 + layers_per_chunk_), head != nullptr, loss_factor, [&] {
+    head_forward(head);
+    if (head) {
+      // The head's backward now: the set then keeps d(x_last) in place of x_last (the layers'
+      // backward reads their inputs, never the chunk's output).
+      Tensor dx = as.xs.back().view({n_local_, h});
+      head_backward(head->loss_scale, head->grad_scale, dx);
+    }
+  });
+  if (head) grads_final_from(layer_end(layers_per_chunk_ - 1));
 }
 
-bool GPTModel::recordable() const {
+bool GPTModel::recordable_apart_from_hooks() const {
   // Dropout masks follow the (iteration, micro-batch) in the set's dropout_stream, read when
   // the work runs; without it they are baked in.
   const bool masks_baked = dropout_drawn() && !cur_set().dropout_stream.defined();
   return recording_on_ && recording_failure_.empty() && backend_.can_record() && tp_->size() == 1 &&
-         pipe_.pp == 1 && num_chunks() == 1 && !hooks_.before_reading && !hooks_.grads_final_from && !masks_baked;
+         pipe_.pp == 1 && num_chunks() == 1 && !masks_baked;
+}
+bool GPTModel::recordable() const {
+  return recordable_apart_from_hooks() && !hooks_.before_reading && !hooks_.grads_final_from;
+}
+bool GPTModel::segmented() const {
+  return recordable_apart_from_hooks() && (hooks_.before_reading || hooks_.grads_final_from);
+}
+
+int64_t GPTModel::recorded_key_limit() const {
+  // Segments: the embedding, the loss head, the embedding's backward and two per layer.
+  const bool hooks = hooks_.before_reading || hooks_.grads_final_from;
+  return kMaxRecordedKeys * (hooks ? 2 * layers_per_chunk_ + 3 : 1);
+}
+
+void GPTModel::set_carried_state(int64_t v) {
+  fc2_bias_taken_for_ = v >= 0 ? v / 2 : (v - 1) / 2;  // floor: -1 * 2 + 0 gives back -1
+  fc2_grad_in_h1_ = (v - fc2_bias_taken_for_ * 2) == 1;
 }
 
 void GPTModel::run_recordable(int kind, bool head, float loss_factor, const std::function<void()>& work) {
@@ -557,21 +585,37 @@ void GPTModel::run_recordable(int kind, bool head, float loss_factor, const std:
     work();
     return;
   }
+  run_recorded(kind, head, loss_factor, work);
+}
+
+void GPTModel::segment(int kind, bool head, float loss_factor, const std::function<void()>& work) {
+  if (!segmented()) {
+    work();
+    return;
+  }
+  run_recorded(kind, head, loss_factor, work);
+}
+
+void GPTModel::run_recorded(int kind, bool head, float loss_factor, const std::function<void()>& work) {
   uint32_t factor_bits = 0;
   std::memcpy(&factor_bits, &loss_factor, sizeof(factor_bits));
   const std::vector<bool> stale_before = params_.stale_grads();
-  RecordKey key{kind, cur_chunk_, cur_set_, head, dropout_drawn() ? dropout_ctx_.seed + 1 : 0, factor_bits, stale_before};
+  const int64_t carried_before = carried_state();
+  RecordKey key{kind,         cur_chunk_,   cur_set_, head, dropout_drawn() ? dropout_ctx_.seed + 1 : 0,
+                factor_bits, stale_before, carried_before};
   // Keys that keep changing (a loss mask whose sum differs per micro-batch, a dynamic fp16 loss
-  // scale) would grow the map without end: past kMaxRecordedKeys the keys seen once go (the
+  // scale) would grow the map without end: past recorded_key_limit() the keys seen once go (the
   // recordings stay), and if that is not enough, everything.
-  if (recorded_keys() >= kMaxRecordedKeys && recorded_.find(key) == recorded_.end()) {
+  const int64_t limit = recorded_key_limit();
+  if (recorded_keys() >= limit && recorded_.find(key) == recorded_.end()) {
     std::erase_if(recorded_, [](const auto& entry) { return entry.second.recording == nullptr; });
-    if (recorded_keys() >= kMaxRecordedKeys) recorded_.clear();
+    if (recorded_keys() >= limit) recorded_.clear();
   }
   RecordedWork& r = recorded_[std::move(key)];
   if (r.recording) {
     backend_.replay(*r.recording);
     params_.set_stale_grads(r.stale_after);
+    set_carried_state(r.carried_after);
     ++replays_;
     return;
   }
@@ -594,11 +638,13 @@ void GPTModel::run_recordable(int kind, bool head, float loss_factor, const std:
   if (!failure.empty() || recording == nullptr) {
     recording_failure_ = failure.empty() ? "the backend could not record an op of the step" : failure;
     params_.set_stale_grads(stale_before);
+    set_carried_state(carried_before);
     dlogits_ready_ = false;
     work();
     return;
   }
   r.stale_after = params_.stale_grads();
+  r.carried_after = carried_state();
   r.recording = std::move(recording);
   backend_.replay(*r.recording);
   ++replays_;
@@ -692,7 +738,6 @@ void GPTModel::head_backward(float loss_scale, float grad_scale, Tensor& dx) {
   backend_.layernorm_backward(d_final_ln, x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_, ws_grad_,
                               grad(final_ln_w_), d_final_ln_b, claim_grads(final_ln_w_, final_ln_b_));
   if (dx.data() != ws_grad_.data()) backend_.copy(ws_grad_, dx);
-  if (hooks_.grads_final_from) grads_final_from(layer_end(layers_per_chunk_ - 1));
 }
 
 void GPTModel::backward_chunk(int64_t chunk, int64_t set) {
@@ -714,32 +759,37 @@ void GPTModel::chunk_backward() {
   // Top to bottom, one layer at a time (a per-layer "gradients ready" point: after
   // layer_backward(l) the gradients of layer l are final for this micro-batch).
   for (int64_t l = layers_per_chunk_ - 1; l >= 0; --l) {
-    // Entering a recomputed block from its top: re-run its forward from the kept input (the
-    // dropout masks are functions of (seed, iteration, micro-batch, layer), so they repeat).
-    if (cc.recomputed(l)) {
-      const int64_t first = cc.recompute == Recompute::kUniform ? l / cc.recompute_num_layers * cc.recompute_num_layers : l;
-      const bool top = cc.recompute == Recompute::kBlock || l == layers_per_chunk_ - 1 ||
-                       (l + 1) % cc.recompute_num_layers == 0;
-      if (top) {
-        for (int64_t k = first; k <= l; ++k) layer_forward(k);
-        fc2_grad_in_h1_ = false;  // the forward used ws_h1_
+    segment(backward_segment(1 + l), false, 0.0f, [&] {
+      // Entering a recomputed block from its top: re-run its forward from the kept input (the
+      // dropout masks are functions of (seed, iteration, micro-batch, layer), so they repeat).
+      if (cc.recomputed(l)) {
+        const int64_t first =
+            cc.recompute == Recompute::kUniform ? l / cc.recompute_num_layers * cc.recompute_num_layers : l;
+        const bool top = cc.recompute == Recompute::kBlock || l == layers_per_chunk_ - 1 ||
+                         (l + 1) % cc.recompute_num_layers == 0;
+        if (top) {
+          for (int64_t k = first; k <= l; ++k) layer_forward(k);
+          fc2_grad_in_h1_ = false;  // the forward used ws_h1_
+        }
       }
-    }
-    layer_backward(l, ws_grad_);
+      layer_backward(l, ws_grad_);
+    });
     grads_final_from(layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)].ln1_w);
   }
   if (!is_first_virtual(cur_chunk_)) return;
 
   // Embedding: through the dropout, the rows gathered (sequence parallelism), then
   // scatter-add into this rank's word rows (other ranks' ids are skipped) and the positions.
-  const int64_t s = config_.seq_length, b = micro_batch_size_, h = config_.hidden_size;
-  const ActivationSet& as = cur_set();
-  Tensor demb_buffer = local_rows(ws_h1_);
-  const Tensor demb_local =
-      through_dropout(ws_grad_, demb_buffer, dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
-  const Tensor demb = gather_rows(demb_local, ws_h1_);
-  backend_.embedding_backward(as.tokens, as.positions, demb.view({s, b, h}), accumulable_grad(word_emb_),
-                              accumulable_grad(pos_emb_));
+  segment(backward_segment(0), false, 0.0f, [&] {
+    const int64_t s = config_.seq_length, b = micro_batch_size_, h = config_.hidden_size;
+    const ActivationSet& as = cur_set();
+    Tensor demb_buffer = local_rows(ws_h1_);
+    const Tensor demb_local =
+        through_dropout(ws_grad_, demb_buffer, dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
+    const Tensor demb = gather_rows(demb_local, ws_h1_);
+    backend_.embedding_backward(as.tokens, as.positions, demb.view({s, b, h}), accumulable_grad(word_emb_),
+                                accumulable_grad(pos_emb_));
+  });
   grads_final_from(0);
 }
 

@@ -159,23 +159,29 @@ class GPTModel {
   int64_t tensor_parallel_size() const { return tp_->size(); }
   void set_param_hooks(ParamHooks hooks) { hooks_ = std::move(hooks); }
   // Recorded device work (Backend::begin_recording; CUDA graphs): on a backend that records,
-  // one pipeline stage of one chunk, one tensor-parallel rank and no parameter hooks (dropout
-  // included: its streams' (iteration, micro-batch) part is read from the activation set's
-  // dropout_stream when the work runs), the device work of forward_chunk (embedding, layers, loss head and its
+  // one pipeline stage of one chunk and one tensor-parallel rank (dropout included: its
+  // streams' (iteration, micro-batch) part is read from the activation set's dropout_stream
+  // when the work runs), the device work of forward_chunk (embedding, layers, loss head and its
   // backward) and of backward_chunk is recorded the second time it runs with the same
   // host-side inputs (the first run is left unrecorded so that lazy set-up — GEMM autotuning,
-  // cuDNN plans — happens outside a recording) and replayed from then on. The results are the
-  // same bits: the same kernels with the same arguments. Off: the ops are issued one by one.
-  // Work that fails to record runs again unrecorded, so what is recorded must give the same
-  // result when run twice (hence loss_weights writes into its own buffer).
+  // cuDNN plans — happens outside a recording) and replayed from then on. With parameter hooks
+  // (the data-parallel overlaps) the work is recorded in segments between the hooks instead,
+  // which then run between the replays as they run between the ops: the embedding, each
+  // layer's forward, the loss head (with its backward), each layer's backward (with its
+  // recomputed forward), the embedding's backward. The results are the same bits: the same
+  // kernels with the same arguments. Off: the ops are issued one by one. Work that fails to
+  // record runs again unrecorded, so what is recorded must give the same result when run twice
+  // (hence loss_weights writes into its own buffer).
   void set_recording(bool on) { recording_on_ = on; }
   // Runs of recorded work so far (the one right after recording included), and why recording
   // stopped ("" while it has not).
   int64_t replays() const { return replays_; }
   const std::string& recording_failure() const { return recording_failure_; }
-  // Distinct host-side inputs being tracked: at most kMaxRecordedKeys (past it the keys without
-  // a recording are dropped, then if need be every recording).
+  // Distinct host-side inputs being tracked: at most kMaxRecordedKeys per recorded segment of a
+  // chunk (one without hooks; past it the keys without a recording are dropped, then if need be
+  // every recording).
   static constexpr int64_t kMaxRecordedKeys = 16;
+  int64_t recorded_key_limit() const;
   int64_t recorded_keys() const { return static_cast<int64_t>(recorded_.size()); }
   // The parameter indices [first, end) of chunk c: its layers, on virtual stage 0 also the
   // embeddings, on the last virtual stage also the final LayerNorm and output layer (or the
@@ -321,19 +327,35 @@ class GPTModel {
   // per-token losses' copy to the host is queued after the device work).
   void queue_loss();
   // Recorded work (set_recording). A key holds everything host-side that the recorded ops
-  // bake in: which work (0 forward, 1 backward), chunk, set, whether the loss head's backward
-  // runs, the dropout seed + 1 when dropout is drawn (0 when not), the loss weights' scale (its
-  // bits) and every gradient's stale flag (GradWrite). The dropout streams' (iteration,
+  // bake in: which work (0 forward, 1 backward; a segment: segment_kind), chunk, set, whether
+  // the loss head's backward runs, the dropout seed + 1 when dropout is drawn (0 when not), the
+  // loss weights' scale (its bits), every gradient's stale flag (GradWrite) and the state one
+  // layer's backward leaves for the next (carried_state). The dropout streams' (iteration,
   // micro-batch) part is read from the set's dropout_stream when the work runs.
-  using RecordKey = std::tuple<int, int64_t, int64_t, bool, uint64_t, uint32_t, std::vector<bool>>;
+  using RecordKey = std::tuple<int, int64_t, int64_t, bool, uint64_t, uint32_t, std::vector<bool>, int64_t>;
   struct RecordedWork {
     int64_t runs = 0;
     std::unique_ptr<backend::Recording> recording;
     std::vector<bool> stale_after;  // the stale flags after the work (what it claimed)
+    int64_t carried_after = 0;      // carried_state() after the work
   };
+  // Whole-chunk recording (no hooks) / recording in segments between the hooks.
   bool recordable() const;
-  // Runs `work` (device ops only), records it, or replays its recording (see set_recording).
+  bool segmented() const;
+  bool recordable_apart_from_hooks() const;
+  // fc2_bias_taken_for_ and fc2_grad_in_h1_ as one number, and back (a replay sets what its
+  // recording's host code left).
+  int64_t carried_state() const { return fc2_bias_taken_for_ * 2 + (fc2_grad_in_h1_ ? 1 : 0); }
+  void set_carried_state(int64_t v);
+  // Runs `work` (device ops only), records it, or replays its recording (see set_recording):
+  // run_recordable for a whole chunk's work when recordable(), segment for one segment when
+  // segmented() (kinds: 2 + 2 * index for forward segments, 3 + 2 * index for backward ones;
+  // index 0 the embedding, 1 + l layer l, layers + 1 the head). Otherwise the work just runs.
   void run_recordable(int kind, bool head, float loss_factor, const std::function<void()>& work);
+  void segment(int kind, bool head, float loss_factor, const std::function<void()>& work);
+  void run_recorded(int kind, bool head, float loss_factor, const std::function<void()>& work);
+  int forward_segment(int64_t index) const { return 2 + 2 * static_cast<int>(index); }
+  int backward_segment(int64_t index) const { return 3 + 2 * static_cast<int>(index); }
   // d(loss * loss_scale * grad_scale) through the head into `dx` [n_local, h].
   void head_backward(float loss_scale, float grad_scale, Tensor& dx);
   // The micro-batch's loss weights scaled into d(loss * loss_scale * grad_scale)/d(loss_i) [n]

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -197,6 +198,36 @@ TEST(GPTModelRecording, DropoutStepsAreRecordedToo) {
   EXPECT_EQ(be.begins, 3);  // the evaluation forward, on its second run
   EXPECT_EQ(be.replays, 8 + 2);
   EXPECT_EQ(s.model.recording_failure(), "");
+}
+
+// With parameter hooks (the data-parallel overlaps) the work is recorded in segments between
+// them: the embedding, each layer's forward, the loss head, each layer's backward and the
+// embedding's backward; the hooks run between the replays in the same order as between the
+// ops, and a replay claims the gradients its recording claimed.
+TEST(GPTModelRecording, WithHooksEachSegmentBetweenThemIsRecordedAndTheHooksStillRun) {
+  FakeRecordingBackend be;
+  Stepper s(be, 0.0f, 1);
+  std::vector<std::string> calls;
+  ParamHooks hooks;
+  hooks.before_reading = [&](int64_t k) { calls.push_back("read " + std::to_string(k)); };
+  hooks.grads_final_from = [&](int64_t k) { calls.push_back("final " + std::to_string(k)); };
+  s.model.set_param_hooks(hooks);
+  const int64_t layers = s.config.num_layers;
+  const int64_t segments = 2 * layers + 3;
+  s.step(0);
+  const std::vector<std::string> first = calls;
+  ASSERT_EQ(first.size(), static_cast<size_t>(2 + layers + 1 + layers + 1));  // embedding, layers, head x 2
+  EXPECT_EQ(be.begins, 0);
+  for (int it = 1; it < 4; ++it) {
+    calls.clear();
+    s.step(it);
+    EXPECT_EQ(calls, first) << "iteration " << it;
+    EXPECT_EQ(s.model.parameters().first_stale_grad(), -1) << "iteration " << it;
+  }
+  EXPECT_EQ(be.begins, segments);  // each segment recorded once, on its second run
+  EXPECT_EQ(be.replays, 3 * segments);
+  EXPECT_EQ(s.model.recording_failure(), "");
+  EXPECT_LE(s.model.recorded_keys(), s.model.recorded_key_limit());
 }
 
 // Nothing is recorded when recording is switched off.
