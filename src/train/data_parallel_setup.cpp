@@ -37,8 +37,13 @@ std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrec
                ? " > MEGATRON_DP_COPY_ENGINE: off (needs CUDA, NCCL 2.28+ and more than one data-parallel rank)\n"
                : " > MEGATRON_DP_COPY_ENGINE: off (needs --use-distributed-optimizer: an all-reduce needs the SMs)\n";
   }
-  if (optimizer.grad_buffer().enable_copy_engine()) {
-    return " > MEGATRON_DP_COPY_ENGINE: data-parallel reduce-scatters and parameter gathers on the copy engines\n";
+  GradBuffer& gb = optimizer.grad_buffer();
+  if (gb.enable_copy_engine()) {
+    // The receive buffer the group allocated besides the memory plan (Communicator::enable_copy_engine).
+    const double mib = static_cast<double>(gb.copy_engine_receive_elements()) * 4.0 / (1024.0 * 1024.0);
+    return str_cat(" > MEGATRON_DP_COPY_ENGINE: data-parallel reduce-scatters and parameter gathers on the copy "
+                   "engines (receive buffer ",
+                   static_cast<int64_t>(mib + 0.5), " MiB and one more NCCL communicator, not in the memory plan)\n");
   }
   return " > MEGATRON_DP_COPY_ENGINE: off (the data-parallel ranks are on several hosts)\n";
 }

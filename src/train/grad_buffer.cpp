@@ -104,12 +104,16 @@ void GradBuffer::start_grad_bucket(size_t i) {
   }
 }
 
-bool GradBuffer::enable_copy_engine() {
-  if (!distributed_ || dp_.size() == 1) return false;
+int64_t GradBuffer::copy_engine_receive_elements() const {
   int64_t largest = 0;  // the all-to-all of a bucket of n moves dp pieces of ceil(n / dp)
   for (const Range& b : buckets_) largest = std::max(largest, shard_counts(b.size(), dp_.size())[0] * dp_.size());
+  return largest;
+}
+
+bool GradBuffer::enable_copy_engine() {
+  if (!distributed_ || dp_.size() == 1) return false;
   const Tensor buffers[] = {params_.values(), params_.grads()};
-  copy_engine_ = dp_.enable_copy_engine(buffers, largest);
+  copy_engine_ = dp_.enable_copy_engine(buffers, copy_engine_receive_elements());
   return copy_engine_;
 }
 
