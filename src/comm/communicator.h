@@ -149,7 +149,9 @@ class Communicator {
   // beside them keep every SM. A reduce-scatter of pieces of at most S elements becomes an
   // all-to-all of S elements per rank into a receive buffer of `max_reduce_scatter` elements
   // (>= size() * S for every later one) and a sum of the size() received pieces in group rank
-  // order: the same values as the reduce-scatter up to the order of the additions. Collective;
+  // order: the same values as the reduce-scatter up to the order of the additions (0: only the
+  // all-gathers move to the copy engines). Called again, it says whether these buffers lie in
+  // the ones already enabled. Collective;
   // returns false and changes nothing where it cannot (not NCCL >= 2.28, ranks on several
   // hosts, buffers not from comm::use_symmetric_memory's allocator).
   virtual bool enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) {

@@ -97,10 +97,11 @@ void* symmetric_alloc(int64_t bytes) {
     throw_error("ncclMemAlloc of ", total, " bytes (symmetric memory for copy-engine collectives) failed: ",
                 ncclGetErrorString(rc));
   }
-  // Zeroed like cudaMalloc'd storage after CudaBackend::empty; the slack too, so that what an
-  // all-to-all reads past a bucket's end is never uninitialised memory.
-  if (cudaMemset(p, 0, static_cast<size_t>(total)) != cudaSuccess) {
-    throw_error("cudaMemset of symmetric memory failed: ", cudaGetErrorString(cudaGetLastError()));
+  // Zeroed (the slack too, so that what an all-to-all reads past a bucket's end is never
+  // uninitialised memory) and waited for: the legacy stream's memset is not ordered with the
+  // backend's non-blocking stream, whose first use of the memory may be to initialise it.
+  if (cudaMemset(p, 0, static_cast<size_t>(total)) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+    throw_error("zeroing symmetric memory failed: ", cudaGetErrorString(cudaGetLastError()));
   }
   std::lock_guard<std::mutex> lock(symmetric_mutex);
   symmetric_allocations()[static_cast<const char*>(p)] = total;
@@ -117,6 +118,8 @@ void symmetric_release(void* p) {
     symmetric_allocations().erase(static_cast<const char*>(p));
   }
 #if MT_NCCL_COPY_ENGINE
+  // cudaFree waits for the work still using the memory; unmapping it does not.
+  cudaDeviceSynchronize();
   ncclMemFree(p);
 #endif
 }
@@ -223,7 +226,11 @@ class NcclCommunicator final : public Communicator {
 
   bool enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override {
 #if MT_NCCL_COPY_ENGINE
-    if (ce_comm_ != nullptr) return true;
+    if (ce_comm_ != nullptr) {
+      // Already on (an earlier model's buffers): only if these lie in its windows too.
+      return std::all_of(buffers.begin(), buffers.end(),
+                         [&](const Tensor& b) { return b.defined() && in_window(b.data(), b.nbytes()); });
+    }
     // Every rank decides alike: one host, and every buffer in a symmetric allocation.
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '?';
@@ -255,14 +262,15 @@ class NcclCommunicator final : public Communicator {
       }
     }
     // The all-to-all's receive buffer, fp32 (a reduce-scatter of any other dtype keeps NCCL's
-    // kernels).
-    const int64_t ring_elems = std::max<int64_t>(max_reduce_scatter, 1);
-    const int64_t ring_bytes = ring_elems * static_cast<int64_t>(sizeof(float));
-    void* p = symmetric_alloc(ring_bytes);
-    auto ring = std::make_shared<Storage>(p, ring_bytes, Device::kCUDA, MemoryKind::kOther, symmetric_release);
-    add_window(static_cast<const char*>(p), ring_bytes + kSymmetricSlackBytes, std::move(ring));
-    ring_ = static_cast<float*>(p);
-    ring_elems_ = ring_elems;
+    // kernels); none when no reduce-scatter is to use the copy engines (0).
+    if (max_reduce_scatter > 0) {
+      const int64_t ring_bytes = max_reduce_scatter * static_cast<int64_t>(sizeof(float));
+      void* p = symmetric_alloc(ring_bytes);
+      auto ring = std::make_shared<Storage>(p, ring_bytes, Device::kCUDA, MemoryKind::kOther, symmetric_release);
+      add_window(static_cast<const char*>(p), ring_bytes + kSymmetricSlackBytes, std::move(ring));
+      ring_ = static_cast<float*>(p);
+      ring_elems_ = max_reduce_scatter;
+    }
     return true;
 #else
     (void)buffers;
@@ -634,15 +642,18 @@ class NcclCommunicator final : public Communicator {
 bool built_with_nccl() { return true; }
 
 
-bool use_symmetric_memory() {
+bool use_symmetric_memory(bool on) {
 #if MT_NCCL_COPY_ENGINE
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kGrads}) {
-    backend::set_device_allocator(device, kind, backend::DeviceAllocator{symmetric_alloc, symmetric_release});
+    backend::set_device_allocator(device, kind,
+                                  on ? backend::DeviceAllocator{symmetric_alloc, symmetric_release}
+                                     : backend::DeviceAllocator{});
   }
   return true;
 #else
+  (void)on;
   return false;
 #endif
 }

@@ -28,13 +28,13 @@ NcclUniqueIdBytes make_nccl_unique_id();
 std::unique_ptr<Communicator> make_nccl_world(backend::Backend& backend, int64_t rank, int64_t size,
                                               const NcclUniqueIdBytes& id);
 
-// Copy-engine collectives (Communicator::enable_copy_engine): from now on the parameters and
-// gradients that the CUDA backend allocates on the calling thread's GPU come from NCCL's
-// symmetric memory (ncclMemAlloc; kSymmetricSlackBytes more than asked, at the end, which an
-// all-to-all of a bucket whose last piece is short reads past it), which a group's copy
-// engines can address. Call before they are allocated. False (nothing changed) without NCCL
-// 2.28 or later.
+// Copy-engine collectives (Communicator::enable_copy_engine): from now on (until called with
+// false) the parameters and gradients that the CUDA backend allocates on the calling thread's
+// GPU come from NCCL's symmetric memory (ncclMemAlloc; kSymmetricSlackBytes more than asked, at
+// the end, which an all-to-all of a bucket whose last piece is short reads past it), which a
+// group's copy engines can address. Call before they are allocated. False (nothing changed)
+// without NCCL 2.28 or later.
 constexpr int64_t kSymmetricSlackBytes = 4096;
-bool use_symmetric_memory();
+bool use_symmetric_memory(bool on = true);
 
 }  // namespace megatron::comm

@@ -12,6 +12,6 @@ std::unique_ptr<Communicator> make_nccl_world(backend::Backend&, int64_t, int64_
   throw_error("NCCL: this build has no CUDA (rebuild with MT_BUILD_CUDA=ON)");
 }
 
-bool use_symmetric_memory() { return false; }
+bool use_symmetric_memory(bool) { return false; }
 
 }  // namespace megatron::comm

@@ -31,21 +31,27 @@ bool prepare_copy_engine(const TrainConfig& config, const comm::ProcessGroups& g
 }
 
 std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrecisionOptimizer& optimizer) {
+  GradBuffer& gb = optimizer.grad_buffer();
+  if (prepared) comm::use_symmetric_memory(false);  // the model's buffers are made
+  // Asked on every rank that could use it, prepared or not: a rank whose environment lacks the
+  // variable then turns it off everywhere (its buffers are not symmetric) instead of skipping
+  // a collective the others make.
+  const bool on = config.use_distributed_optimizer && gb.group().size() > 1 && gb.enable_copy_engine();
   if (!copy_engine_asked()) return "";
   if (!prepared) {
     return config.use_distributed_optimizer
                ? " > MEGATRON_DP_COPY_ENGINE: off (needs CUDA, NCCL 2.28+ and more than one data-parallel rank)\n"
                : " > MEGATRON_DP_COPY_ENGINE: off (needs --use-distributed-optimizer: an all-reduce needs the SMs)\n";
   }
-  GradBuffer& gb = optimizer.grad_buffer();
-  if (gb.enable_copy_engine()) {
+  if (on) {
     // The receive buffer the group allocated besides the memory plan (Communicator::enable_copy_engine).
     const double mib = static_cast<double>(gb.copy_engine_receive_elements()) * 4.0 / (1024.0 * 1024.0);
     return str_cat(" > MEGATRON_DP_COPY_ENGINE: data-parallel reduce-scatters and parameter gathers on the copy "
                    "engines (receive buffer ",
                    static_cast<int64_t>(mib + 0.5), " MiB and one more NCCL communicator, not in the memory plan)\n");
   }
-  return " > MEGATRON_DP_COPY_ENGINE: off (the data-parallel ranks are on several hosts)\n";
+  return " > MEGATRON_DP_COPY_ENGINE: off (the data-parallel ranks are on several hosts, or not all of them "
+         "have it set)\n";
 }
 
 bool overlaps_grad_reduce(const TrainConfig& config) { return config.overlap_grad_reduce; }

@@ -106,7 +106,9 @@ void GradBuffer::start_grad_bucket(size_t i) {
 
 int64_t GradBuffer::copy_engine_receive_elements() const {
   int64_t largest = 0;  // the all-to-all of a bucket of n moves dp pieces of ceil(n / dp)
-  for (const Range& b : buckets_) largest = std::max(largest, shard_counts(b.size(), dp_.size())[0] * dp_.size());
+  for (size_t i = 0; i + kTailBucketsOnSms < buckets_.size(); ++i) {
+    largest = std::max(largest, shard_counts(buckets_[i].size(), dp_.size())[0] * dp_.size());
+  }
   return largest;
 }
 

@@ -124,8 +124,9 @@ class GradBuffer {
   // none and 95.1-95.3% with one; 1.3B 96.6% against 96.0%; bench/RESULTS.md, twentieth
   // session).
   static constexpr size_t kTailBucketsOnSms = 2;
-  // The fp32 elements of the receive buffer enable_copy_engine asks the group for: the largest
-  // bucket's dp pieces of ceil(n / dp).
+  // The fp32 elements of the receive buffer enable_copy_engine asks the group for: the dp
+  // pieces of ceil(n / dp) of the largest bucket that uses it (the tail's do not; 0 when only
+  // the tail is left, as with one bucket).
   int64_t copy_engine_receive_elements() const;
 
   const std::vector<Range>& buckets() const { return buckets_; }

@@ -56,7 +56,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <tuple>
 #include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
@@ -65,6 +68,23 @@
 #include "core/error.h"
 
 namespace megatron::backend {
+
+namespace {
+// cudaOccupancyMaxActiveBlocksPerMultiprocessor for (kernel, threads) on GPU `device`, asked
+// once: the answer depends on the kernel's resources and the GPU's kind, never on the call,
+// and asking costs microseconds of host time at every launch (the LayerNorm forward's grid).
+int resident_blocks(const void* kernel, int threads, int device) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int>, int> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(kernel, threads, device);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  int resident = 0;
+  MT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, 0));
+  known.emplace(key, resident);
+  return resident;
+}
+}  // namespace
 namespace cuda {
 namespace {
 
@@ -1040,8 +1060,7 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
           // As many blocks as are resident at once, each looping over rows: gamma and beta are
           // loaded into registers once per block instead of once per row (a block per row ran
           // 2048 x 12288 at 1.15 TB/s). Each row is one group's alone, so the grid changes no bit.
-          int resident = 0;
-          MT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, c.threads, 0));
+          const int resident = resident_blocks(reinterpret_cast<const void*>(kernel), c.threads, device_index());
           const int64_t blocks = std::min<int64_t>({(n + c.groups - 1) / c.groups, cuda::kLnForwardMaxBlocks,
                                                     std::max<int64_t>(1, int64_t{resident} * sm_count())});
           kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(c.threads), 0, stream()>>>(
