@@ -12,7 +12,7 @@
 // shape) on a second stream. Prints rank 0's times in ms.
 //
 // Build (no device code of its own): g++ -O2 -std=c++20 bench/ce_overlap_probe.cpp \
-//          -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lnccl -lcublas -lcudart -o ce_overlap_probe
+//          -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lnccl -lcublas -lcublasLt -lcudart -o ce_overlap_probe
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -25,27 +25,14 @@
 #include <thread>
 #include <vector>
 
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+#include "probe_checks.h"  // CK (CUDA), CB (cuBLAS)
+
+// NCCL's calls, checked as probe_checks.h checks CUDA's.
 #define NK(x)                                                                          \
   do {                                                                                 \
     ncclResult_t r_ = (x);                                                             \
     if (r_ != ncclSuccess) {                                                           \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, ncclGetErrorString(r_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
-#define BK(x)                                                                          \
-  do {                                                                                 \
-    cublasStatus_t s_ = (x);                                                           \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
-      std::fprintf(stderr, "%s:%d %s: %d\n", __FILE__, __LINE__, #x, int(s_));          \
       std::exit(1);                                                                    \
     }                                                                                  \
   } while (0)
@@ -99,15 +86,15 @@ int main(int argc, char** argv) {
     CK(cudaStreamCreateWithFlags(&s_gemm, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&s_comm, cudaStreamNonBlocking));
     cublasHandle_t blas;
-    BK(cublasCreate(&blas));
-    BK(cublasSetStream(blas, s_gemm));
+    CB(cublasCreate(&blas));
+    CB(cublasSetStream(blas, s_gemm));
     void* a = alloc(size_t(kM) * kK * 2, false);
     void* b = alloc(size_t(kK) * kN * 2, false);
     void* c = alloc(size_t(kM) * kN * 2, false);
     const float one = 1.0f, zero = 0.0f;
     auto gemms = [&] {
       for (int i = 0; i < kGemms; ++i) {
-        BK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, kN, kM, kK, &one, b, CUDA_R_16BF, kN, a, CUDA_R_16BF, kK,
+        CB(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, kN, kM, kK, &one, b, CUDA_R_16BF, kN, a, CUDA_R_16BF, kK,
                         &zero, c, CUDA_R_16BF, kN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       }
     };

@@ -267,7 +267,8 @@ class NcclCommunicator final : public Communicator {
       const int64_t ring_bytes = max_reduce_scatter * static_cast<int64_t>(sizeof(float));
       void* p = symmetric_alloc(ring_bytes);
       auto ring = std::make_shared<Storage>(p, ring_bytes, Device::kCUDA, MemoryKind::kOther, symmetric_release);
-      add_window(static_cast<const char*>(p), ring_bytes + kSymmetricSlackBytes, std::move(ring));
+      const auto [base, bytes] = symmetric_allocation_of(p, ring_bytes);
+      add_window(base, bytes, std::move(ring));
       ring_ = static_cast<float*>(p);
       ring_elems_ = max_reduce_scatter;
     }

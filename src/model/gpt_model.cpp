@@ -498,15 +498,16 @@ void GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, c
     *host.data_as<int64_t>() = static_cast<int64_t>(dropout_stream_base(dropout));
     backend_.copy(host, as.dropout_stream);
   }
-  // The loss weights' scale (loss_weights) is the one host value the recorded work depends on
-  // that changes with the micro-batch (through the mask's sum).
-  float loss_factor = 0.0f;
-  if (last && head) {
-    loss_factor = head->loss_scale * head->grad_scale;
-    if (!per_token_loss_) loss_factor = mask_sum_ > 0 ? loss_factor / mask_sum_ : 0.0f;
-  }
-  run_recordable(0, head != nullptr, loss_factor, [&] { chunk_forward(first, last, head); });
+  run_recordable(0, head != nullptr, last ? head_loss_factor(head) : 0.0f,
+                 [&] { chunk_forward(first, last, head); });
   if (last) queue_loss();
+}
+
+float GPTModel::head_loss_factor(const HeadBackward* head) const {
+  if (head == nullptr) return 0.0f;
+  const float factor = head->loss_scale * head->grad_scale;
+  if (per_token_loss_) return factor;
+  return mask_sum_ > 0 ? factor / mask_sum_ : 0.0f;
 }
 
 void GPTModel::chunk_forward(bool first, bool last, const HeadBackward* head) {
@@ -538,12 +539,7 @@ void GPTModel::chunk_forward(bool first, bool last, const HeadBackward* head) {
   }
   if (!last) return;
   before_reading(static_cast<int64_t>(params_.params().size()));
-  float loss_factor = 0.0f;  // as forward_chunk's
-  if (head) {
-    loss_factor = head->loss_scale * head->grad_scale;
-    if (!per_token_loss_) loss_factor = mask_sum_ > 0 ? loss_factor / mask_sum_ : 0.0f;
-  }
-  segment(forward_segment(1 + layers_per_chunk_), head != nullptr, loss_factor, [&] {
+  segment(forward_segment(1 + layers_per_chunk_), head != nullptr, head_loss_factor(head), [&] {
     head_forward(head);
     if (head) {
       // The head's backward now: the set then keeps d(x_last) in place of x_last (the layers'

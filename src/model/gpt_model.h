@@ -352,6 +352,9 @@ class GPTModel {
   // segmented() (kinds: 2 + 2 * index for forward segments, 3 + 2 * index for backward ones;
   // index 0 the embedding, 1 + l layer l, layers + 1 the head). Otherwise the work just runs.
   void run_recordable(int kind, bool head, float loss_factor, const std::function<void()>& work);
+  // The loss weights' scale (loss_weights) of the head's backward: the one host value recorded
+  // work depends on that changes with the micro-batch (through the mask's sum); 0 without it.
+  float head_loss_factor(const HeadBackward* head) const;
   void segment(int kind, bool head, float loss_factor, const std::function<void()>& work);
   void run_recorded(int kind, bool head, float loss_factor, const std::function<void()>& work);
   int forward_segment(int64_t index) const { return 2 + 2 * static_cast<int>(index); }

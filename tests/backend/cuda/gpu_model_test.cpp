@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/attention_impl.h"
@@ -207,6 +208,21 @@ Trained train_steps(const GPTConfig& c, bool recording, int steps, bool hooks = 
 }
 Trained train_steps(float dropout, bool recording, int steps) { return train_steps(config(dropout), recording, steps); }
 
+// `rec`'s losses at every step and its weights and gradients after them are `plain`'s, bit for
+// bit (`what` names the case in failures).
+void expect_same_bits(const Trained& plain, const Trained& rec, const std::string& what) {
+  ASSERT_EQ(plain.losses.size(), rec.losses.size()) << what;
+  for (size_t step = 0; step < plain.losses.size(); ++step) {
+    EXPECT_EQ(plain.losses[step], rec.losses[step]) << what << " step " << step;
+  }
+  const auto& pp = plain.model->parameters().params();
+  const auto& rp = rec.model->parameters().params();
+  for (size_t i = 0; i < pp.size(); ++i) {
+    EXPECT_EQ(bytes_of(*plain.be, pp[i].value), bytes_of(*rec.be, rp[i].value)) << pp[i].name << " " << what;
+    EXPECT_EQ(bytes_of(*plain.be, pp[i].grad), bytes_of(*rec.be, rp[i].grad)) << pp[i].name << " " << what;
+  }
+}
+
 // Recorded work (CUDA graphs) replays the same kernels with the same arguments: the losses of
 // every step and the weights and gradients after them are the unrecorded run's bits. Step 0
 // runs each micro-batch's work unrecorded, step 1 records it (micro-batch 0 overwrites the
@@ -220,16 +236,8 @@ TEST(GpuModel, RecordedStepsGiveTheBitsOfUnrecordedOnes) {
   ASSERT_EQ(rec.model->recording_failure(), "");
   // Forward and backward of 2 micro-batches, replayed in steps 1-4 (step 1 runs its recordings).
   EXPECT_EQ(rec.model->replays(), 4 * (kSteps - 1));
-  for (int step = 0; step < kSteps; ++step) {
-    EXPECT_EQ(plain.losses[static_cast<size_t>(step)], rec.losses[static_cast<size_t>(step)]) << "step " << step;
-  }
+  expect_same_bits(plain, rec, "");
   EXPECT_GT(plain.losses.front(), plain.losses.back());  // the steps train
-  const auto& pp = plain.model->parameters().params();
-  const auto& rp = rec.model->parameters().params();
-  for (size_t i = 0; i < pp.size(); ++i) {
-    EXPECT_EQ(bytes_of(*plain.be, pp[i].value), bytes_of(*rec.be, rp[i].value)) << pp[i].name;
-    EXPECT_EQ(bytes_of(*plain.be, pp[i].grad), bytes_of(*rec.be, rp[i].grad)) << pp[i].name;
-  }
 }
 
 // With parameter hooks each segment between them is recorded and replayed (train_steps' hooks):
@@ -243,16 +251,7 @@ TEST(GpuModel, RecordedSegmentsBetweenHooksGiveTheBitsOfUnrecordedSteps) {
     const Trained rec = train_steps(config(dropout), true, kSteps, /*hooks=*/true);
     ASSERT_EQ(rec.model->recording_failure(), "") << "dropout " << dropout;
     EXPECT_GT(rec.model->replays(), 4 * (kSteps - 1)) << "more replays than whole chunks";
-    for (int step = 0; step < kSteps; ++step) {
-      EXPECT_EQ(plain.losses[static_cast<size_t>(step)], rec.losses[static_cast<size_t>(step)])
-          << "step " << step << ", dropout " << dropout;
-    }
-    const auto& pp = plain.model->parameters().params();
-    const auto& rp = rec.model->parameters().params();
-    for (size_t i = 0; i < pp.size(); ++i) {
-      EXPECT_EQ(bytes_of(*plain.be, pp[i].value), bytes_of(*rec.be, rp[i].value)) << pp[i].name << ", dropout " << dropout;
-      EXPECT_EQ(bytes_of(*plain.be, pp[i].grad), bytes_of(*rec.be, rp[i].grad)) << pp[i].name << ", dropout " << dropout;
-    }
+    expect_same_bits(plain, rec, "dropout " + std::to_string(dropout));
   }
 }
 
@@ -349,16 +348,7 @@ TEST(GpuModel, RecordedStepsWithDropoutGiveTheBitsOfUnrecordedOnes) {
     const Trained rec = train_steps(c, true, kSteps);
     ASSERT_EQ(rec.model->recording_failure(), "") << "s " << seq;
     EXPECT_EQ(rec.model->replays(), 4 * (kSteps - 1)) << "s " << seq;
-    for (int step = 0; step < kSteps; ++step) {
-      EXPECT_EQ(plain.losses[static_cast<size_t>(step)], rec.losses[static_cast<size_t>(step)])
-          << "s " << seq << " step " << step;
-    }
-    const auto& pp = plain.model->parameters().params();
-    const auto& rp = rec.model->parameters().params();
-    for (size_t i = 0; i < pp.size(); ++i) {
-      EXPECT_EQ(bytes_of(*plain.be, pp[i].value), bytes_of(*rec.be, rp[i].value)) << pp[i].name << " s " << seq;
-      EXPECT_EQ(bytes_of(*plain.be, pp[i].grad), bytes_of(*rec.be, rp[i].grad)) << pp[i].name << " s " << seq;
-    }
+    expect_same_bits(plain, rec, "s " + std::to_string(seq));
   }
 }
 
