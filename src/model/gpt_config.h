@@ -74,12 +74,13 @@ struct GPTConfig {
 // stage v = c * pp + stage with the L / (pp * vp) layers from v * L / (pp * vp). Virtual stage 0
 // has the embeddings, the last one the final LayerNorm, output layer and loss; with tied
 // embeddings the last stage (pp > 1) keeps its own copy of the word embedding.
-// activation_sets[c]: how many micro-batches chunk c holds in flight (empty: one each).
+// activation_sets: the micro-batches the stage holds in flight, over all its chunks (one pool of
+// sets, parallel::activation_slots).
 struct PipelineStageOptions {
   int64_t pp = 1;
   int64_t stage = 0;
   int64_t virtual_chunks = 1;
-  std::vector<int64_t> activation_sets;
+  int64_t activation_sets = 1;
 };
 
 }  // namespace megatron::model

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "comm/self_communicator.h"
 #include "core/error.h"
@@ -116,8 +117,7 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   const int64_t pp = pipe_.pp, vp = pipe_.virtual_chunks;
   MT_CHECK(pp >= 1 && vp >= 1 && pipe_.stage >= 0 && pipe_.stage < pp && c.num_layers % (pp * vp) == 0)
       << "pipeline stage " << pipe_.stage << " of " << pp << " x " << vp << " chunks for " << c.num_layers << " layers";
-  if (pipe_.activation_sets.empty()) pipe_.activation_sets.assign(static_cast<size_t>(vp), 1);
-  MT_CHECK(static_cast<int64_t>(pipe_.activation_sets.size()) == vp) << "activation_sets per chunk";
+  MT_CHECK(pipe_.activation_sets >= 1) << "activation sets: " << pipe_.activation_sets;
   layers_per_chunk_ = c.num_layers / (pp * vp);
   chunk_config_ = c;
   chunk_config_.num_layers = layers_per_chunk_;
@@ -188,19 +188,17 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
       act_slot_.push_back(~int64_t{0});
     }
   }
-  for (int64_t ci = 0; ci < vp; ++ci) {
-    Chunk& chunk = chunks_[static_cast<size_t>(ci)];
-    MT_CHECK(pipe_.activation_sets[static_cast<size_t>(ci)] >= 1) << "activation sets";
-    for (int64_t k = 0; k < pipe_.activation_sets[static_cast<size_t>(ci)]; ++k) {
-      ActivationSet set;
-      if (is_first_virtual(ci)) set.tokens = act({b, s}, DType::kI32);
-      if (is_first_virtual(ci) && c.reset_position_ids) set.positions = act({b, s}, DType::kI32);
-      if (c.reset_attention_mask) set.key_start = act({b, s}, DType::kI32);
-      if (dropout_stream_in_memory(c, T, pipe_)) set.dropout_stream = act({1}, DType::kI64);
-      for (int64_t l = 0; l <= Lc; ++l) set.xs.push_back(act({sl, b, h}, dtype_));
-      for (int64_t l = 0; l < cc.kept_layers(); ++l) set.kept.push_back(layer_acts());
-      chunk.sets.push_back(std::move(set));
-    }
+  // One pool of sets for all chunks (each holds Lc layers): stage 0's sets can all take chunk
+  // 0's micro-batches, so each has the tokens (and position ids).
+  for (int64_t k = 0; k < pipe_.activation_sets; ++k) {
+    ActivationSet set;
+    if (pipe_.stage == 0) set.tokens = act({b, s}, DType::kI32);
+    if (pipe_.stage == 0 && c.reset_position_ids) set.positions = act({b, s}, DType::kI32);
+    if (c.reset_attention_mask) set.key_start = act({b, s}, DType::kI32);
+    if (dropout_stream_in_memory(c, T, pipe_)) set.dropout_stream = act({1}, DType::kI64);
+    for (int64_t l = 0; l <= Lc; ++l) set.xs.push_back(act({sl, b, h}, dtype_));
+    for (int64_t l = 0; l < cc.kept_layers(); ++l) set.kept.push_back(layer_acts());
+    sets_.push_back(std::move(set));
   }
   for (int64_t l = 0; l < cc.recompute_slots(); ++l) recompute_acts_.push_back(layer_acts());
   if (last_stage) {
@@ -228,9 +226,6 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   dlogits_ = logits_;
 }
 
-int64_t GPTModel::activation_sets(int64_t chunk) const {
-  return static_cast<int64_t>(chunks_[static_cast<size_t>(chunk)].sets.size());
-}
 
 bool GPTModel::is_last_virtual(int64_t chunk) const {
   return chunk == num_chunks() - 1 && pipe_.stage == pipe_.pp - 1;
@@ -471,21 +466,31 @@ void GPTModel::backward(float loss_scale, float grad_scale) {
   chunk_backward();
 }
 
+GPTModel::ActivationSet& GPTModel::set_at(int64_t chunk, int64_t set) {
+  return const_cast<ActivationSet&>(std::as_const(*this).set_at(chunk, set));
+}
+
+const GPTModel::ActivationSet& GPTModel::set_at(int64_t chunk, int64_t set) const {
+  MT_CHECK(chunk >= 0 && chunk < num_chunks() && set >= 0 && set < activation_sets())
+      << "activation set " << set << " of " << activation_sets() << " for chunk " << chunk << " of " << num_chunks();
+  return sets_[static_cast<size_t>(set)];
+}
+
 Tensor& GPTModel::input_buffer(int64_t chunk, int64_t set) {
   MT_CHECK(!is_first_virtual(chunk)) << "virtual stage 0 reads tokens";
-  return chunks_[static_cast<size_t>(chunk)].sets[static_cast<size_t>(set)].xs.front();
+  return set_at(chunk, set).xs.front();
 }
 
 const Tensor& GPTModel::output(int64_t chunk, int64_t set) const {
   MT_CHECK(!is_last_virtual(chunk)) << "the last virtual stage outputs a loss";
-  return chunks_[static_cast<size_t>(chunk)].sets[static_cast<size_t>(set)].xs.back();
+  return set_at(chunk, set).xs.back();
 }
 
 void GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, const DropoutContext& dropout,
                              const HeadBackward* head) {
   cur_chunk_ = chunk;
   cur_set_ = set;
-  ActivationSet& as = chunks_[static_cast<size_t>(chunk)].sets[static_cast<size_t>(set)];
+  ActivationSet& as = set_at(chunk, set);
   as.dropout = dropout;
   dropout_ctx_ = dropout;
   const bool first = is_first_virtual(chunk), last = is_last_virtual(chunk);
@@ -739,7 +744,7 @@ void GPTModel::head_backward(float loss_scale, float grad_scale, Tensor& dx) {
 void GPTModel::backward_chunk(int64_t chunk, int64_t set) {
   cur_chunk_ = chunk;
   cur_set_ = set;
-  const ActivationSet& as = chunks_[static_cast<size_t>(chunk)].sets[static_cast<size_t>(set)];
+  const ActivationSet& as = set_at(chunk, set);
   dropout_ctx_ = as.dropout;
   // ws_grad_ := d(chunk output): kept by the early head backward, or received.
   const Tensor& dy = is_last_virtual(chunk) ? as.xs.back() : recv_grad_;

@@ -190,11 +190,13 @@ class GPTModel {
   bool sequence_parallel() const { return sp_; }
 
   // --- Pipeline stage interface (train/pipeline_executor.h drives it; forward() and
-  // backward() above are chunk 0, set 0 of a one-stage model). Per chunk, set k holds one
-  // micro-batch in flight from its forward to its backward. Activations and gradients
-  // crossing stages are the residual stream [s/T (sequence parallel) or s, b, h].
+  // backward() above are chunk 0, set 0 of a one-stage model). The stage's chunks share one
+  // pool of activation sets (PipelineStageOptions::activation_sets); the set a micro-batch of a
+  // chunk takes (parallel::activation_slots) holds it from its forward (or its input's
+  // receive) to its backward. Activations and gradients crossing stages are the residual
+  // stream [s/T (sequence parallel) or s, b, h].
   int64_t num_chunks() const { return static_cast<int64_t>(chunks_.size()); }
-  int64_t activation_sets(int64_t chunk) const;
+  int64_t activation_sets() const { return static_cast<int64_t>(sets_.size()); }
   // Virtual stage 0 (embedding, tokens in) / the last one (loss out).
   bool is_first_virtual(int64_t chunk) const { return chunk == 0 && pipe_.stage == 0; }
   bool is_last_virtual(int64_t chunk) const;
@@ -292,13 +294,13 @@ class GPTModel {
   };
   struct Chunk {
     int64_t first_layer = 0;  // global index of local layer 0
-    std::vector<ActivationSet> sets;
   };
+  // Set `set` of the pool, for a micro-batch of chunk `chunk` (both checked).
+  ActivationSet& set_at(int64_t chunk, int64_t set);
+  const ActivationSet& set_at(int64_t chunk, int64_t set) const;
   // The activation set being run (cur_chunk_, cur_set_).
-  ActivationSet& cur_set() { return chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)]; }
-  const ActivationSet& cur_set() const {
-    return chunks_[static_cast<size_t>(cur_chunk_)].sets[static_cast<size_t>(cur_set_)];
-  }
+  ActivationSet& cur_set() { return sets_[static_cast<size_t>(cur_set_)]; }
+  const ActivationSet& cur_set() const { return sets_[static_cast<size_t>(cur_set_)]; }
   // Whether the current work draws dropout masks (training, a dropout > 0).
   bool dropout_drawn() const {
     return dropout_ctx_.training && (config_.hidden_dropout > 0.0f || config_.attention_dropout > 0.0f);
@@ -435,6 +437,7 @@ class GPTModel {
   // (last virtual stage; tokens live in the activation sets).
   Tensor labels_, loss_weights_, dloss_weights_;  // [s, b]: labels, the loss mask, the scaled weights
   std::vector<Chunk> chunks_;
+  std::vector<ActivationSet> sets_;  // the pool shared by the chunks
   int64_t cur_chunk_ = 0, cur_set_ = 0;  // what layer_forward / layer_backward work on
   std::vector<LayerActs> recompute_acts_;  // the recompute slots, shared by every chunk and set
   // Set by layer l's LayerNorm 1 backward for the layer below (global index) when it took that

@@ -75,18 +75,15 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
   // share the stage's recompute slots, their inputs stay in the residual stream.
   GPTConfig cc = c;
   cc.num_layers = Lc;
-  // Per activation set of a chunk: the Lc+1 residual-stream tensors [nl, h] (model dtype) and
-  // the kept layers; int32 tokens [n] (and position ids with reset_position_ids) on the first
-  // virtual stage; int32 key starts [n] with reset_attention_mask; the int64 dropout stream
+  // Per activation set (a chunk's Lc layers): the Lc+1 residual-stream tensors [nl, h] (model
+  // dtype) and the kept layers; int32 tokens [n] (and position ids with reset_position_ids) on
+  // stage 0; int32 key starts [n] with reset_attention_mask; the int64 dropout stream
   // (dropout_stream_in_memory).
   const int64_t per_set = (Lc + 1) * nl * h * e + cc.kept_layers() * layer +
                           (dropout_stream_in_memory(c, tp, pipe) ? 8 : 0) + (c.reset_attention_mask ? n * 4 : 0);
   const int64_t first_inputs = n * 4 * (c.reset_position_ids ? 2 : 1);
-  p.activations = cc.recompute_slots() * layer;
-  for (int64_t ci = 0; ci < vp; ++ci) {
-    const int64_t sets = pipe.activation_sets.empty() ? 1 : pipe.activation_sets[static_cast<size_t>(ci)];
-    p.activations += sets * (per_set + (first && ci == 0 ? first_inputs : 0));
-  }
+  // One pool of sets for the stage's chunks, each with the first virtual stage's inputs on stage 0.
+  p.activations = cc.recompute_slots() * layer + pipe.activation_sets * (per_set + (first ? first_inputs : 0));
   // The loss head (last stage): final LN out (model dtype) with mean (LayerNorm) and rstd [nl];
   // logits [n, V] in the model dtype (their gradient reuses the buffer); fp32 losses and lse
   // [n]; int32 labels, the fp32 loss mask and the scaled loss weights [n].

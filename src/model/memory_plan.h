@@ -41,8 +41,8 @@ int64_t stage_num_parameters(const GPTConfig& config, int64_t tp, const Pipeline
 // qkv, attention out, FC1/GELU out and the logits are split over tp; with sequence
 // parallelism the residual stream, LayerNorm outputs and statistics too, plus one [n, h]
 // gather workspace).
-// `pipeline`: the stage's layers, each chunk's activation sets (the residual stream and kept
-// layers per set, tokens per set on the first virtual stage), the loss head's buffers on the
+// `pipeline`: the stage's layers, its pool of activation sets (the residual stream and kept
+// layers of one chunk per set, tokens per set on stage 0), the loss head's buffers on the
 // last stage, and the [nl, h] received-gradient workspace when pp > 1.
 MemoryPlan plan_memory(const GPTConfig& config, DType param_dtype, int64_t micro_batch_size, int64_t tp = 1,
                        bool sequence_parallel = false, const PipelineStageOptions& pipeline = {});

@@ -1,7 +1,6 @@
 #include "parallel/pipeline_schedule.h"
 
 #include <algorithm>
-#include <set>
 #include <utility>
 
 #include "core/error.h"
@@ -109,9 +108,7 @@ std::vector<PipelineAction> pipeline_schedule(const PipelineShape& s) {
   return table;
 }
 
-std::vector<PipelineAction> overlapped_exchanges(const std::vector<PipelineAction>& table,
-                                                 const std::vector<int64_t>& activation_sets) {
-  const int64_t vp = static_cast<int64_t>(activation_sets.size());
+std::vector<PipelineAction> overlapped_exchanges(const std::vector<PipelineAction>& table, int64_t vp) {
   std::vector<PipelineAction> out;
   for (size_t i = 0; i < table.size(); ++i) {
     const PipelineAction& a = table[i];
@@ -122,26 +119,10 @@ std::vector<PipelineAction> overlapped_exchanges(const std::vector<PipelineActio
     const PipelineAction none{PipelineOp::kComm, 0, 0, {}};
     PipelineAction early = none, act = none, grad = none;
     // The exchange after an interleaved steady-state pair (forward, backward): its activation
-    // messages are posted between the two, the receive running beside the backward; except a
-    // receive into the activation set that this backward frees (it holds the backward's
-    // micro-batch until then).
-    const PipelineAction* pair_backward = nullptr;
-    if (vp > 1 && i >= 2 && table[i - 1].op == PipelineOp::kBackward && table[i - 2].op == PipelineOp::kForward) {
-      pair_backward = &table[i - 1];
-    }
-    auto frees = [&](const P2PMessage& m) {
-      const int64_t sets = activation_sets[static_cast<size_t>(m.chunk)];
-      return pair_backward->chunk == m.chunk && pair_backward->micro_batch % sets == m.micro_batch % sets;
-    };
-    for (const P2PMessage& m : a.messages) {
-      if (m.gradient) {
-        grad.messages.push_back(m);
-      } else if (pair_backward != nullptr && (m.send || !frees(m))) {
-        early.messages.push_back(m);
-      } else {
-        act.messages.push_back(m);
-      }
-    }
+    // messages are posted between the two, the receive running beside the backward.
+    const bool after_pair =
+        vp > 1 && i >= 2 && table[i - 1].op == PipelineOp::kBackward && table[i - 2].op == PipelineOp::kForward;
+    for (const P2PMessage& m : a.messages) (m.gradient ? grad : after_pair ? early : act).messages.push_back(m);
     if (!early.messages.empty()) out.insert(out.end() - 1, std::move(early));
     if (!act.messages.empty()) out.push_back(std::move(act));
     if (!grad.messages.empty()) out.push_back(std::move(grad));
@@ -149,29 +130,47 @@ std::vector<PipelineAction> overlapped_exchanges(const std::vector<PipelineActio
   return out;
 }
 
-std::vector<int64_t> max_in_flight(const std::vector<PipelineAction>& table, int64_t virtual_chunks) {
-  std::vector<int64_t> now(static_cast<size_t>(virtual_chunks), 0), most(static_cast<size_t>(virtual_chunks), 0);
+int64_t ActivationSlots::at(int64_t chunk, int64_t micro_batch) const {
+  const auto it = of.find({chunk, micro_batch});
+  MT_CHECK(it != of.end()) << "no activation set for micro-batch " << micro_batch << " of chunk " << chunk;
+  return it->second;
+}
+
+ActivationSlots activation_slots(const std::vector<PipelineAction>& table) {
   bool any_backward = false;
   for (const PipelineAction& a : table) any_backward |= a.op == PipelineOp::kBackward;
-  // A set is taken when its input activation's receive is posted (or, with no receive, at the
-  // forward) and given back at the backward.
-  std::set<std::pair<int64_t, int64_t>> received;
-  auto take = [&](int64_t chunk) {
-    const size_t c = static_cast<size_t>(chunk);
-    most[c] = std::max(most[c], ++now[c]);
+  ActivationSlots slots;
+  std::vector<bool> busy;  // per set
+  auto take = [&](int64_t chunk, int64_t micro_batch) {
+    if (slots.of.count({chunk, micro_batch})) return;  // its receive took it
+    const size_t k = static_cast<size_t>(std::find(busy.begin(), busy.end(), false) - busy.begin());
+    if (k == busy.size()) busy.push_back(false);
+    busy[k] = true;
+    slots.of[{chunk, micro_batch}] = static_cast<int64_t>(k);
   };
   for (const PipelineAction& a : table) {
-    const size_t c = static_cast<size_t>(a.chunk);
     if (a.op == PipelineOp::kComm) {
       for (const P2PMessage& m : a.messages) {
-        if (!m.send && !m.gradient && received.insert({m.chunk, m.micro_batch}).second) take(m.chunk);
+        if (!m.send && !m.gradient) take(m.chunk, m.micro_batch);
       }
     } else if (a.op == PipelineOp::kForward) {
-      if (!received.count({a.chunk, a.micro_batch})) take(a.chunk);
-      if (!any_backward) now[c] = 0;  // forward only: the set is free once the output has left
+      take(a.chunk, a.micro_batch);
+      if (!any_backward) busy[static_cast<size_t>(slots.at(a.chunk, a.micro_batch))] = false;
     } else {
-      --now[c];
+      busy[static_cast<size_t>(slots.at(a.chunk, a.micro_batch))] = false;
     }
+  }
+  slots.count = static_cast<int64_t>(busy.size());
+  return slots;
+}
+
+int64_t activation_sets_needed(PipelineShape shape, bool overlapped) {
+  int64_t most = 1;
+  for (bool forward_only : {false, true}) {
+    shape.forward_only = forward_only;
+    std::vector<PipelineAction> table = pipeline_schedule(shape);
+    if (overlapped) table = overlapped_exchanges(table, shape.virtual_chunks);
+    most = std::max(most, activation_slots(table).count);
   }
   return most;
 }

@@ -39,9 +39,9 @@
 // (Megatron's send_forward_recv_forward right after the forward): the next forward's input is
 // received while B runs, and the gradient group after B receives the next backward's gradient
 // while the next F runs. Both peers split the same exchange the same way, activations first,
-// so their groups still pair up as the blocking steps did. Not moved: a receive into the
-// activation set the pair's backward frees (the model has no spare set for it: it would
-// overwrite that backward's input), and 1F1B receives: there the last stage would post the
+// so their groups still pair up as the blocking steps did. The moved receive needs an
+// activation set beside the ones the pair holds: activation_slots() of the table as run counts
+// it. Not moved: 1F1B receives: there the last stage would post the
 // next forward's receive before its backward's send while the stage before it posts that
 // backward's receive before the next forward's send, a cycle on one stream (Megatron's 1F1B
 // has no overlapped exchanges either). A gradient receive is never posted before the previous
@@ -49,7 +49,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace megatron::parallel {
@@ -95,18 +97,33 @@ std::vector<PipelineAction> pipeline_schedule(const PipelineShape& shape);
 // direction into two started groups, activations then gradients (Megatron's
 // send_forward_recv_forward, send_backward_recv_backward); in the interleaved steady state the
 // activation group after a pair (forward, backward) moves between the two. See "Overlapped
-// exchanges" above. `activation_sets[c]`: the sets chunk c has in the model (micro-batch k in
-// set k mod that, as the executor uses them; at least max_in_flight(table)), which decide the
-// receives that cannot move. The result needs no more sets than `table`.
-std::vector<PipelineAction> overlapped_exchanges(const std::vector<PipelineAction>& table,
-                                                 const std::vector<int64_t>& activation_sets);
+// exchanges" above. `vp`: the table's virtual_chunks.
+std::vector<PipelineAction> overlapped_exchanges(const std::vector<PipelineAction>& table, int64_t vp);
 
-// Per chunk, the most micro-batches whose input activation has been received (the receive
-// posted; on virtual stage 0: whose forward has run) and whose backward has not yet run
-// (forward only: 1 per chunk that runs anything): how many activation sets the chunk needs.
-// Forwards and backwards of a chunk both go in micro-batch order, so micro-batch k can use
-// set k mod max_in_flight[c].
-std::vector<int64_t> max_in_flight(const std::vector<PipelineAction>& table, int64_t virtual_chunks);
+// Activation sets: one pool for all of a stage's chunks (every chunk has L / (pp * vp) layers,
+// so a set fits any of them). A micro-batch of a chunk takes a set when its input activation's
+// receive is posted (on virtual stage 0: at its forward) and gives it back at its backward
+// (forward only: right after its forward, once its output is in the send queue; the executor
+// waits for a send before the set's next compute). Each take gets the lowest free set.
+// `count` is the most sets held at once (tests/parallel/pipeline_schedule_test.cpp checks it
+// for pp <= 8, vp <= 4): 1F1B min(pp - s, M) on stage s; the blocking interleaved table
+// Megatron's count of chunks live at once, min(M vp, 2 (pp - s - 1) + (vp - 1) pp + 1) for
+// M > pp, all M vp for M == pp (Megatron's all-warm-up case); the overlapped interleaved table
+// one more (the next forward's input arrives beside the backward that frees a set). Sets per
+// chunk, each sized for the chunk's own busiest moment, held 2-38% more (bench/RESULTS.md,
+// sixteenth session).
+struct ActivationSlots {
+  int64_t count = 0;
+  std::map<std::pair<int64_t, int64_t>, int64_t> of;  // (chunk, micro-batch) -> set
+  // The set of (chunk, micro_batch) (checked: the table takes one for it).
+  int64_t at(int64_t chunk, int64_t micro_batch) const;
+};
+ActivationSlots activation_slots(const std::vector<PipelineAction>& table);
+
+// The sets a stage's model needs for every table the trainer runs on it: training and
+// evaluation (forward only) at `shape.num_microbatches`, as blocking or overlapped
+// (`overlapped`: --overlap-p2p-communication) exchanges.
+int64_t activation_sets_needed(PipelineShape shape, bool overlapped);
 
 // The virtual stage (c * pp + s) of chunk c on stage s, and the (stage, chunk) before / after
 // a virtual stage (-1 stage: none).

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <numeric>
 #include <tuple>
 #include <vector>
 
@@ -21,28 +20,22 @@ int64_t in_flight_micro_batches(const ParallelConfig& p, int64_t stage) {
   return std::min(p.pp - stage, p.num_micro_batches());
 }
 
-// Interleaved: the activation sets our engine allocates for each chunk of `stage`, the
-// schedule's max_in_flight (train/config.cpp). They stop growing with m at 2 pp micro-batches
-// (the warm-up is at most (vp + 1) pp chunk forwards; checked for pp <= 16, vp <= 12 in
+// The activation sets of the stage, one pool for its chunks: 1F1B min(pp - stage, m) micro-
+// batches; interleaved, what the engine allocates (train/config.cpp, with the blocking
+// exchanges: the planner does not model --overlap-p2p-communication, whose moved receives can
+// take one set more). They stop growing with m at 2 pp micro-batches (the warm-up is at most
+// (vp + 1) pp chunk forwards; checked for pp <= 16, vp <= 12 in
 // tests/plan/memory_model_test.cpp), so the table is built for min(m, 2 pp) and memoised.
-std::vector<int64_t> interleaved_sets(const ParallelConfig& p, int64_t stage) {
+int64_t activation_sets(const ParallelConfig& p, int64_t stage) {
+  if (p.vp == 1) return in_flight_micro_batches(p, stage);
   static std::mutex mu;
-  static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::vector<int64_t>> memo;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, int64_t> memo;
   const int64_t m = std::min(p.num_micro_batches(), 2 * p.pp);
   const auto key = std::make_tuple(p.pp, p.vp, m, stage);
   std::lock_guard<std::mutex> lock(mu);
   auto it = memo.find(key);
-  if (it == memo.end()) {
-    const parallel::PipelineShape shape{p.pp, stage, m, p.vp};
-    it = memo.emplace(key, parallel::max_in_flight(parallel::pipeline_schedule(shape), p.vp)).first;
-  }
+  if (it == memo.end()) it = memo.emplace(key, parallel::activation_sets_needed({p.pp, stage, m, p.vp}, false)).first;
   return it->second;
-}
-
-// The activation sets of each of the stage's chunks: 1F1B min(pp - stage, m) micro-batches;
-// interleaved, what our engine allocates per chunk.
-std::vector<int64_t> activation_sets(const ParallelConfig& p, int64_t stage) {
-  return p.vp == 1 ? std::vector<int64_t>{in_flight_micro_batches(p, stage)} : interleaved_sets(p, stage);
 }
 
 }  // namespace
@@ -84,20 +77,19 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   const int64_t norm_stats = c.layernorm_bias() ? 2 : 1;
   const int64_t layer = n * (3 * h / u + (4 * q + f1 + f) / t) * e + 2 * norm_stats * n * 4 / u + b * a * s * 4 / t;
   const int64_t mbs_in_flight = in_flight_micro_batches(p, stage);
-  const std::vector<int64_t> sets = activation_sets(p, stage);
-  const int64_t chunk_sets = std::accumulate(sets.begin(), sets.end(), int64_t{0});  // over the stage's chunks
-  const int64_t layers_in_flight = chunk_sets * (layers / p.vp);
+  const int64_t sets = activation_sets(p, stage);  // each holds one chunk's layers
+  const int64_t layers_in_flight = sets * (layers / p.vp);
   const bool full = p.recompute == PlanRecompute::kFull;
   int64_t act = layers_in_flight * (n * h * e / u + (full ? 0 : layer));
   if (full) act += layer;  // the one slot recomputed layers share (model/gpt_config.h recompute_slots)
-  // Tokens (and position ids) on stage 0: one per activation set of its first chunk.
-  if (stage == 0) act += sets.front() * n * 4 * (c.reset_position_ids ? 2 : 1);
+  // Tokens (and position ids) on stage 0: in every activation set.
+  if (stage == 0) act += sets * n * 4 * (c.reset_position_ids ? 2 : 1);
   // Documents: int32 key starts [n] per activation set.
-  if (c.reset_attention_mask) act += chunk_sets * n * 4;
+  if (c.reset_attention_mask) act += sets * n * 4;
   model::PipelineStageOptions layout;
   layout.pp = p.pp;
   layout.virtual_chunks = p.vp;
-  if (model::dropout_stream_in_memory(c, p.tp, layout)) act += chunk_sets * 8;  // int64 per activation set
+  if (model::dropout_stream_in_memory(c, p.tp, layout)) act += sets * 8;  // int64 per activation set
   if (stage == p.pp - 1) {
     act += mbs_in_flight * (2 * n * h * e / u + norm_stats * n * 4 / u + n * (V / t) * e + 5 * n * 4);
   }

@@ -37,11 +37,10 @@
 //                       logits n*(V/t)*e and 20n (losses, lse, labels, loss mask, weights);
 //                       plus, once, the activation slot of the layer being recomputed (full recompute)
 //  in flight            1F1B: stage k holds min(pp - k, m) micro-batches (megatron-facts §8);
-//                       interleaved: the activation sets our engine allocates, per chunk the
-//                       schedule's max_in_flight (parallel/pipeline_schedule.h), of L_k/vp layers
-//                       each; their sum exceeds Megatron's min(m*vp, 2(pp-k-1) + (vp-1)*pp + 1)
-//                       chunks live at once (Korthikanti 2022) by 2-38% (pp 2-16, vp 2-6: each
-//                       chunk keeps its own sets, sized for its own busiest moment)
+//                       interleaved: the stage's one pool of activation sets, each of L_k/vp
+//                       layers, as many as the schedule holds at once
+//                       (parallel::activation_slots): Megatron's min(m*vp, 2(pp-k-1) +
+//                       (vp-1)*pp + 1) chunks live at once (Korthikanti 2022)
 //  workspace            (3nh + (4nq + n*f1 + [SwiGLU] nf)/t)*e: gradient stream, temporaries,
 //                       gathered SP inputs, fc1's output gradient, SwiGLU's output gradient
 #pragma once

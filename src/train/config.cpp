@@ -15,8 +15,7 @@ model::PipelineStageOptions pipeline_stage(const TrainConfig& c, int64_t stage) 
   p.virtual_chunks = c.virtual_pipeline_chunks();
   // In flight at most at the largest number of micro-batches (the final global batch).
   const int64_t m = c.global_batch_size / (c.micro_batch_size * c.data_parallel_size);
-  p.activation_sets = parallel::max_in_flight(parallel::pipeline_schedule({p.pp, stage, m, p.virtual_chunks}),
-                                              p.virtual_chunks);
+  p.activation_sets = parallel::activation_sets_needed({p.pp, stage, m, p.virtual_chunks}, c.overlap_p2p_communication);
   return p;
 }
 

@@ -44,15 +44,15 @@ std::vector<Span> compute_buffers(const parallel::PipelineAction& a, model::GPTM
 double run_pipeline(const std::vector<parallel::PipelineAction>& blocking_table, model::GPTModel& model,
                     comm::Communicator& pp, const PipelineCallbacks& cb) {
   // --overlap-p2p-communication: the exchanges split by direction and posted earlier
-  // (parallel::overlapped_exchanges, for the model's activation sets).
-  std::vector<parallel::PipelineAction> overlapped;
-  if (cb.overlap_p2p) {
-    std::vector<int64_t> sets;
-    for (int64_t c = 0; c < model.num_chunks(); ++c) sets.push_back(model.activation_sets(c));
-    overlapped = parallel::overlapped_exchanges(blocking_table, sets);
-  }
-  const std::vector<parallel::PipelineAction>& table = cb.overlap_p2p ? overlapped : blocking_table;
-  auto set_of = [&](int64_t chunk, int64_t k) { return k % model.activation_sets(chunk); };
+  // (parallel::overlapped_exchanges).
+  const std::vector<parallel::PipelineAction> table =
+      cb.overlap_p2p ? parallel::overlapped_exchanges(blocking_table, model.num_chunks()) : blocking_table;
+  // The activation sets in the order this table takes and frees them.
+  const parallel::ActivationSlots slots = parallel::activation_slots(table);
+  MT_CHECK(slots.count <= model.activation_sets())
+      << "the pipeline table holds " << slots.count << " micro-batches in flight, the model has "
+      << model.activation_sets() << " activation sets";
+  auto set_of = [&](int64_t chunk, int64_t k) { return slots.at(chunk, k); };
   // The computes that finish each chunk's gradients (--overlap-grad-reduce): its last backward,
   // and on the last virtual stage its last forward (the loss head's backward).
   std::vector<size_t> last_backward(static_cast<size_t>(model.num_chunks()), table.size());

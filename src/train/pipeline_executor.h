@@ -1,15 +1,16 @@
 // Runs a pipeline table (parallel/pipeline_schedule.h) on this rank's stage of the model: each
-// kForward / kBackward calls GPTModel::forward_chunk / backward_chunk with activation set
-// k mod activation_sets(chunk), each kComm step posts its messages together with one
-// Communicator::send_recv over the pipeline group (group rank == pipeline stage):
+// kForward / kBackward calls GPTModel::forward_chunk / backward_chunk with the activation set
+// that parallel::activation_slots gives its (chunk, micro-batch) in the table as run, each
+// kComm step posts its messages together with one Communicator::send_recv over the pipeline group (group rank == pipeline stage):
 //   send activation  model.output(chunk, set)        recv activation  model.input_buffer(chunk, set)
 //   send gradient    model.input_grad()               recv gradient    model.output_grad_buffer()
 // The table keeps the buffers free: input_grad is sent in the exchange right after its
 // backward (before another compute can overwrite it); an activation stays in its set until
 // the set's backward; a receive is posted in the exchange just before its compute, or before
 // the forward that an interleaved steady-state pair runs first (that forward does not touch
-// output_grad_buffer); overlapped tables post some receives one compute earlier, never into a
-// buffer still in use (parallel/pipeline_schedule.h, "Overlapped exchanges").
+// output_grad_buffer); overlapped tables post some receives one compute earlier, into a set
+// that activation_slots keeps free for them (parallel/pipeline_schedule.h, "Overlapped
+// exchanges").
 //
 // --overlap-p2p-communication (PipelineCallbacks::overlap_p2p): the table runs as
 // parallel::overlapped_exchanges makes it — each exchange split into an activation group and a
@@ -17,7 +18,7 @@
 // the backward it runs beside. Each group is started (Communicator::start_send_recv: MPI
 // Isend/Irecv, an NCCL group on the communicator's own stream) instead of completed on the
 // spot, and waited for only just before the first compute that reads one of its receive
-// buffers or writes one of its send buffers (the activation set of the same (chunk, set),
+// buffers or writes one of its send buffers (the same activation set,
 // input_grad, output_grad_buffer), and at the end of the table. A stage whose next compute
 // needs nothing from a group (a forward and the gradient group, stage 0 sending warm-up
 // activations, the last stage sending gradients before its next forward) computes on while

@@ -391,7 +391,7 @@ TEST(GPTModel, PipelineStagesEqualTheWholeModel) {
     p.pp = 2;
     p.stage = s;
     p.virtual_chunks = 2;
-    p.activation_sets = {2, 2};
+    p.activation_sets = 4;  // both micro-batches of both chunks in flight: set k + 2 * chunk
     st.push_back(std::make_unique<GPTModel>(c, *backend, DType::kF32, 2, TensorParallelOptions{}, p));
     st.back()->parameters().initialize(*backend, 7, c.init_method_std, c.num_layers);
     Tensor g = st.back()->parameters().grads();
@@ -403,15 +403,17 @@ TEST(GPTModel, PipelineStagesEqualTheWholeModel) {
   float stage_loss[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
     for (int64_t v = 0; v < 4; ++v) {
-      if (v > 0) backend->copy(model_of(v - 1).output((v - 1) / 2, k), model_of(v).input_buffer(v / 2, k));
-      model_of(v).forward_chunk(v / 2, k, &mbs[k], d[k], &head);
+      if (v > 0) {
+        backend->copy(model_of(v - 1).output((v - 1) / 2, k + (v - 1) / 2 * 2), model_of(v).input_buffer(v / 2, k + v / 2 * 2));
+      }
+      model_of(v).forward_chunk(v / 2, k + v / 2 * 2, &mbs[k], d[k], &head);
       stage_loss[k] += static_cast<float>(model_of(v).take_losses());  // 0 but on the last virtual stage
     }
   }
   for (int k = 0; k < 2; ++k) {
     for (int64_t v = 3; v >= 0; --v) {
       if (v < 3) backend->copy(model_of(v + 1).input_grad(), model_of(v).output_grad_buffer());
-      model_of(v).backward_chunk(v / 2, k);
+      model_of(v).backward_chunk(v / 2, k + v / 2 * 2);
     }
   }
   for (int k = 0; k < 2; ++k) EXPECT_EQ(stage_loss[k], whole_loss[k]);

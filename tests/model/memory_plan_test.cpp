@@ -245,7 +245,7 @@ TEST(MemoryPlan, PipelineStagePlanEqualsAllocatedBytes) {
       for (bool untied : {false, true}) {
         c.recompute = r;
         c.untie_embeddings_and_output_weights = untied;
-        // Documents: key starts in every chunk's sets, position ids on virtual stage 0.
+        // Documents: key starts in every activation set, position ids in stage 0's.
         c.reset_position_ids = c.reset_attention_mask = untied;
         // RMSNorm and SwiGLU: no final LayerNorm bias on the last stage, fc1 [2f, h].
         c.normalization = vp == 2 ? Normalization::kRMSNorm : Normalization::kLayerNorm;
@@ -256,7 +256,7 @@ TEST(MemoryPlan, PipelineStagePlanEqualsAllocatedBytes) {
           pipe.pp = 2;
           pipe.stage = stage;
           pipe.virtual_chunks = vp;
-          pipe.activation_sets = vp == 1 ? std::vector<int64_t>{2 - stage} : std::vector<int64_t>{3, 2};
+          pipe.activation_sets = vp == 1 ? 2 - stage : 3;
           const MemoryPlan plan = plan_memory(c, DType::kBF16, 2, 1, false, pipe);
           auto backend = backend::make_cpu_backend();
           MemoryTracker& tracker = memory_tracker(Device::kCPU);

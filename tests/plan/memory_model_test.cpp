@@ -245,8 +245,7 @@ TEST(PlanMemory, VariantsChangeWhatTheEnginePlanChanges) {
           stage.pp = l.pp;
           stage.stage = k;
           stage.virtual_chunks = l.vp;
-          stage.activation_sets =
-              parallel::max_in_flight(parallel::pipeline_schedule({l.pp, k, p.num_micro_batches(), l.vp}), l.vp);
+          stage.activation_sets = parallel::activation_sets_needed({l.pp, k, p.num_micro_batches(), l.vp}, false);
           const model::MemoryPlan planned = stage_memory(c, DType::kBF16, p, k);
           const model::MemoryPlan planned_base = stage_memory(base, DType::kBF16, p, k);
           const model::MemoryPlan exact = model::plan_memory(engine, DType::kBF16, 2, l.tp, l.sp, stage);
@@ -263,10 +262,9 @@ TEST(PlanMemory, VariantsChangeWhatTheEnginePlanChanges) {
   }
 }
 
-// Interleaving: each chunk keeps the activation sets the engine allocates for it, the
-// schedule's max_in_flight, of L/(pp*vp) layers each. Their sum can exceed Megatron's count of
-// chunks live at once, min(m*vp, 2(pp-1) + (vp-1)pp + 1): each chunk's sets are sized for its
-// own busiest moment.
+// Interleaving: the stage's chunks share one pool of activation sets, as many as the schedule
+// holds at once (Megatron's count of chunks live at once, min(m*vp, 2(pp-1) + (vp-1)pp + 1)),
+// each of L/(pp*vp) layers.
 TEST(PlanMemory, InterleavedScheduleInFlightChunks) {
   model::GPTConfig c = small_config();
   c.num_layers = 8;
@@ -276,25 +274,23 @@ TEST(PlanMemory, InterleavedScheduleInFlightChunks) {
   p.micro_batch = 1;
   p.global_batch = 8;
   // tp 1: layer = n*(3h + 4q + 2f)*e + 16n + 4*b*a*s = 4*(24 + 32 + 64)*2 + 64 + 32 = 1056; input 64.
-  // Stage 0's chunks hold 4 and 2 sets (Megatron's formula: min(16, 2*1 + 1*2 + 1) = 5 live at
-  // once), of 4/2 = 2 layers -> 12 layer-micro-batches (vs 8 for 1F1B); int32 tokens [n = 4]
-  // for each of chunk 0's 4 sets.
-  EXPECT_EQ(parallel::max_in_flight(parallel::pipeline_schedule({2, 0, 8, 2}), 2), (std::vector<int64_t>{4, 2}));
-  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 12 * (64 + 1056) + 4 * 16);
+  // Stage 0 holds min(16, 2*1 + 1*2 + 1) = 5 sets of 4/2 = 2 layers -> 10 layer-micro-batches
+  // (vs 8 for 1F1B); int32 tokens [n = 4] in each set.
+  EXPECT_EQ(parallel::activation_sets_needed({2, 0, 8, 2}, false), 5);
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 10 * (64 + 1056) + 5 * 16);
   p.vp = 1;
   EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 8 * (64 + 1056) + 2 * 16);
 }
 
 // The planner builds the interleaved schedule for min(m, 2 pp) micro-batches: past 2 pp the
-// sets per chunk do not change (pp up to 16, vp up to 12, every stage), so the plan is that of
-// the real m.
+// pool does not grow (pp up to 16, vp up to 12, every stage), so the plan is that of the real m.
 TEST(PlanMemory, InterleavedSetsStopGrowingAtTwicePpMicroBatches) {
   for (int64_t pp : {2, 3, 4, 8, 16}) {
     for (int64_t vp : {2, 3, 4, 6, 12}) {
       for (int64_t stage = 0; stage < pp; ++stage) {
-        const std::vector<int64_t> at_cap = parallel::max_in_flight(parallel::pipeline_schedule({pp, stage, 2 * pp, vp}), vp);
+        const int64_t at_cap = parallel::activation_sets_needed({pp, stage, 2 * pp, vp}, false);
         for (int64_t k : {3, 5, 8}) {
-          EXPECT_EQ(parallel::max_in_flight(parallel::pipeline_schedule({pp, stage, k * pp, vp}), vp), at_cap)
+          EXPECT_EQ(parallel::activation_sets_needed({pp, stage, k * pp, vp}, false), at_cap)
               << "pp " << pp << " vp " << vp << " stage " << stage << " m " << k * pp;
         }
       }

@@ -87,7 +87,7 @@ model::MemoryPlan engine_plan(const Measured& r, int64_t tp, int64_t pp) {
   model::PipelineStageOptions stage;
   stage.pp = pp;
   // The measured rank is stage 0; 1F1B keeps pp - 0 micro-batches in flight there (8 > 2 run).
-  stage.activation_sets = {pp};
+  stage.activation_sets = pp;
   return model::plan_memory(config_for_tp(pm, tp), DType::kBF16, 4, tp, tp > 1, stage);
 }
 

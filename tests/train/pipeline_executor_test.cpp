@@ -104,7 +104,7 @@ void check_stage(int64_t vp, int64_t stage) {
   const parallel::PipelineShape shape{2, stage, kMicro, vp, false};
   const std::vector<parallel::PipelineAction> table = parallel::pipeline_schedule(shape);
   auto backend = backend::make_cpu_backend();
-  model::PipelineStageOptions pipe{2, stage, vp, parallel::max_in_flight(table, vp)};
+  model::PipelineStageOptions pipe{2, stage, vp, parallel::activation_slots(table).count};
   model::GPTModel model(c, *backend, DType::kF32, 1, {}, pipe);
   model::ParameterSet& ps = model.parameters();
   ps.initialize(*backend, 3, 0.1f, c.num_layers);
@@ -224,7 +224,7 @@ TEST(PipelineExecutor, OverlapPointsFollowTheLastMicroBatchOfEachChunk) {
 
 // One stage of a pipeline of `pp` stages (M micro-batches, vp chunks) run alone with a
 // recording pipeline group: the log holds the exchanges ("blocking ...", "start ...",
-// "wait ...": "send out 0.1" = chunk 0's output of set 1, "recv in", "send igrad", "recv
+// "wait ...": "send out 1" = the output in activation set 1, "recv in", "send igrad", "recv
 // ograd") and "F3.1" / "B0" for each compute, logged after its waits. `touched` gets, per
 // logged compute, the buffers it reads or writes (the executor's rule).
 std::vector<std::string> p2p_log(int64_t pp, int64_t vp, int64_t stage, int64_t micro, int64_t layers, bool overlap,
@@ -232,17 +232,19 @@ std::vector<std::string> p2p_log(int64_t pp, int64_t vp, int64_t stage, int64_t 
   const model::GPTConfig c = tiny_config(layers);
   const std::vector<parallel::PipelineAction> table = parallel::pipeline_schedule({pp, stage, micro, vp, false});
   auto backend = backend::make_cpu_backend();
-  model::GPTModel model(c, *backend, DType::kF32, 1, {}, {pp, stage, vp, parallel::max_in_flight(table, vp)});
+  model::GPTModel model(c, *backend, DType::kF32, 1, {},
+                        {pp, stage, vp, parallel::activation_sets_needed({pp, stage, micro, vp}, overlap)});
   model.parameters().initialize(*backend, 3, 0.1f, c.num_layers);
   test::RecordingCommunicator comm({});
-  auto set_name = [](int64_t chunk, int64_t set) { return std::to_string(chunk) + "." + std::to_string(set); };
+  auto set_name = [](int64_t set) { return std::to_string(set); };
   comm.p2p_name = [&](const Tensor& t) -> std::string {
     if (t.data() == model.input_grad().data()) return "igrad";
     if (t.data() == model.output_grad_buffer().data()) return "ograd";
+    // The pool's sets are the same buffers for every chunk.
     for (int64_t ci = 0; ci < vp; ++ci) {
-      for (int64_t k = 0; k < model.activation_sets(ci); ++k) {
-        if (!model.is_first_virtual(ci) && t.data() == model.input_buffer(ci, k).data()) return "in " + set_name(ci, k);
-        if (!model.is_last_virtual(ci) && t.data() == model.output(ci, k).data()) return "out " + set_name(ci, k);
+      for (int64_t k = 0; k < model.activation_sets(); ++k) {
+        if (!model.is_first_virtual(ci) && t.data() == model.input_buffer(ci, k).data()) return "in " + set_name(k);
+        if (!model.is_last_virtual(ci) && t.data() == model.output(ci, k).data()) return "out " + set_name(k);
       }
     }
     ADD_FAILURE() << "an exchange of an unknown buffer";
@@ -256,8 +258,8 @@ std::vector<std::string> p2p_log(int64_t pp, int64_t vp, int64_t stage, int64_t 
     const std::string name = parallel::to_string(a, vp);
     comm.log.push_back(name);
     std::vector<std::string>& b = (*touched)[name];
-    if (!model.is_first_virtual(a.chunk)) b.push_back("in " + set_name(a.chunk, set));
-    if (!model.is_last_virtual(a.chunk)) b.push_back("out " + set_name(a.chunk, set));
+    if (!model.is_first_virtual(a.chunk)) b.push_back("in " + set_name(set));
+    if (!model.is_last_virtual(a.chunk)) b.push_back("out " + set_name(set));
     const bool backward = a.op == parallel::PipelineOp::kBackward;
     if (backward || model.is_last_virtual(a.chunk)) b.push_back("igrad");
     if (backward) b.push_back("ograd");
@@ -266,7 +268,7 @@ std::vector<std::string> p2p_log(int64_t pp, int64_t vp, int64_t stage, int64_t 
   return comm.log;
 }
 
-// The buffers of a logged exchange ("start send out 0.1 recv in 1.0" -> {out 0.1, in 1.0}).
+// The buffers of a logged exchange ("start send out 1 recv in 3" -> {out 1, in 3}).
 std::vector<std::string> exchange_buffers(const std::string& entry) {
   std::vector<std::string> out;
   std::istringstream in(entry.substr(entry.find(' ') + 1));
@@ -351,15 +353,16 @@ std::vector<std::string> overlapped_computes(const std::map<std::string, bool>& 
 
 TEST(PipelineExecutor, OverlappedReceivesRunBesideThePrecedingCompute) {
   // Interleaved PP2 (vp 2, M 4), stage 1: the overlapped table (pipeline_schedule_test's
-  // by hand) receives F2.0's input while B1.1 runs and F2.1's while B1.0 runs, and B0.0's
-  // gradient while F2.0 runs and B1.0's while F3.0 runs; the blocking run receives nothing
-  // early.
+  // by hand) receives the inputs of F1.1, F2.0, F3.0, F2.1 and F3.1 while the backward before
+  // each runs (B0.1, B1.1, B0.0, B1.0, B2.1), and B0.0's gradient while F2.0 runs and B1.0's
+  // while F3.0 runs; the blocking run receives nothing early.
   std::map<std::string, std::vector<std::string>> touched;
   const std::vector<std::string> log = p2p_log(2, 2, 1, 4, 4, true, &touched);
-  EXPECT_EQ(overlapped_computes(check_waits(log, touched)), (std::vector<std::string>{"B0.0", "B1.0", "F2.0", "F2.1"}));
+  EXPECT_EQ(overlapped_computes(check_waits(log, touched)),
+            (std::vector<std::string>{"B0.0", "B1.0", "F1.1", "F2.0", "F2.1", "F3.0", "F3.1"}));
   const auto at = [&](const std::string& e) { return std::find(log.begin(), log.end(), e) - log.begin(); };
-  EXPECT_LT(at("start recv in 0.2"), at("B1.1"));
-  EXPECT_EQ(at("wait recv in 0.2") + 1, at("F2.0")) << "waited for right before the forward that reads it";
+  EXPECT_LT(at("start recv in 2"), at("B1.1"));
+  EXPECT_EQ(at("wait recv in 2") + 1, at("F2.0")) << "waited for right before the forward that reads it";
   EXPECT_LT(at("start send igrad recv ograd"), at("F2.0"));
 
   std::map<std::string, std::vector<std::string>> touched_blocking;
@@ -392,13 +395,13 @@ TEST(PipelineExecutor, OverlappedForwardWaitsOnlyForActivations) {
   ASSERT_LT(f2, static_cast<std::ptrdiff_t>(log.size()));
   // Between B0 and F2: the receive of F2's input (set 0), then the send of B0's input gradient.
   EXPECT_EQ(std::vector<std::string>(log.begin() + b0 + 1, log.begin() + f2),
-            (std::vector<std::string>{"start recv in 0.0", "start send igrad", "wait recv in 0.0"}));
+            (std::vector<std::string>{"start recv in 0", "start send igrad", "wait recv in 0"}));
   const auto wait_grad = at("wait send igrad", f2);
   EXPECT_LT(wait_grad, at("B1")) << "waited for after F2, before the next backward";
   // Blocking: one exchange carries both.
   std::map<std::string, std::vector<std::string>> touched_blocking;
   const std::vector<std::string> blocking = p2p_log(3, 1, 1, 4, 3, false, &touched_blocking);
-  EXPECT_NE(std::find(blocking.begin(), blocking.end(), "blocking send igrad recv in 0.0"), blocking.end());
+  EXPECT_NE(std::find(blocking.begin(), blocking.end(), "blocking send igrad recv in 0"), blocking.end());
 }
 
 // Megatron's p2p_communication names for our exchanges (its timers' names), by which messages
