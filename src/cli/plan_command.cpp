@@ -71,6 +71,7 @@ void write_candidate(JsonWriter& w, const plan::Candidate& k) {
   w.key("recompute").value(plan::recompute_name(p.recompute));
   w.key("use_distributed_optimizer").value(p.distributed_optimizer);
   w.key("sequence_parallel").value(p.sequence_parallel);
+  w.key("dp_copy_engine").value(p.dp_copy_engine);
   w.key("memory_per_gpu_bytes").value(m.total());
   w.key("memory_worst_stage").value(k.memory.worst_stage);
   w.key("memory").begin_object();
@@ -81,6 +82,7 @@ void write_candidate(JsonWriter& w, const plan::Candidate& k) {
   w.key("activations").value(m.activations);
   w.key("workspace").value(m.workspace);
   w.key("nccl").value(m.nccl);
+  w.key("copy_engine").value(m.copy_engine);
   w.key("num_parameters").value(m.num_parameters);
   w.end_object();
   w.key("capacity_bytes").value(k.capacity_bytes);

@@ -21,9 +21,12 @@
 #include "data/tokenizer/gpt2_bpe_tokenizer.h"
 #include "model/memory_plan.h"
 #include "plan/gpu_spec.h"
+#include "plan/memory_model.h"
 #include "plan/nccl_memory.h"
+#include "plan/throughput_model.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/data_parallel_setup.h"
 #include "train/flops.h"
 #include "train/straggler_detector.h"
 #include "train/trainer.h"
@@ -113,17 +116,28 @@ int run_train(const CommandArgs& argv) {
     // with the launcher's ranks per node (comm::ranks_per_node; one node when it says nothing).
     const bool nccl = config.world_size > 1 && uses_nccl(args);
     const int64_t per_node = comm::ranks_per_node(comm::process_environment(), config.world_size);
-    const plan::NcclLayout layout{config.tensor_model_parallel_size, config.pipeline_model_parallel_size,
-                                  config.data_parallel_size,         config.virtual_pipeline_chunks(),
-                                  per_node,                          !config.model.untie_embeddings_and_output_weights};
+    const int64_t tp = config.tensor_model_parallel_size, dp = config.data_parallel_size;
+    // MEGATRON_DP_COPY_ENGINE takes effect (train/data_parallel_setup.h) with the distributed
+    // optimizer over data-parallel groups inside a node.
+    const bool copy_engine = nccl && train::copy_engine_requested() && config.use_distributed_optimizer && dp > 1 &&
+                             plan::blocks_within_nodes(tp * dp, per_node);
+    plan::NcclLayout layout{tp, config.pipeline_model_parallel_size, dp, config.virtual_pipeline_chunks(), per_node,
+                            !config.model.untie_embeddings_and_output_weights};
+    layout.dp_copy_engine = copy_engine;
     auto stage_plan = [&](int64_t stage) {
       model::MemoryPlan p = train::train_memory_plan(config, stage);
       if (nccl) p.nccl = plan::nccl_memory(layout, stage).total();
+      if (copy_engine) {
+        const model::PipelineStageOptions pipe = train::pipeline_stage(config, stage);
+        const int64_t bucket = train::ddp_bucket_size(config, dp, model::stage_num_parameters(config.model, tp, pipe));
+        p.copy_engine = plan::copy_engine_receive_bytes(config.model, tp, pipe, dp, bucket);
+      }
       return p;
     };
     if (nccl) {
       log0 << " > NCCL buffers: the model of plan/nccl_memory.h, " << config.world_size << " ranks, " << per_node
-           << " per node\n";
+           << " per node" << (copy_engine ? "; MEGATRON_DP_COPY_ENGINE: the copy engines' receive buffer" : "")
+           << "\n";
     }
     if (config.pipeline_model_parallel_size == 1) {
       log0 << model::format_memory_plan(stage_plan(0));

@@ -97,6 +97,17 @@ void GPTModel::declare_stage_parameters(const GPTConfig& config, const PipelineS
   declare(config, pipeline, params);
 }
 
+GPTModel::BucketBoundaries GPTModel::declare_local_stage(const GPTConfig& config, const PipelineStageOptions& pipeline,
+                                                         int64_t tp, ParameterSet* params) {
+  params->set_tensor_parallel(0, tp);
+  const ParamIndices ix = declare(config, pipeline, params);
+  BucketBoundaries b;
+  const int64_t Lc = config.num_layers / (pipeline.pp * pipeline.virtual_chunks);
+  for (int64_t c = 1; c < pipeline.virtual_chunks; ++c) b.chunk_starts.push_back(ix.layers[static_cast<size_t>(c * Lc)].ln1_w);
+  if (pipeline.pp > 1 && !config.untie_embeddings_and_output_weights) b.tied = ix.word_emb >= 0 ? ix.word_emb : ix.output_w;
+  return b;
+}
+
 GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType param_dtype, int64_t micro_batch_size,
                    const TensorParallelOptions& tp, const PipelineStageOptions& pipeline)
     : config_(config), backend_(backend), dtype_(param_dtype), micro_batch_size_(micro_batch_size), pipe_(pipeline) {

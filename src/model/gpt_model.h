@@ -241,6 +241,16 @@ class GPTModel {
   // what a checkpoint writer receives from that stage.
   static void declare_stage_parameters(const GPTConfig& config, const PipelineStageOptions& pipeline,
                                        ParameterSet* params);
+  // Declares, as the constructor of tensor-parallel rank 0 of `tp` does (local shapes and
+  // offsets, without allocating), the parameters of stage `pipeline`, and returns where its
+  // data-parallel gradient buckets must begin besides their size (train/grad_buffer.h
+  // BucketLayout): chunk_parameters(c).first of each chunk c >= 1 and tied_embedding()'s index.
+  struct BucketBoundaries {
+    std::vector<int64_t> chunk_starts;
+    int64_t tied = -1;  // -1: none
+  };
+  static BucketBoundaries declare_local_stage(const GPTConfig& config, const PipelineStageOptions& pipeline,
+                                              int64_t tp, ParameterSet* params);
 
  private:
   struct LayerParams {

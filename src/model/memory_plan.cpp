@@ -123,6 +123,7 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   row("activations (one micro-batch)", plan.activations);
   row("workspace", plan.workspace);
   if (plan.nccl != 0) row("NCCL buffers (model)", plan.nccl);
+  if (plan.copy_engine != 0) row("copy-engine receive buffer", plan.copy_engine);
   row("total", plan.total());
   return out;
 }

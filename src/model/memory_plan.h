@@ -23,8 +23,12 @@ struct MemoryPlan {
   // NCCL's communicator buffers: not allocated by us, so plan_memory leaves it 0; the planner
   // and --dry-run on several ranks fill it from plan/nccl_memory.h's model.
   int64_t nccl = 0;
+  // Copy-engine data parallelism (MEGATRON_DP_COPY_ENGINE): the fp32 receive buffer of the
+  // reduce-scatters' all-to-alls (parallel::copy_engine_receive_elements), which the comm layer
+  // allocates; 0 without it. Its extra communicator counts in `nccl`.
+  int64_t copy_engine = 0;
   int64_t total() const {
-    return parameters + main_parameters + gradients + optimizer + activations + workspace + nccl;
+    return parameters + main_parameters + gradients + optimizer + activations + workspace + nccl + copy_engine;
   }
 };
 
@@ -59,8 +63,8 @@ bool dropout_stream_in_memory(const GPTConfig& config, int64_t tp, const Pipelin
 // sharded on its own and a rank may hold up to one element more per bucket.)
 MemoryPlan shard_optimizer_state(MemoryPlan plan, int64_t dp);
 
-// The table --dry-run prints: one line per kind with bytes and GiB (the NCCL line only when
-// it is not 0), then the total.
+// The table --dry-run prints: one line per kind with bytes and GiB (the NCCL and copy-engine
+// lines only when they are not 0), then the total.
 std::string format_memory_plan(const MemoryPlan& plan);
 
 }  // namespace megatron::model

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/gpt_model.h"
+#include "parallel/grad_buckets.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace megatron::plan {
@@ -48,7 +50,14 @@ int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p,
 }
 
 NcclLayout nccl_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t gpus_per_node, bool shared_groups) {
-  return NcclLayout{p.tp, p.pp, p.dp, p.vp, gpus_per_node, !c.untie_embeddings_and_output_weights, shared_groups};
+  return NcclLayout{p.tp,
+                    p.pp,
+                    p.dp,
+                    p.vp,
+                    gpus_per_node,
+                    !c.untie_embeddings_and_output_weights,
+                    shared_groups,
+                    p.dp_copy_engine && p.distributed_optimizer && p.dp > 1};
 }
 
 model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage,
@@ -100,7 +109,25 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   // (cudnn_attention.h), which the engine's own plan (model::plan_memory) does not hold.
   if (c.reset_attention_mask && dtype != DType::kF32) m.workspace += b * s * s * 2;
   m.nccl = nccl_memory(nccl_layout(c, p, gpus_per_node, shared_groups), stage).total();
+  if (p.dp_copy_engine && p.distributed_optimizer && p.dp > 1) {
+    model::PipelineStageOptions pipe;
+    pipe.pp = p.pp;
+    pipe.stage = stage;
+    pipe.virtual_chunks = p.vp;
+    m.copy_engine = copy_engine_receive_bytes(c, p.tp, pipe, p.dp, parallel::overlap_bucket_elements(p.dp));
+  }
   return m;
+}
+
+int64_t copy_engine_receive_bytes(const model::GPTConfig& c, int64_t tp, const model::PipelineStageOptions& pipe,
+                                  int64_t dp, int64_t bucket_size) {
+  model::ParameterSet ps;
+  const model::GPTModel::BucketBoundaries bounds = model::GPTModel::declare_local_stage(c, pipe, tp, &ps);
+  std::vector<int64_t> offsets, starts = bounds.chunk_starts;
+  for (const model::Parameter& p : ps.params()) offsets.push_back(p.offset);
+  if (bounds.tied >= 0) starts.insert(starts.end(), {bounds.tied, bounds.tied + 1});
+  const std::vector<parallel::Range> buckets = parallel::grad_buckets(offsets, ps.total_numel(), bucket_size, starts);
+  return parallel::copy_engine_receive_elements(buckets, dp) * 4;
 }
 
 RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t gpus_per_node,

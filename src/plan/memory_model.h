@@ -85,6 +85,15 @@ struct RankMemory {
 RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t gpus_per_node = 0,
                        bool shared_groups = true);
 
+// Copy-engine data parallelism (ParallelConfig::dp_copy_engine): the bytes of the fp32 receive
+// buffer that the buckets of tensor-parallel rank 0 of stage `pipe` need, buckets of
+// `bucket_size` elements over `dp` ranks (parallel::copy_engine_receive_elements; what
+// train::GradBuffer asks the group for, checked in tests/plan/memory_model_test.cpp).
+// stage_memory counts it with parallel::overlap_bucket_elements (the planner assumes the
+// overlaps).
+int64_t copy_engine_receive_bytes(const model::GPTConfig& c, int64_t tp, const model::PipelineStageOptions& pipe,
+                                  int64_t dp, int64_t bucket_size);
+
 // The NCCL layout (plan/nccl_memory.h) of a planner layout.
 NcclLayout nccl_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t gpus_per_node,
                        bool shared_groups = true);

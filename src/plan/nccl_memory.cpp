@@ -75,6 +75,10 @@ NcclMemory nccl_memory(const NcclLayout& l, int64_t stage) {
   create(kTpDim, true);           // tp-cp
   if (embedding_member) create(embedding_span, false);
   m.created = static_cast<int64_t>(spans.size()) + (world > 1 ? 1 : 0);
+  // Copy-engine data parallelism: the data-parallel group's zero-CTA child (comm::
+  // Communicator::enable_copy_engine). It connects no protocol buffers: its all-to-alls and
+  // all-gathers go between symmetric windows on the copy engines.
+  if (l.dp_copy_engine && l.dp > 1) ++m.created;
   // Collective rings: the world's, and each kind's that a step uses, once per communicator.
   std::vector<int> rings;
   auto collective = [&](const char* name, int64_t ranks, int64_t k, int dims) {

@@ -114,6 +114,10 @@ struct NcclLayout {
   // Kinds with the same groups share one communicator (comm::make_process_groups since
   // 2026-11-28; the world excepted); false: each kind its own (the runs recorded before).
   bool shared_groups = true;
+  // MEGATRON_DP_COPY_ENGINE in effect (distributed optimizer, dp > 1 on one node): one more
+  // communicator (measured, 4 x H200: 0.23 GiB beyond the receive buffer at 350M and 1.3B DP4
+  // against kCommunicatorCreationBytes' 0.25; bench/RESULTS.md twentieth session call 2).
+  bool dp_copy_engine = false;
 };
 
 enum class NcclTraffic { kCollective, kSendRecv };

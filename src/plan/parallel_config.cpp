@@ -16,7 +16,7 @@ const char* recompute_name(PlanRecompute r) {
 std::string ParallelConfig::describe() const {
   return str_cat("tp ", tp, " pp ", pp, " vp ", vp, " dp ", dp, " mbs ", micro_batch, " gbs ", global_batch,
                  " recompute ", recompute_name(recompute), distributed_optimizer ? " dist-opt" : "",
-                 sequence_parallel ? " sp" : "");
+                 sequence_parallel ? " sp" : "", dp_copy_engine ? " copy-engines" : "");
 }
 
 }  // namespace megatron::plan

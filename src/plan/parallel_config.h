@@ -22,6 +22,9 @@ struct ParallelConfig {
   PlanRecompute recompute = PlanRecompute::kNone;
   bool distributed_optimizer = false;  // --use-distributed-optimizer
   bool sequence_parallel = false;      // --sequence-parallel (only with tp > 1)
+  // MEGATRON_DP_COPY_ENGINE in effect: the distributed optimizer's reduce-scatters and parameter
+  // gathers on the copy engines (dp > 1 within a node; plan/search.cpp sets it per layout).
+  bool dp_copy_engine = false;
 
   int64_t world() const { return tp * pp * dp; }
   // Micro-batches per iteration on each data-parallel replica.

@@ -35,8 +35,10 @@ model::GPTConfig config_for_tp(const PlanModel& m, int64_t tp) {
   return c;
 }
 
-Candidate evaluate_layout(const PlanModel& m, const Cluster& cluster, const ParallelConfig& p) {
+Candidate evaluate_layout(const PlanModel& m, const Cluster& cluster, ParallelConfig p) {
   const model::GPTConfig c = config_for_tp(m, p.tp);
+  p.dp_copy_engine = cluster.dp_copy_engine && p.distributed_optimizer && p.dp > 1 &&
+                     blocks_within_nodes(p.tp * p.dp, cluster.gpus_per_node);
   validate_layout(c, p, cluster.world());
   if (p.world() != cluster.world()) {
     throw_error("[--nodes] ", cluster.nodes, " nodes x ", cluster.gpus_per_node, " GPUs is ", cluster.world(),

@@ -49,8 +49,9 @@ struct Candidate {
 // first), then the others by memory (smallest first).
 std::vector<Candidate> enumerate_layouts(const PlanModel& m, const Cluster& cluster, const SearchSpace& space);
 
-// One layout, validated (megatron::Error naming the flag when it is not valid).
-Candidate evaluate_layout(const PlanModel& m, const Cluster& cluster, const ParallelConfig& p);
+// One layout, validated (megatron::Error naming the flag when it is not valid), with the copy
+// engines where cluster.dp_copy_engine asks for them and the layout allows (p.dp_copy_engine).
+Candidate evaluate_layout(const PlanModel& m, const Cluster& cluster, ParallelConfig p);
 
 struct NodeSearchStep {
   int64_t nodes = 0;

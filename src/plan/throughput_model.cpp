@@ -335,7 +335,7 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   // Over NVLink NCCL's kernels move the data themselves and contend with the GEMMs; across nodes
   // the NICs do, and the kernels mostly wait (Megatron's 48-way DP runs, published_runs_test,
   // stay within 20% only without the term).
-  const double contention = dp_on_nvlink ? kOverlapContention : 0.0;
+  const double contention = !dp_on_nvlink ? 0.0 : p.dp_copy_engine ? kCopyEngineContention : kOverlapContention;
   double dp = cl.overlap_grad_reduce ? overlapped_seconds(grads, backward_window, buckets, contention) : grads;
   if (p.distributed_optimizer) {
     const double params = all_gather_seconds(Pd * e, p.dp, dp_link);

@@ -207,6 +207,13 @@ constexpr double kBucketElements = 40e6;     // Megatron's bucket size with --ov
 // bench/RESULTS.md eighteenth session call 3, nineteenth session call 2). Measured against the
 // whole collective; the model applies it to all but the last bucket (32/33 of it at 1.3B).
 constexpr double kOverlapContention = 0.6;
+// The same with the copy engines moving the data (MEGATRON_DP_COPY_ENGINE): what the step
+// still loses beside them (HBM traffic, the GPUs at their power cap). Fitted to gpt3-1.3b DP4
+// on 4 x H200 with the distributed optimizer and both overlaps, `megatron bench` 130.93 ms
+// (bench/RESULTS.md twentieth session call 2; this model: 128.2 ms at 0.27, the backward
+// GEMMs' share alone, +1.6 ms beside the copy engines against +3.6 beside NCCL's kernels at
+// 350M, call 3; 131.0 ms at 0.45).
+constexpr double kCopyEngineContention = 0.45;
 constexpr double kStreamEfficiency = 0.82;   // achieved fraction of HBM bandwidth of a streaming kernel
 
 // Megatron's unfused cross-entropy, bytes per logit for 16-bit logits: forward cast to fp32
@@ -222,6 +229,9 @@ struct Cluster {
   double inter_node_bytes_per_s = 0;  // 0: the GPU's default network figure
   bool overlap_grad_reduce = true;    // --overlap-grad-reduce
   bool overlap_param_gather = true;   // --overlap-param-gather (with the distributed optimizer)
+  // MEGATRON_DP_COPY_ENGINE set: layouts that can (the distributed optimizer, dp > 1 within a
+  // node) run their DP collectives on the copy engines (ParallelConfig::dp_copy_engine).
+  bool dp_copy_engine = false;
   Engine engine;
   int64_t world() const { return gpus_per_node * nodes; }
 };

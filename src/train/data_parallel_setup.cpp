@@ -6,6 +6,7 @@
 
 #include "comm/nccl_communicator.h"
 #include "core/error.h"
+#include "parallel/grad_buckets.h"
 
 namespace megatron::train {
 
@@ -13,20 +14,23 @@ int64_t ddp_bucket_size(const TrainConfig& config, int64_t dp_cp_size, int64_t l
   if (config.ddp_bucket_size) return *config.ddp_bucket_size;
   // Megatron: num_parameters // ddp_num_buckets, at least one element here (0 means no limit).
   if (config.ddp_num_buckets) return std::max<int64_t>(1, local_params / *config.ddp_num_buckets);
-  return config.overlap_grad_reduce ? std::max<int64_t>(40'000'000, 1'000'000 * dp_cp_size) : 0;
+  return config.overlap_grad_reduce ? parallel::overlap_bucket_elements(dp_cp_size) : 0;
 }
 
-namespace {
-bool copy_engine_asked() {
+bool copy_engine_requested() {
   const char* v = std::getenv("MEGATRON_DP_COPY_ENGINE");
   if (v == nullptr || *v == '\0' || std::string(v) == "0") return false;
   if (std::string(v) == "1") return true;
   throw_error("MEGATRON_DP_COPY_ENGINE=", v, ": expected 0 or 1");
 }
-}  // namespace
+
+int64_t copy_engine_plan_bytes(const MixedPrecisionOptimizer& optimizer) {
+  const GradBuffer& gb = optimizer.grad_buffer();
+  return gb.copy_engine_on() ? gb.copy_engine_receive_elements() * 4 : 0;
+}
 
 bool prepare_copy_engine(const TrainConfig& config, const comm::ProcessGroups& groups, bool cuda) {
-  if (!copy_engine_asked() || !cuda || !config.use_distributed_optimizer || groups.dp_cp->size() == 1) return false;
+  if (!copy_engine_requested() || !cuda || !config.use_distributed_optimizer || groups.dp_cp->size() == 1) return false;
   return comm::use_symmetric_memory();
 }
 
@@ -37,18 +41,18 @@ std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrec
   // variable then turns it off everywhere (its buffers are not symmetric) instead of skipping
   // a collective the others make.
   const bool on = config.use_distributed_optimizer && gb.group().size() > 1 && gb.enable_copy_engine();
-  if (!copy_engine_asked()) return "";
+  if (!copy_engine_requested()) return "";
   if (!prepared) {
     return config.use_distributed_optimizer
                ? " > MEGATRON_DP_COPY_ENGINE: off (needs CUDA, NCCL 2.28+ and more than one data-parallel rank)\n"
                : " > MEGATRON_DP_COPY_ENGINE: off (needs --use-distributed-optimizer: an all-reduce needs the SMs)\n";
   }
   if (on) {
-    // The receive buffer the group allocated besides the memory plan (Communicator::enable_copy_engine).
+    // The receive buffer the group allocated (Communicator::enable_copy_engine), in the memory plan.
     const double mib = static_cast<double>(gb.copy_engine_receive_elements()) * 4.0 / (1024.0 * 1024.0);
     return str_cat(" > MEGATRON_DP_COPY_ENGINE: data-parallel reduce-scatters and parameter gathers on the copy "
                    "engines (receive buffer ",
-                   static_cast<int64_t>(mib + 0.5), " MiB and one more NCCL communicator, not in the memory plan)\n");
+                   static_cast<int64_t>(mib + 0.5), " MiB, and one more NCCL communicator)\n");
   }
   return " > MEGATRON_DP_COPY_ENGINE: off (the data-parallel ranks are on several hosts, or not all of them "
          "have it set)\n";

@@ -40,6 +40,11 @@ DataParallelOptions data_parallel_options(const TrainConfig& config, comm::Proce
 // returns the log line that says whether it did and why not.
 bool prepare_copy_engine(const TrainConfig& config, const comm::ProcessGroups& groups, bool cuda);
 std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrecisionOptimizer& optimizer);
+// MEGATRON_DP_COPY_ENGINE: unset, "" or "0" false, "1" true; anything else is a one-line error.
+bool copy_engine_requested();
+// The receive buffer's bytes (model::MemoryPlan::copy_engine) of a gradient buffer with the
+// copy engines on, 0 with them off.
+int64_t copy_engine_plan_bytes(const MixedPrecisionOptimizer& optimizer);
 
 // Whether --overlap-grad-reduce is in effect.
 bool overlaps_grad_reduce(const TrainConfig& config);

@@ -8,31 +8,9 @@ namespace megatron::train {
 
 std::vector<Range> grad_buckets(const model::ParameterSet& params, int64_t bucket_size,
                                 const std::vector<int64_t>& starts) {
-  std::vector<Range> buckets;
-  const auto& ps = params.params();
-  std::vector<bool> starts_bucket(ps.size(), false);
-  for (int64_t k : starts) {
-    MT_CHECK(k >= 0 && k <= static_cast<int64_t>(ps.size())) << "bucket start at parameter " << k << " of " << ps.size();
-    if (k < static_cast<int64_t>(ps.size())) starts_bucket[static_cast<size_t>(k)] = true;
-  }
-  int64_t end = params.total_numel();
-  for (size_t i = ps.size(); i-- > 0;) {
-    const int64_t start = ps[i].offset;
-    if (end > start && ((bucket_size > 0 && end - start >= bucket_size) || starts_bucket[i])) {
-      buckets.push_back({start, end});
-      end = start;
-    }
-  }
-  if (end > 0 || buckets.empty()) buckets.push_back({0, end});
-  return buckets;
-}
-
-std::vector<int64_t> shard_counts(int64_t n, int64_t dp) {
-  MT_CHECK(dp >= 1 && n >= 0) << "shard_counts(" << n << ", " << dp << ")";
-  const int64_t s = (n + dp - 1) / dp;
-  std::vector<int64_t> counts(static_cast<size_t>(dp));
-  for (int64_t r = 0; r < dp; ++r) counts[static_cast<size_t>(r)] = std::clamp<int64_t>(n - r * s, 0, s);
-  return counts;
+  std::vector<int64_t> offsets;
+  for (const model::Parameter& p : params.params()) offsets.push_back(p.offset);
+  return parallel::grad_buckets(offsets, params.total_numel(), bucket_size, starts);
 }
 
 std::vector<Range> owned_ranges(const std::vector<Range>& buckets, int64_t dp, int64_t rank) {
@@ -46,24 +24,21 @@ std::vector<Range> owned_ranges(const std::vector<Range>& buckets, int64_t dp, i
   return owned;
 }
 
+std::vector<Range> grad_buckets(const model::ParameterSet& params, const BucketLayout& layout) {
+  std::vector<int64_t> starts = layout.starts;
+  if (layout.held >= 0) starts.insert(starts.end(), {layout.held, layout.held + 1});  // its own bucket
+  return grad_buckets(params, layout.bucket_size, starts);
+}
+
 GradBuffer::GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, int64_t bucket_size)
     : GradBuffer(params, dp, distributed, BucketLayout{bucket_size, {}, -1}) {}
-
-namespace {
-// The layout's starts plus the held parameter's own bucket (it begins one, its successor another).
-std::vector<int64_t> all_starts(const BucketLayout& layout) {
-  std::vector<int64_t> s = layout.starts;
-  if (layout.held >= 0) s.insert(s.end(), {layout.held, layout.held + 1});
-  return s;
-}
-}  // namespace
 
 GradBuffer::GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed,
                        const BucketLayout& layout)
     : params_(params),
       dp_(dp),
       distributed_(distributed),
-      buckets_(grad_buckets(params, layout.bucket_size, all_starts(layout))),
+      buckets_(grad_buckets(params, layout)),
       held_(buckets_.size()) {
   if (layout.held >= 0) {
     const int64_t k = layout.held;
@@ -105,11 +80,7 @@ void GradBuffer::start_grad_bucket(size_t i) {
 }
 
 int64_t GradBuffer::copy_engine_receive_elements() const {
-  int64_t largest = 0;  // the all-to-all of a bucket of n moves dp pieces of ceil(n / dp)
-  for (size_t i = 0; i + kTailBucketsOnSms < buckets_.size(); ++i) {
-    largest = std::max(largest, shard_counts(buckets_[i].size(), dp_.size())[0] * dp_.size());
-  }
-  return largest;
+  return parallel::copy_engine_receive_elements(buckets_, dp_.size());
 }
 
 bool GradBuffer::enable_copy_engine() {

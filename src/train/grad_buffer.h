@@ -59,15 +59,13 @@
 
 #include "comm/communicator.h"
 #include "model/parameters.h"
+#include "parallel/grad_buckets.h"
 
 namespace megatron::train {
 
-// Elements [start, end) of the flat buffers.
-struct Range {
-  int64_t start = 0;
-  int64_t end = 0;
-  int64_t size() const { return end - start; }
-};
+using parallel::Range;  // elements [start, end) of the flat buffers
+using parallel::shard_counts;
+
 
 // How the buffer is cut into buckets (see above).
 struct BucketLayout {
@@ -76,11 +74,11 @@ struct BucketLayout {
   int64_t held = -1;            // a parameter alone in its bucket, started only at finish (-1: none)
 };
 
-// Buckets of a buffer of parameters in backprop order (see above), each a Range.
+// Buckets of a buffer of parameters in backprop order (see above; parallel::grad_buckets).
 std::vector<Range> grad_buckets(const model::ParameterSet& params, int64_t bucket_size,
                                 const std::vector<int64_t>& starts = {});
-// The dp pieces of a bucket of n elements: counts[r] = clamp(n - r*S, 0, S), S = ceil(n/dp).
-std::vector<int64_t> shard_counts(int64_t n, int64_t dp);
+// The buckets of `layout` (its starts, and the held parameter's own bucket).
+std::vector<Range> grad_buckets(const model::ParameterSet& params, const BucketLayout& layout);
 // The ranges rank `rank` of `dp` owns: piece `rank` of each bucket (empty pieces left out), in
 // bucket order.
 std::vector<Range> owned_ranges(const std::vector<Range>& buckets, int64_t dp, int64_t rank);
@@ -117,16 +115,11 @@ class GradBuffer {
   // buffer for the largest bucket): the distributed optimizer only (an all-reduce needs the
   // SMs). Collective over the group; false where it cannot, and then nothing changes.
   bool enable_copy_engine();
-  // Of those, the last buckets in backprop order keep the SMs' reduce-scatter: they start at the
-  // end of the backward, where the copy engines, slowed by the compute beside them, finish
-  // after it (350M DP4 on 4 x H200: the second-to-last bucket's 168 MB took 2.9 ms instead of
-  // 1.2 on the SMs). Two measured best on 2 x H200 (350M 95.7-96.0% against 94.5-95.4% with
-  // none and 95.1-95.3% with one; 1.3B 96.6% against 96.0%; bench/RESULTS.md, twentieth
-  // session).
-  static constexpr size_t kTailBucketsOnSms = 2;
-  // The fp32 elements of the receive buffer enable_copy_engine asks the group for: the dp
-  // pieces of ceil(n / dp) of the largest bucket that uses it (the tail's do not; 0 when only
-  // the tail is left, as with one bucket).
+  // Of those, the last buckets in backprop order keep the SMs' reduce-scatter
+  // (parallel::kCopyEngineTailBuckets says why).
+  static constexpr size_t kTailBucketsOnSms = parallel::kCopyEngineTailBuckets;
+  // The fp32 elements of the receive buffer enable_copy_engine asks the group for
+  // (parallel::copy_engine_receive_elements).
   int64_t copy_engine_receive_elements() const;
 
   const std::vector<Range>& buckets() const { return buckets_; }
@@ -136,6 +129,7 @@ class GradBuffer {
   const std::vector<Range>& owned() const { return owned_; }
   int64_t owned_numel() const { return owned_numel_; }
   bool distributed() const { return distributed_; }
+  bool copy_engine_on() const { return copy_engine_; }  // enable_copy_engine succeeded
   comm::Communicator& group() const { return dp_; }
 
  private:

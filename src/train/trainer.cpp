@@ -168,7 +168,9 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   optimizer_->set_timers(timers_.get(), world, c.barrier_with_l1_time);
   connect_overlap_hooks(c, *model_, *optimizer_);
   scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));
-  *log0_ << model::format_memory_plan(train_memory_plan(c, groups_->coords.pp));
+  model::MemoryPlan plan = train_memory_plan(c, groups_->coords.pp);
+  plan.copy_engine = copy_engine_plan_bytes(*optimizer_);
+  *log0_ << model::format_memory_plan(plan);
   *log0_ << flops_formula_text(c.model, c.global_batch_size, c.flops_convention);
 
   if (c.load) {

@@ -10,8 +10,13 @@
 #include <vector>
 
 #include "data/indexed_dataset.h"
+#include "comm/mpirun.h"
 #include "model/memory_plan.h"
+#include "parallel/grad_buckets.h"
+#include "plan/memory_model.h"
+#include "plan/nccl_memory.h"
 #include "support/paths.h"
+#include "support/plan_models.h"
 
 namespace megatron {
 namespace {
@@ -74,6 +79,39 @@ TEST(TrainCommand, DryRunPrintsThePlanFor175B) {
   EXPECT_EQ(table_bytes(out, "total"), plan.total());
   EXPECT_NE(out.find("FLOPs per iteration"), std::string::npos);
   EXPECT_EQ(out.find("training ..."), std::string::npos) << "a dry run trains nothing";
+}
+
+// MEGATRON_DP_COPY_ENGINE=1 under 4 GPU ranks (a dry run needs no GPU): the plan counts the
+// copy engines' receive buffer (what train::GradBuffer asks for: tests/plan/memory_model_test)
+// and their extra communicator in the NCCL line; without the distributed optimizer the copy
+// engines do not apply; a value other than 0 or 1 is a one-line error.
+TEST(TrainCommand, DryRunCountsTheCopyEnginesWhenAsked) {
+  const std::vector<std::string> argv = {test::megatron_binary(), "train", "--model", "gpt2-350m", "--micro-batch-size",
+                                         "4", "--global-batch-size", "16", "--train-iters", "10", "--lr", "1e-4",
+                                         "--bf16", "--dry-run", "--overlap-grad-reduce", "--device", "cuda"};
+  auto run = [&](const std::string& env, bool distributed) {
+    std::vector<std::string> a = argv;
+    if (distributed) a.push_back("--use-distributed-optimizer");
+    const std::vector<std::string> vars = env.empty() ? std::vector<std::string>{} : std::vector<std::string>{env};
+    return test::run_command(comm::shell_join(comm::local_mpirun_command(4, a, vars)), true);
+  };
+  const test::CommandResult sm = run("", true), ce = run("MEGATRON_DP_COPY_ENGINE=1", true);
+  ASSERT_EQ(sm.status, 0) << sm.output;
+  ASSERT_EQ(ce.status, 0) << ce.output;
+  const model::GPTConfig c = plan::config_for_tp(test::gpt_plan_model(24, 1024, 16, 1024), 1);  // gpt2-350m
+  const int64_t receive = plan::copy_engine_receive_bytes(c, 1, {}, 4, parallel::overlap_bucket_elements(4));
+  EXPECT_GT(receive, 0);
+  EXPECT_EQ(sm.output.find("copy-engine"), std::string::npos) << sm.output;
+  EXPECT_EQ(table_bytes(ce.output, "copy-engine receive buffer"), receive);
+  EXPECT_EQ(table_bytes(ce.output, "NCCL buffers \\(model\\)") - table_bytes(sm.output, "NCCL buffers \\(model\\)"),
+            plan::kCommunicatorCreationBytes);
+  EXPECT_EQ(table_bytes(ce.output, "total") - table_bytes(sm.output, "total"), receive + plan::kCommunicatorCreationBytes);
+  const test::CommandResult replicated = run("MEGATRON_DP_COPY_ENGINE=1", false);
+  ASSERT_EQ(replicated.status, 0) << replicated.output;
+  EXPECT_EQ(replicated.output.find("copy-engine"), std::string::npos) << replicated.output;
+  const test::CommandResult bad = run("MEGATRON_DP_COPY_ENGINE=yes", true);
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("error: MEGATRON_DP_COPY_ENGINE=yes: expected 0 or 1\n"), std::string::npos) << bad.output;
 }
 
 TEST(TrainCommand, ShortRunOnAPreprocessedDataset) {

@@ -312,5 +312,17 @@ TEST(MemoryPlan, NcclLineOnlyWhenFilled) {
   EXPECT_NE(table.find("123 bytes"), std::string::npos) << table;
 }
 
+// The copy engines' receive buffer likewise: its line only when a plan counts it.
+TEST(MemoryPlan, CopyEngineLineOnlyWhenCounted) {
+  MemoryPlan p;
+  p.parameters = 100;
+  EXPECT_EQ(format_memory_plan(p).find("copy-engine"), std::string::npos);
+  p.copy_engine = 7;
+  EXPECT_EQ(p.total(), 107);
+  const std::string table = format_memory_plan(p);
+  EXPECT_NE(table.find("copy-engine receive buffer                        7 bytes"), std::string::npos) << table;
+  EXPECT_NE(table.find("107 bytes"), std::string::npos) << table;
+}
+
 }  // namespace
 }  // namespace megatron::model

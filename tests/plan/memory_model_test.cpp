@@ -5,9 +5,15 @@
 // from the formula in plan/memory_model.h.
 #include <gtest/gtest.h>
 
+#include "backend/ops.h"
+#include "model/gpt_model.h"
 #include "model/memory_plan.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/grad_buckets.h"
 #include "plan/memory_model.h"
+#include "support/plan_models.h"
+#include "support/recording_communicator.h"
+#include "train/grad_buffer.h"
 
 namespace megatron::plan {
 namespace {
@@ -296,6 +302,57 @@ TEST(PlanMemory, InterleavedSetsStopGrowingAtTwicePpMicroBatches) {
       }
     }
   }
+}
+
+// Copy engines (ParallelConfig::dp_copy_engine): the receive buffer the plan counts is what the
+// engine's gradient buffer asks the data-parallel group for: train::GradBuffer over a real
+// model's parameters, with the layout train::data_parallel_options gives it (a bucket per
+// chunk, the tied embedding's own), for pipeline stages with and without interleaving, tied and
+// untied embeddings, several bucket sizes.
+TEST(PlanMemory, CopyEngineReceiveBufferIsWhatTheGradBufferAsksFor) {
+  model::GPTConfig c = small_config();
+  c.num_layers = 8;
+  auto backend = backend::make_cpu_backend();
+  int64_t nonzero = 0;
+  for (const auto& [pp, vp] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {2, 1}, {2, 2}}) {
+    for (bool untied : {false, true}) {
+      c.untie_embeddings_and_output_weights = untied;
+      for (int64_t stage = 0; stage < pp; ++stage) {
+        for (int64_t bucket : {0, 300, 1000}) {
+          SCOPED_TRACE(testing::Message() << "pp " << pp << " vp " << vp << " stage " << stage << " untied " << untied
+                                          << " bucket " << bucket);
+          const model::PipelineStageOptions pipe{pp, stage, vp, 1};
+          model::GPTModel model(c, *backend, DType::kF32, 1, {}, pipe);
+          model::ParameterSet& ps = model.parameters();
+          train::BucketLayout layout{bucket, {}, -1};
+          for (int64_t k = 1; k < model.num_chunks(); ++k) layout.starts.push_back(model.chunk_parameters(k).first);
+          if (const model::Parameter* tied = model.tied_embedding()) layout.held = tied - ps.params().data();
+          test::RecordingCommunicator dp({ps.grads(), ps.values()});  // 2 ranks
+          train::GradBuffer gb(ps, dp, true, layout);
+          const int64_t bytes = copy_engine_receive_bytes(c, 1, pipe, 2, bucket);
+          EXPECT_EQ(bytes, gb.copy_engine_receive_elements() * 4);
+          nonzero += bytes > 0;
+        }
+      }
+    }
+  }
+  EXPECT_GT(nonzero, 10) << "buckets beyond the tail in most cases";
+  // In the plan: the buffer, and one more communicator (the zero-CTA child) in the NCCL line.
+  // gpt2-350m's shape: 40M-element buckets, several of them.
+  c = config_for_tp(test::gpt_plan_model(24, 1024, 16, 1024), 1);
+  ParallelConfig p;
+  p.dp = 4;
+  p.micro_batch = 1;
+  p.global_batch = 4;
+  p.distributed_optimizer = true;
+  const model::MemoryPlan sm = stage_memory(c, DType::kBF16, p, 0, 4);
+  p.dp_copy_engine = true;
+  const model::MemoryPlan ce = stage_memory(c, DType::kBF16, p, 0, 4);
+  EXPECT_EQ(sm.copy_engine, 0);
+  EXPECT_GT(ce.copy_engine, 4 * 40'000'000);
+  EXPECT_EQ(ce.copy_engine, copy_engine_receive_bytes(c, 1, {}, 4, parallel::overlap_bucket_elements(4)));
+  EXPECT_EQ(ce.nccl - sm.nccl, kCommunicatorCreationBytes);
+  EXPECT_EQ(ce.total() - sm.total(), ce.copy_engine + kCommunicatorCreationBytes);
 }
 
 // The worst stage accounts for NCCL too: with pp 4 and untied embeddings the middle stages

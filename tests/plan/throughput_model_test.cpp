@@ -574,6 +574,34 @@ TEST(PlanThroughput, OverlappedReductionCostsContentionOnlyOnNvlink) {
   EXPECT_NEAR(predict(c, DType::kBF16, p, nodes).dp_comm_s, across / buckets, 1e-12);
 }
 
+// With the copy engines (ParallelConfig::dp_copy_engine) the part beside the compute costs
+// kCopyEngineContention of its time instead; across nodes the layout cannot use them, and the
+// search (evaluate_layout) turns them on only where the DP group is inside a node.
+TEST(PlanThroughput, CopyEnginesContendLess) {
+  const PlanModel m = test::gpt_plan_model(24, 2048, 16, 2048);
+  const model::GPTConfig c = config_for_tp(m, 1);
+  ParallelConfig p{1, 1, 1, 8, 4, 32, PlanRecompute::kNone, true, false};
+  Cluster node = h100(1), blocking = h100(1);
+  blocking.overlap_grad_reduce = blocking.overlap_param_gather = false;
+  const double P = static_cast<double>(stage_num_parameters(c, p, 0));
+  const double buckets = std::ceil(P / std::max(kBucketElements, 8e6));
+  const double all = predict(c, DType::kBF16, p, blocking).dp_comm_s;
+  const double sm = predict(c, DType::kBF16, p, node).dp_comm_s;
+  p.dp_copy_engine = true;
+  const double ce = predict(c, DType::kBF16, p, node).dp_comm_s;
+  EXPECT_NEAR(sm, all / buckets + kOverlapContention * (all - all / buckets), 1e-12);
+  EXPECT_NEAR(ce, all / buckets + kCopyEngineContention * (all - all / buckets), 1e-12);
+  EXPECT_LT(kCopyEngineContention, kOverlapContention);
+  p.dp_copy_engine = false;
+  node.dp_copy_engine = true;
+  EXPECT_TRUE(evaluate_layout(m, node, p).parallel.dp_copy_engine);
+  Cluster nodes = h100(8, 1);
+  nodes.dp_copy_engine = true;
+  EXPECT_FALSE(evaluate_layout(m, nodes, p).parallel.dp_copy_engine) << "the DP group spans nodes";
+  p.distributed_optimizer = false;
+  EXPECT_FALSE(evaluate_layout(m, node, p).parallel.dp_copy_engine) << "an all-reduce needs the SMs";
+}
+
 TEST(PlanThroughput, EngineProfiles) {
   const Engine ours = find_engine("ours");
   EXPECT_EQ(ours.attention, AttentionBackend::kFlash);
