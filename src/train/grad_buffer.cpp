@@ -120,15 +120,19 @@ void GradBuffer::finish_grad_sync() {
   grad_started_.assign(buckets_.size(), false);
 }
 
-void GradBuffer::start_param_gather(bool overlap) {
-  if (!distributed_ || dp_.size() == 1) return;
-  finish_param_gather();
+void GradBuffer::start_param_gather(bool overlap) { start_param_gather(overlap, [](const Range&) {}); }
+
+void GradBuffer::start_param_gather(bool overlap, const std::function<void(const Range& bucket)>& update) {
+  const bool gather = distributed_ && dp_.size() > 1;
+  if (gather) finish_param_gather();
   Tensor values = params_.values();
-  gather_pending_.resize(buckets_.size());
+  if (gather) gather_pending_.resize(buckets_.size());
   // The forward reads from parameter 0 on (chunk by chunk, in schedule order): the last bucket
   // first.
   for (size_t i = buckets_.size(); i-- > 0;) {
     const Range& b = buckets_[i];
+    update(b);
+    if (!gather) continue;
     const std::vector<int64_t> counts = shard_counts(b.size(), dp_.size());
     Tensor bucket = values.flat_view(b.start, {b.size()});
     Tensor mine = bucket.flat_view(comm::piece_offset(counts, dp_.rank()), {counts[static_cast<size_t>(dp_.rank())]});

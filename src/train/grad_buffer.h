@@ -54,6 +54,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -106,6 +107,11 @@ class GradBuffer {
   // bucket (no-op otherwise), waiting unless `overlap`, in which case the forward waits for
   // them through before_reading() and finish_param_gather() for any left.
   void start_param_gather(bool overlap);
+  // The same, each bucket's gather started right after update(bucket) (in the order the
+  // forward reads them): the distributed optimizer updates its piece of a bucket there, so that
+  // the gathers of the first buckets run beside the update of the others. update runs for
+  // every bucket, distributed or not (dp 1: no gather).
+  void start_param_gather(bool overlap, const std::function<void(const Range& bucket)>& update);
   // Parameters [0, k) are about to be read: waits for the gathers of the buckets holding them.
   void before_reading(int64_t k);
   void finish_param_gather();

@@ -201,7 +201,11 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
   start_timer("optimizer-inner-step");
   ++steps_;
   // One pass per owned range over all its parameter fragments (weight decay per segment),
-  // writing the 16-bit model copy of the range; then the ranges are all-gathered.
+  // writing the 16-bit model copy of the range. The distributed optimizer's ranges are pieces
+  // of the buckets: each bucket's is updated in the order the forward reads the buckets and its
+  // all-gather started at once, so that the gathers run beside the updates of the buckets after
+  // it (the forward's first bucket, with the word embedding, is no longer gathered after the
+  // whole update). The same updates and gathers, in another order: the same bits.
   backend::AdamWStep a;
   a.lr = lr;
   a.beta1 = config_.beta1;
@@ -210,18 +214,34 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
   a.weight_decay = weight_decay;
   a.step = steps_;
   a.grad_scale = clip_scale;
-  for (Shard& s : shards_) {
+  auto update = [&](Shard& s) {
     Tensor model_copy =
         has_separate_main_params() ? params_.values().flat_view(s.range.start, {s.range.size()}) : Tensor();
     backend_.adamw_update_segments(s.main, grads.flat_view(s.range.start, {s.range.size()}), s.exp_avg, s.exp_avg_sq,
                                    s.segments, a, model_copy);
+  };
+  if (grad_buffer_.distributed()) {
+    size_t updated = 0;  // each owned range is a piece of one bucket
+    grad_buffer_.start_param_gather(/*overlap=*/true, [&](const Range& bucket) {
+      for (Shard& s : shards_) {
+        if (s.range.start >= bucket.start && s.range.end <= bucket.end) {
+          update(s);
+          ++updated;
+        }
+      }
+    });
+    MT_CHECK(updated == shards_.size()) << updated << " of " << shards_.size() << " owned ranges updated";
+  } else {
+    for (Shard& s : shards_) update(s);
   }
   stop_timer("optimizer-inner-step");
-  // Megatron's DistributedOptimizer times the gather (a no-op here when it overlaps the next
-  // forward); the replicated optimizer has none.
-  if (grad_buffer_.distributed()) start_timer("params-all-gather");
-  grad_buffer_.start_param_gather(overlap_param_gather_);
-  if (grad_buffer_.distributed()) stop_timer("params-all-gather");
+  // Megatron's DistributedOptimizer times the gather (the wait for what the update did not
+  // hide; none when it overlaps the next forward); the replicated optimizer has none.
+  if (grad_buffer_.distributed()) {
+    start_timer("params-all-gather");
+    if (!overlap_param_gather_) grad_buffer_.finish_param_gather();
+    stop_timer("params-all-gather");
+  }
   return result;
 }
 

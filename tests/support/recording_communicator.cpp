@@ -39,6 +39,7 @@ std::string RecordingCommunicator::where(const Tensor& t) const {
 std::unique_ptr<comm::PendingCollective> RecordingCommunicator::started(const char* op, const Tensor& t) {
   const std::string what = std::string(op) + " " + where(t);
   log.push_back("start " + what);
+  if (on_start) on_start(log.back());
   return std::make_unique<Pending>(log, what);
 }
 
@@ -84,6 +85,7 @@ std::unique_ptr<comm::PendingCollective> RecordingCommunicator::start_send_recv(
     std::span<const comm::PointToPoint> ops) {
   const std::string what = exchange(ops);
   log.push_back("start " + what);
+  if (on_start) on_start(log.back());
   return std::make_unique<Pending>(log, what);
 }
 

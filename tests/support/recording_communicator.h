@@ -57,6 +57,8 @@ class RecordingCommunicator final : public comm::Communicator {
   std::vector<comm::ReduceOp> reduce_ops;  // of every started all-reduce / reduce-scatter, in order
   // The test's name for a pipeline buffer (required for send_recv / start_send_recv).
   std::function<std::string(const Tensor&)> p2p_name;
+  // Called with each started collective's entry as it is logged: a look at the buffers then.
+  std::function<void(const std::string&)> on_start;
 
  private:
   std::unique_ptr<comm::PendingCollective> started(const char* op, const Tensor& t);

@@ -220,6 +220,39 @@ void fill_grads(model::ParameterSet& ps, int64_t rank, int64_t step) {
   }
 }
 
+// The distributed optimizer updates its piece of each bucket in the order the forward reads
+// the buckets and starts that bucket's gather right after, before updating the next: at each
+// gather's start exactly the pieces of the buckets gathered so far hold new values.
+TEST(GradBuffer, DistributedStepGathersEachBucketRightAfterItsUpdate) {
+  auto backend = backend::make_cpu_backend();
+  model::ParameterSet ps = make_params(*backend, DType::kF32);
+  RecordingCommunicator dp({ps.grads(), ps.values()});  // rank 0 of 2
+  OptimizerConfig oc;
+  oc.clip_grad = 0.0;
+  MixedPrecisionOptimizer opt(ps, *backend, oc, optim::GradScaler::constant(1.0f), {&dp, true, 5});
+  // Buckets [36, 43), [20, 36), [15, 20), [0, 15); rank 0 owns their first halves.
+  const std::vector<Range> owned{{36, 40}, {20, 28}, {15, 18}, {0, 8}};
+  ASSERT_EQ(opt.grad_buffer().owned().size(), owned.size());
+  const std::vector<float> before(ps.values().data_as<float>(), ps.values().data_as<float>() + ps.total_numel());
+  std::vector<std::string> seen;
+  dp.on_start = [&](const std::string& entry) {
+    std::string changed;
+    for (const Range& r : owned) {
+      if (std::memcmp(ps.values().data_as<float>() + r.start, before.data() + r.start, 4 * static_cast<size_t>(r.size())) != 0) {
+        changed += " " + std::to_string(r.start);
+      }
+    }
+    seen.push_back(entry + ":" + changed);
+  };
+  fill_grads(ps, 0, 1);
+  opt.reduce_gradients();
+  seen.clear();
+  opt.step(0.01f, 0.0f);
+  EXPECT_EQ(seen, (std::vector<std::string>{"start all_gather [0, 15): 0", "start all_gather [15, 20): 15 0",
+                                            "start all_gather [20, 36): 20 15 0",
+                                            "start all_gather [36, 43): 36 20 15 0"}));
+}
+
 TEST(GradBuffer, DistributedOptimizerMatchesReplicatedBitForBit) {
   if (test::relaunch_under_mpirun(2)) return;
   comm::MpiRuntime mpi;
