@@ -177,6 +177,7 @@ int run_bench(const CommandArgs& argv_in) {
   // The connection to the other ranks outlives the groups split from it.
   comm::RankConnection connection;
   std::unique_ptr<comm::Communicator> world_comm;
+  c.nccl_collectives = world > 1 && uses_nccl(args);
   if (world > 1) {
     connection = comm::connect_ranks(
         env, *be, std::chrono::milliseconds(static_cast<int64_t>(c.distributed_timeout_minutes * 60000.0)),
@@ -213,7 +214,7 @@ int run_bench(const CommandArgs& argv_in) {
   model::TensorParallelOptions tp;
   tp.group = groups.tp.get();
   tp.sequence_parallel = c.sequence_parallel;
-  const bool copy_engine = train::prepare_copy_engine(c, groups, cuda);
+  const bool copy_engine = train::prepare_copy_engine(c, groups);
   model::GPTModel model(c.model, *be, dtype, mbs, tp, train::pipeline_stage(c, groups.coords.pp));
   model.parameters().initialize(*be, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
   train::OptimizerConfig oc;

@@ -643,6 +643,8 @@ class NcclCommunicator final : public Communicator {
 bool built_with_nccl() { return true; }
 
 
+bool copy_engine_supported() { return MT_NCCL_COPY_ENGINE != 0; }
+
 bool use_symmetric_memory(bool on) {
 #if MT_NCCL_COPY_ENGINE
   int device = 0;

@@ -36,5 +36,7 @@ std::unique_ptr<Communicator> make_nccl_world(backend::Backend& backend, int64_t
 // without NCCL 2.28 or later.
 constexpr int64_t kSymmetricSlackBytes = 4096;
 bool use_symmetric_memory(bool on = true);
+// Whether this build's NCCL has the copy-engine collectives (2.28 or later).
+bool copy_engine_supported();
 
 }  // namespace megatron::comm

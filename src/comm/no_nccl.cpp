@@ -13,5 +13,6 @@ std::unique_ptr<Communicator> make_nccl_world(backend::Backend&, int64_t, int64_
 }
 
 bool use_symmetric_memory(bool) { return false; }
+bool copy_engine_supported() { return false; }
 
 }  // namespace megatron::comm

@@ -114,7 +114,8 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
     pipe.pp = p.pp;
     pipe.stage = stage;
     pipe.virtual_chunks = p.vp;
-    m.copy_engine = copy_engine_receive_bytes(c, p.tp, pipe, p.dp, parallel::overlap_bucket_elements(p.dp));
+    const int64_t bucket = p.overlap_grad_reduce ? parallel::overlap_bucket_elements(p.dp) : 0;  // 0: one bucket
+    m.copy_engine = copy_engine_receive_bytes(c, p.tp, pipe, p.dp, bucket);
   }
   return m;
 }

@@ -40,7 +40,8 @@
 //                       interleaved: the stage's one pool of activation sets, each of L_k/vp
 //                       layers, as many as the schedule holds at once
 //                       (parallel::activation_slots): Megatron's min(m*vp, 2(pp-k-1) +
-//                       (vp-1)*pp + 1) chunks live at once (Korthikanti 2022)
+//                       (vp-1)*pp + 1) chunks live at once (Korthikanti 2022) for m > pp, all
+//                       m*vp for m == pp (Megatron's all-warm-up case)
 //  workspace            (3nh + (4nq + n*f1 + [SwiGLU] nf)/t)*e: gradient stream, temporaries,
 //                       gathered SP inputs, fc1's output gradient, SwiGLU's output gradient
 #pragma once
@@ -89,8 +90,9 @@ RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelCon
 // buffer that the buckets of tensor-parallel rank 0 of stage `pipe` need, buckets of
 // `bucket_size` elements over `dp` ranks (parallel::copy_engine_receive_elements; what
 // train::GradBuffer asks the group for, checked in tests/plan/memory_model_test.cpp).
-// stage_memory counts it with parallel::overlap_bucket_elements (the planner assumes the
-// overlaps).
+// stage_memory counts it with parallel::overlap_bucket_elements, or one bucket without
+// ParallelConfig::overlap_grad_reduce (--ddp-bucket-size / --ddp-num-buckets are not modelled;
+// --dry-run counts them).
 int64_t copy_engine_receive_bytes(const model::GPTConfig& c, int64_t tp, const model::PipelineStageOptions& pipe,
                                   int64_t dp, int64_t bucket_size);
 

@@ -25,6 +25,10 @@ struct ParallelConfig {
   // MEGATRON_DP_COPY_ENGINE in effect: the distributed optimizer's reduce-scatters and parameter
   // gathers on the copy engines (dp > 1 within a node; plan/search.cpp sets it per layout).
   bool dp_copy_engine = false;
+  // --overlap-grad-reduce: gradient buckets of Megatron's size (parallel::overlap_bucket_elements)
+  // rather than one; decides the copy engines' receive buffer (plan/search.cpp sets it from the
+  // cluster's overlap).
+  bool overlap_grad_reduce = true;
 
   int64_t world() const { return tp * pp * dp; }
   // Micro-batches per iteration on each data-parallel replica.

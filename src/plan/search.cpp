@@ -39,6 +39,7 @@ Candidate evaluate_layout(const PlanModel& m, const Cluster& cluster, ParallelCo
   const model::GPTConfig c = config_for_tp(m, p.tp);
   p.dp_copy_engine = cluster.dp_copy_engine && p.distributed_optimizer && p.dp > 1 &&
                      blocks_within_nodes(p.tp * p.dp, cluster.gpus_per_node);
+  p.overlap_grad_reduce = cluster.overlap_grad_reduce;
   validate_layout(c, p, cluster.world());
   if (p.world() != cluster.world()) {
     throw_error("[--nodes] ", cluster.nodes, " nodes x ", cluster.gpus_per_node, " GPUs is ", cluster.world(),

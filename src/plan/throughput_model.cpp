@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "parallel/grad_buckets.h"
 #include "plan/comm_model.h"
 #include "plan/memory_model.h"
 
@@ -335,12 +336,16 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   // Over NVLink NCCL's kernels move the data themselves and contend with the GEMMs; across nodes
   // the NICs do, and the kernels mostly wait (Megatron's 48-way DP runs, published_runs_test,
   // stay within 20% only without the term).
-  const double contention = !dp_on_nvlink ? 0.0 : p.dp_copy_engine ? kCopyEngineContention : kOverlapContention;
+  // The copy engines take the reduce-scatters of all but the last parallel::kCopyEngineTailBuckets
+  // buckets, and every parameter gather.
+  const bool ce_grads = p.dp_copy_engine && buckets > static_cast<double>(parallel::kCopyEngineTailBuckets);
+  const double contention = dp_on_nvlink ? (ce_grads ? kCopyEngineContention : kOverlapContention) : 0.0;
+  const double gather_contention = dp_on_nvlink ? (p.dp_copy_engine ? kCopyEngineContention : kOverlapContention) : 0.0;
   double dp = cl.overlap_grad_reduce ? overlapped_seconds(grads, backward_window, buckets, contention) : grads;
   if (p.distributed_optimizer) {
     const double params = all_gather_seconds(Pd * e, p.dp, dp_link);
     dp += cl.overlap_param_gather && cl.overlap_grad_reduce
-              ? overlapped_seconds(params, forward_window, buckets, contention)
+              ? overlapped_seconds(params, forward_window, buckets, gather_contention)
               : params;
   }
   if (p.pp > 1 && !c.untie_embeddings_and_output_weights) {

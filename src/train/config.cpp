@@ -13,7 +13,9 @@ model::PipelineStageOptions pipeline_stage(const TrainConfig& c, int64_t stage) 
   p.pp = c.pipeline_model_parallel_size;
   p.stage = stage;
   p.virtual_chunks = c.virtual_pipeline_chunks();
-  // In flight at most at the largest number of micro-batches (the final global batch).
+  // Sized for the final global batch's micro-batches. With interleaving fewer micro-batches can
+  // need more sets (M == pp holds all M vp), but --rampup-batch-size is refused there
+  // (cli/train_args.cpp), so the final count is the only one; 1F1B's min(pp - s, M) grows with M.
   const int64_t m = c.global_batch_size / (c.micro_batch_size * c.data_parallel_size);
   p.activation_sets = parallel::activation_sets_needed({p.pp, stage, m, p.virtual_chunks}, c.overlap_p2p_communication);
   return p;

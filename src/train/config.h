@@ -193,6 +193,9 @@ struct TrainConfig {
   bool overlap_grad_reduce = false;         // --overlap-grad-reduce
   bool overlap_param_gather = false;        // --overlap-param-gather (needs the two above)
   bool overlap_p2p_communication = false;   // --overlap-p2p-communication (pipeline exchanges started, waited late)
+  // The collectives run on NCCL (CUDA ranks without --distributed-backend mpi / gloo): set by
+  // the command that connects the ranks; the copy engines need it.
+  bool nccl_collectives = false;
   double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes (fractions allowed)
   bool use_cpu_initialization = false;      // --use-cpu-initialization (TP-invariant init)
 

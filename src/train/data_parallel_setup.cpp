@@ -29,8 +29,11 @@ int64_t copy_engine_plan_bytes(const MixedPrecisionOptimizer& optimizer) {
   return gb.copy_engine_on() ? gb.copy_engine_receive_elements() * 4 : 0;
 }
 
-bool prepare_copy_engine(const TrainConfig& config, const comm::ProcessGroups& groups, bool cuda) {
-  if (!copy_engine_requested() || !cuda || !config.use_distributed_optimizer || groups.dp_cp->size() == 1) return false;
+bool prepare_copy_engine(const TrainConfig& config, const comm::ProcessGroups& groups) {
+  if (!copy_engine_requested() || !config.nccl_collectives || !config.use_distributed_optimizer ||
+      groups.dp_cp->size() == 1) {
+    return false;
+  }
   return comm::use_symmetric_memory();
 }
 
@@ -44,7 +47,8 @@ std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrec
   if (!copy_engine_requested()) return "";
   if (!prepared) {
     return config.use_distributed_optimizer
-               ? " > MEGATRON_DP_COPY_ENGINE: off (needs CUDA, NCCL 2.28+ and more than one data-parallel rank)\n"
+               ? " > MEGATRON_DP_COPY_ENGINE: off (needs NCCL 2.28+ collectives on CUDA ranks and more than one "
+                 "data-parallel rank)\n"
                : " > MEGATRON_DP_COPY_ENGINE: off (needs --use-distributed-optimizer: an all-reduce needs the SMs)\n";
   }
   if (on) {

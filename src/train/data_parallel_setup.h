@@ -35,10 +35,10 @@ DataParallelOptions data_parallel_options(const TrainConfig& config, comm::Proce
 // move the gradients and parameters, so that the GEMMs beside them keep every SM.
 // prepare_copy_engine, before the model is built, puts its parameters and gradients in NCCL's
 // symmetric memory when the run can use it (the variable set, the distributed optimizer over
-// more than one rank, CUDA with NCCL 2.28+); copy_engine_text, after the optimizer is built,
+// more than one rank, NCCL 2.28+ collectives: TrainConfig::nccl_collectives); copy_engine_text, after the optimizer is built,
 // switches its gradient buffer over if prepared (collective over the data-parallel group) and
 // returns the log line that says whether it did and why not.
-bool prepare_copy_engine(const TrainConfig& config, const comm::ProcessGroups& groups, bool cuda);
+bool prepare_copy_engine(const TrainConfig& config, const comm::ProcessGroups& groups);
 std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrecisionOptimizer& optimizer);
 // MEGATRON_DP_COPY_ENGINE: unset, "" or "0" false, "1" true; anything else is a one-line error.
 bool copy_engine_requested();

@@ -235,8 +235,10 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
     for (Shard& s : shards_) update(s);
   }
   stop_timer("optimizer-inner-step");
-  // Megatron's DistributedOptimizer times the gather (the wait for what the update did not
-  // hide; none when it overlaps the next forward); the replicated optimizer has none.
+  // Megatron's DistributedOptimizer times the gather: here the wait for what the update did not
+  // hide (none when it overlaps the next forward), as the gathers are started inside
+  // optimizer-inner-step (a communicator without asynchronous collectives, MPI's, runs them
+  // there in full); the replicated optimizer has none.
   if (grad_buffer_.distributed()) {
     start_timer("params-all-gather");
     if (!overlap_param_gather_) grad_buffer_.finish_param_gather();

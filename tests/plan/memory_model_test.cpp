@@ -353,6 +353,12 @@ TEST(PlanMemory, CopyEngineReceiveBufferIsWhatTheGradBufferAsksFor) {
   EXPECT_EQ(ce.copy_engine, copy_engine_receive_bytes(c, 1, {}, 4, parallel::overlap_bucket_elements(4)));
   EXPECT_EQ(ce.nccl - sm.nccl, kCommunicatorCreationBytes);
   EXPECT_EQ(ce.total() - sm.total(), ce.copy_engine + kCommunicatorCreationBytes);
+  // Without --overlap-grad-reduce one bucket: it keeps the SMs' reduce-scatter, no receive buffer
+  // (the gathers still use the copy engines and their communicator).
+  p.overlap_grad_reduce = false;
+  const model::MemoryPlan one_bucket = stage_memory(c, DType::kBF16, p, 0, 4);
+  EXPECT_EQ(one_bucket.copy_engine, 0);
+  EXPECT_EQ(one_bucket.nccl, ce.nccl);
 }
 
 // The worst stage accounts for NCCL too: with pp 4 and untied embeddings the middle stages
