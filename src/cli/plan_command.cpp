@@ -127,6 +127,7 @@ void write_header(JsonWriter& w, const PlanRequest& q) {
                                                                              : q.cluster.gpu.nvlink_bytes_per_s);
   w.key("inter_node_bytes_per_s").value(q.cluster.inter_node_bytes_per_s > 0 ? q.cluster.inter_node_bytes_per_s
                                                                              : q.cluster.gpu.ib_bytes_per_s);
+  w.key("dp_copy_engine").value(q.cluster.dp_copy_engine);  // MEGATRON_DP_COPY_ENGINE=1
   w.end_object();
   const plan::Engine& e = q.cluster.engine;
   w.key("engine").begin_object();
@@ -154,7 +155,10 @@ std::string header_text(const PlanRequest& q) {
   return str_cat(" > plan: ", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_attention_heads,
                  " heads, seq ", c.seq_length, ", ", fmt("%.2f", static_cast<double>(P) / 1e9), "B parameters, ",
                  dtype_name(q.model.dtype), "; ", q.cluster.gpu.name, ", ", q.cluster.gpus_per_node, " GPUs/node; ",
-                 plan::attention_backend_name(q.cluster.engine.attention), " attention\n");
+                 plan::attention_backend_name(q.cluster.engine.attention), " attention\n",
+                 q.cluster.dp_copy_engine ? " > MEGATRON_DP_COPY_ENGINE=1: layouts with the distributed optimizer and "
+                                            "their data-parallel groups inside a node use the copy engines\n"
+                                          : "");
 }
 
 int run_node_search(const PlanRequest& q, bool json) {

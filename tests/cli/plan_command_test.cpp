@@ -5,6 +5,7 @@
 #include <regex>
 #include <string>
 
+#include "comm/nccl_communicator.h"
 #include "support/paths.h"
 
 namespace megatron {
@@ -84,6 +85,38 @@ TEST(PlanCommand, SmallestNodeCountFor175B) {
 
 // Narayanan et al. 2021's 145.6B row (A100, fp16, full recompute, vp 2): the megatron-2021
 // engine profile (materialised attention, exposed TP all-reduces, ...) is slower than ours.
+// MEGATRON_DP_COPY_ENGINE=1 plans as `megatron train` would run in that environment (a build
+// with NCCL 2.28+): the header says so, and a DP4 layout with the distributed optimizer inside a
+// node counts the receive buffer and runs faster; without the variable neither.
+TEST(PlanCommand, CopyEnginesWhenTheEnvironmentAsks) {
+  const std::string flags =
+      "--model gpt3-1.3b --gpu h200-141gb --gpus-per-node 4 --tensor-model-parallel-size 1 "
+      "--pipeline-model-parallel-size 1 --micro-batch-size 4 --global-batch-size 16 --use-distributed-optimizer --json";
+  const test::CommandResult sm = plan(flags);
+  const test::CommandResult ce = test::run_command("MEGATRON_DP_COPY_ENGINE=1 " + test::megatron_binary() + " plan " + flags, true);
+  ASSERT_EQ(sm.status, 0) << sm.output;
+  ASSERT_EQ(ce.status, 0) << ce.output;
+  EXPECT_NE(sm.output.find("\"dp_copy_engine\": false"), std::string::npos) << sm.output;
+  EXPECT_NE(sm.output.find("\"copy_engine\": 0,"), std::string::npos) << sm.output;
+  if (!comm::copy_engine_supported()) return;
+  EXPECT_EQ(ce.output.find("\"dp_copy_engine\": false"), std::string::npos) << ce.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(ce.output, m, std::regex("\"copy_engine\": ([0-9]+),"))) << ce.output;
+  EXPECT_EQ(std::stoll(m[1]), 201433088) << "192 MiB, what the engine's log named on 4 x H200";
+  auto seconds = [](const std::string& out) {
+    std::smatch s;
+    EXPECT_TRUE(std::regex_search(out, s, std::regex("\"seconds_per_iteration\": ([0-9.e-]+)"))) << out;
+    return s.empty() ? 0.0 : std::stod(s[1]);
+  };
+  EXPECT_LT(seconds(ce.output), seconds(sm.output));
+  const test::CommandResult table = test::run_command(
+      "MEGATRON_DP_COPY_ENGINE=1 " + test::megatron_binary() + " plan --model gpt3-1.3b --gpu h200-141gb --gpus-per-node 4 "
+      "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size 4 --global-batch-size 16 "
+      "--use-distributed-optimizer", true);
+  EXPECT_NE(table.output.find(" > MEGATRON_DP_COPY_ENGINE=1: layouts with the distributed optimizer"), std::string::npos)
+      << table.output;
+}
+
 TEST(PlanCommand, EngineProfileChangesThePrediction) {
   const std::string layout =
       "--model gpt-145.6b --gpu a100-80gb --fp16 --nodes 192 --tensor-model-parallel-size 8 "
