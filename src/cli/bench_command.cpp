@@ -322,7 +322,8 @@ int run_bench(const CommandArgs& argv_in) {
   const MemorySnapshot mem = memory_tracker(be->device()).snapshot();
   const int64_t device_used = cuda ? backend::cuda_device_memory_used(device_index) - used_before : 0;
   // This rank's planned bytes (TP shards, distributed optimizer), and the whole model's size.
-  const model::MemoryPlan plan = train::train_memory_plan(c, groups.coords.pp);
+  model::MemoryPlan plan = train::train_memory_plan(c, groups.coords.pp);
+  plan.copy_engine = train::copy_engine_plan_bytes(opt);  // the receive buffer, when the copy engines are on
   const int64_t model_parameters = model::plan_memory(c.model, dtype, mbs).num_parameters;
   const double report_time = 20e6 / tokens_per_s;
   // The layout the ranks ran.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
@@ -13,11 +14,21 @@ model::PipelineStageOptions pipeline_stage(const TrainConfig& c, int64_t stage) 
   p.pp = c.pipeline_model_parallel_size;
   p.stage = stage;
   p.virtual_chunks = c.virtual_pipeline_chunks();
-  // Sized for the final global batch's micro-batches. With interleaving fewer micro-batches can
-  // need more sets (M == pp holds all M vp), but --rampup-batch-size is refused there
-  // (cli/train_args.cpp), so the final count is the only one; 1F1B's min(pp - s, M) grows with M.
-  const int64_t m = c.global_batch_size / (c.micro_batch_size * c.data_parallel_size);
-  p.activation_sets = parallel::activation_sets_needed({p.pp, stage, m, p.virtual_chunks}, c.overlap_p2p_communication);
+  // The most sets any global batch of the run needs: with --rampup-batch-size every size of the
+  // ramp (fewer micro-batches can need more sets: interleaved, M == pp holds all M vp).
+  std::vector<int64_t> batches{c.global_batch_size};
+  if (c.rampup_batch_size && c.rampup_batch_size->increment > 0) {
+    for (int64_t b = c.rampup_batch_size->start; b < c.global_batch_size; b += c.rampup_batch_size->increment) {
+      batches.push_back(b);
+    }
+  }
+  p.activation_sets = 1;
+  for (int64_t b : batches) {
+    const int64_t m = b / (c.micro_batch_size * c.data_parallel_size);
+    if (m < 1) continue;
+    p.activation_sets = std::max(
+        p.activation_sets, parallel::activation_sets_needed({p.pp, stage, m, p.virtual_chunks}, c.overlap_p2p_communication));
+  }
   return p;
 }
 

@@ -95,5 +95,35 @@ TEST(TrainConfig, MegatronDefaults) {
   EXPECT_FALSE(c.lr_warmup_fraction.has_value());
 }
 
+// A stage's activation sets cover every global batch of the run. 1F1B: stage s of PP4 holds
+// min(4 - s, M) micro-batches, which grows with M (a ramp 1, 2, 3 needs the final 3).
+// Interleaved: M == pp holds all M vp sets, more than M = 2 pp needs on the last stage, so a
+// ramp through M = pp needs those.
+TEST(TrainConfig, PipelineStageSetsCoverTheRamp) {
+  TrainConfig c;
+  c.model.num_layers = 8;
+  c.pipeline_model_parallel_size = 4;
+  c.micro_batch_size = 1;
+  c.data_parallel_size = 1;
+  c.global_batch_size = 2;
+  EXPECT_EQ(pipeline_stage(c, 0).activation_sets, 2);
+  c.global_batch_size = 8;
+  EXPECT_EQ(pipeline_stage(c, 0).activation_sets, 4);
+  EXPECT_EQ(pipeline_stage(c, 3).activation_sets, 1);
+  c.global_batch_size = 3;
+  c.rampup_batch_size = RampupBatchSizeFlags{1, 1, 10};
+  EXPECT_EQ(pipeline_stage(c, 0).activation_sets, 3);
+  // Interleaved (vp 2): M == pp holds all M vp sets, more than M = 2 pp needs on the last stage.
+  c.rampup_batch_size.reset();
+  c.num_layers_per_virtual_pipeline_stage = 1;
+  c.global_batch_size = 8;
+  EXPECT_EQ(pipeline_stage(c, 3).activation_sets, 5);  // (vp - 1) pp + 1
+  c.global_batch_size = 4;
+  EXPECT_EQ(pipeline_stage(c, 3).activation_sets, 8);
+  c.global_batch_size = 8;
+  c.rampup_batch_size = RampupBatchSizeFlags{4, 4, 10};  // 4 then 8 micro-batches
+  EXPECT_EQ(pipeline_stage(c, 3).activation_sets, 8);
+}
+
 }  // namespace
 }  // namespace megatron::train
