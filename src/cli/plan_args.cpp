@@ -1,7 +1,6 @@
 #include "cli/plan_args.h"
 
 #include "cli/train_args.h"
-#include "comm/nccl_communicator.h"
 #include "core/error.h"
 #include "train/data_parallel_setup.h"
 
@@ -96,7 +95,7 @@ plan::Cluster parse_cluster(const Args& a, DType dtype) {
   cl.gpus_per_node = positive(a, "--gpus-per-node");
   cl.nodes = positive(a, "--nodes");
   // As `megatron train` would run in this environment (train/data_parallel_setup.h).
-  cl.dp_copy_engine = train::copy_engine_requested() && comm::copy_engine_supported();
+  cl.dp_copy_engine = train::copy_engine_planned();
   if (a.given("--intra-node-bandwidth")) cl.intra_node_bytes_per_s = positive_double(a, "--intra-node-bandwidth") * 1e9;
   if (a.given("--inter-node-bandwidth")) cl.inter_node_bytes_per_s = positive_double(a, "--inter-node-bandwidth") * 1e9;
   if (a.get_flag("--no-overlap")) {

@@ -16,7 +16,6 @@
 #include "cli/train_prediction.h"
 #include "comm/launch.h"
 #include "comm/launch_env.h"
-#include "comm/nccl_communicator.h"
 #include "comm/process_groups.h"
 #include "core/error.h"
 #include "data/tokenizer/gpt2_bpe_tokenizer.h"
@@ -120,8 +119,8 @@ int run_train(const CommandArgs& argv) {
     const int64_t tp = config.tensor_model_parallel_size, dp = config.data_parallel_size;
     // MEGATRON_DP_COPY_ENGINE takes effect (train/data_parallel_setup.h) with the distributed
     // optimizer over data-parallel groups inside a node.
-    const bool copy_engine = nccl && train::copy_engine_requested() && comm::copy_engine_supported() &&
-                             config.use_distributed_optimizer && dp > 1 && plan::blocks_within_nodes(tp * dp, per_node);
+    const bool copy_engine = nccl && train::copy_engine_planned() && config.use_distributed_optimizer && dp > 1 &&
+                             plan::blocks_within_nodes(tp * dp, per_node);
     plan::NcclLayout layout{tp, config.pipeline_model_parallel_size, dp, config.virtual_pipeline_chunks(), per_node,
                             !config.model.untie_embeddings_and_output_weights};
     layout.dp_copy_engine = copy_engine;

@@ -7,12 +7,17 @@
 namespace megatron::parallel {
 
 std::vector<Range> grad_buckets(std::span<const int64_t> offsets, int64_t total, int64_t bucket_size,
-                                std::span<const int64_t> starts) {
+                                std::span<const int64_t> starts, int64_t held) {
   const size_t P = offsets.size();
   std::vector<bool> starts_bucket(P, false);
-  for (int64_t k : starts) {
+  auto mark = [&](int64_t k) {
     MT_CHECK(k >= 0 && k <= static_cast<int64_t>(P)) << "bucket start at parameter " << k << " of " << P;
     if (k < static_cast<int64_t>(P)) starts_bucket[static_cast<size_t>(k)] = true;
+  };
+  for (int64_t k : starts) mark(k);
+  if (held >= 0) {  // it begins a bucket, and its successor another
+    mark(held);
+    mark(held + 1);
   }
   std::vector<Range> buckets;
   int64_t end = total;

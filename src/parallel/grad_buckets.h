@@ -20,10 +20,11 @@ struct Range {
 // Buckets of a buffer of `total` elements holding parameters that start at `offsets`
 // (ascending, registration order), in backprop order: walking from the buffer's end towards 0,
 // a bucket closes at the first parameter boundary at which it holds >= bucket_size elements
-// (bucket_size <= 0: no limit) or where a parameter listed in `starts` begins.
-// train/grad_buffer.h explains the rules and gives an example.
+// (bucket_size <= 0: no limit) or where a parameter listed in `starts` begins; parameter
+// `held` (>= 0) gets a bucket of its own. train/grad_buffer.h explains the rules and gives an
+// example.
 std::vector<Range> grad_buckets(std::span<const int64_t> offsets, int64_t total, int64_t bucket_size,
-                                std::span<const int64_t> starts);
+                                std::span<const int64_t> starts, int64_t held = -1);
 
 // Megatron's bucket size with --overlap-grad-reduce (and no --ddp-bucket-size /
 // --ddp-num-buckets): max(4e7, 1e6 dp) elements (megatron-facts §9).

@@ -57,7 +57,7 @@ NcclLayout nccl_layout(const model::GPTConfig& c, const ParallelConfig& p, int64
                     gpus_per_node,
                     !c.untie_embeddings_and_output_weights,
                     shared_groups,
-                    p.dp_copy_engine && p.distributed_optimizer && p.dp > 1};
+                    p.uses_copy_engines()};
 }
 
 model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage,
@@ -109,7 +109,7 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   // (cudnn_attention.h), which the engine's own plan (model::plan_memory) does not hold.
   if (c.reset_attention_mask && dtype != DType::kF32) m.workspace += b * s * s * 2;
   m.nccl = nccl_memory(nccl_layout(c, p, gpus_per_node, shared_groups), stage).total();
-  if (p.dp_copy_engine && p.distributed_optimizer && p.dp > 1) {
+  if (p.uses_copy_engines()) {
     model::PipelineStageOptions pipe;
     pipe.pp = p.pp;
     pipe.stage = stage;
@@ -124,10 +124,10 @@ int64_t copy_engine_receive_bytes(const model::GPTConfig& c, int64_t tp, const m
                                   int64_t dp, int64_t bucket_size) {
   model::ParameterSet ps;
   const model::GPTModel::BucketBoundaries bounds = model::GPTModel::declare_local_stage(c, pipe, tp, &ps);
-  std::vector<int64_t> offsets, starts = bounds.chunk_starts;
+  std::vector<int64_t> offsets;
   for (const model::Parameter& p : ps.params()) offsets.push_back(p.offset);
-  if (bounds.tied >= 0) starts.insert(starts.end(), {bounds.tied, bounds.tied + 1});
-  const std::vector<parallel::Range> buckets = parallel::grad_buckets(offsets, ps.total_numel(), bucket_size, starts);
+  const std::vector<parallel::Range> buckets =
+      parallel::grad_buckets(offsets, ps.total_numel(), bucket_size, bounds.chunk_starts, bounds.tied);
   return parallel::copy_engine_receive_elements(buckets, dp) * 4;
 }
 

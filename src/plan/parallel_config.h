@@ -31,6 +31,8 @@ struct ParallelConfig {
   bool overlap_grad_reduce = true;
 
   int64_t world() const { return tp * pp * dp; }
+  // dp_copy_engine where it can act: the distributed optimizer over more than one rank.
+  bool uses_copy_engines() const { return dp_copy_engine && distributed_optimizer && dp > 1; }
   // Micro-batches per iteration on each data-parallel replica.
   int64_t num_micro_batches() const { return global_batch / (micro_batch * dp); }
   std::string describe() const;  // "tp 8 pp 8 vp 1 dp 4 mbs 1 gbs 1536 recompute none dist-opt sp"

@@ -328,7 +328,8 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   double pipeline = slots * per_micro;
 
   // Data parallel.
-  const double buckets = std::max(1.0, std::ceil(Pd / std::max(kBucketElements, 1e6 * static_cast<double>(p.dp))));
+  const double buckets =
+      std::max(1.0, std::ceil(Pd / static_cast<double>(parallel::overlap_bucket_elements(p.dp))));
   const double grad_bytes = Pd * static_cast<double>(cl.engine.grad_reduce_bytes);
   const double grads = p.distributed_optimizer ? reduce_scatter_seconds(grad_bytes, p.dp, dp_link)
                                                : all_reduce_seconds(grad_bytes, p.dp, dp_link);
@@ -338,9 +339,9 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   // stay within 20% only without the term).
   // The copy engines take the reduce-scatters of all but the last parallel::kCopyEngineTailBuckets
   // buckets, and every parameter gather.
-  const bool ce_grads = p.dp_copy_engine && buckets > static_cast<double>(parallel::kCopyEngineTailBuckets);
+  const bool ce_grads = p.uses_copy_engines() && buckets > static_cast<double>(parallel::kCopyEngineTailBuckets);
   const double contention = dp_on_nvlink ? (ce_grads ? kCopyEngineContention : kOverlapContention) : 0.0;
-  const double gather_contention = dp_on_nvlink ? (p.dp_copy_engine ? kCopyEngineContention : kOverlapContention) : 0.0;
+  const double gather_contention = dp_on_nvlink ? (p.uses_copy_engines() ? kCopyEngineContention : kOverlapContention) : 0.0;
   double dp = cl.overlap_grad_reduce ? overlapped_seconds(grads, backward_window, buckets, contention) : grads;
   if (p.distributed_optimizer) {
     const double params = all_gather_seconds(Pd * e, p.dp, dp_link);

@@ -199,7 +199,6 @@ constexpr double kSwigluForwardBytes = 3.0;
 constexpr double kSwigluBackwardBytes = 5.0;
 constexpr double kGradPassBytes = 5.3;       // per parameter of the rank (the grad-norm pass)
 constexpr double kAdamBytes = 35.4;          // per parameter the rank's optimizer owns
-constexpr double kBucketElements = 40e6;     // Megatron's bucket size with --overlap-grad-reduce
 // The share of an overlapped DP collective's time that the GEMMs beside it lose (NCCL's kernels
 // and cuBLASLt's contend for the SMs): the 1.3B step's GEMMs on H200 with the distributed
 // optimizer and both overlaps, --profile-ops against one GPU, +6.8 ms at DP2 and +9.8 ms at DP4

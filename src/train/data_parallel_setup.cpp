@@ -24,6 +24,8 @@ bool copy_engine_requested() {
   throw_error("MEGATRON_DP_COPY_ENGINE=", v, ": expected 0 or 1");
 }
 
+bool copy_engine_planned() { return copy_engine_requested() && comm::copy_engine_supported(); }
+
 int64_t copy_engine_plan_bytes(const MixedPrecisionOptimizer& optimizer) {
   const GradBuffer& gb = optimizer.grad_buffer();
   return gb.copy_engine_on() ? gb.copy_engine_receive_elements() * 4 : 0;

@@ -42,6 +42,9 @@ bool prepare_copy_engine(const TrainConfig& config, const comm::ProcessGroups& g
 std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrecisionOptimizer& optimizer);
 // MEGATRON_DP_COPY_ENGINE: unset, "" or "0" false, "1" true; anything else is a one-line error.
 bool copy_engine_requested();
+// copy_engine_requested() and this build's NCCL has the copy engines (comm::copy_engine_supported):
+// what the plans (--dry-run, megatron plan, the trainer's prediction) assume.
+bool copy_engine_planned();
 // The receive buffer's bytes (model::MemoryPlan::copy_engine) of a gradient buffer with the
 // copy engines on, 0 with them off.
 int64_t copy_engine_plan_bytes(const MixedPrecisionOptimizer& optimizer);

@@ -7,10 +7,10 @@
 namespace megatron::train {
 
 std::vector<Range> grad_buckets(const model::ParameterSet& params, int64_t bucket_size,
-                                const std::vector<int64_t>& starts) {
+                                const std::vector<int64_t>& starts, int64_t held) {
   std::vector<int64_t> offsets;
   for (const model::Parameter& p : params.params()) offsets.push_back(p.offset);
-  return parallel::grad_buckets(offsets, params.total_numel(), bucket_size, starts);
+  return parallel::grad_buckets(offsets, params.total_numel(), bucket_size, starts, held);
 }
 
 std::vector<Range> owned_ranges(const std::vector<Range>& buckets, int64_t dp, int64_t rank) {
@@ -25,9 +25,7 @@ std::vector<Range> owned_ranges(const std::vector<Range>& buckets, int64_t dp, i
 }
 
 std::vector<Range> grad_buckets(const model::ParameterSet& params, const BucketLayout& layout) {
-  std::vector<int64_t> starts = layout.starts;
-  if (layout.held >= 0) starts.insert(starts.end(), {layout.held, layout.held + 1});  // its own bucket
-  return grad_buckets(params, layout.bucket_size, starts);
+  return grad_buckets(params, layout.bucket_size, layout.starts, layout.held);
 }
 
 GradBuffer::GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, int64_t bucket_size)

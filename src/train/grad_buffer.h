@@ -77,7 +77,7 @@ struct BucketLayout {
 
 // Buckets of a buffer of parameters in backprop order (see above; parallel::grad_buckets).
 std::vector<Range> grad_buckets(const model::ParameterSet& params, int64_t bucket_size,
-                                const std::vector<int64_t>& starts = {});
+                                const std::vector<int64_t>& starts = {}, int64_t held = -1);
 // The buckets of `layout` (its starts, and the held parameter's own bucket).
 std::vector<Range> grad_buckets(const model::ParameterSet& params, const BucketLayout& layout);
 // The ranges rank `rank` of `dp` owns: piece `rank` of each bucket (empty pieces left out), in

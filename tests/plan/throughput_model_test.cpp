@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "parallel/grad_buckets.h"
 #include "plan/comm_model.h"
 #include "plan/engine_profile.h"
 #include "plan/search.h"
@@ -557,7 +558,7 @@ TEST(PlanThroughput, OverlappedReductionCostsContentionOnlyOnNvlink) {
   const double P = static_cast<double>(stage_num_parameters(c, ParallelConfig{1, 1, 1, 8, 4, 32, PlanRecompute::kNone,
                                                                              false, false},
                                                             0));
-  const double buckets = std::ceil(P / std::max(kBucketElements, 8e6));
+  const double buckets = std::ceil(P / static_cast<double>(parallel::overlap_bucket_elements(8)));
   // 8 GPUs of one node: DP over NVLink.
   ParallelConfig p{1, 1, 1, 8, 4, 32, PlanRecompute::kNone, false, false};
   Cluster node = h100(1), blocking = h100(1);
@@ -584,7 +585,7 @@ TEST(PlanThroughput, CopyEnginesContendLess) {
   Cluster node = h100(1), blocking = h100(1);
   blocking.overlap_grad_reduce = blocking.overlap_param_gather = false;
   const double P = static_cast<double>(stage_num_parameters(c, p, 0));
-  const double buckets = std::ceil(P / std::max(kBucketElements, 8e6));
+  const double buckets = std::ceil(P / static_cast<double>(parallel::overlap_bucket_elements(8)));
   const double all = predict(c, DType::kBF16, p, blocking).dp_comm_s;
   const double sm = predict(c, DType::kBF16, p, node).dp_comm_s;
   p.dp_copy_engine = true;
