@@ -64,6 +64,13 @@ struct PointToPoint {
   int64_t peer = 0;
 };
 
+// What Communicator::enable_copy_engine did: on, or off and why (one line, the same on every
+// rank of the group).
+struct CopyEngineResult {
+  bool on = false;
+  std::string why_off;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -151,13 +158,14 @@ class Communicator {
   // (>= size() * S for every later one) and a sum of the size() received pieces in group rank
   // order: the same values as the reduce-scatter up to the order of the additions (0: only the
   // all-gathers move to the copy engines). Called again, it says whether these buffers lie in
-  // the ones already enabled. Collective;
-  // returns false and changes nothing where it cannot (not NCCL >= 2.28, ranks on several
-  // hosts, buffers not from comm::use_symmetric_memory's allocator).
-  virtual bool enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) {
+  // the ones already enabled. Collective, and every rank ends alike: where any rank cannot (not
+  // NCCL >= 2.28, ranks on several hosts, buffers not from comm::use_symmetric_memory's
+  // allocator, an NCCL call of the set-up failing), every rank returns off with that rank's
+  // reason, having undone what it set up, and the group keeps its SM collectives.
+  virtual CopyEngineResult enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) {
     (void)buffers;
     (void)max_reduce_scatter;
-    return false;
+    return {false, "this group's collectives have no copy engines (they need NCCL 2.28+ on CUDA ranks)"};
   }
   // After enable_copy_engine: whether the collectives started or run from now on may use the
   // copy engines (true, the default) or keep the SM kernels (false: the reduce-scatters that

@@ -70,12 +70,29 @@ void check_cuda(cudaError_t rc, const char* call, int64_t rank, const std::strin
 #define MT_NCCL_COPY_ENGINE 0
 #endif
 
+// MEGATRON_TEST_NCCL_FAIL=<call>: the copy engines' set-up acts as if that NCCL call
+// (ncclMemAlloc, ncclCommSplit or ncclCommWindowRegister) failed on this rank, so that tests and
+// GPU checks can see the fall-back to the SM collectives where the platform would not show it.
+bool injected_failure(const char* call) {
+  const char* v = std::getenv("MEGATRON_TEST_NCCL_FAIL");
+  return v != nullptr && std::strcmp(v, call) == 0;
+}
+// "<call> failed: <NCCL's reason>", naming the injection when it was one.
+std::string call_failed(const char* call, ncclResult_t rc, bool injected) {
+  return str_cat(call, " failed: ", ncclGetErrorString(rc), injected ? " (MEGATRON_TEST_NCCL_FAIL)" : "");
+}
+
 // The allocations use_symmetric_memory's allocator made: base -> bytes (slack included), so
-// that enable_copy_engine can tell whether a tensor lies in one and register all of it.
+// that enable_copy_engine can tell whether a tensor lies in one and register all of it; and
+// why the allocator last gave up ("" while it has not), which enable_copy_engine reports.
 std::mutex symmetric_mutex;
 std::map<const char*, int64_t>& symmetric_allocations() {
   static std::map<const char*, int64_t> table;
   return table;
+}
+std::string& symmetric_failure() {
+  static std::string why;
+  return why;
 }
 // The allocation holding [p, p + bytes): its base and size, or {nullptr, 0}.
 std::pair<const char*, int64_t> symmetric_allocation_of(const void* p, int64_t bytes) {
@@ -88,27 +105,39 @@ std::pair<const char*, int64_t> symmetric_allocation_of(const void* p, int64_t b
   return *it;
 }
 
+// ncclMemAlloc's memory, or nullptr (backend::DeviceAllocator: the backend then uses cudaMalloc,
+// and the copy engines stay off) once it has failed: a platform without NCCL's symmetric memory
+// trains as without MEGATRON_DP_COPY_ENGINE instead of stopping.
 void* symmetric_alloc(int64_t bytes) {
 #if MT_NCCL_COPY_ENGINE
+  {
+    std::lock_guard<std::mutex> lock(symmetric_mutex);
+    if (!symmetric_failure().empty()) return nullptr;
+  }
   void* p = nullptr;
   const int64_t total = bytes + kSymmetricSlackBytes;
-  const ncclResult_t rc = ncclMemAlloc(&p, static_cast<size_t>(total));
+  const bool injected = injected_failure("ncclMemAlloc");
+  const ncclResult_t rc = injected ? ncclSystemError : ncclMemAlloc(&p, static_cast<size_t>(total));
   if (rc != ncclSuccess) {
-    throw_error("ncclMemAlloc of ", total, " bytes (symmetric memory for copy-engine collectives) failed: ",
-                ncclGetErrorString(rc));
+    cudaGetLastError();  // a failed CUDA call inside must not surface at the next launch check
+    std::lock_guard<std::mutex> lock(symmetric_mutex);
+    symmetric_failure() = str_cat(call_failed("ncclMemAlloc", rc, injected), " for ", total, " bytes");
+    return nullptr;
   }
   // Zeroed (the slack too, so that what an all-to-all reads past a bucket's end is never
   // uninitialised memory) and waited for: the legacy stream's memset is not ordered with the
   // backend's non-blocking stream, whose first use of the memory may be to initialise it.
   if (cudaMemset(p, 0, static_cast<size_t>(total)) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
-    throw_error("zeroing symmetric memory failed: ", cudaGetErrorString(cudaGetLastError()));
+    const std::string why = cudaGetErrorString(cudaGetLastError());
+    ncclMemFree(p);
+    throw_error("zeroing symmetric memory failed: ", why);
   }
   std::lock_guard<std::mutex> lock(symmetric_mutex);
   symmetric_allocations()[static_cast<const char*>(p)] = total;
   return p;
 #else
   (void)bytes;
-  throw_error("symmetric memory needs NCCL 2.28 or later");
+  return nullptr;
 #endif
 }
 void symmetric_release(void* p) {
@@ -224,61 +253,134 @@ class NcclCommunicator final : public Communicator {
     return async_started();
   }
 
-  bool enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override {
+  CopyEngineResult enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override {
 #if MT_NCCL_COPY_ENGINE
     if (ce_comm_ != nullptr) {
       // Already on (an earlier model's buffers): only if these lie in its windows too.
-      return std::all_of(buffers.begin(), buffers.end(),
-                         [&](const Tensor& b) { return b.defined() && in_window(b.data(), b.nbytes()); });
+      const bool inside = std::all_of(buffers.begin(), buffers.end(),
+                                      [&](const Tensor& b) { return b.defined() && in_window(b.data(), b.nbytes()); });
+      return {inside, inside ? "" : "these buffers lie outside the windows enabled before"};
     }
-    // Every rank decides alike: one host, and every buffer in a symmetric allocation.
+    // Each step ends with every rank's verdict (agree): a step that failed on any rank undoes
+    // the set-up on every rank, and every rank returns that rank's reason.
+    std::string why;
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '?';
     const std::vector<std::string> hosts = all_gather_strings(*this, host);
-    bool ok = std::all_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h == hosts[0]; });
-    for (const Tensor& b : buffers) {
-      ok = ok && b.defined() && b.device() == Device::kCUDA &&
-           symmetric_allocation_of(b.data(), b.nbytes()).first != nullptr;
+    if (std::any_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h != hosts[0]; })) {
+      why = "the group's ranks are on several hosts";
     }
-    double all_ok = ok ? 1.0 : 0.0;
-    all_reduce_host(std::span<double>(&all_ok, 1), ReduceOp::kMin);
-    if (all_ok != 1.0) return false;
+    // The distinct allocations to register (base, bytes, a tensor in it), in the same order on
+    // every rank.
+    struct Allocation {
+      const char* base;
+      int64_t bytes;
+      const Tensor* holder;
+    };
+    std::vector<Allocation> allocations;
+    for (const Tensor& b : buffers) {
+      const auto [base, bytes] = b.defined() && b.device() == Device::kCUDA
+                                     ? symmetric_allocation_of(b.data(), b.nbytes())
+                                     : std::pair<const char*, int64_t>{nullptr, 0};
+      if (base == nullptr) {
+        std::lock_guard<std::mutex> lock(symmetric_mutex);
+        if (why.empty()) {
+          why = symmetric_failure().empty() ? "a buffer is not in NCCL's symmetric memory (comm::use_symmetric_memory)"
+                                            : symmetric_failure();
+        }
+      } else if (std::none_of(allocations.begin(), allocations.end(),
+                              [&](const Allocation& a) { return a.base == base; })) {
+        allocations.push_back({base, bytes, &b});
+      }
+    }
+    if (!agree(why, static_cast<int64_t>(allocations.size()))) return turn_off(why);
     // A child of this group with the zero-CTA policy: NCCL runs its all-to-alls and all-gathers
     // between symmetric windows on the copy engines. Its collectives go on the same streams as
     // this group's, in program order, so the two never interleave differently on two ranks.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
-    MT_NCCL_CHECK(ncclCommSplit(comm_, 0, static_cast<int>(rank_), &ce_comm_, &config));
+    const bool split_injected = injected_failure("ncclCommSplit");
+    ncclComm_t child = nullptr;
+    const ncclResult_t split_rc =
+        split_injected ? ncclSystemError : ncclCommSplit(comm_, 0, static_cast<int>(rank_), &child, &config);
+    if (split_rc == ncclSuccess) {
+      ce_comm_ = child;
+    } else {
+      why = call_failed("ncclCommSplit", split_rc, split_injected);
+    }
+    if (!agree(why)) return turn_off(why);
+    // Each window keeps its memory alive until it is deregistered.
     auto add_window = [&](const char* base, int64_t bytes, std::shared_ptr<Storage> keep) {
       Window w{base, bytes, nullptr, std::move(keep)};
-      MT_NCCL_CHECK(ncclCommWindowRegister(ce_comm_, const_cast<char*>(base), static_cast<size_t>(bytes), &w.window,
-                                           NCCL_WIN_COLL_SYMMETRIC));
-      windows_.push_back(std::move(w));
-    };
-    for (const Tensor& b : buffers) {
-      const auto [base, bytes] = symmetric_allocation_of(b.data(), b.nbytes());
-      if (std::none_of(windows_.begin(), windows_.end(), [&](const Window& w) { return w.base == base; })) {
-        add_window(base, bytes, b.storage());  // the storage outlives its window
+      const bool injected = injected_failure("ncclCommWindowRegister");
+      const ncclResult_t rc =
+          injected ? ncclSystemError
+                   : ncclCommWindowRegister(ce_comm_, const_cast<char*>(base), static_cast<size_t>(bytes), &w.window,
+                                            NCCL_WIN_COLL_SYMMETRIC);
+      if (rc != ncclSuccess) {
+        why = call_failed("ncclCommWindowRegister", rc, injected);
+      } else {
+        windows_.push_back(std::move(w));
       }
+      return agree(why);
+    };
+    for (const Allocation& a : allocations) {
+      if (!add_window(a.base, a.bytes, a.holder->storage())) return turn_off(why);  // the storage outlives its window
     }
     // The all-to-all's receive buffer, fp32 (a reduce-scatter of any other dtype keeps NCCL's
     // kernels); none when no reduce-scatter is to use the copy engines (0).
     if (max_reduce_scatter > 0) {
       const int64_t ring_bytes = max_reduce_scatter * static_cast<int64_t>(sizeof(float));
       void* p = symmetric_alloc(ring_bytes);
+      if (p == nullptr) {
+        std::lock_guard<std::mutex> lock(symmetric_mutex);
+        why = str_cat("the receive buffer: ", symmetric_failure());
+      }
+      if (!agree(why)) {
+        if (p != nullptr) symmetric_release(p);
+        return turn_off(why);
+      }
       auto ring = std::make_shared<Storage>(p, ring_bytes, Device::kCUDA, MemoryKind::kOther, symmetric_release);
       const auto [base, bytes] = symmetric_allocation_of(p, ring_bytes);
-      add_window(base, bytes, std::move(ring));
+      if (!add_window(base, bytes, std::move(ring))) return turn_off(why);
       ring_ = static_cast<float*>(p);
       ring_elems_ = max_reduce_scatter;
     }
-    return true;
+    return {true, ""};
 #else
     (void)buffers;
     (void)max_reduce_scatter;
-    return false;
+    return {false, "this build's NCCL is older than 2.28"};
 #endif
   }
+
+#if MT_NCCL_COPY_ENGINE
+  // Whether no rank has a reason (`why` empty on all) and, given `count`, every rank the same
+  // count: one host all-reduce, so every rank takes the same branch after it.
+  bool agree(std::string& why, int64_t count = 0) {
+    double v[3] = {why.empty() ? 1.0 : 0.0, static_cast<double>(count), -static_cast<double>(count)};
+    all_reduce_host(std::span<double>(v, 3), ReduceOp::kMin);
+    if (v[0] == 1.0 && v[1] != -v[2]) why = "the ranks' buffers lie in different numbers of allocations";
+    return v[0] == 1.0 && v[1] == -v[2];
+  }
+  // After a failed agree, on every rank: undoes the windows and the child communicator and
+  // returns off with the first reason by group rank ("rank r: ..."), or this rank's.
+  CopyEngineResult turn_off(const std::string& mine) {
+    // Best effort, unchecked: this undoes a set-up that already failed, and the SM collectives
+    // that follow do not depend on it.
+    for (const Window& w : windows_) ncclCommWindowDeregister(ce_comm_, w.window);
+    windows_.clear();  // the receive buffer's storage goes with its window
+    if (ce_comm_ != nullptr) ncclCommDestroy(ce_comm_);
+    ce_comm_ = nullptr;
+    ring_ = nullptr;
+    ring_elems_ = 0;
+    const std::vector<std::string> all = all_gather_strings(*this, mine, 240);
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (!all[r].empty()) return {false, size_ == 1 ? all[r] : str_cat("rank ", r, " of the group: ", all[r])};
+    }
+    return {false, mine};
+  }
+#endif
 
   void use_copy_engine(bool on) override { ce_on_ = on; }
 
@@ -649,6 +751,10 @@ bool use_symmetric_memory(bool on) {
 #if MT_NCCL_COPY_ENGINE
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (on) {
+    std::lock_guard<std::mutex> lock(symmetric_mutex);
+    symmetric_failure().clear();  // a fresh try
+  }
   for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kGrads}) {
     backend::set_device_allocator(device, kind,
                                   on ? backend::DeviceAllocator{symmetric_alloc, symmetric_release}

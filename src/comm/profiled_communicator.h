@@ -44,7 +44,7 @@ class ProfiledCommunicator final : public Communicator {
                                                           ReduceOp op) override;
   std::unique_ptr<PendingCollective> start_all_gather(const Tensor& in, Tensor& out,
                                                       std::span<const int64_t> counts) override;
-  bool enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override {
+  CopyEngineResult enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override {
     return inner_->enable_copy_engine(buffers, max_reduce_scatter);
   }
   void use_copy_engine(bool on) override { inner_->use_copy_engine(on); }

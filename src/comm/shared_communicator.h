@@ -54,7 +54,7 @@ class SharedCommunicator final : public Communicator {
                                                       std::span<const int64_t> counts) override {
     return target_.start_all_gather(in, out, counts);
   }
-  bool enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override {
+  CopyEngineResult enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override {
     return target_.enable_copy_engine(buffers, max_reduce_scatter);
   }
   void use_copy_engine(bool on) override { target_.use_copy_engine(on); }

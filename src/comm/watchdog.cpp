@@ -135,7 +135,7 @@ std::unique_ptr<PendingCollective> WatchedCommunicator::start_all_gather(const T
   Watchdog::Scope s(watchdog_, "start_all_gather", *inner_);
   return inner_->start_all_gather(in, out, counts);
 }
-bool WatchedCommunicator::enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) {
+CopyEngineResult WatchedCommunicator::enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) {
   Watchdog::Scope s(watchdog_, "enable_copy_engine", *inner_);
   return inner_->enable_copy_engine(buffers, max_reduce_scatter);
 }

@@ -97,7 +97,7 @@ class WatchedCommunicator final : public Communicator {
   // Watched while it is posted and again while its wait() blocks (MPI: Waitall on the peers).
   std::unique_ptr<PendingCollective> start_send_recv(std::span<const PointToPoint> ops) override;
   // Watched while it sets up (a split of the group and window registrations: collective).
-  bool enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override;
+  CopyEngineResult enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override;
   void use_copy_engine(bool on) override { inner_->use_copy_engine(on); }
 
  private:

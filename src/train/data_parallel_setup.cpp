@@ -45,7 +45,8 @@ std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrec
   // Asked on every rank that could use it, prepared or not: a rank whose environment lacks the
   // variable then turns it off everywhere (its buffers are not symmetric) instead of skipping
   // a collective the others make.
-  const bool on = config.use_distributed_optimizer && gb.group().size() > 1 && gb.enable_copy_engine();
+  comm::CopyEngineResult r;
+  if (config.use_distributed_optimizer && gb.group().size() > 1) r = gb.enable_copy_engine();
   if (!copy_engine_requested()) return "";
   if (!prepared) {
     return config.use_distributed_optimizer
@@ -53,15 +54,14 @@ std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrec
                  "data-parallel rank)\n"
                : " > MEGATRON_DP_COPY_ENGINE: off (needs --use-distributed-optimizer: an all-reduce needs the SMs)\n";
   }
-  if (on) {
+  if (r.on) {
     // The receive buffer the group allocated (Communicator::enable_copy_engine), in the memory plan.
     const double mib = static_cast<double>(gb.copy_engine_receive_elements()) * 4.0 / (1024.0 * 1024.0);
     return str_cat(" > MEGATRON_DP_COPY_ENGINE: data-parallel reduce-scatters and parameter gathers on the copy "
                    "engines (receive buffer ",
                    static_cast<int64_t>(mib + 0.5), " MiB, and one more NCCL communicator)\n");
   }
-  return " > MEGATRON_DP_COPY_ENGINE: off (the data-parallel ranks are on several hosts, or not all of them "
-         "have it set)\n";
+  return str_cat(" > MEGATRON_DP_COPY_ENGINE: off (", r.why_off, "): the data-parallel collectives stay on the SMs\n");
 }
 
 bool overlaps_grad_reduce(const TrainConfig& config) { return config.overlap_grad_reduce; }

@@ -81,11 +81,13 @@ int64_t GradBuffer::copy_engine_receive_elements() const {
   return parallel::copy_engine_receive_elements(buckets_, dp_.size());
 }
 
-bool GradBuffer::enable_copy_engine() {
-  if (!distributed_ || dp_.size() == 1) return false;
+comm::CopyEngineResult GradBuffer::enable_copy_engine() {
+  if (!distributed_) return {false, "needs --use-distributed-optimizer: an all-reduce needs the SMs"};
+  if (dp_.size() == 1) return {false, "one data-parallel rank"};
   const Tensor buffers[] = {params_.values(), params_.grads()};
-  copy_engine_ = dp_.enable_copy_engine(buffers, copy_engine_receive_elements());
-  return copy_engine_;
+  comm::CopyEngineResult r = dp_.enable_copy_engine(buffers, copy_engine_receive_elements());
+  copy_engine_ = r.on;
+  return r;
 }
 
 void GradBuffer::arm_grad_overlap(int64_t first, int64_t end) {

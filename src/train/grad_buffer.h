@@ -119,8 +119,8 @@ class GradBuffer {
   // Copy-engine collectives for this buffer's reduce-scatters and parameter gathers
   // (comm::Communicator::enable_copy_engine over the values and gradients, with a receive
   // buffer for the largest bucket): the distributed optimizer only (an all-reduce needs the
-  // SMs). Collective over the group; false where it cannot, and then nothing changes.
-  bool enable_copy_engine();
+  // SMs). Collective over the group; off, and why, where it cannot, and then nothing changes.
+  comm::CopyEngineResult enable_copy_engine();
   // Of those, the last buckets in backprop order keep the SMs' reduce-scatter
   // (parallel::kCopyEngineTailBuckets says why).
   static constexpr size_t kTailBucketsOnSms = parallel::kCopyEngineTailBuckets;

@@ -53,12 +53,13 @@ std::unique_ptr<comm::PendingCollective> RecordingCommunicator::start_reduce_sca
   reduce_ops.push_back(op);
   return started("reduce_scatter", in);
 }
-bool RecordingCommunicator::enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) {
-  if (!copy_engine_available) return false;
+comm::CopyEngineResult RecordingCommunicator::enable_copy_engine(std::span<const Tensor> buffers,
+                                                                 int64_t max_reduce_scatter) {
+  if (!copy_engine_available) return {false, "no copy engines here"};
   std::string entry = "enable_copy_engine " + std::to_string(max_reduce_scatter) + " over";
   for (const Tensor& b : buffers) entry += " " + where(b);
   log.push_back(entry);
-  return true;
+  return {true, ""};
 }
 std::unique_ptr<comm::PendingCollective> RecordingCommunicator::start_all_gather(const Tensor&, Tensor& out,
                                                                                 std::span<const int64_t>) {

@@ -45,9 +45,9 @@ class RecordingCommunicator final : public comm::Communicator {
   std::unique_ptr<comm::PendingCollective> start_all_gather(const Tensor&, Tensor& out,
                                                             std::span<const int64_t>) override;
   // Copy engines: with `copy_engine_available`, enable_copy_engine succeeds and logs
-  // "enable_copy_engine <max_reduce_scatter> over <where of each buffer>"; use_copy_engine logs
-  // "copy engine on" / "copy engine off".
-  bool enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override;
+  // "enable_copy_engine <max_reduce_scatter> over <where of each buffer>" (without: off, because
+  // "no copy engines here"); use_copy_engine logs "copy engine on" / "copy engine off".
+  comm::CopyEngineResult enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override;
   void use_copy_engine(bool on) override { log.push_back(on ? "copy engine on" : "copy engine off"); }
   bool copy_engine_available = false;
   // "[a, b)" of `t` in the base that holds it.

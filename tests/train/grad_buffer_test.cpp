@@ -121,10 +121,14 @@ TEST(GradBuffer, CopyEnginesReduceAllButTheLastBucketsOfTheBackward) {
   RecordingCommunicator dp({ps.grads(), ps.values()});
   GradBuffer gb(ps, dp, true, 5);  // buckets [36, 43), [20, 36), [15, 20), [0, 15)
   ASSERT_EQ(gb.buckets().size(), 4u);
-  EXPECT_FALSE(gb.enable_copy_engine()) << "the group refuses";
+  const comm::CopyEngineResult refused = gb.enable_copy_engine();
+  EXPECT_FALSE(refused.on) << "the group refuses";
+  EXPECT_EQ(refused.why_off, "no copy engines here") << "the group's reason, passed on";
+  EXPECT_FALSE(gb.copy_engine_on());
   EXPECT_TRUE(dp.log.empty());
   dp.copy_engine_available = true;
-  ASSERT_TRUE(gb.enable_copy_engine());
+  ASSERT_TRUE(gb.enable_copy_engine().on);
+  EXPECT_TRUE(gb.copy_engine_on());
   // The largest bucket, b.weight's 16, in 2 pieces of 8; a.weight's 15 needs 2 x 8 too.
   EXPECT_EQ(dp.log, (Log{"enable_copy_engine 16 over [0, 43) [0, 43)"}));
   dp.log.clear();
@@ -142,7 +146,9 @@ TEST(GradBuffer, CopyEnginesReduceAllButTheLastBucketsOfTheBackward) {
   RecordingCommunicator replicated_dp({ps.grads()});
   replicated_dp.copy_engine_available = true;
   GradBuffer replicated(ps, replicated_dp, false, 5);
-  EXPECT_FALSE(replicated.enable_copy_engine()) << "an all-reduce needs the SMs";
+  const comm::CopyEngineResult all_reduce = replicated.enable_copy_engine();
+  EXPECT_FALSE(all_reduce.on);
+  EXPECT_NE(all_reduce.why_off.find("--use-distributed-optimizer"), std::string::npos) << all_reduce.why_off;
   EXPECT_TRUE(replicated_dp.log.empty());
 }
 

@@ -71,8 +71,9 @@ std::shared_ptr<Storage> device_storage(int64_t bytes, MemoryKind kind, int devi
       if (it != device_allocators().end()) custom = it->second;
     }
     if (custom.alloc) {
-      void* q = custom.alloc(bytes);
-      return std::make_shared<Storage>(q, bytes, Device::kCUDA, kind, std::move(custom.release));
+      if (void* q = custom.alloc(bytes)) {
+        return std::make_shared<Storage>(q, bytes, Device::kCUDA, kind, std::move(custom.release));
+      }
     }
   }
   void* p = nullptr;

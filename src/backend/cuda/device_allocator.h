@@ -13,8 +13,10 @@
 namespace megatron::backend {
 
 struct DeviceAllocator {
-  std::function<void*(int64_t bytes)> alloc;  // throws megatron::Error on failure; bytes > 0
-  std::function<void(void*)> release;         // never throws
+  // bytes > 0. nullptr: this allocator cannot (the storage then comes from cudaMalloc, freed
+  // with cudaFree); throws megatron::Error where cudaMalloc would not help either.
+  std::function<void*(int64_t bytes)> alloc;
+  std::function<void(void*)> release;  // never throws; only what alloc returned
 };
 
 // From now on CudaBackend::empty(..., kind) on GPU `device` allocates with `allocator`; an

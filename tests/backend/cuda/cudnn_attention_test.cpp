@@ -27,6 +27,7 @@
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "support/scoped_env.h"
 
 namespace megatron::backend {
 namespace {
@@ -705,28 +706,7 @@ TEST(CudnnAttentionMemory, WorkspaceIsCountedUnderWorkspace) {
 
 // ---- MEGATRON_ATTENTION_IMPL ---------------------------------------------------------------
 
-// Sets an environment variable for the scope of a test and restores the previous value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      old_ = old;
-      had_ = true;
-    }
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using test::ScopedEnv;
 
 TEST(CudnnAttentionSwitch, EnvironmentVariableIsReadAtConstruction) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
