@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_allocator.h"
 #include "backend/cuda/piece_sum.h"
+#include "comm/injected_failure.h"
 #include "comm/self_communicator.h"
 #include "core/error.h"
 
@@ -70,29 +71,38 @@ void check_cuda(cudaError_t rc, const char* call, int64_t rank, const std::strin
 #define MT_NCCL_COPY_ENGINE 0
 #endif
 
-// MEGATRON_TEST_NCCL_FAIL=<call>: the copy engines' set-up acts as if that NCCL call
-// (ncclMemAlloc, ncclCommSplit or ncclCommWindowRegister) failed on this rank, so that tests and
-// GPU checks can see the fall-back to the SM collectives where the platform would not show it.
-bool injected_failure(const char* call) {
-  const char* v = std::getenv("MEGATRON_TEST_NCCL_FAIL");
-  return v != nullptr && std::strcmp(v, call) == 0;
-}
-// "<call> failed: <NCCL's reason>", naming the injection when it was one.
-std::string call_failed(const char* call, ncclResult_t rc, bool injected) {
-  return str_cat(call, " failed: ", ncclGetErrorString(rc), injected ? " (MEGATRON_TEST_NCCL_FAIL)" : "");
+// "<call> failed<detail>: <NCCL's reason>[ (NCCL's last message)]", or the injection named
+// (comm/injected_failure.h). `comm` may be null (ncclMemAlloc).
+std::string call_failed(const char* call, const std::string& detail, ncclResult_t rc, bool injected, ncclComm_t comm) {
+  if (injected) return str_cat(call, " failed", detail, " (injected by MEGATRON_TEST_NCCL_FAIL)");
+  std::string why = str_cat(call, " failed", detail, ": ", ncclGetErrorString(rc));
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && *last != '\0') why += str_cat(" (", last, ")");
+  return why;
 }
 
-// The allocations use_symmetric_memory's allocator made: base -> bytes (slack included), so
-// that enable_copy_engine can tell whether a tensor lies in one and register all of it; and
-// why the allocator last gave up ("" while it has not), which enable_copy_engine reports.
+int current_device() {
+  int device = 0;
+  cudaGetDevice(&device);
+  return device;
+}
+
+// The allocations made with ncclMemAlloc: base -> bytes (slack included), so that
+// enable_copy_engine can tell whether a tensor lies in one and register all of it. Per GPU
+// since use_symmetric_memory(true): the ncclMemAlloc calls made, and why the allocator gave up
+// ("" while it has not), which enable_copy_engine reports.
 std::mutex symmetric_mutex;
 std::map<const char*, int64_t>& symmetric_allocations() {
   static std::map<const char*, int64_t> table;
   return table;
 }
-std::string& symmetric_failure() {
-  static std::string why;
-  return why;
+struct SymmetricState {
+  int64_t calls = 0;
+  std::string failure;
+};
+SymmetricState& symmetric_state(int device) {  // under symmetric_mutex
+  static std::map<int, SymmetricState> states;
+  return states[device];
 }
 // The allocation holding [p, p + bytes): its base and size, or {nullptr, 0}.
 std::pair<const char*, int64_t> symmetric_allocation_of(const void* p, int64_t bytes) {
@@ -105,40 +115,60 @@ std::pair<const char*, int64_t> symmetric_allocation_of(const void* p, int64_t b
   return *it;
 }
 
-// ncclMemAlloc's memory, or nullptr (backend::DeviceAllocator: the backend then uses cudaMalloc,
-// and the copy engines stay off) once it has failed: a platform without NCCL's symmetric memory
-// trains as without MEGATRON_DP_COPY_ENGINE instead of stopping.
-void* symmetric_alloc(int64_t bytes) {
+// bytes (+ kSymmetricSlackBytes, zeroed) of ncclMemAlloc's memory on the current GPU, or nullptr
+// and *why where ncclMemAlloc fails.
+void* try_symmetric_alloc(int64_t bytes, std::string* why) {
 #if MT_NCCL_COPY_ENGINE
+  const int device = current_device();
+  int64_t nth = 0;
   {
     std::lock_guard<std::mutex> lock(symmetric_mutex);
-    if (!symmetric_failure().empty()) return nullptr;
+    nth = ++symmetric_state(device).calls;
   }
   void* p = nullptr;
   const int64_t total = bytes + kSymmetricSlackBytes;
-  const bool injected = injected_failure("ncclMemAlloc");
+  const bool injected = injected_failure("ncclMemAlloc", nth);
   const ncclResult_t rc = injected ? ncclSystemError : ncclMemAlloc(&p, static_cast<size_t>(total));
   if (rc != ncclSuccess) {
     cudaGetLastError();  // a failed CUDA call inside must not surface at the next launch check
-    std::lock_guard<std::mutex> lock(symmetric_mutex);
-    symmetric_failure() = str_cat(call_failed("ncclMemAlloc", rc, injected), " for ", total, " bytes");
+    *why = call_failed("ncclMemAlloc", str_cat(" for ", total, " bytes"), rc, injected, nullptr);
     return nullptr;
   }
   // Zeroed (the slack too, so that what an all-to-all reads past a bucket's end is never
   // uninitialised memory) and waited for: the legacy stream's memset is not ordered with the
   // backend's non-blocking stream, whose first use of the memory may be to initialise it.
   if (cudaMemset(p, 0, static_cast<size_t>(total)) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
-    const std::string why = cudaGetErrorString(cudaGetLastError());
+    const std::string zeroing = cudaGetErrorString(cudaGetLastError());
     ncclMemFree(p);
-    throw_error("zeroing symmetric memory failed: ", why);
+    throw_error("zeroing symmetric memory failed: ", zeroing);
   }
   std::lock_guard<std::mutex> lock(symmetric_mutex);
   symmetric_allocations()[static_cast<const char*>(p)] = total;
   return p;
 #else
   (void)bytes;
+  *why = "this build's NCCL is older than 2.28";
   return nullptr;
 #endif
+}
+
+// use_symmetric_memory's allocator (backend::DeviceAllocator): ncclMemAlloc's memory, or
+// nullptr (the backend then uses cudaMalloc, and the copy engines stay off) from its first
+// failure on: a platform without NCCL's symmetric memory trains as without
+// MEGATRON_DP_COPY_ENGINE instead of stopping.
+void* symmetric_alloc(int64_t bytes) {
+  const int device = current_device();
+  {
+    std::lock_guard<std::mutex> lock(symmetric_mutex);
+    if (!symmetric_state(device).failure.empty()) return nullptr;
+  }
+  std::string why;
+  void* p = try_symmetric_alloc(bytes, &why);
+  if (p == nullptr) {
+    std::lock_guard<std::mutex> lock(symmetric_mutex);
+    symmetric_state(device).failure = why;
+  }
+  return p;
 }
 void symmetric_release(void* p) {
   if (p == nullptr) return;
@@ -255,15 +285,21 @@ class NcclCommunicator final : public Communicator {
 
   CopyEngineResult enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) override {
 #if MT_NCCL_COPY_ENGINE
+    // Each step ends with every rank's verdict (agree): a step that failed on any rank is undone
+    // on every rank, and every rank returns the first rank's reason. A rank that fails inside
+    // one of NCCL's collective calls before its peers are done with it leaves them waiting in
+    // NCCL: the watchdog's case (enable_copy_engine runs under its scope).
+    std::string why;
+    auto failed_here = [&](const std::string& reason) { why = str_cat("rank ", world_rank_, ": ", reason); };
     if (ce_comm_ != nullptr) {
       // Already on (an earlier model's buffers): only if these lie in its windows too.
-      const bool inside = std::all_of(buffers.begin(), buffers.end(),
-                                      [&](const Tensor& b) { return b.defined() && in_window(b.data(), b.nbytes()); });
-      return {inside, inside ? "" : "these buffers lie outside the windows enabled before"};
+      if (!std::all_of(buffers.begin(), buffers.end(),
+                       [&](const Tensor& b) { return b.defined() && in_window(b.data(), b.nbytes()); })) {
+        failed_here("these buffers lie outside the windows enabled before");
+      }
+      if (!agree(why)) return {false, first_reason(why)};
+      return {true, ""};
     }
-    // Each step ends with every rank's verdict (agree): a step that failed on any rank undoes
-    // the set-up on every rank, and every rank returns that rank's reason.
-    std::string why;
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '?';
     const std::vector<std::string> hosts = all_gather_strings(*this, host);
@@ -283,10 +319,11 @@ class NcclCommunicator final : public Communicator {
                                      ? symmetric_allocation_of(b.data(), b.nbytes())
                                      : std::pair<const char*, int64_t>{nullptr, 0};
       if (base == nullptr) {
-        std::lock_guard<std::mutex> lock(symmetric_mutex);
         if (why.empty()) {
-          why = symmetric_failure().empty() ? "a buffer is not in NCCL's symmetric memory (comm::use_symmetric_memory)"
-                                            : symmetric_failure();
+          std::lock_guard<std::mutex> lock(symmetric_mutex);
+          const std::string& failure = symmetric_state(current_device()).failure;
+          failed_here(failure.empty() ? "a buffer is not in NCCL's symmetric memory (comm::use_symmetric_memory)"
+                                      : failure);
         }
       } else if (std::none_of(allocations.begin(), allocations.end(),
                               [&](const Allocation& a) { return a.base == base; })) {
@@ -296,31 +333,33 @@ class NcclCommunicator final : public Communicator {
     if (!agree(why, static_cast<int64_t>(allocations.size()))) return turn_off(why);
     // A child of this group with the zero-CTA policy: NCCL runs its all-to-alls and all-gathers
     // between symmetric windows on the copy engines. Its collectives go on the same streams as
-    // this group's, in program order, so the two never interleave differently on two ranks.
+    // this group's, in program order, so the two never interleave differently on two ranks. An
+    // injected failure keeps the child (the split is collective) for turn_off to release.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
-    const bool split_injected = injected_failure("ncclCommSplit");
     ncclComm_t child = nullptr;
-    const ncclResult_t split_rc =
-        split_injected ? ncclSystemError : ncclCommSplit(comm_, 0, static_cast<int>(rank_), &child, &config);
-    if (split_rc == ncclSuccess) {
-      ce_comm_ = child;
-    } else {
-      why = call_failed("ncclCommSplit", split_rc, split_injected);
+    const ncclResult_t split_rc = ncclCommSplit(comm_, 0, static_cast<int>(rank_), &child, &config);
+    const bool split_injected = injected_failure("ncclCommSplit", 1);
+    if (split_rc == ncclSuccess) ce_comm_ = child;
+    if (split_rc != ncclSuccess || split_injected) {
+      failed_here(call_failed("ncclCommSplit", " (the copy engines' communicator)", split_rc, split_injected, comm_));
     }
     if (!agree(why)) return turn_off(why);
-    // Each window keeps its memory alive until it is deregistered.
+    // Each window keeps its memory alive until it is deregistered. NCCL answers success with no
+    // window where the communicator has no symmetric memory (NCCL_WIN_ENABLE=0, no cuMem, no
+    // peer access between the GPUs): that is a refusal too.
+    int64_t registrations = 0;
     auto add_window = [&](const char* base, int64_t bytes, std::shared_ptr<Storage> keep) {
       Window w{base, bytes, nullptr, std::move(keep)};
-      const bool injected = injected_failure("ncclCommWindowRegister");
-      const ncclResult_t rc =
-          injected ? ncclSystemError
-                   : ncclCommWindowRegister(ce_comm_, const_cast<char*>(base), static_cast<size_t>(bytes), &w.window,
-                                            NCCL_WIN_COLL_SYMMETRIC);
-      if (rc != ncclSuccess) {
-        why = call_failed("ncclCommWindowRegister", rc, injected);
-      } else {
-        windows_.push_back(std::move(w));
+      const ncclResult_t rc = ncclCommWindowRegister(ce_comm_, const_cast<char*>(base), static_cast<size_t>(bytes),
+                                                     &w.window, NCCL_WIN_COLL_SYMMETRIC);
+      const bool injected = injected_failure("ncclCommWindowRegister", ++registrations);
+      if (rc == ncclSuccess && w.window != nullptr) windows_.push_back(std::move(w));  // turn_off deregisters it
+      if (rc != ncclSuccess || injected) {
+        failed_here(call_failed("ncclCommWindowRegister", str_cat(" for ", bytes, " bytes"), rc, injected, ce_comm_));
+      } else if (w.window == nullptr) {
+        failed_here("ncclCommWindowRegister gave no window: NCCL has no symmetric memory on this communicator "
+                    "(NCCL_WIN_ENABLE, NCCL_CUMEM_ENABLE, peer access between the GPUs)");
       }
       return agree(why);
     };
@@ -331,11 +370,9 @@ class NcclCommunicator final : public Communicator {
     // kernels); none when no reduce-scatter is to use the copy engines (0).
     if (max_reduce_scatter > 0) {
       const int64_t ring_bytes = max_reduce_scatter * static_cast<int64_t>(sizeof(float));
-      void* p = symmetric_alloc(ring_bytes);
-      if (p == nullptr) {
-        std::lock_guard<std::mutex> lock(symmetric_mutex);
-        why = str_cat("the receive buffer: ", symmetric_failure());
-      }
+      std::string alloc_why;
+      void* p = try_symmetric_alloc(ring_bytes, &alloc_why);
+      if (p == nullptr) failed_here(str_cat("the receive buffer: ", alloc_why));
       if (!agree(why)) {
         if (p != nullptr) symmetric_release(p);
         return turn_off(why);
@@ -363,22 +400,29 @@ class NcclCommunicator final : public Communicator {
     if (v[0] == 1.0 && v[1] != -v[2]) why = "the ranks' buffers lie in different numbers of allocations";
     return v[0] == 1.0 && v[1] == -v[2];
   }
-  // After a failed agree, on every rank: undoes the windows and the child communicator and
-  // returns off with the first reason by group rank ("rank r: ..."), or this rank's.
+  // After a failed agree, on every rank: the first rank's reason (each names its world rank),
+  // gathered over the group.
+  std::string first_reason(const std::string& mine) {
+    const std::vector<std::string> all = all_gather_strings(*this, mine, 320);
+    for (const std::string& r : all) {
+      if (!r.empty()) return r;
+    }
+    return mine;
+  }
+  // After a failed agree, on every rank: undoes the windows and the child communicator, and
+  // returns off with the first reason.
   CopyEngineResult turn_off(const std::string& mine) {
     // Best effort, unchecked: this undoes a set-up that already failed, and the SM collectives
-    // that follow do not depend on it.
+    // that follow do not depend on it. Abort, not destroy: nothing was queued on the child, and
+    // abort does not wait for peers that may not have one.
     for (const Window& w : windows_) ncclCommWindowDeregister(ce_comm_, w.window);
     windows_.clear();  // the receive buffer's storage goes with its window
-    if (ce_comm_ != nullptr) ncclCommDestroy(ce_comm_);
+    if (ce_comm_ != nullptr) ncclCommAbort(ce_comm_);
     ce_comm_ = nullptr;
     ring_ = nullptr;
     ring_elems_ = 0;
-    const std::vector<std::string> all = all_gather_strings(*this, mine, 240);
-    for (size_t r = 0; r < all.size(); ++r) {
-      if (!all[r].empty()) return {false, size_ == 1 ? all[r] : str_cat("rank ", r, " of the group: ", all[r])};
-    }
-    return {false, mine};
+    cudaGetLastError();  // NCCL's failed CUDA calls must not surface at the next launch check
+    return {false, first_reason(mine)};
   }
 #endif
 
@@ -753,7 +797,7 @@ bool use_symmetric_memory(bool on) {
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   if (on) {
     std::lock_guard<std::mutex> lock(symmetric_mutex);
-    symmetric_failure().clear();  // a fresh try
+    symmetric_state(device) = {};  // a fresh try
   }
   for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kGrads}) {
     backend::set_device_allocator(device, kind,

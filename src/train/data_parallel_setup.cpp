@@ -45,8 +45,7 @@ std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrec
   // Asked on every rank that could use it, prepared or not: a rank whose environment lacks the
   // variable then turns it off everywhere (its buffers are not symmetric) instead of skipping
   // a collective the others make.
-  comm::CopyEngineResult r;
-  if (config.use_distributed_optimizer && gb.group().size() > 1) r = gb.enable_copy_engine();
+  const comm::CopyEngineResult r = gb.enable_copy_engine();  // off at once without the distributed optimizer or DP
   if (!copy_engine_requested()) return "";
   if (!prepared) {
     return config.use_distributed_optimizer

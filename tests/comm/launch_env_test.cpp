@@ -6,17 +6,12 @@
 #include <map>
 
 #include "core/error.h"
+#include "support/scoped_env.h"
 
 namespace megatron::comm {
 namespace {
 
-EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const char* name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using test::env_of;
 
 TEST(LaunchEnv, SingleProcessWithoutLauncherVariables) {
   const LaunchEnv e = detect_launch_env(env_of({}));

@@ -1,10 +1,15 @@
-// An environment variable set for the scope of a test, the previous value (or its absence)
-// restored after: for the switches read from the environment (MEGATRON_ATTENTION_IMPL,
-// MEGATRON_TEST_NCCL_FAIL, ...).
+// Environments for tests: a variable of the process set for the scope of a test, the previous
+// value (or its absence) restored after (the switches read from the environment:
+// MEGATRON_ATTENTION_IMPL, MEGATRON_TEST_NCCL_FAIL, ...), and a made-up environment for the
+// readers that take a comm::EnvLookup.
 #pragma once
 
 #include <cstdlib>
+#include <map>
+#include <optional>
 #include <string>
+
+#include "comm/launch_env.h"
 
 namespace megatron::test {
 
@@ -31,5 +36,13 @@ class ScopedEnv {
   std::string name_, old_;
   bool had_ = false;
 };
+
+inline comm::EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
 
 }  // namespace megatron::test
