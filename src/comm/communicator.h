@@ -158,10 +158,11 @@ class Communicator {
   // (>= size() * S for every later one) and a sum of the size() received pieces in group rank
   // order: the same values as the reduce-scatter up to the order of the additions (0: only the
   // all-gathers move to the copy engines). Called again, it says whether these buffers lie in
-  // the ones already enabled. Collective, and every rank ends alike: where any rank cannot (not
-  // NCCL >= 2.28, ranks on several hosts, buffers not from comm::use_symmetric_memory's
-  // allocator, an NCCL call of the set-up failing), every rank returns off with that rank's
-  // reason, having undone what it set up, and the group keeps its SM collectives.
+  // the ones already enabled. Collective, and every rank of the group ends alike: where any rank
+  // cannot (not NCCL >= 2.28, ranks on several hosts, buffers not from
+  // comm::use_symmetric_memory's allocator, an NCCL call of the set-up failing), every rank
+  // undoes what it set up and returns off with the reason of the lowest group rank that failed
+  // (naming its world rank; at most 320 characters), and the group keeps its SM collectives.
   virtual CopyEngineResult enable_copy_engine(std::span<const Tensor> buffers, int64_t max_reduce_scatter) {
     (void)buffers;
     (void)max_reduce_scatter;

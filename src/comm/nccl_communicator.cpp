@@ -116,7 +116,7 @@ std::pair<const char*, int64_t> symmetric_allocation_of(const void* p, int64_t b
 }
 
 // bytes (+ kSymmetricSlackBytes, zeroed) of ncclMemAlloc's memory on the current GPU, or nullptr
-// and *why where ncclMemAlloc fails.
+// and *why where ncclMemAlloc or the zeroing fails.
 void* try_symmetric_alloc(int64_t bytes, std::string* why) {
 #if MT_NCCL_COPY_ENGINE
   const int device = current_device();
@@ -137,10 +137,11 @@ void* try_symmetric_alloc(int64_t bytes, std::string* why) {
   // Zeroed (the slack too, so that what an all-to-all reads past a bucket's end is never
   // uninitialised memory) and waited for: the legacy stream's memset is not ordered with the
   // backend's non-blocking stream, whose first use of the memory may be to initialise it.
+  // A failure here is a refusal too (not a throw): the receive buffer's peers wait in agree.
   if (cudaMemset(p, 0, static_cast<size_t>(total)) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
-    const std::string zeroing = cudaGetErrorString(cudaGetLastError());
+    *why = str_cat("zeroing ", total, " bytes of symmetric memory failed: ", cudaGetErrorString(cudaGetLastError()));
     ncclMemFree(p);
-    throw_error("zeroing symmetric memory failed: ", zeroing);
+    return nullptr;
   }
   std::lock_guard<std::mutex> lock(symmetric_mutex);
   symmetric_allocations()[static_cast<const char*>(p)] = total;

@@ -43,12 +43,18 @@ struct OneRankTwoGroup {
 
 TEST(CopyEngineText, SaysWhetherTheEnginesAreOnAndWhyNot) {
   OneRankTwoGroup s;
-  EXPECT_EQ(s.text(true, true), "") << "not asked for";
+  {
+    test::ScopedEnv unasked("MEGATRON_DP_COPY_ENGINE", "0");
+    EXPECT_EQ(s.text(true, true), "") << "not asked for";
+  }
   test::ScopedEnv asked("MEGATRON_DP_COPY_ENGINE", "1");
   const std::string refused = s.text(true, true);
   EXPECT_EQ(refused, " > MEGATRON_DP_COPY_ENGINE: off (no copy engines here): the data-parallel collectives stay on "
                      "the SMs\n");
-  EXPECT_NE(s.text(true, false).find("off (needs --use-distributed-optimizer"), std::string::npos);
+  // Not prepared (train::prepare_copy_engine): without the distributed optimizer, or without
+  // NCCL's collectives or a second data-parallel rank.
+  EXPECT_EQ(s.text(false, false),
+            " > MEGATRON_DP_COPY_ENGINE: off (needs --use-distributed-optimizer: an all-reduce needs the SMs)\n");
   EXPECT_NE(s.text(false, true).find("off (needs NCCL 2.28+ collectives"), std::string::npos);
   s.dp.copy_engine_available = true;
   // The largest bucket, 4096 elements in 2 pieces of 2048: a receive buffer of 2 x 2048 fp32
