@@ -1,8 +1,7 @@
 #include "comm/injected_failure.h"
 
 #include <algorithm>
-#include <cstring>
-#include <exception>
+#include <stdexcept>
 
 #include "core/error.h"
 
@@ -11,15 +10,15 @@ namespace {
 
 constexpr const char* kVariable = "MEGATRON_TEST_NCCL_FAIL";
 
-// A positive integer, or nullopt.
-std::optional<int64_t> positive(const std::string& s) {
+// A whole number written in decimal digits only, or nullopt (empty, a sign, any other
+// character, too large).
+std::optional<int64_t> whole_number(const std::string& s) {
   if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
   try {
-    const long long v = std::stoll(s);
-    if (v >= 0) return v;
-  } catch (const std::exception&) {
+    return std::stoll(s);
+  } catch (const std::out_of_range&) {
+    return std::nullopt;
   }
-  return std::nullopt;
 }
 
 }  // namespace
@@ -34,13 +33,13 @@ std::optional<InjectedFailure> injected_failure_from(const EnvLookup& env) {
   InjectedFailure f;
   std::string rest = *v;
   if (const size_t at = rest.find('@'); at != std::string::npos) {
-    const std::optional<int64_t> r = positive(rest.substr(at + 1));
+    const std::optional<int64_t> r = whole_number(rest.substr(at + 1));
     if (!r) bad();
     f.rank = *r;
     rest.resize(at);
   }
   if (const size_t colon = rest.find(':'); colon != std::string::npos) {
-    const std::optional<int64_t> n = positive(rest.substr(colon + 1));
+    const std::optional<int64_t> n = whole_number(rest.substr(colon + 1));
     if (!n || *n == 0) bad();
     f.nth = *n;
     rest.resize(colon);

@@ -35,7 +35,8 @@ std::unique_ptr<Communicator> make_nccl_world(backend::Backend& backend, int64_t
 // group's copy engines can address. Call before they are allocated. Where ncclMemAlloc fails
 // (a platform without it, MEGATRON_TEST_NCCL_FAIL=ncclMemAlloc) that buffer and those after it
 // on that GPU come from cudaMalloc, and enable_copy_engine turns the engines off with
-// ncclMemAlloc's reason; use_symmetric_memory(true) forgets the failure and tries again. False (nothing changed) without NCCL 2.28 or later.
+// ncclMemAlloc's reason; use_symmetric_memory(true) forgets the failure and tries again.
+// False (nothing changed) without NCCL 2.28 or later.
 constexpr int64_t kSymmetricSlackBytes = 4096;
 bool use_symmetric_memory(bool on = true);
 // Whether this build's NCCL has the copy-engine collectives (2.28 or later).

@@ -48,10 +48,11 @@ std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrec
   const comm::CopyEngineResult r = gb.enable_copy_engine();  // off at once without the distributed optimizer or DP
   if (!copy_engine_requested()) return "";
   if (!prepared) {
+    // Without the distributed optimizer the buffer said why (GradBuffer::enable_copy_engine).
     return config.use_distributed_optimizer
                ? " > MEGATRON_DP_COPY_ENGINE: off (needs NCCL 2.28+ collectives on CUDA ranks and more than one "
                  "data-parallel rank)\n"
-               : " > MEGATRON_DP_COPY_ENGINE: off (needs --use-distributed-optimizer: an all-reduce needs the SMs)\n";
+               : str_cat(" > MEGATRON_DP_COPY_ENGINE: off (", r.why_off, ")\n");
   }
   if (r.on) {
     // The receive buffer the group allocated (Communicator::enable_copy_engine), in the memory plan.
