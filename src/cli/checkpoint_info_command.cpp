@@ -4,7 +4,9 @@
 //       the iterations present with their sizes, the tracker's iteration, then for the
 //       latest checkpoint (or iteration N) every tensor of every safetensors file
 //       (name, dtype, shape, global shape, layout) and metadata.json pretty-printed.
-// A corrupt file is an error (exit 1) naming the file and what is wrong.
+// A corrupt file, and anything train --load, generate or convert would refuse
+// (train/checkpoint_contents.h), is an error (exit 1) naming the file and what is wrong, printed
+// after what could be shown.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "train/checkpoint_contents.h"
 #include "train/checkpoint_io.h"
 
 namespace megatron::cli {
@@ -111,6 +114,7 @@ int run_checkpoint_info(const CommandArgs& argv) {
     iteration = list.back().iteration;  // no usable tracker: show the newest directory
   }
   if (!iteration && !tracker) {
+    if (!tracker_problem.empty()) throw_error(tracker_problem);  // every loader refuses it
     out << "no checkpoint to show\n";
     return 0;
   }
@@ -120,6 +124,12 @@ int run_checkpoint_info(const CommandArgs& argv) {
   for (const auto& [name, file] : ckpt.tensor_files) print_tensors(out, name, file);
   if (ckpt.optimizer() == nullptr) out << "  (no " << train::kOptimizerFileName << ": saved without optimizer state)\n";
   out << "  " << train::kMetadataFileName << ":\n" << train::reformat_json(ckpt.metadata_json, 2) << "\n";
+  // What train --load, generate and convert check before using it (the values' finiteness
+  // aside, which needs every byte read): a checkpoint they refuse is an error here too.
+  train::read_checkpoint_model(ckpt);
+  train::read_checkpoint_state(ckpt);
+  if (!tracker_problem.empty()) throw_error(tracker_problem);
+  out << "  checked: the metadata's values are in range and the tensors are the model's\n";
   return 0;
 }
 

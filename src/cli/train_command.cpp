@@ -87,6 +87,10 @@ int run_train(const CommandArgs& argv) {
     }
     throw;
   }
+  // --exit-signal-handler covers the start-up too (connecting ranks, building the sample
+  // index, loading a checkpoint): a SIGTERM from here on is honoured at the first iteration
+  // boundary (save, exit 0), as in Megatron, whose handler is set before the model and data.
+  if (config.exit_signal_handler) train::Trainer::install_exit_signal_handler();
   if (env.world_size > 1) {
     log0 << "using world size: " << config.world_size << ", data-parallel size: " << config.data_parallel_size
          << ", context-parallel size: 1, tensor-model-parallel size: " << config.tensor_model_parallel_size

@@ -81,6 +81,9 @@ Tensor read_shard(const SafetensorsFile& file, const std::string& name, const mo
                                          std::memcpy(dst + (local_start - begin) * e, t.data + global_start * e,
                                                      static_cast<size_t>(len * e));
                                        });
+  if (const int64_t bad = first_non_finite(out.data(), t.dtype, n); bad >= 0) {
+    throw_error(file.path(), ": tensor '", name, "' holds NaN or Inf (element ", bad, " of this rank's share)");
+  }
   return out;
 }
 
@@ -674,6 +677,7 @@ bool finish_checkpoint_save(PendingCheckpointSave& save, comm::Communicator& wor
       commit_checkpoint_dir(st.save_dir, st.iteration, st.tmp, st.keep_last);
     } catch (const std::exception& e) {
       error = e.what();
+      abandon_checkpoint_dir(st.tmp);  // gone already when the commit got past its rename
     }
   }
   agree(world, error, st.save_dir, "committing the checkpoint");
@@ -725,8 +729,21 @@ TrainProgress load_own_part(const TrainConfig& c, model::ParameterSet& params, M
     }
     log << "WARNING: could not find the metadata file " << ck.tracker_path << "\n"
         << "    will not load any checkpoints and will start from random\n";
+    // Iteration directories beside a missing tracker are most likely a lost tracker, not an
+    // empty directory: say which checkpoints are left unused.
+    const std::vector<CheckpointSummary> present = list_checkpoints(*c.load);
+    if (!present.empty()) {
+      const CheckpointSummary& newest = present.back();
+      log << "WARNING: " << present.size() << " checkpoint(s) in " << *c.load << " are ignored, the newest "
+          << newest.path << (newest.release ? "" : str_cat("; give --ckpt-step ", newest.iteration, " to load it"))
+          << "\n";
+    }
     return {};
   }
+  // Everything the checkpoint records is checked before any of it is used: the model's values
+  // and tensors (the kFixedArgs comparison below then makes them this run's), the training state.
+  read_checkpoint_model(ck);
+  const CheckpointState state = read_checkpoint_state(ck);
   const std::string meta_path = ck.directory + "/" + kMetadataFileName;
   simdjson::dom::parser parser;
   simdjson::padded_string padded(ck.metadata_json);
@@ -737,24 +754,6 @@ TrainProgress load_own_part(const TrainConfig& c, model::ParameterSet& params, M
     if (doc[key].get(e) != simdjson::SUCCESS) throw_error(meta_path, ": missing \"", key, "\"");
     return e;
   };
-  auto need_int = [&](simdjson::dom::element obj, const char* key, const std::string& where) {
-    int64_t v = 0;
-    if (obj[key].get_int64().get(v) != simdjson::SUCCESS) throw_error(meta_path, ": ", where, "\"", key, "\" is not an integer");
-    return v;
-  };
-  auto need_double = [&](simdjson::dom::element obj, const char* key, const std::string& where) {
-    double v = 0;
-    if (obj[key].get_double().get(v) != simdjson::SUCCESS) {
-      int64_t i = 0;
-      if (obj[key].get_int64().get(i) != simdjson::SUCCESS) throw_error(meta_path, ": ", where, "\"", key, "\" is not a number");
-      v = static_cast<double>(i);
-    }
-    return v;
-  };
-  std::string_view format;
-  if (need("format").get_string().get(format) != simdjson::SUCCESS || format != kFormat) {
-    throw_error(meta_path, ": not a ", kFormat, " file");
-  }
 
   // Config differences: print them all; refuse the ones that break the weights or the run.
   const std::map<std::string, std::string> now = checkpoint_args(c);
@@ -802,9 +801,7 @@ TrainProgress load_own_part(const TrainConfig& c, model::ParameterSet& params, M
         << ck.iteration << '\n';
     return progress;
   }
-  progress.iteration = need_int(doc, "iteration", "");
-  progress.consumed_train_samples = need_int(doc, "consumed_train_samples", "");
-  progress.consumed_valid_samples = need_int(doc, "consumed_valid_samples", "");
+  progress = state.progress;
 
   // Optimizer, scaler and scheduler.
   const SafetensorsFile* opt = ck.optimizer();
@@ -826,33 +823,11 @@ TrainProgress load_own_part(const TrainConfig& c, model::ParameterSet& params, M
       load_state(*opt, "exp_avg." + p.name, p, StateKind::kExpAvg, optimizer, backend);
       load_state(*opt, "exp_avg_sq." + p.name, p, StateKind::kExpAvgSq, optimizer, backend);
     }
-    simdjson::dom::element gs = need("grad_scaler");
-    optim::GradScalerState state;
-    state.scale = static_cast<float>(need_double(gs, "scale", "grad_scaler."));
-    state.growth_tracker = need_int(gs, "growth_tracker", "grad_scaler.");
-    state.hysteresis_tracker = need_int(gs, "hysteresis_tracker", "grad_scaler.");
-    optimizer.restore(need_int(doc, "optimizer_steps", ""), state);
-    simdjson::dom::element sc = need("scheduler");
-    SchedulerState s = scheduler.state();
-    s.max_lr = need_double(sc, "max_lr", "scheduler.");
-    s.min_lr = need_double(sc, "min_lr", "scheduler.");
-    s.warmup_steps = need_double(sc, "lr_warmup_steps", "scheduler.");
-    s.decay_steps = need_int(sc, "lr_decay_steps", "scheduler.");
-    std::string_view style, wd_style;
-    if (sc["lr_decay_style"].get_string().get(style) != simdjson::SUCCESS ||
-        sc["wd_incr_style"].get_string().get(wd_style) != simdjson::SUCCESS) {
-      throw_error(meta_path, ": scheduler styles missing");
-    }
-    s.decay_style = parse_lr_decay_style(style);
-    s.wd_incr_style = parse_wd_incr_style(wd_style);
-    s.num_steps = need_int(sc, "num_steps", "scheduler.");
-    s.start_wd = need_double(sc, "start_wd", "scheduler.");
-    s.end_wd = need_double(sc, "end_wd", "scheduler.");
-    s.wd_incr_steps = need_int(sc, "wd_incr_steps", "scheduler.");
+    optimizer.restore(state.optimizer_steps, state.grad_scaler);
     SchedulerLoadPolicy policy = SchedulerLoadPolicy::kCheck;
     if (c.override_opt_param_scheduler) policy = SchedulerLoadPolicy::kOverride;
     if (c.use_checkpoint_opt_param_scheduler) policy = SchedulerLoadPolicy::kUseCheckpoint;
-    scheduler.load_state(s, policy);
+    scheduler.load_state(state.scheduler, policy);
   }
   log << "  successfully loaded checkpoint from " << *c.load << " at iteration " << progress.iteration << '\n';
   return progress;
@@ -889,66 +864,6 @@ TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet
                 name(range[0]), "; this rank ", name(mine[0]), "): every rank must see the same directory");
   }
   return progress;
-}
-
-CheckpointModel read_checkpoint_model(const LoadedCheckpoint& ck) {
-  const std::string meta_path = ck.directory + "/" + kMetadataFileName;
-  simdjson::dom::parser parser;
-  simdjson::padded_string padded(ck.metadata_json);
-  simdjson::dom::element doc, args;
-  if (parser.parse(padded).get(doc) != simdjson::SUCCESS || doc["args"].get(args) != simdjson::SUCCESS) {
-    throw_error(meta_path, ": no \"args\" object");
-  }
-  auto get_int = [&](const char* key) {
-    int64_t v = 0;
-    if (args[key].get_int64().get(v) != simdjson::SUCCESS) throw_error(meta_path, ": args.", key, " is not an integer");
-    return v;
-  };
-  auto get_double = [&](const char* key) {
-    double v = 0;
-    if (args[key].get_double().get(v) != simdjson::SUCCESS) throw_error(meta_path, ": args.", key, " is not a number");
-    return v;
-  };
-  auto get_bool = [&](const char* key) {
-    bool v = false;
-    if (args[key].get_bool().get(v) != simdjson::SUCCESS) throw_error(meta_path, ": args.", key, " is not a boolean");
-    return v;
-  };
-  CheckpointModel m;
-  model::GPTConfig& g = m.config;
-  g.num_layers = get_int("--num-layers");
-  g.hidden_size = get_int("--hidden-size");
-  g.num_attention_heads = get_int("--num-attention-heads");
-  g.kv_channels = get_int("--kv-channels");
-  g.ffn_hidden_size = get_int("--ffn-hidden-size");
-  g.seq_length = get_int("--seq-length");
-  g.max_position_embeddings = get_int("--max-position-embeddings");
-  g.vocab_size = get_int("vocab_size");
-  g.padded_vocab_size = get_int("padded_vocab_size");
-  g.layernorm_epsilon = static_cast<float>(get_double("--layernorm-epsilon"));
-  g.init_method_std = static_cast<float>(get_double("--init-method-std"));
-  g.attention_dropout = 0.0f;
-  g.hidden_dropout = 0.0f;
-  g.untie_embeddings_and_output_weights = get_bool("--untie-embeddings-and-output-weights");
-  g.add_bias_linear = !get_bool("--disable-bias-linear");
-  // Absent from checkpoints written before the variants: LayerNorm, GELU.
-  std::string_view normalization = "LayerNorm";
-  if (args["--normalization"].error() == simdjson::SUCCESS &&
-      args["--normalization"].get_string().get(normalization) != simdjson::SUCCESS) {
-    throw_error(meta_path, ": args.--normalization is not a string");
-  }
-  if (normalization != "LayerNorm" && normalization != "RMSNorm") {
-    throw_error(meta_path, ": args.--normalization is '", normalization, "', expected LayerNorm or RMSNorm");
-  }
-  g.normalization = normalization == "RMSNorm" ? model::Normalization::kRMSNorm : model::Normalization::kLayerNorm;
-  g.swiglu = args["--swiglu"].error() == simdjson::SUCCESS && get_bool("--swiglu");
-  std::string_view gelu, precision;
-  if (args["gelu"].get_string().get(gelu) != simdjson::SUCCESS) throw_error(meta_path, ": args.gelu missing");
-  g.gelu = gelu == "exact" ? model::Gelu::kExact : model::Gelu::kTanh;
-  if (args["precision"].get_string().get(precision) != simdjson::SUCCESS) throw_error(meta_path, ": args.precision missing");
-  m.dtype = precision == "bf16" ? DType::kBF16 : precision == "fp16" ? DType::kF16 : DType::kF32;
-  m.iteration = ck.iteration;
-  return m;
 }
 
 void load_checkpoint_weights(const LoadedCheckpoint& ck, model::ParameterSet& params, backend::Backend& backend) {

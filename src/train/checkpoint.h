@@ -23,22 +23,13 @@
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
 #include "model/parameters.h"
+#include "train/checkpoint_contents.h"
 #include "train/checkpoint_io.h"
 #include "train/config.h"
 #include "train/lr_scheduler.h"
 #include "train/optimizer.h"
 
 namespace megatron::train {
-
-// metadata.json "format" of our checkpoints (written by the trainer and by megatron convert).
-inline constexpr const char* kCheckpointFormat = "megatron.cpp checkpoint v1";
-
-// Where a run is: Megatron's iteration and consumed samples (the data sampler's cursor).
-struct TrainProgress {
-  int64_t iteration = 0;
-  int64_t consumed_train_samples = 0;
-  int64_t consumed_valid_samples = 0;
-};
 
 // The configuration fields a checkpoint records under "args", as flag name -> JSON value text.
 std::map<std::string, std::string> checkpoint_args(const TrainConfig& config);
@@ -158,15 +149,9 @@ TrainProgress load_training_checkpoint(const TrainConfig& config, model::Paramet
                                        MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
                                        comm::Communicator& world, backend::Backend& backend, std::ostream& log);
 
-// For inference (megatron generate): the model shape and dtype a checkpoint was trained with,
-// read from its metadata.json, and its weights loaded into `params` (declared by a GPTModel
-// built from that shape). Errors name the file.
-struct CheckpointModel {
-  model::GPTConfig config;
-  DType dtype = DType::kF32;
-  int64_t iteration = 0;
-};
-CheckpointModel read_checkpoint_model(const LoadedCheckpoint& checkpoint);
+// For inference (megatron generate): the weights of a checkpoint (read_checkpoint_model, in
+// train/checkpoint_contents.h, gives the shape to declare `params` with) loaded into `params`.
+// Errors name the file; a NaN or Inf weight is one.
 void load_checkpoint_weights(const LoadedCheckpoint& checkpoint, model::ParameterSet& params,
                              backend::Backend& backend);
 

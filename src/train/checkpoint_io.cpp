@@ -1,6 +1,8 @@
 #include "train/checkpoint_io.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <simdjson.h>
@@ -8,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -18,6 +21,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/host_name.h"
 #include "core/json_writer.h"
 
 namespace megatron::train {
@@ -49,13 +53,35 @@ bool is_directory(const std::string& path) {
   return fs::is_directory(path, ec);
 }
 
+// The bytes of a small regular file (the tracker, metadata.json). Opened without blocking and
+// checked to be a regular file first: a FIFO in its place would block open() forever.
 std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw_error(path, ": cannot open: ", errno_string(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw_error(path, ": read failed");
-  return ss.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw_error(path, ": cannot open: ", errno_string(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw_error(path, ": not a regular file");
+  }
+  constexpr int64_t kLimit = int64_t{64} << 20;  // far above any tracker or metadata.json
+  if (st.st_size > kLimit) {
+    ::close(fd);
+    throw_error(path, ": ", static_cast<int64_t>(st.st_size), " bytes, more than a checkpoint's text file holds");
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      ::close(fd);
+      throw_error(path, ": read failed", err ? ": " + errno_string(err) : std::string(" (the file shrank)"));
+    }
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return text;
 }
 
 // The suffix after "<prefix>" of a leftover entry name: ".old_iter_0000100.123" -> "iter_0000100".
@@ -279,8 +305,70 @@ void save_checkpoint_dir(const std::string& save_dir, int64_t iteration, const s
     if (!names.insert(f.name).second) throw_error("checkpoint: file '", f.name, "' given twice");
   }
   const std::string tmp = begin_checkpoint_dir(save_dir, iteration);
-  write_checkpoint_files(tmp, files);
-  commit_checkpoint_dir(save_dir, iteration, tmp, keep_last);
+  try {
+    write_checkpoint_files(tmp, files);
+    commit_checkpoint_dir(save_dir, iteration, tmp, keep_last);
+  } catch (const Error&) {
+    abandon_checkpoint_dir(tmp);  // a full disk, say: leave no temporary directory behind
+    throw;
+  }
+}
+
+SaveDirectoryLock::SaveDirectoryLock(const std::string& dir) : path_(join(dir, kSaveLockFileName)) {
+  make_directories(dir);
+  // The holder removes the file when it is done; a run that opened it just before may then
+  // hold a lock on a removed file, so the lock counts only if the name still leads to the
+  // locked file (else: open the new one and try again).
+  for (int attempt = 0;; ++attempt) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd_ < 0) throw_error("[--save] ", path_, ": cannot open the lock file: ", errno_string(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      std::string holder;
+      char buf[256];
+      const ssize_t n = ::pread(fd_, buf, sizeof(buf) - 1, 0);
+      if (n > 0) holder.assign(buf, static_cast<size_t>(n));
+      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+      for (char& c : holder) {
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = ' ';
+      }
+      ::close(fd_);
+      fd_ = -1;
+      if (err == ENOLCK || err == ENOSYS || err == EOPNOTSUPP || err == EINVAL) {
+        // File systems without flock (Lustre mounted without -o flock, some NFS set-ups): a
+        // run must still be possible there.
+        unlocked_reason_ = str_cat(path_, ": the file system refuses locks (", errno_string(err), ")");
+        return;
+      }
+      if (err != EWOULDBLOCK) throw_error("[--save] ", path_, ": cannot lock: ", errno_string(err));
+      throw_error("[--save] ", dir, " is in use by another run (", holder.empty() ? "holder unknown" : holder,
+                  "; lock ", path_, "): two runs cannot save into one directory, give this one its own --save");
+    }
+    struct stat held {}, named {};
+    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+        held.st_ino == named.st_ino) {
+      break;
+    }
+    ::close(fd_);
+    fd_ = -1;
+    if (attempt == 100) throw_error("[--save] ", path_, ": the lock file keeps being replaced");
+  }
+  char when[32] = "?";
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  if (::gmtime_r(&now, &tm) != nullptr) std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  const std::string holder = str_cat("host ", host_name("?"), ", pid ", ::getpid(), ", since ", when, "\n");
+  // Best effort (a full disk must not stop a run that holds the lock): the lock, not the
+  // text, protects the directory.
+  if (::ftruncate(fd_, 0) == 0) {
+    [[maybe_unused]] const ssize_t written = ::pwrite(fd_, holder.data(), holder.size(), 0);
+  }
+}
+
+SaveDirectoryLock::~SaveDirectoryLock() {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // while still locked: no other run holds a lock on this name yet
+  ::close(fd_);             // drops the flock
 }
 
 std::optional<TrackerInfo> read_tracker(const std::string& dir) {

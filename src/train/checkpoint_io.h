@@ -23,11 +23,13 @@
 // Leftovers of killed saves (.tmp_*, .del_*, tracker temporaries, a moved-aside .old_* whose
 // iteration is back in place) are removed at the start of the next save.
 //
-// One process saves into a directory at a time (global rank 0 in a parallel job).
+// One process saves into a directory at a time (global rank 0 in a parallel job), and one run:
+// a trainer holds SaveDirectoryLock on its --save directory from start-up to exit.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -85,6 +87,32 @@ std::string temporary_checkpoint_dir(const std::string& save_dir, int64_t iterat
 // (never throws: the caller is reporting the failure; the next save removes what is left).
 void abandon_checkpoint_dir(const std::string& tmp) noexcept;
 void commit_checkpoint_dir(const std::string& save_dir, int64_t iteration, const std::string& tmp, int64_t keep_last);
+
+inline constexpr const char* kSaveLockFileName = ".megatron_save.lock";
+
+// An advisory lock (flock) on DIR/.megatron_save.lock for the life of the object, so that two
+// runs never save into one directory (the second would delete the first's save in progress as
+// a leftover, and the checkpoints would silently belong to either run). The file names the
+// holder (host, pid, start time) for the error the second run gets, and is removed when the
+// holder is done. The kernel drops the lock when the holding process ends, however it ends: a
+// crash leaves the file, never a stale lock.
+class SaveDirectoryLock {
+ public:
+  // Creates `dir` when missing. Error "[--save] DIR is in use by another run (host h, pid p,
+  // since t): ..." when another process holds the lock, or an I/O error naming the file.
+  explicit SaveDirectoryLock(const std::string& dir);
+  ~SaveDirectoryLock();
+  SaveDirectoryLock(const SaveDirectoryLock&) = delete;
+  SaveDirectoryLock& operator=(const SaveDirectoryLock&) = delete;
+  // Non-empty when the file system refuses locks (ENOLCK, ENOSYS, ...): the run goes on
+  // unprotected, and the caller says so.
+  const std::string& unlocked_reason() const { return unlocked_reason_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::string unlocked_reason_;
+};
 
 // The tracker file as Megatron's read_metadata() reads it: the stripped text is an
 // integer > 0, or "release".

@@ -265,6 +265,8 @@ HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t
   const CheckpointMetadata meta(ck.directory + "/" + kMetadataFileName, ck.metadata_json);
   if (meta.top_string("format") != kCheckpointFormat) throw_error(meta.path(), ": not a ", kCheckpointFormat, " file");
   const CheckpointModel cm = read_checkpoint_model(ck);
+  read_checkpoint_state(ck);  // not exported, but a checkpoint no loader takes is not converted either
+  check_all_finite(ck);
   const model::GPTConfig& g = cm.config;
   const std::string where = " (checkpoint " + ck.directory + "; Hugging Face GPT-2 has no such option)";
   if (g.untie_embeddings_and_output_weights) throw_error("[--save-hf] the checkpoint has an untied output layer", where);

@@ -68,6 +68,11 @@ ReshardResult reshard_checkpoint(const std::string& load_dir, const std::string&
   if (!ck.found) throw_error("[--load] no checkpoint in ", load_dir, " (", ck.tracker_path, " is missing)");
   const CheckpointMetadata meta(ck.directory + "/" + kMetadataFileName, ck.metadata_json);
   if (meta.top_string("format") != kCheckpointFormat) throw_error(meta.path(), ": not a ", kCheckpointFormat, " file");
+  // What every reader checks (train/checkpoint_contents.h): converting a checkpoint that
+  // cannot be loaded would only move the error.
+  read_checkpoint_model(ck);
+  read_checkpoint_state(ck);
+  check_all_finite(ck);
 
   ReshardResult r;
   r.iteration = ck.iteration;

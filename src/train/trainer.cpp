@@ -83,6 +83,26 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   log0_ = groups_->is_first_rank() ? &out : &null_;
   log_last_ = groups_->is_last_rank() ? &out : &null_;
   const TrainConfig& c = config_;
+  if (c.exit_signal_handler) install_exit_signal_handler();
+  if (c.save) {
+    // Before anything else touches the directory: a second run must not clean up this one's
+    // saves in progress. Rank 0 alone saves (and locks); every rank stops when it cannot.
+    std::optional<std::string> error;
+    if (groups_->rank() == 0) {
+      try {
+        save_lock_ = std::make_unique<SaveDirectoryLock>(*c.save);
+        if (!save_lock_->unlocked_reason().empty()) {
+          *log0_ << "WARNING: " << save_lock_->unlocked_reason()
+                 << ": nothing stops a second run from saving into --save " << *c.save << "\n";
+        }
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    }
+    const double failed = comm::all_reduce_scalar(*groups_->world, error ? 1.0 : 0.0, comm::ReduceOp::kMax);
+    if (error) throw Error(*error);
+    if (failed > 0) throw_error("[--save] ", *c.save, ": rank 0 could not lock the directory (its error says why)");
+  }
   flops_per_sample_ = flops_per_iteration(c.model, 1, c.flops_convention);  // the log line's formula
   {
     // Megatron's _TRAIN_START_TIME: the earliest rank's (collective).
@@ -195,10 +215,11 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
     if (c.tensorboard_dir) tensorboard_ = std::make_unique<TensorBoardWriter>(*c.tensorboard_dir, c.tensorboard_queue_size);
     if (c.log_jsonl) jsonl_ = std::make_unique<MetricsJsonlWriter>(*c.log_jsonl);
   }
-  if (c.exit_signal_handler) std::signal(SIGTERM, on_sigterm);
 }
 
 void Trainer::request_exit() { g_exit_requested.store(true); }
+
+void Trainer::install_exit_signal_handler() { std::signal(SIGTERM, on_sigterm); }
 
 std::vector<parallel::PipelineAction> Trainer::pipeline_table(int64_t num_micro, bool forward_only) const {
   const parallel::PipelineShape shape{config_.pipeline_model_parallel_size, groups_->coords.pp, num_micro,

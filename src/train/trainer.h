@@ -90,6 +90,10 @@ class Trainer {
 
   // Set by the SIGTERM handler that --exit-signal-handler installs; tests may set it too.
   static void request_exit();
+  // Installs that handler: a SIGTERM from now on is honoured at the next iteration boundary
+  // (save, exit 0). `megatron train` calls it before any long start-up work (loading a
+  // checkpoint, building the sample index), as Megatron does; the constructor calls it again.
+  static void install_exit_signal_handler();
 
  private:
   // Fills `mb` with micro-batch `k` of the iteration starting at `first_sample` of `dataset`
@@ -133,6 +137,8 @@ class Trainer {
 
   TrainConfig config_;
   backend::Backend& backend_;
+  // Global rank 0's lock on --save for the whole run (none without --save, on other ranks).
+  std::unique_ptr<SaveDirectoryLock> save_lock_;
   std::unique_ptr<comm::ProcessGroups> own_groups_;  // one-rank groups when none are given
   comm::ProcessGroups* groups_;
   std::ostream null_{nullptr};  // swallows the lines other ranks print
