@@ -364,13 +364,26 @@ void GPTDataset::validate(const std::vector<int32_t>& sizes) const {
   }
   const int64_t total = plan_.total_samples;
   sample_idx_.expect(NpyDType::kInt32, {total + 1, 2});
-  int64_t prev = 0;
+  // Row r = (di, off) starts sample r at token `off` of document doc_idx[di]; its position in
+  // the doc_idx-ordered token stream is (tokens of doc_idx[0, di)) + off. sample() reads rows
+  // r .. r+1 inclusive, so consecutive rows must be exactly seq_length apart. The di never
+  // decrease, so one walk along doc_idx gives every position: O(rows + documents).
+  int64_t prev_di = 0, prev_off = 0, prev_pos = 0;
+  int64_t walked = 0, walked_tokens = 0;  // doc_idx[0, walked) holds walked_tokens tokens
   for (int64_t r = 0; r <= total; ++r) {
     const int64_t di = sample_idx_.at(2 * r), off = sample_idx_.at(2 * r + 1);
-    const bool ok = di >= prev && di < n_doc && off >= 0 &&
+    const bool ok = di >= prev_di && di < n_doc && off >= 0 &&
                     (r == 0 ? (di == 0 && off == 0) : off < sizes[static_cast<size_t>(doc_idx_.at(di))]);
     if (!ok) throw_error(sample_idx_.path(), ": row ", r, " = (", di, ", ", off, ") is inconsistent with doc_idx");
-    prev = di;
+    for (; walked < di; ++walked) walked_tokens += sizes[static_cast<size_t>(doc_idx_.at(walked))];
+    const int64_t pos = walked_tokens + off;
+    if (r > 0 && pos - prev_pos != o.seq_length) {
+      throw_error(sample_idx_.path(), ": rows ", r - 1, " = (", prev_di, ", ", prev_off, ") and ", r, " = (", di, ", ",
+                  off, ") are ", pos - prev_pos, " tokens apart in doc_idx order, not --seq-length ", o.seq_length);
+    }
+    prev_di = di;
+    prev_off = off;
+    prev_pos = pos;
   }
   shuffle_idx_.expect(shuffle_idx_dtype(total), {total});
   for (int64_t k = 0; k < total; ++k) {
