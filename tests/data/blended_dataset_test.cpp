@@ -106,5 +106,34 @@ TEST(BlendedDataset, SamplesComeFromTheChosenMembersAndTheCacheIsReused) {
   }
 }
 
+// A loaded blend cache whose sample numbers do not exist in their member is refused when
+// loaded, naming the file and how to rebuild it, not when training reaches the sample.
+TEST(BlendedDataset, ALoadedCacheMustNameExistingSamples) {
+  const std::string dir = test::scratch_dir("blend_bad_cache");
+  auto a = make_gpt(dir, "a", 30, 40);
+  auto b = make_gpt(dir, "b", 30, 40);
+  std::string sample_path;
+  std::vector<int64_t> good;
+  {
+    BlendedDataset blend({a, b}, {1, 3}, 50, dir + "/cache");
+    sample_path = blend.cache()->path("_sample_index.npy");
+    for (int64_t i = 0; i < 50; ++i) good.push_back(blend.dataset_sample_index(i));
+  }
+  for (const int64_t bad : {int64_t{-1}, int64_t{1} << 40}) {
+    std::vector<int64_t> v = good;
+    v[7] = bad;
+    write_npy(sample_path, NpyDType::kInt64, {50}, v.data());
+    try {
+      BlendedDataset blend({a, b}, {1, 3}, 50, dir + "/cache");
+      FAIL() << "loaded sample number " << bad;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(bad < 0 ? sample_path + ": entry 7 = -1 is negative" : "[--data-path] the blend takes"),
+                std::string::npos) << msg;
+      EXPECT_NE(msg.find("to rebuild it)"), std::string::npos) << msg;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace megatron::data
