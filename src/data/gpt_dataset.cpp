@@ -104,6 +104,7 @@ int64_t gpt_num_epochs(int64_t tokens_per_epoch, int64_t seq_length, int64_t num
   // Smallest E with (E*T - 1) // s >= N, i.e. E*T >= N*s + 1 (same as C23's loop).
   const __int128 need = static_cast<__int128>(num_samples) * seq_length + 1;
   const __int128 e = (need + tokens_per_epoch - 1) / tokens_per_epoch;
+  if (e > std::numeric_limits<int64_t>::max()) return std::numeric_limits<int64_t>::max();  // refused by the caller
   return std::max<int64_t>(1, static_cast<int64_t>(e));
 }
 
@@ -224,12 +225,15 @@ GPTDataset::GPTDataset(std::shared_ptr<const SequenceSource> sequences, GPTDatas
     throw_error(o.prefix, ": the ", o.name, " split (sequences [", o.doc_begin, ", ", o.doc_end,
                 ")) holds 0 tokens, so no sample of --seq-length ", o.seq_length, " can be built from it");
   }
-  plan_ = plan_epochs(tokens_per_epoch_, o.seq_length, o.num_samples);
   // sample_idx column 0 indexes doc_idx and is int32 in Megatron; offsets fit since sizes are int32.
-  if (plan_.num_epochs * (o.doc_end - o.doc_begin) > std::numeric_limits<int32_t>::max()) {
-    throw_error(o.prefix, ": the ", o.name, " split needs ", plan_.num_epochs, " epochs of ", o.doc_end - o.doc_begin,
-                " documents, more doc_idx entries than Megatron's int32 sample_idx can address");
+  // Checked before the plan: it also bounds epochs * tokens (< 2^31 * D * 2^31 / D) for it.
+  const int64_t epochs = gpt_num_epochs(tokens_per_epoch_, o.seq_length, o.num_samples);
+  if (epochs > std::numeric_limits<int32_t>::max() / (o.doc_end - o.doc_begin)) {
+    throw_error(o.prefix, ": the ", o.name, " split needs ", epochs, " epochs of ", o.doc_end - o.doc_begin,
+                " documents for ", o.num_samples, " samples, more doc_idx entries than Megatron's int32 sample_idx ",
+                "can address");
   }
+  plan_ = plan_epochs(tokens_per_epoch_, o.seq_length, o.num_samples);
   description_ = describe(o);
   cache_.hash = md5_hex(description_);
 

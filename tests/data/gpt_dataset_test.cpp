@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -274,6 +275,19 @@ TEST(GPTDataset, SampleIdxRowsMustBeSeqLengthApart) {
   EXPECT_TRUE(g.cache().loaded);
   std::vector<int64_t> tokens;
   for (int64_t i = 0; i < g.size(); ++i) g.sample(i, &tokens);
+}
+
+// A sample count whose epochs overflow int64 (or any count past int32 doc_idx entries) is an
+// error, not a wrapped-around epoch plan that aborted.
+TEST(GPTDataset, HugeSampleCountsAreErrors) {
+  const std::string dir = test::scratch_dir("gpt_huge_count");
+  auto ds = make_dataset(dir + "/ds", {5, 3, 8});
+  for (const int64_t n : {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() / 2,
+                          int64_t{1} << 40}) {
+    const std::string e = error_of([&] { GPTDataset(ds, options(dir + "/ds", 0, 3, n, 4, dir + "/c")); });
+    EXPECT_NE(e.find(str_cat(" samples, more doc_idx entries than Megatron's int32 sample_idx can address")),
+              std::string::npos) << n << ": " << e;
+  }
 }
 
 TEST(GPTDataset, WithoutCachePathBuildsNextToTheData) {
