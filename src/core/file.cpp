@@ -13,16 +13,71 @@
 
 namespace megatron {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+// Opens `path` for writing with open(2) `flags` (O_CREAT | O_TRUNC | ...) and returns it as a
+// stdio stream in `mode`. Non-blocking and checked to be a regular file, as open_regular_file:
+// a FIFO left under the name fails at once instead of blocking for a reader.
+std::FILE* create_regular_file(const std::string& path, int flags, const char* mode, const std::string& owner) {
+  const int fd = ::open(path.c_str(), flags | O_NONBLOCK | O_CLOEXEC, 0666);
+  if (fd < 0) throw_error(owner, ": cannot create ", path, ": ", errno_string(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw_error(owner, ": cannot stat ", path, ": ", errno_string(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw_error(owner, ": cannot create ", path, ": it exists and is ", file_type_name(st.st_mode),
+                ", not a regular file");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // no effect on a regular file; tidy
+  std::FILE* file = ::fdopen(fd, mode);
+  if (file == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    throw_error(owner, ": cannot create ", path, ": ", errno_string(err));
+  }
+  return file;
+}
+
+}  // namespace
+
+std::string file_type_name(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO (named pipe)";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    case S_IFLNK: return "a symbolic link";
+  }
+  return "of an unknown file type";
+}
+
+int open_regular_file(const std::string& path, int64_t* size) {
+  // O_NONBLOCK: open(2) of a FIFO would otherwise wait for a writer. It changes nothing for a
+  // regular file (reads and mmap of one never block on it).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw_error(path, ": cannot open: ", errno_string(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
-    int err = errno;
+    const int err = errno;
     ::close(fd);
     throw_error(path, ": cannot stat: ", errno_string(err));
   }
-  size_ = static_cast<int64_t>(st.st_size);
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw_error(path, ": is ", file_type_name(st.st_mode), ", not a regular file");
+  }
+  *size = static_cast<int64_t>(st.st_size);
+  return fd;
+}
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  const int fd = open_regular_file(path, &size_);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, static_cast<size_t>(size_), PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -59,8 +114,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   temp_path_ = str_cat(path_, ".tmp-", ::getpid());
-  file_ = std::fopen(temp_path_.c_str(), "wb");
-  if (file_ == nullptr) throw_error(path_, ": cannot create ", temp_path_, ": ", errno_string(errno));
+  file_ = create_regular_file(temp_path_, O_WRONLY | O_CREAT | O_TRUNC, "wb", path_);
   std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
 }
 
@@ -97,8 +151,7 @@ void AtomicFile::commit() {
 
 SpillFile::SpillFile(const std::string& path_hint) {
   path_ = str_cat(path_hint, ".spill-", ::getpid());
-  file_ = std::fopen(path_.c_str(), "w+b");
-  if (file_ == nullptr) throw_error(path_, ": cannot create spill file: ", errno_string(errno));
+  file_ = create_regular_file(path_, O_RDWR | O_CREAT | O_TRUNC, "w+b", "spill file");
   ::unlink(path_.c_str());  // the open handle keeps it alive; nothing is left behind on a crash
   std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
 }

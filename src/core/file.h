@@ -9,7 +9,9 @@
 
 namespace megatron {
 
-// A read-only, private memory map of a whole file. Empty files map to data() == nullptr.
+// A read-only, private memory map of a whole regular file (or a link to one). Empty files map
+// to data() == nullptr. Anything else (a FIFO, a directory, a device) throws at once naming
+// the path and what it is: see open_regular_file.
 class MappedFile {
  public:
   MappedFile() = default;
@@ -79,6 +81,15 @@ class SpillFile {
   std::FILE* file_ = nullptr;
   int64_t size_ = 0;
 };
+
+// Opens `path` read-only (O_CLOEXEC) and returns the descriptor after checking, on the
+// descriptor itself (no window for the name to change), that it is a regular file; *size gets
+// its size. The open is non-blocking, so a FIFO with no writer is refused instead of waiting
+// forever for one. Throws Error "<path>: is a FIFO (named pipe), not a regular file" (or a
+// directory, a character device, ...) or "<path>: cannot open: <reason>".
+int open_regular_file(const std::string& path, int64_t* size);
+// "a FIFO (named pipe)", "a directory", ... for the S_IFMT bits of a stat mode.
+std::string file_type_name(unsigned mode);
 
 bool file_exists(const std::string& path);
 int64_t file_size(const std::string& path);  // throws if missing

@@ -122,20 +122,26 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const GPTDataset>> da
     build_blending_indices(weights_, size_, &index_, &sample_index_);
   }
 
-  // C23 checks the last blended sample is readable; we check every member covers its share.
+  // C23 checks the last blended sample is readable; we check every entry names a sample that
+  // exists (a loaded cache may hold anything).
+  const std::string fix = cache_ && cache_->loaded ? str_cat(" (delete ", cache_->path("*"), " to rebuild it)") : "";
   std::vector<int64_t> needed(datasets_.size(), 0);
   for (int64_t i = 0; i < size_; ++i) {
     const int64_t d = dataset_index(i);
     if (d < 0 || d >= static_cast<int64_t>(datasets_.size())) {
       throw_error(cache_ ? cache_->path("_index.npy") : "blend", ": entry ", i, " names dataset ", d, " of ",
-                  datasets_.size());
+                  datasets_.size(), fix);
     }
-    needed[static_cast<size_t>(d)] = std::max(needed[static_cast<size_t>(d)], dataset_sample_index(i) + 1);
+    const int64_t k = dataset_sample_index(i);
+    if (k < 0) {
+      throw_error(cache_ ? cache_->path("_sample_index.npy") : "blend", ": entry ", i, " = ", k, " is negative", fix);
+    }
+    needed[static_cast<size_t>(d)] = std::max(needed[static_cast<size_t>(d)], k + 1);
   }
   for (size_t d = 0; d < datasets_.size(); ++d) {
     if (needed[d] > datasets_[d]->size()) {
       throw_error("[--data-path] the blend takes ", needed[d], " samples from ", datasets_[d]->options().prefix, " (",
-                  datasets_[d]->options().name, "), which has ", datasets_[d]->size());
+                  datasets_[d]->options().name, "), which has ", datasets_[d]->size(), fix);
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "core/error.h"
 #include "data/indexed_dataset.h"
@@ -10,6 +11,20 @@
 
 namespace megatron::data {
 namespace {
+
+constexpr int64_t kMaxCount = std::numeric_limits<int64_t>::max();
+
+// a * b for counts (a, b >= 0); Error naming `flag` when the product does not fit int64.
+int64_t checked_product(int64_t a, int64_t b, const char* flag) {
+  if (b != 0 && a > kMaxCount / b) throw_error("[", flag, "] ", a, " x ", b, " samples do not fit a 64-bit count");
+  return a * b;
+}
+
+// *sum += n for counts; Error naming `flag` past int64.
+void add_samples(int64_t* sum, int64_t n, const char* flag) {
+  if (n > kMaxCount - *sum) throw_error("[", flag, "] the blend's samples do not fit a 64-bit count");
+  *sum += n;
+}
 
 std::string strip(const std::string& s) {
   const char* ws = " \t\n\r\f\v";
@@ -60,16 +75,21 @@ TargetSamples target_sample_counts(std::optional<int64_t> train_samples, std::op
   } else {
     MT_CHECK(train_iters.has_value());
     iters = *train_iters;
-    t.train = iters * global_batch_size;
+    t.train = checked_product(iters, global_batch_size, "--train-iters");
   }
-  t.valid = (iters / eval_interval + 1) * eval_iters * global_batch_size;
-  t.test = eval_iters * global_batch_size;
+  t.valid = checked_product(checked_product(iters / eval_interval + 1, eval_iters, "--eval-iters"),
+                            global_batch_size, "--eval-iters");
+  t.test = checked_product(eval_iters, global_batch_size, "--eval-iters");
   return t;
 }
 
 int64_t blend_member_samples(int64_t n, double weight) {
   // Python: int(math.ceil(val * weight * 1.005)), evaluated left to right in doubles.
-  return static_cast<int64_t>(std::ceil(static_cast<double>(n) * weight * 1.005));
+  const double v = std::ceil(static_cast<double>(n) * weight * 1.005);
+  if (!(v < 0x1p63)) {
+    throw_error("[--data-path] ", n, " samples x weight ", weight, " x 1.005 do not fit a 64-bit count");
+  }
+  return static_cast<int64_t>(v);
 }
 
 namespace {
@@ -157,7 +177,7 @@ GPTDatasets build_per_split_datasets(const GPTDataConfig& config) {
       out.bounds.push_back(bounds);
       out.parts.push_back(parts);
       members.push_back(dataset);
-      size += o.num_samples;
+      add_samples(&size, o.num_samples, flag);
     }
     out.requested[s] = size;
     if (!blend.blended()) {
@@ -227,7 +247,7 @@ GPTDatasets build_gpt_datasets(const GPTDataConfig& config) {
     int64_t size = 0;
     for (size_t p = 0; p < n; ++p) {
       if (out.parts[p][s]) members.push_back(out.parts[p][s]);
-      size += member_samples[p][s];
+      add_samples(&size, member_samples[p][s], "--data-path");
     }
     out.requested[s] = size;
     if (members.empty()) continue;

@@ -104,6 +104,7 @@ int64_t gpt_num_epochs(int64_t tokens_per_epoch, int64_t seq_length, int64_t num
   // Smallest E with (E*T - 1) // s >= N, i.e. E*T >= N*s + 1 (same as C23's loop).
   const __int128 need = static_cast<__int128>(num_samples) * seq_length + 1;
   const __int128 e = (need + tokens_per_epoch - 1) / tokens_per_epoch;
+  if (e > std::numeric_limits<int64_t>::max()) return std::numeric_limits<int64_t>::max();  // refused by the caller
   return std::max<int64_t>(1, static_cast<int64_t>(e));
 }
 
@@ -224,12 +225,15 @@ GPTDataset::GPTDataset(std::shared_ptr<const SequenceSource> sequences, GPTDatas
     throw_error(o.prefix, ": the ", o.name, " split (sequences [", o.doc_begin, ", ", o.doc_end,
                 ")) holds 0 tokens, so no sample of --seq-length ", o.seq_length, " can be built from it");
   }
-  plan_ = plan_epochs(tokens_per_epoch_, o.seq_length, o.num_samples);
   // sample_idx column 0 indexes doc_idx and is int32 in Megatron; offsets fit since sizes are int32.
-  if (plan_.num_epochs * (o.doc_end - o.doc_begin) > std::numeric_limits<int32_t>::max()) {
-    throw_error(o.prefix, ": the ", o.name, " split needs ", plan_.num_epochs, " epochs of ", o.doc_end - o.doc_begin,
-                " documents, more doc_idx entries than Megatron's int32 sample_idx can address");
+  // Checked before the plan: it also bounds epochs * tokens (< 2^31 * D * 2^31 / D) for it.
+  const int64_t epochs = gpt_num_epochs(tokens_per_epoch_, o.seq_length, o.num_samples);
+  if (epochs > std::numeric_limits<int32_t>::max() / (o.doc_end - o.doc_begin)) {
+    throw_error(o.prefix, ": the ", o.name, " split needs ", epochs, " epochs of ", o.doc_end - o.doc_begin,
+                " documents for ", o.num_samples, " samples, more doc_idx entries than Megatron's int32 sample_idx ",
+                "can address");
   }
+  plan_ = plan_epochs(tokens_per_epoch_, o.seq_length, o.num_samples);
   description_ = describe(o);
   cache_.hash = md5_hex(description_);
 
@@ -364,13 +368,26 @@ void GPTDataset::validate(const std::vector<int32_t>& sizes) const {
   }
   const int64_t total = plan_.total_samples;
   sample_idx_.expect(NpyDType::kInt32, {total + 1, 2});
-  int64_t prev = 0;
+  // Row r = (di, off) starts sample r at token `off` of document doc_idx[di]; its position in
+  // the doc_idx-ordered token stream is (tokens of doc_idx[0, di)) + off. sample() reads rows
+  // r .. r+1 inclusive, so consecutive rows must be exactly seq_length apart. The di never
+  // decrease, so one walk along doc_idx gives every position: O(rows + documents).
+  int64_t prev_di = 0, prev_off = 0, prev_pos = 0;
+  int64_t walked = 0, walked_tokens = 0;  // doc_idx[0, walked) holds walked_tokens tokens
   for (int64_t r = 0; r <= total; ++r) {
     const int64_t di = sample_idx_.at(2 * r), off = sample_idx_.at(2 * r + 1);
-    const bool ok = di >= prev && di < n_doc && off >= 0 &&
+    const bool ok = di >= prev_di && di < n_doc && off >= 0 &&
                     (r == 0 ? (di == 0 && off == 0) : off < sizes[static_cast<size_t>(doc_idx_.at(di))]);
     if (!ok) throw_error(sample_idx_.path(), ": row ", r, " = (", di, ", ", off, ") is inconsistent with doc_idx");
-    prev = di;
+    for (; walked < di; ++walked) walked_tokens += sizes[static_cast<size_t>(doc_idx_.at(walked))];
+    const int64_t pos = walked_tokens + off;
+    if (r > 0 && pos - prev_pos != o.seq_length) {
+      throw_error(sample_idx_.path(), ": rows ", r - 1, " = (", prev_di, ", ", prev_off, ") and ", r, " = (", di, ", ",
+                  off, ") are ", pos - prev_pos, " tokens apart in doc_idx order, not --seq-length ", o.seq_length);
+    }
+    prev_di = di;
+    prev_off = off;
+    prev_pos = pos;
   }
   shuffle_idx_.expect(shuffle_idx_dtype(total), {total});
   for (int64_t k = 0; k < total; ++k) {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 
@@ -36,6 +37,8 @@ struct LineReader::Source {
   std::vector<char> in;  // compressed input buffer
   size_t in_pos = 0, in_len = 0;
   bool file_eof = false;
+  std::string head;  // the first bytes, read to detect the format; served before the fd's
+  size_t head_pos = 0;
 
   virtual ~Source() {
     if (fd >= 0) ::close(fd);
@@ -44,6 +47,12 @@ struct LineReader::Source {
   virtual int64_t read(char* out, int64_t cap) { return read_raw(out, cap); }
 
   int64_t read_raw(char* out, int64_t cap) {
+    if (head_pos < head.size()) {
+      const size_t n = std::min(head.size() - head_pos, static_cast<size_t>(cap));
+      std::memcpy(out, head.data() + head_pos, n);
+      head_pos += n;
+      return static_cast<int64_t>(n);
+    }
     while (true) {
       const ssize_t n = ::read(fd, out, static_cast<size_t>(cap));
       if (n < 0 && errno == EINTR) continue;
@@ -168,18 +177,29 @@ struct ZstdSource : LineReader::Source {
 
 }  // namespace
 
-LineReader::LineReader(const std::string& path, int64_t batch_bytes) : path_(path), batch_bytes_(batch_bytes) {
+LineReader::LineReader(const std::string& path, int64_t batch_bytes, int64_t max_line_bytes)
+    : path_(path), batch_bytes_(batch_bytes), max_line_bytes_(max_line_bytes) {
+  MT_CHECK(batch_bytes >= 1 && max_line_bytes >= 1);
+  // A blocking open: a FIFO is a legitimate input here (see the header) and waits for its writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw_error(path, ": cannot open input: ", errno_string(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    const int err = errno;
     ::close(fd);
-    throw_error(path, ": cannot read input: ", S_ISDIR(st.st_mode) ? "is a directory" : errno_string(errno));
+    throw_error(path, ": cannot read input: ", S_ISDIR(st.st_mode) ? "is a directory" : errno_string(err));
   }
-  unsigned char magic[6] = {};
-  const ssize_t got = ::pread(fd, magic, sizeof(magic), 0);
+  auto raw = std::make_unique<Source>();  // reads the magic; replaced by a decoder if it names one
+  raw->path = path;
+  raw->fd = fd;
+  raw->size = static_cast<int64_t>(st.st_size);
+  // The magic is read, not pread, so that a pipe is detected too; the bytes are served again.
+  char magic[6];
+  int64_t got = 0;
+  for (int64_t n; got < 6 && (n = raw->read_raw(magic + got, 6 - got)) > 0;) got += n;
+  const auto* m = reinterpret_cast<const unsigned char*>(magic);
   Compression kind = Compression::kNone;
-  if (got >= 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+  if (got >= 2 && m[0] == 0x1f && m[1] == 0x8b) {
     kind = Compression::kGzip;
   } else if (got >= 6 && std::memcmp(magic, "\xFD" "7zXZ\0", 6) == 0) {
     kind = Compression::kXz;
@@ -190,11 +210,15 @@ LineReader::LineReader(const std::string& path, int64_t batch_bytes) : path_(pat
     case Compression::kGzip: source_ = std::make_unique<GzipSource>(); break;
     case Compression::kXz: source_ = std::make_unique<XzSource>(); break;
     case Compression::kZstd: source_ = std::make_unique<ZstdSource>(); break;
-    case Compression::kNone: source_ = std::make_unique<Source>(); break;
+    case Compression::kNone: source_ = std::move(raw); break;
   }
-  source_->path = path;
-  source_->fd = fd;
-  source_->size = static_cast<int64_t>(st.st_size);
+  if (kind != Compression::kNone) {
+    source_->path = path;
+    source_->fd = std::exchange(raw->fd, -1);
+    source_->size = raw->size;
+    source_->consumed = raw->consumed;
+  }
+  source_->head.assign(magic, static_cast<size_t>(got));
   source_->kind = kind;
 }
 
@@ -203,6 +227,12 @@ LineReader::~LineReader() = default;
 Compression LineReader::compression() const { return source_->kind; }
 int64_t LineReader::file_size() const { return source_->size; }
 int64_t LineReader::bytes_consumed() const { return source_->consumed; }
+
+void LineReader::check_line_length(int64_t bytes, int64_t index_in_batch) const {
+  if (bytes > max_line_bytes_) {
+    throw_error(path_, ":", next_line_ + index_in_batch, ": line longer than ", max_line_bytes_, " bytes");
+  }
+}
 
 bool LineReader::next(LineBatch* batch) {
   batch->starts.clear();
@@ -247,6 +277,7 @@ bool LineReader::next(LineBatch* batch) {
         end = limit;
         next = end + 1;
       } else if (eof_) {
+        check_line_length(n - pos, batch->size());
         batch->starts.push_back(pos);
         batch->ends.push_back(n);
         batch->terminated.push_back(0);
@@ -255,13 +286,17 @@ bool LineReader::next(LineBatch* batch) {
       } else {
         break;  // an unfinished line
       }
+      check_line_length(end - pos, batch->size());
       batch->starts.push_back(pos);
       batch->ends.push_back(end);
       batch->terminated.push_back(1);
       pos = next;
     }
     if (batch->starts.empty() && !eof_) {
-      target = std::max<int64_t>(target, static_cast<int64_t>(data.size())) * 2;  // one line longer than a batch
+      // One line longer than a batch: read on, up to the limit (+2 for its "\r\n"). The last byte
+      // may be a '\r' that ends the line, hence size - 1.
+      check_line_length(static_cast<int64_t>(data.size()) - 1, 0);
+      target = std::min(std::max<int64_t>(target, static_cast<int64_t>(data.size())) * 2, max_line_bytes_ + 2);
       continue;
     }
     carry_.assign(data, static_cast<size_t>(pos), std::string::npos);

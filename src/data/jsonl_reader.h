@@ -11,7 +11,12 @@
 //    without a terminator is still a line; an empty file has no lines.
 //  - Lines are handed out in batches of whole lines of about `batch_bytes` (a longer
 //    line makes a bigger batch), so memory is bounded by the batch size and the
-//    longest line, never by the file size.
+//    longest line, never by the file size. A line longer than `max_line_bytes` is an
+//    error naming the file and line (input without line ends, e.g. /dev/zero or a
+//    decompression bomb, must not take all memory).
+//  - The input is a stream, read once from the start: a FIFO or pipe (bash's
+//    <(zcat ...)) works like a file, compressed or not. Opening one waits for its
+//    writer, as cat(1) does; only a directory is refused.
 //  - A missing file, a read error or a truncated/corrupt compressed stream throws
 //    megatron::Error naming the file.
 #pragma once
@@ -44,7 +49,10 @@ struct LineBatch {
 
 class LineReader {
  public:
-  explicit LineReader(const std::string& path, int64_t batch_bytes = 1 << 20);
+  // 1 GiB: far above any real JSONL document, and what a worker can still tokenize.
+  static constexpr int64_t kMaxLineBytes = int64_t{1} << 30;
+
+  explicit LineReader(const std::string& path, int64_t batch_bytes = 1 << 20, int64_t max_line_bytes = kMaxLineBytes);
   ~LineReader();
   LineReader(const LineReader&) = delete;
   LineReader& operator=(const LineReader&) = delete;
@@ -60,8 +68,12 @@ class LineReader {
   struct Source;  // the raw file or a decoder over it (defined in jsonl_reader.cpp)
 
  private:
+  // Throws "<path>:<line>: line longer than <max> bytes" past the limit.
+  void check_line_length(int64_t bytes, int64_t index_in_batch) const;
+
   std::string path_;
   int64_t batch_bytes_;
+  int64_t max_line_bytes_;
   std::unique_ptr<Source> source_;
   std::string carry_;   // the unfinished last line of the previous batch
   int64_t next_line_ = 1;

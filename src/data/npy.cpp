@@ -1,6 +1,7 @@
 #include "data/npy.h"
 
 #include <cctype>
+#include <limits>
 #include <string_view>
 
 #include "core/error.h"
@@ -169,9 +170,28 @@ NpyFile::NpyFile(const std::string& path) : file_(path) {
     }
     shape_.push_back(v);
   }
-  count_ = product(shape_);
+  // prod(shape) * itemsize without overflow: a corrupt header may hold any dimensions (a zero
+  // one makes the others harmless); past INT64_MAX the file cannot match anyway.
   const int64_t data_offset = prefix + header_len;
-  const int64_t expected = data_offset + count_ * npy_dtype_size(dtype_);
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  bool empty = false, overflow = false;
+  int64_t count = 1;
+  for (int64_t d : shape_) {
+    if (d == 0) empty = true;
+    else if (count > kMax / d) overflow = true;
+    else count *= d;
+  }
+  if (empty) {
+    count = 0;
+    overflow = false;
+  }
+  const int64_t itemsize = npy_dtype_size(dtype_);
+  if (overflow || count > (kMax - data_offset) / itemsize) {
+    throw_error(path, ": file is ", size, " bytes but its header (", npy_descr(dtype_), " ", npy_shape_string(shape_),
+                ") needs more than 2^63 bytes");
+  }
+  count_ = count;
+  const int64_t expected = data_offset + count_ * itemsize;
   if (size != expected) {
     throw_error(path, ": file is ", size, " bytes but its header (", npy_descr(dtype_), " ", npy_shape_string(shape_),
                 ") needs ", expected);

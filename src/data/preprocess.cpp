@@ -338,6 +338,10 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opts_in) {
     }
   }
   pipeline.stop();
+  if (stats.documents == 0 && stats.skipped_lines > 0) {
+    throw_error(options.input, ": all ", stats.skipped_lines, " lines are invalid and were skipped (line ",
+                stats.skipped_line_numbers.front(), ": ", stats.first_skip_reason, "); no dataset written");
+  }
   for (auto& w : writers) {
     stats.sequences += w->sequence_count();
     stats.tokens += w->token_count();

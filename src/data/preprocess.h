@@ -18,7 +18,8 @@
 // Error "<input>:<line>: <reason>"; every output is written under a temporary name
 // and renamed only after the whole input succeeded, so nothing is left behind and an
 // earlier run's outputs under the same prefix stay untouched. With skip_invalid_lines
-// such lines are skipped and counted instead.
+// such lines are skipped and counted instead; an input whose every line is invalid is then
+// still an error (nothing written), while an empty input gives an empty dataset as Megatron's.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 
 #include "core/error.h"
 #include "data/dataset_config.h"
@@ -51,6 +52,28 @@ TEST(DataPath, TargetSizesAndBlendSurplus) {
   EXPECT_EQ(blend_member_samples(100, 0.7), 71);  // ceil(70.35)
   EXPECT_EQ(blend_member_samples(200, 0.5), 101);
   EXPECT_EQ(blend_member_samples(0, 0.5), 0);
+}
+
+// Counts past int64 are flag errors, not wrapped-around negative sample counts (which aborted
+// in the sample index).
+TEST(DataPath, SampleCountsThatOverflowAreErrors) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([&] { target_sample_counts(std::nullopt, kMax, 2, 1000, 100); }),
+            "[--train-iters] 9223372036854775807 x 2 samples do not fit a 64-bit count");
+  EXPECT_EQ(message([&] { target_sample_counts(10, std::nullopt, 1, 1, kMax / 2); }),
+            "[--eval-iters] 11 x 4611686018427387903 samples do not fit a 64-bit count");
+  EXPECT_NE(message([&] { blend_member_samples(kMax, 0.999); })
+                .find("[--data-path] 9223372036854775807 samples x weight"),
+            std::string::npos);
+  EXPECT_EQ(target_sample_counts(std::nullopt, kMax / 8, 8, kMax, 0).train, kMax / 8 * 8);
 }
 
 std::shared_ptr<const GPTDataset> make_gpt(const std::string& dir, const std::string& name, int docs, int64_t n) {
@@ -103,6 +126,35 @@ TEST(BlendedDataset, SamplesComeFromTheChosenMembersAndTheCacheIsReused) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("[--data-path]"), std::string::npos) << e.what();
+  }
+}
+
+// A loaded blend cache whose sample numbers do not exist in their member is refused when
+// loaded, naming the file and how to rebuild it, not when training reaches the sample.
+TEST(BlendedDataset, ALoadedCacheMustNameExistingSamples) {
+  const std::string dir = test::scratch_dir("blend_bad_cache");
+  auto a = make_gpt(dir, "a", 30, 40);
+  auto b = make_gpt(dir, "b", 30, 40);
+  std::string sample_path;
+  std::vector<int64_t> good;
+  {
+    BlendedDataset blend({a, b}, {1, 3}, 50, dir + "/cache");
+    sample_path = blend.cache()->path("_sample_index.npy");
+    for (int64_t i = 0; i < 50; ++i) good.push_back(blend.dataset_sample_index(i));
+  }
+  for (const int64_t bad : {int64_t{-1}, int64_t{1} << 40}) {
+    std::vector<int64_t> v = good;
+    v[7] = bad;
+    write_npy(sample_path, NpyDType::kInt64, {50}, v.data());
+    try {
+      BlendedDataset blend({a, b}, {1, 3}, 50, dir + "/cache");
+      FAIL() << "loaded sample number " << bad;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(bad < 0 ? sample_path + ": entry 7 = -1 is negative" : "[--data-path] the blend takes"),
+                std::string::npos) << msg;
+      EXPECT_NE(msg.find("to rebuild it)"), std::string::npos) << msg;
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -230,6 +231,63 @@ TEST(GPTDataset, CacheIsReusedAndValidated) {
   EXPECT_FALSE(rebuilt.cache().loaded);
   rebuilt.sample(7, &second);
   EXPECT_EQ(first, second);
+}
+
+// A cached sample_idx that is well formed (dtype, shape, rows non-decreasing, offsets inside
+// their documents) but whose rows are not seq_length tokens apart is refused when loaded,
+// naming the file and the rows; sample() would read a window of the wrong length.
+TEST(GPTDataset, SampleIdxRowsMustBeSeqLengthApart) {
+  const std::string dir = test::scratch_dir("gpt_sample_idx_rows");
+  auto ds = make_dataset(dir + "/data/ds", {9, 0, 4, 12, 7, 30, 2});
+  const auto o = options(dir + "/data/ds", 0, 7, 6, 5, dir + "/cache");
+  const std::string path = GPTDataset(ds, o).cache().path("_sample_idx.npy");
+  std::vector<int32_t> good;
+  {
+    const NpyFile f(path);
+    for (int64_t k = 0; k < f.element_count(); ++k) good.push_back(static_cast<int32_t>(f.at(k)));
+  }
+  const int64_t rows = static_cast<int64_t>(good.size()) / 2;
+  ASSERT_GE(rows, 5);
+  auto refused_with = [&](const std::vector<int32_t>& rows_data, const std::string& what) {
+    write_npy(path, NpyDType::kInt32, {rows, 2}, rows_data.data());
+    const std::string e = error_of([&] { GPTDataset(ds, o); });
+    EXPECT_NE(e.find(path + ": rows "), std::string::npos) << e;
+    EXPECT_NE(e.find(what), std::string::npos) << e;
+    EXPECT_NE(e.find("to rebuild it)"), std::string::npos) << e;
+  };
+  // Every row (0, 0): each sample would be one token.
+  refused_with(std::vector<int32_t>(good.size(), 0), "rows 0 = (0, 0) and 1 = (0, 0) are 0 tokens apart");
+  // The offsets of two consecutive rows inside one document (the 30-token one holds several)
+  // swapped: the stream jumps ahead, then goes backwards, each row still inside its document.
+  int64_t r = 1;
+  while (r + 1 < rows && good[2 * r] != good[2 * r + 2]) ++r;
+  ASSERT_LT(r + 1, rows);
+  std::vector<int32_t> swapped = good;
+  std::swap(swapped[2 * r + 1], swapped[2 * r + 3]);
+  refused_with(swapped, str_cat("and ", r, " = (", good[2 * r], ", ", good[2 * r + 3], ") are 10 tokens apart"));
+  // The later row's offset moved back by one token.
+  std::vector<int32_t> shifted = good;
+  shifted[2 * r + 3] -= 1;
+  refused_with(shifted, str_cat("and ", r + 1, " = (", good[2 * r], ", ", good[2 * r + 3] - 1, ") are 4 tokens apart"));
+  // The right rows load again.
+  write_npy(path, NpyDType::kInt32, {rows, 2}, good.data());
+  GPTDataset g(ds, o);
+  EXPECT_TRUE(g.cache().loaded);
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < g.size(); ++i) g.sample(i, &tokens);
+}
+
+// A sample count whose epochs overflow int64 (or any count past int32 doc_idx entries) is an
+// error, not a wrapped-around epoch plan that aborted.
+TEST(GPTDataset, HugeSampleCountsAreErrors) {
+  const std::string dir = test::scratch_dir("gpt_huge_count");
+  auto ds = make_dataset(dir + "/ds", {5, 3, 8});
+  for (const int64_t n : {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() / 2,
+                          int64_t{1} << 40}) {
+    const std::string e = error_of([&] { GPTDataset(ds, options(dir + "/ds", 0, 3, n, 4, dir + "/c")); });
+    EXPECT_NE(e.find(str_cat(" samples, more doc_idx entries than Megatron's int32 sample_idx can address")),
+              std::string::npos) << n << ": " << e;
+  }
 }
 
 TEST(GPTDataset, WithoutCachePathBuildsNextToTheData) {

@@ -3,10 +3,14 @@
 // time with the gzip / xz / zstd command-line tools.
 #include "data/jsonl_reader.h"
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -167,6 +171,56 @@ TEST(LineReader, TruncatedOrCorruptCompressedInputNamesTheFile) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(cut + ": corrupt or truncated"), std::string::npos) << e.what();
     }
+  }
+}
+
+// A line longer than the limit is an error naming the file and line, after reading about the
+// limit, not the whole input (a file without line ends, /dev/zero, a decompression bomb).
+TEST(LineReader, ALineLongerThanTheLimitIsAnError) {
+  const std::string dir = test::scratch_dir("jsonl_reader_long_line");
+  write_file(dir + "/a.jsonl", "short\n" + std::string(5000, 'x') + "\n" + std::string(20000, 'y'));
+  LineReader ok(dir + "/a.jsonl", 1024, 20000);
+  LineBatch batch;
+  int64_t lines = 0;
+  while (ok.next(&batch)) lines += batch.size();
+  EXPECT_EQ(lines, 3);
+  LineReader reader(dir + "/a.jsonl", 1024, 4096);
+  try {
+    while (reader.next(&batch)) {
+    }
+    FAIL() << "a 5000-byte line passed a 4096-byte limit";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), dir + "/a.jsonl:2: line longer than 4096 bytes");
+  }
+  LineReader zeros("/dev/zero", 1 << 16, 1 << 20);
+  try {
+    zeros.next(&batch);
+    FAIL() << "/dev/zero gave a line";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "/dev/zero:1: line longer than 1048576 bytes");
+  }
+  EXPECT_LE(zeros.bytes_consumed(), (1 << 20) + (1 << 16));
+}
+
+// A FIFO (bash's <(...)) is read like a file, its compression detected from the bytes that
+// come through it.
+TEST(LineReader, ReadsCompressedInputFromAFifo) {
+  const std::string dir = test::scratch_dir("jsonl_reader_fifo");
+  write_file(dir + "/c.jsonl", corpus());
+  const std::vector<std::string> lines = read_all(dir + "/c.jsonl").lines;
+  for (const std::string tool : {"cat", "gzip -c", "xz -c", "zstd -q -c"}) {
+    const std::string fifo = dir + "/pipe";
+    std::filesystem::remove(fifo);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    std::thread writer([&] { test::run_command(tool + " < '" + dir + "/c.jsonl' > '" + fifo + "'"); });
+    Read r;
+    try {
+      r = read_all(fifo);
+    } catch (const Error& e) {
+      ADD_FAILURE() << tool << ": " << e.what();  // the reader closed the FIFO: the writer ends too
+    }
+    writer.join();
+    EXPECT_TRUE(r.lines == lines) << tool << ": " << r.lines.size() << " lines";
   }
 }
 

@@ -100,5 +100,23 @@ TEST(Npy, RejectsBadFilesNamingThePath) {
   EXPECT_NE(error_of(dir + "/missing.npy").find("missing.npy"), std::string::npos);
 }
 
+// Dimensions whose product overflows int64 must not wrap around to a size that matches the
+// file: 2^50 * 2^14 = 2^64 would wrap to 0 elements and accept a header-only file.
+TEST(Npy, RejectsShapesWhoseProductOverflows) {
+  const std::string dir = test::scratch_dir("npy_overflow");
+  const std::string header = npy_header(NpyDType::kInt32, {int64_t{1} << 50, int64_t{1} << 14});
+  const std::string path = dir + "/huge.npy";
+  std::ofstream(path, std::ios::binary) << header;
+  const std::string e = error_of(path);
+  EXPECT_NE(e.find(path + ": file is " + std::to_string(header.size()) +
+                   " bytes but its header (<i4 (1125899906842624, 16384)) needs more than 2^63 bytes"),
+            std::string::npos)
+      << e;
+  // A zero dimension makes the others harmless: an empty array.
+  const std::string empty = dir + "/empty.npy";
+  std::ofstream(empty, std::ios::binary) << npy_header(NpyDType::kInt32, {int64_t{1} << 50, 0, int64_t{1} << 50});
+  EXPECT_EQ(NpyFile(empty).element_count(), 0);
+}
+
 }  // namespace
 }  // namespace megatron::data

@@ -246,6 +246,28 @@ TEST(Preprocess, SkipInvalidLinesCountsAndReportsThem) {
   EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.end()), encode("three"));
 }
 
+// An input whose every line is invalid is no dataset: --skip-invalid-lines then still fails,
+// naming the input and the count, and leaves no output behind.
+TEST(Preprocess, SkippingEveryLineIsAnError) {
+  const std::string dir = test::scratch_dir("preprocess_skip_all");
+  write_file(dir + "/in.jsonl", "not json\n{\"other\": \"x\"}\n\n");
+  const auto r = test::run_command(str_cat(cli_prefix(), " --input '", dir, "/in.jsonl' --output-prefix '", dir,
+                                           "/out' --skip-invalid-lines"),
+                                   true);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find(str_cat("error: ", dir, "/in.jsonl: all 3 lines are invalid and were skipped (line 1: "
+                                  "invalid JSON")),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"in.jsonl"}));
+  // An empty input is an empty dataset, as in Megatron.
+  write_file(dir + "/empty.jsonl", "");
+  PreprocessOptions o = options_for(dir + "/empty.jsonl", dir + "/empty");
+  o.skip_invalid_lines = true;
+  EXPECT_EQ(preprocess_jsonl(o).documents, 0);
+  EXPECT_EQ(IndexedDataset(dir + "/empty_text_document").document_count(), 0);
+}
+
 TEST(Preprocess, CompressedInputGivesTheSameOutput) {
   const std::string dir = test::scratch_dir("preprocess_compressed");
   write_file(dir + "/in.jsonl", brown_corpus(20));

@@ -50,6 +50,7 @@ class VocabParser {
     if (pos_ >= text_.size() || text_[pos_] != '{') fail(pos_, "expected a JSON object of token -> id");
     ++pos_;
     std::vector<VocabEntry> entries;
+    std::vector<size_t> id_pos;  // per entry: where its (last) id is, for errors
     std::unordered_map<std::string, size_t> index;
     skip_space();
     if (peek() == '}') {
@@ -63,12 +64,15 @@ class VocabParser {
         if (peek() != ':') fail(pos_, "expected ':' after a key");
         ++pos_;
         skip_space();
+        const size_t at = pos_;
         const int32_t id = parse_id();
         auto [it, inserted] = index.emplace(key, entries.size());
         if (inserted) {
           entries.push_back({std::move(key), id});
+          id_pos.push_back(at);
         } else {
           entries[it->second].id = id;
+          id_pos[it->second] = at;
         }
         skip_space();
         if (peek() == ',') {
@@ -84,10 +88,49 @@ class VocabParser {
     }
     skip_space();
     if (pos_ != text_.size()) fail(pos_, "extra data after the JSON object");
+    check_dense(entries, id_pos);
     return entries;
   }
 
  private:
+  // The ids must be 0 .. n-1, each once: the model's vocabulary is len(encoder) = n rows, so
+  // any other id indexes past the embedding (and a huge one would size the decoder table).
+  void check_dense(const std::vector<VocabEntry>& entries, const std::vector<size_t>& id_pos) const {
+    const int64_t n = static_cast<int64_t>(entries.size());
+    std::vector<int64_t> owner(entries.size(), -1);  // id -> entry
+    for (size_t k = 0; k < entries.size(); ++k) {
+      const VocabEntry& e = entries[k];
+      auto refuse = [&](const std::string& why) {
+        fail(id_pos[k], str_cat("token ", printable(e.token), " has id ", e.id, why));
+      };
+      if (e.id >= n) refuse(str_cat(", but the ", n, " entries must have the ids 0..", n - 1));
+      int64_t& o = owner[static_cast<size_t>(e.id)];
+      if (o >= 0) {
+        refuse(str_cat(", already the id of ", printable(entries[static_cast<size_t>(o)].token),
+                       " (each id must appear once)"));
+      }
+      o = static_cast<int64_t>(k);
+    }
+  }
+  // A token for a one-line message: quoted, control bytes, quote and backslash as \xNN, cut after
+  // about 40 bytes (at a character boundary).
+  static std::string printable(const std::string& token) {
+    std::string out = "\"";
+    for (size_t i = 0; i < token.size(); ++i) {
+      const auto c = static_cast<unsigned char>(token[i]);
+      if (i >= 40 && (c & 0xC0) != 0x80) {
+        out += "...";
+        break;
+      }
+      if (c < 0x20 || c == 0x7F || c == '"' || c == '\\') {
+        out += str_cat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
+      } else {
+        out.push_back(static_cast<char>(c));
+      }
+    }
+    return out + "\"";
+  }
+
   [[noreturn]] void fail(size_t pos, const std::string& what) const {
     throw_error(path_, ":", line_of(text_, static_cast<int64_t>(pos)), ": ", what);
   }

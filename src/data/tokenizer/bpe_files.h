@@ -19,8 +19,9 @@ struct VocabEntry {
 };
 
 // The entries of the top-level JSON object in first-appearance order; a repeated key
-// keeps its first position and its last value (a Python dict). Values must be integers
-// in [0, 2^31). Hand-written rather than a JSON library so that errors name the line.
+// keeps its first position and its last value (a Python dict). Values must be integers, and
+// the n entries' ids exactly 0..n-1, each once (GPT-2's vocab is dense: the model has n
+// embedding rows). Hand-written rather than a JSON library so that errors name the line.
 std::vector<VocabEntry> read_vocab_json(const std::string& path);
 
 struct MergeRule {

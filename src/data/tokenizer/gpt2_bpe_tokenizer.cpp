@@ -328,11 +328,9 @@ GPT2BPETokenizer::GPT2BPETokenizer(const std::string& vocab_file, const std::str
   std::unordered_map<std::string, int32_t> symbol_of;  // key -> symbol
   symbol_of.reserve(vocab.size() * 2);
   m.symbol_id.reserve(vocab.size());
-  int32_t max_id = -1;
   for (const auto& e : vocab) {
     symbol_of.emplace(e.token, static_cast<int32_t>(m.symbol_id.size()));
     m.symbol_id.push_back(e.id);
-    max_id = std::max(max_id, e.id);
     if (e.token == "<|endoftext|>") m.eod = e.id;
   }
   for (int b = 0; b < 256; ++b) {
@@ -343,9 +341,9 @@ GPT2BPETokenizer::GPT2BPETokenizer(const std::string& vocab_file, const std::str
     m.byte_symbol[static_cast<size_t>(b)] = it->second;
   }
 
-  // decoder = {v: k for k, v in encoder.items()}: a repeated id decodes as its last key.
-  m.decode_offset.assign(static_cast<size_t>(max_id) + 1, -1);
-  m.decode_length.assign(static_cast<size_t>(max_id) + 1, 0);
+  // decoder = {v: k for k, v in encoder.items()}; read_vocab_json makes the ids 0..n-1, each once.
+  m.decode_offset.assign(vocab.size(), -1);
+  m.decode_length.assign(vocab.size(), 0);
   std::string bytes;
   for (const auto& e : vocab) {
     if (!key_to_bytes(e.token, &bytes)) {

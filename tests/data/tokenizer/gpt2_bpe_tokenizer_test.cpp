@@ -252,8 +252,8 @@ TEST(GPT2BPETokenizer, BadFilesNameFileAndLine) {
   expect_load_error(vocab, dir + "/unknown_result.txt", {"unknown_result.txt:2:", "merge result"});
 }
 
-TEST(GPT2BPETokenizer, EodMissingIsAnError) {
-  const std::string dir = test::scratch_dir("tok_no_eod");
+// A vocab.json of the 256 byte characters with ids 0..255, then `extra` (",\"tok\": id ...").
+std::string byte_vocab_json(const std::string& extra = "") {
   std::string json = "{";
   for (int b = 0; b < 256; ++b) {
     const uint32_t cp = detail::kByteEncoder[static_cast<size_t>(b)];
@@ -270,13 +270,36 @@ TEST(GPT2BPETokenizer, EodMissingIsAnError) {
     json += "\":";
     json += std::to_string(b);
   }
-  json += "}";
-  write_file(dir + "/vocab.json", json);
+  return json + extra + "}";
+}
+
+TEST(GPT2BPETokenizer, EodMissingIsAnError) {
+  const std::string dir = test::scratch_dir("tok_no_eod");
+  write_file(dir + "/vocab.json", byte_vocab_json());
   write_file(dir + "/merges.txt", "#version: 0.2\n");
   GPT2BPETokenizer t(dir + "/vocab.json", dir + "/merges.txt");
   EXPECT_EQ(t.vocab_size(), 256);
   EXPECT_THROW(t.eod(), Error);
   EXPECT_EQ(t.decode(encode(t, "any text ☃")), "any text ☃");
+}
+
+// The ids must be 0..n-1, each once (GPT-2's vocab is dense; the model has n embedding rows).
+// An id past the entries used to size the decoder table: 2^31-1 took 24 GiB.
+TEST(GPT2BPETokenizer, VocabIdsMustBeDenseAndDistinct) {
+  const std::string dir = test::scratch_dir("tok_dense_ids");
+  write_file(dir + "/merges.txt", "#version: 0.2\n");
+  const std::string merges = dir + "/merges.txt";
+  write_file(dir + "/ok.json", byte_vocab_json(",\n\"<|endoftext|>\": 256"));
+  EXPECT_EQ(GPT2BPETokenizer(dir + "/ok.json", merges).vocab_size(), 257);
+  write_file(dir + "/gap.json", byte_vocab_json(",\n\"<|endoftext|>\": 257"));
+  expect_load_error(dir + "/gap.json", merges,
+                    {"gap.json:2: token \"<|endoftext|>\" has id 257, but the 257 entries must have the ids 0..256"});
+  write_file(dir + "/twice.json", byte_vocab_json(",\n\"ab\": 256,\n\"a\\nb\": 97"));
+  expect_load_error(dir + "/twice.json", merges,
+                    {"twice.json:3: token \"a\\x0ab\" has id 97, already the id of \"a\"",
+                     "(each id must appear once)"});
+  write_file(dir + "/huge.json", byte_vocab_json(",\n\"zzz\": 2147483647"));
+  expect_load_error(dir + "/huge.json", merges, {"huge.json:2: token \"zzz\" has id 2147483647, but the 257 entries"});
 }
 
 TEST(GPT2BPETokenizer, DecodeRejectsUnknownIds) {
