@@ -50,7 +50,7 @@
 #include "train/flops.h"
 #include "train/micro_batch_documents.h"
 #include "train/optimizer.h"
-#include "train/pipeline_executor.h"
+#include "train/train_step.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace megatron::cli {
@@ -225,7 +225,6 @@ int run_bench(const CommandArgs& argv_in) {
                                      train::data_parallel_options(c, groups, model));
   log << train::copy_engine_text(copy_engine, c, opt);
   train::connect_overlap_hooks(c, model, opt);
-  const bool overlap_grads = train::overlaps_grad_reduce(c);
   // Synthetic tokens (ids of the vocabulary), a fresh batch per micro-batch slot, fixed across
   // iterations.
   std::vector<model::MicroBatch> batches(static_cast<size_t>(num_micro));
@@ -272,33 +271,17 @@ int run_bench(const CommandArgs& argv_in) {
     }
     if (cuda && it == warmup) telemetry = backend::start_telemetry(device_index, 20, &telemetry_missing);
     const auto t0 = std::chrono::steady_clock::now();
-    opt.zero_grads();
-    model::HeadBackward head;
-    head.loss_scale = opt.loss_scale();
-    head.grad_scale = 1.0f / static_cast<float>(num_micro);
-    train::PipelineCallbacks cb;
-    cb.load = [&](int64_t k, model::MicroBatch* mb) { *mb = batches[static_cast<size_t>(k)]; };
-    // --overlap-grad-reduce: each chunk's last micro-batch starts its buckets.
-    cb.grad_sync = train::grad_sync_callback(c, model, opt);
-    cb.overlap_p2p = c.overlap_p2p_communication;
-    cb.dropout = [&](int64_t k) {
-      model::DropoutContext d;
-      d.seed = static_cast<uint64_t>(c.seed);
-      d.iteration = it;
-      d.micro_batch = k * c.data_parallel_size + groups.coords.dp;
-      return d;
-    };
-    cb.head = &head;
+    // The step of `megatron train` (train/train_step.h) on the synthetic batches.
+    train::TrainStepInputs in;
+    in.table = &table;
+    in.num_micro = num_micro;
+    in.iteration = it;
+    in.grad_scale = 1.0f / static_cast<float>(num_micro);
+    in.lr = 1e-4f;
+    in.weight_decay = 0.01f;
+    in.load = [&](int64_t k, model::MicroBatch* mb) { *mb = batches[static_cast<size_t>(k)]; };
     // The mean micro-batch loss (on the last stage; 0 on the others).
-    loss = static_cast<float>(train::run_pipeline(table, model, *groups.pp, cb) / static_cast<double>(num_micro));
-    // Megatron's finalize_model_grads: SP LayerNorm gradients over TP, the tied embedding's
-    // two copies over the embedding group (first and last stage), then everything over DP.
-    // With --overlap-grad-reduce the buckets are on their way: the TP sum follows (as in train).
-    if (!overlap_grads) model.reduce_sequence_parallel_grads();
-    if (model::Parameter* tied = model.tied_embedding()) groups.embedding->all_reduce(tied->grad, comm::ReduceOp::kSum);
-    opt.reduce_gradients();
-    if (overlap_grads) model.reduce_sequence_parallel_grads();
-    opt.step(1e-4f, 0.01f);
+    loss = static_cast<float>(train::train_step(c, model, opt, groups, in).loss_sum / static_cast<double>(num_micro));
     be->synchronize();
     groups.world->barrier();  // the iteration ends when the slowest rank's does
     if (it >= warmup) timed += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

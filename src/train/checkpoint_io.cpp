@@ -53,34 +53,31 @@ bool is_directory(const std::string& path) {
   return fs::is_directory(path, ec);
 }
 
-// The bytes of a small regular file (the tracker, metadata.json). Opened without blocking and
-// checked to be a regular file first: a FIFO in its place would block open() forever.
+// The bytes of a small regular file (the tracker, metadata.json); a FIFO in its place is
+// refused, not waited on (open_regular_file).
 std::string read_text_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw_error(path, ": cannot open: ", errno_string(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw_error(path, ": not a regular file");
-  }
+  int64_t size = 0;
+  const int fd = open_regular_file(path, &size);
   constexpr int64_t kLimit = int64_t{64} << 20;  // far above any tracker or metadata.json
-  if (st.st_size > kLimit) {
-    ::close(fd);
-    throw_error(path, ": ", static_cast<int64_t>(st.st_size), " bytes, more than a checkpoint's text file holds");
-  }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : 0;
-      ::close(fd);
-      throw_error(path, ": read failed", err ? ": " + errno_string(err) : std::string(" (the file shrank)"));
+  std::string text;
+  std::string error;
+  if (size > kLimit) {
+    error = str_cat(path, ": ", size, " bytes, more than a checkpoint's text file holds");
+  } else {
+    text.resize(static_cast<size_t>(size));
+    size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        error = str_cat(path, ": read failed", n < 0 ? ": " + errno_string(errno) : std::string(" (the file shrank)"));
+        break;
+      }
+      got += static_cast<size_t>(n);
     }
-    got += static_cast<size_t>(n);
   }
   ::close(fd);
+  if (!error.empty()) throw Error(error);
   return text;
 }
 

@@ -7,14 +7,13 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/json_writer.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_io.h"
@@ -156,12 +155,15 @@ std::string float_json(double v) {
   return s;
 }
 
+// A small file of the HF directory (config.json); mapped, so a FIFO in its place is refused
+// rather than waited on.
 std::string read_text(const std::string& path, const std::string& flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw_error("[", flag, "] cannot open ", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  try {
+    const MappedFile file(path);
+    return std::string(reinterpret_cast<const char*>(file.data()), static_cast<size_t>(file.size()));
+  } catch (const Error& e) {
+    throw_error("[", flag, "] ", e.what());
+  }
 }
 
 const char* torch_dtype(DType dt) {

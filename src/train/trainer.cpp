@@ -11,6 +11,7 @@
 #include <iostream>
 #include <iterator>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 #include "backend/profiler_marks.h"
@@ -28,6 +29,7 @@
 #include "train/pipeline_executor.h"
 #include "train/progress_log.h"
 #include "train/tensorboard_tags.h"
+#include "train/train_step.h"
 #include "train/training_log.h"
 #include "train/weight_hash.h"
 
@@ -182,7 +184,6 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   }
   // Megatron's bucket size and buckets per model chunk; the overlap hooks.
   const DataParallelOptions dp = data_parallel_options(c, *groups_, *model_);
-  overlapped_grads_ = overlaps_grad_reduce(c);
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, oc, std::move(scaler), dp);
   *log0_ << copy_engine_text(copy_engine, c, *optimizer_);
   optimizer_->set_timers(timers_.get(), world, c.barrier_with_l1_time);
@@ -564,105 +565,70 @@ TrainSummary Trainer::run() {
     const std::string iteration_mark = c.profile ? "iteration " + std::to_string(progress_.iteration + 1) : "";
     mark(iteration_mark.c_str());
     if (straggler_) straggler_->begin_iteration();
-    optimizer_->zero_grads();
-    mark("forward-backward");
-    double iter_loss = 0.0;
-    timers_->start("forward-backward", 1, world, l1_barrier);
-    // Forward and backward of the micro-batches in the pipeline schedule's order (one stage:
-    // forward k, backward k). The loss head's backward runs right after each loss.
-    model::HeadBackward head;
-    head.loss_scale = optimizer_->loss_scale();
-    head.grad_scale = 1.0f / static_cast<float>(num_micro);
     // --calculate-per-token-loss: each counted token's loss weighs 1 / (the global batch's
     // counted tokens). The DP reduction averages, hence the factor DP. (Megatron sums over DP
     // and scales the gradients by 1 / tokens afterwards: the same up to rounding.)
     double step_tokens = 0.0;
+    float grad_scale = 1.0f / static_cast<float>(num_micro);
     const bool last_stage = groups_->coords.pp == groups_->sizes.pp - 1;
     if (c.calculate_per_token_loss && last_stage) {
       step_tokens = loss_tokens(*datasets_.train(), progress_.consumed_train_samples, gbs);
-      head.grad_scale =
-          step_tokens > 0.0 ? static_cast<float>(static_cast<double>(c.data_parallel_size) / step_tokens) : 0.0f;
+      grad_scale = step_tokens > 0.0 ? static_cast<float>(static_cast<double>(c.data_parallel_size) / step_tokens) : 0.0f;
     }
-    PipelineCallbacks cb;
-    cb.load = [&](int64_t k, model::MicroBatch* mb) {
+    const std::vector<parallel::PipelineAction> table = pipeline_table(num_micro, /*forward_only=*/false);
+    TrainStepInputs in;
+    in.table = &table;
+    in.num_micro = num_micro;
+    in.iteration = progress_.iteration;
+    in.grad_scale = grad_scale;
+    in.lr = static_cast<float>(scheduler_->lr());
+    in.weight_decay = static_cast<float>(scheduler_->weight_decay());
+    in.load = [&](int64_t k, model::MicroBatch* mb) {
       timers_->start("batch-generator", 2);
       const auto loading = Clock::now();
       load_micro_batch(*datasets_.train(), progress_.consumed_train_samples, k, mb);
       if (straggler_) straggler_->add_batch_seconds(seconds_since(loading));
       timers_->stop("batch-generator");
     };
+    // Megatron's level-1 timers (with their barrier at level 2) and, for the two big phases,
+    // an NVTX range under --profile.
+    in.phase = [&](const char* name, bool started) {
+      const bool ranged = std::string_view(name) == "forward-backward" || std::string_view(name) == "optimizer";
+      if (started) {
+        if (ranged) mark(name);
+        timers_->start(name, 1, world, l1_barrier);
+      } else {
+        timers_->stop(name);
+        if (ranged) unmark();
+      }
+    };
     if (timers_->active(2)) {
-      cb.phase = [&](const parallel::PipelineAction& a, bool started) {
+      in.pipeline_phase = [&](const parallel::PipelineAction& a, bool started) {
         const char* name = megatron_timer_name(a);
         started ? timers_->start(name, 2) : timers_->stop(name);
       };
     }
-    cb.dropout = [&](int64_t k) {
-      model::DropoutContext dropout;
-      dropout.seed = static_cast<uint64_t>(c.seed);
-      dropout.iteration = progress_.iteration;
-      // The global micro-batch index (this DP rank's k-th holds the samples of the single
-      // process's micro-batch k * dp + dp_rank, megatron-facts §3.9): dropout masks then
-      // differ across DP ranks and equal the single-process run's.
-      dropout.micro_batch = k * c.data_parallel_size + groups_->coords.dp;
-      return dropout;
+    double local_loss = 0.0;  // this rank's sum of micro-batch losses (last stage)
+    double iter_loss = 0.0, iter_weight = 1.0;
+    in.before_optimizer = [&](double loss_sum) {
+      local_loss = loss_sum;
+      // The loss of the global batch: this rank's micro-batch mean, averaged over DP; per
+      // token, the summed token losses over the tokens counted.
+      const double summed = comm::all_reduce_scalar(*groups_->dp_cp, loss_sum, comm::ReduceOp::kSum);
+      iter_weight = c.calculate_per_token_loss ? step_tokens : 1.0;
+      if (c.calculate_per_token_loss) {
+        iter_loss = step_tokens > 0.0 ? summed / step_tokens : 0.0;
+      } else {
+        iter_loss = summed / static_cast<double>(num_micro * groups_->dp_cp->size());
+      }
+      if (!recording_failure_reported_ && !model_->recording_failure().empty()) {
+        *log0_ << " > warning: recording the step's device work (CUDA graphs) stopped: "
+               << model_->recording_failure() << "; its ops are issued one by one from now on\n";
+        recording_failure_reported_ = true;
+      }
     };
-    cb.head = &head;
-    // --overlap-grad-reduce: each chunk's last micro-batch starts its buckets; the others
-    // accumulate (Megatron's no_sync).
-    cb.grad_sync = grad_sync_callback(c, *model_, *optimizer_);
-    cb.overlap_p2p = c.overlap_p2p_communication;
-    iter_loss = run_pipeline(pipeline_table(num_micro, /*forward_only=*/false), *model_, *groups_->pp, cb);
-    // Megatron's finalize_model_grads: the gradient reduction closes forward-backward
-    // (sequence-parallel LayerNorm gradients over TP; the tied word embedding's two copies
-    // summed over the embedding group {first, last stage}; then everything over DP). The
-    // embedding sum comes before the DP reduction so that it sees whole gradients also when
-    // the distributed optimizer keeps only its shards.
-    // With --overlap-grad-reduce buckets holding the sequence-parallel LayerNorm gradients
-    // are already on their way: their TP sum follows the DP one (Megatron's order; linear, and
-    // the TP ranks' buffers have the same layout, so the distributed optimizer's shards line
-    // up). The tied embedding's bucket is held back from the overlap (train/grad_buffer.h):
-    // it starts in reduce_gradients(), after the embedding-group sum below.
-    auto reduce_layernorm_grads = [&] {
-      timers_->start("layernorm-grads-all-reduce", 1, world, l1_barrier);
-      model_->reduce_sequence_parallel_grads();
-      timers_->stop("layernorm-grads-all-reduce");
-    };
-    if (!overlapped_grads_) reduce_layernorm_grads();
-    timers_->start("embedding-grads-all-reduce", 1, world, l1_barrier);
-    if (model::Parameter* tied = model_->tied_embedding()) {
-      MT_CHECK(groups_->embedding != nullptr) << "a stage with the tied embedding outside the embedding group";
-      groups_->embedding->all_reduce(tied->grad, comm::ReduceOp::kSum);
-    }
-    timers_->stop("embedding-grads-all-reduce");
-    timers_->start("all-grads-sync", 1, world, l1_barrier);
-    optimizer_->reduce_gradients();
-    timers_->stop("all-grads-sync");
-    if (overlapped_grads_) reduce_layernorm_grads();
-    timers_->stop("forward-backward");
-    unmark();
-    const double local_loss = iter_loss;  // this rank's sum of micro-batch losses (last stage)
-    // The loss of the global batch: this rank's micro-batch mean, averaged over DP; per token,
-    // the summed token losses over the tokens counted.
-    const double summed = comm::all_reduce_scalar(*groups_->dp_cp, iter_loss, comm::ReduceOp::kSum);
-    const double iter_weight = c.calculate_per_token_loss ? step_tokens : 1.0;
-    if (c.calculate_per_token_loss) {
-      iter_loss = step_tokens > 0.0 ? summed / step_tokens : 0.0;
-    } else {
-      iter_loss = summed / static_cast<double>(num_micro * groups_->dp_cp->size());
-    }
-
-    if (!recording_failure_reported_ && !model_->recording_failure().empty()) {
-      *log0_ << " > warning: recording the step's device work (CUDA graphs) stopped: "
-             << model_->recording_failure() << "; its ops are issued one by one from now on\n";
-      recording_failure_reported_ = true;
-    }
-    mark("optimizer");
-    timers_->start("optimizer", 1, world, l1_barrier);
-    const StepResult step = optimizer_->step(static_cast<float>(scheduler_->lr()),
-                                             static_cast<float>(scheduler_->weight_decay()));
-    timers_->stop("optimizer");
-    unmark();
+    const TrainStepResult result = train_step(c, *model_, *optimizer_, *groups_, in);
+    const StepResult& step = result.step;
     if (straggler_) {
       straggler_->end_iteration(flops_per_sample_ * static_cast<double>(gbs) / static_cast<double>(c.world_size));
     }

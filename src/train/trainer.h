@@ -147,7 +147,6 @@ class Trainer {
   data::GPTDatasets datasets_;
   std::unique_ptr<model::GPTModel> model_;
   std::unique_ptr<MixedPrecisionOptimizer> optimizer_;
-  bool overlapped_grads_ = false;  // --overlap-grad-reduce with the hooks installed
   bool recording_failure_reported_ = false;  // the warning on recorded work, printed once
   bool weight_hash_skip_reported_ = false;   // --check-weight-hash... at DP 1, said once
   std::unique_ptr<OptimizerParamScheduler> scheduler_;
