@@ -4,6 +4,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/checked_int.h"
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -70,8 +71,13 @@ int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
     throw_error("[--make-vocab-size-divisible-by] must be positive, got ", divisible_by);
   }
   if (tp <= 0) throw_error("[--tensor-model-parallel-size] must be positive, got ", tp);
-  const int64_t multiple = divisible_by * tp;
-  return (vocab + multiple - 1) / multiple * multiple;
+  try {
+    const CheckedInt multiple = CheckedInt(divisible_by) * tp;
+    return ((vocab + multiple - 1) / multiple * multiple).value();
+  } catch (const IntegerOverflow&) {
+    throw_error("[--make-vocab-size-divisible-by] the vocabulary (", vocab, ") padded to a multiple of ", divisible_by,
+                " x --tensor-model-parallel-size ", tp, " does not fit in 64 bits");
+  }
 }
 
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp, std::ostream* log) {

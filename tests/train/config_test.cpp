@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 
@@ -37,6 +39,23 @@ TEST(PaddedVocab, BadInputNamesTheFlag) {
   }
   EXPECT_THROW(padded_vocab_size(0, 128, 1), Error);
   EXPECT_THROW(padded_vocab_size(50257, 128, 0), Error);
+}
+
+// A multiple past int64 is an error naming the flag, not a wrapped (negative) vocabulary that
+// aborted later in the FLOPs formula.
+TEST(PaddedVocab, MultiplesBeyond64BitsNameTheFlag) {
+  for (const auto& [divisible_by, tp] : {std::pair<int64_t, int64_t>{std::numeric_limits<int64_t>::max(), 1},
+                                         {int64_t{1} << 62, 4}, {int64_t{1} << 62, 2}}) {
+    try {
+      const int64_t padded = padded_vocab_size(50257, divisible_by, tp);
+      ADD_FAILURE() << divisible_by << " x " << tp << " padded to " << padded;
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind("[--make-vocab-size-divisible-by] the vocabulary (50257) padded to a multiple of ", 0), 0u)
+          << message;
+    }
+  }
+  EXPECT_EQ(padded_vocab_size(50257, int64_t{1} << 40, 1), int64_t{1} << 40);
 }
 
 TrainConfig ramp_config() {
