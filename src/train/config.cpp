@@ -16,10 +16,15 @@ model::PipelineStageOptions pipeline_stage(const TrainConfig& c, int64_t stage) 
   p.stage = stage;
   p.virtual_chunks = c.virtual_pipeline_chunks();
   // The most sets any global batch of the run needs: with --rampup-batch-size every size of the
-  // ramp (fewer micro-batches can need more sets: interleaved, M == pp holds all M vp).
+  // ramp (fewer micro-batches can need more sets: interleaved, M == pp holds all M vp). Sizes past
+  // kActivationSetsSaturation * pp micro-batches need what that many need, so the ramp is walked
+  // only up to there (each increment adds at least one micro-batch).
   std::vector<int64_t> batches{c.global_batch_size};
   if (c.rampup_batch_size && c.rampup_batch_size->increment > 0) {
-    for (int64_t b = c.rampup_batch_size->start; b < c.global_batch_size; b += c.rampup_batch_size->increment) {
+    const int64_t per_step = c.micro_batch_size * c.data_parallel_size;
+    const int64_t saturated = parallel::kActivationSetsSaturation * p.pp;
+    for (int64_t b = c.rampup_batch_size->start; b < c.global_batch_size && b / per_step <= saturated;
+         b += c.rampup_batch_size->increment) {
       batches.push_back(b);
     }
   }

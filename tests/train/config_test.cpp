@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -142,6 +144,24 @@ TEST(TrainConfig, PipelineStageSetsCoverTheRamp) {
   c.global_batch_size = 8;
   c.rampup_batch_size = RampupBatchSizeFlags{4, 4, 10};  // 4 then 8 micro-batches
   EXPECT_EQ(pipeline_stage(c, 3).activation_sets, 8);
+}
+
+// The sets of a long ramp come from its first few sizes: 2^20 micro-batches in steps of one
+// once simulated every size's table (hours); now it takes a moment, with the same answer as a
+// short ramp. Run in a child with a time limit, so that a regression fails instead of hanging.
+TEST(TrainConfig, PipelineStageOfALongRampIsQuick) {
+  TrainConfig c;
+  c.model.num_layers = 8;
+  c.pipeline_model_parallel_size = 4;
+  c.micro_batch_size = 1;
+  c.data_parallel_size = 1;
+  c.global_batch_size = kMaxMicroBatches;
+  c.rampup_batch_size = RampupBatchSizeFlags{1, 1, 1000};
+  auto bounded = [&c] {
+    ::alarm(20);
+    ::_exit(pipeline_stage(c, 0).activation_sets == 4 && pipeline_stage(c, 3).activation_sets == 1 ? 0 : 1);
+  };
+  EXPECT_EXIT(bounded(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
