@@ -39,6 +39,7 @@
 #include "comm/process_groups.h"
 #include "comm/profiled_communicator.h"
 #include "comm/self_communicator.h"
+#include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/rng.h"
@@ -180,7 +181,7 @@ int run_bench(const CommandArgs& argv_in) {
   c.nccl_collectives = world > 1 && uses_nccl(args);
   if (world > 1) {
     connection = comm::connect_ranks(
-        env, *be, std::chrono::milliseconds(static_cast<int64_t>(c.distributed_timeout_minutes * 60000.0)),
+        env, *be, comm::timeout_from_minutes(c.distributed_timeout_minutes),
         host_collectives(args));
     if (!flags_agree_across_ranks(args, *connection.world)) return 1;
     world_comm = std::move(connection.world);
