@@ -59,8 +59,8 @@ int run_train(const CommandArgs& argv) {
     return 0;
   }
   if (args.given("--nproc-per-node")) {
-    return comm::spawn_local_workers(args.get_int("--nproc-per-node"), comm::worker_command("train", argv),
-                                     uses_nccl(args));
+    return comm::spawn_local_workers(args.get_int("--nproc-per-node", 1, kMaxLocalWorkers),
+                                     comm::worker_command("train", argv), uses_nccl(args));
   }
 
   const comm::LaunchEnv env = comm::detect_launch_env(comm::process_environment());
