@@ -806,7 +806,8 @@ void fill_schedule(const Args& a, TrainConfig& c) {
   c.lr_decay_samples = opt_int(a, "--lr-decay-samples", 1);
   c.lr_warmup_iters = a.get_int("--lr-warmup-iters", 0);
   c.lr_warmup_samples = a.get_int("--lr-warmup-samples", 0);
-  c.lr_warmup_fraction = opt_double(a, "--lr-warmup-fraction", {0.0, 1.0});
+  // Megatron asserts warmup steps (fraction x decay steps) < decay steps.
+  c.lr_warmup_fraction = opt_double(a, "--lr-warmup-fraction", {0.0, 1.0, false, true});
   c.lr_warmup_init = fp32_flag(a, "--lr-warmup-init", kNonNegativeFp32);
   c.lr_wsd_decay_style = parse_choice<train::WsdDecayStyle>(a, "--lr-wsd-decay-style",
                                                            {{"exponential", train::WsdDecayStyle::kExponential},

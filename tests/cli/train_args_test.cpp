@@ -681,6 +681,8 @@ TEST(TrainArgs, OutOfRangeNumbersNameTheFlagAndValue) {
       {{"--tensor-model-parallel-size", "-1"},
        "[--tensor-model-parallel-size] must be between 1 and 2147483647, got -1"},
       {{"--eval-iters", "-1"}, "[--eval-iters] must not be negative, got -1"},
+      // Megatron asserts warmup steps < decay steps: a whole decay of warmup never passes.
+      {{"--lr-warmup-fraction", "1"}, "[--lr-warmup-fraction] must be in [0, 1), got '1'"},
       {{"--log-interval", "0"}, "[--log-interval] must be positive, got 0"},
   };
   for (const Case& c : cases) EXPECT_EQ(error_of(with(base_args(), c.extra)), c.message);
