@@ -62,7 +62,29 @@ double parse_double(const std::string& raw, const std::string& what) {
   if (end == plain.c_str() || *end != '\0' || hex) {
     throw_error("[", what, "] expected a number, got '", raw, "'");
   }
+  // nan, inf and overflow (strtod's HUGE_VAL with ERANGE); an underflow keeps strtod's tiny or
+  // zero value, as Python's float() does.
+  if (!std::isfinite(v)) throw_error("[", what, "] expected a finite number, got '", raw, "'");
   return v;
+}
+
+int64_t check_int_range(const std::string& name, int64_t v, int64_t lo, int64_t hi) {
+  if (v >= lo && v <= hi) return v;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  if (lo == 1 && hi == kMax) throw_error("[", name, "] must be positive, got ", v);
+  if (lo == 0 && hi == kMax) throw_error("[", name, "] must not be negative, got ", v);
+  throw_error("[", name, "] must be between ", lo, " and ", hi, ", got ", v);
+}
+
+std::string to_string(const RealRange& r) {
+  return str_cat(r.lo_open ? "(" : "[", r.lo, ", ", r.hi, r.hi_open ? ")" : "]");
+}
+
+double check_real_range(const std::string& name, double v, const RealRange& r, const std::string& text) {
+  const bool above = r.lo_open ? v > r.lo : v >= r.lo;
+  const bool below = r.hi_open ? v < r.hi : v <= r.hi;
+  if (above && below) return v;
+  throw_error("[", name, "] must be in ", to_string(r), ", got '", text, "'");
 }
 
 Args::Args(std::string command, std::string summary)
@@ -173,11 +195,16 @@ std::vector<Args::Setting> Args::settings() const {
   std::vector<Setting> out;
   for (const Spec& s : specs_) {
     if (s.kind == Kind::kPositional) continue;
-    Setting setting{s.name, s.metavar, values_.count(s.name) != 0, ""};
+    Setting setting{s.name, s.metavar, values_.count(s.name) != 0, "", 1};
+    if (s.kind == Kind::kFlag) setting.arity = 0;
+    if (s.kind == Kind::kList) setting.arity = s.exact_count > 0 ? s.exact_count : -1;
     if (s.kind == Kind::kFlag) {
       setting.value = setting.given ? "1" : "0";
     } else if (setting.given) {
-      for (const std::string& v : values_.at(s.name)) setting.value += (setting.value.empty() ? "" : " ") + v;
+      for (const std::string& v : values_.at(s.name)) {
+        if (!setting.value.empty()) setting.value += ' ';
+        setting.value += v;
+      }
     } else if (s.default_value) {
       setting.value = *s.default_value;
     }
@@ -204,6 +231,14 @@ std::string Args::get_string(const std::string& name) const {
 int64_t Args::get_int(const std::string& name) const { return parse_int(get_string(name), name); }
 
 double Args::get_double(const std::string& name) const { return parse_double(get_string(name), name); }
+
+int64_t Args::get_int(const std::string& name, int64_t lo, int64_t hi) const {
+  return check_int_range(name, get_int(name), lo, hi);
+}
+
+double Args::get_double(const std::string& name, const RealRange& range) const {
+  return check_real_range(name, get_double(name), range, get_string(name));
+}
 
 std::vector<std::string> Args::get_list(const std::string& name) const {
   spec(name);

@@ -4,16 +4,36 @@
 // missing values and unparsable numbers are megatron::Error with a one-line
 // reason naming the flag, e.g. "[--workers] expected an integer, got 'x'".
 // Values may be given as "--flag value" or "--flag=value". Integers follow
-// Python's int(): an optional sign, digits, and '_' separators (5_000_000).
+// Python's int(): an optional sign, digits, and '_' separators (5_000_000), within int64.
+// Reals follow Python's float() but must be finite: nan, inf and what overflows a double
+// (1e400) are errors, as no flag means anything by them.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace megatron::cli {
+
+// The largest tensor dimension or parallel size a flag may give (layers, hidden, heads, sequence,
+// micro-batch, TP, PP, ...): token ids and positions are int32, no tensor has a dimension of
+// 2^31, and the bound keeps the sizes derived from these (4h, the padded vocabulary, tokens =
+// seq * micro-batch) far inside int64.
+constexpr int64_t kMaxDimension = std::numeric_limits<int32_t>::max();
+// The largest magnitude of a real flag the engine computes with in fp32 (learning rates, weight
+// decay, epsilons, loss scales, temperatures): float's largest finite value.
+constexpr double kMaxFp32 = std::numeric_limits<float>::max();
+
+// The valid values of a real flag: lo..hi, each end included unless open.
+struct RealRange {
+  double lo = 0;
+  double hi = kMaxFp32;
+  bool lo_open = false;
+  bool hi_open = false;
+};
 
 class Args {
  public:
@@ -40,6 +60,11 @@ class Args {
   std::string get_string(const std::string& name) const;
   int64_t get_int(const std::string& name) const;
   double get_double(const std::string& name) const;
+  // The same, checked against the flag's valid range: Error "[--x] must be between 1 and 8, got
+  // 9" ("must be positive" for [1, int64 max], "must not be negative" for [0, int64 max]), or
+  // "[--x] must be in (0, 1], got '2'".
+  int64_t get_int(const std::string& name, int64_t lo, int64_t hi = std::numeric_limits<int64_t>::max()) const;
+  double get_double(const std::string& name, const RealRange& range) const;
   std::vector<std::string> get_list(const std::string& name) const;
   std::vector<int64_t> get_int_list(const std::string& name) const;
 
@@ -51,6 +76,7 @@ class Args {
     std::string metavar;
     bool given = false;
     std::string value;
+    int arity = 1;  // values it takes: 0 a switch, 1 an option, n > 1 a list of n, -1 a list of 1 or more
   };
   std::vector<Setting> settings() const;
   std::string usage() const;
@@ -76,9 +102,20 @@ class Args {
   std::map<std::string, std::vector<std::string>> values_;
 };
 
-// Python int() semantics for one string; throws Error "[what] expected an integer, got 's'".
+// Python int() semantics for one string; throws Error "[what] expected an integer, got 's'"
+// (or "integer out of range" beyond int64).
 int64_t parse_int(const std::string& s, const std::string& what);
-// Python float() semantics for decimal strings (incl. "inf", "nan", "1e-5", "1_000.5").
+// Python float() semantics for finite decimal strings ("1e-5", "1_000.5", "-0.5"; an underflow
+// such as 1e-400 reads as Python's 0.0); throws Error "[what] expected a finite number, got 's'"
+// for nan, inf and overflow (1e400).
 double parse_double(const std::string& s, const std::string& what);
+
+// Range checks of a value already parsed, with the messages of Args::get_int / get_double
+// (`text`: the value as given).
+int64_t check_int_range(const std::string& name, int64_t v, int64_t lo,
+                        int64_t hi = std::numeric_limits<int64_t>::max());
+double check_real_range(const std::string& name, double v, const RealRange& range, const std::string& text);
+// "(0, 3.40282e+38]", "[0, 1)".
+std::string to_string(const RealRange& range);
 
 }  // namespace megatron::cli

@@ -39,6 +39,7 @@
 #include "comm/process_groups.h"
 #include "comm/profiled_communicator.h"
 #include "comm/self_communicator.h"
+#include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/rng.h"
@@ -130,8 +131,8 @@ int run_bench(const CommandArgs& argv_in) {
     return 0;
   }
   if (args.given("--nproc-per-node")) {
-    return comm::spawn_local_workers(args.get_int("--nproc-per-node"), comm::worker_command("bench", argv),
-                                     uses_nccl(args));
+    return comm::spawn_local_workers(args.get_int("--nproc-per-node", 1, kMaxLocalWorkers),
+                                     comm::worker_command("bench", argv), uses_nccl(args));
   }
   // One rank of a data / tensor parallel job when a launcher started several: every rank
   // runs the same steps; rank 0 reports.
@@ -159,9 +160,9 @@ int run_bench(const CommandArgs& argv_in) {
   c.model.vocab_size = vocab;
   c.model.padded_vocab_size =
       train::padded_vocab_size(vocab, c.make_vocab_size_divisible_by, c.tensor_model_parallel_size);
-  const int64_t iters = args.get_int("--bench-iters"), warmup = args.get_int("--warmup-iters");
-  if (iters < 1) throw_error("[--bench-iters] must be at least 1, got ", iters);
-  if (warmup < 0) throw_error("[--warmup-iters] must not be negative, got ", warmup);
+  // Up to 2^31 - 1 iterations each (their sum is a loop bound).
+  const int64_t iters = args.get_int("--bench-iters", 1, kMaxDimension);
+  const int64_t warmup = args.get_int("--warmup-iters", 0, kMaxDimension);
   const bool json = args.get_flag("--json"), csv = args.get_flag("--csv");
   if (json && csv) throw_error("[--csv] give --json or --csv, not both");
   std::ostream null_stream(nullptr);
@@ -180,7 +181,7 @@ int run_bench(const CommandArgs& argv_in) {
   c.nccl_collectives = world > 1 && uses_nccl(args);
   if (world > 1) {
     connection = comm::connect_ranks(
-        env, *be, std::chrono::milliseconds(static_cast<int64_t>(c.distributed_timeout_minutes * 60000.0)),
+        env, *be, comm::timeout_from_minutes(c.distributed_timeout_minutes),
         host_collectives(args));
     if (!flags_agree_across_ranks(args, *connection.world)) return 1;
     world_comm = std::move(connection.world);
@@ -293,7 +294,7 @@ int run_bench(const CommandArgs& argv_in) {
     profiler->set_enabled(false);
     op_profile = profiler->report();
   }
-  const double tokens_per_s = static_cast<double>(gbs * s) / per_iter;
+  const double tokens_per_s = static_cast<double>(gbs) * static_cast<double>(s) / per_iter;
   const double f2025 = train::flops_per_iteration(c.model, gbs, train::FlopsConvention::k2025);
   const double f2024 = train::flops_per_iteration(c.model, gbs, train::FlopsConvention::k2024);
   // Per GPU: the job's FLOPs over all ranks.

@@ -1,4 +1,6 @@
 // megatron generate: sample text from a checkpoint (KV-cache decoding on the CPU engine).
+#include <cerrno>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <iostream>
@@ -19,6 +21,39 @@
 #include "train/checkpoint_io.h"
 
 namespace megatron::cli {
+namespace {
+
+// The non-empty lines of --prompt-file `path`; Error naming the flag when it is a directory or
+// cannot be opened or read.
+std::vector<std::string> read_prompt_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw_error("[--prompt-file] ", path, " is a directory (expected a file of prompts, one per line)");
+  }
+  std::ifstream in(path);
+  if (!in) throw_error("[--prompt-file] cannot open ", path, ": ", errno_string(errno));
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) prompts.push_back(line);
+  }
+  if (in.bad()) throw_error("[--prompt-file] cannot read ", path, ": ", errno_string(errno));
+  return prompts;
+}
+
+// After --load's checkpoint failed to load: an --iteration that the directory does not hold is
+// named as the cause (when it holds any; a missing directory stays --load's error).
+void check_iteration(const std::string& dir, int64_t iteration) {
+  const std::vector<train::CheckpointSummary> all = train::list_checkpoints(dir);
+  std::string held;
+  for (const train::CheckpointSummary& c : all) {
+    if (!c.release && c.iteration == iteration) return;
+    if (!c.release) held += (held.empty() ? "" : ", ") + std::to_string(c.iteration);
+  }
+  if (held.empty()) return;
+  throw_error("[--iteration] no checkpoint of iteration ", iteration, " in ", dir, " (it holds iterations ", held, ")");
+}
+
+}  // namespace
 
 int run_generate(const CommandArgs& argv) {
   Args args("generate", "sample text from a checkpoint");
@@ -41,27 +76,33 @@ int run_generate(const CommandArgs& argv) {
   std::vector<std::string> prompts;
   if (args.given("--prompt")) prompts.push_back(args.get_string("--prompt"));
   if (args.given("--prompt-file")) {
-    const std::string path = args.get_string("--prompt-file");
-    std::ifstream in(path);
-    if (!in) throw_error("[--prompt-file] cannot open ", path);
-    for (std::string line; std::getline(in, line);) {
-      if (!line.empty()) prompts.push_back(line);
-    }
+    const std::vector<std::string> lines = read_prompt_file(args.get_string("--prompt-file"));
+    prompts.insert(prompts.end(), lines.begin(), lines.end());
+  }
+  if (prompts.empty() && args.given("--prompt-file")) {
+    throw_error("[--prompt-file] ", args.get_string("--prompt-file"), " holds no prompt (every line is empty)");
   }
   if (prompts.empty()) throw_error("[--prompt] give --prompt TEXT or --prompt-file F");
-  const int64_t max_new = args.get_int("--max-new-tokens");
-  if (max_new < 0) throw_error("[--max-new-tokens] must not be negative, got ", max_new);
+  // The context bounds the tokens generated, so any count is fine.
+  const int64_t max_new = args.get_int("--max-new-tokens", 0);
   model::SamplingParams sp;
-  sp.temperature = static_cast<float>(args.get_double("--temperature"));
-  sp.top_k = args.get_int("--top-k");
-  sp.top_p = static_cast<float>(args.get_double("--top-p"));
+  // Sampling computes in fp32: a temperature that rounds to 0 there is greedy, as 0 is.
+  sp.temperature = static_cast<float>(args.get_double("--temperature", {0.0, kMaxFp32}));
+  sp.top_k = args.get_int("--top-k", 0);
+  sp.top_p = static_cast<float>(args.get_double("--top-p", {0.0, 1.0}));
   sp.seed = static_cast<uint64_t>(args.get_int("--seed"));
 
   data::GPT2BPETokenizer tokenizer(args.get_string("--vocab-file"), args.get_string("--merge-file"));
   std::optional<int64_t> iteration;
-  if (args.given("--iteration")) iteration = args.get_int("--iteration");
+  if (args.given("--iteration")) iteration = args.get_int("--iteration", 1);
   const std::string dir = args.get_string("--load");
-  const train::LoadedCheckpoint ck = train::load_checkpoint_dir(dir, iteration);
+  train::LoadedCheckpoint ck;
+  try {
+    ck = train::load_checkpoint_dir(dir, iteration);
+  } catch (const Error&) {
+    if (iteration) check_iteration(dir, *iteration);
+    throw;
+  }
   if (!ck.found) throw_error("[--load] no checkpoint in ", dir, " (", ck.tracker_path, " is missing)");
   const train::CheckpointModel cm = train::read_checkpoint_model(ck);
   if (cm.config.vocab_size != tokenizer.vocab_size()) {

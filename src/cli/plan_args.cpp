@@ -1,5 +1,7 @@
 #include "cli/plan_args.h"
 
+#include <limits>
+
 #include "cli/train_args.h"
 #include "core/error.h"
 #include "train/data_parallel_setup.h"
@@ -8,22 +10,23 @@ namespace megatron::cli {
 
 namespace {
 
+// The largest cluster planned: a million GPUs, past any built, so that the layout search (over
+// the divisors of the world size, and group placements repeating within it) stays quick.
+constexpr int64_t kMaxPlanGpus = int64_t{1} << 20;
+// The fastest link a bandwidth flag may give, GB/s per GPU (a petabyte per second).
+constexpr double kMaxBandwidthGBs = 1e6;
+
 std::string preset_list() {
   std::string out;
   for (const ModelPreset& p : model_presets()) out += (out.empty() ? "" : ", ") + std::string(p.name);
   return out;
 }
 
-int64_t positive(const Args& a, const char* name) {
-  const int64_t v = a.get_int(name);
-  if (v <= 0) throw_error("[", name, "] must be positive, got ", v);
-  return v;
-}
+// Sizes, counts and the global batch: 1 .. 2^31 - 1 (as train's tensor dimensions, cli/args.h).
+int64_t positive(const Args& a, const char* name) { return a.get_int(name, 1, kMaxDimension); }
 
-double positive_double(const Args& a, const char* name) {
-  const double v = a.get_double(name);
-  if (!(v > 0)) throw_error("[", name, "] must be positive, got ", a.get_string(name));
-  return v;
+double positive_double(const Args& a, const char* name, double most = std::numeric_limits<double>::max()) {
+  return a.get_double(name, {0.0, most, true, false});
 }
 
 plan::PlanModel parse_model(const Args& a) {
@@ -62,9 +65,9 @@ plan::PlanModel parse_model(const Args& a) {
   // As train (Megatron): int(4h * 2/3 / 64) * 64 with SwiGLU, else 4h.
   const int64_t default_ffn = c.swiglu ? c.hidden_size / 24 * 64 : 4 * c.hidden_size;
   c.ffn_hidden_size = a.given("--ffn-hidden-size") ? positive(a, "--ffn-hidden-size") : default_ffn;
-  if (c.ffn_hidden_size <= 0) {
-    throw_error("[--ffn-hidden-size] must be positive, got ", c.ffn_hidden_size, " (the --swiglu default for hidden ",
-                c.hidden_size, ")");
+  if (c.ffn_hidden_size == 0) {
+    throw_error("[--hidden-size] ", c.hidden_size, " is too small for --swiglu's default --ffn-hidden-size ",
+                "(int(8h/3/64)*64 = 0): give --ffn-hidden-size");
   }
   const std::string norm = a.get_string("--normalization");
   if (norm == "LayerNorm") c.normalization = model::Normalization::kLayerNorm;
@@ -92,12 +95,20 @@ plan::Cluster parse_cluster(const Args& a, DType dtype) {
   if (dtype == DType::kBF16 && !cl.gpu.bf16) {
     throw_error("[--gpu] ", cl.gpu.name, " has no bf16 tensor cores; plan with --fp16");
   }
-  cl.gpus_per_node = positive(a, "--gpus-per-node");
-  cl.nodes = positive(a, "--nodes");
+  cl.gpus_per_node = a.get_int("--gpus-per-node", 1, kMaxPlanGpus);
+  cl.nodes = a.get_int("--nodes", 1, kMaxPlanGpus);
+  if (cl.world() > kMaxPlanGpus) {
+    throw_error("[--nodes] ", cl.nodes, " nodes x ", cl.gpus_per_node, " GPUs (--gpus-per-node) is more than ",
+                kMaxPlanGpus, " GPUs");
+  }
   // As `megatron train` would run in this environment (train/data_parallel_setup.h).
   cl.dp_copy_engine = train::copy_engine_planned();
-  if (a.given("--intra-node-bandwidth")) cl.intra_node_bytes_per_s = positive_double(a, "--intra-node-bandwidth") * 1e9;
-  if (a.given("--inter-node-bandwidth")) cl.inter_node_bytes_per_s = positive_double(a, "--inter-node-bandwidth") * 1e9;
+  if (a.given("--intra-node-bandwidth")) {
+    cl.intra_node_bytes_per_s = positive_double(a, "--intra-node-bandwidth", kMaxBandwidthGBs) * 1e9;
+  }
+  if (a.given("--inter-node-bandwidth")) {
+    cl.inter_node_bytes_per_s = positive_double(a, "--inter-node-bandwidth", kMaxBandwidthGBs) * 1e9;
+  }
   if (a.get_flag("--no-overlap")) {
     cl.overlap_grad_reduce = false;
     cl.overlap_param_gather = false;
@@ -136,6 +147,10 @@ void parse_nodes_range(const Args& a, PlanRequest& q) {
   q.last_nodes = parse_int(r.substr(dots + 2), "--nodes-range");
   if (q.first_nodes < 1 || q.last_nodes < q.first_nodes) {
     throw_error("[--nodes-range] expected 1 <= a <= b, got '", r, "'");
+  }
+  if (q.last_nodes > kMaxPlanGpus / q.cluster.gpus_per_node) {
+    throw_error("[--nodes-range] ", q.last_nodes, " nodes x ", q.cluster.gpus_per_node,
+                " GPUs (--gpus-per-node) is more than ", kMaxPlanGpus, " GPUs");
   }
   if (!a.given("--target-report-time")) throw_error("[--nodes-range] needs --target-report-time");
   if (a.given("--nodes")) throw_error("[--nodes-range] give --nodes or --nodes-range, not both");

@@ -31,6 +31,7 @@
 #include "comm/launch_env.h"
 #include "comm/process_groups.h"
 #include "comm/self_communicator.h"
+#include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/host_name.h"
 
@@ -91,8 +92,8 @@ int run_preflight(const CommandArgs& argv) {
   if (iterations < 1) throw_error("[--iterations] must be at least 1, got ", iterations);
   const double tolerance = args.get_double("--tolerance");
   if (!(tolerance >= 0.0 && tolerance <= 1.0)) throw_error("[--tolerance] must be within [0, 1], got ", tolerance);
-  const double timeout_minutes = args.get_double("--distributed-timeout-minutes");
-  if (!(timeout_minutes > 0)) throw_error("[--distributed-timeout-minutes] must be positive, got ", timeout_minutes);
+  const std::chrono::milliseconds timeout =
+      comm::timeout_from_minutes(args.get_double("--distributed-timeout-minutes"));
 
   std::ostream null_stream(nullptr);
   // With --json stdout holds the JSON object alone: the device line goes to stderr.
@@ -112,7 +113,7 @@ int run_preflight(const CommandArgs& argv) {
   comm::RankConnection connection;
   if (env.world_size > 1) {
     connection = comm::connect_ranks(
-        env, *be, std::chrono::milliseconds(static_cast<int64_t>(timeout_minutes * 60000.0)), host_collectives(args));
+        env, *be, timeout, host_collectives(args));
     if (!flags_agree_across_ranks(args, *connection.world)) return 1;
   } else {
     connection.world = std::make_unique<comm::SelfCommunicator>(*be, "world");

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -12,8 +13,10 @@
 
 #include "backend/cuda/attention_impl.h"
 #include "comm/rank_layout.h"
+#include "comm/watchdog.h"
 #include "core/error.h"
 #include "data/dataset_config.h"
+#include "data/numpy_random.h"
 #include "plan/gpu_spec.h"
 #include "train/checkpoint_io.h"
 #include "train/checkpoint_metadata.h"
@@ -518,18 +521,72 @@ void declare_supported_flags(Args& a) {
 // ---------------------------------------------------------------------------------------------
 // Helpers for parse_train_config.
 // ---------------------------------------------------------------------------------------------
+constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+// Positive reals the engine computes with in fp32: (0, float max].
+constexpr RealRange kPositiveFp32{0.0, kMaxFp32, true, false};
+// Non-negative reals in fp32: [0, float max].
+constexpr RealRange kNonNegativeFp32{0.0, kMaxFp32, false, false};
+// Dropouts and Adam's betas: [0, 1).
+constexpr RealRange kProbability{0.0, 1.0, false, true};
+
+// The flag's value in [lo, hi] when given.
+std::optional<int64_t> opt_int(const Args& a, const std::string& name, int64_t lo, int64_t hi = kMaxInt64) {
+  if (!a.given(name)) return std::nullopt;
+  return a.get_int(name, lo, hi);
+}
+
+// The flag's value when given, its range checked by the caller.
 std::optional<int64_t> opt_int(const Args& a, const std::string& name) {
   if (!a.given(name)) return std::nullopt;
   return a.get_int(name);
 }
 
-std::optional<double> opt_double(const Args& a, const std::string& name) {
+std::optional<double> opt_double(const Args& a, const std::string& name, const RealRange& range) {
   if (!a.given(name)) return std::nullopt;
-  return a.get_double(name);
+  return a.get_double(name, range);
 }
 
-void require_positive(const std::string& name, int64_t v) {
-  if (v <= 0) throw_error("[", name, "] must be positive, got ", v);
+void require_positive(const std::string& name, int64_t v) { check_int_range(name, v, 1); }
+
+// A real flag the engine uses in fp32: in `range`, and still in it once rounded to float (a
+// positive 1e-50 is 0 there, 0.99999999 is 1).
+double fp32_flag(const Args& a, const std::string& name, const RealRange& range) {
+  const double v = a.get_double(name, range);
+  const float f = static_cast<float>(v);
+  const bool above = range.lo_open ? f > range.lo : f >= range.lo;
+  const bool below = range.hi_open ? f < range.hi : f <= range.hi;
+  if (!above || !below) {
+    throw_error("[", name, "] ", a.get_string(name), " is ", f, " in fp32 (expected ", to_string(range), ")");
+  }
+  return v;
+}
+
+std::optional<double> opt_fp32_flag(const Args& a, const std::string& name, const RealRange& range) {
+  if (!a.given(name)) return std::nullopt;
+  return fp32_flag(a, name, range);
+}
+
+// a * b for a product of flags that must fit in int64: Error "<what>: a x b does not fit in 64 bits".
+int64_t product(int64_t a, int64_t b, const std::string& what) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) throw_error(what, ": ", a, " x ", b, " does not fit in 64 bits");
+  return r;
+}
+
+// The sample counts Megatron derives from the flags (the data's train/valid/test targets and
+// the scheduler's steps, data/dataset_config.h and train/lr_scheduler.h) must fit in int64.
+void check_sample_counts(const TrainConfig& c) {
+  const int64_t g = c.global_batch_size;
+  const int64_t iters = c.total_train_iters();
+  if (c.train_iters) product(iters, g, "[--train-iters] the training samples (--train-iters x --global-batch-size)");
+  product(product(iters / c.eval_interval + 1, c.eval_iters,
+                  "[--eval-iters] the validation iterations ((train iterations / --eval-interval + 1) x --eval-iters)"),
+          g, "[--eval-iters] the validation samples (validation iterations x --global-batch-size)");
+  if (c.lr_decay_iters) product(*c.lr_decay_iters, g, "[--lr-decay-iters] the decay samples (x --global-batch-size)");
+  product(c.lr_warmup_iters, g, "[--lr-warmup-iters] the warmup samples (x --global-batch-size)");
+  if (c.lr_wsd_decay_iters) {
+    product(*c.lr_wsd_decay_iters, g, "[--lr-wsd-decay-iters] the WSD decay samples (x --global-batch-size)");
+  }
 }
 
 template <class E>
@@ -558,9 +615,8 @@ void fill_model(const Args& a, TrainConfig& c) {
     m.seq_length = found->seq_length;
   }
   auto shape = [&](const char* name, int64_t& field) {
-    if (a.given(name)) field = a.get_int(name);
-    if (field == 0 && !a.given(name)) throw_error("[", name, "] is required (or give --model)");
-    require_positive(name, field);
+    if (a.given(name)) field = a.get_int(name, 1, kMaxDimension);
+    if (field == 0) throw_error("[", name, "] is required (or give --model)");
   };
   shape("--num-layers", m.num_layers);
   shape("--hidden-size", m.hidden_size);
@@ -568,8 +624,7 @@ void fill_model(const Args& a, TrainConfig& c) {
   shape("--seq-length", m.seq_length);
 
   if (a.given("--kv-channels")) {
-    m.kv_channels = a.get_int("--kv-channels");
-    require_positive("--kv-channels", m.kv_channels);
+    m.kv_channels = a.get_int("--kv-channels", 1, kMaxDimension);
   } else {
     if (m.hidden_size % m.num_attention_heads != 0) {
       throw_error("[--num-attention-heads] ", m.num_attention_heads, " does not divide --hidden-size ",
@@ -580,27 +635,25 @@ void fill_model(const Args& a, TrainConfig& c) {
   m.swiglu = a.get_flag("--swiglu");
   // Megatron: int(4h * 2/3 / 64) * 64 with SwiGLU (two projections share the MLP's width), else 4h.
   const int64_t default_ffn = m.swiglu ? m.hidden_size / 24 * 64 : 4 * m.hidden_size;
-  m.ffn_hidden_size = a.given("--ffn-hidden-size") ? a.get_int("--ffn-hidden-size") : default_ffn;
-  require_positive("--ffn-hidden-size", m.ffn_hidden_size);
+  m.ffn_hidden_size = a.given("--ffn-hidden-size") ? a.get_int("--ffn-hidden-size", 1, kMaxDimension) : default_ffn;
+  if (m.ffn_hidden_size == 0) {
+    throw_error("[--hidden-size] ", m.hidden_size, " is too small for --swiglu's default --ffn-hidden-size ",
+                "(int(8h/3/64)*64 = 0): give --ffn-hidden-size");
+  }
   m.max_position_embeddings =
-      a.given("--max-position-embeddings") ? a.get_int("--max-position-embeddings") : m.seq_length;
-  require_positive("--max-position-embeddings", m.max_position_embeddings);
+      a.given("--max-position-embeddings") ? a.get_int("--max-position-embeddings", 1, kMaxDimension) : m.seq_length;
   if (m.seq_length > m.max_position_embeddings) {
     throw_error("[--seq-length] ", m.seq_length, " is larger than --max-position-embeddings ",
                 m.max_position_embeddings);
   }
-  m.init_method_std = static_cast<float>(a.get_double("--init-method-std"));
-  m.attention_dropout = static_cast<float>(a.get_double("--attention-dropout"));
-  m.hidden_dropout = static_cast<float>(a.get_double("--hidden-dropout"));
+  m.init_method_std = static_cast<float>(fp32_flag(a, "--init-method-std", kPositiveFp32));
+  m.attention_dropout = static_cast<float>(fp32_flag(a, "--attention-dropout", kProbability));
+  m.hidden_dropout = static_cast<float>(fp32_flag(a, "--hidden-dropout", kProbability));
   if (a.given("--norm-epsilon") && a.given("--layernorm-epsilon")) {
     throw_error("[--norm-epsilon] and --layernorm-epsilon name the same value: give one");
   }
-  m.layernorm_epsilon = static_cast<float>(a.get_double(a.given("--norm-epsilon") ? "--norm-epsilon" : "--layernorm-epsilon"));
-  for (const char* name : {"--attention-dropout", "--hidden-dropout"}) {
-    const double p = a.get_double(name);
-    if (!(p >= 0.0 && p < 1.0)) throw_error("[", name, "] must be in [0, 1), got ", p);
-  }
-  if (!(m.init_method_std > 0)) throw_error("[--init-method-std] must be positive, got ", m.init_method_std);
+  const char* epsilon = a.given("--norm-epsilon") ? "--norm-epsilon" : "--layernorm-epsilon";
+  m.layernorm_epsilon = static_cast<float>(fp32_flag(a, epsilon, kPositiveFp32));
   m.untie_embeddings_and_output_weights = a.get_flag("--untie-embeddings-and-output-weights");
   m.add_bias_linear = !a.get_flag("--disable-bias-linear");
   m.normalization =
@@ -609,17 +662,14 @@ void fill_model(const Args& a, TrainConfig& c) {
   // --no-bias-gelu-fusion falls back to torch's exact erf GELU.
   m.gelu = (a.get_flag("--no-bias-gelu-fusion") && !a.get_flag("--openai-gelu")) ? model::Gelu::kExact
                                                                                   : model::Gelu::kTanh;
-  c.make_vocab_size_divisible_by = a.get_int("--make-vocab-size-divisible-by");
-  require_positive("--make-vocab-size-divisible-by", c.make_vocab_size_divisible_by);
+  c.make_vocab_size_divisible_by = a.get_int("--make-vocab-size-divisible-by", 1, kMaxDimension);
 }
 
 void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, std::ostream* log) {
   c.world_size = world_size;
   require_positive("world size", world_size);
-  c.tensor_model_parallel_size = a.get_int("--tensor-model-parallel-size");
-  c.pipeline_model_parallel_size = a.get_int("--pipeline-model-parallel-size");
-  require_positive("--tensor-model-parallel-size", c.tensor_model_parallel_size);
-  require_positive("--pipeline-model-parallel-size", c.pipeline_model_parallel_size);
+  c.tensor_model_parallel_size = a.get_int("--tensor-model-parallel-size", 1, kMaxDimension);
+  c.pipeline_model_parallel_size = a.get_int("--pipeline-model-parallel-size", 1, kMaxDimension);
   // Megatron's layout check first (megatron-facts §7): dp = world / (tp * pp).
   c.data_parallel_size = comm::parallel_sizes(world_size, c.tensor_model_parallel_size,
                                               c.pipeline_model_parallel_size).dp;
@@ -631,10 +681,9 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
     throw_error("[--num-layers] ", c.model.num_layers, " is not divisible by --pipeline-model-parallel-size ",
                 c.pipeline_model_parallel_size);
   }
-  c.num_layers_per_virtual_pipeline_stage = opt_int(a, "--num-layers-per-virtual-pipeline-stage");
+  c.num_layers_per_virtual_pipeline_stage = opt_int(a, "--num-layers-per-virtual-pipeline-stage", 1, kMaxDimension);
   if (c.num_layers_per_virtual_pipeline_stage) {
     const int64_t per_stage = c.model.num_layers / c.pipeline_model_parallel_size;
-    require_positive("--num-layers-per-virtual-pipeline-stage", *c.num_layers_per_virtual_pipeline_stage);
     if (c.pipeline_model_parallel_size == 1) {
       throw_error("[--num-layers-per-virtual-pipeline-stage] the interleaved schedule needs "
                   "--pipeline-model-parallel-size > 1");
@@ -663,12 +712,11 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
                 " (--sequence-parallel splits the sequence)");
   }
   c.use_distributed_optimizer = a.get_flag("--use-distributed-optimizer");
-  c.ddp_bucket_size = opt_int(a, "--ddp-bucket-size");
-  c.ddp_num_buckets = opt_int(a, "--ddp-num-buckets");
+  c.ddp_bucket_size = opt_int(a, "--ddp-bucket-size", 1);
+  c.ddp_num_buckets = opt_int(a, "--ddp-num-buckets", 1);
   if (c.ddp_num_buckets && c.ddp_bucket_size) {
     throw_error("[--ddp-num-buckets] cannot be given with --ddp-bucket-size (as in Megatron-LM)");
   }
-  if (c.ddp_num_buckets) require_positive("--ddp-num-buckets", *c.ddp_num_buckets);
   c.overlap_grad_reduce = a.get_flag("--overlap-grad-reduce");
   c.overlap_param_gather = a.get_flag("--overlap-param-gather");
   c.overlap_p2p_communication = a.get_flag("--overlap-p2p-communication");
@@ -678,20 +726,15 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   if (c.overlap_param_gather && !c.overlap_grad_reduce) {
     throw_error("[--overlap-param-gather] needs --overlap-grad-reduce (as in Megatron-LM)");
   }
-  c.distributed_timeout_minutes = a.get_double("--distributed-timeout-minutes");
-  if (!(c.distributed_timeout_minutes > 0)) {
-    throw_error("[--distributed-timeout-minutes] must be positive, got ", c.distributed_timeout_minutes);
-  }
-  if (c.ddp_bucket_size) require_positive("--ddp-bucket-size", *c.ddp_bucket_size);
+  c.distributed_timeout_minutes = a.get_double("--distributed-timeout-minutes", {0.0, comm::kMaxTimeoutMinutes, true});
   c.use_cpu_initialization = a.get_flag("--use-cpu-initialization");
 
   if (!a.given("--micro-batch-size")) throw_error("[--micro-batch-size] is required");
-  c.micro_batch_size = a.get_int("--micro-batch-size");
-  require_positive("--micro-batch-size", c.micro_batch_size);
-  const int64_t per_step = c.micro_batch_size * c.data_parallel_size;
+  c.micro_batch_size = a.get_int("--micro-batch-size", 1, kMaxDimension);
+  const int64_t per_step = product(c.micro_batch_size, c.data_parallel_size,
+                                   "[--micro-batch-size] the micro-batch times the data-parallel size");
   if (a.given("--global-batch-size")) {
-    c.global_batch_size = a.get_int("--global-batch-size");
-    require_positive("--global-batch-size", c.global_batch_size);
+    c.global_batch_size = a.get_int("--global-batch-size", 1);
   } else {
     c.global_batch_size = per_step;
     if (log != nullptr) *log << "setting global batch size to " << c.global_batch_size << "\n";
@@ -722,6 +765,7 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
     }
     c.rampup_batch_size = ramp;
   }
+  c.microbatch_calculator();  // the rest of the batch arithmetic: micro-batches per iteration, the ramp's end
   // The interleaved schedule runs micro-batches in groups of pp (parallel/pipeline_schedule.h).
   if (c.virtual_pipeline_chunks() > 1) {
     if (c.rampup_batch_size) {
@@ -737,21 +781,18 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
 }
 
 void fill_schedule(const Args& a, TrainConfig& c) {
-  c.train_iters = opt_int(a, "--train-iters");
-  c.train_samples = opt_int(a, "--train-samples");
+  c.train_iters = opt_int(a, "--train-iters", 1);
+  c.train_samples = opt_int(a, "--train-samples", 1);
   if (c.train_iters && c.train_samples) {
     throw_error("[--train-iters/--train-samples] give exactly one of them, got both");
   }
   if (!c.train_iters && !c.train_samples) {
     throw_error("[--train-iters/--train-samples] give exactly one of them, got neither");
   }
-  if (c.train_iters) require_positive("--train-iters", *c.train_iters);
-  if (c.train_samples) require_positive("--train-samples", *c.train_samples);
 
   if (!a.given("--lr")) throw_error("[--lr] is required");
-  c.lr = a.get_double("--lr");
-  c.min_lr = a.get_double("--min-lr");
-  if (!(c.lr >= 0)) throw_error("[--lr] must not be negative, got ", a.get_string("--lr"));
+  c.lr = fp32_flag(a, "--lr", kNonNegativeFp32);
+  c.min_lr = fp32_flag(a, "--min-lr", kNonNegativeFp32);  // Megatron asserts min_lr >= 0
   if (c.min_lr > c.lr) {
     throw_error("[--min-lr] ", a.get_string("--min-lr"), " is larger than --lr ", a.get_string("--lr"));
   }
@@ -761,26 +802,20 @@ void fill_schedule(const Args& a, TrainConfig& c) {
                                                        {"cosine", train::LrDecayStyle::kCosine},
                                                        {"inverse-square-root", train::LrDecayStyle::kInverseSquareRoot},
                                                        {"WSD", train::LrDecayStyle::kWSD}});
-  c.lr_decay_iters = opt_int(a, "--lr-decay-iters");
-  c.lr_decay_samples = opt_int(a, "--lr-decay-samples");
-  c.lr_warmup_iters = a.get_int("--lr-warmup-iters");
-  c.lr_warmup_samples = a.get_int("--lr-warmup-samples");
-  c.lr_warmup_fraction = opt_double(a, "--lr-warmup-fraction");
-  c.lr_warmup_init = a.get_double("--lr-warmup-init");
+  c.lr_decay_iters = opt_int(a, "--lr-decay-iters", 1);
+  c.lr_decay_samples = opt_int(a, "--lr-decay-samples", 1);
+  c.lr_warmup_iters = a.get_int("--lr-warmup-iters", 0);
+  c.lr_warmup_samples = a.get_int("--lr-warmup-samples", 0);
+  // Megatron asserts warmup steps (fraction x decay steps) < decay steps.
+  c.lr_warmup_fraction = opt_double(a, "--lr-warmup-fraction", {0.0, 1.0, false, true});
+  c.lr_warmup_init = fp32_flag(a, "--lr-warmup-init", kNonNegativeFp32);
   c.lr_wsd_decay_style = parse_choice<train::WsdDecayStyle>(a, "--lr-wsd-decay-style",
                                                            {{"exponential", train::WsdDecayStyle::kExponential},
                                                             {"linear", train::WsdDecayStyle::kLinear},
                                                             {"cosine", train::WsdDecayStyle::kCosine},
                                                             {"minus_sqrt", train::WsdDecayStyle::kMinusSqrt}});
-  c.lr_wsd_decay_iters = opt_int(a, "--lr-wsd-decay-iters");
-  c.lr_wsd_decay_samples = opt_int(a, "--lr-wsd-decay-samples");
-  if (c.lr_decay_iters) require_positive("--lr-decay-iters", *c.lr_decay_iters);
-  if (c.lr_decay_samples) require_positive("--lr-decay-samples", *c.lr_decay_samples);
-  if (c.lr_warmup_iters < 0) throw_error("[--lr-warmup-iters] must not be negative, got ", c.lr_warmup_iters);
-  if (c.lr_warmup_samples < 0) throw_error("[--lr-warmup-samples] must not be negative, got ", c.lr_warmup_samples);
-  if (c.lr_warmup_fraction && !(*c.lr_warmup_fraction >= 0.0 && *c.lr_warmup_fraction <= 1.0)) {
-    throw_error("[--lr-warmup-fraction] must be in [0, 1], got ", *c.lr_warmup_fraction);
-  }
+  c.lr_wsd_decay_iters = opt_int(a, "--lr-wsd-decay-iters", 1);
+  c.lr_wsd_decay_samples = opt_int(a, "--lr-wsd-decay-samples", 1);
 
   // Megatron's validate_args: each mode forbids the other mode's flags.
   if (c.train_iters) {
@@ -835,14 +870,14 @@ void fill_schedule(const Args& a, TrainConfig& c) {
 }
 
 void fill_optimizer_and_precision(const Args& a, TrainConfig& c, std::ostream* log) {
-  c.weight_decay = a.get_double("--weight-decay");
+  c.weight_decay = fp32_flag(a, "--weight-decay", kNonNegativeFp32);
   c.weight_decay_incr_style = parse_choice<train::WeightDecayIncrStyle>(
       a, "--weight-decay-incr-style",
       {{"constant", train::WeightDecayIncrStyle::kConstant},
        {"linear", train::WeightDecayIncrStyle::kLinear},
        {"cosine", train::WeightDecayIncrStyle::kCosine}});
-  c.start_weight_decay = opt_double(a, "--start-weight-decay");
-  c.end_weight_decay = opt_double(a, "--end-weight-decay");
+  c.start_weight_decay = opt_fp32_flag(a, "--start-weight-decay", kNonNegativeFp32);
+  c.end_weight_decay = opt_fp32_flag(a, "--end-weight-decay", kNonNegativeFp32);
   if (c.weight_decay_incr_style == train::WeightDecayIncrStyle::kConstant) {
     if (c.start_weight_decay || c.end_weight_decay) {
       throw_error("[", c.start_weight_decay ? "--start-weight-decay" : "--end-weight-decay",
@@ -854,33 +889,21 @@ void fill_optimizer_and_precision(const Args& a, TrainConfig& c, std::ostream* l
     throw_error("[--weight-decay-incr-style] ", a.get_string("--weight-decay-incr-style"),
                 " needs --start-weight-decay and --end-weight-decay");
   }
-  c.adam_beta1 = a.get_double("--adam-beta1");
-  c.adam_beta2 = a.get_double("--adam-beta2");
-  c.adam_eps = a.get_double("--adam-eps");
-  for (const char* name : {"--adam-beta1", "--adam-beta2"}) {
-    const double b = a.get_double(name);
-    if (!(b >= 0.0 && b < 1.0)) throw_error("[", name, "] must be in [0, 1), got ", b);
-  }
-  if (!(c.adam_eps > 0)) throw_error("[--adam-eps] must be positive, got ", c.adam_eps);
-  c.clip_grad = a.get_double("--clip-grad");
-  if (!(c.clip_grad >= 0)) throw_error("[--clip-grad] must not be negative, got ", c.clip_grad);
+  c.adam_beta1 = fp32_flag(a, "--adam-beta1", kProbability);
+  c.adam_beta2 = fp32_flag(a, "--adam-beta2", kProbability);
+  c.adam_eps = fp32_flag(a, "--adam-eps", kPositiveFp32);
+  c.clip_grad = a.get_double("--clip-grad", {0.0, std::numeric_limits<double>::max()});
 
   c.fp16 = a.get_flag("--fp16");
   c.bf16 = a.get_flag("--bf16");
   if (c.fp16 && c.bf16) throw_error("[--fp16/--bf16] give at most one of them");
-  c.loss_scale = opt_double(a, "--loss-scale");
-  if (c.loss_scale) {
-    if (!c.fp16 && !c.bf16) throw_error("[--loss-scale] needs --fp16 or --bf16");
-    if (!(*c.loss_scale > 0)) throw_error("[--loss-scale] must be positive, got ", *c.loss_scale);
-  }
-  c.initial_loss_scale = a.get_double("--initial-loss-scale");
-  c.min_loss_scale = a.get_double("--min-loss-scale");
-  c.loss_scale_window = a.get_int("--loss-scale-window");
-  c.hysteresis = a.get_int("--hysteresis");
-  if (!(c.initial_loss_scale > 0)) throw_error("[--initial-loss-scale] must be positive, got ", c.initial_loss_scale);
-  if (!(c.min_loss_scale > 0)) throw_error("[--min-loss-scale] must be positive, got ", c.min_loss_scale);
-  require_positive("--loss-scale-window", c.loss_scale_window);
-  require_positive("--hysteresis", c.hysteresis);
+  // The scales are fp32 (optim/loss_scaler.h).
+  c.loss_scale = opt_fp32_flag(a, "--loss-scale", kPositiveFp32);
+  if (c.loss_scale && !c.fp16 && !c.bf16) throw_error("[--loss-scale] needs --fp16 or --bf16");
+  c.initial_loss_scale = fp32_flag(a, "--initial-loss-scale", kPositiveFp32);
+  c.min_loss_scale = fp32_flag(a, "--min-loss-scale", kPositiveFp32);
+  c.loss_scale_window = a.get_int("--loss-scale-window", 1);
+  c.hysteresis = a.get_int("--hysteresis", 1);
   c.accumulate_allreduce_grads_in_fp32 = a.get_flag("--accumulate-allreduce-grads-in-fp32");
   if (c.bf16 && !c.accumulate_allreduce_grads_in_fp32) {
     c.accumulate_allreduce_grads_in_fp32 = true;
@@ -934,12 +957,9 @@ void fill_recompute(const Args& a, TrainConfig& c) {
 }
 
 void fill_logging_and_data(const Args& a, TrainConfig& c) {
-  c.log_interval = a.get_int("--log-interval");
-  c.eval_interval = a.get_int("--eval-interval");
-  c.eval_iters = a.get_int("--eval-iters");
-  require_positive("--log-interval", c.log_interval);
-  require_positive("--eval-interval", c.eval_interval);
-  if (c.eval_iters < 0) throw_error("[--eval-iters] must not be negative, got ", c.eval_iters);
+  c.log_interval = a.get_int("--log-interval", 1);
+  c.eval_interval = a.get_int("--eval-interval", 1);
+  c.eval_iters = a.get_int("--eval-iters", 0);
   c.log_throughput = a.get_flag("--log-throughput");
   c.log_params_norm = a.get_flag("--log-params-norm");
   c.log_progress = a.get_flag("--log-progress");
@@ -977,23 +997,15 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   if (c.straggler_ctrlr_port < 0 || c.straggler_ctrlr_port > 65535) {
     throw_error("[--straggler-ctrlr-port] must be a TCP port (0-65535; 0: any free one), got ", c.straggler_ctrlr_port);
   }
-  c.straggler_minmax_count = a.get_int("--straggler-minmax-count");
-  require_positive("--straggler-minmax-count", c.straggler_minmax_count);
-  c.check_weight_hash_interval = opt_int(a, "--check-weight-hash-across-dp-replicas-interval");
-  if (c.check_weight_hash_interval) {
-    require_positive("--check-weight-hash-across-dp-replicas-interval", *c.check_weight_hash_interval);
-  }
-  c.exit_interval = opt_int(a, "--exit-interval");
-  c.exit_duration_in_mins = opt_int(a, "--exit-duration-in-mins");
-  c.save_interval = opt_int(a, "--save-interval");
-  if (c.exit_interval) require_positive("--exit-interval", *c.exit_interval);
-  if (c.exit_duration_in_mins) require_positive("--exit-duration-in-mins", *c.exit_duration_in_mins);
-  if (c.save_interval) require_positive("--save-interval", *c.save_interval);
+  c.straggler_minmax_count = a.get_int("--straggler-minmax-count", 1);
+  c.check_weight_hash_interval = opt_int(a, "--check-weight-hash-across-dp-replicas-interval", 1);
+  c.exit_interval = opt_int(a, "--exit-interval", 1);
+  c.exit_duration_in_mins = opt_int(a, "--exit-duration-in-mins", 1);
+  c.save_interval = opt_int(a, "--save-interval", 1);
   c.dry_run = a.get_flag("--dry-run");
   if (a.given("--save")) c.save = a.get_string("--save");
   if (a.given("--load")) c.load = a.get_string("--load");
-  c.save_keep_last = a.get_int("--save-keep-last");
-  if (c.save_keep_last < 0) throw_error("[--save-keep-last] must not be negative, got ", c.save_keep_last);
+  c.save_keep_last = a.get_int("--save-keep-last", 0);
   c.no_save_optim = a.get_flag("--no-save-optim");
   c.ckpt_fully_parallel_save = !a.get_flag("--no-ckpt-fully-parallel-save");
   c.async_save = a.get_flag("--async-save");
@@ -1004,18 +1016,15 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.finetune = a.get_flag("--finetune");
   c.exit_on_missing_checkpoint = a.get_flag("--exit-on-missing-checkpoint");
   c.exit_signal_handler = a.get_flag("--exit-signal-handler");
-  c.ckpt_step = opt_int(a, "--ckpt-step");
-  if (c.ckpt_step) require_positive("--ckpt-step", *c.ckpt_step);
+  c.ckpt_step = opt_int(a, "--ckpt-step", 1);
   c.skip_train = a.get_flag("--skip-train");
   if ((c.finetune || c.no_load_optim || c.exit_on_missing_checkpoint || c.ckpt_step) && !c.load) {
     throw_error("[--load] is required by ", c.finetune ? "--finetune" : c.no_load_optim ? "--no-load-optim"
                                             : c.ckpt_step ? "--ckpt-step" : "--exit-on-missing-checkpoint");
   }
   if (a.given("--tensorboard-dir")) c.tensorboard_dir = a.get_string("--tensorboard-dir");
-  c.tensorboard_queue_size = a.get_int("--tensorboard-queue-size");
-  c.tensorboard_log_interval = a.get_int("--tensorboard-log-interval");
-  require_positive("--tensorboard-queue-size", c.tensorboard_queue_size);
-  require_positive("--tensorboard-log-interval", c.tensorboard_log_interval);
+  c.tensorboard_queue_size = a.get_int("--tensorboard-queue-size", 1);
+  c.tensorboard_log_interval = a.get_int("--tensorboard-log-interval", 1);
   c.log_batch_size_to_tensorboard = a.get_flag("--log-batch-size-to-tensorboard");
   c.log_memory_to_tensorboard = a.get_flag("--log-memory-to-tensorboard");
   c.log_world_size_to_tensorboard = a.get_flag("--log-world-size-to-tensorboard");
@@ -1059,12 +1068,13 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   if (a.given("--data-cache-path")) c.data_cache_path = a.get_string("--data-cache-path");
   c.tokenizer_type = a.get_string("--tokenizer-type");
   c.seed = a.get_int("--seed");
+  data::check_numpy_seed(c.seed, "--seed");  // the datasets shuffle with numpy.random.RandomState(seed)
   const bool null_tokenizer = c.tokenizer_type == "NullTokenizer";
   if (null_tokenizer) {
     // Megatron's _NullTokenizer(vocab_size): the EOD is the id after the vocabulary.
     if (!a.given("--vocab-size")) throw_error("[--vocab-size] is required by --tokenizer-type NullTokenizer");
-    c.null_vocab_size = a.get_int("--vocab-size");
-    require_positive("--vocab-size", *c.null_vocab_size);
+    // Token ids 0..N are int32.
+    c.null_vocab_size = a.get_int("--vocab-size", 1, kMaxDimension - 1);
   } else if (a.given("--vocab-size")) {
     throw_error("[--vocab-size] applies to --tokenizer-type NullTokenizer only (GPT2BPETokenizer's vocabulary is",
                 " --vocab-file's)");
@@ -1100,6 +1110,7 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
   fill_optimizer_and_precision(args, c, log);
   fill_recompute(args, c);
   fill_logging_and_data(args, c);
+  check_sample_counts(c);
   if (c.log_progress && !c.save && log != nullptr) {
     *log << "warning: --log-progress writes <--save>/progress.txt; without --save nothing is written\n";
   }

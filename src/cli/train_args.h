@@ -29,11 +29,10 @@
 #include "cli/args.h"
 #include "train/config.h"
 
-#include <ostream>
-#include <string>
-#include <vector>
-
 namespace megatron::cli {
+
+// --nproc-per-node: the most worker processes one launcher forks on its node.
+constexpr int64_t kMaxLocalWorkers = 1024;
 
 // Declares every flag of `megatron train` on `args` (Args' constructor names the command).
 void declare_train_flags(Args& args);

@@ -17,6 +17,7 @@
 #include "comm/launch.h"
 #include "comm/launch_env.h"
 #include "comm/process_groups.h"
+#include "comm/watchdog.h"
 #include "core/error.h"
 #include "data/tokenizer/gpt2_bpe_tokenizer.h"
 #include "model/memory_plan.h"
@@ -58,8 +59,8 @@ int run_train(const CommandArgs& argv) {
     return 0;
   }
   if (args.given("--nproc-per-node")) {
-    return comm::spawn_local_workers(args.get_int("--nproc-per-node"), comm::worker_command("train", argv),
-                                     uses_nccl(args));
+    return comm::spawn_local_workers(args.get_int("--nproc-per-node", 1, kMaxLocalWorkers),
+                                     comm::worker_command("train", argv), uses_nccl(args));
   }
 
   const comm::LaunchEnv env = comm::detect_launch_env(comm::process_environment());
@@ -185,8 +186,7 @@ int run_train(const CommandArgs& argv) {
   log0 << host_collectives_note(args, comm::ranks_per_node(comm::process_environment(), env.world_size));
   // The connection to the other ranks outlives the groups split from it.
   comm::RankConnection connection = comm::connect_ranks(
-      env, *backend, std::chrono::milliseconds(static_cast<int64_t>(config.distributed_timeout_minutes * 60000.0)),
-      host_collectives(args));
+      env, *backend, comm::timeout_from_minutes(config.distributed_timeout_minutes), host_collectives(args));
   if (!flags_agree_across_ranks(args, *connection.world)) return 1;
   // --log-straggler times every group's collectives: the world is wrapped before the groups
   // are split from it (the detector outlives them).

@@ -10,9 +10,18 @@
 
 namespace megatron::comm {
 
+std::chrono::milliseconds timeout_from_minutes(double minutes, const char* flag) {
+  if (!(minutes > 0.0 && minutes <= kMaxTimeoutMinutes)) {
+    throw_error("[", flag, "] must be in (0, ", kMaxTimeoutMinutes, "] minutes (ten years), got ", minutes);
+  }
+  const auto ms = static_cast<int64_t>(std::ceil(minutes * 60000.0));  // <= 5.3e12: exact, no overflow
+  return std::chrono::milliseconds(ms);
+}
+
 Watchdog::Watchdog(int64_t world_rank, std::chrono::milliseconds timeout,
                    std::function<void(const std::string&)> on_timeout)
     : world_rank_(world_rank), timeout_(timeout), on_timeout_(std::move(on_timeout)) {
+  MT_CHECK(timeout_.count() > 0) << "watchdog timeout " << timeout_.count() << " ms";
   if (!on_timeout_) {
     on_timeout_ = [](const std::string& message) {
       // One write(2) of the whole line: every rank of a group times out at once on a shared
@@ -61,7 +70,10 @@ void Watchdog::run() {
     cv_.wait_for(lock, tick);
     if (stop_ || !busy_) continue;
     const auto waited = std::chrono::steady_clock::now() - since_;
-    if (waited < timeout_ + grace_) continue;
+    // In milliseconds and without a sum, so that no timeout or grace overflows the comparison
+    // (the clock's nanoseconds hold 292 years; milliseconds::max() does not fit in them).
+    const auto waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited);
+    if (waited_ms < timeout_ || waited_ms - timeout_ < grace_) continue;
     const double seconds = std::chrono::duration<double>(waited).count();
     const std::string granted =
         grace_.count() > 0 ? str_cat(", plus ", grace_.count() / 1000, " s granted to a checkpoint save") : std::string();

@@ -30,10 +30,18 @@
 
 namespace megatron::comm {
 
+// The longest --distributed-timeout-minutes: ten years. Any finite value up to it is a timeout
+// in milliseconds that the watchdog adds to, and compares with, clock readings without overflow.
+constexpr double kMaxTimeoutMinutes = 10 * 366 * 24 * 60;
+
+// --distributed-timeout-minutes `minutes` as the watchdog's timeout; Error naming `flag` unless
+// it is in (0, kMaxTimeoutMinutes] (fractions of a minute allowed, at least 1 ms).
+std::chrono::milliseconds timeout_from_minutes(double minutes, const char* flag = "--distributed-timeout-minutes");
+
 class Watchdog {
  public:
-  // `on_timeout` gets the message; the default prints it on stderr and calls _exit(1)
-  // (exiting without MPI_Finalize makes mpirun end the job).
+  // `timeout` must be positive. `on_timeout` gets the message; the default prints it on
+  // stderr and calls _exit(1) (exiting without MPI_Finalize makes mpirun end the job).
   Watchdog(int64_t world_rank, std::chrono::milliseconds timeout,
            std::function<void(const std::string&)> on_timeout = {});
   ~Watchdog();

@@ -2,17 +2,21 @@
 
 #include <cstdio>
 
+#include "core/checked_int.h"
+
 namespace megatron::model {
 
 namespace {
 
-// A LayerNorm's weight and bias, or RMSNorm's weight.
-int64_t norm_num_parameters(const GPTConfig& c) { return (c.layernorm_bias() ? 2 : 1) * c.hidden_size; }
+using I = CheckedInt;
 
-int64_t layer_num_parameters(const GPTConfig& c, int64_t tp) {
-  const int64_t h = c.hidden_size, f = c.ffn_hidden_size / tp, q = c.num_attention_heads * c.kv_channels / tp;
-  const int64_t f1 = c.fc1_out_size() / tp;  // SwiGLU: gate and up
-  const int64_t bias = c.add_bias_linear ? 1 : 0;
+// A LayerNorm's weight and bias, or RMSNorm's weight.
+I norm_num_parameters(const GPTConfig& c) { return I(c.layernorm_bias() ? 2 : 1) * c.hidden_size; }
+
+I layer_num_parameters(const GPTConfig& c, int64_t tp) {
+  const I h = c.hidden_size, f = c.ffn_hidden_size / tp, q = I(c.num_attention_heads) * c.kv_channels / tp;
+  const I f1 = I(c.fc1_out_size()) / tp;  // SwiGLU: gate and up
+  const I bias = c.add_bias_linear ? 1 : 0;
   return norm_num_parameters(c)       // input LayerNorm
          + 3 * q * h + bias * 3 * q  // QKV (column-parallel)
          + h * q + bias * h          // output projection (row-parallel; bias whole)
@@ -21,20 +25,11 @@ int64_t layer_num_parameters(const GPTConfig& c, int64_t tp) {
          + h * f + bias * h;         // FC2 (row-parallel; bias whole)
 }
 
-}  // namespace
-
-int64_t gpt_num_parameters(const GPTConfig& c, int64_t tp) {
-  const int64_t h = c.hidden_size, V = c.padded_vocab_size / tp;
-  const int64_t embeddings = V * h + c.max_position_embeddings * h;
-  const int64_t output = c.untie_embeddings_and_output_weights ? V * h : 0;
-  return embeddings + c.num_layers * layer_num_parameters(c, tp) + norm_num_parameters(c) + output;
-}
-
-int64_t stage_num_parameters(const GPTConfig& c, int64_t tp, const PipelineStageOptions& pipe) {
-  const int64_t h = c.hidden_size, V = c.padded_vocab_size / tp;
+I stage_parameters(const GPTConfig& c, int64_t tp, const PipelineStageOptions& pipe) {
+  const I h = c.hidden_size, V = c.padded_vocab_size / tp;
   const bool first = pipe.stage == 0, last = pipe.stage == pipe.pp - 1;
-  int64_t n = c.num_layers / pipe.pp * layer_num_parameters(c, tp);
-  if (first) n += V * h + c.max_position_embeddings * h;
+  I n = I(c.num_layers / pipe.pp) * layer_num_parameters(c, tp);
+  if (first) n += V * h + I(c.max_position_embeddings) * h;
   if (last) {
     n += norm_num_parameters(c);
     // The output layer: untied, or the last stage's copy of the tied embedding.
@@ -43,65 +38,104 @@ int64_t stage_num_parameters(const GPTConfig& c, int64_t tp, const PipelineStage
   return n;
 }
 
+// The one-line error of a shape whose counts do not fit in 64 bits, naming its flags and values
+// (`micro_batch_size` 0: the parameters alone overflowed).
+[[noreturn]] void does_not_fit(const GPTConfig& c, int64_t micro_batch_size, int64_t tp) {
+  const std::string batch = micro_batch_size > 0 ? str_cat(" --micro-batch-size ", micro_batch_size) : "";
+  throw IntegerOverflow(str_cat("[model shape] the ", micro_batch_size > 0 ? "memory of one rank" : "parameter count",
+              " does not fit in 64 bits with --num-layers ", c.num_layers, " --hidden-size ", c.hidden_size,
+              " --ffn-hidden-size ", c.ffn_hidden_size, " --num-attention-heads ", c.num_attention_heads,
+              " --kv-channels ", c.kv_channels, " --seq-length ", c.seq_length, " --max-position-embeddings ",
+              c.max_position_embeddings, batch, " --tensor-model-parallel-size ", tp, " and a padded vocabulary of ",
+              c.padded_vocab_size, " (--make-vocab-size-divisible-by): the shape is out of range"));
+}
+
+}  // namespace
+
+int64_t gpt_num_parameters(const GPTConfig& c, int64_t tp) {
+  try {
+    const I h = c.hidden_size, V = c.padded_vocab_size / tp;
+    const I embeddings = V * h + I(c.max_position_embeddings) * h;
+    const I output = c.untie_embeddings_and_output_weights ? V * h : I(0);
+    return (embeddings + I(c.num_layers) * layer_num_parameters(c, tp) + norm_num_parameters(c) + output).value();
+  } catch (const IntegerOverflow&) {
+    does_not_fit(c, 0, tp);
+  }
+}
+
+int64_t stage_num_parameters(const GPTConfig& c, int64_t tp, const PipelineStageOptions& pipe) {
+  try {
+    return stage_parameters(c, tp, pipe).value();
+  } catch (const IntegerOverflow&) {
+    does_not_fit(c, 0, tp);
+  }
+}
+
 bool dropout_stream_in_memory(const GPTConfig& c, int64_t tp, const PipelineStageOptions& pipe) {
   return tp == 1 && pipe.pp == 1 && pipe.virtual_chunks == 1 && (c.attention_dropout > 0.0f || c.hidden_dropout > 0.0f);
 }
 
 MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batch_size, int64_t tp,
                        bool sequence_parallel, const PipelineStageOptions& pipe) {
-  MemoryPlan p;
-  const int64_t P = stage_num_parameters(c, tp, pipe);
-  const int64_t e = dtype_size(param_dtype);
-  p.num_parameters = P;
-  p.parameters = P * e;
-  p.main_parameters = param_dtype == DType::kF32 ? 0 : P * 4;
-  p.gradients = P * 4;
-  p.optimizer = 2 * P * 4;
-
-  const int64_t s = c.seq_length, b = micro_batch_size, n = s * b, h = c.hidden_size, f = c.ffn_hidden_size / tp;
-  const int64_t q = c.num_attention_heads * c.kv_channels / tp, a = c.num_attention_heads / tp;
-  const int64_t V = c.padded_vocab_size / tp;
-  const int64_t vp = pipe.virtual_chunks, Lc = c.num_layers / (pipe.pp * vp);
-  const bool first = pipe.stage == 0, last = pipe.stage == pipe.pp - 1;
-  // Rows of the residual stream and LayerNorms on this rank: n / tp under sequence parallelism.
-  const int64_t nl = sequence_parallel ? n / tp : n;
-  // Per layer, in the model dtype: LN1 out, x_mid, LN2 out [nl, h] each, qkv (3q), attention
-  // out (q), fc1 out (f, or 2f with SwiGLU) and the activation's out (f) [n, .]; in fp32: LN1/LN2
-  // mean (LayerNorm only) and rstd (2 or 4 nl), attention lse (b*a*s).
-  const int64_t f1 = c.fc1_out_size() / tp;
-  const int64_t norm_stats = c.layernorm_bias() ? 2 : 1;
-  const int64_t layer = (3 * nl * h + n * (4 * q + f1 + f)) * e + 2 * norm_stats * nl * 4 + b * a * s * 4;
-  // Recompute works within a chunk's block of layers (model/gpt_config.h); recomputed layers
-  // share the stage's recompute slots, their inputs stay in the residual stream.
-  GPTConfig cc = c;
-  cc.num_layers = Lc;
-  // Per activation set (a chunk's Lc layers): the Lc+1 residual-stream tensors [nl, h] (model
-  // dtype) and the kept layers; int32 tokens [n] (and position ids with reset_position_ids) on
-  // stage 0; int32 key starts [n] with reset_attention_mask; the int64 dropout stream
-  // (dropout_stream_in_memory).
-  const int64_t per_set = (Lc + 1) * nl * h * e + cc.kept_layers() * layer +
-                          (dropout_stream_in_memory(c, tp, pipe) ? 8 : 0) + (c.reset_attention_mask ? n * 4 : 0);
-  const int64_t first_inputs = n * 4 * (c.reset_position_ids ? 2 : 1);
-  // One pool of sets for the stage's chunks, each with the first virtual stage's inputs on stage 0.
-  p.activations = cc.recompute_slots() * layer + pipe.activation_sets * (per_set + (first ? first_inputs : 0));
-  // The loss head (last stage): final LN out (model dtype) with mean (LayerNorm) and rstd [nl];
-  // logits [n, V] in the model dtype (their gradient reuses the buffer); fp32 losses and lse
-  // [n]; int32 labels, the fp32 loss mask and the scaled loss weights [n].
-  if (last) p.activations += nl * h * e + norm_stats * nl * 4 + n * V * e + 2 * n * 4 + 3 * n * 4;
-  // Workspace (model dtype): the gradient stream [nl, h], two temporaries [n, h], [n, 3q],
-  // [n, q] and [n, f1] (fc1's output gradient); SwiGLU adds the activation's output gradient
-  // [n, f], sequence parallelism the [n, h] gather buffer, pp > 1 the received output gradient
-  // [nl, h].
-  p.workspace = (nl * h + 2 * n * h + 4 * n * q + n * f1 + (c.swiglu ? n * f : 0) + (sequence_parallel ? n * h : 0) +
-                 (pipe.pp > 1 ? nl * h : 0)) *
-                e;
-  return p;
+  try {
+    const I P = stage_parameters(c, tp, pipe);
+    const I e = dtype_size(param_dtype);
+    const I s = c.seq_length, b = micro_batch_size, n = s * b, h = c.hidden_size, f = c.ffn_hidden_size / tp;
+    const I q = I(c.num_attention_heads) * c.kv_channels / tp, a = c.num_attention_heads / tp;
+    const I V = c.padded_vocab_size / tp;
+    const int64_t vp = pipe.virtual_chunks, Lc = c.num_layers / (pipe.pp * vp);
+    const bool first = pipe.stage == 0, last = pipe.stage == pipe.pp - 1;
+    // Rows of the residual stream and LayerNorms on this rank: n / tp under sequence parallelism.
+    const I nl = sequence_parallel ? n / tp : n;
+    // Per layer, in the model dtype: LN1 out, x_mid, LN2 out [nl, h] each, qkv (3q), attention
+    // out (q), fc1 out (f, or 2f with SwiGLU) and the activation's out (f) [n, .]; in fp32: LN1/LN2
+    // mean (LayerNorm only) and rstd (2 or 4 nl), attention lse (b*a*s).
+    const I f1 = I(c.fc1_out_size()) / tp;
+    const I norm_stats = c.layernorm_bias() ? 2 : 1;
+    const I layer = (3 * nl * h + n * (4 * q + f1 + f)) * e + 2 * norm_stats * nl * 4 + b * a * s * 4;
+    // Recompute works within a chunk's block of layers (model/gpt_config.h); recomputed layers
+    // share the stage's recompute slots, their inputs stay in the residual stream.
+    GPTConfig cc = c;
+    cc.num_layers = Lc;
+    // Per activation set (a chunk's Lc layers): the Lc+1 residual-stream tensors [nl, h] (model
+    // dtype) and the kept layers; int32 tokens [n] (and position ids with reset_position_ids) on
+    // stage 0; int32 key starts [n] with reset_attention_mask; the int64 dropout stream
+    // (dropout_stream_in_memory).
+    const I per_set = (I(Lc) + 1) * nl * h * e + I(cc.kept_layers()) * layer +
+                      (dropout_stream_in_memory(c, tp, pipe) ? 8 : 0) + (c.reset_attention_mask ? n * 4 : I(0));
+    const I first_inputs = n * 4 * (c.reset_position_ids ? 2 : 1);
+    MemoryPlan p;
+    p.num_parameters = P.value();
+    p.parameters = (P * e).value();
+    p.main_parameters = param_dtype == DType::kF32 ? 0 : (P * 4).value();
+    p.gradients = (P * 4).value();
+    p.optimizer = (2 * P * 4).value();
+    // One pool of sets for the stage's chunks, each with the first virtual stage's inputs on stage 0.
+    I activations = I(cc.recompute_slots()) * layer + pipe.activation_sets * (per_set + (first ? first_inputs : I(0)));
+    // The loss head (last stage): final LN out (model dtype) with mean (LayerNorm) and rstd [nl];
+    // logits [n, V] in the model dtype (their gradient reuses the buffer); fp32 losses and lse
+    // [n]; int32 labels, the fp32 loss mask and the scaled loss weights [n].
+    if (last) activations += nl * h * e + norm_stats * nl * 4 + n * V * e + 2 * n * 4 + 3 * n * 4;
+    p.activations = activations.value();
+    // Workspace (model dtype): the gradient stream [nl, h], two temporaries [n, h], [n, 3q],
+    // [n, q] and [n, f1] (fc1's output gradient); SwiGLU adds the activation's output gradient
+    // [n, f], sequence parallelism the [n, h] gather buffer, pp > 1 the received output gradient
+    // [nl, h].
+    p.workspace = ((nl * h + 2 * n * h + 4 * n * q + n * f1 + (c.swiglu ? n * f : I(0)) +
+                    (sequence_parallel ? n * h : I(0)) + (pipe.pp > 1 ? nl * h : I(0))) *
+                   e)
+                      .value();
+    p.total();  // the sum must fit too
+    return p;
+  } catch (const IntegerOverflow&) {
+    does_not_fit(c, micro_batch_size, tp);
+  }
 }
 
 MemoryPlan shard_optimizer_state(MemoryPlan plan, int64_t dp) {
-  const int64_t shard = (plan.num_parameters + dp - 1) / dp;
-  if (plan.main_parameters > 0) plan.main_parameters = shard * 4;
-  plan.optimizer = 2 * shard * 4;
+  const I shard = (I(plan.num_parameters) + dp - 1) / dp;  // <= num_parameters, whose 8 bytes fit
+  if (plan.main_parameters > 0) plan.main_parameters = (shard * 4).value();
+  plan.optimizer = (2 * shard * 4).value();
   return plan;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/checked_int.h"
 #include "core/dtype.h"
 #include "model/gpt_config.h"
 
@@ -27,8 +28,11 @@ struct MemoryPlan {
   // reduce-scatters' all-to-alls (parallel::copy_engine_receive_elements), which the comm layer
   // allocates; 0 without it. Its extra communicator counts in `nccl`.
   int64_t copy_engine = 0;
+  // Throws IntegerOverflow (a megatron::Error) when the sum does not fit in 64 bits.
   int64_t total() const {
-    return parameters + main_parameters + gradients + optimizer + activations + workspace + nccl + copy_engine;
+    const CheckedInt sum = CheckedInt(parameters) + main_parameters + gradients + optimizer + activations +
+                           workspace + nccl + copy_engine;
+    return sum.value();
   }
 };
 
@@ -48,6 +52,9 @@ int64_t stage_num_parameters(const GPTConfig& config, int64_t tp, const Pipeline
 // `pipeline`: the stage's layers, its pool of activation sets (the residual stream and kept
 // layers of one chunk per set, tokens per set on stage 0), the loss head's buffers on the
 // last stage, and the [nl, h] received-gradient workspace when pp > 1.
+// A shape whose parameter, element or byte counts do not fit in 64 bits is IntegerOverflow (a
+// megatron::Error) naming the shape's flags (here and in the two counts above), never a wrapped
+// number.
 MemoryPlan plan_memory(const GPTConfig& config, DType param_dtype, int64_t micro_batch_size, int64_t tp = 1,
                        bool sequence_parallel = false, const PipelineStageOptions& pipeline = {});
 

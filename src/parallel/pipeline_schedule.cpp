@@ -165,6 +165,10 @@ ActivationSlots activation_slots(const std::vector<PipelineAction>& table) {
 }
 
 int64_t activation_sets_needed(PipelineShape shape, bool overlapped) {
+  // Past 3 pp micro-batches the count no longer grows (see the header): the tables of
+  // min(M, 3 pp) micro-batches (a multiple of pp, as M must be when interleaved) give it.
+  check_pipeline_shape(shape);
+  shape.num_microbatches = std::min(shape.num_microbatches, kActivationSetsSaturation * shape.pp);
   int64_t most = 1;
   for (bool forward_only : {false, true}) {
     shape.forward_only = forward_only;

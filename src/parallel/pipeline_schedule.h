@@ -122,7 +122,11 @@ ActivationSlots activation_slots(const std::vector<PipelineAction>& table);
 
 // The sets a stage's model needs for every table the trainer runs on it: training and
 // evaluation (forward only) at `shape.num_microbatches`, as blocking or overlapped
-// (`overlapped`: --overlap-p2p-communication) exchanges.
+// (`overlapped`: --overlap-p2p-communication) exchanges. The counts above stop growing at
+// M = pp (1F1B) and M = 2 pp (interleaved: M vp >= 2 pp vp covers the warm-up plus one), so
+// the tables built have at most kActivationSetsSaturation * pp micro-batches whatever M is
+// (tests/parallel/pipeline_schedule_test.cpp checks the counts agree up to M = 8 pp).
+constexpr int64_t kActivationSetsSaturation = 3;
 int64_t activation_sets_needed(PipelineShape shape, bool overlapped);
 
 // The virtual stage (c * pp + s) of chunk c on stage s, and the (stage, chunk) before / after

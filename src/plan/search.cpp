@@ -2,18 +2,23 @@
 
 #include <algorithm>
 
+#include "core/checked_int.h"
 #include "core/error.h"
 
 namespace megatron::plan {
 
 namespace {
 
+// The divisors of n in increasing order, in sqrt(n) steps (n may be 2^31 - 1 layers).
 std::vector<int64_t> divisors(int64_t n) {
-  std::vector<int64_t> d;
-  for (int64_t i = 1; i <= n; ++i) {
-    if (n % i == 0) d.push_back(i);
+  std::vector<int64_t> low, high;
+  for (int64_t i = 1; i <= n / i; ++i) {
+    if (n % i != 0) continue;
+    low.push_back(i);
+    if (i != n / i) high.push_back(n / i);
   }
-  return d;
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
 template <class T>
@@ -82,6 +87,8 @@ std::vector<Candidate> enumerate_layouts(const PlanModel& m, const Cluster& clus
                 ParallelConfig p{tp, pp, vp, dp, mb, space.global_batch, rc, dist, sp};
                 try {
                   out.push_back(evaluate_layout(m, cluster, p));
+                } catch (const IntegerOverflow&) {
+                  throw;  // the shape's counts do not fit in 64 bits: no layout helps
                 } catch (const Error&) {
                   // Not a valid layout for this model and batch: skipped when searching.
                 }

@@ -4,6 +4,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/checked_int.h"
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -15,10 +16,15 @@ model::PipelineStageOptions pipeline_stage(const TrainConfig& c, int64_t stage) 
   p.stage = stage;
   p.virtual_chunks = c.virtual_pipeline_chunks();
   // The most sets any global batch of the run needs: with --rampup-batch-size every size of the
-  // ramp (fewer micro-batches can need more sets: interleaved, M == pp holds all M vp).
+  // ramp (fewer micro-batches can need more sets: interleaved, M == pp holds all M vp). Sizes past
+  // kActivationSetsSaturation * pp micro-batches need what that many need, so the ramp is walked
+  // only up to there (each increment adds at least one micro-batch).
   std::vector<int64_t> batches{c.global_batch_size};
   if (c.rampup_batch_size && c.rampup_batch_size->increment > 0) {
-    for (int64_t b = c.rampup_batch_size->start; b < c.global_batch_size; b += c.rampup_batch_size->increment) {
+    const int64_t per_step = c.micro_batch_size * c.data_parallel_size;
+    const int64_t saturated = parallel::kActivationSetsSaturation * p.pp;
+    for (int64_t b = c.rampup_batch_size->start; b < c.global_batch_size && b / per_step <= saturated;
+         b += c.rampup_batch_size->increment) {
       batches.push_back(b);
     }
   }
@@ -70,8 +76,13 @@ int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
     throw_error("[--make-vocab-size-divisible-by] must be positive, got ", divisible_by);
   }
   if (tp <= 0) throw_error("[--tensor-model-parallel-size] must be positive, got ", tp);
-  const int64_t multiple = divisible_by * tp;
-  return (vocab + multiple - 1) / multiple * multiple;
+  try {
+    const CheckedInt multiple = CheckedInt(divisible_by) * tp;
+    return ((vocab + multiple - 1) / multiple * multiple).value();
+  } catch (const IntegerOverflow&) {
+    throw_error("[--make-vocab-size-divisible-by] the vocabulary (", vocab, ") padded to a multiple of ", divisible_by,
+                " x --tensor-model-parallel-size ", tp, " does not fit in 64 bits");
+  }
 }
 
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp, std::ostream* log) {

@@ -15,7 +15,7 @@ FlopsTerms flops_terms(const model::GPTConfig& m, int64_t batch, FlopsConvention
   const double s = static_cast<double>(m.seq_length);
   const double L = static_cast<double>(m.num_layers);
   const double h = static_cast<double>(m.hidden_size);
-  const double q = static_cast<double>(m.num_attention_heads * m.kv_channels);
+  const double q = static_cast<double>(m.num_attention_heads) * static_cast<double>(m.kv_channels);
   const double k = q;  // no grouped-query attention yet: g = n
   const double f = static_cast<double>(m.ffn_hidden_size);
   const double V = static_cast<double>(m.padded_vocab_size);
@@ -48,6 +48,13 @@ std::string sci(double x) {
   return buf;
 }
 
+// n * d for the text: the integer, or its double when it does not fit in int64.
+std::string heads_times_kv(const model::GPTConfig& m) {
+  int64_t q;
+  if (!__builtin_mul_overflow(m.num_attention_heads, m.kv_channels, &q)) return std::to_string(q);
+  return sci(static_cast<double>(m.num_attention_heads) * static_cast<double>(m.kv_channels));
+}
+
 std::string row(const char* name, const std::string& formula, double per_sample, double per_iter) {
   char buf[256];
   std::snprintf(buf, sizeof(buf), "    %-28s %-22s = %s per sample, %s per iteration\n", name, formula.c_str(),
@@ -65,7 +72,7 @@ std::string flops_formula_text(const model::GPTConfig& m, int64_t global_batch, 
       "> FLOPs per iteration (", causal ? "Megatron 2025+ convention: causal core attention counted half"
                                         : "Megatron 2024 convention: full core attention",
       "; recompute not counted):\n", "    B=", global_batch, " s=", m.seq_length, " L=", m.num_layers,
-      " h=", m.hidden_size, " n=", m.num_attention_heads, " q=k=n*d=", m.num_attention_heads * m.kv_channels,
+      " h=", m.hidden_size, " n=", m.num_attention_heads, " q=k=n*d=", heads_times_kv(m),
       " f=", m.ffn_hidden_size, m.swiglu ? " (SwiGLU: c=3)" : "", " V=", m.padded_vocab_size, " (padded)\n");
   out += row("attention QKV + projection", "6*B*s*L*(h*(q+2k)+q*h)", one.attention_linear, all.attention_linear);
   out += row("core attention (QK^T, AV)", causal ? "6*B*s^2*L*q" : "12*B*s^2*L*q", one.core_attention,

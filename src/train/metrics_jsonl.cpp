@@ -118,11 +118,13 @@ std::string metrics_json_object(const MetricFields& fields) {
 }
 
 MetricsJsonlWriter::MetricsJsonlWriter(const std::string& path) : path_(path) {
+  // As any output file: its directory must exist (a typo there must not grow a new tree).
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(parent, ec);
-    if (ec) throw_error("[--log-jsonl] cannot create directory ", parent.string(), ": ", ec.message());
+  std::error_code ec;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+    const bool exists = std::filesystem::exists(parent, ec);
+    throw_error("[--log-jsonl] ", parent.string(), exists ? " is not a directory" : " does not exist",
+                " (the directory of ", path, ")");
   }
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) throw_error("[--log-jsonl] cannot open ", path, ": ", errno_string(errno));

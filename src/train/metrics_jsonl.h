@@ -61,8 +61,9 @@ void append_json_string(std::string& out, std::string_view s);
 
 class MetricsJsonlWriter {
  public:
-  // Opens `path` for appending (creating it and its parent directories); an existing file is
-  // kept, so a resumed run continues the same log. Throws megatron::Error naming the file.
+  // Opens `path` for appending (creating the file, whose directory must exist); an existing
+  // file is kept, so a resumed run continues the same log. Throws megatron::Error naming the
+  // flag and the file, or the missing directory.
   explicit MetricsJsonlWriter(const std::string& path);
   ~MetricsJsonlWriter();
   MetricsJsonlWriter(const MetricsJsonlWriter&) = delete;

@@ -1,6 +1,8 @@
 // Megatron C23 megatron/microbatches.py and training.py update_train_iters.
 #include "train/microbatches.h"
 
+#include <limits>
+
 #include "core/error.h"
 
 namespace megatron::train {
@@ -29,7 +31,7 @@ NumMicroBatchesCalculator::NumMicroBatchesCalculator(int64_t global_batch_size,
     : global_batch_size_(global_batch_size),
       micro_batch_size_(micro_batch_size),
       data_parallel_size_(data_parallel_size),
-      micro_times_dp_(micro_batch_size * data_parallel_size),
+      micro_times_dp_(0),
       rampup_(rampup),
       current_global_batch_size_(global_batch_size) {
   if (micro_batch_size <= 0)
@@ -37,10 +39,16 @@ NumMicroBatchesCalculator::NumMicroBatchesCalculator(int64_t global_batch_size,
   if (global_batch_size <= 0)
     throw_error("[--global-batch-size] must be positive, got ", global_batch_size);
   MT_CHECK(data_parallel_size > 0) << "data parallel size " << data_parallel_size;
-  if (global_batch_size % micro_times_dp_ != 0)
+  if (__builtin_mul_overflow(micro_batch_size, data_parallel_size, &micro_times_dp_) ||
+      global_batch_size % micro_times_dp_ != 0)
     throw_error("[--global-batch-size] global batch size (", global_batch_size,
                 ") is not divisible by micro batch size (--micro-batch-size ", micro_batch_size,
                 ") times data parallel size (", data_parallel_size, ")");
+  if (global_batch_size / micro_times_dp_ > kMaxMicroBatches)
+    throw_error("[--global-batch-size] ", global_batch_size, " samples per iteration make ",
+                global_batch_size / micro_times_dp_, " micro-batches per data-parallel rank (--micro-batch-size ",
+                micro_batch_size, ", data-parallel size ", data_parallel_size, "); at most ", kMaxMicroBatches,
+                " are supported");
   if (!rampup_) return;
 
   const RampupBatchSize& r = *rampup_;
@@ -52,6 +60,9 @@ NumMicroBatchesCalculator::NumMicroBatchesCalculator(int64_t global_batch_size,
                 r.batch_size_increment);
   if (r.ramp_samples <= 0)
     throw_error("[--rampup-batch-size] ramp-up samples must be positive, got ", r.ramp_samples);
+  if (r.ramp_samples > std::numeric_limits<int64_t>::max() - global_batch_size)
+    throw_error("[--rampup-batch-size] ramp-up samples ", r.ramp_samples, " plus --global-batch-size ",
+                global_batch_size, " do not fit in 64 bits");
   const int64_t diff = global_batch_size - r.start_batch_size;
   if (diff <= 0)
     throw_error("[--rampup-batch-size] start batch size ", r.start_batch_size,
@@ -70,11 +81,15 @@ NumMicroBatchesCalculator::NumMicroBatchesCalculator(int64_t global_batch_size,
   update(0);
 }
 
+int64_t NumMicroBatchesCalculator::ramp_steps(int64_t consumed_samples) const {
+  // int(consumed / samples_per_increment) in Python: double division, truncation. Inside the
+  // ramp (consumed <= ramp_samples) the quotient is at most the number of increments.
+  return static_cast<int64_t>(static_cast<double>(consumed_samples) / samples_per_increment_);
+}
+
 int64_t NumMicroBatchesCalculator::global_batch_size_at(int64_t consumed_samples) const {
   if (!rampup_ || consumed_samples > rampup_->ramp_samples) return global_batch_size_;
-  // int(consumed / samples_per_increment) in Python: double division, truncation.
-  const auto steps = static_cast<int64_t>(static_cast<double>(consumed_samples) / samples_per_increment_);
-  const int64_t gbs = rampup_->start_batch_size + steps * rampup_->batch_size_increment;
+  const int64_t gbs = rampup_->start_batch_size + ramp_steps(consumed_samples) * rampup_->batch_size_increment;
   MT_CHECK(gbs <= global_batch_size_) << "ramp batch " << gbs << " > " << global_batch_size_;
   return gbs;
 }
@@ -97,11 +112,27 @@ int64_t train_iters_from_samples(const NumMicroBatchesCalculator& calculator, in
   const int64_t g = calculator.global_batch_size();
   const std::optional<RampupBatchSize>& rampup = calculator.rampup();
   if (!rampup) return floor_div(train_samples, g);
+  // Megatron's loop, `while consumed <= ramp: consumed += gbs(consumed); iterations += 1`, taken
+  // one batch size at a time: ramp_steps() does not decrease as consumed grows, so the
+  // iterations of one step are the i in 0..n with ramp_steps(consumed + i * gbs) unchanged (and
+  // consumed + i * gbs <= ramp), found by bisection.
+  const int64_t ramp = rampup->ramp_samples;
   int64_t iterations = 0;
   int64_t consumed = 0;
-  while (consumed <= rampup->ramp_samples) {
-    consumed += calculator.global_batch_size_at(consumed);
-    ++iterations;
+  while (consumed <= ramp) {
+    const int64_t gbs = calculator.global_batch_size_at(consumed);
+    const int64_t step = calculator.ramp_steps(consumed);
+    int64_t lo = 0, hi = (ramp - consumed) / gbs;  // the last i is in [lo, hi]
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo + 1) / 2;
+      if (calculator.ramp_steps(consumed + mid * gbs) == step) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    iterations += lo + 1;
+    consumed += (lo + 1) * gbs;  // <= ramp + gbs, which the constructor checked fits
   }
   return iterations + floor_div(train_samples - consumed, g);
 }

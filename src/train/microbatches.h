@@ -22,6 +22,12 @@
 
 namespace megatron::train {
 
+// The most micro-batches one iteration may run per data-parallel rank: the pipeline schedules
+// are tables with entries per micro-batch (parallel/pipeline_schedule.h), which the trainer
+// builds every iteration. 2^20 is hundreds of times any real job's count (GPT-3 175B: 1536
+// sequences of global batch over 8 to 64 data-parallel ranks).
+constexpr int64_t kMaxMicroBatches = int64_t{1} << 20;
+
 struct RampupBatchSize {
   int64_t start_batch_size = 0;
   int64_t batch_size_increment = 0;
@@ -36,8 +42,9 @@ class NumMicroBatchesCalculator {
   // Validates the batch arithmetic and throws megatron::Error with a one-line message
   // naming --global-batch-size / --micro-batch-size / --rampup-batch-size. With a ramp,
   // every batch size it reaches (start + k*incr) must be divisible by mbs*dp; Megatron
-  // asserts that only when the batch size is reached, here it is checked up front.
-  // Starts at consumed_samples = 0.
+  // asserts that only when the batch size is reached, here it is checked up front. At most
+  // kMaxMicroBatches micro-batches per iteration, and ramp samples + global batch must fit in
+  // int64 (the samples consumed when the ramp ends). Starts at consumed_samples = 0.
   NumMicroBatchesCalculator(int64_t global_batch_size, int64_t micro_batch_size,
                             int64_t data_parallel_size,
                             std::optional<RampupBatchSize> rampup = std::nullopt);
@@ -50,6 +57,9 @@ class NumMicroBatchesCalculator {
   int64_t current_global_batch_size() const { return current_global_batch_size_; }
   // The global batch for a given number of consumed samples (pure; no state change).
   int64_t global_batch_size_at(int64_t consumed_samples) const;
+  // With a ramp: the increments reached after `consumed_samples` (<= ramp samples), Megatron's
+  // int(consumed / (ramp_samples / increments)).
+  int64_t ramp_steps(int64_t consumed_samples) const;
 
   int64_t global_batch_size() const { return global_batch_size_; }  // after the ramp
   int64_t micro_batch_size() const { return micro_batch_size_; }
@@ -75,6 +85,8 @@ class NumMicroBatchesCalculator {
 //  - ramp: one iteration per batch while consumed <= ramp_samples (adding the current gbs each
 //    time), then (train_samples - consumed) // G more, floor division as Python's `//`
 //    (so a train_samples inside the ramp gives fewer iterations than the ramp itself).
+//    The iterations of one batch size are counted at once, so the time grows with the number of
+//    increments, not with ramp_samples.
 int64_t train_iters_from_samples(const NumMicroBatchesCalculator& calculator,
                                  int64_t train_samples);
 

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <limits>
+#include <string>
+
 #include "core/error.h"
 
 namespace megatron::cli {
@@ -66,6 +70,8 @@ TEST(Args, SettingsListEveryDeclaredFlagWithItsValue) {
   expect(3, "--append-eod", "", true, "1");
   expect(4, "--data-path", "PATH", true, "0.3 a 0.7 b");
   expect(5, "--rampup-batch-size", "N", false, "");
+  const std::vector<int> arities = {1, 1, 1, 0, -1, 3};
+  for (size_t i = 0; i < s.size(); ++i) EXPECT_EQ(s[i].arity, arities[i]) << s[i].name;
 }
 
 TEST(Args, HelpReturnsFalse) {
@@ -108,6 +114,46 @@ TEST(Args, PythonIntRules) {
   EXPECT_DOUBLE_EQ(parse_double("1e-5", "x"), 1e-5);
   EXPECT_THROW(parse_double("0x10", "x"), Error);
   EXPECT_THROW(parse_double("1.5abc", "x"), Error);
+}
+
+// No flag means anything by nan or inf, and a double overflows to inf: all refused, naming the
+// flag. An underflow reads as Python's float() does (1e-400 is 0.0).
+TEST(Args, RealsAreFinite) {
+  for (const char* bad : {"nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e400", "-1e400", "1_0e400"}) {
+    try {
+      parse_double(bad, "--lr");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("[--lr] expected a finite number, got '") + bad + "'");
+    }
+  }
+  EXPECT_EQ(parse_double("1e-400", "x"), 0.0);
+  EXPECT_DOUBLE_EQ(parse_double("1e300", "x"), 1e300);
+  EXPECT_DOUBLE_EQ(parse_double("-0.5", "x"), -0.5);
+  EXPECT_EQ(parse_int("9223372036854775807", "x"), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(parse_int("-9223372036854775808", "x"), std::numeric_limits<int64_t>::min());
+  EXPECT_THROW(parse_int("9223372036854775808", "x"), Error);
+}
+
+TEST(Args, RangesNameTheFlagAndTheValue) {
+  Args a = make_args();
+  ASSERT_TRUE(a.parse({"--workers", "0", "--seed", "9", "--lr", "2"}));
+  auto error = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error([&] { a.get_int("--workers", 1); }), "[--workers] must be positive, got 0");
+  EXPECT_EQ(error([&] { a.get_int("--seed", 0, 8); }), "[--seed] must be between 0 and 8, got 9");
+  EXPECT_EQ(a.get_int("--seed", 0), 9);
+  EXPECT_EQ(error([&] { check_int_range("--n", -1, 0); }), "[--n] must not be negative, got -1");
+  EXPECT_EQ(error([&] { a.get_double("--lr", {0.0, 1.0, false, true}); }), "[--lr] must be in [0, 1), got '2'");
+  EXPECT_EQ(error([&] { a.get_double("--lr", {2.0, 3.0, true, false}); }), "[--lr] must be in (2, 3], got '2'");
+  EXPECT_EQ(a.get_double("--lr", RealRange{}), 2.0);
+  EXPECT_EQ(to_string(RealRange{}), "[0, 3.40282e+38]");
 }
 
 }  // namespace

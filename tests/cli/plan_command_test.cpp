@@ -2,9 +2,15 @@
 // count for 175B, and one-line errors naming the flag.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <regex>
 #include <string>
+#include <vector>
 
+#include "cli/args.h"
+#include "cli/bounded_run.h"
+#include "cli/commands.h"
+#include "cli/plan_args.h"
 #include "comm/nccl_communicator.h"
 #include "support/paths.h"
 
@@ -218,7 +224,8 @@ TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
       {"--model gpt3-175b --gpu h100-80gb --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 "
        "--micro-batch-size 1 --num-layers-per-virtual-pipeline-stage 5",
        "error: [--num-layers-per-virtual-pipeline-stage] 5 does not divide the layers per stage (96 / 4)"},
-      {"--model gpt3-175b --gpu h100-80gb --inter-node-bandwidth -3", "error: [--inter-node-bandwidth] must be positive"},
+      {"--model gpt3-175b --gpu h100-80gb --inter-node-bandwidth -3",
+       "error: [--inter-node-bandwidth] must be in (0, 1e+06], got '-3'"},
       {"--model gpt3-175b --gpu h100-80gb --engine deepspeed", "error: [--engine] unknown engine 'deepspeed'"},
       {"--model gpt3-175b --gpu h100-80gb --attention-backend fused",
        "error: [--attention-backend] invalid choice 'fused' (choose from flash, local)"},
@@ -226,7 +233,8 @@ TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
       {"--model gpt3-175b --gpu h100-80gb --normalization rmsnorm",
        "error: [--normalization] invalid choice 'rmsnorm' (choose from LayerNorm, RMSNorm)"},
       {"--num-layers 2 --hidden-size 16 --num-attention-heads 2 --seq-length 8 --gpu h100-80gb --swiglu",
-       "error: [--ffn-hidden-size] must be positive, got 0"},
+       "error: [--hidden-size] 16 is too small for --swiglu's default --ffn-hidden-size (int(8h/3/64)*64 = 0): give "
+       "--ffn-hidden-size"},
   };
   for (const auto& c : cases) {
     const test::CommandResult r = plan(c.flags);
@@ -234,6 +242,48 @@ TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
     EXPECT_EQ(r.output.rfind(c.message, 0), 0u) << c.flags << "\n" << r.output;
     EXPECT_EQ(count_lines(r.output), 1) << c.flags << "\n" << r.output;
   }
+}
+
+// Every flag of `megatron plan` that takes a value, given each hostile number on a small search
+// (run bounded: cli/bounded_run.h), ends in acceptance or one line naming that flag; the numbers
+// (those refusing "x" as not a number) refuse nan, inf, -inf and 1e400, and 2^62 GPUs is
+// refused rather than searched.
+TEST(PlanCommand, EveryFlagEndsInAcceptanceOrOneLineNamingIt) {
+  const std::vector<std::string> hostile = {"nan", "inf", "-inf", "1e300", "1e400", "-1", "0", "2147483648",
+                                            "4611686018427387904", "9223372036854775807", "99999999999999999999"};
+  const std::vector<std::string> base = {"--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4",
+                                         "--seq-length", "128", "--gpu", "h100-80gb", "--gpus-per-node", "2",
+                                         "--global-batch-size", "16"};
+  // What a flag needs beside the base search for its value to be read.
+  const std::map<std::string, std::vector<std::string>> context = {
+      {"--target-report-time", {"--nodes-range", "1..2"}},
+      {"--nodes-range", {"--target-report-time", "10"}},
+      {"--num-layers-per-virtual-pipeline-stage", {"--pipeline-model-parallel-size", "2"}},
+  };
+  cli::Args args("plan");
+  cli::declare_plan_flags(args);
+  int64_t numeric = 0;
+  for (const cli::Args::Setting& s : args.settings()) {
+    if (s.arity == 0) continue;
+    auto job = [&](const std::string& v) {
+      std::vector<std::string> argv = base;
+      if (context.count(s.name)) argv.insert(argv.end(), context.at(s.name).begin(), context.at(s.name).end());
+      argv.insert(argv.end(), {s.name, v});
+      return argv;
+    };
+    const test::BoundedRun probe = test::run_bounded(cli::run_plan, job("x"));
+    const bool is_number = probe.output.find("expected an integer") != std::string::npos ||
+                           probe.output.find("expected a number") != std::string::npos;
+    numeric += is_number;
+    for (const std::string& v : hostile) {
+      const test::BoundedRun r = test::run_bounded(cli::run_plan, job(v));
+      EXPECT_EQ(test::defect_of(r, s.name), "") << s.name << " " << v << "\n" << r.output;
+      const bool must_refuse = v == "nan" || v == "inf" || v == "-inf" || v == "1e400" ||
+                               ((s.name == "--nodes" || s.name == "--gpus-per-node") && v.size() > 10);
+      if (is_number && must_refuse) EXPECT_EQ(r.status, 1) << s.name << " " << v << "\n" << r.output;
+    }
+  }
+  EXPECT_GT(numeric, 15);
 }
 
 }  // namespace

@@ -637,6 +637,81 @@ TEST(TrainArgs, MegatronJobScriptParses) {
   EXPECT_FALSE(c.dry_run);
 }
 
+// Numbers no flag means (nan, inf) and values past a flag's range are one line naming the flag
+// given and the value, never a message about another flag, a wrapped number or an accepted NaN.
+TEST(TrainArgs, OutOfRangeNumbersNameTheFlagAndValue) {
+  const std::string p62 = "4611686018427387904";  // 2^62
+  struct Case {
+    Argv extra;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--lr", "inf"}, "[--lr] expected a finite number, got 'inf'"},
+      {{"--lr", "1e300"}, "[--lr] must be in [0, 3.40282e+38], got '1e300'"},
+      {{"--min-lr", "nan"}, "[--min-lr] expected a finite number, got 'nan'"},
+      {{"--min-lr", "-1e-5"}, "[--min-lr] must be in [0, 3.40282e+38], got '-1e-5'"},
+      {{"--weight-decay", "inf"}, "[--weight-decay] expected a finite number, got 'inf'"},
+      {{"--layernorm-epsilon", "0"}, "[--layernorm-epsilon] must be in (0, 3.40282e+38], got '0'"},
+      {{"--layernorm-epsilon", "inf"}, "[--layernorm-epsilon] expected a finite number, got 'inf'"},
+      {{"--layernorm-epsilon", "1e-50"}, "[--layernorm-epsilon] 1e-50 is 0 in fp32 (expected (0, 3.40282e+38])"},
+      {{"--adam-beta2", "0.999999999"}, "[--adam-beta2] 0.999999999 is 1 in fp32 (expected [0, 1))"},
+      {{"--attention-dropout", "nan"}, "[--attention-dropout] expected a finite number, got 'nan'"},
+      {{"--distributed-timeout-minutes", "inf"}, "[--distributed-timeout-minutes] expected a finite number, got 'inf'"},
+      {{"--distributed-timeout-minutes", "1e300"},
+       "[--distributed-timeout-minutes] must be in (0, 5.2704e+06], got '1e300'"},
+      {{"--hidden-size", p62}, "[--hidden-size] must be between 1 and 2147483647, got " + p62},
+      {{"--num-layers", p62}, "[--num-layers] must be between 1 and 2147483647, got " + p62},
+      {{"--make-vocab-size-divisible-by", "9223372036854775807"},
+       "[--make-vocab-size-divisible-by] must be between 1 and 2147483647, got 9223372036854775807"},
+      {{"--micro-batch-size", "2147483648"}, "[--micro-batch-size] must be between 1 and 2147483647, got 2147483648"},
+      {{"--swiglu", "--hidden-size", "16", "--num-attention-heads", "4"},
+       "[--hidden-size] 16 is too small for --swiglu's default --ffn-hidden-size (int(8h/3/64)*64 = 0): give "
+       "--ffn-hidden-size"},
+      {{"--global-batch-size", p62},
+       "[--global-batch-size] " + p62 + " samples per iteration make 2305843009213693952 micro-batches per "
+       "data-parallel rank (--micro-batch-size 2, data-parallel size 1); at most 1048576 are supported"},
+      {{"--train-iters", p62, "--global-batch-size", "8"},
+       "[--train-iters] the training samples (--train-iters x --global-batch-size): " + p62 + " x 8 does not fit in "
+       "64 bits"},
+      {{"--eval-iters", p62, "--eval-interval", "1"},
+       "[--eval-iters] the validation iterations ((train iterations / --eval-interval + 1) x --eval-iters): 11 x " +
+           p62 + " does not fit in 64 bits"},
+      {{"--lr-decay-iters", p62}, "[--lr-decay-iters] the decay samples (x --global-batch-size): " + p62 +
+                                      " x 2 does not fit in 64 bits"},
+      {{"--tensor-model-parallel-size", "-1"},
+       "[--tensor-model-parallel-size] must be between 1 and 2147483647, got -1"},
+      {{"--eval-iters", "-1"}, "[--eval-iters] must not be negative, got -1"},
+      // Megatron asserts warmup steps < decay steps: a whole decay of warmup never passes.
+      {{"--lr-warmup-fraction", "1"}, "[--lr-warmup-fraction] must be in [0, 1), got '1'"},
+      {{"--log-interval", "0"}, "[--log-interval] must be positive, got 0"},
+  };
+  for (const Case& c : cases) EXPECT_EQ(error_of(with(base_args(), c.extra)), c.message);
+  const Argv null_tokenizer = {"--tokenizer-type", "NullTokenizer", "--vocab-size", "2147483647"};
+  EXPECT_EQ(error_of(with(base_args(), null_tokenizer)),
+            "[--vocab-size] must be between 1 and 2147483646, got 2147483647");  // ids 0..N are int32
+}
+
+// Unusual values Megatron accepts stay accepted: zeros that switch a feature off, the largest
+// seed, tiny learning rates, huge intervals, the largest dimensions.
+TEST(TrainArgs, UnusualValidValuesStayAccepted) {
+  const TrainConfig c = parse(with(
+      base_args(), {"--seed", "0", "--clip-grad", "0", "--min-lr", "0", "--lr", "0", "--attention-dropout", "0",
+                    "--hidden-dropout", "0", "--weight-decay", "0", "--eval-iters", "0", "--lr-warmup-init", "0",
+                    "--exit-duration-in-mins", "1", "--save-interval", "9223372036854775807", "--log-interval",
+                    "9223372036854775807", "--distributed-timeout-minutes", "0.001"}));
+  EXPECT_EQ(c.clip_grad, 0.0);
+  EXPECT_EQ(c.seed, 0);
+  EXPECT_EQ(parse(with(base_args(), {"--seed", "4294967295"})).seed, 4294967295);
+  // numpy.random.RandomState(seed), which shuffles the datasets, takes [0, 2^32 - 1] only.
+  EXPECT_EQ(error_of(with(base_args(), {"--seed", "-5"})),
+            "[--seed] seed must be in [0, 4294967295] (numpy.random.RandomState), got -5");
+  EXPECT_EQ(parse(with(base_args(), {"--lr", "1e-400"})).lr, 0.0);  // Python's float(): 0.0
+  EXPECT_EQ(parse(with(base_args(), {"--clip-grad", "1e300"})).clip_grad, 1e300);  // a double: no clipping
+  EXPECT_EQ(parse(with(base_args(), {"--num-layers", "2147483646"})).model.num_layers, 2147483646);
+  EXPECT_EQ(parse(with(base_args(), {"--distributed-timeout-minutes", "5270400"})).distributed_timeout_minutes,
+            5270400);
+}
+
 TEST(TrainArgs, WorldSizeSetsDataParallelSize) {
   EXPECT_EQ(parse(base_args(), 3).data_parallel_size, 3);
   EXPECT_EQ(parse(base_args(), 3).global_batch_size, 6);

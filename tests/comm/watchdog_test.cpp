@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "backend/ops.h"
 #include "comm/self_communicator.h"
+#include "core/error.h"
 
 namespace megatron::comm {
 namespace {
@@ -129,6 +131,50 @@ TEST(Watchdog, GraceLetsALongWaitPass) {
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_EQ(reports.size(), 1u);
   EXPECT_EQ(reports[0].find("granted"), std::string::npos) << reports[0];
+}
+
+// The longest timeout a clock reading is compared with: no overflow makes it fire at once
+// (milliseconds::max() in the clock's nanoseconds, or plus a grace, wrapped negative).
+TEST(Watchdog, HugeTimeoutsAndGracesNeverFire) {
+  auto backend = backend::make_cpu_backend();
+  std::mutex mu;
+  int fired = 0;
+  Watchdog w(0, std::chrono::milliseconds::max(), [&](const std::string&) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++fired;
+  });
+  WatchedCommunicator slow(std::make_unique<SlowCommunicator>(*backend, 300ms), w);
+  Tensor x = Tensor::cpu({1});
+  slow.all_reduce(x, ReduceOp::kSum);
+  slow.set_watchdog_grace(std::chrono::milliseconds::max());
+  slow.all_reduce(x, ReduceOp::kSum);
+  Watchdog w2(0, timeout_from_minutes(kMaxTimeoutMinutes), [&](const std::string&) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++fired;
+  });
+  WatchedCommunicator slow2(std::make_unique<SlowCommunicator>(*backend, 300ms), w2);
+  slow2.set_watchdog_grace(std::chrono::milliseconds::max());
+  slow2.all_reduce(x, ReduceOp::kSum);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(fired, 0);
+}
+
+// --distributed-timeout-minutes as a duration: positive, finite and at most ten years, or an
+// error naming the flag (inf and 1e300 were negative timeouts that killed healthy jobs).
+TEST(Watchdog, TimeoutFromMinutes) {
+  EXPECT_EQ(timeout_from_minutes(10), std::chrono::milliseconds(600000));
+  EXPECT_EQ(timeout_from_minutes(0.5), std::chrono::milliseconds(30000));
+  EXPECT_EQ(timeout_from_minutes(1e-9), std::chrono::milliseconds(1));
+  EXPECT_EQ(timeout_from_minutes(kMaxTimeoutMinutes).count(), 10LL * 366 * 24 * 60 * 60000);
+  for (double bad : {0.0, -1.0, 1e300, kMaxTimeoutMinutes * 2, std::numeric_limits<double>::infinity(),
+                     std::numeric_limits<double>::quiet_NaN()}) {
+    try {
+      timeout_from_minutes(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("[--distributed-timeout-minutes] must be in (0, ", 0), 0u) << e.what();
+    }
+  }
 }
 
 }  // namespace

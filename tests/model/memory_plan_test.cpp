@@ -3,7 +3,12 @@
 // beyond the plan.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <limits>
+#include <string>
+
 #include "backend/ops.h"
+#include "core/error.h"
 #include "core/memory.h"
 #include "model/gpt_model.h"
 #include "model/memory_plan.h"
@@ -322,6 +327,53 @@ TEST(MemoryPlan, CopyEngineLineOnlyWhenCounted) {
   const std::string table = format_memory_plan(p);
   EXPECT_NE(table.find("copy-engine receive buffer                        7 bytes"), std::string::npos) << table;
   EXPECT_NE(table.find("107 bytes"), std::string::npos) << table;
+}
+
+// A shape whose counts do not fit in 64 bits is an error naming the shape's flags, never a
+// wrapped plan (2^62 layers once planned 0.07 GiB, passed the memory check and was killed by
+// the kernel at 24 GB).
+TEST(MemoryPlan, ShapesBeyond64BitsAreErrors) {
+  GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.kv_channels = 16;
+  c.ffn_hidden_size = 256;
+  c.seq_length = 32;
+  c.max_position_embeddings = 32;
+  c.vocab_size = 50257;
+  c.padded_vocab_size = 50304;
+  auto error = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  GPTConfig layers = c;
+  layers.num_layers = int64_t{1} << 62;
+  const std::string msg = error([&] { plan_memory(layers, DType::kF32, 2); });
+  EXPECT_EQ(msg.rfind("[model shape] the memory of one rank does not fit in 64 bits with --num-layers "
+                      "4611686018427387904 --hidden-size 64 ",
+                      0),
+            0u)
+      << msg;
+  EXPECT_NE(msg.find("--micro-batch-size 2"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_NE(error([&] { gpt_num_parameters(layers); }).find("the parameter count does not fit"), std::string::npos);
+  GPTConfig hidden = c;
+  hidden.hidden_size = hidden.kv_channels = int64_t{1} << 31;
+  hidden.num_attention_heads = 1;
+  EXPECT_NE(error([&] { plan_memory(hidden, DType::kBF16, 1); }).find("does not fit in 64 bits"), std::string::npos);
+  // Tokens per micro-batch times the vocabulary (the logits) past 2^63 bytes.
+  EXPECT_NE(error([&] { plan_memory(c, DType::kF32, int64_t{1} << 50); }).find("--micro-batch-size 1125899906842624"),
+            std::string::npos);
+  // Sums past 2^63 too.
+  MemoryPlan big;
+  big.parameters = big.gradients = std::numeric_limits<int64_t>::max() / 2 + 1;
+  EXPECT_THROW(big.total(), IntegerOverflow);
+  EXPECT_EQ(error([&] { plan_memory(c, DType::kF32, 2); }), "(no error)");
 }
 
 }  // namespace

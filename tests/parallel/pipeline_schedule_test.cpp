@@ -9,6 +9,8 @@
 // and mutations of the overlapped posting order (directions swapped on one peer, 1F1B receives
 // one compute earlier, a receive into a busy set or gradient buffer) must fail.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -523,6 +525,26 @@ TEST(PipelineSchedule, ActivationSetsByHand) {
   // Evaluation keeps nothing past the forward.
   EXPECT_EQ(activation_slots(pipeline_schedule({2, 0, 4, 2, true})).count, 1);
   EXPECT_EQ(activation_slots(pipeline_schedule({2, 1, 4, 2, true})).count, 1);
+}
+
+// The count needs no table of all M micro-batches: 2^40 of them (a global batch of 2^40 at
+// --dry-run once grew without bound) take a moment and a few bytes. In a child under a 1 GiB
+// address-space limit and a time limit, so that a regression fails instead of exhausting memory.
+TEST(PipelineSchedule, ActivationSetsOfHugeMicroBatchCountsAreQuick) {
+  auto bounded = [] {
+    ::alarm(20);
+    const rlimit as{rlim_t{1} << 30, rlim_t{1} << 30};
+    ::setrlimit(RLIMIT_AS, &as);
+    const int64_t m = int64_t{1} << 40;
+    const bool ok = activation_sets_needed({1, 0, m, 1}, false) == 1 &&
+                    activation_sets_needed({4, 1, m, 1}, true) == 3 &&
+                    activation_sets_needed({4, 3, m, 2}, false) == 5 &&
+                    activation_sets_needed({4, 0, m, 2}, true) == 12;
+    ::_exit(ok ? 0 : 1);
+  };
+  EXPECT_EXIT(bounded(), ::testing::ExitedWithCode(0), "");
+  // The shape is still checked before the count is capped: 2^40 + 2 is not a multiple of 4.
+  EXPECT_THROW(activation_sets_needed({4, 0, (int64_t{1} << 40) + 2, 2}, false), Error);
 }
 
 TEST(PipelineSchedule, InterleavingNeedsMicroBatchesDivisibleByStages) {

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <limits>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 
@@ -37,6 +41,23 @@ TEST(PaddedVocab, BadInputNamesTheFlag) {
   }
   EXPECT_THROW(padded_vocab_size(0, 128, 1), Error);
   EXPECT_THROW(padded_vocab_size(50257, 128, 0), Error);
+}
+
+// A multiple past int64 is an error naming the flag, not a wrapped (negative) vocabulary that
+// aborted later in the FLOPs formula.
+TEST(PaddedVocab, MultiplesBeyond64BitsNameTheFlag) {
+  for (const auto& [divisible_by, tp] : {std::pair<int64_t, int64_t>{std::numeric_limits<int64_t>::max(), 1},
+                                         {int64_t{1} << 62, 4}, {int64_t{1} << 62, 2}}) {
+    try {
+      const int64_t padded = padded_vocab_size(50257, divisible_by, tp);
+      ADD_FAILURE() << divisible_by << " x " << tp << " padded to " << padded;
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind("[--make-vocab-size-divisible-by] the vocabulary (50257) padded to a multiple of ", 0), 0u)
+          << message;
+    }
+  }
+  EXPECT_EQ(padded_vocab_size(50257, int64_t{1} << 40, 1), int64_t{1} << 40);
 }
 
 TrainConfig ramp_config() {
@@ -123,6 +144,24 @@ TEST(TrainConfig, PipelineStageSetsCoverTheRamp) {
   c.global_batch_size = 8;
   c.rampup_batch_size = RampupBatchSizeFlags{4, 4, 10};  // 4 then 8 micro-batches
   EXPECT_EQ(pipeline_stage(c, 3).activation_sets, 8);
+}
+
+// The sets of a long ramp come from its first few sizes: 2^20 micro-batches in steps of one
+// once simulated every size's table (hours); now it takes a moment, with the same answer as a
+// short ramp. Run in a child with a time limit, so that a regression fails instead of hanging.
+TEST(TrainConfig, PipelineStageOfALongRampIsQuick) {
+  TrainConfig c;
+  c.model.num_layers = 8;
+  c.pipeline_model_parallel_size = 4;
+  c.micro_batch_size = 1;
+  c.data_parallel_size = 1;
+  c.global_batch_size = kMaxMicroBatches;
+  c.rampup_batch_size = RampupBatchSizeFlags{1, 1, 1000};
+  auto bounded = [&c] {
+    ::alarm(20);
+    ::_exit(pipeline_stage(c, 0).activation_sets == 4 && pipeline_stage(c, 3).activation_sets == 1 ? 0 : 1);
+  };
+  EXPECT_EXIT(bounded(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -151,5 +151,17 @@ TEST(Flops, FormulaTextShowsTermsAndNumbers) {
   EXPECT_EQ(sw.find("12*B*s*L*h*f"), std::string::npos) << sw;
 }
 
+// Heads x head size past int64 is counted in doubles, not wrapped (2^32 x 2^32 was 0).
+TEST(Flops, HeadsTimesHeadSizeBeyond64Bits) {
+  model::GPTConfig m = gpt2_shape(1, 64, 1);
+  m.num_attention_heads = m.kv_channels = int64_t{1} << 32;
+  const FlopsTerms t = flops_terms(m, 1, FlopsConvention::k2025);
+  expect_rel(t.core_attention, 6.0 * 1024 * 1024 * 0x1p64);
+  const std::string text = flops_formula_text(m, 1, FlopsConvention::k2025);
+  EXPECT_NE(text.find("q=k=n*d=1.8447E+19 "), std::string::npos) << text;
+  EXPECT_NE(flops_formula_text(gpt2_shape(12, 768, 12), 8, FlopsConvention::k2025).find("q=k=n*d=768 "),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace megatron::train

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/error_of.h"
 #include "support/paths.h"
 
 namespace megatron {
@@ -112,7 +114,7 @@ TEST(MetricsJsonl, StringEscaping) {
 // Each line is on disk as soon as write() returns (no buffering to lose), and reopening the
 // file appends, as a resumed run does.
 TEST(MetricsJsonl, AppendsLinesImmediately) {
-  const std::string path = test::scratch_dir("jsonl_append") + "/logs/run/metrics.jsonl";  // dirs created
+  const std::string path = test::scratch_dir("jsonl_append") + "/metrics.jsonl";
   {
     MetricsJsonlWriter w(path);
     w.write({{"iteration", 1}, {"lm_loss", 11.0}});
@@ -154,6 +156,11 @@ TEST(MetricsJsonl, ErrorsNameTheFile) {
     EXPECT_NE(std::string(e.what()).find("--log-jsonl"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
   }
+  // A missing directory is not created: it is named, as with any output path.
+  const std::string missing = dir + "/missing/run";
+  EXPECT_EQ(test::error_of([&] { MetricsJsonlWriter w(missing + "/metrics.jsonl"); }),
+            "[--log-jsonl] " + missing + " does not exist (the directory of " + missing + "/metrics.jsonl)");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/missing"));
   try {
     MetricsJsonlWriter w(dir);  // a directory
     FAIL() << "no error";

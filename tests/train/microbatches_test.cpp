@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <functional>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -132,6 +136,57 @@ TEST(MicroBatches, BadRampIsAnError) {
   EXPECT_EQ(r.start_batch_size, 16);
   EXPECT_EQ(r.batch_size_increment, 32);
   EXPECT_EQ(r.ramp_samples, 5'000'000);
+}
+
+// Megatron's update_train_iters loop as written, one iteration at a time.
+int64_t train_iters_one_by_one(const NumMicroBatchesCalculator& c, int64_t train_samples) {
+  int64_t iterations = 0, consumed = 0;
+  while (consumed <= c.rampup()->ramp_samples) {
+    consumed += c.global_batch_size_at(consumed);
+    ++iterations;
+  }
+  const int64_t rest = train_samples - consumed, g = c.global_batch_size();
+  return iterations + (rest >= 0 ? rest / g : -((-rest + g - 1) / g));
+}
+
+// Counting a batch size's iterations at once gives Megatron's loop exactly, float rounding of
+// the increments included.
+TEST(MicroBatches, TrainItersMatchMegatronsLoop) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int64_t unit = 1 + rng() % 4, start = unit * (1 + rng() % 5), incr = unit * (1 + rng() % 4);
+    const int64_t g = start + incr * (1 + rng() % 9), ramp = 1 + rng() % 700;
+    const NumMicroBatchesCalculator c(g, unit, 1, RampupBatchSize{start, incr, ramp});
+    const int64_t samples = 1 + rng() % 2000;
+    ASSERT_EQ(train_iters_from_samples(c, samples), train_iters_one_by_one(c, samples))
+        << "G " << g << " ramp " << start << " " << incr << " " << ramp << " samples " << samples;
+  }
+}
+
+// A ramp over 2^52 samples once counted its 2^51 iterations one by one; now per batch size. In a
+// child with a time limit, so that a regression fails instead of hanging.
+TEST(MicroBatches, TrainItersOfAHugeRampAreQuick) {
+  auto bounded = [] {
+    ::alarm(20);
+    // One increment of 2^52 samples (exact in doubles): batch 2 for consumed < 2^52, 2^51
+    // iterations; batch 4 at consumed = 2^52, one more; then (2^53 - 2^52 - 4) // 4.
+    const NumMicroBatchesCalculator c(4, 1, 1, RampupBatchSize{2, 2, int64_t{1} << 52});
+    const int64_t iters = train_iters_from_samples(c, int64_t{1} << 53);
+    ::_exit(iters == (int64_t{1} << 51) + 1 + ((int64_t{1} << 50) - 1) ? 0 : 1);
+  };
+  EXPECT_EXIT(bounded(), ::testing::ExitedWithCode(0), "");
+}
+
+// Bounds: at most kMaxMicroBatches micro-batches per iteration (the schedules' tables hold one
+// entry per micro-batch), and the samples at the ramp's end must fit in int64.
+TEST(MicroBatches, CountsBeyondTheLimitsAreErrors) {
+  EXPECT_EQ(NumMicroBatchesCalculator(kMaxMicroBatches * 4, 2, 2).num_microbatches(), kMaxMicroBatches);
+  expect_error_naming([] { NumMicroBatchesCalculator(kMaxMicroBatches * 4 + 4, 2, 2); }, "[--global-batch-size]");
+  expect_error_naming([] { NumMicroBatchesCalculator(int64_t{1} << 62, 1, 1); }, "at most 1048576 are supported");
+  expect_error_naming(
+      [] { NumMicroBatchesCalculator(4, 1, 1, RampupBatchSize{2, 2, std::numeric_limits<int64_t>::max() - 3}); },
+      "[--rampup-batch-size] ramp-up samples 9223372036854775804 plus --global-batch-size 4 do not fit in 64 bits");
+  NumMicroBatchesCalculator(4, 1, 1, RampupBatchSize{2, 2, std::numeric_limits<int64_t>::max() - 4});
 }
 
 }  // namespace
