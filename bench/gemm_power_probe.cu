@@ -1,9 +1,10 @@
-// Does the GEMM algorithm that wins a short timing also win under the power cap? A measurement,
-// not a test. A training step at 1.3B and larger runs against the H100's 700 W limit (SM clock
-// median ~1605-1785 of 1980 MHz: bench/RESULTS.md, ninth session), while the engine's autotuning
-// (cuda_gemm.cu: the fastest of cuBLASLt's top 32 candidates over 3 runs) times each candidate in
-// a burst too short for the power controller to act. Under the cap time follows energy, so an
-// algorithm that spends fewer joules per product could win in the step while losing the burst.
+// Does the GEMM algorithm that wins a short timing also win under the power cap? A measurement, not
+// a test. A training step at 1.3B and larger runs against the H100's 700 W limit (SM clock median
+// ~1605-1785 of 1980 MHz: bench/results/2026-11-24.md, "the step is power-capped"), while the
+// engine's autotuning (cuda_gemm.cu: the fastest of cuBLASLt's top 32 candidates over 3 runs) times
+// each candidate in a burst too short for the power controller to act. Under the cap time follows
+// energy, so an algorithm that spends fewer joules per product could win in the step while losing
+// the burst.
 //   gemm_power_probe [TOKENS=8192] [HIDDEN=2048] [VOCAB=50304] [CANDIDATES=32] [SUSTAIN_MS=200]
 // For each GEMM of a GPT layer as the engine calls it (row-major, bf16 operands, fp32
 // accumulation; forward with its epilogue, input gradient, fp32 weight gradient; and the output

@@ -8,8 +8,8 @@
 #  2. weak scaling: gpt2-350m (mb 16, seq 1024) and gpt3-1.3b (mb 4, seq 2048) on 1 and N GPUs
 #     (global batch = mb x GPUs), tokens/s from --log-jsonl, without and with --overlap-grad-reduce
 #     (and the distributed optimizer with both overlaps at 1.3B), next to PyTorch DDP
-#     (../shared/bench/torch_gpt_ddp.py under torchrun, copied to bench/out/ with the
-#     torch_gpt_bench.py it imports) on 1 and N GPUs.
+#     (bench/torch_gpt_ddp.py under torchrun, which imports bench/torch_gpt_bench.py beside it)
+#     on 1 and N GPUs.
 #  3. power: the 1.3B `megatron bench` on 1 and N GPUs with its clock and power line (JSON);
 #  SKIP_TORCH=1 leaves PyTorch out; SKIP_BASE=1 keeps only the 1-GPU runs, and with
 #  ENV_LIST="A=1 B=2" (environment) the overlapped runs are repeated once per NAME=VALUE, that
@@ -88,9 +88,9 @@ for g in 1 $N; do
   echo "1.3B bench on $g GPU(s): $(grep -h -o '"ms_per_iter": [0-9.]*\|"sm_clock_median_mhz": [0-9]*\|"power_median_w": [0-9.]*' \
     $OUT/dp_power_$g.json | tr '\n' ' ')" | tee -a $OUT/dp_summary.txt
 done
-# torch_gpt_ddp.py imports torch_gpt_bench.py from its own folder: carry both.
-[ -n "${SKIP_TORCH:-}" ] || [ -f bench/out/torch_gpt_bench.py ] ||
-  echo "bench/out/torch_gpt_bench.py is missing (torch_gpt_ddp.py imports it): PyTorch DDP not run" | tee $OUT/torch_ddp_1.txt
-[ -n "${SKIP_TORCH:-}" ] || timeout 200 torchrun --nproc_per_node 1 bench/out/torch_gpt_ddp.py gpt2-350M gpt3-1.3B 2>&1 | grep '^{' | tee $OUT/torch_ddp_1.txt
-[ -n "${SKIP_TORCH:-}" ] || timeout 240 torchrun --nproc_per_node $N bench/out/torch_gpt_ddp.py gpt2-350M gpt3-1.3B 2>&1 | grep '^{' | tee $OUT/torch_ddp_$N.txt
+# torch_gpt_ddp.py imports torch_gpt_bench.py from its own folder (bench/).
+[ -n "${SKIP_TORCH:-}" ] || [ -f bench/torch_gpt_bench.py ] ||
+  echo "bench/torch_gpt_bench.py is missing (torch_gpt_ddp.py imports it): PyTorch DDP not run" | tee $OUT/torch_ddp_1.txt
+[ -n "${SKIP_TORCH:-}" ] || timeout 200 torchrun --nproc_per_node 1 bench/torch_gpt_ddp.py gpt2-350M gpt3-1.3B 2>&1 | grep '^{' | tee $OUT/torch_ddp_1.txt
+[ -n "${SKIP_TORCH:-}" ] || timeout 240 torchrun --nproc_per_node $N bench/torch_gpt_ddp.py gpt2-350M gpt3-1.3B 2>&1 | grep '^{' | tee $OUT/torch_ddp_$N.txt
 tar -C $W -czf $OUT/logs.tar.gz $(cd $W && ls *.log)

@@ -44,11 +44,12 @@ for m in ("1300", "2700"):
         a, b = base[-1]["tokens_per_second"], r[-1]["tokens_per_second"] / n
         print(f"gpt {m}M {lay}: 1 GPU {a:.0f} tokens/s; {lay} {b:.0f} tokens/s per GPU ({100 * b / a:.1f}% of 1 GPU)")
 PY
-# 4 GPUs (issue 6): TP2 x PP2 rows at 1.3B and 2.7B, and the largest model the planner fits on
+# 4 GPUs: TP2 x PP2 rows at 1.3B and 2.7B, and the largest model the planner fits on
 #    4 GPUs: two steps of `megatron bench` measure whether it trains and its memory against the
 #    plan. LARGEST (flags) names it; the default is the planner's 4 x H200 answer (52 layers,
 #    hidden 7168, 56 heads: 32.4B parameters, TP4 + SP, full recompute, planned 137.97 GiB per
-#    GPU; bench/RESULTS.md ninth session), which does not fit 4 x H100.
+#    GPU; bench/results/2026-11-24.md, "parameters initialised on the GPU"), which does not fit
+#    4 x H100.
 LARGEST=${LARGEST:-"--num-layers 52 --hidden-size 7168 --num-attention-heads 56 --seq-length 2048 \
   --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 64 --tensor-model-parallel-size 4 \
   --sequence-parallel --recompute-granularity full --recompute-method uniform --recompute-num-layers 1"}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a multi-GPU machine (nvidia-h100-x4 / -x2): what the CPU tests check under mpirun, on GPU
-# ranks over NCCL (issue 6):
+# ranks over NCCL:
 #  1. checkpoints: a TP2 x DP2 run (4 GPUs; DP2 with 2) with the distributed optimizer saves at
 #     iteration 10 (every rank writes its own bytes: the fully parallel save), resumes to 20 and
 #     must log the bits of the straight 20-iteration run; the same checkpoint resumed under

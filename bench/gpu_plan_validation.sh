@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The planner against our own measured runs (issue 7 validation (a): tokens/s within 10%,
+# The planner against our own measured runs (its bar, docs/planner.md: tokens/s within 10%,
 # memory within 5%). `megatron bench --sweep` measures each configuration and keeps the
 # planner's prediction alongside (predicted_ms_per_iter, planned_memory_per_gpu_bytes); the
 # summary prints measured vs predicted per case.

@@ -1,10 +1,11 @@
 # The PyTorch reference for `megatron bench ... --normalization RMSNorm --swiglu`: the GPT of
-# ../shared/bench/torch_gpt_bench.py (torch.compile, bf16 autocast, SDPA flash attention, fused
+# bench/torch_gpt_bench.py (torch.compile, bf16 autocast, SDPA flash attention, fused
 # AdamW, tied embeddings, learned positions, biases) with its two Llama-style pieces swapped in:
 # torch.nn.RMSNorm for every LayerNorm and a SwiGLU MLP whose fc1 gives [gate | up] of
 # f = int(8h/3/64)*64 each (Megatron's default --ffn-hidden-size under --swiglu), silu(gate) * up.
 # Prints one JSON line per model: ms per iteration, tokens/s, TFLOP/s per GPU by Megatron's formula
-# with SwiGLU's 3 MLP GEMMs (megatron-facts.md, the FLOPs section), MFU against PEAK_TFLOPS.
+# with SwiGLU's 3 MLP GEMMs (docs/megatron-formats.md, "FLOPs for the TFLOP/s figure"), MFU
+# against PEAK_TFLOPS.
 #
 #   python3 bench/torch_gpt_variants_bench.py gpt3-1.3B [more presets]
 import json

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one call: the GPU tests (CUDA ops and the whole model against the
-# CPU reference), `megatron bench` at the issue's shapes, and the PyTorch reference
-# (../shared/bench/torch_gpt_bench.py, copied to the ignored bench/out/ and carried) on the same shapes.
+# CPU reference), `megatron bench` at the four reference shapes (124M, 350M, 1.3B, 2.7B), and
+# the PyTorch reference (bench/torch_gpt_bench.py, carried with the working tree) on the same
+# shapes.
 # The build comes from here: bench/pack_for_gpu_machine.sh builds with CUDA (sm_90a) and
 # assembles build-gpu-pack; carry build-gpu-pack (and data/gpt2, data/brown for the data runs).
 #   scripts/gpu-check.sh PACK_DIR OUT_DIR [shapes...]    shapes: 124m 350m 1.3b 2.7b (default all)
@@ -26,7 +27,8 @@ export LD_LIBRARY_PATH="$PWD/$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The test binaries run GPU_TEST_JOBS at a time on the one GPU, each into its own log, gathered
 # in name order. One by one (the default) they take ~6 minutes (cuda_gemm_test alone ~2); they
 # are correctness tests (none times anything), and GPU_TEST_JOBS=3 ran all of them in 153 s on
-# an H100 (seventh session), leaving room in a device call for the benchmarks.
+# an H100 (bench/results/2026-11-24.md, "attention dropout on cuDNN"), leaving room in a device
+# call for the benchmarks.
 # Tests that start `megatron` or read data/gpt2 find them here, not in this build's paths.
 export MEGATRON_TEST_SOURCE_DIR="$PWD" MEGATRON_TEST_BINARY_DIR="$(cd "$P" && pwd)"
 run_gpu_test() {
@@ -61,7 +63,7 @@ done
 [ -n "${SKIP_TORCH:-}" ] || echo "== PyTorch reference" | tee "$OUT/torch.txt"
 declare -A TORCH=([124m]=gpt2-124M [350m]=gpt2-350M [1.3b]=gpt3-1.3B [2.7b]=gpt3-2.7B)
 [ -n "${SKIP_TORCH:-}" ] || for shape in "${SHAPES[@]}"; do
-  timeout 300 python3 bench/out/torch_gpt_bench.py "${TORCH[$shape]}" 2>&1 | grep -v Warning | tail -n 3
+  timeout 300 python3 bench/torch_gpt_bench.py "${TORCH[$shape]}" 2>&1 | grep -v Warning | tail -n 3
 done 2>&1 | tee -a "$OUT/torch.txt"
 
 # 200 iterations on the Brown Corpus (needs data/gpt2 and data/brown carried): the GPU run must

@@ -2,7 +2,7 @@
 # One rank of the NLP (Megatron-LM) benchmark run, started by srun once per GPU from
 # nlp_benchmark_13b.sbatch / nlp_benchmark_175b.sbatch (the replacement for the benchmark's
 # JUBE workflow + torchrun). megatron reads its rank from SLURM_PROCID / SLURM_NTASKS /
-# SLURM_LOCALID (DESIGN.md "Launching") and meets the other ranks at MASTER_ADDR:MASTER_PORT.
+# SLURM_LOCALID (docs/design.md, "Launching") and meets the other ranks at MASTER_ADDR:MASTER_PORT.
 #
 # Knobs (environment; the sbatch files set the model and defaults):
 #   MODEL          gpt3-175b | gpt3-13b (the benchmark's fixed shapes: do not change)

@@ -1,8 +1,8 @@
-// What the GPU's clock and power did while `megatron bench` timed its steps: a training step
-// at 1.3B and larger runs against the board's power limit on an H100 (SM clock median 1605-1785
-// of 1980 MHz, bench/RESULTS.md ninth session), so MFU alone does not say whether a step is
-// slow or merely power-capped. Sampled through NVML, loaded at run time (dlopen of
-// libnvidia-ml.so.1, which ships with the driver: the binary runs where it is absent, and then
+// What the GPU's clock and power did while `megatron bench` timed its steps: a training step at
+// 1.3B and larger runs against the board's power limit on an H100 (SM clock median 1605-1785 of
+// 1980 MHz, bench/results/2026-11-24.md, "the step is power-capped"), so MFU alone does not say
+// whether a step is slow or merely power-capped. Sampled through NVML, loaded at run time (dlopen
+// of libnvidia-ml.so.1, which ships with the driver: the binary runs where it is absent, and then
 // reports nothing).
 #pragma once
 

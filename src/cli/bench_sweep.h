@@ -1,7 +1,7 @@
 // `megatron bench --sweep`: the grammar of a configuration matrix and its expansion
-// (cli/bench_sweep_command.cpp runs it). SEEDS.md §3's reproduction study is such a matrix:
-// data, tensor and pipeline parallel sizes x micro-batch x global batch x model shape, with
-// the iteration latency and memory per GPU of each case.
+// (cli/bench_sweep_command.cpp runs it). The reproduction study of docs/benchmarking.md, "Sweeps"
+// is such a matrix: data, tensor and pipeline parallel sizes x micro-batch x global batch x model
+// shape, with the iteration latency and memory per GPU of each case.
 //
 //   --sweep tp=1,2,4 pp=1,2 mbs=1,2,4 recompute=none,full
 //
@@ -50,8 +50,8 @@ std::vector<std::string> sweep_point_flags(const SweepPoint& point);
 // {"--tensor-model-parallel-size"}; recompute -> the four recompute flags.
 std::vector<std::string> sweep_key_flags(const std::string& key);
 
-// SEEDS.md §3's case name: KIND_DPxTPxPP_GBS_HIDDENxLAYERS, KIND = the parallelisms in use
-// (DP, TP, PP joined by '-', "1GPU" when none), e.g. DP_8x1x1_16_1536x16.
+// The study's case name (docs/benchmarking.md, "Sweeps"): KIND_DPxTPxPP_GBS_HIDDENxLAYERS, KIND =
+// the parallelisms in use (DP, TP, PP joined by '-', "1GPU" when none), e.g. DP_8x1x1_16_1536x16.
 std::string sweep_case_name(int64_t dp, int64_t tp, int64_t pp, int64_t global_batch, int64_t hidden,
                             int64_t layers);
 

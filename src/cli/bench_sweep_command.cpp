@@ -1,8 +1,9 @@
 // megatron bench --sweep KEY=V[,V...] ... [--dry-run] [--gpu NAME] [--json | --csv] [bench flags]
 //
 // Runs `megatron bench` once per point of the matrix (cli/bench_sweep.h) and prints, per
-// configuration, the iteration latency (ms) and memory per GPU (SEEDS.md §3), then the
-// benchmark's result table (cli/bench_table.h) of the configurations that produced numbers.
+// configuration, the iteration latency (ms) and memory per GPU (docs/benchmarking.md, "Sweeps"),
+// then the benchmark's result table (cli/bench_table.h) of the configurations that produced
+// numbers.
 //  - Every point is checked first: its flags must parse (the model shape, batch, recompute) and
 //    its layout must be valid (plan::validate_layout: divisibility, SP, batch); otherwise it is
 //    listed as skipped with the one-line reason.

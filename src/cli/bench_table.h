@@ -1,6 +1,6 @@
-// The NLP benchmark's result table (SEEDS.md §1): one row per run, printed by `megatron bench`
-// at the end of a run, written as JSON fields and CSV, and merged from several runs' JSON
-// files by `megatron bench --table results/*.json`.
+// The NLP benchmark's result table (docs/benchmarking.md, "The NLP (Megatron-LM) benchmark"): one
+// row per run, printed by `megatron bench` at the end of a run, written as JSON fields and CSV, and
+// merged from several runs' JSON files by `megatron bench --table results/*.json`.
 //
 // Columns: Model Size [B] | Nodes | GPUs/node | Batch Size | Pipeline Parallel | Tensor Parallel |
 // Data Parallel | Micro-batch | Tokens/sec | Report Time [s] | TFLOP/s/GPU | Memory/GPU [GiB]

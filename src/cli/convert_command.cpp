@@ -1,4 +1,5 @@
-// megatron convert: checkpoint <-> Hugging Face GPT-2, and offline resharding (DESIGN.md).
+// megatron convert: checkpoint <-> Hugging Face GPT-2, and offline resharding
+// (docs/checkpoints.md, "Converting").
 //
 //   megatron convert --load A --save B [--target-tensor-parallel-size T]
 //                    [--target-pipeline-model-parallel-size P] [--make-vocab-size-divisible-by N]

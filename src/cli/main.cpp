@@ -1,4 +1,4 @@
-// megatron: one program, several commands (DESIGN.md "One program, several commands").
+// megatron: one program, several commands (docs/design.md, "One program, several commands").
 #include <cstdio>
 #include <cstring>
 #include <exception>

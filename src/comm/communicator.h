@@ -1,5 +1,5 @@
 // Communicator: the collectives that parallel training needs, over one group of ranks, on
-// Tensors (DESIGN.md decision 3: "parallelism is data layout plus collectives, written once").
+// Tensors (docs/design.md, "Parallelism is data layout plus collectives": written once).
 // Implementations: SelfCommunicator (one rank, self_communicator.h), MpiCommunicator (host
 // tensors, Open MPI, mpi_communicator.h), always used through HostStagedCommunicator (device
 // tensors and 16-bit reductions staged through host memory, host_staged_communicator.h), and

@@ -1,4 +1,4 @@
-// Starting and connecting the ranks of a job (DESIGN.md "Launching").
+// Starting and connecting the ranks of a job (docs/design.md, "Launching").
 //
 // connect_ranks: this process's world communicator, chosen by what started it and where it
 // computes:

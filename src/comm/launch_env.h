@@ -1,13 +1,13 @@
 // Who am I: the rank, world size and local rank of this process, read from the environment of
-// whatever started it (DESIGN.md "Launching"), in this order:
+// whatever started it (docs/design.md, "Launching"), in this order:
 //   1. torchrun and `megatron train --nproc-per-node` workers: RANK, WORLD_SIZE, LOCAL_RANK;
 //   2. Open MPI (mpirun): OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK;
 //   3. Slurm (srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID;
 //   4. otherwise a single process (rank 0 of 1).
-// Open MPI comes before Slurm (DESIGN.md lists Slurm first) because mpirun run inside an sbatch
-// script inherits the batch step's SLURM_PROCID=0 on every rank; its own variables are the
-// nearer launcher's. MASTER_ADDR/MASTER_PORT (default 127.0.0.1:29500, torchrun's) locate the
-// TCP rendezvous that carries NCCL's unique id when MPI is not there.
+// Open MPI comes before Slurm because mpirun run inside an sbatch script inherits the batch step's
+// SLURM_PROCID=0 on every rank; its own variables are the nearer launcher's.
+// MASTER_ADDR/MASTER_PORT (default 127.0.0.1:29500, torchrun's) locate the TCP rendezvous that
+// carries NCCL's unique id when MPI is not there.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// CPU ranks over MPI (Open MPI from Debian): the Communicator of DESIGN.md for runs started
+// CPU ranks over MPI (Open MPI from Debian): the Communicator (comm/communicator.h) for runs started
 // by mpirun (or srun with PMIx). Tensors must be host tensors (no CUDA-aware MPI is assumed);
 // reductions take fp32 (and fp64 host scalars); gathers, broadcasts and send/recv any dtype.
 // Every MPI call is checked: the communicators use MPI_ERRORS_RETURN and a failed call throws

@@ -1,4 +1,4 @@
-// GPU ranks over NCCL: the Communicator of DESIGN.md for CUDA runs. Collectives are enqueued
+// GPU ranks over NCCL: the Communicator (comm/communicator.h) for CUDA runs. Collectives are enqueued
 // on the CUDA backend's stream (so they order with the ops before and after them, no extra
 // synchronisation); host-scalar reductions synchronise. Reductions take fp32, bf16 and fp16;
 // uneven reduce-scatter / all-gather run as grouped ncclReduce / ncclBroadcast calls (one per

@@ -1,6 +1,6 @@
 // Megatron's rank layout, as pure functions (no communication): which global ranks form each
-// parallel group. Order "tp-cp-dp-pp", fastest-varying first (megatron-facts §7,
-// parallel_state.RankGenerator with ep = 1):
+// parallel group. Order "tp-cp-dp-pp", fastest-varying first (docs/megatron-formats.md, "Parallel
+// groups and rank order"; parallel_state.RankGenerator with ep = 1):
 //
 //   rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank))
 //

@@ -1,5 +1,5 @@
 // The one thing exchanged outside a communicator: NCCL's unique id, from rank 0 to every
-// rank, over TCP at MASTER_ADDR:MASTER_PORT (torchrun's convention; DESIGN.md "Launching"),
+// rank, over TCP at MASTER_ADDR:MASTER_PORT (torchrun's convention; docs/design.md, "Launching"),
 // for GPU ranks started without MPI. Rank 0 listens and sends the bytes to each of the
 // world - 1 ranks that connect; the others connect (retrying while rank 0 is not up yet) and
 // read them. Errors and timeouts throw megatron::Error naming the address.

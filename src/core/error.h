@@ -1,4 +1,4 @@
-// Errors: one rule in two parts (STYLE.md §9.3).
+// Errors: one rule in two parts (docs/design.md, "Errors").
 //  - Bad input (flags, files, user shapes) throws megatron::Error with a one-line
 //    message that names the flag, file or line and what was expected. Only main()
 //    and tests catch it; main() prints "error: <message>" and exits non-zero.

@@ -1,6 +1,7 @@
 // Tensor: a dtype, a shape and a view into reference-counted device storage. Always
 // contiguous (row-major); views share storage. Tensors carry no autograd: model/ layers
-// keep what their backward needs explicitly (DESIGN.md decision 1).
+// keep what their backward needs explicitly (docs/design.md, "Explicit forward and backward, no
+// autograd").
 #pragma once
 
 #include <cstdint>

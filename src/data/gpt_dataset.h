@@ -1,6 +1,6 @@
 // The GPT sample index of classic Megatron-LM (C23 f7727433: megatron/data/gpt_dataset.py,
 // dataset_utils.py get_train_valid_test_split_, helpers.cpp build_sample_idx), with its
-// index-cache files, reproduced bit for bit (../shared/reference/megatron-facts.md §2).
+// index-cache files, reproduced bit for bit (docs/megatron-formats.md, "GPT samples from a dataset").
 //
 // A GPTDataset is one split (train/valid/test) of one indexed dataset: the sequence
 // ids [doc_begin, doc_end) are the split's "documents" (each sequence is a document).

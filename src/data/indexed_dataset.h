@@ -1,6 +1,6 @@
 // Megatron's indexed dataset: "<prefix>.bin" (raw tokens) + "<prefix>.idx" (MMIDIDX v1).
 //
-// .idx layout (little-endian; ../shared/reference/megatron-facts.md §1):
+// .idx layout (little-endian; docs/megatron-formats.md, "Indexed dataset"):
 //   0   9 B  magic "MMIDIDX\0\0"
 //   9   u64  version = 1
 //   17  u8   dtype code of the tokens (8 = uint16, 4 = int32, ...)

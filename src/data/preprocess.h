@@ -1,6 +1,6 @@
-// `megatron preprocess`: JSONL(.gz/.xz/.zst) -> {prefix}_{key}_document.bin/.idx,
-// byte-identical to Megatron-LM's tools/preprocess_data.py (Encoder.encode +
-// IndexedDatasetBuilder; ../shared/reference/megatron-facts.md §1.3) for any worker count.
+// `megatron preprocess`: JSONL(.gz/.xz/.zst) -> {prefix}_{key}_document.bin/.idx, byte-identical to
+// Megatron-LM's tools/preprocess_data.py (Encoder.encode + IndexedDatasetBuilder;
+// docs/megatron-formats.md, "What tools/preprocess_data.py writes") for any worker count.
 //
 // Per line: json.loads semantics (data/json_text.h); for each key the value is one
 // sentence (a string) or a list of sentences; each sentence is tokenized, empty token

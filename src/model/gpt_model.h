@@ -10,9 +10,10 @@
 //   mean kept); --swiglu (fc1 gives [gate | up] of f each, the activation silu(gate) * up;
 //   FC2's backward is then not fused with the activation's, which uses a workspace [n, f]).
 //
-// Explicit forward and backward, no autograd (DESIGN.md decision 1). Every buffer is
-// allocated once at construction for the configured micro-batch (model/memory_plan.h sizes
-// them by formula and --dry-run prints that plan); a step allocates nothing.
+// Explicit forward and backward, no autograd (docs/design.md, "Explicit forward and backward, no
+// autograd"). Every buffer is allocated once at construction for the configured micro-batch
+// (model/memory_plan.h sizes them by formula and --dry-run prints that plan); a step allocates
+// nothing.
 //
 // Saved per layer for backward (rows n = s*b, activation dtype = model dtype):
 //   input x [n,h] (= the previous layer's output), LN1 out [n,h], LN1 mean/rstd [n] fp32,
@@ -20,8 +21,9 @@
 //   LN2 out [n,h], LN2 mean/rstd [n] fp32, fc1 out (before bias+GELU) [n,f], GELU out [n,f]
 // (q = heads * kv_channels). Dropout masks are regenerated from Philox, not stored.
 //
-// Tensor parallelism over T ranks (Megatron-core's layout, DESIGN.md decision 3; the
-// collectives are tensor_parallel/mappings.h, the partitions tensor_parallel/partition.h):
+// Tensor parallelism over T ranks (Megatron-core's layout; docs/design.md, "Parallelism is data
+// layout plus collectives"; the collectives are tensor_parallel/mappings.h, the partitions
+// tensor_parallel/partition.h):
 //   word embedding, output layer  vocab-parallel [V/T, h] (tensor_parallel/vocab_parallel.h)
 //   QKV [3q/T, h] + bias, FC1 [f/T, h] + bias   column-parallel (rank r: heads [r H/T, (r+1) H/T))
 //   proj [h, q/T], FC2 [h, f/T]                  row-parallel: output all-reduced, then the

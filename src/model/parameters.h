@@ -40,7 +40,8 @@ struct Parameter {
   // its sequence rows, so the gradient is a partial sum, all-reduced over TP (LayerNorms).
   bool sequence_parallel = false;
   Init init = Init::kZeros;
-  bool no_weight_decay = false;  // biases and 1-D parameters (megatron-facts §3.5)
+  // Biases and 1-D parameters (docs/megatron-formats.md, "Weight-decay exclusion").
+  bool no_weight_decay = false;
   // Megatron's `shared` attribute: the last pipeline stage's copy of the tied word embedding.
   // Its gradient is summed with the first stage's (embedding group); it is left out of the
   // norms (the first stage's copy counts) and of checkpoints (the first stage saves it).

@@ -26,8 +26,9 @@ struct Range {
 std::vector<Range> grad_buckets(std::span<const int64_t> offsets, int64_t total, int64_t bucket_size,
                                 std::span<const int64_t> starts, int64_t held = -1);
 
-// Megatron's bucket size with --overlap-grad-reduce (and no --ddp-bucket-size /
-// --ddp-num-buckets): max(4e7, 1e6 dp) elements (megatron-facts §9).
+// Megatron's bucket size with --overlap-grad-reduce (and no --ddp-bucket-size / --ddp-num-buckets):
+// max(4e7, 1e6 dp) elements (docs/megatron-formats.md, "Distributed optimizer and gradient
+// buffers").
 int64_t overlap_bucket_elements(int64_t dp);
 
 // The dp pieces of a bucket of n elements: counts[r] = clamp(n - r*S, 0, S), S = ceil(n/dp).
@@ -38,7 +39,8 @@ std::vector<int64_t> shard_counts(int64_t n, int64_t dp);
 // start at the end of the backward, where the copy engines, slowed by the compute beside them,
 // finish after it: 350M DP4 on 4 x H200, the second-to-last bucket's 168 MB took 2.9 ms instead
 // of 1.2 on the SMs). Two measured best on 2 x H200 (350M 95.7-96.0% against 94.5-95.4% with
-// none and 95.1-95.3% with one; 1.3B 96.6% against 96.0%; bench/RESULTS.md, twentieth session).
+// none and 95.1-95.3% with one; 1.3B 96.6% against 96.0%; bench/results/2026-11-28.md, "the
+// data-parallel collectives on the copy engines", call 7).
 constexpr size_t kCopyEngineTailBuckets = 2;
 // The fp32 elements of the all-to-all's receive buffer: dp pieces of ceil(n / dp) of the
 // largest bucket that uses the copy engines (0 when only the tail is left, as with one bucket).

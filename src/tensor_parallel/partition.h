@@ -1,7 +1,7 @@
 // How a parameter is split over the tensor-parallel group (Megatron's tensor_model_parallel /
 // partition_dim / partition_stride=1 attributes) and the index math between a rank's shard and
 // the global tensor, used to initialise shards with the single-process values and to save and
-// load checkpoints with global shapes (DESIGN.md decision 6).
+// load checkpoints with global shapes (docs/design.md, "Interoperable files").
 //
 //   dim -1: replicated (LayerNorm, position embedding, row-parallel biases): shard == global.
 //   dim  0: rows split (column-parallel weights [out/T, in] and biases [out/T], the vocab-

@@ -1,5 +1,5 @@
-// Checkpoint directories: Megatron-LM's layout (reference/megatron-facts.md §6) with our files
-// (DESIGN.md decision 6). This is the file layer only; train/trainer.cpp decides what goes in.
+// Checkpoint directories: Megatron-LM's layout (docs/megatron-formats.md, "Checkpoints") with our
+// files (docs/checkpoints.md). This is the file layer only; train/trainer.cpp decides what goes in.
 //
 //   DIR/latest_checkpointed_iteration.txt   "100" (no newline) or "release", as Megatron writes it
 //   DIR/iter_0000100/                       'iter_{:07d}'

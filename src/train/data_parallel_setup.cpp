@@ -69,7 +69,9 @@ bool overlaps_grad_reduce(const TrainConfig& config) { return config.overlap_gra
 DataParallelOptions data_parallel_options(const TrainConfig& config, comm::ProcessGroups& groups,
                                           model::GPTModel& model) {
   DataParallelOptions dp;
-  dp.group = groups.dp_cp.get();  // gradients are reduced over dp x cp (megatron-facts §9)
+  // Gradients are reduced over dp x cp (docs/megatron-formats.md, "Distributed optimizer and
+  // gradient buffers").
+  dp.group = groups.dp_cp.get();
   dp.distributed = config.use_distributed_optimizer;
   dp.bucket_size = ddp_bucket_size(config, groups.dp_cp->size(), model.parameters().total_numel());
   dp.model_parallel = groups.model_parallel.get();  // norms and the inf flag span TP x PP

@@ -1,5 +1,6 @@
 // Data-parallel gradient reduction over the model's flat fp32 main-grad buffer (Megatron's
-// ParamAndGradBuffer, megatron-facts §9), and the distributed optimizer's shard ranges.
+// ParamAndGradBuffer; docs/megatron-formats.md, "Distributed optimizer and gradient buffers"), and
+// the distributed optimizer's shard ranges.
 //
 // Layout. model::ParameterSet keeps values and grads in registration order; backward produces
 // the gradients of the last registered parameters first. Buckets are therefore cut walking

@@ -1,5 +1,6 @@
-// The optimizer step (train/ holds it because it ties model/ parameters to optim/ math) of Megatron's MixedPrecisionOptimizer / FP32Optimizer (megatron-facts
-// §3.6, §3.7) over a model::ParameterSet:
+// The optimizer step (train/ holds it because it ties model/ parameters to optim/ math) of
+// Megatron's MixedPrecisionOptimizer / FP32Optimizer (docs/megatron-formats.md, "Mixed precision,
+// loss scaling, skipped iterations" and "Gradient clipping") over a model::ParameterSet:
 //   1. gradients are already fp32 (main_grad);
 //   2. fp16: unscale by 1/loss_scale and check for inf/nan; the scaler updates; on overflow
 //      the step is skipped (returns success = false, no grad norm, the LR does not step);
@@ -16,13 +17,13 @@
 // it runs on any backend; the scalars it needs on the host are the norm and the inf flag.
 //
 // Data parallelism (train/grad_buffer.h). reduce_gradients() averages the gradients over the
-// data-parallel group. Without --use-distributed-optimizer every rank then holds the same
-// gradients and steps the whole (replicated) state. With it (megatron-facts §9) the fp32 state
-// exists only for the ranges this rank owns ([owned_numel] elements, ~P/dp): the inf check,
-// the grad norm (sqrt of the all-reduced sum of the shards' sums of squares), clipping and
-// Adam run on the owned ranges, the new values are cast into the owned ranges of the model
-// parameters and all-gathered. Results are the same on every rank: the inf flag and the
-// norm are reduced over the group, so every rank skips or clips alike.
+// data-parallel group. Without --use-distributed-optimizer every rank then holds the same gradients
+// and steps the whole (replicated) state. With it (docs/megatron-formats.md, "Distributed optimizer
+// and gradient buffers") the fp32 state exists only for the ranges this rank owns ([owned_numel]
+// elements, ~P/dp): the inf check, the grad norm (sqrt of the all-reduced sum of the shards' sums
+// of squares), clipping and Adam run on the owned ranges, the new values are cast into the owned
+// ranges of the model parameters and all-gathered. Results are the same on every rank: the inf flag
+// and the norm are reduced over the group, so every rank skips or clips alike.
 //
 // Tensor parallelism. Each rank's ParameterSet holds its shards, and the gradient buffer,
 // buckets and (distributed) optimizer state are per rank over those shards; the DP reduction

@@ -3,7 +3,7 @@
 //
 // Our checkpoints hold every tensor in its global shape (checkpoint_io.h), so the files do not
 // depend on TP/PP/DP. What does depend on the layout:
-//   - the padded vocabulary (reference/megatron-facts.md §10):
+//   - the padded vocabulary (docs/megatron-formats.md, "Tensor-parallel layers and vocabulary padding"):
 //       V_pad = ceil(V / (N * T)) * (N * T),  N = --make-vocab-size-divisible-by, T = TP size.
 //     The trainer refuses a checkpoint whose padded size differs from its own (checkpoint.h),
 //     so the rows of embedding.word_embeddings.weight and output_layer.weight (untied), and of

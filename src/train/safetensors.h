@@ -1,5 +1,5 @@
 // safetensors files (https://huggingface.co/docs/safetensors): the tensor format of our
-// checkpoints (DESIGN.md decision 6). No pickle, no code: a header and raw bytes.
+// checkpoints (docs/design.md, "Interoperable files"). No pickle, no code: a header and raw bytes.
 //
 // Layout, all little-endian:
 //   8 bytes      N, the header length (uint64)

@@ -1,5 +1,5 @@
-// Megatron-LM's training log lines, formatting only (megatron-facts.md §4): the caller prints
-// the returned strings on the right rank (the iteration line on the last rank).
+// Megatron-LM's training log lines, formatting only (docs/megatron-formats.md, "Log lines"): the
+// caller prints the returned strings on the right rank (the iteration line on the last rank).
 //
 // The iteration line, HEAD style (the default), fields in Megatron's order, each " ... |":
 //   " [2026-01-02 03:04:05.123456] iteration       10/    1000 | consumed samples:          640 |

@@ -1,4 +1,4 @@
-// Rank discovery from the launchers' environments (DESIGN.md "Launching").
+// Rank discovery from the launchers' environments (docs/design.md, "Launching").
 #include "comm/launch_env.h"
 
 #include <gtest/gtest.h>

@@ -1,5 +1,6 @@
-// Megatron's tp-cp-dp-pp layout (megatron-facts §7), checked against the worked example there
-// and against the definition (a group = the ranks sharing every coordinate outside it).
+// Megatron's tp-cp-dp-pp layout (docs/megatron-formats.md, "Parallel groups and rank order"),
+// checked against the worked example there and against the definition (a group = the ranks sharing
+// every coordinate outside it).
 #include "comm/rank_layout.h"
 
 #include <gtest/gtest.h>

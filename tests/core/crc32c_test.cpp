@@ -47,8 +47,8 @@ TEST(Crc32c, ExtendEqualsWhole) {
   EXPECT_NE(crc32c(t), whole);
 }
 
-// TFRecord masking: the masked CRCs of the record in /work/shared/reference/users.md §3.5
-// (uint64 length 29 -> masked 0x23df2f60), and mask/unmask are inverse.
+// TFRecord masking: the masked CRCs of the record in docs/megatron-formats.md, "TensorBoard event
+// files" (uint64 length 29 -> masked 0x23df2f60), and mask/unmask are inverse.
 TEST(Crc32c, TfRecordMask) {
   const uint8_t length29[8] = {0x1d, 0, 0, 0, 0, 0, 0, 0};
   EXPECT_EQ(crc32c_mask(crc32c(length29, 8)), 0x23df2f60u);

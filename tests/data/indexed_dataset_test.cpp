@@ -43,7 +43,8 @@ void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-// The worked example of megatron-facts.md §1.1: documents of 3 and 2 uint16 tokens.
+// The worked example of docs/megatron-formats.md, ".idx layout": documents of 3 and 2 uint16
+// tokens.
 TEST(IndexedDatasetWriter, MatchesTheMegatronWorkedExampleByteForByte) {
   std::string prefix = test::scratch_dir("idx_example") + "/ex";
   IndexedDatasetWriter w(prefix, TokenDType::kUInt16);

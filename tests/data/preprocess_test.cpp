@@ -102,7 +102,7 @@ TEST(Preprocess, OutputDoesNotDependOnWorkerCount) {
 }
 
 TEST(Preprocess, DocumentsRoundTripToTheirText) {
-  // STYLE.md 9.6: write -> read -> decode gives back the raw text.
+  // A round trip (docs/design.md, "Tests"): write -> read -> decode gives back the raw text.
   const std::string dir = test::scratch_dir("preprocess_roundtrip");
   const std::string corpus = brown_corpus(30);
   write_file(dir + "/in.jsonl", corpus);

@@ -350,12 +350,12 @@ TEST(PipelineSchedule, EveryShapeRunsWithoutDeadlock) {
   }
 }
 
-// What 4 x H100 showed (bench/RESULTS.md, sixteenth session): PP4 with 2 micro-batches hung in
-// its first iteration while 8 micro-batches ran. Without links opened first, stage 0's first
-// receive from stage 1 (B0) shares a group with F1's send, which stage 1 receives in a group
-// before its own first send to stage 0: stage 0 waits in the connection for a message that
-// needs F1 (with 1 micro-batch: [sF0>1 rB0<1] against stage 1's [rF0<0]). From 4
-// micro-batches on, the first messages each way are in matching groups.
+// What 4 x H100 showed (bench/results/2026-11-28.md, "the first 4-GPU machine"): PP4 with 2
+// micro-batches hung in its first iteration while 8 micro-batches ran. Without links opened first,
+// stage 0's first receive from stage 1 (B0) shares a group with F1's send, which stage 1 receives
+// in a group before its own first send to stage 0: stage 0 waits in the connection for a message
+// that needs F1 (with 1 micro-batch: [sF0>1 rB0<1] against stage 1's [rF0<0]). From 4 micro-batches
+// on, the first messages each way are in matching groups.
 TEST(PipelineSchedule, LazyConnectionsDeadlockFewerMicroBatchesThanStages) {
   const std::set<std::pair<int64_t, int64_t>> none;
   const auto links = neighbour_links(4, 1);

@@ -70,11 +70,11 @@ TEST(PlanNcclMemory, GroupsOfOneRankCostNothing) {
   EXPECT_EQ(nccl_memory(layout(2, 1, 1, 0, false), 0).communicators.size(), 3u);  // each its own
 }
 
-// bench/RESULTS.md, `megatron bench` rows on 2 x H200 (2026-11-23, NVLink, NCCL_NVLS_ENABLE=0,
-// micro-batch 4, bf16): measured device memory per GPU. What NCCL holds there is the
-// measurement beyond our own allocations (the engine's exact plan, model::plan_memory), less
-// the same model's 1-GPU excess (0.07 / 0.10 GiB: cuBLAS/cuDNN workspaces and loaded kernels,
-// present without NCCL too).
+// bench/results/2026-11-23.md, "`megatron bench` rows with PP, TP and DP on GPUs" (2 x H200,
+// NVLink, NCCL_NVLS_ENABLE=0, micro-batch 4, bf16): measured device memory per GPU. What NCCL holds
+// there is the measurement beyond our own allocations (the engine's exact plan,
+// model::plan_memory), less the same model's 1-GPU excess (0.07 / 0.10 GiB: cuBLAS/cuDNN workspaces
+// and loaded kernels, present without NCCL too).
 struct Measured {
   const char* name;
   int64_t layers, hidden, heads;

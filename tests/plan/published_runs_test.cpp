@@ -1,10 +1,10 @@
-// The throughput model against published large-scale Megatron-LM runs (issue 7, validation (b)):
-// every row's predicted tokens/s per GPU must lie within 20% of the published figure, except
-// the rows listed as known misses, which must stay outside it (so the list is kept honest: a
+// The throughput model against published large-scale Megatron-LM runs (docs/planner.md, "How good
+// it is"): every row's predicted tokens/s per GPU must lie within 20% of the published figure,
+// except the rows listed as known misses, which must stay outside it (so the list is kept honest: a
 // model change that fixes one fails here until the row moves out of the list).
 //
 // Published figures are TFLOP/s per GPU, turned into tokens/s per GPU with each source's own
-// FLOPs-per-token formula (perf-anchors.md §0):
+// FLOPs-per-token formula (docs/performance-references.md, "FLOPs-per-token conventions"):
 //   Narayanan et al. 2021 (SC21, arXiv 2104.04473) Table 1, A100 80GB on Selene:
 //     96*L*h^2*(1 + s/(6h) + V/(16*L*h)), V = 51,200 (counts the recompute forward)
 //     Layouts, batch sizes and the virtual pipeline from Megatron-LM examples/sc21/run_table_1.sh
@@ -17,7 +17,7 @@
 //     Not published: micro-batch (1 assumed), virtual pipeline (1 assumed), precision (bf16
 //     assumed); distributed optimizer and SP for TP > 1 assumed (Megatron-Core's recommended
 //     setting for these runs).
-// bench/RESULTS.md "plan validation vs published" (2026-11-23) records the table this test prints.
+// bench/results/2026-11-23.md, "plan validation vs published", records the table this test prints.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -72,7 +72,7 @@ Prediction predict_run(const Source& src, const PublishedRun& r, bool overlap_gr
   return evaluate_layout(m, cl, p).prediction;
 }
 
-// Checks every row and prints the comparison table (markdown, for bench/RESULTS.md), then
+// Checks every row and prints the comparison table (markdown, for bench/results/), then
 // where the predicted iteration goes (percent of the predicted iteration time).
 void check(const Source& src, const PublishedRun* rows, size_t n, int64_t last_overlapped_size) {
   std::printf("| model | TP x PP x DP (vp) | mbs | GBS | published tok/s/GPU | predicted | error | TFLOP/s pub. | pred. |\n"
@@ -111,12 +111,13 @@ void check(const Source& src, const PublishedRun* rows, size_t n, int64_t last_o
   }
 }
 
-// Why the listed rows stay off (bench/RESULTS.md "plan validation vs published" has the numbers).
+// Why the listed rows stay off (bench/results/2026-11-23.md, "plan validation vs published", has
+// the numbers).
 constexpr const char* kSmallMegatron =
     "small TP: at h = 2048..4096 Megatron-Core ran at 41-47% MFU, our engine's calibration at 53%; "
     "the planner predicts our per-layer kernels";
 
-// Narayanan et al. 2021 Table 1 (perf-anchors.md §1.3).
+// Narayanan et al. 2021 Table 1 (docs/performance-references.md, "Narayanan et al. 2021, Table 1").
 const PublishedRun kNarayanan[] = {
     {"1.7B", 24, 2304, 24, 1, 1, 1, 32, 16, 512, 137, nullptr},
     {"3.6B", 30, 3072, 32, 2, 1, 1, 64, 16, 512, 138, nullptr},
@@ -136,7 +137,7 @@ TEST(PlanPublished, NarayananTable1OnA100) {
   check(src, kNarayanan, std::size(kNarayanan), 40 * 6144);  // torch DDP (overlapped) up to 18.4B
 }
 
-// Megatron-LM README, H100 weak scaling (perf-anchors.md §1.1).
+// Megatron-LM README, H100 weak scaling (docs/performance-references.md, "H100 weak scaling").
 const PublishedRun kMegatronH100[] = {
     {"1.7B", 24, 2048, 16, 1, 1, 1, 48, 1, 192, 408.8, kSmallMegatron},
     {"7.1B", 30, 4096, 32, 2, 1, 1, 96, 1, 192, 465.9, kSmallMegatron},

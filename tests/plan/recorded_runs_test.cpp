@@ -1,17 +1,17 @@
-// `megatron plan` against our own recorded runs (issue 7, validation (a)).
+// `megatron plan` against our own recorded runs (docs/planner.md, "How good it is").
 //
-// 2 x H200: the ten rows of bench/RESULTS.md "`megatron bench` rows with PP, TP and DP on GPUs"
-// (2026-11-23, micro-batch 4, bf16, NCCL_NVLS_ENABLE=0) must each be within 5% of the measured
-// device memory, and on two GPUs NCCL's buffers (plan/nccl_memory.h) must bring the plan closer
-// than it is without them. Their tokens/s is printed; planned with the flags they ran with, every
-// row must be within 10% but 1.3B TP2 + SP (a known miss, see the test).
+// 2 x H200: the ten rows of bench/results/2026-11-23.md, "`megatron bench` rows with PP, TP and DP
+// on GPUs" (micro-batch 4, bf16, NCCL_NVLS_ENABLE=0) must each be within 5% of the measured device
+// memory, and on two GPUs NCCL's buffers (plan/nccl_memory.h) must bring the plan closer than it is
+// without them. Their tokens/s is printed; planned with the flags they ran with, every row must be
+// within 10% but 1.3B TP2 + SP (a known miss, see the test).
 //
 // One H100: the twelve rows of `bench/gpu_plan_validation.sh PACK OUT 1` (2026-11-23,
-// bench/recorded/one_{350m,1.3b,2.7b}.json; bench/RESULTS.md "plan validation (a) on one H100,
-// 12 runs; refit") and the four side-by-side runs of the third session
-// (bench/recorded/one_side_by_side_s3.json; bench/RESULTS.md "planner: memory-bound bytes from
-// the fused engine") must each be within 10% in tokens/s and 5% in memory. The GEMM curve was
-// fitted on three of the twelve (the "fit" rows); the other thirteen are held out.
+// bench/recorded/one_{350m,1.3b,2.7b}.json; bench/results/2026-11-23.md, "plan validation (a) on
+// one H100, 12 runs; refit") and the four side-by-side runs of tree 3651ee3
+// (bench/recorded/one_side_by_side_s3.json; bench/results/2026-11-23.md, "planner: memory-bound
+// bytes from the fused engine") must each be within 10% in tokens/s and 5% in memory. The GEMM
+// curve was fitted on three of the twelve (the "fit" rows); the other thirteen are held out.
 //
 // Each row is predicted with the engine settings of the code that ran it (engine_profile.h):
 // the H200 rows predate both residual fusions, the sweep the residual add in the GEMM epilogue.
@@ -51,7 +51,9 @@ Candidate plan_run(const RecordedRun& r) {
   cl.gpu = find_gpu("h200-141gb");
   cl.gpus_per_node = r.gpus;
   cl.nodes = 1;
-  // Before the second session: bias-dropout-add and a separate residual-gradient add.
+  // The engine before the residual fusions (bench/results/2026-11-23.md, "LayerNorm: warp-per-row
+  // forward by default, residual add fused into the backward"): bias-dropout-add and a separate
+  // residual-gradient add.
   cl.engine.residual_add_in_gemm_epilogue = false;
   cl.engine.residual_grad_add_in_layernorm = false;
   cl.engine.shared_process_groups = false;  // every process-group kind its own communicator then
@@ -96,8 +98,7 @@ TEST(PlanRecordedRuns, TwoH200RunsMemoryAndTokensPerSecond) {
       EXPECT_LT(std::fabs(error), std::fabs(error_without)) << r.model << " pp " << r.pp << " tp " << r.tp;
     }
     // Planned with the flags they ran with (blocking TP all-reduces, no --overlap-grad-reduce):
-    // within 10% but for the 1.3B TP2 + SP row (+10.8%; the eighth session's TP2 rows below
-    // miss too).
+    // within 10% but for the 1.3B TP2 + SP row (+10.8%; the 2026-11-24 TP2 rows below miss too).
     if (!(r.tp == 2 && r.hidden == 2048)) {
       EXPECT_LT(std::fabs(speed_error), 0.10) << r.model << " on " << r.gpus << " GPUs, batch " << r.global_batch
                                               << ": predicted " << k.prediction.tokens_per_s << " tokens/s, measured "
@@ -108,11 +109,11 @@ TEST(PlanRecordedRuns, TwoH200RunsMemoryAndTokensPerSecond) {
   }
 }
 
-// 2 x H200 again, eighth session (2026-11-24, bench/RESULTS.md "eighth session", call 12): the
-// same ten layouts measured on the tree of that session (both residual fusions; the TP input
-// gradient's reduction overlapped with the weight-gradient GEMM), the DP2 rows now with the
-// distributed optimizer and both overlaps. Memory within 5% on every row, tokens/s within 10%
-// on every row but TP2 + SP (see the test).
+// 2 x H200 again (bench/results/2026-11-24.md, "every parallel layout on one GPU; can AdamW hide
+// behind the forward?", call 12): the same ten layouts measured on the tree of that day (both
+// residual fusions; the TP input gradient's reduction overlapped with the weight-gradient GEMM),
+// the DP2 rows now with the distributed optimizer and both overlaps. Memory within 5% on every row,
+// tokens/s within 10% on every row but TP2 + SP (see the test).
 const RecordedRun kRunsS8[] = {
     {"gpt3-1.3b", 24, 2048, 16, 1, 4, 1, 1, 1, 35.36, 64033.1},  {"gpt3-1.3b", 24, 2048, 16, 2, 4, 1, 2, 1, 18.80, 83073.7},
     {"gpt3-1.3b", 24, 2048, 16, 1, 32, 1, 1, 1, 35.36, 68107.7}, {"gpt3-1.3b", 24, 2048, 16, 2, 32, 2, 1, 1, 25.93, 115584.1},
@@ -142,11 +143,11 @@ TEST(PlanRecordedRuns, TwoH200RunsOfTheEighthSession) {
                 k.prediction.tokens_per_s, 100.0 * speed_error, r.measured_gib, planned, 100.0 * error);
     EXPECT_LT(std::fabs(error), 0.05) << r.model << " tp " << r.tp << " pp " << r.pp << " dp " << r.dp;
     // Known miss: under TP2 + SP the ops take half the one-GPU time, as planned, but the
-    // collectives leave ~39 ms of the 1.3B step exposed (call 13's profile: ~1.6 ms per layer,
-    // ~105 GB/s effective for ~10 all-gathers / reduce-scatters of [8192, 2048] bf16 per
-    // layer), where the planner's NVLink term, even at our measured share of the link for these
-    // messages (engine_profile.h) and with the dy gathers counted, expects less: +19.6% at 1.3B,
-    // +11.4% at 2.7B. The same layouts with the nineteenth session's binary are within 10%
+    // collectives leave ~39 ms of the 1.3B step exposed (call 13's profile: ~1.6 ms per layer, ~105
+    // GB/s effective for ~10 all-gathers / reduce-scatters of [8192, 2048] bf16 per layer), where
+    // the planner's NVLink term, even at our measured share of the link for these messages
+    // (engine_profile.h) and with the dy gathers counted, expects less: +19.6% at 1.3B, +11.4% at
+    // 2.7B. The same layouts with the binary of 2026-11-28 are within 10%
     // (FourH200RunsOfTheNineteenthSession). The DP2 and PP2 rows are within 10%.
     if (r.tp == 1) {
       EXPECT_LT(std::fabs(speed_error), 0.10) << r.model << " pp " << r.pp << " dp " << r.dp;
@@ -158,11 +159,11 @@ TEST(PlanRecordedRuns, TwoH200RunsOfTheEighthSession) {
 
 // One H100 80GB, 2026-11-23, measured ms/iter and device memory:
 // "sweep": `megatron bench --sweep mbs=.. recompute=none,full` (bf16, dropout 0, TP = PP = DP =
-//   1, global batch = micro-batch) as bench/gpu_plan_validation.sh ran it in the second session
-//   (tree 42f7df9: the residual add still a bias-dropout-add kernel), copied from
+//   1, global batch = micro-batch) as bench/gpu_plan_validation.sh ran it on tree 42f7df9 (the
+//   residual add still a bias-dropout-add kernel), copied from
 //   bench/recorded/one_{350m,1.3b,2.7b}.json;
-// "side by side": `megatron bench` at the issue's shapes (same flags) next to PyTorch in the
-//   third session (tree 3651ee3: the residual add in the projection / FC2 GEMM epilogue), copied
+// "side by side": `megatron bench` at the four reference shapes (same flags) next to PyTorch on tree
+//   3651ee3 (the residual add in the projection / FC2 GEMM epilogue), copied
 //   from bench/recorded/one_side_by_side_s3.json.
 struct H100Run {
   const char* model;
@@ -228,15 +229,15 @@ TEST(PlanRecordedRuns, SixteenSingleH100RunsWithinTenPercentAndFivePercent) {
   std::printf("worst held-out tokens/s error: %.1f%%\n", 100.0 * worst_held_out);
 }
 
-// 4 x H100 80GB, sixteenth session (2026-11-28, bench/RESULTS.md "the first 4-GPU machine"):
-// `megatron train` on the Brown Corpus (bf16, dropout 0), the measured ms per iteration its
-// closing line printed (after the first log interval) for every layout of
-// bench/gpu_data_parallel.sh and bench/gpu_model_parallel.sh, with the flags each ran with.
-// Within 10% in tokens/s (predicted / measured - 1), all 14: the 1-GPU rows, DP4, PP4, and, since
-// the TP collectives run at our measured share of NVLink for their message size
-// (engine_profile.h our_tp_collective_share, taken from collective timings, not from these step
-// times) and the SP backward's all-gathers of dy are counted (nineteenth session), TP4 + SP and
-// TP2 + SP x PP2 at both sizes. The 1.3B DP4 rows with overlap (+10.5%, and +11.9% with the
+// 4 x H100 80GB (bench/results/2026-11-28.md, "the first 4-GPU machine"): `megatron train` on the
+// Brown Corpus (bf16, dropout 0), the measured ms per iteration its closing line printed (after the
+// first log interval) for every layout of bench/gpu_data_parallel.sh and
+// bench/gpu_model_parallel.sh, with the flags each ran with. Within 10% in tokens/s (predicted /
+// measured - 1), all 14: the 1-GPU rows, DP4, PP4, and, since the TP collectives run at our
+// measured share of NVLink for their message size (engine_profile.h our_tp_collective_share, taken
+// from collective timings, not from these step times) and the SP backward's all-gathers of dy are
+// counted (bench/results/2026-11-28.md, "DP4 on 4 x H200 after the in-collective average"), TP4 +
+// SP and TP2 + SP x PP2 at both sizes. The 1.3B DP4 rows with overlap (+10.5%, and +11.9% with the
 // distributed optimizer) came within 10% (+1.2%, +4.0%) when the GEMMs' loss beside NVLink
 // collectives was counted (throughput_model.h kOverlapContention, measured on H200 profiles).
 struct FourGpuRun {
@@ -302,13 +303,14 @@ TEST(PlanRecordedRuns, FourH100RunsOfTheSixteenthSession) {
   }
 }
 
-// 4 x H200, seventeenth session (2026-11-28, bench/RESULTS.md "seventeenth session"): tokens/s,
-// and memory against nvidia-smi's peak less the CUDA context and handles (572 MiB, the 1-GPU
-// run), where it was sampled. `shared`: the run's binary gave kinds with the same groups one
-// communicator (call 5); the others ran with each kind its own (one-rank groups without NCCL).
-// All within 10% since the SP backward's all-gathers of dy are counted (nineteenth session: the
-// TP2 x PP2 13B row +12.3% -> +8.9%, the 16.63B TP4 row +11.9% -> +3.3%; that run's binary
-// still made one-rank NCCL communicators, so its memory is not compared).
+// 4 x H200 (bench/results/2026-11-28.md, "the PP4 hang found and fixed, NCCL's memory per
+// communicator, the 13B rows"): tokens/s, and memory against nvidia-smi's peak less the CUDA
+// context and handles (572 MiB, the 1-GPU run), where it was sampled. `shared`: the run's binary
+// gave kinds with the same groups one communicator (call 5); the others ran with each kind its own
+// (one-rank groups without NCCL). All within 10% since the SP backward's all-gathers of dy are
+// counted (bench/results/2026-11-28.md, "DP4 on 4 x H200 after the in-collective average": the TP2
+// x PP2 13B row +12.3% -> +8.9%, the 16.63B TP4 row +11.9% -> +3.3%; that run's binary still made
+// one-rank NCCL communicators, so its memory is not compared).
 struct H200Run {
   const char* model;
   int64_t layers, hidden, heads, seq, gpus, micro_batch, global_batch, tp, pp;
@@ -368,11 +370,12 @@ TEST(PlanRecordedRuns, FourH200RunsOfTheSeventeenthSession) {
   }
 }
 
-// One H200, eighteenth session (bench/RESULTS.md "eighteenth session", calls 6-10): a TP4 rank of
-// the 16.63B model run as a one-GPU model (52 layers, h 5120, 10 heads of 128, FFN 5120, the
-// 12,672-row vocabulary shard; micro-batch 1, global batch 8): 830.36 ms per iteration, 77.15 GiB
-// planned by the bench's own accounting. Its attention has 10 heads per micro-batch: without
-// flash_wave_factor (1.55 here) the prediction was 790 ms, -4.9% too fast.
+// One H200 (bench/results/2026-11-28.md, "the data-parallel average moves into the collective; what
+// the DP step and the h = 5120 layers spend", calls 6-10): a TP4 rank of the 16.63B model run as a
+// one-GPU model (52 layers, h 5120, 10 heads of 128, FFN 5120, the 12,672-row vocabulary shard;
+// micro-batch 1, global batch 8): 830.36 ms per iteration, 77.15 GiB planned by the bench's own
+// accounting. Its attention has 10 heads per micro-batch: without flash_wave_factor (1.55 here) the
+// prediction was 790 ms, -4.9% too fast.
 TEST(PlanRecordedRuns, OneH200TensorParallelShardOfTheEighteenthSession) {
   PlanModel m = test::gpt_plan_model(52, 5120, 10, 2048, 12672);
   m.config.kv_channels = 128;
@@ -403,10 +406,11 @@ TEST(PlanRecordedRuns, OneH200TensorParallelShardOfTheEighteenthSession) {
   EXPECT_NEAR(static_cast<double>(k13.memory.worst.total()) / kGiB, 63.45, 0.01);
 }
 
-// 4 x H200, nineteenth session (bench/RESULTS.md "nineteenth session", calls 1, 2 and 9):
-// `megatron train` tokens/s of the last 10 of 30 iterations (call 1) and `megatron bench` ms per
-// iteration (calls 2 and 9), each with the flags it ran with. kOverlapContention came from the
-// 1.3B DP profiles (call 2's DP4 and the eighteenth session's DP2), so the 1.3B DP4 row is the
+// 4 x H200 (bench/results/2026-11-28.md, "DP4 on 4 x H200 after the in-collective average", calls
+// 1, 2 and 9): `megatron train` tokens/s of the last 10 of 30 iterations (call 1) and `megatron
+// bench` ms per iteration (calls 2 and 9), each with the flags it ran with. kOverlapContention came
+// from the 1.3B DP profiles (call 2's DP4 and the DP2 of bench/results/2026-11-28.md, "the
+// data-parallel average moves into the collective", call 3), so the 1.3B DP4 row is the
 // configuration it was taken from; the 350M DP4 rows check it independently.
 TEST(PlanRecordedRuns, FourH200RunsOfTheNineteenthSession) {
   const FourGpuRun runs[] = {
@@ -417,8 +421,8 @@ TEST(PlanRecordedRuns, FourH200RunsOfTheNineteenthSession) {
       {"gpt3-1.3b", 24, 2048, 16, 2048, 4, 4, 16, 1, 1, true, true, 4.0 * 2048 / 60144 * 1e3, false},
       {"16.63B", 52, 5120, 40, 2048, 4, 1, 8, 4, 1, false, false, 1100.40, false},
       {"gpt3-13b", 40, 5120, 32, 2048, 4, 2, 64, 2, 2, false, false, 5364.07, false},
-      // Call 9: TP2 + SP on two of the GPUs (bench), the eighth session's misses with the binary
-      // before 3647a8d (88.40 / 168.32 ms since, call 11: the norm's single wait).
+      // Call 9: TP2 + SP on two of the GPUs (bench), the 2026-11-24 misses with the binary before
+      // 3647a8d (88.40 / 168.32 ms since, call 11: the norm's single wait).
       {"gpt3-1.3b", 24, 2048, 16, 2048, 2, 4, 4, 2, 1, false, false, 90.082, false},
       {"gpt3-2.7b", 32, 2560, 32, 2048, 2, 4, 4, 2, 1, false, false, 172.350, false},
   };

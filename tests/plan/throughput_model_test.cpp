@@ -1,6 +1,6 @@
 // The throughput model: its FLOPs equal train/flops.h's, the collective formulas, the pipeline
 // bubble, monotone data-parallel scaling, and the calibration runs (our measured single-H100
-// numbers, bench/RESULTS.md) reproduced within the 10% target.
+// numbers, bench/results/) reproduced within the 10% target.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -143,13 +143,13 @@ TEST(PlanThroughput, FewestGroupMembersOnANode) {
   EXPECT_EQ(fewest_group_members_on_a_node(5, 1, 1), 1);
 }
 
-// The side-by-side runs of one H100 (`megatron bench` bf16, dropout 0, the issue's shapes): the
-// fourth session's (2026-11-23, the fused cross-entropy whose bytes the model carries,
-// throughput_model.h kLogitsBytes) and the sixth's (2026-11-24, bench/RESULTS.md "sixth
-// session": CUDA graphs, LayerNorm row-group barriers; the 2.7B run with head size 80 is where
-// flash_kernel_head_size matters). The third session's runs of the engine before them
-// (bench/recorded/one_side_by_side_s3.json) stay in recorded_runs_test.cpp. The GEMM curve was
-// fitted on the same shapes, so this is close to a consistency check, held to 5%.
+// The side-by-side runs of one H100 (`megatron bench` bf16, dropout 0, the reference shapes): those
+// of bench/results/2026-11-23.md, "cross-entropy forward and backward in one kernel" (the fused
+// cross-entropy whose bytes the model carries, throughput_model.h kLogitsBytes) and of
+// bench/results/2026-11-24.md, "CUDA graphs for the step, LayerNorm row-group barriers" (the 2.7B
+// run with head size 80 is where flash_kernel_head_size matters). The runs of the engine before
+// them (bench/recorded/one_side_by_side_s3.json, tree 3651ee3) stay in recorded_runs_test.cpp. The
+// GEMM curve was fitted on the same shapes, so this is close to a consistency check, held to 5%.
 TEST(PlanThroughput, ReproducesOurMeasuredH100Runs) {
   struct Run {
     const char* name;
@@ -174,9 +174,9 @@ TEST(PlanThroughput, ReproducesOurMeasuredH100Runs) {
 }
 
 // Megatron's default dropouts (--attention-dropout 0.1 --hidden-dropout 0.1) on the same H100
-// shapes, seventh session (2026-11-24, bench/RESULTS.md: attention dropout on cuDNN, the hidden
-// dropout's backward in the LayerNorm backward): the attention RNG term (kFlashDropout*Ops) and
-// the bias-dropout-add and mask terms (Engine::hidden_dropout) on top of the runs above, to 5%.
+// shapes (bench/results/2026-11-24.md, "attention dropout on cuDNN, the hidden dropout's backward
+// in the LayerNorm backward"): the attention RNG term (kFlashDropout*Ops) and the bias-dropout-add
+// and mask terms (Engine::hidden_dropout) on top of the runs above, to 5%.
 TEST(PlanThroughput, ReproducesOurMeasuredH100RunsWithDropout) {
   struct Run {
     const char* name;
@@ -223,11 +223,11 @@ TEST(PlanThroughput, TensorParallelAttentionDropoutRunsOurKernels) {
               drawn * (kFlashDropoutForwardOps + kFlashDropoutBackwardOps) / 16.7e12, 1e-9);
 }
 
-// Documents (--reset-attention-mask) on cuDNN: one pass is a 2-byte read per causal score of
-// every (batch, head) and layer; the measured mock-data training runs with documents (fifteenth
-// session, calls 3-4, bf16, dropout 0) within 10% (350M, s 1024: ~6% pessimistic, see
-// kDocumentBiasForwardPasses). A tensor-parallel share with dropout runs our kernels instead:
-// no bias term.
+// Documents (--reset-attention-mask) on cuDNN: one pass is a 2-byte read per causal score of every
+// (batch, head) and layer; the measured mock-data training runs with documents
+// (bench/results/2026-11-25.md, "documents packed into samples", calls 3-4, bf16, dropout 0) within
+// 10% (350M, s 1024: ~6% pessimistic, see kDocumentBiasForwardPasses). A tensor-parallel share with
+// dropout runs our kernels instead: no bias term.
 TEST(PlanThroughput, DocumentBiasCostsItsReads) {
   const PlanModel m = test::gpt_plan_model(24, 2048, 16, 2048);
   ParallelConfig p{1, 1, 1, 1, 4, 4, PlanRecompute::kNone, false, false};

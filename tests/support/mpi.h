@@ -1,4 +1,4 @@
-// Multi-rank tests under mpirun (DESIGN.md "Testing": parity under mpirun, oversubscribed on
+// Multi-rank tests under mpirun (docs/design.md, "Tests": parity under mpirun, oversubscribed on
 // 2 cores). A test body starts with
 //
 //   if (test::relaunch_under_mpirun(2)) return;

@@ -14,7 +14,8 @@ namespace megatron::train {
 namespace {
 
 TEST(PaddedVocab, Gpt2AtTensorParallelSizes) {
-  // megatron-facts.md §10: 50257 padded to a multiple of 128 * TP.
+  // docs/megatron-formats.md, "Tensor-parallel layers and vocabulary padding": 50257 padded to a
+  // multiple of 128 * TP.
   EXPECT_EQ(padded_vocab_size(50257, 128, 1), 50304);
   EXPECT_EQ(padded_vocab_size(50257, 128, 2), 50432);
   EXPECT_EQ(padded_vocab_size(50257, 128, 4), 50688);

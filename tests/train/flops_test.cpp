@@ -22,8 +22,9 @@ model::GPTConfig gpt2_shape(int64_t layers, int64_t hidden, int64_t heads) {
   return m;
 }
 
-// The per-sample test vectors of megatron-facts.md §5 are given to 7 significant digits, so
-// compare with a relative tolerance of 1e-6 (half a unit in the 7th digit is 5e-7).
+// The per-sample test vectors of docs/megatron-formats.md, "FLOPs for the TFLOP/s figure", are
+// given to 7 significant digits, so compare with a relative tolerance of 1e-6 (half a unit in the
+// 7th digit is 5e-7).
 void expect_rel(double got, double want) { EXPECT_NEAR(got / want, 1.0, 1e-6) << got << " vs " << want; }
 
 TEST(Flops, PerSampleVectorsHead2025) {

@@ -195,8 +195,9 @@ TEST(MicroBatches, CountsBeyondTheLimitsAreErrors) {
 namespace megatron::train {
 namespace {
 
-// megatron-facts §3.9: with mbs 2 and dp 3, a batch of 6 consecutive indices is cut into 3
-// slices of 2: micro-batch k of rank r holds start + 6k + 2r + {0, 1}.
+// docs/megatron-formats.md, "Data order across data-parallel ranks": with mbs 2 and dp 3, a batch
+// of 6 consecutive indices is cut into 3 slices of 2: micro-batch k of rank r holds start + 6k + 2r
+// + {0, 1}.
 TEST(MicroBatches, SamplerSliceOfEachDataParallelRank) {
   EXPECT_EQ(sampler_index(100, 0, 0, 2, 3, 0), 100);
   EXPECT_EQ(sampler_index(100, 0, 1, 2, 3, 0), 101);

@@ -334,7 +334,8 @@ def self_test():
     check(crc32c(sample) == crc32c_bitwise(sample) and crc32c_bitwise(b"123456789") == 0xE3069283,
           "table and bitwise CRC-32C agree")
     # Event{wall_time 1700000000.5, step 42, summary{value{tag "lm loss", simple_value 2.5}}},
-    # serialized by python-protobuf and framed (reference/users.md section 3.5).
+    # serialized by python-protobuf and framed (docs/megatron-formats.md, "TensorBoard event
+    # files").
     record = bytes.fromhex("1d00000000000000" "602fdf23"
                            "09000020 40fc54d941 102a 2a100a0e0a076c6d206c6f737315 00002040".replace(" ", "")
                            + "f7147a84")

@@ -91,8 +91,9 @@ uint32_t float_bits(float f) {
   return b;
 }
 
-// The scalar of reference/users.md §3.5 ("lm loss" = 2.5, step 42, wall_time 1700000000.5),
-// whose bytes were produced there by python-protobuf 4.21 and TensorFlow's framing.
+// The scalar of docs/megatron-formats.md, "TensorBoard event files" ("lm loss" = 2.5, step 42,
+// wall_time 1700000000.5), whose bytes were produced there by python-protobuf 4.21 and TensorFlow's
+// framing.
 TEST(TensorBoardWriter, EncodesScalarEventLikePythonProtobuf) {
   const std::string event = tensorboard::encode_scalar_event(1700000000.5, 42, "lm loss", 2.5f);
   EXPECT_EQ(to_hex(event), "09000020" "40fc54d941" "102a" "2a100a0e0a076c6d206c6f7373" "1500002040");

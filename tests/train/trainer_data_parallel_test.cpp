@@ -1,10 +1,10 @@
-// The parity spine of data parallelism (DESIGN.md decision 3): `megatron train` on a tiny GPT
-// (dropout off, fp32) for 10 iterations as one process, as DP2 under mpirun, and as DP2 with
-// --use-distributed-optimizer (one bucket, and several uneven buckets) logs the same losses
-// and grad norms; a checkpoint saved by the DP2 distributed-optimizer run resumes as one
-// process with the same next losses; a layout error is one line before anything starts; a
-// stopped rank (watchdog) or a killed rank (launcher) ends the whole job non-zero.
-// Values are read from --log-jsonl (full double precision) of the last rank.
+// The parity spine of data parallelism (docs/design.md, "Parallelism is data layout plus
+// collectives"): `megatron train` on a tiny GPT (dropout off, fp32) for 10 iterations as one
+// process, as DP2 under mpirun, and as DP2 with --use-distributed-optimizer (one bucket, and
+// several uneven buckets) logs the same losses and grad norms; a checkpoint saved by the DP2
+// distributed-optimizer run resumes as one process with the same next losses; a layout error is one
+// line before anything starts; a stopped rank (watchdog) or a killed rank (launcher) ends the whole
+// job non-zero. Values are read from --log-jsonl (full double precision) of the last rank.
 //
 // Tolerance: relative 2e-6 on the loss and 1e-5 on the grad norm. The runs differ only in the
 // order of fp32 summation: a gradient element is the sum of 4 micro-batch contributions,

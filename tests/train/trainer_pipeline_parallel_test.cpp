@@ -1,14 +1,14 @@
-// The parity spine of pipeline parallelism (DESIGN.md decision 3): `megatron train` on a tiny
-// GPT (4 layers, fp32, dropout off, 10 iterations) as one process and as PP2 (1F1B), PP4, PP2
-// interleaved (2 chunks of 1 layer per stage), TP2 x PP2 and TP2 x PP2 x DP2 (8 ranks), each
-// also with --use-distributed-optimizer and full recomputation together (and, for PP2
-// interleaved and the 8-rank layout, each of the two alone), logs the same losses
-// and grad norms (PP2 interleaved also with dropout on; PP4 and TP2 + SP x PP2 interleaved also
-// on documents packed into samples, --reset-position-ids and --reset-attention-mask);
-// checkpoints saved under PP2 resume
-// under PP1 and the reverse with the next losses of the uninterrupted run; --dry-run prints
-// every stage's plan; bad pipeline configurations are one line before anything starts. Values are read from --log-jsonl (full
-// double precision) of the last rank, which is on the last stage.
+// The parity spine of pipeline parallelism (docs/design.md, "Parallelism is data layout plus
+// collectives"): `megatron train` on a tiny GPT (4 layers, fp32, dropout off, 10 iterations) as one
+// process and as PP2 (1F1B), PP4, PP2 interleaved (2 chunks of 1 layer per stage), TP2 x PP2 and
+// TP2 x PP2 x DP2 (8 ranks), each also with --use-distributed-optimizer and full recomputation
+// together (and, for PP2 interleaved and the 8-rank layout, each of the two alone), logs the same
+// losses and grad norms (PP2 interleaved also with dropout on; PP4 and TP2 + SP x PP2 interleaved
+// also on documents packed into samples, --reset-position-ids and --reset-attention-mask);
+// checkpoints saved under PP2 resume under PP1 and the reverse with the next losses of the
+// uninterrupted run; --dry-run prints every stage's plan; bad pipeline configurations are one line
+// before anything starts. Values are read from --log-jsonl (full double precision) of the last
+// rank, which is on the last stage.
 //
 // Tolerance (test/support/parity_runs.h): relative 2e-6 on the loss and 1e-5 on the grad norm,
 // as the DP and TP parity tests. Pipelining itself changes no arithmetic inside a stage: each

@@ -1,10 +1,11 @@
-// The parity spine of tensor parallelism (DESIGN.md decision 3): `megatron train` on a tiny
-// GPT (fp32, 10 iterations) as one process, as TP2, TP2 with --sequence-parallel, and TP2 x DP2
-// (4 ranks) with and without --use-distributed-optimizer, logs the same losses and grad norms,
-// with dropout off and with dropout on (hidden and attention: the TP ranks draw the single-
-// process masks, model/gpt_model.h); checkpoints saved under TP2 resume under TP1 and the
-// reverse with the same next losses; a TP configuration error is one line before anything
-// starts. Values are read from --log-jsonl (full double precision) of the last rank.
+// The parity spine of tensor parallelism (docs/design.md, "Parallelism is data layout plus
+// collectives"): `megatron train` on a tiny GPT (fp32, 10 iterations) as one process, as TP2, TP2
+// with --sequence-parallel, and TP2 x DP2 (4 ranks) with and without --use-distributed-optimizer,
+// logs the same losses and grad norms, with dropout off and with dropout on (hidden and attention:
+// the TP ranks draw the single- process masks, model/gpt_model.h); checkpoints saved under TP2
+// resume under TP1 and the reverse with the same next losses; a TP configuration error is one line
+// before anything starts. Values are read from --log-jsonl (full double precision) of the last
+// rank.
 //
 // The vocabulary: GPT-2's 50257 ids pad to 50432 at TP2 (a multiple of 128 * 2) and to 50304
 // at TP1; the dummy rows take part in the softmax, so the single process is run with
@@ -131,7 +132,7 @@ TEST(TrainerTensorParallel, Tp4WithSequenceParallelMatchesOneProcess) {
   expect_same(read_jsonl(dir + "/one.jsonl"), read_jsonl(dir + "/tp4.jsonl"), 1, "TP4 + SP + full recompute");
 }
 
-// The benchmark's within-node layout, TP8 with sequence parallelism (issue 8's CPU part), on
+// The benchmark's within-node layout, TP8 with sequence parallelism (checked on the CPU), on
 // the tiny GPT with 8 heads (one per rank) and 2 sequence rows per rank: the single process's
 // losses and norms. GPT-2's vocabulary pads to 51200 at TP8 (Megatron's "943 dummy tokens"
 // line); the single process pads the same way (--make-vocab-size-divisible-by 1024).

@@ -1,7 +1,8 @@
 // The training loop end to end on the CPU engine, read back through its own log: Megatron's
-// iteration line parsed by a regex written from megatron-facts §4.1, consumed samples, the
-// logged learning rate against the schedule computed by hand, the loss falling, the fp16
-// loss scaler skipping overflowing iterations by its rules, and the batch-size ramp-up.
+// iteration line parsed by a regex written from docs/megatron-formats.md, "The iteration line",
+// consumed samples, the logged learning rate against the schedule computed by hand, the loss
+// falling, the fp16 loss scaler skipping overflowing iterations by its rules, and the batch-size
+// ramp-up.
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -55,8 +56,8 @@ struct Line {
 };
 
 std::vector<Line> parse_lines(const std::string& log) {
-  // Written from megatron-facts §4.1 (HEAD style: timestamp, .6E learning rate), our tokens/s
-  // and ETA after Megatron's fields.
+  // Written from docs/megatron-formats.md, "The iteration line" (current style: timestamp, .6E
+  // learning rate), our tokens/s and ETA after Megatron's fields.
   static const std::regex re(
       R"(^ \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\] iteration +(\d+)/ +(\d+) \| consumed samples: +(\d+) \|)"
       R"( elapsed time per iteration \(ms\): (\d+\.\d) \|( throughput per GPU \(TFLOP/s/GPU\): \d+\.\d \|)?)"

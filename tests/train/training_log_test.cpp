@@ -9,8 +9,9 @@
 namespace megatron::train {
 namespace {
 
-// Written from the field table of megatron-facts.md §4.1, not from the formatter: every field
-// is " name: value |", integers right-aligned, E-format numbers d.ddddddE+XX.
+// Written from the field table of docs/megatron-formats.md, "The iteration line", not from the
+// formatter: every field is " name: value |", integers right-aligned, E-format numbers
+// d.ddddddE+XX.
 const std::regex kLineRegex(
     R"(^( \[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}\])?)"
     R"( iteration +(\d+)/ +(\d+) \|)"
@@ -58,7 +59,7 @@ TEST(TrainingLog, C23LineMatchesMegatronExampleExactly) {
   l.skipped_iterations = 0;
   l.tokens_per_second.reset();
   l.eta_seconds.reset();
-  // The example line of megatron-facts.md §4.1 (C23 + --log-throughput).
+  // The example line of docs/megatron-formats.md, "The iteration line" (classic + --log-throughput).
   EXPECT_EQ(format_iteration_line(l, LogStyle::kC23),
             " iteration       10/ 3125000 | consumed samples:          640 | elapsed time per iteration (ms): "
             "1234.5 | throughput per GPU (TFLOP/s/GPU): 123.4 | learning rate: 1.500E-04 | global batch size:    "

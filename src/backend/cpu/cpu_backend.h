@@ -1,5 +1,5 @@
 // The CPU reference backend: the readable fp32 oracle every CUDA kernel is tested against
-// (DESIGN.md decision 2), and the backend CI runs the model on.
+// (docs/design.md, "Two backends, one set of ops"), and the backend CI runs the model on.
 //
 // How it computes:
 //  - Every op converts its 16-bit (bf16/fp16) inputs to fp32 first, computes in fp32

@@ -223,8 +223,9 @@ class CudaBackend : public Backend {
   bool layernorm_warp_forward_ = true;
   bool record_ = true;  // MEGATRON_CUDA_GRAPHS (cuda_recording.cpp)
   // LayerNorm row-group kernels (cuda_norm.cu): a row's warps synchronise among themselves
-  // (named barriers), not with the block (MEGATRON_LN_GROUP_SYNC=0: the block). H100, session
-  // 6 call 3: the LayerNorm backwards per step 3.48 -> 3.32 ms at 350M, 3.86 -> 3.77 at 1.3B.
+  // (named barriers), not with the block (MEGATRON_LN_GROUP_SYNC=0: the block). H100
+  // (bench/results/2026-11-24.md, "CUDA graphs for the step, LayerNorm row-group barriers", call
+  // 3): the LayerNorm backwards per step 3.48 -> 3.32 ms at 350M, 3.86 -> 3.77 at 1.3B.
   bool layernorm_group_sync_ = true;
   // Blocks of the fused LayerNorm backward (cuda_norm.cu): the rows are split into this many
   // parts whatever the device, so the summation order depends only on (n, h, dtype, this).

@@ -1,4 +1,4 @@
-// MT_CUDA_CHECK(call): every CUDA runtime call is checked (STYLE.md §9.3); a failure
+// MT_CUDA_CHECK(call): every CUDA runtime call is checked (docs/design.md, "Errors"); a failure
 // throws megatron::Error with the call's text, the error string and file:line.
 #pragma once
 

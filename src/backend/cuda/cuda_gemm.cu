@@ -407,7 +407,8 @@ LinearOperands linear_operands(const Tensor& x, const Tensor& w) {
 // dw[out, in] (+=) dy[n, out]^T @ x[n, in]; dbias (+=) column sums of dy: the deterministic
 // fixed-order reduction of cuda_backend.cu. cuBLASLt's BGRADB epilogue (the bias gradient from
 // the weight-gradient GEMM, in its own order) was measured slower than the GEMM plus this
-// reduction at 124M and 1.3B shapes (bench/RESULTS.md, 2026-11-23 third session).
+// reduction at 124M and 1.3B shapes (bench/results/2026-11-23.md, "the residual add in the
+// row-parallel GEMM").
 // GradWrite::kOverwrite: beta = 0, so the GEMM does not read dw.
 void weight_grads(CudaBackend& be, GemmAlgoCache& cache, const Operand& dy, const Operand& x, Tensor& dw,
                   Tensor& dbias, GradWrite write) {

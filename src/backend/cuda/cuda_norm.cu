@@ -278,8 +278,8 @@ __global__ void __launch_bounds__(512)
 // 12 chunks (48 registers of raw row) take 2.7B's h = 2560 (10 chunks), which the row-group
 // kernel ran at ~40% of HBM bandwidth (4.64 ms per step, 65 calls). 24 chunks (96 registers)
 // take the 13B's h = 5120 (20 chunks): the row-group kernel ran 2048 x 5120 at 1.25 TB/s of the
-// H200's 4.8 (eighteenth session, bench/RESULTS.md). kRms: RMSNorm, one row sum (of x^2), beta
-// and mean null.
+// H200's 4.8 (bench/results/2026-11-28.md, "what the DP step and the h = 5120 layers spend"). kRms:
+// RMSNorm, one row sum (of x^2), beta and mean null.
 constexpr int kLnWarpMaxChunks = 24;
 
 // Calls f(std::integral_constant<int, k>{}) for 1 <= k <= kLnWarpMaxChunks.
@@ -897,7 +897,8 @@ constexpr size_t kMaxRowCacheBytes = 96 * 1024;
 // 2, 3 (or 4 for fp32) chunks per thread. Blocks of 8 warps (`groups` rows at a time), or one
 // row of 16 warps. ok = false: the row does not fit (the generic path). Twice the fewest warps
 // (half the chunks and column accumulators per thread, more blocks per SM) measured slower in
-// the backward (H100, session 7: 350M 3.29 -> 3.71 ms, 1.3B 3.75 -> 4.40 ms per step).
+// the backward (H100, bench/results/2026-11-24.md, "attention dropout on cuDNN": 350M 3.29 ->
+// 3.71 ms, 1.3B 3.75 -> 4.40 ms per step).
 struct LnConfig {
   bool ok = false;
   int wpr = 0;
@@ -956,9 +957,10 @@ void dispatch_bool(bool b, F&& f) {
 // 6144 in 16-bit: a block of 512 threads is one row, about one block per SM, and a second
 // wave of blocks costs more than their smaller partial sums save), and at most n / 4, so
 // that a block has several rows to overlap and the partial sums (2-3 x parts x h floats,
-// read again by the reduce) stay small next to the rows. H200, layernorm_bench (eighteenth
-// session, bench/RESULTS.md): 512 x 5120 40.0 -> 30.0 us, 256 x 12288 79.7 -> 42.5, 2048 x 12288
-// 144.1 -> 112.9; 2048 x 5120 and 8192 x 2048 keep 256 (128 there: +8% and +28%).
+// read again by the reduce) stay small next to the rows. H200, layernorm_bench
+// (bench/results/2026-11-28.md, "what the DP step and the h = 5120 layers spend"): 512 x 5120
+// 40.0 -> 30.0 us, 256 x 12288 79.7 -> 42.5, 2048 x 12288 144.1 -> 112.9; 2048 x 5120 and
+// 8192 x 2048 keep 256 (128 there: +8% and +28%).
 // Derived from (n, h, dtype) only, never the device, so the summation order is the same on
 // every GPU.
 int64_t ln_backward_parts(int64_t n, int wpr, int64_t base) {

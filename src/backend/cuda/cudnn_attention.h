@@ -1,7 +1,7 @@
 // cuDNN fused flash attention ("SDPA") for CudaBackend::attention_forward/attention_backward
-// (ops.h contract), built on cuDNN 9's C backend graph API: DESIGN.md decision 5 (cuDNN's C++
-// frontend is not packaged and we vendor no outside code; our kernels in cuda_attention.cu are
-// the fallback, attention_impl.h the switch).
+// (ops.h contract), built on cuDNN 9's C backend graph API (docs/design.md, "GPU speed comes from
+// few, fused, large kernels"; cuDNN's C++ frontend is not packaged and we vendor no outside code;
+// our kernels in cuda_attention.cu are the fallback, attention_impl.h the switch).
 //
 // No copies: cuDNN reads Q, K, V in place from Megatron's fused qkv [s, b, heads*3d] and writes
 // O, dQ, dK, dV in place, every one described as a 4-D [b, h, s, d] tensor whose strides (in

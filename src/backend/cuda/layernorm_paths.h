@@ -2,7 +2,8 @@
 // A plain C++ header, like gemm_tuning.h, with a stub that throws in builds without CUDA.
 //
 //   one warp per row      (default) up to 8 16-byte loads in flight per lane, warp-only sums:
-//                         1.3B on an H100, 49 calls per step: 2.95 -> 1.81 ms (bench/RESULTS.md)
+//                         1.3B on an H100, 49 calls per step: 2.95 -> 1.81 ms
+//                         (bench/results/2026-11-23.md, "LayerNorm: warp-per-row forward")
 //   row groups            rows split over 1-16 warps joined by block-wide sums (~1/3 of HBM
 //                         bandwidth at GPT sizes); longer rows always take it
 // Both give fixed-order, run-to-run identical bits (not the same bits as each other).

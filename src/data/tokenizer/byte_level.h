@@ -1,6 +1,7 @@
 // GPT-2's bytes_to_unicode() (megatron/tokenizer/gpt2_tokenization.py;
-// megatron-facts.md §12): a bijection between the 256 byte values and 256 printable
-// code points, so that BPE tokens are strings without whitespace or control codes.
+// docs/megatron-formats.md, "The GPT-2 BPE tokenizer"): a bijection between the 256 byte
+// values and 256 printable code points, so that BPE tokens are strings without whitespace or
+// control codes.
 //   bytes 33-126, 161-172, 174-255 -> the same code point;
 //   the other 68 bytes (0-32, 127-160, 173), in increasing order -> U+0100 + n.
 // e.g. ' ' -> U+0120 'Ġ', '\n' -> U+010A, 0x00 -> U+0100, 0x7F -> U+0121, 0xAD -> U+0143.

@@ -1,5 +1,5 @@
 // GPT-2 byte-level BPE, exactly as Megatron-LM's GPT2BPETokenizer
-// (megatron/tokenizer/gpt2_tokenization.py; ../shared/reference/megatron-facts.md §12).
+// (megatron/tokenizer/gpt2_tokenization.py; docs/megatron-formats.md, "The GPT-2 BPE tokenizer").
 //
 // Contract (implementation: gpt2_bpe_tokenizer.cpp):
 //  - vocab_file: JSON object token -> id (GPT-2's vocab.json / encoder.json);

@@ -34,9 +34,10 @@ TEST(GpuTelemetryNvml, SamplesClockAndPowerWhileTheGpuWorks) {
       gpu->synchronize();
     }
   };
-  // NVML's utilisation covers its own last sample period (up to a second on some GPUs): the
-  // first readings still describe the idle time before, so the first second is taken and
-  // dropped (the first call-1 run of the fourteenth session read a median of 3% over 0.4 s).
+  // NVML's utilisation covers its own last sample period (up to a second on some GPUs): the first
+  // readings still describe the idle time before, so the first second is taken and dropped (a run
+  // that kept it read a median of 3% over 0.4 s: bench/results/2026-11-25.md, "`--log-straggler` on
+  // one H100", call 1).
   work(std::chrono::milliseconds(1000));
   sampler->take();
   work(std::chrono::milliseconds(1000));
