@@ -19,77 +19,46 @@ constexpr int kSiteAttentionOut = 1;
 constexpr int kSiteMlpOut = 2;
 constexpr int kSiteEmbedding = 3;
 
-// sum(loss_i * mask_i) / sum(mask) in double over n per-token losses; 0 when the mask is empty.
-double masked_sum(const float* losses, const float* mask, int64_t n) {
-  double total = 0.0;
-  for (int64_t i = 0; i < n; ++i) total += static_cast<double>(losses[i]) * mask[i];
-  return total;
-}
-
-float masked_mean(const float* losses, const float* mask, int64_t n, float mask_sum) {
-  return mask_sum > 0 ? static_cast<float>(masked_sum(losses, mask, n) / mask_sum) : 0.0f;
-}
-
 }  // namespace
 
-GPTModel::ParamIndices GPTModel::declare(const GPTConfig& c, const PipelineStageOptions& pipe, ParameterSet* params) {
-  ParamIndices ix;
+GPTModel::StageLayers GPTModel::declare(const GPTConfig& c, const PipelineStageOptions& pipe, ParameterSet* params) {
+  StageLayers st;
   const int64_t pp = pipe.pp, vp = pipe.virtual_chunks, Lc = c.num_layers / (pp * vp);
   const bool first_stage = pipe.stage == 0, last_stage = pipe.stage == pp - 1;
-  const int64_t h = c.hidden_size, f = c.ffn_hidden_size, V = c.padded_vocab_size;
-  const int64_t q = c.num_attention_heads * c.kv_channels;
   const bool bias = c.add_bias_linear, tied = !c.untie_embeddings_and_output_weights;
-  const bool norm_bias = c.layernorm_bias();
-  const int64_t f1 = c.fc1_out_size(), f1_chunks = c.swiglu ? 2 : 1;  // [gate; up] with SwiGLU
-  constexpr int kRows = 0, kCols = 1;  // partition dims: column-parallel / vocab rows, row-parallel columns
+  constexpr int kRows = 0;  // vocab-parallel rows
   // Parameters in the single-process order, each drawing from its single-process init stream:
-  // word 0, position 1, then per layer `per_layer` streams, then the final LayerNorm and the
-  // untied output layer.
-  const int64_t per_layer = (bias ? 8 : 4) + (norm_bias ? 4 : 2);
+  // word 0, position 1, then per layer `per_layer` streams, then the final norm and the untied
+  // output layer.
+  const int64_t per_layer = (bias ? 8 : 4) + (c.layernorm_bias() ? 4 : 2);
   ParameterSet& ps = *params;
   if (first_stage) {
     ps.set_next_init_stream(0);
-    ix.word_emb = ps.add("embedding.word_embeddings.weight", {V, h}, Init::kNormal, kRows);
-    ix.pos_emb = ps.add("embedding.position_embeddings.weight", {c.max_position_embeddings, h}, Init::kNormal);
+    st.embedding = VocabParallelEmbedding::declare(ps, c);
   }
   for (int64_t ci = 0; ci < vp; ++ci) {
     const int64_t first_layer = (ci * pp + pipe.stage) * Lc;
     for (int64_t l = first_layer; l < first_layer + Lc; ++l) {
       ps.set_next_init_stream(2 + l * per_layer);
-      const std::string pre = "decoder.layers." + std::to_string(l) + ".";
-      LayerParams lp{};
-      lp.ln1_w = ps.add(pre + "input_layernorm.weight", {h}, Init::kOnes);
-      lp.ln1_b = norm_bias ? ps.add(pre + "input_layernorm.bias", {h}, Init::kZeros) : -1;
-      lp.qkv_w = ps.add(pre + "self_attention.linear_qkv.weight", {3 * q, h}, Init::kNormal, kRows);
-      lp.qkv_b = bias ? ps.add(pre + "self_attention.linear_qkv.bias", {3 * q}, Init::kZeros, kRows) : -1;
-      lp.proj_w = ps.add(pre + "self_attention.linear_proj.weight", {h, q}, Init::kScaledNormal, kCols);
-      lp.proj_b = bias ? ps.add(pre + "self_attention.linear_proj.bias", {h}, Init::kZeros) : -1;
-      lp.ln2_w = ps.add(pre + "pre_mlp_layernorm.weight", {h}, Init::kOnes);
-      lp.ln2_b = norm_bias ? ps.add(pre + "pre_mlp_layernorm.bias", {h}, Init::kZeros) : -1;
-      lp.fc1_w = ps.add(pre + "mlp.linear_fc1.weight", {f1, h}, Init::kNormal, kRows, f1_chunks);
-      lp.fc1_b = bias ? ps.add(pre + "mlp.linear_fc1.bias", {f1}, Init::kZeros, kRows, f1_chunks) : -1;
-      lp.fc2_w = ps.add(pre + "mlp.linear_fc2.weight", {h, f}, Init::kScaledNormal, kCols);
-      lp.fc2_b = bias ? ps.add(pre + "mlp.linear_fc2.bias", {h}, Init::kZeros) : -1;
-      ix.layers.push_back(lp);
+      st.layers.push_back(TransformerLayer::declare(ps, l, c));
     }
   }
   if (last_stage) {
     ps.set_next_init_stream(2 + c.num_layers * per_layer);
-    ix.final_ln_w = ps.add("decoder.final_layernorm.weight", {h}, Init::kOnes);
-    ix.final_ln_b = norm_bias ? ps.add("decoder.final_layernorm.bias", {h}, Init::kZeros) : -1;
+    st.final_norm = Norm::declare(ps, "decoder.final_layernorm", c);
     if (!tied) {
-      ix.output_w = ps.add("output_layer.weight", {V, h}, Init::kNormal, kRows);
+      st.output = ps.add("output_layer.weight", {c.padded_vocab_size, c.hidden_size}, Init::kNormal, kRows);
     } else if (first_stage) {
-      ix.output_w = ix.word_emb;
+      st.output = st.embedding.word;
     } else {
       // The last stage's own copy of the tied embedding, initialised like the first stage's
       // (stream 0) and kept equal by summing the two gradients (Megatron's shared embedding).
       ps.set_next_init_stream(0);
-      ix.output_w = ps.add("embedding.word_embeddings.weight", {V, h}, Init::kNormal, kRows);
-      ps[ix.output_w].pipeline_shared = true;
+      st.output = ps.add("embedding.word_embeddings.weight", {c.padded_vocab_size, c.hidden_size}, Init::kNormal, kRows);
+      ps[st.output].pipeline_shared = true;
     }
   }
-  return ix;
+  return st;
 }
 
 void GPTModel::declare_stage_parameters(const GPTConfig& config, const PipelineStageOptions& pipeline,
@@ -100,11 +69,15 @@ void GPTModel::declare_stage_parameters(const GPTConfig& config, const PipelineS
 GPTModel::BucketBoundaries GPTModel::declare_local_stage(const GPTConfig& config, const PipelineStageOptions& pipeline,
                                                          int64_t tp, ParameterSet* params) {
   params->set_tensor_parallel(0, tp);
-  const ParamIndices ix = declare(config, pipeline, params);
+  const StageLayers st = declare(config, pipeline, params);
   BucketBoundaries b;
   const int64_t Lc = config.num_layers / (pipeline.pp * pipeline.virtual_chunks);
-  for (int64_t c = 1; c < pipeline.virtual_chunks; ++c) b.chunk_starts.push_back(ix.layers[static_cast<size_t>(c * Lc)].ln1_w);
-  if (pipeline.pp > 1 && !config.untie_embeddings_and_output_weights) b.tied = ix.word_emb >= 0 ? ix.word_emb : ix.output_w;
+  for (int64_t c = 1; c < pipeline.virtual_chunks; ++c) {
+    b.chunk_starts.push_back(st.layers[static_cast<size_t>(c * Lc)].first_parameter());
+  }
+  if (pipeline.pp > 1 && !config.untie_embeddings_and_output_weights) {
+    b.tied = st.embedding.word >= 0 ? st.embedding.word : st.output;
+  }
   return b;
 }
 
@@ -134,21 +107,15 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   chunk_config_.num_layers = layers_per_chunk_;
   const int64_t Lc = layers_per_chunk_;
   const bool last_stage = pipe_.stage == pp - 1;
-  const int64_t h = c.hidden_size, f = c.ffn_hidden_size, V = c.padded_vocab_size;
-  const int64_t q = c.num_attention_heads * c.kv_channels;
-  heads_ = c.num_attention_heads / T;
-  q_size_ = q / T;
-  ffn_ = f / T;
-  vocab_ = tensor_parallel::vocab_range(V, rank, T);
+  const int64_t h = c.hidden_size;
+  vocab_ = tensor_parallel::vocab_range(c.padded_vocab_size, rank, T);
 
   params_.set_tensor_parallel(rank, T);
-  const ParamIndices ix = declare(c, pipe_, &params_);
-  word_emb_ = ix.word_emb;
-  pos_emb_ = ix.pos_emb;
-  final_ln_w_ = ix.final_ln_w;
-  final_ln_b_ = ix.final_ln_b;
-  output_w_ = ix.output_w;
-  layer_params_ = ix.layers;
+  StageLayers st = declare(c, pipe_, &params_);
+  embedding_ = st.embedding;
+  layers_ = std::move(st.layers);
+  head_.final_norm = st.final_norm;
+  head_.output.weight = st.output;
   for (int64_t ci = 0; ci < vp; ++ci) {
     Chunk chunk;
     chunk.first_layer = (ci * pp + pipe_.stage) * Lc;
@@ -161,31 +128,24 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   }
   params_.allocate(backend_, dtype_);
 
-  // Activations and inputs (shapes per rank, see the header).
   const int64_t s = c.seq_length, b = micro_batch_size_, n = s * b;
   n_local_ = sp_ ? n / T : n;
+  ctx_.backend = &backend_;
+  ctx_.tp = tp_;
+  ctx_.sequence_parallel = sp_;
+  ctx_.values = &params_;
+  ctx_.grads = &params_;
+  ctx_.ws = &ws_;
+  ctx_.seq = s;
+  ctx_.batch = b;
+  ctx_.hidden = h;
+
+  // Activations and inputs (shapes per rank: the layers' headers).
   const int64_t nl = n_local_, sl = sp_ ? s / T : s;
   auto act = [&](Shape shape, DType dt) { return backend_.empty(std::move(shape), dt, MemoryKind::kActivations); };
   auto work = [&](Shape shape, DType dt) { return backend_.empty(std::move(shape), dt, MemoryKind::kWorkspace); };
-  // RMSNorm keeps no row means (ops.h: an undefined mean selects it).
-  const bool norm_mean = c.layernorm_bias();
-  const int64_t f1_local = c.swiglu ? 2 * ffn_ : ffn_;
-  auto layer_acts = [&]() {
-    LayerActs a;
-    a.ln1_out = act({nl, h}, dtype_);
-    if (norm_mean) a.ln1_mean = act({nl}, DType::kF32);
-    a.ln1_rstd = act({nl}, DType::kF32);
-    a.qkv = act({s, b, 3 * q_size_}, dtype_);
-    a.attn_out = act({s, b, q_size_}, dtype_);
-    a.attn_lse = act({b, heads_, s}, DType::kF32);
-    a.x_mid = act({nl, h}, dtype_);
-    a.ln2_out = act({nl, h}, dtype_);
-    if (norm_mean) a.ln2_mean = act({nl}, DType::kF32);
-    a.ln2_rstd = act({nl}, DType::kF32);
-    a.fc1_out = act({n, f1_local}, dtype_);
-    a.gelu_out = act({n, ffn_}, dtype_);
-    return a;
-  };
+  // Any layer of the stage gives the per-layer shapes (they are the same for every layer).
+  const TransformerLayer& any_layer = layers_.front();
   const GPTConfig& cc = chunk_config_;
   MT_CHECK(cc.recompute == Recompute::kNone || cc.recompute_num_layers >= 1) << "recompute_num_layers";
   // Kept layers own a slot per set (in layer order); recomputed layers share the recompute
@@ -208,35 +168,18 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
     if (c.reset_attention_mask) set.key_start = act({b, s}, DType::kI32);
     if (dropout_stream_in_memory(c, T, pipe_)) set.dropout_stream = act({1}, DType::kI64);
     for (int64_t l = 0; l <= Lc; ++l) set.xs.push_back(act({sl, b, h}, dtype_));
-    for (int64_t l = 0; l < cc.kept_layers(); ++l) set.kept.push_back(layer_acts());
+    for (int64_t l = 0; l < cc.kept_layers(); ++l) set.kept.push_back(any_layer.allocate_saved(ctx_, dtype_));
     sets_.push_back(std::move(set));
   }
-  for (int64_t l = 0; l < cc.recompute_slots(); ++l) recompute_acts_.push_back(layer_acts());
-  if (last_stage) {
-    labels_ = act({s, b}, DType::kI32);
-    loss_weights_ = act({s, b}, DType::kF32);
-    dloss_weights_ = act({s, b}, DType::kF32);
-    final_ln_out_ = act({nl, h}, dtype_);
-    if (norm_mean) final_ln_mean_ = act({nl}, DType::kF32);
-    final_ln_rstd_ = act({nl}, DType::kF32);
-    // Logits in the model dtype, as Megatron's output layer (the cross-entropy works in fp32
-    // on them); the backward overwrites them with their gradient.
-    logits_ = act({n, vocab_.size}, dtype_);
-    losses_ = act({n}, DType::kF32);
-    loss_lse_ = act({n}, DType::kF32);
-  }
-  ws_grad_ = work({nl, h}, dtype_);
-  ws_h1_ = work({n, h}, dtype_);
-  ws_h2_ = work({n, h}, dtype_);
-  ws_qkv_ = work({s, b, 3 * q_size_}, dtype_);
-  ws_q_ = work({s, b, q_size_}, dtype_);
-  ws_f_ = work({n, f1_local}, dtype_);
-  if (c.swiglu) ws_act_ = work({n, ffn_}, dtype_);
-  if (sp_) ws_full_ = work({n, h}, dtype_);
+  for (int64_t l = 0; l < cc.recompute_slots(); ++l) recompute_saved_.push_back(any_layer.allocate_saved(ctx_, dtype_));
+  if (last_stage) head_.allocate(ctx_, dtype_, vocab_.size);
+  ws_.grad = work({nl, h}, dtype_);
+  ws_.h1 = work({n, h}, dtype_);
+  ws_.h2 = work({n, h}, dtype_);
+  any_layer.allocate_workspace(ctx_, dtype_, ws_);
+  if (sp_) ws_.full = work({n, h}, dtype_);
   if (pp > 1) recv_grad_ = work({nl, h}, dtype_);
-  dlogits_ = logits_;
 }
-
 
 bool GPTModel::is_last_virtual(int64_t chunk) const {
   return chunk == num_chunks() - 1 && pipe_.stage == pipe_.pp - 1;
@@ -244,14 +187,14 @@ bool GPTModel::is_last_virtual(int64_t chunk) const {
 
 Parameter* GPTModel::tied_embedding() {
   if (pipe_.pp == 1 || config_.untie_embeddings_and_output_weights) return nullptr;
-  if (word_emb_ >= 0) return &params_[word_emb_];
-  if (output_w_ >= 0) return &params_[output_w_];
+  if (embedding_.word >= 0) return &params_[embedding_.word];
+  if (head_.output.weight >= 0) return &params_[head_.output.weight];
   return nullptr;
 }
 
-GPTModel::LayerActs& GPTModel::layer_acts(int64_t l) {
+TransformerLayer::Saved& GPTModel::layer_saved(int64_t l) {
   const int64_t slot = act_slot_[static_cast<size_t>(l)];
-  if (slot < 0) return recompute_acts_[static_cast<size_t>(~slot)];
+  if (slot < 0) return recompute_saved_[static_cast<size_t>(~slot)];
   return cur_set().kept[static_cast<size_t>(slot)];
 }
 
@@ -281,74 +224,20 @@ uint64_t GPTModel::dropout_stream_base(const DropoutContext& dropout) {
   return (static_cast<uint64_t>(dropout.iteration) << 16 | static_cast<uint64_t>(dropout.micro_batch)) << 14;
 }
 
-backend::AttentionParams GPTModel::attention_params(int64_t layer) const {
-  backend::AttentionParams a;
-  a.heads = heads_;
-  a.head_dim = config_.kv_channels;
-  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(config_.kv_channels));
-  a.dropout = dropout_params(config_.attention_dropout, layer, kSiteAttentionProbs);
-  // This rank's heads are the global heads [rank * heads_, (rank + 1) * heads_).
-  a.dropout_heads = config_.num_attention_heads;
-  a.dropout_head0 = tp_->rank() * heads_;
-  a.key_start = cur_set().key_start;  // undefined without documents
-  return a;
+TransformerLayer::Run GPTModel::layer_run(int64_t gl) const {
+  TransformerLayer::Run run;
+  run.attention.probs = dropout_params(config_.attention_dropout, gl, kSiteAttentionProbs);
+  run.attention.out = dropout_params(config_.hidden_dropout, gl, kSiteAttentionOut);
+  run.attention.key_start = cur_set().key_start;  // undefined without documents
+  run.mlp_out = dropout_params(config_.hidden_dropout, gl, kSiteMlpOut);
+  return run;
 }
-
-Tensor GPTModel::column_input(const Tensor& ln_out) {
-  if (!sp_) return ln_out;
-  tensor_parallel::gather_sequence(*tp_, ln_out, ws_full_);
-  ws_full_rows_of_ = ln_out.data();
-  return ws_full_;
-}
-
-Tensor GPTModel::reduce_rows(Tensor& partial) {
-  if (!sp_) {
-    tensor_parallel::all_reduce_tp(*tp_, partial);
-    return partial;
-  }
-  Tensor shard = tensor_parallel::sequence_shard(*tp_, partial);
-  tensor_parallel::reduce_scatter_sequence(*tp_, partial, shard);
-  return shard;
-}
-
-Tensor GPTModel::column_backward(const Tensor& dy, const Tensor& ln_out, int64_t w, int64_t b, Tensor& dx_partial) {
-  const backend::GradWrite write = claim_grads(w, b);
-  Tensor db = optional_grad(b);
-  if (tp_->size() == 1) {
-    backend_.linear_backward(dy, ln_out, param(w), dx_partial, grad(w), db, write);
-    return dx_partial;
-  }
-  std::unique_ptr<comm::PendingCollective> gathered = std::make_unique<comm::FinishedCollective>();
-  if (sp_ && ws_full_rows_of_ != ln_out.data()) {
-    gathered = tensor_parallel::start_gather_sequence(*tp_, ln_out, ws_full_);
-    ws_full_rows_of_ = ln_out.data();
-  }
-  const Tensor in = sp_ ? ws_full_ : ln_out;
-  backend_.matmul(dy, false, param(w), false, dx_partial);  // dX = dy W, this rank's part of the sum
-  Tensor shard = sp_ ? tensor_parallel::sequence_shard(*tp_, dx_partial) : dx_partial;
-  std::unique_ptr<comm::PendingCollective> sum =
-      sp_ ? tensor_parallel::start_reduce_scatter_sequence(*tp_, dx_partial, shard)
-          : tensor_parallel::start_all_reduce_tp(*tp_, dx_partial);
-  gathered->wait();
-  Tensor no_dx;
-  backend_.linear_backward(dy, in, param(w), no_dx, grad(w), db, write);
-  sum->wait();
-  return shard;
-}
-
-Tensor GPTModel::gather_rows(const Tensor& shard, Tensor& full) {
-  if (!sp_) return shard;
-  tensor_parallel::gather_sequence(*tp_, shard, full);
-  return full;
-}
-
-Tensor GPTModel::local_rows(const Tensor& full) { return sp_ ? tensor_parallel::sequence_shard(*tp_, full) : full; }
 
 void GPTModel::reduce_sequence_parallel_grads() {
   if (!sp_) return;
   // One all-reduce per workspace-full of gradients instead of one per LayerNorm tensor (4 per
   // layer: ~100 small collectives at 24 layers, each paying NCCL's latency), as Megatron
-  // coalesces them. The packing buffer is ws_full_'s bytes: the gathered rows it holds are dead
+  // coalesces them. The packing buffer is ws_.full's bytes: the gathered rows it holds are dead
   // after the last backward of an iteration. The sums are elementwise (at TP 2 the bits of the
   // per-tensor all-reduces; at larger TP a ring may add an element's terms in another order
   // for another message size, the same on every rank).
@@ -357,14 +246,14 @@ void GPTModel::reduce_sequence_parallel_grads() {
     if (p.sequence_parallel && p.grad.numel() > 0) grads.push_back(p.grad);
   }
   if (grads.empty()) return;
-  ws_full_rows_of_ = nullptr;  // the packs overwrite the gathered rows
+  ws_.full_rows_of = nullptr;  // the packs overwrite the gathered rows
   const DType gdt = params_.grads().dtype();  // every gradient is a view of this one flat buffer
   const int64_t esize = dtype_size(gdt);
-  const auto* base = static_cast<const char*>(ws_full_.storage()->data());
-  const int64_t byte_offset = static_cast<const char*>(ws_full_.data()) - base;
-  MT_CHECK(byte_offset % esize == 0) << "ws_full_ at byte " << byte_offset << " cannot hold " << dtype_name(gdt);
-  const int64_t capacity = ws_full_.nbytes() / esize;
-  const Tensor pack_all = Tensor(ws_full_.storage(), byte_offset / esize, {capacity}, gdt);
+  const auto* base = static_cast<const char*>(ws_.full.storage()->data());
+  const int64_t byte_offset = static_cast<const char*>(ws_.full.data()) - base;
+  MT_CHECK(byte_offset % esize == 0) << "the gathered-rows workspace at byte " << byte_offset << " cannot hold " << dtype_name(gdt);
+  const int64_t capacity = ws_.full.nbytes() / esize;
+  const Tensor pack_all = Tensor(ws_.full.storage(), byte_offset / esize, {capacity}, gdt);
   size_t next = 0;
   while (next < grads.size()) {
     // Gradients [next, end) fit the buffer together; one that alone does not is reduced in place.
@@ -453,17 +342,12 @@ void GPTModel::load_inputs(const MicroBatch& mb, ActivationSet& as, bool first, 
     }
   }
   if (first) backend_.copy(host_tokens, as.tokens);
-  if (labels) {
-    mask_sum_ = static_cast<float>(mask_sum);
-    backend_.copy(host_labels, labels_);
-    backend_.copy(host_mask, loss_weights_);
-    host_mask_ = host_mask.view({n});
-  }
+  if (labels) head_.set_targets(backend_, host_labels, host_mask, static_cast<float>(mask_sum));
 }
 
 float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
   MT_CHECK(pipe_.pp == 1 && num_chunks() == 1) << "forward() runs the whole model; a pipeline stage uses forward_chunk()";
-  MT_CHECK(pending_losses_.empty()) << "forward(): " << pending_losses_.size() << " queued losses not taken";
+  MT_CHECK(!head_.losses_pending()) << "forward(): " << head_.pending_losses() << " queued losses not taken";
   forward_chunk(0, 0, &mb, dropout);
   return static_cast<float>(take_losses());  // one micro-batch: its float loss exactly
 }
@@ -472,7 +356,7 @@ void GPTModel::backward(float loss_scale, float grad_scale) {
   MT_CHECK(pipe_.pp == 1 && num_chunks() == 1) << "backward() runs the whole model; a pipeline stage uses backward_chunk()";
   cur_chunk_ = 0;
   cur_set_ = 0;
-  head_backward(loss_scale, grad_scale, ws_grad_);
+  head_.backward(ctx_, cur_set().xs.back().view({n_local_, config_.hidden_size}), loss_scale, grad_scale, ws_.grad);
   grads_final_from(layer_end(layers_per_chunk_ - 1));
   chunk_backward();
 }
@@ -516,37 +400,21 @@ void GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, c
   }
   run_recordable(0, head != nullptr, last ? head_loss_factor(head) : 0.0f,
                  [&] { chunk_forward(first, last, head); });
-  if (last) queue_loss();
+  if (last) head_.queue_loss(backend_);
 }
 
 float GPTModel::head_loss_factor(const HeadBackward* head) const {
-  if (head == nullptr) return 0.0f;
-  const float factor = head->loss_scale * head->grad_scale;
-  if (per_token_loss_) return factor;
-  return mask_sum_ > 0 ? factor / mask_sum_ : 0.0f;
+  return head == nullptr ? 0.0f : head_.loss_factor(head->loss_scale, head->grad_scale);
 }
 
 void GPTModel::chunk_forward(bool first, bool last, const HeadBackward* head) {
   ActivationSet& as = cur_set();
-  const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
+  const int64_t h = config_.hidden_size;
   if (first) {
-    // Embedding: word + position, then (hidden) dropout. Vocab-parallel: each rank's partial
-    // lookup (rank 0 adds the positions) summed over TP, or reduce-scattered into the sequence
-    // shard under sequence parallelism (Megatron: all-reduce, then scatter; the same values).
     const backend::DropoutParams emb_dropout = dropout_params(config_.hidden_dropout, -1, kSiteEmbedding);
-    before_reading(std::max(word_emb_, pos_emb_) + 1);
-    segment(forward_segment(0), false, 0.0f, [&] {
-      const Tensor wpe = tp_->rank() == 0 ? param(pos_emb_) : Tensor();
-      Tensor& x0 = as.xs.front();
-      Tensor emb = !sp_ && emb_dropout.p == 0.0f ? x0 : ws_h1_.view({s, b, h});
-      backend_.embedding_forward(as.tokens, as.positions, param(word_emb_), wpe, emb);
-      Tensor emb_rows = emb.view({n, h});
-      const Tensor emb_local = reduce_rows(emb_rows);
-      if (emb.data() != x0.data()) {
-        Tensor x0_rows = x0.view({n_local_, h});
-        backend_.dropout_forward(emb_local, x0_rows, emb_dropout);  // p == 0: a copy
-      }
-    });
+    before_reading(std::max(embedding_.word, embedding_.position) + 1);
+    segment(forward_segment(0), false, 0.0f,
+            [&] { embedding_.forward(ctx_, as.tokens, as.positions, as.xs.front(), emb_dropout); });
   }
 
   for (int64_t l = 0; l < layers_per_chunk_; ++l) {
@@ -556,12 +424,12 @@ void GPTModel::chunk_forward(bool first, bool last, const HeadBackward* head) {
   if (!last) return;
   before_reading(static_cast<int64_t>(params_.params().size()));
   segment(forward_segment(1 + layers_per_chunk_), head != nullptr, head_loss_factor(head), [&] {
-    head_forward(head);
+    Tensor x_last = as.xs.back().view({n_local_, h});
+    head_.forward(ctx_, x_last, head != nullptr, head ? head->loss_scale : 1.0f, head ? head->grad_scale : 1.0f);
     if (head) {
       // The head's backward now: the set then keeps d(x_last) in place of x_last (the layers'
       // backward reads their inputs, never the chunk's output).
-      Tensor dx = as.xs.back().view({n_local_, h});
-      head_backward(head->loss_scale, head->grad_scale, dx);
+      head_.backward(ctx_, x_last, head->loss_scale, head->grad_scale, x_last);
     }
   });
   if (head) grads_final_from(layer_end(layers_per_chunk_ - 1));
@@ -588,8 +456,9 @@ int64_t GPTModel::recorded_key_limit() const {
 }
 
 void GPTModel::set_carried_state(int64_t v) {
-  fc2_bias_taken_for_ = v >= 0 ? v / 2 : (v - 1) / 2;  // floor: -1 * 2 + 0 gives back -1
-  fc2_grad_in_h1_ = (v - fc2_bias_taken_for_ * 2) == 1;
+  handoff_.layer = v >= 0 ? v / 2 : (v - 1) / 2;  // floor: -1 * 2 + 0 gives back -1
+  handoff_.taken.bias = handoff_.layer >= 0;
+  handoff_.taken.grad_in_h1 = (v - handoff_.layer * 2) == 1;
 }
 
 void GPTModel::run_recordable(int kind, bool head, float loss_factor, const std::function<void()>& work) {
@@ -651,7 +520,7 @@ void GPTModel::run_recorded(int kind, bool head, float loss_factor, const std::f
     recording_failure_ = failure.empty() ? "the backend could not record an op of the step" : failure;
     params_.set_stale_grads(stale_before);
     set_carried_state(carried_before);
-    dlogits_ready_ = false;
+    head_.forget_fused_gradient();
     work();
     return;
   }
@@ -662,112 +531,24 @@ void GPTModel::run_recorded(int kind, bool head, float loss_factor, const std::f
   ++replays_;
 }
 
-double GPTModel::take_losses() {
-  if (pending_losses_.empty()) return 0.0;
-  backend_.synchronize();  // the asynchronous copies have landed
-  double sum = 0.0;
-  for (const PendingLoss& p : pending_losses_) {
-    // The masked mean (or sum) on the host (n values): exact and backend-independent.
-    const float* losses = p.losses.data_as<const float>();
-    const float* mask = p.mask.data_as<const float>();
-    sum += per_token_loss_ ? masked_sum(losses, mask, p.losses.numel())
-                           : masked_mean(losses, mask, p.losses.numel(), p.mask_sum);
-  }
-  pending_losses_.clear();
-  return sum;
-}
-
-void GPTModel::head_forward(const HeadBackward* head) {
-  const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
-  const ActivationSet& as = cur_set();
-  Tensor x_last = as.xs.back().view({n_local_, h});
-  backend_.layernorm_forward(x_last, param(final_ln_w_), optional_param(final_ln_b_), config_.layernorm_epsilon,
-                             final_ln_out_,
-                             final_ln_mean_, final_ln_rstd_);
-  backend_.linear_forward(column_input(final_ln_out_), param(output_w_), Tensor(), logits_);
-  if (tp_->size() == 1) {
-    // With the head's backward next, its logits gradient comes out of the same pass over the
-    // logits.
-    if (head) {
-      backend_.cross_entropy_fused(logits_, labels_.view({n}), loss_weights(head->loss_scale, head->grad_scale),
-                                   losses_, loss_lse_, dlogits_);
-      dlogits_ready_ = true;
-    } else {
-      backend_.cross_entropy_forward(logits_, labels_.view({n}), losses_, loss_lse_);
-    }
-  } else {
-    // Vocab-parallel: the whole vocabulary's losses and lse from the slices, on the device. The
-    // rows' maximum lse goes in dloss_weights_, free until head_backward's loss_weights().
-    Tensor max_lse = dloss_weights_.view({n});
-    tensor_parallel::vocab_parallel_cross_entropy(backend_, *tp_, logits_, labels_.view({n}), max_lse, losses_,
-                                                  loss_lse_);
-  }
-}
-
-void GPTModel::queue_loss() {
-  const int64_t n = config_.seq_length * micro_batch_size_;
-  PendingLoss p;
-  p.mask = host_mask_;
-  p.mask_sum = mask_sum_;
-  // The per-token losses go to the host without waiting; take_losses() reads them.
-  const size_t slot = pending_losses_.size();
-  if (slot == loss_staging_.size()) loss_staging_.push_back(backend_.host_staging({n}, DType::kF32));
-  p.losses = loss_staging_[slot];
-  backend_.copy_to_host_async(losses_, p.losses);
-  pending_losses_.push_back(std::move(p));
-}
-
-Tensor GPTModel::loss_weights(float loss_scale, float grad_scale) {
-  // d(loss)/d(loss_i) = mask_i / sum(mask), times the loss scale and 1/num_microbatches (per
-  // token: mask_i times the loss scale and grad_scale, the caller's 1 / tokens). Into their own
-  // buffer, the loaded mask left as it is: the head's work then gives the same result when it
-  // runs again (recorded work that failed to record runs again unrecorded).
-  const int64_t n = config_.seq_length * micro_batch_size_;
-  Tensor dlosses = dloss_weights_.view({n});
-  backend_.copy(loss_weights_.view({n}), dlosses);
-  if (per_token_loss_) {
-    backend_.scale(dlosses, loss_scale * grad_scale);
-  } else if (mask_sum_ > 0) {
-    backend_.scale(dlosses, loss_scale * grad_scale / mask_sum_);
-  }
-  return dlosses;
-}
-
-void GPTModel::head_backward(float loss_scale, float grad_scale, Tensor& dx) {
-  const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
-  if (!dlogits_ready_) {
-    // Vocab-parallel: the local slice's softmax with the whole vocabulary's lse, local labels.
-    backend_.cross_entropy_backward(logits_, labels_.view({n}), loss_lse_, loss_weights(loss_scale, grad_scale),
-                                    dlogits_);
-  }
-  dlogits_ready_ = false;
-  const Tensor d_final_ln = column_backward(dlogits_, final_ln_out_, output_w_, -1, ws_h2_);
-  const ActivationSet& as = cur_set();
-  Tensor x_last = as.xs.back().view({n_local_, h});
-  // dx may be x_last's own buffer (forward_chunk): LayerNorm's backward reads x_last, so the
-  // gradient goes through ws_grad_ first.
-  Tensor d_final_ln_b = optional_grad(final_ln_b_);
-  backend_.layernorm_backward(d_final_ln, x_last, param(final_ln_w_), final_ln_mean_, final_ln_rstd_, ws_grad_,
-                              grad(final_ln_w_), d_final_ln_b, claim_grads(final_ln_w_, final_ln_b_));
-  if (dx.data() != ws_grad_.data()) backend_.copy(ws_grad_, dx);
-}
+double GPTModel::take_losses() { return head_.take_losses(backend_); }
 
 void GPTModel::backward_chunk(int64_t chunk, int64_t set) {
   cur_chunk_ = chunk;
   cur_set_ = set;
   const ActivationSet& as = set_at(chunk, set);
   dropout_ctx_ = as.dropout;
-  // ws_grad_ := d(chunk output): kept by the early head backward, or received.
+  // ws_.grad := d(chunk output): kept by the early head backward, or received.
   const Tensor& dy = is_last_virtual(chunk) ? as.xs.back() : recv_grad_;
   run_recordable(1, false, 0.0f, [&] {
-    backend_.copy(dy.view({n_local_, config_.hidden_size}), ws_grad_);
+    backend_.copy(dy.view({n_local_, config_.hidden_size}), ws_.grad);
     chunk_backward();
   });
 }
 
 void GPTModel::chunk_backward() {
   const GPTConfig& cc = chunk_config_;
-  fc2_bias_taken_for_ = -1;
+  handoff_ = {};
   // Top to bottom, one layer at a time (a per-layer "gradients ready" point: after
   // layer_backward(l) the gradients of layer l are final for this micro-batch).
   for (int64_t l = layers_per_chunk_ - 1; l >= 0; --l) {
@@ -781,190 +562,45 @@ void GPTModel::chunk_backward() {
                          (l + 1) % cc.recompute_num_layers == 0;
         if (top) {
           for (int64_t k = first; k <= l; ++k) layer_forward(k);
-          fc2_grad_in_h1_ = false;  // the forward used ws_h1_
+          handoff_.taken.grad_in_h1 = false;  // the forward used ws_.h1
         }
       }
-      layer_backward(l, ws_grad_);
+      layer_backward(l, ws_.grad);
     });
-    grads_final_from(layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)].ln1_w);
+    grads_final_from(layer(l).first_parameter());
   }
   if (!is_first_virtual(cur_chunk_)) return;
 
   // Embedding: through the dropout, the rows gathered (sequence parallelism), then
   // scatter-add into this rank's word rows (other ranks' ids are skipped) and the positions.
   segment(backward_segment(0), false, 0.0f, [&] {
-    const int64_t s = config_.seq_length, b = micro_batch_size_, h = config_.hidden_size;
     const ActivationSet& as = cur_set();
-    Tensor demb_buffer = local_rows(ws_h1_);
-    const Tensor demb_local =
-        through_dropout(ws_grad_, demb_buffer, dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
-    const Tensor demb = gather_rows(demb_local, ws_h1_);
-    backend_.embedding_backward(as.tokens, as.positions, demb.view({s, b, h}), accumulable_grad(word_emb_),
-                                accumulable_grad(pos_emb_));
+    embedding_.backward(ctx_, as.tokens, as.positions, dropout_params(config_.hidden_dropout, -1, kSiteEmbedding));
   });
   grads_final_from(0);
 }
 
-int64_t GPTModel::layer_end(int64_t l) const {
-  // A layer's parameters are contiguous and end with its FC2 (bias); what follows is the next
-  // layer, the next chunk's first layer or the loss head.
-  const LayerParams& p = layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)];
-  return std::max(p.fc2_w, p.fc2_b) + 1;
-}
-
 std::pair<int64_t, int64_t> GPTModel::chunk_parameters(int64_t chunk) const {
-  auto first = [&](int64_t c) { return layer_params_[static_cast<size_t>(c * layers_per_chunk_)].ln1_w; };
+  auto first = [&](int64_t c) { return layers_[static_cast<size_t>(c * layers_per_chunk_)].first_parameter(); };
   const int64_t end = chunk + 1 < num_chunks() ? first(chunk + 1) : static_cast<int64_t>(params_.params().size());
   return {chunk == 0 ? 0 : first(chunk), end};
 }
 
 void GPTModel::layer_forward(int64_t l) {
-  const int64_t gl = chunks_[static_cast<size_t>(cur_chunk_)].first_layer + l;  // global layer
-  const LayerParams& p = layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)];
-  LayerActs& a = layer_acts(l);
+  const TransformerLayer& L = layer(l);
   std::vector<Tensor>& xs = cur_set().xs;
-  const int64_t s = config_.seq_length, b = micro_batch_size_, n = s * b, h = config_.hidden_size;
+  const int64_t h = config_.hidden_size;
   const Tensor x = xs[static_cast<size_t>(l)].view({n_local_, h});
-  const float eps = config_.layernorm_epsilon;
-
-  backend_.layernorm_forward(x, param(p.ln1_w), optional_param(p.ln1_b), eps, a.ln1_out, a.ln1_mean, a.ln1_rstd);
-  Tensor qkv2 = a.qkv.view({n, 3 * q_size_});
-  backend_.linear_forward(column_input(a.ln1_out), param(p.qkv_w), optional_param(p.qkv_b), qkv2);
-  backend_.attention_forward(a.qkv, a.attn_out, a.attn_lse, attention_params(gl));
-  row_linear_residual(a.attn_out.view({n, q_size_}), p.proj_w, p.proj_b, x, a.x_mid,
-                      dropout_params(config_.hidden_dropout, gl, kSiteAttentionOut));
-
-  backend_.layernorm_forward(a.x_mid, param(p.ln2_w), optional_param(p.ln2_b), eps, a.ln2_out, a.ln2_mean,
-                             a.ln2_rstd);
-  // fc1_out keeps the pre-activation (bias included) for the activation's backward.
-  if (config_.swiglu) {
-    backend_.linear_forward(column_input(a.ln2_out), param(p.fc1_w), optional_param(p.fc1_b), a.fc1_out);
-    backend_.swiglu_forward(a.fc1_out, a.gelu_out);
-  } else {
-    backend_.linear_gelu_forward(column_input(a.ln2_out), param(p.fc1_w), optional_param(p.fc1_b), a.fc1_out,
-                                 a.gelu_out, config_.gelu);
-  }
   Tensor out = xs[static_cast<size_t>(l) + 1].view({n_local_, h});
-  row_linear_residual(a.gelu_out, p.fc2_w, p.fc2_b, a.x_mid, out, dropout_params(config_.hidden_dropout, gl, kSiteMlpOut));
-}
-
-void GPTModel::row_linear_residual(const Tensor& in, int64_t w, int64_t b, const Tensor& residual, Tensor& out,
-                                   const backend::DropoutParams& dropout) {
-  if (tp_->size() == 1 && dropout.p == 0.0f) {
-    backend_.linear_residual_forward(in, param(w), optional_param(b), residual, out);
-    return;
-  }
-  backend_.linear_forward(in, param(w), Tensor(), ws_h1_);
-  backend_.bias_dropout_add(reduce_rows(ws_h1_), optional_param(b), residual, out, dropout);
-}
-
-backend::GradWrite GPTModel::claim_grads(int64_t a, int64_t b) {
-  const backend::GradWrite w = params_.claim_grad(a);
-  if (b >= 0) {
-    const backend::GradWrite wb = params_.claim_grad(b);
-    MT_CHECK(wb == w) << "gradients of " << params_[a].name << " and " << params_[b].name
-                      << " are written together, but only one was written this step";
-  }
-  return w;
-}
-
-Tensor& GPTModel::accumulable_grad(int64_t i) {
-  Tensor& g = params_[i].grad;
-  if (params_.claim_grad(i) == backend::GradWrite::kOverwrite) backend_.fill(g, 0.0f);
-  return g;
-}
-
-Tensor GPTModel::through_dropout(const Tensor& dy, Tensor& buffer, const backend::DropoutParams& dropout) {
-  if (dropout.p == 0.0f) return dy;  // the identity: no copy
-  backend_.dropout_backward(dy, buffer, dropout);
-  return buffer;
+  L.forward(ctx_, x, out, layer_saved(l), layer_run(L.index));
 }
 
 void GPTModel::layer_backward(int64_t l, Tensor& g) {
-  const int64_t gl = chunks_[static_cast<size_t>(cur_chunk_)].first_layer + l;  // global layer
-  const LayerParams& p = layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)];
-  LayerActs& a = layer_acts(l);
-  const int64_t n = config_.seq_length * micro_batch_size_, h = config_.hidden_size;
-  const Tensor x = cur_set().xs[static_cast<size_t>(l)].view({n_local_, h});
-  // g, x, x_mid and LayerNorm gradients are [n_local, h] (this rank's rows under sequence
-  // parallelism); `h1` is the matching part of ws_h1_.
-  Tensor h1 = local_rows(ws_h1_);
-  const backend::DropoutParams mlp_dropout = dropout_params(config_.hidden_dropout, gl, kSiteMlpOut);
-  const backend::DropoutParams attn_dropout = dropout_params(config_.hidden_dropout, gl, kSiteAttentionOut);
-
-  // MLP branch: g is d(x_out); x_out = x_mid + dropout(fc2 + b_fc2). The row-parallel FC2's
-  // output gradient is gathered (the backward of its reduce-scatter); b_fc2's gradient is
-  // taken from all n rows, so it is complete on every rank. Unless the LayerNorm backward
-  // that produced g already summed it (and with dropout left d(fc2 + b_fc2) in h1): layer
-  // l + 1's LayerNorm 1 in this chunk (see below).
-  const bool fc2_bias_done = fc2_bias_taken_for_ == gl;
-  const bool fc2_grad_ready = fc2_bias_done && fc2_grad_in_h1_;
-  fc2_bias_taken_for_ = -1;
-  const Tensor d_fc2 = fc2_grad_ready ? h1 : gather_rows(through_dropout(g, h1, mlp_dropout), ws_h1_);
-  Tensor db_fc2 = fc2_bias_done ? Tensor() : optional_grad(p.fc2_b);
-  // FC2's backward through the activation: ws_f_ = d(fc1 + b_fc1).
-  if (config_.swiglu) {
-    backend_.linear_backward(d_fc2, a.gelu_out, param(p.fc2_w), ws_act_, grad(p.fc2_w), db_fc2,
-                             claim_grads(p.fc2_w, fc2_bias_done ? -1 : p.fc2_b));
-    backend_.swiglu_backward(ws_act_, a.fc1_out, ws_f_);
-  } else {
-    backend_.linear_dgelu_backward(d_fc2, a.gelu_out, param(p.fc2_w), a.fc1_out, ws_f_, grad(p.fc2_w), db_fc2,
-                                   config_.gelu, claim_grads(p.fc2_w, fc2_bias_done ? -1 : p.fc2_b));
-  }
-  const Tensor d_ln2 = column_backward(ws_f_, a.ln2_out, p.fc1_w, p.fc1_b, ws_h2_);
-  // g = d(x_mid): the residual path plus the MLP branch (the add fused into the backward).
-  // Without tensor parallelism d(proj + b_proj) is g itself (no dropout) or its dropout's
-  // backward, taken in the same pass into h1, and b_proj's gradient their column sum.
-  const bool proj_bias_in_ln = residual_bias_grad_in_layernorm(p.proj_b);
-  const bool proj_grad_in_h1 = proj_bias_in_ln && attn_dropout.p > 0.0f;
-  layernorm_backward_into(d_ln2, a.x_mid, p.ln2_w, p.ln2_b, a.ln2_mean, a.ln2_rstd, g, proj_bias_in_ln ? p.proj_b : -1,
-                          attn_dropout, &h1);
-
-  // Attention branch: x_mid = x + dropout(proj + b_proj).
-  const Tensor d_proj = proj_grad_in_h1 ? h1 : gather_rows(through_dropout(g, h1, attn_dropout), ws_h1_);
-  Tensor dq = ws_q_.view({n, q_size_});
-  Tensor db_proj = proj_bias_in_ln ? Tensor() : optional_grad(p.proj_b);
-  backend_.linear_backward(d_proj, a.attn_out.view({n, q_size_}), param(p.proj_w), dq, grad(p.proj_w), db_proj,
-                           claim_grads(p.proj_w, proj_bias_in_ln ? -1 : p.proj_b));
-  backend_.attention_backward(ws_q_, a.qkv, a.attn_out, a.attn_lse, ws_qkv_, attention_params(gl));
-  const Tensor d_ln1 =
-      column_backward(ws_qkv_.view({n, 3 * q_size_}), a.ln1_out, p.qkv_w, p.qkv_b, ws_h2_);
-  // g = d(x): the residual path plus the attention branch. g is also d(x_out) of the layer
-  // below (this chunk's layer l - 1), whose b_fc2 gradient is then summed here likewise, and
-  // with dropout its FC2 output gradient left in h1 for it (chunk_backward forgets that when
-  // a recompute overwrites h1 in between; the layer then runs the dropout backward again, the
-  // same bits).
-  int64_t below_fc2_b = -1;
-  const backend::DropoutParams below_dropout = dropout_params(config_.hidden_dropout, gl - 1, kSiteMlpOut);
-  if (l > 0) {
-    const LayerParams& below = layer_params_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l - 1)];
-    if (residual_bias_grad_in_layernorm(below.fc2_b)) below_fc2_b = below.fc2_b;
-  }
-  layernorm_backward_into(d_ln1, x, p.ln1_w, p.ln1_b, a.ln1_mean, a.ln1_rstd, g, below_fc2_b, below_dropout, &h1);
-  fc2_bias_taken_for_ = below_fc2_b >= 0 ? gl - 1 : -1;
-  fc2_grad_in_h1_ = below_fc2_b >= 0 && below_dropout.p > 0.0f;
+  const TransformerLayer& L = layer(l);
+  const Tensor x = cur_set().xs[static_cast<size_t>(l)].view({n_local_, config_.hidden_size});
+  const TransformerLayer* below = l > 0 ? &layer(l - 1) : nullptr;
+  const backend::DropoutParams below_mlp_out = dropout_params(config_.hidden_dropout, L.index - 1, kSiteMlpOut);
+  L.backward(ctx_, g, x, layer_saved(l), layer_run(L.index), below, below_mlp_out, handoff_);
 }
-
-void GPTModel::layernorm_backward_into(const Tensor& dy, const Tensor& x, int64_t w, int64_t b, const Tensor& mean,
-                                       const Tensor& rstd, Tensor& g, int64_t residual_bias,
-                                       const backend::DropoutParams& dropout, Tensor* dz) {
-  const backend::GradWrite write = claim_grads(w, b);
-  Tensor db = optional_grad(b);  // undefined for RMSNorm
-  if (residual_bias < 0) {
-    backend_.layernorm_backward(dy, x, param(w), mean, rstd, g, grad(w), db, write, backend::GradWrite::kAccumulate);
-    return;
-  }
-  if (dropout.p > 0.0f) {
-    MT_CHECK(dz != nullptr) << "layernorm backward through dropout without an output gradient buffer";
-    backend_.layernorm_backward_dropout_colsum(dy, x, param(w), mean, rstd, g, grad(w), db, *dz,
-                                               grad(residual_bias), dropout, write, backend::GradWrite::kAccumulate,
-                                               params_.claim_grad(residual_bias));
-    return;
-  }
-  backend_.layernorm_backward_colsum(dy, x, param(w), mean, rstd, g, grad(w), db, grad(residual_bias), write,
-                                     backend::GradWrite::kAccumulate, params_.claim_grad(residual_bias));
-}
-
-bool GPTModel::residual_bias_grad_in_layernorm(int64_t bias) const { return bias >= 0 && tp_->size() == 1; }
 
 }  // namespace megatron::model

@@ -1,44 +1,29 @@
-// The Megatron GPT (megatron-core GPTModel with the local transformer layer spec):
+// The Megatron GPT (megatron-core GPTModel with the local transformer layer spec), composed of
+// the layers in model/layers/:
 //
-//   tokens[b, s] -> word + position embedding -> dropout -> L x TransformerLayer
-//     -> final LayerNorm -> logits = x @ W_word^T (tied; or an untied output_layer)
-//     -> cross-entropy against labels, mean over loss_mask
-//   TransformerLayer (pre-LayerNorm):
-//     x_mid = x + dropout(proj(attention(qkv(LN1(x)))) + b_proj)
-//     x_out = x_mid + dropout(fc2(gelu(fc1(LN2(x_mid)) + b_fc1)) + b_fc2)
-//   Variants (Megatron's flags): --normalization RMSNorm (LN*(x) = x rstd gamma: no bias, no
-//   mean kept); --swiglu (fc1 gives [gate | up] of f each, the activation silu(gate) * up;
-//   FC2's backward is then not fused with the activation's, which uses a workspace [n, f]).
+//   tokens[b, s] -> VocabParallelEmbedding (word + position, dropout) -> L x TransformerLayer
+//     -> LMHead: final norm, logits = x @ W_word^T (tied; or an untied output_layer),
+//        cross-entropy against labels, mean over loss_mask
+//
+// The layer math, the tensor-parallel choreography and the fusions between neighbouring layers
+// live in the layer types (their headers give the shapes each saves). GPTModel keeps what spans
+// layers: the parameter declaration order and init streams, pipeline chunks, the pool of
+// activation sets, dropout streams, recompute, recorded work (CUDA graphs), the loss queue and
+// the data-parallel hooks.
 //
 // Explicit forward and backward, no autograd (docs/design.md, "Explicit forward and backward, no
 // autograd"). Every buffer is allocated once at construction for the configured micro-batch
 // (model/memory_plan.h sizes them by formula and --dry-run prints that plan); a step allocates
-// nothing.
-//
-// Saved per layer for backward (rows n = s*b, activation dtype = model dtype):
-//   input x [n,h] (= the previous layer's output), LN1 out [n,h], LN1 mean/rstd [n] fp32,
-//   qkv [n,3q], attention out [n,q], attention lse [b,heads,s] fp32, x_mid [n,h],
-//   LN2 out [n,h], LN2 mean/rstd [n] fp32, fc1 out (before bias+GELU) [n,f], GELU out [n,f]
-// (q = heads * kv_channels). Dropout masks are regenerated from Philox, not stored.
+// nothing. Dropout masks are regenerated from Philox, not stored.
 //
 // Tensor parallelism over T ranks (Megatron-core's layout; docs/design.md, "Parallelism is data
-// layout plus collectives"; the collectives are tensor_parallel/mappings.h, the partitions
-// tensor_parallel/partition.h):
-//   word embedding, output layer  vocab-parallel [V/T, h] (tensor_parallel/vocab_parallel.h)
-//   QKV [3q/T, h] + bias, FC1 [f/T, h] + bias   column-parallel (rank r: heads [r H/T, (r+1) H/T))
-//   proj [h, q/T], FC2 [h, f/T]                  row-parallel: output all-reduced, then the
-//                                                (replicated) bias added once
-//   LayerNorms, position embedding, row-parallel biases: replicated; their gradients come out
-//   identical on the TP ranks (each sees the whole sequence) and need no reduction.
-// Per layer and rank: qkv [n, 3q/T], attention out [n, q/T], lse [b, heads/T, s], fc1/GELU out
-// [n, f/T]; the logits [n, V/T].
-// Sequence parallelism (--sequence-parallel): the residual stream, LayerNorms and dropouts run
-// on rank r's rows [r n/T, (r+1) n/T) (n/T = s/T * b), the column-parallel linears all-gather
-// their input rows (the gathered LayerNorm output lives in a workspace and is gathered again
-// in backward, as Megatron), the row-parallel ones reduce-scatter their output instead of
-// the all-reduce. LayerNorm gradients are then partial sums: reduce_sequence_parallel_grads()
-// all-reduces them over TP. The row-parallel biases take their gradient from the gathered
-// (whole) output gradient, so it is complete on every rank. Dropout in these regions uses the
+// layout plus collectives"): vocab-parallel embedding and output layer [V/T, h], column-parallel
+// QKV and FC1, row-parallel proj and FC2 (model/layers/parallel_linear.h); norms, position
+// embedding and row-parallel biases replicated (their gradients come out identical on the TP
+// ranks and need no reduction).
+// Sequence parallelism (--sequence-parallel): the residual stream, norms and dropouts run on rank
+// r's rows [r n/T, (r+1) n/T); norm gradients are then partial sums:
+// reduce_sequence_parallel_grads() all-reduces them over TP. Dropout in these regions uses the
 // shard's global element offset (backend/ops.h) and attention dropout the global head index:
 // the masks are the single-process run's (Megatron instead forks a per-rank RNG; we match the
 // serial run so that TP is testable against it with dropout on).
@@ -46,10 +31,10 @@
 // Pipeline parallelism (PipelineStageOptions, model/gpt_config.h): a model holds one stage,
 // i.e. vp chunks of consecutive layers, parameters named by their GLOBAL layer index (so
 // checkpoints do not depend on the layout) and initialised from the single-process init
-// streams. Virtual stage 0 adds the embeddings, the last one the final LayerNorm, output layer
-// and loss; with tied embeddings the last stage (pp > 1) has its own copy of the word
-// embedding (Parameter::pipeline_shared), whose gradient the trainer sums with the first
-// stage's. Dropout streams use the global layer index, so the masks are the serial run's.
+// streams. Virtual stage 0 adds the embeddings, the last one the loss head; with tied
+// embeddings the last stage (pp > 1) has its own copy of the word embedding
+// (Parameter::pipeline_shared), whose gradient the trainer sums with the first stage's. Dropout
+// streams use the global layer index, so the masks are the serial run's.
 // Several micro-batches are in flight per chunk: each has an activation set (its residual
 // stream and kept layers' activations, all allocated up front); recomputed layers share one
 // set of slots per stage, filled just before their backward, so in-flight sets stay cheap
@@ -71,6 +56,10 @@
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "model/gpt_config.h"
+#include "model/layers/embedding.h"
+#include "model/layers/layer_context.h"
+#include "model/layers/lm_head.h"
+#include "model/layers/transformer_layer.h"
 #include "model/parameters.h"
 #include "tensor_parallel/vocab_parallel.h"
 
@@ -149,7 +138,7 @@ class GPTModel {
   float forward(const MicroBatch& batch, const DropoutContext& dropout);
   // The logits [s*b, V/T] (model dtype; this rank's vocabulary slice) of the last forward
   // (row si*b + bi), until backward() reuses the buffer for their gradient.
-  const Tensor& logits() const { return logits_; }
+  const Tensor& logits() const { return head_.logits(); }
   // Accumulates into the fp32 gradients the gradient of (loss * loss_scale * grad_scale), with
   // loss the value forward() returned (grad_scale = 1 / num_microbatches in training).
   void backward(float loss_scale, float grad_scale);
@@ -224,7 +213,7 @@ class GPTModel {
   // Megatron's --calculate-per-token-loss: a micro-batch's loss is the masked sum of its token
   // losses, not their mean; take_losses() then sums them and the caller divides by the tokens
   // (forward() returns the sum as a float). Off by default.
-  void set_per_token_loss(bool on) { per_token_loss_ = on; }
+  void set_per_token_loss(bool on) { head_.set_per_token_loss(on); }
   // Chunk c's output activation from set k's forward (to send; not the last virtual stage).
   const Tensor& output(int64_t chunk, int64_t set) const;
   // Where the gradient of a chunk's output is received before backward_chunk (one buffer).
@@ -233,7 +222,7 @@ class GPTModel {
   // last virtual stage, the head gradient forward_chunk kept), accumulating parameter
   // gradients. Afterwards input_grad() is d(chunk input) (to send; not on virtual stage 0).
   void backward_chunk(int64_t chunk, int64_t set);
-  const Tensor& input_grad() const { return ws_grad_; }
+  const Tensor& input_grad() const { return ws_.grad; }
   // The word embedding when it is tied across the first and last stage (pp > 1, not
   // --untie-embeddings-and-output-weights) and this stage holds it: its gradient must be
   // all-reduced over the embedding group before the optimizer step. Null otherwise.
@@ -254,48 +243,14 @@ class GPTModel {
   static BucketBoundaries declare_local_stage(const GPTConfig& config, const PipelineStageOptions& pipeline,
                                               int64_t tp, ParameterSet* params);
 
+
  private:
-  struct LayerParams {
-    int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
-  };
-  struct LayerActs {
-    Tensor ln1_out, ln1_mean, ln1_rstd, qkv, attn_out, attn_lse, x_mid, ln2_out, ln2_mean, ln2_rstd, fc1_out, gelu_out;
-  };
-  const Tensor& param(int64_t i) const { return params_[i].value; }
-  Tensor& grad(int64_t i) { return params_[i].grad; }
-  // The parameter's value, or an undefined tensor for i < 0 (no bias).
-  Tensor optional_param(int64_t i) const { return i >= 0 ? params_[i].value : Tensor(); }
-  Tensor optional_grad(int64_t i) { return i >= 0 ? params_[i].grad : Tensor(); }
-  // How an op writes the gradients of parameters a and b (b < 0: none; they are always written
-  // together): kOverwrite for the step's first write (ParameterSet::claim_grad).
-  backend::GradWrite claim_grads(int64_t a, int64_t b = -1);
-  // Whether the gradient of `bias`, of a linear whose output goes into the residual stream
-  // (through dropout or not), is taken by the LayerNorm backward that leaves that residual
-  // gradient: a bias and one tensor-parallel rank (no reduction in between). Without dropout
-  // it is the residual gradient's column sum (layernorm_backward_colsum; the forward adds the
-  // bias in the GEMM epilogue); with dropout the same kernel also applies the dropout's
-  // backward, writing the linear's output gradient (layernorm_backward_dropout_colsum).
-  bool residual_bias_grad_in_layernorm(int64_t bias) const;
-  // g += the backward of LayerNorm (w, b) for dy (the residual gradient add fused in), with the
-  // gradients of w and b; with residual_bias >= 0 also that bias's gradient: g's column sums
-  // (layernorm_backward_colsum), or with dropout.p > 0 those of dz = the dropout's backward of
-  // g, written into dz (layernorm_backward_dropout_colsum).
-  void layernorm_backward_into(const Tensor& dy, const Tensor& x, int64_t w, int64_t b, const Tensor& mean,
-                               const Tensor& rstd, Tensor& g, int64_t residual_bias,
-                               const backend::DropoutParams& dropout = {}, Tensor* dz = nullptr);
-  // The gradient for an op that can only accumulate (embedding_backward): zero-filled first if
-  // it is stale.
-  Tensor& accumulable_grad(int64_t i);
-  backend::DropoutParams dropout_params(float p, int64_t layer, int site) const;
-  // The (iteration, micro-batch) bits of every dropout stream of `dropout` (dropout_params).
-  static uint64_t dropout_stream_base(const DropoutContext& dropout);
-  backend::AttentionParams attention_params(int64_t layer) const;
   // One activation set of a chunk: the residual stream xs[0..Lc] (xs[l] is the input of the
   // chunk's layer l, xs[Lc] its output, or d(output) after an early head backward), the kept
-  // layers' activations, the tokens (virtual stage 0) and the micro-batch's dropout context.
+  // layers' saved activations, the tokens (virtual stage 0) and the micro-batch's dropout context.
   struct ActivationSet {
     std::vector<Tensor> xs;
-    std::vector<LayerActs> kept;
+    std::vector<TransformerLayer::Saved> kept;
     Tensor tokens;
     Tensor positions;  // int32 [b, s] position ids (virtual stage 0, reset_position_ids)
     Tensor key_start;  // int32 [b, s] first visible key per query (reset_attention_mask)
@@ -307,6 +262,22 @@ class GPTModel {
   struct Chunk {
     int64_t first_layer = 0;  // global index of local layer 0
   };
+  // This stage's layers, declared in the single-process order: the embedding on virtual stage
+  // 0 (indices -1 elsewhere), the chunks' transformer layers [chunk * Lc + local layer], the
+  // loss head's final norm and output layer on the last (output -1 elsewhere).
+  struct StageLayers {
+    VocabParallelEmbedding embedding;
+    std::vector<TransformerLayer> layers;
+    Norm final_norm;
+    int64_t output = -1;
+  };
+  static StageLayers declare(const GPTConfig& config, const PipelineStageOptions& pipeline, ParameterSet* params);
+
+  backend::DropoutParams dropout_params(float p, int64_t layer, int site) const;
+  // The (iteration, micro-batch) bits of every dropout stream of `dropout` (dropout_params).
+  static uint64_t dropout_stream_base(const DropoutContext& dropout);
+  // Global layer gl's dropouts and documents for the current set.
+  TransformerLayer::Run layer_run(int64_t gl) const;
   // Set `set` of the pool, for a micro-batch of chunk `chunk` (both checked).
   ActivationSet& set_at(int64_t chunk, int64_t set);
   const ActivationSet& set_at(int64_t chunk, int64_t set) const;
@@ -317,29 +288,17 @@ class GPTModel {
   bool dropout_drawn() const {
     return dropout_ctx_.training && (config_.hidden_dropout > 0.0f || config_.attention_dropout > 0.0f);
   }
-  // The layers [first, first + layers_per_chunk_) of chunk c, local index l.
-  LayerActs& layer_acts(int64_t l);
-  struct ParamIndices {
-    int64_t word_emb = -1, pos_emb = -1, final_ln_w = -1, final_ln_b = -1, output_w = -1;
-    std::vector<LayerParams> layers;  // [chunk * layers per chunk + local layer]
-  };
-  static ParamIndices declare(const GPTConfig& config, const PipelineStageOptions& pipeline, ParameterSet* params);
+  // Local layer l of the current chunk, and where its activations are saved (its kept slot in
+  // the current set, or a recompute slot).
+  const TransformerLayer& layer(int64_t l) const { return layers_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)]; }
+  TransformerLayer::Saved& layer_saved(int64_t l);
   // Forward of local layer l of the current chunk / set (cur_chunk_, cur_set_).
   void layer_forward(int64_t l);
-  // One past local layer l's (of the current chunk) last parameter index (the layers'
-  // parameters are contiguous, each starting with its first LayerNorm's weight).
-  int64_t layer_end(int64_t l) const;
+  // One past local layer l's (of the current chunk) last parameter index.
+  int64_t layer_end(int64_t l) const { return layer(l).parameter_end(); }
   // The device work of forward_chunk after its inputs are loaded (first / last: virtual
   // stage 0 / the last one).
   void chunk_forward(bool first, bool last, const HeadBackward* head);
-  // Loss head: final LayerNorm, output layer, cross-entropy over xs[Lc] of the current set
-  // into losses_ (with more than one vocabulary shard, through the vocab-parallel collectives,
-  // still on the device). With `head` (its backward next) and one vocabulary shard, the logits
-  // gradient is computed in the same pass (dlogits_ready_).
-  void head_forward(const HeadBackward* head);
-  // The micro-batch loss of the last head_forward queued in pending_losses_ (host work: the
-  // per-token losses' copy to the host is queued after the device work).
-  void queue_loss();
   // Recorded work (set_recording). A key holds everything host-side that the recorded ops
   // bake in: which work (0 forward, 1 backward; a segment: segment_kind), chunk, set, whether
   // the loss head's backward runs, the dropout seed + 1 when dropout is drawn (0 when not), the
@@ -357,82 +316,42 @@ class GPTModel {
   bool recordable() const;
   bool segmented() const;
   bool recordable_apart_from_hooks() const;
-  // fc2_bias_taken_for_ and fc2_grad_in_h1_ as one number, and back (a replay sets what its
-  // recording's host code left).
-  int64_t carried_state() const { return fc2_bias_taken_for_ * 2 + (fc2_grad_in_h1_ ? 1 : 0); }
+  // handoff_ as one number, and back (a replay sets what its recording's host code left).
+  int64_t carried_state() const { return handoff_.layer * 2 + (handoff_.taken.grad_in_h1 ? 1 : 0); }
   void set_carried_state(int64_t v);
   // Runs `work` (device ops only), records it, or replays its recording (see set_recording):
   // run_recordable for a whole chunk's work when recordable(), segment for one segment when
   // segmented() (kinds: 2 + 2 * index for forward segments, 3 + 2 * index for backward ones;
   // index 0 the embedding, 1 + l layer l, layers + 1 the head). Otherwise the work just runs.
   void run_recordable(int kind, bool head, float loss_factor, const std::function<void()>& work);
-  // The loss weights' scale (loss_weights) of the head's backward: the one host value recorded
-  // work depends on that changes with the micro-batch (through the mask's sum); 0 without it.
+  // The loss weights' scale of the head's backward (LMHead::loss_factor); 0 without it.
   float head_loss_factor(const HeadBackward* head) const;
   void segment(int kind, bool head, float loss_factor, const std::function<void()>& work);
   void run_recorded(int kind, bool head, float loss_factor, const std::function<void()>& work);
   int forward_segment(int64_t index) const { return 2 + 2 * static_cast<int>(index); }
   int backward_segment(int64_t index) const { return 3 + 2 * static_cast<int>(index); }
-  // d(loss * loss_scale * grad_scale) through the head into `dx` [n_local, h].
-  void head_backward(float loss_scale, float grad_scale, Tensor& dx);
-  // The micro-batch's loss weights scaled into d(loss * loss_scale * grad_scale)/d(loss_i) [n]
-  // (dloss_weights_, from the loaded mask).
-  Tensor loss_weights(float loss_scale, float grad_scale);
-  // Layers of the current chunk, top to bottom, from ws_grad_ = d(output); then, on virtual
+  // Layers of the current chunk, top to bottom, from ws_.grad = d(output); then, on virtual
   // stage 0, the embedding.
   void chunk_backward();
   // Inputs of a micro-batch onto the device, into `as` and the loss head: tokens and position
-  // ids (`first`), the documents' key starts (reset_attention_mask), labels (`labels`)
-  // and loss weights (last virtual stage; their host copy in host_mask_; sets mask_sum_).
+  // ids (`first`), the documents' key starts (reset_attention_mask), labels and loss weights
+  // (`labels`: the last virtual stage).
   void load_inputs(const MicroBatch& mb, ActivationSet& as, bool first, bool labels);
-  // d(input) of a dropout from its output gradient dy: dy itself without dropout, else the
-  // masked gradient written into `buffer`.
-  Tensor through_dropout(const Tensor& dy, Tensor& buffer, const backend::DropoutParams& dropout);
   // grad_x: gradient w.r.t. the layer's output on entry, w.r.t. its input on exit (local l).
   void layer_backward(int64_t l, Tensor& grad_x);
-  // The input of a column-parallel linear from its LayerNorm output [n_local, h]: the rows
-  // gathered into ws_full_ under sequence parallelism, else `ln_out` itself.
-  Tensor column_input(const Tensor& ln_out);
-  // Row-parallel output (forward; the backward's column-parallel input gradients go through
-  // column_backward) `partial` [n, h]: summed over TP, all-reduced in place (returns `partial`), or reduce-scattered
-  // into its sequence shard (returns that view).
-  Tensor reduce_rows(Tensor& partial);
-  // A row-parallel linear (weight w, bias b: parameter indices, b may be -1) then Megatron's
-  // bias-dropout-add: out = residual + dropout(reduce_rows(in @ W^T) + bias). Without TP and
-  // dropout nothing sits between the GEMM and the add, so they run as one
-  // (Backend::linear_residual_forward: the product is not rounded before the add).
-  void row_linear_residual(const Tensor& in, int64_t w, int64_t b, const Tensor& residual, Tensor& out,
-                           const backend::DropoutParams& dropout);
-  // A column-parallel linear's backward from dy [n, out] and its LayerNorm output ln_out
-  // [n_local, h] (the forward's input before column_input()): dX [n, in] into dx_partial,
-  // summed over TP as reduce_rows() does (the return value), and the weight gradients. Under TP
-  // the sum is started right after the dX GEMM and waited for after the weight-gradient GEMM,
-  // which runs beside it (Megatron's asynchronous input-gradient all-reduce / reduce-scatter);
-  // under sequence parallelism the input's rows are gathered again (ws_full_ held another
-  // layer's since the forward), started before the dX GEMM, which runs beside it, and waited
-  // for before the weight-gradient GEMM that reads them (Megatron's asynchronous all-gather),
-  // unless ws_full_ still holds them (ws_full_rows_of_): the loss head's, whose backward follows
-  // its forward, and a recomputed layer's FC1 input.
-  Tensor column_backward(const Tensor& dy, const Tensor& ln_out, int64_t w, int64_t b, Tensor& dx_partial);
-  // The whole [n, h] gradient from this rank's rows `shard` (gathered into `full`), or
-  // `shard` itself without sequence parallelism.
-  Tensor gather_rows(const Tensor& shard, Tensor& full);
-  // A [n_local, h] buffer inside `full` [n, h]: this rank's sequence shard, or all of it.
-  Tensor local_rows(const Tensor& full);
 
   GPTConfig config_;
   backend::Backend& backend_;
   DType dtype_;
   int64_t micro_batch_size_;
-  int64_t q_size_;  // this rank's heads * kv_channels (q / T)
   // Tensor parallelism: the group (a one-rank group when none is given), sequence
-  // parallelism, this rank's vocabulary slice, heads, FFN columns, and the residual-stream
-  // rows n_local (n / T with sequence parallelism, else n).
+  // parallelism, this rank's vocabulary slice, and the residual-stream rows n_local (n / T
+  // with sequence parallelism, else n).
   std::unique_ptr<comm::Communicator> own_tp_;
   comm::Communicator* tp_ = nullptr;
   bool sp_ = false;
   tensor_parallel::VocabRange vocab_;
-  int64_t heads_ = 0, ffn_ = 0, n_local_ = 0;
+  int64_t n_local_ = 0;
 
   PipelineStageOptions pipe_;
   // Recompute bookkeeping per chunk: config_ with num_layers = layers_per_chunk_ (Megatron
@@ -441,56 +360,24 @@ class GPTModel {
   int64_t layers_per_chunk_ = 0;
 
   ParameterSet params_;
-  // -1 where this stage has none (embeddings off virtual stage 0, head off the last).
-  int64_t word_emb_ = -1, pos_emb_ = -1, final_ln_w_ = -1, final_ln_b_ = -1, output_w_ = -1;
-  std::vector<LayerParams> layer_params_;  // [chunk * layers_per_chunk_ + local layer]
+  // The layers of this stage (StageLayers) and what they run with.
+  VocabParallelEmbedding embedding_;
+  std::vector<TransformerLayer> layers_;  // [chunk * layers_per_chunk_ + local layer]
+  LMHead head_;
+  LayerWorkspace ws_;
+  LayerContext ctx_;
+  // What the last layer backward left for the next one (transformer_layer.h).
+  LayerHandoff handoff_;
 
-  // Inputs of the current micro-batch (device): labels [s,b] int32, loss weights [s,b] fp32
-  // (last virtual stage; tokens live in the activation sets).
-  Tensor labels_, loss_weights_, dloss_weights_;  // [s, b]: labels, the loss mask, the scaled weights
   std::vector<Chunk> chunks_;
   std::vector<ActivationSet> sets_;  // the pool shared by the chunks
   int64_t cur_chunk_ = 0, cur_set_ = 0;  // what layer_forward / layer_backward work on
-  std::vector<LayerActs> recompute_acts_;  // the recompute slots, shared by every chunk and set
-  // Set by layer l's LayerNorm 1 backward for the layer below (global index) when it took that
-  // layer's FC2 bias gradient, and whether it also left FC2's output gradient (through the
-  // dropout) in ws_h1_ (cleared when a recompute's forward reuses ws_h1_ first); read and
-  // cleared by that layer's backward, which runs next.
-  int64_t fc2_bias_taken_for_ = -1;
-  bool fc2_grad_in_h1_ = false;
+  std::vector<TransformerLayer::Saved> recompute_saved_;  // the recompute slots, shared by every chunk and set
   std::vector<int64_t> act_slot_;    // per local layer: kept slot (>= 0) or ~recompute slot
-  Tensor final_ln_out_, final_ln_mean_, final_ln_rstd_;
-  // [n, V] in the model dtype, as Megatron's output layer (the cross-entropy reads them in fp32).
-  Tensor logits_;
-  // d(loss)/d(logits) [n, V] in the model dtype, as Megatron's autograd hands it to the LM head
-  // (so its GEMMs run on 16-bit tensor cores): the logits buffer itself, overwritten.
-  Tensor dlogits_;
-  bool dlogits_ready_ = false;  // head_forward computed dlogits_ (cross_entropy_fused)
-  Tensor losses_, loss_lse_;  // [n] fp32
-  // Workspace: the gradient stream [n_local, h], two temporaries [n,h], [n,3q], [n,q], [n,f];
-  // the embedding sum before dropout uses temporaries. Sequence parallelism adds ws_full_
-  // [n, h], the gathered input of a column-parallel linear.
-  Tensor ws_grad_, ws_h1_, ws_h2_, ws_qkv_, ws_q_, ws_f_, ws_full_;
-  Tensor ws_act_;  // SwiGLU: d(activation out) [n, f/T] between FC2's and the activation's backward
-  // The LayerNorm output whose gathered rows ws_full_ holds (its data pointer), or null. Every
-  // write of a LayerNorm output is followed by its column_input(), which sets this; anything
-  // else writing ws_full_ clears it.
-  const void* ws_full_rows_of_ = nullptr;
-  // pp > 1: the received output gradient [n_local, h] (separate from ws_grad_, which a send of
+  // pp > 1: the received output gradient [n_local, h] (separate from ws_.grad, which a send of
   // the previous input gradient may still read in the same exchange).
   Tensor recv_grad_;
   DropoutContext dropout_ctx_;
-  float mask_sum_ = 0.0f;
-  bool per_token_loss_ = false;
-  Tensor host_mask_;  // the loss weights of the current micro-batch [s*b] fp32, on the host
-  // A micro-batch loss not yet read (take_losses): sum(loss * mask) / sum(mask) over `losses`
-  // (host staging, filled by an asynchronous copy) and `mask`.
-  struct PendingLoss {
-    Tensor losses, mask;
-    float mask_sum = 0.0f;
-  };
-  std::vector<PendingLoss> pending_losses_;
-  std::vector<Tensor> loss_staging_;  // [n] fp32 host staging buffers, reused: one per queued loss
   bool recording_on_ = true;
   std::map<RecordKey, RecordedWork> recorded_;
   int64_t replays_ = 0;

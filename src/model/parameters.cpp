@@ -76,6 +76,19 @@ const Parameter* ParameterSet::find(const std::string& name) const {
   return nullptr;
 }
 
+int64_t ParameterSet::index_of(const std::string& name) const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].name == name) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+int64_t ParameterSet::require(const std::string& name) const {
+  const int64_t i = index_of(name);
+  MT_CHECK(i >= 0) << "no parameter " << name;
+  return i;
+}
+
 // Each parameter's values are computed on its backend (a GPU writes its shard directly: no
 // host staging, ~2.7e9 Box-Mullers took ~10 s of a 2.7B model's start-up on 16 host cores).
 void ParameterSet::initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers) {

@@ -89,6 +89,10 @@ class ParameterSet {
   int64_t total_numel() const { return total_numel_; }
   // The parameter called `name`, or nullptr.
   const Parameter* find(const std::string& name) const;
+  // The index of the parameter called `name`: -1 when there is none (index_of), an error naming
+  // it (require).
+  int64_t index_of(const std::string& name) const;
+  int64_t require(const std::string& name) const;
   // A step's gradients without a zero fill (backend::GradWrite): forget_grads() marks every
   // gradient stale; claim_grad(i) answers kOverwrite for the first writer of a stale one (and
   // marks it written), kAccumulate afterwards; first_stale_grad() is -1 once the backward has

@@ -1,0 +1,94 @@
+#include "model/layers/attention.h"
+
+#include <cmath>
+
+namespace megatron::model {
+
+Attention Attention::declare(ParameterSet& ps, const std::string& prefix, const GPTConfig& c) {
+  constexpr int kRows = 0, kCols = 1;  // partition dims: column-parallel rows, row-parallel columns
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.kv_channels;
+  const bool bias = c.add_bias_linear;
+  Attention a;
+  a.heads = c.num_attention_heads;
+  a.kv_channels = c.kv_channels;
+  a.qkv.weight = ps.add(prefix + "linear_qkv.weight", {3 * q, h}, Init::kNormal, kRows);
+  a.qkv.bias = bias ? ps.add(prefix + "linear_qkv.bias", {3 * q}, Init::kZeros, kRows) : -1;
+  a.proj.weight = ps.add(prefix + "linear_proj.weight", {h, q}, Init::kScaledNormal, kCols);
+  a.proj.bias = bias ? ps.add(prefix + "linear_proj.bias", {h}, Init::kZeros) : -1;
+  return a;
+}
+
+Attention Attention::find(const ParameterSet& ps, const std::string& prefix, const GPTConfig& c) {
+  Attention a;
+  a.heads = c.num_attention_heads;
+  a.kv_channels = c.kv_channels;
+  a.qkv.weight = ps.require(prefix + "linear_qkv.weight");
+  a.qkv.bias = ps.index_of(prefix + "linear_qkv.bias");
+  a.proj.weight = ps.require(prefix + "linear_proj.weight");
+  a.proj.bias = ps.index_of(prefix + "linear_proj.bias");
+  return a;
+}
+
+Attention::Saved Attention::allocate_saved(const LayerContext& ctx, DType dtype) const {
+  backend::Backend& be = *ctx.backend;
+  const int64_t s = ctx.seq, b = ctx.batch, ql = local_width(ctx);
+  Saved saved;
+  saved.qkv = be.empty({s, b, local_qkv_width(ctx)}, dtype, MemoryKind::kActivations);
+  saved.out = be.empty({s, b, ql}, dtype, MemoryKind::kActivations);
+  saved.lse = be.empty({b, local_heads(ctx), s}, DType::kF32, MemoryKind::kActivations);
+  return saved;
+}
+
+void Attention::allocate_workspace(const LayerContext& ctx, DType dtype, LayerWorkspace& ws) const {
+  const int64_t s = ctx.seq, b = ctx.batch, ql = local_width(ctx);
+  ws.qkv = ctx.backend->empty({s, b, local_qkv_width(ctx)}, dtype, MemoryKind::kWorkspace);
+  ws.q = ctx.backend->empty({s, b, ql}, dtype, MemoryKind::kWorkspace);
+}
+
+backend::AttentionParams Attention::params(const LayerContext& ctx, const Run& run) const {
+  backend::AttentionParams a;
+  a.heads = local_heads(ctx);
+  a.head_dim = kv_channels;
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kv_channels));
+  a.dropout = run.probs;
+  // This rank's heads are the global heads [rank * H/T, (rank + 1) * H/T).
+  a.dropout_heads = heads;
+  a.dropout_head0 = ctx.tp->rank() * a.heads;
+  a.key_start = run.key_start;
+  return a;
+}
+
+void Attention::forward(const LayerContext& ctx, const Tensor& ln_out, const Tensor& residual, Tensor& x_mid,
+                        Saved& saved, const Run& run) const {
+  const int64_t n = ctx.rows(), ql = local_width(ctx);
+  Tensor qkv_rows = saved.qkv.view({n, local_qkv_width(ctx)});
+  qkv.forward(ctx, ln_out, qkv_rows);
+  ctx.backend->attention_forward(saved.qkv, saved.out, saved.lse, params(ctx, run));
+  proj.forward_residual(ctx, saved.out.view({n, ql}), residual, x_mid, run.out);
+}
+
+Tensor Attention::backward(const LayerContext& ctx, const Tensor& g, const Tensor& ln_out, const Saved& saved,
+                           const Run& run, const BranchGradTaken& taken) const {
+  backend::Backend& be = *ctx.backend;
+  LayerWorkspace& ws = *ctx.ws;
+  const int64_t n = ctx.rows(), ql = local_width(ctx);
+  const Tensor d_proj = branch_output_grad(ctx, g, run.out, taken);
+  Tensor dq = ws.q.view({n, ql});
+  Tensor db_proj = taken.bias ? Tensor() : ctx.optional_grad(proj.bias);
+  be.linear_backward(d_proj, saved.out.view({n, ql}), ctx.param(proj.weight), dq, ctx.grad(proj.weight), db_proj,
+                     ctx.claim_grads(proj.weight, proj.bias_unless(taken.bias)));
+  be.attention_backward(ws.q, saved.qkv, saved.out, saved.lse, ws.qkv, params(ctx, run));
+  return qkv.backward(ctx, ws.qkv.view({n, local_qkv_width(ctx)}), ln_out, ws.h2);
+}
+
+void Attention::forward_cached(const LayerContext& ctx, const Tensor& ln_out, const Tensor& residual, Tensor& x_mid,
+                               Tensor& qkv_rows, Tensor& out_rows, Tensor& k_cache, Tensor& v_cache,
+                               int64_t past) const {
+  const int64_t t = qkv_rows.shape()[0], ql = local_width(ctx);
+  Tensor qkv2 = qkv_rows.view({t, local_qkv_width(ctx)});
+  qkv.forward(ctx, ln_out, qkv2);
+  ctx.backend->attention_kv_cache(qkv_rows, k_cache, v_cache, past, out_rows, params(ctx, Run{}));
+  proj.forward_residual(ctx, out_rows.view({t, ql}), residual, x_mid, {});
+}
+
+}  // namespace megatron::model

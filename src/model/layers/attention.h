@@ -1,0 +1,71 @@
+// Megatron-Core's self-attention block: a column-parallel fused QKV projection, causal softmax
+// attention (backend attention ops: flash attention, the [s, s] probabilities never stored), a
+// row-parallel output projection and the bias-dropout-add into the residual stream:
+//   x_mid = x + dropout(proj(attention(qkv(ln_out))) + b_proj)
+// QKV layout (Megatron's [s, b, np, 3 hn] view): weight [3q, h] with, per head j, rows
+// [3jd, 3jd + d) for its query, then its key, then its value (d = kv_channels, q = heads * d).
+// Tensor parallelism splits whole heads: rank r holds heads [r H/T, (r+1) H/T) (rows of QKV,
+// columns of proj). This is where position embeddings applied to q and k and key/value head
+// groups belong: they change the QKV layout and the attention op's parameters, nothing outside.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/gpt_config.h"
+#include "model/layers/layer_context.h"
+#include "model/layers/parallel_linear.h"
+
+namespace megatron::model {
+
+struct Attention {
+  ColumnParallelLinear qkv;
+  RowParallelLinear proj;
+  int64_t heads = 0;        // the model's (all ranks)
+  int64_t kv_channels = 0;  // d
+
+  // Saved for backward (this rank's heads H/T): qkv [s, b, 3q/T], out [s, b, q/T], and the
+  // softmax rows' log-sum-exp lse [b, H/T, s] fp32.
+  struct Saved {
+    Tensor qkv, out, lse;
+  };
+  // One micro-batch's run: dropout on the probabilities (its element index is the whole
+  // model's: global heads), on the output, and the documents' first visible keys (undefined:
+  // the causal mask alone).
+  struct Run {
+    backend::DropoutParams probs, out;
+    Tensor key_start;
+  };
+
+  // Declares `prefix`linear_qkv / linear_proj (weight, and bias with add_bias_linear).
+  static Attention declare(ParameterSet& ps, const std::string& prefix, const GPTConfig& config);
+  static Attention find(const ParameterSet& ps, const std::string& prefix, const GPTConfig& config);
+
+  // This rank's heads and query width q/T.
+  int64_t local_heads(const LayerContext& ctx) const { return heads / ctx.tp->size(); }
+  int64_t local_width(const LayerContext& ctx) const { return local_heads(ctx) * kv_channels; }
+  // The fused QKV projection's width on this rank.
+  int64_t local_qkv_width(const LayerContext& ctx) const { return 3 * local_width(ctx); }
+  // One layer's key (or value) cache for generation: [batch, H, max_context, d] fp32.
+  Shape kv_cache_shape(int64_t batch, int64_t max_context) const { return {batch, heads, max_context, kv_channels}; }
+  backend::AttentionParams params(const LayerContext& ctx, const Run& run) const;
+  // The buffers of Saved for one micro-batch (activations), and the attention's workspace:
+  // ws.qkv [s, b, 3q/T], ws.q [s, b, q/T].
+  Saved allocate_saved(const LayerContext& ctx, DType dtype) const;
+  void allocate_workspace(const LayerContext& ctx, DType dtype, LayerWorkspace& ws) const;
+
+  // x_mid [n_local, h] = residual + the block's output, from the norm output ln_out [n_local, h].
+  void forward(const LayerContext& ctx, const Tensor& ln_out, const Tensor& residual, Tensor& x_mid, Saved& saved,
+               const Run& run) const;
+  // From g = d(x_mid) [n_local, h] (`taken`: what the norm backward below x_mid did for the
+  // output projection): the parameter gradients and d(ln_out), summed over TP (the return value;
+  // its partial sums in ws.h2).
+  Tensor backward(const LayerContext& ctx, const Tensor& g, const Tensor& ln_out, const Saved& saved, const Run& run,
+                  const BranchGradTaken& taken) const;
+  // Generation (one rank, no dropout): the keys and values of the new rows [t] join the caches
+  // [1, H, max_context, d] at position `past`; qkv [t, 1, 3q] and out [t, 1, q] are temporaries.
+  void forward_cached(const LayerContext& ctx, const Tensor& ln_out, const Tensor& residual, Tensor& x_mid,
+                      Tensor& qkv_rows, Tensor& out_rows, Tensor& k_cache, Tensor& v_cache, int64_t past) const;
+};
+
+}  // namespace megatron::model
