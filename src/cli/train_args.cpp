@@ -765,13 +765,14 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
     }
     c.rampup_batch_size = ramp;
   }
-  c.microbatch_calculator();  // the rest of the batch arithmetic: micro-batches per iteration, the ramp's end
+  // The rest of the batch arithmetic: micro-batches per iteration, the ramp's end.
+  const train::NumMicroBatchesCalculator microbatches = c.microbatch_calculator();
   // The interleaved schedule runs micro-batches in groups of pp (parallel/pipeline_schedule.h).
   if (c.virtual_pipeline_chunks() > 1) {
     if (c.rampup_batch_size) {
       throw_error("[--rampup-batch-size] is not supported with --num-layers-per-virtual-pipeline-stage");
     }
-    const int64_t m = c.global_batch_size / per_step;
+    const int64_t m = microbatches.final_num_microbatches();
     if (m % c.pipeline_model_parallel_size != 0) {
       throw_error("[--num-layers-per-virtual-pipeline-stage] number of microbatches (", m,
                   ") is not divisible by --pipeline-model-parallel-size (", c.pipeline_model_parallel_size,
