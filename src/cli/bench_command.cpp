@@ -51,6 +51,7 @@
 #include "train/flops.h"
 #include "train/micro_batch_documents.h"
 #include "train/optimizer.h"
+#include "train/sub_configs.h"
 #include "train/train_step.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -203,7 +204,7 @@ int run_bench(const CommandArgs& argv_in) {
       std::move(world_comm), comm::parallel_sizes(world, c.tensor_model_parallel_size, c.pipeline_model_parallel_size));
   const DType dtype = train::model_dtype(c);
   const int64_t mbs = c.micro_batch_size, s = c.model.seq_length, gbs = c.global_batch_size;
-  const int64_t num_micro = gbs / (mbs * c.data_parallel_size);
+  const int64_t num_micro = c.num_microbatches();  // at --global-batch-size: the bench times no ramp
   const bool cuda = be->device() == Device::kCUDA;
   if (!cuda) {
     check_host_memory("bench", c, groups.coords.pp);
@@ -215,7 +216,8 @@ int run_bench(const CommandArgs& argv_in) {
   model::TensorParallelOptions tp;
   tp.group = groups.tp.get();
   tp.sequence_parallel = c.sequence_parallel;
-  const bool copy_engine = train::prepare_copy_engine(c, groups);
+  const train::DataParallelFlags dp_flags = train::data_parallel_flags(c);
+  const bool copy_engine = train::prepare_copy_engine(dp_flags, groups);
   model::GPTModel model(c.model, *be, dtype, mbs, tp, train::pipeline_stage(c, groups.coords.pp));
   model.parameters().initialize(*be, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
   train::OptimizerConfig oc;
@@ -223,9 +225,9 @@ int run_bench(const CommandArgs& argv_in) {
   optim::GradScaler scaler = optim::GradScaler::constant(c.fp16 ? 4096.0f : 1.0f);
   // The same data-parallel reduction as `megatron train` (buckets, --overlap-*).
   train::MixedPrecisionOptimizer opt(model.parameters(), *be, oc, std::move(scaler),
-                                     train::data_parallel_options(c, groups, model));
-  log << train::copy_engine_text(copy_engine, c, opt);
-  train::connect_overlap_hooks(c, model, opt);
+                                     train::data_parallel_options(dp_flags, groups, model));
+  log << train::copy_engine_text(copy_engine, dp_flags, opt);
+  train::connect_overlap_hooks(dp_flags, model, opt);
   // Synthetic tokens (ids of the vocabulary), a fresh batch per micro-batch slot, fixed across
   // iterations.
   std::vector<model::MicroBatch> batches(static_cast<size_t>(num_micro));
@@ -282,7 +284,7 @@ int run_bench(const CommandArgs& argv_in) {
     in.weight_decay = 0.01f;
     in.load = [&](int64_t k, model::MicroBatch* mb) { *mb = batches[static_cast<size_t>(k)]; };
     // The mean micro-batch loss (on the last stage; 0 on the others).
-    loss = static_cast<float>(train::train_step(c, model, opt, groups, in).loss_sum / static_cast<double>(num_micro));
+    loss = static_cast<float>(train::train_step(train::step_flags(c), model, opt, groups, in).loss_sum / static_cast<double>(num_micro));
     be->synchronize();
     groups.world->barrier();  // the iteration ends when the slowest rank's does
     if (it >= warmup) timed += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -12,6 +12,7 @@
 #include <simdjson.h>
 
 #include "backend/cuda/attention_impl.h"
+#include "cli/train_flag_table.h"
 #include "comm/rank_layout.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
@@ -26,168 +27,6 @@ namespace megatron::cli {
 namespace {
 
 using train::TrainConfig;
-
-// ---------------------------------------------------------------------------------------------
-// The flags that are accepted without effect, or not supported yet. ONE table: to enable a
-// feature, delete its row (or widen its accepted values) and read the flag in
-// parse_train_config(). Supported flags are declared in declare_supported_flags().
-// ---------------------------------------------------------------------------------------------
-enum class FlagType { kSwitch, kValue, kList };
-enum class FlagState {
-  kNoOp,         // accepted with any value; changes nothing here (the note says why)
-  kValues,       // accepted with the listed values (the first is the default); others: not supported yet
-  kUnsupported,  // "[--flag] is not supported yet (note)"
-  kRemoved,      // Megatron itself rejects it; the note says what to use instead
-};
-
-struct FlagRow {
-  const char* name;
-  FlagType type;
-  FlagState state;
-  const char* values;  // kValues: accepted values separated by '|', the first is the default
-  const char* note;
-};
-
-constexpr const char* kCkpt = "checkpoints use one format: safetensors + metadata.json (--save/--load)";
-constexpr const char* kVariant = "this model variant is not implemented yet";
-
-constexpr FlagRow kFlagTable[] = {
-    // Parallelism: later issues widen these.
-    {"--context-parallel-size", FlagType::kValue, FlagState::kValues, "1", "context parallelism"},
-    {"--expert-model-parallel-size", FlagType::kValue, FlagState::kValues, "1", "mixture of experts"},
-    {"--num-experts", FlagType::kValue, FlagState::kUnsupported, "", "mixture of experts"},
-    {"--distribute-saved-activations", FlagType::kSwitch, FlagState::kUnsupported, "", "activation partitioning over tensor-parallel ranks"},
-    {"--data-parallel-random-init", FlagType::kSwitch, FlagState::kUnsupported, "", "per-replica initialisation"},
-    {"--decrease-batch-size-if-needed", FlagType::kSwitch, FlagState::kUnsupported, "", "global batch must divide exactly"},
-    {"--step-batch-size-schedule", FlagType::kValue, FlagState::kUnsupported, "", "use --rampup-batch-size"},
-    // Checkpoints.
-    {"--pretrained-checkpoint", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
-    {"--ckpt-format", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
-    {"--use-dist-ckpt", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
-    {"--auto-detect-ckpt-format", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
-    {"--non-persistent-save-interval", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
-    // TensorBoard and other loggers.
-    {"--wandb-project", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
-    {"--wandb-exp-name", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
-    {"--wandb-save-dir", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
-    // Model variants.
-    {"--group-query-attention", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
-    {"--num-query-groups", FlagType::kValue, FlagState::kUnsupported, "", kVariant},
-    {"--normalization", FlagType::kValue, FlagState::kValues, "LayerNorm|RMSNorm", "LayerNorm or RMSNorm"},
-    {"--position-embedding-type", FlagType::kValue, FlagState::kValues, "learned_absolute", kVariant},
-    {"--use-rotary-position-embeddings", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
-    {"--no-position-embedding", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
-    {"--squared-relu", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
-    {"--qk-layernorm", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
-    {"--apply-residual-connection-post-layernorm", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
-    {"--apply-query-key-layer-scaling", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
-    {"--fp32-residual-connection", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
-    {"--fp16-lm-cross-entropy", FlagType::kSwitch, FlagState::kUnsupported, "", "the cross-entropy runs in fp32"},
-    {"--fp8-format", FlagType::kValue, FlagState::kUnsupported, "", "FP8 training"},
-    {"--recompute-modules", FlagType::kList, FlagState::kUnsupported, "", "selective recompute covers core attention only"},
-    {"--checkpoint-activations", FlagType::kSwitch, FlagState::kRemoved, "",
-     "Megatron no longer accepts it; use --recompute-activations, or --recompute-granularity full "
-     "--recompute-method uniform --recompute-num-layers 1"},
-    // Data.
-    {"--tokenizer-type", FlagType::kValue, FlagState::kValues, "GPT2BPETokenizer|NullTokenizer",
-     "the GPT-2 BPE tokenizer, or NullTokenizer with --vocab-size"},
-    {"--tokenizer-model", FlagType::kValue, FlagState::kUnsupported, "", "only the GPT-2 BPE tokenizer"},
-    {"--data-impl", FlagType::kValue, FlagState::kValues, "mmap|infer", "only the mmap indexed format (MMIDIDX)"},
-    {"--dataloader-type", FlagType::kValue, FlagState::kValues, "single", "only the 'single' sampler"},
-    {"--optimizer", FlagType::kValue, FlagState::kValues, "adam", "only Adam(W)"},
-    // Accepted, no effect here.
-    {"--num-workers", FlagType::kValue, FlagState::kNoOp, "", "no-op: samples come from memory-mapped files in the trainer"},
-    {"--DDP-impl", FlagType::kValue, FlagState::kValues, "local|torch", "no-op: gradient reduction is our own"},
-    {"--use-contiguous-buffers-in-local-ddp", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: gradients always live in one buffer"},
-    {"--no-contiguous-buffers-in-local-ddp", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: gradients always live in one buffer"},
-    {"--use-flash-attn", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the backend picks its fused attention kernel"},
-    {"--attention-backend", FlagType::kValue, FlagState::kValues, "auto|flash|fused|unfused|local",
-     "no-op: the backend picks its fused attention kernel"},
-    {"--transformer-impl", FlagType::kValue, FlagState::kValues, "local|transformer_engine", "no-op: one implementation"},
-    {"--use-mcore-models", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: one implementation"},
-    {"--use-legacy-models", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: one implementation"},
-    {"--no-masked-softmax-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel fusion does not change results"},
-    {"--no-bias-dropout-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel fusion does not change results"},
-    {"--no-persist-layer-norm", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
-    {"--no-gradient-accumulation-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
-    {"--no-async-tensor-model-parallel-allreduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
-    {"--cross-entropy-loss-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the cross-entropy is always fused"},
-    {"--attention-softmax-in-fp32", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: softmax always runs in fp32"},
-    {"--no-create-attention-mask-in-dataloader", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the causal mask is implicit"},
-    {"--empty-unused-memory-level", FlagType::kValue, FlagState::kValues, "0|1|2", "no-op: memory is planned up front"},
-    {"--manual-gc", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no garbage collector"},
-    {"--local-rank", FlagType::kValue, FlagState::kNoOp, "", "no-op: ranks come from the environment"},
-    // Megatron-Core-era flags of current scripts (megatron/training/arguments.py).
-    {"--manual-gc-interval", FlagType::kValue, FlagState::kNoOp, "", "no-op: no garbage collector"},
-    {"--manual-gc-eval", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no garbage collector"},
-    {"--no-manual-gc-eval", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no garbage collector"},
-    {"--rerun-mode", FlagType::kValue, FlagState::kValues, "disabled",
-     "the rerun state machine (validate_results, report_stats); NaN losses stop the run instead"},
-    {"--num-dataset-builder-threads", FlagType::kValue, FlagState::kNoOp, "", "no-op: the sample indices are built in one pass"},
-    {"--mmap-bin-files", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the .bin files are always memory-mapped"},
-    {"--no-mmap-bin-files", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the .bin files are always memory-mapped"},
-    {"--enable-one-logger", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no telemetry is sent anywhere"},
-    {"--no-one-logger", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no telemetry is sent anywhere"},
-    {"--te-rng-tracker", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: dropout masks come from a stateless Philox stream"},
-    {"--ckpt-fully-parallel-save", FlagType::kSwitch, FlagState::kNoOp, "",
-     "no-op, as in Megatron: the parallel save is the default (--no-ckpt-fully-parallel-save turns it off)"},
-    {"--ckpt-fully-parallel-load", FlagType::kSwitch, FlagState::kNoOp, "",
-     "no-op: every rank always reads only its own part of a checkpoint"},
-    {"--ckpt-assume-constant-structure", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
-    {"--dist-ckpt-strictness", FlagType::kValue, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
-    {"--ddp-average-in-collective", FlagType::kSwitch, FlagState::kNoOp, "",
-     "no-op: gradients are scaled by 1/DP before the sum, which differs only in rounding"},
-    {"--align-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when buckets start changes no value"},
-    {"--no-align-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when buckets start changes no value"},
-    {"--align-param-gather", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when gathers start changes no value"},
-    {"--no-align-param-gather", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when gathers start changes no value"},
-    {"--overlap-param-gather-with-optimizer-step", FlagType::kSwitch, FlagState::kNoOp, "",
-     "no-op: parameters gather as with --overlap-param-gather"},
-    {"--defer-embedding-wgrad-compute", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: a scheduling choice, the same gradients"},
-    {"--async-tensor-model-parallel-allreduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
-    {"--use-ring-exchange-p2p", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: pipeline messages go point to point"},
-    {"--no-initialization", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: initialisation on the device takes milliseconds"},
-    {"--memory-efficient-layer-norm", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
-    {"--gradient-accumulation-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
-    {"--no-rope-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
-    {"--bias-swiglu-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
-    {"--no-bias-swiglu-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
-    {"--no-query-key-layer-scaling", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: query-key layer scaling is off"},
-    {"--tp-comm-overlap", FlagType::kSwitch, FlagState::kUnsupported, "", "TP communication overlap (Transformer Engine userbuffers)"},
-    {"--grad-reduce-in-bf16", FlagType::kSwitch, FlagState::kUnsupported, "", "gradients are reduced in fp32"},
-    {"--use-tp-pp-dp-mapping", FlagType::kSwitch, FlagState::kUnsupported, "", "ranks follow Megatron's default tp-cp-dp-pp order"},
-    {"--microbatch-group-size-per-virtual-pipeline-stage", FlagType::kValue, FlagState::kUnsupported, "",
-     "the interleaved schedule groups pipeline-size micro-batches"},
-    {"--head-lr-mult", FlagType::kValue, FlagState::kUnsupported, "", "one learning rate for all parameters"},
-    {"--decoupled-lr", FlagType::kValue, FlagState::kUnsupported, "", "one learning rate for all parameters"},
-    {"--decoupled-min-lr", FlagType::kValue, FlagState::kUnsupported, "", "one learning rate for all parameters"},
-    {"--init-method-xavier-uniform", FlagType::kSwitch, FlagState::kUnsupported, "", "normal initialisation only"},
-    {"--apply-layernorm-1p", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
-    {"--full-validation", FlagType::kSwitch, FlagState::kUnsupported, "", "validation runs --eval-iters iterations"},
-    {"--multiple-validation-sets", FlagType::kSwitch, FlagState::kUnsupported, "", "one validation set"},
-    {"--use-pytorch-profiler", FlagType::kSwitch, FlagState::kUnsupported, "",
-     "no PyTorch here: --profile starts and stops the CUDA profiler (nsys) instead"},
-    {"--record-memory-history", FlagType::kSwitch, FlagState::kUnsupported, "",
-     "no caching allocator to record: --dry-run prints every byte the engine allocates"},
-    {"--no-shared-storage", FlagType::kSwitch, FlagState::kUnsupported, "",
-     "rank 0 builds the sample indices for all ranks on shared storage"},
-    {"--local_rank", FlagType::kValue, FlagState::kNoOp, "", "no-op: ranks come from the environment"},
-};
-
-std::vector<std::string> split_values(const char* values) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (const char* p = values; *p != '\0'; ++p) {
-    if (*p == '|') {
-      out.push_back(cur);
-      cur.clear();
-    } else {
-      cur.push_back(*p);
-    }
-  }
-  if (!cur.empty()) out.push_back(cur);
-  return out;
-}
 
 // The whitespace-separated words of a text file (Megatron: open(path).read().split()).
 std::vector<std::string> read_words(const std::string& path, const char* flag) {
@@ -236,286 +75,10 @@ std::array<std::vector<std::string>, 3> read_per_split_data_args(const std::stri
   return out;
 }
 
-bool is_integer_text(const std::string& s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
-  }
-  return true;
-}
-
-bool value_accepted(const FlagRow& row, const std::string& value) {
-  for (const std::string& a : split_values(row.values)) {
-    if (a == value) return true;
-    if (is_integer_text(a)) {
-      try {
-        if (parse_int(value, row.name) == std::stoll(a)) return true;
-      } catch (const Error&) {
-      }
-    }
-  }
-  return false;
-}
-
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string out;
   for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
   return out;
-}
-
-void declare_table_flags(Args& a) {
-  for (const FlagRow& row : kFlagTable) {
-    std::string help;
-    switch (row.state) {
-      case FlagState::kNoOp: help = row.note; break;
-      case FlagState::kValues: help = str_cat("only ", join(split_values(row.values), ", "), " (", row.note, ")"); break;
-      case FlagState::kUnsupported: help = str_cat("not supported yet (", row.note, ")"); break;
-      case FlagState::kRemoved: help = "rejected (as in Megatron)"; break;
-    }
-    switch (row.type) {
-      case FlagType::kSwitch: a.flag(row.name, help); break;
-      case FlagType::kValue: {
-        std::optional<std::string> def;
-        if (row.state == FlagState::kValues) def = split_values(row.values).front();
-        a.option(row.name, "X", help, def);
-        break;
-      }
-      case FlagType::kList: a.list(row.name, "X", help); break;
-    }
-  }
-}
-
-void check_table_flags(const Args& a) {
-  for (const FlagRow& row : kFlagTable) {
-    if (!a.given(row.name)) continue;
-    switch (row.state) {
-      case FlagState::kNoOp: break;
-      case FlagState::kUnsupported: throw_error("[", row.name, "] is not supported yet (", row.note, ")");
-      case FlagState::kRemoved: throw_error("[", row.name, "] is not accepted: ", row.note);
-      case FlagState::kValues: {
-        const std::string v = a.get_string(row.name);
-        if (!value_accepted(row, v)) {
-          throw_error("[", row.name, "] ", v, " is not supported yet (", row.note, "; accepted: ",
-                      join(split_values(row.values), ", "), ")");
-        }
-        break;
-      }
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Presets of --model.
-// ---------------------------------------------------------------------------------------------
-const std::vector<ModelPreset> kPresets = {
-    {"gpt2-124m", 12, 768, 12, 1024},      {"gpt2-350m", 24, 1024, 16, 1024},
-    {"gpt2-774m", 36, 1280, 20, 1024},     {"gpt2-1558m", 48, 1600, 25, 1024},
-    {"gpt3-1.3b", 24, 2048, 16, 2048},     {"gpt3-2.7b", 32, 2560, 32, 2048},
-    {"gpt3-13b", 40, 5120, 32, 2048},      {"gpt3-175b", 96, 12288, 96, 2048},
-    {"gpt-1.7b", 24, 2304, 24, 2048},      {"gpt-3.6b", 30, 3072, 32, 2048},
-    {"gpt-7.5b", 36, 4096, 32, 2048},      {"gpt-18.4b", 40, 6144, 48, 2048},
-    {"gpt-39.1b", 48, 8192, 64, 2048},     {"gpt-76.1b", 60, 10240, 80, 2048},
-    {"gpt-145.6b", 80, 12288, 96, 2048},   {"gpt-310.1b", 96, 16384, 128, 2048},
-};
-
-std::string preset_names() {
-  std::vector<std::string> names;
-  for (const ModelPreset& p : kPresets) names.push_back(p.name);
-  return join(names, ", ");
-}
-
-void declare_supported_flags(Args& a) {
-  // Model shape.
-  a.option("--model", "NAME", "shape preset (" + preset_names() + "); explicit flags override it")
-      .option("--num-layers", "L", "transformer layers")
-      .option("--hidden-size", "H", "hidden size")
-      .option("--num-attention-heads", "N", "attention heads")
-      .option("--ffn-hidden-size", "F", "MLP hidden size (default 4 * hidden)")
-      .option("--kv-channels", "D", "head size (default hidden / heads)")
-      .option("--seq-length", "S", "tokens per sample")
-      .option("--max-position-embeddings", "P", "learned positions (default: --seq-length)")
-      .option("--make-vocab-size-divisible-by", "N", "pad the vocabulary to a multiple of N * TP", "128")
-      .option("--init-method-std", "X", "std of the normal initialisation", "0.02")
-      .option("--attention-dropout", "P", "attention dropout", "0.1")
-      .option("--hidden-dropout", "P", "hidden dropout", "0.1")
-      .option("--layernorm-epsilon", "E", "LayerNorm epsilon", "1e-05")
-      .option("--norm-epsilon", "E", "LayerNorm epsilon (Megatron-Core's name for --layernorm-epsilon)")
-      .flag("--untie-embeddings-and-output-weights", "separate output layer weights")
-      .flag("--openai-gelu", "tanh-approximated GELU (the default fused bias-GELU is tanh too)")
-      .flag("--no-bias-gelu-fusion", "exact (erf) GELU, as Megatron's unfused path (unless --openai-gelu)")
-      .flag("--disable-bias-linear", "no biases in the linear layers")
-      .flag("--swiglu", "SwiGLU MLP: linear_fc1 gives gate and up halves, silu(gate) * up replaces GELU "
-                        "(--ffn-hidden-size then defaults to int(8h/3/64)*64)");
-  // Data.
-  a.list("--data-path", "PATH", "a prefix, or weight/prefix pairs (required unless --dry-run, --mock-data or --train-data-path)")
-      .list("--train-data-path", "PATH", "the training data on its own: all sequences of a prefix, or weight/prefix pairs")
-      .list("--valid-data-path", "PATH", "the validation data on its own (as --train-data-path; none: no validation)")
-      .list("--test-data-path", "PATH", "the test data on its own (as --train-data-path)")
-      .option("--data-args-path", "FILE", "a file holding --data-path's values (whitespace-separated)")
-      .option("--per-split-data-args-path", "FILE",
-              "a JSON file {\"train\": ..., \"valid\": ..., \"test\": ...} of per-split data paths (lists or strings)")
-      .flag("--mock-data", "Megatron-Core's mock data (100000 synthetic documents) instead of --data-path")
-      .flag("--eod-mask-loss", "no loss at positions whose input token is the end of document")
-      .flag("--calculate-per-token-loss",
-            "the loss is the global batch's sum over its counted tokens divided by their number (not a mean of "
-            "micro-batch means)")
-      .flag("--reset-position-ids", "position ids restart at 0 after each end-of-document token")
-      .flag("--reset-attention-mask",
-            "tokens attend only within their document (keys after the last end-of-document token before them)")
-      .option("--split", "A,B,C", "train/valid/test proportions", "969, 30, 1")
-      .option("--vocab-file", "FILE", "GPT-2 vocab.json (required unless --dry-run)")
-      .option("--vocab-size", "N", "NullTokenizer: ids 0..N-1 and the end of document N (vocabulary N + 1)")
-      .option("--merge-file", "FILE", "GPT-2 merges.txt (required unless --dry-run)")
-      .option("--data-cache-path", "DIR", "where the sample index files are cached")
-      .option("--seed", "N", "random seed", "1234");
-  // Batch and length.
-  a.option("--micro-batch-size", "N", "samples per forward pass per replica")
-      .option("--global-batch-size", "N", "samples per iteration (default micro-batch * data-parallel)")
-      .list("--rampup-batch-size", "N", "<start> <increment> <ramp samples>; needs --train-samples", 3)
-      .option("--train-iters", "N", "iterations (or --train-samples)")
-      .option("--train-samples", "N", "samples (or --train-iters)");
-  // Learning rate.
-  a.option("--lr", "LR", "peak learning rate")
-      .option("--min-lr", "LR", "floor of the decay", "0.0")
-      .option("--lr-decay-style", "S", "constant, linear, cosine, inverse-square-root or WSD", "linear")
-      .option("--lr-decay-iters", "N", "decay iterations (default: --train-iters)")
-      .option("--lr-decay-samples", "N", "decay samples (default: --train-samples)")
-      .option("--lr-warmup-iters", "N", "warmup iterations", "0")
-      .option("--lr-warmup-samples", "N", "warmup samples", "0")
-      .option("--lr-warmup-fraction", "X", "warmup as a fraction of the decay steps")
-      .option("--lr-warmup-init", "LR", "learning rate at the start of warmup", "0.0")
-      .option("--lr-wsd-decay-style", "S", "WSD decay: exponential, linear, cosine or minus_sqrt", "exponential")
-      .option("--lr-wsd-decay-iters", "N", "WSD decay iterations")
-      .option("--lr-wsd-decay-samples", "N", "WSD decay samples")
-      .flag("--override-opt_param-scheduler", "take scheduler values from the flags, not the checkpoint")
-      .flag("--use-checkpoint-opt_param-scheduler", "take scheduler values from the checkpoint");
-  // Optimizer.
-  a.option("--weight-decay", "X", "weight decay (constant style)", "0.01")
-      .option("--start-weight-decay", "X", "initial weight decay (linear/cosine style)")
-      .option("--end-weight-decay", "X", "final weight decay (linear/cosine style)")
-      .option("--weight-decay-incr-style", "S", "constant, linear or cosine", "constant")
-      .option("--adam-beta1", "X", "Adam beta1", "0.9")
-      .option("--adam-beta2", "X", "Adam beta2", "0.999")
-      .option("--adam-eps", "X", "Adam epsilon", "1e-08")
-      .option("--clip-grad", "X", "clip the global gradient L2 norm (0: off)", "1.0");
-  // Precision.
-  a.flag("--fp16", "fp16 parameters, fp32 main weights, loss scaling")
-      .flag("--bf16", "bf16 parameters, fp32 main weights")
-      .option("--loss-scale", "X", "constant loss scale (default: dynamic with --fp16)")
-      .option("--initial-loss-scale", "X", "initial dynamic loss scale", "4294967296")
-      .option("--min-loss-scale", "X", "minimum dynamic loss scale", "1.0")
-      .option("--loss-scale-window", "N", "iterations without overflow before doubling", "1000")
-      .option("--hysteresis", "N", "overflows tolerated before halving", "2")
-      .flag("--accumulate-allreduce-grads-in-fp32", "fp32 gradient accumulation (forced with --bf16)");
-  // Logging, evaluation, exit.
-  a.option("--log-interval", "N", "iterations between log lines", "100")
-      .option("--eval-interval", "N", "iterations between validations", "1000")
-      .option("--eval-iters", "N", "iterations per validation", "100")
-      .flag("--log-throughput", "print throughput per GPU (TFLOP/s/GPU)")
-      .option("--timing-log-level", "0|1|2",
-              "Megatron's timers: 0 set-up and checkpoints; 1 also forward-backward, gradient reductions and the "
-              "optimizer (synchronises the device at each); 2 also batches, computes and pipeline exchanges",
-              "0")
-      .option("--timing-log-option", "minmax|max|all", "timer times across ranks: min and max, max, or every rank",
-              "minmax")
-      .flag("--no-barrier-with-level-1-timing", "level-1 timers start without a barrier over all ranks")
-      .flag("--log-straggler",
-            "at every log interval rank 0 names the slowest and fastest rank by compute time (communication "
-            "waits left out), with each one's GPU power, temperature, utilisation and clock")
-      .flag("--disable-straggler-on-startup", "--log-straggler starts off (--straggler-ctrlr-port turns it on)")
-      .option("--straggler-ctrlr-port", "PORT",
-              "rank 0 listens here; each connection (curl HOST:PORT) turns --log-straggler off or on", "65535")
-      .option("--straggler-minmax-count", "N", "also list the N ranks of lowest and highest estimated TFLOP/s", "1")
-      .option("--check-weight-hash-across-dp-replicas-interval", "N",
-              "before training and every N iterations, check that data-parallel replicas hold the same weights "
-              "bit for bit (stops every rank otherwise, naming the parameters)")
-      .flag("--no-check-for-nan-in-loss-and-grad",
-            "train on through a NaN or Inf loss and NaN gradients (default: stop the run, naming the rank)")
-      .flag("--log-params-norm", "print the parameter norm")
-      .flag("--profile",
-            "start the CUDA profiler before iteration --profile-step-start + 1 and stop it after "
-            "--profile-step-end, on --profile-ranks (nsys profile --capture-range=cudaProfilerApi), with NVTX "
-            "ranges per iteration and phase")
-      .option("--profile-step-start", "N", "--profile: the capture starts after N iterations", "10")
-      .option("--profile-step-end", "N", "--profile: the capture stops after iteration N", "12")
-      .list("--profile-ranks", "R", "--profile: the global ranks that capture (default 0)")
-      .flag("--log-progress",
-            "append the job's start and, at each checkpoint, its throughput, FLOPs and tokens to <--save>/progress.txt")
-      .flag("--log-num-zeros-in-grad", "print the number of zero gradients")
-      .option("--flops-convention", "YEAR", "TFLOP/s formula: 2025 (causal attention halved, Megatron HEAD) or 2024",
-              "2025")
-      .option("--exit-interval", "N", "exit when the iteration is a multiple of N")
-      .option("--exit-duration-in-mins", "M", "exit after M minutes")
-      .option("--save-interval", "N", "iterations between checkpoints (with --save)")
-      .flag("--dry-run", "print the configuration and memory plan, then exit")
-      .option("--gpu", "NAME",
-              "the GPU kind megatron plan's prediction, printed before the first step, is for (" + plan::gpu_names() +
-                  "; default: this CUDA device's kind; needed with --dry-run)");
-  // Checkpoints (train/checkpoint.h).
-  a.option("--save", "DIR", "save checkpoints to DIR (DIR/iter_0000100/, latest_checkpointed_iteration.txt)")
-      .option("--load", "DIR", "resume from the latest checkpoint in DIR")
-      .option("--save-keep-last", "K", "keep only the K newest checkpoints (0: keep all)", "0")
-      .flag("--no-save-optim", "save weights only (no fp32 main weights, no Adam state)")
-      .flag("--async-save",
-            "write checkpoints in the background: each rank copies what it holds to host memory, "
-            "training goes on while a thread writes it")
-      .flag("--no-ckpt-fully-parallel-save",
-            "rank 0 writes the whole checkpoint (default: every rank writes what it holds, "
-            "when all ranks see the --save directory)")
-      .flag("--no-save-rng", "accepted: dropout masks are a function of (seed, iteration), no RNG state exists")
-      .flag("--no-load-optim", "load weights only; the optimizer starts fresh from them")
-      .flag("--no-load-rng", "accepted: dropout masks are a function of (seed, iteration), no RNG state exists")
-      .flag("--finetune", "load weights only and start at iteration 0 with 0 consumed samples")
-      .flag("--exit-on-missing-checkpoint", "with --load: exit if no checkpoint is found")
-      .option("--ckpt-step", "N", "with --load: load iteration N instead of the latest")
-      .flag("--use-checkpoint-args", "take the model's shape flags not given here from --load's checkpoint")
-      .flag("--skip-train", "no training: evaluate on the validation and test sets (of --load's model) and exit")
-      .flag("--exit-signal-handler", "on SIGTERM finish the iteration, save and exit 0");
-  // TensorBoard and the JSONL metrics log.
-  a.option("--tensorboard-dir", "DIR", "write TensorBoard event files to DIR")
-      .option("--tensorboard-queue-size", "N", "events buffered before a flush", "1000")
-      .option("--tensorboard-log-interval", "N", "iterations between TensorBoard scalars", "1")
-      .flag("--log-batch-size-to-tensorboard", "also log the global batch size")
-      .flag("--log-memory-to-tensorboard", "also log the device memory in use (bytes, live allocations)")
-      .flag("--log-world-size-to-tensorboard", "also log the number of ranks")
-      .flag("--log-timers-to-tensorboard", "log iteration time, throughput and per-phase timers (adds syncs)")
-      .flag("--log-validation-ppl-to-tensorboard", "also log validation perplexity")
-      .flag("--log-learning-rate-to-tensorboard", "log the learning rate (default on)")
-      .flag("--no-log-learning-rate-to-tensorboard", "do not log the learning rate")
-      .flag("--log-loss-scale-to-tensorboard", "log the loss scale (default on)")
-      .flag("--no-log-loss-scale-to-tensorboard", "do not log the loss scale")
-      .option("--log-jsonl", "FILE", "append one JSON object per logged iteration and validation to FILE");
-  // Parallelism and recompute.
-  a.option("--tensor-model-parallel-size", "N", "tensor-parallel size (heads, FFN and vocabulary split over N ranks)", "1")
-      .option("--pipeline-model-parallel-size", "N", "pipeline-parallel size (the layers split over N stages, 1F1B schedule)", "1")
-      .option("--num-layers-per-virtual-pipeline-stage", "N",
-              "layers per virtual pipeline stage: each stage holds several chunks (interleaved 1F1B schedule)")
-      .flag("--use-distributed-optimizer", "shard the fp32 main weights and Adam moments over data-parallel ranks")
-      .option("--ddp-bucket-size", "N",
-              "gradient all-reduce / reduce-scatter bucket size in elements (default: one bucket; "
-              "max(40M, 1M x DP) with --overlap-grad-reduce)")
-      .option("--ddp-num-buckets", "N", "gradient buckets of (this rank's parameters / N) elements each")
-      .flag("--overlap-grad-reduce", "start each gradient bucket's reduction during the last backward pass")
-      .flag("--overlap-param-gather",
-            "all-gather the distributed optimizer's parameters during the next forward pass "
-            "(needs --use-distributed-optimizer and --overlap-grad-reduce)")
-      .flag("--overlap-p2p-communication",
-            "start the pipeline stages' sends and receives and wait for them only where their buffers are used, "
-            "so that a stage computes on while its peer catches up (1F1B and interleaved)")
-      .option("--nproc-per-node", "N", "start N local worker processes of this command (torchrun's flag)")
-      .option("--distributed-backend", "B",
-              "nccl: GPU ranks talk over NCCL (CPU ranks always use MPI); mpi or gloo: host-side collectives over "
-              "MPI, GPU tensors staged through host memory (slow; lets several ranks share one GPU, which NCCL "
-              "refuses; needs mpirun or --nproc-per-node)",
-              "nccl")
-      .option("--distributed-timeout-minutes", "M",
-              "end the job when a collective has waited M minutes (a rank is stuck or dead)", "10")
-      .flag("--sequence-parallel", "sequence parallelism in the LayerNorm/dropout regions (needs tensor parallelism)")
-      .flag("--use-cpu-initialization", "initialise full matrices then split (TP-invariant)")
-      .flag("--recompute-activations", "shorthand for --recompute-granularity selective")
-      .option("--recompute-granularity", "G", "full or selective")
-      .option("--recompute-method", "M", "uniform or block (with full granularity)")
-      .option("--recompute-num-layers", "N", "layers per recompute chunk (full granularity)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -605,10 +168,10 @@ void fill_model(const Args& a, TrainConfig& c) {
   if (a.given("--model")) {
     c.model_preset = a.get_string("--model");
     const ModelPreset* found = nullptr;
-    for (const ModelPreset& p : kPresets) {
+    for (const ModelPreset& p : model_presets()) {
       if (c.model_preset == p.name) found = &p;
     }
-    if (found == nullptr) throw_error("[--model] unknown preset '", c.model_preset, "' (choose from ", preset_names(), ")");
+    if (found == nullptr) throw_error("[--model] unknown preset '", c.model_preset, "' (choose from ", model_preset_names(), ")");
     m.num_layers = found->num_layers;
     m.hidden_size = found->hidden_size;
     m.num_attention_heads = found->num_attention_heads;
@@ -765,13 +328,14 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
     }
     c.rampup_batch_size = ramp;
   }
-  c.microbatch_calculator();  // the rest of the batch arithmetic: micro-batches per iteration, the ramp's end
+  // The rest of the batch arithmetic: micro-batches per iteration, the ramp's end.
+  const train::NumMicroBatchesCalculator microbatches = c.microbatch_calculator();
   // The interleaved schedule runs micro-batches in groups of pp (parallel/pipeline_schedule.h).
   if (c.virtual_pipeline_chunks() > 1) {
     if (c.rampup_batch_size) {
       throw_error("[--rampup-batch-size] is not supported with --num-layers-per-virtual-pipeline-stage");
     }
-    const int64_t m = c.global_batch_size / per_step;
+    const int64_t m = microbatches.final_num_microbatches();
     if (m % c.pipeline_model_parallel_size != 0) {
       throw_error("[--num-layers-per-virtual-pipeline-stage] number of microbatches (", m,
                   ") is not divisible by --pipeline-model-parallel-size (", c.pipeline_model_parallel_size,
@@ -1093,12 +657,6 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
 
 }  // namespace
 
-const std::vector<ModelPreset>& model_presets() { return kPresets; }
-
-void declare_train_flags(Args& args) {
-  declare_supported_flags(args);
-  declare_table_flags(args);
-}
 
 train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std::ostream* log) {
   // Not-supported-yet flags first: their message is the most useful one.

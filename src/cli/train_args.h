@@ -6,8 +6,9 @@
 //  - a documented no-op: accepted because it changes nothing here (e.g. --data-impl mmap,
 //    --use-flash-attn: the attention kernel is chosen by the backend);
 //  - not supported yet: a one-line error "[--flag] is not supported yet (reason)".
-// The last two live in one table, kFlagTable in train_args.cpp: enabling a feature means
-// deleting its row there and reading the flag in parse_train_config().
+// The last two live in one table, kFlagTable in train_flag_table.cpp: enabling a feature means
+// deleting its row there and reading the flag in parse_train_config(). The supported flags are
+// declared in train_flags.cpp and read here, in train_args.cpp.
 // Flags that no script is expected to pass stay undeclared and are "unknown flag" errors.
 //
 // --model NAME presets the shape (layers, hidden, heads, seq length); explicit flags override.
@@ -74,5 +75,7 @@ struct ModelPreset {
   int64_t seq_length;
 };
 const std::vector<ModelPreset>& model_presets();
+// Their names, comma separated, in the table's order (for help and error texts).
+std::string model_preset_names();
 
 }  // namespace megatron::cli

@@ -28,6 +28,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/data_parallel_setup.h"
+#include "train/sub_configs.h"
 #include "train/flops.h"
 #include "train/straggler_detector.h"
 #include "train/trainer.h"
@@ -134,7 +135,8 @@ int run_train(const CommandArgs& argv) {
       if (nccl) p.nccl = plan::nccl_memory(layout, stage).total();
       if (copy_engine) {
         const model::PipelineStageOptions pipe = train::pipeline_stage(config, stage);
-        const int64_t bucket = train::ddp_bucket_size(config, dp, model::stage_num_parameters(config.model, tp, pipe));
+        const int64_t bucket = train::ddp_bucket_size(train::data_parallel_flags(config), dp,
+                                                      model::stage_num_parameters(config.model, tp, pipe));
         p.copy_engine = plan::copy_engine_receive_bytes(config.model, tp, pipe, dp, bucket);
       }
       return p;

@@ -1,49 +1,23 @@
 // Memory per GPU for a (TP, PP, VP, DP, micro-batch, recompute, distributed optimizer, SP)
-// layout: model/memory_plan's formula extended to tensor and pipeline shards.
-//
-// What is exact and what is a model:
-//  - TP = PP = 1 (any DP, with or without the distributed optimizer): exactly the bytes our
-//    engine allocates, term for term model::plan_memory + model::shard_optimizer_state
-//    (tests/plan/memory_model_test.cpp checks the equality; memory_plan_test checks those
-//    against real allocations).
+// layout: the engine's own plan of one rank, model::plan_memory (model/memory_plan.h, checked
+// against real allocations at TP 1 and 2, with and without sequence parallelism, PP 1 and 2,
+// VP 1 and 2, in tests/model/memory_plan_test.cpp), for the layout's stage with its activation
+// sets, plus what the engine's plan does not hold:
 //  - NCCL's buffers (MemoryPlan::nccl, 0 on one GPU): a model of what NCCL allocates for the
 //    communicators the stage creates and connects, plan/nccl_memory.h (one constant fitted on
-//    2 x H200, one on 4 x H200).
-//  - TP > 1 or PP > 1: the bytes our engine allocates with Megatron's layout (megatron-facts
-//    §7-§10), same per-tensor accounting; against measured device memory within 0.6% on ten
-//    2 x H200 runs (TP2, PP2, DP2; tests/plan/recorded_runs_test.cpp) and +1.5% on DP4 over 4 x
-//    H100, and within 1% of nvidia-smi on 4 x H200 (seventeenth session), once NCCL's
-//    per-communicator state was counted: its absence was the 17.89B TP4 run's ~4.9 GB that ran
-//    out of memory on 4 x H100 (sixteenth session). Megatron-LM itself stores more (dropout
-//    masks, unfused softmax inputs: Korthikanti et al. 2022's 34*s*b*h per layer vs our
-//    ~(3h + 4q/t + 2f/t)*e per token).
-//
-// The pieces, for rank k of a pipeline of pp stages (n = micro_batch * seq tokens, e = bytes of
-// the model dtype, t = tp, u = t with sequence parallelism else 1, L_k = L / pp layers; the
-// variants as model::plan_memory: f1 = FC1's output width, f or 2f with --swiglu (gate and up);
-// r = 2 parameters and 2 fp32 statistics (mean, rstd) per LayerNorm row, 1 and 1 with
-// --normalization RMSNorm (weight only, rstd only)):
-//  parameters per rank  L_k * [2rh + (3qh + hq + f1*h + fh)/t + bias*(3q/t + f1/t + 2h)]
-//                       + first stage: V*h/t + P*h (positions, replicated)
-//                       + last stage: rh (final norm) + V*h/t (untied, or the tied copy when pp > 1)
-//  bytes per parameter  e (model) + 4 (fp32 main, 16-bit models only) + 4 (fp32 grad) + 8 (Adam);
-//                       the distributed optimizer keeps ceil(P_k / dp) of main and Adam (§9)
-//  activations          per micro-batch in flight: L_k layer inputs n*h*e/u, the kept layers'
-//                       n*(3h/u + (4q + f1 + f)/t)*e + 8rn/u + 4*b*a*s/t bytes each (LN outputs
-//                       and x_mid are sequence-sharded only with SP; qkv, attention out, fc1, the
-//                       GELU / SwiGLU output are head/column-sharded; fp32 norm stats; fp32
-//                       softmax lse), the first stage's int32 tokens 4n, the last stage's final
-//                       stream and norm out 2*n*h*e/u + 4rn/u,
-//                       logits n*(V/t)*e and 20n (losses, lse, labels, loss mask, weights);
-//                       plus, once, the activation slot of the layer being recomputed (full recompute)
-//  in flight            1F1B: stage k holds min(pp - k, m) micro-batches (megatron-facts §8);
-//                       interleaved: the stage's one pool of activation sets, each of L_k/vp
-//                       layers, as many as the schedule holds at once
-//                       (parallel::activation_slots): Megatron's min(m*vp, 2(pp-k-1) +
-//                       (vp-1)*pp + 1) chunks live at once (Korthikanti 2022) for m > pp, all
-//                       m*vp for m == pp (Megatron's all-warm-up case)
-//  workspace            (3nh + (4nq + n*f1 + [SwiGLU] nf)/t)*e: gradient stream, temporaries,
-//                       gathered SP inputs, fc1's output gradient, SwiGLU's output gradient
+//    2 x H200, one on 4 x H200);
+//  - the copy engines' receive buffer (MemoryPlan::copy_engine, below);
+//  - with --reset-attention-mask on 16-bit runs, cuDNN's attention bias [b, s, s] in its
+//    workspace (MemoryPlan::workspace).
+// The layout's knobs map to the engine's: kFull recompute is --recompute-method uniform
+// --recompute-num-layers 1, kSelective keeps what kNone keeps; the activation sets are the
+// schedule's with blocking exchanges (parallel::activation_sets_needed, as train/config.cpp
+// pipeline_stage; --overlap-p2p-communication, which can take one set more, is not modelled).
+// Against measured device memory: within 0.3% on ten 2 x H200 runs (TP2, PP2, DP2;
+// tests/plan/recorded_runs_test.cpp), +1.5% on DP4 over 4 x H100 and within 1% of nvidia-smi
+// on 4 x H200 with NCCL's per-communicator state counted. Megatron-LM itself stores more
+// (dropout masks, unfused softmax inputs: Korthikanti et al. 2022's 34*s*b*h per layer vs our
+// ~(3h + 4q/t + 2f/t)*e per token).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "parallel/micro_batches.h"
+
 namespace megatron::plan {
 
 // Megatron's --recompute-granularity: kSelective recomputes core attention only (with flash
@@ -33,8 +35,9 @@ struct ParallelConfig {
   int64_t world() const { return tp * pp * dp; }
   // dp_copy_engine where it can act: the distributed optimizer over more than one rank.
   bool uses_copy_engines() const { return dp_copy_engine && distributed_optimizer && dp > 1; }
-  // Micro-batches per iteration on each data-parallel replica.
-  int64_t num_micro_batches() const { return global_batch / (micro_batch * dp); }
+  // Micro-batches per iteration on each data-parallel replica (parallel/micro_batches.h; the
+  // global batch must divide: plan::validate_layout checks it).
+  int64_t num_micro_batches() const { return parallel::num_micro_batches(global_batch, micro_batch, dp); }
   std::string describe() const;  // "tp 8 pp 8 vp 1 dp 4 mbs 1 gbs 1536 recompute none dist-opt sp"
 };
 

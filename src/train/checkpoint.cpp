@@ -1,7 +1,5 @@
 #include "train/checkpoint.h"
 
-#include <simdjson.h>
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -33,19 +31,6 @@ constexpr const char* kFormat = kCheckpointFormat;
 #define MT_VERSION "dev"
 #endif
 
-// Args that must not change across a resume (they change what the weights mean or how
-// samples are cut), with the flag to name in the error.
-constexpr const char* kFixedArgs[] = {"--num-layers", "--hidden-size", "--num-attention-heads", "--kv-channels",
-                                      "--ffn-hidden-size", "--max-position-embeddings", "--seq-length",
-                                      "padded_vocab_size", "--untie-embeddings-and-output-weights",
-                                      "--disable-bias-linear", "--normalization", "--swiglu"};
-// What a checkpoint written before an arg was recorded was trained with (JSON text).
-const char* absent_arg_value(const std::string& key) {
-  if (key == "--normalization") return "\"LayerNorm\"";
-  if (key == "--swiglu") return "false";
-  return nullptr;
-}
-
 std::string jd(double v) { return json_double(v); }
 std::string ji(int64_t v) { return std::to_string(v); }
 std::string jb(bool v) { return v ? "true" : "false"; }
@@ -60,50 +45,6 @@ Tensor host_view(const Tensor& t, backend::Backend& backend) {
   backend.copy(t, h);
   return h;
 }
-
-// Elements [begin, begin + n) of this rank's shard of parameter p's global tensor `name` (its
-// TP-local flat elements), as a host tensor [n] in the file's dtype: only those bytes are read
-// from the map, so that ranks loading a large checkpoint read their own parts of it, not every
-// global tensor (Megatron's fully parallel load, which is the default here).
-Tensor read_shard(const SafetensorsFile& file, const std::string& name, const model::Parameter& p, int64_t begin,
-                  int64_t n) {
-  const SafetensorsTensor& t = file.at(name);
-  if (t.shape != p.global_shape) {
-    throw_error(file.path(), ": tensor '", name, "' has shape ", shape_string(t.shape), ", this model expects ",
-                shape_string(p.global_shape));
-  }
-  if (!is_float(t.dtype)) throw_error(file.path(), ": tensor '", name, "' is not a float tensor");
-  Tensor out = Tensor::cpu({n}, t.dtype);
-  const int64_t e = dtype_size(t.dtype);
-  auto* dst = static_cast<char*>(out.data());
-  tensor_parallel::for_each_global_run(p.global_shape, p.partition, begin, n,
-                                       [&](int64_t global_start, int64_t local_start, int64_t len) {
-                                         std::memcpy(dst + (local_start - begin) * e, t.data + global_start * e,
-                                                     static_cast<size_t>(len * e));
-                                       });
-  if (const int64_t bad = first_non_finite(out.data(), t.dtype, n); bad >= 0) {
-    throw_error(file.path(), ": tensor '", name, "' holds NaN or Inf (element ", bad, " of this rank's share)");
-  }
-  return out;
-}
-
-// This rank's shard of parameter p's tensor `name` into `dst` (p's shape, any float dtype:
-// converted with RNE).
-void load_into(const SafetensorsFile& file, const std::string& name, const model::Parameter& p, Tensor& dst,
-               backend::Backend& backend) {
-  backend.copy(read_shard(file, name, p, 0, p.numel()).view(p.shape), dst);
-}
-
-// The optimizer state of `kind` this rank holds for p (its owned ranges under the distributed
-// optimizer) from the file's tensor `name` (a 16-bit one widened exactly by the copy).
-void load_state(const SafetensorsFile& file, const std::string& name, const model::Parameter& p, StateKind kind,
-                MixedPrecisionOptimizer& optimizer, backend::Backend& backend) {
-  for (MixedPrecisionOptimizer::HeldState& h : optimizer.held_param_state(p, kind)) {
-    backend.copy(read_shard(file, name, p, h.begin, h.values.numel()), h.values);
-  }
-}
-
-std::string element_text(simdjson::dom::element e) { return std::string(simdjson::minify(e)); }
 
 }  // namespace
 
@@ -443,16 +384,6 @@ class ShareWriter {
   std::array<double, 2> bytes_ = {0, 0};
 };
 
-// Every rank learns whether any failed at a step of the save; the one that failed throws its
-// own error, the others a line that points at it.
-void agree(comm::Communicator& world, const std::optional<std::string>& my_error, const std::string& dir,
-           const char* step, const char* flag = "--save") {
-  double failed = my_error ? 1.0 : 0.0;
-  world.all_reduce_host({&failed, 1}, comm::ReduceOp::kMax);
-  if (my_error) throw Error(*my_error);
-  if (failed > 0) throw_error("[", flag, "] ", dir, ": ", step, " failed on another rank (its error says why)");
-}
-
 }  // namespace
 
 // A parallel save between its start (files laid out, this rank's bytes taken) and its commit.
@@ -564,7 +495,7 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
       if (!st->tmp.empty()) abandon_checkpoint_dir(st->tmp);
     }
   }
-  agree(world, error, st->save_dir, "starting the checkpoint");
+  agree_on_failure(world, error, st->save_dir, "starting the checkpoint");
   world.all_reduce_host({&pid, 1}, comm::ReduceOp::kMax);
   if (!st->rank0) st->tmp = temporary_checkpoint_dir(st->save_dir, st->iteration, static_cast<int64_t>(pid));
   for (int f = 0; f < nfiles; ++f) st->paths[f] = st->tmp + "/" + names[f];
@@ -594,7 +525,7 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
       error = e.what();
     }
     try {
-      agree(world, error, st->save_dir, "copying the checkpoint to host memory");
+      agree_on_failure(world, error, st->save_dir, "copying the checkpoint to host memory");
     } catch (const Error&) {
       if (st->rank0) abandon_checkpoint_dir(st->tmp);
       throw;
@@ -642,7 +573,7 @@ std::shared_ptr<Storage> async_save_host_buffer(const TrainConfig& c, const mode
     error = str_cat("[--async-save] rank ", groups.rank(), ": cannot allocate the page-locked host copy of its checkpoint share: ",
                     e.what());
   }
-  agree(*groups.world, error, *c.save, "allocating --async-save's host memory", "--async-save");
+  agree_on_failure(*groups.world, error, *c.save, "allocating --async-save's host memory", "--async-save");
   return buffer;
 }
 
@@ -655,7 +586,7 @@ bool finish_checkpoint_save(PendingCheckpointSave& save, comm::Communicator& wor
   }
   if (st.thread.joinable()) st.thread.join();
   try {
-    agree(world, st.error, st.save_dir, "writing the checkpoint");
+    agree_on_failure(world, st.error, st.save_dir, "writing the checkpoint");
     // The files were sized before anything was written: a byte no rank wrote would read as
     // zero. Every byte is written exactly once, so the ranks' counts add up to the data areas.
     std::array<double, 2> total = st.bytes_written;
@@ -680,7 +611,7 @@ bool finish_checkpoint_save(PendingCheckpointSave& save, comm::Communicator& wor
       abandon_checkpoint_dir(st.tmp);  // gone already when the commit got past its rename
     }
   }
-  agree(world, error, st.save_dir, "committing the checkpoint");
+  agree_on_failure(world, error, st.save_dir, "committing the checkpoint");
   if (st.rank0) {
     log << "  successfully saved checkpoint at iteration " << iteration_text(st.iteration) << " to " << st.save_dir
         << '\n' << std::flush;
@@ -714,160 +645,12 @@ std::unique_ptr<PendingCheckpointSave> save_training_checkpoint(
   return save;
 }
 
-namespace {
-
-// One rank's part of load_training_checkpoint; *loaded := the iteration of the checkpoint it
-// read (0 for release), -1 when there was none.
-TrainProgress load_own_part(const TrainConfig& c, model::ParameterSet& params, MixedPrecisionOptimizer& optimizer,
-                            OptimizerParamScheduler& scheduler, backend::Backend& backend, std::ostream& log,
-                            int64_t* loaded) {
-  const LoadedCheckpoint ck = load_checkpoint_dir(*c.load, c.ckpt_step);
-  *loaded = ck.found ? ck.iteration : -1;
-  if (!ck.found) {
-    if (c.exit_on_missing_checkpoint) {
-      throw_error("[--load] no checkpoint in ", *c.load, " (", ck.tracker_path, " is missing) and --exit-on-missing-checkpoint is set");
-    }
-    log << "WARNING: could not find the metadata file " << ck.tracker_path << "\n"
-        << "    will not load any checkpoints and will start from random\n";
-    // Iteration directories beside a missing tracker are most likely a lost tracker, not an
-    // empty directory: say which checkpoints are left unused.
-    const std::vector<CheckpointSummary> present = list_checkpoints(*c.load);
-    if (!present.empty()) {
-      const CheckpointSummary& newest = present.back();
-      log << "WARNING: " << present.size() << " checkpoint(s) in " << *c.load << " are ignored, the newest "
-          << newest.path << (newest.release ? "" : str_cat("; give --ckpt-step ", newest.iteration, " to load it"))
-          << "\n";
-    }
-    return {};
-  }
-  // Everything the checkpoint records is checked before any of it is used: the model's values
-  // and tensors (the kFixedArgs comparison below then makes them this run's), the training state.
-  read_checkpoint_model(ck);
-  const CheckpointState state = read_checkpoint_state(ck);
-  const std::string meta_path = ck.directory + "/" + kMetadataFileName;
-  simdjson::dom::parser parser;
-  simdjson::padded_string padded(ck.metadata_json);
-  simdjson::dom::element doc;
-  if (parser.parse(padded).get(doc) != simdjson::SUCCESS) throw_error(meta_path, ": not valid JSON");
-  auto need = [&](const char* key) {
-    simdjson::dom::element e;
-    if (doc[key].get(e) != simdjson::SUCCESS) throw_error(meta_path, ": missing \"", key, "\"");
-    return e;
-  };
-
-  // Config differences: print them all; refuse the ones that break the weights or the run.
-  const std::map<std::string, std::string> now = checkpoint_args(c);
-  simdjson::dom::object saved_args;
-  if (need("args").get_object().get(saved_args) != simdjson::SUCCESS) throw_error(meta_path, ": \"args\" is not an object");
-  std::map<std::string, std::string> saved;
-  for (auto field : saved_args) saved[std::string(field.key)] = reformat_json(element_text(field.value), 0);
-  bool printed_header = false;
-  for (const auto& [k, v] : now) {
-    const auto it = saved.find(k);
-    const std::string old = it == saved.end() ? "(absent)" : it->second;
-    const std::string cur = reformat_json(v, 0);
-    if (old == cur) continue;
-    if (!printed_header) {
-      log << " > arguments that differ from the checkpoint (checkpoint -> now):\n";
-      printed_header = true;
-    }
-    log << "    " << k << ": " << old << " -> " << cur << '\n';
-  }
-  // Refuse, in kFixedArgs order (the flag the user set comes before the values derived from it).
-  for (const char* fixed : kFixedArgs) {
-    const auto it = saved.find(fixed);
-    const std::string cur = reformat_json(now.at(fixed), 0);
-    const char* absent = absent_arg_value(fixed);
-    if (it == saved.end() && absent == nullptr) continue;
-    const std::string was = it != saved.end() ? it->second : absent;
-    if (was == cur) continue;
-    const std::string k = fixed;
-    if (k[0] == '-') {
-      throw_error("[", k, "] is ", cur, " but the checkpoint in ", ck.directory, " was trained with ", was,
-                  "; a checkpoint cannot change it");
-    }
-    throw_error("[--vocab-file/--make-vocab-size-divisible-by] the padded vocabulary is ", cur,
-                " but the checkpoint in ", ck.directory, " was trained with ", it->second,
-                " (re-pad it for this run with megatron convert --target-tensor-parallel-size",
-                " --make-vocab-size-divisible-by)");
-  }
-
-  // Weights.
-  for (model::Parameter& p : params.params()) load_into(ck.model(), p.name, p, p.value, backend);
-  TrainProgress progress;
-  if (c.finetune) {
-    optimizer.reload_main_params_from_model();
-    log << "  successfully loaded checkpoint (weights only, --finetune) from " << *c.load << " at iteration "
-        << ck.iteration << '\n';
-    return progress;
-  }
-  progress = state.progress;
-
-  // Optimizer, scaler and scheduler.
-  const SafetensorsFile* opt = ck.optimizer();
-  if (c.no_load_optim || !opt) {
-    if (!c.no_load_optim) log << "WARNING: the checkpoint has no optimizer state (saved with --no-save-optim)\n";
-    optimizer.reload_main_params_from_model();
-  } else {
-    // Whole parameters from the files; the optimizer keeps the fragments this rank owns (all
-    // of them unless the state is sharded by --use-distributed-optimizer), so a checkpoint
-    // loads under any data-parallel size.
-    for (const model::Parameter& p : params.params()) {
-      if (optimizer.has_separate_main_params()) {
-        if (opt->find("main_param." + p.name)) {
-          load_state(*opt, "main_param." + p.name, p, StateKind::kMainParams, optimizer, backend);
-        } else {  // saved from an fp32 model: its weights are the main parameters
-          load_state(ck.model(), p.name, p, StateKind::kMainParams, optimizer, backend);
-        }
-      }
-      load_state(*opt, "exp_avg." + p.name, p, StateKind::kExpAvg, optimizer, backend);
-      load_state(*opt, "exp_avg_sq." + p.name, p, StateKind::kExpAvgSq, optimizer, backend);
-    }
-    optimizer.restore(state.optimizer_steps, state.grad_scaler);
-    SchedulerLoadPolicy policy = SchedulerLoadPolicy::kCheck;
-    if (c.override_opt_param_scheduler) policy = SchedulerLoadPolicy::kOverride;
-    if (c.use_checkpoint_opt_param_scheduler) policy = SchedulerLoadPolicy::kUseCheckpoint;
-    scheduler.load_state(state.scheduler, policy);
-  }
-  log << "  successfully loaded checkpoint from " << *c.load << " at iteration " << progress.iteration << '\n';
-  return progress;
-}
-
-}  // namespace
-
-TrainProgress load_training_checkpoint(const TrainConfig& c, model::ParameterSet& params,
-                                       MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
-                                       comm::Communicator& world, backend::Backend& backend, std::ostream& log) {
-  MT_CHECK(c.load.has_value()) << "load without --load";
-  std::optional<std::string> error;
-  TrainProgress progress;
-  int64_t loaded = -1;
-  try {
-    progress = load_own_part(c, params, optimizer, scheduler, backend, log, &loaded);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  agree(world, error, *c.load, "loading the checkpoint", "--load");
-  // Ranks that read different directories (node-local disks under one path, a save landing
-  // between two ranks' reads of the tracker) would train on from different states: the
-  // checkpoint read (-1: none, which --finetune's iteration 0 would hide) and where it resumes.
-  const double mine[4] = {static_cast<double>(loaded), static_cast<double>(progress.iteration),
-                          static_cast<double>(progress.consumed_train_samples),
-                          static_cast<double>(progress.consumed_valid_samples)};
-  std::array<double, 8> range;  // max, -min of each
-  for (size_t i = 0; i < 4; ++i) range[2 * i] = mine[i], range[2 * i + 1] = -mine[i];
-  world.all_reduce_host(range, comm::ReduceOp::kMax);
-  for (size_t i = 0; i < 4; ++i) {
-    if (range[2 * i] == -range[2 * i + 1]) continue;
-    const auto name = [](double it) { return it < 0 ? std::string("none") : std::to_string(static_cast<int64_t>(it)); };
-    throw_error("[--load] ", *c.load, ": the ranks loaded different checkpoints (iterations ", name(-range[1]), " to ",
-                name(range[0]), "; this rank ", name(mine[0]), "): every rank must see the same directory");
-  }
-  return progress;
-}
-
-void load_checkpoint_weights(const LoadedCheckpoint& ck, model::ParameterSet& params, backend::Backend& backend) {
-  for (model::Parameter& p : params.params()) load_into(ck.model(), p.name, p, p.value, backend);
+void agree_on_failure(comm::Communicator& world, const std::optional<std::string>& my_error, const std::string& dir,
+                      const char* step, const char* flag) {
+  double failed = my_error ? 1.0 : 0.0;
+  world.all_reduce_host({&failed, 1}, comm::ReduceOp::kMax);
+  if (my_error) throw Error(*my_error);
+  if (failed > 0) throw_error("[", flag, "] ", dir, ": ", step, " failed on another rank (its error says why)");
 }
 
 bool all_ranks_see_directory(const std::string& dir, comm::Communicator& world) {
@@ -887,7 +670,7 @@ bool all_ranks_see_directory(const std::string& dir, comm::Communicator& world) 
       error = e.what();
     }
   }
-  agree(world, error, dir, "checking the directory");
+  agree_on_failure(world, error, dir, "checking the directory");
   world.all_reduce_host({&nonce, 1}, comm::ReduceOp::kMax);
   const std::string probe = probe_path();
   double seen = 1.0;

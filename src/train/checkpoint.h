@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -126,6 +127,12 @@ class PendingCheckpointSave {
 // is still writing, it returns false and changes nothing (Megatron's
 // maybe_finalize_async_save(blocking=False), called once per iteration).
 bool finish_checkpoint_save(PendingCheckpointSave& save, comm::Communicator& world, bool wait, std::ostream& log);
+
+// Every rank learns whether any failed at `step` of a save or load of `dir` (collective): the
+// one that failed throws its own error, the others a line naming `flag` and `dir` that points
+// at it. Shared by the save (train/checkpoint.cpp) and the load (train/checkpoint_load.cpp).
+void agree_on_failure(comm::Communicator& world, const std::optional<std::string>& my_error, const std::string& dir,
+                      const char* step, const char* flag = "--save");
 
 // Whether every rank of `world` sees the same directory `dir` (created by rank 0 when
 // missing): rank 0 leaves a file with a random number there that each rank must read back.

@@ -19,19 +19,9 @@ model::PipelineStageOptions pipeline_stage(const TrainConfig& c, int64_t stage) 
   // ramp (fewer micro-batches can need more sets: interleaved, M == pp holds all M vp). Sizes past
   // kActivationSetsSaturation * pp micro-batches need what that many need, so the ramp is walked
   // only up to there (each increment adds at least one micro-batch).
-  std::vector<int64_t> batches{c.global_batch_size};
-  if (c.rampup_batch_size && c.rampup_batch_size->increment > 0) {
-    const int64_t per_step = c.micro_batch_size * c.data_parallel_size;
-    const int64_t saturated = parallel::kActivationSetsSaturation * p.pp;
-    for (int64_t b = c.rampup_batch_size->start; b < c.global_batch_size && b / per_step <= saturated;
-         b += c.rampup_batch_size->increment) {
-      batches.push_back(b);
-    }
-  }
   p.activation_sets = 1;
-  for (int64_t b : batches) {
-    const int64_t m = b / (c.micro_batch_size * c.data_parallel_size);
-    if (m < 1) continue;
+  const int64_t saturated = parallel::kActivationSetsSaturation * p.pp;
+  for (const int64_t m : c.microbatch_calculator().reachable_num_microbatches(saturated)) {
     p.activation_sets = std::max(
         p.activation_sets, parallel::activation_sets_needed({p.pp, stage, m, p.virtual_chunks}, c.overlap_p2p_communication));
   }
@@ -54,6 +44,8 @@ NumMicroBatchesCalculator TrainConfig::microbatch_calculator() const {
   }
   return NumMicroBatchesCalculator(global_batch_size, micro_batch_size, data_parallel_size, ramp);
 }
+
+int64_t TrainConfig::num_microbatches() const { return microbatch_calculator().final_num_microbatches(); }
 
 int64_t TrainConfig::global_batch_size_at(int64_t consumed_samples) const {
   return microbatch_calculator().global_batch_size_at(consumed_samples);

@@ -208,8 +208,9 @@ struct TrainConfig {
 
   // Derived.
   bool sample_based() const { return train_samples.has_value(); }
-  // Micro-batches per iteration at the full global batch: gbs / (mbs * dp).
-  int64_t num_microbatches() const { return global_batch_size / (micro_batch_size * data_parallel_size); }
+  // Micro-batches per iteration at the full global batch, gbs / (mbs * dp): the calculator's
+  // (microbatch_calculator() below; throws as it does on batch flags that do not divide).
+  int64_t num_microbatches() const;
   // Megatron's train_iters: --train-iters, or in sample mode train_samples // gbs, counting the
   // ramp-up iterations one by one when --rampup-batch-size is given (C23 update_train_iters).
   int64_t total_train_iters() const;

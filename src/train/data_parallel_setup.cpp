@@ -10,7 +10,7 @@
 
 namespace megatron::train {
 
-int64_t ddp_bucket_size(const TrainConfig& config, int64_t dp_cp_size, int64_t local_params) {
+int64_t ddp_bucket_size(const DataParallelFlags& config, int64_t dp_cp_size, int64_t local_params) {
   if (config.ddp_bucket_size) return *config.ddp_bucket_size;
   // Megatron: num_parameters // ddp_num_buckets, at least one element here (0 means no limit).
   if (config.ddp_num_buckets) return std::max<int64_t>(1, local_params / *config.ddp_num_buckets);
@@ -31,7 +31,7 @@ int64_t copy_engine_plan_bytes(const MixedPrecisionOptimizer& optimizer) {
   return gb.copy_engine_on() ? gb.copy_engine_receive_elements() * 4 : 0;
 }
 
-bool prepare_copy_engine(const TrainConfig& config, const comm::ProcessGroups& groups) {
+bool prepare_copy_engine(const DataParallelFlags& config, const comm::ProcessGroups& groups) {
   if (!copy_engine_requested() || !config.nccl_collectives || !config.use_distributed_optimizer ||
       groups.dp_cp->size() == 1) {
     return false;
@@ -39,7 +39,7 @@ bool prepare_copy_engine(const TrainConfig& config, const comm::ProcessGroups& g
   return comm::use_symmetric_memory();
 }
 
-std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrecisionOptimizer& optimizer) {
+std::string copy_engine_text(bool prepared, const DataParallelFlags& config, MixedPrecisionOptimizer& optimizer) {
   GradBuffer& gb = optimizer.grad_buffer();
   if (prepared) comm::use_symmetric_memory(false);  // the model's buffers are made
   // Asked on every rank that could use it, prepared or not: a rank whose environment lacks the
@@ -64,9 +64,7 @@ std::string copy_engine_text(bool prepared, const TrainConfig& config, MixedPrec
   return str_cat(" > MEGATRON_DP_COPY_ENGINE: off (", r.why_off, "): the data-parallel collectives stay on the SMs\n");
 }
 
-bool overlaps_grad_reduce(const TrainConfig& config) { return config.overlap_grad_reduce; }
-
-DataParallelOptions data_parallel_options(const TrainConfig& config, comm::ProcessGroups& groups,
+DataParallelOptions data_parallel_options(const DataParallelFlags& config, comm::ProcessGroups& groups,
                                           model::GPTModel& model) {
   DataParallelOptions dp;
   // Gradients are reduced over dp x cp (docs/megatron-formats.md, "Distributed optimizer and
@@ -83,8 +81,8 @@ DataParallelOptions data_parallel_options(const TrainConfig& config, comm::Proce
   return dp;
 }
 
-void connect_overlap_hooks(const TrainConfig& config, model::GPTModel& model, MixedPrecisionOptimizer& optimizer) {
-  const bool grads = overlaps_grad_reduce(config);
+void connect_overlap_hooks(const DataParallelFlags& config, model::GPTModel& model, MixedPrecisionOptimizer& optimizer) {
+  const bool grads = config.overlap_grad_reduce;
   const bool params = config.overlap_param_gather;
   if (!grads && !params) return;
   GradBuffer& gb = optimizer.grad_buffer();
@@ -94,9 +92,8 @@ void connect_overlap_hooks(const TrainConfig& config, model::GPTModel& model, Mi
   model.set_param_hooks(std::move(hooks));
 }
 
-std::function<void(int64_t chunk, bool on)> grad_sync_callback(const TrainConfig& config, model::GPTModel& model,
+std::function<void(int64_t chunk, bool on)> grad_sync_callback(model::GPTModel& model,
                                                                MixedPrecisionOptimizer& optimizer) {
-  if (!overlaps_grad_reduce(config)) return nullptr;
   GradBuffer& gb = optimizer.grad_buffer();
   return [&gb, &model](int64_t chunk, bool on) {
     if (!on) {

@@ -99,9 +99,20 @@ void NumMicroBatchesCalculator::update(int64_t consumed_samples) {
   current_global_batch_size_ = global_batch_size_at(consumed_samples);
 }
 
+std::vector<int64_t> NumMicroBatchesCalculator::reachable_num_microbatches(int64_t at_most) const {
+  std::vector<int64_t> counts{final_num_microbatches()};
+  if (!rampup_) return counts;
+  for (int64_t b = rampup_->start_batch_size; b < global_batch_size_; b += rampup_->batch_size_increment) {
+    const int64_t m = parallel::num_micro_batches(b, micro_batch_size_, data_parallel_size_);
+    if (m > at_most) break;
+    counts.push_back(m);
+  }
+  return counts;
+}
+
 std::string NumMicroBatchesCalculator::describe() const {
   if (!rampup_)
-    return str_cat("setting number of micro-batches to constant ", global_batch_size_ / micro_times_dp_);
+    return str_cat("setting number of micro-batches to constant ", final_num_microbatches());
   return str_cat("will use batch size rampup starting from global batch size ",
                  rampup_->start_batch_size, " to global batch size ", global_batch_size_,
                  " with batch size increments ", rampup_->batch_size_increment, " over ",

@@ -19,6 +19,9 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
+
+#include "parallel/micro_batches.h"
 
 namespace megatron::train {
 
@@ -52,7 +55,18 @@ class NumMicroBatchesCalculator {
   // Called at the start of each iteration with the samples consumed so far.
   void update(int64_t consumed_samples);
 
-  int64_t num_microbatches() const { return current_global_batch_size_ / micro_times_dp_; }
+  // The micro-batches of the current iteration (parallel/micro_batches.h).
+  int64_t num_microbatches() const {
+    return parallel::num_micro_batches(current_global_batch_size_, micro_batch_size_, data_parallel_size_);
+  }
+  // The micro-batches at --global-batch-size, after any ramp.
+  int64_t final_num_microbatches() const {
+    return parallel::num_micro_batches(global_batch_size_, micro_batch_size_, data_parallel_size_);
+  }
+  // The micro-batch counts of every global batch the run can reach: the final count first, then
+  // the ramp's batch sizes (start, start + incr, ... below --global-batch-size) in increasing
+  // order while their count is at most `at_most`.
+  std::vector<int64_t> reachable_num_microbatches(int64_t at_most) const;
   // The batch of the current iteration: what the log's "global batch size" field shows.
   int64_t current_global_batch_size() const { return current_global_batch_size_; }
   // The global batch for a given number of consumed samples (pure; no state change).

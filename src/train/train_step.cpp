@@ -5,7 +5,7 @@
 
 namespace megatron::train {
 
-TrainStepResult train_step(const TrainConfig& c, model::GPTModel& model, MixedPrecisionOptimizer& optimizer,
+TrainStepResult train_step(const StepFlags& c, model::GPTModel& model, MixedPrecisionOptimizer& optimizer,
                            const comm::ProcessGroups& groups, const TrainStepInputs& in) {
   MT_CHECK(in.table != nullptr && in.num_micro >= 1) << "train_step without a schedule";
   const auto phase = [&](const char* name, bool started) {
@@ -32,12 +32,12 @@ TrainStepResult train_step(const TrainConfig& c, model::GPTModel& model, MixedPr
   cb.head = &head;
   // --overlap-grad-reduce: each chunk's last micro-batch starts its buckets; the others
   // accumulate (Megatron's no_sync).
-  cb.grad_sync = grad_sync_callback(c, model, optimizer);
+  cb.grad_sync = c.overlap_grad_reduce ? grad_sync_callback(model, optimizer) : nullptr;
   cb.overlap_p2p = c.overlap_p2p_communication;
   r.loss_sum = run_pipeline(*in.table, model, *groups.pp, cb);
 
   // finalize_model_grads, in the order of the header comment.
-  const bool overlapped = overlaps_grad_reduce(c);
+  const bool overlapped = c.overlap_grad_reduce;
   const auto reduce_layernorm_grads = [&] {
     phase("layernorm-grads-all-reduce", true);
     model.reduce_sequence_parallel_grads();

@@ -19,11 +19,18 @@
 #include "comm/process_groups.h"
 #include "model/gpt_model.h"
 #include "parallel/pipeline_schedule.h"
-#include "train/config.h"
 #include "train/optimizer.h"
 #include "train/pipeline_executor.h"
 
 namespace megatron::train {
+
+// What a step needs of the flags (built by train/sub_configs.h step_flags).
+struct StepFlags {
+  int64_t seed = 1234;                     // --seed: the dropout masks' stream
+  int64_t data_parallel_size = 1;          // the global micro-batch index of this rank's k-th
+  bool overlap_grad_reduce = false;        // --overlap-grad-reduce (the order above)
+  bool overlap_p2p_communication = false;  // --overlap-p2p-communication
+};
 
 struct TrainStepInputs {
   // The stage's schedule for the iteration's micro-batches (parallel::pipeline_schedule).
@@ -54,7 +61,7 @@ struct TrainStepResult {
 };
 
 // Runs one step on this rank (collective over the groups the model and optimizer use).
-TrainStepResult train_step(const TrainConfig& config, model::GPTModel& model, MixedPrecisionOptimizer& optimizer,
+TrainStepResult train_step(const StepFlags& flags, model::GPTModel& model, MixedPrecisionOptimizer& optimizer,
                            const comm::ProcessGroups& groups, const TrainStepInputs& inputs);
 
 }  // namespace megatron::train

@@ -1,9 +1,7 @@
 #include "train/trainer.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,7 +27,7 @@
 #include "train/pipeline_executor.h"
 #include "train/progress_log.h"
 #include "train/tensorboard_tags.h"
-#include "train/train_step.h"
+#include "train/sub_configs.h"
 #include "train/training_log.h"
 #include "train/weight_hash.h"
 
@@ -40,38 +38,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-ScheduleFlags schedule_flags(const TrainConfig& c) {
-  ScheduleFlags f;
-  f.train_iters = c.train_iters;
-  f.train_samples = c.train_samples;
-  f.global_batch_size = c.global_batch_size;
-  f.lr = c.lr;
-  f.min_lr = c.min_lr;
-  f.lr_warmup_init = c.lr_warmup_init;
-  f.lr_decay_style = to_string(c.lr_decay_style);
-  f.lr_decay_iters = c.lr_decay_iters;
-  f.lr_decay_samples = c.lr_decay_samples;
-  f.lr_warmup_iters = c.lr_warmup_iters;
-  f.lr_warmup_samples = c.lr_warmup_samples;
-  f.lr_warmup_fraction = c.lr_warmup_fraction;
-  f.lr_wsd_decay_style = to_string(c.lr_wsd_decay_style);
-  f.lr_wsd_decay_iters = c.lr_wsd_decay_iters;
-  f.lr_wsd_decay_samples = c.lr_wsd_decay_samples;
-  f.weight_decay = c.weight_decay;
-  if (c.weight_decay_incr_style != WdIncrStyle::kConstant) {  // constant: --weight-decay alone
-    f.start_weight_decay = c.start_weight_decay;
-    f.end_weight_decay = c.end_weight_decay;
-  }
-  f.weight_decay_incr_style = to_string(c.weight_decay_incr_style);
-  return f;
-}
-
-
-// --exit-signal-handler: SIGTERM only sets this flag; the loop checks it after each iteration.
-std::atomic<bool> g_exit_requested{false};
-extern "C" void on_sigterm(int) { g_exit_requested.store(true); }
-
 
 }  // namespace
 
@@ -129,18 +95,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   timers_->start("train/valid/test-data-iterators-setup", 0, world, /*barrier=*/true);
 
   // Data: the sample counts Megatron asks of each split (build_train_valid_test_data_loaders).
-  data::GPTDataConfig dc;
-  dc.data_path = c.data_path;
-  dc.split_data_path = c.split_data_path;
-  dc.mock = c.mock_data;
-  dc.eod = c.eod_token;
-  dc.split = c.split;
-  dc.seq_length = c.model.seq_length;
-  dc.seed = c.seed;
-  dc.data_cache_path = c.data_cache_path;
-  dc.targets = data::target_sample_counts(c.train_samples, c.train_samples ? std::nullopt : std::optional(train_iters_),
-                                          c.global_batch_size, c.eval_interval, c.eval_iters);
-  dc.log = log0_;
+  const data::GPTDataConfig dc = data_config(c, train_iters_, log0_);
   *log0_ << "> building train, validation, and test datasets ...\n";
   datasets_ = data::build_gpt_datasets(dc);
   if (!datasets_.train()) {
@@ -154,7 +109,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   model::TensorParallelOptions tp;
   tp.group = groups_->tp.get();
   tp.sequence_parallel = c.sequence_parallel;
-  const bool copy_engine = prepare_copy_engine(c, *groups_);
+  const bool copy_engine = prepare_copy_engine(data_parallel_flags(c), *groups_);
   model_ = std::make_unique<model::GPTModel>(c.model, backend_, model_dtype(c), c.micro_batch_size, tp,
                                              pipeline_stage(c, groups_->coords.pp));
   model_->parameters().initialize(backend_, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
@@ -162,32 +117,14 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   *log0_ << " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): "
        << model_->parameters().total_numel() << '\n';
 
-  OptimizerConfig oc;
-  oc.beta1 = static_cast<float>(c.adam_beta1);
-  oc.beta2 = static_cast<float>(c.adam_beta2);
-  oc.eps = static_cast<float>(c.adam_eps);
-  oc.clip_grad = c.clip_grad;
-  oc.count_zeros = c.log_num_zeros_in_grad;
-  oc.check_for_nan_in_grad = c.check_for_nan_in_loss_and_grad;
-  optim::GradScaler scaler = optim::GradScaler::constant(1.0f);
-  if (c.fp16) {
-    if (c.loss_scale) {
-      scaler = optim::GradScaler::constant(static_cast<float>(*c.loss_scale));
-    } else {
-      optim::DynamicScalerConfig dyn;
-      dyn.initial_scale = static_cast<float>(c.initial_loss_scale);
-      dyn.min_scale = static_cast<float>(c.min_loss_scale);
-      dyn.growth_interval = c.loss_scale_window;
-      dyn.hysteresis = c.hysteresis;
-      scaler = optim::GradScaler::dynamic(dyn);
-    }
-  }
   // Megatron's bucket size and buckets per model chunk; the overlap hooks.
-  const DataParallelOptions dp = data_parallel_options(c, *groups_, *model_);
-  optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, oc, std::move(scaler), dp);
-  *log0_ << copy_engine_text(copy_engine, c, *optimizer_);
+  const DataParallelFlags dp_flags = data_parallel_flags(c);
+  const DataParallelOptions dp = data_parallel_options(dp_flags, *groups_, *model_);
+  optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, optimizer_config(c),
+                                                         grad_scaler(c), dp);
+  *log0_ << copy_engine_text(copy_engine, dp_flags, *optimizer_);
   optimizer_->set_timers(timers_.get(), world, c.barrier_with_l1_time);
-  connect_overlap_hooks(c, *model_, *optimizer_);
+  connect_overlap_hooks(dp_flags, *model_, *optimizer_);
   scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));
   model::MemoryPlan plan = train_memory_plan(c, groups_->coords.pp);
   plan.copy_engine = copy_engine_plan_bytes(*optimizer_);
@@ -217,10 +154,6 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
     if (c.log_jsonl) jsonl_ = std::make_unique<MetricsJsonlWriter>(*c.log_jsonl);
   }
 }
-
-void Trainer::request_exit() { g_exit_requested.store(true); }
-
-void Trainer::install_exit_signal_handler() { std::signal(SIGTERM, on_sigterm); }
 
 std::vector<parallel::PipelineAction> Trainer::pipeline_table(int64_t num_micro, bool forward_only) const {
   const parallel::PipelineShape shape{config_.pipeline_model_parallel_size, groups_->coords.pp, num_micro,
@@ -402,21 +335,22 @@ void Trainer::load_micro_batch(const data::TokenDataset& dataset, int64_t first_
   mark_documents(config_.model, config_.eod_token, mb);  // --reset-position-ids, --reset-attention-mask
 }
 
-double Trainer::loss_tokens(const data::TokenDataset& dataset, int64_t first_sample, int64_t global_batch) const {
+double Trainer::loss_tokens(const data::TokenDataset& dataset, int64_t first_sample) const {
   const int64_t s = config_.model.seq_length;
-  if (!config_.eod_mask_loss) return static_cast<double>(global_batch * s);
+  if (!config_.eod_mask_loss) return static_cast<double>(microbatches_->current_global_batch_size() * s);
   // This rank's micro-batches as the step loads them: their loss masks are the count.
   double counted = 0.0;
   model::MicroBatch mb;
-  for (int64_t k = 0; k < global_batch / (config_.micro_batch_size * config_.data_parallel_size); ++k) {
+  for (int64_t k = 0; k < microbatches_->num_microbatches(); ++k) {
     load_micro_batch(dataset, first_sample, k, &mb);
     for (const float m : mb.loss_mask) counted += m;
   }
   return comm::all_reduce_scalar(*groups_->dp_cp, counted, comm::ReduceOp::kSum);
 }
 
-double Trainer::evaluate(const data::TokenDataset& dataset, int64_t* consumed, int64_t global_batch) {
-  const int64_t num_micro = global_batch / (config_.micro_batch_size * config_.data_parallel_size);
+double Trainer::evaluate(const data::TokenDataset& dataset, int64_t* consumed) {
+  const int64_t num_micro = microbatches_->num_microbatches();
+  const int64_t global_batch = microbatches_->current_global_batch_size();
   model::DropoutContext no_dropout;
   no_dropout.training = false;
   // Forward only through the pipeline; the losses appear on the last stage (0 elsewhere).
@@ -424,7 +358,7 @@ double Trainer::evaluate(const data::TokenDataset& dataset, int64_t* consumed, i
   const bool last_stage = groups_->coords.pp == groups_->sizes.pp - 1;
   double total = 0.0, tokens = 0.0;
   for (int64_t it = 0; it < config_.eval_iters; ++it) {
-    if (config_.calculate_per_token_loss && last_stage) tokens += loss_tokens(dataset, *consumed, global_batch);
+    if (config_.calculate_per_token_loss && last_stage) tokens += loss_tokens(dataset, *consumed);
     PipelineCallbacks cb;
     cb.load = [&](int64_t k, model::MicroBatch* mb) { load_micro_batch(dataset, *consumed, k, mb); };
     cb.dropout = [&](int64_t) { return no_dropout; };
@@ -441,8 +375,8 @@ double Trainer::evaluate(const data::TokenDataset& dataset, int64_t* consumed, i
 }
 
 void Trainer::evaluate_and_print(const std::string& prefix, const data::TokenDataset& dataset, int64_t* consumed,
-                                 int64_t global_batch, double* loss_out) {
-  const double loss = evaluate(dataset, consumed, global_batch);
+                                 double* loss_out) {
+  const double loss = evaluate(dataset, consumed);
   if (loss_out) *loss_out = loss;
   *log_last_ << format_validation_block(prefix, {{"lm loss", loss}}) << std::flush;
   const double ppl = std::exp(std::min(20.0, loss));
@@ -465,367 +399,16 @@ void Trainer::evaluate_and_print(const std::string& prefix, const data::TokenDat
   }
 }
 
-TrainSummary Trainer::run() {
-  const TrainConfig& c = config_;
-  // Megatron's do_valid / do_test: a dataset to read and --eval-iters > 0.
-  const bool do_valid = datasets_.valid() && c.eval_iters > 0;
-  TrainSummary summary;
-  summary.final_valid_loss = std::numeric_limits<double>::quiet_NaN();
-  const auto start = Clock::now();
-
-  // The iterations after the first log interval (warm-up left out), against megatron plan's
-  // prediction at the end of training.
-  double steady_seconds = 0.0;
-  int64_t steady_iterations = 0, steady_from = 0;
-  bool first_interval = true;
-  // Accumulators since the last log line (reset there), as Megatron's training_log.
-  // The logged loss is loss_sum / loss_weight: iterations' losses over iterations, or (per
-  // token) summed token losses over tokens counted, as Megatron's total_loss_dict.
-  double loss_sum = 0.0, loss_weight = 0.0, interval_tokens = 0.0;
-  int64_t advanced = 0, skipped = 0, nans = 0;
-  auto interval_start = Clock::now();
-  // Megatron stops its interval timer around evaluation and checkpoint saves: their seconds are
-  // left out of the next log line's time per iteration (and tokens/s).
-  double paused_seconds = 0.0;
-  auto paused = [&](auto&& work) {
-    const auto t0 = Clock::now();
-    work();
-    paused_seconds += seconds_since(t0);
-  };
-  bool memory_reported = false, first = true;
-  // Megatron's timers (train/timers.h): level 1 brackets forward-backward, the gradient
-  // reductions and the optimizer (after a barrier unless --no-barrier-with-level-1-timing),
-  // level 2 also each batch, compute and exchange; those above --timing-log-level cost nothing.
-  comm::Communicator* world = groups_->world.get();
-  const bool l1_barrier = c.barrier_with_l1_time;
-  *log0_ << "done with setup ...\n" << std::flush;
-  log_timers({"model-and-optimizer-setup", "train/valid/test-data-iterators-setup"});
-  if (c.skip_train) {
-    // Megatron HEAD's --skip-train: straight to the final validation and test evaluations.
-    *log0_ << "skipping training (--skip-train is on) ...\n" << std::flush;
-    summary.iterations = progress_.iteration;
-    summary.consumed_samples = progress_.consumed_train_samples;
-    microbatches_->update(progress_.consumed_train_samples);  // the batch size a resume would have
-    evaluate_final(&summary);
-    return summary;
-  }
-  *log0_ << "training ...\n" << std::flush;
-  if (c.log_progress && c.save && groups_->is_first_rank()) {
-    append_progress("Starting job");
-    std::ifstream in(*c.save + "/progress.txt", std::ios::binary);
-    progress_run_start_ = cumulative_start(
-        std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), c.world_size);
-  }
-  // --profile: Megatron's nsys hooks. The capture starts when profile_step_start iterations are
-  // done and stops after iteration profile_step_end; NVTX ranges name every iteration and phase.
-  const bool profiled = c.profile && std::find(c.profile_ranks.begin(), c.profile_ranks.end(), groups_->rank()) !=
-                                         c.profile_ranks.end();
-  if (c.profile) {
-    if (backend_.device() == Device::kCUDA) {
-      *log0_ << " > --profile: the CUDA profiler captures iterations " << c.profile_step_start + 1 << "-"
-             << c.profile_step_end << " on rank(s)";
-      for (int64_t r : c.profile_ranks) *log0_ << ' ' << r;
-      *log0_ << " (run under nsys profile --capture-range=cudaProfilerApi)\n" << std::flush;
-    } else {
-      *log0_ << " > --profile: no CUDA profiler on the CPU backend; NVTX ranges only\n" << std::flush;
-    }
-    // A window this run does not cover (a resume past its start, an end after the last
-    // iteration) would capture nothing, or never stop the capture before exit: say so.
-    if (progress_.iteration > c.profile_step_start || c.profile_step_end > train_iters_) {
-      *log0_ << " > warning: [--profile-step-start/--profile-step-end] the capture window (iterations "
-             << c.profile_step_start + 1 << "-" << c.profile_step_end << ") is not inside this run's iterations ("
-             << progress_.iteration + 1 << "-" << train_iters_ << ")\n"
-             << std::flush;
-    }
-  }
-  auto profiler = [&](bool start) {
-    if (backend_.device() != Device::kCUDA) return;
-    const std::string why = start ? backend::cuda_profiler_start() : backend::cuda_profiler_stop();
-    if (!why.empty()) {
-      std::cerr << " > warning: [--profile] rank " << groups_->rank() << ": the CUDA profiler did not "
-                << (start ? "start" : "stop") << ": " << why << '\n' << std::flush;
-    }
-  };
-  // One NVTX range per phase while --profile is on (nothing otherwise).
-  auto mark = [&](const char* name) {
-    if (c.profile) backend::nvtx_push(name);
-  };
-  auto unmark = [&] {
-    if (c.profile) backend::nvtx_pop();
-  };
-  // Megatron checks once before the first step ("to be very pedantic"): a load or an
-  // initialisation that differs between replicas shows here.
-  if (c.check_weight_hash_interval) check_weight_hashes();
-  while (progress_.iteration < train_iters_) {
-    microbatches_->update(progress_.consumed_train_samples);
-    const int64_t gbs = microbatches_->current_global_batch_size();
-    const int64_t num_micro = microbatches_->num_microbatches();
-
-    if (profiled && progress_.iteration == c.profile_step_start) profiler(true);
-    const std::string iteration_mark = c.profile ? "iteration " + std::to_string(progress_.iteration + 1) : "";
-    mark(iteration_mark.c_str());
-    if (straggler_) straggler_->begin_iteration();
-    // --calculate-per-token-loss: each counted token's loss weighs 1 / (the global batch's
-    // counted tokens). The DP reduction averages, hence the factor DP. (Megatron sums over DP
-    // and scales the gradients by 1 / tokens afterwards: the same up to rounding.)
-    double step_tokens = 0.0;
-    float grad_scale = 1.0f / static_cast<float>(num_micro);
-    const bool last_stage = groups_->coords.pp == groups_->sizes.pp - 1;
-    if (c.calculate_per_token_loss && last_stage) {
-      step_tokens = loss_tokens(*datasets_.train(), progress_.consumed_train_samples, gbs);
-      grad_scale = step_tokens > 0.0 ? static_cast<float>(static_cast<double>(c.data_parallel_size) / step_tokens) : 0.0f;
-    }
-    const std::vector<parallel::PipelineAction> table = pipeline_table(num_micro, /*forward_only=*/false);
-    TrainStepInputs in;
-    in.table = &table;
-    in.num_micro = num_micro;
-    in.iteration = progress_.iteration;
-    in.grad_scale = grad_scale;
-    in.lr = static_cast<float>(scheduler_->lr());
-    in.weight_decay = static_cast<float>(scheduler_->weight_decay());
-    in.load = [&](int64_t k, model::MicroBatch* mb) {
-      timers_->start("batch-generator", 2);
-      const auto loading = Clock::now();
-      load_micro_batch(*datasets_.train(), progress_.consumed_train_samples, k, mb);
-      if (straggler_) straggler_->add_batch_seconds(seconds_since(loading));
-      timers_->stop("batch-generator");
-    };
-    // Megatron's level-1 timers (with their barrier at level 2) and, for the two big phases,
-    // an NVTX range under --profile.
-    in.phase = [&](const char* name, bool started) {
-      const bool ranged = std::string_view(name) == "forward-backward" || std::string_view(name) == "optimizer";
-      if (started) {
-        if (ranged) mark(name);
-        timers_->start(name, 1, world, l1_barrier);
-      } else {
-        timers_->stop(name);
-        if (ranged) unmark();
-      }
-    };
-    if (timers_->active(2)) {
-      in.pipeline_phase = [&](const parallel::PipelineAction& a, bool started) {
-        const char* name = megatron_timer_name(a);
-        started ? timers_->start(name, 2) : timers_->stop(name);
-      };
-    }
-    double local_loss = 0.0;  // this rank's sum of micro-batch losses (last stage)
-    double iter_loss = 0.0, iter_weight = 1.0;
-    in.before_optimizer = [&](double loss_sum) {
-      local_loss = loss_sum;
-      // The loss of the global batch: this rank's micro-batch mean, averaged over DP; per
-      // token, the summed token losses over the tokens counted.
-      const double summed = comm::all_reduce_scalar(*groups_->dp_cp, loss_sum, comm::ReduceOp::kSum);
-      iter_weight = c.calculate_per_token_loss ? step_tokens : 1.0;
-      if (c.calculate_per_token_loss) {
-        iter_loss = step_tokens > 0.0 ? summed / step_tokens : 0.0;
-      } else {
-        iter_loss = summed / static_cast<double>(num_micro * groups_->dp_cp->size());
-      }
-      if (!recording_failure_reported_ && !model_->recording_failure().empty()) {
-        *log0_ << " > warning: recording the step's device work (CUDA graphs) stopped: "
-               << model_->recording_failure() << "; its ops are issued one by one from now on\n";
-        recording_failure_reported_ = true;
-      }
-    };
-    const TrainStepResult result = train_step(c, *model_, *optimizer_, *groups_, in);
-    const StepResult& step = result.step;
-    if (straggler_) {
-      straggler_->end_iteration(flops_per_sample_ * static_cast<double>(gbs) / static_cast<double>(c.world_size));
-    }
-    if (c.check_for_nan_in_loss_and_grad) {
-      // Megatron's check_for_nan_in_loss_and_grad, fatal. A NaN or Inf loss makes the
-      // gradients NaN, and the NaN norm (the same on every rank) stopped the step before AdamW,
-      // so every rank stops here; the last stage names its loss first.
-      if (groups_->coords.pp == groups_->sizes.pp - 1 && !std::isfinite(local_loss)) {
-        throw_error("[--no-check-for-nan-in-loss-and-grad] rank ", groups_->rank(), ": found ",
-                    std::isnan(local_loss) ? "NaN" : "Inf", " in the local forward loss at iteration ",
-                    progress_.iteration + 1, " (node ", host_name("unknown"), ")");
-      }
-      if (step.nan_grad_norm) {
-        throw_error("[--no-check-for-nan-in-loss-and-grad] rank ", groups_->rank(),
-                    ": found NaN in the gradients (grad norm) at iteration ", progress_.iteration + 1,
-                    "; the step was not applied");
-      }
-    }
-    if (step.success) scheduler_->step(gbs);
-    progress_.consumed_train_samples += gbs;
-    ++progress_.iteration;
-    const int64_t iteration = progress_.iteration;
-    unmark();  // the iteration's range
-    if (profiled && iteration == c.profile_step_end) profiler(false);
-    interval_tokens += static_cast<double>(gbs * c.model.seq_length);
-
-    if (step.success) {
-      ++advanced;
-      loss_sum += iter_loss * iter_weight;
-      loss_weight += iter_weight;
-      if (first) summary.first_loss = iter_loss;
-      first = false;
-    } else {
-      ++skipped;
-      if (!std::isfinite(iter_loss)) ++nans;
-    }
-    if (c.tensorboard_dir && iteration % c.tensorboard_log_interval == 0) {
-      // The parameter norm is collective under the distributed optimizer: every rank takes
-      // part, the last one (which has the writer) logs it.
-      std::optional<double> params_norm;
-      if (c.log_params_norm) params_norm = optimizer_->params_norm();
-      if (tensorboard_) log_to_tensorboard(step, iter_loss, gbs, params_norm);
-      if (c.log_timers_to_tensorboard) {
-        // Megatron's timers.write: each timer's largest time over the ranks, per iteration of
-        // the log interval so far, in seconds (collective; resets nothing).
-        const auto times = timers_->max_seconds(iteration_timer_names(), *world, static_cast<double>(advanced + skipped));
-        if (tensorboard_) {
-          for (const auto& [tag, seconds] : times) tensorboard_->add_scalar(tag, seconds, iteration);
-        }
-      }
-    }
-
-    if (iteration % c.log_interval == 0) {
-      const double elapsed = seconds_since(interval_start) - paused_seconds;
-      const int64_t iters = advanced + skipped;
-      if (!first_interval) {
-        if (steady_iterations == 0) steady_from = iteration - iters + 1;
-        steady_seconds += elapsed;
-        steady_iterations += iters;
-      }
-      first_interval = false;
-      const double per_iter = elapsed / static_cast<double>(iters);
-      IterationLog log;
-      log.timestamp = format_timestamp(std::chrono::system_clock::now());
-      log.iteration = iteration;
-      log.train_iters = train_iters_;
-      log.consumed_samples = progress_.consumed_train_samples;
-      log.elapsed_ms = per_iter * 1000.0;
-      if (c.log_throughput) {
-        log.tflops_per_gpu = tflops_per_gpu(flops_per_sample_ * static_cast<double>(gbs), per_iter, c.world_size);
-      }
-      log.learning_rate = scheduler_->lr();
-      log.global_batch_size = gbs;
-      if (loss_weight > 0) log.losses.push_back({"lm loss", loss_sum / loss_weight});
-      log.loss_scale = optimizer_->loss_scale();
-      log.grad_norm = step.grad_norm;
-      if (step.num_zeros) log.num_zeros = static_cast<double>(*step.num_zeros);
-      if (c.log_params_norm) log.params_norm = optimizer_->params_norm();
-      log.skipped_iterations = skipped;
-      log.nan_iterations = nans;
-      log.tokens_per_second = interval_tokens / elapsed;
-      log.eta_seconds = per_iter * static_cast<double>(train_iters_ - iteration);
-      *log_last_ << format_iteration_line(log) << '\n' << std::flush;
-      if (loss_weight > 0) summary.last_loss = loss_sum / loss_weight;
-      if (tensorboard_ && c.log_timers_to_tensorboard) {
-        tensorboard_->add_scalar(std::string(tb_tags::kIterationTime), per_iter, iteration);
-        if (log.tflops_per_gpu) tensorboard_->add_scalar(std::string(tb_tags::kThroughput), *log.tflops_per_gpu, iteration);
-      }
-      if (tensorboard_) tensorboard_->flush();
-      if (jsonl_) {
-        jsonl_->write({{"iteration", iteration},
-                       {"consumed_samples", progress_.consumed_train_samples},
-                       {"elapsed_ms_per_iteration", log.elapsed_ms},
-                       {"throughput_tflops_per_gpu", log.tflops_per_gpu},
-                       {"learning_rate", log.learning_rate},
-                       {"global_batch_size", gbs},
-                       {"lm_loss", loss_weight > 0 ? MetricValue(loss_sum / loss_weight) : MetricValue()},
-                       {"loss_scale", static_cast<double>(log.loss_scale)},
-                       {"grad_norm", step.grad_norm},
-                       {"params_norm", log.params_norm},
-                       {"skipped_iterations", skipped},
-                       {"nan_iterations", nans},
-                       {"tokens_per_second", *log.tokens_per_second}});
-      }
-      if (!memory_reported) {
-        const MemorySnapshot m = memory_tracker(backend_.device()).snapshot();
-        *log_last_ << format_memory_line(groups_->rank(), iteration, m.current_total, m.peak_total, m.current_total, m.peak_total)
-             << '\n';
-        memory_reported = true;
-      }
-      log_timers(iteration_timer_names(), static_cast<double>(c.log_interval));
-      if (straggler_) {
-        if (const std::optional<std::string> text = straggler_->report(*world)) *log0_ << *text << std::flush;
-      }
-      loss_sum = loss_weight = 0.0;
-      interval_tokens = 0.0;
-      advanced = skipped = nans = 0;
-      interval_start = Clock::now();
-      paused_seconds = 0.0;
-    }
-
-    if (c.check_weight_hash_interval && iteration % *c.check_weight_hash_interval == 0) check_weight_hashes();
-    // An --async-save in flight is committed once every rank has written its part.
-    finish_pending_save(/*wait=*/false);
-    // Megatron's order after the log (megatron-facts §3.8): evaluate, signal, save, duration, interval.
-    if (c.eval_interval > 0 && iteration % c.eval_interval == 0 && do_valid) {
-      paused([&] {
-        evaluate_and_print("iteration " + std::to_string(iteration), *datasets_.valid(),
-                           &progress_.consumed_valid_samples, gbs, nullptr);
-      });
-    }
-    // Any rank's SIGTERM stops every rank (Megatron all-gathers the flag).
-    if (c.exit_signal_handler &&
-        comm::all_reduce_scalar(*groups_->world, g_exit_requested.load() ? 1.0 : 0.0, comm::ReduceOp::kMax) > 0.0) {
-      save();
-      *log0_ << "exiting program after receiving SIGTERM.\n" << std::flush;
-      summary.exited_early = true;
-      break;
-    }
-    bool saved = false;
-    if (c.save && c.save_interval && iteration % *c.save_interval == 0) {
-      paused([&] { save(); });
-      saved = true;
-    }
-    if (c.exit_duration_in_mins) {
-      // The slowest rank's clock decides, so that all ranks stop at the same iteration.
-      const double minutes = comm::all_reduce_scalar(*groups_->world, seconds_since(start) / 60.0, comm::ReduceOp::kMax);
-      if (minutes > static_cast<double>(*c.exit_duration_in_mins)) {
-        if (!saved) save();
-        *log0_ << "exiting program after " << minutes << " minutes\n" << std::flush;
-        summary.exited_early = true;
-        break;
-      }
-    }
-    if (c.exit_interval && iteration % *c.exit_interval == 0) {
-      if (!saved) save();
-      *log0_ << "exiting program at iteration " << iteration << '\n' << std::flush;
-      summary.exited_early = true;
-      break;
-    }
-  }
-  summary.iterations = progress_.iteration;
-  summary.consumed_samples = progress_.consumed_train_samples;
-  if (c.predicted_iteration_ms > 0 && steady_iterations > 0) {
-    const double measured = 1000.0 * steady_seconds / static_cast<double>(steady_iterations);
-    char line[200];
-    std::snprintf(line, sizeof(line),
-                  " > measured %.1f ms per iteration (iterations %lld-%lld), megatron plan predicted %.1f ms (%+.1f%%)\n",
-                  measured, static_cast<long long>(steady_from),
-                  static_cast<long long>(steady_from + steady_iterations - 1), c.predicted_iteration_ms,
-                  100.0 * (c.predicted_iteration_ms / measured - 1.0));
-    *log_last_ << line << std::flush;
-  }
-  if (summary.exited_early) {  // Megatron exits right there: no final evaluation
-    finish_pending_save(/*wait=*/true);
-    return summary;
-  }
-
-  *log0_ << "after training is done\n";
-  // HEAD: the final save unless the last iteration was just saved.
-  if (c.save && progress_.iteration != 0 && !(c.save_interval && progress_.iteration % *c.save_interval == 0)) save();
-  evaluate_final(&summary);  // an --async-save goes on meanwhile
-  finish_pending_save(/*wait=*/true);
-  return summary;
-}
-
 void Trainer::evaluate_final(TrainSummary* summary) {
   const TrainConfig& c = config_;
-  const int64_t gbs = microbatches_->current_global_batch_size();
   const std::string at = "iteration " + std::to_string(progress_.iteration);
   if (datasets_.valid() && c.eval_iters > 0) {
-    evaluate_and_print(at + " on validation set", *datasets_.valid(), &progress_.consumed_valid_samples, gbs,
+    evaluate_and_print(at + " on validation set", *datasets_.valid(), &progress_.consumed_valid_samples,
                        &summary->final_valid_loss);
   }
   if (datasets_.test() && c.eval_iters > 0) {
     int64_t consumed_test = 0;
-    evaluate_and_print(at + " on test set", *datasets_.test(), &consumed_test, gbs, nullptr);
+    evaluate_and_print(at + " on test set", *datasets_.test(), &consumed_test, nullptr);
   }
   if (tensorboard_) tensorboard_->flush();
 }

@@ -96,21 +96,49 @@ class Trainer {
   static void install_exit_signal_handler();
 
  private:
+  struct LoopState;  // what run() keeps between iterations (trainer_loop.cpp)
+  struct Iteration;  // one iteration's step, loss and global batch
+
+  // The steps of run(), in the order an iteration takes them (train/trainer_loop.cpp):
+  // Before the first iteration: "training ...", the progress log's start, --profile's notices.
+  void begin_training(LoopState* loop);
+  // The step of the current global batch (micro-batch count from the consumed samples, the
+  // per-token weights, train_step, the NaN checks), then the scheduler, the consumed samples
+  // and the iteration count advance. Collective.
+  Iteration run_iteration(LoopState* loop);
+  // Megatron's training_log for the iteration just run: the interval's accumulators, TensorBoard
+  // at --tensorboard-log-interval, and at --log-interval the iteration line, JSONL, the memory
+  // line (once), the timers and the straggler report, then a new interval. Collective.
+  void log_iteration(const Iteration& it, LoopState* loop, TrainSummary* summary);
+  // --eval-interval: the validation block, the interval clock stopped meanwhile. Collective.
+  void evaluate_if_due(LoopState* loop);
+  // Megatron's order: SIGTERM (save, exit), --save-interval, --exit-duration-in-mins,
+  // --exit-interval (each exit saving unless just saved). True when the run stops here, with
+  // summary->exited_early set. Collective.
+  bool save_or_exit(LoopState* loop, TrainSummary* summary);
+  // With TrainConfig::predicted_iteration_ms: the measured steady state (after the first log
+  // interval) against megatron plan's prediction, printed by the last rank.
+  void report_against_prediction(const LoopState& loop);
+  // --profile: an NVTX range per phase (no-ops otherwise); the CUDA profiler's capture.
+  void mark(const char* name) const;
+  void unmark() const;
+  void cuda_profiler(bool start) const;
+
   // Fills `mb` with micro-batch `k` of the iteration starting at `first_sample` of `dataset`
   // (samples first_sample + k*mbs*dp + dp_rank*mbs + [0, mbs): MegatronPretrainingSampler's
   // slice for this DP rank).
   void load_micro_batch(const data::TokenDataset& dataset, int64_t first_sample, int64_t k, model::MicroBatch* mb) const;
-  // --calculate-per-token-loss: the tokens the loss counts in the global batch of
-  // `global_batch` samples from `first_sample`, over the whole data-parallel group: every
-  // position unless --eod-mask-loss drops the predictions after an end of document (then the
-  // loss masks of this rank's micro-batches, loaded as load_micro_batch does, summed over DP).
+  // --calculate-per-token-loss: the tokens the loss counts in the current global batch
+  // (microbatches_) from `first_sample`, over the whole data-parallel group: every position
+  // unless --eod-mask-loss drops the predictions after an end of document (then the loss masks
+  // of this rank's micro-batches, loaded as load_micro_batch does, summed over DP).
   // Collective over DP; only the last stage calls it.
-  double loss_tokens(const data::TokenDataset& dataset, int64_t first_sample, int64_t global_batch) const;
-  // Megatron evaluate(): eval_iters iterations of the current global batch without dropout;
-  // the mean of the micro-batch losses over all DP ranks. Advances *consumed.
-  double evaluate(const data::TokenDataset& dataset, int64_t* consumed, int64_t global_batch);
+  double loss_tokens(const data::TokenDataset& dataset, int64_t first_sample) const;
+  // Megatron evaluate(): eval_iters iterations of the current global batch (microbatches_)
+  // without dropout; the mean of the micro-batch losses over all DP ranks. Advances *consumed.
+  double evaluate(const data::TokenDataset& dataset, int64_t* consumed);
   void evaluate_and_print(const std::string& prefix, const data::TokenDataset& dataset, int64_t* consumed,
-                          int64_t global_batch, double* loss_out);
+                          double* loss_out);
   void save();
   // Commits an --async-save in flight: when every rank has written (without `wait`: checked,
   // collectively), or after waiting for them (`wait`).

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "support/paths.h"
 #include "train/data_parallel_setup.h"
+#include "train/sub_configs.h"
 
 namespace megatron::cli {
 namespace {
@@ -350,10 +351,10 @@ TEST(TrainArgs, DataParallelFlags) {
   // division), never together with --ddp-bucket-size.
   const TrainConfig n = parse(with(base_args(), {"--ddp-num-buckets", "3", "--overlap-grad-reduce"}), 2);
   EXPECT_EQ(n.ddp_num_buckets, 3);
-  EXPECT_EQ(train::ddp_bucket_size(n, 2, 1000), 333) << "not max(40M, 1M x DP): the count wins";
-  EXPECT_EQ(train::ddp_bucket_size(n, 2, 2), 1) << "at least one element";
-  EXPECT_EQ(train::ddp_bucket_size(c, 2, 1000), 1000);
-  EXPECT_EQ(train::ddp_bucket_size(parse(base_args(), 2), 2, 1000), 0) << "one bucket";
+  EXPECT_EQ(train::ddp_bucket_size(train::data_parallel_flags(n), 2, 1000), 333) << "not max(40M, 1M x DP): the count wins";
+  EXPECT_EQ(train::ddp_bucket_size(train::data_parallel_flags(n), 2, 2), 1) << "at least one element";
+  EXPECT_EQ(train::ddp_bucket_size(train::data_parallel_flags(c), 2, 1000), 1000);
+  EXPECT_EQ(train::ddp_bucket_size(train::data_parallel_flags(parse(base_args(), 2)), 2, 1000), 0) << "one bucket";
   EXPECT_ERROR_NAMES(with(base_args(), {"--ddp-num-buckets", "0"}), "--ddp-num-buckets]");
   EXPECT_ERROR_NAMES(with(base_args(), {"--ddp-num-buckets", "2", "--ddp-bucket-size", "10"}), "--ddp-num-buckets]");
 }

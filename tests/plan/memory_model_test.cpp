@@ -1,8 +1,9 @@
-// The planner's memory per GPU: at TP = PP = 1 it must equal the engine's exact plan
-// (model::plan_memory, checked against real allocations in memory_plan_test) for every DP size
+// The planner's memory per GPU is the engine's exact plan (model::plan_memory, checked against
+// real allocations in memory_plan_test) of the layout's stage: at TP = PP = 1 for every DP size
 // with and without the distributed optimizer, kind by kind (NCCL's buffers apart: they are not
-// ours, tests/plan/nccl_memory_test.cpp); at TP/PP > 1 it must equal values computed by hand
-// from the formula in plan/memory_model.h.
+// ours, tests/plan/nccl_memory_test.cpp); on every layout what --dry-run prints
+// (train::train_memory_plan); at TP/PP > 1 values computed by hand from model/memory_plan.cpp's
+// terms.
 #include <gtest/gtest.h>
 
 #include "backend/ops.h"
@@ -13,6 +14,7 @@
 #include "plan/memory_model.h"
 #include "support/plan_models.h"
 #include "support/recording_communicator.h"
+#include "train/config.h"
 #include "train/grad_buffer.h"
 
 namespace megatron::plan {
@@ -131,13 +133,16 @@ TEST(PlanMemory, TensorAndPipelineShardsByHand) {
   EXPECT_EQ(s0.gradients, 1208 * 4);
   EXPECT_EQ(s0.optimizer, 1208 * 8);
   // n = 4 tokens. Layer: n*(3h + (4q + 2f)/t)*e + 16n + 4*b*a*s/t = 4*(24 + 48)*2 + 64 + 16 = 656;
-  // its input n*h*e = 64. Stage 0 holds min(pp - 0, m) = 2 micro-batches x 2 layers, + tokens 2 x 4n.
-  EXPECT_EQ(s0.activations, 4 * (64 + 656) + 2 * 16);
-  EXPECT_EQ(s0.workspace, (3 * 4 * 8 + (4 * 4 * 8 + 4 * 32) / 2) * 2);
+  // a residual-stream tensor n*h*e = 64. Stage 0 holds min(pp - 0, m) = 2 activation sets, each
+  // of its 2 layers, their 3 stream tensors (2 layer inputs and the stage's output) and the
+  // tokens 4n.
+  EXPECT_EQ(s0.activations, 2 * (2 * 656 + 3 * 64 + 16));
+  // Workspace: (3nh + (4nq + n*f)/t)*e, plus the received output gradient n*h*e with pp > 1.
+  EXPECT_EQ(s0.workspace, (3 * 4 * 8 + (4 * 4 * 8 + 4 * 32) / 2) * 2 + 64);
   const model::MemoryPlan s1 = stage_memory(c, DType::kBF16, p, 1);
-  // Stage 1: 1 micro-batch x 2 layers, + final stream and LN out 2*n*h*e = 128, their stats 32,
+  // Stage 1: 1 set of 2 layers and 3 stream tensors, + final LN out n*h*e = 64, its stats 32,
   // logits n*(V/t)*e = 256, losses/lse/labels/mask/scaled weights 5*4n = 80.
-  EXPECT_EQ(s1.activations, 2 * (64 + 656) + 128 + 32 + 256 + 80);
+  EXPECT_EQ(s1.activations, 2 * 656 + 3 * 64 + 64 + 32 + 256 + 80);
   // NCCL (plan/nccl_memory.h): 4 ranks on one node; both stages connect world, tp,
   // model-parallel, embedding (tied) and one pipeline neighbour, 32 channels x 12 MiB each, and
   // create four communicators: the world, model-parallel (the world's ranks; the world is never
@@ -147,18 +152,18 @@ TEST(PlanMemory, TensorAndPipelineShardsByHand) {
   EXPECT_EQ(s1.nccl, nccl);
   const RankMemory r = rank_memory(c, DType::kBF16, p);
   EXPECT_EQ(r.worst_stage, 0);
-  EXPECT_EQ(r.worst.total(), 2416 + 4832 + 4832 + 9664 + 2912 + 448 + nccl);
+  EXPECT_EQ(r.worst.total(), 2416 + 4832 + 4832 + 9664 + 3040 + 512 + nccl);
   ASSERT_EQ(r.stage_totals.size(), 2u);
-  EXPECT_EQ(r.stage_totals[1], 1192 * 18 + 1936 + 448 + nccl);
+  EXPECT_EQ(r.stage_totals[1], 1192 * 18 + 1936 + 512 + nccl);
 
-  // Sequence parallelism shards the LayerNorm region (3h, LN stats, layer inputs) by t:
-  // layer = 4*(12 + 48)*2 + 32 + 16 = 528, input 32.
+  // Sequence parallelism shards the LayerNorm region (3h, LN stats, the residual stream) by t:
+  // layer = 4*(12 + 48)*2 + 32 + 16 = 528, a stream tensor 32.
   p.sequence_parallel = true;
-  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 4 * (32 + 528) + 2 * 16);
-  // Full recompute keeps only the inputs per micro-batch, plus one shared layer slot.
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 2 * (2 * 528 + 3 * 32 + 16));
+  // Full recompute keeps only the stream tensors per set, plus one shared layer slot.
   p.sequence_parallel = false;
   p.recompute = PlanRecompute::kFull;
-  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 4 * 64 + 656 + 2 * 16);
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 656 + 2 * (3 * 64 + 16));
   // The distributed optimizer over dp 3 keeps ceil(1208 / 3) = 403 main + Adam elements.
   p.recompute = PlanRecompute::kNone;
   p.dp = 3;
@@ -184,34 +189,108 @@ TEST(PlanMemory, RmsNormSwigluShardsByHand) {
   EXPECT_EQ(stage_num_parameters(c, p, 0), 1176 + 32 * 8 + 4 * 8);  // + V/t*h word, positions
   EXPECT_EQ(stage_num_parameters(c, p, 1), 1176 + 8 + 32 * 8);      // + final RMSNorm weight, tied copy
   // n = 4, SP (u = 2). Layer: n*(3h/u + (4q + f1 + f)/t)*e + 2*1*4n/u + 4*b*a*s/t
-  // = 4*(12 + 64)*2 + 16 + 16 = 640; its input n*h*e/u = 32.
+  // = 4*(12 + 64)*2 + 16 + 16 = 640; a stream tensor n*h*e/u = 32. Two sets of 2 layers, 3
+  // stream tensors and the tokens 4n.
   const model::MemoryPlan s0 = stage_memory(c, DType::kBF16, p, 0);
-  EXPECT_EQ(s0.activations, 4 * (32 + 640) + 2 * 16);
-  // Workspace: (3nh + (4nq + n*f1 + n*f)/t)*e = (96 + (128 + 256 + 128)/2)*2.
-  EXPECT_EQ(s0.workspace, (96 + 256) * 2);
-  // Stage 1: 2 x (32 + 640), final stream and norm out 2*n*h*e/u = 64, rstd 4n/u = 8, logits
-  // n*(V/t)*e = 256, losses/lse/labels/mask/weights 80.
-  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 1).activations, 2 * (32 + 640) + 64 + 8 + 256 + 80);
+  EXPECT_EQ(s0.activations, 2 * (2 * 640 + 3 * 32 + 16));
+  // Workspace: (3nh + (4nq + n*f1 + n*f)/t)*e = (96 + (128 + 256 + 128)/2)*2, plus with SP the
+  // gathered input n*h*e = 64 and the gradient stream's shard instead of a whole [n, h] (-32),
+  // with pp > 1 the received output gradient n*h*e/u = 32.
+  EXPECT_EQ(s0.workspace, (96 + 256) * 2 + 64 - 32 + 32);
+  // Stage 1: 1 set of 2 layers and 3 stream tensors, norm out n*h*e/u = 32, rstd 4n/u = 8,
+  // logits n*(V/t)*e = 256, losses/lse/labels/mask/weights 80.
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 1).activations, 2 * 640 + 3 * 32 + 32 + 8 + 256 + 80);
   // Each variant alone, stage 0, against the LayerNorm/GELU numbers of
-  // TensorAndPipelineShardsByHand with SP (920 parameters of layers, layer 528, workspace 448).
+  // TensorAndPipelineShardsByHand with SP (920 parameters of layers, layer 528, workspace 512).
   // RMSNorm: 2 layers x 2 norms x 8 biases = 32 parameters fewer; the two means, 2*4n/u = 16
   // bytes per layer, fewer.
   apply({true, false}, c);
   EXPECT_EQ(stage_num_parameters(c, p, 0), 920 - 32 + 32 * 8 + 4 * 8);
-  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 4 * (32 + 528 - 16) + 2 * 16);
-  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).workspace, 448);
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 2 * (2 * (528 - 16) + 3 * 32 + 16));
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).workspace, 512);
   // SwiGLU: FC1 has f1 - f = 32 more rows, (32*8 + 32)/2 = 144 parameters per layer; its output
   // n*(f1 - f)/t*e = 128 bytes more per layer; the workspace's fc1 gradient 128 bytes more and
   // the activation's output gradient n*f/t*e = 128.
   apply({false, true}, c);
   EXPECT_EQ(stage_num_parameters(c, p, 0), 920 + 2 * 144 + 32 * 8 + 4 * 8);
-  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 4 * (32 + 528 + 128) + 2 * 16);
-  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).workspace, 448 + 128 + 128);
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 2 * (2 * (528 + 128) + 3 * 32 + 16));
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).workspace, 512 + 128 + 128);
 }
 
-// Beyond TP = PP = 1 the planner is a model of Megatron's layout (the header), but what the
-// variants add or remove must be exactly what model::plan_memory adds or removes for the same
-// stage (the parameter count is model::stage_num_parameters, which the planner calls): each
+// One formula: on every layout the planner's memory of each stage is the plan --dry-run prints
+// for the same flags (train::train_memory_plan: the engine's own, model::plan_memory, with the
+// stage's activation sets and the distributed optimizer's shards), kind by kind, through TP,
+// SP, PP, interleaving, DP, recompute, the model variants and documents; only what the engine
+// does not allocate comes on top (cuDNN's document bias here; NCCL and the copy engines are
+// checked above and in nccl_memory_test).
+TEST(PlanMemory, AgreesWithTheDryRunPlanOnEveryLayout) {
+  struct Layout {
+    int64_t tp, pp, vp, dp;
+    bool sp, dist;
+  };
+  const Layout layouts[] = {{1, 1, 1, 1, false, false}, {1, 1, 1, 4, false, true}, {2, 1, 1, 2, true, false},
+                            {2, 1, 1, 1, false, false}, {1, 2, 1, 1, false, false}, {2, 2, 1, 2, true, true},
+                            {4, 2, 1, 1, true, false},  {1, 4, 1, 1, false, false}, {2, 2, 2, 1, true, false},
+                            {1, 2, 4, 2, false, true}};
+  int64_t compared = 0;
+  for (const Layout& l : layouts) {
+    for (PlanRecompute rc : {PlanRecompute::kNone, PlanRecompute::kSelective, PlanRecompute::kFull}) {
+      for (const Variant& v : kVariants) {
+        for (bool documents : {false, true}) {
+          for (DType dtype : {DType::kBF16, DType::kF32}) {
+            model::GPTConfig c = small_config();
+            c.num_layers = 8;
+            c.num_attention_heads = 4;
+            c.kv_channels = 2;
+            c.seq_length = c.max_position_embeddings = 8;
+            c.reset_position_ids = c.reset_attention_mask = documents;
+            apply(v, c);
+            ParallelConfig p;
+            p.tp = l.tp;
+            p.pp = l.pp;
+            p.vp = l.vp;
+            p.dp = l.dp;
+            p.sequence_parallel = l.sp;
+            p.distributed_optimizer = l.dist;
+            p.micro_batch = 2;
+            p.global_batch = 2 * l.dp * 8;  // m = 8
+            p.recompute = rc;
+            train::TrainConfig t;
+            t.model = c;
+            if (rc == PlanRecompute::kFull) {
+              t.model.recompute = model::Recompute::kUniform;
+              t.model.recompute_num_layers = 1;
+            }
+            t.micro_batch_size = p.micro_batch;
+            t.global_batch_size = p.global_batch;
+            t.world_size = p.world();
+            t.tensor_model_parallel_size = l.tp;
+            t.pipeline_model_parallel_size = l.pp;
+            t.data_parallel_size = l.dp;
+            if (l.vp > 1) t.num_layers_per_virtual_pipeline_stage = c.num_layers / l.pp / l.vp;
+            t.sequence_parallel = l.sp;
+            t.use_distributed_optimizer = l.dist;
+            t.bf16 = dtype == DType::kBF16;
+            for (int64_t k = 0; k < l.pp; ++k) {
+              SCOPED_TRACE(testing::Message() << p.describe() << " stage " << k << " rmsnorm " << v.rmsnorm
+                                              << " swiglu " << v.swiglu << " documents " << documents << " "
+                                              << dtype_name(dtype));
+              model::MemoryPlan dry_run = train::train_memory_plan(t, k);
+              if (documents && dtype != DType::kF32) dry_run.workspace += 2 * 8 * 8 * 2;  // cuDNN's bias [b, s, s]
+              const model::MemoryPlan planned = stage_memory(c, dtype, p, k);
+              expect_same(planned, dry_run);
+              ++compared;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 18 * 3 * 4 * 2 * 2);  // stages of the layouts x recompute x variants x documents x dtypes
+}
+
+// What the variants add or remove is exactly what model::plan_memory adds or removes for the
+// same stage (the parameter count is model::stage_num_parameters, which the planner calls): each
 // kind's change from the LayerNorm/GELU model equals the engine plan's change, with TP 2 (SP
 // on and off), 1F1B and interleaved pipelines, every stage, with and without full recompute.
 // The engine's activation sets per chunk are the schedule's (train/config.cpp pipeline_stage).
@@ -279,13 +358,13 @@ TEST(PlanMemory, InterleavedScheduleInFlightChunks) {
   p.vp = 2;
   p.micro_batch = 1;
   p.global_batch = 8;
-  // tp 1: layer = n*(3h + 4q + 2f)*e + 16n + 4*b*a*s = 4*(24 + 32 + 64)*2 + 64 + 32 = 1056; input 64.
-  // Stage 0 holds min(16, 2*1 + 1*2 + 1) = 5 sets of 4/2 = 2 layers -> 10 layer-micro-batches
-  // (vs 8 for 1F1B); int32 tokens [n = 4] in each set.
+  // tp 1: layer = n*(3h + 4q + 2f)*e + 16n + 4*b*a*s = 4*(24 + 32 + 64)*2 + 64 + 32 = 1056; a
+  // stream tensor 64. Stage 0 holds min(16, 2*1 + 1*2 + 1) = 5 sets of 4/2 = 2 layers -> 10
+  // layer-micro-batches (vs 8 for 1F1B), each set with its 3 stream tensors and int32 tokens [n = 4].
   EXPECT_EQ(parallel::activation_sets_needed({2, 0, 8, 2}, false), 5);
-  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 10 * (64 + 1056) + 5 * 16);
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 5 * (2 * 1056 + 3 * 64 + 16));
   p.vp = 1;
-  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 8 * (64 + 1056) + 2 * 16);
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 2 * (4 * 1056 + 5 * 64 + 16));
 }
 
 // The planner builds the interleaved schedule for min(m, 2 pp) micro-batches: past 2 pp the

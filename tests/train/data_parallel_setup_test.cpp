@@ -30,7 +30,7 @@ struct OneRankTwoGroup {
   model::ParameterSet ps = make_params(*cpu);
   test::RecordingCommunicator dp{{ps.grads(), ps.values()}};
   std::string text(bool prepared, bool distributed) {
-    TrainConfig config;
+    DataParallelFlags config;
     config.use_distributed_optimizer = distributed;
     DataParallelOptions o;
     o.group = &dp;

@@ -87,6 +87,21 @@ TEST(MicroBatches, RampUsesPythonFloatDivision) {
   EXPECT_EQ(c.num_microbatches(), 7);  // 14 / 2
 }
 
+// The counts the run can reach, which the activation sets are sized for (train/config.cpp
+// pipeline_stage): the final count, then each ramp size's while at most the bound.
+TEST(MicroBatches, ReachableCountsFollowTheRamp) {
+  EXPECT_EQ(NumMicroBatchesCalculator(512, 4, 8).reachable_num_microbatches(1000), std::vector<int64_t>{16});
+  // --rampup-batch-size 16 16 5000000, G = 1024, mbs 2, dp 8: 1, 2, ..., 63 micro-batches, then 64.
+  const NumMicroBatchesCalculator ramp(1024, 2, 8, RampupBatchSize{16, 16, 5'000'000});
+  EXPECT_EQ(ramp.final_num_microbatches(), 64);
+  EXPECT_EQ(ramp.num_microbatches(), 1) << "the ramp's start before any update";
+  EXPECT_EQ(ramp.reachable_num_microbatches(3), (std::vector<int64_t>{64, 1, 2, 3}));
+  const std::vector<int64_t> all = ramp.reachable_num_microbatches(1000);
+  ASSERT_EQ(all.size(), 64u);
+  for (int64_t k = 1; k < 64; ++k) EXPECT_EQ(all[static_cast<size_t>(k)], k);
+  EXPECT_EQ(ramp.reachable_num_microbatches(0), std::vector<int64_t>{64}) << "the final count always";
+}
+
 TEST(MicroBatches, TrainItersSmallRampByHand) {
   // --rampup-batch-size 2 2 10, G = 6, mbs*dp = 2: 2 increments of 10/2 = 5.0 samples.
   // Ramp loop (while consumed <= 10: consumed += gbs(consumed)):

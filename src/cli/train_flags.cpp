@@ -1,0 +1,240 @@
+// The flags `megatron train` reads (declare_supported_flags) and the presets of --model; the
+// no-op and unsupported flags are in cli/train_flag_table.cpp.
+#include <string>
+#include <vector>
+
+#include "cli/train_args.h"
+#include "cli/train_flag_table.h"
+#include "plan/gpu_spec.h"
+
+namespace megatron::cli {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Presets of --model.
+// ---------------------------------------------------------------------------------------------
+const std::vector<ModelPreset> kPresets = {
+    {"gpt2-124m", 12, 768, 12, 1024},      {"gpt2-350m", 24, 1024, 16, 1024},
+    {"gpt2-774m", 36, 1280, 20, 1024},     {"gpt2-1558m", 48, 1600, 25, 1024},
+    {"gpt3-1.3b", 24, 2048, 16, 2048},     {"gpt3-2.7b", 32, 2560, 32, 2048},
+    {"gpt3-13b", 40, 5120, 32, 2048},      {"gpt3-175b", 96, 12288, 96, 2048},
+    {"gpt-1.7b", 24, 2304, 24, 2048},      {"gpt-3.6b", 30, 3072, 32, 2048},
+    {"gpt-7.5b", 36, 4096, 32, 2048},      {"gpt-18.4b", 40, 6144, 48, 2048},
+    {"gpt-39.1b", 48, 8192, 64, 2048},     {"gpt-76.1b", 60, 10240, 80, 2048},
+    {"gpt-145.6b", 80, 12288, 96, 2048},   {"gpt-310.1b", 96, 16384, 128, 2048},
+};
+
+
+void declare_supported_flags(Args& a) {
+  // Model shape.
+  a.option("--model", "NAME", "shape preset (" + model_preset_names() + "); explicit flags override it")
+      .option("--num-layers", "L", "transformer layers")
+      .option("--hidden-size", "H", "hidden size")
+      .option("--num-attention-heads", "N", "attention heads")
+      .option("--ffn-hidden-size", "F", "MLP hidden size (default 4 * hidden)")
+      .option("--kv-channels", "D", "head size (default hidden / heads)")
+      .option("--seq-length", "S", "tokens per sample")
+      .option("--max-position-embeddings", "P", "learned positions (default: --seq-length)")
+      .option("--make-vocab-size-divisible-by", "N", "pad the vocabulary to a multiple of N * TP", "128")
+      .option("--init-method-std", "X", "std of the normal initialisation", "0.02")
+      .option("--attention-dropout", "P", "attention dropout", "0.1")
+      .option("--hidden-dropout", "P", "hidden dropout", "0.1")
+      .option("--layernorm-epsilon", "E", "LayerNorm epsilon", "1e-05")
+      .option("--norm-epsilon", "E", "LayerNorm epsilon (Megatron-Core's name for --layernorm-epsilon)")
+      .flag("--untie-embeddings-and-output-weights", "separate output layer weights")
+      .flag("--openai-gelu", "tanh-approximated GELU (the default fused bias-GELU is tanh too)")
+      .flag("--no-bias-gelu-fusion", "exact (erf) GELU, as Megatron's unfused path (unless --openai-gelu)")
+      .flag("--disable-bias-linear", "no biases in the linear layers")
+      .flag("--swiglu", "SwiGLU MLP: linear_fc1 gives gate and up halves, silu(gate) * up replaces GELU "
+                        "(--ffn-hidden-size then defaults to int(8h/3/64)*64)");
+  // Data.
+  a.list("--data-path", "PATH", "a prefix, or weight/prefix pairs (required unless --dry-run, --mock-data or --train-data-path)")
+      .list("--train-data-path", "PATH", "the training data on its own: all sequences of a prefix, or weight/prefix pairs")
+      .list("--valid-data-path", "PATH", "the validation data on its own (as --train-data-path; none: no validation)")
+      .list("--test-data-path", "PATH", "the test data on its own (as --train-data-path)")
+      .option("--data-args-path", "FILE", "a file holding --data-path's values (whitespace-separated)")
+      .option("--per-split-data-args-path", "FILE",
+              "a JSON file {\"train\": ..., \"valid\": ..., \"test\": ...} of per-split data paths (lists or strings)")
+      .flag("--mock-data", "Megatron-Core's mock data (100000 synthetic documents) instead of --data-path")
+      .flag("--eod-mask-loss", "no loss at positions whose input token is the end of document")
+      .flag("--calculate-per-token-loss",
+            "the loss is the global batch's sum over its counted tokens divided by their number (not a mean of "
+            "micro-batch means)")
+      .flag("--reset-position-ids", "position ids restart at 0 after each end-of-document token")
+      .flag("--reset-attention-mask",
+            "tokens attend only within their document (keys after the last end-of-document token before them)")
+      .option("--split", "A,B,C", "train/valid/test proportions", "969, 30, 1")
+      .option("--vocab-file", "FILE", "GPT-2 vocab.json (required unless --dry-run)")
+      .option("--vocab-size", "N", "NullTokenizer: ids 0..N-1 and the end of document N (vocabulary N + 1)")
+      .option("--merge-file", "FILE", "GPT-2 merges.txt (required unless --dry-run)")
+      .option("--data-cache-path", "DIR", "where the sample index files are cached")
+      .option("--seed", "N", "random seed", "1234");
+  // Batch and length.
+  a.option("--micro-batch-size", "N", "samples per forward pass per replica")
+      .option("--global-batch-size", "N", "samples per iteration (default micro-batch * data-parallel)")
+      .list("--rampup-batch-size", "N", "<start> <increment> <ramp samples>; needs --train-samples", 3)
+      .option("--train-iters", "N", "iterations (or --train-samples)")
+      .option("--train-samples", "N", "samples (or --train-iters)");
+  // Learning rate.
+  a.option("--lr", "LR", "peak learning rate")
+      .option("--min-lr", "LR", "floor of the decay", "0.0")
+      .option("--lr-decay-style", "S", "constant, linear, cosine, inverse-square-root or WSD", "linear")
+      .option("--lr-decay-iters", "N", "decay iterations (default: --train-iters)")
+      .option("--lr-decay-samples", "N", "decay samples (default: --train-samples)")
+      .option("--lr-warmup-iters", "N", "warmup iterations", "0")
+      .option("--lr-warmup-samples", "N", "warmup samples", "0")
+      .option("--lr-warmup-fraction", "X", "warmup as a fraction of the decay steps")
+      .option("--lr-warmup-init", "LR", "learning rate at the start of warmup", "0.0")
+      .option("--lr-wsd-decay-style", "S", "WSD decay: exponential, linear, cosine or minus_sqrt", "exponential")
+      .option("--lr-wsd-decay-iters", "N", "WSD decay iterations")
+      .option("--lr-wsd-decay-samples", "N", "WSD decay samples")
+      .flag("--override-opt_param-scheduler", "take scheduler values from the flags, not the checkpoint")
+      .flag("--use-checkpoint-opt_param-scheduler", "take scheduler values from the checkpoint");
+  // Optimizer.
+  a.option("--weight-decay", "X", "weight decay (constant style)", "0.01")
+      .option("--start-weight-decay", "X", "initial weight decay (linear/cosine style)")
+      .option("--end-weight-decay", "X", "final weight decay (linear/cosine style)")
+      .option("--weight-decay-incr-style", "S", "constant, linear or cosine", "constant")
+      .option("--adam-beta1", "X", "Adam beta1", "0.9")
+      .option("--adam-beta2", "X", "Adam beta2", "0.999")
+      .option("--adam-eps", "X", "Adam epsilon", "1e-08")
+      .option("--clip-grad", "X", "clip the global gradient L2 norm (0: off)", "1.0");
+  // Precision.
+  a.flag("--fp16", "fp16 parameters, fp32 main weights, loss scaling")
+      .flag("--bf16", "bf16 parameters, fp32 main weights")
+      .option("--loss-scale", "X", "constant loss scale (default: dynamic with --fp16)")
+      .option("--initial-loss-scale", "X", "initial dynamic loss scale", "4294967296")
+      .option("--min-loss-scale", "X", "minimum dynamic loss scale", "1.0")
+      .option("--loss-scale-window", "N", "iterations without overflow before doubling", "1000")
+      .option("--hysteresis", "N", "overflows tolerated before halving", "2")
+      .flag("--accumulate-allreduce-grads-in-fp32", "fp32 gradient accumulation (forced with --bf16)");
+  // Logging, evaluation, exit.
+  a.option("--log-interval", "N", "iterations between log lines", "100")
+      .option("--eval-interval", "N", "iterations between validations", "1000")
+      .option("--eval-iters", "N", "iterations per validation", "100")
+      .flag("--log-throughput", "print throughput per GPU (TFLOP/s/GPU)")
+      .option("--timing-log-level", "0|1|2",
+              "Megatron's timers: 0 set-up and checkpoints; 1 also forward-backward, gradient reductions and the "
+              "optimizer (synchronises the device at each); 2 also batches, computes and pipeline exchanges",
+              "0")
+      .option("--timing-log-option", "minmax|max|all", "timer times across ranks: min and max, max, or every rank",
+              "minmax")
+      .flag("--no-barrier-with-level-1-timing", "level-1 timers start without a barrier over all ranks")
+      .flag("--log-straggler",
+            "at every log interval rank 0 names the slowest and fastest rank by compute time (communication "
+            "waits left out), with each one's GPU power, temperature, utilisation and clock")
+      .flag("--disable-straggler-on-startup", "--log-straggler starts off (--straggler-ctrlr-port turns it on)")
+      .option("--straggler-ctrlr-port", "PORT",
+              "rank 0 listens here; each connection (curl HOST:PORT) turns --log-straggler off or on", "65535")
+      .option("--straggler-minmax-count", "N", "also list the N ranks of lowest and highest estimated TFLOP/s", "1")
+      .option("--check-weight-hash-across-dp-replicas-interval", "N",
+              "before training and every N iterations, check that data-parallel replicas hold the same weights "
+              "bit for bit (stops every rank otherwise, naming the parameters)")
+      .flag("--no-check-for-nan-in-loss-and-grad",
+            "train on through a NaN or Inf loss and NaN gradients (default: stop the run, naming the rank)")
+      .flag("--log-params-norm", "print the parameter norm")
+      .flag("--profile",
+            "start the CUDA profiler before iteration --profile-step-start + 1 and stop it after "
+            "--profile-step-end, on --profile-ranks (nsys profile --capture-range=cudaProfilerApi), with NVTX "
+            "ranges per iteration and phase")
+      .option("--profile-step-start", "N", "--profile: the capture starts after N iterations", "10")
+      .option("--profile-step-end", "N", "--profile: the capture stops after iteration N", "12")
+      .list("--profile-ranks", "R", "--profile: the global ranks that capture (default 0)")
+      .flag("--log-progress",
+            "append the job's start and, at each checkpoint, its throughput, FLOPs and tokens to <--save>/progress.txt")
+      .flag("--log-num-zeros-in-grad", "print the number of zero gradients")
+      .option("--flops-convention", "YEAR", "TFLOP/s formula: 2025 (causal attention halved, Megatron HEAD) or 2024",
+              "2025")
+      .option("--exit-interval", "N", "exit when the iteration is a multiple of N")
+      .option("--exit-duration-in-mins", "M", "exit after M minutes")
+      .option("--save-interval", "N", "iterations between checkpoints (with --save)")
+      .flag("--dry-run", "print the configuration and memory plan, then exit")
+      .option("--gpu", "NAME",
+              "the GPU kind megatron plan's prediction, printed before the first step, is for (" + plan::gpu_names() +
+                  "; default: this CUDA device's kind; needed with --dry-run)");
+  // Checkpoints (train/checkpoint.h).
+  a.option("--save", "DIR", "save checkpoints to DIR (DIR/iter_0000100/, latest_checkpointed_iteration.txt)")
+      .option("--load", "DIR", "resume from the latest checkpoint in DIR")
+      .option("--save-keep-last", "K", "keep only the K newest checkpoints (0: keep all)", "0")
+      .flag("--no-save-optim", "save weights only (no fp32 main weights, no Adam state)")
+      .flag("--async-save",
+            "write checkpoints in the background: each rank copies what it holds to host memory, "
+            "training goes on while a thread writes it")
+      .flag("--no-ckpt-fully-parallel-save",
+            "rank 0 writes the whole checkpoint (default: every rank writes what it holds, "
+            "when all ranks see the --save directory)")
+      .flag("--no-save-rng", "accepted: dropout masks are a function of (seed, iteration), no RNG state exists")
+      .flag("--no-load-optim", "load weights only; the optimizer starts fresh from them")
+      .flag("--no-load-rng", "accepted: dropout masks are a function of (seed, iteration), no RNG state exists")
+      .flag("--finetune", "load weights only and start at iteration 0 with 0 consumed samples")
+      .flag("--exit-on-missing-checkpoint", "with --load: exit if no checkpoint is found")
+      .option("--ckpt-step", "N", "with --load: load iteration N instead of the latest")
+      .flag("--use-checkpoint-args", "take the model's shape flags not given here from --load's checkpoint")
+      .flag("--skip-train", "no training: evaluate on the validation and test sets (of --load's model) and exit")
+      .flag("--exit-signal-handler", "on SIGTERM finish the iteration, save and exit 0");
+  // TensorBoard and the JSONL metrics log.
+  a.option("--tensorboard-dir", "DIR", "write TensorBoard event files to DIR")
+      .option("--tensorboard-queue-size", "N", "events buffered before a flush", "1000")
+      .option("--tensorboard-log-interval", "N", "iterations between TensorBoard scalars", "1")
+      .flag("--log-batch-size-to-tensorboard", "also log the global batch size")
+      .flag("--log-memory-to-tensorboard", "also log the device memory in use (bytes, live allocations)")
+      .flag("--log-world-size-to-tensorboard", "also log the number of ranks")
+      .flag("--log-timers-to-tensorboard", "log iteration time, throughput and per-phase timers (adds syncs)")
+      .flag("--log-validation-ppl-to-tensorboard", "also log validation perplexity")
+      .flag("--log-learning-rate-to-tensorboard", "log the learning rate (default on)")
+      .flag("--no-log-learning-rate-to-tensorboard", "do not log the learning rate")
+      .flag("--log-loss-scale-to-tensorboard", "log the loss scale (default on)")
+      .flag("--no-log-loss-scale-to-tensorboard", "do not log the loss scale")
+      .option("--log-jsonl", "FILE", "append one JSON object per logged iteration and validation to FILE");
+  // Parallelism and recompute.
+  a.option("--tensor-model-parallel-size", "N", "tensor-parallel size (heads, FFN and vocabulary split over N ranks)", "1")
+      .option("--pipeline-model-parallel-size", "N", "pipeline-parallel size (the layers split over N stages, 1F1B schedule)", "1")
+      .option("--num-layers-per-virtual-pipeline-stage", "N",
+              "layers per virtual pipeline stage: each stage holds several chunks (interleaved 1F1B schedule)")
+      .flag("--use-distributed-optimizer", "shard the fp32 main weights and Adam moments over data-parallel ranks")
+      .option("--ddp-bucket-size", "N",
+              "gradient all-reduce / reduce-scatter bucket size in elements (default: one bucket; "
+              "max(40M, 1M x DP) with --overlap-grad-reduce)")
+      .option("--ddp-num-buckets", "N", "gradient buckets of (this rank's parameters / N) elements each")
+      .flag("--overlap-grad-reduce", "start each gradient bucket's reduction during the last backward pass")
+      .flag("--overlap-param-gather",
+            "all-gather the distributed optimizer's parameters during the next forward pass "
+            "(needs --use-distributed-optimizer and --overlap-grad-reduce)")
+      .flag("--overlap-p2p-communication",
+            "start the pipeline stages' sends and receives and wait for them only where their buffers are used, "
+            "so that a stage computes on while its peer catches up (1F1B and interleaved)")
+      .option("--nproc-per-node", "N", "start N local worker processes of this command (torchrun's flag)")
+      .option("--distributed-backend", "B",
+              "nccl: GPU ranks talk over NCCL (CPU ranks always use MPI); mpi or gloo: host-side collectives over "
+              "MPI, GPU tensors staged through host memory (slow; lets several ranks share one GPU, which NCCL "
+              "refuses; needs mpirun or --nproc-per-node)",
+              "nccl")
+      .option("--distributed-timeout-minutes", "M",
+              "end the job when a collective has waited M minutes (a rank is stuck or dead)", "10")
+      .flag("--sequence-parallel", "sequence parallelism in the LayerNorm/dropout regions (needs tensor parallelism)")
+      .flag("--use-cpu-initialization", "initialise full matrices then split (TP-invariant)")
+      .flag("--recompute-activations", "shorthand for --recompute-granularity selective")
+      .option("--recompute-granularity", "G", "full or selective")
+      .option("--recompute-method", "M", "uniform or block (with full granularity)")
+      .option("--recompute-num-layers", "N", "layers per recompute chunk (full granularity)");
+}
+
+}  // namespace
+
+const std::vector<ModelPreset>& model_presets() { return kPresets; }
+
+std::string model_preset_names() {
+  std::string names;
+  for (const ModelPreset& p : kPresets) {
+    if (!names.empty()) names += ", ";
+    names += p.name;
+  }
+  return names;
+}
+
+void declare_train_flags(Args& args) {
+  declare_supported_flags(args);
+  declare_table_flags(args);
+}
+
+}  // namespace megatron::cli
