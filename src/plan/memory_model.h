@@ -9,14 +9,15 @@
 //  - NCCL's buffers (MemoryPlan::nccl, 0 on one GPU): a model of what NCCL allocates for the
 //    communicators the stage creates and connects, plan/nccl_memory.h (one constant fitted on
 //    2 x H200, one on 4 x H200).
-//  - TP > 1 or PP > 1: the bytes our engine allocates with Megatron's layout (megatron-facts
-//    §7-§10), same per-tensor accounting; against measured device memory within 0.6% on ten
-//    2 x H200 runs (TP2, PP2, DP2; tests/plan/recorded_runs_test.cpp) and +1.5% on DP4 over 4 x
-//    H100, and within 1% of nvidia-smi on 4 x H200 (seventeenth session), once NCCL's
-//    per-communicator state was counted: its absence was the 17.89B TP4 run's ~4.9 GB that ran
-//    out of memory on 4 x H100 (sixteenth session). Megatron-LM itself stores more (dropout
-//    masks, unfused softmax inputs: Korthikanti et al. 2022's 34*s*b*h per layer vs our
-//    ~(3h + 4q/t + 2f/t)*e per token).
+//  - TP > 1 or PP > 1: the bytes our engine allocates with Megatron's layout
+//    (docs/megatron-formats.md §7-§10), same per-tensor accounting; against measured device
+//    memory within 0.6% on ten 2 x H200 runs (TP2, PP2, DP2; tests/plan/recorded_runs_test.cpp)
+//    and +1.5% on DP4 over 4 x H100, and within 1% of nvidia-smi on 4 x H200
+//    (bench/results/2026-11-28.md, "the PP4 hang found and fixed"), with NCCL's per-communicator
+//    state counted: without it the 17.89B TP4 run held ~4.9 GB beyond its plan and ran out of
+//    memory on 4 x H100 (bench/results/2026-11-28.md, "the first 4-GPU machine"). Megatron-LM
+//    itself stores more (dropout masks, unfused softmax inputs: Korthikanti et al. 2022's
+//    34*s*b*h per layer vs our ~(3h + 4q/t + 2f/t)*e per token).
 //
 // The pieces, for rank k of a pipeline of pp stages (n = micro_batch * seq tokens, e = bytes of
 // the model dtype, t = tp, u = t with sequence parallelism else 1, L_k = L / pp layers; the
@@ -36,7 +37,8 @@
 //                       stream and norm out 2*n*h*e/u + 4rn/u,
 //                       logits n*(V/t)*e and 20n (losses, lse, labels, loss mask, weights);
 //                       plus, once, the activation slot of the layer being recomputed (full recompute)
-//  in flight            1F1B: stage k holds min(pp - k, m) micro-batches (megatron-facts §8);
+//  in flight            1F1B: stage k holds min(pp - k, m) micro-batches
+//                       (docs/megatron-formats.md §8);
 //                       interleaved: the stage's one pool of activation sets, each of L_k/vp
 //                       layers, as many as the schedule holds at once
 //                       (parallel::activation_slots): Megatron's min(m*vp, 2(pp-k-1) +
