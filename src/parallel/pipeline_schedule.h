@@ -110,8 +110,8 @@ std::vector<PipelineAction> overlapped_exchanges(const std::vector<PipelineActio
 // Megatron's count of chunks live at once, min(M vp, 2 (pp - s - 1) + (vp - 1) pp + 1) for
 // M > pp, all M vp for M == pp (Megatron's all-warm-up case); the overlapped interleaved table
 // one more (the next forward's input arrives beside the backward that frees a set). Sets per
-// chunk, each sized for the chunk's own busiest moment, held 2-38% more (bench/RESULTS.md,
-// sixteenth session).
+// chunk, each sized for the chunk's own busiest moment, held 2-38% more
+// (bench/results/2026-11-28.md, "the first 4-GPU machine").
 struct ActivationSlots {
   int64_t count = 0;
   std::map<std::pair<int64_t, int64_t>, int64_t> of;  // (chunk, micro-batch) -> set
