@@ -753,7 +753,8 @@ TrainSummary Trainer::run() {
     if (c.check_weight_hash_interval && iteration % *c.check_weight_hash_interval == 0) check_weight_hashes();
     // An --async-save in flight is committed once every rank has written its part.
     finish_pending_save(/*wait=*/false);
-    // Megatron's order after the log (megatron-facts §3.8): evaluate, signal, save, duration, interval.
+    // Megatron's order after the log (docs/megatron-formats.md §3.8): evaluate, signal, save,
+    // duration, interval.
     if (c.eval_interval > 0 && iteration % c.eval_interval == 0 && do_valid) {
       paused([&] {
         evaluate_and_print("iteration " + std::to_string(iteration), *datasets_.valid(),
