@@ -52,7 +52,7 @@ constexpr const char* kCkpt = "checkpoints use one format: safetensors + metadat
 constexpr const char* kVariant = "this model variant is not implemented yet";
 
 constexpr FlagRow kFlagTable[] = {
-    // Parallelism: later issues widen these.
+    // Parallelism: only the listed values run here.
     {"--context-parallel-size", FlagType::kValue, FlagState::kValues, "1", "context parallelism"},
     {"--expert-model-parallel-size", FlagType::kValue, FlagState::kValues, "1", "mixture of experts"},
     {"--num-experts", FlagType::kValue, FlagState::kUnsupported, "", "mixture of experts"},
