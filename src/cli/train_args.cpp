@@ -136,7 +136,7 @@ constexpr FlagRow kFlagTable[] = {
     {"--ckpt-assume-constant-structure", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
     {"--dist-ckpt-strictness", FlagType::kValue, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
     {"--ddp-average-in-collective", FlagType::kSwitch, FlagState::kNoOp, "",
-     "no-op: gradients are scaled by 1/DP before the sum, which differs only in rounding"},
+     "no-op: data-parallel gradients are always averaged inside the collective"},
     {"--align-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when buckets start changes no value"},
     {"--no-align-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when buckets start changes no value"},
     {"--align-param-gather", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when gathers start changes no value"},
