@@ -111,8 +111,8 @@ struct NcclLayout {
   int64_t tp = 1, pp = 1, dp = 1, vp = 1;
   int64_t gpus_per_node = 0;   // 0: every rank on one node
   bool tied_embedding = true;  // !--untie-embeddings-and-output-weights
-  // Kinds with the same groups share one communicator (comm::make_process_groups since
-  // 2026-11-28; the world excepted); false: each kind its own (the runs recorded before).
+  // Kinds with the same groups share one communicator (comm::make_process_groups; the world
+  // excepted); false: each kind its own (the runs recorded before 2026-11-28).
   bool shared_groups = true;
   // MEGATRON_DP_COPY_ENGINE in effect (distributed optimizer, dp > 1 on one node): one more
   // communicator (measured, 4 x H200: 0.23 GiB beyond the receive buffer at 350M and 1.3B DP4
