@@ -125,8 +125,8 @@ struct Engine {
   bool shared_process_groups = true;
 };
 
-// A100 GEMM ceiling for Megatron-LM 2021: 230 of 312 TFLOP/s, torch.matmul fp16 on 8192 x 8192 x
-// 8192 random matrices, A100 80GB, NGC PyTorch 22.07 (CUDA 11.7)
+// A100 GEMM ceiling for Megatron-LM 2021: 230 of 312 TFLOP/s, torch.matmul fp16 on
+// 8192 x 8192 x 8192 random matrices, A100 80GB, NGC PyTorch 22.07 (CUDA 11.7)
 // (github.com/mli/transformers-benchmarks README, "MatMul FP32 / FP16 116 / 230"). The SC21 runs
 // used the older 20.12 container (CUDA 11.1); the same shape measures 258 with 2024 software
 // (Horace He, docs/performance-references.md, "GEMM") and the best shape 271 with 2025's (Bekman's
