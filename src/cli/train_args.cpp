@@ -233,7 +233,7 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   require_positive("world size", world_size);
   c.tensor_model_parallel_size = a.get_int("--tensor-model-parallel-size", 1, kMaxDimension);
   c.pipeline_model_parallel_size = a.get_int("--pipeline-model-parallel-size", 1, kMaxDimension);
-  // Megatron's layout check first (megatron-facts §7): dp = world / (tp * pp).
+  // Megatron's layout check first (docs/megatron-formats.md §7): dp = world / (tp * pp).
   c.data_parallel_size = comm::parallel_sizes(world_size, c.tensor_model_parallel_size,
                                               c.pipeline_model_parallel_size).dp;
   if (c.model.num_attention_heads % c.tensor_model_parallel_size != 0) {
@@ -264,7 +264,7 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
                 tp);
   }
   // Megatron silently turns sequence parallelism off at TP 1; a contradictory flag is an
-  // error here (DESIGN.md: never silently ignored).
+  // error here (docs/design.md, "Errors": bad input is reported, not ignored).
   c.sequence_parallel = a.get_flag("--sequence-parallel");
   if (c.sequence_parallel && tp == 1) {
     throw_error("[--sequence-parallel] needs --tensor-model-parallel-size > 1 (it splits the sequence over the "

@@ -15,9 +15,9 @@
 //   gpt2-124m 12/768/12, gpt2-350m 24/1024/16, gpt2-774m 36/1280/20, gpt2-1558m 48/1600/25
 //     (seq 1024); gpt3-1.3b 24/2048/16, gpt3-2.7b 32/2560/32, gpt3-13b 40/5120/32 (the
 //     benchmark's 13B evaluation shape), gpt3-175b 96/12288/96 (seq 2048);
-//   the cloud test case's table (SEEDS.md §2), seq 2048: gpt-1.7b 24/2304/24,
-//     gpt-3.6b 30/3072/32, gpt-7.5b 36/4096/32, gpt-18.4b 40/6144/48, gpt-39.1b 48/8192/64,
-//     gpt-76.1b 60/10240/80, gpt-145.6b 80/12288/96, gpt-310.1b 96/16384/128
+//   the cloud test case's table (docs/performance-references.md §2.2), seq 2048:
+//     gpt-1.7b 24/2304/24, gpt-3.6b 30/3072/32, gpt-7.5b 36/4096/32, gpt-18.4b 40/6144/48,
+//     gpt-39.1b 48/8192/64, gpt-76.1b 60/10240/80, gpt-145.6b 80/12288/96, gpt-310.1b 96/16384/128
 //   (layers/hidden/heads).
 // --max-position-embeddings: classic Megatron requires it; here it defaults to --seq-length.
 #pragma once

@@ -36,7 +36,7 @@ constexpr const char* kCkpt = "checkpoints use one format: safetensors + metadat
 constexpr const char* kVariant = "this model variant is not implemented yet";
 
 constexpr FlagRow kFlagTable[] = {
-    // Parallelism: later issues widen these.
+    // Parallelism: only the listed values run here.
     {"--context-parallel-size", FlagType::kValue, FlagState::kValues, "1", "context parallelism"},
     {"--expert-model-parallel-size", FlagType::kValue, FlagState::kValues, "1", "mixture of experts"},
     {"--num-experts", FlagType::kValue, FlagState::kUnsupported, "", "mixture of experts"},
@@ -120,7 +120,7 @@ constexpr FlagRow kFlagTable[] = {
     {"--ckpt-assume-constant-structure", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
     {"--dist-ckpt-strictness", FlagType::kValue, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
     {"--ddp-average-in-collective", FlagType::kSwitch, FlagState::kNoOp, "",
-     "no-op: gradients are scaled by 1/DP before the sum, which differs only in rounding"},
+     "no-op: data-parallel gradients are always averaged inside the collective"},
     {"--align-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when buckets start changes no value"},
     {"--no-align-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when buckets start changes no value"},
     {"--align-param-gather", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when gathers start changes no value"},

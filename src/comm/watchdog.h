@@ -1,4 +1,4 @@
-// No silent hangs (DESIGN.md "Launching"): a thread that notices a collective which has not
+// No silent hangs (docs/design.md, "Launching"): a thread that notices a collective which has not
 // completed within --distributed-timeout-minutes, prints on stderr which rank waits in which
 // operation on which group, and ends the process with exit status 1. Under mpirun (or the
 // --nproc-per-node launcher) a rank that exits non-zero makes the launcher stop every other

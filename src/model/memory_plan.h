@@ -1,7 +1,7 @@
-// Memory planned, not discovered (DESIGN.md decision 4): the bytes one rank allocates,
-// computed from the configuration alone by formula, before anything is allocated.
-// --dry-run prints this table; tests/model/memory_plan_test.cpp checks it against what the
-// engine really allocates (core/memory.h counters), kind by kind, to the byte.
+// Memory planned, not discovered (docs/design.md, "Memory is planned"): the bytes one rank
+// allocates, computed from the configuration alone by formula, before anything is allocated.
+// --dry-run prints this table; tests/model/memory_plan_test.cpp checks it against what the engine
+// really allocates (core/memory.h counters), kind by kind, to the byte.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +36,7 @@ struct MemoryPlan {
   }
 };
 
-// Parameter count of the GPT (megatron-facts §10 shapes: embeddings, per-layer QKV/proj/
+// Parameter count of the GPT (docs/megatron-formats.md §10 shapes: embeddings, per-layer QKV/proj/
 // LN/MLP with biases unless disabled, final LN, untied output layer if asked), or of one
 // tensor-parallel rank's shards with tp > 1 (model/gpt_model.h: vocabulary, QKV, FC1 rows and
 // proj, FC2 columns divided by tp; LayerNorms, position embedding, row-parallel biases whole).
@@ -64,9 +64,9 @@ MemoryPlan plan_memory(const GPTConfig& config, DType param_dtype, int64_t micro
 // records work).
 bool dropout_stream_in_memory(const GPTConfig& config, int64_t tp, const PipelineStageOptions& pipeline);
 
-// --use-distributed-optimizer (megatron-facts §9): the fp32 main parameters and Adam moments
-// are sharded over `dp` ranks. With one gradient bucket (the default) rank 0 holds the largest
-// shard, ceil(P / dp) elements; this is its plan. (With --ddp-bucket-size each bucket is
+// --use-distributed-optimizer (docs/megatron-formats.md §9): the fp32 main parameters and Adam
+// moments are sharded over `dp` ranks. With one gradient bucket (the default) rank 0 holds the
+// largest shard, ceil(P / dp) elements; this is its plan. (With --ddp-bucket-size each bucket is
 // sharded on its own and a rank may hold up to one element more per bucket.)
 MemoryPlan shard_optimizer_state(MemoryPlan plan, int64_t dp);
 

@@ -1,9 +1,9 @@
-// Pipeline schedules as pure tables (STYLE.md §9.5 "schedule = data + executor"): for one
+// Pipeline schedules as pure tables (docs/design.md, "Conventions": schedules are data): for one
 // pipeline stage, the ordered list of what it does in one iteration — forward or backward of
 // micro-batch k on model chunk c, and between them the point-to-point messages to post
 // together. No communication here; train/pipeline_executor.h runs a table over the pp group.
 //
-// Layout (megatron-facts §7). pp stages, each holding vp model chunks (vp = 1 without
+// Layout (docs/megatron-formats.md §7). pp stages, each holding vp model chunks (vp = 1 without
 // interleaving). Chunk c of stage s is virtual stage v = c * pp + s and holds the layers
 // [v * L / (pp * vp), (v + 1) * L / (pp * vp)). Activations flow v -> v + 1: from stage s to
 // s + 1 within a chunk, and from the last stage's chunk c to the first stage's chunk c + 1.
@@ -110,8 +110,8 @@ std::vector<PipelineAction> overlapped_exchanges(const std::vector<PipelineActio
 // Megatron's count of chunks live at once, min(M vp, 2 (pp - s - 1) + (vp - 1) pp + 1) for
 // M > pp, all M vp for M == pp (Megatron's all-warm-up case); the overlapped interleaved table
 // one more (the next forward's input arrives beside the backward that frees a set). Sets per
-// chunk, each sized for the chunk's own busiest moment, held 2-38% more (bench/RESULTS.md,
-// sixteenth session).
+// chunk, each sized for the chunk's own busiest moment, held 2-38% more
+// (bench/results/2026-11-28.md, "the first 4-GPU machine").
 struct ActivationSlots {
   int64_t count = 0;
   std::map<std::pair<int64_t, int64_t>, int64_t> of;  // (chunk, micro-batch) -> set

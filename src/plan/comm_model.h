@@ -12,7 +12,7 @@
 
 namespace megatron::plan {
 
-// Constants (assumptions, not measurements; documented in bench/RESULTS.md "planner"):
+// Constants (assumptions, not measurements):
 //  kLinkEfficiency 0.80: NCCL rings reach ~80% of the nominal link bandwidth for large messages
 //    (typical nccl-tests bus bandwidth: ~360 of 450 GB/s NVLink on H100 without NVLS,
 //    ~40-45 of 50 GB/s per NDR NIC).

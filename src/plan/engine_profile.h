@@ -22,7 +22,8 @@
 //                       Megatron's fp16 optimizer (unfused passes, no distributed optimizer),
 //                       and the A100 GEMM rate of that era's cuBLAS (kGemmEfficiencyA100Era2022).
 // Every profile field is a documented property of the software that ran, never a per-row or
-// fitted factor (tests/plan/published_runs_test.cpp; bench/RESULTS.md "plan validation").
+// fitted factor (tests/plan/published_runs_test.cpp; bench/results/2026-11-23.md, "plan
+// validation vs published").
 #pragma once
 
 #include <cstdint>
@@ -41,10 +42,11 @@ const char* attention_backend_name(AttentionBackend a);
 // fitted to step times; it grows with the message as NCCL's fixed costs weigh less:
 //  - 33.5 MB ([s b, h] bf16 at 1.3B, the TP + SP all-gathers and reduce-scatters): 0.39. TP2 on
 //    2 x H200, one all-gather + one reduce-scatter of 33.6 MB alone 0.185 ms (182 GB/s = 0.40;
-//    bench/RESULTS.md eighth session, call 14); TP4 on 4 x H100 inside the 1.3B step
-//    (--profile-ops) 0.114 + 0.183 ms for 33.5 MB (169 GB/s = 0.38; sixteenth session).
+//    bench/results/2026-11-24.md, "every parallel layout on one GPU", call 14); TP4 on 4 x H100
+//    inside the 1.3B step (--profile-ops) 0.114 + 0.183 ms for 33.5 MB (169 GB/s = 0.38;
+//    bench/results/2026-11-28.md, "the first 4-GPU machine").
 //  - 256 MiB: 0.75. `megatron preflight` on 4 x H100, fp32 all-reduce over the 4 ranks, 339
-//    GB/s (sixteenth session; 2-rank groups 263-297 GB/s).
+//    GB/s (the same entry; 2-rank groups 263-297 GB/s).
 // Between them log-linear in the size, outside them the nearer value.
 constexpr double kOurTpShareSmallBytes = 33.5e6, kOurTpShareSmall = 0.39;
 constexpr double kOurTpShareLargeBytes = 268435456.0, kOurTpShareLarge = 0.75;
@@ -118,17 +120,17 @@ struct Engine {
   // at HBM bandwidth, measured). See find_engine for Megatron 2021's count.
   double optimizer_bytes = 0;
   // Process-group kinds with the same groups share one NCCL communicator, and one-rank groups
-  // have none (comm::make_process_groups since 2026-11-28); false: every kind its own, as in
-  // the runs recorded before (plan/nccl_memory.h NcclLayout::shared_groups).
+  // have none (comm::make_process_groups); false: every kind its own, as in the runs recorded
+  // before 2026-11-28 (plan/nccl_memory.h NcclLayout::shared_groups).
   bool shared_process_groups = true;
 };
 
 // A100 GEMM ceiling for Megatron-LM 2021: 230 of 312 TFLOP/s, torch.matmul fp16 on
 // 8192 x 8192 x 8192 random matrices, A100 80GB, NGC PyTorch 22.07 (CUDA 11.7)
-// (github.com/mli/transformers-benchmarks README, "MatMul FP32 / FP16 116 / 230"). The
-// SC21 runs used the older 20.12 container (CUDA 11.1); the same shape measures 258 with 2024
-// software (Horace He, perf-anchors §5.1) and the best shape 271 with 2025's (Bekman's MAMF,
-// gpu_spec.h), so cuBLAS on A100 got faster with time and 230 is the closest period figure we
+// (github.com/mli/transformers-benchmarks README, "MatMul FP32 / FP16 116 / 230"). The SC21 runs
+// used the older 20.12 container (CUDA 11.1); the same shape measures 258 with 2024 software
+// (Horace He, docs/performance-references.md, "GEMM") and the best shape 271 with 2025's (Bekman's
+// MAMF, gpu_spec.h), so cuBLAS on A100 got faster with time and 230 is the closest period figure we
 // have, not a fit.
 constexpr double kGemmEfficiencyA100Era2022 = 230.0 / 312.0;
 

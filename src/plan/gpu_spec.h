@@ -15,15 +15,17 @@
 //                      overrides it for other clusters.
 //   gemm_efficiency    the best achieved dense GEMM fraction of peak (cuBLAS, bf16/fp16), the
 //                      ceiling of the GEMM efficiency curve: H100 794.5/989 = 0.803, A100
-//                      271.2/312 = 0.869 (Bekman's MAMF table, perf-anchors.md §5.1; "H200 is
-//                      the same" as H100); V100: 0.80, an assumption (no measurement in our sources).
+//                      271.2/312 = 0.869 (Bekman's MAMF table, docs/performance-references.md,
+//                      "GEMM"; "H200 is the same" as H100); V100: 0.80, an assumption (no
+//                      measurement in our sources).
 //   int32_tops         32-bit integer operations per second / 1e12: SMs x 64 INT32 lanes x boost
 //                      clock (H100 SXM 132 SMs at 1.98 GHz -> 16.7, H200 the same; A100 108 at
 //                      1.41 -> 9.75; V100 80 at 1.53 -> 7.83), the rate that random-number
 //                      generation inside a kernel (dropout in flash attention) scales with.
 //   sms                multiprocessors: how many of a kernel's tiles run at once (flash
 //                      attention's wave quantisation, throughput_model.h).
-// Sources: NVIDIA H100, H200, A100 and V100 datasheets as tabulated in perf-anchors.md §0;
+// Sources: NVIDIA H100, H200, A100 and V100 datasheets as tabulated in
+// docs/performance-references.md, "Peaks (dense, no sparsity)";
 // DGX H100 / DGX A100 / DGX-1 system datasheets for the NIC counts.
 #pragma once
 

@@ -46,14 +46,14 @@
 //
 // Accuracy: on 2 x H200 (NVLink, NCCL 2.28) the model gives DP2 0.75, TP2 1.125, PP2 1.5 GiB
 // against 0.74-0.75, 0.99-1.00 and 1.46-1.47 GiB measured beyond our own allocations
-// (tests/plan/nccl_memory_test.cpp, bench/RESULTS.md 2026-11-23). Groups of 4 on 4 x H100
-// (sixteenth session), not isolated per communicator: a DP4 rank (world and dp-cp connected,
-// 0.75 GiB modelled) used 0.30 GiB beyond its tracked allocations, so the model is high there.
-// The ~4.9 GB a TP4 rank of a 17.89B model held beyond its plan then was the communicators'
-// own state (kCommunicatorCreationBytes below; 4 x H200, seventeenth session). Unmeasured:
-// groups of 8 (if NCCL chooses Tree for a group of more than two
-// ranks, its chain adds the reverse connections: up to twice that group's bytes), and every
-// inter-node figure.
+// (tests/plan/nccl_memory_test.cpp; bench/results/2026-11-23.md, "NCCL's buffers in the memory
+// plan"). Groups of 4 on 4 x H100 (bench/results/2026-11-28.md, "the first 4-GPU machine"), not
+// isolated per communicator: a DP4 rank (world and dp-cp connected, 0.75 GiB modelled) used 0.30
+// GiB beyond its tracked allocations, so the model is high there. The ~4.9 GB a TP4 rank of a
+// 17.89B model held beyond its plan in that entry was the communicators' own state
+// (kCommunicatorCreationBytes below; 4 x H200, bench/results/2026-11-28.md, "the PP4 hang found and
+// fixed"). Unmeasured: groups of 8 (if NCCL chooses Tree for a group of more than two ranks, its
+// chain adds the reverse connections: up to twice that group's bytes), and every inter-node figure.
 #pragma once
 
 #include <cstdint>
@@ -111,12 +111,13 @@ struct NcclLayout {
   int64_t tp = 1, pp = 1, dp = 1, vp = 1;
   int64_t gpus_per_node = 0;   // 0: every rank on one node
   bool tied_embedding = true;  // !--untie-embeddings-and-output-weights
-  // Kinds with the same groups share one communicator (comm::make_process_groups since
-  // 2026-11-28; the world excepted); false: each kind its own (the runs recorded before).
+  // Kinds with the same groups share one communicator (comm::make_process_groups; the world
+  // excepted); false: each kind its own (the runs recorded before 2026-11-28).
   bool shared_groups = true;
   // MEGATRON_DP_COPY_ENGINE in effect (distributed optimizer, dp > 1 on one node): one more
   // communicator (measured, 4 x H200: 0.23 GiB beyond the receive buffer at 350M and 1.3B DP4
-  // against kCommunicatorCreationBytes' 0.25; bench/RESULTS.md twentieth session call 2).
+  // against kCommunicatorCreationBytes' 0.25; bench/results/2026-11-28.md, "the data-parallel
+  // collectives on the copy engines", call 2).
   bool dp_copy_engine = false;
 };
 

@@ -281,7 +281,8 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   // reduce-scatter and the all-gather of the input its weight gradient reads again. Under SP
   // also the row-parallel linears' all-gathers of dy (proj and FC2), 1 more, which block: the
   // dgrad needs them at once. (16.63B TP4 + SP, --profile-ops: per layer 4 blocking all-gathers,
-  // 2 blocking reduce-scatters, 2 + 2 started; bench/RESULTS.md nineteenth session.)
+  // 2 blocking reduce-scatters, 2 + 2 started; bench/results/2026-11-28.md, "DP4 on 4 x H200
+  // after the in-collective average".)
   const double backward_tp = 2.0 * lt.tp_allreduce;
   const double backward_dy_gathers = p.sequence_parallel ? lt.tp_allreduce : 0.0;
   double layer_tp = 2.0 * lt.tp_allreduce + backward_dy_gathers +

@@ -58,41 +58,42 @@
 //              of the rest exceeds the window + kOverlapContention x the part beside the
 //              compute when the DP group is on NVLink (0 across nodes); window = the backward
 //              (grads) or forward (params) of one micro-batch, buckets of max(4e7, 1e6*dp)
-//              elements (megatron-facts §9).
+//              elements (docs/megatron-formats.md §9).
 //  optimizer   kGradPassBytes per local parameter (grad norm) + kAdamBytes per owned
 //              parameter, at HBM bandwidth (ours); or Engine::optimizer_bytes per parameter at
 //              the streaming rate (Megatron 2021's fp16 optimizer).
 // Links: TP within a node on NVLink when tp <= GPUs per node; DP over the network when tp*dp
 // spans nodes, at k x the per-GPU network bandwidth when k = min(dp, G/tp) ranks of the DP group
 // share a node (one NCCL channel per NIC; capped at NVLink); PP over the network when tp*dp*pp
-// spans nodes (rank order tp-dp-pp, megatron-facts §7).
+// spans nodes (rank order tp-dp-pp, docs/megatron-formats.md §7).
 //
-// Calibration (H100, bench/RESULTS.md "planner"): kAttentionEfficiency from the 124M op
-// profile (cuDNN attention forward + backward 5.01 ms for 0.93 TFLOP); kLogitsBytes at the
-// constant. kElementwiseBytes, kBiasDropoutAddBytes and kResidualGradAddBytes from op
-// profiles of the engine with and without its residual fusions (bench/RESULTS.md "planner:
-// memory-bound bytes from the fused engine", 2026-11-23 third session; numbers at the
-// constants). kGradPassBytes and kAdamBytes from the 1.3B profile after the gradient zero fill
-// went and the clip factor moved into AdamW (bench/RESULTS.md
-// "gradient writes without a zero fill", 2026-11-23: sum_squares 2.10 ms, adamw 13.90 ms for
+// Calibration (H100, bench/results/2026-11-23.md, "planner (`megatron plan`): calibration and
+// validation"): kAttentionEfficiency from the 124M op profile (cuDNN attention forward +
+// backward 5.01 ms for 0.93 TFLOP); kLogitsBytes at the constant. kElementwiseBytes,
+// kBiasDropoutAddBytes and kResidualGradAddBytes from op profiles of the engine with and without
+// its residual fusions (bench/results/2026-11-23.md, "planner: memory-bound bytes from the fused
+// engine"; numbers at the constants). kGradPassBytes and kAdamBytes from the 1.3B profile with
+// no gradient zero fill and the clip factor inside AdamW (bench/results/2026-11-23.md,
+// "gradient writes without a zero fill": sum_squares 2.10 ms, adamw 13.90 ms for
 // 1.316e9 parameters). The GEMM curve (kGemmCeilingShare, kGemmLostWorkH100) by least squares
-// on relative error over 7 single-H100 runs of 2026-11-23 (bench/RESULTS.md "plan validation (a)
+// on relative error over 7 single-H100 runs (bench/results/2026-11-23.md, "plan validation (a)
 // on one H100, 12 runs; refit"): gpt2-350m mbs 16, gpt3-1.3b and gpt3-2.7b mbs 4 from the sweep
-// (bench/recorded/one_*.json) and gpt2-124m, 350m, 1.3b, 2.7b at the issue's shapes; held out:
-// the mbs 8 / 2 rows and every full-recompute row (all within 3.1%; tests/plan/recorded_runs_test.cpp).
+// (bench/recorded/one_*.json) and gpt2-124m, 350m, 1.3b, 2.7b at scripts/gpu-check.sh's shapes;
+// held out: the mbs 8 / 2 rows and every full-recompute row (all within 3.1%;
+// tests/plan/recorded_runs_test.cpp).
 // That fit ran with the older single kElementwiseBytes = 72; with the split memory-bound terms
 // (each run predicted with the residual adds of the code that ran it) the same procedure gives
 // 0.852 and 10.9 GFLOP, in sample rms 2.0 -> 1.6% but held out max 3.3 -> 4.9%, so the curve
-// was kept (bench/RESULTS.md "planner: memory-bound bytes from the fused engine").
+// was kept (bench/results/2026-11-23.md, "planner: memory-bound bytes from the fused engine").
 // Other GPUs: the ceiling is the same share of the GPU's own ceiling, w0 and the rest scale with
 // the GPU's peak and bandwidth; attention efficiency is assumed the same.
 // kStreamEfficiency from the same profile at 1.3B: adamw_update_segments streams 39.5 GB of fp32
-// state at 2.7 TB/s, 82% of the H100's 3.35 TB/s (bench/RESULTS.md, "the 1.3B profile").
+// state at 2.7 TB/s, 82% of the H100's 3.35 TB/s (bench/results/2026-11-23.md, "the 1.3B profile").
 //
-// Validation against published runs (tests/plan/published_runs_test.cpp; bench/RESULTS.md
-// "plan validation vs published", 2026-11-23 "megatron-2021 as it ran"): with the engine
-// profile of the software that ran (engine_profile.h), Narayanan et al. 2021 Table 1 (A100)
-// lands within -1..+11% on all 10 rows; the Megatron-Core H100 table within 20% on 7 of 9
+// Validation against published runs (tests/plan/published_runs_test.cpp;
+// bench/results/2026-11-23.md, "plan validation vs published" and "megatron-2021 as it ran"): with
+// the engine profile of the software that ran (engine_profile.h), Narayanan et al. 2021 Table 1
+// (A100) lands within -1..+11% on all 10 rows; the Megatron-Core H100 table within 20% on 7 of 9
 // rows (1.7B and 7.1B: +29%, +29%, per-layer host/launch overheads we have no source for).
 #pragma once
 
@@ -115,14 +116,14 @@ constexpr double kGemmCeilingShare = 0.857;  // of the GPU's GEMM ceiling (gpu_s
 constexpr double kGemmLostWorkH100 = 9.0e9;  // w0 in FLOPs on H100 (scaled by peak / 989 elsewhere)
 constexpr double kAttentionEfficiency = 0.562;
 // The head size a flash kernel computes a head of size d as: cuDNN's fused attention has kernels
-// for 64, 128 and 256 and runs the sizes between as the next one up. H100, 2026-11-23 (third
-// session, bench/RESULTS.md "the GEMM and attention limits measured"): a 4-layer probe at hidden
-// 2560 ran 32 heads of 80 in 3.90 + 1.21 ms (backward + forward) against 2.68 + 0.80 ms for 20
-// heads of 128, the same FLOPs: 1.47x, where this rule says 1.6x and d/(d + 64) alone 1.2x.
-// At 32 heads each (eighth session, "cuDNN attention against head size"), sizes 80 / 96 / 112
-// took 0.89 / 0.98 / 1.00 of 128's time: the rule holds for 96-128 and overprices 80 by ~12%
-// (2.7B's attention, ~15% of its step: the planner's -0.6..-1.9% on the 2.7B runs). Kept, one
-// rule for every size rather than a fit to three points.
+// for 64, 128 and 256 and runs the sizes between as the next one up. H100
+// (bench/results/2026-11-23.md, "the GEMM and attention limits measured"): a 4-layer probe at
+// hidden 2560 ran 32 heads of 80 in 3.90 + 1.21 ms (backward + forward) against 2.68 + 0.80 ms for
+// 20 heads of 128, the same FLOPs: 1.47x, where this rule says 1.6x and d/(d + 64) alone 1.2x. At
+// 32 heads each (bench/results/2026-11-24.md, "cuDNN attention against head size"), sizes 80 / 96 /
+// 112 took 0.89 / 0.98 / 1.00 of 128's time: the rule holds for 96-128 and overprices 80 by ~12%
+// (2.7B's attention, ~15% of its step: the planner's -0.6..-1.9% on the 2.7B runs). Kept, one rule
+// for every size rather than a fit to three points.
 // Sizes up to 64 and above 256 are taken as they are.
 constexpr double flash_kernel_head_size(double d) { return d <= 64.0 ? d : d <= 128.0 ? 128.0 : d <= 256.0 ? 256.0 : d; }
 // Flash attention's wave quantisation: a kernel runs one tile of 128 queries (forward) or keys
@@ -132,62 +133,65 @@ constexpr double flash_kernel_head_size(double d) { return d <= 64.0 ? d : d <= 
 // longest tiles, not the work per SM, set the time: factor max(1, T x SMs / (B T (T + 1) / 2)).
 // No constant fitted: H200, the 16.63B TP4 shard on one GPU (10 heads of 128, s 2048, B = 10,
 // T = 16: factor 1.55) ran cuDNN attention at 183 TFLOP/s against 286 for gpt3-1.3b (B = 64:
-// factor 1), 1.56x (eighteenth session, bench/RESULTS.md).
+// factor 1), 1.56x (bench/results/2026-11-28.md, "the data-parallel average moves into the
+// collective").
 inline double flash_wave_factor(double heads, double s, double sms) {
   const double tiles = std::ceil(s / 128.0);
   const double blocks = heads * tiles * (tiles + 1.0) / 2.0;
   return blocks > 0 ? std::max(1.0, tiles * sms / blocks) : 1.0;
 }
 // Attention dropout inside flash attention (ours: cuDNN's RNG node) costs integer work per causal
-// score drawn, in the forward and again in the backward, on top of the FLOPs. H100 `--profile-ops`,
-// 2026-11-24 (seventh session, bench/RESULTS.md), attention with dropout 0.1 minus without, per
-// step, over b * heads * s (s + 1) / 2 * layers scores: 350M (3.22e9) forward +3.44 ms, backward
-// +2.31; 1.3B (3.22e9) +4.12 / +2.44; 2.7B (8.59e9) +9.78 / +6.54: 0.87e12 and 1.34e12 scores
-// per second, i.e. 19.3 and 12.5 of the H100's 16.7e12 INT32 operations per score.
+// score drawn, in the forward and again in the backward, on top of the FLOPs. H100 `--profile-ops`
+// (bench/results/2026-11-24.md, "attention dropout on cuDNN"), attention with dropout 0.1 minus
+// without, per step, over b * heads * s (s + 1) / 2 * layers scores: 350M (3.22e9) forward +3.44
+// ms, backward +2.31; 1.3B (3.22e9) +4.12 / +2.44; 2.7B (8.59e9) +9.78 / +6.54: 0.87e12 and 1.34e12
+// scores per second, i.e. 19.3 and 12.5 of the H100's 16.7e12 INT32 operations per score.
 constexpr double kFlashDropoutForwardOps = 19.3;
 constexpr double kFlashDropoutBackwardOps = 12.5;
 // Our own attention kernels (what attention dropout over a tensor-parallel share of the heads
 // runs, Engine::own_attention_for_tp_dropout) against cuDNN's, both with dropout 0.1: H100, the
-// same session, whole steps with MEGATRON_ATTENTION_IMPL=own minus with cuDNN, plus cuDNN's
+// same notebook entry, whole steps with MEGATRON_ATTENTION_IMPL=own minus with cuDNN, plus cuDNN's
 // attention time per step: 124M 48.3 vs 7.25 ms (6.7x), 350M 126 vs 19.7 (6.4x), 1.3B 127 vs
 // 24.4 (5.2x), 2.7B 295 vs 58.4 (5.1x); the mean, 5.8.
 constexpr double kOwnDropoutAttentionFactor = 5.8;
 // The documents' bias on cuDNN (Engine::document_bias), in 2-byte reads per causal score and
-// (batch, head), at the HBM rate, fitted on H100 whole steps (bench/RESULTS.md, fifteenth
-// session, calls 3-4, bf16, dropout 0): gpt3-1.3b (micro-batch 4, s 2048, 16 heads of 128)
-// 147.0-148.1 ms with documents vs 135.5 causal, gpt3-2.7b (2 x 2048, 32 heads of 80) 171.0-
-// 172.2 vs 155.9: 6.0-6.5 passes over the causal half of the [b, heads, s, s] bias (one pass:
-// 1.92 and 2.57 ms per step at 3.35 TB/s). Split forward : backward as the attention ops' added
-// time under --profile-ops (3.6 : 11.8 ms at 1.3B). At s 1024 (gpt2-350m, 8 x 1024, heads of 64)
-// the measured cost is lower, 3.9 passes (the smaller bias stays in L2): the model is then
+// (batch, head), at the HBM rate, fitted on H100 whole steps (bench/results/2026-11-25.md,
+// "documents packed into samples", calls 3-4, bf16, dropout 0): gpt3-1.3b (micro-batch 4, s 2048,
+// 16 heads of 128) 147.0-148.1 ms with documents vs 135.5 causal, gpt3-2.7b (2 x 2048, 32 heads of
+// 80) 171.0-172.2 vs 155.9: 6.0-6.5 passes over the causal half of the [b, heads, s, s] bias (one
+// pass: 1.92 and 2.57 ms per step at 3.35 TB/s). Split forward : backward as the attention ops'
+// added time under --profile-ops (3.6 : 11.8 ms at 1.3B). At s 1024 (gpt2-350m, 8 x 1024, heads of
+// 64) the measured cost is lower, 3.9 passes (the smaller bias stays in L2): the model is then
 // pessimistic by ~6%.
 constexpr double kDocumentBiasForwardPasses = 1.5;
 constexpr double kDocumentBiasBackwardPasses = 4.6;
 // Memory-bound bytes per layer, token and hidden element (n*h/u), at HBM bandwidth.
 // kElementwiseBytes: the two LayerNorms, forward + backward, the backward adding the residual
-// gradient (ours). H100 `--profile-ops`, 2026-11-23 (third session), layernorm_forward +
-// layernorm_backward per step (the final LayerNorm folded in, as before) x 3.35 TB/s over
-// layers x tokens x h: 124M (mbs 16) 0.526 + 1.300 ms -> 40.5 bytes, 1.3B (mbs 4) 1.765 + 3.528
-// -> 44.0, 2.7B (mbs 4) 4.638 + 6.645 -> 56.3; mean 47 (the later LayerNorm backward, 124M 1.20
-// and 2.7B 6.18 ms, gives 38.3 and 54.0). Was 72 from the first 124M profile, which also ran
-// a bias-dropout-add and a separate residual-gradient add in every layer.
+// gradient (ours). H100 `--profile-ops` (bench/results/2026-11-23.md, "planner: memory-bound bytes
+// from the fused engine"), layernorm_forward + layernorm_backward per step (the final LayerNorm
+// folded in, as before) x 3.35 TB/s over layers x tokens x h: 124M (mbs 16) 0.526 + 1.300 ms ->
+// 40.5 bytes, 1.3B (mbs 4) 1.765 + 3.528 -> 44.0, 2.7B (mbs 4) 4.638 + 6.645 -> 56.3; mean 47 (the
+// later LayerNorm backward, 124M 1.20 and 2.7B 6.18 ms, gives 38.3 and 54.0). Was 72 from the first
+// 124M profile, which also ran a bias-dropout-add and a separate residual-gradient add in every
+// layer.
 constexpr double kElementwiseBytes = 47.0;
 // Megatron's bias-dropout-add forward (two per layer: out = residual + dropout(x + bias)), which
 // our engine runs only with TP > 1 or hidden dropout > 0 (otherwise the projection and FC2
 // GEMMs add the residual in their epilogue, C = residual). Our kernel in the 1.3B profile of
-// bench/RESULTS.md "gradient writes without a zero fill" (2026-11-23; 1.8 again in the second
-// session's): 1.82 ms per step -> 15.1 bytes (6 read and written per element, twice, at 80% of
-// HBM bandwidth). Dropout's mask costs its own term (Engine::hidden_dropout).
+// bench/results/2026-11-23.md, "gradient writes without a zero fill" (1.8 again in "LayerNorm:
+// warp-per-row forward by default"): 1.82 ms per step -> 15.1 bytes (6 read and written per
+// element, twice, at 80% of HBM bandwidth). Dropout's mask costs its own term
+// (Engine::hidden_dropout).
 constexpr double kBiasDropoutAddBytes = 15.0;
 // A residual-gradient add as its own kernel (autograd's accumulation in Megatron; two per layer),
 // net of the residual read our LayerNorm backward does instead. 1.3B profiles of 2026-11-23,
 // before the fusion (the same one: LayerNorm backward 3.12 ms + add 1.64 ms per step) and after
-// it (second session: 3.92 ms) -> 0.84 ms = 7.0 bytes.
+// it ("LayerNorm: warp-per-row forward by default": 3.92 ms) -> 0.84 ms = 7.0 bytes.
 constexpr double kResidualGradAddBytes = 7.0;
 // The loss head's cross-entropy, forward and backward in one kernel with the hardware exp2
-// (cross_entropy_fused, 2026-11-23 fourth session): 1.100 ms per step at 124M for n V = 8.24e8
-// logits at 3.35 TB/s -> 4.5 bytes per logit (it moves 4: one bf16 read, one write). Before: 8.0
-// (two kernels), 5.7 (one kernel with expf).
+// (cross_entropy_fused; bench/results/2026-11-23.md, "cross-entropy forward and backward in one
+// kernel"): 1.100 ms per step at 124M for n V = 8.24e8 logits at 3.35 TB/s -> 4.5 bytes per logit
+// (it moves 4: one bf16 read, one write). Before: 8.0 (two kernels), 5.7 (one kernel with expf).
 constexpr double kLogitsBytes = 4.5;         // per token and (padded) vocabulary entry
 // --swiglu's elementwise kernels (Backend::swiglu_forward / swiglu_backward), in units of the
 // model dtype's bytes e per element of the activation output [n, f/t], at the streaming rate
@@ -199,19 +203,20 @@ constexpr double kSwigluForwardBytes = 3.0;
 constexpr double kSwigluBackwardBytes = 5.0;
 constexpr double kGradPassBytes = 5.3;       // per parameter of the rank (the grad-norm pass)
 constexpr double kAdamBytes = 35.4;          // per parameter the rank's optimizer owns
-// The share of an overlapped DP collective's time that the GEMMs beside it lose (NCCL's kernels
-// and cuBLASLt's contend for the SMs): the 1.3B step's GEMMs on H200 with the distributed
-// optimizer and both overlaps, --profile-ops against one GPU, +6.8 ms at DP2 and +9.8 ms at DP4
-// beside reduce-scatters and all-gathers this model times at 10.9 and 16.4 ms (0.62, 0.60;
-// bench/RESULTS.md eighteenth session call 3, nineteenth session call 2). Measured against the
-// whole collective; the model applies it to all but the last bucket (32/33 of it at 1.3B).
+// The share of an overlapped DP collective's time that the GEMMs beside it lose (NCCL's kernels and
+// cuBLASLt's contend for the SMs): the 1.3B step's GEMMs on H200 with the distributed optimizer and
+// both overlaps, --profile-ops against one GPU, +6.8 ms at DP2 and +9.8 ms at DP4 beside
+// reduce-scatters and all-gathers this model times at 10.9 and 16.4 ms (0.62, 0.60;
+// bench/results/2026-11-28.md, "the data-parallel average moves into the collective" call 3, "DP4
+// on 4 x H200 after the in-collective average" call 2). Measured against the whole collective; the
+// model applies it to all but the last bucket (32/33 of it at 1.3B).
 constexpr double kOverlapContention = 0.6;
-// The same with the copy engines moving the data (MEGATRON_DP_COPY_ENGINE): what the step
-// still loses beside them (HBM traffic, the GPUs at their power cap). Fitted to gpt3-1.3b DP4
-// on 4 x H200 with the distributed optimizer and both overlaps, `megatron bench` 130.93 ms
-// (bench/RESULTS.md twentieth session call 2; this model: 128.2 ms at 0.27, the backward
-// GEMMs' share alone, +1.6 ms beside the copy engines against +3.6 beside NCCL's kernels at
-// 350M, call 3; 131.0 ms at 0.45).
+// The same with the copy engines moving the data (MEGATRON_DP_COPY_ENGINE): what the step still
+// loses beside them (HBM traffic, the GPUs at their power cap). Fitted to gpt3-1.3b DP4 on 4 x H200
+// with the distributed optimizer and both overlaps, `megatron bench` 130.93 ms
+// (bench/results/2026-11-28.md, "the data-parallel collectives on the copy engines", call 2; this
+// model: 128.2 ms at 0.27, the backward GEMMs' share alone, +1.6 ms beside the copy engines against
+// +3.6 beside NCCL's kernels at 350M, call 3; 131.0 ms at 0.45).
 constexpr double kCopyEngineContention = 0.45;
 constexpr double kStreamEfficiency = 0.82;   // achieved fraction of HBM bandwidth of a streaming kernel
 
@@ -258,7 +263,8 @@ struct Prediction {
 double model_flops(const model::GPTConfig& c, int64_t global_batch, bool causal);
 
 // Throws megatron::Error with a one-line reason naming the flag when `p` is not a valid layout
-// for `c` on `world` GPUs (divisibility, SP, virtual pipeline rules of megatron-facts §7-§8).
+// for `c` on `world` GPUs (divisibility, SP, virtual pipeline rules of docs/megatron-formats.md
+// §7-§8).
 void validate_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t world);
 
 // c.padded_vocab_size must be padded for p.tp; p must pass validate_layout.

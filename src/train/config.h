@@ -1,7 +1,7 @@
 // Everything `megatron train` needs to know before it builds a model: the flags of Megatron-LM's
 // pretrain_gpt.py, parsed and validated by cli/train_args.h.
 //
-// Defaults are classic Megatron's (C23 megatron/arguments.py; megatron-facts.md §3.1). Where
+// Defaults are classic Megatron's (C23 megatron/arguments.py; docs/megatron-formats.md §3.1). Where
 // Megatron's default is None the field is std::optional and stays empty. Derived values
 // (ffn = 4h, kv_channels = h / heads, global batch = mbs * dp, data-parallel size) are filled
 // by parse_train_config(), so a TrainConfig that comes back from it is complete.
@@ -28,12 +28,13 @@ using WeightDecayIncrStyle = WdIncrStyle;
 enum class RecomputeGranularity { kNone, kFull, kSelective };
 enum class RecomputeMethod { kNone, kUniform, kBlock };
 
-// Which upstream FLOPs formula the TFLOP/s figure uses (train/flops.h, megatron-facts.md §5).
+// Which upstream FLOPs formula the TFLOP/s figure uses (train/flops.h,
+// docs/megatron-formats.md §5).
 //  k2025: HEAD and Megatron since 2025-03: causal core attention counted half.
 //  k2024: Megatron 2024-04 .. 2025-03 (equal to the 2023-11 formula for GPT-2-style MHA).
 enum class FlopsConvention { k2025, k2024 };
 
-// --rampup-batch-size <start> <increment> <ramp samples> (megatron-facts.md §3.3).
+// --rampup-batch-size <start> <increment> <ramp samples> (docs/megatron-formats.md §3.3).
 struct RampupBatchSizeFlags {
   int64_t start = 0;
   int64_t increment = 0;
@@ -199,7 +200,7 @@ struct TrainConfig {
   double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes (fractions allowed)
   bool use_cpu_initialization = false;      // --use-cpu-initialization (TP-invariant init)
 
-  // Activation recomputation (megatron-facts.md §11).
+  // Activation recomputation (docs/megatron-formats.md §11).
   RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
   RecomputeMethod recompute_method = RecomputeMethod::kNone;
   std::optional<int64_t> recompute_num_layers;

@@ -1,5 +1,5 @@
 // FLOPs per iteration for the TFLOP/s/GPU figure, as Megatron-LM computes it
-// (megatron/training/training.py num_floating_point_operations; megatron-facts.md §5).
+// (megatron/training/training.py num_floating_point_operations; docs/megatron-formats.md §5).
 //
 // Symbols: B global batch (samples), s seq length, L layers, h hidden, n heads, g query groups
 // (= n: no GQA yet), d = kv_channels, q = n*d, k = g*d, f = ffn hidden, V = PADDED vocab.

@@ -104,7 +104,7 @@ class NumMicroBatchesCalculator {
 int64_t train_iters_from_samples(const NumMicroBatchesCalculator& calculator,
                                  int64_t train_samples);
 
-// MegatronPretrainingSampler (megatron-facts §3.9): the dataset index of sample i of
+// MegatronPretrainingSampler (docs/megatron-formats.md §3.9): the dataset index of sample i of
 // micro-batch k on data-parallel rank `dp_rank` in the iteration that starts at
 // `first_sample`: first_sample + k*mbs*dp + dp_rank*mbs + i (each batch of mbs*dp indices is
 // cut into dp slices of mbs, one per rank).

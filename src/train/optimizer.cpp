@@ -204,7 +204,7 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
   // writing the 16-bit model copy of the range. The distributed optimizer's ranges are pieces
   // of the buckets: each bucket's is updated in the order the forward reads the buckets and its
   // all-gather started at once, so that the gathers run beside the updates of the buckets after
-  // it (the forward's first bucket, with the word embedding, is no longer gathered after the
+  // it (the forward's first bucket, with the word embedding, is not left to gather after the
   // whole update). The same updates and gathers, in another order: the same bits.
   backend::AdamWStep a;
   a.lr = lr;

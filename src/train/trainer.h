@@ -1,10 +1,10 @@
-// The training loop of Megatron-LM's pretrain_gpt.py (classic C23 train(), megatron-facts
+// The training loop of Megatron-LM's pretrain_gpt.py (classic C23 train(), docs/megatron-formats.md
 // §3.2-§3.9): per iteration, update the micro-batch count from the consumed samples, run
 // forward/backward over the micro-batches (gradients accumulate, each loss divided by the
 // number of micro-batches), take the optimizer step (skipped on fp16 overflow; the LR
 // scheduler steps only on success), count consumed samples, then log / evaluate / exit in
 // Megatron's order.
-// Data parallelism (megatron-facts §3.2, §3.9): each DP rank runs gbs / (mbs * dp)
+// Data parallelism (docs/megatron-formats.md §3.2, §3.9): each DP rank runs gbs / (mbs * dp)
 // micro-batches of its slice of the global batch; the optimizer averages the gradients over
 // the DP group (train/grad_buffer.h, optionally with the distributed optimizer); the logged
 // loss is averaged over DP. Rank 0 prints the start-up and checkpoint messages, the last rank

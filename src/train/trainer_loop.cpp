@@ -129,7 +129,8 @@ TrainSummary Trainer::run() {
     }
     // An --async-save in flight is committed once every rank has written its part.
     finish_pending_save(/*wait=*/false);
-    // Megatron's order after the log (megatron-facts §3.8): evaluate, signal, save, duration, interval.
+    // Megatron's order after the log (docs/megatron-formats.md §3.8): evaluate, signal, save,
+    // duration, interval.
     evaluate_if_due(&loop);
     if (save_or_exit(&loop, &summary)) break;
   }

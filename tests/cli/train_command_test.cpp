@@ -137,8 +137,8 @@ TEST(TrainCommand, ShortRunOnAPreprocessedDataset) {
 }
 
 // --train-data-path / --valid-data-path (C23's separate data paths): training reads only the
-// train prefix, validation only the valid blend, each over all its sequences; --split no longer
-// chooses sequences (a split of "1,0,0" would otherwise leave nothing to validate on). Without a
+// train prefix, validation only the valid blend, each over all its sequences; --split does not
+// choose sequences (a split of "1,0,0" would otherwise leave nothing to validate on). Without a
 // valid path there is no validation; a valid path without a train path is refused.
 TEST(TrainCommand, SeparateDataPathsPerSplit) {
   const std::string dir = test::scratch_dir("train_command_split_paths");
@@ -241,7 +241,7 @@ TEST(TrainCommand, EvaluateACheckpointWithItsOwnArgs) {
             std::string::npos)
       << out;
 
-  // --ckpt-step 2; a given flag wins over the checkpoint's (a different shape no longer loads).
+  // --ckpt-step 2; a given flag wins over the checkpoint's (a different shape would not load).
   out = train("--use-checkpoint-args --skip-train --ckpt-step 2 --load " + dir + "/ckpt " + data, &status);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("validation loss at iteration 2 on validation set"), std::string::npos) << out;

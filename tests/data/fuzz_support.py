@@ -1,6 +1,6 @@
 """Shared parts of the *_fuzz_test.py scripts: run `$MT_BIN` on mutated inputs and judge how it ends.
 
-The contract checked (issue 35): on any input, a run of `megatron` ends by itself, within a
+The contract checked: on any input, a run of `megatron` ends by itself, within a
 timeout, either with exit status 0 (the mutation is still valid input) or with exit status 1
 and a line starting "error:" on stderr. A signal (abort, segfault), a hang, or memory beyond
 the address-space limit ("error: out of memory" counts as that: input must be refused by a

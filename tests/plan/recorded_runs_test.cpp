@@ -114,7 +114,7 @@ TEST(PlanRecordedRuns, TwoH200RunsMemoryAndTokensPerSecond) {
 // residual fusions; the TP input gradient's reduction overlapped with the weight-gradient GEMM),
 // the DP2 rows now with the distributed optimizer and both overlaps. Memory within 5% on every row,
 // tokens/s within 10% on every row but TP2 + SP (see the test).
-const RecordedRun kRunsS8[] = {
+const RecordedRun kTwoH200FusedRuns[] = {
     {"gpt3-1.3b", 24, 2048, 16, 1, 4, 1, 1, 1, 35.36, 64033.1},  {"gpt3-1.3b", 24, 2048, 16, 2, 4, 1, 2, 1, 18.80, 83073.7},
     {"gpt3-1.3b", 24, 2048, 16, 1, 32, 1, 1, 1, 35.36, 68107.7}, {"gpt3-1.3b", 24, 2048, 16, 2, 32, 2, 1, 1, 25.93, 115584.1},
     {"gpt3-1.3b", 24, 2048, 16, 2, 8, 1, 1, 2, 28.72, 120101.9}, {"gpt3-2.7b", 32, 2560, 32, 1, 4, 1, 1, 1, 65.89, 31057.4},
@@ -122,10 +122,10 @@ const RecordedRun kRunsS8[] = {
     {"gpt3-2.7b", 32, 2560, 32, 2, 32, 2, 1, 1, 45.49, 57043.0}, {"gpt3-2.7b", 32, 2560, 32, 2, 8, 1, 1, 2, 51.79, 58703.9},
 };
 
-TEST(PlanRecordedRuns, TwoH200RunsOfTheEighthSession) {
+TEST(PlanRecordedRuns, TwoH200FusedRunsMemoryAndTokensPerSecond) {
   std::printf("| model | GPUs | batch | PP | TP | DP | measured tok/s | predicted | error | measured GiB/GPU | planned | error |\n"
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  for (const RecordedRun& r : kRunsS8) {
+  for (const RecordedRun& r : kTwoH200FusedRuns) {
     const PlanModel m = test::gpt_plan_model(r.layers, r.hidden, r.heads, 2048);
     Cluster cl;
     cl.gpu = find_gpu("h200-141gb");
@@ -148,7 +148,7 @@ TEST(PlanRecordedRuns, TwoH200RunsOfTheEighthSession) {
     // the planner's NVLink term, even at our measured share of the link for these messages
     // (engine_profile.h) and with the dy gathers counted, expects less: +19.6% at 1.3B, +11.4% at
     // 2.7B. The same layouts with the binary of 2026-11-28 are within 10%
-    // (FourH200RunsOfTheNineteenthSession). The DP2 and PP2 rows are within 10%.
+    // (FourH200RunsWithOverlapContention). The DP2 and PP2 rows are within 10%.
     if (r.tp == 1) {
       EXPECT_LT(std::fabs(speed_error), 0.10) << r.model << " pp " << r.pp << " dp " << r.dp;
     } else {
@@ -280,7 +280,7 @@ double planned_ms(const FourGpuRun& r, const char* gpu) {
   return 1e3 * evaluate_layout(m, cl, p).prediction.seconds_per_iteration;
 }
 
-TEST(PlanRecordedRuns, FourH100RunsOfTheSixteenthSession) {
+TEST(PlanRecordedRuns, FourH100RunsTokensPerSecondWithinTenPercent) {
   std::printf("| model | GPUs | batch | TP | PP | DP | dist-opt | overlap | measured ms | predicted | tok/s error |\n"
               "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |\n");
   for (const FourGpuRun& r : kFourGpuRuns) {
@@ -331,7 +331,7 @@ const H200Run kH200Runs[] = {
     {"gpt2-350m", 24, 1024, 16, 1024, 4, 16, 64, 1, 1, false, false, false, 16.0 * 1024 / 192332 * 1e3, 0, false},
 };
 
-TEST(PlanRecordedRuns, FourH200RunsOfTheSeventeenthSession) {
+TEST(PlanRecordedRuns, FourH200RunsTokensPerSecondAndNvidiaSmiMemory) {
   std::printf("| model | GPUs | batch | TP | PP | measured ms | predicted | tok/s error | nvidia-smi - context GiB | planned | error |\n"
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const H200Run& r : kH200Runs) {
@@ -376,7 +376,7 @@ TEST(PlanRecordedRuns, FourH200RunsOfTheSeventeenthSession) {
 // micro-batch 1, global batch 8): 830.36 ms per iteration, 77.15 GiB planned by the bench's own
 // accounting. Its attention has 10 heads per micro-batch: without flash_wave_factor (1.55 here) the
 // prediction was 790 ms, -4.9% too fast.
-TEST(PlanRecordedRuns, OneH200TensorParallelShardOfTheEighteenthSession) {
+TEST(PlanRecordedRuns, TensorParallelShardsAsOneH200Models) {
   PlanModel m = test::gpt_plan_model(52, 5120, 10, 2048, 12672);
   m.config.kv_channels = 128;
   m.config.ffn_hidden_size = 5120;
@@ -412,7 +412,7 @@ TEST(PlanRecordedRuns, OneH200TensorParallelShardOfTheEighteenthSession) {
 // from the 1.3B DP profiles (call 2's DP4 and the DP2 of bench/results/2026-11-28.md, "the
 // data-parallel average moves into the collective", call 3), so the 1.3B DP4 row is the
 // configuration it was taken from; the 350M DP4 rows check it independently.
-TEST(PlanRecordedRuns, FourH200RunsOfTheNineteenthSession) {
+TEST(PlanRecordedRuns, FourH200RunsWithOverlapContention) {
   const FourGpuRun runs[] = {
       {"gpt2-350m", 24, 1024, 16, 1024, 1, 16, 16, 1, 1, false, false, 16.0 * 1024 / 211503 * 1e3, false},
       {"gpt2-350m", 24, 1024, 16, 1024, 4, 16, 64, 1, 1, true, true, 16.0 * 1024 / 200568 * 1e3, false},

@@ -1,6 +1,6 @@
 // --calculate-per-token-loss (Megatron-Core): the loss of a global batch is the sum of its
 // counted token losses over the number of counted tokens, so how the batch is cut into
-// micro-batches and data-parallel ranks no longer matters. With --eod-mask-loss on the
+// micro-batches and data-parallel ranks does not matter. With --eod-mask-loss on the
 // short-document corpus (an end of document every 4-12 tokens, so micro-batches count different
 // numbers of tokens): micro-batches of 2, 4 and 8 samples, DP2 and PP2 log the same losses and grad
 // norms (to the parity tolerance, support/parity_runs.h: only fp32 summation orders differ);

@@ -1,7 +1,7 @@
 // Recorded work on the CUDA backend: stream capture into a CUDA graph, replayed by one graph
 // launch. Why: a training step queues ~600 kernels back to back; launched one by one each costs the
 // device a gap of ~1.4 us (bench/results/2026-11-23.md, "LayerNorm forward for h = 2560, autotuning
-// by default"), a graph launch far less, and the host no longer issues them one by one.
+// by default"), a graph launch far less, and the host does not issue them one by one.
 //
 // The capture is thread-local (cudaStreamCaptureModeThreadLocal): an op that would be unsafe
 // to record from this thread (cudaMalloc, a host wait, a blocking copy) fails instead of

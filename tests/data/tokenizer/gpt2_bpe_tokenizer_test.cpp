@@ -284,7 +284,7 @@ TEST(GPT2BPETokenizer, EodMissingIsAnError) {
 }
 
 // The ids must be 0..n-1, each once (GPT-2's vocab is dense; the model has n embedding rows).
-// An id past the entries used to size the decoder table: 2^31-1 took 24 GiB.
+// An id past the entries is refused, not used to size the decoder table (2^31-1: 24 GiB).
 TEST(GPT2BPETokenizer, VocabIdsMustBeDenseAndDistinct) {
   const std::string dir = test::scratch_dir("tok_dense_ids");
   write_file(dir + "/merges.txt", "#version: 0.2\n");
