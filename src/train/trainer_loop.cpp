@@ -1,4 +1,4 @@
-// Trainer::run: Megatron's train() loop (megatron-facts §3.8), one named step per phase of an
+// Trainer::run: Megatron's train() loop (docs/megatron-formats.md §3.8), one named step per phase of an
 // iteration: run_iteration (the step and its counters), log_iteration (training_log),
 // evaluate_if_due, save_or_exit; and after the loop the prediction check and the final save
 // and evaluations.
