@@ -280,7 +280,8 @@ class Backend {
   virtual void embedding_forward(const Tensor& tokens, const Tensor& positions, const Tensor& wte, const Tensor& wpe,
                                  Tensor& out) = 0;
   // dwte[V, h] (+=) and dwpe[P, h] (+=) from dout[s, b, h], positions as in the forward;
-  // tokens outside [0, V) add nothing to dwte.
+  // tokens outside [0, V) add nothing to dwte. dwpe undefined: no position table (rotary or no
+  // position embeddings).
   virtual void embedding_backward(const Tensor& tokens, const Tensor& positions, const Tensor& dout, Tensor& dwte,
                                   Tensor& dwpe) = 0;
 

@@ -71,12 +71,9 @@ constexpr FlagRow kFlagTable[] = {
     {"--wandb-exp-name", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
     {"--wandb-save-dir", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
     // Model variants.
-    {"--group-query-attention", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
-    {"--num-query-groups", FlagType::kValue, FlagState::kUnsupported, "", kVariant},
     {"--normalization", FlagType::kValue, FlagState::kValues, "LayerNorm|RMSNorm", "LayerNorm or RMSNorm"},
-    {"--position-embedding-type", FlagType::kValue, FlagState::kValues, "learned_absolute", kVariant},
-    {"--use-rotary-position-embeddings", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
-    {"--no-position-embedding", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
+    {"--position-embedding-type", FlagType::kValue, FlagState::kValues, "learned_absolute|rope|none",
+     "learned_absolute, rope or none"},
     {"--squared-relu", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--qk-layernorm", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--apply-residual-connection-post-layernorm", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
@@ -316,6 +313,15 @@ const std::vector<ModelPreset> kPresets = {
     {"gpt-7.5b", 36, 4096, 32, 2048},      {"gpt-18.4b", 40, 6144, 48, 2048},
     {"gpt-39.1b", 48, 8192, 64, 2048},     {"gpt-76.1b", 60, 10240, 80, 2048},
     {"gpt-145.6b", 80, 12288, 96, 2048},   {"gpt-310.1b", 96, 16384, 128, 2048},
+    // Llama (Megatron's docs/llama_mistral.md and examples/llama flags; Hugging Face configs).
+    {"llama2-7b", 32, 4096, 32, 4096, 11008, 0, 32000, true, false, 10000.0f},
+    {"llama2-13b", 40, 5120, 40, 4096, 13824, 0, 32000, true, false, 10000.0f},
+    {"llama2-70b", 80, 8192, 64, 4096, 28672, 8, 32000, true, false, 10000.0f},
+    {"llama2-1.3b", 24, 2048, 16, 4096, 5504, 0, 32000, true, false, 10000.0f},  // Llama 2's layout at 1.3B
+    {"llama3-8b", 32, 4096, 32, 8192, 14336, 8, 128256, true, false, 500000.0f},
+    {"llama3-70b", 80, 8192, 64, 8192, 28672, 8, 128256, true, false, 500000.0f},
+    {"llama3.2-1b", 16, 2048, 32, 8192, 8192, 8, 128256, true, true, 500000.0f, 32.0f},
+    {"llama3.2-3b", 28, 3072, 24, 8192, 8192, 8, 128256, true, true, 500000.0f, 32.0f},
 };
 
 std::string preset_names() {
@@ -345,7 +351,17 @@ void declare_supported_flags(Args& a) {
       .flag("--no-bias-gelu-fusion", "exact (erf) GELU, as Megatron's unfused path (unless --openai-gelu)")
       .flag("--disable-bias-linear", "no biases in the linear layers")
       .flag("--swiglu", "SwiGLU MLP: linear_fc1 gives gate and up halves, silu(gate) * up replaces GELU "
-                        "(--ffn-hidden-size then defaults to int(8h/3/64)*64)");
+                        "(--ffn-hidden-size then defaults to int(8h/3/64)*64)")
+      .flag("--use-rotary-position-embeddings", "rotary position embeddings (the older spelling of "
+                                                "--position-embedding-type rope)")
+      .flag("--no-position-embedding", "no learned positions (with rotary embeddings: already so)")
+      .option("--rotary-base", "B", "rotary embeddings' frequency base (Llama 2: 10000, Llama 3: 500000)", "10000")
+      .option("--rotary-percent", "P", "fraction of each head's dimensions that rotate", "1.0")
+      .option("--rotary-seq-len-interpolation-factor", "F", "positions divided by F (linear interpolation)")
+      .flag("--use-rope-scaling", "Llama 3.1's rotary frequency scaling")
+      .option("--rope-scaling-factor", "F", "Llama 3.1's scaling factor", "8.0")
+      .flag("--group-query-attention", "grouped-query attention (--num-query-groups key/value heads)")
+      .option("--num-query-groups", "G", "key/value heads with --group-query-attention", "1");
   // Data.
   a.list("--data-path", "PATH", "a prefix, or weight/prefix pairs (required unless --dry-run, --mock-data or --train-data-path)")
       .list("--train-data-path", "PATH", "the training data on its own: all sequences of a prefix, or weight/prefix pairs")
@@ -600,11 +616,61 @@ E parse_choice(const Args& a, const std::string& name, const std::vector<std::pa
   throw_error("[", name, "] invalid choice '", v, "' (choose from ", join(names, ", "), ")");
 }
 
+// --position-embedding-type and its rotary settings; --group-query-attention.
+void fill_positions_and_groups(const Args& a, const ModelPreset* preset, model::GPTConfig& m) {
+  const bool llama = preset != nullptr && preset->llama;
+  const std::string type =
+      !a.given("--position-embedding-type") && llama ? "rope" : a.get_string("--position-embedding-type");
+  const bool rope = type == "rope" || a.get_flag("--use-rotary-position-embeddings");
+  if (a.get_flag("--use-rotary-position-embeddings") && a.given("--position-embedding-type") && type != "rope") {
+    throw_error("[--use-rotary-position-embeddings] contradicts --position-embedding-type ", type);
+  }
+  // Megatron refuses the deprecated switch except beside rotary embeddings, where it changes nothing.
+  if (a.get_flag("--no-position-embedding") && !rope) {
+    throw_error("[--no-position-embedding] is deprecated except with rotary embeddings: use "
+                "--position-embedding-type none");
+  }
+  m.position_embedding = rope               ? model::PositionEmbedding::kRope
+                         : type == "none"   ? model::PositionEmbedding::kNone
+                                            : model::PositionEmbedding::kLearnedAbsolute;
+  if (!rope) {
+    for (const char* flag : {"--rotary-seq-len-interpolation-factor", "--use-rope-scaling"}) {
+      if (a.given(flag)) throw_error("[", flag, "] needs rotary embeddings (--position-embedding-type rope)");
+    }
+  }
+  m.rotary.base = a.given("--rotary-base") || !llama ? static_cast<float>(fp32_flag(a, "--rotary-base", kPositiveFp32))
+                                                     : preset->rotary_base;
+  m.rotary.percent = static_cast<float>(fp32_flag(a, "--rotary-percent", RealRange{0.0, 1.0, true, false}));
+  if (rope && m.kv_channels * m.rotary.percent < 2) {
+    throw_error("[--rotary-percent] ", m.rotary.percent, " of --kv-channels ", m.kv_channels,
+                " rotates fewer than 2 dimensions");
+  }
+  if (a.given("--rotary-seq-len-interpolation-factor")) {
+    m.rotary.seq_len_interpolation_factor =
+        static_cast<float>(a.get_int("--rotary-seq-len-interpolation-factor", 1, 1 << 20));
+  }
+  m.rotary.use_rope_scaling = a.get_flag("--use-rope-scaling") || (llama && preset->rope_scaling_factor > 0);
+  m.rotary.rope_scaling_factor = a.given("--rope-scaling-factor") || !llama || preset->rope_scaling_factor <= 0
+                                     ? static_cast<float>(fp32_flag(a, "--rope-scaling-factor", kPositiveFp32))
+                                     : preset->rope_scaling_factor;
+  if (a.get_flag("--group-query-attention")) {
+    m.num_query_groups = a.get_int("--num-query-groups", 1, kMaxDimension);
+    if (m.num_attention_heads % m.num_query_groups != 0) {
+      throw_error("[--num-query-groups] ", m.num_query_groups, " does not divide --num-attention-heads ",
+                  m.num_attention_heads);
+    }
+  } else if (a.given("--num-query-groups")) {
+    throw_error("[--num-query-groups] takes effect with --group-query-attention only: add it");
+  } else if (preset != nullptr && preset->num_query_groups > 0) {
+    m.num_query_groups = preset->num_query_groups;
+  }
+}
+
 void fill_model(const Args& a, TrainConfig& c) {
   model::GPTConfig& m = c.model;
+  const ModelPreset* found = nullptr;
   if (a.given("--model")) {
     c.model_preset = a.get_string("--model");
-    const ModelPreset* found = nullptr;
     for (const ModelPreset& p : kPresets) {
       if (c.model_preset == p.name) found = &p;
     }
@@ -613,7 +679,9 @@ void fill_model(const Args& a, TrainConfig& c) {
     m.hidden_size = found->hidden_size;
     m.num_attention_heads = found->num_attention_heads;
     m.seq_length = found->seq_length;
+    if (found->vocab_size > 0) c.preset_vocab_size = found->vocab_size;
   }
+  const bool llama = found != nullptr && found->llama;
   auto shape = [&](const char* name, int64_t& field) {
     if (a.given(name)) field = a.get_int(name, 1, kMaxDimension);
     if (field == 0) throw_error("[", name, "] is required (or give --model)");
@@ -632,9 +700,11 @@ void fill_model(const Args& a, TrainConfig& c) {
     }
     m.kv_channels = m.hidden_size / m.num_attention_heads;
   }
-  m.swiglu = a.get_flag("--swiglu");
+  m.swiglu = a.get_flag("--swiglu") || llama;
   // Megatron: int(4h * 2/3 / 64) * 64 with SwiGLU (two projections share the MLP's width), else 4h.
-  const int64_t default_ffn = m.swiglu ? m.hidden_size / 24 * 64 : 4 * m.hidden_size;
+  const int64_t default_ffn = found != nullptr && found->ffn_hidden_size > 0 ? found->ffn_hidden_size
+                              : m.swiglu                                      ? m.hidden_size / 24 * 64
+                                                                              : 4 * m.hidden_size;
   m.ffn_hidden_size = a.given("--ffn-hidden-size") ? a.get_int("--ffn-hidden-size", 1, kMaxDimension) : default_ffn;
   if (m.ffn_hidden_size == 0) {
     throw_error("[--hidden-size] ", m.hidden_size, " is too small for --swiglu's default --ffn-hidden-size ",
@@ -654,10 +724,12 @@ void fill_model(const Args& a, TrainConfig& c) {
   }
   const char* epsilon = a.given("--norm-epsilon") ? "--norm-epsilon" : "--layernorm-epsilon";
   m.layernorm_epsilon = static_cast<float>(fp32_flag(a, epsilon, kPositiveFp32));
-  m.untie_embeddings_and_output_weights = a.get_flag("--untie-embeddings-and-output-weights");
-  m.add_bias_linear = !a.get_flag("--disable-bias-linear");
-  m.normalization =
-      a.get_string("--normalization") == "RMSNorm" ? model::Normalization::kRMSNorm : model::Normalization::kLayerNorm;
+  m.untie_embeddings_and_output_weights =
+      a.get_flag("--untie-embeddings-and-output-weights") || (llama && !found->tied);
+  m.add_bias_linear = !a.get_flag("--disable-bias-linear") && !llama;
+  const bool rms = a.given("--normalization") ? a.get_string("--normalization") == "RMSNorm" : llama;
+  m.normalization = rms ? model::Normalization::kRMSNorm : model::Normalization::kLayerNorm;
+  fill_positions_and_groups(a, found, m);
   // Megatron: --openai-gelu is the tanh form; the default fused bias-GELU is the tanh form too;
   // --no-bias-gelu-fusion falls back to torch's exact erf GELU.
   m.gelu = (a.get_flag("--no-bias-gelu-fusion") && !a.get_flag("--openai-gelu")) ? model::Gelu::kExact
@@ -676,6 +748,10 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   if (c.model.num_attention_heads % c.tensor_model_parallel_size != 0) {
     throw_error("[--num-attention-heads] ", c.model.num_attention_heads,
                 " is not divisible by --tensor-model-parallel-size ", c.tensor_model_parallel_size);
+  }
+  if (c.model.query_groups() % c.tensor_model_parallel_size != 0) {
+    throw_error("[--num-query-groups] ", c.model.query_groups(), " is not divisible by --tensor-model-parallel-size ",
+                c.tensor_model_parallel_size, " (tensor parallelism splits whole key/value groups)");
   }
   if (c.model.num_layers % c.pipeline_model_parallel_size != 0) {
     throw_error("[--num-layers] ", c.model.num_layers, " is not divisible by --pipeline-model-parallel-size ",
@@ -1118,6 +1194,10 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
     *log << "warning: --reset-attention-mask with --no-create-attention-mask-in-dataloader: Megatron then builds no "
             "mask and attends across documents; here attention stays within each document\n";
   }
+  if (c.model.rope() && c.model.reset_position_ids && log != nullptr) {
+    *log << "warning: --reset-position-ids with rotary embeddings: Megatron's rotary embeddings ignore the "
+            "position ids (positions 0..s-1 across packed documents); here each document's positions restart at 0\n";
+  }
   if (!c.log_straggler && log != nullptr) {
     for (const char* flag : {"--disable-straggler-on-startup", "--straggler-ctrlr-port", "--straggler-minmax-count"}) {
       if (args.given(flag)) *log << "warning: " << flag << " has no effect without --log-straggler\n";
@@ -1128,7 +1208,8 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
 
 int64_t vocab_size_without_files(const train::TrainConfig& c) {
   constexpr int64_t kGpt2VocabSize = 50257;  // len(encoder) of GPT-2's vocab.json
-  return c.null_vocab_size ? *c.null_vocab_size + 1 : kGpt2VocabSize;
+  if (c.null_vocab_size) return *c.null_vocab_size + 1;
+  return c.preset_vocab_size.value_or(kGpt2VocabSize);
 }
 
 std::string cuda_attention_problem(const train::TrainConfig& c) {
@@ -1189,6 +1270,23 @@ std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log)
   take_switch("--disable-bias-linear", meta.arg_bool("--disable-bias-linear"));
   take_switch("--swiglu", meta.optional_arg_bool("--swiglu").value_or(false));
   take("--normalization", meta.optional_arg_string("--normalization").value_or("LayerNorm"));
+  const std::string positions = meta.optional_arg_string("--position-embedding-type").value_or("learned_absolute");
+  if (!a.get_flag("--use-rotary-position-embeddings")) take("--position-embedding-type", positions);
+  if (positions == "rope") {
+    for (const char* flag : {"--rotary-base", "--rotary-percent", "--rope-scaling-factor"}) {
+      char text[64];
+      const auto end = std::to_chars(text, text + sizeof text, meta.arg_double(flag));  // shortest
+      take(flag, std::string(text, end.ptr));
+    }
+    const double factor = meta.arg_double("--rotary-seq-len-interpolation-factor");
+    if (factor > 0) take("--rotary-seq-len-interpolation-factor", std::to_string(static_cast<int64_t>(factor)));
+    take_switch("--use-rope-scaling", meta.optional_arg_bool("--use-rope-scaling").value_or(false));
+  }
+  const int64_t groups = meta.optional_arg_int("--num-query-groups").value_or(0);
+  if (groups > 0) {
+    take_switch("--group-query-attention", true);
+    take("--num-query-groups", std::to_string(groups));
+  }
   take_switch("--no-bias-gelu-fusion", meta.arg_string("gelu") == "exact" && !a.given("--openai-gelu"));
   return extra;
 }

@@ -84,7 +84,7 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   const int64_t f1 = c.fc1_out_size();
   // fp32 statistics per norm and row: LayerNorm's mean and rstd, RMSNorm's rstd only.
   const int64_t norm_stats = c.layernorm_bias() ? 2 : 1;
-  const int64_t layer = n * (3 * h / u + (4 * q + f1 + f) / t) * e + 2 * norm_stats * n * 4 / u + b * a * s * 4 / t;
+  const int64_t layer = n * (3 * h / u + (c.qkv_out_size() + q + f1 + f) / t) * e + 2 * norm_stats * n * 4 / u + b * a * s * 4 / t;
   const int64_t mbs_in_flight = in_flight_micro_batches(p, stage);
   const int64_t sets = activation_sets(p, stage);  // each holds one chunk's layers
   const int64_t layers_in_flight = sets * (layers / p.vp);

@@ -38,11 +38,21 @@ constexpr const char* kFormat = kCheckpointFormat;
 constexpr const char* kFixedArgs[] = {"--num-layers", "--hidden-size", "--num-attention-heads", "--kv-channels",
                                       "--ffn-hidden-size", "--max-position-embeddings", "--seq-length",
                                       "padded_vocab_size", "--untie-embeddings-and-output-weights",
-                                      "--disable-bias-linear", "--normalization", "--swiglu"};
+                                      "--disable-bias-linear", "--normalization", "--swiglu",
+                                      "--position-embedding-type", "--num-query-groups", "--rotary-base",
+                                      "--rotary-percent", "--rotary-seq-len-interpolation-factor",
+                                      "--use-rope-scaling", "--rope-scaling-factor"};
 // What a checkpoint written before an arg was recorded was trained with (JSON text).
 const char* absent_arg_value(const std::string& key) {
   if (key == "--normalization") return "\"LayerNorm\"";
   if (key == "--swiglu") return "false";
+  if (key == "--position-embedding-type") return "\"learned_absolute\"";
+  if (key == "--num-query-groups") return "0";
+  if (key == "--rotary-base") return "10000.0";
+  if (key == "--rotary-percent") return "1.0";
+  if (key == "--rotary-seq-len-interpolation-factor") return "0.0";
+  if (key == "--use-rope-scaling") return "false";
+  if (key == "--rope-scaling-factor") return "8.0";
   return nullptr;
 }
 
@@ -124,6 +134,13 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   a["--disable-bias-linear"] = jb(!m.add_bias_linear);
   a["--normalization"] = js(m.normalization == model::Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm");
   a["--swiglu"] = jb(m.swiglu);
+  a["--position-embedding-type"] = js(m.rope() ? "rope" : m.learned_positions() ? "learned_absolute" : "none");
+  a["--num-query-groups"] = ji(m.num_query_groups);  // 0: multi-head attention
+  a["--rotary-base"] = jd(m.rotary.base);
+  a["--rotary-percent"] = jd(m.rotary.percent);
+  a["--rotary-seq-len-interpolation-factor"] = jd(m.rotary.seq_len_interpolation_factor);
+  a["--use-rope-scaling"] = jb(m.rotary.use_rope_scaling);
+  a["--rope-scaling-factor"] = jd(m.rotary.rope_scaling_factor);
   a["gelu"] = js(m.gelu == model::Gelu::kTanh ? "tanh" : "exact");
   a["--layernorm-epsilon"] = jd(m.layernorm_epsilon);
   a["--init-method-std"] = jd(m.init_method_std);
