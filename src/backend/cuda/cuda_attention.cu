@@ -1424,7 +1424,6 @@ void launch_backward_tc(const BackwardArgs& args, int64_t batch_heads, cudaStrea
   k1<<<grid1, kTcThreads, smem1, stream>>>(a);
   MT_CUDA_LAUNCH_CHECK();
   const dim3 grid(static_cast<unsigned>((a.s + 63) / 64), static_cast<unsigned>(batch_heads));
-  MT_CUDA_LAUNCH_CHECK();
   constexpr size_t smem2 = dq_tc_smem_bytes<D>();
   auto k2 = attention_dq_tc_kernel<T, D, kDoc>;
   MT_CUDA_CHECK(cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem2)));
