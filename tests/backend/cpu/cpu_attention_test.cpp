@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -429,8 +430,9 @@ INSTANTIATE_TEST_SUITE_P(Groups, CpuGroupedAttention,
                                            GroupCase{3, 1, 0.3f}, GroupCase{2, 2, 0.0f}),
                          [](const auto& info) {
                            const GroupCase& c = info.param;
-                           return "h" + std::to_string(c.heads) + "g" + std::to_string(c.groups) +
-                                  (c.dropout > 0.0f ? "_dropout" : "");
+                           std::ostringstream n;
+                           n << "h" << c.heads << "g" << c.groups << (c.dropout > 0.0f ? "_dropout" : "");
+                           return n.str();
                          });
 
 // Generation: feeding the positions in pieces through the grouped KV cache ([b, G, max_seq, d])

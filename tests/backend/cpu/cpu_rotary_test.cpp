@@ -3,7 +3,9 @@
 // finite differences, and what is left untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <sstream>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -186,9 +188,45 @@ INSTANTIATE_TEST_SUITE_P(Groups, CpuRotary,
                                            Case{3, 3, 10, 2}),  // one pair
                          [](const auto& info) {
                            const Case& c = info.param;
-                           return "h" + std::to_string(c.heads) + "g" + std::to_string(c.groups) + "d" +
-                                  std::to_string(c.head_dim) + "r" + std::to_string(c.rot_dim);
+                           std::ostringstream n;
+                           n << "h" << c.heads << "g" << c.groups << "d" << c.head_dim << "r" << c.rot_dim;
+                           return n.str();
                          });
+
+// RoPE makes q_i . k_j a function of i - j: grouped attention over rotated q and k is the same
+// (to fp32 rounding) whatever constant offset the positions start at, and differs from attention
+// without the rotation. This checks that queries and their group's key are rotated alike.
+TEST(CpuRotaryDetail, AttentionSeesOnlyRelativePositions) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t s = 12, b = 2, H = 4, G = 2, d = 8;
+  const Case c{H, G, d, d};
+  RotaryParams p = rotary_params(c, rotary_inv_freq(d, 100.0));  // short wavelengths: large angles
+  AttentionParams a;
+  a.heads = H;
+  a.query_groups = G;
+  a.head_dim = d;
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const Tensor qkv = random_tensor({s, b, QkvLayout(H, G, d).width()}, rng, DType::kF32, 0.1f, 2.0f);
+  auto attend = [&](int64_t offset, bool rotate) {
+    Tensor x = clone(qkv);
+    p.position_offset = offset;
+    if (rotate) be->rotary_forward(x, p);
+    Tensor out = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+    Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+    be->attention_forward(x, out, lse, a);
+    return out;
+  };
+  const Tensor base = attend(0, true);
+  // Scores of |q||k| <= 2 * 8 * 4 summed in double from fp32 rotations (~3e-7 relative each):
+  // ~1e-5 absolute on scores of O(10), moving outputs by less than 1e-4 of max|v| = 2.
+  expect_close(attend(50, true), values(base), 2e-4, 2e-4, "attention with positions shifted by 50");
+  expect_close(attend(1000, true), values(base), 2e-3, 2e-3, "attention with positions shifted by 1000");
+  const Tensor plain = attend(0, false);
+  double moved = 0.0;
+  for (int64_t i = 0; i < plain.numel(); ++i) moved = std::max(moved, std::abs(get(plain, i) - get(base, i)));
+  EXPECT_GT(moved, 0.1) << "the rotation changes attention";
+}
 
 TEST(CpuRotaryDetail, ShapesOutsideTheContractAreCallersBugs) {
   auto be = make_cpu_backend();

@@ -109,9 +109,13 @@ std::function<std::string(int64_t)> qkv_where(const Case& c) {
     const int64_t col = i % width, bi = (i / width) % c.b, row = i / (width * c.b);
     const int64_t group = col / L.group_width(), slot = (col % L.group_width()) / c.d, e = col % c.d;
     std::ostringstream w;
-    w << "(row " << row << ", batch " << bi << ", group " << group << ", "
-      << (slot < L.per_group() ? "q" + std::to_string(slot) : slot == L.per_group() ? "k" : "v") << " col " << e
-      << ")";
+    w << "(row " << row << ", batch " << bi << ", group " << group << ", ";
+    if (slot < L.per_group()) {
+      w << "q" << slot;
+    } else {
+      w << (slot == L.per_group() ? "k" : "v");
+    }
+    w << " col " << e << ")";
     return w.str();
   };
 }
@@ -507,7 +511,11 @@ TEST_P(CudaAttentionGroupedKvCache, ChunksMatchForwardAndCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Groups, CudaAttentionGroupedKvCache, ::testing::Values<int64_t>(1, 2),
-                         [](const ::testing::TestParamInfo<int64_t>& info) { return "g" + std::to_string(info.param); });
+                         [](const ::testing::TestParamInfo<int64_t>& info) {
+                           std::ostringstream n;
+                           n << "g" << info.param;
+                           return n.str();
+                         });
 
 }  // namespace
 }  // namespace megatron::backend
