@@ -53,16 +53,24 @@ struct DropoutParams {
   uint64_t host_stream() const { return stream_add != nullptr ? stream + *stream_add : stream; }
 };
 
-// Causal self-attention over Megatron's fused QKV projection output.
-// qkv: [s, b, heads * 3 * head_dim]; for head j the columns [j*3d, j*3d + d) are q,
-// [j*3d + d, j*3d + 2d) k and [j*3d + 2d, j*3d + 3d) v (Megatron's [s, b, np, 3*hn] view).
-// out: [s, b, heads * head_dim], head j in columns [j*d, (j+1)*d).
-// softmax(q k^T * scale + causal mask) (fp32), dropout on the probabilities, times v.
+// Causal self-attention over Megatron's fused QKV projection output, with grouped-query
+// attention (GQA): G = query_groups key/value heads shared by heads / G query heads each
+// (G = heads: multi-head attention; G = 1: multi-query attention). With n = heads / G and
+// head_dim d, qkv is [s, b, G * (n + 2) * d]; group g owns the columns
+// [g*(n+2)*d, (g+1)*(n+2)*d): its n queries (query head j = g*n + i at g*(n+2)*d + i*d), then
+// its key (at g*(n+2)*d + n*d), then its value (at g*(n+2)*d + (n+1)*d), d columns each
+// (Megatron-Core's [s, b, ng, (np/ng + 2) * hn] view of linear_qkv's output). For G = heads this
+// is [q, k, v] per head, Megatron's [s, b, np, 3*hn] (qkv_layout.h has the column arithmetic).
+// e.g. heads 4, G 2, d 8: group 0 = q0 [0, 8), q1 [8, 16), k0 [16, 24), v0 [24, 32); group 1
+// starts at 32; query head 3 reads columns [40, 48) and the key at [48, 56).
+// out: [s, b, heads * head_dim], query head j in columns [j*d, (j+1)*d).
+// softmax(q k^T * scale + causal mask) (fp32), dropout on the probabilities, times v; query
+// head j uses the key and value of its group j / n.
 // Dropout element index of probability (batch bi, head hd, query i, key j) is
 // ((bi * H + h0 + hd) * s + i) * s + j, the flat index in a [b, H, s, s] tensor, with
 // H = dropout_heads (0: heads) and h0 = dropout_head0: a tensor-parallel rank computing the
 // global heads [h0, h0 + heads) of H passes them, so its masks are the single-process run's.
-// Masked keys (j > i) draw nothing.
+// (hd is the query head.) Masked keys (j > i) draw nothing.
 // One exception: a backend may draw the attention mask from another generator where a fused
 // kernel needs its own (the CUDA backend's cuDNN path: cuDNN's Philox keyed by (seed, stream),
 // cudnn_attention.h), still a pure function of (seed, stream, bi, hd, i, j), so the same call
@@ -104,7 +112,8 @@ struct NormalInit {
 };
 
 struct AttentionParams {
-  int64_t heads = 0;
+  int64_t heads = 0;         // query heads of this call
+  int64_t query_groups = 0;  // G key/value heads (0: heads, multi-head attention); heads % G == 0
   int64_t head_dim = 0;
   float softmax_scale = 0.0f;  // usually 1/sqrt(head_dim)
   DropoutParams dropout;       // its offset is unused: heads are placed by the two fields below
@@ -116,7 +125,33 @@ struct AttentionParams {
   // of its document). Undefined: every query sees keys 0..i (the causal mask alone).
   Tensor key_start;
   int64_t dropout_total_heads() const { return dropout_heads > 0 ? dropout_heads : heads; }
+  int64_t groups() const { return query_groups > 0 ? query_groups : heads; }
+  // Columns of one qkv row: G * (heads / G + 2) * head_dim (3 * heads * head_dim for MHA).
+  int64_t qkv_width() const { return groups() * (heads / groups() + 2) * head_dim; }
 };
+
+// Rotary position embeddings (RoPE) as Megatron-Core applies them (rotate-half convention,
+// not interleaved; Transformer Engine's fused kernel, Megatron's default): for each q and k
+// head vector x of width head_dim, with r = rot_dim (even, <= head_dim), x1 = x[0, r/2),
+// x2 = x[r/2, r) and a_i = p_scaled * inv_freq[i] (i < r/2, fp32 product):
+//   out1 = x1 cos(a) - x2 sin(a),  out2 = x2 cos(a) + x1 sin(a),  x[r, head_dim) unchanged,
+// in fp32, rounded once to the tensor's dtype. p_scaled = p * position_scale (fp32), p the
+// token's position: positions[bi, si] when `positions` is defined (int32 [b, s], e.g.
+// documents restarting at 0), else si + position_offset (generation: the KV cache's past).
+// Megatron-Core's standard RoPE (BSHD) uses 0..s-1 and ignores --reset-position-ids; a caller
+// that matches it passes no positions. inv_freq comes from rotary_frequencies.h.
+struct RotaryParams {
+  int64_t heads = 0;         // query heads (AttentionParams::heads)
+  int64_t query_groups = 0;  // as AttentionParams::query_groups (0: heads)
+  int64_t head_dim = 0;
+  int64_t rot_dim = 0;       // r: even, 0 < r <= head_dim
+  Tensor inv_freq;           // fp32 [rot_dim / 2] on this backend's device
+  float position_scale = 1.0f;  // 1 / seq_len_interpolation_factor
+  Tensor positions;          // int32 [b, s] on this backend's device, or undefined
+  int64_t position_offset = 0;
+  int64_t groups() const { return query_groups > 0 ? query_groups : heads; }
+};
+
 
 // Device work recorded once and queued again as a whole (a CUDA graph): see
 // Backend::begin_recording.
@@ -280,7 +315,8 @@ class Backend {
   virtual void embedding_forward(const Tensor& tokens, const Tensor& positions, const Tensor& wte, const Tensor& wpe,
                                  Tensor& out) = 0;
   // dwte[V, h] (+=) and dwpe[P, h] (+=) from dout[s, b, h], positions as in the forward;
-  // tokens outside [0, V) add nothing to dwte.
+  // tokens outside [0, V) add nothing to dwte. dwpe undefined: no position table (rotary or no
+  // position embeddings).
   virtual void embedding_backward(const Tensor& tokens, const Tensor& positions, const Tensor& dout, Tensor& dwte,
                                   Tensor& dwpe) = 0;
 
@@ -289,16 +325,28 @@ class Backend {
   // log-sum-exp of each softmax row (of the scaled, masked scores, before dropout) so that
   // backward recomputes the probabilities instead of storing [s, s] of them.
   virtual void attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) = 0;
-  // dqkv[s, b, heads*3d] (overwritten) from dout, with the forward's qkv, out and lse.
+  // dqkv (overwritten; qkv's shape and layout) from dout, with the forward's qkv, out and lse.
+  // A group's key and value gradients are the sums over its heads / G query heads.
   virtual void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                   Tensor& dqkv, const AttentionParams& params) = 0;
 
-  // Attention for generation with a KV cache. The keys and values of qkv[t, b, heads*3d] (new
-  // positions past .. past+t-1, layout as above) are written into k_cache and v_cache
-  // [b, heads, max_seq, d] (fp32), then out[t, b, heads*d] = causal softmax attention of the new
-  // queries over cached positions [0, past + t). No dropout (inference). past + t <= max_seq.
+  // Attention for generation with a KV cache. The keys and values of qkv[t, b, width] (new
+  // positions past .. past+t-1, layout as above, G groups) are written into k_cache and v_cache
+  // [b, G, max_seq, d] (fp32), then out[t, b, heads*d] = causal softmax attention of the new
+  // queries over cached positions [0, past + t), each query head over its group's cache. No
+  // dropout (inference). past + t <= max_seq.
   virtual void attention_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, int64_t past, Tensor& out,
                                   const AttentionParams& params) = 0;
+
+  // ---- rotary position embeddings -----------------------------------------------------------
+  // In place on the q and k columns of qkv [s, b, width] (the attention layout above with
+  // params.query_groups; v untouched), as RotaryParams says. Applied before attention_forward
+  // (and before attention_kv_cache, with position_offset = past).
+  virtual void rotary_forward(Tensor& qkv, const RotaryParams& params) = 0;
+  // Its backward, in place on dqkv (qkv's layout): the inverse rotation of the q and k columns,
+  //   dx1 = dy1 cos(a) + dy2 sin(a),  dx2 = dy2 cos(a) - dy1 sin(a),
+  // the rest (v, and dims past rot_dim) untouched. Run after attention_backward.
+  virtual void rotary_backward(Tensor& dqkv, const RotaryParams& params) = 0;
 
   // ---- loss -----------------------------------------------------------------------------
   // Per-row cross-entropy of logits[n, V] against labels[n] (int32): losses[n] (fp32) =

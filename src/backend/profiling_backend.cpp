@@ -99,7 +99,7 @@ const char* ProfilingBackend::op_name(int op) {
       "linear_residual_forward", "cross_entropy_fused", "layernorm_backward_colsum",
       "layernorm_backward_dropout_colsum", "init_normal",
       "vocab_parallel_ce_terms", "vocab_parallel_ce_finish", "swiglu_forward",
-      "swiglu_backward"};
+      "swiglu_backward", "rotary_forward", "rotary_backward"};
   return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -418,6 +418,12 @@ void ProfilingBackend::attention_kv_cache(const Tensor& qkv, Tensor& k_cache, Te
   timed(kAttentionKvCache, [&] { inner_->attention_kv_cache(qkv, k_cache, v_cache, past, out, params); });
 }
 
+void ProfilingBackend::rotary_forward(Tensor& qkv, const RotaryParams& params) {
+  timed(kRotaryForward, [&] { inner_->rotary_forward(qkv, params); });
+}
+void ProfilingBackend::rotary_backward(Tensor& dqkv, const RotaryParams& params) {
+  timed(kRotaryBackward, [&] { inner_->rotary_backward(dqkv, params); });
+}
 void ProfilingBackend::cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses,
                                              Tensor& lse) {
   timed(kCrossEntropyForward, [&] { inner_->cross_entropy_forward(logits, labels, losses, lse); });

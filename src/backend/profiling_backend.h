@@ -131,6 +131,9 @@ class ProfilingBackend final : public Backend, public RegionTimer {
   void attention_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, int64_t past, Tensor& out,
                           const AttentionParams& params) override;
 
+  void rotary_forward(Tensor& qkv, const RotaryParams& params) override;
+  void rotary_backward(Tensor& dqkv, const RotaryParams& params) override;
+
   void cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
                               const Tensor& dlosses, Tensor& dlogits) override;
@@ -156,7 +159,8 @@ class ProfilingBackend final : public Backend, public RegionTimer {
     kAttentionKvCache, kCrossEntropyForward, kCrossEntropyBackward, kSumSquares, kAllFinite, kCountZeros,
     kAdamwUpdate, kLinearGeluForward, kLinearDgeluBackward, kAdamwUpdateSegments, kLinearResidualForward,
     kCrossEntropyFused, kLayernormBackwardColsum, kLayernormBackwardDropoutColsum, kInitNormal,
-    kVocabParallelCeTerms, kVocabParallelCeFinish, kSwigluForward, kSwigluBackward, kNumOps
+    kVocabParallelCeTerms, kVocabParallelCeFinish, kSwigluForward, kSwigluBackward, kRotaryForward,
+    kRotaryBackward, kNumOps
   };
   static const char* op_name(int op);
 

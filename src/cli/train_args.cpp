@@ -163,11 +163,61 @@ E parse_choice(const Args& a, const std::string& name, const std::vector<std::pa
   throw_error("[", name, "] invalid choice '", v, "' (choose from ", join(names, ", "), ")");
 }
 
+// --position-embedding-type and its rotary settings; --group-query-attention.
+void fill_positions_and_groups(const Args& a, const ModelPreset* preset, model::GPTConfig& m) {
+  const bool llama = preset != nullptr && preset->llama;
+  const std::string type =
+      !a.given("--position-embedding-type") && llama ? "rope" : a.get_string("--position-embedding-type");
+  const bool rope = type == "rope" || a.get_flag("--use-rotary-position-embeddings");
+  if (a.get_flag("--use-rotary-position-embeddings") && a.given("--position-embedding-type") && type != "rope") {
+    throw_error("[--use-rotary-position-embeddings] contradicts --position-embedding-type ", type);
+  }
+  // Megatron refuses the deprecated switch except beside rotary embeddings, where it changes nothing.
+  if (a.get_flag("--no-position-embedding") && !rope) {
+    throw_error("[--no-position-embedding] is deprecated except with rotary embeddings: use "
+                "--position-embedding-type none");
+  }
+  m.position_embedding = rope               ? model::PositionEmbedding::kRope
+                         : type == "none"   ? model::PositionEmbedding::kNone
+                                            : model::PositionEmbedding::kLearnedAbsolute;
+  if (!rope) {
+    for (const char* flag : {"--rotary-seq-len-interpolation-factor", "--use-rope-scaling"}) {
+      if (a.given(flag)) throw_error("[", flag, "] needs rotary embeddings (--position-embedding-type rope)");
+    }
+  }
+  m.rotary.base = a.given("--rotary-base") || !llama ? static_cast<float>(fp32_flag(a, "--rotary-base", kPositiveFp32))
+                                                     : preset->rotary_base;
+  m.rotary.percent = static_cast<float>(fp32_flag(a, "--rotary-percent", RealRange{0.0, 1.0, true, false}));
+  if (rope && m.kv_channels * m.rotary.percent < 2) {
+    throw_error("[--rotary-percent] ", m.rotary.percent, " of --kv-channels ", m.kv_channels,
+                " rotates fewer than 2 dimensions");
+  }
+  if (a.given("--rotary-seq-len-interpolation-factor")) {
+    m.rotary.seq_len_interpolation_factor =
+        static_cast<float>(a.get_int("--rotary-seq-len-interpolation-factor", 1, 1 << 20));
+  }
+  m.rotary.use_rope_scaling = a.get_flag("--use-rope-scaling") || (llama && preset->rope_scaling_factor > 0);
+  m.rotary.rope_scaling_factor = a.given("--rope-scaling-factor") || !llama || preset->rope_scaling_factor <= 0
+                                     ? static_cast<float>(fp32_flag(a, "--rope-scaling-factor", kPositiveFp32))
+                                     : preset->rope_scaling_factor;
+  if (a.get_flag("--group-query-attention")) {
+    m.num_query_groups = a.get_int("--num-query-groups", 1, kMaxDimension);
+    if (m.num_attention_heads % m.num_query_groups != 0) {
+      throw_error("[--num-query-groups] ", m.num_query_groups, " does not divide --num-attention-heads ",
+                  m.num_attention_heads);
+    }
+  } else if (a.given("--num-query-groups")) {
+    throw_error("[--num-query-groups] takes effect with --group-query-attention only: add it");
+  } else if (preset != nullptr && preset->num_query_groups > 0) {
+    m.num_query_groups = preset->num_query_groups;
+  }
+}
+
 void fill_model(const Args& a, TrainConfig& c) {
   model::GPTConfig& m = c.model;
+  const ModelPreset* found = nullptr;
   if (a.given("--model")) {
     c.model_preset = a.get_string("--model");
-    const ModelPreset* found = nullptr;
     for (const ModelPreset& p : model_presets()) {
       if (c.model_preset == p.name) found = &p;
     }
@@ -176,7 +226,9 @@ void fill_model(const Args& a, TrainConfig& c) {
     m.hidden_size = found->hidden_size;
     m.num_attention_heads = found->num_attention_heads;
     m.seq_length = found->seq_length;
+    if (found->vocab_size > 0) c.preset_vocab_size = found->vocab_size;
   }
+  const bool llama = found != nullptr && found->llama;
   auto shape = [&](const char* name, int64_t& field) {
     if (a.given(name)) field = a.get_int(name, 1, kMaxDimension);
     if (field == 0) throw_error("[", name, "] is required (or give --model)");
@@ -195,9 +247,11 @@ void fill_model(const Args& a, TrainConfig& c) {
     }
     m.kv_channels = m.hidden_size / m.num_attention_heads;
   }
-  m.swiglu = a.get_flag("--swiglu");
+  m.swiglu = a.get_flag("--swiglu") || llama;
   // Megatron: int(4h * 2/3 / 64) * 64 with SwiGLU (two projections share the MLP's width), else 4h.
-  const int64_t default_ffn = m.swiglu ? m.hidden_size / 24 * 64 : 4 * m.hidden_size;
+  const int64_t default_ffn = found != nullptr && found->ffn_hidden_size > 0 ? found->ffn_hidden_size
+                              : m.swiglu                                      ? m.hidden_size / 24 * 64
+                                                                              : 4 * m.hidden_size;
   m.ffn_hidden_size = a.given("--ffn-hidden-size") ? a.get_int("--ffn-hidden-size", 1, kMaxDimension) : default_ffn;
   if (m.ffn_hidden_size == 0) {
     throw_error("[--hidden-size] ", m.hidden_size, " is too small for --swiglu's default --ffn-hidden-size ",
@@ -217,10 +271,12 @@ void fill_model(const Args& a, TrainConfig& c) {
   }
   const char* epsilon = a.given("--norm-epsilon") ? "--norm-epsilon" : "--layernorm-epsilon";
   m.layernorm_epsilon = static_cast<float>(fp32_flag(a, epsilon, kPositiveFp32));
-  m.untie_embeddings_and_output_weights = a.get_flag("--untie-embeddings-and-output-weights");
-  m.add_bias_linear = !a.get_flag("--disable-bias-linear");
-  m.normalization =
-      a.get_string("--normalization") == "RMSNorm" ? model::Normalization::kRMSNorm : model::Normalization::kLayerNorm;
+  m.untie_embeddings_and_output_weights =
+      a.get_flag("--untie-embeddings-and-output-weights") || (llama && !found->tied);
+  m.add_bias_linear = !a.get_flag("--disable-bias-linear") && !llama;
+  const bool rms = a.given("--normalization") ? a.get_string("--normalization") == "RMSNorm" : llama;
+  m.normalization = rms ? model::Normalization::kRMSNorm : model::Normalization::kLayerNorm;
+  fill_positions_and_groups(a, found, m);
   // Megatron: --openai-gelu is the tanh form; the default fused bias-GELU is the tanh form too;
   // --no-bias-gelu-fusion falls back to torch's exact erf GELU.
   m.gelu = (a.get_flag("--no-bias-gelu-fusion") && !a.get_flag("--openai-gelu")) ? model::Gelu::kExact
@@ -239,6 +295,10 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   if (c.model.num_attention_heads % c.tensor_model_parallel_size != 0) {
     throw_error("[--num-attention-heads] ", c.model.num_attention_heads,
                 " is not divisible by --tensor-model-parallel-size ", c.tensor_model_parallel_size);
+  }
+  if (c.model.query_groups() % c.tensor_model_parallel_size != 0) {
+    throw_error("[--num-query-groups] ", c.model.query_groups(), " is not divisible by --tensor-model-parallel-size ",
+                c.tensor_model_parallel_size, " (tensor parallelism splits whole key/value groups)");
   }
   if (c.model.num_layers % c.pipeline_model_parallel_size != 0) {
     throw_error("[--num-layers] ", c.model.num_layers, " is not divisible by --pipeline-model-parallel-size ",
@@ -676,6 +736,10 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
     *log << "warning: --reset-attention-mask with --no-create-attention-mask-in-dataloader: Megatron then builds no "
             "mask and attends across documents; here attention stays within each document\n";
   }
+  if (c.model.rope() && c.model.reset_position_ids && log != nullptr) {
+    *log << "warning: --reset-position-ids with rotary embeddings: Megatron's rotary embeddings ignore the "
+            "position ids (positions 0..s-1 across packed documents); here each document's positions restart at 0\n";
+  }
   if (!c.log_straggler && log != nullptr) {
     for (const char* flag : {"--disable-straggler-on-startup", "--straggler-ctrlr-port", "--straggler-minmax-count"}) {
       if (args.given(flag)) *log << "warning: " << flag << " has no effect without --log-straggler\n";
@@ -686,7 +750,8 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
 
 int64_t vocab_size_without_files(const train::TrainConfig& c) {
   constexpr int64_t kGpt2VocabSize = 50257;  // len(encoder) of GPT-2's vocab.json
-  return c.null_vocab_size ? *c.null_vocab_size + 1 : kGpt2VocabSize;
+  if (c.null_vocab_size) return *c.null_vocab_size + 1;
+  return c.preset_vocab_size.value_or(kGpt2VocabSize);
 }
 
 std::string cuda_attention_problem(const train::TrainConfig& c) {
@@ -747,6 +812,23 @@ std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log)
   take_switch("--disable-bias-linear", meta.arg_bool("--disable-bias-linear"));
   take_switch("--swiglu", meta.optional_arg_bool("--swiglu").value_or(false));
   take("--normalization", meta.optional_arg_string("--normalization").value_or("LayerNorm"));
+  const std::string positions = meta.optional_arg_string("--position-embedding-type").value_or("learned_absolute");
+  if (!a.get_flag("--use-rotary-position-embeddings")) take("--position-embedding-type", positions);
+  if (positions == "rope") {
+    for (const char* flag : {"--rotary-base", "--rotary-percent", "--rope-scaling-factor"}) {
+      char text[64];
+      const auto end = std::to_chars(text, text + sizeof text, meta.arg_double(flag));  // shortest
+      take(flag, std::string(text, end.ptr));
+    }
+    const double factor = meta.arg_double("--rotary-seq-len-interpolation-factor");
+    if (factor > 0) take("--rotary-seq-len-interpolation-factor", std::to_string(static_cast<int64_t>(factor)));
+    take_switch("--use-rope-scaling", meta.optional_arg_bool("--use-rope-scaling").value_or(false));
+  }
+  const int64_t groups = meta.optional_arg_int("--num-query-groups").value_or(0);
+  if (groups > 0) {
+    take_switch("--group-query-attention", true);
+    take("--num-query-groups", std::to_string(groups));
+  }
   take_switch("--no-bias-gelu-fusion", meta.arg_string("gelu") == "exact" && !a.given("--openai-gelu"));
   return extra;
 }

@@ -67,12 +67,23 @@ std::string cuda_attention_problem(const train::TrainConfig& c);
 std::vector<std::string> checkpoint_model_args(const Args& args, std::ostream* log = nullptr);
 
 // A shape preset of --model.
+// Explicit flags override each field. A Llama preset also implies Megatron's Llama flags:
+// --normalization RMSNorm --swiglu --disable-bias-linear --position-embedding-type rope
+// (and --untie-embeddings-and-output-weights unless tied).
 struct ModelPreset {
   const char* name;
   int64_t num_layers;
   int64_t hidden_size;
   int64_t num_attention_heads;
   int64_t seq_length;
+  int64_t ffn_hidden_size = 0;   // 0: the default (4h, or SwiGLU's int(8h/3/64)*64)
+  int64_t num_query_groups = 0;  // > 0: --group-query-attention --num-query-groups
+  // The vocabulary without tokenizer files (bench, --dry-run; 0: GPT-2's 50257).
+  int64_t vocab_size = 0;
+  bool llama = false;
+  bool tied = true;              // Llama only: false adds --untie-embeddings-and-output-weights
+  float rotary_base = 10000.0f;
+  float rope_scaling_factor = 0.0f;  // > 0: --use-rope-scaling --rope-scaling-factor
 };
 const std::vector<ModelPreset>& model_presets();
 // Their names, comma separated, in the table's order (for help and error texts).

@@ -22,6 +22,15 @@ const std::vector<ModelPreset> kPresets = {
     {"gpt-7.5b", 36, 4096, 32, 2048},      {"gpt-18.4b", 40, 6144, 48, 2048},
     {"gpt-39.1b", 48, 8192, 64, 2048},     {"gpt-76.1b", 60, 10240, 80, 2048},
     {"gpt-145.6b", 80, 12288, 96, 2048},   {"gpt-310.1b", 96, 16384, 128, 2048},
+    // Llama (Megatron's docs/llama_mistral.md and examples/llama flags; Hugging Face configs).
+    {"llama2-7b", 32, 4096, 32, 4096, 11008, 0, 32000, true, false, 10000.0f},
+    {"llama2-13b", 40, 5120, 40, 4096, 13824, 0, 32000, true, false, 10000.0f},
+    {"llama2-70b", 80, 8192, 64, 4096, 28672, 8, 32000, true, false, 10000.0f},
+    {"llama2-1.3b", 24, 2048, 16, 4096, 5504, 0, 32000, true, false, 10000.0f},  // Llama 2's layout at 1.3B
+    {"llama3-8b", 32, 4096, 32, 8192, 14336, 8, 128256, true, false, 500000.0f},
+    {"llama3-70b", 80, 8192, 64, 8192, 28672, 8, 128256, true, false, 500000.0f},
+    {"llama3.2-1b", 16, 2048, 32, 8192, 8192, 8, 128256, true, true, 500000.0f, 32.0f},
+    {"llama3.2-3b", 28, 3072, 24, 8192, 8192, 8, 128256, true, true, 500000.0f, 32.0f},
 };
 
 
@@ -46,7 +55,17 @@ void declare_supported_flags(Args& a) {
       .flag("--no-bias-gelu-fusion", "exact (erf) GELU, as Megatron's unfused path (unless --openai-gelu)")
       .flag("--disable-bias-linear", "no biases in the linear layers")
       .flag("--swiglu", "SwiGLU MLP: linear_fc1 gives gate and up halves, silu(gate) * up replaces GELU "
-                        "(--ffn-hidden-size then defaults to int(8h/3/64)*64)");
+                        "(--ffn-hidden-size then defaults to int(8h/3/64)*64)")
+      .flag("--use-rotary-position-embeddings", "rotary position embeddings (the older spelling of "
+                                                "--position-embedding-type rope)")
+      .flag("--no-position-embedding", "no learned positions (with rotary embeddings: already so)")
+      .option("--rotary-base", "B", "rotary embeddings' frequency base (Llama 2: 10000, Llama 3: 500000)", "10000")
+      .option("--rotary-percent", "P", "fraction of each head's dimensions that rotate", "1.0")
+      .option("--rotary-seq-len-interpolation-factor", "F", "positions divided by F (linear interpolation)")
+      .flag("--use-rope-scaling", "Llama 3.1's rotary frequency scaling")
+      .option("--rope-scaling-factor", "F", "Llama 3.1's scaling factor", "8.0")
+      .flag("--group-query-attention", "grouped-query attention (--num-query-groups key/value heads)")
+      .option("--num-query-groups", "G", "key/value heads with --group-query-attention", "1");
   // Data.
   a.list("--data-path", "PATH", "a prefix, or weight/prefix pairs (required unless --dry-run, --mock-data or --train-data-path)")
       .list("--train-data-path", "PATH", "the training data on its own: all sequences of a prefix, or weight/prefix pairs")

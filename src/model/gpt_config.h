@@ -21,6 +21,22 @@ enum class Recompute { kNone, kUniform, kBlock };
 // --normalization: LayerNorm (weight and bias) or RMSNorm (weight only, no centring).
 enum class Normalization { kLayerNorm, kRMSNorm };
 
+// --position-embedding-type: learned absolute positions added to the word embedding (GPT), rotary
+// embeddings applied to each attention layer's queries and keys (Llama), or none.
+enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone };
+
+// Rotary position embeddings (Megatron-Core's RotaryEmbedding, rotate-half convention): the first
+// rot_dim = kv_channels * percent dims of each query and key head turn by position p times
+// inv_freq[i] = base^(-2i / rot_dim), with Llama 3.1's frequency scaling where on and positions
+// divided by the interpolation factor where given.
+struct RotaryConfig {
+  float base = 10000.0f;           // --rotary-base
+  float percent = 1.0f;            // --rotary-percent
+  float seq_len_interpolation_factor = 0.0f;  // --rotary-seq-len-interpolation-factor (0: none)
+  bool use_rope_scaling = false;   // --use-rope-scaling
+  float rope_scaling_factor = 8.0f;  // --rope-scaling-factor
+};
+
 struct GPTConfig {
   int64_t num_layers = 0;            // --num-layers
   int64_t hidden_size = 0;           // --hidden-size
@@ -39,6 +55,11 @@ struct GPTConfig {
   Gelu gelu = Gelu::kTanh;
   bool add_bias_linear = true;       // --disable-bias-linear turns it off
   Normalization normalization = Normalization::kLayerNorm;  // --normalization
+  PositionEmbedding position_embedding = PositionEmbedding::kLearnedAbsolute;  // --position-embedding-type
+  RotaryConfig rotary;
+  // --group-query-attention --num-query-groups G: G key/value heads, each shared by heads / G
+  // query heads (1: multi-query attention). 0: one per head (multi-head attention).
+  int64_t num_query_groups = 0;
   // --swiglu: linear_fc1 is [2f, h] = [gate; up] (each half column-parallel: rank r holds rows
   // r f/T.. of both), and the MLP's activation silu(gate) * up replaces GELU.
   bool swiglu = false;
@@ -51,6 +72,12 @@ struct GPTConfig {
   bool reset_attention_mask = false;
 
   bool layernorm_bias() const { return normalization == Normalization::kLayerNorm; }
+  bool learned_positions() const { return position_embedding == PositionEmbedding::kLearnedAbsolute; }
+  bool rope() const { return position_embedding == PositionEmbedding::kRope; }
+  // Key/value heads G (= heads without grouped-query attention).
+  int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
+  // linear_qkv's output width (whole model): per group its heads / G queries, its key and value.
+  int64_t qkv_out_size() const { return (num_attention_heads + 2 * query_groups()) * kv_channels; }
   // linear_fc1's output width (whole model): f, or 2f with SwiGLU's gate and up halves.
   int64_t fc1_out_size() const { return swiglu ? 2 * ffn_hidden_size : ffn_hidden_size; }
 

@@ -14,6 +14,7 @@ GPTGenerator::GPTGenerator(const GPTConfig& config, const ParameterSet& params, 
   ctx_.backend = &backend_;
   ctx_.tp = tp_.get();
   ctx_.values = &params;
+  ctx_.ws = &ws_;
   ctx_.batch = 1;
   ctx_.hidden = config.hidden_size;
   embedding_ = VocabParallelEmbedding::find(params);
@@ -26,6 +27,8 @@ GPTGenerator::GPTGenerator(const GPTConfig& config, const ParameterSet& params, 
     k_cache_.push_back(backend.empty(cache, DType::kF32, MemoryKind::kActivations));
     v_cache_.push_back(backend.empty(cache, DType::kF32, MemoryKind::kActivations));
   }
+  const Attention& attention = layers_.front().attention;
+  if (attention.rot_dim > 0) ws_.rotary_inv_freq = attention.rotary_frequencies(backend_);
 }
 
 GPTGenerator::~GPTGenerator() = default;

@@ -42,6 +42,7 @@ class GPTGenerator {
   int64_t past_ = 0;
   DType dtype_;
   std::unique_ptr<comm::Communicator> tp_;  // one rank
+  LayerWorkspace ws_;  // the rotary frequencies only (the layers' forward needs no other workspace)
   LayerContext ctx_;
   VocabParallelEmbedding embedding_;
   std::vector<TransformerLayer> layers_;

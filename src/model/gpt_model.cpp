@@ -95,8 +95,8 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   sp_ = tp.sequence_parallel;
   MT_CHECK(!sp_ || T > 1) << "sequence parallelism needs a tensor-parallel group";
   // Configuration errors are reported by cli/train_args.cpp; here they are bugs.
-  MT_CHECK(c.num_attention_heads % T == 0 && c.ffn_hidden_size % T == 0 && c.padded_vocab_size % T == 0 &&
-           (!sp_ || c.seq_length % T == 0))
+  MT_CHECK(c.num_attention_heads % c.query_groups() == 0 && c.query_groups() % T == 0 && c.ffn_hidden_size % T == 0 &&
+           c.padded_vocab_size % T == 0 && (!sp_ || c.seq_length % T == 0))
       << "GPTConfig does not split over " << T << " tensor-parallel ranks";
   const int64_t pp = pipe_.pp, vp = pipe_.virtual_chunks;
   MT_CHECK(pp >= 1 && vp >= 1 && pipe_.stage >= 0 && pipe_.stage < pp && c.num_layers % (pp * vp) == 0)
@@ -164,7 +164,9 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   for (int64_t k = 0; k < pipe_.activation_sets; ++k) {
     ActivationSet set;
     if (pipe_.stage == 0) set.tokens = act({b, s}, DType::kI32);
-    if (pipe_.stage == 0 && c.reset_position_ids) set.positions = act({b, s}, DType::kI32);
+    if ((pipe_.stage == 0 || positions_in_every_chunk()) && c.reset_position_ids) {
+      set.positions = act({b, s}, DType::kI32);
+    }
     if (c.reset_attention_mask) set.key_start = act({b, s}, DType::kI32);
     if (dropout_stream_in_memory(c, T, pipe_)) set.dropout_stream = act({1}, DType::kI64);
     for (int64_t l = 0; l <= Lc; ++l) set.xs.push_back(act({sl, b, h}, dtype_));
@@ -229,6 +231,7 @@ TransformerLayer::Run GPTModel::layer_run(int64_t gl) const {
   run.attention.probs = dropout_params(config_.attention_dropout, gl, kSiteAttentionProbs);
   run.attention.out = dropout_params(config_.hidden_dropout, gl, kSiteAttentionOut);
   run.attention.key_start = cur_set().key_start;  // undefined without documents
+  run.attention.positions = cur_set().positions;  // undefined without documents
   run.mlp_out = dropout_params(config_.hidden_dropout, gl, kSiteMlpOut);
   return run;
 }
@@ -318,7 +321,7 @@ void GPTModel::load_inputs(const MicroBatch& mb, ActivationSet& as, bool first, 
     std::copy(ids.begin(), ids.end(), host.data_as<int32_t>());
     backend_.copy(host, dst);
   };
-  if (first && as.positions.defined()) load_ids(mb.position_ids, false, as.positions);
+  if ((first || positions_in_every_chunk()) && as.positions.defined()) load_ids(mb.position_ids, false, as.positions);
   if (as.key_start.defined()) load_ids(mb.key_start, true, as.key_start);
   if (!first && !labels) return;  // a middle chunk reads only the key starts
   // Tokens stay [b, s]; labels and mask go sequence-first to match the logits rows. Ids go in

@@ -194,8 +194,11 @@ class GPTModel {
   // Whether forward_chunk(chunk, ...) reads the micro-batch: the first and last virtual
   // stages, and every chunk when attention follows documents (its key_start).
   bool reads_batch(int64_t chunk) const {
-    return is_first_virtual(chunk) || is_last_virtual(chunk) || config_.reset_attention_mask;
+    return is_first_virtual(chunk) || is_last_virtual(chunk) || config_.reset_attention_mask ||
+           positions_in_every_chunk();
   }
+  // Rotary embeddings over packed documents read the position ids in every layer.
+  bool positions_in_every_chunk() const { return config_.rope() && config_.reset_position_ids; }
   // Where chunk c's input activation for set k is received (not the first virtual stage).
   Tensor& input_buffer(int64_t chunk, int64_t set);
   // Forward of one micro-batch through chunk c into set k. `batch` is read where

@@ -16,9 +16,10 @@ I norm_num_parameters(const GPTConfig& c) { return I(c.layernorm_bias() ? 2 : 1)
 I layer_num_parameters(const GPTConfig& c, int64_t tp) {
   const I h = c.hidden_size, f = c.ffn_hidden_size / tp, q = I(c.num_attention_heads) * c.kv_channels / tp;
   const I f1 = I(c.fc1_out_size()) / tp;  // SwiGLU: gate and up
+  const I qkv = I(c.qkv_out_size()) / tp;  // queries, and a key and value per query group
   const I bias = c.add_bias_linear ? 1 : 0;
   return norm_num_parameters(c)       // input LayerNorm
-         + 3 * q * h + bias * 3 * q  // QKV (column-parallel)
+         + qkv * h + bias * qkv      // QKV (column-parallel)
          + h * q + bias * h          // output projection (row-parallel; bias whole)
          + norm_num_parameters(c)    // pre-MLP LayerNorm
          + f1 * h + bias * f1        // FC1 (column-parallel)
@@ -29,7 +30,7 @@ I stage_parameters(const GPTConfig& c, int64_t tp, const PipelineStageOptions& p
   const I h = c.hidden_size, V = c.padded_vocab_size / tp;
   const bool first = pipe.stage == 0, last = pipe.stage == pipe.pp - 1;
   I n = I(c.num_layers / pipe.pp) * layer_num_parameters(c, tp);
-  if (first) n += V * h + I(c.max_position_embeddings) * h;
+  if (first) n += V * h + I(c.learned_positions() ? c.max_position_embeddings : 0) * h;
   if (last) {
     n += norm_num_parameters(c);
     // The output layer: untied, or the last stage's copy of the tied embedding.
@@ -55,7 +56,7 @@ I stage_parameters(const GPTConfig& c, int64_t tp, const PipelineStageOptions& p
 int64_t gpt_num_parameters(const GPTConfig& c, int64_t tp) {
   try {
     const I h = c.hidden_size, V = c.padded_vocab_size / tp;
-    const I embeddings = V * h + I(c.max_position_embeddings) * h;
+    const I embeddings = V * h + I(c.learned_positions() ? c.max_position_embeddings : 0) * h;
     const I output = c.untie_embeddings_and_output_weights ? V * h : I(0);
     return (embeddings + I(c.num_layers) * layer_num_parameters(c, tp) + norm_num_parameters(c) + output).value();
   } catch (const IntegerOverflow&) {
@@ -87,22 +88,25 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
     const bool first = pipe.stage == 0, last = pipe.stage == pipe.pp - 1;
     // Rows of the residual stream and LayerNorms on this rank: n / tp under sequence parallelism.
     const I nl = sequence_parallel ? n / tp : n;
-    // Per layer, in the model dtype: LN1 out, x_mid, LN2 out [nl, h] each, qkv (3q), attention
+    // Per layer, in the model dtype: LN1 out, x_mid, LN2 out [nl, h] each, qkv (q + 2gd), attention
     // out (q), fc1 out (f, or 2f with SwiGLU) and the activation's out (f) [n, .]; in fp32: LN1/LN2
     // mean (LayerNorm only) and rstd (2 or 4 nl), attention lse (b*a*s).
     const I f1 = I(c.fc1_out_size()) / tp;
     const I norm_stats = c.layernorm_bias() ? 2 : 1;
-    const I layer = (3 * nl * h + n * (4 * q + f1 + f)) * e + 2 * norm_stats * nl * 4 + b * a * s * 4;
+    const I qkv = I(c.qkv_out_size()) / tp;  // q + 2 * (query groups) * d
+    const I layer = (3 * nl * h + n * (qkv + q + f1 + f)) * e + 2 * norm_stats * nl * 4 + b * a * s * 4;
     // Recompute works within a chunk's block of layers (model/gpt_config.h); recomputed layers
     // share the stage's recompute slots, their inputs stay in the residual stream.
     GPTConfig cc = c;
     cc.num_layers = Lc;
     // Per activation set (a chunk's Lc layers): the Lc+1 residual-stream tensors [nl, h] (model
     // dtype) and the kept layers; int32 tokens [n] (and position ids with reset_position_ids) on
-    // stage 0; int32 key starts [n] with reset_attention_mask; the int64 dropout stream
-    // (dropout_stream_in_memory).
+    // stage 0 (every stage with rotary embeddings, whose layers read them); int32 key starts [n]
+    // with reset_attention_mask; the int64 dropout stream (dropout_stream_in_memory).
+    const bool positions_everywhere = c.rope() && c.reset_position_ids;
     const I per_set = (I(Lc) + 1) * nl * h * e + I(cc.kept_layers()) * layer +
-                      (dropout_stream_in_memory(c, tp, pipe) ? 8 : 0) + (c.reset_attention_mask ? n * 4 : I(0));
+                      (dropout_stream_in_memory(c, tp, pipe) ? 8 : 0) + (c.reset_attention_mask ? n * 4 : I(0)) +
+                      (positions_everywhere && !first ? n * 4 : I(0));
     const I first_inputs = n * 4 * (c.reset_position_ids ? 2 : 1);
     MemoryPlan p;
     p.num_parameters = P.value();
@@ -117,11 +121,11 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
     // [n]; int32 labels, the fp32 loss mask and the scaled loss weights [n].
     if (last) activations += nl * h * e + norm_stats * nl * 4 + n * V * e + 2 * n * 4 + 3 * n * 4;
     p.activations = activations.value();
-    // Workspace (model dtype): the gradient stream [nl, h], two temporaries [n, h], [n, 3q],
+    // Workspace (model dtype): the gradient stream [nl, h], two temporaries [n, h], [n, q + 2gd],
     // [n, q] and [n, f1] (fc1's output gradient); SwiGLU adds the activation's output gradient
     // [n, f], sequence parallelism the [n, h] gather buffer, pp > 1 the received output gradient
     // [nl, h].
-    p.workspace = ((nl * h + 2 * n * h + 4 * n * q + n * f1 + (c.swiglu ? n * f : I(0)) +
+    p.workspace = ((nl * h + 2 * n * h + n * (I(c.qkv_out_size()) / tp + q) + n * f1 + (c.swiglu ? n * f : I(0)) +
                     (sequence_parallel ? n * h : I(0)) + (pipe.pp > 1 ? nl * h : I(0))) *
                    e)
                       .value();

@@ -78,7 +78,7 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
   // FC1's output width: f, or 2f with SwiGLU (gate and up halves, one GEMM of [n, h] x [h, 2f/t]).
   const double f1 = static_cast<double>(c.fc1_out_size());
   LayerTimes lt;
-  const double qkv = gemm3_seconds(n, 3 * q / t, h, g), fc1 = gemm3_seconds(n, f1 / t, h, g);
+  const double qkv = gemm3_seconds(n, static_cast<double>(c.qkv_out_size()) / t, h, g), fc1 = gemm3_seconds(n, f1 / t, h, g);
   lt.gemm = qkv + gemm3_seconds(n, h, q / t, g) + fc1 + gemm3_seconds(n, h, f / t, g);
   lt.wgrad_overlap = (qkv + fc1) / 3.0;
   if (engine.attention == AttentionBackend::kLocal) {

@@ -65,6 +65,13 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   a["--disable-bias-linear"] = jb(!m.add_bias_linear);
   a["--normalization"] = js(m.normalization == model::Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm");
   a["--swiglu"] = jb(m.swiglu);
+  a["--position-embedding-type"] = js(m.rope() ? "rope" : m.learned_positions() ? "learned_absolute" : "none");
+  a["--num-query-groups"] = ji(m.num_query_groups);  // 0: multi-head attention
+  a["--rotary-base"] = jd(m.rotary.base);
+  a["--rotary-percent"] = jd(m.rotary.percent);
+  a["--rotary-seq-len-interpolation-factor"] = jd(m.rotary.seq_len_interpolation_factor);
+  a["--use-rope-scaling"] = jb(m.rotary.use_rope_scaling);
+  a["--rope-scaling-factor"] = jd(m.rotary.rope_scaling_factor);
   a["gelu"] = js(m.gelu == model::Gelu::kTanh ? "tanh" : "exact");
   a["--layernorm-epsilon"] = jd(m.layernorm_epsilon);
   a["--init-method-std"] = jd(m.init_method_std);

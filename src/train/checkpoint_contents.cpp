@@ -229,6 +229,28 @@ CheckpointModel read_checkpoint_model(const LoadedCheckpoint& ck) {
   const std::string normalization = m.choice("args", "--normalization", {"LayerNorm", "RMSNorm"}, "LayerNorm");
   g.normalization = normalization == "RMSNorm" ? model::Normalization::kRMSNorm : model::Normalization::kLayerNorm;
   g.swiglu = m.optional_boolean("args", "--swiglu").value_or(false);
+  // Absent from checkpoints written before rotary embeddings and query groups: learned positions,
+  // one key/value head per query head.
+  const std::string positions =
+      m.choice("args", "--position-embedding-type", {"learned_absolute", "rope", "none"}, "learned_absolute");
+  g.position_embedding = positions == "rope"   ? model::PositionEmbedding::kRope
+                         : positions == "none" ? model::PositionEmbedding::kNone
+                                               : model::PositionEmbedding::kLearnedAbsolute;
+  if (m.has("args", "--num-query-groups")) {
+    g.num_query_groups = m.integer("args", "--num-query-groups", 0, g.num_attention_heads, "args.--num-attention-heads");
+    if (g.num_query_groups > 0 && g.num_attention_heads % g.num_query_groups != 0) {
+      throw_error(m.path(), ": args.--num-query-groups ", g.num_query_groups, " does not divide args.--num-attention-heads ",
+                  g.num_attention_heads);
+    }
+  }
+  if (g.rope()) {
+    g.rotary.base = static_cast<float>(m.number("args", "--rotary-base", 0.0, 1e12, /*lo_open=*/true));
+    g.rotary.percent = static_cast<float>(m.number("args", "--rotary-percent", 0.0, 1.0, /*lo_open=*/true));
+    g.rotary.seq_len_interpolation_factor =
+        static_cast<float>(m.number("args", "--rotary-seq-len-interpolation-factor", 0.0, 1e6));
+    g.rotary.use_rope_scaling = m.optional_boolean("args", "--use-rope-scaling").value_or(false);
+    g.rotary.rope_scaling_factor = static_cast<float>(m.number("args", "--rope-scaling-factor", 0.0, 1e6, true));
+  }
   g.gelu = m.choice("args", "gelu", {"tanh", "exact"}) == "exact" ? model::Gelu::kExact : model::Gelu::kTanh;
   const std::string precision = m.choice("args", "precision", {"fp32", "bf16", "fp16"});
   cm.dtype = precision == "bf16" ? DType::kBF16 : precision == "fp16" ? DType::kF16 : DType::kF32;
@@ -237,6 +259,7 @@ CheckpointModel read_checkpoint_model(const LoadedCheckpoint& ck) {
   // The widths of the declared tensors, then their sizes, must be representable.
   const int64_t q = checked_product(m.path(), g.num_attention_heads, g.kv_channels, "heads x kv-channels");
   checked_product(m.path(), checked_product(m.path(), 3, q, "the QKV rows"), g.hidden_size, "the QKV weight");
+  // (H + 2G) d <= 3 H d: the bound above covers grouped-query attention's QKV too.
   checked_product(m.path(), g.fc1_out_size(), g.hidden_size, "the FC1 weight");
   checked_product(m.path(), g.padded_vocab_size, g.hidden_size, "the word embedding");
   checked_product(m.path(), g.max_position_embeddings, g.hidden_size, "the position embedding");

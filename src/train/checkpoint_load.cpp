@@ -24,11 +24,21 @@ namespace {
 constexpr const char* kFixedArgs[] = {"--num-layers", "--hidden-size", "--num-attention-heads", "--kv-channels",
                                       "--ffn-hidden-size", "--max-position-embeddings", "--seq-length",
                                       "padded_vocab_size", "--untie-embeddings-and-output-weights",
-                                      "--disable-bias-linear", "--normalization", "--swiglu"};
+                                      "--disable-bias-linear", "--normalization", "--swiglu",
+                                      "--position-embedding-type", "--num-query-groups", "--rotary-base",
+                                      "--rotary-percent", "--rotary-seq-len-interpolation-factor",
+                                      "--use-rope-scaling", "--rope-scaling-factor"};
 // What a checkpoint written before an arg was recorded was trained with (JSON text).
 const char* absent_arg_value(const std::string& key) {
   if (key == "--normalization") return "\"LayerNorm\"";
   if (key == "--swiglu") return "false";
+  if (key == "--position-embedding-type") return "\"learned_absolute\"";
+  if (key == "--num-query-groups") return "0";
+  if (key == "--rotary-base") return "10000.0";
+  if (key == "--rotary-percent") return "1.0";
+  if (key == "--rotary-seq-len-interpolation-factor") return "0.0";
+  if (key == "--use-rope-scaling") return "false";
+  if (key == "--rope-scaling-factor") return "8.0";
   return nullptr;
 }
 

@@ -105,6 +105,14 @@ std::optional<bool> CheckpointMetadata::optional_arg_bool(const std::string& key
   return v;
 }
 
+std::optional<int64_t> CheckpointMetadata::optional_arg_int(const std::string& key) const {
+  Parsed p;
+  parse(path_, json_, p);
+  int64_t v = 0;
+  if (p.doc["args"][key].get_int64().get(v) != simdjson::SUCCESS) return std::nullopt;
+  return v;
+}
+
 std::optional<int64_t> CheckpointMetadata::layout_int(const std::string& key) const {
   Parsed p;
   parse(path_, json_, p);

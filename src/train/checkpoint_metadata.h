@@ -26,6 +26,7 @@ class CheckpointMetadata {
   std::string arg_string(const std::string& key) const;
   std::optional<std::string> optional_arg_string(const std::string& key) const;
   std::optional<bool> optional_arg_bool(const std::string& key) const;
+  std::optional<int64_t> optional_arg_int(const std::string& key) const;
   // layout[key], nullopt when absent.
   std::optional<int64_t> layout_int(const std::string& key) const;
   // A top-level integer / string member, nullopt when absent.

@@ -45,6 +45,8 @@ struct TrainConfig {
   // Model shape (--num-layers ... or a --model preset); vocab sizes filled by the caller.
   model::GPTConfig model;
   std::string model_preset;  // --model, empty when not given
+  // The --model preset's vocabulary where it has one (Llama's), used without tokenizer files.
+  std::optional<int64_t> preset_vocab_size;
 
   // Data.
   std::vector<std::string> data_path;       // --data-path (prefix, or weight/prefix pairs)

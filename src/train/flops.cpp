@@ -16,7 +16,8 @@ FlopsTerms flops_terms(const model::GPTConfig& m, int64_t batch, FlopsConvention
   const double L = static_cast<double>(m.num_layers);
   const double h = static_cast<double>(m.hidden_size);
   const double q = static_cast<double>(m.num_attention_heads) * static_cast<double>(m.kv_channels);
-  const double k = q;  // no grouped-query attention yet: g = n
+  // Keys and values: g query groups of d each (g = n without grouped-query attention).
+  const double k = static_cast<double>(m.query_groups()) * static_cast<double>(m.kv_channels);
   const double f = static_cast<double>(m.ffn_hidden_size);
   const double V = static_cast<double>(m.padded_vocab_size);
   const double core = convention == FlopsConvention::k2025 ? 6.0 : 12.0;
@@ -48,11 +49,18 @@ std::string sci(double x) {
   return buf;
 }
 
-// n * d for the text: the integer, or its double when it does not fit in int64.
-std::string heads_times_kv(const model::GPTConfig& m) {
+// heads * d for the text: the integer, or its double when it does not fit in int64.
+std::string heads_times_kv(int64_t heads, int64_t d) {
   int64_t q;
-  if (!__builtin_mul_overflow(m.num_attention_heads, m.kv_channels, &q)) return std::to_string(q);
-  return sci(static_cast<double>(m.num_attention_heads) * static_cast<double>(m.kv_channels));
+  if (!__builtin_mul_overflow(heads, d, &q)) return std::to_string(q);
+  return sci(static_cast<double>(heads) * static_cast<double>(d));
+}
+
+// "q=k=n*d=..." without grouped-query attention, else q and k = g*d apart.
+std::string query_and_key_widths(const model::GPTConfig& m) {
+  const std::string q = heads_times_kv(m.num_attention_heads, m.kv_channels);
+  if (m.query_groups() == m.num_attention_heads) return " q=k=n*d=" + q;
+  return str_cat(" q=n*d=", q, " g=", m.query_groups(), " k=g*d=", heads_times_kv(m.query_groups(), m.kv_channels));
 }
 
 std::string row(const char* name, const std::string& formula, double per_sample, double per_iter) {
@@ -72,7 +80,7 @@ std::string flops_formula_text(const model::GPTConfig& m, int64_t global_batch, 
       "> FLOPs per iteration (", causal ? "Megatron 2025+ convention: causal core attention counted half"
                                         : "Megatron 2024 convention: full core attention",
       "; recompute not counted):\n", "    B=", global_batch, " s=", m.seq_length, " L=", m.num_layers,
-      " h=", m.hidden_size, " n=", m.num_attention_heads, " q=k=n*d=", heads_times_kv(m),
+      " h=", m.hidden_size, " n=", m.num_attention_heads, query_and_key_widths(m),
       " f=", m.ffn_hidden_size, m.swiglu ? " (SwiGLU: c=3)" : "", " V=", m.padded_vocab_size, " (padded)\n");
   out += row("attention QKV + projection", "6*B*s*L*(h*(q+2k)+q*h)", one.attention_linear, all.attention_linear);
   out += row("core attention (QK^T, AV)", causal ? "6*B*s^2*L*q" : "12*B*s^2*L*q", one.core_attention,

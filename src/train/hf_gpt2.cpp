@@ -277,6 +277,14 @@ HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t
     throw_error("[--save-hf] the checkpoint uses RMSNorm (--normalization RMSNorm)", where);
   }
   if (g.swiglu) throw_error("[--save-hf] the checkpoint has a SwiGLU MLP (--swiglu)", where);
+  if (!g.learned_positions()) {
+    throw_error("[--save-hf] the checkpoint has ", g.rope() ? "rotary" : "no", " position embeddings (--position-embedding-type)",
+                where);
+  }
+  if (g.query_groups() != g.num_attention_heads) {
+    throw_error("[--save-hf] the checkpoint has grouped-query attention (--num-query-groups ", g.num_query_groups, ")",
+                where);
+  }
   if (g.kv_channels * g.num_attention_heads != g.hidden_size) {
     throw_error("[--save-hf] --kv-channels ", g.kv_channels, " x --num-attention-heads ", g.num_attention_heads,
                 " is not --hidden-size ", g.hidden_size, where);

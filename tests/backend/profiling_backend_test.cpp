@@ -164,6 +164,35 @@ TEST(ProfilingBackend, CountsCallsPerOpAndPerGemmShape) {
   EXPECT_NE(gemm_json.find("\"shape\": "), std::string::npos);
 }
 
+// The rotary ops reach the wrapped backend (the same bits) and are counted under their names.
+TEST(ProfilingBackend, RotaryOpsAreForwardedAndCounted) {
+  auto rng = test_rng();
+  auto plain = make_cpu_backend();
+  ProfilingBackend prof(make_cpu_backend());
+  RotaryParams p;
+  p.heads = 2;
+  p.query_groups = 1;
+  p.head_dim = 4;
+  p.rot_dim = 4;
+  p.inv_freq = random_tensor({2}, rng);
+  p.position_offset = 3;
+  Tensor x = random_tensor({5, 2, 16}, rng, DType::kBF16), y = clone(x);
+  plain->rotary_forward(x, p);
+  prof.rotary_forward(y, p);
+  EXPECT_TRUE(bitwise_equal(x, y));
+  plain->rotary_backward(x, p);
+  prof.rotary_backward(y, p);
+  prof.rotary_backward(y, p);
+  plain->rotary_backward(x, p);
+  EXPECT_TRUE(bitwise_equal(x, y));
+  const OpProfile r = prof.report();
+  const OpProfileRow* fwd = find_op(r, "rotary_forward");
+  const OpProfileRow* bwd = find_op(r, "rotary_backward");
+  ASSERT_TRUE(fwd && bwd);
+  EXPECT_EQ(fwd->calls, 1);
+  EXPECT_EQ(bwd->calls, 2);
+}
+
 TEST(ProfilingBackend, DisabledOpsAreNotCountedAndResetClears) {
   auto rng = test_rng();
   ProfilingBackend prof(make_cpu_backend());

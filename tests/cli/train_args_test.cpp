@@ -125,7 +125,7 @@ TEST(TrainArgs, EveryPresetIsAValidShape) {
         parse({"--model", p.name, "--micro-batch-size", "1", "--train-iters", "1", "--lr", "1e-4", "--dry-run"});
     EXPECT_EQ(c.model.hidden_size % c.model.num_attention_heads, 0) << p.name;
   }
-  EXPECT_EQ(model_presets().size(), 16u);
+  EXPECT_EQ(model_presets().size(), 24u);  // 16 GPT shapes, 8 Llama
 }
 
 // The benchmark's 13B (head_dim 5120 / 32 = 160) runs on CUDA only on cuDNN's fused attention:

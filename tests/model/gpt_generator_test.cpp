@@ -32,9 +32,18 @@ GPTConfig config() {
   return c;
 }
 
-void expect_logits_match(DType dtype, bool untied) {
+void expect_logits_match(DType dtype, bool untied, bool llama = false) {
   GPTConfig c = config();
   c.untie_embeddings_and_output_weights = untied;
+  if (llama) {
+    // Rotary positions through the KV cache's offsets, 2 key/value groups for 4 heads.
+    c.normalization = Normalization::kRMSNorm;
+    c.swiglu = true;
+    c.add_bias_linear = false;
+    c.position_embedding = PositionEmbedding::kRope;
+    c.rotary.base = 100.0f;
+    c.num_query_groups = 2;
+  }
   auto backend = backend::make_cpu_backend();
   GPTModel model(c, *backend, dtype, 1);
   model.parameters().initialize(*backend, 5, c.init_method_std, c.num_layers);
@@ -74,6 +83,7 @@ void expect_logits_match(DType dtype, bool untied) {
 
 TEST(GPTGenerator, LogitsMatchTheTrainingForward) { expect_logits_match(DType::kF32, false); }
 TEST(GPTGenerator, LogitsMatchTheTrainingForwardUntiedBf16) { expect_logits_match(DType::kBF16, true); }
+TEST(GPTGenerator, LogitsMatchTheTrainingForwardLlama) { expect_logits_match(DType::kF32, true, true); }
 
 TEST(Sampling, GreedyTopKTopP) {
   // Logits 0..9 plus two padded ids with huge logits that must never be chosen.

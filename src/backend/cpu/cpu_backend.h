@@ -20,8 +20,8 @@
 //    probabilities rather than from the saved `out` (exact, even when `out` is 16-bit).
 //
 // Ops live in cpu_backend.cpp (memory, GEMM, reductions), cpu_elementwise.cpp (add, scale,
-// dropout, bias, GELU), cpu_norm.cpp (layernorm, embeddings), cpu_attention.cpp and
-// cpu_loss.cpp (cross-entropy).
+// dropout, bias, GELU), cpu_norm.cpp (layernorm, embeddings), cpu_attention.cpp,
+// cpu_rotary.cpp (rotary position embeddings) and cpu_loss.cpp (cross-entropy).
 #pragma once
 
 #include "backend/ops.h"
@@ -89,6 +89,9 @@ class CpuBackend : public Backend {
                           Tensor& dqkv, const AttentionParams& params) override;
   void attention_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, int64_t past, Tensor& out,
                           const AttentionParams& params) override;
+
+  void rotary_forward(Tensor& qkv, const RotaryParams& params) override;
+  void rotary_backward(Tensor& dqkv, const RotaryParams& params) override;
 
   void cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,

@@ -211,14 +211,16 @@ void CpuBackend::embedding_backward(const Tensor& tokens, const Tensor& position
                                     Tensor& dwpe) {
   check_i32(tokens, "embedding tokens");
   MT_CHECK(tokens.ndim() == 2) << "embedding tokens " << tokens.describe() << " must be [b, s]";
-  MT_CHECK(dwte.ndim() == 2 && dwpe.ndim() == 2 && dwte.dim(1) == dwpe.dim(1))
+  const bool with_positions = dwpe.defined();
+  MT_CHECK(dwte.ndim() == 2 && (!with_positions || (dwpe.ndim() == 2 && dwte.dim(1) == dwpe.dim(1))))
       << "embedding grads dwte " << dwte.describe() << ", dwpe " << dwpe.describe();
   const int64_t b = tokens.dim(0), s = tokens.dim(1), vocab = dwte.dim(0), h = dwte.dim(1);
-  const int32_t* pos = checked_positions(positions, b, s, dwpe.dim(0));
+  const int32_t* pos = with_positions ? checked_positions(positions, b, s, dwpe.dim(0)) : nullptr;
   MT_CHECK(dout.numel() == s * b * h) << "embedding dout " << dout.describe();
   const int32_t* tok = tokens.data_as<const int32_t>();
   In dv(dout, "embedding dout");
-  Out tv(dwte, "embedding dwte", /*load=*/true), pv(dwpe, "embedding dwpe", /*load=*/true);
+  Tensor no_table = Tensor::cpu({1, h});  // stands in for an absent dwpe (never written back)
+  Out tv(dwte, "embedding dwte", /*load=*/true), pv(with_positions ? dwpe : no_table, "embedding dwpe", /*load=*/true);
   // Token and position rows repeat, so the scatters are split by column chunks; each chunk
   // walks the rows in (s, b) order, a fixed accumulation order per element.
   const int64_t chunks = (h + kColumnChunk - 1) / kColumnChunk;
@@ -229,13 +231,15 @@ void CpuBackend::embedding_backward(const Tensor& tokens, const Tensor& position
       const int64_t si = row / b, bi = row % b;
       const int32_t t = tok[bi * s + si];
       const int64_t p = pos != nullptr ? pos[bi * s + si] : si;
-      for (int64_t j = c0; j < c1; ++j) pv[p * h + j] += dv[row * h + j];
+      if (with_positions) {
+        for (int64_t j = c0; j < c1; ++j) pv[p * h + j] += dv[row * h + j];
+      }
       if (t < 0 || t >= vocab) continue;  // another vocab-parallel rank's id
       for (int64_t j = c0; j < c1; ++j) tv[t * h + j] += dv[row * h + j];
     }
   }
   tv.commit();
-  pv.commit();
+  if (with_positions) pv.commit();
 }
 
 }  // namespace megatron::backend

@@ -47,6 +47,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cudnn_attention.h"
+#include "backend/qkv_layout.h"
 
 namespace megatron::backend {
 
@@ -57,16 +58,21 @@ namespace {
 constexpr int kThreads = 256;  // a 16 x 16 thread grid
 constexpr float kNegInf = -INFINITY;
 
-// Row `row` of (batch bi, head hd) of a head-split matrix: element c at
-// base + bi * batch_stride + hd * head_stride + row * row_stride + c.
+// Row `row` of (batch bi, query head hd) of a head-split matrix whose heads come in groups of
+// `group` query heads (query groups, ops.h): element c at
+//   base + bi * batch_stride + (hd / group) * head_stride + (hd % group) * slot_stride
+//        + row * row_stride + c.
+// Queries: group n, slot_stride d; keys and values (shared by a group's queries): slot_stride
+// 0; out/dout and the fp32 KV caches: group 1 (one head per query head) or the group's cache.
 struct HeadMatrix {
   const void* ptr = nullptr;
   DType dtype = DType::kF32;
   int64_t base = 0;
   int64_t row_stride = 0, batch_stride = 0, head_stride = 0;
+  int64_t group = 1, slot_stride = 0;
 
   __device__ int64_t at(int64_t bi, int64_t hd, int64_t row) const {
-    return base + bi * batch_stride + hd * head_stride + row * row_stride;
+    return base + bi * batch_stride + (hd / group) * head_stride + (hd % group) * slot_stride + row * row_stride;
   }
 };
 
@@ -75,15 +81,19 @@ struct OutMatrix {
   DType dtype = DType::kF32;
   int64_t base = 0;
   int64_t row_stride = 0, batch_stride = 0, head_stride = 0;
+  int64_t group = 1, slot_stride = 0;
 
   __device__ int64_t at(int64_t bi, int64_t hd, int64_t row) const {
-    return base + bi * batch_stride + hd * head_stride + row * row_stride;
+    return base + bi * batch_stride + (hd / group) * head_stride + (hd % group) * slot_stride + row * row_stride;
   }
 };
 
-// q, k or v (part 0, 1, 2) of qkv[s, b, heads * 3d]; out/dout of [s, b, heads * d].
-HeadMatrix qkv_part(const Tensor& qkv, int64_t b, int64_t heads, int64_t d, int part) {
-  return HeadMatrix{qkv.data(), qkv.dtype(), part * d, b * heads * 3 * d, heads * 3 * d, 3 * d};
+// q, k or v (part 0, 1, 2) of a query head in qkv[s, b, G * (n + 2) * d] (qkv_layout.h; for
+// G = heads the [q, k, v] per head layout); out/dout of [s, b, heads * d].
+HeadMatrix qkv_part(const Tensor& qkv, int64_t b, const QkvLayout& L, int part) {
+  const int64_t n = L.per_group(), d = L.head_dim, w = L.width();
+  const int64_t base = part == 0 ? 0 : (n + part - 1) * d;
+  return HeadMatrix{qkv.data(), qkv.dtype(), base, b * w, w, L.group_width(), n, part == 0 ? d : 0};
 }
 HeadMatrix head_rows(const Tensor& t, int64_t b, int64_t heads, int64_t d) {
   return HeadMatrix{t.data(), t.dtype(), 0, b * heads * d, heads * d, d};
@@ -97,6 +107,7 @@ struct ForwardArgs {
   int64_t nk = 0;        // key rows
   int64_t q_pos0 = 0;    // absolute position of query row 0 (keys j <= q_pos0 + row are visible)
   int heads = 0, d = 0;
+  int groups = 0, per_group = 1;  // G key/value heads of heads / G query heads each
   float scale = 0.0f;
   float dropout_p = 0.0f;  // index ((dropout_bh(bh) * nq + row) * nk + key); only with nq == nk, q_pos0 == 0
   uint64_t seed = 0, stream = 0;
@@ -117,6 +128,9 @@ struct BackwardArgs {
   const float* delta = nullptr;
   int64_t s = 0;
   int heads = 0, d = 0;
+  // G key/value heads of heads / G query heads each: the dK/dV kernels run one block per
+  // (key tile, batch * G) and sum over the group's query heads in head order.
+  int groups = 0, per_group = 1;
   float scale = 0.0f;
   float dropout_p = 0.0f;
   uint64_t seed = 0, stream = 0;
@@ -398,8 +412,9 @@ constexpr size_t dkdv_smem_bytes() {
                           2 * static_cast<size_t>(BQ));
 }
 
-// dK, dV of one key tile: grid (ceil(s / BK), b * heads). Keys are the rows of every tile
-// here (S^T = K Q^T, dP^T = V dO^T), so dV += (P M)^T dO and dK += dS^T Q read P^T row-wise.
+// dK, dV of one key tile: grid (ceil(s / BK), b * G). Keys are the rows of every tile
+// here (S^T = K Q^T, dP^T = V dO^T), so dV += (P M)^T dO and dK += dS^T Q read P^T row-wise;
+// the query tiles of the group's query heads are visited head after head (query groups).
 // Shared: K, V [BK][DMAX+4], Q, dO [BQ][DMAX+4], PT, dST [BK][BQ+4], lse, D [BQ].
 template <int DMAX, int BK, int BQ>
 __global__ void __launch_bounds__(kThreads, 2) attention_dkdv_kernel(const BackwardArgs a) {
@@ -415,12 +430,12 @@ __global__ void __launch_bounds__(kThreads, 2) attention_dkdv_kernel(const Backw
   float* D_s = lse_s + BQ;
 
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-  const int64_t bh = blockIdx.y, bi = bh / a.heads, hd = bh % a.heads;
+  const int64_t bg = blockIdx.y, bi = bg / a.groups, hd0 = (bg % a.groups) * a.per_group;
   const int64_t k0 = static_cast<int64_t>(blockIdx.x) * BK;
   const bool dropout = a.dropout_p > 0.0f;
 
-  load_tile<BK, DMAX, LD>(Ks, a.k, bi, hd, k0, a.s, a.d);
-  load_tile<BK, DMAX, LD>(Vs, a.v, bi, hd, k0, a.s, a.d);
+  load_tile<BK, DMAX, LD>(Ks, a.k, bi, hd0, k0, a.s, a.d);
+  load_tile<BK, DMAX, LD>(Vs, a.v, bi, hd0, k0, a.s, a.d);
 
   float dk[RR][NC][4], dv[RR][NC][4];
 #pragma unroll
@@ -431,7 +446,10 @@ __global__ void __launch_bounds__(kThreads, 2) attention_dkdv_kernel(const Backw
       for (int e = 0; e < 4; ++e) dk[r][c][e] = dv[r][c][e] = 0.0f;
 
   const int64_t q_tiles = (a.s + BQ - 1) / BQ;
-  for (int64_t qt = k0 / BQ; qt < q_tiles; ++qt) {
+  // The group's query heads in order, each over its query tiles from the diagonal down.
+  for (int64_t step = 0; step < a.per_group * (q_tiles - k0 / BQ); ++step) {
+    const int64_t hd = hd0 + step / (q_tiles - k0 / BQ), qt = k0 / BQ + step % (q_tiles - k0 / BQ);
+    const int64_t bh = bi * a.heads + hd;  // the query head's (batch, head)
     const int64_t q0 = qt * BQ;
     __syncthreads();  // the previous tile's reads of Q, dO, PT, dST are done
     load_tile<BQ, DMAX, LD>(Qs, a.q, bi, hd, q0, a.s, a.d);
@@ -473,8 +491,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_dkdv_kernel(const Backw
     one[r] = 1.0f;
     scale[r] = a.scale;
   }
-  store_rows<RR, NC>(a.dk, bi, hd, k0, a.s, a.d, ty, tx, dk, scale);
-  store_rows<RR, NC>(a.dv, bi, hd, k0, a.s, a.d, ty, tx, dv, one);
+  store_rows<RR, NC>(a.dk, bi, hd0, k0, a.s, a.d, ty, tx, dk, scale);
+  store_rows<RR, NC>(a.dv, bi, hd0, k0, a.s, a.d, ty, tx, dv, one);
 }
 
 template <int DMAX, int BQ, int BK>
@@ -557,12 +575,13 @@ __global__ void __launch_bounds__(kThreads, 2) attention_dq_kernel(const Backwar
   store_rows<RR, NC>(a.dq, bi, hd, q0, a.s, a.d, ty, tx, dq, scale);
 }
 
+// batch_groups = b * G.
 template <int DMAX, int BK, int BQ>
-void launch_dkdv(const BackwardArgs& a, int64_t batch_heads, cudaStream_t stream) {
+void launch_dkdv(const BackwardArgs& a, int64_t batch_groups, cudaStream_t stream) {
   constexpr size_t smem = dkdv_smem_bytes<DMAX, BK, BQ>();
   auto kernel = attention_dkdv_kernel<DMAX, BK, BQ>;
   MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>((a.s + BK - 1) / BK), static_cast<unsigned>(batch_heads));
+  const dim3 grid(static_cast<unsigned>((a.s + BK - 1) / BK), static_cast<unsigned>(batch_groups));
   kernel<<<grid, kThreads, smem, stream>>>(a);
   MT_CUDA_LAUNCH_CHECK();
 }
@@ -587,19 +606,42 @@ __global__ void document_bias_kernel(const int32_t* key_start, int64_t s, DType 
   for (int64_t j = threadIdx.x; j < s; j += blockDim.x) store_f(bias, dtype, row * s + j, j >= lo ? 0.0f : masked);
 }
 
+// ---- query groups on cuDNN ---------------------------------------------------------------
+
+// Copies 16-byte chunks between the query columns of a qkv row (n queries per group of
+// (n + 2) * d columns) and a packed [rows, heads, d] buffer: to_packed, qkv -> packed, else
+// back. d % 8 == 0 elements of 2 bytes, both 16-byte aligned.
+__global__ void query_columns_kernel(const uint4* from, uint4* to, int64_t rows, int heads, int per_group, int d,
+                                     bool to_packed) {
+  const int chunks = d / 8;  // 16-byte chunks per head
+  const int64_t n = rows * heads * chunks;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = idx % chunks, rest = idx / chunks;
+    const int64_t hd = rest % heads, row = rest / heads;
+    const int64_t groups = heads / per_group;
+    const int64_t col = (hd / per_group) * (per_group + 2) * d + (hd % per_group) * d;  // qkv_layout.h q_col
+    const int64_t fused = (row * groups * (per_group + 2) * d + col) / 8 + c;
+    const int64_t packed = idx;
+    if (to_packed) to[packed] = from[fused];
+    else to[fused] = from[packed];
+  }
+}
+
 // ---- KV cache ----------------------------------------------------------------------------
 
-// k_cache/v_cache[bi, hd, past + r, c] = k/v of qkv[r, bi, hd*3d + {d, 2d} + c].
+// k_cache/v_cache[bi, g, past + r, c] = k/v of group g in qkv[r, bi, :] (k, v are indexed by
+// query head: group g's first query head is g * per_group).
 __global__ void kv_cache_append_kernel(HeadMatrix k, HeadMatrix v, float* k_cache, float* v_cache, int64_t t,
-                                       int64_t b, int heads, int d, int64_t max_seq, int64_t past) {
-  const int64_t n = t * b * heads * d;
+                                       int64_t b, int groups, int per_group, int d, int64_t max_seq, int64_t past) {
+  const int64_t n = t * b * groups * d;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t c = idx % d, rest = idx / d;
-    const int64_t hd = rest % heads, bi = (rest / heads) % b, r = rest / (heads * b);
-    const int64_t dst = ((bi * heads + hd) * max_seq + past + r) * d + c;
-    k_cache[dst] = load_f(k.ptr, k.dtype, k.at(bi, hd, r) + c);
-    v_cache[dst] = load_f(v.ptr, v.dtype, v.at(bi, hd, r) + c);
+    const int64_t g = rest % groups, bi = (rest / groups) % b, r = rest / (groups * b);
+    const int64_t dst = ((bi * groups + g) * max_seq + past + r) * d + c;
+    k_cache[dst] = load_f(k.ptr, k.dtype, k.at(bi, g * per_group, r) + c);
+    v_cache[dst] = load_f(v.ptr, v.dtype, v.at(bi, g * per_group, r) + c);
   }
 }
 
@@ -1015,8 +1057,10 @@ constexpr size_t dkdv_tc_smem_bytes() {
 }
 
 // dK, dV of one 64-key tile (warp w: keys 16w .. 16w+15 as the M rows): grid (ceil(s / 64),
-// b * heads), key tiles in reverse order (the first ones see the most query tiles). Query tiles
-// of BQ rows from the diagonal down, Q/dO double-buffered. Per query tile and warp:
+// b * G), key tiles in reverse order (the first ones see the most query tiles). Query tiles
+// of BQ rows from the diagonal down, Q/dO double-buffered; with query groups the walk goes
+// through the tiles of each of the group's query heads in turn (one pipelined sequence, the
+// dK/dV accumulators shared: the sum over the group's heads, in head order). Per query tile and warp:
 // S^T = K Q^T and dP^T = V dO^T (16 x BQ), P^T, dS^T in registers, then dV += (P M)^T dO and
 // dK += dS^T Q with P^T/dS^T as A operands and dO/Q read by ldmatrix.trans. Fixed order: no
 // atomics. Shared: K, V [64][D+8], Q, dO [2][BQ][D+8], lse (log2 units), D [2][BQ] (all
@@ -1036,21 +1080,19 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
   int* lo_s = reinterpret_cast<int*>(D_s + 2 * BQ);             // [2][BQ], kDoc only
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-  const int64_t bh = blockIdx.y, bi = bh / a.heads, hd = bh % a.heads;
+  const int64_t bg = blockIdx.y, bi = bg / a.groups, hd0 = (bg % a.groups) * a.per_group;
   const int64_t k0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * BK;
-  const T* qb = head_base<T>(a.q, bi, hd);
-  const T* kb = head_base<T>(a.k, bi, hd);
-  const T* vb = head_base<T>(a.v, bi, hd);
-  const T* dob = head_base<T>(a.dout, bi, hd);
+  const T* kb = head_base<T>(a.k, bi, hd0);
+  const T* vb = head_base<T>(a.v, bi, hd0);
   const bool dropout = a.dropout_p > 0.0f;
   const float inv_keep = dropout ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
   const float scale2 = a.scale * kLog2e;
-  const float* lse2b = a.lse2 + bh * a.s;
-  const float* deltab = a.delta + bh * a.s;
   const int32_t* key_start = kDoc ? a.key_start + bi * a.s : nullptr;
-  // lse2 / delta (and key_start) of query rows [r0, r0 + BQ) into buffer `b` (0 past s), in the
-  // caller's group.
-  auto load_rows = [&](int b, int64_t r0) {
+  // lse2 / delta (and key_start) of query rows [r0, r0 + BQ) of query head hd into buffer `b`
+  // (0 past s), in the caller's group.
+  auto load_rows = [&](int b, int64_t hd, int64_t r0) {
+    const float* lse2b = a.lse2 + (bi * a.heads + hd) * a.s;
+    const float* deltab = a.delta + (bi * a.heads + hd) * a.s;
     for (int i = threadIdx.x; i < (kDoc ? 3 : 2) * BQ; i += kTcThreads) {
       const int r = i % BQ;
       const bool ok = r0 + r < a.s;
@@ -1075,11 +1117,13 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
     }
     q_tiles = (hi_row + BQ - 1) / BQ;
   }
+  // Step it of the walk: query tile qt0 + it % per_head of query head hd0 + it / per_head.
+  const int per_head = static_cast<int>(q_tiles - qt0), steps = per_head * a.per_group;
   load_tile_async<T, BK, D>(Ks, kb, a.k.row_stride, k0, a.s);
   load_tile_async<T, BK, D>(Vs, vb, a.v.row_stride, k0, a.s);
-  load_tile_async<T, BQ, D>(Qs, qb, a.q.row_stride, qt0 * BQ, a.s);
-  load_tile_async<T, BQ, D>(dOs, dob, a.dout.row_stride, qt0 * BQ, a.s);
-  load_rows(0, qt0 * BQ);
+  load_tile_async<T, BQ, D>(Qs, head_base<T>(a.q, bi, hd0), a.q.row_stride, qt0 * BQ, a.s);
+  load_tile_async<T, BQ, D>(dOs, head_base<T>(a.dout, bi, hd0), a.dout.row_stride, qt0 * BQ, a.s);
+  load_rows(0, hd0, qt0 * BQ);
   cp_async_commit();
 
   const int64_t key_a = k0 + warp * 16 + g;  // this thread's keys: key_a, key_a + 8
@@ -1089,13 +1133,18 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[j][e] = dv[j][e] = 0.0f;
 
-  for (int64_t qt = qt0; qt < q_tiles; ++qt) {
+  for (int it = 0; it < steps; ++it) {
+    const int64_t hd = hd0 + it / per_head, qt = qt0 + it % per_head;
+    const int64_t bh = bi * a.heads + hd;  // the query head's (batch, head)
     const int64_t q0 = qt * BQ;
-    const int buf = static_cast<int>((qt - qt0) & 1);
-    if (qt + 1 < q_tiles) {
-      load_tile_async<T, BQ, D>(Qs + (buf ^ 1) * BQ * LD, qb, a.q.row_stride, q0 + BQ, a.s);
-      load_tile_async<T, BQ, D>(dOs + (buf ^ 1) * BQ * LD, dob, a.dout.row_stride, q0 + BQ, a.s);
-      load_rows(buf ^ 1, q0 + BQ);
+    const int buf = it & 1;
+    if (it + 1 < steps) {
+      const int64_t hd_next = hd0 + (it + 1) / per_head, q_next = (qt0 + (it + 1) % per_head) * BQ;
+      load_tile_async<T, BQ, D>(Qs + (buf ^ 1) * BQ * LD, head_base<T>(a.q, bi, hd_next), a.q.row_stride, q_next,
+                                a.s);
+      load_tile_async<T, BQ, D>(dOs + (buf ^ 1) * BQ * LD, head_base<T>(a.dout, bi, hd_next), a.dout.row_stride,
+                                q_next, a.s);
+      load_rows(buf ^ 1, hd_next, q_next);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -1181,8 +1230,8 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
     __syncthreads();  // Q/dO/lse/D buffer `buf` is refilled by the next iteration's prefetch
   }
 
-  T* dkb = head_base<T>(a.dk, bi, hd);
-  T* dvb = head_base<T>(a.dv, bi, hd);
+  T* dkb = head_base<T>(a.dk, bi, hd0);
+  T* dvb = head_base<T>(a.dv, bi, hd0);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t key = key_a + h * 8;
@@ -1370,9 +1419,11 @@ void launch_backward_tc(const BackwardArgs& args, int64_t batch_heads, cudaStrea
   constexpr size_t smem1 = dkdv_tc_smem_bytes<D, BQ, kDoc>();
   auto k1 = attention_dkdv_tc_kernel<T, D, BQ, kDoc>;
   MT_CUDA_CHECK(cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem1)));
-  const dim3 grid(static_cast<unsigned>((a.s + 63) / 64), static_cast<unsigned>(batch_heads));
-  k1<<<grid, kTcThreads, smem1, stream>>>(a);
+  const int64_t batch_groups = batch_heads / a.per_group;
+  const dim3 grid1(static_cast<unsigned>((a.s + 63) / 64), static_cast<unsigned>(batch_groups));
+  k1<<<grid1, kTcThreads, smem1, stream>>>(a);
   MT_CUDA_LAUNCH_CHECK();
+  const dim3 grid(static_cast<unsigned>((a.s + 63) / 64), static_cast<unsigned>(batch_heads));
   constexpr size_t smem2 = dq_tc_smem_bytes<D>();
   auto k2 = attention_dq_tc_kernel<T, D, kDoc>;
   MT_CUDA_CHECK(cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem2)));
@@ -1440,6 +1491,7 @@ void run_forward_tc(const ForwardArgs& a, int64_t batch_heads, DType dt, cudaStr
 struct Dims {
   int64_t s, b, heads, d;
   const int32_t* key_start = nullptr;  // device [b, s] (AttentionParams::key_start) or null
+  QkvLayout layout;
 };
 
 // Past kOwnAttentionMaxHeadDim only cuDNN runs attention (cudnn_attention.cpp); called where
@@ -1455,10 +1507,12 @@ Dims check_attention(const Tensor& qkv, const Tensor& lse, const AttentionParams
   MT_CHECK(p.heads > 0 && p.head_dim > 0) << "attention heads " << p.heads << ", head_dim " << p.head_dim;
   MT_CHECK(p.softmax_scale > 0.0f) << "attention softmax_scale " << p.softmax_scale << " (unset?)";
   MT_CHECK(p.dropout.p >= 0.0f && p.dropout.p < 1.0f) << "attention dropout " << p.dropout.p;
-  MT_CHECK(qkv.ndim() == 3 && qkv.dim(2) == p.heads * 3 * p.head_dim)
-      << "attention qkv " << qkv.describe() << " for " << p.heads << " heads of " << p.head_dim;
+  const QkvLayout layout(p.heads, p.groups(), p.head_dim);
+  MT_CHECK(qkv.ndim() == 3 && qkv.dim(2) == layout.width())
+      << "attention qkv " << qkv.describe() << " for " << p.heads << " heads in " << layout.groups
+      << " query groups of " << p.head_dim;
   MT_CHECK(is_float(qkv.dtype())) << "attention qkv " << qkv.describe();
-  Dims dims{qkv.dim(0), qkv.dim(1), p.heads, p.head_dim};
+  Dims dims{qkv.dim(0), qkv.dim(1), p.heads, p.head_dim, nullptr, layout};
   if (p.key_start.defined()) {
     // Its values (non-decreasing, each row's within [0, i]) are the caller's contract (ops.h):
     // checking them would wait for the device.
@@ -1478,6 +1532,12 @@ Dims check_attention(const Tensor& qkv, const Tensor& lse, const AttentionParams
 OutMatrix out_part(Tensor& t, int64_t base, int64_t row_stride, int64_t batch_stride, int64_t head_stride) {
   return OutMatrix{t.data(), t.dtype(), base, row_stride, batch_stride, head_stride};
 }
+// dq, dk or dv (part 0, 1, 2) in dqkv: qkv_part's addressing (dk/dv of a group written once).
+OutMatrix dqkv_part(Tensor& dqkv, int64_t b, const QkvLayout& L, int part) {
+  const int64_t n = L.per_group(), d = L.head_dim, w = L.width();
+  const int64_t base = part == 0 ? 0 : (n + part - 1) * d;
+  return OutMatrix{dqkv.data(), dqkv.dtype(), base, b * w, w, L.group_width(), n, part == 0 ? d : 0};
+}
 
 }  // namespace
 
@@ -1491,15 +1551,42 @@ void write_document_bias(const int32_t* key_start, int64_t b, int64_t s, DType d
   MT_CUDA_LAUNCH_CHECK();
 }
 
+void gather_queries(const void* qkv, int64_t s, int64_t b, int64_t heads, int64_t groups, int64_t d, DType dtype,
+                    void* q, cudaStream_t stream) {
+  MT_CHECK(dtype_size(dtype) == 2 && d % 8 == 0 && heads % groups == 0)
+      << "gather_queries of " << dtype_name(dtype) << " head_dim " << d << ", " << heads << " heads in " << groups;
+  const int64_t n = s * b * heads * (d / 8);
+  if (n == 0) return;
+  query_columns_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<const uint4*>(qkv), static_cast<uint4*>(q), s * b,
+                                                       static_cast<int>(heads), static_cast<int>(heads / groups),
+                                                       static_cast<int>(d), true);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void scatter_query_grads(const void* dq, int64_t s, int64_t b, int64_t heads, int64_t groups, int64_t d, DType dtype,
+                         void* dqkv, cudaStream_t stream) {
+  MT_CHECK(dtype_size(dtype) == 2 && d % 8 == 0 && heads % groups == 0)
+      << "scatter_query_grads of " << dtype_name(dtype) << " head_dim " << d << ", " << heads << " heads in "
+      << groups;
+  const int64_t n = s * b * heads * (d / 8);
+  if (n == 0) return;
+  query_columns_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<const uint4*>(dq), static_cast<uint4*>(dqkv),
+                                                       s * b, static_cast<int>(heads), static_cast<int>(heads / groups),
+                                                       static_cast<int>(d), false);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
 void CudaBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) {
-  const auto [s, b, heads, d, key_start] = check_attention(qkv, lse, params);
+  const auto [s, b, heads, d, key_start, L] = check_attention(qkv, lse, params);
   MT_CHECK(out.numel() == s * b * heads * d && is_float(out.dtype())) << "attention out " << out.describe();
   if (cudnn_attention_forward(qkv, out, lse, params)) return;  // cudnn_attention.cpp decides per case
   require_own_head_dim(d);
   ForwardArgs a;
-  a.q = qkv_part(qkv, b, heads, d, 0);
-  a.k = qkv_part(qkv, b, heads, d, 1);
-  a.v = qkv_part(qkv, b, heads, d, 2);
+  a.q = qkv_part(qkv, b, L, 0);
+  a.k = qkv_part(qkv, b, L, 1);
+  a.v = qkv_part(qkv, b, L, 2);
+  a.groups = static_cast<int>(L.groups);
+  a.per_group = static_cast<int>(L.per_group());
   a.out = out_part(out, 0, b * heads * d, heads * d, d);
   a.lse = static_cast<float*>(lse.data());  // device pointer (data_as<> is host-only)
   a.nq = s;
@@ -1524,7 +1611,7 @@ void CudaBackend::attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse,
 
 void CudaBackend::attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                      Tensor& dqkv, const AttentionParams& params) {
-  const auto [s, b, heads, d, key_start] = check_attention(qkv, lse, params);
+  const auto [s, b, heads, d, key_start, L] = check_attention(qkv, lse, params);
   MT_CHECK(dout.numel() == s * b * heads * d && is_float(dout.dtype())) << "attention dout " << dout.describe();
   MT_CHECK(out.numel() == s * b * heads * d && is_float(out.dtype())) << "attention out " << out.describe();
   MT_CHECK(dqkv.numel() == qkv.numel() && is_float(dqkv.dtype()))
@@ -1534,15 +1621,16 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& qkv, cons
   require_own_head_dim(d);
 
   BackwardArgs a;
-  a.q = qkv_part(qkv, b, heads, d, 0);
-  a.k = qkv_part(qkv, b, heads, d, 1);
-  a.v = qkv_part(qkv, b, heads, d, 2);
+  a.q = qkv_part(qkv, b, L, 0);
+  a.k = qkv_part(qkv, b, L, 1);
+  a.v = qkv_part(qkv, b, L, 2);
   a.dout = head_rows(dout, b, heads, d);
   a.out = head_rows(out, b, heads, d);
-  const int64_t row = b * heads * 3 * d;
-  a.dq = out_part(dqkv, 0, row, heads * 3 * d, 3 * d);
-  a.dk = out_part(dqkv, d, row, heads * 3 * d, 3 * d);
-  a.dv = out_part(dqkv, 2 * d, row, heads * 3 * d, 3 * d);
+  a.dq = dqkv_part(dqkv, b, L, 0);
+  a.dk = dqkv_part(dqkv, b, L, 1);
+  a.dv = dqkv_part(dqkv, b, L, 2);
+  a.groups = static_cast<int>(L.groups);
+  a.per_group = static_cast<int>(L.per_group());
   a.lse = static_cast<const float*>(lse.data());
   a.s = s;
   a.heads = static_cast<int>(heads);
@@ -1558,10 +1646,10 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& qkv, cons
   if (tc_eligible(d, {&qkv, &dout, &out, &dqkv})) {
     run_backward_tc(a, b * heads, qkv.dtype(), stream());
   } else if (d <= 64) {
-    launch_dkdv<64, 64, 64>(a, b * heads, stream());
+    launch_dkdv<64, 64, 64>(a, b * L.groups, stream());
     launch_dq<64, 64, 64>(a, b * heads, stream());
   } else {
-    launch_dkdv<128, 32, 32>(a, b * heads, stream());
+    launch_dkdv<128, 32, 32>(a, b * L.groups, stream());
     launch_dq<128, 64, 32>(a, b * heads, stream());
   }
 }
@@ -1571,30 +1659,34 @@ void CudaBackend::attention_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor&
   const int64_t heads = params.heads, d = params.head_dim;
   MT_CHECK(heads > 0 && d > 0 && d <= 128) << "attention_kv_cache heads " << heads << ", head_dim " << d
                                            << " (CUDA: head_dim <= 128)";
+  const QkvLayout L(heads, params.groups(), d);
+  const int64_t groups = L.groups;
   MT_CHECK(params.softmax_scale > 0.0f) << "attention softmax_scale unset";
-  MT_CHECK(qkv.ndim() == 3 && qkv.dim(2) == heads * 3 * d && is_float(qkv.dtype()))
+  MT_CHECK(qkv.ndim() == 3 && qkv.dim(2) == L.width() && is_float(qkv.dtype()))
       << "attention_kv_cache qkv " << qkv.describe();
   const int64_t t = qkv.dim(0), b = qkv.dim(1);
   MT_CHECK(k_cache.dtype() == DType::kF32 && v_cache.dtype() == DType::kF32)
       << "attention caches " << k_cache.describe() << " / " << v_cache.describe() << " must be fp32";
-  MT_CHECK(k_cache.ndim() == 4 && k_cache.dim(0) == b && k_cache.dim(1) == heads && k_cache.dim(3) == d &&
+  MT_CHECK(k_cache.ndim() == 4 && k_cache.dim(0) == b && k_cache.dim(1) == groups && k_cache.dim(3) == d &&
            v_cache.shape() == k_cache.shape())
-      << "attention caches " << k_cache.describe() << " / " << v_cache.describe();
+      << "attention caches " << k_cache.describe() << " / " << v_cache.describe() << ", expected [" << b << ", "
+      << groups << ", max_seq, " << d << "]";
   const int64_t max_seq = k_cache.dim(2);
   MT_CHECK(past >= 0 && past + t <= max_seq) << "attention_kv_cache past " << past << " + " << t << " > " << max_seq;
   MT_CHECK(out.numel() == t * b * heads * d && is_float(out.dtype())) << "attention_kv_cache out " << out.describe();
   MT_CHECK(b * heads <= 65535) << "attention_kv_cache b * heads " << b * heads << " > 65535";
   if (t == 0 || b == 0) return;
 
-  const HeadMatrix k_new = qkv_part(qkv, b, heads, d, 1), v_new = qkv_part(qkv, b, heads, d, 2);
-  kv_cache_append_kernel<<<grid_for(t * b * heads * d), 256, 0, stream()>>>(
-      k_new, v_new, static_cast<float*>(k_cache.data()), static_cast<float*>(v_cache.data()), t, b, static_cast<int>(heads),
-      static_cast<int>(d), max_seq, past);
+  const HeadMatrix k_new = qkv_part(qkv, b, L, 1), v_new = qkv_part(qkv, b, L, 2);
+  kv_cache_append_kernel<<<grid_for(t * b * groups * d), 256, 0, stream()>>>(
+      k_new, v_new, static_cast<float*>(k_cache.data()), static_cast<float*>(v_cache.data()), t, b,
+      static_cast<int>(groups), static_cast<int>(L.per_group()), static_cast<int>(d), max_seq, past);
   MT_CUDA_LAUNCH_CHECK();
 
   ForwardArgs a;
-  a.q = qkv_part(qkv, b, heads, d, 0);
-  const HeadMatrix cache{nullptr, DType::kF32, 0, d, heads * max_seq * d, max_seq * d};
+  a.q = qkv_part(qkv, b, L, 0);
+  // [b, G, max_seq, d], read by query head (its group's cache).
+  const HeadMatrix cache{nullptr, DType::kF32, 0, d, groups * max_seq * d, max_seq * d, L.per_group(), 0};
   a.k = cache;
   a.k.ptr = k_cache.data();
   a.v = cache;

@@ -8,6 +8,7 @@
 //   cuda_norm.cu         layernorm forward/backward, embedding forward/backward
 //   cuda_loss.cu         cross-entropy forward/backward
 //   cuda_attention.cu    causal attention forward/backward (flash-style, lse saved), KV cache
+//   cuda_rotary.cu       rotary position embeddings in place on qkv, forward and backward
 //   cuda_recording.cpp   recorded work: stream capture into CUDA graphs, replay
 //   cudnn_attention.cpp  the same attention through cuDNN's fused flash attention, chosen per
 //                        case (attention_impl.h: MEGATRON_ATTENTION_IMPL=auto|cudnn|own)
@@ -145,6 +146,9 @@ class CudaBackend : public Backend {
                           Tensor& dqkv, const AttentionParams& params) override;
   void attention_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, int64_t past, Tensor& out,
                           const AttentionParams& params) override;
+
+  void rotary_forward(Tensor& qkv, const RotaryParams& params) override;
+  void rotary_backward(Tensor& dqkv, const RotaryParams& params) override;
 
   void cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,

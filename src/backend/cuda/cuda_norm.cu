@@ -1339,17 +1339,19 @@ void CudaBackend::embedding_backward(const Tensor& tokens, const Tensor& positio
   cuda::check_device_i32(tokens, "embedding tokens");
   cuda::check_device_float(dout, "embedding dout");
   cuda::check_device_float(dwte, "embedding dwte");
-  cuda::check_device_float(dwpe, "embedding dwpe");
+  const bool with_positions = dwpe.defined();  // undefined: no position table
+  if (with_positions) cuda::check_device_float(dwpe, "embedding dwpe");
   MT_CHECK(tokens.ndim() == 2) << "embedding tokens " << tokens.describe() << " must be [b, s]";
-  MT_CHECK(dwte.ndim() == 2 && dwpe.ndim() == 2 && dwte.dim(1) == dwpe.dim(1))
+  MT_CHECK(dwte.ndim() == 2 && (!with_positions || (dwpe.ndim() == 2 && dwte.dim(1) == dwpe.dim(1))))
       << "embedding grads dwte " << dwte.describe() << ", dwpe " << dwpe.describe();
   const int64_t b = tokens.dim(0), s = tokens.dim(1), vocab = dwte.dim(0), h = dwte.dim(1);
-  const int32_t* pos = device_positions(positions, b, s, dwpe.dim(0));
+  const int32_t* pos = with_positions ? device_positions(positions, b, s, dwpe.dim(0)) : nullptr;
   MT_CHECK(dout.numel() == s * b * h) << "embedding dout " << dout.describe();
   const int64_t rows = s * b;
   if (rows == 0 || h == 0) return;
   MT_CHECK(rows <= std::numeric_limits<int32_t>::max()) << "embedding: " << rows << " rows exceed the grid";
   scatter_add_rows(static_cast<const int32_t*>(tokens.data()), b, s, vocab, dout, dwte, stream());
+  if (!with_positions) return;
   if (pos != nullptr) {
     scatter_add_rows(pos, b, s, dwpe.dim(0), dout, dwpe, stream());
     return;

@@ -492,7 +492,8 @@ constexpr int64_t kQ = 1, kK = 2, kV = 3, kO = 4, kStats = 5, kScale = 6, kNegIn
 cudnnDataType_t cudnn_dtype(DType d) { return d == DType::kBF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
 
 std::string key_name(const CudnnAttentionKey& k) {
-  return str_cat(dtype_name(k.dtype), " b=", k.b, " s=", k.s, " heads=", k.heads, " head_dim=", k.head_dim,
+  return str_cat(dtype_name(k.dtype), " b=", k.b, " s=", k.s, " heads=", k.heads,
+                 k.groups > 0 && k.groups != k.heads ? str_cat(" query_groups=", k.groups) : std::string(), " head_dim=", k.head_dim,
                  k.dropout_bits != 0 ? str_cat(" dropout=", k.dropout_p()) : std::string(),
                  k.deterministic ? " deterministic" : "", k.documents ? " documents" : "");
 }
@@ -520,23 +521,32 @@ cudnnBackendDescriptor_t add_document_bias(Graph& g, const CudnnAttentionKey& k,
 // Dims and strides of one case (see cudnn_attention.h).
 struct Layout {
   Dims4 bhsd, bhds, bhss, bhs1;
-  Dims4 qkv;       // q, k, v, dq, dk, dv as [b, h, s, d] inside qkv/dqkv
-  Dims4 qkv_t;     // k, v as [b, h, d, s]
+  Dims4 gsd, gds;  // k, v as [b, G, s, d] and [b, G, d, s] (G = h without query groups)
+  Dims4 q;         // q, dq as [b, h, s, d]: inside qkv/dqkv for G = h, else the packed buffers
+  Dims4 qkv;       // k, v, dk, dv as [b, G, s, d] inside qkv/dqkv
+  Dims4 qkv_t;     // k, v as [b, G, d, s]
   Dims4 o;         // o, do as [b, h, s, d]
   Dims4 scores;    // [b, h, s, s] row-major
   Dims4 scores_t;  // the same storage as [b, h, s_kv, s_q]
   Dims4 rows;      // [b, h, s, 1]
-  Dims4 packed;    // [b, h, s, d] row-major (fp32 intermediates)
+  Dims4 packed;    // [b, h, s, d] row-major (fp32 intermediates, the grouped dK/dV per query head)
+  int64_t k_offset = 0, v_offset = 0;  // elements from the start of a qkv row
 
   explicit Layout(const CudnnAttentionKey& k) {
-    const int64_t b = k.b, s = k.s, h = k.heads, d = k.head_dim;
+    const int64_t b = k.b, s = k.s, h = k.heads, d = k.head_dim, G = k.groups > 0 ? k.groups : h, n = h / G;
+    const int64_t w = G * (n + 2) * d;  // one qkv row
     bhsd = {b, h, s, d};
     bhds = {b, h, d, s};
+    gsd = {b, G, s, d};
+    gds = {b, G, d, s};
     bhss = {b, h, s, s};
     bhs1 = {b, h, s, 1};
-    qkv = {h * 3 * d, 3 * d, b * h * 3 * d, 1};
-    qkv_t = {h * 3 * d, 3 * d, 1, b * h * 3 * d};
+    qkv = {w, (n + 2) * d, b * w, 1};
+    qkv_t = {w, (n + 2) * d, 1, b * w};
     o = {h * d, d, b * h * d, 1};
+    q = n == 1 ? qkv : o;
+    k_offset = n * d;
+    v_offset = (n + 1) * d;
     scores = {h * s * s, s * s, s, 1};
     scores_t = {h * s * s, s * s, 1, s};
     rows = {h * s, s, 1, 1};
@@ -548,9 +558,9 @@ struct Layout {
 void forward_graph(Graph& g, const CudnnAttentionKey& k) {
   const Layout L(k);
   const cudnnDataType_t io = cudnn_dtype(k.dtype), f32 = CUDNN_DATA_FLOAT;
-  auto q = g.tensor("Q", kQ, io, L.bhsd, L.qkv);
-  auto kt = g.tensor("K^T", kK, io, L.bhds, L.qkv_t);
-  auto v = g.tensor("V", kV, io, L.bhsd, L.qkv);
+  auto q = g.tensor("Q", kQ, io, L.bhsd, L.q);
+  auto kt = g.tensor("K^T", kK, io, L.gds, L.qkv_t);
+  auto v = g.tensor("V", kV, io, L.gsd, L.qkv);
   auto o = g.tensor("O", kO, io, L.bhsd, L.o);
   auto stats = g.tensor("Stats", kStats, f32, L.bhs1, L.rows);
   auto scale = g.scalar("scale", kScale);
@@ -590,10 +600,11 @@ void forward_graph(Graph& g, const CudnnAttentionKey& k) {
 // The backward graph of `k` into g (empty).
 void backward_graph(Graph& g, const CudnnAttentionKey& k) {
   const Layout L(k);
+  const bool grouped = L.gsd[1] != L.bhsd[1];
   const cudnnDataType_t io = cudnn_dtype(k.dtype), f32 = CUDNN_DATA_FLOAT;
-  auto q = g.tensor("Q", kQ, io, L.bhsd, L.qkv);
-  auto kt = g.tensor("K^T", kK, io, L.bhds, L.qkv_t);
-  auto vt = g.tensor("V^T", kV, io, L.bhds, L.qkv_t);
+  auto q = g.tensor("Q", kQ, io, L.bhsd, L.q);
+  auto kt = g.tensor("K^T", kK, io, L.gds, L.qkv_t);
+  auto vt = g.tensor("V^T", kV, io, L.gds, L.qkv_t);
   auto o = g.tensor("O", kO, io, L.bhsd, L.o);
   auto stats = g.tensor("Stats", kStats, f32, L.bhs1, L.rows);
   auto scale = g.scalar("scale", kScale);
@@ -601,9 +612,9 @@ void backward_graph(Graph& g, const CudnnAttentionKey& k) {
   const bool dropout = k.dropout_bits != 0;
   auto one = dropout ? nullptr : g.scalar("one", kOne);
   auto dout = g.tensor("dO", kDO, io, L.bhsd, L.o);
-  auto dq = g.tensor("dQ", kDQ, io, L.bhsd, L.qkv);
-  auto dk = g.tensor("dK", kDK, io, L.bhsd, L.qkv);
-  auto dv = g.tensor("dV", kDV, io, L.bhsd, L.qkv);
+  auto dq = g.tensor("dQ", kDQ, io, L.bhsd, L.q);
+  auto dk = g.tensor("dK", kDK, io, L.gsd, L.qkv);
+  auto dv = g.tensor("dV", kDV, io, L.gsd, L.qkv);
   auto dsum = g.tensor("D", kDSum, f32, L.bhs1, L.rows);  // in our workspace
 
   // D_i = sum_t dO_it O_it (= sum_j P_ij dP_ij), times 1, or with dropout times 1 - p (then D is
@@ -639,7 +650,13 @@ void backward_graph(Graph& g, const CudnnAttentionKey& k) {
   }
   auto pt = g.virt("P^T", io, L.bhss, L.scores_t);
   g.reshape("P^T", p_used, pt);
-  g.matmul("P^T dO", pt, dout, dv);
+  if (grouped) {  // per query head, then summed over each group's heads
+    auto dv_heads = g.virt("dV per query head", io, L.bhsd, L.packed);
+    g.matmul("P^T dO", pt, dout, dv_heads);
+    g.reduction("dV = sum over the group", CUDNN_REDUCE_TENSOR_ADD, dv_heads, dv);
+  } else {
+    g.matmul("P^T dO", pt, dout, dv);
+  }
 
   // dS = P (dP - D) scale. With dropout, dP (= dO V^T) is the gradient of the dropped P, so
   // dS = P (dP mask / (1-p) - D) scale, computed as P (dP mask - D (1-p)) / (1-p) scale (D
@@ -666,10 +683,16 @@ void backward_graph(Graph& g, const CudnnAttentionKey& k) {
   // dK = dS^T Q.
   auto dst = g.virt("dS^T", io, L.bhss, L.scores_t);
   g.reshape("dS^T", ds, dst);
-  g.matmul("dS^T Q", dst, q, dk);
+  if (grouped) {
+    auto dk_heads = g.virt("dK per query head", io, L.bhsd, L.packed);
+    g.matmul("dS^T Q", dst, q, dk_heads);
+    g.reduction("dK = sum over the group", CUDNN_REDUCE_TENSOR_ADD, dk_heads, dk);
+  } else {
+    g.matmul("dS^T Q", dst, q, dk);
+  }
 
   // dQ = dS K: through an fp32 accumulator (atomics) unless deterministic.
-  auto kmat = g.virt("K", io, L.bhsd, L.qkv);
+  auto kmat = g.virt("K", io, L.gsd, L.qkv);
   g.reshape("K from K^T", kt, kmat);
   if (k.deterministic) {
     g.matmul("dS K", ds, kmat, dq);
@@ -720,6 +743,9 @@ struct CudnnAttention::Entry {
   // Documents: the bias [b, s, s] after cuDNN's forward workspace and after the backward's
   // above; fwd_bytes is the forward's whole need.
   int64_t bias_offset_fwd = 0, bias_offset_bwd = 0, fwd_bytes = 0;
+  // Query groups: the packed Q [s, b, h, d] (forward and backward) and dQ (backward) buffers
+  // after the above (0 bytes for G = h).
+  int64_t q_offset_fwd = 0, q_offset_bwd = 0, dq_offset_bwd = 0, q_bytes = 0;
   // Scalars passed by value (their addresses go into the variant packs).
   float scale = 0.0f, neg_inf = -INFINITY, one = 1.0f, drop_scale = 1.0f, drop_scale_inv = 1.0f;
 };
@@ -805,6 +831,14 @@ CudnnAttention::Entry& CudnnAttention::entry(const CudnnAttentionKey& key) {
         e->bias_offset_bwd = align_up(e->bwd_bytes, 256);
         e->bwd_bytes = e->bias_offset_bwd + bias_bytes;
       }
+      if (key.groups > 0 && key.groups != key.heads) {
+        e->q_bytes = rows * key.head_dim * 2;
+        e->q_offset_fwd = align_up(e->fwd_bytes, 256);
+        e->fwd_bytes = e->q_offset_fwd + e->q_bytes;
+        e->q_offset_bwd = align_up(e->bwd_bytes, 256);
+        e->dq_offset_bwd = align_up(e->q_offset_bwd + e->q_bytes, 256);
+        e->bwd_bytes = e->dq_offset_bwd + e->q_bytes;
+      }
       workspace(std::max(e->fwd_bytes, e->bwd_bytes));  // sized now, not in the middle of a step
       if (key.dropout_bits != 0 && !rng_.defined()) rng_ = backend_.empty({8}, DType::kF32, MemoryKind::kWorkspace);
     } catch (const Error& err) {
@@ -841,10 +875,15 @@ void CudnnAttention::forward(const CudnnAttentionKey& key, const void* qkv, void
   Entry& e = entry(key);
   MT_CHECK(e.unavailable.empty()) << "cuDNN attention forward of " << key_name(key) << ": " << e.unavailable;
   char* base = static_cast<char*>(const_cast<void*>(qkv));
-  const int64_t d_bytes = key.head_dim * 2;
-  std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
-  std::vector<void*> ptrs = {base, base + d_bytes, base + 2 * d_bytes, out, lse, &e.scale, &e.neg_inf};
+  const Layout L(key);
   char* ws = static_cast<char*>(workspace(e.fwd_bytes));
+  char* q = base;
+  if (e.q_bytes > 0) {
+    q = ws + e.q_offset_fwd;
+    gather_queries(qkv, key.s, key.b, key.heads, key.groups, key.head_dim, key.dtype, q, backend_.stream());
+  }
+  std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
+  std::vector<void*> ptrs = {q, base + L.k_offset * 2, base + L.v_offset * 2, out, lse, &e.scale, &e.neg_inf};
   if (key.documents) {
     write_document_bias(key_start, key.b, key.s, key.dtype, ws + e.bias_offset_fwd, backend_.stream());
     uids.push_back(kDocumentBias);
@@ -869,19 +908,26 @@ void CudnnAttention::backward(const CudnnAttentionKey& key, const void* dout, co
   }
   char* in = static_cast<char*>(const_cast<void*>(qkv));
   char* grad = static_cast<char*>(dqkv);
-  const int64_t d_bytes = key.head_dim * 2;
+  const Layout L(key);
+  char* q = in;
+  char* dq = grad;
+  if (e.q_bytes > 0) {
+    q = ws + e.q_offset_bwd;
+    dq = ws + e.dq_offset_bwd;
+    gather_queries(qkv, key.s, key.b, key.heads, key.groups, key.head_dim, key.dtype, q, backend_.stream());
+  }
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf, kDO, kDQ, kDK, kDV, kDSum};
-  std::vector<void*> ptrs = {in,
-                             in + d_bytes,
-                             in + 2 * d_bytes,
+  std::vector<void*> ptrs = {q,
+                             in + L.k_offset * 2,
+                             in + L.v_offset * 2,
                              const_cast<void*>(out),
                              const_cast<float*>(lse),
                              &e.scale,
                              &e.neg_inf,
                              const_cast<void*>(dout),
-                             grad,
-                             grad + d_bytes,
-                             grad + 2 * d_bytes,
+                             dq,
+                             grad + L.k_offset * 2,
+                             grad + L.v_offset * 2,
                              ws + e.dsum_offset};
   if (e.dq_accum_bytes > 0) {
     uids.push_back(kDQAccum);
@@ -901,6 +947,9 @@ void CudnnAttention::backward(const CudnnAttentionKey& key, const void* dout, co
     ptrs.push_back(&e.one);
   }
   execute(handle_, e.bwd, uids.data(), ptrs.data(), static_cast<int64_t>(uids.size()), ws);
+  if (e.q_bytes > 0) {
+    scatter_query_grads(dq, key.s, key.b, key.heads, key.groups, key.head_dim, key.dtype, dqkv, backend_.stream());
+  }
 }
 
 std::string CudnnAttention::describe(const CudnnAttentionKey& key) {
@@ -933,6 +982,7 @@ CudnnAttentionKey make_key(DType dtype, int64_t s, int64_t b, const AttentionPar
   k.b = b;
   k.s = s;
   k.heads = p.heads;
+  k.groups = p.groups();
   k.head_dim = p.head_dim;
   k.dtype = dtype;
   std::memcpy(&k.scale_bits, &p.softmax_scale, sizeof(float));

@@ -13,6 +13,15 @@
 //   o, do at i*(b*h*d) + bi*(h*d) + j*d + t   -> strides [h*d, d, b*h*d, 1]
 //   stats = our lse [b, h, s] fp32            -> dims [b, h, s, 1], strides [h*s, s, 1, 1]
 // e.g. b = 2, h = 12, d = 64: q strides [2304, 192, 4608, 1], k at element offset 64.
+// Query groups (GQA/MQA, G < h key/value heads, n = h / G; ops.h): K, V, dK, dV are [b, G, s, d]
+// tensors in place at element offsets n*d, (n+1)*d with strides [W, (n+2)d, b*W, 1],
+// W = G*(n+2)*d, and Q K^T / dO V^T broadcast each key/value head over its n query heads (the
+// matmuls' batch dims). The queries of a group are not one stride apart from the next group's
+// (its key and value sit between), so with G < h, Q is first gathered into a packed [s, b, h, d]
+// workspace buffer (gather_queries, o's strides) and dQ is written to one and scattered back
+// (scatter_query_grads): one extra pass over q and dq. The backward sums each group's dK and dV
+// over its query heads as cuDNN's frontend does: dS^T Q and P^T dO into [b, h, s, d] virtual
+// tensors (the I/O dtype), reduced (ADD) over the heads into dK, dV.
 //
 // Forward graph (cuDNN's "flash fused attention fprop" pattern), fp32 between the matmuls:
 //   S = Q K^T;  S *= scale;  S = (row >= col) ? S : -inf  (GEN_INDEX rows/cols, CMP_GE,
@@ -64,6 +73,7 @@ class CudaBackend;
 
 struct CudnnAttentionKey {
   int64_t b = 0, s = 0, heads = 0, head_dim = 0;
+  int64_t groups = 0;          // key/value heads G (heads: multi-head attention)
   DType dtype = DType::kBF16;  // of qkv, out, dout and dqkv alike
   uint32_t scale_bits = 0;     // the softmax scale's fp32 bit pattern
   uint32_t dropout_bits = 0;   // the attention dropout probability's fp32 bits (0: no dropout)
@@ -79,8 +89,8 @@ struct CudnnAttentionKey {
     return p;
   }
   bool operator<(const CudnnAttentionKey& o) const {
-    return std::tie(b, s, heads, head_dim, dtype, scale_bits, dropout_bits, deterministic, documents) <
-           std::tie(o.b, o.s, o.heads, o.head_dim, o.dtype, o.scale_bits, o.dropout_bits, o.deterministic,
+    return std::tie(b, s, heads, groups, head_dim, dtype, scale_bits, dropout_bits, deterministic, documents) <
+           std::tie(o.b, o.s, o.heads, o.groups, o.head_dim, o.dtype, o.scale_bits, o.dropout_bits, o.deterministic,
                     o.documents);
   }
 };
@@ -90,6 +100,14 @@ struct CudnnAttentionKey {
 // written in stream order (cuda_attention.cu).
 void write_document_bias(const int32_t* key_start, int64_t b, int64_t s, DType dtype, void* bias,
                          cudaStream_t stream);
+
+// Query groups on cuDNN (cuda_attention.cu), in stream order, 16-bit `dtype` elements:
+// q[s, b, heads, d] (packed) = the query columns of qkv[s, b, G * (heads/G + 2) * d], and back:
+// the query columns of dqkv = dq[s, b, heads, d] (dqkv's key/value columns untouched).
+void gather_queries(const void* qkv, int64_t s, int64_t b, int64_t heads, int64_t groups, int64_t d, DType dtype,
+                    void* q, cudaStream_t stream);
+void scatter_query_grads(const void* dq, int64_t s, int64_t b, int64_t heads, int64_t groups, int64_t d, DType dtype,
+                         void* dqkv, cudaStream_t stream);
 
 class CudnnAttention {
  public:

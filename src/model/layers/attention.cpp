@@ -1,27 +1,47 @@
 #include "model/layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "backend/rotary_frequencies.h"
+#include "core/error.h"
 
 namespace megatron::model {
 
-Attention Attention::declare(ParameterSet& ps, const std::string& prefix, const GPTConfig& c) {
-  constexpr int kRows = 0, kCols = 1;  // partition dims: column-parallel rows, row-parallel columns
-  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.kv_channels;
-  const bool bias = c.add_bias_linear;
+namespace {
+
+// The heads, groups and rotary settings of `c` (no parameters).
+Attention find_shape(const GPTConfig& c) {
   Attention a;
   a.heads = c.num_attention_heads;
+  a.groups = c.query_groups();
   a.kv_channels = c.kv_channels;
-  a.qkv.weight = ps.add(prefix + "linear_qkv.weight", {3 * q, h}, Init::kNormal, kRows);
-  a.qkv.bias = bias ? ps.add(prefix + "linear_qkv.bias", {3 * q}, Init::kZeros, kRows) : -1;
+  if (c.rope()) {
+    a.rot_dim = backend::rotary_dim(c.kv_channels, c.rotary.percent);
+    a.position_scale = backend::rotary_position_scale(c.rotary.seq_len_interpolation_factor);
+    a.document_positions = c.reset_position_ids;
+    a.rotary = c.rotary;
+  }
+  return a;
+}
+
+}  // namespace
+
+Attention Attention::declare(ParameterSet& ps, const std::string& prefix, const GPTConfig& c) {
+  constexpr int kRows = 0, kCols = 1;  // partition dims: column-parallel rows, row-parallel columns
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.kv_channels, qkv = c.qkv_out_size();
+  const bool bias = c.add_bias_linear;
+  Attention a = find_shape(c);
+  a.qkv.weight = ps.add(prefix + "linear_qkv.weight", {qkv, h}, Init::kNormal, kRows);
+  a.qkv.bias = bias ? ps.add(prefix + "linear_qkv.bias", {qkv}, Init::kZeros, kRows) : -1;
   a.proj.weight = ps.add(prefix + "linear_proj.weight", {h, q}, Init::kScaledNormal, kCols);
   a.proj.bias = bias ? ps.add(prefix + "linear_proj.bias", {h}, Init::kZeros) : -1;
   return a;
 }
 
 Attention Attention::find(const ParameterSet& ps, const std::string& prefix, const GPTConfig& c) {
-  Attention a;
-  a.heads = c.num_attention_heads;
-  a.kv_channels = c.kv_channels;
+  Attention a = find_shape(c);
   a.qkv.weight = ps.require(prefix + "linear_qkv.weight");
   a.qkv.bias = ps.index_of(prefix + "linear_qkv.bias");
   a.proj.weight = ps.require(prefix + "linear_proj.weight");
@@ -43,11 +63,42 @@ void Attention::allocate_workspace(const LayerContext& ctx, DType dtype, LayerWo
   const int64_t s = ctx.seq, b = ctx.batch, ql = local_width(ctx);
   ws.qkv = ctx.backend->empty({s, b, local_qkv_width(ctx)}, dtype, MemoryKind::kWorkspace);
   ws.q = ctx.backend->empty({s, b, ql}, dtype, MemoryKind::kWorkspace);
+  if (rot_dim > 0) ws.rotary_inv_freq = rotary_frequencies(*ctx.backend);
+}
+
+Tensor Attention::rotary_frequencies(backend::Backend& backend) const {
+  std::vector<float> inv_freq = backend::rotary_inv_freq(rot_dim, rotary.base);
+  if (rotary.use_rope_scaling) {
+    backend::RopeScaling scaling;
+    scaling.factor = rotary.rope_scaling_factor;
+    backend::apply_rope_scaling(inv_freq, scaling);
+  }
+  Tensor host = Tensor::cpu({rot_dim / 2}, DType::kF32);
+  std::copy(inv_freq.begin(), inv_freq.end(), host.data_as<float>());
+  Tensor dev = backend.empty({rot_dim / 2}, DType::kF32, MemoryKind::kOther);
+  backend.copy(host, dev);
+  return dev;
+}
+
+backend::RotaryParams Attention::rotary_params(const LayerContext& ctx, const Tensor& positions,
+                                               int64_t offset) const {
+  backend::RotaryParams r;
+  r.heads = local_heads(ctx);
+  r.query_groups = local_groups(ctx);
+  r.head_dim = kv_channels;
+  r.rot_dim = rot_dim;
+  MT_CHECK(ctx.ws != nullptr && ctx.ws->rotary_inv_freq.defined()) << "rotary embeddings without their frequencies";
+  r.inv_freq = ctx.ws->rotary_inv_freq;
+  r.position_scale = position_scale;
+  r.positions = positions;
+  r.position_offset = offset;
+  return r;
 }
 
 backend::AttentionParams Attention::params(const LayerContext& ctx, const Run& run) const {
   backend::AttentionParams a;
   a.heads = local_heads(ctx);
+  a.query_groups = local_groups(ctx);
   a.head_dim = kv_channels;
   a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kv_channels));
   a.dropout = run.probs;
@@ -63,6 +114,7 @@ void Attention::forward(const LayerContext& ctx, const Tensor& ln_out, const Ten
   const int64_t n = ctx.rows(), ql = local_width(ctx);
   Tensor qkv_rows = saved.qkv.view({n, local_qkv_width(ctx)});
   qkv.forward(ctx, ln_out, qkv_rows);
+  if (rot_dim > 0) ctx.backend->rotary_forward(saved.qkv, rotary_params(ctx, rotary_positions(run), 0));
   ctx.backend->attention_forward(saved.qkv, saved.out, saved.lse, params(ctx, run));
   proj.forward_residual(ctx, saved.out.view({n, ql}), residual, x_mid, run.out);
 }
@@ -78,6 +130,7 @@ Tensor Attention::backward(const LayerContext& ctx, const Tensor& g, const Tenso
   be.linear_backward(d_proj, saved.out.view({n, ql}), ctx.param(proj.weight), dq, ctx.grad(proj.weight), db_proj,
                      ctx.claim_grads(proj.weight, proj.bias_unless(taken.bias)));
   be.attention_backward(ws.q, saved.qkv, saved.out, saved.lse, ws.qkv, params(ctx, run));
+  if (rot_dim > 0) be.rotary_backward(ws.qkv, rotary_params(ctx, rotary_positions(run), 0));
   return qkv.backward(ctx, ws.qkv.view({n, local_qkv_width(ctx)}), ln_out, ws.h2);
 }
 
@@ -87,6 +140,7 @@ void Attention::forward_cached(const LayerContext& ctx, const Tensor& ln_out, co
   const int64_t t = qkv_rows.shape()[0], ql = local_width(ctx);
   Tensor qkv2 = qkv_rows.view({t, local_qkv_width(ctx)});
   qkv.forward(ctx, ln_out, qkv2);
+  if (rot_dim > 0) ctx.backend->rotary_forward(qkv_rows, rotary_params(ctx, Tensor(), past));
   ctx.backend->attention_kv_cache(qkv_rows, k_cache, v_cache, past, out_rows, params(ctx, Run{}));
   proj.forward_residual(ctx, out_rows.view({t, ql}), residual, x_mid, {});
 }

@@ -1,12 +1,13 @@
-// Megatron-Core's self-attention block: a column-parallel fused QKV projection, causal softmax
-// attention (backend attention ops: flash attention, the [s, s] probabilities never stored), a
+// Megatron-Core's self-attention block: a column-parallel fused QKV projection, rotary position
+// embeddings on the queries and keys (--position-embedding-type rope), causal softmax attention
+// (backend attention ops: flash attention, the [s, s] probabilities never stored), a
 // row-parallel output projection and the bias-dropout-add into the residual stream:
-//   x_mid = x + dropout(proj(attention(qkv(ln_out))) + b_proj)
-// QKV layout (Megatron's [s, b, np, 3 hn] view): weight [3q, h] with, per head j, rows
-// [3jd, 3jd + d) for its query, then its key, then its value (d = kv_channels, q = heads * d).
-// Tensor parallelism splits whole heads: rank r holds heads [r H/T, (r+1) H/T) (rows of QKV,
-// columns of proj). This is where position embeddings applied to q and k and key/value head
-// groups belong: they change the QKV layout and the attention op's parameters, nothing outside.
+//   x_mid = x + dropout(proj(attention(rope(qkv(ln_out)))) + b_proj)
+// QKV layout (Megatron-Core's, backend/ops.h AttentionParams): weight [(H + 2G) d, h] with, per
+// key/value group g of the G (G = H without grouped-query attention), its H/G queries, then its
+// key, then its value, d rows each (d = kv_channels). Tensor parallelism splits whole groups:
+// rank r holds groups [r G/T, (r+1) G/T) — a contiguous block of QKV's rows — and their query
+// heads (columns of proj); T must divide G.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,15 @@ struct Attention {
   ColumnParallelLinear qkv;
   RowParallelLinear proj;
   int64_t heads = 0;        // the model's (all ranks)
+  int64_t groups = 0;       // key/value heads G (all ranks)
   int64_t kv_channels = 0;  // d
+  // Rotary embeddings (rot_dim 0: none): the rotated width, the position scale (1 /
+  // --rotary-seq-len-interpolation-factor), and whether the micro-batch's position ids (packed
+  // documents, --reset-position-ids) replace 0..s-1. Their frequencies live in ws.rotary_inv_freq.
+  int64_t rot_dim = 0;
+  float position_scale = 1.0f;
+  bool document_positions = false;
+  RotaryConfig rotary;
 
   // Saved for backward (this rank's heads H/T): qkv [s, b, 3q/T], out [s, b, q/T], and the
   // softmax rows' log-sum-exp lse [b, H/T, s] fp32.
@@ -35,6 +44,7 @@ struct Attention {
   struct Run {
     backend::DropoutParams probs, out;
     Tensor key_start;
+    Tensor positions;  // int32 [b, s] position ids (rotary with document_positions), or undefined
   };
 
   // Declares `prefix`linear_qkv / linear_proj (weight, and bias with add_bias_linear).
@@ -45,14 +55,20 @@ struct Attention {
   int64_t local_heads(const LayerContext& ctx) const { return heads / ctx.tp->size(); }
   int64_t local_width(const LayerContext& ctx) const { return local_heads(ctx) * kv_channels; }
   // The fused QKV projection's width on this rank.
-  int64_t local_qkv_width(const LayerContext& ctx) const { return 3 * local_width(ctx); }
-  // One layer's key (or value) cache for generation: [batch, H, max_context, d] fp32.
-  Shape kv_cache_shape(int64_t batch, int64_t max_context) const { return {batch, heads, max_context, kv_channels}; }
+  int64_t local_groups(const LayerContext& ctx) const { return groups / ctx.tp->size(); }
+  int64_t local_qkv_width(const LayerContext& ctx) const { return local_width(ctx) + 2 * local_groups(ctx) * kv_channels; }
+  // One layer's key (or value) cache for generation: [batch, G, max_context, d] fp32.
+  Shape kv_cache_shape(int64_t batch, int64_t max_context) const { return {batch, groups, max_context, kv_channels}; }
+  Tensor rotary_positions(const Run& run) const { return document_positions ? run.positions : Tensor(); }
+  backend::RotaryParams rotary_params(const LayerContext& ctx, const Tensor& positions, int64_t offset) const;
   backend::AttentionParams params(const LayerContext& ctx, const Run& run) const;
   // The buffers of Saved for one micro-batch (activations), and the attention's workspace:
-  // ws.qkv [s, b, 3q/T], ws.q [s, b, q/T].
+  // ws.qkv [s, b, (H + 2G) d / T], ws.q [s, b, q/T], and with rotary embeddings the constant
+  // ws.rotary_inv_freq [rot_dim / 2] fp32 (computed on the host, rotary_frequencies.h).
   Saved allocate_saved(const LayerContext& ctx, DType dtype) const;
   void allocate_workspace(const LayerContext& ctx, DType dtype, LayerWorkspace& ws) const;
+  // inv_freq [rot_dim / 2] fp32 on `backend`'s device.
+  Tensor rotary_frequencies(backend::Backend& backend) const;
 
   // x_mid [n_local, h] = residual + the block's output, from the norm output ln_out [n_local, h].
   void forward(const LayerContext& ctx, const Tensor& ln_out, const Tensor& residual, Tensor& x_mid, Saved& saved,

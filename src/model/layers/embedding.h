@@ -1,6 +1,6 @@
 // The input embedding: word (vocab-parallel, tensor_parallel/vocab_parallel.h: rank r holds
-// rows [r V/T, (r+1) V/T) of [V, h]) plus learned absolute positions [P, h] (replicated), then
-// the hidden dropout. Each rank looks up its own ids (others' read as -1 and add nothing; rank 0
+// rows [r V/T, (r+1) V/T) of [V, h]) plus, with --position-embedding-type learned_absolute,
+// learned positions [P, h] (replicated), then the hidden dropout. Each rank looks up its own ids (others' read as -1 and add nothing; rank 0
 // adds the positions) and the partial sums are all-reduced over TP, or reduce-scattered into the
 // sequence shard under sequence parallelism (Megatron: all-reduce, then scatter; the same
 // values).
@@ -14,9 +14,9 @@
 namespace megatron::model {
 
 struct VocabParallelEmbedding {
-  int64_t word = -1, position = -1;
+  int64_t word = -1, position = -1;  // position -1: no learned positions
 
-  // embedding.word_embeddings.weight [V, h] and embedding.position_embeddings.weight [P, h].
+  // embedding.word_embeddings.weight [V, h] and (learned positions) embedding.position_embeddings.weight [P, h].
   static VocabParallelEmbedding declare(ParameterSet& ps, const GPTConfig& config);
   static VocabParallelEmbedding find(const ParameterSet& ps);
 

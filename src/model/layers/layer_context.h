@@ -25,8 +25,11 @@ namespace megatron::model {
 //   f [n, f1], act [n, f] (SwiGLU only)  the MLP's gradients before and after the activation
 //   full [n, h] (sequence parallelism only)  a column-parallel linear's gathered input rows;
 //   full_rows_of names the norm output they were gathered from (its data pointer), or null.
+// and one constant table every layer reads: rotary_inv_freq [rot_dim / 2] fp32 (rotary position
+// embeddings only).
 struct LayerWorkspace {
   Tensor grad, h1, h2, qkv, q, f, act, full;
+  Tensor rotary_inv_freq;
   const void* full_rows_of = nullptr;
 };
 

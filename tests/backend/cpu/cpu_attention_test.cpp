@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_test_util.h"
+#include "backend/qkv_layout.h"
 #include "core/rng.h"
 
 namespace megatron::backend {
@@ -82,8 +84,8 @@ TEST_P(CpuAttention, ForwardMatchesNaive) {
 void expect_backward_matches_finite_differences(const AttentionParams& p, int64_t s, int64_t b) {
   auto rng = test_rng();
   auto be = make_cpu_backend();
-  const int64_t H = p.heads, d = p.head_dim;
-  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng);
+  const int64_t H = p.heads, d = p.head_dim, w = p.qkv_width();
+  Tensor qkv = random_tensor({s, b, w}, rng);
   Tensor r = random_tensor({s, b, H * d}, rng);
   Tensor out = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
   Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
@@ -94,7 +96,7 @@ void expect_backward_matches_finite_differences(const AttentionParams& p, int64_
     return dot(out, r);
   };
   objective();
-  Tensor dqkv = random_tensor({s, b, H * 3 * d}, rng);  // overwritten
+  Tensor dqkv = random_tensor({s, b, w}, rng);  // overwritten
   be->attention_backward(r, qkv, out, lse, dqkv, p);
   // Step 1e-3: softmax curvature with |scores| <= ~2 keeps truncation ~ h^2 ~ 1e-6; fp32
   // noise of L (sum of 60 terms ~1, ~2e-6) over 2e-3: ~1e-3. Tolerance 3e-3 absolute,
@@ -336,6 +338,140 @@ TEST(CpuAttentionDocuments, KeyStartsOutsideTheContractAreCallersBugs) {
   AttentionParams p = params(H, d, 0.0f);
   p.key_start = Tensor::cpu({b, s + 1}, DType::kI32);
   EXPECT_DEATH(be->attention_forward(qkv, out, lse, p), "attention key_start");
+}
+
+// ---- query groups (GQA / MQA) ----------------------------------------------------------------
+
+AttentionParams grouped_params(int64_t heads, int64_t groups, int64_t d, float p) {
+  AttentionParams a = params(heads, d, p);
+  a.query_groups = groups;
+  return a;
+}
+
+// The multi-head qkv [s, b, H*3d] that repeats each group's key and value for its query heads.
+Tensor repeat_kv(const Tensor& qkv, const QkvLayout& L) {
+  const int64_t rows = qkv.dim(0) * qkv.dim(1), d = L.head_dim, H = L.heads;
+  Tensor out = Tensor::cpu({qkv.dim(0), qkv.dim(1), H * 3 * d}, DType::kF32);
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t c = 0; c < d; ++c) {
+        const int64_t src = row * L.width(), dst = row * H * 3 * d + h * 3 * d;
+        set(out, dst + c, get(qkv, src + L.q_col(h) + c));
+        set(out, dst + d + c, get(qkv, src + L.k_col(L.group_of(h)) + c));
+        set(out, dst + 2 * d + c, get(qkv, src + L.v_col(L.group_of(h)) + c));
+      }
+  return out;
+}
+
+// The grouped gradient from the multi-head one: dq per head, dk and dv summed over each group.
+std::vector<double> fold_kv_grads(const Tensor& dmha, const QkvLayout& L, int64_t rows) {
+  const int64_t d = L.head_dim, H = L.heads;
+  std::vector<double> g(static_cast<size_t>(rows * L.width()), 0.0);
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t c = 0; c < d; ++c) {
+        const int64_t src = row * H * 3 * d + h * 3 * d, dst = row * L.width();
+        g[static_cast<size_t>(dst + L.q_col(h) + c)] = get(dmha, src + c);
+        g[static_cast<size_t>(dst + L.k_col(L.group_of(h)) + c)] += get(dmha, src + d + c);
+        g[static_cast<size_t>(dst + L.v_col(L.group_of(h)) + c)] += get(dmha, src + 2 * d + c);
+      }
+  return g;
+}
+
+struct GroupCase {
+  int64_t heads, groups;
+  float dropout;
+};
+
+class CpuGroupedAttention : public ::testing::TestWithParam<GroupCase> {};
+
+// GQA is multi-head attention with each group's k and v repeated for its query heads: the same
+// out, lse and dq bits (the same operations per query head, the same dropout index), and dk, dv
+// the sums of the repeated heads' gradients.
+TEST_P(CpuGroupedAttention, EqualsMultiHeadWithRepeatedKeysAndValues) {
+  const GroupCase gc = GetParam();
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t s = 7, b = 2, d = 4, H = gc.heads;
+  const QkvLayout L(H, gc.groups, d);
+  const AttentionParams gp = grouped_params(H, gc.groups, d, gc.dropout);
+  const AttentionParams mp = params(H, d, gc.dropout);
+  Tensor qkv = random_tensor({s, b, L.width()}, rng, DType::kF32, 0.1f, 2.0f);
+  const Tensor mqkv = repeat_kv(qkv, L);
+  Tensor dout = random_tensor({s, b, H * d}, rng);
+  Tensor out = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther), mout = clone(out);
+  Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther), mlse = clone(lse);
+  Tensor dqkv = random_tensor({s, b, L.width()}, rng);  // overwritten
+  Tensor mdqkv = be->empty({s, b, H * 3 * d}, DType::kF32, MemoryKind::kOther);
+  be->attention_forward(qkv, out, lse, gp);
+  be->attention_forward(mqkv, mout, mlse, mp);
+  EXPECT_TRUE(bitwise_equal(out, mout));
+  EXPECT_TRUE(bitwise_equal(lse, mlse));
+  be->attention_backward(dout, qkv, out, lse, dqkv, gp);
+  be->attention_backward(dout, mqkv, mout, mlse, mdqkv, mp);
+  const std::vector<double> want = fold_kv_grads(mdqkv, L, s * b);
+  for (int64_t row = 0; row < s * b; ++row)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t c = 0; c < d; ++c) {
+        const int64_t i = row * L.width() + L.q_col(h) + c;
+        ASSERT_EQ(get(dqkv, i), want[static_cast<size_t>(i)]) << "dq row " << row << " head " << h;
+      }
+  // dk, dv: one double sum over the group's heads here, fp32 per head then summed above.
+  expect_close(dqkv, want, 1e-6, 1e-6, "grouped dqkv vs folded multi-head dqkv");
+}
+
+TEST_P(CpuGroupedAttention, BackwardMatchesFiniteDifferences) {
+  const GroupCase gc = GetParam();
+  expect_backward_matches_finite_differences(grouped_params(gc.heads, gc.groups, 3, gc.dropout), 5, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Groups, CpuGroupedAttention,
+                         ::testing::Values(GroupCase{4, 1, 0.0f}, GroupCase{4, 2, 0.0f}, GroupCase{4, 2, 0.3f},
+                                           GroupCase{3, 1, 0.3f}, GroupCase{2, 2, 0.0f}),
+                         [](const auto& info) {
+                           const GroupCase& c = info.param;
+                           std::ostringstream n;
+                           n << "h" << c.heads << "g" << c.groups << (c.dropout > 0.0f ? "_dropout" : "");
+                           return n.str();
+                         });
+
+// Generation: feeding the positions in pieces through the grouped KV cache ([b, G, max_seq, d])
+// gives the rows of the full forward, and the caches hold each group's keys and values.
+TEST(CpuGroupedAttention, KvCacheMatchesTheFullForward) {
+  auto rng = test_rng();
+  auto be = make_cpu_backend();
+  const int64_t s = 9, b = 2, H = 6, G = 2, d = 4, max_seq = 12;
+  const QkvLayout L(H, G, d);
+  const AttentionParams p = grouped_params(H, G, d, 0.0f);
+  Tensor qkv = random_tensor({s, b, L.width()}, rng, DType::kF32, 0.1f, 2.0f);
+  Tensor out = be->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor lse = be->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  be->attention_forward(qkv, out, lse, p);
+  Tensor kc = be->empty({b, G, max_seq, d}, DType::kF32, MemoryKind::kOther), vc = clone(kc);
+  int64_t past = 0;
+  for (const int64_t t : {int64_t{4}, int64_t{1}, int64_t{4}}) {
+    Tensor piece = be->empty({t, b, H * d}, DType::kF32, MemoryKind::kOther);
+    be->attention_kv_cache(qkv.slice(past, past + t), kc, vc, past, piece, p);
+    for (int64_t i = 0; i < t * b * H * d; ++i)
+      ASSERT_NEAR(get(piece, i), get(out, past * b * H * d + i), 1e-6) << "rows from " << past << ", " << i;
+    past += t;
+  }
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t j = 0; j < s; ++j)
+        for (int64_t c = 0; c < d; ++c) {
+          const int64_t cache = ((bi * G + g) * max_seq + j) * d + c, row = (j * b + bi) * L.width();
+          ASSERT_EQ(get(kc, cache), get(qkv, row + L.k_col(g) + c));
+          ASSERT_EQ(get(vc, cache), get(qkv, row + L.v_col(g) + c));
+        }
+}
+
+TEST(CpuGroupedAttention, HeadsNotAMultipleOfTheGroupsAreCallersBugs) {
+  auto be = make_cpu_backend();
+  Tensor qkv = Tensor::cpu({2, 1, 40}, DType::kF32);
+  Tensor out = Tensor::cpu({2, 1, 12}, DType::kF32);
+  Tensor lse = Tensor::cpu({1, 3, 2}, DType::kF32);
+  EXPECT_DEATH(be->attention_forward(qkv, out, lse, grouped_params(3, 2, 4, 0.0f)), "query groups");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // CUDA backend causal attention, our own kernels (src/backend/cuda/cuda_attention.cu, selected
 // with AttentionImpl::kOwn), against the CPU reference backend: forward out and lse, backward
 // dqkv, with and without dropout (the masks must be bit-identical for the results to agree),
-// determinism, and the KV-cache path.
+// query groups (GQA, MQA), determinism, and the KV-cache path.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_test_util.h"
 #include "backend/device.h"
 #include "backend/ops.h"
+#include "backend/qkv_layout.h"
 
 namespace megatron::backend {
 namespace {
@@ -80,12 +81,15 @@ struct Case {
   DType dtype;
   float p;
   bool documents = false;  // AttentionParams::key_start from document_key_starts
+  int64_t groups = 0;      // AttentionParams::query_groups (0: heads)
+  int64_t width() const { return QkvLayout(heads, groups, d).width(); }
 };
 
 std::string case_name(const Case& c) {
   std::ostringstream n;
   n << "s" << c.s << "_b" << c.b << "_h" << c.heads << "_d" << c.d << "_" << dtype_name(c.dtype) << "_p"
     << static_cast<int>(std::lround(c.p * 100)) << (c.documents ? "_documents" : "");
+  if (c.groups > 0) n << "_g" << c.groups;
   return n.str();
 }
 
@@ -100,11 +104,18 @@ std::function<std::string(int64_t)> out_where(const Case& c) {
 }
 std::function<std::string(int64_t)> qkv_where(const Case& c) {
   return [c](int64_t i) {
-    const int64_t width = c.heads * 3 * c.d;
+    const QkvLayout L(c.heads, c.groups, c.d);
+    const int64_t width = L.width();
     const int64_t col = i % width, bi = (i / width) % c.b, row = i / (width * c.b);
-    const int64_t head = col / (3 * c.d), part = (col % (3 * c.d)) / c.d, e = col % c.d;
+    const int64_t group = col / L.group_width(), slot = (col % L.group_width()) / c.d, e = col % c.d;
     std::ostringstream w;
-    w << "(row " << row << ", batch " << bi << ", head " << head << ", " << "qkv"[part] << " col " << e << ")";
+    w << "(row " << row << ", batch " << bi << ", group " << group << ", ";
+    if (slot < L.per_group()) {
+      w << "q" << slot;
+    } else {
+      w << (slot == L.per_group() ? "k" : "v");
+    }
+    w << " col " << e << ")";
     return w.str();
   };
 }
@@ -128,7 +139,9 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   auto rng = test_rng();
   auto cpu = make_cpu_backend();
   auto gpu = make_own_gpu();
-  AttentionParams params = make_params(H, d, p), gpu_params = params;
+  AttentionParams params = make_params(H, d, p);
+  params.query_groups = c.groups;
+  AttentionParams gpu_params = params;
   if (c.documents) {
     params.key_start = document_key_starts(b, s);
     gpu_params.key_start = to_device(*gpu, params.key_start);
@@ -136,14 +149,14 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
 
   // |q|, |k|, |v| in [0.1, 2]: scores with a standard deviation ~1.5, so the softmax is far
   // from uniform and the online max matters.
-  Tensor qkv = random_tensor({s, b, H * 3 * d}, rng, dtype, 0.1f, 2.0f);
+  Tensor qkv = random_tensor({s, b, c.width()}, rng, dtype, 0.1f, 2.0f);
   Tensor dout = random_tensor({s, b, H * d}, rng, dtype);
 
   // CPU reference (double dot products and sums, fp32 results).
   Tensor out_ref = Tensor::cpu({s, b, H * d}, dtype);
   Tensor lse_ref = Tensor::cpu({b, H, s}, DType::kF32);
   cpu->attention_forward(qkv, out_ref, lse_ref, params);
-  Tensor dqkv_ref = Tensor::cpu({s, b, H * 3 * d}, dtype);
+  Tensor dqkv_ref = Tensor::cpu({s, b, c.width()}, dtype);
   cpu->attention_backward(dout, qkv, out_ref, lse_ref, dqkv_ref, params);
 
   Tensor qkv_d = to_device(*gpu, qkv), dout_d = to_device(*gpu, dout);
@@ -151,7 +164,7 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   Tensor lse_d = gpu->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
   gpu->fill(out_d, 7.0f);  // overwritten
   gpu->attention_forward(qkv_d, out_d, lse_d, gpu_params);
-  Tensor dqkv_d = gpu->empty({s, b, H * 3 * d}, dtype, MemoryKind::kOther);
+  Tensor dqkv_d = gpu->empty({s, b, c.width()}, dtype, MemoryKind::kOther);
   gpu->fill(dqkv_d, 7.0f);  // overwritten
   gpu->attention_backward(dout_d, qkv_d, out_d, lse_d, dqkv_d, gpu_params);
   const Tensor out = to_host(*gpu, out_d), lse = to_host(*gpu, lse_d), dqkv = to_host(*gpu, dqkv_d);
@@ -226,6 +239,18 @@ const Case kCases[] = {
     {300, 2, 3, 64, DType::kBF16, 0.1f, true},  {1024, 2, 4, 64, DType::kF16, 0.1f, true},
     {257, 2, 2, 80, DType::kBF16, 0.1f, true},  {333, 2, 2, 128, DType::kBF16, 0.1f, true},
     {2048, 1, 4, 128, DType::kF16, 0.0f, true},
+    // Query groups: MQA (G = 1), GQA (G = 2, 3) and G = heads given explicitly, on the SIMT
+    // kernels (fp32; bf16 at head_dim 32) and the tensor-core ones (bf16/fp16 at 64, 80, 128),
+    // with dropout and documents. The key/value gradients sum over a group's heads (the CPU's
+    // double sum; the kernels' fp32 one, head after head: the tolerances above cover a sum of
+    // heads / G times as many terms).
+    {129, 2, 4, 64, DType::kF32, 0.1f, false, 1},   {129, 2, 4, 64, DType::kF32, 0.0f, false, 2},
+    {97, 1, 6, 128, DType::kF32, 0.1f, false, 3},   {65, 2, 4, 32, DType::kBF16, 0.1f, false, 2},
+    {7, 2, 3, 64, DType::kF32, 0.1f, false, 3},     {300, 2, 4, 64, DType::kBF16, 0.1f, false, 1},
+    {300, 2, 4, 64, DType::kBF16, 0.0f, false, 2},  {257, 1, 6, 128, DType::kF16, 0.1f, false, 3},
+    {130, 2, 4, 80, DType::kBF16, 0.1f, false, 2},  {1024, 2, 8, 128, DType::kBF16, 0.1f, false, 2},
+    {1024, 1, 8, 64, DType::kF16, 0.0f, false, 4},  {300, 2, 4, 64, DType::kBF16, 0.1f, true, 2},
+    {300, 2, 4, 64, DType::kF32, 0.1f, true, 1},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(kCases),
@@ -238,17 +263,20 @@ TEST(CudaAttentionDeterminism, TwoRunsAreBitwiseEqual) {
   auto gpu = make_own_gpu();
   for (const Case& c : {Case{300, 2, 4, 64, DType::kBF16, 0.1f}, Case{200, 1, 2, 128, DType::kF32, 0.1f},
                         Case{300, 2, 4, 64, DType::kF16, 0.1f}, Case{231, 1, 3, 128, DType::kBF16, 0.1f},
-                        Case{300, 2, 4, 64, DType::kBF16, 0.1f, true}}) {
+                        Case{300, 2, 4, 64, DType::kBF16, 0.1f, true},
+                        Case{300, 2, 4, 64, DType::kBF16, 0.1f, false, 2},
+                        Case{200, 1, 4, 128, DType::kF32, 0.1f, false, 1}}) {
     SCOPED_TRACE(case_name(c));
     AttentionParams params = make_params(c.heads, c.d, c.p);
+    params.query_groups = c.groups;
     if (c.documents) params.key_start = to_device(*gpu, document_key_starts(c.b, c.s));
-    Tensor qkv = to_device(*gpu, random_tensor({c.s, c.b, c.heads * 3 * c.d}, rng, c.dtype, 0.1f, 2.0f));
+    Tensor qkv = to_device(*gpu, random_tensor({c.s, c.b, c.width()}, rng, c.dtype, 0.1f, 2.0f));
     Tensor dout = to_device(*gpu, random_tensor({c.s, c.b, c.heads * c.d}, rng, c.dtype));
     Tensor results[2][3];
     for (auto& r : results) {
       Tensor out = gpu->empty({c.s, c.b, c.heads * c.d}, c.dtype, MemoryKind::kOther);
       Tensor lse = gpu->empty({c.b, c.heads, c.s}, DType::kF32, MemoryKind::kOther);
-      Tensor dqkv = gpu->empty({c.s, c.b, c.heads * 3 * c.d}, c.dtype, MemoryKind::kOther);
+      Tensor dqkv = gpu->empty({c.s, c.b, c.width()}, c.dtype, MemoryKind::kOther);
       gpu->attention_forward(qkv, out, lse, params);
       gpu->attention_backward(dout, qkv, out, lse, dqkv, params);
       r[0] = to_host(*gpu, out);
@@ -442,6 +470,52 @@ TEST_P(CudaAttentionKvCache, TokenByTokenMatchesForward) {
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionKvCache, ::testing::Values<int64_t>(64, 128),
                          [](const ::testing::TestParamInfo<int64_t>& info) { return "d" + std::to_string(info.param); });
+
+// The KV cache with query groups ([b, G, max_seq, d]): chunks of rows equal the rows of the
+// full grouped forward, and the caches equal the CPU's bit for bit.
+class CudaAttentionGroupedKvCache : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(CudaAttentionGroupedKvCache, ChunksMatchForwardAndCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  auto rng = test_rng();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_own_gpu();
+  const int64_t G = GetParam(), d = 64, s = 70, b = 2, H = 4, max_seq = 72;
+  const Case c{s, b, H, d, DType::kF32, 0.0f, false, G};
+  AttentionParams params = make_params(H, d, 0.0f);
+  params.query_groups = G;
+  Tensor qkv = random_tensor({s, b, c.width()}, rng, DType::kF32, 0.1f, 2.0f);
+  Tensor qkv_d = to_device(*gpu, qkv);
+  Tensor full_d = gpu->empty({s, b, H * d}, DType::kF32, MemoryKind::kOther);
+  Tensor lse_d = gpu->empty({b, H, s}, DType::kF32, MemoryKind::kOther);
+  gpu->attention_forward(qkv_d, full_d, lse_d, params);
+  const std::vector<double> full = values(to_host(*gpu, full_d));
+  Tensor kc = Tensor::cpu({b, G, max_seq, d}), vc = Tensor::cpu({b, G, max_seq, d});
+  Tensor kc_d = gpu->empty({b, G, max_seq, d}, DType::kF32, MemoryKind::kOther);
+  Tensor vc_d = gpu->empty({b, G, max_seq, d}, DType::kF32, MemoryKind::kOther);
+  std::vector<double> got, cpu_rows;
+  for (int64_t past = 0; past < s;) {
+    const int64_t t = past == 0 ? 9 : 1;
+    Tensor out_d = gpu->empty({t, b, H * d}, DType::kF32, MemoryKind::kOther);
+    gpu->attention_kv_cache(qkv_d.slice(past, past + t), kc_d, vc_d, past, out_d, params);
+    Tensor out_c = Tensor::cpu({t, b, H * d});
+    cpu->attention_kv_cache(qkv.slice(past, past + t), kc, vc, past, out_c, params);
+    for (double v : values(to_host(*gpu, out_d))) got.push_back(v);
+    for (double v : values(out_c)) cpu_rows.push_back(v);
+    past += t;
+  }
+  expect_close_scaled(got, full, 1e-6, 1e-6, "grouped kv-cache rows vs attention_forward", out_where(c));
+  expect_close_scaled(got, cpu_rows, 1e-5, 1e-4, "grouped kv-cache rows vs CPU", out_where(c));
+  EXPECT_TRUE(bitwise_equal(to_host(*gpu, kc_d), kc)) << "k cache differs from the CPU's";
+  EXPECT_TRUE(bitwise_equal(to_host(*gpu, vc_d), vc)) << "v cache differs from the CPU's";
+}
+
+INSTANTIATE_TEST_SUITE_P(Groups, CudaAttentionGroupedKvCache, ::testing::Values<int64_t>(1, 2),
+                         [](const ::testing::TestParamInfo<int64_t>& info) {
+                           std::ostringstream n;
+                           n << "g" << info.param;
+                           return n.str();
+                         });
 
 }  // namespace
 }  // namespace megatron::backend

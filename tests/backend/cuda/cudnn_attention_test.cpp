@@ -3,8 +3,9 @@
 // backward dqkv, on GPT training shapes and awkward ones, bf16 and fp16; the lse handed between
 // cuDNN and our kernels in both directions; attention dropout with cuDNN's own masks (against a
 // double-precision masked attention of the mask read back); the fallbacks to our kernels
-// (dropout over a tensor-parallel share of the heads, fp32); the deterministic backward; the
-// workspace accounting; MEGATRON_ATTENTION_IMPL.
+// (dropout over a tensor-parallel share of the heads, fp32); query groups (GQA, MQA: K/V heads
+// broadcast, dK/dV summed per group); the deterministic backward; the workspace accounting;
+// MEGATRON_ATTENTION_IMPL.
 // Every test but CudnnAttentionGraphs skips without a GPU. Awkward shapes that the cuDNN found
 // at run time refuses skip with its reason; the GPT training shapes must run on cuDNN.
 #include <gtest/gtest.h>
@@ -25,6 +26,7 @@
 #include "backend/cuda/cuda_test_util.h"
 #include "backend/device.h"
 #include "backend/ops.h"
+#include "backend/qkv_layout.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "support/scoped_env.h"
@@ -262,6 +264,109 @@ TEST(CudnnAttentionGraphs, BuildWithoutAGpu) {
         AttentionParams documents = make_params(c.heads, c.d, dropout);
         documents.key_start = document_key_starts(c.b, c.s);
         EXPECT_EQ(check_cudnn_attention_graphs(c.dtype, c.s, c.b, documents, deterministic), "") << "documents";
+      }
+    }
+  }
+}
+
+// ---- query groups (GQA, MQA) -------------------------------------------------------------------
+
+struct GroupCase {
+  int64_t s, b, heads, groups, d;
+  DType dtype;
+  bool deterministic = false;
+};
+
+std::string group_case_name(const GroupCase& c) {
+  std::ostringstream n;
+  n << "s" << c.s << "_b" << c.b << "_h" << c.heads << "_g" << c.groups << "_d" << c.d << "_" << dtype_name(c.dtype)
+    << (c.deterministic ? "_deterministic" : "");
+  return n.str();
+}
+
+AttentionParams grouped_params(const GroupCase& c, float p = 0.0f) {
+  AttentionParams a = make_params(c.heads, c.d, p);
+  a.query_groups = c.groups;
+  return a;
+}
+
+const GroupCase kGroupCases[] = {
+    // Llama-like shapes (s a multiple of 128): MQA, GQA 4:1 and 2:1, and G = heads given
+    // explicitly (the multi-head graphs), both 16-bit dtypes, the deterministic backward.
+    {512, 2, 8, 1, 128, DType::kBF16},        {512, 2, 8, 2, 128, DType::kBF16},
+    {512, 2, 8, 4, 64, DType::kF16},          {256, 2, 4, 4, 64, DType::kBF16},
+    {1024, 1, 16, 4, 128, DType::kBF16, true}, {384, 2, 6, 3, 80, DType::kBF16},
+};
+
+// The CPU computes the whole case (all heads): the dK/dV sums over the heads of each group are
+// what is checked here. cuDNN's per-query-head dK, dV are rounded to the I/O dtype before the
+// group sum (its frontend's graph): one more 2^-9 (bf16) relative error per head, inside the
+// dqkv tolerance of tolerance() (a few 1e-3 of the gradients' scale).
+class CudnnGroupedAttention : public ::testing::TestWithParam<GroupCase> {};
+
+TEST_P(CudnnGroupedAttention, ForwardAndBackwardMatchCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const GroupCase c = GetParam();
+  SCOPED_TRACE(group_case_name(c));
+  auto gpu = make_gpu(AttentionImpl::kCudnn);
+  set_attention_deterministic(*gpu, c.deterministic);
+  const AttentionParams p = grouped_params(c);
+  ASSERT_EQ(cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, p), "") << "cuDNN must run grouped attention";
+  std::cout << "  " << describe_cudnn_attention(*gpu, c.dtype, c.s, c.b, p) << "\n";
+  const int64_t width = p.qkv_width();
+  const Tensor qkv = host_random({c.s, c.b, width}, c.dtype, 77 + c.groups, 0.1f, 2.0f);
+  const Tensor dout = host_random({c.s, c.b, c.heads * c.d}, c.dtype, 78 + c.groups, 0.1f, 1.0f);
+  const Result ref = cpu_attention(qkv, dout, p);
+  const Tolerance tol = tolerance(c.dtype);
+  auto check = [&](const Result& got, const std::string& label) {
+    EXPECT_TRUE(close_scaled(got.out, ref.out, tol.out, 0.0, label + " out"));
+    EXPECT_TRUE(close_scaled(got.lse, ref.lse, tol.lse, 1e-5, label + " lse"));
+    EXPECT_TRUE(close_scaled(got.dqkv, ref.dqkv, tol.dqkv, 0.0, label + " dqkv"));
+  };
+  check(gpu_attention(*gpu, qkv, dout, p, AttentionImpl::kCudnn, AttentionImpl::kCudnn), "cuDNN");
+  // lse crosses implementations in both directions with groups too.
+  check(gpu_attention(*gpu, qkv, dout, p, AttentionImpl::kCudnn, AttentionImpl::kOwn), "cuDNN forward, own backward");
+  check(gpu_attention(*gpu, qkv, dout, p, AttentionImpl::kOwn, AttentionImpl::kCudnn), "own forward, cuDNN backward");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudnnGroupedAttention, ::testing::ValuesIn(kGroupCases),
+                         [](const ::testing::TestParamInfo<GroupCase>& info) { return group_case_name(info.param); });
+
+// Grouped attention is multi-head attention with each group's K and V repeated for its query
+// heads: the same out on cuDNN (the same engine arithmetic per query head up to its tiling).
+TEST(CudnnGroupedAttention, EqualsMultiHeadWithRepeatedKeysAndValues) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const GroupCase c{512, 2, 8, 2, 128, DType::kBF16};
+  auto gpu = make_gpu(AttentionImpl::kCudnn);
+  const AttentionParams gp = grouped_params(c), mp = make_params(c.heads, c.d);
+  const QkvLayout L(c.heads, c.groups, c.d);
+  const Tensor qkv = host_random({c.s, c.b, L.width()}, c.dtype, 91, 0.1f, 2.0f);
+  Tensor mha = Tensor::cpu({c.s, c.b, c.heads * 3 * c.d}, c.dtype);
+  const int64_t es = dtype_size(c.dtype);
+  for (int64_t row = 0; row < c.s * c.b; ++row)
+    for (int64_t h = 0; h < c.heads; ++h) {
+      const char* src = static_cast<const char*>(qkv.data()) + row * L.width() * es;
+      char* dst = static_cast<char*>(mha.data()) + (row * c.heads * 3 * c.d + h * 3 * c.d) * es;
+      std::memcpy(dst, src + L.q_col(h) * es, static_cast<size_t>(c.d * es));
+      std::memcpy(dst + c.d * es, src + L.k_col(L.group_of(h)) * es, static_cast<size_t>(c.d * es));
+      std::memcpy(dst + 2 * c.d * es, src + L.v_col(L.group_of(h)) * es, static_cast<size_t>(c.d * es));
+    }
+  const Tensor dout = host_random({c.s, c.b, c.heads * c.d}, c.dtype, 92, 0.1f, 1.0f);
+  const Result g = gpu_attention(*gpu, qkv, dout, gp, AttentionImpl::kCudnn, AttentionImpl::kCudnn);
+  const Result m = gpu_attention(*gpu, mha, dout, mp, AttentionImpl::kCudnn, AttentionImpl::kCudnn);
+  EXPECT_TRUE(close_scaled(g.out, m.out, 1e-3, 0.0, "grouped vs repeated out"));
+  EXPECT_TRUE(close_scaled(g.lse, m.lse, 1e-6, 1e-6, "grouped vs repeated lse"));
+}
+
+// The grouped graphs (K/V of G heads broadcast in Q K^T and dO V^T, dK/dV reduced over the
+// group), likewise without a GPU.
+TEST(CudnnAttentionGraphs, GroupedBuildWithoutAGpu) {
+  if (!built_with_cuda()) GTEST_SKIP() << "built without CUDA";
+  for (const GroupCase& c : kGroupCases) {
+    for (bool deterministic : {false, true}) {
+      for (float dropout : {0.0f, 0.1f}) {
+        SCOPED_TRACE(group_case_name(c) + (deterministic ? " deterministic" : "") + (dropout > 0 ? " dropout" : ""));
+        EXPECT_EQ(check_cudnn_attention_graphs(c.dtype, c.s, c.b, grouped_params(c, dropout), deterministic), "");
       }
     }
   }

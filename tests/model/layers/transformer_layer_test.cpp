@@ -2,7 +2,8 @@
 // through the fusions between neighbours, the attention projection's bias taken by norm2 and
 // the lower layer's FC2 bias taken by the upper layer's norm1 (LayerHandoff) — against central
 // finite differences of a scalar loss, on the CPU backend in fp32. Dropout is off (its masks are
-// tested through GPTModel), LayerNorm and RMSNorm, GELU and SwiGLU.
+// tested through GPTModel), LayerNorm and RMSNorm, GELU and SwiGLU, and the Llama attention:
+// rotary embeddings with multi-query attention (one key/value head for both query heads).
 #include "model/layers/transformer_layer.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +20,8 @@ namespace {
 struct Case {
   Normalization norm;
   bool swiglu;
+  bool rope = false;
+  int64_t groups = 0;  // 0: multi-head attention
 };
 
 class TransformerLayerGradients : public ::testing::TestWithParam<Case> {};
@@ -35,6 +38,11 @@ GPTConfig small_config(const Case& k) {
   c.padded_vocab_size = c.vocab_size = 16;
   c.normalization = k.norm;
   c.swiglu = k.swiglu;
+  if (k.rope) {
+    c.position_embedding = PositionEmbedding::kRope;
+    c.rotary.base = 100.0f;  // turns the positions of a 5-token sequence by visibly different angles
+  }
+  c.num_query_groups = k.groups;
   return c;
 }
 
@@ -121,7 +129,8 @@ TEST_P(TransformerLayerGradients, MatchFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, TransformerLayerGradients,
-                         ::testing::Values(Case{Normalization::kLayerNorm, false}, Case{Normalization::kRMSNorm, true}));
+                         ::testing::Values(Case{Normalization::kLayerNorm, false}, Case{Normalization::kRMSNorm, true},
+                                           Case{Normalization::kRMSNorm, true, true, 1}));
 
 }  // namespace
 }  // namespace megatron::model

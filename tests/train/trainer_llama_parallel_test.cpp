@@ -1,0 +1,91 @@
+// A tiny Llama (RMSNorm, SwiGLU, no biases, untied output layer, rotary embeddings and
+// grouped-query attention with 2 key/value groups for 4 heads) under every parallel layout
+// against the single-process run: TP2, TP2 + sequence parallelism, PP2, and TP2 x PP2 x DP2 with
+// the distributed optimizer, each also with full recompute; and PP2 over packed documents
+// (positions restarting per document reach the rotary embeddings of every stage). The bounds
+// are the GPT parity tests' (support/parity_runs.h): the layouts change only reduction orders.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "support/parity_runs.h"
+#include "support/paths.h"
+#include "support/walk_corpus.h"
+
+namespace megatron::train {
+namespace {
+
+using test::expect_same;
+using test::read_jsonl;
+using test::with;
+
+const std::vector<std::string> kLlama = {"--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
+                                         "--untie-embeddings-and-output-weights", "--position-embedding-type", "rope",
+                                         "--rotary-base", "10000", "--group-query-attention", "--num-query-groups",
+                                         "2", "--make-vocab-size-divisible-by", "256"};
+
+struct Layout {
+  std::string name;
+  int np;
+  std::vector<std::string> flags;
+};
+
+void parity(const std::string& test_name, const std::vector<Layout>& layouts, bool documents) {
+  const std::string dir = test::scratch_dir(test_name);
+  if (documents) {
+    test::write_short_walk_corpus(dir);
+  } else {
+    test::write_walk_corpus(dir);
+  }
+  std::vector<std::string> base = test::tiny_train_flags(dir, 4, "0");
+  base.insert(base.end(), kLlama.begin(), kLlama.end());
+  if (documents) base = with(base, {"--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss"});
+  const test::CommandResult one = test::run_ranks(with(base, {"--log-jsonl", dir + "/one.jsonl"}), 1);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const auto ref = read_jsonl(dir + "/one.jsonl");
+  ASSERT_EQ(ref.size(), 10u) << one.output;
+  EXPECT_LT(ref.at(10).loss, ref.at(1).loss - 0.5) << "the run must learn for the comparison to mean anything";
+  for (const Layout& l : layouts) {
+    const std::string log = dir + "/" + std::to_string(&l - layouts.data()) + ".jsonl";
+    std::vector<std::string> full = base;
+    full.insert(full.end(), l.flags.begin(), l.flags.end());
+    full = with(full, {"--log-jsonl", log});
+    const test::CommandResult r = test::run_ranks(full, l.np);
+    ASSERT_EQ(r.status, 0) << l.name << "\n" << r.output;
+    expect_same(ref, read_jsonl(log), 1, l.name);
+  }
+}
+
+const std::vector<std::string> kRecompute = {"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                             "--recompute-num-layers", "1"};
+
+std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(TrainerLlamaParallel, TensorAndSequenceParallelMatchOneProcess) {
+  parity("trainer_llama_tp",
+         {{"TP2", 2, {"--tensor-model-parallel-size", "2"}},
+          {"TP2 + SP", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+          {"TP2 + SP + full recompute", 2, plus({"--tensor-model-parallel-size", "2", "--sequence-parallel"}, kRecompute)}},
+         false);
+}
+
+TEST(TrainerLlamaParallel, PipelineAndAllThreeMatchOneProcess) {
+  parity("trainer_llama_pp",
+         {{"PP2", 2, {"--pipeline-model-parallel-size", "2"}},
+          {"PP2 interleaved (vp 2)", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}},
+          {"TP2 x PP2 x DP2 + distributed optimizer",
+           8,
+           {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}}},
+         false);
+}
+
+TEST(TrainerLlamaParallel, PackedDocumentsMatchOneProcessUnderPipelining) {
+  parity("trainer_llama_documents", {{"PP2", 2, {"--pipeline-model-parallel-size", "2"}}}, true);
+}
+
+}  // namespace
+}  // namespace megatron::train
