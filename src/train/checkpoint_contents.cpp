@@ -243,14 +243,19 @@ CheckpointModel read_checkpoint_model(const LoadedCheckpoint& ck) {
                   g.num_attention_heads);
     }
   }
-  if (g.rope()) {
-    g.rotary.base = static_cast<float>(m.number("args", "--rotary-base", 0.0, 1e12, /*lo_open=*/true));
-    g.rotary.percent = static_cast<float>(m.number("args", "--rotary-percent", 0.0, 1.0, /*lo_open=*/true));
-    g.rotary.seq_len_interpolation_factor =
-        static_cast<float>(m.number("args", "--rotary-seq-len-interpolation-factor", 0.0, 1e6));
-    g.rotary.use_rope_scaling = m.optional_boolean("args", "--use-rope-scaling").value_or(false);
-    g.rotary.rope_scaling_factor = static_cast<float>(m.number("args", "--rope-scaling-factor", 0.0, 1e6, true));
-  }
+  // The rotary settings, range-checked wherever recorded (a resume compares them even without
+  // rotary embeddings); required with them.
+  auto rotary_number = [&](const char* key, double lo, double hi, bool lo_open, float absent) {
+    if (!g.rope() && !m.has("args", key)) return absent;
+    return static_cast<float>(m.number("args", key, lo, hi, lo_open));
+  };
+  g.rotary.base = rotary_number("--rotary-base", 0.0, 1e12, /*lo_open=*/true, g.rotary.base);
+  g.rotary.percent = rotary_number("--rotary-percent", 0.0, 1.0, /*lo_open=*/true, g.rotary.percent);
+  g.rotary.seq_len_interpolation_factor = rotary_number("--rotary-seq-len-interpolation-factor", 0.0, 1e6,
+                                                        /*lo_open=*/false, g.rotary.seq_len_interpolation_factor);
+  g.rotary.rope_scaling_factor =
+      rotary_number("--rope-scaling-factor", 0.0, 1e6, /*lo_open=*/true, g.rotary.rope_scaling_factor);
+  g.rotary.use_rope_scaling = m.optional_boolean("args", "--use-rope-scaling").value_or(false);
   g.gelu = m.choice("args", "gelu", {"tanh", "exact"}) == "exact" ? model::Gelu::kExact : model::Gelu::kTanh;
   const std::string precision = m.choice("args", "precision", {"fp32", "bf16", "fp16"});
   cm.dtype = precision == "bf16" ? DType::kBF16 : precision == "fp16" ? DType::kF16 : DType::kF32;

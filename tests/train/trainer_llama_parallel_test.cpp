@@ -23,7 +23,9 @@ using test::with;
 const std::vector<std::string> kLlama = {"--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
                                          "--untie-embeddings-and-output-weights", "--position-embedding-type", "rope",
                                          "--rotary-base", "10000", "--group-query-attention", "--num-query-groups",
-                                         "2", "--make-vocab-size-divisible-by", "256"};
+                                         "2"};
+// TP2 pads the vocabulary to a multiple of 128 * 2; one tensor-parallel rank asks for the same rows.
+const std::vector<std::string> kTp1Padding = {"--make-vocab-size-divisible-by", "256"};
 
 struct Layout {
   std::string name;
@@ -41,7 +43,9 @@ void parity(const std::string& test_name, const std::vector<Layout>& layouts, bo
   std::vector<std::string> base = test::tiny_train_flags(dir, 4, "0");
   base.insert(base.end(), kLlama.begin(), kLlama.end());
   if (documents) base = with(base, {"--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss"});
-  const test::CommandResult one = test::run_ranks(with(base, {"--log-jsonl", dir + "/one.jsonl"}), 1);
+  std::vector<std::string> reference = base;
+  reference.insert(reference.end(), kTp1Padding.begin(), kTp1Padding.end());
+  const test::CommandResult one = test::run_ranks(with(reference, {"--log-jsonl", dir + "/one.jsonl"}), 1);
   ASSERT_EQ(one.status, 0) << one.output;
   const auto ref = read_jsonl(dir + "/one.jsonl");
   ASSERT_EQ(ref.size(), 10u) << one.output;
@@ -75,8 +79,10 @@ TEST(TrainerLlamaParallel, TensorAndSequenceParallelMatchOneProcess) {
 
 TEST(TrainerLlamaParallel, PipelineAndAllThreeMatchOneProcess) {
   parity("trainer_llama_pp",
-         {{"PP2", 2, {"--pipeline-model-parallel-size", "2"}},
-          {"PP2 interleaved (vp 2)", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}},
+         {{"PP2", 2, plus({"--pipeline-model-parallel-size", "2"}, kTp1Padding)},
+          {"PP2 interleaved (vp 2)",
+           2,
+           plus({"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}, kTp1Padding)},
           {"TP2 x PP2 x DP2 + distributed optimizer",
            8,
            {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}}},
@@ -84,7 +90,7 @@ TEST(TrainerLlamaParallel, PipelineAndAllThreeMatchOneProcess) {
 }
 
 TEST(TrainerLlamaParallel, PackedDocumentsMatchOneProcessUnderPipelining) {
-  parity("trainer_llama_documents", {{"PP2", 2, {"--pipeline-model-parallel-size", "2"}}}, true);
+  parity("trainer_llama_documents", {{"PP2", 2, plus({"--pipeline-model-parallel-size", "2"}, kTp1Padding)}}, true);
 }
 
 }  // namespace

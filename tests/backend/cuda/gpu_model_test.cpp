@@ -75,13 +75,21 @@ double rel_error(backend::Backend& ga, const Tensor& a, backend::Backend& gb, co
 
 // heads: 4 of 16 (our SIMT kernels), or 1 of 64 (the tensor-core ones in bf16/fp16).
 // rms_swiglu: --normalization RMSNorm --swiglu (ffn 256 = 2 x 128 halves).
+// groups > 0: the Llama attention besides, rotary embeddings (base 100: visibly different angles
+// over 32 positions) and that many key/value groups, no biases.
 void compare(DType dtype, double loss_tol, double grad_tol, float dropout = 0.1f, bool documents = false,
-             int64_t heads = 4, bool rms_swiglu = false) {
+             int64_t heads = 4, bool rms_swiglu = false, int64_t groups = 0) {
   if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   GPTConfig c = config(dropout);
   if (rms_swiglu) {
     c.normalization = Normalization::kRMSNorm;
     c.swiglu = true;
+  }
+  if (groups > 0) {
+    c.position_embedding = PositionEmbedding::kRope;
+    c.rotary.base = 100.0f;
+    c.num_query_groups = groups;
+    c.add_bias_linear = false;
   }
   c.num_attention_heads = heads;
   c.kv_channels = c.hidden_size / heads;
@@ -147,6 +155,18 @@ TEST(GpuModel, Bf16WithDocumentsMatchesTheCpuReference) { compare(DType::kBF16, 
 // RMSNorm and SwiGLU: the RMS forms of every LayerNorm kernel (with dropout: the backward's
 // dropout column sums; without: the fused bias column sums and cuDNN in bf16), SwiGLU's
 // kernels and FC2's unfused backward, at the tolerances of the LayerNorm / GELU model above.
+// The Llama layer: rotary embeddings and 2 key/value groups for 4 heads (our kernels in fp32;
+// bf16 without dropout runs attention on cuDNN with fewer key/value heads than query heads),
+// with packed documents (positions restart per document) and without.
+TEST(GpuModel, Fp32LlamaMatchesTheCpuReference) { compare(DType::kF32, 1e-5, 2e-3, 0.1f, false, 4, true, 2); }
+TEST(GpuModel, Fp32LlamaWithDocumentsMatchesTheCpuReference) {
+  compare(DType::kF32, 1e-5, 2e-3, 0.0f, true, 4, true, 2);
+}
+TEST(GpuModel, Bf16LlamaMatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2, 0.0f, false, 4, true, 2); }
+TEST(GpuModel, Bf16LlamaOnTensorCoresMatchesTheCpuReference) {
+  compare(DType::kBF16, 1e-2, 5e-2, 0.0f, true, 1, true, 1);
+}
+
 TEST(GpuModel, Fp32RmsNormSwigluMatchesTheCpuReference) { compare(DType::kF32, 1e-5, 2e-3, 0.1f, false, 4, true); }
 TEST(GpuModel, Bf16RmsNormSwigluMatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2, 0.1f, false, 4, true); }
 TEST(GpuModel, Bf16RmsNormSwigluWithoutDropoutMatchesTheCpuReference) {
@@ -275,6 +295,25 @@ TEST(GpuModel, RecordedRmsNormSwigluStepsGiveTheBitsOfUnrecordedOnes) {
   for (size_t i = 0; i < pp.size(); ++i) {
     EXPECT_EQ(bytes_of(*plain.be, pp[i].value), bytes_of(*rec.be, rp[i].value)) << pp[i].name;
   }
+}
+
+// Llama steps (rotary embeddings, 2 key/value groups) recorded and replayed: the unrecorded bits.
+TEST(GpuModel, RecordedLlamaStepsGiveTheBitsOfUnrecordedOnes) {
+  if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  GPTConfig c = config(0.0f);
+  c.normalization = Normalization::kRMSNorm;
+  c.swiglu = true;
+  c.position_embedding = PositionEmbedding::kRope;
+  c.num_query_groups = 2;
+  constexpr int kSteps = 4;
+  const Trained plain = train_steps(c, false, kSteps);
+  const Trained rec = train_steps(c, true, kSteps);
+  ASSERT_EQ(rec.model->recording_failure(), "");
+  EXPECT_GT(rec.model->replays(), 0);
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_EQ(plain.losses[static_cast<size_t>(step)], rec.losses[static_cast<size_t>(step)]) << "step " << step;
+  }
+  EXPECT_GT(plain.losses.front(), plain.losses.back());
 }
 
 // With documents, the recordings read each micro-batch's position ids and key starts from
