@@ -277,6 +277,7 @@ void fill_model(const Args& a, TrainConfig& c) {
   const bool rms = a.given("--normalization") ? a.get_string("--normalization") == "RMSNorm" : llama;
   m.normalization = rms ? model::Normalization::kRMSNorm : model::Normalization::kLayerNorm;
   fill_positions_and_groups(a, found, m);
+  m.apply_layernorm_1p = a.get_flag("--apply-layernorm-1p");
   // Megatron: --openai-gelu is the tanh form; the default fused bias-GELU is the tanh form too;
   // --no-bias-gelu-fusion falls back to torch's exact erf GELU.
   m.gelu = (a.get_flag("--no-bias-gelu-fusion") && !a.get_flag("--openai-gelu")) ? model::Gelu::kExact
@@ -824,6 +825,7 @@ std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log)
     if (factor > 0) take("--rotary-seq-len-interpolation-factor", std::to_string(static_cast<int64_t>(factor)));
     take_switch("--use-rope-scaling", meta.optional_arg_bool("--use-rope-scaling").value_or(false));
   }
+  take_switch("--apply-layernorm-1p", meta.optional_arg_bool("--apply-layernorm-1p").value_or(false));
   const int64_t groups = meta.optional_arg_int("--num-query-groups").value_or(0);
   if (groups > 0) {
     take_switch("--group-query-attention", true);

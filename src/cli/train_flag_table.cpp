@@ -143,7 +143,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--decoupled-lr", FlagType::kValue, FlagState::kUnsupported, "", "one learning rate for all parameters"},
     {"--decoupled-min-lr", FlagType::kValue, FlagState::kUnsupported, "", "one learning rate for all parameters"},
     {"--init-method-xavier-uniform", FlagType::kSwitch, FlagState::kUnsupported, "", "normal initialisation only"},
-    {"--apply-layernorm-1p", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--full-validation", FlagType::kSwitch, FlagState::kUnsupported, "", "validation runs --eval-iters iterations"},
     {"--multiple-validation-sets", FlagType::kSwitch, FlagState::kUnsupported, "", "one validation set"},
     {"--use-pytorch-profiler", FlagType::kSwitch, FlagState::kUnsupported, "",

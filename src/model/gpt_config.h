@@ -55,6 +55,9 @@ struct GPTConfig {
   Gelu gelu = Gelu::kTanh;
   bool add_bias_linear = true;       // --disable-bias-linear turns it off
   Normalization normalization = Normalization::kLayerNorm;  // --normalization
+  // --apply-layernorm-1p: every norm scales by (1 + weight), the weight initialised to zeros
+  // (Transformer Engine's zero-centred gamma).
+  bool apply_layernorm_1p = false;
   PositionEmbedding position_embedding = PositionEmbedding::kLearnedAbsolute;  // --position-embedding-type
   RotaryConfig rotary;
   // --group-query-attention --num-query-groups G: G key/value heads, each shared by heads / G

@@ -29,6 +29,7 @@ GPTGenerator::GPTGenerator(const GPTConfig& config, const ParameterSet& params, 
   }
   const Attention& attention = layers_.front().attention;
   if (attention.rot_dim > 0) ws_.rotary_inv_freq = attention.rotary_frequencies(backend_);
+  layers_.front().input_norm.allocate_workspace(ctx_, ws_);
 }
 
 GPTGenerator::~GPTGenerator() = default;

@@ -125,9 +125,11 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
     // [n, q] and [n, f1] (fc1's output gradient); SwiGLU adds the activation's output gradient
     // [n, f], sequence parallelism the [n, h] gather buffer, pp > 1 the received output gradient
     // [nl, h].
+    // --apply-layernorm-1p: the fp32 scale 1 + weight and the ones it adds, [h] each.
     p.workspace = ((nl * h + 2 * n * h + n * (I(c.qkv_out_size()) / tp + q) + n * f1 + (c.swiglu ? n * f : I(0)) +
                     (sequence_parallel ? n * h : I(0)) + (pipe.pp > 1 ? nl * h : I(0))) *
-                   e)
+                       e +
+                   (c.apply_layernorm_1p ? 2 * h * 4 : I(0)))
                       .value();
     p.total();  // the sum must fit too
     return p;

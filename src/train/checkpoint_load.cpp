@@ -27,7 +27,7 @@ constexpr const char* kFixedArgs[] = {"--num-layers", "--hidden-size", "--num-at
                                       "--disable-bias-linear", "--normalization", "--swiglu",
                                       "--position-embedding-type", "--num-query-groups", "--rotary-base",
                                       "--rotary-percent", "--rotary-seq-len-interpolation-factor",
-                                      "--use-rope-scaling", "--rope-scaling-factor"};
+                                      "--use-rope-scaling", "--rope-scaling-factor", "--apply-layernorm-1p"};
 // What a checkpoint written before an arg was recorded was trained with (JSON text).
 const char* absent_arg_value(const std::string& key) {
   if (key == "--normalization") return "\"LayerNorm\"";
@@ -39,6 +39,7 @@ const char* absent_arg_value(const std::string& key) {
   if (key == "--rotary-seq-len-interpolation-factor") return "0.0";
   if (key == "--use-rope-scaling") return "false";
   if (key == "--rope-scaling-factor") return "8.0";
+  if (key == "--apply-layernorm-1p") return "false";
   return nullptr;
 }
 

@@ -277,6 +277,7 @@ HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t
     throw_error("[--save-hf] the checkpoint uses RMSNorm (--normalization RMSNorm)", where);
   }
   if (g.swiglu) throw_error("[--save-hf] the checkpoint has a SwiGLU MLP (--swiglu)", where);
+  if (g.apply_layernorm_1p) throw_error("[--save-hf] the checkpoint's norms scale by 1 + weight (--apply-layernorm-1p)", where);
   if (!g.learned_positions()) {
     throw_error("[--save-hf] the checkpoint has ", g.rope() ? "rotary" : "no", " position embeddings (--position-embedding-type)",
                 where);

@@ -43,8 +43,8 @@ const Argv kLlama3Example = {"--num-layers", "2", "--hidden-size", "4096", "--ff
                              "--kv-channels", "128", "--seq-length", "8192", "--max-position-embeddings", "8192",
                              "--position-embedding-type", "rope", "--rotary-base", "1000000", "--rotary-percent", "1.0",
                              "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--swiglu", "--normalization",
-                             "RMSNorm", "--init-method-std", "0.0134", "--untie-embeddings-and-output-weights",
-                             "--disable-bias-linear"};
+                             "RMSNorm", "--init-method-std", "0.0134", "--apply-layernorm-1p",
+                             "--untie-embeddings-and-output-weights", "--disable-bias-linear"};
 
 TEST(TrainArgsLlama, TheLlama3ExampleModelFlags) {
   const model::GPTConfig m = parse(run_flags(kLlama3Example)).model;
@@ -58,6 +58,7 @@ TEST(TrainArgsLlama, TheLlama3ExampleModelFlags) {
   EXPECT_EQ(m.normalization, model::Normalization::kRMSNorm);
   EXPECT_FALSE(m.add_bias_linear);
   EXPECT_TRUE(m.untie_embeddings_and_output_weights);
+  EXPECT_TRUE(m.apply_layernorm_1p);
 }
 
 TEST(TrainArgsLlama, OlderSpellingsOfRotaryEmbeddings) {

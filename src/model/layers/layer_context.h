@@ -25,11 +25,13 @@ namespace megatron::model {
 //   f [n, f1], act [n, f] (SwiGLU only)  the MLP's gradients before and after the activation
 //   full [n, h] (sequence parallelism only)  a column-parallel linear's gathered input rows;
 //   full_rows_of names the norm output they were gathered from (its data pointer), or null.
-// and one constant table every layer reads: rotary_inv_freq [rot_dim / 2] fp32 (rotary position
-// embeddings only).
+// and the tables the layers read: rotary_inv_freq [rot_dim / 2] fp32 (rotary position embeddings
+// only, constant); with --apply-layernorm-1p, norm_gamma [h] fp32 (1 + the weight of the norm
+// being run, written just before each use) and the constant ones [h] fp32.
 struct LayerWorkspace {
   Tensor grad, h1, h2, qkv, q, f, act, full;
   Tensor rotary_inv_freq;
+  Tensor norm_gamma, ones;
   const void* full_rows_of = nullptr;
 };
 

@@ -18,6 +18,12 @@ namespace megatron::model {
 struct Norm {
   int64_t weight = -1, bias = -1;  // bias -1: RMSNorm
   float eps = 1e-5f;
+  // --apply-layernorm-1p: the scale is 1 + weight, formed in fp32 (ws.norm_gamma) so that a
+  // 16-bit weight near 0 keeps its precision; its gradient is the weight's.
+  bool zero_centered = false;
+
+  // With zero_centered, ws.norm_gamma and ws.ones [h] fp32 (once per model: every norm shares them).
+  void allocate_workspace(const LayerContext& ctx, LayerWorkspace& ws) const;
 
   // Declares `name`.weight (ones) and, for LayerNorm, `name`.bias (zeros).
   static Norm declare(ParameterSet& ps, const std::string& name, const GPTConfig& config);
@@ -34,6 +40,8 @@ struct Norm {
   BranchGradTaken backward_into(const LayerContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& mean,
                                 const Tensor& rstd, Tensor& g, const RowParallelLinear* branch = nullptr,
                                 const backend::DropoutParams& dropout = {}) const;
+  // The scale the backend ops take: the weight, or 1 + weight in ws.norm_gamma.
+  Tensor gamma(const LayerContext& ctx) const;
   // dx = d(x) from dy, overwritten (the loss head's final norm).
   void backward(const LayerContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                 Tensor& dx) const;

@@ -51,6 +51,7 @@ TransformerLayer::Saved TransformerLayer::allocate_saved(const LayerContext& ctx
 }
 
 void TransformerLayer::allocate_workspace(const LayerContext& ctx, DType dtype, LayerWorkspace& ws) const {
+  input_norm.allocate_workspace(ctx, ws);  // shared by every norm of the model (one width)
   attention.allocate_workspace(ctx, dtype, ws);
   mlp.allocate_workspace(ctx, dtype, ws);
 }

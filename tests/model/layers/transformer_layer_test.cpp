@@ -3,7 +3,8 @@
 // the lower layer's FC2 bias taken by the upper layer's norm1 (LayerHandoff) — against central
 // finite differences of a scalar loss, on the CPU backend in fp32. Dropout is off (its masks are
 // tested through GPTModel), LayerNorm and RMSNorm, GELU and SwiGLU, and the Llama attention:
-// rotary embeddings with multi-query attention (one key/value head for both query heads).
+// rotary embeddings with multi-query attention (one key/value head for both query heads), and
+// norms scaling by 1 + weight (--apply-layernorm-1p).
 #include "model/layers/transformer_layer.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@ struct Case {
   bool swiglu;
   bool rope = false;
   int64_t groups = 0;  // 0: multi-head attention
+  bool one_p = false;  // --apply-layernorm-1p
 };
 
 class TransformerLayerGradients : public ::testing::TestWithParam<Case> {};
@@ -43,6 +45,7 @@ GPTConfig small_config(const Case& k) {
     c.rotary.base = 100.0f;  // turns the positions of a 5-token sequence by visibly different angles
   }
   c.num_query_groups = k.groups;
+  c.apply_layernorm_1p = k.one_p;
   return c;
 }
 
@@ -130,7 +133,9 @@ TEST_P(TransformerLayerGradients, MatchFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, TransformerLayerGradients,
                          ::testing::Values(Case{Normalization::kLayerNorm, false}, Case{Normalization::kRMSNorm, true},
-                                           Case{Normalization::kRMSNorm, true, true, 1}));
+                                           Case{Normalization::kRMSNorm, true, true, 1},
+                                           Case{Normalization::kLayerNorm, false, false, 0, true},
+                                           Case{Normalization::kRMSNorm, true, true, 1, true}));
 
 }  // namespace
 }  // namespace megatron::model
