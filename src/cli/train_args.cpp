@@ -89,9 +89,10 @@ constexpr FlagRow kFlagTable[] = {
      "Megatron no longer accepts it; use --recompute-activations, or --recompute-granularity full "
      "--recompute-method uniform --recompute-num-layers 1"},
     // Data.
-    {"--tokenizer-type", FlagType::kValue, FlagState::kValues, "GPT2BPETokenizer|NullTokenizer",
-     "the GPT-2 BPE tokenizer, or NullTokenizer with --vocab-size"},
-    {"--tokenizer-model", FlagType::kValue, FlagState::kUnsupported, "", "only the GPT-2 BPE tokenizer"},
+    {"--tokenizer-type", FlagType::kValue, FlagState::kValues,
+     "GPT2BPETokenizer|NullTokenizer|SentencePieceTokenizer|GPTSentencePieceTokenizer|Llama2Tokenizer|"
+     "HuggingFaceTokenizer|TikTokenizer",
+     "docs/tokenizers.md; NullTokenizer with --vocab-size"},
     {"--data-impl", FlagType::kValue, FlagState::kValues, "mmap|infer", "only the mmap indexed format (MMIDIDX)"},
     {"--dataloader-type", FlagType::kValue, FlagState::kValues, "single", "only the 'single' sampler"},
     {"--optimizer", FlagType::kValue, FlagState::kValues, "adam", "only Adam(W)"},
@@ -364,8 +365,14 @@ void declare_supported_flags(Args& a) {
             "tokens attend only within their document (keys after the last end-of-document token before them)")
       .option("--split", "A,B,C", "train/valid/test proportions", "969, 30, 1")
       .option("--vocab-file", "FILE", "GPT-2 vocab.json (required unless --dry-run)")
-      .option("--vocab-size", "N", "NullTokenizer: ids 0..N-1 and the end of document N (vocabulary N + 1)")
+      .option("--vocab-size", "N",
+              "NullTokenizer: ids 0..N-1 and the end of document N (vocabulary N + 1); TikTokenizer: its vocabulary "
+              "(default 131072); HuggingFaceTokenizer: not used (as in Megatron)")
       .option("--merge-file", "FILE", "GPT-2 merges.txt (required unless --dry-run)")
+      .option("--tokenizer-model", "PATH", "SentencePiece .model, Hugging Face tokenizer.json (or its directory), "
+              "or TikTokenizer's vocabulary (docs/tokenizers.md)")
+      .option("--tiktoken-pattern", "v1|v2", "TikTokenizer's pre-tokenizer regex (default v2; others: not used)")
+      .option("--tiktoken-num-special-tokens", "N", "TikTokenizer: ids 0..N-1 are special tokens", "1000")
       .option("--data-cache-path", "DIR", "where the sample index files are cached")
       .option("--seed", "N", "random seed", "1234");
   // Batch and length.
@@ -1076,9 +1083,20 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
     // Token ids 0..N are int32.
     c.null_vocab_size = a.get_int("--vocab-size", 1, kMaxDimension - 1);
   } else if (a.given("--vocab-size")) {
-    throw_error("[--vocab-size] applies to --tokenizer-type NullTokenizer only (GPT2BPETokenizer's vocabulary is",
-                " --vocab-file's)");
+    if (c.tokenizer_type != "TikTokenizer" && c.tokenizer_type != "HuggingFaceTokenizer") {
+      throw_error("[--vocab-size] is not used by --tokenizer-type ", c.tokenizer_type,
+                  " (its vocabulary is its files'); it applies to NullTokenizer and TikTokenizer");
+    }
+    c.tokenizer_vocab_size = a.get_int("--vocab-size", 1, kMaxDimension - 1);
   }
+  if (a.given("--tokenizer-model")) c.tokenizer_model = a.get_string("--tokenizer-model");
+  if (a.given("--tiktoken-pattern")) {
+    c.tiktoken_pattern = a.get_string("--tiktoken-pattern");
+    if (*c.tiktoken_pattern != "v1" && *c.tiktoken_pattern != "v2") {
+      throw_error("[--tiktoken-pattern] expected v1 or v2, got '", *c.tiktoken_pattern, "'");
+    }
+  }
+  c.tiktoken_num_special_tokens = a.get_int("--tiktoken-num-special-tokens", 0, kMaxDimension - 1);
   if (!c.dry_run) {
     if (c.data_path.empty() && !c.mock_data && c.split_data_path[0].empty()) {
       if (!c.split_data_path[1].empty() || !c.split_data_path[2].empty()) {
@@ -1086,8 +1104,13 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
       }
       throw_error("[--data-path] is required (unless --dry-run, --mock-data or --train-data-path)");
     }
-    if (!null_tokenizer && !c.vocab_file) throw_error("[--vocab-file] is required for GPT2BPETokenizer (unless --dry-run)");
-    if (!null_tokenizer && !c.merge_file) throw_error("[--merge-file] is required for GPT2BPETokenizer (unless --dry-run)");
+    if (!null_tokenizer) {
+      std::string problems;
+      for (const std::string& e : data::tokenizer_option_errors(tokenizer_options(c))) {
+        problems += str_cat(problems.empty() ? "" : "; ", e, " (unless --dry-run)");
+      }
+      if (!problems.empty()) throw Error(problems);
+    }
   }
 }
 
@@ -1129,6 +1152,18 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
 int64_t vocab_size_without_files(const train::TrainConfig& c) {
   constexpr int64_t kGpt2VocabSize = 50257;  // len(encoder) of GPT-2's vocab.json
   return c.null_vocab_size ? *c.null_vocab_size + 1 : kGpt2VocabSize;
+}
+
+data::TokenizerOptions tokenizer_options(const train::TrainConfig& c) {
+  data::TokenizerOptions o;
+  o.type = c.tokenizer_type;
+  o.vocab_file = c.vocab_file;
+  o.merge_file = c.merge_file;
+  o.tokenizer_model = c.tokenizer_model;
+  o.vocab_size = c.tokenizer_vocab_size;
+  o.tiktoken_pattern = c.tiktoken_pattern;
+  o.tiktoken_num_special_tokens = c.tiktoken_num_special_tokens;
+  return o;
 }
 
 std::string cuda_attention_problem(const train::TrainConfig& c) {

@@ -308,7 +308,7 @@ TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
     a.push_back(flag);
     // Value-taking flags get a value that is not accepted.
     if (std::string(flag) == "--data-impl") a.push_back("lazy");
-    if (std::string(flag) == "--tokenizer-type") a.push_back("SentencePieceTokenizer");
+    if (std::string(flag) == "--tokenizer-type") a.push_back("BertWordPieceCase");
     const std::string msg = error_of(a);
     EXPECT_EQ(msg.rfind(std::string("[") + flag + "]", 0), 0u) << msg;
     EXPECT_NE(msg.find("is not supported yet ("), std::string::npos) << msg;
