@@ -11,14 +11,11 @@
 #include "data/tokenizer/gpt2_bpe_tokenizer.h"
 #include "data/tokenizer/hf_tokenizer.h"
 #include "data/tokenizer/sentencepiece_tokenizer.h"
+#include "data/tokenizer/tiktoken_tokenizer.h"
 
 namespace megatron::data {
 
 namespace {
-
-bool is_sentencepiece(const std::string& type) {
-  return type == "SentencePieceTokenizer" || type == "GPTSentencePieceTokenizer" || type == "Llama2Tokenizer";
-}
 
 // A file the flag names must exist and be readable: the one-line error names both.
 void check_readable(const std::string& flag, const std::string& path) {
@@ -44,7 +41,7 @@ auto with_flag(const std::string& flag, Make&& make) {
 const std::vector<std::string>& supported_tokenizer_types() {
   static const std::vector<std::string> types = {"GPT2BPETokenizer", "SentencePieceTokenizer",
                                                  "GPTSentencePieceTokenizer", "Llama2Tokenizer",
-                                                 "HuggingFaceTokenizer"};
+                                                 "HuggingFaceTokenizer", "TikTokenizer"};
   return types;
 }
 
@@ -68,11 +65,11 @@ std::vector<std::string> tokenizer_option_errors(const TokenizerOptions& o) {
     needs(o.merge_file.has_value(), "--merge-file");
     unused(o.tokenizer_model.has_value(), "--tokenizer-model");
     unused(o.vocab_size.has_value(), "--vocab-size");
-  } else if (is_sentencepiece(o.type) || o.type == "HuggingFaceTokenizer") {
+  } else {
     needs(o.tokenizer_model.has_value(), "--tokenizer-model");
     unused(o.vocab_file.has_value(), "--vocab-file");
     unused(o.merge_file.has_value(), "--merge-file");
-    if (o.type != "HuggingFaceTokenizer") unused(o.vocab_size.has_value(), "--vocab-size");
+    if (o.type != "HuggingFaceTokenizer" && o.type != "TikTokenizer") unused(o.vocab_size.has_value(), "--vocab-size");
   }
   return errors;
 }
@@ -103,6 +100,13 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& o) {
     });
   }
   check_readable("--tokenizer-model", *o.tokenizer_model);
+  if (o.type == "TikTokenizer") {
+    return with_flag("--tokenizer-model", [&]() -> std::unique_ptr<Tokenizer> {
+      return std::make_unique<TikTokenizer>(*o.tokenizer_model, o.tiktoken_pattern.value_or("v2"),
+                                            o.tiktoken_num_special_tokens,
+                                            o.vocab_size.value_or(TikTokenizer::kDefaultVocabSize));
+    });
+  }
   return with_flag("--tokenizer-model", [&]() -> std::unique_ptr<Tokenizer> {
     return std::make_unique<SentencePieceTokenizer>(*o.tokenizer_model);
   });
