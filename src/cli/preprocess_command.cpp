@@ -32,7 +32,7 @@ int run_preprocess(const CommandArgs& argv) {
       .option("--lang", "LANG", "only used with --split-sentences (as in Megatron)", "english")
       .option("--vocab-extra-ids", "N", "only 0: preprocess_data.py forces 0", "0")
       .flag("--skip-invalid-lines", "skip (and count) invalid lines instead of stopping at the first");
-  declare_tokenizer_flags(args, "");
+  declare_tokenizer_flags(args, "", /*required=*/true);
   if (!args.parse(argv)) {
     std::printf("%s", args.usage().c_str());
     return 0;

@@ -5,11 +5,11 @@
 
 namespace megatron::cli {
 
-void declare_tokenizer_flags(Args& args, const std::string& default_type) {
+void declare_tokenizer_flags(Args& args, const std::string& default_type, bool required) {
   std::string types;
   for (const std::string& t : data::supported_tokenizer_types()) types += (types.empty() ? "" : "|") + t;
-  if (default_type.empty()) {
-    args.option("--tokenizer-type", "TYPE", types, std::nullopt, true);
+  if (required || default_type.empty()) {
+    args.option("--tokenizer-type", "TYPE", types, std::nullopt, required);
   } else {
     args.option("--tokenizer-type", "TYPE", types, default_type);
   }

@@ -8,10 +8,10 @@
 
 namespace megatron::cli {
 
-// Declares --tokenizer-type (default `default_type`, or required when empty), --vocab-file,
-// --merge-file, --tokenizer-model, --vocab-size, --tiktoken-pattern and
-// --tiktoken-num-special-tokens.
-void declare_tokenizer_flags(Args& args, const std::string& default_type);
+// Declares --tokenizer-type (required; or with default `default_type`; or, when that is empty
+// and not required, optional without a default), --vocab-file, --merge-file,
+// --tokenizer-model, --vocab-size, --tiktoken-pattern and --tiktoken-num-special-tokens.
+void declare_tokenizer_flags(Args& args, const std::string& default_type, bool required = false);
 
 // The options given; flag values are checked (a number, v1|v2), combinations are left to
 // data::make_tokenizer.
