@@ -20,7 +20,7 @@ cp "$B"/tests/comm_host_staged_communicator_test "$P/tests/"  # its CUDA half: r
 # Libraries of Debian's that the Ubuntu image may lack (OpenBLAS resolves to the real file
 # behind Debian's alternatives link). CUDA's and cuDNN's libraries are never copied: the GPU
 # machine has its own (cuDNN's engines alone are ~500 MB; the pack must stay under 64 MiB).
-for lib in simdjson pcre2-8 zstd lzma openblas gfortran quadmath gomp; do
+for lib in simdjson pcre2-8 sentencepiece zstd lzma openblas gfortran quadmath gomp; do
   path=$(ldd "$B/megatron" | awk -v l="lib$lib.so" '$1 ~ l {print $3}')
   if [ -n "$path" ]; then cp -L "$path" "$P/lib/"; fi
 done
@@ -31,6 +31,10 @@ fi
 # OpenBLAS alone is ~36 MB and each GPU test binary ~7 MB (the kernels' device code): ship the
 # libraries and the tests compressed (the device call carries 64 MiB at most);
 # bench/gpu_machine_run.sh and scripts/gpu-check.sh unpack them.
+# The tokenizer cross-check's inputs (bench/tokenizer_crosscheck_inputs.sh; ~16 MB, ~3 MB as xz).
+bench/tokenizer_crosscheck_inputs.sh "$P/tokenizer_inputs" >/dev/null
+tar -C "$P" -cJf "$P/tokenizer_inputs.tar.xz" tokenizer_inputs
+rm -rf "$P/tokenizer_inputs"
 tar -C "$P" -cJf "$P/lib.tar.xz" lib
 tar -C "$P" -cf - tests | xz -T0 -6 > "$P/tests.tar.xz"
 rm -rf "$P/lib" "$P/tests"

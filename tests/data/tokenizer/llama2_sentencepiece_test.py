@@ -15,7 +15,8 @@ Checks: our ids == llama-tokenizer-js's encode (an independent re-implementation
 tokenizer) == Debian's python3-sentencepiece with the assembled model, on Brown documents and the
 hard cases; vocab_size 32000, eod 2 (</s>) appended by preprocess --append-eod, and train's
 "padded vocab (size: 32000) with 0 dummy tokens (new size: 32000)".
-Run by Debian's python3; env MT_BIN, MT_SOURCE_DIR, MT_DATA_DIR.
+Run by Debian's python3; env MT_BIN, MT_SOURCE_DIR, MT_DATA_DIR. With --write-model PATH it only
+writes the assembled tokenizer.model (bench/tokenizer_crosscheck_inputs.sh).
 """
 import json
 import os
@@ -160,4 +161,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--write-model":  # for bench/tokenizer_crosscheck_inputs.sh
+        d = tempfile.mkdtemp(prefix="mt_llama2_")
+        shutil.copy(build_model(d, *[js({"vocab": True})[k] for k in ("vocab", "merges")]), sys.argv[2])
+        shutil.rmtree(d, ignore_errors=True)
+    else:
+        main()
