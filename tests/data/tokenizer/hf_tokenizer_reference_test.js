@@ -7,6 +7,8 @@
 //                   Split regex + ByteLevel, ignore_merges, 256 added special tokens;
 //   llama3-bos      the same with the hub's later post-processor (TemplateProcessing:
 //                   <|begin_of_text|> $A), so every text starts with BOS;
+//   llama3-normalized  the same with a normalizer: NFKC, then Replace "\r\n" -> "\n" (String)
+//                   and runs of spaces -> one (Regex), applied between added tokens;
 //   gpt2            a tokenizer.json built here from GPT-2's vocab.json / merges.txt (ByteLevel
 //                   with GPT-2's regex, "<|endoftext|>" an added special token);
 //   gpt2-prefix     the same with add_prefix_space (RoBERTa's choice) and BertProcessing-style
@@ -95,6 +97,13 @@ async function main() {
         special_tokens: { '<|begin_of_text|>': { id: '<|begin_of_text|>', ids: [128000], tokens: ['<|begin_of_text|>'] } } },
     ],
   };
+  const l3norm = JSON.parse(JSON.stringify(l3));
+  l3norm.normalizer = { type: 'Sequence', normalizers: [
+    { type: 'NFKC' },
+    { type: 'Replace', pattern: { String: '\r\n' }, content: '\n' },
+    { type: 'Replace', pattern: { Regex: ' {2,}' }, content: ' ' },
+  ] };
+  write('llama3-normalized', l3norm, l3config);
   write('llama3-bos', l3bos, { bos_token: '<|begin_of_text|>', eos_token: '<|end_of_text|>',
                                tokenizer_class: 'PreTrainedTokenizerFast' });
   const vocab = JSON.parse(fs.readFileSync(path.join(dataDir, 'gpt2', 'vocab.json'), 'utf-8'));
@@ -142,7 +151,7 @@ async function main() {
     console.log(`${name}: ${same}/${texts.length} texts identical`);
 
     // decode(encode(x)) == x where the template adds nothing.
-    if (name === 'llama3' || name === 'gpt2') {
+    if (name === 'llama3' || name === 'gpt2') {  // (a normalizer or template changes the text)
       const ids = got.slice(-10).map((l) => l.join(' ')).join('\n') + '\n';
       const back = runOurs(['tokenize', '--decode', '--null-data', '--tokenizer-type', 'HuggingFaceTokenizer',
                             '--tokenizer-model', dir], Buffer.from(ids)).toString('utf-8').split('\0').slice(0, -1);
