@@ -135,7 +135,14 @@ int run_generate(const CommandArgs& argv) {
       out.push_back(next);
       if (generator.context_length() < context) logits = generator.append(std::span<const int32_t>(&next, 1));
     }
-    std::cout << prompt << tokenizer.decode(out) << "\n" << std::flush;
+    // The continuation's text is what it adds to the prompt's decoded text: SentencePiece drops
+    // the word-initial space of a text's first piece, so decode(out) alone would lose it.
+    std::vector<int32_t> all = ids;
+    all.insert(all.end(), out.begin(), out.end());
+    const std::string base = tokenizer.decode(ids);
+    const std::string full = tokenizer.decode(all);
+    const std::string added = full.compare(0, base.size(), base) == 0 ? full.substr(base.size()) : tokenizer.decode(out);
+    std::cout << prompt << added << "\n" << std::flush;
   }
   return 0;
 }

@@ -93,6 +93,15 @@ constexpr FlagRow kFlagTable[] = {
      "GPT2BPETokenizer|NullTokenizer|SentencePieceTokenizer|GPTSentencePieceTokenizer|Llama2Tokenizer|"
      "HuggingFaceTokenizer|TikTokenizer",
      "docs/tokenizers.md; NullTokenizer with --vocab-size"},
+    {"--tokenizer-special-tokens", FlagType::kList, FlagState::kUnsupported, "",
+     "the tokenizer files' own special tokens only (docs/tokenizers.md)"},
+    {"--tokenizer-sentencepiece-legacy", FlagType::kSwitch, FlagState::kUnsupported, "",
+     "Megatron-Core's default SentencePiece wrapper only (encode_as_ids)"},
+    {"--tokenizer-hf-no-include-special-tokens", FlagType::kSwitch, FlagState::kUnsupported, "",
+     "tokenizer(text).input_ids only, template included"},
+    {"--tokenizer-metadata", FlagType::kValue, FlagState::kUnsupported, "", "the tokenizer comes from its flags"},
+    {"--tokenizer-hf-no-use-fast", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: one implementation of tokenizer.json (byte-level BPE ids do not depend on it)"},
     {"--data-impl", FlagType::kValue, FlagState::kValues, "mmap|infer", "only the mmap indexed format (MMIDIDX)"},
     {"--dataloader-type", FlagType::kValue, FlagState::kValues, "single", "only the 'single' sampler"},
     {"--optimizer", FlagType::kValue, FlagState::kValues, "adam", "only Adam(W)"},
@@ -1107,7 +1116,8 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
     if (!null_tokenizer) {
       std::string problems;
       for (const std::string& e : data::tokenizer_option_errors(tokenizer_options(c))) {
-        problems += str_cat(problems.empty() ? "" : "; ", e, " (unless --dry-run)");
+        const bool missing = e.find("is required") != std::string::npos;
+        problems += str_cat(problems.empty() ? "" : "; ", e, missing ? " (unless --dry-run)" : "");
       }
       if (!problems.empty()) throw Error(problems);
     }

@@ -612,6 +612,34 @@ TEST(TrainArgs, NullTokenizerNeedsVocabSizeAndNoVocabFiles) {
   EXPECT_ERROR_NAMES(with(base_args(), {"--vocab-size", "32000"}), "--vocab-size]");
 }
 
+// The tokenizer flags of Megatron's Llama 2 recipe and of examples/llama/train_llama3_8b_h100_fp8.sh
+// (real data and mock data) parse unchanged; the options reach the tokenizer.
+TEST(TrainArgs, TokenizerFlagsOfTheLlamaExamples) {
+  const Argv data = with(without(base_args(), "--dry-run", 0), {"--data-path", "corpus_text_document"});
+  TrainConfig c = parse(with(data, {"--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model", "tokenizer.model"}));
+  EXPECT_EQ(c.tokenizer_type, "Llama2Tokenizer");
+  EXPECT_EQ(c.tokenizer_model, "tokenizer.model");
+  c = parse(with(data, {"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "meta-llama/Meta-Llama-3-8B",
+                        "--split", "99,1,0", "--vocab-size", "128256"}));
+  EXPECT_EQ(tokenizer_options(c).tokenizer_model, "meta-llama/Meta-Llama-3-8B");
+  EXPECT_EQ(tokenizer_options(c).vocab_size, 128256);
+  c = parse(with(without(base_args(), "--dry-run", 0),
+                 {"--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "128256", "--tiktoken-pattern", "v2"}));
+  EXPECT_EQ(c.null_vocab_size, 128256);
+  c = parse(with(data, {"--tokenizer-type", "TikTokenizer", "--tokenizer-model", "v.json", "--tiktoken-pattern", "v1",
+                        "--tiktoken-num-special-tokens", "100", "--vocab-size", "30000"}));
+  EXPECT_EQ(tokenizer_options(c).tiktoken_pattern, "v1");
+  EXPECT_EQ(tokenizer_options(c).tiktoken_num_special_tokens, 100);
+  EXPECT_EQ(tokenizer_options(c).vocab_size, 30000);
+  // Without the files (and without --dry-run) each missing flag is named, all at once.
+  EXPECT_EQ(error_of(with(data, {"--tokenizer-type", "Llama2Tokenizer", "--vocab-file", "v.json"})),
+            "[--tokenizer-model] is required by --tokenizer-type Llama2Tokenizer (unless --dry-run); [--vocab-file] is "
+            "not used by --tokenizer-type Llama2Tokenizer");
+  EXPECT_ERROR_NAMES(with(data, {"--tokenizer-type", "TikTokenizer", "--tokenizer-model", "v.json", "--tiktoken-pattern",
+                                 "v3"}), "--tiktoken-pattern]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--tokenizer-special-tokens", "<a>"}), "--tokenizer-special-tokens]");
+}
+
 TEST(TrainArgs, MegatronJobScriptParses) {
   // The flags of Megatron's examples/pretrain_gpt_distributed_with_mp.sh with TP/PP 1, no
   // checkpointing and --recompute-activations for the removed --checkpoint-activations.

@@ -3,11 +3,12 @@
 #include "data/tokenizer/tokenizer.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "data/tokenizer/gpt2_bpe_tokenizer.h"
 #include "data/tokenizer/hf_tokenizer.h"
 #include "data/tokenizer/sentencepiece_tokenizer.h"
@@ -17,11 +18,15 @@ namespace megatron::data {
 
 namespace {
 
-// A file the flag names must exist and be readable: the one-line error names both.
+// A file the flag names must be a readable regular file (a FIFO would block every reader): the
+// one-line error names the flag and the file.
 void check_readable(const std::string& flag, const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw_error("[", flag, "] cannot read ", path, ": ", errno_string(errno));
-  std::fclose(f);
+  try {
+    int64_t size = 0;
+    ::close(open_regular_file(path, &size));
+  } catch (const Error& e) {
+    throw Error(str_cat("[", flag, "] ", e.what()));
+  }
 }
 
 // Prefixes a file reader's "<file>:<line>: reason" with the flag that named the file.
@@ -94,7 +99,9 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& o) {
   }
   if (o.type == "HuggingFaceTokenizer") {
     std::error_code ec;
-    if (!std::filesystem::is_directory(*o.tokenizer_model, ec)) check_readable("--tokenizer-model", *o.tokenizer_model);
+    const bool dir = std::filesystem::is_directory(*o.tokenizer_model, ec);
+    const std::string json = dir ? (std::filesystem::path(*o.tokenizer_model) / "tokenizer.json").string() : "";
+    if (!dir || std::filesystem::exists(json, ec)) check_readable("--tokenizer-model", dir ? json : *o.tokenizer_model);
     return with_flag("--tokenizer-model", [&]() -> std::unique_ptr<Tokenizer> {
       return std::make_unique<HuggingFaceTokenizer>(*o.tokenizer_model);
     });
