@@ -10,6 +10,7 @@ OUT=${2:?out dir}
 export NCCL_NVLS_ENABLE=0
 [ -f "$PWD/$B/lib.tar.xz" ] && tar -C "$PWD/$B" -xJf "$PWD/$B/lib.tar.xz"
 [ -f "$PWD/$B/tests.tar.xz" ] && tar -C "$PWD/$B" -xJf "$PWD/$B/tests.tar.xz"
+[ -f "$PWD/$B/tokenizer_inputs.tar.xz" ] && tar -C "$PWD/$B" -xJf "$PWD/$B/tokenizer_inputs.tar.xz"
 export LD_LIBRARY_PATH="$PWD/$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 V=data/gpt2/vocab.json
 M=data/gpt2/merges.txt
@@ -31,6 +32,14 @@ for i in $(seq 1 16); do cat data/brown/brown.jsonl; done > /tmp/corpus/brown16.
 "$B/bench/tokenizer_bench" "$V" "$M" /tmp/corpus/brown16.jsonl 1,2,4,8,16 2>&1 | tee "$OUT/tokenizer_bench.txt"
 python3 bench/tiktoken_bench.py --vocab-file "$V" --merge-file "$M" --input /tmp/corpus/brown16.jsonl \
   --threads 16 --megatron "$B/megatron" 2>&1 | tee "$OUT/tiktoken_bench.txt"
+
+# Every tokenizer type against the Python libraries Megatron calls (ids and one-thread speed).
+if [ -d "$B/tokenizer_inputs" ]; then
+  python3 -c 'import importlib; print(*[m + " " + getattr(importlib.import_module(m), "__version__", "?")
+    for m in ("sentencepiece", "tokenizers", "tiktoken", "transformers")])' 2>&1 | tee "$OUT/tokenizer_crosscheck.txt"
+  python3 bench/tokenizer_crosscheck.py --inputs "$B/tokenizer_inputs" --megatron "$B/megatron" \
+    --bench "$B/bench/tokenizer_bench" --corpus data/brown/brown.jsonl 2>&1 | tee -a "$OUT/tokenizer_crosscheck.txt"
+fi
 
 for w in 1 4 16; do
   /usr/bin/time -v "$B/megatron" preprocess --input /tmp/corpus/brown16.jsonl --output-prefix /tmp/corpus/out$w \

@@ -20,7 +20,7 @@ cp "$B"/tests/comm_host_staged_communicator_test "$P/tests/"  # its CUDA half: r
 # Libraries of Debian's that the Ubuntu image may lack (OpenBLAS resolves to the real file
 # behind Debian's alternatives link). CUDA's and cuDNN's libraries are never copied: the GPU
 # machine has its own (cuDNN's engines alone are ~500 MB; the pack must stay under 64 MiB).
-for lib in simdjson pcre2-8 zstd lzma openblas gfortran quadmath gomp; do
+for lib in simdjson pcre2-8 sentencepiece utf8proc zstd lzma openblas gfortran quadmath gomp; do
   path=$(ldd "$B/megatron" | awk -v l="lib$lib.so" '$1 ~ l {print $3}')
   if [ -n "$path" ]; then cp -L "$path" "$P/lib/"; fi
 done
@@ -33,6 +33,10 @@ fi
 # the tests in one xz stream whose dictionary spans every binary, so the copies of the device
 # code compress to one (~250 MB -> ~13 MB; a multi-threaded or -6 stream keeps ~140 MB).
 # bench/gpu_machine_run.sh and scripts/gpu-check.sh unpack them.
+# The tokenizer cross-check's inputs (bench/tokenizer_crosscheck_inputs.sh; ~16 MB, ~3 MB as xz).
+bench/tokenizer_crosscheck_inputs.sh "$P/tokenizer_inputs" >/dev/null
+tar -C "$P" -cJf "$P/tokenizer_inputs.tar.xz" tokenizer_inputs
+rm -rf "$P/tokenizer_inputs"
 tar -C "$P" -cJf "$P/lib.tar.xz" lib
 tar -C "$P" -cf - tests | xz -T1 --lzma2=preset=6,dict=512MiB > "$P/tests.tar.xz"
 rm -rf "$P/lib" "$P/tests"

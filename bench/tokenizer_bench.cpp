@@ -1,6 +1,9 @@
-// Throughput of GPT2BPETokenizer::encode (src/data/tokenizer/) over a corpus, at
-// several thread counts. Not a test: speed is checked here, never in ctest.
-//   tokenizer_bench VOCAB MERGES INPUT [THREADS=1,2,4,8,16] [REPEATS=3]
+// Throughput of a tokenizer's encode (src/data/tokenizer/) over a corpus, at several thread
+// counts. Not a test: speed is checked here, never in ctest.
+//   tokenizer_bench VOCAB MERGES INPUT [THREADS=1,2,4,8,16] [REPEATS=3]        (GPT-2 BPE)
+//   tokenizer_bench --tokenizer-type T [--tokenizer-model F] [--vocab-file V --merge-file M]
+//                   [--vocab-size N] [--tiktoken-pattern v1|v2] [--tiktoken-num-special-tokens N]
+//                   INPUT [THREADS] [REPEATS]                                  (any type)
 // INPUT: *.jsonl (the "text" of each line is one document) or plain text (one file =
 // one document per line). For each thread count the documents are cut into that many
 // contiguous shares of about equal bytes, one per thread. Fresh threads start each
@@ -8,12 +11,14 @@
 // pass "warm" encodes it again on the same threads (the steady state of a long run).
 // Reported per pass: the best of REPEATS runs, as MB/s (10^6 bytes of input text),
 // MB/s per thread, parallel efficiency (per-thread MB/s / one-thread MB/s) and tokens/s.
-// bench/tiktoken_bench.py prints the same table for tiktoken.
+// bench/tiktoken_bench.py prints the same table for tiktoken; bench/tokenizer_crosscheck.py
+// times the Python references of every type.
 #include <algorithm>
 #include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -21,7 +26,7 @@
 
 #include "core/error.h"
 #include "data/json_text.h"
-#include "data/tokenizer/gpt2_bpe_tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace {
 
@@ -66,7 +71,7 @@ struct PassResult {
 };
 
 // One run at `threads` threads: returns {cold, warm} timings.
-std::pair<PassResult, PassResult> run(const megatron::data::GPT2BPETokenizer& tok, const std::vector<std::string>& docs,
+std::pair<PassResult, PassResult> run(const megatron::data::Tokenizer& tok, const std::vector<std::string>& docs,
                                       const std::vector<size_t>& bounds, int threads) {
   std::barrier sync(threads + 1);
   std::vector<int64_t> tokens_cold(threads), tokens_warm(threads);
@@ -103,21 +108,57 @@ std::pair<PassResult, PassResult> run(const megatron::data::GPT2BPETokenizer& to
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4) {
-    std::fprintf(stderr, "usage: %s VOCAB MERGES INPUT(.jsonl|text) [THREADS=1,2,4,8,16] [REPEATS=3]\n", argv[0]);
+  // The tokenizer flags ("--flag value" pairs) come first; then INPUT [THREADS] [REPEATS].
+  megatron::data::TokenizerOptions options;
+  std::vector<std::string> rest;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--", 0) != 0 || i + 1 >= argc) {
+      rest.push_back(a);
+      continue;
+    }
+    const std::string v = argv[++i];
+    if (a == "--tokenizer-type") {
+      options.type = v;
+    } else if (a == "--tokenizer-model") {
+      options.tokenizer_model = v;
+    } else if (a == "--vocab-file") {
+      options.vocab_file = v;
+    } else if (a == "--merge-file") {
+      options.merge_file = v;
+    } else if (a == "--vocab-size") {
+      options.vocab_size = std::stoll(v);
+    } else if (a == "--tiktoken-pattern") {
+      options.tiktoken_pattern = v;
+    } else if (a == "--tiktoken-num-special-tokens") {
+      options.tiktoken_num_special_tokens = std::stoll(v);
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (!options.vocab_file && !options.tokenizer_model && rest.size() >= 3) {  // VOCAB MERGES INPUT ...
+    options.vocab_file = rest[0];
+    options.merge_file = rest[1];
+    rest.erase(rest.begin(), rest.begin() + 2);
+  }
+  if (rest.empty()) {
+    std::fprintf(stderr, "usage: %s (VOCAB MERGES | --tokenizer-type T ...) INPUT(.jsonl|text) [THREADS=1,2,4,8,16] "
+                 "[REPEATS=3]\n", argv[0]);
     return 2;
   }
   try {
     const auto load_start = Clock::now();
-    const megatron::data::GPT2BPETokenizer tok(argv[1], argv[2]);
+    const std::unique_ptr<megatron::data::Tokenizer> tok_ptr = megatron::data::make_tokenizer(options);
+    const megatron::data::Tokenizer& tok = *tok_ptr;
     const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
-    const std::vector<std::string> docs = read_documents(argv[3]);
-    const std::vector<int> thread_counts = parse_threads(argc > 4 ? argv[4] : "1,2,4,8,16");
-    const int repeats = argc > 5 ? std::stoi(argv[5]) : 3;
+    const std::vector<std::string> docs = read_documents(rest[0]);
+    const std::vector<int> thread_counts = parse_threads(rest.size() > 1 ? rest[1] : "1,2,4,8,16");
+    const int repeats = rest.size() > 2 ? std::stoi(rest[2]) : 3;
     int64_t bytes = 0;
     for (const auto& d : docs) bytes += static_cast<int64_t>(d.size());
-    std::printf("tokenizer_bench: megatron GPT2BPETokenizer, %zu documents, %.1f MB of text, load %.0f ms, %u hardware threads\n",
-                docs.size(), bytes / 1e6, load_s * 1e3, std::thread::hardware_concurrency());
+    std::printf("tokenizer_bench: megatron %s, %zu documents, %.1f MB of text, load %.0f ms, %u hardware threads\n",
+                options.type.c_str(), docs.size(), bytes / 1e6, load_s * 1e3, std::thread::hardware_concurrency());
     std::printf("%8s %5s %10s %12s %11s %12s\n", "threads", "pass", "MB/s", "MB/s/thread", "efficiency", "Mtokens/s");
     double base[2] = {0, 0};
     for (const int threads : thread_counts) {

@@ -11,6 +11,9 @@
 //       so do --train-data-path / --valid-data-path / --test-data-path (each split its own data).
 //   megatron dataset-info --mock-data [--eod ID] ...
 //       the same for Megatron-Core's mock data (data/mock_sequences.h; its split rule, no cache).
+//   With --tokenizer-type and its files (cli/tokenizer_flags.h) the tokenizer's vocabulary and
+//   end of document are reported, --mock-data takes its end of document, and each shown sample
+//   also has its "text" (decoded; bytes that are not UTF-8 become U+FFFD).
 //
 // Machine-readable mode: with --show-samples K, stdout holds only K JSON lines
 // {"index": i, "tokens": [...]} (i = position in training order, tokens = seq_length+1 ids)
@@ -25,15 +28,45 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/tokenizer_flags.h"
+#include "core/json_writer.h"
 #include "core/error.h"
 #include "data/dataset_config.h"
 #include "data/indexed_dataset.h"
 #include "data/mock_sequences.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace megatron::cli {
 namespace {
 
 using data::IndexedDataset;
+
+// `s` with every byte that does not belong to a valid UTF-8 sequence replaced by U+FFFD (Python's
+// errors="replace" per byte): a sample window may cut a character.
+std::string utf8_lossy(std::string_view s) {
+  std::string out;
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const uint8_t b = p[i];
+    size_t len = b < 0x80 ? 1 : (b >= 0xC2 && b <= 0xDF) ? 2 : (b >= 0xE0 && b <= 0xEF) ? 3 : (b >= 0xF0 && b <= 0xF4) ? 4 : 0;
+    bool ok = len > 0 && i + len <= n;
+    if (ok && len > 1) {
+      const uint8_t lo = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80;
+      const uint8_t hi = b == 0xED ? 0x9F : b == 0xF4 ? 0x8F : 0xBF;
+      ok = p[i + 1] >= lo && p[i + 1] <= hi;
+      for (size_t k = 2; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
+    }
+    if (ok) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
 
 // numpy.percentile's default (linear interpolation between closest ranks).
 double percentile(const std::vector<int64_t>& sorted, double p) {
@@ -105,6 +138,7 @@ int run_dataset_info(const CommandArgs& argv) {
       .option("--seed", "R", "numpy RandomState seed of the shuffles", "1234")
       .option("--data-cache-path", "DIR", "where index caches are looked for (after dirname(prefix)/index-cache) and built")
       .option("--show-samples", "K", "print the first K training samples as JSON lines on stdout (summary to stderr)");
+  declare_tokenizer_flags(a, "");
   if (!a.parse(argv)) {
     std::cout << a.usage();
     return 0;
@@ -165,7 +199,21 @@ int run_dataset_info(const CommandArgs& argv) {
 
   // With --show-samples stdout carries only JSON lines.
   std::ostream& out = show ? std::cerr : std::cout;
-  const int64_t eod = positive(a, "--eod", 0);
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  int64_t eod = positive(a, "--eod", 0);
+  if (a.given("--tokenizer-type")) {
+    tokenizer = data::make_tokenizer(tokenizer_options(a));
+    if (mock) {
+      if (a.given("--eod")) throw_error("[--eod] give --eod or a tokenizer (whose end of document --mock-data takes), not both");
+      eod = tokenizer->eod();
+    }
+    out << "tokenizer " << a.get_string("--tokenizer-type") << ": vocabulary " << tokenizer->vocab_size();
+    try {
+      out << ", end of document " << tokenizer->eod() << "\n";
+    } catch (const Error&) {
+      out << ", no end of document\n";
+    }
+  }
   if (mock) {
     const data::MockSequences m(eod);
     int64_t tokens = 0;
@@ -266,7 +314,12 @@ int run_dataset_info(const CommandArgs& argv) {
         if (k > 0) line += ", ";
         line += std::to_string(tokens[k]);
       }
-      line += "]}\n";
+      line += "]";
+      if (tokenizer) {
+        std::vector<int32_t> ids(tokens.begin(), tokens.end());
+        line += ", \"text\": " + json_quote(utf8_lossy(tokenizer->decode(ids)));
+      }
+      line += "}\n";
       std::fwrite(line.data(), 1, line.size(), stdout);
     }
     std::fflush(stdout);

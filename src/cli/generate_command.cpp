@@ -13,7 +13,8 @@
 #include "cli/backend_choice.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "data/tokenizer/gpt2_bpe_tokenizer.h"
+#include "cli/tokenizer_flags.h"
+#include "data/tokenizer/tokenizer.h"
 #include "model/gpt_generator.h"
 #include "model/gpt_model.h"
 #include "model/sampling.h"
@@ -65,9 +66,8 @@ int run_generate(const CommandArgs& argv) {
       .option("--temperature", "T", "softmax temperature; 0 is greedy", "1.0")
       .option("--top-k", "K", "sample among the K most likely tokens (0: all)", "0")
       .option("--top-p", "P", "sample among the most likely tokens that reach probability P (0: off)", "0")
-      .option("--seed", "S", "sampling seed", "1234")
-      .option("--vocab-file", "V", "GPT-2 vocab.json", std::nullopt, true)
-      .option("--merge-file", "M", "GPT-2 merges.txt", std::nullopt, true);
+      .option("--seed", "S", "sampling seed", "1234");
+  declare_tokenizer_flags(args, "GPT2BPETokenizer");
   declare_device_flag(args);
   if (!args.parse(argv)) {
     std::cout << args.usage();
@@ -92,7 +92,8 @@ int run_generate(const CommandArgs& argv) {
   sp.top_p = static_cast<float>(args.get_double("--top-p", {0.0, 1.0}));
   sp.seed = static_cast<uint64_t>(args.get_int("--seed"));
 
-  data::GPT2BPETokenizer tokenizer(args.get_string("--vocab-file"), args.get_string("--merge-file"));
+  const std::unique_ptr<data::Tokenizer> tokenizer_ptr = data::make_tokenizer(tokenizer_options(args));
+  const data::Tokenizer& tokenizer = *tokenizer_ptr;
   std::optional<int64_t> iteration;
   if (args.given("--iteration")) iteration = args.get_int("--iteration", 1);
   const std::string dir = args.get_string("--load");
@@ -106,8 +107,8 @@ int run_generate(const CommandArgs& argv) {
   if (!ck.found) throw_error("[--load] no checkpoint in ", dir, " (", ck.tracker_path, " is missing)");
   const train::CheckpointModel cm = train::read_checkpoint_model(ck);
   if (cm.config.vocab_size != tokenizer.vocab_size()) {
-    throw_error("[--vocab-file] has ", tokenizer.vocab_size(), " tokens but the checkpoint was trained with ",
-                cm.config.vocab_size);
+    throw_error("[--tokenizer-type] ", args.get_string("--tokenizer-type"), " has ", tokenizer.vocab_size(),
+                " tokens but the checkpoint was trained with ", cm.config.vocab_size);
   }
 
   std::ostringstream device_line;  // keep stdout for the generated text alone
@@ -134,7 +135,14 @@ int run_generate(const CommandArgs& argv) {
       out.push_back(next);
       if (generator.context_length() < context) logits = generator.append(std::span<const int32_t>(&next, 1));
     }
-    std::cout << prompt << tokenizer.decode(out) << "\n" << std::flush;
+    // The continuation's text is what it adds to the prompt's decoded text: SentencePiece drops
+    // the word-initial space of a text's first piece, so decode(out) alone would lose it.
+    std::vector<int32_t> all = ids;
+    all.insert(all.end(), out.begin(), out.end());
+    const std::string base = tokenizer.decode(ids);
+    const std::string full = tokenizer.decode(all);
+    const std::string added = full.compare(0, base.size(), base) == 0 ? full.substr(base.size()) : tokenizer.decode(out);
+    std::cout << prompt << added << "\n" << std::flush;
   }
   return 0;
 }

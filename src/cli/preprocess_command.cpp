@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/tokenizer_flags.h"
 #include "core/error.h"
 #include "data/preprocess.h"
 
@@ -19,10 +20,7 @@ int run_preprocess(const CommandArgs& argv) {
               std::nullopt, true)
       .option("--output-prefix", "PREFIX", "writes PREFIX_{key}_document.bin/.idx", std::nullopt, true)
       .list("--json-keys", "KEY", "keys to extract from each JSON line (default: text)")
-      .option("--tokenizer-type", "TYPE", "only GPT2BPETokenizer", std::nullopt, true)
-      .option("--vocab-file", "FILE", "GPT-2 vocab.json", std::nullopt, true)
-      .option("--merge-file", "FILE", "GPT-2 merges.txt", std::nullopt, true)
-      .flag("--append-eod", "append the <|endoftext|> id to every non-empty document")
+      .flag("--append-eod", "append the tokenizer's end of document (eod) to every non-empty document")
       .option("--workers", "N", "tokenizer threads (default: all cores); outputs do not depend on it",
               std::to_string(cores))
       .option("--log-interval", "N", "progress line every N documents", "1000")
@@ -33,15 +31,11 @@ int run_preprocess(const CommandArgs& argv) {
       .flag("--keep-newlines", "only used with --split-sentences (as in Megatron)")
       .option("--lang", "LANG", "only used with --split-sentences (as in Megatron)", "english")
       .option("--vocab-extra-ids", "N", "only 0: preprocess_data.py forces 0", "0")
-      .option("--tokenizer-model", "FILE", "not used by GPT2BPETokenizer")
       .flag("--skip-invalid-lines", "skip (and count) invalid lines instead of stopping at the first");
+  declare_tokenizer_flags(args, "", /*required=*/true);
   if (!args.parse(argv)) {
     std::printf("%s", args.usage().c_str());
     return 0;
-  }
-  if (args.get_string("--tokenizer-type") != "GPT2BPETokenizer") {
-    throw_error("[--tokenizer-type] ", args.get_string("--tokenizer-type"),
-                " is not supported yet (only GPT2BPETokenizer)");
   }
   if (args.get_string("--dataset-impl") != "mmap") {
     throw_error("[--dataset-impl] ", args.get_string("--dataset-impl"), " is not supported (only mmap)");
@@ -54,13 +48,11 @@ int run_preprocess(const CommandArgs& argv) {
     throw_error("[--vocab-extra-ids] ", args.get_int("--vocab-extra-ids"),
                 " is not supported (preprocess_data.py forces 0)");
   }
-  if (args.given("--tokenizer-model")) throw_error("[--tokenizer-model] is not used by GPT2BPETokenizer");
 
   data::PreprocessOptions options;
   options.input = args.get_string("--input");
   options.output_prefix = args.get_string("--output-prefix");
-  options.vocab_file = args.get_string("--vocab-file");
-  options.merge_file = args.get_string("--merge-file");
+  options.tokenizer = tokenizer_options(args);
   if (args.given("--json-keys")) options.json_keys = args.get_list("--json-keys");
   options.append_eod = args.get_flag("--append-eod");
   options.workers = args.get_int("--workers");

@@ -1,5 +1,7 @@
-// megatron tokenize: GPT-2 BPE ids of stdin, for scripts and reference tests.
-//   megatron tokenize --vocab-file V --merge-file M [--whole] [--decode]
+// megatron tokenize: token ids of stdin (any --tokenizer-type, cli/tokenizer_flags.h), for
+// scripts and reference tests.
+//   megatron tokenize [--tokenizer-type T] (--vocab-file V --merge-file M | --tokenizer-model F)
+//                     [--whole] [--decode]
 // Line mode (default): each input line (without its '\n') is one text, and its ids
 // are printed space-separated on one output line; an empty line gives an empty line.
 // --whole: all of stdin is one text (newlines included), printed as one line.
@@ -15,8 +17,9 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/tokenizer_flags.h"
 #include "core/error.h"
-#include "data/tokenizer/gpt2_bpe_tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace megatron::cli {
 
@@ -83,10 +86,8 @@ void write_stdout(const std::string& s) {
 }  // namespace
 
 int run_tokenize(const CommandArgs& args) {
-  Args a("megatron tokenize", "GPT-2 BPE token ids of stdin: one output line per input line");
-  a.option("--tokenizer-type", "TYPE", "only GPT2BPETokenizer", "GPT2BPETokenizer");
-  a.option("--vocab-file", "PATH", "GPT-2 vocab.json (encoder.json)", std::nullopt, true);
-  a.option("--merge-file", "PATH", "GPT-2 merges.txt (vocab.bpe)", std::nullopt, true);
+  Args a("megatron tokenize", "token ids of stdin (Megatron's tokenizer.tokenize): one output line per input line");
+  declare_tokenizer_flags(a, "GPT2BPETokenizer");
   a.flag("--whole", "all of stdin is one text, printed as one line of ids");
   a.flag("--null-data", "texts end with NUL instead of newline");
   a.flag("--decode", "read ids, write the text bytes they stand for");
@@ -94,11 +95,8 @@ int run_tokenize(const CommandArgs& args) {
     std::fputs(a.usage().c_str(), stdout);
     return 0;
   }
-  const std::string type = a.get_string("--tokenizer-type");
-  if (type != "GPT2BPETokenizer") {
-    throw_error("[--tokenizer-type] '", type, "' is not supported: only GPT2BPETokenizer is");
-  }
-  const data::GPT2BPETokenizer tokenizer(a.get_string("--vocab-file"), a.get_string("--merge-file"));
+  const std::unique_ptr<data::Tokenizer> tokenizer_ptr = data::make_tokenizer(tokenizer_options(a));
+  const data::Tokenizer& tokenizer = *tokenizer_ptr;
   const std::string input = read_stdin();
   const bool whole = a.get_flag("--whole");
   const char separator = a.get_flag("--null-data") ? '\0' : '\n';

@@ -701,9 +701,20 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
     // Token ids 0..N are int32.
     c.null_vocab_size = a.get_int("--vocab-size", 1, kMaxDimension - 1);
   } else if (a.given("--vocab-size")) {
-    throw_error("[--vocab-size] applies to --tokenizer-type NullTokenizer only (GPT2BPETokenizer's vocabulary is",
-                " --vocab-file's)");
+    if (c.tokenizer_type != "TikTokenizer" && c.tokenizer_type != "HuggingFaceTokenizer") {
+      throw_error("[--vocab-size] is not used by --tokenizer-type ", c.tokenizer_type,
+                  " (its vocabulary is its files'); it applies to NullTokenizer and TikTokenizer");
+    }
+    c.tokenizer_vocab_size = a.get_int("--vocab-size", 1, kMaxDimension - 1);
   }
+  if (a.given("--tokenizer-model")) c.tokenizer_model = a.get_string("--tokenizer-model");
+  if (a.given("--tiktoken-pattern")) {
+    c.tiktoken_pattern = a.get_string("--tiktoken-pattern");
+    if (*c.tiktoken_pattern != "v1" && *c.tiktoken_pattern != "v2") {
+      throw_error("[--tiktoken-pattern] expected v1 or v2, got '", *c.tiktoken_pattern, "'");
+    }
+  }
+  c.tiktoken_num_special_tokens = a.get_int("--tiktoken-num-special-tokens", 0, kMaxDimension - 1);
   if (!c.dry_run) {
     if (c.data_path.empty() && !c.mock_data && c.split_data_path[0].empty()) {
       if (!c.split_data_path[1].empty() || !c.split_data_path[2].empty()) {
@@ -711,8 +722,14 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
       }
       throw_error("[--data-path] is required (unless --dry-run, --mock-data or --train-data-path)");
     }
-    if (!null_tokenizer && !c.vocab_file) throw_error("[--vocab-file] is required for GPT2BPETokenizer (unless --dry-run)");
-    if (!null_tokenizer && !c.merge_file) throw_error("[--merge-file] is required for GPT2BPETokenizer (unless --dry-run)");
+    if (!null_tokenizer) {
+      std::string problems;
+      for (const std::string& e : data::tokenizer_option_errors(tokenizer_options(c))) {
+        const bool missing = e.find("is required") != std::string::npos;
+        problems += str_cat(problems.empty() ? "" : "; ", e, missing ? " (unless --dry-run)" : "");
+      }
+      if (!problems.empty()) throw Error(problems);
+    }
   }
 }
 
@@ -753,6 +770,18 @@ int64_t vocab_size_without_files(const train::TrainConfig& c) {
   constexpr int64_t kGpt2VocabSize = 50257;  // len(encoder) of GPT-2's vocab.json
   if (c.null_vocab_size) return *c.null_vocab_size + 1;
   return c.preset_vocab_size.value_or(kGpt2VocabSize);
+}
+
+data::TokenizerOptions tokenizer_options(const train::TrainConfig& c) {
+  data::TokenizerOptions o;
+  o.type = c.tokenizer_type;
+  o.vocab_file = c.vocab_file;
+  o.merge_file = c.merge_file;
+  o.tokenizer_model = c.tokenizer_model;
+  o.vocab_size = c.tokenizer_vocab_size;
+  o.tiktoken_pattern = c.tiktoken_pattern;
+  o.tiktoken_num_special_tokens = c.tiktoken_num_special_tokens;
+  return o;
 }
 
 std::string cuda_attention_problem(const train::TrainConfig& c) {

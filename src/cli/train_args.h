@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "data/tokenizer/tokenizer.h"
 #include "train/config.h"
 
 namespace megatron::cli {
@@ -48,6 +49,9 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size = 1, 
 // NullTokenizer's --vocab-size N + 1 (its end of document being N), else GPT-2's 50257 (end of
 // document 50256). Either way the end of document is the last id.
 int64_t vocab_size_without_files(const train::TrainConfig& c);
+
+// The tokenizer flags of `c` for data::make_tokenizer (not for NullTokenizer, which has no files).
+data::TokenizerOptions tokenizer_options(const train::TrainConfig& c);
 
 // What CUDA attention cannot run in `c`, or "": past our kernels' head_dim
 // (backend::kOwnAttentionMaxHeadDim, 128) only cuDNN's fused attention runs, which needs bf16 or

@@ -19,7 +19,7 @@
 #include "comm/process_groups.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
-#include "data/tokenizer/gpt2_bpe_tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "model/memory_plan.h"
 #include "plan/gpu_spec.h"
 #include "plan/memory_model.h"
@@ -100,19 +100,19 @@ int run_train(const CommandArgs& argv) {
          << ")\n";
   }
 
-  // The tokenizer fixes the vocabulary (GPT2BPETokenizer: len(encoder) = 50257; NullTokenizer:
-  // --vocab-size N + 1, its EOD being N).
+  // The tokenizer fixes the vocabulary (Megatron's tokenizer.vocab_size: GPT2BPETokenizer
+  // len(encoder) = 50257, Llama2Tokenizer 32000, ...; NullTokenizer: --vocab-size N + 1, its EOD
+  // being N) and the end of document (data/tokenizer/tokenizer.h).
+  const data::TokenizerOptions tokenizer_flags = tokenizer_options(config);
   if (config.null_vocab_size) {
     config.model.vocab_size = *config.null_vocab_size + 1;
     config.eod_token = *config.null_vocab_size;
-  } else if (config.vocab_file && config.merge_file) {
-    data::GPT2BPETokenizer tokenizer(*config.vocab_file, *config.merge_file);
-    config.model.vocab_size = tokenizer.vocab_size();
-    config.eod_token = tokenizer.eod();  // ends the mock documents; masked by --eod-mask-loss
-  } else if (config.dry_run) {
-    config.model.vocab_size = vocab_size_without_files(config);
+  } else if (!config.dry_run || data::tokenizer_option_errors(tokenizer_flags).empty()) {
+    const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(tokenizer_flags);
+    config.model.vocab_size = tokenizer->vocab_size();
+    config.eod_token = tokenizer->eod();  // ends the mock documents; masked by --eod-mask-loss
   } else {
-    throw_error("[--vocab-file] and [--merge-file] are required by --tokenizer-type GPT2BPETokenizer");
+    config.model.vocab_size = vocab_size_without_files(config);
   }
   config.model.padded_vocab_size = train::padded_vocab_size(
       config.model.vocab_size, config.make_vocab_size_divisible_by, config.tensor_model_parallel_size, &log0);

@@ -70,9 +70,19 @@ constexpr FlagRow kFlagTable[] = {
      "Megatron no longer accepts it; use --recompute-activations, or --recompute-granularity full "
      "--recompute-method uniform --recompute-num-layers 1"},
     // Data.
-    {"--tokenizer-type", FlagType::kValue, FlagState::kValues, "GPT2BPETokenizer|NullTokenizer",
-     "the GPT-2 BPE tokenizer, or NullTokenizer with --vocab-size"},
-    {"--tokenizer-model", FlagType::kValue, FlagState::kUnsupported, "", "only the GPT-2 BPE tokenizer"},
+    {"--tokenizer-type", FlagType::kValue, FlagState::kValues,
+     "GPT2BPETokenizer|NullTokenizer|SentencePieceTokenizer|GPTSentencePieceTokenizer|Llama2Tokenizer|"
+     "HuggingFaceTokenizer|TikTokenizer",
+     "docs/tokenizers.md; NullTokenizer with --vocab-size"},
+    {"--tokenizer-special-tokens", FlagType::kList, FlagState::kUnsupported, "",
+     "the tokenizer files' own special tokens only (docs/tokenizers.md)"},
+    {"--tokenizer-sentencepiece-legacy", FlagType::kSwitch, FlagState::kUnsupported, "",
+     "Megatron-Core's default SentencePiece wrapper only (encode_as_ids)"},
+    {"--tokenizer-hf-no-include-special-tokens", FlagType::kSwitch, FlagState::kUnsupported, "",
+     "tokenizer(text).input_ids only, template included"},
+    {"--tokenizer-metadata", FlagType::kValue, FlagState::kUnsupported, "", "the tokenizer comes from its flags"},
+    {"--tokenizer-hf-no-use-fast", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: one implementation of tokenizer.json (byte-level BPE ids do not depend on it)"},
     {"--data-impl", FlagType::kValue, FlagState::kValues, "mmap|infer", "only the mmap indexed format (MMIDIDX)"},
     {"--dataloader-type", FlagType::kValue, FlagState::kValues, "single", "only the 'single' sampler"},
     {"--optimizer", FlagType::kValue, FlagState::kValues, "adam", "only Adam(W)"},

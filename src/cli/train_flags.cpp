@@ -85,8 +85,14 @@ void declare_supported_flags(Args& a) {
             "tokens attend only within their document (keys after the last end-of-document token before them)")
       .option("--split", "A,B,C", "train/valid/test proportions", "969, 30, 1")
       .option("--vocab-file", "FILE", "GPT-2 vocab.json (required unless --dry-run)")
-      .option("--vocab-size", "N", "NullTokenizer: ids 0..N-1 and the end of document N (vocabulary N + 1)")
+      .option("--vocab-size", "N",
+              "NullTokenizer: ids 0..N-1 and the end of document N (vocabulary N + 1); TikTokenizer: its vocabulary "
+              "(default 131072); HuggingFaceTokenizer: not used (as in Megatron)")
       .option("--merge-file", "FILE", "GPT-2 merges.txt (required unless --dry-run)")
+      .option("--tokenizer-model", "PATH", "SentencePiece .model, Hugging Face tokenizer.json (or its directory), "
+              "or TikTokenizer's vocabulary (docs/tokenizers.md)")
+      .option("--tiktoken-pattern", "v1|v2", "TikTokenizer's pre-tokenizer regex (default v2; others: not used)")
+      .option("--tiktoken-num-special-tokens", "N", "TikTokenizer: ids 0..N-1 are special tokens", "1000")
       .option("--data-cache-path", "DIR", "where the sample index files are cached")
       .option("--seed", "N", "random seed", "1234");
   // Batch and length.

@@ -18,7 +18,7 @@
 #include "data/indexed_dataset.h"
 #include "data/json_text.h"
 #include "data/jsonl_reader.h"
-#include "data/tokenizer/gpt2_bpe_tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace megatron::data {
 
@@ -64,7 +64,7 @@ struct WorkItem {
 // the lock is taken a few hundred times per second at most).
 class Pipeline {
  public:
-  Pipeline(const PreprocessOptions& options, const GPT2BPETokenizer& tokenizer, LineReader& reader)
+  Pipeline(const PreprocessOptions& options, const Tokenizer& tokenizer, LineReader& reader)
       : options_(options), tokenizer_(tokenizer), reader_(reader),
         max_in_flight_(2 * options.workers + 2) {}
 
@@ -212,7 +212,7 @@ class Pipeline {
   }
 
   const PreprocessOptions& options_;
-  const GPT2BPETokenizer& tokenizer_;
+  const Tokenizer& tokenizer_;
   LineReader& reader_;
   const int64_t max_in_flight_;
 
@@ -272,9 +272,11 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opts_in) {
 
   if (options.info != nullptr) std::fprintf(options.info, "Opening %s\n", options.input.c_str());
   const Clock::time_point startup_start = Clock::now();
+  const std::unique_ptr<Tokenizer> tokenizer_ptr = make_tokenizer(options.tokenizer);
   LineReader reader(options.input, options.batch_bytes);
-  GPT2BPETokenizer tokenizer(options.vocab_file, options.merge_file);
+  const Tokenizer& tokenizer = *tokenizer_ptr;
   const TokenDType dtype = optimal_token_dtype(tokenizer.vocab_size());
+  if (options.append_eod) tokenizer.eod();  // a tokenizer without one fails here, before any work
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const std::string& key : options.json_keys) {
     writers.push_back(std::make_unique<IndexedDatasetWriter>(preprocess_output_prefix(options.output_prefix, key), dtype));

@@ -5,7 +5,7 @@
 // Per line: json.loads semantics (data/json_text.h); for each key the value is one
 // sentence (a string) or a list of sentences; each sentence is tokenized, empty token
 // lists are dropped; with append_eod a non-empty document gets the EOD id appended to
-// its last sentence; then add_document(ids, sentence_lens) — an empty document is
+// its last sentence (the tokenizer's eod()); then add_document(ids, sentence_lens) — an empty document is
 // still a document (no sequences).
 //
 // Pipeline: one reader thread (decompress + split lines into ~1 MB batches), N worker
@@ -27,13 +27,14 @@
 #include <string>
 #include <vector>
 
+#include "data/tokenizer/tokenizer.h"
+
 namespace megatron::data {
 
 struct PreprocessOptions {
   std::string input;
   std::string output_prefix;
-  std::string vocab_file;
-  std::string merge_file;
+  TokenizerOptions tokenizer;  // --tokenizer-type and its files (data/tokenizer/tokenizer.h)
   std::vector<std::string> json_keys{"text"};  // duplicates are merged, as Megatron's dicts do
   bool append_eod = false;
   int64_t workers = 1;

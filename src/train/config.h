@@ -60,8 +60,12 @@ struct TrainConfig {
   std::string split = "969, 30, 1";         // --split
   std::optional<std::string> vocab_file;    // --vocab-file
   std::optional<std::string> merge_file;    // --merge-file
-  std::string tokenizer_type = "GPT2BPETokenizer";  // --tokenizer-type (or NullTokenizer)
+  std::string tokenizer_type = "GPT2BPETokenizer";  // --tokenizer-type (data/tokenizer/tokenizer.h, or NullTokenizer)
   std::optional<int64_t> null_vocab_size;           // --vocab-size, NullTokenizer's N (vocabulary N + 1)
+  std::optional<std::string> tokenizer_model;       // --tokenizer-model
+  std::optional<int64_t> tokenizer_vocab_size;      // --vocab-size of the other types (TikTokenizer's vocabulary)
+  std::optional<std::string> tiktoken_pattern;      // --tiktoken-pattern
+  int64_t tiktoken_num_special_tokens = 1000;       // --tiktoken-num-special-tokens
   std::optional<std::string> data_cache_path;       // --data-cache-path
   int64_t seed = 1234;                      // --seed
 

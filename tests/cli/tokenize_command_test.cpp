@@ -100,7 +100,7 @@ TEST(TokenizeCommand, ErrorsAreOneLine) {
       {tokenize_cli("--tokenizer-type BertWordPieceLowerCase <<< 'x'"), "error: [--tokenizer-type]"},
       {str_cat(test::megatron_binary(), " tokenize --vocab-file /nonexistent/v.json --merge-file '",
                test::gpt2_merge_file(), "' <<< 'x'"),
-       "error: /nonexistent/v.json"},
+       "error: [--vocab-file] /nonexistent/v.json: cannot open"},
   };
   for (const auto& [cmd, expected] : cases) {
     const auto r = test::run_command("bash -c \"" + cmd + "\" 2>&1 >/dev/null");

@@ -309,7 +309,7 @@ TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
     a.push_back(flag);
     // Value-taking flags get a value that is not accepted.
     if (std::string(flag) == "--data-impl") a.push_back("lazy");
-    if (std::string(flag) == "--tokenizer-type") a.push_back("SentencePieceTokenizer");
+    if (std::string(flag) == "--tokenizer-type") a.push_back("BertWordPieceCase");
     const std::string msg = error_of(a);
     EXPECT_EQ(msg.rfind(std::string("[") + flag + "]", 0), 0u) << msg;
     EXPECT_NE(msg.find("is not supported yet ("), std::string::npos) << msg;
@@ -611,6 +611,34 @@ TEST(TrainArgs, NullTokenizerNeedsVocabSizeAndNoVocabFiles) {
   EXPECT_FALSE(c.vocab_file.has_value());
   // GPT2BPETokenizer's vocabulary comes from its files.
   EXPECT_ERROR_NAMES(with(base_args(), {"--vocab-size", "32000"}), "--vocab-size]");
+}
+
+// The tokenizer flags of Megatron's Llama 2 recipe and of examples/llama/train_llama3_8b_h100_fp8.sh
+// (real data and mock data) parse unchanged; the options reach the tokenizer.
+TEST(TrainArgs, TokenizerFlagsOfTheLlamaExamples) {
+  const Argv data = with(without(base_args(), "--dry-run", 0), {"--data-path", "corpus_text_document"});
+  TrainConfig c = parse(with(data, {"--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model", "tokenizer.model"}));
+  EXPECT_EQ(c.tokenizer_type, "Llama2Tokenizer");
+  EXPECT_EQ(c.tokenizer_model, "tokenizer.model");
+  c = parse(with(data, {"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "meta-llama/Meta-Llama-3-8B",
+                        "--split", "99,1,0", "--vocab-size", "128256"}));
+  EXPECT_EQ(tokenizer_options(c).tokenizer_model, "meta-llama/Meta-Llama-3-8B");
+  EXPECT_EQ(tokenizer_options(c).vocab_size, 128256);
+  c = parse(with(without(base_args(), "--dry-run", 0),
+                 {"--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "128256", "--tiktoken-pattern", "v2"}));
+  EXPECT_EQ(c.null_vocab_size, 128256);
+  c = parse(with(data, {"--tokenizer-type", "TikTokenizer", "--tokenizer-model", "v.json", "--tiktoken-pattern", "v1",
+                        "--tiktoken-num-special-tokens", "100", "--vocab-size", "30000"}));
+  EXPECT_EQ(tokenizer_options(c).tiktoken_pattern, "v1");
+  EXPECT_EQ(tokenizer_options(c).tiktoken_num_special_tokens, 100);
+  EXPECT_EQ(tokenizer_options(c).vocab_size, 30000);
+  // Without the files (and without --dry-run) each missing flag is named, all at once.
+  EXPECT_EQ(error_of(with(data, {"--tokenizer-type", "Llama2Tokenizer", "--vocab-file", "v.json"})),
+            "[--tokenizer-model] is required by --tokenizer-type Llama2Tokenizer (unless --dry-run); [--vocab-file] is "
+            "not used by --tokenizer-type Llama2Tokenizer");
+  EXPECT_ERROR_NAMES(with(data, {"--tokenizer-type", "TikTokenizer", "--tokenizer-model", "v.json", "--tiktoken-pattern",
+                                 "v3"}), "--tiktoken-pattern]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--tokenizer-special-tokens", "<a>"}), "--tokenizer-special-tokens]");
 }
 
 TEST(TrainArgs, MegatronJobScriptParses) {

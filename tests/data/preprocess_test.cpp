@@ -51,8 +51,8 @@ PreprocessOptions options_for(const std::string& input, const std::string& prefi
   PreprocessOptions o;
   o.input = input;
   o.output_prefix = prefix;
-  o.vocab_file = test::gpt2_vocab_file();
-  o.merge_file = test::gpt2_merge_file();
+  o.tokenizer.vocab_file = test::gpt2_vocab_file();
+  o.tokenizer.merge_file = test::gpt2_merge_file();
   o.progress = nullptr;
   o.info = nullptr;
   return o;
@@ -337,7 +337,13 @@ TEST(Preprocess, MissingInputAndUnsupportedFlagsAreOneLineErrors) {
       {base + " --tokenizer-model m.model", "error: [--tokenizer-model]"},
       {str_cat(test::megatron_binary(), " preprocess --input x --output-prefix y --tokenizer-type "
                                         "GPTSentencePieceTokenizer --vocab-file v --merge-file m"),
-       "error: [--tokenizer-type] GPTSentencePieceTokenizer is not supported yet"},
+       "error: [--tokenizer-model] is required by --tokenizer-type GPTSentencePieceTokenizer; [--vocab-file] is not "
+       "used by --tokenizer-type GPTSentencePieceTokenizer; [--merge-file] is not used"},
+      {str_cat(test::megatron_binary(), " preprocess --input x --output-prefix y --tokenizer-type BertWordPieceCase"),
+       "error: [--tokenizer-type] 'BertWordPieceCase' is not supported"},
+      {str_cat(test::megatron_binary(), " preprocess --input x --output-prefix y --tokenizer-type Llama2Tokenizer "
+                                        "--tokenizer-model '", dir, "/in.jsonl'"),
+       str_cat("error: [--tokenizer-model] ", dir, "/in.jsonl is not a SentencePiece model")},
   };
   for (const auto& [cmd, expected] : cases) {
     const auto r = test::run_command(cmd + " 2>&1 >/dev/null");  // stderr only

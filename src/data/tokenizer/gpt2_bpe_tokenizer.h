@@ -19,24 +19,26 @@
 #include <string_view>
 #include <vector>
 
+#include "data/tokenizer/tokenizer.h"
+
 namespace megatron::data {
 
-class GPT2BPETokenizer {
+class GPT2BPETokenizer final : public Tokenizer {
  public:
   GPT2BPETokenizer(const std::string& vocab_file, const std::string& merge_file);
-  ~GPT2BPETokenizer();
+  ~GPT2BPETokenizer() override;
   GPT2BPETokenizer(const GPT2BPETokenizer&) = delete;
   GPT2BPETokenizer& operator=(const GPT2BPETokenizer&) = delete;
 
   // Unpadded vocabulary size: len(encoder) = 50257 for GPT-2.
-  int64_t vocab_size() const;
+  int64_t vocab_size() const override;
   // Id of "<|endoftext|>" (50256 for GPT-2): the EOD appended by --append-eod.
-  int32_t eod() const;
+  int32_t eod() const override;
 
   // Appends the token ids of `text` to `out`.
-  void encode(std::string_view text, std::vector<int32_t>* out) const;
+  void encode(std::string_view text, std::vector<int32_t>* out) const override;
   // The bytes the ids stand for (no UTF-8 repair: the caller decides).
-  std::string decode(std::span<const int32_t> ids) const;
+  std::string decode(std::span<const int32_t> ids) const override;
 
  private:
   struct Impl;

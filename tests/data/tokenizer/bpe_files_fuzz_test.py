@@ -63,7 +63,8 @@ def main():
         fz.write(vocab_path, vocab)
         fz.write(merges_path, pairs["small"][1])
         r = fz.run(["tokenize", "--vocab-file", vocab_path, "--merge-file", merges_path], stdin=TEXT)
-        if r.verdict() is not None or r.rc != 1 or ("error: " + work + "/" + expected % line) not in r.stderr.decode():
+        # make_tokenizer names the flag before the reader's "<file>:<line>: reason".
+        if r.verdict() is not None or r.rc != 1 or ("error: [--vocab-file] " + work + "/" + expected % line) not in r.stderr.decode():
             print("FAIL %s: rc %s, %s\n  %s" % (what, r.rc, r.verdict(), r.tail()), file=sys.stderr)
             failures += 1
     for victim in ("vocab.json", "merges.txt"):
@@ -73,7 +74,8 @@ def main():
         os.remove(path)
         os.mkfifo(path)
         r = fz.run(["tokenize", "--vocab-file", vocab_path, "--merge-file", merges_path], stdin=TEXT, timeout=10)
-        if r.verdict() is not None or r.rc != 1 or "error: %s: is a FIFO" % path not in r.stderr.decode():
+        flag = "--vocab-file" if victim == "vocab.json" else "--merge-file"
+        if r.verdict() is not None or r.rc != 1 or "error: [%s] %s: is a FIFO" % (flag, path) not in r.stderr.decode():
             print("FAIL a FIFO as %s: rc %s, %s\n  %s" % (victim, r.rc, r.verdict(), r.tail()), file=sys.stderr)
             failures += 1
     shutil.rmtree(work, ignore_errors=True)
