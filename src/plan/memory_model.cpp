@@ -84,6 +84,11 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   // Documents on cuDNN: its bias [b, s, s] in the 16-bit I/O dtype, in cuDNN's workspace
   // (cudnn_attention.h), which the engine's plan does not hold.
   if (c.reset_attention_mask && dtype != DType::kF32) m.workspace += p.micro_batch * c.seq_length * c.seq_length * 2;
+  // Query groups on cuDNN: the backward's packed Q and dQ [s, b, H/T, d] in the 16-bit I/O dtype
+  // (a group's queries are not one stride apart in the fused QKV), in cuDNN's workspace too.
+  if (c.query_groups() < c.num_attention_heads && dtype != DType::kF32) {
+    m.workspace += 2 * p.micro_batch * c.seq_length * (c.num_attention_heads / p.tp) * c.kv_channels * 2;
+  }
   m.nccl = nccl_memory(nccl_layout(c, p, gpus_per_node, shared_groups), stage).total();
   if (p.uses_copy_engines()) {
     const int64_t bucket = p.overlap_grad_reduce ? parallel::overlap_bucket_elements(p.dp) : 0;  // 0: one bucket

@@ -220,9 +220,10 @@ TEST(PlanMemory, RmsNormSwigluShardsByHand) {
 // One formula: on every layout the planner's memory of each stage is the plan --dry-run prints
 // for the same flags (train::train_memory_plan: the engine's own, model::plan_memory, with the
 // stage's activation sets and the distributed optimizer's shards), kind by kind, through TP,
-// SP, PP, interleaving, DP, recompute, the model variants and documents; only what the engine
-// does not allocate comes on top (cuDNN's document bias here; NCCL and the copy engines are
-// checked above and in nccl_memory_test).
+// SP, PP, interleaving, DP, recompute, the model variants (and with each the Llama attention:
+// rotary embeddings and 2 key/value groups, 4 where TP 4 splits them) and documents; only what
+// the engine does not allocate comes on top (cuDNN's document bias and its packed Q and dQ for
+// query groups here; NCCL and the copy engines are checked above and in nccl_memory_test).
 TEST(PlanMemory, AgreesWithTheDryRunPlanOnEveryLayout) {
   struct Layout {
     int64_t tp, pp, vp, dp;
@@ -237,6 +238,7 @@ TEST(PlanMemory, AgreesWithTheDryRunPlanOnEveryLayout) {
     for (PlanRecompute rc : {PlanRecompute::kNone, PlanRecompute::kSelective, PlanRecompute::kFull}) {
       for (const Variant& v : kVariants) {
         for (bool documents : {false, true}) {
+          for (const bool llama : {false, true}) {
           for (DType dtype : {DType::kBF16, DType::kF32}) {
             model::GPTConfig c = small_config();
             c.num_layers = 8;
@@ -245,6 +247,10 @@ TEST(PlanMemory, AgreesWithTheDryRunPlanOnEveryLayout) {
             c.seq_length = c.max_position_embeddings = 8;
             c.reset_position_ids = c.reset_attention_mask = documents;
             apply(v, c);
+            if (llama) {
+              c.position_embedding = model::PositionEmbedding::kRope;
+              c.num_query_groups = l.tp <= 2 ? 2 : 4;
+            }
             ParallelConfig p;
             p.tp = l.tp;
             p.pp = l.pp;
@@ -277,16 +283,21 @@ TEST(PlanMemory, AgreesWithTheDryRunPlanOnEveryLayout) {
                                               << dtype_name(dtype));
               model::MemoryPlan dry_run = train::train_memory_plan(t, k);
               if (documents && dtype != DType::kF32) dry_run.workspace += 2 * 8 * 8 * 2;  // cuDNN's bias [b, s, s]
+              if (c.query_groups() < c.num_attention_heads && dtype != DType::kF32) {
+                dry_run.workspace += 2 * 2 * 8 * (4 / l.tp) * 2 * 2;  // cuDNN's packed Q, dQ [s, b, H/T, d]
+              }
               const model::MemoryPlan planned = stage_memory(c, dtype, p, k);
               expect_same(planned, dry_run);
               ++compared;
             }
           }
+          }
         }
       }
     }
   }
-  EXPECT_EQ(compared, 18 * 3 * 4 * 2 * 2);  // stages of the layouts x recompute x variants x documents x dtypes
+  // Stages of the layouts x recompute x variants x documents x attention x dtypes.
+  EXPECT_EQ(compared, 18 * 3 * 4 * 2 * 2 * 2);
 }
 
 // What the variants add or remove is exactly what model::plan_memory adds or removes for the
