@@ -17,7 +17,7 @@ tag with its (step, value) pairs, and exits 1 if an expectation fails.
   python3 bench/tensorboard_check.py --fixture-dir DIR
 
 --megatron-train requires the tags a plain Megatron GPT run writes every
---tensorboard-log-interval (src/train/tensorboard_tags.h): learning-rate, lm loss, loss-scale,
+--tensorboard-log-interval (src/obs/tensorboard_tags.h): learning-rate, lm loss, loss-scale,
 grad-norm, each also "... vs samples" with the same values; iteration steps must increase.
 --megatron-valid requires "lm loss validation" and "lm loss validation vs samples" (steps may
 repeat once: the final evaluation is written at the last iteration, as Megatron does).

@@ -1,6 +1,6 @@
 // Something that times named regions of work that are no Backend op, such as a collective
 // (comm/profiled_communicator.h): the ProfilingBackend (one op-table row per name, `megatron
-// bench --profile-ops`) and the straggler detector (train/straggler_detector.h: one total, the
+// bench --profile-ops`) and the straggler detector (obs/straggler_detector.h: one total, the
 // time a rank is held up by communication).
 #pragma once
 

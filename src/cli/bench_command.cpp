@@ -36,7 +36,7 @@
 #include "cli/train_args.h"
 #include "comm/launch.h"
 #include "comm/launch_env.h"
-#include "comm/process_groups.h"
+#include "parallel/process_groups.h"
 #include "comm/profiled_communicator.h"
 #include "comm/self_communicator.h"
 #include "comm/watchdog.h"
@@ -47,10 +47,10 @@
 #include "model/memory_plan.h"
 #include "optim/loss_scaler.h"
 #include "train/config.h"
-#include "train/data_parallel_setup.h"
+#include "parallel/data_parallel_setup.h"
 #include "train/flops.h"
 #include "train/micro_batch_documents.h"
-#include "train/optimizer.h"
+#include "parallel/optimizer.h"
 #include "train/sub_configs.h"
 #include "train/train_step.h"
 #include "parallel/pipeline_schedule.h"
@@ -160,7 +160,7 @@ int run_bench(const CommandArgs& argv_in) {
   const int64_t vocab = vocab_size_without_files(c);
   c.model.vocab_size = vocab;
   c.model.padded_vocab_size =
-      train::padded_vocab_size(vocab, c.make_vocab_size_divisible_by, c.tensor_model_parallel_size);
+      model::padded_vocab_size(vocab, c.make_vocab_size_divisible_by, c.tensor_model_parallel_size);
   // Up to 2^31 - 1 iterations each (their sum is a loop bound).
   const int64_t iters = args.get_int("--bench-iters", 1, kMaxDimension);
   const int64_t warmup = args.get_int("--warmup-iters", 0, kMaxDimension);
@@ -200,8 +200,8 @@ int run_bench(const CommandArgs& argv_in) {
     be = std::move(wrapped);
     if (world > 1) world_comm = std::make_unique<comm::ProfiledCommunicator>(std::move(world_comm), *profiler);
   }
-  comm::ProcessGroups groups = comm::make_process_groups(
-      std::move(world_comm), comm::parallel_sizes(world, c.tensor_model_parallel_size, c.pipeline_model_parallel_size));
+  parallel::ProcessGroups groups = parallel::make_process_groups(
+      std::move(world_comm), parallel::parallel_sizes(world, c.tensor_model_parallel_size, c.pipeline_model_parallel_size));
   const DType dtype = train::model_dtype(c);
   const int64_t mbs = c.micro_batch_size, s = c.model.seq_length, gbs = c.global_batch_size;
   const int64_t num_micro = c.num_microbatches();  // at --global-batch-size: the bench times no ramp
@@ -216,18 +216,18 @@ int run_bench(const CommandArgs& argv_in) {
   model::TensorParallelOptions tp;
   tp.group = groups.tp.get();
   tp.sequence_parallel = c.sequence_parallel;
-  const train::DataParallelFlags dp_flags = train::data_parallel_flags(c);
-  const bool copy_engine = train::prepare_copy_engine(dp_flags, groups);
+  const parallel::DataParallelFlags dp_flags = train::data_parallel_flags(c);
+  const bool copy_engine = parallel::prepare_copy_engine(dp_flags, groups);
   model::GPTModel model(c.model, *be, dtype, mbs, tp, train::pipeline_stage(c, groups.coords.pp));
   model.parameters().initialize(*be, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
-  train::OptimizerConfig oc;
+  parallel::OptimizerConfig oc;
   oc.clip_grad = c.clip_grad;
   optim::GradScaler scaler = optim::GradScaler::constant(c.fp16 ? 4096.0f : 1.0f);
   // The same data-parallel reduction as `megatron train` (buckets, --overlap-*).
-  train::MixedPrecisionOptimizer opt(model.parameters(), *be, oc, std::move(scaler),
-                                     train::data_parallel_options(dp_flags, groups, model));
-  log << train::copy_engine_text(copy_engine, dp_flags, opt);
-  train::connect_overlap_hooks(dp_flags, model, opt);
+  parallel::MixedPrecisionOptimizer opt(model.parameters(), *be, oc, std::move(scaler),
+                                     parallel::data_parallel_options(dp_flags, groups, model));
+  log << parallel::copy_engine_text(copy_engine, dp_flags, opt);
+  parallel::connect_overlap_hooks(dp_flags, model, opt);
   // Synthetic tokens (ids of the vocabulary), a fresh batch per micro-batch slot, fixed across
   // iterations.
   std::vector<model::MicroBatch> batches(static_cast<size_t>(num_micro));
@@ -253,7 +253,7 @@ int run_bench(const CommandArgs& argv_in) {
   }
   // The step runs the pipeline schedule as `megatron train` does (one stage: forward k,
   // backward k, the loss head's backward right after each loss).
-  comm::connect_pipeline_neighbours(groups, c.virtual_pipeline_chunks() > 1);
+  parallel::connect_pipeline_neighbours(groups, c.virtual_pipeline_chunks() > 1);
   const parallel::PipelineShape shape{c.pipeline_model_parallel_size, groups.coords.pp, num_micro,
                                       c.virtual_pipeline_chunks(), /*forward_only=*/false};
   const std::vector<parallel::PipelineAction> table = parallel::pipeline_schedule(shape);
@@ -309,7 +309,7 @@ int run_bench(const CommandArgs& argv_in) {
   const int64_t device_used = cuda ? backend::cuda_device_memory_used(device_index) - used_before : 0;
   // This rank's planned bytes (TP shards, distributed optimizer), and the whole model's size.
   model::MemoryPlan plan = train::train_memory_plan(c, groups.coords.pp);
-  plan.copy_engine = train::copy_engine_plan_bytes(opt);  // the receive buffer, when the copy engines are on
+  plan.copy_engine = parallel::copy_engine_plan_bytes(opt);  // the receive buffer, when the copy engines are on
   const int64_t model_parameters = model::plan_memory(c.model, dtype, mbs).num_parameters;
   const double report_time = 20e6 / tokens_per_s;
   // The layout the ranks ran.

@@ -1,11 +1,11 @@
-// megatron checkpoint-info: what a checkpoint directory holds (train/checkpoint_io.h).
+// megatron checkpoint-info: what a checkpoint directory holds (ckpt/checkpoint_io.h).
 //
 //   megatron checkpoint-info DIR [--iteration N]
 //       the iterations present with their sizes, the tracker's iteration, then for the
 //       latest checkpoint (or iteration N) every tensor of every safetensors file
 //       (name, dtype, shape, global shape, layout) and metadata.json pretty-printed.
 // A corrupt file, and anything train --load, generate or convert would refuse
-// (train/checkpoint_contents.h), is an error (exit 1) naming the file and what is wrong, printed
+// (ckpt/checkpoint_contents.h), is an error (exit 1) naming the file and what is wrong, printed
 // after what could be shown.
 #include <algorithm>
 #include <cstdio>
@@ -18,16 +18,16 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "train/checkpoint_contents.h"
-#include "train/checkpoint_io.h"
+#include "ckpt/checkpoint_contents.h"
+#include "ckpt/checkpoint_io.h"
 
 namespace megatron::cli {
 namespace {
 
-using train::CheckpointSummary;
-using train::LoadedCheckpoint;
-using train::SafetensorsFile;
-using train::SafetensorsTensor;
+using ckpt::CheckpointSummary;
+using ckpt::LoadedCheckpoint;
+using ckpt::SafetensorsFile;
+using ckpt::SafetensorsTensor;
 
 void print_tensors(std::ostream& out, const std::string& file_name, const SafetensorsFile& f) {
   int64_t elements = 0;
@@ -41,9 +41,9 @@ void print_tensors(std::ostream& out, const std::string& file_name, const Safete
                 "shape", "global shape", "layout");
   out << line;
   for (const SafetensorsTensor& t : f.tensors()) {
-    const std::string dtype(train::safetensors_dtype_name(t.dtype));
-    const std::string shape = train::shape_to_string(t.shape);
-    const std::string global = train::shape_to_string(t.global_shape);
+    const std::string dtype(ckpt::safetensors_dtype_name(t.dtype));
+    const std::string shape = ckpt::shape_to_string(t.shape);
+    const std::string global = ckpt::shape_to_string(t.global_shape);
     out << "    " << t.name << std::string(name_width - t.name.size(), ' ') << "  ";
     std::snprintf(line, sizeof(line), "%-5s  %-18s  %-18s  ", dtype.c_str(), shape.c_str(), global.c_str());
     out << line << (t.layout.empty() ? "-" : t.layout) << "\n";
@@ -78,10 +78,10 @@ int run_checkpoint_info(const CommandArgs& argv) {
 
   std::ostream& out = std::cout;
   out << "checkpoint directory " << dir << "\n";
-  std::optional<train::TrackerInfo> tracker;
+  std::optional<ckpt::TrackerInfo> tracker;
   std::string tracker_problem;
   try {
-    tracker = train::read_tracker(dir);
+    tracker = ckpt::read_tracker(dir);
   } catch (const Error& e) {
     tracker_problem = e.what();
   }
@@ -89,19 +89,19 @@ int run_checkpoint_info(const CommandArgs& argv) {
   if (!tracker_problem.empty()) {
     out << "INVALID: " << tracker_problem << "\n";
   } else if (!tracker) {
-    out << "missing (" << dir << "/" << train::kTrackerFileName << "): Megatron would start from random\n";
+    out << "missing (" << dir << "/" << ckpt::kTrackerFileName << "): Megatron would start from random\n";
   } else if (tracker->release) {
     out << "release\n";
   } else {
     out << "iteration " << tracker->iteration << "\n";
   }
 
-  const std::vector<CheckpointSummary> list = train::list_checkpoints(dir);
+  const std::vector<CheckpointSummary> list = ckpt::list_checkpoints(dir);
   out << "  checkpoints: " << list.size() << "\n";
   for (const CheckpointSummary& s : list) {
     char line[160];
     std::snprintf(line, sizeof(line), "    %-14s %14lld bytes%s\n",
-                  s.release ? "release" : train::iteration_dir_name(s.iteration).c_str(), static_cast<long long>(s.bytes),
+                  s.release ? "release" : ckpt::iteration_dir_name(s.iteration).c_str(), static_cast<long long>(s.bytes),
                   s.latest ? "  (latest)" : "");
     out << line;
   }
@@ -118,16 +118,16 @@ int run_checkpoint_info(const CommandArgs& argv) {
     out << "no checkpoint to show\n";
     return 0;
   }
-  const LoadedCheckpoint ckpt = train::load_checkpoint_dir(dir, iteration);
+  const LoadedCheckpoint ckpt = ckpt::load_checkpoint_dir(dir, iteration);
   out << "\n" << (ckpt.release ? std::string("release") : "iteration " + std::to_string(ckpt.iteration)) << ": "
       << ckpt.directory << "\n";
   for (const auto& [name, file] : ckpt.tensor_files) print_tensors(out, name, file);
-  if (ckpt.optimizer() == nullptr) out << "  (no " << train::kOptimizerFileName << ": saved without optimizer state)\n";
-  out << "  " << train::kMetadataFileName << ":\n" << train::reformat_json(ckpt.metadata_json, 2) << "\n";
+  if (ckpt.optimizer() == nullptr) out << "  (no " << ckpt::kOptimizerFileName << ": saved without optimizer state)\n";
+  out << "  " << ckpt::kMetadataFileName << ":\n" << ckpt::reformat_json(ckpt.metadata_json, 2) << "\n";
   // What train --load, generate and convert check before using it (the values' finiteness
   // aside, which needs every byte read): a checkpoint they refuse is an error here too.
-  train::read_checkpoint_model(ckpt);
-  train::read_checkpoint_state(ckpt);
+  ckpt::read_checkpoint_model(ckpt);
+  ckpt::read_checkpoint_state(ckpt);
   if (!tracker_problem.empty()) throw_error(tracker_problem);
   out << "  checked: the metadata's values are in range and the tensors are the model's\n";
   return 0;

@@ -3,8 +3,8 @@
 //
 //   megatron convert --load A --save B [--target-tensor-parallel-size T]
 //                    [--target-pipeline-model-parallel-size P] [--make-vocab-size-divisible-by N]
-//       our checkpoint for another layout (train/reshard.h): re-padded vocabulary, layout recorded
-//   megatron convert --load A --save-hf H        model weights -> HF GPT-2 (train/hf_gpt2.h)
+//       our checkpoint for another layout (convert/reshard.h): re-padded vocabulary, layout recorded
+//   megatron convert --load A --save-hf H        model weights -> HF GPT-2 (convert/hf_gpt2.h)
 //   megatron convert --load-hf H --save B [--target-tensor-parallel-size T] [...]
 //       HF GPT-2 -> a release checkpoint (model only, iteration 0)
 // The output is always a new directory written atomically; the input is never modified.
@@ -15,8 +15,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "train/hf_gpt2.h"
-#include "train/reshard.h"
+#include "convert/hf_gpt2.h"
+#include "convert/reshard.h"
 
 namespace megatron::cli {
 namespace {
@@ -60,12 +60,12 @@ int run_convert(const CommandArgs& argv) {
   if (load_hf) refuse(args, "--iteration", "applies to --load only");
 
   if (load && save) {
-    train::ReshardOptions o;
+    convert::ReshardOptions o;
     o.tensor_model_parallel_size = tp;
     o.pipeline_model_parallel_size = pp;
     o.make_vocab_size_divisible_by = divisible;
     o.iteration = opt_int(args, "--iteration");
-    const train::ReshardResult r = train::reshard_checkpoint(args.get_string("--load"), args.get_string("--save"), o);
+    const convert::ReshardResult r = convert::reshard_checkpoint(args.get_string("--load"), args.get_string("--save"), o);
     std::cout << "converted " << (r.release ? std::string("the release checkpoint") : "iteration " + std::to_string(r.iteration))
               << ": tensor-model-parallel size " << r.old_tp << " -> " << r.new_tp << ", pipeline-model-parallel size "
               << r.old_pp << " -> " << r.new_pp << ", padded vocab " << r.old_padded_vocab_size << " -> "
@@ -79,14 +79,14 @@ int run_convert(const CommandArgs& argv) {
     refuse(args, "--target-tensor-parallel-size", why);
     refuse(args, "--target-pipeline-model-parallel-size", why);
     refuse(args, "--make-vocab-size-divisible-by", why);
-    const train::HfExportResult r =
-        train::export_hf_gpt2(args.get_string("--load"), opt_int(args, "--iteration"), args.get_string("--save-hf"));
+    const convert::HfExportResult r =
+        convert::export_hf_gpt2(args.get_string("--load"), opt_int(args, "--iteration"), args.get_string("--save-hf"));
     std::cout << "exported iteration " << r.iteration << " as Hugging Face GPT-2: " << r.tensors << " tensors, vocab "
               << r.vocab_size << " (" << r.padded_vocab_size - r.vocab_size << " dummy rows dropped)\n"
               << "saved to " << args.get_string("--save-hf") << "\n";
     return 0;
   }
-  train::HfImportOptions o;
+  convert::HfImportOptions o;
   if (tp) o.tensor_model_parallel_size = *tp;
   if (pp) o.pipeline_model_parallel_size = *pp;
   if (divisible) {
@@ -94,7 +94,7 @@ int run_convert(const CommandArgs& argv) {
     o.make_vocab_size_divisible_by = *divisible;
   }
   o.seq_length = opt_int(args, "--seq-length");
-  const train::HfImportResult r = train::import_hf_gpt2(args.get_string("--load-hf"), args.get_string("--save"), o);
+  const convert::HfImportResult r = convert::import_hf_gpt2(args.get_string("--load-hf"), args.get_string("--save"), o);
   std::cout << "imported Hugging Face GPT-2 (" << r.num_layers << " layers, hidden " << r.hidden_size << ", "
             << r.num_attention_heads << " heads): " << r.tensors << " tensors, padded vocab " << r.vocab_size << " -> "
             << r.padded_vocab_size << "\n"

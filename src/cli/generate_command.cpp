@@ -18,8 +18,8 @@
 #include "model/gpt_generator.h"
 #include "model/gpt_model.h"
 #include "model/sampling.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_io.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_io.h"
 
 namespace megatron::cli {
 namespace {
@@ -44,9 +44,9 @@ std::vector<std::string> read_prompt_file(const std::string& path) {
 // After --load's checkpoint failed to load: an --iteration that the directory does not hold is
 // named as the cause (when it holds any; a missing directory stays --load's error).
 void check_iteration(const std::string& dir, int64_t iteration) {
-  const std::vector<train::CheckpointSummary> all = train::list_checkpoints(dir);
+  const std::vector<ckpt::CheckpointSummary> all = ckpt::list_checkpoints(dir);
   std::string held;
-  for (const train::CheckpointSummary& c : all) {
+  for (const ckpt::CheckpointSummary& c : all) {
     if (!c.release && c.iteration == iteration) return;
     if (!c.release) held += (held.empty() ? "" : ", ") + std::to_string(c.iteration);
   }
@@ -97,15 +97,15 @@ int run_generate(const CommandArgs& argv) {
   std::optional<int64_t> iteration;
   if (args.given("--iteration")) iteration = args.get_int("--iteration", 1);
   const std::string dir = args.get_string("--load");
-  train::LoadedCheckpoint ck;
+  ckpt::LoadedCheckpoint ck;
   try {
-    ck = train::load_checkpoint_dir(dir, iteration);
+    ck = ckpt::load_checkpoint_dir(dir, iteration);
   } catch (const Error&) {
     if (iteration) check_iteration(dir, *iteration);
     throw;
   }
   if (!ck.found) throw_error("[--load] no checkpoint in ", dir, " (", ck.tracker_path, " is missing)");
-  const train::CheckpointModel cm = train::read_checkpoint_model(ck);
+  const ckpt::CheckpointModel cm = ckpt::read_checkpoint_model(ck);
   if (cm.config.vocab_size != tokenizer.vocab_size()) {
     throw_error("[--tokenizer-type] ", args.get_string("--tokenizer-type"), " has ", tokenizer.vocab_size(),
                 " tokens but the checkpoint was trained with ", cm.config.vocab_size);
@@ -114,7 +114,7 @@ int run_generate(const CommandArgs& argv) {
   std::ostringstream device_line;  // keep stdout for the generated text alone
   std::unique_ptr<backend::Backend> backend = make_backend(args, device_line);
   model::GPTModel model(cm.config, *backend, cm.dtype, 1);
-  train::load_checkpoint_weights(ck, model.parameters(), *backend);
+  ckpt::load_checkpoint_weights(ck, model.parameters(), *backend);
   const int64_t context = cm.config.max_position_embeddings;
   model::GPTGenerator generator(cm.config, model.parameters(), *backend, context);
 

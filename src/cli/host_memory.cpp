@@ -6,7 +6,8 @@
 
 #include "comm/launch_env.h"
 #include "core/error.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
+#include "train/sub_configs.h"
 #include "train/config.h"
 
 namespace megatron::cli {
@@ -68,7 +69,7 @@ std::string gib(int64_t bytes) {
 }  // namespace
 
 std::string save_memory_line(const train::TrainConfig& config) {
-  const train::CheckpointSaveMemory m = train::checkpoint_save_memory(config);
+  const ckpt::CheckpointSaveMemory m = ckpt::checkpoint_save_memory(train::checkpoint_run(config), !config.no_save_optim);
   const std::string streamed = "rank 0 writes " + gib(m.checkpoint_bytes) + " one tensor at a time, holding at most " +
                                gib(m.host_bytes) + " of host and " + gib(m.device_bytes) +
                                " of device memory beyond training while it saves";
@@ -80,7 +81,7 @@ std::string save_memory_line(const train::TrainConfig& config) {
            streamed + "\n";
   }
   return " > checkpoint save (--save): every rank writes what it holds of " + gib(m.checkpoint_bytes) + ", with " +
-         gib(train::kParallelSaveStagingBytes) + " of host memory; where not every rank sees the directory, " +
+         gib(ckpt::kParallelSaveStagingBytes) + " of host memory; where not every rank sees the directory, " +
          streamed + "\n";
 }
 
@@ -88,7 +89,7 @@ std::string save_memory_line(const train::TrainConfig& config) {
 // before the first step.
 void check_save_memory(const train::TrainConfig& config, int64_t planned_device_bytes, int64_t device_total,
                        std::optional<int64_t> host_available) {
-  const train::CheckpointSaveMemory m = train::checkpoint_save_memory(config);
+  const ckpt::CheckpointSaveMemory m = ckpt::checkpoint_save_memory(train::checkpoint_run(config), !config.no_save_optim);
   // Training that does not fit by itself fails on its own allocation, with its own message.
   if (device_total > 0 && planned_device_bytes > device_total) return;
   if (device_total > 0 && planned_device_bytes + m.device_bytes > device_total) {

@@ -27,7 +27,7 @@ void check_host_memory(const std::string& command, int64_t planned_bytes, int64_
 void check_host_memory(const std::string& command, const train::TrainConfig& config, int64_t stage);
 
 // --save: the line --dry-run prints (the parallel save's staging, or with
-// --no-ckpt-fully-parallel-save train::checkpoint_save_memory's numbers), and the check
+// --no-ckpt-fully-parallel-save ckpt::checkpoint_save_memory's numbers), and the check
 // `megatron train` makes on rank 0 before the first step when rank 0 writes the whole
 // checkpoint (--no-ckpt-fully-parallel-save, or a --save directory not every rank sees; the
 // parallel save stages 64 MiB, and --async-save's page-locked copy is allocated before the

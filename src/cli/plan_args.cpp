@@ -4,7 +4,7 @@
 
 #include "cli/train_args.h"
 #include "core/error.h"
-#include "train/data_parallel_setup.h"
+#include "parallel/data_parallel_setup.h"
 
 namespace megatron::cli {
 
@@ -101,8 +101,8 @@ plan::Cluster parse_cluster(const Args& a, DType dtype) {
     throw_error("[--nodes] ", cl.nodes, " nodes x ", cl.gpus_per_node, " GPUs (--gpus-per-node) is more than ",
                 kMaxPlanGpus, " GPUs");
   }
-  // As `megatron train` would run in this environment (train/data_parallel_setup.h).
-  cl.dp_copy_engine = train::copy_engine_planned();
+  // As `megatron train` would run in this environment (parallel/data_parallel_setup.h).
+  cl.dp_copy_engine = parallel::copy_engine_planned();
   if (a.given("--intra-node-bandwidth")) {
     cl.intra_node_bytes_per_s = positive_double(a, "--intra-node-bandwidth", kMaxBandwidthGBs) * 1e9;
   }

@@ -29,7 +29,7 @@
 #include "cli/preflight_report.h"
 #include "comm/launch.h"
 #include "comm/launch_env.h"
-#include "comm/process_groups.h"
+#include "parallel/process_groups.h"
 #include "comm/self_communicator.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
@@ -86,7 +86,7 @@ int run_preflight(const CommandArgs& argv) {
                                      uses_nccl(args));
   }
   const comm::LaunchEnv env = comm::detect_launch_env(comm::process_environment());
-  const comm::ParallelSizes sizes = comm::parallel_sizes(env.world_size, args.get_int("--tensor-model-parallel-size"),
+  const parallel::ParallelSizes sizes = parallel::parallel_sizes(env.world_size, args.get_int("--tensor-model-parallel-size"),
                                                          args.get_int("--pipeline-model-parallel-size"));
   const int64_t iterations = args.get_int("--iterations");
   if (iterations < 1) throw_error("[--iterations] must be at least 1, got ", iterations);
@@ -118,7 +118,7 @@ int run_preflight(const CommandArgs& argv) {
   } else {
     connection.world = std::make_unique<comm::SelfCommunicator>(*be, "world");
   }
-  comm::ProcessGroups groups = comm::make_process_groups(std::move(connection.world), sizes);
+  parallel::ProcessGroups groups = parallel::make_process_groups(std::move(connection.world), sizes);
   comm::Communicator& world = *groups.world;
   const std::vector<std::string> hosts = comm::all_gather_strings(world, host_name("unknown"));
 

@@ -13,15 +13,15 @@
 
 #include "backend/cuda/attention_impl.h"
 #include "cli/train_flag_table.h"
-#include "comm/rank_layout.h"
+#include "parallel/rank_layout.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "data/dataset_config.h"
 #include "data/numpy_random.h"
 #include "plan/gpu_spec.h"
-#include "train/checkpoint_io.h"
-#include "train/checkpoint_metadata.h"
-#include "train/timers.h"
+#include "ckpt/checkpoint_io.h"
+#include "ckpt/checkpoint_metadata.h"
+#include "obs/timers.h"
 
 namespace megatron::cli {
 namespace {
@@ -137,7 +137,7 @@ int64_t product(int64_t a, int64_t b, const std::string& what) {
 }
 
 // The sample counts Megatron derives from the flags (the data's train/valid/test targets and
-// the scheduler's steps, data/dataset_config.h and train/lr_scheduler.h) must fit in int64.
+// the scheduler's steps, data/dataset_config.h and optim/lr_scheduler.h) must fit in int64.
 void check_sample_counts(const TrainConfig& c) {
   const int64_t g = c.global_batch_size;
   const int64_t iters = c.total_train_iters();
@@ -291,7 +291,7 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   c.tensor_model_parallel_size = a.get_int("--tensor-model-parallel-size", 1, kMaxDimension);
   c.pipeline_model_parallel_size = a.get_int("--pipeline-model-parallel-size", 1, kMaxDimension);
   // Megatron's layout check first (docs/megatron-formats.md §7): dp = world / (tp * pp).
-  c.data_parallel_size = comm::parallel_sizes(world_size, c.tensor_model_parallel_size,
+  c.data_parallel_size = parallel::parallel_sizes(world_size, c.tensor_model_parallel_size,
                                               c.pipeline_model_parallel_size).dp;
   if (c.model.num_attention_heads % c.tensor_model_parallel_size != 0) {
     throw_error("[--num-attention-heads] ", c.model.num_attention_heads,
@@ -421,12 +421,12 @@ void fill_schedule(const Args& a, TrainConfig& c) {
   if (c.min_lr > c.lr) {
     throw_error("[--min-lr] ", a.get_string("--min-lr"), " is larger than --lr ", a.get_string("--lr"));
   }
-  c.lr_decay_style = parse_choice<train::LrDecayStyle>(a, "--lr-decay-style",
-                                                      {{"constant", train::LrDecayStyle::kConstant},
-                                                       {"linear", train::LrDecayStyle::kLinear},
-                                                       {"cosine", train::LrDecayStyle::kCosine},
-                                                       {"inverse-square-root", train::LrDecayStyle::kInverseSquareRoot},
-                                                       {"WSD", train::LrDecayStyle::kWSD}});
+  c.lr_decay_style = parse_choice<optim::LrDecayStyle>(a, "--lr-decay-style",
+                                                      {{"constant", optim::LrDecayStyle::kConstant},
+                                                       {"linear", optim::LrDecayStyle::kLinear},
+                                                       {"cosine", optim::LrDecayStyle::kCosine},
+                                                       {"inverse-square-root", optim::LrDecayStyle::kInverseSquareRoot},
+                                                       {"WSD", optim::LrDecayStyle::kWSD}});
   c.lr_decay_iters = opt_int(a, "--lr-decay-iters", 1);
   c.lr_decay_samples = opt_int(a, "--lr-decay-samples", 1);
   c.lr_warmup_iters = a.get_int("--lr-warmup-iters", 0);
@@ -434,11 +434,11 @@ void fill_schedule(const Args& a, TrainConfig& c) {
   // Megatron asserts warmup steps (fraction x decay steps) < decay steps.
   c.lr_warmup_fraction = opt_double(a, "--lr-warmup-fraction", {0.0, 1.0, false, true});
   c.lr_warmup_init = fp32_flag(a, "--lr-warmup-init", kNonNegativeFp32);
-  c.lr_wsd_decay_style = parse_choice<train::WsdDecayStyle>(a, "--lr-wsd-decay-style",
-                                                           {{"exponential", train::WsdDecayStyle::kExponential},
-                                                            {"linear", train::WsdDecayStyle::kLinear},
-                                                            {"cosine", train::WsdDecayStyle::kCosine},
-                                                            {"minus_sqrt", train::WsdDecayStyle::kMinusSqrt}});
+  c.lr_wsd_decay_style = parse_choice<optim::WsdDecayStyle>(a, "--lr-wsd-decay-style",
+                                                           {{"exponential", optim::WsdDecayStyle::kExponential},
+                                                            {"linear", optim::WsdDecayStyle::kLinear},
+                                                            {"cosine", optim::WsdDecayStyle::kCosine},
+                                                            {"minus_sqrt", optim::WsdDecayStyle::kMinusSqrt}});
   c.lr_wsd_decay_iters = opt_int(a, "--lr-wsd-decay-iters", 1);
   c.lr_wsd_decay_samples = opt_int(a, "--lr-wsd-decay-samples", 1);
 
@@ -476,7 +476,7 @@ void fill_schedule(const Args& a, TrainConfig& c) {
                   "lr-warmup-samples");
     }
   }
-  if (c.lr_decay_style == train::LrDecayStyle::kWSD) {
+  if (c.lr_decay_style == optim::LrDecayStyle::kWSD) {
     if (!c.lr_wsd_decay_iters && !c.lr_wsd_decay_samples) {
       throw_error("[--lr-decay-style] WSD needs ", c.train_iters ? "--lr-wsd-decay-iters" : "--lr-wsd-decay-samples");
     }
@@ -614,7 +614,7 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
     throw_error("[--timing-log-level] must be 0, 1 or 2, got ", c.timing_log_level);
   }
   c.timing_log_option = a.get_string("--timing-log-option");
-  train::parse_timing_log_option(c.timing_log_option);  // a bad value fails here, naming the flag
+  obs::parse_timing_log_option(c.timing_log_option);  // a bad value fails here, naming the flag
   c.barrier_with_l1_time = !a.get_flag("--no-barrier-with-level-1-timing");
   c.log_straggler = a.get_flag("--log-straggler");
   c.disable_straggler_on_startup = a.get_flag("--disable-straggler-on-startup");
@@ -805,9 +805,9 @@ std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log)
   std::optional<int64_t> step;
   if (a.given("--ckpt-step")) step = a.get_int("--ckpt-step");
   const std::string load = a.get_string("--load");
-  const train::LoadedCheckpoint ck = train::load_checkpoint_dir(load, step);
+  const ckpt::LoadedCheckpoint ck = ckpt::load_checkpoint_dir(load, step);
   if (!ck.found) throw_error("[--use-checkpoint-args] no checkpoint in ", load, " (", ck.tracker_path, " is missing)");
-  const train::CheckpointMetadata meta(ck.directory + "/" + train::kMetadataFileName, ck.metadata_json);
+  const ckpt::CheckpointMetadata meta(ck.directory + "/" + ckpt::kMetadataFileName, ck.metadata_json);
   auto report = [&](const std::string& flag, const std::string& value) {
     if (log == nullptr) return;
     std::string name = flag.substr(2);

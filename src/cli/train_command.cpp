@@ -16,7 +16,7 @@
 #include "cli/train_prediction.h"
 #include "comm/launch.h"
 #include "comm/launch_env.h"
-#include "comm/process_groups.h"
+#include "parallel/process_groups.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "data/tokenizer/tokenizer.h"
@@ -25,12 +25,12 @@
 #include "plan/memory_model.h"
 #include "plan/nccl_memory.h"
 #include "plan/throughput_model.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "train/config.h"
-#include "train/data_parallel_setup.h"
+#include "parallel/data_parallel_setup.h"
 #include "train/sub_configs.h"
 #include "train/flops.h"
-#include "train/straggler_detector.h"
+#include "obs/straggler_detector.h"
 #include "train/trainer.h"
 
 namespace megatron::cli {
@@ -114,7 +114,7 @@ int run_train(const CommandArgs& argv) {
   } else {
     config.model.vocab_size = vocab_size_without_files(config);
   }
-  config.model.padded_vocab_size = train::padded_vocab_size(
+  config.model.padded_vocab_size = model::padded_vocab_size(
       config.model.vocab_size, config.make_vocab_size_divisible_by, config.tensor_model_parallel_size, &log0);
 
   if (config.dry_run) {
@@ -123,9 +123,9 @@ int run_train(const CommandArgs& argv) {
     const bool nccl = config.world_size > 1 && uses_nccl(args);
     const int64_t per_node = comm::ranks_per_node(comm::process_environment(), config.world_size);
     const int64_t tp = config.tensor_model_parallel_size, dp = config.data_parallel_size;
-    // MEGATRON_DP_COPY_ENGINE takes effect (train/data_parallel_setup.h) with the distributed
+    // MEGATRON_DP_COPY_ENGINE takes effect (parallel/data_parallel_setup.h) with the distributed
     // optimizer over data-parallel groups inside a node.
-    const bool copy_engine = nccl && train::copy_engine_planned() && config.use_distributed_optimizer && dp > 1 &&
+    const bool copy_engine = nccl && parallel::copy_engine_planned() && config.use_distributed_optimizer && dp > 1 &&
                              plan::blocks_within_nodes(tp * dp, per_node);
     plan::NcclLayout layout{tp, config.pipeline_model_parallel_size, dp, config.virtual_pipeline_chunks(), per_node,
                             !config.model.untie_embeddings_and_output_weights};
@@ -135,7 +135,7 @@ int run_train(const CommandArgs& argv) {
       if (nccl) p.nccl = plan::nccl_memory(layout, stage).total();
       if (copy_engine) {
         const model::PipelineStageOptions pipe = train::pipeline_stage(config, stage);
-        const int64_t bucket = train::ddp_bucket_size(train::data_parallel_flags(config), dp,
+        const int64_t bucket = parallel::ddp_bucket_size(train::data_parallel_flags(config), dp,
                                                       model::stage_num_parameters(config.model, tp, pipe));
         p.copy_engine = plan::copy_engine_receive_bytes(config.model, tp, pipe, dp, bucket);
       }
@@ -192,21 +192,21 @@ int run_train(const CommandArgs& argv) {
   if (!flags_agree_across_ranks(args, *connection.world)) return 1;
   // --log-straggler times every group's collectives: the world is wrapped before the groups
   // are split from it (the detector outlives them).
-  std::unique_ptr<train::StragglerDetector> straggler;
+  std::unique_ptr<obs::StragglerDetector> straggler;
   if (config.log_straggler) {
-    train::StragglerOptions options;
+    obs::StragglerOptions options;
     options.on_at_start = !config.disable_straggler_on_startup;
     options.control_port = static_cast<int>(config.straggler_ctrlr_port);
     options.minmax_count = config.straggler_minmax_count;
     const int gpu = backend->device() == Device::kCUDA ? static_cast<int>(cuda_device_for_rank(args, env.local_rank)) : -1;
-    straggler = std::make_unique<train::StragglerDetector>(*backend, options, env.rank, gpu);
+    straggler = std::make_unique<obs::StragglerDetector>(*backend, options, env.rank, gpu);
     connection.world = straggler->watch(std::move(connection.world));
     log0 << straggler->start_up_note();
   }
-  comm::ProcessGroups groups = comm::make_process_groups(
-      std::move(connection.world), comm::parallel_sizes(config.world_size, config.tensor_model_parallel_size,
+  parallel::ProcessGroups groups = parallel::make_process_groups(
+      std::move(connection.world), parallel::parallel_sizes(config.world_size, config.tensor_model_parallel_size,
                                                         config.pipeline_model_parallel_size));
-  if (config.save && config.ckpt_fully_parallel_save && !train::all_ranks_see_directory(*config.save, *groups.world)) {
+  if (config.save && config.ckpt_fully_parallel_save && !ckpt::all_ranks_see_directory(*config.save, *groups.world)) {
     config.ckpt_fully_parallel_save = false;
     log0 << " > not every rank sees --save " << *config.save
          << ": rank 0 writes the checkpoints (as with --no-ckpt-fully-parallel-save)"

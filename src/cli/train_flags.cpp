@@ -178,7 +178,7 @@ void declare_supported_flags(Args& a) {
       .option("--gpu", "NAME",
               "the GPU kind megatron plan's prediction, printed before the first step, is for (" + plan::gpu_names() +
                   "; default: this CUDA device's kind; needed with --dry-run)");
-  // Checkpoints (train/checkpoint.h).
+  // Checkpoints (ckpt/checkpoint.h).
   a.option("--save", "DIR", "save checkpoints to DIR (DIR/iter_0000100/, latest_checkpointed_iteration.txt)")
       .option("--load", "DIR", "resume from the latest checkpoint in DIR")
       .option("--save-keep-last", "K", "keep only the K newest checkpoints (0: keep all)", "0")

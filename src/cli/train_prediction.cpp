@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "plan/search.h"
-#include "train/data_parallel_setup.h"
+#include "parallel/data_parallel_setup.h"
 
 namespace megatron::cli {
 
@@ -43,7 +43,7 @@ SpeedPrediction predict_speed(const train::TrainConfig& c, const plan::GpuSpec& 
   cluster.nodes = c.world_size / gpus_per_node;
   cluster.overlap_grad_reduce = c.overlap_grad_reduce;
   cluster.overlap_param_gather = c.overlap_param_gather;
-  cluster.dp_copy_engine = train::copy_engine_planned();
+  cluster.dp_copy_engine = parallel::copy_engine_planned();
   cluster.engine.attention_dropout = c.model.attention_dropout;
   cluster.engine.hidden_dropout = c.model.hidden_dropout;
   cluster.engine.document_bias = c.model.reset_attention_mask;

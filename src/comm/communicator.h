@@ -4,7 +4,7 @@
 // tensors, Open MPI, mpi_communicator.h), always used through HostStagedCommunicator (device
 // tensors and 16-bit reductions staged through host memory, host_staged_communicator.h), and
 // NcclCommunicator (GPUs, nccl_communicator.h).
-// Groups are objects passed explicitly (comm/process_groups.h); there is no global group.
+// Groups are objects passed explicitly (parallel/process_groups.h); there is no global group.
 //
 // Contract for every call:
 //  - It is collective over the group (send/recv: over the pair) and blocking: when it
@@ -104,7 +104,7 @@ class Communicator {
   // watched.
   virtual void set_watchdog_grace(std::chrono::milliseconds) {}
 
-  // ---- Pipeline point-to-point (train/pipeline_executor.h) ----
+  // ---- Pipeline point-to-point (parallel/pipeline_executor.h) ----
   // Posts every send and receive of `ops` at once and returns when all have completed (MPI:
   // Isend/Irecv + Waitall; NCCL: one group, enqueued on the stream; one rank: a send to
   // itself is copied into its receives in order). Neighbouring pipeline stages that both send
@@ -120,7 +120,7 @@ class Communicator {
   // wait(). The default (one rank) runs send_recv at once and returns a finished handle.
   virtual std::unique_ptr<PendingCollective> start_send_recv(std::span<const PointToPoint> ops);
   // Opens the point-to-point connections with `peers` (both directions) before the first
-  // send_recv (comm::connect_pipeline_neighbours). Collective over the peers named: every
+  // send_recv (parallel::connect_pipeline_neighbours). Collective over the peers named: every
   // rank calls it once, and if a names b, b names a. Why (NCCL): a pair's connection is made
   // at its first message in each direction, inside ncclGroupEnd, and blocks that rank's host
   // until the peer reaches its own first message the other way. A pipeline whose first messages are not in matching
@@ -150,7 +150,7 @@ class Communicator {
   virtual std::unique_ptr<PendingCollective> start_all_gather(const Tensor& in, Tensor& out,
                                                               std::span<const int64_t> counts);
 
-  // Copy-engine collectives (MEGATRON_DP_COPY_ENGINE, train/data_parallel_setup.h): from now on
+  // Copy-engine collectives (MEGATRON_DP_COPY_ENGINE, parallel/data_parallel_setup.h): from now on
   // the reduce-scatters and all-gathers of this group whose tensors lie inside `buffers` move
   // their data with the GPUs' copy engines instead of kernels on the SMs, so that the GEMMs
   // beside them keep every SM. A reduce-scatter of pieces of at most S elements becomes an

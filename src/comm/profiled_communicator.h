@@ -1,7 +1,7 @@
 // A Communicator that times every collective of the group it wraps as regions of a RegionTimer
 // (backend/region_timer.h): in a ProfilingBackend's op table (`megatron bench --profile-ops`),
 // so that communication is a row of the profile instead of hiding in "outside ops", or for the
-// straggler detector (train/straggler_detector.h). Regions are named by operation and group:
+// straggler detector (obs/straggler_detector.h). Regions are named by operation and group:
 //   "all_gather [tp]"            a blocking collective: its time on the compute stream (NCCL:
 //                                the kernel; host-side MPI: the host time it blocks)
 //   "start all_reduce [dp]"      starting one (NCCL: the enqueue on its own stream, ~0)

@@ -1,5 +1,5 @@
 // A second name for a communicator over the same ranks: every call goes to `target`, only name()
-// differs. comm::make_process_groups gives a group kind whose groups are exactly those of a kind
+// differs. parallel::make_process_groups gives a group kind whose groups are exactly those of a kind
 // made before (tp and model-parallel without pipeline parallelism, dp and dp-cp, the one-rank
 // groups, ...) one of these instead of a communicator of its own: each NCCL communicator holds
 // ~250 MiB of device memory from its creation (plan/nccl_memory.h), and the two would

@@ -1,6 +1,6 @@
 // CRC-32C (Castagnoli), our own table-driven implementation.
 //
-// Used for TFRecord framing in TensorBoard event files (train/tensorboard_writer.h):
+// Used for TFRecord framing in TensorBoard event files (obs/tensorboard_writer.h):
 // TensorFlow's record_writer.cc stores a *masked* CRC-32C of the 8 length bytes and of the
 // payload. Parameters: reflected polynomial 0x82F63B78, init 0xFFFFFFFF, final xor
 // 0xFFFFFFFF (the iSCSI CRC of RFC 3720). Check value: crc32c("123456789") == 0xE3069283.

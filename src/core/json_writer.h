@@ -1,5 +1,5 @@
 // A small JSON builder for the files we write (checkpoint metadata, safetensors headers).
-// Parsing is simdjson's job (see train/safetensors.cpp); this only produces text.
+// Parsing is simdjson's job (see ckpt/safetensors.cpp); this only produces text.
 //
 //   JsonWriter w(2);                       // indent 2 = Python json.dumps(obj, indent=2) layout
 //   w.begin_object();

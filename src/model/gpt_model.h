@@ -89,7 +89,7 @@ struct DropoutContext {
 };
 
 // Points where data-parallel communication can overlap compute (--overlap-param-gather,
-// --overlap-grad-reduce; train/grad_buffer.h). Parameter indices are ParameterSet's
+// --overlap-grad-reduce; parallel/grad_buffer.h). Parameter indices are ParameterSet's
 // (registration order = the order the forward reads them, chunk after chunk; the backward
 // finishes a chunk's in reverse). Unset hooks are not called.
 struct ParamHooks {
@@ -180,7 +180,7 @@ class GPTModel {
   std::pair<int64_t, int64_t> chunk_parameters(int64_t chunk) const;
   bool sequence_parallel() const { return sp_; }
 
-  // --- Pipeline stage interface (train/pipeline_executor.h drives it; forward() and
+  // --- Pipeline stage interface (parallel/pipeline_executor.h drives it; forward() and
   // backward() above are chunk 0, set 0 of a one-stage model). The stage's chunks share one
   // pool of activation sets (PipelineStageOptions::activation_sets); the set a micro-batch of a
   // chunk takes (parallel::activation_slots) holds it from its forward (or its input's
@@ -237,7 +237,7 @@ class GPTModel {
                                        ParameterSet* params);
   // Declares, as the constructor of tensor-parallel rank 0 of `tp` does (local shapes and
   // offsets, without allocating), the parameters of stage `pipeline`, and returns where its
-  // data-parallel gradient buckets must begin besides their size (train/grad_buffer.h
+  // data-parallel gradient buckets must begin besides their size (parallel/grad_buffer.h
   // BucketLayout): chunk_parameters(c).first of each chunk c >= 1 and tied_embedding()'s index.
   struct BucketBoundaries {
     std::vector<int64_t> chunk_starts;

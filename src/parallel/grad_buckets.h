@@ -1,5 +1,5 @@
 // The data-parallel gradient buckets as element ranges, from parameter offsets alone: the
-// layout math of train/grad_buffer.h (which holds the buffers and runs the collectives), here
+// layout math of parallel/grad_buffer.h (which holds the buffers and runs the collectives), here
 // without tensors so that the memory plans (plan/memory_model.h, --dry-run) can size what the
 // buckets imply before anything is allocated.
 #pragma once
@@ -21,7 +21,7 @@ struct Range {
 // (ascending, registration order), in backprop order: walking from the buffer's end towards 0,
 // a bucket closes at the first parameter boundary at which it holds >= bucket_size elements
 // (bucket_size <= 0: no limit) or where a parameter listed in `starts` begins; parameter
-// `held` (>= 0) gets a bucket of its own. train/grad_buffer.h explains the rules and gives an
+// `held` (>= 0) gets a bucket of its own. parallel/grad_buffer.h explains the rules and gives an
 // example.
 std::vector<Range> grad_buckets(std::span<const int64_t> offsets, int64_t total, int64_t bucket_size,
                                 std::span<const int64_t> starts, int64_t held = -1);

@@ -1,7 +1,7 @@
 // Pipeline schedules as pure tables (docs/design.md, "Conventions": schedules are data): for one
 // pipeline stage, the ordered list of what it does in one iteration — forward or backward of
 // micro-batch k on model chunk c, and between them the point-to-point messages to post
-// together. No communication here; train/pipeline_executor.h runs a table over the pp group.
+// together. No communication here; parallel/pipeline_executor.h runs a table over the pp group.
 //
 // Layout (docs/megatron-formats.md §7). pp stages, each holding vp model chunks (vp = 1 without
 // interleaving). Chunk c of stage s is virtual stage v = c * pp + s and holds the layers

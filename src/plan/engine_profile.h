@@ -120,7 +120,7 @@ struct Engine {
   // at HBM bandwidth, measured). See find_engine for Megatron 2021's count.
   double optimizer_bytes = 0;
   // Process-group kinds with the same groups share one NCCL communicator, and one-rank groups
-  // have none (comm::make_process_groups); false: every kind its own, as in the runs recorded
+  // have none (parallel::make_process_groups); false: every kind its own, as in the runs recorded
   // before 2026-11-28 (plan/nccl_memory.h NcclLayout::shared_groups).
   bool shared_process_groups = true;
 };

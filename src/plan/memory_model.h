@@ -63,7 +63,7 @@ RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelCon
 // Copy-engine data parallelism (ParallelConfig::dp_copy_engine): the bytes of the fp32 receive
 // buffer that the buckets of tensor-parallel rank 0 of stage `pipe` need, buckets of
 // `bucket_size` elements over `dp` ranks (parallel::copy_engine_receive_elements; what
-// train::GradBuffer asks the group for, checked in tests/plan/memory_model_test.cpp).
+// parallel::GradBuffer asks the group for, checked in tests/plan/memory_model_test.cpp).
 // stage_memory counts it with parallel::overlap_bucket_elements, or one bucket without
 // ParallelConfig::overlap_grad_reduce (--ddp-bucket-size / --ddp-num-buckets are not modelled;
 // --dry-run counts them).

@@ -8,7 +8,7 @@ namespace megatron::plan {
 
 namespace {
 
-// Ranks of a group on one node, Megatron's order tp-cp-dp-pp (comm/rank_layout.h): a group
+// Ranks of a group on one node, Megatron's order tp-cp-dp-pp (parallel/rank_layout.h): a group
 // whose consecutive members are `stride` ranks apart has min(size, G / stride) of them on a
 // node of G GPUs (1 once the stride reaches a node).
 int64_t per_node(int64_t size, int64_t stride, int64_t G) {
@@ -59,7 +59,7 @@ NcclMemory nccl_memory(const NcclLayout& l, int64_t stage) {
   const int real = (l.tp > 1 ? kTpDim : 0) | (l.dp > 1 ? kDpDim : 0) | (l.pp > 1 ? kPpDim : 0);
   const bool embedding_member = l.pp > 1 && (stage == 0 || stage == l.pp - 1);
   const int embedding_span = l.pp == 2 ? kPpDim : kOwnDim;
-  // Communicators created (comm::make_process_groups): the world, and one per kind of two or
+  // Communicators created (parallel::make_process_groups): the world, and one per kind of two or
   // more ranks, or with shared groups one per distinct span.
   // The kinds no step uses (tp-dp-cp, tp-cp) also share the world's when they span all of it.
   std::vector<int> spans;

@@ -21,13 +21,13 @@
 //  - NVLS (NVLink SHARP) buffers: none, we always run with NCCL_NVLS_ENABLE=0.
 //
 // Which communicators a rank creates, each paying kCommunicatorCreationBytes: the world's, and
-// one per distinct set of groups of two or more ranks among the kinds of comm/process_groups.h
+// one per distinct set of groups of two or more ranks among the kinds of parallel/process_groups.h
 // (tp, dp, pp, dp-cp, model-parallel, tp-dp-cp, tp-cp, and on the first and last stage the
 // embedding group; kinds with the same groups share one communicator, and the world's only with
 // the kinds no step uses: tp-dp-cp, tp-cp). TP4 on 4 GPUs creates two (the world, which tp-dp-cp
 // and tp-cp share; tp = model-parallel). The collective rings below are likewise counted once
 // per communicator.
-// Which communicators a rank connects (comm/process_groups.h; they all exist, the size-1 ones
+// Which communicators a rank connects (parallel/process_groups.h; they all exist, the size-1 ones
 // cost nothing, and groups our step never uses — cp, dp, tp-cp, tp-dp-cp, the position
 // embedding — are never connected):
 //   world           a collective (the bench's per-iteration barrier, the trainer's checkpoint
@@ -111,7 +111,7 @@ struct NcclLayout {
   int64_t tp = 1, pp = 1, dp = 1, vp = 1;
   int64_t gpus_per_node = 0;   // 0: every rank on one node
   bool tied_embedding = true;  // !--untie-embeddings-and-output-weights
-  // Kinds with the same groups share one communicator (comm::make_process_groups; the world
+  // Kinds with the same groups share one communicator (parallel::make_process_groups; the world
   // excepted); false: each kind its own (the runs recorded before 2026-11-28).
   bool shared_groups = true;
   // MEGATRON_DP_COPY_ENGINE in effect (distributed optimizer, dp > 1 on one node): one more

@@ -54,7 +54,7 @@ int64_t global_index(const Shape& global, const Partition& p, int64_t k);
 // The shard's flat elements [begin, begin + count) as runs of consecutive global elements, in
 // order: fn(global_start, shard_start, n) for each maximal run (one run for dim -1 and dim 0;
 // for dim 1 one per row touched, C/T elements each but the first and last). What a rank
-// writing its own shard into the global tensor's bytes needs (train/checkpoint.cpp).
+// writing its own shard into the global tensor's bytes needs (ckpt/checkpoint.cpp).
 template <class Fn>
 void for_each_global_run(const Shape& global_shape, const Partition& partition, int64_t begin, int64_t count, Fn&& fn) {
   if (count <= 0) return;

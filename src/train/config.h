@@ -6,7 +6,7 @@
 // (ffn = 4h, kv_channels = h / heads, global batch = mbs * dp, data-parallel size) are filled
 // by parse_train_config(), so a TrainConfig that comes back from it is complete.
 // The tokenizer's vocabulary size is not known here: the caller loads the tokenizer, sets
-// model.vocab_size and calls padded_vocab_size() (below) for model.padded_vocab_size.
+// model.vocab_size and calls model::padded_vocab_size() (model/vocab_padding.h) for model.padded_vocab_size.
 #pragma once
 
 #include <array>
@@ -17,14 +17,15 @@
 #include <vector>
 
 #include "model/gpt_config.h"
+#include "model/vocab_padding.h"
 #include "model/memory_plan.h"
-#include "train/lr_scheduler.h"
+#include "optim/lr_scheduler.h"
 #include "train/microbatches.h"
 
 namespace megatron::train {
 
-// The schedule enums (LrDecayStyle, WsdDecayStyle, WdIncrStyle) come from train/lr_scheduler.h.
-using WeightDecayIncrStyle = WdIncrStyle;
+// The schedule enums (LrDecayStyle, WsdDecayStyle, WdIncrStyle) come from optim/lr_scheduler.h.
+using WeightDecayIncrStyle = optim::WdIncrStyle;
 enum class RecomputeGranularity { kNone, kFull, kSelective };
 enum class RecomputeMethod { kNone, kUniform, kBlock };
 
@@ -81,14 +82,14 @@ struct TrainConfig {
   // Learning rate (optimizer_param_scheduler.py).
   double lr = 0.0;                          // --lr (required; Megatron's default None fails later)
   double min_lr = 0.0;                      // --min-lr
-  LrDecayStyle lr_decay_style = LrDecayStyle::kLinear;  // --lr-decay-style
+  optim::LrDecayStyle lr_decay_style = optim::LrDecayStyle::kLinear;  // --lr-decay-style
   std::optional<int64_t> lr_decay_iters;    // --lr-decay-iters (None: train_iters)
   std::optional<int64_t> lr_decay_samples;  // --lr-decay-samples (None: train_samples)
   int64_t lr_warmup_iters = 0;              // --lr-warmup-iters
   int64_t lr_warmup_samples = 0;            // --lr-warmup-samples
   std::optional<double> lr_warmup_fraction; // --lr-warmup-fraction (of the decay steps)
   double lr_warmup_init = 0.0;              // --lr-warmup-init
-  WsdDecayStyle lr_wsd_decay_style = WsdDecayStyle::kExponential;  // --lr-wsd-decay-style
+  optim::WsdDecayStyle lr_wsd_decay_style = optim::WsdDecayStyle::kExponential;  // --lr-wsd-decay-style
   std::optional<int64_t> lr_wsd_decay_iters;    // --lr-wsd-decay-iters
   std::optional<int64_t> lr_wsd_decay_samples;  // --lr-wsd-decay-samples
   bool override_opt_param_scheduler = false;        // --override-opt_param-scheduler
@@ -122,7 +123,7 @@ struct TrainConfig {
   int64_t eval_iters = 100;                 // --eval-iters
   bool log_throughput = false;              // --log-throughput
   bool log_params_norm = false;             // --log-params-norm
-  bool log_progress = false;                // --log-progress: <--save>/progress.txt (train/progress_log.h)
+  bool log_progress = false;                // --log-progress: <--save>/progress.txt (obs/progress_log.h)
   // --profile: the CUDA profiler captures iterations profile_step_start + 1 .. profile_step_end
   // on these ranks (backend/profiler_marks.h).
   bool profile = false;
@@ -132,15 +133,15 @@ struct TrainConfig {
   bool log_num_zeros_in_grad = false;       // --log-num-zeros-in-grad
   bool check_for_nan_in_loss_and_grad = true;  // false: --no-check-for-nan-in-loss-and-grad
   FlopsConvention flops_convention = FlopsConvention::k2025;  // --flops-convention (ours)
-  int64_t timing_log_level = 0;             // --timing-log-level: 0, 1 or 2 (train/timers.h)
+  int64_t timing_log_level = 0;             // --timing-log-level: 0, 1 or 2 (obs/timers.h)
   std::string timing_log_option = "minmax"; // --timing-log-option: minmax, max or all
   bool barrier_with_l1_time = true;         // false: --no-barrier-with-level-1-timing
-  // --log-straggler and its options (train/straggler_detector.h).
+  // --log-straggler and its options (obs/straggler_detector.h).
   bool log_straggler = false;               // --log-straggler
   bool disable_straggler_on_startup = false;  // --disable-straggler-on-startup
   int64_t straggler_ctrlr_port = 65535;     // --straggler-ctrlr-port
   int64_t straggler_minmax_count = 1;       // --straggler-minmax-count
-  // --check-weight-hash-across-dp-replicas-interval (train/weight_hash.h): unset, no check.
+  // --check-weight-hash-across-dp-replicas-interval (obs/weight_hash.h): unset, no check.
   std::optional<int64_t> check_weight_hash_interval;
 
   // Exit.
@@ -151,7 +152,7 @@ struct TrainConfig {
   // `megatron train` before the run; 0: none. The run prints the measured time against it.
   double predicted_iteration_ms = 0.0;
 
-  // Checkpoints (train/checkpoint.h).
+  // Checkpoints (ckpt/checkpoint.h).
   std::optional<int64_t> save_interval;     // --save-interval
   std::optional<std::string> save;          // --save
   std::optional<std::string> load;          // --load
@@ -227,14 +228,6 @@ struct TrainConfig {
   NumMicroBatchesCalculator microbatch_calculator() const;
 };
 
-// Megatron's _vocab_size_with_padding: the vocabulary padded up to a multiple of
-// divisible_by * tp. Example: (50257, 128, 1) -> 50304 (47 dummy tokens);
-// (50257, 128, 8) -> 51200 (943 dummy tokens). Throws megatron::Error for non-positive inputs.
-int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp);
-// The same, also writing Megatron's rank-0 line to `log` when it is not null:
-// " > padded vocab (size: 50257) with 47 dummy tokens (new size: 50304)\n".
-int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp, std::ostream* log);
-std::string padded_vocab_message(int64_t vocab, int64_t padded);
 
 // Names as Megatron's flags spell them ("cosine", "inverse-square-root", "WSD", ...).
 // The per-rank memory plan of this configuration (model/memory_plan.h): the tensor-parallel

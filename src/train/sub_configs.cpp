@@ -1,9 +1,11 @@
 #include "train/sub_configs.h"
 
+#include "train/checkpoint_args.h"
+
 namespace megatron::train {
 
-DataParallelFlags data_parallel_flags(const TrainConfig& c) {
-  DataParallelFlags f;
+parallel::DataParallelFlags data_parallel_flags(const TrainConfig& c) {
+  parallel::DataParallelFlags f;
   f.use_distributed_optimizer = c.use_distributed_optimizer;
   f.ddp_bucket_size = c.ddp_bucket_size;
   f.ddp_num_buckets = c.ddp_num_buckets;
@@ -22,8 +24,8 @@ StepFlags step_flags(const TrainConfig& c) {
   return f;
 }
 
-OptimizerConfig optimizer_config(const TrainConfig& c) {
-  OptimizerConfig oc;
+parallel::OptimizerConfig optimizer_config(const TrainConfig& c) {
+  parallel::OptimizerConfig oc;
   oc.beta1 = static_cast<float>(c.adam_beta1);
   oc.beta2 = static_cast<float>(c.adam_beta2);
   oc.eps = static_cast<float>(c.adam_eps);
@@ -44,8 +46,8 @@ optim::GradScaler grad_scaler(const TrainConfig& c) {
   return optim::GradScaler::dynamic(dyn);
 }
 
-ScheduleFlags schedule_flags(const TrainConfig& c) {
-  ScheduleFlags f;
+optim::ScheduleFlags schedule_flags(const TrainConfig& c) {
+  optim::ScheduleFlags f;
   f.train_iters = c.train_iters;
   f.train_samples = c.train_samples;
   f.global_batch_size = c.global_batch_size;
@@ -62,7 +64,7 @@ ScheduleFlags schedule_flags(const TrainConfig& c) {
   f.lr_wsd_decay_iters = c.lr_wsd_decay_iters;
   f.lr_wsd_decay_samples = c.lr_wsd_decay_samples;
   f.weight_decay = c.weight_decay;
-  if (c.weight_decay_incr_style != WdIncrStyle::kConstant) {  // constant: --weight-decay alone
+  if (c.weight_decay_incr_style != optim::WdIncrStyle::kConstant) {  // constant: --weight-decay alone
     f.start_weight_decay = c.start_weight_decay;
     f.end_weight_decay = c.end_weight_decay;
   }
@@ -84,6 +86,40 @@ data::GPTDataConfig data_config(const TrainConfig& c, int64_t train_iters, std::
                                           c.global_batch_size, c.eval_interval, c.eval_iters);
   dc.log = log;
   return dc;
+}
+
+ckpt::CheckpointRun checkpoint_run(const TrainConfig& c) {
+  ckpt::CheckpointRun run;
+  run.model = c.model;
+  for (int64_t s = 0; s < c.pipeline_model_parallel_size; ++s) run.stages.push_back(pipeline_stage(c, s));
+  run.tensor_model_parallel_size = c.tensor_model_parallel_size;
+  run.data_parallel_size = c.data_parallel_size;
+  run.dtype = model_dtype(c);
+  run.seed = c.seed;
+  run.args = checkpoint_args(c);
+  return run;
+}
+
+ckpt::SaveOptions save_options(const TrainConfig& c) {
+  ckpt::SaveOptions o;
+  o.dir = c.save.value_or("");
+  o.keep_last = c.save_keep_last;
+  o.save_optim = !c.no_save_optim;
+  o.fully_parallel = c.ckpt_fully_parallel_save;
+  o.async = c.async_save;
+  return o;
+}
+
+ckpt::LoadOptions load_options(const TrainConfig& c) {
+  ckpt::LoadOptions o;
+  o.dir = c.load.value_or("");
+  o.step = c.ckpt_step;
+  o.finetune = c.finetune;
+  o.load_optim = !c.no_load_optim;
+  o.exit_on_missing = c.exit_on_missing_checkpoint;
+  o.override_scheduler = c.override_opt_param_scheduler;
+  o.use_checkpoint_scheduler = c.use_checkpoint_opt_param_scheduler;
+  return o;
 }
 
 }  // namespace megatron::train

@@ -1,12 +1,12 @@
 #include "train/train_step.h"
 
 #include "core/error.h"
-#include "train/data_parallel_setup.h"
+#include "parallel/data_parallel_setup.h"
 
 namespace megatron::train {
 
-TrainStepResult train_step(const StepFlags& c, model::GPTModel& model, MixedPrecisionOptimizer& optimizer,
-                           const comm::ProcessGroups& groups, const TrainStepInputs& in) {
+TrainStepResult train_step(const StepFlags& c, model::GPTModel& model, parallel::MixedPrecisionOptimizer& optimizer,
+                           const parallel::ProcessGroups& groups, const TrainStepInputs& in) {
   MT_CHECK(in.table != nullptr && in.num_micro >= 1) << "train_step without a schedule";
   const auto phase = [&](const char* name, bool started) {
     if (in.phase) in.phase(name, started);
@@ -17,7 +17,7 @@ TrainStepResult train_step(const StepFlags& c, model::GPTModel& model, MixedPrec
   model::HeadBackward head;
   head.loss_scale = optimizer.loss_scale();
   head.grad_scale = in.grad_scale;
-  PipelineCallbacks cb;
+  parallel::PipelineCallbacks cb;
   cb.load = in.load;
   cb.phase = in.pipeline_phase;
   cb.dropout = [&](int64_t k) {
@@ -34,7 +34,7 @@ TrainStepResult train_step(const StepFlags& c, model::GPTModel& model, MixedPrec
   // accumulate (Megatron's no_sync).
   cb.grad_sync = c.overlap_grad_reduce ? grad_sync_callback(model, optimizer) : nullptr;
   cb.overlap_p2p = c.overlap_p2p_communication;
-  r.loss_sum = run_pipeline(*in.table, model, *groups.pp, cb);
+  r.loss_sum = parallel::run_pipeline(*in.table, model, *groups.pp, cb);
 
   // finalize_model_grads, in the order of the header comment.
   const bool overlapped = c.overlap_grad_reduce;

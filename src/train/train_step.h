@@ -16,11 +16,11 @@
 #include <functional>
 #include <vector>
 
-#include "comm/process_groups.h"
+#include "parallel/process_groups.h"
 #include "model/gpt_model.h"
 #include "parallel/pipeline_schedule.h"
-#include "train/optimizer.h"
-#include "train/pipeline_executor.h"
+#include "parallel/optimizer.h"
+#include "parallel/pipeline_executor.h"
 
 namespace megatron::train {
 
@@ -57,11 +57,11 @@ struct TrainStepInputs {
 
 struct TrainStepResult {
   double loss_sum = 0.0;  // this rank's sum of the micro-batch losses (last stage; 0 elsewhere)
-  StepResult step;
+  parallel::StepResult step;
 };
 
 // Runs one step on this rank (collective over the groups the model and optimizer use).
-TrainStepResult train_step(const StepFlags& flags, model::GPTModel& model, MixedPrecisionOptimizer& optimizer,
-                           const comm::ProcessGroups& groups, const TrainStepInputs& inputs);
+TrainStepResult train_step(const StepFlags& flags, model::GPTModel& model, parallel::MixedPrecisionOptimizer& optimizer,
+                           const parallel::ProcessGroups& groups, const TrainStepInputs& inputs);
 
 }  // namespace megatron::train

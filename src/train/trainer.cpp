@@ -14,22 +14,22 @@
 
 #include "backend/profiler_marks.h"
 #include "comm/launch.h"
-#include "comm/process_groups.h"
+#include "parallel/process_groups.h"
 #include "comm/self_communicator.h"
 #include "core/error.h"
 #include "core/host_name.h"
 #include "core/memory.h"
 #include "model/memory_plan.h"
 #include "optim/loss_scaler.h"
-#include "train/data_parallel_setup.h"
+#include "parallel/data_parallel_setup.h"
 #include "train/flops.h"
 #include "train/micro_batch_documents.h"
-#include "train/pipeline_executor.h"
-#include "train/progress_log.h"
-#include "train/tensorboard_tags.h"
+#include "parallel/pipeline_executor.h"
+#include "obs/progress_log.h"
+#include "obs/tensorboard_tags.h"
 #include "train/sub_configs.h"
-#include "train/training_log.h"
-#include "train/weight_hash.h"
+#include "obs/training_log.h"
+#include "obs/weight_hash.h"
 
 namespace megatron::train {
 
@@ -41,11 +41,11 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 }  // namespace
 
-Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out, comm::ProcessGroups* groups)
+Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out, parallel::ProcessGroups* groups)
     : config_(config), backend_(backend), groups_(groups) {
   if (groups_ == nullptr) {
-    own_groups_ = std::make_unique<comm::ProcessGroups>(
-        comm::make_process_groups(std::make_unique<comm::SelfCommunicator>(backend_, "world"), comm::ParallelSizes{}));
+    own_groups_ = std::make_unique<parallel::ProcessGroups>(
+        parallel::make_process_groups(std::make_unique<comm::SelfCommunicator>(backend_, "world"), parallel::ParallelSizes{}));
     groups_ = own_groups_.get();
   }
   log0_ = groups_->is_first_rank() ? &out : &null_;
@@ -58,7 +58,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
     std::optional<std::string> error;
     if (groups_->rank() == 0) {
       try {
-        save_lock_ = std::make_unique<SaveDirectoryLock>(*c.save);
+        save_lock_ = std::make_unique<ckpt::SaveDirectoryLock>(*c.save);
         if (!save_lock_->unlocked_reason().empty()) {
           *log0_ << "WARNING: " << save_lock_->unlocked_reason()
                  << ": nothing stops a second run from saving into --save " << *c.save << "\n";
@@ -85,11 +85,11 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
       << c.tensor_model_parallel_size << " / pp " << c.pipeline_model_parallel_size << ", groups of "
       << groups_->world_size() << " / " << groups_->sizes.dp << " / " << groups_->sizes.tp << " / "
       << groups_->sizes.pp;
-  comm::connect_pipeline_neighbours(*groups_, c.virtual_pipeline_chunks() > 1);
+  parallel::connect_pipeline_neighbours(*groups_, c.virtual_pipeline_chunks() > 1);
   microbatches_ = std::make_unique<NumMicroBatchesCalculator>(c.microbatch_calculator());
   *log0_ << microbatches_->describe() << '\n';
   train_iters_ = c.total_train_iters();
-  timers_ = std::make_unique<Timers>(c.timing_log_level, parse_timing_log_option(c.timing_log_option),
+  timers_ = std::make_unique<obs::Timers>(c.timing_log_level, obs::parse_timing_log_option(c.timing_log_option),
                                      [this] { backend_.synchronize(); });
   comm::Communicator* world = groups_->world.get();
   timers_->start("train/valid/test-data-iterators-setup", 0, world, /*barrier=*/true);
@@ -109,7 +109,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   model::TensorParallelOptions tp;
   tp.group = groups_->tp.get();
   tp.sequence_parallel = c.sequence_parallel;
-  const bool copy_engine = prepare_copy_engine(data_parallel_flags(c), *groups_);
+  const bool copy_engine = parallel::prepare_copy_engine(data_parallel_flags(c), *groups_);
   model_ = std::make_unique<model::GPTModel>(c.model, backend_, model_dtype(c), c.micro_batch_size, tp,
                                              pipeline_stage(c, groups_->coords.pp));
   model_->parameters().initialize(backend_, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
@@ -118,29 +118,29 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
        << model_->parameters().total_numel() << '\n';
 
   // Megatron's bucket size and buckets per model chunk; the overlap hooks.
-  const DataParallelFlags dp_flags = data_parallel_flags(c);
-  const DataParallelOptions dp = data_parallel_options(dp_flags, *groups_, *model_);
-  optimizer_ = std::make_unique<MixedPrecisionOptimizer>(model_->parameters(), backend_, optimizer_config(c),
+  const parallel::DataParallelFlags dp_flags = data_parallel_flags(c);
+  const parallel::DataParallelOptions dp = parallel::data_parallel_options(dp_flags, *groups_, *model_);
+  optimizer_ = std::make_unique<parallel::MixedPrecisionOptimizer>(model_->parameters(), backend_, optimizer_config(c),
                                                          grad_scaler(c), dp);
-  *log0_ << copy_engine_text(copy_engine, dp_flags, *optimizer_);
+  *log0_ << parallel::copy_engine_text(copy_engine, dp_flags, *optimizer_);
   optimizer_->set_timers(timers_.get(), world, c.barrier_with_l1_time);
-  connect_overlap_hooks(dp_flags, *model_, *optimizer_);
-  scheduler_ = std::make_unique<OptimizerParamScheduler>(make_scheduler_config(schedule_flags(c)));
+  parallel::connect_overlap_hooks(dp_flags, *model_, *optimizer_);
+  scheduler_ = std::make_unique<optim::OptimizerParamScheduler>(optim::make_scheduler_config(schedule_flags(c)));
   model::MemoryPlan plan = train_memory_plan(c, groups_->coords.pp);
-  plan.copy_engine = copy_engine_plan_bytes(*optimizer_);
+  plan.copy_engine = parallel::copy_engine_plan_bytes(*optimizer_);
   *log0_ << model::format_memory_plan(plan);
   *log0_ << flops_formula_text(c.model, c.global_batch_size, c.flops_convention);
 
   if (c.load) {
     timers_->start("load-checkpoint", 0, world, /*barrier=*/true);
-    progress_ = load_training_checkpoint(c, model_->parameters(), *optimizer_, *scheduler_, *world, backend_, *log0_);
+    progress_ = ckpt::load_training_checkpoint(checkpoint_run(c), load_options(c), model_->parameters(), *optimizer_, *scheduler_, *world, backend_, *log0_);
     timers_->stop("load-checkpoint", world, /*barrier=*/true);
     log_timers({"load-checkpoint"});
   }
   job_start_flops_ = static_cast<double>(progress_.consumed_train_samples) * flops_per_sample_;
   if (c.save && c.async_save) {
     const auto t0 = Clock::now();
-    async_save_host_ = async_save_host_buffer(c, model_->parameters(), *optimizer_, *groups_, backend_);
+    async_save_host_ = ckpt::async_save_host_buffer(checkpoint_run(c), save_options(c), model_->parameters(), *optimizer_, *groups_, backend_);
     char line[160];
     std::snprintf(line, sizeof(line),
                   " > --async-save: %.2f GiB of page-locked host memory for rank 0's checkpoint copies, pinned in %.1f s\n",
@@ -150,8 +150,8 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   timers_->stop("model-and-optimizer-setup");
   // Megatron writes TensorBoard from the last rank, the one that has the logged values.
   if (groups_->is_last_rank()) {
-    if (c.tensorboard_dir) tensorboard_ = std::make_unique<TensorBoardWriter>(*c.tensorboard_dir, c.tensorboard_queue_size);
-    if (c.log_jsonl) jsonl_ = std::make_unique<MetricsJsonlWriter>(*c.log_jsonl);
+    if (c.tensorboard_dir) tensorboard_ = std::make_unique<obs::TensorBoardWriter>(*c.tensorboard_dir, c.tensorboard_queue_size);
+    if (c.log_jsonl) jsonl_ = std::make_unique<obs::MetricsJsonlWriter>(*c.log_jsonl);
   }
 }
 
@@ -175,7 +175,7 @@ void Trainer::grant_save_time(bool on) {
   constexpr double kSaveBandwidthFloor = 100e6;  // bytes/s: the slowest disk a save is granted time for
   if (on && save_grace_.count() == 0) {  // once: it walks every stage's parameters
     save_grace_ = std::chrono::milliseconds(static_cast<int64_t>(
-        1000.0 * static_cast<double>(checkpoint_save_memory(config_).checkpoint_bytes) / kSaveBandwidthFloor));
+        1000.0 * static_cast<double>(ckpt::checkpoint_save_memory(checkpoint_run(config_), !config_.no_save_optim).checkpoint_bytes) / kSaveBandwidthFloor));
   }
   groups_->world->set_watchdog_grace(on ? save_grace_ : std::chrono::milliseconds(0));
 }
@@ -189,8 +189,8 @@ void Trainer::save() {
   optimizer_->grad_buffer().finish_param_gather();
   // Collective over the world: every rank writes what it holds (--async-save: copies it and
   // writes it in the background), or rank 0 writes, tensor by tensor, what the other ranks
-  // gather and send it (train/checkpoint.h).
-  pending_save_ = save_training_checkpoint(config_, progress_, model_->parameters(), *optimizer_, *scheduler_, *groups_,
+  // gather and send it (ckpt/checkpoint.h).
+  pending_save_ = ckpt::save_training_checkpoint(checkpoint_run(config_), save_options(config_), progress_, model_->parameters(), *optimizer_, *scheduler_, *groups_,
                                            backend_, *log0_, &async_save_host_);
   // Nobody goes on (and perhaps exits, or reads the checkpoint) before it is complete, or
   // with --async-save before every rank has taken its copy.
@@ -213,7 +213,7 @@ void Trainer::append_checkpoint_progress() {
   };
   const double cumulative =
       progress_run_start_ ? tflops_per_gpu(flops - progress_run_start_->flops, progress_run_start_->time) : 0.0;
-  append_progress(checkpoint_progress_text(config_.async_save, progress_.iteration,
+  append_progress(obs::checkpoint_progress_text(config_.async_save, progress_.iteration,
                                            tflops_per_gpu(flops - job_start_flops_, job_start_), cumulative, flops,
                                            static_cast<double>(progress_.consumed_train_samples) *
                                                static_cast<double>(config_.model.seq_length)));
@@ -224,7 +224,7 @@ void Trainer::append_progress(const std::string& text) {
   const char* job = std::getenv("SLURM_JOB_ID");
   const std::string path = *config_.save + "/progress.txt";
   try {
-    append_progress_line(path, progress_line(std::chrono::system_clock::now(), job != nullptr ? job : "",
+    obs::append_progress_line(path, obs::progress_line(std::chrono::system_clock::now(), job != nullptr ? job : "",
                                              config_.world_size, text));
   } catch (const Error& e) {
     *log0_ << " > warning: " << e.what() << "; training goes on\n" << std::flush;
@@ -242,7 +242,7 @@ void Trainer::check_weight_hashes() {
   }
   optimizer_->grad_buffer().finish_param_gather();  // --overlap-param-gather: the values must have landed
   const auto t0 = Clock::now();
-  const WeightHashCheck r = compare_weights_across_dp_replicas(model_->parameters(), backend_, *groups_->dp,
+  const obs::WeightHashCheck r = obs::compare_weights_across_dp_replicas(model_->parameters(), backend_, *groups_->dp,
                                                                *groups_->world, progress_.iteration);
   if (r.mismatches == 0) {
     *log0_ << ">>> Weight hashes match after " << progress_.iteration << " iterations (checked in "
@@ -259,7 +259,7 @@ void Trainer::check_weight_hashes() {
 void Trainer::finish_pending_save(bool wait) {
   if (!pending_save_) return;
   grant_save_time(true);  // also without `wait`: rank 0's commit (fsyncs, --save-keep-last) is waited for
-  if (finish_checkpoint_save(*pending_save_, *groups_->world, wait, *log0_)) pending_save_.reset();
+  if (ckpt::finish_checkpoint_save(*pending_save_, *groups_->world, wait, *log0_)) pending_save_.reset();
   grant_save_time(false);
 }
 
@@ -271,7 +271,7 @@ Trainer::~Trainer() {
   }
 }
 
-void Trainer::log_to_tensorboard(const StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm) {
+void Trainer::log_to_tensorboard(const parallel::StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm) {
   const TrainConfig& c = config_;
   const int64_t it = progress_.iteration, samples = progress_.consumed_train_samples;
   auto both = [&](std::string_view tag, std::string_view vs_samples, double value) {
@@ -359,11 +359,11 @@ double Trainer::evaluate(const data::TokenDataset& dataset, int64_t* consumed) {
   double total = 0.0, tokens = 0.0;
   for (int64_t it = 0; it < config_.eval_iters; ++it) {
     if (config_.calculate_per_token_loss && last_stage) tokens += loss_tokens(dataset, *consumed);
-    PipelineCallbacks cb;
+    parallel::PipelineCallbacks cb;
     cb.load = [&](int64_t k, model::MicroBatch* mb) { load_micro_batch(dataset, *consumed, k, mb); };
     cb.dropout = [&](int64_t) { return no_dropout; };
     cb.overlap_p2p = config_.overlap_p2p_communication;
-    total += run_pipeline(table, *model_, *groups_->pp, cb);
+    total += parallel::run_pipeline(table, *model_, *groups_->pp, cb);
     *consumed += global_batch;
   }
   // C23: the sum of micro-batch means over eval_iters * num_microbatches, averaged over DP
@@ -378,7 +378,7 @@ void Trainer::evaluate_and_print(const std::string& prefix, const data::TokenDat
                                  double* loss_out) {
   const double loss = evaluate(dataset, consumed);
   if (loss_out) *loss_out = loss;
-  *log_last_ << format_validation_block(prefix, {{"lm loss", loss}}) << std::flush;
+  *log_last_ << obs::format_validation_block(prefix, {{"lm loss", loss}}) << std::flush;
   const double ppl = std::exp(std::min(20.0, loss));
   const bool test_set = prefix.ends_with("on test set");
   if (tensorboard_ && !test_set) {

@@ -6,18 +6,18 @@
 // Megatron's order.
 // Data parallelism (docs/megatron-formats.md §3.2, §3.9): each DP rank runs gbs / (mbs * dp)
 // micro-batches of its slice of the global batch; the optimizer averages the gradients over
-// the DP group (train/grad_buffer.h, optionally with the distributed optimizer); the logged
+// the DP group (parallel/grad_buffer.h, optionally with the distributed optimizer); the logged
 // loss is averaged over DP. Rank 0 prints the start-up and checkpoint messages, the last rank
 // the iteration lines and validation (Megatron's print_rank_0 / print_rank_last) and writes
 // TensorBoard and the JSONL log; every rank writes its part of a checkpoint, or rank 0 all of it
-// where the ranks do not share the --save directory (train/checkpoint.h).
+// where the ranks do not share the --save directory (ckpt/checkpoint.h).
 // Tensor parallelism (model/gpt_model.h): the TP ranks of a replica read the same samples
 // (they share the DP coordinate), the model runs collectively over the TP group, the
 // sequence-parallel LayerNorm gradients are all-reduced over TP before the DP reduction, and
 // a checkpoint holds global tensors, each TP rank writing its shard's bytes into them.
 // Pipeline parallelism (model/gpt_model.h, parallel/pipeline_schedule.h): each rank builds
 // its stage; an iteration runs the stage's table (1F1B, or interleaved with
-// --num-layers-per-virtual-pipeline-stage) through train/pipeline_executor.h, so the loss
+// --num-layers-per-virtual-pipeline-stage) through parallel/pipeline_executor.h, so the loss
 // exists on the last stage only (logged by the last rank, averaged over DP there; the other
 // stages contribute 0 to that average). Before the DP reduction the tied word embedding's
 // gradient is summed over the embedding group {first, last stage}; the grad norm and the
@@ -27,8 +27,8 @@
 // The overlaps work with any pipeline layout: --overlap-grad-reduce starts a chunk's buckets
 // during its last micro-batch's backward (the tied embedding's after its embedding-group sum),
 // --overlap-param-gather waits for each bucket in the next forward, and
-// --overlap-p2p-communication starts the stage exchanges (train/grad_buffer.h,
-// train/pipeline_executor.h). Evaluation runs the
+// --overlap-p2p-communication starts the stage exchanges (parallel/grad_buffer.h,
+// parallel/pipeline_executor.h). Evaluation runs the
 // forward-only table. A checkpoint: each stage's TP rank 0 (of DP rank 0) sends its global
 // tensors to global rank 0, which writes one layout-independent set of files; every rank
 // loads its own parameters by their global names.
@@ -42,20 +42,20 @@
 #include <vector>
 
 #include "backend/ops.h"
-#include "comm/process_groups.h"
+#include "parallel/process_groups.h"
 #include "data/dataset_config.h"
 #include "model/gpt_model.h"
 #include "parallel/pipeline_schedule.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "train/config.h"
-#include "train/metrics_jsonl.h"
-#include "train/tensorboard_writer.h"
-#include "train/straggler_detector.h"
-#include "train/timers.h"
-#include "train/lr_scheduler.h"
+#include "obs/metrics_jsonl.h"
+#include "obs/tensorboard_writer.h"
+#include "obs/straggler_detector.h"
+#include "obs/timers.h"
+#include "optim/lr_scheduler.h"
 #include "train/microbatches.h"
-#include "train/optimizer.h"
-#include "train/progress_log.h"
+#include "parallel/optimizer.h"
+#include "obs/progress_log.h"
 
 namespace megatron::train {
 
@@ -78,15 +78,15 @@ class Trainer {
   // config.world_size and data_parallel_size must match them.
   ~Trainer();  // warns when an --async-save checkpoint was left uncommitted
   Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out,
-          comm::ProcessGroups* groups = nullptr);
+          parallel::ProcessGroups* groups = nullptr);
   TrainSummary run();
 
   // --log-straggler's detector (null: none), whose watched communicators `groups` are; it
-  // times each iteration and reports at every log interval (train/straggler_detector.h).
-  void set_straggler_detector(StragglerDetector* detector) { straggler_ = detector; }
+  // times each iteration and reports at every log interval (obs/straggler_detector.h).
+  void set_straggler_detector(obs::StragglerDetector* detector) { straggler_ = detector; }
 
   model::GPTModel& model() { return *model_; }
-  const TrainProgress& progress() const { return progress_; }
+  const ckpt::TrainProgress& progress() const { return progress_; }
 
   // Set by the SIGTERM handler that --exit-signal-handler installs; tests may set it too.
   static void request_exit();
@@ -151,7 +151,7 @@ class Trainer {
   std::vector<parallel::PipelineAction> pipeline_table(int64_t num_micro, bool forward_only) const;
   // TensorBoard scalars of one iteration (every --tensorboard-log-interval).
   // `params_norm`: --log-params-norm's value (computed by every rank: it is collective).
-  void log_to_tensorboard(const StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm);
+  void log_to_tensorboard(const parallel::StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm);
   // --check-weight-hash-across-dp-replicas-interval: every rank's weights against its
   // data-parallel group's rank 0 (collective); throws on every rank when any differ.
   void check_weight_hashes();
@@ -166,25 +166,25 @@ class Trainer {
   TrainConfig config_;
   backend::Backend& backend_;
   // Global rank 0's lock on --save for the whole run (none without --save, on other ranks).
-  std::unique_ptr<SaveDirectoryLock> save_lock_;
-  std::unique_ptr<comm::ProcessGroups> own_groups_;  // one-rank groups when none are given
-  comm::ProcessGroups* groups_;
+  std::unique_ptr<ckpt::SaveDirectoryLock> save_lock_;
+  std::unique_ptr<parallel::ProcessGroups> own_groups_;  // one-rank groups when none are given
+  parallel::ProcessGroups* groups_;
   std::ostream null_{nullptr};  // swallows the lines other ranks print
   std::ostream* log0_;          // rank 0's messages (print_rank_0)
   std::ostream* log_last_;      // the last rank's (print_rank_last)
   data::GPTDatasets datasets_;
   std::unique_ptr<model::GPTModel> model_;
-  std::unique_ptr<MixedPrecisionOptimizer> optimizer_;
+  std::unique_ptr<parallel::MixedPrecisionOptimizer> optimizer_;
   bool recording_failure_reported_ = false;  // the warning on recorded work, printed once
   bool weight_hash_skip_reported_ = false;   // --check-weight-hash... at DP 1, said once
-  std::unique_ptr<OptimizerParamScheduler> scheduler_;
+  std::unique_ptr<optim::OptimizerParamScheduler> scheduler_;
   std::unique_ptr<NumMicroBatchesCalculator> microbatches_;
   int64_t train_iters_ = 0;
-  TrainProgress progress_;
-  std::unique_ptr<Timers> timers_;  // --timing-log-level (train/timers.h)
-  StragglerDetector* straggler_ = nullptr;  // --log-straggler
-  std::unique_ptr<TensorBoardWriter> tensorboard_;
-  std::unique_ptr<MetricsJsonlWriter> jsonl_;
+  ckpt::TrainProgress progress_;
+  std::unique_ptr<obs::Timers> timers_;  // --timing-log-level (obs/timers.h)
+  obs::StragglerDetector* straggler_ = nullptr;  // --log-straggler
+  std::unique_ptr<obs::TensorBoardWriter> tensorboard_;
+  std::unique_ptr<obs::MetricsJsonlWriter> jsonl_;
   // --log-progress: when this job started (the earliest rank's construction of its Trainer) and
   // the model FLOPs done before it (the loaded checkpoint's).
   double flops_per_sample_ = 0.0;  // model FLOPs of one sample (train/flops.h, --flops-convention)
@@ -192,10 +192,10 @@ class Trainer {
   double job_start_flops_ = 0.0;
   // Where the run of jobs with this GPU count started (read from progress.txt once, after this
   // job's "Starting job": later lines are this job's own and cannot move it).
-  std::optional<ProgressStart> progress_run_start_;
+  std::optional<obs::ProgressStart> progress_run_start_;
   std::chrono::milliseconds save_grace_{0};  // grant_save_time's grace, computed at the first save
   std::shared_ptr<Storage> async_save_host_;            // --async-save's page-locked copy, kept between saves
-  std::unique_ptr<PendingCheckpointSave> pending_save_;  // an --async-save being written (declared last: destroyed first)
+  std::unique_ptr<ckpt::PendingCheckpointSave> pending_save_;  // an --async-save being written (declared last: destroyed first)
 };
 
 }  // namespace megatron::train

@@ -21,12 +21,12 @@
 #include "core/host_name.h"
 #include "core/memory.h"
 #include "train/flops.h"
-#include "train/progress_log.h"
+#include "obs/progress_log.h"
 #include "train/sub_configs.h"
-#include "train/tensorboard_tags.h"
+#include "obs/tensorboard_tags.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
-#include "train/training_log.h"
+#include "obs/training_log.h"
 
 namespace megatron::train {
 
@@ -78,7 +78,7 @@ struct Trainer::LoopState {
 // The iteration just run: its step, the global batch's loss as logged with its weight in the
 // interval's average (1, or per token the tokens counted), and its global batch.
 struct Trainer::Iteration {
-  StepResult step;
+  parallel::StepResult step;
   double loss = 0.0;
   double weight = 1.0;
   int64_t global_batch = 0;
@@ -156,7 +156,7 @@ void Trainer::begin_training(LoopState* loop) {
   if (c.log_progress && c.save && groups_->is_first_rank()) {
     append_progress("Starting job");
     std::ifstream in(*c.save + "/progress.txt", std::ios::binary);
-    progress_run_start_ = cumulative_start(
+    progress_run_start_ = obs::cumulative_start(
         std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), c.world_size);
   }
   // --profile: Megatron's nsys hooks. The capture starts when profile_step_start iterations are
@@ -231,7 +231,7 @@ Trainer::Iteration Trainer::run_iteration(LoopState* loop) {
   };
   if (timers_->active(2)) {
     in.pipeline_phase = [&](const parallel::PipelineAction& a, bool started) {
-      const char* name = megatron_timer_name(a);
+      const char* name = parallel::megatron_timer_name(a);
       started ? timers_->start(name, 2) : timers_->stop(name);
     };
   }
@@ -286,7 +286,7 @@ Trainer::Iteration Trainer::run_iteration(LoopState* loop) {
 void Trainer::log_iteration(const Iteration& it, LoopState* loop, TrainSummary* summary) {
   const TrainConfig& c = config_;
   const int64_t iteration = progress_.iteration, gbs = it.global_batch;
-  const StepResult& step = it.step;
+  const parallel::StepResult& step = it.step;
   if (step.success) {
     ++loop->advanced;
     loop->loss_sum += it.loss * it.weight;
@@ -306,7 +306,7 @@ void Trainer::log_iteration(const Iteration& it, LoopState* loop, TrainSummary* 
     if (c.log_timers_to_tensorboard) {
       // Megatron's timers.write: each timer's largest time over the ranks, per iteration of
       // the log interval so far, in seconds (collective; resets nothing).
-      const auto times = timers_->max_seconds(iteration_timer_names(), *groups_->world,
+      const auto times = timers_->max_seconds(obs::iteration_timer_names(), *groups_->world,
                                               static_cast<double>(loop->advanced + loop->skipped));
       if (tensorboard_) {
         for (const auto& [tag, seconds] : times) tensorboard_->add_scalar(tag, seconds, iteration);
@@ -324,8 +324,8 @@ void Trainer::log_iteration(const Iteration& it, LoopState* loop, TrainSummary* 
   }
   loop->first_interval = false;
   const double per_iter = elapsed / static_cast<double>(iters);
-  IterationLog log;
-  log.timestamp = format_timestamp(std::chrono::system_clock::now());
+  obs::IterationLog log;
+  log.timestamp = obs::format_timestamp(std::chrono::system_clock::now());
   log.iteration = iteration;
   log.train_iters = train_iters_;
   log.consumed_samples = progress_.consumed_train_samples;
@@ -344,7 +344,7 @@ void Trainer::log_iteration(const Iteration& it, LoopState* loop, TrainSummary* 
   log.nan_iterations = loop->nans;
   log.tokens_per_second = loop->interval_tokens / elapsed;
   log.eta_seconds = per_iter * static_cast<double>(train_iters_ - iteration);
-  *log_last_ << format_iteration_line(log) << '\n' << std::flush;
+  *log_last_ << obs::format_iteration_line(log) << '\n' << std::flush;
   if (loop->loss_weight > 0) summary->last_loss = loop->loss_sum / loop->loss_weight;
   if (tensorboard_ && c.log_timers_to_tensorboard) {
     tensorboard_->add_scalar(std::string(tb_tags::kIterationTime), per_iter, iteration);
@@ -358,7 +358,7 @@ void Trainer::log_iteration(const Iteration& it, LoopState* loop, TrainSummary* 
                    {"throughput_tflops_per_gpu", log.tflops_per_gpu},
                    {"learning_rate", log.learning_rate},
                    {"global_batch_size", gbs},
-                   {"lm_loss", loop->loss_weight > 0 ? MetricValue(loop->loss_sum / loop->loss_weight) : MetricValue()},
+                   {"lm_loss", loop->loss_weight > 0 ? obs::MetricValue(loop->loss_sum / loop->loss_weight) : obs::MetricValue()},
                    {"loss_scale", static_cast<double>(log.loss_scale)},
                    {"grad_norm", step.grad_norm},
                    {"params_norm", log.params_norm},
@@ -368,12 +368,12 @@ void Trainer::log_iteration(const Iteration& it, LoopState* loop, TrainSummary* 
   }
   if (!loop->memory_reported) {
     const MemorySnapshot m = memory_tracker(backend_.device()).snapshot();
-    *log_last_ << format_memory_line(groups_->rank(), iteration, m.current_total, m.peak_total, m.current_total,
+    *log_last_ << obs::format_memory_line(groups_->rank(), iteration, m.current_total, m.peak_total, m.current_total,
                                      m.peak_total)
                << '\n';
     loop->memory_reported = true;
   }
-  log_timers(iteration_timer_names(), static_cast<double>(c.log_interval));
+  log_timers(obs::iteration_timer_names(), static_cast<double>(c.log_interval));
   if (straggler_) {
     if (const std::optional<std::string> text = straggler_->report(*groups_->world)) *log0_ << *text << std::flush;
   }

@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "support/paths.h"
-#include "train/checkpoint_io.h"
+#include "ckpt/checkpoint_io.h"
 
 namespace megatron {
 namespace {
 
-using train::CheckpointFile;
+using ckpt::CheckpointFile;
 
 test::CommandResult info(const std::string& args) {
   return test::run_command(test::megatron_binary() + " checkpoint-info " + args, true);
@@ -28,14 +28,14 @@ void save(const std::string& dir, int64_t it, bool optimizer) {
   static std::vector<float> m(6, 0.25f);
   std::vector<CheckpointFile> files;
   files.push_back(CheckpointFile::safetensors(
-      train::kModelFileName,
+      ckpt::kModelFileName,
       {{"decoder.layers.0.mlp.fc1.weight", DType::kF32, {2, 3}, w.data(), {4, 3}, "tp=2,pp=1,partition_axis=0"},
        {"embedding.word_embeddings.weight", DType::kBF16, {4, 2}, emb.data()}},
       {{"format", "megatron.cpp"}}));
-  if (optimizer) files.push_back(CheckpointFile::safetensors(train::kOptimizerFileName, {{"exp_avg", DType::kF32, {6}, m.data()}}));
+  if (optimizer) files.push_back(CheckpointFile::safetensors(ckpt::kOptimizerFileName, {{"exp_avg", DType::kF32, {6}, m.data()}}));
   files.push_back(CheckpointFile::text_file(
-      train::kMetadataFileName, "{\"iteration\":" + std::to_string(it) + ",\"config\":{\"num_layers\":2,\"lr\":0.0001}}"));
-  train::save_checkpoint_dir(dir, it, files);
+      ckpt::kMetadataFileName, "{\"iteration\":" + std::to_string(it) + ",\"config\":{\"num_layers\":2,\"lr\":0.0001}}"));
+  ckpt::save_checkpoint_dir(dir, it, files);
 }
 
 TEST(CheckpointInfo, ShowsIterationsTensorsAndMetadata) {
@@ -48,7 +48,7 @@ TEST(CheckpointInfo, ShowsIterationsTensorsAndMetadata) {
   const std::string& out = r.output;
   EXPECT_NE(out.find("tracker: iteration 200"), std::string::npos) << out;
   EXPECT_NE(out.find("checkpoints: 2"), std::string::npos) << out;
-  const int64_t bytes100 = train::list_checkpoints(dir)[0].bytes;
+  const int64_t bytes100 = ckpt::list_checkpoints(dir)[0].bytes;
   EXPECT_TRUE(std::regex_search(out, std::regex("iter_0000100 +" + std::to_string(bytes100) + " bytes\n"))) << out;
   EXPECT_NE(out.find("(latest)"), std::string::npos);
   EXPECT_LT(out.find("iter_0000200"), out.find("(latest)"));

@@ -7,7 +7,8 @@
 #include <string>
 
 #include "cli/host_memory.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
+#include "train/sub_configs.h"
 #include "core/error.h"
 #include "support/paths.h"
 #include "support/plan_models.h"
@@ -63,7 +64,7 @@ TEST(HostMemory, SaveThatCannotBeWrittenIsOneLineBeforeTraining) {
   c.micro_batch_size = 1;
   c.global_batch_size = 1536;
   c.save = "ckpt";
-  const train::CheckpointSaveMemory m = train::checkpoint_save_memory(c);
+  const ckpt::CheckpointSaveMemory m = ckpt::checkpoint_save_memory(train::checkpoint_run(c), !c.no_save_optim);
   EXPECT_NEAR(static_cast<double>(m.checkpoint_bytes) / 14.0 / 1e9, 174.6, 0.1) << "175B x (2 + 4 + 8) bytes";
   EXPECT_EQ(m.device_bytes, int64_t{50304} * 12288 * 4) << "the fp32 word embedding state";
   EXPECT_EQ(m.host_bytes, 2 * m.device_bytes);
@@ -97,7 +98,7 @@ TEST(HostMemory, SaveThatCannotBeWrittenIsOneLineBeforeTraining) {
       << cli::save_memory_line(c);
   c.tensor_model_parallel_size = 8;  // the benchmark's TP 8 x PP 16: 1/128 each, the first and last stages more
   c.pipeline_model_parallel_size = 16;
-  const int64_t share = train::checkpoint_save_memory(c).rank_share_bytes;
+  const int64_t share = ckpt::checkpoint_save_memory(train::checkpoint_run(c), !c.no_save_optim).rank_share_bytes;
   EXPECT_GT(share, m.checkpoint_bytes / 128);
   EXPECT_LT(share, m.checkpoint_bytes / 128 + int64_t{50304} * 12288 * 14 / 8 + 1) << "+ the embedding's 1/8";
   c.tensor_model_parallel_size = c.pipeline_model_parallel_size = 1;

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "support/paths.h"
-#include "train/data_parallel_setup.h"
+#include "parallel/data_parallel_setup.h"
 #include "train/sub_configs.h"
 
 namespace megatron::cli {
@@ -252,7 +252,7 @@ TEST(TrainArgs, PrecisionAndOptimizerValues) {
   EXPECT_EQ(c.start_weight_decay, 0.1);
   EXPECT_EQ(c.end_weight_decay, 0.1);
   EXPECT_EQ(c.min_lr, 1e-5);
-  EXPECT_EQ(c.lr_decay_style, train::LrDecayStyle::kCosine);
+  EXPECT_EQ(c.lr_decay_style, optim::LrDecayStyle::kCosine);
   EXPECT_EQ(c.lr_warmup_fraction, 0.01);
   EXPECT_FALSE(c.accumulate_allreduce_grads_in_fp32);
   EXPECT_ERROR_NAMES(with(base_args(), {"--loss-scale", "4096"}), "--loss-scale]");
@@ -265,9 +265,9 @@ TEST(TrainArgs, PrecisionAndOptimizerValues) {
 TEST(TrainArgs, WsdSchedule) {
   const TrainConfig c = parse(with(base_args(), {"--lr-decay-style", "WSD", "--lr-wsd-decay-iters", "3",
                                                  "--lr-wsd-decay-style", "cosine"}));
-  EXPECT_EQ(c.lr_decay_style, train::LrDecayStyle::kWSD);
+  EXPECT_EQ(c.lr_decay_style, optim::LrDecayStyle::kWSD);
   EXPECT_EQ(c.lr_wsd_decay_iters, 3);
-  EXPECT_EQ(c.lr_wsd_decay_style, train::WsdDecayStyle::kCosine);
+  EXPECT_EQ(c.lr_wsd_decay_style, optim::WsdDecayStyle::kCosine);
   EXPECT_ERROR_NAMES(with(base_args(), {"--lr-decay-style", "WSD"}), "--lr-decay-style]");
   EXPECT_ERROR_NAMES(with(base_args(), {"--lr-wsd-decay-iters", "3"}), "--lr-wsd-decay-iters]");
 }
@@ -351,10 +351,10 @@ TEST(TrainArgs, DataParallelFlags) {
   // division), never together with --ddp-bucket-size.
   const TrainConfig n = parse(with(base_args(), {"--ddp-num-buckets", "3", "--overlap-grad-reduce"}), 2);
   EXPECT_EQ(n.ddp_num_buckets, 3);
-  EXPECT_EQ(train::ddp_bucket_size(train::data_parallel_flags(n), 2, 1000), 333) << "not max(40M, 1M x DP): the count wins";
-  EXPECT_EQ(train::ddp_bucket_size(train::data_parallel_flags(n), 2, 2), 1) << "at least one element";
-  EXPECT_EQ(train::ddp_bucket_size(train::data_parallel_flags(c), 2, 1000), 1000);
-  EXPECT_EQ(train::ddp_bucket_size(train::data_parallel_flags(parse(base_args(), 2)), 2, 1000), 0) << "one bucket";
+  EXPECT_EQ(parallel::ddp_bucket_size(train::data_parallel_flags(n), 2, 1000), 333) << "not max(40M, 1M x DP): the count wins";
+  EXPECT_EQ(parallel::ddp_bucket_size(train::data_parallel_flags(n), 2, 2), 1) << "at least one element";
+  EXPECT_EQ(parallel::ddp_bucket_size(train::data_parallel_flags(c), 2, 1000), 1000);
+  EXPECT_EQ(parallel::ddp_bucket_size(train::data_parallel_flags(parse(base_args(), 2)), 2, 1000), 0) << "one bucket";
   EXPECT_ERROR_NAMES(with(base_args(), {"--ddp-num-buckets", "0"}), "--ddp-num-buckets]");
   EXPECT_ERROR_NAMES(with(base_args(), {"--ddp-num-buckets", "2", "--ddp-bucket-size", "10"}), "--ddp-num-buckets]");
 }

@@ -84,7 +84,7 @@ TEST(TrainCommand, DryRunPrintsThePlanFor175B) {
 
 // MEGATRON_DP_COPY_ENGINE=1 under 4 GPU ranks (a dry run needs no GPU; the build needs NCCL
 // 2.28+ for the copy engines to apply): the plan counts the
-// copy engines' receive buffer (what train::GradBuffer asks for: tests/plan/memory_model_test)
+// copy engines' receive buffer (what parallel::GradBuffer asks for: tests/plan/memory_model_test)
 // and their extra communicator in the NCCL line; without the distributed optimizer the copy
 // engines do not apply; a value other than 0 or 1 is a one-line error.
 TEST(TrainCommand, DryRunCountsTheCopyEnginesWhenAsked) {

@@ -1,6 +1,6 @@
 // JsonWriter: exact text for compact and indented layouts (indent=2 is Python's
 // json.dumps(obj, indent=2) layout), escaping, strict UTF-8, and doubles that round-trip
-// bit for bit; simdjson (through train::reformat_json) parses what it writes.
+// bit for bit; simdjson (through ckpt::reformat_json) parses what it writes.
 #include "core/json_writer.h"
 
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "train/checkpoint_io.h"
+#include "ckpt/checkpoint_io.h"
 
 namespace megatron {
 namespace {
@@ -143,16 +143,16 @@ TEST(JsonWriter, NonFiniteDoublesAreRejected) {
 TEST(JsonWriter, SimdjsonParsesWhatItWrites) {
   // reformat_json parses with simdjson and writes back with JsonWriter: a fixed point.
   const std::string compact = sample(0);
-  EXPECT_EQ(train::reformat_json(compact, 0), compact);
-  EXPECT_EQ(train::reformat_json(sample(2), 0), compact);
-  EXPECT_EQ(train::reformat_json(compact, 2), sample(2));
+  EXPECT_EQ(ckpt::reformat_json(compact, 0), compact);
+  EXPECT_EQ(ckpt::reformat_json(sample(2), 0), compact);
+  EXPECT_EQ(ckpt::reformat_json(compact, 2), sample(2));
   JsonWriter w;
   w.begin_array();
   w.value(std::string("\x01\"\\\xe2\x82\xac", 6)).value(0.1).value(-1e-300).value(std::numeric_limits<int64_t>::max());
   w.end_array();
   const std::string text = w.take();
-  EXPECT_EQ(train::reformat_json(text, 0), text);
-  EXPECT_THROW(train::reformat_json("{\"a\":", 0), Error);
+  EXPECT_EQ(ckpt::reformat_json(text, 0), text);
+  EXPECT_THROW(ckpt::reformat_json("{\"a\":", 0), Error);
 }
 
 }  // namespace

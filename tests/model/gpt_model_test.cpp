@@ -15,7 +15,7 @@
 #include "model/gpt_model.h"
 #include "optim/loss_scaler.h"
 #include "support/micro_batches.h"
-#include "train/optimizer.h"
+#include "parallel/optimizer.h"
 
 namespace megatron::model {
 namespace {
@@ -244,8 +244,8 @@ TEST(GPTModel, MemorisesAFixedBatch) {
   auto backend = backend::make_cpu_backend();
   GPTModel model(c, *backend, DType::kF32, 4);
   model.parameters().initialize(*backend, 1, c.init_method_std, c.num_layers);
-  train::OptimizerConfig oc;
-  train::MixedPrecisionOptimizer opt(model.parameters(), *backend, oc, optim::GradScaler::constant(1.0f));
+  parallel::OptimizerConfig oc;
+  parallel::MixedPrecisionOptimizer opt(model.parameters(), *backend, oc, optim::GradScaler::constant(1.0f));
   const MicroBatch mb = random_micro_batch(4, c.seq_length, c.vocab_size, 8, false);
   float first = 0, last = 0;
   for (int step = 0; step < 300; ++step) {
@@ -277,8 +277,8 @@ TEST(GPTModel, ZeroGradsWithoutAFillGivesTheGradientsOfAZeroedBuffer) {
     auto grads_after = [&](int first, int last, bool stale_buffer) {
       GPTModel model(c, *backend, DType::kF32, 2);
       model.parameters().initialize(*backend, 5, c.init_method_std, c.num_layers);
-      train::OptimizerConfig oc;
-      train::MixedPrecisionOptimizer opt(model.parameters(), *backend, oc, optim::GradScaler::constant(1.0f));
+      parallel::OptimizerConfig oc;
+      parallel::MixedPrecisionOptimizer opt(model.parameters(), *backend, oc, optim::GradScaler::constant(1.0f));
       Tensor g = model.parameters().grads();
       if (stale_buffer) {
         backend->fill(g, std::nanf(""));
@@ -313,8 +313,8 @@ TEST(GPTModel, ReduceGradientsRefusesAGradientTheBackwardDidNotWrite) {
   GPTConfig c = tiny_gpt_config();
   auto backend = backend::make_cpu_backend();
   GPTModel model(c, *backend, DType::kF32, 2);
-  train::OptimizerConfig oc;
-  train::MixedPrecisionOptimizer opt(model.parameters(), *backend, oc, optim::GradScaler::constant(1.0f));
+  parallel::OptimizerConfig oc;
+  parallel::MixedPrecisionOptimizer opt(model.parameters(), *backend, oc, optim::GradScaler::constant(1.0f));
   opt.zero_grads();
   model.forward(random_micro_batch(2, c.seq_length, c.vocab_size, 3, false), {});
   try {

@@ -15,8 +15,8 @@
 #include "optim/loss_scaler.h"
 #include "comm/mpi_communicator.h"
 #include "support/mpi.h"
-#include "train/grad_buffer.h"
-#include "train/optimizer.h"
+#include "parallel/grad_buffer.h"
+#include "parallel/optimizer.h"
 
 namespace megatron::model {
 namespace {
@@ -67,7 +67,7 @@ TEST_P(MemoryPlanTest, PlanEqualsAllocatedBytes) {
   MemoryTracker& tracker = memory_tracker(Device::kCPU);
   const MemorySnapshot before = tracker.snapshot();
   GPTModel model(c, *backend, k.dtype, k.micro_batch);
-  train::MixedPrecisionOptimizer opt(model.parameters(), *backend, train::OptimizerConfig{},
+  parallel::MixedPrecisionOptimizer opt(model.parameters(), *backend, parallel::OptimizerConfig{},
                                      optim::GradScaler::constant(1.0f));
   const MemorySnapshot built = tracker.snapshot();
 
@@ -152,7 +152,7 @@ TEST(MemoryPlan, DistributedOptimizerPlanIsRankZerosShard) {
     MemoryTracker& tracker = memory_tracker(Device::kCPU);
     const MemorySnapshot before = tracker.snapshot();
     GPTModel model(c, *backend, dtype, 1);
-    train::MixedPrecisionOptimizer opt(model.parameters(), *backend, train::OptimizerConfig{},
+    parallel::MixedPrecisionOptimizer opt(model.parameters(), *backend, parallel::OptimizerConfig{},
                                        optim::GradScaler::constant(1.0f), {world.get(), true, 0});
     const MemorySnapshot built = tracker.snapshot();
     const int64_t shard = train::shard_counts(whole.num_parameters, 3)[static_cast<size_t>(world->rank())];
@@ -195,7 +195,7 @@ TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
     MemoryTracker& tracker = memory_tracker(Device::kCPU);
     const MemorySnapshot before = tracker.snapshot();
     GPTModel model(c, *backend, DType::kF32, 2, {tp.get(), sp});
-    train::MixedPrecisionOptimizer opt(model.parameters(), *backend, train::OptimizerConfig{},
+    parallel::MixedPrecisionOptimizer opt(model.parameters(), *backend, parallel::OptimizerConfig{},
                                        optim::GradScaler::constant(1.0f), {nullptr, false, 0, tp.get()});
     const MemorySnapshot built = tracker.snapshot();
     EXPECT_EQ(plan.num_parameters, model.parameters().total_numel()) << "variant " << variant;

@@ -1,4 +1,4 @@
-// The bucket layout math without tensors (parallel/grad_buckets.h); tests/train/grad_buffer_test
+// The bucket layout math without tensors (parallel/grad_buckets.h); tests/parallel/grad_buffer_test
 // covers the same rules through the ParameterSet wrapper and the collectives.
 #include <gtest/gtest.h>
 

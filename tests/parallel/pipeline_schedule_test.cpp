@@ -19,7 +19,7 @@
 #include <tuple>
 #include <vector>
 
-#include "comm/process_groups.h"
+#include "parallel/process_groups.h"
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -40,7 +40,7 @@ std::vector<std::vector<PipelineAction>> overlapped_tables(const std::vector<std
   return out;
 }
 
-// The buffers the executor (train/pipeline_executor.h) exchanges through, per stage: the input
+// The buffers the executor (parallel/pipeline_executor.h) exchanges through, per stage: the input
 // and output activation of set k of the stage's pool (whatever chunk it holds), input_grad
 // (one) and output_grad_buffer (one).
 enum Buf : int64_t { kIn, kOut, kInGrad, kOutGrad };
@@ -303,12 +303,12 @@ TEST(PipelineSchedule, InterleavedOrderByHand) {
   EXPECT_EQ(computes(all[1], 2), "F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0");
 }
 
-// The links comm::connect_pipeline_neighbours opens before any table runs: each stage with its
+// The links parallel::connect_pipeline_neighbours opens before any table runs: each stage with its
 // pipeline_neighbours, both directions.
 std::set<std::pair<int64_t, int64_t>> neighbour_links(int64_t pp, int64_t vp) {
   std::set<std::pair<int64_t, int64_t>> links;
   for (int64_t s = 0; s < pp; ++s) {
-    for (int64_t peer : comm::pipeline_neighbours(s, pp, vp > 1)) {
+    for (int64_t peer : parallel::pipeline_neighbours(s, pp, vp > 1)) {
       links.insert({s, peer});
       links.insert({peer, s});
     }

@@ -15,7 +15,7 @@
 #include "support/plan_models.h"
 #include "support/recording_communicator.h"
 #include "train/config.h"
-#include "train/grad_buffer.h"
+#include "parallel/grad_buffer.h"
 
 namespace megatron::plan {
 namespace {
@@ -395,8 +395,8 @@ TEST(PlanMemory, InterleavedSetsStopGrowingAtTwicePpMicroBatches) {
 }
 
 // Copy engines (ParallelConfig::dp_copy_engine): the receive buffer the plan counts is what the
-// engine's gradient buffer asks the data-parallel group for: train::GradBuffer over a real
-// model's parameters, with the layout train::data_parallel_options gives it (a bucket per
+// engine's gradient buffer asks the data-parallel group for: parallel::GradBuffer over a real
+// model's parameters, with the layout parallel::data_parallel_options gives it (a bucket per
 // chunk, the tied embedding's own), for pipeline stages with and without interleaving, tied and
 // untied embeddings, several bucket sizes.
 TEST(PlanMemory, CopyEngineReceiveBufferIsWhatTheGradBufferAsksFor) {
@@ -414,11 +414,11 @@ TEST(PlanMemory, CopyEngineReceiveBufferIsWhatTheGradBufferAsksFor) {
           const model::PipelineStageOptions pipe{pp, stage, vp, 1};
           model::GPTModel model(c, *backend, DType::kF32, 1, {}, pipe);
           model::ParameterSet& ps = model.parameters();
-          train::BucketLayout layout{bucket, {}, -1};
+          parallel::BucketLayout layout{bucket, {}, -1};
           for (int64_t k = 1; k < model.num_chunks(); ++k) layout.starts.push_back(model.chunk_parameters(k).first);
           if (const model::Parameter* tied = model.tied_embedding()) layout.held = tied - ps.params().data();
           test::RecordingCommunicator dp({ps.grads(), ps.values()});  // 2 ranks
-          train::GradBuffer gb(ps, dp, true, layout);
+          parallel::GradBuffer gb(ps, dp, true, layout);
           const int64_t bytes = copy_engine_receive_bytes(c, 1, pipe, 2, bucket);
           EXPECT_EQ(bytes, gb.copy_engine_receive_elements() * 4);
           nonzero += bytes > 0;

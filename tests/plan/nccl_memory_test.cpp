@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_groups.h"
-#include "comm/rank_layout.h"
+#include "parallel/process_groups.h"
+#include "parallel/rank_layout.h"
 #include "model/memory_plan.h"
 #include "plan/nccl_memory.h"
 #include "plan/search.h"
@@ -139,32 +139,32 @@ TEST(PlanNcclMemory, CreationReproducesTheFourH200Measurement) {
   EXPECT_EQ(nccl_memory(layout(2, 1, 2), 0).created, 3);
 }
 
-// The planner's count of communicators against the groups comm::make_process_groups makes: per
+// The planner's count of communicators against the groups parallel::make_process_groups makes: per
 // rank, the world and the distinct groups of two or more ranks among every kind's, for layouts
 // up to 64 ranks.
 TEST(PlanNcclMemory, CreatedCommunicatorsAreTheDistinctGroups) {
   for (int64_t tp : {1, 2, 4}) {
     for (int64_t pp : {1, 2, 3, 4}) {
       for (int64_t dp : {1, 2, 4}) {
-        const comm::ParallelSizes sizes = comm::parallel_sizes(tp * pp * dp, tp, pp);
+        const parallel::ParallelSizes sizes = parallel::parallel_sizes(tp * pp * dp, tp, pp);
         for (int64_t rank = 0; rank < sizes.world(); ++rank) {
           std::vector<std::vector<int64_t>> distinct;  // the kinds' groups besides the world's
           std::vector<int64_t> everyone;
           for (int64_t r = 0; r < sizes.world(); ++r) everyone.push_back(r);
-          for (comm::GroupKind kind : {comm::GroupKind::kTp, comm::GroupKind::kCp, comm::GroupKind::kDp,
-                                       comm::GroupKind::kPp, comm::GroupKind::kDpCp, comm::GroupKind::kModelParallel,
-                                       comm::GroupKind::kTpDpCp, comm::GroupKind::kTpCp, comm::GroupKind::kEmbedding,
-                                       comm::GroupKind::kPositionEmbedding}) {
-            const int64_t index = comm::group_index(sizes, kind, rank);
+          for (parallel::GroupKind kind : {parallel::GroupKind::kTp, parallel::GroupKind::kCp, parallel::GroupKind::kDp,
+                                       parallel::GroupKind::kPp, parallel::GroupKind::kDpCp, parallel::GroupKind::kModelParallel,
+                                       parallel::GroupKind::kTpDpCp, parallel::GroupKind::kTpCp, parallel::GroupKind::kEmbedding,
+                                       parallel::GroupKind::kPositionEmbedding}) {
+            const int64_t index = parallel::group_index(sizes, kind, rank);
             if (index < 0) continue;
-            const std::vector<int64_t> members = comm::rank_groups(sizes, kind)[static_cast<size_t>(index)];
+            const std::vector<int64_t> members = parallel::rank_groups(sizes, kind)[static_cast<size_t>(index)];
             // The kinds no step uses take the world's communicator when they have all ranks.
-            if (!comm::used_by_training(kind) && members == everyone) continue;
+            if (!parallel::used_by_training(kind) && members == everyone) continue;
             if (members.size() > 1 && std::find(distinct.begin(), distinct.end(), members) == distinct.end()) {
               distinct.push_back(members);
             }
           }
-          const int64_t stage = comm::rank_coords(sizes, rank).pp;
+          const int64_t stage = parallel::rank_coords(sizes, rank).pp;
           const int64_t world = sizes.world() > 1 ? 1 : 0;
           EXPECT_EQ(nccl_memory(layout(tp, pp, dp), stage).created, world + static_cast<int64_t>(distinct.size()))
               << "tp " << tp << " pp " << pp << " dp " << dp << " rank " << rank;

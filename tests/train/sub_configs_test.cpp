@@ -27,7 +27,7 @@ TrainConfig parse(Argv extra, int64_t world_size = 1) {
 }
 
 TEST(SubConfigs, DataParallelFlagsAreTheParsedOnes) {
-  const DataParallelFlags none = data_parallel_flags(parse({"--train-iters", "10"}, 2));
+  const parallel::DataParallelFlags none = data_parallel_flags(parse({"--train-iters", "10"}, 2));
   EXPECT_FALSE(none.use_distributed_optimizer);
   EXPECT_FALSE(none.ddp_bucket_size.has_value());
   EXPECT_FALSE(none.ddp_num_buckets.has_value());
@@ -37,7 +37,7 @@ TEST(SubConfigs, DataParallelFlagsAreTheParsedOnes) {
                          "--overlap-param-gather", "--ddp-bucket-size", "1000"},
                         2);
   c.nccl_collectives = true;  // set by the command that connects the ranks
-  const DataParallelFlags all = data_parallel_flags(c);
+  const parallel::DataParallelFlags all = data_parallel_flags(c);
   EXPECT_TRUE(all.use_distributed_optimizer);
   EXPECT_EQ(all.ddp_bucket_size, 1000);
   EXPECT_TRUE(all.overlap_grad_reduce);
@@ -56,14 +56,14 @@ TEST(SubConfigs, StepFlags) {
 }
 
 TEST(SubConfigs, OptimizerConfigAndScaler) {
-  const OptimizerConfig d = optimizer_config(parse({"--train-iters", "10"}));
+  const parallel::OptimizerConfig d = optimizer_config(parse({"--train-iters", "10"}));
   EXPECT_EQ(d.beta1, 0.9f);
   EXPECT_EQ(d.beta2, 0.999f);
   EXPECT_EQ(d.eps, 1e-8f);
   EXPECT_EQ(d.clip_grad, 1.0);
   EXPECT_FALSE(d.count_zeros);
   EXPECT_TRUE(d.check_for_nan_in_grad) << "Megatron's default";
-  const OptimizerConfig o =
+  const parallel::OptimizerConfig o =
       optimizer_config(parse({"--train-iters", "10", "--adam-beta1", "0.8", "--adam-beta2", "0.95", "--adam-eps",
                               "1e-5", "--clip-grad", "0.5", "--log-num-zeros-in-grad",
                               "--no-check-for-nan-in-loss-and-grad"}));
@@ -92,8 +92,8 @@ TEST(SubConfigs, OptimizerConfigAndScaler) {
   EXPECT_EQ(dynamic.state().hysteresis_tracker, 3);
 }
 
-TEST(SubConfigs, ScheduleFlags) {
-  const ScheduleFlags f = schedule_flags(parse({"--train-samples", "6400", "--global-batch-size", "64",
+TEST(SubConfigs, optim::ScheduleFlags) {
+  const optim::ScheduleFlags f = schedule_flags(parse({"--train-samples", "6400", "--global-batch-size", "64",
                                                 "--lr-decay-style", "cosine", "--min-lr", "1e-5",
                                                 "--lr-warmup-fraction", "0.1", "--weight-decay", "0.1"}));
   EXPECT_EQ(f.train_samples, 6400);
@@ -105,7 +105,7 @@ TEST(SubConfigs, ScheduleFlags) {
   EXPECT_EQ(f.lr_warmup_fraction, 0.1);
   EXPECT_EQ(f.weight_decay, 0.1);
   EXPECT_FALSE(f.start_weight_decay.has_value()) << "the constant style: --weight-decay alone";
-  const ScheduleFlags w = schedule_flags(parse({"--train-iters", "10", "--weight-decay-incr-style", "linear",
+  const optim::ScheduleFlags w = schedule_flags(parse({"--train-iters", "10", "--weight-decay-incr-style", "linear",
                                                 "--start-weight-decay", "0.01", "--end-weight-decay", "0.1"}));
   EXPECT_EQ(w.start_weight_decay, 0.01);
   EXPECT_EQ(w.end_weight_decay, 0.1);

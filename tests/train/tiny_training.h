@@ -52,7 +52,7 @@ inline std::string train_tiny(const std::string& dir, const std::vector<std::str
   args.parse(flags);
   train::TrainConfig c = cli::parse_train_config(args);
   c.model.vocab_size = kTinyVocab;
-  c.model.padded_vocab_size = train::padded_vocab_size(kTinyVocab, c.make_vocab_size_divisible_by, 1);
+  c.model.padded_vocab_size = model::padded_vocab_size(kTinyVocab, c.make_vocab_size_divisible_by, 1);
   auto backend = backend::make_cpu_backend();
   std::ostringstream out;
   train::Trainer trainer(c, *backend, out);

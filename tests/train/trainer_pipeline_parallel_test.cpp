@@ -214,7 +214,7 @@ TEST(TrainerPipelineParallel, CheckpointsMoveBetweenPipelineSizes) {
   ASSERT_EQ(load_pp2.status, 0) << load_pp2.output;
   expect_same(ref, read_jsonl(dir + "/pp2_resumed.jsonl"), 6, "PP1 checkpoint resumed under PP2 interleaved");
 
-  // Every part of the streamed save at once (train/checkpoint.h): TP gathers, the sharded
+  // Every part of the streamed save at once (ckpt/checkpoint.h): TP gathers, the sharded
   // optimizer state gathered per parameter over DP, and each stage's tensors sent to rank 0.
   const test::CommandResult save_8 = test::run_ranks(
       with(base, {"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "128",  // 50432 too

@@ -33,7 +33,7 @@ TrainConfig parse(std::vector<std::string> flags) {
   EXPECT_TRUE(args.parse(flags));
   TrainConfig c = cli::parse_train_config(args);
   c.model.vocab_size = kVocab;
-  c.model.padded_vocab_size = padded_vocab_size(kVocab, 8, 1);
+  c.model.padded_vocab_size = model::padded_vocab_size(kVocab, 8, 1);
   return c;
 }
 

@@ -15,7 +15,7 @@
 //
 // NullTokenizer (no files) is train's and dataset-info's alone (train/config.h).
 // vocab_size() is Megatron's tokenizer.vocab_size, before the model pads it to a multiple of
-// --make-vocab-size-divisible-by x TP (train::padded_vocab_size).
+// --make-vocab-size-divisible-by x TP (model::padded_vocab_size).
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,7 @@
 #include "model/gpt_model.h"
 #include "optim/loss_scaler.h"
 #include "train/micro_batch_documents.h"
-#include "train/optimizer.h"
+#include "parallel/optimizer.h"
 
 namespace megatron::model {
 namespace {
@@ -101,8 +101,8 @@ void compare(DType dtype, double loss_tol, double grad_tol, float dropout = 0.1f
   GPTModel mc(c, *cpu, dtype, 2), mg(c, *gpu, dtype, 2);
   mc.parameters().initialize(*cpu, 3, c.init_method_std, c.num_layers);
   mg.parameters().initialize(*gpu, 3, c.init_method_std, c.num_layers);
-  train::MixedPrecisionOptimizer oc(mc.parameters(), *cpu, {}, optim::GradScaler::constant(1.0f));
-  train::MixedPrecisionOptimizer og(mg.parameters(), *gpu, {}, optim::GradScaler::constant(1.0f));
+  parallel::MixedPrecisionOptimizer oc(mc.parameters(), *cpu, {}, optim::GradScaler::constant(1.0f));
+  parallel::MixedPrecisionOptimizer og(mg.parameters(), *gpu, {}, optim::GradScaler::constant(1.0f));
   const MicroBatch mb = batch(c, 2);
   for (int step = 0; step < 3; ++step) {
     DropoutContext d;
@@ -119,7 +119,7 @@ void compare(DType dtype, double loss_tol, double grad_tol, float dropout = 0.1f
       const Parameter& pg = mg.parameters().params()[i];
       EXPECT_LT(rel_error(*gpu, pg.grad, *cpu, pc.grad), grad_tol) << pc.name << " step " << step;
     }
-    const train::StepResult rc = oc.step(1e-3f, 0.01f), rg = og.step(1e-3f, 0.01f);
+    const parallel::StepResult rc = oc.step(1e-3f, 0.01f), rg = og.step(1e-3f, 0.01f);
     ASSERT_TRUE(rc.grad_norm && rg.grad_norm);
     EXPECT_NEAR(*rg.grad_norm, *rc.grad_norm, grad_tol * *rc.grad_norm);
   }
@@ -203,7 +203,7 @@ Trained train_steps(const GPTConfig& c, bool recording, int steps, bool hooks = 
   m.set_recording(recording);
   if (hooks) m.set_param_hooks(ParamHooks{[](int64_t) {}, [](int64_t) {}});
   m.parameters().initialize(*t.be, 3, c.init_method_std, c.num_layers);
-  train::MixedPrecisionOptimizer opt(m.parameters(), *t.be, {}, optim::GradScaler::constant(1.0f));
+  parallel::MixedPrecisionOptimizer opt(m.parameters(), *t.be, {}, optim::GradScaler::constant(1.0f));
   MicroBatch mbs[2] = {batch(c, 2), batch(c, 2)};
   std::reverse(mbs[1].tokens.begin(), mbs[1].tokens.end());  // another batch, another mask sum
   mbs[1].loss_mask[3] = 0.0f;
