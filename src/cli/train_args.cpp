@@ -1,3 +1,6 @@
+// parse_train_config: every train flag into a validated TrainConfig (train_args.h). Longer than
+// 800 lines because each fill_* below validates one family of flags into one Args, so that every
+// error of every family is reported at once; the flag table itself is in train_flag_table.cpp.
 #include "cli/train_args.h"
 
 #include <algorithm>

@@ -1,4 +1,6 @@
 // NcclCommunicator (see nccl_communicator.h). Compiled only with MT_BUILD_CUDA.
+// Longer than 800 lines because it is the only file that sees NCCL: the collectives, the
+// copy-engine set-up and its fall-back belong together.
 #include "comm/nccl_communicator.h"
 
 #include <cuda_runtime.h>

@@ -65,10 +65,6 @@
 
 namespace megatron::parallel {
 
-using parallel::Range;  // elements [start, end) of the flat buffers
-using parallel::shard_counts;
-
-
 // How the buffer is cut into buckets (see above).
 struct BucketLayout {
   int64_t bucket_size = 0;      // --ddp-bucket-size (elements; <= 0: no size limit)

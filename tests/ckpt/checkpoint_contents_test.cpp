@@ -26,7 +26,7 @@
 #include "ckpt/checkpoint_io.h"
 #include "ckpt/safetensors.h"
 
-namespace megatron::train {
+namespace megatron::ckpt {
 namespace {
 
 namespace fs = std::filesystem;
@@ -315,4 +315,4 @@ TEST(CheckpointContents, TheCommandsRefuseWhatTheLibraryRefuses) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::ckpt

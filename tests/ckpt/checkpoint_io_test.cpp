@@ -22,7 +22,7 @@
 #include "core/error.h"
 #include "support/paths.h"
 
-namespace megatron::train {
+namespace megatron::ckpt {
 namespace {
 
 namespace fs = std::filesystem;
@@ -357,4 +357,4 @@ TEST(CheckpointIo, KillDuringSaveAlwaysLeavesALoadableCheckpoint) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::ckpt

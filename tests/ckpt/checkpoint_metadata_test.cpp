@@ -10,14 +10,14 @@
 #include "core/error.h"
 #include "ckpt/checkpoint_io.h"
 
-namespace megatron::train {
+namespace megatron::ckpt {
 namespace {
 
 const char* kDoc = R"({"format": "f", "iteration": 7, "scheduler": {"max_lr": 0.003, "num_steps": 28},
   "layout": {"tensor_model_parallel_size": 1, "data_parallel_size": 2},
   "args": {"--num-layers": 2, "--lr": 0.003, "--data-path": ["a", "b"], "--bf16": false, "precision": "fp32"}})";
 
-TEST(ckpt::CheckpointMetadata, TypedReads) {
+TEST(CheckpointMetadata, TypedReads) {
   const ckpt::CheckpointMetadata m("m.json", kDoc);
   EXPECT_EQ(m.arg_int("--num-layers"), 2);
   EXPECT_EQ(m.arg_double("--lr"), 0.003);
@@ -44,7 +44,7 @@ TEST(ckpt::CheckpointMetadata, TypedReads) {
   EXPECT_THROW(ckpt::CheckpointMetadata("bad.json", "[1, 2]"), Error);
 }
 
-TEST(ckpt::CheckpointMetadata, RewriteChangesOnlyWhatIsGiven) {
+TEST(CheckpointMetadata, RewriteChangesOnlyWhatIsGiven) {
   const ckpt::CheckpointMetadata m("m.json", kDoc);
   const std::string out = m.rewritten({{"--num-layers", "4"}, {"padded_vocab_size", "128"}},
                                       {{"tensor_model_parallel_size", "8"}, {"pipeline_model_parallel_size", "2"}});
@@ -57,4 +57,4 @@ TEST(ckpt::CheckpointMetadata, RewriteChangesOnlyWhatIsGiven) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::ckpt

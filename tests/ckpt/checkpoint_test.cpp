@@ -32,7 +32,7 @@
 #include "ckpt/safetensors.h"
 #include "train/trainer.h"
 
-namespace megatron::train {
+namespace megatron::ckpt {
 namespace {
 
 std::string write_corpus(const std::string& dir) {
@@ -54,7 +54,7 @@ std::string write_corpus(const std::string& dir) {
 
 struct TrainRun {
   std::string log;
-  TrainSummary summary;
+  train::TrainSummary summary;
 };
 
 TrainRun train(const std::string& dir, std::vector<std::string> extra) {
@@ -69,12 +69,12 @@ TrainRun train(const std::string& dir, std::vector<std::string> extra) {
   cli::Args args("train");
   cli::declare_train_flags(args);
   EXPECT_TRUE(args.parse(flags));
-  TrainConfig c = cli::parse_train_config(args);
+  train::TrainConfig c = cli::parse_train_config(args);
   c.model.vocab_size = 40;
   c.model.padded_vocab_size = 48;
   auto backend = backend::make_cpu_backend();
   std::ostringstream out;
-  Trainer trainer(c, *backend, out);
+  train::Trainer trainer(c, *backend, out);
   TrainRun r;
   r.summary = trainer.run();
   r.log = out.str();
@@ -192,7 +192,7 @@ TEST(Checkpoint, FinetuneAndNoLoadOptimAndShapeChecks) {
 TEST(Checkpoint, SigtermSavesAndStops) {
   const std::string dir = test::scratch_dir("ckpt_sigterm");
   write_corpus(dir);
-  Trainer::request_exit();  // as if SIGTERM arrived during the first iteration
+  train::Trainer::request_exit();  // as if SIGTERM arrived during the first iteration
   const TrainRun r = train(dir, {"--save", dir + "/ckpt", "--exit-signal-handler"});
   EXPECT_TRUE(r.summary.exited_early);
   EXPECT_EQ(r.summary.iterations, 1);
@@ -267,11 +267,11 @@ TEST(Checkpoint, SaveMemoryIsBoundedByTheLargestTensor) {
                                      "0.003", "--dry-run", "--save", save};
     if (bf16) argv.push_back("--bf16");
     ASSERT_TRUE(args.parse(argv));
-    TrainConfig c = cli::parse_train_config(args);
+    train::TrainConfig c = cli::parse_train_config(args);
     c.model.vocab_size = 40;
     c.model.padded_vocab_size = 48;
     for (const auto& [tp, pp] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 2}, {2, 1}, {2, 2}}) {
-      TrainConfig layout = c;
+      train::TrainConfig layout = c;
       layout.tensor_model_parallel_size = tp;
       layout.pipeline_model_parallel_size = pp;
       layout.world_size = tp * pp;
@@ -322,4 +322,4 @@ TEST(Checkpoint, TensorBoardAndJsonl) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::ckpt

@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "support/paths.h"
 
-namespace megatron::train {
+namespace megatron::ckpt {
 namespace {
 
 std::string read_bytes(const std::string& path) {
@@ -431,4 +431,4 @@ TEST(Safetensors, EachDefectHasItsMessage) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::ckpt

@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "support/paths.h"
 
-namespace megatron::train {
+namespace megatron::convert {
 namespace {
 
 namespace fs = std::filesystem;
@@ -73,4 +73,4 @@ TEST(ConvertOutput, CheckpointLayout) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::convert

@@ -33,7 +33,7 @@
 #include "train/tiny_training.h"
 #include "support/paths.h"
 
-namespace megatron::train {
+namespace megatron::convert {
 namespace {
 
 namespace fs = std::filesystem;
@@ -246,4 +246,4 @@ TEST(HfGpt2, RefusesWhatDoesNotMap) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::convert

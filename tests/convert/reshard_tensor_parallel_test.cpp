@@ -23,7 +23,7 @@
 #include "support/paths.h"
 #include "support/walk_corpus.h"
 
-namespace megatron::train {
+namespace megatron::convert {
 namespace {
 
 using test::expect_same;
@@ -113,4 +113,4 @@ TEST(ReshardTensorParallel, RepaddedCheckpointResumesUnderTp2AsInOneProcess) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::convert

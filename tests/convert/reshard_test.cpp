@@ -25,7 +25,7 @@
 #include "train/tiny_training.h"
 #include "support/paths.h"
 
-namespace megatron::train {
+namespace megatron::convert {
 namespace {
 
 namespace fs = std::filesystem;
@@ -206,4 +206,4 @@ TEST(Reshard, BadTargetsAndOutputsAreOneLineErrors) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::convert

@@ -155,7 +155,7 @@ TEST(MemoryPlan, DistributedOptimizerPlanIsRankZerosShard) {
     parallel::MixedPrecisionOptimizer opt(model.parameters(), *backend, parallel::OptimizerConfig{},
                                        optim::GradScaler::constant(1.0f), {world.get(), true, 0});
     const MemorySnapshot built = tracker.snapshot();
-    const int64_t shard = train::shard_counts(whole.num_parameters, 3)[static_cast<size_t>(world->rank())];
+    const int64_t shard = parallel::shard_counts(whole.num_parameters, 3)[static_cast<size_t>(world->rank())];
     EXPECT_EQ(delta(built, before, MemoryKind::kOptimizer), 2 * shard * 4);
     EXPECT_EQ(delta(built, before, MemoryKind::kMainParams), dtype == DType::kF32 ? 0 : shard * 4);
     EXPECT_EQ(delta(built, before, MemoryKind::kGrads), whole.gradients);

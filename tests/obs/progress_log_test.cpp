@@ -16,7 +16,7 @@
 #include "support/paths.h"
 #include "support/walk_corpus.h"
 
-namespace megatron::train {
+namespace megatron::obs {
 namespace {
 
 std::chrono::system_clock::time_point at(int day, int hour) {
@@ -104,4 +104,4 @@ TEST(ProgressLog, TrainAppendsAtStartAndAtEachCheckpoint) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::obs

@@ -30,7 +30,7 @@
 #include "support/paths.h"
 #include "support/walk_corpus.h"
 
-namespace megatron::train {
+namespace megatron::obs {
 namespace {
 
 obs::StragglerRankStats stats(double rtt, double batch, double etpt) {
@@ -141,7 +141,7 @@ double field(const std::string& text, const std::string& name) {
   return m.empty() ? -1.0 : std::stod(m[1]);
 }
 
-TEST(obs::StragglerDetector, TimeInCollectivesIsNotCompute) {
+TEST(StragglerDetector, TimeInCollectivesIsNotCompute) {
   auto be = backend::make_cpu_backend();
   obs::StragglerOptions options;
   options.control_port = 0;
@@ -192,7 +192,7 @@ std::string flip(int port) {
   return body == std::string::npos ? "" : reply.substr(body + 4);
 }
 
-TEST(obs::StragglerControl, EachConnectionFlipsTheState) {
+TEST(StragglerControl, EachConnectionFlipsTheState) {
   obs::StragglerControl control(0, false);
   ASSERT_GT(control.port(), 0);
   EXPECT_FALSE(control.requested());
@@ -212,7 +212,7 @@ TEST(obs::StragglerControl, EachConnectionFlipsTheState) {
   }
 }
 
-TEST(obs::StragglerDetector, OffAtStartTimesNothingUntilTurnedOn) {
+TEST(StragglerDetector, OffAtStartTimesNothingUntilTurnedOn) {
   auto be = backend::make_cpu_backend();
   obs::StragglerOptions options;
   options.on_at_start = false;
@@ -241,7 +241,7 @@ TEST(obs::StragglerDetector, OffAtStartTimesNothingUntilTurnedOn) {
 
 // End to end: `megatron train --log-straggler` on 2 CPU ranks, rank 1 stopped 60 ms of every
 // 80 (so its iterations take ~4x as long) by a shell loop around it (mpirun's MPMD form).
-TEST(obs::StragglerDetector, NamesTheRankThatIsHeldBack) {
+TEST(StragglerDetector, NamesTheRankThatIsHeldBack) {
   const std::string dir = test::scratch_dir("straggler_detector_mpi");
   test::write_walk_corpus(dir);
   const std::vector<std::string> flags = test::with(
@@ -270,4 +270,4 @@ TEST(obs::StragglerDetector, NamesTheRankThatIsHeldBack) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::obs

@@ -15,7 +15,7 @@
 #include "comm/self_communicator.h"
 #include "obs/timers.h"
 
-namespace megatron::train {
+namespace megatron::obs {
 namespace {
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
@@ -135,4 +135,4 @@ TEST(IterationTimers, MegatronsOrder) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::obs

@@ -6,7 +6,7 @@
 #include <limits>
 #include <regex>
 
-namespace megatron::train {
+namespace megatron::obs {
 namespace {
 
 // Written from the field table of docs/megatron-formats.md, "The iteration line", not from the
@@ -210,4 +210,4 @@ TEST(TrainingLog, MemoryLine) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::obs

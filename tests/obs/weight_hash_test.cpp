@@ -19,7 +19,7 @@
 #include "support/paths.h"
 #include "support/walk_corpus.h"
 
-namespace megatron::train {
+namespace megatron::obs {
 namespace {
 
 uint64_t hash_of(const std::vector<unsigned char>& b) { return obs::weight_hash64(b); }
@@ -112,4 +112,4 @@ TEST(WeightHash, TrainChecksTheReplicas) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::obs

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 
-namespace megatron::train {
+namespace megatron::optim {
 namespace {
 
 void expect_lr(double actual, double expected) {
@@ -309,4 +309,4 @@ TEST(LrScheduler, StyleNames) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::optim

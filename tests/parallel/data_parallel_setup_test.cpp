@@ -13,7 +13,7 @@
 #include "support/scoped_env.h"
 #include "parallel/optimizer.h"
 
-namespace megatron::train {
+namespace megatron::parallel {
 namespace {
 
 model::ParameterSet make_params(backend::Backend& backend) {
@@ -65,4 +65,4 @@ TEST(CopyEngineText, SaysWhetherTheEnginesAreOnAndWhyNot) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::parallel

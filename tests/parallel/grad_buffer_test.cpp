@@ -16,7 +16,7 @@
 #include "support/recording_communicator.h"
 #include "parallel/optimizer.h"
 
-namespace megatron::train {
+namespace megatron::parallel {
 namespace {
 
 model::ParameterSet make_params(backend::Backend& backend, DType dtype) {
@@ -30,7 +30,7 @@ model::ParameterSet make_params(backend::Backend& backend, DType dtype) {
   return ps;
 }
 
-TEST(parallel::GradBuffer, BucketsWalkTheBufferInBackpropOrder) {
+TEST(GradBuffer, BucketsWalkTheBufferInBackpropOrder) {
   auto backend = backend::make_cpu_backend();
   model::ParameterSet ps = make_params(*backend, DType::kF32);
   auto one = parallel::grad_buckets(ps, 0);
@@ -51,7 +51,7 @@ TEST(parallel::GradBuffer, BucketsWalkTheBufferInBackpropOrder) {
   EXPECT_EQ(each[3].end, 15);
 }
 
-TEST(parallel::GradBuffer, ShardsAreContiguousPiecesOfEachBucket) {
+TEST(GradBuffer, ShardsAreContiguousPiecesOfEachBucket) {
   EXPECT_EQ(shard_counts(10, 3), (std::vector<int64_t>{4, 4, 2}));
   EXPECT_EQ(shard_counts(9, 3), (std::vector<int64_t>{3, 3, 3}));
   EXPECT_EQ(shard_counts(2, 3), (std::vector<int64_t>{1, 1, 0}));
@@ -78,7 +78,7 @@ using Log = std::vector<std::string>;
 // --overlap-grad-reduce: a bucket starts exactly when the backward has finished all of its
 // parameters, as an average (the 1/dp scaling inside the collective, no pass of its own over
 // the gradients); finish_grad_sync() starts the rest and waits for all.
-TEST(parallel::GradBuffer, OverlappedReductionStartsEachBucketOnceItsGradientsAreFinal) {
+TEST(GradBuffer, OverlappedReductionStartsEachBucketOnceItsGradientsAreFinal) {
   auto backend = backend::make_cpu_backend();
   model::ParameterSet ps = make_params(*backend, DType::kF32);  // buckets [20, 43), [0, 20)
   RecordingCommunicator dp({ps.grads()});
@@ -115,7 +115,7 @@ TEST(parallel::GradBuffer, OverlappedReductionStartsEachBucketOnceItsGradientsAr
 // backprop order (those that end the backward) are started with the copy engines off, the
 // others with them on. Refused by the group, or without the distributed optimizer: nothing
 // changes.
-TEST(parallel::GradBuffer, CopyEnginesReduceAllButTheLastBucketsOfTheBackward) {
+TEST(GradBuffer, CopyEnginesReduceAllButTheLastBucketsOfTheBackward) {
   auto backend = backend::make_cpu_backend();
   model::ParameterSet ps = make_params(*backend, DType::kF32);
   RecordingCommunicator dp({ps.grads(), ps.values()});
@@ -154,7 +154,7 @@ TEST(parallel::GradBuffer, CopyEnginesReduceAllButTheLastBucketsOfTheBackward) {
 
 // --overlap-param-gather: the gathers start in the order the forward reads the parameters, and
 // each is waited for just before the forward reads a parameter of its bucket.
-TEST(parallel::GradBuffer, OverlappedParamGatherWaitsPerBucketBeforeTheForwardReadsIt) {
+TEST(GradBuffer, OverlappedParamGatherWaitsPerBucketBeforeTheForwardReadsIt) {
   auto backend = backend::make_cpu_backend();
   model::ParameterSet ps = make_params(*backend, DType::kF32);
   RecordingCommunicator dp({ps.values()});
@@ -181,7 +181,7 @@ TEST(parallel::GradBuffer, OverlappedParamGatherWaitsPerBucketBeforeTheForwardRe
 // Pipeline parallelism: buckets never span two model chunks, and the tied embedding (here
 // a.weight) sits alone in a bucket that only finish_grad_sync() starts; an armed chunk starts
 // only its own buckets.
-TEST(parallel::GradBuffer, BucketsStayInsideChunksAndTheHeldParameterWaitsForFinish) {
+TEST(GradBuffer, BucketsStayInsideChunksAndTheHeldParameterWaitsForFinish) {
   auto backend = backend::make_cpu_backend();
   model::ParameterSet ps = make_params(*backend, DType::kF32);
   // Chunk 1 from b.weight on: [20, 43) and [0, 20), whatever the size limit.
@@ -229,7 +229,7 @@ void fill_grads(model::ParameterSet& ps, int64_t rank, int64_t step) {
 // The distributed optimizer updates its piece of each bucket in the order the forward reads
 // the buckets and starts that bucket's gather right after, before updating the next: at each
 // gather's start exactly the pieces of the buckets gathered so far hold new values.
-TEST(parallel::GradBuffer, DistributedStepGathersEachBucketRightAfterItsUpdate) {
+TEST(GradBuffer, DistributedStepGathersEachBucketRightAfterItsUpdate) {
   auto backend = backend::make_cpu_backend();
   model::ParameterSet ps = make_params(*backend, DType::kF32);
   RecordingCommunicator dp({ps.grads(), ps.values()});  // rank 0 of 2
@@ -259,7 +259,7 @@ TEST(parallel::GradBuffer, DistributedStepGathersEachBucketRightAfterItsUpdate) 
                                             "start all_gather [36, 43): 36 20 15 0"}));
 }
 
-TEST(parallel::GradBuffer, DistributedOptimizerMatchesReplicatedBitForBit) {
+TEST(GradBuffer, DistributedOptimizerMatchesReplicatedBitForBit) {
   if (test::relaunch_under_mpirun(2)) return;
   comm::MpiRuntime mpi;
   auto world = mpi.world();
@@ -320,4 +320,4 @@ TEST(parallel::GradBuffer, DistributedOptimizerMatchesReplicatedBitForBit) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::parallel

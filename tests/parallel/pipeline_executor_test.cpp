@@ -30,7 +30,7 @@
 #include "support/recording_communicator.h"
 #include "parallel/grad_buffer.h"
 
-namespace megatron::train {
+namespace megatron::parallel {
 namespace {
 
 model::GPTConfig tiny_config(int64_t layers = 4) {
@@ -442,4 +442,4 @@ TEST(PipelineExecutor, MegatronTimerNames) {
 }
 
 }  // namespace
-}  // namespace megatron::train
+}  // namespace megatron::parallel

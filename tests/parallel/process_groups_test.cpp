@@ -16,7 +16,7 @@
 namespace megatron::comm {
 namespace {
 
-TEST(parallel::ProcessGroups, MpiGroupsMatchTheRankLayout) {
+TEST(ProcessGroups, MpiGroupsMatchTheRankLayout) {
   if (test::relaunch_under_mpirun(8)) return;
   MpiRuntime mpi;
   const parallel::ParallelSizes sizes = parallel::parallel_sizes(8, /*tp=*/2, /*pp=*/2);
@@ -53,7 +53,7 @@ TEST(parallel::ProcessGroups, MpiGroupsMatchTheRankLayout) {
 // them made, the rest named after it); tp-cp and tp-dp-cp are tp; the embedding group (first and
 // last stage of 2) is pp. Model-parallel has the world's ranks but its own communicator (the
 // world is never shared). Collectives through a second name still reach exactly its members.
-TEST(parallel::ProcessGroups, KindsWithTheSameGroupsShareOneCommunicator) {
+TEST(ProcessGroups, KindsWithTheSameGroupsShareOneCommunicator) {
   if (test::relaunch_under_mpirun(4)) return;
   MpiRuntime mpi;
   parallel::ProcessGroups g = parallel::make_process_groups(mpi.world(), parallel::parallel_sizes(4, /*tp=*/2, /*pp=*/2));
@@ -80,7 +80,7 @@ TEST(parallel::ProcessGroups, KindsWithTheSameGroupsShareOneCommunicator) {
 
 // World 2 = tp 2: tp has the world's ranks but its own communicator (a used kind); the unused
 // kinds with all ranks (tp-cp, tp-dp-cp) take the world's, model-parallel takes tp's.
-TEST(parallel::ProcessGroups, UnusedKindsWithAllRanksShareTheWorld) {
+TEST(ProcessGroups, UnusedKindsWithAllRanksShareTheWorld) {
   if (test::relaunch_under_mpirun(2)) return;
   MpiRuntime mpi;
   parallel::ProcessGroups g = parallel::make_process_groups(mpi.world(), parallel::parallel_sizes(2, /*tp=*/2, /*pp=*/1));
@@ -97,7 +97,7 @@ TEST(parallel::ProcessGroups, UnusedKindsWithAllRanksShareTheWorld) {
 // The links connect_pipeline_neighbours opens: each stage's neighbours, with interleaving also
 // the wrap between the last stage and the first; each once, never itself, and symmetric
 // (Communicator::connect_peers needs both ends to name each other, or it waits forever).
-TEST(parallel::ProcessGroups, PipelineNeighboursAreSymmetric) {
+TEST(ProcessGroups, PipelineNeighboursAreSymmetric) {
   EXPECT_EQ(parallel::pipeline_neighbours(0, 1, false), std::vector<int64_t>{});
   EXPECT_EQ(parallel::pipeline_neighbours(0, 1, true), std::vector<int64_t>{});
   EXPECT_EQ(parallel::pipeline_neighbours(0, 2, true), std::vector<int64_t>{1});
@@ -123,7 +123,7 @@ TEST(parallel::ProcessGroups, PipelineNeighboursAreSymmetric) {
   }
 }
 
-TEST(parallel::ProcessGroups, SingleProcessHasOneRankGroups) {
+TEST(ProcessGroups, SingleProcessHasOneRankGroups) {
   auto backend = backend::make_cpu_backend();
   parallel::ProcessGroups g = parallel::make_process_groups(std::make_unique<SelfCommunicator>(*backend, "world"), parallel::ParallelSizes{});
   EXPECT_TRUE(g.is_first_rank());

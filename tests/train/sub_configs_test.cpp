@@ -92,7 +92,7 @@ TEST(SubConfigs, OptimizerConfigAndScaler) {
   EXPECT_EQ(dynamic.state().hysteresis_tracker, 3);
 }
 
-TEST(SubConfigs, optim::ScheduleFlags) {
+TEST(SubConfigs, ScheduleFlags) {
   const optim::ScheduleFlags f = schedule_flags(parse({"--train-samples", "6400", "--global-batch-size", "64",
                                                 "--lr-decay-style", "cosine", "--min-lr", "1e-5",
                                                 "--lr-warmup-fraction", "0.1", "--weight-decay", "0.1"}));

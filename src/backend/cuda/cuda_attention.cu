@@ -37,6 +37,8 @@
 // forward of s=2048, 16 heads of 128 is ~17 GFLOP: ~1-2 ms), 10-30x slower than a tensor-core
 // (wgmma) flash attention in bf16; memory traffic is O(s * d) per (batch, head) as in
 // flash attention.
+// Longer than 800 lines because the forward, backward and KV-cache kernels share one set of
+// templated tile helpers (the anonymous namespace below) that no other file uses.
 #include <cuda_runtime.h>
 
 #include <cmath>

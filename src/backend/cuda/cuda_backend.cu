@@ -9,6 +9,8 @@
 // pointers are aligned (bias_grad: and cols % 8 or 4 == 0); otherwise the same operations
 // element by element (bias_grad: in the same order). Integer counters (count_zeros) may use atomics,
 // since integer addition is exact and order-free.
+// Longer than 800 lines because it holds every small kernel of the backend that is not an op
+// family of its own (those have their own files).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>

@@ -50,6 +50,8 @@
 // per run of equal tokens then adds them into dwte in that order, the CPU's order exactly.
 // dwpe: each position adds its b rows in order. Intermediates (partial sums, sort keys)
 // live in stream-ordered allocations (cudaMallocAsync), so no op here synchronizes.
+// Longer than 800 lines because LayerNorm, RMSNorm and the embeddings share the row-reduction
+// templates and the path choice (layernorm_paths.h) defined here and used nowhere else.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>

@@ -13,6 +13,8 @@
 // alignment) can split them, which stays correct because the lse of either implementation feeds
 // the other's backward (tests/backend/cuda/cudnn_attention_test.cpp checks both ways); with
 // dropout such a split is an error (the two draw different masks).
+// Longer than 800 lines because the descriptor wrapper, the two operation graphs and the plan
+// cache are one unit: only this file sees cuDNN (docs/design.md, "The layers").
 #include "backend/cuda/cudnn_attention.h"
 
 #include <cuda_runtime.h>
