@@ -1,4 +1,7 @@
 // megatron generate: sample text from a checkpoint (KV-cache decoding on the CPU engine).
+// The tokenizer is the flags' or the checkpoint's (cli/checkpoint_tokenizer.h, which also says
+// where BOS comes from and which tokens stop generation).
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +14,7 @@
 #include "backend/ops.h"
 #include "cli/args.h"
 #include "cli/backend_choice.h"
+#include "cli/checkpoint_tokenizer.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "cli/tokenizer_flags.h"
@@ -67,7 +71,7 @@ int run_generate(const CommandArgs& argv) {
       .option("--top-k", "K", "sample among the K most likely tokens (0: all)", "0")
       .option("--top-p", "P", "sample among the most likely tokens that reach probability P (0: off)", "0")
       .option("--seed", "S", "sampling seed", "1234");
-  declare_tokenizer_flags(args, "GPT2BPETokenizer");
+  declare_tokenizer_flags(args, "");  // default: the checkpoint's tokenizer, else GPT2BPETokenizer
   declare_device_flag(args);
   if (!args.parse(argv)) {
     std::cout << args.usage();
@@ -92,8 +96,6 @@ int run_generate(const CommandArgs& argv) {
   sp.top_p = static_cast<float>(args.get_double("--top-p", {0.0, 1.0}));
   sp.seed = static_cast<uint64_t>(args.get_int("--seed"));
 
-  const std::unique_ptr<data::Tokenizer> tokenizer_ptr = data::make_tokenizer(tokenizer_options(args));
-  const data::Tokenizer& tokenizer = *tokenizer_ptr;
   std::optional<int64_t> iteration;
   if (args.given("--iteration")) iteration = args.get_int("--iteration", 1);
   const std::string dir = args.get_string("--load");
@@ -106,32 +108,48 @@ int run_generate(const CommandArgs& argv) {
   }
   if (!ck.found) throw_error("[--load] no checkpoint in ", dir, " (", ck.tracker_path, " is missing)");
   const ckpt::CheckpointModel cm = ckpt::read_checkpoint_model(ck);
+  const data::TokenizerOptions tokenizer_opts = checkpoint_tokenizer_options(args, ck);
+  const std::unique_ptr<data::Tokenizer> tokenizer_ptr = data::make_tokenizer(tokenizer_opts);
+  const data::Tokenizer& tokenizer = *tokenizer_ptr;
   if (cm.config.vocab_size != tokenizer.vocab_size()) {
-    throw_error("[--tokenizer-type] ", args.get_string("--tokenizer-type"), " has ", tokenizer.vocab_size(),
+    throw_error("[--tokenizer-type] ", tokenizer_opts.type, " has ", tokenizer.vocab_size(),
                 " tokens but the checkpoint was trained with ", cm.config.vocab_size);
   }
+  const GenerationTokens special = generation_tokens(tokenizer_opts, tokenizer, ck);
+
+  // Every prompt's ids first: the KV cache holds the longest prompt and its continuation (not
+  // every position a long-context model has).
+  const int64_t positions = cm.config.max_position_embeddings;
+  std::vector<std::vector<int32_t>> prompt_ids;
+  int64_t longest = 0;
+  for (const std::string& prompt : prompts) {
+    std::vector<int32_t> ids = special.prefix;
+    tokenizer.encode(prompt, &ids);
+    if (ids.empty()) ids.push_back(tokenizer.eod());  // an empty prompt starts a new document
+    if (static_cast<int64_t>(ids.size()) >= positions) {
+      throw_error("[--prompt] the prompt has ", ids.size(), " tokens; the model has ", positions, " positions");
+    }
+    longest = std::max(longest, static_cast<int64_t>(ids.size()));
+    prompt_ids.push_back(std::move(ids));
+  }
+  const int64_t context = max_new >= positions - longest ? positions : longest + std::max<int64_t>(max_new, 1);
 
   std::ostringstream device_line;  // keep stdout for the generated text alone
   std::unique_ptr<backend::Backend> backend = make_backend(args, device_line);
   model::GPTModel model(cm.config, *backend, cm.dtype, 1);
   ckpt::load_checkpoint_weights(ck, model.parameters(), *backend);
-  const int64_t context = cm.config.max_position_embeddings;
   model::GPTGenerator generator(cm.config, model.parameters(), *backend, context);
 
   uint64_t draw = 0;
-  for (const std::string& prompt : prompts) {
-    std::vector<int32_t> ids;
-    tokenizer.encode(prompt, &ids);
-    if (ids.empty()) ids.push_back(tokenizer.eod());  // an empty prompt starts a new document
-    if (static_cast<int64_t>(ids.size()) >= context) {
-      throw_error("[--prompt] the prompt has ", ids.size(), " tokens; the model has ", context, " positions");
-    }
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const std::string& prompt = prompts[p];
+    const std::vector<int32_t>& ids = prompt_ids[p];
     generator.reset();
     std::vector<float> logits = generator.append(ids);
     std::vector<int32_t> out;
     for (int64_t i = 0; i < max_new && generator.context_length() < context; ++i) {
       const int32_t next = model::sample_token(logits, cm.config.vocab_size, sp, draw++);
-      if (next == tokenizer.eod()) break;
+      if (special.stops(next)) break;
       out.push_back(next);
       if (generator.context_length() < context) logits = generator.append(std::span<const int32_t>(&next, 1));
     }
