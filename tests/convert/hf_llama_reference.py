@@ -3,7 +3,7 @@ the independent reference for `megatron convert --load-hf / --save-hf` of Llama 
 (tests/convert/hf_llama_test.cpp drives it; it is not a CTest entry of its own). Run by Debian's
 python3 with numpy:
 
-  hf_llama_reference.py make DIR VARIANT
+  hf_llama_reference.py make DIR VARIANT [VOCAB]
       writes DIR/hf_in: config.json and the weights of a random Llama in HF's own layout, written
       here with numpy (never by our writer). VARIANT:
         llama3  Llama 3 style: 4 heads in 2 key/value groups (GQA), head_dim 16 != hidden / heads,
@@ -16,7 +16,13 @@ python3 with numpy:
         v5      a transformers 5 config.json: rope_parameters {"rope_type": "linear", "factor": 4,
                 "rope_theta": 10000} (no top-level rope_theta), "dtype", one key/value head (MQA),
                 attention_bias and mlp_bias true, tie_word_embeddings true with a lm_head.weight
-                equal to embed_tokens (skipped by the importer).
+                equal to embed_tokens (skipped by the importer);
+        stop    the llama2 shape with eos_token_id [5] whose greedy continuation is always 5: the
+                layers' weights are zero (the residual stream is the embedding), every embedding
+                has a positive first element, and only lm_head's first column is non-zero (+1 for
+                id 5, -1 for the others), so id 5 has the largest logit after any context
+                (tests/cli/checkpoint_tokenizer_test.cpp's stop test).
+      VOCAB (default 48) sets vocab_size, e.g. to a SentencePiece model's.
       Weights are O(0.3), so activations are O(1) and each mapping shows in the logits.
   hf_llama_reference.py check DIR
       reads DIR/hf_out (our export of the imported checkpoint) and DIR/ours.safetensors (our CPU
@@ -136,13 +142,17 @@ VARIANTS = {
     "v5": dict(H=4, G=1, d=12, eps=1e-5, tied=True, bias=True,
                rope={"rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}},
                extra={"dtype": "float32"}, shards=1),
+    "stop": dict(H=4, G=4, d=12, eps=1e-6, tied=False, bias=False,
+                 rope={"rope_theta": 10000.0, "rope_scaling": None},
+                 extra={"bos_token_id": 1, "eos_token_id": [5]}, shards=1),
 }
+STOP_ID = 5
 
 
-def make(root, variant):
+def make(root, variant, vocab=48):
     v = VARIANTS[variant]
     rng = np.random.RandomState(4321)
-    E, L, F, P, V = 48, 2, 96, 64, 48
+    E, L, F, P, V = 48, 2, 96, 64, vocab
     H, G, d = v["H"], v["G"], v["d"]
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": E, "intermediate_size": F,
            "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": G, "head_dim": d,
@@ -176,6 +186,14 @@ def make(root, variant):
             t[p + "self_attn.rotary_emb.inv_freq"] = (1.0 / 10000.0 ** (np.arange(0, d, 2) / d)).astype(np.float32)
     t["model.norm.weight"] = (1 + rand(E, std=0.1)).astype(np.float32)
     t["lm_head.weight"] = t["model.embed_tokens.weight"].copy() if v["tied"] else rand(V, E, std=0.5)
+    if variant == "stop":
+        for name in t:
+            if name.startswith("model.layers.") and "layernorm" not in name:
+                t[name][...] = 0
+        t["model.embed_tokens.weight"][:, 0] = 1.0 + np.abs(t["model.embed_tokens.weight"][:, 0])
+        t["lm_head.weight"][...] = 0
+        t["lm_head.weight"][:, 0] = -1.0
+        t["lm_head.weight"][STOP_ID, 0] = 1.0
 
     out = os.path.join(root, "hf_in")
     os.makedirs(out, exist_ok=True)
@@ -357,9 +375,9 @@ def check(root):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "make":
-        make(sys.argv[2], sys.argv[3])
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "make":
+        make(sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:]))
     elif len(sys.argv) == 3 and sys.argv[1] == "check":
         sys.exit(check(sys.argv[2]))
     else:
-        raise SystemExit("usage: hf_llama_reference.py make DIR VARIANT | check DIR")
+        raise SystemExit("usage: hf_llama_reference.py make DIR VARIANT [VOCAB] | check DIR")

@@ -1,0 +1,112 @@
+// `megatron convert` and `megatron generate` with Hugging Face Llamas from the command line: a
+// random Llama with a SentencePiece tokenizer.model (cli/hf_llama_fixture.h) imports with its
+// tokenizer recorded and copied, `generate` needs no tokenizer flag, prepends <s> (its greedy text
+// differs from the same run without BOS), stops at config.json's eos_token_id, and `--save-hf`
+// gives the tokenizer and the token ids back; a trained Llama exports in shards; wrong flag
+// combinations are one-line errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "cli/hf_llama_fixture.h"
+#include "support/paths.h"
+
+namespace megatron {
+namespace {
+
+namespace fs = std::filesystem;
+
+test::CommandResult tool(const std::string& command, const std::string& flags) {
+  return test::run_command(test::megatron_binary() + " " + command + " " + flags, true);
+}
+
+TEST(ConvertCommandLlama, ImportedLlamaGeneratesWithItsTokenizerAndExportsItBack) {
+  const std::string dir = test::scratch_dir("convert_command_llama");
+  ASSERT_EQ(test::make_hf_llama(dir, "llama2", "llama2"), "");
+  test::CommandResult r = tool("convert", "--load-hf " + dir + "/llama2/hf_in --save " + dir + "/ck");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string abs = fs::absolute(dir).lexically_normal().string();
+  EXPECT_NE(r.output.find("imported Hugging Face LlamaForCausalLM (2 layers, hidden 48, 4 heads, 4 key/value heads, "
+                          "rope_theta 10000.0): 15 tensors, padded vocab 64 -> 128"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("tokenizer: Llama2Tokenizer " + abs + "/ck/release/tokenizer.model"), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(test::read_file(dir + "/ck/release/tokenizer.model") == test::read_file(dir + "/sp.model"));
+
+  r = tool("generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 6 --temperature 0");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("the cat", 0), 0u) << r.output;
+  const test::CommandResult no_bos =
+      tool("generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 6 --temperature 0 --tokenizer-type "
+                       "SentencePieceTokenizer --tokenizer-model " + dir + "/sp.model");
+  ASSERT_EQ(no_bos.status, 0) << no_bos.output;
+  EXPECT_NE(r.output, no_bos.output) << "<s> first changes what a random model continues with";
+  const test::CommandResult sampled =
+      tool("generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 6 --temperature 1 --top-k 5 --seed 3");
+  ASSERT_EQ(sampled.status, 0) << sampled.output;
+  EXPECT_EQ(sampled.output, tool("generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 6 "
+                                             "--temperature 1 --top-k 5 --seed 3").output);
+
+  r = tool("convert", "--load " + dir + "/ck --save-hf " + dir + "/hf_out");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("exported iteration 0 as Hugging Face LlamaForCausalLM: 21 tensors in 1 file, vocab 64 "
+                          "(64 dummy rows dropped), 1 tokenizer files"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(test::read_file(dir + "/hf_out/tokenizer.model") == test::read_file(dir + "/sp.model"));
+  const std::string config = test::read_file(dir + "/hf_out/config.json");
+  EXPECT_NE(config.find("\"bos_token_id\": 1,"), std::string::npos) << config;
+  EXPECT_NE(config.find("\"eos_token_id\": 2,"), std::string::npos) << config;
+  // The export imports again with the same result.
+  r = tool("convert", "--load-hf " + dir + "/hf_out --save " + dir + "/ck2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(tool("generate", "--load " + dir + "/ck2 --prompt 'the cat' --max-new-tokens 6 --temperature 0").output,
+            tool("generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 6 --temperature 0").output);
+}
+
+TEST(ConvertCommandLlama, GenerationStopsAtTheConfigsEosTokenId) {
+  const std::string dir = test::scratch_dir("convert_command_llama_stop");
+  ASSERT_EQ(test::make_hf_llama(dir, "stop", "stop"), "");
+  test::CommandResult r = tool("convert", "--load-hf " + dir + "/stop/hf_in --save " + dir + "/ck");
+  ASSERT_EQ(r.status, 0) << r.output;
+  // Its greedy token is always 5, config.json's eos_token_id [5]: nothing is added.
+  r = tool("generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 5 --temperature 0");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output, "the cat\n");
+}
+
+TEST(ConvertCommandLlama, TrainedLlamaExportsInShardsAndFlagsAreChecked) {
+  const std::string dir = test::scratch_dir("convert_command_llama_train");
+  test::CommandResult r = tool(
+      "train", "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 --max-position-embeddings 16 "
+               "--micro-batch-size 2 --global-batch-size 2 --train-iters 2 --lr 0.001 --log-interval 1 --eval-iters 1 "
+               "--device cpu --mock-data --tokenizer-type NullTokenizer --vocab-size 8000 --split 99,1,0 --swiglu "
+               "--normalization RMSNorm --position-embedding-type rope --group-query-attention --num-query-groups 2 "
+               "--disable-bias-linear --untie-embeddings-and-output-weights --save " + dir + "/ck --save-interval 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = tool("convert", "--load " + dir + "/ck --save-hf " + dir + "/hf --max-shard-size 100KB");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("as Hugging Face LlamaForCausalLM: 21 tensors in "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("note: no tokenizer files written"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir + "/hf/model.safetensors.index.json"));
+  int shards = 0;
+  for (const auto& e : fs::directory_iterator(dir + "/hf")) shards += e.path().filename().string().rfind("model-", 0) == 0;
+  EXPECT_GT(shards, 4) << "the vocabulary tensors (2 MB) alone, the layers in pieces of at most 100 KB";
+
+  auto error = [&](const std::string& flags) { return tool("convert", flags).output; };
+  EXPECT_EQ(error("--load " + dir + "/ck --save-hf " + dir + "/x --max-shard-size 5XB"),
+            "error: [--max-shard-size] expected a size such as 5GB, 500MB, 2GiB or a number of bytes, got '5XB'\n");
+  EXPECT_EQ(error("--load " + dir + "/ck --save " + dir + "/x --max-shard-size 5GB"),
+            "error: [--max-shard-size] applies to --save-hf only\n");
+  EXPECT_EQ(error("--load " + dir + "/ck --save " + dir + "/x --tokenizer-type Llama2Tokenizer"),
+            "error: [--tokenizer-type] does not apply to resharding (the checkpoint's records are kept)\n");
+  EXPECT_EQ(error("--load " + dir + "/ck --save-hf " + dir + "/x --tokenizer-type TikTokenizer --tokenizer-model x"),
+            "error: [--tokenizer-type] TikTokenizer has no Hugging Face tokenizer files (export without the tokenizer "
+            "flags)\n");
+  EXPECT_FALSE(fs::exists(dir + "/x"));
+}
+
+}  // namespace
+}  // namespace megatron
