@@ -7,6 +7,7 @@
 
 #include "cli/tokenizer_flags.h"
 #include "core/error.h"
+#include "ckpt/checkpoint_contents.h"
 #include "ckpt/checkpoint_metadata.h"
 #include "data/tokenizer/sentencepiece_tokenizer.h"
 
@@ -57,18 +58,21 @@ data::TokenizerOptions checkpoint_tokenizer_options(const Args& args, const ckpt
 
 bool GenerationTokens::stops(int32_t id) const { return std::find(stop.begin(), stop.end(), id) != stop.end(); }
 
-GenerationTokens generation_tokens(const data::TokenizerOptions& options, const data::Tokenizer& tokenizer,
+GenerationTokens generation_tokens(const data::TokenizerOptions& options, const data::Tokenizer* tokenizer,
                                    const ckpt::LoadedCheckpoint& ck) {
   GenerationTokens g;
-  if (options.type == "Llama2Tokenizer") {
-    const auto* sp = dynamic_cast<const data::SentencePieceTokenizer*>(&tokenizer);
+  if (tokenizer != nullptr && options.type == "Llama2Tokenizer") {
+    const auto* sp = dynamic_cast<const data::SentencePieceTokenizer*>(tokenizer);
     if (sp != nullptr && sp->bos() >= 0) g.prefix.push_back(sp->bos());
   }
-  try {
-    g.stop.push_back(tokenizer.eod());
-  } catch (const Error&) {
-    // No end-of-document token (a tokenizer.json without eos_token): only the length stops.
+  if (tokenizer != nullptr) {
+    try {
+      g.stop.push_back(tokenizer->eod());
+    } catch (const Error&) {
+      // No end-of-document token (a tokenizer.json without eos_token): only the length stops.
+    }
   }
+  const int64_t vocab = ckpt::read_checkpoint_model(ck).config.vocab_size;
   // hf_eos_token_id: config.json's eos_token_id as JSON text, an id or a list of ids.
   if (std::optional<std::string> eos = metadata_of(ck).optional_arg_string("hf_eos_token_id")) {
     simdjson::dom::parser parser;
@@ -76,7 +80,7 @@ GenerationTokens generation_tokens(const data::TokenizerOptions& options, const 
     if (parser.parse(*eos).get(e) == simdjson::SUCCESS) {
       auto add = [&](simdjson::dom::element v) {
         int64_t id = 0;
-        if (v.get_int64().get(id) == simdjson::SUCCESS && id >= 0 && id < tokenizer.vocab_size() && !g.stops(static_cast<int32_t>(id))) {
+        if (v.get_int64().get(id) == simdjson::SUCCESS && id >= 0 && id < vocab && !g.stops(static_cast<int32_t>(id))) {
           g.stop.push_back(static_cast<int32_t>(id));
         }
       };

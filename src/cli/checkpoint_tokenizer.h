@@ -35,7 +35,8 @@ struct GenerationTokens {
   std::vector<int32_t> stop;    // generation ends when one of these is sampled
   bool stops(int32_t id) const;
 };
-GenerationTokens generation_tokens(const data::TokenizerOptions& options, const data::Tokenizer& tokenizer,
+// `tokenizer` null (generate --token-ids): no prefix; only the recorded eos ids stop.
+GenerationTokens generation_tokens(const data::TokenizerOptions& options, const data::Tokenizer* tokenizer,
                                    const ckpt::LoadedCheckpoint& checkpoint);
 
 }  // namespace megatron::cli

@@ -81,14 +81,14 @@ TEST_F(CheckpointTokenizer, BosAndStopTokensAsTheTokenizerAndConfigDefineThem) {
     const std::string ck = *dir_ + "/" + variant + "/ck";
     const ckpt::LoadedCheckpoint loaded = ckpt::load_checkpoint_dir(ck);
     data::TokenizerOptions o = options(ck, {});
-    GenerationTokens g = generation_tokens(o, *data::make_tokenizer(o), loaded);
+    GenerationTokens g = generation_tokens(o, data::make_tokenizer(o).get(), loaded);
     EXPECT_EQ(g.prefix, std::vector<int32_t>({1})) << variant;  // <s>
     // </s> = 2, and config.json's eos_token_id: 2 (llama2) or [5] (stop).
     EXPECT_EQ(g.stop, std::string(variant) == "stop" ? std::vector<int32_t>({2, 5}) : std::vector<int32_t>({2}));
     EXPECT_TRUE(g.stops(2));
     EXPECT_FALSE(g.stops(3));
     o = options(ck, {"--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model", *dir_ + "/sp.model"});
-    g = generation_tokens(o, *data::make_tokenizer(o), loaded);
+    g = generation_tokens(o, data::make_tokenizer(o).get(), loaded);
     EXPECT_TRUE(g.prefix.empty()) << variant;  // Megatron's SentencePieceTokenizer adds no BOS
   }
 }

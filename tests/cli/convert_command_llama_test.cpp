@@ -1,11 +1,13 @@
 // `megatron convert` and `megatron generate` with Hugging Face Llamas from the command line: a
 // random Llama with a SentencePiece tokenizer.model (cli/hf_llama_fixture.h) imports with its
 // tokenizer recorded and copied, `generate` needs no tokenizer flag, prepends <s> (its greedy text
-// differs from the same run without BOS), stops at config.json's eos_token_id, and `--save-hf`
+// differs from the same run without BOS), stops at config.json's eos_token_id, takes and prints
+// token ids with --token-ids and its --dump-logits match the numpy Llama, and `--save-hf`
 // gives the tokenizer and the token ids back; a trained Llama exports in shards; wrong flag
 // combinations are one-line errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -59,6 +61,19 @@ TEST(ConvertCommandLlama, ImportedLlamaGeneratesWithItsTokenizerAndExportsItBack
   const std::string config = test::read_file(dir + "/hf_out/config.json");
   EXPECT_NE(config.find("\"bos_token_id\": 1,"), std::string::npos) << config;
   EXPECT_NE(config.find("\"eos_token_id\": 2,"), std::string::npos) << config;
+  // Token ids in and out, and the logits after each token against the numpy Llama.
+  r = tool("generate", "--load " + dir + "/ck --token-ids --prompt '1 5 9 33' --max-new-tokens 5 --temperature 0 "
+                       "--dump-logits " + dir + "/dump.safetensors");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("1 5 9 33 ", 0), 0u) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), ' '), 3 + 5) << r.output;
+  const test::CommandResult checked = test::run_command("/usr/bin/python3 " + test::source_dir() +
+                                                            "/tests/convert/hf_llama_reference.py check-dump " + dir +
+                                                            "/llama2/hf_in " + dir + "/dump.safetensors",
+                                                        true);
+  EXPECT_EQ(checked.status, 0) << checked.output;
+  r = tool("generate", "--load " + dir + "/ck --token-ids --prompt '1 64'");
+  EXPECT_EQ(r.output, "error: [--prompt] token id 64 is outside the vocabulary of 64\n");
   // The export imports again with the same result.
   r = tool("convert", "--load-hf " + dir + "/hf_out --save " + dir + "/ck2");
   ASSERT_EQ(r.status, 0) << r.output;

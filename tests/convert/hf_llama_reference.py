@@ -35,6 +35,10 @@ python3 with numpy:
            loss and generator logits within the tolerance below;
         3. the reference's greedy continuation equals ours token for token.
       Exit status 1 on any failure, with the worst errors printed.
+  hf_llama_reference.py check-dump HF_DIR DUMP
+      the same forward on HF_DIR against `megatron generate --dump-logits DUMP --temperature 0`
+      (tests/cli/convert_command_llama_test.cpp): each prompt's logits after every token (prompt
+      and continuation) within the tolerance, and each generated token the reference's argmax.
 
 The forward, as transformers' modeling_llama (eval: dropout off):
   x = embed_tokens[ids]
@@ -374,10 +378,35 @@ def check(root):
     return 1 if failures else 0
 
 
+def check_dump(hf_dir, dump):
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        cfg = json.load(f)
+    w = read_hf_weights(hf_dir)
+    d = read_safetensors(dump)
+    failures, worst = [], 0.0
+    for p in range(len([k for k in d if k.endswith(".tokens")])):
+        prompt, generated = list(d["prompt.%d.tokens" % p]), list(d["prompt.%d.generated" % p])
+        ref = forward(cfg, w, np.array([prompt + generated]))[0]
+        got = d["prompt.%d.logits" % p].astype(np.float64)
+        err = np.abs(got - ref)
+        worst = max(worst, float(err.max()))
+        if not (err <= TOL * (1.0 + np.abs(ref))).all():
+            failures.append("prompt %d: logits differ beyond %g * (1 + |ref|)" % (p, TOL))
+        want = [int(np.argmax(ref[len(prompt) - 1 + i])) for i in range(len(generated))]
+        if [int(t) for t in generated] != want:
+            failures.append("prompt %d: greedy tokens %s, reference %s" % (p, generated, want))
+    print("dump: %d prompts, max |ours - ref| = %.3g" % (p + 1, worst))
+    for f in failures:
+        print("FAIL:", f, file=sys.stderr)
+    return 1 if failures else 0
+
+
 if __name__ == "__main__":
     if len(sys.argv) in (4, 5) and sys.argv[1] == "make":
         make(sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:]))
     elif len(sys.argv) == 3 and sys.argv[1] == "check":
         sys.exit(check(sys.argv[2]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "check-dump":
+        sys.exit(check_dump(sys.argv[2], sys.argv[3]))
     else:
-        raise SystemExit("usage: hf_llama_reference.py make DIR VARIANT [VOCAB] | check DIR")
+        raise SystemExit("usage: hf_llama_reference.py make DIR VARIANT [VOCAB] | check DIR | check-dump HF_DIR DUMP")
