@@ -375,6 +375,14 @@ TEST(HfLlama, RefusesWhatDoesNotMap) {
   EXPECT_EQ(import_with("", "", [&](const std::string&) {}),
             "[--load-hf] " + dir + "/bad holds neither model.safetensors nor model.safetensors.index.json (pickle .bin "
             "files are not read; save with safetensors)");
+  // Llama 3.1's 131072 positions, more than any dimension: a rotary model has no position table.
+  EXPECT_EQ(import_with("\"max_position_embeddings\": 8", "\"max_position_embeddings\": 131072"), "no error");
+  {
+    const ckpt::CheckpointModel long_context = ckpt::read_checkpoint_model(ckpt::load_checkpoint_dir(dir + "/out"));
+    EXPECT_EQ(long_context.config.max_position_embeddings, 131072);
+    EXPECT_EQ(long_context.config.seq_length, 131072);  // the default: --seq-length sets another
+    fs::remove_all(dir + "/out");
+  }
   EXPECT_EQ(error_of([&] { convert::import_hf_llama(dir + "/nothing", dir + "/out", {}); }),
             "[--load-hf] " + dir + "/nothing/config.json does not exist (a Hugging Face model directory is expected)");
   EXPECT_FALSE(fs::exists(dir + "/out"));
