@@ -2,16 +2,19 @@
 // random Llama with a SentencePiece tokenizer.model (cli/hf_llama_fixture.h) imports with its
 // tokenizer recorded and copied, `generate` needs no tokenizer flag, prepends <s> (its greedy text
 // differs from the same run without BOS), stops at config.json's eos_token_id, takes and prints
-// token ids with --token-ids and its --dump-logits match the numpy Llama, and `--save-hf`
+// token ids with --token-ids and its --dump-logits match the numpy Llama, a tokenizer.json's
+// template gives the BOS, and `--save-hf`
 // gives the tokenizer and the token ids back; a trained Llama exports in shards; wrong flag
 // combinations are one-line errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
 #include "cli/hf_llama_fixture.h"
+#include "ckpt/safetensors.h"
 #include "support/paths.h"
 
 namespace megatron {
@@ -79,6 +82,34 @@ TEST(ConvertCommandLlama, ImportedLlamaGeneratesWithItsTokenizerAndExportsItBack
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(tool("generate", "--load " + dir + "/ck2 --prompt 'the cat' --max-new-tokens 6 --temperature 0").output,
             tool("generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 6 --temperature 0").output);
+}
+
+// Llama 3's kind of tokenizer: a tokenizer.json whose post-processor puts <bos> first.
+TEST(ConvertCommandLlama, ATokenizerJsonIsRecordedAndItsTemplateGivesTheBos) {
+  const std::string dir = test::scratch_dir("convert_command_llama_hf_tokenizer");
+  ASSERT_EQ(test::make_hf_llama(dir, "llama", "llama2", /*byte_level=*/true), "");
+  test::CommandResult r = tool("convert", "--load-hf " + dir + "/llama/hf_in --save " + dir + "/ck");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string abs = fs::absolute(dir).lexically_normal().string();
+  EXPECT_NE(r.output.find("tokenizer: HuggingFaceTokenizer " + abs + "/ck/release\n"), std::string::npos) << r.output;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    EXPECT_TRUE(test::read_file(dir + "/ck/release/" + f) == test::read_file(dir + "/llama/hf_in/" + f)) << f;
+  }
+  r = tool("generate", "--load " + dir + "/ck --prompt 'ab' --max-new-tokens 3 --temperature 0 --dump-logits " + dir +
+                           "/dump.safetensors");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("ab", 0), 0u) << r.output;
+  const ckpt::SafetensorsFile dump(dir + "/dump.safetensors");
+  const ckpt::SafetensorsTensor& tokens = dump.at("prompt.0.tokens");
+  ASSERT_EQ(tokens.shape, std::vector<int64_t>({2}));
+  int32_t ids[2];
+  std::memcpy(ids, tokens.data, sizeof(ids));
+  EXPECT_EQ(ids[0], 258) << "<bos> once, from the template";
+  EXPECT_EQ(ids[1], 256) << "\"ab\" merged";
+  r = tool("convert", "--load " + dir + "/ck --save-hf " + dir + "/hf_out");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(", 2 tokenizer files"), std::string::npos) << r.output;
+  EXPECT_TRUE(test::read_file(dir + "/hf_out/tokenizer.json") == test::read_file(dir + "/llama/hf_in/tokenizer.json"));
 }
 
 TEST(ConvertCommandLlama, GenerationStopsAtTheConfigsEosTokenId) {
