@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "cli/hf_llama_fixture.h"
@@ -121,6 +122,35 @@ TEST(ConvertCommandLlama, GenerationStopsAtTheConfigsEosTokenId) {
   r = tool("generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 5 --temperature 0");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output, "the cat\n");
+}
+
+// A Llama trained with GPT-2's BPE exports its vocabulary for transformers' GPT2Tokenizer.
+TEST(ConvertCommandLlama, AGpt2BpeLlamaExportsVocabMergesAndTheirTokenizerClass) {
+  const std::string dir = test::scratch_dir("convert_command_llama_gpt2");
+  {
+    std::ofstream jsonl(dir + "/corpus.jsonl");
+    for (int d = 0; d < 20; ++d) jsonl << "{\"text\": \"the cat sat on the mat. the dog sat on the log.\"}\n";
+  }
+  const std::string vocab = " --vocab-file " + test::gpt2_vocab_file() + " --merge-file " + test::gpt2_merge_file();
+  test::CommandResult r = tool("preprocess", "--input " + dir + "/corpus.jsonl --output-prefix " + dir +
+                                                 "/c --tokenizer-type GPT2BPETokenizer --append-eod" + vocab);
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = tool("train", "--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 "
+                    "--global-batch-size 2 --train-iters 2 --lr 0.001 --log-interval 1 --eval-interval 1000 --eval-iters 1 "
+                    "--split 100,0,0 --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear "
+                    "--device cpu --data-path " + dir + "/c_text_document --data-cache-path " + dir + "/cache --save " +
+                    dir + "/ck" + vocab);
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = tool("convert", "--load " + dir + "/ck --save-hf " + dir + "/hf" + vocab);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(", 3 tokenizer files"), std::string::npos) << r.output;
+  EXPECT_TRUE(test::read_file(dir + "/hf/vocab.json") == test::read_file(test::gpt2_vocab_file()));
+  EXPECT_TRUE(test::read_file(dir + "/hf/merges.txt") == test::read_file(test::gpt2_merge_file()));
+  EXPECT_NE(test::read_file(dir + "/hf/tokenizer_config.json").find("\"tokenizer_class\": \"GPT2Tokenizer\""),
+            std::string::npos);
+  const std::string config = test::read_file(dir + "/hf/config.json");
+  EXPECT_NE(config.find("\"bos_token_id\": 50256,"), std::string::npos) << config;
+  EXPECT_NE(config.find("\"eos_token_id\": 50256,"), std::string::npos) << config;
 }
 
 TEST(ConvertCommandLlama, TrainedLlamaExportsInShardsAndFlagsAreChecked) {
