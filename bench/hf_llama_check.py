@@ -18,8 +18,9 @@ attention, rope_theta 10000, no scaling).
       sequences 1, 2, 3, ..., so the model learns to count and its greedy choices are clear;
       llama3 style untied, llama2 style with tied embeddings) exported with `--save-hf` and
       loaded with LlamaForCausalLM.from_pretrained, with the same comparison.
-  (c) round trips: (a)'s HF files -> ours -> HF hold the same tensors bit for bit (and config.json
-      states the same model); (b)'s export -> import -> export gives byte-identical files.
+  (c) round trips: (a)'s HF files -> ours -> HF hold the same tensors bit for bit and transformers
+      reads the same model from both config.json files (AutoConfig: shapes, rope parameters, ties,
+      biases); (b)'s export -> import -> export gives byte-identical files.
 Tolerance: both sides in fp32 (TF32 off in torch; our CUDA GEMMs are true fp32; attention "eager"),
 |ours - transformers| <= tol * (1 + |transformers|) for every logit, tol = 1e-4 by default: fp32
 rounding in 4 layers of width 256-688 with O(1) activations stays near 1e-5. A greedy mismatch is a
@@ -76,17 +77,20 @@ def read_hf_tensors(d):
     return out
 
 
-def model_fields(cfg):
-    """What config.json says about the model, in one spelling (transformers 4 or 5)."""
-    rope = dict(cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})
-    theta = rope.pop("rope_theta", cfg.get("rope_theta", 10000.0))
-    kind = rope.pop("rope_type", rope.pop("type", "default"))
-    keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-            "max_position_embeddings", "rms_norm_eps", "vocab_size", "tie_word_embeddings")
-    out = {k: cfg.get(k) for k in keys}
-    out["head_dim"] = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    out["bias"] = bool(cfg.get("attention_bias")), bool(cfg.get("mlp_bias"))
-    out["rope"] = (float(theta), kind, {k: float(v) for k, v in rope.items()} if kind != "default" else {})
+def model_fields(transformers, d):
+    """The model d's config.json states, as transformers reads it (its defaults and spellings)."""
+    c = transformers.AutoConfig.from_pretrained(d)
+    keys = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "vocab_size", "tie_word_embeddings",
+            "attention_bias", "mlp_bias", "hidden_act")
+    out = {k: getattr(c, k, None) for k in keys}
+    out["head_dim"] = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    rope = getattr(c, "rope_parameters", None)  # transformers 5
+    if not rope:
+        rope = dict(getattr(c, "rope_scaling", None) or {}, rope_theta=getattr(c, "rope_theta", None))
+    rope = dict(rope)
+    rope.setdefault("rope_type", rope.pop("type", "default"))
+    out["rope"] = {k: (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v) for k, v in rope.items()}
     return out
 
 
@@ -261,8 +265,10 @@ def main():
                 a, b = read_hf_tensors(hf), read_hf_tensors(back)
                 a = {k: v for k, v in a.items() if not k.endswith("rotary_emb.inv_freq")}
                 same = sorted(a) == sorted(b) and all(a[k] == b[k] for k in a)
-                with open(os.path.join(hf, "config.json")) as f1, open(os.path.join(back, "config.json")) as f2:
-                    same_cfg = model_fields(json.load(f1)) == model_fields(json.load(f2))
+                fields_in, fields_back = model_fields(transformers, hf), model_fields(transformers, back)
+                same_cfg = fields_in == fields_back
+                if not same_cfg:
+                    print(f"    config.json: {fields_in} in, {fields_back} back", file=sys.stderr)
                 row("(c) HF -> ours -> HF", name, "pass" if same and same_cfg else "FAIL",
                     "", f"{len(a)} tensors bit-identical" if same else "tensors differ" +
                     ("" if same_cfg else "; config.json states another model"))
