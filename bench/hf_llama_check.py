@@ -16,8 +16,8 @@ attention, rope_theta 10000, no scaling).
       continuations against model.generate(do_sample=False), token for token.
   (b) ours -> HF: a Llama trained here (`megatron train --mock-data`: Megatron-Core's mock
       sequences 1, 2, 3, ..., so the model learns to count and its greedy choices are clear;
-      llama3 style untied, llama2 style with tied embeddings) exported with `--save-hf` and
-      loaded with LlamaForCausalLM.from_pretrained, with the same comparison.
+      llama3 style untied, llama2 style with tied embeddings) exported with `--save-hf` in 4 MB
+      shards and loaded with LlamaForCausalLM.from_pretrained, with the same comparison.
   (c) round trips: (a)'s HF files -> ours -> HF hold the same tensors bit for bit and transformers
       reads the same model from both config.json files (AutoConfig: shapes, rope parameters, ties,
       biases); (b)'s export -> import -> export gives byte-identical files.
@@ -42,7 +42,11 @@ ROWS = []  # (check, model, result, worst, greedy)
 
 
 def row(check, model, result, worst="", greedy=""):
-    ROWS.append((check, model, result, worst, greedy))
+    if result.startswith("FAIL: "):  # the whole error on stderr, its last line in the table
+        print(result, file=sys.stderr)
+        lines = [l for l in result.splitlines() if l.strip()]
+        result = "FAIL: " + (lines[-1] if len(lines) > 1 else lines[0][6:])[:200]
+    ROWS.append((check, model, result.replace("|", "/"), worst, greedy))
     print(f"  {check} {model}: {result} {worst} {greedy}", file=sys.stderr, flush=True)
 
 
@@ -108,7 +112,7 @@ HF_CONFIGS = {
 }
 TRAIN_COMMON = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8", "--seq-length", "64",
                 "--micro-batch-size", "8", "--global-batch-size", "8", "--lr", "3e-3", "--min-lr", "3e-4",
-                "--lr-warmup-iters", "5", "--lr-decay-style", "cosine", "--log-interval", "50", "--eval-iters", "1",
+                "--lr-decay-style", "cosine", "--log-interval", "50", "--eval-iters", "1",
                 "--eval-interval", "100000", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096",
                 "--split", "99,1,0", "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
                 "--disable-bias-linear", "--attention-dropout", "0", "--hidden-dropout", "0"]
@@ -278,16 +282,18 @@ def main():
         # (b) and (c): a model trained here.
         ck = os.path.join(work, "ck_trained")
         try:
-            flags = TRAIN_COMMON + TRAIN_CONFIGS[name] + ["--train-iters", str(args.train_iters), "--save", ck,
+            flags = TRAIN_COMMON + TRAIN_CONFIGS[name] + ["--train-iters", str(args.train_iters), "--lr-warmup-iters",
+                                                         str(args.train_iters // 10), "--save", ck,
                                                          "--save-interval", str(args.train_iters), "--device",
                                                          args.device]
             log = run([args.megatron, "train"] + flags)
             last = [l for l in log.splitlines() if "elapsed time per iteration" in l][-1:]
             print("    " + (last[0].strip() if last else "(no iteration line)"), file=sys.stderr)
             hf1, ck2, hf2 = (os.path.join(work, n) for n in ("hf_exported", "ck_reimported", "hf_exported_again"))
-            run([args.megatron, "convert", "--load", ck, "--save-hf", hf1])
+            # Sharded (4 MB of 17-18), so that transformers also reads our model.safetensors.index.json.
+            run([args.megatron, "convert", "--load", ck, "--save-hf", hf1, "--max-shard-size", "4MB"])
             run([args.megatron, "convert", "--load-hf", hf1, "--save", ck2])
-            run([args.megatron, "convert", "--load", ck2, "--save-hf", hf2])
+            run([args.megatron, "convert", "--load", ck2, "--save-hf", hf2, "--max-shard-size", "4MB"])
             files = sorted(os.listdir(hf1))
             identical = files == sorted(os.listdir(hf2)) and all(
                 open(os.path.join(hf1, f), "rb").read() == open(os.path.join(hf2, f), "rb").read() for f in files)
