@@ -2,11 +2,11 @@
 // generation adds around a prompt.
 //
 // Tokenizer flags (declare_tokenizer_flags with no default type): each flag given wins; else
-// what the checkpoint recorded: --tokenizer-type (the trainer records it; convert --load-hf
-// too) and --tokenizer-model (convert --load-hf records the copy of the Hugging Face files it
-// puts into the checkpoint's directory; when that path no longer exists, the same name in the
-// loaded checkpoint's directory is used, so a moved checkpoint keeps its tokenizer); else
-// GPT2BPETokenizer. A recorded type no command here reads (NullTokenizer) is not taken.
+// what the checkpoint recorded: --tokenizer-type and --tokenizer-model (the trainer records the
+// flags it was given, the model as an absolute path; convert --load-hf the copy of the Hugging
+// Face files it puts into the checkpoint's directory; when that path no longer exists, the same
+// name in the loaded checkpoint's directory is used, so a moved checkpoint keeps its tokenizer);
+// else GPT2BPETokenizer. A recorded type no command here reads (NullTokenizer) is not taken.
 //
 // Generation (docs/checkpoints.md, "Generating text"):
 //   - BOS as the tokenizer defines it: Llama2Tokenizer prepends the model's bos_id (as

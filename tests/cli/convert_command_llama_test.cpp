@@ -124,6 +124,37 @@ TEST(ConvertCommandLlama, GenerationStopsAtTheConfigsEosTokenId) {
   EXPECT_EQ(r.output, "the cat\n");
 }
 
+// A Llama trained here with Llama2Tokenizer records its tokenizer.model: generate and --save-hf
+// need no tokenizer flag.
+TEST(ConvertCommandLlama, ATrainedLlamaFindsTheTokenizerItWasTrainedWith) {
+  const std::string dir = test::scratch_dir("convert_command_llama_sp_trained");
+  const std::string sp = test::sentencepiece_model(dir);
+  ASSERT_TRUE(fs::exists(sp)) << sp;
+  {
+    std::ofstream jsonl(dir + "/corpus.jsonl");
+    for (int d = 0; d < 20; ++d) jsonl << "{\"text\": \"the cat sat on the mat and the dog ran in the park.\"}\n";
+  }
+  test::CommandResult r = tool("preprocess", "--input " + dir + "/corpus.jsonl --output-prefix " + dir +
+                                                 "/c --tokenizer-type Llama2Tokenizer --tokenizer-model " + sp + " --append-eod");
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = tool("train", "--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 "
+                    "--global-batch-size 2 --train-iters 2 --lr 0.001 --log-interval 1 --eval-interval 1000 --eval-iters 1 "
+                    "--split 100,0,0 --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear "
+                    "--make-vocab-size-divisible-by 16 --device cpu --data-path " + dir + "/c_text_document "
+                    "--data-cache-path " + dir + "/cache --save " + dir + "/ck --tokenizer-type Llama2Tokenizer "
+                    "--tokenizer-model " + sp);
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = tool("generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 3 --temperature 0");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("the cat", 0), 0u) << r.output;
+  r = tool("convert", "--load " + dir + "/ck --save-hf " + dir + "/hf");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(test::read_file(dir + "/hf/tokenizer.model") == test::read_file(sp));
+  const std::string config = test::read_file(dir + "/hf/config.json");
+  EXPECT_NE(config.find("\"bos_token_id\": 1,"), std::string::npos) << config;
+  EXPECT_NE(config.find("\"eos_token_id\": 2,"), std::string::npos) << config;
+}
+
 // A Llama trained with GPT-2's BPE exports its vocabulary for transformers' GPT2Tokenizer.
 TEST(ConvertCommandLlama, AGpt2BpeLlamaExportsVocabMergesAndTheirTokenizerClass) {
   const std::string dir = test::scratch_dir("convert_command_llama_gpt2");
