@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine (Ubuntu, 16 cores, no internet) over a build made
-# here: the GPU tests, the tokenizer benchmark next to tiktoken, and preprocessing
-# throughput. Usage (from the repo root there): bench/gpu_machine_run.sh BUILD_DIR OUT_DIR
+# here: the GPU tests, the tokenizer benchmark next to tiktoken, the Hugging Face Llama
+# conversion check against transformers, and preprocessing throughput. Usage (from the repo root there): bench/gpu_machine_run.sh BUILD_DIR OUT_DIR
 # BUILD_DIR is the folder bench/pack_for_gpu_machine.sh assembles: megatron, bench/, tests/
 # and lib/ (the shared libraries that machine may lack).
 set -uo pipefail
@@ -40,6 +40,12 @@ if [ -d "$B/tokenizer_inputs" ]; then
   python3 bench/tokenizer_crosscheck.py --inputs "$B/tokenizer_inputs" --megatron "$B/megatron" \
     --bench "$B/bench/tokenizer_bench" --corpus data/brown/brown.jsonl 2>&1 | tee -a "$OUT/tokenizer_crosscheck.txt"
 fi
+
+# Hugging Face Llama conversion against transformers' LlamaForCausalLM, both ways, with our CPU
+# and CUDA engines (bench/hf_llama_check.py prints its markdown table last).
+for d in cpu cuda; do
+  PYTHONUNBUFFERED=1 python3 bench/hf_llama_check.py --megatron "$B/megatron" --out /tmp/hf_llama_check_$d --device $d
+done 2>&1 | tee "$OUT/hf_llama_check.txt"
 
 for w in 1 4 16; do
   /usr/bin/time -v "$B/megatron" preprocess --input /tmp/corpus/brown16.jsonl --output-prefix /tmp/corpus/out$w \

@@ -215,7 +215,15 @@ CheckpointModel read_checkpoint_model(const LoadedCheckpoint& ck) {
   g.num_attention_heads = m.integer("args", "--num-attention-heads", 1, max_dim, held);
   g.kv_channels = m.integer("args", "--kv-channels", 1, max_dim, held);
   g.ffn_hidden_size = m.integer("args", "--ffn-hidden-size", 1, max_dim, held);
-  g.max_position_embeddings = m.integer("args", "--max-position-embeddings", 1, max_dim, held);
+  // A position table bounds the positions (its rows); rotary models have none, and their
+  // positions bound only the context a caller asks for: int32 position ids (Llama 3.1 has
+  // 131072 positions, more than any of its dimensions).
+  const bool rotary = m.choice("args", "--position-embedding-type", {"learned_absolute", "rope", "none"},
+                               "learned_absolute") != "learned_absolute";
+  g.max_position_embeddings =
+      rotary ? m.integer("args", "--max-position-embeddings", 1, std::numeric_limits<int32_t>::max(),
+                         "the int32 position ids")
+             : m.integer("args", "--max-position-embeddings", 1, max_dim, held);
   g.seq_length = m.integer("args", "--seq-length", 1, g.max_position_embeddings, "args.--max-position-embeddings");
   g.padded_vocab_size = m.integer("args", "padded_vocab_size", 1, max_dim, held);
   g.vocab_size = m.integer("args", "vocab_size", 1, g.padded_vocab_size, "args.padded_vocab_size");

@@ -25,7 +25,7 @@ void declare_tokenizer_flags(Args& args, const std::string& default_type, bool r
 
 data::TokenizerOptions tokenizer_options(const Args& args) {
   data::TokenizerOptions o;
-  o.type = args.get_string("--tokenizer-type");
+  if (args.has("--tokenizer-type")) o.type = args.get_string("--tokenizer-type");  // else the struct's default
   if (args.given("--vocab-file")) o.vocab_file = args.get_string("--vocab-file");
   if (args.given("--merge-file")) o.merge_file = args.get_string("--merge-file");
   if (args.given("--tokenizer-model")) o.tokenizer_model = args.get_string("--tokenizer-model");

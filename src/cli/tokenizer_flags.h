@@ -13,7 +13,8 @@ namespace megatron::cli {
 // --tokenizer-model, --vocab-size, --tiktoken-pattern and --tiktoken-num-special-tokens.
 void declare_tokenizer_flags(Args& args, const std::string& default_type, bool required = false);
 
-// The options given; flag values are checked (a number, v1|v2), combinations are left to
+// The options given (an optional --tokenizer-type without a default that is absent leaves
+// TokenizerOptions' default type); flag values are checked (a number, v1|v2), combinations are left to
 // data::make_tokenizer.
 data::TokenizerOptions tokenizer_options(const Args& args);
 

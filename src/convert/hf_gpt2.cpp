@@ -20,6 +20,7 @@
 #include "ckpt/checkpoint_metadata.h"
 #include "model/vocab_padding.h"
 #include "convert/convert_output.h"
+#include "convert/hf_common.h"
 #include "ckpt/safetensors.h"
 
 namespace megatron::convert {
@@ -27,8 +28,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kHfConfigName = "config.json";
-constexpr const char* kHfWeightsName = "model.safetensors";
 constexpr const char* kHfPrefix = "transformer.";
 
 // How a tensor maps between the two layouts (the table in the header).
@@ -141,39 +140,6 @@ std::vector<uint8_t> from_hf(const Entry& e, const Dims& d, const uint8_t* src, 
   return out;
 }
 
-// The shortest decimal that reads back as the same float (config.json values such as
-// layer_norm_epsilon 1e-05, not the double expansion of the float 9.99999974738e-06).
-std::string float_json(double v) {
-  const float f = static_cast<float>(v);
-  char buf[64];
-  for (int p = 1; p <= 9; ++p) {
-    std::snprintf(buf, sizeof(buf), "%.*g", p, static_cast<double>(f));
-    if (std::strtof(buf, nullptr) == f) break;
-  }
-  std::string s = buf;
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
-}
-
-// A small file of the HF directory (config.json); mapped, so a FIFO in its place is refused
-// rather than waited on.
-std::string read_text(const std::string& path, const std::string& flag) {
-  try {
-    const MappedFile file(path);
-    return std::string(reinterpret_cast<const char*>(file.data()), static_cast<size_t>(file.size()));
-  } catch (const Error& e) {
-    throw_error("[", flag, "] ", e.what());
-  }
-}
-
-const char* torch_dtype(DType dt) {
-  switch (dt) {
-    case DType::kBF16: return "bfloat16";
-    case DType::kF16: return "float16";
-    default: return "float32";
-  }
-}
-
 // config.json of a GPT-2 (transformers' GPT2Config, its defaults for absent members), checked
 // for what maps onto our model exactly.
 struct HfConfig {
@@ -184,7 +150,7 @@ struct HfConfig {
 
 HfConfig read_hf_config(const std::string& config_path) {
   HfConfig c;
-  const std::string text = read_text(config_path, "--load-hf");
+  const std::string text = read_hf_file(config_path, "--load-hf");
   simdjson::dom::parser parser;
   simdjson::dom::element cfg;
   if (parser.parse(text).get(cfg) != simdjson::SUCCESS || !cfg.is_object()) throw_error(config_path, ": not a JSON object");
@@ -354,7 +320,7 @@ HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t
     w.key("bos_token_id").value(int64_t{50256});
     w.key("eos_token_id").value(int64_t{50256});
   }
-  w.key("torch_dtype").value(torch_dtype(cm.dtype));
+  w.key("torch_dtype").value(hf_torch_dtype(cm.dtype));
   w.end_object();
   const std::string config = w.take() + "\n";
 
@@ -372,14 +338,7 @@ HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t
 
 HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& save_dir, const HfImportOptions& options) {
   const std::string config_path = (fs::path(hf_dir) / kHfConfigName).string();
-  const std::string weights_path = (fs::path(hf_dir) / kHfWeightsName).string();
   if (!fs::exists(config_path)) throw_error("[--load-hf] ", config_path, " does not exist (a Hugging Face model directory is expected)");
-  if (!fs::exists(weights_path)) {
-    if (fs::exists(fs::path(hf_dir) / "model.safetensors.index.json")) {
-      throw_error("[--load-hf] ", hf_dir, " holds a sharded model (model.safetensors.index.json); one model.safetensors is expected");
-    }
-    throw_error("[--load-hf] ", weights_path, " does not exist (pickle .bin files are not read; save with safetensors)");
-  }
 
   const HfConfig hc = read_hf_config(config_path);
   Dims d = hc.dims;
@@ -398,15 +357,19 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& save
   }
 
   // Weights: every HF tensor must be used (buffers aside), every one of ours found.
-  const ckpt::SafetensorsFile hf(weights_path);
+  // model.safetensors, or the shards its index names.
+  const HfWeights hf(hf_dir, "--load-hf");
   std::map<std::string, const ckpt::SafetensorsTensor*> by_name;
-  for (const ckpt::SafetensorsTensor& t : hf.tensors()) {
+  std::map<std::string, const std::string*> file_of;  // the file holding each tensor, for errors
+  for (const auto& [full, entry] : hf.tensors()) {
+    const ckpt::SafetensorsTensor& t = *entry.tensor;
+    file_of[t.name] = entry.file;
     std::string name = t.name;
     if (name.rfind(kHfPrefix, 0) == 0) name = name.substr(std::strlen(kHfPrefix));
     // The causal-mask buffers older transformers saved ("h.N.attn.bias", "h.N.attn.masked_bias").
     const bool buffer = name.rfind("h.", 0) == 0 && (name.size() > 10 && (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias")));
     if (buffer) continue;
-    if (!by_name.emplace(name, &t).second) throw_error(weights_path, ": tensor '", name, "' appears twice");
+    if (!by_name.emplace(name, &t).second) throw_error(*entry.file, ": tensor '", name, "' appears twice");
   }
   std::optional<DType> dtype;
   std::deque<std::vector<uint8_t>> buffers;
@@ -414,8 +377,9 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& save
   std::set<std::string> used;
   for (const Entry& e : gpt2_entries(d)) {
     const auto it = by_name.find(e.hf);
-    if (it == by_name.end()) throw_error(weights_path, ": tensor '", kHfPrefix, e.hf, "' is missing");
+    if (it == by_name.end()) throw_error(hf.source(), ": tensor '", kHfPrefix, e.hf, "' is missing");
     const ckpt::SafetensorsTensor& t = *it->second;
+    const std::string& weights_path = *file_of.at(t.name);
     if (t.shape != hf_shape(e, d)) {
       throw_error(weights_path, ": tensor '", t.name, "' has shape ", ckpt::shape_to_string(t.shape), ", config.json implies ",
                   ckpt::shape_to_string(hf_shape(e, d)));
@@ -439,9 +403,9 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& save
     if (name == "lm_head.weight") {
       const ckpt::SafetensorsTensor& wte = *by_name.at("wte.weight");
       if (t->shape == wte.shape && t->dtype == wte.dtype && std::memcmp(t->data, wte.data, t->bytes) == 0) continue;
-      throw_error(weights_path, ": lm_head.weight differs from wte.weight (an untied output layer is not supported)");
+      throw_error(*file_of.at(t->name), ": lm_head.weight differs from wte.weight (an untied output layer is not supported)");
     }
-    throw_error(weights_path, ": unexpected tensor '", t->name, "' (not part of a GPT-2 model)");
+    throw_error(*file_of.at(t->name), ": unexpected tensor '", t->name, "' (not part of a GPT-2 model)");
   }
 
   const char* precision = *dtype == DType::kBF16 ? "bf16" : *dtype == DType::kF16 ? "fp16" : "fp32";

@@ -66,7 +66,8 @@ struct HfImportResult {
   int64_t num_layers = 0, hidden_size = 0, num_attention_heads = 0;
 };
 
-// Reads hf_dir/config.json and hf_dir/model.safetensors and writes our checkpoint as the new
+// Reads hf_dir/config.json and hf_dir/model.safetensors (or the shards model.safetensors.index.json
+// names, convert/hf_common.h) and writes our checkpoint as the new
 // directory save_dir (release/ + tracker "release").
 HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& save_dir, const HfImportOptions& options);
 

@@ -1,5 +1,6 @@
 #include "train/checkpoint_args.h"
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,13 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   a["--attention-dropout"] = jd(m.attention_dropout);
   a["--hidden-dropout"] = jd(m.hidden_dropout);
   a["--tokenizer-type"] = js(c.tokenizer_type);
+  // Only when set (older checkpoints lack the key): generate and convert --save-hf take the
+  // tokenizer from here when no flag names it (cli/checkpoint_tokenizer.h).
+  if (c.tokenizer_model) {
+    std::error_code ec;
+    const std::filesystem::path model = std::filesystem::absolute(*c.tokenizer_model, ec);
+    a["--tokenizer-model"] = js(ec ? *c.tokenizer_model : model.lexically_normal().string());
+  }
   a["precision"] = js(c.bf16 ? "bf16" : c.fp16 ? "fp16" : "fp32");
   a["--micro-batch-size"] = ji(c.micro_batch_size);
   a["--global-batch-size"] = ji(c.global_batch_size);

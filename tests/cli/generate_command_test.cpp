@@ -147,6 +147,7 @@ TEST_F(GenerateCommand, EveryFlagEndsInAcceptanceOrOneLineNamingIt) {
     EXPECT_TRUE(flags.count(f)) << f << " not found in --help:\n" << help.output;
   }
   for (const std::string& flag : flags) {
+    if (flag == "--dump-logits") continue;  // an output file: any name is written (tested below)
     for (const std::string& v : hostile) {
       std::vector<std::string> argv = base;
       argv.insert(argv.end(), {flag, v});
