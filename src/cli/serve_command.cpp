@@ -1,8 +1,10 @@
 // megatron serve: Megatron's text generation server (PUT /api) and the OpenAI completions API
 // over a checkpoint, with concurrent requests batched through the KV-cache generator
 // (serve/text_server.h, serve/batch_engine.h; docs/serving.md).
-#include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <chrono>
@@ -28,15 +30,49 @@
 namespace megatron::cli {
 namespace {
 
-// SIGINT and SIGTERM, blocked in every thread of the server and taken by one that waits for
-// them (so that no OpenMP or HTTP worker is ever interrupted by one).
-sigset_t stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  return set;
+// SIGINT and SIGTERM, from whichever thread takes them (OpenBLAS starts its threads before main()
+// can mask anything): the handler writes the signal's number to a pipe that a waiting thread
+// reads (write() is async-signal-safe; stopping the HTTP server is not).
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int sig) {
+  const int saved = errno;
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] const ssize_t n = ::write(g_signal_pipe[1], &byte, 1);
+  errno = saved;
 }
+
+// Installs the handler for the command's lifetime; the old dispositions come back after.
+class StopSignals {
+ public:
+  StopSignals() {
+    if (::pipe(g_signal_pipe) != 0) throw_error("cannot create a pipe: ", errno_string(errno));
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::close(g_signal_pipe[0]);
+    ::close(g_signal_pipe[1]);
+    g_signal_pipe[0] = g_signal_pipe[1] = -1;
+  }
+  // Blocks until a signal (its number) or wake() (0).
+  int wait() {
+    unsigned char byte = 0;
+    while (::read(g_signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    return byte;
+  }
+  void wake() { on_stop_signal(0); }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
 
 }  // namespace
 
@@ -67,16 +103,7 @@ int run_serve(const CommandArgs& argv) {
     std::cout << args.usage();
     return 0;
   }
-  // Block the stop signals before any thread exists (OpenMP's, the engine's, the HTTP pool's):
-  // they all inherit the mask, and only the waiting thread below takes the signals.
-  const sigset_t signals = stop_signals();
-  sigset_t previous;
-  pthread_sigmask(SIG_BLOCK, &signals, &previous);
-  struct RestoreMask {
-    sigset_t mask;
-    ~RestoreMask() { pthread_sigmask(SIG_SETMASK, &mask, nullptr); }
-  } restore{previous};
-
+  StopSignals stop_signals;  // from now on SIGINT and SIGTERM stop the server (a load in progress: once it is up)
   const int64_t max_batch = args.given("--inference-max-batch-size")
                                 ? args.get_int("--inference-max-batch-size", 1, 4096)
                                 : args.get_int("--max-batch-size", 1, 4096);
@@ -126,30 +153,23 @@ int run_serve(const CommandArgs& argv) {
   const int port = server.bind();
 
   // The signal thread: the first SIGINT or SIGTERM stops the server; run() returning for any
-  // other reason wakes it with a SIGTERM of its own.
-  std::mutex stop_mutex;
-  bool finished = false;
+  // other reason wakes it.
   std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    std::lock_guard<std::mutex> lock(stop_mutex);
-    if (!finished) log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ", stopping");
+    const int sig = stop_signals.wait();
+    if (sig != 0) log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ", stopping");
     server.stop();
   });
-
   std::string device = device_line.str();
   while (!device.empty() && device.back() == '\n') device.pop_back();
+  const size_t text = device.find_first_not_of(" >");
+  device = text == std::string::npos ? "" : device.substr(text);
   log("model " + name + " (iteration " + std::to_string(loaded.iteration) + ", " +
       std::to_string(loaded.config.num_layers) + " layers, hidden " + std::to_string(loaded.config.hidden_size) +
       ", " + std::to_string(context) + " positions)" + (device.empty() ? "" : "; " + device));
   log("listening on http://" + server_options.host + ":" + std::to_string(port) + " (PUT /api, POST /v1/completions; " +
       "batches of up to " + std::to_string(max_batch) + ")");
   server.run();
-  {
-    std::lock_guard<std::mutex> lock(stop_mutex);
-    finished = true;
-  }
-  pthread_kill(waiter.native_handle(), SIGTERM);  // a no-op wait if it already took its signal
+  stop_signals.wake();  // unread if the waiter took a signal already
   waiter.join();
   engine.stop();
   log("stopped");
