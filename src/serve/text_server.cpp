@@ -7,6 +7,7 @@
 #include <ctime>
 #include <exception>
 #include <mutex>
+#include <random>
 
 #include "core/error.h"
 #include "core/json_writer.h"
@@ -54,6 +55,7 @@ struct TextServer::Impl {
   LogLine log;
   httplib::Server http;
   std::atomic<uint64_t> requests{0};
+  const uint64_t run_id = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();  // of completion ids
   int port = -1;
 
   Impl(BatchEngine& e, ServeSettings s, ServerOptions o, LogLine l)
@@ -105,8 +107,8 @@ struct TextServer::Impl {
       say(req.method + " " + req.path + " from " + req.remote_addr + ": " + std::to_string(r.sequences.size()) +
           " prompt" + (r.sequences.size() == 1 ? "" : "s") + ", max_tokens " + std::to_string(r.max_tokens));
       std::vector<SequenceResult> results = engine.submit(r.sequences).get();
-      char id[40];
-      std::snprintf(id, sizeof id, "cmpl-%08llx%08llx", static_cast<unsigned long long>(options.seed & 0xffffffffu),
+      char id[48];
+      std::snprintf(id, sizeof id, "cmpl-%016llx%08llx", static_cast<unsigned long long>(run_id),
                     static_cast<unsigned long long>(n));
       res.set_content(completion_response(r, results, settings, id, static_cast<int64_t>(std::time(nullptr))),
                       "application/json");
