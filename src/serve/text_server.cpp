@@ -1,6 +1,7 @@
 #include "serve/text_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdio>
@@ -142,6 +143,12 @@ struct TextServer::Impl {
   void routes() {
     http.new_task_queue = [n = options.threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
     http.set_payload_max_length(options.max_body_bytes);
+    // SO_REUSEADDR (a restart binds at once) without httplib's SO_REUSEPORT, which would let a
+    // second server bind the same port and take half of the connections.
+    http.set_socket_options([](socket_t sock) {
+      const int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     http.Put("/api", [this](const httplib::Request& q, httplib::Response& r) { megatron_api(q, r); });
     for (const char* path : {"/v1/completions", "/completions"}) {
       http.Post(path, [this](const httplib::Request& q, httplib::Response& r) { completions(q, r); });

@@ -11,7 +11,7 @@ with Python's http.client:
   - every bad request (bad JSON, missing or mistyped fields, too many tokens, a negative
     temperature, an unknown path, a wrong method, an oversized body, a broken HTTP request) gets
     a 4xx with a JSON message, and the server answers normally afterwards;
-  - SIGTERM stops it cleanly (exit 0).
+  - a second server on the same port is refused; SIGTERM stops the first cleanly (exit 0).
 
 Bounded: one training run of a few seconds, one server, about 40 requests, every wait limited.
 Run by CTest with MT_BIN (the megatron binary) and MT_DATA_DIR (data/, with gpt2/).
@@ -264,6 +264,11 @@ def main():
         greedy_answers(server, ref)
         concurrent_answers(server, ref)
         bad_requests(server)
+        # A second server on the same port is refused (no SO_REUSEPORT sharing of connections).
+        second = subprocess.run([BIN, "serve", "--load", ckpt, "--host", "127.0.0.1", "--port", str(server.port)] +
+                                VOCAB, capture_output=True, text=True, timeout=60)
+        check(second.returncode == 1 and "error: [--port] cannot listen on" in second.stderr,
+              f"a second server on port {server.port}: {second.returncode} {second.stderr}")
         status, models, _ = server.request("GET", "/v1/models")
         check(status == 200 and models["data"][0]["id"] == "tiny-gpt", f"/v1/models {models}")
         server.proc.send_signal(signal.SIGTERM)
