@@ -173,6 +173,23 @@ struct TextServer::Impl {
       http.Patch(a.path, not_allowed);
       http.Delete(a.path, not_allowed);
     }
+    // Bodies --max-request-bytes would not bound are refused before they are read: httplib
+    // inflates compressed ones past it (a few hundred KB of gzip make gigabytes) and reads
+    // chunked ones to their end.
+    http.set_pre_routing_handler([](const httplib::Request& q, httplib::Response& r) {
+      const std::string encoding = q.get_header_value("Content-Encoding");
+      const std::string transfer = q.get_header_value("Transfer-Encoding");
+      if ((encoding.empty() || encoding == "identity") && (transfer.empty() || transfer == "identity")) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      r.set_header("Connection", "close");  // the body is left unread
+      if (!transfer.empty() && transfer != "identity") {
+        answer_error(q, r, 411, "Transfer-Encoding " + transfer + " is not accepted: send the body with a Content-Length");
+      } else {
+        answer_error(q, r, 415, "Content-Encoding " + encoding + " is not accepted: send the body uncompressed");
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    });
     // What httplib answers by itself (no route, a body over the limit, a request it cannot
     // read) gets a JSON body too.
     http.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {

@@ -7,10 +7,10 @@
 //   GET  /stats                           the engine's counters (batches, largest batch, ...)
 //
 // Every request is answered, whatever it holds: a refused one with 4xx and a JSON message
-// (400 for a bad body, 404 an unknown path, 405 a known path with another method, 413 a body
-// over the limit), 503 when the queue is full or the server is stopping, 500 when its batch
-// failed. Errors under /v1/ and /completions use OpenAI's {"error": {...}} body, the rest
-// Megatron's {"message": ...}.
+// (400 for a bad body, 404 an unknown path, 405 a known path with another method, 411 a chunked
+// body, 413 one over the limit, 415 a compressed one), 503 when the queue is full or the server
+// is stopping, 500 when its batch failed. Errors under /v1/ and /completions use OpenAI's
+// {"error": {...}} body, the rest Megatron's {"message": ...}.
 #pragma once
 
 #include <atomic>

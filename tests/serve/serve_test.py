@@ -9,13 +9,15 @@ with Python's http.client:
   - four concurrent requests are all answered correctly, and at least two of them shared a batch
     (GET /stats, and the server's batch log line);
   - every bad request (bad JSON, missing or mistyped fields, too many tokens, a negative
-    temperature, an unknown path, a wrong method, an oversized body, a broken HTTP request) gets
-    a 4xx with a JSON message, and the server answers normally afterwards;
+    temperature, an unknown path, a wrong method, an oversized, compressed or chunked body, a
+    broken HTTP request) gets a 4xx with a JSON message, and the server answers normally
+    afterwards;
   - a second server on the same port is refused; SIGTERM stops the first cleanly (exit 0).
 
 Bounded: one training run of a few seconds, one server, about 40 requests, every wait limited.
 Run by CTest with MT_BIN (the megatron binary) and MT_DATA_DIR (data/, with gpt2/).
 """
+import gzip
 import http.client
 import json
 import os
@@ -238,6 +240,19 @@ def bad_requests(server):
             got = (answer or {}).get("message", "")
         check(status == want and message in got, f"{method} {path} {body or raw!r}: {status} {answer}")
         check(server.proc.poll() is None, f"the server died after {method} {path} {body or raw!r}")
+    # Bodies the size limit would not bound: compressed (a gzip bomb) or chunked.
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    c.request("PUT", "/api", gzip.compress(b'{"prompts": ["' + b"a" * (64 << 20) + b'"]}'),
+              {"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    r = c.getresponse()
+    check(r.status == 415 and b"Content-Encoding gzip is not accepted" in r.read(), f"gzip body: {r.status}")
+    c.close()
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    c.request("PUT", "/api", iter([b'{"prompts": ["', b"a" * 100000, b'"]}']),
+              {"Content-Type": "application/json"}, encode_chunked=True)
+    r = c.getresponse()
+    check(r.status == 411 and b"Transfer-Encoding chunked is not accepted" in r.read(), f"chunked body: {r.status}")
+    c.close()
     # Not HTTP at all, then a request cut short: the server answers 400 or closes, and lives on.
     for junk in (b"HELLO THERE\r\n\r\n", b"PUT /api HTTP/1.1\r\nContent-Length: 1000\r\n\r\n{\"pro"):
         s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
