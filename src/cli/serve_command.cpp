@@ -103,7 +103,6 @@ int run_serve(const CommandArgs& argv) {
     std::cout << args.usage();
     return 0;
   }
-  StopSignals stop_signals;  // from now on SIGINT and SIGTERM stop the server (a load in progress: once it is up)
   const int64_t max_batch = args.given("--inference-max-batch-size")
                                 ? args.get_int("--inference-max-batch-size", 1, 4096)
                                 : args.get_int("--max-batch-size", 1, 4096);
@@ -148,6 +147,8 @@ int run_serve(const CommandArgs& argv) {
   settings.model_name = name;
 
   model::GPTGenerator generator(loaded.config, loaded.model->parameters(), *loaded.backend, context, max_batch);
+  // From here on SIGINT and SIGTERM stop the server cleanly (while loading they end the process).
+  StopSignals stop_signals;
   serve::BatchEngine engine(generator, *loaded.tokenizer, loaded.config.vocab_size, engine_options, log);
   serve::TextServer server(engine, settings, server_options, log);
   const int port = server.bind();
