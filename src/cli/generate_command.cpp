@@ -12,12 +12,14 @@
 #include "cli/args.h"
 #include "cli/backend_choice.h"
 #include "cli/commands.h"
-#include "cli/inference_model.h"
 #include "core/error.h"
 #include "cli/tokenizer_flags.h"
 #include "data/tokenizer/tokenizer.h"
 #include "model/gpt_generator.h"
+#include "model/gpt_model.h"
 #include "model/sampling.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_io.h"
 
 namespace megatron::cli {
 namespace {
@@ -37,6 +39,19 @@ std::vector<std::string> read_prompt_file(const std::string& path) {
   }
   if (in.bad()) throw_error("[--prompt-file] cannot read ", path, ": ", errno_string(errno));
   return prompts;
+}
+
+// After --load's checkpoint failed to load: an --iteration that the directory does not hold is
+// named as the cause (when it holds any; a missing directory stays --load's error).
+void check_iteration(const std::string& dir, int64_t iteration) {
+  const std::vector<ckpt::CheckpointSummary> all = ckpt::list_checkpoints(dir);
+  std::string held;
+  for (const ckpt::CheckpointSummary& c : all) {
+    if (!c.release && c.iteration == iteration) return;
+    if (!c.release) held += (held.empty() ? "" : ", ") + std::to_string(c.iteration);
+  }
+  if (held.empty()) return;
+  throw_error("[--iteration] no checkpoint of iteration ", iteration, " in ", dir, " (it holds iterations ", held, ")");
 }
 
 }  // namespace
@@ -77,12 +92,31 @@ int run_generate(const CommandArgs& argv) {
   sp.top_p = static_cast<float>(args.get_double("--top-p", {0.0, 1.0}));
   sp.seed = static_cast<uint64_t>(args.get_int("--seed"));
 
+  const std::unique_ptr<data::Tokenizer> tokenizer_ptr = data::make_tokenizer(tokenizer_options(args));
+  const data::Tokenizer& tokenizer = *tokenizer_ptr;
+  std::optional<int64_t> iteration;
+  if (args.given("--iteration")) iteration = args.get_int("--iteration", 1);
+  const std::string dir = args.get_string("--load");
+  ckpt::LoadedCheckpoint ck;
+  try {
+    ck = ckpt::load_checkpoint_dir(dir, iteration);
+  } catch (const Error&) {
+    if (iteration) check_iteration(dir, *iteration);
+    throw;
+  }
+  if (!ck.found) throw_error("[--load] no checkpoint in ", dir, " (", ck.tracker_path, " is missing)");
+  const ckpt::CheckpointModel cm = ckpt::read_checkpoint_model(ck);
+  if (cm.config.vocab_size != tokenizer.vocab_size()) {
+    throw_error("[--tokenizer-type] ", args.get_string("--tokenizer-type"), " has ", tokenizer.vocab_size(),
+                " tokens but the checkpoint was trained with ", cm.config.vocab_size);
+  }
+
   std::ostringstream device_line;  // keep stdout for the generated text alone
-  const InferenceModel loaded = load_inference_model(args, device_line);
-  const data::Tokenizer& tokenizer = *loaded.tokenizer;
-  const model::GPTConfig& config = loaded.config;
-  const int64_t context = config.max_position_embeddings;
-  model::GPTGenerator generator(config, loaded.model->parameters(), *loaded.backend, context);
+  std::unique_ptr<backend::Backend> backend = make_backend(args, device_line);
+  model::GPTModel model(cm.config, *backend, cm.dtype, 1);
+  ckpt::load_checkpoint_weights(ck, model.parameters(), *backend);
+  const int64_t context = cm.config.max_position_embeddings;
+  model::GPTGenerator generator(cm.config, model.parameters(), *backend, context);
 
   uint64_t draw = 0;
   for (const std::string& prompt : prompts) {
@@ -96,7 +130,7 @@ int run_generate(const CommandArgs& argv) {
     std::vector<float> logits = generator.append(ids);
     std::vector<int32_t> out;
     for (int64_t i = 0; i < max_new && generator.context_length() < context; ++i) {
-      const int32_t next = model::sample_token(logits, config.vocab_size, sp, draw++);
+      const int32_t next = model::sample_token(logits, cm.config.vocab_size, sp, draw++);
       if (next == tokenizer.eod()) break;
       out.push_back(next);
       if (generator.context_length() < context) logits = generator.append(std::span<const int32_t>(&next, 1));

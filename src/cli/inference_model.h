@@ -1,6 +1,7 @@
-// What `megatron generate` and `megatron serve` run on: the tokenizer of the tokenizer flags and
-// the model of --load's checkpoint (--iteration, or its latest), its weights on the --device
-// backend. The command declares those flags (cli/tokenizer_flags.h, cli/backend_choice.h).
+// What `megatron serve` runs on: the tokenizer of the tokenizer flags and the model of --load's
+// checkpoint (--iteration, or its latest), its weights on the --device backend, loaded and
+// checked as `megatron generate` does (cli/generate_command.cpp). The command declares those
+// flags (cli/tokenizer_flags.h, cli/backend_choice.h).
 #pragma once
 
 #include <memory>
