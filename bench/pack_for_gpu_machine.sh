@@ -20,7 +20,12 @@ cp "$B"/tests/comm_host_staged_communicator_test "$P/tests/"  # its CUDA half: r
 # Libraries of Debian's that the Ubuntu image may lack (OpenBLAS resolves to the real file
 # behind Debian's alternatives link). CUDA's and cuDNN's libraries are never copied: the GPU
 # machine has its own (cuDNN's engines alone are ~500 MB; the pack must stay under 64 MiB).
-for lib in simdjson pcre2-8 sentencepiece utf8proc zstd lzma openblas gfortran quadmath gomp; do
+# cpp-httplib (`megatron serve`) is Debian's compiled libcpp-httplib.so.0.11 with Brotli's
+# libraries behind it; the OpenSSL 3 it also links (libssl.so.3, libcrypto.so.3) is in every
+# Ubuntu image from 22.04 on (the GPU machine's 24.04 runs `megatron serve` with its own), and a
+# copy of ours would shadow the image's for other programs.
+for lib in simdjson pcre2-8 sentencepiece utf8proc zstd lzma openblas gfortran quadmath gomp cpp-httplib \
+           brotlicommon brotlidec brotlienc; do
   path=$(ldd "$B/megatron" | awk -v l="lib$lib.so" '$1 ~ l {print $3}')
   if [ -n "$path" ]; then cp -L "$path" "$P/lib/"; fi
 done

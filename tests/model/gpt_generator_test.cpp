@@ -85,6 +85,51 @@ TEST(GPTGenerator, LogitsMatchTheTrainingForward) { expect_logits_match(DType::k
 TEST(GPTGenerator, LogitsMatchTheTrainingForwardUntiedBf16) { expect_logits_match(DType::kBF16, true); }
 TEST(GPTGenerator, LogitsMatchTheTrainingForwardLlama) { expect_logits_match(DType::kF32, true, true); }
 
+// A batch of sequences at one context length gives each sequence's own logits (as batch 1
+// does), for the last position and for every position; the KV cache keeps the sequences apart.
+void expect_batch_matches_one_by_one(bool llama) {
+  GPTConfig c = config();
+  if (llama) {
+    c.normalization = Normalization::kRMSNorm;
+    c.swiglu = true;
+    c.add_bias_linear = false;
+    c.position_embedding = PositionEmbedding::kRope;
+    c.num_query_groups = 2;
+  }
+  auto backend = backend::make_cpu_backend();
+  GPTModel model(c, *backend, DType::kF32, 1);
+  model.parameters().initialize(*backend, 7, c.init_method_std, c.num_layers);
+  const int64_t b = 3, t = 4, V = c.padded_vocab_size;
+  std::mt19937 rng(11);
+  std::vector<int32_t> prompts(static_cast<size_t>(b * t)), next(static_cast<size_t>(b));
+  for (int32_t& id : prompts) id = static_cast<int32_t>(rng() % c.vocab_size);
+  for (int32_t& id : next) id = static_cast<int32_t>(rng() % c.vocab_size);
+
+  GPTGenerator batched(c, model.parameters(), *backend, c.max_position_embeddings, 4);
+  const std::vector<float> all = batched.append(prompts, b, true);  // [t, b, V]
+  const std::vector<float> step = batched.append(next, b);          // [b, V]
+  ASSERT_EQ(all.size(), static_cast<size_t>(t * b * V));
+  ASSERT_EQ(step.size(), static_cast<size_t>(b * V));
+  GPTGenerator single(c, model.parameters(), *backend, c.max_position_embeddings);
+  for (int64_t i = 0; i < b; ++i) {
+    single.reset();
+    for (int64_t p = 0; p < t; ++p) {
+      const std::vector<float> got = single.append(std::span<const int32_t>(&prompts[static_cast<size_t>(i * t + p)], 1));
+      for (int64_t v = 0; v < V; ++v) {
+        EXPECT_NEAR(all[static_cast<size_t>((p * b + i) * V + v)], got[static_cast<size_t>(v)], 1e-5)
+            << "sequence " << i << " position " << p << " id " << v;
+      }
+    }
+    const std::vector<float> got = single.append(std::span<const int32_t>(&next[static_cast<size_t>(i)], 1));
+    for (int64_t v = 0; v < V; ++v) {
+      EXPECT_NEAR(step[static_cast<size_t>(i * V + v)], got[static_cast<size_t>(v)], 1e-5) << "sequence " << i;
+    }
+  }
+}
+
+TEST(GPTGenerator, BatchMatchesOneByOne) { expect_batch_matches_one_by_one(false); }
+TEST(GPTGenerator, BatchMatchesOneByOneLlama) { expect_batch_matches_one_by_one(true); }
+
 TEST(Sampling, GreedyTopKTopP) {
   // Logits 0..9 plus two padded ids with huge logits that must never be chosen.
   std::vector<float> logits = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 100, 100};

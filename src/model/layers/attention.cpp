@@ -137,12 +137,12 @@ Tensor Attention::backward(const LayerContext& ctx, const Tensor& g, const Tenso
 void Attention::forward_cached(const LayerContext& ctx, const Tensor& ln_out, const Tensor& residual, Tensor& x_mid,
                                Tensor& qkv_rows, Tensor& out_rows, Tensor& k_cache, Tensor& v_cache,
                                int64_t past) const {
-  const int64_t t = qkv_rows.shape()[0], ql = local_width(ctx);
-  Tensor qkv2 = qkv_rows.view({t, local_qkv_width(ctx)});
+  const int64_t n = qkv_rows.shape()[0] * qkv_rows.shape()[1], ql = local_width(ctx);  // [t, b, width]
+  Tensor qkv2 = qkv_rows.view({n, local_qkv_width(ctx)});
   qkv.forward(ctx, ln_out, qkv2);
   if (rot_dim > 0) ctx.backend->rotary_forward(qkv_rows, rotary_params(ctx, Tensor(), past));
   ctx.backend->attention_kv_cache(qkv_rows, k_cache, v_cache, past, out_rows, params(ctx, Run{}));
-  proj.forward_residual(ctx, out_rows.view({t, ql}), residual, x_mid, {});
+  proj.forward_residual(ctx, out_rows.view({n, ql}), residual, x_mid, {});
 }
 
 }  // namespace megatron::model

@@ -78,8 +78,9 @@ struct Attention {
   // its partial sums in ws.h2).
   Tensor backward(const LayerContext& ctx, const Tensor& g, const Tensor& ln_out, const Saved& saved, const Run& run,
                   const BranchGradTaken& taken) const;
-  // Generation (one rank, no dropout): the keys and values of the new rows [t] join the caches
-  // [1, H, max_context, d] at position `past`; qkv [t, 1, 3q] and out [t, 1, q] are temporaries.
+  // Generation (one rank, no dropout): the keys and values of the new rows [t, b] join the caches
+  // [b, G, max_context, d] at position `past` (every sequence at the same position); qkv
+  // [t, b, 3q] and out [t, b, q] are temporaries.
   void forward_cached(const LayerContext& ctx, const Tensor& ln_out, const Tensor& residual, Tensor& x_mid,
                       Tensor& qkv_rows, Tensor& out_rows, Tensor& k_cache, Tensor& v_cache, int64_t past) const;
 };
