@@ -7,6 +7,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_io.h"
 #include "cli/backend_choice.h"
+#include "cli/checkpoint_tokenizer.h"
 #include "cli/tokenizer_flags.h"
 #include "core/error.h"
 
@@ -30,7 +31,6 @@ void check_iteration(const std::string& dir, int64_t iteration) {
 
 InferenceModel load_inference_model(const Args& args, std::ostream& device_log) {
   InferenceModel m;
-  m.tokenizer = data::make_tokenizer(tokenizer_options(args));
   std::optional<int64_t> iteration;
   if (args.given("--iteration")) iteration = args.get_int("--iteration", 1);
   const std::string dir = args.get_string("--load");
@@ -43,8 +43,11 @@ InferenceModel load_inference_model(const Args& args, std::ostream& device_log) 
   }
   if (!ck.found) throw_error("[--load] no checkpoint in ", dir, " (", ck.tracker_path, " is missing)");
   const ckpt::CheckpointModel cm = ckpt::read_checkpoint_model(ck);
+  // The tokenizer flags default to the checkpoint's own (cli/checkpoint_tokenizer.h).
+  const data::TokenizerOptions tokenizer_opts = checkpoint_tokenizer_options(args, ck);
+  m.tokenizer = data::make_tokenizer(tokenizer_opts);
   if (cm.config.vocab_size != m.tokenizer->vocab_size()) {
-    throw_error("[--tokenizer-type] ", args.get_string("--tokenizer-type"), " has ", m.tokenizer->vocab_size(),
+    throw_error("[--tokenizer-type] ", tokenizer_opts.type, " has ", m.tokenizer->vocab_size(),
                 " tokens but the checkpoint was trained with ", cm.config.vocab_size);
   }
   m.config = cm.config;

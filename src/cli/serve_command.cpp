@@ -97,7 +97,7 @@ int run_serve(const CommandArgs& argv) {
       .option("--top-p", "P", "top_p of a request that gives none (0: off)", "0")
       .option("--seed", "S", "sampling seed of the first request that gives none (then S+1, ...)", "1234")
       .option("--served-model-name", "NAME", "the model's name in OpenAI answers (default: --load's folder name)");
-  declare_tokenizer_flags(args, "GPT2BPETokenizer");
+  declare_tokenizer_flags(args, "");  // default: the checkpoint's tokenizer, else GPT2BPETokenizer
   declare_device_flag(args);
   if (!args.parse(argv)) {
     std::cout << args.usage();
