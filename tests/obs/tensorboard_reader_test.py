@@ -350,7 +350,7 @@ def self_test():
 
 
 def find_test_binary():
-    name = "train_tensorboard_writer_test"
+    name = "obs_tensorboard_writer_test"
     dirs = [os.getcwd()]
     if os.environ.get("MT_BIN"):
         dirs.append(os.path.dirname(os.environ["MT_BIN"]))
@@ -441,7 +441,7 @@ def check_corruptions(blob):
 def fixture_test():
     binary = find_test_binary()
     if binary is None:
-        check(False, "train_tensorboard_writer_test binary not found (build it first)")
+        check(False, "obs_tensorboard_writer_test binary not found (build it first)")
         return
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, MT_TB_FIXTURE_DIR=tmp)
