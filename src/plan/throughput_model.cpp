@@ -231,6 +231,21 @@ int64_t fewest_group_members_on_a_node(int64_t size, int64_t stride, int64_t G) 
   return fewest;
 }
 
+int64_t most_nodes_of_a_group(int64_t size, int64_t stride, int64_t G) {
+  MT_CHECK(size >= 1 && stride >= 1 && G >= 1) << "groups of " << size << " ranks " << stride << " apart on nodes of " << G;
+  const int64_t block = size * stride;
+  const int64_t span = block / std::gcd(block, G) * G;
+  int64_t most = 1;
+  for (int64_t start = 0; start < span; start += block) {
+    for (int64_t offset = 0; offset < stride; ++offset) {
+      // Ranks increase along the group, so its nodes are the range from its first to its last.
+      const int64_t first = (start + offset) / G, last = (start + offset + (size - 1) * stride) / G;
+      most = std::max(most, last - first + 1);
+    }
+  }
+  return most;
+}
+
 bool blocks_within_nodes(int64_t block, int64_t gpus_per_node) {
   return block <= gpus_per_node && gpus_per_node % block == 0;
 }
@@ -248,7 +263,12 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   // 8-GPU nodes puts half of its groups across two nodes, and a step waits for its slowest
   // group, so it runs on the network.
   const bool tp_on_nvlink = blocks_within_nodes(p.tp, G);
-  Link tp_link = tp_on_nvlink ? nvlink : network;
+  // A TP group across nodes runs its rings through each node's NICs: as many of them as it has
+  // GPUs on its emptiest node (comm_model.h, group_link): TP 16 on 8-GPU nodes, 8 NICs; TP 8
+  // on 4-GPU nodes, 4; TP 6 on 8-GPU nodes, 2 (a group puts 2 + 4 ranks on two nodes).
+  Link tp_link = tp_on_nvlink ? nvlink
+                              : group_link(nvlink, network, most_nodes_of_a_group(p.tp, 1, G),
+                                           fewest_group_members_on_a_node(p.tp, 1, G));
   // TP collectives over NVLink run at our measured share of the link for their message size
   // ([s b, h] of the micro-batch; engine_profile.h), not at the large-message kLinkEfficiency.
   if (tp_on_nvlink && cl.engine.measured_tp_collectives) {
@@ -258,12 +278,11 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   // A DP group with k ranks on each node crosses the network on k NICs at once (NCCL runs a
   // ring/tree channel per NIC), so its network bandwidth is k x the per-GPU figure, at most
   // NVLink's; with k uneven (blocks straddling nodes: TP 4 x DP 3 on 8-GPU nodes puts 2 + 1 of
-  // a group's ranks on two nodes) the node with the fewest sets the pace.
-  const int64_t dp_ranks_per_node = fewest_group_members_on_a_node(p.dp, p.tp, G);
-  const Link dp_network{std::min(nvlink.bytes_per_s, network.bytes_per_s * static_cast<double>(dp_ranks_per_node)),
-                        network.latency_s};
+  // a group's ranks on two nodes) the node with the fewest sets the pace (group_link).
   const bool dp_on_nvlink = blocks_within_nodes(p.tp * p.dp, G);
-  const Link& dp_link = dp_on_nvlink ? nvlink : dp_network;
+  const Link dp_link = dp_on_nvlink ? nvlink
+                                    : group_link(nvlink, network, most_nodes_of_a_group(p.dp, p.tp, G),
+                                                 fewest_group_members_on_a_node(p.dp, p.tp, G));
   const Link& pp_link = blocks_within_nodes(p.tp * p.dp * p.pp, G) ? nvlink : network;
 
   const double n = static_cast<double>(p.micro_batch * c.seq_length), h = static_cast<double>(c.hidden_size);

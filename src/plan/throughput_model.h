@@ -62,10 +62,12 @@
 //  optimizer   kGradPassBytes per local parameter (grad norm) + kAdamBytes per owned
 //              parameter, at HBM bandwidth (ours); or Engine::optimizer_bytes per parameter at
 //              the streaming rate (Megatron 2021's fp16 optimizer).
-// Links: TP within a node on NVLink when tp <= GPUs per node; DP over the network when tp*dp
-// spans nodes, at k x the per-GPU network bandwidth when k = min(dp, G/tp) ranks of the DP group
-// share a node (one NCCL channel per NIC; capped at NVLink); PP over the network when tp*dp*pp
-// spans nodes (rank order tp-dp-pp, docs/megatron-formats.md §7).
+// Links: a TP group on NVLink when its tp consecutive ranks divide the node, else across nodes;
+// a DP group on NVLink when tp*dp divides the node, else across nodes; a group across nodes at
+// min(NVLink, k x the per-GPU network bandwidth) where k of its ranks share its emptiest node
+// (its rings' channels spread over those k GPUs' NICs; comm_model.h group_link), with NCCL's
+// tree latency for all-reduces over many nodes; PP over the network when tp*dp*pp spans nodes,
+// one GPU's NIC per hop (rank order tp-dp-pp, docs/megatron-formats.md §7).
 //
 // Calibration (H100, bench/results/2026-11-23.md, "planner (`megatron plan`): calibration and
 // validation"): kAttentionEfficiency from the 124M op profile (cuDNN attention forward +
@@ -275,6 +277,10 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
 // `gpus_per_node` GPUs that it touches: how many NICs its slowest node crossing has. TP 4 x DP
 // 3 on 8-GPU nodes: 1 (a group puts 2 + 1 ranks on two nodes); TP 4 x DP 4: 2.
 int64_t fewest_group_members_on_a_node(int64_t size, int64_t stride, int64_t gpus_per_node);
+
+// The most nodes that any such group touches (for NCCL's tree latency over the nodes): TP 16 on
+// 8-GPU nodes 2, TP 6 on 8-GPU nodes 2, TP 8 x DP 48 on 8-GPU nodes 48.
+int64_t most_nodes_of_a_group(int64_t size, int64_t stride, int64_t gpus_per_node);
 
 // Whether every block of `block` consecutive ranks (a TP group: tp; the ranks of DP groups: tp
 // x dp; a pipeline's hops: tp x dp x pp) lies inside one node of `gpus_per_node` GPUs, i.e.

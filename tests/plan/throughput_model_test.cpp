@@ -105,8 +105,9 @@ TEST(PlanThroughput, CommunicationIsExposedOnlyWhereItShouldBe) {
 
 // Groups that do not divide a node cross it (Megatron's rank order tp-cp-dp-pp): the same TP 6
 // x PP 12 layout of 72 GPUs keeps every TP group on NVLink on 6-GPU nodes, but on 8-GPU nodes
-// half of its groups span two nodes, so its TP collectives run at the network's speed (the
-// 175B benchmark's 9-node answer came from pricing those on NVLink). Likewise the DP groups of
+// half of its groups span two nodes, so its TP collectives run at the network's speed: the two
+// NICs of the group's 2 GPUs on its emptiest node (the 175B benchmark's 9-node answer came from
+// pricing those on NVLink). Likewise the DP groups of
 // TP 2 x DP 3 (blocks of 6 ranks) on 8-GPU nodes, against 12-GPU nodes.
 TEST(PlanThroughput, GroupsThatDoNotDivideANodeCrossIt) {
   const PlanModel m = test::gpt_plan_model(96, 12288, 96, 2048);
@@ -115,7 +116,7 @@ TEST(PlanThroughput, GroupsThatDoNotDivideANodeCrossIt) {
   const Prediction in_node = predict(c6, DType::kBF16, tp6, h100(12, 6));
   const Prediction across = predict(c6, DType::kBF16, tp6, h100(9, 8));
   const Cluster eight = h100(9, 8);
-  const double ratio = eight.gpu.nvlink_bytes_per_s / eight.gpu.ib_bytes_per_s;
+  const double ratio = eight.gpu.nvlink_bytes_per_s / (2.0 * eight.gpu.ib_bytes_per_s);
   ASSERT_GT(ratio, 4.0);
   EXPECT_GT(across.tp_comm_s, 0.5 * ratio * in_node.tp_comm_s);
   EXPECT_EQ(across.compute_s, in_node.compute_s);
@@ -128,6 +129,40 @@ TEST(PlanThroughput, GroupsThatDoNotDivideANodeCrossIt) {
   const model::GPTConfig c2 = config_for_tp(m, 2);
   EXPECT_GT(predict(c2, DType::kBF16, dp3, h100(12, 8)).dp_comm_s,
             2.0 * predict(c2, DType::kBF16, dp3, h100(8, 12)).dp_comm_s);
+}
+
+// A TP group that fills whole nodes (TP 16 on 8-GPU nodes, TP 8 on 4-GPU nodes) crosses the
+// network on every NIC of its nodes: on A100 (25 GB/s per GPU's NIC, 300 GB/s NVLink) 8 NICs give
+// 200 GB/s, 4 give 100, so the exposed TP time is NVLink's x 300/200 and x 300/100, less the
+// latency, not x 300/25 as if one GPU's NIC carried the ring.
+TEST(PlanThroughput, TensorParallelGroupsAcrossNodesUseEveryNicOfTheirNodes) {
+  const PlanModel m = test::gpt_plan_model(96, 12288, 96, 2048);
+  auto a100 = [](int64_t nodes, int64_t per_node) {
+    Cluster cl;
+    cl.gpu = find_gpu("a100-80gb");
+    cl.gpus_per_node = per_node;
+    cl.nodes = nodes;
+    cl.engine = find_engine("megatron-2021");  // every TP all-reduce exposed, at kLinkEfficiency
+    return cl;
+  };
+  const ParallelConfig tp16{16, 8, 1, 1, 1, 512, PlanRecompute::kFull, false, false};
+  const ParallelConfig tp8{8, 8, 1, 1, 1, 512, PlanRecompute::kFull, false, false};
+  const model::GPTConfig c16 = config_for_tp(m, 16), c8 = config_for_tp(m, 8);
+  // The same TP 16 layout on 16-GPU "nodes" (NVLink only) against 8-GPU nodes.
+  const double on_nvlink = predict(c16, DType::kF16, tp16, a100(8, 16)).tp_comm_s;
+  const double across8 = predict(c16, DType::kF16, tp16, a100(16, 8)).tp_comm_s;
+  EXPECT_GT(across8, 1.3 * on_nvlink);
+  EXPECT_LT(across8, 1.7 * on_nvlink);
+  // TP 8: 8-GPU nodes against 4-GPU nodes (4 NICs per group: 100 GB/s, x 3 of NVLink's time).
+  const double in8 = predict(c8, DType::kF16, tp8, a100(8, 8)).tp_comm_s;
+  const double across4 = predict(c8, DType::kF16, tp8, a100(16, 4)).tp_comm_s;
+  EXPECT_GT(across4, 2.7 * in8);
+  EXPECT_LT(across4, 3.3 * in8);
+  EXPECT_EQ(most_nodes_of_a_group(16, 1, 8), 2);
+  EXPECT_EQ(most_nodes_of_a_group(8, 1, 4), 2);
+  EXPECT_EQ(most_nodes_of_a_group(6, 1, 8), 2);   // [6, 12): nodes 0 and 1
+  EXPECT_EQ(most_nodes_of_a_group(48, 8, 8), 48); // TP 8 x DP 48: one rank per node
+  EXPECT_EQ(most_nodes_of_a_group(4, 2, 8), 1);
 }
 
 // How many NICs a DP group's slowest node crossing uses: its fewest ranks on one node, counted
