@@ -114,6 +114,10 @@ plan::Cluster parse_cluster(const Args& a, DType dtype) {
     cl.overlap_param_gather = false;
   }
   cl.engine = plan::find_engine(a.get_string("--engine"));
+  if (!cl.engine.overlap_grad_reduce) {  // the engine's DDP had no overlap (megatron-2021)
+    cl.overlap_grad_reduce = false;
+    cl.overlap_param_gather = false;
+  }
   if (a.given("--attention-backend")) {
     const std::string b = a.get_string("--attention-backend");
     if (b == "flash") cl.engine.attention = plan::AttentionBackend::kFlash;

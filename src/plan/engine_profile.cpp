@@ -42,6 +42,7 @@ Engine find_engine(const std::string& name) {
     e.grad_reduce_bytes = 2;
     e.gelu_in_gemm_epilogue = false;
     e.async_tp_allreduce = false;
+    e.overlap_grad_reduce = false;  // --DDP-impl local (Megatron-LM 2021's default)
     e.fused_cross_entropy = false;
     return e;
   }

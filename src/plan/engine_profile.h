@@ -17,7 +17,8 @@
 //                       attention with dropout 0.1 on the scores, fused_bias_gelu as its own
 //                       kernel, the QKV bias added outside the GEMM, residual dropout masks,
 //                       bias-dropout-add and the residual-gradient add as their own kernels,
-//                       every TP all-reduce exposed, --fp16 grads reduced in fp16 and
+//                       every TP all-reduce exposed, the DP all-reduce after the backward
+//                       (--DDP-impl local, the default), --fp16 grads reduced in fp16 and
 //                       accumulated across micro-batches by autograd, unfused cross-entropy,
 //                       Megatron's fp16 optimizer (unfused passes, no distributed optimizer),
 //                       and the A100 GEMM rate of that era's cuBLAS (kGemmEfficiencyA100Era2022).
@@ -73,6 +74,12 @@ struct Engine {
   // false: a separate bias-GeLU kernel (Megatron 2021's fused_bias_gelu): 2e bytes forward and
   // 3e backward per FC1 output element, at the streaming rate.
   bool gelu_in_gemm_epilogue = true;
+  // The DP gradient reduction overlaps the backward (--overlap-grad-reduce, Megatron-Core's DDP;
+  // ours). false: Megatron-LM 2021's default --DDP-impl local, which all-reduces the gradients
+  // after the backward of the last micro-batch (a run with --DDP-impl torch overlapped: torch's
+  // DDP buckets; `megatron plan` has no flag for it, tests/plan/published_runs_test.cpp sets it
+  // per row as examples/sc21 ran them).
+  bool overlap_grad_reduce = true;
   // The backward TP all-reduces overlap the wgrad GEMMs (Megatron's async TP all-reduce, ours).
   // false: every TP all-reduce is exposed (the 2021 code the SC21 runs used).
   bool async_tp_allreduce = true;

@@ -20,6 +20,7 @@
 // bench/results/2026-11-23.md, "plan validation vs published", records the table this test prints.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -37,6 +38,8 @@ struct PublishedRun {
   int64_t layers, hidden, heads, tp, pp, vp, gpus, micro_batch, global_batch;
   double tflops_per_gpu;  // as published
   const char* miss;       // nullptr: must be within 20%; else why the model stays off
+  // Layers as the pipeline stages hold them, where they do not split evenly (0: `layers`).
+  int64_t planned_layers = 0;
 };
 
 struct Source {
@@ -57,7 +60,8 @@ double published_tokens_per_gpu(const Source& src, const PublishedRun& r) {
 }
 
 Prediction predict_run(const Source& src, const PublishedRun& r, bool overlap_grad_reduce) {
-  PlanModel m = test::gpt_plan_model(r.layers, r.hidden, r.heads, src.seq, src.vocab);
+  PlanModel m = test::gpt_plan_model(r.planned_layers > 0 ? r.planned_layers : r.layers, r.hidden, r.heads, src.seq,
+                                      src.vocab);
   m.dtype = src.dtype;
   Cluster cl;
   cl.gpu = find_gpu(src.gpu);
@@ -74,18 +78,21 @@ Prediction predict_run(const Source& src, const PublishedRun& r, bool overlap_gr
 
 // Checks every row and prints the comparison table (markdown, for bench/results/), then
 // where the predicted iteration goes (percent of the predicted iteration time).
-void check(const Source& src, const PublishedRun* rows, size_t n, int64_t last_overlapped_size) {
+// Returns each row's relative error of the predicted tokens/s per GPU.
+std::vector<double> check(const Source& src, const PublishedRun* rows, size_t n, int64_t last_overlapped_size) {
+  std::vector<double> errors;
   std::printf("| model | TP x PP x DP (vp) | mbs | GBS | published tok/s/GPU | predicted | error | TFLOP/s pub. | pred. |\n"
               "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   std::vector<Prediction> predictions;
   for (size_t i = 0; i < n; ++i) {
     const PublishedRun& r = rows[i];
-    const bool overlapped = r.layers * r.hidden <= last_overlapped_size;
+    const bool overlapped = src.engine.overlap_grad_reduce || r.layers * r.hidden <= last_overlapped_size;
     const Prediction pr = predict_run(src, r, overlapped);
     predictions.push_back(pr);
     const double published = published_tokens_per_gpu(src, r);
     const double predicted = pr.tokens_per_s / static_cast<double>(r.gpus);
     const double error = predicted / published - 1.0;
+    errors.push_back(error);
     std::printf("| %s | %lld x %lld x %lld (%lld) | %lld | %lld | %.0f | %.0f | %+.1f%% | %.1f | %.1f |\n", r.name,
                 static_cast<long long>(r.tp), static_cast<long long>(r.pp),
                 static_cast<long long>(r.gpus / (r.tp * r.pp)), static_cast<long long>(r.vp),
@@ -109,6 +116,7 @@ void check(const Source& src, const PublishedRun* rows, size_t n, int64_t last_o
                 pct(pr.gemm_s), pct(pr.attention_s), pct(pr.memory_bound_s), pct(pr.tp_comm_s), pct(pr.pp_comm_s),
                 pct(pr.bubble_s), pct(pr.dp_comm_s), pct(pr.optimizer_s));
   }
+  return errors;
 }
 
 // Why the listed rows stay off (bench/results/2026-11-23.md, "plan validation vs published", has
@@ -131,11 +139,43 @@ const PublishedRun kNarayanan[] = {
     {"1008B", 128, 25600, 160, 8, 64, 1, 3072, 1, 3072, 163, nullptr},
 };
 
-TEST(PlanPublished, NarayananTable1OnA100) {
-  const Source src{"a100-80gb", 2048, 50257, 51200, 96.0, 16.0, DType::kF16, PlanRecompute::kFull, false,
-                   find_engine("megatron-2021")};
-  check(src, kNarayanan, std::size(kNarayanan), 40 * 6144);  // torch DDP (overlapped) up to 18.4B
+Source narayanan_source() {
+  return Source{"a100-80gb", 2048, 50257, 51200, 96.0, 16.0, DType::kF16, PlanRecompute::kFull, false,
+                find_engine("megatron-2021")};
 }
+constexpr int64_t kNarayananLastTorchDdp = 40 * 6144;  // --DDP-impl torch (overlapped) up to 18.4B
+
+TEST(PlanPublished, NarayananTable1OnA100) {
+  check(narayanan_source(), kNarayanan, std::size(kNarayanan), kNarayananLastTorchDdp);
+}
+
+// BLOOM's 70 layers over 12 stages: Megatron-DeepSpeed partitioned transformer layers and the two
+// embeddings together (--pp-partition-method 'type:transformer|embedding', 72 / 12 = 6 each), so
+// the middle stages hold 6 layers: priced as 72 layers (the last stage, 5 layers + the head, as
+// 6 + the head: slightly slow); the published tokens/s counts the 70.
+// BLOOM 176B (BigScience, arXiv 2211.05100 §3.4-3.5; bigscience-workshop/bigscience
+// train/tr11-176B-ml): 48 nodes of 8 A100 80GB (Jean Zay), Megatron-DeepSpeed, bf16, ZeRO stage 1,
+// activation checkpointing, seq 2048, vocab 250,880, 70 layers, hidden 14336, 112 heads, TP 4 x
+// PP 12 x DP 8, micro-batch 2, global batch 2048, no dropout; ~150 TFLOP/s per GPU in
+// Megatron-DeepSpeed's own count (the 96-factor formula with recompute, as Narayanan's).
+// The figure is as the brief of this work quoted it (the paper's own wording is recalled as
+// 150-156, not read here); the row is held out of every fit.
+// Engine: megatron-2021 (the same local attention, unfused kernels and era of cuBLAS), with what
+// BigScience changed: bf16 with fp32 gradient reduction (DeepSpeed's BF16_Optimizer), ZeRO-1
+// (the distributed optimizer's reduce-scatter + gather) after the backward, dropout 0.
+const PublishedRun kBloom[] = {
+    {"BLOOM-176B", 70, 14336, 112, 4, 12, 1, 384, 2, 2048, 150, nullptr, 72},
+};
+
+Source bloom_source() {
+  Engine e = find_engine("megatron-2021");
+  e.grad_reduce_bytes = 4;
+  e.hidden_dropout = 0.0;
+  e.attention_dropout = 0.0;
+  return Source{"a100-80gb", 2048, 250880, 250880, 96.0, 16.0, DType::kBF16, PlanRecompute::kFull, true, e};
+}
+
+TEST(PlanPublished, Bloom176BOnA100) { check(bloom_source(), kBloom, std::size(kBloom), 0); }
 
 // Megatron-LM README, H100 weak scaling (docs/performance-references.md, "H100 weak scaling").
 const PublishedRun kMegatronH100[] = {
@@ -150,10 +190,26 @@ const PublishedRun kMegatronH100[] = {
     {"462B", 112, 18432, 144, 8, 16, 1, 6144, 1, 3072, 459.9, nullptr},
 };
 
+Source megatron_h100_source() {
+  return Source{"h100-80gb", 4096, 131072, 131072, 72.0, 12.0, DType::kBF16, PlanRecompute::kNone, true,
+                find_engine("megatron-core-2024")};
+}
+
 TEST(PlanPublished, MegatronReadmeH100WeakScaling) {
-  const Source src{"h100-80gb", 4096, 131072, 131072, 72.0, 12.0, DType::kBF16, PlanRecompute::kNone, true,
-                   find_engine("megatron-core-2024")};
-  check(src, kMegatronH100, std::size(kMegatronH100), INT64_MAX);
+  check(megatron_h100_source(), kMegatronH100, std::size(kMegatronH100), INT64_MAX);
+}
+
+// The bar of docs/planner.md, "How good it is", over every published multi-node run above
+// (all of them span nodes: 32 to 6144 GPUs on 8-GPU nodes): the median error within 15%.
+TEST(PlanPublished, MedianErrorOfMultiNodeRunsWithin15Percent) {
+  std::vector<double> all = check(narayanan_source(), kNarayanan, std::size(kNarayanan), kNarayananLastTorchDdp);
+  for (double e : check(megatron_h100_source(), kMegatronH100, std::size(kMegatronH100), INT64_MAX)) all.push_back(e);
+  for (double e : check(bloom_source(), kBloom, std::size(kBloom), 0)) all.push_back(e);
+  for (double& e : all) e = std::fabs(e);
+  std::sort(all.begin(), all.end());
+  const double median = all.size() % 2 ? all[all.size() / 2] : 0.5 * (all[all.size() / 2 - 1] + all[all.size() / 2]);
+  std::printf("median |error| over %zu published multi-node runs: %.1f%%\n", all.size(), 100.0 * median);
+  EXPECT_LT(median, 0.15);
 }
 
 }  // namespace
