@@ -149,6 +149,25 @@ void write_header(JsonWriter& w, const PlanRequest& q) {
   w.end_object();
 }
 
+// Notes for a layout whose TP or DP groups cross nodes (why it is slower than on one node).
+std::string span_notes(const plan::ParallelConfig& p, int64_t G) {
+  std::string out;
+  if (p.tp > 1 && !plan::blocks_within_nodes(p.tp, G) && p.tp < G) {
+    out += str_cat(" > note: TP ", p.tp, " does not divide ", G,
+                   " GPUs per node, so some TP groups span two nodes and their collectives run over the network "
+                   "(priced so above)\n");
+  } else if (p.tp > G) {
+    out += str_cat(" > note: TP ", p.tp, " spans ", plan::most_nodes_of_a_group(p.tp, 1, G), " nodes of ", G,
+                   " GPUs, so its TP groups span nodes and their collectives cross the network on the NICs of ",
+                   plan::fewest_group_members_on_a_node(p.tp, 1, G), " GPUs per node (priced so above)\n");
+  }
+  if (p.dp > 1 && p.tp * p.dp < G && !plan::blocks_within_nodes(p.tp * p.dp, G)) {
+    out += str_cat(" > note: TP x DP = ", p.tp * p.dp, " does not divide ", G,
+                   " GPUs per node, so some DP groups span two nodes and reduce over the network (priced so above)\n");
+  }
+  return out;
+}
+
 std::string header_text(const PlanRequest& q) {
   const model::GPTConfig& c = q.model.config;
   const int64_t P = plan::stage_num_parameters(plan::config_for_tp(q.model, 1), plan::ParallelConfig{}, 0);
@@ -177,6 +196,7 @@ int run_node_search(const PlanRequest& q, bool json) {
       w.key("nodes").value(s.nodes);
       w.key("best");
       if (s.best) write_candidate(w, *s.best); else w.null();
+      if (!s.best) w.key("why_none").value(s.why_none);
       w.end_object();
     }
     w.end_array();
@@ -190,10 +210,11 @@ int run_node_search(const PlanRequest& q, bool json) {
   for (const plan::NodeSearchStep& s : r.steps) {
     char buf[32];
     std::snprintf(buf, sizeof(buf), "  %5lld ", static_cast<long long>(s.nodes));
-    std::cout << buf << (s.best ? table_row(*s.best) : std::string("  no layout fits\n"));
+    std::cout << buf << (s.best ? table_row(*s.best) : str_cat("  no layout fits: ", s.why_none, "\n"));
   }
   if (r.nodes) {
     std::cout << " > answer: " << *r.nodes << " nodes (" << *r.nodes * q.cluster.gpus_per_node << " GPUs)\n";
+    std::cout << span_notes(r.steps.back().best->parallel, q.cluster.gpus_per_node);
   } else {
     std::cout << " > answer: no node count in " << q.first_nodes << ".." << q.last_nodes << " reaches "
               << q.target_report_time_s << " s\n";
@@ -219,10 +240,7 @@ int run_plan(const CommandArgs& argv) {
     rows.push_back(plan::evaluate_layout(q.model, q.cluster, q.single_layout));
   } else {
     rows = plan::enumerate_layouts(q.model, q.cluster, q.space);
-    if (rows.empty()) {
-      throw_error("[--global-batch-size] no valid layout of ", q.cluster.world(), " GPUs for global batch ",
-                  q.space.global_batch, " (it must be divisible by micro-batch x data-parallel size)");
-    }
+    if (rows.empty()) throw_error("[--global-batch-size] ", plan::no_layout_reason(q.model, q.cluster, q.space, rows));
   }
   int64_t fitting = 0;
   for (const plan::Candidate& k : rows) fitting += k.fits ? 1 : 0;
@@ -250,20 +268,8 @@ int run_plan(const CommandArgs& argv) {
   for (size_t i = 0; i < shown; ++i) std::cout << table_row(rows[i]);
   std::cout << "    TFLOP/s per GPU: Megatron 2024 convention; report time = 20e6 / tokens/s; memory = the worst "
                "pipeline stage\n";
-  if (q.single) {
-    // A layout the user chose whose groups straddle nodes: say why it is slow.
-    const plan::ParallelConfig& p = q.single_layout;
-    const int64_t G = q.cluster.gpus_per_node;
-    if (p.tp > 1 && !plan::blocks_within_nodes(p.tp, G) && p.tp < G) {
-      std::cout << " > note: TP " << p.tp << " does not divide " << G
-                << " GPUs per node, so some TP groups span two nodes and their collectives run over the network "
-                   "(priced so above)\n";
-    }
-    if (p.dp > 1 && p.tp * p.dp < G && !plan::blocks_within_nodes(p.tp * p.dp, G)) {
-      std::cout << " > note: TP x DP = " << p.tp * p.dp << " does not divide " << G
-                << " GPUs per node, so some DP groups span two nodes and reduce over the network (priced so above)\n";
-    }
-  }
+  // The layout the user chose, or the fastest fitting one: where its groups cross nodes.
+  if (q.single || rows.front().fits) std::cout << span_notes(rows.front().parallel, q.cluster.gpus_per_node);
   return 0;
 }
 

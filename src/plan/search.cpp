@@ -1,6 +1,8 @@
 #include "plan/search.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 
 #include "core/checked_int.h"
 #include "core/error.h"
@@ -25,6 +27,17 @@ template <class T>
 std::vector<T> fixed_or(const std::optional<T>& fixed, std::vector<T> all) {
   if (fixed) return {*fixed};
   return all;
+}
+
+bool searched_tp(int64_t tp, int64_t G, int64_t heads) {
+  if (heads % tp != 0) return false;
+  return tp <= G || (tp % G == 0 && tp <= kMaxSearchedTp);
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
 }
 
 }  // namespace
@@ -67,7 +80,7 @@ std::vector<Candidate> enumerate_layouts(const PlanModel& m, const Cluster& clus
   for (int64_t b = 1; b <= space.max_micro_batch; b *= 2) micro.push_back(b);
   std::vector<Candidate> out;
   for (int64_t tp : fixed_or(space.tp, divisors(world))) {
-    if (!space.tp && (tp > cluster.gpus_per_node || c.num_attention_heads % tp != 0)) continue;
+    if (!space.tp && !searched_tp(tp, cluster.gpus_per_node, c.num_attention_heads)) continue;
     for (int64_t pp : fixed_or(space.pp, divisors(c.num_layers))) {
       if (world % (tp * pp) != 0) continue;
       const int64_t dp = world / (tp * pp);
@@ -107,6 +120,55 @@ std::vector<Candidate> enumerate_layouts(const PlanModel& m, const Cluster& clus
   return out;
 }
 
+std::string no_layout_reason(const PlanModel& m, const Cluster& cluster, const SearchSpace& space,
+                             const std::vector<Candidate>& all) {
+  if (!all.empty()) {
+    // enumerate_layouts puts the misfits last, smallest first: all.front() when none fits.
+    const Candidate& k = all.front();
+    const ParallelConfig& p = k.parallel;
+    const double need = static_cast<double>(k.memory.worst.total());
+    return str_cat("does not fit: the smallest layout (TP ", p.tp, " x PP ", p.pp, " x DP ", p.dp, ", micro-batch ",
+                   p.micro_batch, p.recompute == PlanRecompute::kFull ? ", full recompute" : "",
+                   p.distributed_optimizer ? ", distributed optimizer" : "", ") needs ", gib(need), " GiB per GPU, ",
+                   gib(need - k.capacity_bytes), " GiB over the ", gib(k.capacity_bytes), " GiB available");
+  }
+  const model::GPTConfig& c = m.config;
+  const int64_t world = cluster.world();
+  // Which rule removed every layout, checked in validate_layout's order.
+  bool tp_ok = false, pp_ok = false, batch_ok = false;
+  std::vector<int64_t> dps;
+  for (int64_t tp : fixed_or(space.tp, divisors(world))) {
+    if (c.num_attention_heads % tp != 0 || c.ffn_hidden_size % tp != 0) continue;
+    if (!space.tp && !searched_tp(tp, cluster.gpus_per_node, c.num_attention_heads)) continue;
+    tp_ok = true;
+    for (int64_t pp : fixed_or(space.pp, divisors(c.num_layers))) {
+      if (world % (tp * pp) != 0 || c.num_layers % pp != 0) continue;
+      pp_ok = true;
+      const int64_t dp = world / (tp * pp);
+      if (std::find(dps.begin(), dps.end(), dp) == dps.end()) dps.push_back(dp);
+      if (space.global_batch % dp == 0) batch_ok = true;
+    }
+  }
+  if (!tp_ok) {
+    return str_cat("no valid layout: no TP size divides both ", world, " GPUs and the ", c.num_attention_heads,
+                   " heads (--num-attention-heads)", space.tp ? " at the TP size given" : "");
+  }
+  if (!pp_ok) {
+    return str_cat("no valid layout: no TP x PP divides ", world, " GPUs with PP dividing the ", c.num_layers,
+                   " layers (--num-layers)");
+  }
+  std::sort(dps.begin(), dps.end());
+  std::string list;
+  for (int64_t d : dps) list += (list.empty() ? "" : ", ") + std::to_string(d);
+  if (!batch_ok) {
+    return str_cat("no valid layout: the global batch ", space.global_batch,
+                   " (--global-batch-size) is not divisible by any data-parallel size of ", world, " GPUs (", list,
+                   ")");
+  }
+  return str_cat("no valid layout of ", world, " GPUs (data-parallel sizes ", list,
+                 ") passes the micro-batch, sequence-parallel and virtual-pipeline rules");
+}
+
 NodeSearch smallest_node_count(const PlanModel& m, Cluster cluster, const SearchSpace& space, int64_t first_nodes,
                                int64_t last_nodes, double target) {
   NodeSearch r;
@@ -116,6 +178,7 @@ NodeSearch smallest_node_count(const PlanModel& m, Cluster cluster, const Search
     step.nodes = nodes;
     const std::vector<Candidate> all = enumerate_layouts(m, cluster, space);
     if (!all.empty() && all.front().fits) step.best = all.front();
+    else step.why_none = no_layout_reason(m, cluster, space, all);
     r.steps.push_back(step);
     if (step.best && step.best->prediction.report_time_s <= target) {
       r.nodes = nodes;

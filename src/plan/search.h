@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -37,6 +38,8 @@ struct SearchSpace {
   int64_t max_vp = 8;           // virtual stages tried (divisors of L/pp up to this)
 };
 
+constexpr int64_t kMaxSearchedTp = 8;  // the largest TP of the published runs (one DGX)
+
 struct Candidate {
   ParallelConfig parallel;
   RankMemory memory;
@@ -46,7 +49,10 @@ struct Candidate {
 };
 
 // Every valid layout of `space` on `cluster`, fitting ones first by report time (fastest
-// first), then the others by memory (smallest first).
+// first), then the others by memory (smallest first). TP sizes searched: the divisors of the
+// heads up to the GPUs per node, and whole multiples of a node up to kMaxSearchedTp (TP 8 on
+// 4-GPU nodes: its groups fill two nodes and cross on all their NICs); a fixed TP is taken as
+// given.
 std::vector<Candidate> enumerate_layouts(const PlanModel& m, const Cluster& cluster, const SearchSpace& space);
 
 // One layout, validated (megatron::Error naming the flag when it is not valid), with the copy
@@ -56,7 +62,14 @@ Candidate evaluate_layout(const PlanModel& m, const Cluster& cluster, ParallelCo
 struct NodeSearchStep {
   int64_t nodes = 0;
   std::optional<Candidate> best;  // the fastest layout that fits, if any
+  std::string why_none;           // without one: why (no_layout_reason)
 };
+
+// Why `cluster` has no fitting layout of `space` (enumerate_layouts gave `all`): "no valid
+// layout: ..." naming the divisibility that failed (heads, layers, the global batch), or "does
+// not fit: the smallest layout (TP x PP x DP ...) needs X GiB per GPU, Y GiB over the Z GiB".
+std::string no_layout_reason(const PlanModel& m, const Cluster& cluster, const SearchSpace& space,
+                             const std::vector<Candidate>& all);
 struct NodeSearch {
   std::vector<NodeSearchStep> steps;  // one per node count tried, in order
   std::optional<int64_t> nodes;       // the smallest node count meeting the target, if any

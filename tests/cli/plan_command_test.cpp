@@ -87,6 +87,19 @@ TEST(PlanCommand, SmallestNodeCountFor175B) {
             std::string::npos)
       << text.output;
   EXPECT_NE(text.output.find("no layout fits"), std::string::npos);
+  // Every "no layout fits" row says why (no row with nothing after it).
+  EXPECT_EQ(text.output.find("no layout fits\n"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("no layout fits: does not fit: the smallest layout"), std::string::npos) << text.output;
+}
+
+// TP 8 on 4-GPU nodes: its groups fill two nodes, and the note says they span nodes.
+TEST(PlanCommand, NotesTensorParallelGroupsSpanningWholeNodes) {
+  const test::CommandResult r = plan(
+      "--model gpt3-175b --gpu a100-40gb --gpus-per-node 4 --nodes 16 --tensor-model-parallel-size 8 "
+      "--pipeline-model-parallel-size 8 --micro-batch-size 1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("note: TP 8 spans 2 nodes of 4 GPUs, so its TP groups span nodes"), std::string::npos)
+      << r.output;
 }
 
 // Narayanan et al. 2021's 145.6B row (A100, fp16, full recompute, vp 2): the megatron-2021

@@ -79,6 +79,52 @@ TEST(PlanSearch, SmallestNodeCountFor175B) {
   EXPECT_EQ(none.steps.size(), 4u);
 }
 
+// Every node count without a layout says why: 7 H100 nodes (56 GPUs) give data-parallel sizes
+// 7, 14, 28, 56 (TP x PP from the divisors of 56 with PP dividing 96 layers), none of which
+// divides the global batch 1536 = 2^9 x 3; on 2 nodes every layout runs out of memory (175B's
+// 18 bytes per parameter alone are 2.9 TiB over 16 GPUs).
+TEST(PlanSearch, EveryNodeCountWithoutALayoutSaysWhy) {
+  SearchSpace space;
+  space.global_batch = 1536;
+  const NodeSearch r = smallest_node_count(gpt3_175b(), h100(1), space, 1, 64, 560.0);
+  for (const NodeSearchStep& s : r.steps) {
+    EXPECT_EQ(s.best.has_value(), s.why_none.empty()) << s.nodes << " nodes: " << s.why_none;
+  }
+  ASSERT_GE(r.steps.size(), 7u);
+  EXPECT_NE(r.steps[6].why_none.find("global batch 1536 (--global-batch-size) is not divisible by any data-parallel "
+                                     "size of 56 GPUs (7, 14, 28, 56)"),
+            std::string::npos)
+      << r.steps[6].why_none;
+  EXPECT_EQ(r.steps[1].why_none.rfind("does not fit: the smallest layout", 0), 0u) << r.steps[1].why_none;
+  EXPECT_NE(r.steps[1].why_none.find("GiB over the"), std::string::npos) << r.steps[1].why_none;
+  // Heads: TP 2 fixed for 97 heads (a prime): no TP size is allowed, the first rule checked.
+  PlanModel odd = gpt3_175b();
+  odd.config.num_attention_heads = 97;
+  odd.config.kv_channels = 128;
+  SearchSpace fixed = space;
+  fixed.tp = 2;
+  Cluster one = h100(1);
+  EXPECT_EQ(no_layout_reason(odd, one, fixed, {}).rfind("no valid layout: no TP size divides both 8 GPUs and the 97 heads", 0),
+            0u)
+      << no_layout_reason(odd, one, fixed, {});
+}
+
+// TP sizes searched beyond a node: whole nodes up to kMaxSearchedTp (TP 8 on 4-GPU nodes).
+TEST(PlanSearch, SearchesTensorParallelAcrossWholeNodesUpToEight) {
+  SearchSpace space;
+  space.global_batch = 1536;
+  space.pp = 8;
+  space.micro_batch = 1;
+  Cluster four = h100(16);
+  four.gpus_per_node = 4;
+  bool tp8 = false;
+  for (const Candidate& k : enumerate_layouts(gpt3_175b(), four, space)) {
+    EXPECT_TRUE(k.parallel.tp <= 4 || k.parallel.tp == 8) << k.parallel.tp;
+    tp8 = tp8 || k.parallel.tp == 8;
+  }
+  EXPECT_TRUE(tp8);
+}
+
 TEST(PlanSearch, EvaluateRejectsInvalidLayoutsNamingTheFlag) {
   try {
     evaluate_layout(gpt3_175b(), h100(1), ParallelConfig{5, 1, 1, 1, 1, 8, PlanRecompute::kNone, false, false});
