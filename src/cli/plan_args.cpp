@@ -13,6 +13,8 @@ namespace {
 // The largest cluster planned: a million GPUs, past any built, so that the layout search (over
 // the divisors of the world size, and group placements repeating within it) stays quick.
 constexpr int64_t kMaxPlanGpus = int64_t{1} << 20;
+// Megatron's --attention-dropout and --hidden-dropout defaults (arguments.py).
+constexpr double kMegatronDefaultDropout = 0.1;
 // The fastest link a bandwidth flag may give, GB/s per GPU (a petabyte per second).
 constexpr double kMaxBandwidthGBs = 1e6;
 
@@ -124,6 +126,10 @@ plan::Cluster parse_cluster(const Args& a, DType dtype) {
     else if (b == "local") cl.engine.attention = plan::AttentionBackend::kLocal;
     else throw_error("[--attention-backend] invalid choice '", b, "' (choose from flash, local)");
   }
+  // Megatron's defaults (--attention-dropout 0.1, --hidden-dropout 0.1), as `megatron train`
+  // runs without the flags, so that both price the same step (cli/train_prediction.cpp).
+  cl.engine.attention_dropout = kMegatronDefaultDropout;
+  cl.engine.hidden_dropout = kMegatronDefaultDropout;
   if (a.given("--attention-dropout")) {
     const double p = a.get_double("--attention-dropout");
     if (!(p >= 0.0 && p < 1.0)) throw_error("[--attention-dropout] must be in [0, 1), got ", a.get_string("--attention-dropout"));
@@ -191,8 +197,8 @@ void declare_plan_flags(Args& a) {
       .flag("--no-overlap", "no overlap of gradient reduction / parameter gather with compute")
       .option("--engine", "NAME", "software profile (" + plan::engine_names() + "; plan/engine_profile.h)", "ours")
       .option("--attention-backend", "B", "flash or local (materialised scores); default: the engine's")
-      .option("--attention-dropout", "P", "attention dropout (default: the engine profile's; ours 0, as calibrated)")
-      .option("--hidden-dropout", "P", "dropout on the residual branches (default: the engine profile's; ours 0)")
+      .option("--attention-dropout", "P", "attention dropout (Megatron's default)", "0.1")
+      .option("--hidden-dropout", "P", "dropout on the residual branches (Megatron's default)", "0.1")
       .flag("--tp-comm-overlap", "TP collectives pipelined with the GEMMs (needs --sequence-parallel)")
       .flag("--reset-attention-mask", "attention within documents (cuDNN reads a bias of the documents)")
       .flag("--grad-reduce-in-bf16", "reduce gradients in 16 bits instead of fp32");

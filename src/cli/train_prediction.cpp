@@ -8,6 +8,14 @@
 
 namespace megatron::cli {
 
+namespace {
+std::string fmt_1(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", v);
+  return buf;
+}
+}  // namespace
+
 SpeedPrediction predict_speed(const train::TrainConfig& c, const plan::GpuSpec& gpu, int64_t gpus_per_node) {
   // What the planner does not model gets a reason instead of a wrong number.
   auto none = [&](const std::string& why) {
@@ -49,14 +57,20 @@ SpeedPrediction predict_speed(const train::TrainConfig& c, const plan::GpuSpec& 
   cluster.engine.document_bias = c.model.reset_attention_mask;
   const plan::Candidate k = plan::evaluate_layout(m, cluster, p);
   const plan::Prediction& q = k.prediction;
-  const double tflops = c.flops_convention == train::FlopsConvention::k2025 ? q.tflops_per_gpu_2025 : q.tflops_per_gpu_2024;
+  // TFLOP/s in Megatron's 2024 convention, as `megatron plan` prints them, and in the run's own
+  // (--flops-convention, what its log lines print) where that is another.
+  const std::string tflops =
+      c.flops_convention == train::FlopsConvention::k2025
+          ? str_cat(fmt_1(q.tflops_per_gpu_2024), " TFLOP/s/GPU (Megatron 2024 convention, as megatron plan; ",
+                    fmt_1(q.tflops_per_gpu_2025), " in this run's 2025 convention)")
+          : str_cat(fmt_1(q.tflops_per_gpu_2024), " TFLOP/s/GPU (Megatron 2024 convention, as megatron plan)");
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  char buf[400];
+  char buf[500];
   std::snprintf(buf, sizeof(buf),
                 " > predicted by megatron plan for %s (%lld node(s) x %lld GPU(s)): %.1f ms per iteration, %.0f tokens/s, "
-                "%.1f TFLOP/s/GPU, report time %.1f s; %s (%.1f of %.1f GiB per GPU)\n",
+                "%s, report time %.1f s; %s (%.1f of %.1f GiB per GPU)\n",
                 gpu.name, static_cast<long long>(cluster.nodes), static_cast<long long>(gpus_per_node),
-                q.seconds_per_iteration * 1e3, q.tokens_per_s, tflops, q.report_time_s,
+                q.seconds_per_iteration * 1e3, q.tokens_per_s, tflops.c_str(), q.report_time_s,
                 k.fits ? "fits" : "does NOT fit", static_cast<double>(k.memory.worst.total()) / gib,
                 k.capacity_bytes / gib);
   std::string line = buf;

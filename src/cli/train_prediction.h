@@ -13,7 +13,8 @@
 namespace megatron::cli {
 
 // " > predicted by megatron plan for h100-80gb (1 node x 1 GPU): 136.2 ms per iteration,
-// 60,150 tokens/s, 510.3 TFLOP/s/GPU, report time 332.5 s; fits (38.1 of 79.6 GiB per GPU)\n".
+// 60,150 tokens/s, 510.3 TFLOP/s/GPU (Megatron 2024 convention, as megatron plan; ... in this
+// run's 2025 convention), report time 332.5 s; fits (38.1 of 79.6 GiB per GPU)\n".
 // `config` must have model.vocab_size set; `gpus_per_node` ranks share a node. ms_per_iteration
 // is 0, and the line gives the reason, where the planner does not model the run (fp32, full
 // recompute of only some layers); 0 too under --rampup-batch-size (the line is for the final batch).
