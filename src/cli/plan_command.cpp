@@ -212,6 +212,7 @@ int run_node_search(const PlanRequest& q, bool json) {
     std::snprintf(buf, sizeof(buf), "  %5lld ", static_cast<long long>(s.nodes));
     std::cout << buf << (s.best ? table_row(*s.best) : str_cat("  no layout fits: ", s.why_none, "\n"));
   }
+  std::cout << "    TFLOP/s per GPU: Megatron 2024 convention; report time = 20e6 / tokens/s\n";
   if (r.nodes) {
     std::cout << " > answer: " << *r.nodes << " nodes (" << *r.nodes * q.cluster.gpus_per_node << " GPUs)\n";
     std::cout << span_notes(r.steps.back().best->parallel, q.cluster.gpus_per_node);

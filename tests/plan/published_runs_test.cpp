@@ -17,7 +17,9 @@
 //     Not published: micro-batch (1 assumed), virtual pipeline (1 assumed), precision (bf16
 //     assumed); distributed optimizer and SP for TP > 1 assumed (Megatron-Core's recommended
 //     setting for these runs).
-// bench/results/2026-11-23.md, "plan validation vs published", records the table this test prints.
+//   BLOOM 176B (Megatron-DeepSpeed, 2022): see kBloom.
+// bench/results/2026-11-23.md, "plan validation vs published", records the table this test prints;
+// docs/planner.md, "How good it is", the current one with each row's source.
 #include <gtest/gtest.h>
 
 #include <algorithm>
