@@ -84,6 +84,22 @@ plan::PlanModel parse_model(const Args& a) {
   c.vocab_size = positive(a, "--vocab-size");
   m.make_vocab_size_divisible_by = positive(a, "--make-vocab-size-divisible-by");
   c.untie_embeddings_and_output_weights = a.get_flag("--untie-embeddings-and-output-weights");
+  // Llama's terms, as train takes them: grouped-query attention (the QKV GEMM's width, the K/V
+  // activations and grads in memory), rotary embeddings (no position table; a rotation of q, k).
+  if (a.get_flag("--group-query-attention")) {
+    c.num_query_groups = positive(a, "--num-query-groups");
+    if (c.num_attention_heads % c.num_query_groups != 0) {
+      throw_error("[--num-query-groups] ", c.num_query_groups, " does not divide --num-attention-heads ",
+                  c.num_attention_heads);
+    }
+  } else if (a.given("--num-query-groups")) {
+    throw_error("[--num-query-groups] needs --group-query-attention");
+  }
+  const std::string pos = a.get_string("--position-embedding-type");
+  if (pos == "learned_absolute") c.position_embedding = model::PositionEmbedding::kLearnedAbsolute;
+  else if (pos == "rope") c.position_embedding = model::PositionEmbedding::kRope;
+  else if (pos == "none") c.position_embedding = model::PositionEmbedding::kNone;
+  else throw_error("[--position-embedding-type] invalid choice '", pos, "' (choose from learned_absolute, rope, none)");
   c.add_bias_linear = !a.get_flag("--disable-bias-linear");
   if (a.get_flag("--fp16") && a.get_flag("--bf16")) throw_error("[--fp16/--bf16] give at most one of them");
   m.dtype = a.get_flag("--fp16") ? DType::kF16 : DType::kBF16;
@@ -183,6 +199,9 @@ void declare_plan_flags(Args& a) {
       .option("--make-vocab-size-divisible-by", "N", "pad the vocabulary to a multiple of N * TP", "128")
       .flag("--untie-embeddings-and-output-weights", "separate output layer weights")
       .flag("--disable-bias-linear", "no biases in the linear layers")
+      .flag("--group-query-attention", "grouped-query attention (with --num-query-groups)")
+      .option("--num-query-groups", "G", "key/value heads with --group-query-attention", "1")
+      .option("--position-embedding-type", "T", "learned_absolute, rope or none", "learned_absolute")
       .flag("--swiglu", "SwiGLU MLP: linear_fc1 gives gate and up halves, silu(gate) * up replaces GELU")
       .option("--normalization", "NAME", "LayerNorm or RMSNorm", "LayerNorm")
       .flag("--bf16", "bf16 parameters, fp32 main weights (the default)")

@@ -146,6 +146,13 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
     lt.memory_forward += 2.0 * n * h / u / stream;
     lt.memory += 2.0 * (1.0 + 2.0 * e + 1.0) * n * h / u / stream;
   }
+  if (c.rope()) {
+    // Rotary embeddings on q and k (the query groups' keys): read and written once forward, and
+    // the gradient once backward (its own kernel in every engine), at the streaming rate.
+    const double qk = n * static_cast<double>((c.num_attention_heads + c.query_groups()) * c.kv_channels) / t;
+    lt.memory_forward += kRopeBytes * e * qk / stream;
+    lt.memory += 2.0 * kRopeBytes * e * qk / stream;
+  }
   if (!engine.linear_bias_in_epilogue) {  // QKV `+= bias` after the GEMM
     lt.memory_forward += 2.0 * e * n * 3.0 * q / t / stream;
     lt.memory += 2.0 * e * n * 3.0 * q / t / stream;
@@ -159,7 +166,9 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
 double model_flops(const model::GPTConfig& c, int64_t global_batch, bool causal) {
   const double B = static_cast<double>(global_batch), s = static_cast<double>(c.seq_length);
   const double L = static_cast<double>(c.num_layers), h = static_cast<double>(c.hidden_size);
-  const double q = static_cast<double>(c.num_attention_heads * c.kv_channels), k = q;
+  // Keys and values: the query groups' heads (train/flops.h: k = g * d).
+  const double q = static_cast<double>(c.num_attention_heads * c.kv_channels);
+  const double k = static_cast<double>(c.query_groups() * c.kv_channels);
   const double f = static_cast<double>(c.ffn_hidden_size), V = static_cast<double>(c.padded_vocab_size);
   const double mlp_gemms = c.swiglu ? 3.0 : 2.0;  // Megatron's c: FC1 is h x 2f with --swiglu
   return 6.0 * B * s * L * (h * (q + 2.0 * k) + q * h) + (causal ? 6.0 : 12.0) * B * s * s * L * q +
@@ -177,6 +186,9 @@ void validate_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t
   if (c.num_attention_heads % p.tp != 0) {
     throw_error("[--num-attention-heads] ", c.num_attention_heads, " is not divisible by --tensor-model-parallel-size ",
                 p.tp);
+  }
+  if (c.query_groups() % p.tp != 0) {
+    throw_error("[--num-query-groups] ", c.query_groups(), " is not divisible by --tensor-model-parallel-size ", p.tp);
   }
   if (c.ffn_hidden_size % p.tp != 0) {
     throw_error("[--ffn-hidden-size] ", c.ffn_hidden_size, " is not divisible by --tensor-model-parallel-size ", p.tp);

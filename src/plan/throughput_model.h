@@ -28,7 +28,9 @@
 //              kBiasDropoutAddBytes where the residual add is not in the row-parallel GEMM's
 //              epilogue (ours: TP > 1 or hidden dropout > 0; other engines always); and
 //              kResidualGradAddBytes where the residual-gradient add is its own kernel (not ours).
-//              (RMSNorm: the same term as LayerNorm.)
+//              (RMSNorm: the same term as LayerNorm.) With rotary embeddings, kRopeBytes * e per
+//              element of q and k (query groups' keys) forward and backward, at the streaming rate.
+//              Grouped-query attention narrows the QKV GEMM to (a + 2 g) d / t (qkv_out_size).
 //              kLogitsBytes * n*V/t for the softmax cross-entropy at HBM bandwidth; plus, at the
 //              streaming rate, with --swiglu its own kernels (kSwiglu*Bytes * e per [n, f/t]
 //              output element, in every engine), and what the engine does outside its kernels
@@ -204,6 +206,9 @@ constexpr double kLogitsBytes = 4.5;         // per token and (padded) vocabular
 // an assumption until an H100 profile of the SwiGLU ops calibrates it.
 constexpr double kSwigluForwardBytes = 3.0;
 constexpr double kSwigluBackwardBytes = 5.0;
+// Rotary embeddings (--position-embedding-type rope): bytes per element of q and k, in units of
+// e, forward (read + write) and again backward; counted, not measured (as the SwiGLU terms).
+constexpr double kRopeBytes = 2.0;
 constexpr double kGradPassBytes = 5.3;       // per parameter of the rank (the grad-norm pass)
 constexpr double kAdamBytes = 35.4;          // per parameter the rank's optimizer owns
 // The share of an overlapped DP collective's time that the GEMMs beside it lose (NCCL's kernels and

@@ -303,3 +303,35 @@ TEST(PlanCommand, EveryFlagEndsInAcceptanceOrOneLineNamingIt) {
 
 }  // namespace
 }  // namespace megatron
+
+namespace megatron {
+namespace {
+
+// Llama's flags as train takes them: grouped-query attention (fewer K/V parameters and less
+// memory than the same shape with multi-head attention), rotary embeddings; --num-query-groups
+// alone is refused naming the flag.
+TEST(PlanCommand, LlamaFlags) {
+  const std::string llama =
+      "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --ffn-hidden-size 14336 "
+      "--swiglu --normalization RMSNorm --disable-bias-linear --untie-embeddings-and-output-weights "
+      "--vocab-size 128256 --gpu h100-80gb --gpus-per-node 8 --tensor-model-parallel-size 2 "
+      "--pipeline-model-parallel-size 1 --micro-batch-size 1 --global-batch-size 64 --json";
+  const test::CommandResult gqa = plan(llama + " --group-query-attention --num-query-groups 8 --position-embedding-type rope");
+  const test::CommandResult mha = plan(llama + " --position-embedding-type rope");
+  ASSERT_EQ(gqa.status, 0) << gqa.output;
+  ASSERT_EQ(mha.status, 0) << mha.output;
+  auto number = [](const std::string& out, const char* key) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(out, m, std::regex(std::string("\"") + key + "\": ([0-9.e+]+)"))) << out;
+    return std::stod(m[1]);
+  };
+  EXPECT_GT(number(gqa.output, "tokens_per_s"), number(mha.output, "tokens_per_s"));
+  const test::CommandResult alone = plan(llama + " --num-query-groups 8");
+  EXPECT_NE(alone.status, 0);
+  EXPECT_NE(alone.output.find("[--num-query-groups] needs --group-query-attention"), std::string::npos) << alone.output;
+  const test::CommandResult bad = plan(llama + " --position-embedding-type alibi");
+  EXPECT_NE(bad.output.find("[--position-embedding-type] invalid choice 'alibi'"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace megatron

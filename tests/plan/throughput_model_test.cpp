@@ -662,3 +662,36 @@ TEST(PlanThroughput, EngineProfiles) {
 
 }  // namespace
 }  // namespace megatron::plan
+
+namespace megatron::plan {
+namespace {
+
+// Llama's terms: grouped-query attention narrows the QKV GEMM to (a + 2g) d and counts keys and
+// values at g heads in the FLOPs (as train/flops.h); rotary embeddings add memory-bound passes
+// over q and k (kRopeBytes).
+TEST(PlanThroughput, LlamaTermsGroupedQueriesAndRotary) {
+  PlanModel m = test::gpt_plan_model(32, 4096, 32, 4096, 128256);
+  m.config.swiglu = true;
+  m.config.ffn_hidden_size = 14336;
+  m.config.untie_embeddings_and_output_weights = true;
+  const ParallelConfig p{1, 1, 1, 1, 1, 8, PlanRecompute::kNone, false, false};
+  Cluster cl;
+  cl.gpu = find_gpu("h100-80gb");
+  cl.gpus_per_node = 1;
+  const model::GPTConfig mha = config_for_tp(m, 1);
+  m.config.num_query_groups = 8;
+  const model::GPTConfig gqa = config_for_tp(m, 1);
+  // FLOPs per iteration: the K and V projections shrink from 2 h^2 to 2 h (g d) per token and layer.
+  const double B = 8, s = 4096, L = 32, h = 4096;
+  EXPECT_NEAR(model_flops(mha, 8, false) - model_flops(gqa, 8, false), 6.0 * B * s * L * h * 2.0 * (h - 8 * 128), 1e6);
+  EXPECT_LT(predict(gqa, DType::kBF16, p, cl).gemm_s, predict(mha, DType::kBF16, p, cl).gemm_s);
+  m.config.position_embedding = model::PositionEmbedding::kRope;
+  const model::GPTConfig rope = config_for_tp(m, 1);
+  const double extra = predict(rope, DType::kBF16, p, cl).memory_bound_s - predict(gqa, DType::kBF16, p, cl).memory_bound_s;
+  // kRopeBytes x 2 bytes x (32 + 8) x 128 per token, twice (forward, backward), 32 layers, 8 x 4096 tokens.
+  const double expect = 2.0 * kRopeBytes * 2.0 * 40.0 * 128.0 * B * s * L / (cl.gpu.hbm_bytes_per_s * kStreamEfficiency);
+  EXPECT_NEAR(extra, expect, 1e-3 * expect);
+}
+
+}  // namespace
+}  // namespace megatron::plan
