@@ -8,6 +8,7 @@
 #include "backend/gpu_telemetry.h"
 #include "backend/ops.h"
 #include "backend/profiler_marks.h"
+#include "backend/qk_norm.h"
 #include "core/error.h"
 
 namespace megatron::backend {
@@ -53,6 +54,15 @@ std::string check_cudnn_attention_graphs(DType, int64_t, int64_t, const Attentio
 }
 std::string describe_cudnn_attention(Backend&, DType, int64_t, int64_t, const AttentionParams&) {
   return "this build of megatron has no CUDA backend";
+}
+
+void cuda_qk_norm_forward(Backend&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
+                          Tensor&, Tensor&, const QkNormParams&) {
+  throw_error("qk_norm_forward: this build of megatron has no CUDA backend");
+}
+void cuda_qk_norm_backward(Backend&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                           const Tensor&, Tensor&, Tensor&, Tensor&, Tensor&, const QkNormParams&, GradWrite) {
+  throw_error("qk_norm_backward: this build of megatron has no CUDA backend");
 }
 
 // No CudaBackend exists in this build: every backend is timed on the host.
