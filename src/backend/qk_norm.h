@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "backend/ops.h"
+#include "backend/qkv_layout.h"
 
 namespace megatron::backend {
 
@@ -46,6 +47,12 @@ void qk_norm_backward(Backend& backend, Tensor& dqkv, const Tensor& x, const Ten
                       const Tensor& k_weight, const Tensor& mean, const Tensor& rstd, Tensor& dq_weight,
                       Tensor& dq_bias, Tensor& dk_weight, Tensor& dk_bias, const QkNormParams& params,
                       GradWrite write = GradWrite::kAccumulate);
+
+// The shape contract both implementations check (each adds its own device and dtype checks):
+// qkv [s, b, width] for params' heads and groups, x of qkv's dtype with n*(H+G)*d elements, the
+// weights [d], rstd (and mean if defined) [n*(H+G)]. `what` names qkv (or dqkv) in the message.
+QkvLayout check_qk_norm_shapes(const Tensor& qkv, const Tensor& x, const Tensor& q_weight, const Tensor& k_weight,
+                               const Tensor& mean, const Tensor& rstd, const QkNormParams& params, const char* what);
 
 // The CPU reference and the CUDA implementation (the latter throws in a build without CUDA).
 void cpu_qk_norm_forward(Backend& backend, Tensor& qkv, const Tensor& q_weight, const Tensor& q_bias,

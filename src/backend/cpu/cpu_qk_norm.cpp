@@ -58,26 +58,14 @@ Tensor scale_of(const Tensor& weight, bool zero_centered) {
   return g;
 }
 
+// The shared shape contract, then the CPU backend's dtype rules.
 QkvLayout check(const Tensor& qkv, const Tensor& x, const Tensor& q_weight, const Tensor& k_weight,
                 const Tensor& mean, const Tensor& rstd, const QkNormParams& p, const char* what) {
-  const QkvLayout L(p.heads, p.groups(), p.head_dim);
   check_float(qkv, what);
-  MT_CHECK(qkv.ndim() == 3 && qkv.dim(2) == L.width())
-      << what << " " << qkv.describe() << " for " << p.heads << " heads in " << L.groups << " groups of "
-      << p.head_dim;
-  const int64_t n = qkv.numel() / L.width(), vectors = n * (L.heads + L.groups);
   check_float(x, "qk norm x");
-  MT_CHECK(x.dtype() == qkv.dtype() && x.numel() == vectors * L.head_dim)
-      << "qk norm x " << x.describe() << " for " << what << " " << qkv.describe() << ": " << vectors * L.head_dim
-      << " elements of its dtype expected";
-  MT_CHECK(q_weight.defined() && k_weight.defined() && q_weight.numel() == L.head_dim &&
-           k_weight.numel() == L.head_dim)
-      << "qk norm weights " << q_weight.describe() << ", " << k_weight.describe() << " for head_dim " << L.head_dim;
   check_f32(rstd, "qk norm rstd");
   if (mean.defined()) check_f32(mean, "qk norm mean");
-  MT_CHECK(rstd.numel() == vectors && (!mean.defined() || mean.numel() == vectors))
-      << "qk norm mean " << mean.describe() << ", rstd " << rstd.describe() << " for " << vectors << " vectors";
-  return L;
+  return check_qk_norm_shapes(qkv, x, q_weight, k_weight, mean, rstd, p, what);
 }
 
 }  // namespace

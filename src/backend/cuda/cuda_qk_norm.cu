@@ -159,23 +159,15 @@ void check_cuda_float(const Tensor& t, const char* what) {
 
 QkArgs make_args(Tensor& qkv, const Tensor& x, const Tensor& q_weight, const Tensor& k_weight, const Tensor& mean,
                  const Tensor& rstd, const QkNormParams& p, const char* what) {
-  const QkvLayout L(p.heads, p.groups(), p.head_dim);
   check_cuda_float(qkv, what);
-  MT_CHECK(qkv.ndim() == 3 && qkv.dim(2) == L.width())
-      << what << " " << qkv.describe() << " for " << p.heads << " heads in " << L.groups << " groups of "
-      << p.head_dim;
-  const int64_t n = qkv.numel() / L.width(), vectors = n * (L.heads + L.groups);
   check_cuda_float(x, "qk norm x");
-  MT_CHECK(x.dtype() == qkv.dtype() && x.numel() == vectors * L.head_dim)
-      << "qk norm x " << x.describe() << " for " << what << " " << qkv.describe();
   check_cuda_float(q_weight, "qk norm q weight");
   check_cuda_float(k_weight, "qk norm k weight");
-  MT_CHECK(q_weight.numel() == L.head_dim && k_weight.numel() == L.head_dim)
-      << "qk norm weights " << q_weight.describe() << ", " << k_weight.describe() << " for head_dim " << L.head_dim;
   MT_CHECK(rstd.defined() && rstd.device() == Device::kCUDA && rstd.dtype() == DType::kF32 &&
-           rstd.numel() == vectors && (!mean.defined() || (mean.device() == Device::kCUDA &&
-                                                           mean.dtype() == DType::kF32 && mean.numel() == vectors)))
-      << "qk norm mean/rstd for " << vectors << " vectors: CUDA fp32 expected";
+           (!mean.defined() || (mean.device() == Device::kCUDA && mean.dtype() == DType::kF32)))
+      << "qk norm mean/rstd: CUDA fp32 expected";
+  const QkvLayout L = check_qk_norm_shapes(qkv, x, q_weight, k_weight, mean, rstd, p, what);
+  const int64_t n = qkv.numel() / L.width(), vectors = n * (L.heads + L.groups);
   MT_CHECK(vectors <= int64_t{0x7fffffff} * kWarpsPerBlock) << what << ": " << vectors << " vectors";
   QkArgs a;
   a.qkv = qkv.data();
