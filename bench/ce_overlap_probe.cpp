@@ -28,13 +28,13 @@
 #include "probe_checks.h"  // CK (CUDA), CB (cuBLAS)
 
 // NCCL's calls, checked as probe_checks.h checks CUDA's.
-#define NK(x)                                                                          \
-  do {                                                                                 \
-    ncclResult_t r_ = (x);                                                             \
-    if (r_ != ncclSuccess) {                                                           \
+#define NK(x)                                                                                 \
+  do {                                                                                        \
+    ncclResult_t r_ = (x);                                                                    \
+    if (r_ != ncclSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, ncclGetErrorString(r_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
 
 namespace {
@@ -50,16 +50,18 @@ struct Kind {
 };
 
 struct Buffers {
-  float* send = nullptr;   // [N] the bucket
-  float* recv = nullptr;   // [N] all-to-all output / reduce-scatter output at its start
+  float* send = nullptr;              // [N] the bucket
+  float* recv = nullptr;              // [N] all-to-all output / reduce-scatter output at its start
   __nv_bfloat16* gathered = nullptr;  // [N] all-gather output
   std::vector<ncclWindow_t> windows;
 };
 
 void* alloc(size_t bytes, bool nccl) {
   void* p = nullptr;
-  if (nccl) NK(ncclMemAlloc(&p, bytes));
-  else CK(cudaMalloc(&p, bytes));
+  if (nccl)
+    NK(ncclMemAlloc(&p, bytes));
+  else
+    CK(cudaMalloc(&p, bytes));
   CK(cudaMemset(p, 0, bytes));
   return p;
 }
@@ -77,8 +79,8 @@ int main(int argc, char** argv) {
   for (auto& id : ids) NK(ncclGetUniqueId(&id));
   std::barrier sync(ranks);
   const size_t piece = n / ranks;
-  std::printf("ranks %d, bucket %zu fp32 (%.1f MB), piece %zu, GEMM %dx%dx%d x %d\n", ranks, n, n * 4 / 1e6, piece,
-              kM, kN, kK, kGemms);
+  std::printf("ranks %d, bucket %zu fp32 (%.1f MB), piece %zu, GEMM %dx%dx%d x %d\n", ranks, n, n * 4 / 1e6, piece, kM,
+              kN, kK, kGemms);
 
   auto worker = [&](int rank) {
     CK(cudaSetDevice(rank));
@@ -94,8 +96,8 @@ int main(int argc, char** argv) {
     const float one = 1.0f, zero = 0.0f;
     auto gemms = [&] {
       for (int i = 0; i < kGemms; ++i) {
-        CB(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, kN, kM, kK, &one, b, CUDA_R_16BF, kN, a, CUDA_R_16BF, kK,
-                        &zero, c, CUDA_R_16BF, kN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        CB(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, kN, kM, kK, &one, b, CUDA_R_16BF, kN, a, CUDA_R_16BF, kK, &zero,
+                        c, CUDA_R_16BF, kN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       }
     };
     cudaEvent_t e0, e_gemm, e_comm;
@@ -158,18 +160,21 @@ int main(int argc, char** argv) {
         timed(false, w, &tg, &tc);
         timed(true, w, &tg2, &tc2);
         if (rank == 0) {
-          std::printf("[%s] %d x %s: alone %.3f ms (%.1f GB/s algbw) | beside GEMMs: collectives %.3f, GEMMs %.3f ms "
-                      "(+%.3f over alone)\n",
-                      kind.name, kColls, names[w], tc, kColls * double(w == 2 ? n * 2 : n * 4) / (tc * 1e6), tc2, tg2,
-                      tg2 - g_alone);
+          std::printf(
+              "[%s] %d x %s: alone %.3f ms (%.1f GB/s algbw) | beside GEMMs: collectives %.3f, GEMMs %.3f ms "
+              "(+%.3f over alone)\n",
+              kind.name, kColls, names[w], tc, kColls * double(w == 2 ? n * 2 : n * 4) / (tc * 1e6), tc2, tg2,
+              tg2 - g_alone);
         }
       }
       sync.arrive_and_wait();
       for (ncclWindow_t w : buf.windows) NK(ncclCommWindowDeregister(comm, w));
       NK(ncclCommDestroy(comm));
       for (void* p : {static_cast<void*>(buf.send), static_cast<void*>(buf.recv), static_cast<void*>(buf.gathered)}) {
-        if (kind.windows) NK(ncclMemFree(p));
-        else CK(cudaFree(p));
+        if (kind.windows)
+          NK(ncclMemFree(p));
+        else
+          CK(cudaFree(p));
       }
     }
   };

@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c.stream));
     } else {
       reduce_copy_kernel<<<c.blocks, 512, c.smem, c.stream>>>(reinterpret_cast<float4*>(dst),
-                                                         reinterpret_cast<const float4*>(src), bytes / 16);
+                                                              reinterpret_cast<const float4*>(src), bytes / 16);
       CK(cudaGetLastError());
     }
   };
@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
       }
       if (mode != 1)
         for (Gemm& gm : gs)
-          CB(cublasLtMatmul(lt, gm.desc, &alpha, w, gm.a, x, gm.b, &beta, y, gm.c, y, gm.c, &gm.algo, ws, ws_bytes, s1));
+          CB(cublasLtMatmul(lt, gm.desc, &alpha, w, gm.a, x, gm.b, &beta, y, gm.c, y, gm.c, &gm.algo, ws, ws_bytes,
+                            s1));
     }
     CK(cudaEventRecord(gemm_end, s1));
     if (c) {
@@ -154,10 +155,11 @@ int main(int argc, char** argv) {
     run(&c, 1, &g1, &s1ms, &a1);  // the contenders alone (each starts when the last ends)
     run(&c, 2, &g2, &s2ms, &a2);
     const double side_each = s1ms / layers;
-    std::printf("%-6s k %2d: one collective alone %.3f ms (%.0f GB/s moved); with GEMMs: GEMMs end %.2f ms "
-                "(+%.2f = %.0f%% of the contenders' %.2f ms; k/SMs share would be +%.2f), all end %.2f\n",
-                c.name, c.blocks, side_each, 3.0 * bytes / side_each / 1e6 * (c.blocks == 0 ? 2.0 / 3.0 : 1.0), g2,
-                g2 - g0, 100.0 * (g2 - g0) / s1ms, s1ms, c.blocks * g0 / sms, a2);
+    std::printf(
+        "%-6s k %2d: one collective alone %.3f ms (%.0f GB/s moved); with GEMMs: GEMMs end %.2f ms "
+        "(+%.2f = %.0f%% of the contenders' %.2f ms; k/SMs share would be +%.2f), all end %.2f\n",
+        c.name, c.blocks, side_each, 3.0 * bytes / side_each / 1e6 * (c.blocks == 0 ? 2.0 / 3.0 : 1.0), g2, g2 - g0,
+        100.0 * (g2 - g0) / s1ms, s1ms, c.blocks * g0 / sms, a2);
   }
   return 0;
 }

@@ -114,12 +114,13 @@ int main(int argc, char** argv) {
           flops);
     }
     if (fc2) {
-      forms.emplace_back("dgelu bwd",
-                         [&](backend::Backend& e) {
-                           e.linear_dgelu_backward(dy, x, w, pre_in, dx, dw32, db, backend::Gelu::kTanh,
-                                                   backend::GradWrite::kOverwrite);
-                         },
-                         2.0 * flops);
+      forms.emplace_back(
+          "dgelu bwd",
+          [&](backend::Backend& e) {
+            e.linear_dgelu_backward(dy, x, w, pre_in, dx, dw32, db, backend::Gelu::kTanh,
+                                    backend::GradWrite::kOverwrite);
+          },
+          2.0 * flops);
     }
     for (const auto& [form, f, form_flops] : forms) {
       const double ms = time_ms(*be, repeats, [&, &f = f] { f(*be); });

@@ -97,8 +97,8 @@ std::string describe_algo(const cublasLtMatmulAlgo_t& algo) {
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof(swizzle), &w);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster), &w);
   char buf[128];
-  std::snprintf(buf, sizeof buf, "algo %d tile %d stages %d splitk %d swizzle %d cluster %s", id, tile, stages,
-                splitk, swizzle, cluster_name(cluster));
+  std::snprintf(buf, sizeof buf, "algo %d tile %d stages %d splitk %d swizzle %d cluster %s", id, tile, stages, splitk,
+                swizzle, cluster_name(cluster));
   return buf;
 }
 
@@ -217,7 +217,8 @@ int main(int argc, char** argv) {
 
     cublasLtMatmulPreference_t pref;
     CB(cublasLtMatmulPreferenceCreate(&pref));
-    CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
+    CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                            sizeof(ws_bytes)));
     std::vector<cublasLtMatmulHeuristicResult_t> cands(want);
     int found = 0;
     CB(cublasLtMatmulAlgoGetHeuristic(lt, g.desc, g.la, g.lb, g.lc, g.lc, pref, want, cands.data(), &found));
@@ -285,8 +286,10 @@ int main(int argc, char** argv) {
     }
     if (burst_win >= 0) {
       const double bw = times[burst_win].sustained_ms, sw = times[sus_win].sustained_ms;
-      std::printf("  SUMMARY %s: burst winner #%d sustained %.4f ms, sustained winner #%d %.4f ms (%.1f%%), heuristic #0 %.4f ms\n",
-                  p.name.c_str(), burst_win, bw, sus_win, sw, 100.0 * (bw - sw) / bw, times[0].sustained_ms);
+      std::printf(
+          "  SUMMARY %s: burst winner #%d sustained %.4f ms, sustained winner #%d %.4f ms (%.1f%%), heuristic #0 %.4f "
+          "ms\n",
+          p.name.c_str(), burst_win, bw, sus_win, sw, 100.0 * (bw - sw) / bw, times[0].sustained_ms);
       const bool head = p.name.rfind("head", 0) == 0;
       (head ? head_burst : layer_burst) += bw;
       (head ? head_best : layer_best) += sw;
@@ -297,7 +300,8 @@ int main(int argc, char** argv) {
     cublasLtMatrixLayoutDestroy(g.lc);
     cublasLtMatmulDescDestroy(g.desc);
   }
-  std::printf("\nTOTAL per layer: burst winners %.3f ms sustained, sustained winners %.3f ms (%.1f%%); head %.3f vs %.3f ms\n",
-              layer_burst, layer_best, 100.0 * (layer_burst - layer_best) / layer_burst, head_burst, head_best);
+  std::printf(
+      "\nTOTAL per layer: burst winners %.3f ms sustained, sustained winners %.3f ms (%.1f%%); head %.3f vs %.3f ms\n",
+      layer_burst, layer_best, 100.0 * (layer_burst - layer_best) / layer_burst, head_burst, head_best);
   return 0;
 }

@@ -62,9 +62,9 @@ int main(int argc, char** argv) {
   // Rows x width: 124M/350M (16 x 1024 tokens), 1.3B and 2.7B (4 x 2048), 13B at micro-batch
   // 1 and 2 and its TP4 + SP shard (2048 / 4 rows), 175B's width at micro-batch 1 and its
   // TP8 + SP shard.
-  std::vector<std::pair<int64_t, int64_t>> shapes = {{16384, 768}, {16384, 1024}, {8192, 2048}, {8192, 2560},
-                                                     {2048, 5120}, {4096, 5120},  {512, 5120},  {2048, 12288},
-                                                     {256, 12288}};
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{16384, 768}, {16384, 1024}, {8192, 2048},
+                                                     {8192, 2560}, {2048, 5120},  {4096, 5120},
+                                                     {512, 5120},  {2048, 12288}, {256, 12288}};
   if (argc > 2) {
     shapes.clear();
     for (int i = 2; i < argc; ++i) {
@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
     Tensor dgamma = make({h}, DType::kF32), dbeta = make({h}, DType::kF32), colsum = make({h}, DType::kF32);
     be->layernorm_forward(x, gamma, beta, 1e-5f, out, mean, rstd);  // real statistics for the backward
     const double e = 2.0, nh = static_cast<double>(n) * static_cast<double>(h);
-    const double fwd = time_us(prof, busy, repeats, [&] { be->layernorm_forward(x, gamma, beta, 1e-5f, out, mean, rstd); });
+    const double fwd =
+        time_us(prof, busy, repeats, [&] { be->layernorm_forward(x, gamma, beta, 1e-5f, out, mean, rstd); });
     const double bwd = time_us(prof, busy, repeats, [&] {
       be->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, backend::GradWrite::kAccumulate,
                              backend::GradWrite::kAccumulate);

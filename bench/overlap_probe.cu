@@ -177,11 +177,12 @@ int main(int argc, char** argv) {
         CK(cudaStreamWaitEvent(s1, e2));
         CK(cudaEventRecord(e0, s1));
         CK(cudaEventSynchronize(e0));
-        std::printf("k %2d SMs, %d x %4d threads: gemms alone %.2f (+%.1f%%), adamw alone %.2f (%.2f TB/s); "
-                    "at once: gemms end %.2f, adamw end %.2f, all %.2f ms (saves %.2f of %.2f serial)\n",
-                    k, per_sm, threads, g_part, 100.0 * (g_part / g_full - 1), a_part, 30.0 * P / a_part / 1e9,
-                    ms_between(start, e1), ms_between(start, e2), ms_between(start, e0),
-                    g_full + a_full - ms_between(start, e0), g_full + a_full);
+        std::printf(
+            "k %2d SMs, %d x %4d threads: gemms alone %.2f (+%.1f%%), adamw alone %.2f (%.2f TB/s); "
+            "at once: gemms end %.2f, adamw end %.2f, all %.2f ms (saves %.2f of %.2f serial)\n",
+            k, per_sm, threads, g_part, 100.0 * (g_part / g_full - 1), a_part, 30.0 * P / a_part / 1e9,
+            ms_between(start, e1), ms_between(start, e2), ms_between(start, e0),
+            g_full + a_full - ms_between(start, e0), g_full + a_full);
       }
     }
   }

@@ -143,8 +143,10 @@ int main(int argc, char** argv) {
     rest.erase(rest.begin(), rest.begin() + 2);
   }
   if (rest.empty()) {
-    std::fprintf(stderr, "usage: %s (VOCAB MERGES | --tokenizer-type T ...) INPUT(.jsonl|text) [THREADS=1,2,4,8,16] "
-                 "[REPEATS=3]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s (VOCAB MERGES | --tokenizer-type T ...) INPUT(.jsonl|text) [THREADS=1,2,4,8,16] "
+                 "[REPEATS=3]\n",
+                 argv[0]);
     return 2;
   }
   try {
@@ -183,8 +185,8 @@ int main(int argc, char** argv) {
         const double mbs = bytes / 1e6 / best[pass].seconds;
         if (threads == 1) base[pass] = mbs;
         const double eff = base[pass] > 0 ? mbs / threads / base[pass] : 0.0;
-        std::printf("%8d %5s %10.2f %12.2f %11.2f %12.2f\n", threads, pass == 0 ? "cold" : "warm", mbs, mbs / threads, eff,
-                    best[pass].tokens / 1e6 / best[pass].seconds);
+        std::printf("%8d %5s %10.2f %12.2f %11.2f %12.2f\n", threads, pass == 0 ? "cold" : "warm", mbs, mbs / threads,
+                    eff, best[pass].tokens / 1e6 / best[pass].seconds);
       }
     }
   } catch (const megatron::Error& e) {

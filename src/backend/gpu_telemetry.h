@@ -33,9 +33,9 @@ struct TelemetrySummary {
   double sm_clock_median_mhz = 0.0;
   double sm_clock_max_mhz = 0.0;  // the device's maximum SM clock
   double power_median_w = 0.0;
-  double power_limit_w = 0.0;     // the enforced limit
-  double power_capped = 0.0;      // fraction of samples held back by power (SW cap, HW slowdown, power brake)
-  double thermal_capped = 0.0;    // fraction held back by temperature
+  double power_limit_w = 0.0;   // the enforced limit
+  double power_capped = 0.0;    // fraction of samples held back by power (SW cap, HW slowdown, power brake)
+  double thermal_capped = 0.0;  // fraction held back by temperature
   // Medians over the samples that have the reading; NaN when none has.
   double temperature_median_c = std::numeric_limits<double>::quiet_NaN();
   double utilization_median_pct = std::numeric_limits<double>::quiet_NaN();

@@ -144,14 +144,13 @@ struct RotaryParams {
   int64_t heads = 0;         // query heads (AttentionParams::heads)
   int64_t query_groups = 0;  // as AttentionParams::query_groups (0: heads)
   int64_t head_dim = 0;
-  int64_t rot_dim = 0;       // r: even, 0 < r <= head_dim
-  Tensor inv_freq;           // fp32 [rot_dim / 2] on this backend's device
+  int64_t rot_dim = 0;          // r: even, 0 < r <= head_dim
+  Tensor inv_freq;              // fp32 [rot_dim / 2] on this backend's device
   float position_scale = 1.0f;  // 1 / seq_len_interpolation_factor
-  Tensor positions;          // int32 [b, s] on this backend's device, or undefined
+  Tensor positions;             // int32 [b, s] on this backend's device, or undefined
   int64_t position_offset = 0;
   int64_t groups() const { return query_groups > 0 ? query_groups : heads; }
 };
-
 
 // Device work recorded once and queued again as a whole (a CUDA graph): see
 // Backend::begin_recording.
@@ -203,8 +202,8 @@ class Backend {
   // c = alpha * op(a) @ op(b) + beta * c, with op(x) = x or x^T on the 2-D views
   // a: [m, k] (or [k, m] if trans_a), b: [k, n] (or [n, k] if trans_b), c: [m, n].
   // Tensors of higher rank are read as 2-D [numel / last_dim, last_dim].
-  virtual void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
-                      float alpha = 1.0f, float beta = 0.0f) = 0;
+  virtual void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha = 1.0f,
+                      float beta = 0.0f) = 0;
   // y[n, out] = x[n, in] @ w[out, in]^T + bias[out] (bias may be undefined).
   virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) = 0;
   // From dy[n, out]: dx[n, in] = dy @ w (skipped if dx undefined), dw[out, in] (+=) dy^T @ x,
@@ -255,8 +254,7 @@ class Backend {
   // out[n, f] = gelu(x + bias) (bias may be undefined); tanh approximation or exact erf.
   virtual void bias_gelu_forward(const Tensor& x, const Tensor& bias, Tensor& out, Gelu kind) = 0;
   // dx[n, f] = dy * gelu'(x + bias).
-  virtual void bias_gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& bias, Tensor& dx,
-                                  Gelu kind) = 0;
+  virtual void bias_gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& bias, Tensor& dx, Gelu kind) = 0;
 
   // out[n, f] = silu(gate) * up with x[n, 2f] = [gate | up] per row (Megatron's --swiglu: the
   // two halves of linear_fc1's output, its bias included), in fp32, rounded once to out's dtype.

@@ -85,21 +85,47 @@ std::unique_ptr<OpTimer> make_chrono_op_timer() { return std::make_unique<Chrono
 // ---- ProfilingBackend -----------------------------------------------------------------------
 
 const char* ProfilingBackend::op_name(int op) {
-  static const char* const kNames[kNumOps] = {
-      "empty",           "fill",               "copy",
-      "matmul",          "linear_forward",     "linear_backward",
-      "add",             "scale",              "bias_dropout_add",
-      "dropout_backward", "dropout_forward",   "bias_grad",
-      "bias_gelu_forward", "bias_gelu_backward", "layernorm_forward",
-      "layernorm_backward", "embedding_forward", "embedding_backward",
-      "attention_forward", "attention_backward", "attention_kv_cache",
-      "cross_entropy_forward", "cross_entropy_backward", "sum_squares",
-      "all_finite",      "count_zeros",        "adamw_update",
-      "linear_gelu_forward", "linear_dgelu_backward", "adamw_update_segments",
-      "linear_residual_forward", "cross_entropy_fused", "layernorm_backward_colsum",
-      "layernorm_backward_dropout_colsum", "init_normal",
-      "vocab_parallel_ce_terms", "vocab_parallel_ce_finish", "swiglu_forward",
-      "swiglu_backward", "rotary_forward", "rotary_backward"};
+  static const char* const kNames[kNumOps] = {"empty",
+                                              "fill",
+                                              "copy",
+                                              "matmul",
+                                              "linear_forward",
+                                              "linear_backward",
+                                              "add",
+                                              "scale",
+                                              "bias_dropout_add",
+                                              "dropout_backward",
+                                              "dropout_forward",
+                                              "bias_grad",
+                                              "bias_gelu_forward",
+                                              "bias_gelu_backward",
+                                              "layernorm_forward",
+                                              "layernorm_backward",
+                                              "embedding_forward",
+                                              "embedding_backward",
+                                              "attention_forward",
+                                              "attention_backward",
+                                              "attention_kv_cache",
+                                              "cross_entropy_forward",
+                                              "cross_entropy_backward",
+                                              "sum_squares",
+                                              "all_finite",
+                                              "count_zeros",
+                                              "adamw_update",
+                                              "linear_gelu_forward",
+                                              "linear_dgelu_backward",
+                                              "adamw_update_segments",
+                                              "linear_residual_forward",
+                                              "cross_entropy_fused",
+                                              "layernorm_backward_colsum",
+                                              "layernorm_backward_dropout_colsum",
+                                              "init_normal",
+                                              "vocab_parallel_ce_terms",
+                                              "vocab_parallel_ce_finish",
+                                              "swiglu_forward",
+                                              "swiglu_backward",
+                                              "rotary_forward",
+                                              "rotary_backward"};
   return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -163,15 +189,15 @@ int ProfilingBackend::gemm_key(const GemmKey& key, double flops_per_call) {
                  mat(d2, r2, c2) + (f2 ? " (+beta c)" : "") + mnk;
   } else if (info.op == kLinearForward || info.op == kLinearGeluForward || info.op == kLinearResidualForward) {
     // x [rows, in], w [out, in], y [rows, out].
-    std::snprintf(mnk, sizeof(mnk), " (m=%lld n=%lld k=%lld)", static_cast<long long>(r0),
-                  static_cast<long long>(r1), static_cast<long long>(c0));
+    std::snprintf(mnk, sizeof(mnk), " (m=%lld n=%lld k=%lld)", static_cast<long long>(r0), static_cast<long long>(r1),
+                  static_cast<long long>(c0));
     info.shape = "x " + mat(d0, r0, c0) + " w " + mat(d1, r1, c1) + (f0 ? " +bias" : "") +
                  (info.op == kLinearResidualForward ? " +residual" : "") + " -> y " + dt(d2) + mnk;
   } else {
     // dy [rows, out], x [rows, in], w [out, in]; f0: dx, f1: dbias, f2: dw dtype.
-    std::snprintf(mnk, sizeof(mnk), " (dx: m=%lld n=%lld k=%lld; dw: m=%lld n=%lld k=%lld)",
-                  static_cast<long long>(r0), static_cast<long long>(c2), static_cast<long long>(c0),
-                  static_cast<long long>(c0), static_cast<long long>(c2), static_cast<long long>(r0));
+    std::snprintf(mnk, sizeof(mnk), " (dx: m=%lld n=%lld k=%lld; dw: m=%lld n=%lld k=%lld)", static_cast<long long>(r0),
+                  static_cast<long long>(c2), static_cast<long long>(c0), static_cast<long long>(c0),
+                  static_cast<long long>(c2), static_cast<long long>(r0));
     info.shape = "dy " + mat(d0, r0, c0) + " x " + mat(d1, r1, c1) + " w " + mat(d2, r2, c2) + " ->" +
                  (f0 ? " dx," : "") + " dw " + dt(f2) + (f1 ? ", dbias" : "") + mnk;
   }
@@ -288,8 +314,8 @@ int ProfilingBackend::linear_forward_key(int op, const Tensor& x, const Tensor& 
                   flops);
 }
 
-int ProfilingBackend::linear_backward_key(int op, const Tensor& dy, const Tensor& x, const Tensor& w,
-                                          const Tensor& dx, const Tensor& dw, const Tensor& dbias) {
+int ProfilingBackend::linear_backward_key(int op, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
+                                          const Tensor& dw, const Tensor& dbias) {
   if (!enabled_) return op;
   const auto [dr, dc] = rows_cols(dy);
   const auto [xr, xc] = rows_cols(x);
@@ -322,8 +348,8 @@ void ProfilingBackend::linear_residual_forward(const Tensor& x, const Tensor& w,
         [&] { inner_->linear_residual_forward(x, w, bias, residual, y); });
 }
 
-void ProfilingBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre,
-                                           Tensor& y, Gelu kind) {
+void ProfilingBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
+                                           Gelu kind) {
   timed(linear_forward_key(kLinearGeluForward, x, w, bias, y),
         [&] { inner_->linear_gelu_forward(x, w, bias, pre, y, kind); });
 }
@@ -389,8 +415,8 @@ void ProfilingBackend::layernorm_backward_dropout_colsum(const Tensor& dy, const
 }
 void ProfilingBackend::layernorm_backward_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                                  const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma,
-                                                 Tensor& dbeta, Tensor& dx_colsum, GradWrite write,
-                                                 GradWrite dx_write, GradWrite colsum_write) {
+                                                 Tensor& dbeta, Tensor& dx_colsum, GradWrite write, GradWrite dx_write,
+                                                 GradWrite colsum_write) {
   timed(kLayernormBackwardColsum, [&] {
     inner_->layernorm_backward_colsum(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, dx_colsum, write, dx_write,
                                       colsum_write);
@@ -424,8 +450,7 @@ void ProfilingBackend::rotary_forward(Tensor& qkv, const RotaryParams& params) {
 void ProfilingBackend::rotary_backward(Tensor& dqkv, const RotaryParams& params) {
   timed(kRotaryBackward, [&] { inner_->rotary_backward(dqkv, params); });
 }
-void ProfilingBackend::cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses,
-                                             Tensor& lse) {
+void ProfilingBackend::cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) {
   timed(kCrossEntropyForward, [&] { inner_->cross_entropy_forward(logits, labels, losses, lse); });
 }
 void ProfilingBackend::cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
@@ -482,8 +507,8 @@ std::string format_op_profile(const OpProfile& profile, int64_t iterations, doub
   out += buf;
   for (const OpProfileRow& r : profile.ops) {
     std::snprintf(buf, sizeof(buf), "    %-24s %10lld %10.1f %12.3f %10.3f %7.1f%%\n", r.op.c_str(),
-                  static_cast<long long>(r.calls), static_cast<double>(r.calls) / iters, r.total_ms,
-                  r.total_ms / iters, share(r.total_ms));
+                  static_cast<long long>(r.calls), static_cast<double>(r.calls) / iters, r.total_ms, r.total_ms / iters,
+                  share(r.total_ms));
     out += buf;
   }
   std::snprintf(buf, sizeof(buf), "    %-24s %10s %10s %12.3f %10.3f %7.1f%%\n", "all ops", "", "", profile.total_ms,
@@ -491,8 +516,8 @@ std::string format_op_profile(const OpProfile& profile, int64_t iterations, doub
   out += buf;
   if (step_ms > 0) {
     const double outside = step_ms - profile.total_ms / iters;
-    std::snprintf(buf, sizeof(buf), "    %-24s %10s %10s %12s %10.3f %7.1f%%\n", "outside ops (host, idle)", "", "",
-                  "", outside, 100.0 * outside / step_ms);
+    std::snprintf(buf, sizeof(buf), "    %-24s %10s %10s %12s %10.3f %7.1f%%\n", "outside ops (host, idle)", "", "", "",
+                  outside, 100.0 * outside / step_ms);
     out += buf;
   }
   if (!profile.gemms.empty()) {

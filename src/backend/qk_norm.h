@@ -43,10 +43,9 @@ void qk_norm_forward(Backend& backend, Tensor& qkv, const Tensor& q_weight, cons
 // In place on dqkv's query and key columns (qkv's layout): d(y) -> d(input), from the forward's x,
 // mean and rstd; dq_weight, dq_bias, dk_weight, dk_bias [d] fp32 (+=, as `write` says; the biases
 // undefined for RMSNorm). The value columns are untouched.
-void qk_norm_backward(Backend& backend, Tensor& dqkv, const Tensor& x, const Tensor& q_weight,
-                      const Tensor& k_weight, const Tensor& mean, const Tensor& rstd, Tensor& dq_weight,
-                      Tensor& dq_bias, Tensor& dk_weight, Tensor& dk_bias, const QkNormParams& params,
-                      GradWrite write = GradWrite::kAccumulate);
+void qk_norm_backward(Backend& backend, Tensor& dqkv, const Tensor& x, const Tensor& q_weight, const Tensor& k_weight,
+                      const Tensor& mean, const Tensor& rstd, Tensor& dq_weight, Tensor& dq_bias, Tensor& dk_weight,
+                      Tensor& dk_bias, const QkNormParams& params, GradWrite write = GradWrite::kAccumulate);
 
 // The shape contract both implementations check (each adds its own device and dtype checks):
 // qkv [s, b, width] for params' heads and groups, x of qkv's dtype with n*(H+G)*d elements, the

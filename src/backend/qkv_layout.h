@@ -20,9 +20,9 @@ struct QkvLayout {
         << "qkv layout: " << heads << " heads in " << groups << " query groups of head_dim " << head_dim
         << " (heads must be a positive multiple of the groups)";
   }
-  int64_t per_group() const { return heads / groups; }           // n
+  int64_t per_group() const { return heads / groups; }                  // n
   int64_t group_width() const { return (per_group() + 2) * head_dim; }  // (n + 2) * d
-  int64_t width() const { return groups * group_width(); }       // columns of one qkv row
+  int64_t width() const { return groups * group_width(); }              // columns of one qkv row
   int64_t group_of(int64_t head) const { return head / per_group(); }
   // First column of query head `head`, of the key and of the value of group `g`.
   int64_t q_col(int64_t head) const { return group_of(head) * group_width() + (head % per_group()) * head_dim; }

@@ -12,10 +12,10 @@ namespace megatron::backend {
 int64_t rotary_dim(int64_t head_dim, double rotary_percent) {
   MT_CHECK(head_dim > 0 && rotary_percent > 0.0 && rotary_percent <= 1.0)
       << "rotary_dim of head_dim " << head_dim << " with rotary_percent " << rotary_percent;
-  const int64_t r = rotary_percent < 1.0 ? static_cast<int64_t>(static_cast<double>(head_dim) * rotary_percent)
-                                         : head_dim;
-  MT_CHECK(r > 0 && r % 2 == 0) << "[--rotary-percent] " << rotary_percent << " of head_dim " << head_dim
-                                << " rotates " << r << " dims; an even number > 0 is needed";
+  const int64_t r =
+      rotary_percent < 1.0 ? static_cast<int64_t>(static_cast<double>(head_dim) * rotary_percent) : head_dim;
+  MT_CHECK(r > 0 && r % 2 == 0) << "[--rotary-percent] " << rotary_percent << " of head_dim " << head_dim << " rotates "
+                                << r << " dims; an even number > 0 is needed";
   return r;
 }
 

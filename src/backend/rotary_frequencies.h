@@ -21,7 +21,7 @@ namespace megatron::backend {
 
 // Llama 3.1's frequency rescaling (Megatron's RotaryEmbedding._apply_scaling).
 struct RopeScaling {
-  float factor = 8.0f;            // --rope-scaling-factor
+  float factor = 8.0f;  // --rope-scaling-factor
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   float original_max_positions = 8192.0f;

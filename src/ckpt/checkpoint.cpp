@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -9,17 +10,16 @@
 #include <optional>
 #include <random>
 #include <thread>
-#include <atomic>
 #include <vector>
 
 #include <unistd.h>
 
+#include "ckpt/checkpoint_io.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/json_writer.h"
 #include "model/gpt_model.h"
 #include "tensor_parallel/partition.h"
-#include "ckpt/checkpoint_io.h"
 
 namespace megatron::ckpt {
 
@@ -50,7 +50,9 @@ namespace {
 enum class Part { kValue, kMain, kExpAvg, kExpAvgSq };
 // The optimizer state a part other than kValue is.
 parallel::StateKind state_kind(Part part) {
-  return part == Part::kMain ? parallel::StateKind::kMainParams : part == Part::kExpAvg ? parallel::StateKind::kExpAvg : parallel::StateKind::kExpAvgSq;
+  return part == Part::kMain     ? parallel::StateKind::kMainParams
+         : part == Part::kExpAvg ? parallel::StateKind::kExpAvg
+                                 : parallel::StateKind::kExpAvgSq;
 }
 struct SavedTensor {
   std::string name;  // in the file
@@ -74,7 +76,8 @@ std::array<std::vector<SavedTensor>, 2> saved_tensors(const CheckpointRun& run, 
       if (p.pipeline_shared) continue;
       files[0].push_back({p.name, stage, p.name, Part::kValue, dtype, p.global_shape});
       if (!save_optim) continue;
-      if (separate_main) files[1].push_back({"main_param." + p.name, stage, p.name, Part::kMain, DType::kF32, p.global_shape});
+      if (separate_main)
+        files[1].push_back({"main_param." + p.name, stage, p.name, Part::kMain, DType::kF32, p.global_shape});
       files[1].push_back({"exp_avg." + p.name, stage, p.name, Part::kExpAvg, DType::kF32, p.global_shape});
       files[1].push_back({"exp_avg_sq." + p.name, stage, p.name, Part::kExpAvgSq, DType::kF32, p.global_shape});
     }
@@ -86,8 +89,9 @@ std::array<std::vector<SavedTensor>, 2> saved_tensors(const CheckpointRun& run, 
 // optimizer's, gathered over DP when sharded: collective over DP), then on DP rank 0 its
 // global tensor (collective over TP; a view of the rank's own tensor at TP 1). Undefined on
 // the other DP ranks.
-Tensor global_tensor(const SavedTensor& t, const model::ParameterSet& params, const parallel::MixedPrecisionOptimizer& optimizer,
-                     const parallel::ProcessGroups& groups, backend::Backend& backend) {
+Tensor global_tensor(const SavedTensor& t, const model::ParameterSet& params,
+                     const parallel::MixedPrecisionOptimizer& optimizer, const parallel::ProcessGroups& groups,
+                     backend::Backend& backend) {
   const model::Parameter* p = params.find(t.param);
   MT_CHECK(p != nullptr) << "stage " << t.stage << " has no parameter " << t.param;
   const Tensor piece = t.part != Part::kValue      ? optimizer.gather_param_state(*p, state_kind(t.part))
@@ -116,14 +120,16 @@ CheckpointSaveMemory checkpoint_save_memory(const CheckpointRun& run, bool save_
   out.host_bytes = 2 * largest;
   out.device_bytes = largest;
   const int64_t ranks_per_stage = run.tensor_model_parallel_size * run.data_parallel_size;
-  for (int64_t b : stage_bytes) out.rank_share_bytes = std::max(out.rank_share_bytes, (b + ranks_per_stage - 1) / ranks_per_stage);
+  for (int64_t b : stage_bytes)
+    out.rank_share_bytes = std::max(out.rank_share_bytes, (b + ranks_per_stage - 1) / ranks_per_stage);
   return out;
 }
 
 namespace {
 
 // metadata.json of a save (ckpt/checkpoint.h lists its keys).
-std::string metadata_json(const CheckpointRun& run, bool save_optim, const TrainProgress& progress, const parallel::MixedPrecisionOptimizer& optimizer,
+std::string metadata_json(const CheckpointRun& run, bool save_optim, const TrainProgress& progress,
+                          const parallel::MixedPrecisionOptimizer& optimizer,
                           const optim::OptimizerParamScheduler& scheduler) {
   JsonWriter w(2);
   w.begin_object();
@@ -180,10 +186,10 @@ std::string iteration_text(int64_t iteration) {
 }
 
 // Rank 0 writes every tensor; the stage holding one gathers it and sends it (ckpt/checkpoint.h).
-void save_streamed(const CheckpointRun& run, const SaveOptions& o, const TrainProgress& progress, const std::array<std::vector<SavedTensor>, 2>& files,
-                   const model::ParameterSet& params, const parallel::MixedPrecisionOptimizer& optimizer,
-                   const optim::OptimizerParamScheduler& scheduler, const parallel::ProcessGroups& groups,
-                   backend::Backend& backend) {
+void save_streamed(const CheckpointRun& run, const SaveOptions& o, const TrainProgress& progress,
+                   const std::array<std::vector<SavedTensor>, 2>& files, const model::ParameterSet& params,
+                   const parallel::MixedPrecisionOptimizer& optimizer, const optim::OptimizerParamScheduler& scheduler,
+                   const parallel::ProcessGroups& groups, backend::Backend& backend) {
   const int64_t stage = groups.coords.pp;
   if (groups.rank() != 0) {
     // The same walk as the writer's, over this stage's tensors: the gathers meet their peers,
@@ -236,7 +242,8 @@ void save_streamed(const CheckpointRun& run, const SaveOptions& o, const TrainPr
   std::vector<CheckpointFile> out;
   out.push_back(CheckpointFile::safetensors(kModelFileName, std::move(tensors[0])));
   if (o.save_optim) out.push_back(CheckpointFile::safetensors(kOptimizerFileName, std::move(tensors[1])));
-  out.push_back(CheckpointFile::text_file(kMetadataFileName, metadata_json(run, o.save_optim, progress, optimizer, scheduler)));
+  out.push_back(
+      CheckpointFile::text_file(kMetadataFileName, metadata_json(run, o.save_optim, progress, optimizer, scheduler)));
   save_checkpoint_dir(o.dir, progress.iteration, out, o.keep_last);
 }
 
@@ -251,7 +258,8 @@ struct Piece {
 // What this rank writes of tensor t (ckpt/checkpoint.h): of p's elements it holds (its TP
 // shard's, flat), the optimizer state it owns when that is sharded, else the elements
 // [d*n/D, (d+1)*n/D) on DP rank d of D.
-std::vector<Piece> pieces_to_write(const SavedTensor& t, const model::Parameter& p, const parallel::MixedPrecisionOptimizer& optimizer,
+std::vector<Piece> pieces_to_write(const SavedTensor& t, const model::Parameter& p,
+                                   const parallel::MixedPrecisionOptimizer& optimizer,
                                    const parallel::ProcessGroups& groups) {
   if (!p.partition.split() && groups.tp->rank() != 0) return {};
   std::vector<Piece> held;
@@ -278,7 +286,8 @@ std::vector<Piece> pieces_to_write(const SavedTensor& t, const model::Parameter&
 // are the TP-local flat elements [begin, begin + m) of parameter p's tensor t.
 template <class Fn>
 void for_each_chunk(const std::vector<SavedTensor>& file, const model::ParameterSet& params,
-                    const parallel::MixedPrecisionOptimizer& optimizer, const parallel::ProcessGroups& groups, Fn&& fn) {
+                    const parallel::MixedPrecisionOptimizer& optimizer, const parallel::ProcessGroups& groups,
+                    Fn&& fn) {
   for (size_t i = 0; i < file.size(); ++i) {
     const SavedTensor& t = file[i];
     if (t.stage != groups.coords.pp) continue;
@@ -348,7 +357,7 @@ struct PendingCheckpointSave::State {
   std::vector<Job> jobs;
   std::thread thread;
   std::atomic<bool> written{false};
-  std::optional<std::string> error;  // this rank's write failure (set before `written`)
+  std::optional<std::string> error;              // this rank's write failure (set before `written`)
   std::array<double, 2> bytes_written = {0, 0};  // per file, by this rank (set before `written`)
 
   ~State() {
@@ -455,13 +464,14 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
       }
       int64_t at = 0;
       for (int f = 0; f < nfiles; ++f) {
-        for_each_chunk(files[f], params, optimizer, groups,
-                       [&](size_t index, const SavedTensor& t, const model::Parameter& p, int64_t begin, const Tensor& v) {
-                         Tensor host(*async_host, at / dtype_size(v.dtype()), v.shape(), v.dtype());
-                         backend.copy_to_host_async(v, host);
-                         st->jobs.push_back({f, index, t.global, p.partition, begin, std::move(host)});
-                         at += padded_to_8(v.nbytes());
-                       });
+        for_each_chunk(
+            files[f], params, optimizer, groups,
+            [&](size_t index, const SavedTensor& t, const model::Parameter& p, int64_t begin, const Tensor& v) {
+              Tensor host(*async_host, at / dtype_size(v.dtype()), v.shape(), v.dtype());
+              backend.copy_to_host_async(v, host);
+              st->jobs.push_back({f, index, t.global, p.partition, begin, std::move(host)});
+              at += padded_to_8(v.nbytes());
+            });
       }
       backend.synchronize();
     } catch (const std::exception& e) {
@@ -484,18 +494,20 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
     return st;
   }
   record_writes(*st, [&](ShareWriter& writer) {
-    const std::shared_ptr<Storage> staging =
-        backend.device() == Device::kCPU ? nullptr : allocate_cpu_storage(kParallelSaveStagingBytes, MemoryKind::kOther);
+    const std::shared_ptr<Storage> staging = backend.device() == Device::kCPU
+                                                 ? nullptr
+                                                 : allocate_cpu_storage(kParallelSaveStagingBytes, MemoryKind::kOther);
     for (int f = 0; f < nfiles; ++f) {
-      for_each_chunk(files[f], params, optimizer, groups,
-                     [&](size_t index, const SavedTensor& t, const model::Parameter& p, int64_t begin, const Tensor& v) {
-                       Tensor host = v;
-                       if (v.device() != Device::kCPU) {
-                         host = Tensor(staging, 0, v.shape(), v.dtype());
-                         backend.copy(v, host);
-                       }
-                       writer.write(f, index, t.global, p.partition, begin, host);
-                     });
+      for_each_chunk(
+          files[f], params, optimizer, groups,
+          [&](size_t index, const SavedTensor& t, const model::Parameter& p, int64_t begin, const Tensor& v) {
+            Tensor host = v;
+            if (v.device() != Device::kCPU) {
+              host = Tensor(staging, 0, v.shape(), v.dtype());
+              backend.copy(v, host);
+            }
+            writer.write(f, index, t.global, p.partition, begin, host);
+          });
     }
   });
   return st;
@@ -510,12 +522,12 @@ std::shared_ptr<Storage> async_save_host_buffer(const CheckpointRun& run, const 
   std::optional<std::string> error;
   std::shared_ptr<Storage> buffer;
   try {
-    const int64_t bytes =
-        async_copy_bytes(saved_tensors(run, o.save_optim, optimizer.has_separate_main_params()), params, optimizer, groups);
+    const int64_t bytes = async_copy_bytes(saved_tensors(run, o.save_optim, optimizer.has_separate_main_params()),
+                                           params, optimizer, groups);
     buffer = backend.host_staging({(bytes + 7) / 8}, DType::kI64).storage();
   } catch (const std::exception& e) {
-    error = str_cat("[--async-save] rank ", groups.rank(), ": cannot allocate the page-locked host copy of its checkpoint share: ",
-                    e.what());
+    error = str_cat("[--async-save] rank ", groups.rank(),
+                    ": cannot allocate the page-locked host copy of its checkpoint share: ", e.what());
   }
   agree_on_failure(*groups.world, error, o.dir, "allocating --async-save's host memory", "--async-save");
   return buffer;
@@ -558,7 +570,8 @@ bool finish_checkpoint_save(PendingCheckpointSave& save, comm::Communicator& wor
   agree_on_failure(world, error, st.save_dir, "committing the checkpoint");
   if (st.rank0) {
     log << "  successfully saved checkpoint at iteration " << iteration_text(st.iteration) << " to " << st.save_dir
-        << '\n' << std::flush;
+        << '\n'
+        << std::flush;
   }
   return true;
 }
@@ -570,7 +583,8 @@ std::unique_ptr<PendingCheckpointSave> save_training_checkpoint(
     std::shared_ptr<Storage>* async_host) {
   MT_CHECK(!o.dir.empty()) << "save without --save";
   MT_CHECK(!o.async || async_host != nullptr) << "--async-save without a host buffer";
-  const std::array<std::vector<SavedTensor>, 2> files = saved_tensors(run, o.save_optim, optimizer.has_separate_main_params());
+  const std::array<std::vector<SavedTensor>, 2> files =
+      saved_tensors(run, o.save_optim, optimizer.has_separate_main_params());
   const bool rank0 = groups.rank() == 0;
   const std::string line = iteration_text(progress.iteration);
   if (rank0) log << "saving checkpoint at iteration " << line << " to " << o.dir << '\n' << std::flush;
@@ -579,9 +593,8 @@ std::unique_ptr<PendingCheckpointSave> save_training_checkpoint(
     if (rank0) log << "  successfully saved checkpoint at iteration " << line << " to " << o.dir << '\n' << std::flush;
     return nullptr;
   }
-  auto save = std::make_unique<PendingCheckpointSave>(
-      start_parallel_save(run, o, progress, files, params, optimizer, scheduler, groups, backend,
-                          o.async ? async_host : nullptr));
+  auto save = std::make_unique<PendingCheckpointSave>(start_parallel_save(
+      run, o, progress, files, params, optimizer, scheduler, groups, backend, o.async ? async_host : nullptr));
   if (!o.async) {
     finish_checkpoint_save(*save, *groups.world, /*wait=*/true, log);
     return nullptr;
@@ -602,7 +615,9 @@ bool all_ranks_see_directory(const std::string& dir, comm::Communicator& world) 
   std::optional<std::string> error;
   double nonce = 0;  // < 2^48: exact in a double
   // Named by the number too, so that two jobs probing one directory do not read each other's.
-  const auto probe_path = [&] { return dir + "/.shared_storage_probe." + std::to_string(static_cast<uint64_t>(nonce)); };
+  const auto probe_path = [&] {
+    return dir + "/.shared_storage_probe." + std::to_string(static_cast<uint64_t>(nonce));
+  };
   if (world.rank() == 0) {
     try {
       make_directories(dir);

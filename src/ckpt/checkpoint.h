@@ -21,14 +21,14 @@
 #include <vector>
 
 #include "backend/ops.h"
-#include "comm/communicator.h"
-#include "parallel/process_groups.h"
-#include "model/parameters.h"
 #include "ckpt/checkpoint_contents.h"
 #include "ckpt/checkpoint_io.h"
+#include "comm/communicator.h"
 #include "model/gpt_config.h"
+#include "model/parameters.h"
 #include "optim/lr_scheduler.h"
 #include "parallel/optimizer.h"
+#include "parallel/process_groups.h"
 
 namespace megatron::ckpt {
 
@@ -50,22 +50,22 @@ struct CheckpointRun {
 
 // Where and how a save writes.
 struct SaveOptions {
-  std::string dir;              // --save
-  int64_t keep_last = 0;        // --save-keep-last: 0 keeps every checkpoint
-  bool save_optim = true;       // false with --no-save-optim: weights only
-  bool fully_parallel = true;   // --ckpt-fully-parallel-save (default) or the streamed save
-  bool async = false;           // --async-save (parallel save only)
+  std::string dir;             // --save
+  int64_t keep_last = 0;       // --save-keep-last: 0 keeps every checkpoint
+  bool save_optim = true;      // false with --no-save-optim: weights only
+  bool fully_parallel = true;  // --ckpt-fully-parallel-save (default) or the streamed save
+  bool async = false;          // --async-save (parallel save only)
 };
 
 // What a load reads and keeps.
 struct LoadOptions {
-  std::string dir;                       // --load
-  std::optional<int64_t> step;           // --ckpt-step, else the tracker's latest
-  bool finetune = false;                 // --finetune: weights only, iteration 0
-  bool load_optim = true;                // false with --no-load-optim
-  bool exit_on_missing = false;          // --exit-on-missing-checkpoint
-  bool override_scheduler = false;       // --override-opt_param-scheduler
-  bool use_checkpoint_scheduler = false; // --use-checkpoint-opt_param-scheduler
+  std::string dir;                        // --load
+  std::optional<int64_t> step;            // --ckpt-step, else the tracker's latest
+  bool finetune = false;                  // --finetune: weights only, iteration 0
+  bool load_optim = true;                 // false with --no-load-optim
+  bool exit_on_missing = false;           // --exit-on-missing-checkpoint
+  bool override_scheduler = false;        // --override-opt_param-scheduler
+  bool use_checkpoint_scheduler = false;  // --use-checkpoint-opt_param-scheduler
 };
 
 // What the streamed save (--no-ckpt-fully-parallel-save, below) costs in memory beyond
@@ -132,10 +132,10 @@ std::shared_ptr<Storage> async_save_host_buffer(const CheckpointRun& run, const 
                                                 const parallel::MixedPrecisionOptimizer& optimizer,
                                                 const parallel::ProcessGroups& groups, backend::Backend& backend);
 std::unique_ptr<PendingCheckpointSave> save_training_checkpoint(
-    const CheckpointRun& run, const SaveOptions& options, const TrainProgress& progress, const model::ParameterSet& params,
-    const parallel::MixedPrecisionOptimizer& optimizer, const optim::OptimizerParamScheduler& scheduler,
-    const parallel::ProcessGroups& groups, backend::Backend& backend, std::ostream& log,
-    std::shared_ptr<Storage>* async_host = nullptr);
+    const CheckpointRun& run, const SaveOptions& options, const TrainProgress& progress,
+    const model::ParameterSet& params, const parallel::MixedPrecisionOptimizer& optimizer,
+    const optim::OptimizerParamScheduler& scheduler, const parallel::ProcessGroups& groups, backend::Backend& backend,
+    std::ostream& log, std::shared_ptr<Storage>* async_host = nullptr);
 
 // An asynchronous save in flight. Destroyed unfinished, it waits for this rank's writes and
 // leaves the temporary directory (the previous checkpoint stays the latest; the next save
@@ -186,9 +186,10 @@ bool all_ranks_see_directory(const std::string& dir, comm::Communicator& world);
 // end: an error on any rank stops every rank (the failing one naming the file), and so do
 // ranks that loaded different iterations or sample counts (a --load directory that is not
 // the same on every node).
-TrainProgress load_training_checkpoint(const CheckpointRun& run, const LoadOptions& options, model::ParameterSet& params,
-                                       parallel::MixedPrecisionOptimizer& optimizer, optim::OptimizerParamScheduler& scheduler,
-                                       comm::Communicator& world, backend::Backend& backend, std::ostream& log);
+TrainProgress load_training_checkpoint(const CheckpointRun& run, const LoadOptions& options,
+                                       model::ParameterSet& params, parallel::MixedPrecisionOptimizer& optimizer,
+                                       optim::OptimizerParamScheduler& scheduler, comm::Communicator& world,
+                                       backend::Backend& backend, std::ostream& log);
 
 // For inference (megatron generate): the weights of a checkpoint (read_checkpoint_model, in
 // ckpt/checkpoint_contents.h, gives the shape to declare `params` with) loaded into `params`.

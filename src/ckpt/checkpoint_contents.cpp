@@ -119,15 +119,14 @@ class MetadataReader {
 
 std::string metadata_path(const LoadedCheckpoint& ck) { return ck.directory + "/" + kMetadataFileName; }
 
-void check_format(const MetadataReader& m) {
-  m.choice("", "format", {kCheckpointFormat});
-}
+void check_format(const MetadataReader& m) { m.choice("", "format", {kCheckpointFormat}); }
 
 void check_iteration(const MetadataReader& m, const LoadedCheckpoint& ck) {
   const int64_t it = m.integer("", "iteration", 0, kMaxCheckpointCount);
   if (it != ck.iteration) {
-    throw_error(m.path(), ": iteration is ", it, " but the directory holds ",
-                ck.release ? std::string("a release checkpoint (iteration 0)") : "iteration " + std::to_string(ck.iteration));
+    throw_error(
+        m.path(), ": iteration is ", it, " but the directory holds ",
+        ck.release ? std::string("a release checkpoint (iteration 0)") : "iteration " + std::to_string(ck.iteration));
   }
 }
 
@@ -159,8 +158,8 @@ void check_model_tensors(const LoadedCheckpoint& ck, const model::GPTConfig& con
   }
   for (const SafetensorsTensor& t : file.tensors()) {
     if (!expected.count(t.name)) {
-      throw_error(file.path(), ": tensor '", t.name, "' is not part of the model ", metadata_path(ck),
-                  " describes (", config.num_layers, " layers)");
+      throw_error(file.path(), ": tensor '", t.name, "' is not part of the model ", metadata_path(ck), " describes (",
+                  config.num_layers, " layers)");
     }
   }
   if (const SafetensorsFile* opt = ck.optimizer()) {
@@ -173,7 +172,8 @@ void check_model_tensors(const LoadedCheckpoint& ck, const model::GPTConfig& con
         }
       }
       const model::Parameter* p = param.size() == t.name.size() ? nullptr : declared.find(std::string(param));
-      if (p == nullptr) throw_error(opt->path(), ": tensor '", t.name, "' is not the optimizer state of a model tensor");
+      if (p == nullptr)
+        throw_error(opt->path(), ": tensor '", t.name, "' is not the optimizer state of a model tensor");
       if (t.shape != p->global_shape) {
         throw_error(opt->path(), ": tensor '", t.name, "' has shape ", shape_to_string(t.shape), ", its parameter ",
                     shape_to_string(p->global_shape));
@@ -182,7 +182,8 @@ void check_model_tensors(const LoadedCheckpoint& ck, const model::GPTConfig& con
     }
     for (const model::Parameter& p : declared.params()) {
       for (const char* prefix : {"exp_avg.", "exp_avg_sq."}) {
-        if (opt->find(prefix + p.name) == nullptr) throw_error(opt->path(), ": tensor '", prefix, p.name, "' is missing");
+        if (opt->find(prefix + p.name) == nullptr)
+          throw_error(opt->path(), ": tensor '", prefix, p.name, "' is missing");
       }
     }
   }
@@ -220,10 +221,9 @@ CheckpointModel read_checkpoint_model(const LoadedCheckpoint& ck) {
   // 131072 positions, more than any of its dimensions).
   const bool rotary = m.choice("args", "--position-embedding-type", {"learned_absolute", "rope", "none"},
                                "learned_absolute") != "learned_absolute";
-  g.max_position_embeddings =
-      rotary ? m.integer("args", "--max-position-embeddings", 1, std::numeric_limits<int32_t>::max(),
-                         "the int32 position ids")
-             : m.integer("args", "--max-position-embeddings", 1, max_dim, held);
+  g.max_position_embeddings = rotary ? m.integer("args", "--max-position-embeddings", 1,
+                                                 std::numeric_limits<int32_t>::max(), "the int32 position ids")
+                                     : m.integer("args", "--max-position-embeddings", 1, max_dim, held);
   g.seq_length = m.integer("args", "--seq-length", 1, g.max_position_embeddings, "args.--max-position-embeddings");
   g.padded_vocab_size = m.integer("args", "padded_vocab_size", 1, max_dim, held);
   g.vocab_size = m.integer("args", "vocab_size", 1, g.padded_vocab_size, "args.padded_vocab_size");
@@ -245,10 +245,11 @@ CheckpointModel read_checkpoint_model(const LoadedCheckpoint& ck) {
                          : positions == "none" ? model::PositionEmbedding::kNone
                                                : model::PositionEmbedding::kLearnedAbsolute;
   if (m.has("args", "--num-query-groups")) {
-    g.num_query_groups = m.integer("args", "--num-query-groups", 0, g.num_attention_heads, "args.--num-attention-heads");
+    g.num_query_groups =
+        m.integer("args", "--num-query-groups", 0, g.num_attention_heads, "args.--num-attention-heads");
     if (g.num_query_groups > 0 && g.num_attention_heads % g.num_query_groups != 0) {
-      throw_error(m.path(), ": args.--num-query-groups ", g.num_query_groups, " does not divide args.--num-attention-heads ",
-                  g.num_attention_heads);
+      throw_error(m.path(), ": args.--num-query-groups ", g.num_query_groups,
+                  " does not divide args.--num-attention-heads ", g.num_attention_heads);
     }
   }
   // The rotary settings, range-checked wherever recorded (a resume compares them even without
@@ -303,13 +304,14 @@ CheckpointState read_checkpoint_state(const LoadedCheckpoint& ck) {
   sc.min_lr = m.number("scheduler", "min_lr", 0.0, huge);
   sc.warmup_steps = m.number("scheduler", "lr_warmup_steps", 0.0, static_cast<double>(kMaxCheckpointCount));
   sc.decay_steps = m.integer("scheduler", "lr_decay_steps", 0, kMaxCheckpointCount);
-  sc.decay_style = optim::parse_lr_decay_style(m.choice(
-      "scheduler", "lr_decay_style", {"constant", "linear", "cosine", "inverse-square-root", "WSD"}));
+  sc.decay_style = optim::parse_lr_decay_style(
+      m.choice("scheduler", "lr_decay_style", {"constant", "linear", "cosine", "inverse-square-root", "WSD"}));
   sc.num_steps = m.integer("scheduler", "num_steps", 0, kMaxCheckpointCount);
   sc.start_wd = m.number("scheduler", "start_wd", 0.0, huge);
   sc.end_wd = m.number("scheduler", "end_wd", 0.0, huge);
   sc.wd_incr_steps = m.integer("scheduler", "wd_incr_steps", 0, kMaxCheckpointCount);
-  sc.wd_incr_style = optim::parse_wd_incr_style(m.choice("scheduler", "wd_incr_style", {"constant", "linear", "cosine"}));
+  sc.wd_incr_style =
+      optim::parse_wd_incr_style(m.choice("scheduler", "wd_incr_style", {"constant", "linear", "cosine"}));
   return s;
 }
 

@@ -16,10 +16,10 @@
 #include <cstdint>
 #include <string>
 
+#include "ckpt/checkpoint_io.h"
 #include "core/dtype.h"
 #include "model/gpt_config.h"
 #include "optim/loss_scaler.h"
-#include "ckpt/checkpoint_io.h"
 #include "optim/lr_scheduler.h"
 
 namespace megatron::ckpt {

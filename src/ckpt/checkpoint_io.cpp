@@ -92,7 +92,8 @@ std::string leftover_target(std::string_view name, std::string_view prefix) {
 void clean_leftovers(const std::string& save_dir) {
   std::vector<std::string> names;
   std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(save_dir, ec)) names.push_back(e.path().filename().string());
+  for (const fs::directory_entry& e : fs::directory_iterator(save_dir, ec))
+    names.push_back(e.path().filename().string());
   if (ec) throw_error(save_dir, ": cannot list: ", ec.message());
   const std::string tracker_tmp = std::string(kTrackerFileName) + ".tmp-";
   bool changed = false;
@@ -182,12 +183,24 @@ void write_element(JsonWriter& w, simdjson::dom::element e) {
       for (simdjson::dom::element v : simdjson::dom::array(e)) write_element(w, v);
       w.end_array();
       break;
-    case simdjson::dom::element_type::INT64: w.value(int64_t(e)); break;
-    case simdjson::dom::element_type::UINT64: w.value(uint64_t(e)); break;
-    case simdjson::dom::element_type::DOUBLE: w.value(double(e)); break;
-    case simdjson::dom::element_type::STRING: w.value(std::string_view(e)); break;
-    case simdjson::dom::element_type::BOOL: w.value(bool(e)); break;
-    case simdjson::dom::element_type::NULL_VALUE: w.null(); break;
+    case simdjson::dom::element_type::INT64:
+      w.value(int64_t(e));
+      break;
+    case simdjson::dom::element_type::UINT64:
+      w.value(uint64_t(e));
+      break;
+    case simdjson::dom::element_type::DOUBLE:
+      w.value(double(e));
+      break;
+    case simdjson::dom::element_type::STRING:
+      w.value(std::string_view(e));
+      break;
+    case simdjson::dom::element_type::BOOL:
+      w.value(bool(e));
+      break;
+    case simdjson::dom::element_type::NULL_VALUE:
+      w.null();
+      break;
   }
 }
 
@@ -341,7 +354,8 @@ SaveDirectoryLock::SaveDirectoryLock(const std::string& dir) : path_(join(dir, k
       throw_error("[--save] ", dir, " is in use by another run (", holder.empty() ? "holder unknown" : holder,
                   "; lock ", path_, "): two runs cannot save into one directory, give this one its own --save");
     }
-    struct stat held {}, named {};
+    struct stat held {
+    }, named{};
     if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
         held.st_ino == named.st_ino) {
       break;
@@ -465,7 +479,8 @@ LoadedCheckpoint load_checkpoint_dir(const std::string& load_dir, std::optional<
     }
   }
   if (ec) throw_error(ckpt.directory, ": cannot list: ", ec.message());
-  for (const std::string& name : tensor_names) ckpt.tensor_files.emplace(name, SafetensorsFile(join(ckpt.directory, name)));
+  for (const std::string& name : tensor_names)
+    ckpt.tensor_files.emplace(name, SafetensorsFile(join(ckpt.directory, name)));
   return ckpt;
 }
 

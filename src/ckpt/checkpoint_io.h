@@ -134,7 +134,7 @@ struct LoadedCheckpoint {
   std::string tracker_path;
   int64_t iteration = 0;  // the tracker's (or the requested) iteration; 0 for release
   bool release = false;
-  std::string directory;  // the iteration directory that was read
+  std::string directory;      // the iteration directory that was read
   std::string metadata_json;  // metadata.json verbatim (checked to be well-formed JSON)
   // Every *.safetensors file of the directory, by file name; model.safetensors is always there.
   std::map<std::string, SafetensorsFile> tensor_files;
@@ -152,9 +152,9 @@ LoadedCheckpoint load_checkpoint_dir(const std::string& load_dir, std::optional<
 struct CheckpointSummary {
   int64_t iteration = 0;  // 0 for release
   bool release = false;
-  std::string path;       // the iteration directory
-  int64_t bytes = 0;      // total size of its files
-  bool latest = false;    // the tracker names it
+  std::string path;     // the iteration directory
+  int64_t bytes = 0;    // total size of its files
+  bool latest = false;  // the tracker names it
 };
 // The iter_* (and release) directories of DIR, by increasing iteration (release first);
 // empty when DIR does not exist. Leftover .tmp_/.old_/.del_ directories are not listed.

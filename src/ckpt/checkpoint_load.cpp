@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_io.h"
 #include "core/error.h"
 #include "core/json_writer.h"
 #include "tensor_parallel/partition.h"
-#include "ckpt/checkpoint.h"
-#include "ckpt/checkpoint_io.h"
 
 namespace megatron::ckpt {
 
@@ -21,13 +21,26 @@ namespace {
 
 // Args that must not change across a resume (they change what the weights mean or how
 // samples are cut), with the flag to name in the error.
-constexpr const char* kFixedArgs[] = {"--num-layers", "--hidden-size", "--num-attention-heads", "--kv-channels",
-                                      "--ffn-hidden-size", "--max-position-embeddings", "--seq-length",
-                                      "padded_vocab_size", "--untie-embeddings-and-output-weights",
-                                      "--disable-bias-linear", "--normalization", "--swiglu",
-                                      "--position-embedding-type", "--num-query-groups", "--rotary-base",
-                                      "--rotary-percent", "--rotary-seq-len-interpolation-factor",
-                                      "--use-rope-scaling", "--rope-scaling-factor", "--apply-layernorm-1p"};
+constexpr const char* kFixedArgs[] = {"--num-layers",
+                                      "--hidden-size",
+                                      "--num-attention-heads",
+                                      "--kv-channels",
+                                      "--ffn-hidden-size",
+                                      "--max-position-embeddings",
+                                      "--seq-length",
+                                      "padded_vocab_size",
+                                      "--untie-embeddings-and-output-weights",
+                                      "--disable-bias-linear",
+                                      "--normalization",
+                                      "--swiglu",
+                                      "--position-embedding-type",
+                                      "--num-query-groups",
+                                      "--rotary-base",
+                                      "--rotary-percent",
+                                      "--rotary-seq-len-interpolation-factor",
+                                      "--use-rope-scaling",
+                                      "--rope-scaling-factor",
+                                      "--apply-layernorm-1p"};
 // What a checkpoint written before an arg was recorded was trained with (JSON text).
 const char* absent_arg_value(const std::string& key) {
   if (key == "--normalization") return "\"LayerNorm\"";
@@ -58,11 +71,10 @@ Tensor read_shard(const SafetensorsFile& file, const std::string& name, const mo
   Tensor out = Tensor::cpu({n}, t.dtype);
   const int64_t e = dtype_size(t.dtype);
   auto* dst = static_cast<char*>(out.data());
-  tensor_parallel::for_each_global_run(p.global_shape, p.partition, begin, n,
-                                       [&](int64_t global_start, int64_t local_start, int64_t len) {
-                                         std::memcpy(dst + (local_start - begin) * e, t.data + global_start * e,
-                                                     static_cast<size_t>(len * e));
-                                       });
+  tensor_parallel::for_each_global_run(
+      p.global_shape, p.partition, begin, n, [&](int64_t global_start, int64_t local_start, int64_t len) {
+        std::memcpy(dst + (local_start - begin) * e, t.data + global_start * e, static_cast<size_t>(len * e));
+      });
   if (const int64_t bad = first_non_finite(out.data(), t.dtype, n); bad >= 0) {
     throw_error(file.path(), ": tensor '", name, "' holds NaN or Inf (element ", bad, " of this rank's share)");
   }
@@ -78,8 +90,8 @@ void load_into(const SafetensorsFile& file, const std::string& name, const model
 
 // The optimizer state of `kind` this rank holds for p (its owned ranges under the distributed
 // optimizer) from the file's tensor `name` (a 16-bit one widened exactly by the copy).
-void load_state(const SafetensorsFile& file, const std::string& name, const model::Parameter& p, parallel::StateKind kind,
-                parallel::MixedPrecisionOptimizer& optimizer, backend::Backend& backend) {
+void load_state(const SafetensorsFile& file, const std::string& name, const model::Parameter& p,
+                parallel::StateKind kind, parallel::MixedPrecisionOptimizer& optimizer, backend::Backend& backend) {
   for (parallel::MixedPrecisionOptimizer::HeldState& h : optimizer.held_param_state(p, kind)) {
     backend.copy(read_shard(file, name, p, h.begin, h.values.numel()), h.values);
   }
@@ -93,14 +105,15 @@ namespace {
 
 // One rank's part of load_training_checkpoint; *loaded := the iteration of the checkpoint it
 // read (0 for release), -1 when there was none.
-TrainProgress load_own_part(const CheckpointRun& run, const LoadOptions& o, model::ParameterSet& params, parallel::MixedPrecisionOptimizer& optimizer,
-                            optim::OptimizerParamScheduler& scheduler, backend::Backend& backend, std::ostream& log,
-                            int64_t* loaded) {
+TrainProgress load_own_part(const CheckpointRun& run, const LoadOptions& o, model::ParameterSet& params,
+                            parallel::MixedPrecisionOptimizer& optimizer, optim::OptimizerParamScheduler& scheduler,
+                            backend::Backend& backend, std::ostream& log, int64_t* loaded) {
   const LoadedCheckpoint ck = load_checkpoint_dir(o.dir, o.step);
   *loaded = ck.found ? ck.iteration : -1;
   if (!ck.found) {
     if (o.exit_on_missing) {
-      throw_error("[--load] no checkpoint in ", o.dir, " (", ck.tracker_path, " is missing) and --exit-on-missing-checkpoint is set");
+      throw_error("[--load] no checkpoint in ", o.dir, " (", ck.tracker_path,
+                  " is missing) and --exit-on-missing-checkpoint is set");
     }
     log << "WARNING: could not find the metadata file " << ck.tracker_path << "\n"
         << "    will not load any checkpoints and will start from random\n";
@@ -133,7 +146,8 @@ TrainProgress load_own_part(const CheckpointRun& run, const LoadOptions& o, mode
   // Config differences: print them all; refuse the ones that break the weights or the run.
   const std::map<std::string, std::string>& now = run.args;
   simdjson::dom::object saved_args;
-  if (need("args").get_object().get(saved_args) != simdjson::SUCCESS) throw_error(meta_path, ": \"args\" is not an object");
+  if (need("args").get_object().get(saved_args) != simdjson::SUCCESS)
+    throw_error(meta_path, ": \"args\" is not an object");
   std::map<std::string, std::string> saved;
   for (auto field : saved_args) saved[std::string(field.key)] = reformat_json(element_text(field.value), 0);
   bool printed_header = false;
@@ -211,8 +225,9 @@ TrainProgress load_own_part(const CheckpointRun& run, const LoadOptions& o, mode
 }  // namespace
 
 TrainProgress load_training_checkpoint(const CheckpointRun& run, const LoadOptions& o, model::ParameterSet& params,
-                                       parallel::MixedPrecisionOptimizer& optimizer, optim::OptimizerParamScheduler& scheduler,
-                                       comm::Communicator& world, backend::Backend& backend, std::ostream& log) {
+                                       parallel::MixedPrecisionOptimizer& optimizer,
+                                       optim::OptimizerParamScheduler& scheduler, comm::Communicator& world,
+                                       backend::Backend& backend, std::ostream& log) {
   MT_CHECK(!o.dir.empty()) << "load without --load";
   std::optional<std::string> error;
   TrainProgress progress;

@@ -5,9 +5,9 @@
 #include <set>
 #include <utility>
 
+#include "ckpt/checkpoint_io.h"
 #include "core/error.h"
 #include "core/json_writer.h"
-#include "ckpt/checkpoint_io.h"
 
 namespace megatron::ckpt {
 namespace {
@@ -53,7 +53,8 @@ void write_object(JsonWriter& w, simdjson::dom::object obj, const std::map<std::
 
 }  // namespace
 
-CheckpointMetadata::CheckpointMetadata(std::string path, std::string json) : path_(std::move(path)), json_(std::move(json)) {
+CheckpointMetadata::CheckpointMetadata(std::string path, std::string json)
+    : path_(std::move(path)), json_(std::move(json)) {
   Parsed p;
   parse(path_, json_, p);
 }
@@ -61,7 +62,8 @@ CheckpointMetadata::CheckpointMetadata(std::string path, std::string json) : pat
 int64_t CheckpointMetadata::arg_int(const std::string& key) const {
   Parsed p;
   int64_t v = 0;
-  if (arg(path_, json_, p, key).get_int64().get(v) != simdjson::SUCCESS) throw_error(path_, ": args.", key, " is not an integer");
+  if (arg(path_, json_, p, key).get_int64().get(v) != simdjson::SUCCESS)
+    throw_error(path_, ": args.", key, " is not an integer");
   return v;
 }
 
@@ -78,14 +80,16 @@ double CheckpointMetadata::arg_double(const std::string& key) const {
 bool CheckpointMetadata::arg_bool(const std::string& key) const {
   Parsed p;
   bool v = false;
-  if (arg(path_, json_, p, key).get_bool().get(v) != simdjson::SUCCESS) throw_error(path_, ": args.", key, " is not a boolean");
+  if (arg(path_, json_, p, key).get_bool().get(v) != simdjson::SUCCESS)
+    throw_error(path_, ": args.", key, " is not a boolean");
   return v;
 }
 
 std::string CheckpointMetadata::arg_string(const std::string& key) const {
   Parsed p;
   std::string_view v;
-  if (arg(path_, json_, p, key).get_string().get(v) != simdjson::SUCCESS) throw_error(path_, ": args.", key, " is not a string");
+  if (arg(path_, json_, p, key).get_string().get(v) != simdjson::SUCCESS)
+    throw_error(path_, ": args.", key, " is not a string");
   return std::string(v);
 }
 

@@ -47,9 +47,8 @@ template <class... Args>
 std::vector<size_t> layout_order(const std::vector<TensorToWrite>& tensors) {
   std::vector<size_t> order(tensors.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return dtype_size(tensors[a].dtype) > dtype_size(tensors[b].dtype);
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return dtype_size(tensors[a].dtype) > dtype_size(tensors[b].dtype); });
   return order;
 }
 
@@ -57,11 +56,16 @@ std::vector<size_t> layout_order(const std::vector<TensorToWrite>& tensors) {
 
 std::string_view safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
   }
   MT_CHECK(false) << "unknown DType " << static_cast<int>(dtype);
   return "";
@@ -167,7 +171,8 @@ SafetensorsHeader make_safetensors_header(const std::vector<TensorToWrite>& tens
   return h;
 }
 
-int64_t write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors, const StringMap& metadata) {
+int64_t write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                          const StringMap& metadata) {
   SafetensorsHeader h;
   try {
     h = make_safetensors_header(tensors, metadata);
@@ -256,7 +261,8 @@ SafetensorsRangeWriter::~SafetensorsRangeWriter() {
 
 void SafetensorsRangeWriter::write(size_t index, int64_t offset, const void* data, int64_t bytes) {
   MT_CHECK(fd_ >= 0) << path_ << ": written after finish()";
-  MT_CHECK(index < header_.data_sizes.size() && offset >= 0 && bytes >= 0 && offset + bytes <= header_.data_sizes[index])
+  MT_CHECK(index < header_.data_sizes.size() && offset >= 0 && bytes >= 0 &&
+           offset + bytes <= header_.data_sizes[index])
       << path_ << ": tensor " << index << " bytes [" << offset << ", " << offset + bytes << ")";
   const int64_t at = static_cast<int64_t>(header_.bytes.size()) + header_.data_offsets[index] + offset;
   if (const int err = pwrite_all(fd_, data, bytes, at)) throw_error(path_, ": write failed: ", errno_string(err));
@@ -276,7 +282,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   uint64_t n = 0;
   for (int b = 7; b >= 0; --b) n = (n << 8) | base[b];
   if (n > static_cast<uint64_t>(size - 8)) corrupt(path, "header length ", n, " exceeds the file size ", size);
-  if (n > static_cast<uint64_t>(kMaxHeaderBytes)) corrupt(path, "header length ", n, " exceeds the limit of ", kMaxHeaderBytes);
+  if (n > static_cast<uint64_t>(kMaxHeaderBytes))
+    corrupt(path, "header length ", n, " exceeds the limit of ", kMaxHeaderBytes);
   if (n < 2 || base[8] != '{') corrupt(path, "header does not start with '{'");
   const int64_t data_start = 8 + static_cast<int64_t>(n);
   const int64_t data_size = size - data_start;
@@ -304,7 +311,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
     if (name == kMetadataKey) {
       have_metadata = true;
       simdjson::dom::object meta;
-      if (field.value.get_object().get(meta) != simdjson::SUCCESS) corrupt(path, "'", kMetadataKey, "' is not an object");
+      if (field.value.get_object().get(meta) != simdjson::SUCCESS)
+        corrupt(path, "'", kMetadataKey, "' is not an object");
       for (simdjson::dom::key_value_pair kv : meta) {
         std::string_view value;
         if (kv.value.get_string().get(value) != simdjson::SUCCESS) {
@@ -318,23 +326,28 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
     }
     if (name.empty()) corrupt(path, "a tensor has an empty name");
     simdjson::dom::object desc;
-    if (field.value.get_object().get(desc) != simdjson::SUCCESS) corrupt(path, "tensor '", name, "': entry is not an object");
+    if (field.value.get_object().get(desc) != simdjson::SUCCESS)
+      corrupt(path, "tensor '", name, "': entry is not an object");
     Raw r{std::string(name), DType::kF32, {}, 0, 0, 0};
     bool has_dtype = false, has_shape = false, has_offsets = false;
     for (simdjson::dom::key_value_pair kv : desc) {
       if (kv.key == "dtype") {
         std::string_view d;
-        if (has_dtype || kv.value.get_string().get(d) != simdjson::SUCCESS) corrupt(path, "tensor '", name, "': bad 'dtype'");
+        if (has_dtype || kv.value.get_string().get(d) != simdjson::SUCCESS)
+          corrupt(path, "tensor '", name, "': bad 'dtype'");
         const std::optional<DType> dt = parse_safetensors_dtype(d);
-        if (!dt) corrupt(path, "tensor '", name, "': unsupported dtype '", d, "' (expected F32, BF16, F16, I32 or I64)");
+        if (!dt)
+          corrupt(path, "tensor '", name, "': unsupported dtype '", d, "' (expected F32, BF16, F16, I32 or I64)");
         r.dtype = *dt;
         has_dtype = true;
       } else if (kv.key == "shape") {
         simdjson::dom::array arr;
-        if (has_shape || kv.value.get_array().get(arr) != simdjson::SUCCESS) corrupt(path, "tensor '", name, "': bad 'shape'");
+        if (has_shape || kv.value.get_array().get(arr) != simdjson::SUCCESS)
+          corrupt(path, "tensor '", name, "': bad 'shape'");
         for (simdjson::dom::element e : arr) {
           uint64_t v = 0;
-          if (e.get_uint64().get(v) != simdjson::SUCCESS || v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+          if (e.get_uint64().get(v) != simdjson::SUCCESS ||
+              v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
             corrupt(path, "tensor '", name, "': 'shape' holds something other than a non-negative integer");
           }
           r.shape.push_back(static_cast<int64_t>(v));
@@ -353,10 +366,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
           }
           ++k;
         }
-        if (v[0] > v[1]) corrupt(path, "tensor '", name, "': data_offsets [", v[0], ", ", v[1], "] end before they begin");
+        if (v[0] > v[1])
+          corrupt(path, "tensor '", name, "': data_offsets [", v[0], ", ", v[1], "] end before they begin");
         if (v[1] > static_cast<uint64_t>(data_size)) {
-          corrupt(path, "tensor '", name, "': data_offsets [", v[0], ", ", v[1], "] run past the data area of ", data_size,
-               " bytes (truncated file?)");
+          corrupt(path, "tensor '", name, "': data_offsets [", v[0], ", ", v[1], "] run past the data area of ",
+                  data_size, " bytes (truncated file?)");
         }
         r.begin = static_cast<int64_t>(v[0]);
         r.end = static_cast<int64_t>(v[1]);
@@ -366,13 +380,17 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
       }
     }
     if (!has_dtype || !has_shape || !has_offsets) {
-      corrupt(path, "tensor '", name, "': missing '", !has_dtype ? "dtype" : !has_shape ? "shape" : "data_offsets", "'");
+      corrupt(path, "tensor '", name, "': missing '",
+              !has_dtype   ? "dtype"
+              : !has_shape ? "shape"
+                           : "data_offsets",
+              "'");
     }
     const int64_t bytes = checked_bytes(r.shape, dtype_size(r.dtype), &r.numel);
     if (bytes < 0) corrupt(path, "tensor '", name, "': shape ", shape_to_string(r.shape), " overflows");
     if (bytes != r.end - r.begin) {
-      corrupt(path, "tensor '", name, "': ", r.end - r.begin, " bytes in data_offsets, but shape ", shape_to_string(r.shape), " ",
-           safetensors_dtype_name(r.dtype), " needs ", bytes);
+      corrupt(path, "tensor '", name, "': ", r.end - r.begin, " bytes in data_offsets, but shape ",
+              shape_to_string(r.shape), " ", safetensors_dtype_name(r.dtype), " needs ", bytes);
     }
     raw.push_back(std::move(r));
   }
@@ -380,16 +398,17 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
 
   // Non-overlapping, and (as the reference implementation requires) no holes and nothing
   // after the last tensor.
-  std::stable_sort(raw.begin(), raw.end(), [](const Raw& a, const Raw& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::stable_sort(raw.begin(), raw.end(),
+                   [](const Raw& a, const Raw& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   int64_t covered = 0;
   for (const Raw& r : raw) {
     if (r.begin < covered) corrupt(path, "tensor '", r.name, "' overlaps the bytes of another tensor");
-    if (r.begin > covered) corrupt(path, "gap of ", r.begin - covered, " bytes in the data area before tensor '", r.name, "'");
+    if (r.begin > covered)
+      corrupt(path, "gap of ", r.begin - covered, " bytes in the data area before tensor '", r.name, "'");
     covered = r.end;
   }
-  if (covered != data_size) corrupt(path, data_size - covered, " bytes after the last tensor (the data area has ", data_size, ")");
+  if (covered != data_size)
+    corrupt(path, data_size - covered, " bytes after the last tensor (the data area has ", data_size, ")");
 
   for (Raw& r : raw) {
     SafetensorsTensor t;

@@ -48,9 +48,9 @@ struct TensorToWrite {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   const void* data = nullptr;
-  std::vector<int64_t> global_shape;           // empty: the same as shape
-  std::string layout = kDefaultTensorLayout;   // recorded as "<name>.layout"
-  std::function<void(void* dst)> fill;         // see above; null: `data` holds the bytes
+  std::vector<int64_t> global_shape;          // empty: the same as shape
+  std::string layout = kDefaultTensorLayout;  // recorded as "<name>.layout"
+  std::function<void(void* dst)> fill;        // see above; null: `data` holds the bytes
 };
 
 using StringMap = std::map<std::string, std::string>;
@@ -116,7 +116,7 @@ struct SafetensorsTensor {
   int64_t numel = 0;
   int64_t offset = 0;  // absolute byte offset in the file
   int64_t bytes = 0;
-  const uint8_t* data = nullptr;  // into the map; nullptr when bytes == 0
+  const uint8_t* data = nullptr;      // into the map; nullptr when bytes == 0
   std::vector<int64_t> global_shape;  // from "<name>.global_shape", else shape
   std::string layout;                 // from "<name>.layout", else ""
 };

@@ -87,8 +87,7 @@ double check_real_range(const std::string& name, double v, const RealRange& r, c
   throw_error("[", name, "] must be in ", to_string(r), ", got '", text, "'");
 }
 
-Args::Args(std::string command, std::string summary)
-    : command_(std::move(command)), summary_(std::move(summary)) {}
+Args::Args(std::string command, std::string summary) : command_(std::move(command)), summary_(std::move(summary)) {}
 
 Args& Args::add(Spec s) {
   for (const Spec& other : specs_) MT_CHECK(other.name != s.name) << "flag declared twice: " << s.name;
@@ -105,8 +104,8 @@ Args& Args::option(const std::string& name, const std::string& metavar, const st
   return add({name, Kind::kOption, metavar, help, std::move(default_value), required, 0});
 }
 
-Args& Args::list(const std::string& name, const std::string& metavar, const std::string& help,
-                 int exact_count, bool required) {
+Args& Args::list(const std::string& name, const std::string& metavar, const std::string& help, int exact_count,
+                 bool required) {
   return add({name, Kind::kList, metavar, help, std::nullopt, required, exact_count});
 }
 

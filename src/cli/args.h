@@ -46,15 +46,15 @@ class Args {
                std::optional<std::string> default_value = std::nullopt, bool required = false);
   // A flag taking `min_count` or more values (argparse nargs='+'), or exactly
   // `exact_count` values when it is > 0.
-  Args& list(const std::string& name, const std::string& metavar, const std::string& help,
-             int exact_count = 0, bool required = false);
+  Args& list(const std::string& name, const std::string& metavar, const std::string& help, int exact_count = 0,
+             bool required = false);
   // A positional argument, in declaration order.
   Args& positional(const std::string& name, const std::string& help, bool required = true);
 
   // Returns false when --help was given (usage() is then printed by the caller).
   bool parse(const std::vector<std::string>& argv);
 
-  bool has(const std::string& name) const;  // given on the command line, or has a default
+  bool has(const std::string& name) const;    // given on the command line, or has a default
   bool given(const std::string& name) const;  // given on the command line
   bool get_flag(const std::string& name) const;
   std::string get_string(const std::string& name) const;

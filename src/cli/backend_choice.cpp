@@ -15,7 +15,9 @@ void declare_device_flag(Args& args) {
   args.flag("--deterministic", "the same as --deterministic-mode");
 }
 
-bool deterministic(const Args& args) { return args.get_flag("--deterministic-mode") || args.get_flag("--deterministic"); }
+bool deterministic(const Args& args) {
+  return args.get_flag("--deterministic-mode") || args.get_flag("--deterministic");
+}
 
 bool uses_cuda(const Args& args) {
   const std::string d = args.get_string("--device");

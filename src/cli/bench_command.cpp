@@ -36,7 +36,6 @@
 #include "cli/train_args.h"
 #include "comm/launch.h"
 #include "comm/launch_env.h"
-#include "parallel/process_groups.h"
 #include "comm/profiled_communicator.h"
 #include "comm/self_communicator.h"
 #include "comm/watchdog.h"
@@ -46,14 +45,15 @@
 #include "model/gpt_model.h"
 #include "model/memory_plan.h"
 #include "optim/loss_scaler.h"
-#include "train/config.h"
 #include "parallel/data_parallel_setup.h"
+#include "parallel/optimizer.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/process_groups.h"
+#include "train/config.h"
 #include "train/flops.h"
 #include "train/micro_batch_documents.h"
-#include "parallel/optimizer.h"
 #include "train/sub_configs.h"
 #include "train/train_step.h"
-#include "parallel/pipeline_schedule.h"
 
 namespace megatron::cli {
 
@@ -65,7 +65,7 @@ double peak_tflops(const std::string& name) {
     const char* key;
     double tflops;
   };
-  static const Row kPeaks[] = {{"H200", 989.0}, {"H100", 989.0}, {"H800", 989.0}, {"GH200", 989.0},
+  static const Row kPeaks[] = {{"H200", 989.0}, {"H100", 989.0}, {"H800", 989.0},  {"GH200", 989.0},
                                {"A100", 312.0}, {"A800", 312.0}, {"B200", 2250.0}, {"L40S", 362.0}};
   for (const Row& r : kPeaks) {
     if (name.find(r.key) != std::string::npos) return r.tflops;
@@ -111,7 +111,8 @@ int run_bench(const CommandArgs& argv_in) {
       .flag("--json", "print one JSON object instead of the table")
       .flag("--csv", "print the benchmark result row as CSV (header + one line) instead of the table")
       .list("--table", "FILE", "merge saved --json results into one table (no run)")
-      .list("--sweep", "KEY=V,...", "run a matrix of configurations (tp, pp, dp, mbs, gbs, recompute, sp, dist-opt, "
+      .list("--sweep", "KEY=V,...",
+            "run a matrix of configurations (tp, pp, dp, mbs, gbs, recompute, sp, dist-opt, "
             "model, layers, hidden, heads, seq); with --dry-run only plan them")
       .flag("--profile-ops",
             "time every backend op of the timed iterations (CUDA events on a GPU, host clock on the CPU) and "
@@ -181,9 +182,8 @@ int run_bench(const CommandArgs& argv_in) {
   std::unique_ptr<comm::Communicator> world_comm;
   c.nccl_collectives = world > 1 && uses_nccl(args);
   if (world > 1) {
-    connection = comm::connect_ranks(
-        env, *be, comm::timeout_from_minutes(c.distributed_timeout_minutes),
-        host_collectives(args));
+    connection = comm::connect_ranks(env, *be, comm::timeout_from_minutes(c.distributed_timeout_minutes),
+                                     host_collectives(args));
     if (!flags_agree_across_ranks(args, *connection.world)) return 1;
     world_comm = std::move(connection.world);
   } else {
@@ -201,7 +201,8 @@ int run_bench(const CommandArgs& argv_in) {
     if (world > 1) world_comm = std::make_unique<comm::ProfiledCommunicator>(std::move(world_comm), *profiler);
   }
   parallel::ProcessGroups groups = parallel::make_process_groups(
-      std::move(world_comm), parallel::parallel_sizes(world, c.tensor_model_parallel_size, c.pipeline_model_parallel_size));
+      std::move(world_comm),
+      parallel::parallel_sizes(world, c.tensor_model_parallel_size, c.pipeline_model_parallel_size));
   const DType dtype = train::model_dtype(c);
   const int64_t mbs = c.micro_batch_size, s = c.model.seq_length, gbs = c.global_batch_size;
   const int64_t num_micro = c.num_microbatches();  // at --global-batch-size: the bench times no ramp
@@ -225,7 +226,7 @@ int run_bench(const CommandArgs& argv_in) {
   optim::GradScaler scaler = optim::GradScaler::constant(c.fp16 ? 4096.0f : 1.0f);
   // The same data-parallel reduction as `megatron train` (buckets, --overlap-*).
   parallel::MixedPrecisionOptimizer opt(model.parameters(), *be, oc, std::move(scaler),
-                                     parallel::data_parallel_options(dp_flags, groups, model));
+                                        parallel::data_parallel_options(dp_flags, groups, model));
   log << parallel::copy_engine_text(copy_engine, dp_flags, opt);
   parallel::connect_overlap_hooks(dp_flags, model, opt);
   // Synthetic tokens (ids of the vocabulary), a fresh batch per micro-batch slot, fixed across
@@ -239,9 +240,9 @@ int run_bench(const CommandArgs& argv_in) {
     mb.seq = s;
     for (int64_t i = 0; i < mbs * s; ++i) {
       const auto draw = [&](uint64_t stream) {
-        return static_cast<int32_t>(philox_uniform(static_cast<uint64_t>(c.seed), stream,
-                                                   static_cast<uint64_t>(sample0 * s + i)) *
-                                    static_cast<float>(vocab));
+        return static_cast<int32_t>(
+            philox_uniform(static_cast<uint64_t>(c.seed), stream, static_cast<uint64_t>(sample0 * s + i)) *
+            static_cast<float>(vocab));
       };
       mb.tokens.push_back(std::min<int32_t>(draw(1), static_cast<int32_t>(vocab - 1)));
       mb.labels.push_back(std::min<int32_t>(draw(2), static_cast<int32_t>(vocab - 1)));
@@ -284,7 +285,8 @@ int run_bench(const CommandArgs& argv_in) {
     in.weight_decay = 0.01f;
     in.load = [&](int64_t k, model::MicroBatch* mb) { *mb = batches[static_cast<size_t>(k)]; };
     // The mean micro-batch loss (on the last stage; 0 on the others).
-    loss = static_cast<float>(train::train_step(train::step_flags(c), model, opt, groups, in).loss_sum / static_cast<double>(num_micro));
+    loss = static_cast<float>(train::train_step(train::step_flags(c), model, opt, groups, in).loss_sum /
+                              static_cast<double>(num_micro));
     be->synchronize();
     groups.world->barrier();  // the iteration ends when the slowest rank's does
     if (it >= warmup) timed += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -342,11 +344,10 @@ int run_bench(const CommandArgs& argv_in) {
                   device_name.c_str(), static_cast<long long>(c.model.num_layers),
                   static_cast<long long>(c.model.hidden_size), static_cast<long long>(c.model.num_attention_heads),
                   static_cast<long long>(s), static_cast<long long>(mbs), static_cast<long long>(gbs),
-                  std::string(dtype_name(dtype)).c_str(), static_cast<long long>(model_parameters),
-                  per_iter * 1e3, tokens_per_s, tf2025, tf2024, peak > 0 ? tf2025 / peak : 0.0,
-                  peak > 0 ? tf2024 / peak : 0.0, static_cast<long long>(plan.total()),
-                  static_cast<long long>(mem.peak_total), static_cast<long long>(device_used), report_time, setup_s,
-                  static_cast<double>(loss));
+                  std::string(dtype_name(dtype)).c_str(), static_cast<long long>(model_parameters), per_iter * 1e3,
+                  tokens_per_s, tf2025, tf2024, peak > 0 ? tf2025 / peak : 0.0, peak > 0 ? tf2024 / peak : 0.0,
+                  static_cast<long long>(plan.total()), static_cast<long long>(mem.peak_total),
+                  static_cast<long long>(device_used), report_time, setup_s, static_cast<double>(loss));
     std::string out = buf;
     out += ", " + bench_row_json_fields(row);
     out += ", \"recorded_runs\": " + std::to_string(model.replays());
@@ -391,11 +392,13 @@ int run_bench(const CommandArgs& argv_in) {
     std::cout << "    GPU during the timed steps   " << backend::describe_telemetry(gpu) << '\n';
   } else if (cuda) {
     std::cout << "    GPU during the timed steps   not sampled: "
-              << (telemetry_missing.empty() ? std::string("the steps ended before the first sample") : telemetry_missing)
+              << (telemetry_missing.empty() ? std::string("the steps ended before the first sample")
+                                            : telemetry_missing)
               << '\n';
   }
   if (profiler != nullptr) std::cout << backend::format_op_profile(op_profile, iters, per_iter * 1e3);
-  std::cout << " > benchmark result (TFLOP/s/GPU: " << (c.flops_convention == train::FlopsConvention::k2025 ? "2025" : "2024")
+  std::cout << " > benchmark result (TFLOP/s/GPU: "
+            << (c.flops_convention == train::FlopsConvention::k2025 ? "2025" : "2024")
             << " convention; memory: " << (cuda ? "device memory in use" : "planned") << "):\n"
             << format_bench_table({row}) << std::flush;
   return 0;

@@ -164,8 +164,7 @@ std::vector<std::string> sweep_point_flags(const SweepPoint& point) {
   return out;
 }
 
-std::string sweep_case_name(int64_t dp, int64_t tp, int64_t pp, int64_t global_batch, int64_t hidden,
-                            int64_t layers) {
+std::string sweep_case_name(int64_t dp, int64_t tp, int64_t pp, int64_t global_batch, int64_t hidden, int64_t layers) {
   std::string kind;
   for (const auto& [size, name] : {std::pair{dp, "DP"}, std::pair{tp, "TP"}, std::pair{pp, "PP"}}) {
     if (size > 1) kind += (kind.empty() ? "" : "-") + std::string(name);

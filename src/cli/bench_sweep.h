@@ -52,7 +52,6 @@ std::vector<std::string> sweep_key_flags(const std::string& key);
 
 // The study's case name (docs/benchmarking.md, "Sweeps"): KIND_DPxTPxPP_GBS_HIDDENxLAYERS, KIND =
 // the parallelisms in use (DP, TP, PP joined by '-', "1GPU" when none), e.g. DP_8x1x1_16_1536x16.
-std::string sweep_case_name(int64_t dp, int64_t tp, int64_t pp, int64_t global_batch, int64_t hidden,
-                            int64_t layers);
+std::string sweep_case_name(int64_t dp, int64_t tp, int64_t pp, int64_t global_batch, int64_t hidden, int64_t layers);
 
 }  // namespace megatron::cli

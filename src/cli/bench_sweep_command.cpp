@@ -194,8 +194,8 @@ std::string csv(const std::vector<SweepResult>& results) {
     out += buf;
     if (numbers) {
       std::snprintf(buf, sizeof(buf), "%.2f,%.1f,%.1f,%.2f,%.2f,%.2f,", r.row.ms_per_iteration,
-                    r.row.memory_per_gpu_bytes / kMiB, r.row.tokens_per_s, r.row.report_time_s,
-                    r.row.tflops_per_gpu, r.predicted_ms);
+                    r.row.memory_per_gpu_bytes / kMiB, r.row.tokens_per_s, r.row.report_time_s, r.row.tflops_per_gpu,
+                    r.predicted_ms);
       out += buf;
     } else {
       out += ",,,,,,";
@@ -222,8 +222,8 @@ std::string text_table(const std::vector<SweepResult>& results) {
     out += buf;
     if (r.status != "skipped") {
       std::snprintf(buf, sizeof(buf), " %.1f | %.0f | %s | %.0f | %.1f | %.1f |", r.row.ms_per_iteration,
-                    r.row.memory_per_gpu_bytes / kMiB, r.fits ? "yes" : "NO", r.row.tokens_per_s,
-                    r.row.tflops_per_gpu, r.predicted_ms);
+                    r.row.memory_per_gpu_bytes / kMiB, r.fits ? "yes" : "NO", r.row.tokens_per_s, r.row.tflops_per_gpu,
+                    r.predicted_ms);
       out += buf;
     } else {
       out += " | | | | | |";
@@ -268,9 +268,9 @@ int run_bench_sweep(const CommandArgs& argv_in) {
       if (has_flag(base, flag)) throw_error("[--sweep] ", axis.key, " is swept; drop ", flag);
     }
   }
-  const std::vector<std::string> parallel_flags = {
-      "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch-size", "--global-batch-size",
-      "--sequence-parallel",          "--use-distributed-optimizer"};
+  const std::vector<std::string> parallel_flags = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                                                   "--micro-batch-size",           "--global-batch-size",
+                                                   "--sequence-parallel",          "--use-distributed-optimizer"};
   const std::string device = flag_value(base, "--device").value_or("auto");
   const int gpus = device == "cpu" ? 0 : backend::cuda_device_count();
   const int64_t ranks = gpus > 0 ? gpus : std::max<int64_t>(1, std::thread::hardware_concurrency());
@@ -330,8 +330,8 @@ int run_bench_sweep(const CommandArgs& argv_in) {
     if (dry_run) {
       r.status = "predicted";
       BenchRow& b = r.row;
-      b.model_size_b = static_cast<double>(plan::stage_num_parameters(plan::config_for_tp(pm, 1),
-                                                                      plan::ParallelConfig{}, 0)) / 1e9;
+      b.model_size_b =
+          static_cast<double>(plan::stage_num_parameters(plan::config_for_tp(pm, 1), plan::ParallelConfig{}, 0)) / 1e9;
       b.nodes = cluster.nodes;
       b.gpus_per_node = cluster.gpus_per_node;
       b.global_batch = p.global_batch;
@@ -349,7 +349,8 @@ int run_bench_sweep(const CommandArgs& argv_in) {
     }
     r.status = "skipped";
     if (p.world() > ranks) {
-      r.reason = str_cat("does not fit on ", ranks, gpus > 0 ? " GPUs" : " CPU cores", " (needs ", p.world(), " ranks)");
+      r.reason =
+          str_cat("does not fit on ", ranks, gpus > 0 ? " GPUs" : " CPU cores", " (needs ", p.world(), " ranks)");
     } else {
       std::string error;
       std::vector<std::string> child = merged;
@@ -377,8 +378,8 @@ int run_bench_sweep(const CommandArgs& argv_in) {
     }
     std::cout << " > sweep: " << results.size() << " configuration(s), " << rows.size() << " "
               << (dry_run ? "predicted (--dry-run: planner on " + gpu_name + ")" : "measured") << ", "
-              << results.size() - rows.size() << " skipped; latency = ms per iteration, memory = "
-              << (dry_run ? "planned" : "measured") << " per GPU\n"
+              << results.size() - rows.size()
+              << " skipped; latency = ms per iteration, memory = " << (dry_run ? "planned" : "measured") << " per GPU\n"
               << text_table(results);
     if (!rows.empty()) std::cout << " > benchmark result table:\n" << format_bench_table(rows);
   }

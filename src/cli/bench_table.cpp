@@ -67,7 +67,8 @@ BenchRow parse_bench_row(const std::string& json, const std::string& where) {
     if (obj[key].get(e) != simdjson::SUCCESS) throw_error("[--table] ", where, ": missing field \"", key, "\"");
     double v = 0;
     if (e.is_int64()) return static_cast<double>(e.get_int64().value());
-    if (e.get_double().get(v) != simdjson::SUCCESS) throw_error("[--table] ", where, ": field \"", key, "\" is not a number");
+    if (e.get_double().get(v) != simdjson::SUCCESS)
+      throw_error("[--table] ", where, ": field \"", key, "\" is not a number");
     return v;
   };
   BenchRow r;

@@ -15,11 +15,11 @@
 #include <string>
 #include <system_error>
 
+#include "ckpt/checkpoint_contents.h"
+#include "ckpt/checkpoint_io.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "ckpt/checkpoint_contents.h"
-#include "ckpt/checkpoint_io.h"
 
 namespace megatron::cli {
 namespace {
@@ -101,8 +101,8 @@ int run_checkpoint_info(const CommandArgs& argv) {
   for (const CheckpointSummary& s : list) {
     char line[160];
     std::snprintf(line, sizeof(line), "    %-14s %14lld bytes%s\n",
-                  s.release ? "release" : ckpt::iteration_dir_name(s.iteration).c_str(), static_cast<long long>(s.bytes),
-                  s.latest ? "  (latest)" : "");
+                  s.release ? "release" : ckpt::iteration_dir_name(s.iteration).c_str(),
+                  static_cast<long long>(s.bytes), s.latest ? "  (latest)" : "");
     out << line;
   }
 
@@ -119,7 +119,8 @@ int run_checkpoint_info(const CommandArgs& argv) {
     return 0;
   }
   const LoadedCheckpoint ckpt = ckpt::load_checkpoint_dir(dir, iteration);
-  out << "\n" << (ckpt.release ? std::string("release") : "iteration " + std::to_string(ckpt.iteration)) << ": "
+  out << "\n"
+      << (ckpt.release ? std::string("release") : "iteration " + std::to_string(ckpt.iteration)) << ": "
       << ckpt.directory << "\n";
   for (const auto& [name, file] : ckpt.tensor_files) print_tensors(out, name, file);
   if (ckpt.optimizer() == nullptr) out << "  (no " << ckpt::kOptimizerFileName << ": saved without optimizer state)\n";

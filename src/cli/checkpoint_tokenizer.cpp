@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "cli/tokenizer_flags.h"
-#include "core/error.h"
 #include "ckpt/checkpoint_contents.h"
 #include "ckpt/checkpoint_metadata.h"
+#include "cli/tokenizer_flags.h"
+#include "core/error.h"
 #include "data/tokenizer/sentencepiece_tokenizer.h"
 
 namespace megatron::cli {

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/args.h"
 #include "ckpt/checkpoint_io.h"
+#include "cli/args.h"
 #include "data/tokenizer/tokenizer.h"
 
 namespace megatron::cli {

@@ -16,17 +16,17 @@
 #include <optional>
 #include <string>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_io.h"
 #include "cli/args.h"
 #include "cli/checkpoint_tokenizer.h"
 #include "cli/commands.h"
 #include "cli/tokenizer_flags.h"
-#include "core/error.h"
-#include "ckpt/checkpoint.h"
-#include "ckpt/checkpoint_io.h"
 #include "convert/hf_common.h"
 #include "convert/hf_gpt2.h"
 #include "convert/hf_llama.h"
 #include "convert/reshard.h"
+#include "core/error.h"
 #include "data/tokenizer/sentencepiece_tokenizer.h"
 
 namespace megatron::cli {
@@ -34,8 +34,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kTokenizerFlags[] = {"--tokenizer-type", "--tokenizer-model", "--vocab-file", "--merge-file",
-                                           "--vocab-size", "--tiktoken-pattern"};
+constexpr const char* kTokenizerFlags[] = {"--tokenizer-type", "--tokenizer-model", "--vocab-file",
+                                           "--merge-file",     "--vocab-size",      "--tiktoken-pattern"};
 
 std::optional<int64_t> opt_int(const Args& a, const std::string& flag) {
   if (!a.given(flag)) return std::nullopt;
@@ -78,20 +78,23 @@ struct ExportTokenizer {
 ExportTokenizer export_tokenizer(const Args& args, const ckpt::LoadedCheckpoint& ck, const model::GPTConfig& g) {
   ExportTokenizer out;
   const data::TokenizerOptions o = checkpoint_tokenizer_options(args, ck);
-  const bool sentencepiece = o.type == "Llama2Tokenizer" || o.type == "SentencePieceTokenizer" ||
-                             o.type == "GPTSentencePieceTokenizer";
+  const bool sentencepiece =
+      o.type == "Llama2Tokenizer" || o.type == "SentencePieceTokenizer" || o.type == "GPTSentencePieceTokenizer";
   const bool has_files = o.type == "GPT2BPETokenizer" ? o.vocab_file && o.merge_file : o.tokenizer_model.has_value();
   if (!any_tokenizer_flag(args) && !has_files) {
-    out.note = "no tokenizer files written (the checkpoint records none; give --tokenizer-model, or --vocab-file and --merge-file)";
+    out.note =
+        "no tokenizer files written (the checkpoint records none; give --tokenizer-model, or --vocab-file and "
+        "--merge-file)";
     return out;
   }
   if (o.type == "TikTokenizer") {
-    throw_error("[--tokenizer-type] TikTokenizer has no Hugging Face tokenizer files (export without the tokenizer flags)");
+    throw_error(
+        "[--tokenizer-type] TikTokenizer has no Hugging Face tokenizer files (export without the tokenizer flags)");
   }
   const std::unique_ptr<data::Tokenizer> tok = data::make_tokenizer(o);
   if (tok->vocab_size() != g.vocab_size) {
-    throw_error("[--tokenizer-type] ", o.type, " has ", tok->vocab_size(), " tokens but the checkpoint's vocabulary is ",
-                g.vocab_size);
+    throw_error("[--tokenizer-type] ", o.type, " has ", tok->vocab_size(),
+                " tokens but the checkpoint's vocabulary is ", g.vocab_size);
   }
   try {
     out.eos = std::to_string(tok->eod());
@@ -158,7 +161,8 @@ ImportTokenizer import_tokenizer(const Args& args, const std::string& hf_dir, co
     }
     if (o.tokenizer_model) o.tokenizer_model = fs::absolute(*o.tokenizer_model).lexically_normal().string();
     if (o.type == "GPT2BPETokenizer" || o.type == "TikTokenizer") {
-      throw_error("[--tokenizer-type] ", o.type, " cannot be recorded for a Llama checkpoint (its files are not "
+      throw_error("[--tokenizer-type] ", o.type,
+                  " cannot be recorded for a Llama checkpoint (its files are not "
                   "recorded); use HuggingFaceTokenizer or a SentencePiece type, or give the files to generate");
     }
     tok = data::make_tokenizer(o);
@@ -184,7 +188,8 @@ ImportTokenizer import_tokenizer(const Args& args, const std::string& hf_dir, co
       break;
     }
     if (!tok) {
-      out.note = "no tokenizer recorded (" + (why.empty() ? hf_dir + " holds no tokenizer.json or tokenizer.model" : why) +
+      out.note = "no tokenizer recorded (" +
+                 (why.empty() ? hf_dir + " holds no tokenizer.json or tokenizer.model" : why) +
                  "); give generate the tokenizer flags";
       return out;
     }
@@ -204,10 +209,12 @@ ImportTokenizer import_tokenizer(const Args& args, const std::string& hf_dir, co
 int run_convert(const CommandArgs& argv) {
   Args args("convert", "checkpoint <-> Hugging Face GPT-2 / Llama safetensors, reshard for another TP/PP layout");
   args.option("--load", "DIR", "our checkpoint directory to read (its latest iteration)")
-      .option("--load-hf", "DIR",
-              "a Hugging Face GPT-2, Llama or Mistral directory to read (config.json + model.safetensors or its shards)")
+      .option(
+          "--load-hf", "DIR",
+          "a Hugging Face GPT-2, Llama or Mistral directory to read (config.json + model.safetensors or its shards)")
       .option("--save", "DIR", "write our checkpoint here (a new directory)")
-      .option("--save-hf", "DIR", "write Hugging Face files here (a new directory): Llama for rotary checkpoints, else GPT-2")
+      .option("--save-hf", "DIR",
+              "write Hugging Face files here (a new directory): Llama for rotary checkpoints, else GPT-2")
       .option("--iteration", "N", "read this iteration of --load instead of the latest")
       .option("--target-tensor-parallel-size", "T", "tensor-parallel size the output is padded and recorded for")
       .option("--target-pipeline-model-parallel-size", "P", "pipeline-parallel size the output is recorded for")
@@ -240,8 +247,10 @@ int run_convert(const CommandArgs& argv) {
     o.pipeline_model_parallel_size = pp;
     o.make_vocab_size_divisible_by = divisible;
     o.iteration = opt_int(args, "--iteration");
-    const convert::ReshardResult r = convert::reshard_checkpoint(args.get_string("--load"), args.get_string("--save"), o);
-    std::cout << "converted " << (r.release ? std::string("the release checkpoint") : "iteration " + std::to_string(r.iteration))
+    const convert::ReshardResult r =
+        convert::reshard_checkpoint(args.get_string("--load"), args.get_string("--save"), o);
+    std::cout << "converted "
+              << (r.release ? std::string("the release checkpoint") : "iteration " + std::to_string(r.iteration))
               << ": tensor-model-parallel size " << r.old_tp << " -> " << r.new_tp << ", pipeline-model-parallel size "
               << r.old_pp << " -> " << r.new_pp << ", padded vocab " << r.old_padded_vocab_size << " -> "
               << r.new_padded_vocab_size << " (size " << r.vocab_size << ", " << r.repadded.size()
@@ -304,9 +313,10 @@ int run_convert(const CommandArgs& argv) {
     o.tokenizer_model = tok.model;
     o.tokenizer_files = std::move(tok.files);
     const convert::HfLlamaImportResult r = convert::import_hf_llama(hf_dir, save_dir, o);
-    std::cout << "imported Hugging Face " << r.architecture << " (" << r.num_layers << " layers, hidden " << r.hidden_size
-              << ", " << r.num_attention_heads << " heads, " << r.num_query_groups << " key/value heads, " << r.rope
-              << "): " << r.tensors << " tensors, padded vocab " << r.vocab_size << " -> " << r.padded_vocab_size << "\n";
+    std::cout << "imported Hugging Face " << r.architecture << " (" << r.num_layers << " layers, hidden "
+              << r.hidden_size << ", " << r.num_attention_heads << " heads, " << r.num_query_groups
+              << " key/value heads, " << r.rope << "): " << r.tensors << " tensors, padded vocab " << r.vocab_size
+              << " -> " << r.padded_vocab_size << "\n";
     if (!tok.type.empty()) std::cout << "tokenizer: " << tok.type << " " << tok.model << "\n";
     if (!tok.note.empty()) std::cout << "note: " << tok.note << "\n";
     std::cout << "saved to " << save_dir << " (a release checkpoint: model only, iteration 0)\n";

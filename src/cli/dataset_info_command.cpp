@@ -29,8 +29,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/tokenizer_flags.h"
-#include "core/json_writer.h"
 #include "core/error.h"
+#include "core/json_writer.h"
 #include "data/dataset_config.h"
 #include "data/indexed_dataset.h"
 #include "data/mock_sequences.h"
@@ -49,7 +49,11 @@ std::string utf8_lossy(std::string_view s) {
   const size_t n = s.size();
   for (size_t i = 0; i < n;) {
     const uint8_t b = p[i];
-    size_t len = b < 0x80 ? 1 : (b >= 0xC2 && b <= 0xDF) ? 2 : (b >= 0xE0 && b <= 0xEF) ? 3 : (b >= 0xF0 && b <= 0xF4) ? 4 : 0;
+    size_t len = b < 0x80                   ? 1
+                 : (b >= 0xC2 && b <= 0xDF) ? 2
+                 : (b >= 0xE0 && b <= 0xEF) ? 3
+                 : (b >= 0xF0 && b <= 0xF4) ? 4
+                                            : 0;
     bool ok = len > 0 && i + len <= n;
     if (ok && len > 1) {
       const uint8_t lo = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80;
@@ -73,7 +77,8 @@ double percentile(const std::vector<int64_t>& sorted, double p) {
   const double pos = p / 100.0 * static_cast<double>(sorted.size() - 1);
   const auto lo = static_cast<size_t>(pos);
   const size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return static_cast<double>(sorted[lo]) + (static_cast<double>(sorted[hi] - sorted[lo])) * (pos - static_cast<double>(lo));
+  return static_cast<double>(sorted[lo]) +
+         (static_cast<double>(sorted[hi] - sorted[lo])) * (pos - static_cast<double>(lo));
 }
 
 std::string fmt(const char* f, double v) {
@@ -136,7 +141,8 @@ int run_dataset_info(const CommandArgs& argv) {
       .option("--eval-iters", "K", "iterations per evaluation", "100")
       .option("--split", "W", "train/valid/test weights of the sequences", "969, 30, 1")
       .option("--seed", "R", "numpy RandomState seed of the shuffles", "1234")
-      .option("--data-cache-path", "DIR", "where index caches are looked for (after dirname(prefix)/index-cache) and built")
+      .option("--data-cache-path", "DIR",
+              "where index caches are looked for (after dirname(prefix)/index-cache) and built")
       .option("--show-samples", "K", "print the first K training samples as JSON lines on stdout (summary to stderr)");
   declare_tokenizer_flags(a, "");
   if (!a.parse(argv)) {
@@ -204,7 +210,8 @@ int run_dataset_info(const CommandArgs& argv) {
   if (a.given("--tokenizer-type")) {
     tokenizer = data::make_tokenizer(tokenizer_options(a));
     if (mock) {
-      if (a.given("--eod")) throw_error("[--eod] give --eod or a tokenizer (whose end of document --mock-data takes), not both");
+      if (a.given("--eod"))
+        throw_error("[--eod] give --eod or a tokenizer (whose end of document --mock-data takes), not both");
       eod = tokenizer->eod();
     }
     out << "tokenizer " << a.get_string("--tokenizer-type") << ": vocabulary " << tokenizer->vocab_size();
@@ -273,8 +280,9 @@ int run_dataset_info(const CommandArgs& argv) {
       }
       const data::EpochPlan& plan = g->plan();
       out << " > " << data::kSplitNames[s] << ": " << g->options().num_samples << " samples requested, "
-          << g->tokens_per_epoch() << " tokens per epoch, " << plan.num_epochs << " epoch(s), separate last epoch: "
-          << (plan.separate_last_epoch ? "yes" : "no") << ", " << g->size() << " samples available\n";
+          << g->tokens_per_epoch() << " tokens per epoch, " << plan.num_epochs
+          << " epoch(s), separate last epoch: " << (plan.separate_last_epoch ? "yes" : "no") << ", " << g->size()
+          << " samples available\n";
       if (g->options().cache) {
         out << "     cache " << (g->cache().loaded ? "loaded: " : "built: ") << g->cache().path("") << "{.dsc,"
             << "_doc_idx.npy,_sample_idx.npy,_shuffle_idx.npy}\n";
@@ -300,7 +308,8 @@ int run_dataset_info(const CommandArgs& argv) {
   if (show) {
     const auto& train = sets.train();
     if (!train) {
-      throw_error("[--show-samples] the train split is empty (", per_split && data_path.empty() ? "no --train-data-path" : "see --split", ")");
+      throw_error("[--show-samples] the train split is empty (",
+                  per_split && data_path.empty() ? "no --train-data-path" : "see --split", ")");
     }
     if (*show > train->size()) {
       throw_error("[--show-samples] ", *show, " exceeds the ", train->size(), " training samples available");

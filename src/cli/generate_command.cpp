@@ -6,26 +6,26 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "backend/ops.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_io.h"
+#include "ckpt/safetensors.h"
 #include "cli/args.h"
 #include "cli/backend_choice.h"
 #include "cli/checkpoint_tokenizer.h"
 #include "cli/commands.h"
-#include "core/error.h"
 #include "cli/tokenizer_flags.h"
+#include "core/error.h"
 #include "data/tokenizer/tokenizer.h"
 #include "model/gpt_generator.h"
 #include "model/gpt_model.h"
 #include "model/sampling.h"
-#include "ckpt/checkpoint.h"
-#include "ckpt/checkpoint_io.h"
-#include "ckpt/safetensors.h"
 
 namespace megatron::cli {
 namespace {
@@ -209,14 +209,16 @@ int run_generate(const CommandArgs& argv) {
     // the word-initial space of a text's first piece, so decode(out) alone would lose it.
     const std::string base = tokenizer->decode(ids);
     const std::string full = tokenizer->decode(all);
-    const std::string added = full.compare(0, base.size(), base) == 0 ? full.substr(base.size()) : tokenizer->decode(out);
+    const std::string added =
+        full.compare(0, base.size(), base) == 0 ? full.substr(base.size()) : tokenizer->decode(out);
     std::cout << prompt << added << "\n" << std::flush;
   }
   if (!dump.empty()) {
     std::vector<ckpt::TensorToWrite> tensors;
     for (size_t p = 0; p < dumped_logits.size(); ++p) {
       const std::string name = "prompt." + std::to_string(p) + ".";
-      const int64_t n = static_cast<int64_t>(prompt_ids[p].size()), m = static_cast<int64_t>(dumped_generated[p].size());
+      const int64_t n = static_cast<int64_t>(prompt_ids[p].size()),
+                    m = static_cast<int64_t>(dumped_generated[p].size());
       ckpt::TensorToWrite t;
       t.name = name + "tokens";
       t.dtype = DType::kI32;

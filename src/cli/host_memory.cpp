@@ -4,11 +4,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "ckpt/checkpoint.h"
 #include "comm/launch_env.h"
 #include "core/error.h"
-#include "ckpt/checkpoint.h"
-#include "train/sub_configs.h"
 #include "train/config.h"
+#include "train/sub_configs.h"
 
 namespace megatron::cli {
 
@@ -41,8 +41,8 @@ void check_host_memory(const std::string& command, int64_t planned_bytes, int64_
   const double need = static_cast<double>(planned_bytes) * static_cast<double>(ranks_on_node);
   if (need <= static_cast<double>(*available_bytes)) return;
   char numbers[160];
-  std::snprintf(numbers, sizeof numbers, "%.2f GiB per rank x %lld rank(s) on this node = %.2f GiB", planned_bytes / gib,
-                static_cast<long long>(ranks_on_node), need / gib);
+  std::snprintf(numbers, sizeof numbers, "%.2f GiB per rank x %lld rank(s) on this node = %.2f GiB",
+                planned_bytes / gib, static_cast<long long>(ranks_on_node), need / gib);
   char available[64];
   std::snprintf(available, sizeof available, "%.2f GiB", static_cast<double>(*available_bytes) / gib);
   throw_error(command, ": the memory plan needs ", numbers, " of host memory on the cpu device, but ", available,
@@ -69,7 +69,8 @@ std::string gib(int64_t bytes) {
 }  // namespace
 
 std::string save_memory_line(const train::TrainConfig& config) {
-  const ckpt::CheckpointSaveMemory m = ckpt::checkpoint_save_memory(train::checkpoint_run(config), !config.no_save_optim);
+  const ckpt::CheckpointSaveMemory m =
+      ckpt::checkpoint_save_memory(train::checkpoint_run(config), !config.no_save_optim);
   const std::string streamed = "rank 0 writes " + gib(m.checkpoint_bytes) + " one tensor at a time, holding at most " +
                                gib(m.host_bytes) + " of host and " + gib(m.device_bytes) +
                                " of device memory beyond training while it saves";
@@ -89,7 +90,8 @@ std::string save_memory_line(const train::TrainConfig& config) {
 // before the first step.
 void check_save_memory(const train::TrainConfig& config, int64_t planned_device_bytes, int64_t device_total,
                        std::optional<int64_t> host_available) {
-  const ckpt::CheckpointSaveMemory m = ckpt::checkpoint_save_memory(train::checkpoint_run(config), !config.no_save_optim);
+  const ckpt::CheckpointSaveMemory m =
+      ckpt::checkpoint_save_memory(train::checkpoint_run(config), !config.no_save_optim);
   // Training that does not fit by itself fails on its own allocation, with its own message.
   if (device_total > 0 && planned_device_bytes > device_total) return;
   if (device_total > 0 && planned_device_bytes + m.device_bytes > device_total) {
@@ -98,8 +100,9 @@ void check_save_memory(const train::TrainConfig& config, int64_t planned_device_
                 gib(device_total));
   }
   if (host_available && m.host_bytes > *host_available) {
-    throw_error("[--save] saving a checkpoint needs ", gib(m.host_bytes), " of rank 0's host memory (two copies of its ",
-                "largest tensor), more than its ", gib(*host_available), " available");
+    throw_error("[--save] saving a checkpoint needs ", gib(m.host_bytes),
+                " of rank 0's host memory (two copies of its ", "largest tensor), more than its ", gib(*host_available),
+                " available");
   }
 }
 }  // namespace megatron::cli

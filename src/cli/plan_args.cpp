@@ -72,9 +72,12 @@ plan::PlanModel parse_model(const Args& a) {
                 "(int(8h/3/64)*64 = 0): give --ffn-hidden-size");
   }
   const std::string norm = a.get_string("--normalization");
-  if (norm == "LayerNorm") c.normalization = model::Normalization::kLayerNorm;
-  else if (norm == "RMSNorm") c.normalization = model::Normalization::kRMSNorm;
-  else throw_error("[--normalization] invalid choice '", norm, "' (choose from LayerNorm, RMSNorm)");
+  if (norm == "LayerNorm")
+    c.normalization = model::Normalization::kLayerNorm;
+  else if (norm == "RMSNorm")
+    c.normalization = model::Normalization::kRMSNorm;
+  else
+    throw_error("[--normalization] invalid choice '", norm, "' (choose from LayerNorm, RMSNorm)");
   c.max_position_embeddings =
       a.given("--max-position-embeddings") ? positive(a, "--max-position-embeddings") : c.seq_length;
   if (c.seq_length > c.max_position_embeddings) {
@@ -96,10 +99,14 @@ plan::PlanModel parse_model(const Args& a) {
     throw_error("[--num-query-groups] needs --group-query-attention");
   }
   const std::string pos = a.get_string("--position-embedding-type");
-  if (pos == "learned_absolute") c.position_embedding = model::PositionEmbedding::kLearnedAbsolute;
-  else if (pos == "rope") c.position_embedding = model::PositionEmbedding::kRope;
-  else if (pos == "none") c.position_embedding = model::PositionEmbedding::kNone;
-  else throw_error("[--position-embedding-type] invalid choice '", pos, "' (choose from learned_absolute, rope, none)");
+  if (pos == "learned_absolute")
+    c.position_embedding = model::PositionEmbedding::kLearnedAbsolute;
+  else if (pos == "rope")
+    c.position_embedding = model::PositionEmbedding::kRope;
+  else if (pos == "none")
+    c.position_embedding = model::PositionEmbedding::kNone;
+  else
+    throw_error("[--position-embedding-type] invalid choice '", pos, "' (choose from learned_absolute, rope, none)");
   c.add_bias_linear = !a.get_flag("--disable-bias-linear");
   if (a.get_flag("--fp16") && a.get_flag("--bf16")) throw_error("[--fp16/--bf16] give at most one of them");
   m.dtype = a.get_flag("--fp16") ? DType::kF16 : DType::kBF16;
@@ -138,9 +145,12 @@ plan::Cluster parse_cluster(const Args& a, DType dtype) {
   }
   if (a.given("--attention-backend")) {
     const std::string b = a.get_string("--attention-backend");
-    if (b == "flash") cl.engine.attention = plan::AttentionBackend::kFlash;
-    else if (b == "local") cl.engine.attention = plan::AttentionBackend::kLocal;
-    else throw_error("[--attention-backend] invalid choice '", b, "' (choose from flash, local)");
+    if (b == "flash")
+      cl.engine.attention = plan::AttentionBackend::kFlash;
+    else if (b == "local")
+      cl.engine.attention = plan::AttentionBackend::kLocal;
+    else
+      throw_error("[--attention-backend] invalid choice '", b, "' (choose from flash, local)");
   }
   // Megatron's defaults (--attention-dropout 0.1, --hidden-dropout 0.1), as `megatron train`
   // runs without the flags, so that both price the same step (cli/train_prediction.cpp).
@@ -148,12 +158,14 @@ plan::Cluster parse_cluster(const Args& a, DType dtype) {
   cl.engine.hidden_dropout = kMegatronDefaultDropout;
   if (a.given("--attention-dropout")) {
     const double p = a.get_double("--attention-dropout");
-    if (!(p >= 0.0 && p < 1.0)) throw_error("[--attention-dropout] must be in [0, 1), got ", a.get_string("--attention-dropout"));
+    if (!(p >= 0.0 && p < 1.0))
+      throw_error("[--attention-dropout] must be in [0, 1), got ", a.get_string("--attention-dropout"));
     cl.engine.attention_dropout = p;
   }
   if (a.given("--hidden-dropout")) {
     const double p = a.get_double("--hidden-dropout");
-    if (!(p >= 0.0 && p < 1.0)) throw_error("[--hidden-dropout] must be in [0, 1), got ", a.get_string("--hidden-dropout"));
+    if (!(p >= 0.0 && p < 1.0))
+      throw_error("[--hidden-dropout] must be in [0, 1), got ", a.get_string("--hidden-dropout"));
     cl.engine.hidden_dropout = p;
   }
   if (a.get_flag("--tp-comm-overlap")) cl.engine.tp_comm_overlap = true;
@@ -259,9 +271,12 @@ PlanRequest parse_plan_request(const Args& a) {
   }
   if (a.given("--recompute-granularity")) {
     const std::string g = a.get_string("--recompute-granularity");
-    if (g == "full") q.space.recompute = plan::PlanRecompute::kFull;
-    else if (g == "selective") q.space.recompute = plan::PlanRecompute::kSelective;
-    else throw_error("[--recompute-granularity] invalid choice '", g, "' (choose from full, selective)");
+    if (g == "full")
+      q.space.recompute = plan::PlanRecompute::kFull;
+    else if (g == "selective")
+      q.space.recompute = plan::PlanRecompute::kSelective;
+    else
+      throw_error("[--recompute-granularity] invalid choice '", g, "' (choose from full, selective)");
   }
   if (a.get_flag("--recompute-activations")) q.space.recompute = plan::PlanRecompute::kSelective;
   if (a.get_flag("--use-distributed-optimizer")) q.space.distributed_optimizer = true;

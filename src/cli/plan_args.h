@@ -16,9 +16,9 @@ struct PlanRequest {
   plan::PlanModel model;
   plan::Cluster cluster;
   plan::SearchSpace space;
-  bool single = false;                  // TP, PP and micro-batch all given: evaluate one layout
+  bool single = false;  // TP, PP and micro-batch all given: evaluate one layout
   plan::ParallelConfig single_layout;
-  bool node_search = false;             // --nodes-range
+  bool node_search = false;  // --nodes-range
   int64_t first_nodes = 0, last_nodes = 0;
   double target_report_time_s = 0;
 };

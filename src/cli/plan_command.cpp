@@ -46,7 +46,8 @@ std::string table_row(const plan::Candidate& k) {
   const plan::ParallelConfig& p = k.parallel;
   const plan::Prediction& r = k.prediction;
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "%4lld %4lld %4lld %5lld %4lld %6lld %-9s %-4s %-3s %6.2f GiB %-4s %12.0f %8.1f %9.1f %6.1f%%\n",
+  std::snprintf(buf, sizeof(buf),
+                "%4lld %4lld %4lld %5lld %4lld %6lld %-9s %-4s %-3s %6.2f GiB %-4s %12.0f %8.1f %9.1f %6.1f%%\n",
                 static_cast<long long>(p.tp), static_cast<long long>(p.pp), static_cast<long long>(p.vp),
                 static_cast<long long>(p.dp), static_cast<long long>(p.micro_batch),
                 static_cast<long long>(p.global_batch), plan::recompute_name(p.recompute),
@@ -116,17 +117,17 @@ void write_header(JsonWriter& w, const PlanRequest& q) {
   w.key("ffn_hidden_size").value(c.ffn_hidden_size);
   w.key("vocab_size").value(c.vocab_size);
   w.key("dtype").value(std::string(dtype_name(q.model.dtype)));
-  w.key("num_parameters").value(plan::stage_num_parameters(plan::config_for_tp(q.model, 1),
-                                                          plan::ParallelConfig{}, 0));
+  w.key("num_parameters").value(plan::stage_num_parameters(plan::config_for_tp(q.model, 1), plan::ParallelConfig{}, 0));
   w.end_object();
   w.key("cluster").begin_object();
   w.key("gpu").value(q.cluster.gpu.name);
   w.key("gpus_per_node").value(q.cluster.gpus_per_node);
   w.key("nodes").value(q.cluster.nodes);
-  w.key("intra_node_bytes_per_s").value(q.cluster.intra_node_bytes_per_s > 0 ? q.cluster.intra_node_bytes_per_s
-                                                                             : q.cluster.gpu.nvlink_bytes_per_s);
-  w.key("inter_node_bytes_per_s").value(q.cluster.inter_node_bytes_per_s > 0 ? q.cluster.inter_node_bytes_per_s
-                                                                             : q.cluster.gpu.ib_bytes_per_s);
+  w.key("intra_node_bytes_per_s")
+      .value(q.cluster.intra_node_bytes_per_s > 0 ? q.cluster.intra_node_bytes_per_s
+                                                  : q.cluster.gpu.nvlink_bytes_per_s);
+  w.key("inter_node_bytes_per_s")
+      .value(q.cluster.inter_node_bytes_per_s > 0 ? q.cluster.inter_node_bytes_per_s : q.cluster.gpu.ib_bytes_per_s);
   w.key("dp_copy_engine").value(q.cluster.dp_copy_engine);  // MEGATRON_DP_COPY_ENGINE=1
   w.end_object();
   const plan::Engine& e = q.cluster.engine;
@@ -181,21 +182,27 @@ std::string header_text(const PlanRequest& q) {
 }
 
 int run_node_search(const PlanRequest& q, bool json) {
-  const plan::NodeSearch r = plan::smallest_node_count(q.model, q.cluster, q.space, q.first_nodes, q.last_nodes,
-                                                       q.target_report_time_s);
+  const plan::NodeSearch r =
+      plan::smallest_node_count(q.model, q.cluster, q.space, q.first_nodes, q.last_nodes, q.target_report_time_s);
   if (json) {
     JsonWriter w(2);
     w.begin_object();
     write_header(w, q);
     w.key("target_report_time_s").value(q.target_report_time_s);
     w.key("smallest_nodes");
-    if (r.nodes) w.value(*r.nodes); else w.null();
+    if (r.nodes)
+      w.value(*r.nodes);
+    else
+      w.null();
     w.key("steps").begin_array();
     for (const plan::NodeSearchStep& s : r.steps) {
       w.begin_object();
       w.key("nodes").value(s.nodes);
       w.key("best");
-      if (s.best) write_candidate(w, *s.best); else w.null();
+      if (s.best)
+        write_candidate(w, *s.best);
+      else
+        w.null();
       if (!s.best) w.key("why_none").value(s.why_none);
       w.end_object();
     }

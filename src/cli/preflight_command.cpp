@@ -29,11 +29,11 @@
 #include "cli/preflight_report.h"
 #include "comm/launch.h"
 #include "comm/launch_env.h"
-#include "parallel/process_groups.h"
 #include "comm/self_communicator.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/host_name.h"
+#include "parallel/process_groups.h"
 
 namespace megatron::cli {
 namespace {
@@ -86,8 +86,8 @@ int run_preflight(const CommandArgs& argv) {
                                      uses_nccl(args));
   }
   const comm::LaunchEnv env = comm::detect_launch_env(comm::process_environment());
-  const parallel::ParallelSizes sizes = parallel::parallel_sizes(env.world_size, args.get_int("--tensor-model-parallel-size"),
-                                                         args.get_int("--pipeline-model-parallel-size"));
+  const parallel::ParallelSizes sizes = parallel::parallel_sizes(
+      env.world_size, args.get_int("--tensor-model-parallel-size"), args.get_int("--pipeline-model-parallel-size"));
   const int64_t iterations = args.get_int("--iterations");
   if (iterations < 1) throw_error("[--iterations] must be at least 1, got ", iterations);
   const double tolerance = args.get_double("--tolerance");
@@ -112,8 +112,7 @@ int run_preflight(const CommandArgs& argv) {
 
   comm::RankConnection connection;
   if (env.world_size > 1) {
-    connection = comm::connect_ranks(
-        env, *be, timeout, host_collectives(args));
+    connection = comm::connect_ranks(env, *be, timeout, host_collectives(args));
     if (!flags_agree_across_ranks(args, *connection.world)) return 1;
   } else {
     connection.world = std::make_unique<comm::SelfCommunicator>(*be, "world");
@@ -159,8 +158,8 @@ int run_preflight(const CommandArgs& argv) {
     Tensor in = be->empty({piece}, DType::kF32, MemoryKind::kOther);
     Tensor out = be->empty({piece * g.size()}, DType::kF32, MemoryKind::kOther);
     s = group_time(g, seconds_per([&] { comm::all_gather(g, in, out); }, iterations, *be, world));
-    measures.push_back({str_cat("all_gather [", name, "] ", mib), (p - 1.0) / p * static_cast<double>(out.nbytes()) / s / 1e9,
-                        group_key(g)});
+    measures.push_back({str_cat("all_gather [", name, "] ", mib),
+                        (p - 1.0) / p * static_cast<double>(out.nbytes()) / s / 1e9, group_key(g)});
   };
   if (groups.tp->size() > 1) measure_reductions(*groups.tp, "tp");
   if (groups.dp->size() > 1) measure_reductions(*groups.dp, "dp");

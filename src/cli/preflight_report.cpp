@@ -85,13 +85,13 @@ std::string format_preflight(const PreflightReport& report, double tolerance, in
     }
     std::string what = row.what;
     what.resize(width, ' ');
-    text += str_cat("  ", what, "  min ", measured(lo->value), " ", row.unit, " (", where(*lo, report.hosts), ")  median ",
-                    measured(mid), "  max ", measured(hi->value), "  [", row.values.size(), row.values.size() == 1 ? " value" : " values",
-                    "]\n");
+    text += str_cat("  ", what, "  min ", measured(lo->value), " ", row.unit, " (", where(*lo, report.hosts),
+                    ")  median ", measured(mid), "  max ", measured(hi->value), "  [", row.values.size(),
+                    row.values.size() == 1 ? " value" : " values", "]\n");
     for (const PreflightValue& v : row.values) {
       if (v.value < (1.0 - tolerance) * mid) {
-        slow_lines.push_back(str_cat("  ", where(v, report.hosts), ": ", row.what, " ", measured(v.value), " ", row.unit,
-                                     ", ", fixed(100.0 * (1.0 - v.value / mid), 1), "% below the median"));
+        slow_lines.push_back(str_cat("  ", where(v, report.hosts), ": ", row.what, " ", measured(v.value), " ",
+                                     row.unit, ", ", fixed(100.0 * (1.0 - v.value / mid), 1), "% below the median"));
       }
     }
   }

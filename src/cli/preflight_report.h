@@ -20,8 +20,8 @@ struct PreflightValue {
 
 // One line of the report: a kind of measurement and its values.
 struct PreflightRow {
-  std::string what;  // "GEMM bf16 8192 x 8192 x 8192", "all_reduce [tp] 256 MiB fp32"
-  std::string unit;  // "TFLOP/s", "GB/s"
+  std::string what;            // "GEMM bf16 8192 x 8192 x 8192", "all_reduce [tp] 256 MiB fp32"
+  std::string unit;            // "TFLOP/s", "GB/s"
   bool bus_bandwidth = false;  // a collective's bus bandwidth (NCCL's convention): feeds the plan flags
   std::vector<PreflightValue> values;
 };
@@ -30,7 +30,7 @@ struct PreflightReport {
   std::string header;              // ranks, hosts, device, layout, iterations
   std::vector<std::string> hosts;  // by world rank
   std::vector<PreflightRow> rows;
-  bool host_staged = false;        // GPU collectives staged through host memory: no plan flags from them
+  bool host_staged = false;  // GPU collectives staged through host memory: no plan flags from them
 };
 
 // The report's text: per row the least value (its ranks and host), the median and the greatest;

@@ -71,7 +71,8 @@ class StopSignals {
   void wake() { on_stop_signal(0); }
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {
+  }, old_term_{};
 };
 
 }  // namespace
@@ -82,11 +83,12 @@ int run_serve(const CommandArgs& argv) {
       .option("--iteration", "N", "load this iteration instead of the latest")
       .option("--host", "ADDR", "address to listen on (Megatron's server: all of them)", "0.0.0.0")
       .option("--port", "PORT", "port to listen on (0: any free one, printed at start)", "5000")
-      .option("--max-batch-size", "N", "sequences generated together in one batch (Megatron's --inference-max-batch-size)", "8")
+      .option("--max-batch-size", "N",
+              "sequences generated together in one batch (Megatron's --inference-max-batch-size)", "8")
       .option("--inference-max-batch-size", "N", "the same as --max-batch-size")
       .option("--batch-wait-ms", "MS", "how long a batch that is not full waits for more requests to join", "0")
-      .option("--max-tokens-to-oom", "N", "refuse a request of more tokens (prompts x (longest prompt + tokens to generate))",
-              "12000")
+      .option("--max-tokens-to-oom", "N",
+              "refuse a request of more tokens (prompts x (longest prompt + tokens to generate))", "12000")
       .option("--max-prompts", "N", "prompts per request at most (Megatron: 128)", "128")
       .option("--max-queued", "N", "prompts waiting at most; more are answered 503", "1024")
       .option("--max-request-bytes", "N", "request bodies larger than this are answered 413", "4194304")
@@ -165,8 +167,8 @@ int run_serve(const CommandArgs& argv) {
   const size_t text = device.find_first_not_of(" >");
   device = text == std::string::npos ? "" : device.substr(text);
   log("model " + name + " (iteration " + std::to_string(loaded.iteration) + ", " +
-      std::to_string(loaded.config.num_layers) + " layers, hidden " + std::to_string(loaded.config.hidden_size) +
-      ", " + std::to_string(context) + " positions)" + (device.empty() ? "" : "; " + device));
+      std::to_string(loaded.config.num_layers) + " layers, hidden " + std::to_string(loaded.config.hidden_size) + ", " +
+      std::to_string(context) + " positions)" + (device.empty() ? "" : "; " + device));
   log("listening on http://" + server_options.host + ":" + std::to_string(port) + " (PUT /api, POST /v1/completions; " +
       "batches of up to " + std::to_string(max_batch) + ")");
   server.run();

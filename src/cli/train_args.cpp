@@ -15,16 +15,16 @@
 #include <simdjson.h>
 
 #include "backend/cuda/attention_impl.h"
+#include "ckpt/checkpoint_io.h"
+#include "ckpt/checkpoint_metadata.h"
 #include "cli/train_flag_table.h"
-#include "parallel/rank_layout.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "data/dataset_config.h"
 #include "data/numpy_random.h"
-#include "plan/gpu_spec.h"
-#include "ckpt/checkpoint_io.h"
-#include "ckpt/checkpoint_metadata.h"
 #include "obs/timers.h"
+#include "parallel/rank_layout.h"
+#include "plan/gpu_spec.h"
 
 namespace megatron::cli {
 namespace {
@@ -177,12 +177,13 @@ void fill_positions_and_groups(const Args& a, const ModelPreset* preset, model::
   }
   // Megatron refuses the deprecated switch except beside rotary embeddings, where it changes nothing.
   if (a.get_flag("--no-position-embedding") && !rope) {
-    throw_error("[--no-position-embedding] is deprecated except with rotary embeddings: use "
-                "--position-embedding-type none");
+    throw_error(
+        "[--no-position-embedding] is deprecated except with rotary embeddings: use "
+        "--position-embedding-type none");
   }
-  m.position_embedding = rope               ? model::PositionEmbedding::kRope
-                         : type == "none"   ? model::PositionEmbedding::kNone
-                                            : model::PositionEmbedding::kLearnedAbsolute;
+  m.position_embedding = rope             ? model::PositionEmbedding::kRope
+                         : type == "none" ? model::PositionEmbedding::kNone
+                                          : model::PositionEmbedding::kLearnedAbsolute;
   if (!rope) {
     for (const char* flag : {"--rotary-seq-len-interpolation-factor", "--use-rope-scaling"}) {
       if (a.given(flag)) throw_error("[", flag, "] needs rotary embeddings (--position-embedding-type rope)");
@@ -224,7 +225,8 @@ void fill_model(const Args& a, TrainConfig& c) {
     for (const ModelPreset& p : model_presets()) {
       if (c.model_preset == p.name) found = &p;
     }
-    if (found == nullptr) throw_error("[--model] unknown preset '", c.model_preset, "' (choose from ", model_preset_names(), ")");
+    if (found == nullptr)
+      throw_error("[--model] unknown preset '", c.model_preset, "' (choose from ", model_preset_names(), ")");
     m.num_layers = found->num_layers;
     m.hidden_size = found->hidden_size;
     m.num_attention_heads = found->num_attention_heads;
@@ -245,16 +247,16 @@ void fill_model(const Args& a, TrainConfig& c) {
     m.kv_channels = a.get_int("--kv-channels", 1, kMaxDimension);
   } else {
     if (m.hidden_size % m.num_attention_heads != 0) {
-      throw_error("[--num-attention-heads] ", m.num_attention_heads, " does not divide --hidden-size ",
-                  m.hidden_size, " (or give --kv-channels)");
+      throw_error("[--num-attention-heads] ", m.num_attention_heads, " does not divide --hidden-size ", m.hidden_size,
+                  " (or give --kv-channels)");
     }
     m.kv_channels = m.hidden_size / m.num_attention_heads;
   }
   m.swiglu = a.get_flag("--swiglu") || llama;
   // Megatron: int(4h * 2/3 / 64) * 64 with SwiGLU (two projections share the MLP's width), else 4h.
   const int64_t default_ffn = found != nullptr && found->ffn_hidden_size > 0 ? found->ffn_hidden_size
-                              : m.swiglu                                      ? m.hidden_size / 24 * 64
-                                                                              : 4 * m.hidden_size;
+                              : m.swiglu                                     ? m.hidden_size / 24 * 64
+                                                                             : 4 * m.hidden_size;
   m.ffn_hidden_size = a.given("--ffn-hidden-size") ? a.get_int("--ffn-hidden-size", 1, kMaxDimension) : default_ffn;
   if (m.ffn_hidden_size == 0) {
     throw_error("[--hidden-size] ", m.hidden_size, " is too small for --swiglu's default --ffn-hidden-size ",
@@ -283,8 +285,8 @@ void fill_model(const Args& a, TrainConfig& c) {
   m.apply_layernorm_1p = a.get_flag("--apply-layernorm-1p");
   // Megatron: --openai-gelu is the tanh form; the default fused bias-GELU is the tanh form too;
   // --no-bias-gelu-fusion falls back to torch's exact erf GELU.
-  m.gelu = (a.get_flag("--no-bias-gelu-fusion") && !a.get_flag("--openai-gelu")) ? model::Gelu::kExact
-                                                                                  : model::Gelu::kTanh;
+  m.gelu =
+      (a.get_flag("--no-bias-gelu-fusion") && !a.get_flag("--openai-gelu")) ? model::Gelu::kExact : model::Gelu::kTanh;
   c.make_vocab_size_divisible_by = a.get_int("--make-vocab-size-divisible-by", 1, kMaxDimension);
 }
 
@@ -294,8 +296,8 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   c.tensor_model_parallel_size = a.get_int("--tensor-model-parallel-size", 1, kMaxDimension);
   c.pipeline_model_parallel_size = a.get_int("--pipeline-model-parallel-size", 1, kMaxDimension);
   // Megatron's layout check first (docs/megatron-formats.md §7): dp = world / (tp * pp).
-  c.data_parallel_size = parallel::parallel_sizes(world_size, c.tensor_model_parallel_size,
-                                              c.pipeline_model_parallel_size).dp;
+  c.data_parallel_size =
+      parallel::parallel_sizes(world_size, c.tensor_model_parallel_size, c.pipeline_model_parallel_size).dp;
   if (c.model.num_attention_heads % c.tensor_model_parallel_size != 0) {
     throw_error("[--num-attention-heads] ", c.model.num_attention_heads,
                 " is not divisible by --tensor-model-parallel-size ", c.tensor_model_parallel_size);
@@ -312,8 +314,9 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   if (c.num_layers_per_virtual_pipeline_stage) {
     const int64_t per_stage = c.model.num_layers / c.pipeline_model_parallel_size;
     if (c.pipeline_model_parallel_size == 1) {
-      throw_error("[--num-layers-per-virtual-pipeline-stage] the interleaved schedule needs "
-                  "--pipeline-model-parallel-size > 1");
+      throw_error(
+          "[--num-layers-per-virtual-pipeline-stage] the interleaved schedule needs "
+          "--pipeline-model-parallel-size > 1");
     }
     if (per_stage % *c.num_layers_per_virtual_pipeline_stage != 0) {
       throw_error("[--num-layers-per-virtual-pipeline-stage] the layers per pipeline stage (", per_stage,
@@ -331,8 +334,9 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   // error here (docs/design.md, "Errors": bad input is reported, not ignored).
   c.sequence_parallel = a.get_flag("--sequence-parallel");
   if (c.sequence_parallel && tp == 1) {
-    throw_error("[--sequence-parallel] needs --tensor-model-parallel-size > 1 (it splits the sequence over the "
-                "tensor-parallel ranks)");
+    throw_error(
+        "[--sequence-parallel] needs --tensor-model-parallel-size > 1 (it splits the sequence over the "
+        "tensor-parallel ranks)");
   }
   if (c.sequence_parallel && c.model.seq_length % tp != 0) {
     throw_error("[--seq-length] ", c.model.seq_length, " is not divisible by --tensor-model-parallel-size ", tp,
@@ -424,12 +428,13 @@ void fill_schedule(const Args& a, TrainConfig& c) {
   if (c.min_lr > c.lr) {
     throw_error("[--min-lr] ", a.get_string("--min-lr"), " is larger than --lr ", a.get_string("--lr"));
   }
-  c.lr_decay_style = parse_choice<optim::LrDecayStyle>(a, "--lr-decay-style",
-                                                      {{"constant", optim::LrDecayStyle::kConstant},
-                                                       {"linear", optim::LrDecayStyle::kLinear},
-                                                       {"cosine", optim::LrDecayStyle::kCosine},
-                                                       {"inverse-square-root", optim::LrDecayStyle::kInverseSquareRoot},
-                                                       {"WSD", optim::LrDecayStyle::kWSD}});
+  c.lr_decay_style =
+      parse_choice<optim::LrDecayStyle>(a, "--lr-decay-style",
+                                        {{"constant", optim::LrDecayStyle::kConstant},
+                                         {"linear", optim::LrDecayStyle::kLinear},
+                                         {"cosine", optim::LrDecayStyle::kCosine},
+                                         {"inverse-square-root", optim::LrDecayStyle::kInverseSquareRoot},
+                                         {"WSD", optim::LrDecayStyle::kWSD}});
   c.lr_decay_iters = opt_int(a, "--lr-decay-iters", 1);
   c.lr_decay_samples = opt_int(a, "--lr-decay-samples", 1);
   c.lr_warmup_iters = a.get_int("--lr-warmup-iters", 0);
@@ -438,45 +443,52 @@ void fill_schedule(const Args& a, TrainConfig& c) {
   c.lr_warmup_fraction = opt_double(a, "--lr-warmup-fraction", {0.0, 1.0, false, true});
   c.lr_warmup_init = fp32_flag(a, "--lr-warmup-init", kNonNegativeFp32);
   c.lr_wsd_decay_style = parse_choice<optim::WsdDecayStyle>(a, "--lr-wsd-decay-style",
-                                                           {{"exponential", optim::WsdDecayStyle::kExponential},
-                                                            {"linear", optim::WsdDecayStyle::kLinear},
-                                                            {"cosine", optim::WsdDecayStyle::kCosine},
-                                                            {"minus_sqrt", optim::WsdDecayStyle::kMinusSqrt}});
+                                                            {{"exponential", optim::WsdDecayStyle::kExponential},
+                                                             {"linear", optim::WsdDecayStyle::kLinear},
+                                                             {"cosine", optim::WsdDecayStyle::kCosine},
+                                                             {"minus_sqrt", optim::WsdDecayStyle::kMinusSqrt}});
   c.lr_wsd_decay_iters = opt_int(a, "--lr-wsd-decay-iters", 1);
   c.lr_wsd_decay_samples = opt_int(a, "--lr-wsd-decay-samples", 1);
 
   // Megatron's validate_args: each mode forbids the other mode's flags.
   if (c.train_iters) {
     if (c.lr_decay_samples) {
-      throw_error("[--lr-decay-samples] needs --train-samples; with --train-iters use --lr-decay-iters "
-                  "(expected iteration-based learning rate decay)");
+      throw_error(
+          "[--lr-decay-samples] needs --train-samples; with --train-iters use --lr-decay-iters "
+          "(expected iteration-based learning rate decay)");
     }
     if (c.lr_warmup_samples != 0) {
-      throw_error("[--lr-warmup-samples] needs --train-samples; with --train-iters use --lr-warmup-iters "
-                  "(expected iteration-based learning rate warmup)");
+      throw_error(
+          "[--lr-warmup-samples] needs --train-samples; with --train-iters use --lr-warmup-iters "
+          "(expected iteration-based learning rate warmup)");
     }
     if (a.given("--rampup-batch-size")) {
-      throw_error("[--rampup-batch-size] needs --train-samples "
-                  "(expected no batch-size rampup for iteration-based training)");
+      throw_error(
+          "[--rampup-batch-size] needs --train-samples "
+          "(expected no batch-size rampup for iteration-based training)");
     }
     if (c.lr_wsd_decay_samples) throw_error("[--lr-wsd-decay-samples] needs --train-samples; use --lr-wsd-decay-iters");
     if (c.lr_warmup_fraction && c.lr_warmup_iters != 0) {
-      throw_error("[--lr-warmup-fraction/--lr-warmup-iters] can only specify one of lr-warmup-fraction and "
-                  "lr-warmup-iters");
+      throw_error(
+          "[--lr-warmup-fraction/--lr-warmup-iters] can only specify one of lr-warmup-fraction and "
+          "lr-warmup-iters");
     }
   } else {
     if (c.lr_decay_iters) {
-      throw_error("[--lr-decay-iters] needs --train-iters; with --train-samples use --lr-decay-samples "
-                  "(expected sample-based learning rate decay)");
+      throw_error(
+          "[--lr-decay-iters] needs --train-iters; with --train-samples use --lr-decay-samples "
+          "(expected sample-based learning rate decay)");
     }
     if (c.lr_warmup_iters != 0) {
-      throw_error("[--lr-warmup-iters] needs --train-iters; with --train-samples use --lr-warmup-samples "
-                  "(expected sample-based learning rate warmup)");
+      throw_error(
+          "[--lr-warmup-iters] needs --train-iters; with --train-samples use --lr-warmup-samples "
+          "(expected sample-based learning rate warmup)");
     }
     if (c.lr_wsd_decay_iters) throw_error("[--lr-wsd-decay-iters] needs --train-iters; use --lr-wsd-decay-samples");
     if (c.lr_warmup_fraction && c.lr_warmup_samples != 0) {
-      throw_error("[--lr-warmup-fraction/--lr-warmup-samples] can only specify one of lr-warmup-fraction and "
-                  "lr-warmup-samples");
+      throw_error(
+          "[--lr-warmup-fraction/--lr-warmup-samples] can only specify one of lr-warmup-fraction and "
+          "lr-warmup-samples");
     }
   }
   if (c.lr_decay_style == optim::LrDecayStyle::kWSD) {
@@ -484,7 +496,7 @@ void fill_schedule(const Args& a, TrainConfig& c) {
       throw_error("[--lr-decay-style] WSD needs ", c.train_iters ? "--lr-wsd-decay-iters" : "--lr-wsd-decay-samples");
     }
   } else if (c.lr_wsd_decay_iters || c.lr_wsd_decay_samples || a.given("--lr-wsd-decay-style")) {
-    const char* name = c.lr_wsd_decay_iters    ? "--lr-wsd-decay-iters"
+    const char* name = c.lr_wsd_decay_iters     ? "--lr-wsd-decay-iters"
                        : c.lr_wsd_decay_samples ? "--lr-wsd-decay-samples"
                                                 : "--lr-wsd-decay-style";
     throw_error("[", name, "] only applies with --lr-decay-style WSD");
@@ -492,18 +504,19 @@ void fill_schedule(const Args& a, TrainConfig& c) {
   c.override_opt_param_scheduler = a.get_flag("--override-opt_param-scheduler");
   c.use_checkpoint_opt_param_scheduler = a.get_flag("--use-checkpoint-opt_param-scheduler");
   if (c.override_opt_param_scheduler && c.use_checkpoint_opt_param_scheduler) {
-    throw_error("[--override-opt_param-scheduler/--use-checkpoint-opt_param-scheduler] both override and "
-                "use-checkpoint are set");
+    throw_error(
+        "[--override-opt_param-scheduler/--use-checkpoint-opt_param-scheduler] both override and "
+        "use-checkpoint are set");
   }
 }
 
 void fill_optimizer_and_precision(const Args& a, TrainConfig& c, std::ostream* log) {
   c.weight_decay = fp32_flag(a, "--weight-decay", kNonNegativeFp32);
-  c.weight_decay_incr_style = parse_choice<train::WeightDecayIncrStyle>(
-      a, "--weight-decay-incr-style",
-      {{"constant", train::WeightDecayIncrStyle::kConstant},
-       {"linear", train::WeightDecayIncrStyle::kLinear},
-       {"cosine", train::WeightDecayIncrStyle::kCosine}});
+  c.weight_decay_incr_style =
+      parse_choice<train::WeightDecayIncrStyle>(a, "--weight-decay-incr-style",
+                                                {{"constant", train::WeightDecayIncrStyle::kConstant},
+                                                 {"linear", train::WeightDecayIncrStyle::kLinear},
+                                                 {"cosine", train::WeightDecayIncrStyle::kCosine}});
   c.start_weight_decay = opt_fp32_flag(a, "--start-weight-decay", kNonNegativeFp32);
   c.end_weight_decay = opt_fp32_flag(a, "--end-weight-decay", kNonNegativeFp32);
   if (c.weight_decay_incr_style == train::WeightDecayIncrStyle::kConstant) {
@@ -544,7 +557,8 @@ void fill_recompute(const Args& a, TrainConfig& c) {
   using train::RecomputeMethod;
   if (a.given("--recompute-granularity")) {
     c.recompute_granularity = parse_choice<RecomputeGranularity>(
-        a, "--recompute-granularity", {{"full", RecomputeGranularity::kFull}, {"selective", RecomputeGranularity::kSelective}});
+        a, "--recompute-granularity",
+        {{"full", RecomputeGranularity::kFull}, {"selective", RecomputeGranularity::kSelective}});
   }
   // Megatron: --recompute-activations sets selective granularity.
   if (a.get_flag("--recompute-activations")) c.recompute_granularity = RecomputeGranularity::kSelective;
@@ -596,7 +610,8 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.profile_step_end = a.get_int("--profile-step-end");
   if (a.given("--profile-ranks")) c.profile_ranks = a.get_int_list("--profile-ranks");
   if (c.profile) {  // as Megatron, the window and ranks matter only with --profile
-    if (c.profile_step_start < 0) throw_error("[--profile-step-start] must not be negative, got ", c.profile_step_start);
+    if (c.profile_step_start < 0)
+      throw_error("[--profile-step-start] must not be negative, got ", c.profile_step_start);
     if (c.profile_step_end <= c.profile_step_start) {
       throw_error("[--profile-step-end] must be greater than --profile-step-start (", c.profile_step_start, "), got ",
                   c.profile_step_end);
@@ -647,8 +662,10 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.ckpt_step = opt_int(a, "--ckpt-step", 1);
   c.skip_train = a.get_flag("--skip-train");
   if ((c.finetune || c.no_load_optim || c.exit_on_missing_checkpoint || c.ckpt_step) && !c.load) {
-    throw_error("[--load] is required by ", c.finetune ? "--finetune" : c.no_load_optim ? "--no-load-optim"
-                                            : c.ckpt_step ? "--ckpt-step" : "--exit-on-missing-checkpoint");
+    throw_error("[--load] is required by ", c.finetune        ? "--finetune"
+                                            : c.no_load_optim ? "--no-load-optim"
+                                            : c.ckpt_step     ? "--ckpt-step"
+                                                              : "--exit-on-missing-checkpoint");
   }
   if (a.given("--tensorboard-dir")) c.tensorboard_dir = a.get_string("--tensorboard-dir");
   c.tensorboard_queue_size = a.get_int("--tensorboard-queue-size", 1);
@@ -666,7 +683,8 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   if (a.given("--data-args-path")) {
     if (a.given("--data-path")) throw_error("[--data-args-path] cannot be combined with --data-path (give one)");
     c.data_path = read_words(a.get_string("--data-args-path"), "--data-args-path");
-    if (c.data_path.empty()) throw_error("[--data-args-path] ", a.get_string("--data-args-path"), " holds no data path");
+    if (c.data_path.empty())
+      throw_error("[--data-args-path] ", a.get_string("--data-args-path"), " holds no data path");
   }
   c.mock_data = a.get_flag("--mock-data");
   c.eod_mask_loss = a.get_flag("--eod-mask-loss");
@@ -674,8 +692,8 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.model.reset_position_ids = a.get_flag("--reset-position-ids");
   c.model.reset_attention_mask = a.get_flag("--reset-attention-mask");
   if (c.mock_data && !c.data_path.empty()) {
-    throw_error("[--mock-data] cannot be combined with ", a.given("--data-args-path") ? "--data-args-path" : "--data-path",
-                " (give one)");
+    throw_error("[--mock-data] cannot be combined with ",
+                a.given("--data-args-path") ? "--data-args-path" : "--data-path", " (give one)");
   }
   for (int s = 0; s < 3; ++s) {
     const char* flag = data::kSplitDataPathFlags[s];
@@ -738,7 +756,6 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
 
 }  // namespace
 
-
 train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std::ostream* log) {
   // Not-supported-yet flags first: their message is the most useful one.
   check_table_flags(args);
@@ -795,8 +812,9 @@ std::string cuda_attention_problem(const train::TrainConfig& c) {
                                    backend::kOwnAttentionMaxHeadDim, "), ");
   if (!c.bf16 && !c.fp16) return what + "which needs --bf16 or --fp16";
   if (c.tensor_model_parallel_size > 1 && c.model.attention_dropout > 0.0f) {
-    return what + "which cannot apply attention dropout over a tensor-parallel share of the heads: give "
-                  "--attention-dropout 0 or --tensor-model-parallel-size 1";
+    return what +
+           "which cannot apply attention dropout over a tensor-parallel share of the heads: give "
+           "--attention-dropout 0 or --tensor-model-parallel-size 1";
   }
   return "";
 }
@@ -823,9 +841,9 @@ std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log)
     extra.push_back(value);
     report(flag, value);
   };
-  for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads", "--kv-channels",
-                           "--ffn-hidden-size", "--seq-length", "--max-position-embeddings",
-                           "--make-vocab-size-divisible-by"}) {
+  for (const char* flag :
+       {"--num-layers", "--hidden-size", "--num-attention-heads", "--kv-channels", "--ffn-hidden-size", "--seq-length",
+        "--max-position-embeddings", "--make-vocab-size-divisible-by"}) {
     take(flag, std::to_string(meta.arg_int(flag)));
   }
   char eps[64];

@@ -85,7 +85,7 @@ struct ModelPreset {
   // The vocabulary without tokenizer files (bench, --dry-run; 0: GPT-2's 50257).
   int64_t vocab_size = 0;
   bool llama = false;
-  bool tied = true;              // Llama only: false adds --untie-embeddings-and-output-weights
+  bool tied = true;  // Llama only: false adds --untie-embeddings-and-output-weights
   float rotary_base = 10000.0f;
   float rope_scaling_factor = 0.0f;  // > 0: --use-rope-scaling --rope-scaling-factor
 };

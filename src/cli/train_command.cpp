@@ -7,6 +7,7 @@
 
 #include "backend/device.h"
 #include "backend/ops.h"
+#include "ckpt/checkpoint.h"
 #include "cli/args.h"
 #include "cli/backend_choice.h"
 #include "cli/commands.h"
@@ -16,21 +17,20 @@
 #include "cli/train_prediction.h"
 #include "comm/launch.h"
 #include "comm/launch_env.h"
-#include "parallel/process_groups.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "data/tokenizer/tokenizer.h"
 #include "model/memory_plan.h"
+#include "obs/straggler_detector.h"
+#include "parallel/data_parallel_setup.h"
+#include "parallel/process_groups.h"
 #include "plan/gpu_spec.h"
 #include "plan/memory_model.h"
 #include "plan/nccl_memory.h"
 #include "plan/throughput_model.h"
-#include "ckpt/checkpoint.h"
 #include "train/config.h"
-#include "parallel/data_parallel_setup.h"
-#include "train/sub_configs.h"
 #include "train/flops.h"
-#include "obs/straggler_detector.h"
+#include "train/sub_configs.h"
 #include "train/trainer.h"
 
 namespace megatron::cli {
@@ -96,8 +96,8 @@ int run_train(const CommandArgs& argv) {
   if (env.world_size > 1) {
     log0 << "using world size: " << config.world_size << ", data-parallel size: " << config.data_parallel_size
          << ", context-parallel size: 1, tensor-model-parallel size: " << config.tensor_model_parallel_size
-         << ", pipeline-model-parallel size: " << config.pipeline_model_parallel_size << " (" << comm::to_string(env.launcher)
-         << ")\n";
+         << ", pipeline-model-parallel size: " << config.pipeline_model_parallel_size << " ("
+         << comm::to_string(env.launcher) << ")\n";
   }
 
   // The tokenizer fixes the vocabulary (Megatron's tokenizer.vocab_size: GPT2BPETokenizer
@@ -127,8 +127,9 @@ int run_train(const CommandArgs& argv) {
     // optimizer over data-parallel groups inside a node.
     const bool copy_engine = nccl && parallel::copy_engine_planned() && config.use_distributed_optimizer && dp > 1 &&
                              plan::blocks_within_nodes(tp * dp, per_node);
-    plan::NcclLayout layout{tp, config.pipeline_model_parallel_size, dp, config.virtual_pipeline_chunks(), per_node,
-                            !config.model.untie_embeddings_and_output_weights};
+    plan::NcclLayout layout{tp,       config.pipeline_model_parallel_size,
+                            dp,       config.virtual_pipeline_chunks(),
+                            per_node, !config.model.untie_embeddings_and_output_weights};
     layout.dp_copy_engine = copy_engine;
     auto stage_plan = [&](int64_t stage) {
       model::MemoryPlan p = train::train_memory_plan(config, stage);
@@ -136,15 +137,14 @@ int run_train(const CommandArgs& argv) {
       if (copy_engine) {
         const model::PipelineStageOptions pipe = train::pipeline_stage(config, stage);
         const int64_t bucket = parallel::ddp_bucket_size(train::data_parallel_flags(config), dp,
-                                                      model::stage_num_parameters(config.model, tp, pipe));
+                                                         model::stage_num_parameters(config.model, tp, pipe));
         p.copy_engine = plan::copy_engine_receive_bytes(config.model, tp, pipe, dp, bucket);
       }
       return p;
     };
     if (nccl) {
       log0 << " > NCCL buffers: the model of plan/nccl_memory.h, " << config.world_size << " ranks, " << per_node
-           << " per node" << (copy_engine ? "; MEGATRON_DP_COPY_ENGINE: the copy engines' receive buffer" : "")
-           << "\n";
+           << " per node" << (copy_engine ? "; MEGATRON_DP_COPY_ENGINE: the copy engines' receive buffer" : "") << "\n";
     }
     if (config.pipeline_model_parallel_size == 1) {
       log0 << model::format_memory_plan(stage_plan(0));
@@ -160,8 +160,9 @@ int run_train(const CommandArgs& argv) {
     return 0;
   }
   if (config.data_path.empty() && !config.mock_data && config.split_data_path[0].empty()) {
-    throw_error("[--data-path] is required (a dataset prefix or weight/prefix pairs), or --train-data-path, or "
-                "--mock-data");
+    throw_error(
+        "[--data-path] is required (a dataset prefix or weight/prefix pairs), or --train-data-path, or "
+        "--mock-data");
   }
 
   if (uses_cuda(args)) {
@@ -175,7 +176,8 @@ int run_train(const CommandArgs& argv) {
     if (args.given("--gpu")) {
       gpu = args.get_string("--gpu");
     } else if (backend->device() == Device::kCUDA) {
-      gpu = plan::gpu_for_device_name(backend::cuda_device_name(static_cast<int>(cuda_device_for_rank(args, env.local_rank))));
+      gpu = plan::gpu_for_device_name(
+          backend::cuda_device_name(static_cast<int>(cuda_device_for_rank(args, env.local_rank))));
     }
     if (gpu) {
       const SpeedPrediction p =
@@ -198,14 +200,15 @@ int run_train(const CommandArgs& argv) {
     options.on_at_start = !config.disable_straggler_on_startup;
     options.control_port = static_cast<int>(config.straggler_ctrlr_port);
     options.minmax_count = config.straggler_minmax_count;
-    const int gpu = backend->device() == Device::kCUDA ? static_cast<int>(cuda_device_for_rank(args, env.local_rank)) : -1;
+    const int gpu =
+        backend->device() == Device::kCUDA ? static_cast<int>(cuda_device_for_rank(args, env.local_rank)) : -1;
     straggler = std::make_unique<obs::StragglerDetector>(*backend, options, env.rank, gpu);
     connection.world = straggler->watch(std::move(connection.world));
     log0 << straggler->start_up_note();
   }
   parallel::ProcessGroups groups = parallel::make_process_groups(
       std::move(connection.world), parallel::parallel_sizes(config.world_size, config.tensor_model_parallel_size,
-                                                        config.pipeline_model_parallel_size));
+                                                            config.pipeline_model_parallel_size));
   if (config.save && config.ckpt_fully_parallel_save && !ckpt::all_ranks_see_directory(*config.save, *groups.world)) {
     config.ckpt_fully_parallel_save = false;
     log0 << " > not every rank sees --save " << *config.save

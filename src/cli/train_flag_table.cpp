@@ -40,9 +40,11 @@ constexpr FlagRow kFlagTable[] = {
     {"--context-parallel-size", FlagType::kValue, FlagState::kValues, "1", "context parallelism"},
     {"--expert-model-parallel-size", FlagType::kValue, FlagState::kValues, "1", "mixture of experts"},
     {"--num-experts", FlagType::kValue, FlagState::kUnsupported, "", "mixture of experts"},
-    {"--distribute-saved-activations", FlagType::kSwitch, FlagState::kUnsupported, "", "activation partitioning over tensor-parallel ranks"},
+    {"--distribute-saved-activations", FlagType::kSwitch, FlagState::kUnsupported, "",
+     "activation partitioning over tensor-parallel ranks"},
     {"--data-parallel-random-init", FlagType::kSwitch, FlagState::kUnsupported, "", "per-replica initialisation"},
-    {"--decrease-batch-size-if-needed", FlagType::kSwitch, FlagState::kUnsupported, "", "global batch must divide exactly"},
+    {"--decrease-batch-size-if-needed", FlagType::kSwitch, FlagState::kUnsupported, "",
+     "global batch must divide exactly"},
     {"--step-batch-size-schedule", FlagType::kValue, FlagState::kUnsupported, "", "use --rampup-batch-size"},
     // Checkpoints.
     {"--pretrained-checkpoint", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
@@ -65,7 +67,8 @@ constexpr FlagRow kFlagTable[] = {
     {"--fp32-residual-connection", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--fp16-lm-cross-entropy", FlagType::kSwitch, FlagState::kUnsupported, "", "the cross-entropy runs in fp32"},
     {"--fp8-format", FlagType::kValue, FlagState::kUnsupported, "", "FP8 training"},
-    {"--recompute-modules", FlagType::kList, FlagState::kUnsupported, "", "selective recompute covers core attention only"},
+    {"--recompute-modules", FlagType::kList, FlagState::kUnsupported, "",
+     "selective recompute covers core attention only"},
     {"--checkpoint-activations", FlagType::kSwitch, FlagState::kRemoved, "",
      "Megatron no longer accepts it; use --recompute-activations, or --recompute-granularity full "
      "--recompute-method uniform --recompute-num-layers 1"},
@@ -87,24 +90,34 @@ constexpr FlagRow kFlagTable[] = {
     {"--dataloader-type", FlagType::kValue, FlagState::kValues, "single", "only the 'single' sampler"},
     {"--optimizer", FlagType::kValue, FlagState::kValues, "adam", "only Adam(W)"},
     // Accepted, no effect here.
-    {"--num-workers", FlagType::kValue, FlagState::kNoOp, "", "no-op: samples come from memory-mapped files in the trainer"},
+    {"--num-workers", FlagType::kValue, FlagState::kNoOp, "",
+     "no-op: samples come from memory-mapped files in the trainer"},
     {"--DDP-impl", FlagType::kValue, FlagState::kValues, "local|torch", "no-op: gradient reduction is our own"},
-    {"--use-contiguous-buffers-in-local-ddp", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: gradients always live in one buffer"},
-    {"--no-contiguous-buffers-in-local-ddp", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: gradients always live in one buffer"},
-    {"--use-flash-attn", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the backend picks its fused attention kernel"},
+    {"--use-contiguous-buffers-in-local-ddp", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: gradients always live in one buffer"},
+    {"--no-contiguous-buffers-in-local-ddp", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: gradients always live in one buffer"},
+    {"--use-flash-attn", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: the backend picks its fused attention kernel"},
     {"--attention-backend", FlagType::kValue, FlagState::kValues, "auto|flash|fused|unfused|local",
      "no-op: the backend picks its fused attention kernel"},
-    {"--transformer-impl", FlagType::kValue, FlagState::kValues, "local|transformer_engine", "no-op: one implementation"},
+    {"--transformer-impl", FlagType::kValue, FlagState::kValues, "local|transformer_engine",
+     "no-op: one implementation"},
     {"--use-mcore-models", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: one implementation"},
     {"--use-legacy-models", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: one implementation"},
-    {"--no-masked-softmax-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel fusion does not change results"},
-    {"--no-bias-dropout-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel fusion does not change results"},
+    {"--no-masked-softmax-fusion", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: kernel fusion does not change results"},
+    {"--no-bias-dropout-fusion", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: kernel fusion does not change results"},
     {"--no-persist-layer-norm", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--no-gradient-accumulation-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
-    {"--no-async-tensor-model-parallel-allreduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
-    {"--cross-entropy-loss-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the cross-entropy is always fused"},
+    {"--no-async-tensor-model-parallel-allreduce", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: overlap is automatic"},
+    {"--cross-entropy-loss-fusion", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: the cross-entropy is always fused"},
     {"--attention-softmax-in-fp32", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: softmax always runs in fp32"},
-    {"--no-create-attention-mask-in-dataloader", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the causal mask is implicit"},
+    {"--no-create-attention-mask-in-dataloader", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: the causal mask is implicit"},
     {"--empty-unused-memory-level", FlagType::kValue, FlagState::kValues, "0|1|2", "no-op: memory is planned up front"},
     {"--manual-gc", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no garbage collector"},
     {"--local-rank", FlagType::kValue, FlagState::kNoOp, "", "no-op: ranks come from the environment"},
@@ -114,18 +127,22 @@ constexpr FlagRow kFlagTable[] = {
     {"--no-manual-gc-eval", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no garbage collector"},
     {"--rerun-mode", FlagType::kValue, FlagState::kValues, "disabled",
      "the rerun state machine (validate_results, report_stats); NaN losses stop the run instead"},
-    {"--num-dataset-builder-threads", FlagType::kValue, FlagState::kNoOp, "", "no-op: the sample indices are built in one pass"},
+    {"--num-dataset-builder-threads", FlagType::kValue, FlagState::kNoOp, "",
+     "no-op: the sample indices are built in one pass"},
     {"--mmap-bin-files", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the .bin files are always memory-mapped"},
     {"--no-mmap-bin-files", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the .bin files are always memory-mapped"},
     {"--enable-one-logger", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no telemetry is sent anywhere"},
     {"--no-one-logger", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no telemetry is sent anywhere"},
-    {"--te-rng-tracker", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: dropout masks come from a stateless Philox stream"},
+    {"--te-rng-tracker", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: dropout masks come from a stateless Philox stream"},
     {"--ckpt-fully-parallel-save", FlagType::kSwitch, FlagState::kNoOp, "",
      "no-op, as in Megatron: the parallel save is the default (--no-ckpt-fully-parallel-save turns it off)"},
     {"--ckpt-fully-parallel-load", FlagType::kSwitch, FlagState::kNoOp, "",
      "no-op: every rank always reads only its own part of a checkpoint"},
-    {"--ckpt-assume-constant-structure", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
-    {"--dist-ckpt-strictness", FlagType::kValue, FlagState::kNoOp, "", "no-op: a torch_dist option; checkpoints here are safetensors"},
+    {"--ckpt-assume-constant-structure", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: a torch_dist option; checkpoints here are safetensors"},
+    {"--dist-ckpt-strictness", FlagType::kValue, FlagState::kNoOp, "",
+     "no-op: a torch_dist option; checkpoints here are safetensors"},
     {"--ddp-average-in-collective", FlagType::kSwitch, FlagState::kNoOp, "",
      "no-op: data-parallel gradients are always averaged inside the collective"},
     {"--align-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when buckets start changes no value"},
@@ -134,19 +151,23 @@ constexpr FlagRow kFlagTable[] = {
     {"--no-align-param-gather", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when gathers start changes no value"},
     {"--overlap-param-gather-with-optimizer-step", FlagType::kSwitch, FlagState::kNoOp, "",
      "no-op: parameters gather as with --overlap-param-gather"},
-    {"--defer-embedding-wgrad-compute", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: a scheduling choice, the same gradients"},
+    {"--defer-embedding-wgrad-compute", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: a scheduling choice, the same gradients"},
     {"--async-tensor-model-parallel-allreduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
     {"--use-ring-exchange-p2p", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: pipeline messages go point to point"},
-    {"--no-initialization", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: initialisation on the device takes milliseconds"},
+    {"--no-initialization", FlagType::kSwitch, FlagState::kNoOp, "",
+     "no-op: initialisation on the device takes milliseconds"},
     {"--memory-efficient-layer-norm", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--gradient-accumulation-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--no-rope-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--bias-swiglu-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--no-bias-swiglu-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--no-query-key-layer-scaling", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: query-key layer scaling is off"},
-    {"--tp-comm-overlap", FlagType::kSwitch, FlagState::kUnsupported, "", "TP communication overlap (Transformer Engine userbuffers)"},
+    {"--tp-comm-overlap", FlagType::kSwitch, FlagState::kUnsupported, "",
+     "TP communication overlap (Transformer Engine userbuffers)"},
     {"--grad-reduce-in-bf16", FlagType::kSwitch, FlagState::kUnsupported, "", "gradients are reduced in fp32"},
-    {"--use-tp-pp-dp-mapping", FlagType::kSwitch, FlagState::kUnsupported, "", "ranks follow Megatron's default tp-cp-dp-pp order"},
+    {"--use-tp-pp-dp-mapping", FlagType::kSwitch, FlagState::kUnsupported, "",
+     "ranks follow Megatron's default tp-cp-dp-pp order"},
     {"--microbatch-group-size-per-virtual-pipeline-stage", FlagType::kValue, FlagState::kUnsupported, "",
      "the interleaved schedule groups pipeline-size micro-batches"},
     {"--head-lr-mult", FlagType::kValue, FlagState::kUnsupported, "", "one learning rate for all parameters"},
@@ -212,20 +233,32 @@ void declare_table_flags(Args& a) {
   for (const FlagRow& row : kFlagTable) {
     std::string help;
     switch (row.state) {
-      case FlagState::kNoOp: help = row.note; break;
-      case FlagState::kValues: help = str_cat("only ", join(split_values(row.values), ", "), " (", row.note, ")"); break;
-      case FlagState::kUnsupported: help = str_cat("not supported yet (", row.note, ")"); break;
-      case FlagState::kRemoved: help = "rejected (as in Megatron)"; break;
+      case FlagState::kNoOp:
+        help = row.note;
+        break;
+      case FlagState::kValues:
+        help = str_cat("only ", join(split_values(row.values), ", "), " (", row.note, ")");
+        break;
+      case FlagState::kUnsupported:
+        help = str_cat("not supported yet (", row.note, ")");
+        break;
+      case FlagState::kRemoved:
+        help = "rejected (as in Megatron)";
+        break;
     }
     switch (row.type) {
-      case FlagType::kSwitch: a.flag(row.name, help); break;
+      case FlagType::kSwitch:
+        a.flag(row.name, help);
+        break;
       case FlagType::kValue: {
         std::optional<std::string> def;
         if (row.state == FlagState::kValues) def = split_values(row.values).front();
         a.option(row.name, "X", help, def);
         break;
       }
-      case FlagType::kList: a.list(row.name, "X", help); break;
+      case FlagType::kList:
+        a.list(row.name, "X", help);
+        break;
     }
   }
 }
@@ -234,14 +267,17 @@ void check_table_flags(const Args& a) {
   for (const FlagRow& row : kFlagTable) {
     if (!a.given(row.name)) continue;
     switch (row.state) {
-      case FlagState::kNoOp: break;
-      case FlagState::kUnsupported: throw_error("[", row.name, "] is not supported yet (", row.note, ")");
-      case FlagState::kRemoved: throw_error("[", row.name, "] is not accepted: ", row.note);
+      case FlagState::kNoOp:
+        break;
+      case FlagState::kUnsupported:
+        throw_error("[", row.name, "] is not supported yet (", row.note, ")");
+      case FlagState::kRemoved:
+        throw_error("[", row.name, "] is not accepted: ", row.note);
       case FlagState::kValues: {
         const std::string v = a.get_string(row.name);
         if (!value_accepted(row, v)) {
-          throw_error("[", row.name, "] ", v, " is not supported yet (", row.note, "; accepted: ",
-                      join(split_values(row.values), ", "), ")");
+          throw_error("[", row.name, "] ", v, " is not supported yet (", row.note,
+                      "; accepted: ", join(split_values(row.values), ", "), ")");
         }
         break;
       }

@@ -14,14 +14,22 @@ namespace {
 // Presets of --model.
 // ---------------------------------------------------------------------------------------------
 const std::vector<ModelPreset> kPresets = {
-    {"gpt2-124m", 12, 768, 12, 1024},      {"gpt2-350m", 24, 1024, 16, 1024},
-    {"gpt2-774m", 36, 1280, 20, 1024},     {"gpt2-1558m", 48, 1600, 25, 1024},
-    {"gpt3-1.3b", 24, 2048, 16, 2048},     {"gpt3-2.7b", 32, 2560, 32, 2048},
-    {"gpt3-13b", 40, 5120, 32, 2048},      {"gpt3-175b", 96, 12288, 96, 2048},
-    {"gpt-1.7b", 24, 2304, 24, 2048},      {"gpt-3.6b", 30, 3072, 32, 2048},
-    {"gpt-7.5b", 36, 4096, 32, 2048},      {"gpt-18.4b", 40, 6144, 48, 2048},
-    {"gpt-39.1b", 48, 8192, 64, 2048},     {"gpt-76.1b", 60, 10240, 80, 2048},
-    {"gpt-145.6b", 80, 12288, 96, 2048},   {"gpt-310.1b", 96, 16384, 128, 2048},
+    {"gpt2-124m", 12, 768, 12, 1024},
+    {"gpt2-350m", 24, 1024, 16, 1024},
+    {"gpt2-774m", 36, 1280, 20, 1024},
+    {"gpt2-1558m", 48, 1600, 25, 1024},
+    {"gpt3-1.3b", 24, 2048, 16, 2048},
+    {"gpt3-2.7b", 32, 2560, 32, 2048},
+    {"gpt3-13b", 40, 5120, 32, 2048},
+    {"gpt3-175b", 96, 12288, 96, 2048},
+    {"gpt-1.7b", 24, 2304, 24, 2048},
+    {"gpt-3.6b", 30, 3072, 32, 2048},
+    {"gpt-7.5b", 36, 4096, 32, 2048},
+    {"gpt-18.4b", 40, 6144, 48, 2048},
+    {"gpt-39.1b", 48, 8192, 64, 2048},
+    {"gpt-76.1b", 60, 10240, 80, 2048},
+    {"gpt-145.6b", 80, 12288, 96, 2048},
+    {"gpt-310.1b", 96, 16384, 128, 2048},
     // Llama (Megatron's docs/llama_mistral.md and examples/llama flags; Hugging Face configs).
     {"llama2-7b", 32, 4096, 32, 4096, 11008, 0, 32000, true, false, 10000.0f},
     {"llama2-13b", 40, 5120, 40, 4096, 13824, 0, 32000, true, false, 10000.0f},
@@ -32,7 +40,6 @@ const std::vector<ModelPreset> kPresets = {
     {"llama3.2-1b", 16, 2048, 32, 8192, 8192, 8, 128256, true, true, 500000.0f, 32.0f},
     {"llama3.2-3b", 28, 3072, 24, 8192, 8192, 8, 128256, true, true, 500000.0f, 32.0f},
 };
-
 
 void declare_supported_flags(Args& a) {
   // Model shape.
@@ -54,10 +61,12 @@ void declare_supported_flags(Args& a) {
       .flag("--openai-gelu", "tanh-approximated GELU (the default fused bias-GELU is tanh too)")
       .flag("--no-bias-gelu-fusion", "exact (erf) GELU, as Megatron's unfused path (unless --openai-gelu)")
       .flag("--disable-bias-linear", "no biases in the linear layers")
-      .flag("--swiglu", "SwiGLU MLP: linear_fc1 gives gate and up halves, silu(gate) * up replaces GELU "
-                        "(--ffn-hidden-size then defaults to int(8h/3/64)*64)")
-      .flag("--use-rotary-position-embeddings", "rotary position embeddings (the older spelling of "
-                                                "--position-embedding-type rope)")
+      .flag("--swiglu",
+            "SwiGLU MLP: linear_fc1 gives gate and up halves, silu(gate) * up replaces GELU "
+            "(--ffn-hidden-size then defaults to int(8h/3/64)*64)")
+      .flag("--use-rotary-position-embeddings",
+            "rotary position embeddings (the older spelling of "
+            "--position-embedding-type rope)")
       .flag("--no-position-embedding", "no learned positions (with rotary embeddings: already so)")
       .option("--rotary-base", "B", "rotary embeddings' frequency base (Llama 2: 10000, Llama 3: 500000)", "10000")
       .option("--rotary-percent", "P", "fraction of each head's dimensions that rotate", "1.0")
@@ -68,8 +77,10 @@ void declare_supported_flags(Args& a) {
       .flag("--group-query-attention", "grouped-query attention (--num-query-groups key/value heads)")
       .option("--num-query-groups", "G", "key/value heads with --group-query-attention", "1");
   // Data.
-  a.list("--data-path", "PATH", "a prefix, or weight/prefix pairs (required unless --dry-run, --mock-data or --train-data-path)")
-      .list("--train-data-path", "PATH", "the training data on its own: all sequences of a prefix, or weight/prefix pairs")
+  a.list("--data-path", "PATH",
+         "a prefix, or weight/prefix pairs (required unless --dry-run, --mock-data or --train-data-path)")
+      .list("--train-data-path", "PATH",
+            "the training data on its own: all sequences of a prefix, or weight/prefix pairs")
       .list("--valid-data-path", "PATH", "the validation data on its own (as --train-data-path; none: no validation)")
       .list("--test-data-path", "PATH", "the test data on its own (as --train-data-path)")
       .option("--data-args-path", "FILE", "a file holding --data-path's values (whitespace-separated)")
@@ -89,7 +100,8 @@ void declare_supported_flags(Args& a) {
               "NullTokenizer: ids 0..N-1 and the end of document N (vocabulary N + 1); TikTokenizer: its vocabulary "
               "(default 131072); HuggingFaceTokenizer: not used (as in Megatron)")
       .option("--merge-file", "FILE", "GPT-2 merges.txt (required unless --dry-run)")
-      .option("--tokenizer-model", "PATH", "SentencePiece .model, Hugging Face tokenizer.json (or its directory), "
+      .option("--tokenizer-model", "PATH",
+              "SentencePiece .model, Hugging Face tokenizer.json (or its directory), "
               "or TikTokenizer's vocabulary (docs/tokenizers.md)")
       .option("--tiktoken-pattern", "v1|v2", "TikTokenizer's pre-tokenizer regex (default v2; others: not used)")
       .option("--tiktoken-num-special-tokens", "N", "TikTokenizer: ids 0..N-1 are special tokens", "1000")
@@ -213,8 +225,10 @@ void declare_supported_flags(Args& a) {
       .flag("--no-log-loss-scale-to-tensorboard", "do not log the loss scale")
       .option("--log-jsonl", "FILE", "append one JSON object per logged iteration and validation to FILE");
   // Parallelism and recompute.
-  a.option("--tensor-model-parallel-size", "N", "tensor-parallel size (heads, FFN and vocabulary split over N ranks)", "1")
-      .option("--pipeline-model-parallel-size", "N", "pipeline-parallel size (the layers split over N stages, 1F1B schedule)", "1")
+  a.option("--tensor-model-parallel-size", "N", "tensor-parallel size (heads, FFN and vocabulary split over N ranks)",
+           "1")
+      .option("--pipeline-model-parallel-size", "N",
+              "pipeline-parallel size (the layers split over N stages, 1F1B schedule)", "1")
       .option("--num-layers-per-virtual-pipeline-stage", "N",
               "layers per virtual pipeline stage: each stage holds several chunks (interleaved 1F1B schedule)")
       .flag("--use-distributed-optimizer", "shard the fp32 main weights and Adam moments over data-parallel ranks")

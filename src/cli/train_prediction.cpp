@@ -3,8 +3,8 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "plan/search.h"
 #include "parallel/data_parallel_setup.h"
+#include "plan/search.h"
 
 namespace megatron::cli {
 
@@ -25,8 +25,9 @@ SpeedPrediction predict_speed(const train::TrainConfig& c, const plan::GpuSpec& 
   if (c.recompute_granularity == train::RecomputeGranularity::kFull &&
       c.recompute_method == train::RecomputeMethod::kBlock &&
       c.recompute_num_layers.value_or(0) * c.pipeline_model_parallel_size < c.model.num_layers) {
-    return none("it recomputes every layer under full recompute (this run's --recompute-method block recomputes "
-                "fewer)");
+    return none(
+        "it recomputes every layer under full recompute (this run's --recompute-method block recomputes "
+        "fewer)");
   }
   if (c.world_size % gpus_per_node != 0) gpus_per_node = c.world_size;  // ranks per node unknown: one node
   plan::PlanModel m;
@@ -66,13 +67,13 @@ SpeedPrediction predict_speed(const train::TrainConfig& c, const plan::GpuSpec& 
           : str_cat(fmt_1(q.tflops_per_gpu_2024), " TFLOP/s/GPU (Megatron 2024 convention, as megatron plan)");
   const double gib = 1024.0 * 1024.0 * 1024.0;
   char buf[500];
-  std::snprintf(buf, sizeof(buf),
-                " > predicted by megatron plan for %s (%lld node(s) x %lld GPU(s)): %.1f ms per iteration, %.0f tokens/s, "
-                "%s, report time %.1f s; %s (%.1f of %.1f GiB per GPU)\n",
-                gpu.name, static_cast<long long>(cluster.nodes), static_cast<long long>(gpus_per_node),
-                q.seconds_per_iteration * 1e3, q.tokens_per_s, tflops.c_str(), q.report_time_s,
-                k.fits ? "fits" : "does NOT fit", static_cast<double>(k.memory.worst.total()) / gib,
-                k.capacity_bytes / gib);
+  std::snprintf(
+      buf, sizeof(buf),
+      " > predicted by megatron plan for %s (%lld node(s) x %lld GPU(s)): %.1f ms per iteration, %.0f tokens/s, "
+      "%s, report time %.1f s; %s (%.1f of %.1f GiB per GPU)\n",
+      gpu.name, static_cast<long long>(cluster.nodes), static_cast<long long>(gpus_per_node),
+      q.seconds_per_iteration * 1e3, q.tokens_per_s, tflops.c_str(), q.report_time_s, k.fits ? "fits" : "does NOT fit",
+      static_cast<double>(k.memory.worst.total()) / gib, k.capacity_bytes / gib);
   std::string line = buf;
   if (c.rampup_batch_size) {
     line.insert(line.size() - 1, " (at the global batch after --rampup-batch-size; no comparison at the end)");

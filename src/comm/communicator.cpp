@@ -9,10 +9,14 @@ namespace megatron::comm {
 
 const char* to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kAvg:
+      return "avg";
   }
   return "?";
 }
@@ -57,7 +61,8 @@ double all_reduce_scalar(Communicator& comm, double value, ReduceOp op) {
 std::vector<double> all_gather_host(Communicator& comm, std::span<const double> mine) {
   const size_t ranks = static_cast<size_t>(comm.size()), n = mine.size();
   std::vector<double> table(ranks * n, 0.0);
-  std::copy(mine.begin(), mine.end(), table.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(comm.rank()) * n));
+  std::copy(mine.begin(), mine.end(),
+            table.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(comm.rank()) * n));
   if (ranks > 1) comm.all_reduce_host(std::span<double>(table), ReduceOp::kSum);
   return table;
 }

@@ -12,9 +12,9 @@
 //    hop of its ring and results may differ in the last bit.
 //  - host fp32 tensors go straight through (no copy).
 // start_send_recv keeps the inner communicator's overlap (--overlap-p2p-communication); the
-// other started collectives complete before start_* returns (the Communicator defaults). Staging allocates host memory per call and moves every byte over PCIe and
-// through MPI: it is for correctness checks and machines without NCCL (several ranks sharing
-// one GPU: NCCL refuses two ranks on one device), not for speed.
+// other started collectives complete before start_* returns (the Communicator defaults). Staging allocates host memory
+// per call and moves every byte over PCIe and through MPI: it is for correctness checks and machines without NCCL
+// (several ranks sharing one GPU: NCCL refuses two ranks on one device), not for speed.
 #pragma once
 
 #include <memory>

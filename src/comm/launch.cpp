@@ -7,8 +7,8 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "comm/host_staged_communicator.h"

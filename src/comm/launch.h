@@ -12,7 +12,8 @@
 //
 // spawn_local_workers (`megatron train --nproc-per-node N`): starts N copies of this program
 // on this machine and returns the job's exit status.
-//   - CPU ranks, and GPU ranks with host collectives: replaces this process by `mpirun -np N <program>` (comm/mpirun.h). The CPU ranks
+//   - CPU ranks, and GPU ranks with host collectives: replaces this process by `mpirun -np N <program>`
+//   (comm/mpirun.h). The CPU ranks
 //     need MPI to talk, and Open MPI's mpirun is the robust way to give it to them: it wires
 //     the ranks up, forwards their output, and when one rank exits non-zero or dies it kills
 //     the others and names the failed rank ("mpirun detected that one or more processes exited
@@ -38,9 +39,9 @@
 namespace megatron::comm {
 
 struct RankConnection {
-  std::unique_ptr<MpiRuntime> mpi;         // when MPI started us; outlives `world`
-  std::unique_ptr<Watchdog> watchdog;      // with more than one rank; outlives `world`
-  std::unique_ptr<Communicator> world;     // watched by `watchdog` when there is one
+  std::unique_ptr<MpiRuntime> mpi;      // when MPI started us; outlives `world`
+  std::unique_ptr<Watchdog> watchdog;   // with more than one rank; outlives `world`
+  std::unique_ptr<Communicator> world;  // watched by `watchdog` when there is one
 };
 // `timeout`: --distributed-timeout-minutes, after which a collective that has not completed
 // ends the process (comm/watchdog.h).

@@ -8,10 +8,14 @@ namespace megatron::comm {
 
 const char* to_string(Launcher l) {
   switch (l) {
-    case Launcher::kSingle: return "single process";
-    case Launcher::kTorchrun: return "torchrun-style environment (RANK/WORLD_SIZE)";
-    case Launcher::kOpenMpi: return "Open MPI (mpirun)";
-    case Launcher::kSlurm: return "Slurm (srun)";
+    case Launcher::kSingle:
+      return "single process";
+    case Launcher::kTorchrun:
+      return "torchrun-style environment (RANK/WORLD_SIZE)";
+    case Launcher::kOpenMpi:
+      return "Open MPI (mpirun)";
+    case Launcher::kSlurm:
+      return "Slurm (srun)";
   }
   return "?";
 }

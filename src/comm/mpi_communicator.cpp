@@ -19,21 +19,29 @@ constexpr int64_t kMaxChunk = int64_t{1} << 30;
 
 MPI_Datatype mpi_type(DType d) {
   switch (d) {
-    case DType::kF32: return MPI_FLOAT;
+    case DType::kF32:
+      return MPI_FLOAT;
     case DType::kBF16:
-    case DType::kF16: return MPI_UINT16_T;  // moved as bits; never reduced
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kI64: return MPI_INT64_T;
+    case DType::kF16:
+      return MPI_UINT16_T;  // moved as bits; never reduced
+    case DType::kI32:
+      return MPI_INT32_T;
+    case DType::kI64:
+      return MPI_INT64_T;
   }
   return MPI_DATATYPE_NULL;
 }
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return MPI_SUM;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kMin: return MPI_MIN;
-    case ReduceOp::kAvg: return MPI_SUM;  // of the inputs premultiplied by 1 / size (below)
+    case ReduceOp::kSum:
+      return MPI_SUM;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kAvg:
+      return MPI_SUM;  // of the inputs premultiplied by 1 / size (below)
   }
   return MPI_OP_NULL;
 }
@@ -112,7 +120,8 @@ void MpiCommunicator::check(int rc, const char* call) const {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = std::snprintf(text, sizeof(text), "error %d", rc);
-  throw_error("[rank ", world_rank_, "] ", call, " on group '", name_, "' failed: ", std::string(text, static_cast<size_t>(len)));
+  throw_error("[rank ", world_rank_, "] ", call, " on group '", name_,
+              "' failed: ", std::string(text, static_cast<size_t>(len)));
 }
 
 void MpiCommunicator::all_reduce(Tensor& x, ReduceOp op) {
@@ -130,8 +139,9 @@ void MpiCommunicator::all_reduce(Tensor& x, ReduceOp op) {
 void MpiCommunicator::all_reduce_host(std::span<double> values, ReduceOp op) {
   if (values.empty()) return;
   if (op == ReduceOp::kAvg) premultiply(values.data(), static_cast<int64_t>(values.size()), size());
-  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), int_count(static_cast<int64_t>(values.size()), "all_reduce_host"),
-                             MPI_DOUBLE, mpi_op(op), comm_));
+  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(),
+                             int_count(static_cast<int64_t>(values.size()), "all_reduce_host"), MPI_DOUBLE, mpi_op(op),
+                             comm_));
 }
 
 void MpiCommunicator::reduce_scatter(Tensor& in, Tensor& out, std::span<const int64_t> counts, ReduceOp op) {
@@ -186,7 +196,8 @@ void MpiCommunicator::all_gather(const Tensor& in, Tensor& out, std::span<const 
   if (in_place) {
     MT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data(), c.data(), displs.data(), t, comm_));
   } else {
-    MT_MPI_CHECK(MPI_Allgatherv(in.data(), c[static_cast<size_t>(rank_)], t, out.data(), c.data(), displs.data(), t, comm_));
+    MT_MPI_CHECK(
+        MPI_Allgatherv(in.data(), c[static_cast<size_t>(rank_)], t, out.data(), c.data(), displs.data(), t, comm_));
   }
 }
 
@@ -213,11 +224,13 @@ void check_receive_counts(const std::vector<ExpectedReceive>& receives, const st
     MPI_Status status = statuses[i];
     int got = 0;
     if (MPI_Get_count(&status, r.type, &got) != MPI_SUCCESS) {
-      throw_error("[rank ", world_rank, "] MPI_Get_count failed after a receive from rank ", r.peer, " of group '", group, "'");
+      throw_error("[rank ", world_rank, "] MPI_Get_count failed after a receive from rank ", r.peer, " of group '",
+                  group, "'");
     }
     if (got != r.count) {
       throw_error("[rank ", world_rank, "] a receive from rank ", r.peer, " of group '", group, "' got ", got,
-                  " elements where ", r.count, " were expected: the two sides disagree on the message's size "
+                  " elements where ", r.count,
+                  " were expected: the two sides disagree on the message's size "
                   "(NCCL would wait for the rest: a hang on GPUs)");
     }
   }
@@ -264,9 +277,11 @@ std::vector<MPI_Request> MpiCommunicator::post_send_recv(std::span<const PointTo
       const int n = static_cast<int>(std::min(kMaxChunk, op.tensor.numel() - off));
       MPI_Request r = MPI_REQUEST_NULL;
       if (op.send) {
-        MT_MPI_CHECK(MPI_Isend(p + off * esize, n, mpi_type(op.tensor.dtype()), static_cast<int>(op.peer), 0, comm_, &r));
+        MT_MPI_CHECK(
+            MPI_Isend(p + off * esize, n, mpi_type(op.tensor.dtype()), static_cast<int>(op.peer), 0, comm_, &r));
       } else {
-        MT_MPI_CHECK(MPI_Irecv(p + off * esize, n, mpi_type(op.tensor.dtype()), static_cast<int>(op.peer), 0, comm_, &r));
+        MT_MPI_CHECK(
+            MPI_Irecv(p + off * esize, n, mpi_type(op.tensor.dtype()), static_cast<int>(op.peer), 0, comm_, &r));
       }
       requests.push_back(r);
       receives->push_back({op.send ? -1 : n, mpi_type(op.tensor.dtype()), op.peer});
@@ -290,7 +305,9 @@ class PendingSendRecv final : public PendingCollective {
  public:
   PendingSendRecv(std::vector<MPI_Request> requests, std::vector<ExpectedReceive> receives, std::string group,
                   int world_rank)
-      : requests_(std::move(requests)), receives_(std::move(receives)), group_(std::move(group)),
+      : requests_(std::move(requests)),
+        receives_(std::move(receives)),
+        group_(std::move(group)),
         world_rank_(world_rank) {}
   ~PendingSendRecv() override {
     // An unwaited handle waits (PendingCollective's contract); during unwinding the job is

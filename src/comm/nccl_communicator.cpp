@@ -10,12 +10,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <cstring>
-#include <exception>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -30,21 +30,30 @@ namespace {
 
 ncclDataType_t nccl_type(DType d) {
   switch (d) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kF16: return ncclFloat16;
-    case DType::kI32: return ncclInt32;
-    case DType::kI64: return ncclInt64;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
   }
   return ncclFloat32;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kAvg:
+      return ncclAvg;
   }
   return ncclSum;
 }
@@ -251,9 +260,11 @@ class NcclCommunicator final : public Communicator {
     }
     for (size_t off = 0; off < values.size(); off += scratch_doubles_) {
       const size_t n = std::min(values.size() - off, scratch_doubles_);
-      MT_NCCL_CUDA_CHECK(cudaMemcpyAsync(scratch_, values.data() + off, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
+      MT_NCCL_CUDA_CHECK(
+          cudaMemcpyAsync(scratch_, values.data() + off, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
       MT_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, n, ncclFloat64, nccl_op(op), comm_, stream_));
-      MT_NCCL_CUDA_CHECK(cudaMemcpyAsync(values.data() + off, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+      MT_NCCL_CUDA_CHECK(
+          cudaMemcpyAsync(values.data() + off, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
       MT_NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
   }
@@ -361,8 +372,9 @@ class NcclCommunicator final : public Communicator {
       if (rc != ncclSuccess || injected) {
         failed_here(call_failed("ncclCommWindowRegister", str_cat(" for ", bytes, " bytes"), rc, injected, ce_comm_));
       } else if (w.window == nullptr) {
-        failed_here("ncclCommWindowRegister gave no window: NCCL has no symmetric memory on this communicator "
-                    "(NCCL_WIN_ENABLE, NCCL_CUMEM_ENABLE, peer access between the GPUs)");
+        failed_here(
+            "ncclCommWindowRegister gave no window: NCCL has no symmetric memory on this communicator "
+            "(NCCL_WIN_ENABLE, NCCL_CUMEM_ENABLE, peer access between the GPUs)");
       }
       return agree(why);
     };
@@ -442,8 +454,8 @@ class NcclCommunicator final : public Communicator {
     const int64_t esize = dtype_size(in.dtype());
     if (all_equal(counts)) {
       // In place when out is this rank's piece of in (NCCL's convention).
-      MT_NCCL_CHECK(ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()), t, nccl_op(op), comm_,
-                                      stream));
+      MT_NCCL_CHECK(
+          ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()), t, nccl_op(op), comm_, stream));
       return;
     }
     MT_NCCL_CHECK(ncclGroupStart());
@@ -471,8 +483,8 @@ class NcclCommunicator final : public Communicator {
       // On the copy engines when `out` (and so `in`, this rank's piece of it, or not: then NCCL
       // falls back to its kernels) lies in a registered window.
       const bool ce = ce_comm_ != nullptr && ce_on_ && in_window(out.data(), out.nbytes());
-      MT_NCCL_CHECK(ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()), t, ce ? ce_comm_ : comm_,
-                                  stream));
+      MT_NCCL_CHECK(
+          ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()), t, ce ? ce_comm_ : comm_, stream));
       return;
     }
     MT_NCCL_CHECK(ncclGroupStart());
@@ -500,15 +512,15 @@ class NcclCommunicator final : public Communicator {
   void send(const Tensor& x, int64_t peer) override {
     if (x.numel() == 0) return;
     require_device(x, "send");
-    MT_NCCL_CHECK(ncclSend(x.data(), static_cast<size_t>(x.numel()), nccl_type(x.dtype()), static_cast<int>(peer), comm_,
-                           blocking_stream()));
+    MT_NCCL_CHECK(ncclSend(x.data(), static_cast<size_t>(x.numel()), nccl_type(x.dtype()), static_cast<int>(peer),
+                           comm_, blocking_stream()));
   }
 
   void recv(Tensor& x, int64_t peer) override {
     if (x.numel() == 0) return;
     require_device(x, "recv");
-    MT_NCCL_CHECK(ncclRecv(x.data(), static_cast<size_t>(x.numel()), nccl_type(x.dtype()), static_cast<int>(peer), comm_,
-                           blocking_stream()));
+    MT_NCCL_CHECK(ncclRecv(x.data(), static_cast<size_t>(x.numel()), nccl_type(x.dtype()), static_cast<int>(peer),
+                           comm_, blocking_stream()));
   }
 
   void send_recv(std::span<const PointToPoint> ops) override { enqueue_send_recv(ops, blocking_stream()); }
@@ -531,10 +543,11 @@ class NcclCommunicator final : public Communicator {
       require_device(op.tensor, op.send ? "send_recv (send)" : "send_recv (recv)");
       const size_t n = static_cast<size_t>(op.tensor.numel());
       if (op.send) {
-        MT_NCCL_CHECK(ncclSend(op.tensor.data(), n, nccl_type(op.tensor.dtype()), static_cast<int>(op.peer), comm_, stream));
+        MT_NCCL_CHECK(
+            ncclSend(op.tensor.data(), n, nccl_type(op.tensor.dtype()), static_cast<int>(op.peer), comm_, stream));
       } else {
-        MT_NCCL_CHECK(ncclRecv(op.tensor.data(), n, nccl_type(op.tensor.dtype()),
-                               static_cast<int>(op.peer), comm_, stream));
+        MT_NCCL_CHECK(
+            ncclRecv(op.tensor.data(), n, nccl_type(op.tensor.dtype()), static_cast<int>(op.peer), comm_, stream));
       }
     }
     MT_NCCL_CHECK(ncclGroupEnd());
@@ -665,8 +678,8 @@ class NcclCommunicator final : public Communicator {
         cudaEventElapsedTime(&v, t0, e);
         return v;
       };
-      std::string text = str_cat("[rank 0] comm trace on '", name_, "': compute stream reached the wait at ",
-                                 ms(waited), " ms\n");
+      std::string text =
+          str_cat("[rank 0] comm trace on '", name_, "': compute stream reached the wait at ", ms(waited), " ms\n");
       for (const TraceRecord& r : *trace_) {
         text += str_cat("  ", r.op, " ", static_cast<double>(r.bytes) / 1e6, " MB: asked ", ms(r.asked), " began ",
                         ms(r.began), " ended ", ms(r.ended), " ms\n");
@@ -763,7 +776,7 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t async_done_ = nullptr;
   bool async_outstanding_ = false;
   std::vector<cudaEvent_t> free_events_;
-  int64_t in_flight_ = 0;  // started collectives not yet waited for
+  int64_t in_flight_ = 0;                          // started collectives not yet waited for
   std::optional<std::vector<TraceRecord>> trace_;  // set under MEGATRON_COMM_TRACE=1
   int64_t trace_batches_ = 0;
   cudaEvent_t trace_reached_ = nullptr;  // the compute stream at its first wait of the batch
@@ -791,7 +804,6 @@ class NcclCommunicator final : public Communicator {
 
 bool built_with_nccl() { return true; }
 
-
 bool copy_engine_supported() { return MT_NCCL_COPY_ENGINE != 0; }
 
 bool use_symmetric_memory(bool on) {
@@ -803,9 +815,8 @@ bool use_symmetric_memory(bool on) {
     symmetric_state(device) = {};  // a fresh try
   }
   for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kGrads}) {
-    backend::set_device_allocator(device, kind,
-                                  on ? backend::DeviceAllocator{symmetric_alloc, symmetric_release}
-                                     : backend::DeviceAllocator{});
+    backend::set_device_allocator(
+        device, kind, on ? backend::DeviceAllocator{symmetric_alloc, symmetric_release} : backend::DeviceAllocator{});
   }
   return true;
 #else
@@ -813,7 +824,6 @@ bool use_symmetric_memory(bool on) {
   return false;
 #endif
 }
-
 
 NcclUniqueIdBytes make_nccl_unique_id() {
   ncclUniqueId id;

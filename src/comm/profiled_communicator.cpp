@@ -81,7 +81,8 @@ std::unique_ptr<PendingCollective> ProfiledCommunicator::start_reduce_scatter(Te
                                                                               std::span<const int64_t> counts,
                                                                               ReduceOp op) {
   std::unique_ptr<PendingCollective> pending;
-  profiler_.time_region(row("start reduce_scatter"), [&] { pending = inner_->start_reduce_scatter(in, out, counts, op); });
+  profiler_.time_region(row("start reduce_scatter"),
+                        [&] { pending = inner_->start_reduce_scatter(in, out, counts, op); });
   return timed_wait(std::move(pending), "reduce_scatter");
 }
 std::unique_ptr<PendingCollective> ProfiledCommunicator::start_all_gather(const Tensor& in, Tensor& out,

@@ -25,7 +25,9 @@ struct Fd {
   }
 };
 
-std::string where(const std::string& addr, int64_t port) { return str_cat("MASTER_ADDR:MASTER_PORT ", addr, ":", port); }
+std::string where(const std::string& addr, int64_t port) {
+  return str_cat("MASTER_ADDR:MASTER_PORT ", addr, ":", port);
+}
 
 void write_all(int fd, const char* p, size_t n, const std::string& at) {
   while (n > 0) {
@@ -57,7 +59,8 @@ std::string tcp_broadcast_bytes(const std::string& addr, int64_t port, int64_t r
     if (::bind(server.fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
       throw_error("rendezvous at ", at, ": rank 0 cannot listen: ", errno_string(errno));
     }
-    if (::listen(server.fd, static_cast<int>(world)) != 0) throw_error("rendezvous at ", at, ": listen failed: ", errno_string(errno));
+    if (::listen(server.fd, static_cast<int>(world)) != 0)
+      throw_error("rendezvous at ", at, ": listen failed: ", errno_string(errno));
     for (int64_t served = 1; served < world;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) {
@@ -97,7 +100,8 @@ std::string tcp_broadcast_bytes(const std::string& addr, int64_t port, int64_t r
     }
     if (Clock::now() > deadline) {
       ::freeaddrinfo(found);
-      throw_error("rendezvous at ", at, ": rank ", rank, " could not get the id from rank 0 within ", timeout_seconds, " s");
+      throw_error("rendezvous at ", at, ": rank ", rank, " could not get the id from rank 0 within ", timeout_seconds,
+                  " s");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

@@ -65,7 +65,8 @@ Watchdog::Scope::~Scope() {
 void Watchdog::run() {
   std::unique_lock<std::mutex> lock(mu_);
   // Wakes at least every 100 ms (or 1/10 of the timeout) to look at the collective in flight.
-  const auto tick = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(100), timeout_ / 10 + std::chrono::milliseconds(1));
+  const auto tick =
+      std::min<std::chrono::milliseconds>(std::chrono::milliseconds(100), timeout_ / 10 + std::chrono::milliseconds(1));
   while (!stop_) {
     cv_.wait_for(lock, tick);
     if (stop_ || !busy_) continue;
@@ -75,11 +76,13 @@ void Watchdog::run() {
     const auto waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited);
     if (waited_ms < timeout_ || waited_ms - timeout_ < grace_) continue;
     const double seconds = std::chrono::duration<double>(waited).count();
-    const std::string granted =
-        grace_.count() > 0 ? str_cat(", plus ", grace_.count() / 1000, " s granted to a checkpoint save") : std::string();
+    const std::string granted = grace_.count() > 0
+                                    ? str_cat(", plus ", grace_.count() / 1000, " s granted to a checkpoint save")
+                                    : std::string();
     const std::string message =
-        str_cat("[rank ", world_rank_, "] watchdog: ", what_, " has not completed after ", static_cast<double>(std::llround(seconds * 10)) / 10,
-                " s (--distributed-timeout-minutes", granted, "): another rank of the group is behind (stuck or dead); aborting");
+        str_cat("[rank ", world_rank_, "] watchdog: ", what_, " has not completed after ",
+                static_cast<double>(std::llround(seconds * 10)) / 10, " s (--distributed-timeout-minutes", granted,
+                "): another rank of the group is behind (stuck or dead); aborting");
     busy_ = false;  // report once
     lock.unlock();
     on_timeout_(message);

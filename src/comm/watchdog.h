@@ -72,8 +72,8 @@ class Watchdog {
   bool stop_ = false;
   bool busy_ = false;
   std::chrono::steady_clock::time_point since_;
-  std::string what_;       // "all_reduce #57 on group 'dp' (2 ranks)"
-  int64_t sequence_ = 0;   // collectives started so far
+  std::string what_;      // "all_reduce #57 on group 'dp' (2 ranks)"
+  int64_t sequence_ = 0;  // collectives started so far
   std::thread thread_;
 };
 

@@ -25,7 +25,8 @@ void write_new_directory(const std::string& dir, const std::string& flag,
     }
   }
   const fs::path name = target.filename();
-  if (name.empty() || name == "." || name == "..") throw_error("[", flag, "] ", dir, " cannot be created (a new directory is expected)");
+  if (name.empty() || name == "." || name == "..")
+    throw_error("[", flag, "] ", dir, " cannot be created (a new directory is expected)");
   const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
   make_directories(parent.string());
   const std::string tmp = (parent / str_cat(".", name.string(), ".convert_tmp.", ::getpid())).string();
@@ -46,7 +47,8 @@ void write_new_checkpoint(const std::string& dir, const std::string& flag, int64
                           const std::vector<ckpt::CheckpointFile>& files) {
   MT_CHECK(release || iteration > 0) << "iteration " << iteration;
   write_new_directory(dir, flag, [&](const std::string& tmp) {
-    const std::string sub = (fs::path(tmp) / (release ? std::string(ckpt::kReleaseDirName) : ckpt::iteration_dir_name(iteration))).string();
+    const std::string sub =
+        (fs::path(tmp) / (release ? std::string(ckpt::kReleaseDirName) : ckpt::iteration_dir_name(iteration))).string();
     make_directories(sub);
     ckpt::write_checkpoint_files(sub, files);
     AtomicFile tracker((fs::path(tmp) / ckpt::kTrackerFileName).string());

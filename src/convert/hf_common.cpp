@@ -34,9 +34,12 @@ std::string float_json(double v) {
 
 const char* hf_torch_dtype(DType dt) {
   switch (dt) {
-    case DType::kBF16: return "bfloat16";
-    case DType::kF16: return "float16";
-    default: return "float32";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+    default:
+      return "float32";
   }
 }
 
@@ -50,9 +53,15 @@ std::string read_hf_file(const std::string& path, const std::string& flag) {
 }
 
 int64_t parse_shard_size(const std::string& text, const std::string& flag) {
-  static const std::pair<const char*, double> kUnits[] = {
-      {"TIB", 1099511627776.0}, {"GIB", 1073741824.0}, {"MIB", 1048576.0}, {"KIB", 1024.0},
-      {"TB", 1e12},           {"GB", 1e9},           {"MB", 1e6},        {"KB", 1e3},  {"B", 1.0}};
+  static const std::pair<const char*, double> kUnits[] = {{"TIB", 1099511627776.0},
+                                                          {"GIB", 1073741824.0},
+                                                          {"MIB", 1048576.0},
+                                                          {"KIB", 1024.0},
+                                                          {"TB", 1e12},
+                                                          {"GB", 1e9},
+                                                          {"MB", 1e6},
+                                                          {"KB", 1e3},
+                                                          {"B", 1.0}};
   std::string upper;
   for (char c : text) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   double scale = 1.0;
@@ -91,7 +100,8 @@ HfJson HfJson::read_file(const std::string& path, const std::string& flag) {
   node->parser = std::make_shared<simdjson::dom::parser>();
   node->path = path;
   simdjson::dom::element doc;
-  if (node->parser->parse(text).get(doc) != simdjson::SUCCESS || doc.get_object().get(node->object) != simdjson::SUCCESS) {
+  if (node->parser->parse(text).get(doc) != simdjson::SUCCESS ||
+      doc.get_object().get(node->object) != simdjson::SUCCESS) {
     throw_error(path, ": not a JSON object");
   }
   return HfJson(std::move(node));
@@ -198,7 +208,8 @@ std::optional<std::string> HfJson::raw(const std::string& key) const {
 
 std::string hf_model_type(const std::string& hf_dir) {
   const std::string path = (fs::path(hf_dir) / kHfConfigName).string();
-  if (!fs::exists(path)) throw_error("[--load-hf] ", path, " does not exist (a Hugging Face model directory is expected)");
+  if (!fs::exists(path))
+    throw_error("[--load-hf] ", path, " does not exist (a Hugging Face model directory is expected)");
   return HfJson::read_file(path, "--load-hf").optional_string("model_type").value_or("");
 }
 
@@ -231,7 +242,7 @@ HfWeights::HfWeights(const std::string& hf_dir, const std::string& flag) {
     throw_error(index, ": \"weight_map\" is missing or not an object");
   }
   std::map<std::string, std::string> where;  // tensor -> shard file name
-  std::set<std::string> shards;               // in name order
+  std::set<std::string> shards;              // in name order
   for (auto field : weight_map) {
     std::string_view file;
     if (field.value.get_string().get(file) != simdjson::SUCCESS) {
@@ -241,7 +252,8 @@ HfWeights::HfWeights(const std::string& hf_dir, const std::string& flag) {
     if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
       throw_error(index, ": weight_map.", field.key, " names '", name, "', not a file of ", hf_dir);
     }
-    if (!where.emplace(std::string(field.key), name).second) throw_error(index, ": tensor '", field.key, "' appears twice");
+    if (!where.emplace(std::string(field.key), name).second)
+      throw_error(index, ": tensor '", field.key, "' appears twice");
     shards.insert(name);
   }
   if (where.empty()) throw_error(index, ": weight_map is empty");
@@ -253,7 +265,8 @@ HfWeights::HfWeights(const std::string& hf_dir, const std::string& flag) {
       const auto it = where.find(t.name);
       if (it == where.end()) throw_error(path, ": tensor '", t.name, "' is not in ", index);
       if (it->second != shard) throw_error(path, ": tensor '", t.name, "' is listed in ", index, " as in ", it->second);
-      if (!tensors_.emplace(t.name, Entry{&t, &file}).second) throw_error(path, ": tensor '", t.name, "' appears twice");
+      if (!tensors_.emplace(t.name, Entry{&t, &file}).second)
+        throw_error(path, ": tensor '", t.name, "' appears twice");
     }
   }
   for (const auto& [name, shard] : where) {

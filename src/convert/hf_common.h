@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
 #include "ckpt/checkpoint_io.h"
 #include "ckpt/safetensors.h"
+#include "core/dtype.h"
 
 namespace megatron::convert {
 
@@ -56,7 +56,7 @@ class HfJson {
 
   const std::string& path() const;
   bool has(const std::string& key) const;  // present and not null
-  std::vector<std::string> keys() const;    // in file order
+  std::vector<std::string> keys() const;   // in file order
   // A positive integer; required (Error "is missing") unless a fallback is given.
   int64_t positive_int(const std::string& key, std::optional<int64_t> fallback = std::nullopt) const;
   // Any integer (token ids: 0 is one), nullopt when not given.

@@ -11,17 +11,17 @@
 #include <set>
 #include <vector>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_io.h"
+#include "ckpt/checkpoint_metadata.h"
+#include "ckpt/safetensors.h"
+#include "convert/convert_output.h"
+#include "convert/hf_common.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/json_writer.h"
-#include "ckpt/checkpoint.h"
-#include "ckpt/checkpoint_io.h"
-#include "ckpt/checkpoint_metadata.h"
 #include "model/vocab_padding.h"
-#include "convert/convert_output.h"
-#include "convert/hf_common.h"
-#include "ckpt/safetensors.h"
 
 namespace megatron::convert {
 namespace {
@@ -32,11 +32,11 @@ constexpr const char* kHfPrefix = "transformer.";
 
 // How a tensor maps between the two layouts (the table in the header).
 enum class Map {
-  kCopy,        // same shape and order
-  kTranspose,   // ours [out, in] <-> HF Conv1D [in, out]
-  kQkvWeight,   // ours [3h, h] (per-head q|k|v rows) <-> HF [h, 3h] ([q | k | v] columns)
-  kQkvBias,     // ours [3h] <-> HF [3h], the same permutation
-  kVocabRows,   // ours [V_pad, h] <-> HF [V, h]: dummy rows dropped on export, zero on import
+  kCopy,       // same shape and order
+  kTranspose,  // ours [out, in] <-> HF Conv1D [in, out]
+  kQkvWeight,  // ours [3h, h] (per-head q|k|v rows) <-> HF [h, 3h] ([q | k | v] columns)
+  kQkvBias,    // ours [3h] <-> HF [3h], the same permutation
+  kVocabRows,  // ours [V_pad, h] <-> HF [V, h]: dummy rows dropped on export, zero on import
 };
 
 // The model dimensions: h = hidden, f = FFN, heads, positions P, vocabulary V and padded V_pad.
@@ -102,15 +102,19 @@ std::vector<uint8_t> to_hf(const Entry& e, const Dims& d, const uint8_t* src, in
     case Map::kVocabRows:  // the first V rows
       if (n) std::memcpy(out.data(), src, out.size());
       break;
-    case Map::kTranspose: transpose_bytes(src, out.data(), hs[1], hs[0], es); break;
+    case Map::kTranspose:
+      transpose_bytes(src, out.data(), hs[1], hs[0], es);
+      break;
     case Map::kQkvWeight:  // ours [3h rows, h] -> HF [h, 3h]: HF[i, col(r)] = ours[r, i]
       for (int64_t r = 0; r < 3 * d.h; ++r) {
         const int64_t c = hf_qkv_column(r, d.heads, hd);
-        for (int64_t i = 0; i < d.h; ++i) std::memcpy(out.data() + (i * 3 * d.h + c) * es, src + (r * d.h + i) * es, es);
+        for (int64_t i = 0; i < d.h; ++i)
+          std::memcpy(out.data() + (i * 3 * d.h + c) * es, src + (r * d.h + i) * es, es);
       }
       break;
     case Map::kQkvBias:
-      for (int64_t r = 0; r < 3 * d.h; ++r) std::memcpy(out.data() + hf_qkv_column(r, d.heads, hd) * es, src + r * es, es);
+      for (int64_t r = 0; r < 3 * d.h; ++r)
+        std::memcpy(out.data() + hf_qkv_column(r, d.heads, hd) * es, src + r * es, es);
       break;
   }
   return out;
@@ -124,17 +128,25 @@ std::vector<uint8_t> from_hf(const Entry& e, const Dims& d, const uint8_t* src, 
   std::vector<uint8_t> out(static_cast<size_t>(n * es), 0);
   const int64_t hd = d.h / d.heads;
   switch (e.map) {
-    case Map::kCopy: if (n) std::memcpy(out.data(), src, out.size()); break;
-    case Map::kVocabRows: if (d.vocab) std::memcpy(out.data(), src, static_cast<size_t>(d.vocab * d.h * es)); break;
-    case Map::kTranspose: transpose_bytes(src, out.data(), os[1], os[0], es); break;
+    case Map::kCopy:
+      if (n) std::memcpy(out.data(), src, out.size());
+      break;
+    case Map::kVocabRows:
+      if (d.vocab) std::memcpy(out.data(), src, static_cast<size_t>(d.vocab * d.h * es));
+      break;
+    case Map::kTranspose:
+      transpose_bytes(src, out.data(), os[1], os[0], es);
+      break;
     case Map::kQkvWeight:  // ours[r, i] = HF[i, col(r)]
       for (int64_t r = 0; r < 3 * d.h; ++r) {
         const int64_t c = hf_qkv_column(r, d.heads, hd);
-        for (int64_t i = 0; i < d.h; ++i) std::memcpy(out.data() + (r * d.h + i) * es, src + (i * 3 * d.h + c) * es, es);
+        for (int64_t i = 0; i < d.h; ++i)
+          std::memcpy(out.data() + (r * d.h + i) * es, src + (i * 3 * d.h + c) * es, es);
       }
       break;
     case Map::kQkvBias:
-      for (int64_t r = 0; r < 3 * d.h; ++r) std::memcpy(out.data() + r * es, src + hf_qkv_column(r, d.heads, hd) * es, es);
+      for (int64_t r = 0; r < 3 * d.h; ++r)
+        std::memcpy(out.data() + r * es, src + hf_qkv_column(r, d.heads, hd) * es, es);
       break;
   }
   return out;
@@ -153,7 +165,8 @@ HfConfig read_hf_config(const std::string& config_path) {
   const std::string text = read_hf_file(config_path, "--load-hf");
   simdjson::dom::parser parser;
   simdjson::dom::element cfg;
-  if (parser.parse(text).get(cfg) != simdjson::SUCCESS || !cfg.is_object()) throw_error(config_path, ": not a JSON object");
+  if (parser.parse(text).get(cfg) != simdjson::SUCCESS || !cfg.is_object())
+    throw_error(config_path, ": not a JSON object");
   auto get_int = [&](const char* key, std::optional<int64_t> fallback) -> int64_t {
     simdjson::dom::element e;
     if (cfg[key].get(e) != simdjson::SUCCESS || e.is_null()) {
@@ -161,7 +174,8 @@ HfConfig read_hf_config(const std::string& config_path) {
       return *fallback;
     }
     int64_t v = 0;
-    if (e.get_int64().get(v) != simdjson::SUCCESS || v <= 0) throw_error(config_path, ": \"", key, "\" is not a positive integer");
+    if (e.get_int64().get(v) != simdjson::SUCCESS || v <= 0)
+      throw_error(config_path, ": \"", key, "\" is not a positive integer");
     return v;
   };
   auto get_double = [&](const char* key, double fallback) {
@@ -186,14 +200,16 @@ HfConfig read_hf_config(const std::string& config_path) {
     return std::string(v);
   };
   const std::string model_type = get_string("model_type", "gpt2");
-  if (model_type != "gpt2") throw_error(config_path, ": model_type \"", model_type, "\" is not supported (only \"gpt2\")");
+  if (model_type != "gpt2")
+    throw_error(config_path, ": model_type \"", model_type, "\" is not supported (only \"gpt2\")");
   const std::string act = get_string("activation_function", "gelu_new");
   if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
     c.gelu = model::Gelu::kTanh;
   } else if (act == "gelu") {
     c.gelu = model::Gelu::kExact;
   } else {
-    throw_error(config_path, ": activation_function \"", act, "\" is not supported (gelu_new, gelu_pytorch_tanh, gelu)");
+    throw_error(config_path, ": activation_function \"", act,
+                "\" is not supported (gelu_new, gelu_pytorch_tanh, gelu)");
   }
   if (!get_bool("scale_attn_weights", true)) throw_error(config_path, ": scale_attn_weights false is not supported");
   if (get_bool("scale_attn_by_inverse_layer_idx", false)) {
@@ -208,8 +224,8 @@ HfConfig read_hf_config(const std::string& config_path) {
   d.h = get_int("n_embd", std::nullopt);
   d.layers = get_int("n_layer", std::nullopt);
   d.heads = get_int("n_head", std::nullopt);
-  d.positions = get_int("n_positions", cfg["n_ctx"].is_int64() ? std::optional<int64_t>(get_int("n_ctx", std::nullopt))
-                                                                  : std::nullopt);
+  d.positions = get_int(
+      "n_positions", cfg["n_ctx"].is_int64() ? std::optional<int64_t>(get_int("n_ctx", std::nullopt)) : std::nullopt);
   d.vocab = get_int("vocab_size", std::nullopt);
   d.f = get_int("n_inner", 4 * d.h);
   if (d.h % d.heads != 0) throw_error(config_path, ": n_embd ", d.h, " is not divisible by n_head ", d.heads);
@@ -227,26 +243,30 @@ int64_t hf_qkv_column(int64_t row, int64_t heads, int64_t head_dim) {
   return t * heads * head_dim + head * head_dim + e;
 }
 
-HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t> iteration, const std::string& hf_dir) {
+HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t> iteration,
+                              const std::string& hf_dir) {
   const ckpt::LoadedCheckpoint ck = ckpt::load_checkpoint_dir(load_dir, iteration);
   if (!ck.found) throw_error("[--load] no checkpoint in ", load_dir, " (", ck.tracker_path, " is missing)");
   const ckpt::CheckpointMetadata meta(ck.directory + "/" + ckpt::kMetadataFileName, ck.metadata_json);
-  if (meta.top_string("format") != ckpt::kCheckpointFormat) throw_error(meta.path(), ": not a ", ckpt::kCheckpointFormat, " file");
+  if (meta.top_string("format") != ckpt::kCheckpointFormat)
+    throw_error(meta.path(), ": not a ", ckpt::kCheckpointFormat, " file");
   const ckpt::CheckpointModel cm = ckpt::read_checkpoint_model(ck);
   ckpt::read_checkpoint_state(ck);  // not exported, but a checkpoint no loader takes is not converted either
   ckpt::check_all_finite(ck);
   const model::GPTConfig& g = cm.config;
   const std::string where = " (checkpoint " + ck.directory + "; Hugging Face GPT-2 has no such option)";
-  if (g.untie_embeddings_and_output_weights) throw_error("[--save-hf] the checkpoint has an untied output layer", where);
+  if (g.untie_embeddings_and_output_weights)
+    throw_error("[--save-hf] the checkpoint has an untied output layer", where);
   if (!g.add_bias_linear) throw_error("[--save-hf] the checkpoint has no linear biases (--disable-bias-linear)", where);
   if (g.normalization != model::Normalization::kLayerNorm) {
     throw_error("[--save-hf] the checkpoint uses RMSNorm (--normalization RMSNorm)", where);
   }
   if (g.swiglu) throw_error("[--save-hf] the checkpoint has a SwiGLU MLP (--swiglu)", where);
-  if (g.apply_layernorm_1p) throw_error("[--save-hf] the checkpoint's norms scale by 1 + weight (--apply-layernorm-1p)", where);
+  if (g.apply_layernorm_1p)
+    throw_error("[--save-hf] the checkpoint's norms scale by 1 + weight (--apply-layernorm-1p)", where);
   if (!g.learned_positions()) {
-    throw_error("[--save-hf] the checkpoint has ", g.rope() ? "rotary" : "no", " position embeddings (--position-embedding-type)",
-                where);
+    throw_error("[--save-hf] the checkpoint has ", g.rope() ? "rotary" : "no",
+                " position embeddings (--position-embedding-type)", where);
   }
   if (g.query_groups() != g.num_attention_heads) {
     throw_error("[--save-hf] the checkpoint has grouped-query attention (--num-query-groups ", g.num_query_groups, ")",
@@ -305,7 +325,8 @@ HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t
     w.value(d.f);
   }
   w.key("activation_function").value(g.gelu == model::Gelu::kTanh ? "gelu_new" : "gelu");
-  const double hidden_dropout = meta.arg_double("--hidden-dropout"), attention_dropout = meta.arg_double("--attention-dropout");
+  const double hidden_dropout = meta.arg_double("--hidden-dropout"),
+               attention_dropout = meta.arg_double("--attention-dropout");
   w.key("resid_pdrop").raw_value(float_json(hidden_dropout));
   w.key("embd_pdrop").raw_value(float_json(hidden_dropout));
   w.key("attn_pdrop").raw_value(float_json(attention_dropout));
@@ -326,7 +347,7 @@ HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t
 
   write_new_directory(hf_dir, "--save-hf", [&](const std::string& tmp) {
     ckpt::write_checkpoint_files(tmp, {ckpt::CheckpointFile::safetensors(kHfWeightsName, tensors, {{"format", "pt"}}),
-                                 ckpt::CheckpointFile::text_file(kHfConfigName, config)});
+                                       ckpt::CheckpointFile::text_file(kHfConfigName, config)});
   });
   HfExportResult r;
   r.iteration = ck.iteration;
@@ -338,17 +359,21 @@ HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t
 
 HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& save_dir, const HfImportOptions& options) {
   const std::string config_path = (fs::path(hf_dir) / kHfConfigName).string();
-  if (!fs::exists(config_path)) throw_error("[--load-hf] ", config_path, " does not exist (a Hugging Face model directory is expected)");
+  if (!fs::exists(config_path))
+    throw_error("[--load-hf] ", config_path, " does not exist (a Hugging Face model directory is expected)");
 
   const HfConfig hc = read_hf_config(config_path);
   Dims d = hc.dims;
   const int64_t tp = options.tensor_model_parallel_size, pp = options.pipeline_model_parallel_size;
   if (tp <= 0) throw_error("[--target-tensor-parallel-size] must be positive, got ", tp);
   if (pp <= 0) throw_error("[--target-pipeline-model-parallel-size] must be positive, got ", pp);
-  if (d.heads % tp != 0) throw_error("[--target-tensor-parallel-size] ", tp, " does not divide n_head ", d.heads, " of ", config_path);
-  if (d.f % tp != 0) throw_error("[--target-tensor-parallel-size] ", tp, " does not divide the FFN size ", d.f, " of ", config_path);
+  if (d.heads % tp != 0)
+    throw_error("[--target-tensor-parallel-size] ", tp, " does not divide n_head ", d.heads, " of ", config_path);
+  if (d.f % tp != 0)
+    throw_error("[--target-tensor-parallel-size] ", tp, " does not divide the FFN size ", d.f, " of ", config_path);
   if (d.layers % pp != 0) {
-    throw_error("[--target-pipeline-model-parallel-size] ", pp, " does not divide n_layer ", d.layers, " of ", config_path);
+    throw_error("[--target-pipeline-model-parallel-size] ", pp, " does not divide n_layer ", d.layers, " of ",
+                config_path);
   }
   d.padded_vocab = model::padded_vocab_size(d.vocab, options.make_vocab_size_divisible_by, tp);
   const int64_t seq_length = options.seq_length.value_or(d.positions);
@@ -367,7 +392,8 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& save
     std::string name = t.name;
     if (name.rfind(kHfPrefix, 0) == 0) name = name.substr(std::strlen(kHfPrefix));
     // The causal-mask buffers older transformers saved ("h.N.attn.bias", "h.N.attn.masked_bias").
-    const bool buffer = name.rfind("h.", 0) == 0 && (name.size() > 10 && (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias")));
+    const bool buffer = name.rfind("h.", 0) == 0 &&
+                        (name.size() > 10 && (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias")));
     if (buffer) continue;
     if (!by_name.emplace(name, &t).second) throw_error(*entry.file, ": tensor '", name, "' appears twice");
   }
@@ -381,8 +407,8 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& save
     const ckpt::SafetensorsTensor& t = *it->second;
     const std::string& weights_path = *file_of.at(t.name);
     if (t.shape != hf_shape(e, d)) {
-      throw_error(weights_path, ": tensor '", t.name, "' has shape ", ckpt::shape_to_string(t.shape), ", config.json implies ",
-                  ckpt::shape_to_string(hf_shape(e, d)));
+      throw_error(weights_path, ": tensor '", t.name, "' has shape ", ckpt::shape_to_string(t.shape),
+                  ", config.json implies ", ckpt::shape_to_string(hf_shape(e, d)));
     }
     if (!is_float(t.dtype) || (dtype && t.dtype != *dtype)) {
       throw_error(weights_path, ": tensor '", t.name, "' is ", ckpt::safetensors_dtype_name(t.dtype),
@@ -403,7 +429,8 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& save
     if (name == "lm_head.weight") {
       const ckpt::SafetensorsTensor& wte = *by_name.at("wte.weight");
       if (t->shape == wte.shape && t->dtype == wte.dtype && std::memcmp(t->data, wte.data, t->bytes) == 0) continue;
-      throw_error(*file_of.at(t->name), ": lm_head.weight differs from wte.weight (an untied output layer is not supported)");
+      throw_error(*file_of.at(t->name),
+                  ": lm_head.weight differs from wte.weight (an untied output layer is not supported)");
     }
     throw_error(*file_of.at(t->name), ": unexpected tensor '", t->name, "' (not part of a GPT-2 model)");
   }

@@ -50,14 +50,13 @@ struct HfExportResult {
 
 // Reads the checkpoint in load_dir (latest iteration, or `iteration`) and writes the new
 // directory hf_dir (convert/convert_output.h) with model.safetensors and config.json.
-HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t> iteration,
-                              const std::string& hf_dir);
+HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t> iteration, const std::string& hf_dir);
 
 struct HfImportOptions {
-  int64_t tensor_model_parallel_size = 1;     // the padded vocabulary is for this TP size
-  int64_t pipeline_model_parallel_size = 1;   // recorded (layers must divide)
+  int64_t tensor_model_parallel_size = 1;    // the padded vocabulary is for this TP size
+  int64_t pipeline_model_parallel_size = 1;  // recorded (layers must divide)
   int64_t make_vocab_size_divisible_by = 128;
-  std::optional<int64_t> seq_length;          // recorded --seq-length; default n_positions
+  std::optional<int64_t> seq_length;  // recorded --seq-length; default n_positions
 };
 
 struct HfImportResult {

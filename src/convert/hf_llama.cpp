@@ -7,13 +7,13 @@
 #include <map>
 #include <set>
 
-#include "core/error.h"
-#include "core/json_writer.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_io.h"
 #include "ckpt/checkpoint_metadata.h"
-#include "model/vocab_padding.h"
 #include "convert/convert_output.h"
+#include "core/error.h"
+#include "core/json_writer.h"
+#include "model/vocab_padding.h"
 
 namespace megatron::convert {
 namespace {
@@ -140,7 +140,7 @@ struct LlamaConfig {
   double rms_norm_eps = 1e-6, rope_theta = 10000.0, init_std = 0.02, attention_dropout = 0.0;
   bool llama3_scaling = false;
   double llama3_factor = 8.0;
-  double linear_factor = 0.0;  // 0: none
+  double linear_factor = 0.0;                             // 0: none
   std::optional<std::string> bos_token_id, eos_token_id;  // JSON text
 };
 
@@ -149,7 +149,8 @@ LlamaConfig read_llama_config(const std::string& path) {
   LlamaConfig c;
   const std::string model_type = cfg.optional_string("model_type").value_or("");
   if (model_type == "qwen2") {
-    throw_error(cfg.where("model_type"), " \"qwen2\" is not supported: Qwen2's q/k/v projections have biases and its "
+    throw_error(cfg.where("model_type"),
+                " \"qwen2\" is not supported: Qwen2's q/k/v projections have biases and its "
                 "other linear layers none (Megatron's --add-qkv-bias), which this model has no option for");
   }
   if (model_type != "llama" && model_type != "mistral") {
@@ -198,9 +199,10 @@ LlamaConfig read_llama_config(const std::string& path) {
   if (mistral) {  // MistralConfig's default window is 4096; null is none
     const std::vector<std::string> keys = cfg.keys();
     const bool given = std::find(keys.begin(), keys.end(), "sliding_window") != keys.end();
-    const std::optional<int64_t> window = cfg.has("sliding_window") ? std::optional<int64_t>(cfg.positive_int("sliding_window"))
-                                          : given                   ? std::nullopt
-                                                                    : std::optional<int64_t>(4096);
+    const std::optional<int64_t> window = cfg.has("sliding_window")
+                                              ? std::optional<int64_t>(cfg.positive_int("sliding_window"))
+                                          : given ? std::nullopt
+                                                  : std::optional<int64_t>(4096);
     if (window && *window < d.positions) {
       throw_error(cfg.where("sliding_window"), " ", *window, " is less than max_position_embeddings ", d.positions,
                   " (sliding-window attention is not supported)");
@@ -276,7 +278,8 @@ HfLlamaExportResult export_hf_llama(const std::string& load_dir, std::optional<i
   const ckpt::LoadedCheckpoint ck = ckpt::load_checkpoint_dir(load_dir, iteration);
   if (!ck.found) throw_error("[--load] no checkpoint in ", load_dir, " (", ck.tracker_path, " is missing)");
   const ckpt::CheckpointMetadata meta(ck.directory + "/" + ckpt::kMetadataFileName, ck.metadata_json);
-  if (meta.top_string("format") != ckpt::kCheckpointFormat) throw_error(meta.path(), ": not a ", ckpt::kCheckpointFormat, " file");
+  if (meta.top_string("format") != ckpt::kCheckpointFormat)
+    throw_error(meta.path(), ": not a ", ckpt::kCheckpointFormat, " file");
   const ckpt::CheckpointModel cm = ckpt::read_checkpoint_model(ck);
   ckpt::read_checkpoint_state(ck);  // not exported, but a checkpoint no loader takes is not converted either
   ckpt::check_all_finite(ck);
@@ -289,14 +292,16 @@ HfLlamaExportResult export_hf_llama(const std::string& load_dir, std::optional<i
   if (g.normalization != model::Normalization::kRMSNorm) {
     throw_error("[--save-hf] the checkpoint uses LayerNorm (--normalization LayerNorm)", where);
   }
-  if (g.apply_layernorm_1p) throw_error("[--save-hf] the checkpoint's norms scale by 1 + weight (--apply-layernorm-1p)", where);
+  if (g.apply_layernorm_1p)
+    throw_error("[--save-hf] the checkpoint's norms scale by 1 + weight (--apply-layernorm-1p)", where);
   if (!g.swiglu) throw_error("[--save-hf] the checkpoint has a GELU MLP (no --swiglu)", where);
   if (g.rotary.percent != 1.0f) {
-    throw_error("[--save-hf] the checkpoint rotates part of each head (--rotary-percent ", float_json(g.rotary.percent), ")",
-                where);
+    throw_error("[--save-hf] the checkpoint rotates part of each head (--rotary-percent ", float_json(g.rotary.percent),
+                ")", where);
   }
   if (g.rotary.use_rope_scaling && g.rotary.seq_len_interpolation_factor != 0.0f) {
-    throw_error("[--save-hf] the checkpoint has both --use-rope-scaling and --rotary-seq-len-interpolation-factor", where);
+    throw_error("[--save-hf] the checkpoint has both --use-rope-scaling and --rotary-seq-len-interpolation-factor",
+                where);
   }
   Dims d;
   d.h = g.hidden_size;
@@ -337,7 +342,8 @@ HfLlamaExportResult export_hf_llama(const std::string& load_dir, std::optional<i
     const int64_t rb = row_bytes(p.hf_shape, es);
     w.fill = [&p, from, rb](void* dst) {
       auto* out = static_cast<uint8_t*>(dst);
-      for (size_t i = 0; i < p.rows.size(); ++i) std::memcpy(out + static_cast<int64_t>(i) * rb, from + p.rows[i] * rb, rb);
+      for (size_t i = 0; i < p.rows.size(); ++i)
+        std::memcpy(out + static_cast<int64_t>(i) * rb, from + p.rows[i] * rb, rb);
     };
     tensors.push_back(std::move(w));
   }
@@ -395,7 +401,8 @@ HfLlamaExportResult export_hf_llama(const std::string& load_dir, std::optional<i
   std::vector<ckpt::CheckpointFile> files = hf_weight_files(tensors, options.max_shard_bytes);
   const int64_t weight_files = static_cast<int64_t>(files.size()) - (files.size() > 1 ? 1 : 0);
   files.push_back(ckpt::CheckpointFile::text_file(kHfConfigName, config));
-  for (ckpt::CheckpointFile& f : hf_extra_files(options.tokenizer_files, "--tokenizer-model")) files.push_back(std::move(f));
+  for (ckpt::CheckpointFile& f : hf_extra_files(options.tokenizer_files, "--tokenizer-model"))
+    files.push_back(std::move(f));
   write_new_directory(hf_dir, "--save-hf", [&](const std::string& tmp) { ckpt::write_checkpoint_files(tmp, files); });
   HfLlamaExportResult r;
   r.iteration = ck.iteration;
@@ -409,17 +416,20 @@ HfLlamaExportResult export_hf_llama(const std::string& load_dir, std::optional<i
 HfLlamaImportResult import_hf_llama(const std::string& hf_dir, const std::string& save_dir,
                                     const HfLlamaImportOptions& options) {
   const std::string config_path = (fs::path(hf_dir) / kHfConfigName).string();
-  if (!fs::exists(config_path)) throw_error("[--load-hf] ", config_path, " does not exist (a Hugging Face model directory is expected)");
+  if (!fs::exists(config_path))
+    throw_error("[--load-hf] ", config_path, " does not exist (a Hugging Face model directory is expected)");
   const LlamaConfig hc = read_llama_config(config_path);
   Dims d = hc.dims;
   const int64_t tp = options.tensor_model_parallel_size, pp = options.pipeline_model_parallel_size;
   if (tp <= 0) throw_error("[--target-tensor-parallel-size] must be positive, got ", tp);
   if (pp <= 0) throw_error("[--target-pipeline-model-parallel-size] must be positive, got ", pp);
   if (d.groups % tp != 0) {
-    throw_error("[--target-tensor-parallel-size] ", tp, " does not divide num_key_value_heads ", d.groups, " of ", config_path);
+    throw_error("[--target-tensor-parallel-size] ", tp, " does not divide num_key_value_heads ", d.groups, " of ",
+                config_path);
   }
   if (d.f % tp != 0) {
-    throw_error("[--target-tensor-parallel-size] ", tp, " does not divide intermediate_size ", d.f, " of ", config_path);
+    throw_error("[--target-tensor-parallel-size] ", tp, " does not divide intermediate_size ", d.f, " of ",
+                config_path);
   }
   if (d.layers % pp != 0) {
     throw_error("[--target-pipeline-model-parallel-size] ", pp, " does not divide num_hidden_layers ", d.layers, " of ",
@@ -442,8 +452,8 @@ HfLlamaImportResult import_hf_llama(const std::string& hf_dir, const std::string
     if (e == nullptr) throw_error(hf.source(), ": tensor '", p.hf, "' is missing");
     const ckpt::SafetensorsTensor& t = *e->tensor;
     if (t.shape != p.hf_shape) {
-      throw_error(*e->file, ": tensor '", t.name, "' has shape ", ckpt::shape_to_string(t.shape), ", config.json implies ",
-                  ckpt::shape_to_string(p.hf_shape));
+      throw_error(*e->file, ": tensor '", t.name, "' has shape ", ckpt::shape_to_string(t.shape),
+                  ", config.json implies ", ckpt::shape_to_string(p.hf_shape));
     }
     if (!is_float(t.dtype) || (dtype && t.dtype != *dtype)) {
       throw_error(*e->file, ": tensor '", t.name, "' is ", ckpt::safetensors_dtype_name(t.dtype),
@@ -460,10 +470,12 @@ HfLlamaImportResult import_hf_llama(const std::string& hf_dir, const std::string
       const ckpt::SafetensorsTensor& embed = *hf.find("model.embed_tokens.weight")->tensor;
       const ckpt::SafetensorsTensor& t = *e.tensor;
       if (t.shape == embed.shape && t.dtype == embed.dtype && std::memcmp(t.data, embed.data, t.bytes) == 0) continue;
-      throw_error(*e.file, ": lm_head.weight differs from model.embed_tokens.weight but config.json has "
+      throw_error(*e.file,
+                  ": lm_head.weight differs from model.embed_tokens.weight but config.json has "
                   "tie_word_embeddings true");
     }
-    throw_error(*e.file, ": unexpected tensor '", name, "' (not part of a ", hc.architecture, " of config.json's shape)");
+    throw_error(*e.file, ": unexpected tensor '", name, "' (not part of a ", hc.architecture,
+                " of config.json's shape)");
   }
 
   const int64_t es = dtype_size(*dtype);
@@ -482,7 +494,8 @@ HfLlamaImportResult import_hf_llama(const std::string& hf_dir, const std::string
       for (size_t i : pieces) {
         const Piece& p = L.pieces[i];
         const uint8_t* from = piece_src[i]->tensor->data;
-        for (size_t r = 0; r < p.rows.size(); ++r) std::memcpy(out + p.rows[r] * rb, from + static_cast<int64_t>(r) * rb, rb);
+        for (size_t r = 0; r < p.rows.size(); ++r)
+          std::memcpy(out + p.rows[r] * rb, from + static_cast<int64_t>(r) * rb, rb);
       }
     };
     tensors.push_back(std::move(w));
@@ -533,7 +546,8 @@ HfLlamaImportResult import_hf_llama(const std::string& hf_dir, const std::string
   JsonWriter w(0);
   w.begin_object();
   w.key("format").value(ckpt::kCheckpointFormat);
-  w.key("converted_from").value("Hugging Face " + hc.architecture + " " + fs::absolute(hf_dir).lexically_normal().string());
+  w.key("converted_from")
+      .value("Hugging Face " + hc.architecture + " " + fs::absolute(hf_dir).lexically_normal().string());
   w.key("iteration").value(int64_t{0});
   w.key("consumed_train_samples").value(int64_t{0});
   w.key("consumed_valid_samples").value(int64_t{0});

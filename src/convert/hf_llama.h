@@ -101,10 +101,10 @@ HfLlamaExportResult export_hf_llama(const std::string& load_dir, std::optional<i
                                     const std::string& hf_dir, const HfLlamaExportOptions& options = {});
 
 struct HfLlamaImportOptions {
-  int64_t tensor_model_parallel_size = 1;     // the padded vocabulary is for this TP size
-  int64_t pipeline_model_parallel_size = 1;   // recorded (layers must divide)
+  int64_t tensor_model_parallel_size = 1;    // the padded vocabulary is for this TP size
+  int64_t pipeline_model_parallel_size = 1;  // recorded (layers must divide)
   int64_t make_vocab_size_divisible_by = 128;
-  std::optional<int64_t> seq_length;          // recorded --seq-length; default max_position_embeddings
+  std::optional<int64_t> seq_length;  // recorded --seq-length; default max_position_embeddings
   // Recorded as args --tokenizer-type / --tokenizer-model (empty: not recorded); the files are
   // copied into the checkpoint's directory (release/).
   std::string tokenizer_type, tokenizer_model;

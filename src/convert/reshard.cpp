@@ -5,14 +5,14 @@
 #include <deque>
 #include <set>
 
-#include "core/dtype.h"
-#include "core/error.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_io.h"
 #include "ckpt/checkpoint_metadata.h"
-#include "model/vocab_padding.h"
-#include "convert/convert_output.h"
 #include "ckpt/safetensors.h"
+#include "convert/convert_output.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "model/vocab_padding.h"
 
 namespace megatron::convert {
 namespace {
@@ -67,7 +67,8 @@ ReshardResult reshard_checkpoint(const std::string& load_dir, const std::string&
   const ckpt::LoadedCheckpoint ck = ckpt::load_checkpoint_dir(load_dir, options.iteration);
   if (!ck.found) throw_error("[--load] no checkpoint in ", load_dir, " (", ck.tracker_path, " is missing)");
   const ckpt::CheckpointMetadata meta(ck.directory + "/" + ckpt::kMetadataFileName, ck.metadata_json);
-  if (meta.top_string("format") != ckpt::kCheckpointFormat) throw_error(meta.path(), ": not a ", ckpt::kCheckpointFormat, " file");
+  if (meta.top_string("format") != ckpt::kCheckpointFormat)
+    throw_error(meta.path(), ": not a ", ckpt::kCheckpointFormat, " file");
   // What every reader checks (ckpt/checkpoint_contents.h): converting a checkpoint that
   // cannot be loaded would only move the error.
   ckpt::read_checkpoint_model(ck);
@@ -92,7 +93,8 @@ ReshardResult reshard_checkpoint(const std::string& load_dir, const std::string&
 
   r.new_tp = positive(options.tensor_model_parallel_size, r.old_tp, "--target-tensor-parallel-size");
   r.new_pp = positive(options.pipeline_model_parallel_size, r.old_pp, "--target-pipeline-model-parallel-size");
-  const int64_t divisible = positive(options.make_vocab_size_divisible_by, old_divisible, "--make-vocab-size-divisible-by");
+  const int64_t divisible =
+      positive(options.make_vocab_size_divisible_by, old_divisible, "--make-vocab-size-divisible-by");
   // The checks of `megatron train` (cli/train_args.cpp), against the checkpoint's model.
   if (heads % r.new_tp != 0) {
     throw_error("[--target-tensor-parallel-size] ", r.new_tp, " does not divide --num-attention-heads ", heads,
@@ -142,11 +144,10 @@ ReshardResult reshard_checkpoint(const std::string& load_dir, const std::string&
     files.push_back(ckpt::CheckpointFile::safetensors(file_name, std::move(tensors), caller_metadata(file)));
   }
 
-  const std::map<std::string, std::string> args = {
-      {"--tensor-model-parallel-size", std::to_string(r.new_tp)},
-      {"--pipeline-model-parallel-size", std::to_string(r.new_pp)},
-      {"--make-vocab-size-divisible-by", std::to_string(divisible)},
-      {"padded_vocab_size", std::to_string(r.new_padded_vocab_size)}};
+  const std::map<std::string, std::string> args = {{"--tensor-model-parallel-size", std::to_string(r.new_tp)},
+                                                   {"--pipeline-model-parallel-size", std::to_string(r.new_pp)},
+                                                   {"--make-vocab-size-divisible-by", std::to_string(divisible)},
+                                                   {"padded_vocab_size", std::to_string(r.new_padded_vocab_size)}};
   const std::map<std::string, std::string> layout = {{"tensor_model_parallel_size", std::to_string(r.new_tp)},
                                                      {"pipeline_model_parallel_size", std::to_string(r.new_pp)}};
   files.push_back(ckpt::CheckpointFile::text_file(ckpt::kMetadataFileName, meta.rewritten(args, layout)));

@@ -32,10 +32,10 @@
 namespace megatron::convert {
 
 struct ReshardOptions {
-  std::optional<int64_t> tensor_model_parallel_size;     // default: the checkpoint's
-  std::optional<int64_t> pipeline_model_parallel_size;   // default: the checkpoint's
-  std::optional<int64_t> make_vocab_size_divisible_by;   // default: the checkpoint's
-  std::optional<int64_t> iteration;                      // default: the tracker's
+  std::optional<int64_t> tensor_model_parallel_size;    // default: the checkpoint's
+  std::optional<int64_t> pipeline_model_parallel_size;  // default: the checkpoint's
+  std::optional<int64_t> make_vocab_size_divisible_by;  // default: the checkpoint's
+  std::optional<int64_t> iteration;                     // default: the tracker's
 };
 
 struct ReshardResult {

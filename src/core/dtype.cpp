@@ -9,11 +9,16 @@ namespace megatron {
 
 int64_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
   }
   MT_CHECK(false) << "bad dtype";
   return 0;
@@ -21,11 +26,16 @@ int64_t dtype_size(DType dtype) {
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "fp32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "fp16";
-    case DType::kI32: return "int32";
-    case DType::kI64: return "int64";
+    case DType::kF32:
+      return "fp32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "fp16";
+    case DType::kI32:
+      return "int32";
+    case DType::kI64:
+      return "int64";
   }
   return "?";
 }
@@ -56,15 +66,15 @@ uint16_t float_to_fp16(float x) {
   const uint32_t u = bits_of(x);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (a > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (a >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to inf (and inf itself)
-  if (a >= 0x38800000u) {  // normal fp16 (>= 2^-14)
+  if (a >= 0x38800000u) {                       // normal fp16 (>= 2^-14)
     // Rebias the exponent (127 -> 15) and round the 23-bit mantissa to 10 bits, RNE.
     const uint32_t r = a - (112u << 23);
     return sign | static_cast<uint16_t>((r + 0xfffu + ((r >> 13) & 1u)) >> 13);
   }
   // Subnormal fp16 (or zero): value = m * 2^-24 with m = round_even(x * 2^24).
-  const float scaled = float_of(a) * 16777216.0f;  // exact: a power-of-two scaling
+  const float scaled = float_of(a) * 16777216.0f;               // exact: a power-of-two scaling
   return sign | static_cast<uint16_t>(std::nearbyint(scaled));  // default rounding: nearest even
 }
 
@@ -82,9 +92,12 @@ float fp16_to_float(uint16_t h) {
 
 float round_to(DType dtype, float x) {
   switch (dtype) {
-    case DType::kBF16: return bf16_to_float(float_to_bf16(x));
-    case DType::kF16: return fp16_to_float(float_to_fp16(x));
-    default: return x;
+    case DType::kBF16:
+      return bf16_to_float(float_to_bf16(x));
+    case DType::kF16:
+      return fp16_to_float(float_to_fp16(x));
+    default:
+      return x;
   }
 }
 

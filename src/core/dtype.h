@@ -10,7 +10,7 @@ namespace megatron {
 
 enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64 };
 
-int64_t dtype_size(DType dtype);       // bytes per element
+int64_t dtype_size(DType dtype);           // bytes per element
 std::string_view dtype_name(DType dtype);  // "fp32", "bf16", "fp16", "int32", "int64"
 inline bool is_float(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
 

@@ -43,8 +43,7 @@ int64_t first_invalid_utf8(std::string_view s) {
       if ((cc & 0xC0) != 0x80) return static_cast<int64_t>(i);
       cp = (cp << 6) | (cc & 0x3F);
     }
-    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-        (cp >= 0xD800 && cp <= 0xDFFF)) {
+    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
       return static_cast<int64_t>(i);
     }
     i += static_cast<size_t>(len);
@@ -59,13 +58,27 @@ void append_quoted(std::string& out, std::string_view s) {
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -89,7 +102,8 @@ std::string json_quote(std::string_view s) {
 }
 
 std::string json_double(double v) {
-  if (!std::isfinite(v)) throw_error("JSON cannot represent the number ", v, " (NaN and infinities have no JSON spelling)");
+  if (!std::isfinite(v))
+    throw_error("JSON cannot represent the number ", v, " (NaN and infinities have no JSON spelling)");
   char buf[40];
   for (int digits = 15; digits <= 17; ++digits) {
     std::snprintf(buf, sizeof(buf), "%.*g", digits, v);

@@ -6,14 +6,22 @@ namespace megatron {
 
 std::string_view memory_kind_name(MemoryKind kind) {
   switch (kind) {
-    case MemoryKind::kParams: return "parameters";
-    case MemoryKind::kMainParams: return "main parameters";
-    case MemoryKind::kGrads: return "gradients";
-    case MemoryKind::kOptimizer: return "optimizer state";
-    case MemoryKind::kActivations: return "activations";
-    case MemoryKind::kWorkspace: return "workspace";
-    case MemoryKind::kOther: return "other";
-    case MemoryKind::kCount: break;
+    case MemoryKind::kParams:
+      return "parameters";
+    case MemoryKind::kMainParams:
+      return "main parameters";
+    case MemoryKind::kGrads:
+      return "gradients";
+    case MemoryKind::kOptimizer:
+      return "optimizer state";
+    case MemoryKind::kActivations:
+      return "activations";
+    case MemoryKind::kWorkspace:
+      return "workspace";
+    case MemoryKind::kOther:
+      return "other";
+    case MemoryKind::kCount:
+      break;
   }
   return "?";
 }

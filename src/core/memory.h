@@ -29,7 +29,7 @@ struct MemorySnapshot {
   std::array<int64_t, kNumMemoryKinds> current{};  // bytes live now, per kind
   std::array<int64_t, kNumMemoryKinds> peak{};     // highest `current` per kind since reset
   int64_t current_total = 0;
-  int64_t peak_total = 0;  // highest sum over kinds at any moment since reset
+  int64_t peak_total = 0;        // highest sum over kinds at any moment since reset
   int64_t live_allocations = 0;  // allocations not yet freed (torch's allocation.all.current)
 };
 

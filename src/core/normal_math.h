@@ -106,19 +106,33 @@ MT_HOST_DEVICE inline double log_positive(double x) {
 // with k = round(4u) and |r| <= 1/8 (both exact), x = 2 pi r in [-pi/4, pi/4], then
 // cos(x + k pi/2) from the Taylor series of cos x (through x^20) or sin x (through x^21).
 MT_HOST_DEVICE inline double cos_two_pi(double u) {
-  const double k4 = add(mul(u, 4.0), 0.5);  // exact
-  const int64_t k = static_cast<int64_t>(k4);  // floor (k4 >= 0.5)
+  const double k4 = add(mul(u, 4.0), 0.5);                     // exact
+  const int64_t k = static_cast<int64_t>(k4);                  // floor (k4 >= 0.5)
   const double r = sub(u, mul(static_cast<double>(k), 0.25));  // exact
   constexpr double kTwoPi = 6.283185307179586;
   const double x = mul(r, kTwoPi), x2 = mul(x, x);
-  constexpr double kCos[] = {1.0 / 2432902008176640000.0, -1.0 / 6402373705728000.0, 1.0 / 20922789888000.0,
-                             -1.0 / 87178291200.0,         1.0 / 479001600.0,         -1.0 / 3628800.0,
-                             1.0 / 40320.0,                -1.0 / 720.0,              1.0 / 24.0,
-                             -1.0 / 2.0,                   1.0};
-  constexpr double kSin[] = {1.0 / 51090942171709440000.0, -1.0 / 121645100408832000.0, 1.0 / 355687428096000.0,
-                             -1.0 / 1307674368000.0,        1.0 / 6227020800.0,         -1.0 / 39916800.0,
-                             1.0 / 362880.0,                -1.0 / 5040.0,              1.0 / 120.0,
-                             -1.0 / 6.0,                    1.0};
+  constexpr double kCos[] = {1.0 / 2432902008176640000.0,
+                             -1.0 / 6402373705728000.0,
+                             1.0 / 20922789888000.0,
+                             -1.0 / 87178291200.0,
+                             1.0 / 479001600.0,
+                             -1.0 / 3628800.0,
+                             1.0 / 40320.0,
+                             -1.0 / 720.0,
+                             1.0 / 24.0,
+                             -1.0 / 2.0,
+                             1.0};
+  constexpr double kSin[] = {1.0 / 51090942171709440000.0,
+                             -1.0 / 121645100408832000.0,
+                             1.0 / 355687428096000.0,
+                             -1.0 / 1307674368000.0,
+                             1.0 / 6227020800.0,
+                             -1.0 / 39916800.0,
+                             1.0 / 362880.0,
+                             -1.0 / 5040.0,
+                             1.0 / 120.0,
+                             -1.0 / 6.0,
+                             1.0};
   double c = kCos[0], s = kSin[0];
   for (int i = 1; i < 11; ++i) {
     c = add(mul(c, x2), kCos[i]);
@@ -126,10 +140,14 @@ MT_HOST_DEVICE inline double cos_two_pi(double u) {
   }
   s = mul(s, x);
   switch (k & 3) {
-    case 0: return c;
-    case 1: return -s;
-    case 2: return -c;
-    default: return s;
+    case 0:
+      return c;
+    case 1:
+      return -s;
+    case 2:
+      return -c;
+    default:
+      return s;
   }
 }
 

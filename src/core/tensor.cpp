@@ -111,8 +111,6 @@ Tensor Tensor::flat_view(int64_t offset, Shape shape) const {
   return Tensor(storage_, offset_ + offset, std::move(shape), dtype_);
 }
 
-std::string Tensor::describe() const {
-  return std::string(dtype_name(dtype_)) + shape_string(shape_);
-}
+std::string Tensor::describe() const { return std::string(dtype_name(dtype_)) + shape_string(shape_); }
 
 }  // namespace megatron

@@ -77,8 +77,8 @@ TargetSamples target_sample_counts(std::optional<int64_t> train_samples, std::op
     iters = *train_iters;
     t.train = checked_product(iters, global_batch_size, "--train-iters");
   }
-  t.valid = checked_product(checked_product(iters / eval_interval + 1, eval_iters, "--eval-iters"),
-                            global_batch_size, "--eval-iters");
+  t.valid = checked_product(checked_product(iters / eval_interval + 1, eval_iters, "--eval-iters"), global_batch_size,
+                            "--eval-iters");
   t.test = checked_product(eval_iters, global_batch_size, "--eval-iters");
   return t;
 }
@@ -184,8 +184,8 @@ GPTDatasets build_per_split_datasets(const GPTDataConfig& config) {
       out.splits[s] = members[0];
       continue;
     }
-    auto blended = std::make_shared<const BlendedDataset>(members, blend.weights, size, config.data_cache_path,
-                                                          config.log);
+    auto blended =
+        std::make_shared<const BlendedDataset>(members, blend.weights, size, config.data_cache_path, config.log);
     out.blends[s] = blended;
     out.splits[s] = blended;
   }
@@ -260,8 +260,8 @@ GPTDatasets build_gpt_datasets(const GPTDataConfig& config) {
         }
       }
     }
-    auto blended = std::make_shared<const BlendedDataset>(members, blend.weights, size, config.data_cache_path,
-                                                          config.log);
+    auto blended =
+        std::make_shared<const BlendedDataset>(members, blend.weights, size, config.data_cache_path, config.log);
     out.blends[s] = blended;
     out.splits[s] = blended;
   }

@@ -127,8 +127,8 @@ EpochPlan plan_epochs(int64_t tokens_per_epoch, int64_t seq_length, int64_t num_
   return p;
 }
 
-std::vector<int32_t> build_doc_idx(std::span<const int32_t> documents, int64_t num_epochs,
-                                   bool separate_last_epoch, NumpyRandomState* rng) {
+std::vector<int32_t> build_doc_idx(std::span<const int32_t> documents, int64_t num_epochs, bool separate_last_epoch,
+                                   NumpyRandomState* rng) {
   const int64_t D = static_cast<int64_t>(documents.size());
   if (num_epochs * D > std::numeric_limits<int32_t>::max()) {
     throw_error("doc_idx would have ", num_epochs * D, " entries (", num_epochs, " epochs x ", D,
@@ -201,9 +201,9 @@ std::string default_index_cache_dir(const std::string& prefix) {
 }
 
 std::string GPTDataset::describe(const GPTDatasetOptions& o) {
-  return str_cat("GPT Dataset\n\n", "Data prefix ", o.prefix, "\n", "Dataset name ", o.name, "\n",
-                 "Number of samples ", o.num_samples, "\n", "Sequence length ", o.seq_length, "\n",
-                 "Random seed ", o.seed, "\n", "Split ", o.split_string, "\n");
+  return str_cat("GPT Dataset\n\n", "Data prefix ", o.prefix, "\n", "Dataset name ", o.name, "\n", "Number of samples ",
+                 o.num_samples, "\n", "Sequence length ", o.seq_length, "\n", "Random seed ", o.seed, "\n", "Split ",
+                 o.split_string, "\n");
 }
 
 GPTDataset::GPTDataset(std::shared_ptr<const SequenceSource> sequences, GPTDatasetOptions options)
@@ -268,8 +268,8 @@ GPTDataset::GPTDataset(std::shared_ptr<const SequenceSource> sequences, GPTDatas
     if (!found) throw;  // a file we just wrote is wrong: a bug or a disk fault, say so as is
     throw_error(e.what(), " (delete ", cache_.path("*"), " to rebuild it)");
   }
-  log_line(o.log, str_cat(" > ", o.name, found ? ": loaded cached index " : ": built index, saved ",
-                          cache_.path("_*.npy")));
+  log_line(o.log,
+           str_cat(" > ", o.name, found ? ": loaded cached index " : ": built index, saved ", cache_.path("_*.npy")));
 }
 
 GPTDataset::Arrays GPTDataset::build(const std::vector<int32_t>& sizes) const {

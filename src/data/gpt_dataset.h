@@ -60,8 +60,7 @@ class TokenDataset {
 // idx[i+1] = idx[i] + round_half_even(w_i * size), shifted so idx[3] == size.
 // Split i holds sequences [idx[i], idx[i+1]) and exists iff idx[i+1] > idx[i].
 // Example: ("969, 30, 1", 1000) -> {0, 969, 999, 1000}. Bad strings throw naming flag.
-std::array<int64_t, 4> train_valid_test_split(const std::string& split, int64_t size,
-                                              const char* flag = "--split");
+std::array<int64_t, 4> train_valid_test_split(const std::string& split, int64_t size, const char* flag = "--split");
 
 // Megatron-Core's split (blended_megatron_dataset_builder.py, used for --mock-data): the same
 // normalised weights cumulated into bookends b = (0, w0, w0+w1, w0+w1+w2), and
@@ -76,17 +75,17 @@ int64_t gpt_num_epochs(int64_t tokens_per_epoch, int64_t seq_length, int64_t num
 struct EpochPlan {
   int64_t num_epochs = 1;
   bool separate_last_epoch = false;
-  int64_t total_samples = 0;         // (E*T - 1) // s = len(dataset)
-  int64_t samples_per_epoch = 0;     // (T - 1) // s
-  int64_t samples_sans_last = 0;     // ((E-1)*T - 1) // s when E > 1, else 0
-  int64_t last_epoch_samples = 0;    // N - samples_sans_last when E > 1
-  int64_t shuffle_first = 0;         // n_first of _build_shuffle_idx
+  int64_t total_samples = 0;       // (E*T - 1) // s = len(dataset)
+  int64_t samples_per_epoch = 0;   // (T - 1) // s
+  int64_t samples_sans_last = 0;   // ((E-1)*T - 1) // s when E > 1, else 0
+  int64_t last_epoch_samples = 0;  // N - samples_sans_last when E > 1
+  int64_t shuffle_first = 0;       // n_first of _build_shuffle_idx
 };
 EpochPlan plan_epochs(int64_t tokens_per_epoch, int64_t seq_length, int64_t num_samples);
 
 // C23 _build_doc_idx (int32, shuffled with rng; see the header comment).
-std::vector<int32_t> build_doc_idx(std::span<const int32_t> documents, int64_t num_epochs,
-                                   bool separate_last_epoch, NumpyRandomState* rng);
+std::vector<int32_t> build_doc_idx(std::span<const int32_t> documents, int64_t num_epochs, bool separate_last_epoch,
+                                   NumpyRandomState* rng);
 
 // helpers.cpp build_sample_idx: row-major [(E*T-1)//s + 1, 2] int32. sizes[k] is the length
 // of sequence k (all sequences of the indexed dataset); doc_idx entries index sizes.
@@ -99,24 +98,24 @@ std::vector<int64_t> build_shuffle_idx(int64_t n_first, int64_t total, NumpyRand
 NpyDType shuffle_idx_dtype(int64_t total);  // uint32, or int64 when total >= 2^32 - 2
 
 struct GPTDatasetOptions {
-  std::string name;               // "train", "valid" or "test" (part of the cache hash)
-  std::string prefix;             // the data prefix as given (part of the cache hash)
-  int64_t doc_begin = 0;          // sequence ids [doc_begin, doc_end) of this split
+  std::string name;       // "train", "valid" or "test" (part of the cache hash)
+  std::string prefix;     // the data prefix as given (part of the cache hash)
+  int64_t doc_begin = 0;  // sequence ids [doc_begin, doc_end) of this split
   int64_t doc_end = 0;
-  int64_t num_samples = 0;        // N, the minimum number of samples wanted
+  int64_t num_samples = 0;  // N, the minimum number of samples wanted
   int64_t seq_length = 0;
   int64_t seed = 1234;
-  std::string split_string;       // the --split text, verbatim (part of the cache hash)
+  std::string split_string;  // the --split text, verbatim (part of the cache hash)
   std::optional<std::string> data_cache_path;
   // false: the index is built in memory and no cache file is read or written (Megatron-Core's
   // mock data, whose sample index has no cache path).
   bool cache = true;
-  std::ostream* log = nullptr;    // progress lines ("loaded"/"built" cache), or none
+  std::ostream* log = nullptr;  // progress lines ("loaded"/"built" cache), or none
 };
 
 struct CacheFiles {
   std::string directory;
-  std::string hash;  // md5 hex of the description
+  std::string hash;     // md5 hex of the description
   bool loaded = false;  // true: mapped existing files; false: built and wrote them (or, without
                         // a cache, built in memory: directory is then empty)
   std::string desc_path() const { return directory + "/" + hash + ".dsc"; }

@@ -20,10 +20,18 @@ bool valid_dtype_code(uint8_t code) { return code >= 1 && code <= 8; }
 
 int64_t token_dtype_size(TokenDType dtype) {
   switch (dtype) {
-    case TokenDType::kUInt8: case TokenDType::kInt8: return 1;
-    case TokenDType::kInt16: case TokenDType::kUInt16: return 2;
-    case TokenDType::kInt32: case TokenDType::kFloat32: return 4;
-    case TokenDType::kInt64: case TokenDType::kFloat64: return 8;
+    case TokenDType::kUInt8:
+    case TokenDType::kInt8:
+      return 1;
+    case TokenDType::kInt16:
+    case TokenDType::kUInt16:
+      return 2;
+    case TokenDType::kInt32:
+    case TokenDType::kFloat32:
+      return 4;
+    case TokenDType::kInt64:
+    case TokenDType::kFloat64:
+      return 8;
   }
   MT_CHECK(false) << "bad dtype code " << static_cast<int>(dtype);
   return 0;
@@ -31,14 +39,22 @@ int64_t token_dtype_size(TokenDType dtype) {
 
 const char* token_dtype_name(TokenDType dtype) {
   switch (dtype) {
-    case TokenDType::kUInt8: return "uint8";
-    case TokenDType::kInt8: return "int8";
-    case TokenDType::kInt16: return "int16";
-    case TokenDType::kInt32: return "int32";
-    case TokenDType::kInt64: return "int64";
-    case TokenDType::kFloat64: return "float64";
-    case TokenDType::kFloat32: return "float32";
-    case TokenDType::kUInt16: return "uint16";
+    case TokenDType::kUInt8:
+      return "uint8";
+    case TokenDType::kInt8:
+      return "int8";
+    case TokenDType::kInt16:
+      return "int16";
+    case TokenDType::kInt32:
+      return "int32";
+    case TokenDType::kInt64:
+      return "int64";
+    case TokenDType::kFloat64:
+      return "float64";
+    case TokenDType::kFloat32:
+      return "float32";
+    case TokenDType::kUInt16:
+      return "uint16";
   }
   return "?";
 }
@@ -77,8 +93,8 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
   // Bound the counts before multiplying so that a corrupt header cannot overflow.
   const uint64_t max_entries = static_cast<uint64_t>(idx_size) / 4;
   if (s > max_entries || d1 > max_entries || d1 == 0) {
-    throw_error(ip, ": corrupt header: sequence count ", s, ", document count+1 ", d1, " do not fit a ",
-                idx_size, "-byte index");
+    throw_error(ip, ": corrupt header: sequence count ", s, ", document count+1 ", d1, " do not fit a ", idx_size,
+                "-byte index");
   }
   sequence_count_ = static_cast<int64_t>(s);
   document_count_ = static_cast<int64_t>(d1) - 1;
@@ -138,13 +154,26 @@ void IndexedDataset::get(int64_t i, int64_t offset, int64_t length, std::vector<
   for (int64_t k = 0; k < length; ++k) {
     const uint8_t* e = src + k * itemsize;
     switch (dtype_) {
-      case TokenDType::kUInt8: dst[k] = e[0]; break;
-      case TokenDType::kInt8: dst[k] = static_cast<int8_t>(e[0]); break;
-      case TokenDType::kInt16: dst[k] = load<int16_t>(e); break;
-      case TokenDType::kUInt16: dst[k] = load<uint16_t>(e); break;
-      case TokenDType::kInt32: dst[k] = load<int32_t>(e); break;
-      case TokenDType::kInt64: dst[k] = load<int64_t>(e); break;
-      default: MT_CHECK(false) << "float token dtype";
+      case TokenDType::kUInt8:
+        dst[k] = e[0];
+        break;
+      case TokenDType::kInt8:
+        dst[k] = static_cast<int8_t>(e[0]);
+        break;
+      case TokenDType::kInt16:
+        dst[k] = load<int16_t>(e);
+        break;
+      case TokenDType::kUInt16:
+        dst[k] = load<uint16_t>(e);
+        break;
+      case TokenDType::kInt32:
+        dst[k] = load<int32_t>(e);
+        break;
+      case TokenDType::kInt64:
+        dst[k] = load<int64_t>(e);
+        break;
+      default:
+        MT_CHECK(false) << "float token dtype";
     }
   }
 }
@@ -172,12 +201,26 @@ void IndexedDatasetWriter::write_tokens(std::span<const int32_t> tokens) {
   }
   int64_t lo = 0, hi = 0;
   switch (dtype_) {
-    case TokenDType::kUInt8: hi = 255; break;
-    case TokenDType::kInt8: lo = -128; hi = 127; break;
-    case TokenDType::kInt16: lo = -32768; hi = 32767; break;
-    case TokenDType::kUInt16: hi = 65535; break;
-    case TokenDType::kInt64: lo = std::numeric_limits<int32_t>::min(); hi = std::numeric_limits<int32_t>::max(); break;
-    default: throw_error(prefix_, ": cannot write tokens as ", token_dtype_name(dtype_));
+    case TokenDType::kUInt8:
+      hi = 255;
+      break;
+    case TokenDType::kInt8:
+      lo = -128;
+      hi = 127;
+      break;
+    case TokenDType::kInt16:
+      lo = -32768;
+      hi = 32767;
+      break;
+    case TokenDType::kUInt16:
+      hi = 65535;
+      break;
+    case TokenDType::kInt64:
+      lo = std::numeric_limits<int32_t>::min();
+      hi = std::numeric_limits<int32_t>::max();
+      break;
+    default:
+      throw_error(prefix_, ": cannot write tokens as ", token_dtype_name(dtype_));
   }
   convert_buffer_.resize(tokens.size() * static_cast<size_t>(itemsize));
   uint8_t* out = convert_buffer_.data();

@@ -30,7 +30,14 @@ namespace megatron::data {
 
 // Megatron's DType codes.
 enum class TokenDType : uint8_t {
-  kUInt8 = 1, kInt8 = 2, kInt16 = 3, kInt32 = 4, kInt64 = 5, kFloat64 = 6, kFloat32 = 7, kUInt16 = 8,
+  kUInt8 = 1,
+  kInt8 = 2,
+  kInt16 = 3,
+  kInt32 = 4,
+  kInt64 = 5,
+  kFloat64 = 6,
+  kFloat32 = 7,
+  kUInt16 = 8,
 };
 int64_t token_dtype_size(TokenDType dtype);
 const char* token_dtype_name(TokenDType dtype);

@@ -32,12 +32,12 @@ int32_t hex4(const char* p) {
   return v;
 }
 
-
 // A validating cursor over one line. Every failure records the first error and
 // returns false; positions in messages are 1-based byte offsets into the line.
 class Scanner {
  public:
-  Scanner(std::string_view s, std::vector<char>* stack) : begin_(s.data()), p_(s.data()), end_(s.data() + s.size()), stack_(stack) {}
+  Scanner(std::string_view s, std::vector<char>* stack)
+      : begin_(s.data()), p_(s.data()), end_(s.data() + s.size()), stack_(stack) {}
 
   const char* pos() const { return p_; }
   bool at_end() const { return p_ == end_; }
@@ -127,14 +127,26 @@ class Scanner {
   // One scalar or the opening of a container (pushed on the stack).
   bool value_start() {
     switch (peek()) {
-      case '"': return skip_string(nullptr);
-      case '{': stack_->push_back('{'); ++p_; return true;
-      case '[': stack_->push_back('['); ++p_; return true;
-      case 'n': return match_literal("null") || fail("expecting a value");
-      case 't': return match_literal("true") || fail("expecting a value");
-      case 'f': return match_literal("false") || fail("expecting a value");
-      case 'N': return match_literal("NaN") || fail("expecting a value");
-      case 'I': return match_literal("Infinity") || fail("expecting a value");
+      case '"':
+        return skip_string(nullptr);
+      case '{':
+        stack_->push_back('{');
+        ++p_;
+        return true;
+      case '[':
+        stack_->push_back('[');
+        ++p_;
+        return true;
+      case 'n':
+        return match_literal("null") || fail("expecting a value");
+      case 't':
+        return match_literal("true") || fail("expecting a value");
+      case 'f':
+        return match_literal("false") || fail("expecting a value");
+      case 'N':
+        return match_literal("NaN") || fail("expecting a value");
+      case 'I':
+        return match_literal("Infinity") || fail("expecting a value");
       case '-':
         if (match_literal("-Infinity")) return true;
         return skip_number();
@@ -219,12 +231,23 @@ int32_t decode_string(const char* p, std::string* out) {
     if (e != 'u') {
       char c = e;
       switch (e) {
-        case 'b': c = '\b'; break;
-        case 'f': c = '\f'; break;
-        case 'n': c = '\n'; break;
-        case 'r': c = '\r'; break;
-        case 't': c = '\t'; break;
-        default: break;  // '"', '\\', '/'
+        case 'b':
+          c = '\b';
+          break;
+        case 'f':
+          c = '\f';
+          break;
+        case 'n':
+          c = '\n';
+          break;
+        case 'r':
+          c = '\r';
+          break;
+        case 't':
+          c = '\t';
+          break;
+        default:
+          break;  // '"', '\\', '/'
       }
       out->push_back(c);
       p += 2;
@@ -251,11 +274,17 @@ int32_t decode_string(const char* p, std::string* out) {
 
 const char* kind_name(char c) {
   switch (c) {
-    case '{': return "an object";
-    case '[': return "a list";
-    case 'n': return "null";
-    case 't': case 'f': return "a boolean";
-    default: return "a number";
+    case '{':
+      return "an object";
+    case '[':
+      return "a list";
+    case 'n':
+      return "null";
+    case 't':
+    case 'f':
+      return "a boolean";
+    default:
+      return "a number";
   }
 }
 
@@ -302,12 +331,12 @@ int64_t find_invalid_utf8(std::string_view s) {
       len = 2;
     } else if (c >= 0xE0 && c <= 0xEF) {
       len = 3;
-      if (c == 0xE0) lo = 0xA0;          // no overlongs
-      if (c == 0xED) hi = 0x9F;          // no UTF-16 surrogates
+      if (c == 0xE0) lo = 0xA0;  // no overlongs
+      if (c == 0xED) hi = 0x9F;  // no UTF-16 surrogates
     } else if (c >= 0xF0 && c <= 0xF4) {
       len = 4;
-      if (c == 0xF0) lo = 0x90;          // no overlongs
-      if (c == 0xF4) hi = 0x8F;          // nothing above U+10FFFF
+      if (c == 0xF0) lo = 0x90;  // no overlongs
+      if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
     } else {
       return i;
     }
@@ -434,8 +463,8 @@ bool JsonTextExtractor::extract(std::string_view line, std::vector<Sentences>* o
       s.clear();
       const int32_t lone = decode_string(p, &s);
       if (lone >= 0) {
-        *error = str_cat("key '", keys_[k], "'", what, ": lone surrogate ", hex_unit(lone),
-                         " cannot be encoded as UTF-8");
+        *error =
+            str_cat("key '", keys_[k], "'", what, ": lone surrogate ", hex_unit(lone), " cannot be encoded as UTF-8");
         return false;
       }
       return true;
@@ -450,8 +479,8 @@ bool JsonTextExtractor::extract(std::string_view line, std::vector<Sentences>* o
       int64_t index = 0;
       while (list.peek() != ']') {
         if (list.peek() != '"') {
-          *error = str_cat("key '", keys_[k], "': list element ", index, " is ", kind_name(list.peek()),
-                           ", not a string");
+          *error =
+              str_cat("key '", keys_[k], "': list element ", index, " is ", kind_name(list.peek()), ", not a string");
           return false;
         }
         const char* s = list.pos();

@@ -19,10 +19,14 @@ namespace megatron::data {
 
 const char* compression_name(Compression c) {
   switch (c) {
-    case Compression::kNone: return "plain";
-    case Compression::kGzip: return "gzip";
-    case Compression::kXz: return "xz";
-    case Compression::kZstd: return "zstd";
+    case Compression::kNone:
+      return "plain";
+    case Compression::kGzip:
+      return "gzip";
+    case Compression::kXz:
+      return "xz";
+    case Compression::kZstd:
+      return "zstd";
   }
   return "?";
 }
@@ -201,16 +205,27 @@ LineReader::LineReader(const std::string& path, int64_t batch_bytes, int64_t max
   Compression kind = Compression::kNone;
   if (got >= 2 && m[0] == 0x1f && m[1] == 0x8b) {
     kind = Compression::kGzip;
-  } else if (got >= 6 && std::memcmp(magic, "\xFD" "7zXZ\0", 6) == 0) {
+  } else if (got >= 6 && std::memcmp(magic,
+                                     "\xFD"
+                                     "7zXZ\0",
+                                     6) == 0) {
     kind = Compression::kXz;
   } else if (got >= 4 && std::memcmp(magic, "\x28\xB5\x2F\xFD", 4) == 0) {
     kind = Compression::kZstd;
   }
   switch (kind) {
-    case Compression::kGzip: source_ = std::make_unique<GzipSource>(); break;
-    case Compression::kXz: source_ = std::make_unique<XzSource>(); break;
-    case Compression::kZstd: source_ = std::make_unique<ZstdSource>(); break;
-    case Compression::kNone: source_ = std::move(raw); break;
+    case Compression::kGzip:
+      source_ = std::make_unique<GzipSource>();
+      break;
+    case Compression::kXz:
+      source_ = std::make_unique<XzSource>();
+      break;
+    case Compression::kZstd:
+      source_ = std::make_unique<ZstdSource>();
+      break;
+    case Compression::kNone:
+      source_ = std::move(raw);
+      break;
   }
   if (kind != Compression::kNone) {
     source_->path = path;

@@ -34,8 +34,8 @@ const char* compression_name(Compression c);
 
 // Whole lines of the input, in order.
 struct LineBatch {
-  std::string data;               // the decompressed bytes the lines point into
-  std::vector<int64_t> starts;    // line k = data[starts[k], ends[k])
+  std::string data;             // the decompressed bytes the lines point into
+  std::vector<int64_t> starts;  // line k = data[starts[k], ends[k])
   std::vector<int64_t> ends;
   std::vector<uint8_t> terminated;  // 1 when line k had a terminator (counts as one character)
   int64_t first_line = 1;           // 1-based number of line 0
@@ -62,7 +62,7 @@ class LineReader {
 
   const std::string& path() const { return path_; }
   Compression compression() const;
-  int64_t file_size() const;  // bytes on disk (compressed size for compressed input)
+  int64_t file_size() const;       // bytes on disk (compressed size for compressed input)
   int64_t bytes_consumed() const;  // bytes of the file read so far
 
   struct Source;  // the raw file or a decoder over it (defined in jsonl_reader.cpp)
@@ -75,7 +75,7 @@ class LineReader {
   int64_t batch_bytes_;
   int64_t max_line_bytes_;
   std::unique_ptr<Source> source_;
-  std::string carry_;   // the unfinished last line of the previous batch
+  std::string carry_;  // the unfinished last line of the previous batch
   int64_t next_line_ = 1;
   bool eof_ = false;
 };

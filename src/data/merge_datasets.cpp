@@ -18,7 +18,8 @@ std::vector<std::string> merge_input_prefixes(const std::vector<std::string>& in
   std::error_code ec;
   if (inputs.size() > 1) {
     for (const std::string& in : inputs) {
-      if (fs::is_directory(in, ec)) throw_error("[--input] ", in, " is a directory: give one directory or only prefixes");
+      if (fs::is_directory(in, ec))
+        throw_error("[--input] ", in, " is a directory: give one directory or only prefixes");
     }
     return inputs;
   }

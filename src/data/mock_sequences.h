@@ -19,7 +19,7 @@ namespace megatron::data {
 
 class MockSequences final : public SequenceSource {
  public:
-  static constexpr int64_t kSize = 100000;           // MockGPTLowLevelDataset.size
+  static constexpr int64_t kSize = 100000;             // MockGPTLowLevelDataset.size
   static constexpr int32_t kMaxSequenceLength = 4096;  // .max_sequence_length (exclusive bound)
   static constexpr uint64_t kSeed = 0;                 // .seed
   static constexpr const char* kSplit = "1,1,1";       // the split Megatron-Core imposes

@@ -23,33 +23,48 @@ int64_t product(const std::vector<int64_t>& shape) {
 
 int64_t npy_dtype_size(NpyDType dtype) {
   switch (dtype) {
-    case NpyDType::kInt32: return 4;
-    case NpyDType::kUInt32: return 4;
-    case NpyDType::kInt64: return 8;
-    case NpyDType::kUInt8: return 1;
-    case NpyDType::kInt16: return 2;
+    case NpyDType::kInt32:
+      return 4;
+    case NpyDType::kUInt32:
+      return 4;
+    case NpyDType::kInt64:
+      return 8;
+    case NpyDType::kUInt8:
+      return 1;
+    case NpyDType::kInt16:
+      return 2;
   }
   return 0;
 }
 
 const char* npy_descr(NpyDType dtype) {
   switch (dtype) {
-    case NpyDType::kInt32: return "<i4";
-    case NpyDType::kUInt32: return "<u4";
-    case NpyDType::kInt64: return "<i8";
-    case NpyDType::kUInt8: return "|u1";
-    case NpyDType::kInt16: return "<i2";
+    case NpyDType::kInt32:
+      return "<i4";
+    case NpyDType::kUInt32:
+      return "<u4";
+    case NpyDType::kInt64:
+      return "<i8";
+    case NpyDType::kUInt8:
+      return "|u1";
+    case NpyDType::kInt16:
+      return "<i2";
   }
   return "?";
 }
 
 const char* npy_dtype_name(NpyDType dtype) {
   switch (dtype) {
-    case NpyDType::kInt32: return "int32";
-    case NpyDType::kUInt32: return "uint32";
-    case NpyDType::kInt64: return "int64";
-    case NpyDType::kUInt8: return "uint8";
-    case NpyDType::kInt16: return "int16";
+    case NpyDType::kInt32:
+      return "int32";
+    case NpyDType::kUInt32:
+      return "uint32";
+    case NpyDType::kInt64:
+      return "int64";
+    case NpyDType::kUInt8:
+      return "uint8";
+    case NpyDType::kInt16:
+      return "int16";
   }
   return "?";
 }
@@ -65,11 +80,10 @@ std::string npy_shape_string(const std::vector<int64_t>& shape) {
 }
 
 std::string npy_header(NpyDType dtype, const std::vector<int64_t>& shape) {
-  std::string dict = str_cat("{'descr': '", npy_descr(dtype), "', 'fortran_order': False, 'shape': ",
-                             npy_shape_string(shape), ", }");
+  std::string dict =
+      str_cat("{'descr': '", npy_descr(dtype), "', 'fortran_order': False, 'shape': ", npy_shape_string(shape), ", }");
   if (!shape.empty()) {
-    dict.append(static_cast<size_t>(kGrowthAxisDigits - static_cast<int64_t>(std::to_string(shape[0]).size())),
-                ' ');
+    dict.append(static_cast<size_t>(kGrowthAxisDigits - static_cast<int64_t>(std::to_string(shape[0]).size())), ' ');
   }
   // Version 1.0: magic (6) + version (2) + u16 length (2), then dict + padding + '\n'.
   const int64_t hlen = static_cast<int64_t>(dict.size()) + 1;
@@ -177,9 +191,12 @@ NpyFile::NpyFile(const std::string& path) : file_(path) {
   bool empty = false, overflow = false;
   int64_t count = 1;
   for (int64_t d : shape_) {
-    if (d == 0) empty = true;
-    else if (count > kMax / d) overflow = true;
-    else count *= d;
+    if (d == 0)
+      empty = true;
+    else if (count > kMax / d)
+      overflow = true;
+    else
+      count *= d;
   }
   if (empty) {
     count = 0;

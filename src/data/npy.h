@@ -59,11 +59,16 @@ class NpyFile {
   // The data may be unaligned in files from other writers, hence memcpy loads.
   int64_t at(int64_t i) const {
     switch (dtype_) {
-      case NpyDType::kInt32: return load<int32_t>(i);
-      case NpyDType::kUInt32: return load<uint32_t>(i);
-      case NpyDType::kInt64: return load<int64_t>(i);
-      case NpyDType::kUInt8: return load<uint8_t>(i);
-      case NpyDType::kInt16: return load<int16_t>(i);
+      case NpyDType::kInt32:
+        return load<int32_t>(i);
+      case NpyDType::kUInt32:
+        return load<uint32_t>(i);
+      case NpyDType::kInt64:
+        return load<int64_t>(i);
+      case NpyDType::kUInt8:
+        return load<uint8_t>(i);
+      case NpyDType::kInt16:
+        return load<int16_t>(i);
     }
     return 0;
   }

@@ -28,9 +28,7 @@ uint32_t mix(uint32_t x, uint32_t y) {
   return result;
 }
 
-constexpr unsigned __int128 u128(uint64_t hi, uint64_t lo) {
-  return (static_cast<unsigned __int128>(hi) << 64) | lo;
-}
+constexpr unsigned __int128 u128(uint64_t hi, uint64_t lo) { return (static_cast<unsigned __int128>(hi) << 64) | lo; }
 constexpr unsigned __int128 kPcgMultiplier = u128(2549297995355413924ULL, 4865540595714422341ULL);
 
 }  // namespace
@@ -68,8 +66,8 @@ std::array<uint64_t, 4> numpy_seed_sequence_words(uint64_t entropy) {
   }
   std::array<uint64_t, 4> out{};
   for (int i = 0; i < 4; ++i) {
-    out[static_cast<size_t>(i)] = static_cast<uint64_t>(state32[2 * i]) |
-                                  (static_cast<uint64_t>(state32[2 * i + 1]) << 32);
+    out[static_cast<size_t>(i)] =
+        static_cast<uint64_t>(state32[2 * i]) | (static_cast<uint64_t>(state32[2 * i + 1]) << 32);
   }
   return out;
 }

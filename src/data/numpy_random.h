@@ -25,8 +25,8 @@ class NumpyRandomState {
   // seed must be in [0, 2^32); callers validate user input (see check_numpy_seed).
   explicit NumpyRandomState(uint32_t seed);
 
-  uint32_t next_uint32();  // genrand_int32
-  uint64_t next_uint64();  // (first << 32) | second, as numpy's mt19937_next64
+  uint32_t next_uint32();                  // genrand_int32
+  uint64_t next_uint64();                  // (first << 32) | second, as numpy's mt19937_next64
   uint64_t random_interval(uint64_t max);  // uniform in [0, max], numpy's rejection sampling
 
   // In-place Fisher-Yates exactly as RandomState.shuffle on a 1-D array.

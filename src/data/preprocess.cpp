@@ -28,9 +28,7 @@ constexpr int64_t kMaxSkippedLinesListed = 10;
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Python's len() of a line decoded from UTF-8: its code points, i.e. the bytes that
 // are not continuation bytes.
@@ -44,14 +42,14 @@ int64_t count_code_points(std::string_view s) {
 struct BatchResult {
   int64_t first_line = 1;
   int64_t input_offset = 0;
-  std::vector<uint8_t> ok;           // per line: 1 = a document, 0 = an invalid line
-  std::vector<int64_t> chars;        // per line: len(json_line) incl. the newline
-  std::vector<int64_t> bytes;        // per line: bytes incl. the terminator
-  std::vector<std::vector<int32_t>> tokens;    // [key]: all documents' tokens
-  std::vector<std::vector<int32_t>> lengths;   // [key]: all documents' sequence lengths
-  std::vector<std::vector<int32_t>> doc_seqs;  // [key][document]: sequences of the document
+  std::vector<uint8_t> ok;                              // per line: 1 = a document, 0 = an invalid line
+  std::vector<int64_t> chars;                           // per line: len(json_line) incl. the newline
+  std::vector<int64_t> bytes;                           // per line: bytes incl. the terminator
+  std::vector<std::vector<int32_t>> tokens;             // [key]: all documents' tokens
+  std::vector<std::vector<int32_t>> lengths;            // [key]: all documents' sequence lengths
+  std::vector<std::vector<int32_t>> doc_seqs;           // [key][document]: sequences of the document
   std::vector<std::pair<int64_t, std::string>> errors;  // (line index in batch, reason)
-  std::string fatal;  // a reader/worker failure: stop here with this message
+  std::string fatal;                                    // a reader/worker failure: stop here with this message
 };
 
 struct WorkItem {
@@ -65,8 +63,7 @@ struct WorkItem {
 class Pipeline {
  public:
   Pipeline(const PreprocessOptions& options, const Tokenizer& tokenizer, LineReader& reader)
-      : options_(options), tokenizer_(tokenizer), reader_(reader),
-        max_in_flight_(2 * options.workers + 2) {}
+      : options_(options), tokenizer_(tokenizer), reader_(reader), max_in_flight_(2 * options.workers + 2) {}
 
   ~Pipeline() { stop(); }
 
@@ -279,7 +276,8 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opts_in) {
   if (options.append_eod) tokenizer.eod();  // a tokenizer without one fails here, before any work
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const std::string& key : options.json_keys) {
-    writers.push_back(std::make_unique<IndexedDatasetWriter>(preprocess_output_prefix(options.output_prefix, key), dtype));
+    writers.push_back(
+        std::make_unique<IndexedDatasetWriter>(preprocess_output_prefix(options.output_prefix, key), dtype));
   }
   if (options.info != nullptr) {
     std::fprintf(options.info, "Time to startup: %s\n", python_float_repr(seconds_since(startup_start)).c_str());
@@ -313,8 +311,9 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opts_in) {
         const int32_t seqs = batch.doc_seqs[k][static_cast<size_t>(doc)];
         int64_t total = 0;
         for (int32_t s = 0; s < seqs; ++s) total += batch.lengths[k][length_pos[k] + static_cast<size_t>(s)];
-        writers[k]->add_document(std::span<const int32_t>(batch.tokens[k].data() + token_pos[k], static_cast<size_t>(total)),
-                                 std::span<const int32_t>(batch.lengths[k].data() + length_pos[k], static_cast<size_t>(seqs)));
+        writers[k]->add_document(
+            std::span<const int32_t>(batch.tokens[k].data() + token_pos[k], static_cast<size_t>(total)),
+            std::span<const int32_t>(batch.lengths[k].data() + length_pos[k], static_cast<size_t>(seqs)));
         token_pos[k] += static_cast<size_t>(total);
         length_pos[k] += static_cast<size_t>(seqs);
       }
@@ -368,8 +367,10 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opts_in) {
                  static_cast<long long>(stats.documents), static_cast<long long>(stats.sequences),
                  static_cast<long long>(stats.tokens), static_cast<long long>(stats.input_bytes), stats.seconds, mbs,
                  static_cast<double>(stats.documents) / std::max(stats.seconds, 1e-9));
-    if (stats.skipped_lines > 0) std::fprintf(options.info, ", %lld invalid lines skipped", static_cast<long long>(stats.skipped_lines));
-    std::fprintf(options.info, " -> %s\n", preprocess_output_prefix(options.output_prefix, options.json_keys.front()).c_str());
+    if (stats.skipped_lines > 0)
+      std::fprintf(options.info, ", %lld invalid lines skipped", static_cast<long long>(stats.skipped_lines));
+    std::fprintf(options.info, " -> %s\n",
+                 preprocess_output_prefix(options.output_prefix, options.json_keys.front()).c_str());
     std::fflush(options.info);
   }
   return stats;

@@ -34,7 +34,7 @@ namespace megatron::data {
 struct PreprocessOptions {
   std::string input;
   std::string output_prefix;
-  TokenizerOptions tokenizer;  // --tokenizer-type and its files (data/tokenizer/tokenizer.h)
+  TokenizerOptions tokenizer;                  // --tokenizer-type and its files (data/tokenizer/tokenizer.h)
   std::vector<std::string> json_keys{"text"};  // duplicates are merged, as Megatron's dicts do
   bool append_eod = false;
   int64_t workers = 1;
@@ -47,10 +47,10 @@ struct PreprocessOptions {
 
 struct PreprocessStats {
   int64_t documents = 0;
-  int64_t sequences = 0;   // summed over keys
-  int64_t tokens = 0;      // summed over keys
-  int64_t input_bytes = 0; // decompressed bytes of the accepted lines, terminators included
-  int64_t characters = 0;  // Megatron's len(json_line) summed over accepted lines
+  int64_t sequences = 0;    // summed over keys
+  int64_t tokens = 0;       // summed over keys
+  int64_t input_bytes = 0;  // decompressed bytes of the accepted lines, terminators included
+  int64_t characters = 0;   // Megatron's len(json_line) summed over accepted lines
   int64_t skipped_lines = 0;
   std::vector<int64_t> skipped_line_numbers;  // the first few (1-based)
   std::string first_skip_reason;

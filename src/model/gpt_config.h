@@ -30,30 +30,30 @@ enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone };
 // inv_freq[i] = base^(-2i / rot_dim), with Llama 3.1's frequency scaling where on and positions
 // divided by the interpolation factor where given.
 struct RotaryConfig {
-  float base = 10000.0f;           // --rotary-base
-  float percent = 1.0f;            // --rotary-percent
+  float base = 10000.0f;                      // --rotary-base
+  float percent = 1.0f;                       // --rotary-percent
   float seq_len_interpolation_factor = 0.0f;  // --rotary-seq-len-interpolation-factor (0: none)
-  bool use_rope_scaling = false;   // --use-rope-scaling
-  float rope_scaling_factor = 8.0f;  // --rope-scaling-factor
+  bool use_rope_scaling = false;              // --use-rope-scaling
+  float rope_scaling_factor = 8.0f;           // --rope-scaling-factor
 };
 
 struct GPTConfig {
-  int64_t num_layers = 0;            // --num-layers
-  int64_t hidden_size = 0;           // --hidden-size
-  int64_t num_attention_heads = 0;   // --num-attention-heads
-  int64_t ffn_hidden_size = 0;       // --ffn-hidden-size (default 4 * hidden)
-  int64_t kv_channels = 0;           // --kv-channels (default hidden / heads)
-  int64_t seq_length = 0;            // --seq-length
-  int64_t max_position_embeddings = 0;  // --max-position-embeddings
-  int64_t vocab_size = 0;            // tokenizer vocabulary (50257 for GPT-2)
-  int64_t padded_vocab_size = 0;     // vocab_size padded to --make-vocab-size-divisible-by * TP
-  float init_method_std = 0.02f;     // --init-method-std
-  float attention_dropout = 0.1f;    // --attention-dropout
-  float hidden_dropout = 0.1f;       // --hidden-dropout
-  float layernorm_epsilon = 1e-5f;   // --layernorm-epsilon
+  int64_t num_layers = 0;                            // --num-layers
+  int64_t hidden_size = 0;                           // --hidden-size
+  int64_t num_attention_heads = 0;                   // --num-attention-heads
+  int64_t ffn_hidden_size = 0;                       // --ffn-hidden-size (default 4 * hidden)
+  int64_t kv_channels = 0;                           // --kv-channels (default hidden / heads)
+  int64_t seq_length = 0;                            // --seq-length
+  int64_t max_position_embeddings = 0;               // --max-position-embeddings
+  int64_t vocab_size = 0;                            // tokenizer vocabulary (50257 for GPT-2)
+  int64_t padded_vocab_size = 0;                     // vocab_size padded to --make-vocab-size-divisible-by * TP
+  float init_method_std = 0.02f;                     // --init-method-std
+  float attention_dropout = 0.1f;                    // --attention-dropout
+  float hidden_dropout = 0.1f;                       // --hidden-dropout
+  float layernorm_epsilon = 1e-5f;                   // --layernorm-epsilon
   bool untie_embeddings_and_output_weights = false;  // --untie-embeddings-and-output-weights
   Gelu gelu = Gelu::kTanh;
-  bool add_bias_linear = true;       // --disable-bias-linear turns it off
+  bool add_bias_linear = true;                              // --disable-bias-linear turns it off
   Normalization normalization = Normalization::kLayerNorm;  // --normalization
   // --apply-layernorm-1p: every norm scales by (1 + weight), the weight initialised to zeros
   // (Transformer Engine's zero-centred gamma).
@@ -90,7 +90,8 @@ struct GPTConfig {
   // Layers whose activations are kept, and the activation slots recomputed layers share.
   int64_t kept_layers() const {
     if (recompute == Recompute::kUniform) return 0;
-    if (recompute == Recompute::kBlock) return num_layers - (recompute_num_layers < num_layers ? recompute_num_layers : num_layers);
+    if (recompute == Recompute::kBlock)
+      return num_layers - (recompute_num_layers < num_layers ? recompute_num_layers : num_layers);
     return num_layers;
   }
   int64_t recompute_slots() const {

@@ -91,7 +91,8 @@ std::vector<float> GPTGenerator::append(std::span<const int32_t> tokens, int64_t
   // The last position's rows [b, h] (rows are sequence-first), or every row.
   const int64_t rows = all_positions ? n : b;
   Tensor last = all_positions ? x2 : x2.slice(n - b, n);
-  Tensor last_ln = tmp({rows, h}, dtype_), m1 = rms ? Tensor() : tmp({rows}, DType::kF32), r1 = tmp({rows}, DType::kF32);
+  Tensor last_ln = tmp({rows, h}, dtype_), m1 = rms ? Tensor() : tmp({rows}, DType::kF32),
+         r1 = tmp({rows}, DType::kF32);
   final_norm_.forward(ctx_, last, last_ln, m1, r1);
   Tensor logits = tmp({rows, V}, dtype_);  // the model dtype, as the training forward's logits
   backend_.linear_forward(last_ln, ctx_.param(output_), Tensor(), logits);

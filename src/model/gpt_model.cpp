@@ -54,7 +54,8 @@ GPTModel::StageLayers GPTModel::declare(const GPTConfig& c, const PipelineStageO
       // The last stage's own copy of the tied embedding, initialised like the first stage's
       // (stream 0) and kept equal by summing the two gradients (Megatron's shared embedding).
       ps.set_next_init_stream(0);
-      st.output = ps.add("embedding.word_embeddings.weight", {c.padded_vocab_size, c.hidden_size}, Init::kNormal, kRows);
+      st.output =
+          ps.add("embedding.word_embeddings.weight", {c.padded_vocab_size, c.hidden_size}, Init::kNormal, kRows);
       ps[st.output].pipeline_shared = true;
     }
   }
@@ -183,9 +184,7 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   if (pp > 1) recv_grad_ = work({nl, h}, dtype_);
 }
 
-bool GPTModel::is_last_virtual(int64_t chunk) const {
-  return chunk == num_chunks() - 1 && pipe_.stage == pipe_.pp - 1;
-}
+bool GPTModel::is_last_virtual(int64_t chunk) const { return chunk == num_chunks() - 1 && pipe_.stage == pipe_.pp - 1; }
 
 Parameter* GPTModel::tied_embedding() {
   if (pipe_.pp == 1 || config_.untie_embeddings_and_output_weights) return nullptr;
@@ -249,12 +248,13 @@ void GPTModel::reduce_sequence_parallel_grads() {
     if (p.sequence_parallel && p.grad.numel() > 0) grads.push_back(p.grad);
   }
   if (grads.empty()) return;
-  ws_.full_rows_of = nullptr;  // the packs overwrite the gathered rows
+  ws_.full_rows_of = nullptr;                 // the packs overwrite the gathered rows
   const DType gdt = params_.grads().dtype();  // every gradient is a view of this one flat buffer
   const int64_t esize = dtype_size(gdt);
   const auto* base = static_cast<const char*>(ws_.full.storage()->data());
   const int64_t byte_offset = static_cast<const char*>(ws_.full.data()) - base;
-  MT_CHECK(byte_offset % esize == 0) << "the gathered-rows workspace at byte " << byte_offset << " cannot hold " << dtype_name(gdt);
+  MT_CHECK(byte_offset % esize == 0) << "the gathered-rows workspace at byte " << byte_offset << " cannot hold "
+                                     << dtype_name(gdt);
   const int64_t capacity = ws_.full.nbytes() / esize;
   const Tensor pack_all = Tensor(ws_.full.storage(), byte_offset / esize, {capacity}, gdt);
   size_t next = 0;
@@ -291,8 +291,7 @@ namespace {
 // A micro-batch's document ids (MicroBatch), checked on the host because the device kernels
 // trust them (ops.h): position ids within [0, max_positions); key starts within [0, i] at
 // position i and not decreasing along a row.
-void check_document_ids(const std::vector<int32_t>& ids, bool key_starts, int64_t b, int64_t s,
-                        int64_t max_positions) {
+void check_document_ids(const std::vector<int32_t>& ids, bool key_starts, int64_t b, int64_t s, int64_t max_positions) {
   const char* what = key_starts ? "key_start" : "position_ids";
   MT_CHECK(static_cast<int64_t>(ids.size()) == b * s)
       << "micro-batch " << what << ": " << ids.size() << " ids for " << b << "x" << s << " tokens";
@@ -349,14 +348,16 @@ void GPTModel::load_inputs(const MicroBatch& mb, ActivationSet& as, bool first, 
 }
 
 float GPTModel::forward(const MicroBatch& mb, const DropoutContext& dropout) {
-  MT_CHECK(pipe_.pp == 1 && num_chunks() == 1) << "forward() runs the whole model; a pipeline stage uses forward_chunk()";
+  MT_CHECK(pipe_.pp == 1 && num_chunks() == 1)
+      << "forward() runs the whole model; a pipeline stage uses forward_chunk()";
   MT_CHECK(!head_.losses_pending()) << "forward(): " << head_.pending_losses() << " queued losses not taken";
   forward_chunk(0, 0, &mb, dropout);
   return static_cast<float>(take_losses());  // one micro-batch: its float loss exactly
 }
 
 void GPTModel::backward(float loss_scale, float grad_scale) {
-  MT_CHECK(pipe_.pp == 1 && num_chunks() == 1) << "backward() runs the whole model; a pipeline stage uses backward_chunk()";
+  MT_CHECK(pipe_.pp == 1 && num_chunks() == 1)
+      << "backward() runs the whole model; a pipeline stage uses backward_chunk()";
   cur_chunk_ = 0;
   cur_set_ = 0;
   head_.backward(ctx_, cur_set().xs.back().view({n_local_, config_.hidden_size}), loss_scale, grad_scale, ws_.grad);
@@ -401,8 +402,7 @@ void GPTModel::forward_chunk(int64_t chunk, int64_t set, const MicroBatch* mb, c
     *host.data_as<int64_t>() = static_cast<int64_t>(dropout_stream_base(dropout));
     backend_.copy(host, as.dropout_stream);
   }
-  run_recordable(0, head != nullptr, last ? head_loss_factor(head) : 0.0f,
-                 [&] { chunk_forward(first, last, head); });
+  run_recordable(0, head != nullptr, last ? head_loss_factor(head) : 0.0f, [&] { chunk_forward(first, last, head); });
   if (last) head_.queue_loss(backend_);
 }
 
@@ -442,8 +442,8 @@ bool GPTModel::recordable_apart_from_hooks() const {
   // Dropout masks follow the (iteration, micro-batch) in the set's dropout_stream, read when
   // the work runs; without it they are baked in.
   const bool masks_baked = dropout_drawn() && !cur_set().dropout_stream.defined();
-  return recording_on_ && recording_failure_.empty() && backend_.can_record() && tp_->size() == 1 &&
-         pipe_.pp == 1 && num_chunks() == 1 && !masks_baked;
+  return recording_on_ && recording_failure_.empty() && backend_.can_record() && tp_->size() == 1 && pipe_.pp == 1 &&
+         num_chunks() == 1 && !masks_baked;
 }
 bool GPTModel::recordable() const {
   return recordable_apart_from_hooks() && !hooks_.before_reading && !hooks_.grads_final_from;
@@ -485,7 +485,7 @@ void GPTModel::run_recorded(int kind, bool head, float loss_factor, const std::f
   std::memcpy(&factor_bits, &loss_factor, sizeof(factor_bits));
   const std::vector<bool> stale_before = params_.stale_grads();
   const int64_t carried_before = carried_state();
-  RecordKey key{kind,         cur_chunk_,   cur_set_, head, dropout_drawn() ? dropout_ctx_.seed + 1 : 0,
+  RecordKey key{kind,        cur_chunk_,   cur_set_,      head, dropout_drawn() ? dropout_ctx_.seed + 1 : 0,
                 factor_bits, stale_before, carried_before};
   // Keys that keep changing (a loss mask whose sum differs per micro-batch, a dynamic fp16 loss
   // scale) would grow the map without end: past recorded_key_limit() the keys seen once go (the
@@ -561,8 +561,8 @@ void GPTModel::chunk_backward() {
       if (cc.recomputed(l)) {
         const int64_t first =
             cc.recompute == Recompute::kUniform ? l / cc.recompute_num_layers * cc.recompute_num_layers : l;
-        const bool top = cc.recompute == Recompute::kBlock || l == layers_per_chunk_ - 1 ||
-                         (l + 1) % cc.recompute_num_layers == 0;
+        const bool top =
+            cc.recompute == Recompute::kBlock || l == layers_per_chunk_ - 1 || (l + 1) % cc.recompute_num_layers == 0;
         if (top) {
           for (int64_t k = first; k <= l; ++k) layer_forward(k);
           handoff_.taken.grad_in_h1 = false;  // the forward used ws_.h1

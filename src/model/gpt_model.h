@@ -243,9 +243,8 @@ class GPTModel {
     std::vector<int64_t> chunk_starts;
     int64_t tied = -1;  // -1: none
   };
-  static BucketBoundaries declare_local_stage(const GPTConfig& config, const PipelineStageOptions& pipeline,
-                                              int64_t tp, ParameterSet* params);
-
+  static BucketBoundaries declare_local_stage(const GPTConfig& config, const PipelineStageOptions& pipeline, int64_t tp,
+                                              ParameterSet* params);
 
  private:
   // One activation set of a chunk: the residual stream xs[0..Lc] (xs[l] is the input of the
@@ -293,7 +292,9 @@ class GPTModel {
   }
   // Local layer l of the current chunk, and where its activations are saved (its kept slot in
   // the current set, or a recompute slot).
-  const TransformerLayer& layer(int64_t l) const { return layers_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)]; }
+  const TransformerLayer& layer(int64_t l) const {
+    return layers_[static_cast<size_t>(cur_chunk_ * layers_per_chunk_ + l)];
+  }
   TransformerLayer::Saved& layer_saved(int64_t l);
   // Forward of local layer l of the current chunk / set (cur_chunk_, cur_set_).
   void layer_forward(int64_t l);
@@ -373,10 +374,10 @@ class GPTModel {
   LayerHandoff handoff_;
 
   std::vector<Chunk> chunks_;
-  std::vector<ActivationSet> sets_;  // the pool shared by the chunks
-  int64_t cur_chunk_ = 0, cur_set_ = 0;  // what layer_forward / layer_backward work on
+  std::vector<ActivationSet> sets_;                       // the pool shared by the chunks
+  int64_t cur_chunk_ = 0, cur_set_ = 0;                   // what layer_forward / layer_backward work on
   std::vector<TransformerLayer::Saved> recompute_saved_;  // the recompute slots, shared by every chunk and set
-  std::vector<int64_t> act_slot_;    // per local layer: kept slot (>= 0) or ~recompute slot
+  std::vector<int64_t> act_slot_;                         // per local layer: kept slot (>= 0) or ~recompute slot
   // pp > 1: the received output gradient [n_local, h] (separate from ws_.grad, which a send of
   // the previous input gradient may still read in the same exchange).
   Tensor recv_grad_;

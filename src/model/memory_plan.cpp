@@ -15,15 +15,15 @@ I norm_num_parameters(const GPTConfig& c) { return I(c.layernorm_bias() ? 2 : 1)
 
 I layer_num_parameters(const GPTConfig& c, int64_t tp) {
   const I h = c.hidden_size, f = c.ffn_hidden_size / tp, q = I(c.num_attention_heads) * c.kv_channels / tp;
-  const I f1 = I(c.fc1_out_size()) / tp;  // SwiGLU: gate and up
+  const I f1 = I(c.fc1_out_size()) / tp;   // SwiGLU: gate and up
   const I qkv = I(c.qkv_out_size()) / tp;  // queries, and a key and value per query group
   const I bias = c.add_bias_linear ? 1 : 0;
-  return norm_num_parameters(c)       // input LayerNorm
-         + qkv * h + bias * qkv      // QKV (column-parallel)
-         + h * q + bias * h          // output projection (row-parallel; bias whole)
-         + norm_num_parameters(c)    // pre-MLP LayerNorm
-         + f1 * h + bias * f1        // FC1 (column-parallel)
-         + h * f + bias * h;         // FC2 (row-parallel; bias whole)
+  return norm_num_parameters(c)    // input LayerNorm
+         + qkv * h + bias * qkv    // QKV (column-parallel)
+         + h * q + bias * h        // output projection (row-parallel; bias whole)
+         + norm_num_parameters(c)  // pre-MLP LayerNorm
+         + f1 * h + bias * f1      // FC1 (column-parallel)
+         + h * f + bias * h;       // FC2 (row-parallel; bias whole)
 }
 
 I stage_parameters(const GPTConfig& c, int64_t tp, const PipelineStageOptions& pipe) {
@@ -44,11 +44,12 @@ I stage_parameters(const GPTConfig& c, int64_t tp, const PipelineStageOptions& p
 [[noreturn]] void does_not_fit(const GPTConfig& c, int64_t micro_batch_size, int64_t tp) {
   const std::string batch = micro_batch_size > 0 ? str_cat(" --micro-batch-size ", micro_batch_size) : "";
   throw IntegerOverflow(str_cat("[model shape] the ", micro_batch_size > 0 ? "memory of one rank" : "parameter count",
-              " does not fit in 64 bits with --num-layers ", c.num_layers, " --hidden-size ", c.hidden_size,
-              " --ffn-hidden-size ", c.ffn_hidden_size, " --num-attention-heads ", c.num_attention_heads,
-              " --kv-channels ", c.kv_channels, " --seq-length ", c.seq_length, " --max-position-embeddings ",
-              c.max_position_embeddings, batch, " --tensor-model-parallel-size ", tp, " and a padded vocabulary of ",
-              c.padded_vocab_size, " (--make-vocab-size-divisible-by): the shape is out of range"));
+                                " does not fit in 64 bits with --num-layers ", c.num_layers, " --hidden-size ",
+                                c.hidden_size, " --ffn-hidden-size ", c.ffn_hidden_size, " --num-attention-heads ",
+                                c.num_attention_heads, " --kv-channels ", c.kv_channels, " --seq-length ", c.seq_length,
+                                " --max-position-embeddings ", c.max_position_embeddings, batch,
+                                " --tensor-model-parallel-size ", tp, " and a padded vocabulary of ",
+                                c.padded_vocab_size, " (--make-vocab-size-divisible-by): the shape is out of range"));
 }
 
 }  // namespace

@@ -14,13 +14,13 @@
 namespace megatron::model {
 
 struct MemoryPlan {
-  int64_t num_parameters = 0;  // elements (tied output layer counted once)
-  int64_t parameters = 0;      // bytes, model dtype
-  int64_t main_parameters = 0; // fp32 master copy (--fp16/--bf16), else 0
-  int64_t gradients = 0;       // fp32 main grads
-  int64_t optimizer = 0;       // Adam exp_avg + exp_avg_sq, fp32
-  int64_t activations = 0;     // saved for backward, one micro-batch (inputs and logits included)
-  int64_t workspace = 0;       // gradient stream and temporaries reused by every layer
+  int64_t num_parameters = 0;   // elements (tied output layer counted once)
+  int64_t parameters = 0;       // bytes, model dtype
+  int64_t main_parameters = 0;  // fp32 master copy (--fp16/--bf16), else 0
+  int64_t gradients = 0;        // fp32 main grads
+  int64_t optimizer = 0;        // Adam exp_avg + exp_avg_sq, fp32
+  int64_t activations = 0;      // saved for backward, one micro-batch (inputs and logits included)
+  int64_t workspace = 0;        // gradient stream and temporaries reused by every layer
   // NCCL's communicator buffers: not allocated by us, so plan_memory leaves it 0; the planner
   // and --dry-run on several ranks fill it from plan/nccl_memory.h's model.
   int64_t nccl = 0;
@@ -30,8 +30,8 @@ struct MemoryPlan {
   int64_t copy_engine = 0;
   // Throws IntegerOverflow (a megatron::Error) when the sum does not fit in 64 bits.
   int64_t total() const {
-    const CheckedInt sum = CheckedInt(parameters) + main_parameters + gradients + optimizer + activations +
-                           workspace + nccl + copy_engine;
+    const CheckedInt sum =
+        CheckedInt(parameters) + main_parameters + gradients + optimizer + activations + workspace + nccl + copy_engine;
     return sum.value();
   }
 };

@@ -10,7 +10,8 @@
 namespace megatron::model {
 
 void ParameterSet::set_tensor_parallel(int64_t rank, int64_t size) {
-  MT_CHECK(params_.empty() && size >= 1 && rank >= 0 && rank < size) << "set_tensor_parallel(" << rank << ", " << size << ")";
+  MT_CHECK(params_.empty() && size >= 1 && rank >= 0 && rank < size)
+      << "set_tensor_parallel(" << rank << ", " << size << ")";
   tp_rank_ = rank;
   tp_size_ = size;
 }
@@ -99,8 +100,12 @@ void ParameterSet::initialize(backend::Backend& backend, uint64_t seed, float st
   for (Parameter& p : params_) {
     if (p.numel() == 0) continue;
     switch (p.init) {
-      case Init::kZeros: backend.fill(p.value, 0.0f); break;
-      case Init::kOnes: backend.fill(p.value, 1.0f); break;
+      case Init::kZeros:
+        backend.fill(p.value, 0.0f);
+        break;
+      case Init::kOnes:
+        backend.fill(p.value, 1.0f);
+        break;
       case Init::kNormal:
       case Init::kScaledNormal: {
         backend::NormalInit init = tensor_parallel::shard_index_map(p.global_shape, p.partition);

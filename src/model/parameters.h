@@ -25,10 +25,10 @@
 namespace megatron::model {
 
 enum class Init {
-  kNormal,  // N(0, std): embeddings, QKV, FC1 (init_method)
+  kNormal,        // N(0, std): embeddings, QKV, FC1 (init_method)
   kScaledNormal,  // N(0, std / sqrt(2 * num_layers)): attention proj and FC2 (output_layer_init_method)
-  kZeros,   // biases, LayerNorm beta
-  kOnes,    // LayerNorm gamma
+  kZeros,         // biases, LayerNorm beta
+  kOnes,          // LayerNorm gamma
 };
 
 struct Parameter {
@@ -78,8 +78,8 @@ class ParameterSet {
   void allocate(backend::Backend& backend, DType dtype);
   // Fills the values per their Init from a counter-based normal stream: global element k of
   // parameter p is a pure function of (seed, p.init_stream, k), independent of the backend and of how
-  // the tensors are sharded (a shard takes its elements' global indices). std is the init_method_std; num_layers scales kScaledNormal.
-  // Computed where the values live (Backend::init_normal: on the GPU, the CPU's bits).
+  // the tensors are sharded (a shard takes its elements' global indices). std is the init_method_std; num_layers scales
+  // kScaledNormal. Computed where the values live (Backend::init_normal: on the GPU, the CPU's bits).
   void initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers);
 
   std::vector<Parameter>& params() { return params_; }

@@ -6,8 +6,7 @@
 namespace megatron::model {
 
 std::string padded_vocab_message(int64_t vocab, int64_t padded) {
-  return str_cat(" > padded vocab (size: ", vocab, ") with ", padded - vocab, " dummy tokens (new size: ", padded,
-                 ")");
+  return str_cat(" > padded vocab (size: ", vocab, ") with ", padded - vocab, " dummy tokens (new size: ", padded, ")");
 }
 
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {

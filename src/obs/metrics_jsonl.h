@@ -31,8 +31,7 @@ class MetricValue {
   MetricValue(std::nullptr_t) : v_(nullptr) {}
   MetricValue(bool b) : v_(b) {}
   template <std::integral T>
-    requires(!std::same_as<T, bool>)
-  MetricValue(T i) : v_(static_cast<int64_t>(i)) {}
+  requires(!std::same_as<T, bool>) MetricValue(T i) : v_(static_cast<int64_t>(i)) {}
   template <std::floating_point T>
   MetricValue(T d) : v_(static_cast<double>(d)) {}
   MetricValue(const char* s) : v_(std::string(s)) {}

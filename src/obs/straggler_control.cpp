@@ -62,7 +62,8 @@ void StragglerControl::answer(int client) {
   char buf[1024];
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
     pollfd p{client, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;

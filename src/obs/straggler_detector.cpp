@@ -47,8 +47,19 @@ std::string local_timestamp() {
 // A gathered row: what one rank sends at a report.
 // (Missing readings travel as a flag and a 0, never NaN: the rows are summed.)
 enum Field {
-  kRequested, kIterations, kRtt, kBatch, kEtpt, kGpu, kPower, kClock,
-  kHasTemperature, kTemperature, kHasUtilization, kUtilization, kFields
+  kRequested,
+  kIterations,
+  kRtt,
+  kBatch,
+  kEtpt,
+  kGpu,
+  kPower,
+  kClock,
+  kHasTemperature,
+  kTemperature,
+  kHasUtilization,
+  kUtilization,
+  kFields
 };
 
 }  // namespace
@@ -67,18 +78,27 @@ std::string format_straggler_report(const std::vector<StragglerRankStats>& ranks
   auto gpu = [](const StragglerRankStats& s) { return s.gpu; };
   auto has_temperature = [](const StragglerRankStats& s) { return s.gpu && !std::isnan(s.temperature_c); };
   auto has_utilization = [](const StragglerRankStats& s) { return s.gpu && !std::isnan(s.utilization_pct); };
-  pair("Rtt", "ms", [](const StragglerRankStats& s) { return s.rtt_ms; }, all);
-  pair("Pwr", "W", [](const StragglerRankStats& s) { return s.power_w; }, gpu);
-  pair("Tmp", "C", [](const StragglerRankStats& s) { return s.temperature_c; }, has_temperature);
-  pair("Utl", "%", [](const StragglerRankStats& s) { return s.utilization_pct; }, has_utilization);
-  pair("Clk", "MHz", [](const StragglerRankStats& s) { return s.sm_clock_mhz; }, gpu);
-  pair("DRtt", "ms", [](const StragglerRankStats& s) { return s.batch_ms; }, all);
-  pair("Etpt", "TF", [](const StragglerRankStats& s) { return s.etpt_tflops; }, all);
-  const auto [fast, slow] = min_max_ranks(ranks, [](const StragglerRankStats& s) { return s.rtt_ms; }, all);
+  pair(
+      "Rtt", "ms", [](const StragglerRankStats& s) { return s.rtt_ms; }, all);
+  pair(
+      "Pwr", "W", [](const StragglerRankStats& s) { return s.power_w; }, gpu);
+  pair(
+      "Tmp", "C", [](const StragglerRankStats& s) { return s.temperature_c; }, has_temperature);
+  pair(
+      "Utl", "%", [](const StragglerRankStats& s) { return s.utilization_pct; }, has_utilization);
+  pair(
+      "Clk", "MHz", [](const StragglerRankStats& s) { return s.sm_clock_mhz; }, gpu);
+  pair(
+      "DRtt", "ms", [](const StragglerRankStats& s) { return s.batch_ms; }, all);
+  pair(
+      "Etpt", "TF", [](const StragglerRankStats& s) { return s.etpt_tflops; }, all);
+  const auto [fast, slow] = min_max_ranks(
+      ranks, [](const StragglerRankStats& s) { return s.rtt_ms; }, all);
   const double fastest = ranks[static_cast<size_t>(fast)].rtt_ms, slowest = ranks[static_cast<size_t>(slow)].rtt_ms;
   char over[32];
   std::snprintf(over, sizeof(over), "%.1f%%", fastest > 0 ? 100.0 * (slowest / fastest - 1.0) : 0.0);
-  line += str_cat(" | slowest: rank ", slow, " on ", hosts[static_cast<size_t>(slow)], ", ", over, " over the fastest\n");
+  line +=
+      str_cat(" | slowest: rank ", slow, " on ", hosts[static_cast<size_t>(slow)], ", ", over, " over the fastest\n");
 
   const int64_t n = std::min<int64_t>(minmax_count, static_cast<int64_t>(ranks.size()));
   if (n > 1) {
@@ -98,7 +118,8 @@ std::string format_straggler_report(const std::vector<StragglerRankStats>& ranks
       return s;
     };
     line += str_cat("^^^^ Bottom ", n, " Ranks with lowest  Etpt(TF): ", list(0), "\n");
-    line += str_cat("^^^^ Top    ", n, " Ranks with highest Etpt(TF): ", list(static_cast<int64_t>(ranks.size()) - n), "\n");
+    line += str_cat("^^^^ Top    ", n, " Ranks with highest Etpt(TF): ", list(static_cast<int64_t>(ranks.size()) - n),
+                    "\n");
   }
   return line;
 }

@@ -67,9 +67,9 @@ std::string format_straggler_report(const std::vector<StragglerRankStats>& ranks
                                     int64_t minmax_count, const std::string& timestamp);
 
 struct StragglerOptions {
-  bool on_at_start = true;     // false: --disable-straggler-on-startup
-  int control_port = 65535;    // --straggler-ctrlr-port (rank 0 listens)
-  int64_t minmax_count = 1;    // --straggler-minmax-count
+  bool on_at_start = true;   // false: --disable-straggler-on-startup
+  int control_port = 65535;  // --straggler-ctrlr-port (rank 0 listens)
+  int64_t minmax_count = 1;  // --straggler-minmax-count
 };
 
 class StragglerDetector final : public backend::RegionTimer {

@@ -161,8 +161,8 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
 }
 
 void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t step, double wall_time) {
-  pending_ += tensorboard::frame_record(
-      tensorboard::encode_scalar_event(wall_time, step, tag, static_cast<float>(value)));
+  pending_ +=
+      tensorboard::frame_record(tensorboard::encode_scalar_event(wall_time, step, tag, static_cast<float>(value)));
   ++pending_count_;
   if (pending_count_ >= queue_size_) flush();
 }

@@ -64,8 +64,7 @@ class Timers {
     std::chrono::steady_clock::time_point started;
   };
   // [world size][names] seconds, gathered from every rank; resets when asked.
-  std::vector<std::vector<double>> gather(const std::vector<std::string>& names, comm::Communicator& world,
-                                          bool reset);
+  std::vector<std::vector<double>> gather(const std::vector<std::string>& names, comm::Communicator& world, bool reset);
   void sync(comm::Communicator* world, bool barrier);
 
   int64_t log_level_;

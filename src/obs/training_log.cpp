@@ -128,8 +128,7 @@ std::string format_iteration_line(const IterationLog& l, LogStyle style) {
   s += " number of nan iterations: " + padded_int(l.nan_iterations, 3) + " |";
   if (l.tokens_per_second) {
     const double tps = *l.tokens_per_second;
-    s += " tokens per second: " + (std::isfinite(tps) ? std::to_string(std::llround(tps)) : py_format_f(tps, 0)) +
-         " |";
+    s += " tokens per second: " + (std::isfinite(tps) ? std::to_string(std::llround(tps)) : py_format_f(tps, 0)) + " |";
   }
   if (l.eta_seconds) s += " ETA: " + format_eta(*l.eta_seconds) + " |";
   return s;
@@ -146,8 +145,8 @@ std::string format_validation_block(const std::string& prefix, const std::vector
   return dashes + "\n" + line + "\n" + dashes + "\n";
 }
 
-std::string format_memory_line(int64_t rank, int64_t iterations, int64_t allocated_bytes,
-                               int64_t max_allocated_bytes, int64_t reserved_bytes, int64_t max_reserved_bytes) {
+std::string format_memory_line(int64_t rank, int64_t iterations, int64_t allocated_bytes, int64_t max_allocated_bytes,
+                               int64_t reserved_bytes, int64_t max_reserved_bytes) {
   constexpr double kMiB = 1024.0 * 1024.0;
   return str_cat("[Rank ", rank, "] (after ", iterations, " iterations) memory (MB)",
                  " | allocated: ", py_repr(static_cast<double>(allocated_bytes) / kMiB),

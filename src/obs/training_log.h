@@ -45,9 +45,9 @@ struct IterationLog {
   int64_t global_batch_size = 0;
   std::vector<LossValue> losses;
   double loss_scale = 1.0;
-  std::optional<double> grad_norm;       // None when clipping is off or the step was skipped
-  std::optional<double> num_zeros;       // --log-num-zeros-in-grad
-  std::optional<double> params_norm;     // --log-params-norm
+  std::optional<double> grad_norm;    // None when clipping is off or the step was skipped
+  std::optional<double> num_zeros;    // --log-num-zeros-in-grad
+  std::optional<double> params_norm;  // --log-params-norm
   int64_t skipped_iterations = 0;
   int64_t nan_iterations = 0;
   // Our additions (omitted when empty).
@@ -71,8 +71,8 @@ std::string format_validation_block(const std::string& prefix, const std::vector
 // Megatron's report_memory line, byte counts converted to MiB and printed like Python's str():
 // "[Rank 0] (after 10 iterations) memory (MB) | allocated: 1234.5 | max allocated: ... |
 // reserved: ... | max reserved: ..." (no trailing newline).
-std::string format_memory_line(int64_t rank, int64_t iterations, int64_t allocated_bytes,
-                               int64_t max_allocated_bytes, int64_t reserved_bytes, int64_t max_reserved_bytes);
+std::string format_memory_line(int64_t rank, int64_t iterations, int64_t allocated_bytes, int64_t max_allocated_bytes,
+                               int64_t reserved_bytes, int64_t max_reserved_bytes);
 
 // Python's format(x, '.{precision}E'), format(x, '.{precision}f') and repr(x) for a float.
 std::string py_format_e(double x, int precision);

@@ -37,8 +37,8 @@ WeightHashCheck compare_weights_across_dp_replicas(const model::ParameterSet& pa
   for (size_t i = 0; i < n; ++i) {
     Tensor host = Tensor::cpu(ps[i].shape, ps[i].value.dtype());
     backend.copy(ps[i].value, host);
-    const uint64_t h = weight_hash64(
-        std::span<const unsigned char>(static_cast<const unsigned char*>(host.data()), static_cast<size_t>(host.nbytes())));
+    const uint64_t h = weight_hash64(std::span<const unsigned char>(static_cast<const unsigned char*>(host.data()),
+                                                                    static_cast<size_t>(host.nbytes())));
     mine[2 * i] = static_cast<double>(h >> 32);
     mine[2 * i + 1] = static_cast<double>(h & 0xffffffffu);
   }
@@ -61,15 +61,15 @@ WeightHashCheck compare_weights_across_dp_replicas(const model::ParameterSet& pa
     for (size_t i = 0; i < differing.size() && i < 5; ++i) names += (i > 0 ? ", " : "") + differing[i];
     if (differing.size() > 5) names += str_cat(" and ", differing.size() - 5, " more");
     out.message = str_cat("[--check-weight-hash-across-dp-replicas-interval] rank ", world.rank(),
-                          ": weights differ from data-parallel rank 0 of this replica group at ",
-                          "iteration ", iteration, ": ", names, " (", differing.size(), " of ", n, " parameters)");
+                          ": weights differ from data-parallel rank 0 of this replica group at ", "iteration ",
+                          iteration, ": ", names, " (", differing.size(), " of ", n, " parameters)");
   }
   if (world.rank() == 0) {
-    const std::string summary =
-        str_cat("weights differ across data-parallel replicas at iteration ", iteration, ": ", out.mismatches,
-                " parameter(s) on ", static_cast<int64_t>(counts[1]), " rank(s), first rank ", static_cast<int64_t>(first),
-                " (--check-weight-hash-across-dp-replicas-interval). Replicas that apply the same updates have "
-                "diverged: a hardware fault (a flipped bit in one GPU's memory) or a nondeterministic bug");
+    const std::string summary = str_cat(
+        "weights differ across data-parallel replicas at iteration ", iteration, ": ", out.mismatches,
+        " parameter(s) on ", static_cast<int64_t>(counts[1]), " rank(s), first rank ", static_cast<int64_t>(first),
+        " (--check-weight-hash-across-dp-replicas-interval). Replicas that apply the same updates have "
+        "diverged: a hardware fault (a flipped bit in one GPU's memory) or a nondeterministic bug");
     out.message = out.message.empty() ? summary : str_cat(summary, "; ", out.message);
   }
   return out;

@@ -17,8 +17,7 @@ namespace megatron::optim {
 
 void adamw_update(std::span<float> param, std::span<const float> grad, std::span<float> exp_avg,
                   std::span<float> exp_avg_sq, const AdamWHyper& hyper) {
-  MT_CHECK(grad.size() == param.size() && exp_avg.size() == param.size() &&
-           exp_avg_sq.size() == param.size())
+  MT_CHECK(grad.size() == param.size() && exp_avg.size() == param.size() && exp_avg_sq.size() == param.size())
       << "adamw_update: param, grad, exp_avg and exp_avg_sq must have the same length";
   MT_CHECK(hyper.step >= 1) << "adamw_update: step is 1-based, got " << hyper.step;
 
@@ -53,8 +52,6 @@ void adamw_update(std::span<float> param, std::span<const float> grad, std::span
   }
 }
 
-bool no_weight_decay(std::string_view name, int64_t ndim) {
-  return name.ends_with(".bias") || ndim == 1;
-}
+bool no_weight_decay(std::string_view name, int64_t ndim) { return name.ends_with(".bias") || ndim == 1; }
 
 }  // namespace megatron::optim

@@ -60,8 +60,7 @@ bool all_finite(const std::vector<std::span<const float>>& grads) {
   return true;
 }
 
-void clip_grads_with_norm(const std::vector<std::span<float>>& grads, double max_norm,
-                          double total_norm) {
+void clip_grads_with_norm(const std::vector<std::span<float>>& grads, double max_norm, double total_norm) {
   const double clip_coeff = max_norm / (total_norm + 1.0e-6);
   if (!(clip_coeff < 1.0)) return;
   const auto coeff = static_cast<float>(clip_coeff);

@@ -24,8 +24,7 @@ bool all_finite(const std::vector<std::span<const float>>& grads);
 // Scales all grads in place by clip_coeff = max_norm / (total_norm + 1e-6) when that is < 1
 // (as an fp32 factor, like apex multi_tensor_scale). total_norm is the already-reduced
 // global norm. A nan norm never clips; an inf norm zeroes the grads (Megatron does the same).
-void clip_grads_with_norm(const std::vector<std::span<float>>& grads, double max_norm,
-                          double total_norm);
+void clip_grads_with_norm(const std::vector<std::span<float>>& grads, double max_norm, double total_norm);
 
 // Local convenience: computes the norm, clips, and returns the PRE-clip norm.
 // max_norm == 0 disables clipping: nothing is computed and 0.0 is returned (C23 logs no

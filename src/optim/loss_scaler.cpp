@@ -16,14 +16,11 @@ GradScaler GradScaler::constant(float scale) {
 }
 
 GradScaler GradScaler::dynamic(const DynamicScalerConfig& c) {
-  if (!(c.initial_scale > 0.0f))
-    throw_error("[--initial-loss-scale] must be positive, got ", c.initial_scale);
+  if (!(c.initial_scale > 0.0f)) throw_error("[--initial-loss-scale] must be positive, got ", c.initial_scale);
   if (!(c.min_scale > 0.0f)) throw_error("[--min-loss-scale] must be positive, got ", c.min_scale);
   if (c.min_scale > c.initial_scale)
-    throw_error("[--min-loss-scale] ", c.min_scale, " is larger than --initial-loss-scale ",
-                c.initial_scale);
-  if (c.growth_interval <= 0)
-    throw_error("[--loss-scale-window] must be positive, got ", c.growth_interval);
+    throw_error("[--min-loss-scale] ", c.min_scale, " is larger than --initial-loss-scale ", c.initial_scale);
+  if (c.growth_interval <= 0) throw_error("[--loss-scale-window] must be positive, got ", c.growth_interval);
   if (c.hysteresis <= 0) throw_error("[--hysteresis] must be positive, got ", c.hysteresis);
   MT_CHECK(c.growth_factor > 1.0f) << "growth factor " << c.growth_factor;
   MT_CHECK(c.backoff_factor > 0.0f && c.backoff_factor < 1.0f) << "backoff " << c.backoff_factor;

@@ -41,22 +41,23 @@ constexpr std::pair<std::string_view, LrDecayStyle> kLrStyles[] = {
     {"cosine", LrDecayStyle::kCosine},
     {"inverse-square-root", LrDecayStyle::kInverseSquareRoot},
     {"WSD", LrDecayStyle::kWSD}};
-constexpr std::pair<std::string_view, WsdDecayStyle> kWsdStyles[] = {
-    {"exponential", WsdDecayStyle::kExponential},
-    {"linear", WsdDecayStyle::kLinear},
-    {"cosine", WsdDecayStyle::kCosine},
-    {"minus_sqrt", WsdDecayStyle::kMinusSqrt}};
+constexpr std::pair<std::string_view, WsdDecayStyle> kWsdStyles[] = {{"exponential", WsdDecayStyle::kExponential},
+                                                                     {"linear", WsdDecayStyle::kLinear},
+                                                                     {"cosine", WsdDecayStyle::kCosine},
+                                                                     {"minus_sqrt", WsdDecayStyle::kMinusSqrt}};
 constexpr std::pair<std::string_view, WdIncrStyle> kWdStyles[] = {
-    {"constant", WdIncrStyle::kConstant},
-    {"linear", WdIncrStyle::kLinear},
-    {"cosine", WdIncrStyle::kCosine}};
+    {"constant", WdIncrStyle::kConstant}, {"linear", WdIncrStyle::kLinear}, {"cosine", WdIncrStyle::kCosine}};
 
 double wsd_coeff(WsdDecayStyle style, double q) {
   switch (style) {
-    case WsdDecayStyle::kLinear: return 1.0 - q;
-    case WsdDecayStyle::kCosine: return 0.5 * (std::cos(kPi * q) + 1.0);
-    case WsdDecayStyle::kExponential: return 2.0 * std::pow(0.5, q) - 1.0;
-    case WsdDecayStyle::kMinusSqrt: return 1.0 - std::sqrt(q);
+    case WsdDecayStyle::kLinear:
+      return 1.0 - q;
+    case WsdDecayStyle::kCosine:
+      return 0.5 * (std::cos(kPi * q) + 1.0);
+    case WsdDecayStyle::kExponential:
+      return 2.0 * std::pow(0.5, q) - 1.0;
+    case WsdDecayStyle::kMinusSqrt:
+      return 1.0 - std::sqrt(q);
   }
   MT_CHECK(false) << "wsd style";
   return 0.0;
@@ -79,11 +80,10 @@ void validate(const SchedulerConfig& c, const StepFlags& flags = {}) {
   if (c.decay_steps <= 0)
     throw_error("[", flags.decay, "] the LR decay must last at least one sample, got ", c.decay_steps);
   if (!(c.warmup_steps < static_cast<double>(c.decay_steps)))
-    throw_error("[", flags.warmup, "] the warmup (", c.warmup_steps,
-                " samples) must be shorter than the LR decay (", c.decay_steps, " samples)");
+    throw_error("[", flags.warmup, "] the warmup (", c.warmup_steps, " samples) must be shorter than the LR decay (",
+                c.decay_steps, " samples)");
   if (c.decay_style == LrDecayStyle::kWSD && c.wsd_decay_steps <= 0)
-    throw_error("[", flags.wsd_decay, "] --lr-decay-style WSD needs a positive decay length, got ",
-                c.wsd_decay_steps);
+    throw_error("[", flags.wsd_decay, "] --lr-decay-style WSD needs a positive decay length, got ", c.wsd_decay_steps);
   if (c.start_wd < 0.0) throw_error("[--start-weight-decay] must be >= 0, got ", c.start_wd);
   if (c.end_wd < c.start_wd)
     throw_error("[--end-weight-decay] ", c.end_wd, " is smaller than --start-weight-decay ", c.start_wd);
@@ -91,19 +91,15 @@ void validate(const SchedulerConfig& c, const StepFlags& flags = {}) {
     throw_error("[--weight-decay-incr-style] constant needs --start-weight-decay == --end-weight-decay, got ",
                 c.start_wd, " and ", c.end_wd);
   if (c.wd_incr_style != WdIncrStyle::kConstant && c.wd_incr_steps <= 0)
-    throw_error("[--weight-decay-incr-style] ", to_string(c.wd_incr_style),
-                " needs a positive training length, got ", c.wd_incr_steps, " samples");
+    throw_error("[--weight-decay-incr-style] ", to_string(c.wd_incr_style), " needs a positive training length, got ",
+                c.wd_incr_steps, " samples");
 }
 
 }  // namespace
 
 LrDecayStyle parse_lr_decay_style(std::string_view s) { return parse_choice(s, "--lr-decay-style", kLrStyles); }
-WsdDecayStyle parse_wsd_decay_style(std::string_view s) {
-  return parse_choice(s, "--lr-wsd-decay-style", kWsdStyles);
-}
-WdIncrStyle parse_wd_incr_style(std::string_view s) {
-  return parse_choice(s, "--weight-decay-incr-style", kWdStyles);
-}
+WsdDecayStyle parse_wsd_decay_style(std::string_view s) { return parse_choice(s, "--lr-wsd-decay-style", kWsdStyles); }
+WdIncrStyle parse_wd_incr_style(std::string_view s) { return parse_choice(s, "--weight-decay-incr-style", kWdStyles); }
 std::string_view to_string(LrDecayStyle style) { return name_of(style, kLrStyles); }
 std::string_view to_string(WsdDecayStyle style) { return name_of(style, kWsdStyles); }
 std::string_view to_string(WdIncrStyle style) { return name_of(style, kWdStyles); }
@@ -112,8 +108,7 @@ SchedulerConfig make_scheduler_config(const ScheduleFlags& f) {
   if (f.train_iters.has_value() == f.train_samples.has_value())
     throw_error("[--train-iters] give exactly one of --train-iters and --train-samples");
   if (!f.lr) throw_error("[--lr] is required");
-  if (f.global_batch_size <= 0)
-    throw_error("[--global-batch-size] must be positive, got ", f.global_batch_size);
+  if (f.global_batch_size <= 0) throw_error("[--global-batch-size] must be positive, got ", f.global_batch_size);
   const int64_t g = f.global_batch_size;
 
   SchedulerConfig c;
@@ -126,10 +121,8 @@ SchedulerConfig make_scheduler_config(const ScheduleFlags& f) {
 
   if (f.train_iters) {
     if (f.lr_decay_samples) throw_error("[--lr-decay-samples] needs --train-samples; use --lr-decay-iters");
-    if (f.lr_warmup_samples != 0)
-      throw_error("[--lr-warmup-samples] needs --train-samples; use --lr-warmup-iters");
-    if (f.lr_wsd_decay_samples)
-      throw_error("[--lr-wsd-decay-samples] needs --train-samples; use --lr-wsd-decay-iters");
+    if (f.lr_warmup_samples != 0) throw_error("[--lr-warmup-samples] needs --train-samples; use --lr-warmup-iters");
+    if (f.lr_wsd_decay_samples) throw_error("[--lr-wsd-decay-samples] needs --train-samples; use --lr-wsd-decay-iters");
     if (f.lr_warmup_fraction && f.lr_warmup_iters != 0)
       throw_error("[--lr-warmup-fraction] can only specify one of lr-warmup-fraction and lr-warmup-iters");
     c.decay_steps = f.lr_decay_iters.value_or(*f.train_iters) * g;
@@ -139,10 +132,8 @@ SchedulerConfig make_scheduler_config(const ScheduleFlags& f) {
     c.wd_incr_steps = *f.train_iters * g;
   } else {
     if (f.lr_decay_iters) throw_error("[--lr-decay-iters] needs --train-iters; use --lr-decay-samples");
-    if (f.lr_warmup_iters != 0)
-      throw_error("[--lr-warmup-iters] needs --train-iters; use --lr-warmup-samples");
-    if (f.lr_wsd_decay_iters)
-      throw_error("[--lr-wsd-decay-iters] needs --train-iters; use --lr-wsd-decay-samples");
+    if (f.lr_warmup_iters != 0) throw_error("[--lr-warmup-iters] needs --train-iters; use --lr-warmup-samples");
+    if (f.lr_wsd_decay_iters) throw_error("[--lr-wsd-decay-iters] needs --train-iters; use --lr-wsd-decay-samples");
     if (f.lr_warmup_fraction && f.lr_warmup_samples != 0)
       throw_error("[--lr-warmup-fraction] can only specify one of lr-warmup-fraction and lr-warmup-samples");
     c.decay_steps = f.lr_decay_samples.value_or(*f.train_samples);
@@ -154,8 +145,9 @@ SchedulerConfig make_scheduler_config(const ScheduleFlags& f) {
 
   if (c.wd_incr_style == WdIncrStyle::kConstant) {
     if (f.start_weight_decay || f.end_weight_decay)
-      throw_error("[--start-weight-decay] --start/--end-weight-decay need --weight-decay-incr-style "
-                  "linear or cosine; constant uses --weight-decay");
+      throw_error(
+          "[--start-weight-decay] --start/--end-weight-decay need --weight-decay-incr-style "
+          "linear or cosine; constant uses --weight-decay");
     c.start_wd = c.end_wd = f.weight_decay;
   } else {
     if (!f.start_weight_decay || !f.end_weight_decay)
@@ -196,8 +188,12 @@ double OptimizerParamScheduler::lr_at(int64_t num_steps) const {
   MT_CHECK(ratio >= 0.0 && ratio <= 1.0) << "decay ratio " << ratio;
   double coeff = 0.0;
   switch (c.decay_style) {
-    case LrDecayStyle::kLinear: coeff = 1.0 - ratio; break;
-    case LrDecayStyle::kCosine: coeff = 0.5 * (std::cos(kPi * ratio) + 1.0); break;
+    case LrDecayStyle::kLinear:
+      coeff = 1.0 - ratio;
+      break;
+    case LrDecayStyle::kCosine:
+      coeff = 0.5 * (std::cos(kPi * ratio) + 1.0);
+      break;
     case LrDecayStyle::kWSD: {
       const auto anneal_start = static_cast<double>(c.decay_steps - c.wsd_decay_steps);
       coeff = n <= anneal_start
@@ -206,7 +202,8 @@ double OptimizerParamScheduler::lr_at(int64_t num_steps) const {
       break;
     }
     case LrDecayStyle::kConstant:
-    case LrDecayStyle::kInverseSquareRoot: MT_CHECK(false) << "handled above";
+    case LrDecayStyle::kInverseSquareRoot:
+      MT_CHECK(false) << "handled above";
   }
   return c.min_lr + coeff * (c.max_lr - c.min_lr);
 }
@@ -216,15 +213,13 @@ double OptimizerParamScheduler::weight_decay_at(int64_t num_steps) const {
   if (num_steps > c.wd_incr_steps) return c.end_wd;
   if (c.wd_incr_style == WdIncrStyle::kConstant) return c.end_wd;
   const double ratio = static_cast<double>(num_steps) / static_cast<double>(c.wd_incr_steps);
-  const double coeff = c.wd_incr_style == WdIncrStyle::kLinear
-                           ? ratio
-                           : 0.5 * (std::cos(kPi * (1.0 - ratio)) + 1.0);
+  const double coeff = c.wd_incr_style == WdIncrStyle::kLinear ? ratio : 0.5 * (std::cos(kPi * (1.0 - ratio)) + 1.0);
   return c.start_wd + coeff * (c.end_wd - c.start_wd);
 }
 
 SchedulerState OptimizerParamScheduler::state() const {
-  return SchedulerState{config_.max_lr,      config_.min_lr,   config_.warmup_steps, config_.decay_steps,
-                        config_.decay_style, num_steps_,       config_.start_wd,     config_.end_wd,
+  return SchedulerState{config_.max_lr,        config_.min_lr,       config_.warmup_steps, config_.decay_steps,
+                        config_.decay_style,   num_steps_,           config_.start_wd,     config_.end_wd,
                         config_.wd_incr_steps, config_.wd_incr_style};
 }
 
@@ -240,9 +235,8 @@ void OptimizerParamScheduler::load_state(const SchedulerState& saved, SchedulerL
   auto pick = [&](auto current, auto from_checkpoint, const char* flag, const char* what) {
     if (policy == SchedulerLoadPolicy::kOverride) return current;
     if (policy == SchedulerLoadPolicy::kCheck && !(current == from_checkpoint))
-      throw_error("[", flag, "] the checkpoint's ", what, " ", show(from_checkpoint),
-                  " differs from the arguments' ", show(current),
-                  "; pass --override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler");
+      throw_error("[", flag, "] the checkpoint's ", what, " ", show(from_checkpoint), " differs from the arguments' ",
+                  show(current), "; pass --override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler");
     return from_checkpoint;
   };
   const StepFlags flags;
@@ -255,8 +249,8 @@ void OptimizerParamScheduler::load_state(const SchedulerState& saved, SchedulerL
   c.start_wd = pick(c.start_wd, saved.start_wd, "--start-weight-decay", "start weight decay");
   c.end_wd = pick(c.end_wd, saved.end_wd, "--end-weight-decay", "end weight decay");
   c.wd_incr_steps = pick(c.wd_incr_steps, saved.wd_incr_steps, "--train-iters/--train-samples", "weight decay length");
-  c.wd_incr_style = pick(c.wd_incr_style, saved.wd_incr_style, "--weight-decay-incr-style",
-                         "weight decay increment style");
+  c.wd_incr_style =
+      pick(c.wd_incr_style, saved.wd_incr_style, "--weight-decay-incr-style", "weight decay increment style");
   validate(c);
   config_ = c;
   num_steps_ = 0;

@@ -31,9 +31,9 @@ enum class WdIncrStyle { kConstant, kLinear, kCosine };
 
 // Flag spellings ("inverse-square-root", "WSD", "minus_sqrt", ...); parsing throws
 // megatron::Error naming the flag and listing the choices.
-LrDecayStyle parse_lr_decay_style(std::string_view s);       // --lr-decay-style
-WsdDecayStyle parse_wsd_decay_style(std::string_view s);     // --lr-wsd-decay-style
-WdIncrStyle parse_wd_incr_style(std::string_view s);         // --weight-decay-incr-style
+LrDecayStyle parse_lr_decay_style(std::string_view s);    // --lr-decay-style
+WsdDecayStyle parse_wsd_decay_style(std::string_view s);  // --lr-wsd-decay-style
+WdIncrStyle parse_wd_incr_style(std::string_view s);      // --weight-decay-incr-style
 std::string_view to_string(LrDecayStyle style);
 std::string_view to_string(WsdDecayStyle style);
 std::string_view to_string(WdIncrStyle style);
@@ -73,8 +73,8 @@ struct ScheduleFlags {
   std::string lr_wsd_decay_style = "exponential";
   std::optional<int64_t> lr_wsd_decay_iters;
   std::optional<int64_t> lr_wsd_decay_samples;
-  double weight_decay = 0.01;                   // --weight-decay
-  std::optional<double> start_weight_decay;     // only with incr style linear|cosine
+  double weight_decay = 0.01;                // --weight-decay
+  std::optional<double> start_weight_decay;  // only with incr style linear|cosine
   std::optional<double> end_weight_decay;
   std::string weight_decay_incr_style = "constant";
 };

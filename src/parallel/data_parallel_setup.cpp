@@ -57,9 +57,10 @@ std::string copy_engine_text(bool prepared, const DataParallelFlags& config, Mix
   if (r.on) {
     // The receive buffer the group allocated (Communicator::enable_copy_engine), in the memory plan.
     const double mib = static_cast<double>(gb.copy_engine_receive_elements()) * 4.0 / (1024.0 * 1024.0);
-    return str_cat(" > MEGATRON_DP_COPY_ENGINE: data-parallel reduce-scatters and parameter gathers on the copy "
-                   "engines (receive buffer ",
-                   static_cast<int64_t>(mib + 0.5), " MiB, and one more NCCL communicator)\n");
+    return str_cat(
+        " > MEGATRON_DP_COPY_ENGINE: data-parallel reduce-scatters and parameter gathers on the copy "
+        "engines (receive buffer ",
+        static_cast<int64_t>(mib + 0.5), " MiB, and one more NCCL communicator)\n");
   }
   return str_cat(" > MEGATRON_DP_COPY_ENGINE: off (", r.why_off, "): the data-parallel collectives stay on the SMs\n");
 }
@@ -81,7 +82,8 @@ DataParallelOptions data_parallel_options(const DataParallelFlags& config, paral
   return dp;
 }
 
-void connect_overlap_hooks(const DataParallelFlags& config, model::GPTModel& model, MixedPrecisionOptimizer& optimizer) {
+void connect_overlap_hooks(const DataParallelFlags& config, model::GPTModel& model,
+                           MixedPrecisionOptimizer& optimizer) {
   const bool grads = config.overlap_grad_reduce;
   const bool params = config.overlap_param_gather;
   if (!grads && !params) return;

@@ -10,10 +10,10 @@
 #include <optional>
 #include <string>
 
-#include "parallel/process_groups.h"
 #include "model/gpt_model.h"
 #include "parallel/optimizer.h"
 #include "parallel/pipeline_executor.h"
+#include "parallel/process_groups.h"
 
 namespace megatron::parallel {
 

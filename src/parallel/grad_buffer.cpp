@@ -120,7 +120,9 @@ void GradBuffer::finish_grad_sync() {
   grad_started_.assign(buckets_.size(), false);
 }
 
-void GradBuffer::start_param_gather(bool overlap) { start_param_gather(overlap, [](const Range&) {}); }
+void GradBuffer::start_param_gather(bool overlap) {
+  start_param_gather(overlap, [](const Range&) {});
+}
 
 void GradBuffer::start_param_gather(bool overlap, const std::function<void(const Range& bucket)>& update) {
   const bool gather = distributed_ && dp_.size() > 1;

@@ -106,7 +106,8 @@ void MixedPrecisionOptimizer::reduce_gradients() {
 
 double MixedPrecisionOptimizer::reduce_over_state_groups(double value, comm::ReduceOp op, bool include_dp) const {
   if (include_dp) value = comm::all_reduce_scalar(grad_buffer_.group(), value, op);
-  if (model_parallel_ != nullptr && model_parallel_->size() > 1) value = comm::all_reduce_scalar(*model_parallel_, value, op);
+  if (model_parallel_ != nullptr && model_parallel_->size() > 1)
+    value = comm::all_reduce_scalar(*model_parallel_, value, op);
   return value;
 }
 
@@ -121,7 +122,8 @@ double MixedPrecisionOptimizer::sum_counted(const Tensor& buffer, F&& f) const {
 
 bool MixedPrecisionOptimizer::owned_grads_finite() {
   bool finite = true;
-  for (const Shard& s : shards_) finite = finite && backend_.all_finite(params_.grads().flat_view(s.range.start, {s.range.size()}));
+  for (const Shard& s : shards_)
+    finite = finite && backend_.all_finite(params_.grads().flat_view(s.range.start, {s.range.size()}));
   // Megatron all-reduces found_inf (MAX) over DP and the model-parallel group so that every
   // rank skips the same iterations.
   return reduce_over_state_groups(finite ? 0.0 : 1.0, comm::ReduceOp::kMax, /*include_dp=*/true) == 0.0;
@@ -278,7 +280,8 @@ Tensor MixedPrecisionOptimizer::gather_param_state(const model::Parameter& p, St
       const int64_t a = std::max(start, lo), z = std::min(end, hi);
       if (a >= z) continue;
       if (r == g.rank()) {
-        const auto it = std::find_if(shards_.begin(), shards_.end(), [&](const Shard& s) { return s.range.start == start; });
+        const auto it =
+            std::find_if(shards_.begin(), shards_.end(), [&](const Shard& s) { return s.range.start == start; });
         MT_CHECK(it != shards_.end()) << "no shard at " << start;
         const Tensor mine = state_of(*it).flat_view(a - start, {z - a});
         if (root) {
@@ -303,7 +306,9 @@ std::vector<MixedPrecisionOptimizer::HeldState> MixedPrecisionOptimizer::held_pa
   for (const Shard& s : shards_) {  // in buffer order, so in p's element order
     const int64_t lo = std::max(s.range.start, p.offset), hi = std::min(s.range.end, p.offset + p.numel());
     if (lo >= hi) continue;
-    const Tensor& state = kind == StateKind::kMainParams ? s.main : kind == StateKind::kExpAvg ? s.exp_avg : s.exp_avg_sq;
+    const Tensor& state = kind == StateKind::kMainParams ? s.main
+                          : kind == StateKind::kExpAvg   ? s.exp_avg
+                                                         : s.exp_avg_sq;
     out.push_back({lo - p.offset, state.flat_view(lo - s.range.start, {hi - lo})});
   }
   if (!state_sharded()) {

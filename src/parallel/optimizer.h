@@ -45,19 +45,19 @@
 #include "backend/ops.h"
 #include "comm/communicator.h"
 #include "model/parameters.h"
-#include "parallel/grad_buffer.h"
 #include "obs/timers.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
+#include "parallel/grad_buffer.h"
 
 namespace megatron::parallel {
 
 struct OptimizerConfig {
-  float beta1 = 0.9f;       // --adam-beta1
-  float beta2 = 0.999f;     // --adam-beta2
-  float eps = 1e-8f;        // --adam-eps
-  double clip_grad = 1.0;   // --clip-grad (0: no clipping, no norm)
-  bool count_zeros = false; // --log-num-zeros-in-grad
+  float beta1 = 0.9f;        // --adam-beta1
+  float beta2 = 0.999f;      // --adam-beta2
+  float eps = 1e-8f;         // --adam-eps
+  double clip_grad = 1.0;    // --clip-grad (0: no clipping, no norm)
+  bool count_zeros = false;  // --log-num-zeros-in-grad
   // Megatron's check_for_nan_in_loss_and_grad (on unless --no-check-for-nan-in-loss-and-grad):
   // a NaN gradient norm (computed for clipping; every rank gets the same) stops the step before
   // AdamW and sets StepResult::nan_grad_norm, so that every rank can stop the run together.
@@ -157,9 +157,9 @@ class MixedPrecisionOptimizer {
  private:
   // One owned range of the buffers and this rank's state for it.
   struct Shard {
-    Range range;      // into the flat parameter / gradient buffers
-    Tensor main;      // fp32 [range.size()]; a view of the model values under fp32
-    Tensor exp_avg;   // fp32 [range.size()]
+    Range range;     // into the flat parameter / gradient buffers
+    Tensor main;     // fp32 [range.size()]; a view of the model values under fp32
+    Tensor exp_avg;  // fp32 [range.size()]
     Tensor exp_avg_sq;
     // int64 [S, 3]: (offset, numel, decay) runs of parameter fragments in this range, offsets
     // relative to range.start, for adamw_update_segments.
@@ -195,7 +195,7 @@ class MixedPrecisionOptimizer {
   optim::GradScaler scaler_;
   bool fp16_;
   std::unique_ptr<comm::Communicator> self_group_;  // the one-rank group when none is given
-  comm::Communicator* model_parallel_ = nullptr;     // null: one rank
+  comm::Communicator* model_parallel_ = nullptr;    // null: one rank
   GradBuffer grad_buffer_;
   bool overlap_param_gather_ = false;
   Tensor main_;        // fp32 [owned_numel]; unused under fp32 (the shards view the values)

@@ -1,7 +1,8 @@
 // Runs a pipeline table (parallel/pipeline_schedule.h) on this rank's stage of the model: each
 // kForward / kBackward calls GPTModel::forward_chunk / backward_chunk with the activation set
 // that parallel::activation_slots gives its (chunk, micro-batch) in the table as run, each
-// kComm step posts its messages together with one Communicator::send_recv over the pipeline group (group rank == pipeline stage):
+// kComm step posts its messages together with one Communicator::send_recv over the pipeline group (group rank ==
+// pipeline stage):
 //   send activation  model.output(chunk, set)        recv activation  model.input_buffer(chunk, set)
 //   send gradient    model.input_grad()               recv gradient    model.output_grad_buffer()
 // The table keeps the buffers free: input_grad is sent in the exchange right after its

@@ -65,12 +65,14 @@ void check_pipeline_shape(const PipelineShape& s) {
       << s.virtual_chunks;
   if (s.virtual_chunks == 1) return;
   if (s.pp == 1) {
-    throw_error("[--num-layers-per-virtual-pipeline-stage] the interleaved schedule needs "
-                "--pipeline-model-parallel-size > 1");
+    throw_error(
+        "[--num-layers-per-virtual-pipeline-stage] the interleaved schedule needs "
+        "--pipeline-model-parallel-size > 1");
   }
   if (s.num_microbatches % s.pp != 0) {
     throw_error("[--num-layers-per-virtual-pipeline-stage] number of microbatches (", s.num_microbatches,
-                ") is not divisible by --pipeline-model-parallel-size (", s.pp, ") when using the interleaved schedule");
+                ") is not divisible by --pipeline-model-parallel-size (", s.pp,
+                ") when using the interleaved schedule");
   }
 }
 

@@ -24,9 +24,9 @@
 // receive; in the interleaved steady state the pair (forward, backward) runs back to back
 // with one kComm step before it (both receives, the previous pair's sends), as Megatron's
 // combined exchange: separate steps there deadlock (a stage blocks sending a gradient that
-// its neighbour receives only after an exchange waiting on the first stage). A kComm step's messages are posted at once and all complete before the stage goes
-// on (MPI Isend/Irecv + Waitall, an NCCL group), which is what keeps neighbouring stages that
-// both send and receive in one step from deadlocking. Between two stages messages match in
+// its neighbour receives only after an exchange waiting on the first stage). A kComm step's messages are posted at once
+// and all complete before the stage goes on (MPI Isend/Irecv + Waitall, an NCCL group), which is what keeps
+// neighbouring stages that both send and receive in one step from deadlocking. Between two stages messages match in
 // posting order (one tag): the tests check both sides list them in the same order.
 //
 // Overlapped exchanges (--overlap-p2p-communication, overlapped_exchanges()). The executor
@@ -72,8 +72,8 @@ struct P2PMessage {
 
 struct PipelineAction {
   PipelineOp op = PipelineOp::kForward;
-  int64_t chunk = 0;        // kForward / kBackward
-  int64_t micro_batch = 0;  // kForward / kBackward
+  int64_t chunk = 0;                 // kForward / kBackward
+  int64_t micro_batch = 0;           // kForward / kBackward
   std::vector<P2PMessage> messages;  // kComm only, in posting order
   bool operator==(const PipelineAction&) const = default;
 };

@@ -11,16 +11,26 @@ namespace megatron::parallel {
 
 comm::Communicator* ProcessGroups::group(GroupKind kind) const {
   switch (kind) {
-    case GroupKind::kTp: return tp.get();
-    case GroupKind::kCp: return cp.get();
-    case GroupKind::kDp: return dp.get();
-    case GroupKind::kPp: return pp.get();
-    case GroupKind::kDpCp: return dp_cp.get();
-    case GroupKind::kModelParallel: return model_parallel.get();
-    case GroupKind::kTpDpCp: return tp_dp_cp.get();
-    case GroupKind::kTpCp: return tp_cp.get();
-    case GroupKind::kEmbedding: return embedding.get();
-    case GroupKind::kPositionEmbedding: return position_embedding.get();
+    case GroupKind::kTp:
+      return tp.get();
+    case GroupKind::kCp:
+      return cp.get();
+    case GroupKind::kDp:
+      return dp.get();
+    case GroupKind::kPp:
+      return pp.get();
+    case GroupKind::kDpCp:
+      return dp_cp.get();
+    case GroupKind::kModelParallel:
+      return model_parallel.get();
+    case GroupKind::kTpDpCp:
+      return tp_dp_cp.get();
+    case GroupKind::kTpCp:
+      return tp_cp.get();
+    case GroupKind::kEmbedding:
+      return embedding.get();
+    case GroupKind::kPositionEmbedding:
+      return position_embedding.get();
   }
   return nullptr;
 }

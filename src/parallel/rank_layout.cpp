@@ -8,16 +8,26 @@ namespace megatron::parallel {
 
 const char* to_string(GroupKind kind) {
   switch (kind) {
-    case GroupKind::kTp: return "tp";
-    case GroupKind::kCp: return "cp";
-    case GroupKind::kDp: return "dp";
-    case GroupKind::kPp: return "pp";
-    case GroupKind::kDpCp: return "dp-cp";
-    case GroupKind::kModelParallel: return "tp-pp";
-    case GroupKind::kTpDpCp: return "tp-dp-cp";
-    case GroupKind::kTpCp: return "tp-cp";
-    case GroupKind::kEmbedding: return "embedding";
-    case GroupKind::kPositionEmbedding: return "position-embedding";
+    case GroupKind::kTp:
+      return "tp";
+    case GroupKind::kCp:
+      return "cp";
+    case GroupKind::kDp:
+      return "dp";
+    case GroupKind::kPp:
+      return "pp";
+    case GroupKind::kDpCp:
+      return "dp-cp";
+    case GroupKind::kModelParallel:
+      return "tp-pp";
+    case GroupKind::kTpDpCp:
+      return "tp-dp-cp";
+    case GroupKind::kTpCp:
+      return "tp-cp";
+    case GroupKind::kEmbedding:
+      return "embedding";
+    case GroupKind::kPositionEmbedding:
+      return "position-embedding";
   }
   return "?";
 }
@@ -29,8 +39,8 @@ ParallelSizes parallel_sizes(int64_t world, int64_t tp, int64_t pp, int64_t cp) 
   if (cp <= 0) throw_error("[--context-parallel-size] must be positive, got ", cp);
   if (world % (tp * pp * cp) != 0) {
     throw_error("[--tensor-model-parallel-size/--pipeline-model-parallel-size] world size (", world,
-                ") is not divisible by tensor parallel size (", tp, ") times pipeline parallel size (", pp,
-                ")", cp > 1 ? str_cat(" times context parallel size (", cp, ")") : std::string());
+                ") is not divisible by tensor parallel size (", tp, ") times pipeline parallel size (", pp, ")",
+                cp > 1 ? str_cat(" times context parallel size (", cp, ")") : std::string());
   }
   return ParallelSizes{tp, cp, world / (tp * pp * cp), pp};
 }
@@ -58,16 +68,24 @@ struct Mask {
 
 Mask mask_of(GroupKind kind) {
   switch (kind) {
-    case GroupKind::kTp: return {true, false, false, false};
-    case GroupKind::kCp: return {false, true, false, false};
-    case GroupKind::kDp: return {false, false, true, false};
+    case GroupKind::kTp:
+      return {true, false, false, false};
+    case GroupKind::kCp:
+      return {false, true, false, false};
+    case GroupKind::kDp:
+      return {false, false, true, false};
     case GroupKind::kPp:
     case GroupKind::kEmbedding:
-    case GroupKind::kPositionEmbedding: return {false, false, false, true};
-    case GroupKind::kDpCp: return {false, true, true, false};
-    case GroupKind::kModelParallel: return {true, false, false, true};
-    case GroupKind::kTpDpCp: return {true, true, true, false};
-    case GroupKind::kTpCp: return {true, true, false, false};
+    case GroupKind::kPositionEmbedding:
+      return {false, false, false, true};
+    case GroupKind::kDpCp:
+      return {false, true, true, false};
+    case GroupKind::kModelParallel:
+      return {true, false, false, true};
+    case GroupKind::kTpDpCp:
+      return {true, true, true, false};
+    case GroupKind::kTpCp:
+      return {true, true, false, false};
   }
   return {};
 }

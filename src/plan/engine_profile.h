@@ -67,9 +67,9 @@ struct Engine {
   // kDocumentBiasForwardPasses / kDocumentBiasBackwardPasses per causal score. (Where our own
   // kernels run instead, a tensor-parallel share with dropout, they skip masked tiles: no term.)
   bool document_bias = false;
-  int64_t grad_reduce_bytes = 4;   // bytes per gradient element the DP collective moves: 4 = fp32
-                                   // main grads; 2 = --grad-reduce-in-bf16, or Megatron-2021 --fp16
-                                   // without --accumulate-allreduce-grads-in-fp32
+  int64_t grad_reduce_bytes = 4;  // bytes per gradient element the DP collective moves: 4 = fp32
+                                  // main grads; 2 = --grad-reduce-in-bf16, or Megatron-2021 --fp16
+                                  // without --accumulate-allreduce-grads-in-fp32
   // GELU (and its derivative) applied in the FC1 GEMM's epilogue (ours: cuBLASLt GELU_AUX; TE's).
   // false: a separate bias-GeLU kernel (Megatron 2021's fused_bias_gelu): 2e bytes forward and
   // 3e backward per FC1 output element, at the streaming rate.

@@ -62,14 +62,10 @@ int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p,
 }
 
 NcclLayout nccl_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t gpus_per_node, bool shared_groups) {
-  return NcclLayout{p.tp,
-                    p.pp,
-                    p.dp,
-                    p.vp,
-                    gpus_per_node,
-                    !c.untie_embeddings_and_output_weights,
-                    shared_groups,
-                    p.uses_copy_engines()};
+  return NcclLayout{p.tp,          p.pp,
+                    p.dp,          p.vp,
+                    gpus_per_node, !c.untie_embeddings_and_output_weights,
+                    shared_groups, p.uses_copy_engines()};
 }
 
 model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage,

@@ -53,7 +53,7 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
                                int64_t gpus_per_node = 0, bool shared_groups = true);
 
 struct RankMemory {
-  model::MemoryPlan worst;    // the stage with the largest total
+  model::MemoryPlan worst;  // the stage with the largest total
   int64_t worst_stage = 0;
   std::vector<int64_t> stage_totals;  // bytes per stage
 };

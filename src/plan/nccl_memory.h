@@ -124,7 +124,7 @@ struct NcclLayout {
 enum class NcclTraffic { kCollective, kSendRecv };
 
 struct NcclCommunicatorMemory {
-  std::string group;       // "world", "tp", "dp-cp", "model-parallel", "embedding", "pp"
+  std::string group;  // "world", "tp", "dp-cp", "model-parallel", "embedding", "pp"
   int64_t ranks = 0;
   NcclTraffic traffic = NcclTraffic::kCollective;
   int64_t ranks_per_node = 0;  // of this group, on this rank's node
@@ -145,7 +145,7 @@ constexpr int64_t kCommunicatorCreationBytes = 252 * kMebibyte;
 
 struct NcclMemory {
   std::vector<NcclCommunicatorMemory> communicators;  // only those that connect anything
-  int64_t created = 0;  // communicators of two or more ranks this rank creates (used or not)
+  int64_t created = 0;      // communicators of two or more ranks this rank creates (used or not)
   int64_t buffers() const;  // the communicators' connection buffers
   int64_t total() const { return buffers() + created * kCommunicatorCreationBytes; }
 };

@@ -6,9 +6,12 @@ namespace megatron::plan {
 
 const char* recompute_name(PlanRecompute r) {
   switch (r) {
-    case PlanRecompute::kNone: return "none";
-    case PlanRecompute::kSelective: return "selective";
-    case PlanRecompute::kFull: return "full";
+    case PlanRecompute::kNone:
+      return "none";
+    case PlanRecompute::kSelective:
+      return "selective";
+    case PlanRecompute::kFull:
+      return "full";
   }
   return "?";
 }

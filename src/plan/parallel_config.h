@@ -15,12 +15,12 @@ enum class PlanRecompute { kNone, kSelective, kFull };
 const char* recompute_name(PlanRecompute r);
 
 struct ParallelConfig {
-  int64_t tp = 1;               // --tensor-model-parallel-size
-  int64_t pp = 1;               // --pipeline-model-parallel-size
-  int64_t vp = 1;               // virtual stages per pipeline rank ((L/pp) / --num-layers-per-virtual-pipeline-stage)
-  int64_t dp = 1;               // world / (tp * pp)
-  int64_t micro_batch = 1;      // --micro-batch-size
-  int64_t global_batch = 1;     // --global-batch-size
+  int64_t tp = 1;            // --tensor-model-parallel-size
+  int64_t pp = 1;            // --pipeline-model-parallel-size
+  int64_t vp = 1;            // virtual stages per pipeline rank ((L/pp) / --num-layers-per-virtual-pipeline-stage)
+  int64_t dp = 1;            // world / (tp * pp)
+  int64_t micro_batch = 1;   // --micro-batch-size
+  int64_t global_batch = 1;  // --global-batch-size
   PlanRecompute recompute = PlanRecompute::kNone;
   bool distributed_optimizer = false;  // --use-distributed-optimizer
   bool sequence_parallel = false;      // --sequence-parallel (only with tp > 1)

@@ -93,8 +93,8 @@ std::vector<Candidate> enumerate_layouts(const PlanModel& m, const Cluster& clus
       for (int64_t vp : fixed_or(space.vp, vps)) {
         for (int64_t mb : fixed_or(space.micro_batch, micro)) {
           for (PlanRecompute rc : fixed_or(space.recompute, {PlanRecompute::kNone, PlanRecompute::kFull})) {
-            for (bool dist : fixed_or(space.distributed_optimizer, dp > 1 ? std::vector<bool>{false, true}
-                                                                           : std::vector<bool>{false})) {
+            for (bool dist : fixed_or(space.distributed_optimizer,
+                                      dp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false})) {
               for (bool sp : fixed_or(space.sequence_parallel,
                                       tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false})) {
                 ParallelConfig p{tp, pp, vp, dp, mb, space.global_batch, rc, dist, sp};
@@ -177,8 +177,10 @@ NodeSearch smallest_node_count(const PlanModel& m, Cluster cluster, const Search
     NodeSearchStep step;
     step.nodes = nodes;
     const std::vector<Candidate> all = enumerate_layouts(m, cluster, space);
-    if (!all.empty() && all.front().fits) step.best = all.front();
-    else step.why_none = no_layout_reason(m, cluster, space, all);
+    if (!all.empty() && all.front().fits)
+      step.best = all.front();
+    else
+      step.why_none = no_layout_reason(m, cluster, space, all);
     r.steps.push_back(step);
     if (step.best && step.best->prediction.report_time_s <= target) {
       r.nodes = nodes;

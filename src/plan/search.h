@@ -18,7 +18,7 @@ namespace megatron::plan {
 
 // The model as given on the command line: padded_vocab_size is derived per TP size.
 struct PlanModel {
-  model::GPTConfig config;   // shape; vocab_size set, padded_vocab_size ignored
+  model::GPTConfig config;  // shape; vocab_size set, padded_vocab_size ignored
   int64_t make_vocab_size_divisible_by = 128;
   DType dtype = DType::kBF16;
 };

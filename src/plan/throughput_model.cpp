@@ -27,8 +27,12 @@ struct Gpu {
 
 Gpu gpu_rates(const GpuSpec& g, const Engine& engine) {
   const double ceiling = engine.gemm_efficiency > 0 ? engine.gemm_efficiency : kGemmCeilingShare * g.gemm_efficiency;
-  return {g.peak_tflops * 1e12 * ceiling, g.peak_tflops * 1e12, kGemmLostWorkH100 * g.peak_tflops / kH100Peak,
-          g.hbm_bytes_per_s, g.int32_tops * 1e12, static_cast<double>(g.sms)};
+  return {g.peak_tflops * 1e12 * ceiling,
+          g.peak_tflops * 1e12,
+          kGemmLostWorkH100 * g.peak_tflops / kH100Peak,
+          g.hbm_bytes_per_s,
+          g.int32_tops * 1e12,
+          static_cast<double>(g.sms)};
 }
 
 // Forward + dgrad + wgrad of an M x N x K GEMM: 3 * (w + w0) / achievable.
@@ -78,14 +82,14 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
   // FC1's output width: f, or 2f with SwiGLU (gate and up halves, one GEMM of [n, h] x [h, 2f/t]).
   const double f1 = static_cast<double>(c.fc1_out_size());
   LayerTimes lt;
-  const double qkv = gemm3_seconds(n, static_cast<double>(c.qkv_out_size()) / t, h, g), fc1 = gemm3_seconds(n, f1 / t, h, g);
+  const double qkv = gemm3_seconds(n, static_cast<double>(c.qkv_out_size()) / t, h, g),
+               fc1 = gemm3_seconds(n, f1 / t, h, g);
   lt.gemm = qkv + gemm3_seconds(n, h, q / t, g) + fc1 + gemm3_seconds(n, h, f / t, g);
   lt.wgrad_overlap = (qkv + fc1) / 3.0;
   if (engine.attention == AttentionBackend::kLocal) {
     const double heads = static_cast<double>(c.num_attention_heads) / t;
-    const auto [forward, backward] =
-        local_attention_seconds(static_cast<double>(p.micro_batch) * heads * s * s, n * q / t, d, e,
-                                engine.attention_dropout, g);
+    const auto [forward, backward] = local_attention_seconds(static_cast<double>(p.micro_batch) * heads * s * s,
+                                                             n * q / t, d, e, engine.attention_dropout, g);
     lt.attention = forward + backward;
     lt.attention_forward = forward;
   } else {
@@ -94,14 +98,15 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
     const double dk = flash_kernel_head_size(d);
     const double attention_flops = 6.0 * static_cast<double>(p.micro_batch) * s * s * q / t * (dk / d);
     const double eff = kAttentionEfficiency * dk / (dk + 64.0) * s / (s + 512.0);
-    lt.attention = attention_flops / (g.peak * eff) *
-                   flash_wave_factor(static_cast<double>(p.micro_batch) * static_cast<double>(c.num_attention_heads) / t,
-                                     s, static_cast<double>(g.sms));
+    lt.attention =
+        attention_flops / (g.peak * eff) *
+        flash_wave_factor(static_cast<double>(p.micro_batch) * static_cast<double>(c.num_attention_heads) / t, s,
+                          static_cast<double>(g.sms));
     lt.attention_forward = lt.attention / 3.5;  // flash attention's backward is ~2.5x its forward
     if (engine.attention_dropout > 0) {
       // The mask is drawn inside the kernels, forward and again backward, for every causal score.
-      const double drawn = static_cast<double>(p.micro_batch) * static_cast<double>(c.num_attention_heads) / t * s *
-                           (s + 1.0) / 2.0;
+      const double drawn =
+          static_cast<double>(p.micro_batch) * static_cast<double>(c.num_attention_heads) / t * s * (s + 1.0) / 2.0;
       const double forward = drawn * kFlashDropoutForwardOps / g.int_ops;
       lt.attention += forward + drawn * kFlashDropoutBackwardOps / g.int_ops;
       lt.attention_forward += forward;
@@ -198,8 +203,8 @@ void validate_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t
   }
   if (p.sequence_parallel && p.tp == 1) throw_error("[--sequence-parallel] needs --tensor-model-parallel-size > 1");
   if (p.sequence_parallel && c.seq_length % p.tp != 0) {
-    throw_error("[--sequence-parallel] --seq-length ", c.seq_length, " is not divisible by --tensor-model-parallel-size ",
-                p.tp);
+    throw_error("[--sequence-parallel] --seq-length ", c.seq_length,
+                " is not divisible by --tensor-model-parallel-size ", p.tp);
   }
   const int64_t per_step = p.micro_batch * p.dp;
   if (p.global_batch % per_step != 0) {
@@ -221,7 +226,8 @@ void validate_layout(const model::GPTConfig& c, const ParallelConfig& p, int64_t
 
 // The layout of the groups repeats every lcm(size * stride, G) ranks: that span covers them all.
 int64_t fewest_group_members_on_a_node(int64_t size, int64_t stride, int64_t G) {
-  MT_CHECK(size >= 1 && stride >= 1 && G >= 1) << "groups of " << size << " ranks " << stride << " apart on nodes of " << G;
+  MT_CHECK(size >= 1 && stride >= 1 && G >= 1)
+      << "groups of " << size << " ranks " << stride << " apart on nodes of " << G;
   const int64_t block = size * stride;
   const int64_t span = block / std::gcd(block, G) * G;
   int64_t fewest = size;
@@ -244,7 +250,8 @@ int64_t fewest_group_members_on_a_node(int64_t size, int64_t stride, int64_t G) 
 }
 
 int64_t most_nodes_of_a_group(int64_t size, int64_t stride, int64_t G) {
-  MT_CHECK(size >= 1 && stride >= 1 && G >= 1) << "groups of " << size << " ranks " << stride << " apart on nodes of " << G;
+  MT_CHECK(size >= 1 && stride >= 1 && G >= 1)
+      << "groups of " << size << " ranks " << stride << " apart on nodes of " << G;
   const int64_t block = size * stride;
   const int64_t span = block / std::gcd(block, G) * G;
   int64_t most = 1;
@@ -329,8 +336,9 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
     const double all_tp = (full ? 7.0 : 5.0) * lt.tp_allreduce;  // the layer's, dy gathers included
     layer_tp = std::max(0.0, all_tp - layer_gemm);
   }
-  const double logits_seconds = cl.engine.fused_cross_entropy ? kLogitsBytes * n * V / t / g.hbm
-                                                               : kUnfusedLogitsBytes * n * V / t / (g.hbm * kStreamEfficiency);
+  const double logits_seconds = cl.engine.fused_cross_entropy
+                                    ? kLogitsBytes * n * V / t / g.hbm
+                                    : kUnfusedLogitsBytes * n * V / t / (g.hbm * kStreamEfficiency);
   const double head_gemm = gemm3_seconds(n, V / t, h, g);
   const double head = head_gemm + logits_seconds;
   const double p2p = p.pp > 1 ? 2.0 * static_cast<double>(p.vp) * send_recv_seconds(n * h * e / t, pp_link) : 0.0;
@@ -360,8 +368,7 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   double pipeline = slots * per_micro;
 
   // Data parallel.
-  const double buckets =
-      std::max(1.0, std::ceil(Pd / static_cast<double>(parallel::overlap_bucket_elements(p.dp))));
+  const double buckets = std::max(1.0, std::ceil(Pd / static_cast<double>(parallel::overlap_bucket_elements(p.dp))));
   const double grad_bytes = Pd * static_cast<double>(cl.engine.grad_reduce_bytes);
   const double grads = p.distributed_optimizer ? reduce_scatter_seconds(grad_bytes, p.dp, dp_link)
                                                : all_reduce_seconds(grad_bytes, p.dp, dp_link);
@@ -373,7 +380,8 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   // buckets, and every parameter gather.
   const bool ce_grads = p.uses_copy_engines() && buckets > static_cast<double>(parallel::kCopyEngineTailBuckets);
   const double contention = dp_on_nvlink ? (ce_grads ? kCopyEngineContention : kOverlapContention) : 0.0;
-  const double gather_contention = dp_on_nvlink ? (p.uses_copy_engines() ? kCopyEngineContention : kOverlapContention) : 0.0;
+  const double gather_contention =
+      dp_on_nvlink ? (p.uses_copy_engines() ? kCopyEngineContention : kOverlapContention) : 0.0;
   double dp = cl.overlap_grad_reduce ? overlapped_seconds(grads, backward_window, buckets, contention) : grads;
   if (p.distributed_optimizer) {
     const double params = all_gather_seconds(Pd * e, p.dp, dp_link);
@@ -382,7 +390,8 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
               : params;
   }
   if (p.pp > 1 && !c.untie_embeddings_and_output_weights) {
-    dp += all_reduce_seconds(V / t * h * static_cast<double>(cl.engine.grad_reduce_bytes), 2, pp_link);  // tied embedding grads, first <-> last stage
+    dp += all_reduce_seconds(V / t * h * static_cast<double>(cl.engine.grad_reduce_bytes), 2,
+                             pp_link);  // tied embedding grads, first <-> last stage
   }
   r.dp_comm_s = dp;
   const double owned = p.distributed_optimizer ? std::ceil(Pd / static_cast<double>(p.dp)) : Pd;

@@ -130,7 +130,9 @@ constexpr double kAttentionEfficiency = 0.562;
 // (2.7B's attention, ~15% of its step: the planner's -0.6..-1.9% on the 2.7B runs). Kept, one rule
 // for every size rather than a fit to three points.
 // Sizes up to 64 and above 256 are taken as they are.
-constexpr double flash_kernel_head_size(double d) { return d <= 64.0 ? d : d <= 128.0 ? 128.0 : d <= 256.0 ? 256.0 : d; }
+constexpr double flash_kernel_head_size(double d) {
+  return d <= 64.0 ? d : d <= 128.0 ? 128.0 : d <= 256.0 ? 256.0 : d;
+}
 // Flash attention's wave quantisation: a kernel runs one tile of 128 queries (forward) or keys
 // (backward) of one (batch, head) per SM at a time, T = ceil(s / 128) tiles per head, and under
 // the causal mask tile i does i + 1 blocks of work: B heads x T (T + 1) / 2 blocks in all, at
@@ -197,7 +199,7 @@ constexpr double kResidualGradAddBytes = 7.0;
 // (cross_entropy_fused; bench/results/2026-11-23.md, "cross-entropy forward and backward in one
 // kernel"): 1.100 ms per step at 124M for n V = 8.24e8 logits at 3.35 TB/s -> 4.5 bytes per logit
 // (it moves 4: one bf16 read, one write). Before: 8.0 (two kernels), 5.7 (one kernel with expf).
-constexpr double kLogitsBytes = 4.5;         // per token and (padded) vocabulary entry
+constexpr double kLogitsBytes = 4.5;  // per token and (padded) vocabulary entry
 // --swiglu's elementwise kernels (Backend::swiglu_forward / swiglu_backward), in units of the
 // model dtype's bytes e per element of the activation output [n, f/t], at the streaming rate
 // (kStreamEfficiency), priced like the unfused bias-GeLU (2e forward, 3e backward): forward
@@ -209,8 +211,8 @@ constexpr double kSwigluBackwardBytes = 5.0;
 // Rotary embeddings (--position-embedding-type rope): bytes per element of q and k, in units of
 // e, forward (read + write) and again backward; counted, not measured (as the SwiGLU terms).
 constexpr double kRopeBytes = 2.0;
-constexpr double kGradPassBytes = 5.3;       // per parameter of the rank (the grad-norm pass)
-constexpr double kAdamBytes = 35.4;          // per parameter the rank's optimizer owns
+constexpr double kGradPassBytes = 5.3;  // per parameter of the rank (the grad-norm pass)
+constexpr double kAdamBytes = 35.4;     // per parameter the rank's optimizer owns
 // The share of an overlapped DP collective's time that the GEMMs beside it lose (NCCL's kernels and
 // cuBLASLt's contend for the SMs): the 1.3B step's GEMMs on H200 with the distributed optimizer and
 // both overlaps, --profile-ops against one GPU, +6.8 ms at DP2 and +9.8 ms at DP4 beside
@@ -226,7 +228,7 @@ constexpr double kOverlapContention = 0.6;
 // model: 128.2 ms at 0.27, the backward GEMMs' share alone, +1.6 ms beside the copy engines against
 // +3.6 beside NCCL's kernels at 350M, call 3; 131.0 ms at 0.45).
 constexpr double kCopyEngineContention = 0.45;
-constexpr double kStreamEfficiency = 0.82;   // achieved fraction of HBM bandwidth of a streaming kernel
+constexpr double kStreamEfficiency = 0.82;  // achieved fraction of HBM bandwidth of a streaming kernel
 
 // Megatron's unfused cross-entropy, bytes per logit for 16-bit logits: forward cast to fp32
 // (2 read + 4 written), max (4), subtract (4 + 4), exp (4 + 4), sum (4), divide (4 + 4) = 38;
@@ -255,14 +257,14 @@ struct Prediction {
   double tflops_per_gpu_2025 = 0;  // causal core attention halved (Megatron HEAD, our default)
   double report_time_s = 0;        // 20e6 / tokens_per_s (the NLP benchmark's figure)
   // Breakdown, seconds per iteration on the slowest stage.
-  double compute_s = 0;      // GEMMs, attention, memory-bound ops, recompute (all micro-batches)
-  double gemm_s = 0;         //   of which the linear-layer GEMMs (layers and LM head, recompute included)
-  double attention_s = 0;    //   of which core attention (recompute included)
-  double memory_bound_s = 0; //   of which the memory-bound ops (norms, residuals, GeLU, cross-entropy, ...)
-  double tp_comm_s = 0;      // exposed TP collectives
-  double pp_comm_s = 0;      // pipeline sends/receives
-  double bubble_s = 0;       // (pp-1)/vp idle micro-batch slots
-  double dp_comm_s = 0;      // exposed gradient reduction + parameter gather + tied-embedding all-reduce
+  double compute_s = 0;       // GEMMs, attention, memory-bound ops, recompute (all micro-batches)
+  double gemm_s = 0;          //   of which the linear-layer GEMMs (layers and LM head, recompute included)
+  double attention_s = 0;     //   of which core attention (recompute included)
+  double memory_bound_s = 0;  //   of which the memory-bound ops (norms, residuals, GeLU, cross-entropy, ...)
+  double tp_comm_s = 0;       // exposed TP collectives
+  double pp_comm_s = 0;       // pipeline sends/receives
+  double bubble_s = 0;        // (pp-1)/vp idle micro-batch slots
+  double dp_comm_s = 0;       // exposed gradient reduction + parameter gather + tied-embedding all-reduce
   double optimizer_s = 0;
 };
 

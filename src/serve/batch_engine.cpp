@@ -175,7 +175,8 @@ void BatchEngine::work() {
     }
     if (options_.log_batches && log_) {
       char line[256];
-      std::snprintf(line, sizeof line, "batch %lld: %zu sequence%s from %zu request%s, prompts of %lld-%lld tokens, "
+      std::snprintf(line, sizeof line,
+                    "batch %lld: %zu sequence%s from %zu request%s, prompts of %lld-%lld tokens, "
                     "%lld tokens generated in %.3f s%s",
                     static_cast<long long>(batch_number), items.size(), items.size() == 1 ? "" : "s", groups.size(),
                     groups.size() == 1 ? "" : "s", static_cast<long long>(shortest), static_cast<long long>(longest),
@@ -232,7 +233,8 @@ std::vector<SequenceResult> BatchEngine::run_batch(const std::vector<const Seque
              (real[static_cast<size_t>(a)] == real[static_cast<size_t>(c)] && a < c);
     });
     std::vector<std::pair<int32_t, float>> top;
-    for (size_t j = 0; j < k; ++j) top.emplace_back(ids[j], static_cast<float>(real[static_cast<size_t>(ids[j])] - lse));
+    for (size_t j = 0; j < k; ++j)
+      top.emplace_back(ids[j], static_cast<float>(real[static_cast<size_t>(ids[j])] - lse));
     out[i].top_logprobs.push_back(std::move(top));
   };
   // Megatron's prevent_newline_after_colon: no "\n" right after ":" (on a copy of the row).
@@ -284,7 +286,8 @@ std::vector<SequenceResult> BatchEngine::run_batch(const std::vector<const Seque
       // A finished row is fed any valid token: its later positions are never read.
       column[i] = out[i].tokens.back();
       if (finished(i, pos)) continue;
-      const std::span<const float> row = adjusted(i, std::span<const float>(logits.data() + i * V, static_cast<size_t>(V)), pos);
+      const std::span<const float> row =
+          adjusted(i, std::span<const float>(logits.data() + i * V, static_cast<size_t>(V)), pos);
       if (pos < length[i]) {  // the row's own prompt token
         column[i] = out[i].tokens[static_cast<size_t>(pos)];
         record(i, row, column[i]);
@@ -315,9 +318,10 @@ std::vector<SequenceResult> BatchEngine::run_batch(const std::vector<const Seque
                                           out[i].tokens.end());
         const std::string base = tokenizer_.decode(std::span<const int32_t>(window.data(), keep));
         const std::string full = tokenizer_.decode(window);
-        const std::string text = full.compare(0, base.size(), base) == 0
-                                     ? full.substr(base.size())
-                                     : tokenizer_.decode(std::span<const int32_t>(window.data() + keep, window.size() - keep));
+        const std::string text =
+            full.compare(0, base.size(), base) == 0
+                ? full.substr(base.size())
+                : tokenizer_.decode(std::span<const int32_t>(window.data() + keep, window.size() - keep));
         for (const std::string& s : r.stop) {
           if (!s.empty() && text.find(s) != std::string::npos) {
             stopped[i] = true;

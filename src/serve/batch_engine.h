@@ -72,13 +72,13 @@ struct SequenceResult {
 inline constexpr int64_t kMaxTopLogprobs = 20;
 
 struct EngineStats {
-  int64_t submitted = 0;       // calls of submit()
-  int64_t sequences = 0;       // sequences queued in all
-  int64_t batches = 0;         // batches run
-  int64_t largest_batch = 0;   // sequences in the largest batch
+  int64_t submitted = 0;              // calls of submit()
+  int64_t sequences = 0;              // sequences queued in all
+  int64_t batches = 0;                // batches run
+  int64_t largest_batch = 0;          // sequences in the largest batch
   int64_t multi_request_batches = 0;  // batches that held sequences of more than one submit()
   int64_t generated_tokens = 0;
-  int64_t queued = 0;          // sequences waiting now
+  int64_t queued = 0;  // sequences waiting now
 };
 
 class BatchEngine {

@@ -126,7 +126,8 @@ std::vector<std::string> token_segments(const data::Tokenizer& tokenizer, std::s
     const size_t from = i >= 8 ? i - 8 : 0;
     const std::string base = tokenizer.decode(tokens.subspan(from, i - from));
     const std::string full = tokenizer.decode(tokens.subspan(from, i + 1 - from));
-    out.push_back(full.compare(0, base.size(), base) == 0 ? full.substr(base.size()) : tokenizer.decode(tokens.subspan(i, 1)));
+    out.push_back(full.compare(0, base.size(), base) == 0 ? full.substr(base.size())
+                                                          : tokenizer.decode(tokens.subspan(i, 1)));
   }
   return out;
 }
@@ -211,8 +212,8 @@ ApiRequest parse_api_request(std::string_view text, const ServeSettings& s, uint
   const bool stop_on_double_eol =
       bool_field(o, "stop_on_double_eol", false, "stop_on_double_eol must be a boolean value");
   const bool stop_on_eol = bool_field(o, "stop_on_eol", false, "stop_on_eol must be a boolean value");
-  const bool no_newline_after_colon = bool_field(o, "prevent_newline_after_colon", false,
-                                                 "prevent_newline_after_colon must be a boolean value");
+  const bool no_newline_after_colon =
+      bool_field(o, "prevent_newline_after_colon", false, "prevent_newline_after_colon must be a boolean value");
   sp.seed = seed;
   if (const std::optional<element> e = field(o, "random_seed")) {
     if (!is_int(*e)) refuse("random_seed must be integer");
@@ -312,7 +313,8 @@ CompletionRequest parse_completion_request(std::string_view text, const ServeSet
   std::vector<std::vector<int32_t>> prompts;
   const std::optional<element> prompt = given(o, "prompt");
   if (!prompt) refuse("'prompt' is a required property", "prompt");
-  const std::string kinds = "prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids";
+  const std::string kinds =
+      "prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids";
   auto ids_of = [&](element list) {
     std::vector<int32_t> ids;
     for (element id : array_of(list)) {
@@ -489,7 +491,7 @@ std::string completion_response(const CompletionRequest& request, const std::vec
     // The completion's tokens: the end-of-document token is the reason it stopped, not text.
     const int64_t end = r.finish == FinishReason::kEndOfText ? n - 1 : n;
     const std::vector<std::string> segments = token_segments(tokenizer, r.tokens);
-    std::string completion;  // bytes
+    std::string completion;      // bytes
     std::vector<size_t> starts;  // of the completion's tokens in it
     for (int64_t i = L; i < end; ++i) {
       starts.push_back(completion.size());

@@ -88,7 +88,7 @@ CompletionRequest parse_completion_request(std::string_view body, const ServeSet
 std::string api_response(const ApiRequest& request, const std::vector<SequenceResult>& results,
                          const ServeSettings& settings);
 std::string completion_response(const CompletionRequest& request, const std::vector<SequenceResult>& results,
-                                 const ServeSettings& settings, const std::string& id, int64_t created);
+                                const ServeSettings& settings, const std::string& id, int64_t created);
 
 // Error bodies: Megatron's (flask-restful's) {"message": ...}, and OpenAI's
 // {"error": {"message", "type", "param", "code"}}.

@@ -25,16 +25,26 @@ constexpr const char* kNotAllowed = "The method is not allowed for the requested
 // What httplib answers by itself, in words.
 std::string status_text(int status) {
   switch (status) {
-    case 400: return "Bad Request";
-    case 404: return kNotFound;
-    case 405: return kNotAllowed;
-    case 408: return "Request Timeout";
-    case 413: return "Payload Too Large";
-    case 414: return "URI Too Long";
-    case 416: return "Range Not Satisfiable";
-    case 431: return "Request Header Fields Too Large";
-    case 503: return "Service Unavailable";
-    default: return status >= 500 ? "Internal Server Error" : "Bad Request";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return kNotFound;
+    case 405:
+      return kNotAllowed;
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Payload Too Large";
+    case 414:
+      return "URI Too Long";
+    case 416:
+      return "Range Not Satisfiable";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return status >= 500 ? "Internal Server Error" : "Bad Request";
   }
 }
 
@@ -56,7 +66,8 @@ struct TextServer::Impl {
   LogLine log;
   httplib::Server http;
   std::atomic<uint64_t> requests{0};
-  const uint64_t run_id = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();  // of completion ids
+  const uint64_t run_id =
+      (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();  // of completion ids
   int port = -1;
 
   Impl(BatchEngine& e, ServeSettings s, ServerOptions o, LogLine l)
@@ -160,8 +171,8 @@ struct TextServer::Impl {
       const char* path;
       const char* method;
     };
-    for (const Allowed& a : {Allowed{"/api", "PUT"}, Allowed{"/v1/completions", "POST"}, Allowed{"/completions", "POST"},
-                             Allowed{"/v1/models", "GET"}, Allowed{"/stats", "GET"}}) {
+    for (const Allowed& a : {Allowed{"/api", "PUT"}, Allowed{"/v1/completions", "POST"},
+                             Allowed{"/completions", "POST"}, Allowed{"/v1/models", "GET"}, Allowed{"/stats", "GET"}}) {
       const std::string method = a.method;
       auto not_allowed = [method](const httplib::Request& q, httplib::Response& r) {
         r.set_header("Allow", method);
@@ -184,7 +195,8 @@ struct TextServer::Impl {
       }
       r.set_header("Connection", "close");  // the body is left unread
       if (!transfer.empty() && transfer != "identity") {
-        answer_error(q, r, 411, "Transfer-Encoding " + transfer + " is not accepted: send the body with a Content-Length");
+        answer_error(q, r, 411,
+                     "Transfer-Encoding " + transfer + " is not accepted: send the body with a Content-Length");
       } else {
         answer_error(q, r, 415, "Content-Encoding " + encoding + " is not accepted: send the body uncompressed");
       }

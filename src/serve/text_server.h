@@ -28,7 +28,7 @@ struct ServerOptions {
   std::string host = "0.0.0.0";
   int port = 5000;  // 0: any free port (bind() says which)
   size_t max_body_bytes = size_t{4} << 20;
-  int threads = 16;  // connections served at once
+  int threads = 16;      // connections served at once
   uint64_t seed = 1234;  // request k of a run samples with seed + k unless it gives a seed
 };
 

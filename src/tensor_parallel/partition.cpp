@@ -47,8 +47,8 @@ backend::NormalInit shard_index_map(const Shape& global_shape, const Partition& 
   return m;
 }
 
-Tensor gather_partitioned(comm::Communicator& tp, backend::Backend& backend, const Tensor& shard,
-                          const Shape& global, const Partition& p) {
+Tensor gather_partitioned(comm::Communicator& tp, backend::Backend& backend, const Tensor& shard, const Shape& global,
+                          const Partition& p) {
   if (!p.split()) {
     Tensor host_shard = Tensor::cpu(shard.shape(), shard.dtype());
     backend.copy(shard, host_shard);
@@ -87,7 +87,8 @@ Tensor slice_partition(const Tensor& global, const Partition& p) {
     std::memcpy(dst, src + p.rank * n * e, static_cast<size_t>(n * e));
     return out;
   }
-  for (int64_t k = 0; k < n; ++k) std::memcpy(dst + k * e, src + global_index(global.shape(), p, k) * e, static_cast<size_t>(e));
+  for (int64_t k = 0; k < n; ++k)
+    std::memcpy(dst + k * e, src + global_index(global.shape(), p, k) * e, static_cast<size_t>(e));
   return out;
 }
 

@@ -28,8 +28,8 @@
 namespace megatron::tensor_parallel {
 
 struct Partition {
-  int dim = -1;       // -1 (replicated), 0 or 1
-  int64_t rank = 0;   // tensor-parallel rank and size
+  int dim = -1;      // -1 (replicated), 0 or 1
+  int64_t rank = 0;  // tensor-parallel rank and size
   int64_t size = 1;
   int64_t chunks = 1;  // dim 0 only: blocks of rows split separately
   bool split() const { return dim >= 0 && size > 1; }
@@ -79,8 +79,8 @@ backend::NormalInit shard_index_map(const Shape& global, const Partition& p);
 // The global tensor (host, shard's dtype) assembled from the group's shards: every rank of
 // `tp` passes its shard (contiguous, on the backend's device) and gets the whole. Replicated:
 // a host copy of the shard.
-Tensor gather_partitioned(comm::Communicator& tp, backend::Backend& backend, const Tensor& shard,
-                          const Shape& global, const Partition& p);
+Tensor gather_partitioned(comm::Communicator& tp, backend::Backend& backend, const Tensor& shard, const Shape& global,
+                          const Partition& p);
 // This rank's shard (host, global's dtype) cut from a host global tensor.
 Tensor slice_partition(const Tensor& global, const Partition& p);
 

@@ -22,8 +22,8 @@ model::PipelineStageOptions pipeline_stage(const TrainConfig& c, int64_t stage) 
   p.activation_sets = 1;
   const int64_t saturated = parallel::kActivationSetsSaturation * p.pp;
   for (const int64_t m : c.microbatch_calculator().reachable_num_microbatches(saturated)) {
-    p.activation_sets = std::max(
-        p.activation_sets, parallel::activation_sets_needed({p.pp, stage, m, p.virtual_chunks}, c.overlap_p2p_communication));
+    p.activation_sets = std::max(p.activation_sets, parallel::activation_sets_needed({p.pp, stage, m, p.virtual_chunks},
+                                                                                     c.overlap_p2p_communication));
   }
   return p;
 }
@@ -59,26 +59,34 @@ int64_t TrainConfig::total_train_iters() const {
 
 const char* to_string(RecomputeGranularity s) {
   switch (s) {
-    case RecomputeGranularity::kNone: return "none";
-    case RecomputeGranularity::kFull: return "full";
-    case RecomputeGranularity::kSelective: return "selective";
+    case RecomputeGranularity::kNone:
+      return "none";
+    case RecomputeGranularity::kFull:
+      return "full";
+    case RecomputeGranularity::kSelective:
+      return "selective";
   }
   return "?";
 }
 
 const char* to_string(RecomputeMethod s) {
   switch (s) {
-    case RecomputeMethod::kNone: return "none";
-    case RecomputeMethod::kUniform: return "uniform";
-    case RecomputeMethod::kBlock: return "block";
+    case RecomputeMethod::kNone:
+      return "none";
+    case RecomputeMethod::kUniform:
+      return "uniform";
+    case RecomputeMethod::kBlock:
+      return "block";
   }
   return "?";
 }
 
 const char* to_string(FlopsConvention c) {
   switch (c) {
-    case FlopsConvention::k2025: return "2025";
-    case FlopsConvention::k2024: return "2024";
+    case FlopsConvention::k2025:
+      return "2025";
+    case FlopsConvention::k2024:
+      return "2024";
   }
   return "?";
 }

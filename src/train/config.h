@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "model/gpt_config.h"
-#include "model/vocab_padding.h"
 #include "model/memory_plan.h"
+#include "model/vocab_padding.h"
 #include "optim/lr_scheduler.h"
 #include "train/microbatches.h"
 
@@ -50,17 +50,17 @@ struct TrainConfig {
   std::optional<int64_t> preset_vocab_size;
 
   // Data.
-  std::vector<std::string> data_path;       // --data-path (prefix, or weight/prefix pairs)
+  std::vector<std::string> data_path;  // --data-path (prefix, or weight/prefix pairs)
   // --train-data-path, --valid-data-path, --test-data-path: each split from its own prefix or
   // blend (used when data_path is empty; see data::GPTDataConfig::split_data_path).
   std::array<std::vector<std::string>, 3> split_data_path;
-  bool mock_data = false;                   // --mock-data (Megatron-Core's mock sequences instead)
-  int64_t eod_token = 50256;                // the tokenizer's end of document (set with the vocabulary)
-  bool eod_mask_loss = false;               // --eod-mask-loss
-  bool calculate_per_token_loss = false;    // --calculate-per-token-loss
-  std::string split = "969, 30, 1";         // --split
-  std::optional<std::string> vocab_file;    // --vocab-file
-  std::optional<std::string> merge_file;    // --merge-file
+  bool mock_data = false;                           // --mock-data (Megatron-Core's mock sequences instead)
+  int64_t eod_token = 50256;                        // the tokenizer's end of document (set with the vocabulary)
+  bool eod_mask_loss = false;                       // --eod-mask-loss
+  bool calculate_per_token_loss = false;            // --calculate-per-token-loss
+  std::string split = "969, 30, 1";                 // --split
+  std::optional<std::string> vocab_file;            // --vocab-file
+  std::optional<std::string> merge_file;            // --merge-file
   std::string tokenizer_type = "GPT2BPETokenizer";  // --tokenizer-type (data/tokenizer/tokenizer.h, or NullTokenizer)
   std::optional<int64_t> null_vocab_size;           // --vocab-size, NullTokenizer's N (vocabulary N + 1)
   std::optional<std::string> tokenizer_model;       // --tokenizer-model
@@ -68,96 +68,96 @@ struct TrainConfig {
   std::optional<std::string> tiktoken_pattern;      // --tiktoken-pattern
   int64_t tiktoken_num_special_tokens = 1000;       // --tiktoken-num-special-tokens
   std::optional<std::string> data_cache_path;       // --data-cache-path
-  int64_t seed = 1234;                      // --seed
+  int64_t seed = 1234;                              // --seed
 
   // Batch.
-  int64_t micro_batch_size = 0;             // --micro-batch-size (required)
-  int64_t global_batch_size = 0;            // --global-batch-size (default mbs * dp)
+  int64_t micro_batch_size = 0;                           // --micro-batch-size (required)
+  int64_t global_batch_size = 0;                          // --global-batch-size (default mbs * dp)
   std::optional<RampupBatchSizeFlags> rampup_batch_size;  // --rampup-batch-size
 
   // Length of training: exactly one of the two.
-  std::optional<int64_t> train_iters;       // --train-iters
-  std::optional<int64_t> train_samples;     // --train-samples
+  std::optional<int64_t> train_iters;    // --train-iters
+  std::optional<int64_t> train_samples;  // --train-samples
 
   // Learning rate (optimizer_param_scheduler.py).
-  double lr = 0.0;                          // --lr (required; Megatron's default None fails later)
-  double min_lr = 0.0;                      // --min-lr
+  double lr = 0.0;      // --lr (required; Megatron's default None fails later)
+  double min_lr = 0.0;  // --min-lr
   optim::LrDecayStyle lr_decay_style = optim::LrDecayStyle::kLinear;  // --lr-decay-style
-  std::optional<int64_t> lr_decay_iters;    // --lr-decay-iters (None: train_iters)
-  std::optional<int64_t> lr_decay_samples;  // --lr-decay-samples (None: train_samples)
-  int64_t lr_warmup_iters = 0;              // --lr-warmup-iters
-  int64_t lr_warmup_samples = 0;            // --lr-warmup-samples
-  std::optional<double> lr_warmup_fraction; // --lr-warmup-fraction (of the decay steps)
-  double lr_warmup_init = 0.0;              // --lr-warmup-init
+  std::optional<int64_t> lr_decay_iters;                              // --lr-decay-iters (None: train_iters)
+  std::optional<int64_t> lr_decay_samples;                            // --lr-decay-samples (None: train_samples)
+  int64_t lr_warmup_iters = 0;                                        // --lr-warmup-iters
+  int64_t lr_warmup_samples = 0;                                      // --lr-warmup-samples
+  std::optional<double> lr_warmup_fraction;                           // --lr-warmup-fraction (of the decay steps)
+  double lr_warmup_init = 0.0;                                        // --lr-warmup-init
   optim::WsdDecayStyle lr_wsd_decay_style = optim::WsdDecayStyle::kExponential;  // --lr-wsd-decay-style
-  std::optional<int64_t> lr_wsd_decay_iters;    // --lr-wsd-decay-iters
-  std::optional<int64_t> lr_wsd_decay_samples;  // --lr-wsd-decay-samples
-  bool override_opt_param_scheduler = false;        // --override-opt_param-scheduler
-  bool use_checkpoint_opt_param_scheduler = false;  // --use-checkpoint-opt_param-scheduler
+  std::optional<int64_t> lr_wsd_decay_iters;                                     // --lr-wsd-decay-iters
+  std::optional<int64_t> lr_wsd_decay_samples;                                   // --lr-wsd-decay-samples
+  bool override_opt_param_scheduler = false;                                     // --override-opt_param-scheduler
+  bool use_checkpoint_opt_param_scheduler = false;                               // --use-checkpoint-opt_param-scheduler
 
   // Weight decay (start == end == weight_decay with the constant style).
-  double weight_decay = 0.01;               // --weight-decay
-  std::optional<double> start_weight_decay; // --start-weight-decay
-  std::optional<double> end_weight_decay;   // --end-weight-decay
+  double weight_decay = 0.01;                // --weight-decay
+  std::optional<double> start_weight_decay;  // --start-weight-decay
+  std::optional<double> end_weight_decay;    // --end-weight-decay
   WeightDecayIncrStyle weight_decay_incr_style = WeightDecayIncrStyle::kConstant;
 
   // Adam(W) and clipping.
-  double adam_beta1 = 0.9;                  // --adam-beta1
-  double adam_beta2 = 0.999;                // --adam-beta2
-  double adam_eps = 1e-8;                   // --adam-eps
-  double clip_grad = 1.0;                   // --clip-grad (0 disables clipping)
+  double adam_beta1 = 0.9;    // --adam-beta1
+  double adam_beta2 = 0.999;  // --adam-beta2
+  double adam_eps = 1e-8;     // --adam-eps
+  double clip_grad = 1.0;     // --clip-grad (0 disables clipping)
 
   // Precision and loss scaling (fp32 when neither fp16 nor bf16).
-  bool fp16 = false;                        // --fp16
-  bool bf16 = false;                        // --bf16
-  std::optional<double> loss_scale;         // --loss-scale: constant scaler; None: dynamic (fp16)
-  double initial_loss_scale = 4294967296.0; // --initial-loss-scale (2**32)
-  double min_loss_scale = 1.0;              // --min-loss-scale
-  int64_t loss_scale_window = 1000;         // --loss-scale-window
-  int64_t hysteresis = 2;                   // --hysteresis
+  bool fp16 = false;                                // --fp16
+  bool bf16 = false;                                // --bf16
+  std::optional<double> loss_scale;                 // --loss-scale: constant scaler; None: dynamic (fp16)
+  double initial_loss_scale = 4294967296.0;         // --initial-loss-scale (2**32)
+  double min_loss_scale = 1.0;                      // --min-loss-scale
+  int64_t loss_scale_window = 1000;                 // --loss-scale-window
+  int64_t hysteresis = 2;                           // --hysteresis
   bool accumulate_allreduce_grads_in_fp32 = false;  // forced true with --bf16
 
   // Logging and evaluation.
-  int64_t log_interval = 100;               // --log-interval
-  int64_t eval_interval = 1000;             // --eval-interval (C23 default; HEAD has None)
-  int64_t eval_iters = 100;                 // --eval-iters
-  bool log_throughput = false;              // --log-throughput
-  bool log_params_norm = false;             // --log-params-norm
-  bool log_progress = false;                // --log-progress: <--save>/progress.txt (obs/progress_log.h)
+  int64_t log_interval = 100;    // --log-interval
+  int64_t eval_interval = 1000;  // --eval-interval (C23 default; HEAD has None)
+  int64_t eval_iters = 100;      // --eval-iters
+  bool log_throughput = false;   // --log-throughput
+  bool log_params_norm = false;  // --log-params-norm
+  bool log_progress = false;     // --log-progress: <--save>/progress.txt (obs/progress_log.h)
   // --profile: the CUDA profiler captures iterations profile_step_start + 1 .. profile_step_end
   // on these ranks (backend/profiler_marks.h).
   bool profile = false;
   int64_t profile_step_start = 10;
   int64_t profile_step_end = 12;
   std::vector<int64_t> profile_ranks = {0};
-  bool log_num_zeros_in_grad = false;       // --log-num-zeros-in-grad
-  bool check_for_nan_in_loss_and_grad = true;  // false: --no-check-for-nan-in-loss-and-grad
+  bool log_num_zeros_in_grad = false;                         // --log-num-zeros-in-grad
+  bool check_for_nan_in_loss_and_grad = true;                 // false: --no-check-for-nan-in-loss-and-grad
   FlopsConvention flops_convention = FlopsConvention::k2025;  // --flops-convention (ours)
-  int64_t timing_log_level = 0;             // --timing-log-level: 0, 1 or 2 (obs/timers.h)
-  std::string timing_log_option = "minmax"; // --timing-log-option: minmax, max or all
-  bool barrier_with_l1_time = true;         // false: --no-barrier-with-level-1-timing
+  int64_t timing_log_level = 0;                               // --timing-log-level: 0, 1 or 2 (obs/timers.h)
+  std::string timing_log_option = "minmax";                   // --timing-log-option: minmax, max or all
+  bool barrier_with_l1_time = true;                           // false: --no-barrier-with-level-1-timing
   // --log-straggler and its options (obs/straggler_detector.h).
-  bool log_straggler = false;               // --log-straggler
+  bool log_straggler = false;                 // --log-straggler
   bool disable_straggler_on_startup = false;  // --disable-straggler-on-startup
-  int64_t straggler_ctrlr_port = 65535;     // --straggler-ctrlr-port
-  int64_t straggler_minmax_count = 1;       // --straggler-minmax-count
+  int64_t straggler_ctrlr_port = 65535;       // --straggler-ctrlr-port
+  int64_t straggler_minmax_count = 1;         // --straggler-minmax-count
   // --check-weight-hash-across-dp-replicas-interval (obs/weight_hash.h): unset, no check.
   std::optional<int64_t> check_weight_hash_interval;
 
   // Exit.
-  std::optional<int64_t> exit_interval;         // --exit-interval
-  std::optional<int64_t> exit_duration_in_mins; // --exit-duration-in-mins
-  bool dry_run = false;                         // --dry-run (ours): print the plan and exit
+  std::optional<int64_t> exit_interval;          // --exit-interval
+  std::optional<int64_t> exit_duration_in_mins;  // --exit-duration-in-mins
+  bool dry_run = false;                          // --dry-run (ours): print the plan and exit
   // megatron plan's time per iteration for this layout (cli/train_prediction.h), set by
   // `megatron train` before the run; 0: none. The run prints the measured time against it.
   double predicted_iteration_ms = 0.0;
 
   // Checkpoints (ckpt/checkpoint.h).
-  std::optional<int64_t> save_interval;     // --save-interval
-  std::optional<std::string> save;          // --save
-  std::optional<std::string> load;          // --load
-  int64_t save_keep_last = 0;               // --save-keep-last (ours; 0 keeps all)
-  bool no_save_optim = false;               // --no-save-optim
+  std::optional<int64_t> save_interval;  // --save-interval
+  std::optional<std::string> save;       // --save
+  std::optional<std::string> load;       // --load
+  int64_t save_keep_last = 0;            // --save-keep-last (ours; 0 keeps all)
+  bool no_save_optim = false;            // --no-save-optim
   // Every rank writes the tensors it holds straight into the checkpoint's files (Megatron's
   // default fully parallel save); false (--no-ckpt-fully-parallel-save): rank 0 writes them all.
   bool ckpt_fully_parallel_save = true;
@@ -170,9 +170,9 @@ struct TrainConfig {
   bool skip_train = false;                  // --skip-train: evaluate only
   bool exit_signal_handler = false;         // --exit-signal-handler
   // TensorBoard and the JSONL metrics log.
-  std::optional<std::string> tensorboard_dir;  // --tensorboard-dir
-  int64_t tensorboard_queue_size = 1000;       // --tensorboard-queue-size
-  int64_t tensorboard_log_interval = 1;        // --tensorboard-log-interval
+  std::optional<std::string> tensorboard_dir;      // --tensorboard-dir
+  int64_t tensorboard_queue_size = 1000;           // --tensorboard-queue-size
+  int64_t tensorboard_log_interval = 1;            // --tensorboard-log-interval
   bool log_batch_size_to_tensorboard = false;      // --log-batch-size-to-tensorboard
   bool log_memory_to_tensorboard = false;          // --log-memory-to-tensorboard
   bool log_world_size_to_tensorboard = false;      // --log-world-size-to-tensorboard
@@ -184,8 +184,8 @@ struct TrainConfig {
 
   // Parallelism. dp = world_size / (tp * pp).
   int64_t world_size = 1;
-  int64_t tensor_model_parallel_size = 1;   // --tensor-model-parallel-size
-  int64_t pipeline_model_parallel_size = 1; // --pipeline-model-parallel-size
+  int64_t tensor_model_parallel_size = 1;                        // --tensor-model-parallel-size
+  int64_t pipeline_model_parallel_size = 1;                      // --pipeline-model-parallel-size
   std::optional<int64_t> num_layers_per_virtual_pipeline_stage;  // --num-layers-per-virtual-pipeline-stage
   // vp: model chunks per pipeline stage (1 without interleaving).
   int64_t virtual_pipeline_chunks() const {
@@ -194,13 +194,13 @@ struct TrainConfig {
                : 1;
   }
   int64_t data_parallel_size = 1;
-  bool sequence_parallel = false;           // --sequence-parallel (turned off at TP 1, as Megatron)
-  bool use_distributed_optimizer = false;   // --use-distributed-optimizer
-  std::optional<int64_t> ddp_bucket_size;   // --ddp-bucket-size (elements; None: the default below)
-  std::optional<int64_t> ddp_num_buckets;   // --ddp-num-buckets (bucket size: this rank's parameters / N)
-  bool overlap_grad_reduce = false;         // --overlap-grad-reduce
-  bool overlap_param_gather = false;        // --overlap-param-gather (needs the two above)
-  bool overlap_p2p_communication = false;   // --overlap-p2p-communication (pipeline exchanges started, waited late)
+  bool sequence_parallel = false;          // --sequence-parallel (turned off at TP 1, as Megatron)
+  bool use_distributed_optimizer = false;  // --use-distributed-optimizer
+  std::optional<int64_t> ddp_bucket_size;  // --ddp-bucket-size (elements; None: the default below)
+  std::optional<int64_t> ddp_num_buckets;  // --ddp-num-buckets (bucket size: this rank's parameters / N)
+  bool overlap_grad_reduce = false;        // --overlap-grad-reduce
+  bool overlap_param_gather = false;       // --overlap-param-gather (needs the two above)
+  bool overlap_p2p_communication = false;  // --overlap-p2p-communication (pipeline exchanges started, waited late)
   // The collectives run on NCCL (CUDA ranks without --distributed-backend mpi / gloo): set by
   // the command that connects the ranks; the copy engines need it.
   bool nccl_collectives = false;
@@ -227,7 +227,6 @@ struct TrainConfig {
   // The calculator of train/microbatches.h for these batch flags (the one source of those rules).
   NumMicroBatchesCalculator microbatch_calculator() const;
 };
-
 
 // Names as Megatron's flags spell them ("cosine", "inverse-square-root", "WSD", ...).
 // The per-rank memory plan of this configuration (model/memory_plan.h): the tensor-parallel

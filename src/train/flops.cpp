@@ -76,15 +76,16 @@ std::string flops_formula_text(const model::GPTConfig& m, int64_t global_batch, 
   const FlopsTerms one = flops_terms(m, 1, convention);
   const FlopsTerms all = flops_terms(m, global_batch, convention);
   const bool causal = convention == FlopsConvention::k2025;
-  std::string out = str_cat(
-      "> FLOPs per iteration (", causal ? "Megatron 2025+ convention: causal core attention counted half"
-                                        : "Megatron 2024 convention: full core attention",
-      "; recompute not counted):\n", "    B=", global_batch, " s=", m.seq_length, " L=", m.num_layers,
-      " h=", m.hidden_size, " n=", m.num_attention_heads, query_and_key_widths(m),
-      " f=", m.ffn_hidden_size, m.swiglu ? " (SwiGLU: c=3)" : "", " V=", m.padded_vocab_size, " (padded)\n");
+  std::string out =
+      str_cat("> FLOPs per iteration (",
+              causal ? "Megatron 2025+ convention: causal core attention counted half"
+                     : "Megatron 2024 convention: full core attention",
+              "; recompute not counted):\n", "    B=", global_batch, " s=", m.seq_length, " L=", m.num_layers,
+              " h=", m.hidden_size, " n=", m.num_attention_heads, query_and_key_widths(m), " f=", m.ffn_hidden_size,
+              m.swiglu ? " (SwiGLU: c=3)" : "", " V=", m.padded_vocab_size, " (padded)\n");
   out += row("attention QKV + projection", "6*B*s*L*(h*(q+2k)+q*h)", one.attention_linear, all.attention_linear);
-  out += row("core attention (QK^T, AV)", causal ? "6*B*s^2*L*q" : "12*B*s^2*L*q", one.core_attention,
-             all.core_attention);
+  out +=
+      row("core attention (QK^T, AV)", causal ? "6*B*s^2*L*q" : "12*B*s^2*L*q", one.core_attention, all.core_attention);
   out += row(m.swiglu ? "MLP (FC1 gate+up, FC2)" : "MLP (FC1 + FC2)", m.swiglu ? "18*B*s*L*h*f" : "12*B*s*L*h*f",
              one.mlp, all.mlp);
   out += row("logits", "6*B*s*h*V", one.logits, all.logits);

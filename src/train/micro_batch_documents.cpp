@@ -10,8 +10,8 @@ namespace megatron::train {
 
 void mark_documents(const model::GPTConfig& c, int64_t eod, model::MicroBatch* mb) {
   const int64_t b = mb->batch, s = mb->seq;
-  MT_CHECK(static_cast<int64_t>(mb->tokens.size()) == b * s) << "mark_documents: " << mb->tokens.size()
-                                                             << " tokens for " << b << "x" << s;
+  MT_CHECK(static_cast<int64_t>(mb->tokens.size()) == b * s)
+      << "mark_documents: " << mb->tokens.size() << " tokens for " << b << "x" << s;
   mb->position_ids.assign(c.reset_position_ids ? static_cast<size_t>(b * s) : 0, 0);
   mb->key_start.assign(c.reset_attention_mask ? static_cast<size_t>(b * s) : 0, 0);
   if (!c.reset_position_ids && !c.reset_attention_mask) return;

@@ -18,26 +18,23 @@ int64_t floor_div(int64_t a, int64_t b) {
 
 RampupBatchSize rampup_from_flag(std::span<const int64_t> values) {
   if (values.size() != 3)
-    throw_error("[--rampup-batch-size] expected 3 values: <start batch size> <batch size "
-                "increment> <ramp-up samples>, got ",
-                values.size());
+    throw_error(
+        "[--rampup-batch-size] expected 3 values: <start batch size> <batch size "
+        "increment> <ramp-up samples>, got ",
+        values.size());
   return RampupBatchSize{values[0], values[1], values[2]};
 }
 
-NumMicroBatchesCalculator::NumMicroBatchesCalculator(int64_t global_batch_size,
-                                                     int64_t micro_batch_size,
-                                                     int64_t data_parallel_size,
-                                                     std::optional<RampupBatchSize> rampup)
+NumMicroBatchesCalculator::NumMicroBatchesCalculator(int64_t global_batch_size, int64_t micro_batch_size,
+                                                     int64_t data_parallel_size, std::optional<RampupBatchSize> rampup)
     : global_batch_size_(global_batch_size),
       micro_batch_size_(micro_batch_size),
       data_parallel_size_(data_parallel_size),
       micro_times_dp_(0),
       rampup_(rampup),
       current_global_batch_size_(global_batch_size) {
-  if (micro_batch_size <= 0)
-    throw_error("[--micro-batch-size] must be positive, got ", micro_batch_size);
-  if (global_batch_size <= 0)
-    throw_error("[--global-batch-size] must be positive, got ", global_batch_size);
+  if (micro_batch_size <= 0) throw_error("[--micro-batch-size] must be positive, got ", micro_batch_size);
+  if (global_batch_size <= 0) throw_error("[--global-batch-size] must be positive, got ", global_batch_size);
   MT_CHECK(data_parallel_size > 0) << "data parallel size " << data_parallel_size;
   if (__builtin_mul_overflow(micro_batch_size, data_parallel_size, &micro_times_dp_) ||
       global_batch_size % micro_times_dp_ != 0)
@@ -53,13 +50,10 @@ NumMicroBatchesCalculator::NumMicroBatchesCalculator(int64_t global_batch_size,
 
   const RampupBatchSize& r = *rampup_;
   if (r.start_batch_size <= 0)
-    throw_error("[--rampup-batch-size] start batch size must be positive, got ",
-                r.start_batch_size);
+    throw_error("[--rampup-batch-size] start batch size must be positive, got ", r.start_batch_size);
   if (r.batch_size_increment <= 0)
-    throw_error("[--rampup-batch-size] batch size increment must be positive, got ",
-                r.batch_size_increment);
-  if (r.ramp_samples <= 0)
-    throw_error("[--rampup-batch-size] ramp-up samples must be positive, got ", r.ramp_samples);
+    throw_error("[--rampup-batch-size] batch size increment must be positive, got ", r.batch_size_increment);
+  if (r.ramp_samples <= 0) throw_error("[--rampup-batch-size] ramp-up samples must be positive, got ", r.ramp_samples);
   if (r.ramp_samples > std::numeric_limits<int64_t>::max() - global_batch_size)
     throw_error("[--rampup-batch-size] ramp-up samples ", r.ramp_samples, " plus --global-batch-size ",
                 global_batch_size, " do not fit in 64 bits");
@@ -72,10 +66,9 @@ NumMicroBatchesCalculator::NumMicroBatchesCalculator(int64_t global_batch_size,
                 ") to be divisible by global batch size increment (", r.batch_size_increment, ")");
   // start and start+incr divisible <=> every start + k*incr divisible.
   if (r.start_batch_size % micro_times_dp_ != 0 || r.batch_size_increment % micro_times_dp_ != 0)
-    throw_error("[--rampup-batch-size] start batch size (", r.start_batch_size,
-                ") and increment (", r.batch_size_increment,
-                ") must be divisible by micro batch size (--micro-batch-size ", micro_batch_size,
-                ") times data parallel size (", data_parallel_size, ")");
+    throw_error("[--rampup-batch-size] start batch size (", r.start_batch_size, ") and increment (",
+                r.batch_size_increment, ") must be divisible by micro batch size (--micro-batch-size ",
+                micro_batch_size, ") times data parallel size (", data_parallel_size, ")");
   const int64_t num_increments = diff / r.batch_size_increment;
   samples_per_increment_ = static_cast<double>(r.ramp_samples) / static_cast<double>(num_increments);
   update(0);
@@ -111,12 +104,10 @@ std::vector<int64_t> NumMicroBatchesCalculator::reachable_num_microbatches(int64
 }
 
 std::string NumMicroBatchesCalculator::describe() const {
-  if (!rampup_)
-    return str_cat("setting number of micro-batches to constant ", final_num_microbatches());
-  return str_cat("will use batch size rampup starting from global batch size ",
-                 rampup_->start_batch_size, " to global batch size ", global_batch_size_,
-                 " with batch size increments ", rampup_->batch_size_increment, " over ",
-                 rampup_->ramp_samples, " samples.");
+  if (!rampup_) return str_cat("setting number of micro-batches to constant ", final_num_microbatches());
+  return str_cat("will use batch size rampup starting from global batch size ", rampup_->start_batch_size,
+                 " to global batch size ", global_batch_size_, " with batch size increments ",
+                 rampup_->batch_size_increment, " over ", rampup_->ramp_samples, " samples.");
 }
 
 int64_t train_iters_from_samples(const NumMicroBatchesCalculator& calculator, int64_t train_samples) {

@@ -48,8 +48,7 @@ class NumMicroBatchesCalculator {
   // asserts that only when the batch size is reached, here it is checked up front. At most
   // kMaxMicroBatches micro-batches per iteration, and ramp samples + global batch must fit in
   // int64 (the samples consumed when the ramp ends). Starts at consumed_samples = 0.
-  NumMicroBatchesCalculator(int64_t global_batch_size, int64_t micro_batch_size,
-                            int64_t data_parallel_size,
+  NumMicroBatchesCalculator(int64_t global_batch_size, int64_t micro_batch_size, int64_t data_parallel_size,
                             std::optional<RampupBatchSize> rampup = std::nullopt);
 
   // Called at the start of each iteration with the samples consumed so far.
@@ -101,8 +100,7 @@ class NumMicroBatchesCalculator {
 //    (so a train_samples inside the ramp gives fewer iterations than the ramp itself).
 //    The iterations of one batch size are counted at once, so the time grows with the number of
 //    increments, not with ramp_samples.
-int64_t train_iters_from_samples(const NumMicroBatchesCalculator& calculator,
-                                 int64_t train_samples);
+int64_t train_iters_from_samples(const NumMicroBatchesCalculator& calculator, int64_t train_samples);
 
 // MegatronPretrainingSampler (docs/megatron-formats.md §3.9): the dataset index of sample i of
 // micro-batch k on data-parallel rank `dp_rank` in the iteration that starts at

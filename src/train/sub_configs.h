@@ -17,10 +17,10 @@
 #include "ckpt/checkpoint.h"
 #include "data/dataset_config.h"
 #include "optim/loss_scaler.h"
-#include "train/config.h"
-#include "parallel/data_parallel_setup.h"
 #include "optim/lr_scheduler.h"
+#include "parallel/data_parallel_setup.h"
 #include "parallel/optimizer.h"
+#include "train/config.h"
 #include "train/train_step.h"
 
 namespace megatron::train {

@@ -16,11 +16,11 @@
 #include <functional>
 #include <vector>
 
-#include "parallel/process_groups.h"
 #include "model/gpt_model.h"
-#include "parallel/pipeline_schedule.h"
 #include "parallel/optimizer.h"
 #include "parallel/pipeline_executor.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/process_groups.h"
 
 namespace megatron::train {
 

@@ -14,22 +14,22 @@
 
 #include "backend/profiler_marks.h"
 #include "comm/launch.h"
-#include "parallel/process_groups.h"
 #include "comm/self_communicator.h"
 #include "core/error.h"
 #include "core/host_name.h"
 #include "core/memory.h"
 #include "model/memory_plan.h"
-#include "optim/loss_scaler.h"
-#include "parallel/data_parallel_setup.h"
-#include "train/flops.h"
-#include "train/micro_batch_documents.h"
-#include "parallel/pipeline_executor.h"
 #include "obs/progress_log.h"
 #include "obs/tensorboard_tags.h"
-#include "train/sub_configs.h"
 #include "obs/training_log.h"
 #include "obs/weight_hash.h"
+#include "optim/loss_scaler.h"
+#include "parallel/data_parallel_setup.h"
+#include "parallel/pipeline_executor.h"
+#include "parallel/process_groups.h"
+#include "train/flops.h"
+#include "train/micro_batch_documents.h"
+#include "train/sub_configs.h"
 
 namespace megatron::train {
 
@@ -41,11 +41,12 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 }  // namespace
 
-Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out, parallel::ProcessGroups* groups)
+Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostream& out,
+                 parallel::ProcessGroups* groups)
     : config_(config), backend_(backend), groups_(groups) {
   if (groups_ == nullptr) {
-    own_groups_ = std::make_unique<parallel::ProcessGroups>(
-        parallel::make_process_groups(std::make_unique<comm::SelfCommunicator>(backend_, "world"), parallel::ParallelSizes{}));
+    own_groups_ = std::make_unique<parallel::ProcessGroups>(parallel::make_process_groups(
+        std::make_unique<comm::SelfCommunicator>(backend_, "world"), parallel::ParallelSizes{}));
     groups_ = own_groups_.get();
   }
   log0_ = groups_->is_first_rank() ? &out : &null_;
@@ -90,7 +91,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   *log0_ << microbatches_->describe() << '\n';
   train_iters_ = c.total_train_iters();
   timers_ = std::make_unique<obs::Timers>(c.timing_log_level, obs::parse_timing_log_option(c.timing_log_option),
-                                     [this] { backend_.synchronize(); });
+                                          [this] { backend_.synchronize(); });
   comm::Communicator* world = groups_->world.get();
   timers_->start("train/valid/test-data-iterators-setup", 0, world, /*barrier=*/true);
 
@@ -115,13 +116,13 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   model_->parameters().initialize(backend_, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
   model_->set_per_token_loss(c.calculate_per_token_loss);
   *log0_ << " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): "
-       << model_->parameters().total_numel() << '\n';
+         << model_->parameters().total_numel() << '\n';
 
   // Megatron's bucket size and buckets per model chunk; the overlap hooks.
   const parallel::DataParallelFlags dp_flags = data_parallel_flags(c);
   const parallel::DataParallelOptions dp = parallel::data_parallel_options(dp_flags, *groups_, *model_);
   optimizer_ = std::make_unique<parallel::MixedPrecisionOptimizer>(model_->parameters(), backend_, optimizer_config(c),
-                                                         grad_scaler(c), dp);
+                                                                   grad_scaler(c), dp);
   *log0_ << parallel::copy_engine_text(copy_engine, dp_flags, *optimizer_);
   optimizer_->set_timers(timers_.get(), world, c.barrier_with_l1_time);
   parallel::connect_overlap_hooks(dp_flags, *model_, *optimizer_);
@@ -133,24 +134,28 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
 
   if (c.load) {
     timers_->start("load-checkpoint", 0, world, /*barrier=*/true);
-    progress_ = ckpt::load_training_checkpoint(checkpoint_run(c), load_options(c), model_->parameters(), *optimizer_, *scheduler_, *world, backend_, *log0_);
+    progress_ = ckpt::load_training_checkpoint(checkpoint_run(c), load_options(c), model_->parameters(), *optimizer_,
+                                               *scheduler_, *world, backend_, *log0_);
     timers_->stop("load-checkpoint", world, /*barrier=*/true);
     log_timers({"load-checkpoint"});
   }
   job_start_flops_ = static_cast<double>(progress_.consumed_train_samples) * flops_per_sample_;
   if (c.save && c.async_save) {
     const auto t0 = Clock::now();
-    async_save_host_ = ckpt::async_save_host_buffer(checkpoint_run(c), save_options(c), model_->parameters(), *optimizer_, *groups_, backend_);
+    async_save_host_ = ckpt::async_save_host_buffer(checkpoint_run(c), save_options(c), model_->parameters(),
+                                                    *optimizer_, *groups_, backend_);
     char line[160];
-    std::snprintf(line, sizeof(line),
-                  " > --async-save: %.2f GiB of page-locked host memory for rank 0's checkpoint copies, pinned in %.1f s\n",
-                  static_cast<double>(async_save_host_->bytes()) / (1 << 30), seconds_since(t0));
+    std::snprintf(
+        line, sizeof(line),
+        " > --async-save: %.2f GiB of page-locked host memory for rank 0's checkpoint copies, pinned in %.1f s\n",
+        static_cast<double>(async_save_host_->bytes()) / (1 << 30), seconds_since(t0));
     *log0_ << line;
   }
   timers_->stop("model-and-optimizer-setup");
   // Megatron writes TensorBoard from the last rank, the one that has the logged values.
   if (groups_->is_last_rank()) {
-    if (c.tensorboard_dir) tensorboard_ = std::make_unique<obs::TensorBoardWriter>(*c.tensorboard_dir, c.tensorboard_queue_size);
+    if (c.tensorboard_dir)
+      tensorboard_ = std::make_unique<obs::TensorBoardWriter>(*c.tensorboard_dir, c.tensorboard_queue_size);
     if (c.log_jsonl) jsonl_ = std::make_unique<obs::MetricsJsonlWriter>(*c.log_jsonl);
   }
 }
@@ -173,9 +178,12 @@ void Trainer::log_timers(const std::vector<std::string>& names, double normalize
 // still reported after that.
 void Trainer::grant_save_time(bool on) {
   constexpr double kSaveBandwidthFloor = 100e6;  // bytes/s: the slowest disk a save is granted time for
-  if (on && save_grace_.count() == 0) {  // once: it walks every stage's parameters
+  if (on && save_grace_.count() == 0) {          // once: it walks every stage's parameters
     save_grace_ = std::chrono::milliseconds(static_cast<int64_t>(
-        1000.0 * static_cast<double>(ckpt::checkpoint_save_memory(checkpoint_run(config_), !config_.no_save_optim).checkpoint_bytes) / kSaveBandwidthFloor));
+        1000.0 *
+        static_cast<double>(
+            ckpt::checkpoint_save_memory(checkpoint_run(config_), !config_.no_save_optim).checkpoint_bytes) /
+        kSaveBandwidthFloor));
   }
   groups_->world->set_watchdog_grace(on ? save_grace_ : std::chrono::milliseconds(0));
 }
@@ -190,8 +198,9 @@ void Trainer::save() {
   // Collective over the world: every rank writes what it holds (--async-save: copies it and
   // writes it in the background), or rank 0 writes, tensor by tensor, what the other ranks
   // gather and send it (ckpt/checkpoint.h).
-  pending_save_ = ckpt::save_training_checkpoint(checkpoint_run(config_), save_options(config_), progress_, model_->parameters(), *optimizer_, *scheduler_, *groups_,
-                                           backend_, *log0_, &async_save_host_);
+  pending_save_ =
+      ckpt::save_training_checkpoint(checkpoint_run(config_), save_options(config_), progress_, model_->parameters(),
+                                     *optimizer_, *scheduler_, *groups_, backend_, *log0_, &async_save_host_);
   // Nobody goes on (and perhaps exits, or reads the checkpoint) before it is complete, or
   // with --async-save before every rank has taken its copy.
   groups_->world->barrier();
@@ -213,10 +222,9 @@ void Trainer::append_checkpoint_progress() {
   };
   const double cumulative =
       progress_run_start_ ? tflops_per_gpu(flops - progress_run_start_->flops, progress_run_start_->time) : 0.0;
-  append_progress(obs::checkpoint_progress_text(config_.async_save, progress_.iteration,
-                                           tflops_per_gpu(flops - job_start_flops_, job_start_), cumulative, flops,
-                                           static_cast<double>(progress_.consumed_train_samples) *
-                                               static_cast<double>(config_.model.seq_length)));
+  append_progress(obs::checkpoint_progress_text(
+      config_.async_save, progress_.iteration, tflops_per_gpu(flops - job_start_flops_, job_start_), cumulative, flops,
+      static_cast<double>(progress_.consumed_train_samples) * static_cast<double>(config_.model.seq_length)));
 }
 
 void Trainer::append_progress(const std::string& text) {
@@ -225,7 +233,7 @@ void Trainer::append_progress(const std::string& text) {
   const std::string path = *config_.save + "/progress.txt";
   try {
     obs::append_progress_line(path, obs::progress_line(std::chrono::system_clock::now(), job != nullptr ? job : "",
-                                             config_.world_size, text));
+                                                       config_.world_size, text));
   } catch (const Error& e) {
     *log0_ << " > warning: " << e.what() << "; training goes on\n" << std::flush;
   }
@@ -243,17 +251,19 @@ void Trainer::check_weight_hashes() {
   optimizer_->grad_buffer().finish_param_gather();  // --overlap-param-gather: the values must have landed
   const auto t0 = Clock::now();
   const obs::WeightHashCheck r = obs::compare_weights_across_dp_replicas(model_->parameters(), backend_, *groups_->dp,
-                                                               *groups_->world, progress_.iteration);
+                                                                         *groups_->world, progress_.iteration);
   if (r.mismatches == 0) {
-    *log0_ << ">>> Weight hashes match after " << progress_.iteration << " iterations (checked in "
-           << seconds_since(t0) << " s)\n" << std::flush;
+    *log0_ << ">>> Weight hashes match after " << progress_.iteration << " iterations (checked in " << seconds_since(t0)
+           << " s)\n"
+           << std::flush;
     return;
   }
   if (groups_->rank() == 0) throw_error(r.message);
   // Rank 0 names the count and the first rank; a differing rank adds its parameters.
   comm::let_rank0_report_first(r.message);
-  throw_error("[--check-weight-hash-across-dp-replicas-interval] weights differ across data-parallel replicas (rank 0 "
-              "says where)");
+  throw_error(
+      "[--check-weight-hash-across-dp-replicas-interval] weights differ across data-parallel replicas (rank 0 "
+      "says where)");
 }
 
 void Trainer::finish_pending_save(bool wait) {
@@ -271,15 +281,18 @@ Trainer::~Trainer() {
   }
 }
 
-void Trainer::log_to_tensorboard(const parallel::StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm) {
+void Trainer::log_to_tensorboard(const parallel::StepResult& step, double loss, int64_t gbs,
+                                 std::optional<double> params_norm) {
   const TrainConfig& c = config_;
   const int64_t it = progress_.iteration, samples = progress_.consumed_train_samples;
   auto both = [&](std::string_view tag, std::string_view vs_samples, double value) {
     tensorboard_->add_scalar(std::string(tag), value, it);
     tensorboard_->add_scalar(std::string(vs_samples), value, samples);
   };
-  if (c.log_learning_rate_to_tensorboard) both(tb_tags::kLearningRate, tb_tags::kLearningRateVsSamples, scheduler_->lr());
-  if (c.log_batch_size_to_tensorboard) both(tb_tags::kBatchSize, tb_tags::kBatchSizeVsSamples, static_cast<double>(gbs));
+  if (c.log_learning_rate_to_tensorboard)
+    both(tb_tags::kLearningRate, tb_tags::kLearningRateVsSamples, scheduler_->lr());
+  if (c.log_batch_size_to_tensorboard)
+    both(tb_tags::kBatchSize, tb_tags::kBatchSizeVsSamples, static_cast<double>(gbs));
   if (step.success) both(tb_tags::kLmLoss, tb_tags::kLmLossVsSamples, loss);
   if (c.log_loss_scale_to_tensorboard) {
     both(tb_tags::kLossScale, tb_tags::kLossScaleVsSamples, optimizer_->loss_scale());

@@ -42,20 +42,20 @@
 #include <vector>
 
 #include "backend/ops.h"
-#include "parallel/process_groups.h"
+#include "ckpt/checkpoint.h"
 #include "data/dataset_config.h"
 #include "model/gpt_model.h"
-#include "parallel/pipeline_schedule.h"
-#include "ckpt/checkpoint.h"
-#include "train/config.h"
 #include "obs/metrics_jsonl.h"
-#include "obs/tensorboard_writer.h"
+#include "obs/progress_log.h"
 #include "obs/straggler_detector.h"
+#include "obs/tensorboard_writer.h"
 #include "obs/timers.h"
 #include "optim/lr_scheduler.h"
-#include "train/microbatches.h"
 #include "parallel/optimizer.h"
-#include "obs/progress_log.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/process_groups.h"
+#include "train/config.h"
+#include "train/microbatches.h"
 
 namespace megatron::train {
 
@@ -63,8 +63,8 @@ struct TrainSummary {
   int64_t iterations = 0;
   bool exited_early = false;  // --exit-interval, --exit-duration-in-mins or SIGTERM
   int64_t consumed_samples = 0;
-  double first_loss = 0;  // the loss of iteration 1 (advanced)
-  double last_loss = 0;   // the last logged interval average
+  double first_loss = 0;        // the loss of iteration 1 (advanced)
+  double last_loss = 0;         // the last logged interval average
   double final_valid_loss = 0;  // NaN when there is no validation split
 };
 
@@ -127,7 +127,8 @@ class Trainer {
   // Fills `mb` with micro-batch `k` of the iteration starting at `first_sample` of `dataset`
   // (samples first_sample + k*mbs*dp + dp_rank*mbs + [0, mbs): MegatronPretrainingSampler's
   // slice for this DP rank).
-  void load_micro_batch(const data::TokenDataset& dataset, int64_t first_sample, int64_t k, model::MicroBatch* mb) const;
+  void load_micro_batch(const data::TokenDataset& dataset, int64_t first_sample, int64_t k,
+                        model::MicroBatch* mb) const;
   // --calculate-per-token-loss: the tokens the loss counts in the current global batch
   // (microbatches_) from `first_sample`, over the whole data-parallel group: every position
   // unless --eod-mask-loss drops the predictions after an end of document (then the loss masks
@@ -151,7 +152,8 @@ class Trainer {
   std::vector<parallel::PipelineAction> pipeline_table(int64_t num_micro, bool forward_only) const;
   // TensorBoard scalars of one iteration (every --tensorboard-log-interval).
   // `params_norm`: --log-params-norm's value (computed by every rank: it is collective).
-  void log_to_tensorboard(const parallel::StepResult& step, double loss, int64_t gbs, std::optional<double> params_norm);
+  void log_to_tensorboard(const parallel::StepResult& step, double loss, int64_t gbs,
+                          std::optional<double> params_norm);
   // --check-weight-hash-across-dp-replicas-interval: every rank's weights against its
   // data-parallel group's rank 0 (collective); throws on every rank when any differ.
   void check_weight_hashes();
@@ -181,7 +183,7 @@ class Trainer {
   std::unique_ptr<NumMicroBatchesCalculator> microbatches_;
   int64_t train_iters_ = 0;
   ckpt::TrainProgress progress_;
-  std::unique_ptr<obs::Timers> timers_;  // --timing-log-level (obs/timers.h)
+  std::unique_ptr<obs::Timers> timers_;          // --timing-log-level (obs/timers.h)
   obs::StragglerDetector* straggler_ = nullptr;  // --log-straggler
   std::unique_ptr<obs::TensorBoardWriter> tensorboard_;
   std::unique_ptr<obs::MetricsJsonlWriter> jsonl_;
@@ -193,9 +195,10 @@ class Trainer {
   // Where the run of jobs with this GPU count started (read from progress.txt once, after this
   // job's "Starting job": later lines are this job's own and cannot move it).
   std::optional<obs::ProgressStart> progress_run_start_;
-  std::chrono::milliseconds save_grace_{0};  // grant_save_time's grace, computed at the first save
-  std::shared_ptr<Storage> async_save_host_;            // --async-save's page-locked copy, kept between saves
-  std::unique_ptr<ckpt::PendingCheckpointSave> pending_save_;  // an --async-save being written (declared last: destroyed first)
+  std::chrono::milliseconds save_grace_{0};   // grant_save_time's grace, computed at the first save
+  std::shared_ptr<Storage> async_save_host_;  // --async-save's page-locked copy, kept between saves
+  std::unique_ptr<ckpt::PendingCheckpointSave>
+      pending_save_;  // an --async-save being written (declared last: destroyed first)
 };
 
 }  // namespace megatron::train

@@ -20,13 +20,13 @@
 #include "core/error.h"
 #include "core/host_name.h"
 #include "core/memory.h"
-#include "train/flops.h"
 #include "obs/progress_log.h"
-#include "train/sub_configs.h"
 #include "obs/tensorboard_tags.h"
+#include "obs/training_log.h"
+#include "train/flops.h"
+#include "train/sub_configs.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
-#include "obs/training_log.h"
 
 namespace megatron::train {
 
@@ -97,7 +97,8 @@ void Trainer::cuda_profiler(bool start) const {
   const std::string why = start ? backend::cuda_profiler_start() : backend::cuda_profiler_stop();
   if (!why.empty()) {
     std::cerr << " > warning: [--profile] rank " << groups_->rank() << ": the CUDA profiler did not "
-              << (start ? "start" : "stop") << ": " << why << '\n' << std::flush;
+              << (start ? "start" : "stop") << ": " << why << '\n'
+              << std::flush;
   }
 }
 
@@ -161,8 +162,8 @@ void Trainer::begin_training(LoopState* loop) {
   }
   // --profile: Megatron's nsys hooks. The capture starts when profile_step_start iterations are
   // done and stops after iteration profile_step_end; NVTX ranges name every iteration and phase.
-  loop->profiled = c.profile && std::find(c.profile_ranks.begin(), c.profile_ranks.end(), groups_->rank()) !=
-                                    c.profile_ranks.end();
+  loop->profiled =
+      c.profile && std::find(c.profile_ranks.begin(), c.profile_ranks.end(), groups_->rank()) != c.profile_ranks.end();
   if (!c.profile) return;
   if (backend_.device() == Device::kCUDA) {
     *log0_ << " > --profile: the CUDA profiler captures iterations " << c.profile_step_start + 1 << "-"
@@ -250,8 +251,8 @@ Trainer::Iteration Trainer::run_iteration(LoopState* loop) {
       it.loss = summed / static_cast<double>(num_micro * groups_->dp_cp->size());
     }
     if (!recording_failure_reported_ && !model_->recording_failure().empty()) {
-      *log0_ << " > warning: recording the step's device work (CUDA graphs) stopped: "
-             << model_->recording_failure() << "; its ops are issued one by one from now on\n";
+      *log0_ << " > warning: recording the step's device work (CUDA graphs) stopped: " << model_->recording_failure()
+             << "; its ops are issued one by one from now on\n";
       recording_failure_reported_ = true;
     }
   };
@@ -352,24 +353,25 @@ void Trainer::log_iteration(const Iteration& it, LoopState* loop, TrainSummary* 
   }
   if (tensorboard_) tensorboard_->flush();
   if (jsonl_) {
-    jsonl_->write({{"iteration", iteration},
-                   {"consumed_samples", progress_.consumed_train_samples},
-                   {"elapsed_ms_per_iteration", log.elapsed_ms},
-                   {"throughput_tflops_per_gpu", log.tflops_per_gpu},
-                   {"learning_rate", log.learning_rate},
-                   {"global_batch_size", gbs},
-                   {"lm_loss", loop->loss_weight > 0 ? obs::MetricValue(loop->loss_sum / loop->loss_weight) : obs::MetricValue()},
-                   {"loss_scale", static_cast<double>(log.loss_scale)},
-                   {"grad_norm", step.grad_norm},
-                   {"params_norm", log.params_norm},
-                   {"skipped_iterations", loop->skipped},
-                   {"nan_iterations", loop->nans},
-                   {"tokens_per_second", *log.tokens_per_second}});
+    jsonl_->write(
+        {{"iteration", iteration},
+         {"consumed_samples", progress_.consumed_train_samples},
+         {"elapsed_ms_per_iteration", log.elapsed_ms},
+         {"throughput_tflops_per_gpu", log.tflops_per_gpu},
+         {"learning_rate", log.learning_rate},
+         {"global_batch_size", gbs},
+         {"lm_loss", loop->loss_weight > 0 ? obs::MetricValue(loop->loss_sum / loop->loss_weight) : obs::MetricValue()},
+         {"loss_scale", static_cast<double>(log.loss_scale)},
+         {"grad_norm", step.grad_norm},
+         {"params_norm", log.params_norm},
+         {"skipped_iterations", loop->skipped},
+         {"nan_iterations", loop->nans},
+         {"tokens_per_second", *log.tokens_per_second}});
   }
   if (!loop->memory_reported) {
     const MemorySnapshot m = memory_tracker(backend_.device()).snapshot();
     *log_last_ << obs::format_memory_line(groups_->rank(), iteration, m.current_total, m.peak_total, m.current_total,
-                                     m.peak_total)
+                                          m.peak_total)
                << '\n';
     loop->memory_reported = true;
   }

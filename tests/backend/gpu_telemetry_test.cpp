@@ -14,12 +14,12 @@ namespace {
 
 TEST(GpuTelemetry, SummaryTakesMediansAndCountsCappedSamples) {
   const std::vector<TelemetrySample> samples = {
-      {1980, 300, 0x0},                 // free
-      {1605, 699, kReasonSwPowerCap},   // power
+      {1980, 300, 0x0},                // free
+      {1605, 699, kReasonSwPowerCap},  // power
       {1470, 698, kReasonSwPowerCap | 0x1},
-      {1785, 650, kReasonHwSlowdown},   // power (hardware slowdown)
-      {1700, 640, kReasonHwThermal},    // heat
-      {1900, 500, 0x1},                 // idle: neither
+      {1785, 650, kReasonHwSlowdown},  // power (hardware slowdown)
+      {1700, 640, kReasonHwThermal},   // heat
+      {1900, 500, 0x1},                // idle: neither
   };
   const TelemetrySummary t = summarize_telemetry(samples, 1980, 700);
   EXPECT_EQ(t.samples, 6);
@@ -38,7 +38,8 @@ TEST(GpuTelemetry, SummaryTakesMediansAndCountsCappedSamples) {
   EXPECT_DOUBLE_EQ(o.sm_clock_median_mhz, 1600);
   EXPECT_DOUBLE_EQ(o.power_median_w, 600);
   EXPECT_DOUBLE_EQ(o.power_capped, 1.0 / 3.0);
-  EXPECT_EQ(describe_telemetry(o), "SM clock median 1600 of 1980 MHz, power median 600 of 700 W, power-capped in 33% of 3 samples");
+  EXPECT_EQ(describe_telemetry(o),
+            "SM clock median 1600 of 1980 MHz, power median 600 of 700 W, power-capped in 33% of 3 samples");
 }
 
 TEST(GpuTelemetry, SummaryTakesTheMedianTemperatureAndUtilization) {
@@ -49,7 +50,8 @@ TEST(GpuTelemetry, SummaryTakesTheMedianTemperatureAndUtilization) {
   EXPECT_DOUBLE_EQ(t.utilization_median_pct, (88.0 + 97.0) / 2);
   // Readings a GPU does not give (NaN) are left out; none at all: NaN.
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const std::vector<TelemetrySample> partial = {{1980, 300, 0, 41, nan}, {1800, 650, 0, nan, nan}, {1850, 640, 0, 60, nan}};
+  const std::vector<TelemetrySample> partial = {
+      {1980, 300, 0, 41, nan}, {1800, 650, 0, nan, nan}, {1850, 640, 0, 60, nan}};
   const TelemetrySummary p = summarize_telemetry(partial, 1980, 700);
   EXPECT_DOUBLE_EQ(p.temperature_median_c, (41.0 + 60.0) / 2);
   EXPECT_TRUE(std::isnan(p.utilization_median_pct));

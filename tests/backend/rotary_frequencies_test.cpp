@@ -74,7 +74,7 @@ struct Case {
 };
 
 TEST(RotaryFrequencies, MatchNumpy) {
-  const std::vector<Case> cases = {{128, 10000.0, 8.0}, {128, 500000.0, 8.0}, {64, 10000.0, 32.0},
+  const std::vector<Case> cases = {{128, 10000.0, 8.0},  {128, 500000.0, 8.0}, {64, 10000.0, 32.0},
                                    {96, 1000000.0, 8.0}, {2, 10000.0, 8.0},    {80, 500000.0, 16.0}};
   const std::string dir = test::scratch_dir("rotary_frequencies");
   {

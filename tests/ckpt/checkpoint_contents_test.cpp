@@ -17,14 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_io.h"
+#include "ckpt/safetensors.h"
 #include "core/dtype.h"
 #include "core/json_writer.h"
 #include "model/gpt_model.h"
 #include "support/error_of.h"
 #include "support/paths.h"
-#include "ckpt/checkpoint.h"
-#include "ckpt/checkpoint_io.h"
-#include "ckpt/safetensors.h"
 
 namespace megatron::ckpt {
 namespace {
@@ -38,8 +38,9 @@ const std::string& fixture() {
         test::megatron_binary() +
             " train --num-layers 2 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2"
             " --global-batch-size 2 --train-iters 2 --lr 0.01 --mock-data --log-interval 1 --eval-iters 0 --device cpu"
-            " --vocab-file " + test::gpt2_vocab_file() + " --merge-file " + test::gpt2_merge_file() +
-            " --data-cache-path " + d + "/cache --save " + d + "/original --save-interval 2",
+            " --vocab-file " +
+            test::gpt2_vocab_file() + " --merge-file " + test::gpt2_merge_file() + " --data-cache-path " + d +
+            "/cache --save " + d + "/original --save-interval 2",
         true);
     EXPECT_EQ(r.status, 0) << r.output;
     return d;
@@ -146,7 +147,8 @@ TEST(CheckpointContents, EveryModelValueIsRangeChecked) {
     const std::string ckpt = copy_of_fixture("model_values");
     set_metadata(ckpt, "args", c.key, c.value);
     const std::string e = model_error(ckpt);
-    EXPECT_NE(e.find(metadata_path(ckpt) + ": " + c.expected), std::string::npos) << c.key << " = " << c.value << ": " << e;
+    EXPECT_NE(e.find(metadata_path(ckpt) + ": " + c.expected), std::string::npos)
+        << c.key << " = " << c.value << ": " << e;
   }
   const std::string ckpt = copy_of_fixture("model_values");
   set_metadata(ckpt, "args", "--num-layers", std::nullopt);
@@ -182,7 +184,8 @@ TEST(CheckpointContents, EveryTrainingStateValueIsRangeChecked) {
     set_metadata(ckpt, c.object, c.key, c.value);
     // The iteration and format are the model's concern too; the rest the state's only.
     const std::string e = state_error(ckpt);
-    EXPECT_NE(e.find(metadata_path(ckpt) + ": " + c.expected), std::string::npos) << c.key << " = " << c.value << ": " << e;
+    EXPECT_NE(e.find(metadata_path(ckpt) + ": " + c.expected), std::string::npos)
+        << c.key << " = " << c.value << ": " << e;
   }
 }
 
@@ -231,8 +234,9 @@ TEST(CheckpointContents, TheTensorsMustBeTheRecordedModels) {
     ckpt::write_safetensors(path, without);
     EXPECT_NE(model_error(ckpt).find("tensor '" + dropped + "' is missing"), std::string::npos) << model_error(ckpt);
     ckpt::write_safetensors(path, with_extra);
-    EXPECT_NE(model_error(ckpt).find("tensor 'decoder.layers.0.self_attention.rotary.inv_freq' is not part of the model"),
-              std::string::npos)
+    EXPECT_NE(
+        model_error(ckpt).find("tensor 'decoder.layers.0.self_attention.rotary.inv_freq' is not part of the model"),
+        std::string::npos)
         << model_error(ckpt);
   }
   {
@@ -284,16 +288,18 @@ TEST(CheckpointContents, NanWeightsAreRefusedByTheLoaders) {
     f.write(reinterpret_cast<const char*>(&nan), 4);
   }
   const ckpt::LoadedCheckpoint ck = ckpt::load_checkpoint_dir(ckpt);
-  EXPECT_NE(test::error_of([&] { ckpt::check_all_finite(ck); })
-                .find("model.safetensors: tensor 'decoder.layers.1.mlp.linear_fc2.weight' holds NaN or Inf (element 5)"),
+  EXPECT_NE(test::error_of([&] {
+              ckpt::check_all_finite(ck);
+            }).find("model.safetensors: tensor 'decoder.layers.1.mlp.linear_fc2.weight' holds NaN or Inf (element 5)"),
             std::string::npos);
   const ckpt::CheckpointModel cm = ckpt::read_checkpoint_model(ck);  // the shapes are fine
   model::ParameterSet params;
   model::GPTModel::declare_stage_parameters(cm.config, model::PipelineStageOptions{}, &params);
   std::unique_ptr<backend::Backend> cpu = backend::make_cpu_backend();
   params.allocate(*cpu, DType::kF32);
-  EXPECT_NE(test::error_of([&] { ckpt::load_checkpoint_weights(ck, params, *cpu); }).find("holds NaN or Inf (element 5"),
-            std::string::npos);
+  EXPECT_NE(
+      test::error_of([&] { ckpt::load_checkpoint_weights(ck, params, *cpu); }).find("holds NaN or Inf (element 5"),
+      std::string::npos);
 }
 
 TEST(CheckpointContents, TheCommandsRefuseWhatTheLibraryRefuses) {
@@ -308,7 +314,8 @@ TEST(CheckpointContents, TheCommandsRefuseWhatTheLibraryRefuses) {
     EXPECT_EQ(r.status, 1) << command << "\n" << r.output;
     EXPECT_NE(r.output.find("error: " + ckpt + "/iter_0000002/model.safetensors: tensor 'decoder.layers.1."),
               std::string::npos)
-        << command << "\n" << r.output;
+        << command << "\n"
+        << r.output;
   }
   EXPECT_FALSE(fs::exists(hf));  // nothing written
   EXPECT_FALSE(fs::exists(hf + "_re"));

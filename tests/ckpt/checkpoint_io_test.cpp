@@ -51,19 +51,23 @@ struct State {
   std::vector<float> exp_avg;
   std::vector<int64_t> step;
   State(int64_t it, size_t n) : weight(n), exp_avg(n / 2), step{it} {
-    for (size_t i = 0; i < weight.size(); ++i) weight[i] = static_cast<float>((it * 7919 + static_cast<int64_t>(i)) % 65521);
-    for (size_t i = 0; i < exp_avg.size(); ++i) exp_avg[i] = static_cast<float>((it * 31 + static_cast<int64_t>(i)) % 1021) * 0.5f;
+    for (size_t i = 0; i < weight.size(); ++i)
+      weight[i] = static_cast<float>((it * 7919 + static_cast<int64_t>(i)) % 65521);
+    for (size_t i = 0; i < exp_avg.size(); ++i)
+      exp_avg[i] = static_cast<float>((it * 31 + static_cast<int64_t>(i)) % 1021) * 0.5f;
   }
   std::vector<ckpt::CheckpointFile> files(int64_t it, bool with_optimizer = true) const {
     std::vector<ckpt::CheckpointFile> f;
     f.push_back(ckpt::CheckpointFile::safetensors(
-        ckpt::kModelFileName, {{"weight", DType::kF32, {static_cast<int64_t>(weight.size())}, weight.data()}}, {{"iteration", std::to_string(it)}}));
+        ckpt::kModelFileName, {{"weight", DType::kF32, {static_cast<int64_t>(weight.size())}, weight.data()}},
+        {{"iteration", std::to_string(it)}}));
     if (with_optimizer) {
-      f.push_back(ckpt::CheckpointFile::safetensors(ckpt::kOptimizerFileName,
-                                              {{"exp_avg", DType::kF32, {static_cast<int64_t>(exp_avg.size())}, exp_avg.data()},
-                                               {"step", DType::kI64, {1}, step.data()}}));
+      f.push_back(ckpt::CheckpointFile::safetensors(
+          ckpt::kOptimizerFileName, {{"exp_avg", DType::kF32, {static_cast<int64_t>(exp_avg.size())}, exp_avg.data()},
+                                     {"step", DType::kI64, {1}, step.data()}}));
     }
-    f.push_back(ckpt::CheckpointFile::text_file(ckpt::kMetadataFileName, "{\"iteration\": " + std::to_string(it) + "}"));
+    f.push_back(
+        ckpt::CheckpointFile::text_file(ckpt::kMetadataFileName, "{\"iteration\": " + std::to_string(it) + "}"));
     return f;
   }
 };
@@ -71,7 +75,8 @@ struct State {
 // Empty string when `ckpt` is exactly what State(it) saved; otherwise what differs.
 std::string verify(const ckpt::LoadedCheckpoint& ckpt, int64_t it, size_t n) {
   const State want(it, n);
-  if (ckpt.metadata_json != "{\"iteration\": " + std::to_string(it) + "}") return "metadata.json: " + ckpt.metadata_json;
+  if (ckpt.metadata_json != "{\"iteration\": " + std::to_string(it) + "}")
+    return "metadata.json: " + ckpt.metadata_json;
   const ckpt::SafetensorsTensor& w = ckpt.model().at("weight");
   if (w.numel != static_cast<int64_t>(n) || std::memcmp(w.data, want.weight.data(), n * sizeof(float)) != 0) {
     return "model weight differs";
@@ -181,16 +186,19 @@ TEST(CheckpointIo, ErrorsNameTheFile) {
   const std::string it = dir + "/iter_0000003";
 
   write_all(dir + "/latest_checkpointed_iteration.txt", "5");
-  EXPECT_NE(error_of([&] { ckpt::load_checkpoint_dir(dir); }).find(dir + "/iter_0000005: checkpoint directory is missing"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { ckpt::load_checkpoint_dir(dir); }).find(dir + "/iter_0000005: checkpoint directory is missing"),
+      std::string::npos);
   EXPECT_NE(error_of([&] { ckpt::load_checkpoint_dir(dir, 4); }).find("iter_0000004"), std::string::npos);
   write_all(dir + "/latest_checkpointed_iteration.txt", "3");
 
   const std::string model = read_all(it + "/model.safetensors");
   write_all(it + "/model.safetensors", model.substr(0, model.size() - 1));
-  EXPECT_NE(error_of([&] { ckpt::load_checkpoint_dir(dir); }).find(it + "/model.safetensors: safetensors: "), std::string::npos);
+  EXPECT_NE(error_of([&] { ckpt::load_checkpoint_dir(dir); }).find(it + "/model.safetensors: safetensors: "),
+            std::string::npos);
   fs::remove(it + "/model.safetensors");
-  EXPECT_NE(error_of([&] { ckpt::load_checkpoint_dir(dir); }).find(it + "/model.safetensors: missing"), std::string::npos);
+  EXPECT_NE(error_of([&] { ckpt::load_checkpoint_dir(dir); }).find(it + "/model.safetensors: missing"),
+            std::string::npos);
   write_all(it + "/model.safetensors", model);
 
   const std::string opt = read_all(it + "/optimizer.safetensors");
@@ -200,15 +208,19 @@ TEST(CheckpointIo, ErrorsNameTheFile) {
   write_all(it + "/optimizer.safetensors", opt);
 
   write_all(it + "/metadata.json", "{\"iteration\": 3");
-  EXPECT_NE(error_of([&] { ckpt::load_checkpoint_dir(dir); }).find(it + "/metadata.json: not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of([&] { ckpt::load_checkpoint_dir(dir); }).find(it + "/metadata.json: not valid JSON"),
+            std::string::npos);
   fs::remove(it + "/metadata.json");
   EXPECT_NE(error_of([&] { ckpt::load_checkpoint_dir(dir); }).find(it + "/metadata.json: missing"), std::string::npos);
 
-  EXPECT_NE(error_of([&] { ckpt::save_checkpoint_dir(dir, 0, s.files(3)); }).find("cannot save iteration 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { ckpt::save_checkpoint_dir(dir, 0, s.files(3)); }).find("cannot save iteration 0"),
+            std::string::npos);
   std::vector<ckpt::CheckpointFile> twice = s.files(3);
   twice.push_back(twice.back());
   EXPECT_NE(error_of([&] { ckpt::save_checkpoint_dir(dir, 4, twice); }).find("given twice"), std::string::npos);
-  EXPECT_NE(error_of([&] { ckpt::save_checkpoint_dir(dir, 4, {ckpt::CheckpointFile::text_file("a/b", "")}); }).find("invalid file name"),
+  EXPECT_NE(error_of([&] {
+              ckpt::save_checkpoint_dir(dir, 4, {ckpt::CheckpointFile::text_file("a/b", "")});
+            }).find("invalid file name"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(dir + "/iter_0000004"));
 }
@@ -217,7 +229,8 @@ TEST(CheckpointIo, KeepLastK) {
   const std::string dir = test::scratch_dir("ckpt_keep");
   const State s(1, 64);
   for (int64_t it = 1; it <= 5; ++it) ckpt::save_checkpoint_dir(dir, it * 10, State(it * 10, 64).files(it * 10), 2);
-  EXPECT_EQ(entries(dir), (std::vector<std::string>{"iter_0000040", "iter_0000050", "latest_checkpointed_iteration.txt"}));
+  EXPECT_EQ(entries(dir),
+            (std::vector<std::string>{"iter_0000040", "iter_0000050", "latest_checkpointed_iteration.txt"}));
   // Saving an older iteration keeps the two newest and the one just written.
   ckpt::save_checkpoint_dir(dir, 30, State(30, 64).files(30), 2);
   EXPECT_EQ(entries(dir), (std::vector<std::string>{"iter_0000030", "iter_0000040", "iter_0000050",
@@ -238,7 +251,8 @@ TEST(CheckpointIo, ResavingTheSameIterationReplacesIt) {
   // Iteration 5 again with other content (State(50) under the name 5): the new copy wins.
   State other(50, 128);
   ckpt::save_checkpoint_dir(dir, 5, other.files(50));
-  EXPECT_EQ(entries(dir), (std::vector<std::string>{"iter_0000005", "iter_0000006", "latest_checkpointed_iteration.txt"}));
+  EXPECT_EQ(entries(dir),
+            (std::vector<std::string>{"iter_0000005", "iter_0000006", "latest_checkpointed_iteration.txt"}));
   const ckpt::LoadedCheckpoint c = ckpt::load_checkpoint_dir(dir);
   EXPECT_EQ(c.iteration, 5);
   EXPECT_EQ(verify(c, 50, 128), "");
@@ -299,8 +313,7 @@ TEST(CheckpointIo, KillDuringSaveAlwaysLeavesALoadableCheckpoint) {
   // How long one save takes here, to spread the kills over whole saves.
   const auto t0 = std::chrono::steady_clock::now();
   ckpt::save_checkpoint_dir(dir + "/timing", 1, State(1, kFloats).files(1));
-  const double save_us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  const double save_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   fs::remove_all(dir + "/timing");
 
   std::mt19937 rng(20240607);
@@ -323,8 +336,8 @@ TEST(CheckpointIo, KillDuringSaveAlwaysLeavesALoadableCheckpoint) {
       }
     }
     // Between 0 and a few saves (the first kills may land before the first tracker exists).
-    const auto delay = std::chrono::microseconds(static_cast<int64_t>(
-        std::uniform_real_distribution<double>(0.0, 6.0 * save_us + 5000.0)(rng)));
+    const auto delay = std::chrono::microseconds(
+        static_cast<int64_t>(std::uniform_real_distribution<double>(0.0, 6.0 * save_us + 5000.0)(rng)));
     std::this_thread::sleep_for(delay);
     ASSERT_EQ(::kill(pid, SIGKILL), 0);
     int status = 0;
@@ -343,8 +356,8 @@ TEST(CheckpointIo, KillDuringSaveAlwaysLeavesALoadableCheckpoint) {
     (c.iteration > last_seen ? advanced : unchanged)++;
     last_seen = c.iteration;
   }
-  std::printf("%d kills: tracker advanced %d times, unchanged %d times; last iteration %lld; one save ~%.0f us\n", kKills,
-              advanced, unchanged, static_cast<long long>(last_seen), save_us);
+  std::printf("%d kills: tracker advanced %d times, unchanged %d times; last iteration %lld; one save ~%.0f us\n",
+              kKills, advanced, unchanged, static_cast<long long>(last_seen), save_us);
   EXPECT_GT(advanced, kKills / 4) << "the kills did not let saves complete; the test proves little";
   EXPECT_GT(last_seen, 0);
 

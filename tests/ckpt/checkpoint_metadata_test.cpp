@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "core/error.h"
 #include "ckpt/checkpoint_io.h"
+#include "core/error.h"
 
 namespace megatron::ckpt {
 namespace {

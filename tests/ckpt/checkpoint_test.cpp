@@ -8,12 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <regex>
 #include <set>
-#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,15 +21,15 @@
 #include <unistd.h>
 
 #include "backend/ops.h"
-#include "core/error.h"
+#include "ckpt/checkpoint_io.h"
+#include "ckpt/safetensors.h"
 #include "cli/args.h"
 #include "cli/train_args.h"
 #include "comm/mpi_communicator.h"
+#include "core/error.h"
 #include "data/indexed_dataset.h"
 #include "support/mpi.h"
 #include "support/paths.h"
-#include "ckpt/checkpoint_io.h"
-#include "ckpt/safetensors.h"
 #include "train/trainer.h"
 
 namespace megatron::ckpt {
@@ -58,13 +58,44 @@ struct TrainRun {
 };
 
 TrainRun train(const std::string& dir, std::vector<std::string> extra) {
-  std::vector<std::string> flags = {
-      "--num-layers", "2", "--hidden-size", "16", "--num-attention-heads", "2", "--seq-length", "8",
-      "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "24", "--lr", "0.003",
-      "--lr-decay-style", "cosine", "--lr-warmup-iters", "3", "--log-interval", "1", "--eval-interval", "8",
-      "--eval-iters", "1", "--split", "90,10,0", "--data-path", dir + "/walk_text_document", "--data-cache-path",
-      dir + "/cache", "--seed", "11", "--vocab-file", test::gpt2_vocab_file(), "--merge-file",
-      test::gpt2_merge_file()};
+  std::vector<std::string> flags = {"--num-layers",
+                                    "2",
+                                    "--hidden-size",
+                                    "16",
+                                    "--num-attention-heads",
+                                    "2",
+                                    "--seq-length",
+                                    "8",
+                                    "--micro-batch-size",
+                                    "2",
+                                    "--global-batch-size",
+                                    "4",
+                                    "--train-iters",
+                                    "24",
+                                    "--lr",
+                                    "0.003",
+                                    "--lr-decay-style",
+                                    "cosine",
+                                    "--lr-warmup-iters",
+                                    "3",
+                                    "--log-interval",
+                                    "1",
+                                    "--eval-interval",
+                                    "8",
+                                    "--eval-iters",
+                                    "1",
+                                    "--split",
+                                    "90,10,0",
+                                    "--data-path",
+                                    dir + "/walk_text_document",
+                                    "--data-cache-path",
+                                    dir + "/cache",
+                                    "--seed",
+                                    "11",
+                                    "--vocab-file",
+                                    test::gpt2_vocab_file(),
+                                    "--merge-file",
+                                    test::gpt2_merge_file()};
   flags.insert(flags.end(), extra.begin(), extra.end());
   cli::Args args("train");
   cli::declare_train_flags(args);
@@ -85,7 +116,8 @@ TrainRun train(const std::string& dir, std::vector<std::string> extra) {
 std::map<int64_t, std::string> numbers(const std::string& log) {
   std::map<int64_t, std::string> lines;
   static const std::regex it(R"( iteration +(\d+)/)");
-  static const std::regex clock(R"(^ \[[^\]]*\]| elapsed time per iteration \(ms\): [0-9.]+ \|| tokens per second: \d+ \| ETA: [0-9:]+ \|)");
+  static const std::regex clock(
+      R"(^ \[[^\]]*\]| elapsed time per iteration \(ms\): [0-9.]+ \|| tokens per second: \d+ \| ETA: [0-9:]+ \|)");
   std::istringstream in(log);
   std::string s;
   while (std::getline(in, s)) {
@@ -152,8 +184,8 @@ TEST(Checkpoint, ResumeIsBitExactFp32WithDropout) { expect_resume_is_exact("ckpt
 TEST(Checkpoint, ResumeIsBitExactFp16WithLossScaleChanges) {
   // 2^16 overflows for the first iterations (skips), a window of 3 regrows it, so the scaler's
   // trackers are mid-way at iteration 12.
-  expect_resume_is_exact("ckpt_fp16", {"--fp16", "--initial-loss-scale", "65536", "--loss-scale-window", "3",
-                                       "--hysteresis", "2"});
+  expect_resume_is_exact("ckpt_fp16",
+                         {"--fp16", "--initial-loss-scale", "65536", "--loss-scale-window", "3", "--hysteresis", "2"});
 }
 
 TEST(Checkpoint, ResumeIsBitExactBf16) { expect_resume_is_exact("ckpt_bf16", {"--bf16"}); }
@@ -166,12 +198,15 @@ TEST(Checkpoint, FinetuneAndNoLoadOptimAndShapeChecks) {
   ASSERT_EQ(list.size(), 1u) << "keep-last 1";
   EXPECT_EQ(list[0].iteration, 6);
 
-  const TrainRun ft = train(dir, {"--load", dir + "/ckpt", "--finetune", "--train-iters", "2", "--lr-warmup-iters", "0"});
+  const TrainRun ft =
+      train(dir, {"--load", dir + "/ckpt", "--finetune", "--train-iters", "2", "--lr-warmup-iters", "0"});
   EXPECT_NE(ft.log.find(" iteration        1/       2 | consumed samples:            4 |"), std::string::npos)
-      << "finetune starts at iteration 0 with no consumed samples\n" << ft.log;
+      << "finetune starts at iteration 0 with no consumed samples\n"
+      << ft.log;
 
   const TrainRun nl = train(dir, {"--load", dir + "/ckpt", "--no-load-optim", "--train-iters", "8"});
-  EXPECT_NE(nl.log.find(" iteration        7/       8 | consumed samples:           28 |"), std::string::npos) << nl.log;
+  EXPECT_NE(nl.log.find(" iteration        7/       8 | consumed samples:           28 |"), std::string::npos)
+      << nl.log;
 
   try {
     train(dir, {"--load", dir + "/ckpt", "--hidden-size", "32"});
@@ -213,7 +248,8 @@ TEST(Checkpoint, AllRanksSeeDirectoryNoticesNodeLocalStorage) {
   // One path on both ranks: rank 0's scratch directory (named with its pid).
   double pid = world->rank() == 0 ? static_cast<double>(::getpid()) : 0.0;
   world->all_reduce_host({&pid, 1}, comm::ReduceOp::kMax);
-  const std::string dir = test::binary_dir() + "/test_scratch/ckpt_shared_probe-" + std::to_string(static_cast<int64_t>(pid));
+  const std::string dir =
+      test::binary_dir() + "/test_scratch/ckpt_shared_probe-" + std::to_string(static_cast<int64_t>(pid));
   if (world->rank() == 0) test::scratch_dir("ckpt_shared_probe");
   world->barrier();
   EXPECT_TRUE(ckpt::all_ranks_see_directory(dir + "/save", *world));
@@ -246,8 +282,8 @@ TEST(Checkpoint, SaveMemoryIsBoundedByTheLargestTensor) {
   for (const char* precision : {"fp32", "bf16"}) {
     const bool bf16 = std::string(precision) == "bf16";
     const std::string save = dir + "/ckpt_" + precision;
-    std::vector<std::string> flags = {"--train-iters", "4", "--lr-warmup-iters", "1", "--save", save,
-                                      "--save-interval", "2"};
+    std::vector<std::string> flags = {"--train-iters", "4",  "--lr-warmup-iters", "1",
+                                      "--save",        save, "--save-interval",   "2"};
     if (bf16) flags.push_back("--bf16");
     train(dir, flags);
     int64_t bytes = 0, largest = 0, largest_weight = 0;
@@ -262,9 +298,23 @@ TEST(Checkpoint, SaveMemoryIsBoundedByTheLargestTensor) {
     EXPECT_EQ(largest, 64 * 16 * 4) << "the fixture's largest tensor is an fp32 MLP weight's state";
     cli::Args args("train");
     cli::declare_train_flags(args);
-    std::vector<std::string> argv = {"--num-layers", "2", "--hidden-size", "16", "--num-attention-heads", "2",
-                                     "--seq-length", "8", "--micro-batch-size", "2", "--train-iters", "2", "--lr",
-                                     "0.003", "--dry-run", "--save", save};
+    std::vector<std::string> argv = {"--num-layers",
+                                     "2",
+                                     "--hidden-size",
+                                     "16",
+                                     "--num-attention-heads",
+                                     "2",
+                                     "--seq-length",
+                                     "8",
+                                     "--micro-batch-size",
+                                     "2",
+                                     "--train-iters",
+                                     "2",
+                                     "--lr",
+                                     "0.003",
+                                     "--dry-run",
+                                     "--save",
+                                     save};
     if (bf16) argv.push_back("--bf16");
     ASSERT_TRUE(args.parse(argv));
     train::TrainConfig c = cli::parse_train_config(args);
@@ -275,13 +325,15 @@ TEST(Checkpoint, SaveMemoryIsBoundedByTheLargestTensor) {
       layout.tensor_model_parallel_size = tp;
       layout.pipeline_model_parallel_size = pp;
       layout.world_size = tp * pp;
-      const ckpt::CheckpointSaveMemory m = ckpt::checkpoint_save_memory(train::checkpoint_run(layout), !layout.no_save_optim);
+      const ckpt::CheckpointSaveMemory m =
+          ckpt::checkpoint_save_memory(train::checkpoint_run(layout), !layout.no_save_optim);
       EXPECT_EQ(m.checkpoint_bytes, bytes) << precision << " tp " << tp << " pp " << pp;
       EXPECT_EQ(m.host_bytes, 2 * largest);
       EXPECT_EQ(m.device_bytes, largest);
     }
     c.no_save_optim = true;
-    EXPECT_EQ(ckpt::checkpoint_save_memory(train::checkpoint_run(c), !c.no_save_optim).device_bytes, largest_weight) << "weights only: the model dtype";
+    EXPECT_EQ(ckpt::checkpoint_save_memory(train::checkpoint_run(c), !c.no_save_optim).device_bytes, largest_weight)
+        << "weights only: the model dtype";
     EXPECT_EQ(largest_weight, 64 * 16 * (bf16 ? 2 : 4));
   }
 }
@@ -310,11 +362,11 @@ TEST(Checkpoint, TensorBoardAndJsonl) {
     // CRC-checked by tests/obs/tensorboard_reader_test.py).
     std::ifstream in(e.path(), std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    for (const char* tag : {"learning-rate", "learning-rate vs samples", "lm loss", "lm loss vs samples", "loss-scale",
-                            "grad-norm", "iteration-time", "forward-backward-time", "optimizer-time",
-                            "lm loss validation", "lm loss validation ppl vs samples", "mem-allocated-bytes",
-                            "mem-reserved-bytes", "mem-allocated-count", "world-size", "world-size vs samples",
-                            "all-grads-sync-time", "optimizer-inner-step-time"}) {
+    for (const char* tag :
+         {"learning-rate", "learning-rate vs samples", "lm loss", "lm loss vs samples", "loss-scale", "grad-norm",
+          "iteration-time", "forward-backward-time", "optimizer-time", "lm loss validation",
+          "lm loss validation ppl vs samples", "mem-allocated-bytes", "mem-reserved-bytes", "mem-allocated-count",
+          "world-size", "world-size vs samples", "all-grads-sync-time", "optimizer-inner-step-time"}) {
       EXPECT_NE(bytes.find(tag), std::string::npos) << tag;
     }
   }

@@ -177,7 +177,8 @@ TEST(Safetensors, RangeWritersFillTheSameFile) {
   EXPECT_EQ(read_bytes(path), read_bytes(dir + "/whole.safetensors"));
 
   EXPECT_THROW(ckpt::SafetensorsRangeWriter(dir + "/missing.safetensors", h), Error);
-  EXPECT_THROW(ckpt::SafetensorsRangeWriter(dir + "/whole.safetensors", ckpt::make_safetensors_header(shapes, {})), Error);
+  EXPECT_THROW(ckpt::SafetensorsRangeWriter(dir + "/whole.safetensors", ckpt::make_safetensors_header(shapes, {})),
+               Error);
   EXPECT_THROW(ckpt::create_safetensors_file(path, h), Error) << "an existing file is never overwritten";
 }
 
@@ -393,7 +394,9 @@ TEST(Safetensors, EachDefectHasItsMessage) {
       {make_file("{\"a\":", ""), "header is not a JSON object"},
       {make_file(R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", d8), "unsupported dtype 'F64'"},
       {make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", d8), "run past the data area"},
-      {make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8),
+      {make_file(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           d8),
        "overlaps"},
       {make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8), "gap of 4 bytes"},
       {make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", d8), "4 bytes after the last tensor"},
@@ -404,10 +407,14 @@ TEST(Safetensors, EachDefectHasItsMessage) {
       {make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", d8), "not a pair"},
       {make_file(R"({"a":{"dtype":"F32","shape":[2]}})", d8), "missing 'data_offsets'"},
       {make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", d8), "unexpected field 'x'"},
-      {make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8),
+      {make_file(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+           d8),
        "duplicate key 'a'"},
-      {make_file(R"({"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8), "is not a string"},
-      {make_file(R"({"__metadata__":[],"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8), "is not an object"},
+      {make_file(R"({"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8),
+       "is not a string"},
+      {make_file(R"({"__metadata__":[],"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8),
+       "is not an object"},
       {make_file(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", d8), "overflows"},
       {make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"a.global_shape":"x"}})", d8),
        "is not a shape"},

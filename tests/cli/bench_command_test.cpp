@@ -151,7 +151,8 @@ TEST(BenchCommand, NullTokenizerSetsTheVocabulary) {
 // beyond the tied one of the last stage: less memory than the whole model.
 TEST(BenchCommand, PipelineParallelRowOnCpuRanks) {
   const std::vector<std::string> one = row_of(" --global-batch-size 4");
-  const std::vector<std::string> pp = row_of(" --global-batch-size 4 --nproc-per-node 2 --pipeline-model-parallel-size 2");
+  const std::vector<std::string> pp =
+      row_of(" --global-batch-size 4 --nproc-per-node 2 --pipeline-model-parallel-size 2");
   ASSERT_EQ(one.size(), 12u);
   ASSERT_EQ(pp.size(), 12u);
   EXPECT_EQ(std::vector<std::string>(pp.begin() + 1, pp.begin() + 8),

@@ -61,13 +61,12 @@ TEST(BenchSweep, ExpandsTheCartesianProductLastKeyFastest) {
 }
 
 TEST(BenchSweep, PointFlagsAreMegatronFlags) {
-  SweepPoint p = {{"dp", "4"}, {"tp", "2"}, {"mbs", "8"}, {"recompute", "full"}, {"sp", "on"}, {"dist-opt", "off"},
-                  {"hidden", "1536"}};
-  EXPECT_EQ(sweep_point_flags(p),
-            (std::vector<std::string>{"--hidden-size", "1536", "--tensor-model-parallel-size", "2",
-                                      "--micro-batch-size", "8", "--recompute-granularity", "full",
-                                      "--recompute-method", "uniform", "--recompute-num-layers", "1",
-                                      "--sequence-parallel"}));
+  SweepPoint p = {{"dp", "4"},  {"tp", "2"},         {"mbs", "8"},      {"recompute", "full"},
+                  {"sp", "on"}, {"dist-opt", "off"}, {"hidden", "1536"}};
+  EXPECT_EQ(sweep_point_flags(p), (std::vector<std::string>{"--hidden-size", "1536", "--tensor-model-parallel-size",
+                                                            "2", "--micro-batch-size", "8", "--recompute-granularity",
+                                                            "full", "--recompute-method", "uniform",
+                                                            "--recompute-num-layers", "1", "--sequence-parallel"}));
   EXPECT_EQ(sweep_point_flags({{"recompute", "selective"}}), (std::vector<std::string>{"--recompute-activations"}));
   EXPECT_TRUE(sweep_point_flags({{"recompute", "none"}, {"dp", "2"}}).empty());
   EXPECT_EQ(sweep_key_flags("pp"), (std::vector<std::string>{"--pipeline-model-parallel-size"}));
@@ -88,14 +87,15 @@ test::CommandResult bench(const std::string& flags) {
 std::vector<std::string> lines_of(const std::string& s) {
   std::vector<std::string> out;
   size_t start = 0;
-  for (size_t end; (end = s.find('\n', start)) != std::string::npos; start = end + 1) out.push_back(s.substr(start, end - start));
+  for (size_t end; (end = s.find('\n', start)) != std::string::npos; start = end + 1)
+    out.push_back(s.substr(start, end - start));
   return out;
 }
 
 TEST(BenchSweepCommand, DryRunPlansEveryValidPointAndNamesWhyTheOthersAreSkipped) {
   // gpt2-124m has 12 heads: tp 5 is invalid; dp 2 with gbs 3 is invalid; pp 2 is planned.
-  const test::CommandResult r = bench(
-      "--model gpt2-124m --bf16 --sweep dp=1,2 tp=1,5 pp=1,2 gbs=3,4 --micro-batch-size 1 --dry-run --csv");
+  const test::CommandResult r =
+      bench("--model gpt2-124m --bf16 --sweep dp=1,2 tp=1,5 pp=1,2 gbs=3,4 --micro-batch-size 1 --dry-run --csv");
   ASSERT_EQ(r.status, 0) << r.output;
   const std::vector<std::string> lines = lines_of(r.output);
   ASSERT_EQ(lines.size(), 17u) << r.output;  // header + 2 * 2 * 2 * 2
@@ -144,11 +144,13 @@ TEST(BenchSweepCommand, DryRunTableAndJsonMergeBack) {
             std::string::npos)
       << json.output;
   std::ofstream(dir + "/sweep.json") << json.output;
-  const test::CommandResult merged = test::run_command(test::megatron_binary() + " bench --table " + dir + "/sweep.json --csv", true);
+  const test::CommandResult merged =
+      test::run_command(test::megatron_binary() + " bench --table " + dir + "/sweep.json --csv", true);
   ASSERT_EQ(merged.status, 0) << merged.output;
   ASSERT_EQ(lines_of(merged.output).size(), 2u) << merged.output;  // header + the one planned row
   // model_size_b (124M with the padded vocabulary), nodes 1, GPUs/node 1, batch 2, PP, TP, DP 1, micro-batch 2.
-  EXPECT_TRUE(std::regex_search(lines_of(merged.output)[1], std::regex("^0\\.124[0-9],1,1,2,1,1,1,2,"))) << merged.output;
+  EXPECT_TRUE(std::regex_search(lines_of(merged.output)[1], std::regex("^0\\.124[0-9],1,1,2,1,1,1,2,")))
+      << merged.output;
 }
 
 // CPU ranks: points up to the machine's cores run (more than one rank through mpirun, as
@@ -175,14 +177,14 @@ TEST(BenchSweepCommand, OnTheCpuRunnablePointsAreMeasured) {
 }
 
 TEST(BenchSweepCommand, FlagsThatFightTheSweepAreErrors) {
-  const test::CommandResult r =
-      test::run_command(test::megatron_binary() + " bench --model gpt2-124m --tensor-model-parallel-size 2 "
-                                                  "--sweep tp=1,2 --micro-batch-size 1 --dry-run",
-                        true);
+  const test::CommandResult r = test::run_command(test::megatron_binary() +
+                                                      " bench --model gpt2-124m --tensor-model-parallel-size 2 "
+                                                      "--sweep tp=1,2 --micro-batch-size 1 --dry-run",
+                                                  true);
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("[--sweep] tp is swept; drop --tensor-model-parallel-size"), std::string::npos) << r.output;
-  const test::CommandResult bad = test::run_command(
-      test::megatron_binary() + " bench --model gpt2-124m --sweep tp=1,2 zz=3 --dry-run", true);
+  const test::CommandResult bad =
+      test::run_command(test::megatron_binary() + " bench --model gpt2-124m --sweep tp=1,2 zz=3 --dry-run", true);
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.output.find("[--sweep] unknown key 'zz'"), std::string::npos) << bad.output;
 }

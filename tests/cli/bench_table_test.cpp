@@ -15,14 +15,16 @@ std::string row(double size_b, int nodes, int tp, int pp, int dp, int gbs, doubl
          ", \"tokens_per_s\": " + std::to_string(tokens) + ", \"report_time_s\": " + std::to_string(20e6 / tokens) +
          ", \"model_size_b\": " + std::to_string(size_b) + ", \"nodes\": " + std::to_string(nodes) +
          ", \"gpus_per_node\": 8, \"tensor_model_parallel_size\": " + std::to_string(tp) +
-         ", \"pipeline_model_parallel_size\": " + std::to_string(pp) + ", \"data_parallel_size\": " +
-         std::to_string(dp) + ", \"tflops_per_gpu\": 400.5, \"memory_per_gpu_bytes\": 53687091200}\n";
+         ", \"pipeline_model_parallel_size\": " + std::to_string(pp) +
+         ", \"data_parallel_size\": " + std::to_string(dp) +
+         ", \"tflops_per_gpu\": 400.5, \"memory_per_gpu_bytes\": 53687091200}\n";
 }
 
 TEST(BenchTable, MergesJsonFilesIntoOneTable) {
   const std::string dir = test::scratch_dir("bench_table");
   std::ofstream(dir + "/a.json") << row(174.6, 16, 8, 8, 2, 1536, 40000.0);
-  std::ofstream(dir + "/b.json") << row(12.85, 2, 4, 2, 2, 512, 50000.0) << "\n" << row(12.85, 4, 4, 2, 4, 512, 80000.0);
+  std::ofstream(dir + "/b.json") << row(12.85, 2, 4, 2, 2, 512, 50000.0) << "\n"
+                                 << row(12.85, 4, 4, 2, 4, 512, 80000.0);
   const test::CommandResult text =
       test::run_command(test::megatron_binary() + " bench --table " + dir + "/a.json " + dir + "/b.json", true);
   ASSERT_EQ(text.status, 0) << text.output;
@@ -47,7 +49,8 @@ TEST(BenchTable, MergesJsonFilesIntoOneTable) {
 TEST(BenchTable, MissingFieldIsOneLineNamingFileAndLine) {
   const std::string dir = test::scratch_dir("bench_table_bad");
   std::ofstream(dir + "/old.json") << "{\"tokens_per_s\": 1000.0, \"global_batch\": 8}\n";
-  const test::CommandResult r = test::run_command(test::megatron_binary() + " bench --table " + dir + "/old.json", true);
+  const test::CommandResult r =
+      test::run_command(test::megatron_binary() + " bench --table " + dir + "/old.json", true);
   EXPECT_NE(r.status, 0);
   EXPECT_EQ(r.output, "error: [--table] " + dir + "/old.json:1: missing field \"model_size_b\"\n");
 }

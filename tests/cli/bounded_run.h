@@ -87,7 +87,8 @@ inline BoundedRun run_bounded(int (*command)(const cli::CommandArgs&), const cli
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   char buf[4096];
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       r.timed_out = true;
       ::kill(pid, SIGKILL);
@@ -120,8 +121,8 @@ inline std::string ending(const BoundedRun& r) {
 inline bool names_flag(const std::string& text, const std::string& flag) {
   for (size_t at = text.find(flag); at != std::string::npos; at = text.find(flag, at + 1)) {
     const size_t end = at + flag.size();
-    if (end == text.size() || !(std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '-' ||
-                                text[end] == '_')) {
+    if (end == text.size() ||
+        !(std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '-' || text[end] == '_')) {
       return true;
     }
   }

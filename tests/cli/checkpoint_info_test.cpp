@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "support/paths.h"
 #include "ckpt/checkpoint_io.h"
+#include "support/paths.h"
 
 namespace megatron {
 namespace {
@@ -32,9 +32,11 @@ void save(const std::string& dir, int64_t it, bool optimizer) {
       {{"decoder.layers.0.mlp.fc1.weight", DType::kF32, {2, 3}, w.data(), {4, 3}, "tp=2,pp=1,partition_axis=0"},
        {"embedding.word_embeddings.weight", DType::kBF16, {4, 2}, emb.data()}},
       {{"format", "megatron.cpp"}}));
-  if (optimizer) files.push_back(CheckpointFile::safetensors(ckpt::kOptimizerFileName, {{"exp_avg", DType::kF32, {6}, m.data()}}));
+  if (optimizer)
+    files.push_back(CheckpointFile::safetensors(ckpt::kOptimizerFileName, {{"exp_avg", DType::kF32, {6}, m.data()}}));
   files.push_back(CheckpointFile::text_file(
-      ckpt::kMetadataFileName, "{\"iteration\":" + std::to_string(it) + ",\"config\":{\"num_layers\":2,\"lr\":0.0001}}"));
+      ckpt::kMetadataFileName,
+      "{\"iteration\":" + std::to_string(it) + ",\"config\":{\"num_layers\":2,\"lr\":0.0001}}"));
   ckpt::save_checkpoint_dir(dir, it, files);
 }
 
@@ -56,9 +58,11 @@ TEST(CheckpointInfo, ShowsIterationsTensorsAndMetadata) {
   EXPECT_NE(out.find("model.safetensors: "), std::string::npos);
   EXPECT_NE(out.find("2 tensors, 14 elements"), std::string::npos) << out;
   // name, dtype, shape, global shape, layout on one line.
-  EXPECT_TRUE(std::regex_search(out, std::regex(R"(decoder\.layers\.0\.mlp\.fc1\.weight +F32 +\[2,3\] +\[4,3\] +tp=2,pp=1,partition_axis=0)")))
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex(R"(decoder\.layers\.0\.mlp\.fc1\.weight +F32 +\[2,3\] +\[4,3\] +tp=2,pp=1,partition_axis=0)")))
       << out;
-  EXPECT_TRUE(std::regex_search(out, std::regex(R"(embedding\.word_embeddings\.weight +BF16 +\[4,2\] +\[4,2\] +tp=1,pp=1,partition_axis=-1)")))
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex(R"(embedding\.word_embeddings\.weight +BF16 +\[4,2\] +\[4,2\] +tp=1,pp=1,partition_axis=-1)")))
       << out;
   EXPECT_NE(out.find("format = megatron.cpp"), std::string::npos) << out;
   EXPECT_NE(out.find("no optimizer.safetensors"), std::string::npos) << out;
@@ -89,8 +93,9 @@ TEST(CheckpointInfo, MissingTrackerAndErrors) {
   { std::ofstream(dir + "/latest_checkpointed_iteration.txt") << "garbage"; }
   const test::CommandResult garbage = info(dir);
   EXPECT_EQ(garbage.status, 1) << garbage.output;  // every loader refuses the tracker
-  EXPECT_NE(garbage.output.find("INVALID: " + dir + "/latest_checkpointed_iteration.txt: invalid tracker content 'garbage'"),
-            std::string::npos)
+  EXPECT_NE(
+      garbage.output.find("INVALID: " + dir + "/latest_checkpointed_iteration.txt: invalid tracker content 'garbage'"),
+      std::string::npos)
       << garbage.output;
 
   { std::ofstream(dir + "/latest_checkpointed_iteration.txt") << "100"; }
@@ -102,7 +107,8 @@ TEST(CheckpointInfo, MissingTrackerAndErrors) {
 
   const test::CommandResult missing = info(dir + "/nope");
   EXPECT_EQ(missing.status, 1) << missing.output;
-  EXPECT_NE(missing.output.find("error: " + dir + "/nope: not a checkpoint directory"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("error: " + dir + "/nope: not a checkpoint directory"), std::string::npos)
+      << missing.output;
   EXPECT_EQ(info(dir + " --iteration 7").status, 1);
 }
 

@@ -58,9 +58,8 @@ TEST_F(CheckpointTokenizer, TheRecordedTokenizerUnlessFlagsSayOtherwise) {
 }
 
 TEST_F(CheckpointTokenizer, AMovedCheckpointUsesItsOwnCopy) {
-  const test::CommandResult r = test::run_command(test::megatron_binary() + " convert --load-hf " + *dir_ +
-                                                      "/llama2/hf_in --save " + *dir_ + "/before_move",
-                                                  true);
+  const test::CommandResult r = test::run_command(
+      test::megatron_binary() + " convert --load-hf " + *dir_ + "/llama2/hf_in --save " + *dir_ + "/before_move", true);
   ASSERT_EQ(r.status, 0) << r.output;
   fs::rename(*dir_ + "/before_move", *dir_ + "/moved");
   EXPECT_EQ(options(*dir_ + "/moved", {}).tokenizer_model, *dir_ + "/moved/release/tokenizer.model");

@@ -14,8 +14,8 @@
 #include <fstream>
 #include <string>
 
-#include "cli/hf_llama_fixture.h"
 #include "ckpt/safetensors.h"
+#include "cli/hf_llama_fixture.h"
 #include "support/paths.h"
 
 namespace megatron {
@@ -45,15 +45,19 @@ TEST(ConvertCommandLlama, ImportedLlamaGeneratesWithItsTokenizerAndExportsItBack
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output.rfind("the cat", 0), 0u) << r.output;
   const test::CommandResult no_bos =
-      tool("generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 6 --temperature 0 --tokenizer-type "
-                       "SentencePieceTokenizer --tokenizer-model " + dir + "/sp.model");
+      tool("generate", "--load " + dir +
+                           "/ck --prompt 'the cat' --max-new-tokens 6 --temperature 0 --tokenizer-type "
+                           "SentencePieceTokenizer --tokenizer-model " +
+                           dir + "/sp.model");
   ASSERT_EQ(no_bos.status, 0) << no_bos.output;
   EXPECT_NE(r.output, no_bos.output) << "<s> first changes what a random model continues with";
-  const test::CommandResult sampled =
-      tool("generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 6 --temperature 1 --top-k 5 --seed 3");
+  const test::CommandResult sampled = tool(
+      "generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 6 --temperature 1 --top-k 5 --seed 3");
   ASSERT_EQ(sampled.status, 0) << sampled.output;
-  EXPECT_EQ(sampled.output, tool("generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 6 "
-                                             "--temperature 1 --top-k 5 --seed 3").output);
+  EXPECT_EQ(sampled.output, tool("generate", "--load " + dir +
+                                                 "/ck --prompt 'the cat' --max-new-tokens 6 "
+                                                 "--temperature 1 --top-k 5 --seed 3")
+                                .output);
 
   r = tool("convert", "--load " + dir + "/ck --save-hf " + dir + "/hf_out");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -66,15 +70,17 @@ TEST(ConvertCommandLlama, ImportedLlamaGeneratesWithItsTokenizerAndExportsItBack
   EXPECT_NE(config.find("\"bos_token_id\": 1,"), std::string::npos) << config;
   EXPECT_NE(config.find("\"eos_token_id\": 2,"), std::string::npos) << config;
   // Token ids in and out, and the logits after each token against the numpy Llama.
-  r = tool("generate", "--load " + dir + "/ck --token-ids --prompt '1 5 9 33' --max-new-tokens 5 --temperature 0 "
-                       "--dump-logits " + dir + "/dump.safetensors");
+  r = tool("generate", "--load " + dir +
+                           "/ck --token-ids --prompt '1 5 9 33' --max-new-tokens 5 --temperature 0 "
+                           "--dump-logits " +
+                           dir + "/dump.safetensors");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output.rfind("1 5 9 33 ", 0), 0u) << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), ' '), 3 + 5) << r.output;
-  const test::CommandResult checked = test::run_command("/usr/bin/python3 " + test::source_dir() +
-                                                            "/tests/convert/hf_llama_reference.py check-dump " + dir +
-                                                            "/llama2/hf_in " + dir + "/dump.safetensors",
-                                                        true);
+  const test::CommandResult checked =
+      test::run_command("/usr/bin/python3 " + test::source_dir() + "/tests/convert/hf_llama_reference.py check-dump " +
+                            dir + "/llama2/hf_in " + dir + "/dump.safetensors",
+                        true);
   EXPECT_EQ(checked.status, 0) << checked.output;
   r = tool("generate", "--load " + dir + "/ck --token-ids --prompt '1 64'");
   EXPECT_EQ(r.output, "error: [--prompt] token id 64 is outside the vocabulary of 64\n");
@@ -134,15 +140,22 @@ TEST(ConvertCommandLlama, ATrainedLlamaFindsTheTokenizerItWasTrainedWith) {
     std::ofstream jsonl(dir + "/corpus.jsonl");
     for (int d = 0; d < 20; ++d) jsonl << "{\"text\": \"the cat sat on the mat and the dog ran in the park.\"}\n";
   }
-  test::CommandResult r = tool("preprocess", "--input " + dir + "/corpus.jsonl --output-prefix " + dir +
-                                                 "/c --tokenizer-type Llama2Tokenizer --tokenizer-model " + sp + " --append-eod");
+  test::CommandResult r =
+      tool("preprocess", "--input " + dir + "/corpus.jsonl --output-prefix " + dir +
+                             "/c --tokenizer-type Llama2Tokenizer --tokenizer-model " + sp + " --append-eod");
   ASSERT_EQ(r.status, 0) << r.output;
-  r = tool("train", "--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 "
-                    "--global-batch-size 2 --train-iters 2 --lr 0.001 --log-interval 1 --eval-interval 1000 --eval-iters 1 "
-                    "--split 100,0,0 --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear "
-                    "--make-vocab-size-divisible-by 16 --device cpu --data-path " + dir + "/c_text_document "
-                    "--data-cache-path " + dir + "/cache --save " + dir + "/ck --tokenizer-type Llama2Tokenizer "
-                    "--tokenizer-model " + sp);
+  r = tool("train",
+           "--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 "
+           "--global-batch-size 2 --train-iters 2 --lr 0.001 --log-interval 1 --eval-interval 1000 --eval-iters 1 "
+           "--split 100,0,0 --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear "
+           "--make-vocab-size-divisible-by 16 --device cpu --data-path " +
+               dir +
+               "/c_text_document "
+               "--data-cache-path " +
+               dir + "/cache --save " + dir +
+               "/ck --tokenizer-type Llama2Tokenizer "
+               "--tokenizer-model " +
+               sp);
   ASSERT_EQ(r.status, 0) << r.output;
   r = tool("generate", "--load " + dir + "/ck --prompt 'the cat' --max-new-tokens 3 --temperature 0");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -166,11 +179,12 @@ TEST(ConvertCommandLlama, AGpt2BpeLlamaExportsVocabMergesAndTheirTokenizerClass)
   test::CommandResult r = tool("preprocess", "--input " + dir + "/corpus.jsonl --output-prefix " + dir +
                                                  "/c --tokenizer-type GPT2BPETokenizer --append-eod" + vocab);
   ASSERT_EQ(r.status, 0) << r.output;
-  r = tool("train", "--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 "
-                    "--global-batch-size 2 --train-iters 2 --lr 0.001 --log-interval 1 --eval-interval 1000 --eval-iters 1 "
-                    "--split 100,0,0 --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear "
-                    "--device cpu --data-path " + dir + "/c_text_document --data-cache-path " + dir + "/cache --save " +
-                    dir + "/ck" + vocab);
+  r = tool("train",
+           "--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 "
+           "--global-batch-size 2 --train-iters 2 --lr 0.001 --log-interval 1 --eval-interval 1000 --eval-iters 1 "
+           "--split 100,0,0 --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear "
+           "--device cpu --data-path " +
+               dir + "/c_text_document --data-cache-path " + dir + "/cache --save " + dir + "/ck" + vocab);
   ASSERT_EQ(r.status, 0) << r.output;
   r = tool("convert", "--load " + dir + "/ck --save-hf " + dir + "/hf" + vocab);
   ASSERT_EQ(r.status, 0) << r.output;
@@ -186,12 +200,14 @@ TEST(ConvertCommandLlama, AGpt2BpeLlamaExportsVocabMergesAndTheirTokenizerClass)
 
 TEST(ConvertCommandLlama, TrainedLlamaExportsInShardsAndFlagsAreChecked) {
   const std::string dir = test::scratch_dir("convert_command_llama_train");
-  test::CommandResult r = tool(
-      "train", "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 --max-position-embeddings 16 "
-               "--micro-batch-size 2 --global-batch-size 2 --train-iters 2 --lr 0.001 --log-interval 1 --eval-iters 1 "
-               "--device cpu --mock-data --tokenizer-type NullTokenizer --vocab-size 8000 --split 99,1,0 --swiglu "
-               "--normalization RMSNorm --position-embedding-type rope --group-query-attention --num-query-groups 2 "
-               "--disable-bias-linear --untie-embeddings-and-output-weights --save " + dir + "/ck --save-interval 2");
+  test::CommandResult r =
+      tool("train",
+           "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 --max-position-embeddings 16 "
+           "--micro-batch-size 2 --global-batch-size 2 --train-iters 2 --lr 0.001 --log-interval 1 --eval-iters 1 "
+           "--device cpu --mock-data --tokenizer-type NullTokenizer --vocab-size 8000 --split 99,1,0 --swiglu "
+           "--normalization RMSNorm --position-embedding-type rope --group-query-attention --num-query-groups 2 "
+           "--disable-bias-linear --untie-embeddings-and-output-weights --save " +
+               dir + "/ck --save-interval 2");
   ASSERT_EQ(r.status, 0) << r.output;
   r = tool("convert", "--load " + dir + "/ck --save-hf " + dir + "/hf --max-shard-size 100KB");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -199,7 +215,8 @@ TEST(ConvertCommandLlama, TrainedLlamaExportsInShardsAndFlagsAreChecked) {
   EXPECT_NE(r.output.find("note: no tokenizer files written"), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(dir + "/hf/model.safetensors.index.json"));
   int shards = 0;
-  for (const auto& e : fs::directory_iterator(dir + "/hf")) shards += e.path().filename().string().rfind("model-", 0) == 0;
+  for (const auto& e : fs::directory_iterator(dir + "/hf"))
+    shards += e.path().filename().string().rfind("model-", 0) == 0;
   EXPECT_GT(shards, 4) << "the vocabulary tensors (2 MB) alone, the layers in pieces of at most 100 KB";
 
   auto error = [&](const std::string& flags) { return tool("convert", flags).output; };

@@ -27,16 +27,18 @@ TEST(ConvertCommand, HuggingFaceRoundTripGeneratesTheSameText) {
   test::CommandResult r = tool("preprocess", "--input " + dir + "/corpus.jsonl --output-prefix " + dir +
                                                  "/c --tokenizer-type GPT2BPETokenizer --append-eod" + vocab);
   ASSERT_EQ(r.status, 0) << r.output;
-  r = tool("train", "--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 4 "
-                    "--global-batch-size 4 --train-iters 20 --lr 0.01 --log-interval 10 --eval-interval 1000 "
-                    "--eval-iters 1 --split 100,0,0 --data-path " + dir + "/c_text_document --data-cache-path " + dir +
-                    "/cache --save " + dir + "/ckpt" + vocab);
+  r = tool("train",
+           "--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 4 "
+           "--global-batch-size 4 --train-iters 20 --lr 0.01 --log-interval 10 --eval-interval 1000 "
+           "--eval-iters 1 --split 100,0,0 --data-path " +
+               dir + "/c_text_document --data-cache-path " + dir + "/cache --save " + dir + "/ckpt" + vocab);
   ASSERT_EQ(r.status, 0) << r.output;
 
   r = tool("convert", "--load " + dir + "/ckpt --save-hf " + dir + "/hf");
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("exported iteration 20 as Hugging Face GPT-2: 16 tensors, vocab 50257 (47 dummy rows dropped)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("exported iteration 20 as Hugging Face GPT-2: 16 tensors, vocab 50257 (47 dummy rows dropped)"),
+      std::string::npos)
       << r.output;
   EXPECT_TRUE(std::filesystem::exists(dir + "/hf/config.json"));
   r = tool("convert", "--load-hf " + dir + "/hf --save " + dir + "/imported --target-tensor-parallel-size 2");
@@ -55,8 +57,10 @@ TEST(ConvertCommand, HuggingFaceRoundTripGeneratesTheSameText) {
 
   r = tool("convert", "--load " + dir + "/ckpt --save " + dir + "/tp2 --target-tensor-parallel-size 2");
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(r.output, "converted iteration 20: tensor-model-parallel size 1 -> 2, pipeline-model-parallel size 1 -> 1, "
-                      "padded vocab 50304 -> 50432 (size 50257, 3 tensors re-padded)\nsaved to " + dir + "/tp2\n");
+  EXPECT_EQ(r.output,
+            "converted iteration 20: tensor-model-parallel size 1 -> 2, pipeline-model-parallel size 1 -> 1, "
+            "padded vocab 50304 -> 50432 (size 50257, 3 tensors re-padded)\nsaved to " +
+                dir + "/tp2\n");
 }
 
 TEST(ConvertCommand, WrongFlagsAreOneLineErrors) {
@@ -67,7 +71,8 @@ TEST(ConvertCommand, WrongFlagsAreOneLineErrors) {
     return r.output;
   };
   EXPECT_EQ(error("--save " + dir + "/o"), "error: [--load] give exactly one of --load DIR and --load-hf DIR\n");
-  EXPECT_EQ(error("--load a --load-hf b --save c"), "error: [--load] give exactly one of --load DIR and --load-hf DIR\n");
+  EXPECT_EQ(error("--load a --load-hf b --save c"),
+            "error: [--load] give exactly one of --load DIR and --load-hf DIR\n");
   EXPECT_EQ(error("--load a"), "error: [--save] give exactly one of --save DIR and --save-hf DIR\n");
   EXPECT_EQ(error("--load-hf a --save-hf b"),
             "error: [--save-hf] --load-hf reads Hugging Face files; write ours with --save DIR\n");

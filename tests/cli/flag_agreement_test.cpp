@@ -36,8 +36,8 @@ TEST(FlagAgreement, RanksWithDifferentFlagsAreNamed) {
   comm::MpiRuntime mpi;
   auto world = mpi.world();
   const int64_t me = world->rank();
-  const std::vector<std::string> base = {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-                                         "--seq-length", "128", "--lr", "1e-4"};
+  const std::vector<std::string> base = {"--num-layers", "2",   "--hidden-size", "64",  "--num-attention-heads", "4",
+                                         "--seq-length", "128", "--lr",          "1e-4"};
   // Paths differ per rank: allowed.
   std::vector<std::string> same = base;
   same.insert(same.end(), {"--data-path", "/node" + std::to_string(me) + "/d", "--load", "/ck" + std::to_string(me)});
@@ -85,7 +85,8 @@ TEST(FlagAgreement, ARankRunningAnotherCommandIsNamed) {
     EXPECT_NE(d.message.find(" `train` here). Every rank must run the same build and command"), std::string::npos)
         << d.message;
   } else if (me == 2) {
-    EXPECT_EQ(d.message.rfind("[rank 2] the command differs from rank 0's; the flag set differs from rank 0's: ", 0), 0u)
+    EXPECT_EQ(d.message.rfind("[rank 2] the command differs from rank 0's; the flag set differs from rank 0's: ", 0),
+              0u)
         << d.message;
     EXPECT_NE(d.message.find(" `bench` here"), std::string::npos) << d.message;
   } else {

@@ -37,22 +37,24 @@ class GenerateCommand : public ::testing::Test {
     }
     const std::string vocab = " --vocab-file " + test::gpt2_vocab_file() + " --merge-file " + test::gpt2_merge_file();
     int status = 0;
-    std::string out = tool("preprocess", "--input " + dir + "/corpus.jsonl --output-prefix " + dir +
-                                              "/c --tokenizer-type GPT2BPETokenizer --append-eod" + vocab,
+    std::string out = tool("preprocess",
+                           "--input " + dir + "/corpus.jsonl --output-prefix " + dir +
+                               "/c --tokenizer-type GPT2BPETokenizer --append-eod" + vocab,
                            &status);
     ASSERT_EQ(status, 0) << out;
     out = tool("train",
                "--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 4 "
                "--global-batch-size 4 --train-iters 200 --lr 0.01 --attention-dropout 0 --hidden-dropout 0 "
                "--log-interval 20 --eval-interval 1000 --eval-iters 1 --split 100,0,0 --make-vocab-size-divisible-by 1 "
-               "--data-path " + dir + "/c_text_document --data-cache-path " + dir + "/cache --save " + dir + "/ckpt" +
-                   vocab,
+               "--data-path " +
+                   dir + "/c_text_document --data-cache-path " + dir + "/cache --save " + dir + "/ckpt" + vocab,
                &status);
     ASSERT_EQ(status, 0) << out;
   }
   static std::string gen(const std::string& flags, int* status) {
-    return tool("generate", "--load " + *dir_ + "/ckpt --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
-                                test::gpt2_merge_file() + " " + flags,
+    return tool("generate",
+                "--load " + *dir_ + "/ckpt --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
+                    test::gpt2_merge_file() + " " + flags,
                 status);
   }
   static std::string* dir_;
@@ -83,8 +85,9 @@ TEST_F(GenerateCommand, BadInputIsOneLine) {
   out = gen("--prompt x --top-p 2", &status);
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("error: [--top-p]"), std::string::npos) << out;
-  out = tool("generate", "--load /nonexistent --prompt x --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
-                             test::gpt2_merge_file(),
+  out = tool("generate",
+             "--load /nonexistent --prompt x --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
+                 test::gpt2_merge_file(),
              &status);
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("error: [--load] no checkpoint"), std::string::npos) << out;
@@ -116,21 +119,34 @@ TEST_F(GenerateCommand, PromptFileAndIterationErrorsSayWhatIsWrong) {
 // acceptance or one line naming that flag (or, for a file, the file), run bounded
 // (cli/bounded_run.h); non-finite numbers and values outside each number's range are refused.
 TEST_F(GenerateCommand, EveryFlagEndsInAcceptanceOrOneLineNamingIt) {
-  const std::vector<std::string> hostile = {"nan", "inf", "-inf", "1e300", "1e400", "-1", "0", "2147483648",
-                                            "4611686018427387904", "9223372036854775807", "99999999999999999999"};
-  const std::vector<std::string> base = {"--load", *dir_ + "/ckpt", "--vocab-file", test::gpt2_vocab_file(),
-                                         "--merge-file", test::gpt2_merge_file(), "--prompt", "the cat",
+  const std::vector<std::string> hostile = {"nan",
+                                            "inf",
+                                            "-inf",
+                                            "1e300",
+                                            "1e400",
+                                            "-1",
+                                            "0",
+                                            "2147483648",
+                                            "4611686018427387904",
+                                            "9223372036854775807",
+                                            "99999999999999999999"};
+  const std::vector<std::string> base = {"--load",           *dir_ + "/ckpt",
+                                         "--vocab-file",     test::gpt2_vocab_file(),
+                                         "--merge-file",     test::gpt2_merge_file(),
+                                         "--prompt",         "the cat",
                                          "--max-new-tokens", "2"};
   // Refused whatever the flag: nan, +-inf and 1e400 for every number; the rest per flag.
   const std::map<std::string, std::set<std::string>> refused = {
       {"--temperature", {"nan", "inf", "-inf", "1e300", "1e400", "-1"}},
-      {"--top-p", {"nan", "inf", "-inf", "1e300", "1e400", "-1", "2147483648", "4611686018427387904",
-                   "9223372036854775807", "99999999999999999999"}},
+      {"--top-p",
+       {"nan", "inf", "-inf", "1e300", "1e400", "-1", "2147483648", "4611686018427387904", "9223372036854775807",
+        "99999999999999999999"}},
       {"--top-k", {"nan", "inf", "-inf", "1e300", "1e400", "-1", "99999999999999999999"}},
       {"--max-new-tokens", {"nan", "inf", "-inf", "1e300", "1e400", "-1", "99999999999999999999"}},
       {"--seed", {"nan", "inf", "-inf", "1e300", "1e400", "99999999999999999999"}},
-      {"--iteration", {"nan", "inf", "-inf", "1e300", "1e400", "-1", "0", "2147483648", "4611686018427387904",
-                       "9223372036854775807", "99999999999999999999"}},
+      {"--iteration",
+       {"nan", "inf", "-inf", "1e300", "1e400", "-1", "0", "2147483648", "4611686018427387904", "9223372036854775807",
+        "99999999999999999999"}},
   };
   const std::set<std::string> files = {"--load", "--prompt-file", "--vocab-file", "--merge-file"};
   // The flags as `megatron generate --help` lists them.

@@ -6,12 +6,12 @@
 #include <optional>
 #include <string>
 
-#include "cli/host_memory.h"
 #include "ckpt/checkpoint.h"
-#include "train/sub_configs.h"
+#include "cli/host_memory.h"
 #include "core/error.h"
 #include "support/paths.h"
 #include "support/plan_models.h"
+#include "train/sub_configs.h"
 
 namespace megatron::cli {
 namespace {
@@ -47,7 +47,9 @@ TEST(HostMemory, StopsOnlyWhenThePlanExceedsWhatIsAvailable) {
 
 TEST(HostMemory, BenchOfA175BModelOnTheCpuIsOneLineError) {
   const test::CommandResult r = test::run_command(
-      test::megatron_binary() + " bench --model gpt3-175b --micro-batch-size 1 --device cpu --bench-iters 1 --warmup-iters 0", true);
+      test::megatron_binary() +
+          " bench --model gpt3-175b --micro-batch-size 1 --device cpu --bench-iters 1 --warmup-iters 0",
+      true);
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("error: bench: the memory plan needs"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("GiB is available"), std::string::npos) << r.output;
@@ -86,14 +88,16 @@ TEST(HostMemory, SaveThatCannotBeWrittenIsOneLineBeforeTraining) {
   const std::string host = message_of(60 * gib, 80 * gib, std::optional<int64_t>(gib));
   EXPECT_EQ(host.rfind("[--save] saving a checkpoint needs 4.6 GiB of rank 0's host memory", 0), 0u) << host;
   EXPECT_EQ(host.find('\n'), std::string::npos);
-  EXPECT_EQ(cli::save_memory_line(c), " > checkpoint save (--save): every rank writes what it holds of 2276.6 GiB, "
-                                      "with 64.0 MiB of host memory; where not every rank sees the directory, rank 0 "
-                                      "writes 2276.6 GiB one tensor at a time, holding at most 4.6 GiB of host and "
-                                      "2.3 GiB of device memory beyond training while it saves\n");
+  EXPECT_EQ(cli::save_memory_line(c),
+            " > checkpoint save (--save): every rank writes what it holds of 2276.6 GiB, "
+            "with 64.0 MiB of host memory; where not every rank sees the directory, rank 0 "
+            "writes 2276.6 GiB one tensor at a time, holding at most 4.6 GiB of host and "
+            "2.3 GiB of device memory beyond training while it saves\n");
   c.async_save = true;  // at TP 1 x PP 1 x DP 1 the one rank holds it all
   EXPECT_EQ(m.rank_share_bytes, m.checkpoint_bytes);
   EXPECT_EQ(cli::save_memory_line(c).rfind(" > checkpoint save (--save --async-save): every rank copies what it holds "
-                                           "of 2276.6 GiB to host memory (about 2276.6 GiB on the busiest rank)", 0),
+                                           "of 2276.6 GiB to host memory (about 2276.6 GiB on the busiest rank)",
+                                           0),
             0u)
       << cli::save_memory_line(c);
   c.tensor_model_parallel_size = 8;  // the benchmark's TP 8 x PP 16: 1/128 each, the first and last stages more
@@ -104,9 +108,10 @@ TEST(HostMemory, SaveThatCannotBeWrittenIsOneLineBeforeTraining) {
   c.tensor_model_parallel_size = c.pipeline_model_parallel_size = 1;
   c.async_save = false;
   c.ckpt_fully_parallel_save = false;  // --no-ckpt-fully-parallel-save
-  EXPECT_EQ(cli::save_memory_line(c), " > checkpoint save (--save): rank 0 writes 2276.6 GiB one tensor at a time, "
-                                      "holding at most 4.6 GiB of host and 2.3 GiB of device memory beyond training "
-                                      "while it saves\n");
+  EXPECT_EQ(cli::save_memory_line(c),
+            " > checkpoint save (--save): rank 0 writes 2276.6 GiB one tensor at a time, "
+            "holding at most 4.6 GiB of host and 2.3 GiB of device memory beyond training "
+            "while it saves\n");
 }
 
 }  // namespace

@@ -35,7 +35,8 @@ TEST(PlanCommand, SearchesLayoutsFor175B) {
   EXPECT_NE(r.output.find("the 5 best:"), std::string::npos) << r.output;
   // The best layout fits and shards the model (TP x PP > 1).
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("\n +([0-9]+) +([0-9]+) +[0-9]+ +[0-9]+ +[0-9]+ +1536 .* yes ")))
+  ASSERT_TRUE(
+      std::regex_search(r.output, m, std::regex("\n +([0-9]+) +([0-9]+) +[0-9]+ +[0-9]+ +[0-9]+ +1536 .* yes ")))
       << r.output;
   EXPECT_GT(std::stoi(m[1]) * std::stoi(m[2]), 8);
 }
@@ -59,15 +60,19 @@ TEST(PlanCommand, FixedLayoutIsEvaluatedAlone) {
 // A chosen layout whose TP groups straddle nodes is priced over the network and says so; one
 // whose groups divide the node does not.
 TEST(PlanCommand, FixedLayoutAcrossNodesSaysWhy) {
-  const std::string base = "--model gpt3-175b --gpu h100-80gb --gpus-per-node 8 --micro-batch-size 1 "
-                           "--global-batch-size 1536 ";
-  const test::CommandResult tp6 = plan(base + "--nodes 9 --tensor-model-parallel-size 6 --pipeline-model-parallel-size 12");
+  const std::string base =
+      "--model gpt3-175b --gpu h100-80gb --gpus-per-node 8 --micro-batch-size 1 "
+      "--global-batch-size 1536 ";
+  const test::CommandResult tp6 =
+      plan(base + "--nodes 9 --tensor-model-parallel-size 6 --pipeline-model-parallel-size 12");
   ASSERT_EQ(tp6.status, 0) << tp6.output;
   EXPECT_NE(tp6.output.find("note: TP 6 does not divide 8 GPUs per node"), std::string::npos) << tp6.output;
-  const test::CommandResult tp4 = plan(base + "--nodes 8 --tensor-model-parallel-size 4 --pipeline-model-parallel-size 16");
+  const test::CommandResult tp4 =
+      plan(base + "--nodes 8 --tensor-model-parallel-size 4 --pipeline-model-parallel-size 16");
   ASSERT_EQ(tp4.status, 0) << tp4.output;
   EXPECT_EQ(tp4.output.find("note:"), std::string::npos) << tp4.output;
-  const test::CommandResult dp3 = plan(base + "--nodes 12 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 16");
+  const test::CommandResult dp3 =
+      plan(base + "--nodes 12 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 16");
   ASSERT_EQ(dp3.status, 0) << dp3.output;
   EXPECT_NE(dp3.output.find("note: TP x DP = 6 does not divide 8 GPUs per node"), std::string::npos) << dp3.output;
 }
@@ -79,9 +84,10 @@ TEST(PlanCommand, SmallestNodeCountFor175B) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.output, m, std::regex("\"smallest_nodes\": ([0-9]+)"))) << r.output;
   const int nodes = std::stoi(m[1]);
-  EXPECT_GT(nodes, 2);   // 175B's 18 bytes/parameter alone exceed 2 x 8 x 80 GB
+  EXPECT_GT(nodes, 2);  // 175B's 18 bytes/parameter alone exceed 2 x 8 x 80 GB
   EXPECT_LE(nodes, 64);
-  const test::CommandResult text = plan("--model gpt3-175b --gpu h100-80gb --nodes-range 1..64 --target-report-time 560");
+  const test::CommandResult text =
+      plan("--model gpt3-175b --gpu h100-80gb --nodes-range 1..64 --target-report-time 560");
   ASSERT_EQ(text.status, 0) << text.output;
   EXPECT_NE(text.output.find("> answer: " + std::to_string(nodes) + " nodes (" + std::to_string(8 * nodes) + " GPUs)"),
             std::string::npos)
@@ -112,7 +118,8 @@ TEST(PlanCommand, CopyEnginesWhenTheEnvironmentAsks) {
       "--model gpt3-1.3b --gpu h200-141gb --gpus-per-node 4 --tensor-model-parallel-size 1 "
       "--pipeline-model-parallel-size 1 --micro-batch-size 4 --global-batch-size 16 --use-distributed-optimizer --json";
   const test::CommandResult sm = plan(flags);
-  const test::CommandResult ce = test::run_command("MEGATRON_DP_COPY_ENGINE=1 " + test::megatron_binary() + " plan " + flags, true);
+  const test::CommandResult ce =
+      test::run_command("MEGATRON_DP_COPY_ENGINE=1 " + test::megatron_binary() + " plan " + flags, true);
   ASSERT_EQ(sm.status, 0) << sm.output;
   ASSERT_EQ(ce.status, 0) << ce.output;
   EXPECT_NE(sm.output.find("\"dp_copy_engine\": false"), std::string::npos) << sm.output;
@@ -129,10 +136,13 @@ TEST(PlanCommand, CopyEnginesWhenTheEnvironmentAsks) {
   };
   EXPECT_LT(seconds(ce.output), seconds(sm.output));
   const test::CommandResult table = test::run_command(
-      "MEGATRON_DP_COPY_ENGINE=1 " + test::megatron_binary() + " plan --model gpt3-1.3b --gpu h200-141gb --gpus-per-node 4 "
-      "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size 4 --global-batch-size 16 "
-      "--use-distributed-optimizer", true);
-  EXPECT_NE(table.output.find(" > MEGATRON_DP_COPY_ENGINE=1: layouts with the distributed optimizer"), std::string::npos)
+      "MEGATRON_DP_COPY_ENGINE=1 " + test::megatron_binary() +
+          " plan --model gpt3-1.3b --gpu h200-141gb --gpus-per-node 4 "
+          "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size 4 --global-batch-size 16 "
+          "--use-distributed-optimizer",
+      true);
+  EXPECT_NE(table.output.find(" > MEGATRON_DP_COPY_ENGINE=1: layouts with the distributed optimizer"),
+            std::string::npos)
       << table.output;
 }
 
@@ -162,9 +172,10 @@ TEST(PlanCommand, EngineProfileChangesThePrediction) {
 // (more memory); a profile whose flash attention ignores the mask (Megatron-Core with
 // Transformer Engine) is unchanged.
 TEST(PlanCommand, DocumentsCostTheirBiasOnlyInOurEngine) {
-  const std::string layout = "--model gpt3-1.3b --gpu h100-80gb --gpus-per-node 1 --nodes 1 --micro-batch-size 4 "
-                             "--global-batch-size 4 --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 "
-                             "--json";
+  const std::string layout =
+      "--model gpt3-1.3b --gpu h100-80gb --gpus-per-node 1 --nodes 1 --micro-batch-size 4 "
+      "--global-batch-size 4 --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 "
+      "--json";
   auto number = [](const std::string& out, const char* key) {
     std::smatch m;
     EXPECT_TRUE(std::regex_search(out, m, std::regex(std::string("\"") + key + "\": ([0-9.e+]+)"))) << out;
@@ -175,9 +186,11 @@ TEST(PlanCommand, DocumentsCostTheirBiasOnlyInOurEngine) {
   ASSERT_EQ(docs.status, 0) << docs.output;
   EXPECT_NE(docs.output.find("\"document_bias\": true"), std::string::npos) << docs.output;
   EXPECT_LT(number(docs.output, "tokens_per_s"), 0.95 * number(causal.output, "tokens_per_s"));
-  EXPECT_GT(number(docs.output, "memory_per_gpu_bytes"), number(causal.output, "memory_per_gpu_bytes") + 32.0 * 1024 * 1024);
+  EXPECT_GT(number(docs.output, "memory_per_gpu_bytes"),
+            number(causal.output, "memory_per_gpu_bytes") + 32.0 * 1024 * 1024);
   const std::string core = " --engine megatron-core-2024";
-  const test::CommandResult core_causal = plan(layout + core), core_docs = plan(layout + core + " --reset-attention-mask");
+  const test::CommandResult core_causal = plan(layout + core),
+                            core_docs = plan(layout + core + " --reset-attention-mask");
   ASSERT_EQ(core_docs.status, 0) << core_docs.output;
   EXPECT_EQ(number(core_docs.output, "tokens_per_s"), number(core_causal.output, "tokens_per_s"));
 }
@@ -187,9 +200,10 @@ TEST(PlanCommand, DocumentsCostTheirBiasOnlyInOurEngine) {
 // L 4, h 1024, V 50304 (padded), 2048 positions, biases on: per layer norms 2rh, QKV 3h^2 + 3h,
 // proj h^2 + h, FC1 f1*h + f1, FC2 h*f + h; plus embeddings and the final norm.
 TEST(PlanCommand, SwigluAndRmsNormShapeTheModel) {
-  const std::string layout = "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
-                             "--gpu h100-80gb --gpus-per-node 1 --micro-batch-size 4 --global-batch-size 4 "
-                             "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --json";
+  const std::string layout =
+      "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+      "--gpu h100-80gb --gpus-per-node 1 --micro-batch-size 4 --global-batch-size 4 "
+      "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --json";
   auto number = [](const std::string& out, const char* key) {
     std::smatch m;
     EXPECT_TRUE(std::regex_search(out, m, std::regex(std::string("\"") + key + "\": ([0-9.e+]+)"))) << out;
@@ -204,7 +218,7 @@ TEST(PlanCommand, SwigluAndRmsNormShapeTheModel) {
   ASSERT_EQ(named.status, 0) << named.output;
   EXPECT_EQ(number(gelu.output, "ffn_hidden_size"), 4096);
   EXPECT_EQ(number(swiglu.output, "ffn_hidden_size"), 2688);
-  EXPECT_EQ(number(gelu.output, "num_parameters"), 103995392);   // f 4096, LayerNorm
+  EXPECT_EQ(number(gelu.output, "num_parameters"), 103995392);    // f 4096, LayerNorm
   EXPECT_EQ(number(swiglu.output, "num_parameters"), 103476224);  // f 2688, FC1 [5376, 1024]
   EXPECT_EQ(number(both.output, "num_parameters"), 103467008);    // 9 norm biases of 1024 fewer
   EXPECT_EQ(named.output, gelu.output);
@@ -228,7 +242,8 @@ TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
       {"--model gpt3-175b --gpu v100-32gb", "error: [--gpu] v100-32gb has no bf16 tensor cores"},
       {"--model gpt3-175b --gpu h100-80gb --nodes-range 4", "error: [--nodes-range] expected a..b, got '4'"},
       {"--model gpt3-175b --gpu h100-80gb --nodes-range 1..8", "error: [--nodes-range] needs --target-report-time"},
-      {"--model gpt3-175b --gpu h100-80gb --target-report-time 560", "error: [--target-report-time] needs --nodes-range"},
+      {"--model gpt3-175b --gpu h100-80gb --target-report-time 560",
+       "error: [--target-report-time] needs --nodes-range"},
       {"--model gpt3-175b --gpu h100-80gb --tensor-model-parallel-size 5 --pipeline-model-parallel-size 1 "
        "--micro-batch-size 1 --gpus-per-node 5",
        "error: [--num-attention-heads] 96 is not divisible by --tensor-model-parallel-size 5"},
@@ -264,11 +279,20 @@ TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
 // (those refusing "x" as not a number) refuse nan, inf, -inf and 1e400, and 2^62 GPUs is
 // refused rather than searched.
 TEST(PlanCommand, EveryFlagEndsInAcceptanceOrOneLineNamingIt) {
-  const std::vector<std::string> hostile = {"nan", "inf", "-inf", "1e300", "1e400", "-1", "0", "2147483648",
-                                            "4611686018427387904", "9223372036854775807", "99999999999999999999"};
-  const std::vector<std::string> base = {"--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4",
-                                         "--seq-length", "128", "--gpu", "h100-80gb", "--gpus-per-node", "2",
-                                         "--global-batch-size", "16"};
+  const std::vector<std::string> hostile = {"nan",
+                                            "inf",
+                                            "-inf",
+                                            "1e300",
+                                            "1e400",
+                                            "-1",
+                                            "0",
+                                            "2147483648",
+                                            "4611686018427387904",
+                                            "9223372036854775807",
+                                            "99999999999999999999"};
+  const std::vector<std::string> base = {
+      "--num-layers", "4",         "--hidden-size",   "64", "--num-attention-heads", "4", "--seq-length", "128",
+      "--gpu",        "h100-80gb", "--gpus-per-node", "2",  "--global-batch-size",   "16"};
   // What a flag needs beside the base search for its value to be read.
   const std::map<std::string, std::vector<std::string>> context = {
       {"--target-report-time", {"--nodes-range", "1..2"}},
@@ -316,7 +340,8 @@ TEST(PlanCommand, LlamaFlags) {
       "--swiglu --normalization RMSNorm --disable-bias-linear --untie-embeddings-and-output-weights "
       "--vocab-size 128256 --gpu h100-80gb --gpus-per-node 8 --tensor-model-parallel-size 2 "
       "--pipeline-model-parallel-size 1 --micro-batch-size 1 --global-batch-size 64 --json";
-  const test::CommandResult gqa = plan(llama + " --group-query-attention --num-query-groups 8 --position-embedding-type rope");
+  const test::CommandResult gqa =
+      plan(llama + " --group-query-attention --num-query-groups 8 --position-embedding-type rope");
   const test::CommandResult mha = plan(llama + " --position-embedding-type rope");
   ASSERT_EQ(gqa.status, 0) << gqa.output;
   ASSERT_EQ(mha.status, 0) << mha.output;

@@ -20,8 +20,9 @@ namespace megatron::cli {
 namespace {
 
 TEST(PreflightCommand, NamesAHeldBackRank) {
-  const std::vector<std::string> flags = {test::megatron_binary(), "preflight", "--device", "cpu", "--gemm-size", "1024",
-                                          "--iterations", "40", "--tolerance", "0.4"};
+  const std::vector<std::string> flags = {test::megatron_binary(), "preflight", "--device",     "cpu",
+                                          "--gemm-size",           "1024",      "--iterations", "40",
+                                          "--tolerance",           "0.4"};
   const test::CommandResult r =
       test::run_command(test::held_back_rank1_command(flags, 0.02, 0.08, 120), /*capture_stderr=*/true);
   EXPECT_EQ(r.status, 1) << r.output;

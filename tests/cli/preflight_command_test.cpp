@@ -13,15 +13,17 @@ namespace megatron::cli {
 namespace {
 
 TEST(PreflightCommand, MeasuresEveryGroupOfTheLayout) {
-  const test::CommandResult r = test::run_command(
-      comm::shell_join({test::megatron_binary(), "preflight", "--device", "cpu", "--nproc-per-node", "4",
-                        "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--tolerance", "1"}),
-      /*capture_stderr=*/true);
+  const test::CommandResult r =
+      test::run_command(comm::shell_join({test::megatron_binary(), "preflight", "--device", "cpu", "--nproc-per-node",
+                                          "4", "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size",
+                                          "2", "--tolerance", "1"}),
+                        /*capture_stderr=*/true);
   EXPECT_EQ(r.status, 0) << r.output;
-  for (const char* line : {"preflight: 4 rank(s) on 1 host(s), CPU, TP 2 x PP 2 x DP 1", "  GEMM fp32 256 x 256 x 256",
-                           "  device copy 32 MiB", "  all_reduce [tp] 8 MiB fp32", "  all_gather [tp] 8 MiB fp32",
-                           "  send_recv [pp] 8 MiB fp32", "  all_reduce [world] 8 MiB fp32",
-                           "every rank and group within 100% of its median", "for `megatron plan`: --intra-node-bandwidth "}) {
+  for (const char* line :
+       {"preflight: 4 rank(s) on 1 host(s), CPU, TP 2 x PP 2 x DP 1", "  GEMM fp32 256 x 256 x 256",
+        "  device copy 32 MiB", "  all_reduce [tp] 8 MiB fp32", "  all_gather [tp] 8 MiB fp32",
+        "  send_recv [pp] 8 MiB fp32", "  all_reduce [world] 8 MiB fp32",
+        "every rank and group within 100% of its median", "for `megatron plan`: --intra-node-bandwidth "}) {
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
   }
   EXPECT_EQ(r.output.find("[dp]"), std::string::npos) << "DP 1 has no group to measure: " << r.output;
@@ -31,11 +33,11 @@ TEST(PreflightCommand, MeasuresEveryGroupOfTheLayout) {
 // --json: stdout is one JSON object that Python's json module reads (the device line on stderr).
 TEST(PreflightCommand, JsonIsOneObjectOnStdout) {
   const std::string dir = test::scratch_dir("preflight_json");
-  const test::CommandResult r = test::run_command(
-      comm::shell_join({test::megatron_binary(), "preflight", "--device", "cpu", "--iterations", "2", "--tolerance", "1",
-                        "--json"}) +
-          " > " + dir + "/out.json",
-      false);
+  const test::CommandResult r =
+      test::run_command(comm::shell_join({test::megatron_binary(), "preflight", "--device", "cpu", "--iterations", "2",
+                                          "--tolerance", "1", "--json"}) +
+                            " > " + dir + "/out.json",
+                        false);
   ASSERT_EQ(r.status, 0);
   const test::CommandResult py = test::run_command(
       "python3 -c \"import json,sys; d=json.load(open('" + dir +

@@ -61,9 +61,10 @@ TEST(PreflightReport, NothingSlowWithinTheTolerance) {
 TEST(PreflightReport, JsonHoldsEveryValueAndWhetherItIsSlow) {
   const std::string j = preflight_json(four_ranks_two_nodes(), 0.1);
   EXPECT_EQ(j.rfind("{\"header\":\"preflight: 4 rank(s) on 2 host(s)\",\"tolerance\":0.1,\"rows\":[", 0), 0u) << j;
-  EXPECT_NE(j.find("{\"what\":\"GEMM bf16\",\"unit\":\"TFLOP/s\",\"bus_bandwidth\":false,\"min\":560.0,\"median\":695.0,"
-                   "\"max\":702.0,\"values\":[{\"ranks\":[0],\"hosts\":[\"a\"],\"value\":700.0,\"slow\":false},"),
-            std::string::npos)
+  EXPECT_NE(
+      j.find("{\"what\":\"GEMM bf16\",\"unit\":\"TFLOP/s\",\"bus_bandwidth\":false,\"min\":560.0,\"median\":695.0,"
+             "\"max\":702.0,\"values\":[{\"ranks\":[0],\"hosts\":[\"a\"],\"value\":700.0,\"slow\":false},"),
+      std::string::npos)
       << j;
   EXPECT_NE(j.find("{\"ranks\":[2],\"hosts\":[\"b\"],\"value\":560.0,\"slow\":true}"), std::string::npos) << j;
   EXPECT_NE(j.find("{\"ranks\":[1,3],\"hosts\":[\"a\",\"b\"],\"value\":0.0421,\"slow\":true}"), std::string::npos) << j;

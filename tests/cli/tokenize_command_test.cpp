@@ -15,9 +15,7 @@
 namespace megatron {
 namespace {
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+void write_file(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 using test::read_file;
 
@@ -45,8 +43,8 @@ TEST(TokenizeCommand, LineModeWholeAndNullData) {
   auto r = test::run_command(tokenize_cli("< '" + dir + "/in.txt'"));
   ASSERT_EQ(r.status, 0);
   // One output line per input line, an empty line for an empty line; '\r' stays in its line.
-  EXPECT_EQ(r.output, ids_line("Hello world") + "\n" + ids_line("  two  spaces\r") +
-                          ids_line("last line without newline"));
+  EXPECT_EQ(r.output,
+            ids_line("Hello world") + "\n" + ids_line("  two  spaces\r") + ids_line("last line without newline"));
   EXPECT_EQ(ids_line("Hello world"), "15496 995\n");  // GPT-2's well-known ids
 
   r = test::run_command(tokenize_cli("--whole < '" + dir + "/in.txt'"));
@@ -68,8 +66,10 @@ TEST(TokenizeCommand, LineModeWholeAndNullData) {
 TEST(TokenizeCommand, DecodeReproducesArbitraryBytes) {
   const std::string dir = test::scratch_dir("tokenize_roundtrip");
   std::mt19937 rng(77);
-  const std::vector<std::string> pool = {"a", " the", "  ", "\t", "\r", "'s", "12", "é", "日本", "😀", "\xff",
-                                         "\xc3", "\xe2\x82", "\xed\xa0\x80", std::string(1, '\0'), "\u0085", "!?"};
+  const std::vector<std::string> pool = {"a",      " the", "  ",       "\t",           "\r",
+                                         "'s",     "12",   "é",        "日本",         "😀",
+                                         "\xff",   "\xc3", "\xe2\x82", "\xed\xa0\x80", std::string(1, '\0'),
+                                         "\u0085", "!?"};
   std::string whole;
   for (int k = 0; k < 3000; ++k) {
     whole += rng() % 4 == 0 ? std::string(1, static_cast<char>(rng() % 256)) : pool[rng() % pool.size()];
@@ -87,8 +87,8 @@ TEST(TokenizeCommand, DecodeReproducesArbitraryBytes) {
   for (char c : whole) lines.push_back(c == '\0' ? ' ' : c);
   lines += "\n";
   write_file(dir + "/lines.bin", lines);
-  r = test::run_command(tokenize_cli("< '" + dir + "/lines.bin' | " + tokenize_cli("--decode") + " > '" + dir +
-                                     "/lines.out'"));
+  r = test::run_command(
+      tokenize_cli("< '" + dir + "/lines.bin' | " + tokenize_cli("--decode") + " > '" + dir + "/lines.out'"));
   ASSERT_EQ(r.status, 0);
   EXPECT_TRUE(read_file(dir + "/lines.out") == lines);
 }

@@ -38,13 +38,41 @@ Argv run_flags(Argv model) {
 }
 
 // examples/llama/train_llama3_8b_h100_fp8.sh's model flags at 2 layers.
-const Argv kLlama3Example = {"--num-layers", "2", "--hidden-size", "4096", "--ffn-hidden-size", "14336",
-                             "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "8",
-                             "--kv-channels", "128", "--seq-length", "8192", "--max-position-embeddings", "8192",
-                             "--position-embedding-type", "rope", "--rotary-base", "1000000", "--rotary-percent", "1.0",
-                             "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--swiglu", "--normalization",
-                             "RMSNorm", "--init-method-std", "0.0134", "--apply-layernorm-1p",
-                             "--untie-embeddings-and-output-weights", "--disable-bias-linear"};
+const Argv kLlama3Example = {"--num-layers",
+                             "2",
+                             "--hidden-size",
+                             "4096",
+                             "--ffn-hidden-size",
+                             "14336",
+                             "--num-attention-heads",
+                             "32",
+                             "--group-query-attention",
+                             "--num-query-groups",
+                             "8",
+                             "--kv-channels",
+                             "128",
+                             "--seq-length",
+                             "8192",
+                             "--max-position-embeddings",
+                             "8192",
+                             "--position-embedding-type",
+                             "rope",
+                             "--rotary-base",
+                             "1000000",
+                             "--rotary-percent",
+                             "1.0",
+                             "--attention-dropout",
+                             "0.0",
+                             "--hidden-dropout",
+                             "0.0",
+                             "--swiglu",
+                             "--normalization",
+                             "RMSNorm",
+                             "--init-method-std",
+                             "0.0134",
+                             "--apply-layernorm-1p",
+                             "--untie-embeddings-and-output-weights",
+                             "--disable-bias-linear"};
 
 TEST(TrainArgsLlama, TheLlama3ExampleModelFlags) {
   const model::GPTConfig m = parse(run_flags(kLlama3Example)).model;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "support/paths.h"
 #include "parallel/data_parallel_setup.h"
+#include "support/paths.h"
 #include "train/sub_configs.h"
 
 namespace megatron::cli {
@@ -21,8 +21,9 @@ using Argv = std::vector<std::string>;
 
 // A small, valid iteration-mode job.
 Argv base_args() {
-  return {"--num-layers", "2",  "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
-          "--micro-batch-size", "2", "--train-iters", "10", "--lr", "1e-4", "--dry-run"};
+  return {"--num-layers", "2",    "--hidden-size",      "64", "--num-attention-heads", "4",
+          "--seq-length", "32",   "--micro-batch-size", "2",  "--train-iters",         "10",
+          "--lr",         "1e-4", "--dry-run"};
 }
 
 Argv with(Argv a, const Argv& extra) {
@@ -58,11 +59,11 @@ std::string error_of(const Argv& argv, int64_t world_size = 1) {
   return "(no error)";
 }
 
-#define EXPECT_ERROR_NAMES(argv, flag)                                                       \
-  do {                                                                                       \
-    const std::string msg_ = error_of(argv);                                                 \
-    EXPECT_EQ(msg_.rfind("[" flag, 0), 0u) << "message: " << msg_;                           \
-    EXPECT_EQ(msg_.find('\n'), std::string::npos) << "message: " << msg_;                    \
+#define EXPECT_ERROR_NAMES(argv, flag)                                    \
+  do {                                                                    \
+    const std::string msg_ = error_of(argv);                              \
+    EXPECT_EQ(msg_.rfind("[" flag, 0), 0u) << "message: " << msg_;        \
+    EXPECT_EQ(msg_.find('\n'), std::string::npos) << "message: " << msg_; \
   } while (0)
 
 TEST(TrainArgs, DerivedDefaults) {
@@ -131,8 +132,9 @@ TEST(TrainArgs, EveryPresetIsAValidShape) {
 // The benchmark's 13B (head_dim 5120 / 32 = 160) runs on CUDA only on cuDNN's fused attention:
 // said before anything is allocated, naming the flags, and nothing for what cuDNN can run.
 TEST(TrainArgs, CudaAttentionPastHeadDim128NeedsWhatCudnnRuns) {
-  const Argv shape = {"--num-layers", "2", "--hidden-size", "640", "--num-attention-heads", "4", "--seq-length", "32",
-                      "--micro-batch-size", "2", "--train-iters", "10", "--lr", "1e-4", "--dry-run"};
+  const Argv shape = {"--num-layers", "2",    "--hidden-size",      "640", "--num-attention-heads", "4",
+                      "--seq-length", "32",   "--micro-batch-size", "2",   "--train-iters",         "10",
+                      "--lr",         "1e-4", "--dry-run"};
   EXPECT_EQ(cuda_attention_problem(parse(base_args())), "");  // head_dim 16
   const std::string fp32 = cuda_attention_problem(parse(shape));
   EXPECT_EQ(fp32.rfind("[--hidden-size / --num-attention-heads / --kv-channels] head_dim 160 ", 0), 0u) << fp32;
@@ -142,8 +144,8 @@ TEST(TrainArgs, CudaAttentionPastHeadDim128NeedsWhatCudnnRuns) {
       cuda_attention_problem(parse(with(shape, {"--bf16", "--tensor-model-parallel-size", "2"}), 2));
   EXPECT_NE(tp_dropout.find("--attention-dropout 0"), std::string::npos) << tp_dropout;
   EXPECT_EQ(tp_dropout.find('\n'), std::string::npos);
-  EXPECT_EQ(cuda_attention_problem(parse(
-                with(shape, {"--fp16", "--tensor-model-parallel-size", "2", "--attention-dropout", "0"}), 2)),
+  EXPECT_EQ(cuda_attention_problem(
+                parse(with(shape, {"--fp16", "--tensor-model-parallel-size", "2", "--attention-dropout", "0"}), 2)),
             "");
   EXPECT_EQ(cuda_attention_problem(parse(with(shape, {"--bf16", "--kv-channels", "128"}))), "");
 }
@@ -210,8 +212,8 @@ TEST(TrainArgs, SampleModeRejectsIterationFlags) {
 }
 
 TEST(TrainArgs, SampleModeWithRampup) {
-  const TrainConfig c = parse(with(sample_args(), {"--rampup-batch-size", "2", "2", "100", "--lr-decay-samples",
-                                                   "900", "--lr-warmup-samples", "50"}));
+  const TrainConfig c = parse(with(sample_args(), {"--rampup-batch-size", "2", "2", "100", "--lr-decay-samples", "900",
+                                                   "--lr-warmup-samples", "50"}));
   ASSERT_TRUE(c.rampup_batch_size.has_value());
   EXPECT_EQ(c.rampup_batch_size->start, 2);
   EXPECT_EQ(c.rampup_batch_size->increment, 2);
@@ -239,10 +241,10 @@ TEST(TrainArgs, Bf16ForcesFp32GradAccumulation) {
 }
 
 TEST(TrainArgs, PrecisionAndOptimizerValues) {
-  const TrainConfig c = parse(with(base_args(), {"--fp16", "--loss-scale", "4096", "--initial-loss-scale", "65536",
-                                                 "--hysteresis", "3", "--adam-beta2", "0.95", "--clip-grad", "0",
-                                                 "--weight-decay", "0.1", "--min-lr", "1e-5", "--lr-decay-style",
-                                                 "cosine", "--lr-warmup-fraction", ".01"}));
+  const TrainConfig c =
+      parse(with(base_args(), {"--fp16", "--loss-scale", "4096", "--initial-loss-scale", "65536", "--hysteresis", "3",
+                               "--adam-beta2", "0.95", "--clip-grad", "0", "--weight-decay", "0.1", "--min-lr", "1e-5",
+                               "--lr-decay-style", "cosine", "--lr-warmup-fraction", ".01"}));
   EXPECT_TRUE(c.fp16);
   EXPECT_EQ(c.loss_scale, 4096.0);
   EXPECT_EQ(c.initial_loss_scale, 65536.0);
@@ -263,8 +265,8 @@ TEST(TrainArgs, PrecisionAndOptimizerValues) {
 }
 
 TEST(TrainArgs, WsdSchedule) {
-  const TrainConfig c = parse(with(base_args(), {"--lr-decay-style", "WSD", "--lr-wsd-decay-iters", "3",
-                                                 "--lr-wsd-decay-style", "cosine"}));
+  const TrainConfig c = parse(
+      with(base_args(), {"--lr-decay-style", "WSD", "--lr-wsd-decay-iters", "3", "--lr-wsd-decay-style", "cosine"}));
   EXPECT_EQ(c.lr_decay_style, optim::LrDecayStyle::kWSD);
   EXPECT_EQ(c.lr_wsd_decay_iters, 3);
   EXPECT_EQ(c.lr_wsd_decay_style, optim::WsdDecayStyle::kCosine);
@@ -275,8 +277,8 @@ TEST(TrainArgs, WsdSchedule) {
 TEST(TrainArgs, Recompute) {
   TrainConfig c = parse(with(base_args(), {"--recompute-activations"}));
   EXPECT_EQ(c.recompute_granularity, train::RecomputeGranularity::kSelective);
-  c = parse(with(base_args(), {"--recompute-granularity", "full", "--recompute-method", "block",
-                               "--recompute-num-layers", "1"}));
+  c = parse(with(base_args(),
+                 {"--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"}));
   EXPECT_EQ(c.recompute_granularity, train::RecomputeGranularity::kFull);
   EXPECT_EQ(c.recompute_method, train::RecomputeMethod::kBlock);
   EXPECT_EQ(c.recompute_num_layers, 1);
@@ -319,26 +321,27 @@ TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
 TEST(TrainArgs, PipelineFlags) {
   // 4 layers over PP2, 2 chunks of 1 layer per stage; global batch 8 = 4 micro-batches of 2.
   const Argv four = with(without(base_args(), "--num-layers"), {"--num-layers", "4", "--global-batch-size", "8"});
-  const TrainConfig c = parse(with(four, {"--pipeline-model-parallel-size", "2",
-                                          "--num-layers-per-virtual-pipeline-stage", "1"}), 2);
+  const TrainConfig c =
+      parse(with(four, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}), 2);
   EXPECT_EQ(c.pipeline_model_parallel_size, 2);
   EXPECT_EQ(c.data_parallel_size, 1);
   EXPECT_EQ(c.virtual_pipeline_chunks(), 2);
   EXPECT_EQ(parse(with(four, {"--pipeline-model-parallel-size", "2"}), 4).virtual_pipeline_chunks(), 1);
   EXPECT_EQ(error_of(with(base_args(), {"--pipeline-model-parallel-size", "3"}), /*world_size=*/3),
             "[--num-layers] 2 is not divisible by --pipeline-model-parallel-size 3");
-  EXPECT_EQ(error_of(with(four, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"}),
-                     2),
-            "[--num-layers-per-virtual-pipeline-stage] the layers per pipeline stage (2) are not divisible by 3");
-  EXPECT_EQ(error_of(with(four, {"--num-layers-per-virtual-pipeline-stage", "1"})),
-            "[--num-layers-per-virtual-pipeline-stage] the interleaved schedule needs --pipeline-model-parallel-size > 1");
+  EXPECT_EQ(
+      error_of(with(four, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"}), 2),
+      "[--num-layers-per-virtual-pipeline-stage] the layers per pipeline stage (2) are not divisible by 3");
+  EXPECT_EQ(
+      error_of(with(four, {"--num-layers-per-virtual-pipeline-stage", "1"})),
+      "[--num-layers-per-virtual-pipeline-stage] the interleaved schedule needs --pipeline-model-parallel-size > 1");
   // 6 / 2 = 3 micro-batches do not go through 2 stages in groups of 2.
-  EXPECT_EQ(error_of(with(without(four, "--global-batch-size"),
-                          {"--global-batch-size", "6", "--pipeline-model-parallel-size", "2",
-                           "--num-layers-per-virtual-pipeline-stage", "1"}),
-                     2),
-            "[--num-layers-per-virtual-pipeline-stage] number of microbatches (3) is not divisible by "
-            "--pipeline-model-parallel-size (2) when using the interleaved schedule");
+  EXPECT_EQ(
+      error_of(with(without(four, "--global-batch-size"), {"--global-batch-size", "6", "--pipeline-model-parallel-size",
+                                                           "2", "--num-layers-per-virtual-pipeline-stage", "1"}),
+               2),
+      "[--num-layers-per-virtual-pipeline-stage] number of microbatches (3) is not divisible by "
+      "--pipeline-model-parallel-size (2) when using the interleaved schedule");
 }
 
 TEST(TrainArgs, DataParallelFlags) {
@@ -351,7 +354,8 @@ TEST(TrainArgs, DataParallelFlags) {
   // division), never together with --ddp-bucket-size.
   const TrainConfig n = parse(with(base_args(), {"--ddp-num-buckets", "3", "--overlap-grad-reduce"}), 2);
   EXPECT_EQ(n.ddp_num_buckets, 3);
-  EXPECT_EQ(parallel::ddp_bucket_size(train::data_parallel_flags(n), 2, 1000), 333) << "not max(40M, 1M x DP): the count wins";
+  EXPECT_EQ(parallel::ddp_bucket_size(train::data_parallel_flags(n), 2, 1000), 333)
+      << "not max(40M, 1M x DP): the count wins";
   EXPECT_EQ(parallel::ddp_bucket_size(train::data_parallel_flags(n), 2, 2), 1) << "at least one element";
   EXPECT_EQ(parallel::ddp_bucket_size(train::data_parallel_flags(c), 2, 1000), 1000);
   EXPECT_EQ(parallel::ddp_bucket_size(train::data_parallel_flags(parse(base_args(), 2)), 2, 1000), 0) << "one bucket";
@@ -369,10 +373,10 @@ TEST(TrainArgs, ParallelAndAsyncSaveFlags) {
 }
 
 TEST(TrainArgs, CheckpointAndTensorBoardFlags) {
-  const TrainConfig c = parse(with(base_args(), {"--save", "/tmp/ck", "--load", "/tmp/ck", "--save-interval", "10",
-                                                 "--save-keep-last", "3", "--no-load-optim", "--no-save-optim",
-                                                 "--exit-signal-handler", "--no-load-rng", "--tensorboard-dir", "/tmp/tb",
-                                                 "--log-validation-ppl-to-tensorboard", "--log-jsonl", "/tmp/m.jsonl"}));
+  const TrainConfig c = parse(with(
+      base_args(), {"--save", "/tmp/ck", "--load", "/tmp/ck", "--save-interval", "10", "--save-keep-last", "3",
+                    "--no-load-optim", "--no-save-optim", "--exit-signal-handler", "--no-load-rng", "--tensorboard-dir",
+                    "/tmp/tb", "--log-validation-ppl-to-tensorboard", "--log-jsonl", "/tmp/m.jsonl"}));
   EXPECT_EQ(c.save, "/tmp/ck");
   EXPECT_EQ(c.load, "/tmp/ck");
   EXPECT_EQ(c.save_interval, 10);
@@ -415,20 +419,19 @@ TEST(TrainArgs, TensorParallelConfigErrors) {
 }
 
 TEST(TrainArgs, AcceptedValuesOfLimitedFlags) {
-  const TrainConfig c = parse(with(base_args(), {"--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size",
-                                                 "1", "--data-impl", "mmap", "--tokenizer-type", "GPT2BPETokenizer",
-                                                 "--distributed-backend", "nccl", "--DDP-impl", "local",
-                                                 "--timing-log-level", "0", "--optimizer", "adam"}));
+  const TrainConfig c =
+      parse(with(base_args(), {"--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "1",
+                               "--data-impl", "mmap", "--tokenizer-type", "GPT2BPETokenizer", "--distributed-backend",
+                               "nccl", "--DDP-impl", "local", "--timing-log-level", "0", "--optimizer", "adam"}));
   EXPECT_EQ(c.tensor_model_parallel_size, 1);
   EXPECT_EQ(c.pipeline_model_parallel_size, 1);
 }
 
 TEST(TrainArgs, NoOpFlagsAreAccepted) {
-  const TrainConfig c = parse(with(base_args(), {"--use-flash-attn", "--no-masked-softmax-fusion",
-                                                 "--no-bias-dropout-fusion", "--num-workers", "8",
-                                                 "--use-mcore-models", "--attention-softmax-in-fp32",
-                                                 "--local_rank", "0",
-                                                 "--use-cpu-initialization", "--override-opt_param-scheduler"}));
+  const TrainConfig c =
+      parse(with(base_args(), {"--use-flash-attn", "--no-masked-softmax-fusion", "--no-bias-dropout-fusion",
+                               "--num-workers", "8", "--use-mcore-models", "--attention-softmax-in-fp32",
+                               "--local_rank", "0", "--use-cpu-initialization", "--override-opt_param-scheduler"}));
   EXPECT_TRUE(c.use_cpu_initialization);
   EXPECT_TRUE(c.override_opt_param_scheduler);
 }
@@ -473,8 +476,8 @@ TEST(TrainArgs, SeparateDataPathsPerSplit) {
 }
 
 TEST(TrainArgs, TimingFlags) {
-  const TrainConfig c = parse(with(base_args(), {"--timing-log-level", "2", "--timing-log-option", "max",
-                                                 "--no-barrier-with-level-1-timing"}));
+  const TrainConfig c = parse(
+      with(base_args(), {"--timing-log-level", "2", "--timing-log-option", "max", "--no-barrier-with-level-1-timing"}));
   EXPECT_EQ(c.timing_log_level, 2);
   EXPECT_EQ(c.timing_log_option, "max");
   EXPECT_FALSE(c.barrier_with_l1_time);
@@ -549,8 +552,9 @@ TEST(TrainArgs, ProfileFlags) {
 
 TEST(TrainArgs, WeightHashCheckInterval) {
   EXPECT_FALSE(parse(base_args()).check_weight_hash_interval.has_value());
-  EXPECT_EQ(parse(with(base_args(), {"--check-weight-hash-across-dp-replicas-interval", "100"})).check_weight_hash_interval,
-            std::optional<int64_t>(100));
+  EXPECT_EQ(
+      parse(with(base_args(), {"--check-weight-hash-across-dp-replicas-interval", "100"})).check_weight_hash_interval,
+      std::optional<int64_t>(100));
   EXPECT_ERROR_NAMES(with(base_args(), {"--check-weight-hash-across-dp-replicas-interval", "0"}),
                      "--check-weight-hash-across-dp-replicas-interval");
 }
@@ -559,11 +563,11 @@ TEST(TrainArgs, WeightHashCheckInterval) {
 // --norm-epsilon is --layernorm-epsilon's newer name, and what would change the numerics or the
 // layout without being implemented is refused by name.
 TEST(TrainArgs, CurrentMegatronScriptFlags) {
-  const TrainConfig c = parse(with(base_args(), {"--manual-gc-interval", "10", "--no-manual-gc-eval", "--rerun-mode",
-                                                 "disabled", "--ddp-average-in-collective", "--ckpt-fully-parallel-save",
-                                                 "--ckpt-fully-parallel-load", "--num-dataset-builder-threads", "4",
-                                                 "--no-mmap-bin-files", "--te-rng-tracker", "--no-one-logger",
-                                                 "--norm-epsilon", "1e-6", "--no-query-key-layer-scaling"}));
+  const TrainConfig c = parse(
+      with(base_args(), {"--manual-gc-interval", "10", "--no-manual-gc-eval", "--rerun-mode", "disabled",
+                         "--ddp-average-in-collective", "--ckpt-fully-parallel-save", "--ckpt-fully-parallel-load",
+                         "--num-dataset-builder-threads", "4", "--no-mmap-bin-files", "--te-rng-tracker",
+                         "--no-one-logger", "--norm-epsilon", "1e-6", "--no-query-key-layer-scaling"}));
   EXPECT_EQ(c.model.layernorm_epsilon, 1e-6f);
   EXPECT_ERROR_NAMES(with(base_args(), {"--norm-epsilon", "1e-6", "--layernorm-epsilon", "1e-5"}), "--norm-epsilon]");
   for (const auto& [flags, name] : std::vector<std::pair<std::vector<std::string>, std::string>>{
@@ -587,7 +591,8 @@ TEST(TrainArgs, DataArgsFromFiles) {
   EXPECT_ERROR_NAMES(with(a, {"--data-args-path", dir + "/blend.txt", "--data-path", "z"}), "--data-args-path]");
   EXPECT_ERROR_NAMES(with(a, {"--data-args-path", dir + "/missing.txt"}), "--data-args-path]");
 
-  std::ofstream(dir + "/splits.json") << R"({"train": ["1", "x_text_document"], "valid": "0.5 v1 0.5 v2", "test": null})";
+  std::ofstream(dir + "/splits.json")
+      << R"({"train": ["1", "x_text_document"], "valid": "0.5 v1 0.5 v2", "test": null})";
   const TrainConfig p = parse(with(a, {"--per-split-data-args-path", dir + "/splits.json"}));
   EXPECT_TRUE(p.data_path.empty());
   EXPECT_EQ(p.split_data_path[0], (std::vector<std::string>{"1", "x_text_document"}));
@@ -624,8 +629,8 @@ TEST(TrainArgs, TokenizerFlagsOfTheLlamaExamples) {
                         "--split", "99,1,0", "--vocab-size", "128256"}));
   EXPECT_EQ(tokenizer_options(c).tokenizer_model, "meta-llama/Meta-Llama-3-8B");
   EXPECT_EQ(tokenizer_options(c).vocab_size, 128256);
-  c = parse(with(without(base_args(), "--dry-run", 0),
-                 {"--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "128256", "--tiktoken-pattern", "v2"}));
+  c = parse(with(without(base_args(), "--dry-run", 0), {"--mock-data", "--tokenizer-type", "NullTokenizer",
+                                                        "--vocab-size", "128256", "--tiktoken-pattern", "v2"}));
   EXPECT_EQ(c.null_vocab_size, 128256);
   c = parse(with(data, {"--tokenizer-type", "TikTokenizer", "--tokenizer-model", "v.json", "--tiktoken-pattern", "v1",
                         "--tiktoken-num-special-tokens", "100", "--vocab-size", "30000"}));
@@ -636,23 +641,71 @@ TEST(TrainArgs, TokenizerFlagsOfTheLlamaExamples) {
   EXPECT_EQ(error_of(with(data, {"--tokenizer-type", "Llama2Tokenizer", "--vocab-file", "v.json"})),
             "[--tokenizer-model] is required by --tokenizer-type Llama2Tokenizer (unless --dry-run); [--vocab-file] is "
             "not used by --tokenizer-type Llama2Tokenizer");
-  EXPECT_ERROR_NAMES(with(data, {"--tokenizer-type", "TikTokenizer", "--tokenizer-model", "v.json", "--tiktoken-pattern",
-                                 "v3"}), "--tiktoken-pattern]");
+  EXPECT_ERROR_NAMES(
+      with(data, {"--tokenizer-type", "TikTokenizer", "--tokenizer-model", "v.json", "--tiktoken-pattern", "v3"}),
+      "--tiktoken-pattern]");
   EXPECT_ERROR_NAMES(with(base_args(), {"--tokenizer-special-tokens", "<a>"}), "--tokenizer-special-tokens]");
 }
 
 TEST(TrainArgs, MegatronJobScriptParses) {
   // The flags of Megatron's examples/pretrain_gpt_distributed_with_mp.sh with TP/PP 1, no
   // checkpointing and --recompute-activations for the removed --checkpoint-activations.
-  const Argv a = {"--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "1", "--num-layers", "24",
-                  "--hidden-size", "1024", "--num-attention-heads", "16", "--micro-batch-size", "4",
-                  "--global-batch-size", "16", "--seq-length", "1024", "--max-position-embeddings", "1024",
-                  "--train-iters", "500000", "--lr-decay-iters", "320000", "--data-path", "my-gpt2_text_document",
-                  "--vocab-file", "gpt2-vocab.json", "--merge-file", "gpt2-merges.txt", "--data-impl", "mmap",
-                  "--split", "949,50,1", "--distributed-backend", "nccl", "--lr", "0.00015", "--lr-decay-style",
-                  "cosine", "--min-lr", "1.0e-5", "--weight-decay", "1e-2", "--clip-grad", "1.0",
-                  "--lr-warmup-fraction", ".01", "--recompute-activations", "--log-interval", "100",
-                  "--save-interval", "10000", "--eval-interval", "1000", "--eval-iters", "10", "--fp16"};
+  const Argv a = {"--tensor-model-parallel-size",
+                  "1",
+                  "--pipeline-model-parallel-size",
+                  "1",
+                  "--num-layers",
+                  "24",
+                  "--hidden-size",
+                  "1024",
+                  "--num-attention-heads",
+                  "16",
+                  "--micro-batch-size",
+                  "4",
+                  "--global-batch-size",
+                  "16",
+                  "--seq-length",
+                  "1024",
+                  "--max-position-embeddings",
+                  "1024",
+                  "--train-iters",
+                  "500000",
+                  "--lr-decay-iters",
+                  "320000",
+                  "--data-path",
+                  "my-gpt2_text_document",
+                  "--vocab-file",
+                  "gpt2-vocab.json",
+                  "--merge-file",
+                  "gpt2-merges.txt",
+                  "--data-impl",
+                  "mmap",
+                  "--split",
+                  "949,50,1",
+                  "--distributed-backend",
+                  "nccl",
+                  "--lr",
+                  "0.00015",
+                  "--lr-decay-style",
+                  "cosine",
+                  "--min-lr",
+                  "1.0e-5",
+                  "--weight-decay",
+                  "1e-2",
+                  "--clip-grad",
+                  "1.0",
+                  "--lr-warmup-fraction",
+                  ".01",
+                  "--recompute-activations",
+                  "--log-interval",
+                  "100",
+                  "--save-interval",
+                  "10000",
+                  "--eval-interval",
+                  "1000",
+                  "--eval-iters",
+                  "10",
+                  "--fp16"};
   const TrainConfig c = parse(a);
   EXPECT_EQ(c.model.num_layers, 24);
   EXPECT_EQ(c.global_batch_size, 16);
@@ -697,16 +750,18 @@ TEST(TrainArgs, OutOfRangeNumbersNameTheFlagAndValue) {
        "[--hidden-size] 16 is too small for --swiglu's default --ffn-hidden-size (int(8h/3/64)*64 = 0): give "
        "--ffn-hidden-size"},
       {{"--global-batch-size", p62},
-       "[--global-batch-size] " + p62 + " samples per iteration make 2305843009213693952 micro-batches per "
-       "data-parallel rank (--micro-batch-size 2, data-parallel size 1); at most 1048576 are supported"},
+       "[--global-batch-size] " + p62 +
+           " samples per iteration make 2305843009213693952 micro-batches per "
+           "data-parallel rank (--micro-batch-size 2, data-parallel size 1); at most 1048576 are supported"},
       {{"--train-iters", p62, "--global-batch-size", "8"},
-       "[--train-iters] the training samples (--train-iters x --global-batch-size): " + p62 + " x 8 does not fit in "
-       "64 bits"},
+       "[--train-iters] the training samples (--train-iters x --global-batch-size): " + p62 +
+           " x 8 does not fit in "
+           "64 bits"},
       {{"--eval-iters", p62, "--eval-interval", "1"},
        "[--eval-iters] the validation iterations ((train iterations / --eval-interval + 1) x --eval-iters): 11 x " +
            p62 + " does not fit in 64 bits"},
-      {{"--lr-decay-iters", p62}, "[--lr-decay-iters] the decay samples (x --global-batch-size): " + p62 +
-                                      " x 2 does not fit in 64 bits"},
+      {{"--lr-decay-iters", p62},
+       "[--lr-decay-iters] the decay samples (x --global-batch-size): " + p62 + " x 2 does not fit in 64 bits"},
       {{"--tensor-model-parallel-size", "-1"},
        "[--tensor-model-parallel-size] must be between 1 and 2147483647, got -1"},
       {{"--eval-iters", "-1"}, "[--eval-iters] must not be negative, got -1"},
@@ -723,18 +778,39 @@ TEST(TrainArgs, OutOfRangeNumbersNameTheFlagAndValue) {
 // Unusual values Megatron accepts stay accepted: zeros that switch a feature off, the largest
 // seed, tiny learning rates, huge intervals, the largest dimensions.
 TEST(TrainArgs, UnusualValidValuesStayAccepted) {
-  const TrainConfig c = parse(with(
-      base_args(), {"--seed", "0", "--clip-grad", "0", "--min-lr", "0", "--lr", "0", "--attention-dropout", "0",
-                    "--hidden-dropout", "0", "--weight-decay", "0", "--eval-iters", "0", "--lr-warmup-init", "0",
-                    "--exit-duration-in-mins", "1", "--save-interval", "9223372036854775807", "--log-interval",
-                    "9223372036854775807", "--distributed-timeout-minutes", "0.001"}));
+  const TrainConfig c = parse(with(base_args(), {"--seed",
+                                                 "0",
+                                                 "--clip-grad",
+                                                 "0",
+                                                 "--min-lr",
+                                                 "0",
+                                                 "--lr",
+                                                 "0",
+                                                 "--attention-dropout",
+                                                 "0",
+                                                 "--hidden-dropout",
+                                                 "0",
+                                                 "--weight-decay",
+                                                 "0",
+                                                 "--eval-iters",
+                                                 "0",
+                                                 "--lr-warmup-init",
+                                                 "0",
+                                                 "--exit-duration-in-mins",
+                                                 "1",
+                                                 "--save-interval",
+                                                 "9223372036854775807",
+                                                 "--log-interval",
+                                                 "9223372036854775807",
+                                                 "--distributed-timeout-minutes",
+                                                 "0.001"}));
   EXPECT_EQ(c.clip_grad, 0.0);
   EXPECT_EQ(c.seed, 0);
   EXPECT_EQ(parse(with(base_args(), {"--seed", "4294967295"})).seed, 4294967295);
   // numpy.random.RandomState(seed), which shuffles the datasets, takes [0, 2^32 - 1] only.
   EXPECT_EQ(error_of(with(base_args(), {"--seed", "-5"})),
             "[--seed] seed must be in [0, 4294967295] (numpy.random.RandomState), got -5");
-  EXPECT_EQ(parse(with(base_args(), {"--lr", "1e-400"})).lr, 0.0);  // Python's float(): 0.0
+  EXPECT_EQ(parse(with(base_args(), {"--lr", "1e-400"})).lr, 0.0);                 // Python's float(): 0.0
   EXPECT_EQ(parse(with(base_args(), {"--clip-grad", "1e300"})).clip_grad, 1e300);  // a double: no clipping
   EXPECT_EQ(parse(with(base_args(), {"--num-layers", "2147483646"})).model.num_layers, 2147483646);
   EXPECT_EQ(parse(with(base_args(), {"--distributed-timeout-minutes", "5270400"})).distributed_timeout_minutes,

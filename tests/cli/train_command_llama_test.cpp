@@ -45,8 +45,9 @@ void trains_saves_and_resumes(const std::string& name, const std::string& model)
   // The shape and the Llama flags come back from the checkpoint.
   out = train(" --use-checkpoint-args --override-opt_param-scheduler --load " + dir +
                   "/ck --train-iters 4 --micro-batch-size 2 --global-batch-size 4"
-              " --lr 0.00015 --device cpu --mock-data --split 99,1,0 --eval-iters 1"
-              " --log-interval 1" + std::string(model.find("--bf16") != std::string::npos ? " --bf16" : ""),
+                  " --lr 0.00015 --device cpu --mock-data --split 99,1,0 --eval-iters 1"
+                  " --log-interval 1" +
+                  std::string(model.find("--bf16") != std::string::npos ? " --bf16" : ""),
               &status);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("Setting position_embedding_type to rope from checkpoint"), std::string::npos) << out;

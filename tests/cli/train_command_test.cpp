@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "data/indexed_dataset.h"
 #include "comm/mpirun.h"
 #include "comm/nccl_communicator.h"
+#include "data/indexed_dataset.h"
 #include "model/memory_plan.h"
 #include "parallel/grad_buckets.h"
 #include "plan/memory_model.h"
@@ -88,9 +88,23 @@ TEST(TrainCommand, DryRunPrintsThePlanFor175B) {
 // and their extra communicator in the NCCL line; without the distributed optimizer the copy
 // engines do not apply; a value other than 0 or 1 is a one-line error.
 TEST(TrainCommand, DryRunCountsTheCopyEnginesWhenAsked) {
-  const std::vector<std::string> argv = {test::megatron_binary(), "train", "--model", "gpt2-350m", "--micro-batch-size",
-                                         "4", "--global-batch-size", "16", "--train-iters", "10", "--lr", "1e-4",
-                                         "--bf16", "--dry-run", "--overlap-grad-reduce", "--device", "cuda"};
+  const std::vector<std::string> argv = {test::megatron_binary(),
+                                         "train",
+                                         "--model",
+                                         "gpt2-350m",
+                                         "--micro-batch-size",
+                                         "4",
+                                         "--global-batch-size",
+                                         "16",
+                                         "--train-iters",
+                                         "10",
+                                         "--lr",
+                                         "1e-4",
+                                         "--bf16",
+                                         "--dry-run",
+                                         "--overlap-grad-reduce",
+                                         "--device",
+                                         "cuda"};
   auto run = [&](const std::string& env, bool distributed) {
     std::vector<std::string> a = argv;
     if (distributed) a.push_back("--use-distributed-optimizer");
@@ -111,7 +125,8 @@ TEST(TrainCommand, DryRunCountsTheCopyEnginesWhenAsked) {
   EXPECT_EQ(table_bytes(ce.output, "copy-engine receive buffer"), receive);
   EXPECT_EQ(table_bytes(ce.output, "NCCL buffers \\(model\\)") - table_bytes(sm.output, "NCCL buffers \\(model\\)"),
             plan::kCommunicatorCreationBytes);
-  EXPECT_EQ(table_bytes(ce.output, "total") - table_bytes(sm.output, "total"), receive + plan::kCommunicatorCreationBytes);
+  EXPECT_EQ(table_bytes(ce.output, "total") - table_bytes(sm.output, "total"),
+            receive + plan::kCommunicatorCreationBytes);
   const test::CommandResult replicated = run("MEGATRON_DP_COPY_ENGINE=1", false);
   ASSERT_EQ(replicated.status, 0) << replicated.output;
   EXPECT_EQ(replicated.output.find("copy-engine"), std::string::npos) << replicated.output;
@@ -124,12 +139,16 @@ TEST(TrainCommand, ShortRunOnAPreprocessedDataset) {
   const std::string dir = test::scratch_dir("train_command_run");
   write_dataset(dir + "/d_text_document", 40, 50, 31, 7);
   int status = 0;
-  const std::string out = train("--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
-                                "--micro-batch-size 2 --global-batch-size 4 --train-iters 3 --lr 1e-3 "
-                                "--log-interval 1 --eval-interval 2 --eval-iters 1 --split 80,20,0 "
-                                "--data-path " + dir + "/d_text_document --data-cache-path " + dir + "/cache "
-                                "--vocab-file " + test::gpt2_vocab_file() + " --merge-file " + test::gpt2_merge_file(),
-                                &status);
+  const std::string out = train(
+      "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+      "--micro-batch-size 2 --global-batch-size 4 --train-iters 3 --lr 1e-3 "
+      "--log-interval 1 --eval-interval 2 --eval-iters 1 --split 80,20,0 "
+      "--data-path " +
+          dir + "/d_text_document --data-cache-path " + dir +
+          "/cache "
+          "--vocab-file " +
+          test::gpt2_vocab_file() + " --merge-file " + test::gpt2_merge_file(),
+      &status);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find(" iteration        3/       3 | consumed samples:           12 |"), std::string::npos) << out;
   EXPECT_NE(out.find(" validation loss at iteration 2 | lm loss value: "), std::string::npos) << out;
@@ -143,11 +162,12 @@ TEST(TrainCommand, ShortRunOnAPreprocessedDataset) {
 TEST(TrainCommand, SeparateDataPathsPerSplit) {
   const std::string dir = test::scratch_dir("train_command_split_paths");
   for (const char* name : {"t", "v1", "v2"}) write_dataset(dir + "/" + name + "_text_document", 12, 30, 17, 5, name[0]);
-  const std::string common = "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
-                             "--micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr 1e-3 "
-                             "--log-interval 1 --eval-interval 2 --eval-iters 1 --split 1,0,0 --data-cache-path " +
-                             dir + "/cache --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
-                             test::gpt2_merge_file() + " --train-data-path " + dir + "/t_text_document";
+  const std::string common =
+      "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+      "--micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr 1e-3 "
+      "--log-interval 1 --eval-interval 2 --eval-iters 1 --split 1,0,0 --data-cache-path " +
+      dir + "/cache --vocab-file " + test::gpt2_vocab_file() + " --merge-file " + test::gpt2_merge_file() +
+      " --train-data-path " + dir + "/t_text_document";
   int status = 0;
   std::string out = train(common + " --valid-data-path 0.5 " + dir + "/v1_text_document 0.5 " + dir +
                               "/v2_text_document --save " + dir + "/ckpt --save-interval 2",
@@ -170,10 +190,12 @@ TEST(TrainCommand, SeparateDataPathsPerSplit) {
   ASSERT_EQ(status, 0) << out;
   EXPECT_EQ(out.find("validation loss"), std::string::npos) << "no valid path: no validation\n" << out;
 
-  out = train("--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 --micro-batch-size 2 "
-              "--train-iters 2 --lr 1e-3 --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
-              test::gpt2_merge_file() + " --valid-data-path " + dir + "/v1_text_document",
-              &status);
+  out = train(
+      "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 --micro-batch-size 2 "
+      "--train-iters 2 --lr 1e-3 --vocab-file " +
+          test::gpt2_vocab_file() + " --merge-file " + test::gpt2_merge_file() + " --valid-data-path " + dir +
+          "/v1_text_document",
+      &status);
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("[--train-data-path] is required"), std::string::npos) << out;
 }
@@ -185,11 +207,12 @@ TEST(TrainCommand, SeparateDataPathsPerSplit) {
 TEST(TrainCommand, NanLossStopsTheRunUnlessTheCheckIsOff) {
   const std::string dir = test::scratch_dir("train_command_nan");
   write_dataset(dir + "/d_text_document", 20, 40, 13, 11);
-  const std::string common = "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
-                             "--micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e30 --log-interval 1 "
-                             "--eval-iters 0 --split 1,0,0 --data-path " + dir + "/d_text_document --data-cache-path " +
-                             dir + "/cache --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
-                             test::gpt2_merge_file() + " --save " + dir + "/ckpt --save-interval 2";
+  const std::string common =
+      "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+      "--micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e30 --log-interval 1 "
+      "--eval-iters 0 --split 1,0,0 --data-path " +
+      dir + "/d_text_document --data-cache-path " + dir + "/cache --vocab-file " + test::gpt2_vocab_file() +
+      " --merge-file " + test::gpt2_merge_file() + " --save " + dir + "/ckpt --save-interval 2";
   int status = 0;
   std::string out = train(common, &status);
   EXPECT_NE(status, 0) << out;
@@ -212,19 +235,22 @@ TEST(TrainCommand, NanLossStopsTheRunUnlessTheCheckIsOff) {
 TEST(TrainCommand, EvaluateACheckpointWithItsOwnArgs) {
   const std::string dir = test::scratch_dir("train_command_ckpt_args");
   write_dataset(dir + "/d_text_document", 40, 50, 29, 3);
-  const std::string data = "--micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e-3 --log-interval 1 "
-                           "--eval-interval 100 --eval-iters 2 --split 80,20,0 --data-path " + dir +
-                           "/d_text_document --data-cache-path " + dir + "/cache --vocab-file " +
-                           test::gpt2_vocab_file() + " --merge-file " + test::gpt2_merge_file();
+  const std::string data =
+      "--micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e-3 --log-interval 1 "
+      "--eval-interval 100 --eval-iters 2 --split 80,20,0 --data-path " +
+      dir + "/d_text_document --data-cache-path " + dir + "/cache --vocab-file " + test::gpt2_vocab_file() +
+      " --merge-file " + test::gpt2_merge_file();
   int status = 0;
-  std::string out = train("--num-layers 2 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
-                          "--layernorm-epsilon 1e-6 --untie-embeddings-and-output-weights " + data + " --save " + dir +
-                              "/ckpt --save-interval 2",
-                          &status);
+  std::string out = train(
+      "--num-layers 2 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+      "--layernorm-epsilon 1e-6 --untie-embeddings-and-output-weights " +
+          data + " --save " + dir + "/ckpt --save-interval 2",
+      &status);
   ASSERT_EQ(status, 0) << out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex("validation loss at iteration 4 on validation set \\| lm loss value: "
-                                                   "([0-9.E+-]+)")))
+  ASSERT_TRUE(std::regex_search(out, m,
+                                std::regex("validation loss at iteration 4 on validation set \\| lm loss value: "
+                                           "([0-9.E+-]+)")))
       << out;
   const std::string trained_loss = m[1];
 
@@ -262,10 +288,11 @@ TEST(TrainCommand, EvaluateACheckpointWithItsOwnArgs) {
 // beside it is refused.
 TEST(TrainCommand, MockDataTrainsWithoutADataset) {
   const std::string dir = test::scratch_dir("train_command_mock");
-  const std::string common = "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
-                             "--micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --lr-decay-iters 10 "
-                             "--log-interval 1 --eval-interval 2 --eval-iters 1 --vocab-file " + test::gpt2_vocab_file() +
-                             " --merge-file " + test::gpt2_merge_file();
+  const std::string common =
+      "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+      "--micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --lr-decay-iters 10 "
+      "--log-interval 1 --eval-interval 2 --eval-iters 1 --vocab-file " +
+      test::gpt2_vocab_file() + " --merge-file " + test::gpt2_merge_file();
   int status = 0;
   std::string out = train(common + " --train-iters 2 --mock-data --save " + dir + "/ckpt --save-interval 2", &status);
   ASSERT_EQ(status, 0) << out;
@@ -284,24 +311,26 @@ TEST(TrainCommand, MockDataTrainsWithoutADataset) {
 
 // Before the first step (here with --dry-run) train prints megatron plan's prediction for its
 // exact layout on --gpu: the same iteration time, tokens/s and 2024-convention TFLOP/s as
-// `megatron plan --json` for those flags, both at Megatron's default dropouts 0.1 (TP2 x PP2 x DP2 of gpt3-1.3b on 8 H100s of one node); a GPU kind the planner does
-// not know is one line naming --gpu.
+// `megatron plan --json` for those flags, both at Megatron's default dropouts 0.1 (TP2 x PP2 x DP2 of gpt3-1.3b on 8
+// H100s of one node); a GPU kind the planner does not know is one line naming --gpu.
 TEST(TrainCommand, PrintsThePlannersPredictionBeforeTheFirstStep) {
-  const std::string layout = "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 2 "
-                             "--global-batch-size 64";
+  const std::string layout =
+      "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 2 "
+      "--global-batch-size 64";
   int status = 0;
   // Rank 0 of 8 on one node, as torchrun would start it (a dry run connects to nobody); with
   // megatron plan's default overlaps, and without them.
   auto run = [&](const std::string& overlaps) {
-    const test::CommandResult r = test::run_command(
-        "env WORLD_SIZE=8 RANK=0 LOCAL_RANK=0 LOCAL_WORLD_SIZE=8 " + test::megatron_binary() + " train --model gpt3-1.3b " +
-            layout + " --sequence-parallel --use-distributed-optimizer " + overlaps +
-            " --bf16 --lr 1e-4 --train-iters 10 --dry-run --gpu h100-80gb",
-        true);
+    const test::CommandResult r = test::run_command("env WORLD_SIZE=8 RANK=0 LOCAL_RANK=0 LOCAL_WORLD_SIZE=8 " +
+                                                        test::megatron_binary() + " train --model gpt3-1.3b " + layout +
+                                                        " --sequence-parallel --use-distributed-optimizer " + overlaps +
+                                                        " --bf16 --lr 1e-4 --train-iters 10 --dry-run --gpu h100-80gb",
+                                                    true);
     EXPECT_EQ(r.status, 0) << r.output;
     return r.output;
   };
-  const std::regex line(R"( > predicted by megatron plan for h100-80gb \(1 node\(s\) x 8 GPU\(s\)\): ([0-9.]+) ms per iteration, ([0-9]+) tokens/s, ([0-9.]+) TFLOP/s/GPU \(Megatron 2024 convention, as megatron plan; [0-9.]+ in this run's 2025 convention\), report time [0-9.]+ s; fits \()");
+  const std::regex line(
+      R"( > predicted by megatron plan for h100-80gb \(1 node\(s\) x 8 GPU\(s\)\): ([0-9.]+) ms per iteration, ([0-9]+) tokens/s, ([0-9.]+) TFLOP/s/GPU \(Megatron 2024 convention, as megatron plan; [0-9.]+ in this run's 2025 convention\), report time [0-9.]+ s; fits \()");
   const std::string out = run("--overlap-grad-reduce --overlap-param-gather"), serial_out = run("");
   std::smatch m, serial;
   ASSERT_TRUE(std::regex_search(out, m, line)) << out;
@@ -321,15 +350,17 @@ TEST(TrainCommand, PrintsThePlannersPredictionBeforeTheFirstStep) {
   ASSERT_TRUE(std::regex_search(plan.output, f, std::regex(R"("tflops_per_gpu_2024": ([0-9.e+]+))"))) << plan.output;
   EXPECT_NEAR(std::stod(m[3]), std::stod(f[1]), 0.051) << out;
   // Documents: cuDNN reads their bias, so the same layout is predicted slower.
-  const std::string one = "--model gpt3-1.3b --micro-batch-size 4 --global-batch-size 4 --lr 1e-4 --train-iters 10 "
-                          "--dry-run --bf16 --attention-dropout 0 --hidden-dropout 0 --gpu h100-80gb";
+  const std::string one =
+      "--model gpt3-1.3b --micro-batch-size 4 --global-batch-size 4 --lr 1e-4 --train-iters 10 "
+      "--dry-run --bf16 --attention-dropout 0 --hidden-dropout 0 --gpu h100-80gb";
   const std::regex single(R"( > predicted by megatron plan for h100-80gb \(1 node\(s\) x 1 GPU\(s\)\): ([0-9.]+) ms)");
   const std::string causal = train(one, &status), documents = train(one + " --reset-attention-mask", &status);
   std::smatch c1, d1;
   ASSERT_TRUE(std::regex_search(causal, c1, single)) << causal;
   ASSERT_TRUE(std::regex_search(documents, d1, single)) << documents;
   EXPECT_GT(std::stod(d1[1]), std::stod(c1[1]) + 5.0) << documents;
-  const std::string bad = train("--model gpt3-1.3b --micro-batch-size 1 --lr 1e-4 --train-iters 10 --dry-run --gpu b200", &status);
+  const std::string bad =
+      train("--model gpt3-1.3b --micro-batch-size 1 --lr 1e-4 --train-iters 10 --dry-run --gpu b200", &status);
   EXPECT_NE(status, 0);
   EXPECT_NE(bad.find("[--gpu] unknown GPU 'b200'"), std::string::npos) << bad;
 }
@@ -337,10 +368,11 @@ TEST(TrainCommand, PrintsThePlannersPredictionBeforeTheFirstStep) {
 // --profile on the CPU backend: NVTX ranges only (said at start-up), the run unchanged; a
 // --profile-ranks rank outside the world is one line before the first step.
 TEST(TrainCommand, ProfileOnTheCpuSaysWhatItCaptures) {
-  const std::string common = "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
-                             "--micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --train-iters 3 --log-interval 1 "
-                             "--eval-iters 0 --mock-data --tokenizer-type NullTokenizer --vocab-size 50000 --device cpu "
-                             "--profile --profile-step-start 1 --profile-step-end 2";
+  const std::string common =
+      "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+      "--micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --train-iters 3 --log-interval 1 "
+      "--eval-iters 0 --mock-data --tokenizer-type NullTokenizer --vocab-size 50000 --device cpu "
+      "--profile --profile-step-start 1 --profile-step-end 2";
   int status = 0;
   std::string out = train(common, &status);
   ASSERT_EQ(status, 0) << out;
@@ -363,9 +395,10 @@ TEST(TrainCommand, ProfileOnTheCpuSaysWhatItCaptures) {
 // Megatron's NullTokenizer: --vocab-size N gives N + 1 ids (the EOD is N), padded as usual; ids
 // of the data beyond the padded vocabulary stop the run with a line naming the flag.
 TEST(TrainCommand, NullTokenizerTakesItsVocabularyFromVocabSize) {
-  const std::string common = "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
-                             "--micro-batch-size 2 --global-batch-size 4 --train-iters 1 --lr 1e-3 --eval-iters 0 "
-                             "--mock-data --tokenizer-type NullTokenizer";
+  const std::string common =
+      "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+      "--micro-batch-size 2 --global-batch-size 4 --train-iters 1 --lr 1e-3 --eval-iters 0 "
+      "--mock-data --tokenizer-type NullTokenizer";
   int status = 0;
   std::string out = train(common + " --vocab-size 5000", &status);
   ASSERT_EQ(status, 0) << out;
@@ -395,12 +428,13 @@ TEST(TrainCommand, EodMaskLossMasksOnlyEndOfDocumentPositions) {
   write(dir + "/plain_text_document", false);
   auto first_loss = [&](const std::string& prefix, const std::string& extra) {
     int status = 0;
-    const std::string out = train("--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 "
-                                  "--micro-batch-size 2 --global-batch-size 2 --train-iters 1 --lr 1e-3 "
-                                  "--log-interval 1 --eval-iters 0 --split 1 --data-path " + prefix +
-                                  " --data-cache-path " + dir + "/cache --vocab-file " + test::gpt2_vocab_file() +
-                                  " --merge-file " + test::gpt2_merge_file() + extra,
-                                  &status);
+    const std::string out = train(
+        "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 "
+        "--micro-batch-size 2 --global-batch-size 2 --train-iters 1 --lr 1e-3 "
+        "--log-interval 1 --eval-iters 0 --split 1 --data-path " +
+            prefix + " --data-cache-path " + dir + "/cache --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
+            test::gpt2_merge_file() + extra,
+        &status);
     EXPECT_EQ(status, 0) << out;
     std::smatch m;
     EXPECT_TRUE(std::regex_search(out, m, std::regex("lm loss: ([0-9.E+-]+)"))) << out;
@@ -430,11 +464,17 @@ TEST(TrainCommand, SigtermSavesAndExitsZero) {
                                 " train --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
                                 "--micro-batch-size 2 --global-batch-size 2 --train-iters 1000000 --lr 1e-3 "
                                 "--log-interval 1 --eval-interval 1000000 --split 100,0,0 --exit-signal-handler "
-                                "--data-path " + dir + "/d_text_document --data-cache-path " + dir + "/cache "
-                                "--save " + dir + "/ckpt --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
+                                "--data-path " +
+                                dir + "/d_text_document --data-cache-path " + dir +
+                                "/cache "
+                                "--save " +
+                                dir + "/ckpt --vocab-file " + test::gpt2_vocab_file() + " --merge-file " +
                                 test::gpt2_merge_file();
-  const std::string script = "(" + train_cmd + " > " + dir + "/log 2>&1 & pid=$!; "
-                             "for i in $(seq 1 600); do grep -q 'consumed samples' " + dir + "/log && break; sleep 0.1; done; "
+  const std::string script = "(" + train_cmd + " > " + dir +
+                             "/log 2>&1 & pid=$!; "
+                             "for i in $(seq 1 600); do grep -q 'consumed samples' " +
+                             dir +
+                             "/log && break; sleep 0.1; done; "
                              "kill -TERM $pid; wait $pid; echo rc=$?)";
   const test::CommandResult r = test::run_command(script, true);
   EXPECT_NE(r.output.find("rc=0"), std::string::npos) << r.output;
@@ -449,8 +489,7 @@ TEST(TrainCommand, SigtermSavesAndExitsZero) {
 }
 
 TEST(TrainCommand, BadFlagsFailWithOneLineNamingTheFlag) {
-  const std::string base =
-      "--num-layers 2 --hidden-size 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 --dry-run ";
+  const std::string base = "--num-layers 2 --hidden-size 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 --dry-run ";
   const std::string s128 = "--seq-length 128 ";
   struct Case {
     std::string flags;
@@ -460,7 +499,8 @@ TEST(TrainCommand, BadFlagsFailWithOneLineNamingTheFlag) {
       {base + s128 + "--num-attention-heads 5", "--num-attention-heads"},
       {base + s128 + "--num-attention-heads 4 --global-batch-size 7", "--global-batch-size"},
       {base + "--num-attention-heads 4 --seq-length 2048 --max-position-embeddings 1024", "--max-position-embeddings"},
-      {base + s128 + "--num-attention-heads 4 --tensor-model-parallel-size 2", "world size (1) is not divisible by tensor parallel size (2)"},
+      {base + s128 + "--num-attention-heads 4 --tensor-model-parallel-size 2",
+       "world size (1) is not divisible by tensor parallel size (2)"},
       {base + s128 + "--num-attention-heads 4 --fp16 --bf16", "--bf16"},
       {base + s128 + "--num-attention-heads 4 --no-such-flag", "--no-such-flag"},
   };

@@ -27,29 +27,76 @@ namespace {
 
 using Argv = std::vector<std::string>;
 
-const Argv kHostile = {"nan", "inf", "-inf", "1e300", "1e400", "-1", "0", "2147483648", "4611686018427387904",
-                       "9223372036854775807", "99999999999999999999"};
+const Argv kHostile = {"nan",
+                       "inf",
+                       "-inf",
+                       "1e300",
+                       "1e400",
+                       "-1",
+                       "0",
+                       "2147483648",
+                       "4611686018427387904",
+                       "9223372036854775807",
+                       "99999999999999999999"};
 const std::set<std::string> kNonFinite = {"nan", "inf", "-inf", "1e400"};
 const std::set<std::string> kNotInt64 = {"1e300", "99999999999999999999"};
 const std::set<std::string> kNotPositive = {"-1", "0"};
 const std::set<std::string> kHuge = {"4611686018427387904", "9223372036854775807"};
 // Counts that are never 0 or negative.
-const std::set<std::string> kPositive = {
-    "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size", "--kv-channels",
-    "--seq-length", "--max-position-embeddings", "--make-vocab-size-divisible-by", "--vocab-size",
-    "--micro-batch-size", "--global-batch-size", "--tensor-model-parallel-size",
-    "--pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage", "--recompute-num-layers",
-    "--nproc-per-node", "--train-iters", "--train-samples", "--log-interval", "--eval-interval"};
+const std::set<std::string> kPositive = {"--num-layers",
+                                         "--hidden-size",
+                                         "--num-attention-heads",
+                                         "--ffn-hidden-size",
+                                         "--kv-channels",
+                                         "--seq-length",
+                                         "--max-position-embeddings",
+                                         "--make-vocab-size-divisible-by",
+                                         "--vocab-size",
+                                         "--micro-batch-size",
+                                         "--global-batch-size",
+                                         "--tensor-model-parallel-size",
+                                         "--pipeline-model-parallel-size",
+                                         "--num-layers-per-virtual-pipeline-stage",
+                                         "--recompute-num-layers",
+                                         "--nproc-per-node",
+                                         "--train-iters",
+                                         "--train-samples",
+                                         "--log-interval",
+                                         "--eval-interval"};
 // Of them, tensor dimensions and parallel sizes: never 2^62 either (cli/args.h kMaxDimension).
-const std::set<std::string> kDimensions = {
-    "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size", "--kv-channels",
-    "--seq-length", "--max-position-embeddings", "--make-vocab-size-divisible-by", "--vocab-size",
-    "--micro-batch-size", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
-    "--num-layers-per-virtual-pipeline-stage"};
+const std::set<std::string> kDimensions = {"--num-layers",
+                                           "--hidden-size",
+                                           "--num-attention-heads",
+                                           "--ffn-hidden-size",
+                                           "--kv-channels",
+                                           "--seq-length",
+                                           "--max-position-embeddings",
+                                           "--make-vocab-size-divisible-by",
+                                           "--vocab-size",
+                                           "--micro-batch-size",
+                                           "--tensor-model-parallel-size",
+                                           "--pipeline-model-parallel-size",
+                                           "--num-layers-per-virtual-pipeline-stage"};
 
 Argv base_args() {
-  return {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
-          "--micro-batch-size", "2", "--train-iters", "10", "--lr", "1e-4", "--dry-run", "--bf16", "--gpu", "h100-80gb"};
+  return {"--num-layers",
+          "2",
+          "--hidden-size",
+          "64",
+          "--num-attention-heads",
+          "4",
+          "--seq-length",
+          "32",
+          "--micro-batch-size",
+          "2",
+          "--train-iters",
+          "10",
+          "--lr",
+          "1e-4",
+          "--dry-run",
+          "--bf16",
+          "--gpu",
+          "h100-80gb"};
 }
 
 // What a flag needs beside the base job for its value to be read and checked.

@@ -101,7 +101,8 @@ TEST(HostStagedCommunicator, AllReduceRoundsTheExactSumOnce) {
           const std::vector<float> got = values(*be, x);
           for (int64_t i = 0; i < n; ++i) {
             ASSERT_EQ(got[static_cast<size_t>(i)], reduced(dtype, op, i))
-                << device_name(be->device()) << " " << dtype_name(dtype) << " n " << n << " " << to_string(op) << " i " << i;
+                << device_name(be->device()) << " " << dtype_name(dtype) << " n " << n << " " << to_string(op) << " i "
+                << i;
           }
         }
       }
@@ -127,7 +128,8 @@ TEST(HostStagedCommunicator, ReduceScatterAndAllGatherInAndOutOfPlace) {
         Tensor out = in_place ? in.flat_view(off, {mine}) : make(*be, std::vector<float>(mine, 0.0f), dtype);
         world.reduce_scatter(in, out, counts, ReduceOp::kSum);
         const std::vector<float> got = values(*be, out);
-        for (int64_t i = 0; i < mine; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], reduced(dtype, ReduceOp::kSum, off + i)) << what;
+        for (int64_t i = 0; i < mine; ++i)
+          ASSERT_EQ(got[static_cast<size_t>(i)], reduced(dtype, ReduceOp::kSum, off + i)) << what;
 
         // Gather every rank's piece of its own inputs back into [total].
         Tensor whole = make(*be, std::vector<float>(total, 0.0f), dtype);
@@ -227,8 +229,8 @@ TEST(HostStagedCommunicator, IntegerReductionIsAnErrorNamingTheGroup) {
     world.all_reduce(ids, ReduceOp::kSum);
     FAIL() << "an int64 all-reduce must be refused";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "all_reduce on group 'world' (rank " + std::to_string(world.rank()) + "): reductions take float tensors, got int64");
+    EXPECT_EQ(std::string(e.what()), "all_reduce on group 'world' (rank " + std::to_string(world.rank()) +
+                                         "): reductions take float tensors, got int64");
   }
 }
 

@@ -40,15 +40,18 @@ TEST(LaunchEnv, SlurmAndOpenMpi) {
   EXPECT_EQ(e.rank, 3);
   EXPECT_EQ(e.world_size, 4);
   EXPECT_FALSE(e.mpi_available);
-  e = detect_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
+  e = detect_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"},
+                                {"OMPI_COMM_WORLD_SIZE", "2"},
+                                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                {"SLURM_PROCID", "0"},
+                                {"SLURM_NTASKS", "1"}}));
   EXPECT_EQ(e.launcher, Launcher::kOpenMpi) << "mpirun inside an sbatch script: Open MPI's variables win";
   EXPECT_EQ(e.rank, 1);
   EXPECT_EQ(e.world_size, 2);
   EXPECT_TRUE(e.mpi_available);
   // torchrun's variables come first of all.
-  e = detect_launch_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "1"},
-                                {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  e = detect_launch_env(
+      env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
   EXPECT_EQ(e.launcher, Launcher::kTorchrun);
 }
 

@@ -36,8 +36,8 @@ TEST(Launch, AFailingRankStopsTheOthersAndIsNamed) {
   ::testing::internal::CaptureStderr();
   const auto start = std::chrono::steady_clock::now();
   // Rank 1 fails at once; ranks 0 and 2 would sleep for 60 s (SIGTERM ends them).
-  const int rc = spawn_local_workers(
-      3, {"/bin/sh", "-c", "if [ \"$RANK\" = 1 ]; then exit 3; fi; exec sleep 60"}, /*gpu=*/true);
+  const int rc =
+      spawn_local_workers(3, {"/bin/sh", "-c", "if [ \"$RANK\" = 1 ]; then exit 3; fi; exec sleep 60"}, /*gpu=*/true);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(rc, 1);

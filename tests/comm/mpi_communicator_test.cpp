@@ -92,14 +92,14 @@ TEST(MpiCommunicator, ReduceScatterEvenUnevenInPlace) {
   MpiRuntime mpi;
   auto world = mpi.world();
   const int64_t me = world->rank();
-  for (const std::vector<int64_t>& counts :
-       {std::vector<int64_t>{0, 0, 0}, std::vector<int64_t>{1, 1, 1}, std::vector<int64_t>{5, 0, 2},
-        std::vector<int64_t>{334, 334, 333}}) {
+  for (const std::vector<int64_t>& counts : {std::vector<int64_t>{0, 0, 0}, std::vector<int64_t>{1, 1, 1},
+                                             std::vector<int64_t>{5, 0, 2}, std::vector<int64_t>{334, 334, 333}}) {
     const int64_t total = counts[0] + counts[1] + counts[2];
     const int64_t off = piece_offset(counts, me);
     for (bool in_place : {false, true}) {
       Tensor in = filled(total, value, me);
-      Tensor out = in_place ? in.flat_view(off, {counts[static_cast<size_t>(me)]}) : Tensor::cpu({counts[static_cast<size_t>(me)]});
+      Tensor out = in_place ? in.flat_view(off, {counts[static_cast<size_t>(me)]})
+                            : Tensor::cpu({counts[static_cast<size_t>(me)]});
       world->reduce_scatter(in, out, counts, ReduceOp::kSum);
       for (int64_t i = 0; i < out.numel(); ++i) {
         float expect = 0;
@@ -122,14 +122,14 @@ TEST(MpiCommunicator, AllGatherEvenUnevenInPlaceAnyDtype) {
   MpiRuntime mpi;
   auto world = mpi.world();
   const int64_t me = world->rank();
-  for (const std::vector<int64_t>& counts :
-       {std::vector<int64_t>{0, 0, 0}, std::vector<int64_t>{2, 2, 2}, std::vector<int64_t>{3, 0, 1},
-        std::vector<int64_t>{500, 1, 499}}) {
+  for (const std::vector<int64_t>& counts : {std::vector<int64_t>{0, 0, 0}, std::vector<int64_t>{2, 2, 2},
+                                             std::vector<int64_t>{3, 0, 1}, std::vector<int64_t>{500, 1, 499}}) {
     const int64_t total = counts[0] + counts[1] + counts[2];
     for (bool in_place : {false, true}) {
       Tensor out = Tensor::cpu({total});
       const int64_t off = piece_offset(counts, me);
-      Tensor in = in_place ? out.flat_view(off, {counts[static_cast<size_t>(me)]}) : Tensor::cpu({counts[static_cast<size_t>(me)]});
+      Tensor in = in_place ? out.flat_view(off, {counts[static_cast<size_t>(me)]})
+                           : Tensor::cpu({counts[static_cast<size_t>(me)]});
       for (int64_t i = 0; i < in.numel(); ++i) in.data_as<float>()[i] = static_cast<float>(1000 * me + i);
       world->all_gather(in, out, counts);
       int64_t k = 0;
@@ -189,9 +189,8 @@ TEST(MpiCommunicator, SendRecvPostsEverythingAtOnce) {
     Tensor second = Tensor::cpu({n}, DType::kI32);
     for (int64_t i = 0; i < n; ++i) second.data_as<int32_t>()[i] = static_cast<int32_t>(100 * me + i);
     Tensor from_prev = Tensor::cpu({n}), from_next = Tensor::cpu({n}), second_in = Tensor::cpu({n}, DType::kI32);
-    const std::vector<PointToPoint> ops = {{true, to_next, next},    {true, to_prev, prev},
-                                           {false, from_prev, prev}, {false, from_next, next},
-                                           {true, second, next},     {false, second_in, prev}};
+    const std::vector<PointToPoint> ops = {{true, to_next, next},    {true, to_prev, prev}, {false, from_prev, prev},
+                                           {false, from_next, next}, {true, second, next},  {false, second_in, prev}};
     world->send_recv(ops);
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(from_prev.data_as<float>()[i], value(prev, i)) << "n " << n << " i " << i;

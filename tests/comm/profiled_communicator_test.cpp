@@ -48,9 +48,9 @@ TEST(ProfiledCommunicator, EveryCollectiveIsARowOfTheOpTable) {
   EXPECT_EQ(world.split(-1, 0, "none"), nullptr);
 
   const std::map<std::string, int64_t> rows = calls_by_row(profiler);
-  const std::map<std::string, int64_t> expected = {
-      {"all_reduce [world]", 2},       {"all_gather [world]", 1}, {"all_reduce_host [world]", 1},
-      {"start all_gather [world]", 1}, {"wait all_gather [world]", 1}, {"all_reduce [tp]", 1}};
+  const std::map<std::string, int64_t> expected = {{"all_reduce [world]", 2},      {"all_gather [world]", 1},
+                                                   {"all_reduce_host [world]", 1}, {"start all_gather [world]", 1},
+                                                   {"wait all_gather [world]", 1}, {"all_reduce [tp]", 1}};
   EXPECT_EQ(rows, expected);
   // The wrapped group's results: one rank's sums and gathers are the identity.
   for (int64_t i = 0; i < 4; ++i) {
@@ -87,10 +87,13 @@ TEST(ProfiledCommunicator, StartedCollectivesWaitForTheInnerOnes) {
   }
   Tensor y = x;
   dp.broadcast(y, 0);
-  const std::map<std::string, int64_t> expected = {
-      {"start all_reduce [dp]", 1},     {"wait all_reduce [dp]", 1}, {"start reduce_scatter [dp]", 1},
-      {"wait reduce_scatter [dp]", 1}, {"start all_gather [dp]", 1}, {"wait all_gather [dp]", 1},
-      {"broadcast [dp]", 1}};
+  const std::map<std::string, int64_t> expected = {{"start all_reduce [dp]", 1},
+                                                   {"wait all_reduce [dp]", 1},
+                                                   {"start reduce_scatter [dp]", 1},
+                                                   {"wait reduce_scatter [dp]", 1},
+                                                   {"start all_gather [dp]", 1},
+                                                   {"wait all_gather [dp]", 1},
+                                                   {"broadcast [dp]", 1}};
   EXPECT_EQ(calls_by_row(profiler), expected);
 }
 

@@ -67,8 +67,9 @@ TEST(Watchdog, ReportsACollectiveThatOutlivesTheTimeoutOnce) {
   slow.all_reduce_host(std::span<double>(&v, 1), ReduceOp::kSum);  // #21
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_EQ(reports.size(), 1u);
-  EXPECT_EQ(reports[0].rfind("[rank 3] watchdog: all_reduce_host #21 on group 'dp' (2 ranks) has not completed after ", 0),
-            0u)
+  EXPECT_EQ(
+      reports[0].rfind("[rank 3] watchdog: all_reduce_host #21 on group 'dp' (2 ranks) has not completed after ", 0),
+      0u)
       << reports[0];
   EXPECT_NE(reports[0].find("another rank of the group is behind"), std::string::npos);
 }

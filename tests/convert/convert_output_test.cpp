@@ -32,15 +32,16 @@ bool leftovers(const std::string& dir) {
 
 TEST(ConvertOutput, WritesANewDirectoryOrNothing) {
   const std::string dir = test::scratch_dir("convert_output");
-  convert::write_new_directory(dir + "/a/", "--save", [](const std::string& tmp) { write_text(tmp, "x.txt", "hello"); });
+  convert::write_new_directory(dir + "/a/", "--save",
+                               [](const std::string& tmp) { write_text(tmp, "x.txt", "hello"); });
   EXPECT_EQ(read_file(dir + "/a/x.txt"), "hello");
 
   // A failure inside fill leaves no output and no temporary directory.
   EXPECT_THROW(convert::write_new_directory(dir + "/b", "--save",
-                                   [](const std::string& tmp) {
-                                     write_text(tmp, "x.txt", "partial");
-                                     throw Error("disk full");
-                                   }),
+                                            [](const std::string& tmp) {
+                                              write_text(tmp, "x.txt", "partial");
+                                              throw Error("disk full");
+                                            }),
                Error);
   EXPECT_FALSE(fs::exists(dir + "/b"));
   EXPECT_FALSE(leftovers(dir));
@@ -50,7 +51,8 @@ TEST(ConvertOutput, WritesANewDirectoryOrNothing) {
     convert::write_new_directory(dir + "/a", "--save-hf", [](const std::string&) {});
     ADD_FAILURE() << "must refuse";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "[--save-hf] " + dir + "/a already exists and is not empty (convert writes a new directory)");
+    EXPECT_EQ(std::string(e.what()),
+              "[--save-hf] " + dir + "/a already exists and is not empty (convert writes a new directory)");
   }
   EXPECT_EQ(read_file(dir + "/a/x.txt"), "hello");
   fs::create_directories(dir + "/empty");

@@ -24,14 +24,14 @@
 #include <sstream>
 #include <string>
 
-#include "core/error.h"
-#include "model/gpt_generator.h"
-#include "model/gpt_model.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_io.h"
 #include "ckpt/safetensors.h"
-#include "train/tiny_training.h"
+#include "core/error.h"
+#include "model/gpt_generator.h"
+#include "model/gpt_model.h"
 #include "support/paths.h"
+#include "train/tiny_training.h"
 
 namespace megatron::convert {
 namespace {
@@ -64,7 +64,8 @@ void expect_round_trip(const std::string& name, const std::vector<std::string>& 
   const std::string dir = test::scratch_dir(name);
   test::write_tiny_corpus(dir);
   std::vector<std::string> flags = precision;
-  for (const std::string& f : {std::string("--save"), dir + "/ck", std::string("--save-interval"), std::string("3")}) flags.push_back(f);
+  for (const std::string& f : {std::string("--save"), dir + "/ck", std::string("--save-interval"), std::string("3")})
+    flags.push_back(f);
   test::train_tiny(dir, flags);
 
   const convert::HfExportResult e = convert::export_hf_gpt2(dir + "/ck", std::nullopt, dir + "/hf");
@@ -103,7 +104,8 @@ void expect_round_trip(const std::string& name, const std::vector<std::string>& 
   const std::optional<ckpt::TrackerInfo> tracker = ckpt::read_tracker(dir + "/imported");
   ASSERT_TRUE(tracker.has_value());
   EXPECT_TRUE(tracker->release);
-  const ckpt::LoadedCheckpoint a = ckpt::load_checkpoint_dir(dir + "/ck"), b = ckpt::load_checkpoint_dir(dir + "/imported");
+  const ckpt::LoadedCheckpoint a = ckpt::load_checkpoint_dir(dir + "/ck"),
+                               b = ckpt::load_checkpoint_dir(dir + "/imported");
   EXPECT_EQ(b.optimizer(), nullptr);
   ASSERT_EQ(a.model().tensors().size(), b.model().tensors().size());
   for (const ckpt::SafetensorsTensor& ta : a.model().tensors()) {
@@ -127,9 +129,12 @@ void expect_round_trip(const std::string& name, const std::vector<std::string>& 
 
   // The imported release checkpoint starts a run at iteration 0 (weights only).
   std::vector<std::string> resume = precision;
-  for (const std::string& f : {std::string("--load"), dir + "/imported", std::string("--train-iters"), std::string("2")}) resume.push_back(f);
+  for (const std::string& f :
+       {std::string("--load"), dir + "/imported", std::string("--train-iters"), std::string("2")})
+    resume.push_back(f);
   const std::string log = test::train_tiny(dir, resume);
-  EXPECT_NE(log.find("successfully loaded checkpoint from " + dir + "/imported at iteration 0"), std::string::npos) << log;
+  EXPECT_NE(log.find("successfully loaded checkpoint from " + dir + "/imported at iteration 0"), std::string::npos)
+      << log;
   EXPECT_NE(log.find(" iteration        2/       2 |"), std::string::npos) << log;
 }
 
@@ -141,7 +146,8 @@ TEST(HfGpt2, ExportImportExportIsBitExactBf16) { expect_round_trip("hf_round_tri
 void expect_matches_reference(const std::string& name, const std::string& activation) {
   const std::string dir = test::scratch_dir(name);
   const std::string script = test::source_dir() + "/tests/convert/hf_gpt2_reference.py";
-  const test::CommandResult made = test::run_command("/usr/bin/python3 " + script + " make " + dir + " " + activation, true);
+  const test::CommandResult made =
+      test::run_command("/usr/bin/python3 " + script + " make " + dir + " " + activation, true);
   ASSERT_EQ(made.status, 0) << made.output;
 
   convert::HfImportOptions o;
@@ -192,12 +198,11 @@ void expect_matches_reference(const std::string& name, const std::string& activa
     t.data = data;
     return t;
   };
-  ckpt::write_safetensors(dir + "/ours.safetensors",
-                    {tensor("tokens", DType::kI32, {B, S}, mb.tokens.data()),
-                     tensor("labels", DType::kI32, {B, S}, mb.labels.data()),
-                     tensor("logits", DType::kF32, {B, S, V}, bsv.data()),
-                     tensor("loss", DType::kF32, {1}, &loss),
-                     tensor("generator_logits", DType::kF32, {static_cast<int64_t>(last.size())}, last.data())});
+  ckpt::write_safetensors(
+      dir + "/ours.safetensors",
+      {tensor("tokens", DType::kI32, {B, S}, mb.tokens.data()), tensor("labels", DType::kI32, {B, S}, mb.labels.data()),
+       tensor("logits", DType::kF32, {B, S, V}, bsv.data()), tensor("loss", DType::kF32, {1}, &loss),
+       tensor("generator_logits", DType::kF32, {static_cast<int64_t>(last.size())}, last.data())});
   const test::CommandResult checked = test::run_command("/usr/bin/python3 " + script + " check " + dir, true);
   EXPECT_EQ(checked.status, 0) << checked.output;
   std::cout << checked.output;
@@ -238,8 +243,9 @@ TEST(HfGpt2, RefusesWhatDoesNotMap) {
             bad + ": activation_function \"relu\" is not supported (gelu_new, gelu_pytorch_tanh, gelu)");
   EXPECT_EQ(import_with("\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false"),
             bad + ": tie_word_embeddings false (an untied lm_head) is not supported");
-  EXPECT_EQ(import_with("\"n_embd\": 16", "\"n_embd\": 32"),
-            dir + "/bad/model.safetensors: tensor 'transformer.wte.weight' has shape [40,16], config.json implies [40,32]");
+  EXPECT_EQ(
+      import_with("\"n_embd\": 16", "\"n_embd\": 32"),
+      dir + "/bad/model.safetensors: tensor 'transformer.wte.weight' has shape [40,16], config.json implies [40,32]");
   EXPECT_EQ(error_of([&] { convert::import_hf_gpt2(dir + "/nothing", dir + "/out", {}); }),
             "[--load-hf] " + dir + "/nothing/config.json does not exist (a Hugging Face model directory is expected)");
   EXPECT_FALSE(fs::exists(dir + "/out"));

@@ -28,15 +28,15 @@
 #include <iostream>
 #include <string>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_io.h"
+#include "ckpt/safetensors.h"
 #include "core/error.h"
 #include "model/gpt_generator.h"
 #include "model/gpt_model.h"
 #include "model/sampling.h"
-#include "ckpt/checkpoint.h"
-#include "ckpt/checkpoint_io.h"
-#include "ckpt/safetensors.h"
-#include "train/tiny_training.h"
 #include "support/paths.h"
+#include "train/tiny_training.h"
 
 namespace megatron::train {
 namespace {
@@ -73,9 +73,19 @@ TEST(HfLlama, QkvRowsFollowTheWorkedExample) {
 }
 
 // The Llama flags of the round trips (hidden 16, 4 heads of 4, FFN 24, 8 positions).
-const std::vector<std::string> kLlama = {"--num-attention-heads", "4", "--swiglu", "--ffn-hidden-size", "24",
-                                         "--normalization", "RMSNorm", "--position-embedding-type", "rope",
-                                         "--attention-dropout", "0", "--hidden-dropout", "0"};
+const std::vector<std::string> kLlama = {"--num-attention-heads",
+                                         "4",
+                                         "--swiglu",
+                                         "--ffn-hidden-size",
+                                         "24",
+                                         "--normalization",
+                                         "RMSNorm",
+                                         "--position-embedding-type",
+                                         "rope",
+                                         "--attention-dropout",
+                                         "0",
+                                         "--hidden-dropout",
+                                         "0"};
 
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -110,9 +120,10 @@ void expect_round_trip(const std::string& name, const std::vector<std::string>& 
   for (const std::string& field :
        {std::string("\"hidden_size\": 16"), std::string("\"num_attention_heads\": 4"),
         "\"num_key_value_heads\": " + std::to_string(ma.config.query_groups()), std::string("\"head_dim\": 4"),
-        std::string("\"intermediate_size\": 24"), std::string("\"vocab_size\": 40"), std::string("\"eos_token_id\": 39"),
-        std::string("\"max_position_embeddings\": 8"), std::string("\"hidden_act\": \"silu\""),
-        std::string("\"rms_norm_eps\": 1e-05"), std::string("\"tie_word_embeddings\": ") + (tied ? "true" : "false"),
+        std::string("\"intermediate_size\": 24"), std::string("\"vocab_size\": 40"),
+        std::string("\"eos_token_id\": 39"), std::string("\"max_position_embeddings\": 8"),
+        std::string("\"hidden_act\": \"silu\""), std::string("\"rms_norm_eps\": 1e-05"),
+        std::string("\"tie_word_embeddings\": ") + (tied ? "true" : "false"),
         std::string("\"attention_bias\": ") + (bias ? "true" : "false")}) {
     EXPECT_NE(config.find(field), std::string::npos) << field << " in\n" << config;
   }
@@ -158,20 +169,20 @@ void expect_round_trip(const std::string& name, const std::vector<std::string>& 
   }
 
   // The imported release checkpoint starts a run with the same flags (weights only).
-  const std::string log =
-      test::train_tiny(dir, with(flags, {"--load", dir + "/imported", "--train-iters", "2"}));
-  EXPECT_NE(log.find("successfully loaded checkpoint from " + dir + "/imported at iteration 0"), std::string::npos) << log;
+  const std::string log = test::train_tiny(dir, with(flags, {"--load", dir + "/imported", "--train-iters", "2"}));
+  EXPECT_NE(log.find("successfully loaded checkpoint from " + dir + "/imported at iteration 0"), std::string::npos)
+      << log;
   EXPECT_NE(log.find(" iteration        2/       2 |"), std::string::npos) << log;
 }
 
 TEST(HfLlama, ExportImportExportIsBitExactGqaLlama3ScalingFp32) {
   // 12 shards at 2 KB: the two vocabulary tensors (40 x 16 x 4 bytes each) alone; per layer
   // q k v | o | gate | up | down and the norms (save_pretrained's greedy cut).
-  expect_round_trip("hf_llama_round_trip_fp32",
-                    {"--group-query-attention", "--num-query-groups", "2", "--rotary-base", "500000",
-                     "--use-rope-scaling", "--rope-scaling-factor", "8", "--untie-embeddings-and-output-weights",
-                     "--disable-bias-linear"},
-                    2048, 12);
+  expect_round_trip(
+      "hf_llama_round_trip_fp32",
+      {"--group-query-attention", "--num-query-groups", "2", "--rotary-base", "500000", "--use-rope-scaling",
+       "--rope-scaling-factor", "8", "--untie-embeddings-and-output-weights", "--disable-bias-linear"},
+      2048, 12);
 }
 
 TEST(HfLlama, ExportImportExportIsBitExactBiasesTiedBf16) {
@@ -183,7 +194,8 @@ TEST(HfLlama, ExportImportExportIsBitExactBiasesTiedBf16) {
 void expect_matches_reference(const std::string& variant) {
   const std::string dir = test::scratch_dir("hf_llama_reference_" + variant);
   const std::string script = test::source_dir() + "/tests/convert/hf_llama_reference.py";
-  const test::CommandResult made = test::run_command("/usr/bin/python3 " + script + " make " + dir + " " + variant, true);
+  const test::CommandResult made =
+      test::run_command("/usr/bin/python3 " + script + " make " + dir + " " + variant, true);
   ASSERT_EQ(made.status, 0) << made.output;
 
   convert::HfLlamaImportOptions o;
@@ -245,13 +257,12 @@ void expect_matches_reference(const std::string& variant) {
     t.data = data;
     return t;
   };
-  ckpt::write_safetensors(dir + "/ours.safetensors",
-                          {tensor("tokens", DType::kI32, {B, S}, mb.tokens.data()),
-                           tensor("labels", DType::kI32, {B, S}, mb.labels.data()),
-                           tensor("logits", DType::kF32, {B, S, V}, bsv.data()),
-                           tensor("loss", DType::kF32, {1}, &loss),
-                           tensor("generator_logits", DType::kF32, {static_cast<int64_t>(last.size())}, last.data()),
-                           tensor("greedy", DType::kI32, {kGreedy}, greedy.data())});
+  ckpt::write_safetensors(
+      dir + "/ours.safetensors",
+      {tensor("tokens", DType::kI32, {B, S}, mb.tokens.data()), tensor("labels", DType::kI32, {B, S}, mb.labels.data()),
+       tensor("logits", DType::kF32, {B, S, V}, bsv.data()), tensor("loss", DType::kF32, {1}, &loss),
+       tensor("generator_logits", DType::kF32, {static_cast<int64_t>(last.size())}, last.data()),
+       tensor("greedy", DType::kI32, {kGreedy}, greedy.data())});
   const test::CommandResult checked = test::run_command("/usr/bin/python3 " + script + " check " + dir, true);
   EXPECT_EQ(checked.status, 0) << checked.output;
   std::cout << checked.output;
@@ -270,7 +281,8 @@ TEST(HfLlama, RefusesWhatDoesNotMap) {
   test::train_tiny(dir, {"--save", dir + "/gpt", "--train-iters", "1", "--lr-warmup-iters", "0"});
   EXPECT_EQ(error_of([&] { convert::export_hf_llama(dir + "/gpt", std::nullopt, dir + "/out"); }),
             "[--save-hf] the checkpoint has learned position embeddings (--position-embedding-type); Hugging Face "
-            "Llama has rotary ones (checkpoint " + dir + "/gpt/iter_0000001; Hugging Face Llama has no such option)");
+            "Llama has rotary ones (checkpoint " +
+                dir + "/gpt/iter_0000001; Hugging Face Llama has no such option)");
   test::train_tiny(dir, with(kLlama, {"--save", dir + "/1p", "--train-iters", "1", "--lr-warmup-iters", "0",
                                       "--apply-layernorm-1p"}));
   EXPECT_EQ(error_of([&] { convert::export_hf_llama(dir + "/1p", std::nullopt, dir + "/out"); }),
@@ -306,42 +318,52 @@ TEST(HfLlama, RefusesWhatDoesNotMap) {
   EXPECT_EQ(import_with("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\""),
             bad + ": hidden_act \"gelu\" is not supported (silu)");
   EXPECT_EQ(import_with("\"attention_bias\": false", "\"attention_bias\": true"),
-            bad + ": attention_bias true with mlp_bias false is not supported (--disable-bias-linear applies to every "
-                  "linear layer)");
+            bad +
+                ": attention_bias true with mlp_bias false is not supported (--disable-bias-linear applies to every "
+                "linear layer)");
   EXPECT_EQ(import_with("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\""),
-            bad + ": model_type \"qwen2\" is not supported: Qwen2's q/k/v projections have biases and its other "
-                  "linear layers none (Megatron's --add-qkv-bias), which this model has no option for");
+            bad +
+                ": model_type \"qwen2\" is not supported: Qwen2's q/k/v projections have biases and its other "
+                "linear layers none (Megatron's --add-qkv-bias), which this model has no option for");
   EXPECT_EQ(import_with("\"model_type\": \"llama\"", "\"model_type\": \"gemma\""),
             bad + ": model_type \"gemma\" is not supported (llama, mistral)");
   EXPECT_EQ(import_with("\"LlamaForCausalLM\"", "\"LlamaForSequenceClassification\""),
-            bad + ": architectures LlamaForSequenceClassification is not supported (LlamaForCausalLM, "
-                  "MistralForCausalLM: a causal language model)");
+            bad +
+                ": architectures LlamaForSequenceClassification is not supported (LlamaForCausalLM, "
+                "MistralForCausalLM: a causal language model)");
   EXPECT_EQ(import_with("\"num_hidden_layers\": 2,", ""), bad + ": num_hidden_layers is missing");
   EXPECT_EQ(import_with("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3"),
             bad + ": num_key_value_heads 3 does not divide num_attention_heads 4");
   EXPECT_EQ(import_with("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}"),
             bad + ": rope_scaling.rope_type \"yarn\" is not supported (default, llama3, linear)");
-  EXPECT_EQ(import_with("\"rope_scaling\": null",
-                        "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 2.0, "
-                        "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}"),
-            bad + ": rope_scaling.low_freq_factor 2.0 is not supported (Megatron's --use-rope-scaling fixes it at 1.0)");
+  EXPECT_EQ(
+      import_with("\"rope_scaling\": null",
+                  "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 2.0, "
+                  "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}"),
+      bad + ": rope_scaling.low_freq_factor 2.0 is not supported (Megatron's --use-rope-scaling fixes it at 1.0)");
   EXPECT_EQ(import_with("\"rope_scaling\": null",
                         "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 32.0, \"low_freq_factor\": 1.0, "
                         "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 4096}"),
-            bad + ": rope_scaling.original_max_position_embeddings 4096.0 is not supported (Megatron's "
-                  "--use-rope-scaling fixes it at 8192.0)");
-  EXPECT_EQ(import_with("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0, "
-                                                  "\"beta\": 1.0}"),
+            bad +
+                ": rope_scaling.original_max_position_embeddings 4096.0 is not supported (Megatron's "
+                "--use-rope-scaling fixes it at 8192.0)");
+  EXPECT_EQ(import_with("\"rope_scaling\": null",
+                        "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0, "
+                        "\"beta\": 1.0}"),
             bad + ": rope_scaling.beta is not supported for rope_type \"linear\"");
   EXPECT_EQ(import_with("\"pretraining_tp\": 1", "\"partial_rotary_factor\": 0.5"),
             bad + ": partial_rotary_factor is not supported (Llama rotates whole heads)");
-  EXPECT_EQ(import_with("\"model_type\": \"llama\"", "\"model_type\": \"mistral\", \"sliding_window\": 4"),
-            bad + ": sliding_window 4 is less than max_position_embeddings 8 (sliding-window attention is not supported)");
-  EXPECT_EQ(import_with("\"hidden_size\": 16", "\"hidden_size\": 32"),
-            dir + "/bad/model.safetensors: tensor 'model.embed_tokens.weight' has shape [40,16], config.json implies [40,32]");
+  EXPECT_EQ(
+      import_with("\"model_type\": \"llama\"", "\"model_type\": \"mistral\", \"sliding_window\": 4"),
+      bad + ": sliding_window 4 is less than max_position_embeddings 8 (sliding-window attention is not supported)");
+  EXPECT_EQ(
+      import_with("\"hidden_size\": 16", "\"hidden_size\": 32"),
+      dir +
+          "/bad/model.safetensors: tensor 'model.embed_tokens.weight' has shape [40,16], config.json implies [40,32]");
   EXPECT_EQ(import_with("\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true"),
-            dir + "/bad/model.safetensors: lm_head.weight differs from model.embed_tokens.weight but config.json has "
-                  "tie_word_embeddings true");
+            dir +
+                "/bad/model.safetensors: lm_head.weight differs from model.embed_tokens.weight but config.json has "
+                "tie_word_embeddings true");
   // Weights: a missing tensor, an extra one, a sharded index naming a missing shard.
   const ckpt::SafetensorsFile hf(dir + "/hf/model.safetensors");
   auto rewrite = [&](const std::string& path, const std::string& drop, const std::string& add) {
@@ -361,20 +383,32 @@ TEST(HfLlama, RefusesWhatDoesNotMap) {
     }
     ckpt::write_safetensors(path, ts);
   };
-  EXPECT_EQ(import_with("", "", [&](const std::string& d) { rewrite(d + "/model.safetensors", "model.layers.1.mlp.up_proj.weight", ""); }),
+  EXPECT_EQ(import_with("", "",
+                        [&](const std::string& d) {
+                          rewrite(d + "/model.safetensors", "model.layers.1.mlp.up_proj.weight", "");
+                        }),
             dir + "/bad/model.safetensors: tensor 'model.layers.1.mlp.up_proj.weight' is missing");
-  EXPECT_EQ(import_with("", "", [&](const std::string& d) { rewrite(d + "/model.safetensors", "", "model.layers.0.q_norm.weight"); }),
-            dir + "/bad/model.safetensors: unexpected tensor 'model.layers.0.q_norm.weight' (not part of a "
-                  "LlamaForCausalLM of config.json's shape)");
-  EXPECT_EQ(import_with("", "", [&](const std::string& d) {
-              write_file(d + "/model.safetensors.index.json",
-                         "{\"metadata\": {}, \"weight_map\": {\"model.norm.weight\": \"model-00001-of-00002.safetensors\"}}");
-              fs::remove(d + "/model.safetensors");
-            }),
-            dir + "/bad/model.safetensors.index.json: shard model-00001-of-00002.safetensors does not exist in " + dir + "/bad");
+  EXPECT_EQ(
+      import_with("", "",
+                  [&](const std::string& d) { rewrite(d + "/model.safetensors", "", "model.layers.0.q_norm.weight"); }),
+      dir +
+          "/bad/model.safetensors: unexpected tensor 'model.layers.0.q_norm.weight' (not part of a "
+          "LlamaForCausalLM of config.json's shape)");
+  EXPECT_EQ(
+      import_with(
+          "", "",
+          [&](const std::string& d) {
+            write_file(
+                d + "/model.safetensors.index.json",
+                "{\"metadata\": {}, \"weight_map\": {\"model.norm.weight\": \"model-00001-of-00002.safetensors\"}}");
+            fs::remove(d + "/model.safetensors");
+          }),
+      dir + "/bad/model.safetensors.index.json: shard model-00001-of-00002.safetensors does not exist in " + dir +
+          "/bad");
   EXPECT_EQ(import_with("", "", [&](const std::string&) {}),
-            "[--load-hf] " + dir + "/bad holds neither model.safetensors nor model.safetensors.index.json (pickle .bin "
-            "files are not read; save with safetensors)");
+            "[--load-hf] " + dir +
+                "/bad holds neither model.safetensors nor model.safetensors.index.json (pickle .bin "
+                "files are not read; save with safetensors)");
   // Llama 3.1's 131072 positions, more than any dimension: a rotary model has no position table.
   EXPECT_EQ(import_with("\"max_position_embeddings\": 8", "\"max_position_embeddings\": 131072"), "no error");
   {

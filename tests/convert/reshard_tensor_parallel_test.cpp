@@ -30,9 +30,7 @@ using test::expect_same;
 using test::read_jsonl;
 using test::with;
 
-std::vector<std::string> train_flags(const std::string& dir) {
-  return test::tiny_train_flags(dir, 2, "0.1");
-}
+std::vector<std::string> train_flags(const std::string& dir) { return test::tiny_train_flags(dir, 2, "0.1"); }
 
 test::CommandResult convert(const std::vector<std::string>& flags) {
   std::string cmd = test::megatron_binary() + " convert";
@@ -44,18 +42,20 @@ TEST(ReshardTensorParallel, ConvertedCheckpointResumesUnderTp2WithTheOriginalLos
   const std::string dir = test::scratch_dir("reshard_tp_same_padding");
   test::write_walk_corpus(dir);
   const auto base = train_flags(dir);
-  const test::CommandResult whole = test::run_ranks(
-      with(base, {"--make-vocab-size-divisible-by", "256", "--log-jsonl", dir + "/whole.jsonl"}), 1);
+  const test::CommandResult whole =
+      test::run_ranks(with(base, {"--make-vocab-size-divisible-by", "256", "--log-jsonl", dir + "/whole.jsonl"}), 1);
   ASSERT_EQ(whole.status, 0) << whole.output;
   const auto ref = read_jsonl(dir + "/whole.jsonl");
   ASSERT_EQ(ref.size(), 10u);
 
-  const test::CommandResult saved = test::run_ranks(
-      with(base, {"--make-vocab-size-divisible-by", "256", "--save", dir + "/tp1", "--save-interval", "5",
-                  "--exit-interval", "5"}), 1);
+  const test::CommandResult saved =
+      test::run_ranks(with(base, {"--make-vocab-size-divisible-by", "256", "--save", dir + "/tp1", "--save-interval",
+                                  "5", "--exit-interval", "5"}),
+                      1);
   ASSERT_EQ(saved.status, 0) << saved.output;
-  const test::CommandResult conv = convert({"--load", dir + "/tp1", "--save", dir + "/tp2",
-                                            "--target-tensor-parallel-size", "2", "--make-vocab-size-divisible-by", "128"});
+  const test::CommandResult conv =
+      convert({"--load", dir + "/tp1", "--save", dir + "/tp2", "--target-tensor-parallel-size", "2",
+               "--make-vocab-size-divisible-by", "128"});
   ASSERT_EQ(conv.status, 0) << conv.output;
   EXPECT_NE(conv.output.find("tensor-model-parallel size 1 -> 2, pipeline-model-parallel size 1 -> 1, padded vocab "
                              "50432 -> 50432 (size 50257, 0 tensors re-padded)"),
@@ -65,7 +65,8 @@ TEST(ReshardTensorParallel, ConvertedCheckpointResumesUnderTp2WithTheOriginalLos
   const test::CommandResult resumed = test::run_ranks(
       with(base, {"--tensor-model-parallel-size", "2", "--load", dir + "/tp2", "--log-jsonl", dir + "/tp2.jsonl"}), 2);
   ASSERT_EQ(resumed.status, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("successfully loaded checkpoint from " + dir + "/tp2 at iteration 5"), std::string::npos)
+  EXPECT_NE(resumed.output.find("successfully loaded checkpoint from " + dir + "/tp2 at iteration 5"),
+            std::string::npos)
       << resumed.output;
   EXPECT_EQ(resumed.output.find("--tensor-model-parallel-size:"), std::string::npos) << resumed.output;
   EXPECT_EQ(resumed.output.find("--make-vocab-size-divisible-by:"), std::string::npos) << resumed.output;
@@ -100,8 +101,8 @@ TEST(ReshardTensorParallel, RepaddedCheckpointResumesUnderTp2AsInOneProcess) {
       with(base, {"--tensor-model-parallel-size", "2", "--load", dir + "/tp2", "--log-jsonl", dir + "/tp2.jsonl"}), 2);
   ASSERT_EQ(tp2.status, 0) << tp2.output;
 
-  const test::CommandResult to_one = convert(
-      {"--load", dir + "/tp1", "--save", dir + "/one", "--make-vocab-size-divisible-by", "256"});
+  const test::CommandResult to_one =
+      convert({"--load", dir + "/tp1", "--save", dir + "/one", "--make-vocab-size-divisible-by", "256"});
   ASSERT_EQ(to_one.status, 0) << to_one.output;
   const test::CommandResult one = test::run_ranks(
       with(base, {"--make-vocab-size-divisible-by", "256", "--load", dir + "/one", "--log-jsonl", dir + "/one.jsonl"}),

@@ -19,11 +19,11 @@
 #include <sstream>
 #include <string>
 
-#include "core/error.h"
 #include "ckpt/checkpoint_io.h"
 #include "ckpt/checkpoint_metadata.h"
-#include "train/tiny_training.h"
+#include "core/error.h"
 #include "support/paths.h"
+#include "train/tiny_training.h"
 
 namespace megatron::convert {
 namespace {
@@ -138,14 +138,16 @@ TEST(Reshard, TrainerLoadsTheRepaddedCheckpoint) {
   const std::string dir = test::scratch_dir("reshard_resume");
   test::write_tiny_corpus(dir);
   test::train_tiny(dir, {"--save", dir + "/ck", "--save-interval", "3", "--exit-interval", "3", "--train-iters", "5"});
-  const std::vector<std::string> resume = {"--load", dir + "/ck", "--make-vocab-size-divisible-by", "32",
-                                           "--train-iters", "5"};
+  const std::vector<std::string> resume = {"--load", dir + "/ck",     "--make-vocab-size-divisible-by",
+                                           "32",     "--train-iters", "5"};
   try {
     test::train_tiny(dir, resume);
     ADD_FAILURE() << "a padded vocabulary of 64 must not load a checkpoint padded to 48";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("the padded vocabulary is 64 but the checkpoint"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("(re-pad it for this run with megatron convert"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the padded vocabulary is 64 but the checkpoint"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("(re-pad it for this run with megatron convert"), std::string::npos)
+        << e.what();
   }
   convert::ReshardOptions o;
   o.make_vocab_size_divisible_by = 32;
@@ -173,17 +175,22 @@ TEST(Reshard, BadTargetsAndOutputsAreOneLineErrors) {
   };
   convert::ReshardOptions tp3;
   tp3.tensor_model_parallel_size = 3;
-  EXPECT_EQ(error_of(tp3, dir + "/out"), "[--target-tensor-parallel-size] 3 does not divide --num-attention-heads 2 "
-                                         "of the checkpoint in " + dir + "/ck/iter_0000003");
+  EXPECT_EQ(error_of(tp3, dir + "/out"),
+            "[--target-tensor-parallel-size] 3 does not divide --num-attention-heads 2 "
+            "of the checkpoint in " +
+                dir + "/ck/iter_0000003");
   convert::ReshardOptions pp3;
   pp3.pipeline_model_parallel_size = 3;
-  EXPECT_EQ(error_of(pp3, dir + "/out"), "[--target-pipeline-model-parallel-size] 3 does not divide --num-layers 2 "
-                                         "of the checkpoint in " + dir + "/ck/iter_0000003");
+  EXPECT_EQ(error_of(pp3, dir + "/out"),
+            "[--target-pipeline-model-parallel-size] 3 does not divide --num-layers 2 "
+            "of the checkpoint in " +
+                dir + "/ck/iter_0000003");
   convert::ReshardOptions tp0;
   tp0.tensor_model_parallel_size = 0;
   EXPECT_EQ(error_of(tp0, dir + "/out"), "[--target-tensor-parallel-size] must be positive, got 0");
   EXPECT_FALSE(fs::exists(dir + "/out"));
-  EXPECT_EQ(error_of({}, dir + "/ck"), "[--save] " + dir + "/ck already exists and is not empty (convert writes a new directory)");
+  EXPECT_EQ(error_of({}, dir + "/ck"),
+            "[--save] " + dir + "/ck already exists and is not empty (convert writes a new directory)");
   convert::ReshardOptions missing;
   missing.iteration = 7;
   EXPECT_NE(error_of(missing, dir + "/out").find("iteration 7"), std::string::npos) << error_of(missing, dir + "/out");

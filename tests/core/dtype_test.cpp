@@ -106,13 +106,35 @@ TEST(Fp16, MatchesNumpy) {
   if (!std::ifstream("/usr/bin/python3").good()) GTEST_SKIP() << "no /usr/bin/python3";
   // Edge cases first, then random floats: every pattern whose exponent lands in or near the
   // fp16 range, exact ties between neighbouring halves, and arbitrary bit patterns.
-  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65519.996f, 65520.0f, -65520.0f,
-                           65536.0f, 1e10f, std::numeric_limits<float>::infinity(),
-                           -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max(),
-                           std::ldexp(1.0f, -24), std::ldexp(1.0f, -25), std::ldexp(3.0f, -25),
-                           std::ldexp(1.0f, -26), std::ldexp(1.0f, -14), std::nextafter(std::ldexp(1.0f, -14), 0.0f),
-                           std::ldexp(1023.5f, -24), std::ldexp(1.0f, -149), 1.0f + std::ldexp(1.0f, -11),
-                           1.0f + std::ldexp(3.0f, -11), 2048.0f + 1.0f, 2048.0f + 3.0f, 0.1f, -0.1f, 1.0f / 3.0f};
+  std::vector<float> xs = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           -1.0f,
+                           65504.0f,
+                           65519.0f,
+                           65519.996f,
+                           65520.0f,
+                           -65520.0f,
+                           65536.0f,
+                           1e10f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::max(),
+                           std::ldexp(1.0f, -24),
+                           std::ldexp(1.0f, -25),
+                           std::ldexp(3.0f, -25),
+                           std::ldexp(1.0f, -26),
+                           std::ldexp(1.0f, -14),
+                           std::nextafter(std::ldexp(1.0f, -14), 0.0f),
+                           std::ldexp(1023.5f, -24),
+                           std::ldexp(1.0f, -149),
+                           1.0f + std::ldexp(1.0f, -11),
+                           1.0f + std::ldexp(3.0f, -11),
+                           2048.0f + 1.0f,
+                           2048.0f + 3.0f,
+                           0.1f,
+                           -0.1f,
+                           1.0f / 3.0f};
   std::mt19937 rng(99);
   for (int i = 0; i < 50000; ++i) {
     // Exponents 100..145 cover fp16 subnormals (2^-24 = exp 103) through overflow (2^16 = 143).
@@ -136,8 +158,10 @@ TEST(Fp16, MatchesNumpy) {
     std::ofstream f(in, std::ios::binary);
     f.write(reinterpret_cast<const char*>(xs.data()), static_cast<std::streamsize>(xs.size() * 4));
   }
-  const std::string script = "import numpy as np; np.fromfile('" + in + "', dtype='<f4').astype(np.float16).view('<u2')"
-                             ".tofile('" + out + "')";
+  const std::string script = "import numpy as np; np.fromfile('" + in +
+                             "', dtype='<f4').astype(np.float16).view('<u2')"
+                             ".tofile('" +
+                             out + "')";
   const auto r = test::run_command("/usr/bin/python3 -c \"" + script + "\"", true);
   ASSERT_EQ(r.status, 0) << r.output;
   std::vector<uint16_t> want(xs.size());

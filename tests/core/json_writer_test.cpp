@@ -12,8 +12,8 @@
 #include <random>
 #include <string>
 
-#include "core/error.h"
 #include "ckpt/checkpoint_io.h"
+#include "core/error.h"
 
 namespace megatron {
 namespace {
@@ -34,9 +34,8 @@ std::string sample(int indent) {
 }
 
 TEST(JsonWriter, CompactLayout) {
-  EXPECT_EQ(sample(0),
-            R"({"name":"gpt","layers":24,"lr":6e-05,"bf16":true,"none":null,"sizes":[1,2,{"a":false}],)"
-            R"("empty_obj":{},"empty_arr":[]})");
+  EXPECT_EQ(sample(0), R"({"name":"gpt","layers":24,"lr":6e-05,"bf16":true,"none":null,"sizes":[1,2,{"a":false}],)"
+                       R"("empty_obj":{},"empty_arr":[]})");
 }
 
 TEST(JsonWriter, IndentedLayoutIsPythonIndent2) {
@@ -86,7 +85,8 @@ TEST(JsonWriter, Escaping) {
 }
 
 TEST(JsonWriter, InvalidUtf8IsAnError) {
-  for (const char* bad : {"\x80", "\xc0\x80", "\xc3", "\xe2\x82", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff", "ok\xfe"}) {
+  for (const char* bad :
+       {"\x80", "\xc0\x80", "\xc3", "\xe2\x82", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff", "ok\xfe"}) {
     EXPECT_THROW(json_quote(bad), Error) << bad;
     JsonWriter w;
     w.begin_array();

@@ -68,10 +68,14 @@ long double cos_two_pi_reference(long double u) {
   const long double k = std::floor(4.0L * u + 0.5L), r = u - k / 4.0L;
   const long double x = 6.283185307179586476925286766559L * r;
   switch (static_cast<int>(k) & 3) {
-    case 0: return std::cos(x);
-    case 1: return -std::sin(x);
-    case 2: return -std::cos(x);
-    default: return std::sin(x);
+    case 0:
+      return std::cos(x);
+    case 1:
+      return -std::sin(x);
+    case 2:
+      return -std::cos(x);
+    default:
+      return std::sin(x);
   }
 }
 
@@ -125,7 +129,8 @@ TEST(Philox, NormalMathIsWithinThreeDoubleUlps) {
   auto check = [&](int64_t i) {
     const double u1 = 1.0 - static_cast<double>(i) * (1.0 / 16777216.0);
     const double u2 = static_cast<double>(i) * (1.0 / 16777216.0);
-    worst_log = std::max(worst_log, ulps<double>(normal_math::log_positive_host(u1), std::log(static_cast<long double>(u1))));
+    worst_log =
+        std::max(worst_log, ulps<double>(normal_math::log_positive_host(u1), std::log(static_cast<long double>(u1))));
     worst_cos = std::max(worst_cos, ulps<double>(normal_math::cos_two_pi_host(u2), cos_two_pi_reference(u2)));
   };
   for (int64_t i = 0; i < (int64_t{1} << 24); i += 61) check(i);

@@ -94,7 +94,7 @@ TEST(Tensor, OverlapsComparesByteRanges) {
   EXPECT_TRUE(overlaps(c, b));
   EXPECT_TRUE(overlaps(buf, a));
   EXPECT_FALSE(overlaps(buf.flat_view(3, {0}), buf));  // empty
-  EXPECT_FALSE(overlaps(Tensor(), buf));                // undefined
+  EXPECT_FALSE(overlaps(Tensor(), buf));               // undefined
   EXPECT_FALSE(overlaps(Tensor::cpu({4}), Tensor::cpu({4})));
 }
 

@@ -47,7 +47,7 @@ TEST(DataPath, TargetSizesAndBlendSurplus) {
   EXPECT_EQ(it.test, 80);
   const TargetSamples sm = target_sample_counts(1000, std::nullopt, 8, 100, 10);
   EXPECT_EQ(sm.train, 1000);
-  EXPECT_EQ(sm.valid, 160);  // train_iters = 1000 // 8 = 125
+  EXPECT_EQ(sm.valid, 160);                       // train_iters = 1000 // 8 = 125
   EXPECT_EQ(blend_member_samples(100, 0.3), 31);  // ceil(30.15)
   EXPECT_EQ(blend_member_samples(100, 0.7), 71);  // ceil(70.35)
   EXPECT_EQ(blend_member_samples(200, 0.5), 101);
@@ -70,9 +70,9 @@ TEST(DataPath, SampleCountsThatOverflowAreErrors) {
             "[--train-iters] 9223372036854775807 x 2 samples do not fit a 64-bit count");
   EXPECT_EQ(message([&] { target_sample_counts(10, std::nullopt, 1, 1, kMax / 2); }),
             "[--eval-iters] 11 x 4611686018427387903 samples do not fit a 64-bit count");
-  EXPECT_NE(message([&] { blend_member_samples(kMax, 0.999); })
-                .find("[--data-path] 9223372036854775807 samples x weight"),
-            std::string::npos);
+  EXPECT_NE(
+      message([&] { blend_member_samples(kMax, 0.999); }).find("[--data-path] 9223372036854775807 samples x weight"),
+      std::string::npos);
   EXPECT_EQ(target_sample_counts(std::nullopt, kMax / 8, 8, kMax, 0).train, kMax / 8 * 8);
 }
 
@@ -152,7 +152,8 @@ TEST(BlendedDataset, ALoadedCacheMustNameExistingSamples) {
     } catch (const Error& e) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find(bad < 0 ? sample_path + ": entry 7 = -1 is negative" : "[--data-path] the blend takes"),
-                std::string::npos) << msg;
+                std::string::npos)
+          << msg;
       EXPECT_NE(msg.find("to rebuild it)"), std::string::npos) << msg;
     }
   }

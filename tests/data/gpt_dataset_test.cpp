@@ -5,15 +5,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
-#include <fstream>
 #include <numeric>
 #include <random>
 
 #include "core/error.h"
-#include "support/paths.h"
 #include "support/error_of.h"
+#include "support/paths.h"
 
 namespace megatron::data {
 namespace {
@@ -282,11 +282,12 @@ TEST(GPTDataset, SampleIdxRowsMustBeSeqLengthApart) {
 TEST(GPTDataset, HugeSampleCountsAreErrors) {
   const std::string dir = test::scratch_dir("gpt_huge_count");
   auto ds = make_dataset(dir + "/ds", {5, 3, 8});
-  for (const int64_t n : {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() / 2,
-                          int64_t{1} << 40}) {
+  for (const int64_t n :
+       {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() / 2, int64_t{1} << 40}) {
     const std::string e = error_of([&] { GPTDataset(ds, options(dir + "/ds", 0, 3, n, 4, dir + "/c")); });
     EXPECT_NE(e.find(str_cat(" samples, more doc_idx entries than Megatron's int32 sample_idx can address")),
-              std::string::npos) << n << ": " << e;
+              std::string::npos)
+        << n << ": " << e;
   }
 }
 
@@ -300,8 +301,9 @@ TEST(GPTDataset, WithoutCachePathBuildsNextToTheData) {
   EXPECT_TRUE(std::filesystem::exists(g.cache().desc_path()));
   std::ifstream f(g.cache().desc_path());
   std::string text((std::istreambuf_iterator<char>(f)), {});
-  EXPECT_EQ(text, "GPT Dataset\n\nData prefix " + dir + "/ds\nDataset name train\nNumber of samples 4\n"
-                  "Sequence length 4\nRandom seed 99\nSplit 969, 30, 1\n");
+  EXPECT_EQ(text, "GPT Dataset\n\nData prefix " + dir +
+                      "/ds\nDataset name train\nNumber of samples 4\n"
+                      "Sequence length 4\nRandom seed 99\nSplit 969, 30, 1\n");
 }
 
 TEST(GPTDataset, ZeroTokensIsAnErrorNotAnEndlessLoop) {

@@ -54,9 +54,18 @@ TEST(IndexedDatasetWriter, MatchesTheMegatronWorkedExampleByteForByte) {
   w.add_document(b, lb);
   w.finalize();
   EXPECT_EQ(hex(read_bytes(prefix + ".idx")),
-            "4d4d49444944580000" "0100000000000000" "08" "0200000000000000" "0300000000000000"
-            "03000000" "02000000" "0000000000000000" "0600000000000000"
-            "0000000000000000" "0100000000000000" "0200000000000000");
+            "4d4d49444944580000"
+            "0100000000000000"
+            "08"
+            "0200000000000000"
+            "0300000000000000"
+            "03000000"
+            "02000000"
+            "0000000000000000"
+            "0600000000000000"
+            "0000000000000000"
+            "0100000000000000"
+            "0200000000000000");
   EXPECT_EQ(hex(read_bytes(prefix + ".bin")), "01000200030004000500");
 }
 
@@ -186,7 +195,6 @@ TEST_F(CorruptIndex, EachFaultIsNamed) {
   EXPECT_NE(error_opening(prefix_).find(".bin: cannot open"), std::string::npos);
 }
 
-
 // Every truncation of the .idx and the .bin, and every .idx byte flipped three ways:
 // opening either throws Error naming the file, or (a flip that happens to leave a
 // consistent index, e.g. one document boundary moved) yields a dataset whose every
@@ -283,7 +291,12 @@ TEST(IndexedDataset, EmptyDatasetsOpen) {
   EXPECT_EQ(none.document_count(), 0);
   EXPECT_EQ(none.sequence_count(), 0);
   EXPECT_EQ(hex(read_bytes(dir + "/none.idx")),
-            "4d4d49444944580000" "0100000000000000" "08" "0000000000000000" "0100000000000000" "0000000000000000");
+            "4d4d49444944580000"
+            "0100000000000000"
+            "08"
+            "0000000000000000"
+            "0100000000000000"
+            "0000000000000000");
   IndexedDataset empties(dir + "/empties");
   EXPECT_EQ(empties.document_count(), 2);
   EXPECT_EQ(empties.sequence_count(), 0);

@@ -38,9 +38,7 @@ void expect_error(const std::string& line, const std::string& fragment, std::vec
 
 TEST(JsonText, PlainString) { EXPECT_EQ(text_of(R"({"text": "hello world"})"), "hello world"); }
 
-TEST(JsonText, SimpleEscapes) {
-  EXPECT_EQ(text_of(R"({"text": "a\"b\\c\/d\b\f\n\r\te"})"), "a\"b\\c/d\b\f\n\r\te");
-}
+TEST(JsonText, SimpleEscapes) { EXPECT_EQ(text_of(R"({"text": "a\"b\\c\/d\b\f\n\r\te"})"), "a\"b\\c/d\b\f\n\r\te"); }
 
 TEST(JsonText, UnicodeEscapesAndSurrogatePairs) {
   EXPECT_EQ(text_of(R"({"text": "caf\u00e9 \u20AC \u0000!"})"), std::string("caf\xC3\xA9 \xE2\x82\xAC \0!", 12));
@@ -79,8 +77,9 @@ TEST(JsonText, DuplicateKeysKeepTheLastValue) {
 }
 
 TEST(JsonText, NestedValuesAreSkippedAndOnlyTopLevelKeysCount) {
-  EXPECT_EQ(text_of(R"({"meta": {"a": [1, 2.5e-3, {"b": null, "text": "no"}], "c": [[], {}]}, "text": "x", "n": -0.0})"),
-            "x");
+  EXPECT_EQ(
+      text_of(R"({"meta": {"a": [1, 2.5e-3, {"b": null, "text": "no"}], "c": [[], {}]}, "text": "x", "n": -0.0})"),
+      "x");
   expect_error(R"({"meta": {"text": "nested"}})", "missing key 'text'");
   // Python's extra literals are valid JSON for json.loads.
   EXPECT_EQ(text_of(R"({"a": NaN, "b": Infinity, "c": -Infinity, "d": [true, false, null], "text": "x"})"), "x");
@@ -129,7 +128,7 @@ TEST(JsonText, NonStringValuesAreRejected) {
 }
 
 TEST(JsonText, WhitespaceFollowsPython) {
-  EXPECT_EQ(text_of(" \t{\"text\" :\t\"a\" }\r"), "a");  // a trailing '\r' is JSON whitespace
+  EXPECT_EQ(text_of(" \t{\"text\" :\t\"a\" }\r"), "a");        // a trailing '\r' is JSON whitespace
   expect_error("\x0c{\"text\": \"a\"}", "expecting a value");  // form feed is not
 }
 
@@ -174,9 +173,9 @@ TEST(JsonText, NonObjectsAreRejected) {
 TEST(JsonText, InvalidUtf8AnywhereIsRejected) {
   expect_error("{\"text\": \"a\xFF\"}", "invalid UTF-8 at byte 12");
   expect_error("{\"other\": \"\xC0\xAF\", \"text\": \"a\"}", "invalid UTF-8 at byte 12");  // overlong '/'
-  expect_error("{\"text\": \"\xED\xA0\x80\"}", "invalid UTF-8");      // an encoded surrogate
-  expect_error("{\"text\": \"\xF4\x90\x80\x80\"}", "invalid UTF-8");  // above U+10FFFF
-  expect_error("{\"text\": \"\xE2\x82\"}", "invalid UTF-8");          // truncated sequence
+  expect_error("{\"text\": \"\xED\xA0\x80\"}", "invalid UTF-8");                           // an encoded surrogate
+  expect_error("{\"text\": \"\xF4\x90\x80\x80\"}", "invalid UTF-8");                       // above U+10FFFF
+  expect_error("{\"text\": \"\xE2\x82\"}", "invalid UTF-8");                               // truncated sequence
 }
 
 TEST(JsonText, FindInvalidUtf8) {
@@ -184,11 +183,11 @@ TEST(JsonText, FindInvalidUtf8) {
   EXPECT_EQ(find_invalid_utf8("plain ascii"), -1);
   EXPECT_EQ(find_invalid_utf8("\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\xF4\x8F\xBF\xBF"), -1);
   EXPECT_EQ(find_invalid_utf8("ab\x80"), 2);
-  EXPECT_EQ(find_invalid_utf8("a\xC1\xBF"), 1);        // overlong 2-byte
-  EXPECT_EQ(find_invalid_utf8("a\xE0\x9F\xBF"), 1);    // overlong 3-byte
+  EXPECT_EQ(find_invalid_utf8("a\xC1\xBF"), 1);          // overlong 2-byte
+  EXPECT_EQ(find_invalid_utf8("a\xE0\x9F\xBF"), 1);      // overlong 3-byte
   EXPECT_EQ(find_invalid_utf8("a\xF0\x8F\xBF\xBF"), 1);  // overlong 4-byte
-  EXPECT_EQ(find_invalid_utf8("\xED\xBF\xBF"), 0);     // U+DFFF
-  EXPECT_EQ(find_invalid_utf8("\xEF\xBF\xBF"), -1);    // U+FFFF is fine
+  EXPECT_EQ(find_invalid_utf8("\xED\xBF\xBF"), 0);       // U+DFFF
+  EXPECT_EQ(find_invalid_utf8("\xEF\xBF\xBF"), -1);      // U+FFFF is fine
   EXPECT_EQ(find_invalid_utf8("\xF5\x80\x80\x80"), 0);
   EXPECT_EQ(find_invalid_utf8("\xC3"), 0);
   EXPECT_EQ(find_invalid_utf8("\xC3x"), 0);

@@ -163,7 +163,8 @@ TEST(LineReader, TruncatedOrCorruptCompressedInputNamesTheFile) {
       EXPECT_NE(std::string(e.what()).find(cut + ": corrupt or truncated"), std::string::npos) << e.what();
     }
     std::string corrupt = bytes;
-    for (size_t i = corrupt.size() / 3; i < corrupt.size() / 3 + 64; ++i) corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5A);
+    for (size_t i = corrupt.size() / 3; i < corrupt.size() / 3 + 64; ++i)
+      corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5A);
     write_file(cut, corrupt);
     try {
       read_all(cut);

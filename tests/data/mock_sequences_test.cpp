@@ -12,8 +12,8 @@
 #include "core/error.h"
 #include "data/dataset_config.h"
 #include "data/gpt_dataset.h"
-#include "support/paths.h"
 #include "support/error_of.h"
+#include "support/paths.h"
 
 namespace megatron::data {
 namespace {

@@ -35,7 +35,8 @@ TEST(Npy, HeaderMatchesNpSave) {
     EXPECT_EQ(h.substr(0, 8), magic);
     EXPECT_EQ(static_cast<unsigned char>(h[8]) | static_cast<unsigned char>(h[9]) << 8, total - 10);
     EXPECT_EQ(h.substr(10, dict.size()), dict);
-    EXPECT_EQ(h.substr(10 + dict.size()), std::string(static_cast<size_t>(total - 11 - static_cast<int64_t>(dict.size())), ' ') + "\n");
+    EXPECT_EQ(h.substr(10 + dict.size()),
+              std::string(static_cast<size_t>(total - 11 - static_cast<int64_t>(dict.size())), ' ') + "\n");
   };
   expect_header(NpyDType::kInt32, {10}, "{'descr': '<i4', 'fortran_order': False, 'shape': (10,), }", 128);
   expect_header(NpyDType::kInt32, {11, 2}, "{'descr': '<i4', 'fortran_order': False, 'shape': (11, 2), }", 128);
@@ -44,7 +45,8 @@ TEST(Npy, HeaderMatchesNpSave) {
   expect_header(NpyDType::kUInt32, {4}, "{'descr': '<u4', 'fortran_order': False, 'shape': (4,), }", 128);
   expect_header(NpyDType::kInt16, {2}, "{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }", 128);
   // A long first dimension eats the growth room; the header is still 64-aligned.
-  expect_header(NpyDType::kInt64, {123456789012345}, "{'descr': '<i8', 'fortran_order': False, 'shape': (123456789012345,), }", 128);
+  expect_header(NpyDType::kInt64, {123456789012345},
+                "{'descr': '<i8', 'fortran_order': False, 'shape': (123456789012345,), }", 128);
 }
 
 // np.save(np.arange(10, dtype=np.int32)) is 168 bytes: 118 = 'v' is the header length.

@@ -59,9 +59,10 @@ TEST(NumpyPcg64, Int32IntegersMatchNumpyIncludingRejectionsAndTheHalfWordBuffer)
   for (int i = 0; i < 8; ++i) got.push_back(g.integers_int32(INT32_MIN, 1 << 30));
   for (int i = 0; i < 3; ++i) got.push_back(g.integers_int32(INT32_MIN, INT32_MAX));
   for (int i = 0; i < 5; ++i) got.push_back(g.integers_int32(0, 10));
-  const std::vector<int32_t> want = {3870, 2560, 2802, 5,
-                                     -284673271, 351174855, 537894257, -1422040512, -1968603917, -1180580366,
-                                     666428961, -2130522916, -915748, 1379665550, -1582950051, 7, 1, 4, 8, 3};
+  const std::vector<int32_t> want = {3870,      2560,        2802,        5,           -284673271,
+                                     351174855, 537894257,   -1422040512, -1968603917, -1180580366,
+                                     666428961, -2130522916, -915748,     1379665550,  -1582950051,
+                                     7,         1,           4,           8,           3};
   EXPECT_EQ(got, want);
 }
 

@@ -43,8 +43,9 @@ TEST(NumpyRandomState, ShuffleMatchesNumpy) {
     std::vector<int64_t> head, tail;
     int64_t weighted;  // sum(a[i] * i), a checksum of the whole permutation
   };
-  for (const Case& c : {Case{1234, {681, 990, 155, 768, 438, 363, 688, 555, 620, 99}, {204, 53, 294, 723, 815}, 251398022},
-                        Case{7, {778, 334, 271, 802, 216, 408, 812, 94, 487, 170}, {579, 502, 537, 196, 175}, 246202311}}) {
+  for (const Case& c :
+       {Case{1234, {681, 990, 155, 768, 438, 363, 688, 555, 620, 99}, {204, 53, 294, 723, 815}, 251398022},
+        Case{7, {778, 334, 271, 802, 216, 408, 812, 94, 487, 170}, {579, 502, 537, 196, 175}, 246202311}}) {
     const auto a = shuffled_arange(1000, c.seed);
     EXPECT_EQ(std::vector<int64_t>(a.begin(), a.begin() + 10), c.head) << c.seed;
     EXPECT_EQ(std::vector<int64_t>(a.end() - 5, a.end()), c.tail) << c.seed;

@@ -251,11 +251,12 @@ TEST(Preprocess, SkipInvalidLinesCountsAndReportsThem) {
 TEST(Preprocess, SkippingEveryLineIsAnError) {
   const std::string dir = test::scratch_dir("preprocess_skip_all");
   write_file(dir + "/in.jsonl", "not json\n{\"other\": \"x\"}\n\n");
-  const auto r = test::run_command(str_cat(cli_prefix(), " --input '", dir, "/in.jsonl' --output-prefix '", dir,
-                                           "/out' --skip-invalid-lines"),
-                                   true);
+  const auto r = test::run_command(
+      str_cat(cli_prefix(), " --input '", dir, "/in.jsonl' --output-prefix '", dir, "/out' --skip-invalid-lines"),
+      true);
   EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find(str_cat("error: ", dir, "/in.jsonl: all 3 lines are invalid and were skipped (line 1: "
+  EXPECT_NE(r.output.find(str_cat("error: ", dir,
+                                  "/in.jsonl: all 3 lines are invalid and were skipped (line 1: "
                                   "invalid JSON")),
             std::string::npos)
       << r.output;
@@ -271,16 +272,16 @@ TEST(Preprocess, SkippingEveryLineIsAnError) {
 TEST(Preprocess, CompressedInputGivesTheSameOutput) {
   const std::string dir = test::scratch_dir("preprocess_compressed");
   write_file(dir + "/in.jsonl", brown_corpus(20));
-  const auto plain = test::run_command(str_cat(cli_prefix(), " --input '", dir, "/in.jsonl' --output-prefix '", dir,
-                                               "/plain' --append-eod --workers 2"),
-                                       true);
+  const auto plain = test::run_command(
+      str_cat(cli_prefix(), " --input '", dir, "/in.jsonl' --output-prefix '", dir, "/plain' --append-eod --workers 2"),
+      true);
   ASSERT_EQ(plain.status, 0) << plain.output;
   EXPECT_NE(plain.output.find("Opening " + dir + "/in.jsonl"), std::string::npos) << plain.output;
   for (const std::string tool : {"gzip", "xz", "zstd -q"}) {
     ASSERT_EQ(test::run_command(str_cat(tool, " -c < '", dir, "/in.jsonl' > '", dir, "/in.z'")).status, 0);
-    const auto r = test::run_command(str_cat(cli_prefix(), " --input '", dir, "/in.z' --output-prefix '", dir,
-                                             "/z' --append-eod --workers 2"),
-                                     true);
+    const auto r = test::run_command(
+        str_cat(cli_prefix(), " --input '", dir, "/in.z' --output-prefix '", dir, "/z' --append-eod --workers 2"),
+        true);
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_EQ(read_file(dir + "/z_text_document.bin"), read_file(dir + "/plain_text_document.bin")) << tool;
     EXPECT_EQ(read_file(dir + "/z_text_document.idx"), read_file(dir + "/plain_text_document.idx")) << tool;
@@ -288,11 +289,11 @@ TEST(Preprocess, CompressedInputGivesTheSameOutput) {
   // Truncated: an error naming the file, and no outputs.
   const std::string z = read_file(dir + "/in.z");
   write_file(dir + "/cut.zst", z.substr(0, z.size() / 2));
-  const auto r = test::run_command(str_cat(cli_prefix(), " --input '", dir, "/cut.zst' --output-prefix '", dir,
-                                           "/cut' --workers 2"),
-                                   true);
+  const auto r = test::run_command(
+      str_cat(cli_prefix(), " --input '", dir, "/cut.zst' --output-prefix '", dir, "/cut' --workers 2"), true);
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find("error: " + dir + "/cut.zst: corrupt or truncated zstd input"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("error: " + dir + "/cut.zst: corrupt or truncated zstd input"), std::string::npos)
+      << r.output;
   EXPECT_FALSE(fs::exists(dir + "/cut_text_document.bin"));
   EXPECT_FALSE(fs::exists(dir + "/cut_text_document.idx"));
 }
@@ -335,14 +336,17 @@ TEST(Preprocess, MissingInputAndUnsupportedFlagsAreOneLineErrors) {
       {base + " --workers 0", "error: [--workers] must be at least 1"},
       {base + " --log-interval 0", "error: [--log-interval] must be at least 1"},
       {base + " --tokenizer-model m.model", "error: [--tokenizer-model]"},
-      {str_cat(test::megatron_binary(), " preprocess --input x --output-prefix y --tokenizer-type "
-                                        "GPTSentencePieceTokenizer --vocab-file v --merge-file m"),
+      {str_cat(test::megatron_binary(),
+               " preprocess --input x --output-prefix y --tokenizer-type "
+               "GPTSentencePieceTokenizer --vocab-file v --merge-file m"),
        "error: [--tokenizer-model] is required by --tokenizer-type GPTSentencePieceTokenizer; [--vocab-file] is not "
        "used by --tokenizer-type GPTSentencePieceTokenizer; [--merge-file] is not used"},
       {str_cat(test::megatron_binary(), " preprocess --input x --output-prefix y --tokenizer-type BertWordPieceCase"),
        "error: [--tokenizer-type] 'BertWordPieceCase' is not supported"},
-      {str_cat(test::megatron_binary(), " preprocess --input x --output-prefix y --tokenizer-type Llama2Tokenizer "
-                                        "--tokenizer-model '", dir, "/in.jsonl'"),
+      {str_cat(test::megatron_binary(),
+               " preprocess --input x --output-prefix y --tokenizer-type Llama2Tokenizer "
+               "--tokenizer-model '",
+               dir, "/in.jsonl'"),
        str_cat("error: [--tokenizer-model] ", dir, "/in.jsonl is not a SentencePiece model")},
   };
   for (const auto& [cmd, expected] : cases) {
@@ -353,8 +357,10 @@ TEST(Preprocess, MissingInputAndUnsupportedFlagsAreOneLineErrors) {
   }
   EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"in.jsonl"}));
   // Accepted no-op flags of preprocess_data.py.
-  const auto ok = test::run_command(base + " --partitions 1 --dataset-impl mmap --keep-newlines --lang english"
-                                           " --keep-sequential-samples --vocab-extra-ids 0", true);
+  const auto ok = test::run_command(base +
+                                        " --partitions 1 --dataset-impl mmap --keep-newlines --lang english"
+                                        " --keep-sequential-samples --vocab-extra-ids 0",
+                                    true);
   EXPECT_EQ(ok.status, 0) << ok.output;
 }
 

@@ -114,7 +114,8 @@ void expect_batch_matches_one_by_one(bool llama) {
   for (int64_t i = 0; i < b; ++i) {
     single.reset();
     for (int64_t p = 0; p < t; ++p) {
-      const std::vector<float> got = single.append(std::span<const int32_t>(&prompts[static_cast<size_t>(i * t + p)], 1));
+      const std::vector<float> got =
+          single.append(std::span<const int32_t>(&prompts[static_cast<size_t>(i * t + p)], 1));
       for (int64_t v = 0; v < V; ++v) {
         EXPECT_NEAR(all[static_cast<size_t>((p * b + i) * V + v)], got[static_cast<size_t>(v)], 1e-5)
             << "sequence " << i << " position " << p << " id " << v;

@@ -10,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-
 #include "backend/ops.h"
 #include "model/gpt_model.h"
 #include "support/micro_batches.h"

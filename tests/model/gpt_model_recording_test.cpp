@@ -171,8 +171,8 @@ TEST(GPTModelRecording, KeysThatNeverRepeatStayBoundedAndKeepTheRecordings) {
     s.model.take_losses();
     EXPECT_LE(s.model.recorded_keys(), GPTModel::kMaxRecordedKeys) << "iteration " << it;
   }
-  EXPECT_EQ(be.begins, 1);               // the backward, once
-  EXPECT_EQ(be.replays, kSteps - 1);     // and from its recording ever after
+  EXPECT_EQ(be.begins, 1);            // the backward, once
+  EXPECT_EQ(be.replays, kSteps - 1);  // and from its recording ever after
 }
 
 // With dropout the masks' (iteration, micro-batch) part is read from the activation set's

@@ -58,16 +58,16 @@ GPTConfig tiny_config(int64_t seq) {
 }
 
 struct Case {
-  DType dtype;       // activations (the workspace's dtype); gradients are fp32
+  DType dtype;  // activations (the workspace's dtype); gradients are fp32
   int64_t seq, micro_batch;
   std::vector<int64_t> expected_sizes;  // 10 LayerNorm tensors of 8 floats
 };
 
 TEST(GPTModelSequenceParallel, LayerNormGradientsAreSummedOnceInPacks) {
   const Case cases[] = {
-      {DType::kF32, 8, 2, {80}},                   // 16 rows x 8: all ten in one pack
-      {DType::kF32, 2, 1, {16, 16, 16, 16, 16}},   // 2 rows: two tensors per pack
-      {DType::kBF16, 4, 1, {16, 16, 16, 16, 16}},  // 4 rows of bf16: 16 floats
+      {DType::kF32, 8, 2, {80}},                             // 16 rows x 8: all ten in one pack
+      {DType::kF32, 2, 1, {16, 16, 16, 16, 16}},             // 2 rows: two tensors per pack
+      {DType::kBF16, 4, 1, {16, 16, 16, 16, 16}},            // 4 rows of bf16: 16 floats
       {DType::kBF16, 2, 1, {8, 8, 8, 8, 8, 8, 8, 8, 8, 8}},  // one tensor fills it: in place
   };
   auto cpu = backend::make_cpu_backend();

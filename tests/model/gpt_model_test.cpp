@@ -14,8 +14,8 @@
 #include "core/error.h"
 #include "model/gpt_model.h"
 #include "optim/loss_scaler.h"
-#include "support/micro_batches.h"
 #include "parallel/optimizer.h"
+#include "support/micro_batches.h"
 
 namespace megatron::model {
 namespace {
@@ -113,7 +113,8 @@ TEST(GPTModel, RmsNormAndSwigluChangeTheModel) {
     model.parameters().initialize(*backend, 7, c.init_method_std, c.num_layers);
     *numel = model.parameters().total_numel();
     for (const Parameter& p : model.parameters().params()) {
-      if (c.normalization == Normalization::kRMSNorm) EXPECT_EQ(p.name.find("layernorm.bias"), std::string::npos) << p.name;
+      if (c.normalization == Normalization::kRMSNorm)
+        EXPECT_EQ(p.name.find("layernorm.bias"), std::string::npos) << p.name;
       if (p.name.find("linear_fc1.weight") != std::string::npos) {
         EXPECT_EQ(p.global_shape[0], c.fc1_out_size()) << p.name;
       }
@@ -189,13 +190,13 @@ TEST(GPTModel, RecomputeGivesBitIdenticalGradients) {
     };
     float loss_ref = 0.0f;
     const std::vector<float> ref = run(Recompute::kNone, 1, &loss_ref);
-    for (auto [method, layers] : {std::pair{Recompute::kUniform, int64_t{1}}, std::pair{Recompute::kUniform, int64_t{2}},
-                                  std::pair{Recompute::kUniform, int64_t{5}}, std::pair{Recompute::kBlock, int64_t{3}}}) {
+    for (auto [method, layers] :
+         {std::pair{Recompute::kUniform, int64_t{1}}, std::pair{Recompute::kUniform, int64_t{2}},
+          std::pair{Recompute::kUniform, int64_t{5}}, std::pair{Recompute::kBlock, int64_t{3}}}) {
       float loss = 0.0f;
       const std::vector<float> g = run(method, layers, &loss);
       const std::string what = std::string(dtype_name(dtype)) + (variant == 2 ? " rmsnorm swiglu" : "") +
-                               (method == Recompute::kUniform ? " uniform " : " block ") +
-                               std::to_string(layers);
+                               (method == Recompute::kUniform ? " uniform " : " block ") + std::to_string(layers);
       EXPECT_EQ(loss, loss_ref) << what;
       ASSERT_EQ(g.size(), ref.size());
       EXPECT_EQ(std::memcmp(g.data(), ref.data(), g.size() * sizeof(float)), 0) << what << ": gradients differ";
@@ -404,7 +405,8 @@ TEST(GPTModel, PipelineStagesEqualTheWholeModel) {
   for (int k = 0; k < 2; ++k) {
     for (int64_t v = 0; v < 4; ++v) {
       if (v > 0) {
-        backend->copy(model_of(v - 1).output((v - 1) / 2, k + (v - 1) / 2 * 2), model_of(v).input_buffer(v / 2, k + v / 2 * 2));
+        backend->copy(model_of(v - 1).output((v - 1) / 2, k + (v - 1) / 2 * 2),
+                      model_of(v).input_buffer(v / 2, k + v / 2 * 2));
       }
       model_of(v).forward_chunk(v / 2, k + v / 2 * 2, &mbs[k], d[k], &head);
       stage_loss[k] += static_cast<float>(model_of(v).take_losses());  // 0 but on the last virtual stage

@@ -8,15 +8,15 @@
 #include <string>
 
 #include "backend/ops.h"
+#include "comm/mpi_communicator.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "model/gpt_model.h"
 #include "model/memory_plan.h"
 #include "optim/loss_scaler.h"
-#include "comm/mpi_communicator.h"
-#include "support/mpi.h"
 #include "parallel/grad_buffer.h"
 #include "parallel/optimizer.h"
+#include "support/mpi.h"
 
 namespace megatron::model {
 namespace {
@@ -68,7 +68,7 @@ TEST_P(MemoryPlanTest, PlanEqualsAllocatedBytes) {
   const MemorySnapshot before = tracker.snapshot();
   GPTModel model(c, *backend, k.dtype, k.micro_batch);
   parallel::MixedPrecisionOptimizer opt(model.parameters(), *backend, parallel::OptimizerConfig{},
-                                     optim::GradScaler::constant(1.0f));
+                                        optim::GradScaler::constant(1.0f));
   const MemorySnapshot built = tracker.snapshot();
 
   EXPECT_EQ(plan.num_parameters, model.parameters().total_numel());
@@ -106,26 +106,20 @@ TEST_P(MemoryPlanTest, PlanEqualsAllocatedBytes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, MemoryPlanTest,
-                         ::testing::Values(Case{"fp32", DType::kF32, false, true, 2, 8},
-                                           Case{"bf16", DType::kBF16, false, true, 3, 8},
-                                           Case{"fp16_untied", DType::kF16, true, true, 1, 8},
-                                           Case{"bf16_nobias_kv5", DType::kBF16, false, false, 2, 5},
-                                           Case{"bf16_recompute_uniform2", DType::kBF16, false, true, 2, 8,
-                                                Recompute::kUniform, 2},
-                                           Case{"fp32_recompute_block1", DType::kF32, false, true, 2, 8,
-                                                Recompute::kBlock, 1},
-                                           Case{"bf16_documents_recompute_uniform1", DType::kBF16, false, true, 2, 8,
-                                                Recompute::kUniform, 1, true},
-                                           Case{"bf16_rmsnorm_swiglu", DType::kBF16, false, true, 2, 8,
-                                                Recompute::kNone, 1, false, true, true},
-                                           Case{"fp32_rmsnorm_swiglu_nobias_untied_recompute_block1", DType::kF32,
-                                                true, false, 2, 8, Recompute::kBlock, 1, false, true, true},
-                                           Case{"fp16_swiglu", DType::kF16, false, true, 1, 8, Recompute::kNone, 1,
-                                                false, false, true},
-                                           Case{"bf16_rmsnorm", DType::kBF16, false, true, 3, 8, Recompute::kNone, 1,
-                                                false, true, false}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MemoryPlanTest,
+    ::testing::Values(
+        Case{"fp32", DType::kF32, false, true, 2, 8}, Case{"bf16", DType::kBF16, false, true, 3, 8},
+        Case{"fp16_untied", DType::kF16, true, true, 1, 8}, Case{"bf16_nobias_kv5", DType::kBF16, false, false, 2, 5},
+        Case{"bf16_recompute_uniform2", DType::kBF16, false, true, 2, 8, Recompute::kUniform, 2},
+        Case{"fp32_recompute_block1", DType::kF32, false, true, 2, 8, Recompute::kBlock, 1},
+        Case{"bf16_documents_recompute_uniform1", DType::kBF16, false, true, 2, 8, Recompute::kUniform, 1, true},
+        Case{"bf16_rmsnorm_swiglu", DType::kBF16, false, true, 2, 8, Recompute::kNone, 1, false, true, true},
+        Case{"fp32_rmsnorm_swiglu_nobias_untied_recompute_block1", DType::kF32, true, false, 2, 8, Recompute::kBlock, 1,
+             false, true, true},
+        Case{"fp16_swiglu", DType::kF16, false, true, 1, 8, Recompute::kNone, 1, false, false, true},
+        Case{"bf16_rmsnorm", DType::kBF16, false, true, 3, 8, Recompute::kNone, 1, false, true, false}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // --use-distributed-optimizer under mpirun -np 3: each rank allocates its shard of the fp32 main
 // parameters and Adam moments; rank 0 holds the largest (ceil(P / 3)) and is what the plan
@@ -153,7 +147,7 @@ TEST(MemoryPlan, DistributedOptimizerPlanIsRankZerosShard) {
     const MemorySnapshot before = tracker.snapshot();
     GPTModel model(c, *backend, dtype, 1);
     parallel::MixedPrecisionOptimizer opt(model.parameters(), *backend, parallel::OptimizerConfig{},
-                                       optim::GradScaler::constant(1.0f), {world.get(), true, 0});
+                                          optim::GradScaler::constant(1.0f), {world.get(), true, 0});
     const MemorySnapshot built = tracker.snapshot();
     const int64_t shard = parallel::shard_counts(whole.num_parameters, 3)[static_cast<size_t>(world->rank())];
     EXPECT_EQ(delta(built, before, MemoryKind::kOptimizer), 2 * shard * 4);
@@ -196,7 +190,7 @@ TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
     const MemorySnapshot before = tracker.snapshot();
     GPTModel model(c, *backend, DType::kF32, 2, {tp.get(), sp});
     parallel::MixedPrecisionOptimizer opt(model.parameters(), *backend, parallel::OptimizerConfig{},
-                                       optim::GradScaler::constant(1.0f), {nullptr, false, 0, tp.get()});
+                                          optim::GradScaler::constant(1.0f), {nullptr, false, 0, tp.get()});
     const MemorySnapshot built = tracker.snapshot();
     EXPECT_EQ(plan.num_parameters, model.parameters().total_numel()) << "variant " << variant;
     for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kMainParams, MemoryKind::kGrads, MemoryKind::kOptimizer,
@@ -224,7 +218,8 @@ TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
     model.reduce_sequence_parallel_grads();
     opt.step(1e-3f, 0.01f);
     const MemorySnapshot after = tracker.snapshot();
-    for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kGrads, MemoryKind::kActivations, MemoryKind::kWorkspace}) {
+    for (MemoryKind kind :
+         {MemoryKind::kParams, MemoryKind::kGrads, MemoryKind::kActivations, MemoryKind::kWorkspace}) {
       const int i = static_cast<int>(kind);
       EXPECT_EQ(after.peak[i], built.current[i]) << memory_kind_name(kind) << " grew during a step";
     }

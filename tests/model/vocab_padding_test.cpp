@@ -45,13 +45,15 @@ TEST(PaddedVocab, BadInputNamesTheFlag) {
 // aborted later in the FLOPs formula.
 TEST(PaddedVocab, MultiplesBeyond64BitsNameTheFlag) {
   for (const auto& [divisible_by, tp] : {std::pair<int64_t, int64_t>{std::numeric_limits<int64_t>::max(), 1},
-                                         {int64_t{1} << 62, 4}, {int64_t{1} << 62, 2}}) {
+                                         {int64_t{1} << 62, 4},
+                                         {int64_t{1} << 62, 2}}) {
     try {
       const int64_t padded = padded_vocab_size(50257, divisible_by, tp);
       ADD_FAILURE() << divisible_by << " x " << tp << " padded to " << padded;
     } catch (const Error& e) {
       const std::string message = e.what();
-      EXPECT_EQ(message.rfind("[--make-vocab-size-divisible-by] the vocabulary (50257) padded to a multiple of ", 0), 0u)
+      EXPECT_EQ(message.rfind("[--make-vocab-size-divisible-by] the vocabulary (50257) padded to a multiple of ", 0),
+                0u)
           << message;
     }
   }

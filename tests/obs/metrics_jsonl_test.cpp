@@ -79,9 +79,14 @@ TEST(MetricsJsonl, DoublesAreShortestAndStayFloats) {
 // Every finite double, printed, reads back to the same bits (random bit patterns, extremes,
 // subnormals).
 TEST(MetricsJsonl, DoublesRoundTripExactly) {
-  std::vector<double> values = {std::numeric_limits<double>::max(), std::numeric_limits<double>::min(),
-                                std::numeric_limits<double>::denorm_min(), std::numeric_limits<double>::epsilon(),
-                                -1e-310, 2.5e-4, 6.02214076e23, 0.1 + 0.2};
+  std::vector<double> values = {std::numeric_limits<double>::max(),
+                                std::numeric_limits<double>::min(),
+                                std::numeric_limits<double>::denorm_min(),
+                                std::numeric_limits<double>::epsilon(),
+                                -1e-310,
+                                2.5e-4,
+                                6.02214076e23,
+                                0.1 + 0.2};
   std::mt19937_64 rng(1234);
   while (values.size() < 20000) {
     const uint64_t bits = rng();

@@ -30,7 +30,8 @@ std::chrono::system_clock::time_point at(int day, int hour) {
 }
 
 TEST(ProgressLog, LinesAreMegatrons) {
-  EXPECT_EQ(obs::progress_line(at(25, 10), "4242", 8, "Starting job"), "2026-11-25 10:00:00\tJob ID: 4242\t# GPUs: 8\tStarting job\n");
+  EXPECT_EQ(obs::progress_line(at(25, 10), "4242", 8, "Starting job"),
+            "2026-11-25 10:00:00\tJob ID: 4242\t# GPUs: 8\tStarting job\n");
   EXPECT_EQ(obs::checkpoint_progress_text(false, 1000, 402.14, 398.66, 1.2345e19, 2.05e9),
             "Saved checkpoint\tIteration: 1000\tJob throughput: 402.1 TFLOP/s/GPU\tCumulative throughput: 398.7 "
             "TFLOP/s/GPU\tFloating-point operations: 1.23e+19\tTokens (in billions): 2.05");
@@ -49,7 +50,8 @@ TEST(ProgressLog, CumulativeThroughputStartsAtTheFirstJobOfThisGpuCount) {
   EXPECT_EQ(s->flops, 0.0);
   EXPECT_FALSE(obs::cumulative_start(log, 16).has_value());
   // 16 GPUs from day 21: their run starts there, from the last checkpoint's FLOPs.
-  log += obs::progress_line(at(21, 8), "3", 16, "Starting job") + saved(21, 9, 16, 300, 4e18) + "torn line without tabs\n";
+  log +=
+      obs::progress_line(at(21, 8), "3", 16, "Starting job") + saved(21, 9, 16, 300, 4e18) + "torn line without tabs\n";
   s = obs::cumulative_start(log, 16);
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->time, at(21, 8));

@@ -40,7 +40,8 @@ obs::StragglerRankStats stats(double rtt, double batch, double etpt) {
   s.etpt_tflops = etpt;
   return s;
 }
-obs::StragglerRankStats with_gpu(obs::StragglerRankStats s, double power, double temperature, double util, double clock) {
+obs::StragglerRankStats with_gpu(obs::StragglerRankStats s, double power, double temperature, double util,
+                                 double clock) {
   s.gpu = true;
   s.power_w = power;
   s.temperature_c = temperature;
@@ -69,16 +70,18 @@ TEST(StragglerReport, GpuFieldsOnlyFromRanksThatHaveThem) {
   const std::string line = obs::format_straggler_report(cpu, {"h0", "h1"}, 1, "[t]");
   EXPECT_EQ(line.find("Pwr"), std::string::npos) << line;
   EXPECT_EQ(line.find("Clk"), std::string::npos) << line;
-  EXPECT_NE(line.find("[t] | MnRtt/Rnk: 10.00ms/0 | MxRtt/Rnk: 12.00ms/1 | MnDRtt/Rnk: 1.00ms/0 | MxDRtt/Rnk: 1.00ms/0"),
-            std::string::npos)
+  EXPECT_NE(
+      line.find("[t] | MnRtt/Rnk: 10.00ms/0 | MxRtt/Rnk: 12.00ms/1 | MnDRtt/Rnk: 1.00ms/0 | MxDRtt/Rnk: 1.00ms/0"),
+      std::string::npos)
       << line;
-  const std::vector<obs::StragglerRankStats> mixed = {stats(10.0, 1.0, 2.0), with_gpu(stats(10.0, 1.0, 2.0), 300, 40, 50, 1500)};
+  const std::vector<obs::StragglerRankStats> mixed = {stats(10.0, 1.0, 2.0),
+                                                      with_gpu(stats(10.0, 1.0, 2.0), 300, 40, 50, 1500)};
   const std::string m = obs::format_straggler_report(mixed, {"h0", "h1"}, 1, "[t]");
   EXPECT_NE(m.find("MnPwr/Rnk: 300.00W/1 | MxPwr/Rnk: 300.00W/1"), std::string::npos) << m;
   // A GPU without a utilisation reading (MIG): no Utl fields rather than a made-up 0%.
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const std::vector<obs::StragglerRankStats> mig = {with_gpu(stats(10.0, 1.0, 2.0), 300, 40, nan, 1500),
-                                               with_gpu(stats(11.0, 1.0, 2.0), 310, 45, nan, 1490)};
+                                                    with_gpu(stats(11.0, 1.0, 2.0), 310, 45, nan, 1490)};
   const std::string g = obs::format_straggler_report(mig, {"h0", "h1"}, 1, "[t]");
   EXPECT_EQ(g.find("Utl"), std::string::npos) << g;
   EXPECT_NE(g.find("MnTmp/Rnk: 40.00C/0 | MxTmp/Rnk: 45.00C/1 | MnClk/Rnk: 1490.00MHz/1"), std::string::npos) << g;
@@ -205,9 +208,9 @@ TEST(StragglerControl, EachConnectionFlipsTheState) {
     obs::StragglerControl second(control.port(), true);
     ADD_FAILURE() << "a second listener on port " << control.port();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("[--straggler-ctrlr-port] cannot listen on port " +
-                                         std::to_string(control.port())),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("[--straggler-ctrlr-port] cannot listen on port " + std::to_string(control.port())),
+        std::string::npos)
         << e.what();
   }
 }
@@ -244,15 +247,15 @@ TEST(StragglerDetector, OffAtStartTimesNothingUntilTurnedOn) {
 TEST(StragglerDetector, NamesTheRankThatIsHeldBack) {
   const std::string dir = test::scratch_dir("straggler_detector_mpi");
   test::write_walk_corpus(dir);
-  const std::vector<std::string> flags = test::with(
-      test::tiny_train_flags(dir, 2, "0"),
-      {"--train-iters", "24", "--log-interval", "8", "--log-straggler", "--straggler-ctrlr-port", "0",
-       "--straggler-minmax-count", "2"});
+  const std::vector<std::string> flags =
+      test::with(test::tiny_train_flags(dir, 2, "0"), {"--train-iters", "24", "--log-interval", "8", "--log-straggler",
+                                                       "--straggler-ctrlr-port", "0", "--straggler-minmax-count", "2"});
   const test::CommandResult r =
       test::run_command(test::held_back_rank1_command(flags, 0.02, 0.06, 300), /*capture_stderr=*/true);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find(" > straggler detector (--log-straggler): on"), std::string::npos) << r.output;
-  const std::regex line(R"(\| MnRtt/Rnk: ([0-9.]+)ms/(\d) \| MxRtt/Rnk: ([0-9.]+)ms/(\d) \|.*\| slowest: rank (\d) on )");
+  const std::regex line(
+      R"(\| MnRtt/Rnk: ([0-9.]+)ms/(\d) \| MxRtt/Rnk: ([0-9.]+)ms/(\d) \|.*\| slowest: rank (\d) on )");
   int reports = 0;
   for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), line); it != std::sregex_iterator(); ++it) {
     const std::smatch& m = *it;

@@ -19,9 +19,9 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "support/paths.h"
 #include "obs/metrics_jsonl.h"
 #include "obs/tensorboard_tags.h"
+#include "support/paths.h"
 
 namespace megatron::obs {
 namespace {
@@ -96,15 +96,22 @@ uint32_t float_bits(float f) {
 // framing.
 TEST(TensorBoardWriter, EncodesScalarEventLikePythonProtobuf) {
   const std::string event = tensorboard::encode_scalar_event(1700000000.5, 42, "lm loss", 2.5f);
-  EXPECT_EQ(to_hex(event), "09000020" "40fc54d941" "102a" "2a100a0e0a076c6d206c6f7373" "1500002040");
+  EXPECT_EQ(to_hex(event),
+            "09000020"
+            "40fc54d941"
+            "102a"
+            "2a100a0e0a076c6d206c6f7373"
+            "1500002040");
   const std::string record = tensorboard::frame_record(event);
-  EXPECT_EQ(to_hex(record), "1d00000000000000" "602fdf23" + to_hex(event) + "f7147a84");
+  EXPECT_EQ(to_hex(record),
+            "1d00000000000000"
+            "602fdf23" +
+                to_hex(event) + "f7147a84");
 }
 
 TEST(TensorBoardWriter, EncodesFileVersionEvent) {
   // 0x09 + double 1.0 (3ff0000000000000 little-endian) + 0x1a len 13 "brain.Event:2".
-  EXPECT_EQ(tensorboard::encode_file_version_event(1.0),
-            from_hex("09 000000000000f03f 1a 0d") + "brain.Event:2");
+  EXPECT_EQ(tensorboard::encode_file_version_event(1.0), from_hex("09 000000000000f03f 1a 0d") + "brain.Event:2");
 }
 
 // Varint corners: proto3 leaves out step 0; a negative int64 takes ten bytes; a length >= 128
@@ -187,8 +194,7 @@ TEST(TensorBoardWriter, QueueSizeFlushAndDestructor) {
   ASSERT_EQ(records.size(), 6u);
   // Records are in order and hold what was given (wall time skipped: 9 bytes).
   for (int i = 1; i <= 5; ++i) {
-    EXPECT_EQ(records[i].substr(9),
-              tensorboard::encode_scalar_event(0.0, i, "lm loss", static_cast<float>(i)))
+    EXPECT_EQ(records[i].substr(9), tensorboard::encode_scalar_event(0.0, i, "lm loss", static_cast<float>(i)))
         << "record " << i;
   }
   // The default queue holds Megatron's 1000 events.

@@ -64,8 +64,10 @@ TEST_F(TimersTest, MinMaxBlockPadsNamesAndDividesByTheNormalizer) {
   const std::optional<std::string> block = t.log({"forward-backward", "never-started", "optimizer"}, world_, 2.0);
   ASSERT_TRUE(block.has_value());
   // Megatron's exact layout: the name and a space, dots to 48 characters, ": (min, max)".
-  EXPECT_EQ(block->rfind("(min, max) time across ranks (ms):\n    forward-backward ...............................: (", 0),
-            0u) << *block;
+  EXPECT_EQ(
+      block->rfind("(min, max) time across ranks (ms):\n    forward-backward ...............................: (", 0),
+      0u)
+      << *block;
   EXPECT_EQ(block->find("never-started"), std::string::npos) << "untimed names are left out";
   const auto [lo, hi] = printed_min_max(*block, "forward-backward");
   EXPECT_EQ(lo, hi) << "one rank: min == max";
@@ -82,14 +84,16 @@ TEST_F(TimersTest, MaxAndAllFormats) {
   sleep_ms(5);
   max.stop("save-checkpoint");
   const std::string m = max.log({"save-checkpoint"}, world_).value();
-  EXPECT_TRUE(std::regex_match(m, std::regex("max time across ranks \\(ms\\):\n    save-checkpoint \\.{32}: [0-9]+\\.[0-9]{2}")))
+  EXPECT_TRUE(std::regex_match(
+      m, std::regex("max time across ranks \\(ms\\):\n    save-checkpoint \\.{32}: [0-9]+\\.[0-9]{2}")))
       << m;
   obs::Timers all = make(0, obs::TimingLogOption::kAll);
   all.start("load-checkpoint", 0);
   sleep_ms(5);
   all.stop("load-checkpoint");
   const std::string a = all.log({"load-checkpoint"}, world_).value();
-  EXPECT_TRUE(std::regex_match(a, std::regex("times across ranks \\(ms\\):\n  load-checkpoint:\n     rank  0: [0-9]+\\.[0-9]{2}")))
+  EXPECT_TRUE(std::regex_match(
+      a, std::regex("times across ranks \\(ms\\):\n  load-checkpoint:\n     rank  0: [0-9]+\\.[0-9]{2}")))
       << a;
   EXPECT_EQ(obs::parse_timing_log_option("all"), obs::TimingLogOption::kAll);
   EXPECT_THROW(obs::parse_timing_log_option("median"), Error);

@@ -12,23 +12,22 @@ namespace {
 // Written from the field table of docs/megatron-formats.md, "The iteration line", not from the
 // formatter: every field is " name: value |", integers right-aligned, E-format numbers
 // d.ddddddE+XX.
-const std::regex kLineRegex(
-    R"(^( \[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}\])?)"
-    R"( iteration +(\d+)/ +(\d+) \|)"
-    R"( consumed samples: +(\d+) \|)"
-    R"( elapsed time per iteration \(ms\): (\d+\.\d) \|)"
-    R"(( throughput per GPU \(TFLOP/s/GPU\): (\d+\.\d) \|)?)"
-    R"( learning rate: (\d\.\d+E[+-]\d{2,3}) \|)"
-    R"( global batch size: +(\d+) \|)"
-    R"(( lm loss: (\d\.\d{6}E[+-]\d{2,3}) \|)?)"
-    R"( loss scale: (\d+\.\d) \|)"
-    R"(( grad norm: (\d+\.\d{3}) \|)?)"
-    R"(( num zeros: (\d+\.\d) \|)?)"
-    R"(( params norm: (\d+\.\d{3}) \|)?)"
-    R"( number of skipped iterations: +(\d+) \|)"
-    R"( number of nan iterations: +(\d+) \|)"
-    R"(( tokens per second: (\d+) \|)?)"
-    R"(( ETA: (\d+):(\d\d):(\d\d) \|)?$)");
+const std::regex kLineRegex(R"(^( \[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}\])?)"
+                            R"( iteration +(\d+)/ +(\d+) \|)"
+                            R"( consumed samples: +(\d+) \|)"
+                            R"( elapsed time per iteration \(ms\): (\d+\.\d) \|)"
+                            R"(( throughput per GPU \(TFLOP/s/GPU\): (\d+\.\d) \|)?)"
+                            R"( learning rate: (\d\.\d+E[+-]\d{2,3}) \|)"
+                            R"( global batch size: +(\d+) \|)"
+                            R"(( lm loss: (\d\.\d{6}E[+-]\d{2,3}) \|)?)"
+                            R"( loss scale: (\d+\.\d) \|)"
+                            R"(( grad norm: (\d+\.\d{3}) \|)?)"
+                            R"(( num zeros: (\d+\.\d) \|)?)"
+                            R"(( params norm: (\d+\.\d{3}) \|)?)"
+                            R"( number of skipped iterations: +(\d+) \|)"
+                            R"( number of nan iterations: +(\d+) \|)"
+                            R"(( tokens per second: (\d+) \|)?)"
+                            R"(( ETA: (\d+):(\d\d):(\d\d) \|)?$)");
 
 obs::IterationLog full_log() {
   obs::IterationLog l;

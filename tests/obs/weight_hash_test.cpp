@@ -91,22 +91,24 @@ TEST(WeightHash, ADifferingReplicaIsFoundAndNamed) {
 TEST(WeightHash, TrainChecksTheReplicas) {
   const std::string dir = test::scratch_dir("weight_hash_train");
   test::write_walk_corpus(dir);
-  const test::CommandResult r = test::run_ranks(
-      test::with(test::tiny_train_flags(dir, 2, "0"),
-                 {"--train-iters", "4", "--use-distributed-optimizer", "--overlap-param-gather",
-                  "--overlap-grad-reduce", "--check-weight-hash-across-dp-replicas-interval", "2"}),
-      2);
+  const test::CommandResult r =
+      test::run_ranks(test::with(test::tiny_train_flags(dir, 2, "0"),
+                                 {"--train-iters", "4", "--use-distributed-optimizer", "--overlap-param-gather",
+                                  "--overlap-grad-reduce", "--check-weight-hash-across-dp-replicas-interval", "2"}),
+                      2);
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* at : {"after 0 iterations", "after 2 iterations", "after 4 iterations"}) {
     EXPECT_NE(r.output.find(std::string(">>> Weight hashes match ") + at), std::string::npos) << at << r.output;
   }
   EXPECT_EQ(r.output.find("after 3 iterations"), std::string::npos) << r.output;
   // One rank: no replicas, said once, nothing copied.
-  const test::CommandResult one = test::run_ranks(
-      test::with(test::tiny_train_flags(dir, 2, "0"), {"--train-iters", "4", "--check-weight-hash-across-dp-replicas-interval", "2"}),
-      1);
+  const test::CommandResult one =
+      test::run_ranks(test::with(test::tiny_train_flags(dir, 2, "0"),
+                                 {"--train-iters", "4", "--check-weight-hash-across-dp-replicas-interval", "2"}),
+                      1);
   ASSERT_EQ(one.status, 0) << one.output;
-  EXPECT_NE(one.output.find(">>> Weight hashes: data-parallel size 1, no replicas to compare (no check)"), std::string::npos)
+  EXPECT_NE(one.output.find(">>> Weight hashes: data-parallel size 1, no replicas to compare (no check)"),
+            std::string::npos)
       << one.output;
   EXPECT_EQ(one.output.find(">>> Weight hashes match"), std::string::npos) << one.output;
 }

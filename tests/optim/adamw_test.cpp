@@ -17,8 +17,7 @@ struct Moments {
 };
 
 // One AdamW step in double, the formulas of the brief written out.
-Moments reference_step(Moments s, double g, double lr, double b1, double b2, double eps, double wd,
-                       int t) {
+Moments reference_step(Moments s, double g, double lr, double b1, double b2, double eps, double wd, int t) {
   s.m = b1 * s.m + (1 - b1) * g;
   s.v = b2 * s.v + (1 - b2) * g * g;
   const double m_hat = s.m / (1 - std::pow(b1, t));
@@ -37,7 +36,8 @@ TEST(AdamW, FirstStepByHand) {
   // p = 0.5, g = 0.2, lr = 0.1, wd = 0.01:
   //   0.2/(0.2 + 1e-8) = 0.99999995;  + 0.01*0.5 = 1.00499995;  p = 0.5 - 0.100499995 = 0.399500005
   std::vector<float> p = {0.5f}, g = {0.2f}, m = {0.0f}, v = {0.0f};
-  adamw_update(p, g, m, v, {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .step = 1});
+  adamw_update(p, g, m, v,
+               {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .step = 1});
   expect_close(p[0], 0.399500005);
   expect_close(m[0], 0.02);  // 0.1 * 0.2
   // The betas are fp32 (as in apex): 1 - 0.999f = 0.000999987125, so v = 3.99994850e-5,
@@ -62,7 +62,8 @@ TEST(AdamW, TwoStepsMatchDoubleReference) {
   const std::vector<float> g1 = {0.2f, -0.4f, 1e-3f, 5.0f, -2.0f};
   const std::vector<float> g2 = {-0.1f, -0.3f, 2e-3f, -5.0f, 0.5f};
   std::vector<float> p = p0, m(p0.size(), 0.0f), v(p0.size(), 0.0f);
-  AdamWHyper h{.lr = float(lr), .beta1 = float(b1), .beta2 = float(b2), .eps = float(eps), .weight_decay = float(wd), .step = 1};
+  AdamWHyper h{
+      .lr = float(lr), .beta1 = float(b1), .beta2 = float(b2), .eps = float(eps), .weight_decay = float(wd), .step = 1};
   adamw_update(p, g1, m, v, h);
   h.step = 2;
   adamw_update(p, g2, m, v, h);

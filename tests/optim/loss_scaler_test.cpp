@@ -39,16 +39,14 @@ TEST(GradScaler, OverflowSequenceWithHysteresis) {
     int64_t growth, hysteresis;
   };
   const Step steps[] = {
-      {true, 1024, 0, 1},   // first overflow: hysteresis 2 -> 1, no backoff yet
-      {true, 512, 0, 0},    // second overflow: tracker hits 0 -> halve
-      {true, 256, 0, -1},   // tracker is not refilled, so every further overflow halves
-      {false, 256, 1, -1},  // clean steps count towards growth
-      {false, 256, 2, -1},
-      {true, 128, 0, -2},   // overflow resets growth and halves again
-      {false, 128, 1, -2},
-      {false, 128, 2, -2},
-      {false, 256, 0, 2},   // 3rd clean step in a row = window: double, refill hysteresis
-      {true, 256, 0, 1},    // hysteresis absorbs one overflow again
+      {true, 1024, 0, 1},                       // first overflow: hysteresis 2 -> 1, no backoff yet
+      {true, 512, 0, 0},                        // second overflow: tracker hits 0 -> halve
+      {true, 256, 0, -1},                       // tracker is not refilled, so every further overflow halves
+      {false, 256, 1, -1},                      // clean steps count towards growth
+      {false, 256, 2, -1}, {true, 128, 0, -2},  // overflow resets growth and halves again
+      {false, 128, 1, -2}, {false, 128, 2, -2},
+      {false, 256, 0, 2},  // 3rd clean step in a row = window: double, refill hysteresis
+      {true, 256, 0, 1},   // hysteresis absorbs one overflow again
       {true, 128, 0, 0},
   };
   int i = 0;

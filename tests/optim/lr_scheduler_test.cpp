@@ -44,15 +44,15 @@ TEST(LrScheduler, WarmupThenCosine) {
   EXPECT_EQ(c.warmup_steps, 100.0);
   EXPECT_EQ(c.decay_steps, 1100);
   optim::OptimizerParamScheduler s(c);
-  expect_lr(s.lr(), 0.0);             // constructor ran step(0): iteration 1 uses init = 0
-  expect_lr(s.lr_at(50), 1.5e-4);     // 3e-4 * 50/100
-  expect_lr(s.lr_at(100), 3e-4);      // n <= W still warmup: 3e-4 * 100/100
+  expect_lr(s.lr(), 0.0);          // constructor ran step(0): iteration 1 uses init = 0
+  expect_lr(s.lr_at(50), 1.5e-4);  // 3e-4 * 50/100
+  expect_lr(s.lr_at(100), 3e-4);   // n <= W still warmup: 3e-4 * 100/100
   // r = (350-100)/1000 = 0.25: coeff = (cos(pi/4)+1)/2 = 0.853553391;
   // lr = 3e-5 + 0.853553391 * 2.7e-4 = 2.60459415e-4
   expect_lr(s.lr_at(350), 2.6045941546018394e-4);
-  expect_lr(s.lr_at(600), 1.65e-4);   // r = 0.5: coeff 0.5: 3e-5 + 1.35e-4
-  expect_lr(s.lr_at(1100), 3e-5);     // r = 1: coeff 0
-  expect_lr(s.lr_at(5000), 3e-5);     // past D: min
+  expect_lr(s.lr_at(600), 1.65e-4);  // r = 0.5: coeff 0.5: 3e-5 + 1.35e-4
+  expect_lr(s.lr_at(1100), 3e-5);    // r = 1: coeff 0
+  expect_lr(s.lr_at(5000), 3e-5);    // past D: min
 }
 
 TEST(LrScheduler, StepsCountSamples) {
@@ -79,7 +79,7 @@ TEST(LrScheduler, Linear) {
   c.decay_steps = 100;  // no warmup
   c.decay_style = optim::LrDecayStyle::kLinear;
   optim::OptimizerParamScheduler s(c);
-  expect_lr(s.lr(), 1.0);        // W = 0: no warmup branch; r = 0
+  expect_lr(s.lr(), 1.0);         // W = 0: no warmup branch; r = 0
   expect_lr(s.lr_at(25), 0.775);  // 0.1 + (1 - 0.25) * 0.9
   expect_lr(s.lr_at(100), 0.1);
 }
@@ -104,12 +104,12 @@ TEST(LrScheduler, InverseSquareRoot) {
   c.decay_steps = 1'000'000;
   c.decay_style = optim::LrDecayStyle::kInverseSquareRoot;
   optim::OptimizerParamScheduler s(c);
-  expect_lr(s.lr_at(100), 1e-3);       // end of warmup
-  expect_lr(s.lr_at(400), 5e-4);       // 1e-3 * sqrt(100)/sqrt(400) = 1e-3 * 10/20
-  expect_lr(s.lr_at(10'000), 1e-4);    // 1e-3 * 10/100
-  expect_lr(s.lr_at(250'000), 2e-5);   // 1e-3 * 10/500
+  expect_lr(s.lr_at(100), 1e-3);        // end of warmup
+  expect_lr(s.lr_at(400), 5e-4);        // 1e-3 * sqrt(100)/sqrt(400) = 1e-3 * 10/20
+  expect_lr(s.lr_at(10'000), 1e-4);     // 1e-3 * 10/100
+  expect_lr(s.lr_at(250'000), 2e-5);    // 1e-3 * 10/500
   expect_lr(s.lr_at(1'000'000), 1e-5);  // 1e-3 * 10/1000 = 1e-5 = min, at n = D
-  EXPECT_GT(s.lr_at(999'999), 1e-5);     // 1e-3 * 10/999.9995 = 1.0000005e-5
+  EXPECT_GT(s.lr_at(999'999), 1e-5);    // 1e-3 * 10/999.9995 = 1.0000005e-5
   expect_lr(s.lr_at(1'000'001), 1e-5);  // past D: min
   c.warmup_steps = 0;                   // max(W, 1) and max(n, 1)
   optim::OptimizerParamScheduler s0(c);
@@ -130,17 +130,17 @@ TEST(LrScheduler, WSD) {
     c.wsd_decay_style = style;
     return optim::OptimizerParamScheduler(c).lr_at(n);
   };
-  expect_lr(lr(optim::WsdDecayStyle::kExponential, 5), 0.5);  // warmup: 5/10
+  expect_lr(lr(optim::WsdDecayStyle::kExponential, 5), 0.5);   // warmup: 5/10
   expect_lr(lr(optim::WsdDecayStyle::kExponential, 50), 1.0);  // stable
   expect_lr(lr(optim::WsdDecayStyle::kExponential, 70), 1.0);  // n <= A
   // exponential, q = 0.5: coeff = 2*0.5^0.5 - 1 = 0.414213562; 0.1 + 0.9*coeff = 0.472792206
   expect_lr(lr(optim::WsdDecayStyle::kExponential, 90), 0.47279220613578565);
   expect_lr(lr(optim::WsdDecayStyle::kExponential, 110), 0.1);  // q = 1: 2*0.5 - 1 = 0
-  expect_lr(lr(optim::WsdDecayStyle::kLinear, 90), 0.55);        // 0.1 + 0.9*(1 - 0.5)
+  expect_lr(lr(optim::WsdDecayStyle::kLinear, 90), 0.55);       // 0.1 + 0.9*(1 - 0.5)
   // cosine, q = 0.25: (cos(pi/4)+1)/2 = 0.853553391; 0.1 + 0.9*that = 0.868198052
   expect_lr(lr(optim::WsdDecayStyle::kCosine, 80), 0.1 + 0.9 * 0.8535533905932737);
-  expect_lr(lr(optim::WsdDecayStyle::kMinusSqrt, 80), 0.55);     // 1 - sqrt(0.25) = 0.5
-  expect_lr(lr(optim::WsdDecayStyle::kMinusSqrt, 111), 0.1);     // past D
+  expect_lr(lr(optim::WsdDecayStyle::kMinusSqrt, 80), 0.55);  // 1 - sqrt(0.25) = 0.5
+  expect_lr(lr(optim::WsdDecayStyle::kMinusSqrt, 111), 0.1);  // past D
 }
 
 TEST(LrScheduler, WeightDecaySchedule) {

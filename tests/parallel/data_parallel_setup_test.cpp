@@ -9,9 +9,9 @@
 #include <string>
 
 #include "backend/ops.h"
+#include "parallel/optimizer.h"
 #include "support/recording_communicator.h"
 #include "support/scoped_env.h"
-#include "parallel/optimizer.h"
 
 namespace megatron::parallel {
 namespace {
@@ -36,7 +36,8 @@ struct OneRankTwoGroup {
     o.group = &dp;
     o.distributed = distributed;
     o.bucket_size = 2000;  // buckets [0, 4096) and [4096, 5096): the largest in pieces of 2048
-    parallel::MixedPrecisionOptimizer optimizer(ps, *cpu, parallel::OptimizerConfig{}, optim::GradScaler::constant(1.0f), o);
+    parallel::MixedPrecisionOptimizer optimizer(ps, *cpu, parallel::OptimizerConfig{},
+                                                optim::GradScaler::constant(1.0f), o);
     return parallel::copy_engine_text(prepared, config, optimizer);
   }
 };
@@ -49,8 +50,9 @@ TEST(CopyEngineText, SaysWhetherTheEnginesAreOnAndWhyNot) {
   }
   test::ScopedEnv asked("MEGATRON_DP_COPY_ENGINE", "1");
   const std::string refused = s.text(true, true);
-  EXPECT_EQ(refused, " > MEGATRON_DP_COPY_ENGINE: off (no copy engines here): the data-parallel collectives stay on "
-                     "the SMs\n");
+  EXPECT_EQ(refused,
+            " > MEGATRON_DP_COPY_ENGINE: off (no copy engines here): the data-parallel collectives stay on "
+            "the SMs\n");
   // Not prepared (parallel::prepare_copy_engine): without the distributed optimizer, or without
   // NCCL's collectives or a second data-parallel rank.
   EXPECT_EQ(s.text(false, false),
@@ -60,8 +62,9 @@ TEST(CopyEngineText, SaysWhetherTheEnginesAreOnAndWhyNot) {
   // The largest bucket, 4096 elements in 2 pieces of 2048: a receive buffer of 2 x 2048 fp32
   // values, 16 KiB, which rounds to 0 MiB.
   const std::string on = s.text(true, true);
-  EXPECT_EQ(on, " > MEGATRON_DP_COPY_ENGINE: data-parallel reduce-scatters and parameter gathers on the copy engines "
-                "(receive buffer 0 MiB, and one more NCCL communicator)\n");
+  EXPECT_EQ(on,
+            " > MEGATRON_DP_COPY_ENGINE: data-parallel reduce-scatters and parameter gathers on the copy engines "
+            "(receive buffer 0 MiB, and one more NCCL communicator)\n");
 }
 
 }  // namespace

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "comm/mpi_communicator.h"
+#include "parallel/optimizer.h"
 #include "support/mpi.h"
 #include "support/recording_communicator.h"
-#include "parallel/optimizer.h"
 
 namespace megatron::parallel {
 namespace {
@@ -22,9 +22,9 @@ namespace {
 model::ParameterSet make_params(backend::Backend& backend, DType dtype) {
   model::ParameterSet ps;
   ps.add("a.weight", {5, 3}, model::Init::kNormal);  // [0, 15)
-  ps.add("a.bias", {5}, model::Init::kZeros);         // [15, 20)
+  ps.add("a.bias", {5}, model::Init::kZeros);        // [15, 20)
   ps.add("b.weight", {4, 4}, model::Init::kNormal);  // [20, 36)
-  ps.add("c.weight", {7}, model::Init::kOnes);        // [36, 43)
+  ps.add("c.weight", {7}, model::Init::kOnes);       // [36, 43)
   ps.allocate(backend, dtype);
   ps.initialize(backend, 11, 0.5f, 2);
   return ps;
@@ -89,7 +89,7 @@ TEST(GradBuffer, OverlappedReductionStartsEachBucketOnceItsGradientsAreFinal) {
   gb.grads_final_from(2);  // not armed: an earlier micro-batch's backward starts nothing
   EXPECT_TRUE(dp.log.empty());
   gb.arm_grad_overlap(0, 4);  // the whole model is one chunk
-  gb.grads_final_from(3);  // c.weight [36, 43) alone does not complete [20, 43)
+  gb.grads_final_from(3);     // c.weight [36, 43) alone does not complete [20, 43)
   EXPECT_TRUE(dp.log.empty());
   gb.grads_final_from(2);  // b.weight [20, 36) completes it
   EXPECT_EQ(dp.log, (Log{"start all_reduce [20, 43)"}));
@@ -137,11 +137,11 @@ TEST(GradBuffer, CopyEnginesReduceAllButTheLastBucketsOfTheBackward) {
   gb.grads_final_from(0);  // [15, 20) and [0, 15): the tail, on the SMs
   gb.finish_grad_sync();
   static_assert(parallel::GradBuffer::kTailBucketsOnSms == 2);
-  EXPECT_EQ(dp.log, (Log{"start reduce_scatter [36, 43)", "start reduce_scatter [20, 36)", "copy engine off",
-                         "start reduce_scatter [15, 20)", "copy engine on", "copy engine off",
-                         "start reduce_scatter [0, 15)", "copy engine on", "wait reduce_scatter [36, 43)",
-                         "wait reduce_scatter [20, 36)", "wait reduce_scatter [15, 20)",
-                         "wait reduce_scatter [0, 15)"}));
+  EXPECT_EQ(dp.log,
+            (Log{"start reduce_scatter [36, 43)", "start reduce_scatter [20, 36)", "copy engine off",
+                 "start reduce_scatter [15, 20)", "copy engine on", "copy engine off", "start reduce_scatter [0, 15)",
+                 "copy engine on", "wait reduce_scatter [36, 43)", "wait reduce_scatter [20, 36)",
+                 "wait reduce_scatter [15, 20)", "wait reduce_scatter [0, 15)"}));
 
   RecordingCommunicator replicated_dp({ps.grads()});
   replicated_dp.copy_engine_available = true;
@@ -244,7 +244,8 @@ TEST(GradBuffer, DistributedStepGathersEachBucketRightAfterItsUpdate) {
   dp.on_start = [&](const std::string& entry) {
     std::string changed;
     for (const Range& r : owned) {
-      if (std::memcmp(ps.values().data_as<float>() + r.start, before.data() + r.start, 4 * static_cast<size_t>(r.size())) != 0) {
+      if (std::memcmp(ps.values().data_as<float>() + r.start, before.data() + r.start,
+                      4 * static_cast<size_t>(r.size())) != 0) {
         changed += " " + std::to_string(r.start);
       }
     }
@@ -254,9 +255,9 @@ TEST(GradBuffer, DistributedStepGathersEachBucketRightAfterItsUpdate) {
   opt.reduce_gradients();
   seen.clear();
   opt.step(0.01f, 0.0f);
-  EXPECT_EQ(seen, (std::vector<std::string>{"start all_gather [0, 15): 0", "start all_gather [15, 20): 15 0",
-                                            "start all_gather [20, 36): 20 15 0",
-                                            "start all_gather [36, 43): 36 20 15 0"}));
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{"start all_gather [0, 15): 0", "start all_gather [15, 20): 15 0",
+                                      "start all_gather [20, 36): 20 15 0", "start all_gather [36, 43): 36 20 15 0"}));
 }
 
 TEST(GradBuffer, DistributedOptimizerMatchesReplicatedBitForBit) {
@@ -269,8 +270,10 @@ TEST(GradBuffer, DistributedOptimizerMatchesReplicatedBitForBit) {
       model::ParameterSet rep = make_params(*backend, dtype), dist = make_params(*backend, dtype);
       parallel::OptimizerConfig oc;
       oc.clip_grad = 0.0;  // no norm: the step is elementwise, so sharding cannot change a bit
-      parallel::MixedPrecisionOptimizer a(rep, *backend, oc, optim::GradScaler::constant(1.0f), {world.get(), false, bucket});
-      parallel::MixedPrecisionOptimizer b(dist, *backend, oc, optim::GradScaler::constant(1.0f), {world.get(), true, bucket});
+      parallel::MixedPrecisionOptimizer a(rep, *backend, oc, optim::GradScaler::constant(1.0f),
+                                          {world.get(), false, bucket});
+      parallel::MixedPrecisionOptimizer b(dist, *backend, oc, optim::GradScaler::constant(1.0f),
+                                          {world.get(), true, bucket});
       EXPECT_LE(b.grad_buffer().owned_numel(), 43 / 2 + 2);
       for (int64_t step = 0; step < 3; ++step) {
         fill_grads(rep, world->rank(), step);
@@ -288,7 +291,8 @@ TEST(GradBuffer, DistributedOptimizerMatchesReplicatedBitForBit) {
       // Each parameter's state gathered to DP rank 0 (from shards that split parameters when
       // the buckets hold 10 elements) equals the replicated optimizer's own.
       for (size_t i = 0; i < rep.params().size(); ++i) {
-        for (parallel::StateKind kind : {parallel::StateKind::kMainParams, parallel::StateKind::kExpAvg, parallel::StateKind::kExpAvgSq}) {
+        for (parallel::StateKind kind :
+             {parallel::StateKind::kMainParams, parallel::StateKind::kExpAvg, parallel::StateKind::kExpAvgSq}) {
           if (kind == parallel::StateKind::kMainParams && dtype == DType::kF32) continue;
           const Tensor ta = a.gather_param_state(rep.params()[i], kind);
           const Tensor tb = b.gather_param_state(dist.params()[i], kind);
@@ -304,8 +308,10 @@ TEST(GradBuffer, DistributedOptimizerMatchesReplicatedBitForBit) {
       // With clipping the norm is the same to rounding on every rank (shards' sums reduced).
       parallel::OptimizerConfig clip;
       clip.clip_grad = 1e-3;
-      parallel::MixedPrecisionOptimizer c(dist, *backend, clip, optim::GradScaler::constant(1.0f), {world.get(), true, bucket});
-      parallel::MixedPrecisionOptimizer d(rep, *backend, clip, optim::GradScaler::constant(1.0f), {world.get(), false, bucket});
+      parallel::MixedPrecisionOptimizer c(dist, *backend, clip, optim::GradScaler::constant(1.0f),
+                                          {world.get(), true, bucket});
+      parallel::MixedPrecisionOptimizer d(rep, *backend, clip, optim::GradScaler::constant(1.0f),
+                                          {world.get(), false, bucket});
       fill_grads(dist, world->rank(), 9);
       fill_grads(rep, world->rank(), 9);
       c.reduce_gradients();

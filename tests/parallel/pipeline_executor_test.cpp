@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "support/recording_communicator.h"
 #include "parallel/grad_buffer.h"
+#include "support/recording_communicator.h"
 
 namespace megatron::parallel {
 namespace {
@@ -292,7 +292,7 @@ bool is_compute(const std::string& e) { return e[0] == 'F' || e[0] == 'B'; }
 // receive was started before the compute preceding it (it ran beside that compute).
 std::map<std::string, bool> check_waits(const std::vector<std::string>& log,
                                         const std::map<std::string, std::vector<std::string>>& touched) {
-  std::deque<std::string> unwaited;  // started, oldest first
+  std::deque<std::string> unwaited;           // started, oldest first
   std::map<std::string, size_t> received_at;  // buffer -> log index of the start receiving into it
   std::map<std::string, bool> beside;
   size_t last_compute = 0;

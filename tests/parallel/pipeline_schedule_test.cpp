@@ -19,9 +19,9 @@
 #include <tuple>
 #include <vector>
 
-#include "parallel/process_groups.h"
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/process_groups.h"
 
 namespace megatron::parallel {
 namespace {
@@ -87,8 +87,8 @@ std::string simulate(const std::vector<std::vector<PipelineAction>>& tables, int
   struct Stage {
     size_t pos = 0;
     std::vector<Posted> posted;
-    size_t done = 0;                        // posted steps completed (in order)
-    std::map<BufId, std::pair<int64_t, int64_t>> holds;  // activation buffers: (chunk, micro-batch) in them
+    size_t done = 0;                                                // posted steps completed (in order)
+    std::map<BufId, std::pair<int64_t, int64_t>> holds;             // activation buffers: (chunk, micro-batch) in them
     std::pair<int64_t, int64_t> grad_in{-1, -1}, grad_out{-1, -1};  // (chunk, micro-batch) or free
   };
   std::vector<Stage> st(static_cast<size_t>(pp));
@@ -117,7 +117,9 @@ std::string simulate(const std::vector<std::vector<PipelineAction>>& tables, int
     const auto it = me.holds.find(b);
     return it == me.holds.end() ? std::pair<int64_t, int64_t>{-1, -1} : it->second;
   };
-  auto where = [&](int64_t s, const PipelineAction& a) { return "stage " + std::to_string(s) + " " + to_string(a, vp); };
+  auto where = [&](int64_t s, const PipelineAction& a) {
+    return "stage " + std::to_string(s) + " " + to_string(a, vp);
+  };
   for (;;) {
     bool progress = false, all_done = true;
     for (int64_t s = 0; s < pp; ++s) {
@@ -131,7 +133,8 @@ std::string simulate(const std::vector<std::vector<PipelineAction>>& tables, int
           const P2PMessage& msg = msgs[i];
           if (mine.matched[i]) continue;
           bool earlier = false;
-          for (size_t j = 0; j < i; ++j) earlier |= !mine.matched[j] && msgs[j].peer == msg.peer && msgs[j].send == msg.send;
+          for (size_t j = 0; j < i; ++j)
+            earlier |= !mine.matched[j] && msgs[j].peer == msg.peer && msgs[j].send == msg.send;
           if (earlier) continue;
           Stage& peer = st[static_cast<size_t>(msg.peer)];
           if (peer.done >= peer.posted.size()) continue;
@@ -248,7 +251,8 @@ std::string simulate(const std::vector<std::vector<PipelineAction>>& tables, int
       for (int64_t s = 0; s < pp; ++s) {
         const Stage& me = st[static_cast<size_t>(s)];
         const auto& table = tables[static_cast<size_t>(s)];
-        state += " stage " + std::to_string(s) + " at " + (me.pos < table.size() ? to_string(table[me.pos], vp) : "end");
+        state +=
+            " stage " + std::to_string(s) + " at " + (me.pos < table.size() ? to_string(table[me.pos], vp) : "end");
         if (me.done < me.posted.size()) state += " running " + to_string(*me.posted[me.done].step, vp);
       }
       return "deadlock:" + state;
@@ -284,10 +288,8 @@ TEST(PipelineSchedule, InterleavedOrderByHand) {
   // forwards go chunk 0 for micro-batches 0,1, chunk 1 for 0,1, then chunk 0 for 2,3 ...;
   // backwards start on the last chunk.
   const auto t = all_tables(2, 4, 2);
-  EXPECT_EQ(computes(t[0], 2),
-            "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0");
-  EXPECT_EQ(computes(t[1], 2),
-            "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0");
+  EXPECT_EQ(computes(t[0], 2), "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0");
+  EXPECT_EQ(computes(t[1], 2), "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0");
   // The first messages: chunk 1 of stage 0 takes its input from chunk 0 of stage 1.
   EXPECT_EQ(to_string(t[0][1], 2), "[sF0.0>1]");
   EXPECT_EQ(to_string(t[0][3], 2), "[sF1.0>1 rF0.1<1]");
@@ -406,7 +408,8 @@ TEST(PipelineSchedule, ActivationSetsHeldAtOnce) {
         if (vp > 1 && m % pp != 0) continue;
         for (int64_t s = 0; s < pp; ++s) {
           const std::vector<PipelineAction> t = pipeline_schedule({pp, s, m, vp});
-          const int64_t blocking = activation_slots(t).count, overlapped = activation_slots(overlapped_exchanges(t, vp)).count;
+          const int64_t blocking = activation_slots(t).count,
+                        overlapped = activation_slots(overlapped_exchanges(t, vp)).count;
           SCOPED_TRACE(testing::Message() << "pp " << pp << " vp " << vp << " M " << m << " stage " << s);
           if (vp == 1) {
             EXPECT_EQ(blocking, std::min(pp - s, m));
@@ -496,7 +499,8 @@ TEST(PipelineSchedule, OverlappedMutationsFail) {
     const auto split = overlapped_tables(blocking, 2);
     std::vector<ActivationSlots> short_pool;
     for (const auto& t : blocking) short_pool.push_back(activation_slots(t));
-    EXPECT_EQ(simulate(split, 2, 4, 2, false, true, short_pool), "activation received into a busy set: stage 1 [rF1.1<0]");
+    EXPECT_EQ(simulate(split, 2, 4, 2, false, true, short_pool),
+              "activation received into a busy set: stage 1 [rF1.1<0]");
     EXPECT_EQ(simulate(split, 2, 4, 2, false, true), "");
   }
   // The gradient receive of a backward posted before the backward before it consumed its own:
@@ -507,7 +511,8 @@ TEST(PipelineSchedule, OverlappedMutationsFail) {
     const auto b = std::find(t.begin(), t.end(), PipelineAction{PipelineOp::kBackward, 0, 0, {}});
     ASSERT_EQ(to_string(*(b + 1), 2), "[rB1.0<1]");
     std::iter_swap(b, b + 1);
-    EXPECT_EQ(simulate(split, 2, 4, 2, false, true), "output gradient received over an unconsumed one: stage 0 [rB1.0<1]");
+    EXPECT_EQ(simulate(split, 2, 4, 2, false, true),
+              "output gradient received over an unconsumed one: stage 0 [rB1.0<1]");
   }
 }
 
@@ -516,8 +521,8 @@ TEST(PipelineSchedule, ActivationSetsByHand) {
   // before its first backward B0.1 (5 sets), which frees set 2 for F3.0; B1.1 frees set 3.
   const ActivationSlots s0 = activation_slots(pipeline_schedule({2, 0, 4, 2}));
   EXPECT_EQ(s0.count, 5);
-  const std::map<std::pair<int64_t, int64_t>, int64_t> s0_sets{
-      {{0, 0}, 0}, {{0, 1}, 1}, {{0, 2}, 4}, {{0, 3}, 2}, {{1, 0}, 2}, {{1, 1}, 3}, {{1, 2}, 3}, {{1, 3}, 0}};
+  const std::map<std::pair<int64_t, int64_t>, int64_t> s0_sets{{{0, 0}, 0}, {{0, 1}, 1}, {{0, 2}, 4}, {{0, 3}, 2},
+                                                               {{1, 0}, 2}, {{1, 1}, 3}, {{1, 2}, 3}, {{1, 3}, 0}};
   EXPECT_EQ(s0.of, s0_sets);
   // Stage 1 ([rF0.0<0] F0.0 [.. rF1.0<0] F1.0 [.. rF0.1<0] F0.1 B0.1 [.. rF1.1<0] ...): its
   // receives take the sets; 3 at once.
@@ -536,10 +541,9 @@ TEST(PipelineSchedule, ActivationSetsOfHugeMicroBatchCountsAreQuick) {
     const rlimit as{rlim_t{1} << 30, rlim_t{1} << 30};
     ::setrlimit(RLIMIT_AS, &as);
     const int64_t m = int64_t{1} << 40;
-    const bool ok = activation_sets_needed({1, 0, m, 1}, false) == 1 &&
-                    activation_sets_needed({4, 1, m, 1}, true) == 3 &&
-                    activation_sets_needed({4, 3, m, 2}, false) == 5 &&
-                    activation_sets_needed({4, 0, m, 2}, true) == 12;
+    const bool ok =
+        activation_sets_needed({1, 0, m, 1}, false) == 1 && activation_sets_needed({4, 1, m, 1}, true) == 3 &&
+        activation_sets_needed({4, 3, m, 2}, false) == 5 && activation_sets_needed({4, 0, m, 2}, true) == 12;
     ::_exit(ok ? 0 : 1);
   };
   EXPECT_EXIT(bounded(), ::testing::ExitedWithCode(0), "");

@@ -25,9 +25,10 @@ TEST(ProcessGroups, MpiGroupsMatchTheRankLayout) {
   const int64_t me = g.rank();
   EXPECT_EQ(parallel::global_rank(sizes, g.coords), me);
   EXPECT_EQ(g.is_last_rank(), me == 7);
-  for (parallel::GroupKind kind : {parallel::GroupKind::kTp, parallel::GroupKind::kCp, parallel::GroupKind::kDp, parallel::GroupKind::kPp, parallel::GroupKind::kDpCp,
-                         parallel::GroupKind::kModelParallel, parallel::GroupKind::kTpDpCp, parallel::GroupKind::kTpCp, parallel::GroupKind::kEmbedding,
-                         parallel::GroupKind::kPositionEmbedding}) {
+  for (parallel::GroupKind kind :
+       {parallel::GroupKind::kTp, parallel::GroupKind::kCp, parallel::GroupKind::kDp, parallel::GroupKind::kPp,
+        parallel::GroupKind::kDpCp, parallel::GroupKind::kModelParallel, parallel::GroupKind::kTpDpCp,
+        parallel::GroupKind::kTpCp, parallel::GroupKind::kEmbedding, parallel::GroupKind::kPositionEmbedding}) {
     const int64_t index = parallel::group_index(sizes, kind, me);
     Communicator* c = g.group(kind);
     if (index < 0) {
@@ -56,8 +57,11 @@ TEST(ProcessGroups, MpiGroupsMatchTheRankLayout) {
 TEST(ProcessGroups, KindsWithTheSameGroupsShareOneCommunicator) {
   if (test::relaunch_under_mpirun(4)) return;
   MpiRuntime mpi;
-  parallel::ProcessGroups g = parallel::make_process_groups(mpi.world(), parallel::parallel_sizes(4, /*tp=*/2, /*pp=*/2));
-  auto shared = [](const std::unique_ptr<Communicator>& c) { return dynamic_cast<SharedCommunicator*>(c.get()) != nullptr; };
+  parallel::ProcessGroups g =
+      parallel::make_process_groups(mpi.world(), parallel::parallel_sizes(4, /*tp=*/2, /*pp=*/2));
+  auto shared = [](const std::unique_ptr<Communicator>& c) {
+    return dynamic_cast<SharedCommunicator*>(c.get()) != nullptr;
+  };
   EXPECT_FALSE(shared(g.tp));
   EXPECT_FALSE(shared(g.cp));
   EXPECT_TRUE(shared(g.dp));
@@ -83,8 +87,11 @@ TEST(ProcessGroups, KindsWithTheSameGroupsShareOneCommunicator) {
 TEST(ProcessGroups, UnusedKindsWithAllRanksShareTheWorld) {
   if (test::relaunch_under_mpirun(2)) return;
   MpiRuntime mpi;
-  parallel::ProcessGroups g = parallel::make_process_groups(mpi.world(), parallel::parallel_sizes(2, /*tp=*/2, /*pp=*/1));
-  auto shared = [](const std::unique_ptr<Communicator>& c) { return dynamic_cast<SharedCommunicator*>(c.get()) != nullptr; };
+  parallel::ProcessGroups g =
+      parallel::make_process_groups(mpi.world(), parallel::parallel_sizes(2, /*tp=*/2, /*pp=*/1));
+  auto shared = [](const std::unique_ptr<Communicator>& c) {
+    return dynamic_cast<SharedCommunicator*>(c.get()) != nullptr;
+  };
   EXPECT_FALSE(shared(g.tp));
   EXPECT_TRUE(shared(g.model_parallel));
   EXPECT_TRUE(shared(g.tp_cp));
@@ -112,7 +119,8 @@ TEST(ProcessGroups, PipelineNeighboursAreSymmetric) {
       for (int64_t a = 0; a < pp; ++a) {
         const std::vector<int64_t> mine = parallel::pipeline_neighbours(a, pp, interleaved);
         const int64_t inner = (a > 0) + (a + 1 < pp);
-        EXPECT_EQ(static_cast<int64_t>(mine.size()), interleaved ? std::min<int64_t>(pp - 1, 2) : inner) << a << " of " << pp;
+        EXPECT_EQ(static_cast<int64_t>(mine.size()), interleaved ? std::min<int64_t>(pp - 1, 2) : inner)
+            << a << " of " << pp;
         for (int64_t b : mine) {
           EXPECT_NE(b, a);
           const std::vector<int64_t> theirs = parallel::pipeline_neighbours(b, pp, interleaved);
@@ -125,7 +133,8 @@ TEST(ProcessGroups, PipelineNeighboursAreSymmetric) {
 
 TEST(ProcessGroups, SingleProcessHasOneRankGroups) {
   auto backend = backend::make_cpu_backend();
-  parallel::ProcessGroups g = parallel::make_process_groups(std::make_unique<SelfCommunicator>(*backend, "world"), parallel::ParallelSizes{});
+  parallel::ProcessGroups g =
+      parallel::make_process_groups(std::make_unique<SelfCommunicator>(*backend, "world"), parallel::ParallelSizes{});
   EXPECT_TRUE(g.is_first_rank());
   EXPECT_TRUE(g.is_last_rank());
   ASSERT_NE(g.dp, nullptr);

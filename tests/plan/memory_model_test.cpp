@@ -9,13 +9,13 @@
 #include "backend/ops.h"
 #include "model/gpt_model.h"
 #include "model/memory_plan.h"
-#include "parallel/pipeline_schedule.h"
 #include "parallel/grad_buckets.h"
+#include "parallel/grad_buffer.h"
+#include "parallel/pipeline_schedule.h"
 #include "plan/memory_model.h"
 #include "support/plan_models.h"
 #include "support/recording_communicator.h"
 #include "train/config.h"
-#include "parallel/grad_buffer.h"
 
 namespace megatron::plan {
 namespace {
@@ -63,55 +63,55 @@ TEST(PlanMemory, EqualsTheEnginePlanAtTp1Pp1) {
   // 124M, 1.3B and 175B shapes plus the small one (vocab padded for TP 1).
   const Shape shapes[] = {{12, 768, 12, 1024, 50304}, {24, 2048, 16, 2048, 50304}, {96, 12288, 96, 2048, 50304}};
   for (const Shape& s : shapes) {
-   for (const Variant& v : kVariants) {
-    for (DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
-      for (bool untied : {false, true}) {
-        for (PlanRecompute rc : {PlanRecompute::kNone, PlanRecompute::kFull}) {
-          for (int64_t dp : {1, 2, 3, 8}) {
-            for (bool dist : {false, true}) {
-              // Documents: the key starts and position ids as the engine holds them, and cuDNN's
-              // bias [b, s, s] (16-bit runs) on top of the engine's workspace.
-              const bool documents = dp == 3;
-              model::GPTConfig c = small_config();
-              c.reset_position_ids = c.reset_attention_mask = documents;
-              c.num_layers = s.layers;
-              c.hidden_size = s.hidden;
-              c.num_attention_heads = s.heads;
-              c.kv_channels = s.hidden / s.heads;
-              apply(v, c);
-              // SwiGLU's default width (train_args: int(8h/3/64)*64): 2048, 5440, 32768.
-              c.ffn_hidden_size = v.swiglu ? s.hidden / 24 * 64 : 4 * s.hidden;
-              c.seq_length = s.seq;
-              c.max_position_embeddings = s.seq;
-              c.padded_vocab_size = s.vocab;
-              c.untie_embeddings_and_output_weights = untied;
-              ParallelConfig p;
-              p.dp = dp;
-              p.micro_batch = 2;
-              p.global_batch = 2 * dp * 3;
-              p.recompute = rc;
-              p.distributed_optimizer = dist;
-              model::GPTConfig engine = c;
-              if (rc == PlanRecompute::kFull) {
-                engine.recompute = model::Recompute::kUniform;
-                engine.recompute_num_layers = 1;
+    for (const Variant& v : kVariants) {
+      for (DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
+        for (bool untied : {false, true}) {
+          for (PlanRecompute rc : {PlanRecompute::kNone, PlanRecompute::kFull}) {
+            for (int64_t dp : {1, 2, 3, 8}) {
+              for (bool dist : {false, true}) {
+                // Documents: the key starts and position ids as the engine holds them, and cuDNN's
+                // bias [b, s, s] (16-bit runs) on top of the engine's workspace.
+                const bool documents = dp == 3;
+                model::GPTConfig c = small_config();
+                c.reset_position_ids = c.reset_attention_mask = documents;
+                c.num_layers = s.layers;
+                c.hidden_size = s.hidden;
+                c.num_attention_heads = s.heads;
+                c.kv_channels = s.hidden / s.heads;
+                apply(v, c);
+                // SwiGLU's default width (train_args: int(8h/3/64)*64): 2048, 5440, 32768.
+                c.ffn_hidden_size = v.swiglu ? s.hidden / 24 * 64 : 4 * s.hidden;
+                c.seq_length = s.seq;
+                c.max_position_embeddings = s.seq;
+                c.padded_vocab_size = s.vocab;
+                c.untie_embeddings_and_output_weights = untied;
+                ParallelConfig p;
+                p.dp = dp;
+                p.micro_batch = 2;
+                p.global_batch = 2 * dp * 3;
+                p.recompute = rc;
+                p.distributed_optimizer = dist;
+                model::GPTConfig engine = c;
+                if (rc == PlanRecompute::kFull) {
+                  engine.recompute = model::Recompute::kUniform;
+                  engine.recompute_num_layers = 1;
+                }
+                model::MemoryPlan expected = model::plan_memory(engine, dtype, 2);
+                if (dist) expected = model::shard_optimizer_state(expected, dp);
+                SCOPED_TRACE(testing::Message()
+                             << s.hidden << " " << dtype_name(dtype) << " untied " << untied << " rmsnorm " << v.rmsnorm
+                             << " swiglu " << v.swiglu << " " << p.describe());
+                if (documents && dtype != DType::kF32) expected.workspace += 2 * s.seq * s.seq * 2;
+                const model::MemoryPlan planned = stage_memory(c, dtype, p, 0);
+                expect_same(planned, expected);
+                EXPECT_EQ(planned.nccl, nccl_memory(nccl_layout(c, p, 0), 0).total());
+                EXPECT_EQ(planned.nccl == 0, dp == 1);
               }
-              model::MemoryPlan expected = model::plan_memory(engine, dtype, 2);
-              if (dist) expected = model::shard_optimizer_state(expected, dp);
-              SCOPED_TRACE(testing::Message() << s.hidden << " " << dtype_name(dtype) << " untied " << untied
-                                              << " rmsnorm " << v.rmsnorm << " swiglu " << v.swiglu << " "
-                                              << p.describe());
-              if (documents && dtype != DType::kF32) expected.workspace += 2 * s.seq * s.seq * 2;
-              const model::MemoryPlan planned = stage_memory(c, dtype, p, 0);
-              expect_same(planned, expected);
-              EXPECT_EQ(planned.nccl, nccl_memory(nccl_layout(c, p, 0), 0).total());
-              EXPECT_EQ(planned.nccl == 0, dp == 1);
             }
           }
         }
       }
     }
-   }
   }
 }
 
@@ -229,7 +229,7 @@ TEST(PlanMemory, AgreesWithTheDryRunPlanOnEveryLayout) {
     int64_t tp, pp, vp, dp;
     bool sp, dist;
   };
-  const Layout layouts[] = {{1, 1, 1, 1, false, false}, {1, 1, 1, 4, false, true}, {2, 1, 1, 2, true, false},
+  const Layout layouts[] = {{1, 1, 1, 1, false, false}, {1, 1, 1, 4, false, true},  {2, 1, 1, 2, true, false},
                             {2, 1, 1, 1, false, false}, {1, 2, 1, 1, false, false}, {2, 2, 1, 2, true, true},
                             {4, 2, 1, 1, true, false},  {1, 4, 1, 1, false, false}, {2, 2, 2, 1, true, false},
                             {1, 2, 4, 2, false, true}};
@@ -239,58 +239,58 @@ TEST(PlanMemory, AgreesWithTheDryRunPlanOnEveryLayout) {
       for (const Variant& v : kVariants) {
         for (bool documents : {false, true}) {
           for (const bool llama : {false, true}) {
-          for (DType dtype : {DType::kBF16, DType::kF32}) {
-            model::GPTConfig c = small_config();
-            c.num_layers = 8;
-            c.num_attention_heads = 4;
-            c.kv_channels = 2;
-            c.seq_length = c.max_position_embeddings = 8;
-            c.reset_position_ids = c.reset_attention_mask = documents;
-            apply(v, c);
-            if (llama) {
-              c.position_embedding = model::PositionEmbedding::kRope;
-              c.num_query_groups = l.tp <= 2 ? 2 : 4;
-            }
-            ParallelConfig p;
-            p.tp = l.tp;
-            p.pp = l.pp;
-            p.vp = l.vp;
-            p.dp = l.dp;
-            p.sequence_parallel = l.sp;
-            p.distributed_optimizer = l.dist;
-            p.micro_batch = 2;
-            p.global_batch = 2 * l.dp * 8;  // m = 8
-            p.recompute = rc;
-            train::TrainConfig t;
-            t.model = c;
-            if (rc == PlanRecompute::kFull) {
-              t.model.recompute = model::Recompute::kUniform;
-              t.model.recompute_num_layers = 1;
-            }
-            t.micro_batch_size = p.micro_batch;
-            t.global_batch_size = p.global_batch;
-            t.world_size = p.world();
-            t.tensor_model_parallel_size = l.tp;
-            t.pipeline_model_parallel_size = l.pp;
-            t.data_parallel_size = l.dp;
-            if (l.vp > 1) t.num_layers_per_virtual_pipeline_stage = c.num_layers / l.pp / l.vp;
-            t.sequence_parallel = l.sp;
-            t.use_distributed_optimizer = l.dist;
-            t.bf16 = dtype == DType::kBF16;
-            for (int64_t k = 0; k < l.pp; ++k) {
-              SCOPED_TRACE(testing::Message() << p.describe() << " stage " << k << " rmsnorm " << v.rmsnorm
-                                              << " swiglu " << v.swiglu << " documents " << documents << " "
-                                              << dtype_name(dtype));
-              model::MemoryPlan dry_run = train::train_memory_plan(t, k);
-              if (documents && dtype != DType::kF32) dry_run.workspace += 2 * 8 * 8 * 2;  // cuDNN's bias [b, s, s]
-              if (c.query_groups() < c.num_attention_heads && dtype != DType::kF32) {
-                dry_run.workspace += 2 * 2 * 8 * (4 / l.tp) * 2 * 2;  // cuDNN's packed Q, dQ [s, b, H/T, d]
+            for (DType dtype : {DType::kBF16, DType::kF32}) {
+              model::GPTConfig c = small_config();
+              c.num_layers = 8;
+              c.num_attention_heads = 4;
+              c.kv_channels = 2;
+              c.seq_length = c.max_position_embeddings = 8;
+              c.reset_position_ids = c.reset_attention_mask = documents;
+              apply(v, c);
+              if (llama) {
+                c.position_embedding = model::PositionEmbedding::kRope;
+                c.num_query_groups = l.tp <= 2 ? 2 : 4;
               }
-              const model::MemoryPlan planned = stage_memory(c, dtype, p, k);
-              expect_same(planned, dry_run);
-              ++compared;
+              ParallelConfig p;
+              p.tp = l.tp;
+              p.pp = l.pp;
+              p.vp = l.vp;
+              p.dp = l.dp;
+              p.sequence_parallel = l.sp;
+              p.distributed_optimizer = l.dist;
+              p.micro_batch = 2;
+              p.global_batch = 2 * l.dp * 8;  // m = 8
+              p.recompute = rc;
+              train::TrainConfig t;
+              t.model = c;
+              if (rc == PlanRecompute::kFull) {
+                t.model.recompute = model::Recompute::kUniform;
+                t.model.recompute_num_layers = 1;
+              }
+              t.micro_batch_size = p.micro_batch;
+              t.global_batch_size = p.global_batch;
+              t.world_size = p.world();
+              t.tensor_model_parallel_size = l.tp;
+              t.pipeline_model_parallel_size = l.pp;
+              t.data_parallel_size = l.dp;
+              if (l.vp > 1) t.num_layers_per_virtual_pipeline_stage = c.num_layers / l.pp / l.vp;
+              t.sequence_parallel = l.sp;
+              t.use_distributed_optimizer = l.dist;
+              t.bf16 = dtype == DType::kBF16;
+              for (int64_t k = 0; k < l.pp; ++k) {
+                SCOPED_TRACE(testing::Message()
+                             << p.describe() << " stage " << k << " rmsnorm " << v.rmsnorm << " swiglu " << v.swiglu
+                             << " documents " << documents << " " << dtype_name(dtype));
+                model::MemoryPlan dry_run = train::train_memory_plan(t, k);
+                if (documents && dtype != DType::kF32) dry_run.workspace += 2 * 8 * 8 * 2;  // cuDNN's bias [b, s, s]
+                if (c.query_groups() < c.num_attention_heads && dtype != DType::kF32) {
+                  dry_run.workspace += 2 * 2 * 8 * (4 / l.tp) * 2 * 2;  // cuDNN's packed Q, dQ [s, b, H/T, d]
+                }
+                const model::MemoryPlan planned = stage_memory(c, dtype, p, k);
+                expect_same(planned, dry_run);
+                ++compared;
+              }
             }
-          }
           }
         }
       }
@@ -310,8 +310,8 @@ TEST(PlanMemory, VariantsChangeWhatTheEnginePlanChanges) {
     int64_t tp, pp, vp;
     bool sp;
   };
-  for (const Layout& l : {Layout{2, 1, 1, true}, Layout{2, 1, 1, false}, Layout{1, 2, 1, false},
-                          Layout{2, 2, 1, true}, Layout{2, 4, 1, true}, Layout{2, 2, 2, true}}) {
+  for (const Layout& l : {Layout{2, 1, 1, true}, Layout{2, 1, 1, false}, Layout{1, 2, 1, false}, Layout{2, 2, 1, true},
+                          Layout{2, 4, 1, true}, Layout{2, 2, 2, true}}) {
     for (PlanRecompute rc : {PlanRecompute::kNone, PlanRecompute::kFull}) {
       for (const Variant& v : kVariants) {
         model::GPTConfig base = small_config();
@@ -335,8 +335,8 @@ TEST(PlanMemory, VariantsChangeWhatTheEnginePlanChanges) {
           }
         }
         for (int64_t k = 0; k < l.pp; ++k) {
-          SCOPED_TRACE(testing::Message() << p.describe() << " stage " << k << " rmsnorm " << v.rmsnorm << " swiglu "
-                                          << v.swiglu);
+          SCOPED_TRACE(testing::Message()
+                       << p.describe() << " stage " << k << " rmsnorm " << v.rmsnorm << " swiglu " << v.swiglu);
           model::PipelineStageOptions stage;
           stage.pp = l.pp;
           stage.stage = k;

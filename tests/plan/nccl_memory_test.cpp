@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "model/memory_plan.h"
 #include "parallel/process_groups.h"
 #include "parallel/rank_layout.h"
-#include "model/memory_plan.h"
 #include "plan/nccl_memory.h"
 #include "plan/search.h"
 #include "support/plan_models.h"
@@ -46,9 +46,10 @@ TEST(PlanNcclMemory, BuffersFollowNcclDefaults) {
   // Send side header + Simple (4 MiB + 4 KiB -> 6 MiB), receive side header + LL + LL128
   // (5.19 MiB -> 6 MiB): 12 MiB per channel; without P2P read it would be 2 + 10, the same.
   EXPECT_EQ(p2p_channel_bytes(), 12 * kMiBytes);
-  EXPECT_EQ(round_up_to_granularity(kConnectionHeaderBytes) +
-                round_up_to_granularity(kConnectionHeaderBytes + kSimpleBufferBytes + kLlBufferBytes + kLl128BufferBytes),
-            p2p_channel_bytes());
+  EXPECT_EQ(
+      round_up_to_granularity(kConnectionHeaderBytes) +
+          round_up_to_granularity(kConnectionHeaderBytes + kSimpleBufferBytes + kLlBufferBytes + kLl128BufferBytes),
+      p2p_channel_bytes());
   EXPECT_EQ(net_side_bytes(), 10 * kMiBytes);
   EXPECT_EQ(round_up_to_granularity(1), 2 * kMiBytes);
   EXPECT_EQ(round_up_to_granularity(2 * kMiBytes), 2 * kMiBytes);
@@ -97,8 +98,9 @@ TEST(PlanNcclMemory, ReproducesTheTwoH200Layouts) {
       {"gpt3-1.3b TP2", 24, 2048, 16, 35.32, 18.80, 2, 1, 1}, {"gpt3-2.7b TP2", 32, 2560, 32, 65.86, 34.10, 2, 1, 1},
       {"gpt3-1.3b PP2", 24, 2048, 16, 35.32, 25.92, 1, 2, 1}, {"gpt3-2.7b PP2", 32, 2560, 32, 65.86, 45.49, 1, 2, 1},
   };
-  std::printf("| layout | measured beyond our allocations (GiB) | 1-GPU excess | NCCL measured | model | error |\n"
-              "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf(
+      "| layout | measured beyond our allocations (GiB) | 1-GPU excess | NCCL measured | model | error |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Measured& r : rows) {
     const double one_gpu_excess = r.one_gpu_gib - static_cast<double>(engine_plan(r, 1, 1).total()) / kGiB;
     const double excess = r.two_gpu_gib - static_cast<double>(engine_plan(r, r.tp, r.pp).total()) / kGiB;
@@ -151,10 +153,10 @@ TEST(PlanNcclMemory, CreatedCommunicatorsAreTheDistinctGroups) {
           std::vector<std::vector<int64_t>> distinct;  // the kinds' groups besides the world's
           std::vector<int64_t> everyone;
           for (int64_t r = 0; r < sizes.world(); ++r) everyone.push_back(r);
-          for (parallel::GroupKind kind : {parallel::GroupKind::kTp, parallel::GroupKind::kCp, parallel::GroupKind::kDp,
-                                       parallel::GroupKind::kPp, parallel::GroupKind::kDpCp, parallel::GroupKind::kModelParallel,
-                                       parallel::GroupKind::kTpDpCp, parallel::GroupKind::kTpCp, parallel::GroupKind::kEmbedding,
-                                       parallel::GroupKind::kPositionEmbedding}) {
+          for (parallel::GroupKind kind :
+               {parallel::GroupKind::kTp, parallel::GroupKind::kCp, parallel::GroupKind::kDp, parallel::GroupKind::kPp,
+                parallel::GroupKind::kDpCp, parallel::GroupKind::kModelParallel, parallel::GroupKind::kTpDpCp,
+                parallel::GroupKind::kTpCp, parallel::GroupKind::kEmbedding, parallel::GroupKind::kPositionEmbedding}) {
             const int64_t index = parallel::group_index(sizes, kind, rank);
             if (index < 0) continue;
             const std::vector<int64_t> members = parallel::rank_groups(sizes, kind)[static_cast<size_t>(index)];
@@ -181,11 +183,12 @@ TEST(PlanNcclMemory, MoreGroupsCostMore) {
   const int64_t pp2 = nccl_memory(layout(1, 2, 1, 0, false), 0).total();  // world, model-parallel, embedding, pp
   EXPECT_LT(dp2, tp2);
   EXPECT_LT(tp2, pp2);
-  EXPECT_GT(nccl_memory(layout(2, 1, 2, 0, false), 0).total(), tp2);            // + dp-cp
+  EXPECT_GT(nccl_memory(layout(2, 1, 2, 0, false), 0).total(), tp2);  // + dp-cp
   EXPECT_GT(nccl_memory(layout(2, 2, 2, 0, false), 0).total(), nccl_memory(layout(2, 2, 1, 0, false), 0).total());
   // Within a node a ring costs the same for 2 or 8 ranks (one send and one receive side per
   // channel).
-  EXPECT_EQ(group_bytes(nccl_memory(layout(1, 1, 8, 0, false), 0), "dp-cp"), group_bytes(nccl_memory(layout(1, 1, 2, 0, false), 0), "dp-cp"));
+  EXPECT_EQ(group_bytes(nccl_memory(layout(1, 1, 8, 0, false), 0), "dp-cp"),
+            group_bytes(nccl_memory(layout(1, 1, 2, 0, false), 0), "dp-cp"));
   // A middle pipeline stage has two neighbours; untied embeddings drop the embedding group.
   const NcclLayout pp4 = layout(1, 4, 1, 0, false);
   EXPECT_EQ(group_bytes(nccl_memory(pp4, 1), "pp"), 2 * group_bytes(nccl_memory(pp4, 0), "pp"));

@@ -62,8 +62,8 @@ double published_tokens_per_gpu(const Source& src, const PublishedRun& r) {
 }
 
 Prediction predict_run(const Source& src, const PublishedRun& r, bool overlap_grad_reduce) {
-  PlanModel m = test::gpt_plan_model(r.planned_layers > 0 ? r.planned_layers : r.layers, r.hidden, r.heads, src.seq,
-                                      src.vocab);
+  PlanModel m =
+      test::gpt_plan_model(r.planned_layers > 0 ? r.planned_layers : r.layers, r.hidden, r.heads, src.seq, src.vocab);
   m.dtype = src.dtype;
   Cluster cl;
   cl.gpu = find_gpu(src.gpu);
@@ -73,8 +73,15 @@ Prediction predict_run(const Source& src, const PublishedRun& r, bool overlap_gr
   cl.overlap_param_gather = overlap_grad_reduce;
   cl.engine = src.engine;
   const int64_t dp = r.gpus / (r.tp * r.pp);
-  ParallelConfig p{r.tp, r.pp, r.vp, dp, r.micro_batch, r.global_batch, src.recompute,
-                   src.distributed_optimizer && dp > 1, r.tp > 1 && src.engine.attention == AttentionBackend::kFlash};
+  ParallelConfig p{r.tp,
+                   r.pp,
+                   r.vp,
+                   dp,
+                   r.micro_batch,
+                   r.global_batch,
+                   src.recompute,
+                   src.distributed_optimizer && dp > 1,
+                   r.tp > 1 && src.engine.attention == AttentionBackend::kFlash};
   return evaluate_layout(m, cl, p).prediction;
 }
 
@@ -83,8 +90,9 @@ Prediction predict_run(const Source& src, const PublishedRun& r, bool overlap_gr
 // Returns each row's relative error of the predicted tokens/s per GPU.
 std::vector<double> check(const Source& src, const PublishedRun* rows, size_t n, int64_t last_overlapped_size) {
   std::vector<double> errors;
-  std::printf("| model | TP x PP x DP (vp) | mbs | GBS | published tok/s/GPU | predicted | error | TFLOP/s pub. | pred. |\n"
-              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf(
+      "| model | TP x PP x DP (vp) | mbs | GBS | published tok/s/GPU | predicted | error | TFLOP/s pub. | pred. |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   std::vector<Prediction> predictions;
   for (size_t i = 0; i < n; ++i) {
     const PublishedRun& r = rows[i];
@@ -108,14 +116,15 @@ std::vector<double> check(const Source& src, const PublishedRun* rows, size_t n,
                                         << ") but is now within 20%: take it off the list";
     }
   }
-  std::printf("\n| model | predicted s/iter | GEMM | attention | memory-bound | TP | PP p2p | bubble | DP | optimizer |\n"
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf(
+      "\n| model | predicted s/iter | GEMM | attention | memory-bound | TP | PP p2p | bubble | DP | optimizer |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (size_t i = 0; i < n; ++i) {
     const Prediction& pr = predictions[i];
     const double T = pr.seconds_per_iteration;
     auto pct = [T](double x) { return 100.0 * x / T; };
-    std::printf("| %s | %.3f | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n", rows[i].name, T,
-                pct(pr.gemm_s), pct(pr.attention_s), pct(pr.memory_bound_s), pct(pr.tp_comm_s), pct(pr.pp_comm_s),
+    std::printf("| %s | %.3f | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n", rows[i].name,
+                T, pct(pr.gemm_s), pct(pr.attention_s), pct(pr.memory_bound_s), pct(pr.tp_comm_s), pct(pr.pp_comm_s),
                 pct(pr.bubble_s), pct(pr.dp_comm_s), pct(pr.optimizer_s));
   }
   return errors;
@@ -142,8 +151,11 @@ const PublishedRun kNarayanan[] = {
 };
 
 Source narayanan_source() {
-  return Source{"a100-80gb", 2048, 50257, 51200, 96.0, 16.0, DType::kF16, PlanRecompute::kFull, false,
-                find_engine("megatron-2021")};
+  return Source{"a100-80gb", 2048,
+                50257,       51200,
+                96.0,        16.0,
+                DType::kF16, PlanRecompute::kFull,
+                false,       find_engine("megatron-2021")};
 }
 constexpr int64_t kNarayananLastTorchDdp = 40 * 6144;  // --DDP-impl torch (overlapped) up to 18.4B
 
@@ -193,8 +205,11 @@ const PublishedRun kMegatronH100[] = {
 };
 
 Source megatron_h100_source() {
-  return Source{"h100-80gb", 4096, 131072, 131072, 72.0, 12.0, DType::kBF16, PlanRecompute::kNone, true,
-                find_engine("megatron-core-2024")};
+  return Source{"h100-80gb",  4096,
+                131072,       131072,
+                72.0,         12.0,
+                DType::kBF16, PlanRecompute::kNone,
+                true,         find_engine("megatron-core-2024")};
 }
 
 TEST(PlanPublished, MegatronReadmeH100WeakScaling) {

@@ -104,7 +104,8 @@ TEST(PlanSearch, EveryNodeCountWithoutALayoutSaysWhy) {
   SearchSpace fixed = space;
   fixed.tp = 2;
   Cluster one = h100(1);
-  EXPECT_EQ(no_layout_reason(odd, one, fixed, {}).rfind("no valid layout: no TP size divides both 8 GPUs and the 97 heads", 0),
+  EXPECT_EQ(no_layout_reason(odd, one, fixed, {})
+                .rfind("no valid layout: no TP size divides both 8 GPUs and the 97 heads", 0),
             0u)
       << no_layout_reason(odd, one, fixed, {});
 }

@@ -160,8 +160,8 @@ TEST(PlanThroughput, TensorParallelGroupsAcrossNodesUseEveryNicOfTheirNodes) {
   EXPECT_LT(across4, 3.3 * in8);
   EXPECT_EQ(most_nodes_of_a_group(16, 1, 8), 2);
   EXPECT_EQ(most_nodes_of_a_group(8, 1, 4), 2);
-  EXPECT_EQ(most_nodes_of_a_group(6, 1, 8), 2);   // [6, 12): nodes 0 and 1
-  EXPECT_EQ(most_nodes_of_a_group(48, 8, 8), 48); // TP 8 x DP 48: one rank per node
+  EXPECT_EQ(most_nodes_of_a_group(6, 1, 8), 2);    // [6, 12): nodes 0 and 1
+  EXPECT_EQ(most_nodes_of_a_group(48, 8, 8), 48);  // TP 8 x DP 48: one rank per node
   EXPECT_EQ(most_nodes_of_a_group(4, 2, 8), 1);
 }
 
@@ -278,9 +278,9 @@ TEST(PlanThroughput, DocumentBiasCostsItsReads) {
     int64_t layers, hidden, heads, seq, micro_batch;
     double ms_low, ms_high;  // measured s/iter with documents
   };
-  for (const Run& run : {Run{"gpt2-350m", 24, 1024, 16, 1024, 8, 46.6, 46.8},
-                         Run{"gpt3-1.3b", 24, 2048, 16, 2048, 4, 147.0, 149.1},
-                         Run{"gpt3-2.7b", 32, 2560, 32, 2048, 2, 171.0, 172.2}}) {
+  for (const Run& run :
+       {Run{"gpt2-350m", 24, 1024, 16, 1024, 8, 46.6, 46.8}, Run{"gpt3-1.3b", 24, 2048, 16, 2048, 4, 147.0, 149.1},
+        Run{"gpt3-2.7b", 32, 2560, 32, 2048, 2, 171.0, 172.2}}) {
     const PlanModel rm = test::gpt_plan_model(run.layers, run.hidden, run.heads, run.seq);
     ParallelConfig rp{1, 1, 1, 1, run.micro_batch, run.micro_batch, PlanRecompute::kNone, false, false};
     const Prediction r = predict(config_for_tp(rm, 1), DType::kBF16, rp, docs);
@@ -336,7 +336,8 @@ TEST(PlanThroughput, LocalAttentionCostsItsScoreTraffic) {
   dropped.engine.attention = AttentionBackend::kLocal;
   dropped.engine.attention_dropout = 0.1;
   const double E = 16.0 * 16.0 * 2048.0 * 2048.0, stream = 2.039e12 * kStreamEfficiency;
-  const double flash_layer = 6.0 * 16.0 * 2048.0 * 2048.0 * 1024.0 / (312e12 * kAttentionEfficiency * 0.5 * 2048.0 / 2560.0);
+  const double flash_layer =
+      6.0 * 16.0 * 2048.0 * 2048.0 * 1024.0 / (312e12 * kAttentionEfficiency * 0.5 * 2048.0 / 2560.0);
   // forward: 2 GEMMs + softmax (2 passes); backward: 4 GEMMs + softmax backward (3 passes);
   // the context's [b, a, s, d] -> [s, b, a*d] copy (read + write, forward and backward).
   const double C = 16.0 * 2048.0 * 1024.0;
@@ -352,7 +353,8 @@ TEST(PlanThroughput, LocalAttentionCostsItsScoreTraffic) {
   r.recompute = PlanRecompute::kFull;
   const double extra = predict(c, DType::kBF16, r, dropped).compute_s - predict(c, DType::kBF16, p, dropped).compute_s;
   const double extra_flash = predict(c, DType::kBF16, r, flash).compute_s - base;
-  EXPECT_NEAR(extra - extra_flash, micro * layers * (4.0 * E * 2.0 / stream + 5.0 * E / stream + 2.0 * C * 2.0 / stream - flash_layer / 3.5),
+  EXPECT_NEAR(extra - extra_flash,
+              micro * layers * (4.0 * E * 2.0 / stream + 5.0 * E / stream + 2.0 * C * 2.0 / stream - flash_layer / 3.5),
               1e-9);
 }
 
@@ -590,17 +592,16 @@ TEST(PlanThroughput, GradientReductionMovesGradReduceBytes) {
 TEST(PlanThroughput, OverlappedReductionCostsContentionOnlyOnNvlink) {
   const PlanModel m = test::gpt_plan_model(24, 2048, 16, 2048);
   const model::GPTConfig c = config_for_tp(m, 1);
-  const double P = static_cast<double>(stage_num_parameters(c, ParallelConfig{1, 1, 1, 8, 4, 32, PlanRecompute::kNone,
-                                                                             false, false},
-                                                            0));
+  const double P = static_cast<double>(
+      stage_num_parameters(c, ParallelConfig{1, 1, 1, 8, 4, 32, PlanRecompute::kNone, false, false}, 0));
   const double buckets = std::ceil(P / static_cast<double>(parallel::overlap_bucket_elements(8)));
   // 8 GPUs of one node: DP over NVLink.
   ParallelConfig p{1, 1, 1, 8, 4, 32, PlanRecompute::kNone, false, false};
   Cluster node = h100(1), blocking = h100(1);
   blocking.overlap_grad_reduce = false;
   const double all = predict(c, DType::kBF16, p, blocking).dp_comm_s;
-  EXPECT_NEAR(predict(c, DType::kBF16, p, node).dp_comm_s,
-              all / buckets + kOverlapContention * (all - all / buckets), 1e-12);
+  EXPECT_NEAR(predict(c, DType::kBF16, p, node).dp_comm_s, all / buckets + kOverlapContention * (all - all / buckets),
+              1e-12);
   // 8 nodes of one GPU: DP across the network (as fast as NVLink, so that the reduction fits the
   // backward), only the last bucket shows.
   Cluster nodes = h100(8, 1), nodes_blocking = h100(8, 1);
@@ -687,9 +688,11 @@ TEST(PlanThroughput, LlamaTermsGroupedQueriesAndRotary) {
   EXPECT_LT(predict(gqa, DType::kBF16, p, cl).gemm_s, predict(mha, DType::kBF16, p, cl).gemm_s);
   m.config.position_embedding = model::PositionEmbedding::kRope;
   const model::GPTConfig rope = config_for_tp(m, 1);
-  const double extra = predict(rope, DType::kBF16, p, cl).memory_bound_s - predict(gqa, DType::kBF16, p, cl).memory_bound_s;
+  const double extra =
+      predict(rope, DType::kBF16, p, cl).memory_bound_s - predict(gqa, DType::kBF16, p, cl).memory_bound_s;
   // kRopeBytes x 2 bytes x (32 + 8) x 128 per token, twice (forward, backward), 32 layers, 8 x 4096 tokens.
-  const double expect = 2.0 * kRopeBytes * 2.0 * 40.0 * 128.0 * B * s * L / (cl.gpu.hbm_bytes_per_s * kStreamEfficiency);
+  const double expect =
+      2.0 * kRopeBytes * 2.0 * 40.0 * 128.0 * B * s * L / (cl.gpu.hbm_bytes_per_s * kStreamEfficiency);
   EXPECT_NEAR(extra, expect, 1e-3 * expect);
 }
 

@@ -67,8 +67,7 @@ TEST_F(Requests, MegatronApiRulesAndMessages) {
        "temperature must be a positive number less than or equal to 1000.0"},
       {R"({"prompts": ["a"], "temperature": -0.5})",
        "temperature must be a positive number less than or equal to 100.0"},
-      {R"({"prompts": ["a"], "temperature": 0})",
-       "temperature must be a positive number less than or equal to 100.0"},
+      {R"({"prompts": ["a"], "temperature": 0})", "temperature must be a positive number less than or equal to 100.0"},
       {R"({"prompts": ["a"], "top_k": 1.5})",
        "top_k must be an integer equal to or greater than 0 and less than or equal to 1000"},
       {R"({"prompts": ["a"], "top_k": 1001})",
@@ -150,11 +149,13 @@ TEST_F(Requests, MegatronApiAnswer) {
   res.tokens = {7, 8, 30, 1};  // "de \n"
   res.prompt_length = 2;
   res.logprobs = {-0.5f, -1.25f, -2.0f};
-  EXPECT_EQ(api_response(r, {res}, s_),
-            R"({"text":["de \n"],"segments":[["d","e"," ","\n"]],"logprobs":[[-0.5,-1.25,-2.0]],"tokens":[[7,8,30,1]]})");
+  EXPECT_EQ(
+      api_response(r, {res}, s_),
+      R"({"text":["de \n"],"segments":[["d","e"," ","\n"]],"logprobs":[[-0.5,-1.25,-2.0]],"tokens":[[7,8,30,1]]})");
   r.logprobs = false;
   res.logprobs.clear();
-  EXPECT_EQ(api_response(r, {res}, s_), R"({"text":["de \n"],"segments":[["d","e"," ","\n"]],"logprobs":null,"tokens":[[7,8,30,1]]})");
+  EXPECT_EQ(api_response(r, {res}, s_),
+            R"({"text":["de \n"],"segments":[["d","e"," ","\n"]],"logprobs":null,"tokens":[[7,8,30,1]]})");
 }
 
 TEST_F(Requests, CompletionsRulesAndFields) {
@@ -167,7 +168,8 @@ TEST_F(Requests, CompletionsRulesAndFields) {
   EXPECT_EQ(completion_refusal(R"({"prompt": [[1], "a"]})"),
             "prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids");
   EXPECT_EQ(completion_refusal(R"({"prompt": "a", "max_tokens": -1})"), "max_tokens must be a non-negative integer");
-  EXPECT_EQ(completion_refusal(R"({"prompt": "a", "temperature": -1})"), "temperature must be a number between 0 and 100");
+  EXPECT_EQ(completion_refusal(R"({"prompt": "a", "temperature": -1})"),
+            "temperature must be a number between 0 and 100");
   EXPECT_EQ(completion_refusal(R"({"prompt": "a", "top_p": 2})"), "top_p must be a number between 0 and 1");
   EXPECT_EQ(completion_refusal(R"({"prompt": "a", "n": 2})"), "n > 1 not supported");
   EXPECT_EQ(completion_refusal(R"({"prompt": "a", "best_of": 3})"), "best_of > 1 not supported");
@@ -205,8 +207,8 @@ TEST_F(Requests, CompletionsRulesAndFields) {
 }
 
 TEST_F(Requests, CompletionsAnswer) {
-  CompletionRequest r = parse_completion_request(R"({"prompt": "ab", "max_tokens": 4, "logprobs": 1, "stop": "e"})",
-                                                 s_, 9);
+  CompletionRequest r =
+      parse_completion_request(R"({"prompt": "ab", "max_tokens": 4, "logprobs": 1, "stop": "e"})", s_, 9);
   SequenceResult res;
   res.tokens = {4, 5, 6, 7, 8};  // "ab" + "cde": the engine stopped at the token that made "e"
   res.prompt_length = 2;
@@ -222,24 +224,30 @@ TEST_F(Requests, CompletionsAnswer) {
   r = parse_completion_request(R"({"prompt": "ab", "max_tokens": 4, "echo": true})", s_, 9);
   res.tokens = {4, 5, 6, 0};
   res.finish = FinishReason::kEndOfText;
-  EXPECT_EQ(completion_response(r, {res}, s_, "cmpl-2", 1),
-            R"({"id":"cmpl-2","object":"text_completion","created":1,"model":"tiny","choices":[{"text":"abc","index":0,)"
-            R"("logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":2,"total_tokens":4}})");
+  EXPECT_EQ(
+      completion_response(r, {res}, s_, "cmpl-2", 1),
+      R"({"id":"cmpl-2","object":"text_completion","created":1,"model":"tiny","choices":[{"text":"abc","index":0,)"
+      R"("logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":2,"total_tokens":4}})");
 }
 
 TEST(Utf8, InvalidBytesBecomeReplacementCharactersAsInPython) {
   // b.decode("utf-8", errors="replace") for each b.
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"plain", "plain"},
-      {"\xF0\x9F\x98\x80", "\xF0\x9F\x98\x80"},                      // one 4-byte character
-      {"a\xE2\x82" "b", "a\xEF\xBF\xBD" "b"},                        // a truncated 3-byte one: one U+FFFD
+      {"\xF0\x9F\x98\x80", "\xF0\x9F\x98\x80"},  // one 4-byte character
+      {"a\xE2\x82"
+       "b",
+       "a\xEF\xBF\xBD"
+       "b"},  // a truncated 3-byte one: one U+FFFD
       {"\xFF", "\xEF\xBF\xBD"},
-      {"\xED\xA0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},    // a surrogate: three
-      {"\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD"},                      // overlong
-      {"\xE2\x82", "\xEF\xBF\xBD"},                                  // cut at the end
+      {"\xED\xA0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},  // a surrogate: three
+      {"\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD"},                  // overlong
+      {"\xE2\x82", "\xEF\xBF\xBD"},                              // cut at the end
   };
   for (const auto& [in, want] : cases) EXPECT_EQ(utf8_replace_invalid(in), want);
-  EXPECT_EQ(utf8_length("a\xF0\x9F\x98\x80" "b"), 3u);
+  EXPECT_EQ(utf8_length("a\xF0\x9F\x98\x80"
+                        "b"),
+            3u);
 }
 
 }  // namespace

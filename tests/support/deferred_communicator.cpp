@@ -60,8 +60,8 @@ std::unique_ptr<comm::PendingCollective> DeferredCommunicator::start_all_reduce(
 }
 
 std::unique_ptr<comm::PendingCollective> DeferredCommunicator::start_reduce_scatter(Tensor& in, Tensor& out,
-                                                                                  std::span<const int64_t> counts,
-                                                                                  comm::ReduceOp op) {
+                                                                                    std::span<const int64_t> counts,
+                                                                                    comm::ReduceOp op) {
   std::vector<char> input = bytes_of(in);
   std::vector<int64_t> c(counts.begin(), counts.end());
   poison(in);
@@ -77,7 +77,7 @@ std::unique_ptr<comm::PendingCollective> DeferredCommunicator::start_reduce_scat
 }
 
 std::unique_ptr<comm::PendingCollective> DeferredCommunicator::start_all_gather(const Tensor& in, Tensor& out,
-                                                                              std::span<const int64_t> counts) {
+                                                                                std::span<const int64_t> counts) {
   std::vector<char> input = bytes_of(in);
   std::vector<int64_t> c(counts.begin(), counts.end());
   poison(out);

@@ -31,12 +31,14 @@ bool relaunch_under_mpirun(int np) {
   if (in_mpirun_ranks()) return false;
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::string filter = std::string(info->test_suite_name()) + "." + info->name();
-  const std::vector<std::string> cmd = comm::local_mpirun_command(
-      np, {self_exe(), "--gtest_filter=" + filter}, {std::string(kRanksVar) + "=1"});
-  const CommandResult r = run_command(
-      "timeout --kill-after=10 " + std::to_string(kRanksTimeoutSeconds) + " " + comm::shell_join(cmd), /*capture_stderr=*/true);
+  const std::vector<std::string> cmd =
+      comm::local_mpirun_command(np, {self_exe(), "--gtest_filter=" + filter}, {std::string(kRanksVar) + "=1"});
+  const CommandResult r =
+      run_command("timeout --kill-after=10 " + std::to_string(kRanksTimeoutSeconds) + " " + comm::shell_join(cmd),
+                  /*capture_stderr=*/true);
   EXPECT_NE(r.status, 124) << "mpirun -np " << np << " " << filter << " did not finish in " << kRanksTimeoutSeconds
-                           << " s (deadlocked ranks?):\n" << r.output;
+                           << " s (deadlocked ranks?):\n"
+                           << r.output;
   EXPECT_EQ(r.status, 0) << "mpirun -np " << np << " " << filter << " failed:\n" << r.output;
   return true;
 }

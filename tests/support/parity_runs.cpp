@@ -13,13 +13,52 @@
 namespace megatron::test {
 
 std::vector<std::string> tiny_train_flags(const std::string& dir, int layers, const std::string& dropout) {
-  return {megatron_binary(), "train", "--num-layers", std::to_string(layers), "--hidden-size", "32",
-          "--num-attention-heads", "4", "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "8",
-          "--train-iters", "10", "--lr", "0.003", "--lr-decay-style", "cosine", "--lr-warmup-iters", "2",
-          "--log-interval", "1", "--eval-interval", "1000", "--eval-iters", "1", "--seed", "5", "--data-path",
-          dir + "/walk_text_document", "--split", "90,10,0", "--data-cache-path", dir + "/cache", "--vocab-file",
-          gpt2_vocab_file(), "--merge-file", gpt2_merge_file(), "--device", "cpu", "--attention-dropout", dropout,
-          "--hidden-dropout", dropout};
+  return {megatron_binary(),
+          "train",
+          "--num-layers",
+          std::to_string(layers),
+          "--hidden-size",
+          "32",
+          "--num-attention-heads",
+          "4",
+          "--seq-length",
+          "16",
+          "--micro-batch-size",
+          "2",
+          "--global-batch-size",
+          "8",
+          "--train-iters",
+          "10",
+          "--lr",
+          "0.003",
+          "--lr-decay-style",
+          "cosine",
+          "--lr-warmup-iters",
+          "2",
+          "--log-interval",
+          "1",
+          "--eval-interval",
+          "1000",
+          "--eval-iters",
+          "1",
+          "--seed",
+          "5",
+          "--data-path",
+          dir + "/walk_text_document",
+          "--split",
+          "90,10,0",
+          "--data-cache-path",
+          dir + "/cache",
+          "--vocab-file",
+          gpt2_vocab_file(),
+          "--merge-file",
+          gpt2_merge_file(),
+          "--device",
+          "cpu",
+          "--attention-dropout",
+          dropout,
+          "--hidden-dropout",
+          dropout};
 }
 
 std::vector<std::string> with(std::vector<std::string> a, std::initializer_list<std::string> more) {
@@ -35,7 +74,8 @@ std::map<int64_t, Logged> read_jsonl(const std::string& path) {
       norm(R"("grad_norm": ([-0-9.eE+]+))");
   while (std::getline(in, line)) {
     std::smatch a, b, c;
-    if (!std::regex_search(line, a, it) || !std::regex_search(line, b, loss) || !std::regex_search(line, c, norm)) continue;
+    if (!std::regex_search(line, a, it) || !std::regex_search(line, b, loss) || !std::regex_search(line, c, norm))
+      continue;
     out[std::stoll(a[1])] = Logged{std::stod(b[1]), std::stod(c[1])};
   }
   return out;

@@ -48,8 +48,8 @@ std::unique_ptr<comm::PendingCollective> RecordingCommunicator::start_all_reduce
   return started("all_reduce", x);
 }
 std::unique_ptr<comm::PendingCollective> RecordingCommunicator::start_reduce_scatter(Tensor& in, Tensor&,
-                                                                                    std::span<const int64_t>,
-                                                                                    comm::ReduceOp op) {
+                                                                                     std::span<const int64_t>,
+                                                                                     comm::ReduceOp op) {
   reduce_ops.push_back(op);
   return started("reduce_scatter", in);
 }
@@ -62,7 +62,7 @@ comm::CopyEngineResult RecordingCommunicator::enable_copy_engine(std::span<const
   return {true, ""};
 }
 std::unique_ptr<comm::PendingCollective> RecordingCommunicator::start_all_gather(const Tensor&, Tensor& out,
-                                                                                std::span<const int64_t>) {
+                                                                                 std::span<const int64_t>) {
   return started("all_gather", out);
 }
 

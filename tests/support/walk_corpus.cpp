@@ -33,11 +33,13 @@ std::string write_walks(const std::string& dir, int documents, Length length, in
 }  // namespace
 
 std::string write_walk_corpus(const std::string& dir) {
-  return write_walks(dir, 120, [](int d) { return 40 + d % 7; }, -1);
+  return write_walks(
+      dir, 120, [](int d) { return 40 + d % 7; }, -1);
 }
 
 std::string write_short_walk_corpus(const std::string& dir) {
-  return write_walks(dir, 400, [](int d) { return 3 + d % 9; }, 50256);
+  return write_walks(
+      dir, 400, [](int d) { return 3 + d % 9; }, 50256);
 }
 
 }  // namespace megatron::test

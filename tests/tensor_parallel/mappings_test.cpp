@@ -29,7 +29,8 @@ TEST(Mappings, GatherAndReduceScatterAlongTheSequence) {
   Tensor mine = Tensor::cpu({3, h}, DType::kF32);
   for (int64_t i = 0; i < mine.numel(); ++i) mine.data_as<float>()[i] = static_cast<float>(10 * (r + 1) + i);
   gather_sequence(*tp, mine, full);
-  for (int64_t i = 0; i < full.numel(); ++i) EXPECT_EQ(full.data_as<float>()[i], static_cast<float>(i < 9 ? 10 + i : 20 + i - 9));
+  for (int64_t i = 0; i < full.numel(); ++i)
+    EXPECT_EQ(full.data_as<float>()[i], static_cast<float>(i < 9 ? 10 + i : 20 + i - 9));
 
   // Element i of rank r's full tensor is i * (r + 1): the sum is 3 i; rank r keeps rows [3r, 3r + 3).
   for (int64_t i = 0; i < full.numel(); ++i) full.data_as<float>()[i] = static_cast<float>(i * (r + 1));

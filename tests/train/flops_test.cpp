@@ -88,8 +88,8 @@ TEST(Flops, SwigluCountsThreeMlpGemms) {
   const FlopsTerms gelu = flops_terms(m, 1, FlopsConvention::k2025);
   m.swiglu = true;
   const FlopsTerms swiglu = flops_terms(m, 1, FlopsConvention::k2025);
-  EXPECT_DOUBLE_EQ(gelu.mlp, 12.0 * 1024 * 24 * 1024 * 2688);         // 8.1175e11
-  EXPECT_DOUBLE_EQ(swiglu.mlp, 18.0 * 1024 * 24 * 1024 * 2688);       // 1.21762e12
+  EXPECT_DOUBLE_EQ(gelu.mlp, 12.0 * 1024 * 24 * 1024 * 2688);    // 8.1175e11
+  EXPECT_DOUBLE_EQ(swiglu.mlp, 18.0 * 1024 * 24 * 1024 * 2688);  // 1.21762e12
   EXPECT_DOUBLE_EQ(swiglu.mlp, 1217623228416.0);
   EXPECT_DOUBLE_EQ(swiglu.attention_linear, gelu.attention_linear);
   EXPECT_DOUBLE_EQ(swiglu.core_attention, gelu.core_attention);
@@ -123,9 +123,7 @@ TEST(Flops, RmsNormChangesNothing) {
             flops_formula_text(gpt2_shape(12, 768, 12), 8, FlopsConvention::k2025));
 }
 
-TEST(Flops, ThroughputDividesByAllGpus) {
-  EXPECT_DOUBLE_EQ(tflops_per_gpu(8e15, 2.0, 4), 1000.0);
-}
+TEST(Flops, ThroughputDividesByAllGpus) { EXPECT_DOUBLE_EQ(tflops_per_gpu(8e15, 2.0, 4), 1000.0); }
 
 TEST(Flops, FormulaTextShowsTermsAndNumbers) {
   const std::string text = flops_formula_text(gpt2_shape(12, 768, 12), 8, FlopsConvention::k2025);
@@ -133,7 +131,7 @@ TEST(Flops, FormulaTextShowsTermsAndNumbers) {
   EXPECT_NE(text.find("attention QKV + projection"), std::string::npos) << text;
   EXPECT_NE(text.find("6*B*s^2*L*q"), std::string::npos) << text;
   EXPECT_NE(text.find("V=50304"), std::string::npos) << text;
-  EXPECT_NE(text.find("8.1718E+11 per sample"), std::string::npos) << text;   // total per sample
+  EXPECT_NE(text.find("8.1718E+11 per sample"), std::string::npos) << text;     // total per sample
   EXPECT_NE(text.find("6.5375E+12 per iteration"), std::string::npos) << text;  // x 8
   const std::string text24 = flops_formula_text(gpt2_shape(12, 768, 12), 8, FlopsConvention::k2024);
   EXPECT_NE(text24.find("12*B*s^2*L*q"), std::string::npos) << text24;

@@ -54,14 +54,14 @@ TEST(MicroBatches, BigScienceRamp) {
     int64_t consumed, gbs;
   };
   const Point points[] = {
-      {0, 16},             // int(0 / 79365.08) = 0
-      {79'365, 16},        // 79365 / 79365.0794 = 0.999999 -> 0
-      {79'366, 32},        // 1.0000116 -> 1: 16 + 16
-      {158'730, 32},       // 1.999998 -> 1
-      {158'731, 48},       // 2.0000106 -> 2
-      {2'500'000, 512},    // 31.5 -> 31: 16 + 31*16
-      {5'000'000, 1024},   // 63.0 -> 63: 16 + 63*16 (consumed == ramp is still "in" the ramp)
-      {5'000'001, 1024},   // past the ramp: G
+      {0, 16},            // int(0 / 79365.08) = 0
+      {79'365, 16},       // 79365 / 79365.0794 = 0.999999 -> 0
+      {79'366, 32},       // 1.0000116 -> 1: 16 + 16
+      {158'730, 32},      // 1.999998 -> 1
+      {158'731, 48},      // 2.0000106 -> 2
+      {2'500'000, 512},   // 31.5 -> 31: 16 + 31*16
+      {5'000'000, 1024},  // 63.0 -> 63: 16 + 63*16 (consumed == ramp is still "in" the ramp)
+      {5'000'001, 1024},  // past the ramp: G
       {90'000'000, 1024},
   };
   for (const Point& p : points) {
@@ -80,7 +80,7 @@ TEST(MicroBatches, RampUsesPythonFloatDivision) {
   // At consumed = 9 (still inside the ramp, 9 <= 9), 9 / 1.2857142857142858 is
   // 6.999999999999999 in double, so Megatron truncates to 6: gbs = 2 + 6*2 = 14, not 16.
   NumMicroBatchesCalculator c(16, 1, 2, RampupBatchSize{2, 2, 9});
-  EXPECT_EQ(c.global_batch_size_at(8), 14);   // 8 / 1.2857 = 6.22 -> 6
+  EXPECT_EQ(c.global_batch_size_at(8), 14);  // 8 / 1.2857 = 6.22 -> 6
   EXPECT_EQ(c.global_batch_size_at(9), 14);
   EXPECT_EQ(c.global_batch_size_at(10), 16);  // past the ramp
   c.update(9);
@@ -199,7 +199,9 @@ TEST(MicroBatches, CountsBeyondTheLimitsAreErrors) {
   expect_error_naming([] { NumMicroBatchesCalculator(kMaxMicroBatches * 4 + 4, 2, 2); }, "[--global-batch-size]");
   expect_error_naming([] { NumMicroBatchesCalculator(int64_t{1} << 62, 1, 1); }, "at most 1048576 are supported");
   expect_error_naming(
-      [] { NumMicroBatchesCalculator(4, 1, 1, RampupBatchSize{2, 2, std::numeric_limits<int64_t>::max() - 3}); },
+      [] {
+        NumMicroBatchesCalculator(4, 1, 1, RampupBatchSize{2, 2, std::numeric_limits<int64_t>::max() - 3});
+      },
       "[--rampup-batch-size] ramp-up samples 9223372036854775804 plus --global-batch-size 4 do not fit in 64 bits");
   NumMicroBatchesCalculator(4, 1, 1, RampupBatchSize{2, 2, std::numeric_limits<int64_t>::max() - 4});
 }

@@ -17,8 +17,19 @@ namespace {
 using Argv = std::vector<std::string>;
 
 TrainConfig parse(Argv extra, int64_t world_size = 1) {
-  Argv argv = {"--num-layers", "2",  "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
-               "--micro-batch-size", "2", "--lr", "1e-4", "--dry-run"};
+  Argv argv = {"--num-layers",
+               "2",
+               "--hidden-size",
+               "64",
+               "--num-attention-heads",
+               "4",
+               "--seq-length",
+               "32",
+               "--micro-batch-size",
+               "2",
+               "--lr",
+               "1e-4",
+               "--dry-run"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   cli::Args args("megatron train");
   cli::declare_train_flags(args);
@@ -63,10 +74,9 @@ TEST(SubConfigs, OptimizerConfigAndScaler) {
   EXPECT_EQ(d.clip_grad, 1.0);
   EXPECT_FALSE(d.count_zeros);
   EXPECT_TRUE(d.check_for_nan_in_grad) << "Megatron's default";
-  const parallel::OptimizerConfig o =
-      optimizer_config(parse({"--train-iters", "10", "--adam-beta1", "0.8", "--adam-beta2", "0.95", "--adam-eps",
-                              "1e-5", "--clip-grad", "0.5", "--log-num-zeros-in-grad",
-                              "--no-check-for-nan-in-loss-and-grad"}));
+  const parallel::OptimizerConfig o = optimizer_config(
+      parse({"--train-iters", "10", "--adam-beta1", "0.8", "--adam-beta2", "0.95", "--adam-eps", "1e-5", "--clip-grad",
+             "0.5", "--log-num-zeros-in-grad", "--no-check-for-nan-in-loss-and-grad"}));
   EXPECT_EQ(o.beta1, 0.8f);
   EXPECT_EQ(o.beta2, 0.95f);
   EXPECT_EQ(o.eps, 1e-5f);
@@ -93,9 +103,9 @@ TEST(SubConfigs, OptimizerConfigAndScaler) {
 }
 
 TEST(SubConfigs, ScheduleFlags) {
-  const optim::ScheduleFlags f = schedule_flags(parse({"--train-samples", "6400", "--global-batch-size", "64",
-                                                "--lr-decay-style", "cosine", "--min-lr", "1e-5",
-                                                "--lr-warmup-fraction", "0.1", "--weight-decay", "0.1"}));
+  const optim::ScheduleFlags f =
+      schedule_flags(parse({"--train-samples", "6400", "--global-batch-size", "64", "--lr-decay-style", "cosine",
+                            "--min-lr", "1e-5", "--lr-warmup-fraction", "0.1", "--weight-decay", "0.1"}));
   EXPECT_EQ(f.train_samples, 6400);
   EXPECT_FALSE(f.train_iters.has_value());
   EXPECT_EQ(f.global_batch_size, 64);
@@ -106,15 +116,15 @@ TEST(SubConfigs, ScheduleFlags) {
   EXPECT_EQ(f.weight_decay, 0.1);
   EXPECT_FALSE(f.start_weight_decay.has_value()) << "the constant style: --weight-decay alone";
   const optim::ScheduleFlags w = schedule_flags(parse({"--train-iters", "10", "--weight-decay-incr-style", "linear",
-                                                "--start-weight-decay", "0.01", "--end-weight-decay", "0.1"}));
+                                                       "--start-weight-decay", "0.01", "--end-weight-decay", "0.1"}));
   EXPECT_EQ(w.start_weight_decay, 0.01);
   EXPECT_EQ(w.end_weight_decay, 0.1);
   EXPECT_EQ(w.weight_decay_incr_style, "linear");
 }
 
 TEST(SubConfigs, DataConfigAsksMegatronsSampleCounts) {
-  const TrainConfig c = parse({"--train-iters", "10", "--mock-data", "--global-batch-size", "8", "--eval-interval",
-                               "4", "--eval-iters", "2", "--seed", "5", "--split", "90,9,1"});
+  const TrainConfig c = parse({"--train-iters", "10", "--mock-data", "--global-batch-size", "8", "--eval-interval", "4",
+                               "--eval-iters", "2", "--seed", "5", "--split", "90,9,1"});
   const data::GPTDataConfig d = data_config(c, c.total_train_iters(), nullptr);
   EXPECT_TRUE(d.mock);
   EXPECT_EQ(d.seq_length, 32);

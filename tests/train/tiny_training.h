@@ -39,13 +39,44 @@ inline void write_tiny_corpus(const std::string& dir) {
 // (they win); the padded vocabulary follows --make-vocab-size-divisible-by (default 16) and
 // --tensor-model-parallel-size as in `megatron train`. Returns the log.
 inline std::string train_tiny(const std::string& dir, const std::vector<std::string>& extra) {
-  std::vector<std::string> flags = {
-      "--num-layers", "2", "--hidden-size", "16", "--num-attention-heads", "2", "--seq-length", "8",
-      "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "3", "--lr", "0.003",
-      "--lr-warmup-iters", "1", "--log-interval", "1", "--eval-interval", "1000", "--eval-iters", "1",
-      "--split", "90,10,0", "--data-path", dir + "/walk_text_document", "--data-cache-path", dir + "/cache",
-      "--seed", "11", "--make-vocab-size-divisible-by", "16", "--vocab-file", gpt2_vocab_file(), "--merge-file",
-      gpt2_merge_file()};
+  std::vector<std::string> flags = {"--num-layers",
+                                    "2",
+                                    "--hidden-size",
+                                    "16",
+                                    "--num-attention-heads",
+                                    "2",
+                                    "--seq-length",
+                                    "8",
+                                    "--micro-batch-size",
+                                    "2",
+                                    "--global-batch-size",
+                                    "4",
+                                    "--train-iters",
+                                    "3",
+                                    "--lr",
+                                    "0.003",
+                                    "--lr-warmup-iters",
+                                    "1",
+                                    "--log-interval",
+                                    "1",
+                                    "--eval-interval",
+                                    "1000",
+                                    "--eval-iters",
+                                    "1",
+                                    "--split",
+                                    "90,10,0",
+                                    "--data-path",
+                                    dir + "/walk_text_document",
+                                    "--data-cache-path",
+                                    dir + "/cache",
+                                    "--seed",
+                                    "11",
+                                    "--make-vocab-size-divisible-by",
+                                    "16",
+                                    "--vocab-file",
+                                    gpt2_vocab_file(),
+                                    "--merge-file",
+                                    gpt2_merge_file()};
   flags.insert(flags.end(), extra.begin(), extra.end());
   cli::Args args("train");
   cli::declare_train_flags(args);

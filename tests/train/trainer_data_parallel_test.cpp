@@ -20,16 +20,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-#include <thread>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/mpirun.h"
@@ -63,8 +63,8 @@ TEST(TrainerDataParallel, Dp2AndDistributedOptimizerMatchOneProcess) {
   EXPECT_NE(dp2.output.find("using world size: 2, data-parallel size: 2"), std::string::npos) << dp2.output;
   EXPECT_EQ(std::count(dp2.output.begin(), dp2.output.end(), '\n') > 0, true);
   const std::regex iteration_line(R"(\] iteration +10/ +10 \|)");
-  const auto lines = std::distance(std::sregex_iterator(dp2.output.begin(), dp2.output.end(), iteration_line),
-                                   std::sregex_iterator());
+  const auto lines =
+      std::distance(std::sregex_iterator(dp2.output.begin(), dp2.output.end(), iteration_line), std::sregex_iterator());
   EXPECT_EQ(lines, 1) << dp2.output;
 
   const test::CommandResult dist =
@@ -77,7 +77,8 @@ TEST(TrainerDataParallel, Dp2AndDistributedOptimizerMatchOneProcess) {
   // logs it without leaving the other rank waiting (the watchdog would end a hang in 1 min).
   const test::CommandResult buckets = test::run_ranks(
       with(base, {"--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/buckets.jsonl",
-                  "--log-params-norm", "--tensorboard-dir", dir + "/tb", "--distributed-timeout-minutes", "1"}), 2);
+                  "--log-params-norm", "--tensorboard-dir", dir + "/tb", "--distributed-timeout-minutes", "1"}),
+      2);
   ASSERT_EQ(buckets.status, 0) << buckets.output;
   expect_same(ref, read_jsonl(dir + "/buckets.jsonl"), 1, "DP2 distributed optimizer, buckets");
 }
@@ -149,8 +150,8 @@ TEST(TrainerDataParallel, Fp16SkipsTheSameIterationsUnderTheDistributedOptimizer
   const auto base = with(train_flags(dir), {"--fp16", "--initial-loss-scale", "1048576", "--loss-scale-window", "3"});
   const test::CommandResult one = test::run_ranks(with(base, {"--log-jsonl", dir + "/one.jsonl"}), 2);
   ASSERT_EQ(one.status, 0) << one.output;
-  const test::CommandResult dist =
-      test::run_ranks(with(base, {"--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/dist.jsonl"}), 2);
+  const test::CommandResult dist = test::run_ranks(
+      with(base, {"--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/dist.jsonl"}), 2);
   ASSERT_EQ(dist.status, 0) << dist.output;
   auto scaler_path = [](const std::string& path) {
     std::vector<std::string> out;
@@ -180,10 +181,12 @@ TEST(TrainerDataParallel, CheckpointOfDp2DistributedOptimizerResumesAsOneProcess
   ASSERT_EQ(whole.status, 0) << whole.output;
   // DP2 with the sharded optimizer state saves at iteration 5 and exits.
   const test::CommandResult first = test::run_ranks(with(base, {"--use-distributed-optimizer", "--save", dir + "/ck",
-                                                    "--save-interval", "5", "--exit-interval", "5"}), 2);
+                                                                "--save-interval", "5", "--exit-interval", "5"}),
+                                                    2);
   ASSERT_EQ(first.status, 0) << first.output;
   EXPECT_NE(first.output.find("saving checkpoint at iteration       5"), std::string::npos) << first.output;
-  const test::CommandResult second = test::run_ranks(with(base, {"--load", dir + "/ck", "--log-jsonl", dir + "/resumed.jsonl"}), 1);
+  const test::CommandResult second =
+      test::run_ranks(with(base, {"--load", dir + "/ck", "--log-jsonl", dir + "/resumed.jsonl"}), 1);
   ASSERT_EQ(second.status, 0) << second.output;
   const auto resumed = read_jsonl(dir + "/resumed.jsonl");
   EXPECT_EQ(resumed.count(5), 0u);
@@ -303,7 +306,9 @@ TEST(TrainerDataParallel, StoppedRankEndsTheJobThroughTheWatchdog) {
   std::ifstream in(dir + "/log.txt");
   const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_GT(status, 0) << "the job must end non-zero within 60 s:\n" << log;
-  EXPECT_TRUE(std::regex_search(log, std::regex(R"(\[rank 0\] watchdog: \w+ #\d+ on group '[\w-]+' \(2 ranks\) has not completed after [0-9.]+ s)")))
+  EXPECT_TRUE(std::regex_search(
+      log,
+      std::regex(R"(\[rank 0\] watchdog: \w+ #\d+ on group '[\w-]+' \(2 ranks\) has not completed after [0-9.]+ s)")))
       << log;
 }
 

@@ -29,7 +29,8 @@ std::string tiny_train(const std::string& dir) {
   return test::megatron_binary() +
          " train --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2"
          " --global-batch-size 2 --lr 1e-3 --mock-data --log-interval 1 --eval-iters 0 --device cpu"
-         " --data-cache-path " + dir + "/cache" + vocab();
+         " --data-cache-path " +
+         dir + "/cache" + vocab();
 }
 
 std::string file_text(const std::string& path) { return test::read_file(path); }
@@ -61,10 +62,14 @@ TEST(TrainerLifecycle, SigtermDuringStartUpIsHonouredAtTheFirstIteration) {
                                 " train --num-layers 1 --hidden-size 64 --num-attention-heads 2 --seq-length 8"
                                 " --micro-batch-size 2 --global-batch-size 2 --train-iters 4000000 --lr 1e-3"
                                 " --log-interval 1 --eval-interval 100000000 --split 100,0,0 --exit-signal-handler"
-                                " --device cpu --data-path " + dir + "/d_text_document --data-cache-path " + dir +
-                                "/cache --save " + dir + "/ckpt" + vocab();
-  const std::string script = "(" + train_cmd + " > " + dir + "/log 2>&1 & pid=$!; "
-                             "for i in $(seq 1 20000); do [ -d " + dir + "/cache ] && break; sleep 0.001; done; "
+                                " --device cpu --data-path " +
+                                dir + "/d_text_document --data-cache-path " + dir + "/cache --save " + dir + "/ckpt" +
+                                vocab();
+  const std::string script = "(" + train_cmd + " > " + dir +
+                             "/log 2>&1 & pid=$!; "
+                             "for i in $(seq 1 20000); do [ -d " +
+                             dir +
+                             "/cache ] && break; sleep 0.001; done; "
                              "kill -TERM $pid; wait $pid; echo rc=$?)";
   const test::CommandResult r = test::run_command(script, true);
   const std::string log = file_text(dir + "/log");
@@ -93,12 +98,14 @@ TEST(TrainerLifecycle, ARunCannotSaveWhereAnotherIsTrainingAndAKilledOneLeavesNo
   const std::string dir = test::scratch_dir("lifecycle_apart");
   const std::string save = " --save " + dir + "/ckpt --save-interval 1";
   // The first run trains for long; the second starts once the first has saved.
-  const std::string script =
-      "(" + tiny_train(dir) + " --train-iters 100000" + save + " > " + dir + "/a.log 2>&1 & a=$!; "
-      "for i in $(seq 1 3000); do [ -f " + dir + "/ckpt/latest_checkpointed_iteration.txt ] && break; sleep 0.01; done; " +
-      tiny_train(dir) + " --train-iters 2" + save + " > " + dir + "/b.log 2>&1; echo b=$?; "
-      "kill -9 $a; wait $a; " +
-      tiny_train(dir) + " --train-iters 2" + save + " > " + dir + "/c.log 2>&1; echo c=$?)";
+  const std::string script = "(" + tiny_train(dir) + " --train-iters 100000" + save + " > " + dir +
+                             "/a.log 2>&1 & a=$!; "
+                             "for i in $(seq 1 3000); do [ -f " +
+                             dir + "/ckpt/latest_checkpointed_iteration.txt ] && break; sleep 0.01; done; " +
+                             tiny_train(dir) + " --train-iters 2" + save + " > " + dir +
+                             "/b.log 2>&1; echo b=$?; "
+                             "kill -9 $a; wait $a; " +
+                             tiny_train(dir) + " --train-iters 2" + save + " > " + dir + "/c.log 2>&1; echo c=$?)";
   const test::CommandResult r = test::run_command(script);
   const std::string b = file_text(dir + "/b.log"), c = file_text(dir + "/c.log");
   EXPECT_NE(r.output.find("b=1"), std::string::npos) << r.output << b;
@@ -113,7 +120,8 @@ TEST(TrainerLifecycle, ARunCannotSaveWhereAnotherIsTrainingAndAKilledOneLeavesNo
 
 TEST(TrainerLifecycle, CheckpointsBesideALostTrackerAreNamed) {
   const std::string dir = test::scratch_dir("lifecycle_tracker");
-  test::CommandResult r = test::run_command(tiny_train(dir) + " --train-iters 2 --save " + dir + "/ckpt --save-interval 2", true);
+  test::CommandResult r =
+      test::run_command(tiny_train(dir) + " --train-iters 2 --save " + dir + "/ckpt --save-interval 2", true);
   ASSERT_EQ(r.status, 0) << r.output;
   fs::remove(dir + "/ckpt/latest_checkpointed_iteration.txt");
   r = test::run_command(tiny_train(dir) + " --train-iters 2 --load " + dir + "/ckpt", true);
@@ -128,7 +136,8 @@ TEST(TrainerLifecycle, CheckpointsBesideALostTrackerAreNamed) {
 // Runs `command` in a private mount namespace with a tmpfs of `kib` KiB mounted at `mount`
 // (which must exist); false when this machine allows no such namespace or mount.
 bool with_tmpfs(const std::string& mount, int64_t kib, const std::string& command, test::CommandResult* r) {
-  const std::string inner = "mount -t tmpfs -o size=" + std::to_string(kib) + "k tmpfs " + mount + " || exit 99; " + command;
+  const std::string inner =
+      "mount -t tmpfs -o size=" + std::to_string(kib) + "k tmpfs " + mount + " || exit 99; " + command;
   for (const char* unshare : {"unshare -m", "unshare -rm"}) {
     *r = test::run_command(std::string(unshare) + " sh -c '" + inner + "'", true);
     if (r->status != 99 && r->output.find("unshare:") == std::string::npos) return true;
@@ -143,8 +152,10 @@ TEST(TrainerLifecycle, AFullDiskDuringASaveKeepsThePreviousCheckpoint) {
   const std::string save = fs_dir + "/ckpt";
   // How much one save takes on tmpfs (the lock file and the tracker included).
   test::CommandResult r;
-  const std::string one = tiny_train(dir) + " --train-iters 1 --save " + save + " --save-interval 1 >/dev/null 2>&1; "
-                          "df -k " + fs_dir + " | tail -1";
+  const std::string one = tiny_train(dir) + " --train-iters 1 --save " + save +
+                          " --save-interval 1 >/dev/null 2>&1; "
+                          "df -k " +
+                          fs_dir + " | tail -1";
   if (!with_tmpfs(fs_dir, 65536, one, &r)) GTEST_SKIP() << "no private mount namespace with a tmpfs here: " << r.output;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.output, m, std::regex("tmpfs\\s+\\d+\\s+(\\d+)"))) << r.output;
@@ -155,8 +166,10 @@ TEST(TrainerLifecycle, AFullDiskDuringASaveKeepsThePreviousCheckpoint) {
   std::set<std::string> failed_in;
   for (int64_t short_by = 0; short_by <= 40; short_by += 4) {
     const std::string run = tiny_train(dir) + " --train-iters 2 --save " + save + " --save-interval 1 > " + dir +
-                            "/log 2>&1; echo rc=$?; ls -a " + save + " | tr \"\\n\" \" \"; echo; "
-                            "cat " + save + "/latest_checkpointed_iteration.txt; echo; " + test::megatron_binary() +
+                            "/log 2>&1; echo rc=$?; ls -a " + save +
+                            " | tr \"\\n\" \" \"; echo; "
+                            "cat " +
+                            save + "/latest_checkpointed_iteration.txt; echo; " + test::megatron_binary() +
                             " checkpoint-info " + save + " > /dev/null 2>&1; echo info=$?";
     ASSERT_TRUE(with_tmpfs(fs_dir, 2 * used - short_by, run, &r));
     const std::string log = file_text(dir + "/log");

@@ -20,9 +20,17 @@ using test::expect_same;
 using test::read_jsonl;
 using test::with;
 
-const std::vector<std::string> kLlama = {"--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
-                                         "--untie-embeddings-and-output-weights", "--position-embedding-type", "rope",
-                                         "--rotary-base", "10000", "--group-query-attention", "--num-query-groups",
+const std::vector<std::string> kLlama = {"--normalization",
+                                         "RMSNorm",
+                                         "--swiglu",
+                                         "--disable-bias-linear",
+                                         "--untie-embeddings-and-output-weights",
+                                         "--position-embedding-type",
+                                         "rope",
+                                         "--rotary-base",
+                                         "10000",
+                                         "--group-query-attention",
+                                         "--num-query-groups",
                                          "2"};
 // TP2 pads the vocabulary to a multiple of 128 * 2; one tensor-parallel rank asks for the same rows.
 const std::vector<std::string> kTp1Padding = {"--make-vocab-size-divisible-by", "256"};
@@ -62,7 +70,7 @@ void parity(const std::string& test_name, const std::vector<Layout>& layouts, bo
 }
 
 const std::vector<std::string> kRecompute = {"--recompute-granularity", "full", "--recompute-method", "uniform",
-                                             "--recompute-num-layers", "1"};
+                                             "--recompute-num-layers",  "1"};
 
 std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -73,20 +81,21 @@ TEST(TrainerLlamaParallel, TensorAndSequenceParallelMatchOneProcess) {
   parity("trainer_llama_tp",
          {{"TP2", 2, {"--tensor-model-parallel-size", "2"}},
           {"TP2 + SP", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
-          {"TP2 + SP + full recompute", 2, plus({"--tensor-model-parallel-size", "2", "--sequence-parallel"}, kRecompute)}},
+          {"TP2 + SP + full recompute", 2,
+           plus({"--tensor-model-parallel-size", "2", "--sequence-parallel"}, kRecompute)}},
          false);
 }
 
 TEST(TrainerLlamaParallel, PipelineAndAllThreeMatchOneProcess) {
-  parity("trainer_llama_pp",
-         {{"PP2", 2, plus({"--pipeline-model-parallel-size", "2"}, kTp1Padding)},
-          {"PP2 interleaved (vp 2)",
-           2,
-           plus({"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}, kTp1Padding)},
-          {"TP2 x PP2 x DP2 + distributed optimizer",
-           8,
-           {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}}},
-         false);
+  parity(
+      "trainer_llama_pp",
+      {{"PP2", 2, plus({"--pipeline-model-parallel-size", "2"}, kTp1Padding)},
+       {"PP2 interleaved (vp 2)", 2,
+        plus({"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}, kTp1Padding)},
+       {"TP2 x PP2 x DP2 + distributed optimizer",
+        8,
+        {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}}},
+      false);
 }
 
 TEST(TrainerLlamaParallel, PackedDocumentsMatchOneProcessUnderPipelining) {

@@ -59,7 +59,8 @@ TEST(TrainerPerTokenLoss, MicroBatchAndDataParallelSplitsDoNotMatter) {
   expect_same(whole, runs.run("mbs2", with(per_token, {"--micro-batch-size", "2"})), 1, "micro-batches of 2");
   expect_same(whole, runs.run("mbs4", with(per_token, {"--micro-batch-size", "4"})), 1, "micro-batches of 4");
   expect_same(whole, runs.run("dp2", with(per_token, {"--micro-batch-size", "2"}), 2), 1, "DP2, micro-batches of 2");
-  expect_same(whole, runs.run("pp2", with(per_token, {"--micro-batch-size", "2", "--pipeline-model-parallel-size", "2"}), 2),
+  expect_same(whole,
+              runs.run("pp2", with(per_token, {"--micro-batch-size", "2", "--pipeline-model-parallel-size", "2"}), 2),
               1, "PP2, micro-batches of 2");
   // One micro-batch: its mean is the per-token loss.
   expect_same(whole, runs.run("mbs8_mean", {"--micro-batch-size", "8"}), 1, "one micro-batch, mean");

@@ -57,7 +57,7 @@ std::vector<std::string> tp1(std::vector<std::string> a) {
 
 const std::vector<std::string> kDistributed = {"--use-distributed-optimizer", "--ddp-bucket-size", "3001"};
 const std::vector<std::string> kRecompute = {"--recompute-granularity", "full", "--recompute-method", "uniform",
-                                             "--recompute-num-layers", "1"};
+                                             "--recompute-num-layers",  "1"};
 
 // Extra flags a layout also runs with, and the name they add.
 struct Variant {
@@ -98,8 +98,8 @@ void parity(const std::string& test_name, const std::vector<Layout>& layouts, co
     // relative after 10 iterations, 1000x the parity tolerance, so a layout that ignored them
     // would fail below.
     const std::string log = dir + "/one_without_resets.jsonl";
-    const test::CommandResult r = test::run_ranks(
-        tp1(with(train_flags(dir, dropout), {"--eod-mask-loss", "--log-jsonl", log})), 1);
+    const test::CommandResult r =
+        test::run_ranks(tp1(with(train_flags(dir, dropout), {"--eod-mask-loss", "--log-jsonl", log})), 1);
     ASSERT_EQ(r.status, 0) << r.output;
     const auto without = read_jsonl(log);
     ASSERT_EQ(without.size(), 10u) << r.output;
@@ -191,10 +191,10 @@ TEST(TrainerPipelineParallel, CheckpointsMoveBetweenPipelineSizes) {
   ASSERT_EQ(whole.status, 0) << whole.output;
   const auto ref = read_jsonl(dir + "/whole.jsonl");
 
-  const test::CommandResult save_pp2 = test::run_ranks(
-      with(base, {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer", "--save", dir + "/ck_pp2",
-                  "--save-interval", "5", "--exit-interval", "5"}),
-      4);
+  const test::CommandResult save_pp2 =
+      test::run_ranks(with(base, {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer", "--save",
+                                  dir + "/ck_pp2", "--save-interval", "5", "--exit-interval", "5"}),
+                      4);
   ASSERT_EQ(save_pp2.status, 0) << save_pp2.output;
   const test::CommandResult load_pp1 =
       test::run_ranks(with(base, {"--load", dir + "/ck_pp2", "--log-jsonl", dir + "/pp1_resumed.jsonl"}), 1);
@@ -207,10 +207,10 @@ TEST(TrainerPipelineParallel, CheckpointsMoveBetweenPipelineSizes) {
   const test::CommandResult save_pp1 =
       test::run_ranks(with(base, {"--save", dir + "/ck_pp1", "--save-interval", "5", "--exit-interval", "5"}), 1);
   ASSERT_EQ(save_pp1.status, 0) << save_pp1.output;
-  const test::CommandResult load_pp2 = test::run_ranks(
-      with(base, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1", "--load",
-                  dir + "/ck_pp1", "--log-jsonl", dir + "/pp2_resumed.jsonl"}),
-      2);
+  const test::CommandResult load_pp2 =
+      test::run_ranks(with(base, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+                                  "--load", dir + "/ck_pp1", "--log-jsonl", dir + "/pp2_resumed.jsonl"}),
+                      2);
   ASSERT_EQ(load_pp2.status, 0) << load_pp2.output;
   expect_same(ref, read_jsonl(dir + "/pp2_resumed.jsonl"), 6, "PP1 checkpoint resumed under PP2 interleaved");
 
@@ -218,14 +218,15 @@ TEST(TrainerPipelineParallel, CheckpointsMoveBetweenPipelineSizes) {
   // optimizer state gathered per parameter over DP, and each stage's tensors sent to rank 0.
   const test::CommandResult save_8 = test::run_ranks(
       with(base, {"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "128",  // 50432 too
-                  "--pipeline-model-parallel-size", "2", "--use-distributed-optimizer", "--ddp-bucket-size", "3001", "--save", dir + "/ck_8", "--save-interval",
-                  "5", "--exit-interval", "5"}),
+                  "--pipeline-model-parallel-size", "2", "--use-distributed-optimizer", "--ddp-bucket-size", "3001",
+                  "--save", dir + "/ck_8", "--save-interval", "5", "--exit-interval", "5"}),
       8);
   ASSERT_EQ(save_8.status, 0) << save_8.output;
   const test::CommandResult load_8 =
       test::run_ranks(with(base, {"--load", dir + "/ck_8", "--log-jsonl", dir + "/from_8.jsonl"}), 1);
   ASSERT_EQ(load_8.status, 0) << load_8.output;
-  expect_same(ref, read_jsonl(dir + "/from_8.jsonl"), 6, "TP2 x PP2 x DP2 distributed-optimizer checkpoint resumed as one process");
+  expect_same(ref, read_jsonl(dir + "/from_8.jsonl"), 6,
+              "TP2 x PP2 x DP2 distributed-optimizer checkpoint resumed as one process");
 }
 
 std::string file_bytes(const std::string& path) {
@@ -372,7 +373,8 @@ TEST(TrainerPipelineParallel, RanksThatLoadDifferentCheckpointsStop) {
   finetune.insert(finetune.end(), none.begin(), none.end());
   const test::CommandResult f = test::run_command("timeout 120 " + comm::shell_join(finetune), /*capture_stderr=*/true);
   EXPECT_NE(f.status, 0) << f.output;
-  EXPECT_NE(f.output.find("the ranks loaded different checkpoints (iterations none to 3"), std::string::npos) << f.output;
+  EXPECT_NE(f.output.find("the ranks loaded different checkpoints (iterations none to 3"), std::string::npos)
+      << f.output;
 }
 
 // Runs `base` + `more` on np ranks and returns its log.
@@ -435,8 +437,7 @@ TEST(TrainerPipelineParallel, OverlapChangesNothingButTiming) {
       first.insert(first.end(), {"--save", dir + "/ck", "--save-interval", "5", "--exit-interval", "5"});
       second.insert(second.end(), {"--load", dir + "/ck"});
       expect_identical(sharded, run_logged(b, first, 4, at + "first_half.jsonl"), 5, name + " all overlaps, saving");
-      expect_identical(sharded, run_logged(b, second, 4, at + "second_half.jsonl"), 5,
-                       name + " all overlaps, resumed");
+      expect_identical(sharded, run_logged(b, second, 4, at + "second_half.jsonl"), 5, name + " all overlaps, resumed");
     }
   }
 }
@@ -522,10 +523,10 @@ TEST(TrainerPipelineParallel, TimersPrintMegatronsBlocksOnceForAllRanks) {
   }
   EXPECT_EQ(occurrences(pp2.output, "params-all-gather"), 0) << "the replicated optimizer gathers nothing";
 
-  const test::CommandResult dp2 = test::run_ranks(
-      with(base, {"--use-distributed-optimizer", "--timing-log-level", "1", "--timing-log-option", "all",
-                  "--log-jsonl", dir + "/dp2.jsonl"}),
-      2);
+  const test::CommandResult dp2 =
+      test::run_ranks(with(base, {"--use-distributed-optimizer", "--timing-log-level", "1", "--timing-log-option",
+                                  "all", "--log-jsonl", dir + "/dp2.jsonl"}),
+                      2);
   ASSERT_EQ(dp2.status, 0) << dp2.output;
   EXPECT_EQ(occurrences(dp2.output, "times across ranks (ms):\n  forward-backward:\n     rank  0: "), 10) << dp2.output;
   EXPECT_EQ(occurrences(dp2.output, "\n  params-all-gather:\n     rank  0: "), 10) << dp2.output;
@@ -539,10 +540,10 @@ TEST(TrainerPipelineParallel, TimersPrintMegatronsBlocksOnceForAllRanks) {
 TEST(TrainerPipelineParallel, NanLossStopsEveryStage) {
   const std::string dir = test::scratch_dir("trainer_pp_nan");
   test::write_walk_corpus(dir);
-  const test::CommandResult r = test::run_ranks(
-      with(tp1(train_flags(dir)), {"--pipeline-model-parallel-size", "2", "--lr", "1e30", "--lr-warmup-iters", "0",
-                                   "--distributed-timeout-minutes", "1"}),
-      2);
+  const test::CommandResult r =
+      test::run_ranks(with(tp1(train_flags(dir)), {"--pipeline-model-parallel-size", "2", "--lr", "1e30",
+                                                   "--lr-warmup-iters", "0", "--distributed-timeout-minutes", "1"}),
+                      2);
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("rank 1: found NaN in the local forward loss at iteration "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 0: found NaN in the gradients (grad norm) at iteration "), std::string::npos)
@@ -573,7 +574,8 @@ TEST(TrainerPipelineParallel, BadPipelineConfigIsOneLineBeforeAnythingStarts) {
                   "[--num-layers-per-virtual-pipeline-stage] number of microbatches (3) is not divisible by "
                   "--pipeline-model-parallel-size (2) when using the interleaved schedule");
   expect_one_line(with(base, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"}),
-                  2, "[--num-layers-per-virtual-pipeline-stage] the layers per pipeline stage (2) are not divisible by 3");
+                  2,
+                  "[--num-layers-per-virtual-pipeline-stage] the layers per pipeline stage (2) are not divisible by 3");
 }
 
 }  // namespace

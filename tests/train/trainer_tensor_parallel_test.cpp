@@ -77,17 +77,17 @@ void parity(bool dropout, const std::string& name) {
   ASSERT_EQ(sp.status, 0) << sp.output;
   expect_same(ref, read_jsonl(dir + "/sp.jsonl"), 1, "TP2 + SP");
 
-  const test::CommandResult tpdp = test::run_ranks(
-      with(base, {"--tensor-model-parallel-size", "2", "--log-jsonl", dir + "/tpdp.jsonl"}), 4);
+  const test::CommandResult tpdp =
+      test::run_ranks(with(base, {"--tensor-model-parallel-size", "2", "--log-jsonl", dir + "/tpdp.jsonl"}), 4);
   ASSERT_EQ(tpdp.status, 0) << tpdp.output;
   EXPECT_NE(tpdp.output.find("using world size: 4, data-parallel size: 2"), std::string::npos) << tpdp.output;
   expect_same(ref, read_jsonl(dir + "/tpdp.jsonl"), 1, "TP2 x DP2");
 
   // The distributed optimizer over DP within TP, several buckets, sequence parallelism.
-  const test::CommandResult dist =
-      test::run_ranks(with(base, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer",
-                      "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/dist.jsonl"}),
-          4);
+  const test::CommandResult dist = test::run_ranks(
+      with(base, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer",
+                  "--ddp-bucket-size", "3001", "--log-jsonl", dir + "/dist.jsonl"}),
+      4);
   ASSERT_EQ(dist.status, 0) << dist.output;
   expect_same(ref, read_jsonl(dir + "/dist.jsonl"), 1, "TP2 x DP2 + SP, distributed optimizer");
 }
@@ -149,8 +149,7 @@ TEST(TrainerTensorParallel, Tp8WithSequenceParallelMatchesOneProcess) {
   const test::CommandResult tp8 = test::run_ranks(
       with(base, {"--tensor-model-parallel-size", "8", "--sequence-parallel", "--log-jsonl", dir + "/tp8.jsonl"}), 8);
   ASSERT_EQ(tp8.status, 0) << tp8.output;
-  EXPECT_NE(tp8.output.find(" > padded vocab (size: 50257) with 943 dummy tokens (new size: 51200)"),
-            std::string::npos)
+  EXPECT_NE(tp8.output.find(" > padded vocab (size: 50257) with 943 dummy tokens (new size: 51200)"), std::string::npos)
       << tp8.output;
   expect_same(read_jsonl(dir + "/one.jsonl"), read_jsonl(dir + "/tp8.jsonl"), 1, "TP8 + SP");
 }
@@ -175,10 +174,10 @@ TEST(TrainerTensorParallel, RmsNormAndSwigluMatchOneProcess) {
   ASSERT_EQ(sp.status, 0) << sp.output;
   expect_same(ref, read_jsonl(dir + "/sp.jsonl"), 1, "RMSNorm + SwiGLU, TP2 + SP");
 
-  const test::CommandResult dist = test::run_ranks(
-      with(base, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--save", dir + "/ck",
-                  "--save-interval", "5", "--log-jsonl", dir + "/dist.jsonl"}),
-      4);
+  const test::CommandResult dist =
+      test::run_ranks(with(base, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--save",
+                                  dir + "/ck", "--save-interval", "5", "--log-jsonl", dir + "/dist.jsonl"}),
+                      4);
   ASSERT_EQ(dist.status, 0) << dist.output;
   expect_same(ref, read_jsonl(dir + "/dist.jsonl"), 1, "RMSNorm + SwiGLU, TP2 x DP2, distributed optimizer");
 
@@ -212,12 +211,12 @@ TEST(TrainerTensorParallel, CheckpointsMoveBetweenTensorParallelSizes) {
   const auto ref = read_jsonl(dir + "/whole.jsonl");
 
   const test::CommandResult save_tp2 =
-      test::run_ranks(with(base, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--save", dir + "/ck_tp2",
-                      "--save-interval", "5", "--exit-interval", "5"}),
-          4);
+      test::run_ranks(with(base, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--save",
+                                  dir + "/ck_tp2", "--save-interval", "5", "--exit-interval", "5"}),
+                      4);
   ASSERT_EQ(save_tp2.status, 0) << save_tp2.output;
-  const test::CommandResult load_tp1 =
-      test::run_ranks(one_process(with(base, {"--load", dir + "/ck_tp2", "--log-jsonl", dir + "/tp1_resumed.jsonl"})), 1);
+  const test::CommandResult load_tp1 = test::run_ranks(
+      one_process(with(base, {"--load", dir + "/ck_tp2", "--log-jsonl", dir + "/tp1_resumed.jsonl"})), 1);
   ASSERT_EQ(load_tp1.status, 0) << load_tp1.output;
   EXPECT_NE(load_tp1.output.find("--tensor-model-parallel-size: 2 -> 1"), std::string::npos) << load_tp1.output;
   const auto tp1_resumed = read_jsonl(dir + "/tp1_resumed.jsonl");
@@ -229,8 +228,8 @@ TEST(TrainerTensorParallel, CheckpointsMoveBetweenTensorParallelSizes) {
   ASSERT_EQ(save_tp1.status, 0) << save_tp1.output;
   const test::CommandResult load_tp2 =
       test::run_ranks(with(base, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--load", dir + "/ck_tp1",
-                      "--log-jsonl", dir + "/tp2_resumed.jsonl"}),
-          2);
+                                  "--log-jsonl", dir + "/tp2_resumed.jsonl"}),
+                      2);
   ASSERT_EQ(load_tp2.status, 0) << load_tp2.output;
   expect_same(ref, read_jsonl(dir + "/tp2_resumed.jsonl"), 6, "TP1 checkpoint resumed under TP2 + SP");
 }
@@ -241,11 +240,12 @@ TEST(TrainerTensorParallel, CheckpointsMoveBetweenTensorParallelSizes) {
 // layers), final LayerNorm 64: 820384 parameters (the whole model: 1639808).
 TEST(TrainerTensorParallel, DryRunPrintsThePerRankPlan) {
   const std::string dir = test::scratch_dir("trainer_tp_dry_run");
-  const test::CommandResult r =
-      test::run_ranks(with(train_flags(dir, false), {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--dry-run"}), 2);
+  const test::CommandResult r = test::run_ranks(
+      with(train_flags(dir, false), {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--dry-run"}), 2);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find(" > memory plan per rank (820384 parameters):"), std::string::npos) << r.output;
-  const test::CommandResult one = test::run_ranks(with(train_flags(dir, false), {"--dry-run", "--make-vocab-size-divisible-by", "256"}), 1);
+  const test::CommandResult one =
+      test::run_ranks(with(train_flags(dir, false), {"--dry-run", "--make-vocab-size-divisible-by", "256"}), 1);
   ASSERT_EQ(one.status, 0) << one.output;
   EXPECT_NE(one.output.find(" > memory plan per rank (1639808 parameters):"), std::string::npos) << one.output;
 }
@@ -265,10 +265,11 @@ TEST(TrainerTensorParallel, BadTensorParallelConfigIsOneLineBeforeAnythingStarts
   EXPECT_EQ(r.output.find("building GPT model"), std::string::npos) << "nothing started:\n" << r.output;
 
   // --distributed-backend takes nccl, mpi or gloo; rank 0 says so in one line.
-  const test::CommandResult backend =
-      test::run_ranks(with(train_flags(dir, false), {"--tensor-model-parallel-size", "2", "--distributed-backend", "ucc"}), 2);
+  const test::CommandResult backend = test::run_ranks(
+      with(train_flags(dir, false), {"--tensor-model-parallel-size", "2", "--distributed-backend", "ucc"}), 2);
   EXPECT_NE(backend.status, 0);
-  EXPECT_NE(backend.output.find("error: [--distributed-backend] expected nccl, mpi or gloo, got 'ucc'\n"), std::string::npos)
+  EXPECT_NE(backend.output.find("error: [--distributed-backend] expected nccl, mpi or gloo, got 'ucc'\n"),
+            std::string::npos)
       << backend.output;
   EXPECT_EQ(backend.output.find("building GPT model"), std::string::npos) << "nothing started:\n" << backend.output;
 }

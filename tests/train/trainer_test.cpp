@@ -38,10 +38,36 @@ TrainConfig parse(std::vector<std::string> flags) {
 }
 
 std::vector<std::string> base_flags(const std::string& prefix, const std::string& cache) {
-  return {"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "16",
-          "--max-position-embeddings", "16", "--micro-batch-size", "2", "--data-path", prefix, "--split", "90,10,0",
-          "--data-cache-path", cache, "--attention-dropout", "0", "--hidden-dropout", "0", "--eval-iters", "2",
-          "--seed", "7", "--vocab-file", test::gpt2_vocab_file(), "--merge-file", test::gpt2_merge_file()};
+  return {"--num-layers",
+          "2",
+          "--hidden-size",
+          "32",
+          "--num-attention-heads",
+          "4",
+          "--seq-length",
+          "16",
+          "--max-position-embeddings",
+          "16",
+          "--micro-batch-size",
+          "2",
+          "--data-path",
+          prefix,
+          "--split",
+          "90,10,0",
+          "--data-cache-path",
+          cache,
+          "--attention-dropout",
+          "0",
+          "--hidden-dropout",
+          "0",
+          "--eval-iters",
+          "2",
+          "--seed",
+          "7",
+          "--vocab-file",
+          test::gpt2_vocab_file(),
+          "--merge-file",
+          test::gpt2_merge_file()};
 }
 
 // One parsed iteration line: every field of Megatron's format, in order.
@@ -92,9 +118,9 @@ std::vector<Line> parse_lines(const std::string& log) {
 TEST(Trainer, TrainsAndLogsMegatronLines) {
   const std::string dir = test::scratch_dir("trainer_basic");
   std::vector<std::string> flags = base_flags(test::write_walk_corpus(dir), dir + "/cache");
-  for (const char* f : {"--global-batch-size", "4", "--train-iters", "40", "--lr", "0.01", "--min-lr", "0.001",
-                        "--lr-decay-style", "cosine", "--lr-warmup-iters", "4", "--log-interval", "5",
-                        "--eval-interval", "20"})
+  for (const char* f :
+       {"--global-batch-size", "4", "--train-iters", "40", "--lr", "0.01", "--min-lr", "0.001", "--lr-decay-style",
+        "cosine", "--lr-warmup-iters", "4", "--log-interval", "5", "--eval-interval", "20"})
     flags.push_back(f);
   const TrainConfig c = parse(flags);
   auto backend = backend::make_cpu_backend();
@@ -115,12 +141,12 @@ TEST(Trainer, TrainsAndLogsMegatronLines) {
     // The logged LR is the one for the next iteration: lr(k * G) with G = 4, W = 4 * 4 = 16
     // warmup samples, D = 40 * 4 = 160 decay samples, cosine from 0.01 to 0.001.
     const double n = static_cast<double>(l.iteration * 4);
-    const double expected = n <= 16 ? 0.01 * n / 16
-                                    : 0.001 + 0.5 * (std::cos(M_PI * (n - 16) / (160 - 16)) + 1) * (0.01 - 0.001);
+    const double expected =
+        n <= 16 ? 0.01 * n / 16 : 0.001 + 0.5 * (std::cos(M_PI * (n - 16) / (160 - 16)) + 1) * (0.01 - 0.001);
     EXPECT_NEAR(l.lr, expected, 5e-7 * std::max(expected, 1e-3)) << "iteration " << l.iteration;
   }
   ASSERT_TRUE(lines.front().loss && lines.back().loss);
-  EXPECT_GT(*lines.front().loss, 3.0);                      // ~ln(40) at the start
+  EXPECT_GT(*lines.front().loss, 3.0);                       // ~ln(40) at the start
   EXPECT_LT(*lines.back().loss, 0.5 * *lines.front().loss);  // the walk is learnable
   EXPECT_NE(log.find(" validation loss at iteration 20 | lm loss value: "), std::string::npos) << log;
   EXPECT_NE(log.find(" validation loss at iteration 40 on validation set | "), std::string::npos) << log;
@@ -128,7 +154,8 @@ TEST(Trainer, TrainsAndLogsMegatronLines) {
   EXPECT_LT(summary.final_valid_loss, summary.first_loss);
   // Validation PPL = exp(loss), printed next to it.
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(on validation set \| lm loss value: (\S+) \| lm loss PPL: (\S+) \|)")));
+  ASSERT_TRUE(
+      std::regex_search(log, m, std::regex(R"(on validation set \| lm loss value: (\S+) \| lm loss PPL: (\S+) \|)")));
   EXPECT_NEAR(std::stod(m[2]), std::exp(std::stod(m[1])), 1e-5 * std::stod(m[2]));
 }
 
@@ -156,7 +183,10 @@ TEST(Trainer, EvaluationIsLeftOutOfTheIterationTimeAndTheRunChecksItsPrediction)
   const double plain = std::max({lines[1].ms, lines[3].ms, lines[5].ms});
   EXPECT_LT(after_eval, 3.0 * plain + 5.0) << "evaluation time counted in the next interval:\n" << log;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"( > measured ([0-9.]+) ms per iteration \(iterations 2-6\), megatron plan predicted 1\.0 ms \(([-+][0-9.]+)%\))")))
+  ASSERT_TRUE(std::regex_search(
+      log, m,
+      std::regex(
+          R"( > measured ([0-9.]+) ms per iteration \(iterations 2-6\), megatron plan predicted 1\.0 ms \(([-+][0-9.]+)%\))")))
       << log;
   double sum = 0.0;
   for (size_t i = 1; i < 6; ++i) sum += lines[i].ms;

@@ -19,7 +19,9 @@ namespace cpu_detail {
 
 void to_f32(const void* src, DType dtype, int64_t n, float* dst) {
   switch (dtype) {
-    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
     case DType::kBF16: {
       const auto* s = static_cast<const uint16_t*>(src);
 #pragma omp parallel for schedule(static) if (n >= kParallelWork)
@@ -32,13 +34,16 @@ void to_f32(const void* src, DType dtype, int64_t n, float* dst) {
       for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_float(s[i]);
       return;
     }
-    default: MT_CHECK(false) << "to_f32 of " << dtype_name(dtype);
+    default:
+      MT_CHECK(false) << "to_f32 of " << dtype_name(dtype);
   }
 }
 
 void from_f32(const float* src, DType dtype, int64_t n, void* dst) {
   switch (dtype) {
-    case DType::kF32: std::memmove(dst, src, static_cast<size_t>(n) * 4); return;
+    case DType::kF32:
+      std::memmove(dst, src, static_cast<size_t>(n) * 4);
+      return;
     case DType::kBF16: {
       auto* d = static_cast<uint16_t*>(dst);
 #pragma omp parallel for schedule(static) if (n >= kParallelWork)
@@ -51,7 +56,8 @@ void from_f32(const float* src, DType dtype, int64_t n, void* dst) {
       for (int64_t i = 0; i < n; ++i) d[i] = float_to_fp16(src[i]);
       return;
     }
-    default: MT_CHECK(false) << "from_f32 to " << dtype_name(dtype);
+    default:
+      MT_CHECK(false) << "from_f32 to " << dtype_name(dtype);
   }
 }
 
@@ -69,19 +75,29 @@ void CpuBackend::fill(Tensor& t, float value) {
   check_cpu(t, "fill target");
   const int64_t n = t.numel();
   switch (t.dtype()) {
-    case DType::kF32: std::fill_n(t.data_as<float>(), n, value); break;
-    case DType::kBF16: std::fill_n(t.data_as<uint16_t>(), n, float_to_bf16(value)); break;
-    case DType::kF16: std::fill_n(t.data_as<uint16_t>(), n, float_to_fp16(value)); break;
-    case DType::kI32: std::fill_n(t.data_as<int32_t>(), n, static_cast<int32_t>(value)); break;
-    case DType::kI64: std::fill_n(t.data_as<int64_t>(), n, static_cast<int64_t>(value)); break;
+    case DType::kF32:
+      std::fill_n(t.data_as<float>(), n, value);
+      break;
+    case DType::kBF16:
+      std::fill_n(t.data_as<uint16_t>(), n, float_to_bf16(value));
+      break;
+    case DType::kF16:
+      std::fill_n(t.data_as<uint16_t>(), n, float_to_fp16(value));
+      break;
+    case DType::kI32:
+      std::fill_n(t.data_as<int32_t>(), n, static_cast<int32_t>(value));
+      break;
+    case DType::kI64:
+      std::fill_n(t.data_as<int64_t>(), n, static_cast<int64_t>(value));
+      break;
   }
 }
 
 void CpuBackend::init_normal(Tensor& t, const NormalInit& init) {
   check_float(t, "init_normal target");
   const DType dt = t.dtype();
-  MT_CHECK(init.local_cols > 0 && init.global_cols >= init.local_cols) << "init_normal columns " << init.local_cols
-                                                                        << " of " << init.global_cols;
+  MT_CHECK(init.local_cols > 0 && init.global_cols >= init.local_cols)
+      << "init_normal columns " << init.local_cols << " of " << init.global_cols;
   const int64_t n = t.numel();
   void* const out = t.data();
 #pragma omp parallel for schedule(static) if (n >= 4096)
@@ -142,8 +158,7 @@ void CpuBackend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tra
     } else {
       cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                   static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, av.data(),
-                  static_cast<int>(a_cols), bv.data(), static_cast<int>(b_cols), beta, cv.data(),
-                  static_cast<int>(n));
+                  static_cast<int>(a_cols), bv.data(), static_cast<int>(b_cols), beta, cv.data(), static_cast<int>(n));
     }
   }
   cv.commit();
@@ -222,7 +237,7 @@ void CpuBackend::linear_residual_forward(const Tensor& x, const Tensor& w, const
   MT_CHECK(residual.numel() == y.numel())
       << "linear_residual_forward: residual " << residual.describe() << " vs y " << y.describe();
   Tensor z = Tensor::cpu(y.shape(), DType::kF32);
-  linear_forward(x, w, Tensor(), z);                       // z = x w^T in fp32
+  linear_forward(x, w, Tensor(), z);                        // z = x w^T in fp32
   bias_dropout_add(z, bias, residual, y, DropoutParams{});  // residual + (z + bias), one rounding
 }
 
@@ -299,7 +314,8 @@ bool CpuBackend::all_finite(const Tensor& x) {
       for (int64_t i = 0; i < n; ++i) ok = ok && (p[i] & 0x7c00u) != 0x7c00u;
       break;
     }
-    default: break;  // integers are always finite
+    default:
+      break;  // integers are always finite
   }
   return ok;
 }

@@ -43,15 +43,14 @@ class CpuBackend : public Backend {
   void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
               float beta) override;
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) override;
-  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
-                       Tensor& dbias, GradWrite write = GradWrite::kAccumulate) override;
+  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw, Tensor& dbias,
+                       GradWrite write = GradWrite::kAccumulate) override;
   void linear_residual_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
                                Tensor& y) override;
   void linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
                            Gelu kind) override;
   void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, Tensor& dpre,
-                             Tensor& dw, Tensor& dbias, Gelu kind,
-                             GradWrite write = GradWrite::kAccumulate) override;
+                             Tensor& dw, Tensor& dbias, Gelu kind, GradWrite write = GradWrite::kAccumulate) override;
 
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale(Tensor& x, float alpha) override;
@@ -65,8 +64,8 @@ class CpuBackend : public Backend {
   void swiglu_forward(const Tensor& x, Tensor& out) override;
   void swiglu_backward(const Tensor& dy, const Tensor& x, Tensor& dx) override;
 
-  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& out,
-                         Tensor& mean, Tensor& rstd) override;
+  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& out, Tensor& mean,
+                         Tensor& rstd) override;
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                           const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                           GradWrite write = GradWrite::kAccumulate,
@@ -85,8 +84,8 @@ class CpuBackend : public Backend {
                           Tensor& dwpe) override;
 
   void attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) override;
-  void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                          Tensor& dqkv, const AttentionParams& params) override;
+  void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, Tensor& dqkv,
+                          const AttentionParams& params) override;
   void attention_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, int64_t past, Tensor& out,
                           const AttentionParams& params) override;
 
@@ -94,8 +93,8 @@ class CpuBackend : public Backend {
   void rotary_backward(Tensor& dqkv, const RotaryParams& params) override;
 
   void cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) override;
-  void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
-                              const Tensor& dlosses, Tensor& dlogits) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& dlosses,
+                              Tensor& dlogits) override;
   void cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses, Tensor& losses,
                            Tensor& lse, Tensor& dlogits) override;
   void vocab_parallel_ce_terms(const Tensor& max_lse, const Tensor& labels, Tensor& lse, Tensor& losses) override;

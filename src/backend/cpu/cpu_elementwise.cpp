@@ -1,8 +1,8 @@
 // CPU backend: elementwise ops (add, scale, dropout, bias-dropout-add, bias gradient, GELU).
 //
 // Dropout: element i (the flat index in the tensor dropout applies to) is kept iff
-// dropout_keep(seed, stream, offset + i, p) (offset: a shard's global start, ops.h); kept values are scaled by 1 / (1 - p); p == 0 draws
-// nothing and is the identity.
+// dropout_keep(seed, stream, offset + i, p) (offset: a shard's global start, ops.h); kept values are scaled by 1 / (1 -
+// p); p == 0 draws nothing and is the identity.
 #include <algorithm>
 #include <cmath>
 
@@ -170,7 +170,8 @@ void CpuBackend::swiglu_forward(const Tensor& x, Tensor& out) {
 void CpuBackend::swiglu_backward(const Tensor& dy, const Tensor& x, Tensor& dx) {
   const int64_t f = swiglu_half(x, dy, "swiglu_backward");
   check_same_numel(x, dx, "swiglu_backward");
-  MT_CHECK(!overlaps(dx, x) && !overlaps(dx, dy)) << "swiglu_backward dx " << dx.describe() << " must not alias x or dy";
+  MT_CHECK(!overlaps(dx, x) && !overlaps(dx, dy))
+      << "swiglu_backward dx " << dx.describe() << " must not alias x or dy";
   const int64_t n = x.numel() / (2 * f);
   In dyv(dy, "swiglu dy"), xv(x, "swiglu x");
   Out dxv(dx, "swiglu dx");

@@ -83,8 +83,8 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& labe
 
 // The reference is the two ops in turn: the forward reads the logits before the backward
 // writes dlogits (which may alias them), so the values are the pair's.
-void CpuBackend::cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses,
-                                     Tensor& losses, Tensor& lse, Tensor& dlogits) {
+void CpuBackend::cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses, Tensor& losses,
+                                     Tensor& lse, Tensor& dlogits) {
   cross_entropy_forward(logits, labels, losses, lse);
   cross_entropy_backward(logits, labels, lse, dlosses, dlogits);
 }

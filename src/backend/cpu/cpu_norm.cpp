@@ -24,8 +24,8 @@ void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const T
   const int64_t n = rows_of(x, h, "layernorm x");
   const bool rms = !mean.defined();
   MT_CHECK(gamma.numel() == h && (rms ? !beta.defined() : beta.numel() == h))
-      << (rms ? "rmsnorm" : "layernorm") << " gamma " << gamma.describe() << ", beta " << beta.describe()
-      << " for x " << x.describe() << (rms ? " (RMSNorm has no beta)" : "");
+      << (rms ? "rmsnorm" : "layernorm") << " gamma " << gamma.describe() << ", beta " << beta.describe() << " for x "
+      << x.describe() << (rms ? " (RMSNorm has no beta)" : "");
   MT_CHECK(out.numel() == x.numel()) << "layernorm out " << out.describe() << " for x " << x.describe();
   if (!rms) check_f32(mean, "layernorm mean");
   check_f32(rstd, "layernorm rstd");
@@ -59,12 +59,11 @@ void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const T
 }
 
 void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                    const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                                    GradWrite write, GradWrite dx_write) {
+                                    const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta, GradWrite write,
+                                    GradWrite dx_write) {
   if (dx_write == GradWrite::kAccumulate) {
     // The definition of the fused form: the LayerNorm gradient in dx's dtype, then the add.
-    MT_CHECK(!overlaps(dx, dy)) << "layernorm backward adding into dx: dx " << dx.describe()
-                                << " must not alias dy";
+    MT_CHECK(!overlaps(dx, dy)) << "layernorm backward adding into dx: dx " << dx.describe() << " must not alias dy";
     Tensor ln_dx = Tensor::cpu(dx.shape(), dx.dtype());
     layernorm_backward(dy, x, gamma, mean, rstd, ln_dx, dgamma, dbeta, write, GradWrite::kOverwrite);
     add(dx, ln_dx, dx);
@@ -186,8 +185,8 @@ void CpuBackend::embedding_forward(const Tensor& tokens, const Tensor& positions
       << "embedding tables wte " << wte.describe() << ", wpe " << wpe.describe();
   const int64_t b = tokens.dim(0), s = tokens.dim(1), vocab = wte.dim(0), h = wte.dim(1);
   const int32_t* pos = wpe.defined() ? checked_positions(positions, b, s, wpe.dim(0)) : nullptr;
-  MT_CHECK(out.numel() == s * b * h) << "embedding out " << out.describe() << ", expected [" << s << ", " << b
-                                     << ", " << h << "]";
+  MT_CHECK(out.numel() == s * b * h) << "embedding out " << out.describe() << ", expected [" << s << ", " << b << ", "
+                                     << h << "]";
   const int32_t* tok = tokens.data_as<const int32_t>();
   In tv(wte, "embedding wte");
   In pv = In::optional(wpe, "embedding wpe");

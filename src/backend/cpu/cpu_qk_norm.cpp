@@ -59,8 +59,8 @@ Tensor scale_of(const Tensor& weight, bool zero_centered) {
 }
 
 // The shared shape contract, then the CPU backend's dtype rules.
-QkvLayout check(const Tensor& qkv, const Tensor& x, const Tensor& q_weight, const Tensor& k_weight,
-                const Tensor& mean, const Tensor& rstd, const QkNormParams& p, const char* what) {
+QkvLayout check(const Tensor& qkv, const Tensor& x, const Tensor& q_weight, const Tensor& k_weight, const Tensor& mean,
+                const Tensor& rstd, const QkNormParams& p, const char* what) {
   check_float(qkv, what);
   check_float(x, "qk norm x");
   check_f32(rstd, "qk norm rstd");
@@ -82,16 +82,15 @@ void cpu_qk_norm_forward(Backend& backend, Tensor& qkv, const Tensor& q_weight, 
     move_vectors(qkv, L, keys, xs, Dir::kGather);
     Tensor out = Tensor::cpu(xs.shape(), xs.dtype());
     Tensor m = keys ? mb.k : mb.q, r = keys ? rb.k : rb.q;
-    backend.layernorm_forward(xs, scale_of(keys ? k_weight : q_weight, p.zero_centered), keys ? k_bias : q_bias,
-                              p.eps, out, m, r);
+    backend.layernorm_forward(xs, scale_of(keys ? k_weight : q_weight, p.zero_centered), keys ? k_bias : q_bias, p.eps,
+                              out, m, r);
     move_vectors(qkv, L, keys, out, Dir::kScatter);
   }
 }
 
 void cpu_qk_norm_backward(Backend& backend, Tensor& dqkv, const Tensor& x, const Tensor& q_weight,
                           const Tensor& k_weight, const Tensor& mean, const Tensor& rstd, Tensor& dq_weight,
-                          Tensor& dq_bias, Tensor& dk_weight, Tensor& dk_bias, const QkNormParams& p,
-                          GradWrite write) {
+                          Tensor& dq_bias, Tensor& dk_weight, Tensor& dk_bias, const QkNormParams& p, GradWrite write) {
   const QkvLayout L = check(dqkv, x, q_weight, k_weight, mean, rstd, p, "qk norm dqkv");
   const int64_t n = dqkv.numel() / L.width(), d = L.head_dim;
   const Blocks xb = split(x, n, L.heads, L.groups, d), mb = split(mean, n, L.heads, L.groups, 1),

@@ -24,8 +24,7 @@ void rotate(Tensor& x, const RotaryParams& p, float sign, const char* what) {
   const int64_t r = p.rot_dim, half = r / 2;
   MT_CHECK(r > 0 && r % 2 == 0 && r <= p.head_dim) << what << " rot_dim " << r << " of head_dim " << p.head_dim;
   MT_CHECK(x.ndim() == 3 && x.dim(2) == L.width())
-      << what << " " << x.describe() << " for " << p.heads << " heads in " << L.groups << " groups of "
-      << p.head_dim;
+      << what << " " << x.describe() << " for " << p.heads << " heads in " << L.groups << " groups of " << p.head_dim;
   check_f32(p.inv_freq, "rotary inv_freq");
   MT_CHECK(p.inv_freq.numel() == half) << "rotary inv_freq " << p.inv_freq.describe() << " for rot_dim " << r;
   const int64_t s = x.dim(0), b = x.dim(1);

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/error.h"
 #include "backend/ops.h"
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace megatron::backend::cpu_detail {

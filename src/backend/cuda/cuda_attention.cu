@@ -113,7 +113,7 @@ struct ForwardArgs {
   float scale = 0.0f;
   float dropout_p = 0.0f;  // index ((dropout_bh(bh) * nq + row) * nk + key); only with nq == nk, q_pos0 == 0
   uint64_t seed = 0, stream = 0;
-  const uint64_t* stream_add = nullptr;  // DropoutParams::stream_add (device memory) or null
+  const uint64_t* stream_add = nullptr;      // DropoutParams::stream_add (device memory) or null
   int dropout_heads = 0, dropout_head0 = 0;  // ops.h AttentionParams (global heads of the index)
   // [b, nq] first visible key per query (AttentionParams::key_start; only with nq == nk,
   // q_pos0 == 0) or null: keys key_start[bi, row] <= j are visible, non-decreasing per row.
@@ -136,9 +136,9 @@ struct BackwardArgs {
   float scale = 0.0f;
   float dropout_p = 0.0f;
   uint64_t seed = 0, stream = 0;
-  const uint64_t* stream_add = nullptr;  // DropoutParams::stream_add (device memory) or null
+  const uint64_t* stream_add = nullptr;      // DropoutParams::stream_add (device memory) or null
   int dropout_heads = 0, dropout_head0 = 0;  // ops.h AttentionParams (global heads of the index)
-  const int32_t* key_start = nullptr;  // [b, s] as in ForwardArgs, or null
+  const int32_t* key_start = nullptr;        // [b, s] as in ForwardArgs, or null
 };
 
 // The Philox stream of the masks: `stream`, plus the value at stream_add when set (ops.h).
@@ -390,8 +390,8 @@ void run_forward(const ForwardArgs& a, int64_t batch_heads, cudaStream_t stream)
 // 4 consecutive lanes per row in a fixed order whatever ROWS is, so both backward kernels get
 // the same bits (deterministic).
 template <int ROWS, int LD>
-__device__ __forceinline__ void rowdot_tile(float* D_s, const float* dOs, const HeadMatrix& out, int64_t bi,
-                                            int64_t hd, int64_t row0, int64_t nrows, int d) {
+__device__ __forceinline__ void rowdot_tile(float* D_s, const float* dOs, const HeadMatrix& out, int64_t bi, int64_t hd,
+                                            int64_t row0, int64_t nrows, int d) {
   constexpr int kPerRow = 4, kRowsPerPass = kThreads / kPerRow;
   const int part = threadIdx.x % kPerRow;
   for (int r0 = 0; r0 < ROWS; r0 += kRowsPerPass) {  // uniform trip count: every lane shuffles
@@ -625,8 +625,10 @@ __global__ void query_columns_kernel(const uint4* from, uint4* to, int64_t rows,
     const int64_t col = (hd / per_group) * (per_group + 2) * d + (hd % per_group) * d;  // qkv_layout.h q_col
     const int64_t fused = (row * groups * (per_group + 2) * d + col) / 8 + c;
     const int64_t packed = idx;
-    if (to_packed) to[packed] = from[fused];
-    else to[fused] = from[packed];
+    if (to_packed)
+      to[packed] = from[fused];
+    else
+      to[fused] = from[packed];
   }
 }
 
@@ -634,8 +636,8 @@ __global__ void query_columns_kernel(const uint4* from, uint4* to, int64_t rows,
 
 // k_cache/v_cache[bi, g, past + r, c] = k/v of group g in qkv[r, bi, :] (k, v are indexed by
 // query head: group g's first query head is g * per_group).
-__global__ void kv_cache_append_kernel(HeadMatrix k, HeadMatrix v, float* k_cache, float* v_cache, int64_t t,
-                                       int64_t b, int groups, int per_group, int d, int64_t max_seq, int64_t past) {
+__global__ void kv_cache_append_kernel(HeadMatrix k, HeadMatrix v, float* k_cache, float* v_cache, int64_t t, int64_t b,
+                                       int groups, int per_group, int d, int64_t max_seq, int64_t past) {
   const int64_t n = t * b * groups * d;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -675,13 +677,11 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 // 16 bytes global -> shared, asynchronous; valid == false writes 16 zero bytes (reads nothing).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
 // 4 bytes global -> shared, asynchronous; valid == false writes 4 zero bytes (reads nothing).
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 4 : 0));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -766,8 +766,7 @@ __device__ __forceinline__ void dropout_pair(uint64_t seed, uint64_t stream, uin
   const uint32_t w1 = w == 3 ? philox_block(seed, stream, (index >> 2) + 1).x : philox_word(o, w + 1);
   m1 = keep_mult(w1, p, inv_keep);
 }
-__device__ __forceinline__ float dropout_one(uint64_t seed, uint64_t stream, uint64_t index, float p,
-                                             float inv_keep) {
+__device__ __forceinline__ float dropout_one(uint64_t seed, uint64_t stream, uint64_t index, float p, float inv_keep) {
   const uint4 o = philox_block(seed, stream, index >> 2);
   return keep_mult(philox_word(o, static_cast<uint32_t>(index & 3)), p, inv_keep);
 }
@@ -906,7 +905,7 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_forward_tc_kernel(con
         sc[j][e] = v;
       }
 
-    // Online softmax per row (the 4 lanes of a quad share a row).
+      // Online softmax per row (the 4 lanes of a quad share a row).
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = kNegInf;
@@ -916,7 +915,7 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_forward_tc_kernel(con
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m[h], mx);
       const float m_use = m_new == kNegInf ? 0.0f : m_new;  // no visible key yet: all zero
-      const float alpha = exp2f(m[h] - m_use);               // m[h] == -inf -> 0
+      const float alpha = exp2f(m[h] - m_use);              // m[h] == -inf -> 0
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < NS; ++j) {
@@ -939,8 +938,8 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_forward_tc_kernel(con
           const int64_t key = k0 + j * 8 + 2 * t4;
           if (sc[j][2 * h] == 0.0f && sc[j][2 * h + 1] == 0.0f) continue;  // masked: no draw needed
           float m0, m1;
-          dropout_pair(a.seed, dropout_stream(a), static_cast<uint64_t>((dropout_bh(a, bh) * a.nq + row) * a.nk + key), a.dropout_p,
-                       inv_keep, m0, m1);
+          dropout_pair(a.seed, dropout_stream(a), static_cast<uint64_t>((dropout_bh(a, bh) * a.nq + row) * a.nk + key),
+                       a.dropout_p, inv_keep, m0, m1);
           sc[j][2 * h] *= m0;
           sc[j][2 * h + 1] *= m1;
         }
@@ -993,7 +992,6 @@ void launch_forward_tc(const ForwardArgs& a, int64_t batch_heads, cudaStream_t s
   MT_CUDA_LAUNCH_CHECK();
 }
 
-
 // ---- Backward (tensor cores) -------------------------------------------------------------
 // Changes for speed (results unchanged bit for bit: same P, dS, D, dropout mask, fixed order):
 //  - D = rowsum(dO o out) and lse * log2(e) are computed once per row by a small prologue kernel
@@ -1016,8 +1014,8 @@ void launch_forward_tc(const ForwardArgs& a, int64_t batch_heads, cudaStream_t s
 // row in the fixed order of the former rowdot_tc (part p: columns p*8 + 32i, 8 at a time, then
 // xor 1, xor 2), so D keeps its bits. grid (ceil(s / 32), b * heads), kTcThreads threads.
 template <typename T, int D>
-__global__ void __launch_bounds__(kTcThreads) attention_bwd_prep_tc_kernel(const BackwardArgs a, float* lse2,
-                                                                           float* delta) {
+__global__ void __launch_bounds__(kTcThreads)
+    attention_bwd_prep_tc_kernel(const BackwardArgs a, float* lse2, float* delta) {
   const int64_t bh = blockIdx.y, bi = bh / a.heads, hd = bh % a.heads;
   const int part = threadIdx.x % 4;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kTcThreads / 4) + threadIdx.x / 4;
@@ -1075,11 +1073,11 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
   extern __shared__ float4 smem4[];
   T* Ks = reinterpret_cast<T*>(smem4);
   T* Vs = Ks + BK * LD;
-  T* Qs = Vs + BK * LD;      // [2][BQ][LD]
-  T* dOs = Qs + 2 * BQ * LD;  // [2][BQ][LD]
+  T* Qs = Vs + BK * LD;                                        // [2][BQ][LD]
+  T* dOs = Qs + 2 * BQ * LD;                                   // [2][BQ][LD]
   float* lse_s = reinterpret_cast<float*>(dOs + 2 * BQ * LD);  // [2][BQ], log2 units
-  float* D_s = lse_s + 2 * BQ;                                  // [2][BQ]
-  int* lo_s = reinterpret_cast<int*>(D_s + 2 * BQ);             // [2][BQ], kDoc only
+  float* D_s = lse_s + 2 * BQ;                                 // [2][BQ]
+  int* lo_s = reinterpret_cast<int*>(D_s + 2 * BQ);            // [2][BQ], kDoc only
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int64_t bg = blockIdx.y, bi = bg / a.groups, hd0 = (bg % a.groups) * a.per_group;
@@ -1099,9 +1097,12 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
       const int r = i % BQ;
       const bool ok = r0 + r < a.s;
       const int64_t src = ok ? r0 + r : 0;
-      if (i < BQ) cp_async4(lse_s + b * BQ + r, lse2b + src, ok);
-      else if (i < 2 * BQ) cp_async4(D_s + b * BQ + r, deltab + src, ok);
-      else if constexpr (kDoc) cp_async4(lo_s + b * BQ + r, key_start + src, ok);
+      if (i < BQ)
+        cp_async4(lse_s + b * BQ + r, lse2b + src, ok);
+      else if (i < 2 * BQ)
+        cp_async4(D_s + b * BQ + r, deltab + src, ok);
+      else if constexpr (kDoc)
+        cp_async4(lo_s + b * BQ + r, key_start + src, ok);
     }
   };
 
@@ -1114,8 +1115,10 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
     int64_t lo_row = k0, hi_row = a.s;  // key_start[lo_row] <= last_key; answer in (lo_row, hi_row]
     while (hi_row - lo_row > 1) {
       const int64_t mid = (lo_row + hi_row) / 2;
-      if (key_start[mid] <= last_key) lo_row = mid;
-      else hi_row = mid;
+      if (key_start[mid] <= last_key)
+        lo_row = mid;
+      else
+        hi_row = mid;
     }
     q_tiles = (hi_row + BQ - 1) / BQ;
   }
@@ -1142,10 +1145,9 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
     const int buf = it & 1;
     if (it + 1 < steps) {
       const int64_t hd_next = hd0 + (it + 1) / per_head, q_next = (qt0 + (it + 1) % per_head) * BQ;
-      load_tile_async<T, BQ, D>(Qs + (buf ^ 1) * BQ * LD, head_base<T>(a.q, bi, hd_next), a.q.row_stride, q_next,
+      load_tile_async<T, BQ, D>(Qs + (buf ^ 1) * BQ * LD, head_base<T>(a.q, bi, hd_next), a.q.row_stride, q_next, a.s);
+      load_tile_async<T, BQ, D>(dOs + (buf ^ 1) * BQ * LD, head_base<T>(a.dout, bi, hd_next), a.dout.row_stride, q_next,
                                 a.s);
-      load_tile_async<T, BQ, D>(dOs + (buf ^ 1) * BQ * LD, head_base<T>(a.dout, bi, hd_next), a.dout.row_stride,
-                                q_next, a.s);
       load_rows(buf ^ 1, hd_next, q_next);
     }
     cp_async_commit();
@@ -1193,20 +1195,20 @@ __global__ void __launch_bounds__(kTcThreads, 2) attention_dkdv_tc_kernel(const 
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int ci = j * 8 + 2 * t4 + (e & 1);
-        const bool valid = !need_mask || (ci < q_left && ci + rel - (e >> 1) * 8 >= 0 &&
-                                          (!kDoc || lo_t[ci] <= key_i + (e >> 1) * 8));
+        const bool valid =
+            !need_mask || (ci < q_left && ci + rel - (e >> 1) * 8 >= 0 && (!kDoc || lo_t[ci] <= key_i + (e >> 1) * 8));
         const float p = valid ? exp2f(st[j][e] * scale2 - lse_t[ci]) : 0.0f;
         float mult = 1.0f;
         if (dropout && valid) {
           const int64_t qi = q0 + ci, key = key_a + (e >> 1) * 8;
-          mult = dropout_one(a.seed, dropout_stream(a), static_cast<uint64_t>((dropout_bh(a, bh) * a.s + qi) * a.s + key), a.dropout_p,
-                             inv_keep);
+          mult = dropout_one(a.seed, dropout_stream(a),
+                             static_cast<uint64_t>((dropout_bh(a, bh) * a.s + qi) * a.s + key), a.dropout_p, inv_keep);
         }
         st[j][e] = p * mult;
         dpt[j][e] = p * (dpt[j][e] * mult - D_t[ci]);
       }
 
-    // dV += (P M)^T dO, dK += dS^T Q (queries are the k dimension).
+      // dV += (P M)^T dO, dK += dS^T Q (queries are the k dimension).
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; ++kk) {
       uint32_t pa[4], sa[4];
@@ -1268,8 +1270,8 @@ __global__ void __launch_bounds__(kTcThreads, kDoc ? 2 : kDqMinBlocks<D>) attent
   extern __shared__ float4 smem4[];
   T* Qs = reinterpret_cast<T*>(smem4);
   T* dOs = Qs + BQ * LD;
-  T* Ks = dOs + BQ * LD;      // [2][BK][LD]
-  T* Vs = Ks + 2 * BK * LD;   // [2][BK][LD]
+  T* Ks = dOs + BQ * LD;     // [2][BK][LD]
+  T* Vs = Ks + 2 * BK * LD;  // [2][BK][LD]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int64_t bh = blockIdx.y, bi = bh / a.heads, hd = bh % a.heads;
@@ -1291,7 +1293,7 @@ __global__ void __launch_bounds__(kTcThreads, kDoc ? 2 : kDqMinBlocks<D>) attent
   cp_async_commit();
 
   const int64_t row_a = q0 + warp * 16 + g;  // this thread's rows: row_a, row_a + 8
-  float lse2[2], Drow[2];  // from the prologue kernel (the first loop iteration waits for Q/dO)
+  float lse2[2], Drow[2];                    // from the prologue kernel (the first loop iteration waits for Q/dO)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const bool ok = row_a + h * 8 < a.s;
@@ -1358,13 +1360,13 @@ __global__ void __launch_bounds__(kTcThreads, kDoc ? 2 : kDqMinBlocks<D>) attent
         const float p1 = v1 ? exp2f(sc[j][2 * h + 1] * scale2 - lse2[h]) : 0.0f;
         float m0 = 1.0f, m1 = 1.0f;
         if (dropout && (v0 || v1))
-          dropout_pair(a.seed, dropout_stream(a), static_cast<uint64_t>((dropout_bh(a, bh) * a.s + qi) * a.s + key), a.dropout_p, inv_keep,
-                       m0, m1);
+          dropout_pair(a.seed, dropout_stream(a), static_cast<uint64_t>((dropout_bh(a, bh) * a.s + qi) * a.s + key),
+                       a.dropout_p, inv_keep, m0, m1);
         dp[j][2 * h] = p0 * (dp[j][2 * h] * m0 - Drow[h]);
         dp[j][2 * h + 1] = p1 * (dp[j][2 * h + 1] * m1 - Drow[h]);
       }
 
-    // dQ += dS K (keys are the k dimension).
+      // dQ += dS K (keys are the k dimension).
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
       uint32_t sa[4];
@@ -1451,19 +1453,26 @@ bool tc_eligible(int64_t d, std::initializer_list<const Tensor*> ts) {
 // not); f.run<T, D, kDoc>() launches the one a call needs.
 template <typename T, int D, class Launch>
 void dispatch_tc_documents(bool documents, const Launch& f) {
-  if (documents) f.template run<T, D, true>();
-  else f.template run<T, D, false>();
+  if (documents)
+    f.template run<T, D, true>();
+  else
+    f.template run<T, D, false>();
 }
 template <typename T, class Launch>
 void dispatch_tc_head_dim(int d, bool documents, const Launch& f) {
-  if (d == 64) dispatch_tc_documents<T, 64>(documents, f);
-  else if (d == 80) dispatch_tc_documents<T, 80>(documents, f);
-  else dispatch_tc_documents<T, 128>(documents, f);
+  if (d == 64)
+    dispatch_tc_documents<T, 64>(documents, f);
+  else if (d == 80)
+    dispatch_tc_documents<T, 80>(documents, f);
+  else
+    dispatch_tc_documents<T, 128>(documents, f);
 }
 template <class Launch>
 void dispatch_tc(DType dt, int d, bool documents, const Launch& f) {
-  if (dt == DType::kBF16) dispatch_tc_head_dim<__nv_bfloat16>(d, documents, f);
-  else dispatch_tc_head_dim<__half>(d, documents, f);
+  if (dt == DType::kBF16)
+    dispatch_tc_head_dim<__nv_bfloat16>(d, documents, f);
+  else
+    dispatch_tc_head_dim<__half>(d, documents, f);
 }
 
 struct BackwardLaunch {
@@ -1471,14 +1480,18 @@ struct BackwardLaunch {
   int64_t batch_heads;
   cudaStream_t stream;
   template <typename T, int D, bool kDoc>
-  void run() const { tc::launch_backward_tc<T, D, kDoc>(a, batch_heads, stream); }
+  void run() const {
+    tc::launch_backward_tc<T, D, kDoc>(a, batch_heads, stream);
+  }
 };
 struct ForwardLaunch {
   const ForwardArgs& a;
   int64_t batch_heads;
   cudaStream_t stream;
   template <typename T, int D, bool kDoc>
-  void run() const { tc::launch_forward_tc<T, D, kDoc>(a, batch_heads, stream); }
+  void run() const {
+    tc::launch_forward_tc<T, D, kDoc>(a, batch_heads, stream);
+  }
 };
 
 void run_backward_tc(const BackwardArgs& a, int64_t batch_heads, DType dt, cudaStream_t stream) {
@@ -1543,8 +1556,7 @@ OutMatrix dqkv_part(Tensor& dqkv, int64_t b, const QkvLayout& L, int part) {
 
 }  // namespace
 
-void write_document_bias(const int32_t* key_start, int64_t b, int64_t s, DType dtype, void* bias,
-                         cudaStream_t stream) {
+void write_document_bias(const int32_t* key_start, int64_t b, int64_t s, DType dtype, void* bias, cudaStream_t stream) {
   MT_CHECK(dtype == DType::kBF16 || dtype == DType::kF16) << "document bias of " << dtype_name(dtype);
   if (b * s == 0) return;
   // The lowest finite value: masked scores stay finite (no -inf - -inf in the softmax).
@@ -1560,21 +1572,20 @@ void gather_queries(const void* qkv, int64_t s, int64_t b, int64_t heads, int64_
   const int64_t n = s * b * heads * (d / 8);
   if (n == 0) return;
   query_columns_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<const uint4*>(qkv), static_cast<uint4*>(q), s * b,
-                                                       static_cast<int>(heads), static_cast<int>(heads / groups),
-                                                       static_cast<int>(d), true);
+                                                        static_cast<int>(heads), static_cast<int>(heads / groups),
+                                                        static_cast<int>(d), true);
   MT_CUDA_LAUNCH_CHECK();
 }
 
 void scatter_query_grads(const void* dq, int64_t s, int64_t b, int64_t heads, int64_t groups, int64_t d, DType dtype,
                          void* dqkv, cudaStream_t stream) {
   MT_CHECK(dtype_size(dtype) == 2 && d % 8 == 0 && heads % groups == 0)
-      << "scatter_query_grads of " << dtype_name(dtype) << " head_dim " << d << ", " << heads << " heads in "
-      << groups;
+      << "scatter_query_grads of " << dtype_name(dtype) << " head_dim " << d << ", " << heads << " heads in " << groups;
   const int64_t n = s * b * heads * (d / 8);
   if (n == 0) return;
-  query_columns_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<const uint4*>(dq), static_cast<uint4*>(dqkv),
-                                                       s * b, static_cast<int>(heads), static_cast<int>(heads / groups),
-                                                       static_cast<int>(d), false);
+  query_columns_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<const uint4*>(dq), static_cast<uint4*>(dqkv), s * b,
+                                                        static_cast<int>(heads), static_cast<int>(heads / groups),
+                                                        static_cast<int>(d), false);
   MT_CUDA_LAUNCH_CHECK();
 }
 
@@ -1659,8 +1670,8 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& qkv, cons
 void CudaBackend::attention_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, int64_t past, Tensor& out,
                                      const AttentionParams& params) {
   const int64_t heads = params.heads, d = params.head_dim;
-  MT_CHECK(heads > 0 && d > 0 && d <= 128) << "attention_kv_cache heads " << heads << ", head_dim " << d
-                                           << " (CUDA: head_dim <= 128)";
+  MT_CHECK(heads > 0 && d > 0 && d <= 128)
+      << "attention_kv_cache heads " << heads << ", head_dim " << d << " (CUDA: head_dim <= 128)";
   const QkvLayout L(heads, params.groups(), d);
   const int64_t groups = L.groups;
   MT_CHECK(params.softmax_scale > 0.0f) << "attention softmax_scale unset";

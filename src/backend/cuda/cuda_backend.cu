@@ -22,8 +22,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_adamw.cuh"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/device_allocator.h"
 #include "backend/device.h"
@@ -117,10 +117,12 @@ __device__ __forceinline__ uint16_t f32_to_fp16_bits(float x) {
     return sign | static_cast<uint16_t>((r + 0xfffu + ((r >> 13) & 1u)) >> 13);
   }
   const float scaled = __fmul_rn(__uint_as_float(a), 16777216.0f);  // exact
-  return sign | static_cast<uint16_t>(rintf(scaled));                 // nearest even
+  return sign | static_cast<uint16_t>(rintf(scaled));               // nearest even
 }
 
-__device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
 
 __device__ __forceinline__ float fp16_bits_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -136,17 +138,26 @@ __device__ __forceinline__ float fp16_bits_to_f32(uint16_t h) {
 
 __device__ __forceinline__ float load_exact(const void* p, DType dt, int64_t i) {
   switch (dt) {
-    case DType::kBF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::kF16: return fp16_bits_to_f32(static_cast<const uint16_t*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
+    case DType::kBF16:
+      return bf16_bits_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF16:
+      return fp16_bits_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
   }
 }
 
 __device__ __forceinline__ void store_exact(void* p, DType dt, int64_t i, float v) {
   switch (dt) {
-    case DType::kBF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16_bits(v); break;
-    case DType::kF16: static_cast<uint16_t*>(p)[i] = f32_to_fp16_bits(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(p)[i] = f32_to_bf16_bits(v);
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(p)[i] = f32_to_fp16_bits(v);
+      break;
+    default:
+      static_cast<float*>(p)[i] = v;
+      break;
   }
 }
 
@@ -177,10 +188,17 @@ struct Elem<DType::kF16> {
 template <class F>
 void dispatch_float(DType d, F&& f) {
   switch (d) {
-    case DType::kF32: f(std::integral_constant<DType, DType::kF32>{}); return;
-    case DType::kBF16: f(std::integral_constant<DType, DType::kBF16>{}); return;
-    case DType::kF16: f(std::integral_constant<DType, DType::kF16>{}); return;
-    default: MT_CHECK(false) << "not a float dtype: " << dtype_name(d);
+    case DType::kF32:
+      f(std::integral_constant<DType, DType::kF32>{});
+      return;
+    case DType::kBF16:
+      f(std::integral_constant<DType, DType::kBF16>{});
+      return;
+    case DType::kF16:
+      f(std::integral_constant<DType, DType::kF16>{});
+      return;
+    default:
+      MT_CHECK(false) << "not a float dtype: " << dtype_name(d);
   }
 }
 
@@ -200,9 +218,10 @@ __global__ void init_normal_kernel(void* out, DType dt, int64_t n, NormalInit in
     const uint64_t g =
         static_cast<uint64_t>((k / init.local_cols) * init.global_cols + init.offset + k % init.local_cols);
     const uint64_t block = g >> 1;
-    const uint4 w = philox4x32_10(make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
-                                             static_cast<uint32_t>(init.stream), static_cast<uint32_t>(init.stream >> 32)),
-                                  make_uint2(static_cast<uint32_t>(init.seed), static_cast<uint32_t>(init.seed >> 32)));
+    const uint4 w =
+        philox4x32_10(make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                                 static_cast<uint32_t>(init.stream), static_cast<uint32_t>(init.stream >> 32)),
+                      make_uint2(static_cast<uint32_t>(init.seed), static_cast<uint32_t>(init.seed >> 32)));
     const float normal = (g & 1) ? normal_math::normal_from_words(w.z, w.w) : normal_math::normal_from_words(w.x, w.y);
     store_f(out, dt, k, __fmul_rn(init.scale, normal));
   }
@@ -215,15 +234,14 @@ __global__ void convert_kernel(const void* src, DType sdt, void* dst, DType ddt,
 }
 
 template <DType D>
-__global__ void add_same_kernel(const typename Elem<D>::T* a, const typename Elem<D>::T* b,
-                                typename Elem<D>::T* out, int64_t n) {
+__global__ void add_same_kernel(const typename Elem<D>::T* a, const typename Elem<D>::T* b, typename Elem<D>::T* out,
+                                int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     Elem<D>::store(out, i, __fadd_rn(Elem<D>::load(a, i), Elem<D>::load(b, i)));
   }
 }
 
-__global__ void add_mixed_kernel(const void* a, DType adt, const void* b, DType bdt, void* out, DType odt,
-                                 int64_t n) {
+__global__ void add_mixed_kernel(const void* a, DType adt, const void* b, DType bdt, void* out, DType odt, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     store_f(out, odt, i, __fadd_rn(load_f(a, adt, i), load_f(b, bdt, i)));
   }
@@ -437,16 +455,28 @@ void host_convert(const Tensor& src, Tensor& dst) {
   std::vector<float> f(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     switch (src.dtype()) {
-      case DType::kF32: f[i] = src.data_as<const float>()[i]; break;
-      case DType::kBF16: f[i] = bf16_to_float(src.data_as<const uint16_t>()[i]); break;
-      default: f[i] = fp16_to_float(src.data_as<const uint16_t>()[i]); break;
+      case DType::kF32:
+        f[i] = src.data_as<const float>()[i];
+        break;
+      case DType::kBF16:
+        f[i] = bf16_to_float(src.data_as<const uint16_t>()[i]);
+        break;
+      default:
+        f[i] = fp16_to_float(src.data_as<const uint16_t>()[i]);
+        break;
     }
   }
   for (int64_t i = 0; i < n; ++i) {
     switch (dst.dtype()) {
-      case DType::kF32: dst.data_as<float>()[i] = f[i]; break;
-      case DType::kBF16: dst.data_as<uint16_t>()[i] = float_to_bf16(f[i]); break;
-      default: dst.data_as<uint16_t>()[i] = float_to_fp16(f[i]); break;
+      case DType::kF32:
+        dst.data_as<float>()[i] = f[i];
+        break;
+      case DType::kBF16:
+        dst.data_as<uint16_t>()[i] = float_to_bf16(f[i]);
+        break;
+      default:
+        dst.data_as<uint16_t>()[i] = float_to_fp16(f[i]);
+        break;
     }
   }
 }
@@ -509,7 +539,7 @@ __global__ void store_cudnn_dropout_seed_kernel(uint64_t* dst, uint64_t seed, ui
 
 void store_cudnn_dropout_seed(void* dst, const DropoutParams& dropout, cudaStream_t stream) {
   store_cudnn_dropout_seed_kernel<<<1, 1, 0, stream>>>(static_cast<uint64_t*>(dst), dropout.seed, dropout.stream,
-                                                        dropout.stream_add);
+                                                       dropout.stream_add);
   MT_CUDA_LAUNCH_CHECK();
 }
 
@@ -573,7 +603,9 @@ void CudaBackend::fill(Tensor& t, float value) {
   if (n == 0) return;
   const unsigned grid = grid_for(n, kThreads);
   switch (t.dtype()) {
-    case DType::kF32: fill_kernel<<<grid, kThreads, 0, stream_>>>(static_cast<float*>(t.data()), n, value); break;
+    case DType::kF32:
+      fill_kernel<<<grid, kThreads, 0, stream_>>>(static_cast<float*>(t.data()), n, value);
+      break;
     case DType::kBF16:
       fill_kernel<<<grid, kThreads, 0, stream_>>>(static_cast<uint16_t*>(t.data()), n, float_to_bf16(value));
       break;
@@ -593,8 +625,8 @@ void CudaBackend::fill(Tensor& t, float value) {
 void CudaBackend::init_normal(Tensor& t, const NormalInit& init) {
   check_device(t, "init_normal target");
   MT_CHECK(is_float(t.dtype())) << "init_normal of " << t.describe();
-  MT_CHECK(init.local_cols > 0 && init.global_cols >= init.local_cols) << "init_normal columns " << init.local_cols
-                                                                        << " of " << init.global_cols;
+  MT_CHECK(init.local_cols > 0 && init.global_cols >= init.local_cols)
+      << "init_normal columns " << init.local_cols << " of " << init.global_cols;
   const int64_t n = t.numel();
   if (n == 0) return;
   init_normal_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(t.data(), t.dtype(), n, init);
@@ -613,8 +645,8 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
       std::memmove(dst.data(), src.data(), static_cast<size_t>(src.nbytes()));
       return;
     }
-    MT_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), static_cast<size_t>(src.nbytes()), cudaMemcpyDefault,
-                                  stream_));
+    MT_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data(), src.data(), static_cast<size_t>(src.nbytes()), cudaMemcpyDefault, stream_));
     // A host buffer may be reused or read as soon as copy() returns.
     if (src_host || dst_host) MT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return;
@@ -628,15 +660,15 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   Tensor s = src, d = dst;
   if (src_host) {
     s = Tensor(device_storage(src.nbytes(), MemoryKind::kOther, device_), 0, {n}, src.dtype());
-    MT_CUDA_CHECK(cudaMemcpyAsync(s.data(), src.data(), static_cast<size_t>(src.nbytes()), cudaMemcpyHostToDevice,
-                                  stream_));
+    MT_CUDA_CHECK(
+        cudaMemcpyAsync(s.data(), src.data(), static_cast<size_t>(src.nbytes()), cudaMemcpyHostToDevice, stream_));
   }
   if (dst_host) d = Tensor(device_storage(dst.nbytes(), MemoryKind::kOther, device_), 0, {n}, dst.dtype());
   convert_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(s.data(), s.dtype(), d.data(), d.dtype(), n);
   MT_CUDA_LAUNCH_CHECK();
   if (dst_host) {
-    MT_CUDA_CHECK(cudaMemcpyAsync(dst.data(), d.data(), static_cast<size_t>(dst.nbytes()), cudaMemcpyDeviceToHost,
-                                  stream_));
+    MT_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data(), d.data(), static_cast<size_t>(dst.nbytes()), cudaMemcpyDeviceToHost, stream_));
   }
   // The staging buffers are freed (cudaFree waits for the device) when s and d go out of scope;
   // a host destination must be complete before returning.
@@ -665,8 +697,8 @@ void CudaBackend::copy_to_host_async(const Tensor& src, Tensor& dst) {
       << " (a host tensor of the same dtype and size)";
   if (src.nbytes() == 0) return;
   // Into page-locked memory this returns at once; into pageable memory CUDA completes it first.
-  MT_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), static_cast<size_t>(src.nbytes()), cudaMemcpyDeviceToHost,
-                                stream_));
+  MT_CUDA_CHECK(
+      cudaMemcpyAsync(dst.data(), src.data(), static_cast<size_t>(src.nbytes()), cudaMemcpyDeviceToHost, stream_));
 }
 
 // ---- elementwise --------------------------------------------------------------------------
@@ -691,12 +723,12 @@ void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
     dispatch_float(a.dtype(), [&](auto d) {
       constexpr DType D = decltype(d)::value;
       using T = typename Elem<D>::T;
-      add_same_kernel<D><<<grid, kThreads, 0, stream_>>>(static_cast<const T*>(a.data()),
-                                                         static_cast<const T*>(b.data()), static_cast<T*>(out.data()), n);
+      add_same_kernel<D><<<grid, kThreads, 0, stream_>>>(
+          static_cast<const T*>(a.data()), static_cast<const T*>(b.data()), static_cast<T*>(out.data()), n);
     });
   } else {
-    add_mixed_kernel<<<grid, kThreads, 0, stream_>>>(a.data(), a.dtype(), b.data(), b.dtype(), out.data(),
-                                                     out.dtype(), n);
+    add_mixed_kernel<<<grid, kThreads, 0, stream_>>>(a.data(), a.dtype(), b.data(), b.dtype(), out.data(), out.dtype(),
+                                                     n);
   }
   MT_CUDA_LAUNCH_CHECK();
 }
@@ -794,9 +826,7 @@ void CudaBackend::queue_sum_squares(const Tensor& x, double* result) {
   MT_CUDA_LAUNCH_CHECK();
 }
 
-double CudaBackend::sum_squares(const Tensor& x) {
-  return sum_squares_each({x})[0];
-}
+double CudaBackend::sum_squares(const Tensor& x) { return sum_squares_each({x})[0]; }
 
 static_assert(kScratchBytes / sizeof(double) > kMaxSumBlocks, "the scratch holds the partials and result slots");
 
@@ -809,8 +839,8 @@ std::vector<double> CudaBackend::sum_squares_each(const std::vector<Tensor>& xs)
   for (size_t first = 0; first < xs.size(); first += slots) {
     const size_t count = std::min(slots, xs.size() - first);
     for (size_t i = 0; i < count; ++i) queue_sum_squares(xs[first + i], results + i);
-    MT_CUDA_CHECK(cudaMemcpyAsync(out.data() + first, results, count * sizeof(double), cudaMemcpyDeviceToHost,
-                                  stream_));
+    MT_CUDA_CHECK(
+        cudaMemcpyAsync(out.data() + first, results, count * sizeof(double), cudaMemcpyDeviceToHost, stream_));
     MT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   return out;
@@ -844,8 +874,7 @@ int64_t CudaBackend::count_zeros(const Tensor& x) {
   MT_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(unsigned long long), stream_));
   const unsigned grid = grid_for(n, kThreads);
   if (x.dtype() == DType::kF32) {
-    count_zeros_kernel<<<grid, kThreads, 0, stream_>>>(static_cast<const uint32_t*>(x.data()), n, 0x7fffffffu,
-                                                       count);
+    count_zeros_kernel<<<grid, kThreads, 0, stream_>>>(static_cast<const uint32_t*>(x.data()), n, 0x7fffffffu, count);
   } else {
     count_zeros_kernel<<<grid, kThreads, 0, stream_>>>(static_cast<const uint16_t*>(x.data()), n,
                                                        static_cast<uint16_t>(0x7fff), count);

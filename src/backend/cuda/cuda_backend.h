@@ -37,13 +37,13 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/ops.h"
 
-#define MT_CUBLAS_CHECK(call)                                                                             \
-  do {                                                                                                    \
-    cublasStatus_t mt_st_ = (call);                                                                       \
-    if (mt_st_ != CUBLAS_STATUS_SUCCESS) {                                                                \
-      ::megatron::throw_error(#call, " failed: cuBLAS status ", static_cast<int>(mt_st_), " at ", __FILE__, \
-                              ":", __LINE__);                                                             \
-    }                                                                                                     \
+#define MT_CUBLAS_CHECK(call)                                                                                    \
+  do {                                                                                                           \
+    cublasStatus_t mt_st_ = (call);                                                                              \
+    if (mt_st_ != CUBLAS_STATUS_SUCCESS) {                                                                       \
+      ::megatron::throw_error(#call, " failed: cuBLAS status ", static_cast<int>(mt_st_), " at ", __FILE__, ":", \
+                              __LINE__);                                                                         \
+    }                                                                                                            \
   } while (0)
 
 // After a kernel launch: the launch itself succeeded.
@@ -100,15 +100,14 @@ class CudaBackend : public Backend {
   void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
               float beta) override;
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) override;
-  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
-                       Tensor& dbias, GradWrite write = GradWrite::kAccumulate) override;
+  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw, Tensor& dbias,
+                       GradWrite write = GradWrite::kAccumulate) override;
   void linear_residual_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
                                Tensor& y) override;
   void linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
                            Gelu kind) override;
   void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, Tensor& dpre,
-                             Tensor& dw, Tensor& dbias, Gelu kind,
-                             GradWrite write = GradWrite::kAccumulate) override;
+                             Tensor& dw, Tensor& dbias, Gelu kind, GradWrite write = GradWrite::kAccumulate) override;
 
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale(Tensor& x, float alpha) override;
@@ -122,8 +121,8 @@ class CudaBackend : public Backend {
   void swiglu_forward(const Tensor& x, Tensor& out) override;
   void swiglu_backward(const Tensor& dy, const Tensor& x, Tensor& dx) override;
 
-  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& out,
-                         Tensor& mean, Tensor& rstd) override;
+  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& out, Tensor& mean,
+                         Tensor& rstd) override;
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                           const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                           GradWrite write = GradWrite::kAccumulate,
@@ -142,8 +141,8 @@ class CudaBackend : public Backend {
                           Tensor& dwpe) override;
 
   void attention_forward(const Tensor& qkv, Tensor& out, Tensor& lse, const AttentionParams& params) override;
-  void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                          Tensor& dqkv, const AttentionParams& params) override;
+  void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, Tensor& dqkv,
+                          const AttentionParams& params) override;
   void attention_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, int64_t past, Tensor& out,
                           const AttentionParams& params) override;
 
@@ -151,8 +150,8 @@ class CudaBackend : public Backend {
   void rotary_backward(Tensor& dqkv, const RotaryParams& params) override;
 
   void cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) override;
-  void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
-                              const Tensor& dlosses, Tensor& dlogits) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& dlosses,
+                              Tensor& dlogits) override;
   void cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses, Tensor& losses,
                            Tensor& lse, Tensor& dlogits) override;
   void vocab_parallel_ce_terms(const Tensor& max_lse, const Tensor& labels, Tensor& lse, Tensor& losses) override;
@@ -208,8 +207,7 @@ class CudaBackend : public Backend {
   // Why this case cannot run on cuDNN ("" if it can); `io` are the tensors cuDNN would touch.
   std::string cudnn_attention_reason(DType dtype, int64_t s, int64_t b, const AttentionParams& params,
                                      std::initializer_list<const Tensor*> io);
-  bool use_cudnn_attention(const std::string& reason, DType dtype, int64_t s, int64_t b,
-                           const AttentionParams& params);
+  bool use_cudnn_attention(const std::string& reason, DType dtype, int64_t s, int64_t b, const AttentionParams& params);
 
   int device_;
   int64_t sm_count_ = 0;
@@ -222,7 +220,7 @@ class CudaBackend : public Backend {
   GemmAlgoCache gemm_algos_;  // filled lazily by cuda_gemm.cu
   AttentionImpl attention_impl_ = AttentionImpl::kAuto;
   bool attention_deterministic_ = false;
-  bool gemm_autotune_ = true;     // gemm_tuning.h
+  bool gemm_autotune_ = true;      // gemm_tuning.h
   int gemm_tune_candidates_ = 32;  // gemm_tuning.h
   bool layernorm_warp_forward_ = true;
   bool record_ = true;  // MEGATRON_CUDA_GRAPHS (cuda_recording.cpp)
@@ -236,7 +234,7 @@ class CudaBackend : public Backend {
   // MEGATRON_LN_BACKWARD_BLOCKS sets it for measurements.
   int64_t layernorm_backward_blocks_ = 256;
   std::unique_ptr<CudnnAttention, CudnnAttentionDeleter> cudnn_attention_;  // created on first use
-  std::set<std::string> attention_fallbacks_reported_;  // stderr lines already printed
+  std::set<std::string> attention_fallbacks_reported_;                      // stderr lines already printed
 };
 
 // `backend` as the CUDA backend it must be; megatron::Error "<what>: the backend is not a CUDA

@@ -6,11 +6,10 @@
 
 #include "core/error.h"
 
-#define MT_CUDA_CHECK(call)                                                                      \
-  do {                                                                                           \
-    cudaError_t mt_err_ = (call);                                                                \
-    if (mt_err_ != cudaSuccess) {                                                                \
-      ::megatron::throw_error(#call, " failed: ", cudaGetErrorString(mt_err_), " at ", __FILE__, \
-                              ":", __LINE__);                                                    \
-    }                                                                                            \
+#define MT_CUDA_CHECK(call)                                                                                      \
+  do {                                                                                                           \
+    cudaError_t mt_err_ = (call);                                                                                \
+    if (mt_err_ != cudaSuccess) {                                                                                \
+      ::megatron::throw_error(#call, " failed: ", cudaGetErrorString(mt_err_), " at ", __FILE__, ":", __LINE__); \
+    }                                                                                                            \
   } while (0)

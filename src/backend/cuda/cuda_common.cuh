@@ -21,27 +21,39 @@ namespace megatron::backend::cuda {
 // Element i of a float tensor of dtype dt, as fp32.
 __device__ __forceinline__ float load_f(const void* p, DType dt, int64_t i) {
   switch (dt) {
-    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case DType::kF16: return __half2float(static_cast<const __half*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
+    case DType::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::kF16:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
   }
 }
 
 // Stores v into element i, rounded to nearest even for 16-bit dtypes.
 __device__ __forceinline__ void store_f(void* p, DType dt, int64_t i, float v) {
   switch (dt) {
-    case DType::kBF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
-    case DType::kF16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
+    case DType::kBF16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+      break;
+    case DType::kF16:
+      static_cast<__half*>(p)[i] = __float2half_rn(v);
+      break;
+    default:
+      static_cast<float*>(p)[i] = v;
+      break;
   }
 }
 
 // v rounded to dtype dt (nearest even) and back to fp32: what store_f then load_f give.
 __device__ __forceinline__ float round_to(float v, DType dt) {
   switch (dt) {
-    case DType::kBF16: return __bfloat162float(__float2bfloat16_rn(v));
-    case DType::kF16: return __half2float(__float2half_rn(v));
-    default: return v;
+    case DType::kBF16:
+      return __bfloat162float(__float2bfloat16_rn(v));
+    case DType::kF16:
+      return __half2float(__float2half_rn(v));
+    default:
+      return v;
   }
 }
 
@@ -116,10 +128,9 @@ __device__ __forceinline__ uint4 philox4x32_10(uint4 c, uint2 k) {
 // philox_uniform(seed, stream, index) of core/rng.h.
 __device__ __forceinline__ float philox_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
   const uint64_t block = index >> 2;
-  const uint4 out = philox4x32_10(
-      make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), static_cast<uint32_t>(stream),
-                 static_cast<uint32_t>(stream >> 32)),
-      make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)));
+  const uint4 out = philox4x32_10(make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                                             static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)),
+                                  make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)));
   const uint32_t word = (index & 3) == 0 ? out.x : (index & 3) == 1 ? out.y : (index & 3) == 2 ? out.z : out.w;
   return static_cast<float>(word >> 8) * (1.0f / 16777216.0f);
 }
@@ -151,7 +162,14 @@ __device__ __forceinline__ void dropout4(uint64_t seed, uint64_t stream, uint64_
   // Word j of the 8 (w, then w2), by selects: an array indexed with `first` would live in local
   // memory (ptxas: a 32-byte stack frame in every dropout kernel).
   auto word = [&](uint32_t j) {
-    return j == 0 ? w.x : j == 1 ? w.y : j == 2 ? w.z : j == 3 ? w.w : j == 4 ? w2.x : j == 5 ? w2.y : j == 6 ? w2.z : w2.w;
+    return j == 0   ? w.x
+           : j == 1 ? w.y
+           : j == 2 ? w.z
+           : j == 3 ? w.w
+           : j == 4 ? w2.x
+           : j == 5 ? w2.y
+           : j == 6 ? w2.z
+                    : w2.w;
   };
   const float scale = 1.0f / (1.0f - p);
 #pragma unroll
@@ -160,8 +178,7 @@ __device__ __forceinline__ void dropout4(uint64_t seed, uint64_t stream, uint64_
   }
 }
 // dropout4 for g a multiple of 4 (one block, no indexing into a local array), p > 0.
-__device__ __forceinline__ void dropout4_aligned(uint64_t seed, uint64_t stream, uint64_t g, float p,
-                                                 float (&m)[4]) {
+__device__ __forceinline__ void dropout4_aligned(uint64_t seed, uint64_t stream, uint64_t g, float p, float (&m)[4]) {
   const uint4 w = dropout_block(seed, stream, g >> 2);
   const float scale = 1.0f / (1.0f - p);
   const uint32_t words[4] = {w.x, w.y, w.z, w.w};
@@ -186,10 +203,17 @@ struct TypeTag {
 template <class F>
 void dispatch_float_type(DType d, F&& f) {
   switch (d) {
-    case DType::kF32: f(TypeTag<float>{}); return;
-    case DType::kBF16: f(TypeTag<__nv_bfloat16>{}); return;
-    case DType::kF16: f(TypeTag<__half>{}); return;
-    default: MT_CHECK(false) << "not a float dtype: " << dtype_name(d);
+    case DType::kF32:
+      f(TypeTag<float>{});
+      return;
+    case DType::kBF16:
+      f(TypeTag<__nv_bfloat16>{});
+      return;
+    case DType::kF16:
+      f(TypeTag<__half>{});
+      return;
+    default:
+      MT_CHECK(false) << "not a float dtype: " << dtype_name(d);
   }
 }
 

@@ -65,8 +65,7 @@ struct DropoutArgs {
   }
 };
 
-__global__ void dropout_kernel(const void* x, DType xdt, void* out, DType odt, int64_t n, bool vec,
-                               DropoutArgs d) {
+__global__ void dropout_kernel(const void* x, DType xdt, void* out, DType odt, int64_t n, bool vec, DropoutArgs d) {
   d.resolve();
   const int64_t groups = (n + 3) / 4;
   for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
@@ -215,8 +214,8 @@ __device__ __forceinline__ float gelu_grad(float x) {
 }
 
 template <bool kTanh>
-__global__ void bias_gelu_forward_kernel(const void* x, DType xdt, const void* bias, DType bdt, void* out,
-                                         DType odt, int64_t n, int64_t cols, bool vec) {
+__global__ void bias_gelu_forward_kernel(const void* x, DType xdt, const void* bias, DType bdt, void* out, DType odt,
+                                         int64_t n, int64_t cols, bool vec) {
   const int64_t groups = (n + 3) / 4;
   for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
        g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -514,8 +513,8 @@ void CudaBackend::bias_dropout_add(const Tensor& x, const Tensor& bias, const Te
       const T* bp = bias.defined() ? static_cast<const T*>(bias.data()) : nullptr;
       cuda::dispatch_bias<cuda::kVecWidth<T>>(bias, cols, [&](auto mode) {
         cuda::bias_dropout_add_vec_kernel<T, decltype(mode)::value><<<l.grid, cuda::kThreads, 0, stream()>>>(
-            static_cast<const T*>(x.data()), bp, static_cast<const T*>(residual.data()), static_cast<T*>(out.data()),
-            n, cols, l.stride_mod_cols, cuda::dropout_args(dropout));
+            static_cast<const T*>(x.data()), bp, static_cast<const T*>(residual.data()), static_cast<T*>(out.data()), n,
+            cols, l.stride_mod_cols, cuda::dropout_args(dropout));
       });
     });
     MT_CUDA_LAUNCH_CHECK();
@@ -545,7 +544,7 @@ void CudaBackend::bias_gelu_forward(const Tensor& x, const Tensor& bias, Tensor&
         auto kernel = kind == Gelu::kTanh ? cuda::bias_gelu_forward_vec_kernel<T, true, kMode>
                                           : cuda::bias_gelu_forward_vec_kernel<T, false, kMode>;
         kernel<<<l.grid, cuda::kThreads, 0, stream()>>>(static_cast<const T*>(x.data()), bp,
-                                                         static_cast<T*>(out.data()), n, cols, l.stride_mod_cols);
+                                                        static_cast<T*>(out.data()), n, cols, l.stride_mod_cols);
       });
     });
     MT_CUDA_LAUNCH_CHECK();
@@ -556,11 +555,11 @@ void CudaBackend::bias_gelu_forward(const Tensor& x, const Tensor& bias, Tensor&
   const DType bdt = bias.defined() ? bias.dtype() : DType::kF32;
   const unsigned grid = cuda::grid_for((n + 3) / 4, cuda::kThreads);
   if (kind == Gelu::kTanh) {
-    cuda::bias_gelu_forward_kernel<true><<<grid, cuda::kThreads, 0, stream()>>>(x.data(), x.dtype(), bp, bdt,
-                                                                                 out.data(), out.dtype(), n, cols, vec);
+    cuda::bias_gelu_forward_kernel<true>
+        <<<grid, cuda::kThreads, 0, stream()>>>(x.data(), x.dtype(), bp, bdt, out.data(), out.dtype(), n, cols, vec);
   } else {
-    cuda::bias_gelu_forward_kernel<false><<<grid, cuda::kThreads, 0, stream()>>>(
-        x.data(), x.dtype(), bp, bdt, out.data(), out.dtype(), n, cols, vec);
+    cuda::bias_gelu_forward_kernel<false>
+        <<<grid, cuda::kThreads, 0, stream()>>>(x.data(), x.dtype(), bp, bdt, out.data(), out.dtype(), n, cols, vec);
   }
   MT_CUDA_LAUNCH_CHECK();
 }
@@ -584,8 +583,8 @@ void CudaBackend::bias_gelu_backward(const Tensor& dy, const Tensor& x, const Te
         auto kernel = kind == Gelu::kTanh ? cuda::bias_gelu_backward_vec_kernel<T, true, kMode>
                                           : cuda::bias_gelu_backward_vec_kernel<T, false, kMode>;
         kernel<<<l.grid, cuda::kThreads, 0, stream()>>>(static_cast<const T*>(dy.data()),
-                                                         static_cast<const T*>(x.data()), bp,
-                                                         static_cast<T*>(dx.data()), n, cols, l.stride_mod_cols);
+                                                        static_cast<const T*>(x.data()), bp, static_cast<T*>(dx.data()),
+                                                        n, cols, l.stride_mod_cols);
       });
     });
     MT_CUDA_LAUNCH_CHECK();
@@ -633,7 +632,8 @@ void CudaBackend::swiglu_backward(const Tensor& dy, const Tensor& x, Tensor& dx)
   const int64_t f = cuda::swiglu_half(x, dy, "swiglu_backward");
   cuda::check_same_numel(x, dx, "swiglu_backward");
   // Each thread reads its dy and x before writing, but other threads' dx would land on them.
-  MT_CHECK(!overlaps(dx, x) && !overlaps(dx, dy)) << "swiglu_backward dx " << dx.describe() << " must not alias x or dy";
+  MT_CHECK(!overlaps(dx, x) && !overlaps(dx, dy))
+      << "swiglu_backward dx " << dx.describe() << " must not alias x or dy";
   const int64_t n = dy.numel();
   if (n == 0) return;
   cuda::dispatch_float_type(x.dtype(), [&](auto tag) {
@@ -641,9 +641,9 @@ void CudaBackend::swiglu_backward(const Tensor& dy, const Tensor& x, Tensor& dx)
     constexpr int W = cuda::kVecWidth<T>;
     if (f % W == 0 && cuda::vec_path(x.dtype(), {&dy, &x, &dx})) {
       const cuda::RowLaunch l = cuda::row_launch(n, W, f);
-      cuda::swiglu_backward_vec_kernel<T><<<l.grid, cuda::kThreads, 0, stream()>>>(
-          static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), static_cast<T*>(dx.data()), n, f,
-          l.rows_step, l.col_step);
+      cuda::swiglu_backward_vec_kernel<T>
+          <<<l.grid, cuda::kThreads, 0, stream()>>>(static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()),
+                                                    static_cast<T*>(dx.data()), n, f, l.rows_step, l.col_step);
     } else {
       cuda::swiglu_backward_kernel<<<cuda::grid_for(n, cuda::kThreads), cuda::kThreads, 0, stream()>>>(
           dy.data(), dy.dtype(), x.data(), x.dtype(), dx.data(), dx.dtype(), n, f);

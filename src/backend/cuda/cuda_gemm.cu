@@ -37,10 +37,14 @@ constexpr int kThreads = 256;
 
 cudaDataType_t cuda_type(DType d) {
   switch (d) {
-    case DType::kF32: return CUDA_R_32F;
-    case DType::kBF16: return CUDA_R_16BF;
-    case DType::kF16: return CUDA_R_16F;
-    default: MT_CHECK(false) << "no cuBLASLt type for " << dtype_name(d);
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    default:
+      MT_CHECK(false) << "no cuBLASLt type for " << dtype_name(d);
   }
   return CUDA_R_32F;
 }
@@ -165,7 +169,8 @@ cublasLtMatmulAlgo_t fastest_algo(CudaBackend& be, const std::vector<cublasLtMat
   for (int i = 0; i < static_cast<int>(candidates.size()); ++i) {
     auto run = [&] {
       return cublasLtMatmul(be.lt(), desc, alpha, pa, la, pb, lb, beta != 0.0f ? &zero : &beta, out, lc, out, lc,
-                            &candidates[static_cast<size_t>(i)].algo, be.workspace(), be.workspace_bytes(), be.stream());
+                            &candidates[static_cast<size_t>(i)].algo, be.workspace(), be.workspace_bytes(),
+                            be.stream());
     };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that fails to launch is skipped
     MT_CUDA_CHECK(cudaEventRecord(ev.start, be.stream()));
@@ -265,9 +270,8 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
         cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
     MT_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-    MT_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                             c_in ? &al_c_in : &al_c, sizeof(al_c)));
+    MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                         c_in ? &al_c_in : &al_c, sizeof(al_c)));
     MT_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
     const int want = be.gemm_autotune() ? be.gemm_tune_candidates() : 1;
@@ -276,20 +280,20 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
     const cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(be.lt(), desc.d, la.l, lb.l, lc.l, lc.l, pref.p, want, results.data(), &found);
     results.resize(st == CUBLAS_STATUS_SUCCESS ? static_cast<size_t>(std::max(found, 0)) : 0);
-    results.erase(std::remove_if(results.begin(), results.end(),
-                                 [](const cublasLtMatmulHeuristicResult_t& r) { return r.state != CUBLAS_STATUS_SUCCESS; }),
-                  results.end());
+    results.erase(
+        std::remove_if(results.begin(), results.end(),
+                       [](const cublasLtMatmulHeuristicResult_t& r) { return r.state != CUBLAS_STATUS_SUCCESS; }),
+        results.end());
     if (results.empty()) {
       if (allow_unsupported) return false;
       throw_error("cuBLASLt has no algorithm for ", a.t->describe(), ta ? "^T" : "", " @ ", b.t->describe(),
                   tb ? "^T" : "", " -> ", c.describe(), " (m=", m, " n=", n, " k=", k,
-                  ", epilogue=", static_cast<int>(epilogue), ", status ", static_cast<int>(st), ", found ", found,
-                  ")");
+                  ", epilogue=", static_cast<int>(epilogue), ", status ", static_cast<int>(st), ", found ", found, ")");
     }
-    const cublasLtMatmulAlgo_t algo =
-        results.size() == 1 ? results[0].algo
-                            : fastest_algo(be, results, desc.d, &alpha, pa, la.l, pb, lb.l, beta, pc, lc.l,
-                                           static_cast<size_t>(m * n * dtype_size(cd)));
+    const cublasLtMatmulAlgo_t algo = results.size() == 1
+                                          ? results[0].algo
+                                          : fastest_algo(be, results, desc.d, &alpha, pa, la.l, pb, lb.l, beta, pc,
+                                                         lc.l, static_cast<size_t>(m * n * dtype_size(cd)));
     it = cache.emplace(key, algo).first;
   }
   MT_CUBLAS_CHECK(cublasLtMatmul(be.lt(), desc.d, &alpha, pa, la.l, pb, lb.l, &beta, pc_in, lc.l, pc, lc.l, &it->second,
@@ -297,11 +301,10 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
   return true;
 }
 
-void launch_bias_add(CudaBackend& be, const Tensor* src, const Tensor& bias, Tensor& dst, int64_t rows,
-                     int64_t cols) {
+void launch_bias_add(CudaBackend& be, const Tensor* src, const Tensor& bias, Tensor& dst, int64_t rows, int64_t cols) {
   bias_add_kernel<<<grid_for(rows * cols, kThreads), kThreads, 0, be.stream()>>>(
-      src ? src->data() : nullptr, src ? src->dtype() : DType::kF32, bias.data(), bias.dtype(), dst.data(),
-      dst.dtype(), rows, cols);
+      src ? src->data() : nullptr, src ? src->dtype() : DType::kF32, bias.data(), bias.dtype(), dst.data(), dst.dtype(),
+      rows, cols);
   MT_CUDA_LAUNCH_CHECK();
 }
 
@@ -410,8 +413,8 @@ LinearOperands linear_operands(const Tensor& x, const Tensor& w) {
 // reduction at 124M and 1.3B shapes (bench/results/2026-11-23.md, "the residual add in the
 // row-parallel GEMM").
 // GradWrite::kOverwrite: beta = 0, so the GEMM does not read dw.
-void weight_grads(CudaBackend& be, GemmAlgoCache& cache, const Operand& dy, const Operand& x, Tensor& dw,
-                  Tensor& dbias, GradWrite write) {
+void weight_grads(CudaBackend& be, GemmAlgoCache& cache, const Operand& dy, const Operand& x, Tensor& dw, Tensor& dbias,
+                  GradWrite write) {
   gemm(be, cache, dy, true, x, false, dw, 1.0f, write == GradWrite::kAccumulate ? 1.0f : 0.0f, nullptr);
   if (dbias.defined()) be.bias_grad(*dy.t, dbias, write);
 }
@@ -435,16 +438,15 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
     MT_CHECK_EQ(bias.numel(), out) << "linear bias " << bias.describe();
   }
   // y[n, out] = x[n, in] @ w[out, in]^T (+ bias)
-  gemm(*this, gemm_algos_, xv, false, Operand{&w, out, in}, true, y, 1.0f, 0.0f,
-       bias.defined() ? &bias : nullptr);
+  gemm(*this, gemm_algos_, xv, false, Operand{&w, out, in}, true, y, 1.0f, 0.0f, bias.defined() ? &bias : nullptr);
 }
 
 // One GEMM with C = residual (beta = 1) and D = y, the bias in the epilogue, when cuBLASLt takes
 // it (16-bit or fp32 throughout, the bias of y's dtype and epilogue-aligned); otherwise the
 // product in fp32 and the CPU's bias-dropout-add arithmetic. Either way one rounding to y's
 // dtype; cuBLASLt's order of the two fp32 additions is its own (within an fp32 ulp of the CPU's).
-void CudaBackend::linear_residual_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
-                                          const Tensor& residual, Tensor& y) {
+void CudaBackend::linear_residual_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                                          Tensor& y) {
   const auto [out, in, xv] = linear_operands(x, w);
   check_float_device(y, "linear output");
   check_float_device(residual, "linear residual");
@@ -460,9 +462,9 @@ void CudaBackend::linear_residual_forward(const Tensor& x, const Tensor& w, cons
   if (same && in > 0) {
     Epilogue ep;
     ep.bias = bias.defined() ? epilogue_bias(*this, bias) : nullptr;
-    if ((!bias.defined() || ep.bias) && lt_matmul(*this, gemm_algos_, xv, false, Operand{&w, out, in}, true, y,
-                                                  xv.rows, out, in, 1.0f, 1.0f, ep, /*allow_unsupported=*/true,
-                                                  residual.data())) {
+    if ((!bias.defined() || ep.bias) &&
+        lt_matmul(*this, gemm_algos_, xv, false, Operand{&w, out, in}, true, y, xv.rows, out, in, 1.0f, 1.0f, ep,
+                  /*allow_unsupported=*/true, residual.data())) {
       return;
     }
   }
@@ -521,8 +523,8 @@ void CudaBackend::linear_gelu_forward(const Tensor& x, const Tensor& w, const Te
     ep.gelu = true;
     ep.aux = pre.data();
     ep.bias = bias.defined() ? epilogue_bias(*this, bias) : nullptr;
-    if ((!bias.defined() || ep.bias) && lt_matmul(*this, gemm_algos_, xv, false, Operand{&w, out, in}, true, y,
-                                                  xv.rows, out, in, 1.0f, 0.0f, ep, /*allow_unsupported=*/true)) {
+    if ((!bias.defined() || ep.bias) && lt_matmul(*this, gemm_algos_, xv, false, Operand{&w, out, in}, true, y, xv.rows,
+                                                  out, in, 1.0f, 0.0f, ep, /*allow_unsupported=*/true)) {
       return;
     }
   }

@@ -33,8 +33,8 @@ constexpr int64_t kStageBytes = 112 * 1024;
 // hardware exp2 (ex2.approx: ~2 ulp): 3 instructions where expf takes ~8, and the loss kernels
 // do two exponentials per logit. Relative error <= 1.2e-7 |l - c| + 2.4e-7 (the product's
 // rounding, then ex2.approx's 2 ulp): < 1e-6 where exp(l - c) > 4e-3, and the larger relative
-// errors of smaller terms are tiny in absolute terms (tests/backend/cuda/cuda_loss_test.cpp). An empty row (c = -inf: every logit -inf)
-// gives 0 for every term rather than 2^NaN.
+// errors of smaller terms are tiny in absolute terms (tests/backend/cuda/cuda_loss_test.cpp). An empty row (c = -inf:
+// every logit -inf) gives 0 for every term rather than 2^NaN.
 __device__ __forceinline__ float exp_shifted(float l, float c) {
   const float z = __fmul_rn(__fsub_rn(l, c == -INFINITY ? 0.0f : c), 1.4426950408889634f);
   float y;
@@ -58,8 +58,7 @@ __device__ __forceinline__ float logit_grad(float l, float lse, bool is_label, f
 // The generic backward (dlogits of another dtype than the logits): one block per row,
 // dlogits[row, v] = (exp(logits[row, v] - lse[row]) - [v == label]) * dlosses[row].
 __global__ void cross_entropy_backward_kernel(const void* logits, DType ldt, const int32_t* labels, const float* lse,
-                                              const float* dlosses, void* dlogits, DType ddt, int64_t vocab,
-                                              bool vec) {
+                                              const float* dlosses, void* dlogits, DType ddt, int64_t vocab, bool vec) {
   const int64_t row = blockIdx.x;
   const void* lrow = element_ptr(logits, ldt, row * vocab);
   void* drow = element_ptr(dlogits, ddt, row * vocab);
@@ -244,8 +243,8 @@ __global__ void __launch_bounds__(kForwardThreads)
 // reads a chunk and then writes the same chunk, so dlogits may alias logits.
 template <class T, bool kVec>
 __global__ void __launch_bounds__(kBackwardThreads)
-    cross_entropy_backward_typed_kernel(const T* logits, const int32_t* labels, const float* lse,
-                                        const float* dlosses, T* dlogits, int64_t vocab) {
+    cross_entropy_backward_typed_kernel(const T* logits, const int32_t* labels, const float* lse, const float* dlosses,
+                                        T* dlogits, int64_t vocab) {
   constexpr int W = kVecWidth<T>;
   const int64_t row = blockIdx.x;
   const T* lrow = logits + row * vocab;
@@ -327,8 +326,7 @@ std::pair<int64_t, int64_t> check_loss(const Tensor& logits, const Tensor& label
   MT_CHECK(labels.dtype() == DType::kI32) << "cross_entropy labels " << labels.describe() << " must be int32";
   MT_CHECK(labels.numel() == n) << "cross_entropy labels " << labels.describe() << " for " << n << " rows";
   check_device(per_row, what);
-  MT_CHECK(per_row.dtype() == DType::kF32) << "cross_entropy " << what << " " << per_row.describe()
-                                           << " must be fp32";
+  MT_CHECK(per_row.dtype() == DType::kF32) << "cross_entropy " << what << " " << per_row.describe() << " must be fp32";
   MT_CHECK(per_row.numel() == n) << "cross_entropy " << what << " " << per_row.describe() << " for " << n << " rows";
   MT_CHECK(n <= std::numeric_limits<int32_t>::max()) << "cross_entropy: " << n << " rows exceed the grid";
   return {n, vocab};
@@ -370,8 +368,8 @@ int64_t stage_bytes(int64_t vocab) {
 // host-side attribute, always the same value, so concurrent launches cannot race on it).
 template <class Kernel>
 void opt_in(Kernel kernel) {
-  MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(kStageBytes)));
+  MT_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStageBytes)));
 }
 
 // Picks the variant make(kVec, kStage) (std::bool_constant arguments) of a row kernel over
@@ -445,14 +443,13 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& lab
   }
   const bool vec = cuda::rows_aligned(logits, vocab) && cuda::rows_aligned(dlogits, vocab);
   cuda::cross_entropy_backward_kernel<<<static_cast<unsigned>(n), cuda::kBackwardThreads, 0, stream()>>>(
-      logits.data(), logits.dtype(), static_cast<const int32_t*>(labels.data()),
-      static_cast<const float*>(lse.data()), static_cast<const float*>(dlosses.data()), dlogits.data(),
-      dlogits.dtype(), vocab, vec);
+      logits.data(), logits.dtype(), static_cast<const int32_t*>(labels.data()), static_cast<const float*>(lse.data()),
+      static_cast<const float*>(dlosses.data()), dlogits.data(), dlogits.dtype(), vocab, vec);
   MT_CUDA_LAUNCH_CHECK();
 }
 
-void CudaBackend::cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses,
-                                      Tensor& losses, Tensor& lse, Tensor& dlogits) {
+void CudaBackend::cross_entropy_fused(const Tensor& logits, const Tensor& labels, const Tensor& dlosses, Tensor& losses,
+                                      Tensor& lse, Tensor& dlogits) {
   const auto [rows, cols] = cuda::check_loss(logits, labels, losses, "losses");
   const int64_t n = rows, vocab = cols;
   cuda::check_row_values(lse, n, "cross_entropy lse");

@@ -241,8 +241,8 @@ __global__ void __launch_bounds__(512)
         }
       }
     }
-    const float var = row_sum2(make_float2(sq, 0.0f), red + kLnMaxWarpsPerRow, wpr, warp, wig, group_sync).x /
-                      static_cast<float>(h);
+    const float var =
+        row_sum2(make_float2(sq, 0.0f), red + kLnMaxWarpsPerRow, wpr, warp, wig, group_sync).x / static_cast<float>(h);
     const float s = 1.0f / sqrtf(var + eps);
     if (active) {
       T* orow = out + row * h;
@@ -272,12 +272,11 @@ __global__ void __launch_bounds__(512)
 }
 
 // Forward, one warp per row (h <= 32 * kLnWarpMaxChunks * W elements, gamma and beta of the
-// activations' dtype; kVec as in the row-group kernel, the same bits either way): each lane holds chunks lane, lane + 32, ... (up
-// to 24 independent 16-byte loads in flight per thread) and the row sums are warp butterflies
-// only. The row-group kernel above splits such rows over several warps joined by block-wide
-// reductions and ran at a third of HBM bandwidth at GPT sizes (8192 rows of 2048: ~60 us for
-// 67 MB). gamma and beta are re-read per row (L1 hits) instead of being held in registers.
-// 12 chunks (48 registers of raw row) take 2.7B's h = 2560 (10 chunks), which the row-group
+// activations' dtype; kVec as in the row-group kernel, the same bits either way): each lane holds chunks lane, lane +
+// 32, ... (up to 24 independent 16-byte loads in flight per thread) and the row sums are warp butterflies only. The
+// row-group kernel above splits such rows over several warps joined by block-wide reductions and ran at a third of HBM
+// bandwidth at GPT sizes (8192 rows of 2048: ~60 us for 67 MB). gamma and beta are re-read per row (L1 hits) instead of
+// being held in registers. 12 chunks (48 registers of raw row) take 2.7B's h = 2560 (10 chunks), which the row-group
 // kernel ran at ~40% of HBM bandwidth (4.64 ms per step, 65 calls). 24 chunks (96 registers)
 // take the 13B's h = 5120 (20 chunks): the row-group kernel ran 2048 x 5120 at 1.25 TB/s of the
 // H200's 4.8 (bench/results/2026-11-28.md, "what the DP step and the h = 5120 layers spend"). kRms:
@@ -300,8 +299,7 @@ __global__ void __launch_bounds__(256)
   constexpr int W = kVecWidth<T>;
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5);
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); row < n;
-       row += warps) {
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); row < n; row += warps) {
     const T* xr = x + row * h;
     uint4 raw[K];
 #pragma unroll
@@ -446,7 +444,7 @@ __global__ void __launch_bounds__(512)
       if constexpr (kColsum) ao[k][e] = 0.0f;
     }
   }
-  auto gamma_of = [&](int k, int64_t c0, float (&g)[W]) {
+  auto gamma_of = [&](int k, int64_t c0, float(&g)[W]) {
     if constexpr (kHoldGamma) {
 #pragma unroll
       for (int e = 0; e < W; ++e) g[e] = gh[k][e];
@@ -493,7 +491,8 @@ __global__ void __launch_bounds__(512)
       }
     }
     const float2 tot = row_sum2(make_float2(sum_g, sum_gx), red, wpr, warp, wig, group_sync);
-    const float mean_g = tot.x / static_cast<float>(h), mean_gx = tot.y / static_cast<float>(h);  // mean_g unused for kRms
+    const float mean_g = tot.x / static_cast<float>(h),
+                mean_gx = tot.y / static_cast<float>(h);  // mean_g unused for kRms
     if (active) {
       T* dxr = dx + row * h;
 #pragma unroll
@@ -660,9 +659,9 @@ __global__ void layernorm_forward_kernel(const void* x, DType xdt, const void* g
 // sums are added in order r = 0, 1, ... into partial_g/partial_b[chunk * h + column].
 // kRms: xhat = x rstd, no partial_b (mean and partial_b null).
 template <bool kRms = false>
-__global__ void layernorm_param_partials_kernel(const void* dy, DType dydt, const void* x, DType xdt,
-                                                const float* mean, const float* rstd, int64_t n, int64_t h,
-                                                float* partial_g, float* partial_b) {
+__global__ void layernorm_param_partials_kernel(const void* dy, DType dydt, const void* x, DType xdt, const float* mean,
+                                                const float* rstd, int64_t n, int64_t h, float* partial_g,
+                                                float* partial_b) {
   __shared__ float sg[kTileRows][kTileCols + 1];
   __shared__ float sb[kTileRows][kTileCols + 1];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kTileCols + threadIdx.x;
@@ -710,9 +709,9 @@ struct ColSum {
   bool accumulate = false;
 };
 template <bool kRms = false>
-__global__ void layernorm_param_reduce_kernel(const float* partial_g, const float* partial_b, int64_t chunks,
-                                              int64_t h, void* dgamma, DType dgdt, void* dbeta, DType dbdt,
-                                              bool accumulate, ColSum col) {
+__global__ void layernorm_param_reduce_kernel(const float* partial_g, const float* partial_b, int64_t chunks, int64_t h,
+                                              void* dgamma, DType dgdt, void* dbeta, DType dbdt, bool accumulate,
+                                              ColSum col) {
   __shared__ float sg[kReduceLanes][kReduceCols + 1];
   __shared__ float sb[kReduceLanes][kReduceCols + 1];
   __shared__ float so[kReduceLanes][kReduceCols + 1];
@@ -750,9 +749,9 @@ __global__ void layernorm_param_reduce_kernel(const float* partial_g, const floa
 // the block-wide sums) at the same j, so dx may alias dy.
 // add_dx as in layernorm_backward_rows_kernel. kRms: xhat = x rstd, no mean(g) (mean null).
 template <bool kRms = false>
-__global__ void layernorm_dx_kernel(const void* dy, DType dydt, const void* x, DType xdt, const void* gamma,
-                                    DType gdt, const float* mean, const float* rstd, void* dx, DType dxdt,
-                                    bool add_dx, int64_t h) {
+__global__ void layernorm_dx_kernel(const void* dy, DType dydt, const void* x, DType xdt, const void* gamma, DType gdt,
+                                    const float* mean, const float* rstd, void* dx, DType dxdt, bool add_dx,
+                                    int64_t h) {
   __shared__ float buf[32];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * h;
   const float m = kRms ? 0.0f : mean[blockIdx.x], s = rstd[blockIdx.x];
@@ -811,8 +810,8 @@ __global__ void embedding_keys_kernel(const int32_t* ids, int64_t b, int64_t s, 
 
 // Block (i, column chunk): if sorted entry i starts a run of equal ids, adds the run's rows of
 // dout (ascending row order) into dwte[id] for its columns (dwte: the word or position table).
-__global__ void embedding_dwte_kernel(const unsigned long long* sorted, int64_t rows, int64_t vocab,
-                                      const void* dout, DType ddt, void* dwte, DType wdt, int64_t h) {
+__global__ void embedding_dwte_kernel(const unsigned long long* sorted, int64_t rows, int64_t vocab, const void* dout,
+                                      DType ddt, void* dwte, DType wdt, int64_t h) {
   const int64_t i = blockIdx.x;
   const unsigned long long r = static_cast<unsigned long long>(rows);
   const unsigned long long token = sorted[i] / r;
@@ -933,10 +932,17 @@ LnConfig ln_config(int64_t h) {
 template <class T, class F>
 void dispatch_chunks(int k, F&& f) {
   switch (k) {
-    case 1: f(std::integral_constant<int, 1>{}); return;
-    case 2: f(std::integral_constant<int, 2>{}); return;
-    case 3: f(std::integral_constant<int, 3>{}); return;
-    default: break;
+    case 1:
+      f(std::integral_constant<int, 1>{});
+      return;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      return;
+    case 3:
+      f(std::integral_constant<int, 3>{});
+      return;
+    default:
+      break;
   }
   if constexpr (kLnMaxChunks<T> >= 4) {
     if (k == 4) return f(std::integral_constant<int, 4>{});
@@ -1004,8 +1010,8 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
   const int64_t h = x.dim(-1);
   const int64_t n = cuda::rows_of(x, h, "layernorm x");
   MT_CHECK(gamma.numel() == h && (rms ? !beta.defined() : beta.numel() == h))
-      << (rms ? "rmsnorm" : "layernorm") << " gamma " << gamma.describe() << ", beta " << beta.describe()
-      << " for x " << x.describe() << (rms ? " (RMSNorm has no beta)" : "");
+      << (rms ? "rmsnorm" : "layernorm") << " gamma " << gamma.describe() << ", beta " << beta.describe() << " for x "
+      << x.describe() << (rms ? " (RMSNorm has no beta)" : "");
   MT_CHECK(out.numel() == x.numel()) << "layernorm out " << out.describe() << " for x " << x.describe();
   MT_CHECK((rms || mean.numel() == n) && rstd.numel() == n)
       << "layernorm mean " << mean.describe() << ", rstd " << rstd.describe() << " for " << n << " rows";
@@ -1082,8 +1088,7 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
   const size_t smem = cache_row ? row_bytes : 32 * sizeof(float);
   auto kernel = rms ? cuda::layernorm_forward_kernel<true> : cuda::layernorm_forward_kernel<false>;
   if (smem > 48 * 1024) {
-    MT_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
   kernel<<<static_cast<unsigned>(n), cuda::row_threads(h), smem, stream()>>>(
       x.data(), x.dtype(), gamma.data(), gamma.dtype(), bp, bdt, out.data(), out.dtype(), mp,
@@ -1128,13 +1133,14 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
     MT_CHECK(colsum && dz) << "layernorm backward with dropout needs dz and its column sums";
     cuda::check_device_float(*dz, "layernorm dz");
     MT_CHECK(dz->numel() == x.numel() && dz->dtype() == dx.dtype() && !overlaps(*dz, dx) && !overlaps(*dz, dy))
-        << "layernorm dz " << dz->describe() << " for dx " << dx.describe() << " (same shape and dtype, its own memory)";
+        << "layernorm dz " << dz->describe() << " for dx " << dx.describe()
+        << " (same shape and dtype, its own memory)";
   }
   MT_CHECK((rms || mean.numel() == n) && rstd.numel() == n) << "layernorm mean/rstd for " << n << " rows";
   MT_CHECK(n <= std::numeric_limits<int32_t>::max()) << "layernorm: " << n << " rows exceed the grid";
   const bool add_dx = dx_write == GradWrite::kAccumulate;
-  MT_CHECK(!add_dx || !overlaps(dx, dy))
-      << "layernorm backward adding into dx: dx " << dx.describe() << " must not alias dy";
+  MT_CHECK(!add_dx || !overlaps(dx, dy)) << "layernorm backward adding into dx: dx " << dx.describe()
+                                         << " must not alias dy";
   const bool accumulate = write == GradWrite::kAccumulate;
   if (n == 0) {
     if (!accumulate) {
@@ -1188,8 +1194,8 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
             if (in_kernel && dropout) {
               kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, true, true, R>
                            : cuda::layernorm_backward_rows_kernel<T, K, false, true, true, R>;
-              drop = {dz->data(), dropout->seed,    dropout->stream,
-                      dropout->offset, dropout->p, dropout->offset % 4 == 0 && h % 4 == 0 && dropout->p > 0.0f,
+              drop = {dz->data(),         dropout->seed, dropout->stream,
+                      dropout->offset,    dropout->p,    dropout->offset % 4 == 0 && h % 4 == 0 && dropout->p > 0.0f,
                       dropout->stream_add};
             } else if (in_kernel) {
               kernel = vec ? cuda::layernorm_backward_rows_kernel<T, K, true, true, false, R>
@@ -1242,15 +1248,15 @@ bool layernorm_backward_launch(CudaBackend& be, const Tensor& dy, const Tensor& 
 }  // namespace
 
 void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                     const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                                     GradWrite write, GradWrite dx_write) {
+                                     const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta, GradWrite write,
+                                     GradWrite dx_write) {
   layernorm_backward_launch(*this, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write, nullptr,
                             GradWrite::kOverwrite);
 }
 
-void CudaBackend::layernorm_backward_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                                            const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma,
-                                            Tensor& dbeta, Tensor& dx_colsum, GradWrite write, GradWrite dx_write,
+void CudaBackend::layernorm_backward_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                            const Tensor& rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                                            Tensor& dx_colsum, GradWrite write, GradWrite dx_write,
                                             GradWrite colsum_write) {
   if (!layernorm_backward_launch(*this, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write, &dx_colsum,
                                  colsum_write)) {
@@ -1259,10 +1265,10 @@ void CudaBackend::layernorm_backward_colsum(const Tensor& dy, const Tensor& x, c
 }
 
 void CudaBackend::layernorm_backward_dropout_colsum(const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                                                    const Tensor& mean, const Tensor& rstd, Tensor& dx,
-                                                    Tensor& dgamma, Tensor& dbeta, Tensor& dz, Tensor& dz_colsum,
-                                                    const DropoutParams& dropout, GradWrite write,
-                                                    GradWrite dx_write, GradWrite colsum_write) {
+                                                    const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma,
+                                                    Tensor& dbeta, Tensor& dz, Tensor& dz_colsum,
+                                                    const DropoutParams& dropout, GradWrite write, GradWrite dx_write,
+                                                    GradWrite colsum_write) {
   if (!layernorm_backward_launch(*this, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, dx_write, &dz_colsum,
                                  colsum_write, &dropout, &dz)) {
     dropout_backward(dx, dz, dropout);
@@ -1291,7 +1297,8 @@ void scatter_add_rows(const int32_t* ids, int64_t b, int64_t s, int64_t n_ids, c
   const int64_t rows = s * b, h = dst.dim(1);
   const unsigned threads = 256;
   const unsigned col_blocks = static_cast<unsigned>((h + threads - 1) / threads);
-  const unsigned long long max_key = static_cast<unsigned long long>(n_ids + 1) * static_cast<unsigned long long>(rows) - 1;
+  const unsigned long long max_key =
+      static_cast<unsigned long long>(n_ids + 1) * static_cast<unsigned long long>(rows) - 1;
   int end_bit = 1;
   while (end_bit < 64 && (max_key >> end_bit) != 0) ++end_bit;
   cuda::StreamBuffer keys(2 * static_cast<size_t>(rows) * sizeof(unsigned long long), stream);
@@ -1323,16 +1330,15 @@ void CudaBackend::embedding_forward(const Tensor& tokens, const Tensor& position
       << "embedding tables wte " << wte.describe() << ", wpe " << wpe.describe();
   const int64_t b = tokens.dim(0), s = tokens.dim(1), vocab = wte.dim(0), h = wte.dim(1);
   const int32_t* pos = wpe.defined() ? device_positions(positions, b, s, wpe.dim(0)) : nullptr;
-  MT_CHECK(out.numel() == s * b * h) << "embedding out " << out.describe() << ", expected [" << s << ", " << b
-                                     << ", " << h << "]";
+  MT_CHECK(out.numel() == s * b * h) << "embedding out " << out.describe() << ", expected [" << s << ", " << b << ", "
+                                     << h << "]";
   if (s * b == 0 || h == 0) return;
   const unsigned threads = 256;
   const int64_t col_blocks = (h + threads - 1) / threads;
-  cuda::embedding_forward_kernel<<<dim3(static_cast<unsigned>(s * b), static_cast<unsigned>(col_blocks)), threads,
-                                   0, stream()>>>(static_cast<const int32_t*>(tokens.data()), pos, wte.data(),
-                                                  wte.dtype(), wpe.defined() ? wpe.data() : nullptr,
-                                                  wpe.defined() ? wpe.dtype() : wte.dtype(), out.data(), out.dtype(), b,
-                                                  s, vocab, h);
+  cuda::embedding_forward_kernel<<<dim3(static_cast<unsigned>(s * b), static_cast<unsigned>(col_blocks)), threads, 0,
+                                   stream()>>>(
+      static_cast<const int32_t*>(tokens.data()), pos, wte.data(), wte.dtype(), wpe.defined() ? wpe.data() : nullptr,
+      wpe.defined() ? wpe.dtype() : wte.dtype(), out.data(), out.dtype(), b, s, vocab, h);
   MT_CUDA_LAUNCH_CHECK();
 }
 

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_adamw.cuh"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 
 namespace megatron::backend {
@@ -166,17 +166,14 @@ void CudaBackend::adamw_update_segments(Tensor& param, const Tensor& grad, Tenso
   if (!model_copy.defined()) {
     adamw_segments_kernel<void><<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, nullptr, vec, false);
   } else if (model_copy.dtype() == DType::kBF16) {
-    adamw_segments_kernel<__nv_bfloat16>
-        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<__nv_bfloat16*>(model_copy.data()), vec,
-                                              model_vec);
+    adamw_segments_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream_>>>(
+        p, g, m, v, seg, S, n, a, static_cast<__nv_bfloat16*>(model_copy.data()), vec, model_vec);
   } else if (model_copy.dtype() == DType::kF16) {
-    adamw_segments_kernel<__half>
-        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<__half*>(model_copy.data()), vec,
-                                         model_vec);
+    adamw_segments_kernel<__half><<<grid, kThreads, 0, stream_>>>(
+        p, g, m, v, seg, S, n, a, static_cast<__half*>(model_copy.data()), vec, model_vec);
   } else {
-    adamw_segments_kernel<float>
-        <<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, static_cast<float*>(model_copy.data()), vec,
-                                         model_vec);
+    adamw_segments_kernel<float><<<grid, kThreads, 0, stream_>>>(
+        p, g, m, v, seg, S, n, a, static_cast<float*>(model_copy.data()), vec, model_vec);
   }
   MT_CUDA_LAUNCH_CHECK();
 }

@@ -235,9 +235,9 @@ void cuda_qk_norm_backward(Backend& backend, Tensor& dqkv, const Tensor& x, cons
   }
   const bool layernorm = mean.defined();
   for (const Tensor* g : {&dq_bias, &dk_bias}) {
-    MT_CHECK(layernorm ? (g->defined() && g->device() == Device::kCUDA && g->dtype() == DType::kF32 &&
-                          g->numel() == a.d)
-                       : !g->defined())
+    MT_CHECK(layernorm
+                 ? (g->defined() && g->device() == Device::kCUDA && g->dtype() == DType::kF32 && g->numel() == a.d)
+                 : !g->defined())
         << "qk norm bias gradient: " << (layernorm ? "CUDA fp32 [d] expected" : "RMSNorm has no bias");
   }
   const cudaStream_t stream = stream_of(backend, "qk_norm_backward");

@@ -30,11 +30,11 @@ constexpr int kRotaryThreads = 128;
 constexpr int kMaxHalf = 256;  // rot_dim <= 512
 
 struct RotaryArgs {
-  const float* inv_freq = nullptr;  // [half]
+  const float* inv_freq = nullptr;     // [half]
   const int32_t* positions = nullptr;  // [b, s] or null
   int64_t s = 0, b = 0;
   int64_t width = 0, group_width = 0;  // qkv row and group widths (columns)
-  int vectors_per_group = 0;            // heads / G + 1 (queries, then the key)
+  int vectors_per_group = 0;           // heads / G + 1 (queries, then the key)
   int groups = 0, head_dim = 0, half = 0;
   int64_t position_offset = 0;
   float position_scale = 1.0f;
@@ -90,12 +90,10 @@ void run_rotary(Tensor& x, const RotaryParams& p, float sign, const char* what, 
   const QkvLayout L(p.heads, p.groups(), p.head_dim);
   const int64_t r = p.rot_dim;
   MT_CHECK(r > 0 && r % 2 == 0 && r <= p.head_dim && r / 2 <= kMaxHalf)
-      << what << " rot_dim " << r << " of head_dim " << p.head_dim << " (even, <= head_dim, <= " << 2 * kMaxHalf
-      << ")";
-  MT_CHECK(x.defined() && x.device() == Device::kCUDA && is_float(x.dtype()) && x.ndim() == 3 &&
-           x.dim(2) == L.width())
-      << what << " " << x.describe() << " for " << p.heads << " heads in " << L.groups << " groups of "
-      << p.head_dim << " (a CUDA float tensor)";
+      << what << " rot_dim " << r << " of head_dim " << p.head_dim << " (even, <= head_dim, <= " << 2 * kMaxHalf << ")";
+  MT_CHECK(x.defined() && x.device() == Device::kCUDA && is_float(x.dtype()) && x.ndim() == 3 && x.dim(2) == L.width())
+      << what << " " << x.describe() << " for " << p.heads << " heads in " << L.groups << " groups of " << p.head_dim
+      << " (a CUDA float tensor)";
   MT_CHECK(p.inv_freq.defined() && p.inv_freq.device() == Device::kCUDA && p.inv_freq.dtype() == DType::kF32 &&
            p.inv_freq.numel() == r / 2)
       << "rotary inv_freq " << p.inv_freq.describe() << ": a CUDA fp32 [" << r / 2 << "] expected";
@@ -103,8 +101,8 @@ void run_rotary(Tensor& x, const RotaryParams& p, float sign, const char* what, 
   RotaryArgs a;
   if (p.positions.defined()) {
     // Their values are the caller's (ops.h): checking them would wait for the device.
-    MT_CHECK(p.positions.device() == Device::kCUDA && p.positions.dtype() == DType::kI32 &&
-             p.positions.ndim() == 2 && p.positions.dim(0) == b && p.positions.dim(1) == s)
+    MT_CHECK(p.positions.device() == Device::kCUDA && p.positions.dtype() == DType::kI32 && p.positions.ndim() == 2 &&
+             p.positions.dim(0) == b && p.positions.dim(1) == s)
         << "rotary positions " << p.positions.describe() << ", expected a CUDA int32 [" << b << ", " << s << "]";
     a.positions = static_cast<const int32_t*>(p.positions.data());
   }

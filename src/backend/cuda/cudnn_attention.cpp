@@ -495,8 +495,8 @@ cudnnDataType_t cudnn_dtype(DType d) { return d == DType::kBF16 ? CUDNN_DATA_BFL
 
 std::string key_name(const CudnnAttentionKey& k) {
   return str_cat(dtype_name(k.dtype), " b=", k.b, " s=", k.s, " heads=", k.heads,
-                 k.groups > 0 && k.groups != k.heads ? str_cat(" query_groups=", k.groups) : std::string(), " head_dim=", k.head_dim,
-                 k.dropout_bits != 0 ? str_cat(" dropout=", k.dropout_p()) : std::string(),
+                 k.groups > 0 && k.groups != k.heads ? str_cat(" query_groups=", k.groups) : std::string(),
+                 " head_dim=", k.head_dim, k.dropout_bits != 0 ? str_cat(" dropout=", k.dropout_p()) : std::string(),
                  k.deterministic ? " deterministic" : "", k.documents ? " documents" : "");
 }
 
@@ -523,15 +523,15 @@ cudnnBackendDescriptor_t add_document_bias(Graph& g, const CudnnAttentionKey& k,
 // Dims and strides of one case (see cudnn_attention.h).
 struct Layout {
   Dims4 bhsd, bhds, bhss, bhs1;
-  Dims4 gsd, gds;  // k, v as [b, G, s, d] and [b, G, d, s] (G = h without query groups)
-  Dims4 q;         // q, dq as [b, h, s, d]: inside qkv/dqkv for G = h, else the packed buffers
-  Dims4 qkv;       // k, v, dk, dv as [b, G, s, d] inside qkv/dqkv
-  Dims4 qkv_t;     // k, v as [b, G, d, s]
-  Dims4 o;         // o, do as [b, h, s, d]
-  Dims4 scores;    // [b, h, s, s] row-major
-  Dims4 scores_t;  // the same storage as [b, h, s_kv, s_q]
-  Dims4 rows;      // [b, h, s, 1]
-  Dims4 packed;    // [b, h, s, d] row-major (fp32 intermediates, the grouped dK/dV per query head)
+  Dims4 gsd, gds;                      // k, v as [b, G, s, d] and [b, G, d, s] (G = h without query groups)
+  Dims4 q;                             // q, dq as [b, h, s, d]: inside qkv/dqkv for G = h, else the packed buffers
+  Dims4 qkv;                           // k, v, dk, dv as [b, G, s, d] inside qkv/dqkv
+  Dims4 qkv_t;                         // k, v as [b, G, d, s]
+  Dims4 o;                             // o, do as [b, h, s, d]
+  Dims4 scores;                        // [b, h, s, s] row-major
+  Dims4 scores_t;                      // the same storage as [b, h, s_kv, s_q]
+  Dims4 rows;                          // [b, h, s, 1]
+  Dims4 packed;                        // [b, h, s, d] row-major (fp32 intermediates, the grouped dK/dV per query head)
   int64_t k_offset = 0, v_offset = 0;  // elements from the start of a qkv row
 
   explicit Layout(const CudnnAttentionKey& k) {
@@ -997,7 +997,6 @@ CudnnAttentionKey make_key(DType dtype, int64_t s, int64_t b, const AttentionPar
 const int32_t* key_start_of(const AttentionParams& p) {
   return p.key_start.defined() ? static_cast<const int32_t*>(p.key_start.data()) : nullptr;
 }
-
 
 }  // namespace
 

@@ -63,8 +63,8 @@
 #include <string>
 #include <tuple>
 
-#include "core/dtype.h"
 #include "backend/ops.h"
+#include "core/dtype.h"
 #include "core/tensor.h"
 
 namespace megatron::backend {
@@ -98,8 +98,7 @@ struct CudnnAttentionKey {
 // bias[bi, i, j] = 0 where key j is in query i's document (j >= key_start[bi, i]), else the
 // lowest finite value of `dtype` (bf16/fp16): device int32 key_start [b, s], bias [b, s, s],
 // written in stream order (cuda_attention.cu).
-void write_document_bias(const int32_t* key_start, int64_t b, int64_t s, DType dtype, void* bias,
-                         cudaStream_t stream);
+void write_document_bias(const int32_t* key_start, int64_t b, int64_t s, DType dtype, void* bias, cudaStream_t stream);
 
 // Query groups on cuDNN (cuda_attention.cu), in stream order, 16-bit `dtype` elements:
 // q[s, b, heads, d] (packed) = the query columns of qkv[s, b, G * (heads/G + 2) * d], and back:

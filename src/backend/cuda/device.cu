@@ -25,8 +25,8 @@ std::string describe_cuda_devices() {
     cudaDeviceProp prop{};
     MT_CUDA_CHECK(cudaGetDeviceProperties(&prop, i));
     char line[512];
-    std::snprintf(line, sizeof(line), "cuda:%d %s, sm_%d%d, %.1f GiB, %d SMs\n", i, prop.name, prop.major,
-                  prop.minor, static_cast<double>(prop.totalGlobalMem) / (1 << 30), prop.multiProcessorCount);
+    std::snprintf(line, sizeof(line), "cuda:%d %s, sm_%d%d, %.1f GiB, %d SMs\n", i, prop.name, prop.major, prop.minor,
+                  static_cast<double>(prop.totalGlobalMem) / (1 << 30), prop.multiProcessorCount);
     out += line;
   }
   return out;

@@ -10,11 +10,10 @@
 // H100 (+0.4-0.8% at 124M-2.7B on two machines; the forward GEMMs x W^T by ~8%, e.g. 1.3B's
 // FC1 750 -> 809 TFLOP/s: bench/results/2026-11-23.md, "autotuning by default"). It can pick
 // different algorithms in two runs (timing noise), and algorithms differ in summation order, so
-// --deterministic-mode turns it off. A problem first seen with beta != 0 is timed into a temporary of C's size (cudaMalloc,
-// outside the memory plan, freed at once); the engine's first call of each weight-gradient
-// problem overwrites (beta = 0), so only the residual-add GEMMs take one (n x h, 16-bit); where
-// the device has no room for it, that problem keeps the heuristic's choice.
-// Initial value from the environment when the backend is constructed:
+// --deterministic-mode turns it off. A problem first seen with beta != 0 is timed into a temporary of C's size
+// (cudaMalloc, outside the memory plan, freed at once); the engine's first call of each weight-gradient problem
+// overwrites (beta = 0), so only the residual-add GEMMs take one (n x h, 16-bit); where the device has no room for it,
+// that problem keeps the heuristic's choice. Initial value from the environment when the backend is constructed:
 //   MEGATRON_GEMM_AUTOTUNE=0 | 1   (unset: 1)
 //   MEGATRON_GEMM_TUNE_CANDIDATES=K  how many of the heuristic's candidates are timed (1-64,
 //                                    unset: 32; 350M step A/B on the H100, three interleaved

@@ -89,13 +89,13 @@ class NvmlSampler final : public TelemetrySampler {
       unsigned clock = 0, milliwatts = 0;
       unsigned long long reasons = 0;
       if (nvml_->clock(device_, kNvmlClockSm, &clock) == kNvmlSuccess &&
-          nvml_->power(device_, &milliwatts) == kNvmlSuccess &&
-          nvml_->reasons(device_, &reasons) == kNvmlSuccess) {
+          nvml_->power(device_, &milliwatts) == kNvmlSuccess && nvml_->reasons(device_, &reasons) == kNvmlSuccess) {
         s.sm_clock_mhz = clock;
         s.power_w = milliwatts / 1000.0;
         s.reasons = reasons;
         unsigned celsius = 0;
-        if (nvml_->temperature != nullptr && nvml_->temperature(device_, kNvmlTemperatureGpu, &celsius) == kNvmlSuccess) {
+        if (nvml_->temperature != nullptr &&
+            nvml_->temperature(device_, kNvmlTemperatureGpu, &celsius) == kNvmlSuccess) {
           s.temperature_c = celsius;
         }
         NvmlUtilization busy{0, 0};
@@ -142,7 +142,8 @@ std::unique_ptr<TelemetrySampler> start_telemetry(int cuda_device, int period_ms
   resolve(lib, "nvmlErrorString", &nvml->error_string);
   int (*init)() = nullptr;
   if (!resolve(lib, "nvmlInit_v2", &init) || !resolve(lib, "nvmlDeviceGetHandleByPciBusId_v2", &nvml->by_pci_bus_id) ||
-      !resolve(lib, "nvmlDeviceGetClockInfo", &nvml->clock) || !resolve(lib, "nvmlDeviceGetMaxClockInfo", &nvml->max_clock) ||
+      !resolve(lib, "nvmlDeviceGetClockInfo", &nvml->clock) ||
+      !resolve(lib, "nvmlDeviceGetMaxClockInfo", &nvml->max_clock) ||
       !resolve(lib, "nvmlDeviceGetPowerUsage", &nvml->power) ||
       !resolve(lib, "nvmlDeviceGetEnforcedPowerLimit", &nvml->power_limit) ||
       !(resolve(lib, "nvmlDeviceGetCurrentClocksEventReasons", &nvml->reasons) ||
@@ -169,7 +170,8 @@ std::unique_ptr<TelemetrySampler> start_telemetry(int cuda_device, int period_ms
   if (const int rc = nvml->power_limit(device, &limit_mw); rc != kNvmlSuccess) {
     return fail(nvml->why("nvmlDeviceGetEnforcedPowerLimit", rc));
   }
-  if (const int rc = nvml->power(device, &probe); rc != kNvmlSuccess) return fail(nvml->why("nvmlDeviceGetPowerUsage", rc));
+  if (const int rc = nvml->power(device, &probe); rc != kNvmlSuccess)
+    return fail(nvml->why("nvmlDeviceGetPowerUsage", rc));
   if (const int rc = nvml->reasons(device, &reasons); rc != kNvmlSuccess) {
     return fail(nvml->why("nvmlDeviceGetCurrentClocksEventReasons", rc));
   }

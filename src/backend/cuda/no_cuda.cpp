@@ -60,8 +60,8 @@ void cuda_qk_norm_forward(Backend&, Tensor&, const Tensor&, const Tensor&, const
                           Tensor&, Tensor&, const QkNormParams&) {
   throw_error("qk_norm_forward: this build of megatron has no CUDA backend");
 }
-void cuda_qk_norm_backward(Backend&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                           const Tensor&, Tensor&, Tensor&, Tensor&, Tensor&, const QkNormParams&, GradWrite) {
+void cuda_qk_norm_backward(Backend&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                           Tensor&, Tensor&, Tensor&, Tensor&, const QkNormParams&, GradWrite) {
   throw_error("qk_norm_backward: this build of megatron has no CUDA backend");
 }
 

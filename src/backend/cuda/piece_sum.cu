@@ -44,14 +44,14 @@ unsigned blocks_for(int64_t work) {
 
 void sum_pieces_f32(const float* in, float* out, int64_t pieces, int64_t stride, int64_t n, float scale,
                     cudaStream_t stream) {
-  MT_CHECK(pieces >= 1 && n >= 0 && n <= stride) << "sum_pieces_f32(pieces " << pieces << ", stride " << stride
-                                                 << ", n " << n << ")";
+  MT_CHECK(pieces >= 1 && n >= 0 && n <= stride)
+      << "sum_pieces_f32(pieces " << pieces << ", stride " << stride << ", n " << n << ")";
   if (n == 0) return;
   const bool aligned = reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
   if (aligned && stride % 4 == 0 && n % 4 == 0) {
     sum_pieces_vec4<<<blocks_for(n / 4), kThreads, 0, stream>>>(reinterpret_cast<const float4*>(in),
-                                                                 reinterpret_cast<float4*>(out), static_cast<int>(pieces),
-                                                                 stride / 4, n / 4, scale);
+                                                                reinterpret_cast<float4*>(out),
+                                                                static_cast<int>(pieces), stride / 4, n / 4, scale);
   } else {
     sum_pieces_scalar<<<blocks_for(n), kThreads, 0, stream>>>(in, out, static_cast<int>(pieces), stride, n, scale);
   }

@@ -18,7 +18,6 @@ int64_t line_of(std::string_view text, int64_t pos) {
   return 1 + std::count(text.begin(), text.begin() + pos, '\n');
 }
 
-
 // Length of the valid UTF-8 sequence at s[i], or 0 when it is invalid.
 int utf8_length(std::string_view s, size_t i) {
   const auto b = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
@@ -136,7 +135,9 @@ class VocabParser {
   }
   char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
   void skip_space() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r')) ++pos_;
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
+      ++pos_;
   }
 
   uint32_t hex4() {
@@ -145,10 +146,14 @@ class VocabParser {
     for (int k = 0; k < 4; ++k) {
       const char c = text_[pos_ + k];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= c - '0';
-      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-      else fail(pos_, "invalid \\u escape");
+      if (c >= '0' && c <= '9')
+        v |= c - '0';
+      else if (c >= 'a' && c <= 'f')
+        v |= c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        v |= c - 'A' + 10;
+      else
+        fail(pos_, "invalid \\u escape");
     }
     pos_ += 4;
     return v;
@@ -177,14 +182,30 @@ class VocabParser {
       const char e = peek();
       ++pos_;
       switch (e) {
-        case '"': out.push_back('"'); break;
-        case '\\': out.push_back('\\'); break;
-        case '/': out.push_back('/'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
+        case '"':
+          out.push_back('"');
+          break;
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '/':
+          out.push_back('/');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
         case 'u': {
           uint32_t cp = hex4();
           // A high surrogate followed by an escaped low surrogate is one code point (Python json).
@@ -201,7 +222,8 @@ class VocabParser {
           data::append_utf8(cp, &out);
           break;
         }
-        default: fail(pos_ - 1, "invalid escape in a string");
+        default:
+          fail(pos_ - 1, "invalid escape in a string");
       }
     }
   }
@@ -237,10 +259,14 @@ bool is_python_space(uint32_t cp) {
 uint32_t decode_at(std::string_view s, size_t i, int len) {
   const auto b = [&](size_t k) { return static_cast<uint32_t>(static_cast<uint8_t>(s[k])); };
   switch (len) {
-    case 1: return b(i);
-    case 2: return ((b(i) & 0x1F) << 6) | (b(i + 1) & 0x3F);
-    case 3: return ((b(i) & 0x0F) << 12) | ((b(i + 1) & 0x3F) << 6) | (b(i + 2) & 0x3F);
-    default: return ((b(i) & 0x07) << 18) | ((b(i + 1) & 0x3F) << 12) | ((b(i + 2) & 0x3F) << 6) | (b(i + 3) & 0x3F);
+    case 1:
+      return b(i);
+    case 2:
+      return ((b(i) & 0x1F) << 6) | (b(i + 1) & 0x3F);
+    case 3:
+      return ((b(i) & 0x0F) << 12) | ((b(i + 1) & 0x3F) << 6) | (b(i + 2) & 0x3F);
+    default:
+      return ((b(i) & 0x07) << 18) | ((b(i + 1) & 0x3F) << 12) | ((b(i + 2) & 0x3F) << 6) | (b(i + 3) & 0x3F);
   }
 }
 

@@ -18,7 +18,8 @@ constexpr bool is_printable_byte(int b) { return (b >= 33 && b <= 126) || (b >= 
 constexpr std::array<uint16_t, 256> make_byte_encoder() {
   std::array<uint16_t, 256> table{};
   int n = 0;
-  for (int b = 0; b < 256; ++b) table[b] = is_printable_byte(b) ? static_cast<uint16_t>(b) : static_cast<uint16_t>(256 + n++);
+  for (int b = 0; b < 256; ++b)
+    table[b] = is_printable_byte(b) ? static_cast<uint16_t>(b) : static_cast<uint16_t>(256 + n++);
   return table;
 }
 inline constexpr std::array<uint16_t, 256> kByteEncoder = make_byte_encoder();

@@ -141,7 +141,7 @@ inline PieceKey make_key(const uint8_t* p, int64_t n, const uint8_t* text_end) {
 // a common word touches one cache line.
 class WordCache {
  public:
-  static constexpr int64_t kMaxPieceBytes = 128;  // longer pieces are not cached
+  static constexpr int64_t kMaxPieceBytes = 128;   // longer pieces are not cached
   static constexpr int64_t kMaxEntries = 1 << 18;  // then the cache starts over
   static constexpr int64_t kInitialSlots = 1 << 12;
 
@@ -201,10 +201,10 @@ class WordCache {
  private:
   static constexpr int kInlineIds = 3;
   struct Slot {
-    uint64_t w0 = 0;  // key bytes 0-7, or the hash of a piece longer than 16 bytes
-    uint64_t w1 = 0;  // key bytes 8-15, or the offset of a long piece's bytes in keys_
+    uint64_t w0 = 0;                      // key bytes 0-7, or the hash of a piece longer than 16 bytes
+    uint64_t w1 = 0;                      // key bytes 8-15, or the offset of a long piece's bytes in keys_
     int32_t ids[kInlineIds] = {0, 0, 0};  // the ids, or ids[0] = offset in ids_ when count > 3
-    uint8_t length = 0;  // piece bytes (<= kMaxPieceBytes); 0 = empty slot
+    uint8_t length = 0;                   // piece bytes (<= kMaxPieceBytes); 0 = empty slot
     uint8_t count = 0;
     uint16_t unused = 0;
   };
@@ -303,7 +303,7 @@ struct ByteLevelBpe::Impl {
   std::string vocab_source;
   uint64_t instance = 0;
   bool ignore_merges = false;
-  std::vector<int32_t> symbol_id;   // symbol -> vocab id
+  std::vector<int32_t> symbol_id;  // symbol -> vocab id
   std::array<int32_t, 256> byte_symbol{};
   std::unordered_map<std::string, int32_t> id_of_key;  // key -> vocab id
   PairTable pairs;
@@ -483,7 +483,7 @@ void ByteLevelBpe::Impl::bpe_long(const uint8_t* p, int64_t n, std::vector<int32
 }
 
 void ByteLevelBpe::Impl::encode_piece(const uint8_t* p, int64_t n, const uint8_t* text_end, WordCache& cache,
-                                          std::vector<int32_t>* scratch, std::vector<int32_t>* out) const {
+                                      std::vector<int32_t>* scratch, std::vector<int32_t>* out) const {
   if (n == 1) {
     out->push_back(symbol_id[byte_symbol[p[0]]]);
     return;

@@ -50,7 +50,8 @@ std::string GPT2BPETokenizer::decode(std::span<const int32_t> ids) const {
   std::string text;
   for (const int32_t id : ids) {
     if (!impl_->bpe->append_bytes(id, &text)) {
-      throw_error("decode: token id ", id, " is not in the vocab file ", impl_->vocab_file, " (or stands for no bytes)");
+      throw_error("decode: token id ", id, " is not in the vocab file ", impl_->vocab_file,
+                  " (or stands for no bytes)");
     }
   }
   return text;

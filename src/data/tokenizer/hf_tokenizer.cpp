@@ -198,7 +198,8 @@ void HuggingFaceTokenizer::Impl::parse_normalizer(element e) {
     step.kind = Kind::kPrepend;
     step.content = get_string(e, "prepend", str_cat(file, ": normalizer Prepend"));
   } else {
-    throw_error(file, ": normalizer \"", type, "\" is not supported yet (NFC, NFD, NFKC, NFKD, Replace, Prepend, Sequence)");
+    throw_error(file, ": normalizer \"", type,
+                "\" is not supported yet (NFC, NFD, NFKC, NFKD, Replace, Prepend, Sequence)");
   }
   normalizer.push_back(std::move(step));
 }
@@ -217,7 +218,8 @@ void HuggingFaceTokenizer::Impl::parse_pre_tokenizer(element e) {
     if (byte_level) throw_error(file, ": pre_tokenizer has two ByteLevel steps");
     byte_level = true;
     if (get_bool(e, "add_prefix_space", true)) {
-      if (!steps.empty()) throw_error(file, ": pre_tokenizer ByteLevel with add_prefix_space after a Split is not supported");
+      if (!steps.empty())
+        throw_error(file, ": pre_tokenizer ByteLevel with add_prefix_space after a Split is not supported");
       add_prefix_space = true;
     }
     PreStep step;
@@ -276,7 +278,8 @@ void HuggingFaceTokenizer::Impl::parse_post_processor(element e) {
         continue;
       }
       if (piece["SpecialToken"]["id"].get_string().get(name) != simdjson::SUCCESS) {
-        throw_error(file, ": post_processor TemplateProcessing: a \"single\" item is neither Sequence nor SpecialToken");
+        throw_error(file,
+                    ": post_processor TemplateProcessing: a \"single\" item is neither Sequence nor SpecialToken");
       }
       array ids;
       if (special[name]["ids"].get_array().get(ids) != simdjson::SUCCESS) {
@@ -322,9 +325,11 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& path) : impl_(std:
   // The model.
   element model;
   if (root["model"].get(model) != simdjson::SUCCESS) throw_error(m.file, ": no \"model\"");
-  if (field_type(model) != "BPE") throw_error(m.file, ": model \"", field_type(model), "\" is not supported (only BPE)");
+  if (field_type(model) != "BPE")
+    throw_error(m.file, ": model \"", field_type(model), "\" is not supported (only BPE)");
   if (get_bool(model, "byte_fallback", false)) {
-    throw_error(m.file, ": model BPE with byte_fallback (a SentencePiece-style vocab) is not supported; only byte-level BPE");
+    throw_error(m.file,
+                ": model BPE with byte_fallback (a SentencePiece-style vocab) is not supported; only byte-level BPE");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     std::string_view s;
@@ -337,7 +342,8 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& path) : impl_(std:
     throw_error(m.file, ": model BPE with dropout is not supported (training-time sampling)");
   }
   object vocab_obj;
-  if (model["vocab"].get_object().get(vocab_obj) != simdjson::SUCCESS) throw_error(m.file, ": model.vocab is not an object");
+  if (model["vocab"].get_object().get(vocab_obj) != simdjson::SUCCESS)
+    throw_error(m.file, ": model.vocab is not an object");
   std::vector<detail::VocabEntry> vocab;
   std::unordered_set<int32_t> ids_seen;
   for (auto [key, value] : vocab_obj) {
@@ -352,7 +358,8 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& path) : impl_(std:
     m.token_id.emplace(std::string(key), static_cast<int32_t>(id));
   }
   array merges_arr;
-  if (model["merges"].get_array().get(merges_arr) != simdjson::SUCCESS) throw_error(m.file, ": model.merges is not a list");
+  if (model["merges"].get_array().get(merges_arr) != simdjson::SUCCESS)
+    throw_error(m.file, ": model.merges is not a list");
   std::vector<detail::MergeRule> merges;
   int32_t rank = 0;
   for (element merge : merges_arr) {
@@ -369,7 +376,8 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& path) : impl_(std:
       r.second = std::string(s.substr(space + 1));
     } else {
       std::string_view a, b;
-      if (merge.at_pointer("/0").get_string().get(a) != simdjson::SUCCESS || merge.at_pointer("/1").get_string().get(b) != simdjson::SUCCESS) {
+      if (merge.at_pointer("/0").get_string().get(a) != simdjson::SUCCESS ||
+          merge.at_pointer("/1").get_string().get(b) != simdjson::SUCCESS) {
         throw_error(m.file, ": model.merges[", rank, "] is neither \"a b\" nor [\"a\", \"b\"]");
       }
       r.first = std::string(a);
@@ -439,7 +447,8 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& path) : impl_(std:
       m.prefix.clear();
       m.suffix.clear();
       auto id_of = [&](const std::optional<std::string>& t, const char* what) {
-        if (!t || m.token_id.count(*t) == 0) throw_error(p.string(), ": ", what, " is needed by ", cls, " but not a token");
+        if (!t || m.token_id.count(*t) == 0)
+          throw_error(p.string(), ": ", what, " is needed by ", cls, " but not a token");
         return m.token_id.at(*t);
       };
       if (config.add_bos_token.value_or(true)) m.prefix.push_back(id_of(bos, "bos_token"));
@@ -449,7 +458,8 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& path) : impl_(std:
   // Megatron: eos_token, else sep_token (HuggingFaceTokenizer.__init__).
   const std::optional<std::string> end = eos ? eos : sep;
   if (!end) {
-    m.eod_problem = str_cat(m.file, ": no eos_token (Megatron's end of document): put a tokenizer_config.json with "
+    m.eod_problem = str_cat(m.file,
+                            ": no eos_token (Megatron's end of document): put a tokenizer_config.json with "
                             "\"eos_token\" beside it");
   } else if (m.token_id.count(*end) == 0) {
     m.eod_problem = str_cat(config_used, ": eos_token \"", *end, "\" is not a token of ", m.file);

@@ -28,8 +28,7 @@ class RegexSplitter {
 
   // Calls on_piece(offset, length, matched) for each match (matched = true) and, when
   // keep_gaps, each non-empty gap before, between and after them (matched = false).
-  void split(std::string_view text, bool keep_gaps,
-             const std::function<void(int64_t, int64_t, bool)>& on_piece) const;
+  void split(std::string_view text, bool keep_gaps, const std::function<void(int64_t, int64_t, bool)>& on_piece) const;
 
   // `pattern` with \s and \S replaced by White_Space classes (exposed for tests).
   static std::string rewrite_whitespace(const std::string& pattern);

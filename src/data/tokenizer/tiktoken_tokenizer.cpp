@@ -60,8 +60,8 @@ struct TikTokenizer::Impl {
   std::string file;
   int64_t vocab_size = 0;
   int32_t num_special = 0;
-  std::vector<std::string> special;  // id -> text
-  std::vector<std::string> bytes;    // (id - num_special) -> bytes
+  std::vector<std::string> special;                     // id -> text
+  std::vector<std::string> bytes;                       // (id - num_special) -> bytes
   std::unordered_map<std::string_view, int32_t> id_of;  // bytes -> id (views into `bytes`)
   std::unique_ptr<detail::RegexSplitter> regex;
 
@@ -156,12 +156,15 @@ TikTokenizer::TikTokenizer(const std::string& path, const std::string& pattern, 
     int64_t rank;
     std::string_view b64;
     std::string_view str;
-    if (e.get_object().get(o) != simdjson::SUCCESS || o.size() != 3 || o["rank"].get_int64().get(rank) != simdjson::SUCCESS ||
-        o["token_bytes"].get_string().get(b64) != simdjson::SUCCESS || o["token_str"].get_string().get(str) != simdjson::SUCCESS) {
+    if (e.get_object().get(o) != simdjson::SUCCESS || o.size() != 3 ||
+        o["rank"].get_int64().get(rank) != simdjson::SUCCESS ||
+        o["token_bytes"].get_string().get(b64) != simdjson::SUCCESS ||
+        o["token_str"].get_string().get(str) != simdjson::SUCCESS) {
       throw_error(path, ": entry ", i, " is not {\"rank\": int, \"token_bytes\": base64, \"token_str\": string}");
     }
     if (rank != i) throw_error(path, ": entry ", i, " has rank ", rank, " (ranks must be 0, 1, 2, ... in order)");
-    if (!base64_decode(b64, &decoded) || decoded.empty()) throw_error(path, ": entry ", i, ": token_bytes is not base64");
+    if (!base64_decode(b64, &decoded) || decoded.empty())
+      throw_error(path, ": entry ", i, ": token_bytes is not base64");
     if (i < 256 && (decoded.size() != 1 || static_cast<uint8_t>(decoded[0]) != i)) {
       throw_error(path, ": entry ", i, " must be the single byte ", i, " (the first 256 entries are the bytes)");
     }

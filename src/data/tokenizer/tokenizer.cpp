@@ -2,8 +2,8 @@
 // (megatron/core/tokenizers/utils/build_tokenizer.py). See tokenizer.h.
 #include "data/tokenizer/tokenizer.h"
 
-#include <algorithm>
 #include <unistd.h>
+#include <algorithm>
 
 #include <filesystem>
 
@@ -44,9 +44,9 @@ auto with_flag(const std::string& flag, Make&& make) {
 }  // namespace
 
 const std::vector<std::string>& supported_tokenizer_types() {
-  static const std::vector<std::string> types = {"GPT2BPETokenizer", "SentencePieceTokenizer",
+  static const std::vector<std::string> types = {"GPT2BPETokenizer",          "SentencePieceTokenizer",
                                                  "GPTSentencePieceTokenizer", "Llama2Tokenizer",
-                                                 "HuggingFaceTokenizer", "TikTokenizer"};
+                                                 "HuggingFaceTokenizer",      "TikTokenizer"};
   return types;
 }
 

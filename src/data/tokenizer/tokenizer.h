@@ -45,13 +45,13 @@ class Tokenizer {
 
 // The tokenizer flags of Megatron (megatron/training/config/training_config.py, TokenizerConfig).
 struct TokenizerOptions {
-  std::string type = "GPT2BPETokenizer";          // --tokenizer-type
-  std::optional<std::string> vocab_file;          // --vocab-file
-  std::optional<std::string> merge_file;          // --merge-file
-  std::optional<std::string> tokenizer_model;     // --tokenizer-model
-  std::optional<int64_t> vocab_size;              // --vocab-size
-  std::optional<std::string> tiktoken_pattern;    // --tiktoken-pattern (TikTokenizer: default v2)
-  int64_t tiktoken_num_special_tokens = 1000;     // --tiktoken-num-special-tokens
+  std::string type = "GPT2BPETokenizer";        // --tokenizer-type
+  std::optional<std::string> vocab_file;        // --vocab-file
+  std::optional<std::string> merge_file;        // --merge-file
+  std::optional<std::string> tokenizer_model;   // --tokenizer-model
+  std::optional<int64_t> vocab_size;            // --vocab-size
+  std::optional<std::string> tiktoken_pattern;  // --tiktoken-pattern (TikTokenizer: default v2)
+  int64_t tiktoken_num_special_tokens = 1000;   // --tiktoken-num-special-tokens
 };
 
 // The --tokenizer-type values we build, in Megatron's spelling.

@@ -80,8 +80,7 @@ Tensor Attention::rotary_frequencies(backend::Backend& backend) const {
   return dev;
 }
 
-backend::RotaryParams Attention::rotary_params(const LayerContext& ctx, const Tensor& positions,
-                                               int64_t offset) const {
+backend::RotaryParams Attention::rotary_params(const LayerContext& ctx, const Tensor& positions, int64_t offset) const {
   backend::RotaryParams r;
   r.heads = local_heads(ctx);
   r.query_groups = local_groups(ctx);

@@ -56,7 +56,9 @@ struct Attention {
   int64_t local_width(const LayerContext& ctx) const { return local_heads(ctx) * kv_channels; }
   // The fused QKV projection's width on this rank.
   int64_t local_groups(const LayerContext& ctx) const { return groups / ctx.tp->size(); }
-  int64_t local_qkv_width(const LayerContext& ctx) const { return local_width(ctx) + 2 * local_groups(ctx) * kv_channels; }
+  int64_t local_qkv_width(const LayerContext& ctx) const {
+    return local_width(ctx) + 2 * local_groups(ctx) * kv_channels;
+  }
   // One layer's key (or value) cache for generation: [batch, G, max_context, d] fp32.
   Shape kv_cache_shape(int64_t batch, int64_t max_context) const { return {batch, groups, max_context, kv_channels}; }
   Tensor rotary_positions(const Run& run) const { return document_positions ? run.positions : Tensor(); }

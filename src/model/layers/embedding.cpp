@@ -22,8 +22,8 @@ VocabParallelEmbedding VocabParallelEmbedding::find(const ParameterSet& ps) {
   return e;
 }
 
-void VocabParallelEmbedding::forward(const LayerContext& ctx, const Tensor& tokens, const Tensor& positions,
-                                     Tensor& x0, const backend::DropoutParams& dropout) const {
+void VocabParallelEmbedding::forward(const LayerContext& ctx, const Tensor& tokens, const Tensor& positions, Tensor& x0,
+                                     const backend::DropoutParams& dropout) const {
   const int64_t s = ctx.seq, b = ctx.batch, n = ctx.rows(), h = ctx.hidden;
   const Tensor wpe = ctx.tp->rank() == 0 && position >= 0 ? ctx.param(position) : Tensor();
   Tensor emb = !ctx.sequence_parallel && dropout.p == 0.0f ? x0 : ctx.ws->h1.view({s, b, h});
@@ -44,7 +44,8 @@ void VocabParallelEmbedding::backward(const LayerContext& ctx, const Tensor& tok
   const Tensor d = gather_rows(ctx, d_local, ws.h1);
   Tensor no_table;
   ctx.backend->embedding_backward(tokens, positions, d.view({ctx.seq, ctx.batch, ctx.hidden}),
-                                  ctx.accumulable_grad(word), position >= 0 ? ctx.accumulable_grad(position) : no_table);
+                                  ctx.accumulable_grad(word),
+                                  position >= 0 ? ctx.accumulable_grad(position) : no_table);
 }
 
 void VocabParallelEmbedding::forward_at(const LayerContext& ctx, const Tensor& tokens, int64_t past, Tensor& x) const {

@@ -1,9 +1,8 @@
 // The input embedding: word (vocab-parallel, tensor_parallel/vocab_parallel.h: rank r holds
 // rows [r V/T, (r+1) V/T) of [V, h]) plus, with --position-embedding-type learned_absolute,
-// learned positions [P, h] (replicated), then the hidden dropout. Each rank looks up its own ids (others' read as -1 and add nothing; rank 0
-// adds the positions) and the partial sums are all-reduced over TP, or reduce-scattered into the
-// sequence shard under sequence parallelism (Megatron: all-reduce, then scatter; the same
-// values).
+// learned positions [P, h] (replicated), then the hidden dropout. Each rank looks up its own ids (others' read as -1
+// and add nothing; rank 0 adds the positions) and the partial sums are all-reduced over TP, or reduce-scattered into
+// the sequence shard under sequence parallelism (Megatron: all-reduce, then scatter; the same values).
 #pragma once
 
 #include <cstdint>

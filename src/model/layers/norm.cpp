@@ -57,9 +57,8 @@ BranchGradTaken Norm::backward_into(const LayerContext& ctx, const Tensor& dy, c
   const int64_t rb = branch->bias;
   if (dropout.p > 0.0f) {
     Tensor dz = local_rows(ctx, ctx.ws->h1);
-    be.layernorm_backward_dropout_colsum(dy, x, gamma(ctx), mean, rstd, g, ctx.grad(weight), db, dz,
-                                         ctx.grad(rb), dropout, write, backend::GradWrite::kAccumulate,
-                                         ctx.grads->claim_grad(rb));
+    be.layernorm_backward_dropout_colsum(dy, x, gamma(ctx), mean, rstd, g, ctx.grad(weight), db, dz, ctx.grad(rb),
+                                         dropout, write, backend::GradWrite::kAccumulate, ctx.grads->claim_grad(rb));
     return {true, true};
   }
   be.layernorm_backward_colsum(dy, x, gamma(ctx), mean, rstd, g, ctx.grad(weight), db, ctx.grad(rb), write,
@@ -67,8 +66,8 @@ BranchGradTaken Norm::backward_into(const LayerContext& ctx, const Tensor& dy, c
   return {true, false};
 }
 
-void Norm::backward(const LayerContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& mean,
-                    const Tensor& rstd, Tensor& dx) const {
+void Norm::backward(const LayerContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                    Tensor& dx) const {
   Tensor db = ctx.optional_grad(bias);
   ctx.backend->layernorm_backward(dy, x, gamma(ctx), mean, rstd, dx, ctx.grad(weight), db,
                                   ctx.claim_grads(weight, bias));

@@ -68,9 +68,9 @@ Tensor ColumnParallelLinear::backward(const LayerContext& ctx, const Tensor& dy,
   const Tensor in = sp ? ws.full : x;
   be.matmul(dy, false, ctx.param(weight), false, dx_partial);  // dX = dy W, this rank's part of the sum
   Tensor shard = sp ? tensor_parallel::sequence_shard(*ctx.tp, dx_partial) : dx_partial;
-  std::unique_ptr<comm::PendingCollective> sum = sp
-                                                     ? tensor_parallel::start_reduce_scatter_sequence(*ctx.tp, dx_partial, shard)
-                                                     : tensor_parallel::start_all_reduce_tp(*ctx.tp, dx_partial);
+  std::unique_ptr<comm::PendingCollective> sum =
+      sp ? tensor_parallel::start_reduce_scatter_sequence(*ctx.tp, dx_partial, shard)
+         : tensor_parallel::start_all_reduce_tp(*ctx.tp, dx_partial);
   gathered->wait();
   Tensor no_dx;
   be.linear_backward(dy, in, ctx.param(weight), no_dx, ctx.grad(weight), db, write);
@@ -78,8 +78,8 @@ Tensor ColumnParallelLinear::backward(const LayerContext& ctx, const Tensor& dy,
   return shard;
 }
 
-void RowParallelLinear::forward_residual(const LayerContext& ctx, const Tensor& in, const Tensor& residual,
-                                         Tensor& out, const backend::DropoutParams& dropout) const {
+void RowParallelLinear::forward_residual(const LayerContext& ctx, const Tensor& in, const Tensor& residual, Tensor& out,
+                                         const backend::DropoutParams& dropout) const {
   if (ctx.tp->size() == 1 && dropout.p == 0.0f) {
     ctx.backend->linear_residual_forward(in, ctx.param(weight), ctx.optional_param(bias), residual, out);
     return;

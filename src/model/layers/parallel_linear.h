@@ -30,7 +30,8 @@ Tensor gather_rows(const LayerContext& ctx, const Tensor& shard, Tensor& full);
 Tensor local_rows(const LayerContext& ctx, const Tensor& full);
 // d(input) of a dropout from its output gradient dy: dy itself without dropout, else the masked
 // gradient written into `buffer`.
-Tensor through_dropout(const LayerContext& ctx, const Tensor& dy, Tensor& buffer, const backend::DropoutParams& dropout);
+Tensor through_dropout(const LayerContext& ctx, const Tensor& dy, Tensor& buffer,
+                       const backend::DropoutParams& dropout);
 
 struct ColumnParallelLinear {
   int64_t weight = -1, bias = -1;  // parameter indices (bias -1: none)

@@ -73,14 +73,13 @@ void TransformerLayer::backward(const LayerContext& ctx, Tensor& g, const Tensor
   // MLP branch, then g = d(x_mid): the residual path plus the MLP branch (the add fused into
   // norm2's backward, which may also take the output projection's bias gradient).
   const Tensor d_ln2 = mlp.backward(ctx, g, s.ln2_out, s.mlp, run.mlp_out, mlp_taken);
-  const BranchGradTaken attention_taken = pre_mlp_norm.backward_into(ctx, d_ln2, s.x_mid, s.ln2_mean, s.ln2_rstd, g,
-                                                                     &attention.proj, run.attention.out);
+  const BranchGradTaken attention_taken =
+      pre_mlp_norm.backward_into(ctx, d_ln2, s.x_mid, s.ln2_mean, s.ln2_rstd, g, &attention.proj, run.attention.out);
   // Attention branch, then g = d(x), which is also d(out) of the layer below: norm1's backward
   // may take that layer's FC2 bias gradient (and with dropout leave its FC2 output gradient).
   const Tensor d_ln1 = attention.backward(ctx, g, s.ln1_out, s.attention, run.attention, attention_taken);
-  const BranchGradTaken below_taken =
-      input_norm.backward_into(ctx, d_ln1, x, s.ln1_mean, s.ln1_rstd, g, below ? &below->mlp.fc2 : nullptr,
-                               below_mlp_out);
+  const BranchGradTaken below_taken = input_norm.backward_into(ctx, d_ln1, x, s.ln1_mean, s.ln1_rstd, g,
+                                                               below ? &below->mlp.fc2 : nullptr, below_mlp_out);
   if (below_taken.bias) handoff = {below->index, below_taken};
 }
 

@@ -45,7 +45,8 @@ void naive_attention(const Tensor& qkv, const AttentionParams& p, std::vector<do
           double prob = std::exp(sc[j] - l);
           if (p.dropout.p > 0.0f) {
             const uint64_t index = static_cast<uint64_t>(((bi * H + hd) * s + i) * s + j);
-            prob *= dropout_keep(p.dropout.seed, p.dropout.stream, index, p.dropout.p) ? 1.0 / (1.0 - p.dropout.p) : 0.0;
+            prob *=
+                dropout_keep(p.dropout.seed, p.dropout.stream, index, p.dropout.p) ? 1.0 / (1.0 - p.dropout.p) : 0.0;
           }
           for (int64_t c = 0; c < d; ++c) out[(i * b + bi) * H * d + hd * d + c] += prob * at(j, bi, hd, 2, c);
         }

@@ -26,8 +26,7 @@ TEST(CpuBackend, EmptyIsZeroFilledAndCounted) {
     EXPECT_EQ(t.dtype(), DType::kBF16);
     EXPECT_EQ(t.storage()->kind(), MemoryKind::kActivations);
     for (int64_t i = 0; i < t.numel(); ++i) EXPECT_EQ(t.data_as<uint16_t>()[i], 0);
-    EXPECT_EQ(memory_tracker(Device::kCPU).snapshot().current[static_cast<int>(MemoryKind::kActivations)],
-              before + 30);
+    EXPECT_EQ(memory_tracker(Device::kCPU).snapshot().current[static_cast<int>(MemoryKind::kActivations)], before + 30);
   }
   EXPECT_EQ(memory_tracker(Device::kCPU).snapshot().current[static_cast<int>(MemoryKind::kActivations)], before);
 }
@@ -249,7 +248,8 @@ TEST(CpuBackend, LinearGeluForwardIsGeluOfTheUnroundedProduct) {
   }
   // y is gelu of the fp32 product, not of the rounded pre: with bf16, some element tells them apart.
   Tensor x = random_tensor({64, 32}, rng, DType::kBF16), w = random_tensor({16, 32}, rng, DType::kBF16);
-  Tensor pre = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther), y = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther);
+  Tensor pre = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther),
+         y = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther);
   Tensor y_unfused = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther);
   be->linear_gelu_forward(x, w, Tensor(), pre, y, Gelu::kTanh);
   be->bias_gelu_forward(pre, Tensor(), y_unfused, Gelu::kTanh);
@@ -291,7 +291,8 @@ TEST(CpuBackend, LinearResidualForwardAddsTheUnroundedProduct) {
   // bf16: the product is not rounded before the add, so some element differs from the pair.
   const Tensor x = random_tensor({64, 32}, rng, DType::kBF16), w = random_tensor({16, 32}, rng, DType::kBF16);
   const Tensor r = random_tensor({64, 16}, rng, DType::kBF16, 1e-3f, 1e-2f);
-  Tensor y = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther), h = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther);
+  Tensor y = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther),
+         h = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther);
   Tensor unfused = be->empty({64, 16}, DType::kBF16, MemoryKind::kOther);
   be->linear_residual_forward(x, w, Tensor(), r, y);
   be->linear_forward(x, w, Tensor(), h);

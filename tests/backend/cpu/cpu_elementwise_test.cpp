@@ -71,7 +71,8 @@ TEST(CpuElementwise, DropoutOffsetGivesTheWholeTensorsMask) {
   auto rng = test_rng();
   auto be = make_cpu_backend();
   const int64_t n = 60, cols = 6;
-  Tensor x = random_tensor({n / cols, cols}, rng), bias = random_tensor({cols}, rng), res = random_tensor({n / cols, cols}, rng);
+  Tensor x = random_tensor({n / cols, cols}, rng), bias = random_tensor({cols}, rng),
+         res = random_tensor({n / cols, cols}, rng);
   Tensor whole = be->empty({n / cols, cols}, DType::kF32, MemoryKind::kOther);
   Tensor whole_bda = be->empty({n / cols, cols}, DType::kF32, MemoryKind::kOther);
   const DropoutParams dp{0.5f, 99, 5};

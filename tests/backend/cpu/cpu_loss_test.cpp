@@ -31,7 +31,8 @@ TEST(CpuLoss, ForwardMatchesNaiveAndIsStable) {
   std::vector<double> base = values(logits);
   for (int64_t v = 0; v < vocab; ++v) set(logits, vocab + v, get(logits, vocab + v) + 1000.0);
   Tensor labels = random_labels(n, vocab, rng);
-  Tensor losses = be->empty({n}, DType::kF32, MemoryKind::kOther), lse = be->empty({n}, DType::kF32, MemoryKind::kOther);
+  Tensor losses = be->empty({n}, DType::kF32, MemoryKind::kOther),
+         lse = be->empty({n}, DType::kF32, MemoryKind::kOther);
   be->cross_entropy_forward(logits, labels, losses, lse);
   std::vector<double> el(n), else_ref(n);
   for (int64_t r = 0; r < n; ++r) {
@@ -54,7 +55,8 @@ TEST(CpuLoss, BackwardMatchesFiniteDifferences) {
   Tensor logits = random_tensor({n, vocab}, rng, DType::kF32, 0.1f, 3.0f);
   Tensor labels = random_labels(n, vocab, rng);
   Tensor r = random_tensor({n}, rng);  // dlosses
-  Tensor losses = be->empty({n}, DType::kF32, MemoryKind::kOther), lse = be->empty({n}, DType::kF32, MemoryKind::kOther);
+  Tensor losses = be->empty({n}, DType::kF32, MemoryKind::kOther),
+         lse = be->empty({n}, DType::kF32, MemoryKind::kOther);
   auto objective = [&] {
     be->cross_entropy_forward(logits, labels, losses, lse);
     return dot(losses, r);
@@ -81,7 +83,8 @@ TEST(CpuLoss, BackwardInPlaceAndBf16) {
     Tensor logits = random_tensor({n, vocab}, rng, d, 0.1f, 4.0f);
     Tensor labels = random_labels(n, vocab, rng);
     Tensor dl = random_tensor({n}, rng);
-    Tensor losses = be->empty({n}, DType::kF32, MemoryKind::kOther), lse = be->empty({n}, DType::kF32, MemoryKind::kOther);
+    Tensor losses = be->empty({n}, DType::kF32, MemoryKind::kOther),
+           lse = be->empty({n}, DType::kF32, MemoryKind::kOther);
     be->cross_entropy_forward(logits, labels, losses, lse);
     // fp32 op on the rounded logits gives the same losses.
     Tensor losses32 = be->empty({n}, DType::kF32, MemoryKind::kOther);
@@ -111,7 +114,8 @@ TEST(CpuLoss, FusedEqualsForwardThenBackward) {
     Tensor labels = random_labels(n, vocab, rng);
     labels.data_as<int32_t>()[2] = static_cast<int32_t>(vocab);  // outside the shard
     const Tensor dl = random_tensor({n}, rng);
-    Tensor losses = be->empty({n}, DType::kF32, MemoryKind::kOther), lse = be->empty({n}, DType::kF32, MemoryKind::kOther);
+    Tensor losses = be->empty({n}, DType::kF32, MemoryKind::kOther),
+           lse = be->empty({n}, DType::kF32, MemoryKind::kOther);
     be->cross_entropy_forward(logits, labels, losses, lse);
     Tensor dlogits = be->empty({n, vocab}, d, MemoryKind::kOther);
     be->cross_entropy_backward(logits, labels, lse, dl, dlogits);
@@ -140,7 +144,8 @@ TEST(CpuLoss, ResultsIndependentOfThreadCount) {
   Tensor dl = random_tensor({n}, rng);
   auto run = [&](int threads) {
     omp_set_num_threads(threads);
-    Tensor losses = be->empty({n}, DType::kF32, MemoryKind::kOther), lse = be->empty({n}, DType::kF32, MemoryKind::kOther);
+    Tensor losses = be->empty({n}, DType::kF32, MemoryKind::kOther),
+           lse = be->empty({n}, DType::kF32, MemoryKind::kOther);
     be->cross_entropy_forward(logits, labels, losses, lse);
     Tensor d = be->empty({n, vocab}, DType::kF32, MemoryKind::kOther);
     be->cross_entropy_backward(logits, labels, lse, dl, d);
@@ -240,7 +245,8 @@ TEST(CpuLoss, VocabParallelTermsAtInfinities) {
   EXPECT_EQ(losses.data_as<float>()[2], 0.25f);  // the target logit 1 - 0.75
   be->vocab_parallel_ce_finish(max_lse, lse, losses);
   EXPECT_EQ(lse.data_as<float>()[1], -inf);
-  EXPECT_EQ(lse.data_as<float>()[2], static_cast<float>(3.0 + std::log(static_cast<double>(static_cast<float>(std::exp(-2.0))))));
+  EXPECT_EQ(lse.data_as<float>()[2],
+            static_cast<float>(3.0 + std::log(static_cast<double>(static_cast<float>(std::exp(-2.0))))));
 }
 
 }  // namespace

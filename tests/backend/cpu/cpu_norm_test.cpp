@@ -83,8 +83,7 @@ TEST(CpuNorm, LayernormBackwardMatchesFiniteDifferencesAndAccumulates) {
   // gamma, beta: L is linear in them (no truncation error); step 1e-2.
   expect_close(minus(values(dgamma), dg0), finite_difference(gamma, 1e-2, objective), 1e-3, 1e-3,
                "layernorm dgamma (+=)");
-  expect_close(minus(values(dbeta), db0), finite_difference(beta, 1e-2, objective), 1e-3, 1e-3,
-               "layernorm dbeta (+=)");
+  expect_close(minus(values(dbeta), db0), finite_difference(beta, 1e-2, objective), 1e-3, 1e-3, "layernorm dbeta (+=)");
 
   // dx is overwritten: the same call again gives the same dx, dgamma grows by the same step.
   Tensor dx2 = clone(dx);
@@ -130,8 +129,7 @@ TEST(CpuNorm, LayernormBf16IsFp32OfRoundedInputsThenRounded) {
 struct ResidualBackward {
   Tensor x, gamma, dy, resid, mean, rstd;
 };
-ResidualBackward residual_backward_inputs(Backend& be, std::mt19937_64& rng, int64_t n, int64_t h,
-                                          double resid_scale) {
+ResidualBackward residual_backward_inputs(Backend& be, std::mt19937_64& rng, int64_t n, int64_t h, double resid_scale) {
   ResidualBackward r;
   r.x = random_tensor({n, h}, rng, DType::kBF16);
   r.gamma = random_tensor({h}, rng, DType::kBF16);
@@ -153,7 +151,8 @@ struct LnGrads {
 };
 LnGrads residual_outputs(Backend& be, const ResidualBackward& in) {
   const int64_t h = in.gamma.numel();
-  return {clone(in.resid), be.empty({h}, DType::kF32, MemoryKind::kOther), be.empty({h}, DType::kF32, MemoryKind::kOther)};
+  return {clone(in.resid), be.empty({h}, DType::kF32, MemoryKind::kOther),
+          be.empty({h}, DType::kF32, MemoryKind::kOther)};
 }
 // layernorm_backward adding into the residual gradient: the bits the fused variants must leave.
 LnGrads plain_residual_backward(Backend& be, const ResidualBackward& in) {
@@ -192,9 +191,9 @@ TEST(CpuNorm, LayernormBackwardAddingIntoDxRoundsTwiceAsTheUnfusedPair) {
   EXPECT_GT(moved, n * h / 2) << "the LayerNorm gradient was not added";
   EXPECT_TRUE(bitwise_equal(dg1, dg2));
   EXPECT_TRUE(bitwise_equal(db1, db2));
-  EXPECT_DEATH(be->layernorm_backward(dy, x, gamma, mean, rstd, dy, dg2, db2, GradWrite::kOverwrite,
-                                      GradWrite::kAccumulate),
-               "must not alias dy");
+  EXPECT_DEATH(
+      be->layernorm_backward(dy, x, gamma, mean, rstd, dy, dg2, db2, GradWrite::kOverwrite, GradWrite::kAccumulate),
+      "must not alias dy");
   // A partial overlap too: dx one row into dy's buffer.
   Tensor both = be->empty({n + 1, h}, DType::kBF16, MemoryKind::kOther);
   Tensor dy_view = both.flat_view(0, {n, h}), dx_view = both.flat_view(h, {n, h});

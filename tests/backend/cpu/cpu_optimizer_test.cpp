@@ -97,8 +97,7 @@ TEST(CpuOptimizer, AdamwSegmentsStepEachSegmentAndWriteTheModelCopy) {
       h.weight_decay = rows[k + 2] ? 0.1f : 0.0f;
       h.step = step;
       const auto off = static_cast<size_t>(rows[k]), len = static_cast<size_t>(rows[k + 1]);
-      optim::adamw_update(std::span<float>(rp).subspan(off, len),
-                          std::span<const float>(g.data_as<float>() + off, len),
+      optim::adamw_update(std::span<float>(rp).subspan(off, len), std::span<const float>(g.data_as<float>() + off, len),
                           std::span<float>(rm).subspan(off, len), std::span<float>(rv).subspan(off, len), h);
     }
   }

@@ -106,9 +106,9 @@ TEST_P(CpuQkNorm, ForwardMatchesTheNormWrittenOut) {
             (before[static_cast<size_t>(at + i)] - mean) * rstd * scale + (c.rms ? 0.0 : get(bt, i));
       }
       // The saved input and statistics at their documented places.
-      const int64_t idx = v.key ? n * c.heads + r * L.groups + (v.col - L.k_col(0)) / L.group_width()
-                                : r * c.heads + ((v.col / L.group_width()) * L.per_group() +
-                                                 (v.col % L.group_width()) / d);
+      const int64_t idx =
+          v.key ? n * c.heads + r * L.groups + (v.col - L.k_col(0)) / L.group_width()
+                : r * c.heads + ((v.col / L.group_width()) * L.per_group() + (v.col % L.group_width()) / d);
       for (int64_t i = 0; i < d; ++i) {
         EXPECT_EQ(get(sv.x, idx * d + i), before[static_cast<size_t>(at + i)]) << "saved x of vector " << idx;
       }

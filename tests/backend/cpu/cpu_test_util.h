@@ -34,22 +34,37 @@ inline float random_value(std::mt19937_64& rng, float lo = 0.1f, float hi = 1.0f
 
 inline double get(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::kF32: return t.data_as<const float>()[i];
-    case DType::kBF16: return bf16_to_float(t.data_as<const uint16_t>()[i]);
-    case DType::kF16: return fp16_to_float(t.data_as<const uint16_t>()[i]);
-    case DType::kI32: return t.data_as<const int32_t>()[i];
-    case DType::kI64: return static_cast<double>(t.data_as<const int64_t>()[i]);
+    case DType::kF32:
+      return t.data_as<const float>()[i];
+    case DType::kBF16:
+      return bf16_to_float(t.data_as<const uint16_t>()[i]);
+    case DType::kF16:
+      return fp16_to_float(t.data_as<const uint16_t>()[i]);
+    case DType::kI32:
+      return t.data_as<const int32_t>()[i];
+    case DType::kI64:
+      return static_cast<double>(t.data_as<const int64_t>()[i]);
   }
   return 0.0;
 }
 
 inline void set(Tensor& t, int64_t i, double v) {
   switch (t.dtype()) {
-    case DType::kF32: t.data_as<float>()[i] = static_cast<float>(v); break;
-    case DType::kBF16: t.data_as<uint16_t>()[i] = float_to_bf16(static_cast<float>(v)); break;
-    case DType::kF16: t.data_as<uint16_t>()[i] = float_to_fp16(static_cast<float>(v)); break;
-    case DType::kI32: t.data_as<int32_t>()[i] = static_cast<int32_t>(v); break;
-    case DType::kI64: t.data_as<int64_t>()[i] = static_cast<int64_t>(v); break;
+    case DType::kF32:
+      t.data_as<float>()[i] = static_cast<float>(v);
+      break;
+    case DType::kBF16:
+      t.data_as<uint16_t>()[i] = float_to_bf16(static_cast<float>(v));
+      break;
+    case DType::kF16:
+      t.data_as<uint16_t>()[i] = float_to_fp16(static_cast<float>(v));
+      break;
+    case DType::kI32:
+      t.data_as<int32_t>()[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kI64:
+      t.data_as<int64_t>()[i] = static_cast<int64_t>(v);
+      break;
   }
 }
 
@@ -96,8 +111,8 @@ inline void expect_close(const std::vector<double>& actual, const std::vector<do
     const double err = std::abs(actual[i] - expected[i]);
     if (!(err <= atol + rtol * std::abs(expected[i]))) {
       if (++misses <= 5) {
-        ADD_FAILURE() << what << "[" << i << "]: got " << actual[i] << ", expected " << expected[i] << " (error "
-                      << err << ")";
+        ADD_FAILURE() << what << "[" << i << "]: got " << actual[i] << ", expected " << expected[i] << " (error " << err
+                      << ")";
       }
     }
   }

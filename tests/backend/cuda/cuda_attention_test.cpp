@@ -4,9 +4,9 @@
 // query groups (GQA, MQA), determinism, and the KV-cache path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -194,8 +194,7 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
     // per term, random sign: ~2^-9 of a gradient's magnitude after summing), D_i = dO_i . out_i
     // uses the rounded `out` of this forward (~2e-3 relative, above), shifting dS by P dD;
     // together a few 1e-3 of the gradients' scale: 1e-2 of the scale + one output ulp.
-    expect_close_scaled(values(dqkv), values(dqkv_ref), 1e-2, 1.0 / 128 + 1e-4, "dqkv (tensor cores)",
-                        qkv_where(c));
+    expect_close_scaled(values(dqkv), values(dqkv_ref), 1e-2, 1.0 / 128 + 1e-4, "dqkv (tensor cores)", qkv_where(c));
   } else {
     // The same bf16 inputs and fp32 math on both sides, outputs rounded to bf16 (RNE): values
     // straddling a rounding boundary differ by one bf16 ulp, at most 2^-7 relative.
@@ -209,47 +208,75 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
 }
 
 const Case kCases[] = {
-    {1, 1, 1, 64, DType::kF32, 0.0f},      {1, 1, 1, 64, DType::kF32, 0.1f},
-    {7, 2, 3, 64, DType::kF32, 0.0f},      {7, 2, 3, 64, DType::kF32, 0.1f},
-    {7, 2, 3, 64, DType::kBF16, 0.0f},     {7, 2, 3, 64, DType::kBF16, 0.1f},
-    {129, 2, 4, 64, DType::kF32, 0.0f},    {129, 2, 4, 64, DType::kF32, 0.1f},
-    {129, 2, 4, 64, DType::kBF16, 0.0f},   {129, 2, 4, 64, DType::kBF16, 0.1f},
-    {1024, 2, 12, 64, DType::kF32, 0.0f},  {1024, 2, 12, 64, DType::kF32, 0.1f},
-    {1024, 2, 12, 64, DType::kBF16, 0.0f}, {1024, 2, 12, 64, DType::kBF16, 0.1f},
-    {2048, 1, 16, 128, DType::kF32, 0.0f}, {2048, 1, 16, 128, DType::kF32, 0.1f},
-    {2048, 1, 16, 128, DType::kBF16, 0.0f}, {2048, 1, 16, 128, DType::kBF16, 0.1f},
+    {1, 1, 1, 64, DType::kF32, 0.0f},
+    {1, 1, 1, 64, DType::kF32, 0.1f},
+    {7, 2, 3, 64, DType::kF32, 0.0f},
+    {7, 2, 3, 64, DType::kF32, 0.1f},
+    {7, 2, 3, 64, DType::kBF16, 0.0f},
+    {7, 2, 3, 64, DType::kBF16, 0.1f},
+    {129, 2, 4, 64, DType::kF32, 0.0f},
+    {129, 2, 4, 64, DType::kF32, 0.1f},
+    {129, 2, 4, 64, DType::kBF16, 0.0f},
+    {129, 2, 4, 64, DType::kBF16, 0.1f},
+    {1024, 2, 12, 64, DType::kF32, 0.0f},
+    {1024, 2, 12, 64, DType::kF32, 0.1f},
+    {1024, 2, 12, 64, DType::kBF16, 0.0f},
+    {1024, 2, 12, 64, DType::kBF16, 0.1f},
+    {2048, 1, 16, 128, DType::kF32, 0.0f},
+    {2048, 1, 16, 128, DType::kF32, 0.1f},
+    {2048, 1, 16, 128, DType::kBF16, 0.0f},
+    {2048, 1, 16, 128, DType::kBF16, 0.1f},
     // Head dims that are zero-padded inside the tiles (32 -> 64, 80 -> 128), odd s.
-    {65, 2, 2, 32, DType::kF32, 0.1f},     {97, 1, 3, 80, DType::kF32, 0.1f},
-    {33, 1, 2, 128, DType::kF32, 0.1f},    {33, 1, 2, 128, DType::kBF16, 0.0f},
+    {65, 2, 2, 32, DType::kF32, 0.1f},
+    {97, 1, 3, 80, DType::kF32, 0.1f},
+    {33, 1, 2, 128, DType::kF32, 0.1f},
+    {33, 1, 2, 128, DType::kBF16, 0.0f},
     // Tensor-core path (bf16/fp16, d = 64 or 128): single rows, s not a multiple of the 64-row
     // tiles (and of the 32-row backward tiles at d = 128), dropout on, both 16-bit dtypes.
-    {1, 1, 1, 64, DType::kBF16, 0.1f},     {1, 1, 1, 128, DType::kF16, 0.1f},
-    {7, 2, 3, 128, DType::kF16, 0.1f},     {129, 2, 4, 64, DType::kF16, 0.0f},
-    {129, 2, 4, 64, DType::kF16, 0.1f},    {97, 1, 3, 128, DType::kBF16, 0.1f},
-    {200, 2, 2, 128, DType::kF16, 0.1f},   {333, 1, 2, 64, DType::kBF16, 0.5f},
-    {1024, 2, 12, 64, DType::kF16, 0.1f},  {2048, 1, 16, 128, DType::kF16, 0.1f},
+    {1, 1, 1, 64, DType::kBF16, 0.1f},
+    {1, 1, 1, 128, DType::kF16, 0.1f},
+    {7, 2, 3, 128, DType::kF16, 0.1f},
+    {129, 2, 4, 64, DType::kF16, 0.0f},
+    {129, 2, 4, 64, DType::kF16, 0.1f},
+    {97, 1, 3, 128, DType::kBF16, 0.1f},
+    {200, 2, 2, 128, DType::kF16, 0.1f},
+    {333, 1, 2, 64, DType::kBF16, 0.5f},
+    {1024, 2, 12, 64, DType::kF16, 0.1f},
+    {2048, 1, 16, 128, DType::kF16, 0.1f},
     // bf16 at other head dims keeps the SIMT fp32 kernels.
-    {65, 2, 2, 32, DType::kBF16, 0.1f},    {97, 1, 3, 80, DType::kF16, 0.1f},
+    {65, 2, 2, 32, DType::kBF16, 0.1f},
+    {97, 1, 3, 80, DType::kF16, 0.1f},
     // GPT-3 2.7B's head_dim (2560 / 32) on the tensor-core path.
-    {257, 2, 2, 80, DType::kBF16, 0.1f},   {130, 1, 3, 80, DType::kBF16, 0.0f},
+    {257, 2, 2, 80, DType::kBF16, 0.1f},
+    {130, 1, 3, 80, DType::kBF16, 0.0f},
     // Documents (--reset-attention-mask): the SIMT kernels (fp32; bf16 at head_dim 32) and the
     // tensor-core ones (bf16/fp16 at 64, 80, 128), s not a multiple of the tiles, dropout.
-    {300, 2, 2, 64, DType::kF32, 0.1f, true},   {97, 1, 2, 128, DType::kF32, 0.0f, true},
-    {129, 2, 2, 32, DType::kBF16, 0.1f, true},  {300, 2, 3, 64, DType::kBF16, 0.0f, true},
-    {300, 2, 3, 64, DType::kBF16, 0.1f, true},  {1024, 2, 4, 64, DType::kF16, 0.1f, true},
-    {257, 2, 2, 80, DType::kBF16, 0.1f, true},  {333, 2, 2, 128, DType::kBF16, 0.1f, true},
+    {300, 2, 2, 64, DType::kF32, 0.1f, true},
+    {97, 1, 2, 128, DType::kF32, 0.0f, true},
+    {129, 2, 2, 32, DType::kBF16, 0.1f, true},
+    {300, 2, 3, 64, DType::kBF16, 0.0f, true},
+    {300, 2, 3, 64, DType::kBF16, 0.1f, true},
+    {1024, 2, 4, 64, DType::kF16, 0.1f, true},
+    {257, 2, 2, 80, DType::kBF16, 0.1f, true},
+    {333, 2, 2, 128, DType::kBF16, 0.1f, true},
     {2048, 1, 4, 128, DType::kF16, 0.0f, true},
     // Query groups: MQA (G = 1), GQA (G = 2, 3) and G = heads given explicitly, on the SIMT
     // kernels (fp32; bf16 at head_dim 32) and the tensor-core ones (bf16/fp16 at 64, 80, 128),
     // with dropout and documents. The key/value gradients sum over a group's heads (the CPU's
     // double sum; the kernels' fp32 one, head after head: the tolerances above cover a sum of
     // heads / G times as many terms).
-    {129, 2, 4, 64, DType::kF32, 0.1f, false, 1},   {129, 2, 4, 64, DType::kF32, 0.0f, false, 2},
-    {97, 1, 6, 128, DType::kF32, 0.1f, false, 3},   {65, 2, 4, 32, DType::kBF16, 0.1f, false, 2},
-    {7, 2, 3, 64, DType::kF32, 0.1f, false, 3},     {300, 2, 4, 64, DType::kBF16, 0.1f, false, 1},
-    {300, 2, 4, 64, DType::kBF16, 0.0f, false, 2},  {257, 1, 6, 128, DType::kF16, 0.1f, false, 3},
-    {130, 2, 4, 80, DType::kBF16, 0.1f, false, 2},  {1024, 2, 8, 128, DType::kBF16, 0.1f, false, 2},
-    {1024, 1, 8, 64, DType::kF16, 0.0f, false, 4},  {300, 2, 4, 64, DType::kBF16, 0.1f, true, 2},
+    {129, 2, 4, 64, DType::kF32, 0.1f, false, 1},
+    {129, 2, 4, 64, DType::kF32, 0.0f, false, 2},
+    {97, 1, 6, 128, DType::kF32, 0.1f, false, 3},
+    {65, 2, 4, 32, DType::kBF16, 0.1f, false, 2},
+    {7, 2, 3, 64, DType::kF32, 0.1f, false, 3},
+    {300, 2, 4, 64, DType::kBF16, 0.1f, false, 1},
+    {300, 2, 4, 64, DType::kBF16, 0.0f, false, 2},
+    {257, 1, 6, 128, DType::kF16, 0.1f, false, 3},
+    {130, 2, 4, 80, DType::kBF16, 0.1f, false, 2},
+    {1024, 2, 8, 128, DType::kBF16, 0.1f, false, 2},
+    {1024, 1, 8, 64, DType::kF16, 0.0f, false, 4},
+    {300, 2, 4, 64, DType::kBF16, 0.1f, true, 2},
     {300, 2, 4, 64, DType::kF32, 0.1f, true, 1},
 };
 
@@ -261,11 +288,11 @@ TEST(CudaAttentionDeterminism, TwoRunsAreBitwiseEqual) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   auto rng = test_rng();
   auto gpu = make_own_gpu();
-  for (const Case& c : {Case{300, 2, 4, 64, DType::kBF16, 0.1f}, Case{200, 1, 2, 128, DType::kF32, 0.1f},
-                        Case{300, 2, 4, 64, DType::kF16, 0.1f}, Case{231, 1, 3, 128, DType::kBF16, 0.1f},
-                        Case{300, 2, 4, 64, DType::kBF16, 0.1f, true},
-                        Case{300, 2, 4, 64, DType::kBF16, 0.1f, false, 2},
-                        Case{200, 1, 4, 128, DType::kF32, 0.1f, false, 1}}) {
+  for (const Case& c :
+       {Case{300, 2, 4, 64, DType::kBF16, 0.1f}, Case{200, 1, 2, 128, DType::kF32, 0.1f},
+        Case{300, 2, 4, 64, DType::kF16, 0.1f}, Case{231, 1, 3, 128, DType::kBF16, 0.1f},
+        Case{300, 2, 4, 64, DType::kBF16, 0.1f, true}, Case{300, 2, 4, 64, DType::kBF16, 0.1f, false, 2},
+        Case{200, 1, 4, 128, DType::kF32, 0.1f, false, 1}}) {
     SCOPED_TRACE(case_name(c));
     AttentionParams params = make_params(c.heads, c.d, c.p);
     params.query_groups = c.groups;
@@ -411,9 +438,8 @@ TEST_P(CudaAttentionTcMask, DroppedProbabilitiesMatchCpu) {
           (ref_zero ? dropped : kept) += 1;
           if (ref_zero != got_zero && mismatches++ == 0) first = idx;
         }
-  EXPECT_EQ(mismatches, 0) << "dropout masks differ, first at " << (first >= 0 ? out_where(c)(first) : "")
-                           << " got " << (first >= 0 ? got[first] : 0.0) << " expected "
-                           << (first >= 0 ? ref[first] : 0.0);
+  EXPECT_EQ(mismatches, 0) << "dropout masks differ, first at " << (first >= 0 ? out_where(c)(first) : "") << " got "
+                           << (first >= 0 ? got[first] : 0.0) << " expected " << (first >= 0 ? ref[first] : 0.0);
   // p = 0.5 of ~s^2/2 * b * H draws: both outcomes must be plentiful.
   EXPECT_GT(dropped, (kept + dropped) / 4);
   EXPECT_GT(kept, (kept + dropped) / 4);
@@ -469,7 +495,9 @@ TEST_P(CudaAttentionKvCache, TokenByTokenMatchesForward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionKvCache, ::testing::Values<int64_t>(64, 128),
-                         [](const ::testing::TestParamInfo<int64_t>& info) { return "d" + std::to_string(info.param); });
+                         [](const ::testing::TestParamInfo<int64_t>& info) {
+                           return "d" + std::to_string(info.param);
+                         });
 
 // The KV cache with query groups ([b, G, max_seq, d]): chunks of rows equal the rows of the
 // full grouped forward, and the caches equal the CPU's bit for bit.

@@ -64,9 +64,15 @@ std::string hex_of(const Tensor& t, int64_t i) {
   std::ostringstream os;
   os << std::hex;
   switch (dtype_size(t.dtype())) {
-    case 2: os << "0x" << static_cast<const uint16_t*>(t.data())[i]; break;
-    case 4: os << "0x" << static_cast<const uint32_t*>(t.data())[i]; break;
-    default: os << "0x" << static_cast<const uint64_t*>(t.data())[i]; break;
+    case 2:
+      os << "0x" << static_cast<const uint16_t*>(t.data())[i];
+      break;
+    case 4:
+      os << "0x" << static_cast<const uint32_t*>(t.data())[i];
+      break;
+    default:
+      os << "0x" << static_cast<const uint64_t*>(t.data())[i];
+      break;
   }
   return os.str();
 }
@@ -144,8 +150,9 @@ TEST_F(CudaBackendTest, LargeAllocationIsCountedExactly) {
   const int64_t n = 50304LL * 768;  // the GPT-2 embedding
   Tensor t = gpu_->empty({50304, 768}, DType::kBF16, MemoryKind::kParams);
   const MemorySnapshot during = tracker.snapshot();
-  EXPECT_EQ(during.current[static_cast<int>(MemoryKind::kParams)] - before.current[static_cast<int>(MemoryKind::kParams)],
-            2 * n);
+  EXPECT_EQ(
+      during.current[static_cast<int>(MemoryKind::kParams)] - before.current[static_cast<int>(MemoryKind::kParams)],
+      2 * n);
   EXPECT_EQ(gpu_->count_zeros(t), n);  // and really zero-filled
 }
 
@@ -181,7 +188,8 @@ TEST_F(CudaBackendTest, FillMatchesCpuBitForBit) {
         cpu_->fill(expected, v);
         Tensor d = gpu_->empty({n}, dtype, MemoryKind::kOther);
         gpu_->fill(d, v);
-        expect_bitwise(to_cpu(d), expected, "fill(" + std::to_string(v) + ") " + name(dtype) + " n=" + std::to_string(n));
+        expect_bitwise(to_cpu(d), expected,
+                       "fill(" + std::to_string(v) + ") " + name(dtype) + " n=" + std::to_string(n));
       }
     }
   }
@@ -199,7 +207,7 @@ TEST_F(CudaBackendTest, InitNormalMatchesCpuBitForBit) {
   const Case cases[] = {
       {int64_t{1} << 22, {1234, 7, 1.0f, 0, int64_t{1} << 22, int64_t{1} << 22}},
       {100003, {0x123456789abcdefULL, 1ULL << 40, 0.02f, 100003 * 3, 100003, 100003}},  // row block of rank 3
-      {3 * 1000, {5, 9, 0.0025f, 1000, 1000, 4000}},  // rank 1's 1000 of 4000 columns
+      {3 * 1000, {5, 9, 0.0025f, 1000, 1000, 4000}},                                    // rank 1's 1000 of 4000 columns
       {1, {2, 3, -1.5f, 0, 1, 1}},
   };
   for (DType dtype : kFloatTypes) {
@@ -247,10 +255,29 @@ TEST_F(CudaBackendTest, NormalMathDoublesMatchTheHostOverTheWholeDomain) {
 // subnormals and overflow, fp32 subnormals, signed zeros, infinities, NaNs with payloads, and
 // random values over a wide exponent range.
 Tensor conversion_probe(std::mt19937_64& rng) {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f, -65520.0f, 1e6f, -1e30f,
-                          6.1e-5f, 6.0e-5f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 1e-7f, -3e-7f, 1e-40f, -1e-45f,
-                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::max(), std::numeric_limits<float>::min()};
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65519.0f,
+                          65520.0f,
+                          -65520.0f,
+                          1e6f,
+                          -1e30f,
+                          6.1e-5f,
+                          6.0e-5f,
+                          5.96e-8f,
+                          2.98e-8f,
+                          2.99e-8f,
+                          1e-7f,
+                          -3e-7f,
+                          1e-40f,
+                          -1e-45f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::min()};
   auto from_bits = [](uint32_t u) {
     float f;
     std::memcpy(&f, &u, 4);
@@ -357,8 +384,8 @@ TEST_F(CudaBackendTest, AddMatchesCpuBitForBitIncludingAliasing) {
   struct Case {
     DType a, b, out;
   };
-  const Case cases[] = {{DType::kF32, DType::kF32, DType::kF32},    {DType::kBF16, DType::kBF16, DType::kBF16},
-                        {DType::kF16, DType::kF16, DType::kF16},    {DType::kBF16, DType::kF32, DType::kF32},
+  const Case cases[] = {{DType::kF32, DType::kF32, DType::kF32},   {DType::kBF16, DType::kBF16, DType::kBF16},
+                        {DType::kF16, DType::kF16, DType::kF16},   {DType::kBF16, DType::kF32, DType::kF32},
                         {DType::kF32, DType::kBF16, DType::kBF16}, {DType::kF16, DType::kBF16, DType::kF32}};
   for (const Case& c : cases) {
     for (int64_t n : {1, 7, 127, 129, 1000, 2048 * 768}) {
@@ -408,9 +435,8 @@ TEST_F(CudaBackendTest, ScaleMatchesCpuBitForBit) {
 // overwritten instead of accumulated misses by |dbias0| >> that bound.
 TEST_F(CudaBackendTest, BiasGradAccumulatesLikeCpu) {
   auto rng = test_rng();
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},       {7, 129},     {1000, 127},   {129, 1000},
-                                                {2048, 768},  {2048, 3072}, {16384, 768},  {3, 50304},
-                                                {256, 50304}, {100000, 7}};
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},       {7, 129},     {1000, 127}, {129, 1000},  {2048, 768},
+                                                {2048, 3072}, {16384, 768}, {3, 50304},  {256, 50304}, {100000, 7}};
   for (DType dy_dtype : kFloatTypes) {
     std::vector<DType> db_dtypes = {DType::kF32};  // the fp32 main grad, or the model dtype
     if (dy_dtype != DType::kF32) db_dtypes.push_back(dy_dtype);
@@ -492,7 +518,8 @@ TEST_F(CudaBackendTest, AddScaleAndBiasGradOnMisalignedViews) {
       const Tensor a = random_tensor({n}, rng, dtype), b = random_tensor({n}, rng, dtype);
       Tensor expected = Tensor::cpu({n}, dtype);
       cpu_->add(a, b, expected);
-      Tensor abuf = gpu_->empty({n + 1}, dtype, MemoryKind::kOther), bbuf = gpu_->empty({n + 1}, dtype, MemoryKind::kOther);
+      Tensor abuf = gpu_->empty({n + 1}, dtype, MemoryKind::kOther),
+             bbuf = gpu_->empty({n + 1}, dtype, MemoryKind::kOther);
       Tensor obuf = gpu_->empty({n + 1}, dtype, MemoryKind::kOther);
       Tensor av = abuf.flat_view(1, {n}), bv = bbuf.flat_view(1, {n}), ov = obuf.flat_view(1, {n});
       gpu_->copy(a, av);
@@ -505,7 +532,8 @@ TEST_F(CudaBackendTest, AddScaleAndBiasGradOnMisalignedViews) {
       expect_bitwise(to_cpu(av), scaled, "scale " + what);
     }
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1000, 768}, {129, 1000}, {16384, 768}}) {
-      const std::string what = "bias_grad " + name(dtype) + "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+      const std::string what =
+          "bias_grad " + name(dtype) + "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
       const Tensor dy = random_tensor({rows, cols}, rng, dtype);
       const Tensor db0 = random_tensor({cols}, rng, DType::kF32);
       Tensor dbd = to_gpu(db0);
@@ -647,8 +675,8 @@ TEST_F(CudaBackendTest, AdamWMatchesCpuBitForBit) {
           s.grad_scale = step % 3 == 0 ? 0.3f : 1.0f;  // a clipping step now and then
           cpu_->adamw_update(p, g, m, v, s);
           gpu_->adamw_update(pd, to_gpu(g), md, vd, s);
-          const std::string what = "adamw n=" + std::to_string(n) + " step " + std::to_string(step) +
-                                   " wd=" + std::to_string(wd);
+          const std::string what =
+              "adamw n=" + std::to_string(n) + " step " + std::to_string(step) + " wd=" + std::to_string(wd);
           expect_bitwise(to_cpu(pd), p, what + " param");
           expect_bitwise(to_cpu(md), m, what + " exp_avg");
           expect_bitwise(to_cpu(vd), v, what + " exp_avg_sq");
@@ -690,8 +718,8 @@ TEST_F(CudaBackendTest, AdamWSegmentsMatchCpuBitForBit) {
         cpu_->adamw_update_segments(p, g, m, v, seg, s, copy);
         gpu_->adamw_update_segments(pd, to_gpu(g), md, vd, seg_d, s, copy_d);
       }
-      const std::string what = "adamw segments, copy " + std::string(dtype_name(copy_dtype)) + " at element " +
-                               std::to_string(copy_offset);
+      const std::string what =
+          "adamw segments, copy " + std::string(dtype_name(copy_dtype)) + " at element " + std::to_string(copy_offset);
       expect_bitwise(to_cpu(pd), p, what + ": param");
       expect_bitwise(to_cpu(md), m, what + ": exp_avg");
       expect_bitwise(to_cpu(vd), v, what + ": exp_avg_sq");

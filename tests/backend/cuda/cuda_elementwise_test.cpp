@@ -138,8 +138,8 @@ TEST(CudaElementwise, BiasDropoutAddMatchesTheCpu) {
   MT_REQUIRE_CUDA();
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend();
-  const std::vector<Shape> shapes = {{1, 1, 1},     {7, 1, 7},      {1, 1, 127},   {3, 43, 129},
-                                     {1, 1, 1000},  {2048, 1, 1024}, {1024, 8, 768}, {2048, 1, 12288}};
+  const std::vector<Shape> shapes = {{1, 1, 1},    {7, 1, 7},       {1, 1, 127},    {3, 43, 129},
+                                     {1, 1, 1000}, {2048, 1, 1024}, {1024, 8, 768}, {2048, 1, 12288}};
   uint64_t seed = 101;
   for (const Shape& shape : shapes) {
     for (DType dt : kFloatTypes) {
@@ -192,7 +192,8 @@ TEST(CudaElementwise, BiasDropoutAddInPlaceOnTheResidual) {
     Tensor outd = gpu->empty(shape, dt, MemoryKind::kOther);
     gpu->bias_dropout_add(xd, biasd, resd, outd, dp);
     gpu->bias_dropout_add(xd, biasd, resd, resd, dp);  // out aliases residual
-    EXPECT_TRUE(bitwise(to_host(*gpu, resd), to_host(*gpu, outd), "in-place bias_dropout_add " + shape_name(shape, dt)));
+    EXPECT_TRUE(
+        bitwise(to_host(*gpu, resd), to_host(*gpu, outd), "in-place bias_dropout_add " + shape_name(shape, dt)));
   }
 }
 
@@ -246,8 +247,8 @@ TEST(CudaElementwise, MisalignedViewsAndMixedBiasDtypesMatchTheCpu) {
 }
 
 // [rows, f] shapes of the MLP (f = 4h for h = 768, 1024, 2048) and awkward ones.
-const std::vector<Shape> kGeluShapes = {{1, 1},     {7, 7},       {127, 129},   {129, 127},
-                                        {1000, 7},  {2048, 4096}, {8192, 3072}, {2048, 8192}};
+const std::vector<Shape> kGeluShapes = {{1, 1},    {7, 7},       {127, 129},   {129, 127},
+                                        {1000, 7}, {2048, 4096}, {8192, 3072}, {2048, 8192}};
 
 TEST(CudaElementwise, BiasGeluForwardAndBackwardMatchTheCpu) {
   MT_REQUIRE_CUDA();
@@ -304,7 +305,8 @@ TEST(CudaElementwise, BiasGeluBackwardInPlaceOnDy) {
     Tensor dxd = gpu->empty(shape, dt, MemoryKind::kOther);
     gpu->bias_gelu_backward(dyd, xd, biasd, dxd, Gelu::kTanh);
     gpu->bias_gelu_backward(dyd, xd, biasd, dyd, Gelu::kTanh);  // dx aliases dy
-    EXPECT_TRUE(bitwise(to_host(*gpu, dyd), to_host(*gpu, dxd), "in-place bias_gelu_backward " + shape_name(shape, dt)));
+    EXPECT_TRUE(
+        bitwise(to_host(*gpu, dyd), to_host(*gpu, dxd), "in-place bias_gelu_backward " + shape_name(shape, dt)));
   }
 }
 

@@ -53,8 +53,8 @@ std::string name(DType d) { return std::string(dtype_name(d)); }
 
 double tol_for(DType in, DType out, int64_t k) {
   const double u32 = std::ldexp(1.0, -24);
-  const double acc = in == DType::kF32 ? 2e-6 + 4.0 * std::sqrt(static_cast<double>(k)) * u32
-                                       : 1e-5 + static_cast<double>(k) * u32;
+  const double acc =
+      in == DType::kF32 ? 2e-6 + 4.0 * std::sqrt(static_cast<double>(k)) * u32 : 1e-5 + static_cast<double>(k) * u32;
   if (out == DType::kBF16) return acc + std::ldexp(1.0, -7);
   if (out == DType::kF16) return acc + std::ldexp(1.0, -10);
   return acc;
@@ -89,9 +89,9 @@ Diff compare(const Tensor& actual, const Tensor& expected) {
 void expect_rel(const Tensor& actual, const Tensor& expected, double tol, const std::string& what) {
   ASSERT_EQ(actual.numel(), expected.numel()) << what;
   const Diff d = compare(actual, expected);
-  EXPECT_LE(d.rel, tol) << what << ": relative norm error " << d.rel << " > " << tol << "; max |error| "
-                        << d.max_abs << " at flat index " << d.worst << " (got " << d.got << ", expected " << d.want
-                        << ") of " << expected.describe();
+  EXPECT_LE(d.rel, tol) << what << ": relative norm error " << d.rel << " > " << tol << "; max |error| " << d.max_abs
+                        << " at flat index " << d.worst << " (got " << d.got << ", expected " << d.want << ") of "
+                        << expected.describe();
 }
 
 class CudaGemmTest : public ::testing::Test {
@@ -119,7 +119,7 @@ std::string mm_name(DType in, DType out, int64_t m, int64_t k, int64_t n, bool t
 }
 
 void CudaGemmTest::check_matmul(std::mt19937_64& rng, DType in, DType out, int64_t m, int64_t k, int64_t n, bool ta,
-                               bool tb, float alpha, float beta) {
+                                bool tb, float alpha, float beta) {
   const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, rng, in);
   const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, rng, in);
   const Tensor c0 = random_tensor({m, n}, rng, out);
@@ -153,7 +153,7 @@ TEST_F(CudaGemmTest, MatmulGptShapes) {
       {2048, 768, 2304}, {2048, 768, 768}, {2048, 768, 3072}, {2048, 3072, 768}};
   for (DType dtype : kFloatTypes) {
     for (auto [m, k, n] : shapes) {
-      check_matmul(rng, dtype, dtype, m, k, n, false, true, 1.0f, 0.0f);  // x W^T
+      check_matmul(rng, dtype, dtype, m, k, n, false, true, 1.0f, 0.0f);   // x W^T
       check_matmul(rng, dtype, dtype, m, n, k, false, false, 1.0f, 0.0f);  // dy W
     }
   }
@@ -210,7 +210,8 @@ TEST_F(CudaGemmTest, AutotunedAlgorithmsComputeTheSameProducts) {
   Tensor out = gpu_->empty({1024, 3072}, DType::kBF16, MemoryKind::kOther);
   gpu_->linear_gelu_forward(xd, wd, bd, pre, out, Gelu::kTanh);
   const Tensor first = to_cpu(out);
-  expect_rel(first, out_cpu, tol_for(DType::kBF16, DType::kBF16, 768) + std::ldexp(1.0, -10), "autotuned linear_gelu_forward");
+  expect_rel(first, out_cpu, tol_for(DType::kBF16, DType::kBF16, 768) + std::ldexp(1.0, -10),
+             "autotuned linear_gelu_forward");
   expect_rel(to_cpu(pre), pre_cpu, tol_for(DType::kBF16, DType::kBF16, 768), "autotuned linear_gelu_forward: pre");
   gpu_->linear_gelu_forward(xd, wd, bd, pre, out, Gelu::kTanh);
   EXPECT_TRUE(test::bitwise_equal(to_cpu(out), first)) << "the cached winner gives the tuned call's bits";
@@ -260,9 +261,15 @@ struct LinearShape {
 };
 
 const LinearShape kLinearShapes[] = {
-    {{1, 1}, 1, 1},          {{7, 129}, 129, 127},     {{1000, 127}, 127, 129}, {{1, 1000}, 1000, 7},
-    {{512, 4, 768}, 768, 2304}, {{2048, 768}, 768, 768}, {{2048, 768}, 768, 3072}, {{1024, 2, 3072}, 3072, 768},
-    {{256, 768}, 768, 50304},   // LM head (tied embedding): V = 50304 outputs
+    {{1, 1}, 1, 1},
+    {{7, 129}, 129, 127},
+    {{1000, 127}, 127, 129},
+    {{1, 1000}, 1000, 7},
+    {{512, 4, 768}, 768, 2304},
+    {{2048, 768}, 768, 768},
+    {{2048, 768}, 768, 3072},
+    {{1024, 2, 3072}, 3072, 768},
+    {{256, 768}, 768, 50304},  // LM head (tied embedding): V = 50304 outputs
 };
 
 TEST_F(CudaGemmTest, LinearForwardMatchesCpu) {
@@ -310,8 +317,8 @@ TEST_F(CudaGemmTest, LinearForwardMisalignedAndMixedBias) {
       cpu_->linear_forward(xv, wv, bias, yv_cpu);
       const Tensor wflat_d = to_gpu(wflat), xflat_d = to_gpu(xflat);
       Tensor yv_d = gpu_->empty({n + 1, out}, dtype, MemoryKind::kOther).flat_view(out / 2 + 1, {n, out});
-      gpu_->linear_forward(xflat_d.flat_view(3, {n, in}), wflat_d.flat_view(1, {out, in}),
-                           flat_d.flat_view(1, {out}), yv_d);
+      gpu_->linear_forward(xflat_d.flat_view(3, {n, in}), wflat_d.flat_view(1, {out, in}), flat_d.flat_view(1, {out}),
+                           yv_d);
       expect_rel(to_cpu(yv_d), yv_cpu, tol_for(dtype, dtype, in), "misaligned x, w, y and bias " + name(dtype));
 
       const Tensor bias32 = random_tensor({out}, rng, DType::kF32);

@@ -86,8 +86,7 @@ TEST(CudaGradWrite, OverwriteWithNoRowsWritesZeros) {
     const Tensor rstd = gpu->empty({0}, DType::kF32, MemoryKind::kOther);
     Tensor dg = device_filled(*gpu, {h}, nan), dbeta = device_filled(*gpu, {h}, nan);
     Tensor dln = gpu->empty({0, h}, dt, MemoryKind::kOther);
-    gpu->layernorm_backward(dy.view({0, h}), x.view({0, h}), gamma, mean, rstd, dln, dg, dbeta,
-                            GradWrite::kOverwrite);
+    gpu->layernorm_backward(dy.view({0, h}), x.view({0, h}), gamma, mean, rstd, dln, dg, dbeta, GradWrite::kOverwrite);
     for (const Tensor* t : {&dw, &db, &dg, &dbeta}) {
       const Tensor host = to_host(*gpu, *t);
       for (int64_t i = 0; i < host.numel(); ++i) ASSERT_EQ(get(host, i), 0.0) << dtype_name(dt) << " " << t->describe();
@@ -107,8 +106,10 @@ TEST(CudaGradWrite, LayernormOverwriteIsTheAccumulationIntoZerosBitForBit) {
     const Tensor dy = to_device(*gpu, host_random({n, h}, DType::kBF16, ++seed));
     const Tensor gamma = to_device(*gpu, host_random({h}, DType::kBF16, ++seed));
     const Tensor beta = to_device(*gpu, host_random({h}, DType::kBF16, ++seed));
-    Tensor out = gpu->empty({n, h}, DType::kBF16, MemoryKind::kOther), dx = gpu->empty({n, h}, DType::kBF16, MemoryKind::kOther);
-    Tensor mean = gpu->empty({n}, DType::kF32, MemoryKind::kOther), rstd = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+    Tensor out = gpu->empty({n, h}, DType::kBF16, MemoryKind::kOther),
+           dx = gpu->empty({n, h}, DType::kBF16, MemoryKind::kOther);
+    Tensor mean = gpu->empty({n}, DType::kF32, MemoryKind::kOther),
+           rstd = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
     gpu->layernorm_forward(x, gamma, beta, 1e-5f, out, mean, rstd);
     Tensor dg_over = device_filled(*gpu, {h}, nan), db_over = device_filled(*gpu, {h}, nan);
     Tensor dg_acc = device_filled(*gpu, {h}, 0.0f), db_acc = device_filled(*gpu, {h}, 0.0f);

@@ -27,8 +27,8 @@ using namespace megatron::test;
 
 // [rows, V]: 2048 rows of the padded GPT-2 vocabulary (a 2048-token micro-batch), V not a
 // multiple of 4 (scalar path), and awkward sizes.
-const std::vector<std::pair<int64_t, int64_t>> kLossShapes = {
-    {1, 1}, {7, 7}, {129, 127}, {127, 129}, {1000, 1000}, {3, 50303}, {2048, 50304}};
+const std::vector<std::pair<int64_t, int64_t>> kLossShapes = {{1, 1},       {7, 7},     {129, 127},   {127, 129},
+                                                              {1000, 1000}, {3, 50303}, {2048, 50304}};
 
 Tensor random_labels(int64_t n, int64_t vocab, uint64_t seed) {
   Tensor t = Tensor::cpu({n}, DType::kI32);
@@ -69,7 +69,8 @@ TEST(CudaLoss, CrossEntropyForwardMatchesTheCpu) {
         ASSERT_NEAR(get(got_lse, r), get(want_lse, r), scale) << "lse row " << r << " of " << what;
         ASSERT_NEAR(get(got_loss, r), get(want_loss, r), scale) << "loss row " << r << " of " << what;
       }
-      Tensor loss2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther), lse2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+      Tensor loss2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther),
+             lse2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
       gpu->cross_entropy_forward(ld, labd, loss2, lse2);
       EXPECT_TRUE(bitwise(to_host(*gpu, loss2), got_loss, "cross_entropy loss rerun " + what));
       EXPECT_TRUE(bitwise(to_host(*gpu, lse2), got_lse, "cross_entropy lse rerun " + what));
@@ -89,7 +90,8 @@ TEST(CudaLoss, CrossEntropyBackwardMatchesTheCpuAndRunsInPlace) {
       const Tensor labels = random_labels(n, vocab, ++seed);
       const Tensor dlosses = host_random({n}, DType::kF32, ++seed);
       // The CPU's lse feeds both backwards, so only the backward is compared.
-      Tensor loss = cpu->empty({n}, DType::kF32, MemoryKind::kOther), lse = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
+      Tensor loss = cpu->empty({n}, DType::kF32, MemoryKind::kOther),
+             lse = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
       cpu->cross_entropy_forward(logits, labels, loss, lse);
       Tensor want = cpu->empty({n, vocab}, dt, MemoryKind::kOther);
       cpu->cross_entropy_backward(logits, labels, lse, dlosses, want);
@@ -127,7 +129,8 @@ TEST(CudaLoss, CrossEntropyOnMisalignedViewsAndMixedDtypes) {
     const Tensor labels = random_labels(n, vocab, ++seed);
     const Tensor dlosses = host_random({n}, DType::kF32, ++seed);
     Tensor ld = to_device(*gpu, logits), labd = to_device(*gpu, labels), dld = to_device(*gpu, dlosses);
-    Tensor loss = gpu->empty({n}, DType::kF32, MemoryKind::kOther), lse = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+    Tensor loss = gpu->empty({n}, DType::kF32, MemoryKind::kOther),
+           lse = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
     gpu->cross_entropy_forward(ld, labd, loss, lse);
     Tensor dd = gpu->empty({n, vocab}, dt, MemoryKind::kOther);
     gpu->cross_entropy_backward(ld, labd, lse, dld, dd);
@@ -135,7 +138,8 @@ TEST(CudaLoss, CrossEntropyOnMisalignedViewsAndMixedDtypes) {
     Tensor buf = gpu->empty({n * vocab + 1}, dt, MemoryKind::kOther);
     Tensor lv = buf.flat_view(1, {n, vocab});
     gpu->copy(logits, lv);
-    Tensor loss2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther), lse2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+    Tensor loss2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther),
+           lse2 = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
     gpu->cross_entropy_forward(lv, labd, loss2, lse2);
     EXPECT_TRUE(bitwise(to_host(*gpu, loss2), to_host(*gpu, loss), "cross_entropy loss misaligned " + what));
     EXPECT_TRUE(bitwise(to_host(*gpu, lse2), to_host(*gpu, lse), "cross_entropy lse misaligned " + what));
@@ -145,15 +149,16 @@ TEST(CudaLoss, CrossEntropyOnMisalignedViewsAndMixedDtypes) {
     // fp32 dlogits from 16-bit logits (and 16-bit from fp32): the generic backward, against the
     // CPU with CrossEntropyBackwardMatchesTheCpuAndRunsInPlace's tolerance.
     const DType other = dt == DType::kF32 ? DType::kBF16 : DType::kF32;
-    Tensor cpu_loss = cpu->empty({n}, DType::kF32, MemoryKind::kOther), cpu_lse = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
+    Tensor cpu_loss = cpu->empty({n}, DType::kF32, MemoryKind::kOther),
+           cpu_lse = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
     cpu->cross_entropy_forward(logits, labels, cpu_loss, cpu_lse);
     Tensor want = cpu->empty({n, vocab}, other, MemoryKind::kOther);
     cpu->cross_entropy_backward(logits, labels, cpu_lse, dlosses, want);
     Tensor lsed = to_device(*gpu, cpu_lse);
     Tensor dother = gpu->empty({n, vocab}, other, MemoryKind::kOther);
     gpu->cross_entropy_backward(ld, labd, lsed, dld, dother);
-    EXPECT_TRUE(close(to_host(*gpu, dother), want, 1e-11, 2e-6, 1, "cross_entropy dlogits " +
-                                                                    std::string(dtype_name(other)) + " from " + what));
+    EXPECT_TRUE(close(to_host(*gpu, dother), want, 1e-11, 2e-6, 1,
+                      "cross_entropy dlogits " + std::string(dtype_name(other)) + " from " + what));
   }
 }
 
@@ -211,7 +216,8 @@ TEST(CudaLoss, CrossEntropyFusedGivesThePairsBits) {
   const Tensor logits = host_random({n, vocab}, DType::kBF16, 4242, 0.1f, 8.0f);
   Tensor ld = to_device(*gpu, logits), labd = to_device(*gpu, random_labels(n, vocab, 4243));
   Tensor dld = to_device(*gpu, host_random({n}, DType::kF32, 4244));
-  Tensor loss = gpu->empty({n}, DType::kF32, MemoryKind::kOther), lse = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+  Tensor loss = gpu->empty({n}, DType::kF32, MemoryKind::kOther),
+         lse = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
   gpu->cross_entropy_forward(ld, labd, loss, lse);
   Tensor want = gpu->empty({n, vocab}, DType::kF32, MemoryKind::kOther);
   gpu->cross_entropy_backward(ld, labd, lse, dld, want);
@@ -270,7 +276,8 @@ TEST(CudaLoss, VocabParallelStepsMatchTheCpuBitForBit) {
     labels.data_as<int32_t>()[1] = 3;
     Tensor cl = Tensor::cpu({2}, DType::kF32), clse = Tensor::cpu({2}, DType::kF32);
     cpu->cross_entropy_forward(slice, labels, cl, clse);
-    Tensor gl2 = gpu->empty({2}, DType::kF32, MemoryKind::kOther), glse = gpu->empty({2}, DType::kF32, MemoryKind::kOther);
+    Tensor gl2 = gpu->empty({2}, DType::kF32, MemoryKind::kOther),
+           glse = gpu->empty({2}, DType::kF32, MemoryKind::kOther);
     gpu->cross_entropy_forward(to_device(*gpu, slice), to_device(*gpu, labels), gl2, glse);
     EXPECT_EQ(get(clse, 0), -inf) << dtype_name(dt);
     EXPECT_EQ(get(to_host(*gpu, glse), 0), -inf) << dtype_name(dt);

@@ -39,10 +39,9 @@ using namespace megatron::test;
 // (ln_backward_parts): 513 x 5120 (n / 4 = 128 parts of 5 rows, the last short) and 258 x 12288
 // (64 parts of 16-warp rows).
 const std::vector<std::pair<int64_t, int64_t>> kLayernormShapes = {
-    {1, 1},      {1, 7},       {1, 8},       {5, 12},       {7, 127},     {17, 96},     {129, 129},
-    {33, 1536},  {9, 4104},    {4, 6144},    {3, 8192},     {4097, 64},   {1000, 1000}, {3, 25000},
-    {2048, 768}, {2048, 1024}, {2048, 2048}, {2048, 12288}, {8192, 1024}, {8192, 2560}, {37, 2568},
-    {5, 3072},   {513, 5120},  {258, 12288}};
+    {1, 1},       {1, 7},        {1, 8},       {5, 12},      {7, 127},     {17, 96},   {129, 129},  {33, 1536},
+    {9, 4104},    {4, 6144},     {3, 8192},    {4097, 64},   {1000, 1000}, {3, 25000}, {2048, 768}, {2048, 1024},
+    {2048, 2048}, {2048, 12288}, {8192, 1024}, {8192, 2560}, {37, 2568},   {5, 3072},  {513, 5120}, {258, 12288}};
 
 // x with the offset of a residual stream (mean ~ 3) on top of its random spread: a variance
 // computed as E[x^2] - E[x]^2 in fp32 would fail the tolerances below.
@@ -262,7 +261,8 @@ TEST(CudaNorm, LayernormParameterGradientsAreBitwiseDeterministicAtGptScale) {
       gpu->layernorm_backward(dyi, xd, gd, meand, rstdd, dyi, dgi, dbi);  // dx in place
       EXPECT_TRUE(bitwise(to_host(*gpu, dgi), want_dg, "layernorm dgamma run " + std::to_string(run) + " " + what));
       EXPECT_TRUE(bitwise(to_host(*gpu, dbi), want_db, "layernorm dbeta run " + std::to_string(run) + " " + what));
-      EXPECT_TRUE(bitwise(to_host(*gpu, dyi), want_dx, "layernorm dx in place run " + std::to_string(run) + " " + what));
+      EXPECT_TRUE(
+          bitwise(to_host(*gpu, dyi), want_dx, "layernorm dx in place run " + std::to_string(run) + " " + what));
     }
     // dbeta = dbeta0 + the column sums of dy: within the fp32 summation bound of the double sum
     // (n terms of magnitude <= 1: (n + 1) 2^-24 * sum |dy| <= ~1e-3 relative to n).
@@ -301,15 +301,18 @@ TEST(CudaNorm, LayernormWithMixedDtypesMatchesTheCpu) {
     const Tensor x = layernorm_input(n, h, c.x, ++seed), dy = host_random({n, h}, c.out, ++seed);
     const Tensor gamma = host_random({h}, c.param, ++seed), beta = host_random({h}, c.param, ++seed);
     Tensor want = cpu->empty({n, h}, c.out, MemoryKind::kOther);
-    Tensor mean = cpu->empty({n}, DType::kF32, MemoryKind::kOther), rstd = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
+    Tensor mean = cpu->empty({n}, DType::kF32, MemoryKind::kOther),
+           rstd = cpu->empty({n}, DType::kF32, MemoryKind::kOther);
     cpu->layernorm_forward(x, gamma, beta, 1e-5f, want, mean, rstd);
     Tensor want_dx = cpu->empty({n, h}, c.out, MemoryKind::kOther);
-    Tensor want_dg = cpu->empty({h}, DType::kF32, MemoryKind::kOther), want_db = cpu->empty({h}, DType::kF32, MemoryKind::kOther);
+    Tensor want_dg = cpu->empty({h}, DType::kF32, MemoryKind::kOther),
+           want_db = cpu->empty({h}, DType::kF32, MemoryKind::kOther);
     cpu->layernorm_backward(dy, x, gamma, mean, rstd, want_dx, want_dg, want_db);
 
     Tensor xd = to_device(*gpu, x), gd = to_device(*gpu, gamma), bd = to_device(*gpu, beta), dyd = to_device(*gpu, dy);
     Tensor outd = gpu->empty({n, h}, c.out, MemoryKind::kOther);
-    Tensor meand = gpu->empty({n}, DType::kF32, MemoryKind::kOther), rstdd = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
+    Tensor meand = gpu->empty({n}, DType::kF32, MemoryKind::kOther),
+           rstdd = gpu->empty({n}, DType::kF32, MemoryKind::kOther);
     gpu->layernorm_forward(xd, gd, bd, 1e-5f, outd, meand, rstdd);
     // The tolerances of LayernormForwardMatchesTheCpu / LayernormBackward...: out within
     // 3e-5 + 1e-5 |out| or 1 ulp; dx within 1e-5 + 1e-5 |dx| or 1 ulp (the CPU's statistics
@@ -317,7 +320,8 @@ TEST(CudaNorm, LayernormWithMixedDtypesMatchesTheCpu) {
     EXPECT_TRUE(close(to_host(*gpu, outd), want, 3e-5, 1e-5, 1, "layernorm out " + what));
     Tensor md = to_device(*gpu, mean), rd = to_device(*gpu, rstd);
     Tensor dxd = gpu->empty({n, h}, c.out, MemoryKind::kOther);
-    Tensor dgd = gpu->empty({h}, DType::kF32, MemoryKind::kOther), dbd = gpu->empty({h}, DType::kF32, MemoryKind::kOther);
+    Tensor dgd = gpu->empty({h}, DType::kF32, MemoryKind::kOther),
+           dbd = gpu->empty({h}, DType::kF32, MemoryKind::kOther);
     // dy and dx in the output dtype: the generic backward where x's dtype differs.
     gpu->layernorm_backward(dyd, xd, gd, md, rd, dxd, dgd, dbd);
     EXPECT_TRUE(close(to_host(*gpu, dxd), want_dx, 1e-5, 1e-5, 1, "layernorm dx " + what));
@@ -355,8 +359,8 @@ struct ResidualInputs {
 
 ResidualInputs residual_inputs(Backend& gpu, const ResidualCase& c, uint64_t& seed, double shift) {
   ResidualInputs in;
-  in.what = shape_name({c.n, c.h}, c.act) + " x " + std::string(dtype_name(c.x)) +
-            (c.offset != 0 ? " (misaligned)" : "");
+  in.what =
+      shape_name({c.n, c.h}, c.act) + " x " + std::string(dtype_name(c.x)) + (c.offset != 0 ? " (misaligned)" : "");
   const Tensor x = layernorm_input(c.n, c.h, c.x, ++seed), gamma = host_random({c.h}, c.x, ++seed);
   const Tensor beta = host_random({c.h}, c.x, ++seed);
   const Tensor dy = host_random({c.n, c.h}, c.act, ++seed);
@@ -381,9 +385,9 @@ TEST(CudaNorm, LayernormBackwardAddingIntoDxIsTheUnfusedPairBitForBit) {
   MT_REQUIRE_CUDA();
   auto gpu = make_cuda_backend();
   const ResidualCase cases[] = {{2048, 2048, DType::kBF16, DType::kBF16, 0}, {129, 768, DType::kF16, DType::kF16, 0},
-                        {33, 1000, DType::kF32, DType::kF32, 0},     {65, 1536, DType::kBF16, DType::kBF16, 1},
-                        {3, 25000, DType::kBF16, DType::kBF16, 0},   {129, 768, DType::kBF16, DType::kF32, 0},
-                        {17, 770, DType::kBF16, DType::kBF16, 0}};  // h % 8 != 0: fast path, element by element
+                                {33, 1000, DType::kF32, DType::kF32, 0},     {65, 1536, DType::kBF16, DType::kBF16, 1},
+                                {3, 25000, DType::kBF16, DType::kBF16, 0},   {129, 768, DType::kBF16, DType::kF32, 0},
+                                {17, 770, DType::kBF16, DType::kBF16, 0}};  // h % 8 != 0: fast path, element by element
   uint64_t seed = 1700;
   for (const ResidualCase& c : cases) {
     const ResidualInputs in = residual_inputs(*gpu, c, seed, 0.0);
@@ -420,16 +424,16 @@ TEST(CudaNorm, LayernormBackwardColsumIsTheColumnSumOfItsDx) {
   MT_REQUIRE_CUDA();
   auto gpu = make_cuda_backend();
   const ResidualCase cases[] = {{4096, 1024, DType::kBF16, DType::kBF16, 0},
-                        {2048, 2048, DType::kBF16, DType::kBF16, 0},
-                        {1024, 2560, DType::kBF16, DType::kBF16, 0},
-                        {129, 768, DType::kF16, DType::kF16, 0},
-                        {33, 1000, DType::kF32, DType::kF32, 0},
-                        {100, 256, DType::kF32, DType::kF32, 0},
-                        {65, 1536, DType::kBF16, DType::kBF16, 1},
-                        {3, 25000, DType::kBF16, DType::kBF16, 0},  // generic path: bias_grad after
-                        {129, 768, DType::kBF16, DType::kF32, 0},   // mixed dtypes: generic path
-                        {17, 770, DType::kBF16, DType::kBF16, 0},  // h % 8 != 0
-                        {1, 8, DType::kBF16, DType::kBF16, 0}};
+                                {2048, 2048, DType::kBF16, DType::kBF16, 0},
+                                {1024, 2560, DType::kBF16, DType::kBF16, 0},
+                                {129, 768, DType::kF16, DType::kF16, 0},
+                                {33, 1000, DType::kF32, DType::kF32, 0},
+                                {100, 256, DType::kF32, DType::kF32, 0},
+                                {65, 1536, DType::kBF16, DType::kBF16, 1},
+                                {3, 25000, DType::kBF16, DType::kBF16, 0},  // generic path: bias_grad after
+                                {129, 768, DType::kBF16, DType::kF32, 0},   // mixed dtypes: generic path
+                                {17, 770, DType::kBF16, DType::kBF16, 0},   // h % 8 != 0
+                                {1, 8, DType::kBF16, DType::kBF16, 0}};
   const float nan = std::numeric_limits<float>::quiet_NaN();
   uint64_t seed = 2700;
   for (const ResidualCase& c : cases) {
@@ -463,8 +467,8 @@ TEST(CudaNorm, LayernormBackwardColsumIsTheColumnSumOfItsDx) {
     const Tensor base = host_random({c.h}, DType::kF32, ++seed);
     auto [again_store, again] = in.residual(*gpu, c);
     Tensor cs_acc = to_device(*gpu, base);
-    gpu->layernorm_backward_colsum(in.dyd, in.xd, in.gd, in.md, in.rd, again, dg2, db2, cs_acc,
-                                   GradWrite::kAccumulate, GradWrite::kAccumulate, GradWrite::kAccumulate);
+    gpu->layernorm_backward_colsum(in.dyd, in.xd, in.gd, in.md, in.rd, again, dg2, db2, cs_acc, GradWrite::kAccumulate,
+                                   GradWrite::kAccumulate, GradWrite::kAccumulate);
     const Tensor acc = to_host(*gpu, cs_acc);
     for (int64_t j = 0; j < c.h; ++j) {
       ASSERT_EQ(static_cast<float>(get(acc, j)), static_cast<float>(get(base, j)) + static_cast<float>(get(got_cs, j)))
@@ -482,20 +486,20 @@ TEST(CudaNorm, LayernormBackwardColsumIsTheColumnSumOfItsDx) {
 TEST(CudaNorm, LayernormBackwardDropoutColsumIsTheDropoutBackwardAndItsColumnSums) {
   MT_REQUIRE_CUDA();
   auto gpu = make_cuda_backend();
-  const ResidualCase cases[] = {{4096, 1024, DType::kBF16, DType::kBF16, 0},
-                                {1024, 2048, DType::kBF16, DType::kBF16, 0},
-                                {1024, 2560, DType::kBF16, DType::kBF16, 0},
-                                {129, 768, DType::kF16, DType::kF16, 0},
-                                {100, 256, DType::kF32, DType::kF32, 0},
-                                {3, 25000, DType::kBF16, DType::kBF16, 0},
-                                {17, 770, DType::kBF16, DType::kBF16, 0}};
+  const ResidualCase cases[] = {
+      {4096, 1024, DType::kBF16, DType::kBF16, 0}, {1024, 2048, DType::kBF16, DType::kBF16, 0},
+      {1024, 2560, DType::kBF16, DType::kBF16, 0}, {129, 768, DType::kF16, DType::kF16, 0},
+      {100, 256, DType::kF32, DType::kF32, 0},     {3, 25000, DType::kBF16, DType::kBF16, 0},
+      {17, 770, DType::kBF16, DType::kBF16, 0}};
   const float nan = std::numeric_limits<float>::quiet_NaN();
   uint64_t seed = 3100;
   int variant = 0;
   for (const ResidualCase& c : cases) {
     const ResidualInputs in = residual_inputs(*gpu, c, seed, -4.0);
     const DropoutParams dp{variant % 2 == 0 ? 0.1f : 0.5f, 77, 12345 + static_cast<uint64_t>(variant),
-                           static_cast<uint64_t>(variant % 3 == 0 ? 0 : variant % 3 == 1 ? 4 : 3)};
+                           static_cast<uint64_t>(variant % 3 == 0   ? 0
+                                                 : variant % 3 == 1 ? 4
+                                                                    : 3)};
     ++variant;
     const std::string what = in.what + " p " + std::to_string(dp.p) + " offset " + std::to_string(dp.offset);
     auto [plain_store, plain] = in.residual(*gpu, c);
@@ -550,8 +554,8 @@ struct EmbeddingCase {
 
 // GPT shapes (b sequences of s tokens, V = 50304, h = 768/1024) and awkward ones; small
 // vocabularies make every token repeat many times.
-const std::vector<EmbeddingCase> kEmbeddingCases = {
-    {1, 1, 1, 1}, {3, 7, 7, 127}, {2, 129, 1000, 129}, {1, 127, 13, 1000}, {4, 2048, 50304, 768}, {8, 1024, 50304, 1024}};
+const std::vector<EmbeddingCase> kEmbeddingCases = {{1, 1, 1, 1},       {3, 7, 7, 127},        {2, 129, 1000, 129},
+                                                    {1, 127, 13, 1000}, {4, 2048, 50304, 768}, {8, 1024, 50304, 1024}};
 
 // tokens[b, s] in [0, vocab); a quarter of them one "hot" token (as <|endoftext|> and common
 // words are), so some vocabulary rows receive hundreds of positions.

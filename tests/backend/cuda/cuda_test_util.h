@@ -17,7 +17,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 
-#define MT_REQUIRE_CUDA()                                                         \
+#define MT_REQUIRE_CUDA() \
   if (!built_with_cuda() || cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 namespace megatron::backend {
@@ -76,7 +76,7 @@ inline int32_t ordered16(uint16_t bits) {
 // representable values of want (the CPU's rounded result). Reports the misses, the worst
 // element and the shape.
 inline ::testing::AssertionResult close(const Tensor& got, const Tensor& want, double atol, double rtol, int max_ulps,
-                                 const std::string& what) {
+                                        const std::string& what) {
   if (got.dtype() != want.dtype() || got.numel() != want.numel()) {
     return ::testing::AssertionFailure() << what << ": got " << got.describe() << ", want " << want.describe();
   }

@@ -259,8 +259,8 @@ TEST(CudnnAttentionGraphs, BuildWithoutAGpu) {
     for (bool deterministic : {false, true}) {
       for (float dropout : {0.0f, 0.1f}) {
         SCOPED_TRACE(case_name(c) + (deterministic ? " deterministic" : "") + (dropout > 0 ? " dropout" : ""));
-        EXPECT_EQ(
-            check_cudnn_attention_graphs(c.dtype, c.s, c.b, make_params(c.heads, c.d, dropout), deterministic), "");
+        EXPECT_EQ(check_cudnn_attention_graphs(c.dtype, c.s, c.b, make_params(c.heads, c.d, dropout), deterministic),
+                  "");
         AttentionParams documents = make_params(c.heads, c.d, dropout);
         documents.key_start = document_key_starts(c.b, c.s);
         EXPECT_EQ(check_cudnn_attention_graphs(c.dtype, c.s, c.b, documents, deterministic), "") << "documents";
@@ -293,9 +293,8 @@ AttentionParams grouped_params(const GroupCase& c, float p = 0.0f) {
 const GroupCase kGroupCases[] = {
     // Llama-like shapes (s a multiple of 128): MQA, GQA 4:1 and 2:1, and G = heads given
     // explicitly (the multi-head graphs), both 16-bit dtypes, the deterministic backward.
-    {512, 2, 8, 1, 128, DType::kBF16},        {512, 2, 8, 2, 128, DType::kBF16},
-    {512, 2, 8, 4, 64, DType::kF16},          {256, 2, 4, 4, 64, DType::kBF16},
-    {1024, 1, 16, 4, 128, DType::kBF16, true}, {384, 2, 6, 3, 80, DType::kBF16},
+    {512, 2, 8, 1, 128, DType::kBF16}, {512, 2, 8, 2, 128, DType::kBF16},         {512, 2, 8, 4, 64, DType::kF16},
+    {256, 2, 4, 4, 64, DType::kBF16},  {1024, 1, 16, 4, 128, DType::kBF16, true}, {384, 2, 6, 3, 80, DType::kBF16},
 };
 
 // The CPU computes the whole case (all heads): the dK/dV sums over the heads of each group are
@@ -453,7 +452,8 @@ std::vector<double> probabilities(const Tensor& qkv, const Case& c, float scale,
         for (int64_t j = lo; j <= i; ++j) {
           double dot = 0.0;
           for (int64_t t = 0; t < d; ++t) {
-            dot += test::get(qkv, (i * c.b + bi) * w + h * 3 * d + t) * test::get(qkv, (j * c.b + bi) * w + h * 3 * d + d + t);
+            dot += test::get(qkv, (i * c.b + bi) * w + h * 3 * d + t) *
+                   test::get(qkv, (j * c.b + bi) * w + h * 3 * d + d + t);
           }
           row[static_cast<size_t>(j)] = dot * scale;
           m = std::max(m, row[static_cast<size_t>(j)]);
@@ -512,7 +512,8 @@ std::vector<uint8_t> read_keep_mask(Backend& gpu, const Case& c, const Attention
             }
             worst = std::max(worst, std::abs(got - kept) / kept);
             if (std::abs(got - kept) > rel * kept && bad++ == 0) {
-              first_bad = str_cat("(b ", bi, ", head ", h, ", ", i, ", ", j, ") = ", got, ", neither 0 nor P r = ", kept);
+              first_bad =
+                  str_cat("(b ", bi, ", head ", h, ", ", i, ", ", j, ") = ", got, ", neither 0 nor P r = ", kept);
             }
             keep[at] = 1;
           }
@@ -555,7 +556,8 @@ Result masked_attention(const Tensor& qkv, const Tensor& dout, const std::vector
         double rowsum = 0.0;
         for (int64_t j = 0; j <= i; ++j) {
           double dpd = 0.0;
-          for (int64_t t = 0; t < d; ++t) dpd += test::get(dout, (i * c.b + bi) * H * d + h * d + t) * x(j, bi, h, 2, t);
+          for (int64_t t = 0; t < d; ++t)
+            dpd += test::get(dout, (i * c.b + bi) * H * d + h * d + t) * x(j, bi, h, 2, t);
           dP[static_cast<size_t>(j)] = dpd * Ki[j] * r;
           rowsum += Pi[j] * dP[static_cast<size_t>(j)];
           for (int64_t t = 0; t < d; ++t) {  // dv_j += Pd_ij dout_i

@@ -17,8 +17,8 @@
 #include "backend/ops.h"
 #include "model/gpt_model.h"
 #include "optim/loss_scaler.h"
-#include "train/micro_batch_documents.h"
 #include "parallel/optimizer.h"
+#include "train/micro_batch_documents.h"
 
 namespace megatron::model {
 namespace {

@@ -59,11 +59,11 @@ void check_sum(int64_t pieces, int64_t stride, int64_t n, float scale, int64_t o
 TEST(PieceSum, SumsTheReceivedPiecesInRankOrderLikeTheHost) {
   MT_REQUIRE_CUDA();
 #if MT_WITH_CUDA
-  check_sum(4, 1 << 16, 1 << 16, 0.25f, 0);         // float4 rows, the average of 4 ranks
-  check_sum(4, 1 << 16, (1 << 16) - 3, 1.0f, 0);    // a short last piece: the scalar path
-  check_sum(3, 1001, 999, 1.0f / 3.0f, 0);          // odd stride
-  check_sum(8, 4096, 4096, 0.125f, 1);              // output not 16-byte aligned
-  check_sum(2, 300000, 300000, 0.5f, 0);            // more elements than one wave of the grid
+  check_sum(4, 1 << 16, 1 << 16, 0.25f, 0);       // float4 rows, the average of 4 ranks
+  check_sum(4, 1 << 16, (1 << 16) - 3, 1.0f, 0);  // a short last piece: the scalar path
+  check_sum(3, 1001, 999, 1.0f / 3.0f, 0);        // odd stride
+  check_sum(8, 4096, 4096, 0.125f, 1);            // output not 16-byte aligned
+  check_sum(2, 300000, 300000, 0.5f, 0);          // more elements than one wave of the grid
 #endif
 }
 

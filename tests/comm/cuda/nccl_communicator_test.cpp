@@ -159,8 +159,9 @@ TEST_F(CopyEngineSetUp, FailedLastRegistrationReleasesEverything) {
     ScopedEnv fail("MEGATRON_TEST_NCCL_FAIL", "ncclCommWindowRegister:3");
     const CopyEngineResult r = enable(kReceive);
     EXPECT_FALSE(r.on);
-    EXPECT_NE(r.why_off.find("ncclCommWindowRegister failed for " + std::to_string(kReceive * 4 + kSymmetricSlackBytes)),
-              std::string::npos)
+    EXPECT_NE(
+        r.why_off.find("ncclCommWindowRegister failed for " + std::to_string(kReceive * 4 + kSymmetricSlackBytes)),
+        std::string::npos)
         << r.why_off;
   }
   const int64_t kept = before - free_device_bytes();

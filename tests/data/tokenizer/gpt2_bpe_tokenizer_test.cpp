@@ -126,14 +126,16 @@ TEST(Pretokenizer, WhitespaceFollowsPythonRegex) {
                       0x2029u, 0x202Fu, 0x205Fu, 0x3000u}) {
     EXPECT_EQ(t.of(cp), detail::CharClass::kSpace) << std::hex << cp;
   }
-  for (uint32_t cp : {0x1Cu, 0x1Fu, 0x180Eu, 0x200Bu, 0xFEFFu}) EXPECT_EQ(t.of(cp), detail::CharClass::kOther) << std::hex << cp;
+  for (uint32_t cp : {0x1Cu, 0x1Fu, 0x180Eu, 0x200Bu, 0xFEFFu})
+    EXPECT_EQ(t.of(cp), detail::CharClass::kOther) << std::hex << cp;
 }
 
 TEST(GPT2BPETokenizer, DecodeRoundTripsRandomBytes) {
   std::mt19937_64 rng(1234);
   // Mostly ASCII with some multi-byte UTF-8 and raw (often invalid) high bytes.
-  const std::vector<std::string> pool = {"a", "Z", " ", "  ", "\n", "\t", "'", "'s", "9", "!", "é", "日", "😀",
-                                         "\u200d", "\u0085", "\ufeff", "\xff", "\xc3", "\x80", "\xed\xa0\x80", "\x00"};
+  const std::vector<std::string> pool = {"a",    "Z",    " ",    "  ",           "\n",  "\t",     "'",      "'s",
+                                         "9",    "!",    "é",    "日",           "😀",   "\u200d", "\u0085", "\ufeff",
+                                         "\xff", "\xc3", "\x80", "\xed\xa0\x80", "\x00"};
   int64_t total_ids = 0;
   for (int iter = 0; iter < 3000; ++iter) {
     std::string s;
@@ -295,9 +297,9 @@ TEST(GPT2BPETokenizer, VocabIdsMustBeDenseAndDistinct) {
   expect_load_error(dir + "/gap.json", merges,
                     {"gap.json:2: token \"<|endoftext|>\" has id 257, but the 257 entries must have the ids 0..256"});
   write_file(dir + "/twice.json", byte_vocab_json(",\n\"ab\": 256,\n\"a\\nb\": 97"));
-  expect_load_error(dir + "/twice.json", merges,
-                    {"twice.json:3: token \"a\\x0ab\" has id 97, already the id of \"a\"",
-                     "(each id must appear once)"});
+  expect_load_error(
+      dir + "/twice.json", merges,
+      {"twice.json:3: token \"a\\x0ab\" has id 97, already the id of \"a\"", "(each id must appear once)"});
   write_file(dir + "/huge.json", byte_vocab_json(",\n\"zzz\": 2147483647"));
   expect_load_error(dir + "/huge.json", merges, {"huge.json:2: token \"zzz\" has id 2147483647, but the 257 entries"});
 }

@@ -97,9 +97,15 @@ TEST(RegexSplitter, WhitespaceIsUnicodeWhiteSpace) {
   // would say the opposite of the second.
   const detail::RegexSplitter ws(R"(\s+|\S+)", "test");
   std::vector<std::string> pieces;
-  const std::string text = "a\xC2\x85" "b\xE1\xA0\x8E" "c \t\n";
+  const std::string text =
+      "a\xC2\x85"
+      "b\xE1\xA0\x8E"
+      "c \t\n";
   ws.split(text, true, [&](int64_t o, int64_t n, bool) { pieces.push_back(text.substr(o, n)); });
-  EXPECT_EQ(pieces, (std::vector<std::string>{"a", "\xC2\x85", "b\xE1\xA0\x8E" "c", " \t\n"}));
+  EXPECT_EQ(pieces, (std::vector<std::string>{"a", "\xC2\x85",
+                                              "b\xE1\xA0\x8E"
+                                              "c",
+                                              " \t\n"}));
 }
 
 TEST(RegexSplitter, GapsAndInvalidUtf8) {
@@ -136,8 +142,8 @@ std::string byte_level_json(const std::string& extra_fields, const std::string& 
     vocab += "\"" + ch + "\": " + std::to_string(b) + ", ";
   }
   vocab += "\"ab\": 256";
-  return "{" + extra_fields + "\"pre_tokenizer\": " + pre_tokenizer +
-         ", \"model\": {\"type\": \"BPE\", \"vocab\": {" + vocab + "}, \"merges\": [\"a b\"]}}";
+  return "{" + extra_fields + "\"pre_tokenizer\": " + pre_tokenizer + ", \"model\": {\"type\": \"BPE\", \"vocab\": {" +
+         vocab + "}, \"merges\": [\"a b\"]}}";
 }
 
 TEST(HuggingFaceTokenizer, SmallFileAndUnsupportedParts) {
@@ -145,7 +151,8 @@ TEST(HuggingFaceTokenizer, SmallFileAndUnsupportedParts) {
   const std::string byte_level = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
   write_file(dir + "/tokenizer.json",
              byte_level_json(R"("added_tokens": [{"id": 257, "content": "<eos>", "special": true}], )", byte_level));
-  write_file(dir + "/tokenizer_config.json", R"({"eos_token": {"content": "<eos>"}, "model_max_length": 1000000000000000019884624838656})");
+  write_file(dir + "/tokenizer_config.json",
+             R"({"eos_token": {"content": "<eos>"}, "model_max_length": 1000000000000000019884624838656})");
   HuggingFaceTokenizer t(dir);
   EXPECT_EQ(t.vocab_size(), 258);
   EXPECT_EQ(t.eod(), 257);
@@ -173,7 +180,8 @@ TEST(HuggingFaceTokenizer, SmallFileAndUnsupportedParts) {
       {byte_level_json("", R"({"type": "Split", "pattern": {"Regex": "\\s"}, "behavior": "Isolated"})"),
        "pre_tokenizer has no ByteLevel step"},
       {byte_level_json("", R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "x"},
-       "behavior": "Contiguous"}]})"), "Split behavior \"Contiguous\" is not supported"},
+       "behavior": "Contiguous"}]})"),
+       "Split behavior \"Contiguous\" is not supported"},
   };
   for (size_t k = 0; k < bad.size(); ++k) {
     const std::string path = dir + "/bad" + std::to_string(k) + ".json";
@@ -235,8 +243,9 @@ TEST(TikTokenizer, SmallVocabularySpecialsAndSizes) {
     TikTokenizer order(dir + "/order.json", "v1", 7, 8);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), dir + "/order.json: entry 0 must be the single byte 0 (the first 256 entries are "
-                                     "the bytes)");
+    EXPECT_EQ(std::string(e.what()), dir +
+                                         "/order.json: entry 0 must be the single byte 0 (the first 256 entries are "
+                                         "the bytes)");
   }
 }
 

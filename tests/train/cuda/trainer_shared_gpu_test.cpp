@@ -55,14 +55,17 @@ TEST(TrainerSharedGpu, EveryLayoutMatchesTheOneProcessGpuRun) {
     std::vector<std::string> flags;
   };
   const std::vector<Layout> layouts = {
-      {"DP2, distributed optimizer, overlapped reductions", 2,
+      {"DP2, distributed optimizer, overlapped reductions",
+       2,
        {"--make-vocab-size-divisible-by", "256", "--use-distributed-optimizer", "--overlap-grad-reduce",
         "--overlap-param-gather", "--ddp-bucket-size", "3001"}},
       {"TP2 + SP", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
-      {"PP2 interleaved", 2,
+      {"PP2 interleaved",
+       2,
        {"--make-vocab-size-divisible-by", "256", "--pipeline-model-parallel-size", "2",
         "--num-layers-per-virtual-pipeline-stage", "1"}},
-      {"TP2 x PP2 x DP2 + SP, distributed optimizer, full recompute", 8,
+      {"TP2 x PP2 x DP2 + SP, distributed optimizer, full recompute",
+       8,
        {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--sequence-parallel",
         "--use-distributed-optimizer", "--recompute-granularity", "full", "--recompute-method", "uniform",
         "--recompute-num-layers", "1"}},
@@ -74,9 +77,9 @@ TEST(TrainerSharedGpu, EveryLayoutMatchesTheOneProcessGpuRun) {
     argv.insert(argv.end(), l.flags.begin(), l.flags.end());
     const test::CommandResult r = test::run_ranks(argv, l.ranks);
     ASSERT_EQ(r.status, 0) << l.name << "\n" << r.output;
-    const std::string note = " > collectives: MPI, GPU tensors staged through host memory (--distributed-backend mpi); " +
-                             std::to_string(l.ranks) + " ranks share " + std::to_string(backend::cuda_device_count()) +
-                             " GPU(s)";
+    const std::string note =
+        " > collectives: MPI, GPU tensors staged through host memory (--distributed-backend mpi); " +
+        std::to_string(l.ranks) + " ranks share " + std::to_string(backend::cuda_device_count()) + " GPU(s)";
     EXPECT_NE(r.output.find(note), std::string::npos) << l.name << ": rank 0 says the GPU is shared\n" << r.output;
     expect_same(ref, read_jsonl(log), 1, l.name + " on one GPU");
   }
