@@ -62,5 +62,23 @@ TEST(TrainCommandLlama, TheLlama3ExampleModelFlags) { trains_saves_and_resumes("
 
 TEST(TrainCommandLlama, TheLlama2DocsFlags) { trains_saves_and_resumes("train_llama2_flags", kLlama2); }
 
+// --qk-layernorm is recorded: --use-checkpoint-args restores it, and a resume without it (the
+// query/key norms' tensors would be left unused) is refused naming the flag.
+TEST(TrainCommandLlama, QkLayernormIsRestoredAndChecked) {
+  const std::string model = kLlama2 + " --qk-layernorm";
+  trains_saves_and_resumes("train_llama2_qk_flags", model);
+  const std::string dir = test::scratch_dir("train_llama2_qk_flags");
+  int status = 0;
+  std::string out = train(" --use-checkpoint-args --override-opt_param-scheduler --load " + dir +
+                              "/ck --train-iters 4 --micro-batch-size 2 --global-batch-size 4 --lr 0.00015 --device cpu"
+                              " --mock-data --split 99,1,0 --eval-iters 1 --log-interval 1",
+                          &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("Setting qk_layernorm to True from checkpoint"), std::string::npos) << out;
+  out = train(kTiny + kLlama2 + " --train-iters 4 --load " + dir + "/ck", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("[--qk-layernorm]"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace megatron
