@@ -110,7 +110,7 @@ TEST(GPTModel, GradientsMatchFiniteDifferencesQkLayernorm) {
   GPTConfig c = tiny_gpt_config();
   c.hidden_size = 8;
   c.num_attention_heads = 4;
-  c.kv_channels = 3;
+  c.kv_channels = 4;  // heads * kv_channels != hidden
   c.num_query_groups = 2;
   c.position_embedding = PositionEmbedding::kRope;
   c.rotary.base = 100.0f;
@@ -229,13 +229,18 @@ TEST(GPTModel, RecomputeGivesBitIdenticalGradients) {
   DropoutContext ctx;
   ctx.seed = 11;
   ctx.iteration = 3;
-  for (int variant = 0; variant < 3; ++variant) {  // fp32, bf16, bf16 with RMSNorm + SwiGLU
+  // fp32, bf16, bf16 with RMSNorm + SwiGLU, bf16 with --qk-layernorm and rotary embeddings
+  for (int variant = 0; variant < 4; ++variant) {
     const DType dtype = variant == 0 ? DType::kF32 : DType::kBF16;
     auto run = [&](Recompute method, int64_t layers, float* loss) {
       GPTConfig c = base;
       if (variant == 2) {
         c.normalization = Normalization::kRMSNorm;
         c.swiglu = true;
+      }
+      if (variant == 3) {
+        c.qk_layernorm = true;
+        c.position_embedding = PositionEmbedding::kRope;
       }
       c.recompute = method;
       c.recompute_num_layers = layers;
@@ -257,7 +262,10 @@ TEST(GPTModel, RecomputeGivesBitIdenticalGradients) {
           std::pair{Recompute::kUniform, int64_t{5}}, std::pair{Recompute::kBlock, int64_t{3}}}) {
       float loss = 0.0f;
       const std::vector<float> g = run(method, layers, &loss);
-      const std::string what = std::string(dtype_name(dtype)) + (variant == 2 ? " rmsnorm swiglu" : "") +
+      const std::string what = std::string(dtype_name(dtype)) +
+                               (variant == 2   ? " rmsnorm swiglu"
+                                : variant == 3 ? " qk layernorm"
+                                               : "") +
                                (method == Recompute::kUniform ? " uniform " : " block ") + std::to_string(layers);
       EXPECT_EQ(loss, loss_ref) << what;
       ASSERT_EQ(g.size(), ref.size());
