@@ -126,7 +126,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"fp16_swiglu", DType::kF16, false, true, 1, 8, Recompute::kNone, 1, false, false, true},
         Case{"bf16_rmsnorm", DType::kBF16, false, true, 3, 8, Recompute::kNone, 1, false, true, false},
         Case{"fp32_qk_layernorm", DType::kF32, false, true, 2, 8, Recompute::kNone, 1, false, false, false, true},
-        Case{"bf16_qk_rmsnorm_swiglu_recompute_block1", DType::kBF16, true, false, 2, 5, Recompute::kBlock, 1, false,
+        Case{"bf16_qk_rmsnorm_swiglu_recompute_block1", DType::kBF16, true, false, 2, 6, Recompute::kBlock, 1, false,
              true, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
