@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fp8.h"
 #include "core/tensor.h"
 
 namespace megatron::backend {
@@ -152,6 +153,22 @@ struct RotaryParams {
   int64_t groups() const { return query_groups > 0 ? query_groups : heads; }
 };
 
+// One FP8 operand's per-tensor scaling (backend/fp8_recipe.h): fp32 [1] tensors on this
+// backend's device, usually views into an Fp8ScalingState. A quantization of x
+//  - takes a = max |x| (NaN elements skipped) and records amax := max(amax, a) (amax undefined:
+//    not recorded);
+//  - current (the tensorwise recipe): writes scale := fp8_current_scale(a, fp8_max(format))
+//    first; otherwise (delayed) reads scale;
+//  - writes scale_inv := 1 / scale (fp32 division) and q = float_to_fp8(x * scale) (the product
+//    rounded to fp32, then RNE to the format with saturation: core/fp8.h).
+struct Fp8Quantization {
+  Fp8Format format = Fp8Format::kE4M3;
+  bool current = false;
+  Tensor scale;
+  Tensor scale_inv;
+  Tensor amax;
+};
+
 // Device work recorded once and queued again as a whole (a CUDA graph): see
 // Backend::begin_recording.
 class Recording {
@@ -236,6 +253,21 @@ class Backend {
   virtual void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
                                      Tensor& dpre, Tensor& dw, Tensor& dbias, Gelu kind,
                                      GradWrite write = GradWrite::kAccumulate) = 0;
+
+  // ---- FP8 (backend/fp8_recipe.h, backend/fp8_linear.h) -------------------------------------
+  // Quantizes x (any float dtype, read as [rows, cols] = [numel / last, last]) as `s` says into
+  // q [rows, cols] and/or qt [cols, rows] (its transpose, the k-major layout of the other GEMM
+  // operand order; Transformer Engine's cast_transpose), of the format's dtype (kF8E4M3 /
+  // kF8E5M2). Either may be undefined, not both.
+  virtual void fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8Quantization& s) = 0;
+  // c[m, n] = (a[m, k] @ b[n, k]^T) * (a_scale_inv * b_scale_inv) (+ bias[n]) for FP8 a and b,
+  // both k-major (cuBLASLt's FP8 TN layout on Hopper; not both E5M2), each read as [rows, last
+  // dim]: the codes' products are exact, summed in fp32 (order unspecified); the sum times the
+  // fp32 product of the two scale_inv ([1] fp32 tensors on this device), plus bias, is rounded
+  // once to c's dtype (fp32, bf16 or fp16). kAccumulate adds c's old value (fp32 c, no bias):
+  // the weight gradient into the fp32 main gradient.
+  virtual void fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
+                        const Tensor& bias, Tensor& c, GradWrite write = GradWrite::kOverwrite) = 0;
 
   // ---- elementwise ----------------------------------------------------------------------
   // out = a + b (same shapes; out may be a or b).

@@ -125,7 +125,9 @@ const char* ProfilingBackend::op_name(int op) {
                                               "swiglu_forward",
                                               "swiglu_backward",
                                               "rotary_forward",
-                                              "rotary_backward"};
+                                              "rotary_backward",
+                                              "fp8_quantize",
+                                              "fp8_gemm"};
   return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -449,6 +451,15 @@ void ProfilingBackend::rotary_forward(Tensor& qkv, const RotaryParams& params) {
 }
 void ProfilingBackend::rotary_backward(Tensor& dqkv, const RotaryParams& params) {
   timed(kRotaryBackward, [&] { inner_->rotary_backward(dqkv, params); });
+}
+
+void ProfilingBackend::fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8Quantization& s) {
+  timed(kFp8Quantize, [&] { inner_->fp8_quantize(x, q, qt, s); });
+}
+
+void ProfilingBackend::fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
+                                const Tensor& bias, Tensor& c, GradWrite write) {
+  timed(kFp8Gemm, [&] { inner_->fp8_gemm(a, a_scale_inv, b, b_scale_inv, bias, c, write); });
 }
 void ProfilingBackend::cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) {
   timed(kCrossEntropyForward, [&] { inner_->cross_entropy_forward(logits, labels, losses, lse); });

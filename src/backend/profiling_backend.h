@@ -132,6 +132,9 @@ class ProfilingBackend final : public Backend, public RegionTimer {
 
   void rotary_forward(Tensor& qkv, const RotaryParams& params) override;
   void rotary_backward(Tensor& dqkv, const RotaryParams& params) override;
+  void fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8Quantization& s) override;
+  void fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
+                const Tensor& bias, Tensor& c, GradWrite write = GradWrite::kOverwrite) override;
 
   void cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& dlosses,
@@ -193,6 +196,8 @@ class ProfilingBackend final : public Backend, public RegionTimer {
     kSwigluBackward,
     kRotaryForward,
     kRotaryBackward,
+    kFp8Quantize,
+    kFp8Gemm,
     kNumOps
   };
   static const char* op_name(int op);

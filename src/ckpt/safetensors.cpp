@@ -66,6 +66,10 @@ std::string_view safetensors_dtype_name(DType dtype) {
       return "I32";
     case DType::kI64:
       return "I64";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
+    case DType::kF8E5M2:
+      return "F8_E5M2";
   }
   MT_CHECK(false) << "unknown DType " << static_cast<int>(dtype);
   return "";
@@ -77,6 +81,8 @@ std::optional<DType> parse_safetensors_dtype(std::string_view name) {
   if (name == "F16") return DType::kF16;
   if (name == "I32") return DType::kI32;
   if (name == "I64") return DType::kI64;
+  if (name == "F8_E4M3") return DType::kF8E4M3;
+  if (name == "F8_E5M2") return DType::kF8E5M2;
   return std::nullopt;
 }
 

@@ -28,6 +28,9 @@ MPI_Datatype mpi_type(DType d) {
       return MPI_INT32_T;
     case DType::kI64:
       return MPI_INT64_T;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return MPI_UINT8_T;  // moved as bits; never reduced
   }
   return MPI_DATATYPE_NULL;
 }

@@ -40,6 +40,9 @@ ncclDataType_t nccl_type(DType d) {
       return ncclInt32;
     case DType::kI64:
       return ncclInt64;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return ncclUint8;  // moved as bits; never reduced
   }
   return ncclFloat32;
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/fp8.h"
 
 namespace megatron {
 
@@ -19,6 +20,9 @@ int64_t dtype_size(DType dtype) {
       return 4;
     case DType::kI64:
       return 8;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return 1;
   }
   MT_CHECK(false) << "bad dtype";
   return 0;
@@ -36,6 +40,10 @@ std::string_view dtype_name(DType dtype) {
       return "int32";
     case DType::kI64:
       return "int64";
+    case DType::kF8E4M3:
+      return "fp8_e4m3";
+    case DType::kF8E5M2:
+      return "fp8_e5m2";
   }
   return "?";
 }
@@ -96,6 +104,10 @@ float round_to(DType dtype, float x) {
       return bf16_to_float(float_to_bf16(x));
     case DType::kF16:
       return fp16_to_float(float_to_fp16(x));
+    case DType::kF8E4M3:
+      return round_to_fp8(x, Fp8Format::kE4M3);
+    case DType::kF8E5M2:
+      return round_to_fp8(x, Fp8Format::kE5M2);
     default:
       return x;
   }

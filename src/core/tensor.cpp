@@ -76,6 +76,7 @@ T* Tensor::data_as() const {
   bool ok = false;
   if constexpr (std::is_same_v<std::remove_const_t<T>, float>) ok = dtype_ == DType::kF32;
   if constexpr (std::is_same_v<std::remove_const_t<T>, uint16_t>) ok = dtype_ == DType::kBF16 || dtype_ == DType::kF16;
+  if constexpr (std::is_same_v<std::remove_const_t<T>, uint8_t>) ok = is_fp8(dtype_);
   if constexpr (std::is_same_v<std::remove_const_t<T>, int32_t>) ok = dtype_ == DType::kI32;
   if constexpr (std::is_same_v<std::remove_const_t<T>, int64_t>) ok = dtype_ == DType::kI64;
   MT_CHECK(ok) << "data_as<> does not match " << describe();
@@ -86,6 +87,8 @@ template float* Tensor::data_as<float>() const;
 template const float* Tensor::data_as<const float>() const;
 template uint16_t* Tensor::data_as<uint16_t>() const;
 template const uint16_t* Tensor::data_as<const uint16_t>() const;
+template uint8_t* Tensor::data_as<uint8_t>() const;
+template const uint8_t* Tensor::data_as<const uint8_t>() const;
 template int32_t* Tensor::data_as<int32_t>() const;
 template const int32_t* Tensor::data_as<const int32_t>() const;
 template int64_t* Tensor::data_as<int64_t>() const;

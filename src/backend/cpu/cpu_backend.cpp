@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_util.h"
+#include "core/fp8.h"
 #include "core/rng.h"
 
 namespace megatron::backend {
@@ -89,6 +90,12 @@ void CpuBackend::fill(Tensor& t, float value) {
       break;
     case DType::kI64:
       std::fill_n(t.data_as<int64_t>(), n, static_cast<int64_t>(value));
+      break;
+    case DType::kF8E4M3:
+      std::fill_n(t.data_as<uint8_t>(), n, float_to_fp8(value, Fp8Format::kE4M3));
+      break;
+    case DType::kF8E5M2:
+      std::fill_n(t.data_as<uint8_t>(), n, float_to_fp8(value, Fp8Format::kE5M2));
       break;
   }
 }

@@ -21,7 +21,8 @@
 //
 // Ops live in cpu_backend.cpp (memory, GEMM, reductions), cpu_elementwise.cpp (add, scale,
 // dropout, bias, GELU), cpu_norm.cpp (layernorm, embeddings), cpu_attention.cpp,
-// cpu_rotary.cpp (rotary position embeddings) and cpu_loss.cpp (cross-entropy).
+// cpu_rotary.cpp (rotary position embeddings), cpu_loss.cpp (cross-entropy) and cpu_fp8.cpp
+// (FP8 quantization and GEMM, emulated: codes decoded to fp32, products exact).
 #pragma once
 
 #include "backend/ops.h"
@@ -51,6 +52,10 @@ class CpuBackend : public Backend {
                            Gelu kind) override;
   void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, Tensor& dpre,
                              Tensor& dw, Tensor& dbias, Gelu kind, GradWrite write = GradWrite::kAccumulate) override;
+
+  void fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8Quantization& s) override;
+  void fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
+                const Tensor& bias, Tensor& c, GradWrite write = GradWrite::kOverwrite) override;
 
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale(Tensor& x, float alpha) override;

@@ -29,6 +29,7 @@
 #include "backend/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/fp8.h"
 #include "core/normal_math.h"
 
 namespace megatron::backend {
@@ -617,6 +618,14 @@ void CudaBackend::fill(Tensor& t, float value) {
       break;
     case DType::kI64:
       fill_kernel<<<grid, kThreads, 0, stream_>>>(static_cast<int64_t*>(t.data()), n, static_cast<int64_t>(value));
+      break;
+    case DType::kF8E4M3:
+      fill_kernel<<<grid, kThreads, 0, stream_>>>(static_cast<uint8_t*>(t.data()), n,
+                                                  float_to_fp8(value, Fp8Format::kE4M3));
+      break;
+    case DType::kF8E5M2:
+      fill_kernel<<<grid, kThreads, 0, stream_>>>(static_cast<uint8_t*>(t.data()), n,
+                                                  float_to_fp8(value, Fp8Format::kE5M2));
       break;
   }
   MT_CUDA_LAUNCH_CHECK();

@@ -9,6 +9,7 @@
 //   cuda_loss.cu         cross-entropy forward/backward
 //   cuda_attention.cu    causal attention forward/backward (flash-style, lse saved), KV cache
 //   cuda_rotary.cu       rotary position embeddings in place on qkv, forward and backward
+//   cuda_fp8.cu          FP8 quantize (amax, scale, cast, transpose) and the FP8 cuBLASLt GEMM
 //   cuda_recording.cpp   recorded work: stream capture into CUDA graphs, replay
 //   cudnn_attention.cpp  the same attention through cuDNN's fused flash attention, chosen per
 //                        case (attention_impl.h: MEGATRON_ATTENTION_IMPL=auto|cudnn|own)
@@ -106,6 +107,9 @@ class CudaBackend : public Backend {
                                Tensor& y) override;
   void linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
                            Gelu kind) override;
+  void fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8Quantization& s) override;
+  void fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
+                const Tensor& bias, Tensor& c, GradWrite write = GradWrite::kOverwrite) override;
   void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, Tensor& dpre,
                              Tensor& dw, Tensor& dbias, Gelu kind, GradWrite write = GradWrite::kAccumulate) override;
 
@@ -180,6 +184,9 @@ class CudaBackend : public Backend {
   // GEMM algorithm choice (gemm_tuning.h).
   void set_gemm_autotune(bool on) { gemm_autotune_ = on; }
   bool gemm_autotune() const { return gemm_autotune_; }
+  // fp8_gemm through cuBLASLt's FP8 kernels (true, the default) or always through its fp32
+  // fallback on the decoded codes (tests compare the two).
+  void set_fp8_gemm_cublaslt(bool on) { fp8_gemm_cublaslt_ = on; }
   int gemm_tune_candidates() const { return gemm_tune_candidates_; }
   // Multiprocessors of the device (grids that only need to fill the GPU once, whose results do
   // not depend on the grid).
@@ -220,7 +227,8 @@ class CudaBackend : public Backend {
   GemmAlgoCache gemm_algos_;  // filled lazily by cuda_gemm.cu
   AttentionImpl attention_impl_ = AttentionImpl::kAuto;
   bool attention_deterministic_ = false;
-  bool gemm_autotune_ = true;      // gemm_tuning.h
+  bool gemm_autotune_ = true;  // gemm_tuning.h
+  bool fp8_gemm_cublaslt_ = true;
   int gemm_tune_candidates_ = 32;  // gemm_tuning.h
   bool layernorm_warp_forward_ = true;
   bool record_ = true;  // MEGATRON_CUDA_GRAPHS (cuda_recording.cpp)

@@ -1,4 +1,4 @@
-// CUDA backend: matmul, linear_forward and linear_backward through cuBLASLt.
+// CUDA backend: matmul, linear_forward and linear_backward through cuBLASLt; fp8_gemm (end of file).
 //
 // Row-major to column-major: a row-major [r, c] matrix is, byte for byte, a column-major
 // [c, r] one (its transpose). So the row-major product C[m, n] = op(A) op(B) is computed as the
@@ -557,6 +557,186 @@ void CudaBackend::linear_dgelu_backward(const Tensor& dy, const Tensor& x, const
     bias_gelu_backward(dpre, pre, Tensor(), dpre, kind);
   }
   weight_grads(*this, gemm_algos_, dyv, xv, dw, dbias, write);
+}
+
+}  // namespace megatron::backend
+
+// ---- FP8 ------------------------------------------------------------------------------------
+// c[m, n] = (a[m, k] b[n, k]^T) * sa * sb (+ bias) (+ c): cuBLASLt's FP8 kernels on Hopper take
+// only the TN layout (both operands k-major), which is what Backend::fp8_gemm's operands are:
+// in the column-major view above, cuBLASLt's A is our b transposed (T), its B our a (N). Its
+// A/B scale pointers are the scale_inv of b and a (D = scale_A scale_B (A B) + beta C). Split
+// accumulation (FAST_ACCUM off): the tensor cores' partial sums are promoted to fp32, the
+// accuracy Backend::fp8_gemm promises (TE turns fast accumulation on for the forward GEMM of
+// its delayed recipe). Where cuBLASLt has no algorithm (a k, m or n it does not take, e.g. not a
+// multiple of 16), the same function on fp32 copies of the codes: the CPU backend's sequence.
+namespace megatron::backend {
+
+using namespace cuda;
+
+namespace {
+
+cudaDataType_t fp8_cuda_type(DType d) { return d == DType::kF8E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
+__global__ void fp8_decode_kernel(const uint8_t* q, Fp8Format f, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = fp8_to_float(q[i], f);
+  }
+}
+
+// c = acc * (sa * sb) (+ bias[col]) (+ c), rounded once to c's dtype: the CPU's order.
+__global__ void fp8_scale_kernel(const float* acc, const float* sa, const float* sb, const void* bias, DType bdt,
+                                 void* c, DType cdt, int64_t rows, int64_t cols, bool accumulate) {
+  const float s = __fmul_rn(*sa, *sb);
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    float v = __fmul_rn(acc[i], s);
+    if (bias) v = __fadd_rn(v, load_f(bias, bdt, i % cols));
+    if (accumulate) v = __fadd_rn(v, load_f(c, cdt, i));
+    store_f(c, cdt, i, v);
+  }
+}
+
+const float* fp8_scalar(const Tensor& t, const char* what) {
+  MT_CHECK(t.defined() && t.device() == Device::kCUDA && t.dtype() == DType::kF32 && t.numel() == 1)
+      << what << " must be an fp32 [1] CUDA tensor, not " << (t.defined() ? t.describe() : "undefined");
+  return static_cast<const float*>(t.data());
+}
+
+// The cuBLASLt FP8 GEMM; false, having run nothing, when it has no algorithm for the case.
+bool lt_fp8_matmul(CudaBackend& be, GemmAlgoCache& cache, const Tensor& a, const float* a_si, const Tensor& b,
+                   const float* b_si, const void* bias, Tensor& c, int64_t m, int64_t n, int64_t k, float beta) {
+  const cublasOperation_t op_a = CUBLAS_OP_T, op_b = CUBLAS_OP_N;
+  const cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  const int8_t fast_accum = 0;
+  MatmulDesc desc;
+  MT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  MT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum)));
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_si, sizeof(b_si)));
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_si, sizeof(a_si)));
+  if (bias) {
+    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    const int32_t bias_type = cuda_type(c.dtype());
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+  }
+  Layout la(fp8_cuda_type(b.dtype()), k, n, k);
+  Layout lb(fp8_cuda_type(a.dtype()), k, m, k);
+  Layout lc(cuda_type(c.dtype()), n, m, n);
+  const void* pa = b.data();
+  const void* pb = a.data();
+  void* pc = c.data();
+  const uint32_t al_a = alignment_of(pa), al_b = alignment_of(pb), al_c = alignment_of(pc);
+  const uint32_t al_bias = bias ? alignment_of(bias) : 0;
+  // trans flags 2, 2 mark the FP8 problems; the A/B dtype slot holds both operands' dtypes.
+  const GemmAlgoKey key{m,
+                        n,
+                        k,
+                        2,
+                        2,
+                        static_cast<int>(a.dtype()) * 16 + static_cast<int>(b.dtype()),
+                        static_cast<int>(c.dtype()),
+                        static_cast<int>(epilogue),
+                        static_cast<int>(al_a),
+                        static_cast<int>(al_b),
+                        static_cast<int>(al_c),
+                        static_cast<int>(al_bias),
+                        0,
+                        0};
+  auto it = cache.find(key);
+  const float alpha = 1.0f;
+  if (it == cache.end()) {
+    Preference pref;
+    MT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
+    const uint64_t ws = be.workspace_bytes();
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+    MT_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+    const int want = be.gemm_autotune() ? be.gemm_tune_candidates() : 1;
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(want));
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(be.lt(), desc.d, la.l, lb.l, lc.l, lc.l, pref.p, want, results.data(), &found);
+    results.resize(st == CUBLAS_STATUS_SUCCESS ? static_cast<size_t>(std::max(found, 0)) : 0);
+    results.erase(
+        std::remove_if(results.begin(), results.end(),
+                       [](const cublasLtMatmulHeuristicResult_t& r) { return r.state != CUBLAS_STATUS_SUCCESS; }),
+        results.end());
+    if (results.empty()) return false;
+    const cublasLtMatmulAlgo_t algo = results.size() == 1
+                                          ? results[0].algo
+                                          : fastest_algo(be, results, desc.d, &alpha, pa, la.l, pb, lb.l, beta, pc,
+                                                         lc.l, static_cast<size_t>(m * n * dtype_size(c.dtype())));
+    it = cache.emplace(key, algo).first;
+  }
+  MT_CUBLAS_CHECK(cublasLtMatmul(be.lt(), desc.d, &alpha, pa, la.l, pb, lb.l, &beta, pc, lc.l, pc, lc.l, &it->second,
+                                 be.workspace(), be.workspace_bytes(), be.stream()));
+  return true;
+}
+
+}  // namespace
+
+void CudaBackend::fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
+                           const Tensor& bias, Tensor& c, GradWrite write) {
+  for (const Tensor* t : {&a, &b}) {
+    MT_CHECK(t->defined() && t->device() == Device::kCUDA && is_fp8(t->dtype()) && t->ndim() >= 1)
+        << "fp8_gemm operand " << (t->defined() ? t->describe() : "undefined") << " is not an FP8 CUDA tensor";
+  }
+  MT_CHECK(a.dim(-1) == b.dim(-1)) << "fp8_gemm " << a.describe() << " @ " << b.describe() << "^T";
+  MT_CHECK(!(a.dtype() == DType::kF8E5M2 && b.dtype() == DType::kF8E5M2)) << "fp8_gemm of two E5M2 operands";
+  const int64_t k = a.dim(-1);
+  const int64_t m = k == 0 ? 0 : a.numel() / k, n = k == 0 ? 0 : b.numel() / k;
+  check_float_device(c, "fp8_gemm output");
+  MT_CHECK(c.ndim() >= 1 && c.dim(-1) == n && c.numel() == m * n)
+      << "fp8_gemm output " << c.describe() << ", expected [" << m << ", " << n << "]";
+  const bool accumulate = write == GradWrite::kAccumulate;
+  MT_CHECK(!accumulate || (c.dtype() == DType::kF32 && !bias.defined()))
+      << "fp8_gemm accumulates into fp32 without bias, not " << c.describe();
+  if (bias.defined()) {
+    check_float_device(bias, "fp8_gemm bias");
+    MT_CHECK_EQ(bias.numel(), n) << "fp8_gemm bias " << bias.describe();
+  }
+  const float* sa = fp8_scalar(a_scale_inv, "fp8_gemm a_scale_inv");
+  const float* sb = fp8_scalar(b_scale_inv, "fp8_gemm b_scale_inv");
+  if (m == 0 || n == 0) return;
+  if (k > 0 && fp8_gemm_cublaslt_) {
+    const void* bp = nullptr;
+    if (bias.defined() && bias.dtype() == c.dtype()) bp = epilogue_bias(*this, bias);
+    if ((!bias.defined() || bp) &&
+        lt_fp8_matmul(*this, gemm_algos_, a, sa, b, sb, bp, c, m, n, k, accumulate ? 1.0f : 0.0f)) {
+      return;
+    }
+  }
+  // The codes as fp32 (exact), an fp32 GEMM, then the CPU backend's scaling sequence.
+  Tensor af = empty({m, k}, DType::kF32, MemoryKind::kWorkspace);
+  Tensor bf = empty({n, k}, DType::kF32, MemoryKind::kWorkspace);
+  Tensor acc = empty({m, n}, DType::kF32, MemoryKind::kWorkspace);
+  const Fp8Format fa = a.dtype() == DType::kF8E4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+  const Fp8Format fb = b.dtype() == DType::kF8E4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+  if (k > 0) {
+    fp8_decode_kernel<<<grid_for(m * k, kThreads), kThreads, 0, stream()>>>(static_cast<const uint8_t*>(a.data()), fa,
+                                                                            static_cast<float*>(af.data()), m * k);
+    MT_CUDA_LAUNCH_CHECK();
+    fp8_decode_kernel<<<grid_for(n * k, kThreads), kThreads, 0, stream()>>>(static_cast<const uint8_t*>(b.data()), fb,
+                                                                            static_cast<float*>(bf.data()), n * k);
+    MT_CUDA_LAUNCH_CHECK();
+  }
+  gemm(*this, gemm_algos_, Operand{&af, m, k}, false, Operand{&bf, n, k}, true, acc, 1.0f, 0.0f, nullptr);
+  fp8_scale_kernel<<<grid_for(m * n, kThreads), kThreads, 0, stream()>>>(
+      static_cast<const float*>(acc.data()), sa, sb, bias.defined() ? bias.data() : nullptr,
+      bias.defined() ? bias.dtype() : DType::kF32, c.data(), c.dtype(), m, n, accumulate);
+  MT_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace megatron::backend

@@ -13,6 +13,7 @@
 
 #include "backend/ops.h"
 #include "core/dtype.h"
+#include "core/fp8.h"
 #include "core/tensor.h"
 
 namespace megatron::test {
@@ -44,6 +45,10 @@ inline double get(const Tensor& t, int64_t i) {
       return t.data_as<const int32_t>()[i];
     case DType::kI64:
       return static_cast<double>(t.data_as<const int64_t>()[i]);
+    case DType::kF8E4M3:
+      return fp8_to_float(t.data_as<const uint8_t>()[i], Fp8Format::kE4M3);
+    case DType::kF8E5M2:
+      return fp8_to_float(t.data_as<const uint8_t>()[i], Fp8Format::kE5M2);
   }
   return 0.0;
 }
@@ -64,6 +69,12 @@ inline void set(Tensor& t, int64_t i, double v) {
       break;
     case DType::kI64:
       t.data_as<int64_t>()[i] = static_cast<int64_t>(v);
+      break;
+    case DType::kF8E4M3:
+      t.data_as<uint8_t>()[i] = float_to_fp8(static_cast<float>(v), Fp8Format::kE4M3);
+      break;
+    case DType::kF8E5M2:
+      t.data_as<uint8_t>()[i] = float_to_fp8(static_cast<float>(v), Fp8Format::kE5M2);
       break;
   }
 }

@@ -1,0 +1,39 @@
+// The linear layer's three GEMMs in FP8 (Transformer Engine's Linear under fp8_autocast with a
+// per-tensor recipe), composed of the two FP8 ops of backend/ops.h, so the CPU backend's
+// emulation and the CUDA backend's kernels run the same sequence:
+//   forward  y[n, out]   = fp8(x)[n, in] . fp8(w)[out, in]^T (+ bias)
+//   dgrad    dx[n, in]   = fp8(dy)[n, out] . fp8(w)^T[in, out]^T
+//   wgrad    dw[out, in] (+=) fp8(dy)^T[out, n] . fp8(x)^T[in, n]^T
+// Every GEMM is in the k-major ("TN") layout that Hopper's FP8 tensor cores take, so w, dy and
+// x are also quantized transposed (one pass gives both layouts, TE's cast_transpose). The bias
+// gradient is the column sums of the unquantized dy (TE's bgrad). Shapes as Backend's linear ops.
+#pragma once
+
+#include "backend/ops.h"
+
+namespace megatron::backend {
+
+// The three operands' scalings (Fp8ScalingState::quantization of a layer's slots).
+struct Fp8LinearScaling {
+  Fp8Quantization input, weight, grad_output;
+};
+
+// FP8 buffers of one linear's GEMMs (kF8E4M3 / kF8E5M2, the numel of the tensor they quantize);
+// any left undefined are allocated by the call (MemoryKind::kWorkspace).
+struct Fp8LinearBuffers {
+  Tensor x, xt, w, wt, dy, dyt;
+};
+
+// y = x w^T + bias with x and w quantized as `s.input` / `s.weight` say (their amax recorded).
+void fp8_linear_forward(Backend& be, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+                        const Fp8LinearScaling& s, Fp8LinearBuffers* buffers = nullptr);
+
+// dx (if defined) and dw (+= by `write`), dbias (+=, if defined) from dy, quantized as
+// `s.grad_output` says (amax recorded). x and w are quantized again as the forward did: s.input
+// and s.weight must be the forward's (tensorwise recomputes the same scale from the same
+// tensor; delayed reads the scale, which no update() may have changed in between).
+void fp8_linear_backward(Backend& be, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
+                         Tensor& dbias, const Fp8LinearScaling& s, GradWrite write = GradWrite::kAccumulate,
+                         Fp8LinearBuffers* buffers = nullptr);
+
+}  // namespace megatron::backend

@@ -1,0 +1,219 @@
+// CUDA FP8 ops vs the CPU backend's emulation (which tests/core/fp8_test.cpp and
+// tests/backend/fp8_linear_test.cpp check against independent references):
+//  - fp8_quantize: the hardware's saturating conversion gives the CPU's codes bit for bit, in
+//    both layouts, for fp32 and bf16 inputs and special values (NaN, inf, out of range,
+//    subnormal), with the same amax, scale and scale_inv, under both recipes;
+//  - fp8_gemm: cuBLASLt's FP8 kernels (and the fp32 fallback on the decoded codes) vs the CPU:
+//    the codes' products are exact, so they differ only by fp32 summation order (split
+//    accumulation): ||gpu - cpu|| / ||cpu|| <= 1e-5 + k 2^-24 for fp32 output, one ulp for bf16;
+//  - the FP8 linear's forward and backward end to end.
+// Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/cpu_test_util.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_test_util.h"
+#include "backend/device.h"
+#include "backend/fp8_linear.h"
+#include "backend/fp8_recipe.h"
+#include "backend/ops.h"
+
+namespace megatron::backend {
+namespace {
+
+DType fp8_dtype(Fp8Format f) { return f == Fp8Format::kE4M3 ? DType::kF8E4M3 : DType::kF8E5M2; }
+
+double norm_rel_error(const Tensor& got, const Tensor& want) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double g = test::get(got, i), w = test::get(want, i);
+    num += (g - w) * (g - w);
+    den += w * w;
+  }
+  return std::sqrt(num / (den > 0 ? den : 1e-300));
+}
+
+struct Pair {
+  std::unique_ptr<Backend> cpu, gpu;
+};
+Pair backends() { return {make_cpu_backend(), make_cuda_backend(0)}; }
+
+// The same recipe state on both backends (fresh: scales 1, history 0) and one slot's
+// quantization of it; `scale` (if > 0) preset for the delayed recipe.
+struct States {
+  Fp8ScalingState cpu, gpu;
+  States(Pair& p, const Fp8Config& cfg, int64_t operands) : cpu(*p.cpu, cfg, operands), gpu(*p.gpu, cfg, operands) {}
+  void set_scale(Pair& p, int64_t slot, float s) {
+    cpu.scale().data_as<float>()[slot] = s;
+    p.gpu->copy(cpu.scale(), gpu.scale());
+  }
+  void expect_equal(Pair& p) {
+    EXPECT_TRUE(bitwise(to_host(*p.gpu, gpu.scale()), cpu.scale(), "scale"));
+    EXPECT_TRUE(bitwise(to_host(*p.gpu, gpu.scale_inv()), cpu.scale_inv(), "scale_inv"));
+    EXPECT_TRUE(bitwise(to_host(*p.gpu, gpu.amax_history()), cpu.amax_history(), "amax_history"));
+  }
+};
+
+void quantize_both(Pair& p, States& st, const Tensor& x_host, int64_t slot) {
+  const Fp8Format f = st.cpu.format(slot);
+  const int64_t cols = x_host.dim(-1), rows = x_host.numel() / cols;
+  Tensor q = p.cpu->empty({rows, cols}, fp8_dtype(f), MemoryKind::kOther);
+  Tensor qt = p.cpu->empty({cols, rows}, fp8_dtype(f), MemoryKind::kOther);
+  p.cpu->fp8_quantize(x_host, q, qt, st.cpu.quantization(slot));
+  Tensor x = to_device(*p.gpu, x_host);
+  Tensor gq = p.gpu->empty({rows, cols}, fp8_dtype(f), MemoryKind::kOther);
+  Tensor gqt = p.gpu->empty({cols, rows}, fp8_dtype(f), MemoryKind::kOther);
+  p.gpu->fp8_quantize(x, gq, gqt, st.gpu.quantization(slot));
+  EXPECT_TRUE(bitwise(to_host(*p.gpu, gq), q, "q"));
+  EXPECT_TRUE(bitwise(to_host(*p.gpu, gqt), qt, "qt"));
+  // One layout alone gives the same codes.
+  Tensor only_t = p.gpu->empty({cols, rows}, fp8_dtype(f), MemoryKind::kOther), none;
+  p.gpu->fp8_quantize(x, none, only_t, st.gpu.quantization(slot));
+  p.cpu->fp8_quantize(x_host, none, qt, st.cpu.quantization(slot));
+  EXPECT_TRUE(bitwise(to_host(*p.gpu, only_t), qt, "qt alone"));
+  st.expect_equal(p);
+}
+
+TEST(CudaFp8, QuantizeMatchesCpuBitForBit) {
+  MT_REQUIRE_CUDA();
+  Pair p = backends();
+  for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kDelayed}) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      Fp8Config cfg;
+      cfg.recipe = recipe;
+      cfg.format = Fp8Mix::kHybrid;
+      States st(p, cfg, kFp8Roles);
+      // Odd sizes (partial tiles), values across many binades.
+      Tensor x = host_random({67, 45}, dt, 11 + static_cast<uint64_t>(dt), 1e-4f, 30.0f);
+      if (recipe == Fp8Recipe::kDelayed) {
+        st.set_scale(p, 0, 20.0f);    // 30 * 20 = 600 > 448: saturates
+        st.set_scale(p, 2, 3000.0f);  // e5m2: 30 * 3000 > 57344, small ones subnormal
+      }
+      quantize_both(p, st, x, 0);  // e4m3
+      quantize_both(p, st, x, 2);  // e5m2 (hybrid gradient)
+    }
+  }
+}
+
+TEST(CudaFp8, QuantizeSpecialValues) {
+  MT_REQUIRE_CUDA();
+  Pair p = backends();
+  Fp8Config cfg;
+  cfg.recipe = Fp8Recipe::kDelayed;
+  States st(p, cfg, kFp8Roles);
+  st.set_scale(p, 0, 1.0f);
+  st.set_scale(p, 2, 1.0f);
+  const float specials[] = {NAN,      -NAN,    INFINITY,  -INFINITY, 0.0f,       -0.0f,    448.0f,
+                            449.0f,   464.0f,  465.0f,    -1e6f,     57344.0f,   61440.0f, 1e-7f,
+                            0x1p-10f, 0x1p-9f, 0x1.8p-9f, 0x1p-17f,  0x1.8p-16f, 3.4e38f,  1.0625f,
+                            1.1875f,  1.125f,  0.3f,      -0.4f,     0x1.ep-7f,  7e-45f,   65520.0f};
+  const int64_t n = static_cast<int64_t>(sizeof(specials) / sizeof(specials[0]));
+  Tensor x = Tensor::cpu({1, n});
+  for (int64_t i = 0; i < n; ++i) x.data_as<float>()[i] = specials[i];
+  quantize_both(p, st, x, 0);
+  quantize_both(p, st, x, 2);
+}
+
+// a [m, k] and b [n, k] quantized on the CPU (the codes both sides use), then fp8_gemm on
+// both backends.
+void gemm_case(Pair& p, int64_t m, int64_t n, int64_t k, Fp8Format fa, Fp8Format fb, DType out, bool bias,
+               GradWrite write, bool cublaslt) {
+  SCOPED_TRACE(testing::Message() << "m " << m << " n " << n << " k " << k << " a " << fp8_format_name(fa) << " b "
+                                  << fp8_format_name(fb) << " out " << dtype_name(out) << (bias ? " bias" : "")
+                                  << (write == GradWrite::kAccumulate ? " accumulate" : "")
+                                  << (cublaslt ? " cublaslt" : " fallback"));
+  static_cast<CudaBackend&>(*p.gpu).set_fp8_gemm_cublaslt(cublaslt);
+  Tensor a32 = host_random({m, k}, DType::kF32, 3 + static_cast<uint64_t>(m), 0.01f, 4.0f);
+  Tensor b32 = host_random({n, k}, DType::kF32, 5 + static_cast<uint64_t>(n), 0.01f, 4.0f);
+  Tensor qa = Tensor::cpu({m, k}, fp8_dtype(fa)), qb = Tensor::cpu({n, k}, fp8_dtype(fb)), none;
+  Fp8Quantization sa, sb;
+  sa.format = fa;
+  sb.format = fb;
+  sa.current = sb.current = true;
+  sa.scale = Tensor::cpu({1});
+  sa.scale_inv = Tensor::cpu({1});
+  sb.scale = Tensor::cpu({1});
+  sb.scale_inv = Tensor::cpu({1});
+  p.cpu->fp8_quantize(a32, qa, none, sa);
+  p.cpu->fp8_quantize(b32, qb, none, sb);
+  Tensor bias_h = bias ? host_random({n}, out, 9) : Tensor();
+  Tensor c = host_random({m, n}, out, 13);
+  Tensor gc = to_device(*p.gpu, c);
+  p.cpu->fp8_gemm(qa, sa.scale_inv, qb, sb.scale_inv, bias_h, c, write);
+  Tensor gbias = bias ? to_device(*p.gpu, bias_h) : Tensor();
+  p.gpu->fp8_gemm(to_device(*p.gpu, qa), to_device(*p.gpu, sa.scale_inv), to_device(*p.gpu, qb),
+                  to_device(*p.gpu, sb.scale_inv), gbias, gc, write);
+  const Tensor got = to_host(*p.gpu, gc);
+  if (out == DType::kF32) {
+    const double tol = 1e-5 + static_cast<double>(k) * 0x1p-24;
+    EXPECT_LE(norm_rel_error(got, c), tol);
+  } else {
+    EXPECT_TRUE(close(got, c, 0.0, 0.0, 1, "c"));
+  }
+  static_cast<CudaBackend&>(*p.gpu).set_fp8_gemm_cublaslt(true);
+}
+
+TEST(CudaFp8, GemmMatchesCpu) {
+  MT_REQUIRE_CUDA();
+  Pair p = backends();
+  const Fp8Format e4 = Fp8Format::kE4M3, e5 = Fp8Format::kE5M2;
+  for (bool lt : {true, false}) {
+    gemm_case(p, 64, 48, 96, e4, e4, DType::kBF16, false, GradWrite::kOverwrite, lt);
+    gemm_case(p, 64, 48, 96, e4, e4, DType::kBF16, true, GradWrite::kOverwrite, lt);
+    gemm_case(p, 128, 64, 256, e5, e4, DType::kBF16, false, GradWrite::kOverwrite, lt);  // dgrad: dy x w^T
+    gemm_case(p, 64, 128, 512, e5, e4, DType::kF32, false, GradWrite::kAccumulate, lt);  // wgrad into main_grad
+    gemm_case(p, 96, 32, 64, e4, e5, DType::kF32, false, GradWrite::kOverwrite, lt);
+    gemm_case(p, 256, 768, 768, e4, e4, DType::kBF16, true, GradWrite::kOverwrite, lt);  // a GPT-2 shape
+    // Sizes cuBLASLt's FP8 kernels may refuse (k not a multiple of 16): the fallback.
+    gemm_case(p, 7, 5, 20, e4, e4, DType::kF32, false, GradWrite::kOverwrite, lt);
+  }
+}
+
+TEST(CudaFp8, LinearForwardBackwardMatchesCpu) {
+  MT_REQUIRE_CUDA();
+  Pair p = backends();
+  for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kDelayed}) {
+    SCOPED_TRACE(fp8_recipe_name(recipe));
+    Fp8Config cfg;
+    cfg.recipe = recipe;
+    cfg.amax_history_len = 4;
+    cfg.amax_compute_algo = Fp8AmaxAlgo::kMax;
+    States st(p, cfg, kFp8Roles);
+    const int64_t n = 128, in = 256, out = 192;
+    Tensor x = host_random({n, in}, DType::kBF16, 21, 0.01f, 2.0f);
+    Tensor w = host_random({out, in}, DType::kBF16, 22, 0.001f, 0.05f);
+    Tensor dy = host_random({n, out}, DType::kBF16, 23, 1e-5f, 1e-3f);
+    Tensor bias = host_random({out}, DType::kBF16, 24);
+    for (int step = 0; step < 2; ++step) {  // the second step of delayed runs on updated scales
+      const Fp8LinearScaling sc{st.cpu.quantization(0), st.cpu.quantization(1), st.cpu.quantization(2)};
+      const Fp8LinearScaling sg{st.gpu.quantization(0), st.gpu.quantization(1), st.gpu.quantization(2)};
+      Tensor y = Tensor::cpu({n, out}, DType::kBF16);
+      fp8_linear_forward(*p.cpu, x, w, bias, y, sc);
+      Tensor gx = to_device(*p.gpu, x), gw = to_device(*p.gpu, w), gdy = to_device(*p.gpu, dy);
+      Tensor gy = p.gpu->empty({n, out}, DType::kBF16, MemoryKind::kOther);
+      fp8_linear_forward(*p.gpu, gx, gw, to_device(*p.gpu, bias), gy, sg);
+      EXPECT_TRUE(close(to_host(*p.gpu, gy), y, 0.0, 0.0, 1, "y"));
+      Tensor dx = Tensor::cpu({n, in}, DType::kBF16), dw = Tensor::cpu({out, in}), db = Tensor::cpu({out});
+      Tensor gdx = p.gpu->empty({n, in}, DType::kBF16, MemoryKind::kOther);
+      Tensor gdw = to_device(*p.gpu, dw), gdb = to_device(*p.gpu, db);
+      fp8_linear_backward(*p.cpu, dy, x, w, dx, dw, db, sc, GradWrite::kAccumulate);
+      fp8_linear_backward(*p.gpu, gdy, gx, gw, gdx, gdw, gdb, sg, GradWrite::kAccumulate);
+      EXPECT_TRUE(close(to_host(*p.gpu, gdx), dx, 0.0, 0.0, 1, "dx"));
+      EXPECT_LE(norm_rel_error(to_host(*p.gpu, gdw), dw), 1e-5 + n * 0x1p-24) << "dw";
+      EXPECT_LE(norm_rel_error(to_host(*p.gpu, gdb), db), 1e-5) << "dbias";
+      st.expect_equal(p);
+      st.cpu.update();
+      st.gpu.update();
+      st.expect_equal(p);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace megatron::backend
