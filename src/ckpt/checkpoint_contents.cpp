@@ -266,6 +266,7 @@ CheckpointModel read_checkpoint_model(const LoadedCheckpoint& ck) {
       rotary_number("--rope-scaling-factor", 0.0, 1e6, /*lo_open=*/true, g.rotary.rope_scaling_factor);
   g.rotary.use_rope_scaling = m.optional_boolean("args", "--use-rope-scaling").value_or(false);
   g.apply_layernorm_1p = m.optional_boolean("args", "--apply-layernorm-1p").value_or(false);
+  g.qk_layernorm = m.optional_boolean("args", "--qk-layernorm").value_or(false);
   g.gelu = m.choice("args", "gelu", {"tanh", "exact"}) == "exact" ? model::Gelu::kExact : model::Gelu::kTanh;
   const std::string precision = m.choice("args", "precision", {"fp32", "bf16", "fp16"});
   cm.dtype = precision == "bf16" ? DType::kBF16 : precision == "fp16" ? DType::kF16 : DType::kF32;

@@ -40,7 +40,8 @@ constexpr const char* kFixedArgs[] = {"--num-layers",
                                       "--rotary-seq-len-interpolation-factor",
                                       "--use-rope-scaling",
                                       "--rope-scaling-factor",
-                                      "--apply-layernorm-1p"};
+                                      "--apply-layernorm-1p",
+                                      "--qk-layernorm"};
 // What a checkpoint written before an arg was recorded was trained with (JSON text).
 const char* absent_arg_value(const std::string& key) {
   if (key == "--normalization") return "\"LayerNorm\"";
@@ -53,6 +54,7 @@ const char* absent_arg_value(const std::string& key) {
   if (key == "--use-rope-scaling") return "false";
   if (key == "--rope-scaling-factor") return "8.0";
   if (key == "--apply-layernorm-1p") return "false";
+  if (key == "--qk-layernorm") return "false";
   return nullptr;
 }
 

@@ -283,6 +283,7 @@ void fill_model(const Args& a, TrainConfig& c) {
   m.normalization = rms ? model::Normalization::kRMSNorm : model::Normalization::kLayerNorm;
   fill_positions_and_groups(a, found, m);
   m.apply_layernorm_1p = a.get_flag("--apply-layernorm-1p");
+  m.qk_layernorm = a.get_flag("--qk-layernorm");
   // Megatron: --openai-gelu is the tanh form; the default fused bias-GELU is the tanh form too;
   // --no-bias-gelu-fusion falls back to torch's exact erf GELU.
   m.gelu =
@@ -895,6 +896,7 @@ std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log)
     take_switch("--use-rope-scaling", meta.optional_arg_bool("--use-rope-scaling").value_or(false));
   }
   take_switch("--apply-layernorm-1p", meta.optional_arg_bool("--apply-layernorm-1p").value_or(false));
+  take_switch("--qk-layernorm", meta.optional_arg_bool("--qk-layernorm").value_or(false));
   const int64_t groups = meta.optional_arg_int("--num-query-groups").value_or(0);
   if (groups > 0) {
     take_switch("--group-query-attention", true);

@@ -47,7 +47,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--position-embedding-type", FlagType::kValue, FlagState::kValues, "learned_absolute|rope|none",
      "learned_absolute, rope or none"},
     {"--squared-relu", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
-    {"--qk-layernorm", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--apply-residual-connection-post-layernorm", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--apply-query-key-layer-scaling", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--fp32-residual-connection", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},

@@ -93,6 +93,9 @@ void declare_supported_flags(Args& a) {
       .flag("--use-rope-scaling", "Llama 3.1's rotary frequency scaling")
       .option("--rope-scaling-factor", "F", "Llama 3.1's scaling factor", "8.0")
       .flag("--apply-layernorm-1p", "norms scale by (1 + weight), the weight initialised to zeros")
+      .flag("--qk-layernorm",
+            "normalise each query and key head over --kv-channels (--normalization) before rotary embeddings "
+            "(q_layernorm, k_layernorm)")
       .flag("--group-query-attention", "grouped-query attention (--num-query-groups key/value heads)")
       .option("--num-query-groups", "G", "key/value heads with --group-query-attention", "1");
   // Data.

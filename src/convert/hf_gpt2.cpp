@@ -264,6 +264,12 @@ HfExportResult export_hf_gpt2(const std::string& load_dir, std::optional<int64_t
   if (g.swiglu) throw_error("[--save-hf] the checkpoint has a SwiGLU MLP (--swiglu)", where);
   if (g.apply_layernorm_1p)
     throw_error("[--save-hf] the checkpoint's norms scale by 1 + weight (--apply-layernorm-1p)", where);
+  if (g.qk_layernorm) {
+    throw_error(
+        "[--save-hf] the checkpoint normalises each query and key head (--qk-layernorm: q_layernorm, "
+        "k_layernorm)",
+        where);
+  }
   if (!g.learned_positions()) {
     throw_error("[--save-hf] the checkpoint has ", g.rope() ? "rotary" : "no",
                 " position embeddings (--position-embedding-type)", where);

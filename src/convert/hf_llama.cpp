@@ -294,6 +294,12 @@ HfLlamaExportResult export_hf_llama(const std::string& load_dir, std::optional<i
   }
   if (g.apply_layernorm_1p)
     throw_error("[--save-hf] the checkpoint's norms scale by 1 + weight (--apply-layernorm-1p)", where);
+  if (g.qk_layernorm) {
+    throw_error(
+        "[--save-hf] the checkpoint normalises each query and key head (--qk-layernorm: q_layernorm, "
+        "k_layernorm)",
+        where);
+  }
   if (!g.swiglu) throw_error("[--save-hf] the checkpoint has a GELU MLP (no --swiglu)", where);
   if (g.rotary.percent != 1.0f) {
     throw_error("[--save-hf] the checkpoint rotates part of each head (--rotary-percent ", float_json(g.rotary.percent),
@@ -522,6 +528,7 @@ HfLlamaImportResult import_hf_llama(const std::string& hf_dir, const std::string
       {"--normalization", json_quote("RMSNorm")},
       {"--swiglu", "true"},
       {"--apply-layernorm-1p", "false"},
+      {"--qk-layernorm", "false"},
       {"--position-embedding-type", json_quote("rope")},
       {"--rotary-base", jd(hc.rope_theta)},
       {"--rotary-percent", jd(1.0)},

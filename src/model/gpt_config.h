@@ -58,6 +58,11 @@ struct GPTConfig {
   // --apply-layernorm-1p: every norm scales by (1 + weight), the weight initialised to zeros
   // (Transformer Engine's zero-centred gamma).
   bool apply_layernorm_1p = false;
+  // --qk-layernorm: every query and key head is normalised over its kv_channels (the model's
+  // --normalization, eps and 1p) after the QKV projection, before rotary embeddings; one weight
+  // (and bias) [kv_channels] for all query heads, one for all key heads (Megatron-Core's
+  // q_layernorm, k_layernorm).
+  bool qk_layernorm = false;
   PositionEmbedding position_embedding = PositionEmbedding::kLearnedAbsolute;  // --position-embedding-type
   RotaryConfig rotary;
   // --group-query-attention --num-query-groups G: G key/value heads, each shared by heads / G

@@ -30,7 +30,8 @@ GPTModel::StageLayers GPTModel::declare(const GPTConfig& c, const PipelineStageO
   // Parameters in the single-process order, each drawing from its single-process init stream:
   // word 0, position 1, then per layer `per_layer` streams, then the final norm and the untied
   // output layer.
-  const int64_t per_layer = (bias ? 8 : 4) + (c.layernorm_bias() ? 4 : 2);
+  const int64_t norm_tensors = c.layernorm_bias() ? 2 : 1;
+  const int64_t per_layer = (bias ? 8 : 4) + (c.qk_layernorm ? 4 : 2) * norm_tensors;
   ParameterSet& ps = *params;
   if (first_stage) {
     ps.set_next_init_stream(0);
@@ -122,10 +123,11 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
     chunk.first_layer = (ci * pp + pipe_.stage) * Lc;
     chunks_.push_back(std::move(chunk));
   }
-  if (sp_) {
-    for (Parameter& p : params_.params()) {
-      if (p.name.find("layernorm") != std::string::npos) p.sequence_parallel = true;
-    }
+  for (Parameter& p : params_.params()) {
+    const bool norm = p.name.find("layernorm") != std::string::npos;
+    const bool qk_norm =
+        p.name.find(".q_layernorm.") != std::string::npos || p.name.find(".k_layernorm.") != std::string::npos;
+    p.sum_grad_over_tp = (sp_ && norm) || (T > 1 && qk_norm);
   }
   params_.allocate(backend_, dtype_);
 
@@ -235,28 +237,29 @@ TransformerLayer::Run GPTModel::layer_run(int64_t gl) const {
   return run;
 }
 
-void GPTModel::reduce_sequence_parallel_grads() {
-  if (!sp_) return;
-  // One all-reduce per workspace-full of gradients instead of one per LayerNorm tensor (4 per
-  // layer: ~100 small collectives at 24 layers, each paying NCCL's latency), as Megatron
-  // coalesces them. The packing buffer is ws_.full's bytes: the gathered rows it holds are dead
-  // after the last backward of an iteration. The sums are elementwise (at TP 2 the bits of the
-  // per-tensor all-reduces; at larger TP a ring may add an element's terms in another order
-  // for another message size, the same on every rank).
+void GPTModel::reduce_layernorm_grads() {
+  // One all-reduce per workspace-full of gradients instead of one per norm tensor (4 per layer
+  // under sequence parallelism: ~100 small collectives at 24 layers, each paying NCCL's
+  // latency), as Megatron coalesces them. The packing buffer is ws_.full's bytes (sequence
+  // parallelism), else ws_.h2's (the backward's partial sums): both are dead after the last
+  // backward of an iteration. The sums are elementwise (at TP 2 the bits of the per-tensor
+  // all-reduces; at larger TP a ring may add an element's terms in another order for another
+  // message size, the same on every rank).
   std::vector<Tensor> grads;
   for (Parameter& p : params_.params()) {
-    if (p.sequence_parallel && p.grad.numel() > 0) grads.push_back(p.grad);
+    if (p.sum_grad_over_tp && p.grad.numel() > 0) grads.push_back(p.grad);
   }
   if (grads.empty()) return;
-  ws_.full_rows_of = nullptr;                 // the packs overwrite the gathered rows
+  Tensor& buffer = sp_ ? ws_.full : ws_.h2;
+  if (sp_) ws_.full_rows_of = nullptr;        // the packs overwrite the gathered rows
   const DType gdt = params_.grads().dtype();  // every gradient is a view of this one flat buffer
   const int64_t esize = dtype_size(gdt);
-  const auto* base = static_cast<const char*>(ws_.full.storage()->data());
-  const int64_t byte_offset = static_cast<const char*>(ws_.full.data()) - base;
-  MT_CHECK(byte_offset % esize == 0) << "the gathered-rows workspace at byte " << byte_offset << " cannot hold "
+  const auto* base = static_cast<const char*>(buffer.storage()->data());
+  const int64_t byte_offset = static_cast<const char*>(buffer.data()) - base;
+  MT_CHECK(byte_offset % esize == 0) << "the packing workspace at byte " << byte_offset << " cannot hold "
                                      << dtype_name(gdt);
-  const int64_t capacity = ws_.full.nbytes() / esize;
-  const Tensor pack_all = Tensor(ws_.full.storage(), byte_offset / esize, {capacity}, gdt);
+  const int64_t capacity = buffer.nbytes() / esize;
+  const Tensor pack_all = Tensor(buffer.storage(), byte_offset / esize, {capacity}, gdt);
   size_t next = 0;
   while (next < grads.size()) {
     // Gradients [next, end) fit the buffer together; one that alone does not is reduced in place.

@@ -20,10 +20,12 @@
 // layout plus collectives"): vocab-parallel embedding and output layer [V/T, h], column-parallel
 // QKV and FC1, row-parallel proj and FC2 (model/layers/parallel_linear.h); norms, position
 // embedding and row-parallel biases replicated (their gradients come out identical on the TP
-// ranks and need no reduction).
+// ranks and need no reduction), except the query/key norms (--qk-layernorm): each rank
+// normalises its own heads, so their gradients are partial sums, all-reduced over TP by
+// reduce_layernorm_grads().
 // Sequence parallelism (--sequence-parallel): the residual stream, norms and dropouts run on rank
 // r's rows [r n/T, (r+1) n/T); norm gradients are then partial sums:
-// reduce_sequence_parallel_grads() all-reduces them over TP. Dropout in these regions uses the
+// reduce_layernorm_grads() all-reduces them over TP. Dropout in these regions uses the
 // shard's global element offset (backend/ops.h) and attention dropout the global head index:
 // the masks are the single-process run's (Megatron instead forks a per-rank RNG; we match the
 // serial run so that TP is testable against it with dropout on).
@@ -142,11 +144,12 @@ class GPTModel {
   // Accumulates into the fp32 gradients the gradient of (loss * loss_scale * grad_scale), with
   // loss the value forward() returned (grad_scale = 1 / num_microbatches in training).
   void backward(float loss_scale, float grad_scale);
-  // Sequence parallelism: all-reduces over TP the gradients of the parameters marked
-  // sequence_parallel (the LayerNorms), after the last backward of an iteration (Megatron's
-  // finalize_model_grads), packed into as few collectives as the gathered-rows workspace
-  // allows (one at GPT sizes). No-op otherwise.
-  void reduce_sequence_parallel_grads();
+  // All-reduces over TP the gradients of the parameters marked sum_grad_over_tp (under sequence
+  // parallelism every norm's, with --qk-layernorm the query/key norms'), after the last
+  // backward of an iteration (Megatron's finalize_model_grads,
+  // _allreduce_non_tensor_model_parallel_grads), packed into as few collectives as a dead
+  // workspace buffer allows (one at GPT sizes). No-op without such parameters.
+  void reduce_layernorm_grads();
   int64_t tensor_parallel_size() const { return tp_->size(); }
   void set_param_hooks(ParamHooks hooks) { hooks_ = std::move(hooks); }
   // Recorded device work (Backend::begin_recording; CUDA graphs): on a backend that records,

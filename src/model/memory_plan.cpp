@@ -18,9 +18,12 @@ I layer_num_parameters(const GPTConfig& c, int64_t tp) {
   const I f1 = I(c.fc1_out_size()) / tp;   // SwiGLU: gate and up
   const I qkv = I(c.qkv_out_size()) / tp;  // queries, and a key and value per query group
   const I bias = c.add_bias_linear ? 1 : 0;
+  // --qk-layernorm: q_layernorm and k_layernorm [kv_channels] (replicated).
+  const I qk_norms = c.qk_layernorm ? I(2 * (c.layernorm_bias() ? 2 : 1)) * c.kv_channels : I(0);
   return norm_num_parameters(c)    // input LayerNorm
          + qkv * h + bias * qkv    // QKV (column-parallel)
          + h * q + bias * h        // output projection (row-parallel; bias whole)
+         + qk_norms                // query/key norms
          + norm_num_parameters(c)  // pre-MLP LayerNorm
          + f1 * h + bias * f1      // FC1 (column-parallel)
          + h * f + bias * h;       // FC2 (row-parallel; bias whole)
@@ -95,7 +98,11 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
     const I f1 = I(c.fc1_out_size()) / tp;
     const I norm_stats = c.layernorm_bias() ? 2 : 1;
     const I qkv = I(c.qkv_out_size()) / tp;  // q + 2 * (query groups) * d
-    const I layer = (3 * nl * h + n * (qkv + q + f1 + f)) * e + 2 * norm_stats * nl * 4 + b * a * s * 4;
+    // --qk-layernorm adds the norms' input [n, (a + g) d] (model dtype; g = query groups / tp) and
+    // their statistics [n, a + g] fp32 (mean for LayerNorm only, rstd).
+    const I qk_vectors = c.qk_layernorm ? n * (a + I(c.query_groups()) / tp) : I(0);
+    const I layer = (3 * nl * h + n * (qkv + q + f1 + f) + qk_vectors * c.kv_channels) * e + 2 * norm_stats * nl * 4 +
+                    b * a * s * 4 + qk_vectors * norm_stats * 4;
     // Recompute works within a chunk's block of layers (model/gpt_config.h); recomputed layers
     // share the stage's recompute slots, their inputs stay in the residual stream.
     GPTConfig cc = c;

@@ -36,9 +36,11 @@ struct Parameter {
   Shape shape;         // this rank's shard
   Shape global_shape;  // the whole tensor (== shape without tensor parallelism)
   tensor_parallel::Partition partition;
-  // Megatron's sequence_parallel attribute: under --sequence-parallel each TP rank sees only
-  // its sequence rows, so the gradient is a partial sum, all-reduced over TP (LayerNorms).
-  bool sequence_parallel = false;
+  // The gradient is a partial sum over the TP ranks, all-reduced over TP before the DP
+  // reduction (GPTModel::reduce_layernorm_grads): Megatron's sequence_parallel attribute (under
+  // --sequence-parallel each TP rank sees only its sequence rows: the norms), and with TP the
+  // query/key norms of --qk-layernorm (each TP rank sees only its heads).
+  bool sum_grad_over_tp = false;
   Init init = Init::kZeros;
   // Biases and 1-D parameters (docs/megatron-formats.md, "Weight-decay exclusion").
   bool no_weight_decay = false;

@@ -39,6 +39,7 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   a["--position-embedding-type"] = js(m.rope() ? "rope" : m.learned_positions() ? "learned_absolute" : "none");
   a["--num-query-groups"] = ji(m.num_query_groups);  // 0: multi-head attention
   a["--apply-layernorm-1p"] = jb(m.apply_layernorm_1p);
+  a["--qk-layernorm"] = jb(m.qk_layernorm);
   a["--rotary-base"] = jd(m.rotary.base);
   a["--rotary-percent"] = jd(m.rotary.percent);
   a["--rotary-seq-len-interpolation-factor"] = jd(m.rotary.seq_len_interpolation_factor);

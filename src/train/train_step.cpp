@@ -40,7 +40,7 @@ TrainStepResult train_step(const StepFlags& c, model::GPTModel& model, parallel:
   const bool overlapped = c.overlap_grad_reduce;
   const auto reduce_layernorm_grads = [&] {
     phase("layernorm-grads-all-reduce", true);
-    model.reduce_sequence_parallel_grads();
+    model.reduce_layernorm_grads();
     phase("layernorm-grads-all-reduce", false);
   };
   if (!overlapped) reduce_layernorm_grads();

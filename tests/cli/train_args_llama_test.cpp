@@ -87,6 +87,14 @@ TEST(TrainArgsLlama, TheLlama3ExampleModelFlags) {
   EXPECT_FALSE(m.add_bias_linear);
   EXPECT_TRUE(m.untie_embeddings_and_output_weights);
   EXPECT_TRUE(m.apply_layernorm_1p);
+  EXPECT_FALSE(m.qk_layernorm);
+}
+
+// --qk-layernorm (Qwen3-style and OLMo-style attention) reaches the model config.
+TEST(TrainArgsLlama, QkLayernorm) {
+  Argv flags = kLlama3Example;
+  flags.push_back("--qk-layernorm");
+  EXPECT_TRUE(parse(run_flags(flags)).model.qk_layernorm);
 }
 
 TEST(TrainArgsLlama, OlderSpellingsOfRotaryEmbeddings) {

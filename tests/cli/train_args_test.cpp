@@ -306,7 +306,7 @@ TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
   EXPECT_EQ(error_of(with(base_args(), {"--use-pytorch-profiler"})),
             "[--use-pytorch-profiler] is not supported yet (no PyTorch here: --profile starts and stops the CUDA "
             "profiler (nsys) instead)");
-  for (const char* flag : {"--qk-layernorm", "--data-impl", "--tokenizer-type"}) {
+  for (const char* flag : {"--squared-relu", "--data-impl", "--tokenizer-type"}) {
     Argv a = base_args();
     a.push_back(flag);
     // Value-taking flags get a value that is not accepted.

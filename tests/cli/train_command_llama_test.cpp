@@ -36,8 +36,10 @@ const std::string kLlama2 =
     " --untie-embeddings-and-output-weights --use-rotary-position-embeddings --normalization RMSNorm "
     "--no-position-embedding --no-masked-softmax-fusion --attention-softmax-in-fp32 --swiglu --disable-bias-linear";
 
-void trains_saves_and_resumes(const std::string& name, const std::string& model) {
+// *dir_out (when given): the directory whose ck/ holds the checkpoint.
+void trains_saves_and_resumes(const std::string& name, const std::string& model, std::string* dir_out = nullptr) {
   const std::string dir = test::scratch_dir(name);
+  if (dir_out != nullptr) *dir_out = dir;
   int status = 0;
   std::string out = train(kTiny + model + " --train-iters 3 --save " + dir + "/ck --save-interval 3", &status);
   ASSERT_EQ(status, 0) << out;
@@ -61,6 +63,25 @@ void trains_saves_and_resumes(const std::string& name, const std::string& model)
 TEST(TrainCommandLlama, TheLlama3ExampleModelFlags) { trains_saves_and_resumes("train_llama3_flags", kLlama3); }
 
 TEST(TrainCommandLlama, TheLlama2DocsFlags) { trains_saves_and_resumes("train_llama2_flags", kLlama2); }
+
+// --qk-layernorm is recorded: --use-checkpoint-args restores it, and a resume without it (the
+// query/key norms' tensors would be left unused) is refused naming the flag.
+TEST(TrainCommandLlama, QkLayernormIsRestoredAndChecked) {
+  const std::string model = kLlama2 + " --qk-layernorm";
+  std::string dir;
+  trains_saves_and_resumes("train_llama2_qk_flags", model, &dir);
+  if (HasFatalFailure()) return;
+  int status = 0;
+  std::string out = train(" --use-checkpoint-args --override-opt_param-scheduler --load " + dir +
+                              "/ck --train-iters 4 --micro-batch-size 2 --global-batch-size 4 --lr 0.00015 --device cpu"
+                              " --mock-data --split 99,1,0 --eval-iters 1 --log-interval 1",
+                          &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("Setting qk_layernorm to True from checkpoint"), std::string::npos) << out;
+  out = train(kTiny + kLlama2 + " --train-iters 4 --load " + dir + "/ck", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("[--qk-layernorm]"), std::string::npos) << out;
+}
 
 }  // namespace
 }  // namespace megatron

@@ -277,7 +277,8 @@ TEST(HfLlama, MatchesNumpyReferenceTransformers5Config) { expect_matches_referen
 TEST(HfLlama, RefusesWhatDoesNotMap) {
   const std::string dir = test::scratch_dir("hf_llama_refuse");
   test::write_tiny_corpus(dir);
-  // A GPT (learned positions) and a Llama with --apply-layernorm-1p are not exported as Llama.
+  // A GPT (learned positions), a Llama with --apply-layernorm-1p and one with --qk-layernorm (Hugging
+  // Face Llama has no q_norm / k_norm) are not exported as Llama.
   test::train_tiny(dir, {"--save", dir + "/gpt", "--train-iters", "1", "--lr-warmup-iters", "0"});
   EXPECT_EQ(error_of([&] { convert::export_hf_llama(dir + "/gpt", std::nullopt, dir + "/out"); }),
             "[--save-hf] the checkpoint has learned position embeddings (--position-embedding-type); Hugging Face "
@@ -288,6 +289,12 @@ TEST(HfLlama, RefusesWhatDoesNotMap) {
   EXPECT_EQ(error_of([&] { convert::export_hf_llama(dir + "/1p", std::nullopt, dir + "/out"); }),
             "[--save-hf] the checkpoint's norms scale by 1 + weight (--apply-layernorm-1p) (checkpoint " + dir +
                 "/1p/iter_0000001; Hugging Face Llama has no such option)");
+  test::train_tiny(
+      dir, with(kLlama, {"--save", dir + "/qk", "--train-iters", "1", "--lr-warmup-iters", "0", "--qk-layernorm"}));
+  EXPECT_EQ(error_of([&] { convert::export_hf_llama(dir + "/qk", std::nullopt, dir + "/out"); }),
+            "[--save-hf] the checkpoint normalises each query and key head (--qk-layernorm: q_layernorm, "
+            "k_layernorm) (checkpoint " +
+                dir + "/qk/iter_0000001; Hugging Face Llama has no such option)");
   EXPECT_FALSE(fs::exists(dir + "/out"));
 
   test::train_tiny(dir, with(kLlama, {"--save", dir + "/ck", "--train-iters", "1", "--lr-warmup-iters", "0",

@@ -11,6 +11,9 @@
 //    rows take part in the softmax, so this is a (slightly) different model from the original
 //    run; its reference is the same conversion for one process (TP1 padded to 50432 with
 //    --make-vocab-size-divisible-by 256) resumed in one process: the two agree.
+// 3. As 1 with --qk-layernorm on a Llama-style attention (RMSNorm, rotary embeddings, 2 key/value
+//    groups): the query/key norms are saved, converted as replicated tensors and loaded by both
+//    TP ranks, whose partial gradients of them are summed.
 // Tolerance: test::expect_same (relative 2e-6 on the loss, 1e-5 on the grad norm), justified in
 // trainer_tensor_parallel_test.cpp: the TP runs differ from one process only in fp32 addition
 // order.
@@ -38,10 +41,11 @@ test::CommandResult convert(const std::vector<std::string>& flags) {
   return test::run_command(cmd, true);
 }
 
-TEST(ReshardTensorParallel, ConvertedCheckpointResumesUnderTp2WithTheOriginalLosses) {
-  const std::string dir = test::scratch_dir("reshard_tp_same_padding");
+void expect_tp2_resume_matches_one_process(const std::string& name, const std::vector<std::string>& model) {
+  const std::string dir = test::scratch_dir(name);
   test::write_walk_corpus(dir);
-  const auto base = train_flags(dir);
+  std::vector<std::string> base = train_flags(dir);
+  base.insert(base.end(), model.begin(), model.end());
   const test::CommandResult whole =
       test::run_ranks(with(base, {"--make-vocab-size-divisible-by", "256", "--log-jsonl", dir + "/whole.jsonl"}), 1);
   ASSERT_EQ(whole.status, 0) << whole.output;
@@ -74,6 +78,16 @@ TEST(ReshardTensorParallel, ConvertedCheckpointResumesUnderTp2WithTheOriginalLos
   EXPECT_EQ(got.count(5), 0u);
   EXPECT_EQ(got.size(), 5u);
   expect_same(ref, got, 6, "TP1 checkpoint converted to TP2, resumed under TP2");
+}
+
+TEST(ReshardTensorParallel, ConvertedCheckpointResumesUnderTp2WithTheOriginalLosses) {
+  expect_tp2_resume_matches_one_process("reshard_tp_same_padding", {});
+}
+
+TEST(ReshardTensorParallel, QkLayernormCheckpointResumesUnderTp2WithTheOriginalLosses) {
+  expect_tp2_resume_matches_one_process(
+      "reshard_tp_qk_layernorm", {"--qk-layernorm", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+                                  "--group-query-attention", "--num-query-groups", "2"});
 }
 
 TEST(ReshardTensorParallel, RepaddedCheckpointResumesUnderTp2AsInOneProcess) {

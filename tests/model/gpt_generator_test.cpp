@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <string>
 
 #include "core/error.h"
 
@@ -32,8 +33,20 @@ GPTConfig config() {
   return c;
 }
 
-void expect_logits_match(DType dtype, bool untied, bool llama = false) {
+// Query/key norm weights (and biases) away from their init values (ones, zeros), different for
+// queries and keys, so that the generator must read each one.
+void perturb_qk_norms(ParameterSet& ps) {
+  for (Parameter& p : ps.params()) {
+    const bool q = p.name.find("q_layernorm") != std::string::npos, k = p.name.find("k_layernorm") != std::string::npos;
+    if (!q && !k) continue;
+    float* v = p.value.data_as<float>();
+    for (int64_t j = 0; j < p.numel(); ++j) v[j] += (q ? 0.15f : -0.1f) * static_cast<float>(j + 1);
+  }
+}
+
+void expect_logits_match(DType dtype, bool untied, bool llama = false, bool qk = false) {
   GPTConfig c = config();
+  c.qk_layernorm = qk;
   c.untie_embeddings_and_output_weights = untied;
   if (llama) {
     // Rotary positions through the KV cache's offsets, 2 key/value groups for 4 heads.
@@ -47,6 +60,7 @@ void expect_logits_match(DType dtype, bool untied, bool llama = false) {
   auto backend = backend::make_cpu_backend();
   GPTModel model(c, *backend, dtype, 1);
   model.parameters().initialize(*backend, 5, c.init_method_std, c.num_layers);
+  if (qk && dtype == DType::kF32) perturb_qk_norms(model.parameters());
   MicroBatch mb;
   mb.batch = 1;
   mb.seq = c.seq_length;
@@ -84,11 +98,18 @@ void expect_logits_match(DType dtype, bool untied, bool llama = false) {
 TEST(GPTGenerator, LogitsMatchTheTrainingForward) { expect_logits_match(DType::kF32, false); }
 TEST(GPTGenerator, LogitsMatchTheTrainingForwardUntiedBf16) { expect_logits_match(DType::kBF16, true); }
 TEST(GPTGenerator, LogitsMatchTheTrainingForwardLlama) { expect_logits_match(DType::kF32, true, true); }
+// --qk-layernorm: the new rows' queries and keys are normalised before rotary embeddings and the
+// cache (RMSNorm with the Llama pieces, LayerNorm with biases on the GPT).
+TEST(GPTGenerator, LogitsMatchTheTrainingForwardQkLayernorm) {
+  expect_logits_match(DType::kF32, true, true, true);
+  expect_logits_match(DType::kF32, false, false, true);
+}
 
 // A batch of sequences at one context length gives each sequence's own logits (as batch 1
 // does), for the last position and for every position; the KV cache keeps the sequences apart.
-void expect_batch_matches_one_by_one(bool llama) {
+void expect_batch_matches_one_by_one(bool llama, bool qk = false) {
   GPTConfig c = config();
+  c.qk_layernorm = qk;
   if (llama) {
     c.normalization = Normalization::kRMSNorm;
     c.swiglu = true;
@@ -99,6 +120,7 @@ void expect_batch_matches_one_by_one(bool llama) {
   auto backend = backend::make_cpu_backend();
   GPTModel model(c, *backend, DType::kF32, 1);
   model.parameters().initialize(*backend, 7, c.init_method_std, c.num_layers);
+  if (qk) perturb_qk_norms(model.parameters());
   const int64_t b = 3, t = 4, V = c.padded_vocab_size;
   std::mt19937 rng(11);
   std::vector<int32_t> prompts(static_cast<size_t>(b * t)), next(static_cast<size_t>(b));
@@ -130,6 +152,7 @@ void expect_batch_matches_one_by_one(bool llama) {
 
 TEST(GPTGenerator, BatchMatchesOneByOne) { expect_batch_matches_one_by_one(false); }
 TEST(GPTGenerator, BatchMatchesOneByOneLlama) { expect_batch_matches_one_by_one(true); }
+TEST(GPTGenerator, BatchMatchesOneByOneQkLayernorm) { expect_batch_matches_one_by_one(true, true); }
 
 TEST(Sampling, GreedyTopKTopP) {
   // Logits 0..9 plus two padded ids with huge logits that must never be chosen.

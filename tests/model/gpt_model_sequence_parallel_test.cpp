@@ -1,9 +1,10 @@
-// GPTModel::reduce_sequence_parallel_grads: the LayerNorms' gradients, and only they, are summed
+// GPTModel::reduce_layernorm_grads: the LayerNorms' gradients, and only they, are summed
 // over the tensor-parallel group, packed into as few all-reduces as the gathered-rows workspace
-// holds. A group of two ranks that holds the same values on both is simulated by a
-// communicator whose all-reduce doubles its buffer (and logs its size): every LayerNorm
-// gradient must come out doubled exactly once, every other one untouched, in the expected
-// number of collectives, including the path where a single tensor fills the workspace.
+// holds; with --qk-layernorm the query/key norms' gradients are summed too, with or without
+// sequence parallelism (each rank normalises only its heads). A group of two ranks that holds the same values on both
+// is simulated by a communicator whose all-reduce doubles its buffer (and logs its size): every LayerNorm gradient must
+// come out doubled exactly once, every other one untouched, in the expected number of collectives, including the path
+// where a single tensor fills the workspace.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -44,7 +45,7 @@ class DoublingCommunicator final : public comm::Communicator {
   std::vector<int64_t> sizes;  // numel of each all-reduce, in order
 
  private:
-  static void unexpected(const char* op) { FAIL() << op << " in reduce_sequence_parallel_grads"; }
+  static void unexpected(const char* op) { FAIL() << op << " in reduce_layernorm_grads"; }
   backend::Backend& backend_;
   std::string name_ = "tp";
 };
@@ -81,7 +82,7 @@ TEST(GPTModelSequenceParallel, LayerNormGradientsAreSummedOnceInPacks) {
     ParameterSet& ps = model.parameters();
     float* g = ps.grads().data_as<float>();
     for (int64_t i = 0; i < ps.grads().numel(); ++i) g[i] = 0.25f + 0.001f * static_cast<float>(i);
-    model.reduce_sequence_parallel_grads();
+    model.reduce_layernorm_grads();
     EXPECT_EQ(tp.sizes, k.expected_sizes) << what;
     int64_t layernorms = 0;
     for (const Parameter& p : ps.params()) {
@@ -95,6 +96,48 @@ TEST(GPTModelSequenceParallel, LayerNormGradientsAreSummedOnceInPacks) {
     }
     EXPECT_EQ(layernorms, 10) << what;
   }
+}
+
+TEST(GPTModelSequenceParallel, QkNormGradientsAreSummedWithAndWithoutSequenceParallelism) {
+  auto cpu = backend::make_cpu_backend();
+  for (const bool sp : {false, true}) {
+    GPTConfig c = tiny_config(8);
+    c.qk_layernorm = true;
+    DoublingCommunicator tp(*cpu);
+    TensorParallelOptions opts;
+    opts.group = &tp;
+    opts.sequence_parallel = sp;
+    GPTModel model(c, *cpu, DType::kF32, 2, opts);
+    ParameterSet& ps = model.parameters();
+    float* g = ps.grads().data_as<float>();
+    for (int64_t i = 0; i < ps.grads().numel(); ++i) g[i] = 0.25f + 0.001f * static_cast<float>(i);
+    model.reduce_layernorm_grads();
+    // 2 layers x {q, k} x {weight, bias} of kv_channels 4; under sp the 10 LayerNorm tensors of 8
+    // too. Either way one pack: ws.h2 (without sp) and ws.full hold 16 rows x 8 floats.
+    EXPECT_EQ(tp.sizes, std::vector<int64_t>{sp ? 112 : 32}) << "sp " << sp;
+    int64_t qk_norms = 0;
+    for (const Parameter& p : ps.params()) {
+      const bool qk =
+          p.name.find("q_layernorm") != std::string::npos || p.name.find("k_layernorm") != std::string::npos;
+      const bool summed = qk || (sp && p.name.find("layernorm") != std::string::npos);
+      qk_norms += qk;
+      const float* v = p.grad.data_as<const float>();
+      for (int64_t e = 0; e < p.grad.numel(); ++e) {
+        const float before = 0.25f + 0.001f * static_cast<float>(p.offset + e);
+        ASSERT_EQ(v[e], summed ? 2.0f * before : before) << "sp " << sp << ": " << p.name << "[" << e << "]";
+      }
+    }
+    EXPECT_EQ(qk_norms, 8);
+  }
+}
+
+// One tensor-parallel rank has nothing to sum, with or without query/key norms.
+TEST(GPTModelSequenceParallel, OneRankSumsNothing) {
+  auto cpu = backend::make_cpu_backend();
+  GPTConfig c = tiny_config(8);
+  c.qk_layernorm = true;
+  GPTModel model(c, *cpu, DType::kF32, 2);
+  for (const Parameter& p : model.parameters().params()) EXPECT_FALSE(p.sum_grad_over_tp) << p.name;
 }
 
 }  // namespace

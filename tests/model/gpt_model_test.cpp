@@ -13,6 +13,7 @@
 #include "backend/ops.h"
 #include "core/error.h"
 #include "model/gpt_model.h"
+#include "model/memory_plan.h"
 #include "optim/loss_scaler.h"
 #include "parallel/optimizer.h"
 #include "support/micro_batches.h"
@@ -102,6 +103,67 @@ TEST(GPTModel, GradientsMatchFiniteDifferencesRmsNormSwiglu) {
   check_gradients(c, random_micro_batch(2, c.seq_length, c.vocab_size, 5, false), ctx);
 }
 
+// --qk-layernorm on the Llama attention (rotary embeddings, 2 key/value groups for 4 heads):
+// LayerNorm with linear biases, RMSNorm with SwiGLU, and LayerNorm scaling by 1 + weight, whose
+// query/key norm weights start at zero.
+TEST(GPTModel, GradientsMatchFiniteDifferencesQkLayernorm) {
+  GPTConfig c = tiny_gpt_config();
+  c.hidden_size = 8;
+  c.num_attention_heads = 4;
+  c.kv_channels = 4;  // heads * kv_channels != hidden
+  c.num_query_groups = 2;
+  c.position_embedding = PositionEmbedding::kRope;
+  c.rotary.base = 100.0f;
+  c.qk_layernorm = true;
+  check_gradients(c, random_micro_batch(2, c.seq_length, c.vocab_size, 6, true), {});
+  c.normalization = Normalization::kRMSNorm;
+  c.swiglu = true;
+  c.add_bias_linear = false;
+  check_gradients(c, random_micro_batch(2, c.seq_length, c.vocab_size, 7, true), {});
+  c.normalization = Normalization::kLayerNorm;
+  c.swiglu = false;
+  c.apply_layernorm_1p = true;
+  check_gradients(c, random_micro_batch(2, c.seq_length, c.vocab_size, 8, false), {});
+}
+
+// --qk-layernorm declares q_layernorm and k_layernorm [kv_channels] per layer after the output
+// projection (weight, and bias for LayerNorm), and changes the loss even at their init values.
+TEST(GPTModel, QkLayernormDeclaresItsNormsAndChangesTheModel) {
+  GPTConfig base = tiny_gpt_config();
+  base.kv_channels = 3;
+  const MicroBatch mb = random_micro_batch(2, base.seq_length, base.vocab_size, 9, false);
+  for (Normalization norm : {Normalization::kLayerNorm, Normalization::kRMSNorm}) {
+    GPTConfig c = base;
+    c.normalization = norm;
+    auto backend = backend::make_cpu_backend();
+    GPTModel plain(c, *backend, DType::kF32, mb.batch);
+    plain.parameters().initialize(*backend, 7, c.init_method_std, c.num_layers);
+    c.qk_layernorm = true;
+    GPTModel qk(c, *backend, DType::kF32, mb.batch);
+    qk.parameters().initialize(*backend, 7, c.init_method_std, c.num_layers);
+    const int64_t per_norm = c.layernorm_bias() ? 2 : 1;
+    EXPECT_EQ(qk.parameters().total_numel() - plain.parameters().total_numel(),
+              c.num_layers * 2 * per_norm * c.kv_channels);
+    EXPECT_EQ(qk.parameters().total_numel(), gpt_num_parameters(c, 1));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const std::string pre = "decoder.layers." + std::to_string(l) + ".self_attention.";
+      const ParameterSet& ps = qk.parameters();
+      const int64_t proj = ps.require(pre + "linear_proj.bias");
+      for (const char* name : {"q_layernorm", "k_layernorm"}) {
+        const Parameter* w = ps.find(pre + name + ".weight");
+        ASSERT_NE(w, nullptr) << pre << name;
+        EXPECT_EQ(w->global_shape, Shape{c.kv_channels});
+        EXPECT_FALSE(w->partition.split()) << "replicated over TP";
+        EXPECT_EQ(w->value.data_as<float>()[0], 1.0f);
+        EXPECT_GT(ps.index_of(pre + name + ".weight"), proj);
+        const Parameter* b = ps.find(pre + name + ".bias");
+        EXPECT_EQ(b != nullptr, c.layernorm_bias()) << pre << name;
+      }
+    }
+    EXPECT_NE(plain.forward(mb, {}), qk.forward(mb, {}));
+  }
+}
+
 // Each variant alone changes the loss (the flags reach the model), and RMSNorm's parameters are
 // the weights alone.
 TEST(GPTModel, RmsNormAndSwigluChangeTheModel) {
@@ -167,13 +229,18 @@ TEST(GPTModel, RecomputeGivesBitIdenticalGradients) {
   DropoutContext ctx;
   ctx.seed = 11;
   ctx.iteration = 3;
-  for (int variant = 0; variant < 3; ++variant) {  // fp32, bf16, bf16 with RMSNorm + SwiGLU
+  // fp32, bf16, bf16 with RMSNorm + SwiGLU, bf16 with --qk-layernorm and rotary embeddings
+  for (int variant = 0; variant < 4; ++variant) {
     const DType dtype = variant == 0 ? DType::kF32 : DType::kBF16;
     auto run = [&](Recompute method, int64_t layers, float* loss) {
       GPTConfig c = base;
       if (variant == 2) {
         c.normalization = Normalization::kRMSNorm;
         c.swiglu = true;
+      }
+      if (variant == 3) {
+        c.qk_layernorm = true;
+        c.position_embedding = PositionEmbedding::kRope;
       }
       c.recompute = method;
       c.recompute_num_layers = layers;
@@ -195,7 +262,10 @@ TEST(GPTModel, RecomputeGivesBitIdenticalGradients) {
           std::pair{Recompute::kUniform, int64_t{5}}, std::pair{Recompute::kBlock, int64_t{3}}}) {
       float loss = 0.0f;
       const std::vector<float> g = run(method, layers, &loss);
-      const std::string what = std::string(dtype_name(dtype)) + (variant == 2 ? " rmsnorm swiglu" : "") +
+      const std::string what = std::string(dtype_name(dtype)) +
+                               (variant == 2   ? " rmsnorm swiglu"
+                                : variant == 3 ? " qk layernorm"
+                                               : "") +
                                (method == Recompute::kUniform ? " uniform " : " block ") + std::to_string(layers);
       EXPECT_EQ(loss, loss_ref) << what;
       ASSERT_EQ(g.size(), ref.size());

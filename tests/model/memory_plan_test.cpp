@@ -38,6 +38,7 @@ struct Case {
   bool documents = false;  // --reset-position-ids and --reset-attention-mask
   bool rmsnorm = false;    // --normalization RMSNorm
   bool swiglu = false;     // --swiglu
+  bool qk = false;         // --qk-layernorm (with rotary embeddings, 3 heads in 1 group)
 };
 
 class MemoryPlanTest : public ::testing::TestWithParam<Case> {};
@@ -61,6 +62,11 @@ TEST_P(MemoryPlanTest, PlanEqualsAllocatedBytes) {
   c.reset_position_ids = c.reset_attention_mask = k.documents;
   c.normalization = k.rmsnorm ? Normalization::kRMSNorm : Normalization::kLayerNorm;
   c.swiglu = k.swiglu;
+  if (k.qk) {
+    c.qk_layernorm = true;
+    c.position_embedding = PositionEmbedding::kRope;
+    c.num_query_groups = 1;
+  }
   const MemoryPlan plan = plan_memory(c, k.dtype, k.micro_batch);
 
   auto backend = backend::make_cpu_backend();
@@ -118,7 +124,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"fp32_rmsnorm_swiglu_nobias_untied_recompute_block1", DType::kF32, true, false, 2, 8, Recompute::kBlock, 1,
              false, true, true},
         Case{"fp16_swiglu", DType::kF16, false, true, 1, 8, Recompute::kNone, 1, false, false, true},
-        Case{"bf16_rmsnorm", DType::kBF16, false, true, 3, 8, Recompute::kNone, 1, false, true, false}),
+        Case{"bf16_rmsnorm", DType::kBF16, false, true, 3, 8, Recompute::kNone, 1, false, true, false},
+        Case{"fp32_qk_layernorm", DType::kF32, false, true, 2, 8, Recompute::kNone, 1, false, false, false, true},
+        Case{"bf16_qk_rmsnorm_swiglu_recompute_block1", DType::kBF16, true, false, 2, 6, Recompute::kBlock, 1, false,
+             true, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // --use-distributed-optimizer under mpirun -np 3: each rank allocates its shard of the fp32 main
@@ -179,10 +188,15 @@ TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
   c.max_position_embeddings = 8;
   c.vocab_size = 30;
   c.padded_vocab_size = 32;
-  for (int variant = 0; variant < 4; ++variant) {  // sp, and RMSNorm + SwiGLU, each on or off
+  // sp, and RMSNorm + SwiGLU, each on or off; then --qk-layernorm with 2 key/value groups (RMSNorm
+  // with sp, LayerNorm without).
+  for (int variant = 0; variant < 6; ++variant) {
     const bool sp = variant % 2 == 1;
-    c.normalization = variant >= 2 ? Normalization::kRMSNorm : Normalization::kLayerNorm;
-    c.swiglu = variant >= 2;
+    c.normalization =
+        variant == 2 || variant == 3 || variant == 5 ? Normalization::kRMSNorm : Normalization::kLayerNorm;
+    c.swiglu = variant == 2 || variant == 3;
+    c.qk_layernorm = variant >= 4;
+    c.num_query_groups = variant >= 4 ? 2 : 0;
     const MemoryPlan plan = plan_memory(c, DType::kF32, 2, 2, sp);
     EXPECT_LT(plan.num_parameters, gpt_num_parameters(c));
     auto backend = backend::make_cpu_backend();
@@ -215,7 +229,7 @@ TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
     opt.zero_grads();
     model.forward(mb, {});
     model.backward(1.0f, 1.0f);
-    model.reduce_sequence_parallel_grads();
+    model.reduce_layernorm_grads();
     opt.step(1e-3f, 0.01f);
     const MemorySnapshot after = tracker.snapshot();
     for (MemoryKind kind :

@@ -2,7 +2,9 @@
 // grouped-query attention with 2 key/value groups for 4 heads) under every parallel layout
 // against the single-process run: TP2, TP2 + sequence parallelism, PP2, and TP2 x PP2 x DP2 with
 // the distributed optimizer, each also with full recompute; and PP2 over packed documents
-// (positions restarting per document reach the rotary embeddings of every stage). The bounds
+// (positions restarting per document reach the rotary embeddings of every stage); and with
+// --qk-layernorm (RMSNorm, and LayerNorm with biases) under TP2 and TP2 + sequence parallelism,
+// whose query/key norm gradients are partial sums over the TP ranks' heads either way. The bounds
 // are the GPT parity tests' (support/parity_runs.h): the layouts change only reduction orders.
 #include <gtest/gtest.h>
 
@@ -41,7 +43,8 @@ struct Layout {
   std::vector<std::string> flags;
 };
 
-void parity(const std::string& test_name, const std::vector<Layout>& layouts, bool documents) {
+void parity(const std::string& test_name, const std::vector<Layout>& layouts, bool documents,
+            const std::vector<std::string>& model = kLlama) {
   const std::string dir = test::scratch_dir(test_name);
   if (documents) {
     test::write_short_walk_corpus(dir);
@@ -49,7 +52,7 @@ void parity(const std::string& test_name, const std::vector<Layout>& layouts, bo
     test::write_walk_corpus(dir);
   }
   std::vector<std::string> base = test::tiny_train_flags(dir, 4, "0");
-  base.insert(base.end(), kLlama.begin(), kLlama.end());
+  base.insert(base.end(), model.begin(), model.end());
   if (documents) base = with(base, {"--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss"});
   std::vector<std::string> reference = base;
   reference.insert(reference.end(), kTp1Padding.begin(), kTp1Padding.end());
@@ -96,6 +99,17 @@ TEST(TrainerLlamaParallel, PipelineAndAllThreeMatchOneProcess) {
         8,
         {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}}},
       false);
+}
+
+TEST(TrainerLlamaParallel, QkLayernormMatchesOneProcessUnderTensorAndSequenceParallelism) {
+  const std::vector<Layout> layouts = {{"TP2", 2, {"--tensor-model-parallel-size", "2"}},
+                                       {"TP2 + SP", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}}};
+  parity("trainer_llama_qk_rmsnorm", layouts, false, plus(kLlama, {"--qk-layernorm"}));
+  // LayerNorm with linear biases: the query/key norms' biases too.
+  std::vector<std::string> layernorm = plus(kLlama, {"--qk-layernorm"});
+  layernorm[1] = "LayerNorm";
+  std::erase(layernorm, "--disable-bias-linear");
+  parity("trainer_llama_qk_layernorm", layouts, false, layernorm);
 }
 
 TEST(TrainerLlamaParallel, PackedDocumentsMatchOneProcessUnderPipelining) {

@@ -37,6 +37,10 @@ Attention Attention::declare(ParameterSet& ps, const std::string& prefix, const 
   a.qkv.bias = bias ? ps.add(prefix + "linear_qkv.bias", {qkv}, Init::kZeros, kRows) : -1;
   a.proj.weight = ps.add(prefix + "linear_proj.weight", {h, q}, Init::kScaledNormal, kCols);
   a.proj.bias = bias ? ps.add(prefix + "linear_proj.bias", {h}, Init::kZeros) : -1;
+  if (c.qk_layernorm) {
+    a.q_norm = Norm::declare(ps, prefix + "q_layernorm", c, c.kv_channels);
+    a.k_norm = Norm::declare(ps, prefix + "k_layernorm", c, c.kv_channels);
+  }
   return a;
 }
 
@@ -46,6 +50,10 @@ Attention Attention::find(const ParameterSet& ps, const std::string& prefix, con
   a.qkv.bias = ps.index_of(prefix + "linear_qkv.bias");
   a.proj.weight = ps.require(prefix + "linear_proj.weight");
   a.proj.bias = ps.index_of(prefix + "linear_proj.bias");
+  if (c.qk_layernorm) {
+    a.q_norm = Norm::find(ps, prefix + "q_layernorm", c);
+    a.k_norm = Norm::find(ps, prefix + "k_layernorm", c);
+  }
   return a;
 }
 
@@ -56,6 +64,12 @@ Attention::Saved Attention::allocate_saved(const LayerContext& ctx, DType dtype)
   saved.qkv = be.empty({s, b, local_qkv_width(ctx)}, dtype, MemoryKind::kActivations);
   saved.out = be.empty({s, b, ql}, dtype, MemoryKind::kActivations);
   saved.lse = be.empty({b, local_heads(ctx), s}, DType::kF32, MemoryKind::kActivations);
+  if (qk_layernorm()) {
+    const int64_t vectors = s * b * (local_heads(ctx) + local_groups(ctx));
+    saved.qk_x = be.empty({qk_norm_numel(ctx, s * b)}, dtype, MemoryKind::kActivations);
+    if (q_norm.bias >= 0) saved.qk_mean = be.empty({vectors}, DType::kF32, MemoryKind::kActivations);
+    saved.qk_rstd = be.empty({vectors}, DType::kF32, MemoryKind::kActivations);
+  }
   return saved;
 }
 
@@ -94,6 +108,16 @@ backend::RotaryParams Attention::rotary_params(const LayerContext& ctx, const Te
   return r;
 }
 
+backend::QkNormParams Attention::qk_norm_params(const LayerContext& ctx) const {
+  backend::QkNormParams p;
+  p.heads = local_heads(ctx);
+  p.query_groups = local_groups(ctx);
+  p.head_dim = kv_channels;
+  p.eps = q_norm.eps;
+  p.zero_centered = q_norm.zero_centered;
+  return p;
+}
+
 backend::AttentionParams Attention::params(const LayerContext& ctx, const Run& run) const {
   backend::AttentionParams a;
   a.heads = local_heads(ctx);
@@ -113,6 +137,11 @@ void Attention::forward(const LayerContext& ctx, const Tensor& ln_out, const Ten
   const int64_t n = ctx.rows(), ql = local_width(ctx);
   Tensor qkv_rows = saved.qkv.view({n, local_qkv_width(ctx)});
   qkv.forward(ctx, ln_out, qkv_rows);
+  if (qk_layernorm()) {
+    backend::qk_norm_forward(*ctx.backend, saved.qkv, ctx.param(q_norm.weight), ctx.optional_param(q_norm.bias),
+                             ctx.param(k_norm.weight), ctx.optional_param(k_norm.bias), saved.qk_x, saved.qk_mean,
+                             saved.qk_rstd, qk_norm_params(ctx));
+  }
   if (rot_dim > 0) ctx.backend->rotary_forward(saved.qkv, rotary_params(ctx, rotary_positions(run), 0));
   ctx.backend->attention_forward(saved.qkv, saved.out, saved.lse, params(ctx, run));
   proj.forward_residual(ctx, saved.out.view({n, ql}), residual, x_mid, run.out);
@@ -130,6 +159,15 @@ Tensor Attention::backward(const LayerContext& ctx, const Tensor& g, const Tenso
                      ctx.claim_grads(proj.weight, proj.bias_unless(taken.bias)));
   be.attention_backward(ws.q, saved.qkv, saved.out, saved.lse, ws.qkv, params(ctx, run));
   if (rot_dim > 0) be.rotary_backward(ws.qkv, rotary_params(ctx, rotary_positions(run), 0));
+  if (qk_layernorm()) {
+    // One write for the four gradients: they are always written together.
+    const backend::GradWrite write = ctx.claim_grads(q_norm.weight, q_norm.bias);
+    MT_CHECK(ctx.claim_grads(k_norm.weight, k_norm.bias) == write) << "q_layernorm and k_layernorm gradients apart";
+    Tensor dq_bias = ctx.optional_grad(q_norm.bias), dk_bias = ctx.optional_grad(k_norm.bias);
+    backend::qk_norm_backward(be, ws.qkv, saved.qk_x, ctx.param(q_norm.weight), ctx.param(k_norm.weight), saved.qk_mean,
+                              saved.qk_rstd, ctx.grad(q_norm.weight), dq_bias, ctx.grad(k_norm.weight), dk_bias,
+                              qk_norm_params(ctx), write);
+  }
   return qkv.backward(ctx, ws.qkv.view({n, local_qkv_width(ctx)}), ln_out, ws.h2);
 }
 
@@ -139,6 +177,16 @@ void Attention::forward_cached(const LayerContext& ctx, const Tensor& ln_out, co
   const int64_t n = qkv_rows.shape()[0] * qkv_rows.shape()[1], ql = local_width(ctx);  // [t, b, width]
   Tensor qkv2 = qkv_rows.view({n, local_qkv_width(ctx)});
   qkv.forward(ctx, ln_out, qkv2);
+  if (qk_layernorm()) {
+    backend::Backend& be = *ctx.backend;
+    const int64_t vectors = qk_norm_numel(ctx, n) / kv_channels;
+    Tensor x = be.empty({qk_norm_numel(ctx, n)}, qkv_rows.dtype(), MemoryKind::kWorkspace);
+    Tensor mean = q_norm.bias >= 0 ? be.empty({vectors}, DType::kF32, MemoryKind::kWorkspace) : Tensor();
+    Tensor rstd = be.empty({vectors}, DType::kF32, MemoryKind::kWorkspace);
+    backend::qk_norm_forward(be, qkv_rows, ctx.param(q_norm.weight), ctx.optional_param(q_norm.bias),
+                             ctx.param(k_norm.weight), ctx.optional_param(k_norm.bias), x, mean, rstd,
+                             qk_norm_params(ctx));
+  }
   if (rot_dim > 0) ctx.backend->rotary_forward(qkv_rows, rotary_params(ctx, Tensor(), past));
   ctx.backend->attention_kv_cache(qkv_rows, k_cache, v_cache, past, out_rows, params(ctx, Run{}));
   proj.forward_residual(ctx, out_rows.view({n, ql}), residual, x_mid, {});

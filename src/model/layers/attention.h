@@ -8,13 +8,19 @@
 // key, then its value, d rows each (d = kv_channels). Tensor parallelism splits whole groups:
 // rank r holds groups [r G/T, (r+1) G/T) — a contiguous block of QKV's rows — and their query
 // heads (columns of proj); T must divide G.
+// With --qk-layernorm the query and key heads of qkv are normalised over d right after the
+// projection, before rotary embeddings (backend/qk_norm.h): q_layernorm and k_layernorm,
+// replicated over TP, each rank normalising its own heads (their gradients are partial sums,
+// GPTModel::reduce_layernorm_grads sums them over TP).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "backend/qk_norm.h"
 #include "model/gpt_config.h"
 #include "model/layers/layer_context.h"
+#include "model/layers/norm.h"
 #include "model/layers/parallel_linear.h"
 
 namespace megatron::model {
@@ -32,11 +38,17 @@ struct Attention {
   float position_scale = 1.0f;
   bool document_positions = false;
   RotaryConfig rotary;
+  // --qk-layernorm (weights [d]; weight -1: off). Only their indices, eps and zero_centered are
+  // used: the backend's qk norm ops run them.
+  Norm q_norm, k_norm;
 
   // Saved for backward (this rank's heads H/T): qkv [s, b, 3q/T], out [s, b, q/T], and the
-  // softmax rows' log-sum-exp lse [b, H/T, s] fp32.
+  // softmax rows' log-sum-exp lse [b, H/T, s] fp32; with --qk-layernorm the norms' input qk_x
+  // [n (H + G) d / T] (model dtype) and statistics qk_mean (LayerNorm only), qk_rstd
+  // [n (H + G) / T] fp32, in backend/qk_norm.h's order.
   struct Saved {
     Tensor qkv, out, lse;
+    Tensor qk_x, qk_mean, qk_rstd;
   };
   // One micro-batch's run: dropout on the probabilities (its element index is the whole
   // model's: global heads), on the output, and the documents' first visible keys (undefined:
@@ -47,7 +59,8 @@ struct Attention {
     Tensor positions;  // int32 [b, s] position ids (rotary with document_positions), or undefined
   };
 
-  // Declares `prefix`linear_qkv / linear_proj (weight, and bias with add_bias_linear).
+  // Declares `prefix`linear_qkv / linear_proj (weight, and bias with add_bias_linear), then with
+  // qk_layernorm `prefix`q_layernorm / k_layernorm (weight, and bias for LayerNorm).
   static Attention declare(ParameterSet& ps, const std::string& prefix, const GPTConfig& config);
   static Attention find(const ParameterSet& ps, const std::string& prefix, const GPTConfig& config);
 
@@ -62,6 +75,12 @@ struct Attention {
   // One layer's key (or value) cache for generation: [batch, G, max_context, d] fp32.
   Shape kv_cache_shape(int64_t batch, int64_t max_context) const { return {batch, groups, max_context, kv_channels}; }
   Tensor rotary_positions(const Run& run) const { return document_positions ? run.positions : Tensor(); }
+  bool qk_layernorm() const { return q_norm.weight >= 0; }
+  backend::QkNormParams qk_norm_params(const LayerContext& ctx) const;
+  // The number of elements of qk_x for `rows` rows on this rank: rows (H + G) d / T.
+  int64_t qk_norm_numel(const LayerContext& ctx, int64_t rows) const {
+    return rows * (local_heads(ctx) + local_groups(ctx)) * kv_channels;
+  }
   backend::RotaryParams rotary_params(const LayerContext& ctx, const Tensor& positions, int64_t offset) const;
   backend::AttentionParams params(const LayerContext& ctx, const Run& run) const;
   // The buffers of Saved for one micro-batch (activations), and the attention's workspace:
@@ -81,8 +100,9 @@ struct Attention {
   Tensor backward(const LayerContext& ctx, const Tensor& g, const Tensor& ln_out, const Saved& saved, const Run& run,
                   const BranchGradTaken& taken) const;
   // Generation (one rank, no dropout): the keys and values of the new rows [t, b] join the caches
-  // [b, G, max_context, d] at position `past` (every sequence at the same position); qkv
-  // [t, b, 3q] and out [t, b, q] are temporaries.
+  // [b, G, max_context, d] at position `past` (every sequence at the same position), after the
+  // query/key norms and rotary embeddings; qkv [t, b, 3q] and out [t, b, q] are temporaries (the
+  // norms' statistics too, allocated here).
   void forward_cached(const LayerContext& ctx, const Tensor& ln_out, const Tensor& residual, Tensor& x_mid,
                       Tensor& qkv_rows, Tensor& out_rows, Tensor& k_cache, Tensor& v_cache, int64_t past) const;
 };

@@ -4,12 +4,13 @@
 
 namespace megatron::model {
 
-Norm Norm::declare(ParameterSet& ps, const std::string& name, const GPTConfig& config) {
+Norm Norm::declare(ParameterSet& ps, const std::string& name, const GPTConfig& config, int64_t width) {
   Norm n;
   n.eps = config.layernorm_epsilon;
   n.zero_centered = config.apply_layernorm_1p;
-  n.weight = ps.add(name + ".weight", {config.hidden_size}, n.zero_centered ? Init::kZeros : Init::kOnes);
-  if (config.layernorm_bias()) n.bias = ps.add(name + ".bias", {config.hidden_size}, Init::kZeros);
+  const int64_t w = width > 0 ? width : config.hidden_size;
+  n.weight = ps.add(name + ".weight", {w}, n.zero_centered ? Init::kZeros : Init::kOnes);
+  if (config.layernorm_bias()) n.bias = ps.add(name + ".bias", {w}, Init::kZeros);
   return n;
 }
 

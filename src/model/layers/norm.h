@@ -1,7 +1,7 @@
 // LayerNorm (weight and bias) or RMSNorm (weight only; x rstd gamma, no mean kept) over rows of
 // the residual stream [rows, h]. Replicated over TP; under sequence parallelism each rank
 // normalises its own rows and the gradients are partial sums (GPTModel's
-// reduce_sequence_parallel_grads all-reduces them).
+// reduce_layernorm_grads all-reduces them).
 // Saved for backward: out [rows, h] (the model dtype), mean (LayerNorm only) and rstd [rows]
 // fp32; an undefined mean selects RMSNorm in the backend ops (backend/ops.h).
 #pragma once
@@ -25,8 +25,9 @@ struct Norm {
   // With zero_centered, ws.norm_gamma and ws.ones [h] fp32 (once per model: every norm shares them).
   void allocate_workspace(const LayerContext& ctx, LayerWorkspace& ws) const;
 
-  // Declares `name`.weight (ones) and, for LayerNorm, `name`.bias (zeros).
-  static Norm declare(ParameterSet& ps, const std::string& name, const GPTConfig& config);
+  // Declares `name`.weight (ones; zeros when zero-centred) and, for LayerNorm, `name`.bias
+  // (zeros), of `width` elements (0: the hidden size).
+  static Norm declare(ParameterSet& ps, const std::string& name, const GPTConfig& config, int64_t width = 0);
   // The parameters of `name` in a set declared that way (e.g. a loaded checkpoint's).
   static Norm find(const ParameterSet& ps, const std::string& name, const GPTConfig& config);
 

@@ -77,10 +77,12 @@ double rel_error(backend::Backend& ga, const Tensor& a, backend::Backend& gb, co
 // rms_swiglu: --normalization RMSNorm --swiglu (ffn 256 = 2 x 128 halves).
 // groups > 0: the Llama attention besides, rotary embeddings (base 100: visibly different angles
 // over 32 positions) and that many key/value groups, no biases.
+// qk: --qk-layernorm (the query/key norms before the rotary embeddings).
 void compare(DType dtype, double loss_tol, double grad_tol, float dropout = 0.1f, bool documents = false,
-             int64_t heads = 4, bool rms_swiglu = false, int64_t groups = 0) {
+             int64_t heads = 4, bool rms_swiglu = false, int64_t groups = 0, bool qk = false) {
   if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   GPTConfig c = config(dropout);
+  c.qk_layernorm = qk;
   if (rms_swiglu) {
     c.normalization = Normalization::kRMSNorm;
     c.swiglu = true;
@@ -165,6 +167,18 @@ TEST(GpuModel, Fp32LlamaWithDocumentsMatchesTheCpuReference) {
 TEST(GpuModel, Bf16LlamaMatchesTheCpuReference) { compare(DType::kBF16, 1e-2, 5e-2, 0.0f, false, 4, true, 2); }
 TEST(GpuModel, Bf16LlamaOnTensorCoresMatchesTheCpuReference) {
   compare(DType::kBF16, 1e-2, 5e-2, 0.0f, true, 1, true, 1);
+}
+
+// --qk-layernorm: the query/key norm kernels and their weight gradients (summed over every
+// head and row) on the Llama layer (RMSNorm) and the GPT one (LayerNorm with biases).
+TEST(GpuModel, Fp32LlamaQkLayernormMatchesTheCpuReference) {
+  compare(DType::kF32, 1e-5, 2e-3, 0.1f, false, 4, true, 2, true);
+}
+TEST(GpuModel, Bf16LlamaQkLayernormMatchesTheCpuReference) {
+  compare(DType::kBF16, 1e-2, 5e-2, 0.0f, false, 4, true, 2, true);
+}
+TEST(GpuModel, Fp32QkLayernormMatchesTheCpuReference) {
+  compare(DType::kF32, 1e-5, 2e-3, 0.1f, false, 4, false, 0, true);
 }
 
 TEST(GpuModel, Fp32RmsNormSwigluMatchesTheCpuReference) { compare(DType::kF32, 1e-5, 2e-3, 0.1f, false, 4, true); }
@@ -305,6 +319,26 @@ TEST(GpuModel, RecordedLlamaStepsGiveTheBitsOfUnrecordedOnes) {
   c.swiglu = true;
   c.position_embedding = PositionEmbedding::kRope;
   c.num_query_groups = 2;
+  constexpr int kSteps = 4;
+  const Trained plain = train_steps(c, false, kSteps);
+  const Trained rec = train_steps(c, true, kSteps);
+  ASSERT_EQ(rec.model->recording_failure(), "");
+  EXPECT_GT(rec.model->replays(), 0);
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_EQ(plain.losses[static_cast<size_t>(step)], rec.losses[static_cast<size_t>(step)]) << "step " << step;
+  }
+  EXPECT_GT(plain.losses.front(), plain.losses.back());
+}
+
+// The same with --qk-layernorm: the query/key norms record and replay too.
+TEST(GpuModel, RecordedQkLayernormStepsGiveTheBitsOfUnrecordedOnes) {
+  if (!backend::built_with_cuda() || backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  GPTConfig c = config(0.0f);
+  c.normalization = Normalization::kRMSNorm;
+  c.swiglu = true;
+  c.position_embedding = PositionEmbedding::kRope;
+  c.num_query_groups = 2;
+  c.qk_layernorm = true;
   constexpr int kSteps = 4;
   const Trained plain = train_steps(c, false, kSteps);
   const Trained rec = train_steps(c, true, kSteps);

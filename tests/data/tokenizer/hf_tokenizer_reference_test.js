@@ -193,6 +193,20 @@ async function main() {
     fail(`preprocess: tokens differ from [BOS] encode(text) <|end_of_text|> per document (${tokens.length} vs ${want.length})`);
   }
 
+  // train on that data with the Llama-3 example's tokenizer flags: three CPU iterations, each
+  // logging its loss.
+  const tr = spawnSync(bin, ['train', '--num-layers', '2', '--hidden-size', '64', '--num-attention-heads', '4',
+    '--group-query-attention', '--num-query-groups', '2', '--seq-length', '32', '--max-position-embeddings', '32',
+    '--micro-batch-size', '2', '--global-batch-size', '2', '--train-iters', '3', '--lr', '1e-4', '--log-interval', '1',
+    '--eval-iters', '0', '--split', '100,0,0', '--data-path', outs[0], '--data-cache-path', path.join(work, 'cache'),
+    '--tokenizer-type', 'HuggingFaceTokenizer', '--tokenizer-model', dirs['llama3-bos'], '--position-embedding-type',
+    'rope', '--rotary-base', '500000', '--normalization', 'RMSNorm', '--swiglu', '--disable-bias-linear',
+    '--untie-embeddings-and-output-weights', '--device', 'cpu']);
+  const logged = (tr.stdout.toString() + tr.stderr.toString()).split('\n').filter((l) => l.includes(' iteration ') && l.includes('lm loss:'));
+  if (tr.status !== 0 || logged.length !== 3) {
+    fail(`train on the HuggingFaceTokenizer data: status ${tr.status}, ${logged.length} iteration lines: ${tr.stderr.toString().slice(-400)}`);
+  }
+
   fs.rmSync(work, { recursive: true, force: true });
   if (failures) {
     console.error(`${failures} failure(s)`);

@@ -107,6 +107,22 @@ def main():
             padded = (n + 127) // 128 * 128
             line = f" > padded vocab (size: {n}) with {padded - n} dummy tokens (new size: {padded})"
             ch.check(line in r.stdout + r.stderr, f"{name}: train --dry-run lacks {line!r}: {r.stderr[-400:]}")
+
+            # train on that data with the Llama 2 appendix's tokenizer flags: a few CPU iterations
+            # that read the .bin/.idx through the tokenizer's vocabulary (the loss must be finite
+            # and logged for every iteration).
+            r = tc.megatron(["train", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+                             "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2",
+                             "--global-batch-size", "2", "--train-iters", "3", "--lr", "1e-4", "--log-interval", "1",
+                             "--eval-iters", "0", "--split", "100,0,0", "--data-path", outs[0],
+                             "--data-cache-path", os.path.join(work, f"cache_{name}"), "--tokenizer-type",
+                             "Llama2Tokenizer", "--tokenizer-model", model, "--position-embedding-type", "rope",
+                             "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
+                             "--untie-embeddings-and-output-weights", "--device", "cpu"], check=False)
+            logged = [l for l in (r.stdout + r.stderr).splitlines() if " iteration " in l and "lm loss:" in l]
+            ch.check(r.returncode == 0 and len(logged) == 3,
+                     f"{name}: train on the Llama2Tokenizer data: rc {r.returncode}, {len(logged)} iteration lines: "
+                     f"{r.stderr[-400:]}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ch.finish(f"sentencepiece reference: {len(TYPES)} types x 2 models on {len(tc.brown_texts())} Brown documents "

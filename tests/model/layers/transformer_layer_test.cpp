@@ -3,8 +3,9 @@
 // the lower layer's FC2 bias taken by the upper layer's norm1 (LayerHandoff) — against central
 // finite differences of a scalar loss, on the CPU backend in fp32. Dropout is off (its masks are
 // tested through GPTModel), LayerNorm and RMSNorm, GELU and SwiGLU, and the Llama attention:
-// rotary embeddings with multi-query attention (one key/value head for both query heads), and
-// norms scaling by 1 + weight (--apply-layernorm-1p).
+// rotary embeddings with multi-query attention (one key/value head for both query heads), norms
+// scaling by 1 + weight (--apply-layernorm-1p), and the query/key norms (--qk-layernorm) before
+// the rotary embeddings.
 #include "model/layers/transformer_layer.h"
 
 #include <gtest/gtest.h>
@@ -24,6 +25,7 @@ struct Case {
   bool rope = false;
   int64_t groups = 0;  // 0: multi-head attention
   bool one_p = false;  // --apply-layernorm-1p
+  bool qk = false;     // --qk-layernorm
 };
 
 class TransformerLayerGradients : public ::testing::TestWithParam<Case> {};
@@ -46,6 +48,7 @@ GPTConfig small_config(const Case& k) {
   }
   c.num_query_groups = k.groups;
   c.apply_layernorm_1p = k.one_p;
+  c.qk_layernorm = k.qk;
   return c;
 }
 
@@ -135,7 +138,10 @@ INSTANTIATE_TEST_SUITE_P(Variants, TransformerLayerGradients,
                          ::testing::Values(Case{Normalization::kLayerNorm, false}, Case{Normalization::kRMSNorm, true},
                                            Case{Normalization::kRMSNorm, true, true, 1},
                                            Case{Normalization::kLayerNorm, false, false, 0, true},
-                                           Case{Normalization::kRMSNorm, true, true, 1, true}));
+                                           Case{Normalization::kRMSNorm, true, true, 1, true},
+                                           Case{Normalization::kRMSNorm, true, true, 1, false, true},
+                                           Case{Normalization::kLayerNorm, false, true, 0, false, true},
+                                           Case{Normalization::kLayerNorm, false, false, 0, true, true}));
 
 }  // namespace
 }  // namespace megatron::model
