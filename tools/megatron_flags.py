@@ -109,7 +109,7 @@ def factory_flags(repo, commit, tree):
                     continue
                 base = "--" + name.replace("_", "-")
                 names = [base]
-                kind = "list" if re.match(r"(Optional\[)?list\[", ann) or "list[" in ann.split("|")[0] else "value"
+                kind = "list" if re.match(r"(Optional\[)?[lL]ist\[", ann) or "list[" in ann.split("|")[0].lower() else "value"
                 is_bool = re.fullmatch(r"bool|Optional\[bool\]|bool \| None", ann) is not None
                 if is_bool:
                     kind = "switch"

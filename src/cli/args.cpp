@@ -1,5 +1,6 @@
 #include "cli/args.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -87,6 +88,13 @@ double check_real_range(const std::string& name, double v, const RealRange& r, c
   throw_error("[", name, "] must be in ", to_string(r), ", got '", text, "'");
 }
 
+void throw_errors(const std::vector<std::string>& errors) {
+  MT_CHECK(!errors.empty());
+  std::string all;
+  for (const std::string& e : errors) all += (all.empty() ? "" : "\n") + e;
+  throw Error(all);
+}
+
 Args::Args(std::string command, std::string summary) : command_(std::move(command)), summary_(std::move(summary)) {}
 
 Args& Args::add(Spec s) {
@@ -121,8 +129,60 @@ const Args::Spec& Args::spec(const std::string& name) const {
   __builtin_unreachable();
 }
 
+namespace {
+
+// Optimal string alignment distance (Levenshtein with adjacent transpositions).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+std::string dashes_for_underscores(std::string s) {
+  std::replace(s.begin(), s.end(), '_', '-');
+  return s;
+}
+
+}  // namespace
+
+std::string Args::closest_flag(const std::string& name) const {
+  // '_' and '-' count as the same; past that, up to 1 edit for short names, 2 from 8
+  // characters, 3 from 16 (a typo, not another flag).
+  const std::string wanted = dashes_for_underscores(name);
+  const size_t limit = wanted.size() >= 16 ? 3 : wanted.size() >= 8 ? 2 : 1;
+  std::string best;
+  size_t best_distance = limit + 1;
+  for (const Spec& s : specs_) {
+    if (s.kind == Kind::kPositional) continue;
+    const size_t dist = edit_distance(wanted, dashes_for_underscores(s.name));
+    if (dist < best_distance) {
+      best_distance = dist;
+      best = s.name;
+    }
+  }
+  return best;
+}
+
 bool Args::parse(const std::vector<std::string>& argv) {
+  std::vector<std::string> errors;
+  const bool parsed = parse(argv, &errors);
+  if (!errors.empty()) throw_errors(errors);
+  return parsed;
+}
+
+bool Args::parse(const std::vector<std::string>& argv, std::vector<std::string>* error_list) {
   values_.clear();
+  std::vector<std::string>& errors = *error_list;
+  errors.clear();
   std::vector<const Spec*> positionals;
   for (const Spec& s : specs_) {
     if (s.kind == Kind::kPositional) positionals.push_back(&s);
@@ -138,7 +198,8 @@ bool Args::parse(const std::vector<std::string>& argv) {
     if (arg == "-h" || arg == "--help") return false;
     if (!is_flag_like(arg)) {
       if (next_positional >= positionals.size()) {
-        throw_error(command_, ": unexpected argument '", arg, "'");
+        errors.push_back(str_cat(command_, ": unexpected argument '", arg, "'"));
+        continue;
       }
       values_[positionals[next_positional++]->name] = {arg};
       continue;
@@ -153,13 +214,25 @@ bool Args::parse(const std::vector<std::string>& argv) {
     for (const Spec& cand : specs_) {
       if (cand.name == name && cand.kind != Kind::kPositional) s = &cand;
     }
-    if (s == nullptr) throw_error("[", name, "] unknown flag for ", command_, " (see --help)");
+    if (s == nullptr) {
+      const std::string suggestion = closest_flag(name);
+      errors.push_back(suggestion.empty()
+                           ? str_cat("[", name, "] unknown flag for ", command_, " (see --help)")
+                           : str_cat("[", name, "] unknown flag for ", command_, "; did you mean ", suggestion, "?"));
+      // The words after it are taken as its values, not as positionals: one line per unknown flag.
+      while (!inline_value && i + 1 < argv.size() && !is_flag_like(argv[i + 1])) ++i;
+      continue;
+    }
     // A repeated flag keeps its last value, as argparse does: job scripts append overrides
     // ("$COMMON_ARGS --train-iters 10").
-    std::vector<std::string>& vals = values_[name];
-    vals.clear();
+    std::vector<std::string> vals;
     if (s->kind == Kind::kFlag) {
-      if (inline_value) throw_error("[", name, "] takes no value");
+      if (inline_value) {
+        errors.push_back(str_cat("[", name, "] takes no value"));
+        values_.erase(name);
+      } else {
+        values_[name] = {};
+      }
       continue;
     }
     if (inline_value) {
@@ -171,15 +244,29 @@ bool Args::parse(const std::vector<std::string>& argv) {
         if (s->exact_count > 0 && static_cast<int>(vals.size()) == s->exact_count) break;
       }
     }
-    if (vals.empty()) throw_error("[", name, "] expected a value");
-    if (s->kind == Kind::kList && s->exact_count > 0 && static_cast<int>(vals.size()) != s->exact_count) {
-      throw_error("[", name, "] expected ", s->exact_count, " values, got ", vals.size());
+    // A flag in error holds no value: get_*() then read its default, never an empty entry.
+    if (vals.empty()) {
+      errors.push_back(str_cat("[", name, "] expected a value"));
+      values_.erase(name);
+      continue;
     }
+    if (s->kind == Kind::kList && s->exact_count > 0 && static_cast<int>(vals.size()) != s->exact_count) {
+      errors.push_back(str_cat("[", name, "] expected ", s->exact_count, " values, got ", vals.size()));
+      values_.erase(name);
+      continue;
+    }
+    values_[name] = std::move(vals);
   }
   for (const Spec& s : specs_) {
     if (s.required && values_.count(s.name) == 0) {
-      if (s.kind == Kind::kPositional) throw_error(command_, ": missing argument <", s.name, ">");
-      throw_error("[", s.name, "] is required for ", command_);
+      const bool in_error = std::any_of(errors.begin(), errors.end(),
+                                        [&](const std::string& e) { return e.rfind("[" + s.name + "]", 0) == 0; });
+      if (in_error) continue;
+      if (s.kind == Kind::kPositional) {
+        errors.push_back(str_cat(command_, ": missing argument <", s.name, ">"));
+      } else {
+        errors.push_back(str_cat("[", s.name, "] is required for ", command_));
+      }
     }
   }
   return true;
@@ -222,7 +309,10 @@ bool Args::get_flag(const std::string& name) const {
 std::string Args::get_string(const std::string& name) const {
   const Spec& s = spec(name);
   auto it = values_.find(name);
-  if (it != values_.end()) return it->second.front();
+  if (it != values_.end()) {
+    if (it->second.empty()) throw_error("[", name, "] expected a value");  // a switch read as an option
+    return it->second.front();
+  }
   if (s.default_value) return *s.default_value;
   throw_error("[", name, "] is required for ", command_);
 }

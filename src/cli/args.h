@@ -2,7 +2,10 @@
 //
 // Each subcommand declares its flags, then parse() fills them. Unknown flags,
 // missing values and unparsable numbers are megatron::Error with a one-line
-// reason naming the flag, e.g. "[--workers] expected an integer, got 'x'".
+// reason naming the flag, e.g. "[--workers] expected an integer, got 'x'"; parse()
+// reports every such problem of the command line at once, one line each (throw_errors).
+// An unknown flag close to a declared one names it: "[--lr-warmup-iter] unknown flag for
+// megatron train; did you mean --lr-warmup-iters?".
 // Values may be given as "--flag value" or "--flag=value". Integers follow
 // Python's int(): an optional sign, digits, and '_' separators (5_000_000), within int64.
 // Reals follow Python's float() but must be finite: nan, inf and what overflows a double
@@ -51,8 +54,12 @@ class Args {
   // A positional argument, in declaration order.
   Args& positional(const std::string& name, const std::string& help, bool required = true);
 
-  // Returns false when --help was given (usage() is then printed by the caller).
+  // Returns false when --help was given (usage() is then printed by the caller). Throws one
+  // Error holding every problem found, one per line.
   bool parse(const std::vector<std::string>& argv);
+  // The same, the problems left in `errors` (one line each) instead of thrown; the flags in
+  // error read as not given.
+  bool parse(const std::vector<std::string>& argv, std::vector<std::string>* errors);
 
   bool has(const std::string& name) const;    // given on the command line, or has a default
   bool given(const std::string& name) const;  // given on the command line
@@ -94,6 +101,8 @@ class Args {
     int exact_count = 0;
   };
   const Spec& spec(const std::string& name) const;
+  // The declared flag nearest to `name` by edit distance, or "" when none is close.
+  std::string closest_flag(const std::string& name) const;
   Args& add(Spec spec);
 
   std::string command_;
@@ -101,6 +110,10 @@ class Args {
   std::vector<Spec> specs_;
   std::map<std::string, std::vector<std::string>> values_;
 };
+
+// Throws one megatron::Error whose message is `errors` (not empty), one per line; main()
+// prints each line as "error: <line>".
+[[noreturn]] void throw_errors(const std::vector<std::string>& errors);
 
 // Python int() semantics for one string; throws Error "[what] expected an integer, got 's'"
 // (or "integer out of range" beyond int64).

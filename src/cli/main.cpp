@@ -1,4 +1,5 @@
 // megatron: one program, several commands (docs/design.md, "One program, several commands").
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -52,8 +53,14 @@ int main(int argc, char** argv) {
     try {
       return c.run(args);
     } catch (const megatron::Error& e) {
+      // A message of several lines is several problems (cli::throw_errors): one "error:" each.
       std::fflush(stdout);
-      std::fprintf(stderr, "error: %s\n", e.what());
+      const std::string what = e.what();
+      for (size_t begin = 0; begin <= what.size();) {
+        const size_t end = std::min(what.find('\n', begin), what.size());
+        std::fprintf(stderr, "error: %s\n", what.substr(begin, end - begin).c_str());
+        begin = end + 1;
+      }
       return 1;
     } catch (const std::bad_alloc&) {
       std::fflush(stdout);

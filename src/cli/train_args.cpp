@@ -352,6 +352,9 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   c.overlap_grad_reduce = a.get_flag("--overlap-grad-reduce");
   c.overlap_param_gather = a.get_flag("--overlap-param-gather");
   c.overlap_p2p_communication = a.get_flag("--overlap-p2p-communication");
+  if (c.overlap_p2p_communication && a.get_flag("--no-overlap-p2p-communication")) {
+    throw_error("[--overlap-p2p-communication] contradicts --no-overlap-p2p-communication (give one)");
+  }
   if (c.overlap_param_gather && !c.use_distributed_optimizer) {
     throw_error("[--overlap-param-gather] needs --use-distributed-optimizer (only its parameters are gathered)");
   }
@@ -502,8 +505,10 @@ void fill_schedule(const Args& a, TrainConfig& c) {
                                                 : "--lr-wsd-decay-style";
     throw_error("[", name, "] only applies with --lr-decay-style WSD");
   }
-  c.override_opt_param_scheduler = a.get_flag("--override-opt_param-scheduler");
-  c.use_checkpoint_opt_param_scheduler = a.get_flag("--use-checkpoint-opt_param-scheduler");
+  c.override_opt_param_scheduler =
+      a.get_flag("--override-opt_param-scheduler") || a.get_flag("--override-opt-param-scheduler");
+  c.use_checkpoint_opt_param_scheduler =
+      a.get_flag("--use-checkpoint-opt_param-scheduler") || a.get_flag("--use-checkpoint-opt-param-scheduler");
   if (c.override_opt_param_scheduler && c.use_checkpoint_opt_param_scheduler) {
     throw_error(
         "[--override-opt_param-scheduler/--use-checkpoint-opt_param-scheduler] both override and "
@@ -677,7 +682,8 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.log_timers_to_tensorboard = a.get_flag("--log-timers-to-tensorboard");
   c.log_validation_ppl_to_tensorboard = a.get_flag("--log-validation-ppl-to-tensorboard");
   c.log_learning_rate_to_tensorboard = !a.get_flag("--no-log-learning-rate-to-tensorboard");
-  c.log_loss_scale_to_tensorboard = !a.get_flag("--no-log-loss-scale-to-tensorboard");
+  c.log_loss_scale_to_tensorboard =
+      !a.get_flag("--no-log-loss-scale-to-tensorboard") && !a.get_flag("--disable-log-loss-scale-to-tensorboard");
   if (a.given("--log-jsonl")) c.log_jsonl = a.get_string("--log-jsonl");
 
   c.data_path = a.get_list("--data-path");
@@ -758,16 +764,29 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
 }  // namespace
 
 train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std::ostream* log) {
-  // Not-supported-yet flags first: their message is the most useful one.
-  check_table_flags(args);
+  // Every problem at once: the table's refusals, then each family's first error. A family
+  // whose inputs failed is skipped (the batch and recompute checks need the model's shape).
+  std::vector<std::string> errors = table_flag_errors(args);
+  auto attempt = [&](auto&& fill) {
+    try {
+      fill();
+      return true;
+    } catch (const Error& e) {
+      errors.emplace_back(e.what());
+      return false;
+    }
+  };
   TrainConfig c;
-  fill_model(args, c);
-  fill_parallel_and_batch(args, c, world_size, log);
-  fill_schedule(args, c);
-  fill_optimizer_and_precision(args, c, log);
-  fill_recompute(args, c);
-  fill_logging_and_data(args, c);
-  check_sample_counts(c);
+  c.world_size = world_size;
+  const bool model_ok = attempt([&] { fill_model(args, c); });
+  const bool layout_ok = model_ok && attempt([&] { fill_parallel_and_batch(args, c, world_size, log); });
+  attempt([&] { fill_schedule(args, c); });
+  attempt([&] { fill_optimizer_and_precision(args, c, log); });
+  if (layout_ok) attempt([&] { fill_recompute(args, c); });
+  attempt([&] { fill_logging_and_data(args, c); });
+  if (errors.empty()) attempt([&] { check_sample_counts(c); });
+  if (!errors.empty()) throw_errors(errors);
+  if (log != nullptr) print_table_notes(args, *log);
   if (c.log_progress && !c.save && log != nullptr) {
     *log << "warning: --log-progress writes <--save>/progress.txt; without --save nothing is written\n";
   }

@@ -1,15 +1,17 @@
 // The flags of `megatron train`: Megatron-LM's pretrain_gpt.py flags, same spelling, classic
 // (C23) defaults, plus a few of ours (--model, --flops-convention, --dry-run).
 //
-// Every flag that Megatron GPT job scripts commonly pass is declared, in one of three states:
+// Every option of current Megatron-LM's arguments.py (tests/cli/fixtures/megatron_flags.txt) is
+// declared, and so are older Megatron flags that job scripts still pass, in one of three states:
 //  - supported: read into TrainConfig;
 //  - a documented no-op: accepted because it changes nothing here (e.g. --data-impl mmap,
-//    --use-flash-attn: the attention kernel is chosen by the backend);
+//    --use-flash-attn: the attention kernel is chosen by the backend); parse_train_config prints
+//    one note per no-op given;
 //  - not supported yet: a one-line error "[--flag] is not supported yet (reason)".
-// The last two live in one table, kFlagTable in train_flag_table.cpp: enabling a feature means
-// deleting its row there and reading the flag in parse_train_config(). The supported flags are
-// declared in train_flags.cpp and read here, in train_args.cpp.
-// Flags that no script is expected to pass stay undeclared and are "unknown flag" errors.
+// The last two live in the flag table (train_flag_table.h): enabling a feature means deleting
+// its row and reading the flag in parse_train_config(). The supported flags are declared in
+// train_flags.cpp and read here, in train_args.cpp. Other flags are "unknown flag" errors that
+// name the nearest known flag.
 //
 // --model NAME presets the shape (layers, hidden, heads, seq length); explicit flags override.
 //   gpt2-124m 12/768/12, gpt2-350m 24/1024/16, gpt2-774m 36/1280/20, gpt2-1558m 48/1600/25
@@ -42,7 +44,11 @@ void declare_train_flags(Args& args);
 // Builds and validates the configuration from parsed `args`. world_size is the number of
 // processes (dp = world_size / (tp * pp)). Megatron's start-up notes ("setting global batch size
 // to N", "accumulate and all-reduce gradients in fp32 for bfloat16 data type.") go to `log`
-// when it is not null. Throws megatron::Error with a one-line message naming the flag(s).
+// when it is not null, then one "note: --flag has no effect here (...)" line per no-op flag
+// given. Throws megatron::Error holding every problem found, one line each naming the flag(s):
+// the table's refusals, then the first error of each family of flags (model, layout and batch,
+// schedule, optimizer and precision, recompute, logging and data; the layout and recompute
+// checks are skipped when the model's shape is in error).
 train::TrainConfig parse_train_config(const Args& args, int64_t world_size = 1, std::ostream* log = nullptr);
 
 // The tokenizer's vocabulary when no tokenizer file is read (benchmarks, --dry-run):

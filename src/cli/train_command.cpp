@@ -1,9 +1,11 @@
 // megatron train: Megatron-LM's pretrain_gpt.py on this process, one rank of a data-parallel
 // job when a launcher started several (comm/launch_env.h), or the launcher itself with
 // --nproc-per-node (cli/train_launcher.h).
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <optional>
+#include <sstream>
 
 #include "backend/device.h"
 #include "backend/ops.h"
@@ -45,6 +47,26 @@ SpeedPrediction prediction(const train::TrainConfig& config, const plan::GpuSpec
   }
 }
 
+// Every problem of a command line that did not parse: the parse errors, then what validating
+// the rest finds, less what names a flag already in error (its value was dropped).
+std::vector<std::string> with_validation_errors(const Args& args, std::vector<std::string> errors) {
+  std::vector<std::string> flagged;
+  for (const std::string& e : errors) {
+    if (e.starts_with("[")) flagged.push_back(e.substr(0, e.find(']') + 1));
+  }
+  try {
+    parse_train_config(args, 1, nullptr);
+  } catch (const Error& e) {
+    std::istringstream lines(e.what());
+    for (std::string line; std::getline(lines, line);) {
+      const bool same_flag =
+          std::any_of(flagged.begin(), flagged.end(), [&](const std::string& f) { return line.starts_with(f); });
+      if (!same_flag) errors.push_back(line);
+    }
+  }
+  return errors;
+}
+
 }  // namespace
 
 int run_train(const CommandArgs& argv) {
@@ -55,10 +77,12 @@ int run_train(const CommandArgs& argv) {
     return a;
   };
   Args args = make_args();
-  if (!args.parse(argv)) {
+  std::vector<std::string> parse_errors;
+  if (!args.parse(argv, &parse_errors)) {
     std::cout << args.usage();
     return 0;
   }
+  if (!parse_errors.empty()) throw_errors(with_validation_errors(args, parse_errors));
   if (args.given("--nproc-per-node")) {
     return comm::spawn_local_workers(args.get_int("--nproc-per-node", 1, kMaxLocalWorkers),
                                      comm::worker_command("train", argv), uses_nccl(args));

@@ -1,8 +1,10 @@
 #include "cli/train_flag_table.h"
 
 #include <cctype>
+#include <iterator>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -11,26 +13,14 @@ namespace megatron::cli {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// The flags that are accepted without effect, or not supported yet. ONE table: to enable a
-// feature, delete its row (or widen its accepted values) and read the flag in
-// parse_train_config() (cli/train_args.cpp, whose declare_supported_flags() declares the
-// supported flags).
+// The flags that are accepted without effect, or not supported yet (train_flag_families.cpp holds
+// the rows of current Megatron's features by family). To enable a feature, delete its row (or
+// widen its accepted values) and read the flag in parse_train_config() (cli/train_args.cpp, whose
+// declare_supported_flags() declares the supported flags). A row whose name is not current
+// Megatron's says where it comes from in its last field (FlagOrigin).
 // ---------------------------------------------------------------------------------------------
-enum class FlagType { kSwitch, kValue, kList };
-enum class FlagState {
-  kNoOp,         // accepted with any value; changes nothing here (the note says why)
-  kValues,       // accepted with the listed values (the first is the default); others: not supported yet
-  kUnsupported,  // "[--flag] is not supported yet (note)"
-  kRemoved,      // Megatron itself rejects it; the note says what to use instead
-};
-
-struct FlagRow {
-  const char* name;
-  FlagType type;
-  FlagState state;
-  const char* values;  // kValues: accepted values separated by '|', the first is the default
-  const char* note;
-};
+constexpr FlagOrigin kOlder = FlagOrigin::kOlderMegatron;
+constexpr FlagOrigin kOurs = FlagOrigin::kOurs;
 
 constexpr const char* kCkpt = "checkpoints use one format: safetensors + metadata.json (--save/--load)";
 constexpr const char* kVariant = "this model variant is not implemented yet";
@@ -52,10 +42,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--use-dist-ckpt", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
     {"--auto-detect-ckpt-format", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
     {"--non-persistent-save-interval", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
-    // TensorBoard and other loggers.
-    {"--wandb-project", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
-    {"--wandb-exp-name", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
-    {"--wandb-save-dir", FlagType::kValue, FlagState::kUnsupported, "", "Weights & Biases logging"},
     // Model variants.
     {"--normalization", FlagType::kValue, FlagState::kValues, "LayerNorm|RMSNorm", "LayerNorm or RMSNorm"},
     {"--position-embedding-type", FlagType::kValue, FlagState::kValues, "learned_absolute|rope|none",
@@ -65,7 +51,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--apply-query-key-layer-scaling", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--fp32-residual-connection", FlagType::kSwitch, FlagState::kUnsupported, "", kVariant},
     {"--fp16-lm-cross-entropy", FlagType::kSwitch, FlagState::kUnsupported, "", "the cross-entropy runs in fp32"},
-    {"--fp8-format", FlagType::kValue, FlagState::kUnsupported, "", "FP8 training"},
     {"--recompute-modules", FlagType::kList, FlagState::kUnsupported, "",
      "selective recompute covers core attention only"},
     {"--checkpoint-activations", FlagType::kSwitch, FlagState::kRemoved, "",
@@ -85,17 +70,18 @@ constexpr FlagRow kFlagTable[] = {
     {"--tokenizer-metadata", FlagType::kValue, FlagState::kUnsupported, "", "the tokenizer comes from its flags"},
     {"--tokenizer-hf-no-use-fast", FlagType::kSwitch, FlagState::kNoOp, "",
      "no-op: one implementation of tokenizer.json (byte-level BPE ids do not depend on it)"},
-    {"--data-impl", FlagType::kValue, FlagState::kValues, "mmap|infer", "only the mmap indexed format (MMIDIDX)"},
+    {"--data-impl", FlagType::kValue, FlagState::kValues, "mmap|infer", "only the mmap indexed format (MMIDIDX)",
+     kOlder},
     {"--dataloader-type", FlagType::kValue, FlagState::kValues, "single", "only the 'single' sampler"},
     {"--optimizer", FlagType::kValue, FlagState::kValues, "adam", "only Adam(W)"},
     // Accepted, no effect here.
     {"--num-workers", FlagType::kValue, FlagState::kNoOp, "",
      "no-op: samples come from memory-mapped files in the trainer"},
-    {"--DDP-impl", FlagType::kValue, FlagState::kValues, "local|torch", "no-op: gradient reduction is our own"},
+    {"--DDP-impl", FlagType::kValue, FlagState::kValues, "local|torch", "no-op: gradient reduction is our own", kOlder},
     {"--use-contiguous-buffers-in-local-ddp", FlagType::kSwitch, FlagState::kNoOp, "",
-     "no-op: gradients always live in one buffer"},
+     "no-op: gradients always live in one buffer", kOurs},
     {"--no-contiguous-buffers-in-local-ddp", FlagType::kSwitch, FlagState::kNoOp, "",
-     "no-op: gradients always live in one buffer"},
+     "no-op: gradients always live in one buffer", kOlder},
     {"--use-flash-attn", FlagType::kSwitch, FlagState::kNoOp, "",
      "no-op: the backend picks its fused attention kernel"},
     {"--attention-backend", FlagType::kValue, FlagState::kValues, "auto|flash|fused|unfused|local",
@@ -103,7 +89,7 @@ constexpr FlagRow kFlagTable[] = {
     {"--transformer-impl", FlagType::kValue, FlagState::kValues, "local|transformer_engine",
      "no-op: one implementation"},
     {"--use-mcore-models", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: one implementation"},
-    {"--use-legacy-models", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: one implementation"},
+    {"--use-legacy-models", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: one implementation", kOlder},
     {"--no-masked-softmax-fusion", FlagType::kSwitch, FlagState::kNoOp, "",
      "no-op: kernel fusion does not change results"},
     {"--no-bias-dropout-fusion", FlagType::kSwitch, FlagState::kNoOp, "",
@@ -111,7 +97,7 @@ constexpr FlagRow kFlagTable[] = {
     {"--no-persist-layer-norm", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--no-gradient-accumulation-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
     {"--no-async-tensor-model-parallel-allreduce", FlagType::kSwitch, FlagState::kNoOp, "",
-     "no-op: overlap is automatic"},
+     "no-op: overlap is automatic", kOlder},
     {"--cross-entropy-loss-fusion", FlagType::kSwitch, FlagState::kNoOp, "",
      "no-op: the cross-entropy is always fused"},
     {"--attention-softmax-in-fp32", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: softmax always runs in fp32"},
@@ -122,15 +108,16 @@ constexpr FlagRow kFlagTable[] = {
     {"--local-rank", FlagType::kValue, FlagState::kNoOp, "", "no-op: ranks come from the environment"},
     // Megatron-Core-era flags of current scripts (megatron/training/arguments.py).
     {"--manual-gc-interval", FlagType::kValue, FlagState::kNoOp, "", "no-op: no garbage collector"},
-    {"--manual-gc-eval", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no garbage collector"},
+    {"--manual-gc-eval", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no garbage collector", kOurs},
     {"--no-manual-gc-eval", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no garbage collector"},
     {"--rerun-mode", FlagType::kValue, FlagState::kValues, "disabled",
      "the rerun state machine (validate_results, report_stats); NaN losses stop the run instead"},
     {"--num-dataset-builder-threads", FlagType::kValue, FlagState::kNoOp, "",
      "no-op: the sample indices are built in one pass"},
-    {"--mmap-bin-files", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the .bin files are always memory-mapped"},
+    {"--mmap-bin-files", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the .bin files are always memory-mapped",
+     kOurs},
     {"--no-mmap-bin-files", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: the .bin files are always memory-mapped"},
-    {"--enable-one-logger", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no telemetry is sent anywhere"},
+    {"--enable-one-logger", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no telemetry is sent anywhere", kOlder},
     {"--no-one-logger", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: no telemetry is sent anywhere"},
     {"--te-rng-tracker", FlagType::kSwitch, FlagState::kNoOp, "",
      "no-op: dropout masks come from a stateless Philox stream"},
@@ -144,24 +131,28 @@ constexpr FlagRow kFlagTable[] = {
      "no-op: a torch_dist option; checkpoints here are safetensors"},
     {"--ddp-average-in-collective", FlagType::kSwitch, FlagState::kNoOp, "",
      "no-op: data-parallel gradients are always averaged inside the collective"},
-    {"--align-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when buckets start changes no value"},
+    {"--align-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when buckets start changes no value",
+     kOurs},
     {"--no-align-grad-reduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when buckets start changes no value"},
-    {"--align-param-gather", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when gathers start changes no value"},
+    {"--align-param-gather", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when gathers start changes no value",
+     kOlder},
     {"--no-align-param-gather", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: when gathers start changes no value"},
     {"--overlap-param-gather-with-optimizer-step", FlagType::kSwitch, FlagState::kNoOp, "",
      "no-op: parameters gather as with --overlap-param-gather"},
     {"--defer-embedding-wgrad-compute", FlagType::kSwitch, FlagState::kNoOp, "",
      "no-op: a scheduling choice, the same gradients"},
-    {"--async-tensor-model-parallel-allreduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic"},
+    {"--async-tensor-model-parallel-allreduce", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: overlap is automatic",
+     kOlder},
     {"--use-ring-exchange-p2p", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: pipeline messages go point to point"},
     {"--no-initialization", FlagType::kSwitch, FlagState::kNoOp, "",
      "no-op: initialisation on the device takes milliseconds"},
-    {"--memory-efficient-layer-norm", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
-    {"--gradient-accumulation-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
+    {"--memory-efficient-layer-norm", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice", kOurs},
+    {"--gradient-accumulation-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice", kOurs},
     {"--no-rope-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
-    {"--bias-swiglu-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
+    {"--bias-swiglu-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice", kOlder},
     {"--no-bias-swiglu-fusion", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: kernel choice"},
-    {"--no-query-key-layer-scaling", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: query-key layer scaling is off"},
+    {"--no-query-key-layer-scaling", FlagType::kSwitch, FlagState::kNoOp, "", "no-op: query-key layer scaling is off",
+     kOlder},
     {"--tp-comm-overlap", FlagType::kSwitch, FlagState::kUnsupported, "",
      "TP communication overlap (Transformer Engine userbuffers)"},
     {"--grad-reduce-in-bf16", FlagType::kSwitch, FlagState::kUnsupported, "", "gradients are reduced in fp32"},
@@ -180,8 +171,8 @@ constexpr FlagRow kFlagTable[] = {
     {"--record-memory-history", FlagType::kSwitch, FlagState::kUnsupported, "",
      "no caching allocator to record: --dry-run prints every byte the engine allocates"},
     {"--no-shared-storage", FlagType::kSwitch, FlagState::kUnsupported, "",
-     "rank 0 builds the sample indices for all ranks on shared storage"},
-    {"--local_rank", FlagType::kValue, FlagState::kNoOp, "", "no-op: ranks come from the environment"},
+     "rank 0 builds the sample indices for all ranks on shared storage", kOurs},
+    {"--local_rank", FlagType::kValue, FlagState::kNoOp, "", "no-op: ranks come from the environment", kOlder},
 };
 
 std::vector<std::string> split_values(const char* values) {
@@ -207,12 +198,12 @@ bool is_integer_text(const std::string& s) {
   return true;
 }
 
-bool value_accepted(const FlagRow& row, const std::string& value) {
+bool value_accepted(const FlagRow& row, const std::string& name, const std::string& value) {
   for (const std::string& a : split_values(row.values)) {
     if (a == value) return true;
     if (is_integer_text(a)) {
       try {
-        if (parse_int(value, row.name) == std::stoll(a)) return true;
+        if (parse_int(value, name) == std::stoll(a)) return true;
       } catch (const Error&) {
       }
     }
@@ -226,10 +217,34 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
   return out;
 }
 
+bool is_no_op(const FlagRow& row) {
+  return row.state == FlagState::kNoOp ||
+         (row.state == FlagState::kValues && std::string_view(row.note).starts_with("no-op"));
+}
+
 }  // namespace
 
+std::vector<FlagRow> train_flag_rows() {
+  std::vector<FlagRow> rows(std::begin(kFlagTable), std::end(kFlagTable));
+  const std::span<const FlagRow> families = family_flag_rows();
+  rows.insert(rows.end(), families.begin(), families.end());
+  return rows;
+}
+
+FlagOrigin train_flag_origin(const std::string& name) {
+  for (const FlagRow& row : train_flag_rows()) {
+    for (const std::string& n : split_values(row.name)) {
+      if (n == name) return row.origin;
+    }
+  }
+  for (const NamedOrigin& o : supported_flag_origins()) {
+    if (name == o.name) return o.origin;
+  }
+  return FlagOrigin::kMegatron;
+}
+
 void declare_table_flags(Args& a) {
-  for (const FlagRow& row : kFlagTable) {
+  for (const FlagRow& row : train_flag_rows()) {
     std::string help;
     switch (row.state) {
       case FlagState::kNoOp:
@@ -245,41 +260,63 @@ void declare_table_flags(Args& a) {
         help = "rejected (as in Megatron)";
         break;
     }
-    switch (row.type) {
-      case FlagType::kSwitch:
-        a.flag(row.name, help);
-        break;
-      case FlagType::kValue: {
-        std::optional<std::string> def;
-        if (row.state == FlagState::kValues) def = split_values(row.values).front();
-        a.option(row.name, "X", help, def);
-        break;
+    if (row.origin == FlagOrigin::kOlderMegatron) help += " [older Megatron-LM's flag]";
+    for (const std::string& name : split_values(row.name)) {
+      switch (row.type) {
+        case FlagType::kSwitch:
+          a.flag(name, help);
+          break;
+        case FlagType::kValue: {
+          std::optional<std::string> def;
+          if (row.state == FlagState::kValues) def = split_values(row.values).front();
+          a.option(name, "X", help, def);
+          break;
+        }
+        case FlagType::kList:
+          a.list(name, "X", help);
+          break;
       }
-      case FlagType::kList:
-        a.list(row.name, "X", help);
-        break;
     }
   }
 }
 
-void check_table_flags(const Args& a) {
-  for (const FlagRow& row : kFlagTable) {
-    if (!a.given(row.name)) continue;
-    switch (row.state) {
-      case FlagState::kNoOp:
-        break;
-      case FlagState::kUnsupported:
-        throw_error("[", row.name, "] is not supported yet (", row.note, ")");
-      case FlagState::kRemoved:
-        throw_error("[", row.name, "] is not accepted: ", row.note);
-      case FlagState::kValues: {
-        const std::string v = a.get_string(row.name);
-        if (!value_accepted(row, v)) {
-          throw_error("[", row.name, "] ", v, " is not supported yet (", row.note,
-                      "; accepted: ", join(split_values(row.values), ", "), ")");
+std::vector<std::string> table_flag_errors(const Args& a) {
+  std::vector<std::string> errors;
+  for (const FlagRow& row : train_flag_rows()) {
+    for (const std::string& name : split_values(row.name)) {
+      if (!a.given(name)) continue;
+      switch (row.state) {
+        case FlagState::kNoOp:
+          break;
+        case FlagState::kUnsupported:
+          errors.push_back(str_cat("[", name, "] is not supported yet (", row.note, ")"));
+          break;
+        case FlagState::kRemoved:
+          errors.push_back(str_cat("[", name, "] is not accepted: ", row.note));
+          break;
+        case FlagState::kValues: {
+          const std::string v = a.get_string(name);
+          if (!value_accepted(row, name, v)) {
+            errors.push_back(str_cat("[", name, "] ", v, " is not supported yet (", row.note,
+                                     "; accepted: ", join(split_values(row.values), ", "), ")"));
+          }
+          break;
         }
-        break;
       }
+    }
+  }
+  return errors;
+}
+
+void print_table_notes(const Args& a, std::ostream& log) {
+  for (const FlagRow& row : train_flag_rows()) {
+    if (!is_no_op(row)) continue;
+    for (const std::string& name : split_values(row.name)) {
+      if (!a.given(name)) continue;
+      std::string_view why = row.note;
+      if (why.starts_with("no-op: ")) why.remove_prefix(7);
+      if (why.starts_with("no-op, ")) why.remove_prefix(7);
+      log << "note: " << name << " has no effect here (" << why << ")\n";
     }
   }
 }

@@ -41,6 +41,25 @@ const std::vector<ModelPreset> kPresets = {
     {"llama3.2-3b", 28, 3072, 24, 8192, 8192, 8, 128256, true, true, 500000.0f, 32.0f},
 };
 
+// The supported flags whose names are not current Megatron-LM's (tests/cli/fixtures/megatron_flags.txt).
+constexpr NamedOrigin kSupportedOrigins[] = {
+    {"--model", FlagOrigin::kOurs},
+    {"--dry-run", FlagOrigin::kOurs},
+    {"--gpu", FlagOrigin::kOurs},
+    {"--flops-convention", FlagOrigin::kOurs},
+    {"--log-jsonl", FlagOrigin::kOurs},
+    {"--nproc-per-node", FlagOrigin::kOurs},  // torchrun's
+    {"--save-keep-last", FlagOrigin::kOurs},
+    {"--device", FlagOrigin::kOurs},  // with --deterministic, cli/backend_choice.h
+    {"--deterministic", FlagOrigin::kOurs},
+    {"--log-learning-rate-to-tensorboard", FlagOrigin::kOurs},  // the default made explicit
+    {"--no-log-learning-rate-to-tensorboard", FlagOrigin::kOurs},
+    {"--log-loss-scale-to-tensorboard", FlagOrigin::kOurs},
+    {"--layernorm-epsilon", FlagOrigin::kOlderMegatron},
+    {"--log-batch-size-to-tensorboard", FlagOrigin::kOlderMegatron},
+    {"--overlap-p2p-communication", FlagOrigin::kOlderMegatron},
+};
+
 void declare_supported_flags(Args& a) {
   // Model shape.
   a.option("--model", "NAME", "shape preset (" + model_preset_names() + "); explicit flags override it")
@@ -130,7 +149,9 @@ void declare_supported_flags(Args& a) {
       .option("--lr-wsd-decay-iters", "N", "WSD decay iterations")
       .option("--lr-wsd-decay-samples", "N", "WSD decay samples")
       .flag("--override-opt_param-scheduler", "take scheduler values from the flags, not the checkpoint")
-      .flag("--use-checkpoint-opt_param-scheduler", "take scheduler values from the checkpoint");
+      .flag("--override-opt-param-scheduler", "the same as --override-opt_param-scheduler")
+      .flag("--use-checkpoint-opt_param-scheduler", "take scheduler values from the checkpoint")
+      .flag("--use-checkpoint-opt-param-scheduler", "the same as --use-checkpoint-opt_param-scheduler");
   // Optimizer.
   a.option("--weight-decay", "X", "weight decay (constant style)", "0.01")
       .option("--start-weight-decay", "X", "initial weight decay (linear/cosine style)")
@@ -226,6 +247,7 @@ void declare_supported_flags(Args& a) {
       .flag("--no-log-learning-rate-to-tensorboard", "do not log the learning rate")
       .flag("--log-loss-scale-to-tensorboard", "log the loss scale (default on)")
       .flag("--no-log-loss-scale-to-tensorboard", "do not log the loss scale")
+      .flag("--disable-log-loss-scale-to-tensorboard", "the same as --no-log-loss-scale-to-tensorboard")
       .option("--log-jsonl", "FILE", "append one JSON object per logged iteration and validation to FILE");
   // Parallelism and recompute.
   a.option("--tensor-model-parallel-size", "N", "tensor-parallel size (heads, FFN and vocabulary split over N ranks)",
@@ -246,6 +268,9 @@ void declare_supported_flags(Args& a) {
       .flag("--overlap-p2p-communication",
             "start the pipeline stages' sends and receives and wait for them only where their buffers are used, "
             "so that a stage computes on while its peer catches up (1F1B and interleaved)")
+      .flag("--no-overlap-p2p-communication",
+            "wait for each pipeline send and receive at once (the default here; current Megatron overlaps by "
+            "default)")
       .option("--nproc-per-node", "N", "start N local worker processes of this command (torchrun's flag)")
       .option("--distributed-backend", "B",
               "nccl: GPU ranks talk over NCCL (CPU ranks always use MPI); mpi or gloo: host-side collectives over "
@@ -265,6 +290,8 @@ void declare_supported_flags(Args& a) {
 }  // namespace
 
 const std::vector<ModelPreset>& model_presets() { return kPresets; }
+
+std::span<const NamedOrigin> supported_flag_origins() { return kSupportedOrigins; }
 
 std::string model_preset_names() {
   std::string names;

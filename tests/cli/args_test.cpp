@@ -82,7 +82,8 @@ TEST(Args, HelpReturnsFalse) {
 
 TEST(Args, BadInputNamesTheFlag) {
   Args a = make_args();
-  EXPECT_EQ(error_of(a, {"--wokers", "2"}), "[--wokers] unknown flag for megatron test (see --help)");
+  EXPECT_EQ(error_of(a, {"--wokers", "2"}), "[--wokers] unknown flag for megatron test; did you mean --workers?");
+  EXPECT_EQ(error_of(a, {"--deepspeed"}), "[--deepspeed] unknown flag for megatron test (see --help)");
   ASSERT_EQ(error_of(a, {"--workers", "x"}), "");  // values are typed when read
   try {
     a.get_int("--workers");
@@ -102,6 +103,42 @@ TEST(Args, BadInputNamesTheFlag) {
   Args b("megatron req");
   b.option("--input", "F", "input", std::nullopt, true);
   EXPECT_EQ(error_of(b, {}), "[--input] is required for megatron req");
+}
+
+TEST(Args, UnknownFlagsNameTheClosestDeclaredOne) {
+  Args a("megatron test");
+  a.option("--lr-warmup-iters", "N", "warmup").option("--lr-decay-iters", "N", "decay").flag("--swiglu", "swiglu");
+  auto err = [&](const std::vector<std::string>& argv) { return error_of(a, argv); };
+  EXPECT_EQ(err({"--lr-warmup-iter", "5"}),
+            "[--lr-warmup-iter] unknown flag for megatron test; did you mean --lr-warmup-iters?");
+  // '_' reads as '-'; adjacent letters swapped are one edit.
+  EXPECT_EQ(err({"--lr_decay_iters", "5"}),
+            "[--lr_decay_iters] unknown flag for megatron test; did you mean --lr-decay-iters?");
+  EXPECT_EQ(err({"--swilgu"}), "[--swilgu] unknown flag for megatron test; did you mean --swiglu?");
+  // Too far from every name: no guess (2 edits on a short name).
+  EXPECT_EQ(err({"--swig"}), "[--swig] unknown flag for megatron test (see --help)");
+}
+
+TEST(Args, EveryProblemAtOnceOneLineEach) {
+  Args a = make_args();
+  // The unknown flag's value is skipped, not read as a second positional; the flags in
+  // error read as not given afterwards (their defaults), never as an empty value.
+  const std::string all =
+      error_of(a, {"x", "--wokers", "2", "--lr", "--append-eod=1", "--rampup-batch-size", "1", "--seed", "3", "y"});
+  EXPECT_EQ(all,
+            "[--wokers] unknown flag for megatron test; did you mean --workers?\n"
+            "[--lr] expected a value\n"
+            "[--append-eod] takes no value\n"
+            "[--rampup-batch-size] expected 3 values, got 1\n"
+            "megatron test: unexpected argument 'y'");
+  EXPECT_FALSE(a.given("--lr"));
+  EXPECT_THROW(a.get_string("--lr"), Error);  // absent without a default, not an empty entry
+  EXPECT_FALSE(a.get_flag("--append-eod"));
+  EXPECT_TRUE(a.get_list("--rampup-batch-size").empty());
+  EXPECT_EQ(a.get_int("--seed"), 3);
+  std::vector<std::string> errors;
+  EXPECT_TRUE(a.parse({"--lr", "--seed"}, &errors));
+  EXPECT_EQ(errors, (std::vector<std::string>{"[--lr] expected a value", "[--seed] expected a value"}));
 }
 
 TEST(Args, PythonIntRules) {

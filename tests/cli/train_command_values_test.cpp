@@ -153,7 +153,7 @@ TEST(TrainCommandValues, EveryFlagEndsInAcceptanceOrOneLineNamingIt) {
   cli::Args args("train");
   cli::declare_train_flags(args);
   cli::declare_device_flag(args);
-  int64_t numeric = 0, runs = 0;
+  int64_t numeric = 0, runs = 0, refused = 0;
   std::set<std::string> seen;
   for (const cli::Args::Setting& s : args.settings()) {
     if (s.arity == 0) continue;
@@ -161,6 +161,13 @@ TEST(TrainCommandValues, EveryFlagEndsInAcceptanceOrOneLineNamingIt) {
     const test::BoundedRun probe = test::run_bounded(cli::run_train, job(s.name, Argv(s.arity > 1 ? s.arity : 1, "x")));
     const bool is_int = probe.output.find("expected an integer") != std::string::npos;
     const bool is_number = is_int || probe.output.find("expected a number") != std::string::npos;
+    // A flag the table refuses whatever its value (not supported yet, removed) has no reader to
+    // reach: the probe's one line names it, and so would every hostile value's.
+    if (probe.output.find("[" + s.name + "] is not supported yet (") != std::string::npos ||
+        probe.output.find("[" + s.name + "] is not accepted: ") != std::string::npos) {
+      ++refused;
+      continue;
+    }
     if (is_number) {
       ++numeric;
       seen.insert(s.name);
@@ -190,7 +197,8 @@ TEST(TrainCommandValues, EveryFlagEndsInAcceptanceOrOneLineNamingIt) {
     EXPECT_TRUE(seen.count(flag)) << flag << " not probed as a number";
   }
   EXPECT_GT(numeric, 60);
-  std::cout << numeric << " numeric flags, " << runs << " runs\n";
+  EXPECT_GT(refused, 300);  // the probe recognises the table's refusals
+  std::cout << numeric << " numeric flags, " << refused << " refused outright, " << runs << " runs\n";
 }
 
 }  // namespace
