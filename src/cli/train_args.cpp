@@ -709,6 +709,8 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
     if (c.mock_data) throw_error("[--mock-data] cannot be combined with --per-split-data-args-path (give one)");
   }
   c.split = a.get_string("--split");
+  c.classic_split = a.get_flag("--classic-split");
+  if (!c.data_path.empty()) data::parse_and_normalize_split(c.split);  // its errors before any file is read
   if (a.given("--vocab-file")) c.vocab_file = a.get_string("--vocab-file");
   if (a.given("--merge-file")) c.merge_file = a.get_string("--merge-file");
   if (a.given("--data-cache-path")) c.data_cache_path = a.get_string("--data-cache-path");

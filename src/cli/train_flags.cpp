@@ -94,7 +94,13 @@ void declare_supported_flags(Args& a) {
       .flag("--reset-position-ids", "position ids restart at 0 after each end-of-document token")
       .flag("--reset-attention-mask",
             "tokens attend only within their document (keys after the last end-of-document token before them)")
-      .option("--split", "A,B,C", "train/valid/test proportions", "969, 30, 1")
+      .option("--split", "A,B,C",
+              "train/valid/test proportions of each dataset's sequences (every number in the text is a weight, as "
+              "in Megatron-Core)",
+              "969, 30, 1")
+      .flag("--classic-split",
+            "--split's sequence ranges by older Megatron-LM's rule (megatron/data get_train_valid_test_split_), "
+            "reproducing its ranges; default: Megatron-Core's rule")
       .option("--vocab-file", "FILE", "GPT-2 vocab.json (required unless --dry-run)")
       .option("--vocab-size", "N",
               "NullTokenizer: ids 0..N-1 and the end of document N (vocabulary N + 1); TikTokenizer: its vocabulary "

@@ -216,10 +216,12 @@ GPTDatasets build_gpt_datasets(const GPTDataConfig& config) {
   for (size_t p = 0; p < n; ++p) {
     const std::string& prefix = blend.prefixes[p];
     auto indexed = std::make_shared<const IndexedDataset>(prefix);
-    const auto bounds = train_valid_test_split(config.split, indexed->sequence_count());
+    const int64_t sequences = indexed->sequence_count();
+    const auto bounds = split_bounds(config.split_rule, config.split, sequences);
+    const auto classic = train_valid_test_split(config.split, sequences);
     std::array<std::shared_ptr<const GPTDataset>, 3> parts;
     for (int s = 0; s < 3; ++s) {
-      if (bounds[s + 1] <= bounds[s]) continue;  // C23 builds no dataset for an empty split
+      if (bounds[s + 1] <= bounds[s]) continue;  // no dataset for an empty split
       GPTDatasetOptions o;
       o.name = kSplitNames[s];
       o.prefix = prefix;
@@ -230,6 +232,7 @@ GPTDatasets build_gpt_datasets(const GPTDataConfig& config) {
       o.seed = config.seed;
       o.split_string = config.split;
       o.data_cache_path = config.data_cache_path;
+      if (bounds[s] != classic[s] || bounds[s + 1] != classic[s + 1]) o.split_rule = "Megatron-Core";
       o.log = config.log;
       parts[s] = std::make_shared<const GPTDataset>(indexed, o);
     }

@@ -60,6 +60,7 @@ struct TrainConfig {
   bool calculate_per_token_loss = false;            // --calculate-per-token-loss
   std::string split = "969, 30, 1";                 // --split
   std::optional<std::string> vocab_file;            // --vocab-file
+  bool classic_split = false;                       // --classic-split (older Megatron-LM's split ranges)
   std::optional<std::string> merge_file;            // --merge-file
   std::string tokenizer_type = "GPT2BPETokenizer";  // --tokenizer-type (data/tokenizer/tokenizer.h, or NullTokenizer)
   std::optional<int64_t> null_vocab_size;           // --vocab-size, NullTokenizer's N (vocabulary N + 1)

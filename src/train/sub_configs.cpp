@@ -80,6 +80,7 @@ data::GPTDataConfig data_config(const TrainConfig& c, int64_t train_iters, std::
   dc.eod = c.eod_token;
   dc.split = c.split;
   dc.seq_length = c.model.seq_length;
+  dc.split_rule = c.classic_split ? data::SplitRule::kClassic : data::SplitRule::kMegatronCore;
   dc.seed = c.seed;
   dc.data_cache_path = c.data_cache_path;
   dc.targets = data::target_sample_counts(c.train_samples, c.train_samples ? std::nullopt : std::optional(train_iters),
