@@ -223,7 +223,11 @@ int run_dataset_info(const CommandArgs& argv) {
     }
   }
   if (mock) {
-    const data::MockSequences m(eod);
+    // The mock ids are taken modulo the tokenizer's vocabulary; without a tokenizer the end of
+    // document is taken to be its last id (GPT-2's 50256 of 50257).
+    const int64_t vocab = tokenizer ? tokenizer->vocab_size() : eod + 1;
+    if (eod >= vocab) throw_error("[--tokenizer-type] end of document ", eod, " is outside the vocabulary of ", vocab);
+    const data::MockSequences m(eod, vocab);
     int64_t tokens = 0;
     for (int32_t len : m.sequence_lengths()) tokens += len;
     out << "dataset mock (Megatron-Core MockGPTLowLevelDataset, end of document " << eod << ")\n";
@@ -249,6 +253,7 @@ int run_dataset_info(const CommandArgs& argv) {
   config.split_data_path = split_data_path;
   config.mock = mock;
   config.eod = eod;
+  config.vocab_size = tokenizer ? tokenizer->vocab_size() : eod + 1;
   config.split = a.get_string("--split");
   config.seq_length = *seq_length;
   config.seed = seed;

@@ -719,10 +719,9 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   data::check_numpy_seed(c.seed, "--seed");  // the datasets shuffle with numpy.random.RandomState(seed)
   const bool null_tokenizer = c.tokenizer_type == "NullTokenizer";
   if (null_tokenizer) {
-    // Megatron's _NullTokenizer(vocab_size): the EOD is the id after the vocabulary.
+    // Megatron-Core's NullTokenizer(vocab_size): ids 0..N-1, the EOD being the last, N - 1.
     if (!a.given("--vocab-size")) throw_error("[--vocab-size] is required by --tokenizer-type NullTokenizer");
-    // Token ids 0..N are int32.
-    c.null_vocab_size = a.get_int("--vocab-size", 1, kMaxDimension - 1);
+    c.null_vocab_size = a.get_int("--vocab-size", 1, kMaxDimension);
   } else if (a.given("--vocab-size")) {
     if (c.tokenizer_type != "TikTokenizer" && c.tokenizer_type != "HuggingFaceTokenizer") {
       throw_error("[--vocab-size] is not used by --tokenizer-type ", c.tokenizer_type,
@@ -790,7 +789,7 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
 
 int64_t vocab_size_without_files(const train::TrainConfig& c) {
   constexpr int64_t kGpt2VocabSize = 50257;  // len(encoder) of GPT-2's vocab.json
-  if (c.null_vocab_size) return *c.null_vocab_size + 1;
+  if (c.null_vocab_size) return *c.null_vocab_size;
   return c.preset_vocab_size.value_or(kGpt2VocabSize);
 }
 
@@ -854,7 +853,7 @@ std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log)
   const std::string tokenizer = meta.arg_string("--tokenizer-type");
   take("--tokenizer-type", tokenizer);
   if (tokenizer == "NullTokenizer" && !a.given("--tokenizer-type")) {
-    take("--vocab-size", std::to_string(meta.arg_int("vocab_size") - 1));  // NullTokenizer: N + 1 ids
+    take("--vocab-size", std::to_string(meta.arg_int("vocab_size")));  // NullTokenizer: N ids
   }
   auto take_switch = [&](const std::string& flag, bool on) {
     if (!on || a.given(flag)) return;

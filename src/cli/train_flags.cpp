@@ -103,7 +103,8 @@ void declare_supported_flags(Args& a) {
             "reproducing its ranges; default: Megatron-Core's rule")
       .option("--vocab-file", "FILE", "GPT-2 vocab.json (required unless --dry-run)")
       .option("--vocab-size", "N",
-              "NullTokenizer: ids 0..N-1 and the end of document N (vocabulary N + 1); TikTokenizer: its vocabulary "
+              "NullTokenizer: vocabulary N, ids 0..N-1, the end of document N - 1 (Megatron-Core's); TikTokenizer: its "
+              "vocabulary "
               "(default 131072); HuggingFaceTokenizer: not used (as in Megatron)")
       .option("--merge-file", "FILE", "GPT-2 merges.txt (required unless --dry-run)")
       .option("--tokenizer-model", "PATH",

@@ -100,9 +100,10 @@ GPTDatasets build_mock_datasets(const GPTDataConfig& config) {
   if (config.has_split_data_path()) {
     throw_error("[--mock-data] cannot be combined with --train-data-path, --valid-data-path or --test-data-path");
   }
-  MT_CHECK(config.eod >= 0) << "the mock data needs the tokenizer's end-of-document id";
+  MT_CHECK(config.eod >= 0 && config.vocab_size > config.eod)
+      << "the mock data needs the tokenizer's end-of-document id and vocabulary";
   GPTDatasets out;
-  auto mock = std::make_shared<const MockSequences>(config.eod);
+  auto mock = std::make_shared<const MockSequences>(config.eod, config.vocab_size);
   out.blend.prefixes = {mock->prefix()};
   // Megatron-Core replaces the split of mock data by an even one.
   const std::string split = MockSequences::kSplit;

@@ -61,9 +61,11 @@ struct GPTDataConfig {
     return !split_data_path[0].empty() || !split_data_path[1].empty() || !split_data_path[2].empty();
   }
   // --mock-data: Megatron-Core's mock sequences (mock_sequences.h) split evenly (`split` is
-  // ignored, as there), their sample index in memory; `eod` is the tokenizer's end of document.
+  // ignored, as there), their sample index in memory; `eod` is the tokenizer's end of document
+  // and `vocab_size` its vocabulary (the mock ids are taken modulo it).
   bool mock = false;
   int64_t eod = -1;
+  int64_t vocab_size = 0;
   std::string split = "969, 30, 1";
   int64_t seq_length = 0;
   int64_t seed = 1234;

@@ -63,7 +63,7 @@ struct TrainConfig {
   bool classic_split = false;                       // --classic-split (older Megatron-LM's split ranges)
   std::optional<std::string> merge_file;            // --merge-file
   std::string tokenizer_type = "GPT2BPETokenizer";  // --tokenizer-type (data/tokenizer/tokenizer.h, or NullTokenizer)
-  std::optional<int64_t> null_vocab_size;           // --vocab-size, NullTokenizer's N (vocabulary N + 1)
+  std::optional<int64_t> null_vocab_size;           // --vocab-size, NullTokenizer's vocabulary N (EOD N - 1)
   std::optional<std::string> tokenizer_model;       // --tokenizer-model
   std::optional<int64_t> tokenizer_vocab_size;      // --vocab-size of the other types (TikTokenizer's vocabulary)
   std::optional<std::string> tiktoken_pattern;      // --tiktoken-pattern

@@ -78,6 +78,7 @@ data::GPTDataConfig data_config(const TrainConfig& c, int64_t train_iters, std::
   dc.split_data_path = c.split_data_path;
   dc.mock = c.mock_data;
   dc.eod = c.eod_token;
+  dc.vocab_size = c.model.vocab_size;  // the tokenizer's, before padding
   dc.split = c.split;
   dc.seq_length = c.model.seq_length;
   dc.split_rule = c.classic_split ? data::SplitRule::kClassic : data::SplitRule::kMegatronCore;

@@ -770,9 +770,9 @@ TEST(TrainArgs, OutOfRangeNumbersNameTheFlagAndValue) {
       {{"--log-interval", "0"}, "[--log-interval] must be positive, got 0"},
   };
   for (const Case& c : cases) EXPECT_EQ(error_of(with(base_args(), c.extra)), c.message);
-  const Argv null_tokenizer = {"--tokenizer-type", "NullTokenizer", "--vocab-size", "2147483647"};
+  const Argv null_tokenizer = {"--tokenizer-type", "NullTokenizer", "--vocab-size", "2147483648"};
   EXPECT_EQ(error_of(with(base_args(), null_tokenizer)),
-            "[--vocab-size] must be between 1 and 2147483646, got 2147483647");  // ids 0..N are int32
+            "[--vocab-size] must be between 1 and 2147483647, got 2147483648");  // ids 0..N-1 are int32
 }
 
 // Unusual values Megatron accepts stay accepted: zeros that switch a feature off, the largest

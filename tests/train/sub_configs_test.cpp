@@ -131,6 +131,7 @@ TEST(SubConfigs, DataConfigAsksMegatronsSampleCounts) {
   EXPECT_EQ(d.seed, 5);
   EXPECT_EQ(d.split, "90,9,1");
   EXPECT_EQ(d.eod, c.eod_token);
+  EXPECT_EQ(d.vocab_size, c.model.vocab_size);
   // train 10 x 8; valid (10 // 4 + 1) x 2 x 8; test 2 x 8.
   EXPECT_EQ(d.targets.train, 80);
   EXPECT_EQ(d.targets.valid, 48);
