@@ -330,13 +330,13 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
     throw_error("[--ffn-hidden-size] ", c.model.ffn_hidden_size, " is not divisible by --tensor-model-parallel-size ",
                 tp);
   }
-  // Megatron silently turns sequence parallelism off at TP 1; a contradictory flag is an
-  // error here (docs/design.md, "Errors": bad input is reported, not ignored).
+  // Megatron (arguments.py validate_args) turns sequence parallelism off at TP 1 with a warning,
+  // so that the numerics do not change; so does this.
   c.sequence_parallel = a.get_flag("--sequence-parallel");
   if (c.sequence_parallel && tp == 1) {
-    throw_error(
-        "[--sequence-parallel] needs --tensor-model-parallel-size > 1 (it splits the sequence over the "
-        "tensor-parallel ranks)");
+    if (log != nullptr)
+      *log << "warning: Disabling sequence parallelism because tensor model parallelism is disabled\n";
+    c.sequence_parallel = false;
   }
   if (c.sequence_parallel && c.model.seq_length % tp != 0) {
     throw_error("[--seq-length] ", c.model.seq_length, " is not divisible by --tensor-model-parallel-size ", tp,

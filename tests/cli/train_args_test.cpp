@@ -401,9 +401,13 @@ TEST(TrainArgs, TensorParallelConfigErrors) {
             "[--num-attention-heads] 4 is not divisible by --tensor-model-parallel-size 8");
   EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "2", "--ffn-hidden-size", "129"}), 2),
             "[--ffn-hidden-size] 129 is not divisible by --tensor-model-parallel-size 2");
-  EXPECT_EQ(error_of(with(base_args(), {"--sequence-parallel"}), 2),
-            "[--sequence-parallel] needs --tensor-model-parallel-size > 1 (it splits the sequence over the "
-            "tensor-parallel ranks)");
+  // Megatron's validate_args: at TP 1 sequence parallelism is disabled with a warning.
+  std::ostringstream log;
+  const TrainConfig tp1 = parse(with(base_args(), {"--sequence-parallel"}), 2, &log);
+  EXPECT_FALSE(tp1.sequence_parallel);
+  EXPECT_NE(log.str().find("warning: Disabling sequence parallelism because tensor model parallelism is disabled\n"),
+            std::string::npos)
+      << log.str();
   EXPECT_EQ(error_of(with(without(base_args(), "--seq-length"),
                           {"--seq-length", "31", "--tensor-model-parallel-size", "2", "--sequence-parallel"}),
                      2),
