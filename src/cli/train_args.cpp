@@ -644,7 +644,8 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.check_weight_hash_interval = opt_int(a, "--check-weight-hash-across-dp-replicas-interval", 1);
   c.exit_interval = opt_int(a, "--exit-interval", 1);
   c.exit_duration_in_mins = opt_int(a, "--exit-duration-in-mins", 1);
-  c.save_interval = opt_int(a, "--save-interval", 1);
+  if (a.given("--save-interval")) c.save_interval = train::SaveSchedule::parse(a.get_string("--save-interval"));
+  c.exit_samples = opt_int(a, "--exit-samples", 1);
   c.dry_run = a.get_flag("--dry-run");
   if (a.given("--save")) c.save = a.get_string("--save");
   if (a.given("--load")) c.load = a.get_string("--load");

@@ -191,8 +191,12 @@ void declare_supported_flags(Args& a) {
       .option("--flops-convention", "YEAR", "TFLOP/s formula: 2025 (causal attention halved, Megatron HEAD) or 2024",
               "2025")
       .option("--exit-interval", "N", "exit when the iteration is a multiple of N")
+      .option("--exit-samples", "N",
+              "save (with --save) and exit once N training samples are consumed (ours; --exit-interval in samples)")
       .option("--exit-duration-in-mins", "M", "exit after M minutes")
-      .option("--save-interval", "N", "iterations between checkpoints (with --save)")
+      .option("--save-interval", "N",
+              "iterations between checkpoints (with --save); or a schedule N1:U1,N2:U2,...,N: the multiples of N1 up "
+              "to iteration U1, then of N2 up to U2, ..., then of N (ours; e.g. 10:100,18:1000,1500)")
       .flag("--dry-run", "print the configuration and memory plan, then exit")
       .option("--gpu", "NAME",
               "the GPU kind megatron plan's prediction, printed before the first step, is for (" + plan::gpu_names() +

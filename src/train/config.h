@@ -21,6 +21,7 @@
 #include "model/vocab_padding.h"
 #include "optim/lr_scheduler.h"
 #include "train/microbatches.h"
+#include "train/save_schedule.h"
 
 namespace megatron::train {
 
@@ -146,7 +147,10 @@ struct TrainConfig {
   std::optional<int64_t> check_weight_hash_interval;
 
   // Exit.
-  std::optional<int64_t> exit_interval;          // --exit-interval
+  std::optional<int64_t> exit_interval;  // --exit-interval
+  // --exit-samples N (ours): save and exit after the first iteration that brings the consumed
+  // training samples to N or more, as --exit-interval does with iterations.
+  std::optional<int64_t> exit_samples;
   std::optional<int64_t> exit_duration_in_mins;  // --exit-duration-in-mins
   bool dry_run = false;                          // --dry-run (ours): print the plan and exit
   // megatron plan's time per iteration for this layout (cli/train_prediction.h), set by
@@ -154,11 +158,11 @@ struct TrainConfig {
   double predicted_iteration_ms = 0.0;
 
   // Checkpoints (ckpt/checkpoint.h).
-  std::optional<int64_t> save_interval;  // --save-interval
-  std::optional<std::string> save;       // --save
-  std::optional<std::string> load;       // --load
-  int64_t save_keep_last = 0;            // --save-keep-last (ours; 0 keeps all)
-  bool no_save_optim = false;            // --no-save-optim
+  std::optional<SaveSchedule> save_interval;  // --save-interval (N, or a schedule N1:U1,...,N)
+  std::optional<std::string> save;            // --save
+  std::optional<std::string> load;            // --load
+  int64_t save_keep_last = 0;                 // --save-keep-last (ours; 0 keeps all)
+  bool no_save_optim = false;                 // --no-save-optim
   // Every rank writes the tensors it holds straight into the checkpoint's files (Megatron's
   // default fully parallel save); false (--no-ckpt-fully-parallel-save): rank 0 writes them all.
   bool ckpt_fully_parallel_save = true;

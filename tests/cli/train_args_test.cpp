@@ -381,6 +381,19 @@ TEST(TrainArgs, CheckpointAndTensorBoardFlags) {
   EXPECT_EQ(c.load, "/tmp/ck");
   EXPECT_EQ(c.save_interval, 10);
   EXPECT_EQ(c.save_keep_last, 3);
+  EXPECT_FALSE(c.exit_samples.has_value());
+  // A schedule (every 10 up to 100, every 18 up to 1000, then every 1500) and --exit-samples.
+  const TrainConfig s = parse(
+      with(base_args(), {"--save", "/tmp/ck", "--save-interval", "10:100,18:1000,1500", "--exit-samples", "4096"}));
+  ASSERT_TRUE(s.save_interval.has_value());
+  EXPECT_EQ(s.save_interval->to_string(), "10:100,18:1000,1500");
+  EXPECT_TRUE(s.save_interval->due(90) && s.save_interval->due(108) && s.save_interval->due(3000));
+  EXPECT_FALSE(s.save_interval->due(110) || s.save_interval->due(1008));
+  EXPECT_EQ(s.exit_samples, 4096);
+  EXPECT_EQ(error_of(with(base_args(), {"--save-interval", "10:100,50:80,7"})),
+            "[--save-interval] '10:100,50:80,7': the last iterations must increase, got 100 then 80");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--save-interval", "0"}), "--save-interval]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--exit-samples", "0"}), "--exit-samples]");
   EXPECT_TRUE(c.no_load_optim && c.no_save_optim && c.exit_signal_handler && c.log_validation_ppl_to_tensorboard);
   EXPECT_FALSE(c.finetune);
   EXPECT_EQ(c.tensorboard_dir, "/tmp/tb");
