@@ -824,12 +824,20 @@ std::string cuda_attention_problem(const train::TrainConfig& c) {
 std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log) {
   std::vector<std::string> extra;
   if (!a.get_flag("--use-checkpoint-args")) return extra;
-  if (!a.given("--load")) throw_error("[--load] is required by --use-checkpoint-args");
+  // Megatron's load_args_from_checkpoint: without a directory or a checkpoint in it, the flags
+  // given are used as they are.
+  if (!a.given("--load")) {
+    if (log != nullptr) *log << "No load directory specified, using provided arguments.\n";
+    return extra;
+  }
   std::optional<int64_t> step;
   if (a.given("--ckpt-step")) step = a.get_int("--ckpt-step");
   const std::string load = a.get_string("--load");
   const ckpt::LoadedCheckpoint ck = ckpt::load_checkpoint_dir(load, step);
-  if (!ck.found) throw_error("[--use-checkpoint-args] no checkpoint in ", load, " (", ck.tracker_path, " is missing)");
+  if (!ck.found) {
+    if (log != nullptr) *log << "Checkpoint not found to provide arguments, using provided arguments.\n";
+    return extra;
+  }
   const ckpt::CheckpointMetadata meta(ck.directory + "/" + ckpt::kMetadataFileName, ck.metadata_json);
   auto report = [&](const std::string& flag, const std::string& value) {
     if (log == nullptr) return;

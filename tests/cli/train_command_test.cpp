@@ -3,6 +3,7 @@
 // Megatron's lines, and bad or unsupported flags fail with one line naming the flag.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <regex>
@@ -278,9 +279,21 @@ TEST(TrainCommand, EvaluateACheckpointWithItsOwnArgs) {
   out = train("--use-checkpoint-args --skip-train --ckpt-step 3 --load " + dir + "/ckpt " + data, &status);
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("iter_0000003"), std::string::npos) << out;
+  // Megatron's load_args_from_checkpoint: no --load, or no checkpoint in it, leaves the flags
+  // given as they are (the shape flags are then needed, as without --use-checkpoint-args).
   out = train("--use-checkpoint-args --skip-train " + data, &status);
   EXPECT_NE(status, 0);
-  EXPECT_NE(out.find("[--load] is required by --use-checkpoint-args"), std::string::npos) << out;
+  EXPECT_NE(out.find("No load directory specified, using provided arguments.\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("error: [--num-layers]"), std::string::npos) << out;
+  std::filesystem::create_directories(dir + "/empty");
+  out = train("--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 --use-checkpoint-args --load " +
+                  dir + "/empty " + data,
+              &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("Checkpoint not found to provide arguments, using provided arguments.\n"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("from checkpoint\n"), std::string::npos) << out;
+  EXPECT_NE(out.find(" iteration        4/       4 |"), std::string::npos) << out;
 }
 
 // Megatron-Core's mock data: training reads its documents (1, 2, ..., L-1, <|endoftext|>); the
