@@ -364,6 +364,21 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   c.micro_batch_size = a.get_int("--micro-batch-size", 1, kMaxDimension);
   const int64_t per_step = product(c.micro_batch_size, c.data_parallel_size,
                                    "[--micro-batch-size] the micro-batch times the data-parallel size");
+  if (a.given("--step-batch-size-schedule")) {
+    // Megatron's validate_args and Megatron-Core's calculator: the schedule sets the batch, and
+    // args.global_batch_size falls back to mbs * dp (below) for what reads it (evaluation).
+    if (a.given("--global-batch-size")) {
+      throw_error(
+          "[--step-batch-size-schedule] Cannot specify both --step-batch-size-schedule and --global-batch-size");
+    }
+    if (a.given("--rampup-batch-size")) {
+      throw_error(
+          "[--step-batch-size-schedule] cannot be combined with --rampup-batch-size (give one; Megatron-Core "
+          "deprecates --rampup-batch-size for it)");
+    }
+    c.step_batch_size_schedule =
+        train::parse_step_batch_size_schedule(a.get_string("--step-batch-size-schedule"), c.model.seq_length);
+  }
   if (a.given("--global-batch-size")) {
     c.global_batch_size = a.get_int("--global-batch-size", 1);
   } else {
@@ -402,6 +417,9 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   if (c.virtual_pipeline_chunks() > 1) {
     if (c.rampup_batch_size) {
       throw_error("[--rampup-batch-size] is not supported with --num-layers-per-virtual-pipeline-stage");
+    }
+    if (c.step_batch_size_schedule) {
+      throw_error("[--step-batch-size-schedule] is not supported with --num-layers-per-virtual-pipeline-stage");
     }
     const int64_t m = microbatches.final_num_microbatches();
     if (m % c.pipeline_model_parallel_size != 0) {

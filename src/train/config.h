@@ -76,6 +76,9 @@ struct TrainConfig {
   int64_t micro_batch_size = 0;                           // --micro-batch-size (required)
   int64_t global_batch_size = 0;                          // --global-batch-size (default mbs * dp)
   std::optional<RampupBatchSizeFlags> rampup_batch_size;  // --rampup-batch-size
+  // --step-batch-size-schedule (train/microbatches.h); global_batch_size is then mbs * dp, as
+  // Megatron's, for what reads it (evaluation, the valid and test sample counts).
+  std::optional<StepBatchSizeSchedule> step_batch_size_schedule;
 
   // Length of training: exactly one of the two.
   std::optional<int64_t> train_iters;    // --train-iters

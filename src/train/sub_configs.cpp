@@ -86,6 +86,11 @@ data::GPTDataConfig data_config(const TrainConfig& c, int64_t train_iters, std::
   dc.data_cache_path = c.data_cache_path;
   dc.targets = data::target_sample_counts(c.train_samples, c.train_samples ? std::nullopt : std::optional(train_iters),
                                           c.global_batch_size, c.eval_interval, c.eval_iters);
+  if (c.step_batch_size_schedule && !c.train_samples) {
+    // Megatron asks train_iters * args.global_batch_size (mbs * dp) samples here, fewer than a
+    // schedule of larger batches reads: ask what the iterations consume.
+    dc.targets.train = samples_of_iterations(c.microbatch_calculator(), train_iters);
+  }
   dc.log = log;
   return dc;
 }

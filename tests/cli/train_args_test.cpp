@@ -182,6 +182,34 @@ TEST(TrainArgs, GlobalBatchDivisibility) {
   EXPECT_EQ(c.num_microbatches(), 3);
 }
 
+// --step-batch-size-schedule: thresholds in tokens (--seq-length 32: 320 tokens = 10 samples),
+// not with --global-batch-size (Megatron's ValueError) nor --rampup-batch-size; the global batch
+// size falls back to mbs * dp, as in Megatron.
+TEST(TrainArgs, StepBatchSizeSchedule) {
+  std::ostringstream log;
+  const TrainConfig c = parse(with(base_args(), {"--step-batch-size-schedule", "0:4 320:8"}), 2, &log);
+  ASSERT_TRUE(c.step_batch_size_schedule.has_value());
+  EXPECT_EQ(c.step_batch_size_schedule->steps, (std::vector<train::StepBatchSizeSchedule::Step>{{0, 4}, {10, 8}}));
+  EXPECT_EQ(c.global_batch_size, 4);  // 2 x dp 2
+  EXPECT_NE(log.str().find("setting global batch size to 4"), std::string::npos) << log.str();
+  EXPECT_EQ(c.global_batch_size_at(9), 4);
+  EXPECT_EQ(c.global_batch_size_at(10), 8);
+  EXPECT_EQ(c.num_microbatches(), 2);  // the last step: 8 / (2 x 2)
+  EXPECT_EQ(error_of(with(base_args(), {"--step-batch-size-schedule", "0:4", "--global-batch-size", "4"}), 2),
+            "[--step-batch-size-schedule] Cannot specify both --step-batch-size-schedule and --global-batch-size");
+  EXPECT_ERROR_NAMES(
+      with(without(base_args(), "--train-iters"),
+           {"--train-samples", "100", "--step-batch-size-schedule", "0:4", "--rampup-batch-size", "2", "2", "10"}),
+      "--step-batch-size-schedule]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--step-batch-size-schedule", "64:4"}),
+                     "--step-batch-size-schedule]");  // 2 samples
+  // --train-samples 100 with batches 4 up to sample 10, then 8: 3 + ceil(88 / 8) = 14 iterations.
+  const TrainConfig s = parse(with(without(base_args(), "--train-iters"),
+                                   {"--train-samples", "100", "--step-batch-size-schedule", "0:4 320:8"}),
+                              2);
+  EXPECT_EQ(s.total_train_iters(), 14);
+}
+
 TEST(TrainArgs, ExactlyOneOfTrainItersAndSamples) {
   EXPECT_ERROR_NAMES(with(base_args(), {"--train-samples", "100"}), "--train-iters/--train-samples]");
   EXPECT_ERROR_NAMES(without(base_args(), "--train-iters"), "--train-iters/--train-samples]");
