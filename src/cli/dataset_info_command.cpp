@@ -4,7 +4,7 @@
 //       dtype, sequence / document / token counts, document-length statistics.
 //   megatron dataset-info PREFIX --seq-length S (--train-samples N | --train-iters I
 //       [--global-batch-size G] [--micro-batch-size M]) [--eval-interval --eval-iters
-//       --split --seed --data-cache-path DIR] [--show-samples K]
+//       --split --classic-split --seed --data-cache-path DIR] [--show-samples K]
 //       also Megatron's target sizes, the split ranges, epochs, whether the last epoch
 //       is separate, and the index-cache files loaded or built (classic Megatron C23 rules,
 //       data/gpt_dataset.h). --data-path (one prefix, or weight/prefix pairs) replaces PREFIX;
@@ -140,6 +140,7 @@ int run_dataset_info(const CommandArgs& argv) {
       .option("--eval-interval", "K", "iterations between evaluations", "1000")
       .option("--eval-iters", "K", "iterations per evaluation", "100")
       .option("--split", "W", "train/valid/test weights of the sequences", "969, 30, 1")
+      .flag("--classic-split", "--split's ranges by older Megatron-LM's rule (as megatron train --classic-split)")
       .option("--seed", "R", "numpy RandomState seed of the shuffles", "1234")
       .option("--data-cache-path", "DIR",
               "where index caches are looked for (after dirname(prefix)/index-cache) and built")
@@ -222,7 +223,11 @@ int run_dataset_info(const CommandArgs& argv) {
     }
   }
   if (mock) {
-    const data::MockSequences m(eod);
+    // The mock ids are taken modulo the tokenizer's vocabulary; without a tokenizer the end of
+    // document is taken to be its last id (GPT-2's 50256 of 50257).
+    const int64_t vocab = tokenizer ? tokenizer->vocab_size() : eod + 1;
+    if (eod >= vocab) throw_error("[--tokenizer-type] end of document ", eod, " is outside the vocabulary of ", vocab);
+    const data::MockSequences m(eod, vocab);
     int64_t tokens = 0;
     for (int32_t len : m.sequence_lengths()) tokens += len;
     out << "dataset mock (Megatron-Core MockGPTLowLevelDataset, end of document " << eod << ")\n";
@@ -248,12 +253,14 @@ int run_dataset_info(const CommandArgs& argv) {
   config.split_data_path = split_data_path;
   config.mock = mock;
   config.eod = eod;
+  config.vocab_size = tokenizer ? tokenizer->vocab_size() : eod + 1;
   config.split = a.get_string("--split");
   config.seq_length = *seq_length;
   config.seed = seed;
   if (a.given("--data-cache-path")) config.data_cache_path = a.get_string("--data-cache-path");
   config.targets = data::target_sample_counts(train_samples, train_iters, gbs, eval_interval, eval_iters);
   config.log = &out;
+  if (a.get_flag("--classic-split")) config.split_rule = data::SplitRule::kClassic;
 
   out << " > datasets target sizes (minimum size):\n";
   out << "    train:      " << config.targets.train << "\n";

@@ -331,13 +331,13 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
     throw_error("[--ffn-hidden-size] ", c.model.ffn_hidden_size, " is not divisible by --tensor-model-parallel-size ",
                 tp);
   }
-  // Megatron silently turns sequence parallelism off at TP 1; a contradictory flag is an
-  // error here (docs/design.md, "Errors": bad input is reported, not ignored).
+  // Megatron (arguments.py validate_args) turns sequence parallelism off at TP 1 with a warning,
+  // so that the numerics do not change; so does this.
   c.sequence_parallel = a.get_flag("--sequence-parallel");
   if (c.sequence_parallel && tp == 1) {
-    throw_error(
-        "[--sequence-parallel] needs --tensor-model-parallel-size > 1 (it splits the sequence over the "
-        "tensor-parallel ranks)");
+    if (log != nullptr)
+      *log << "warning: Disabling sequence parallelism because tensor model parallelism is disabled\n";
+    c.sequence_parallel = false;
   }
   if (c.sequence_parallel && c.model.seq_length % tp != 0) {
     throw_error("[--seq-length] ", c.model.seq_length, " is not divisible by --tensor-model-parallel-size ", tp,
@@ -368,6 +368,21 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   c.micro_batch_size = a.get_int("--micro-batch-size", 1, kMaxDimension);
   const int64_t per_step = product(c.micro_batch_size, c.data_parallel_size,
                                    "[--micro-batch-size] the micro-batch times the data-parallel size");
+  if (a.given("--step-batch-size-schedule")) {
+    // Megatron's validate_args and Megatron-Core's calculator: the schedule sets the batch, and
+    // args.global_batch_size falls back to mbs * dp (below) for what reads it (evaluation).
+    if (a.given("--global-batch-size")) {
+      throw_error(
+          "[--step-batch-size-schedule] Cannot specify both --step-batch-size-schedule and --global-batch-size");
+    }
+    if (a.given("--rampup-batch-size")) {
+      throw_error(
+          "[--step-batch-size-schedule] cannot be combined with --rampup-batch-size (give one; Megatron-Core "
+          "deprecates --rampup-batch-size for it)");
+    }
+    c.step_batch_size_schedule =
+        train::parse_step_batch_size_schedule(a.get_string("--step-batch-size-schedule"), c.model.seq_length);
+  }
   if (a.given("--global-batch-size")) {
     c.global_batch_size = a.get_int("--global-batch-size", 1);
   } else {
@@ -406,6 +421,9 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   if (c.virtual_pipeline_chunks() > 1) {
     if (c.rampup_batch_size) {
       throw_error("[--rampup-batch-size] is not supported with --num-layers-per-virtual-pipeline-stage");
+    }
+    if (c.step_batch_size_schedule) {
+      throw_error("[--step-batch-size-schedule] is not supported with --num-layers-per-virtual-pipeline-stage");
     }
     const int64_t m = microbatches.final_num_microbatches();
     if (m % c.pipeline_model_parallel_size != 0) {
@@ -650,7 +668,8 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.check_weight_hash_interval = opt_int(a, "--check-weight-hash-across-dp-replicas-interval", 1);
   c.exit_interval = opt_int(a, "--exit-interval", 1);
   c.exit_duration_in_mins = opt_int(a, "--exit-duration-in-mins", 1);
-  c.save_interval = opt_int(a, "--save-interval", 1);
+  if (a.given("--save-interval")) c.save_interval = train::SaveSchedule::parse(a.get_string("--save-interval"));
+  c.exit_samples = opt_int(a, "--exit-samples", 1);
   c.dry_run = a.get_flag("--dry-run");
   if (a.given("--save")) c.save = a.get_string("--save");
   if (a.given("--load")) c.load = a.get_string("--load");
@@ -716,6 +735,8 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
     if (c.mock_data) throw_error("[--mock-data] cannot be combined with --per-split-data-args-path (give one)");
   }
   c.split = a.get_string("--split");
+  c.classic_split = a.get_flag("--classic-split");
+  if (!c.data_path.empty()) data::parse_and_normalize_split(c.split);  // its errors before any file is read
   if (a.given("--vocab-file")) c.vocab_file = a.get_string("--vocab-file");
   if (a.given("--merge-file")) c.merge_file = a.get_string("--merge-file");
   if (a.given("--data-cache-path")) c.data_cache_path = a.get_string("--data-cache-path");
@@ -724,10 +745,9 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   data::check_numpy_seed(c.seed, "--seed");  // the datasets shuffle with numpy.random.RandomState(seed)
   const bool null_tokenizer = c.tokenizer_type == "NullTokenizer";
   if (null_tokenizer) {
-    // Megatron's _NullTokenizer(vocab_size): the EOD is the id after the vocabulary.
+    // Megatron-Core's NullTokenizer(vocab_size): ids 0..N-1, the EOD being the last, N - 1.
     if (!a.given("--vocab-size")) throw_error("[--vocab-size] is required by --tokenizer-type NullTokenizer");
-    // Token ids 0..N are int32.
-    c.null_vocab_size = a.get_int("--vocab-size", 1, kMaxDimension - 1);
+    c.null_vocab_size = a.get_int("--vocab-size", 1, kMaxDimension);
   } else if (a.given("--vocab-size")) {
     if (c.tokenizer_type != "TikTokenizer" && c.tokenizer_type != "HuggingFaceTokenizer") {
       throw_error("[--vocab-size] is not used by --tokenizer-type ", c.tokenizer_type,
@@ -808,7 +828,7 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
 
 int64_t vocab_size_without_files(const train::TrainConfig& c) {
   constexpr int64_t kGpt2VocabSize = 50257;  // len(encoder) of GPT-2's vocab.json
-  if (c.null_vocab_size) return *c.null_vocab_size + 1;
+  if (c.null_vocab_size) return *c.null_vocab_size;
   return c.preset_vocab_size.value_or(kGpt2VocabSize);
 }
 
@@ -842,12 +862,20 @@ std::string cuda_attention_problem(const train::TrainConfig& c) {
 std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log) {
   std::vector<std::string> extra;
   if (!a.get_flag("--use-checkpoint-args")) return extra;
-  if (!a.given("--load")) throw_error("[--load] is required by --use-checkpoint-args");
+  // Megatron's load_args_from_checkpoint: without a directory or a checkpoint in it, the flags
+  // given are used as they are.
+  if (!a.given("--load")) {
+    if (log != nullptr) *log << "No load directory specified, using provided arguments.\n";
+    return extra;
+  }
   std::optional<int64_t> step;
   if (a.given("--ckpt-step")) step = a.get_int("--ckpt-step");
   const std::string load = a.get_string("--load");
   const ckpt::LoadedCheckpoint ck = ckpt::load_checkpoint_dir(load, step);
-  if (!ck.found) throw_error("[--use-checkpoint-args] no checkpoint in ", load, " (", ck.tracker_path, " is missing)");
+  if (!ck.found) {
+    if (log != nullptr) *log << "Checkpoint not found to provide arguments, using provided arguments.\n";
+    return extra;
+  }
   const ckpt::CheckpointMetadata meta(ck.directory + "/" + ckpt::kMetadataFileName, ck.metadata_json);
   auto report = [&](const std::string& flag, const std::string& value) {
     if (log == nullptr) return;
@@ -872,7 +900,7 @@ std::vector<std::string> checkpoint_model_args(const Args& a, std::ostream* log)
   const std::string tokenizer = meta.arg_string("--tokenizer-type");
   take("--tokenizer-type", tokenizer);
   if (tokenizer == "NullTokenizer" && !a.given("--tokenizer-type")) {
-    take("--vocab-size", std::to_string(meta.arg_int("vocab_size") - 1));  // NullTokenizer: N + 1 ids
+    take("--vocab-size", std::to_string(meta.arg_int("vocab_size")));  // NullTokenizer: N ids
   }
   auto take_switch = [&](const std::string& flag, bool on) {
     if (!on || a.given(flag)) return;

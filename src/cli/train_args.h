@@ -52,7 +52,7 @@ void declare_train_flags(Args& args);
 train::TrainConfig parse_train_config(const Args& args, int64_t world_size = 1, std::ostream* log = nullptr);
 
 // The tokenizer's vocabulary when no tokenizer file is read (benchmarks, --dry-run):
-// NullTokenizer's --vocab-size N + 1 (its end of document being N), else GPT-2's 50257 (end of
+// NullTokenizer's --vocab-size N (its end of document being N - 1), else GPT-2's 50257 (end of
 // document 50256). Either way the end of document is the last id.
 int64_t vocab_size_without_files(const train::TrainConfig& c);
 

@@ -125,12 +125,12 @@ int run_train(const CommandArgs& argv) {
   }
 
   // The tokenizer fixes the vocabulary (Megatron's tokenizer.vocab_size: GPT2BPETokenizer
-  // len(encoder) = 50257, Llama2Tokenizer 32000, ...; NullTokenizer: --vocab-size N + 1, its EOD
-  // being N) and the end of document (data/tokenizer/tokenizer.h).
+  // len(encoder) = 50257, Llama2Tokenizer 32000, ...; NullTokenizer: --vocab-size N, its EOD
+  // being N - 1, as Megatron-Core's) and the end of document (data/tokenizer/tokenizer.h).
   const data::TokenizerOptions tokenizer_flags = tokenizer_options(config);
   if (config.null_vocab_size) {
-    config.model.vocab_size = *config.null_vocab_size + 1;
-    config.eod_token = *config.null_vocab_size;
+    config.model.vocab_size = *config.null_vocab_size;
+    config.eod_token = *config.null_vocab_size - 1;
   } else if (!config.dry_run || data::tokenizer_option_errors(tokenizer_flags).empty()) {
     const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(tokenizer_flags);
     config.model.vocab_size = tokenizer->vocab_size();

@@ -35,7 +35,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--data-parallel-random-init", FlagType::kSwitch, FlagState::kUnsupported, "", "per-replica initialisation"},
     {"--decrease-batch-size-if-needed", FlagType::kSwitch, FlagState::kUnsupported, "",
      "global batch must divide exactly"},
-    {"--step-batch-size-schedule", FlagType::kValue, FlagState::kUnsupported, "", "use --rampup-batch-size"},
     // Checkpoints.
     {"--pretrained-checkpoint", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
     {"--ckpt-format", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},

@@ -58,6 +58,8 @@ constexpr NamedOrigin kSupportedOrigins[] = {
     {"--layernorm-epsilon", FlagOrigin::kOlderMegatron},
     {"--log-batch-size-to-tensorboard", FlagOrigin::kOlderMegatron},
     {"--overlap-p2p-communication", FlagOrigin::kOlderMegatron},
+    {"--classic-split", FlagOrigin::kOurs},  // older Megatron-LM's split rule (data::SplitRule::kClassic)
+    {"--exit-samples", FlagOrigin::kOurs},   // asked for by the BigScience plan; no Megatron has it
 };
 
 void declare_supported_flags(Args& a) {
@@ -116,10 +118,17 @@ void declare_supported_flags(Args& a) {
       .flag("--reset-position-ids", "position ids restart at 0 after each end-of-document token")
       .flag("--reset-attention-mask",
             "tokens attend only within their document (keys after the last end-of-document token before them)")
-      .option("--split", "A,B,C", "train/valid/test proportions", "969, 30, 1")
+      .option("--split", "A,B,C",
+              "train/valid/test proportions of each dataset's sequences (every number in the text is a weight, as "
+              "in Megatron-Core)",
+              "969, 30, 1")
+      .flag("--classic-split",
+            "--split's sequence ranges by older Megatron-LM's rule (megatron/data get_train_valid_test_split_), "
+            "reproducing its ranges; default: Megatron-Core's rule")
       .option("--vocab-file", "FILE", "GPT-2 vocab.json (required unless --dry-run)")
       .option("--vocab-size", "N",
-              "NullTokenizer: ids 0..N-1 and the end of document N (vocabulary N + 1); TikTokenizer: its vocabulary "
+              "NullTokenizer: vocabulary N, ids 0..N-1, the end of document N - 1 (Megatron-Core's); TikTokenizer: its "
+              "vocabulary "
               "(default 131072); HuggingFaceTokenizer: not used (as in Megatron)")
       .option("--merge-file", "FILE", "GPT-2 merges.txt (required unless --dry-run)")
       .option("--tokenizer-model", "PATH",
@@ -133,6 +142,9 @@ void declare_supported_flags(Args& a) {
   a.option("--micro-batch-size", "N", "samples per forward pass per replica")
       .option("--global-batch-size", "N", "samples per iteration (default micro-batch * data-parallel)")
       .list("--rampup-batch-size", "N", "<start> <increment> <ramp samples>; needs --train-samples", 3)
+      .option("--step-batch-size-schedule", "S",
+              "Megatron-Core's step schedule \"THRESHOLD:BS THRESHOLD:BS ...\": the global batch BS from THRESHOLD "
+              "consumed tokens on (suffixes K, M, B, T; the first threshold 0); not with --global-batch-size")
       .option("--train-iters", "N", "iterations (or --train-samples)")
       .option("--train-samples", "N", "samples (or --train-iters)");
   // Learning rate.
@@ -208,8 +220,12 @@ void declare_supported_flags(Args& a) {
       .option("--flops-convention", "YEAR", "TFLOP/s formula: 2025 (causal attention halved, Megatron HEAD) or 2024",
               "2025")
       .option("--exit-interval", "N", "exit when the iteration is a multiple of N")
+      .option("--exit-samples", "N",
+              "save (with --save) and exit once N training samples are consumed (ours; --exit-interval in samples)")
       .option("--exit-duration-in-mins", "M", "exit after M minutes")
-      .option("--save-interval", "N", "iterations between checkpoints (with --save)")
+      .option("--save-interval", "N",
+              "iterations between checkpoints (with --save); or a schedule N1:U1,N2:U2,...,N: the multiples of N1 up "
+              "to iteration U1, then of N2 up to U2, ..., then of N (ours; e.g. 10:100,18:1000,1500)")
       .flag("--dry-run", "print the configuration and memory plan, then exit")
       .option("--gpu", "NAME",
               "the GPU kind megatron plan's prediction, printed before the first step, is for (" + plan::gpu_names() +

@@ -100,9 +100,10 @@ GPTDatasets build_mock_datasets(const GPTDataConfig& config) {
   if (config.has_split_data_path()) {
     throw_error("[--mock-data] cannot be combined with --train-data-path, --valid-data-path or --test-data-path");
   }
-  MT_CHECK(config.eod >= 0) << "the mock data needs the tokenizer's end-of-document id";
+  MT_CHECK(config.eod >= 0 && config.vocab_size > config.eod)
+      << "the mock data needs the tokenizer's end-of-document id and vocabulary";
   GPTDatasets out;
-  auto mock = std::make_shared<const MockSequences>(config.eod);
+  auto mock = std::make_shared<const MockSequences>(config.eod, config.vocab_size);
   out.blend.prefixes = {mock->prefix()};
   // Megatron-Core replaces the split of mock data by an even one.
   const std::string split = MockSequences::kSplit;
@@ -216,10 +217,12 @@ GPTDatasets build_gpt_datasets(const GPTDataConfig& config) {
   for (size_t p = 0; p < n; ++p) {
     const std::string& prefix = blend.prefixes[p];
     auto indexed = std::make_shared<const IndexedDataset>(prefix);
-    const auto bounds = train_valid_test_split(config.split, indexed->sequence_count());
+    const int64_t sequences = indexed->sequence_count();
+    const auto bounds = split_bounds(config.split_rule, config.split, sequences);
+    const auto classic = train_valid_test_split(config.split, sequences);
     std::array<std::shared_ptr<const GPTDataset>, 3> parts;
     for (int s = 0; s < 3; ++s) {
-      if (bounds[s + 1] <= bounds[s]) continue;  // C23 builds no dataset for an empty split
+      if (bounds[s + 1] <= bounds[s]) continue;  // no dataset for an empty split
       GPTDatasetOptions o;
       o.name = kSplitNames[s];
       o.prefix = prefix;
@@ -230,6 +233,7 @@ GPTDatasets build_gpt_datasets(const GPTDataConfig& config) {
       o.seed = config.seed;
       o.split_string = config.split;
       o.data_cache_path = config.data_cache_path;
+      if (bounds[s] != classic[s] || bounds[s + 1] != classic[s + 1]) o.split_rule = "Megatron-Core";
       o.log = config.log;
       parts[s] = std::make_shared<const GPTDataset>(indexed, o);
     }

@@ -2,7 +2,8 @@
 //  - target sample counts: megatron/training.py build_train_valid_test_data_loaders;
 //  - --data-path parsing and blend sizes: megatron/data/dataset_utils.py
 //    get_datasets_weights_and_num_samples; gpt_dataset.py build_train_valid_test_datasets.
-// One prefix ("--data-path P") builds GPTDatasets directly. A weighted list
+// The sequence ranges of --split follow Megatron-Core's rule unless --classic-split
+// (GPTDataConfig::split_rule). One prefix ("--data-path P") builds GPTDatasets directly. A weighted list
 // ("--data-path 0.3 A 0.7 B", and also "--data-path 1.0 A") builds one GPTDataset per prefix
 // and split with ceil(N_split * w * 1.005) samples each, blended to the sum of those.
 // Worked example: N_train = 100, weights (0.3, 0.7): ceil(30.15) = 31 and ceil(70.35) = 71
@@ -60,12 +61,17 @@ struct GPTDataConfig {
     return !split_data_path[0].empty() || !split_data_path[1].empty() || !split_data_path[2].empty();
   }
   // --mock-data: Megatron-Core's mock sequences (mock_sequences.h) split evenly (`split` is
-  // ignored, as there), their sample index in memory; `eod` is the tokenizer's end of document.
+  // ignored, as there), their sample index in memory; `eod` is the tokenizer's end of document
+  // and `vocab_size` its vocabulary (the mock ids are taken modulo it).
   bool mock = false;
   int64_t eod = -1;
+  int64_t vocab_size = 0;
   std::string split = "969, 30, 1";
   int64_t seq_length = 0;
   int64_t seed = 1234;
+  // How `split` becomes each prefix's sequence ranges (gpt_dataset.h): Megatron-Core's rule, or
+  // older Megatron-LM's with --classic-split.
+  SplitRule split_rule = SplitRule::kMegatronCore;
   std::optional<std::string> data_cache_path;
   TargetSamples targets;
   std::ostream* log = nullptr;

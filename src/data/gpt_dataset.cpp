@@ -17,26 +17,6 @@
 namespace megatron::data {
 namespace {
 
-std::string trim(const std::string& s) {
-  const char* ws = " \t\n\r\f\v";
-  size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
-}
-
-// Python float() for one split part: surrounding whitespace allowed, nothing else.
-double parse_split_part(const std::string& part, const std::string& whole, const char* flag) {
-  std::string t = trim(part);
-  errno = 0;
-  char* end = nullptr;
-  double v = t.empty() ? 0.0 : std::strtod(t.c_str(), &end);
-  if (t.empty() || end != t.c_str() + t.size()) {
-    throw_error("[", flag, "] '", whole, "': '", part, "' is not a number");
-  }
-  if (!std::isfinite(v) || v < 0) throw_error("[", flag, "] '", whole, "': weights must be finite and >= 0");
-  return v;
-}
-
 void log_line(std::ostream* log, const std::string& line) {
   if (log != nullptr) *log << line << "\n" << std::flush;
 }
@@ -47,32 +27,6 @@ bool is_file(const std::string& path) {
   return std::filesystem::is_regular_file(path, ec);
 }
 
-// The --split weights: split on ',' (else '/'), each part Python float(), padded/truncated to
-// 3, each divided by their left-to-right sum.
-std::array<double, 3> normalised_split_weights(const std::string& split, const char* flag) {
-  std::vector<std::string> parts;
-  const char sep = split.find(',') != std::string::npos ? ',' : (split.find('/') != std::string::npos ? '/' : '\0');
-  if (sep == '\0') {
-    parts.push_back(split);
-  } else {
-    size_t start = 0;
-    while (true) {
-      size_t at = split.find(sep, start);
-      parts.push_back(split.substr(start, at == std::string::npos ? std::string::npos : at - start));
-      if (at == std::string::npos) break;
-      start = at + 1;
-    }
-  }
-  std::vector<double> w;
-  for (const std::string& p : parts) w.push_back(parse_split_part(p, split, flag));
-  while (w.size() < 3) w.push_back(0.0);
-  w.resize(3);
-  double sum = 0.0;  // Python sum(): left to right
-  for (double x : w) sum += x;
-  if (!(sum > 0.0)) throw_error("[", flag, "] '", split, "': the weights sum to 0");
-  return {w[0] / sum, w[1] / sum, w[2] / sum};
-}
-
 // Python round(): half to even, which nearbyint does under the default rounding mode.
 int64_t python_round(double x) {
   MT_CHECK(std::fegetround() == FE_TONEAREST);
@@ -81,8 +35,39 @@ int64_t python_round(double x) {
 
 }  // namespace
 
+std::array<double, 3> parse_and_normalize_split(const std::string& split, const char* flag) {
+  // re.findall(r"[.0-9]+", split): maximal runs of digits and dots, each Python float().
+  std::vector<double> w;
+  for (size_t i = 0; i < split.size();) {
+    const auto in_run = [&](size_t k) {
+      return k < split.size() && (split[k] == '.' || (split[k] >= '0' && split[k] <= '9'));
+    };
+    if (!in_run(i)) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (in_run(j)) ++j;
+    const std::string run = split.substr(i, j - i);
+    // float() of a run of digits and dots fails for "." and for more than one dot.
+    if (std::count(run.begin(), run.end(), '.') > 1 || run == ".") {
+      throw_error("[", flag, "] '", split, "': '", run, "' is not a number");
+    }
+    w.push_back(std::strtod(run.c_str(), nullptr));
+    if (!std::isfinite(w.back())) throw_error("[", flag, "] '", split, "': '", run, "' is not a finite weight");
+    i = j;
+  }
+  if (w.size() > 3)
+    throw_error("[", flag, "] '", split, "': expected at most 3 weights (train, valid, test), got ", w.size());
+  while (w.size() < 3) w.push_back(0.0);
+  double sum = 0.0;  // numpy.sum of 3 float64: left to right
+  for (double x : w) sum += x;
+  if (!(sum > 0.0)) throw_error("[", flag, "] '", split, "': the weights sum to 0");
+  return {w[0] / sum, w[1] / sum, w[2] / sum};
+}
+
 std::array<int64_t, 4> train_valid_test_split(const std::string& split, int64_t size, const char* flag) {
-  const std::array<double, 3> w = normalised_split_weights(split, flag);
+  const std::array<double, 3> w = parse_and_normalize_split(split, flag);
   std::array<int64_t, 4> idx{0, 0, 0, 0};
   for (int i = 0; i < 3; ++i) idx[i + 1] = idx[i] + python_round(w[i] * static_cast<double>(size));
   const int64_t diff = idx[3] - size;
@@ -91,11 +76,16 @@ std::array<int64_t, 4> train_valid_test_split(const std::string& split, int64_t 
 }
 
 std::array<int64_t, 4> mcore_split_bounds(const std::string& split, int64_t size, const char* flag) {
-  const std::array<double, 3> w = normalised_split_weights(split, flag);
+  const std::array<double, 3> w = parse_and_normalize_split(split, flag);
   const std::array<double, 4> bookends = {0.0, w[0], w[0] + w[1], w[0] + w[1] + w[2]};
   std::array<int64_t, 4> idx{};
   for (int i = 0; i < 4; ++i) idx[i] = python_round(bookends[i] * static_cast<double>(size));
   return idx;
+}
+
+std::array<int64_t, 4> split_bounds(SplitRule rule, const std::string& split, int64_t size, const char* flag) {
+  return rule == SplitRule::kClassic ? train_valid_test_split(split, size, flag)
+                                     : mcore_split_bounds(split, size, flag);
 }
 
 int64_t gpt_num_epochs(int64_t tokens_per_epoch, int64_t seq_length, int64_t num_samples) {
@@ -203,7 +193,7 @@ std::string default_index_cache_dir(const std::string& prefix) {
 std::string GPTDataset::describe(const GPTDatasetOptions& o) {
   return str_cat("GPT Dataset\n\n", "Data prefix ", o.prefix, "\n", "Dataset name ", o.name, "\n", "Number of samples ",
                  o.num_samples, "\n", "Sequence length ", o.seq_length, "\n", "Random seed ", o.seed, "\n", "Split ",
-                 o.split_string, "\n");
+                 o.split_string, "\n", o.split_rule.empty() ? "" : str_cat("Split rule ", o.split_rule, "\n"));
 }
 
 GPTDataset::GPTDataset(std::shared_ptr<const SequenceSource> sequences, GPTDatasetOptions options)

@@ -24,7 +24,8 @@
 //   sample 2 = doc2[1..3].
 //
 // Cache (C23): desc = "GPT Dataset\n\nData prefix P\nDataset name train\nNumber of samples N\n
-// Sequence length s\nRandom seed R\nSplit 969, 30, 1\n"; files <md5(desc)>.dsc, _doc_idx.npy,
+// Sequence length s\nRandom seed R\nSplit 969, 30, 1\n" (plus "Split rule Megatron-Core\n" when
+// that rule gives this split other sequences than C23's rule would); files <md5(desc)>.dsc, _doc_idx.npy,
 // _sample_idx.npy, _shuffle_idx.npy. Looked for in dirname(P)/index-cache/ and then in
 // --data-cache-path; when no location has all four, they are built and written to the last
 // location looked in. Loaded files are checked against the dataset (dtype, shape, ranges).
@@ -55,18 +56,36 @@ class TokenDataset {
   virtual void sample(int64_t i, std::vector<int64_t>* tokens) const = 0;
 };
 
-// C23 get_train_valid_test_split_: the split string ("969, 30, 1", "98/2/0", "1") split on
-// ',' (else '/'), each part Python float(), padded/truncated to 3, normalised, then
-// idx[i+1] = idx[i] + round_half_even(w_i * size), shifted so idx[3] == size.
-// Split i holds sequences [idx[i], idx[i+1]) and exists iff idx[i+1] > idx[i].
-// Example: ("969, 30, 1", 1000) -> {0, 969, 999, 1000}. Bad strings throw naming flag.
+// Megatron-Core's parse_and_normalize_split (blended_megatron_dataset_config.py): every match
+// of the regex [.0-9]+ is a weight, Python float(); up to 3 (train, valid, test), padded with 0,
+// each divided by their sum. Anything between the numbers is ignored, so "969, 30, 1", "98/2/0"
+// and a quoted "'99,1,0'" all parse, and "1,-1,1" is (1, 1, 1). Throws naming `flag` for a
+// match float() refuses ("." or "1.2.3"), more than 3 weights, or weights summing to 0.
+std::array<double, 3> parse_and_normalize_split(const std::string& split, const char* flag = "--split");
+
+// How --split's weights become sequence ranges (both split by sequences, which are the GPT
+// datasets' documents). Split i holds [idx[i], idx[i+1]) and is built iff idx[i+1] > idx[i].
+enum class SplitRule {
+  // Megatron-Core (blended_megatron_dataset_builder.py _build_megatron_dataset_splits): the
+  // weights cumulated into bookends b = (0, w0, w0+w1, w0+w1+w2) and idx[i] = round(b[i] * size),
+  // Python round (half to even).
+  kMegatronCore,
+  // --classic-split, older Megatron-LM (C23 get_train_valid_test_split_):
+  // idx[i+1] = idx[i] + round(w_i * size), then all shifted so that idx[3] == size.
+  kClassic,
+};
+
+// The classic rule. Example: ("969, 30, 1", 1000) -> {0, 969, 999, 1000}; ("1,1,1", 5) ->
+// {0, 1, 3, 5} (each 5/3 rounds to 2, then the shift by 6 - 5).
 std::array<int64_t, 4> train_valid_test_split(const std::string& split, int64_t size, const char* flag = "--split");
 
-// Megatron-Core's split (blended_megatron_dataset_builder.py, used for --mock-data): the same
-// normalised weights cumulated into bookends b = (0, w0, w0+w1, w0+w1+w2), and
-// idx[i] = round(b[i] * size); split i holds [idx[i], idx[i+1]) (a weight of 0: no split).
-// Example: ("969, 30, 1", 100000) -> {0, 96900, 99900, 100000}.
+// The Megatron-Core rule (also --mock-data's). Examples: ("969, 30, 1", 100000) ->
+// {0, 96900, 99900, 100000}; ("1,1,1", 5) -> {0, 2, 3, 5} (round(5/3), round(10/3)).
 std::array<int64_t, 4> mcore_split_bounds(const std::string& split, int64_t size, const char* flag = "--split");
+
+// One of the two above.
+std::array<int64_t, 4> split_bounds(SplitRule rule, const std::string& split, int64_t size,
+                                    const char* flag = "--split");
 
 // C23 _num_epochs; throws when tokens_per_epoch == 0 (Megatron loops forever).
 int64_t gpt_num_epochs(int64_t tokens_per_epoch, int64_t seq_length, int64_t num_samples);
@@ -106,6 +125,9 @@ struct GPTDatasetOptions {
   int64_t seq_length = 0;
   int64_t seed = 1234;
   std::string split_string;  // the --split text, verbatim (part of the cache hash)
+  // Empty: the description is C23's. Otherwise a line "Split rule <split_rule>" is added, so that
+  // a split whose sequences differ between the rules never shares a cache with the other rule's.
+  std::string split_rule;
   std::optional<std::string> data_cache_path;
   // false: the index is built in memory and no cache file is read or written (Megatron-Core's
   // mock data, whose sample index has no cache path).

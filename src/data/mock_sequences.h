@@ -1,8 +1,9 @@
 // Megatron-Core's mock data (--mock-data; megatron/core/datasets/gpt_dataset.py
 // MockGPTLowLevelDataset), token for token: 100000 sequences whose lengths are
 // numpy.random.default_rng(0).integers(1, 4096, size=100000, dtype=np.int32) (numpy_pcg64.h);
-// sequence i of length L holds the tokens 1, 2, ..., L-1 and then the tokenizer's end of
-// document. Example: lengths start 3484, 2609, ...; sequence 0 is [1, 2, ..., 3483, eod].
+// sequence i of length L holds the tokens (1, 2, ..., L-1) modulo the tokenizer's vocabulary V
+// and then its end of document. Example: lengths start 3484, 2609, ...; sequence 0 is
+// [1, 2, ..., 3483, eod] for GPT-2 (V = 50257), [1, ..., 999, 0, 1, ..., 483, eod] for V = 1000.
 // Megatron-Core splits them evenly whatever --split says (BlendedMegatronDatasetConfig sets
 // split = "1,1,1" when there is no blend: train [0, 33333), valid [33333, 66667), test
 // [66667, 100000)) and builds its sample index over them exactly as over an indexed dataset,
@@ -24,7 +25,8 @@ class MockSequences final : public SequenceSource {
   static constexpr uint64_t kSeed = 0;                 // .seed
   static constexpr const char* kSplit = "1,1,1";       // the split Megatron-Core imposes
 
-  explicit MockSequences(int64_t eod);
+  // eod in [0, vocab_size).
+  MockSequences(int64_t eod, int64_t vocab_size);
 
   const std::string& prefix() const override { return name_; }
   int64_t sequence_count() const override { return kSize; }
@@ -33,10 +35,12 @@ class MockSequences final : public SequenceSource {
   void get(int64_t i, int64_t offset, int64_t length, std::vector<int64_t>* out) const override;
 
   int64_t eod() const { return eod_; }
+  int64_t vocab_size() const { return vocab_size_; }
 
  private:
   std::string name_ = "mock";
   int64_t eod_;
+  int64_t vocab_size_;
   std::vector<int32_t> lengths_;
 };
 

@@ -80,7 +80,8 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   for (int s = 0; s < 3; ++s) {  // only when set: older checkpoints lack the keys
     if (!c.split_data_path[s].empty()) a[data::kSplitDataPathFlags[s]] = strings(c.split_data_path[s]);
   }
-  if (c.mock_data) a["--mock-data"] = jb(true);  // only when set: older checkpoints lack the key
+  if (c.classic_split) a["--classic-split"] = jb(true);  // only when set: older checkpoints lack the key
+  if (c.mock_data) a["--mock-data"] = jb(true);          // only when set: older checkpoints lack the key
   if (c.train_iters) a["--train-iters"] = ji(*c.train_iters);
   if (c.train_samples) a["--train-samples"] = ji(*c.train_samples);
   a["--tensor-model-parallel-size"] = ji(c.tensor_model_parallel_size);

@@ -38,6 +38,9 @@ model::MemoryPlan train_memory_plan(const TrainConfig& c, int64_t stage) {
 }
 
 NumMicroBatchesCalculator TrainConfig::microbatch_calculator() const {
+  if (step_batch_size_schedule) {
+    return NumMicroBatchesCalculator(*step_batch_size_schedule, micro_batch_size, data_parallel_size);
+  }
   std::optional<RampupBatchSize> ramp;
   if (rampup_batch_size) {
     ramp = RampupBatchSize{rampup_batch_size->start, rampup_batch_size->increment, rampup_batch_size->ramp_samples};

@@ -21,6 +21,7 @@
 #include "model/vocab_padding.h"
 #include "optim/lr_scheduler.h"
 #include "train/microbatches.h"
+#include "train/save_schedule.h"
 
 namespace megatron::train {
 
@@ -60,9 +61,10 @@ struct TrainConfig {
   bool calculate_per_token_loss = false;            // --calculate-per-token-loss
   std::string split = "969, 30, 1";                 // --split
   std::optional<std::string> vocab_file;            // --vocab-file
+  bool classic_split = false;                       // --classic-split (older Megatron-LM's split ranges)
   std::optional<std::string> merge_file;            // --merge-file
   std::string tokenizer_type = "GPT2BPETokenizer";  // --tokenizer-type (data/tokenizer/tokenizer.h, or NullTokenizer)
-  std::optional<int64_t> null_vocab_size;           // --vocab-size, NullTokenizer's N (vocabulary N + 1)
+  std::optional<int64_t> null_vocab_size;           // --vocab-size, NullTokenizer's vocabulary N (EOD N - 1)
   std::optional<std::string> tokenizer_model;       // --tokenizer-model
   std::optional<int64_t> tokenizer_vocab_size;      // --vocab-size of the other types (TikTokenizer's vocabulary)
   std::optional<std::string> tiktoken_pattern;      // --tiktoken-pattern
@@ -74,6 +76,9 @@ struct TrainConfig {
   int64_t micro_batch_size = 0;                           // --micro-batch-size (required)
   int64_t global_batch_size = 0;                          // --global-batch-size (default mbs * dp)
   std::optional<RampupBatchSizeFlags> rampup_batch_size;  // --rampup-batch-size
+  // --step-batch-size-schedule (train/microbatches.h); global_batch_size is then mbs * dp, as
+  // Megatron's, for what reads it (evaluation, the valid and test sample counts).
+  std::optional<StepBatchSizeSchedule> step_batch_size_schedule;
 
   // Length of training: exactly one of the two.
   std::optional<int64_t> train_iters;    // --train-iters
@@ -145,7 +150,10 @@ struct TrainConfig {
   std::optional<int64_t> check_weight_hash_interval;
 
   // Exit.
-  std::optional<int64_t> exit_interval;          // --exit-interval
+  std::optional<int64_t> exit_interval;  // --exit-interval
+  // --exit-samples N (ours): save and exit after the first iteration that brings the consumed
+  // training samples to N or more, as --exit-interval does with iterations.
+  std::optional<int64_t> exit_samples;
   std::optional<int64_t> exit_duration_in_mins;  // --exit-duration-in-mins
   bool dry_run = false;                          // --dry-run (ours): print the plan and exit
   // megatron plan's time per iteration for this layout (cli/train_prediction.h), set by
@@ -153,11 +161,11 @@ struct TrainConfig {
   double predicted_iteration_ms = 0.0;
 
   // Checkpoints (ckpt/checkpoint.h).
-  std::optional<int64_t> save_interval;  // --save-interval
-  std::optional<std::string> save;       // --save
-  std::optional<std::string> load;       // --load
-  int64_t save_keep_last = 0;            // --save-keep-last (ours; 0 keeps all)
-  bool no_save_optim = false;            // --no-save-optim
+  std::optional<SaveSchedule> save_interval;  // --save-interval (N, or a schedule N1:U1,...,N)
+  std::optional<std::string> save;            // --save
+  std::optional<std::string> load;            // --load
+  int64_t save_keep_last = 0;                 // --save-keep-last (ours; 0 keeps all)
+  bool no_save_optim = false;                 // --no-save-optim
   // Every rank writes the tensors it holds straight into the checkpoint's files (Megatron's
   // default fully parallel save); false (--no-ckpt-fully-parallel-save): rank 0 writes them all.
   bool ckpt_fully_parallel_save = true;

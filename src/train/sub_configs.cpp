@@ -78,12 +78,19 @@ data::GPTDataConfig data_config(const TrainConfig& c, int64_t train_iters, std::
   dc.split_data_path = c.split_data_path;
   dc.mock = c.mock_data;
   dc.eod = c.eod_token;
+  dc.vocab_size = c.model.vocab_size;  // the tokenizer's, before padding
   dc.split = c.split;
   dc.seq_length = c.model.seq_length;
+  dc.split_rule = c.classic_split ? data::SplitRule::kClassic : data::SplitRule::kMegatronCore;
   dc.seed = c.seed;
   dc.data_cache_path = c.data_cache_path;
   dc.targets = data::target_sample_counts(c.train_samples, c.train_samples ? std::nullopt : std::optional(train_iters),
                                           c.global_batch_size, c.eval_interval, c.eval_iters);
+  if (c.step_batch_size_schedule && !c.train_samples) {
+    // Megatron asks train_iters * args.global_batch_size (mbs * dp) samples here, fewer than a
+    // schedule of larger batches reads: ask what the iterations consume.
+    dc.targets.train = samples_of_iterations(c.microbatch_calculator(), train_iters);
+  }
   dc.log = log;
   return dc;
 }

@@ -145,7 +145,7 @@ TrainSummary Trainer::run() {
 
   *log0_ << "after training is done\n";
   // HEAD: the final save unless the last iteration was just saved.
-  if (c.save && progress_.iteration != 0 && !(c.save_interval && progress_.iteration % *c.save_interval == 0)) save();
+  if (c.save && progress_.iteration != 0 && !(c.save_interval && c.save_interval->due(progress_.iteration))) save();
   evaluate_final(&summary);  // an --async-save goes on meanwhile
   finish_pending_save(/*wait=*/true);
   return summary;
@@ -411,7 +411,7 @@ bool Trainer::save_or_exit(LoopState* loop, TrainSummary* summary) {
     return true;
   }
   bool saved = false;
-  if (c.save && c.save_interval && iteration % *c.save_interval == 0) {
+  if (c.save && c.save_interval && c.save_interval->due(iteration)) {
     loop->paused([&] { save(); });
     saved = true;
   }
@@ -429,6 +429,14 @@ bool Trainer::save_or_exit(LoopState* loop, TrainSummary* summary) {
   if (c.exit_interval && iteration % *c.exit_interval == 0) {
     if (!saved) save();
     *log0_ << "exiting program at iteration " << iteration << '\n' << std::flush;
+    summary->exited_early = true;
+    return true;
+  }
+  if (c.exit_samples && progress_.consumed_train_samples >= *c.exit_samples) {
+    if (!saved) save();
+    *log0_ << "exiting program at iteration " << iteration << " after " << progress_.consumed_train_samples
+           << " consumed samples (--exit-samples " << *c.exit_samples << ")\n"
+           << std::flush;
     summary->exited_early = true;
     return true;
   }

@@ -190,6 +190,29 @@ TEST(Checkpoint, ResumeIsBitExactFp16WithLossScaleChanges) {
 
 TEST(Checkpoint, ResumeIsBitExactBf16) { expect_resume_is_exact("ckpt_bf16", {"--bf16"}); }
 
+// --save-interval 2:4,3:8,5 saves at 2, 4 (multiples of 2 up to 4), 6 (of 3 in (4, 8]), 10 (of 5
+// after 8), and the final save at 12. --exit-samples 10 with 4 samples per iteration saves and
+// exits after iteration 3 (12 consumed samples), with no final evaluation.
+TEST(Checkpoint, SaveIntervalScheduleAndExitSamples) {
+  const std::string dir = test::scratch_dir("ckpt_save_schedule");
+  write_corpus(dir);
+  train(dir, {"--save", dir + "/ckpt", "--train-iters", "12", "--save-interval", "2:4,3:8,5"});
+  std::vector<int64_t> saved;
+  for (const ckpt::CheckpointSummary& s : ckpt::list_checkpoints(dir + "/ckpt")) saved.push_back(s.iteration);
+  EXPECT_EQ(saved, (std::vector<int64_t>{2, 4, 6, 10, 12}));
+
+  const TrainRun ex = train(dir, {"--save", dir + "/exit", "--train-iters", "12", "--exit-samples", "10"});
+  EXPECT_TRUE(ex.summary.exited_early);
+  EXPECT_EQ(ex.summary.iterations, 3);
+  EXPECT_EQ(ex.summary.consumed_samples, 12);
+  EXPECT_NE(ex.log.find("exiting program at iteration 3 after 12 consumed samples (--exit-samples 10)"),
+            std::string::npos)
+      << ex.log;
+  saved.clear();
+  for (const ckpt::CheckpointSummary& s : ckpt::list_checkpoints(dir + "/exit")) saved.push_back(s.iteration);
+  EXPECT_EQ(saved, (std::vector<int64_t>{3}));
+}
+
 TEST(Checkpoint, FinetuneAndNoLoadOptimAndShapeChecks) {
   const std::string dir = test::scratch_dir("ckpt_modes");
   write_corpus(dir);

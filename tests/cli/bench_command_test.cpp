@@ -123,7 +123,7 @@ TEST(BenchCommand, OverlapFlagsRunAsInTrain) {
   EXPECT_EQ(loss_of(" --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"), dist);
 }
 
-// The benchmark's vocabulary is the tokenizer's: NullTokenizer's --vocab-size N gives N + 1 ids
+// The benchmark's vocabulary is the tokenizer's: NullTokenizer's --vocab-size N gives N ids
 // (padded to 1024 here), not GPT-2's 50257 (padded to 50304): the embedding and output layer
 // shrink by (50304 - 1024) rows of h = 64, and the loss of uniform logits is ln(1024).
 TEST(BenchCommand, NullTokenizerSetsTheVocabulary) {

@@ -182,6 +182,34 @@ TEST(TrainArgs, GlobalBatchDivisibility) {
   EXPECT_EQ(c.num_microbatches(), 3);
 }
 
+// --step-batch-size-schedule: thresholds in tokens (--seq-length 32: 320 tokens = 10 samples),
+// not with --global-batch-size (Megatron's ValueError) nor --rampup-batch-size; the global batch
+// size falls back to mbs * dp, as in Megatron.
+TEST(TrainArgs, StepBatchSizeSchedule) {
+  std::ostringstream log;
+  const TrainConfig c = parse(with(base_args(), {"--step-batch-size-schedule", "0:4 320:8"}), 2, &log);
+  ASSERT_TRUE(c.step_batch_size_schedule.has_value());
+  EXPECT_EQ(c.step_batch_size_schedule->steps, (std::vector<train::StepBatchSizeSchedule::Step>{{0, 4}, {10, 8}}));
+  EXPECT_EQ(c.global_batch_size, 4);  // 2 x dp 2
+  EXPECT_NE(log.str().find("setting global batch size to 4"), std::string::npos) << log.str();
+  EXPECT_EQ(c.global_batch_size_at(9), 4);
+  EXPECT_EQ(c.global_batch_size_at(10), 8);
+  EXPECT_EQ(c.num_microbatches(), 2);  // the last step: 8 / (2 x 2)
+  EXPECT_EQ(error_of(with(base_args(), {"--step-batch-size-schedule", "0:4", "--global-batch-size", "4"}), 2),
+            "[--step-batch-size-schedule] Cannot specify both --step-batch-size-schedule and --global-batch-size");
+  EXPECT_ERROR_NAMES(
+      with(without(base_args(), "--train-iters"),
+           {"--train-samples", "100", "--step-batch-size-schedule", "0:4", "--rampup-batch-size", "2", "2", "10"}),
+      "--step-batch-size-schedule]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--step-batch-size-schedule", "64:4"}),
+                     "--step-batch-size-schedule]");  // 2 samples
+  // --train-samples 100 with batches 4 up to sample 10, then 8: 3 + ceil(88 / 8) = 14 iterations.
+  const TrainConfig s = parse(with(without(base_args(), "--train-iters"),
+                                   {"--train-samples", "100", "--step-batch-size-schedule", "0:4 320:8"}),
+                              2);
+  EXPECT_EQ(s.total_train_iters(), 14);
+}
+
 TEST(TrainArgs, ExactlyOneOfTrainItersAndSamples) {
   EXPECT_ERROR_NAMES(with(base_args(), {"--train-samples", "100"}), "--train-iters/--train-samples]");
   EXPECT_ERROR_NAMES(without(base_args(), "--train-iters"), "--train-iters/--train-samples]");
@@ -381,6 +409,19 @@ TEST(TrainArgs, CheckpointAndTensorBoardFlags) {
   EXPECT_EQ(c.load, "/tmp/ck");
   EXPECT_EQ(c.save_interval, 10);
   EXPECT_EQ(c.save_keep_last, 3);
+  EXPECT_FALSE(c.exit_samples.has_value());
+  // A schedule (every 10 up to 100, every 18 up to 1000, then every 1500) and --exit-samples.
+  const TrainConfig s = parse(
+      with(base_args(), {"--save", "/tmp/ck", "--save-interval", "10:100,18:1000,1500", "--exit-samples", "4096"}));
+  ASSERT_TRUE(s.save_interval.has_value());
+  EXPECT_EQ(s.save_interval->to_string(), "10:100,18:1000,1500");
+  EXPECT_TRUE(s.save_interval->due(90) && s.save_interval->due(108) && s.save_interval->due(3000));
+  EXPECT_FALSE(s.save_interval->due(110) || s.save_interval->due(1008));
+  EXPECT_EQ(s.exit_samples, 4096);
+  EXPECT_EQ(error_of(with(base_args(), {"--save-interval", "10:100,50:80,7"})),
+            "[--save-interval] '10:100,50:80,7': the last iterations must increase, got 100 then 80");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--save-interval", "0"}), "--save-interval]");
+  EXPECT_ERROR_NAMES(with(base_args(), {"--exit-samples", "0"}), "--exit-samples]");
   EXPECT_TRUE(c.no_load_optim && c.no_save_optim && c.exit_signal_handler && c.log_validation_ppl_to_tensorboard);
   EXPECT_FALSE(c.finetune);
   EXPECT_EQ(c.tensorboard_dir, "/tmp/tb");
@@ -401,9 +442,13 @@ TEST(TrainArgs, TensorParallelConfigErrors) {
             "[--num-attention-heads] 4 is not divisible by --tensor-model-parallel-size 8");
   EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "2", "--ffn-hidden-size", "129"}), 2),
             "[--ffn-hidden-size] 129 is not divisible by --tensor-model-parallel-size 2");
-  EXPECT_EQ(error_of(with(base_args(), {"--sequence-parallel"}), 2),
-            "[--sequence-parallel] needs --tensor-model-parallel-size > 1 (it splits the sequence over the "
-            "tensor-parallel ranks)");
+  // Megatron's validate_args: at TP 1 sequence parallelism is disabled with a warning.
+  std::ostringstream log;
+  const TrainConfig tp1 = parse(with(base_args(), {"--sequence-parallel"}), 2, &log);
+  EXPECT_FALSE(tp1.sequence_parallel);
+  EXPECT_NE(log.str().find("warning: Disabling sequence parallelism because tensor model parallelism is disabled\n"),
+            std::string::npos)
+      << log.str();
   EXPECT_EQ(error_of(with(without(base_args(), "--seq-length"),
                           {"--seq-length", "31", "--tensor-model-parallel-size", "2", "--sequence-parallel"}),
                      2),
@@ -770,9 +815,9 @@ TEST(TrainArgs, OutOfRangeNumbersNameTheFlagAndValue) {
       {{"--log-interval", "0"}, "[--log-interval] must be positive, got 0"},
   };
   for (const Case& c : cases) EXPECT_EQ(error_of(with(base_args(), c.extra)), c.message);
-  const Argv null_tokenizer = {"--tokenizer-type", "NullTokenizer", "--vocab-size", "2147483647"};
+  const Argv null_tokenizer = {"--tokenizer-type", "NullTokenizer", "--vocab-size", "2147483648"};
   EXPECT_EQ(error_of(with(base_args(), null_tokenizer)),
-            "[--vocab-size] must be between 1 and 2147483646, got 2147483647");  // ids 0..N are int32
+            "[--vocab-size] must be between 1 and 2147483647, got 2147483648");  // ids 0..N-1 are int32
 }
 
 // Unusual values Megatron accepts stay accepted: zeros that switch a feature off, the largest

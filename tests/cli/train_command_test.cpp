@@ -3,6 +3,7 @@
 // Megatron's lines, and bad or unsupported flags fail with one line naming the flag.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <regex>
@@ -278,9 +279,21 @@ TEST(TrainCommand, EvaluateACheckpointWithItsOwnArgs) {
   out = train("--use-checkpoint-args --skip-train --ckpt-step 3 --load " + dir + "/ckpt " + data, &status);
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("iter_0000003"), std::string::npos) << out;
+  // Megatron's load_args_from_checkpoint: no --load, or no checkpoint in it, leaves the flags
+  // given as they are (the shape flags are then needed, as without --use-checkpoint-args).
   out = train("--use-checkpoint-args --skip-train " + data, &status);
   EXPECT_NE(status, 0);
-  EXPECT_NE(out.find("[--load] is required by --use-checkpoint-args"), std::string::npos) << out;
+  EXPECT_NE(out.find("No load directory specified, using provided arguments.\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("error: [--num-layers]"), std::string::npos) << out;
+  std::filesystem::create_directories(dir + "/empty");
+  out = train("--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 --use-checkpoint-args --load " +
+                  dir + "/empty " + data,
+              &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("Checkpoint not found to provide arguments, using provided arguments.\n"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("from checkpoint\n"), std::string::npos) << out;
+  EXPECT_NE(out.find(" iteration        4/       4 |"), std::string::npos) << out;
 }
 
 // Megatron-Core's mock data: training reads its documents (1, 2, ..., L-1, <|endoftext|>); the
@@ -392,20 +405,33 @@ TEST(TrainCommand, ProfileOnTheCpuSaysWhatItCaptures) {
   EXPECT_EQ(out.find(" iteration        1/"), std::string::npos) << "no step before the error: " << out;
 }
 
-// Megatron's NullTokenizer: --vocab-size N gives N + 1 ids (the EOD is N), padded as usual; ids
-// of the data beyond the padded vocabulary stop the run with a line naming the flag.
+// Megatron-Core's NullTokenizer: --vocab-size N is the vocabulary (the EOD is N - 1), padded as
+// usual. The mock documents count up to 4094 modulo N, so any N runs on them; ids of real data
+// beyond the padded vocabulary stop the run with a line naming the flag.
 TEST(TrainCommand, NullTokenizerTakesItsVocabularyFromVocabSize) {
   const std::string common =
       "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
       "--micro-batch-size 2 --global-batch-size 4 --train-iters 1 --lr 1e-3 --eval-iters 0 "
-      "--mock-data --tokenizer-type NullTokenizer";
+      "--tokenizer-type NullTokenizer";
   int status = 0;
-  std::string out = train(common + " --vocab-size 5000", &status);
+  std::string out = train(common + " --mock-data --vocab-size 5000", &status);
   ASSERT_EQ(status, 0) << out;
-  EXPECT_NE(out.find("> padded vocab (size: 5001) with 119 dummy tokens (new size: 5120)"), std::string::npos) << out;
-  out = train(common + " --vocab-size 1000", &status);  // the mock documents count up to 4094
+  EXPECT_NE(out.find("> padded vocab (size: 5000) with 120 dummy tokens (new size: 5120)"), std::string::npos) << out;
+  out = train(common + " --mock-data --vocab-size 1000", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("> padded vocab (size: 1000) with 24 dummy tokens (new size: 1024)"), std::string::npos) << out;
+  const std::string dir = test::scratch_dir("train_command_null_tokenizer");
+  data::IndexedDatasetWriter writer(dir + "/big_ids", data::TokenDType::kUInt16);
+  for (int d = 0; d < 20; ++d) {
+    const std::vector<int32_t> tokens = {1, 2000 + d, 3, 4, 5, 6, 7, 8, 9, 10};
+    const int32_t len = static_cast<int32_t>(tokens.size());
+    writer.add_document(tokens, std::span<const int32_t>(&len, 1));
+  }
+  writer.finalize();
+  out =
+      train(common + " --vocab-size 1000 --split 1 --data-path " + dir + "/big_ids --data-cache-path " + dir, &status);
   EXPECT_NE(status, 0);
-  EXPECT_NE(out.find("error: [--vocab-size/--vocab-file] sample 0 holds token id "), std::string::npos) << out;
+  EXPECT_NE(out.find("error: [--vocab-size/--vocab-file] sample 0 holds token id 20"), std::string::npos) << out;
   EXPECT_NE(out.find("outside the padded vocabulary of 1024 ids"), std::string::npos) << out;
 }
 

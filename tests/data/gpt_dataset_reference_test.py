@@ -12,10 +12,12 @@ and the shown samples must equal the reference.
 
 Run by Debian's /usr/bin/python3 with numpy; env MT_BIN = the megatron binary.
 """
+import functools
 import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -63,18 +65,27 @@ def write_indexed(prefix, lengths, rng, dtype=np.uint16, code=8, vocab=50000, do
 
 # ---------------------------------------------------------------- C23 algorithms, in Python
 
-def split_indices(splits_string, size):
-    if splits_string.find(",") != -1:
-        splits = [float(s) for s in splits_string.split(",")]
-    elif splits_string.find("/") != -1:
-        splits = [float(s) for s in splits_string.split("/")]
-    else:
-        splits = [float(splits_string)]
-    while len(splits) < 3:
-        splits.append(0.0)
-    splits = splits[:3]
-    total = sum(splits)
-    splits = [s / total for s in splits]
+def parse_and_normalize_split(split):
+    """Megatron-Core blended_megatron_dataset_config.py: every [.0-9]+ is a weight."""
+    split = list(map(float, re.findall(r"[.0-9]+", split)))
+    split = split + [0.0 for _ in range(3 - len(split))]
+    assert len(split) == 3
+    w = np.array(split, dtype=np.float64)
+    return (w / np.sum(w)).tolist()
+
+
+def mcore_split_indices(splits_string, size):
+    """Megatron-Core _build_megatron_dataset_splits: bookends cumulated, each rounded."""
+    bookends = functools.reduce(lambda a, b: a + [a[len(a) - 1] + b], [[0], *parse_and_normalize_split(splits_string)])
+    return [int(round(b * float(size))) for b in bookends]
+
+
+def split_indices(splits_string, size, classic=False):
+    """The ranges megatron uses: Megatron-Core's rule, or with --classic-split C23's
+    get_train_valid_test_split_ (on the weights Megatron-Core parses)."""
+    if not classic:
+        return mcore_split_indices(splits_string, size)
+    splits = parse_and_normalize_split(splits_string)
     idx = [0]
     for i, s in enumerate(splits):
         idx.append(idx[i] + int(round(s * float(size))))
@@ -137,7 +148,7 @@ def build_shuffle_idx(n_first, total, rng):
     return np.concatenate((first, last))
 
 
-def gpt_index(name, prefix, begin, end, sizes, split_string, n, s, seed):
+def gpt_index(name, prefix, begin, end, sizes, split_string, n, s, seed, rule_line=False):
     documents = np.arange(begin, end, dtype=np.int32)
     tokens_per_epoch = int(np.sum(sizes[documents]))
     epochs = num_epochs(tokens_per_epoch, s, n)
@@ -149,6 +160,8 @@ def gpt_index(name, prefix, begin, end, sizes, split_string, n, s, seed):
     desc += f"Sequence length {s}\n"
     desc += f"Random seed {seed}\n"
     desc += f"Split {split_string}\n"
+    if rule_line:  # the range differs from C23's rule: never C23's cache
+        desc += "Split rule Megatron-Core\n"
     if epochs == 1:
         separate = False
     else:
@@ -282,12 +295,20 @@ def check_split_lines(tag, text, prefix, bounds, sizes, refs, wanted):
         check(line in lines, f"{tag}: missing {line!r}")
 
 
+def rule_line(split, size, i, classic):
+    """Whether split i's cache description carries the "Split rule" line."""
+    ours, c23 = split_indices(split, size, classic), split_indices(split, size, True)
+    return ours[i:i + 2] != c23[i:i + 2]
+
+
 def single_config(tmp, tag, ds, prefix, s, train_samples, split, seed, gbs=1, eval_interval=1000,
-                  eval_iters=2, show=8, use_cache_flag=True, expect_separate=None):
+                  eval_iters=2, show=8, use_cache_flag=True, expect_separate=None, classic=False):
     cache = os.path.join(tmp, "cache-" + tag)
     args = [prefix, "--seq-length", str(s), "--train-samples", str(train_samples), "--split", split,
             "--seed", str(seed), "--global-batch-size", str(gbs), "--eval-interval", str(eval_interval),
             "--eval-iters", str(eval_iters), "--show-samples", str(show)]
+    if classic:
+        args.append("--classic-split")
     if use_cache_flag:
         args += ["--data-cache-path", cache]
     cache_dir = cache if use_cache_flag else os.path.join(os.path.dirname(prefix), "index-cache")
@@ -296,14 +317,15 @@ def single_config(tmp, tag, ds, prefix, s, train_samples, split, seed, gbs=1, ev
         return
     CHECKS["configs"] += 1
     sizes = ds["sizes"]
-    bounds = split_indices(split, len(sizes))
+    bounds = split_indices(split, len(sizes), classic)
     wanted = targets(train_samples, gbs, eval_interval, eval_iters)
     refs = []
     for i, name in enumerate(["train", "valid", "test"]):
         if bounds[i + 1] <= bounds[i]:
             refs.append(None)
             continue
-        ref = gpt_index(name, prefix, bounds[i], bounds[i + 1], sizes, split, wanted[i], s, seed)
+        ref = gpt_index(name, prefix, bounds[i], bounds[i + 1], sizes, split, wanted[i], s, seed,
+                        rule_line(split, len(sizes), i, classic))
         refs.append(ref)
         check_gpt_cache(f"{tag}/{name}", cache_dir, ref)
         if i == 0 and expect_separate is not None:
@@ -328,7 +350,7 @@ def single_config(tmp, tag, ds, prefix, s, train_samples, split, seed, gbs=1, ev
         CHECKS["loaded"] += 1
 
 
-def blend_config(tmp, tag, datasets, weights, s, train_samples, split, seed, show=12):
+def blend_config(tmp, tag, datasets, weights, s, train_samples, split, seed, show=12, classic=False):
     cache = os.path.join(tmp, "cache-" + tag)
     data_path = []
     for w, (prefix, _) in zip(weights, datasets):
@@ -336,6 +358,8 @@ def blend_config(tmp, tag, datasets, weights, s, train_samples, split, seed, sho
     args = ["--data-path"] + data_path + ["--seq-length", str(s), "--train-samples", str(train_samples),
                                           "--split", split, "--seed", str(seed), "--eval-iters", "1",
                                           "--data-cache-path", cache, "--show-samples", str(show)]
+    if classic:
+        args.append("--classic-split")
     p = run(args)
     if p.returncode != 0:
         return
@@ -351,11 +375,12 @@ def blend_config(tmp, tag, datasets, weights, s, train_samples, split, seed, sho
     per = [[int(math.ceil(val * w * 1.005)) for val in wanted] for w in ws]
     train_refs = []
     for (prefix, ds), counts in zip(datasets, per):
-        bounds = split_indices(split, len(ds["sizes"]))
+        bounds = split_indices(split, len(ds["sizes"]), classic)
         for i, name in enumerate(["train", "valid", "test"]):
             if bounds[i + 1] <= bounds[i]:
                 continue
-            ref = gpt_index(name, prefix, bounds[i], bounds[i + 1], ds["sizes"], split, counts[i], s, seed)
+            ref = gpt_index(name, prefix, bounds[i], bounds[i + 1], ds["sizes"], split, counts[i], s, seed,
+                            rule_line(split, len(ds["sizes"]), i, classic))
             check_gpt_cache(f"{tag}/{os.path.basename(prefix)}/{name}", cache, ref)
             if i == 0:
                 train_refs.append(ref)
@@ -495,10 +520,17 @@ def main():
         single_config(tmp, "b1", db, pb, 9, 700, "949,50,1", 31337, gbs=4, eval_interval=50)
         single_config(tmp, "c1", dc, pc, 64, 200, " 900 , 60 , 40 ", 2024)
         single_config(tmp, "c2", dc, pc, 5, 3000, "969, 30, 1", 1234, show=30, use_cache_flag=False)
+        # Where the rules differ ("1,1,1" of 1000: Megatron-Core (0, 333, 667, 1000), C23
+        # (0, 334, 667, 1000)), and a quoted split whose quotes Megatron-Core's regex skips.
+        check(split_indices("1,1,1", 1000) != split_indices("1,1,1", 1000, True), "d1: the rules should differ")
+        single_config(tmp, "d1", dc, pc, 6, 400, "1,1,1", 1234)
+        single_config(tmp, "d2", dc, pc, 6, 400, "1,1,1", 1234, classic=True)
+        single_config(tmp, "d3", da, pa, 8, 60, "'99,1,0'", 5)
         # Blends.
         blend_config(tmp, "blend1", [data["a"], data["b"]], ["0.3", "0.7"], 16, 80, "969, 30, 1", 1234)
         blend_config(tmp, "blend2", [data["a"], data["b"], data["c"]], ["2", "1", "1"], 8, 300, "90,5,5", 11)
         blend_config(tmp, "blend3", [data["c"]], ["1.0"], 12, 100, "969, 30, 1", 3)     # weighted single = blend
+        blend_config(tmp, "blend4", [data["a"], data["c"]], ["1", "3"], 8, 100, "1,1,1", 3, classic=True)
 
         # Separate data paths per split: whole datasets, own blends, the --split text in the cache key.
         tb = int(db["sizes"].sum())
@@ -546,7 +578,7 @@ def main():
         check(" 20\n" in p.stdout and "sequences:  50" in p.stdout, f"multi-sequence fixture: {p.stdout}")
 
         # The test must have exercised what it claims to.
-        check(CHECKS["configs"] == 17 and CHECKS["per_split"] == 3, f"ran {CHECKS['configs']} of 17 configurations")
+        check(CHECKS["configs"] == 21 and CHECKS["per_split"] == 3, f"ran {CHECKS['configs']} of 21 configurations")
         check(CHECKS["separate"] >= 1 and CHECKS["not_separate"] >= 1, f"epoch coverage {CHECKS}")
         check(CHECKS["loaded"] >= 11, f"cache reuse coverage {CHECKS}")
     finally:

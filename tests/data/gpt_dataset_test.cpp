@@ -37,10 +37,50 @@ TEST(TrainValidTestSplit, MatchesC23IncludingHalfwayRounding) {
                         Case{"1,1,1", 1, {0, 1, 1, 1}}, Case{"1,0,0", 3, {0, 3, 3, 3}}}) {
     EXPECT_EQ(train_valid_test_split(c.split, c.size), c.bounds) << c.split << " / " << c.size;
   }
-  EXPECT_NE(error_of([] { train_valid_test_split("a,b", 10); }).find("[--split]"), std::string::npos);
   EXPECT_NE(error_of([] { train_valid_test_split("0,0,0", 10); }).find("sum to 0"), std::string::npos);
-  EXPECT_NE(error_of([] { train_valid_test_split("1,,1", 10); }).find("not a number"), std::string::npos);
-  EXPECT_NE(error_of([] { train_valid_test_split("1,-1,1", 10); }).find(">= 0"), std::string::npos);
+}
+
+// Megatron-Core's parse_and_normalize_split: re.findall(r"[.0-9]+") (values from Python).
+TEST(ParseAndNormalizeSplit, EveryNumberInTheTextIsAWeight) {
+  using W = std::array<double, 3>;
+  EXPECT_EQ(parse_and_normalize_split("'99,1,0'"), (W{0.99, 0.01, 0.0}));  // quotes kept by a job script
+  EXPECT_EQ(parse_and_normalize_split("\"98,2\""), (W{0.98, 0.02, 0.0}));
+  EXPECT_EQ(parse_and_normalize_split("969, 30, 1"), (W{0.969, 0.03, 0.001}));
+  EXPECT_EQ(parse_and_normalize_split("98/2/0"), (W{0.98, 0.02, 0.0}));
+  EXPECT_EQ(parse_and_normalize_split("1,,1"), (W{0.5, 0.5, 0.0}));
+  EXPECT_EQ(parse_and_normalize_split("1,-1,1"), (W{1.0 / 3, 1.0 / 3, 1.0 / 3}));  // '-' is not part of a match
+  EXPECT_EQ(parse_and_normalize_split("train=.5 valid=0.25 test=1."), (W{0.5 / 1.75, 0.25 / 1.75, 1.0 / 1.75}));
+  EXPECT_EQ(parse_and_normalize_split(" 3 "), (W{1.0, 0.0, 0.0}));
+  const std::string dots = error_of([] { parse_and_normalize_split("1.2.3,1"); });
+  EXPECT_NE(dots.find("[--split]"), std::string::npos) << dots;
+  EXPECT_NE(dots.find("'1.2.3' is not a number"), std::string::npos) << dots;
+  EXPECT_NE(error_of([] { parse_and_normalize_split("1, . ,1"); }).find("'.' is not a number"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_and_normalize_split("1,1,1,1"); }).find("at most 3 weights"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_and_normalize_split("a,b"); }).find("sum to 0"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_and_normalize_split("", "--x"); }).find("[--x]"), std::string::npos);
+}
+
+// Megatron-Core's rule, expected values from blended_megatron_dataset_builder.py's
+// int(round(bookend * float(n))) run in Python; "c23" is get_train_valid_test_split_ on the
+// same weights. "1,1" of 5: round(2.5) is 2 (half to even; std::round gives 3).
+TEST(SplitBounds, MegatronCoreRoundsTheCumulatedBookends) {
+  using B = std::array<int64_t, 4>;
+  struct Case {
+    const char* split;
+    int64_t size;
+    B mcore;
+    B c23;
+  };
+  for (const Case& c : {Case{"1,1,1", 5, {0, 2, 3, 5}, {0, 1, 3, 5}}, Case{"1,1", 5, {0, 2, 5, 5}, {0, 3, 5, 5}},
+                        Case{"1,1", 7, {0, 4, 7, 7}, {0, 3, 7, 7}},
+                        Case{"949,50,1", 12345, {0, 11715, 12333, 12345}, {0, 11716, 12333, 12345}},
+                        Case{"1,2,1", 6, {0, 2, 4, 6}, {0, 1, 4, 6}}, Case{"1,1,2", 10, {0, 2, 5, 10}, {0, 3, 5, 10}},
+                        Case{"1,1,1", 1, {0, 0, 1, 1}, {0, 1, 1, 1}}, Case{"1,1,1", 2, {0, 1, 1, 2}, {0, 0, 1, 2}},
+                        Case{"969, 30, 1", 1000, {0, 969, 999, 1000}, {0, 969, 999, 1000}},
+                        Case{"'99,1,0'", 1000, {0, 990, 1000, 1000}, {0, 990, 1000, 1000}}}) {
+    EXPECT_EQ(split_bounds(SplitRule::kMegatronCore, c.split, c.size), c.mcore) << c.split << " / " << c.size;
+    EXPECT_EQ(split_bounds(SplitRule::kClassic, c.split, c.size), c.c23) << c.split << " / " << c.size;
+  }
 }
 
 // T = 100 tokens, s = 10: 9 samples per epoch; E = 2 once N >= 10, with (2*100-1)//10 = 19
@@ -304,6 +344,19 @@ TEST(GPTDataset, WithoutCachePathBuildsNextToTheData) {
   EXPECT_EQ(text, "GPT Dataset\n\nData prefix " + dir +
                       "/ds\nDataset name train\nNumber of samples 4\n"
                       "Sequence length 4\nRandom seed 99\nSplit 969, 30, 1\n");
+}
+
+TEST(GPTDataset, ASplitRuleAddsADescriptionLineAndChangesTheHash) {
+  const std::string dir = test::scratch_dir("gpt_split_rule");
+  auto ds = make_dataset(dir + "/ds", random_lengths(10, 9));
+  auto o = options(dir + "/ds", 0, 10, 4, 4, dir + "/c");
+  GPTDataset c23(ds, o);
+  o.split_rule = "Megatron-Core";
+  GPTDataset mcore(ds, o);
+  EXPECT_FALSE(mcore.cache().loaded);  // not the cache the other rule built
+  EXPECT_NE(mcore.cache().hash, c23.cache().hash);
+  EXPECT_EQ(GPTDataset::describe(o),
+            GPTDataset::describe(options(dir + "/ds", 0, 10, 4, 4, dir + "/c")) + "Split rule Megatron-Core\n");
 }
 
 TEST(GPTDataset, ZeroTokensIsAnErrorNotAnEndlessLoop) {

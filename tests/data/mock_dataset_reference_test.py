@@ -45,7 +45,9 @@ def split_bookends(split, n):
 
 
 def document(d, eod):
-    return np.concatenate([np.arange(1, LENGTHS[d], dtype=np.int64), np.array([eod], dtype=np.int64)])
+    """MockGPTLowLevelDataset.__getitem__; without a tokenizer dataset-info's vocabulary is eod + 1."""
+    vocab_size = eod + 1
+    return np.int64(np.concatenate([(np.arange(LENGTHS[d] - 1) + 1) % vocab_size, [eod]]))
 
 
 MOCK_SPLIT = "1,1,1"  # what Megatron-Core uses for mock data, whatever --split says
@@ -139,7 +141,7 @@ def main():
         return 2
     # Every --split gives the same samples: Megatron-Core splits mock data evenly.
     run_config("default --split", "969, 30, 1", 1024, 1000, 1234, None, 16)
-    run_config("samples spanning documents", "98,2,0", 4096, 64, 7, 0, 8)
+    run_config("samples spanning documents, ids modulo 1000", "98,2,0", 4096, 64, 7, 999, 8)
     run_config("short samples", "1,1,1", 16, 50, 3, 50256, 6)
     # 70000 samples of 2048 need a third epoch of the 33333 train documents (~34000 samples each)
     # of which little is used: it is shuffled apart.

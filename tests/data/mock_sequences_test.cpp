@@ -21,7 +21,7 @@ namespace {
 using test::error_of;
 
 TEST(MockSequences, DocumentsCountUpAndEndWithTheEod) {
-  const MockSequences m(50256);
+  const MockSequences m(50256, 50257);
   ASSERT_EQ(m.sequence_count(), 100000);
   // default_rng(0).integers(1, 4096, dtype=np.int32)[:2] == [3484, 2609] (numpy_pcg64_test.cpp).
   EXPECT_EQ(m.sequence_length(0), 3484);
@@ -41,6 +41,23 @@ TEST(MockSequences, DocumentsCountUpAndEndWithTheEod) {
   EXPECT_EQ(tokens, 204637097);
 }
 
+// MockGPTLowLevelDataset.__getitem__: (numpy.arange(length - 1) + 1) % vocab_size, then the EOD
+// (Megatron-Core's NullTokenizer(1000): vocabulary 1000, EOD 999).
+TEST(MockSequences, IdsAreTakenModuloTheVocabulary) {
+  const MockSequences m(999, 1000);
+  std::vector<int64_t> t;
+  m.get(0, 0, -1, &t);  // 3484 tokens: 1..999, 0..999, 0..999, 0..482, then the EOD
+  ASSERT_EQ(t.size(), 3484u);
+  for (int64_t k = 0; k < 3483; ++k) ASSERT_EQ(t[static_cast<size_t>(k)], (k + 1) % 1000) << k;
+  EXPECT_EQ(t[998], 999);
+  EXPECT_EQ(t[999], 0);
+  EXPECT_EQ(t[3482], 483);
+  EXPECT_EQ(t.back(), 999);
+  t.clear();
+  m.get(1, 1998, 3, &t);
+  EXPECT_EQ(t, (std::vector<int64_t>{999, 0, 1}));
+}
+
 TEST(MockSequences, McoreSplitRoundsTheCumulatedWeights) {
   using B = std::array<int64_t, 4>;
   EXPECT_EQ(mcore_split_bounds("969, 30, 1", 100000), (B{0, 96900, 99900, 100000}));
@@ -58,6 +75,7 @@ TEST(MockSequences, TheSampleIndexStaysInMemory) {
   GPTDataConfig c;
   c.mock = true;
   c.eod = 50256;
+  c.vocab_size = 50257;
   c.seq_length = 4096;  // samples span documents
   c.seed = 1234;
   c.split = "969, 30, 1";   // Megatron-Core splits mock data 1,1,1 whatever --split says

@@ -230,5 +230,101 @@ TEST(MicroBatches, SamplerSliceOfEachDataParallelRank) {
   for (int s : seen) EXPECT_EQ(s, 1);
 }
 
+using Step = StepBatchSizeSchedule::Step;
+
+// Megatron-Core _parse_schedule: tokens // seq_length, suffixes, commas, sorting (by hand:
+// 16K = 16000 tokens // 1024 = 15 samples, 1M // 1024 = 976).
+TEST(StepBatchSizeSchedule, ParsesLikeMegatronCore) {
+  StepBatchSizeSchedule s = parse_step_batch_size_schedule("0:8 16K:32 1M:64", 1024);
+  EXPECT_EQ(s.steps, (std::vector<Step>{{0, 8}, {15, 32}, {976, 64}}));
+  EXPECT_EQ(s.text, "0:8 16K:32 1M:64");
+  s = parse_step_batch_size_schedule(" 1000:16, 0:4 ,2.5k:1K ", std::nullopt);  // samples; sorted
+  EXPECT_EQ(s.steps, (std::vector<Step>{{0, 4}, {1000, 16}, {2500, 1000}}));
+  s = parse_step_batch_size_schedule("0:768 250B:1536 500B:3072 750B:6144", 4096);
+  EXPECT_EQ(s.steps, (std::vector<Step>{{0, 768}, {61035156, 1536}, {122070312, 3072}, {183105468, 6144}}));
+  s = parse_step_batch_size_schedule("0:2 1.5T:4", std::nullopt);
+  EXPECT_EQ(s.steps[1].threshold, 1500000000000);
+}
+
+TEST(StepBatchSizeSchedule, BadSchedulesNameTheFlag) {
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {"0:8 x", "invalid schedule entry \"x\""},
+           {"2048:8", "the first schedule entry must have threshold 0, got 2 samples"},  // 2048 tokens
+           {"0:8 1000:16", "strictly increasing, got 0 before 0"},  // 1000 tokens // 1024 = 0 samples
+           {"0:0", "batch size must be positive, got 0"},
+           {"0:abc", "'abc' is not a number"},
+           {"0:0x10", "'0x10' is not a number"},
+           {"", "at least one entry"},
+           {"0:8 inf:16", "does not fit"}}) {
+    try {
+      parse_step_batch_size_schedule(text, 1024);
+      ADD_FAILURE() << text;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("[--step-batch-size-schedule]", 0), 0u) << e.what();
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << text << ": " << e.what();
+    }
+  }
+}
+
+// Samples (0, 8), (15, 32), (976, 64) with mbs 1, dp 8: micro-batches 1, 4, 8.
+TEST(StepBatchSizeSchedule, TheBatchFollowsTheConsumedSamples) {
+  NumMicroBatchesCalculator c(parse_step_batch_size_schedule("0:8 16K:32 1M:64", 1024), 1, 8);
+  EXPECT_EQ(c.global_batch_size(), 64);  // the last step's
+  EXPECT_EQ(c.current_global_batch_size(), 8);
+  EXPECT_EQ(c.num_microbatches(), 1);
+  for (const auto& [consumed, gbs] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 8}, {14, 8}, {15, 32}, {975, 32}, {976, 64}, {1000000, 64}}) {
+    c.update(consumed);
+    EXPECT_EQ(c.current_global_batch_size(), gbs) << consumed;
+    EXPECT_EQ(c.global_batch_size_at(consumed), gbs) << consumed;
+    EXPECT_EQ(c.num_microbatches(), gbs / 8) << consumed;
+  }
+  EXPECT_EQ(c.final_num_microbatches(), 8);
+  EXPECT_EQ(c.reachable_num_microbatches(100), (std::vector<int64_t>{8, 4, 1}));
+  EXPECT_EQ(c.reachable_num_microbatches(4), (std::vector<int64_t>{8, 4, 1}));  // the last always
+  EXPECT_EQ(c.describe(),
+            "> initializing step batch size schedule\n"
+            "  raw schedule string: \"0:8 16K:32 1M:64\"\n"
+            "  seq_length: 1024 (thresholds interpreted as tokens)\n"
+            "  micro_batch_size: 1\n"
+            "  data_parallel_size: 8\n"
+            "step batch size schedule (3 steps):\n"
+            "  >= 0 tokens (0 samples) -> batch_size=8, num_microbatches=1\n"
+            "  >= 15,360 tokens (15 samples) -> batch_size=32, num_microbatches=4\n"
+            "  >= 999,424 tokens (976 samples) -> batch_size=64, num_microbatches=8");
+}
+
+// Megatron-Core checks divisibility only for the batch reached (consistency_check at update).
+TEST(StepBatchSizeSchedule, OnlyTheBatchReachedMustDivide) {
+  NumMicroBatchesCalculator c(parse_step_batch_size_schedule("0:4 100:16", std::nullopt), 1, 8);
+  expect_error_naming([&] { c.update(0); }, "[--step-batch-size-schedule] current global batch size (4)");
+  c.update(100);
+  EXPECT_EQ(c.num_microbatches(), 2);
+  EXPECT_EQ(c.reachable_num_microbatches(10), (std::vector<int64_t>{2}));
+}
+
+// Samples (0, 4), (10, 8), (30, 16), 50 train samples, by hand: starts at 0, 4, 8 (batch 4),
+// 12, 20, 28 (batch 8), 36 (batch 16, to 52 >= 50): 7 iterations, 52 samples.
+TEST(StepBatchSizeSchedule, TrainItersCountThePartialLastBatch) {
+  const NumMicroBatchesCalculator c(parse_step_batch_size_schedule("0:4 10:8 30:16", std::nullopt), 4, 1);
+  EXPECT_EQ(train_iters_from_samples(c, 50), 7);
+  EXPECT_EQ(samples_of_iterations(c, 7), 52);
+  EXPECT_EQ(samples_of_iterations(c, 3), 12);
+  EXPECT_EQ(samples_of_iterations(c, 0), 0);
+  EXPECT_EQ(train_iters_from_samples(c, 1), 1);
+  EXPECT_EQ(train_iters_from_samples(c, 12), 3);
+  EXPECT_EQ(train_iters_from_samples(c, 13), 4);
+  // Megatron-Core's loop, against every train_samples up to 400.
+  for (int64_t n = 1; n <= 400; ++n) {
+    int64_t iterations = 0, consumed = 0;
+    while (consumed < n) {
+      consumed += c.global_batch_size_at(consumed);
+      ++iterations;
+    }
+    ASSERT_EQ(train_iters_from_samples(c, n), iterations) << n;
+    ASSERT_EQ(samples_of_iterations(c, iterations), consumed) << n;
+  }
+}
+
 }  // namespace
 }  // namespace megatron::train

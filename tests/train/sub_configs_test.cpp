@@ -131,10 +131,23 @@ TEST(SubConfigs, DataConfigAsksMegatronsSampleCounts) {
   EXPECT_EQ(d.seed, 5);
   EXPECT_EQ(d.split, "90,9,1");
   EXPECT_EQ(d.eod, c.eod_token);
+  EXPECT_EQ(d.vocab_size, c.model.vocab_size);
   // train 10 x 8; valid (10 // 4 + 1) x 2 x 8; test 2 x 8.
   EXPECT_EQ(d.targets.train, 80);
   EXPECT_EQ(d.targets.valid, 48);
   EXPECT_EQ(d.targets.test, 16);
+}
+
+// With --step-batch-size-schedule and --train-iters the train split holds what the iterations
+// consume: 0:4 320:8 at --seq-length 32 is batch 4 below 10 samples, then 8; 10 iterations take
+// 3 x 4 + 7 x 8 = 68 samples. Valid and test keep Megatron's counts at gbs = mbs * dp = 2.
+TEST(SubConfigs, DataConfigOfAStepScheduleAsksWhatTheIterationsConsume) {
+  const TrainConfig c = parse({"--train-iters", "10", "--mock-data", "--step-batch-size-schedule", "0:4 320:8",
+                               "--eval-interval", "4", "--eval-iters", "2"});
+  const data::GPTDataConfig d = data_config(c, c.total_train_iters(), nullptr);
+  EXPECT_EQ(d.targets.train, 68);
+  EXPECT_EQ(d.targets.valid, 12);  // (10 // 4 + 1) x 2 x 2
+  EXPECT_EQ(d.targets.test, 4);
 }
 
 }  // namespace
