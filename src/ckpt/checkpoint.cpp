@@ -144,6 +144,9 @@ std::string metadata_json(const CheckpointRun& run, bool save_optim, const Train
   w.key("scheduler").begin_object();
   w.key("max_lr").value(s.max_lr);
   w.key("min_lr").value(s.min_lr);
+  // Only with --decoupled-lr (older checkpoints lack the keys).
+  if (s.decoupled_max_lr) w.key("decoupled_max_lr").value(*s.decoupled_max_lr);
+  if (s.decoupled_min_lr) w.key("decoupled_min_lr").value(*s.decoupled_min_lr);
   w.key("lr_warmup_steps").value(s.warmup_steps);
   w.key("lr_decay_steps").value(s.decay_steps);
   w.key("lr_decay_style").value(std::string(optim::to_string(s.decay_style)));

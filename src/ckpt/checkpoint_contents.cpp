@@ -303,6 +303,10 @@ CheckpointState read_checkpoint_state(const LoadedCheckpoint& ck) {
   const double huge = std::numeric_limits<double>::max();
   sc.max_lr = m.number("scheduler", "max_lr", 0.0, huge);
   sc.min_lr = m.number("scheduler", "min_lr", 0.0, huge);
+  if (m.has("scheduler", "decoupled_max_lr"))
+    sc.decoupled_max_lr = m.number("scheduler", "decoupled_max_lr", 0.0, huge);
+  if (m.has("scheduler", "decoupled_min_lr"))
+    sc.decoupled_min_lr = m.number("scheduler", "decoupled_min_lr", 0.0, huge);
   sc.warmup_steps = m.number("scheduler", "lr_warmup_steps", 0.0, static_cast<double>(kMaxCheckpointCount));
   sc.decay_steps = m.integer("scheduler", "lr_decay_steps", 0, kMaxCheckpointCount);
   sc.decay_style = optim::parse_lr_decay_style(

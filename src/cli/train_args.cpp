@@ -434,7 +434,7 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   }
 }
 
-void fill_schedule(const Args& a, TrainConfig& c) {
+void fill_schedule(const Args& a, TrainConfig& c, std::ostream* log) {
   c.train_iters = opt_int(a, "--train-iters", 1);
   c.train_samples = opt_int(a, "--train-samples", 1);
   if (c.train_iters && c.train_samples) {
@@ -449,6 +449,12 @@ void fill_schedule(const Args& a, TrainConfig& c) {
   c.min_lr = fp32_flag(a, "--min-lr", kNonNegativeFp32);  // Megatron asserts min_lr >= 0
   if (c.min_lr > c.lr) {
     throw_error("[--min-lr] ", a.get_string("--min-lr"), " is larger than --lr ", a.get_string("--lr"));
+  }
+  c.decoupled_lr = opt_fp32_flag(a, "--decoupled-lr", kNonNegativeFp32);
+  c.decoupled_min_lr = opt_fp32_flag(a, "--decoupled-min-lr", kNonNegativeFp32);
+  if (c.decoupled_min_lr && !c.decoupled_lr && log != nullptr) {
+    // Megatron-Core reads decoupled_min_lr only with decoupled_lr.
+    *log << "warning: --decoupled-min-lr has no effect without --decoupled-lr\n";
   }
   c.lr_decay_style =
       parse_choice<optim::LrDecayStyle>(a, "--lr-decay-style",
@@ -800,7 +806,7 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
   c.world_size = world_size;
   const bool model_ok = attempt([&] { fill_model(args, c); });
   const bool layout_ok = model_ok && attempt([&] { fill_parallel_and_batch(args, c, world_size, log); });
-  attempt([&] { fill_schedule(args, c); });
+  attempt([&] { fill_schedule(args, c, log); });
   attempt([&] { fill_optimizer_and_precision(args, c, log); });
   if (layout_ok) attempt([&] { fill_recompute(args, c); });
   attempt([&] { fill_logging_and_data(args, c); });

@@ -160,8 +160,6 @@ constexpr FlagRow kFlagTable[] = {
     {"--microbatch-group-size-per-virtual-pipeline-stage", FlagType::kValue, FlagState::kUnsupported, "",
      "the interleaved schedule groups pipeline-size micro-batches"},
     {"--head-lr-mult", FlagType::kValue, FlagState::kUnsupported, "", "one learning rate for all parameters"},
-    {"--decoupled-lr", FlagType::kValue, FlagState::kUnsupported, "", "one learning rate for all parameters"},
-    {"--decoupled-min-lr", FlagType::kValue, FlagState::kUnsupported, "", "one learning rate for all parameters"},
     {"--init-method-xavier-uniform", FlagType::kSwitch, FlagState::kUnsupported, "", "normal initialisation only"},
     {"--full-validation", FlagType::kSwitch, FlagState::kUnsupported, "", "validation runs --eval-iters iterations"},
     {"--multiple-validation-sets", FlagType::kSwitch, FlagState::kUnsupported, "", "one validation set"},

@@ -150,6 +150,8 @@ void declare_supported_flags(Args& a) {
   // Learning rate.
   a.option("--lr", "LR", "peak learning rate")
       .option("--min-lr", "LR", "floor of the decay", "0.0")
+      .option("--decoupled-lr", "LR", "peak learning rate of the word embedding and output layer (default --lr)")
+      .option("--decoupled-min-lr", "LR", "floor of their decay, with --decoupled-lr (default --min-lr)")
       .option("--lr-decay-style", "S", "constant, linear, cosine, inverse-square-root or WSD", "linear")
       .option("--lr-decay-iters", "N", "decay iterations (default: --train-iters)")
       .option("--lr-decay-samples", "N", "decay samples (default: --train-samples)")

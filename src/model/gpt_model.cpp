@@ -59,7 +59,9 @@ GPTModel::StageLayers GPTModel::declare(const GPTConfig& c, const PipelineStageO
           ps.add("embedding.word_embeddings.weight", {c.padded_vocab_size, c.hidden_size}, Init::kNormal, kRows);
       ps[st.output].pipeline_shared = true;
     }
+    ps[st.output].embedding_or_output = true;
   }
+  if (first_stage) ps[st.embedding.word].embedding_or_output = true;
   return st;
 }
 

@@ -48,6 +48,10 @@ struct Parameter {
   // Its gradient is summed with the first stage's (embedding group); it is left out of the
   // norms (the first stage's copy counts) and of checkpoints (the first stage saves it).
   bool pipeline_shared = false;
+  // Megatron's is_embedding_or_output_parameter: the word embedding (first stage) and the
+  // output layer's weight (last stage: the untied one, or the tied embedding's copy there),
+  // the parameters --decoupled-lr gives their own learning rate (not the position embedding).
+  bool embedding_or_output = false;
   // The counter-based init stream (initialize()): the parameter's index in the single-process
   // model, so that every pipeline stage starts from the single-process weights.
   int64_t init_stream = 0;

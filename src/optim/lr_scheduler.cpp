@@ -115,6 +115,10 @@ SchedulerConfig make_scheduler_config(const ScheduleFlags& f) {
   c.max_lr = *f.lr;
   c.min_lr = f.min_lr;
   c.init_lr = f.lr_warmup_init;
+  if (f.decoupled_lr) {  // Megatron-Core reads decoupled_min_lr only with decoupled_lr
+    c.decoupled_max_lr = f.decoupled_lr;
+    c.decoupled_min_lr = f.decoupled_min_lr;
+  }
   c.decay_style = parse_lr_decay_style(f.lr_decay_style);
   c.wsd_decay_style = parse_wsd_decay_style(f.lr_wsd_decay_style);
   c.wd_incr_style = parse_wd_incr_style(f.weight_decay_incr_style);
@@ -169,20 +173,28 @@ void OptimizerParamScheduler::step(int64_t increment) {
   MT_CHECK(increment >= 0) << "scheduler increment " << increment;
   num_steps_ += increment;
   lr_ = lr_at(num_steps_);
+  decoupled_lr_.reset();
+  if (config_.decoupled_max_lr) {
+    decoupled_lr_ = lr_at(num_steps_, *config_.decoupled_max_lr, config_.decoupled_min_lr.value_or(config_.min_lr));
+  }
   weight_decay_ = weight_decay_at(num_steps_);
 }
 
 double OptimizerParamScheduler::lr_at(int64_t num_steps) const {
+  return lr_at(num_steps, config_.max_lr, config_.min_lr);
+}
+
+double OptimizerParamScheduler::lr_at(int64_t num_steps, double max_lr, double min_lr) const {
   const SchedulerConfig& c = config_;
   const auto n = static_cast<double>(num_steps);
   const double w = c.warmup_steps;
   const auto d = static_cast<double>(c.decay_steps);
-  if (w > 0.0 && n <= w) return c.init_lr + (c.max_lr - c.init_lr) * n / w;
-  if (c.decay_style == LrDecayStyle::kConstant) return c.max_lr;
-  if (n > d) return c.min_lr;
+  if (w > 0.0 && n <= w) return c.init_lr + (max_lr - c.init_lr) * n / w;
+  if (c.decay_style == LrDecayStyle::kConstant) return max_lr;
+  if (n > d) return min_lr;
   if (c.decay_style == LrDecayStyle::kInverseSquareRoot) {
-    const double lr = c.max_lr * std::sqrt(std::max(w, 1.0)) / std::sqrt(std::max(n, 1.0));
-    return std::max(c.min_lr, lr);
+    const double lr = max_lr * std::sqrt(std::max(w, 1.0)) / std::sqrt(std::max(n, 1.0));
+    return std::max(min_lr, lr);
   }
   const double ratio = (n - w) / (d - w);
   MT_CHECK(ratio >= 0.0 && ratio <= 1.0) << "decay ratio " << ratio;
@@ -205,7 +217,7 @@ double OptimizerParamScheduler::lr_at(int64_t num_steps) const {
     case LrDecayStyle::kInverseSquareRoot:
       MT_CHECK(false) << "handled above";
   }
-  return c.min_lr + coeff * (c.max_lr - c.min_lr);
+  return min_lr + coeff * (max_lr - min_lr);
 }
 
 double OptimizerParamScheduler::weight_decay_at(int64_t num_steps) const {
@@ -218,9 +230,9 @@ double OptimizerParamScheduler::weight_decay_at(int64_t num_steps) const {
 }
 
 SchedulerState OptimizerParamScheduler::state() const {
-  return SchedulerState{config_.max_lr,        config_.min_lr,       config_.warmup_steps, config_.decay_steps,
-                        config_.decay_style,   num_steps_,           config_.start_wd,     config_.end_wd,
-                        config_.wd_incr_steps, config_.wd_incr_style};
+  return SchedulerState{config_.max_lr,       config_.min_lr,      config_.decoupled_max_lr, config_.decoupled_min_lr,
+                        config_.warmup_steps, config_.decay_steps, config_.decay_style,      num_steps_,
+                        config_.start_wd,     config_.end_wd,      config_.wd_incr_steps,    config_.wd_incr_style};
 }
 
 void OptimizerParamScheduler::load_state(const SchedulerState& saved, SchedulerLoadPolicy policy) {
@@ -243,6 +255,22 @@ void OptimizerParamScheduler::load_state(const SchedulerState& saved, SchedulerL
   SchedulerConfig c = config_;
   c.max_lr = pick(c.max_lr, saved.max_lr, "--lr", "learning rate");
   c.min_lr = pick(c.min_lr, saved.min_lr, "--min-lr", "minimum learning rate");
+  // The embedding and output layer's group: "none" where a run had no --decoupled-lr (Megatron
+  // then has a different number of parameter groups, which its optimizer load refuses).
+  const auto show_opt = [](const std::optional<double>& v) { return v ? str_cat(*v) : std::string("none"); };
+  auto pick_opt = [&](const std::optional<double>& current, const std::optional<double>& from_checkpoint,
+                      const char* flag, const char* what) {
+    if (policy == SchedulerLoadPolicy::kOverride) return current;
+    if (policy == SchedulerLoadPolicy::kCheck && current != from_checkpoint)
+      throw_error("[", flag, "] the checkpoint's ", what, " ", show_opt(from_checkpoint),
+                  " differs from the arguments' ", show_opt(current),
+                  "; pass --override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler");
+    return from_checkpoint;
+  };
+  c.decoupled_max_lr =
+      pick_opt(c.decoupled_max_lr, saved.decoupled_max_lr, "--decoupled-lr", "embedding and output learning rate");
+  c.decoupled_min_lr = pick_opt(c.decoupled_min_lr, saved.decoupled_min_lr, "--decoupled-min-lr",
+                                "embedding and output minimum learning rate");
   c.warmup_steps = pick(c.warmup_steps, saved.warmup_steps, flags.warmup, "warmup length");
   c.decay_steps = pick(c.decay_steps, saved.decay_steps, flags.decay, "decay length");
   c.decay_style = pick(c.decay_style, saved.decay_style, "--lr-decay-style", "decay style");

@@ -16,6 +16,9 @@
 // Weight decay (get_wd), with I = wd_incr_steps: end if n > I; constant: end; else with
 // r = n/I: linear r | cosine (cos(pi (1-r))+1)/2;  wd = start + coeff * (end - start).
 // Each parameter group then uses lr() * lr_mult and weight_decay() * wd_mult.
+// --decoupled-lr (Megatron-Core's get_standard_config_overrides): the embedding and output
+// layer's group runs the same schedule with its own max (--decoupled-lr) and min
+// (--decoupled-min-lr, default --min-lr); init (--lr-warmup-init) and the steps are shared.
 #pragma once
 
 #include <cstdint>
@@ -41,9 +44,11 @@ std::string_view to_string(WdIncrStyle style);
 // The scheduler in steps (samples). warmup_steps is a double because Megatron computes it
 // as lr_warmup_fraction * decay_steps, a float.
 struct SchedulerConfig {
-  double max_lr = 0.0;   // --lr
-  double min_lr = 0.0;   // --min-lr
-  double init_lr = 0.0;  // --lr-warmup-init
+  double max_lr = 0.0;                     // --lr
+  double min_lr = 0.0;                     // --min-lr
+  double init_lr = 0.0;                    // --lr-warmup-init
+  std::optional<double> decoupled_max_lr;  // --decoupled-lr (none: one group)
+  std::optional<double> decoupled_min_lr;  // --decoupled-min-lr (none: min_lr)
   double warmup_steps = 0.0;
   int64_t decay_steps = 0;
   LrDecayStyle decay_style = LrDecayStyle::kLinear;
@@ -58,12 +63,14 @@ struct SchedulerConfig {
 // Megatron's flags, as parsed (Megatron defaults). Exactly one of train_iters /
 // train_samples is set.
 struct ScheduleFlags {
-  std::optional<int64_t> train_iters;    // --train-iters
-  std::optional<int64_t> train_samples;  // --train-samples
-  int64_t global_batch_size = 0;         // --global-batch-size (the final one with a ramp)
-  std::optional<double> lr;              // --lr (required)
-  double min_lr = 0.0;                   // --min-lr
-  double lr_warmup_init = 0.0;           // --lr-warmup-init
+  std::optional<int64_t> train_iters;      // --train-iters
+  std::optional<int64_t> train_samples;    // --train-samples
+  int64_t global_batch_size = 0;           // --global-batch-size (the final one with a ramp)
+  std::optional<double> lr;                // --lr (required)
+  double min_lr = 0.0;                     // --min-lr
+  std::optional<double> decoupled_lr;      // --decoupled-lr
+  std::optional<double> decoupled_min_lr;  // --decoupled-min-lr (only with --decoupled-lr)
+  double lr_warmup_init = 0.0;             // --lr-warmup-init
   std::string lr_decay_style = "linear";
   std::optional<int64_t> lr_decay_iters;    // default: train_iters
   std::optional<int64_t> lr_decay_samples;  // default: train_samples
@@ -96,6 +103,10 @@ SchedulerConfig make_scheduler_config(const ScheduleFlags& flags);
 struct SchedulerState {
   double max_lr = 0.0;
   double min_lr = 0.0;
+  // The embedding and output layer's group (Megatron keeps them in its optimizer's param
+  // groups): none without --decoupled-lr.
+  std::optional<double> decoupled_max_lr;
+  std::optional<double> decoupled_min_lr;
   double warmup_steps = 0.0;
   int64_t decay_steps = 0;
   LrDecayStyle decay_style = LrDecayStyle::kLinear;
@@ -123,12 +134,16 @@ class OptimizerParamScheduler {
   void step(int64_t increment);
 
   double lr() const { return lr_; }
+  // The embedding and output layer's lr (--decoupled-lr), or none.
+  std::optional<double> decoupled_lr() const { return decoupled_lr_; }
   double weight_decay() const { return weight_decay_; }
   int64_t num_steps() const { return num_steps_; }
   const SchedulerConfig& config() const { return config_; }
 
-  // The schedule at any sample count, without changing state.
+  // The schedule at any sample count, without changing state (lr_at: the default group's;
+  // with max_lr/min_lr: a group's of its own, as Megatron's get_lr(param_group)).
   double lr_at(int64_t num_steps) const;
+  double lr_at(int64_t num_steps, double max_lr, double min_lr) const;
   double weight_decay_at(int64_t num_steps) const;
 
   SchedulerState state() const;
@@ -139,6 +154,7 @@ class OptimizerParamScheduler {
   SchedulerConfig config_;
   int64_t num_steps_ = 0;
   double lr_ = 0.0;
+  std::optional<double> decoupled_lr_;
   double weight_decay_ = 0.0;
 };
 

@@ -13,10 +13,14 @@ namespace {
 
 // The AdamW segment table of one owned range: the parameter fragments inside it in buffer
 // order, neighbours with the same weight-decay rule merged, offsets relative to the range (a
-// few hundred bytes: counted as "other", outside the memory plan's kinds).
-Tensor segment_table(const model::ParameterSet& params, const Range& range, backend::Backend& backend) {
+// few hundred bytes: counted as "other", outside the memory plan's kinds). `keep` picks the
+// parameters of one learning-rate group; an undefined tensor when none is in the range.
+template <class Keep>
+Tensor segment_table(const model::ParameterSet& params, const Range& range, backend::Backend& backend, Keep&& keep) {
   std::vector<const model::Parameter*> order;
-  for (const model::Parameter& p : params.params()) order.push_back(&p);
+  for (const model::Parameter& p : params.params()) {
+    if (keep(p)) order.push_back(&p);
+  }
   std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) { return a->offset < b->offset; });
   std::vector<int64_t> rows;
   for (const model::Parameter* p : order) {
@@ -31,6 +35,7 @@ Tensor segment_table(const model::ParameterSet& params, const Range& range, back
     }
   }
   const int64_t S = static_cast<int64_t>(rows.size() / 3);
+  if (S == 0) return Tensor();
   Tensor host = Tensor::cpu({S, 3}, DType::kI64);
   std::copy(rows.begin(), rows.end(), host.data_as<int64_t>());
   Tensor table = backend.empty({S, 3}, DType::kI64, MemoryKind::kOther);
@@ -86,7 +91,13 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(model::ParameterSet& params, ba
     s.exp_avg = exp_avg_.flat_view(local, {r.size()});
     s.exp_avg_sq = exp_avg_sq_.flat_view(local, {r.size()});
     if (separate) backend.copy(values, s.main);
-    s.segments = segment_table(params, r, backend);
+    if (config.decoupled_lr) {
+      s.segments = segment_table(params, r, backend, [](const model::Parameter& p) { return !p.embedding_or_output; });
+      s.decoupled_segments =
+          segment_table(params, r, backend, [](const model::Parameter& p) { return p.embedding_or_output; });
+    } else {
+      s.segments = segment_table(params, r, backend, [](const model::Parameter&) { return true; });
+    }
     s.norm_ranges = counted_ranges(params, r);
     local += r.size();
     shards_.push_back(std::move(s));
@@ -146,7 +157,8 @@ double MixedPrecisionOptimizer::owned_sum_squares(bool grads) const {
   return reduce_over_state_groups(sum, comm::ReduceOp::kSum, grad_buffer_.distributed());
 }
 
-StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
+StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay, std::optional<float> decoupled_lr) {
+  MT_CHECK(decoupled_lr.has_value() == config_.decoupled_lr) << "decoupled lr given without its parameter group";
   StepResult result;
   Tensor grads = params_.grads();
   auto for_owned_grads = [&](auto&& f) {
@@ -219,8 +231,15 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay) {
   auto update = [&](Shard& s) {
     Tensor model_copy =
         has_separate_main_params() ? params_.values().flat_view(s.range.start, {s.range.size()}) : Tensor();
-    backend_.adamw_update_segments(s.main, grads.flat_view(s.range.start, {s.range.size()}), s.exp_avg, s.exp_avg_sq,
-                                   s.segments, a, model_copy);
+    Tensor g = grads.flat_view(s.range.start, {s.range.size()});
+    // Each group's segments only: the other group's elements are left as they are.
+    if (s.segments.defined())
+      backend_.adamw_update_segments(s.main, g, s.exp_avg, s.exp_avg_sq, s.segments, a, model_copy);
+    if (s.decoupled_segments.defined()) {
+      backend::AdamWStep d = a;
+      d.lr = *decoupled_lr;
+      backend_.adamw_update_segments(s.main, g, s.exp_avg, s.exp_avg_sq, s.decoupled_segments, d, model_copy);
+    }
   };
   if (grad_buffer_.distributed()) {
     size_t updated = 0;  // each owned range is a piece of one bucket

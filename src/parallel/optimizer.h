@@ -9,7 +9,7 @@
 //      buffer itself stays unclipped; --log-num-zeros-in-grad counts it: the same zeros but
 //      for products that would underflow);
 //   4. AdamW on the fp32 main parameters (the model's own values under fp32), weight decay
-//      off for biases and 1-D tensors;
+//      off for biases and 1-D tensors, the embedding and output layer at --decoupled-lr;
 //   5. main parameters are copied back to the model dtype (round-to-nearest-even).
 // State: fp32 main parameters when the model dtype is bf16/fp16 (MemoryKind::kMainParams),
 // Adam exp_avg and exp_avg_sq (MemoryKind::kOptimizer), the loss scaler and the step count.
@@ -62,6 +62,10 @@ struct OptimizerConfig {
   // a NaN gradient norm (computed for clipping; every rank gets the same) stops the step before
   // AdamW and sets StepResult::nan_grad_norm, so that every rank can stop the run together.
   bool check_for_nan_in_grad = false;
+  // --decoupled-lr: the parameters marked model::Parameter::embedding_or_output are updated
+  // with step()'s decoupled_lr (Megatron-Core's parameter group of their own; the same Adam
+  // state and weight decay rule, only the learning rate differs).
+  bool decoupled_lr = false;
 };
 
 // The data-parallel group of the optimizer (null: one rank) and its options.
@@ -104,7 +108,9 @@ class MixedPrecisionOptimizer {
   // One update with the scheduler's lr and weight decay for this iteration. Collective over
   // the data-parallel group. With --overlap-param-gather the distributed optimizer's
   // all-gathers are still in flight when it returns (see GradBuffer::start_param_gather).
-  StepResult step(float lr, float weight_decay);
+  // With OptimizerConfig::decoupled_lr the embedding and output layer use decoupled_lr
+  // (otherwise it must be absent).
+  StepResult step(float lr, float weight_decay, std::optional<float> decoupled_lr = std::nullopt);
   // Megatron's zero_grad: the gradients of the next backward start from zero. Done without a
   // fill: they are marked stale and the backward's first write of each overwrites it
   // (model::ParameterSet::forget_grads); reduce_gradients() checks that every one was written.
@@ -164,6 +170,9 @@ class MixedPrecisionOptimizer {
     // int64 [S, 3]: (offset, numel, decay) runs of parameter fragments in this range, offsets
     // relative to range.start, for adamw_update_segments.
     Tensor segments;
+    // With OptimizerConfig::decoupled_lr: `segments` leaves out the embedding_or_output
+    // parameters, which this table holds (undefined when the range has none).
+    Tensor decoupled_segments;
     // The parts of `range` (absolute buffer offsets, merged) that count in the norms: all of it
     // except TP-duplicated parameters on TP ranks other than 0.
     std::vector<Range> norm_ranges;

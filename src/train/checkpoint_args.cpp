@@ -64,6 +64,8 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   a["--seed"] = ji(c.seed);
   a["--lr"] = jd(c.lr);
   a["--min-lr"] = jd(c.min_lr);
+  if (c.decoupled_lr) a["--decoupled-lr"] = jd(*c.decoupled_lr);  // only when set: older checkpoints lack the keys
+  if (c.decoupled_lr && c.decoupled_min_lr) a["--decoupled-min-lr"] = jd(*c.decoupled_min_lr);
   a["--lr-decay-style"] = js(std::string(optim::to_string(c.lr_decay_style)));
   a["--weight-decay"] = jd(c.weight_decay);
   a["--adam-beta1"] = jd(c.adam_beta1);

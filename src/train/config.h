@@ -87,6 +87,10 @@ struct TrainConfig {
   // Learning rate (optimizer_param_scheduler.py).
   double lr = 0.0;      // --lr (required; Megatron's default None fails later)
   double min_lr = 0.0;  // --min-lr
+  // The embedding and output layer's own max and min (Megatron-Core's decoupled_lr; the
+  // parameters model::Parameter::embedding_or_output marks); the min defaults to --min-lr.
+  std::optional<double> decoupled_lr;      // --decoupled-lr
+  std::optional<double> decoupled_min_lr;  // --decoupled-min-lr (read only with --decoupled-lr)
   optim::LrDecayStyle lr_decay_style = optim::LrDecayStyle::kLinear;  // --lr-decay-style
   std::optional<int64_t> lr_decay_iters;                              // --lr-decay-iters (None: train_iters)
   std::optional<int64_t> lr_decay_samples;                            // --lr-decay-samples (None: train_samples)

@@ -32,6 +32,7 @@ parallel::OptimizerConfig optimizer_config(const TrainConfig& c) {
   oc.clip_grad = c.clip_grad;
   oc.count_zeros = c.log_num_zeros_in_grad;
   oc.check_for_nan_in_grad = c.check_for_nan_in_loss_and_grad;
+  oc.decoupled_lr = c.decoupled_lr.has_value();
   return oc;
 }
 
@@ -53,6 +54,8 @@ optim::ScheduleFlags schedule_flags(const TrainConfig& c) {
   f.global_batch_size = c.global_batch_size;
   f.lr = c.lr;
   f.min_lr = c.min_lr;
+  f.decoupled_lr = c.decoupled_lr;
+  f.decoupled_min_lr = c.decoupled_min_lr;
   f.lr_warmup_init = c.lr_warmup_init;
   f.lr_decay_style = to_string(c.lr_decay_style);
   f.lr_decay_iters = c.lr_decay_iters;

@@ -58,7 +58,7 @@ TrainStepResult train_step(const StepFlags& c, model::GPTModel& model, parallel:
 
   if (in.before_optimizer) in.before_optimizer(r.loss_sum);
   phase("optimizer", true);
-  r.step = optimizer.step(in.lr, in.weight_decay);
+  r.step = optimizer.step(in.lr, in.weight_decay, in.decoupled_lr);
   phase("optimizer", false);
   return r;
 }

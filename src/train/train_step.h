@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "model/gpt_model.h"
@@ -42,6 +43,7 @@ struct TrainStepInputs {
   float grad_scale = 1.0f;
   float lr = 0.0f;
   float weight_decay = 0.0f;
+  std::optional<float> decoupled_lr;  // --decoupled-lr: the embedding and output layer's lr
   // Fills this DP rank's micro-batch k of the iteration (first and last virtual stage).
   std::function<void(int64_t k, model::MicroBatch* mb)> load;
   // Optional: Megatron's timers around each phase (started = true at its start, false at its

@@ -211,6 +211,7 @@ Trainer::Iteration Trainer::run_iteration(LoopState* loop) {
   in.grad_scale = grad_scale;
   in.lr = static_cast<float>(scheduler_->lr());
   in.weight_decay = static_cast<float>(scheduler_->weight_decay());
+  if (const std::optional<double> d = scheduler_->decoupled_lr()) in.decoupled_lr = static_cast<float>(*d);
   in.load = [&](int64_t k, model::MicroBatch* mb) {
     timers_->start("batch-generator", 2);
     const auto loading = Clock::now();

@@ -526,5 +526,35 @@ TEST(GPTModel, PipelineStagesEqualTheWholeModel) {
   EXPECT_EQ(host(copy->value), host(whole.parameters().find("embedding.word_embeddings.weight")->value));
 }
 
+// Megatron's is_embedding_or_output_parameter (language_module.py
+// setup_embeddings_and_output_layer): the word embedding on the first stage and the output
+// layer's weight on the last (the untied one, or the tied embedding's copy there), never the
+// position embedding; with one stage and tied weights the word embedding is both.
+TEST(GPTModel, EmbeddingAndOutputParametersAreMarkedPerStage) {
+  auto marked = [](const GPTConfig& c, int64_t pp, int64_t stage) {
+    ParameterSet ps;
+    PipelineStageOptions p;
+    p.pp = pp;
+    p.stage = stage;
+    GPTModel::declare_stage_parameters(c, p, &ps);
+    std::vector<std::string> names;
+    for (const Parameter& q : ps.params()) {
+      if (q.embedding_or_output) names.push_back(q.name + (q.pipeline_shared ? " (shared)" : ""));
+    }
+    return names;
+  };
+  GPTConfig c = tiny_gpt_config();
+  c.num_layers = 2;
+  ASSERT_TRUE(c.learned_positions());
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(marked(c, 1, 0), Names{"embedding.word_embeddings.weight"});
+  EXPECT_EQ(marked(c, 2, 0), Names{"embedding.word_embeddings.weight"});
+  EXPECT_EQ(marked(c, 2, 1), Names{"embedding.word_embeddings.weight (shared)"});
+  c.untie_embeddings_and_output_weights = true;
+  EXPECT_EQ(marked(c, 1, 0), (Names{"embedding.word_embeddings.weight", "output_layer.weight"}));
+  EXPECT_EQ(marked(c, 2, 0), Names{"embedding.word_embeddings.weight"});
+  EXPECT_EQ(marked(c, 2, 1), Names{"output_layer.weight"});
+}
+
 }  // namespace
 }  // namespace megatron::model

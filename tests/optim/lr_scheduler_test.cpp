@@ -299,6 +299,63 @@ TEST(LrScheduler, StateRoundTripAndChecks) {
   expect_lr(d.lr(), 2.6045941546018394e-4);
 }
 
+TEST(LrScheduler, DecoupledLrRunsTheSameScheduleWithItsOwnBounds) {
+  // Megatron-Core's get_lr(param_group) with the group's max_lr 1e-3 and min_lr 1e-4, the
+  // warmup init and the steps shared: W = 100, D = 1100 as in WarmupThenCosine.
+  optim::ScheduleFlags f = cosine_flags();
+  f.decoupled_lr = 1e-3;
+  f.decoupled_min_lr = 1e-4;
+  optim::OptimizerParamScheduler s(optim::make_scheduler_config(f));
+  ASSERT_TRUE(s.decoupled_lr());
+  expect_lr(*s.decoupled_lr(), 0.0);
+  s.step(50);
+  expect_lr(*s.decoupled_lr(), 5e-4);  // 1e-3 * 50/100
+  expect_lr(s.lr(), 1.5e-4);           // the default group is unchanged
+  s.step(300);                         // n = 350: coeff (cos(pi/4)+1)/2
+  expect_lr(*s.decoupled_lr(), 1e-4 + 0.8535533905932737 * 9e-4);
+  s.step(5000);
+  expect_lr(*s.decoupled_lr(), 1e-4);
+  // Without --decoupled-min-lr the group's floor is --min-lr (3e-5).
+  f.decoupled_min_lr.reset();
+  optim::OptimizerParamScheduler m(optim::make_scheduler_config(f));
+  m.step(600);  // r = 0.5
+  expect_lr(*m.decoupled_lr(), 3e-5 + 0.5 * (1e-3 - 3e-5));
+  // --decoupled-min-lr alone changes nothing (Megatron-Core reads it only with --decoupled-lr).
+  optim::ScheduleFlags alone = cosine_flags();
+  alone.decoupled_min_lr = 1e-4;
+  EXPECT_FALSE(optim::OptimizerParamScheduler(optim::make_scheduler_config(alone)).decoupled_lr());
+  EXPECT_FALSE(optim::OptimizerParamScheduler(optim::make_scheduler_config(cosine_flags())).decoupled_lr());
+}
+
+TEST(LrScheduler, DecoupledLrIsCheckedOnLoad) {
+  optim::ScheduleFlags f = cosine_flags();
+  f.decoupled_lr = 1e-3;
+  optim::OptimizerParamScheduler a(optim::make_scheduler_config(f));
+  a.step(350);
+  const optim::SchedulerState st = a.state();
+  ASSERT_EQ(st.decoupled_max_lr, 1e-3);
+  EXPECT_FALSE(st.decoupled_min_lr);
+  optim::OptimizerParamScheduler same(optim::make_scheduler_config(f));
+  same.load_state(st);
+  expect_lr(*same.decoupled_lr(), 3e-5 + 0.8535533905932737 * (1e-3 - 3e-5));
+  // Another rate, or none, or a floor the checkpoint did not have: refused unless told.
+  optim::ScheduleFlags other = f;
+  other.decoupled_lr = 2e-3;
+  optim::OptimizerParamScheduler b(optim::make_scheduler_config(other));
+  expect_error_naming([&] { b.load_state(st); }, "--decoupled-lr");
+  optim::OptimizerParamScheduler none(optim::make_scheduler_config(cosine_flags()));
+  expect_error_naming([&] { none.load_state(st); }, "--decoupled-lr");
+  optim::ScheduleFlags floor = f;
+  floor.decoupled_min_lr = 1e-4;
+  optim::OptimizerParamScheduler c(optim::make_scheduler_config(floor));
+  expect_error_naming([&] { c.load_state(st); }, "--decoupled-min-lr");
+  b.load_state(st, optim::SchedulerLoadPolicy::kOverride);
+  EXPECT_EQ(b.config().decoupled_max_lr, 2e-3);
+  optim::OptimizerParamScheduler d(optim::make_scheduler_config(other));
+  d.load_state(st, optim::SchedulerLoadPolicy::kUseCheckpoint);
+  EXPECT_EQ(d.config().decoupled_max_lr, 1e-3);
+}
+
 TEST(LrScheduler, StyleNames) {
   EXPECT_EQ(optim::parse_lr_decay_style("inverse-square-root"), optim::LrDecayStyle::kInverseSquareRoot);
   EXPECT_EQ(optim::parse_lr_decay_style("WSD"), optim::LrDecayStyle::kWSD);

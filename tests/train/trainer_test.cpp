@@ -19,6 +19,7 @@
 #include "backend/ops.h"
 #include "cli/args.h"
 #include "cli/train_args.h"
+#include "core/error.h"
 #include "support/paths.h"
 #include "support/walk_corpus.h"
 
@@ -255,6 +256,57 @@ TEST(Trainer, Fp16SkipsOverflowingIterationsByTheScalerRules) {
   }
   EXPECT_GE(skips, 5);
   EXPECT_GE(successes, 10);
+}
+
+// --decoupled-lr: equal to --lr it is the one-group run bit for bit (the logged losses and
+// norms); a different one changes the run once its lr is not 0 while the logged
+// learning rate stays the default group's (Megatron's get_canonical_lr_for_logging). A
+// checkpoint records it, and a resume with another one is refused naming the flag.
+TEST(Trainer, DecoupledLrIsItsOwnGroupAndIsCheckedOnResume) {
+  const std::string dir = test::scratch_dir("trainer_decoupled_lr");
+  const std::string corpus = test::write_walk_corpus(dir);
+  auto run = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> flags = base_flags(corpus, dir + "/cache");
+    for (const char* f : {"--global-batch-size", "4", "--train-iters", "4", "--lr", "0.01", "--lr-decay-style",
+                          "cosine", "--lr-warmup-iters", "1", "--log-interval", "1", "--eval-interval", "1000"})
+      flags.push_back(f);
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    const TrainConfig c = parse(flags);
+    auto backend = backend::make_cpu_backend();
+    std::ostringstream out;
+    Trainer trainer(c, *backend, out);
+    trainer.run();
+    return parse_lines(out.str());
+  };
+  const std::vector<Line> plain = run({});
+  const std::vector<Line> same = run({"--decoupled-lr", "0.01"});
+  const std::vector<Line> other = run({"--decoupled-lr", "0.1", "--decoupled-min-lr", "0.001"});
+  ASSERT_EQ(plain.size(), 4u);
+  ASSERT_EQ(same.size(), 4u);
+  ASSERT_EQ(other.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(same[i].loss, plain[i].loss) << "iteration " << i + 1;
+    EXPECT_EQ(same[i].grad_norm, plain[i].grad_norm) << "iteration " << i + 1;
+    EXPECT_EQ(other[i].lr, plain[i].lr) << "the log shows the default group's lr";
+  }
+  // Iteration 1 steps at the warmup's init lr 0 in both groups: iteration 3 is the first whose
+  // forward sees a different update.
+  EXPECT_EQ(other[1].loss, plain[1].loss);
+  EXPECT_NE(other[2].loss, plain[2].loss);
+  run({"--decoupled-lr", "0.1", "--decoupled-min-lr", "0.001", "--save", dir + "/ck", "--exit-interval", "2"});
+  try {
+    run({"--decoupled-lr", "0.2", "--decoupled-min-lr", "0.001", "--load", dir + "/ck"});
+    ADD_FAILURE() << "a resume with another --decoupled-lr ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[--decoupled-lr]"), std::string::npos) << e.what();
+  }
+  // The same flags resume exactly.
+  const std::vector<Line> resumed =
+      run({"--decoupled-lr", "0.1", "--decoupled-min-lr", "0.001", "--load", dir + "/ck"});
+  ASSERT_EQ(resumed.size(), 2u);
+  EXPECT_EQ(resumed[0].iteration, 3);
+  EXPECT_EQ(resumed[0].loss, other[2].loss);
+  EXPECT_EQ(resumed[1].loss, other[3].loss);
 }
 
 TEST(Trainer, RampupBatchSize) {
