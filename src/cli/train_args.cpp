@@ -351,9 +351,19 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   }
   c.overlap_grad_reduce = a.get_flag("--overlap-grad-reduce");
   c.overlap_param_gather = a.get_flag("--overlap-param-gather");
-  c.overlap_p2p_communication = a.get_flag("--overlap-p2p-communication");
-  if (c.overlap_p2p_communication && a.get_flag("--no-overlap-p2p-communication")) {
+  // Megatron HEAD overlaps the pipeline exchanges by default (--no-overlap-p2p-communication:
+  // off; older Megatron's --overlap-p2p-communication is that default) and only with the
+  // interleaved schedule: validate_args turns it off otherwise, with this warning on PP > 1.
+  if (a.get_flag("--overlap-p2p-communication") && a.get_flag("--no-overlap-p2p-communication")) {
     throw_error("[--overlap-p2p-communication] contradicts --no-overlap-p2p-communication (give one)");
+  }
+  c.overlap_p2p_communication = !a.get_flag("--no-overlap-p2p-communication");
+  if (c.overlap_p2p_communication && !c.num_layers_per_virtual_pipeline_stage) {
+    c.overlap_p2p_communication = false;
+    if (c.pipeline_model_parallel_size > 1 && log != nullptr) {
+      *log << "warning: Setting args.overlap_p2p_comm and args.align_param_gather to False since non-interleaved "
+              "schedule does not support overlapping p2p communication and aligned param AG\n";
+    }
   }
   if (c.overlap_param_gather && !c.use_distributed_optimizer) {
     throw_error("[--overlap-param-gather] needs --use-distributed-optimizer (only its parameters are gathered)");

@@ -284,11 +284,11 @@ void declare_supported_flags(Args& a) {
             "all-gather the distributed optimizer's parameters during the next forward pass "
             "(needs --use-distributed-optimizer and --overlap-grad-reduce)")
       .flag("--overlap-p2p-communication",
-            "start the pipeline stages' sends and receives and wait for them only where their buffers are used, "
-            "so that a stage computes on while its peer catches up (1F1B and interleaved)")
+            "the default (older Megatron's spelling): with the interleaved schedule, start the pipeline stages' "
+            "sends and receives and wait for them only where their buffers are used")
       .flag("--no-overlap-p2p-communication",
-            "wait for each pipeline send and receive at once (the default here; current Megatron overlaps by "
-            "default)")
+            "wait for each pipeline send and receive at once (the interleaved schedule; 1F1B always does, as "
+            "Megatron)")
       .option("--nproc-per-node", "N", "start N local worker processes of this command (torchrun's flag)")
       .option("--distributed-backend", "B",
               "nccl: GPU ranks talk over NCCL (CPU ranks always use MPI); mpi or gloo: host-side collectives over "

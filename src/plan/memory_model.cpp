@@ -16,20 +16,20 @@ namespace megatron::plan {
 namespace {
 
 // The activation sets of the stage, one pool for its chunks: 1F1B min(pp - stage, m) micro-
-// batches; interleaved, what the engine allocates (train/config.cpp, with the blocking
-// exchanges: the planner does not model --overlap-p2p-communication, whose moved receives can
-// take one set more). They stop growing with m at 2 pp micro-batches (the warm-up is at most
-// (vp + 1) pp chunk forwards; checked for pp <= 16, vp <= 12 in
+// batches; interleaved, what the engine allocates (train/config.cpp, with overlapped exchanges
+// unless --no-overlap-p2p-communication: ParallelConfig::overlap_p2p). They stop growing with m at 2 pp micro-batches
+// (the warm-up is at most (vp + 1) pp chunk forwards; checked for pp <= 16, vp <= 12 in
 // tests/plan/memory_model_test.cpp), so the table is built for min(m, 2 pp) and memoised.
 int64_t activation_sets(const ParallelConfig& p, int64_t stage) {
   if (p.vp == 1) return std::min(p.pp - stage, p.num_micro_batches());
   static std::mutex mu;
-  static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, int64_t> memo;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>, int64_t> memo;
   const int64_t m = std::min(p.num_micro_batches(), 2 * p.pp);
-  const auto key = std::make_tuple(p.pp, p.vp, m, stage);
+  const auto key = std::make_tuple(p.pp, p.vp, m, stage, p.overlap_p2p);
   std::lock_guard<std::mutex> lock(mu);
   auto it = memo.find(key);
-  if (it == memo.end()) it = memo.emplace(key, parallel::activation_sets_needed({p.pp, stage, m, p.vp}, false)).first;
+  if (it == memo.end())
+    it = memo.emplace(key, parallel::activation_sets_needed({p.pp, stage, m, p.vp}, p.overlap_p2p)).first;
   return it->second;
 }
 

@@ -31,6 +31,9 @@ struct ParallelConfig {
   // rather than one; decides the copy engines' receive buffer (plan/search.cpp sets it from the
   // cluster's overlap).
   bool overlap_grad_reduce = true;
+  // Pipeline exchanges overlapped (Megatron HEAD's default; --no-overlap-p2p-communication):
+  // acts with vp > 1 only, where the moved receives can take one activation set more.
+  bool overlap_p2p = true;
 
   int64_t world() const { return tp * pp * dp; }
   // dp_copy_engine where it can act: the distributed optimizer over more than one rank.

@@ -212,7 +212,9 @@ struct TrainConfig {
   std::optional<int64_t> ddp_num_buckets;  // --ddp-num-buckets (bucket size: this rank's parameters / N)
   bool overlap_grad_reduce = false;        // --overlap-grad-reduce
   bool overlap_param_gather = false;       // --overlap-param-gather (needs the two above)
-  bool overlap_p2p_communication = false;  // --overlap-p2p-communication (pipeline exchanges started, waited late)
+  // Pipeline exchanges started, waited for late: on unless --no-overlap-p2p-communication, with
+  // the interleaved schedule only (Megatron HEAD).
+  bool overlap_p2p_communication = false;
   // The collectives run on NCCL (CUDA ranks without --distributed-backend mpi / gloo): set by
   // the command that connects the ranks; the copy engines need it.
   bool nccl_collectives = false;

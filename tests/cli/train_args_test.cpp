@@ -372,6 +372,29 @@ TEST(TrainArgs, PipelineFlags) {
       "--pipeline-model-parallel-size (2) when using the interleaved schedule");
 }
 
+// Megatron HEAD: the pipeline exchanges overlap by default, with the interleaved schedule only
+// (validate_args turns it off otherwise, warning on PP > 1); --no-overlap-p2p-communication
+// turns it off; older Megatron's --overlap-p2p-communication is the default.
+TEST(TrainArgs, P2POverlapIsOnByDefaultWithTheInterleavedSchedule) {
+  const Argv four = with(without(base_args(), "--num-layers"), {"--num-layers", "4", "--global-batch-size", "8"});
+  const Argv interleaved =
+      with(four, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"});
+  EXPECT_TRUE(parse(interleaved, 2).overlap_p2p_communication);
+  EXPECT_TRUE(parse(with(interleaved, {"--overlap-p2p-communication"}), 2).overlap_p2p_communication);
+  EXPECT_FALSE(parse(with(interleaved, {"--no-overlap-p2p-communication"}), 2).overlap_p2p_communication);
+  EXPECT_EQ(error_of(with(interleaved, {"--overlap-p2p-communication", "--no-overlap-p2p-communication"}), 2),
+            "[--overlap-p2p-communication] contradicts --no-overlap-p2p-communication (give one)");
+  const std::string warning =
+      "warning: Setting args.overlap_p2p_comm and args.align_param_gather to False since non-interleaved schedule "
+      "does not support overlapping p2p communication and aligned param AG\n";
+  std::ostringstream log;
+  EXPECT_FALSE(parse(with(four, {"--pipeline-model-parallel-size", "2"}), 2, &log).overlap_p2p_communication);
+  EXPECT_NE(log.str().find(warning), std::string::npos) << log.str();
+  std::ostringstream one_stage;
+  EXPECT_FALSE(parse(with(four, {"--overlap-p2p-communication"}), 1, &one_stage).overlap_p2p_communication);
+  EXPECT_EQ(one_stage.str().find("overlap_p2p_comm"), std::string::npos) << "Megatron warns only with PP > 1";
+}
+
 TEST(TrainArgs, DataParallelFlags) {
   const TrainConfig c = parse(with(base_args(), {"--use-distributed-optimizer", "--ddp-bucket-size", "1000"}), 2);
   EXPECT_TRUE(c.use_distributed_optimizer);

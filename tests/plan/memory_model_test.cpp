@@ -276,6 +276,7 @@ TEST(PlanMemory, AgreesWithTheDryRunPlanOnEveryLayout) {
               if (l.vp > 1) t.num_layers_per_virtual_pipeline_stage = c.num_layers / l.pp / l.vp;
               t.sequence_parallel = l.sp;
               t.use_distributed_optimizer = l.dist;
+              t.overlap_p2p_communication = l.vp > 1;  // the flags' default (ParallelConfig::overlap_p2p)
               t.bf16 = dtype == DType::kBF16;
               for (int64_t k = 0; k < l.pp; ++k) {
                 SCOPED_TRACE(testing::Message()
@@ -341,7 +342,8 @@ TEST(PlanMemory, VariantsChangeWhatTheEnginePlanChanges) {
           stage.pp = l.pp;
           stage.stage = k;
           stage.virtual_chunks = l.vp;
-          stage.activation_sets = parallel::activation_sets_needed({l.pp, k, p.num_micro_batches(), l.vp}, false);
+          stage.activation_sets =
+              parallel::activation_sets_needed({l.pp, k, p.num_micro_batches(), l.vp}, p.overlap_p2p && l.vp > 1);
           const model::MemoryPlan planned = stage_memory(c, DType::kBF16, p, k);
           const model::MemoryPlan planned_base = stage_memory(base, DType::kBF16, p, k);
           const model::MemoryPlan exact = model::plan_memory(engine, DType::kBF16, 2, l.tp, l.sp, stage);
@@ -373,7 +375,12 @@ TEST(PlanMemory, InterleavedScheduleInFlightChunks) {
   // stream tensor 64. Stage 0 holds min(16, 2*1 + 1*2 + 1) = 5 sets of 4/2 = 2 layers -> 10
   // layer-micro-batches (vs 8 for 1F1B), each set with its 3 stream tensors and int32 tokens [n = 4].
   EXPECT_EQ(parallel::activation_sets_needed({2, 0, 8, 2}, false), 5);
+  p.overlap_p2p = false;  // --no-overlap-p2p-communication
   EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 5 * (2 * 1056 + 3 * 64 + 16));
+  // Overlapped (the default): the next forward's input arrives beside the backward, one set more.
+  EXPECT_EQ(parallel::activation_sets_needed({2, 0, 8, 2}, true), 6);
+  p.overlap_p2p = true;
+  EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 6 * (2 * 1056 + 3 * 64 + 16));
   p.vp = 1;
   EXPECT_EQ(stage_memory(c, DType::kBF16, p, 0).activations, 2 * (4 * 1056 + 5 * 64 + 16));
 }
@@ -384,10 +391,12 @@ TEST(PlanMemory, InterleavedSetsStopGrowingAtTwicePpMicroBatches) {
   for (int64_t pp : {2, 3, 4, 8, 16}) {
     for (int64_t vp : {2, 3, 4, 6, 12}) {
       for (int64_t stage = 0; stage < pp; ++stage) {
-        const int64_t at_cap = parallel::activation_sets_needed({pp, stage, 2 * pp, vp}, false);
-        for (int64_t k : {3, 5, 8}) {
-          EXPECT_EQ(parallel::activation_sets_needed({pp, stage, k * pp, vp}, false), at_cap)
-              << "pp " << pp << " vp " << vp << " stage " << stage << " m " << k * pp;
+        for (bool overlapped : {false, true}) {
+          const int64_t at_cap = parallel::activation_sets_needed({pp, stage, 2 * pp, vp}, overlapped);
+          for (int64_t k : {3, 5, 8}) {
+            EXPECT_EQ(parallel::activation_sets_needed({pp, stage, k * pp, vp}, overlapped), at_cap)
+                << "pp " << pp << " vp " << vp << " stage " << stage << " m " << k * pp << " overlapped " << overlapped;
+          }
         }
       }
     }

@@ -400,8 +400,8 @@ void expect_identical(const std::map<int64_t, test::Logged>& a, const std::map<i
 
 // --overlap-grad-reduce and --overlap-param-gather under DP2 x PP2, 1F1B and interleaved
 // (vp 2), change when the collectives start, never what they compute: the overlapped runs log
-// the very same losses and grad norms (==) as the runs without, also with
-// --overlap-p2p-communication on top, and a checkpoint written while the parameter gathers
+// the very same losses and grad norms (==) as the runs without (the interleaved runs overlap
+// the pipeline exchanges too, the default), and a checkpoint written while the parameter gathers
 // are in flight resumes identically. Buckets of 3001 elements: several per chunk, and the tied
 // embedding's own bucket on the first and last stage. Under MPI a started collective completes
 // at once, so a bucket started before the last micro-batch's backward of its chunk (or the
@@ -442,33 +442,39 @@ TEST(TrainerPipelineParallel, OverlapChangesNothingButTiming) {
   }
 }
 
-// --overlap-p2p-communication alone, PP2 and PP4 (1F1B) and PP2 interleaved, dropout on: the
-// exchanges are split into activation and gradient groups, started, waited for later, and in
-// the interleaved steady state the next forward's input is received during the backward
-// (parallel::overlapped_exchanges); the values are the blocking exchanges' (==). A receive
-// waited for too late, posted into a set still in use, or a send buffer overwritten while in
-// flight would feed a stage other activations or gradients and move the loss.
+// Pipeline exchange overlap, on by default with the interleaved schedule as in Megatron HEAD
+// (PP2 and PP4, 8 layers so that PP4 has 2 chunks of 1 layer, dropout on), against
+// --no-overlap-p2p-communication: the exchanges are split into activation and gradient groups,
+// started, waited for later, and in the steady state the next forward's input is received
+// during the backward (parallel::overlapped_exchanges); the values are the blocking exchanges'
+// (==). A receive waited for too late, posted into a set still in use, or a send buffer
+// overwritten while in flight would feed a stage other activations or gradients and move the
+// loss. 1F1B never overlaps (Megatron's validate_args turns it off there, with its warning),
+// and --overlap-p2p-communication is older Megatron's spelling of the default.
 TEST(TrainerPipelineParallel, OverlappedP2PMatchesBlockingBitForBit) {
   const std::string dir = test::scratch_dir("trainer_pp_overlap_p2p");
   test::write_walk_corpus(dir);
-  const auto base = tp1(train_flags(dir, "0.1"));  // dropout on: the masks follow the micro-batches
+  const auto base = tp1(test::tiny_train_flags(dir, 8, "0.1"));  // dropout on: the masks follow the micro-batches
   struct Case {
     std::string name;
     int np;
     std::vector<std::string> flags;
   };
   const std::vector<Case> cases = {
-      {"PP2", 2, {"--pipeline-model-parallel-size", "2"}},
-      {"PP4", 4, {"--pipeline-model-parallel-size", "4"}},
-      {"PP2 interleaved", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}}};
+      {"PP2 interleaved", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "2"}},
+      {"PP4 interleaved", 4, {"--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "1"}}};
   for (size_t i = 0; i < cases.size(); ++i) {
     std::vector<std::string> b = base;
     b.insert(b.end(), cases[i].flags.begin(), cases[i].flags.end());
     const std::string at = dir + "/" + std::to_string(i);
-    const auto blocking = run_logged(b, {}, cases[i].np, at + "blocking.jsonl");
+    const auto blocking = run_logged(b, {"--no-overlap-p2p-communication"}, cases[i].np, at + "blocking.jsonl");
     ASSERT_EQ(blocking.size(), 10u) << cases[i].name;
-    expect_identical(blocking, run_logged(b, {"--overlap-p2p-communication"}, cases[i].np, at + "overlap.jsonl"), 10,
-                     cases[i].name + " --overlap-p2p-communication");
+    expect_identical(blocking, run_logged(b, {}, cases[i].np, at + "overlap.jsonl"), 10,
+                     cases[i].name + " overlapped by default");
+    if (i == 0) {
+      expect_identical(blocking, run_logged(b, {"--overlap-p2p-communication"}, cases[i].np, at + "alias.jsonl"), 10,
+                       cases[i].name + " --overlap-p2p-communication");
+    }
   }
 }
 
