@@ -46,6 +46,7 @@ SpeedPrediction predict_speed(const train::TrainConfig& c, const plan::GpuSpec& 
                                                                                      : plan::PlanRecompute::kNone;
   p.distributed_optimizer = c.use_distributed_optimizer;
   p.sequence_parallel = c.sequence_parallel;
+  p.overlap_p2p = c.overlap_p2p_communication;
   plan::Cluster cluster;
   cluster.gpu = gpu;
   cluster.gpus_per_node = gpus_per_node;

@@ -11,8 +11,8 @@
 //    workspace (MemoryPlan::workspace).
 // The layout's knobs map to the engine's: kFull recompute is --recompute-method uniform
 // --recompute-num-layers 1, kSelective keeps what kNone keeps; the activation sets are the
-// schedule's with blocking exchanges (parallel::activation_sets_needed, as train/config.cpp
-// pipeline_stage; --overlap-p2p-communication, which can take one set more, is not modelled).
+// schedule's (parallel::activation_sets_needed, as train/config.cpp pipeline_stage), with
+// overlapped exchanges unless ParallelConfig::overlap_p2p is off: one set more when interleaved.
 // Against measured device memory: within 0.3% on ten 2 x H200 runs (TP2, PP2, DP2;
 // tests/plan/recorded_runs_test.cpp), +1.5% on DP4 over 4 x H100 and within 1% of nvidia-smi
 // on 4 x H200 with NCCL's per-communicator state counted. Megatron-LM itself stores more
