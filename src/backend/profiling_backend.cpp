@@ -127,7 +127,8 @@ const char* ProfilingBackend::op_name(int op) {
                                               "rotary_forward",
                                               "rotary_backward",
                                               "fp8_quantize",
-                                              "fp8_gemm"};
+                                              "fp8_gemm",
+                                              "round_and_scale"};
   return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -367,6 +368,10 @@ void ProfilingBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 void ProfilingBackend::scale(Tensor& x, float alpha) {
   timed(kScale, [&] { inner_->scale(x, alpha); });
+}
+
+void ProfilingBackend::round_and_scale(Tensor& x, DType dtype, float alpha) {
+  timed(kRoundAndScale, [&] { inner_->round_and_scale(x, dtype, alpha); });
 }
 void ProfilingBackend::bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, Tensor& out,
                                         const DropoutParams& dropout) {

@@ -298,7 +298,9 @@ CheckpointState read_checkpoint_state(const LoadedCheckpoint& ck) {
   s.grad_scaler.scale = static_cast<float>(
       m.number("grad_scaler", "scale", 0.0, static_cast<double>(std::numeric_limits<float>::max()), /*lo_open=*/true));
   s.grad_scaler.growth_tracker = m.integer("grad_scaler", "growth_tracker", 0, kMaxCheckpointCount);
-  s.grad_scaler.hysteresis_tracker = m.integer("grad_scaler", "hysteresis_tracker", 0, kMaxCheckpointCount);
+  // Megatron's tracker counts down past 0: every overflow after the first --hysteresis ones.
+  s.grad_scaler.hysteresis_tracker =
+      m.integer("grad_scaler", "hysteresis_tracker", -kMaxCheckpointCount, kMaxCheckpointCount);
   optim::SchedulerState& sc = s.scheduler;
   const double huge = std::numeric_limits<double>::max();
   sc.max_lr = m.number("scheduler", "max_lr", 0.0, huge);

@@ -585,10 +585,17 @@ void fill_optimizer_and_precision(const Args& a, TrainConfig& c, std::ostream* l
   c.min_loss_scale = fp32_flag(a, "--min-loss-scale", kPositiveFp32);
   c.loss_scale_window = a.get_int("--loss-scale-window", 1);
   c.hysteresis = a.get_int("--hysteresis", 1);
+  // Megatron's validate_args: the gradient buffer holds the model dtype (fp16 with --fp16)
+  // unless --accumulate-allreduce-grads-in-fp32, which bf16 turns on unless --grad-reduce-in-bf16.
   c.accumulate_allreduce_grads_in_fp32 = a.get_flag("--accumulate-allreduce-grads-in-fp32");
-  if (c.bf16 && !c.accumulate_allreduce_grads_in_fp32) {
+  c.grad_reduce_in_bf16 = a.get_flag("--grad-reduce-in-bf16");
+  if (c.bf16 && c.grad_reduce_in_bf16) {
+    c.accumulate_allreduce_grads_in_fp32 = false;
+  } else if (c.bf16 && !c.accumulate_allreduce_grads_in_fp32) {
     c.accumulate_allreduce_grads_in_fp32 = true;
     if (log != nullptr) *log << "accumulate and all-reduce gradients in fp32 for bfloat16 data type.\n";
+  } else if (c.grad_reduce_in_bf16 && log != nullptr) {
+    *log << "warning: --grad-reduce-in-bf16 has no effect without --bf16\n";
   }
 }
 

@@ -154,7 +154,6 @@ constexpr FlagRow kFlagTable[] = {
      kOlder},
     {"--tp-comm-overlap", FlagType::kSwitch, FlagState::kUnsupported, "",
      "TP communication overlap (Transformer Engine userbuffers)"},
-    {"--grad-reduce-in-bf16", FlagType::kSwitch, FlagState::kUnsupported, "", "gradients are reduced in fp32"},
     {"--use-tp-pp-dp-mapping", FlagType::kSwitch, FlagState::kUnsupported, "",
      "ranks follow Megatron's default tp-cp-dp-pp order"},
     {"--microbatch-group-size-per-virtual-pipeline-stage", FlagType::kValue, FlagState::kUnsupported, "",

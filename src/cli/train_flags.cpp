@@ -183,7 +183,9 @@ void declare_supported_flags(Args& a) {
       .option("--min-loss-scale", "X", "minimum dynamic loss scale", "1.0")
       .option("--loss-scale-window", "N", "iterations without overflow before doubling", "1000")
       .option("--hysteresis", "N", "overflows tolerated before halving", "2")
-      .flag("--accumulate-allreduce-grads-in-fp32", "fp32 gradient accumulation (forced with --bf16)");
+      .flag("--accumulate-allreduce-grads-in-fp32",
+            "accumulate and reduce gradients in fp32 (the default with --bf16; --fp16 without it: in fp16)")
+      .flag("--grad-reduce-in-bf16", "with --bf16: accumulate and reduce gradients in bf16");
   // Logging, evaluation, exit.
   a.option("--log-interval", "N", "iterations between log lines", "100")
       .option("--eval-interval", "N", "iterations between validations", "1000")

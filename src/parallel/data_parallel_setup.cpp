@@ -75,6 +75,7 @@ DataParallelOptions data_parallel_options(const DataParallelFlags& config, paral
   dp.bucket_size = ddp_bucket_size(config, groups.dp_cp->size(), model.parameters().total_numel());
   dp.model_parallel = groups.model_parallel.get();  // norms and the inf flag span TP x PP
   dp.overlap_param_gather = config.overlap_param_gather;
+  dp.grad_dtype = config.grad_dtype;
   for (int64_t c = 1; c < model.num_chunks(); ++c) dp.bucket_starts.push_back(model.chunk_parameters(c).first);
   if (const model::Parameter* tied = model.tied_embedding()) {
     dp.held_param = tied - model.parameters().params().data();

@@ -27,6 +27,9 @@ struct DataParallelFlags {
   bool overlap_param_gather = false;       // --overlap-param-gather
   // The collectives run on NCCL (TrainConfig::nccl_collectives): the copy engines need it.
   bool nccl_collectives = false;
+  // The gradient buffer's dtype (DataParallelOptions::grad_dtype): the model's 16-bit dtype
+  // unless --accumulate-allreduce-grads-in-fp32 (Megatron-Core's grad_reduce_in_fp32).
+  DType grad_dtype = DType::kF32;
 };
 
 // --ddp-bucket-size; --ddp-num-buckets N: `local_params` (this rank's parameters, all its

@@ -33,11 +33,19 @@ GradBuffer::GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool
 
 GradBuffer::GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed,
                        const BucketLayout& layout)
+    : GradBuffer(params, dp, distributed, layout, DType::kF32, nullptr) {}
+
+GradBuffer::GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed,
+                       const BucketLayout& layout, DType grad_dtype, backend::Backend* backend)
     : params_(params),
       dp_(dp),
       distributed_(distributed),
+      grad_dtype_(grad_dtype),
+      backend_(backend),
       buckets_(grad_buckets(params, layout)),
       held_(buckets_.size()) {
+  MT_CHECK(grad_dtype == DType::kF32 || ((grad_dtype == DType::kBF16 || grad_dtype == DType::kF16) && backend))
+      << "gradient buffer in " << dtype_name(grad_dtype) << (backend ? "" : " without a backend");
   if (layout.held >= 0) {
     const int64_t k = layout.held;
     for (size_t i = 0; i < buckets_.size(); ++i) {
@@ -56,11 +64,27 @@ int64_t GradBuffer::offset_of(int64_t k) const {
   return k < static_cast<int64_t>(ps.size()) ? ps[static_cast<size_t>(k)].offset : params_.total_numel();
 }
 
+void GradBuffer::round_accumulated(int64_t first, int64_t end) {
+  if (grad_dtype_ == DType::kF32) return;
+  const int64_t lo = offset_of(first), hi = offset_of(end);
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const Range& b = buckets_[i];
+    if (grad_started_[i] || b.end <= lo || hi <= b.start) continue;
+    Tensor bucket = params_.grads().flat_view(b.start, {b.size()});
+    backend_->round_and_scale(bucket, grad_dtype_, 1.0f);
+  }
+}
+
 void GradBuffer::start_grad_bucket(size_t i) {
   grad_started_[i] = true;
   const int64_t dp = dp_.size();
   const Range& b = buckets_[i];
   Tensor bucket = params_.grads().flat_view(b.start, {b.size()});
+  // A 16-bit buffer is scaled in its dtype first and summed (see the header); fp32 averages in
+  // the collective.
+  const bool rounded = grad_dtype_ != DType::kF32;
+  if (rounded) backend_->round_and_scale(bucket, grad_dtype_, 1.0f / static_cast<float>(dp));
+  const comm::ReduceOp op = rounded ? comm::ReduceOp::kSum : comm::ReduceOp::kAvg;
   // Megatron scales by 1/dp before the reduction (gradient_scaling_factor), so that the sum
   // of already-averaged terms stays in range where the sum of raw ones might not. kAvg does
   // that multiplication inside the collective (NCCL's pre-multiplied sum), the same products
@@ -70,10 +94,10 @@ void GradBuffer::start_grad_bucket(size_t i) {
     Tensor mine = bucket.flat_view(comm::piece_offset(counts, dp_.rank()), {counts[static_cast<size_t>(dp_.rank())]});
     const bool on_sms = copy_engine_ && i + kTailBucketsOnSms >= buckets_.size();
     if (on_sms) dp_.use_copy_engine(false);
-    grad_pending_.push_back(dp_.start_reduce_scatter(bucket, mine, counts, comm::ReduceOp::kAvg));
+    grad_pending_.push_back(dp_.start_reduce_scatter(bucket, mine, counts, op));
     if (on_sms) dp_.use_copy_engine(true);
   } else {
-    grad_pending_.push_back(dp_.start_all_reduce(bucket, comm::ReduceOp::kAvg));
+    grad_pending_.push_back(dp_.start_all_reduce(bucket, op));
   }
 }
 
@@ -111,13 +135,22 @@ void GradBuffer::grads_final_from(int64_t k) {
 
 void GradBuffer::finish_grad_sync() {
   armed_ = {};
-  if (dp_.size() == 1) return;
+  if (dp_.size() == 1) {
+    round_accumulated(0, static_cast<int64_t>(params_.params().size()));
+    return;
+  }
   for (size_t i = 0; i < buckets_.size(); ++i) {
     if (!grad_started_[i]) start_grad_bucket(i);
   }
   for (auto& p : grad_pending_) p->wait();
   grad_pending_.clear();
   grad_started_.assign(buckets_.size(), false);
+  if (grad_dtype_ == DType::kF32) return;
+  // The 16-bit sum: what the reduction leaves valid (this rank's pieces, or everything).
+  for (const Range& r : owned_) {
+    Tensor sum = params_.grads().flat_view(r.start, {r.size()});
+    backend_->round_and_scale(sum, grad_dtype_, 1.0f);
+  }
 }
 
 void GradBuffer::start_param_gather(bool overlap) {

@@ -52,6 +52,21 @@
 //    the parameters: a checkpoint, a norm).
 // The results are bit-identical to the non-overlapped reduction: the same collectives on the
 // same data, only started earlier.
+//
+// Gradient dtype (Megatron-Core's grad_reduce_in_fp32: DDP's buffer holds the model dtype unless
+// --accumulate-allreduce-grads-in-fp32; the default with --fp16, and with --bf16
+// --grad-reduce-in-bf16). With a 16-bit grad_dtype the buffer keeps fp32 storage and the bytes
+// on the wire stay fp32, but its values are those of a 16-bit buffer (Backend::round_and_scale):
+//  - accumulation: round_accumulated() after each compute that wrote gradients rounds the
+//    buckets of that range not started yet (a started one was rounded when it started);
+//  - reduction: a bucket is rounded, scaled by 1/dp in 16 bits (Megatron's
+//    gradient_scaling_factor applied to the 16-bit buffer, torch's fp32 multiply rounded back),
+//    summed (kSum, in fp32) and the sum rounded once more after the wait. Over two ranks that is
+//    bit for bit a 16-bit all-reduce (one rounded addition); over more, NCCL's ring rounds each
+//    partial sum where this rounds the exact fp32 sum (Megatron's
+//    reduce_scatter_with_fp32_accumulation) - a last-bit difference.
+// With one data-parallel rank finish_grad_sync() only rounds. fp32 (the default with --bf16
+// and with --accumulate-allreduce-grads-in-fp32) runs none of this.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +74,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/ops.h"
 #include "comm/communicator.h"
 #include "model/parameters.h"
 #include "parallel/grad_buckets.h"
@@ -87,6 +103,16 @@ class GradBuffer {
   // reduce-scatter + sharded ownership.
   GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, int64_t bucket_size);
   GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, const BucketLayout& layout);
+  // grad_dtype bf16 or fp16: the 16-bit buffer's values, rounded on `backend` (see "Gradient
+  // dtype" above); fp32 needs no backend.
+  GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, const BucketLayout& layout,
+             DType grad_dtype, backend::Backend* backend);
+
+  // The dtype the gradients are accumulated and reduced in (see above).
+  DType grad_dtype() const { return grad_dtype_; }
+  // 16-bit grad_dtype: the buckets of parameters [first, end) not started yet are rounded to
+  // it (no-op under fp32). After each compute that wrote those gradients.
+  void round_accumulated(int64_t first, int64_t end);
 
   // Average (kAvg) all-reduce / reduce-scatter every bucket not started yet, then wait for
   // all of them (no-op at dp 1).
@@ -139,6 +165,8 @@ class GradBuffer {
   model::ParameterSet& params_;
   comm::Communicator& dp_;
   bool distributed_;
+  DType grad_dtype_ = DType::kF32;
+  backend::Backend* backend_ = nullptr;  // for the 16-bit roundings
   std::vector<Range> buckets_;
   size_t held_;
   bool copy_engine_ = false;  // enable_copy_engine succeeded

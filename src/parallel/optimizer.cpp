@@ -75,7 +75,7 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(model::ParameterSet& params, ba
       self_group_(dp.group ? nullptr : std::make_unique<comm::SelfCommunicator>(backend, "dp")),
       model_parallel_(dp.model_parallel),
       grad_buffer_(params, dp.group ? *dp.group : *self_group_, dp.distributed,
-                   BucketLayout{dp.bucket_size, dp.bucket_starts, dp.held_param}),
+                   BucketLayout{dp.bucket_size, dp.bucket_starts, dp.held_param}, dp.grad_dtype, &backend),
       overlap_param_gather_(dp.overlap_param_gather) {
   const int64_t n = grad_buffer_.owned_numel();
   const bool separate = has_separate_main_params();

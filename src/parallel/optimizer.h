@@ -80,6 +80,9 @@ struct DataParallelOptions {
   // embedding's own bucket (held back from the overlap; -1: none).
   std::vector<int64_t> bucket_starts = {};
   int64_t held_param = -1;
+  // What the gradients are accumulated and reduced in (parallel/grad_buffer.h, "Gradient
+  // dtype"): fp32, or the model's 16-bit dtype.
+  DType grad_dtype = DType::kF32;
 };
 
 // The full fp32 optimizer state [P] for a checkpoint (main_params undefined when the model is

@@ -117,14 +117,17 @@ struct TrainConfig {
   double clip_grad = 1.0;     // --clip-grad (0 disables clipping)
 
   // Precision and loss scaling (fp32 when neither fp16 nor bf16).
-  bool fp16 = false;                                // --fp16
-  bool bf16 = false;                                // --bf16
-  std::optional<double> loss_scale;                 // --loss-scale: constant scaler; None: dynamic (fp16)
-  double initial_loss_scale = 4294967296.0;         // --initial-loss-scale (2**32)
-  double min_loss_scale = 1.0;                      // --min-loss-scale
-  int64_t loss_scale_window = 1000;                 // --loss-scale-window
-  int64_t hysteresis = 2;                           // --hysteresis
-  bool accumulate_allreduce_grads_in_fp32 = false;  // forced true with --bf16
+  bool fp16 = false;                         // --fp16
+  bool bf16 = false;                         // --bf16
+  std::optional<double> loss_scale;          // --loss-scale: constant scaler; None: dynamic (fp16)
+  double initial_loss_scale = 4294967296.0;  // --initial-loss-scale (2**32)
+  double min_loss_scale = 1.0;               // --min-loss-scale
+  int64_t loss_scale_window = 1000;          // --loss-scale-window
+  int64_t hysteresis = 2;                    // --hysteresis
+  // The gradient buffer's dtype (parallel/grad_buffer.h, "Gradient dtype"): fp32 when set, else
+  // the model dtype. Megatron's validate_args sets it with --bf16 unless --grad-reduce-in-bf16.
+  bool accumulate_allreduce_grads_in_fp32 = false;  // --accumulate-allreduce-grads-in-fp32
+  bool grad_reduce_in_bf16 = false;                 // --grad-reduce-in-bf16
 
   // Logging and evaluation.
   int64_t log_interval = 100;    // --log-interval

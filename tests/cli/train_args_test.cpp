@@ -268,6 +268,29 @@ TEST(TrainArgs, Bf16ForcesFp32GradAccumulation) {
   EXPECT_EQ(log.str(), "accumulate and all-reduce gradients in fp32 for bfloat16 data type.\n");
 }
 
+// Megatron's validate_args and DDP config: the gradient buffer holds the model dtype unless
+// --accumulate-allreduce-grads-in-fp32 (grad_reduce_in_fp32), which --bf16 turns on unless
+// --grad-reduce-in-bf16; fp32 models have fp32 gradients either way.
+TEST(TrainArgs, GradientDtypeFollowsMegatronsRules) {
+  const Argv b = with(base_args(), {"--global-batch-size", "2"});
+  auto grad_dtype = [&](const Argv& extra, std::ostream* log = nullptr) {
+    return train::data_parallel_flags(parse(with(b, extra), 1, log)).grad_dtype;
+  };
+  EXPECT_EQ(grad_dtype({}), DType::kF32);
+  EXPECT_EQ(grad_dtype({"--fp16"}), DType::kF16);
+  EXPECT_EQ(grad_dtype({"--fp16", "--accumulate-allreduce-grads-in-fp32"}), DType::kF32);
+  EXPECT_EQ(grad_dtype({"--bf16"}), DType::kF32);
+  EXPECT_EQ(grad_dtype({"--bf16", "--grad-reduce-in-bf16"}), DType::kBF16);
+  EXPECT_EQ(grad_dtype({"--bf16", "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"}), DType::kBF16);
+  std::ostringstream quiet, ignored;
+  EXPECT_EQ(grad_dtype({"--bf16", "--grad-reduce-in-bf16"}, &quiet), DType::kBF16);
+  EXPECT_EQ(quiet.str().find("accumulate and all-reduce gradients in fp32"), std::string::npos) << quiet.str();
+  EXPECT_EQ(grad_dtype({"--fp16", "--grad-reduce-in-bf16"}, &ignored),
+            DType::kF16);  // Megatron reads it with bf16 only
+  EXPECT_NE(ignored.str().find("warning: --grad-reduce-in-bf16 has no effect without --bf16\n"), std::string::npos)
+      << ignored.str();
+}
+
 TEST(TrainArgs, PrecisionAndOptimizerValues) {
   const TrainConfig c =
       parse(with(base_args(), {"--fp16", "--loss-scale", "4096", "--initial-loss-scale", "65536", "--hysteresis", "3",
@@ -640,8 +663,7 @@ TEST(TrainArgs, CurrentMegatronScriptFlags) {
   EXPECT_ERROR_NAMES(with(base_args(), {"--norm-epsilon", "1e-6", "--layernorm-epsilon", "1e-5"}), "--norm-epsilon]");
   for (const auto& [flags, name] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--rerun-mode", "validate_results"}, "[--rerun-mode] validate_results is not supported yet ("},
-           {{"--tp-comm-overlap"}, "[--tp-comm-overlap] is not supported yet ("},
-           {{"--grad-reduce-in-bf16"}, "[--grad-reduce-in-bf16] is not supported yet ("}}) {
+           {{"--tp-comm-overlap"}, "[--tp-comm-overlap] is not supported yet ("}}) {
     Argv a = base_args();
     a.insert(a.end(), flags.begin(), flags.end());
     EXPECT_EQ(error_of(a).rfind(name, 0), 0u) << error_of(a);

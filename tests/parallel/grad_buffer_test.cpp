@@ -7,11 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "comm/mpi_communicator.h"
+#include "comm/self_communicator.h"
+#include "core/dtype.h"
 #include "parallel/optimizer.h"
 #include "support/mpi.h"
 #include "support/recording_communicator.h"
@@ -323,6 +326,78 @@ TEST(GradBuffer, DistributedOptimizerMatchesReplicatedBitForBit) {
       EXPECT_EQ(max_norm, *sc.grad_norm) << "every rank logs the same norm";
     }
   }
+}
+
+// A 16-bit gradient buffer (--fp16 without --accumulate-allreduce-grads-in-fp32, --bf16 with
+// --grad-reduce-in-bf16) under mpirun -np 2: each rank's accumulated gradient rounded, scaled
+// by 1/2 in 16 bits, the two summed and the sum rounded - what Megatron's 16-bit buffer and a
+// 16-bit all-reduce of two ranks (one rounded addition) leave - replicated and sharded, one
+// bucket or several; and it is not the fp32 average (the fp32 path, unchanged, is checked bit
+// for bit against the replicated optimizer above).
+TEST(GradBuffer, SixteenBitBufferReducesAsMegatronsDoes) {
+  if (test::relaunch_under_mpirun(2)) return;
+  comm::MpiRuntime mpi;
+  auto world = mpi.world();
+  auto backend = backend::make_cpu_backend();
+  const int64_t me = world->rank();
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (bool distributed : {false, true}) {
+      for (int64_t bucket : {int64_t{0}, int64_t{10}}) {
+        SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " distributed " << distributed << " bucket " << bucket);
+        model::ParameterSet ps = make_params(*backend, dtype);
+        GradBuffer gb(ps, *world, distributed, BucketLayout{bucket, {}, -1}, dtype, backend.get());
+        EXPECT_EQ(gb.grad_dtype(), dtype);
+        fill_grads(ps, me, 0);
+        gb.round_accumulated(0, static_cast<int64_t>(ps.params().size()));  // after the backward
+        gb.finish_grad_sync();
+        const float* g = ps.grads().data_as<const float>();
+        int64_t checked = 0, unlike_fp32 = 0;
+        for (const Range& r : gb.owned()) {
+          for (int64_t i = r.start; i < r.end; ++i) {
+            float mine[2];  // each rank's gradient, as fill_grads wrote it
+            for (int64_t k = 0; k < 2; ++k) mine[k] = 0.01f * static_cast<float>((i * 7 + k * 3) % 11) - 0.05f;
+            const float a = round_to(dtype, 0.5f * round_to(dtype, mine[0]));
+            const float b = round_to(dtype, 0.5f * round_to(dtype, mine[1]));
+            const float want = round_to(dtype, a + b);
+            EXPECT_EQ(g[i], want) << "element " << i;
+            unlike_fp32 += g[i] != 0.5f * (mine[0] + mine[1]);
+            ++checked;
+          }
+        }
+        EXPECT_GT(checked, 10);
+        EXPECT_GT(unlike_fp32, checked / 4) << "the 16-bit roundings should show";
+      }
+    }
+  }
+}
+
+// One data-parallel rank: the accumulation of two micro-batches in a 16-bit buffer, each
+// compute's result rounded (round_accumulated), the second only where its chunk's range says;
+// finish_grad_sync rounds what is left. fp32 buffers are left alone.
+TEST(GradBuffer, SixteenBitBufferRoundsEachAccumulation) {
+  auto backend = backend::make_cpu_backend();
+  comm::SelfCommunicator self(*backend, "dp");
+  model::ParameterSet ps = make_params(*backend, DType::kF16);
+  GradBuffer gb(ps, self, false, BucketLayout{10, {}, -1}, DType::kF16, backend.get());  // buckets [20, 43), [0, 20)
+  float* g = ps.grads().data_as<float>();
+  const float third = 1.0f / 3.0f, tiny = std::ldexp(1.0f, -14);  // a quarter of fp16's ulp at 1/3
+  for (int64_t i = 0; i < 43; ++i) g[i] = third;
+  gb.round_accumulated(0, 4);  // every parameter
+  for (int64_t i = 0; i < 43; ++i) EXPECT_EQ(g[i], round_to(DType::kF16, third)) << i;
+  for (int64_t i = 0; i < 43; ++i) g[i] += tiny;  // the next micro-batch, fp32 sums
+  gb.round_accumulated(2, 4);                     // b.weight, c.weight: the bucket [20, 43)
+  EXPECT_EQ(g[25], round_to(DType::kF16, third)) << "rounded: the small addition is lost";
+  EXPECT_EQ(g[5], round_to(DType::kF16, third) + tiny) << "not rounded yet";
+  gb.finish_grad_sync();
+  EXPECT_EQ(g[5], round_to(DType::kF16, third));
+  model::ParameterSet fp = make_params(*backend, DType::kF32);
+  GradBuffer plain(fp, self, false, BucketLayout{10, {}, -1});
+  EXPECT_EQ(plain.grad_dtype(), DType::kF32);
+  float* h = fp.grads().data_as<float>();
+  for (int64_t i = 0; i < 43; ++i) h[i] = third;
+  plain.round_accumulated(0, 4);
+  plain.finish_grad_sync();
+  for (int64_t i = 0; i < 43; ++i) EXPECT_EQ(h[i], third);
 }
 
 }  // namespace

@@ -237,12 +237,14 @@ TEST(Trainer, Fp16SkipsOverflowingIterationsByTheScalerRules) {
   int64_t hysteresis = 2, skips = 0, successes = 0;
   for (const Line& l : lines) {
     if (l.skipped == 1) {
-      ASSERT_EQ(successes, 0) << "overflows come first, while the scale is too large";
+      // Overflows come first, while the scale is too large; with the fp16 gradient buffer
+      // (Megatron's default with --fp16) a later spike can overflow it too.
       ++skips;
       if (--hysteresis <= 0) scale *= 0.5;
       EXPECT_FALSE(l.grad_norm.has_value()) << "no grad norm on a skipped iteration";
       EXPECT_FALSE(l.loss.has_value()) << "skipped losses are not averaged";
-      EXPECT_EQ(l.lr, 0.001) << "the scheduler does not step on a skipped iteration";
+      EXPECT_NEAR(l.lr, 0.001 * (1.0 - 2.0 * successes / 80.0), 1e-9)
+          << "the scheduler does not step on a skipped iteration";
     } else {
       EXPECT_EQ(l.skipped, 0);
       ++successes;
@@ -307,6 +309,38 @@ TEST(Trainer, DecoupledLrIsItsOwnGroupAndIsCheckedOnResume) {
   EXPECT_EQ(resumed[0].iteration, 3);
   EXPECT_EQ(resumed[0].loss, other[2].loss);
   EXPECT_EQ(resumed[1].loss, other[3].loss);
+}
+
+// The gradient buffer's dtype as Megatron picks it: bf16 runs keep fp32 gradients (the same
+// bits as with --accumulate-allreduce-grads-in-fp32 given), --grad-reduce-in-bf16 rounds them
+// to bf16 and --fp16 to fp16 unless --accumulate-allreduce-grads-in-fp32: those runs move.
+TEST(Trainer, GradientDtypeIsMegatronsDefault) {
+  const std::string dir = test::scratch_dir("trainer_grad_dtype");
+  const std::string corpus = test::write_walk_corpus(dir);
+  auto run = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> flags = base_flags(corpus, dir + "/cache");
+    for (const char* f : {"--global-batch-size", "4", "--train-iters", "6", "--lr", "0.01", "--log-interval", "1",
+                          "--eval-interval", "1000", "--initial-loss-scale", "256"})
+      flags.push_back(f);
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    const TrainConfig c = parse(flags);
+    auto backend = backend::make_cpu_backend();
+    std::ostringstream out;
+    Trainer trainer(c, *backend, out);
+    trainer.run();
+    std::vector<std::optional<double>> losses;
+    for (const Line& l : parse_lines(out.str())) losses.push_back(l.loss);
+    EXPECT_EQ(losses.size(), 6u);
+    return losses;
+  };
+  const auto bf16 = run({"--bf16"});
+  EXPECT_EQ(run({"--bf16", "--accumulate-allreduce-grads-in-fp32"}), bf16);
+  EXPECT_NE(run({"--bf16", "--grad-reduce-in-bf16"}), bf16);
+  const auto fp16 = run({"--fp16"});
+  const auto fp16_fp32_grads = run({"--fp16", "--accumulate-allreduce-grads-in-fp32"});
+  ASSERT_TRUE(fp16.back() && fp16_fp32_grads.back());
+  EXPECT_NE(fp16, fp16_fp32_grads);
+  EXPECT_NEAR(*fp16.back(), *fp16_fp32_grads.back(), 0.05 * *fp16_fp32_grads.back()) << "the same run, rounded";
 }
 
 TEST(Trainer, RampupBatchSize) {

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_test_util.h"
@@ -33,6 +35,31 @@ TEST(CpuElementwise, AddAndScale) {
   const std::vector<double> hv = values(h);
   be->scale(h, 0.3f);
   for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(get(h, i), round_to(DType::kBF16, static_cast<float>(hv[i]) * 0.3f));
+}
+
+// round_and_scale: x = round(alpha * round(x)) to bf16 / fp16 in fp32 storage, on values whose
+// roundings are worked out by hand (bf16 keeps 8 significant bits, fp16 11; ties to even).
+TEST(CpuElementwise, RoundAndScaleRoundsAsA16BitBufferWould) {
+  auto be = make_cpu_backend();
+  auto run = [&](std::vector<float> in, DType dtype, float alpha) {
+    Tensor x = Tensor::cpu({static_cast<int64_t>(in.size())}, DType::kF32);
+    std::copy(in.begin(), in.end(), x.data_as<float>());
+    be->round_and_scale(x, dtype, alpha);
+    return std::vector<float>(x.data_as<float>(), x.data_as<float>() + x.numel());
+  };
+  const float e8 = std::ldexp(1.0f, -8), e11 = std::ldexp(1.0f, -11);
+  // bf16 at 1: ulp 2^-7. 1 + 2^-8 ties to 1; 1 + 3 2^-8 ties to 1 + 2^-6; 1 + 2^-8 + 2^-20 rounds up.
+  EXPECT_EQ(run({1 + e8, 1 + 3 * e8, 1 + e8 + std::ldexp(1.0f, -20), -2.0f}, DType::kBF16, 1.0f),
+            (std::vector<float>{1.0f, 1 + 4 * e8, 1 + 2 * e8, -2.0f}));
+  // fp16 at 1: ulp 2^-10; 65519 rounds to the largest fp16 65504, 65520 overflows to inf.
+  EXPECT_EQ(run({1 + e11, 1 + 3 * e11, 65519.0f, 65520.0f}, DType::kF16, 1.0f),
+            (std::vector<float>{1.0f, 1 + 4 * e11, 65504.0f, INFINITY}));
+  // Rounded first, then scaled and rounded again: 1 + 2^-8 is 1 in bf16, so times 0.5 is 0.5
+  // (not 0.5 + 2^-9); 3 * (1/3 in fp32) = 0.99999994 rounds to 1.
+  EXPECT_EQ(run({1 + e8, 3.0f}, DType::kBF16, 0.5f), (std::vector<float>{0.5f, 1.5f}));
+  EXPECT_EQ(run({3.0f}, DType::kBF16, 1.0f / 3.0f), (std::vector<float>{1.0f}));
+  // fp32: a plain multiply.
+  EXPECT_EQ(run({1 + e8, 3.0f}, DType::kF32, 0.5f), (std::vector<float>{0.5f + e8 / 2, 1.5f}));
 }
 
 TEST(CpuElementwise, DropoutMaskScaleAndFraction) {

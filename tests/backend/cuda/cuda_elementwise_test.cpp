@@ -85,6 +85,33 @@ TEST(CudaElementwise, DropoutForwardAndBackwardEqualTheCpuBitForBit) {
 // Sequence-parallel shards: a global element offset (a multiple of 4, one Philox block per 4
 // elements; or not, two blocks) gives the CPU's mask at the same global indices, in the vector
 // and the scalar kernels, for dropout and bias-dropout-add.
+// round_and_scale (the 16-bit gradient buffer's roundings in fp32 storage) equals the CPU bit
+// for bit: one fp32 multiply between two RNE roundings, on values around every rounding case
+// (uniform values in [-1, 1) at several scales: fp16 subnormals and overflow included).
+TEST(CudaElementwise, RoundAndScaleEqualsTheCpuBitForBit) {
+  MT_REQUIRE_CUDA();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  for (const Shape& shape : std::vector<Shape>{{1}, {7}, {1000}, {4096, 257}}) {
+    for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+      for (float alpha : {1.0f, 0.5f, 1.0f / 3.0f, 1.0f / 8.0f}) {
+        for (float magnitude : {1e-6f, 1.0f, 3e4f, 1e5f}) {
+          Tensor x = host_random(shape, DType::kF32, 5, -1.0f, 1.0f);
+          for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] *= magnitude;
+          Tensor want = cpu->empty(shape, DType::kF32, MemoryKind::kOther);
+          cpu->copy(x, want);
+          cpu->round_and_scale(want, dt, alpha);
+          Tensor xd = to_device(*gpu, x);
+          gpu->round_and_scale(xd, dt, alpha);
+          EXPECT_TRUE(bitwise(to_host(*gpu, xd), want,
+                              "round_and_scale " + shape_name(shape, dt) + " alpha " + std::to_string(alpha) +
+                                  " magnitude " + std::to_string(magnitude)));
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaElementwise, DropoutWithAnOffsetEqualsTheCpu) {
   MT_REQUIRE_CUDA();
   auto cpu = make_cpu_backend();
