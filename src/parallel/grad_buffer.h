@@ -65,7 +65,11 @@
 //    bit for bit a 16-bit all-reduce (one rounded addition); over more, NCCL's ring rounds each
 //    partial sum where this rounds the exact fp32 sum (Megatron's
 //    reduce_scatter_with_fp32_accumulation) - a last-bit difference.
-// With one data-parallel rank finish_grad_sync() only rounds. fp32 (the default with --bf16
+// With one data-parallel rank finish_grad_sync() only rounds. The sums the step makes before
+// the reduction (the tied embedding over the embedding group, sequence-parallel LayerNorm
+// gradients over TP; train/train_step.h) add rounded values in fp32 and are rounded when their
+// bucket starts (for two terms the bits of a 16-bit all-reduce); with --overlap-grad-reduce the
+// LayerNorm sums come after the reduction and stay fp32 sums. fp32 (the default with --bf16
 // and with --accumulate-allreduce-grads-in-fp32) runs none of this.
 #pragma once
 
