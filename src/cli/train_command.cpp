@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "backend/device.h"
+#include "backend/gpu_telemetry.h"
 #include "backend/ops.h"
 #include "ckpt/checkpoint.h"
 #include "cli/args.h"
@@ -17,6 +18,7 @@
 #include "cli/host_memory.h"
 #include "cli/train_args.h"
 #include "cli/train_prediction.h"
+#include "cli/wandb_sync.h"
 #include "comm/launch.h"
 #include "comm/launch_env.h"
 #include "comm/watchdog.h"
@@ -65,6 +67,35 @@ std::vector<std::string> with_validation_errors(const Args& args, std::vector<st
     }
   }
   return errors;
+}
+
+// --log-energy / --codecarbon-dir: this rank's GPU energy counter (null on the CPU or without
+// NVML: the rank's energy reads 0), and rank 0's start-up lines saying what is measured.
+std::unique_ptr<backend::EnergyCounter> energy_counter(const Args& args, const train::TrainConfig& config,
+                                                       const backend::Backend& backend, const comm::LaunchEnv& env,
+                                                       std::ostream& log0) {
+  std::string why = "the CPU backend";
+  std::unique_ptr<backend::EnergyCounter> counter;
+  if (backend.device() == Device::kCUDA) {
+    counter = backend::open_energy_counter(static_cast<int>(cuda_device_for_rank(args, env.local_rank)), &why);
+  }
+  const char* flag = config.log_energy ? "--log-energy" : "--codecarbon-dir";
+  if (counter) {
+    log0 << " > " << flag << ": each GPU's energy from NVML's counter (nvmlDeviceGetTotalEnergyConsumption), summed "
+         << "over " << config.world_size << " rank(s)\n";
+  } else {
+    log0 << "note: [" << flag << "] no GPU energy counter on rank 0 (" << why << "): its energy reads 0\n";
+  }
+  if (config.codecarbon_dir) {
+    log0 << " > --codecarbon-dir: the GPUs' energy (kWh) goes to " << *config.codecarbon_dir
+         << "/emissions.csv at every log line and at the end; ";
+    if (config.carbon_intensity_g_per_kwh) {
+      log0 << "emissions at " << *config.carbon_intensity_g_per_kwh << " g CO2eq/kWh (--carbon-intensity-g-per-kwh)\n";
+    } else {
+      log0 << "no emissions without the grid's intensity (--carbon-intensity-g-per-kwh G, ours)\n";
+    }
+  }
+  return counter;
 }
 
 }  // namespace
@@ -117,6 +148,8 @@ int run_train(const CommandArgs& argv) {
   // index, loading a checkpoint): a SIGTERM from here on is honoured at the first iteration
   // boundary (save, exit 0), as in Megatron, whose handler is set before the model and data.
   if (config.exit_signal_handler) train::Trainer::install_exit_signal_handler();
+  const std::optional<WandbSync> wandb = wandb_sync_of(args, config);
+  if (wandb) log0 << wandb_sync_note(*wandb, /*at_end=*/false);
   if (env.world_size > 1) {
     log0 << "using world size: " << config.world_size << ", data-parallel size: " << config.data_parallel_size
          << ", context-parallel size: 1, tensor-model-parallel size: " << config.tensor_model_parallel_size
@@ -250,7 +283,11 @@ int run_train(const CommandArgs& argv) {
   config.nccl_collectives = env.world_size > 1 && uses_nccl(args);
   train::Trainer trainer(config, *backend, std::cout, &groups);
   trainer.set_straggler_detector(straggler.get());
+  if (config.log_energy || config.codecarbon_dir) {
+    trainer.set_energy_counter(energy_counter(args, config, *backend, env, log0));
+  }
   trainer.run();
+  if (wandb) log0 << wandb_sync_note(*wandb, /*at_end=*/true);
   return 0;
 }
 

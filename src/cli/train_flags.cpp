@@ -58,8 +58,10 @@ constexpr NamedOrigin kSupportedOrigins[] = {
     {"--layernorm-epsilon", FlagOrigin::kOlderMegatron},
     {"--log-batch-size-to-tensorboard", FlagOrigin::kOlderMegatron},
     {"--overlap-p2p-communication", FlagOrigin::kOlderMegatron},
-    {"--classic-split", FlagOrigin::kOurs},  // older Megatron-LM's split rule (data::SplitRule::kClassic)
-    {"--exit-samples", FlagOrigin::kOurs},   // asked for by the BigScience plan; no Megatron has it
+    {"--classic-split", FlagOrigin::kOurs},            // older Megatron-LM's split rule (data::SplitRule::kClassic)
+    {"--exit-samples", FlagOrigin::kOurs},             // asked for by the BigScience plan; no Megatron has it
+    {"--codecarbon-dir", FlagOrigin::kOlderMegatron},  // BigScience's Megatron-DeepSpeed
+    {"--carbon-intensity-g-per-kwh", FlagOrigin::kOurs},
 };
 
 void declare_supported_flags(Args& a) {
@@ -265,6 +267,22 @@ void declare_supported_flags(Args& a) {
       .flag("--no-log-loss-scale-to-tensorboard", "do not log the loss scale")
       .flag("--disable-log-loss-scale-to-tensorboard", "the same as --no-log-loss-scale-to-tensorboard")
       .option("--log-jsonl", "FILE", "append one JSON object per logged iteration and validation to FILE");
+  // Energy (obs/energy_monitor.h) and Weights & Biases (cli/wandb_sync.h).
+  a.flag("--log-energy",
+         "log the GPUs' energy (NVML's counter, summed over ranks): energy per GPU (J/iter/GPU) and power per GPU "
+         "(W/GPU) in the log line and TensorBoard, the total at the end")
+      .option("--codecarbon-dir", "DIR",
+              "write the GPUs' energy (kWh, summed over ranks) to DIR/emissions.csv in codecarbon's columns at every "
+              "log line and at the end (no codecarbon package needed)")
+      .option("--carbon-intensity-g-per-kwh", "G",
+              "the grid's carbon intensity (g CO2eq per kWh): --codecarbon-dir also writes the emissions (ours)")
+      .option("--wandb-project", "P",
+              "Weights & Biases project: the run writes TensorBoard events (--tensorboard-dir, else "
+              "<--save>/tensorboard) and prints the `wandb sync --sync-tensorboard` command that uploads them (the "
+              "trainer itself sends nothing)")
+      .option("--wandb-exp-name", "NAME", "the W&B run (its id in the printed wandb sync command)")
+      .option("--wandb-save-dir", "DIR", "W&B's local files (WANDB_DIR of the printed command; default <--save>/wandb)")
+      .option("--wandb-entity", "E", "the W&B entity (team or user) of the printed command");
   // Parallelism and recompute.
   a.option("--tensor-model-parallel-size", "N", "tensor-parallel size (heads, FFN and vocabulary split over N ranks)",
            "1")
