@@ -297,8 +297,16 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   c.tensor_model_parallel_size = a.get_int("--tensor-model-parallel-size", 1, kMaxDimension);
   c.pipeline_model_parallel_size = a.get_int("--pipeline-model-parallel-size", 1, kMaxDimension);
   // Megatron's layout check first (docs/megatron-formats.md §7): dp = world / (tp * pp).
-  c.data_parallel_size =
-      parallel::parallel_sizes(world_size, c.tensor_model_parallel_size, c.pipeline_model_parallel_size).dp;
+  try {
+    c.data_parallel_size =
+        parallel::parallel_sizes(world_size, c.tensor_model_parallel_size, c.pipeline_model_parallel_size).dp;
+  } catch (const Error& e) {
+    if (a.given("--world-size")) throw;
+    // The world comes from the launcher; a single process checking a layout is told how.
+    throw_error(e.what(),
+                "; the world size comes from the launcher (torchrun, mpirun, srun or --nproc-per-node N); to check "
+                "this layout on one machine: --dry-run --world-size N");
+  }
   if (c.model.num_attention_heads % c.tensor_model_parallel_size != 0) {
     throw_error("[--num-attention-heads] ", c.model.num_attention_heads,
                 " is not divisible by --tensor-model-parallel-size ", c.tensor_model_parallel_size);

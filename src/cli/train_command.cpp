@@ -40,6 +40,8 @@
 namespace megatron::cli {
 namespace {
 
+constexpr int64_t kMaxDryRunWorld = 1 << 20;
+
 // predict_speed, or why there is none (a layout the planner rejects).
 SpeedPrediction prediction(const train::TrainConfig& config, const plan::GpuSpec& gpu, int64_t gpus_per_node) {
   try {
@@ -57,7 +59,12 @@ std::vector<std::string> with_validation_errors(const Args& args, std::vector<st
     if (e.starts_with("[")) flagged.push_back(e.substr(0, e.find(']') + 1));
   }
   try {
-    parse_train_config(args, 1, nullptr);
+    int64_t world = 1;
+    try {
+      if (args.given("--world-size")) world = args.get_int("--world-size", 1, kMaxDryRunWorld);
+    } catch (const Error&) {
+    }
+    parse_train_config(args, world, nullptr);
   } catch (const Error& e) {
     std::istringstream lines(e.what());
     for (std::string line; std::getline(lines, line);) {
@@ -98,6 +105,36 @@ std::unique_ptr<backend::EnergyCounter> energy_counter(const Args& args, const t
   return counter;
 }
 
+// The world a run plans for: the launcher's, or --dry-run's --world-size N (a dry run connects
+// to nobody, so one process checks any layout).
+int64_t dry_run_world_size(const Args& args, const comm::LaunchEnv& env) {
+  if (!args.given("--world-size")) return env.world_size;
+  if (!args.get_flag("--dry-run")) {
+    throw_error(
+        "[--world-size] is for --dry-run only: a run's world size comes from its launcher (torchrun, mpirun, "
+        "srun or --nproc-per-node)");
+  }
+  return args.get_int("--world-size", 1, kMaxDryRunWorld);
+}
+
+// The ranks per node a dry run plans for: --gpus-per-node, else with --world-size at most 8
+// (megatron plan's default), else the launcher's (comm::ranks_per_node).
+int64_t dry_run_ranks_per_node(const Args& args, int64_t world) {
+  if (args.given("--gpus-per-node")) {
+    const int64_t g = args.get_int("--gpus-per-node", 1, kMaxDryRunWorld);
+    if (!args.get_flag("--dry-run")) throw_error("[--gpus-per-node] is for --dry-run only (with --world-size)");
+    if (world % g != 0 && g < world) {
+      throw_error("[--gpus-per-node] world size (", world, ") is not a multiple of --gpus-per-node (", g, ")");
+    }
+    return std::min(g, world);
+  }
+  if (args.given("--world-size")) {
+    const int64_t g = std::min<int64_t>(world, 8);
+    return world % g == 0 ? g : world;
+  }
+  return comm::ranks_per_node(comm::process_environment(), world);
+}
+
 }  // namespace
 
 int run_train(const CommandArgs& argv) {
@@ -135,7 +172,7 @@ int run_train(const CommandArgs& argv) {
       args = make_args();
       args.parse(full);
     }
-    config = parse_train_config(args, env.world_size, &log0);
+    config = parse_train_config(args, dry_run_world_size(args, env), &log0);
     host_collectives(args);  // a bad --distributed-backend is rank 0's one line too
   } catch (const Error&) {
     if (!rank0) {
@@ -177,8 +214,16 @@ int run_train(const CommandArgs& argv) {
   if (config.dry_run) {
     // GPU ranks add NCCL's communicator buffers, as `megatron plan` does (plan/nccl_memory.h),
     // with the launcher's ranks per node (comm::ranks_per_node; one node when it says nothing).
-    const bool nccl = config.world_size > 1 && uses_nccl(args);
-    const int64_t per_node = comm::ranks_per_node(comm::process_environment(), config.world_size);
+    // A layout planned for --gpu has GPU ranks even where this machine has none.
+    const bool gpu_ranks = uses_cuda(args) || (args.given("--gpu") && args.get_string("--device") != "cpu");
+    const bool nccl = config.world_size > 1 && gpu_ranks && !host_collectives(args);
+    const int64_t per_node = dry_run_ranks_per_node(args, config.world_size);
+    if (args.given("--world-size")) {
+      log0 << " > --dry-run for a world of " << config.world_size << " rank(s), " << per_node
+           << " per node (--gpus-per-node): data-parallel size " << config.data_parallel_size
+           << ", tensor-model-parallel size " << config.tensor_model_parallel_size << ", pipeline-model-parallel size "
+           << config.pipeline_model_parallel_size << "\n";
+    }
     const int64_t tp = config.tensor_model_parallel_size, dp = config.data_parallel_size;
     // MEGATRON_DP_COPY_ENGINE takes effect (parallel/data_parallel_setup.h) with the distributed
     // optimizer over data-parallel groups inside a node.
@@ -212,7 +257,11 @@ int run_train(const CommandArgs& argv) {
       }
     }
     log0 << train::flops_formula_text(config.model, config.global_batch_size, config.flops_convention);
-    if (args.given("--gpu")) log0 << prediction(config, plan::find_gpu(args.get_string("--gpu")), per_node).line;
+    if (args.given("--gpu")) {
+      log0 << prediction(config, plan::find_gpu(args.get_string("--gpu")), per_node).line;
+    } else if (args.given("--world-size")) {
+      log0 << " > no speed prediction: give the GPU kind with --gpu (" << plan::gpu_names() << ")\n";
+    }
     if (config.save) log0 << save_memory_line(config);
     return 0;
   }

@@ -45,6 +45,8 @@ const std::vector<ModelPreset> kPresets = {
 constexpr NamedOrigin kSupportedOrigins[] = {
     {"--model", FlagOrigin::kOurs},
     {"--dry-run", FlagOrigin::kOurs},
+    {"--world-size", FlagOrigin::kOurs},
+    {"--gpus-per-node", FlagOrigin::kOurs},
     {"--gpu", FlagOrigin::kOurs},
     {"--flops-convention", FlagOrigin::kOurs},
     {"--log-jsonl", FlagOrigin::kOurs},
@@ -229,6 +231,10 @@ void declare_supported_flags(Args& a) {
               "iterations between checkpoints (with --save); or a schedule N1:U1,N2:U2,...,N: the multiples of N1 up "
               "to iteration U1, then of N2 up to U2, ..., then of N (ours; e.g. 10:100,18:1000,1500)")
       .flag("--dry-run", "print the configuration and memory plan, then exit")
+      .option("--world-size", "N",
+              "--dry-run: plan for N ranks (each pipeline stage's memory, NCCL's buffers, the prediction with --gpu) "
+              "without a launcher; default: the launcher's world")
+      .option("--gpus-per-node", "G", "--dry-run --world-size: ranks per node (default: at most 8)")
       .option("--gpu", "NAME",
               "the GPU kind megatron plan's prediction, printed before the first step, is for (" + plan::gpu_names() +
                   "; default: this CUDA device's kind; needed with --dry-run)");
