@@ -194,7 +194,7 @@ TEST(Preprocess, BadLinesStopWithFileAndLineAndLeaveNoFiles) {
       {"{\"text\": \"unterminated}", "invalid JSON: unterminated string"},
       {"{\"text\": \"bad \xFF byte\"}", "invalid UTF-8 at byte 15"},
       {"{\"text\": \"lone \\udc00\"}", "key 'text': lone surrogate \\udc00"},
-      {"{\"body\": \"no text key\"}", "missing key 'text'"},
+      {"{\"body\": \"no text key\"}", "missing key 'text' (the line's keys: 'body'; choose them with --json-keys)"},
       {"{\"text\": 42}", "key 'text' is a number"},
       {"{\"text\": [\"ok\", null]}", "key 'text': list element 1 is null"},
       {"", "blank line"},
