@@ -145,7 +145,10 @@ void declare_supported_flags(Args& a) {
   // Batch and length.
   a.option("--micro-batch-size", "N", "samples per forward pass per replica")
       .option("--global-batch-size", "N", "samples per iteration (default micro-batch * data-parallel)")
-      .list("--rampup-batch-size", "N", "<start> <increment> <ramp samples>; needs --train-samples", 3)
+      .list("--rampup-batch-size", "START INCR SAMPLES",
+            "the global batch from START, growing by INCR, over SAMPLES training samples (Megatron's ramp-up); needs "
+            "--train-samples",
+            3)
       .option("--step-batch-size-schedule", "S",
               "Megatron-Core's step schedule \"THRESHOLD:BS THRESHOLD:BS ...\": the global batch BS from THRESHOLD "
               "consumed tokens on (suffixes K, M, B, T; the first threshold 0); not with --global-batch-size")

@@ -869,5 +869,14 @@ TEST(TrainArgs, WorldSizeSetsDataParallelSize) {
   EXPECT_EQ(parse(base_args(), 3).global_batch_size, 6);
 }
 
+// --help names --rampup-batch-size's three values as Megatron's help describes them.
+TEST(TrainArgs, HelpNamesTheRampUpValues) {
+  Args a("train");
+  declare_train_flags(a);
+  EXPECT_NE(a.usage().find("\n  --rampup-batch-size START INCR SAMPLES the global batch from START, growing by INCR"),
+            std::string::npos)
+      << a.usage();
+}
+
 }  // namespace
 }  // namespace megatron::cli
