@@ -173,6 +173,7 @@ void Trainer::begin_training(LoopState* loop) {
     loop->energy = energy_.get();
     energy_start_ = Clock::now();
     if (c.codecarbon_dir && groups_->rank() == 0) emissions_run_id_ = obs::random_run_id();
+    write_emissions();  // a directory that cannot take the file fails here, not at the first log line
   } else {
     energy_.reset();
   }
