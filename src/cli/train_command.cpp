@@ -108,6 +108,9 @@ std::unique_ptr<backend::EnergyCounter> energy_counter(const Args& args, const t
 // The world a run plans for: the launcher's, or --dry-run's --world-size N (a dry run connects
 // to nobody, so one process checks any layout).
 int64_t dry_run_world_size(const Args& args, const comm::LaunchEnv& env) {
+  if (args.given("--gpus-per-node") && !args.get_flag("--dry-run")) {
+    throw_error("[--gpus-per-node] is for --dry-run only: a run's ranks per node come from its launcher");
+  }
   if (!args.given("--world-size")) return env.world_size;
   if (!args.get_flag("--dry-run")) {
     throw_error(
@@ -122,7 +125,6 @@ int64_t dry_run_world_size(const Args& args, const comm::LaunchEnv& env) {
 int64_t dry_run_ranks_per_node(const Args& args, int64_t world) {
   if (args.given("--gpus-per-node")) {
     const int64_t g = args.get_int("--gpus-per-node", 1, kMaxDryRunWorld);
-    if (!args.get_flag("--dry-run")) throw_error("[--gpus-per-node] is for --dry-run only (with --world-size)");
     if (world % g != 0 && g < world) {
       throw_error("[--gpus-per-node] world size (", world, ") is not a multiple of --gpus-per-node (", g, ")");
     }

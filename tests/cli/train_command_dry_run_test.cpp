@@ -79,6 +79,12 @@ TEST(TrainDryRun, ALayoutTooBigForTheWorldNamesWorldSize) {
                                            "--train-iters 1 --mock-data --world-size 4");
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.output.find("error: [--world-size] is for --dry-run only"), std::string::npos) << run.output;
+  const test::CommandResult per_node = megatron("",
+                                                "train --model gpt3-1.3b --micro-batch-size 1 --lr 1e-4 "
+                                                "--train-iters 1 --mock-data --gpus-per-node 4");
+  EXPECT_NE(per_node.status, 0);
+  EXPECT_NE(per_node.output.find("error: [--gpus-per-node] is for --dry-run only"), std::string::npos)
+      << per_node.output;
   const test::CommandResult odd = megatron("", kLayout + " --world-size 16 --gpus-per-node 3");
   EXPECT_NE(odd.status, 0);
   EXPECT_NE(odd.output.find("[--gpus-per-node] world size (16) is not a multiple of --gpus-per-node (3)"),
