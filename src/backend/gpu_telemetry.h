@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -65,5 +66,18 @@ class TelemetrySampler {
 // does not support on it). Defined in backend/cuda/gpu_telemetry_nvml.cpp (CUDA builds) or
 // backend/cuda/no_cuda.cpp.
 std::unique_ptr<TelemetrySampler> start_telemetry(int cuda_device, int period_ms, std::string* why_not);
+
+// A GPU's energy counter: NVML's nvmlDeviceGetTotalEnergyConsumption, millijoules since the
+// driver was loaded (Volta and newer), what Megatron-Core's EnergyMonitor reads.
+class EnergyCounter {
+ public:
+  virtual ~EnergyCounter() = default;
+  // The counter now; nullopt when this read failed.
+  virtual std::optional<int64_t> millijoules() = 0;
+};
+
+// The counter of GPU `cuda_device`, or null with *why_not set (no NVML library, no such device,
+// a GPU without the counter). Defined beside start_telemetry.
+std::unique_ptr<EnergyCounter> open_energy_counter(int cuda_device, std::string* why_not);
 
 }  // namespace megatron::backend

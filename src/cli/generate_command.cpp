@@ -188,9 +188,10 @@ int run_generate(const CommandArgs& argv) {
       logits = generator.append(ids);
     }
     std::vector<int32_t> out;
+    bool stopped = false;  // at an end-of-text token
     for (int64_t i = 0; i < max_new && generator.context_length() < context; ++i) {
       const int32_t next = model::sample_token(logits, vocab, sp, draw++);
-      if (special.stops(next)) break;
+      if ((stopped = special.stops(next))) break;
       out.push_back(next);
       if (generator.context_length() < context) {
         logits = generator.append(std::span<const int32_t>(&next, 1));
@@ -198,11 +199,21 @@ int run_generate(const CommandArgs& argv) {
         if (rows) dumped_generated.back().push_back(next);  // a token whose logits were computed
       }
     }
+    // Short of --max-new-tokens without a stop token: the model's positions ran out.
+    const bool at_context = !stopped && static_cast<int64_t>(out.size()) < max_new;
+    auto context_note = [&] {
+      if (!at_context) return;
+      std::cerr << "note: prompt " << p + 1 << " stopped at the model's context: " << positions << " positions ("
+                << ids.size() << " prompt tokens + " << out.size() << " generated) before --max-new-tokens " << max_new
+                << "\n"
+                << std::flush;
+    };
     std::vector<int32_t> all = ids;
     all.insert(all.end(), out.begin(), out.end());
     if (token_ids) {
       for (size_t i = 0; i < all.size(); ++i) std::cout << (i ? " " : "") << all[i];
       std::cout << "\n" << std::flush;
+      context_note();
       continue;
     }
     // The continuation's text is what it adds to the prompt's decoded text: SentencePiece drops
@@ -212,6 +223,7 @@ int run_generate(const CommandArgs& argv) {
     const std::string added =
         full.compare(0, base.size(), base) == 0 ? full.substr(base.size()) : tokenizer->decode(out);
     std::cout << prompt << added << "\n" << std::flush;
+    context_note();
   }
   if (!dump.empty()) {
     std::vector<ckpt::TensorToWrite> tensors;

@@ -297,8 +297,16 @@ void fill_parallel_and_batch(const Args& a, TrainConfig& c, int64_t world_size, 
   c.tensor_model_parallel_size = a.get_int("--tensor-model-parallel-size", 1, kMaxDimension);
   c.pipeline_model_parallel_size = a.get_int("--pipeline-model-parallel-size", 1, kMaxDimension);
   // Megatron's layout check first (docs/megatron-formats.md §7): dp = world / (tp * pp).
-  c.data_parallel_size =
-      parallel::parallel_sizes(world_size, c.tensor_model_parallel_size, c.pipeline_model_parallel_size).dp;
+  try {
+    c.data_parallel_size =
+        parallel::parallel_sizes(world_size, c.tensor_model_parallel_size, c.pipeline_model_parallel_size).dp;
+  } catch (const Error& e) {
+    if (a.given("--world-size")) throw;
+    // The world comes from the launcher; a single process checking a layout is told how.
+    throw_error(e.what(),
+                "; the world size comes from the launcher (torchrun, mpirun, srun or --nproc-per-node N); to check "
+                "this layout on one machine: --dry-run --world-size N");
+  }
   if (c.model.num_attention_heads % c.tensor_model_parallel_size != 0) {
     throw_error("[--num-attention-heads] ", c.model.num_attention_heads,
                 " is not divisible by --tensor-model-parallel-size ", c.tensor_model_parallel_size);
@@ -727,6 +735,27 @@ void fill_logging_and_data(const Args& a, TrainConfig& c) {
   c.log_loss_scale_to_tensorboard =
       !a.get_flag("--no-log-loss-scale-to-tensorboard") && !a.get_flag("--disable-log-loss-scale-to-tensorboard");
   if (a.given("--log-jsonl")) c.log_jsonl = a.get_string("--log-jsonl");
+  c.log_energy = a.get_flag("--log-energy");
+  if (a.given("--codecarbon-dir")) c.codecarbon_dir = a.get_string("--codecarbon-dir");
+  c.carbon_intensity_g_per_kwh = opt_double(a, "--carbon-intensity-g-per-kwh", {});
+  if (c.carbon_intensity_g_per_kwh && !c.codecarbon_dir) {
+    throw_error("[--carbon-intensity-g-per-kwh] needs --codecarbon-dir (the emissions go to its emissions.csv)");
+  }
+  // Weights & Biases (cli/wandb_sync.h): the run writes TensorBoard events for `wandb sync`,
+  // to --tensorboard-dir or else <--save>/tensorboard.
+  if (a.given("--wandb-project") && !a.get_string("--wandb-project").empty()) {
+    if (a.given("--wandb-exp-name") && a.get_string("--wandb-exp-name").empty()) {
+      throw_error("[--wandb-exp-name] Please specify the wandb experiment name! (it is empty)");
+    }
+    if (!c.tensorboard_dir) {
+      if (!c.save) {
+        throw_error(
+            "[--wandb-project] needs --tensorboard-dir or --save: the TensorBoard events that wandb sync "
+            "uploads are written there (<--save>/tensorboard)");
+      }
+      c.tensorboard_dir = *c.save + "/tensorboard";
+    }
+  }
 
   c.data_path = a.get_list("--data-path");
   if (a.given("--data-args-path")) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "backend/device.h"
+#include "backend/gpu_telemetry.h"
 #include "backend/ops.h"
 #include "ckpt/checkpoint.h"
 #include "cli/args.h"
@@ -17,6 +18,7 @@
 #include "cli/host_memory.h"
 #include "cli/train_args.h"
 #include "cli/train_prediction.h"
+#include "cli/wandb_sync.h"
 #include "comm/launch.h"
 #include "comm/launch_env.h"
 #include "comm/watchdog.h"
@@ -38,6 +40,8 @@
 namespace megatron::cli {
 namespace {
 
+constexpr int64_t kMaxDryRunWorld = 1 << 20;
+
 // predict_speed, or why there is none (a layout the planner rejects).
 SpeedPrediction prediction(const train::TrainConfig& config, const plan::GpuSpec& gpu, int64_t gpus_per_node) {
   try {
@@ -55,7 +59,12 @@ std::vector<std::string> with_validation_errors(const Args& args, std::vector<st
     if (e.starts_with("[")) flagged.push_back(e.substr(0, e.find(']') + 1));
   }
   try {
-    parse_train_config(args, 1, nullptr);
+    int64_t world = 1;
+    try {
+      if (args.given("--world-size")) world = args.get_int("--world-size", 1, kMaxDryRunWorld);
+    } catch (const Error&) {
+    }
+    parse_train_config(args, world, nullptr);
   } catch (const Error& e) {
     std::istringstream lines(e.what());
     for (std::string line; std::getline(lines, line);) {
@@ -65,6 +74,67 @@ std::vector<std::string> with_validation_errors(const Args& args, std::vector<st
     }
   }
   return errors;
+}
+
+// --log-energy / --codecarbon-dir: this rank's GPU energy counter (null on the CPU or without
+// NVML: the rank's energy reads 0), and rank 0's start-up lines saying what is measured.
+std::unique_ptr<backend::EnergyCounter> energy_counter(const Args& args, const train::TrainConfig& config,
+                                                       const backend::Backend& backend, const comm::LaunchEnv& env,
+                                                       std::ostream& log0) {
+  std::string why = "the CPU backend";
+  std::unique_ptr<backend::EnergyCounter> counter;
+  if (backend.device() == Device::kCUDA) {
+    counter = backend::open_energy_counter(static_cast<int>(cuda_device_for_rank(args, env.local_rank)), &why);
+  }
+  const char* flag = config.log_energy ? "--log-energy" : "--codecarbon-dir";
+  if (counter) {
+    log0 << " > " << flag << ": each GPU's energy from NVML's counter (nvmlDeviceGetTotalEnergyConsumption), summed "
+         << "over " << config.world_size << " rank(s)\n";
+  } else {
+    log0 << "note: [" << flag << "] no GPU energy counter on rank 0 (" << why << "): its energy reads 0\n";
+  }
+  if (config.codecarbon_dir) {
+    log0 << " > --codecarbon-dir: the GPUs' energy (kWh) goes to " << *config.codecarbon_dir
+         << "/emissions.csv at every log line and at the end; ";
+    if (config.carbon_intensity_g_per_kwh) {
+      log0 << "emissions at " << *config.carbon_intensity_g_per_kwh << " g CO2eq/kWh (--carbon-intensity-g-per-kwh)\n";
+    } else {
+      log0 << "no emissions without the grid's intensity (--carbon-intensity-g-per-kwh G, ours)\n";
+    }
+  }
+  return counter;
+}
+
+// The world a run plans for: the launcher's, or --dry-run's --world-size N (a dry run connects
+// to nobody, so one process checks any layout).
+int64_t dry_run_world_size(const Args& args, const comm::LaunchEnv& env) {
+  if (args.given("--gpus-per-node") && !args.get_flag("--dry-run")) {
+    throw_error("[--gpus-per-node] is for --dry-run only: a run's ranks per node come from its launcher");
+  }
+  if (!args.given("--world-size")) return env.world_size;
+  if (!args.get_flag("--dry-run")) {
+    throw_error(
+        "[--world-size] is for --dry-run only: a run's world size comes from its launcher (torchrun, mpirun, "
+        "srun or --nproc-per-node)");
+  }
+  return args.get_int("--world-size", 1, kMaxDryRunWorld);
+}
+
+// The ranks per node a dry run plans for: --gpus-per-node, else with --world-size at most 8
+// (megatron plan's default), else the launcher's (comm::ranks_per_node).
+int64_t dry_run_ranks_per_node(const Args& args, int64_t world) {
+  if (args.given("--gpus-per-node")) {
+    const int64_t g = args.get_int("--gpus-per-node", 1, kMaxDryRunWorld);
+    if (world % g != 0 && g < world) {
+      throw_error("[--gpus-per-node] world size (", world, ") is not a multiple of --gpus-per-node (", g, ")");
+    }
+    return std::min(g, world);
+  }
+  if (args.given("--world-size")) {
+    const int64_t g = std::min<int64_t>(world, 8);
+    return world % g == 0 ? g : world;
+  }
+  return comm::ranks_per_node(comm::process_environment(), world);
 }
 
 }  // namespace
@@ -104,7 +174,7 @@ int run_train(const CommandArgs& argv) {
       args = make_args();
       args.parse(full);
     }
-    config = parse_train_config(args, env.world_size, &log0);
+    config = parse_train_config(args, dry_run_world_size(args, env), &log0);
     host_collectives(args);  // a bad --distributed-backend is rank 0's one line too
   } catch (const Error&) {
     if (!rank0) {
@@ -117,6 +187,8 @@ int run_train(const CommandArgs& argv) {
   // index, loading a checkpoint): a SIGTERM from here on is honoured at the first iteration
   // boundary (save, exit 0), as in Megatron, whose handler is set before the model and data.
   if (config.exit_signal_handler) train::Trainer::install_exit_signal_handler();
+  const std::optional<WandbSync> wandb = wandb_sync_of(args, config);
+  if (wandb) log0 << wandb_sync_note(*wandb, /*at_end=*/false);
   if (env.world_size > 1) {
     log0 << "using world size: " << config.world_size << ", data-parallel size: " << config.data_parallel_size
          << ", context-parallel size: 1, tensor-model-parallel size: " << config.tensor_model_parallel_size
@@ -144,8 +216,16 @@ int run_train(const CommandArgs& argv) {
   if (config.dry_run) {
     // GPU ranks add NCCL's communicator buffers, as `megatron plan` does (plan/nccl_memory.h),
     // with the launcher's ranks per node (comm::ranks_per_node; one node when it says nothing).
-    const bool nccl = config.world_size > 1 && uses_nccl(args);
-    const int64_t per_node = comm::ranks_per_node(comm::process_environment(), config.world_size);
+    // A layout planned for --gpu has GPU ranks even where this machine has none.
+    const bool gpu_ranks = uses_cuda(args) || (args.given("--gpu") && args.get_string("--device") != "cpu");
+    const bool nccl = config.world_size > 1 && gpu_ranks && !host_collectives(args);
+    const int64_t per_node = dry_run_ranks_per_node(args, config.world_size);
+    if (args.given("--world-size")) {
+      log0 << " > --dry-run for a world of " << config.world_size << " rank(s), " << per_node
+           << " per node (--gpus-per-node): data-parallel size " << config.data_parallel_size
+           << ", tensor-model-parallel size " << config.tensor_model_parallel_size << ", pipeline-model-parallel size "
+           << config.pipeline_model_parallel_size << "\n";
+    }
     const int64_t tp = config.tensor_model_parallel_size, dp = config.data_parallel_size;
     // MEGATRON_DP_COPY_ENGINE takes effect (parallel/data_parallel_setup.h) with the distributed
     // optimizer over data-parallel groups inside a node.
@@ -179,7 +259,11 @@ int run_train(const CommandArgs& argv) {
       }
     }
     log0 << train::flops_formula_text(config.model, config.global_batch_size, config.flops_convention);
-    if (args.given("--gpu")) log0 << prediction(config, plan::find_gpu(args.get_string("--gpu")), per_node).line;
+    if (args.given("--gpu")) {
+      log0 << prediction(config, plan::find_gpu(args.get_string("--gpu")), per_node).line;
+    } else if (args.given("--world-size")) {
+      log0 << " > no speed prediction: give the GPU kind with --gpu (" << plan::gpu_names() << ")\n";
+    }
     if (config.save) log0 << save_memory_line(config);
     return 0;
   }
@@ -250,7 +334,11 @@ int run_train(const CommandArgs& argv) {
   config.nccl_collectives = env.world_size > 1 && uses_nccl(args);
   train::Trainer trainer(config, *backend, std::cout, &groups);
   trainer.set_straggler_detector(straggler.get());
+  if (config.log_energy || config.codecarbon_dir) {
+    trainer.set_energy_counter(energy_counter(args, config, *backend, env, log0));
+  }
   trainer.run();
+  if (wandb) log0 << wandb_sync_note(*wandb, /*at_end=*/true);
   return 0;
 }
 

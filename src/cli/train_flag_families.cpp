@@ -51,8 +51,6 @@ constexpr const char* kFaultTolerance =
 constexpr const char* kAutoresume = "ADLR autoresume: use --exit-signal-handler or --exit-duration-in-mins";
 constexpr const char* kBatchInvariant = "batch-invariant kernels";
 constexpr const char* kObjectStorage = "object storage (Multi-Storage Client): data and checkpoints are local files";
-constexpr const char* kWandb =
-    "no-op: no Weights & Biases client here (TensorBoard: --tensorboard-dir; metrics: --log-jsonl)";
 constexpr const char* kPytorchProfiler = "no PyTorch here: --profile starts and stops the CUDA profiler (nsys) instead";
 constexpr const char* kKernelChoice = "no-op: kernel choice";
 constexpr const char* kCommTuning = "no-op: NCCL and communication tuning that changes no value";
@@ -621,11 +619,6 @@ constexpr FlagRow kFamilyRows[] = {
     // Refused: object storage (Multi-Storage Client).
     {"--enable-msc", FlagType::kSwitch, FlagState::kUnsupported, "", kObjectStorage},
     {"--object-storage-cache-path", FlagType::kValue, FlagState::kUnsupported, "", kObjectStorage},
-    // Accepted, no effect: no Weights & Biases client here.
-    {"--wandb-entity", FlagType::kValue, FlagState::kNoOp, "", kWandb},
-    {"--wandb-exp-name", FlagType::kValue, FlagState::kNoOp, "", kWandb},
-    {"--wandb-project", FlagType::kValue, FlagState::kNoOp, "", kWandb},
-    {"--wandb-save-dir", FlagType::kValue, FlagState::kNoOp, "", kWandb},
     // Refused: no PyTorch here.
     {"--pytorch-profiler-collect-callstack", FlagType::kSwitch, FlagState::kUnsupported, "", kPytorchProfiler},
     {"--pytorch-profiler-collect-chakra", FlagType::kSwitch, FlagState::kUnsupported, "", kPytorchProfiler},
@@ -684,7 +677,6 @@ constexpr FlagRow kFamilyRows[] = {
     {"--otel-span-groups", FlagType::kValue, FlagState::kNoOp, "", kOtel},
     // Accepted, no effect: a logging option of Megatron's that has no equivalent here.
     {"--log-device-memory-used", FlagType::kSwitch, FlagState::kNoOp, "", kLogging},
-    {"--log-energy", FlagType::kSwitch, FlagState::kNoOp, "", kLogging},
     {"--log-max-attention-logit", FlagType::kSwitch, FlagState::kNoOp, "", kLogging},
     {"--log-memory-interval", FlagType::kValue, FlagState::kNoOp, "", kLogging},
     {"--logging-level", FlagType::kValue, FlagState::kNoOp, "", kLogging},

@@ -45,6 +45,8 @@ const std::vector<ModelPreset> kPresets = {
 constexpr NamedOrigin kSupportedOrigins[] = {
     {"--model", FlagOrigin::kOurs},
     {"--dry-run", FlagOrigin::kOurs},
+    {"--world-size", FlagOrigin::kOurs},
+    {"--gpus-per-node", FlagOrigin::kOurs},
     {"--gpu", FlagOrigin::kOurs},
     {"--flops-convention", FlagOrigin::kOurs},
     {"--log-jsonl", FlagOrigin::kOurs},
@@ -58,8 +60,10 @@ constexpr NamedOrigin kSupportedOrigins[] = {
     {"--layernorm-epsilon", FlagOrigin::kOlderMegatron},
     {"--log-batch-size-to-tensorboard", FlagOrigin::kOlderMegatron},
     {"--overlap-p2p-communication", FlagOrigin::kOlderMegatron},
-    {"--classic-split", FlagOrigin::kOurs},  // older Megatron-LM's split rule (data::SplitRule::kClassic)
-    {"--exit-samples", FlagOrigin::kOurs},   // asked for by the BigScience plan; no Megatron has it
+    {"--classic-split", FlagOrigin::kOurs},            // older Megatron-LM's split rule (data::SplitRule::kClassic)
+    {"--exit-samples", FlagOrigin::kOurs},             // asked for by the BigScience plan; no Megatron has it
+    {"--codecarbon-dir", FlagOrigin::kOlderMegatron},  // BigScience's Megatron-DeepSpeed
+    {"--carbon-intensity-g-per-kwh", FlagOrigin::kOurs},
 };
 
 void declare_supported_flags(Args& a) {
@@ -141,7 +145,10 @@ void declare_supported_flags(Args& a) {
   // Batch and length.
   a.option("--micro-batch-size", "N", "samples per forward pass per replica")
       .option("--global-batch-size", "N", "samples per iteration (default micro-batch * data-parallel)")
-      .list("--rampup-batch-size", "N", "<start> <increment> <ramp samples>; needs --train-samples", 3)
+      .list("--rampup-batch-size", "START INCR SAMPLES",
+            "the global batch from START, growing by INCR, over SAMPLES training samples (Megatron's ramp-up); needs "
+            "--train-samples",
+            3)
       .option("--step-batch-size-schedule", "S",
               "Megatron-Core's step schedule \"THRESHOLD:BS THRESHOLD:BS ...\": the global batch BS from THRESHOLD "
               "consumed tokens on (suffixes K, M, B, T; the first threshold 0); not with --global-batch-size")
@@ -231,6 +238,10 @@ void declare_supported_flags(Args& a) {
               "iterations between checkpoints (with --save); or a schedule N1:U1,N2:U2,...,N: the multiples of N1 up "
               "to iteration U1, then of N2 up to U2, ..., then of N (ours; e.g. 10:100,18:1000,1500)")
       .flag("--dry-run", "print the configuration and memory plan, then exit")
+      .option("--world-size", "N",
+              "--dry-run: plan for N ranks (each pipeline stage's memory, NCCL's buffers, the prediction with --gpu) "
+              "without a launcher; default: the launcher's world")
+      .option("--gpus-per-node", "G", "--dry-run --world-size: ranks per node (default: at most 8)")
       .option("--gpu", "NAME",
               "the GPU kind megatron plan's prediction, printed before the first step, is for (" + plan::gpu_names() +
                   "; default: this CUDA device's kind; needed with --dry-run)");
@@ -269,6 +280,22 @@ void declare_supported_flags(Args& a) {
       .flag("--no-log-loss-scale-to-tensorboard", "do not log the loss scale")
       .flag("--disable-log-loss-scale-to-tensorboard", "the same as --no-log-loss-scale-to-tensorboard")
       .option("--log-jsonl", "FILE", "append one JSON object per logged iteration and validation to FILE");
+  // Energy (obs/energy_monitor.h) and Weights & Biases (cli/wandb_sync.h).
+  a.flag("--log-energy",
+         "log the GPUs' energy (NVML's counter, summed over ranks): energy per GPU (J/iter/GPU) and power per GPU "
+         "(W/GPU) in the log line and TensorBoard, the total at the end")
+      .option("--codecarbon-dir", "DIR",
+              "write the GPUs' energy (kWh, summed over ranks) to DIR/emissions.csv in codecarbon's columns at every "
+              "log line and at the end (no codecarbon package needed)")
+      .option("--carbon-intensity-g-per-kwh", "G",
+              "the grid's carbon intensity (g CO2eq per kWh): --codecarbon-dir also writes the emissions (ours)")
+      .option("--wandb-project", "P",
+              "Weights & Biases project: the run writes TensorBoard events (--tensorboard-dir, else "
+              "<--save>/tensorboard) and prints the `wandb sync --sync-tensorboard` command that uploads them (the "
+              "trainer itself sends nothing)")
+      .option("--wandb-exp-name", "NAME", "the W&B run (its id in the printed wandb sync command)")
+      .option("--wandb-save-dir", "DIR", "W&B's local files (WANDB_DIR of the printed command; default <--save>/wandb)")
+      .option("--wandb-entity", "E", "the W&B entity (team or user) of the printed command");
   // Parallelism and recompute.
   a.option("--tensor-model-parallel-size", "N", "tensor-parallel size (heads, FFN and vocabulary split over N ranks)",
            "1")

@@ -1,11 +1,15 @@
 #include "data/dataset_config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
+#include <system_error>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "data/indexed_dataset.h"
 #include "data/mock_sequences.h"
 
@@ -34,6 +38,35 @@ std::string strip(const std::string& s) {
 }
 
 }  // namespace
+
+void check_dataset_prefix(const std::string& prefix, const char* flag) {
+  const bool idx = file_exists(prefix + ".idx"), bin = file_exists(prefix + ".bin");
+  if (idx && bin) return;
+  const std::string missing = !idx && !bin ? str_cat(prefix, ".idx and ", prefix, ".bin are missing")
+                                           : str_cat(prefix, idx ? ".bin" : ".idx", " is missing");
+  std::string message = str_cat("[", flag, "] ", prefix, ": no dataset (", missing, ")");
+  // preprocess names its output <--output-prefix>_<json key>_<level>: the prefix without them is
+  // the usual slip.
+  std::error_code ec;
+  const std::filesystem::path path(prefix);
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const std::string stem = path.filename().string();
+  std::vector<std::string> candidates;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > stem.size() + 5 && name.starts_with(stem + "_") && name.ends_with(".idx")) {
+      const std::string candidate = name.substr(0, name.size() - 4);
+      if (candidate.ends_with("_document") || candidate.ends_with("_sentence")) {
+        if (file_exists((dir / (candidate + ".bin")).string())) {
+          candidates.push_back(path.has_parent_path() ? (dir / candidate).string() : candidate);
+        }
+      }
+    }
+  }
+  std::sort(candidates.begin(), candidates.end());
+  if (!candidates.empty()) message += str_cat("; did you mean ", flag, " ", candidates.front(), "?");
+  throw_error(message);
+}
 
 DataBlend parse_data_path(const std::vector<std::string>& values, const char* flag) {
   DataBlend blend;
@@ -154,6 +187,7 @@ GPTDatasets build_per_split_datasets(const GPTDataConfig& config) {
     int64_t size = 0;
     for (size_t p = 0; p < blend.prefixes.size(); ++p) {
       const std::string& prefix = blend.prefixes[p];
+      check_dataset_prefix(prefix, flag);
       auto indexed = std::make_shared<const IndexedDataset>(prefix);
       const int64_t sequences = indexed->sequence_count();
       if (sequences == 0) throw_error("[", flag, "] ", prefix, ": the dataset holds no sequences");
@@ -216,6 +250,7 @@ GPTDatasets build_gpt_datasets(const GPTDataConfig& config) {
   }
   for (size_t p = 0; p < n; ++p) {
     const std::string& prefix = blend.prefixes[p];
+    check_dataset_prefix(prefix, "--data-path");
     auto indexed = std::make_shared<const IndexedDataset>(prefix);
     const int64_t sequences = indexed->sequence_count();
     const auto bounds = split_bounds(config.split_rule, config.split, sequences);

@@ -31,6 +31,9 @@ struct DataBlend {
   bool blended() const { return !weights.empty(); }
 };
 DataBlend parse_data_path(const std::vector<std::string>& values, const char* flag = "--data-path");
+// Throws naming `flag` unless <prefix>.idx and <prefix>.bin exist, suggesting a dataset of
+// preprocess's naming (<prefix>_text_document, ...) beside it when there is one.
+void check_dataset_prefix(const std::string& prefix, const char* flag);
 
 // Megatron's " > datasets target sizes (minimum size):".
 struct TargetSamples {

@@ -365,6 +365,7 @@ bool JsonTextExtractor::extract(std::string_view line, std::vector<Sentences>* o
   }
   stack_.clear();
   for (auto& s : spans_) s = {};
+  names_.clear();
   Scanner sc(line, &stack_);
   sc.skip_ws();
   if (sc.at_end()) {
@@ -403,6 +404,7 @@ bool JsonTextExtractor::extract(std::string_view line, std::vector<Sentences>* o
       bool has_escape = false;
       if (!(ok = sc.skip_string(&has_escape))) break;
       std::string_view name(name_begin + 1, static_cast<size_t>(sc.pos() - name_begin - 2));
+      names_.push_back(name);  // as written (escapes undecoded), for the missing-key message
       int32_t lone = -1;
       if (has_escape) {
         key_buffer_.clear();
@@ -453,7 +455,11 @@ bool JsonTextExtractor::extract(std::string_view line, std::vector<Sentences>* o
     Sentences& sentences = (*out)[k];
     const std::string_view span = spans_[k];
     if (span.empty()) {
-      *error = str_cat("missing key '", keys_[k], "'");
+      std::string seen;
+      for (std::string_view n : names_) seen += str_cat(seen.empty() ? "" : ", ", "'", n, "'");
+      *error = str_cat("missing key '", keys_[k], "'",
+                       seen.empty() ? std::string(" (the object has no keys)")
+                                    : str_cat(" (the line's keys: ", seen, "; choose them with --json-keys)"));
       return false;
     }
     size_t used = 0;

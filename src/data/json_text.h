@@ -39,7 +39,7 @@ class JsonTextExtractor {
   // UTF-8 sentences of keys()[k] and returns true. On failure returns false and sets
   // *error to a one-line reason without file or line, e.g.
   //   "invalid JSON: expecting ':' after an object key at byte 12"
-  //   "missing key 'text'".
+  //   "missing key 'text' (the line's keys: 'content', 'id'; choose them with --json-keys)".
   // `out` is reused across calls (capacity kept), so one extractor per thread.
   bool extract(std::string_view line, std::vector<Sentences>* out, std::string* error);
 
@@ -48,6 +48,7 @@ class JsonTextExtractor {
  private:
   std::vector<std::string> keys_;
   std::vector<std::string_view> spans_;  // raw value text of each key, empty = missing
+  std::vector<std::string_view> names_;  // the line's top-level names, as written
   std::string key_buffer_;
   std::vector<char> stack_;
 };

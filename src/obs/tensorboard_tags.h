@@ -84,6 +84,11 @@ inline constexpr std::string_view kMemAllocatedCount = "mem-allocated-count";   
 inline constexpr std::string_view kWorldSize = "world-size";                      // x: iteration
 inline constexpr std::string_view kWorldSizeVsSamples = "world-size vs samples";  // x: consumed samples
 
+// --log-energy, at each log line (obs/energy_monitor.h): joules per iteration per GPU, and
+// watts per GPU.
+inline constexpr std::string_view kIterEnergyPerGpu = "iter-energy/gpu";  // x: iteration
+inline constexpr std::string_view kPowerPerGpu = "power/gpu";             // x: iteration
+
 // True for the tags whose x-axis (the event's step) is consumed samples rather than iteration.
 constexpr bool is_vs_samples(std::string_view tag) { return tag.ends_with(" vs samples"); }
 

@@ -113,6 +113,10 @@ std::string format_iteration_line(const IterationLog& l, LogStyle style) {
   if (head && l.skipped_samples > 0) s += " skipped samples: " + padded_int(l.skipped_samples, 12) + " |";
   s += " elapsed time per iteration (ms): " + py_format_f(l.elapsed_ms, 1) + " |";
   if (l.tflops_per_gpu) s += " throughput per GPU (TFLOP/s/GPU): " + py_format_f(*l.tflops_per_gpu, 1) + " |";
+  if (head && l.energy_per_gpu_j) {
+    s += " energy per GPU (J/iter/GPU): " + py_format_f(*l.energy_per_gpu_j, 1) + " |";
+    s += " power per GPU (W/GPU): " + py_format_f(l.power_per_gpu_w.value_or(0.0), 1) + " |";
+  }
   s += " learning rate: " + py_format_e(l.learning_rate, head ? 6 : 3) + " |";
   s += " global batch size: " + padded_int(l.global_batch_size, 5) + " |";
   for (const LossValue& loss : l.losses) {

@@ -9,7 +9,8 @@
 //    number of skipped iterations:   0 | number of nan iterations:   0 |
 //    tokens per second: 53084 | ETA: 0:18:31 |"            (one line; wrapped here)
 // Optional pieces: the timestamp (when given), "skipped samples" (HEAD, when > 0), throughput
-// (--log-throughput), grad norm (when not None), num zeros (--log-num-zeros-in-grad), params norm
+// (--log-throughput), energy and power per GPU (HEAD, --log-energy; obs/energy_monitor.h), grad norm (when not None),
+// num zeros (--log-num-zeros-in-grad), params norm
 // (--log-params-norm). Our two additions come after all of Megatron's fields so that parsers
 // of Megatron logs keep working:
 //   " tokens per second: {rounded integer} |"   tokens of the global batch / elapsed seconds
@@ -41,6 +42,9 @@ struct IterationLog {
   int64_t skipped_samples = 0;           // HEAD prints it when > 0
   double elapsed_ms = 0;                 // per iteration, averaged over the interval
   std::optional<double> tflops_per_gpu;  // --log-throughput
+  // --log-energy: " energy per GPU (J/iter/GPU): {:.1f} | power per GPU (W/GPU): {:.1f} |"
+  std::optional<double> energy_per_gpu_j;
+  std::optional<double> power_per_gpu_w;
   double learning_rate = 0;
   int64_t global_batch_size = 0;
   std::vector<LossValue> losses;

@@ -153,6 +153,11 @@ struct TrainConfig {
   bool disable_straggler_on_startup = false;  // --disable-straggler-on-startup
   int64_t straggler_ctrlr_port = 65535;       // --straggler-ctrlr-port
   int64_t straggler_minmax_count = 1;         // --straggler-minmax-count
+  // --log-energy and --codecarbon-dir (obs/energy_monitor.h): the GPUs' energy in the log line
+  // and TensorBoard, and in <codecarbon_dir>/emissions.csv with CO2 at the given grid intensity.
+  bool log_energy = false;
+  std::optional<std::string> codecarbon_dir;
+  std::optional<double> carbon_intensity_g_per_kwh;  // --carbon-intensity-g-per-kwh (ours)
   // --check-weight-hash-across-dp-replicas-interval (obs/weight_hash.h): unset, no check.
   std::optional<int64_t> check_weight_hash_interval;
 

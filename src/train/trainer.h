@@ -45,6 +45,7 @@
 #include "ckpt/checkpoint.h"
 #include "data/dataset_config.h"
 #include "model/gpt_model.h"
+#include "obs/energy_monitor.h"
 #include "obs/metrics_jsonl.h"
 #include "obs/progress_log.h"
 #include "obs/straggler_detector.h"
@@ -84,6 +85,11 @@ class Trainer {
   // --log-straggler's detector (null: none), whose watched communicators `groups` are; it
   // times each iteration and reports at every log interval (obs/straggler_detector.h).
   void set_straggler_detector(obs::StragglerDetector* detector) { straggler_ = detector; }
+  // --log-energy and --codecarbon-dir: this rank's GPU energy counter (never given, or null:
+  // this rank's energy reads 0), read by obs::EnergyMonitor.
+  void set_energy_counter(std::unique_ptr<backend::EnergyCounter> counter) {
+    energy_ = std::make_unique<obs::EnergyMonitor>(std::move(counter));
+  }
 
   model::GPTModel& model() { return *model_; }
   const ckpt::TrainProgress& progress() const { return progress_; }
@@ -164,6 +170,8 @@ class Trainer {
   void append_checkpoint_progress();
   // Timers::log over the world, printed by the last rank (collective).
   void log_timers(const std::vector<std::string>& names, double normalizer = 1.0);
+  // --codecarbon-dir: rank 0 writes the run's row of emissions.csv from the energy lapped so far.
+  void write_emissions() const;
 
   TrainConfig config_;
   backend::Backend& backend_;
@@ -185,6 +193,9 @@ class Trainer {
   ckpt::TrainProgress progress_;
   std::unique_ptr<obs::Timers> timers_;          // --timing-log-level (obs/timers.h)
   obs::StragglerDetector* straggler_ = nullptr;  // --log-straggler
+  std::unique_ptr<obs::EnergyMonitor> energy_;   // --log-energy, --codecarbon-dir
+  std::string emissions_run_id_;                 // --codecarbon-dir: this run's row
+  std::chrono::steady_clock::time_point energy_start_;
   std::unique_ptr<obs::TensorBoardWriter> tensorboard_;
   std::unique_ptr<obs::MetricsJsonlWriter> jsonl_;
   // --log-progress: when this job started (the earliest rank's construction of its Trainer) and

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -62,6 +63,7 @@ struct Trainer::LoopState {
   // Megatron stops its interval timer around evaluation and checkpoint saves: their seconds are
   // left out of the next log line's time per iteration (and tokens/s).
   double paused_seconds = 0.0;
+  obs::EnergyMonitor* energy = nullptr;  // --log-energy: paused with the interval clock
   // The iterations after the first log interval (warm-up left out).
   double steady_seconds = 0.0;
   int64_t steady_iterations = 0, steady_from = 0;
@@ -70,7 +72,9 @@ struct Trainer::LoopState {
   template <class Work>
   void paused(Work&& work) {
     const auto t0 = Clock::now();
+    if (energy) energy->pause();
     work();
+    if (energy) energy->resume();
     paused_seconds += seconds_since(t0);
   }
 };
@@ -138,6 +142,15 @@ TrainSummary Trainer::run() {
   summary.iterations = progress_.iteration;
   summary.consumed_samples = progress_.consumed_train_samples;
   report_against_prediction(loop);
+  if (energy_) {
+    energy_->lap(*groups_->world);
+    if (c.log_energy) {
+      char line[96];
+      std::snprintf(line, sizeof(line), "Total training energy (GPU): %.3f MJ\n", energy_->total_joules() / 1e6);
+      *log0_ << line << std::flush;
+    }
+    write_emissions();
+  }
   if (summary.exited_early) {  // Megatron exits right there: no final evaluation
     finish_pending_save(/*wait=*/true);
     return summary;
@@ -154,6 +167,16 @@ TrainSummary Trainer::run() {
 void Trainer::begin_training(LoopState* loop) {
   const TrainConfig& c = config_;
   *log0_ << "training ...\n" << std::flush;
+  if (c.log_energy || c.codecarbon_dir) {
+    if (!energy_) energy_ = std::make_unique<obs::EnergyMonitor>(nullptr);
+    energy_->resume();
+    loop->energy = energy_.get();
+    energy_start_ = Clock::now();
+    if (c.codecarbon_dir && groups_->rank() == 0) emissions_run_id_ = obs::random_run_id();
+    write_emissions();  // a directory that cannot take the file fails here, not at the first log line
+  } else {
+    energy_.reset();
+  }
   if (c.log_progress && c.save && groups_->is_first_rank()) {
     append_progress("Starting job");
     std::ifstream in(*c.save + "/progress.txt", std::ios::binary);
@@ -342,6 +365,15 @@ void Trainer::log_iteration(const Iteration& it, LoopState* loop, TrainSummary* 
   log.grad_norm = step.grad_norm;
   if (step.num_zeros) log.num_zeros = static_cast<double>(*step.num_zeros);
   if (c.log_params_norm) log.params_norm = optimizer_->params_norm();
+  if (energy_) {
+    // Megatron's: the lap's joules over the interval's iterations and the ranks.
+    const double joules = energy_->lap(*groups_->world);
+    if (c.log_energy) {
+      log.energy_per_gpu_j = joules / static_cast<double>(iters) / static_cast<double>(c.world_size);
+      log.power_per_gpu_w = *log.energy_per_gpu_j / per_iter;
+    }
+    write_emissions();
+  }
   log.skipped_iterations = loop->skipped;
   log.nan_iterations = loop->nans;
   log.tokens_per_second = loop->interval_tokens / elapsed;
@@ -351,6 +383,10 @@ void Trainer::log_iteration(const Iteration& it, LoopState* loop, TrainSummary* 
   if (tensorboard_ && c.log_timers_to_tensorboard) {
     tensorboard_->add_scalar(std::string(tb_tags::kIterationTime), per_iter, iteration);
     if (log.tflops_per_gpu) tensorboard_->add_scalar(std::string(tb_tags::kThroughput), *log.tflops_per_gpu, iteration);
+  }
+  if (tensorboard_ && log.energy_per_gpu_j) {
+    tensorboard_->add_scalar(std::string(tb_tags::kIterEnergyPerGpu), *log.energy_per_gpu_j, iteration);
+    tensorboard_->add_scalar(std::string(tb_tags::kPowerPerGpu), *log.power_per_gpu_w, iteration);
   }
   if (tensorboard_) tensorboard_->flush();
   if (jsonl_) {
@@ -442,6 +478,23 @@ bool Trainer::save_or_exit(LoopState* loop, TrainSummary* summary) {
     return true;
   }
   return false;
+}
+
+void Trainer::write_emissions() const {
+  if (!config_.codecarbon_dir || groups_->rank() != 0) return;
+  obs::EmissionsRecord r;
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm local{};
+  localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &local);
+  r.timestamp = stamp;
+  r.run_id = emissions_run_id_;
+  r.duration_s = seconds_since(energy_start_);
+  r.gpu_energy_kwh = energy_->wall_joules() / 3.6e6;
+  r.gpu_count = config_.world_size;
+  r.carbon_intensity_g_per_kwh = config_.carbon_intensity_g_per_kwh;
+  obs::write_emissions_csv(*config_.codecarbon_dir, r);
 }
 
 void Trainer::report_against_prediction(const LoopState& loop) {

@@ -68,6 +68,22 @@ TEST_F(GenerateCommand, GreedyContinuesWhatItLearned) {
   EXPECT_EQ(out, "the cat sat on the mat. the cat sat\n");  // 6 tokens: " the", " mat", ".", " the", " cat", " sat"
 }
 
+// The model has 16 positions (--seq-length 16): a 4-token prompt gets 12 new tokens of the 50
+// asked for, and the run says why; a request that fits says nothing.
+TEST_F(GenerateCommand, SaysWhenItStopsAtTheModelsContext) {
+  int status = 0;
+  const std::string out = gen("--prompt 'the cat sat on' --max-new-tokens 50 --temperature 0", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("note: prompt 1 stopped at the model's context: 16 positions (4 prompt tokens + 12 generated) "
+                     "before --max-new-tokens 50\n"),
+            std::string::npos)
+      << out;
+  // 12 tokens: " the", " mat", ".", " the", " cat", " sat", " on", " the", " mat", ".", " the", " cat".
+  EXPECT_EQ(out.substr(0, out.find('\n') + 1), "the cat sat on the mat. the cat sat on the mat. the cat\n") << out;
+  const std::string fits = gen("--prompt 'the cat sat on' --max-new-tokens 6 --temperature 0", &status);
+  EXPECT_EQ(fits.find("note:"), std::string::npos) << fits;
+}
+
 TEST_F(GenerateCommand, SamplingIsReproducibleBySeed) {
   int status = 0;
   const std::string flags = "--prompt 'the' --max-new-tokens 8 --temperature 1.5 --top-k 5 --seed ";

@@ -350,7 +350,8 @@ TEST(TrainArgs, UnsupportedFlagsSayNotSupportedYet) {
   // The layout comes first: a world that TP x PP does not divide is Megatron's error.
   EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "2"}), /*world_size=*/3),
             "[--tensor-model-parallel-size/--pipeline-model-parallel-size] world size (3) is not divisible by tensor "
-            "parallel size (2) times pipeline parallel size (1)");
+            "parallel size (2) times pipeline parallel size (1); the world size comes from the launcher (torchrun, "
+            "mpirun, srun or --nproc-per-node N); to check this layout on one machine: --dry-run --world-size N");
   EXPECT_EQ(error_of(with(base_args(), {"--ckpt-format", "torch"})),
             "[--ckpt-format] is not supported yet (checkpoints use one format: safetensors + metadata.json "
             "(--save/--load))");
@@ -502,7 +503,8 @@ TEST(TrainArgs, TensorParallelConfigErrors) {
             "sequence)");
   EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "2"}), 6 - 1),
             "[--tensor-model-parallel-size/--pipeline-model-parallel-size] world size (5) is not divisible by tensor "
-            "parallel size (2) times pipeline parallel size (1)");
+            "parallel size (2) times pipeline parallel size (1); the world size comes from the launcher (torchrun, "
+            "mpirun, srun or --nproc-per-node N); to check this layout on one machine: --dry-run --world-size N");
   // The global batch is split over dp = world / tp: 8 ranks at TP 2 are DP 4.
   EXPECT_EQ(error_of(with(base_args(), {"--tensor-model-parallel-size", "2", "--global-batch-size", "4"}), 8),
             "[--global-batch-size] global batch size (4) is not divisible by micro batch size (2) times data "
@@ -910,6 +912,15 @@ TEST(TrainArgs, UnusualValidValuesStayAccepted) {
 TEST(TrainArgs, WorldSizeSetsDataParallelSize) {
   EXPECT_EQ(parse(base_args(), 3).data_parallel_size, 3);
   EXPECT_EQ(parse(base_args(), 3).global_batch_size, 6);
+}
+
+// --help names --rampup-batch-size's three values as Megatron's help describes them.
+TEST(TrainArgs, HelpNamesTheRampUpValues) {
+  Args a("train");
+  declare_train_flags(a);
+  EXPECT_NE(a.usage().find("\n  --rampup-batch-size START INCR SAMPLES the global batch from START, growing by INCR"),
+            std::string::npos)
+      << a.usage();
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
+#include <string>
 
+#include "core/error.h"
 #include "data/indexed_dataset.h"
 #include "support/paths.h"
 
@@ -59,5 +62,40 @@ TEST(BuildGPTDatasets, SplitRuleChoosesTheRangesAndKeepsTheCachesApart) {
   EXPECT_EQ(defaults.split_rule, SplitRule::kMegatronCore);
 }
 
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A missing dataset names its flag, and the prefix preprocess would have written beside it.
+TEST(CheckDatasetPrefix, NamesTheFlagAndSuggestsPreprocessNaming) {
+  const std::string dir = test::scratch_dir("check_dataset_prefix");
+  std::filesystem::remove_all(dir + "/data");
+  const std::string prefix = write_five_sequences(dir);  // <dir>/data/ds
+  EXPECT_EQ(error_of([&] { check_dataset_prefix(prefix, "--data-path"); }), "");
+  std::filesystem::rename(prefix + ".idx", prefix + "_text_document.idx");
+  std::filesystem::rename(prefix + ".bin", prefix + "_text_document.bin");
+  EXPECT_EQ(error_of([&] { check_dataset_prefix(prefix, "--valid-data-path"); }),
+            "[--valid-data-path] " + prefix + ": no dataset (" + prefix + ".idx and " + prefix +
+                ".bin are missing); did you mean --valid-data-path " + prefix + "_text_document?");
+  std::filesystem::copy_file(prefix + "_text_document.idx", prefix + ".idx");
+  EXPECT_EQ(error_of([&] { check_dataset_prefix(prefix, "--data-path"); }),
+            "[--data-path] " + prefix + ": no dataset (" + prefix + ".bin is missing); did you mean --data-path " +
+                prefix + "_text_document?");
+  EXPECT_EQ(error_of([&] { check_dataset_prefix(dir + "/data/other", "--data-path"); }),
+            "[--data-path] " + dir + "/data/other: no dataset (" + dir + "/data/other.idx and " + dir +
+                "/data/other.bin are missing)");
+  // Through the dataset builder, with the flag of a per-split path.
+  GPTDataConfig c = config(dir + "/data/ds", dir + "/cache", SplitRule::kMegatronCore);
+  c.data_path.clear();
+  c.split_data_path[2] = {dir + "/data/nothing"};
+  EXPECT_TRUE(error_of([&] {
+                build_gpt_datasets(c);
+              }).starts_with("[--test-data-path] " + dir + "/data/nothing: no dataset ("));
+}
 }  // namespace
 }  // namespace megatron::data

@@ -106,6 +106,13 @@ TEST(JsonText, MultipleKeysInRequestedOrder) {
   expect_error(R"({"a": "A"})", "missing key 'b'", {"a", "b"});
 }
 
+// A missing key lists the line's own top-level keys (as written) and names --json-keys.
+TEST(JsonText, MissingKeyListsTheKeysThere) {
+  expect_error(R"({"content": "x", "m\u0065ta": {"text": 1}})",
+               "missing key 'text' (the line's keys: 'content', 'm\\u0065ta'; choose them with --json-keys)");
+  expect_error(R"({})", "missing key 'text' (the object has no keys)");
+}
+
 TEST(JsonText, ExtractorIsReusable) {
   JsonTextExtractor x({"text"});
   std::vector<Sentences> out;

@@ -75,6 +75,22 @@ std::string cli_prefix() {
                  test::gpt2_vocab_file(), "' --merge-file '", test::gpt2_merge_file(), "'");
 }
 
+// A tokenizer type preprocess does not have is the error, not the files other types need.
+TEST(Preprocess, AnUnsupportedTokenizerTypeSaysSo) {
+  const std::string dir = test::scratch_dir("preprocess_tokenizer_type");
+  write_file(dir + "/in.jsonl", "{\"text\": \"x\"}\n");
+  const auto r =
+      test::run_command(str_cat(test::megatron_binary(), " preprocess --input '", dir, "/in.jsonl' --output-prefix '",
+                                dir, "/out' --tokenizer-type BertWordPieceLowerCase"),
+                        true);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(
+      r.output.find("error: [--tokenizer-type] 'BertWordPieceLowerCase' is not supported (expected GPT2BPETokenizer|"),
+      std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("--vocab-file"), std::string::npos) << r.output;
+}
+
 TEST(Preprocess, OutputDoesNotDependOnWorkerCount) {
   const std::string dir = test::scratch_dir("preprocess_workers");
   write_file(dir + "/in.jsonl", brown_corpus(120));
@@ -194,7 +210,7 @@ TEST(Preprocess, BadLinesStopWithFileAndLineAndLeaveNoFiles) {
       {"{\"text\": \"unterminated}", "invalid JSON: unterminated string"},
       {"{\"text\": \"bad \xFF byte\"}", "invalid UTF-8 at byte 15"},
       {"{\"text\": \"lone \\udc00\"}", "key 'text': lone surrogate \\udc00"},
-      {"{\"body\": \"no text key\"}", "missing key 'text'"},
+      {"{\"body\": \"no text key\"}", "missing key 'text' (the line's keys: 'body'; choose them with --json-keys)"},
       {"{\"text\": 42}", "key 'text' is a number"},
       {"{\"text\": [\"ok\", null]}", "key 'text': list element 1 is null"},
       {"", "blank line"},

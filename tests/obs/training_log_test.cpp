@@ -121,6 +121,19 @@ TEST(TrainingLog, MinimalLineParsesWithoutOptionalFields) {
   EXPECT_EQ(m[12].str(), "1.0");
 }
 
+// --log-energy (Megatron HEAD's training_log): the two fields right after throughput, .1f each.
+TEST(TrainingLog, EnergyAndPowerFollowThroughput) {
+  obs::IterationLog l = full_log();
+  l.energy_per_gpu_j = 812.34;
+  l.power_per_gpu_w = 658.04;
+  const std::string line = obs::format_iteration_line(l);
+  EXPECT_NE(line.find("| throughput per GPU (TFLOP/s/GPU): 123.4 | energy per GPU (J/iter/GPU): 812.3 | power per "
+                      "GPU (W/GPU): 658.0 | learning rate: 1.500000E-04 |"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(obs::format_iteration_line(full_log()).find("energy"), std::string::npos);
+}
+
 TEST(TrainingLog, LossShownOnlyWhenPositiveC23OrNonNegativeHead) {
   obs::IterationLog l;
   l.iteration = 5;

@@ -2,7 +2,8 @@
 // entry points used are declared here (NVML's C ABI: nvmlReturn_t is an int, 0 = success;
 // nvmlDevice_t an opaque pointer; NVML_CLOCK_SM = 1; NVML_TEMPERATURE_GPU = 0; clocks in MHz,
 // power in milliwatts, temperature in degrees C; nvmlUtilization_t is {unsigned gpu, memory}
-// in percent), so the build needs neither nvml.h nor libnvidia-ml at link time.
+// in percent; energy in millijoules as unsigned long long), so the build needs neither nvml.h
+// nor libnvidia-ml at link time.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
@@ -44,6 +45,7 @@ struct Nvml {
   // Optional (older drivers may lack them; the fields then read 0).
   int (*temperature)(NvmlDevice, int, unsigned*) = nullptr;
   int (*utilization)(NvmlDevice, NvmlUtilization*) = nullptr;
+  int (*total_energy)(NvmlDevice, unsigned long long*) = nullptr;  // open_energy_counter only
 
   ~Nvml() {
     if (shutdown != nullptr) shutdown();
@@ -127,7 +129,53 @@ class NvmlSampler final : public TelemetrySampler {
   std::thread thread_;
 };
 
+class NvmlEnergyCounter final : public EnergyCounter {
+ public:
+  NvmlEnergyCounter(std::unique_ptr<Nvml> nvml, NvmlDevice device) : nvml_(std::move(nvml)), device_(device) {}
+  std::optional<int64_t> millijoules() override {
+    unsigned long long mj = 0;
+    if (nvml_->total_energy(device_, &mj) != kNvmlSuccess) return std::nullopt;
+    return static_cast<int64_t>(mj);
+  }
+
+ private:
+  std::unique_ptr<Nvml> nvml_;
+  NvmlDevice device_;
+};
+
 }  // namespace
+
+std::unique_ptr<EnergyCounter> open_energy_counter(int cuda_device, std::string* why_not) {
+  auto fail = [&](std::string why) -> std::unique_ptr<EnergyCounter> {
+    if (why_not != nullptr) *why_not = std::move(why);
+    return nullptr;
+  };
+  auto nvml = std::make_unique<Nvml>();
+  nvml->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml->lib == nullptr) return fail("no NVML library (libnvidia-ml.so.1)");
+  void* lib = nvml->lib;
+  resolve(lib, "nvmlErrorString", &nvml->error_string);
+  int (*init)() = nullptr;
+  if (!resolve(lib, "nvmlInit_v2", &init) || !resolve(lib, "nvmlDeviceGetHandleByPciBusId_v2", &nvml->by_pci_bus_id) ||
+      !resolve(lib, "nvmlDeviceGetTotalEnergyConsumption", &nvml->total_energy)) {
+    return fail("the NVML library lacks nvmlDeviceGetTotalEnergyConsumption");
+  }
+  if (const int rc = init(); rc != kNvmlSuccess) return fail(nvml->why("nvmlInit_v2", rc));
+  resolve(lib, "nvmlShutdown", &nvml->shutdown);  // paired with the successful init
+  char bus[32] = {0};
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), cuda_device) != cudaSuccess) {
+    return fail(str_cat("no PCI bus id for CUDA device ", cuda_device));
+  }
+  NvmlDevice device = nullptr;
+  if (const int rc = nvml->by_pci_bus_id(bus, &device); rc != kNvmlSuccess) {
+    return fail(nvml->why("nvmlDeviceGetHandleByPciBusId_v2", rc));
+  }
+  unsigned long long probe = 0;
+  if (const int rc = nvml->total_energy(device, &probe); rc != kNvmlSuccess) {
+    return fail(nvml->why("nvmlDeviceGetTotalEnergyConsumption", rc));
+  }
+  return std::make_unique<NvmlEnergyCounter>(std::move(nvml), device);
+}
 
 std::unique_ptr<TelemetrySampler> start_telemetry(int cuda_device, int period_ms, std::string* why_not) {
   MT_CHECK(period_ms > 0) << "telemetry period " << period_ms;

@@ -22,6 +22,10 @@ std::unique_ptr<TelemetrySampler> start_telemetry(int, int, std::string* why_not
   if (why_not != nullptr) *why_not = "this build of megatron has no CUDA backend";
   return nullptr;
 }
+std::unique_ptr<EnergyCounter> open_energy_counter(int, std::string* why_not) {
+  if (why_not != nullptr) *why_not = "this build of megatron has no CUDA backend";
+  return nullptr;
+}
 NormalMathValues normal_math_on_device(int, int64_t) {
   throw_error("normal_math_on_device: this build of megatron has no CUDA backend");
 }
