@@ -15,6 +15,7 @@
 #include <simdjson.h>
 
 #include "backend/cuda/attention_impl.h"
+#include "backend/fp8_recipe.h"
 #include "ckpt/checkpoint_io.h"
 #include "ckpt/checkpoint_metadata.h"
 #include "cli/train_flag_table.h"
@@ -607,6 +608,79 @@ void fill_optimizer_and_precision(const Args& a, TrainConfig& c, std::ostream* l
   }
 }
 
+// --fp8-format and its recipe (Megatron-Core's TransformerConfig fp8 fields; Transformer
+// Engine's DelayedScaling / Float8CurrentScaling). Each flag's problem is its own line.
+std::vector<std::string> fp8_errors(const Args& a, TrainConfig& c, std::ostream* log) {
+  std::vector<std::string> errors;
+  auto check = [&](auto&& fill) {
+    try {
+      fill();
+    } catch (const Error& e) {
+      errors.emplace_back(e.what());
+    }
+  };
+  backend::Fp8Config f;
+  check([&] {
+    if (!a.given("--fp8-format")) return;
+    f.format = parse_choice<backend::Fp8Mix>(a, "--fp8-format",
+                                             {{"e4m3", backend::Fp8Mix::kE4M3}, {"hybrid", backend::Fp8Mix::kHybrid}});
+  });
+  check([&] {
+    const std::string r = a.get_string("--fp8-recipe");
+    if (r == "mxfp8") {
+      throw_error(
+          "[--fp8-recipe] mxfp8 is not supported (MXFP8 block scaling needs Blackwell's tensor cores; use "
+          "tensorwise or delayed)");
+    }
+    if (r == "blockwise") {
+      throw_error(
+          "[--fp8-recipe] blockwise is not supported (Float8BlockScaling's 1x128 and 128x128 block scales "
+          "are not implemented; use tensorwise or delayed)");
+    }
+    if (r == "custom") {
+      throw_error(
+          "[--fp8-recipe] custom is not supported (it takes a Python quantizer factory, "
+          "--fp8-quantizer-factory; use tensorwise or delayed)");
+    }
+    f.recipe = parse_choice<backend::Fp8Recipe>(
+        a, "--fp8-recipe",
+        {{"tensorwise", backend::Fp8Recipe::kTensorwise}, {"delayed", backend::Fp8Recipe::kDelayed}});
+  });
+  // The scale is fp8_max * 2^-margin / amax in fp32: a margin past 64 leaves too little range.
+  check([&] { f.margin = a.get_int("--fp8-margin", 0, 64); });
+  check([&] { f.amax_history_len = a.get_int("--fp8-amax-history-len", 1, 1 << 20); });
+  check([&] {
+    f.amax_compute_algo = parse_choice<backend::Fp8AmaxAlgo>(
+        a, "--fp8-amax-compute-algo",
+        {{"max", backend::Fp8AmaxAlgo::kMax}, {"most_recent", backend::Fp8AmaxAlgo::kMostRecent}});
+  });
+  if (!errors.empty()) return errors;
+  const char* delayed_only[] = {"--fp8-margin", "--fp8-amax-history-len", "--fp8-amax-compute-algo"};
+  if (!a.given("--fp8-format")) {
+    if (log != nullptr) {
+      for (const char* flag : {"--fp8-recipe", "--fp8-margin", "--fp8-amax-history-len", "--fp8-amax-compute-algo"}) {
+        if (a.given(flag)) *log << "warning: " << flag << " has no effect without --fp8-format\n";
+      }
+    }
+    return errors;
+  }
+  if (f.recipe == backend::Fp8Recipe::kTensorwise && log != nullptr) {
+    for (const char* flag : delayed_only) {
+      if (a.given(flag)) *log << "warning: " << flag << " has no effect with --fp8-recipe tensorwise\n";
+    }
+  }
+  if (f.recipe == backend::Fp8Recipe::kDelayed) {
+    for (const char* flag : {"--save", "--load"}) {
+      if (!a.given(flag)) continue;
+      errors.push_back(str_cat("[--fp8-recipe] delayed with ", flag,
+                               " is not supported yet: checkpoints do not hold the amax histories and scales, so a "
+                               "resume would not be exact (tensorwise keeps no state between steps)"));
+    }
+  }
+  c.model.fp8 = f;
+  return errors;
+}
+
 void fill_recompute(const Args& a, TrainConfig& c) {
   using train::RecomputeGranularity;
   using train::RecomputeMethod;
@@ -854,6 +928,7 @@ train::TrainConfig parse_train_config(const Args& args, int64_t world_size, std:
   const bool layout_ok = model_ok && attempt([&] { fill_parallel_and_batch(args, c, world_size, log); });
   attempt([&] { fill_schedule(args, c, log); });
   attempt([&] { fill_optimizer_and_precision(args, c, log); });
+  for (std::string& e : fp8_errors(args, c, log)) errors.push_back(std::move(e));
   if (layout_ok) attempt([&] { fill_recompute(args, c); });
   attempt([&] { fill_logging_and_data(args, c); });
   if (errors.empty()) attempt([&] { check_sample_counts(c); });

@@ -24,7 +24,10 @@ constexpr const char* kPipelineLayout =
 constexpr const char* kFsdp = "FSDP (Megatron FSDP, torch FSDP2): use --use-distributed-optimizer";
 constexpr const char* kTpOverlap = "TP communication overlap (Transformer Engine userbuffers)";
 constexpr const char* kOffload = "CPU offloading";
-constexpr const char* kFp8 = "FP8: issue in progress";
+constexpr const char* kFp8 = "FP8 here: --fp8-format's per-tensor recipes on the transformer layers' linears";
+constexpr const char* kFp8ParamGather =
+    "FP8 weights: parameters stay in the model dtype, the distributed optimizer all-gathers them so, and each GEMM "
+    "quantizes its weight";
 constexpr const char* kFp4 = "FP4 training";
 constexpr const char* kKitchen = "NVIDIA Kitchen quantization recipes";
 constexpr const char* kOptimizers = "Muon and other optimizers: only Adam(W)";
@@ -302,17 +305,13 @@ constexpr FlagRow kFamilyRows[] = {
     {"--optimizer-offload-fraction", FlagType::kValue, FlagState::kUnsupported, "", kOffload},
     {"--overlap-cpu-optimizer-d2h-h2d", FlagType::kSwitch, FlagState::kUnsupported, "", kOffload},
     {"--use-torch-optimizer-for-cpu-offload", FlagType::kSwitch, FlagState::kUnsupported, "", kOffload},
-    // Refused: FP8.
+    // FP8 beyond the supported recipes (train_flags.cpp declares --fp8-format and its options).
     {"--first-last-layers-bf16", FlagType::kSwitch, FlagState::kUnsupported, "", kFp8},
-    {"--fp8-amax-compute-algo", FlagType::kValue, FlagState::kUnsupported, "", kFp8},
-    {"--fp8-amax-history-len", FlagType::kValue, FlagState::kUnsupported, "", kFp8},
-    {"--fp8-format", FlagType::kValue, FlagState::kUnsupported, "", kFp8},
-    {"--fp8-interval", FlagType::kValue, FlagState::kUnsupported, "", kFp8},
-    {"--fp8-margin", FlagType::kValue, FlagState::kUnsupported, "", kFp8},
+    {"--fp8-interval", FlagType::kValue, FlagState::kNoOp, "",
+     "no-op: deprecated; Transformer Engine ignores it since 1.8 (the scales update every iteration)"},
     {"--fp8-output-proj", FlagType::kSwitch, FlagState::kUnsupported, "", kFp8},
-    {"--fp8-param-gather", FlagType::kSwitch, FlagState::kUnsupported, "", kFp8},
+    {"--fp8-param-gather", FlagType::kSwitch, FlagState::kUnsupported, "", kFp8ParamGather},
     {"--fp8-quantizer-factory", FlagType::kValue, FlagState::kUnsupported, "", kFp8},
-    {"--fp8-recipe", FlagType::kValue, FlagState::kUnsupported, "", kFp8},
     {"--keep-fp8-transpose-cache", FlagType::kSwitch, FlagState::kUnsupported, "", kFp8},
     {"--no-fp8-wgrad|--disable-fp8-wgrad", FlagType::kSwitch, FlagState::kUnsupported, "", kFp8},
     {"--num-layers-at-end-in-bf16", FlagType::kValue, FlagState::kUnsupported, "", kFp8},

@@ -192,7 +192,19 @@ void declare_supported_flags(Args& a) {
       .option("--hysteresis", "N", "overflows tolerated before halving", "2")
       .flag("--accumulate-allreduce-grads-in-fp32",
             "accumulate and reduce gradients in fp32 (the default with --bf16; --fp16 without it: in fp16)")
-      .flag("--grad-reduce-in-bf16", "with --bf16: accumulate and reduce gradients in bf16");
+      .flag("--grad-reduce-in-bf16", "with --bf16: accumulate and reduce gradients in bf16")
+      .option("--fp8-format", "e4m3|hybrid",
+              "FP8 for the transformer layers' linear GEMMs (QKV, projection, FC1, FC2; forward, dgrad and wgrad) "
+              "with per-tensor scales and fp32 accumulation; embeddings, the output layer, attention, norms and the "
+              "optimizer stay in --bf16/--fp16 (or fp32). e4m3: every operand E4M3; hybrid: E5M2 for the output "
+              "gradients (Transformer Engine's Format.HYBRID)")
+      .option("--fp8-recipe", "R",
+              "tensorwise (current scaling: each tensor's own amax) or delayed (scales from the amax history, "
+              "updated every iteration after the amax all-reduce over TP x DP); mxfp8, blockwise, custom: refused",
+              "delayed")
+      .option("--fp8-margin", "N", "delayed: scale = fp8_max * 2^-N / amax", "0")
+      .option("--fp8-amax-history-len", "L", "delayed: amaxes kept per tensor", "1")
+      .option("--fp8-amax-compute-algo", "A", "delayed: the history's max, or its most_recent entry", "most_recent");
   // Logging, evaluation, exit.
   a.option("--log-interval", "N", "iterations between log lines", "100")
       .option("--eval-interval", "N", "iterations between validations", "1000")

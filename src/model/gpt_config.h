@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "backend/fp8_recipe.h"
 #include "backend/ops.h"
 
 namespace megatron::model {
@@ -78,6 +80,11 @@ struct GPTConfig {
   // attend only to keys of their own document (--reset-attention-mask).
   bool reset_position_ids = false;
   bool reset_attention_mask = false;
+  // --fp8-format (with --fp8-recipe and its options): the GEMMs of the transformer layers'
+  // linears (QKV, projection, FC1, FC2; forward, dgrad and wgrad) run in FP8 with per-tensor
+  // scaling (backend/fp8_linear.h); embeddings, the output layer, attention, norms and the
+  // optimizer stay in the model dtype. None: no FP8.
+  std::optional<backend::Fp8Config> fp8;
 
   bool layernorm_bias() const { return normalization == Normalization::kLayerNorm; }
   bool learned_positions() const { return position_embedding == PositionEmbedding::kLearnedAbsolute; }

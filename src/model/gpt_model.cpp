@@ -185,7 +185,46 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
   ws_.h2 = work({n, h}, dtype_);
   any_layer.allocate_workspace(ctx_, dtype_, ws_);
   if (sp_) ws_.full = work({n, h}, dtype_);
+  if (c.fp8) allocate_fp8();
   if (pp > 1) recv_grad_ = work({nl, h}, dtype_);
+}
+
+void GPTModel::allocate_fp8() {
+  const int64_t n = config_.seq_length * micro_batch_size_;
+  int64_t rows = 0, weight = 0, rows_t = 0, cols_t = 0;  // the largest operand of each buffer
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    TransformerLayer& L = layers_[i];
+    const int64_t base = 4 * static_cast<int64_t>(i);
+    L.attention.qkv.fp8 = base;
+    L.attention.proj.fp8 = base + 1;
+    L.mlp.fc1.fp8 = base + 2;
+    L.mlp.fc2.fp8 = base + 3;
+    for (int64_t w : {L.attention.qkv.weight, L.attention.proj.weight, L.mlp.fc1.weight, L.mlp.fc2.weight}) {
+      const Tensor& v = params_[w].value;
+      const int64_t out = v.dim(0), in = v.dim(1);
+      rows = std::max({rows, n * in, n * out});
+      weight = std::max(weight, out * in);
+      rows_t = std::max(rows_t, n * out);
+      cols_t = std::max(cols_t, n * in);
+    }
+  }
+  fp8_ = std::make_unique<backend::Fp8ScalingState>(backend_, *config_.fp8,
+                                                    4 * static_cast<int64_t>(layers_.size()) * backend::kFp8Roles);
+  auto work = [&](int64_t bytes) { return backend_.empty({bytes}, DType::kF8E4M3, MemoryKind::kWorkspace); };
+  ws_.fp8_rows = work(rows);
+  ws_.fp8_weight = work(weight);
+  ws_.fp8_rows_t = work(rows_t);
+  ws_.fp8_cols_t = work(cols_t);
+  ctx_.fp8 = fp8_.get();
+}
+
+void GPTModel::fp8_update(comm::Communicator* amax_group) {
+  if (!fp8_) return;
+  if (amax_group != nullptr && amax_group->size() > 1) {
+    Tensor amax = fp8_->amax_to_reduce();
+    amax_group->all_reduce(amax, comm::ReduceOp::kMax);
+  }
+  fp8_->update();
 }
 
 bool GPTModel::is_last_virtual(int64_t chunk) const { return chunk == num_chunks() - 1 && pipe_.stage == pipe_.pp - 1; }

@@ -150,6 +150,17 @@ class GPTModel {
   // _allreduce_non_tensor_model_parallel_grads), packed into as few collectives as a dead
   // workspace buffer allows (one at GPT sizes). No-op without such parameters.
   void reduce_layernorm_grads();
+  // FP8 (GPTConfig::fp8; null without): the scaling state of this stage's linears, linear
+  // 4 i + {0: QKV, 1: proj, 2: FC1, 3: FC2} of local layer i (chunk after chunk), each with
+  // its 3 operand slots (backend::Fp8ScalingState::slot). What a checkpoint holds of FP8.
+  backend::Fp8ScalingState* fp8_state() { return fp8_.get(); }
+  const backend::Fp8ScalingState* fp8_state() const { return fp8_.get(); }
+  // The once-per-iteration FP8 update after the last backward (Transformer Engine's
+  // reduce_and_update_fp8_tensors): the amaxes recorded since the last update all-reduced
+  // (MAX) over `amax_group` (Megatron's amax reduction group: the ranks of a pipeline stage,
+  // TP x DP x CP; null or one rank: none), then Fp8ScalingState::update(). Every rank of the
+  // group then holds the same scales, which are the single-process run's. No-op without FP8.
+  void fp8_update(comm::Communicator* amax_group);
   int64_t tensor_parallel_size() const { return tp_->size(); }
   void set_param_hooks(ParamHooks hooks) { hooks_ = std::move(hooks); }
   // Recorded device work (Backend::begin_recording; CUDA graphs): on a backend that records,
@@ -250,6 +261,8 @@ class GPTModel {
                                               ParameterSet* params);
 
  private:
+  // With GPTConfig::fp8: the linears' fp8 indices, the scaling state and the FP8 buffers.
+  void allocate_fp8();
   // One activation set of a chunk: the residual stream xs[0..Lc] (xs[l] is the input of the
   // chunk's layer l, xs[Lc] its output, or d(output) after an early head backward), the kept
   // layers' saved activations, the tokens (virtual stage 0) and the micro-batch's dropout context.
@@ -372,6 +385,7 @@ class GPTModel {
   std::vector<TransformerLayer> layers_;  // [chunk * layers_per_chunk_ + local layer]
   LMHead head_;
   LayerWorkspace ws_;
+  std::unique_ptr<backend::Fp8ScalingState> fp8_;
   LayerContext ctx_;
   // What the last layer backward left for the next one (transformer_layer.h).
   LayerHandoff handoff_;

@@ -72,6 +72,8 @@ TrainStepResult train_step(const StepFlags& c, model::GPTModel& model, parallel:
   optimizer.reduce_gradients();
   phase("all-grads-sync", false);
   if (overlapped) reduce_layernorm_grads();
+  // FP8's scales for the next iteration, from this one's amaxes (every rank of a stage the same).
+  model.fp8_update(groups.tp_dp_cp.get());
   phase("forward-backward", false);
 
   if (in.before_optimizer) in.before_optimizer(r.loss_sum);

@@ -9,7 +9,9 @@
 //   2. the tied word embedding's two copies summed over the embedding group {first, last
 //      stage}, before the DP reduction, so that it sees whole gradients also when the
 //      distributed optimizer keeps only its shards (its bucket is held back from the overlap);
-//   3. every gradient over DP (MixedPrecisionOptimizer::reduce_gradients).
+//   3. every gradient over DP (MixedPrecisionOptimizer::reduce_gradients);
+//   4. with FP8, the amaxes all-reduced over the amax reduction group (TP x DP x CP of the
+//      stage) and the scales updated (GPTModel::fp8_update), before the optimizer step.
 #pragma once
 
 #include <cstdint>

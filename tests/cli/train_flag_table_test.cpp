@@ -127,8 +127,8 @@ TEST(TrainFlagTable, RefusalsNameTheFamily) {
   EXPECT_EQ(errors_of({"--num-experts", "8"}), "[--num-experts] is not supported yet (mixture of experts)");
   EXPECT_EQ(errors_of({"--moe-router-topk", "2"}),
             "[--moe-router-topk] is not supported yet (mixture of experts (MoE))");
-  EXPECT_EQ(errors_of({"--fp8-recipe", "delayed"}), "[--fp8-recipe] is not supported yet (FP8: issue in progress)");
-  EXPECT_EQ(errors_of({"--fp8-format", "hybrid"}), "[--fp8-format] is not supported yet (FP8: issue in progress)");
+  EXPECT_EQ(errors_of({"--fp8-output-proj"}).find("[--fp8-output-proj] is not supported yet (FP8 here: "), 0u);
+  EXPECT_EQ(errors_of({"--fp8-param-gather"}).find("[--fp8-param-gather] is not supported yet (FP8 weights: "), 0u);
   EXPECT_EQ(errors_of({"--multi-latent-attention"}),
             "[--multi-latent-attention] is not supported yet (multi-latent attention (MLA))");
   EXPECT_EQ(errors_of({"--use-megatron-fsdp"}).find("[--use-megatron-fsdp] is not supported yet (FSDP"), 0u);

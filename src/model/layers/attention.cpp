@@ -155,8 +155,8 @@ Tensor Attention::backward(const LayerContext& ctx, const Tensor& g, const Tenso
   const Tensor d_proj = branch_output_grad(ctx, g, run.out, taken);
   Tensor dq = ws.q.view({n, ql});
   Tensor db_proj = taken.bias ? Tensor() : ctx.optional_grad(proj.bias);
-  be.linear_backward(d_proj, saved.out.view({n, ql}), ctx.param(proj.weight), dq, ctx.grad(proj.weight), db_proj,
-                     ctx.claim_grads(proj.weight, proj.bias_unless(taken.bias)));
+  any_linear_backward(ctx, proj.fp8, d_proj, saved.out.view({n, ql}), ctx.param(proj.weight), dq, ctx.grad(proj.weight),
+                      db_proj, ctx.claim_grads(proj.weight, proj.bias_unless(taken.bias)));
   be.attention_backward(ws.q, saved.qkv, saved.out, saved.lse, ws.qkv, params(ctx, run));
   if (rot_dim > 0) be.rotary_backward(ws.qkv, rotary_params(ctx, rotary_positions(run), 0));
   if (qk_layernorm()) {

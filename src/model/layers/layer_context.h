@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backend/fp8_recipe.h"
 #include "backend/ops.h"
 #include "comm/communicator.h"
 #include "core/tensor.h"
@@ -28,8 +29,13 @@ namespace megatron::model {
 // and the tables the layers read: rotary_inv_freq [rot_dim / 2] fp32 (rotary position embeddings
 // only, constant); with --apply-layernorm-1p, norm_gamma [h] fp32 (1 + the weight of the norm
 // being run, written just before each use) and the constant ones [h] fp32.
+// With FP8 (GPTConfig::fp8) also the codes of one linear's GEMM operands, shared by all the
+// linears (each call quantizes into them and consumes them): fp8_rows (x forward, dy backward),
+// fp8_weight (w forward, w^T backward), fp8_rows_t (dy^T), fp8_cols_t (x^T), 1-byte buffers
+// of the largest such operand, viewed in the operand's format (fp8_view).
 struct LayerWorkspace {
   Tensor grad, h1, h2, qkv, q, f, act, full;
+  Tensor fp8_rows, fp8_weight, fp8_rows_t, fp8_cols_t;
   Tensor rotary_inv_freq;
   Tensor norm_gamma, ones;
   const void* full_rows_of = nullptr;
@@ -44,6 +50,10 @@ struct LayerContext {
   const ParameterSet* values = nullptr;
   ParameterSet* grads = nullptr;
   LayerWorkspace* ws = nullptr;
+  // FP8 linears (null: none): the scaling state of this stage's linears (slots
+  // Fp8ScalingState::slot(linear, role) of the linears' fp8 indices). Every quantization
+  // records its amax, evaluation's included (as Transformer Engine's forward does in eval).
+  backend::Fp8ScalingState* fp8 = nullptr;
   int64_t seq = 0, batch = 0, hidden = 0;
   int64_t rows() const { return seq * batch; }
   // The residual stream's rows on this rank: rows() / T under sequence parallelism.

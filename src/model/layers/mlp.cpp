@@ -65,9 +65,15 @@ Tensor MLP::backward(const LayerContext& ctx, const Tensor& g, const Tensor& ln_
   Tensor db_fc2 = taken.bias ? Tensor() : ctx.optional_grad(fc2.bias);
   // FC2's backward through the activation: ws.f = d(fc1 + b_fc1).
   if (swiglu) {
-    be.linear_backward(d_fc2, saved.act_out, ctx.param(fc2.weight), ws.act, ctx.grad(fc2.weight), db_fc2,
-                       ctx.claim_grads(fc2.weight, fc2.bias_unless(taken.bias)));
+    any_linear_backward(ctx, fc2.fp8, d_fc2, saved.act_out, ctx.param(fc2.weight), ws.act, ctx.grad(fc2.weight), db_fc2,
+                        ctx.claim_grads(fc2.weight, fc2.bias_unless(taken.bias)));
     be.swiglu_backward(ws.act, saved.fc1_out, ws.f);
+  } else if (uses_fp8(ctx, fc2.fp8)) {
+    // The FP8 dgrad gives d(act) into ws.f, then GELU's backward in place (act and pre have
+    // the same shape [n, f] without SwiGLU).
+    any_linear_backward(ctx, fc2.fp8, d_fc2, saved.act_out, ctx.param(fc2.weight), ws.f, ctx.grad(fc2.weight), db_fc2,
+                        ctx.claim_grads(fc2.weight, fc2.bias_unless(taken.bias)));
+    be.bias_gelu_backward(ws.f, saved.fc1_out, Tensor(), ws.f, gelu);
   } else {
     be.linear_dgelu_backward(d_fc2, saved.act_out, ctx.param(fc2.weight), saved.fc1_out, ws.f, ctx.grad(fc2.weight),
                              db_fc2, gelu, ctx.claim_grads(fc2.weight, fc2.bias_unless(taken.bias)));

@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "backend/fp8_linear.h"
 #include "tensor_parallel/mappings.h"
 
 namespace megatron::model {
@@ -40,12 +41,83 @@ Tensor through_dropout(const LayerContext& ctx, const Tensor& dy, Tensor& buffer
   return buffer;
 }
 
+namespace {
+
+// The scalings of linear `fp8`'s three operands.
+backend::Fp8LinearScaling fp8_scaling(const LayerContext& ctx, int64_t fp8) {
+  using backend::Fp8Role;
+  using backend::Fp8ScalingState;
+  backend::Fp8LinearScaling s;
+  s.input = ctx.fp8->quantization(Fp8ScalingState::slot(fp8, Fp8Role::kInput));
+  s.weight = ctx.fp8->quantization(Fp8ScalingState::slot(fp8, Fp8Role::kWeight));
+  s.grad_output = ctx.fp8->quantization(Fp8ScalingState::slot(fp8, Fp8Role::kGradOutput));
+  return s;
+}
+
+DType fp8_dtype(Fp8Format f) { return f == Fp8Format::kE4M3 ? DType::kF8E4M3 : DType::kF8E5M2; }
+
+// `buffer`'s first numel(shape) bytes as `shape` in format f (undefined without the buffer).
+Tensor fp8_view(const Tensor& buffer, Shape shape, Fp8Format f) {
+  if (!buffer.defined()) return Tensor();
+  const Tensor t(buffer.storage(), 0, std::move(shape), fp8_dtype(f));
+  MT_CHECK(t.numel() <= buffer.numel()) << "FP8 buffer " << buffer.describe() << " for " << t.describe();
+  return t;
+}
+
+// The workspace's FP8 buffers as linear [out, in] over n rows needs them.
+backend::Fp8LinearBuffers fp8_buffers(const LayerContext& ctx, const backend::Fp8LinearScaling& s, int64_t n,
+                                      int64_t out, int64_t in, bool forward) {
+  const LayerWorkspace& ws = *ctx.ws;
+  backend::Fp8LinearBuffers b;
+  if (forward) {
+    b.x = fp8_view(ws.fp8_rows, {n, in}, s.input.format);
+    b.w = fp8_view(ws.fp8_weight, {out, in}, s.weight.format);
+  } else {
+    b.dy = fp8_view(ws.fp8_rows, {n, out}, s.grad_output.format);
+    b.wt = fp8_view(ws.fp8_weight, {in, out}, s.weight.format);
+    b.dyt = fp8_view(ws.fp8_rows_t, {out, n}, s.grad_output.format);
+    b.xt = fp8_view(ws.fp8_cols_t, {in, n}, s.input.format);
+  }
+  return b;
+}
+
+}  // namespace
+
+bool uses_fp8(const LayerContext& ctx, int64_t fp8) { return ctx.fp8 != nullptr && fp8 >= 0; }
+
+void any_linear_forward(const LayerContext& ctx, int64_t fp8, const Tensor& x, const Tensor& w, const Tensor& bias,
+                        Tensor& y) {
+  if (!uses_fp8(ctx, fp8)) {
+    ctx.backend->linear_forward(x, w, bias, y);
+    return;
+  }
+  const backend::Fp8LinearScaling s = fp8_scaling(ctx, fp8);
+  backend::Fp8LinearBuffers b = fp8_buffers(ctx, s, x.numel() / w.dim(1), w.dim(0), w.dim(1), true);
+  backend::fp8_linear_forward(*ctx.backend, x, w, bias, y, s, &b);
+}
+
+void any_linear_backward(const LayerContext& ctx, int64_t fp8, const Tensor& dy, const Tensor& x, const Tensor& w,
+                         Tensor& dx, Tensor& dw, Tensor& dbias, backend::GradWrite write) {
+  if (!uses_fp8(ctx, fp8)) {
+    ctx.backend->linear_backward(dy, x, w, dx, dw, dbias, write);
+    return;
+  }
+  const backend::Fp8LinearScaling s = fp8_scaling(ctx, fp8);
+  backend::Fp8LinearBuffers b = fp8_buffers(ctx, s, x.numel() / w.dim(1), w.dim(0), w.dim(1), false);
+  backend::fp8_linear_backward(*ctx.backend, dy, x, w, dx, dw, dbias, s, write, &b);
+}
+
 void ColumnParallelLinear::forward(const LayerContext& ctx, const Tensor& x, Tensor& y) const {
-  ctx.backend->linear_forward(column_input(ctx, x), ctx.param(weight), ctx.optional_param(bias), y);
+  any_linear_forward(ctx, fp8, column_input(ctx, x), ctx.param(weight), ctx.optional_param(bias), y);
 }
 
 void ColumnParallelLinear::forward_gelu(const LayerContext& ctx, const Tensor& x, Tensor& pre, Tensor& act,
                                         backend::Gelu gelu) const {
+  if (uses_fp8(ctx, fp8)) {  // the FP8 GEMM (bias in its epilogue), then the GELU on the rounded pre
+    any_linear_forward(ctx, fp8, column_input(ctx, x), ctx.param(weight), ctx.optional_param(bias), pre);
+    ctx.backend->bias_gelu_forward(pre, Tensor(), act, gelu);
+    return;
+  }
   ctx.backend->linear_gelu_forward(column_input(ctx, x), ctx.param(weight), ctx.optional_param(bias), pre, act, gelu);
 }
 
@@ -55,7 +127,7 @@ Tensor ColumnParallelLinear::backward(const LayerContext& ctx, const Tensor& dy,
   const backend::GradWrite write = ctx.claim_grads(weight, bias);
   Tensor db = ctx.optional_grad(bias);
   if (ctx.tp->size() == 1) {
-    be.linear_backward(dy, x, ctx.param(weight), dx_partial, ctx.grad(weight), db, write);
+    any_linear_backward(ctx, fp8, dy, x, ctx.param(weight), dx_partial, ctx.grad(weight), db, write);
     return dx_partial;
   }
   const bool sp = ctx.sequence_parallel;
@@ -66,6 +138,12 @@ Tensor ColumnParallelLinear::backward(const LayerContext& ctx, const Tensor& dy,
     ws.full_rows_of = x.data();
   }
   const Tensor in = sp ? ws.full : x;
+  if (uses_fp8(ctx, fp8)) {
+    // One FP8 backward (dy quantized once for both GEMMs), its sum over TP after it.
+    gathered->wait();
+    any_linear_backward(ctx, fp8, dy, in, ctx.param(weight), dx_partial, ctx.grad(weight), db, write);
+    return reduce_rows(ctx, dx_partial);
+  }
   be.matmul(dy, false, ctx.param(weight), false, dx_partial);  // dX = dy W, this rank's part of the sum
   Tensor shard = sp ? tensor_parallel::sequence_shard(*ctx.tp, dx_partial) : dx_partial;
   std::unique_ptr<comm::PendingCollective> sum =
@@ -80,12 +158,12 @@ Tensor ColumnParallelLinear::backward(const LayerContext& ctx, const Tensor& dy,
 
 void RowParallelLinear::forward_residual(const LayerContext& ctx, const Tensor& in, const Tensor& residual, Tensor& out,
                                          const backend::DropoutParams& dropout) const {
-  if (ctx.tp->size() == 1 && dropout.p == 0.0f) {
+  if (ctx.tp->size() == 1 && dropout.p == 0.0f && !uses_fp8(ctx, fp8)) {
     ctx.backend->linear_residual_forward(in, ctx.param(weight), ctx.optional_param(bias), residual, out);
     return;
   }
   Tensor& partial = ctx.ws->h1;
-  ctx.backend->linear_forward(in, ctx.param(weight), Tensor(), partial);
+  any_linear_forward(ctx, fp8, in, ctx.param(weight), Tensor(), partial);
   ctx.backend->bias_dropout_add(reduce_rows(ctx, partial), ctx.optional_param(bias), residual, out, dropout);
 }
 

@@ -33,8 +33,20 @@ Tensor local_rows(const LayerContext& ctx, const Tensor& full);
 Tensor through_dropout(const LayerContext& ctx, const Tensor& dy, Tensor& buffer,
                        const backend::DropoutParams& dropout);
 
+// FP8 (GPTConfig::fp8): a linear whose `fp8` index is >= 0 runs its three GEMMs through
+// backend/fp8_linear.h when ctx.fp8 is set, its operands scaled by the slots
+// Fp8ScalingState::slot(fp8, role); otherwise through the model dtype's linear ops.
+bool uses_fp8(const LayerContext& ctx, int64_t fp8);
+// y = x w^T + bias of linear `fp8` (bias may be undefined): FP8 or the model dtype's op.
+void any_linear_forward(const LayerContext& ctx, int64_t fp8, const Tensor& x, const Tensor& w, const Tensor& bias,
+                        Tensor& y);
+// Backend::linear_backward's contract for linear `fp8`, in FP8 where it uses it.
+void any_linear_backward(const LayerContext& ctx, int64_t fp8, const Tensor& dy, const Tensor& x, const Tensor& w,
+                         Tensor& dx, Tensor& dw, Tensor& dbias, backend::GradWrite write);
+
 struct ColumnParallelLinear {
   int64_t weight = -1, bias = -1;  // parameter indices (bias -1: none)
+  int64_t fp8 = -1;                // its index in the stage's FP8 scaling state (-1: never FP8)
 
   // y [n, out/T] from the norm output x [n_local, in].
   void forward(const LayerContext& ctx, const Tensor& x, Tensor& y) const;
@@ -53,11 +65,13 @@ struct ColumnParallelLinear {
 
 struct RowParallelLinear {
   int64_t weight = -1, bias = -1;
+  int64_t fp8 = -1;  // as ColumnParallelLinear::fp8
 
   // Megatron's bias-dropout-add after the linear: out = residual + dropout(reduce_rows(in W^T)
   // + b), out and residual [n_local, out], in [n, in/T]. Without TP and dropout nothing sits
   // between the GEMM and the add, so they run as one (Backend::linear_residual_forward: the
-  // product is not rounded before the add); otherwise the partial product goes through ws.h1.
+  // product is not rounded before the add); otherwise (FP8 included) the partial product goes
+  // through ws.h1.
   void forward_residual(const LayerContext& ctx, const Tensor& in, const Tensor& residual, Tensor& out,
                         const backend::DropoutParams& dropout) const;
   // Whether the bias gradient is taken by the norm backward that produces this linear's

@@ -1,0 +1,235 @@
+// The tensor-parallel linears with FP8 on (LayerContext::fp8), one rank, CPU backend in fp32:
+// forward (plain, with the GELU epilogue, row-parallel with the residual), dgrad, wgrad and the
+// bias gradient against an independent emulation written here from the recipe's definition:
+// each operand rounded with core/fp8.h's round_to_fp8(x * scale) at the recipe's scale
+// (tensorwise: fp8_max / amax of the tensor itself; delayed: the state's scale, which the
+// update sets to fp8_max * 2^-margin / amax of the history), the product summed in double and
+// multiplied by both scale_inv. The CPU GEMM sums exact fp32 products in fp32, so the two agree
+// to fp32 summation rounding (1e-5 relative of the row's absolute sum); a wrong scale, a missed
+// quantization or a wrong format moves an output by far more (E4M3 has 3 mantissa bits).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/fp8_recipe.h"
+#include "comm/self_communicator.h"
+#include "model/layers/parallel_linear.h"
+
+namespace megatron::model {
+namespace {
+
+using backend::Fp8Config;
+using backend::Fp8Mix;
+using backend::Fp8Recipe;
+using backend::Fp8Role;
+using backend::Fp8ScalingState;
+
+std::vector<float> values(const Tensor& t) {
+  const float* p = t.data_as<float>();
+  return std::vector<float>(p, p + t.numel());
+}
+
+float amax_of(const std::vector<float>& x) {
+  float a = 0;
+  for (float v : x) a = std::max(a, std::fabs(v));
+  return a;
+}
+
+// round_to_fp8(x * scale) of every element.
+std::vector<float> quantized(const std::vector<float>& x, float scale, Fp8Format f) {
+  std::vector<float> q(x.size());
+  for (size_t i = 0; i < x.size(); ++i) q[i] = round_to_fp8(x[i] * scale, f);
+  return q;
+}
+
+// c[m, n] = (a[m, k] . b[n, k]) * sa_inv * sb_inv in double; also the bound sum |a||b| * s.
+void emulated_gemm(const std::vector<float>& a, const std::vector<float>& b, int64_t m, int64_t n, int64_t k, double s,
+                   std::vector<double>& c, std::vector<double>& bound) {
+  c.assign(static_cast<size_t>(m * n), 0.0);
+  bound.assign(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0, abs = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double v = static_cast<double>(a[static_cast<size_t>(i * k + p)]) * b[static_cast<size_t>(j * k + p)];
+        sum += v;
+        abs += std::fabs(v);
+      }
+      c[static_cast<size_t>(i * n + j)] = sum * s;
+      bound[static_cast<size_t>(i * n + j)] = abs * s;
+    }
+  }
+}
+
+std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<float> t(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
+  return t;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& bound,
+                  const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-5 * bound[i] + 1e-30) << what << " element " << i;
+  }
+}
+
+struct Case {
+  Fp8Mix mix;
+  Fp8Recipe recipe;
+};
+
+class ParallelLinearFp8 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ParallelLinearFp8, MatchesAnIndependentEmulation) {
+  const Case k = GetParam();
+  auto be = backend::make_cpu_backend();
+  comm::SelfCommunicator tp(*be, "tp");
+  const int64_t n = 12, in = 24, out = 20;
+  ParameterSet ps;
+  ColumnParallelLinear col;
+  col.weight = ps.add("col.weight", {out, in}, Init::kNormal);
+  col.bias = ps.add("col.bias", {out}, Init::kZeros);
+  col.fp8 = 0;
+  RowParallelLinear row;
+  row.weight = ps.add("row.weight", {in, out}, Init::kNormal);
+  row.bias = ps.add("row.bias", {in}, Init::kZeros);
+  row.fp8 = 1;
+  ps.allocate(*be, DType::kF32);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  auto fill = [&](Tensor& t, float sd) {
+    float* p = t.data_as<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = sd * g(rng);
+  };
+  for (Parameter& p : ps.params()) fill(p.value, 0.05f);
+  Tensor x = Tensor::cpu({n, in}), dy = Tensor::cpu({n, out}), residual = Tensor::cpu({n, in});
+  fill(x, 3.0f);
+  fill(dy, 1e-4f);  // gradients are small: E5M2's range needs the scale
+  fill(residual, 1.0f);
+
+  Fp8Config cfg;
+  cfg.format = k.mix;
+  cfg.recipe = k.recipe;
+  cfg.amax_history_len = 3;
+  cfg.amax_compute_algo = backend::Fp8AmaxAlgo::kMax;
+  cfg.margin = 1;
+  Fp8ScalingState state(*be, cfg, 2 * backend::kFp8Roles);
+  LayerWorkspace ws;
+  ws.h1 = Tensor::cpu({n, in});
+  ws.fp8_rows = Tensor::cpu({n * in}, DType::kF8E4M3);  // in > out
+  ws.fp8_weight = Tensor::cpu({out * in}, DType::kF8E4M3);
+  ws.fp8_rows_t = Tensor::cpu({n * out}, DType::kF8E4M3);
+  ws.fp8_cols_t = Tensor::cpu({n * in}, DType::kF8E4M3);
+  LayerContext ctx;
+  ctx.backend = be.get();
+  ctx.tp = &tp;
+  ctx.values = &ps;
+  ctx.grads = &ps;
+  ctx.ws = &ws;
+  ctx.seq = n;
+  ctx.batch = 1;
+  ctx.hidden = in;
+  ctx.fp8 = &state;
+
+  const Fp8Format f_in = Fp8Format::kE4M3;
+  const Fp8Format f_dy = k.mix == Fp8Mix::kHybrid ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
+  const bool delayed = k.recipe == Fp8Recipe::kDelayed;
+  // Delayed: run one step first, so that the scales are the update's, not the initial 1.
+  if (delayed) {
+    Tensor y0 = Tensor::cpu({n, out}), dx0 = Tensor::cpu({n, in});
+    col.forward(ctx, x, y0);
+    col.backward(ctx, dy, x, dx0);
+    state.update();
+  }
+  // The scale an operand is quantized with: tensorwise its own; delayed the state's, which
+  // must be fp8_max * 2^-margin / (the one recorded amax: the history's max).
+  auto scale_for = [&](int64_t linear, Fp8Role role, const std::vector<float>& t, Fp8Format f) {
+    if (!delayed) return fp8_current_scale(amax_of(t), fp8_max(f));
+    const float s = state.scale().data_as<float>()[Fp8ScalingState::slot(linear, role)];
+    EXPECT_FLOAT_EQ(s, fp8_max(f) * 0.5f / amax_of(t)) << "delayed scale of slot " << linear << "/" << int(role);
+    return s;
+  };
+
+  const std::vector<float> xv = values(x), wv = values(ps[col.weight].value), dyv = values(dy);
+  const float sx = scale_for(0, Fp8Role::kInput, xv, f_in), sw = scale_for(0, Fp8Role::kWeight, wv, f_in);
+  const float sdy = scale_for(0, Fp8Role::kGradOutput, dyv, f_dy);
+  const std::vector<float> qx = quantized(xv, sx, f_in), qw = quantized(wv, sw, f_in), qdy = quantized(dyv, sdy, f_dy);
+  std::vector<double> want, bound;
+
+  // The bias added to the product's [rows, cols] (bias [cols]).
+  auto add_bias = [&](const Tensor& bias, int64_t cols) {
+    const float* bv = bias.data_as<float>();
+    for (size_t i = 0; i < want.size(); ++i) {
+      want[i] += bv[i % static_cast<size_t>(cols)];
+      bound[i] += std::fabs(bv[i % static_cast<size_t>(cols)]);
+    }
+  };
+  // Column-parallel forward: y = q(x) q(w)^T / (sx sw) + bias.
+  Tensor y = Tensor::cpu({n, out});
+  col.forward(ctx, x, y);
+  emulated_gemm(qx, qw, n, out, in, 1.0 / (static_cast<double>(sx) * sw), want, bound);
+  add_bias(ps[col.bias].value, out);
+  expect_close(values(y), want, bound, "forward");
+  // With the GELU epilogue: pre as above, act = gelu(pre).
+  Tensor pre = Tensor::cpu({n, out}), act = Tensor::cpu({n, out});
+  col.forward_gelu(ctx, x, pre, act, backend::Gelu::kTanh);
+  expect_close(values(pre), want, bound, "forward_gelu pre");
+  EXPECT_NE(values(act)[0], values(pre)[0]);
+
+  // Backward: dx = q(dy) q(w^T)^T, dw = q(dy^T) q(x^T)^T, db = column sums of dy.
+  Tensor dx = Tensor::cpu({n, in});
+  ps.forget_grads();
+  col.backward(ctx, dy, x, dx);
+  emulated_gemm(qdy, transposed(qw, out, in), n, in, out, 1.0 / (static_cast<double>(sdy) * sw), want, bound);
+  expect_close(values(dx), want, bound, "dgrad");
+  emulated_gemm(transposed(qdy, n, out), transposed(qx, n, in), out, in, n, 1.0 / (static_cast<double>(sdy) * sx), want,
+                bound);
+  expect_close(values(ps[col.weight].grad), want, bound, "wgrad");
+  for (int64_t j = 0; j < out; ++j) {
+    double sum = 0, abs = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      sum += dyv[static_cast<size_t>(i * out + j)];
+      abs += std::fabs(dyv[static_cast<size_t>(i * out + j)]);
+    }
+    ASSERT_NEAR(ps[col.bias].grad.data_as<float>()[j], sum, 1e-6 * abs) << "bias grad " << j;
+  }
+
+  // Row-parallel forward with the residual: out = residual + q(a) q(w2)^T / (sa sw2) + bias.
+  // (Tensorwise only: the delayed scales of this linear would come from an earlier step.)
+  if (!delayed) {
+    const std::vector<float> av = values(act), w2 = values(ps[row.weight].value);
+    const float sa = scale_for(1, Fp8Role::kInput, av, f_in), sw2 = scale_for(1, Fp8Role::kWeight, w2, f_in);
+    Tensor o = Tensor::cpu({n, in});
+    row.forward_residual(ctx, act, residual, o, {});
+    emulated_gemm(quantized(av, sa, f_in), quantized(w2, sw2, f_in), n, in, out, 1.0 / (static_cast<double>(sa) * sw2),
+                  want, bound);
+    add_bias(ps[row.bias].value, in);
+    const std::vector<float> rv = values(residual);
+    for (size_t i = 0; i < want.size(); ++i) {
+      want[i] += rv[i];
+      bound[i] += std::fabs(rv[i]);
+    }
+    expect_close(values(o), want, bound, "row-parallel forward");
+  }
+
+  // Every quantization recorded its amax into history row 0 (the next update's input).
+  if (!delayed) return;
+  const float* h = state.amax_history().data_as<float>();
+  EXPECT_EQ(h[Fp8ScalingState::slot(0, Fp8Role::kInput)], amax_of(xv));
+  EXPECT_EQ(h[Fp8ScalingState::slot(0, Fp8Role::kWeight)], amax_of(wv));
+  EXPECT_EQ(h[Fp8ScalingState::slot(0, Fp8Role::kGradOutput)], amax_of(dyv));
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, ParallelLinearFp8,
+                         ::testing::Values(Case{Fp8Mix::kHybrid, Fp8Recipe::kTensorwise},
+                                           Case{Fp8Mix::kE4M3, Fp8Recipe::kTensorwise},
+                                           Case{Fp8Mix::kHybrid, Fp8Recipe::kDelayed},
+                                           Case{Fp8Mix::kE4M3, Fp8Recipe::kDelayed}));
+
+}  // namespace
+}  // namespace megatron::model
