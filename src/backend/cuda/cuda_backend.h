@@ -30,6 +30,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -56,7 +57,8 @@ namespace megatron::backend {
 // (m, n, k, trans_a, trans_b, A/B dtype, C/D dtype, epilogue, alignment of A, B, D, bias,
 // aux, and of C where it is not D (0 when it is)).
 using GemmAlgoKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int, int, int>;
-using GemmAlgoCache = std::map<GemmAlgoKey, cublasLtMatmulAlgo_t>;
+// nullopt: cuBLASLt ran none of its algorithms for the problem (FP8 only: the fallback GEMM takes it).
+using GemmAlgoCache = std::map<GemmAlgoKey, std::optional<cublasLtMatmulAlgo_t>>;
 
 class CudnnAttention;  // cudnn_attention.h
 struct CudnnAttentionDeleter {

@@ -17,9 +17,11 @@
 // that a training step neither queries it again nor changes algorithm.
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -144,11 +146,13 @@ struct EventPair {
 // share) and the caller's C stays untouched. That temporary lies outside the memory plan: when
 // the device has no room for it, the heuristic's first candidate is taken untimed (a run near
 // the memory limit must not fail at its first step for a timing). Synchronises the stream:
-// first calls only.
-cublasLtMatmulAlgo_t fastest_algo(CudaBackend& be, const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
-                                  cublasLtMatmulDesc_t desc, const void* alpha, const void* pa,
-                                  cublasLtMatrixLayout_t la, const void* pb, cublasLtMatrixLayout_t lb, float beta,
-                                  void* pc, cublasLtMatrixLayout_t lc, size_t c_bytes) {
+// first calls only. nullopt when no candidate ran, with the first failure's status in `why`.
+std::optional<cublasLtMatmulAlgo_t> fastest_algo(CudaBackend& be,
+                                                 const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
+                                                 cublasLtMatmulDesc_t desc, const void* alpha, const void* pa,
+                                                 cublasLtMatrixLayout_t la, const void* pb, cublasLtMatrixLayout_t lb,
+                                                 float beta, void* pc, cublasLtMatrixLayout_t lc, size_t c_bytes,
+                                                 std::string* why) {
   // Timing waits for the device, which a recording (Backend::begin_recording) cannot: refused
   // before anything is queued, so that the recording fails cleanly and the caller runs the
   // work unrecorded (where this GEMM is then tuned).
@@ -172,7 +176,10 @@ cublasLtMatmulAlgo_t fastest_algo(CudaBackend& be, const std::vector<cublasLtMat
                             &candidates[static_cast<size_t>(i)].algo, be.workspace(), be.workspace_bytes(),
                             be.stream());
     };
-    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that fails to launch is skipped
+    if (const cublasStatus_t st = run(); st != CUBLAS_STATUS_SUCCESS) {  // a candidate that fails is skipped
+      if (why->empty()) *why = cublasLtGetStatusString(st);
+      continue;
+    }
     MT_CUDA_CHECK(cudaEventRecord(ev.start, be.stream()));
     bool ok = true;
     for (int r = 0; r < kTuneRuns && ok; ++r) ok = run() == CUBLAS_STATUS_SUCCESS;
@@ -186,7 +193,7 @@ cublasLtMatmulAlgo_t fastest_algo(CudaBackend& be, const std::vector<cublasLtMat
     }
   }
   if (out != pc) MT_CUDA_CHECK(cudaFree(out));
-  MT_CHECK(best >= 0) << "cuBLASLt: none of " << candidates.size() << " candidate algorithms ran";
+  if (best < 0) return std::nullopt;
   return candidates[static_cast<size_t>(best)].algo;
 }
 
@@ -290,14 +297,19 @@ bool lt_matmul(CudaBackend& be, GemmAlgoCache& cache, const Operand& a, bool ta,
                   tb ? "^T" : "", " -> ", c.describe(), " (m=", m, " n=", n, " k=", k,
                   ", epilogue=", static_cast<int>(epilogue), ", status ", static_cast<int>(st), ", found ", found, ")");
     }
-    const cublasLtMatmulAlgo_t algo = results.size() == 1
-                                          ? results[0].algo
-                                          : fastest_algo(be, results, desc.d, &alpha, pa, la.l, pb, lb.l, beta, pc,
-                                                         lc.l, static_cast<size_t>(m * n * dtype_size(cd)));
-    it = cache.emplace(key, algo).first;
+    std::string why;
+    const std::optional<cublasLtMatmulAlgo_t> algo =
+        results.size() == 1 ? results[0].algo
+                            : fastest_algo(be, results, desc.d, &alpha, pa, la.l, pb, lb.l, beta, pc, lc.l,
+                                           static_cast<size_t>(m * n * dtype_size(cd)), &why);
+    if (!algo) {
+      throw_error("cuBLASLt: none of the ", results.size(), " candidate algorithms for ", a.t->describe(),
+                  ta ? "^T" : "", " @ ", b.t->describe(), tb ? "^T" : "", " -> ", c.describe(), " ran (", why, ")");
+    }
+    it = cache.emplace(key, *algo).first;
   }
-  MT_CUBLAS_CHECK(cublasLtMatmul(be.lt(), desc.d, &alpha, pa, la.l, pb, lb.l, &beta, pc_in, lc.l, pc, lc.l, &it->second,
-                                 be.workspace(), be.workspace_bytes(), be.stream()));
+  MT_CUBLAS_CHECK(cublasLtMatmul(be.lt(), desc.d, &alpha, pa, la.l, pb, lb.l, &beta, pc_in, lc.l, pc, lc.l,
+                                 &*it->second, be.workspace(), be.workspace_bytes(), be.stream()));
   return true;
 }
 
@@ -674,13 +686,27 @@ bool lt_fp8_matmul(CudaBackend& be, GemmAlgoCache& cache, const Tensor& a, const
                        [](const cublasLtMatmulHeuristicResult_t& r) { return r.state != CUBLAS_STATUS_SUCCESS; }),
         results.end());
     if (results.empty()) return false;
-    const cublasLtMatmulAlgo_t algo = results.size() == 1
-                                          ? results[0].algo
-                                          : fastest_algo(be, results, desc.d, &alpha, pa, la.l, pb, lb.l, beta, pc,
-                                                         lc.l, static_cast<size_t>(m * n * dtype_size(c.dtype())));
-    it = cache.emplace(key, algo).first;
+    std::string why;
+    const std::optional<cublasLtMatmulAlgo_t> algo =
+        results.size() == 1 ? results[0].algo
+                            : fastest_algo(be, results, desc.d, &alpha, pa, la.l, pb, lb.l, beta, pc, lc.l,
+                                           static_cast<size_t>(m * n * dtype_size(c.dtype())), &why);
+    if (!algo) {
+      // The heuristic offered algorithms that then refused to run: the fallback takes the problem,
+      // said once per problem since it is slower.
+      std::fprintf(stderr,
+                   "megatron: cuBLASLt ran none of the %zu FP8 algorithms it offered for m=%lld n=%lld k=%lld "
+                   "(%s; a %s, b %s, c %s, alignments %u/%u/%u); using the fp32 fallback GEMM\n",
+                   results.size(), static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+                   why.c_str(), std::string(dtype_name(a.dtype())).c_str(), std::string(dtype_name(b.dtype())).c_str(),
+                   std::string(dtype_name(c.dtype())).c_str(), al_a, al_b, al_c);
+      cache.emplace(key, std::nullopt);
+      return false;
+    }
+    it = cache.emplace(key, *algo).first;
   }
-  MT_CUBLAS_CHECK(cublasLtMatmul(be.lt(), desc.d, &alpha, pa, la.l, pb, lb.l, &beta, pc, lc.l, pc, lc.l, &it->second,
+  if (!it->second) return false;
+  MT_CUBLAS_CHECK(cublasLtMatmul(be.lt(), desc.d, &alpha, pa, la.l, pb, lb.l, &beta, pc, lc.l, pc, lc.l, &*it->second,
                                  be.workspace(), be.workspace_bytes(), be.stream()));
   return true;
 }
