@@ -37,7 +37,9 @@ constexpr FlagRow kFlagTable[] = {
      "global batch must divide exactly"},
     // Checkpoints.
     {"--pretrained-checkpoint", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
-    {"--ckpt-format", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
+    {"--ckpt-format", FlagType::kValue, FlagState::kValues, "torch_dist|torch|torch_dcp|fsdp_dtensor",
+     "no-op: checkpoints are written and read in one format here, safetensors + metadata.json (Megatron's "
+     "checkpoint files are not read; Hugging Face ones through megatron convert)"},
     {"--use-dist-ckpt", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
     {"--auto-detect-ckpt-format", FlagType::kSwitch, FlagState::kUnsupported, "", kCkpt},
     {"--non-persistent-save-interval", FlagType::kValue, FlagState::kUnsupported, "", kCkpt},
