@@ -1,7 +1,10 @@
 #include "cli/plan_args.h"
 
 #include <limits>
+#include <optional>
+#include <string>
 
+#include "backend/fp8_recipe.h"
 #include "cli/train_args.h"
 #include "core/error.h"
 #include "parallel/data_parallel_setup.h"
@@ -29,6 +32,46 @@ int64_t positive(const Args& a, const char* name) { return a.get_int(name, 1, kM
 
 double positive_double(const Args& a, const char* name, double most = std::numeric_limits<double>::max()) {
   return a.get_double(name, {0.0, most, true, false});
+}
+
+// The NLP (Megatron-LM) benchmark's shapes (docs/benchmarking.md, "The NLP benchmark"): the
+// 175B model and its 13B evaluation shape.
+bool is_benchmark_preset(const std::string& name) { return name == "gpt3-175b" || name == "gpt3-13b"; }
+
+// --fp8-format with --fp8-recipe and --fp8-amax-history-len, as train reads them (Megatron's
+// spellings and defaults; the recipe's other options change neither memory nor speed).
+// Refused on the benchmark's presets: its rules fix the numerical accuracy.
+std::optional<backend::Fp8Config> parse_fp8(const Args& a) {
+  if (!a.given("--fp8-format")) {
+    for (const char* flag : {"--fp8-recipe", "--fp8-amax-history-len"}) {
+      if (a.given(flag)) throw_error("[", flag, "] needs --fp8-format");
+    }
+    return std::nullopt;
+  }
+  if (a.given("--model") && is_benchmark_preset(a.get_string("--model"))) {
+    throw_error("[--fp8-format] --model ", a.get_string("--model"),
+                " is the NLP (Megatron-LM) benchmark's shape, whose rules fix the numerical accuracy (mixed "
+                "precision with fp32 master weights) and forbid reduced precision such as FP8: its runs stay bf16 or "
+                "fp16 (plan without --fp8-format; for FP8 outside the benchmark give the shape by --num-layers, "
+                "--hidden-size, --num-attention-heads and --seq-length)");
+  }
+  backend::Fp8Config f;
+  const std::string format = a.get_string("--fp8-format");
+  if (format == "e4m3")
+    f.format = backend::Fp8Mix::kE4M3;
+  else if (format == "hybrid")
+    f.format = backend::Fp8Mix::kHybrid;
+  else
+    throw_error("[--fp8-format] invalid choice '", format, "' (choose from e4m3, hybrid)");
+  const std::string recipe = a.get_string("--fp8-recipe");
+  if (recipe == "tensorwise")
+    f.recipe = backend::Fp8Recipe::kTensorwise;
+  else if (recipe == "delayed")
+    f.recipe = backend::Fp8Recipe::kDelayed;
+  else
+    throw_error("[--fp8-recipe] invalid choice '", recipe, "' (choose from tensorwise, delayed)");
+  f.amax_history_len = a.get_int("--fp8-amax-history-len", 1, 1 << 20);
+  return f;
 }
 
 plan::PlanModel parse_model(const Args& a) {
@@ -110,15 +153,19 @@ plan::PlanModel parse_model(const Args& a) {
   c.add_bias_linear = !a.get_flag("--disable-bias-linear");
   if (a.get_flag("--fp16") && a.get_flag("--bf16")) throw_error("[--fp16/--bf16] give at most one of them");
   m.dtype = a.get_flag("--fp16") ? DType::kF16 : DType::kBF16;
+  c.fp8 = parse_fp8(a);
   return m;
 }
 
-plan::Cluster parse_cluster(const Args& a, DType dtype) {
+plan::Cluster parse_cluster(const Args& a, const plan::PlanModel& m) {
   if (!a.given("--gpu")) throw_error("[--gpu] is required (", plan::gpu_names(), ")");
   plan::Cluster cl;
   cl.gpu = plan::find_gpu(a.get_string("--gpu"));
-  if (dtype == DType::kBF16 && !cl.gpu.bf16) {
+  if (m.dtype == DType::kBF16 && !cl.gpu.bf16) {
     throw_error("[--gpu] ", cl.gpu.name, " has no bf16 tensor cores; plan with --fp16");
+  }
+  if (m.config.fp8 && cl.gpu.fp8_tflops <= 0) {
+    throw_error("[--fp8-format] ", cl.gpu.name, " has no FP8 tensor cores (FP8 needs Hopper: h100-80gb, h200-141gb)");
   }
   cl.gpus_per_node = a.get_int("--gpus-per-node", 1, kMaxPlanGpus);
   cl.nodes = a.get_int("--nodes", 1, kMaxPlanGpus);
@@ -217,7 +264,13 @@ void declare_plan_flags(Args& a) {
       .flag("--swiglu", "SwiGLU MLP: linear_fc1 gives gate and up halves, silu(gate) * up replaces GELU")
       .option("--normalization", "NAME", "LayerNorm or RMSNorm", "LayerNorm")
       .flag("--bf16", "bf16 parameters, fp32 main weights (the default)")
-      .flag("--fp16", "fp16 parameters, fp32 main weights");
+      .flag("--fp16", "fp16 parameters, fp32 main weights")
+      .option("--fp8-format", "e4m3|hybrid",
+              "FP8 GEMMs for the transformer layers' linears (QKV, projection, FC1, FC2), as train: priced at the "
+              "GPU's FP8 peak with the quantize passes, the FP8 buffers in memory; refused on the NLP benchmark's "
+              "presets (gpt3-175b, gpt3-13b), whose rules forbid reduced precision")
+      .option("--fp8-recipe", "R", "tensorwise or delayed (its amax history in memory)", "delayed")
+      .option("--fp8-amax-history-len", "L", "delayed: amaxes kept per tensor", "1");
   a.option("--gpu", "NAME", "GPU kind (" + plan::gpu_names() + ")")
       .option("--gpus-per-node", "G", "GPUs per node", "8")
       .option("--nodes", "N", "nodes", "1")
@@ -249,7 +302,7 @@ void declare_plan_flags(Args& a) {
 PlanRequest parse_plan_request(const Args& a) {
   PlanRequest q;
   q.model = parse_model(a);
-  q.cluster = parse_cluster(a, q.model.dtype);
+  q.cluster = parse_cluster(a, q.model);
   // The dropouts priced (the engine's, or the flags') are the model's too (memory plan).
   q.model.config.attention_dropout = static_cast<float>(q.cluster.engine.attention_dropout);
   q.model.config.reset_attention_mask = q.cluster.engine.document_bias;

@@ -15,6 +15,7 @@
 #include <iostream>
 #include <string>
 
+#include "backend/fp8_recipe.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/plan_args.h"
@@ -84,6 +85,7 @@ void write_candidate(JsonWriter& w, const plan::Candidate& k) {
   w.key("workspace").value(m.workspace);
   w.key("nccl").value(m.nccl);
   w.key("copy_engine").value(m.copy_engine);
+  w.key("fp8").value(m.fp8);
   w.key("num_parameters").value(m.num_parameters);
   w.end_object();
   w.key("capacity_bytes").value(k.capacity_bytes);
@@ -98,6 +100,7 @@ void write_candidate(JsonWriter& w, const plan::Candidate& k) {
   w.key("compute_gemm").value(r.gemm_s);
   w.key("compute_attention").value(r.attention_s);
   w.key("compute_memory_bound").value(r.memory_bound_s);
+  w.key("compute_fp8_quantize").value(r.fp8_quantize_s);
   w.key("tp_comm").value(r.tp_comm_s);
   w.key("pp_comm").value(r.pp_comm_s);
   w.key("bubble").value(r.bubble_s);
@@ -117,6 +120,16 @@ void write_header(JsonWriter& w, const PlanRequest& q) {
   w.key("ffn_hidden_size").value(c.ffn_hidden_size);
   w.key("vocab_size").value(c.vocab_size);
   w.key("dtype").value(std::string(dtype_name(q.model.dtype)));
+  w.key("fp8");
+  if (c.fp8) {
+    w.begin_object();
+    w.key("format").value(std::string(backend::fp8_mix_name(c.fp8->format)));
+    w.key("recipe").value(std::string(backend::fp8_recipe_name(c.fp8->recipe)));
+    w.key("amax_history_len").value(c.fp8->amax_history_len);
+    w.end_object();
+  } else {
+    w.null();
+  }
   w.key("num_parameters").value(plan::stage_num_parameters(plan::config_for_tp(q.model, 1), plan::ParallelConfig{}, 0));
   w.end_object();
   w.key("cluster").begin_object();
@@ -169,13 +182,20 @@ std::string span_notes(const plan::ParallelConfig& p, int64_t G) {
   return out;
 }
 
+// ", FP8 linears (hybrid, delayed)" with --fp8-format, else nothing.
+std::string precision_note(const model::GPTConfig& c) {
+  if (!c.fp8) return "";
+  return str_cat(" with FP8 linears (", backend::fp8_mix_name(c.fp8->format), ", ",
+                 backend::fp8_recipe_name(c.fp8->recipe), ")");
+}
+
 std::string header_text(const PlanRequest& q) {
   const model::GPTConfig& c = q.model.config;
   const int64_t P = plan::stage_num_parameters(plan::config_for_tp(q.model, 1), plan::ParallelConfig{}, 0);
   return str_cat(" > plan: ", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_attention_heads,
                  " heads, seq ", c.seq_length, ", ", fmt("%.2f", static_cast<double>(P) / 1e9), "B parameters, ",
-                 dtype_name(q.model.dtype), "; ", q.cluster.gpu.name, ", ", q.cluster.gpus_per_node, " GPUs/node; ",
-                 plan::attention_backend_name(q.cluster.engine.attention), " attention\n",
+                 dtype_name(q.model.dtype), precision_note(c), "; ", q.cluster.gpu.name, ", ", q.cluster.gpus_per_node,
+                 " GPUs/node; ", plan::attention_backend_name(q.cluster.engine.attention), " attention\n",
                  q.cluster.dp_copy_engine ? " > MEGATRON_DP_COPY_ENGINE=1: layouts with the distributed optimizer and "
                                             "their data-parallel groups inside a node use the copy engines\n"
                                           : "");

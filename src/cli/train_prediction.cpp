@@ -22,6 +22,7 @@ SpeedPrediction predict_speed(const train::TrainConfig& c, const plan::GpuSpec& 
     return SpeedPrediction{str_cat(" > no prediction by megatron plan for ", gpu.name, ": ", why, "\n"), 0.0};
   };
   if (!c.bf16 && !c.fp16) return none("it models bf16 and fp16 training (this run is fp32)");
+  if (c.model.fp8 && gpu.fp8_tflops <= 0) return none("the GPU has no FP8 tensor cores (this run has --fp8-format)");
   if (c.recompute_granularity == train::RecomputeGranularity::kFull &&
       c.recompute_method == train::RecomputeMethod::kBlock &&
       c.recompute_num_layers.value_or(0) * c.pipeline_model_parallel_size < c.model.num_layers) {

@@ -208,8 +208,9 @@ void GPTModel::allocate_fp8() {
       cols_t = std::max(cols_t, n * in);
     }
   }
-  fp8_ = std::make_unique<backend::Fp8ScalingState>(backend_, *config_.fp8,
-                                                    4 * static_cast<int64_t>(layers_.size()) * backend::kFp8Roles);
+  // Workspace, as the buffers: model::fp8_memory_bytes plans both.
+  fp8_ = std::make_unique<backend::Fp8ScalingState>(
+      backend_, *config_.fp8, 4 * static_cast<int64_t>(layers_.size()) * backend::kFp8Roles, MemoryKind::kWorkspace);
   auto work = [&](int64_t bytes) { return backend_.empty({bytes}, DType::kF8E4M3, MemoryKind::kWorkspace); };
   ws_.fp8_rows = work(rows);
   ws_.fp8_weight = work(weight);

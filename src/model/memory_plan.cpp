@@ -1,5 +1,6 @@
 #include "model/memory_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/checked_int.h"
@@ -55,7 +56,28 @@ I stage_parameters(const GPTConfig& c, int64_t tp, const PipelineStageOptions& p
                                 c.padded_vocab_size, " (--make-vocab-size-divisible-by): the shape is out of range"));
 }
 
+I fp8_bytes(const GPTConfig& c, int64_t micro_batch_size, int64_t tp, int64_t stage_layers) {
+  if (!c.fp8) return 0;
+  const I n = I(c.seq_length) * micro_batch_size, h = c.hidden_size;
+  const I qkv = I(c.qkv_out_size()) / tp, q = I(c.num_attention_heads) * c.kv_channels / tp;
+  const I f1 = I(c.fc1_out_size()) / tp, f = I(c.ffn_hidden_size) / tp;
+  // Outputs and inputs of QKV, projection, FC1, FC2.
+  const I out = std::max({qkv, h, f1}), in = std::max({h, q, f});
+  const I buffers = n * std::max(out, in) + h * std::max({qkv, q, f1, f}) + n * out + n * in;
+  const I operands = I(stage_layers) * 4 * 3;
+  const I history = c.fp8->recipe == backend::Fp8Recipe::kDelayed ? I(c.fp8->amax_history_len) : I(1);
+  return buffers + (history + 2) * operands * 4;
+}
+
 }  // namespace
+
+int64_t fp8_memory_bytes(const GPTConfig& c, int64_t micro_batch_size, int64_t tp, int64_t stage_layers) {
+  try {
+    return fp8_bytes(c, micro_batch_size, tp, stage_layers).value();
+  } catch (const IntegerOverflow&) {
+    does_not_fit(c, micro_batch_size, tp);
+  }
+}
 
 int64_t gpt_num_parameters(const GPTConfig& c, int64_t tp) {
   try {
@@ -139,6 +161,7 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
                        e +
                    (c.apply_layernorm_1p ? 2 * h * 4 : I(0)))
                       .value();
+    p.fp8 = fp8_bytes(c, micro_batch_size, tp, c.num_layers / pipe.pp).value();
     p.total();  // the sum must fit too
     return p;
   } catch (const IntegerOverflow&) {
@@ -172,6 +195,7 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   row("workspace", plan.workspace);
   if (plan.nccl != 0) row("NCCL buffers (model)", plan.nccl);
   if (plan.copy_engine != 0) row("copy-engine receive buffer", plan.copy_engine);
+  if (plan.fp8 != 0) row("FP8 buffers and scaling state", plan.fp8);
   row("total", plan.total());
   return out;
 }

@@ -28,10 +28,14 @@ struct MemoryPlan {
   // reduce-scatters' all-to-alls (parallel::copy_engine_receive_elements), which the comm layer
   // allocates; 0 without it. Its extra communicator counts in `nccl`.
   int64_t copy_engine = 0;
+  // FP8 (GPTConfig::fp8; 0 without), fp8_memory_bytes: the four 1-byte operand buffers the
+  // stage's linears share and its scaling state, both allocated as MemoryKind::kWorkspace
+  // (so the tracker's workspace counter holds workspace + fp8).
+  int64_t fp8 = 0;
   // Throws IntegerOverflow (a megatron::Error) when the sum does not fit in 64 bits.
   int64_t total() const {
-    const CheckedInt sum =
-        CheckedInt(parameters) + main_parameters + gradients + optimizer + activations + workspace + nccl + copy_engine;
+    const CheckedInt sum = CheckedInt(parameters) + main_parameters + gradients + optimizer + activations + workspace +
+                           nccl + copy_engine + fp8;
     return sum.value();
   }
 };
@@ -57,6 +61,19 @@ int64_t stage_num_parameters(const GPTConfig& config, int64_t tp, const Pipeline
 // number.
 MemoryPlan plan_memory(const GPTConfig& config, DType param_dtype, int64_t micro_batch_size, int64_t tp = 1,
                        bool sequence_parallel = false, const PipelineStageOptions& pipeline = {});
+
+// The FP8 bytes of one rank of a stage of `stage_layers` transformer layers (GPTModel::allocate_fp8;
+// 0 without config.fp8), n = seq_length x micro_batch_size rows (the whole sequence also under
+// sequence parallelism: the column-parallel linears quantize the gathered input), and per rank
+// the linears [out, in] QKV [qkv/t, h], projection [h, q/t], FC1 [f1/t, h], FC2 [h, f/t]:
+//   rows    n x max(in, out)    x forward, dy backward (non-transposed)
+//   weight  max(out x in)       w forward, w^T backward
+//   rows_t  n x max(out)        dy^T (the wgrad's k-major dy)
+//   cols_t  n x max(in)         x^T (the wgrad's k-major x)
+// one byte per element each, and the scaling state (backend::Fp8ScalingState) of 4 linears x 3
+// operands per layer: fp32 amax history [H, operands] (H = --fp8-amax-history-len with the
+// delayed recipe, 1 with tensorwise), scale and scale_inv [operands].
+int64_t fp8_memory_bytes(const GPTConfig& config, int64_t micro_batch_size, int64_t tp, int64_t stage_layers);
 
 // Whether GPTModel keeps, per activation set, the (iteration, micro-batch) part of its dropout
 // streams in backend memory (one int64), so that recorded work draws each replay's masks

@@ -10,10 +10,10 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 const std::vector<GpuSpec>& gpu_specs() {
   // name, peak TFLOP/s, HBM B/s, memory B, NVLink B/s (one direction), IB B/s per GPU, GEMM ceiling,
-  // INT32 TOPS, bf16, SMs
+  // INT32 TOPS, bf16, SMs, FP8 TFLOP/s
   static const std::vector<GpuSpec> kSpecs = {
-      {"h100-80gb", 989.0, 3.35e12, 81559 * kMiB, 450e9, 50e9, 0.803, 16.7, true, 132},
-      {"h200-141gb", 989.0, 4.8e12, 143771 * kMiB, 450e9, 50e9, 0.803, 16.7, true, 132},
+      {"h100-80gb", 989.0, 3.35e12, 81559 * kMiB, 450e9, 50e9, 0.803, 16.7, true, 132, 1979.0},
+      {"h200-141gb", 989.0, 4.8e12, 143771 * kMiB, 450e9, 50e9, 0.803, 16.7, true, 132, 1979.0},
       {"a100-40gb", 312.0, 1.555e12, 40960 * kMiB, 300e9, 25e9, 0.869, 9.75, true, 108},
       {"a100-80gb", 312.0, 2.039e12, 81920 * kMiB, 300e9, 25e9, 0.869, 9.75, true, 108},
       {"v100-16gb", 125.0, 0.9e12, 16160 * kMiB, 150e9, 6.25e9, 0.80, 7.83, false, 80},

@@ -24,6 +24,10 @@
 //                      generation inside a kernel (dropout in flash attention) scales with.
 //   sms                multiprocessors: how many of a kernel's tiles run at once (flash
 //                      attention's wave quantisation, throughput_model.h).
+//   fp8_tflops         dense FP8 tensor-core peak (E4M3/E5M2 inputs, fp32 accumulation; 0: no FP8
+//                      tensor cores). NVIDIA's H100 datasheet: H100 SXM FP8 Tensor Core 3,958
+//                      TFLOP/s with sparsity, 1,979 dense, twice its bf16 989; H200 SXM the same
+//                      figures (H200 datasheet). A100 and V100 have none.
 // Sources: NVIDIA H100, H200, A100 and V100 datasheets as tabulated in
 // docs/performance-references.md, "Peaks (dense, no sparsity)";
 // DGX H100 / DGX A100 / DGX-1 system datasheets for the NIC counts.
@@ -44,8 +48,9 @@ struct GpuSpec {
   double ib_bytes_per_s;
   double gemm_efficiency;
   double int32_tops;
-  bool bf16;  // has bf16 tensor cores
-  int sms;    // streaming multiprocessors (the SXM parts' datasheet counts)
+  bool bf16;              // has bf16 tensor cores
+  int sms;                // streaming multiprocessors (the SXM parts' datasheet counts)
+  double fp8_tflops = 0;  // dense FP8 tensor-core peak; 0: none
 };
 
 const std::vector<GpuSpec>& gpu_specs();

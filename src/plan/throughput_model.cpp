@@ -35,17 +35,47 @@ Gpu gpu_rates(const GpuSpec& g, const Engine& engine) {
           static_cast<double>(g.sms)};
 }
 
+// The transformer layers' linear GEMMs under FP8 (GPTConfig::fp8): the GPU's FP8 peak
+// (gpu_spec.h) at the 16-bit curve's ceiling share, with the same lost time per GEMM (w0 scaled
+// with the rate). An assumption until an FP8 step is measured: cuBLASLt's FP8 GEMMs on Hopper
+// reach about the same fraction of their peak as the bf16 ones.
+Gpu fp8_gemm_rates(const GpuSpec& spec, const Gpu& g) {
+  if (spec.fp8_tflops <= 0) {
+    throw_error("[--fp8-format] ", spec.name, " has no FP8 tensor cores (FP8 needs Hopper: h100-80gb, h200-141gb)");
+  }
+  const double ratio = spec.fp8_tflops / spec.peak_tflops;
+  Gpu f = g;
+  f.flops = g.flops * ratio;
+  f.peak = g.peak * ratio;
+  f.lost_work = g.lost_work * ratio;
+  return f;
+}
+
 // Forward + dgrad + wgrad of an M x N x K GEMM: 3 * (w + w0) / achievable.
 double gemm3_seconds(double m, double n, double k, const Gpu& g) {
   const double w = 2.0 * m * n * k;
   return 3.0 * (w + g.lost_work) / g.flops;
 }
 
+// FP8: the bytes one linear [out, in] over n rows moves outside its GEMMs per micro-batch,
+// forward and backward (backend/fp8_linear.h on backend/cuda/cuda_fp8.cu): each quantize of a
+// 16-bit (e-byte) operand reads it twice (its amax, then the cast) and writes 1-byte codes,
+// forward x and w, backward dy in both layouts, w^T and x^T; with a bias, its gradient is a
+// column-sum pass over dy (not the GEMM's epilogue). {forward, forward + backward}.
+std::pair<double, double> fp8_linear_bytes(double n, double out, double in, double e, bool bias) {
+  const double quantize = 2.0 * e + 1.0;  // per element, one layout written
+  const double forward = quantize * (n * in + out * in);
+  const double backward = (2.0 * e + 2.0) * n * out + quantize * (out * in + n * in) + (bias ? e * n * out : 0.0);
+  return {forward, forward + backward};
+}
+
 struct LayerTimes {
   double gemm = 0, wgrad_overlap = 0, memory = 0, tp_allreduce = 0;
-  double memory_forward = 0;     // the part of `memory` full recompute runs again
-  double attention = 0;          // forward + backward
-  double attention_forward = 0;  // what full recompute runs again
+  double fp8_quantize = 0;          // the part of `memory` FP8's quantize passes take
+  double fp8_quantize_forward = 0;  // of which the forward's (full recompute runs it again)
+  double memory_forward = 0;        // the part of `memory` full recompute runs again
+  double attention = 0;             // forward + backward
+  double attention_forward = 0;     // what full recompute runs again
 };
 
 // Megatron's local core attention (see the header): E score elements of e bytes, head size d,
@@ -72,8 +102,10 @@ double overlapped_seconds(double t, double window, double buckets, double conten
   return tail + (rest - beside) + contention * beside;
 }
 
-LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, const Gpu& g,
+// `linear`: the rates of the four linear GEMMs (g's, or fp8_gemm_rates' with FP8).
+LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, const Gpu& g, const Gpu& linear,
                        const Link& tp_link, const Engine& engine) {
+  const bool fp8 = c.fp8.has_value();
   const double n = static_cast<double>(p.micro_batch * c.seq_length), h = static_cast<double>(c.hidden_size);
   const double q = static_cast<double>(c.num_attention_heads * c.kv_channels);
   const double f = static_cast<double>(c.ffn_hidden_size), t = static_cast<double>(p.tp);
@@ -82,10 +114,12 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
   // FC1's output width: f, or 2f with SwiGLU (gate and up halves, one GEMM of [n, h] x [h, 2f/t]).
   const double f1 = static_cast<double>(c.fc1_out_size());
   LayerTimes lt;
-  const double qkv = gemm3_seconds(n, static_cast<double>(c.qkv_out_size()) / t, h, g),
-               fc1 = gemm3_seconds(n, f1 / t, h, g);
-  lt.gemm = qkv + gemm3_seconds(n, h, q / t, g) + fc1 + gemm3_seconds(n, h, f / t, g);
-  lt.wgrad_overlap = (qkv + fc1) / 3.0;
+  const double qkv = gemm3_seconds(n, static_cast<double>(c.qkv_out_size()) / t, h, linear),
+               fc1 = gemm3_seconds(n, f1 / t, h, linear);
+  lt.gemm = qkv + gemm3_seconds(n, h, q / t, linear) + fc1 + gemm3_seconds(n, h, f / t, linear);
+  // FP8's column-parallel backward runs dgrad and wgrad as one call and sums dX over TP after
+  // it (model/layers/parallel_linear.cpp): nothing left for the all-reduce to overlap.
+  lt.wgrad_overlap = fp8 ? 0.0 : (qkv + fc1) / 3.0;
   if (engine.attention == AttentionBackend::kLocal) {
     const double heads = static_cast<double>(c.num_attention_heads) / t;
     const auto [forward, backward] = local_attention_seconds(static_cast<double>(p.micro_batch) * heads * s * s,
@@ -130,7 +164,8 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
   const double nh = n * h / u;
   lt.memory = kElementwiseBytes * nh / g.hbm;
   lt.memory_forward = lt.memory / 3.0;
-  if (!engine.residual_add_in_gemm_epilogue || p.tp > 1 || engine.hidden_dropout > 0) {
+  // (FP8's projection and FC2 add the residual in a bias-dropout-add after the GEMM.)
+  if (!engine.residual_add_in_gemm_epilogue || p.tp > 1 || engine.hidden_dropout > 0 || fp8) {
     lt.memory += kBiasDropoutAddBytes * nh / g.hbm;  // forward only
     lt.memory_forward += kBiasDropoutAddBytes * nh / g.hbm;
   }
@@ -143,7 +178,7 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
     // [n, f/t]; backward reads the output gradient and the saved [n, 2f/t], writes [n, 2f/t].
     lt.memory_forward += kSwigluForwardBytes * e * n * f / t / stream;
     lt.memory += (kSwigluForwardBytes + kSwigluBackwardBytes) * e * n * f / t / stream;
-  } else if (!engine.gelu_in_gemm_epilogue) {
+  } else if (!engine.gelu_in_gemm_epilogue || fp8) {  // FP8: FC1's GELU and its backward after the GEMMs
     lt.memory_forward += 2.0 * e * n * f / t / stream;
     lt.memory += 5.0 * e * n * f / t / stream;
   }
@@ -161,6 +196,21 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
   if (!engine.linear_bias_in_epilogue) {  // QKV `+= bias` after the GEMM
     lt.memory_forward += 2.0 * e * n * 3.0 * q / t / stream;
     lt.memory += 2.0 * e * n * 3.0 * q / t / stream;
+  }
+  if (fp8) {
+    const bool bias = c.add_bias_linear;
+    const double shapes[4][2] = {
+        {static_cast<double>(c.qkv_out_size()) / t, h}, {h, q / t}, {f1 / t, h}, {h, f / t}};  // [out, in]
+    double forward = 0, all = 0;
+    for (const auto& w : shapes) {
+      const auto [fwd, both] = fp8_linear_bytes(n, w[0], w[1], e, bias);
+      forward += fwd;
+      all += both;
+    }
+    lt.fp8_quantize = all / stream;
+    lt.fp8_quantize_forward = forward / stream;
+    lt.memory += all / stream;
+    lt.memory_forward += forward / stream;
   }
   lt.tp_allreduce = all_reduce_seconds(n * h * e, p.tp, tp_link);
   return lt;
@@ -311,7 +361,8 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   const double layers = static_cast<double>(c.num_layers / p.pp);
   const bool full = p.recompute == PlanRecompute::kFull;
 
-  const LayerTimes lt = layer_times(c, dtype, p, g, tp_link, cl.engine);
+  const Gpu linear = c.fp8 ? fp8_gemm_rates(cl.gpu, g) : g;
+  const LayerTimes lt = layer_times(c, dtype, p, g, linear, tp_link, cl.engine);
   double layer_gemm = lt.gemm, layer_attention = lt.attention, layer_memory = lt.memory;
   // TP collectives per layer and micro-batch in all-reduce equivalents (an all-gather plus a
   // reduce-scatter of [s b, h] count one all-reduce). Forward 2: attention and MLP. Backward 2
@@ -362,6 +413,7 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
   r.gemm_s = m * (layers * layer_gemm + head_gemm);
   r.attention_s = m * layers * layer_attention;
   r.memory_bound_s = m * (layers * layer_memory + logits_seconds + accumulate);
+  r.fp8_quantize_s = m * layers * (lt.fp8_quantize + (full ? lt.fp8_quantize_forward : 0.0));
   r.tp_comm_s = m * layers * layer_tp;
   r.pp_comm_s = m * p2p;
   r.bubble_s = (slots - m) * per_micro;

@@ -38,6 +38,15 @@
 //              a QKV `+= bias`, unfused cross-entropy,
 //              and weight-gradient accumulation outside the GEMM ((m-1) passes over the stage's
 //              parameters per iteration).
+//  FP8         (GPTConfig::fp8, --fp8-format) the four layer GEMMs above at the GPU's FP8 peak
+//              (GpuSpec::fp8_tflops: 2x the bf16 peak on H100 and H200) with the same ceiling
+//              share and lost time per GEMM; the LM head, attention and the rest as without. Per
+//              linear and micro-batch the quantize passes at the streaming rate: x and w
+//              forward, dy (both layouts), w^T and x^T backward, each an amax read and a cast
+//              read of the e-byte operand plus 1-byte codes written; the bias gradient as its
+//              own pass over dy; FC1's GELU (forward and backward) and the residual add
+//              (kBiasDropoutAddBytes) outside the GEMMs' epilogues; and no overlap of the
+//              column-parallel dgrad all-reduces with the wgrad GEMMs (one FP8 backward call).
 //  GEMM ceiling  kGemmCeilingShare of the GPU's best-shape GEMM rate (gpu_spec.h): what a training
 //              step's GEMM mix reaches (fp32-accumulating wgrad, GELU_AUX epilogues, its shapes);
 //              or the engine's software stack's absolute figure (Engine::gemm_efficiency).
@@ -261,6 +270,7 @@ struct Prediction {
   double gemm_s = 0;          //   of which the linear-layer GEMMs (layers and LM head, recompute included)
   double attention_s = 0;     //   of which core attention (recompute included)
   double memory_bound_s = 0;  //   of which the memory-bound ops (norms, residuals, GeLU, cross-entropy, ...)
+  double fp8_quantize_s = 0;  //     of which FP8's quantize passes (recompute included)
   double tp_comm_s = 0;       // exposed TP collectives
   double pp_comm_s = 0;       // pipeline sends/receives
   double bubble_s = 0;        // (pp-1)/vp idle micro-batch slots

@@ -230,6 +230,40 @@ TEST(PlanCommand, SwigluAndRmsNormShapeTheModel) {
   EXPECT_LT(number(wide.output, "tokens_per_s"), number(gelu.output, "tokens_per_s"));
 }
 
+// --fp8-format prices FP8 linears and plans their buffers: a fixed 2.7B layout on one H100 is
+// faster with it and holds the FP8 bytes (model::fp8_memory_bytes: h 2560, n 8192, 32 layers:
+// rows 8192 x 10240, weight 10240 x 2560, rows_t 8192 x 10240, cols_t 8192 x 10240, state
+// (16 + 2) x 384 x 4 with --fp8-amax-history-len 16); the header and --json say which FP8.
+TEST(PlanCommand, Fp8PricesTheLinearsAndPlansTheirBuffers) {
+  const std::string layout =
+      "--model gpt3-2.7b --gpu h100-80gb --gpus-per-node 1 --tensor-model-parallel-size 1 "
+      "--pipeline-model-parallel-size 1 --micro-batch-size 4 --global-batch-size 8 --json";
+  const test::CommandResult bf16 = plan(layout), fp8 = plan(layout + " --fp8-format hybrid --fp8-amax-history-len 16");
+  ASSERT_EQ(bf16.status, 0) << bf16.output;
+  ASSERT_EQ(fp8.status, 0) << fp8.output;
+  const std::regex tokens(R"("tokens_per_s": ([0-9.e+]+))"), bytes(R"("fp8": ([0-9]+))");
+  std::smatch tb, tf, fb, ff;
+  ASSERT_TRUE(std::regex_search(bf16.output, tb, tokens)) << bf16.output;
+  ASSERT_TRUE(std::regex_search(fp8.output, tf, tokens)) << fp8.output;
+  EXPECT_GT(std::stod(tf[1]), std::stod(tb[1]));
+  ASSERT_TRUE(std::regex_search(bf16.output, fb, bytes)) << bf16.output;
+  ASSERT_TRUE(std::regex_search(fp8.output, ff, bytes)) << fp8.output;
+  EXPECT_EQ(std::stoll(fb[1]), 0);
+  const int64_t n = 8192, wide = 4 * 2560;
+  EXPECT_EQ(std::stoll(ff[1]), n * wide + wide * 2560 + n * wide + n * wide + 18 * 384 * 4);
+  EXPECT_NE(fp8.output.find("\"fp8\": {\n      \"format\": \"hybrid\",\n      \"recipe\": \"delayed\",\n      "
+                            "\"amax_history_len\": 16\n    }"),
+            std::string::npos)
+      << fp8.output;
+  EXPECT_NE(bf16.output.find(R"("fp8": null)"), std::string::npos) << bf16.output;
+  const test::CommandResult table = plan(
+      "--model gpt3-1.3b --gpu h200-141gb --gpus-per-node 8 --nodes 1 --fp8-format e4m3 --fp8-recipe tensorwise "
+      "--top 3");
+  ASSERT_EQ(table.status, 0) << table.output;
+  EXPECT_NE(table.output.find("bf16 with FP8 linears (e4m3, tensorwise); h200-141gb"), std::string::npos)
+      << table.output;
+}
+
 TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
   const struct {
     const char* flags;
@@ -262,6 +296,18 @@ TEST(PlanCommand, BadInputIsOneLineNamingTheFlag) {
       {"--model gpt3-175b --gpu h100-80gb --hidden-dropout 1", "error: [--hidden-dropout] must be in [0, 1), got 1"},
       {"--model gpt3-175b --gpu h100-80gb --normalization rmsnorm",
        "error: [--normalization] invalid choice 'rmsnorm' (choose from LayerNorm, RMSNorm)"},
+      {"--model gpt3-175b --gpu h100-80gb --fp8-format hybrid",
+       "error: [--fp8-format] --model gpt3-175b is the NLP (Megatron-LM) benchmark's shape, whose rules fix the "
+       "numerical accuracy"},
+      {"--model gpt3-13b --gpu h200-141gb --fp8-format e4m3 --nodes-range 1..8 --target-report-time 560",
+       "error: [--fp8-format] --model gpt3-13b is the NLP (Megatron-LM) benchmark's shape"},
+      {"--model gpt3-1.3b --gpu a100-80gb --fp8-format hybrid",
+       "error: [--fp8-format] a100-80gb has no FP8 tensor cores (FP8 needs Hopper: h100-80gb, h200-141gb)"},
+      {"--model gpt3-1.3b --gpu h100-80gb --fp8-format e5m2",
+       "error: [--fp8-format] invalid choice 'e5m2' (choose from e4m3, hybrid)"},
+      {"--model gpt3-1.3b --gpu h100-80gb --fp8-format hybrid --fp8-recipe mxfp8",
+       "error: [--fp8-recipe] invalid choice 'mxfp8' (choose from tensorwise, delayed)"},
+      {"--model gpt3-1.3b --gpu h100-80gb --fp8-recipe tensorwise", "error: [--fp8-recipe] needs --fp8-format"},
       {"--num-layers 2 --hidden-size 16 --num-attention-heads 2 --seq-length 8 --gpu h100-80gb --swiglu",
        "error: [--hidden-size] 16 is too small for --swiglu's default --ffn-hidden-size (int(8h/3/64)*64 = 0): give "
        "--ffn-hidden-size"},

@@ -5,8 +5,10 @@
 
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 
+#include "backend/fp8_recipe.h"
 #include "backend/ops.h"
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
@@ -39,7 +41,19 @@ struct Case {
   bool rmsnorm = false;    // --normalization RMSNorm
   bool swiglu = false;     // --swiglu
   bool qk = false;         // --qk-layernorm (with rotary embeddings, 3 heads in 1 group)
+  // --fp8-format: 0 none; 1 hybrid, delayed with --fp8-amax-history-len 3; 2 e4m3, tensorwise.
+  int fp8 = 0;
 };
+
+// The FP8 configuration of Case::fp8.
+std::optional<backend::Fp8Config> fp8_config(int kind) {
+  if (kind == 0) return std::nullopt;
+  backend::Fp8Config f;
+  f.format = kind == 1 ? backend::Fp8Mix::kHybrid : backend::Fp8Mix::kE4M3;
+  f.recipe = kind == 1 ? backend::Fp8Recipe::kDelayed : backend::Fp8Recipe::kTensorwise;
+  f.amax_history_len = 3;
+  return f;
+}
 
 class MemoryPlanTest : public ::testing::TestWithParam<Case> {};
 
@@ -67,7 +81,9 @@ TEST_P(MemoryPlanTest, PlanEqualsAllocatedBytes) {
     c.position_embedding = PositionEmbedding::kRope;
     c.num_query_groups = 1;
   }
+  c.fp8 = fp8_config(k.fp8);
   const MemoryPlan plan = plan_memory(c, k.dtype, k.micro_batch);
+  EXPECT_EQ(plan.fp8 != 0, k.fp8 != 0);
 
   auto backend = backend::make_cpu_backend();
   MemoryTracker& tracker = memory_tracker(Device::kCPU);
@@ -83,7 +99,8 @@ TEST_P(MemoryPlanTest, PlanEqualsAllocatedBytes) {
   EXPECT_EQ(plan.gradients, delta(built, before, MemoryKind::kGrads));
   EXPECT_EQ(plan.optimizer, delta(built, before, MemoryKind::kOptimizer));
   EXPECT_EQ(plan.activations, delta(built, before, MemoryKind::kActivations));
-  EXPECT_EQ(plan.workspace, delta(built, before, MemoryKind::kWorkspace));
+  // The FP8 buffers and scaling state are allocated as workspace.
+  EXPECT_EQ(plan.workspace + plan.fp8, delta(built, before, MemoryKind::kWorkspace));
 
   // A whole step (forward, backward, optimizer) allocates nothing of the planned kinds.
   tracker.reset_peak();
@@ -103,6 +120,7 @@ TEST_P(MemoryPlanTest, PlanEqualsAllocatedBytes) {
   opt.zero_grads();
   model.forward(mb, {});
   model.backward(1.0f, 1.0f);
+  model.fp8_update(nullptr);
   opt.step(1e-3f, 0.01f);
   const MemorySnapshot after = tracker.snapshot();
   for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kMainParams, MemoryKind::kGrads, MemoryKind::kOptimizer,
@@ -127,7 +145,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"bf16_rmsnorm", DType::kBF16, false, true, 3, 8, Recompute::kNone, 1, false, true, false},
         Case{"fp32_qk_layernorm", DType::kF32, false, true, 2, 8, Recompute::kNone, 1, false, false, false, true},
         Case{"bf16_qk_rmsnorm_swiglu_recompute_block1", DType::kBF16, true, false, 2, 6, Recompute::kBlock, 1, false,
-             true, true, true}),
+             true, true, true},
+        // FP8: the weight buffer from FC1 [40, 24] (GELU) or [80, 24] (SwiGLU), the row buffers
+        // from n x 40 or n x 80; kv 5 makes the projection's input (15) the smallest.
+        Case{"bf16_fp8_hybrid_delayed", DType::kBF16, false, true, 2, 8, Recompute::kNone, 1, false, false, false,
+             false, 1},
+        Case{"fp32_fp8_e4m3_tensorwise_kv5", DType::kF32, false, true, 3, 5, Recompute::kNone, 1, false, false, false,
+             false, 2},
+        Case{"bf16_fp8_llama_recompute_uniform1", DType::kBF16, true, false, 2, 8, Recompute::kUniform, 1, false, true,
+             true, true, 1},
+        Case{"fp16_fp8_tensorwise_documents", DType::kF16, false, true, 1, 8, Recompute::kNone, 1, true, false, false,
+             false, 2}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // --use-distributed-optimizer under mpirun -np 3: each rank allocates its shard of the fp32 main
@@ -190,8 +218,11 @@ TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
   c.padded_vocab_size = 32;
   // sp, and RMSNorm + SwiGLU, each on or off; then --qk-layernorm with 2 key/value groups (RMSNorm
   // with sp, LayerNorm without).
-  for (int variant = 0; variant < 6; ++variant) {
+  // Variants 6 and 7: FP8 (hybrid, delayed), without and with sp: the linears' shards and the
+  // whole sequence's rows in its buffers.
+  for (int variant = 0; variant < 8; ++variant) {
     const bool sp = variant % 2 == 1;
+    c.fp8 = fp8_config(variant >= 6 ? 1 : 0);
     c.normalization =
         variant == 2 || variant == 3 || variant == 5 ? Normalization::kRMSNorm : Normalization::kLayerNorm;
     c.swiglu = variant == 2 || variant == 3;
@@ -214,7 +245,7 @@ TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
                               : kind == MemoryKind::kGrads       ? plan.gradients
                               : kind == MemoryKind::kOptimizer   ? plan.optimizer
                               : kind == MemoryKind::kActivations ? plan.activations
-                                                                 : plan.workspace;
+                                                                 : plan.workspace + plan.fp8;
       EXPECT_EQ(planned, delta(built, before, kind)) << memory_kind_name(kind) << " variant " << variant;
     }
     tracker.reset_peak();
@@ -230,6 +261,7 @@ TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
     model.forward(mb, {});
     model.backward(1.0f, 1.0f);
     model.reduce_layernorm_grads();
+    model.fp8_update(tp.get());
     opt.step(1e-3f, 0.01f);
     const MemorySnapshot after = tracker.snapshot();
     for (MemoryKind kind :
@@ -264,6 +296,8 @@ TEST(MemoryPlan, PipelineStagePlanEqualsAllocatedBytes) {
         // RMSNorm and SwiGLU: no final LayerNorm bias on the last stage, fc1 [2f, h].
         c.normalization = vp == 2 ? Normalization::kRMSNorm : Normalization::kLayerNorm;
         c.swiglu = vp == 2;
+        // FP8 (tensorwise) on the untied runs: each stage's own layers' scaling state.
+        c.fp8 = fp8_config(untied ? 2 : 0);
         int64_t total = 0;
         for (int64_t stage = 0; stage < 2; ++stage) {
           PipelineStageOptions pipe;
@@ -283,13 +317,49 @@ TEST(MemoryPlan, PipelineStagePlanEqualsAllocatedBytes) {
           EXPECT_EQ(plan.parameters, delta(built, before, MemoryKind::kParams)) << what;
           EXPECT_EQ(plan.gradients, delta(built, before, MemoryKind::kGrads)) << what;
           EXPECT_EQ(plan.activations, delta(built, before, MemoryKind::kActivations)) << what;
-          EXPECT_EQ(plan.workspace, delta(built, before, MemoryKind::kWorkspace)) << what;
+          EXPECT_EQ(plan.workspace + plan.fp8, delta(built, before, MemoryKind::kWorkspace)) << what;
+          EXPECT_EQ(plan.fp8 != 0, untied) << what;
           total += plan.num_parameters;
         }
         EXPECT_EQ(total, gpt_num_parameters(c) + (untied ? 0 : c.padded_vocab_size * c.hidden_size));
       }
     }
   }
+}
+
+// The FP8 bytes worked by hand for the bf16_fp8_hybrid_delayed case's shape (h 24, 3 heads of
+// 8, ffn 40, s 7, micro-batch 2: n 14; QKV [72, 24], projection [24, 24], FC1 [40, 24], FC2
+// [24, 40]): buffers rows 14 x 72, weight 72 x 24, rows_t 14 x 72, cols_t 14 x 40 = 4304 bytes;
+// scaling state of 3 layers x 12 operands, history 3: (3 + 2) x 36 x 4 = 720 bytes. TP 2 halves
+// QKV (36), the projection's input (12) and FC1/FC2 (20): 14 x 36, 36 x 24, 14 x 36, 14 x 24;
+// a pipeline stage of 1 layer holds 12 operands; tensorwise keeps one history row.
+TEST(MemoryPlan, Fp8BytesByHand) {
+  GPTConfig c;
+  c.num_layers = 3;
+  c.hidden_size = 24;
+  c.num_attention_heads = 3;
+  c.kv_channels = 8;
+  c.ffn_hidden_size = 40;
+  c.seq_length = 7;
+  c.max_position_embeddings = 9;
+  c.vocab_size = 50;
+  c.padded_vocab_size = 64;
+  EXPECT_EQ(fp8_memory_bytes(c, 2, 1, 3), 0);
+  EXPECT_EQ(plan_memory(c, DType::kBF16, 2).fp8, 0);
+  const int64_t bf16_total = plan_memory(c, DType::kBF16, 2).total();
+  c.fp8 = fp8_config(1);
+  EXPECT_EQ(fp8_memory_bytes(c, 2, 1, 3), 14 * 72 + 72 * 24 + 14 * 72 + 14 * 40 + 5 * 36 * 4);
+  EXPECT_EQ(plan_memory(c, DType::kBF16, 2).fp8, 5024);
+  EXPECT_EQ(plan_memory(c, DType::kBF16, 2).total(), bf16_total + 5024);
+  EXPECT_EQ(fp8_memory_bytes(c, 2, 2, 3), 14 * 36 + 36 * 24 + 14 * 36 + 14 * 24 + 5 * 36 * 4);
+  EXPECT_EQ(fp8_memory_bytes(c, 2, 1, 1), 4304 + 5 * 12 * 4);
+  c.fp8 = fp8_config(2);
+  EXPECT_EQ(fp8_memory_bytes(c, 2, 1, 3), 4304 + 3 * 36 * 4);
+  // The table shows the line only with FP8.
+  EXPECT_NE(format_memory_plan(plan_memory(c, DType::kBF16, 2)).find("FP8 buffers and scaling state"),
+            std::string::npos);
+  c.fp8.reset();
+  EXPECT_EQ(format_memory_plan(plan_memory(c, DType::kBF16, 2)).find("FP8"), std::string::npos);
 }
 
 TEST(MemoryPlan, Gpt3_175BNumbers) {

@@ -6,6 +6,7 @@
 // terms.
 #include <gtest/gtest.h>
 
+#include "backend/fp8_recipe.h"
 #include "backend/ops.h"
 #include "model/gpt_model.h"
 #include "model/memory_plan.h"
@@ -54,6 +55,7 @@ void expect_same(const model::MemoryPlan& a, const model::MemoryPlan& b) {
   EXPECT_EQ(a.optimizer, b.optimizer);
   EXPECT_EQ(a.activations, b.activations);
   EXPECT_EQ(a.workspace, b.workspace);
+  EXPECT_EQ(a.fp8, b.fp8);
 }
 
 TEST(PlanMemory, EqualsTheEnginePlanAtTp1Pp1) {
@@ -299,6 +301,74 @@ TEST(PlanMemory, AgreesWithTheDryRunPlanOnEveryLayout) {
   }
   // Stages of the layouts x recompute x variants x documents x attention x dtypes.
   EXPECT_EQ(compared, 18 * 3 * 4 * 2 * 2 * 2);
+}
+
+// --fp8-format: the planner's FP8 bytes per stage are the dry run's (train_memory_plan, the
+// engine's plan), model::fp8_memory_bytes of the stage's layers (the linears' shards under TP,
+// the whole sequence's rows also under SP; the amax history with the delayed recipe), and FP8
+// changes nothing else of the plan.
+TEST(PlanMemory, Fp8BytesAreTheDryRunsOnEveryLayout) {
+  struct Layout {
+    int64_t tp, pp, vp, dp;
+    bool sp, dist;
+  };
+  const Layout layouts[] = {{1, 1, 1, 1, false, false},
+                            {2, 1, 1, 2, true, true},
+                            {2, 2, 1, 1, false, false},
+                            {1, 4, 1, 2, false, true},
+                            {2, 2, 2, 1, true, false}};
+  backend::Fp8Config delayed;
+  delayed.amax_history_len = 4;
+  backend::Fp8Config tensorwise;
+  tensorwise.recipe = backend::Fp8Recipe::kTensorwise;
+  tensorwise.amax_history_len = 4;  // no effect with tensorwise: one row
+  for (const Layout& l : layouts) {
+    for (const backend::Fp8Config& f : {delayed, tensorwise}) {
+      for (const Variant& v : kVariants) {
+        model::GPTConfig c = small_config();
+        c.num_layers = 8;
+        c.num_attention_heads = 4;
+        c.kv_channels = 2;
+        c.seq_length = c.max_position_embeddings = 8;
+        apply(v, c);
+        ParallelConfig p;
+        p.tp = l.tp;
+        p.pp = l.pp;
+        p.vp = l.vp;
+        p.dp = l.dp;
+        p.sequence_parallel = l.sp;
+        p.distributed_optimizer = l.dist;
+        p.micro_batch = 2;
+        p.global_batch = 2 * l.dp * 8;
+        model::GPTConfig fp8 = c;
+        fp8.fp8 = f;
+        train::TrainConfig t;
+        t.model = fp8;
+        t.micro_batch_size = p.micro_batch;
+        t.global_batch_size = p.global_batch;
+        t.world_size = p.world();
+        t.tensor_model_parallel_size = l.tp;
+        t.pipeline_model_parallel_size = l.pp;
+        t.data_parallel_size = l.dp;
+        if (l.vp > 1) t.num_layers_per_virtual_pipeline_stage = c.num_layers / l.pp / l.vp;
+        t.sequence_parallel = l.sp;
+        t.use_distributed_optimizer = l.dist;
+        t.overlap_p2p_communication = l.vp > 1;
+        // fp32 (t.bf16 false): no cuDNN workspace terms, which only the planner adds.
+        for (int64_t k = 0; k < l.pp; ++k) {
+          SCOPED_TRACE(testing::Message() << p.describe() << " stage " << k << " " << backend::fp8_recipe_name(f.recipe)
+                                          << " swiglu " << v.swiglu);
+          const model::MemoryPlan planned = stage_memory(fp8, DType::kF32, p, k);
+          expect_same(planned, train::train_memory_plan(t, k));
+          EXPECT_EQ(planned.fp8, model::fp8_memory_bytes(fp8, p.micro_batch, l.tp, c.num_layers / l.pp));
+          EXPECT_GT(planned.fp8, 0);
+          const model::MemoryPlan without = stage_memory(c, DType::kF32, p, k);
+          EXPECT_EQ(planned.total(), without.total() + planned.fp8);
+          EXPECT_EQ(planned.workspace, without.workspace);
+        }
+      }
+    }
+  }
 }
 
 // What the variants add or remove is exactly what model::plan_memory adds or removes for the

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
+#include "backend/fp8_recipe.h"
 #include "core/error.h"
 #include "parallel/grad_buckets.h"
 #include "plan/comm_model.h"
@@ -694,6 +696,92 @@ TEST(PlanThroughput, LlamaTermsGroupedQueriesAndRotary) {
   const double expect =
       2.0 * kRopeBytes * 2.0 * 40.0 * 128.0 * B * s * L / (cl.gpu.hbm_bytes_per_s * kStreamEfficiency);
   EXPECT_NEAR(extra, expect, 1e-3 * expect);
+}
+
+// --fp8-format: the four layer GEMMs at H100's FP8 peak, 1979 TFLOP/s (2x bf16's 989, NVIDIA's
+// datasheet), at the same ceiling share and lost time per GEMM, so FP8 saves half of their work
+// time; the LM head stays bf16. Beside them, worked out per linear [out, in] over n rows (e = 2):
+// quantize passes of (2e + 1) bytes per element over x and w forward, x^T and w^T backward, (2e
+// + 2) over dy (both layouts) and the bias gradient's e over dy: 5 (2 n in + 2 out in) + 8 n out;
+// FC1's GELU outside the GEMM (5e per [n, f] element) and the residual's bias-dropout-add
+// (kBiasDropoutAddBytes per [n, h] element at the HBM rate).
+TEST(PlanThroughput, Fp8HalvesTheLinearGemmsAndAddsItsQuantizePasses) {
+  const PlanModel m = test::gpt_plan_model(4, 1024, 16, 2048);
+  const model::GPTConfig c = config_for_tp(m, 1);
+  model::GPTConfig fp8 = c;
+  fp8.fp8 = backend::Fp8Config{};
+  ParallelConfig p{1, 1, 1, 1, 8, 16, PlanRecompute::kNone, false, false};  // 2 micro-batches
+  Cluster cl = h100(1, 1);
+  cl.engine.attention_dropout = cl.engine.hidden_dropout = 0.0;
+  const Prediction b = predict(c, DType::kBF16, p, cl), f = predict(fp8, DType::kBF16, p, cl);
+  const double n = 8.0 * 2048.0, h = 1024.0, ff = 4096.0, micro = 2.0, layers = 4.0;
+  const double rate = 989e12 * kGemmCeilingShare * 0.803, stream = 3.35e12 * kStreamEfficiency;
+  const double work = micro * layers * 3.0 * 2.0 * n * (3.0 * h * h + h * h + ff * h + h * ff);
+  EXPECT_NEAR(b.gemm_s - f.gemm_s, work / rate * (1.0 - 989.0 / 1979.0), 1e-12);
+  const double shapes[4][2] = {{3.0 * h, h}, {h, h}, {ff, h}, {h, ff}};
+  double bytes = 0;
+  for (const auto& w : shapes) bytes += 5.0 * (2.0 * n * w[1] + 2.0 * w[0] * w[1]) + 8.0 * n * w[0];
+  EXPECT_NEAR(f.fp8_quantize_s, micro * layers * bytes / stream, 1e-12);
+  EXPECT_EQ(b.fp8_quantize_s, 0.0);
+  const double others = micro * layers * (5.0 * 2.0 * n * ff / stream + kBiasDropoutAddBytes * n * h / 3.35e12);
+  EXPECT_NEAR(f.memory_bound_s - b.memory_bound_s, f.fp8_quantize_s + others, 1e-12);
+  EXPECT_DOUBLE_EQ(f.attention_s, b.attention_s);
+  // Full recompute quantizes the forward's operands again: x and w of each linear.
+  ParallelConfig r = p;
+  r.recompute = PlanRecompute::kFull;
+  double forward = 0;
+  for (const auto& w : shapes) forward += 5.0 * (n * w[1] + w[0] * w[1]);
+  EXPECT_NEAR(predict(fp8, DType::kBF16, r, cl).fp8_quantize_s, f.fp8_quantize_s + micro * layers * forward / stream,
+              1e-12);
+  // The recipe changes neither: the same passes either way.
+  model::GPTConfig tensorwise = fp8;
+  tensorwise.fp8->recipe = backend::Fp8Recipe::kTensorwise;
+  EXPECT_DOUBLE_EQ(predict(tensorwise, DType::kBF16, p, cl).seconds_per_iteration, f.seconds_per_iteration);
+}
+
+// At 2.7B on one H100 FP8 is faster, by less than the GEMMs' 2x (attention, the LM head, the
+// quantize passes and the rest stay); H200 has the same FP8 peak; A100 has no FP8 tensor cores.
+TEST(PlanThroughput, Fp8SpeedupIsBelowTheGemmRatioAndNeedsHopper) {
+  const PlanModel m = test::gpt_plan_model(32, 2560, 32, 2048);
+  const model::GPTConfig c = config_for_tp(m, 1);
+  model::GPTConfig fp8 = c;
+  fp8.fp8 = backend::Fp8Config{};
+  ParallelConfig p{1, 1, 1, 1, 4, 8, PlanRecompute::kNone, false, false};
+  for (const char* gpu : {"h100-80gb", "h200-141gb"}) {
+    Cluster cl = h100(1, 1);
+    cl.gpu = find_gpu(gpu);
+    EXPECT_NEAR(cl.gpu.fp8_tflops / cl.gpu.peak_tflops, 2.0, 2e-3) << gpu;  // 1979 / 989
+    const double speedup =
+        predict(c, DType::kBF16, p, cl).seconds_per_iteration / predict(fp8, DType::kBF16, p, cl).seconds_per_iteration;
+    EXPECT_GT(speedup, 1.05) << gpu;
+    EXPECT_LT(speedup, 2.0) << gpu;
+  }
+  Cluster a100 = h100(1, 1);
+  a100.gpu = find_gpu("a100-80gb");
+  EXPECT_EQ(a100.gpu.fp8_tflops, 0.0);
+  try {
+    predict(fp8, DType::kBF16, p, a100);
+    FAIL() << "FP8 priced on an A100";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[--fp8-format] a100-80gb has no FP8 tensor cores"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Under TP the FP8 column-parallel backward sums dX after its one FP8 call: the two backward
+// all-reduces no longer hide behind the QKV and FC1 weight gradients.
+TEST(PlanThroughput, Fp8LosesTheAsyncTensorParallelAllReduce) {
+  const PlanModel m = test::gpt_plan_model(4, 4096, 32, 2048);
+  const model::GPTConfig c = config_for_tp(m, 2);
+  model::GPTConfig fp8 = c;
+  fp8.fp8 = backend::Fp8Config{};
+  ParallelConfig p{2, 1, 1, 1, 4, 4, PlanRecompute::kNone, false, false};
+  Cluster cl = h100(1, 2);
+  cl.engine.attention_dropout = cl.engine.hidden_dropout = 0.0;
+  const Prediction b = predict(c, DType::kBF16, p, cl), f = predict(fp8, DType::kBF16, p, cl);
+  EXPECT_GT(f.tp_comm_s, b.tp_comm_s);
+  cl.engine.async_tp_allreduce = false;  // without the overlap the two are priced the same
+  EXPECT_DOUBLE_EQ(predict(fp8, DType::kBF16, p, cl).tp_comm_s, predict(c, DType::kBF16, p, cl).tp_comm_s);
 }
 
 }  // namespace
