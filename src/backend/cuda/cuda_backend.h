@@ -232,6 +232,9 @@ class CudaBackend : public Backend {
   bool attention_deterministic_ = false;
   bool gemm_autotune_ = true;  // gemm_tuning.h
   bool fp8_gemm_cublaslt_ = true;
+  // [8] fp32: the two scales of an FP8 GEMM copied to 16-byte aligned slots (0 and 4), which
+  // cuBLASLt requires; allocated at the first FP8 GEMM (cuda_gemm.cu, fp8_gemm).
+  Tensor fp8_scale_slots_;
   int gemm_tune_candidates_ = 32;  // gemm_tuning.h
   bool layernorm_warp_forward_ = true;
   bool record_ = true;  // MEGATRON_CUDA_GRAPHS (cuda_recording.cpp)

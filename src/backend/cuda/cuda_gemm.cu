@@ -739,8 +739,22 @@ void CudaBackend::fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Ten
   if (k > 0 && fp8_gemm_cublaslt_) {
     const void* bp = nullptr;
     if (bias.defined() && bias.dtype() == c.dtype()) bp = epilogue_bias(*this, bias);
+    // The recipe keeps its scales in one fp32 array (a slot every 4 bytes); cuBLASLt's FP8
+    // kernels answer "not supported" at launch for scale pointers that are not 16-byte aligned,
+    // so such scales are copied to two aligned slots first (stream-ordered, so one pair of slots
+    // serves every GEMM; the copies are recorded into CUDA graphs like the GEMM).
+    const float* lsa = sa;
+    const float* lsb = sb;
+    if (reinterpret_cast<uintptr_t>(sa) % 16 != 0 || reinterpret_cast<uintptr_t>(sb) % 16 != 0) {
+      if (!fp8_scale_slots_.defined()) fp8_scale_slots_ = empty({8}, DType::kF32, MemoryKind::kOther);
+      float* slots = static_cast<float*>(fp8_scale_slots_.data());
+      MT_CUDA_CHECK(cudaMemcpyAsync(slots, sa, sizeof(float), cudaMemcpyDeviceToDevice, stream()));
+      MT_CUDA_CHECK(cudaMemcpyAsync(slots + 4, sb, sizeof(float), cudaMemcpyDeviceToDevice, stream()));
+      lsa = slots;
+      lsb = slots + 4;
+    }
     if ((!bias.defined() || bp) &&
-        lt_fp8_matmul(*this, gemm_algos_, a, sa, b, sb, bp, c, m, n, k, accumulate ? 1.0f : 0.0f)) {
+        lt_fp8_matmul(*this, gemm_algos_, a, lsa, b, lsb, bp, c, m, n, k, accumulate ? 1.0f : 0.0f)) {
       return;
     }
   }

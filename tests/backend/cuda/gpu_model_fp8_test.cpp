@@ -5,9 +5,11 @@
 // weights and batch, 3 iterations each of forward, backward, the FP8 update
 // (GPTModel::fp8_update) and an optimizer step. Skipped without a GPU.
 //
-// Why the two agree closely: the quantization is bit for bit the CPU's for equal inputs and equal
-// scales (tests/backend/cuda/cuda_fp8_test.cpp), and the codes' products are exact; what
-// differs is the fp32 summation order of the GEMMs and reductions (cuBLASLt's tiles vs BLAS).
+// Why the two agree closely with the GEMMs on the fp32 fallback (the CPU's arithmetic; the
+// cuBLASLt kernels are checked with loose bounds, see compare()): the quantization is bit for
+// bit the CPU's for equal inputs and equal scales (tests/backend/cuda/cuda_fp8_test.cpp), and
+// the codes' products are exact; what differs is the fp32 summation order of the GEMMs and
+// reductions (cuBLAS's tiles vs BLAS).
 // In fp32 those differences are ~1e-6 relative, so an operand lands on the other side of an FP8
 // rounding boundary (2^-3 or 2^-2 of its magnitude apart) for about one element in 10^5: the
 // losses agree to ~1e-5 relative and gradients to ~1e-3, far below what FP8 itself changes
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "backend/cuda/attention_impl.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm_tuning.h"
 #include "backend/device.h"
 #include "backend/fp8_recipe.h"
@@ -137,14 +140,20 @@ struct Run {
 // parameter gradient within grad_tol, the scaling state (every slot's scale and amax history)
 // within scale_tol. With `fp8_on_check`, the GPU's losses are closer to the CPU's FP8 losses
 // than a quarter of FP8's own effect on them.
+// cublaslt: the GEMMs on cuBLASLt's FP8 kernels, whose accumulation keeps fewer bits than fp32
+// inside each MMA: the amaxes of their outputs then differ from the CPU's, and so do the scales
+// and every code quantized with them, so only loose tolerances hold (a wrong operand, scale or
+// transpose is still O(1)). Without it, the fp32 fallback on the decoded codes: the CPU's
+// arithmetic but for summation order, and the tight tolerances.
 void compare(DType dtype, bool llama, backend::Fp8Recipe recipe, double loss_tol, double grad_tol, double scale_tol,
-             bool fp8_on_check) {
+             bool fp8_on_check, bool cublaslt = false) {
   if (no_gpu()) GTEST_SKIP() << "no CUDA device";
   const GPTConfig c = config(llama, recipe);
   GPTConfig plain_config = c;
   plain_config.fp8.reset();
   auto cpu = backend::make_cpu_backend();
   auto gpu = backend::make_cuda_backend(0);
+  static_cast<backend::CudaBackend&>(*gpu).set_fp8_gemm_cublaslt(cublaslt);
   Run rc(c, *cpu, dtype), rg(c, *gpu, dtype), rp(plain_config, *cpu, dtype);
   ASSERT_NE(rc.model->fp8_state(), nullptr);
   ASSERT_NE(rg.model->fp8_state(), nullptr);
@@ -210,6 +219,19 @@ TEST(GpuModelFp8, Bf16LlamaDelayedMatchesTheCpuEmulation) {
 }
 TEST(GpuModelFp8, Bf16LlamaTensorwiseMatchesTheCpuEmulation) {
   compare(DType::kBF16, true, backend::Fp8Recipe::kTensorwise, 1e-2, 8e-2, 2e-2, false);
+}
+
+// cuBLASLt's FP8 kernels (see compare): losses within 2e-2, gradients 0.25, scales 0.1.
+TEST(GpuModelFp8, CublasLtGptAndLlamaFollowTheCpuEmulation) {
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const bool llama : {false, true}) {
+      for (const backend::Fp8Recipe r : {backend::Fp8Recipe::kDelayed, backend::Fp8Recipe::kTensorwise}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + (llama ? " llama " : " gpt ") +
+                     std::string(backend::fp8_recipe_name(r)));
+        compare(dtype, llama, r, 2e-2, 0.25, 0.1, false, true);
+      }
+    }
+  }
 }
 
 // The host copy of a device tensor's bytes.
