@@ -12,7 +12,8 @@
 //     without FP8 state, starts fresh scaling state with a note; another history length cuts or
 //     extends the histories; a run without FP8 loads an FP8 checkpoint;
 //   - a malformed file is a one-line error naming it;
-//   - under mpirun: PP2 (each stage's layers gathered to rank 0) resumes bit for bit; a TP2
+//   - under mpirun: PP2 (each stage's layers gathered to rank 0) and DP2 (evaluation before the
+//     save) resume bit for bit, through the async and the streamed saves; a TP2
 //     checkpoint converted to TP1 carries the file byte for byte and resumes in one process
 //     with the state loaded.
 #include "ckpt/checkpoint_fp8.h"
@@ -32,7 +33,7 @@
 #include "ckpt/checkpoint_io.h"
 #include "ckpt/safetensors.h"
 #include "core/error.h"
-#include "core/fp8.h"
+#include "model/gpt_model.h"
 #include "support/parity_runs.h"
 #include "support/paths.h"
 #include "support/walk_corpus.h"
@@ -322,20 +323,23 @@ std::vector<std::string> parity_flags(const std::string& dir) {
                      "--fp8-amax-compute-algo", "max"});
 }
 
-TEST(CheckpointFp8, PipelineStagesSaveTheirLayersAndResumeBitExactly) {
-  const std::string dir = test::scratch_dir("ckpt_fp8_pp2");
+// Straight 10 iterations vs 5 + save (--async-save) + resume + 5 (the streamed save) under
+// `layout` on `np` ranks: the same losses and grad norms, and the same FP8 state files.
+void expect_parallel_resume_is_exact(const std::string& name, const std::vector<std::string>& layout, int np) {
+  const std::string dir = test::scratch_dir(name);
   test::write_walk_corpus(dir);
-  const auto base = test::with(parity_flags(dir), {"--pipeline-model-parallel-size", "2"});
+  std::vector<std::string> base = parity_flags(dir);
+  base.insert(base.end(), layout.begin(), layout.end());
   const test::CommandResult whole = test::run_ranks(
-      test::with(base, {"--save", dir + "/whole", "--save-interval", "5", "--log-jsonl", dir + "/whole.jsonl"}), 2);
+      test::with(base, {"--save", dir + "/whole", "--save-interval", "5", "--log-jsonl", dir + "/whole.jsonl"}), np);
   ASSERT_EQ(whole.status, 0) << whole.output;
-  const test::CommandResult first =
-      test::run_ranks(test::with(base, {"--save", dir + "/a", "--save-interval", "5", "--exit-interval", "5"}), 2);
+  const test::CommandResult first = test::run_ranks(
+      test::with(base, {"--save", dir + "/a", "--save-interval", "5", "--exit-interval", "5", "--async-save"}), np);
   ASSERT_EQ(first.status, 0) << first.output;
   const test::CommandResult second =
       test::run_ranks(test::with(base, {"--load", dir + "/a", "--no-ckpt-fully-parallel-save", "--save", dir + "/b",
                                         "--save-interval", "5", "--log-jsonl", dir + "/b.jsonl"}),
-                      2);
+                      np);
   ASSERT_EQ(second.status, 0) << second.output;
   const auto ref = test::read_jsonl(dir + "/whole.jsonl"), got = test::read_jsonl(dir + "/b.jsonl");
   ASSERT_EQ(ref.size(), 10u);
@@ -347,6 +351,44 @@ TEST(CheckpointFp8, PipelineStagesSaveTheirLayersAndResumeBitExactly) {
   EXPECT_EQ(test::read_file(fp8_file(dir + "/a", 5)), test::read_file(fp8_file(dir + "/whole", 5)));
   // The streamed save writes the bytes of the parallel one.
   EXPECT_EQ(test::read_file(fp8_file(dir + "/b", 10)), test::read_file(fp8_file(dir + "/whole", 10)));
+}
+
+TEST(CheckpointFp8, PipelineStagesSaveTheirLayersAndResumeBitExactly) {
+  expect_parallel_resume_is_exact("ckpt_fp8_pp2", {"--pipeline-model-parallel-size", "2"}, 2);
+}
+
+// The validation at 5 runs before the save: its forwards record amaxes of each DP rank's own
+// samples, which the save reduces over DP as the next update would.
+TEST(CheckpointFp8, DataParallelRanksSaveOneStateAndResumeBitExactly) {
+  expect_parallel_resume_is_exact("ckpt_fp8_dp2", {"--eval-interval", "5", "--eval-iters", "2"}, 2);
+}
+
+// The save and load address local layers by their global numbers (GPTModel's order, chunk after
+// chunk): those of the layers' declared weights.
+TEST(CheckpointFp8, StageLayersAreTheDeclaredLayers) {
+  model::GPTConfig c;
+  c.num_layers = 8;
+  c.hidden_size = 16;
+  c.num_attention_heads = 2;
+  c.kv_channels = 8;
+  c.ffn_hidden_size = 64;
+  c.padded_vocab_size = c.vocab_size = 32;
+  for (int64_t stage = 0; stage < 2; ++stage) {
+    model::PipelineStageOptions pipe;
+    pipe.pp = 2;
+    pipe.stage = stage;
+    pipe.virtual_chunks = 2;
+    model::ParameterSet declared;
+    model::GPTModel::declare_stage_parameters(c, pipe, &declared);
+    std::vector<int64_t> layers;
+    const std::regex qkv(R"(decoder\.layers\.(\d+)\.self_attention\.linear_qkv\.weight)");
+    for (const model::Parameter& p : declared.params()) {
+      std::smatch m;
+      if (std::regex_match(p.name, m, qkv)) layers.push_back(std::stoll(m[1]));
+    }
+    EXPECT_EQ(stage_global_layers(c, pipe), layers) << "stage " << stage;
+    EXPECT_EQ(layers.size(), 4u);
+  }
 }
 
 TEST(CheckpointFp8, ReshardCarriesTheStateFromTp2ToTp1) {
