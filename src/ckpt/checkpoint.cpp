@@ -191,9 +191,11 @@ std::string iteration_text(int64_t iteration) {
 // Rank 0 writes every tensor; the stage holding one gathers it and sends it (ckpt/checkpoint.h).
 void save_streamed(const CheckpointRun& run, const SaveOptions& o, const TrainProgress& progress,
                    const std::array<std::vector<SavedTensor>, 2>& files, const model::ParameterSet& params,
-                   const parallel::MixedPrecisionOptimizer& optimizer, const optim::OptimizerParamScheduler& scheduler,
-                   const parallel::ProcessGroups& groups, backend::Backend& backend) {
+                   const parallel::MixedPrecisionOptimizer& optimizer, const Fp8StageState& fp8,
+                   const optim::OptimizerParamScheduler& scheduler, const parallel::ProcessGroups& groups,
+                   backend::Backend& backend) {
   const int64_t stage = groups.coords.pp;
+  std::optional<Fp8StateFile> fp8_file = gather_fp8_state(run.model, run.stages, fp8, groups, backend);
   if (groups.rank() != 0) {
     // The same walk as the writer's, over this stage's tensors: the gathers meet their peers,
     // and this stage's TP-0 DP-0 rank sends each whole tensor when the writer asks for it.
@@ -245,6 +247,7 @@ void save_streamed(const CheckpointRun& run, const SaveOptions& o, const TrainPr
   std::vector<CheckpointFile> out;
   out.push_back(CheckpointFile::safetensors(kModelFileName, std::move(tensors[0])));
   if (o.save_optim) out.push_back(CheckpointFile::safetensors(kOptimizerFileName, std::move(tensors[1])));
+  if (fp8_file) out.push_back(std::move(fp8_file->file));  // its tensors point into fp8_file->data
   out.push_back(
       CheckpointFile::text_file(kMetadataFileName, metadata_json(run, o.save_optim, progress, optimizer, scheduler)));
   save_checkpoint_dir(o.dir, progress.iteration, out, o.keep_last);
@@ -348,6 +351,7 @@ struct PendingCheckpointSave::State {
   bool rank0 = false;
   std::array<std::string, 2> paths;
   std::array<SafetensorsHeader, 2> headers;
+  std::optional<Fp8StateFile> fp8;  // rank 0's, written with metadata.json
   // --async-save: this rank's bytes, copied at the save, written by `thread`.
   struct Job {
     int file = 0;
@@ -413,8 +417,9 @@ int64_t async_copy_bytes(const std::array<std::vector<SavedTensor>, 2>& files, c
 std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
     const CheckpointRun& run, const SaveOptions& o, const TrainProgress& progress,
     const std::array<std::vector<SavedTensor>, 2>& files, const model::ParameterSet& params,
-    const parallel::MixedPrecisionOptimizer& optimizer, const optim::OptimizerParamScheduler& scheduler,
-    const parallel::ProcessGroups& groups, backend::Backend& backend, std::shared_ptr<Storage>* async_host) {
+    const parallel::MixedPrecisionOptimizer& optimizer, const Fp8StageState& fp8,
+    const optim::OptimizerParamScheduler& scheduler, const parallel::ProcessGroups& groups, backend::Backend& backend,
+    std::shared_ptr<Storage>* async_host) {
   const bool async = async_host != nullptr;
   using State = PendingCheckpointSave::State;
   comm::Communicator& world = *groups.world;
@@ -424,6 +429,8 @@ std::unique_ptr<PendingCheckpointSave::State> start_parallel_save(
   st->keep_last = o.keep_last;
   st->rank0 = groups.rank() == 0;
   st->metadata = metadata_json(run, o.save_optim, progress, optimizer, scheduler);
+  // The state as of this iteration, before training goes on (--async-save).
+  st->fp8 = gather_fp8_state(run.model, run.stages, fp8, groups, backend);
   const std::array<const char*, 2> names = {kModelFileName, kOptimizerFileName};
   const int nfiles = o.save_optim ? 2 : 1;
   for (int f = 0; f < nfiles; ++f) {
@@ -563,7 +570,10 @@ bool finish_checkpoint_save(PendingCheckpointSave& save, comm::Communicator& wor
   std::optional<std::string> error;
   if (st.rank0) {
     try {
-      write_checkpoint_files(st.tmp, {CheckpointFile::text_file(kMetadataFileName, st.metadata)});
+      std::vector<CheckpointFile> last;
+      if (st.fp8) last.push_back(std::move(st.fp8->file));  // its tensors point into st.fp8->data
+      last.push_back(CheckpointFile::text_file(kMetadataFileName, st.metadata));
+      write_checkpoint_files(st.tmp, last);
       commit_checkpoint_dir(st.save_dir, st.iteration, st.tmp, st.keep_last);
     } catch (const std::exception& e) {
       error = e.what();
@@ -581,9 +591,9 @@ bool finish_checkpoint_save(PendingCheckpointSave& save, comm::Communicator& wor
 
 std::unique_ptr<PendingCheckpointSave> save_training_checkpoint(
     const CheckpointRun& run, const SaveOptions& o, const TrainProgress& progress, const model::ParameterSet& params,
-    const parallel::MixedPrecisionOptimizer& optimizer, const optim::OptimizerParamScheduler& scheduler,
-    const parallel::ProcessGroups& groups, backend::Backend& backend, std::ostream& log,
-    std::shared_ptr<Storage>* async_host) {
+    const parallel::MixedPrecisionOptimizer& optimizer, const Fp8StageState& fp8,
+    const optim::OptimizerParamScheduler& scheduler, const parallel::ProcessGroups& groups, backend::Backend& backend,
+    std::ostream& log, std::shared_ptr<Storage>* async_host) {
   MT_CHECK(!o.dir.empty()) << "save without --save";
   MT_CHECK(!o.async || async_host != nullptr) << "--async-save without a host buffer";
   const std::array<std::vector<SavedTensor>, 2> files =
@@ -592,12 +602,12 @@ std::unique_ptr<PendingCheckpointSave> save_training_checkpoint(
   const std::string line = iteration_text(progress.iteration);
   if (rank0) log << "saving checkpoint at iteration " << line << " to " << o.dir << '\n' << std::flush;
   if (!o.fully_parallel) {
-    save_streamed(run, o, progress, files, params, optimizer, scheduler, groups, backend);
+    save_streamed(run, o, progress, files, params, optimizer, fp8, scheduler, groups, backend);
     if (rank0) log << "  successfully saved checkpoint at iteration " << line << " to " << o.dir << '\n' << std::flush;
     return nullptr;
   }
   auto save = std::make_unique<PendingCheckpointSave>(start_parallel_save(
-      run, o, progress, files, params, optimizer, scheduler, groups, backend, o.async ? async_host : nullptr));
+      run, o, progress, files, params, optimizer, fp8, scheduler, groups, backend, o.async ? async_host : nullptr));
   if (!o.async) {
     finish_checkpoint_save(*save, *groups.world, /*wait=*/true, log);
     return nullptr;

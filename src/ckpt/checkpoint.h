@@ -6,6 +6,7 @@
 //   model.safetensors      every parameter by its Megatron-core name, in the model dtype
 //   optimizer.safetensors  "main_param.<name>" (fp32, only when the model is bf16/fp16),
 //                          "exp_avg.<name>", "exp_avg_sq.<name>" (absent with --no-save-optim)
+//   fp8_state.safetensors  with --fp8-format: the linears' FP8 scaling state (ckpt/checkpoint_fp8.h)
 //   metadata.json          {"format", "program_version", "iteration", "consumed_train_samples",
 //                           "consumed_valid_samples", "optimizer_steps", "scheduler": {...},
 //                           "grad_scaler": {...}, "rng": {...}, "layout": {...}, "args": {...}}
@@ -22,6 +23,7 @@
 
 #include "backend/ops.h"
 #include "ckpt/checkpoint_contents.h"
+#include "ckpt/checkpoint_fp8.h"
 #include "ckpt/checkpoint_io.h"
 #include "comm/communicator.h"
 #include "model/gpt_config.h"
@@ -131,9 +133,12 @@ std::shared_ptr<Storage> async_save_host_buffer(const CheckpointRun& run, const 
                                                 const model::ParameterSet& params,
                                                 const parallel::MixedPrecisionOptimizer& optimizer,
                                                 const parallel::ProcessGroups& groups, backend::Backend& backend);
+// `fp8`: this rank's FP8 scaling state (its state null without FP8), saved with the weights
+// and the optimizer state alike (also with --no-save-optim: it is part of the model, as TE's
+// _extra_state is).
 std::unique_ptr<PendingCheckpointSave> save_training_checkpoint(
     const CheckpointRun& run, const SaveOptions& options, const TrainProgress& progress,
-    const model::ParameterSet& params, const parallel::MixedPrecisionOptimizer& optimizer,
+    const model::ParameterSet& params, const parallel::MixedPrecisionOptimizer& optimizer, const Fp8StageState& fp8,
     const optim::OptimizerParamScheduler& scheduler, const parallel::ProcessGroups& groups, backend::Backend& backend,
     std::ostream& log, std::shared_ptr<Storage>* async_host = nullptr);
 
@@ -185,11 +190,13 @@ bool all_ranks_see_directory(const std::string& dir, comm::Communicator& world);
 // loads under another, and no rank reads more than its share. Collective over `world` at the
 // end: an error on any rank stops every rank (the failing one naming the file), and so do
 // ranks that loaded different iterations or sample counts (a --load directory that is not
-// the same on every node).
+// the same on every node). The FP8 scaling state goes into fp8.state (null without FP8) by
+// ckpt/checkpoint_fp8.h's rules, with --finetune and --no-load-optim too (it is part of the
+// model, as Transformer Engine's _extra_state is of the model's state dict).
 TrainProgress load_training_checkpoint(const CheckpointRun& run, const LoadOptions& options,
                                        model::ParameterSet& params, parallel::MixedPrecisionOptimizer& optimizer,
-                                       optim::OptimizerParamScheduler& scheduler, comm::Communicator& world,
-                                       backend::Backend& backend, std::ostream& log);
+                                       const Fp8StageState& fp8, optim::OptimizerParamScheduler& scheduler,
+                                       comm::Communicator& world, backend::Backend& backend, std::ostream& log);
 
 // For inference (megatron generate): the weights of a checkpoint (read_checkpoint_model, in
 // ckpt/checkpoint_contents.h, gives the shape to declare `params` with) loaded into `params`.

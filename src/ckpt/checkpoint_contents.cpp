@@ -11,6 +11,7 @@
 #include <set>
 #include <string_view>
 
+#include "ckpt/checkpoint_fp8.h"
 #include "core/error.h"
 #include "model/gpt_model.h"
 #include "model/parameters.h"
@@ -187,6 +188,7 @@ void check_model_tensors(const LoadedCheckpoint& ck, const model::GPTConfig& con
       }
     }
   }
+  read_fp8_state_info(ck, config.num_layers);
 }
 
 }  // namespace
@@ -344,6 +346,9 @@ int64_t first_non_finite(const void* data, DType dtype, int64_t count) {
 
 void check_all_finite(const LoadedCheckpoint& ck) {
   for (const auto& [name, file] : ck.tensor_files) {
+    // The FP8 amax histories record what the tensors held, an Inf included (the next update
+    // skips it): they are not weights.
+    if (name == kFp8StateFileName) continue;
     for (const SafetensorsTensor& t : file.tensors()) {
       if (!is_float(t.dtype) || t.numel == 0) continue;
       const int64_t bad = first_non_finite(t.data, t.dtype, t.numel);

@@ -7,7 +7,8 @@
 //   - "iteration" equal to the one the directory's name gives (0 for release);
 //   - model.safetensors holding exactly the tensors the recorded model consumes (none missing,
 //     none left over), each of its global shape and floating point; optimizer.safetensors, when
-//     present, exactly the state of those tensors.
+//     present, exactly the state of those tensors; fp8_state.safetensors, when present, the FP8
+//     scaling state of the model's layers (ckpt/checkpoint_fp8.h: read_fp8_state_info).
 // The shape values are bounded by what the files hold (the layer count by the number of
 // tensors, each dimension by the largest one present) before a model is declared from them,
 // so a forged metadata.json cannot make a reader allocate without bound.
@@ -62,8 +63,9 @@ CheckpointState read_checkpoint_state(const LoadedCheckpoint& checkpoint);
 // (by their bits: no conversion), or -1 when all are finite.
 int64_t first_non_finite(const void* data, DType dtype, int64_t count);
 // Error "<file>: tensor '<name>' holds NaN or Inf (element k)" for the first such tensor of any
-// safetensors file of the checkpoint: for the commands that read whole checkpoints (generate,
-// convert). The trainer checks the shares it reads instead.
+// safetensors file of the checkpoint but fp8_state.safetensors (amax histories may hold an Inf
+// amax): for the commands that read whole checkpoints (generate, convert). The trainer checks
+// the shares it reads instead.
 void check_all_finite(const LoadedCheckpoint& checkpoint);
 
 }  // namespace megatron::ckpt

@@ -108,8 +108,9 @@ namespace {
 // One rank's part of load_training_checkpoint; *loaded := the iteration of the checkpoint it
 // read (0 for release), -1 when there was none.
 TrainProgress load_own_part(const CheckpointRun& run, const LoadOptions& o, model::ParameterSet& params,
-                            parallel::MixedPrecisionOptimizer& optimizer, optim::OptimizerParamScheduler& scheduler,
-                            backend::Backend& backend, std::ostream& log, int64_t* loaded) {
+                            parallel::MixedPrecisionOptimizer& optimizer, const Fp8StageState& fp8,
+                            optim::OptimizerParamScheduler& scheduler, backend::Backend& backend, std::ostream& log,
+                            int64_t* loaded) {
   const LoadedCheckpoint ck = load_checkpoint_dir(o.dir, o.step);
   *loaded = ck.found ? ck.iteration : -1;
   if (!ck.found) {
@@ -185,6 +186,7 @@ TrainProgress load_own_part(const CheckpointRun& run, const LoadOptions& o, mode
 
   // Weights.
   for (model::Parameter& p : params.params()) load_into(ck.model(), p.name, p, p.value, backend);
+  load_fp8_state(ck, run.model, run.stages, fp8, backend, log);
   TrainProgress progress;
   if (o.finetune) {
     optimizer.reload_main_params_from_model();
@@ -227,7 +229,7 @@ TrainProgress load_own_part(const CheckpointRun& run, const LoadOptions& o, mode
 }  // namespace
 
 TrainProgress load_training_checkpoint(const CheckpointRun& run, const LoadOptions& o, model::ParameterSet& params,
-                                       parallel::MixedPrecisionOptimizer& optimizer,
+                                       parallel::MixedPrecisionOptimizer& optimizer, const Fp8StageState& fp8,
                                        optim::OptimizerParamScheduler& scheduler, comm::Communicator& world,
                                        backend::Backend& backend, std::ostream& log) {
   MT_CHECK(!o.dir.empty()) << "load without --load";
@@ -235,7 +237,7 @@ TrainProgress load_training_checkpoint(const CheckpointRun& run, const LoadOptio
   TrainProgress progress;
   int64_t loaded = -1;
   try {
-    progress = load_own_part(run, o, params, optimizer, scheduler, backend, log, &loaded);
+    progress = load_own_part(run, o, params, optimizer, fp8, scheduler, backend, log, &loaded);
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -669,14 +669,6 @@ std::vector<std::string> fp8_errors(const Args& a, TrainConfig& c, std::ostream*
       if (a.given(flag)) *log << "warning: " << flag << " has no effect with --fp8-recipe tensorwise\n";
     }
   }
-  if (f.recipe == backend::Fp8Recipe::kDelayed) {
-    for (const char* flag : {"--save", "--load"}) {
-      if (!a.given(flag)) continue;
-      errors.push_back(str_cat("[--fp8-recipe] delayed with ", flag,
-                               " is not supported yet: checkpoints do not hold the amax histories and scales, so a "
-                               "resume would not be exact (tensorwise keeps no state between steps)"));
-    }
-  }
   c.model.fp8 = f;
   return errors;
 }

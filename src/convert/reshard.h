@@ -18,7 +18,9 @@
 //   - metadata.json: layout.tensor_model_parallel_size / pipeline_model_parallel_size and
 //     args --tensor-model-parallel-size, --pipeline-model-parallel-size,
 //     --make-vocab-size-divisible-by, padded_vocab_size. Everything else (iteration, consumed
-//     samples, scheduler, grad scaler, the other args) is copied unchanged.
+//     samples, scheduler, grad scaler, the other args) is copied unchanged, and so is
+//     fp8_state.safetensors (ckpt/checkpoint_fp8.h): its state is per global layer and the
+//     same on every TP rank, so every layout reads it as it is.
 // The target is validated against the model first: heads and FFN size divisible by T,
 // layers divisible by P.
 #pragma once

@@ -86,6 +86,13 @@ std::map<std::string, std::string> checkpoint_args(const TrainConfig& c) {
   if (c.mock_data) a["--mock-data"] = jb(true);          // only when set: older checkpoints lack the key
   if (c.train_iters) a["--train-iters"] = ji(*c.train_iters);
   if (c.train_samples) a["--train-samples"] = ji(*c.train_samples);
+  if (const std::optional<backend::Fp8Config>& f = m.fp8) {  // only with FP8: older checkpoints lack the keys
+    a["--fp8-format"] = js(std::string(backend::fp8_mix_name(f->format)));
+    a["--fp8-recipe"] = js(std::string(backend::fp8_recipe_name(f->recipe)));
+    a["--fp8-margin"] = ji(f->margin);
+    a["--fp8-amax-history-len"] = ji(f->amax_history_len);
+    a["--fp8-amax-compute-algo"] = js(std::string(backend::fp8_amax_algo_name(f->amax_compute_algo)));
+  }
   a["--tensor-model-parallel-size"] = ji(c.tensor_model_parallel_size);
   a["--pipeline-model-parallel-size"] = ji(c.pipeline_model_parallel_size);
   return a;

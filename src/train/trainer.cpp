@@ -135,7 +135,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   if (c.load) {
     timers_->start("load-checkpoint", 0, world, /*barrier=*/true);
     progress_ = ckpt::load_training_checkpoint(checkpoint_run(c), load_options(c), model_->parameters(), *optimizer_,
-                                               *scheduler_, *world, backend_, *log0_);
+                                               fp8_stage_state(), *scheduler_, *world, backend_, *log0_);
     timers_->stop("load-checkpoint", world, /*barrier=*/true);
     log_timers({"load-checkpoint"});
   }
@@ -198,9 +198,9 @@ void Trainer::save() {
   // Collective over the world: every rank writes what it holds (--async-save: copies it and
   // writes it in the background), or rank 0 writes, tensor by tensor, what the other ranks
   // gather and send it (ckpt/checkpoint.h).
-  pending_save_ =
-      ckpt::save_training_checkpoint(checkpoint_run(config_), save_options(config_), progress_, model_->parameters(),
-                                     *optimizer_, *scheduler_, *groups_, backend_, *log0_, &async_save_host_);
+  pending_save_ = ckpt::save_training_checkpoint(checkpoint_run(config_), save_options(config_), progress_,
+                                                 model_->parameters(), *optimizer_, fp8_stage_state(), *scheduler_,
+                                                 *groups_, backend_, *log0_, &async_save_host_);
   // Nobody goes on (and perhaps exits, or reads the checkpoint) before it is complete, or
   // with --async-save before every rank has taken its copy.
   groups_->world->barrier();

@@ -147,6 +147,8 @@ class Trainer {
   void evaluate_and_print(const std::string& prefix, const data::TokenDataset& dataset, int64_t* consumed,
                           double* loss_out);
   void save();
+  // What the checkpoints hold of this rank's FP8 scaling state (its state null without FP8).
+  ckpt::Fp8StageState fp8_stage_state() const { return {model_->fp8_state(), groups_->coords.pp}; }
   // Commits an --async-save in flight: when every rank has written (without `wait`: checked,
   // collectively), or after waiting for them (`wait`).
   void finish_pending_save(bool wait);

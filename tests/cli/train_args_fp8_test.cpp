@@ -92,13 +92,14 @@ TEST(TrainArgsFp8, ParamGatherIsRefused) {
   EXPECT_EQ(e.rfind("[--fp8-param-gather] is not supported yet (FP8 weights: ", 0), 0u) << e;
 }
 
-// Checkpoints do not hold the delayed recipe's state yet; tensorwise has none to hold.
-TEST(TrainArgsFp8, DelayedScalingWithCheckpointsIsRefused) {
-  const std::string e = error_of(base_with({"--fp8-format", "hybrid", "--save", "/tmp/x", "--load", "/tmp/x"}));
-  EXPECT_EQ(e.rfind("[--fp8-recipe] delayed with --save is not supported yet: checkpoints do not hold", 0), 0u) << e;
-  EXPECT_NE(e.find("\n[--fp8-recipe] delayed with --load is not supported yet"), std::string::npos) << e;
-  EXPECT_TRUE(parse(base_with({"--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--save", "/tmp/x"}))
-                  .model.fp8.has_value());
+// Checkpoints hold both recipes' state (ckpt/checkpoint_fp8.h): --save and --load are accepted.
+TEST(TrainArgsFp8, BothRecipesTakeCheckpoints) {
+  for (const char* r : {"delayed", "tensorwise"}) {
+    const train::TrainConfig c =
+        parse(base_with({"--fp8-format", "hybrid", "--fp8-recipe", r, "--save", "/tmp/x", "--load", "/tmp/x"}));
+    ASSERT_TRUE(c.model.fp8.has_value()) << r;
+    EXPECT_EQ(backend::fp8_recipe_name(c.model.fp8->recipe), r);
+  }
 }
 
 TEST(TrainArgsFp8, RecipeOptionsWithoutEffectAreNamed) {
