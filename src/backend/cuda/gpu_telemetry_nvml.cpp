@@ -143,6 +143,43 @@ class NvmlEnergyCounter final : public EnergyCounter {
   NvmlDevice device_;
 };
 
+// NVML loaded, the entry points every user needs and those `resolve_required` asks for resolved
+// (`lacks` the reason when one is missing), initialised, and `cuda_device`'s handle in *device;
+// nullptr with the reason in *why otherwise.
+template <typename ResolveRequired>
+std::unique_ptr<Nvml> open_nvml_device(int cuda_device, ResolveRequired resolve_required, const char* lacks,
+                                       NvmlDevice* device, std::string* why) {
+  auto nvml = std::make_unique<Nvml>();
+  nvml->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml->lib == nullptr) {
+    *why = "no NVML library (libnvidia-ml.so.1)";
+    return nullptr;
+  }
+  void* lib = nvml->lib;
+  resolve(lib, "nvmlErrorString", &nvml->error_string);
+  int (*init)() = nullptr;
+  if (!resolve(lib, "nvmlInit_v2", &init) || !resolve(lib, "nvmlDeviceGetHandleByPciBusId_v2", &nvml->by_pci_bus_id) ||
+      !resolve_required(lib, *nvml)) {
+    *why = lacks;
+    return nullptr;
+  }
+  if (const int rc = init(); rc != kNvmlSuccess) {
+    *why = nvml->why("nvmlInit_v2", rc);
+    return nullptr;
+  }
+  resolve(lib, "nvmlShutdown", &nvml->shutdown);  // paired with the successful init
+  char bus[32] = {0};
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), cuda_device) != cudaSuccess) {
+    *why = str_cat("no PCI bus id for CUDA device ", cuda_device);
+    return nullptr;
+  }
+  if (const int rc = nvml->by_pci_bus_id(bus, device); rc != kNvmlSuccess) {
+    *why = nvml->why("nvmlDeviceGetHandleByPciBusId_v2", rc);
+    return nullptr;
+  }
+  return nvml;
+}
+
 }  // namespace
 
 std::unique_ptr<EnergyCounter> open_energy_counter(int cuda_device, std::string* why_not) {
@@ -150,26 +187,13 @@ std::unique_ptr<EnergyCounter> open_energy_counter(int cuda_device, std::string*
     if (why_not != nullptr) *why_not = std::move(why);
     return nullptr;
   };
-  auto nvml = std::make_unique<Nvml>();
-  nvml->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (nvml->lib == nullptr) return fail("no NVML library (libnvidia-ml.so.1)");
-  void* lib = nvml->lib;
-  resolve(lib, "nvmlErrorString", &nvml->error_string);
-  int (*init)() = nullptr;
-  if (!resolve(lib, "nvmlInit_v2", &init) || !resolve(lib, "nvmlDeviceGetHandleByPciBusId_v2", &nvml->by_pci_bus_id) ||
-      !resolve(lib, "nvmlDeviceGetTotalEnergyConsumption", &nvml->total_energy)) {
-    return fail("the NVML library lacks nvmlDeviceGetTotalEnergyConsumption");
-  }
-  if (const int rc = init(); rc != kNvmlSuccess) return fail(nvml->why("nvmlInit_v2", rc));
-  resolve(lib, "nvmlShutdown", &nvml->shutdown);  // paired with the successful init
-  char bus[32] = {0};
-  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), cuda_device) != cudaSuccess) {
-    return fail(str_cat("no PCI bus id for CUDA device ", cuda_device));
-  }
   NvmlDevice device = nullptr;
-  if (const int rc = nvml->by_pci_bus_id(bus, &device); rc != kNvmlSuccess) {
-    return fail(nvml->why("nvmlDeviceGetHandleByPciBusId_v2", rc));
-  }
+  std::string why;
+  std::unique_ptr<Nvml> nvml = open_nvml_device(
+      cuda_device,
+      [](void* lib, Nvml& n) { return resolve(lib, "nvmlDeviceGetTotalEnergyConsumption", &n.total_energy); },
+      "the NVML library lacks nvmlDeviceGetTotalEnergyConsumption", &device, &why);
+  if (!nvml) return fail(why);
   unsigned long long probe = 0;
   if (const int rc = nvml->total_energy(device, &probe); rc != kNvmlSuccess) {
     return fail(nvml->why("nvmlDeviceGetTotalEnergyConsumption", rc));
@@ -183,33 +207,22 @@ std::unique_ptr<TelemetrySampler> start_telemetry(int cuda_device, int period_ms
     if (why_not != nullptr) *why_not = std::move(why);
     return nullptr;
   };
-  auto nvml = std::make_unique<Nvml>();
-  nvml->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (nvml->lib == nullptr) return fail("no NVML library (libnvidia-ml.so.1)");
-  void* lib = nvml->lib;
-  resolve(lib, "nvmlErrorString", &nvml->error_string);
-  int (*init)() = nullptr;
-  if (!resolve(lib, "nvmlInit_v2", &init) || !resolve(lib, "nvmlDeviceGetHandleByPciBusId_v2", &nvml->by_pci_bus_id) ||
-      !resolve(lib, "nvmlDeviceGetClockInfo", &nvml->clock) ||
-      !resolve(lib, "nvmlDeviceGetMaxClockInfo", &nvml->max_clock) ||
-      !resolve(lib, "nvmlDeviceGetPowerUsage", &nvml->power) ||
-      !resolve(lib, "nvmlDeviceGetEnforcedPowerLimit", &nvml->power_limit) ||
-      !(resolve(lib, "nvmlDeviceGetCurrentClocksEventReasons", &nvml->reasons) ||
-        resolve(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", &nvml->reasons))) {
-    return fail("the NVML library lacks a function this build calls");
-  }
-  if (const int rc = init(); rc != kNvmlSuccess) return fail(nvml->why("nvmlInit_v2", rc));
-  resolve(lib, "nvmlShutdown", &nvml->shutdown);  // paired with the successful init
-  resolve(lib, "nvmlDeviceGetTemperature", &nvml->temperature);
-  resolve(lib, "nvmlDeviceGetUtilizationRates", &nvml->utilization);
-  char bus[32] = {0};
-  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), cuda_device) != cudaSuccess) {
-    return fail(str_cat("no PCI bus id for CUDA device ", cuda_device));
-  }
   NvmlDevice device = nullptr;
-  if (const int rc = nvml->by_pci_bus_id(bus, &device); rc != kNvmlSuccess) {
-    return fail(nvml->why("nvmlDeviceGetHandleByPciBusId_v2", rc));
-  }
+  std::string why;
+  std::unique_ptr<Nvml> nvml = open_nvml_device(
+      cuda_device,
+      [](void* lib, Nvml& n) {
+        return resolve(lib, "nvmlDeviceGetClockInfo", &n.clock) &&
+               resolve(lib, "nvmlDeviceGetMaxClockInfo", &n.max_clock) &&
+               resolve(lib, "nvmlDeviceGetPowerUsage", &n.power) &&
+               resolve(lib, "nvmlDeviceGetEnforcedPowerLimit", &n.power_limit) &&
+               (resolve(lib, "nvmlDeviceGetCurrentClocksEventReasons", &n.reasons) ||
+                resolve(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", &n.reasons));
+      },
+      "the NVML library lacks a function this build calls", &device, &why);
+  if (!nvml) return fail(why);
+  resolve(nvml->lib, "nvmlDeviceGetTemperature", &nvml->temperature);
+  resolve(nvml->lib, "nvmlDeviceGetUtilizationRates", &nvml->utilization);
   unsigned max_clock = 0, limit_mw = 0, probe = 0;
   unsigned long long reasons = 0;
   if (const int rc = nvml->max_clock(device, kNvmlClockSm, &max_clock); rc != kNvmlSuccess) {
