@@ -23,8 +23,9 @@ void fp8_linear_forward(Backend& be, const Tensor& x, const Tensor& w, const Ten
   Tensor qx = buffer(be, buffers ? &buffers->x : nullptr, {n, in}, s.input.format);
   Tensor qw = buffer(be, buffers ? &buffers->w : nullptr, {out, in}, s.weight.format);
   Tensor none;
+  Tensor qwt = buffers ? buffers->saved_wt : Tensor();
   be.fp8_quantize(x, qx, none, s.input);
-  be.fp8_quantize(w, qw, none, s.weight);
+  be.fp8_quantize(w, qw, qwt, s.weight);
   be.fp8_gemm(qx, s.input.scale_inv, qw, s.weight.scale_inv, bias, y);
 }
 
@@ -40,8 +41,9 @@ void fp8_linear_backward(Backend& be, const Tensor& dy, const Tensor& x, const T
   Tensor none;
   be.fp8_quantize(dy, qdy, qdyt, s.grad_output);
   if (dx.defined()) {
-    Tensor qwt = buffer(be, buffers ? &buffers->wt : nullptr, {in, out}, s.weight.format);
-    be.fp8_quantize(w, none, qwt, s.weight);
+    const bool saved = buffers && buffers->saved_wt.defined();
+    Tensor qwt = saved ? buffers->saved_wt : buffer(be, buffers ? &buffers->wt : nullptr, {in, out}, s.weight.format);
+    if (!saved) be.fp8_quantize(w, none, qwt, s.weight);
     be.fp8_gemm(qdy, s.grad_output.scale_inv, qwt, s.weight.scale_inv, Tensor(), dx);
   }
   Tensor qxt = buffer(be, buffers ? &buffers->xt : nullptr, {in, n}, s.input.format);

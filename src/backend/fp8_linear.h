@@ -20,8 +20,14 @@ struct Fp8LinearScaling {
 
 // FP8 buffers of one linear's GEMMs (kF8E4M3 / kF8E5M2, the numel of the tensor they quantize);
 // any left undefined are allocated by the call (MemoryKind::kWorkspace).
+// saved_wt (optional, [in, out]): the forward writes fp8(w)^T there in the same pass as fp8(w),
+// and the backward reads it instead of quantizing w again. That holds while w and its scale are
+// those of the forward: within an iteration (tensorwise recomputes the same scale from the same
+// w; delayed changes it only in update()), so every micro-batch's backward may read the last
+// forward's codes.
 struct Fp8LinearBuffers {
   Tensor x, xt, w, wt, dy, dyt;
+  Tensor saved_wt;
 };
 
 // y = x w^T + bias with x and w quantized as `s.input` / `s.weight` say (their amax recorded).

@@ -192,6 +192,7 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
 void GPTModel::allocate_fp8() {
   const int64_t n = config_.seq_length * micro_batch_size_;
   int64_t rows = 0, weight = 0, rows_t = 0, cols_t = 0;  // the largest operand of each buffer
+  std::vector<int64_t> weight_bytes;                     // by fp8 index
   for (size_t i = 0; i < layers_.size(); ++i) {
     TransformerLayer& L = layers_[i];
     const int64_t base = 4 * static_cast<int64_t>(i);
@@ -204,6 +205,7 @@ void GPTModel::allocate_fp8() {
       const int64_t out = v.dim(0), in = v.dim(1);
       rows = std::max({rows, n * in, n * out});
       weight = std::max(weight, out * in);
+      weight_bytes.push_back(out * in);
       rows_t = std::max(rows_t, n * out);
       cols_t = std::max(cols_t, n * in);
     }
@@ -216,6 +218,8 @@ void GPTModel::allocate_fp8() {
   ws_.fp8_weight = work(weight);
   ws_.fp8_rows_t = work(rows_t);
   ws_.fp8_cols_t = work(cols_t);
+  ws_.fp8_saved_wt.clear();
+  for (int64_t bytes : weight_bytes) ws_.fp8_saved_wt.push_back(work(bytes));
   ctx_.fp8 = fp8_.get();
 }
 

@@ -64,9 +64,10 @@ I fp8_bytes(const GPTConfig& c, int64_t micro_batch_size, int64_t tp, int64_t st
   // Outputs and inputs of QKV, projection, FC1, FC2.
   const I out = std::max({qkv, h, f1}), in = std::max({h, q, f});
   const I buffers = n * std::max(out, in) + h * std::max({qkv, q, f1, f}) + n * out + n * in;
+  const I saved_wt = I(stage_layers) * h * (qkv + q + f1 + f);
   const I operands = I(stage_layers) * 4 * 3;
   const I history = c.fp8->recipe == backend::Fp8Recipe::kDelayed ? I(c.fp8->amax_history_len) : I(1);
-  return buffers + (history + 2) * operands * 4;
+  return buffers + saved_wt + (history + 2) * operands * 4;
 }
 
 }  // namespace

@@ -70,6 +70,7 @@ MemoryPlan plan_memory(const GPTConfig& config, DType param_dtype, int64_t micro
 //   weight  max(out x in)       w forward, w^T backward
 //   rows_t  n x max(out)        dy^T (the wgrad's k-major dy)
 //   cols_t  n x max(in)         x^T (the wgrad's k-major x)
+//   saved_wt  the sum of out x in  each linear's forward w^T codes, read by its backwards
 // one byte per element each, and the scaling state (backend::Fp8ScalingState) of 4 linears x 3
 // operands per layer: fp32 amax history [H, operands] (H = --fp8-amax-history-len with the
 // delayed recipe, 1 with tensorwise), scale and scale_inv [operands].

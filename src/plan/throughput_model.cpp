@@ -59,13 +59,15 @@ double gemm3_seconds(double m, double n, double k, const Gpu& g) {
 
 // FP8: the bytes one linear [out, in] over n rows moves outside its GEMMs per micro-batch,
 // forward and backward (backend/fp8_linear.h on backend/cuda/cuda_fp8.cu): each quantize of a
-// 16-bit (e-byte) operand reads it twice (its amax, then the cast) and writes 1-byte codes,
-// forward x and w, backward dy in both layouts, w^T and x^T; with a bias, its gradient is a
-// column-sum pass over dy (not the GEMM's epilogue). {forward, forward + backward}.
-std::pair<double, double> fp8_linear_bytes(double n, double out, double in, double e, bool bias) {
-  const double quantize = 2.0 * e + 1.0;  // per element, one layout written
-  const double forward = quantize * (n * in + out * in);
-  const double backward = (2.0 * e + 2.0) * n * out + quantize * (out * in + n * in) + (bias ? e * n * out : 0.0);
+// 16-bit (e-byte) operand reads it twice with the tensorwise recipe (its amax, then the cast)
+// and once with the delayed one (the cast records the amax), and writes 1-byte codes: forward x,
+// and w in both layouts (the backward reads the saved w^T), backward dy in both layouts and x^T;
+// with a bias, its gradient is a column-sum pass over dy (not the GEMM's epilogue).
+// {forward, forward + backward}.
+std::pair<double, double> fp8_linear_bytes(double n, double out, double in, double e, bool bias, bool current) {
+  const double reads = current ? 2.0 * e : e;
+  const double forward = (reads + 1.0) * n * in + (reads + 2.0) * out * in;
+  const double backward = (reads + 2.0) * n * out + (reads + 1.0) * n * in + (bias ? e * n * out : 0.0);
   return {forward, forward + backward};
 }
 
@@ -198,12 +200,12 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
     lt.memory += 2.0 * e * n * 3.0 * q / t / stream;
   }
   if (fp8) {
-    const bool bias = c.add_bias_linear;
+    const bool bias = c.add_bias_linear, current = c.fp8->recipe == backend::Fp8Recipe::kTensorwise;
     const double shapes[4][2] = {
         {static_cast<double>(c.qkv_out_size()) / t, h}, {h, q / t}, {f1 / t, h}, {h, f / t}};  // [out, in]
     double forward = 0, all = 0;
     for (const auto& w : shapes) {
-      const auto [fwd, both] = fp8_linear_bytes(n, w[0], w[1], e, bias);
+      const auto [fwd, both] = fp8_linear_bytes(n, w[0], w[1], e, bias, current);
       forward += fwd;
       all += both;
     }

@@ -1,9 +1,13 @@
-// CUDA backend: FP8 quantization (Backend::fp8_quantize). Two kernels: the tensor's max |x|
-// (a max is order-independent, so the unsigned atomicMax of non-negative floats' bits is
+// CUDA backend: FP8 quantization (Backend::fp8_quantize). The current (tensorwise) scaling needs
+// the tensor's max |x| before the first code is written, so it takes two passes: the amax (a
+// max is order-independent, so the unsigned atomicMax of non-negative floats' bits is
 // deterministic), then one tiled pass that casts with the hardware's saturating conversion
-// (cvt.rn.satfinite, __nv_cvt_float_to_fp8) and writes the row-major and/or transposed codes
-// (TE's cast_transpose), block (0, 0) also writing scale, scale_inv and the recorded amax.
-// The FP8 GEMM is in cuda_gemm.cu.
+// (cvt.rn.satfinite) and writes the row-major and/or transposed codes (TE's cast_transpose).
+// The delayed scaling knows its scale, so its cast pass records the amax itself (atomicMax
+// into the history slot): one read of x. Block (0, 0) writes scale and scale_inv.
+// Two cast kernels: 16-byte loads over 64 x 64 tiles with 8-byte code stores where the shape
+// allows it (rows and columns multiples of 8, aligned buffers: every layer GEMM operand), and
+// an element-wise one for the rest. Both give the same codes. The FP8 GEMM is in cuda_gemm.cu.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -19,39 +23,97 @@ using namespace cuda;
 namespace {
 
 constexpr int kAmaxThreads = 256;
-constexpr int kTile = 32;     // the cast's tile: kTile x kTile elements
-constexpr int kTileRows = 8;  // threads per block: kTile x kTileRows
+constexpr int kAmaxMaxBlocks = 2048;  // grid-stride beyond: fewer atomics, same bandwidth
+constexpr int kTile = 32;             // the element-wise cast's tile: kTile x kTile elements
+constexpr int kTileRows = 8;          // its threads per block: kTile x kTileRows
+constexpr int kVecTile = 64;          // the vectorized cast's tile: kVecTile x kVecTile elements
+constexpr int kVecThreads = 256;      // its threads: 8 column groups of 8 x 32 rows
+constexpr int kCodes = 8;             // codes per thread and vector (one 8-byte store)
 
-__global__ void fp8_amax_kernel(const void* x, DType xd, int64_t n, unsigned* out) {
-  float a = 0.0f;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    a = fmaxf(a, fabsf(load_f(x, xd, i)));  // fmaxf skips NaN
-  }
+// The block's max of per-thread maxima `a` (non-negative), atomically maxed into *out's bits.
+__device__ __forceinline__ void block_amax_to(float a, unsigned* out) {
   for (int off = 16; off > 0; off /= 2) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, off));
-  __shared__ float warp_max[kAmaxThreads / 32];
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = a;
+  __shared__ float warp_max[32];
+  const int warp = static_cast<int>((threadIdx.y * blockDim.x + threadIdx.x) / 32);
+  const int warps = static_cast<int>(blockDim.x * blockDim.y / 32);
+  if ((threadIdx.y * blockDim.x + threadIdx.x) % 32 == 0) warp_max[warp] = a;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kAmaxThreads / 32; ++w) a = fmaxf(a, warp_max[w]);
-    atomicMax(out, __float_as_uint(a));  // non-negative floats order as their bits
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    for (int w = 1; w < warps; ++w) a = fmaxf(a, warp_max[w]);
+    if (a > 0.0f) atomicMax(out, __float_as_uint(a));  // non-negative floats order as their bits
   }
+}
+
+// max |x| of n elements into *out (fmaxf skips NaN); 16-byte loads when `vec` (x aligned).
+template <class T>
+__global__ void fp8_amax_kernel(const T* x, int64_t n, bool vec, unsigned* out) {
+  constexpr int W = kVecWidth<T>;
+  float a = 0.0f;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  int64_t done = 0;
+  if (vec) {
+    const int64_t vectors = n / W;
+    for (int64_t v = first; v < vectors; v += stride) {
+      float e[W];
+      load_vec<T>(x + v * W, e);
+#pragma unroll
+      for (int k = 0; k < W; ++k) a = fmaxf(a, fabsf(e[k]));
+    }
+    done = vectors * W;
+  }
+  for (int64_t i = done + first; i < n; i += stride) a = fmaxf(a, fabsf(to_f32<T>(x[i])));
+  block_amax_to(a, out);
 }
 
 __device__ __forceinline__ uint8_t to_fp8(float v, Fp8Format f) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2));
 }
 
-__global__ void fp8_cast_kernel(const void* x, DType xd, int64_t rows, int64_t cols, uint8_t* q, uint8_t* qt,
-                                const unsigned* amax_bits, float* scale, float* scale_inv, float* amax_slot,
-                                bool current, Fp8Format f) {
+// Two codes, lo in the low byte (cvt.rn.satfinite.{e4m3,e5m2}x2.f32: the same rounding as to_fp8).
+__device__ __forceinline__ uint32_t to_fp8x2(float lo, float hi, Fp8Format f) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+// What every cast block shares: the scale it multiplies by (current: from the finished amax
+// pass; delayed: the state's), and the scalars block (0, 0) writes.
+struct CastScaling {
+  const unsigned* amax_bits;  // current: the amax pass's result; delayed: unused
+  float* scale;
+  float* scale_inv;
+  float* amax_slot;  // recorded amax (nullable)
+  bool current;
+  Fp8Format format;
+};
+
+__device__ __forceinline__ float cast_scale(const CastScaling& cs) {
+  return cs.current ? fp8_current_scale(__uint_as_float(*cs.amax_bits), fp8_max(cs.format)) : *cs.scale;
+}
+
+// Block (0, 0)'s scalars. Only current writes scale, and then no block reads it: no race.
+// The delayed amax is recorded by every block (block_amax_to), the current one here.
+__device__ __forceinline__ void write_scalars(const CastScaling& cs, float sc) {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+    if (cs.current) {
+      *cs.scale = sc;
+      if (cs.amax_slot) *cs.amax_slot = fmaxf(*cs.amax_slot, __uint_as_float(*cs.amax_bits));
+    }
+    *cs.scale_inv = __fdiv_rn(1.0f, sc);
+  }
+}
+
+template <class T>
+__global__ void fp8_cast_kernel(const T* x, int64_t rows, int64_t cols, uint8_t* q, uint8_t* qt, CastScaling cs) {
   __shared__ uint8_t tile[kTile][kTile + 1];
-  const float a = __uint_as_float(*amax_bits);
-  const float sc = current ? fp8_current_scale(a, fp8_max(f)) : *scale;
+  const float sc = cast_scale(cs);
   const int64_t r0 = int64_t{blockIdx.y} * kTile, c0 = int64_t{blockIdx.x} * kTile;
+  float a = 0.0f;
   for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
     const int64_t r = r0 + i, c = c0 + threadIdx.x;
     if (r < rows && c < cols) {
-      const uint8_t code = to_fp8(__fmul_rn(load_f(x, xd, r * cols + c), sc), f);
+      const float v = to_f32<T>(x[r * cols + c]);
+      a = fmaxf(a, fabsf(v));
+      const uint8_t code = to_fp8(__fmul_rn(v, sc), cs.format);
       if (q) q[r * cols + c] = code;
       tile[i][threadIdx.x] = code;
     }
@@ -63,13 +125,72 @@ __global__ void fp8_cast_kernel(const void* x, DType xd, int64_t rows, int64_t c
       if (c < cols && r < rows) qt[c * rows + r] = tile[threadIdx.x][i];
     }
   }
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
-    // Only written when current, and then no block reads it: no race with the reads above.
-    if (current) *scale = sc;
-    *scale_inv = __fdiv_rn(1.0f, sc);
-    if (amax_slot) *amax_slot = fmaxf(*amax_slot, a);
-  }
+  if (!cs.current && cs.amax_slot) block_amax_to(a, reinterpret_cast<unsigned*>(cs.amax_slot));
+  write_scalars(cs, sc);
 }
+
+// The vectorized cast: rows % 8 == 0, cols % 8 == 0, x 16-byte and q / qt 8-byte aligned.
+// Thread (g, y) = (threadIdx.x % 8, threadIdx.x / 8) converts rows y and y + 32 of the tile,
+// columns [8 g, 8 g + 8), with one or two 16-byte loads and one 8-byte store each; the
+// transposed tile is written from shared memory as 8-byte runs of 8 rows.
+template <class T>
+__global__ void __launch_bounds__(kVecThreads)
+    fp8_cast_vec_kernel(const T* x, int64_t rows, int64_t cols, uint8_t* q, uint8_t* qt, CastScaling cs) {
+  constexpr int W = kVecWidth<T>;  // elements per 16-byte load: 8 (16-bit) or 4 (fp32)
+  __shared__ __align__(8) uint8_t tile[kVecTile][kVecTile + kCodes];
+  const float sc = cast_scale(cs);
+  const int64_t r0 = int64_t{blockIdx.y} * kVecTile, c0 = int64_t{blockIdx.x} * kVecTile;
+  const int g = static_cast<int>(threadIdx.x % 8), y = static_cast<int>(threadIdx.x / 8);
+  float a = 0.0f;
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+    const int i = y + 32 * pass;
+    const int64_t r = r0 + i, c = c0 + kCodes * g;
+    if (r >= rows || c >= cols) continue;
+    float v[kCodes];
+#pragma unroll
+    for (int part = 0; part < kCodes / W; ++part) {
+      float e[W];
+      load_vec<T>(x + r * cols + c + part * W, e);
+#pragma unroll
+      for (int k = 0; k < W; ++k) v[part * W + k] = e[k];
+    }
+    uint32_t word[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t w = 0;
+#pragma unroll
+      for (int k = 0; k < 4; k += 2) {
+        const float lo = v[4 * h + k], hi = v[4 * h + k + 1];
+        a = fmaxf(a, fmaxf(fabsf(lo), fabsf(hi)));
+        w |= to_fp8x2(__fmul_rn(lo, sc), __fmul_rn(hi, sc), cs.format) << (8 * k);
+      }
+      word[h] = w;
+    }
+    const uint2 codes = make_uint2(word[0], word[1]);
+    if (q) *reinterpret_cast<uint2*>(q + r * cols + c) = codes;
+    if (qt) *reinterpret_cast<uint2*>(&tile[i][kCodes * g]) = codes;
+  }
+  if (qt) {
+    __syncthreads();
+    // Thread (rg, j) = (threadIdx.x % 8, threadIdx.x / 8) writes tile column j (and j + 32),
+    // rows [8 rg, 8 rg + 8): qt row c0 + j, 8 consecutive codes.
+#pragma unroll
+    for (int pass = 0; pass < 2; ++pass) {
+      const int j = y + 32 * pass, rg = g;
+      const int64_t c = c0 + j, r = r0 + kCodes * rg;
+      if (c >= cols || r >= rows) continue;
+      uint32_t word[2] = {0, 0};
+#pragma unroll
+      for (int k = 0; k < kCodes; ++k) word[k / 4] |= uint32_t{tile[kCodes * rg + k][j]} << (8 * (k % 4));
+      *reinterpret_cast<uint2*>(qt + c * rows + r) = make_uint2(word[0], word[1]);
+    }
+  }
+  if (!cs.current && cs.amax_slot) block_amax_to(a, reinterpret_cast<unsigned*>(cs.amax_slot));
+  write_scalars(cs, sc);
+}
+
+bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 float* scalar_ptr(const Tensor& t, const char* what) {
   MT_CHECK(t.defined() && t.device() == Device::kCUDA && t.dtype() == DType::kF32 && t.numel() == 1)
@@ -95,19 +216,36 @@ void CudaBackend::fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8
   float* scale = scalar_ptr(s.scale, "fp8_quantize scale");
   float* scale_inv = scalar_ptr(s.scale_inv, "fp8_quantize scale_inv");
   float* amax_slot = s.amax.defined() ? scalar_ptr(s.amax, "fp8_quantize amax") : nullptr;
+  // Delayed: the amax is recorded by the cast (atomicMax on the slot's bits needs it >= 0,
+  // which the history's zeros and maxima are).
   auto* amax_bits = static_cast<unsigned*>(scratch());
-  MT_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned), stream()));
-  if (n > 0) {
-    fp8_amax_kernel<<<grid_for(n, kAmaxThreads), kAmaxThreads, 0, stream()>>>(x.data(), x.dtype(), n, amax_bits);
-    MT_CUDA_LAUNCH_CHECK();
-  }
-  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, (cols + kTile - 1) / kTile)),
-                  static_cast<unsigned>(std::max<int64_t>(1, (rows + kTile - 1) / kTile)));
-  MT_CHECK(grid.y <= 65535u) << "fp8_quantize of " << rows << " rows";
-  fp8_cast_kernel<<<grid, dim3(kTile, kTileRows), 0, stream()>>>(
-      x.data(), x.dtype(), rows, cols, q.defined() ? static_cast<uint8_t*>(q.data()) : nullptr,
-      qt.defined() ? static_cast<uint8_t*>(qt.data()) : nullptr, amax_bits, scale, scale_inv, amax_slot, s.current,
-      s.format);
+  const CastScaling cs{amax_bits, scale, scale_inv, amax_slot, s.current, s.format};
+  uint8_t* qp = q.defined() ? static_cast<uint8_t*>(q.data()) : nullptr;
+  uint8_t* qtp = qt.defined() ? static_cast<uint8_t*>(qt.data()) : nullptr;
+  const bool vec_shape = rows % kCodes == 0 && cols % kCodes == 0 && vec_aligned(x.data()) &&
+                         (!qp || aligned_to(qp, kCodes)) && (!qtp || aligned_to(qtp, kCodes));
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(x.data());
+    if (s.current) {
+      MT_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned), stream()));
+      if (n > 0) {
+        const unsigned blocks =
+            std::min<unsigned>(grid_for((n + kVecWidth<T> - 1) / kVecWidth<T>, kAmaxThreads), kAmaxMaxBlocks);
+        fp8_amax_kernel<T><<<blocks, kAmaxThreads, 0, stream()>>>(xp, n, vec_aligned(xp), amax_bits);
+        MT_CUDA_LAUNCH_CHECK();
+      }
+    }
+    const int64_t tile = vec_shape ? kVecTile : kTile;
+    const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, (cols + tile - 1) / tile)),
+                    static_cast<unsigned>(std::max<int64_t>(1, (rows + tile - 1) / tile)));
+    MT_CHECK(grid.y <= 65535u) << "fp8_quantize of " << rows << " rows";
+    if (vec_shape) {
+      fp8_cast_vec_kernel<T><<<grid, kVecThreads, 0, stream()>>>(xp, rows, cols, qp, qtp, cs);
+    } else {
+      fp8_cast_kernel<T><<<grid, dim3(kTile, kTileRows), 0, stream()>>>(xp, rows, cols, qp, qtp, cs);
+    }
+  });
   MT_CUDA_LAUNCH_CHECK();
 }
 

@@ -6,6 +6,8 @@
 // object serves every micro-batch in flight and the generator's KV-cache forward.
 #pragma once
 
+#include <vector>
+
 #include <cstdint>
 
 #include "backend/fp8_recipe.h"
@@ -32,10 +34,13 @@ namespace megatron::model {
 // With FP8 (GPTConfig::fp8) also the codes of one linear's GEMM operands, shared by all the
 // linears (each call quantizes into them and consumes them): fp8_rows (x forward, dy backward),
 // fp8_weight (w forward, w^T backward), fp8_rows_t (dy^T), fp8_cols_t (x^T), 1-byte buffers
-// of the largest such operand, viewed in the operand's format (fp8_view).
+// of the largest such operand, viewed in the operand's format (fp8_view); and per linear (by
+// its fp8 index) fp8_saved_wt [in x out] bytes, the forward's w^T codes that every backward of
+// the iteration reads (backend::Fp8LinearBuffers::saved_wt).
 struct LayerWorkspace {
   Tensor grad, h1, h2, qkv, q, f, act, full;
   Tensor fp8_rows, fp8_weight, fp8_rows_t, fp8_cols_t;
+  std::vector<Tensor> fp8_saved_wt;
   Tensor rotary_inv_freq;
   Tensor norm_gamma, ones;
   const void* full_rows_of = nullptr;

@@ -65,10 +65,13 @@ Tensor fp8_view(const Tensor& buffer, Shape shape, Fp8Format f) {
 }
 
 // The workspace's FP8 buffers as linear [out, in] over n rows needs them.
-backend::Fp8LinearBuffers fp8_buffers(const LayerContext& ctx, const backend::Fp8LinearScaling& s, int64_t n,
-                                      int64_t out, int64_t in, bool forward) {
+backend::Fp8LinearBuffers fp8_buffers(const LayerContext& ctx, int64_t fp8, const backend::Fp8LinearScaling& s,
+                                      int64_t n, int64_t out, int64_t in, bool forward) {
   const LayerWorkspace& ws = *ctx.ws;
   backend::Fp8LinearBuffers b;
+  if (fp8 < static_cast<int64_t>(ws.fp8_saved_wt.size())) {
+    b.saved_wt = fp8_view(ws.fp8_saved_wt[static_cast<size_t>(fp8)], {in, out}, s.weight.format);
+  }
   if (forward) {
     b.x = fp8_view(ws.fp8_rows, {n, in}, s.input.format);
     b.w = fp8_view(ws.fp8_weight, {out, in}, s.weight.format);
@@ -92,7 +95,7 @@ void any_linear_forward(const LayerContext& ctx, int64_t fp8, const Tensor& x, c
     return;
   }
   const backend::Fp8LinearScaling s = fp8_scaling(ctx, fp8);
-  backend::Fp8LinearBuffers b = fp8_buffers(ctx, s, x.numel() / w.dim(1), w.dim(0), w.dim(1), true);
+  backend::Fp8LinearBuffers b = fp8_buffers(ctx, fp8, s, x.numel() / w.dim(1), w.dim(0), w.dim(1), true);
   backend::fp8_linear_forward(*ctx.backend, x, w, bias, y, s, &b);
 }
 
@@ -103,7 +106,7 @@ void any_linear_backward(const LayerContext& ctx, int64_t fp8, const Tensor& dy,
     return;
   }
   const backend::Fp8LinearScaling s = fp8_scaling(ctx, fp8);
-  backend::Fp8LinearBuffers b = fp8_buffers(ctx, s, x.numel() / w.dim(1), w.dim(0), w.dim(1), false);
+  backend::Fp8LinearBuffers b = fp8_buffers(ctx, fp8, s, x.numel() / w.dim(1), w.dim(0), w.dim(1), false);
   backend::fp8_linear_backward(*ctx.backend, dy, x, w, dx, dw, dbias, s, write, &b);
 }
 

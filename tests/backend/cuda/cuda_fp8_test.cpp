@@ -88,20 +88,30 @@ void quantize_both(Pair& p, States& st, const Tensor& x_host, int64_t slot) {
 TEST(CudaFp8, QuantizeMatchesCpuBitForBit) {
   MT_REQUIRE_CUDA();
   Pair p = backends();
-  for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kDelayed}) {
-    for (DType dt : {DType::kF32, DType::kBF16}) {
-      Fp8Config cfg;
-      cfg.recipe = recipe;
-      cfg.format = Fp8Mix::kHybrid;
-      States st(p, cfg, kFp8Roles);
-      // Odd sizes (partial tiles), values across many binades.
-      Tensor x = host_random({67, 45}, dt, 11 + static_cast<uint64_t>(dt), 1e-4f, 30.0f);
-      if (recipe == Fp8Recipe::kDelayed) {
-        st.set_scale(p, 0, 20.0f);    // 30 * 20 = 600 > 448: saturates
-        st.set_scale(p, 2, 3000.0f);  // e5m2: 30 * 3000 > 57344, small ones subnormal
+  // {67, 45}: the element-wise kernel (odd sizes, partial tiles). {136, 200} and {64, 8}:
+  // the vectorized one (multiples of 8, partial and whole 64 x 64 tiles).
+  const Shape shapes[] = {{67, 45}, {136, 200}, {64, 8}};
+  for (const Shape& shape : shapes) {
+    for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kDelayed}) {
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+        SCOPED_TRACE(testing::Message() << shape[0] << " x " << shape[1] << " " << dtype_name(dt) << " "
+                                        << (recipe == Fp8Recipe::kDelayed ? "delayed" : "tensorwise"));
+        Fp8Config cfg;
+        cfg.recipe = recipe;
+        cfg.format = Fp8Mix::kHybrid;
+        States st(p, cfg, kFp8Roles);
+        // Values across many binades.
+        Tensor x =
+            host_random(shape, dt, 11 + static_cast<uint64_t>(dt) + static_cast<uint64_t>(shape[1]), 1e-4f, 30.0f);
+        if (recipe == Fp8Recipe::kDelayed) {
+          st.set_scale(p, 0, 20.0f);    // 30 * 20 = 600 > 448: saturates
+          st.set_scale(p, 2, 3000.0f);  // e5m2: 30 * 3000 > 57344, small ones subnormal
+        }
+        quantize_both(p, st, x, 0);  // e4m3
+        quantize_both(p, st, x, 2);  // e5m2 (hybrid gradient)
+        // A second quantization keeps the larger recorded amax (delayed: max with the slot).
+        quantize_both(p, st, x, 0);
       }
-      quantize_both(p, st, x, 0);  // e4m3
-      quantize_both(p, st, x, 2);  // e5m2 (hybrid gradient)
     }
   }
 }
@@ -123,6 +133,11 @@ TEST(CudaFp8, QuantizeSpecialValues) {
   for (int64_t i = 0; i < n; ++i) x.data_as<float>()[i] = specials[i];
   quantize_both(p, st, x, 0);
   quantize_both(p, st, x, 2);
+  // The same values through the vectorized kernel: [8, 8 n], each row a rotation of them.
+  Tensor wide = Tensor::cpu({8, 8 * n});
+  for (int64_t i = 0; i < wide.numel(); ++i) wide.data_as<float>()[i] = specials[(i + i / (8 * n)) % n];
+  quantize_both(p, st, wide, 0);
+  quantize_both(p, st, wide, 2);
 }
 
 // a [m, k] and b [n, k] quantized on the CPU (the codes both sides use), then fp8_gemm on
