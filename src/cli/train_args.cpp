@@ -475,6 +475,17 @@ void fill_schedule(const Args& a, TrainConfig& c, std::ostream* log) {
     // Megatron-Core reads decoupled_min_lr only with decoupled_lr.
     *log << "warning: --decoupled-min-lr has no effect without --decoupled-lr\n";
   }
+  c.apply_wd_to_qk_layernorm = a.get_flag("--apply-wd-to-qk-layernorm");
+  if (a.given("--no-weight-decay-cond-type")) {
+    const std::string v = a.get_string("--no-weight-decay-cond-type");
+    if (v != "apply_wd_to_qk_layernorm") {
+      throw_error("[--no-weight-decay-cond-type] ", v, " is not a choice (expected apply_wd_to_qk_layernorm)");
+    }
+    if (log != nullptr) {
+      *log << "WARNING: --no-weight-decay-cond-type is deprecated. Please use --apply-wd-to-qk-layernorm instead.\n";
+    }
+    c.apply_wd_to_qk_layernorm = true;
+  }
   c.lr_decay_style =
       parse_choice<optim::LrDecayStyle>(a, "--lr-decay-style",
                                         {{"constant", optim::LrDecayStyle::kConstant},

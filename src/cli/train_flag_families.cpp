@@ -349,9 +349,7 @@ constexpr FlagRow kFamilyRows[] = {
     {"--sgd-momentum", FlagType::kValue, FlagState::kUnsupported, "", kOptimizers},
     {"--use-precision-aware-optimizer", FlagType::kSwitch, FlagState::kUnsupported, "", kOptimizers},
     // Refused: weight decay follows Megatron's default groups (biases and norms excluded).
-    {"--apply-wd-to-qk-layernorm", FlagType::kSwitch, FlagState::kUnsupported, "", kParamGroups},
     {"--dump-param-to-param-group-map", FlagType::kValue, FlagState::kUnsupported, "", kParamGroups},
-    {"--no-weight-decay-cond-type", FlagType::kValue, FlagState::kUnsupported, "", kParamGroups},
     // Refused: RL post-training (GRPO).
     {"--grpo-clamp-eps-lower", FlagType::kValue, FlagState::kUnsupported, "", kRL},
     {"--grpo-clamp-eps-upper", FlagType::kValue, FlagState::kUnsupported, "", kRL},

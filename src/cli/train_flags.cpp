@@ -159,6 +159,9 @@ void declare_supported_flags(Args& a) {
       .option("--min-lr", "LR", "floor of the decay", "0.0")
       .option("--decoupled-lr", "LR", "peak learning rate of the word embedding and output layer (default --lr)")
       .option("--decoupled-min-lr", "LR", "floor of their decay, with --decoupled-lr (default --min-lr)")
+      .flag("--apply-wd-to-qk-layernorm", "weight decay also on the q/k layernorm parameters (Qwen3-Next's rule)")
+      .option("--no-weight-decay-cond-type", "apply_wd_to_qk_layernorm",
+              "deprecated spelling of --apply-wd-to-qk-layernorm")
       .option("--lr-decay-style", "S", "constant, linear, cosine, inverse-square-root or WSD", "linear")
       .option("--lr-decay-iters", "N", "decay iterations (default: --train-iters)")
       .option("--lr-decay-samples", "N", "decay samples (default: --train-samples)")

@@ -16,6 +16,14 @@ void ParameterSet::set_tensor_parallel(int64_t rank, int64_t size) {
   tp_size_ = size;
 }
 
+void ParameterSet::apply_weight_decay_to_qk_layernorm() {
+  for (Parameter& p : params_) {
+    if (p.name.find("q_layernorm.") != std::string::npos || p.name.find("k_layernorm.") != std::string::npos) {
+      p.no_weight_decay = false;
+    }
+  }
+}
+
 int64_t ParameterSet::add(std::string name, Shape shape, Init init, int partition_dim, int64_t chunks) {
   MT_CHECK(!values_.defined()) << "add() after allocate()";
   Parameter p;

@@ -87,6 +87,10 @@ class ParameterSet {
   // the tensors are sharded (a shard takes its elements' global indices). std is the init_method_std; num_layers scales
   // kScaledNormal. Computed where the values live (Backend::init_normal: on the GPU, the CPU's bits).
   void initialize(backend::Backend& backend, uint64_t seed, float std, int64_t num_layers);
+  // --apply-wd-to-qk-layernorm: the parameters of every q_layernorm and k_layernorm (weight and
+  // bias) get weight decay, all other 1-D parameters and biases stay excluded (Megatron-Core's
+  // get_standard_config_overrides). Before the optimizer is built.
+  void apply_weight_decay_to_qk_layernorm();
 
   std::vector<Parameter>& params() { return params_; }
   const std::vector<Parameter>& params() const { return params_; }

@@ -91,6 +91,10 @@ struct TrainConfig {
   // parameters model::Parameter::embedding_or_output marks); the min defaults to --min-lr.
   std::optional<double> decoupled_lr;      // --decoupled-lr
   std::optional<double> decoupled_min_lr;  // --decoupled-min-lr (read only with --decoupled-lr)
+  // --apply-wd-to-qk-layernorm (or the deprecated --no-weight-decay-cond-type
+  // apply_wd_to_qk_layernorm): the q_layernorm and k_layernorm parameters get weight decay
+  // (Megatron-Core's Qwen3-Next group rule; model::ParameterSet::apply_weight_decay_to_qk_layernorm).
+  bool apply_wd_to_qk_layernorm = false;
   optim::LrDecayStyle lr_decay_style = optim::LrDecayStyle::kLinear;  // --lr-decay-style
   std::optional<int64_t> lr_decay_iters;                              // --lr-decay-iters (None: train_iters)
   std::optional<int64_t> lr_decay_samples;                            // --lr-decay-samples (None: train_samples)

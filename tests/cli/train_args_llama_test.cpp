@@ -97,6 +97,22 @@ TEST(TrainArgsLlama, QkLayernorm) {
   EXPECT_TRUE(parse(run_flags(flags)).model.qk_layernorm);
 }
 
+// --apply-wd-to-qk-layernorm, and Megatron's deprecated spelling of it, which takes only that value.
+TEST(TrainArgsLlama, WeightDecayOnQkLayernorm) {
+  Argv flags = kLlama3Example;
+  flags.push_back("--qk-layernorm");
+  EXPECT_FALSE(parse(run_flags(flags)).apply_wd_to_qk_layernorm);
+  Argv on = flags;
+  on.push_back("--apply-wd-to-qk-layernorm");
+  EXPECT_TRUE(parse(run_flags(on)).apply_wd_to_qk_layernorm);
+  Argv old = flags;
+  old.insert(old.end(), {"--no-weight-decay-cond-type", "apply_wd_to_qk_layernorm"});
+  EXPECT_TRUE(parse(run_flags(old)).apply_wd_to_qk_layernorm);
+  old.back() = "qk";
+  const std::string msg = error_of(run_flags(old));
+  EXPECT_EQ(msg.rfind("[--no-weight-decay-cond-type] qk", 0), 0u) << msg;
+}
+
 TEST(TrainArgsLlama, OlderSpellingsOfRotaryEmbeddings) {
   Argv base = {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32"};
   Argv old = base;

@@ -15,6 +15,24 @@
 namespace megatron::model {
 namespace {
 
+// Megatron's default groups leave biases and 1-D parameters out of weight decay;
+// apply_weight_decay_to_qk_layernorm puts the q/k layernorms' (weight and bias) back in and
+// nothing else.
+TEST(Parameters, WeightDecayGroupsWithAndWithoutTheQkLayernormRule) {
+  ParameterSet ps;
+  const int64_t qkv = ps.add("decoder.layers.0.self_attention.linear_qkv.weight", {6, 4}, Init::kNormal);
+  const int64_t qkv_bias = ps.add("decoder.layers.0.self_attention.linear_qkv.bias", {6}, Init::kZeros);
+  const int64_t qw = ps.add("decoder.layers.0.self_attention.q_layernorm.weight", {2}, Init::kOnes);
+  const int64_t qb = ps.add("decoder.layers.0.self_attention.q_layernorm.bias", {2}, Init::kZeros);
+  const int64_t kw = ps.add("decoder.layers.0.self_attention.k_layernorm.weight", {2}, Init::kOnes);
+  const int64_t ln = ps.add("decoder.layers.0.input_layernorm.weight", {4}, Init::kOnes);
+  EXPECT_FALSE(ps[qkv].no_weight_decay);
+  for (int64_t p : {qkv_bias, qw, qb, kw, ln}) EXPECT_TRUE(ps[p].no_weight_decay) << ps[p].name;
+  ps.apply_weight_decay_to_qk_layernorm();
+  for (int64_t p : {qkv, qw, qb, kw}) EXPECT_FALSE(ps[p].no_weight_decay) << ps[p].name;
+  for (int64_t p : {qkv_bias, ln}) EXPECT_TRUE(ps[p].no_weight_decay) << ps[p].name;
+}
+
 TEST(Parameters, InitializeWritesEachParametersOwnStreamRoundedToTheModelDtype) {
   auto cpu = backend::make_cpu_backend();
   for (DType dt : {DType::kF32, DType::kBF16}) {
