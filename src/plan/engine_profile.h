@@ -83,6 +83,12 @@ struct Engine {
   // The backward TP all-reduces overlap the wgrad GEMMs (Megatron's async TP all-reduce, ours).
   // false: every TP all-reduce is exposed (the 2021 code the SC21 runs used).
   bool async_tp_allreduce = true;
+  // Each pipeline send carries 1/tp of the [s, b, h] activation from each TP rank, gathered over
+  // NVLink on the receiving side (Megatron's scatter/gather optimisation, on by default since
+  // 2021-02, Narayanan et al. 2021 §4.1 and Fig. 18; ours sends the SP shard). false: every TP
+  // rank sends the whole tensor (Megatron-LM before it, e.g. commit 8aa4619f2b's
+  // training.py communicate()), tp times the bytes through the node's NICs.
+  bool pipeline_scatter_gather = true;
   // TP collectives over NVLink at our_tp_collective_share() of the link (ours, measured) instead
   // of comm_model.h's kLinkEfficiency (the other profiles: their validations used 0.80).
   bool measured_tp_collectives = true;

@@ -394,7 +394,8 @@ Prediction predict(const model::GPTConfig& c, DType dtype, const ParallelConfig&
                                     : kUnfusedLogitsBytes * n * V / t / (g.hbm * kStreamEfficiency);
   const double head_gemm = gemm3_seconds(n, V / t, h, g);
   const double head = head_gemm + logits_seconds;
-  const double p2p = p.pp > 1 ? 2.0 * static_cast<double>(p.vp) * send_recv_seconds(n * h * e / t, pp_link) : 0.0;
+  const double p2p_bytes = cl.engine.pipeline_scatter_gather ? n * h * e / t : n * h * e;
+  const double p2p = p.pp > 1 ? 2.0 * static_cast<double>(p.vp) * send_recv_seconds(p2p_bytes, pp_link) : 0.0;
 
   // Data parallel and optimizer: the first stage holds the most parameters when the embedding is there.
   const int64_t P = std::max(stage_num_parameters(c, p, 0), stage_num_parameters(c, p, p.pp - 1));

@@ -52,6 +52,7 @@ struct Source {
   PlanRecompute recompute;
   bool distributed_optimizer;
   Engine engine;
+  bool untied_output = false;  // --untie-embeddings-and-output-weights
 };
 
 double published_tokens_per_gpu(const Source& src, const PublishedRun& r) {
@@ -65,6 +66,7 @@ Prediction predict_run(const Source& src, const PublishedRun& r, bool overlap_gr
   PlanModel m =
       test::gpt_plan_model(r.planned_layers > 0 ? r.planned_layers : r.layers, r.hidden, r.heads, src.seq, src.vocab);
   m.dtype = src.dtype;
+  m.config.untie_embeddings_and_output_weights = src.untied_output;
   Cluster cl;
   cl.gpu = find_gpu(src.gpu);
   cl.gpus_per_node = 8;
@@ -204,17 +206,120 @@ const PublishedRun kMegatronH100[] = {
     {"462B", 112, 18432, 144, 8, 16, 1, 6144, 1, 3072, 459.9, nullptr},
 };
 
+// The table's model sizes are those of untied input and output embeddings (12 L h^2 + 2 V h:
+// 1.75B, 7.11B, 16.1B, 177.1B; tied they would be 1.48B, 6.58B, 15.3B, 175.5B), so the runs
+// used --untie-embeddings-and-output-weights.
 Source megatron_h100_source() {
-  return Source{"h100-80gb",  4096,
-                131072,       131072,
-                72.0,         12.0,
-                DType::kBF16, PlanRecompute::kNone,
-                true,         find_engine("megatron-core-2024")};
+  Source s{"h100-80gb",  4096,
+           131072,       131072,
+           72.0,         12.0,
+           DType::kBF16, PlanRecompute::kNone,
+           true,         find_engine("megatron-core-2024")};
+  s.untied_output = true;
+  return s;
 }
 
 TEST(PlanPublished, MegatronReadmeH100WeakScaling) {
   check(megatron_h100_source(), kMegatronH100, std::size(kMegatronH100), INT64_MAX);
 }
+
+// OneFlow DLPerf's reproduction of Megatron-LM (github.com/Oneflow-Inc/DLPerf, Megatron-LM/README.md
+// and scripts/mutil_perf_pretrain_gpt_dp_mp_pp.sh; docs/performance-references.md, "OneFlow DLPerf"):
+// Megatron-LM commit 8aa4619f2b (2021-03-22) in NGC PyTorch 20.12 (the SC21 runs' container) on
+// 4 servers of 8 V100-SXM2-16GB (NVLink hybrid cube mesh) with ONE InfiniBand EDR 100 Gb/s NIC
+// per server (ibstat: one mlx5_0, rate 100; nvidia-smi topo: one mlx5_0), so 12.5 GB/s per node,
+// 1.5625 GB/s per GPU: --inter-node-bandwidth 1.5625. Flags: --fp16 --checkpoint-activations
+// (full recompute, one layer per checkpoint), seq 2048, GPT-2 vocabulary 50257, dropout 0.1
+// (the defaults), --DDP-impl local (the default: all-reduce after the backward). Published:
+// "elapsed time per iteration" in ms, per case. Engine megatron-2021: the same code and container.
+// The MP rows are the only published runs found with TP groups across nodes: TP 16 over 2
+// nodes and TP 32 over 4, each group's rings crossing every node on the one NIC.
+// Why the listed rows stay off. The TP groups across nodes: the DP all-reduce over the same 16
+// GPUs and NICs (DP_16x1x1: 1 GB of fp16 gradients in one call) costs what the model says (its
+// step is 183 ms longer than DP_8x1x1's on one node; the model's, with the all-reduce over the NIC at
+// kLinkEfficiency, 185 ms), but the TP all-reduces (201 MB, six per layer) take 1.3x (2 nodes)
+// and 1.6x (4 nodes) the model's time if the compute is as far off as on one node: not
+// explained yet (the run's NCCL logs are not in the stored sources).
+constexpr const char* kTpAcrossOneNic =
+    "TP across nodes on one NIC per node: the TP all-reduces take 1.3x (2 nodes) to 1.6x (4 nodes) the ring "
+    "model's time, while the DP all-reduce over the same GPUs matches it; unexplained";
+// The hybrid cube mesh of these servers (the source's nvidia-smi topo): a TP 2 group {0, 1} or
+// {4, 5} is joined by one NVLink (NV1, 25 GB/s a direction), a TP 4 group's rings by one to two;
+// the model prices every group at the GPU's 150 GB/s (gpu_spec.h), which holds for 8-GPU rings.
+constexpr const char* kCubeMeshSmallTp =
+    "TP 2 / 4 inside a DGX-1-style hybrid cube mesh run on 1-2 NVLinks, not the 6 the model prices";
+
+struct MeasuredRun {
+  const char* name;
+  int64_t layers, hidden, heads, tp, pp, gpus, micro_batch, global_batch;
+  double ms_per_iteration;  // as published
+  const char* miss;         // nullptr: must be within 20%
+};
+
+const MeasuredRun kDlperf[] = {
+    {"DP_16x1x1_32_1536x16", 16, 1536, 16, 1, 1, 16, 2, 32, 664.46, nullptr},
+    {"DP_32x1x1_64_1536x16", 16, 1536, 16, 1, 1, 32, 2, 64, 683.51, nullptr},
+    {"MP_1x16x1_16_3072x16", 16, 3072, 32, 16, 1, 16, 16, 16, 5610.23, kTpAcrossOneNic},
+    {"MP_1x32x1_16_3072x32", 32, 3072, 32, 32, 1, 32, 16, 16, 13037.85, kTpAcrossOneNic},
+    {"2D_2x8x1_16_2304x24", 24, 2304, 24, 8, 1, 16, 8, 16, 1313.52, nullptr},
+    {"2D_4x8x1_32_2304x24", 24, 2304, 24, 8, 1, 32, 8, 32, 1508.48, nullptr},
+    {"DP_PP_8x1x4_512_1536x16", 16, 1536, 16, 1, 4, 32, 2, 512, 4893.55, nullptr},
+    {"MP_PP_1x8x4_512_2304x24", 24, 2304, 24, 8, 4, 32, 16, 512, 22166.85, nullptr},
+    {"2D_PP_2x4x4_512_2304x24", 24, 2304, 24, 4, 4, 32, 8, 512, 15331.23, nullptr},
+    {"2D_PP_2x8x2_512_2304x24", 24, 2304, 24, 8, 2, 32, 8, 512, 16281.51, nullptr},
+};
+// The same study's single-node cases (not multi-node: printed and checked, outside the median).
+const MeasuredRun kDlperfOneNode[] = {
+    {"DP_8x1x1_16_1536x16", 16, 1536, 16, 1, 1, 8, 2, 16, 480.96, nullptr},
+    {"MP_1x8x1_16_1536x16", 16, 1536, 16, 8, 1, 8, 16, 16, 692.44, nullptr},
+    {"2D_2x4x1_16_1536x16", 16, 1536, 16, 4, 1, 8, 8, 16, 576.48, kCubeMeshSmallTp},
+    {"2D_4x2x1_16_1536x16", 16, 1536, 16, 2, 1, 8, 4, 16, 593.68, kCubeMeshSmallTp},
+};
+constexpr double kDlperfNicPerGpu = 12.5e9 / 8.0;  // one EDR 100 Gb/s NIC per 8-GPU server
+
+std::vector<double> check_measured(const MeasuredRun* rows, size_t n) {
+  std::vector<double> errors;
+  std::printf(
+      "| case | TP x PP x DP | nodes | published ms | predicted ms | error (tokens/s) | TP | DP | bubble |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (size_t i = 0; i < n; ++i) {
+    const MeasuredRun& r = rows[i];
+    PlanModel m = test::gpt_plan_model(r.layers, r.hidden, r.heads, 2048, 50257);
+    m.dtype = DType::kF16;
+    Cluster cl;
+    cl.gpu = find_gpu("v100-16gb");
+    cl.gpus_per_node = 8;
+    cl.nodes = std::max<int64_t>(1, r.gpus / 8);
+    cl.inter_node_bytes_per_s = kDlperfNicPerGpu;
+    cl.engine = find_engine("megatron-2021");
+    cl.engine.pipeline_scatter_gather = false;  // not yet in 8aa4619f2b: each TP rank sends [s, b, h]
+    cl.overlap_grad_reduce = false;
+    cl.overlap_param_gather = false;
+    const int64_t dp = r.gpus / (r.tp * r.pp);
+    ParallelConfig p{r.tp, r.pp, 1, dp, r.micro_batch, r.global_batch, PlanRecompute::kFull, false, false};
+    const Prediction pr = evaluate_layout(m, cl, p).prediction;
+    const double predicted_ms = 1e3 * pr.seconds_per_iteration;
+    const double error = r.ms_per_iteration / predicted_ms - 1.0;  // of tokens/s: published / predicted time
+    errors.push_back(error);
+    auto pct = [&](double x) { return 100.0 * x / pr.seconds_per_iteration; };
+    std::printf("| %s | %lld x %lld x %lld | %lld | %.0f | %.0f | %+.1f%% | %.1f%% | %.1f%% | %.1f%% |\n", r.name,
+                static_cast<long long>(r.tp), static_cast<long long>(r.pp), static_cast<long long>(dp),
+                static_cast<long long>(cl.nodes), r.ms_per_iteration, predicted_ms, 100.0 * error, pct(pr.tp_comm_s),
+                pct(pr.dp_comm_s), pct(pr.bubble_s));
+    if (r.miss == nullptr) {
+      EXPECT_LT(std::fabs(error), 0.20) << r.name << ": predicted " << predicted_ms << " ms per iteration, published "
+                                        << r.ms_per_iteration;
+    } else {
+      EXPECT_GE(std::fabs(error), 0.20) << r.name << " is listed as a known miss (" << r.miss
+                                        << ") but is now within 20%: take it off the list";
+    }
+  }
+  return errors;
+}
+
+TEST(PlanPublished, DlperfMegatronOnV100WithOneNicPerNode) { check_measured(kDlperf, std::size(kDlperf)); }
+
+TEST(PlanPublished, DlperfMegatronOnOneV100Node) { check_measured(kDlperfOneNode, std::size(kDlperfOneNode)); }
 
 // The bar of docs/planner.md, "How good it is", over every published multi-node run above
 // (all of them span nodes: 32 to 6144 GPUs on 8-GPU nodes): the median error within 15%.
@@ -222,6 +327,7 @@ TEST(PlanPublished, MedianErrorOfMultiNodeRunsWithin15Percent) {
   std::vector<double> all = check(narayanan_source(), kNarayanan, std::size(kNarayanan), kNarayananLastTorchDdp);
   for (double e : check(megatron_h100_source(), kMegatronH100, std::size(kMegatronH100), INT64_MAX)) all.push_back(e);
   for (double e : check(bloom_source(), kBloom, std::size(kBloom), 0)) all.push_back(e);
+  for (double e : check_measured(kDlperf, std::size(kDlperf))) all.push_back(e);
   for (double& e : all) e = std::fabs(e);
   std::sort(all.begin(), all.end());
   const double median = all.size() % 2 ? all[all.size() / 2] : 0.5 * (all[all.size() / 2 - 1] + all[all.size() / 2]);

@@ -167,6 +167,28 @@ TEST(PlanThroughput, TensorParallelGroupsAcrossNodesUseEveryNicOfTheirNodes) {
   EXPECT_EQ(most_nodes_of_a_group(4, 2, 8), 1);
 }
 
+// Without Megatron's scatter/gather optimisation every TP rank sends the whole [s, b, h]
+// activation to the next stage: TP 8 x PP 4 on 8-GPU nodes (each stage one node, the sends on the
+// network) moves 8x the bytes, so the pipeline time is, by hand, 8 x the send's bytes term.
+TEST(PlanThroughput, PipelineSendsWithoutScatterGatherCarryTheWholeActivation) {
+  const PlanModel m = test::gpt_plan_model(24, 2304, 24, 2048);
+  Cluster cl;
+  cl.gpu = find_gpu("v100-16gb");
+  cl.nodes = 4;
+  cl.inter_node_bytes_per_s = 1.5625e9;
+  cl.engine = find_engine("megatron-2021");
+  const ParallelConfig p{8, 4, 1, 1, 16, 512, PlanRecompute::kFull, false, false};
+  const model::GPTConfig c = config_for_tp(m, 8);
+  const double with_sg = predict(c, DType::kF16, p, cl).pp_comm_s;
+  cl.engine.pipeline_scatter_gather = false;
+  const double without = predict(c, DType::kF16, p, cl).pp_comm_s;
+  // Per micro-batch 2 sends of [2048 x 16, 2304] fp16 (151 MB), over 1.5625 GB/s x 0.80 per GPU.
+  const double bytes = 2048.0 * 16 * 2304 * 2, m_count = 512.0 / 16;
+  const double beta = 1.0 / (1.5625e9 * 0.80);
+  EXPECT_NEAR(without, m_count * 2.0 * (8e-6 + bytes * beta), 1e-6 * without);
+  EXPECT_NEAR(with_sg, m_count * 2.0 * (8e-6 + bytes / 8.0 * beta), 1e-6 * with_sg);
+}
+
 // How many NICs a DP group's slowest node crossing uses: its fewest ranks on one node, counted
 // by hand from the rank layout (groups r, r + tp, ... in blocks of tp * dp ranks).
 TEST(PlanThroughput, FewestGroupMembersOnANode) {
