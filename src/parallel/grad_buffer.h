@@ -107,16 +107,13 @@ class GradBuffer {
   // reduce-scatter + sharded ownership.
   GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, int64_t bucket_size);
   GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, const BucketLayout& layout);
-  // grad_dtype bf16 or fp16: the 16-bit buffer's values, rounded on `backend` (see "Gradient
-  // dtype" above); fp32 needs no backend.
+  // grad_dtype: params.grads()'s dtype (ParameterSet::allocate); bf16 or fp16 is scaled on
+  // `backend` before its reduction (see "Gradient dtype" above); fp32 needs no backend.
   GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, const BucketLayout& layout,
              DType grad_dtype, backend::Backend* backend);
 
-  // The dtype the gradients are accumulated and reduced in (see above).
+  // The dtype the gradients are accumulated and reduced in: params.grads()'s (see above).
   DType grad_dtype() const { return grad_dtype_; }
-  // 16-bit grad_dtype: the buckets of parameters [first, end) not started yet are rounded to
-  // it (no-op under fp32). After each compute that wrote those gradients.
-  void round_accumulated(int64_t first, int64_t end);
 
   // Average (kAvg) all-reduce / reduce-scatter every bucket not started yet, then wait for
   // all of them (no-op at dp 1).
@@ -170,7 +167,7 @@ class GradBuffer {
   comm::Communicator& dp_;
   bool distributed_;
   DType grad_dtype_ = DType::kF32;
-  backend::Backend* backend_ = nullptr;  // for the 16-bit roundings
+  backend::Backend* backend_ = nullptr;  // for the 16-bit buffer's scaling
   std::vector<Range> buckets_;
   size_t held_;
   bool copy_engine_ = false;  // enable_copy_engine succeeded
