@@ -278,13 +278,9 @@ class Backend {
   // ---- elementwise ----------------------------------------------------------------------
   // out = a + b (same shapes; out may be a or b).
   virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
-  // x *= alpha (in place).
+  // x *= alpha (in place): in fp32, rounded once to x's dtype (a 16-bit gradient buffer's
+  // 1/dp scaling, torch's multiply of a 16-bit tensor).
   virtual void scale(Tensor& x, float alpha) = 0;
-  // fp32 x holding a 16-bit buffer's values (`dtype` bf16 or fp16; fp32: x *= alpha):
-  // x = round(alpha * round(x)), round to `dtype` with RNE (core/dtype.h round_to), in place:
-  // what storing x in that dtype and scaling the 16-bit tensor (torch: in fp32, rounded back)
-  // leaves. alpha = 1 rounds.
-  virtual void round_and_scale(Tensor& x, DType dtype, float alpha) = 0;
   // Megatron's bias-dropout-add: out[n, h] = residual + dropout(x + bias) (bias may be undefined).
   virtual void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, Tensor& out,
                                 const DropoutParams& dropout) = 0;

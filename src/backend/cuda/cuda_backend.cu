@@ -248,14 +248,6 @@ __global__ void add_mixed_kernel(const void* a, DType adt, const void* b, DType 
   }
 }
 
-// round_and_scale: x fp32, T the 16-bit type whose rounding it takes.
-template <class T>
-__global__ void round_and_scale_kernel(float* x, int64_t n, float alpha) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    x[i] = to_f32<T>(from_f32<T>(__fmul_rn(alpha, to_f32<T>(from_f32<T>(x[i])))));
-  }
-}
-
 template <DType D>
 __global__ void scale_kernel(typename Elem<D>::T* x, int64_t n, float alpha) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -767,22 +759,6 @@ void CudaBackend::scale(Tensor& x, float alpha) {
       using T = typename Elem<D>::T;
       scale_kernel<D><<<grid_for(n, kThreads), kThreads, 0, stream_>>>(static_cast<T*>(x.data()), n, alpha);
     });
-  }
-  MT_CUDA_LAUNCH_CHECK();
-}
-
-void CudaBackend::round_and_scale(Tensor& x, DType dtype, float alpha) {
-  check_float_device(x, "round_and_scale x");
-  MT_CHECK(x.dtype() == DType::kF32 && (dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16))
-      << "round_and_scale " << x.describe() << " to " << dtype_name(dtype);
-  if (dtype == DType::kF32) return scale(x, alpha);
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  auto* p = static_cast<float*>(x.data());
-  if (dtype == DType::kBF16) {
-    round_and_scale_kernel<__nv_bfloat16><<<grid_for(n, kThreads), kThreads, 0, stream_>>>(p, n, alpha);
-  } else {
-    round_and_scale_kernel<__half><<<grid_for(n, kThreads), kThreads, 0, stream_>>>(p, n, alpha);
   }
   MT_CUDA_LAUNCH_CHECK();
 }
