@@ -4,9 +4,11 @@
 // Conventions for every op:
 //  - Tensors are contiguous and live on this backend's device.
 //  - Float inputs may be fp32, bf16 or fp16; arithmetic is fp32; outputs are rounded to
-//    their own dtype (round-to-nearest-even). Outputs named "(+=)" are fp32 parameter
-//    gradients, written as the call's GradWrite says (accumulated by default); all others
-//    are overwritten.
+//    their own dtype (round-to-nearest-even). Outputs named "(+=)" are parameter gradients
+//    (fp32, or bf16/fp16: a 16-bit gradient buffer, parallel/grad_buffer.h), written as the
+//    call's GradWrite says (accumulated by default); all others are overwritten. A 16-bit
+//    "(+=)" output gets the op's fp32 result plus its old value, added in fp32 and rounded
+//    once (Megatron's fused wgrad accumulation into a 16-bit main_grad).
 //  - Activations are sequence-first, [s, b, h], as in Megatron (sequence parallelism splits
 //    dim 0). "n" below is s*b rows.
 //  - Linear weights are [out, in] (PyTorch/Megatron layout): y = x W^T + b.
@@ -84,8 +86,12 @@ struct DropoutParams {
 // with the bias corrections 1-b^t computed in double and rounded to fp32 once (apex's host
 // side), the rest in fp32 in that order (optim/adamw.h is the tested host reference).
 struct AdamWStep {
-  // The gradient is first multiplied by grad_scale (one fp32 rounding; 1 is the identity):
-  // gradient clipping's factor, applied here instead of in a separate pass over the gradients.
+  // The gradient (fp32, or a 16-bit gradient buffer's values, widened exactly) is first
+  // multiplied by grad_unscale, then by grad_scale (one fp32 rounding each; 1 is the identity):
+  // the fp16 loss scaler's 1/scale for a 16-bit buffer, which cannot be unscaled in place
+  // without rounding (parallel/optimizer.h), and gradient clipping's factor, applied here
+  // instead of in separate passes over the gradients.
+  float grad_unscale = 1.0f;
   float grad_scale = 1.0f;
   float lr = 0.0f;
   float beta1 = 0.9f;
@@ -264,21 +270,17 @@ class Backend {
   // both k-major (cuBLASLt's FP8 TN layout on Hopper; not both E5M2), each read as [rows, last
   // dim]: the codes' products are exact, summed in fp32 (order unspecified); the sum times the
   // fp32 product of the two scale_inv ([1] fp32 tensors on this device), plus bias, is rounded
-  // once to c's dtype (fp32, bf16 or fp16). kAccumulate adds c's old value (fp32 c, no bias):
-  // the weight gradient into the fp32 main gradient.
+  // once to c's dtype (fp32, bf16 or fp16). kAccumulate adds c's old value (no bias) before that
+  // rounding: the weight gradient into the main gradient (fp32, or a 16-bit gradient buffer).
   virtual void fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
                         const Tensor& bias, Tensor& c, GradWrite write = GradWrite::kOverwrite) = 0;
 
   // ---- elementwise ----------------------------------------------------------------------
   // out = a + b (same shapes; out may be a or b).
   virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
-  // x *= alpha (in place).
+  // x *= alpha (in place): in fp32, rounded once to x's dtype (a 16-bit gradient buffer's
+  // 1/dp scaling, torch's multiply of a 16-bit tensor).
   virtual void scale(Tensor& x, float alpha) = 0;
-  // fp32 x holding a 16-bit buffer's values (`dtype` bf16 or fp16; fp32: x *= alpha):
-  // x = round(alpha * round(x)), round to `dtype` with RNE (core/dtype.h round_to), in place:
-  // what storing x in that dtype and scaling the 16-bit tensor (torch: in fp32, rounded back)
-  // leaves. alpha = 1 rounds.
-  virtual void round_and_scale(Tensor& x, DType dtype, float alpha) = 0;
   // Megatron's bias-dropout-add: out[n, h] = residual + dropout(x + bias) (bias may be undefined).
   virtual void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, Tensor& out,
                                 const DropoutParams& dropout) = 0;
@@ -429,10 +431,12 @@ class Backend {
   virtual int64_t count_zeros(const Tensor& x) = 0;
 
   // ---- optimizer ------------------------------------------------------------------------
-  // AdamW on fp32 param, grad, exp_avg, exp_avg_sq of equal numel (in place).
+  // AdamW on fp32 param, exp_avg, exp_avg_sq and a grad of any float dtype, of equal numel (in
+  // place).
   virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                             const AdamWStep& step) = 0;
-  // AdamW over many parameters of flat fp32 buffers in one pass (apex's multi-tensor form).
+  // AdamW over many parameters of flat fp32 buffers (grad: any float dtype) in one pass (apex's
+  // multi-tensor form).
   // segments: int64 [S, 3] on this device, rows (offset, numel, decay) sorted by offset and
   // disjoint within [0, P): elements of a segment get adamw_update with step.weight_decay if
   // decay != 0, else with 0. model_copy (undefined, or [P] of any float dtype) then receives

@@ -127,8 +127,7 @@ const char* ProfilingBackend::op_name(int op) {
                                               "rotary_forward",
                                               "rotary_backward",
                                               "fp8_quantize",
-                                              "fp8_gemm",
-                                              "round_and_scale"};
+                                              "fp8_gemm"};
   return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -370,9 +369,6 @@ void ProfilingBackend::scale(Tensor& x, float alpha) {
   timed(kScale, [&] { inner_->scale(x, alpha); });
 }
 
-void ProfilingBackend::round_and_scale(Tensor& x, DType dtype, float alpha) {
-  timed(kRoundAndScale, [&] { inner_->round_and_scale(x, dtype, alpha); });
-}
 void ProfilingBackend::bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, Tensor& out,
                                         const DropoutParams& dropout) {
   timed(kBiasDropoutAdd, [&] { inner_->bias_dropout_add(x, bias, residual, out, dropout); });

@@ -95,7 +95,6 @@ class ProfilingBackend final : public Backend, public RegionTimer {
 
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale(Tensor& x, float alpha) override;
-  void round_and_scale(Tensor& x, DType dtype, float alpha) override;
   void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, Tensor& out,
                         const DropoutParams& dropout) override;
   void dropout_backward(const Tensor& dy, Tensor& dx, const DropoutParams& dropout) override;
@@ -199,7 +198,6 @@ class ProfilingBackend final : public Backend, public RegionTimer {
     kRotaryBackward,
     kFp8Quantize,
     kFp8Gemm,
-    kRoundAndScale,
     kNumOps
   };
   static const char* op_name(int op);

@@ -219,7 +219,7 @@ int run_bench(const CommandArgs& argv_in) {
   tp.sequence_parallel = c.sequence_parallel;
   const parallel::DataParallelFlags dp_flags = train::data_parallel_flags(c);
   const bool copy_engine = parallel::prepare_copy_engine(dp_flags, groups);
-  model::GPTModel model(c.model, *be, dtype, mbs, tp, train::pipeline_stage(c, groups.coords.pp));
+  model::GPTModel model(c.model, *be, dtype, mbs, tp, train::pipeline_stage(c, groups.coords.pp), dp_flags.grad_dtype);
   model.parameters().initialize(*be, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
   parallel::OptimizerConfig oc;
   oc.clip_grad = c.clip_grad;

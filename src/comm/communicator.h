@@ -2,7 +2,7 @@
 // Tensors (docs/design.md, "Parallelism is data layout plus collectives": written once).
 // Implementations: SelfCommunicator (one rank, self_communicator.h), MpiCommunicator (host
 // tensors, Open MPI, mpi_communicator.h), always used through HostStagedCommunicator (device
-// tensors and 16-bit reductions staged through host memory, host_staged_communicator.h), and
+// tensors staged through host memory, host_staged_communicator.h), and
 // NcclCommunicator (GPUs, nccl_communicator.h).
 // Groups are objects passed explicitly (parallel/process_groups.h); there is no global group.
 //
@@ -13,8 +13,9 @@
 //  - Every rank of the group calls the same collectives in the same order with the same
 //    counts and dtypes (SPMD); anything else is a bug that hangs or aborts.
 //  - Tensors are contiguous and live where the implementation expects them (MPI: host memory,
-//    NCCL: the GPU of the backend, host-staged: either). Reductions (sum/max/min) work on fp32
-//    everywhere and on bf16/fp16 with NCCL and host-staged; gathers, broadcasts and send/recv
+//    NCCL: the GPU of the backend, host-staged: either). Reductions (sum/max/min/avg) work on fp32,
+//    bf16 and fp16 everywhere, in the tensor's dtype on the wire (16-bit: each partial sum
+//    rounded to it; mpi_communicator.h); gathers, broadcasts and send/recv
 //    move any dtype.
 //  - Counts are int64_t; a count is a number of elements of the tensor's dtype.
 //  - Failures of the underlying library throw megatron::Error naming the operation, the group

@@ -42,7 +42,7 @@ void HostStagedCommunicator::from_host(const Tensor& host, Tensor& x) {
 void HostStagedCommunicator::all_reduce(Tensor& x, ReduceOp op) {
   if (x.numel() == 0) return;
   require_float(x, "all_reduce", *this);
-  Tensor h = to_host(x, DType::kF32);
+  Tensor h = to_host(x, x.dtype());
   inner_->all_reduce(h, op);
   from_host(h, x);
 }
@@ -57,14 +57,14 @@ void HostStagedCommunicator::reduce_scatter(Tensor& in, Tensor& out, std::span<c
   MT_CHECK(out.dtype() == in.dtype()) << "reduce_scatter: dtypes differ";
   if (in.numel() == 0) return;
   require_float(in, "reduce_scatter", *this);
-  if (in.device() == Device::kCPU && out.device() == Device::kCPU && in.dtype() == DType::kF32) {
+  if (in.device() == Device::kCPU && out.device() == Device::kCPU) {
     inner_->reduce_scatter(in, out, counts, op);
     return;
   }
   // h_out is a buffer of its own, so the inner call is never in place (and `out` may be a
   // piece of `in`: its values are read before any is written).
-  Tensor h_in = to_host(in, DType::kF32);
-  Tensor h_out = Tensor::cpu({out.numel()}, DType::kF32);
+  Tensor h_in = to_host(in, in.dtype());
+  Tensor h_out = Tensor::cpu({out.numel()}, out.dtype());
   inner_->reduce_scatter(h_in, h_out, counts, op);
   from_host(h_out, out);
 }

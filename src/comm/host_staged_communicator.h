@@ -1,16 +1,17 @@
 // Host-side collectives for any tensor: a host communicator (MPI) made usable by ranks whose
-// tensors live on a GPU, or whose reductions are in bf16/fp16 (MPI reduces fp32 only).
+// tensors live on a GPU.
 // `megatron train --distributed-backend mpi` (or Megatron's `gloo`, the host-side library of
 // PyTorch) uses it on GPUs instead of NCCL; CPU ranks always go through it.
 //
 // Every call stages what the inner communicator cannot take:
 //  - a device tensor is copied to host memory (backend.copy: after the work queued on the
 //    device), the inner call runs on the copy, and results are copied back;
-//  - a reduction of 16-bit floats runs in fp32 on the host (widened exactly) and is rounded
-//    once to the tensor's dtype (round to nearest even). With two ranks that is NCCL's bf16
-//    sum bit for bit (one rounding of the exact sum); with more, NCCL rounds after every
-//    hop of its ring and results may differ in the last bit.
-//  - host fp32 tensors go straight through (no copy).
+//  - a reduction of 16-bit floats stays 16-bit on the host and on the wire: the inner
+//    communicator's own 16-bit reduction (MPI: a user-defined op, each combination of two
+//    values added in fp32 and rounded once; mpi_communicator.h). With two ranks that is NCCL's
+//    bf16 sum bit for bit (one rounding of the exact sum); with more, each partial sum is
+//    rounded in the inner library's order and results may differ from NCCL's in the last bit.
+//  - host tensors go straight through (no copy).
 // start_send_recv keeps the inner communicator's overlap (--overlap-p2p-communication); the
 // other started collectives complete before start_* returns (the Communicator defaults). Staging allocates host memory
 // per call and moves every byte over PCIe and through MPI: it is for correctness checks and machines without NCCL
@@ -27,7 +28,7 @@ namespace megatron::comm {
 
 class HostStagedCommunicator final : public Communicator {
  public:
-  // `inner` takes host tensors and fp32 reductions; `backend` moves tensors to and from the
+  // `inner` takes host tensors and fp32/bf16/fp16 reductions; `backend` moves tensors to and from the
   // device (the backend the tensors belong to; any backend for host tensors).
   HostStagedCommunicator(std::unique_ptr<Communicator> inner, backend::Backend& backend);
 

@@ -6,6 +6,7 @@
 #include <exception>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 // Checks an MPI call made inside MpiCommunicator; the message names the call and the group.
@@ -64,8 +65,42 @@ void require_host(const Tensor& t, const char* op, const std::string& group) {
 }
 
 void require_reducible(const Tensor& t, const char* op, const std::string& group) {
-  if (t.dtype() != DType::kF32) {
-    throw_error(op, " on group '", group, "': MPI reductions take fp32 tensors, got ", dtype_name(t.dtype()));
+  if (!is_float(t.dtype())) {
+    throw_error(op, " on group '", group, "': MPI reductions take float tensors, got ", dtype_name(t.dtype()));
+  }
+}
+
+// The 16-bit reductions (mpi_communicator.h): inout[i] := round(in[i] (op) inout[i]), computed in
+// fp32 on the widened values.
+template <DType D, ReduceOp Op>
+void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = D == DType::kBF16 ? bf16_to_float(a[i]) : fp16_to_float(a[i]);
+    const float y = D == DType::kBF16 ? bf16_to_float(b[i]) : fp16_to_float(b[i]);
+    const float r = Op == ReduceOp::kSum ? x + y : Op == ReduceOp::kMax ? (x > y ? x : y) : (x < y ? x : y);
+    b[i] = D == DType::kBF16 ? float_to_bf16(r) : float_to_fp16(r);
+  }
+}
+
+// kAvg's pre-multiplication of a 16-bit tensor (communicator.h): x := round(x * round(1 / ranks)).
+void premultiply16(Tensor& t, int64_t ranks) {
+  const float f = round_to(t.dtype(), 1.0f / static_cast<float>(ranks));
+  auto* p = static_cast<uint16_t*>(t.data());
+  const bool bf16 = t.dtype() == DType::kBF16;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float x = (bf16 ? bf16_to_float(p[i]) : fp16_to_float(p[i])) * f;
+    p[i] = bf16 ? float_to_bf16(x) : float_to_fp16(x);
+  }
+}
+
+// A tensor's kAvg pre-multiplication in its own dtype.
+void premultiply_tensor(Tensor& t, int64_t ranks) {
+  if (t.dtype() == DType::kF32) {
+    premultiply(t.data_as<float>(), t.numel(), ranks);
+  } else {
+    premultiply16(t, ranks);
   }
 }
 
@@ -115,7 +150,13 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm),
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (finalized) return;
+  for (auto& row : ops16_) {
+    for (MPI_Op& o : row) {
+      if (o != MPI_OP_NULL) MPI_Op_free(&o);
+    }
+  }
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 void MpiCommunicator::check(int rc, const char* call) const {
@@ -127,15 +168,40 @@ void MpiCommunicator::check(int rc, const char* call) const {
               "' failed: ", std::string(text, static_cast<size_t>(len)));
 }
 
+MPI_Op MpiCommunicator::op16(DType dtype, ReduceOp op) {
+  const int d = dtype == DType::kBF16 ? 0 : 1;
+  const int o = op == ReduceOp::kMax ? 1 : op == ReduceOp::kMin ? 2 : 0;  // kSum and kAvg: a sum
+  MPI_Op& slot = ops16_[d][o];
+  if (slot != MPI_OP_NULL) return slot;
+  static constexpr MPI_User_function* kFunctions[2][3] = {
+      {reduce16<DType::kBF16, ReduceOp::kSum>, reduce16<DType::kBF16, ReduceOp::kMax>,
+       reduce16<DType::kBF16, ReduceOp::kMin>},
+      {reduce16<DType::kF16, ReduceOp::kSum>, reduce16<DType::kF16, ReduceOp::kMax>,
+       reduce16<DType::kF16, ReduceOp::kMin>}};
+  MT_MPI_CHECK(MPI_Op_create(kFunctions[d][o], /*commute=*/1, &slot));
+  return slot;
+}
+
+MPI_Datatype MpiCommunicator::reduce_type(const Tensor& t) const {
+  return t.dtype() == DType::kF32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+
+MPI_Op MpiCommunicator::reduce_op(const Tensor& t, ReduceOp op) {
+  return t.dtype() == DType::kF32 ? mpi_op(op) : op16(t.dtype(), op);
+}
+
 void MpiCommunicator::all_reduce(Tensor& x, ReduceOp op) {
   if (x.numel() == 0) return;
   require_host(x, "all_reduce", name_);
   require_reducible(x, "all_reduce", name_);
-  float* p = x.data_as<float>();
-  if (op == ReduceOp::kAvg) premultiply(p, x.numel(), size());
+  if (op == ReduceOp::kAvg) premultiply_tensor(x, size());
+  char* p = static_cast<char*>(x.data());
+  const int64_t esize = dtype_size(x.dtype());
+  const MPI_Datatype type = reduce_type(x);
+  const MPI_Op mop = reduce_op(x, op);
   for (int64_t off = 0; off < x.numel(); off += kMaxChunk) {
     const int n = static_cast<int>(std::min(kMaxChunk, x.numel() - off));
-    MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off, n, MPI_FLOAT, mpi_op(op), comm_));
+    MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off * esize, n, type, mop, comm_));
   }
 }
 
@@ -157,26 +223,28 @@ void MpiCommunicator::reduce_scatter(Tensor& in, Tensor& out, std::span<const in
   for (size_t i = 0; i < counts.size(); ++i) c[i] = int_count(counts[i], "reduce_scatter");
   if (in.numel() == 0) return;
   const int64_t my_offset = piece_offset(counts, rank_);
-  const bool in_place = out.numel() > 0 && out.data() == in.data_as<float>() + my_offset;
+  const int64_t esize = dtype_size(in.dtype());
+  const bool in_place = out.numel() > 0 && out.data() == static_cast<char*>(in.data()) + my_offset * esize;
+  const MPI_Datatype type = reduce_type(in);
+  const MPI_Op mop = reduce_op(in, op);
   // kAvg: in place the caller's `in` is premultiplied (its other pieces are unspecified after
   // the call anyway); out of place a premultiplied copy is sent and `in` stays as it was.
-  std::vector<float> scaled;
-  float* send = in.data_as<float>();
+  Tensor send = in;
   if (op == ReduceOp::kAvg) {
     if (!in_place) {
-      scaled.assign(send, send + in.numel());
-      send = scaled.data();
+      send = Tensor::cpu({in.numel()}, in.dtype());
+      std::memcpy(send.data(), in.data(), static_cast<size_t>(in.nbytes()));
     }
-    premultiply(send, in.numel(), size());
+    premultiply_tensor(send, size());
   }
   if (in_place) {
     // MPI puts the in-place result at the start of the buffer; move it to this rank's piece.
-    MT_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, in.data(), c.data(), MPI_FLOAT, mpi_op(op), comm_));
+    MT_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, in.data(), c.data(), type, mop, comm_));
     if (my_offset != 0 && out.numel() > 0) {
       std::memmove(out.data(), in.data(), static_cast<size_t>(out.nbytes()));
     }
   } else {
-    MT_MPI_CHECK(MPI_Reduce_scatter(send, ptr(out), c.data(), MPI_FLOAT, mpi_op(op), comm_));
+    MT_MPI_CHECK(MPI_Reduce_scatter(send.data(), ptr(out), c.data(), type, mop, comm_));
   }
 }
 

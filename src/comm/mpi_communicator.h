@@ -1,6 +1,12 @@
 // CPU ranks over MPI (Open MPI from Debian): the Communicator (comm/communicator.h) for runs started
 // by mpirun (or srun with PMIx). Tensors must be host tensors (no CUDA-aware MPI is assumed);
-// reductions take fp32 (and fp64 host scalars); gathers, broadcasts and send/recv any dtype.
+// reductions take fp32, bf16 and fp16 (and fp64 host scalars); gathers, broadcasts and send/recv
+// any dtype. A 16-bit reduction moves 16-bit values: MPI has no bf16/fp16 sum, so it runs as a
+// user-defined op (MPI_Op_create) whose every combination of two values is widened, added (or
+// compared) in fp32 and rounded once to the dtype, as each hop of NCCL's ring: over two ranks
+// the exact sum rounded once (NCCL's bits); over more the partial sums are rounded in the order
+// of Open MPI's algorithm (last-bit differences from NCCL's order). kAvg premultiplies in the
+// dtype: round(x * round(1 / size)).
 // Every MPI call is checked: the communicators use MPI_ERRORS_RETURN and a failed call throws
 // megatron::Error "[rank R] MPI_Allreduce(...) on group 'dp' failed: <MPI's message>".
 // Counts above 2^31-1 elements are split into chunks where MPI allows (all-reduce, broadcast,
@@ -69,6 +75,13 @@ class MpiCommunicator final : public Communicator {
   // Posts the Isend/Irecv of every op (in order, cut into int-count chunks); `receives` gets,
   // per request, the elements a receive expects (-1 for a send) and its peer.
   std::vector<MPI_Request> post_send_recv(std::span<const PointToPoint> ops, std::vector<ExpectedReceive>* receives);
+  // The user-defined op of a 16-bit reduction (created at first use, freed with the
+  // communicator): [bf16, fp16] x [sum, max, min].
+  MPI_Op op16(DType dtype, ReduceOp op);
+  MPI_Op ops16_[2][3] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
+  // The MPI datatype and op of a reduction of `t` (fp32: MPI's own; 16-bit: op16).
+  MPI_Datatype reduce_type(const Tensor& t) const;
+  MPI_Op reduce_op(const Tensor& t, ReduceOp op);
   MPI_Comm comm_;
   std::string name_;
   int64_t rank_ = 0;

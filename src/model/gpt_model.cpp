@@ -86,7 +86,7 @@ GPTModel::BucketBoundaries GPTModel::declare_local_stage(const GPTConfig& config
 }
 
 GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType param_dtype, int64_t micro_batch_size,
-                   const TensorParallelOptions& tp, const PipelineStageOptions& pipeline)
+                   const TensorParallelOptions& tp, const PipelineStageOptions& pipeline, DType grad_dtype)
     : config_(config), backend_(backend), dtype_(param_dtype), micro_batch_size_(micro_batch_size), pipe_(pipeline) {
   const GPTConfig& c = config_;
   MT_CHECK(c.num_layers > 0 && c.hidden_size > 0 && c.num_attention_heads > 0 && c.ffn_hidden_size > 0 &&
@@ -131,7 +131,7 @@ GPTModel::GPTModel(const GPTConfig& config, backend::Backend& backend, DType par
         p.name.find(".q_layernorm.") != std::string::npos || p.name.find(".k_layernorm.") != std::string::npos;
     p.sum_grad_over_tp = (sp_ && norm) || (T > 1 && qk_norm);
   }
-  params_.allocate(backend_, dtype_);
+  params_.allocate(backend_, dtype_, grad_dtype);
 
   const int64_t s = c.seq_length, b = micro_batch_size_, n = s * b;
   n_local_ = sp_ ? n / T : n;

@@ -125,9 +125,11 @@ class GPTModel {
   // Declares and allocates the parameters (model dtype = param_dtype; this rank's shards) and
   // every activation and workspace buffer for micro-batches of `micro_batch_size` x
   // config.seq_length. Forward and backward are collective over the TP group.
-  // `pipeline`: this rank's stage (default: the whole model).
+  // `pipeline`: this rank's stage (default: the whole model). `grad_dtype`: the gradient
+  // buffer's (ParameterSet::allocate; parallel/grad_buffer.h, "Gradient dtype").
   GPTModel(const GPTConfig& config, backend::Backend& backend, DType param_dtype, int64_t micro_batch_size,
-           const TensorParallelOptions& tp = {}, const PipelineStageOptions& pipeline = {});
+           const TensorParallelOptions& tp = {}, const PipelineStageOptions& pipeline = {},
+           DType grad_dtype = DType::kF32);
 
   const GPTConfig& config() const { return config_; }
   ParameterSet& parameters() { return params_; }

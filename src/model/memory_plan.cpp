@@ -104,7 +104,7 @@ bool dropout_stream_in_memory(const GPTConfig& c, int64_t tp, const PipelineStag
 }
 
 MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batch_size, int64_t tp,
-                       bool sequence_parallel, const PipelineStageOptions& pipe) {
+                       bool sequence_parallel, const PipelineStageOptions& pipe, DType grad_dtype) {
   try {
     const I P = stage_parameters(c, tp, pipe);
     const I e = dtype_size(param_dtype);
@@ -143,7 +143,8 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
     p.num_parameters = P.value();
     p.parameters = (P * e).value();
     p.main_parameters = param_dtype == DType::kF32 ? 0 : (P * 4).value();
-    p.gradients = (P * 4).value();
+    p.gradients = (P * dtype_size(grad_dtype)).value();
+    p.grad_dtype = grad_dtype;
     p.optimizer = (2 * P * 4).value();
     // One pool of sets for the stage's chunks, each with the first virtual stage's inputs on stage 0.
     I activations = I(cc.recompute_slots()) * layer + pipe.activation_sets * (per_set + (first ? first_inputs : I(0)));
@@ -190,7 +191,7 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   out += line;
   row("parameters", plan.parameters);
   row("main parameters (fp32)", plan.main_parameters);
-  row("gradients (fp32)", plan.gradients);
+  row(("gradients (" + std::string(dtype_name(plan.grad_dtype)) + ")").c_str(), plan.gradients);
   row("optimizer state (Adam, fp32)", plan.optimizer);
   row("activations (one micro-batch)", plan.activations);
   row("workspace", plan.workspace);

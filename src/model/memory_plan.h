@@ -14,13 +14,14 @@
 namespace megatron::model {
 
 struct MemoryPlan {
-  int64_t num_parameters = 0;   // elements (tied output layer counted once)
-  int64_t parameters = 0;       // bytes, model dtype
-  int64_t main_parameters = 0;  // fp32 master copy (--fp16/--bf16), else 0
-  int64_t gradients = 0;        // fp32 main grads
-  int64_t optimizer = 0;        // Adam exp_avg + exp_avg_sq, fp32
-  int64_t activations = 0;      // saved for backward, one micro-batch (inputs and logits included)
-  int64_t workspace = 0;        // gradient stream and temporaries reused by every layer
+  int64_t num_parameters = 0;      // elements (tied output layer counted once)
+  int64_t parameters = 0;          // bytes, model dtype
+  int64_t main_parameters = 0;     // fp32 master copy (--fp16/--bf16), else 0
+  int64_t gradients = 0;           // main grads, in grad_dtype
+  DType grad_dtype = DType::kF32;  // fp32, or the 16-bit gradient buffer's dtype
+  int64_t optimizer = 0;           // Adam exp_avg + exp_avg_sq, fp32
+  int64_t activations = 0;         // saved for backward, one micro-batch (inputs and logits included)
+  int64_t workspace = 0;           // gradient stream and temporaries reused by every layer
   // NCCL's communicator buffers: not allocated by us, so plan_memory leaves it 0; the planner
   // and --dry-run on several ranks fill it from plan/nccl_memory.h's model.
   int64_t nccl = 0;
@@ -59,8 +60,11 @@ int64_t stage_num_parameters(const GPTConfig& config, int64_t tp, const Pipeline
 // A shape whose parameter, element or byte counts do not fit in 64 bits is IntegerOverflow (a
 // megatron::Error) naming the shape's flags (here and in the two counts above), never a wrapped
 // number.
+// `grad_dtype`: the gradient buffer's (GPTModel's grad_dtype; parallel/grad_buffer.h, "Gradient
+// dtype"): 4 bytes per parameter in fp32, 2 in bf16/fp16.
 MemoryPlan plan_memory(const GPTConfig& config, DType param_dtype, int64_t micro_batch_size, int64_t tp = 1,
-                       bool sequence_parallel = false, const PipelineStageOptions& pipeline = {});
+                       bool sequence_parallel = false, const PipelineStageOptions& pipeline = {},
+                       DType grad_dtype = DType::kF32);
 
 // The FP8 bytes of one rank of a stage of `stage_layers` transformer layers (GPTModel::allocate_fp8;
 // 0 without config.fp8), n = seq_length x micro_batch_size rows (the whole sequence also under

@@ -40,9 +40,11 @@ int64_t ParameterSet::add(std::string name, Shape shape, Init init, int partitio
   return static_cast<int64_t>(params_.size()) - 1;
 }
 
-void ParameterSet::allocate(backend::Backend& backend, DType dtype) {
+void ParameterSet::allocate(backend::Backend& backend, DType dtype, DType grad_dtype) {
+  MT_CHECK(grad_dtype == DType::kF32 || grad_dtype == DType::kBF16 || grad_dtype == DType::kF16)
+      << "gradient buffer in " << dtype_name(grad_dtype);
   values_ = backend.empty({total_numel_}, dtype, MemoryKind::kParams);
-  grads_ = backend.empty({total_numel_}, DType::kF32, MemoryKind::kGrads);
+  grads_ = backend.empty({total_numel_}, grad_dtype, MemoryKind::kGrads);
   for (Parameter& p : params_) {
     p.value = values_.flat_view(p.offset, p.shape);
     p.grad = grads_.flat_view(p.offset, p.shape);

@@ -3,7 +3,9 @@
 // memory, and so that every byte is planned (model/memory_plan.h).
 //
 //   values:  one buffer in the model dtype (fp32, bf16 or fp16), MemoryKind::kParams
-//   grads:   one fp32 buffer (Megatron's main_grad), MemoryKind::kGrads, same offsets
+//   grads:   one buffer (Megatron's main_grad), MemoryKind::kGrads, same offsets: fp32, or the
+//            16-bit dtype of Megatron's DDP buffer without --accumulate-allreduce-grads-in-fp32
+//            (parallel/grad_buffer.h, "Gradient dtype")
 //
 // Names follow Megatron-core's GPTModel state dict ("decoder.layers.0.mlp.linear_fc1.weight"),
 // so checkpoints and conversions can map them one to one.
@@ -59,7 +61,7 @@ struct Parameter {
   bool grad_stale = false;
   int64_t offset = 0;  // into the flat buffers, in elements
   Tensor value;        // view of the values buffer
-  Tensor grad;         // view of the grads buffer (fp32)
+  Tensor grad;         // view of the grads buffer (its dtype: fp32 or 16-bit)
   int64_t numel() const { return shape_numel(shape); }
   // Replicated over TP and not on TP rank 0: left out of the grad norm (Megatron's
   // param_is_not_tensor_parallel_duplicate), so each value counts once.
@@ -80,8 +82,9 @@ class ParameterSet {
   int64_t add(std::string name, Shape shape, Init init, int partition_dim = -1, int64_t chunks = 1);
   // The init stream of the next add() (a pipeline stage skips the other stages' parameters).
   void set_next_init_stream(int64_t stream) { next_init_stream_ = stream; }
-  // Allocates the flat buffers on `backend` and points every Parameter at its views.
-  void allocate(backend::Backend& backend, DType dtype);
+  // Allocates the flat buffers on `backend` (values in `dtype`, gradients in `grad_dtype`: fp32,
+  // bf16 or fp16) and points every Parameter at its views.
+  void allocate(backend::Backend& backend, DType dtype, DType grad_dtype = DType::kF32);
   // Fills the values per their Init from a counter-based normal stream: global element k of
   // parameter p is a pure function of (seed, p.init_stream, k), independent of the backend and of how
   // the tensors are sharded (a shard takes its elements' global indices). std is the init_method_std; num_layers scales
@@ -116,7 +119,7 @@ class ParameterSet {
   void set_stale_grads(const std::vector<bool>& stale);
 
   const Tensor& values() const { return values_; }  // [total_numel], model dtype
-  const Tensor& grads() const { return grads_; }    // [total_numel], fp32
+  const Tensor& grads() const { return grads_; }    // [total_numel], fp32 or 16-bit (allocate)
 
  private:
   std::vector<Parameter> params_;

@@ -46,6 +46,9 @@ GradBuffer::GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool
       held_(buckets_.size()) {
   MT_CHECK(grad_dtype == DType::kF32 || ((grad_dtype == DType::kBF16 || grad_dtype == DType::kF16) && backend))
       << "gradient buffer in " << dtype_name(grad_dtype) << (backend ? "" : " without a backend");
+  MT_CHECK(params.grads().dtype() == grad_dtype)
+      << "gradient buffer in " << dtype_name(grad_dtype) << " over parameters whose gradients are "
+      << dtype_name(params.grads().dtype()) << " (ParameterSet::allocate's grad_dtype)";
   if (layout.held >= 0) {
     const int64_t k = layout.held;
     for (size_t i = 0; i < buckets_.size(); ++i) {
@@ -64,27 +67,16 @@ int64_t GradBuffer::offset_of(int64_t k) const {
   return k < static_cast<int64_t>(ps.size()) ? ps[static_cast<size_t>(k)].offset : params_.total_numel();
 }
 
-void GradBuffer::round_accumulated(int64_t first, int64_t end) {
-  if (grad_dtype_ == DType::kF32) return;
-  const int64_t lo = offset_of(first), hi = offset_of(end);
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    const Range& b = buckets_[i];
-    if (grad_started_[i] || b.end <= lo || hi <= b.start) continue;
-    Tensor bucket = params_.grads().flat_view(b.start, {b.size()});
-    backend_->round_and_scale(bucket, grad_dtype_, 1.0f);
-  }
-}
-
 void GradBuffer::start_grad_bucket(size_t i) {
   grad_started_[i] = true;
   const int64_t dp = dp_.size();
   const Range& b = buckets_[i];
   Tensor bucket = params_.grads().flat_view(b.start, {b.size()});
-  // A 16-bit buffer is scaled in its dtype first and summed (see the header); fp32 averages in
-  // the collective.
-  const bool rounded = grad_dtype_ != DType::kF32;
-  if (rounded) backend_->round_and_scale(bucket, grad_dtype_, 1.0f / static_cast<float>(dp));
-  const comm::ReduceOp op = rounded ? comm::ReduceOp::kSum : comm::ReduceOp::kAvg;
+  // A 16-bit buffer is scaled in its dtype first and summed in it (see the header); fp32
+  // averages in the collective.
+  const bool sixteen = grad_dtype_ != DType::kF32;
+  if (sixteen) backend_->scale(bucket, 1.0f / static_cast<float>(dp));
+  const comm::ReduceOp op = sixteen ? comm::ReduceOp::kSum : comm::ReduceOp::kAvg;
   // Megatron scales by 1/dp before the reduction (gradient_scaling_factor), so that the sum
   // of already-averaged terms stays in range where the sum of raw ones might not. kAvg does
   // that multiplication inside the collective (NCCL's pre-multiplied sum), the same products
@@ -135,22 +127,13 @@ void GradBuffer::grads_final_from(int64_t k) {
 
 void GradBuffer::finish_grad_sync() {
   armed_ = {};
-  if (dp_.size() == 1) {
-    round_accumulated(0, static_cast<int64_t>(params_.params().size()));
-    return;
-  }
+  if (dp_.size() == 1) return;
   for (size_t i = 0; i < buckets_.size(); ++i) {
     if (!grad_started_[i]) start_grad_bucket(i);
   }
   for (auto& p : grad_pending_) p->wait();
   grad_pending_.clear();
   grad_started_.assign(buckets_.size(), false);
-  if (grad_dtype_ == DType::kF32) return;
-  // The 16-bit sum: what the reduction leaves valid (this rank's pieces, or everything).
-  for (const Range& r : owned_) {
-    Tensor sum = params_.grads().flat_view(r.start, {r.size()});
-    backend_->round_and_scale(sum, grad_dtype_, 1.0f);
-  }
 }
 
 void GradBuffer::start_param_gather(bool overlap) {

@@ -1,4 +1,4 @@
-// Data-parallel gradient reduction over the model's flat fp32 main-grad buffer (Megatron's
+// Data-parallel gradient reduction over the model's flat main-grad buffer (Megatron's
 // ParamAndGradBuffer; docs/megatron-formats.md, "Distributed optimizer and gradient buffers"), and
 // the distributed optimizer's shard ranges.
 //
@@ -55,22 +55,26 @@
 //
 // Gradient dtype (Megatron-Core's grad_reduce_in_fp32: DDP's buffer holds the model dtype unless
 // --accumulate-allreduce-grads-in-fp32; the default with --fp16, and with --bf16
-// --grad-reduce-in-bf16). With a 16-bit grad_dtype the buffer keeps fp32 storage and the bytes
-// on the wire stay fp32, but its values are those of a 16-bit buffer (Backend::round_and_scale):
-//  - accumulation: round_accumulated() after each compute that wrote gradients rounds the
-//    buckets of that range not started yet (a started one was rounded when it started);
-//  - reduction: a bucket is rounded, scaled by 1/dp in 16 bits (Megatron's
-//    gradient_scaling_factor applied to the 16-bit buffer, torch's fp32 multiply rounded back),
-//    summed (kSum, in fp32) and the sum rounded once more after the wait. Over two ranks that is
-//    bit for bit a 16-bit all-reduce (one rounded addition); over more, NCCL's ring rounds each
-//    partial sum where this rounds the exact fp32 sum (Megatron's
-//    reduce_scatter_with_fp32_accumulation) - a last-bit difference.
-// With one data-parallel rank finish_grad_sync() only rounds. The sums the step makes before
-// the reduction (the tied embedding over the embedding group, sequence-parallel LayerNorm
-// gradients over TP; train/train_step.h) add rounded values in fp32 and are rounded when their
-// bucket starts (for two terms the bits of a 16-bit all-reduce); with --overlap-grad-reduce the
-// LayerNorm sums come after the reduction and stay fp32 sums. fp32 (the default with --bf16
-// and with --accumulate-allreduce-grads-in-fp32) runs none of this.
+// --grad-reduce-in-bf16). The buffer is model::ParameterSet's gradient storage, allocated in
+// grad_dtype (ParameterSet::allocate): with bf16/fp16 it is 2 bytes a parameter in memory and on
+// the wire, as Megatron's:
+//  - accumulation: every backward op writes its gradient into it as backend/ops.h's "(+=)"
+//    outputs say: the op's fp32 result plus the old 16-bit value, added in fp32 and rounded
+//    once (Megatron/TE's fused wgrad accumulation into a 16-bit main_grad; cuBLASLt's beta = 1
+//    into a 16-bit C on CUDA);
+//  - reduction: a bucket is scaled by 1/dp in its dtype (Backend::scale: the fp32 product
+//    rounded once, Megatron's gradient_scaling_factor on the 16-bit buffer) and summed (kSum)
+//    in 16 bits: NCCL natively; MPI through a user-defined op (comm/mpi_communicator.h) whose
+//    every combination of two values is added in fp32 and rounded once. Over two ranks that is
+//    one rounded addition, the same bits either way; over more, each partial sum is rounded in
+//    the library's order (NCCL's ring, Open MPI's algorithm): last-bit differences between the
+//    two, as between Megatron runs on different NCCL algorithms.
+// The sums the step makes before the reduction (the tied embedding over the embedding group,
+// sequence-parallel LayerNorm gradients over TP; train/train_step.h) are 16-bit all-reduces of
+// the buffer's values, as Megatron's; so are the LayerNorm sums after it with
+// --overlap-grad-reduce. The optimizer reads the 16-bit values in place
+// (parallel/optimizer.h). fp32 (the default with --bf16 and with
+// --accumulate-allreduce-grads-in-fp32) averages in the collective (kAvg) as above.
 #pragma once
 
 #include <cstdint>
@@ -107,16 +111,13 @@ class GradBuffer {
   // reduce-scatter + sharded ownership.
   GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, int64_t bucket_size);
   GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, const BucketLayout& layout);
-  // grad_dtype bf16 or fp16: the 16-bit buffer's values, rounded on `backend` (see "Gradient
-  // dtype" above); fp32 needs no backend.
+  // grad_dtype: params.grads()'s dtype (ParameterSet::allocate); bf16 or fp16 is scaled on
+  // `backend` before its reduction (see "Gradient dtype" above); fp32 needs no backend.
   GradBuffer(model::ParameterSet& params, comm::Communicator& dp, bool distributed, const BucketLayout& layout,
              DType grad_dtype, backend::Backend* backend);
 
-  // The dtype the gradients are accumulated and reduced in (see above).
+  // The dtype the gradients are accumulated and reduced in: params.grads()'s (see above).
   DType grad_dtype() const { return grad_dtype_; }
-  // 16-bit grad_dtype: the buckets of parameters [first, end) not started yet are rounded to
-  // it (no-op under fp32). After each compute that wrote those gradients.
-  void round_accumulated(int64_t first, int64_t end);
 
   // Average (kAvg) all-reduce / reduce-scatter every bucket not started yet, then wait for
   // all of them (no-op at dp 1).
@@ -170,7 +171,7 @@ class GradBuffer {
   comm::Communicator& dp_;
   bool distributed_;
   DType grad_dtype_ = DType::kF32;
-  backend::Backend* backend_ = nullptr;  // for the 16-bit roundings
+  backend::Backend* backend_ = nullptr;  // for the 16-bit buffer's scaling
   std::vector<Range> buckets_;
   size_t held_;
   bool copy_engine_ = false;  // enable_copy_engine succeeded

@@ -168,11 +168,19 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay, std::opti
     }
   };
 
+  // A 16-bit gradient buffer is read in place as it is (parallel/optimizer.h, step 2): the
+  // unscale is a factor of the norm and of AdamW's read of each gradient.
+  const bool sixteen_bit_grads = grads.dtype() != DType::kF32;
+  float unscale = 1.0f;
   if (fp16_) {
     // Unscale, then check: a finite value times 1/scale stays finite, so this finds exactly
     // the inf/nan that were there before (torch's non-finite check and unscale).
     start_timer("optimizer-unscale-and-check-inf");
-    for_owned_grads([&](Tensor& g) { backend_.scale(g, scaler_.inv_scale()); });
+    if (sixteen_bit_grads) {
+      unscale = scaler_.inv_scale();
+    } else {
+      for_owned_grads([&](Tensor& g) { backend_.scale(g, scaler_.inv_scale()); });
+    }
     const bool found_inf = !owned_grads_finite();
     stop_timer("optimizer-unscale-and-check-inf");
     scaler_.update(found_inf);
@@ -186,7 +194,8 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay, std::opti
   if (config_.clip_grad > 0.0) {
     // Megatron clip_grads: the pre-clip norm is logged; clip_coeff = max / (norm + 1e-6)
     // applied as an fp32 factor when < 1. A nan norm never clips; an inf norm zeroes.
-    const double norm = std::sqrt(owned_sum_squares(/*grads=*/true));
+    const double u = unscale;
+    const double norm = std::sqrt(owned_sum_squares(/*grads=*/true) * u * u);
     result.grad_norm = norm;
     if (config_.check_for_nan_in_grad && std::isnan(norm)) {
       stop_timer("optimizer-clip-main-grad");
@@ -227,6 +236,7 @@ StepResult MixedPrecisionOptimizer::step(float lr, float weight_decay, std::opti
   a.eps = config_.eps;
   a.weight_decay = weight_decay;
   a.step = steps_;
+  a.grad_unscale = unscale;
   a.grad_scale = clip_scale;
   auto update = [&](Shard& s) {
     Tensor model_copy =

@@ -1,9 +1,18 @@
 // The optimizer step (train/ holds it because it ties model/ parameters to optim/ math) of
 // Megatron's MixedPrecisionOptimizer / FP32Optimizer (docs/megatron-formats.md, "Mixed precision,
 // loss scaling, skipped iterations" and "Gradient clipping") over a model::ParameterSet:
-//   1. gradients are already fp32 (main_grad);
+//   1. gradients are read in place from the gradient buffer (main_grad): fp32, or bf16/fp16
+//      (parallel/grad_buffer.h, "Gradient dtype"), widened exactly as they are read;
 //   2. fp16: unscale by 1/loss_scale and check for inf/nan; the scaler updates; on overflow
-//      the step is skipped (returns success = false, no grad norm, the LR does not step);
+//      the step is skipped (returns success = false, no grad norm, the LR does not step).
+//      An fp32 buffer is unscaled in place; a 16-bit one cannot be without rounding the
+//      quotients (Megatron unscales fp32 copies of them, main_param.grad), so the check reads
+//      the 16-bit values (g / scale is finite iff g is: 1 <= scale), the norm is the 16-bit
+//      sum of squares times (1/scale)^2 and AdamW multiplies each gradient by 1/scale as it
+//      reads it (AdamWStep::grad_unscale). With a power-of-two scale (the dynamic scaler from
+//      a power of two, Megatron's 2^32 default) every product is exact: the same bits as
+//      unscaling fp32 copies; otherwise the norm is of the exact quotients (a last-bit
+//      difference of the double), the update still takes Megatron's rounded fp32 quotient;
 //   3. the global L2 norm is taken (the logged, pre-clip "grad norm") and gradients clipped
 //      to --clip-grad (the factor is applied by AdamW as it reads each gradient, so the
 //      buffer itself stays unclipped; --log-num-zeros-in-grad counts it: the same zeros but

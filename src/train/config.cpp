@@ -30,9 +30,11 @@ model::PipelineStageOptions pipeline_stage(const TrainConfig& c, int64_t stage) 
 
 DType model_dtype(const TrainConfig& c) { return c.bf16 ? DType::kBF16 : c.fp16 ? DType::kF16 : DType::kF32; }
 
+DType grad_dtype(const TrainConfig& c) { return c.accumulate_allreduce_grads_in_fp32 ? DType::kF32 : model_dtype(c); }
+
 model::MemoryPlan train_memory_plan(const TrainConfig& c, int64_t stage) {
   model::MemoryPlan plan = model::plan_memory(c.model, model_dtype(c), c.micro_batch_size, c.tensor_model_parallel_size,
-                                              c.sequence_parallel, pipeline_stage(c, stage));
+                                              c.sequence_parallel, pipeline_stage(c, stage), grad_dtype(c));
   if (c.use_distributed_optimizer) plan = model::shard_optimizer_state(plan, c.data_parallel_size);
   return plan;
 }

@@ -263,6 +263,10 @@ struct TrainConfig {
 model::MemoryPlan train_memory_plan(const TrainConfig& config, int64_t stage = 0);
 // The parameters' dtype: bf16 with --bf16, fp16 with --fp16, else fp32.
 DType model_dtype(const TrainConfig& config);
+// The gradient buffer's dtype (parallel/grad_buffer.h, "Gradient dtype"): fp32 with
+// --accumulate-allreduce-grads-in-fp32 (cli/train_args.cpp sets it for --bf16 unless
+// --grad-reduce-in-bf16), else the model dtype.
+DType grad_dtype(const TrainConfig& config);
 // What GPTModel needs to build stage `stage` (layers, chunks, activation sets).
 model::PipelineStageOptions pipeline_stage(const TrainConfig& config, int64_t stage);
 

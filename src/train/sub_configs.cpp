@@ -12,7 +12,7 @@ parallel::DataParallelFlags data_parallel_flags(const TrainConfig& c) {
   f.overlap_grad_reduce = c.overlap_grad_reduce;
   f.overlap_param_gather = c.overlap_param_gather;
   f.nccl_collectives = c.nccl_collectives;
-  f.grad_dtype = c.accumulate_allreduce_grads_in_fp32 ? DType::kF32 : model_dtype(c);
+  f.grad_dtype = grad_dtype(c);
   return f;
 }
 

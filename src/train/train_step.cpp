@@ -20,24 +20,6 @@ TrainStepResult train_step(const StepFlags& c, model::GPTModel& model, parallel:
   parallel::PipelineCallbacks cb;
   cb.load = in.load;
   cb.phase = in.pipeline_phase;
-  parallel::GradBuffer& grads = optimizer.grad_buffer();
-  if (grads.grad_dtype() != DType::kF32) {
-    // A 16-bit gradient buffer (parallel/grad_buffer.h, "Gradient dtype") holds each compute's
-    // accumulation rounded: after every backward, and after the forwards of the last virtual
-    // stage (the loss head's backward runs inside them), that chunk's gradients are rounded
-    // (inside the compute's timer, before its phase ends).
-    const bool last_stage = groups.coords.pp == groups.sizes.pp - 1;
-    cb.phase = [&model, &grads, last_stage, inner = in.pipeline_phase](const parallel::PipelineAction& a,
-                                                                       bool started) {
-      const bool wrote = a.op == parallel::PipelineOp::kBackward ||
-                         (a.op == parallel::PipelineOp::kForward && last_stage && a.chunk == model.num_chunks() - 1);
-      if (!started && wrote) {
-        const auto [first, end] = model.chunk_parameters(a.chunk);
-        grads.round_accumulated(first, end);
-      }
-      if (inner) inner(a, started);
-    };
-  }
   cb.dropout = [&](int64_t k) {
     model::DropoutContext dropout;
     dropout.seed = static_cast<uint64_t>(c.seed);

@@ -112,7 +112,7 @@ Trainer::Trainer(const TrainConfig& config, backend::Backend& backend, std::ostr
   tp.sequence_parallel = c.sequence_parallel;
   const bool copy_engine = parallel::prepare_copy_engine(data_parallel_flags(c), *groups_);
   model_ = std::make_unique<model::GPTModel>(c.model, backend_, model_dtype(c), c.micro_batch_size, tp,
-                                             pipeline_stage(c, groups_->coords.pp));
+                                             pipeline_stage(c, groups_->coords.pp), data_parallel_flags(c).grad_dtype);
   model_->parameters().initialize(backend_, static_cast<uint64_t>(c.seed), c.model.init_method_std, c.model.num_layers);
   if (c.apply_wd_to_qk_layernorm) model_->parameters().apply_weight_decay_to_qk_layernorm();
   model_->set_per_token_loss(c.calculate_per_token_loss);

@@ -1,15 +1,18 @@
 // MpiCommunicator under mpirun -np 3 (oversubscribed): every operation against values
 // computed by hand, for several sizes including 0 and odd ones, uneven reduce-scatter /
 // all-gather pieces (one of them empty), in place and out of place. Values are small
-// integers, so fp32 sums are exact and the expectations are exact.
+// integers, so fp32 sums are exact and the expectations are exact. bf16/fp16 reductions (a
+// user-defined op) under -np 2, where each element is one rounded addition.
 #include "comm/mpi_communicator.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "support/mpi.h"
 
@@ -299,16 +302,83 @@ TEST(MpiCommunicator, ShortMessageIsAnErrorInEveryReceive) {
   world->barrier();
 }
 
+// 16-bit reductions move 16-bit values through MPI's user-defined ops: over two ranks each
+// element is one addition (or comparison) of the two values, rounded once to the dtype; kAvg
+// first multiplies each by round(1/2) in the dtype. Rank r's element i is 1 + ((r + 1) i % 29)
+// 2^-7 (signs alternating): representable in both dtypes, and the bf16 sums (spacing 2^-6 above
+// 2) often round, so a sum in another precision shows. In place and not, uneven pieces.
+TEST(MpiCommunicator, SixteenBitReductionsRoundEachAddition) {
+  if (test::relaunch_under_mpirun(2)) return;
+  MpiRuntime mpi;
+  auto world = mpi.world();
+  const int64_t me = world->rank();
+  auto v = [](DType dtype, int64_t r, int64_t i) {
+    const float x = 1.0f + static_cast<float>(((r + 1) * i) % 29) * 0.0078125f;
+    return round_to(dtype, i % 3 == 1 ? -x : x);
+  };
+  auto tensor = [&](DType dtype, int64_t n) {
+    Tensor t = Tensor::cpu({n}, dtype);
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = v(dtype, me, i);
+      t.data_as<uint16_t>()[i] = dtype == DType::kBF16 ? float_to_bf16(x) : float_to_fp16(x);
+    }
+    return t;
+  };
+  auto at = [](const Tensor& t, int64_t i) {
+    const uint16_t h = t.data_as<const uint16_t>()[i];
+    return t.dtype() == DType::kBF16 ? bf16_to_float(h) : fp16_to_float(h);
+  };
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    auto want = [&](ReduceOp op, int64_t i) {
+      float a = v(dtype, 0, i), b = v(dtype, 1, i);
+      if (op == ReduceOp::kMax) return std::max(a, b);
+      if (op == ReduceOp::kMin) return std::min(a, b);
+      if (op == ReduceOp::kAvg) {
+        a = round_to(dtype, a * 0.5f);
+        b = round_to(dtype, b * 0.5f);
+      }
+      return round_to(dtype, a + b);
+    };
+    int64_t rounded = 0;
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1001}}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+        SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " n " << n << " " << to_string(op));
+        Tensor x = tensor(dtype, n);
+        world->all_reduce(x, op);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(at(x, i), want(op, i)) << "all_reduce element " << i;
+          if (op == ReduceOp::kSum) rounded += want(op, i) != v(dtype, 0, i) + v(dtype, 1, i);
+        }
+      }
+    }
+    if (dtype == DType::kBF16) EXPECT_GT(rounded, 100) << "the bf16 roundings should show";
+    const std::vector<int64_t> counts = {600, 401};
+    const int64_t off = me == 0 ? 0 : 600, mine = counts[static_cast<size_t>(me)];
+    for (bool in_place : {false, true}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        SCOPED_TRACE(testing::Message() << dtype_name(dtype) << (in_place ? " in place " : " ") << to_string(op));
+        Tensor in = tensor(dtype, 1001);
+        Tensor out = in_place ? in.flat_view(off, {mine}) : Tensor::cpu({mine}, dtype);
+        world->reduce_scatter(in, out, counts, op);
+        for (int64_t i = 0; i < mine; ++i) ASSERT_EQ(at(out, i), want(op, off + i)) << "reduce_scatter element " << i;
+        if (!in_place && op == ReduceOp::kAvg) {
+          for (int64_t i = 0; i < 1001; ++i) ASSERT_EQ(at(in, i), v(dtype, me, i)) << "the input is left as it was";
+        }
+      }
+    }
+  }
+}
+
 TEST(MpiCommunicator, UnsupportedDtypeIsAnErrorNamingTheOpAndGroup) {
   if (test::relaunch_under_mpirun(2)) return;
   MpiRuntime mpi;
   auto world = mpi.world();
-  Tensor x = Tensor::cpu({4}, DType::kBF16);
+  Tensor x = Tensor::cpu({4}, DType::kI32);
   try {
     world->all_reduce(x, ReduceOp::kSum);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "all_reduce on group 'world': MPI reductions take fp32 tensors, got bf16");
+    EXPECT_EQ(std::string(e.what()), "all_reduce on group 'world': MPI reductions take float tensors, got int32");
   }
 }
 

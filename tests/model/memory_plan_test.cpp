@@ -386,6 +386,52 @@ TEST(MemoryPlan, Gpt3_175BNumbers) {
 
 // NCCL's buffers are not ours: plan_memory leaves them 0 and the table shows their line only
 // when the planner or --dry-run filled them; the total includes them.
+// A 16-bit gradient buffer (--fp16, --bf16 --grad-reduce-in-bf16): 2 bytes a parameter, what
+// the model then allocates, everything else as with fp32 gradients; the table names the dtype.
+TEST(MemoryPlan, SixteenBitGradientsHalveTheGradientBytes) {
+  GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 16;
+  c.num_attention_heads = 2;
+  c.kv_channels = 8;
+  c.ffn_hidden_size = 32;
+  c.seq_length = 5;
+  c.max_position_embeddings = 8;
+  c.vocab_size = 40;
+  c.padded_vocab_size = 64;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    const MemoryPlan fp32 = plan_memory(c, dtype, 2);
+    const MemoryPlan half = plan_memory(c, dtype, 2, 1, false, {}, dtype);
+    EXPECT_EQ(fp32.gradients, 4 * fp32.num_parameters);
+    EXPECT_EQ(half.gradients, 2 * half.num_parameters);
+    EXPECT_EQ(half.total(), fp32.total() - fp32.gradients / 2);
+    EXPECT_NE(format_memory_plan(half).find("gradients (" + std::string(dtype_name(dtype)) + ")"), std::string::npos)
+        << format_memory_plan(half);
+    EXPECT_NE(format_memory_plan(fp32).find("gradients (fp32)"), std::string::npos);
+
+    auto backend = backend::make_cpu_backend();
+    MemoryTracker& tracker = memory_tracker(Device::kCPU);
+    const MemorySnapshot before = tracker.snapshot();
+    GPTModel model(c, *backend, dtype, 2, {}, {}, dtype);
+    parallel::DataParallelOptions dp;
+    dp.grad_dtype = dtype;
+    parallel::MixedPrecisionOptimizer opt(model.parameters(), *backend, parallel::OptimizerConfig{},
+                                          optim::GradScaler::constant(1.0f), dp);
+    const MemorySnapshot built = tracker.snapshot();
+    EXPECT_EQ(model.parameters().grads().dtype(), dtype);
+    for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kMainParams, MemoryKind::kGrads, MemoryKind::kOptimizer,
+                            MemoryKind::kActivations, MemoryKind::kWorkspace}) {
+      const int64_t want = kind == MemoryKind::kParams        ? half.parameters
+                           : kind == MemoryKind::kMainParams  ? half.main_parameters
+                           : kind == MemoryKind::kGrads       ? half.gradients
+                           : kind == MemoryKind::kOptimizer   ? half.optimizer
+                           : kind == MemoryKind::kActivations ? half.activations
+                                                              : half.workspace;
+      EXPECT_EQ(delta(built, before, kind), want) << dtype_name(dtype) << " kind " << static_cast<int>(kind);
+    }
+  }
+}
+
 TEST(MemoryPlan, NcclLineOnlyWhenFilled) {
   MemoryPlan p;
   p.parameters = 100;

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -328,12 +329,39 @@ TEST(GradBuffer, DistributedOptimizerMatchesReplicatedBitForBit) {
   }
 }
 
+// Parameters whose gradient buffer is in `grad_dtype` (make_params' layout).
+model::ParameterSet make_params(backend::Backend& backend, DType dtype, DType grad_dtype) {
+  model::ParameterSet ps;
+  ps.add("a.weight", {5, 3}, model::Init::kNormal);
+  ps.add("a.bias", {5}, model::Init::kZeros);
+  ps.add("b.weight", {4, 4}, model::Init::kNormal);
+  ps.add("c.weight", {7}, model::Init::kOnes);
+  ps.allocate(backend, dtype, grad_dtype);
+  ps.initialize(backend, 11, 0.5f, 2);
+  return ps;
+}
+
+// The gradients as fp32 (a 16-bit buffer widened), and setting them from fp32 (rounded).
+std::vector<float> grads_of(backend::Backend& backend, const model::ParameterSet& ps) {
+  Tensor f = Tensor::cpu({ps.total_numel()}, DType::kF32);
+  backend.copy(ps.grads(), f);
+  const float* p = f.data_as<const float>();
+  return std::vector<float>(p, p + ps.total_numel());
+}
+void set_grads(backend::Backend& backend, model::ParameterSet& ps, const std::vector<float>& v) {
+  Tensor f = Tensor::cpu({ps.total_numel()}, DType::kF32);
+  std::copy(v.begin(), v.end(), f.data_as<float>());
+  Tensor g = ps.grads();
+  backend.copy(f, g);
+}
+
 // A 16-bit gradient buffer (--fp16 without --accumulate-allreduce-grads-in-fp32, --bf16 with
-// --grad-reduce-in-bf16) under mpirun -np 2: each rank's accumulated gradient rounded, scaled
-// by 1/2 in 16 bits, the two summed and the sum rounded - what Megatron's 16-bit buffer and a
-// 16-bit all-reduce of two ranks (one rounded addition) leave - replicated and sharded, one
-// bucket or several; and it is not the fp32 average (the fp32 path, unchanged, is checked bit
-// for bit against the replicated optimizer above).
+// --grad-reduce-in-bf16) under mpirun -np 2: the buffer is 16-bit (2 bytes a gradient, the
+// collective's bytes), each rank's gradient scaled by 1/2 in 16 bits, the two summed in 16 bits
+// (MPI's user-defined op: one rounded addition) - what Megatron's 16-bit buffer and a 16-bit
+// all-reduce of two ranks leave - replicated and sharded, one bucket or several; and it is not
+// the fp32 average (the fp32 path, unchanged, is checked bit for bit against the replicated
+// optimizer above).
 TEST(GradBuffer, SixteenBitBufferReducesAsMegatronsDoes) {
   if (test::relaunch_under_mpirun(2)) return;
   comm::MpiRuntime mpi;
@@ -344,23 +372,28 @@ TEST(GradBuffer, SixteenBitBufferReducesAsMegatronsDoes) {
     for (bool distributed : {false, true}) {
       for (int64_t bucket : {int64_t{0}, int64_t{10}}) {
         SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " distributed " << distributed << " bucket " << bucket);
-        model::ParameterSet ps = make_params(*backend, dtype);
+        model::ParameterSet ps = make_params(*backend, dtype, dtype);
+        ASSERT_EQ(ps.grads().dtype(), dtype);
+        EXPECT_EQ(ps.grads().nbytes(), 2 * ps.total_numel());
         GradBuffer gb(ps, *world, distributed, BucketLayout{bucket, {}, -1}, dtype, backend.get());
         EXPECT_EQ(gb.grad_dtype(), dtype);
-        fill_grads(ps, me, 0);
-        gb.round_accumulated(0, static_cast<int64_t>(ps.params().size()));  // after the backward
+        std::vector<float> mine(static_cast<size_t>(ps.total_numel()));
+        for (int64_t i = 0; i < ps.total_numel(); ++i) {
+          mine[static_cast<size_t>(i)] = 0.01f * static_cast<float>((i * 7 + me * 3) % 11) - 0.05f;
+        }
+        set_grads(*backend, ps, mine);  // the backward's 16-bit result
         gb.finish_grad_sync();
-        const float* g = ps.grads().data_as<const float>();
+        const std::vector<float> g = grads_of(*backend, ps);
         int64_t checked = 0, unlike_fp32 = 0;
         for (const Range& r : gb.owned()) {
           for (int64_t i = r.start; i < r.end; ++i) {
-            float mine[2];  // each rank's gradient, as fill_grads wrote it
-            for (int64_t k = 0; k < 2; ++k) mine[k] = 0.01f * static_cast<float>((i * 7 + k * 3) % 11) - 0.05f;
-            const float a = round_to(dtype, 0.5f * round_to(dtype, mine[0]));
-            const float b = round_to(dtype, 0.5f * round_to(dtype, mine[1]));
+            float theirs[2];  // each rank's gradient, as it was written
+            for (int64_t k = 0; k < 2; ++k) theirs[k] = 0.01f * static_cast<float>((i * 7 + k * 3) % 11) - 0.05f;
+            const float a = round_to(dtype, 0.5f * round_to(dtype, theirs[0]));
+            const float b = round_to(dtype, 0.5f * round_to(dtype, theirs[1]));
             const float want = round_to(dtype, a + b);
-            EXPECT_EQ(g[i], want) << "element " << i;
-            unlike_fp32 += g[i] != 0.5f * (mine[0] + mine[1]);
+            EXPECT_EQ(g[static_cast<size_t>(i)], want) << "element " << i;
+            unlike_fp32 += g[static_cast<size_t>(i)] != 0.5f * (theirs[0] + theirs[1]);
             ++checked;
           }
         }
@@ -371,33 +404,23 @@ TEST(GradBuffer, SixteenBitBufferReducesAsMegatronsDoes) {
   }
 }
 
-// One data-parallel rank: the accumulation of two micro-batches in a 16-bit buffer, each
-// compute's result rounded (round_accumulated), the second only where its chunk's range says;
-// finish_grad_sync rounds what is left. fp32 buffers are left alone.
-TEST(GradBuffer, SixteenBitBufferRoundsEachAccumulation) {
+// One data-parallel rank: a 16-bit buffer holds what the backward ops rounded into it, and
+// finish_grad_sync leaves it as it is; a buffer whose dtype is not the parameters' gradients'
+// is refused.
+TEST(GradBuffer, SixteenBitBufferAtOneRankIsLeftAlone) {
   auto backend = backend::make_cpu_backend();
   comm::SelfCommunicator self(*backend, "dp");
-  model::ParameterSet ps = make_params(*backend, DType::kF16);
-  GradBuffer gb(ps, self, false, BucketLayout{10, {}, -1}, DType::kF16, backend.get());  // buckets [20, 43), [0, 20)
-  float* g = ps.grads().data_as<float>();
-  const float third = 1.0f / 3.0f, tiny = std::ldexp(1.0f, -14);  // a quarter of fp16's ulp at 1/3
-  for (int64_t i = 0; i < 43; ++i) g[i] = third;
-  gb.round_accumulated(0, 4);  // every parameter
-  for (int64_t i = 0; i < 43; ++i) EXPECT_EQ(g[i], round_to(DType::kF16, third)) << i;
-  for (int64_t i = 0; i < 43; ++i) g[i] += tiny;  // the next micro-batch, fp32 sums
-  gb.round_accumulated(2, 4);                     // b.weight, c.weight: the bucket [20, 43)
-  EXPECT_EQ(g[25], round_to(DType::kF16, third)) << "rounded: the small addition is lost";
-  EXPECT_EQ(g[5], round_to(DType::kF16, third) + tiny) << "not rounded yet";
+  model::ParameterSet ps = make_params(*backend, DType::kF16, DType::kF16);
+  GradBuffer gb(ps, self, false, BucketLayout{10, {}, -1}, DType::kF16, backend.get());
+  const float third = round_to(DType::kF16, 1.0f / 3.0f);
+  set_grads(*backend, ps, std::vector<float>(43, third));
   gb.finish_grad_sync();
-  EXPECT_EQ(g[5], round_to(DType::kF16, third));
-  model::ParameterSet fp = make_params(*backend, DType::kF32);
-  GradBuffer plain(fp, self, false, BucketLayout{10, {}, -1});
-  EXPECT_EQ(plain.grad_dtype(), DType::kF32);
-  float* h = fp.grads().data_as<float>();
-  for (int64_t i = 0; i < 43; ++i) h[i] = third;
-  plain.round_accumulated(0, 4);
-  plain.finish_grad_sync();
-  for (int64_t i = 0; i < 43; ++i) EXPECT_EQ(h[i], third);
+  for (float v : grads_of(*backend, ps)) EXPECT_EQ(v, third);
+  model::ParameterSet fp = make_params(*backend, DType::kF16);  // fp32 gradients
+  EXPECT_DEATH(GradBuffer(fp, self, false, BucketLayout{10, {}, -1}, DType::kF16, backend.get()),
+               "gradient buffer in fp16 over parameters whose gradients are fp32");
+  EXPECT_DEATH(GradBuffer(ps, self, false, BucketLayout{10, {}, -1}),
+               "gradient buffer in fp32 over parameters whose gradients are fp16");
 }
 
 }  // namespace

@@ -11,7 +11,10 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <tuple>
 #include <vector>
+
+#include "core/dtype.h"
 
 namespace megatron::parallel {
 namespace {
@@ -119,6 +122,68 @@ TEST(MixedPrecisionOptimizer, Bf16ModelCopyOfEachGroupIsWritten) {
     int64_t changed = 0;
     for (int64_t i = p.offset; i < p.offset + p.numel(); ++i) changed += after[i] != before[static_cast<size_t>(i)];
     EXPECT_GT(changed, 0) << p.name;
+  }
+}
+
+// A 16-bit gradient buffer (--fp16 without --accumulate-allreduce-grads-in-fp32) read in place:
+// the same steps as an fp32 buffer holding the same (fp16) values, unscaled in place - what
+// Megatron does with its fp32 copies of the 16-bit main_grad. With a power-of-two loss scale
+// every product is exact, so parameters, moments, norm and zero count are the same bits; with
+// another scale AdamW still reads the same rounded quotients (the same parameters), the norm is
+// that of the exact quotients (parallel/optimizer.h: within 1e-7 relative). An inf skips both.
+TEST(MixedPrecisionOptimizer, SixteenBitGradientsStepAsTheirFp32Copies) {
+  auto backend = backend::make_cpu_backend();
+  for (float scale : {1024.0f, 1000.0f}) {
+    for (bool distributed : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "loss scale " << scale << " distributed " << distributed);
+      OptimizerConfig oc;
+      oc.clip_grad = 0.05;  // clips: the factor applies after the unscale
+      oc.count_zeros = true;
+      auto grads = [&](int64_t i) { return scale * (0.013f * static_cast<float>((i * 5) % 9) - 0.05f); };
+      auto run = [&](DType grad_dtype, bool with_inf) {
+        model::ParameterSet ps;
+        ps.add("embedding.word_embeddings.weight", {6, 2}, model::Init::kNormal);
+        ps.add("decoder.layers.0.mlp.linear_fc1.bias", {3}, model::Init::kZeros);
+        ps.add("output_layer.weight", {6, 2}, model::Init::kNormal);
+        ps[1].no_weight_decay = true;
+        ps.allocate(*backend, DType::kF16, grad_dtype);
+        ps.initialize(*backend, 5, 0.5f, 1);
+        DataParallelOptions dp{nullptr, distributed, 5};
+        dp.grad_dtype = grad_dtype;
+        MixedPrecisionOptimizer opt(ps, *backend, oc, optim::GradScaler::constant(scale), dp);
+        // The backward's gradients: fp16 values (rounded once), in the buffer's dtype.
+        Tensor g = Tensor::cpu({ps.total_numel()}, DType::kF32);
+        for (int64_t i = 0; i < ps.total_numel(); ++i) g.data_as<float>()[i] = round_to(DType::kF16, grads(i));
+        if (with_inf) g.data_as<float>()[7] = INFINITY;
+        Tensor buffer = ps.grads();
+        backend->copy(g, buffer);
+        opt.reduce_gradients();
+        const StepResult r = opt.step(0.01f, 0.1f);
+        Tensor main = opt.gather_param_state(ps[0], StateKind::kMainParams);
+        Tensor m = opt.gather_param_state(ps[2], StateKind::kExpAvg);
+        std::vector<uint16_t> values(static_cast<size_t>(ps.total_numel()));
+        std::memcpy(values.data(), ps.values().data(), values.size() * 2);
+        return std::make_tuple(r, values, std::vector<float>(main.data_as<float>(), main.data_as<float>() + 12),
+                               std::vector<float>(m.data_as<float>(), m.data_as<float>() + 12));
+      };
+      const auto [r16, v16, main16, m16] = run(DType::kF16, false);
+      const auto [r32, v32, main32, m32] = run(DType::kF32, false);
+      ASSERT_TRUE(r16.success && r32.success && r16.grad_norm && r32.grad_norm);
+      EXPECT_GT(*r32.grad_norm, 0.05) << "clipping is active";
+      if (scale == 1024.0f) {
+        EXPECT_EQ(*r16.grad_norm, *r32.grad_norm);
+      } else {
+        EXPECT_NEAR(*r16.grad_norm, *r32.grad_norm, 1e-7 * *r32.grad_norm);
+      }
+      EXPECT_EQ(r16.num_zeros, r32.num_zeros);
+      EXPECT_EQ(v16, v32) << "the fp16 model values";
+      EXPECT_EQ(main16, main32);
+      EXPECT_EQ(m16, m32);
+      const auto [i16, iv16, imain16, im16] = run(DType::kF16, true);
+      const auto [i32, iv32, imain32, im32] = run(DType::kF32, true);
+      EXPECT_FALSE(i16.success);
+      EXPECT_FALSE(i32.success);
+    }
   }
 }
 

@@ -280,6 +280,9 @@ TEST(PlanMemory, AgreesWithTheDryRunPlanOnEveryLayout) {
               t.use_distributed_optimizer = l.dist;
               t.overlap_p2p_communication = l.vp > 1;  // the flags' default (ParallelConfig::overlap_p2p)
               t.bf16 = dtype == DType::kBF16;
+              // As parse_train_config sets it for --bf16 (without --grad-reduce-in-bf16): fp32
+              // gradients, which the planner models.
+              t.accumulate_allreduce_grads_in_fp32 = t.bf16;
               for (int64_t k = 0; k < l.pp; ++k) {
                 SCOPED_TRACE(testing::Message()
                              << p.describe() << " stage " << k << " rmsnorm " << v.rmsnorm << " swiglu " << v.swiglu

@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/args.h"
 #include "cli/train_args.h"
+#include "model/memory_plan.h"
+#include "train/config.h"
 
 namespace megatron::train {
 namespace {
@@ -55,6 +58,31 @@ TEST(SubConfigs, DataParallelFlagsAreTheParsedOnes) {
   EXPECT_TRUE(all.overlap_param_gather);
   EXPECT_TRUE(all.nccl_collectives);
   EXPECT_EQ(data_parallel_flags(parse({"--train-iters", "10", "--ddp-num-buckets", "3"}, 2)).ddp_num_buckets, 3);
+}
+
+// What --dry-run prints (train_memory_plan): the gradient buffer in Megatron's dtype, 2 bytes a
+// parameter with --fp16 and with --bf16 --grad-reduce-in-bf16, 4 otherwise.
+TEST(SubConfigs, DryRunGradientBytesFollowTheGradientDtype) {
+  auto plan = [&](std::initializer_list<std::string> extra) {
+    Argv argv = {"--train-iters", "10"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const TrainConfig c = parse(argv, 1);
+    EXPECT_EQ(data_parallel_flags(c).grad_dtype, grad_dtype(c));
+    return std::make_pair(train_memory_plan(c), grad_dtype(c));
+  };
+  const auto [bf16, bf16_dtype] = plan({"--bf16"});
+  EXPECT_EQ(bf16_dtype, DType::kF32);
+  EXPECT_EQ(bf16.gradients, 4 * bf16.num_parameters);
+  const auto [bf16_grads, bf16_grads_dtype] = plan({"--bf16", "--grad-reduce-in-bf16"});
+  EXPECT_EQ(bf16_grads_dtype, DType::kBF16);
+  EXPECT_EQ(bf16_grads.gradients, bf16.gradients / 2);
+  EXPECT_NE(model::format_memory_plan(bf16_grads).find("gradients (bf16)"), std::string::npos);
+  const auto [fp16, fp16_dtype] = plan({"--fp16"});
+  EXPECT_EQ(fp16_dtype, DType::kF16);
+  EXPECT_EQ(fp16.gradients, bf16.gradients / 2);
+  const auto [fp16_fp32, fp16_fp32_dtype] = plan({"--fp16", "--accumulate-allreduce-grads-in-fp32"});
+  EXPECT_EQ(fp16_fp32_dtype, DType::kF32);
+  EXPECT_EQ(fp16_fp32.gradients, bf16.gradients);
 }
 
 TEST(SubConfigs, StepFlags) {

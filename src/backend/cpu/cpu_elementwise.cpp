@@ -60,16 +60,6 @@ void CpuBackend::scale(Tensor& x, float alpha) {
   xv.commit();
 }
 
-void CpuBackend::round_and_scale(Tensor& x, DType dtype, float alpha) {
-  MT_CHECK(x.dtype() == DType::kF32 && (dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16))
-      << "round_and_scale " << x.describe() << " to " << dtype_name(dtype);
-  Out xv(x, "round_and_scale x", /*load=*/true);
-  const int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n >= kParallelWork)
-  for (int64_t i = 0; i < n; ++i) xv[i] = round_to(dtype, alpha * round_to(dtype, xv[i]));
-  xv.commit();
-}
-
 void CpuBackend::bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, Tensor& out,
                                   const DropoutParams& dropout) {
   check_dropout(dropout);

@@ -89,8 +89,7 @@ void CpuBackend::fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tens
   MT_CHECK(c.ndim() >= 1 && c.dim(-1) == n && c.numel() == m * n)
       << "fp8_gemm output " << c.describe() << ", expected [" << m << ", " << n << "]";
   const bool accumulate = write == GradWrite::kAccumulate;
-  MT_CHECK(!accumulate || (c.dtype() == DType::kF32 && !bias.defined()))
-      << "fp8_gemm accumulates into fp32 without bias, not " << c.describe();
+  MT_CHECK(!accumulate || !bias.defined()) << "fp8_gemm accumulates without bias, not " << c.describe();
   if (bias.defined()) {
     MT_CHECK_EQ(bias.numel(), n) << "fp8_gemm bias " << bias.describe();
   }

@@ -20,10 +20,11 @@ int64_t CpuBackend::count_zeros(const Tensor& x) {
 
 void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                               const AdamWStep& s) {
-  for (const Tensor* t : {static_cast<const Tensor*>(&param), &grad, static_cast<const Tensor*>(&exp_avg),
+  for (const Tensor* t : {static_cast<const Tensor*>(&param), static_cast<const Tensor*>(&exp_avg),
                           static_cast<const Tensor*>(&exp_avg_sq)}) {
     check_f32(*t, "adamw_update");
   }
+  const In g(grad, "adamw_update grad");  // a 16-bit gradient widened (exact)
   const int64_t n = param.numel();
   MT_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n) << "adamw_update sizes";
   MT_CHECK(s.step >= 1) << "adamw_update step " << s.step;
@@ -31,12 +32,11 @@ void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg
   const auto bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), static_cast<double>(s.step)));
   const auto bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), static_cast<double>(s.step)));
   float* p = param.data_as<float>();
-  const float* g = grad.data_as<const float>();
   float* m = exp_avg.data_as<float>();
   float* v = exp_avg_sq.data_as<float>();
 #pragma omp parallel for schedule(static) if (n >= kParallelWork)
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * s.grad_scale;
+    const float gi = (g[i] * s.grad_unscale) * s.grad_scale;
     const float mi = b1 * m[i] + omb1 * gi;
     const float vi = b2 * v[i] + omb2 * gi * gi;
     const float update = (mi / bc1) / (std::sqrt(vi / bc2) + s.eps) + s.weight_decay * p[i];

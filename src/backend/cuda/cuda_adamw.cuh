@@ -5,18 +5,21 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
+#include "backend/cuda/cuda_common.cuh"
 #include "backend/ops.h"
 
 namespace megatron::backend::cuda {
 
 struct AdamWScalars {
-  float gs, lr, b1, b2, omb1, omb2, bc1, bc2, eps, wd;
+  float gu, gs, lr, b1, b2, omb1, omb2, bc1, bc2, eps, wd;
 };
 
 // Host side exactly as the CPU backend (apex): bias corrections in double, rounded once.
 inline AdamWScalars adamw_scalars(const AdamWStep& s) {
   AdamWScalars a{};
+  a.gu = s.grad_unscale;
   a.gs = s.grad_scale;
   a.lr = s.lr;
   a.b1 = s.beta1;
@@ -30,12 +33,23 @@ inline AdamWScalars adamw_scalars(const AdamWStep& s) {
   return a;
 }
 
+// Element i of a gradient of type G (float, __nv_bfloat16 or __half), widened exactly.
+template <class G>
+__device__ __forceinline__ float grad_at(const G* __restrict__ g, int64_t i) {
+  if constexpr (std::is_same_v<G, float>) {
+    return g[i];
+  } else {
+    return to_f32<G>(g[i]);
+  }
+}
+
 // Element i: updates m[i] and v[i] and returns the new parameter (the caller stores it), with
 // weight decay wd (the step's, or 0 for this parameter).
-__device__ __forceinline__ float adamw_element(const float* __restrict__ p, const float* __restrict__ g,
+template <class G>
+__device__ __forceinline__ float adamw_element(const float* __restrict__ p, const G* __restrict__ g,
                                                float* __restrict__ m, float* __restrict__ v, int64_t i,
                                                const AdamWScalars& a, float wd) {
-  const float gi = __fmul_rn(g[i], a.gs);
+  const float gi = __fmul_rn(__fmul_rn(grad_at(g, i), a.gu), a.gs);
   const float pi = p[i];
   const float mi = __fadd_rn(__fmul_rn(a.b1, m[i]), __fmul_rn(a.omb1, gi));
   const float vi = __fadd_rn(__fmul_rn(a.b2, v[i]), __fmul_rn(__fmul_rn(a.omb2, gi), gi));

@@ -248,14 +248,6 @@ __global__ void add_mixed_kernel(const void* a, DType adt, const void* b, DType 
   }
 }
 
-// round_and_scale: x fp32, T the 16-bit type whose rounding it takes.
-template <class T>
-__global__ void round_and_scale_kernel(float* x, int64_t n, float alpha) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    x[i] = to_f32<T>(from_f32<T>(__fmul_rn(alpha, to_f32<T>(from_f32<T>(x[i])))));
-  }
-}
-
 template <DType D>
 __global__ void scale_kernel(typename Elem<D>::T* x, int64_t n, float alpha) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -451,7 +443,8 @@ __global__ void count_zeros_kernel(const U* bits, int64_t n, U abs_mask, unsigne
 }
 
 // AdamW over n elements (cuda_adamw.cuh holds the arithmetic).
-__global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+template <class G>
+__global__ void adamw_kernel(float* __restrict__ p, const G* __restrict__ g, float* __restrict__ m,
                              float* __restrict__ v, int64_t n, AdamWScalars a) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     p[i] = adamw_element(p, g, m, v, i, a, a.wd);
@@ -770,22 +763,6 @@ void CudaBackend::scale(Tensor& x, float alpha) {
   MT_CUDA_LAUNCH_CHECK();
 }
 
-void CudaBackend::round_and_scale(Tensor& x, DType dtype, float alpha) {
-  check_float_device(x, "round_and_scale x");
-  MT_CHECK(x.dtype() == DType::kF32 && (dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16))
-      << "round_and_scale " << x.describe() << " to " << dtype_name(dtype);
-  if (dtype == DType::kF32) return scale(x, alpha);
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  auto* p = static_cast<float*>(x.data());
-  if (dtype == DType::kBF16) {
-    round_and_scale_kernel<__nv_bfloat16><<<grid_for(n, kThreads), kThreads, 0, stream_>>>(p, n, alpha);
-  } else {
-    round_and_scale_kernel<__half><<<grid_for(n, kThreads), kThreads, 0, stream_>>>(p, n, alpha);
-  }
-  MT_CUDA_LAUNCH_CHECK();
-}
-
 void CudaBackend::bias_grad(const Tensor& dy, Tensor& dbias, GradWrite write) {
   check_float_device(dy, "bias_grad dy");
   check_float_device(dbias, "bias_grad dbias");
@@ -923,18 +900,22 @@ int64_t CudaBackend::count_zeros(const Tensor& x) {
 
 void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                                const AdamWStep& s) {
-  for (const Tensor* t : {static_cast<const Tensor*>(&param), &grad, static_cast<const Tensor*>(&exp_avg),
+  for (const Tensor* t : {static_cast<const Tensor*>(&param), static_cast<const Tensor*>(&exp_avg),
                           static_cast<const Tensor*>(&exp_avg_sq)}) {
     check_device(*t, "adamw_update");
     MT_CHECK(t->dtype() == DType::kF32) << "adamw_update " << t->describe() << " must be fp32";
   }
+  check_float_device(grad, "adamw_update grad");
   const int64_t n = param.numel();
   MT_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n) << "adamw_update sizes";
   MT_CHECK(s.step >= 1) << "adamw_update step " << s.step;
   if (n == 0) return;
-  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(
-      static_cast<float*>(param.data()), static_cast<const float*>(grad.data()), static_cast<float*>(exp_avg.data()),
-      static_cast<float*>(exp_avg_sq.data()), n, adamw_scalars(s));
+  dispatch_float_type(grad.dtype(), [&](auto tag) {
+    using G = typename decltype(tag)::type;
+    adamw_kernel<G><<<grid_for(n, kThreads), kThreads, 0, stream_>>>(
+        static_cast<float*>(param.data()), static_cast<const G*>(grad.data()), static_cast<float*>(exp_avg.data()),
+        static_cast<float*>(exp_avg_sq.data()), n, adamw_scalars(s));
+  });
   MT_CUDA_LAUNCH_CHECK();
 }
 

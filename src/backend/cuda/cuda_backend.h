@@ -117,7 +117,6 @@ class CudaBackend : public Backend {
 
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale(Tensor& x, float alpha) override;
-  void round_and_scale(Tensor& x, DType dtype, float alpha) override;
   void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, Tensor& out,
                         const DropoutParams& dropout) override;
   void dropout_backward(const Tensor& dy, Tensor& dx, const DropoutParams& dropout) override;

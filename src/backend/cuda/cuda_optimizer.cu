@@ -55,8 +55,9 @@ __device__ __forceinline__ void store_model4(ModelT* out, int64_t i, const float
   for (int j = 0; j < 4; ++j) store_model(out, i + j, v[j]);
 }
 
-template <typename ModelT>
-__global__ void adamw_segments_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+// G: the gradient's element type (fp32, or a 16-bit gradient buffer's).
+template <typename ModelT, typename G>
+__global__ void adamw_segments_kernel(float* __restrict__ p, const G* __restrict__ g, float* __restrict__ m,
                                       float* __restrict__ v, const int64_t* __restrict__ seg, int64_t num_segments,
                                       int64_t n, AdamWScalars a, ModelT* __restrict__ model, bool vectorized,
                                       bool model_vec) {
@@ -102,15 +103,21 @@ __global__ void adamw_segments_kernel(float* __restrict__ p, const float* __rest
     if (threadIdx.x < hi - hi4) one(hi4 + threadIdx.x);
     for (int64_t i = lo4 + 4 * static_cast<int64_t>(threadIdx.x); i < hi4; i += 4 * static_cast<int64_t>(blockDim.x)) {
       float4 pv = *reinterpret_cast<const float4*>(p + i);
-      const float4 gv = *reinterpret_cast<const float4*>(g + i);
+      float ge[4];
+      if constexpr (std::is_same_v<G, float>) {
+        const float4 gv = *reinterpret_cast<const float4*>(g + i);
+        ge[0] = gv.x, ge[1] = gv.y, ge[2] = gv.z, ge[3] = gv.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) ge[j] = to_f32<G>(g[i + j]);  // widened exactly
+      }
       float4 mv = *reinterpret_cast<const float4*>(m + i);
       float4 vv = *reinterpret_cast<const float4*>(v + i);
       float* pe = &pv.x;
-      const float* ge = &gv.x;
       float* me = &mv.x;
       float* ve = &vv.x;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) pe[j] = adamw_element(pe, ge, me, ve, j, a, wd);
+      for (int j = 0; j < 4; ++j) pe[j] = adamw_element(pe, static_cast<const float*>(ge), me, ve, j, a, wd);
       *reinterpret_cast<float4*>(p + i) = pv;
       *reinterpret_cast<float4*>(m + i) = mv;
       *reinterpret_cast<float4*>(v + i) = vv;
@@ -130,7 +137,9 @@ void check_f32_device(const Tensor& t, const char* what) {
 void CudaBackend::adamw_update_segments(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                                         const Tensor& segments, const AdamWStep& s, Tensor& model_copy) {
   check_f32_device(param, "param");
-  check_f32_device(grad, "grad");
+  MT_CHECK(grad.defined() && grad.device() == Device::kCUDA && is_float(grad.dtype()))
+      << "adamw_update_segments grad " << (grad.defined() ? grad.describe() : "undefined")
+      << " must be a CUDA float tensor";
   check_f32_device(exp_avg, "exp_avg");
   check_f32_device(exp_avg_sq, "exp_avg_sq");
   MT_CHECK(segments.defined() && segments.device() == Device::kCUDA && segments.dtype() == DType::kI64 &&
@@ -150,31 +159,36 @@ void CudaBackend::adamw_update_segments(Tensor& param, const Tensor& grad, Tenso
   const int64_t blocks = (n + kTile - 1) / kTile;
   MT_CHECK(blocks <= 0x7FFFFFFF) << "adamw_update_segments: " << n << " elements";
   auto* p = static_cast<float*>(param.data());
-  const auto* g = static_cast<const float*>(grad.data());
   auto* m = static_cast<float*>(exp_avg.data());
   auto* v = static_cast<float*>(exp_avg_sq.data());
   const auto* seg = static_cast<const int64_t*>(segments.data());
   const int64_t S = segments.dim(0);
   const dim3 grid(static_cast<unsigned>(blocks));
   auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  const bool vec = aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v);
+  // A 16-bit gradient is read element by element on the vector path too (no alignment needed).
+  const bool vec =
+      aligned16(p) && (grad.dtype() != DType::kF32 || aligned16(grad.data())) && aligned16(m) && aligned16(v);
   // The distributed optimizer's shards start on any multiple of 4 elements: a 16-bit copy may
   // be only 8-byte aligned, and then still takes the 8-byte stores.
   const bool model_vec =
       model_copy.defined() &&
       reinterpret_cast<uintptr_t>(model_copy.data()) % static_cast<uintptr_t>(4 * dtype_size(model_copy.dtype())) == 0;
-  if (!model_copy.defined()) {
-    adamw_segments_kernel<void><<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, nullptr, vec, false);
-  } else if (model_copy.dtype() == DType::kBF16) {
-    adamw_segments_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream_>>>(
-        p, g, m, v, seg, S, n, a, static_cast<__nv_bfloat16*>(model_copy.data()), vec, model_vec);
-  } else if (model_copy.dtype() == DType::kF16) {
-    adamw_segments_kernel<__half><<<grid, kThreads, 0, stream_>>>(
-        p, g, m, v, seg, S, n, a, static_cast<__half*>(model_copy.data()), vec, model_vec);
-  } else {
-    adamw_segments_kernel<float><<<grid, kThreads, 0, stream_>>>(
-        p, g, m, v, seg, S, n, a, static_cast<float*>(model_copy.data()), vec, model_vec);
-  }
+  dispatch_float_type(grad.dtype(), [&](auto tag) {
+    using G = typename decltype(tag)::type;
+    const auto* g = static_cast<const G*>(grad.data());
+    if (!model_copy.defined()) {
+      adamw_segments_kernel<void, G><<<grid, kThreads, 0, stream_>>>(p, g, m, v, seg, S, n, a, nullptr, vec, false);
+    } else if (model_copy.dtype() == DType::kBF16) {
+      adamw_segments_kernel<__nv_bfloat16, G><<<grid, kThreads, 0, stream_>>>(
+          p, g, m, v, seg, S, n, a, static_cast<__nv_bfloat16*>(model_copy.data()), vec, model_vec);
+    } else if (model_copy.dtype() == DType::kF16) {
+      adamw_segments_kernel<__half, G><<<grid, kThreads, 0, stream_>>>(
+          p, g, m, v, seg, S, n, a, static_cast<__half*>(model_copy.data()), vec, model_vec);
+    } else {
+      adamw_segments_kernel<float, G><<<grid, kThreads, 0, stream_>>>(
+          p, g, m, v, seg, S, n, a, static_cast<float*>(model_copy.data()), vec, model_vec);
+    }
+  });
   MT_CUDA_LAUNCH_CHECK();
 }
 

@@ -95,7 +95,9 @@ __global__ void qk_norm_forward_kernel(const QkArgs a) {
 }
 
 // Block (chunk, part): columns [chunk*32, +32) of the query (part 0) or key (part 1) weights.
-__global__ void qk_norm_weight_grad_kernel(const QkArgs a, float* dw0, float* db0, float* dw1, float* db1,
+// The four gradients share dtype gdt (fp32, or a 16-bit gradient buffer's: the fp32 sum plus the
+// old value, rounded once).
+__global__ void qk_norm_weight_grad_kernel(const QkArgs a, void* dw0, void* db0, void* dw1, void* db1, DType gdt,
                                            bool accumulate) {
   __shared__ float sw[kWarpsPerBlock][kColumns], sb[kWarpsPerBlock][kColumns];
   const int part = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -122,10 +124,10 @@ __global__ void qk_norm_weight_grad_kernel(const QkArgs a, float* dw0, float* db
     tw += sw[w][lane];
     tb += sb[w][lane];
   }
-  float* dw = part == 0 ? dw0 : dw1;
-  float* db = part == 0 ? db0 : db1;
-  dw[j] = accumulate ? dw[j] + tw : tw;
-  if (db != nullptr) db[j] = accumulate ? db[j] + tb : tb;
+  void* dw = part == 0 ? dw0 : dw1;
+  void* db = part == 0 ? db0 : db1;
+  store_f(dw, gdt, j, accumulate ? load_f(dw, gdt, j) + tw : tw);
+  if (db != nullptr) store_f(db, gdt, j, accumulate ? load_f(db, gdt, j) + tb : tb);
 }
 
 __global__ void qk_norm_input_grad_kernel(const QkArgs a) {
@@ -229,24 +231,26 @@ void cuda_qk_norm_backward(Backend& backend, Tensor& dqkv, const Tensor& x, cons
                            Tensor& dq_bias, Tensor& dk_weight, Tensor& dk_bias, const QkNormParams& params,
                            GradWrite write) {
   QkArgs a = make_args(dqkv, x, q_weight, k_weight, mean, rstd, params, "qk norm dqkv");
+  const DType gdt = dq_weight.defined() ? dq_weight.dtype() : DType::kF32;
   for (const Tensor* g : {&dq_weight, &dk_weight}) {
-    MT_CHECK(g->defined() && g->device() == Device::kCUDA && g->dtype() == DType::kF32 && g->numel() == a.d)
-        << "qk norm weight gradient " << g->describe() << ": CUDA fp32 [" << a.d << "] expected";
+    MT_CHECK(g->defined() && g->device() == Device::kCUDA && is_float(g->dtype()) && g->dtype() == gdt &&
+             g->numel() == a.d)
+        << "qk norm weight gradient " << g->describe() << ": CUDA [" << a.d << "] of one float dtype expected";
   }
   const bool layernorm = mean.defined();
   for (const Tensor* g : {&dq_bias, &dk_bias}) {
-    MT_CHECK(layernorm
-                 ? (g->defined() && g->device() == Device::kCUDA && g->dtype() == DType::kF32 && g->numel() == a.d)
-                 : !g->defined())
-        << "qk norm bias gradient: " << (layernorm ? "CUDA fp32 [d] expected" : "RMSNorm has no bias");
+    MT_CHECK(layernorm ? (g->defined() && g->device() == Device::kCUDA && g->dtype() == gdt && g->numel() == a.d)
+                       : !g->defined())
+        << "qk norm bias gradient: "
+        << (layernorm ? "CUDA [d] in the weight gradient's dtype expected" : "RMSNorm has no bias");
   }
   const cudaStream_t stream = stream_of(backend, "qk_norm_backward");
   const bool accumulate = write == GradWrite::kAccumulate;
   // With no rows the gradients still take their write (zeros when overwritten).
   const dim3 grid(static_cast<unsigned>((a.d + kColumns - 1) / kColumns), 2);
   qk_norm_weight_grad_kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(
-      a, static_cast<float*>(dq_weight.data()), layernorm ? static_cast<float*>(dq_bias.data()) : nullptr,
-      static_cast<float*>(dk_weight.data()), layernorm ? static_cast<float*>(dk_bias.data()) : nullptr, accumulate);
+      a, dq_weight.data(), layernorm ? dq_bias.data() : nullptr, dk_weight.data(), layernorm ? dk_bias.data() : nullptr,
+      gdt, accumulate);
   MT_CUDA_LAUNCH_CHECK();
   if (a.n == 0) return;
   qk_norm_input_grad_kernel<<<vector_blocks(a), kWarpsPerBlock * 32, 0, stream>>>(a);

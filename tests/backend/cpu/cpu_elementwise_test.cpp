@@ -37,29 +37,31 @@ TEST(CpuElementwise, AddAndScale) {
   for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(get(h, i), round_to(DType::kBF16, static_cast<float>(hv[i]) * 0.3f));
 }
 
-// round_and_scale: x = round(alpha * round(x)) to bf16 / fp16 in fp32 storage, on values whose
-// roundings are worked out by hand (bf16 keeps 8 significant bits, fp16 11; ties to even).
-TEST(CpuElementwise, RoundAndScaleRoundsAsA16BitBufferWould) {
+// scale of a 16-bit tensor (a 16-bit gradient buffer's 1/dp): the fp32 product of the value and
+// alpha, rounded once to the dtype, on values whose roundings are worked out by hand (bf16 keeps
+// 8 significant bits, fp16 11; ties to even).
+TEST(CpuElementwise, ScaleOfA16BitTensorRoundsTheProductOnce) {
   auto be = make_cpu_backend();
-  auto run = [&](std::vector<float> in, DType dtype, float alpha) {
-    Tensor x = Tensor::cpu({static_cast<int64_t>(in.size())}, DType::kF32);
-    std::copy(in.begin(), in.end(), x.data_as<float>());
-    be->round_and_scale(x, dtype, alpha);
-    return std::vector<float>(x.data_as<float>(), x.data_as<float>() + x.numel());
+  auto run = [&](const std::vector<float>& in, DType dtype, float alpha) {
+    Tensor f = Tensor::cpu({static_cast<int64_t>(in.size())}, DType::kF32);
+    std::copy(in.begin(), in.end(), f.data_as<float>());
+    Tensor x = Tensor::cpu(f.shape(), dtype);
+    be->copy(f, x);
+    be->scale(x, alpha);
+    be->copy(x, f);
+    return std::vector<float>(f.data_as<float>(), f.data_as<float>() + f.numel());
   };
-  const float e8 = std::ldexp(1.0f, -8), e11 = std::ldexp(1.0f, -11);
-  // bf16 at 1: ulp 2^-7. 1 + 2^-8 ties to 1; 1 + 3 2^-8 ties to 1 + 2^-6; 1 + 2^-8 + 2^-20 rounds up.
-  EXPECT_EQ(run({1 + e8, 1 + 3 * e8, 1 + e8 + std::ldexp(1.0f, -20), -2.0f}, DType::kBF16, 1.0f),
-            (std::vector<float>{1.0f, 1 + 4 * e8, 1 + 2 * e8, -2.0f}));
-  // fp16 at 1: ulp 2^-10; 65519 rounds to the largest fp16 65504, 65520 overflows to inf.
-  EXPECT_EQ(run({1 + e11, 1 + 3 * e11, 65519.0f, 65520.0f}, DType::kF16, 1.0f),
-            (std::vector<float>{1.0f, 1 + 4 * e11, 65504.0f, INFINITY}));
-  // Rounded first, then scaled and rounded again: 1 + 2^-8 is 1 in bf16, so times 0.5 is 0.5
-  // (not 0.5 + 2^-9); 3 * (1/3 in fp32) = 0.99999994 rounds to 1.
-  EXPECT_EQ(run({1 + e8, 3.0f}, DType::kBF16, 0.5f), (std::vector<float>{0.5f, 1.5f}));
-  EXPECT_EQ(run({3.0f}, DType::kBF16, 1.0f / 3.0f), (std::vector<float>{1.0f}));
-  // fp32: a plain multiply.
-  EXPECT_EQ(run({1 + e8, 3.0f}, DType::kF32, 0.5f), (std::vector<float>{0.5f + e8 / 2, 1.5f}));
+  const float e7 = std::ldexp(1.0f, -7), e10 = std::ldexp(1.0f, -10);
+  // bf16: 3 * (1/3 in fp32) = 0.99999994 rounds to 1; (1 + 2^-7) / 2 is exact; (1 + 3 2^-7) x 1.5
+  // = 1.5 + 4.5 2^-7 ties between 1.5 + 4 2^-7 and 1.5 + 5 2^-7 (ulp 2^-7): to even, 1.5 + 2^-5.
+  EXPECT_EQ(run({3.0f, 1 + e7, 1 + 3 * e7}, DType::kBF16, 1.0f / 3.0f)[0], 1.0f);
+  EXPECT_EQ(run({1 + e7}, DType::kBF16, 0.5f), (std::vector<float>{0.5f + e7 / 2}));
+  EXPECT_EQ(run({1 + 3 * e7}, DType::kBF16, 1.5f), (std::vector<float>{1.5f + std::ldexp(1.0f, -5)}));
+  // fp16: 65504 x 1.001 = 65569.5 overflows to inf; (1 + 2^-10) x 0.5 is exact; 1/3's product
+  // with 3 rounds to 1.
+  EXPECT_EQ(run({65504.0f, 1 + e10, 3.0f}, DType::kF16, 1.001f)[0], INFINITY);
+  EXPECT_EQ(run({1 + e10}, DType::kF16, 0.5f), (std::vector<float>{0.5f + e10 / 2}));
+  EXPECT_EQ(run({3.0f}, DType::kF16, 1.0f / 3.0f), (std::vector<float>{1.0f}));
 }
 
 TEST(CpuElementwise, DropoutMaskScaleAndFraction) {

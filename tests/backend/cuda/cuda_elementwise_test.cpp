@@ -85,10 +85,10 @@ TEST(CudaElementwise, DropoutForwardAndBackwardEqualTheCpuBitForBit) {
 // Sequence-parallel shards: a global element offset (a multiple of 4, one Philox block per 4
 // elements; or not, two blocks) gives the CPU's mask at the same global indices, in the vector
 // and the scalar kernels, for dropout and bias-dropout-add.
-// round_and_scale (the 16-bit gradient buffer's roundings in fp32 storage) equals the CPU bit
-// for bit: one fp32 multiply between two RNE roundings, on values around every rounding case
-// (uniform values in [-1, 1) at several scales: fp16 subnormals and overflow included).
-TEST(CudaElementwise, RoundAndScaleEqualsTheCpuBitForBit) {
+// scale (a 16-bit gradient buffer's 1/dp) equals the CPU bit for bit: one fp32 multiply and
+// one RNE rounding, on values around every rounding case (uniform values in [-1, 1) at several
+// scales: fp16 subnormals and overflow included), vector and scalar kernels (offset views).
+TEST(CudaElementwise, ScaleEqualsTheCpuBitForBit) {
   MT_REQUIRE_CUDA();
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend();
@@ -98,14 +98,18 @@ TEST(CudaElementwise, RoundAndScaleEqualsTheCpuBitForBit) {
         for (float magnitude : {1e-6f, 1.0f, 3e4f, 1e5f}) {
           Tensor x = host_random(shape, DType::kF32, 5, -1.0f, 1.0f);
           for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] *= magnitude;
-          Tensor want = cpu->empty(shape, DType::kF32, MemoryKind::kOther);
+          Tensor want = cpu->empty(shape, dt, MemoryKind::kOther);
           cpu->copy(x, want);
-          cpu->round_and_scale(want, dt, alpha);
-          Tensor xd = to_device(*gpu, x);
-          gpu->round_and_scale(xd, dt, alpha);
-          EXPECT_TRUE(bitwise(to_host(*gpu, xd), want,
-                              "round_and_scale " + shape_name(shape, dt) + " alpha " + std::to_string(alpha) +
-                                  " magnitude " + std::to_string(magnitude)));
+          for (int64_t skip : {int64_t{0}, int64_t{1}}) {  // 1: an unaligned view (scalar kernel)
+            if (skip >= x.numel()) continue;
+            Tensor w = want.flat_view(skip, {want.numel() - skip});
+            Tensor xd = to_device(*gpu, w);
+            cpu->scale(w, alpha);
+            gpu->scale(xd, alpha);
+            EXPECT_TRUE(bitwise(to_host(*gpu, xd), w,
+                                "scale " + shape_name(shape, dt) + " alpha " + std::to_string(alpha) + " magnitude " +
+                                    std::to_string(magnitude) + " skip " + std::to_string(skip)));
+          }
         }
       }
     }

@@ -209,6 +209,9 @@ TEST(CudaFp8, GemmMatchesCpu) {
     gemm_case(p, 64, 48, 96, e4, e4, DType::kBF16, true, GradWrite::kOverwrite, lt);
     gemm_case(p, 128, 64, 256, e5, e4, DType::kBF16, false, GradWrite::kOverwrite, lt);  // dgrad: dy x w^T
     gemm_case(p, 64, 128, 512, e5, e4, DType::kF32, false, GradWrite::kAccumulate, lt);  // wgrad into main_grad
+    // wgrad into a 16-bit main_grad (--fp16, --bf16 --grad-reduce-in-bf16): one rounding of the sum.
+    gemm_case(p, 64, 128, 512, e5, e4, DType::kBF16, false, GradWrite::kAccumulate, lt);
+    gemm_case(p, 64, 128, 512, e5, e4, DType::kF16, false, GradWrite::kAccumulate, lt);
     gemm_case(p, 96, 32, 64, e4, e5, DType::kF32, false, GradWrite::kOverwrite, lt);
     gemm_case(p, 256, 768, 768, e4, e4, DType::kBF16, true, GradWrite::kOverwrite, lt);  // a GPT-2 shape
     // Sizes cuBLASLt's FP8 kernels may refuse (k not a multiple of 16): the fallback.

@@ -98,37 +98,49 @@ TEST_P(CudaQkNorm, ForwardAndBackwardMatchCpu) {
 
     // Backward from the same saved tensors on both (the CPU's), written then accumulated.
     const Tensor dy = host_random(qkv.shape(), dt, seed + 5, 0.1f, 1.0f);
-    for (const GradWrite write : {GradWrite::kOverwrite, GradWrite::kAccumulate}) {
-      SCOPED_TRACE(write == GradWrite::kOverwrite ? "overwrite" : "accumulate");
-      Tensor dx = Tensor::cpu(dy.shape(), dt);
-      cpu->copy(dy, dx);
-      const float start = write == GradWrite::kOverwrite ? 0.0f : 0.5f;
-      auto grad = [&](bool defined) {
-        Tensor g = defined ? Tensor::cpu({d}, DType::kF32) : Tensor();
-        if (defined) cpu->fill(g, start);
-        return g;
-      };
-      Tensor dqw = grad(true), dkw = grad(true), dqb = grad(c.layernorm), dkb = grad(c.layernorm);
-      qk_norm_backward(*cpu, dx, x, qw, kw, mean, rstd, dqw, dqb, dkw, dkb, p, write);
-      Tensor dxd = to_device(*gpu, dy);
-      const Tensor xs = to_device(*gpu, x), ms = c.layernorm ? to_device(*gpu, mean) : Tensor();
-      const Tensor rs = to_device(*gpu, rstd);
-      // Overwritten gradients start as NaN: any read of them shows.
-      const float dev_start = write == GradWrite::kOverwrite ? std::nanf("") : start;
-      Tensor dqwd = device_filled(*gpu, {d}, dev_start), dkwd = device_filled(*gpu, {d}, dev_start);
-      Tensor dqbd = c.layernorm ? device_filled(*gpu, {d}, dev_start) : Tensor();
-      Tensor dkbd = c.layernorm ? device_filled(*gpu, {d}, dev_start) : Tensor();
-      qk_norm_backward(*gpu, dxd, xs, qwd, kwd, ms, rs, dqwd, dqbd, dkwd, dkbd, p, write);
-      EXPECT_TRUE(close(to_host(*gpu, dxd), dx, 1e-5, 1e-5, 1, "qk norm dx"));
-      // Sums over n * H (or n * G) vectors of O(1) terms: relative 1e-5 of the sum's scale.
-      const double atol = 2e-5 * static_cast<double>(n * c.heads);
-      EXPECT_TRUE(close(to_host(*gpu, dqwd), dqw, atol, 1e-5, 0, "qk norm dq_weight"));
-      EXPECT_TRUE(close(to_host(*gpu, dkwd), dkw, atol, 1e-5, 0, "qk norm dk_weight"));
-      if (c.layernorm) {
-        EXPECT_TRUE(close(to_host(*gpu, dqbd), dqb, atol, 1e-5, 0, "qk norm dq_bias"));
-        EXPECT_TRUE(close(to_host(*gpu, dkbd), dkb, atol, 1e-5, 0, "qk norm dk_bias"));
+    // The weight gradients in fp32, and in the model dtype (a 16-bit gradient buffer: one
+    // rounding of the fp32 sum, so within 1 ulp of the CPU's).
+    std::vector<DType> grad_dtypes = {DType::kF32};
+    if (dt != DType::kF32) grad_dtypes.push_back(dt);
+    for (const DType gdt : grad_dtypes)
+      for (const GradWrite write : {GradWrite::kOverwrite, GradWrite::kAccumulate}) {
+        SCOPED_TRACE(testing::Message() << (write == GradWrite::kOverwrite ? "overwrite" : "accumulate") << " grads "
+                                        << dtype_name(gdt));
+        const int ulps = gdt == DType::kF32 ? 0 : 1;
+        Tensor dx = Tensor::cpu(dy.shape(), dt);
+        cpu->copy(dy, dx);
+        const float start = write == GradWrite::kOverwrite ? 0.0f : 0.5f;
+        auto grad = [&](bool defined) {
+          Tensor g = defined ? Tensor::cpu({d}, gdt) : Tensor();
+          if (defined) cpu->fill(g, start);
+          return g;
+        };
+        Tensor dqw = grad(true), dkw = grad(true), dqb = grad(c.layernorm), dkb = grad(c.layernorm);
+        qk_norm_backward(*cpu, dx, x, qw, kw, mean, rstd, dqw, dqb, dkw, dkb, p, write);
+        Tensor dxd = to_device(*gpu, dy);
+        const Tensor xs = to_device(*gpu, x), ms = c.layernorm ? to_device(*gpu, mean) : Tensor();
+        const Tensor rs = to_device(*gpu, rstd);
+        // Overwritten gradients start as NaN: any read of them shows.
+        const float dev_start = write == GradWrite::kOverwrite ? std::nanf("") : start;
+        auto filled = [&] {
+          Tensor t = gpu->empty({d}, gdt, MemoryKind::kOther);
+          gpu->fill(t, dev_start);
+          return t;
+        };
+        Tensor dqwd = filled(), dkwd = filled();
+        Tensor dqbd = c.layernorm ? filled() : Tensor();
+        Tensor dkbd = c.layernorm ? filled() : Tensor();
+        qk_norm_backward(*gpu, dxd, xs, qwd, kwd, ms, rs, dqwd, dqbd, dkwd, dkbd, p, write);
+        EXPECT_TRUE(close(to_host(*gpu, dxd), dx, 1e-5, 1e-5, 1, "qk norm dx"));
+        // Sums over n * H (or n * G) vectors of O(1) terms: relative 1e-5 of the sum's scale.
+        const double atol = 2e-5 * static_cast<double>(n * c.heads);
+        EXPECT_TRUE(close(to_host(*gpu, dqwd), dqw, atol, 1e-5, ulps, "qk norm dq_weight"));
+        EXPECT_TRUE(close(to_host(*gpu, dkwd), dkw, atol, 1e-5, ulps, "qk norm dk_weight"));
+        if (c.layernorm) {
+          EXPECT_TRUE(close(to_host(*gpu, dqbd), dqb, atol, 1e-5, ulps, "qk norm dq_bias"));
+          EXPECT_TRUE(close(to_host(*gpu, dkbd), dkb, atol, 1e-5, ulps, "qk norm dk_bias"));
+        }
       }
-    }
   }
 }
 
