@@ -68,14 +68,18 @@ NcclLayout nccl_layout(const model::GPTConfig& c, const ParallelConfig& p, int64
                     shared_groups, p.uses_copy_engines()};
 }
 
+DType grad_dtype_of(DType dtype, int64_t grad_reduce_bytes) {
+  return grad_reduce_bytes == 2 && dtype != DType::kF32 ? dtype : DType::kF32;
+}
+
 model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage,
-                               int64_t gpus_per_node, bool shared_groups) {
+                               int64_t gpus_per_node, bool shared_groups, DType grad_dtype) {
   MT_CHECK(p.tp > 0 && p.pp > 0 && p.vp > 0 && p.dp > 0 && p.micro_batch > 0 && c.num_layers % p.pp == 0 &&
            p.num_micro_batches() > 0)
       << p.describe();
   // The engine's own plan of this rank (model/memory_plan.h), then what only the planner counts.
   model::MemoryPlan m = model::plan_memory(engine_config(c, p.recompute), dtype, p.micro_batch, p.tp,
-                                           p.sequence_parallel, stage_options(p, stage));
+                                           p.sequence_parallel, stage_options(p, stage), grad_dtype);
   if (p.distributed_optimizer) m = model::shard_optimizer_state(m, p.dp);
   // Documents on cuDNN: its bias [b, s, s] in the 16-bit I/O dtype, in cuDNN's workspace
   // (cudnn_attention.h), which the engine's plan does not hold.
@@ -105,10 +109,10 @@ int64_t copy_engine_receive_bytes(const model::GPTConfig& c, int64_t tp, const m
 }
 
 RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t gpus_per_node,
-                       bool shared_groups) {
+                       bool shared_groups, DType grad_dtype) {
   RankMemory r;
   for (int64_t k = 0; k < p.pp; ++k) {
-    const model::MemoryPlan m = stage_memory(c, dtype, p, k, gpus_per_node, shared_groups);
+    const model::MemoryPlan m = stage_memory(c, dtype, p, k, gpus_per_node, shared_groups, grad_dtype);
     r.stage_totals.push_back(m.total());
     if (k == 0 || m.total() > r.worst.total()) {
       r.worst = m;

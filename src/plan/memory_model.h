@@ -48,9 +48,14 @@ int64_t stage_num_parameters(const model::GPTConfig& c, const ParallelConfig& p,
 // ("activations" = everything saved for backward across the micro-batches in flight; "nccl"
 // = nccl_memory() of the layout with `gpus_per_node` GPUs per node, 0 meaning one node, and
 // NcclLayout::shared_groups `shared_groups`).
-// c.padded_vocab_size must already be padded for p.tp.
+// c.padded_vocab_size must already be padded for p.tp. grad_dtype: the main gradients' (fp32, or
+// the 16-bit model dtype with --fp16 / --grad-reduce-in-bf16: grad_dtype_of).
 model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t stage,
-                               int64_t gpus_per_node = 0, bool shared_groups = true);
+                               int64_t gpus_per_node = 0, bool shared_groups = true, DType grad_dtype = DType::kF32);
+
+// The main gradients' dtype an engine profile gives a model dtype: the 16-bit one where the
+// DP collective moves 2-byte gradients (Engine::grad_reduce_bytes), else fp32.
+DType grad_dtype_of(DType dtype, int64_t grad_reduce_bytes);
 
 struct RankMemory {
   model::MemoryPlan worst;  // the stage with the largest total
@@ -58,7 +63,7 @@ struct RankMemory {
   std::vector<int64_t> stage_totals;  // bytes per stage
 };
 RankMemory rank_memory(const model::GPTConfig& c, DType dtype, const ParallelConfig& p, int64_t gpus_per_node = 0,
-                       bool shared_groups = true);
+                       bool shared_groups = true, DType grad_dtype = DType::kF32);
 
 // Copy-engine data parallelism (ParallelConfig::dp_copy_engine): the bytes of the fp32 receive
 // buffer that the buckets of tensor-parallel rank 0 of stage `pipe` need, buckets of

@@ -65,7 +65,8 @@ Candidate evaluate_layout(const PlanModel& m, const Cluster& cluster, ParallelCo
   }
   Candidate k;
   k.parallel = p;
-  k.memory = rank_memory(c, m.dtype, p, cluster.gpus_per_node, cluster.engine.shared_process_groups);
+  k.memory = rank_memory(c, m.dtype, p, cluster.gpus_per_node, cluster.engine.shared_process_groups,
+                         grad_dtype_of(m.dtype, cluster.engine.grad_reduce_bytes));
   k.capacity_bytes = cluster.gpu.memory_bytes - kReservedBytes;
   k.fits = static_cast<double>(k.memory.worst.total()) <= k.capacity_bytes;
   k.prediction = predict(c, m.dtype, p, cluster);

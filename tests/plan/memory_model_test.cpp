@@ -134,6 +134,14 @@ TEST(PlanMemory, TensorAndPipelineShardsByHand) {
   EXPECT_EQ(s0.main_parameters, 1208 * 4);
   EXPECT_EQ(s0.gradients, 1208 * 4);
   EXPECT_EQ(s0.optimizer, 1208 * 8);
+  // --grad-reduce-in-bf16 (an engine moving 2-byte gradients): the main gradients in bf16, the
+  // rest unchanged.
+  EXPECT_EQ(grad_dtype_of(DType::kBF16, 2), DType::kBF16);
+  EXPECT_EQ(grad_dtype_of(DType::kBF16, 4), DType::kF32);
+  EXPECT_EQ(grad_dtype_of(DType::kF32, 2), DType::kF32);
+  const model::MemoryPlan s0_bf16_grads = stage_memory(c, DType::kBF16, p, 0, 0, true, DType::kBF16);
+  EXPECT_EQ(s0_bf16_grads.gradients, 1208 * 2);
+  EXPECT_EQ(s0_bf16_grads.total(), s0.total() - 1208 * 2);
   // n = 4 tokens. Layer: n*(3h + (4q + 2f)/t)*e + 16n + 4*b*a*s/t = 4*(24 + 48)*2 + 64 + 16 = 656;
   // a residual-stream tensor n*h*e = 64. Stage 0 holds min(pp - 0, m) = 2 activation sets, each
   // of its 2 layers, their 3 stream tensors (2 layer inputs and the stage's output) and the
