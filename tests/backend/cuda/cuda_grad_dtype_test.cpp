@@ -7,6 +7,8 @@
 // cuda_fp8_test's, the query/key norms' cuda_qk_norm_test's.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -112,8 +114,10 @@ TEST(CudaGradDtype, AdamWOverA16BitGradientEqualsTheCpu) {
     for (int64_t skip : {int64_t{0}, int64_t{4}, int64_t{3}}) {
       SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " skip " << skip);
       const int64_t P = 70001 + skip;
-      Tensor p = host_random({P}, DType::kF32, 1, -1.0f, 1.0f), m = host_random({P}, DType::kF32, 2, -0.1f, 0.1f);
-      Tensor v = host_random({P}, DType::kF32, 3, 0.0f, 0.1f), g = host_random({P}, dtype, 4, -300.0f, 300.0f);
+      Tensor p = host_random({P}, DType::kF32, 1, 0.01f, 1.0f), m = host_random({P}, DType::kF32, 2, 0.001f, 0.1f);
+      // host_random draws +-[lo, hi]: the second moments are made non-negative, as Adam's are.
+      Tensor v = host_random({P}, DType::kF32, 3, 0.001f, 0.1f), g = host_random({P}, dtype, 4, 0.01f, 300.0f);
+      for (int64_t i = 0; i < P; ++i) v.data_as<float>()[i] = std::fabs(v.data_as<float>()[i]);
       auto view = [&](Tensor& t) { return t.flat_view(skip, {P - skip}); };
       const int64_t n = P - skip;
       Tensor segments = Tensor::cpu({2, 3}, DType::kI64);
@@ -138,6 +142,7 @@ TEST(CudaGradDtype, AdamWOverA16BitGradientEqualsTheCpu) {
       cpu->adamw_update(ph, view(g), mh, vh, step);
       gpu->adamw_update(pdv, view(gd), mdv, vdv, step);
       EXPECT_TRUE(bitwise(to_host(*gpu, pdv), ph, "adamw_update param"));
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(ph.data_as<float>()[i])) << "param " << i;
     }
   }
 }
