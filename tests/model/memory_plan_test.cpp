@@ -28,6 +28,27 @@ int64_t delta(const MemorySnapshot& after, const MemorySnapshot& before, MemoryK
   return after.current[k] - before.current[k];
 }
 
+// The memory kinds a model and its optimizer allocate, and what the plan says of each (the FP8
+// buffers are workspace to the tracker).
+constexpr MemoryKind kModelKinds[] = {MemoryKind::kParams,    MemoryKind::kMainParams,  MemoryKind::kGrads,
+                                      MemoryKind::kOptimizer, MemoryKind::kActivations, MemoryKind::kWorkspace};
+int64_t planned_bytes(const MemoryPlan& plan, MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kParams:
+      return plan.parameters;
+    case MemoryKind::kMainParams:
+      return plan.main_parameters;
+    case MemoryKind::kGrads:
+      return plan.gradients;
+    case MemoryKind::kOptimizer:
+      return plan.optimizer;
+    case MemoryKind::kActivations:
+      return plan.activations;
+    default:
+      return plan.workspace + plan.fp8;
+  }
+}
+
 struct Case {
   const char* name;
   DType dtype;
@@ -238,15 +259,9 @@ TEST(MemoryPlan, TensorParallelPlanEqualsEachRanksBytes) {
                                           optim::GradScaler::constant(1.0f), {nullptr, false, 0, tp.get()});
     const MemorySnapshot built = tracker.snapshot();
     EXPECT_EQ(plan.num_parameters, model.parameters().total_numel()) << "variant " << variant;
-    for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kMainParams, MemoryKind::kGrads, MemoryKind::kOptimizer,
-                            MemoryKind::kActivations, MemoryKind::kWorkspace}) {
-      const int64_t planned = kind == MemoryKind::kParams        ? plan.parameters
-                              : kind == MemoryKind::kMainParams  ? plan.main_parameters
-                              : kind == MemoryKind::kGrads       ? plan.gradients
-                              : kind == MemoryKind::kOptimizer   ? plan.optimizer
-                              : kind == MemoryKind::kActivations ? plan.activations
-                                                                 : plan.workspace + plan.fp8;
-      EXPECT_EQ(planned, delta(built, before, kind)) << memory_kind_name(kind) << " variant " << variant;
+    for (MemoryKind kind : kModelKinds) {
+      EXPECT_EQ(planned_bytes(plan, kind), delta(built, before, kind))
+          << memory_kind_name(kind) << " variant " << variant;
     }
     tracker.reset_peak();
     MicroBatch mb;
@@ -419,15 +434,9 @@ TEST(MemoryPlan, SixteenBitGradientsHalveTheGradientBytes) {
                                           optim::GradScaler::constant(1.0f), dp);
     const MemorySnapshot built = tracker.snapshot();
     EXPECT_EQ(model.parameters().grads().dtype(), dtype);
-    for (MemoryKind kind : {MemoryKind::kParams, MemoryKind::kMainParams, MemoryKind::kGrads, MemoryKind::kOptimizer,
-                            MemoryKind::kActivations, MemoryKind::kWorkspace}) {
-      const int64_t want = kind == MemoryKind::kParams        ? half.parameters
-                           : kind == MemoryKind::kMainParams  ? half.main_parameters
-                           : kind == MemoryKind::kGrads       ? half.gradients
-                           : kind == MemoryKind::kOptimizer   ? half.optimizer
-                           : kind == MemoryKind::kActivations ? half.activations
-                                                              : half.workspace;
-      EXPECT_EQ(delta(built, before, kind), want) << dtype_name(dtype) << " kind " << static_cast<int>(kind);
+    for (MemoryKind kind : kModelKinds) {
+      EXPECT_EQ(delta(built, before, kind), planned_bytes(half, kind))
+          << dtype_name(dtype) << " kind " << static_cast<int>(kind);
     }
   }
 }
