@@ -303,17 +303,20 @@ TEST(CheckpointIo, ListCheckpoints) {
 }
 
 // SIGKILL during saves: a child saves iterations k, k+1, ... (every third one twice, which
-// takes the re-save path) with keep_last = 3; the parent kills it at random instants and
-// then loads. The tracker's checkpoint must always load and hold exactly that iteration's
-// data, and the tracker never goes backwards.
+// takes the re-save path) with keep_last = 3 and reports each finished save on a pipe. The
+// parent waits for 0-3 reports, then kills the child at a random instant of its next save
+// (the wait is drawn from the last save's measured duration, so the kills cover whole saves
+// however loaded the machine is), and loads. The tracker's checkpoint must always load and
+// hold exactly that iteration's data, never go backwards, and never be older than a save
+// the child reported as finished.
 TEST(CheckpointIo, KillDuringSaveAlwaysLeavesALoadableCheckpoint) {
   const std::string dir = test::scratch_dir("ckpt_kill");
   constexpr size_t kFloats = 768 * 1024;  // 3 MB of weights + 1.5 MB of optimizer state per save
 
-  // How long one save takes here, to spread the kills over whole saves.
+  // How long one save takes here: the kill window when no save has been reported yet.
   const auto t0 = std::chrono::steady_clock::now();
   ckpt::save_checkpoint_dir(dir + "/timing", 1, State(1, kFloats).files(1));
-  const double save_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  const double first_save_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   fs::remove_all(dir + "/timing");
 
   std::mt19937 rng(20240607);
@@ -322,43 +325,64 @@ TEST(CheckpointIo, KillDuringSaveAlwaysLeavesALoadableCheckpoint) {
   constexpr int kKills = 30;
   for (int kill_no = 0; kill_no < kKills; ++kill_no) {
     const int64_t start = last_seen + 1;
+    int report[2];
+    ASSERT_EQ(::pipe(report), 0);
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
+      ::close(report[0]);
       try {
         for (int64_t it = start;; ++it) {
           const State s(it, kFloats);
-          ckpt::save_checkpoint_dir(dir, it, s.files(it), 3);
-          if (it % 3 == 0) ckpt::save_checkpoint_dir(dir, it, s.files(it), 3);
+          for (int copy = 0; copy < (it % 3 == 0 ? 2 : 1); ++copy) {
+            ckpt::save_checkpoint_dir(dir, it, s.files(it), 3);
+            if (::write(report[1], &it, sizeof it) != static_cast<ssize_t>(sizeof it)) ::_exit(4);
+          }
         }
       } catch (...) {
         ::_exit(3);
       }
     }
-    // Between 0 and a few saves (the first kills may land before the first tracker exists).
+    ::close(report[1]);
+    // Wait for `reports` finished saves, timing the last one (the first includes building
+    // the state, so the window is a little wider than one save).
+    const int reports = std::uniform_int_distribution<int>(0, 3)(rng);
+    int64_t reported = 0;
+    double window_us = first_save_us;
+    auto since = std::chrono::steady_clock::now();
+    for (int r = 0; r < reports; ++r) {
+      int64_t it = 0;
+      ASSERT_EQ(::read(report[0], &it, sizeof it), static_cast<ssize_t>(sizeof it)) << "the saver died";
+      const auto now = std::chrono::steady_clock::now();
+      window_us = std::chrono::duration<double, std::micro>(now - since).count();
+      since = now;
+      reported = it;
+    }
     const auto delay = std::chrono::microseconds(
-        static_cast<int64_t>(std::uniform_real_distribution<double>(0.0, 6.0 * save_us + 5000.0)(rng)));
+        static_cast<int64_t>(std::uniform_real_distribution<double>(0.0, 1.2 * window_us)(rng)));
     std::this_thread::sleep_for(delay);
     ASSERT_EQ(::kill(pid, SIGKILL), 0);
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ::close(report[0]);
     ASSERT_TRUE(WIFSIGNALED(status)) << "the saver stopped by itself (status " << status << ")";
 
     const ckpt::LoadedCheckpoint c = ckpt::load_checkpoint_dir(dir);  // must not throw
     if (!c.found) {
       ASSERT_EQ(last_seen, 0) << "the tracker disappeared after kill " << kill_no;
+      ASSERT_EQ(reported, 0) << "iteration " << reported << " was reported saved but no tracker exists";
       ++unchanged;
       continue;
     }
     ASSERT_EQ(c.iteration, ckpt::read_tracker(dir)->iteration);
     ASSERT_GE(c.iteration, last_seen) << "the tracker went backwards after kill " << kill_no;
+    ASSERT_GE(c.iteration, reported) << "a finished save was lost after kill " << kill_no;
     ASSERT_EQ(verify(c, c.iteration, kFloats), "") << "iteration " << c.iteration << " after kill " << kill_no;
     (c.iteration > last_seen ? advanced : unchanged)++;
     last_seen = c.iteration;
   }
-  std::printf("%d kills: tracker advanced %d times, unchanged %d times; last iteration %lld; one save ~%.0f us\n",
-              kKills, advanced, unchanged, static_cast<long long>(last_seen), save_us);
-  EXPECT_GT(advanced, kKills / 4) << "the kills did not let saves complete; the test proves little";
+  std::printf("%d kills: tracker advanced %d times, unchanged %d times; last iteration %lld; first save ~%.0f us\n",
+              kKills, advanced, unchanged, static_cast<long long>(last_seen), first_save_us);
   EXPECT_GT(last_seen, 0);
 
   // Whatever the kills left behind, the next save cleans it up.
