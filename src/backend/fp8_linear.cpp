@@ -14,8 +14,9 @@ Tensor buffer(Backend& be, Tensor* slot, Shape shape, Fp8Format f) {
 
 }  // namespace
 
-void fp8_linear_forward(Backend& be, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+void fp8_linear_forward(Backend& be, const Fp8Source& xs, const Tensor& w, const Tensor& bias, Tensor& y,
                         const Fp8LinearScaling& s, Fp8LinearBuffers* buffers) {
+  const Tensor& x = xs.x;
   MT_CHECK_EQ(w.ndim(), 2) << "fp8 linear weight " << w.describe();
   const int64_t out = w.dim(0), in = w.dim(1);
   MT_CHECK(in > 0 && x.numel() % in == 0) << "fp8 linear input " << x.describe() << " for " << w.describe();
@@ -24,13 +25,21 @@ void fp8_linear_forward(Backend& be, const Tensor& x, const Tensor& w, const Ten
   Tensor qw = buffer(be, buffers ? &buffers->w : nullptr, {out, in}, s.weight.format);
   Tensor none;
   Tensor qwt = buffers ? buffers->saved_wt : Tensor();
-  be.fp8_quantize(x, qx, none, s.input);
+  Tensor qxt = buffers ? buffers->saved_xt : Tensor();
+  be.fp8_cast(xs, qx, qxt, s.input, none);
+  if (qxt.defined()) {
+    MT_CHECK(buffers->saved_x_scale_inv.defined()) << "fp8 linear saved x^T codes without their scale_inv";
+    be.copy(s.input.scale_inv, buffers->saved_x_scale_inv);
+  }
   be.fp8_quantize(w, qw, qwt, s.weight);
-  be.fp8_gemm(qx, s.input.scale_inv, qw, s.weight.scale_inv, bias, y);
+  be.fp8_gemm(qx, s.input.scale_inv, qw, s.weight.scale_inv, bias, y, GradWrite::kOverwrite, Fp8Accumulation::kFast);
 }
 
-void fp8_linear_backward(Backend& be, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
-                         Tensor& dbias, const Fp8LinearScaling& s, GradWrite write, Fp8LinearBuffers* buffers) {
+void fp8_linear_backward(Backend& be, const Fp8Source& dys, const Fp8Source& xs, const Tensor& w, Tensor& dx,
+                         Tensor& dw, Tensor& dbias, const Fp8LinearScaling& s, GradWrite write,
+                         Fp8LinearBuffers* buffers) {
+  const Tensor& dy = dys.x;
+  const Tensor& x = xs.x;
   MT_CHECK_EQ(w.ndim(), 2) << "fp8 linear weight " << w.describe();
   const int64_t out = w.dim(0), in = w.dim(1);
   MT_CHECK(in > 0 && x.numel() % in == 0) << "fp8 linear input " << x.describe() << " for " << w.describe();
@@ -39,17 +48,20 @@ void fp8_linear_backward(Backend& be, const Tensor& dy, const Tensor& x, const T
   Tensor qdy = dx.defined() ? buffer(be, buffers ? &buffers->dy : nullptr, {n, out}, s.grad_output.format) : Tensor();
   Tensor qdyt = buffer(be, buffers ? &buffers->dyt : nullptr, {out, n}, s.grad_output.format);
   Tensor none;
-  be.fp8_quantize(dy, qdy, qdyt, s.grad_output);
+  be.fp8_cast(dys, qdy, qdyt, s.grad_output, dbias, write);
   if (dx.defined()) {
     const bool saved = buffers && buffers->saved_wt.defined();
     Tensor qwt = saved ? buffers->saved_wt : buffer(be, buffers ? &buffers->wt : nullptr, {in, out}, s.weight.format);
     if (!saved) be.fp8_quantize(w, none, qwt, s.weight);
     be.fp8_gemm(qdy, s.grad_output.scale_inv, qwt, s.weight.scale_inv, Tensor(), dx);
   }
+  if (buffers && buffers->saved_xt.defined()) {
+    be.fp8_gemm(qdyt, s.grad_output.scale_inv, buffers->saved_xt, buffers->saved_x_scale_inv, Tensor(), dw, write);
+    return;
+  }
   Tensor qxt = buffer(be, buffers ? &buffers->xt : nullptr, {in, n}, s.input.format);
-  be.fp8_quantize(x, none, qxt, s.input);
+  be.fp8_cast(xs, none, qxt, s.input, none);
   be.fp8_gemm(qdyt, s.grad_output.scale_inv, qxt, s.input.scale_inv, Tensor(), dw, write);
-  if (dbias.defined()) be.bias_grad(dy, dbias, write);
 }
 
 }  // namespace megatron::backend

@@ -6,7 +6,11 @@
 //   wgrad    dw[out, in] (+=) fp8(dy)^T[out, n] . fp8(x)^T[in, n]^T
 // Every GEMM is in the k-major ("TN") layout that Hopper's FP8 tensor cores take, so w, dy and
 // x are also quantized transposed (one pass gives both layouts, TE's cast_transpose). The bias
-// gradient is the column sums of the unquantized dy (TE's bgrad). Shapes as Backend's linear ops.
+// gradient is the column sums of the unquantized dy, summed by dy's cast (TE's bgrad_cast).
+// x and dy are Fp8Sources: the MLP passes fc2's input as gelu(fc1 output) and fc1's output
+// gradient as d(act) * gelu'(pre), so neither is written in the activation dtype. The forward
+// GEMM uses fast accumulation, dgrad and wgrad split accumulation (TE's defaults:
+// Fp8Accumulation). Shapes as Backend's linear ops.
 #pragma once
 
 #include "backend/ops.h"
@@ -25,20 +29,26 @@ struct Fp8LinearScaling {
 // those of the forward: within an iteration (tensorwise recomputes the same scale from the same
 // w; delayed changes it only in update()), so every micro-batch's backward may read the last
 // forward's codes.
+// saved_xt (optional, [in, n]) with saved_x_scale_inv (fp32 [1]): the forward writes fp8(x)^T
+// there in the same pass as fp8(x), and the scale_inv it used; the backward of the same
+// micro-batch reads both instead of quantizing x again (the forward's scale, whatever later
+// forwards wrote into the slot). The MLP keeps FC2's there, in the bytes of the activation it
+// no longer writes.
 struct Fp8LinearBuffers {
   Tensor x, xt, w, wt, dy, dyt;
   Tensor saved_wt;
+  Tensor saved_xt, saved_x_scale_inv;
 };
 
 // y = x w^T + bias with x and w quantized as `s.input` / `s.weight` say (their amax recorded).
-void fp8_linear_forward(Backend& be, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+void fp8_linear_forward(Backend& be, const Fp8Source& x, const Tensor& w, const Tensor& bias, Tensor& y,
                         const Fp8LinearScaling& s, Fp8LinearBuffers* buffers = nullptr);
 
 // dx (if defined) and dw (+= by `write`), dbias (+=, if defined) from dy, quantized as
 // `s.grad_output` says (amax recorded). x and w are quantized again as the forward did: s.input
 // and s.weight must be the forward's (tensorwise recomputes the same scale from the same
 // tensor; delayed reads the scale, which no update() may have changed in between).
-void fp8_linear_backward(Backend& be, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
+void fp8_linear_backward(Backend& be, const Fp8Source& dy, const Fp8Source& x, const Tensor& w, Tensor& dx, Tensor& dw,
                          Tensor& dbias, const Fp8LinearScaling& s, GradWrite write = GradWrite::kAccumulate,
                          Fp8LinearBuffers* buffers = nullptr);
 

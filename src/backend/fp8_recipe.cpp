@@ -42,7 +42,7 @@ Fp8ScalingState::Fp8ScalingState(Backend& backend, const Fp8Config& config, int6
       << "Fp8ScalingState of " << operands << " operands, history " << history_len_;
   amax_history_ = backend.empty({history_len_, operands}, DType::kF32, kind);
   scale_ = backend.empty({operands}, DType::kF32, kind);
-  scale_inv_ = backend.empty({operands}, DType::kF32, kind);
+  scale_inv_ = backend.empty({operands, kScaleInvStride}, DType::kF32, kind);
   backend.fill(scale_, 1.0f);
   backend.fill(scale_inv_, 1.0f);
 }
@@ -57,7 +57,7 @@ Fp8Quantization Fp8ScalingState::quantization(int64_t slot) const {
   q.format = format(slot);
   q.current = config_.recipe == Fp8Recipe::kTensorwise;
   q.scale = scale_.flat_view(slot, {1});
-  q.scale_inv = scale_inv_.flat_view(slot, {1});
+  q.scale_inv = scale_inv_.flat_view(slot * kScaleInvStride, {1});
   q.amax = amax_history_.flat_view(slot, {1});
   return q;
 }
@@ -75,7 +75,7 @@ void Fp8ScalingState::update() {
   be.copy(scale_, scale);
   float* h = history.data_as<float>();
   float* s = scale.data_as<float>();
-  Tensor scale_inv = Tensor::cpu({operands_});
+  Tensor scale_inv = Tensor::cpu({operands_, kScaleInvStride});
   float* si = scale_inv.data_as<float>();
   std::vector<float> column(static_cast<size_t>(history_len_));
   for (int64_t j = 0; j < operands_; ++j) {
@@ -83,7 +83,7 @@ void Fp8ScalingState::update() {
     fp8_delayed_update(column.data(), history_len_, s[j], config_.amax_compute_algo, fp8_max(format(j)),
                        config_.margin);
     for (int64_t i = 0; i < history_len_; ++i) h[i * operands_ + j] = column[static_cast<size_t>(i)];
-    si[j] = 1.0f / s[j];
+    si[j * kScaleInvStride] = 1.0f / s[j];
   }
   be.copy(history, amax_history_);
   be.copy(scale, scale_);

@@ -69,12 +69,15 @@ void fp8_delayed_update(float* history, int64_t len, float& scale, Fp8AmaxAlgo a
 //   amax_history fp32 [L, operands]: row 0 is the amax being recorded (the quantize ops'
 //                running max), the contiguous buffer to all-reduce (MAX) over the amax
 //                reduction group before update();
-//   scale, scale_inv fp32 [operands]: the scales the next quantizations use (delayed) or the
-//                last ones used (tensorwise: each quantization writes its own).
+//   scale fp32 [operands], scale_inv fp32 [operands, kScaleInvStride] (slot i's value in
+//                column 0: each in its own 16-byte slot, the alignment cuBLASLt's FP8 GEMMs
+//                read scale pointers at): the scales the next quantizations use (delayed) or
+//                the last ones used (tensorwise: each quantization writes its own).
 // L = --fp8-amax-history-len for the delayed recipe, 1 for tensorwise. Initial state: scales 1,
 // history 0 (TE's). The three tensors are what a checkpoint must hold to resume exactly.
 class Fp8ScalingState {
  public:
+  static constexpr int64_t kScaleInvStride = 4;
   Fp8ScalingState(Backend& backend, const Fp8Config& config, int64_t operands, MemoryKind kind = MemoryKind::kOther);
 
   const Fp8Config& config() const { return config_; }

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -175,6 +176,33 @@ struct Fp8Quantization {
   Tensor amax;
 };
 
+// What Backend::fp8_cast quantizes: v, computed in fp32 from x (and aux) as it is read, so the
+// operand never exists in the activation dtype (TE fuses its casts into the producing kernels
+// for the same reason: the cast then costs no extra pass over HBM).
+//   kIdentity  v = x
+//   kGelu      v = gelu(x): linear_fc2's input, from linear_fc1's output (its bias included)
+//   kGeluGrad  v = x * gelu'(aux): linear_fc1's output gradient, from d(gelu output) x and the
+//              pre-activation aux (same shape and dtype as x)
+enum class Fp8Prologue { kIdentity, kGelu, kGeluGrad };
+struct Fp8Source {
+  Tensor x;
+  Fp8Prologue prologue = Fp8Prologue::kIdentity;
+  Gelu gelu = Gelu::kTanh;
+  Tensor aux;
+  Fp8Source() = default;
+  Fp8Source(Tensor t) : x(std::move(t)) {}  // NOLINT(google-explicit-constructor): v = x
+  Fp8Source(Tensor t, Fp8Prologue p, Gelu g, Tensor a = Tensor())
+      : x(std::move(t)), prologue(p), gelu(g), aux(std::move(a)) {}
+  bool identity() const { return prologue == Fp8Prologue::kIdentity; }
+};
+
+// How an FP8 GEMM sums on Hopper's tensor cores: kSplit promotes the partial sums to fp32
+// every few k-steps (full fp32 accumulation); kFast keeps them in the tensor core's narrower
+// accumulator (about 14 mantissa bits) for the whole k loop, which is faster. TE uses kFast for
+// the forward GEMM and kSplit for dgrad and wgrad, as the FP8 linear does (backend/fp8_linear.h).
+// The CPU emulation sums in fp32 either way.
+enum class Fp8Accumulation { kSplit, kFast };
+
 // Device work recorded once and queued again as a whole (a CUDA graph): see
 // Backend::begin_recording.
 class Recording {
@@ -265,15 +293,25 @@ class Backend {
   // q [rows, cols] and/or qt [cols, rows] (its transpose, the k-major layout of the other GEMM
   // operand order; Transformer Engine's cast_transpose), of the format's dtype (kF8E4M3 /
   // kF8E5M2). Either may be undefined, not both.
-  virtual void fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8Quantization& s) = 0;
+  void fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8Quantization& s) {
+    Tensor none;
+    fp8_cast(Fp8Source(x), q, qt, s, none);
+  }
+  // fp8_quantize of the source's v (Fp8Source; x's dtype, aux the same), whose max |v| gives
+  // the amax and current scale; with dbias defined also dbias[cols] (+=, `write`) = column sums
+  // of v before scaling (fp32, rounded once: the bias gradient TE fuses into its dy cast).
+  virtual void fp8_cast(const Fp8Source& src, Tensor& q, Tensor& qt, const Fp8Quantization& s, Tensor& dbias,
+                        GradWrite write = GradWrite::kAccumulate) = 0;
   // c[m, n] = (a[m, k] @ b[n, k]^T) * (a_scale_inv * b_scale_inv) (+ bias[n]) for FP8 a and b,
   // both k-major (cuBLASLt's FP8 TN layout on Hopper; not both E5M2), each read as [rows, last
   // dim]: the codes' products are exact, summed in fp32 (order unspecified); the sum times the
   // fp32 product of the two scale_inv ([1] fp32 tensors on this device), plus bias, is rounded
   // once to c's dtype (fp32, bf16 or fp16). kAccumulate adds c's old value (no bias) before that
   // rounding: the weight gradient into the main gradient (fp32, or a 16-bit gradient buffer).
+  // `acc` as Fp8Accumulation says (kFast: the GPU's sum is less exact, never the CPU's).
   virtual void fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
-                        const Tensor& bias, Tensor& c, GradWrite write = GradWrite::kOverwrite) = 0;
+                        const Tensor& bias, Tensor& c, GradWrite write = GradWrite::kOverwrite,
+                        Fp8Accumulation acc = Fp8Accumulation::kSplit) = 0;
 
   // ---- elementwise ----------------------------------------------------------------------
   // out = a + b (same shapes; out may be a or b).

@@ -454,13 +454,14 @@ void ProfilingBackend::rotary_backward(Tensor& dqkv, const RotaryParams& params)
   timed(kRotaryBackward, [&] { inner_->rotary_backward(dqkv, params); });
 }
 
-void ProfilingBackend::fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8Quantization& s) {
-  timed(kFp8Quantize, [&] { inner_->fp8_quantize(x, q, qt, s); });
+void ProfilingBackend::fp8_cast(const Fp8Source& src, Tensor& q, Tensor& qt, const Fp8Quantization& s, Tensor& dbias,
+                                GradWrite write) {
+  timed(kFp8Quantize, [&] { inner_->fp8_cast(src, q, qt, s, dbias, write); });
 }
 
 void ProfilingBackend::fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
-                                const Tensor& bias, Tensor& c, GradWrite write) {
-  timed(kFp8Gemm, [&] { inner_->fp8_gemm(a, a_scale_inv, b, b_scale_inv, bias, c, write); });
+                                const Tensor& bias, Tensor& c, GradWrite write, Fp8Accumulation acc) {
+  timed(kFp8Gemm, [&] { inner_->fp8_gemm(a, a_scale_inv, b, b_scale_inv, bias, c, write, acc); });
 }
 void ProfilingBackend::cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) {
   timed(kCrossEntropyForward, [&] { inner_->cross_entropy_forward(logits, labels, losses, lse); });

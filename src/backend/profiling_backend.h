@@ -132,9 +132,11 @@ class ProfilingBackend final : public Backend, public RegionTimer {
 
   void rotary_forward(Tensor& qkv, const RotaryParams& params) override;
   void rotary_backward(Tensor& dqkv, const RotaryParams& params) override;
-  void fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8Quantization& s) override;
+  void fp8_cast(const Fp8Source& src, Tensor& q, Tensor& qt, const Fp8Quantization& s, Tensor& dbias,
+                GradWrite write = GradWrite::kAccumulate) override;
   void fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
-                const Tensor& bias, Tensor& c, GradWrite write = GradWrite::kOverwrite) override;
+                const Tensor& bias, Tensor& c, GradWrite write = GradWrite::kOverwrite,
+                Fp8Accumulation acc = Fp8Accumulation::kSplit) override;
 
   void cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& dlosses,

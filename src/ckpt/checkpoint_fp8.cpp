@@ -29,7 +29,8 @@ int64_t packed_per_linear(int64_t history_len) { return (history_len + 2) * kFp8
 // This rank's state on the host, packed linear after linear (local order) as above.
 std::vector<float> pack(backend::Fp8ScalingState& s, backend::Backend& backend) {
   const int64_t L = s.history_len(), ops = s.operands(), linears = ops / kFp8Roles;
-  Tensor h = Tensor::cpu({L, ops}), sc = Tensor::cpu({ops}), si = Tensor::cpu({ops});
+  constexpr int64_t kSi = backend::Fp8ScalingState::kScaleInvStride;
+  Tensor h = Tensor::cpu({L, ops}), sc = Tensor::cpu({ops}), si = Tensor::cpu({ops, kSi});
   backend.copy(s.amax_history(), h);
   backend.copy(s.scale(), sc);
   backend.copy(s.scale_inv(), si);
@@ -40,9 +41,8 @@ std::vector<float> pack(backend::Fp8ScalingState& s, backend::Backend& backend) 
     for (int64_t i = 0; i < L; ++i) {
       for (int64_t r = 0; r < kFp8Roles; ++r) out.push_back(hp[i * ops + k * kFp8Roles + r]);
     }
-    for (const Tensor* t : {&sc, &si}) {
-      for (int64_t r = 0; r < kFp8Roles; ++r) out.push_back(t->data_as<float>()[k * kFp8Roles + r]);
-    }
+    for (int64_t r = 0; r < kFp8Roles; ++r) out.push_back(sc.data_as<float>()[k * kFp8Roles + r]);
+    for (int64_t r = 0; r < kFp8Roles; ++r) out.push_back(si.data_as<float>()[(k * kFp8Roles + r) * kSi]);
   }
   return out;
 }
@@ -223,8 +223,10 @@ void load_fp8_state(const LoadedCheckpoint& ck, const model::GPTConfig& config,
   const std::vector<int64_t> layers = stage_global_layers(config, stages.at(static_cast<size_t>(fp8.stage)));
   MT_CHECK(static_cast<int64_t>(layers.size()) * kLinearsPerLayer * kFp8Roles == ops)
       << "stage " << fp8.stage << ": " << layers.size() << " layers, " << ops << " FP8 operands";
-  Tensor h = Tensor::cpu({L, ops}), sc = Tensor::cpu({ops}), si = Tensor::cpu({ops});
+  constexpr int64_t kSi = backend::Fp8ScalingState::kScaleInvStride;
+  Tensor h = Tensor::cpu({L, ops}), sc = Tensor::cpu({ops}), si = Tensor::cpu({ops, kSi});
   std::memset(h.data(), 0, static_cast<size_t>(h.nbytes()));
+  std::memset(si.data(), 0, static_cast<size_t>(si.nbytes()));
   float* hp = h.data_as<float>();
   const int64_t keep = std::min(L, info->history_len);
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -236,7 +238,8 @@ void load_fp8_state(const LoadedCheckpoint& ck, const model::GPTConfig& config,
         std::memcpy(hp + row * ops + col, hist.data + row * kFp8Roles * 4, kFp8Roles * 4);
       }
       std::memcpy(sc.data_as<float>() + col, f.at(base + kSuffixes[1]).data, kFp8Roles * 4);
-      std::memcpy(si.data_as<float>() + col, f.at(base + kSuffixes[2]).data, kFp8Roles * 4);
+      const SafetensorsTensor& inv = f.at(base + kSuffixes[2]);
+      for (int64_t r = 0; r < kFp8Roles; ++r) std::memcpy(si.data_as<float>() + (col + r) * kSi, inv.data + r * 4, 4);
     }
   }
   backend.copy(h, s.amax_history());

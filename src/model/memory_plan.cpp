@@ -67,7 +67,9 @@ I fp8_bytes(const GPTConfig& c, int64_t micro_batch_size, int64_t tp, int64_t st
   const I saved_wt = I(stage_layers) * h * (qkv + q + f1 + f);
   const I operands = I(stage_layers) * 4 * 3;
   const I history = c.fp8->recipe == backend::Fp8Recipe::kDelayed ? I(c.fp8->amax_history_len) : I(1);
-  return buffers + saved_wt + (history + 2) * operands * 4;
+  // The scaling state: amax history [L, operands], scale [operands], scale_inv [operands, 4].
+  const I state_floats = (history + 1 + backend::Fp8ScalingState::kScaleInvStride) * operands;
+  return buffers + saved_wt + state_floats * 4;
 }
 
 }  // namespace

@@ -201,6 +201,48 @@ INSTANTIATE_TEST_SUITE_P(Cases, Fp8LinearCpu,
                                            Case{Fp8Mix::kE4M3, DType::kF32, true},
                                            Case{Fp8Mix::kHybrid, DType::kBF16, true}));
 
+// The MLP's sources: FC2 fed gelu(pre) and FC1's output gradient d(act) * gelu'(pre) give the
+// bits of the same linear fed those activations materialized in fp32 (and the bias gradient
+// from dy's cast equals bias_grad's).
+TEST(Fp8LinearSources, GeluSourcesEqualTheMaterializedActivations) {
+  auto be = make_cpu_backend();
+  auto rng = test_rng();
+  const int64_t n = 16, in = 24, out = 8;
+  Tensor pre = random_tensor({n, in}, rng, DType::kBF16, 0.01f, 3.0f);
+  Tensor dact = random_tensor({n, out}, rng, DType::kBF16, 1e-4f, 1e-2f);
+  Tensor dpre_src = random_tensor({n, out}, rng, DType::kBF16, 0.01f, 3.0f);
+  Tensor w = random_tensor({out, in}, rng, DType::kBF16, 0.001f, 0.05f);
+  Tensor act = be->empty({n, in}, DType::kF32, MemoryKind::kOther);
+  be->bias_gelu_forward(pre, Tensor(), act, Gelu::kTanh);
+  Tensor dy = be->empty({n, out}, DType::kF32, MemoryKind::kOther);
+  be->bias_gelu_backward(dact, dpre_src, Tensor(), dy, Gelu::kTanh);
+
+  Fp8Config cfg;
+  cfg.recipe = Fp8Recipe::kTensorwise;
+  Fp8ScalingState st_a(*be, cfg, kFp8Roles), st_b(*be, cfg, kFp8Roles);
+  const Fp8LinearScaling sa{st_a.quantization(0), st_a.quantization(1), st_a.quantization(2)};
+  const Fp8LinearScaling sb{st_b.quantization(0), st_b.quantization(1), st_b.quantization(2)};
+  const Fp8Source x_src(pre, Fp8Prologue::kGelu, Gelu::kTanh);
+  const Fp8Source dy_src(dact, Fp8Prologue::kGeluGrad, Gelu::kTanh, dpre_src);
+
+  Tensor y_a = Tensor::cpu({n, out}), y_b = Tensor::cpu({n, out});
+  fp8_linear_forward(*be, x_src, w, Tensor(), y_a, sa);
+  fp8_linear_forward(*be, act, w, Tensor(), y_b, sb);
+  EXPECT_EQ(values(y_a), values(y_b));
+  Tensor dx_a = Tensor::cpu({n, in}), dx_b = Tensor::cpu({n, in});
+  Tensor dw_a = Tensor::cpu({out, in}), dw_b = Tensor::cpu({out, in});
+  Tensor db_a = Tensor::cpu({out}), db_b = Tensor::cpu({out});
+  fp8_linear_backward(*be, dy_src, x_src, w, dx_a, dw_a, db_a, sa, GradWrite::kOverwrite);
+  fp8_linear_backward(*be, dy, act, w, dx_b, dw_b, db_b, sb, GradWrite::kOverwrite);
+  EXPECT_EQ(values(dx_a), values(dx_b));
+  EXPECT_EQ(values(dw_a), values(dw_b));
+  EXPECT_EQ(values(db_a), values(db_b));
+  Tensor db_ref = Tensor::cpu({out});
+  be->bias_grad(dy, db_ref, GradWrite::kOverwrite);
+  EXPECT_EQ(values(db_a), values(db_ref));
+  EXPECT_GT(std::fabs(test::get(db_a, 0)), 0.0);
+}
+
 // Hybrid and e4m3 quantize the output gradient differently (e5m2 keeps 2 mantissa bits).
 TEST(Fp8LinearHybrid, UsesE5M2ForGradients) {
   auto be = make_cpu_backend();

@@ -123,10 +123,10 @@ TEST(Fp8ScalingState, DelayedThroughQuantize) {
   const float* scale = st.scale().data_as<float>();
   const float* scale_inv = st.scale_inv().data_as<float>();
   EXPECT_EQ(scale[s_in], 128.0f);
-  EXPECT_EQ(scale_inv[s_in], 1.0f / 128.0f);
-  EXPECT_EQ(scale[s_grad], 56.0f);                                            // 57344 / 1024
-  EXPECT_EQ(scale[0], 1.0f);                                                  // never quantized: unchanged
-  EXPECT_EQ(st.amax_history().data_as<float>()[st.operands() + s_in], 3.5f);  // rolled to entry 1
+  EXPECT_EQ(scale_inv[s_in * Fp8ScalingState::kScaleInvStride], 1.0f / 128.0f);  // one 16-byte slot each
+  EXPECT_EQ(scale[s_grad], 56.0f);                                               // 57344 / 1024
+  EXPECT_EQ(scale[0], 1.0f);                                                     // never quantized: unchanged
+  EXPECT_EQ(st.amax_history().data_as<float>()[st.operands() + s_in], 3.5f);     // rolled to entry 1
   EXPECT_EQ(amax[s_in], 0.0f);
   // The next quantization uses the updated scale: 1.0 * 128 = 128, 3.5 * 128 = 448 (max).
   be->fp8_quantize(x, q, none, st.quantization(s_in));

@@ -252,7 +252,7 @@ TEST(PlanCommand, Fp8PricesTheLinearsAndPlansTheirBuffers) {
   const int64_t n = 8192, wide = 4 * 2560;
   // The four operand buffers, each layer's saved w^T codes (h x (3h + h + 4h + 4h)), the state.
   const int64_t saved_wt = 32 * 2560 * (3 * 2560 + 2560 + wide + wide);
-  EXPECT_EQ(std::stoll(ff[1]), n * wide + wide * 2560 + n * wide + n * wide + saved_wt + 18 * 384 * 4);
+  EXPECT_EQ(std::stoll(ff[1]), n * wide + wide * 2560 + n * wide + n * wide + saved_wt + 21 * 384 * 4);
   EXPECT_NE(fp8.output.find("\"fp8\": {\n      \"format\": \"hybrid\",\n      \"recipe\": \"delayed\",\n      "
                             "\"amax_history_len\": 16\n    }"),
             std::string::npos)

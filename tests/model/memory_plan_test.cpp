@@ -346,7 +346,8 @@ TEST(MemoryPlan, PipelineStagePlanEqualsAllocatedBytes) {
 // 8, ffn 40, s 7, micro-batch 2: n 14; QKV [72, 24], projection [24, 24], FC1 [40, 24], FC2
 // [24, 40]): buffers rows 14 x 72, weight 72 x 24, rows_t 14 x 72, cols_t 14 x 40 = 4304 bytes;
 // each layer's saved w^T codes, 24 x (72 + 24 + 40 + 40) = 4224 bytes (3 layers: 12672);
-// scaling state of 3 layers x 12 operands, history 3: (3 + 2) x 36 x 4 = 720 bytes. TP 2 halves
+// scaling state of 3 layers x 12 operands, history 3, scale, and scale_inv in 16-byte slots:
+// (3 + 1 + 4) x 36 x 4 = 1152 bytes. TP 2 halves
 // QKV (36), the projection's input (12) and FC1/FC2 (20): 14 x 36, 36 x 24, 14 x 36, 14 x 24,
 // and the saved codes 24 x (36 + 12 + 20 + 20) = 2112 per layer; a pipeline stage of 1 layer
 // holds 12 operands; tensorwise keeps one history row.
@@ -365,13 +366,13 @@ TEST(MemoryPlan, Fp8BytesByHand) {
   EXPECT_EQ(plan_memory(c, DType::kBF16, 2).fp8, 0);
   const int64_t bf16_total = plan_memory(c, DType::kBF16, 2).total();
   c.fp8 = fp8_config(1);
-  EXPECT_EQ(fp8_memory_bytes(c, 2, 1, 3), 14 * 72 + 72 * 24 + 14 * 72 + 14 * 40 + 3 * 4224 + 5 * 36 * 4);
-  EXPECT_EQ(plan_memory(c, DType::kBF16, 2).fp8, 17696);
-  EXPECT_EQ(plan_memory(c, DType::kBF16, 2).total(), bf16_total + 17696);
-  EXPECT_EQ(fp8_memory_bytes(c, 2, 2, 3), 14 * 36 + 36 * 24 + 14 * 36 + 14 * 24 + 3 * 2112 + 5 * 36 * 4);
-  EXPECT_EQ(fp8_memory_bytes(c, 2, 1, 1), 4304 + 4224 + 5 * 12 * 4);
+  EXPECT_EQ(fp8_memory_bytes(c, 2, 1, 3), 14 * 72 + 72 * 24 + 14 * 72 + 14 * 40 + 3 * 4224 + 8 * 36 * 4);
+  EXPECT_EQ(plan_memory(c, DType::kBF16, 2).fp8, 18128);
+  EXPECT_EQ(plan_memory(c, DType::kBF16, 2).total(), bf16_total + 18128);
+  EXPECT_EQ(fp8_memory_bytes(c, 2, 2, 3), 14 * 36 + 36 * 24 + 14 * 36 + 14 * 24 + 3 * 2112 + 8 * 36 * 4);
+  EXPECT_EQ(fp8_memory_bytes(c, 2, 1, 1), 4304 + 4224 + 8 * 12 * 4);
   c.fp8 = fp8_config(2);
-  EXPECT_EQ(fp8_memory_bytes(c, 2, 1, 3), 4304 + 3 * 4224 + 3 * 36 * 4);
+  EXPECT_EQ(fp8_memory_bytes(c, 2, 1, 3), 4304 + 3 * 4224 + 6 * 36 * 4);
   // The table shows the line only with FP8.
   EXPECT_NE(format_memory_plan(plan_memory(c, DType::kBF16, 2)).find("FP8 buffers and scaling state"),
             std::string::npos);

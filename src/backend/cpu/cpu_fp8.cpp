@@ -41,7 +41,9 @@ std::vector<float> decode(const Tensor& q, const char* what) {
 
 }  // namespace
 
-void CpuBackend::fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8Quantization& s) {
+void CpuBackend::fp8_cast(const Fp8Source& src, Tensor& q, Tensor& qt, const Fp8Quantization& s, Tensor& dbias,
+                          GradWrite write) {
+  const Tensor& x = src.x;
   check_float(x, "fp8_quantize input");
   MT_CHECK(q.defined() || qt.defined()) << "fp8_quantize without an output";
   MT_CHECK(x.ndim() >= 1) << "fp8_quantize input " << x.describe();
@@ -55,9 +57,31 @@ void CpuBackend::fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8Q
   }
   MT_CHECK(!qt.defined() || (qt.ndim() >= 1 && (n == 0 || qt.dim(-1) == rows)))
       << "fp8_quantize transposed output " << qt.describe() << " for " << x.describe();
+  if (src.prologue == Fp8Prologue::kGeluGrad) {
+    check_float(src.aux, "fp8_quantize gelu pre-activation");
+    MT_CHECK(src.aux.numel() == n && src.aux.dtype() == x.dtype())
+        << "fp8_quantize gelu pre-activation " << src.aux.describe() << " for " << x.describe();
+  }
+  if (dbias.defined()) {
+    check_float(dbias, "fp8_quantize dbias");
+    MT_CHECK(dbias.numel() == cols) << "fp8_quantize dbias " << dbias.describe() << " for " << x.describe();
+  }
+  // v in fp32, as the source says.
   In xv(x, "fp8_quantize input");
+  std::vector<float> v(static_cast<size_t>(n));
+  {
+    In auxv = In::optional(src.aux, "fp8_quantize gelu pre-activation");
+#pragma omp parallel for schedule(static) if (n >= kParallelWork)
+    for (int64_t i = 0; i < n; ++i) {
+      const float e = xv[i];
+      float r = e;
+      if (src.prologue == Fp8Prologue::kGelu) r = gelu(e, src.gelu);
+      if (src.prologue == Fp8Prologue::kGeluGrad) r = e * gelu_grad(auxv[i], src.gelu);
+      v[static_cast<size_t>(i)] = r;
+    }
+  }
   float a = 0.0f;
-  for (int64_t i = 0; i < n; ++i) a = std::fmax(a, std::fabs(xv[i]));  // fmax skips NaN
+  for (int64_t i = 0; i < n; ++i) a = std::fmax(a, std::fabs(v[static_cast<size_t>(i)]));  // fmax skips NaN
   if (s.amax.defined()) {
     float& amax = scalar(s.amax, "fp8_quantize amax");
     amax = std::fmax(amax, a);
@@ -71,15 +95,27 @@ void CpuBackend::fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8Q
 #pragma omp parallel for schedule(static) if (n >= kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
-      const uint8_t code = float_to_fp8(xv[r * cols + c] * sc, s.format);
+      const uint8_t code = float_to_fp8(v[static_cast<size_t>(r * cols + c)] * sc, s.format);
       if (qp) qp[r * cols + c] = code;
       if (qtp) qtp[c * rows + r] = code;
     }
   }
+  if (dbias.defined()) {
+    // The column sums in row order (bias_grad's), from v.
+    const bool accumulate = write == GradWrite::kAccumulate;
+    Out dbv(dbias, "fp8_quantize dbias", /*load=*/accumulate);
+    std::vector<float> acc(static_cast<size_t>(cols), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) acc[static_cast<size_t>(c)] += v[static_cast<size_t>(r * cols + c)];
+    }
+    for (int64_t c = 0; c < cols; ++c)
+      dbv[c] = accumulate ? dbv[c] + acc[static_cast<size_t>(c)] : acc[static_cast<size_t>(c)];
+    dbv.commit();
+  }
 }
 
 void CpuBackend::fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
-                          const Tensor& bias, Tensor& c, GradWrite write) {
+                          const Tensor& bias, Tensor& c, GradWrite write, Fp8Accumulation) {
   MT_CHECK(a.ndim() >= 1 && b.ndim() >= 1 && a.dim(-1) == b.dim(-1))
       << "fp8_gemm " << a.describe() << " @ " << b.describe() << "^T";
   MT_CHECK(!(a.dtype() == DType::kF8E5M2 && b.dtype() == DType::kF8E5M2)) << "fp8_gemm of two E5M2 operands";

@@ -109,9 +109,11 @@ class CudaBackend : public Backend {
                                Tensor& y) override;
   void linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& y,
                            Gelu kind) override;
-  void fp8_quantize(const Tensor& x, Tensor& q, Tensor& qt, const Fp8Quantization& s) override;
+  void fp8_cast(const Fp8Source& src, Tensor& q, Tensor& qt, const Fp8Quantization& s, Tensor& dbias,
+                GradWrite write = GradWrite::kAccumulate) override;
   void fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
-                const Tensor& bias, Tensor& c, GradWrite write = GradWrite::kOverwrite) override;
+                const Tensor& bias, Tensor& c, GradWrite write = GradWrite::kOverwrite,
+                Fp8Accumulation acc = Fp8Accumulation::kSplit) override;
   void linear_dgelu_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, Tensor& dpre,
                              Tensor& dw, Tensor& dbias, Gelu kind, GradWrite write = GradWrite::kAccumulate) override;
 

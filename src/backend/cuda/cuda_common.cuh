@@ -186,6 +186,28 @@ __device__ __forceinline__ void dropout4_aligned(uint64_t seed, uint64_t stream,
   for (int k = 0; k < 4; ++k) m[k] = static_cast<float>(words[k] >> 8) * (1.0f / 16777216.0f) >= p ? scale : 0.0f;
 }
 
+// Megatron's bias_gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and the erf form.
+constexpr float kSqrt2OverPi = 0.7978845608f;
+constexpr float kGeluCubic = 0.044715f;
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+template <bool kTanh>
+__device__ __forceinline__ float gelu(float x) {
+  if (kTanh) return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
+  return 0.5f * x * (1.0f + erff(x * kInvSqrt2));
+}
+
+// d gelu / dx, exact for each form (see cpu_util.h).
+template <bool kTanh>
+__device__ __forceinline__ float gelu_grad(float x) {
+  if (kTanh) {
+    const float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
+  }
+  return 0.5f * (1.0f + erff(x * kInvSqrt2)) + x * expf(-0.5f * x * x) * kInvSqrt2Pi;
+}
+
 // ---- compile-time-typed access: one dtype dispatch per launch, 16-byte vectors ---------------
 // T is float, __nv_bfloat16 or __half; arithmetic is fp32, stores round to nearest even (the
 // same conversions as load_f/store_f).

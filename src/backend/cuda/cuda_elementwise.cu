@@ -32,12 +32,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Megatron's bias_gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and the erf form.
-constexpr float kSqrt2OverPi = 0.7978845608f;
-constexpr float kGeluCubic = 0.044715f;
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-
 // bias[(i + k) % cols] for k < 4 (0 without a bias).
 __device__ __forceinline__ void bias4(const void* bias, DType dt, int64_t i, int64_t cols, float (&b)[4]) {
   if (bias == nullptr) {
@@ -195,22 +189,6 @@ __global__ void bias_dropout_add_vec_kernel(const T* x, const T* bias, const T* 
       if (col >= cols) col -= cols;
     }
   }
-}
-
-template <bool kTanh>
-__device__ __forceinline__ float gelu(float x) {
-  if (kTanh) return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
-  return 0.5f * x * (1.0f + erff(x * kInvSqrt2));
-}
-
-// d gelu / dx, exact for each form (see cpu_elementwise.cpp).
-template <bool kTanh>
-__device__ __forceinline__ float gelu_grad(float x) {
-  if (kTanh) {
-    const float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
-  }
-  return 0.5f * (1.0f + erff(x * kInvSqrt2)) + x * expf(-0.5f * x * x) * kInvSqrt2Pi;
 }
 
 template <bool kTanh>

@@ -577,11 +577,10 @@ void CudaBackend::linear_dgelu_backward(const Tensor& dy, const Tensor& x, const
 // c[m, n] = (a[m, k] b[n, k]^T) * sa * sb (+ bias) (+ c): cuBLASLt's FP8 kernels on Hopper take
 // only the TN layout (both operands k-major), which is what Backend::fp8_gemm's operands are:
 // in the column-major view above, cuBLASLt's A is our b transposed (T), its B our a (N). Its
-// A/B scale pointers are the scale_inv of b and a (D = scale_A scale_B (A B) + beta C). Split
-// accumulation (FAST_ACCUM off): the tensor cores' partial sums are promoted to fp32, the
-// accuracy Backend::fp8_gemm promises (TE turns fast accumulation on for the forward GEMM of
-// its delayed recipe). Where cuBLASLt has no algorithm (a k, m or n it does not take, e.g. not a
-// multiple of 16), the same function on fp32 copies of the codes: the CPU backend's sequence.
+// A/B scale pointers are the scale_inv of b and a (D = scale_A scale_B (A B) + beta C).
+// Fp8Accumulation::kSplit leaves FAST_ACCUM off (the tensor cores' partial sums promoted to
+// fp32); kFast turns it on (TE's forward GEMM). Where cuBLASLt has no algorithm (a k, m or n it does not take, e.g. not
+// a multiple of 16), the same function on fp32 copies of the codes: the CPU backend's sequence.
 namespace megatron::backend {
 
 using namespace cuda;
@@ -617,10 +616,11 @@ const float* fp8_scalar(const Tensor& t, const char* what) {
 
 // The cuBLASLt FP8 GEMM; false, having run nothing, when it has no algorithm for the case.
 bool lt_fp8_matmul(CudaBackend& be, GemmAlgoCache& cache, const Tensor& a, const float* a_si, const Tensor& b,
-                   const float* b_si, const void* bias, Tensor& c, int64_t m, int64_t n, int64_t k, float beta) {
+                   const float* b_si, const void* bias, Tensor& c, int64_t m, int64_t n, int64_t k, float beta,
+                   Fp8Accumulation acc) {
   const cublasOperation_t op_a = CUBLAS_OP_T, op_b = CUBLAS_OP_N;
   const cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  const int8_t fast_accum = 0;
+  const int8_t fast_accum = acc == Fp8Accumulation::kFast ? 1 : 0;
   MatmulDesc desc;
   MT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
@@ -657,7 +657,7 @@ bool lt_fp8_matmul(CudaBackend& be, GemmAlgoCache& cache, const Tensor& a, const
                         static_cast<int>(al_b),
                         static_cast<int>(al_c),
                         static_cast<int>(al_bias),
-                        0,
+                        fast_accum,
                         0};
   auto it = cache.find(key);
   const float alpha = 1.0f;
@@ -714,7 +714,7 @@ bool lt_fp8_matmul(CudaBackend& be, GemmAlgoCache& cache, const Tensor& a, const
 }  // namespace
 
 void CudaBackend::fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
-                           const Tensor& bias, Tensor& c, GradWrite write) {
+                           const Tensor& bias, Tensor& c, GradWrite write, Fp8Accumulation acc) {
   for (const Tensor* t : {&a, &b}) {
     MT_CHECK(t->defined() && t->device() == Device::kCUDA && is_fp8(t->dtype()) && t->ndim() >= 1)
         << "fp8_gemm operand " << (t->defined() ? t->describe() : "undefined") << " is not an FP8 CUDA tensor";
@@ -753,14 +753,14 @@ void CudaBackend::fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Ten
       lsb = slots + 4;
     }
     if ((!bias.defined() || bp) &&
-        lt_fp8_matmul(*this, gemm_algos_, a, lsa, b, lsb, bp, c, m, n, k, accumulate ? 1.0f : 0.0f)) {
+        lt_fp8_matmul(*this, gemm_algos_, a, lsa, b, lsb, bp, c, m, n, k, accumulate ? 1.0f : 0.0f, acc)) {
       return;
     }
   }
   // The codes as fp32 (exact), an fp32 GEMM, then the CPU backend's scaling sequence.
   Tensor af = empty({m, k}, DType::kF32, MemoryKind::kWorkspace);
   Tensor bf = empty({n, k}, DType::kF32, MemoryKind::kWorkspace);
-  Tensor acc = empty({m, n}, DType::kF32, MemoryKind::kWorkspace);
+  Tensor sum = empty({m, n}, DType::kF32, MemoryKind::kWorkspace);
   const Fp8Format fa = a.dtype() == DType::kF8E4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
   const Fp8Format fb = b.dtype() == DType::kF8E4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
   if (k > 0) {
@@ -771,9 +771,9 @@ void CudaBackend::fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Ten
                                                                             static_cast<float*>(bf.data()), n * k);
     MT_CUDA_LAUNCH_CHECK();
   }
-  gemm(*this, gemm_algos_, Operand{&af, m, k}, false, Operand{&bf, n, k}, true, acc, 1.0f, 0.0f, nullptr);
+  gemm(*this, gemm_algos_, Operand{&af, m, k}, false, Operand{&bf, n, k}, true, sum, 1.0f, 0.0f, nullptr);
   fp8_scale_kernel<<<grid_for(m * n, kThreads), kThreads, 0, stream()>>>(
-      static_cast<const float*>(acc.data()), sa, sb, bias.defined() ? bias.data() : nullptr,
+      static_cast<const float*>(sum.data()), sa, sb, bias.defined() ? bias.data() : nullptr,
       bias.defined() ? bias.dtype() : DType::kF32, c.data(), c.dtype(), m, n, accumulate);
   MT_CUDA_LAUNCH_CHECK();
 }

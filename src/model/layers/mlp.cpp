@@ -49,6 +49,11 @@ void MLP::forward(const LayerContext& ctx, const Tensor& ln_out, const Tensor& r
   if (swiglu) {
     fc1.forward(ctx, ln_out, saved.fc1_out);
     ctx.backend->swiglu_forward(saved.fc1_out, saved.act_out);
+  } else if (uses_fp8(ctx, fc2.fp8)) {
+    // FC2 quantizes gelu(fc1_out) as it reads fc1_out: the activation is never written.
+    fc1.forward(ctx, ln_out, saved.fc1_out);
+    fc2.forward_residual(ctx, gelu_of(saved.fc1_out), residual, out, dropout, Fp8SavedInput{saved.act_out});
+    return;
   } else {
     fc1.forward_gelu(ctx, ln_out, saved.fc1_out, saved.act_out, gelu);
   }
@@ -69,10 +74,15 @@ Tensor MLP::backward(const LayerContext& ctx, const Tensor& g, const Tensor& ln_
                         ctx.claim_grads(fc2.weight, fc2.bias_unless(taken.bias)));
     be.swiglu_backward(ws.act, saved.fc1_out, ws.f);
   } else if (uses_fp8(ctx, fc2.fp8)) {
-    // The FP8 dgrad gives d(act) into ws.f, then GELU's backward in place (act and pre have
-    // the same shape [n, f] without SwiGLU).
-    any_linear_backward(ctx, fc2.fp8, d_fc2, saved.act_out, ctx.param(fc2.weight), ws.f, ctx.grad(fc2.weight), db_fc2,
-                        ctx.claim_grads(fc2.weight, fc2.bias_unless(taken.bias)));
+    // The FP8 dgrad gives d(act) into ws.f (act and pre have the same shape [n, f] without
+    // SwiGLU); FC1's backward quantizes d(act) * gelu'(fc1_out) as it reads them, its bias
+    // gradient summed in the same pass.
+    any_linear_backward(ctx, fc2.fp8, d_fc2, gelu_of(saved.fc1_out), ctx.param(fc2.weight), ws.f, ctx.grad(fc2.weight),
+                        db_fc2, ctx.claim_grads(fc2.weight, fc2.bias_unless(taken.bias)), Fp8SavedInput{saved.act_out});
+    if (uses_fp8(ctx, fc1.fp8)) {
+      return fc1.backward(ctx, backend::Fp8Source(ws.f, backend::Fp8Prologue::kGeluGrad, gelu, saved.fc1_out), ln_out,
+                          ws.h2);
+    }
     be.bias_gelu_backward(ws.f, saved.fc1_out, Tensor(), ws.f, gelu);
   } else {
     be.linear_dgelu_backward(d_fc2, saved.act_out, ctx.param(fc2.weight), saved.fc1_out, ws.f, ctx.grad(fc2.weight),

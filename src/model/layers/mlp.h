@@ -24,10 +24,15 @@ struct MLP {
   int64_t ffn = 0;  // f (all ranks)
 
   // Saved for backward: FC1's output before the activation (bias included) [n, f1/T] and the
-  // activation's output [n, f/T].
+  // activation's output [n, f/T]. When FC2 runs in FP8 without SwiGLU the activation is not
+  // written: FC2 quantizes gelu_of(fc1_out) as it reads it, and act_out's bytes hold the
+  // transposed codes its weight gradient reads (Fp8SavedInput).
   struct Saved {
     Tensor fc1_out, act_out;
   };
+  backend::Fp8Source gelu_of(const Tensor& pre) const {
+    return backend::Fp8Source(pre, backend::Fp8Prologue::kGelu, gelu);
+  }
 
   // The buffers of Saved for one micro-batch, and the MLP's workspace: ws.f [n, f1/T] and with
   // SwiGLU ws.act [n, f/T].

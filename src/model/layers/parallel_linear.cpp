@@ -84,29 +84,47 @@ backend::Fp8LinearBuffers fp8_buffers(const LayerContext& ctx, int64_t fp8, cons
   return b;
 }
 
+// saved.bytes as the [in, n] codes and the scale_inv after them (Fp8SavedInput).
+void set_saved_input(const Fp8SavedInput& saved, const backend::Fp8LinearScaling& s, int64_t n, int64_t in,
+                     backend::Fp8LinearBuffers& b) {
+  if (!saved.bytes.defined()) return;
+  const Tensor& buf = saved.bytes;
+  const int64_t base = static_cast<const char*>(buf.data()) - static_cast<const char*>(buf.storage()->data());
+  const int64_t codes = n * in, scale_at = (base + codes + 15) / 16 * 16;
+  MT_CHECK(scale_at + 4 <= base + buf.nbytes())
+      << "FP8 saved input " << buf.describe() << " for [" << in << ", " << n << "] codes";
+  b.saved_xt = Tensor(buf.storage(), base, {in, n}, fp8_dtype(s.input.format));
+  b.saved_x_scale_inv = Tensor(buf.storage(), scale_at / 4, {1}, DType::kF32);
+}
+
 }  // namespace
 
 bool uses_fp8(const LayerContext& ctx, int64_t fp8) { return ctx.fp8 != nullptr && fp8 >= 0; }
 
-void any_linear_forward(const LayerContext& ctx, int64_t fp8, const Tensor& x, const Tensor& w, const Tensor& bias,
-                        Tensor& y) {
+void any_linear_forward(const LayerContext& ctx, int64_t fp8, const backend::Fp8Source& x, const Tensor& w,
+                        const Tensor& bias, Tensor& y, const Fp8SavedInput& saved) {
   if (!uses_fp8(ctx, fp8)) {
-    ctx.backend->linear_forward(x, w, bias, y);
+    MT_CHECK(x.identity()) << "a prologue on the input of a linear that is not FP8";
+    ctx.backend->linear_forward(x.x, w, bias, y);
     return;
   }
   const backend::Fp8LinearScaling s = fp8_scaling(ctx, fp8);
-  backend::Fp8LinearBuffers b = fp8_buffers(ctx, fp8, s, x.numel() / w.dim(1), w.dim(0), w.dim(1), true);
+  backend::Fp8LinearBuffers b = fp8_buffers(ctx, fp8, s, x.x.numel() / w.dim(1), w.dim(0), w.dim(1), true);
+  set_saved_input(saved, s, x.x.numel() / w.dim(1), w.dim(1), b);
   backend::fp8_linear_forward(*ctx.backend, x, w, bias, y, s, &b);
 }
 
-void any_linear_backward(const LayerContext& ctx, int64_t fp8, const Tensor& dy, const Tensor& x, const Tensor& w,
-                         Tensor& dx, Tensor& dw, Tensor& dbias, backend::GradWrite write) {
+void any_linear_backward(const LayerContext& ctx, int64_t fp8, const backend::Fp8Source& dy,
+                         const backend::Fp8Source& x, const Tensor& w, Tensor& dx, Tensor& dw, Tensor& dbias,
+                         backend::GradWrite write, const Fp8SavedInput& saved) {
   if (!uses_fp8(ctx, fp8)) {
-    ctx.backend->linear_backward(dy, x, w, dx, dw, dbias, write);
+    MT_CHECK(dy.identity() && x.identity()) << "a prologue on an operand of a linear that is not FP8";
+    ctx.backend->linear_backward(dy.x, x.x, w, dx, dw, dbias, write);
     return;
   }
   const backend::Fp8LinearScaling s = fp8_scaling(ctx, fp8);
-  backend::Fp8LinearBuffers b = fp8_buffers(ctx, fp8, s, x.numel() / w.dim(1), w.dim(0), w.dim(1), false);
+  backend::Fp8LinearBuffers b = fp8_buffers(ctx, fp8, s, x.x.numel() / w.dim(1), w.dim(0), w.dim(1), false);
+  set_saved_input(saved, s, x.x.numel() / w.dim(1), w.dim(1), b);
   backend::fp8_linear_backward(*ctx.backend, dy, x, w, dx, dw, dbias, s, write, &b);
 }
 
@@ -124,13 +142,15 @@ void ColumnParallelLinear::forward_gelu(const LayerContext& ctx, const Tensor& x
   ctx.backend->linear_gelu_forward(column_input(ctx, x), ctx.param(weight), ctx.optional_param(bias), pre, act, gelu);
 }
 
-Tensor ColumnParallelLinear::backward(const LayerContext& ctx, const Tensor& dy, const Tensor& x,
+Tensor ColumnParallelLinear::backward(const LayerContext& ctx, const backend::Fp8Source& dys, const Tensor& x,
                                       Tensor& dx_partial) const {
   backend::Backend& be = *ctx.backend;
+  MT_CHECK(dys.identity() || uses_fp8(ctx, fp8)) << "a prologue on the output gradient of a linear that is not FP8";
+  const Tensor& dy = dys.x;
   const backend::GradWrite write = ctx.claim_grads(weight, bias);
   Tensor db = ctx.optional_grad(bias);
   if (ctx.tp->size() == 1) {
-    any_linear_backward(ctx, fp8, dy, x, ctx.param(weight), dx_partial, ctx.grad(weight), db, write);
+    any_linear_backward(ctx, fp8, dys, x, ctx.param(weight), dx_partial, ctx.grad(weight), db, write);
     return dx_partial;
   }
   const bool sp = ctx.sequence_parallel;
@@ -144,7 +164,7 @@ Tensor ColumnParallelLinear::backward(const LayerContext& ctx, const Tensor& dy,
   if (uses_fp8(ctx, fp8)) {
     // One FP8 backward (dy quantized once for both GEMMs), its sum over TP after it.
     gathered->wait();
-    any_linear_backward(ctx, fp8, dy, in, ctx.param(weight), dx_partial, ctx.grad(weight), db, write);
+    any_linear_backward(ctx, fp8, dys, in, ctx.param(weight), dx_partial, ctx.grad(weight), db, write);
     return reduce_rows(ctx, dx_partial);
   }
   be.matmul(dy, false, ctx.param(weight), false, dx_partial);  // dX = dy W, this rank's part of the sum
@@ -159,14 +179,16 @@ Tensor ColumnParallelLinear::backward(const LayerContext& ctx, const Tensor& dy,
   return shard;
 }
 
-void RowParallelLinear::forward_residual(const LayerContext& ctx, const Tensor& in, const Tensor& residual, Tensor& out,
-                                         const backend::DropoutParams& dropout) const {
+void RowParallelLinear::forward_residual(const LayerContext& ctx, const backend::Fp8Source& in, const Tensor& residual,
+                                         Tensor& out, const backend::DropoutParams& dropout,
+                                         const Fp8SavedInput& saved) const {
   if (ctx.tp->size() == 1 && dropout.p == 0.0f && !uses_fp8(ctx, fp8)) {
-    ctx.backend->linear_residual_forward(in, ctx.param(weight), ctx.optional_param(bias), residual, out);
+    MT_CHECK(in.identity()) << "a prologue on the input of a linear that is not FP8";
+    ctx.backend->linear_residual_forward(in.x, ctx.param(weight), ctx.optional_param(bias), residual, out);
     return;
   }
   Tensor& partial = ctx.ws->h1;
-  any_linear_forward(ctx, fp8, in, ctx.param(weight), Tensor(), partial);
+  any_linear_forward(ctx, fp8, in, ctx.param(weight), Tensor(), partial, saved);
   ctx.backend->bias_dropout_add(reduce_rows(ctx, partial), ctx.optional_param(bias), residual, out, dropout);
 }
 

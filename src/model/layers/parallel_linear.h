@@ -37,12 +37,22 @@ Tensor through_dropout(const LayerContext& ctx, const Tensor& dy, Tensor& buffer
 // backend/fp8_linear.h when ctx.fp8 is set, its operands scaled by the slots
 // Fp8ScalingState::slot(fp8, role); otherwise through the model dtype's linear ops.
 bool uses_fp8(const LayerContext& ctx, int64_t fp8);
-// y = x w^T + bias of linear `fp8` (bias may be undefined): FP8 or the model dtype's op.
-void any_linear_forward(const LayerContext& ctx, int64_t fp8, const Tensor& x, const Tensor& w, const Tensor& bias,
-                        Tensor& y);
+// Where an FP8 linear keeps its input's transposed codes between the forward and the backward
+// of one micro-batch (backend::Fp8LinearBuffers::saved_xt): `bytes` (an activation buffer the
+// FP8 path does not otherwise write) holds the [in, n] codes, then at a 16-byte boundary the
+// fp32 scale_inv. Undefined: the backward quantizes x again.
+struct Fp8SavedInput {
+  Tensor bytes;
+};
+
+// y = x w^T + bias of linear `fp8` (bias may be undefined): FP8 or the model dtype's op. x and
+// dy may carry a prologue (backend::Fp8Source) only where the linear runs in FP8.
+void any_linear_forward(const LayerContext& ctx, int64_t fp8, const backend::Fp8Source& x, const Tensor& w,
+                        const Tensor& bias, Tensor& y, const Fp8SavedInput& saved = {});
 // Backend::linear_backward's contract for linear `fp8`, in FP8 where it uses it.
-void any_linear_backward(const LayerContext& ctx, int64_t fp8, const Tensor& dy, const Tensor& x, const Tensor& w,
-                         Tensor& dx, Tensor& dw, Tensor& dbias, backend::GradWrite write);
+void any_linear_backward(const LayerContext& ctx, int64_t fp8, const backend::Fp8Source& dy,
+                         const backend::Fp8Source& x, const Tensor& w, Tensor& dx, Tensor& dw, Tensor& dbias,
+                         backend::GradWrite write, const Fp8SavedInput& saved = {});
 
 struct ColumnParallelLinear {
   int64_t weight = -1, bias = -1;  // parameter indices (bias -1: none)
@@ -60,7 +70,8 @@ struct ColumnParallelLinear {
   // started before the dX GEMM and waited for before the weight-gradient GEMM that reads them
   // (Megatron's asynchronous all-gather), unless ws.full still holds them (ws.full_rows_of): the
   // loss head's, whose backward follows its forward, and a recomputed layer's FC1 input.
-  Tensor backward(const LayerContext& ctx, const Tensor& dy, const Tensor& x, Tensor& dx_partial) const;
+  // dy may carry a prologue (the MLP's GELU gradient) when this linear runs in FP8.
+  Tensor backward(const LayerContext& ctx, const backend::Fp8Source& dy, const Tensor& x, Tensor& dx_partial) const;
 };
 
 struct RowParallelLinear {
@@ -72,8 +83,9 @@ struct RowParallelLinear {
   // between the GEMM and the add, so they run as one (Backend::linear_residual_forward: the
   // product is not rounded before the add); otherwise (FP8 included) the partial product goes
   // through ws.h1.
-  void forward_residual(const LayerContext& ctx, const Tensor& in, const Tensor& residual, Tensor& out,
-                        const backend::DropoutParams& dropout) const;
+  // `in` may carry a prologue (the MLP's GELU) when this linear runs in FP8.
+  void forward_residual(const LayerContext& ctx, const backend::Fp8Source& in, const Tensor& residual, Tensor& out,
+                        const backend::DropoutParams& dropout, const Fp8SavedInput& saved = {}) const;
   // Whether the bias gradient is taken by the norm backward that produces this linear's
   // residual gradient (the fusion of Norm::backward_into): a bias and one tensor-parallel rank
   // (no reduction in between).

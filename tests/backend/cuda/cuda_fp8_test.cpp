@@ -143,11 +143,12 @@ TEST(CudaFp8, QuantizeSpecialValues) {
 // a [m, k] and b [n, k] quantized on the CPU (the codes both sides use), then fp8_gemm on
 // both backends.
 void gemm_case(Pair& p, int64_t m, int64_t n, int64_t k, Fp8Format fa, Fp8Format fb, DType out, bool bias,
-               GradWrite write, bool cublaslt) {
+               GradWrite write, bool cublaslt, Fp8Accumulation acc = Fp8Accumulation::kSplit) {
   SCOPED_TRACE(testing::Message() << "m " << m << " n " << n << " k " << k << " a " << fp8_format_name(fa) << " b "
                                   << fp8_format_name(fb) << " out " << dtype_name(out) << (bias ? " bias" : "")
                                   << (write == GradWrite::kAccumulate ? " accumulate" : "")
-                                  << (cublaslt ? " cublaslt" : " fallback"));
+                                  << (cublaslt ? " cublaslt" : " fallback")
+                                  << (acc == Fp8Accumulation::kFast ? " fast" : ""));
   static_cast<CudaBackend&>(*p.gpu).set_fp8_gemm_cublaslt(cublaslt);
   Tensor a32 = host_random({m, k}, DType::kF32, 3 + static_cast<uint64_t>(m), 0.01f, 4.0f);
   Tensor b32 = host_random({n, k}, DType::kF32, 5 + static_cast<uint64_t>(n), 0.01f, 4.0f);
@@ -168,7 +169,7 @@ void gemm_case(Pair& p, int64_t m, int64_t n, int64_t k, Fp8Format fa, Fp8Format
   p.cpu->fp8_gemm(qa, sa.scale_inv, qb, sb.scale_inv, bias_h, c, write);
   Tensor gbias = bias ? to_device(*p.gpu, bias_h) : Tensor();
   p.gpu->fp8_gemm(to_device(*p.gpu, qa), to_device(*p.gpu, sa.scale_inv), to_device(*p.gpu, qb),
-                  to_device(*p.gpu, sb.scale_inv), gbias, gc, write);
+                  to_device(*p.gpu, sb.scale_inv), gbias, gc, write, acc);
   const Tensor got = to_host(*p.gpu, gc);
   if (!cublaslt) {
     if (out == DType::kF32) {
@@ -187,11 +188,13 @@ void gemm_case(Pair& p, int64_t m, int64_t n, int64_t k, Fp8Format fa, Fp8Format
     for (int64_t i = 0; i < abs_b.numel(); ++i) abs_b.data_as<uint8_t>()[i] &= 0x7F;
     p.cpu->fp8_gemm(abs_a, sa.scale_inv, abs_b, sb.scale_inv, Tensor(), magnitude, GradWrite::kOverwrite);
     const double ulp = out == DType::kF32 ? 0x1p-23 : 0x1p-7;
+    // Fast accumulation keeps the tensor core's narrower sum over all of k: 4x the bound.
+    const double sum_bound = acc == Fp8Accumulation::kFast ? 0x1p-8 : 0x1p-10;
     int64_t bad = 0;
     for (int64_t i = 0; i < m * n; ++i) {
       const double g = test::get(got, i), w = test::get(c, i);
       const double accumulated = write == GradWrite::kAccumulate ? std::fabs(w) : 0.0;
-      if (std::fabs(g - w) > 0x1p-10 * test::get(magnitude, i) + ulp * (std::fabs(w) + accumulated)) {
+      if (std::fabs(g - w) > sum_bound * test::get(magnitude, i) + ulp * (std::fabs(w) + accumulated)) {
         if (bad++ < 3) ADD_FAILURE() << "element " << i << ": got " << g << ", want " << w;
       }
     }
@@ -216,6 +219,84 @@ TEST(CudaFp8, GemmMatchesCpu) {
     gemm_case(p, 256, 768, 768, e4, e4, DType::kBF16, true, GradWrite::kOverwrite, lt);  // a GPT-2 shape
     // Sizes cuBLASLt's FP8 kernels may refuse (k not a multiple of 16): the fallback.
     gemm_case(p, 7, 5, 20, e4, e4, DType::kF32, false, GradWrite::kOverwrite, lt);
+  }
+  // The forward GEMM's fast accumulation (the fallback ignores it), long k included.
+  const Fp8Accumulation fast = Fp8Accumulation::kFast;
+  gemm_case(p, 64, 48, 96, e4, e4, DType::kBF16, true, GradWrite::kOverwrite, true, fast);
+  gemm_case(p, 256, 768, 768, e4, e4, DType::kBF16, true, GradWrite::kOverwrite, true, fast);
+  gemm_case(p, 128, 256, 8192, e4, e4, DType::kBF16, false, GradWrite::kOverwrite, true, fast);
+  gemm_case(p, 7, 5, 20, e4, e4, DType::kF32, false, GradWrite::kOverwrite, false, fast);
+}
+
+// fp8_cast with the MLP's prologues and the fused bias gradient vs the CPU. The GPU's GELU
+// (tanhf, erff, contracted multiply-adds) may differ from the CPU's by fp32 ulps, so a code may
+// be one step off where v sits at a rounding boundary (rare), and the current scale may differ
+// by an ulp; the identity prologue gives the CPU's bits. Shapes: both kernels, and sizes whose
+// bias-gradient partials need several tiles per block (more than the scratch holds otherwise).
+TEST(CudaFp8, CastProloguesAndBiasGradientMatchCpu) {
+  MT_REQUIRE_CUDA();
+  Pair p = backends();
+  const Shape shapes[] = {{67, 45}, {136, 200}, {64 * 70, 32768}, {32 * 110, 20001}};
+  for (const Shape& shape : shapes) {
+    const bool big = shape[0] * shape[1] > (int64_t{1} << 24);
+    for (Fp8Prologue pro : {Fp8Prologue::kIdentity, Fp8Prologue::kGelu, Fp8Prologue::kGeluGrad}) {
+      for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kDelayed}) {
+        if (big && recipe == Fp8Recipe::kDelayed) continue;
+        const Gelu gelu = recipe == Fp8Recipe::kDelayed ? Gelu::kExact : Gelu::kTanh;
+        const DType dt = big ? DType::kBF16 : (pro == Fp8Prologue::kGelu ? DType::kF32 : DType::kBF16);
+        SCOPED_TRACE(testing::Message() << shape[0] << " x " << shape[1] << " prologue " << static_cast<int>(pro) << " "
+                                        << fp8_recipe_name(recipe));
+        Fp8Config cfg;
+        cfg.recipe = recipe;
+        cfg.format = Fp8Mix::kHybrid;
+        States st(p, cfg, kFp8Roles);
+        if (recipe == Fp8Recipe::kDelayed) st.set_scale(p, 2, 4096.0f);
+        const int64_t rows = shape[0], cols = shape[1];
+        Tensor x = host_random(shape, dt, 31 + static_cast<uint64_t>(cols), 1e-3f, 4.0f);
+        Tensor aux = host_random(shape, dt, 37 + static_cast<uint64_t>(cols), 1e-3f, 4.0f);
+        const Fp8Format f = Fp8Format::kE5M2;
+        Tensor q = p.cpu->empty({rows, cols}, fp8_dtype(f), MemoryKind::kOther);
+        Tensor qt = p.cpu->empty({cols, rows}, fp8_dtype(f), MemoryKind::kOther);
+        Tensor db = host_random({cols}, DType::kF32, 41);
+        Tensor gdb = to_device(*p.gpu, db);
+        p.cpu->fp8_cast(Fp8Source(x, pro, gelu, aux), q, qt, st.cpu.quantization(2), db, GradWrite::kAccumulate);
+        Tensor gx = to_device(*p.gpu, x), gaux = to_device(*p.gpu, aux);
+        Tensor gq = p.gpu->empty({rows, cols}, fp8_dtype(f), MemoryKind::kOther);
+        Tensor gqt = p.gpu->empty({cols, rows}, fp8_dtype(f), MemoryKind::kOther);
+        p.gpu->fp8_cast(Fp8Source(gx, pro, gelu, gaux), gq, gqt, st.gpu.quantization(2), gdb, GradWrite::kAccumulate);
+        const Tensor hq = to_host(*p.gpu, gq), hqt = to_host(*p.gpu, gqt), hdb = to_host(*p.gpu, gdb);
+        if (pro == Fp8Prologue::kIdentity) {
+          EXPECT_TRUE(bitwise(hq, q, "q"));
+          EXPECT_TRUE(bitwise(hqt, qt, "qt"));
+          st.expect_equal(p);
+        } else {
+          const uint8_t *a = hq.data_as<uint8_t>(), *b = q.data_as<uint8_t>();
+          int64_t off = 0, far = 0;
+          for (int64_t i = 0; i < rows * cols; ++i) {
+            if (a[i] == b[i]) continue;
+            ++off;
+            // Adjacent codes of the same sign differ by one in their bits.
+            if ((a[i] ^ b[i]) & 0x80 || std::abs(int{a[i]} - int{b[i]}) > 1) ++far;
+          }
+          EXPECT_EQ(far, 0) << off << " codes differ";
+          EXPECT_LE(off, rows * cols / 100 + 1);
+          for (int64_t c = 0; c < std::min<int64_t>(cols, 64); ++c) {
+            for (int64_t r = 0; r < std::min<int64_t>(rows, 64); ++r) {
+              ASSERT_EQ(hqt.data_as<uint8_t>()[c * rows + r], a[r * cols + c]) << "transpose at " << r << ", " << c;
+            }
+          }
+          const Tensor gscale = to_host(*p.gpu, st.gpu.scale());
+          EXPECT_NEAR(gscale.data_as<float>()[2], st.cpu.scale().data_as<float>()[2],
+                      1e-6 * st.cpu.scale().data_as<float>()[2]);
+        }
+        // dbias: fp32 sums in different orders; rows terms of up to ~4 each.
+        for (int64_t c = 0; c < cols; ++c) {
+          const double want = test::get(db, c);
+          ASSERT_NEAR(test::get(hdb, c), want, 1e-6 * static_cast<double>(rows) * 4.0 + 1e-5 * std::fabs(want))
+              << "dbias column " << c;
+        }
+      }
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -223,6 +224,79 @@ TEST_P(ParallelLinearFp8, MatchesAnIndependentEmulation) {
   EXPECT_EQ(h[Fp8ScalingState::slot(0, Fp8Role::kInput)], amax_of(xv));
   EXPECT_EQ(h[Fp8ScalingState::slot(0, Fp8Role::kWeight)], amax_of(wv));
   EXPECT_EQ(h[Fp8ScalingState::slot(0, Fp8Role::kGradOutput)], amax_of(dyv));
+}
+
+// The row-parallel linear fed gelu(pre) with its transposed input codes kept from the forward
+// (Fp8SavedInput, the MLP's FC2): a later micro-batch's forward overwrites the slot's
+// tensorwise scale before this one's backward, which must still give the bits of a backward
+// that runs right after its own forward and quantizes x again.
+TEST(ParallelLinearFp8, SavedInputCodesGiveTheRecomputedGradients) {
+  auto be = backend::make_cpu_backend();
+  comm::SelfCommunicator tp(*be, "tp");
+  const int64_t n = 16, f = 24, h = 8;
+  ParameterSet ps;
+  RowParallelLinear row;
+  row.weight = ps.add("row.weight", {h, f}, Init::kNormal);
+  row.bias = ps.add("row.bias", {h}, Init::kZeros);
+  row.fp8 = 0;
+  ps.allocate(*be, DType::kF32);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  auto fill = [&](Tensor& t, float sd) {
+    float* p = t.data_as<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = sd * g(rng);
+  };
+  for (Parameter& p : ps.params()) fill(p.value, 0.05f);
+  Tensor pre_a = Tensor::cpu({n, f}), pre_b = Tensor::cpu({n, f}), dy = Tensor::cpu({n, h});
+  Tensor residual = Tensor::cpu({n, h});
+  fill(pre_a, 2.0f);
+  fill(pre_b, 9.0f);  // another amax: another tensorwise scale
+  fill(dy, 1e-3f);
+  Fp8Config cfg;
+  cfg.recipe = Fp8Recipe::kTensorwise;
+  Fp8ScalingState state(*be, cfg, backend::kFp8Roles);
+  LayerWorkspace ws;
+  ws.h1 = Tensor::cpu({n, h});
+  ws.fp8_rows = Tensor::cpu({n * f}, DType::kF8E4M3);
+  ws.fp8_weight = Tensor::cpu({h * f}, DType::kF8E4M3);
+  ws.fp8_rows_t = Tensor::cpu({n * f}, DType::kF8E4M3);
+  ws.fp8_cols_t = Tensor::cpu({n * f}, DType::kF8E4M3);
+  LayerContext ctx;
+  ctx.backend = be.get();
+  ctx.tp = &tp;
+  ctx.values = &ps;
+  ctx.grads = &ps;
+  ctx.ws = &ws;
+  ctx.seq = n;
+  ctx.batch = 1;
+  ctx.hidden = h;
+  ctx.fp8 = &state;
+  auto gelu = [](const Tensor& pre) {
+    return backend::Fp8Source(pre, backend::Fp8Prologue::kGelu, backend::Gelu::kTanh);
+  };
+  auto backward = [&](const Fp8SavedInput& saved) {
+    Tensor dx = Tensor::cpu({n, f});
+    ps.forget_grads();
+    any_linear_backward(ctx, row.fp8, dy, gelu(pre_a), ps[row.weight].value, dx, ps[row.weight].grad, ps[row.bias].grad,
+                        backend::GradWrite::kOverwrite, saved);
+    return std::vector<std::vector<float>>{values(dx), values(ps[row.weight].grad), values(ps[row.bias].grad)};
+  };
+  Tensor out = Tensor::cpu({n, h});
+  row.forward_residual(ctx, gelu(pre_a), residual, out, {});
+  const std::vector<std::vector<float>> want = backward({});
+
+  Tensor kept = Tensor::cpu({n, f}, DType::kBF16);  // the bytes of act_out
+  row.forward_residual(ctx, gelu(pre_a), residual, out, {}, Fp8SavedInput{kept});
+  row.forward_residual(ctx, gelu(pre_b), residual, out, {});
+  const std::vector<std::vector<float>> got = backward(Fp8SavedInput{kept});
+  EXPECT_EQ(got[0], want[0]) << "dgrad";
+  EXPECT_EQ(got[1], want[1]) << "wgrad";
+  EXPECT_EQ(got[2], want[2]) << "bias gradient";
+  EXPECT_NE(amax_of(want[1]), 0.0f);
+  // The backward reads the kept codes: zeroed, the weight gradient is zero.
+  std::memset(kept.data(), 0, static_cast<size_t>(n * f));
+  const std::vector<std::vector<float>> zeroed = backward(Fp8SavedInput{kept});
+  for (float v : zeroed[1]) ASSERT_EQ(v, 0.0f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, ParallelLinearFp8,
