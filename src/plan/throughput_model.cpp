@@ -58,16 +58,23 @@ double gemm3_seconds(double m, double n, double k, const Gpu& g) {
 }
 
 // FP8: the bytes one linear [out, in] over n rows moves outside its GEMMs per micro-batch,
-// forward and backward (backend/fp8_linear.h on backend/cuda/cuda_fp8.cu): each quantize of a
+// forward and backward (backend/fp8_linear.h on backend/cuda/cuda_fp8.cu): each cast of a
 // 16-bit (e-byte) operand reads it twice with the tensorwise recipe (its amax, then the cast)
 // and once with the delayed one (the cast records the amax), and writes 1-byte codes: forward x,
-// and w in both layouts (the backward reads the saved w^T), backward dy in both layouts and x^T;
-// with a bias, its gradient is a column-sum pass over dy (not the GEMM's epilogue).
-// {forward, forward + backward}.
-std::pair<double, double> fp8_linear_bytes(double n, double out, double in, double e, bool bias, bool current) {
+// and w in both layouts (the backward reads the saved w^T), backward dy in both layouts (its
+// bias gradient summed in the same pass) and x^T. The MLP's casts compute the GELU as they read:
+// FC2's input from FC1's output (same bytes as the activation), its x^T codes written by the
+// forward and kept (`x_kept`: no backward cast of x); FC1's output gradient from d(act) and the
+// pre-activation (`dy_two`: two tensors read). {forward, forward + backward}.
+struct Fp8LinearShape {
+  double out = 0, in = 0;
+  bool x_kept = false, dy_two = false;
+};
+std::pair<double, double> fp8_linear_bytes(double n, const Fp8LinearShape& l, double e, bool current) {
   const double reads = current ? 2.0 * e : e;
-  const double forward = (reads + 1.0) * n * in + (reads + 2.0) * out * in;
-  const double backward = (reads + 2.0) * n * out + (reads + 1.0) * n * in + (bias ? e * n * out : 0.0);
+  const double forward = (reads + (l.x_kept ? 2.0 : 1.0)) * n * l.in + (reads + 2.0) * l.out * l.in;
+  const double backward =
+      (reads * (l.dy_two ? 2.0 : 1.0) + 2.0) * n * l.out + (l.x_kept ? 0.0 : (reads + 1.0) * n * l.in);
   return {forward, forward + backward};
 }
 
@@ -180,7 +187,7 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
     // [n, f/t]; backward reads the output gradient and the saved [n, 2f/t], writes [n, 2f/t].
     lt.memory_forward += kSwigluForwardBytes * e * n * f / t / stream;
     lt.memory += (kSwigluForwardBytes + kSwigluBackwardBytes) * e * n * f / t / stream;
-  } else if (!engine.gelu_in_gemm_epilogue || fp8) {  // FP8: FC1's GELU and its backward after the GEMMs
+  } else if (!engine.gelu_in_gemm_epilogue && !fp8) {  // FP8: the GELU is computed inside the casts
     lt.memory_forward += 2.0 * e * n * f / t / stream;
     lt.memory += 5.0 * e * n * f / t / stream;
   }
@@ -200,12 +207,14 @@ LayerTimes layer_times(const model::GPTConfig& c, DType dtype, const ParallelCon
     lt.memory += 2.0 * e * n * 3.0 * q / t / stream;
   }
   if (fp8) {
-    const bool bias = c.add_bias_linear, current = c.fp8->recipe == backend::Fp8Recipe::kTensorwise;
-    const double shapes[4][2] = {
-        {static_cast<double>(c.qkv_out_size()) / t, h}, {h, q / t}, {f1 / t, h}, {h, f / t}};  // [out, in]
+    const bool current = c.fp8->recipe == backend::Fp8Recipe::kTensorwise, gelu = !c.swiglu;
+    const Fp8LinearShape shapes[4] = {{static_cast<double>(c.qkv_out_size()) / t, h, false, false},
+                                      {h, q / t, false, false},
+                                      {f1 / t, h, false, gelu},
+                                      {h, f / t, gelu, false}};
     double forward = 0, all = 0;
-    for (const auto& w : shapes) {
-      const auto [fwd, both] = fp8_linear_bytes(n, w[0], w[1], e, bias, current);
+    for (const Fp8LinearShape& w : shapes) {
+      const auto [fwd, both] = fp8_linear_bytes(n, w, e, current);
       forward += fwd;
       all += both;
     }

@@ -741,26 +741,36 @@ TEST(PlanThroughput, Fp8HalvesTheLinearGemmsAndAddsItsQuantizePasses) {
   const double rate = 989e12 * kGemmCeilingShare * 0.803, stream = 3.35e12 * kStreamEfficiency;
   const double work = micro * layers * 3.0 * 2.0 * n * (3.0 * h * h + h * h + ff * h + h * ff);
   EXPECT_NEAR(b.gemm_s - f.gemm_s, work / rate * (1.0 - 989.0 / 1979.0), 1e-12);
-  const double shapes[4][2] = {{3.0 * h, h}, {h, h}, {ff, h}, {h, ff}};
+  // Bytes per linear [out, in] over n rows, bf16 operands, delayed (one read per cast): x cast
+  // 2 + 1 (forward) and again 2 + 1 for x^T (backward), w 2 + 2, dy 2 + 2 (bias gradient in the
+  // cast). FC1's dy cast reads d(act) and the pre-activation (2 + 2 + 2); FC2's forward writes
+  // x^T too (2 + 2) and its backward casts no x.
+  struct Coeffs {
+    double out, in, n_in, out_in, n_out;
+  };
+  const Coeffs shapes[4] = {{3.0 * h, h, 6, 4, 4}, {h, h, 6, 4, 4}, {ff, h, 6, 4, 6}, {h, ff, 4, 4, 4}};
   double bytes = 0;
-  for (const auto& w : shapes) bytes += 6.0 * n * w[1] + 4.0 * w[0] * w[1] + 6.0 * n * w[0];
+  for (const Coeffs& w : shapes) bytes += w.n_in * n * w.in + w.out_in * w.out * w.in + w.n_out * n * w.out;
   EXPECT_NEAR(f.fp8_quantize_s, micro * layers * bytes / stream, 1e-12);
   EXPECT_EQ(b.fp8_quantize_s, 0.0);
-  const double others = micro * layers * (5.0 * 2.0 * n * ff / stream + kBiasDropoutAddBytes * n * h / 3.35e12);
+  // The GELU runs inside the casts: only the bias-dropout-add is added outside them.
+  const double others = micro * layers * kBiasDropoutAddBytes * n * h / 3.35e12;
   EXPECT_NEAR(f.memory_bound_s - b.memory_bound_s, f.fp8_quantize_s + others, 1e-12);
   EXPECT_DOUBLE_EQ(f.attention_s, b.attention_s);
-  // Full recompute quantizes the forward's operands again: x and w of each linear.
+  // Full recompute quantizes the forward's operands again: x (FC2: with x^T) and w of each.
   ParallelConfig r = p;
   r.recompute = PlanRecompute::kFull;
   double forward = 0;
-  for (const auto& w : shapes) forward += 3.0 * n * w[1] + 4.0 * w[0] * w[1];
+  for (const Coeffs& w : shapes) forward += (w.n_in == 4 ? 4.0 : 3.0) * n * w.in + 4.0 * w.out * w.in;
   EXPECT_NEAR(predict(fp8, DType::kBF16, r, cl).fp8_quantize_s, f.fp8_quantize_s + micro * layers * forward / stream,
               1e-12);
-  // Tensorwise reads each operand once more (its amax pass).
+  // Tensorwise reads each operand once more (its amax pass): x 4 + 1, w 4 + 2, dy 4 + 2 (FC1's
+  // 8 + 2), x^T 4 + 1 (FC2's forward 4 + 2, none backward).
   model::GPTConfig tensorwise = fp8;
   tensorwise.fp8->recipe = backend::Fp8Recipe::kTensorwise;
+  const Coeffs current[4] = {{3.0 * h, h, 10, 6, 6}, {h, h, 10, 6, 6}, {ff, h, 10, 6, 10}, {h, ff, 6, 6, 6}};
   double tensorwise_bytes = 0;
-  for (const auto& w : shapes) tensorwise_bytes += 10.0 * n * w[1] + 6.0 * w[0] * w[1] + 8.0 * n * w[0];
+  for (const Coeffs& w : current) tensorwise_bytes += w.n_in * n * w.in + w.out_in * w.out * w.in + w.n_out * n * w.out;
   EXPECT_NEAR(predict(tensorwise, DType::kBF16, p, cl).fp8_quantize_s, micro * layers * tensorwise_bytes / stream,
               1e-12);
 }
