@@ -1,5 +1,6 @@
 // 16-bit "(+=)" gradients (backend/ops.h; a 16-bit gradient buffer, parallel/grad_buffer.h) on
-// the CPU backend: every op that writes parameter gradients, into bf16 or fp16 gradients, gives
+// the CPU backend: every op that writes parameter gradients (grad_writing_ops.h's table, and
+// those without a GradWrite), into bf16 or fp16 gradients, gives
 // the same op into fp32 gradients holding the same old values, rounded once to the dtype (the
 // fp32 result plus the old value, one rounding), for kAccumulate and kOverwrite. AdamW reads a
 // 16-bit gradient as its fp32 widening, grad_unscale and grad_scale applied in that order.
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_test_util.h"
+#include "backend/cpu/grad_writing_ops.h"
 #include "backend/ops.h"
 #include "backend/qk_norm.h"
 #include "backend/qkv_layout.h"
@@ -60,39 +62,16 @@ void check_grad_dtype(const std::string& what, const std::vector<Shape>& shapes,
 TEST(CpuGradDtype, SixteenBitGradientsAreTheFp32ResultRoundedOnce) {
   auto cpu = make_cpu_backend();
   auto rng = test_rng();
-  const int64_t n = 37, in = 24, out = 20;
-  const Tensor x = random_tensor({n, in}, rng, DType::kBF16), dy = random_tensor({n, out}, rng, DType::kBF16);
-  const Tensor w = random_tensor({out, in}, rng, DType::kBF16), pre = random_tensor({n, in}, rng, DType::kBF16);
+  const int64_t n = 37, in = 24;
+  const Tensor x = random_tensor({n, in}, rng, DType::kBF16);
 
-  check_grad_dtype("linear_backward", {{out, in}, {out}}, [&](std::vector<Tensor>& g, GradWrite m) {
-    Tensor dx = Tensor::cpu({n, in}, DType::kBF16);
-    cpu->linear_backward(dy, x, w, dx, g[0], g[1], m);
-  });
-  check_grad_dtype("linear_dgelu_backward", {{out, in}, {out}}, [&](std::vector<Tensor>& g, GradWrite m) {
-    Tensor dpre = Tensor::cpu({n, in}, DType::kBF16);
-    cpu->linear_dgelu_backward(dy, x, w, pre, dpre, g[0], g[1], Gelu::kTanh, m);
-  });
-  check_grad_dtype("bias_grad", {{out}}, [&](std::vector<Tensor>& g, GradWrite m) { cpu->bias_grad(dy, g[0], m); });
+  for (const GradWritingOp& op : grad_writing_ops(*cpu, DType::kBF16, rng))
+    check_grad_dtype(op.name, op.grads, op.write);
 
   const int64_t h = in;
-  const Tensor gamma = random_tensor({h}, rng), beta = random_tensor({h}, rng);
-  Tensor ln_out = Tensor::cpu({n, h}, DType::kBF16), mean = Tensor::cpu({n}, DType::kF32);
-  Tensor rstd = Tensor::cpu({n}, DType::kF32);
-  cpu->layernorm_forward(x, gamma, beta, 1e-5f, ln_out, mean, rstd);
+  const Tensor gamma = random_tensor({h}, rng);
+  Tensor ln_out = Tensor::cpu({n, h}, DType::kBF16), rstd = Tensor::cpu({n}, DType::kF32);
   const Tensor dln = random_tensor({n, h}, rng, DType::kBF16);
-  check_grad_dtype("layernorm_backward", {{h}, {h}}, [&](std::vector<Tensor>& g, GradWrite m) {
-    Tensor dx = Tensor::cpu({n, h}, DType::kBF16);
-    cpu->layernorm_backward(dln, x, gamma, mean, rstd, dx, g[0], g[1], m);
-  });
-  check_grad_dtype("layernorm_backward_colsum", {{h}, {h}, {h}}, [&](std::vector<Tensor>& g, GradWrite m) {
-    Tensor dx = Tensor::cpu({n, h}, DType::kBF16);
-    cpu->layernorm_backward_colsum(dln, x, gamma, mean, rstd, dx, g[0], g[1], g[2], m, GradWrite::kOverwrite, m);
-  });
-  check_grad_dtype("layernorm_backward_dropout_colsum", {{h}, {h}, {h}}, [&](std::vector<Tensor>& g, GradWrite m) {
-    Tensor dx = Tensor::cpu({n, h}, DType::kBF16), dz = Tensor::cpu({n, h}, DType::kBF16);
-    cpu->layernorm_backward_dropout_colsum(dln, x, gamma, mean, rstd, dx, g[0], g[1], dz, g[2],
-                                           DropoutParams{0.3f, 5, 9, 0}, m, GradWrite::kOverwrite, m);
-  });
   // RMSNorm: dgamma alone.
   Tensor no_mean;
   cpu->layernorm_forward(x, gamma, Tensor(), 1e-5f, ln_out, no_mean, rstd);

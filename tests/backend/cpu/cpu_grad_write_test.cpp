@@ -1,6 +1,7 @@
 // GradWrite (backend/ops.h) on the CPU backend: kOverwrite ignores what a "(+=)" gradient
 // holds (NaN here, so any read of it shows) and gives the bits of kAccumulate into zeros;
-// kAccumulate still adds to what is there. Every op that takes a GradWrite is covered.
+// kAccumulate still adds to what is there. Every op that takes a GradWrite is covered (the table
+// in grad_writing_ops.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_test_util.h"
+#include "backend/cpu/grad_writing_ops.h"
 #include "backend/ops.h"
 
 namespace megatron::backend {
@@ -49,44 +51,15 @@ void check_grad_write(const std::string& what, std::vector<Shape> shapes,
 TEST(CpuGradWrite, OverwriteIgnoresTheOldGradientAndAccumulateAddsToIt) {
   auto cpu = make_cpu_backend();
   auto rng = test_rng();
-  const int64_t n = 37, in = 24, out = 20;
-  const Tensor x = random_tensor({n, in}, rng), dy = random_tensor({n, out}, rng), w = random_tensor({out, in}, rng);
-  const Tensor pre = random_tensor({n, in}, rng);
-
-  check_grad_write("linear_backward", {{out, in}, {out}}, [&](std::vector<Tensor>& g, GradWrite m) {
-    Tensor dx = Tensor::cpu({n, in}, DType::kF32);
-    cpu->linear_backward(dy, x, w, dx, g[0], g[1], m);
-  });
-  check_grad_write("linear_dgelu_backward", {{out, in}, {out}}, [&](std::vector<Tensor>& g, GradWrite m) {
-    Tensor dpre = Tensor::cpu({n, in}, DType::kF32);
-    cpu->linear_dgelu_backward(dy, x, w, pre, dpre, g[0], g[1], Gelu::kTanh, m);
-  });
-  check_grad_write("bias_grad", {{out}}, [&](std::vector<Tensor>& g, GradWrite m) { cpu->bias_grad(dy, g[0], m); });
+  for (const GradWritingOp& op : grad_writing_ops(*cpu, DType::kF32, rng))
+    check_grad_write(op.name, op.grads, op.write);
   // No rows: overwrite still writes zeros, the GEMM's empty sum.
+  const int64_t in = 24, out = 20;
+  const Tensor w = random_tensor({out, in}, rng);
   check_grad_write("linear_backward, 0 rows", {{out, in}, {out}}, [&](std::vector<Tensor>& g, GradWrite m) {
     const Tensor x0 = Tensor::cpu({0, in}, DType::kF32), dy0 = Tensor::cpu({0, out}, DType::kF32);
     Tensor dx0 = Tensor::cpu({0, in}, DType::kF32);
     cpu->linear_backward(dy0, x0, w, dx0, g[0], g[1], m);
-  });
-
-  const int64_t h = in;
-  const Tensor gamma = random_tensor({h}, rng), beta = random_tensor({h}, rng);
-  Tensor ln_out = Tensor::cpu({n, h}, DType::kF32), mean = Tensor::cpu({n}, DType::kF32);
-  Tensor rstd = Tensor::cpu({n}, DType::kF32);
-  cpu->layernorm_forward(x, gamma, beta, 1e-5f, ln_out, mean, rstd);
-  const Tensor dln = random_tensor({n, h}, rng);
-  check_grad_write("layernorm_backward", {{h}, {h}}, [&](std::vector<Tensor>& g, GradWrite m) {
-    Tensor dx = Tensor::cpu({n, h}, DType::kF32);
-    cpu->layernorm_backward(dln, x, gamma, mean, rstd, dx, g[0], g[1], m);
-  });
-  check_grad_write("layernorm_backward_colsum", {{h}, {h}, {h}}, [&](std::vector<Tensor>& g, GradWrite m) {
-    Tensor dx = Tensor::cpu({n, h}, DType::kF32);
-    cpu->layernorm_backward_colsum(dln, x, gamma, mean, rstd, dx, g[0], g[1], g[2], m, GradWrite::kOverwrite, m);
-  });
-  check_grad_write("layernorm_backward_dropout_colsum", {{h}, {h}, {h}}, [&](std::vector<Tensor>& g, GradWrite m) {
-    Tensor dx = Tensor::cpu({n, h}, DType::kF32), dz = Tensor::cpu({n, h}, DType::kF32);
-    cpu->layernorm_backward_dropout_colsum(dln, x, gamma, mean, rstd, dx, g[0], g[1], dz, g[2],
-                                           DropoutParams{0.3f, 5, 9, 0}, m, GradWrite::kOverwrite, m);
   });
 }
 
