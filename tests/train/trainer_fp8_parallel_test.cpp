@@ -1,7 +1,9 @@
 // FP8's scales are one per tensor whatever the layout (Transformer Engine's amax reduction over
 // Megatron's amax reduction group, TP x DP x CP of a stage; GPTModel::fp8_update): the tiny GPT
 // in fp32 with --fp8-format hybrid, delayed scaling (history 4, max) under TP2 and TP2 +
-// sequence parallelism, tensorwise scaling (each tensor's own amax) under DP2.
+// sequence parallelism, tensorwise scaling (each tensor's own amax) under DP2, both under PP2.
+// PP2's 1F1B runs the first stage's second forward before its first backward: the backward must
+// use its own micro-batch's scales (FC2's kept codes carry theirs), not the slot's latest.
 //
 // Why it holds: every rank quantizes its shard of a tensor with the whole tensor's scale (the
 // all-reduced amax), so its FP8 codes are the single process's codes of those elements; the
@@ -87,13 +89,14 @@ TEST(TrainerFp8Parallel, DelayedScalingMatchesOneProcessUnderTpAndSp) {
          {"--fp8-format", "hybrid", "--fp8-recipe", "delayed", "--fp8-amax-history-len", "4", "--fp8-amax-compute-algo",
           "max"},
          {{"TP2", 2, {"--tensor-model-parallel-size", "2"}},
-          {"TP2 + SP", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}}},
+          {"TP2 + SP", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+          {"PP2", 2, with(kTp1Padding, {"--pipeline-model-parallel-size", "2"})}},
          4);
 }
 
 TEST(TrainerFp8Parallel, TensorwiseScalingMatchesOneProcessUnderDp) {
   parity("trainer_fp8_tensorwise_parity", {"--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"},
-         {{"DP2", 2, kTp1Padding}}, 3);
+         {{"DP2", 2, kTp1Padding}, {"PP2", 2, with(kTp1Padding, {"--pipeline-model-parallel-size", "2"})}}, 3);
 }
 
 }  // namespace
