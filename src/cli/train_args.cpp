@@ -665,7 +665,26 @@ std::vector<std::string> fp8_errors(const Args& a, TrainConfig& c, std::ostream*
         a, "--fp8-amax-compute-algo",
         {{"max", backend::Fp8AmaxAlgo::kMax}, {"most_recent", backend::Fp8AmaxAlgo::kMostRecent}});
   });
+  // --fp8-param-gather: Megatron's validate_args requires the distributed optimizer (or FSDP2);
+  // the flag changes how the weights are held and gathered, not the FP8 GEMMs' inputs.
+  const bool param_gather = a.get_flag("--fp8-param-gather");
+  if (param_gather && !a.get_flag("--use-distributed-optimizer")) {
+    errors.emplace_back(
+        "[--fp8-param-gather] is only supported with the distributed optimizer (--use-distributed-optimizer), as in "
+        "Megatron-LM");
+  }
+  if (param_gather && !a.given("--fp8-format")) {
+    errors.emplace_back("[--fp8-param-gather] needs --fp8-format (it gathers the FP8 linears' weights)");
+  }
   if (!errors.empty()) return errors;
+  if (param_gather && log != nullptr) {
+    const std::string_view held = dtype_name(train::model_dtype(c));
+    *log << "note: --fp8-param-gather differs here: the FP8 linears' weights stay " << held
+         << " parameters, all-gathered in " << held
+         << " by the distributed optimizer (Megatron gathers their 1-byte codes; the memory plan shows what is held "
+            "here) and cast to FP8 by each GEMM from that value (Megatron casts the fp32 main weight: one rounding "
+            "fewer)\n";
+  }
   const char* delayed_only[] = {"--fp8-margin", "--fp8-amax-history-len", "--fp8-amax-compute-algo"};
   if (!a.given("--fp8-format")) {
     if (log != nullptr) {

@@ -25,9 +25,6 @@ constexpr const char* kFsdp = "FSDP (Megatron FSDP, torch FSDP2): use --use-dist
 constexpr const char* kTpOverlap = "TP communication overlap (Transformer Engine userbuffers)";
 constexpr const char* kOffload = "CPU offloading";
 constexpr const char* kFp8 = "FP8 here: --fp8-format's per-tensor recipes on the transformer layers' linears";
-constexpr const char* kFp8ParamGather =
-    "FP8 weights: parameters stay in the model dtype, the distributed optimizer all-gathers them so, and each GEMM "
-    "quantizes its weight";
 constexpr const char* kFp4 = "FP4 training";
 constexpr const char* kKitchen = "NVIDIA Kitchen quantization recipes";
 constexpr const char* kOptimizers = "Muon and other optimizers: only Adam(W)";
@@ -310,7 +307,6 @@ constexpr FlagRow kFamilyRows[] = {
     {"--fp8-interval", FlagType::kValue, FlagState::kNoOp, "",
      "no-op: deprecated; Transformer Engine ignores it since 1.8 (the scales update every iteration)"},
     {"--fp8-output-proj", FlagType::kSwitch, FlagState::kUnsupported, "", kFp8},
-    {"--fp8-param-gather", FlagType::kSwitch, FlagState::kUnsupported, "", kFp8ParamGather},
     {"--fp8-quantizer-factory", FlagType::kValue, FlagState::kUnsupported, "", kFp8},
     {"--keep-fp8-transpose-cache", FlagType::kSwitch, FlagState::kUnsupported, "", kFp8},
     {"--no-fp8-wgrad|--disable-fp8-wgrad", FlagType::kSwitch, FlagState::kUnsupported, "", kFp8},

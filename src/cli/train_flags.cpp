@@ -198,7 +198,8 @@ void declare_supported_flags(Args& a) {
       .flag("--grad-reduce-in-bf16", "with --bf16: accumulate and reduce gradients in bf16")
       .option("--fp8-format", "e4m3|hybrid",
               "FP8 for the transformer layers' linear GEMMs (QKV, projection, FC1, FC2; forward, dgrad and wgrad) "
-              "with per-tensor scales and fp32 accumulation; embeddings, the output layer, attention, norms and the "
+              "with per-tensor scales and fp32 accumulation (the forward's with Hopper's fast accumulation, as "
+              "Transformer Engine); embeddings, the output layer, attention, norms and the "
               "optimizer stay in --bf16/--fp16 (or fp32). e4m3: every operand E4M3; hybrid: E5M2 for the output "
               "gradients (Transformer Engine's Format.HYBRID)")
       .option("--fp8-recipe", "R",
@@ -207,7 +208,11 @@ void declare_supported_flags(Args& a) {
               "delayed")
       .option("--fp8-margin", "N", "delayed: scale = fp8_max * 2^-N / amax", "0")
       .option("--fp8-amax-history-len", "L", "delayed: amaxes kept per tensor", "1")
-      .option("--fp8-amax-compute-algo", "A", "delayed: the history's max, or its most_recent entry", "most_recent");
+      .option("--fp8-amax-compute-algo", "A", "delayed: the history's max, or its most_recent entry", "most_recent")
+      .flag("--fp8-param-gather",
+            "accepted with --fp8-format and --use-distributed-optimizer (as Megatron requires), with one difference "
+            "printed at start-up: the FP8 linears' weights stay bf16/fp16 parameters, gathered so and cast by each "
+            "GEMM, not FP8 parameters gathered in FP8");
   // Logging, evaluation, exit.
   a.option("--log-interval", "N", "iterations between log lines", "100")
       .option("--eval-interval", "N", "iterations between validations", "1000")

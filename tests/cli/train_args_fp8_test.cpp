@@ -86,10 +86,30 @@ TEST(TrainArgsFp8, OtherRecipesAreRefusedWithAReason) {
   }
 }
 
-TEST(TrainArgsFp8, ParamGatherIsRefused) {
-  const std::string e =
-      error_of(base_with({"--fp8-format", "hybrid", "--use-distributed-optimizer", "--fp8-param-gather"}));
-  EXPECT_EQ(e.rfind("[--fp8-param-gather] is not supported yet (FP8 weights: ", 0), 0u) << e;
+// --fp8-param-gather: Megatron's requirement (the distributed optimizer) and FP8 itself, each
+// its own line; accepted, it prints how it differs from Megatron's FP8 parameters.
+TEST(TrainArgsFp8, ParamGatherNeedsTheDistributedOptimizerAndSaysHowItDiffers) {
+  const std::string both = error_of(base_with({"--fp8-param-gather"}));
+  EXPECT_NE(both.find("[--fp8-param-gather] is only supported with the distributed optimizer "
+                      "(--use-distributed-optimizer), as in Megatron-LM"),
+            std::string::npos)
+      << both;
+  EXPECT_NE(both.find("[--fp8-param-gather] needs --fp8-format"), std::string::npos) << both;
+  const std::string one = error_of(base_with({"--fp8-format", "hybrid", "--fp8-param-gather"}));
+  EXPECT_EQ(one.rfind("[--fp8-param-gather] is only supported with the distributed optimizer", 0), 0u) << one;
+  EXPECT_EQ(one.find("needs --fp8-format"), std::string::npos) << one;
+
+  std::ostringstream log;
+  const train::TrainConfig c =
+      parse(base_with({"--bf16", "--fp8-format", "hybrid", "--use-distributed-optimizer", "--fp8-param-gather"}), &log);
+  EXPECT_TRUE(c.model.fp8.has_value());
+  EXPECT_NE(log.str().find("note: --fp8-param-gather differs here: the FP8 linears' weights stay bf16 parameters, "
+                           "all-gathered in bf16"),
+            std::string::npos)
+      << log.str();
+  std::ostringstream quiet;
+  parse(base_with({"--bf16", "--fp8-format", "hybrid", "--use-distributed-optimizer"}), &quiet);
+  EXPECT_EQ(quiet.str().find("--fp8-param-gather"), std::string::npos) << quiet.str();
 }
 
 // Checkpoints hold both recipes' state (ckpt/checkpoint_fp8.h): --save and --load are accepted.

@@ -128,7 +128,6 @@ TEST(TrainFlagTable, RefusalsNameTheFamily) {
   EXPECT_EQ(errors_of({"--moe-router-topk", "2"}),
             "[--moe-router-topk] is not supported yet (mixture of experts (MoE))");
   EXPECT_EQ(errors_of({"--fp8-output-proj"}).find("[--fp8-output-proj] is not supported yet (FP8 here: "), 0u);
-  EXPECT_EQ(errors_of({"--fp8-param-gather"}).find("[--fp8-param-gather] is not supported yet (FP8 weights: "), 0u);
   EXPECT_EQ(errors_of({"--multi-latent-attention"}),
             "[--multi-latent-attention] is not supported yet (multi-latent attention (MLA))");
   EXPECT_EQ(errors_of({"--use-megatron-fsdp"}).find("[--use-megatron-fsdp] is not supported yet (FSDP"), 0u);
