@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/checked_int.h"
+#include "model/layers/mlp.h"
 
 namespace megatron::model {
 
@@ -118,7 +119,8 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
     // Rows of the residual stream and LayerNorms on this rank: n / tp under sequence parallelism.
     const I nl = sequence_parallel ? n / tp : n;
     // Per layer, in the model dtype: LN1 out, x_mid, LN2 out [nl, h] each, qkv (q + 2gd), attention
-    // out (q), fc1 out (f, or 2f with SwiGLU) and the activation's out (f) [n, .]; in fp32: LN1/LN2
+    // out (q), fc1 out (f, or 2f with SwiGLU) and the activation's out (f; FP8: see act_out)
+    // [n, .]; in fp32: LN1/LN2
     // mean (LayerNorm only) and rstd (2 or 4 nl), attention lse (b*a*s).
     const I f1 = I(c.fc1_out_size()) / tp;
     const I norm_stats = c.layernorm_bias() ? 2 : 1;
@@ -126,8 +128,12 @@ MemoryPlan plan_memory(const GPTConfig& c, DType param_dtype, int64_t micro_batc
     // --qk-layernorm adds the norms' input [n, (a + g) d] (model dtype; g = query groups / tp) and
     // their statistics [n, a + g] fp32 (mean for LayerNorm only, rstd).
     const I qk_vectors = c.qk_layernorm ? n * (a + I(c.query_groups()) / tp) : I(0);
-    const I layer = (3 * nl * h + n * (qkv + q + f1 + f) + qk_vectors * c.kv_channels) * e + 2 * norm_stats * nl * 4 +
-                    b * a * s * 4 + qk_vectors * norm_stats * 4;
+    // With FP8 and GELU the activation's out is FC2's transposed input codes instead
+    // (MLP::fp8_act_bytes: a byte each and 16 for their scale).
+    const bool fp8_gelu = c.fp8.has_value() && !c.swiglu;
+    const I act_out = fp8_gelu ? I(MLP::fp8_act_bytes(n.value(), f.value())) : n * f * e;
+    const I layer = (3 * nl * h + n * (qkv + q + f1) + qk_vectors * c.kv_channels) * e + act_out +
+                    2 * norm_stats * nl * 4 + b * a * s * 4 + qk_vectors * norm_stats * 4;
     // Recompute works within a chunk's block of layers (model/gpt_config.h); recomputed layers
     // share the stage's recompute slots, their inputs stay in the residual stream.
     GPTConfig cc = c;

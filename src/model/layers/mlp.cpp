@@ -11,6 +11,7 @@ MLP MLP::declare(ParameterSet& ps, const std::string& prefix, const GPTConfig& c
   m.swiglu = c.swiglu;
   m.gelu = c.gelu;
   m.ffn = c.ffn_hidden_size;
+  m.fp8_gelu = c.fp8.has_value() && !c.swiglu;
   m.fc1.weight = ps.add(prefix + "linear_fc1.weight", {f1, h}, Init::kNormal, kRows, f1_chunks);
   m.fc1.bias = bias ? ps.add(prefix + "linear_fc1.bias", {f1}, Init::kZeros, kRows, f1_chunks) : -1;
   m.fc2.weight = ps.add(prefix + "linear_fc2.weight", {h, f}, Init::kScaledNormal, kCols);
@@ -23,6 +24,7 @@ MLP MLP::find(const ParameterSet& ps, const std::string& prefix, const GPTConfig
   m.swiglu = c.swiglu;
   m.gelu = c.gelu;
   m.ffn = c.ffn_hidden_size;
+  m.fp8_gelu = c.fp8.has_value() && !c.swiglu;
   m.fc1.weight = ps.require(prefix + "linear_fc1.weight");
   m.fc1.bias = ps.index_of(prefix + "linear_fc1.bias");
   m.fc2.weight = ps.require(prefix + "linear_fc2.weight");
@@ -34,7 +36,9 @@ MLP::Saved MLP::allocate_saved(const LayerContext& ctx, DType dtype) const {
   const int64_t n = ctx.rows();
   Saved saved;
   saved.fc1_out = ctx.backend->empty({n, fc1_local_width(ctx)}, dtype, MemoryKind::kActivations);
-  saved.act_out = ctx.backend->empty({n, ffn / ctx.tp->size()}, dtype, MemoryKind::kActivations);
+  const int64_t f = ffn / ctx.tp->size();
+  saved.act_out = fp8_gelu ? ctx.backend->empty({fp8_act_bytes(n, f)}, DType::kF8E4M3, MemoryKind::kActivations)
+                           : ctx.backend->empty({n, f}, dtype, MemoryKind::kActivations);
   return saved;
 }
 
@@ -46,6 +50,8 @@ void MLP::allocate_workspace(const LayerContext& ctx, DType dtype, LayerWorkspac
 
 void MLP::forward(const LayerContext& ctx, const Tensor& ln_out, const Tensor& residual, Tensor& out, Saved& saved,
                   const backend::DropoutParams& dropout) const {
+  MT_CHECK(!fp8_gelu || uses_fp8(ctx, fc2.fp8))
+      << "the MLP's buffers are FP8's (GPTConfig::fp8) but FC2 runs without it";
   if (swiglu) {
     fc1.forward(ctx, ln_out, saved.fc1_out);
     ctx.backend->swiglu_forward(saved.fc1_out, saved.act_out);
@@ -68,6 +74,8 @@ Tensor MLP::backward(const LayerContext& ctx, const Tensor& g, const Tensor& ln_
   // comes out complete on every rank.
   const Tensor d_fc2 = branch_output_grad(ctx, g, dropout, taken);
   Tensor db_fc2 = taken.bias ? Tensor() : ctx.optional_grad(fc2.bias);
+  MT_CHECK(!fp8_gelu || uses_fp8(ctx, fc2.fp8))
+      << "the MLP's buffers are FP8's (GPTConfig::fp8) but FC2 runs without it";
   // FC2's backward through the activation: ws.f = d(fc1 + b_fc1).
   if (swiglu) {
     any_linear_backward(ctx, fc2.fp8, d_fc2, saved.act_out, ctx.param(fc2.weight), ws.act, ctx.grad(fc2.weight), db_fc2,

@@ -21,15 +21,19 @@ struct MLP {
   RowParallelLinear fc2;
   bool swiglu = false;
   backend::Gelu gelu = backend::Gelu::kTanh;
-  int64_t ffn = 0;  // f (all ranks)
+  int64_t ffn = 0;        // f (all ranks)
+  bool fp8_gelu = false;  // GPTConfig::fp8 without SwiGLU: the FP8 activation path below
 
   // Saved for backward: FC1's output before the activation (bias included) [n, f1/T] and the
-  // activation's output [n, f/T]. When FC2 runs in FP8 without SwiGLU the activation is not
-  // written: FC2 quantizes gelu_of(fc1_out) as it reads it, and act_out's bytes hold the
-  // transposed codes its weight gradient reads (Fp8SavedInput).
+  // activation's output [n, f/T]. With fp8_gelu the activation is not written: FC2 quantizes
+  // gelu_of(fc1_out) as it reads it, and act_out is the bytes of the transposed codes its weight
+  // gradient reads (Fp8SavedInput): fp8_act_bytes(n) of them, not the activation's.
   struct Saved {
     Tensor fc1_out, act_out;
   };
+  // act_out's bytes with fp8_gelu: FC2's [f/T, n] input codes, then the scale_inv at a 16-byte
+  // boundary (16 bytes more cover it wherever the buffer starts).
+  static int64_t fp8_act_bytes(int64_t n, int64_t local_ffn) { return n * local_ffn + 16; }
   backend::Fp8Source gelu_of(const Tensor& pre) const {
     return backend::Fp8Source(pre, backend::Fp8Prologue::kGelu, gelu);
   }
