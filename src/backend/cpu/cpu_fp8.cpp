@@ -66,10 +66,11 @@ void CpuBackend::fp8_cast(const Fp8Source& src, Tensor& q, Tensor& qt, const Fp8
     check_float(dbias, "fp8_quantize dbias");
     MT_CHECK(dbias.numel() == cols) << "fp8_quantize dbias " << dbias.describe() << " for " << x.describe();
   }
-  // v in fp32, as the source says.
+  // v in fp32, as the source says: x's own fp32 view for the identity.
   In xv(x, "fp8_quantize input");
-  std::vector<float> v(static_cast<size_t>(n));
-  {
+  std::vector<float> computed;
+  if (!src.identity()) {
+    computed.resize(static_cast<size_t>(n));
     In auxv = In::optional(src.aux, "fp8_quantize gelu pre-activation");
 #pragma omp parallel for schedule(static) if (n >= kParallelWork)
     for (int64_t i = 0; i < n; ++i) {
@@ -77,11 +78,12 @@ void CpuBackend::fp8_cast(const Fp8Source& src, Tensor& q, Tensor& qt, const Fp8
       float r = e;
       if (src.prologue == Fp8Prologue::kGelu) r = gelu(e, src.gelu);
       if (src.prologue == Fp8Prologue::kGeluGrad) r = e * gelu_grad(auxv[i], src.gelu);
-      v[static_cast<size_t>(i)] = r;
+      computed[static_cast<size_t>(i)] = r;
     }
   }
+  const float* v = src.identity() ? xv.data() : computed.data();
   float a = 0.0f;
-  for (int64_t i = 0; i < n; ++i) a = std::fmax(a, std::fabs(v[static_cast<size_t>(i)]));  // fmax skips NaN
+  for (int64_t i = 0; i < n; ++i) a = std::fmax(a, std::fabs(v[i]));  // fmax skips NaN
   if (s.amax.defined()) {
     float& amax = scalar(s.amax, "fp8_quantize amax");
     amax = std::fmax(amax, a);
@@ -95,7 +97,7 @@ void CpuBackend::fp8_cast(const Fp8Source& src, Tensor& q, Tensor& qt, const Fp8
 #pragma omp parallel for schedule(static) if (n >= kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
-      const uint8_t code = float_to_fp8(v[static_cast<size_t>(r * cols + c)] * sc, s.format);
+      const uint8_t code = float_to_fp8(v[r * cols + c] * sc, s.format);
       if (qp) qp[r * cols + c] = code;
       if (qtp) qtp[c * rows + r] = code;
     }
@@ -106,7 +108,7 @@ void CpuBackend::fp8_cast(const Fp8Source& src, Tensor& q, Tensor& qt, const Fp8
     Out dbv(dbias, "fp8_quantize dbias", /*load=*/accumulate);
     std::vector<float> acc(static_cast<size_t>(cols), 0.0f);
     for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) acc[static_cast<size_t>(c)] += v[static_cast<size_t>(r * cols + c)];
+      for (int64_t c = 0; c < cols; ++c) acc[static_cast<size_t>(c)] += v[r * cols + c];
     }
     for (int64_t c = 0; c < cols; ++c)
       dbv[c] = accumulate ? dbv[c] + acc[static_cast<size_t>(c)] : acc[static_cast<size_t>(c)];
