@@ -15,11 +15,6 @@ namespace {
 
 using namespace megatron::test;
 
-double gelu_tanh_ref(double x) {
-  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
-double gelu_erf_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
-
 TEST(CpuElementwise, AddAndScale) {
   auto rng = test_rng();
   auto be = make_cpu_backend();

@@ -18,6 +18,13 @@
 
 namespace megatron::test {
 
+// GELU in double, the references for the ops that compute it: Megatron's tanh approximation
+// and the exact erf form.
+inline double gelu_tanh_ref(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+inline double gelu_erf_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+
 // A fresh generator per test, seeded from the test's name so that every test draws
 // different numbers but reruns are reproducible.
 inline std::mt19937_64 test_rng() {

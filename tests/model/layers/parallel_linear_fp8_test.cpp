@@ -9,13 +9,16 @@
 // quantization or a wrong format moves an output by far more (E4M3 has 3 mantissa bits).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backend/fp8_recipe.h"
 #include "comm/self_communicator.h"
+#include "model/layers/layer_test_util.h"
 #include "model/layers/parallel_linear.h"
 
 namespace megatron::model {
@@ -79,6 +82,36 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
   }
 }
 
+// Fills fp32 tensors with normals of a given deviation, from one seeded stream.
+struct NormalFill {
+  std::mt19937 rng;
+  std::normal_distribution<float> g{0.0f, 1.0f};
+  explicit NormalFill(unsigned seed) : rng(seed) {}
+  void operator()(Tensor& t, float sd) {
+    float* p = t.data_as<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = sd * g(rng);
+  }
+};
+
+// The FP8 buffers for linears `shapes` ([out, in] each) over n rows, sized as
+// GPTModel::allocate_fp8 sizes them, and h1 [n, h1_cols] for the row-parallel partial sums.
+LayerWorkspace fp8_workspace(int64_t n, int64_t h1_cols, std::initializer_list<std::pair<int64_t, int64_t>> shapes) {
+  int64_t rows = 0, weight = 0, rows_t = 0, cols_t = 0;
+  for (const auto& [out, in] : shapes) {
+    rows = std::max({rows, n * in, n * out});
+    weight = std::max(weight, out * in);
+    rows_t = std::max(rows_t, n * out);
+    cols_t = std::max(cols_t, n * in);
+  }
+  LayerWorkspace ws;
+  ws.h1 = Tensor::cpu({n, h1_cols});
+  ws.fp8_rows = Tensor::cpu({rows}, DType::kF8E4M3);
+  ws.fp8_weight = Tensor::cpu({weight}, DType::kF8E4M3);
+  ws.fp8_rows_t = Tensor::cpu({rows_t}, DType::kF8E4M3);
+  ws.fp8_cols_t = Tensor::cpu({cols_t}, DType::kF8E4M3);
+  return ws;
+}
+
 struct Case {
   Fp8Mix mix;
   Fp8Recipe recipe;
@@ -101,12 +134,7 @@ TEST_P(ParallelLinearFp8, MatchesAnIndependentEmulation) {
   row.bias = ps.add("row.bias", {in}, Init::kZeros);
   row.fp8 = 1;
   ps.allocate(*be, DType::kF32);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> g(0.0f, 1.0f);
-  auto fill = [&](Tensor& t, float sd) {
-    float* p = t.data_as<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = sd * g(rng);
-  };
+  NormalFill fill(3);
   for (Parameter& p : ps.params()) fill(p.value, 0.05f);
   Tensor x = Tensor::cpu({n, in}), dy = Tensor::cpu({n, out}), residual = Tensor::cpu({n, in});
   fill(x, 3.0f);
@@ -120,21 +148,8 @@ TEST_P(ParallelLinearFp8, MatchesAnIndependentEmulation) {
   cfg.amax_compute_algo = backend::Fp8AmaxAlgo::kMax;
   cfg.margin = 1;
   Fp8ScalingState state(*be, cfg, 2 * backend::kFp8Roles);
-  LayerWorkspace ws;
-  ws.h1 = Tensor::cpu({n, in});
-  ws.fp8_rows = Tensor::cpu({n * in}, DType::kF8E4M3);  // in > out
-  ws.fp8_weight = Tensor::cpu({out * in}, DType::kF8E4M3);
-  ws.fp8_rows_t = Tensor::cpu({n * out}, DType::kF8E4M3);
-  ws.fp8_cols_t = Tensor::cpu({n * in}, DType::kF8E4M3);
-  LayerContext ctx;
-  ctx.backend = be.get();
-  ctx.tp = &tp;
-  ctx.values = &ps;
-  ctx.grads = &ps;
-  ctx.ws = &ws;
-  ctx.seq = n;
-  ctx.batch = 1;
-  ctx.hidden = in;
+  LayerWorkspace ws = fp8_workspace(n, in, {{out, in}, {in, out}});
+  LayerContext ctx = test_layer_context(*be, tp, ps, ws, n, 1, in);
   ctx.fp8 = &state;
 
   const Fp8Format f_in = Fp8Format::kE4M3;
@@ -240,12 +255,7 @@ TEST(ParallelLinearFp8, SavedInputCodesGiveTheRecomputedGradients) {
   row.bias = ps.add("row.bias", {h}, Init::kZeros);
   row.fp8 = 0;
   ps.allocate(*be, DType::kF32);
-  std::mt19937 rng(5);
-  std::normal_distribution<float> g(0.0f, 1.0f);
-  auto fill = [&](Tensor& t, float sd) {
-    float* p = t.data_as<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = sd * g(rng);
-  };
+  NormalFill fill(5);
   for (Parameter& p : ps.params()) fill(p.value, 0.05f);
   Tensor pre_a = Tensor::cpu({n, f}), pre_b = Tensor::cpu({n, f}), dy = Tensor::cpu({n, h});
   Tensor residual = Tensor::cpu({n, h});
@@ -255,21 +265,8 @@ TEST(ParallelLinearFp8, SavedInputCodesGiveTheRecomputedGradients) {
   Fp8Config cfg;
   cfg.recipe = Fp8Recipe::kTensorwise;
   Fp8ScalingState state(*be, cfg, backend::kFp8Roles);
-  LayerWorkspace ws;
-  ws.h1 = Tensor::cpu({n, h});
-  ws.fp8_rows = Tensor::cpu({n * f}, DType::kF8E4M3);
-  ws.fp8_weight = Tensor::cpu({h * f}, DType::kF8E4M3);
-  ws.fp8_rows_t = Tensor::cpu({n * f}, DType::kF8E4M3);
-  ws.fp8_cols_t = Tensor::cpu({n * f}, DType::kF8E4M3);
-  LayerContext ctx;
-  ctx.backend = be.get();
-  ctx.tp = &tp;
-  ctx.values = &ps;
-  ctx.grads = &ps;
-  ctx.ws = &ws;
-  ctx.seq = n;
-  ctx.batch = 1;
-  ctx.hidden = h;
+  LayerWorkspace ws = fp8_workspace(n, h, {{h, f}});
+  LayerContext ctx = test_layer_context(*be, tp, ps, ws, n, 1, h);
   ctx.fp8 = &state;
   auto gelu = [](const Tensor& pre) {
     return backend::Fp8Source(pre, backend::Fp8Prologue::kGelu, backend::Gelu::kTanh);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/self_communicator.h"
+#include "model/layers/layer_test_util.h"
 
 namespace megatron::model {
 namespace {
@@ -73,15 +74,7 @@ TEST_P(TransformerLayerGradients, MatchFiniteDifferences) {
 
   const int64_t s = c.seq_length, b = 2, n = s * b, h = c.hidden_size;
   LayerWorkspace ws;
-  LayerContext ctx;
-  ctx.backend = backend.get();
-  ctx.tp = &tp;
-  ctx.values = &ps;
-  ctx.grads = &ps;
-  ctx.ws = &ws;
-  ctx.seq = s;
-  ctx.batch = b;
-  ctx.hidden = h;
+  LayerContext ctx = test_layer_context(*backend, tp, ps, ws, s, b, h);
   ws.grad = Tensor::cpu({n, h});
   ws.h1 = Tensor::cpu({n, h});
   ws.h2 = Tensor::cpu({n, h});
