@@ -16,6 +16,7 @@
 // --profile-ops wraps the backend in a ProfilingBackend (backend/profiling_backend.h) and
 // prints where the timed iterations spent their time, per op and per GEMM shape.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/attention_impl.h"
 #include "backend/device.h"
 #include "backend/gpu_telemetry.h"
 #include "backend/ops.h"
@@ -58,6 +60,25 @@
 namespace megatron::cli {
 
 namespace {
+
+// What cuDNN runs for this job's attention (one TP rank's heads, the step's micro-batch): its
+// version, the engines chosen forward and backward with their numerical notes and workspace,
+// or why cuDNN does not take the case. For --profile-ops, beside the attention rows.
+std::string cudnn_attention_text(const train::TrainConfig& c, backend::Backend& cuda_backend, DType dtype) {
+  const model::GPTConfig& m = c.model;
+  backend::AttentionParams a;
+  a.heads = m.num_attention_heads / c.tensor_model_parallel_size;
+  a.query_groups = m.query_groups() / c.tensor_model_parallel_size;
+  a.head_dim = m.kv_channels;
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(m.kv_channels));
+  a.dropout.p = m.attention_dropout;
+  a.dropout_heads = m.num_attention_heads;
+  try {
+    return backend::describe_cudnn_attention(cuda_backend, dtype, m.seq_length, c.micro_batch_size, a);
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
 
 // Dense bf16 tensor-core peak (TFLOP/s) by device name; 0 when unknown.
 double peak_tflops(const std::string& name) {
@@ -396,7 +417,11 @@ int run_bench(const CommandArgs& argv_in) {
                                             : telemetry_missing)
               << '\n';
   }
-  if (profiler != nullptr) std::cout << backend::format_op_profile(op_profile, iters, per_iter * 1e3);
+  if (profiler != nullptr) {
+    std::cout << backend::format_op_profile(op_profile, iters, per_iter * 1e3);
+    if (cuda)
+      std::cout << "    attention on cuDNN           " << cudnn_attention_text(c, profiler->inner(), dtype) << '\n';
+  }
   std::cout << " > benchmark result (TFLOP/s/GPU: "
             << (c.flops_convention == train::FlopsConvention::k2025 ? "2025" : "2024")
             << " convention; memory: " << (cuda ? "device memory in use" : "planned") << "):\n"
