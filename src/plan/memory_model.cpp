@@ -84,9 +84,10 @@ model::MemoryPlan stage_memory(const model::GPTConfig& c, DType dtype, const Par
   // Documents on cuDNN: its bias [b, s, s] in the 16-bit I/O dtype, in cuDNN's workspace
   // (cudnn_attention.h), which the engine's plan does not hold.
   if (c.reset_attention_mask && dtype != DType::kF32) m.workspace += p.micro_batch * c.seq_length * c.seq_length * 2;
-  // Query groups on cuDNN: the backward's packed Q and dQ [s, b, H/T, d] in the 16-bit I/O dtype
-  // (a group's queries are not one stride apart in the fused QKV), in cuDNN's workspace too.
-  if (c.query_groups() < c.num_attention_heads && dtype != DType::kF32) {
+  // Query groups with documents on cuDNN: the backward's packed Q and dQ [s, b, H/T, d] in the
+  // 16-bit I/O dtype (cudnn_attention.h: without documents the groups fold into the batch and Q
+  // stays in place), in cuDNN's workspace too.
+  if (c.reset_attention_mask && c.query_groups() < c.num_attention_heads && dtype != DType::kF32) {
     m.workspace += 2 * p.micro_batch * c.seq_length * (c.num_attention_heads / p.tp) * c.kv_channels * 2;
   }
   m.nccl = nccl_memory(nccl_layout(c, p, gpus_per_node, shared_groups), stage).total();

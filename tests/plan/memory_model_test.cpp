@@ -232,8 +232,8 @@ TEST(PlanMemory, RmsNormSwigluShardsByHand) {
 // stage's activation sets and the distributed optimizer's shards), kind by kind, through TP,
 // SP, PP, interleaving, DP, recompute, the model variants (and with each the Llama attention:
 // rotary embeddings and 2 key/value groups, 4 where TP 4 splits them) and documents; only what
-// the engine does not allocate comes on top (cuDNN's document bias and its packed Q and dQ for
-// query groups here; NCCL and the copy engines are checked above and in nccl_memory_test).
+// the engine does not allocate comes on top (cuDNN's document bias and, with documents, its packed Q and
+// dQ for query groups here; NCCL and the copy engines are checked above and in nccl_memory_test).
 TEST(PlanMemory, AgreesWithTheDryRunPlanOnEveryLayout) {
   struct Layout {
     int64_t tp, pp, vp, dp;
@@ -297,7 +297,7 @@ TEST(PlanMemory, AgreesWithTheDryRunPlanOnEveryLayout) {
                              << " documents " << documents << " " << dtype_name(dtype));
                 model::MemoryPlan dry_run = train::train_memory_plan(t, k);
                 if (documents && dtype != DType::kF32) dry_run.workspace += 2 * 8 * 8 * 2;  // cuDNN's bias [b, s, s]
-                if (c.query_groups() < c.num_attention_heads && dtype != DType::kF32) {
+                if (documents && c.query_groups() < c.num_attention_heads && dtype != DType::kF32) {
                   dry_run.workspace += 2 * 2 * 8 * (4 / l.tp) * 2 * 2;  // cuDNN's packed Q, dQ [s, b, H/T, d]
                 }
                 const model::MemoryPlan planned = stage_memory(c, dtype, p, k);

@@ -520,39 +520,54 @@ cudnnBackendDescriptor_t add_document_bias(Graph& g, const CudnnAttentionKey& k,
   return y;
 }
 
-// Dims and strides of one case (see cudnn_attention.h).
+// Whether `k` runs query groups folded into the batch (see cudnn_attention.h): G < h without
+// documents, whose bias [b, 1, s, s] has no single stride over the folded dimension.
+bool folds_groups(const CudnnAttentionKey& k) { return k.groups > 0 && k.groups != k.heads && !k.documents; }
+
+// Dims and strides of one case (see cudnn_attention.h). The graphs see a batch of B rows of H
+// query heads sharing Gk key/value heads: (b, h, G) as given, or (b G, h / G, 1) folded.
 struct Layout {
   Dims4 bhsd, bhds, bhss, bhs1;
-  Dims4 gsd, gds;                      // k, v as [b, G, s, d] and [b, G, d, s] (G = h without query groups)
-  Dims4 q;                             // q, dq as [b, h, s, d]: inside qkv/dqkv for G = h, else the packed buffers
-  Dims4 qkv;                           // k, v, dk, dv as [b, G, s, d] inside qkv/dqkv
-  Dims4 qkv_t;                         // k, v as [b, G, d, s]
-  Dims4 o;                             // o, do as [b, h, s, d]
-  Dims4 scores;                        // [b, h, s, s] row-major
-  Dims4 scores_t;                      // the same storage as [b, h, s_kv, s_q]
-  Dims4 rows;                          // [b, h, s, 1]
-  Dims4 packed;                        // [b, h, s, d] row-major (fp32 intermediates, the grouped dK/dV per query head)
+  Dims4 gsd, gds;                      // k, v as [B, Gk, s, d] and [B, Gk, d, s]
+  Dims4 q;                             // q, dq as [B, H, s, d]: in place unless gathered (G < h with documents)
+  Dims4 qkv;                           // k, v, dk, dv as [B, Gk, s, d] inside qkv/dqkv
+  Dims4 qkv_t;                         // k, v as [B, Gk, d, s]
+  Dims4 o;                             // o, do as [B, H, s, d]
+  Dims4 scores;                        // [B, H, s, s] row-major
+  Dims4 scores_t;                      // the same storage as [B, H, s_kv, s_q]
+  Dims4 rows;                          // [B, H, s, 1]
+  Dims4 packed;                        // [B, H, s, d] row-major (fp32 intermediates, the grouped dK/dV per query head)
   int64_t k_offset = 0, v_offset = 0;  // elements from the start of a qkv row
 
   explicit Layout(const CudnnAttentionKey& k) {
     const int64_t b = k.b, s = k.s, h = k.heads, d = k.head_dim, G = k.groups > 0 ? k.groups : h, n = h / G;
     const int64_t w = G * (n + 2) * d;  // one qkv row
-    bhsd = {b, h, s, d};
-    bhds = {b, h, d, s};
-    gsd = {b, G, s, d};
-    gds = {b, G, d, s};
-    bhss = {b, h, s, s};
-    bhs1 = {b, h, s, 1};
-    qkv = {w, (n + 2) * d, b * w, 1};
-    qkv_t = {w, (n + 2) * d, 1, b * w};
-    o = {h * d, d, b * h * d, 1};
-    q = n == 1 ? qkv : o;
+    const bool folded = folds_groups(k);
+    const int64_t B = folded ? b * G : b, H = folded ? n : h, Gk = folded ? 1 : G;
+    bhsd = {B, H, s, d};
+    bhds = {B, H, d, s};
+    gsd = {B, Gk, s, d};
+    gds = {B, Gk, d, s};
+    bhss = {B, H, s, s};
+    bhs1 = {B, H, s, 1};
+    // Folded, batch row bi * G + g starts at bi w + g (n + 2) d = (bi G + g)(n + 2) d of a qkv
+    // row, and at (bi G + g) n d of an o row: one stride each.
+    const int64_t batch = folded ? (n + 2) * d : w;
+    qkv = {batch, (n + 2) * d, b * w, 1};
+    qkv_t = {batch, (n + 2) * d, 1, b * w};
+    o = {H * d, d, b * h * d, 1};
+    // In place: MHA's head j at j (n + 2) d = 3 j d of its row, a folded group's query jj at jj d.
+    if (n == 1) {
+      q = qkv;
+    } else {
+      q = folded ? Dims4{batch, d, b * w, 1} : o;
+    }
     k_offset = n * d;
     v_offset = (n + 1) * d;
-    scores = {h * s * s, s * s, s, 1};
-    scores_t = {h * s * s, s * s, 1, s};
-    rows = {h * s, s, 1, 1};
-    packed = {h * s * d, s * d, d, 1};
+    scores = {H * s * s, s * s, s, 1};
+    scores_t = {H * s * s, s * s, 1, s};
+    rows = {H * s, s, 1, 1};
+    packed = {H * s * d, s * d, d, 1};
   }
 };
 
@@ -745,8 +760,8 @@ struct CudnnAttention::Entry {
   // Documents: the bias [b, s, s] after cuDNN's forward workspace and after the backward's
   // above; fwd_bytes is the forward's whole need.
   int64_t bias_offset_fwd = 0, bias_offset_bwd = 0, fwd_bytes = 0;
-  // Query groups: the packed Q [s, b, h, d] (forward and backward) and dQ (backward) buffers
-  // after the above (0 bytes for G = h).
+  // Query groups with documents: the packed Q [s, b, h, d] (forward and backward) and dQ
+  // (backward) buffers after the above (0 bytes for G = h and for folded groups).
   int64_t q_offset_fwd = 0, q_offset_bwd = 0, dq_offset_bwd = 0, q_bytes = 0;
   // Scalars passed by value (their addresses go into the variant packs).
   float scale = 0.0f, neg_inf = -INFINITY, one = 1.0f, drop_scale = 1.0f, drop_scale_inv = 1.0f;
@@ -833,7 +848,7 @@ CudnnAttention::Entry& CudnnAttention::entry(const CudnnAttentionKey& key) {
         e->bias_offset_bwd = align_up(e->bwd_bytes, 256);
         e->bwd_bytes = e->bias_offset_bwd + bias_bytes;
       }
-      if (key.groups > 0 && key.groups != key.heads) {
+      if (key.groups > 0 && key.groups != key.heads && !folds_groups(key)) {
         e->q_bytes = rows * key.head_dim * 2;
         e->q_offset_fwd = align_up(e->fwd_bytes, 256);
         e->fwd_bytes = e->q_offset_fwd + e->q_bytes;

@@ -13,16 +13,23 @@
 //   o, do at i*(b*h*d) + bi*(h*d) + j*d + t   -> strides [h*d, d, b*h*d, 1]
 //   stats = our lse [b, h, s] fp32            -> dims [b, h, s, 1], strides [h*s, s, 1, 1]
 // e.g. b = 2, h = 12, d = 64: q strides [2304, 192, 4608, 1], k at element offset 64.
-// Query groups (GQA/MQA, G < h key/value heads, n = h / G; ops.h): K, V, dK, dV are [b, G, s, d]
-// tensors in place at element offsets n*d, (n+1)*d with strides [W, (n+2)d, b*W, 1],
-// W = G*(n+2)*d, and Q K^T / dO V^T broadcast each key/value head over its n query heads (the
-// matmuls' batch dims). The queries of a group are not one stride apart from the next group's
-// (its key and value sit between), so with G < h, Q is first gathered into a packed [s, b, h, d]
-// workspace buffer (gather_queries, o's strides) and dQ is written to one and scattered back
-// (scatter_query_grads): one extra pass over q and dq. The backward sums each group's dK and dV
-// over its query heads as cuDNN's frontend does: dS^T Q and P^T dO into [b, h, s, d] virtual
-// tensors (the I/O dtype), reduced (ADD) over the heads into dK, dV.
-//
+// Query groups (GQA/MQA, G < h key/value heads, n = h / G; ops.h): a qkv row holds, per group
+// g, its n queries, its key and its value, W = G*(n+2)*d elements. The queries of a group are
+// not one stride apart from the next group's (its key and value sit between), but the group
+// is one stride from the next batch row's group: row bi*G + g of a batch of b*G starts at
+// (bi*G + g)*(n+2)*d. So the graphs fold the groups into the batch: b*G rows of n query heads
+// that share one key/value head (multi-query attention per row), everything still in place:
+//   q, dq     dims [b*G, n, s, d], strides [(n+2)d, d, b*W, 1]
+//   k, v      dims [b*G, 1, s, d] at element offsets n*d, (n+1)*d, strides [(n+2)d, (n+2)d, b*W, 1]
+//   o, do     dims [b*G, n, s, d], strides [n*d, d, b*h*d, 1]; stats [b*G, n, s, 1] (= [b, h, s])
+// Q K^T and dO V^T broadcast the key/value head over the row's n query heads (the matmuls'
+// batch dims). The backward sums each group's dK and dV over its query heads as cuDNN's
+// frontend does: dS^T Q and P^T dO into [b*G, n, s, d] virtual tensors (the I/O dtype), reduced
+// (ADD) over the heads into dK, dV. With documents the bias [b, 1, s, s] has no stride over
+// the folded rows, so there the graphs keep [b, h, s, d] with K, V as [b, G, s, d] (strides
+// [W, (n+2)d, b*W, 1]): Q is first gathered into a packed [s, b, h, d] workspace buffer
+// (gather_queries, o's strides) and dQ is written to one and scattered back
+// (scatter_query_grads), one extra pass over q and dq.
 // Forward graph (cuDNN's "flash fused attention fprop" pattern), fp32 between the matmuls:
 //   S = Q K^T;  S *= scale;  S = (row >= col) ? S : -inf  (GEN_INDEX rows/cols, CMP_GE,
 //   BINARY_SELECT);  M = max_j S;  E = exp(S - M);  L = sum_j E;  Stats = M + log L;
@@ -100,7 +107,7 @@ struct CudnnAttentionKey {
 // written in stream order (cuda_attention.cu).
 void write_document_bias(const int32_t* key_start, int64_t b, int64_t s, DType dtype, void* bias, cudaStream_t stream);
 
-// Query groups on cuDNN (cuda_attention.cu), in stream order, 16-bit `dtype` elements:
+// Query groups with documents on cuDNN (cuda_attention.cu), in stream order, 16-bit `dtype` elements:
 // q[s, b, heads, d] (packed) = the query columns of qkv[s, b, G * (heads/G + 2) * d], and back:
 // the query columns of dqkv = dq[s, b, heads, d] (dqkv's key/value columns untouched).
 void gather_queries(const void* qkv, int64_t s, int64_t b, int64_t heads, int64_t groups, int64_t d, DType dtype,

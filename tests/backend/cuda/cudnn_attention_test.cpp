@@ -331,6 +331,31 @@ TEST_P(CudnnGroupedAttention, ForwardAndBackwardMatchCpu) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudnnGroupedAttention, ::testing::ValuesIn(kGroupCases),
                          [](const ::testing::TestParamInfo<GroupCase>& info) { return group_case_name(info.param); });
 
+// With documents the groups cannot fold into the batch (cudnn_attention.h): Q is gathered into a
+// packed buffer and dQ scattered back. The same CPU reference, over the whole case.
+TEST(CudnnGroupedAttention, DocumentsGatherTheQueriesAndMatchCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const GroupCase& c : {GroupCase{512, 2, 8, 2, 128, DType::kBF16}, GroupCase{384, 2, 6, 3, 80, DType::kF16}}) {
+    SCOPED_TRACE(group_case_name(c));
+    auto gpu = make_gpu(AttentionImpl::kCudnn);
+    AttentionParams p = grouped_params(c);
+    const Tensor starts = document_key_starts(c.b, c.s);
+    p.key_start = to_device(*gpu, starts);
+    ASSERT_EQ(cudnn_attention_unavailable(*gpu, c.dtype, c.s, c.b, p), "") << "cuDNN must run grouped documents";
+    std::cout << "  " << describe_cudnn_attention(*gpu, c.dtype, c.s, c.b, p) << "\n";
+    const Tensor qkv = host_random({c.s, c.b, p.qkv_width()}, c.dtype, 177 + c.groups, 0.1f, 2.0f);
+    const Tensor dout = host_random({c.s, c.b, c.heads * c.d}, c.dtype, 178 + c.groups, 0.1f, 1.0f);
+    AttentionParams p_cpu = grouped_params(c);
+    p_cpu.key_start = starts;
+    const Result ref = cpu_attention(qkv, dout, p_cpu);
+    const Result got = gpu_attention(*gpu, qkv, dout, p, AttentionImpl::kCudnn, AttentionImpl::kCudnn);
+    const Tolerance tol = tolerance(c.dtype);
+    EXPECT_TRUE(close_scaled(got.out, ref.out, tol.out, 0.0, "out"));
+    EXPECT_TRUE(close_scaled(got.lse, ref.lse, tol.lse, 1e-5, "lse"));
+    EXPECT_TRUE(close_scaled(got.dqkv, ref.dqkv, tol.dqkv, 0.0, "dqkv"));
+  }
+}
+
 // Grouped attention is multi-head attention with each group's K and V repeated for its query
 // heads: the same out on cuDNN (the same engine arithmetic per query head up to its tiling).
 TEST(CudnnGroupedAttention, EqualsMultiHeadWithRepeatedKeysAndValues) {
@@ -366,6 +391,9 @@ TEST(CudnnAttentionGraphs, GroupedBuildWithoutAGpu) {
       for (float dropout : {0.0f, 0.1f}) {
         SCOPED_TRACE(group_case_name(c) + (deterministic ? " deterministic" : "") + (dropout > 0 ? " dropout" : ""));
         EXPECT_EQ(check_cudnn_attention_graphs(c.dtype, c.s, c.b, grouped_params(c, dropout), deterministic), "");
+        AttentionParams documents = grouped_params(c, dropout);
+        documents.key_start = document_key_starts(c.b, c.s);
+        EXPECT_EQ(check_cudnn_attention_graphs(c.dtype, c.s, c.b, documents, deterministic), "") << "documents";
       }
     }
   }
