@@ -127,7 +127,8 @@ const char* ProfilingBackend::op_name(int op) {
                                               "rotary_forward",
                                               "rotary_backward",
                                               "fp8_quantize",
-                                              "fp8_gemm"};
+                                              "fp8_gemm",
+                                              "fp8_quantize_dbias"};
   return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -456,7 +457,7 @@ void ProfilingBackend::rotary_backward(Tensor& dqkv, const RotaryParams& params)
 
 void ProfilingBackend::fp8_cast(const Fp8Source& src, Tensor& q, Tensor& qt, const Fp8Quantization& s, Tensor& dbias,
                                 GradWrite write) {
-  timed(kFp8Quantize, [&] { inner_->fp8_cast(src, q, qt, s, dbias, write); });
+  timed(dbias.defined() ? kFp8QuantizeDbias : kFp8Quantize, [&] { inner_->fp8_cast(src, q, qt, s, dbias, write); });
 }
 
 void ProfilingBackend::fp8_gemm(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,

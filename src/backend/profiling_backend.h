@@ -200,6 +200,7 @@ class ProfilingBackend final : public Backend, public RegionTimer {
     kRotaryBackward,
     kFp8Quantize,
     kFp8Gemm,
+    kFp8QuantizeDbias,  // fp8_cast summing a bias gradient (dy's casts): its own row
     kNumOps
   };
   static const char* op_name(int op);

@@ -193,6 +193,42 @@ TEST(ProfilingBackend, RotaryOpsAreForwardedAndCounted) {
   EXPECT_EQ(bwd->calls, 2);
 }
 
+// The FP8 casts that sum a bias gradient (dy's) get their own row beside the others, with the
+// wrapped backend's codes and bias gradient.
+TEST(ProfilingBackend, Fp8CastsWithABiasGradientHaveTheirOwnRow) {
+  auto rng = test_rng();
+  ProfilingBackend prof(make_cpu_backend());
+  auto plain = make_cpu_backend();
+  const Tensor x = random_tensor({16, 8}, rng);
+  auto scalar = [](float v) {
+    Tensor t = Tensor::cpu({1});
+    t.data_as<float>()[0] = v;
+    return t;
+  };
+  auto quantization = [&] {
+    Fp8Quantization s;
+    s.format = Fp8Format::kE5M2;
+    s.scale = scalar(4.0f);
+    s.scale_inv = scalar(0.25f);
+    s.amax = scalar(0.0f);
+    return s;
+  };
+  const Fp8Quantization sp = quantization(), sq = quantization();
+  Tensor q_prof = Tensor::cpu({16, 8}, DType::kF8E5M2), q_plain = Tensor::cpu({16, 8}, DType::kF8E5M2);
+  Tensor none, db_prof = Tensor::cpu({8}), db_plain = Tensor::cpu({8});
+  prof.fp8_cast(Fp8Source(x), q_prof, none, sp, none);
+  prof.fp8_cast(Fp8Source(x), q_prof, none, sp, db_prof, GradWrite::kOverwrite);
+  plain->fp8_cast(Fp8Source(x), q_plain, none, sq, db_plain, GradWrite::kOverwrite);
+  EXPECT_TRUE(bitwise_equal(q_prof, q_plain));
+  EXPECT_TRUE(bitwise_equal(db_prof, db_plain));
+  const OpProfile p = prof.report();
+  const OpProfileRow* cast = find_op(p, "fp8_quantize");
+  const OpProfileRow* dbias = find_op(p, "fp8_quantize_dbias");
+  ASSERT_TRUE(cast && dbias);
+  EXPECT_EQ(cast->calls, 1);
+  EXPECT_EQ(dbias->calls, 1);
+}
+
 TEST(ProfilingBackend, DisabledOpsAreNotCountedAndResetClears) {
   auto rng = test_rng();
   ProfilingBackend prof(make_cpu_backend());
