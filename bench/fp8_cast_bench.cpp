@@ -13,16 +13,15 @@
 // pass, then the cast). Bytes = what the cast reads (16-bit x, and aux) plus writes (1-byte
 // codes per layout); GB/s = bytes / time. Prints ms per call (mean of REPEATS after 3 warm-up
 // calls, CUDA-synchronised) and GB/s.
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/device.h"
 #include "backend/ops.h"
+#include "bench_cuda.h"
 #include "core/dtype.h"
 #include "core/memory.h"
 #include "core/tensor.h"
@@ -30,16 +29,7 @@
 namespace {
 
 using namespace megatron;
-using Clock = std::chrono::steady_clock;
-
-double time_ms(backend::Backend& be, int repeats, const std::function<void()>& f) {
-  for (int i = 0; i < 3; ++i) f();
-  be.synchronize();
-  const auto t0 = Clock::now();
-  for (int i = 0; i < repeats; ++i) f();
-  be.synchronize();
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / repeats;
-}
+using bench::time_ms;
 
 Tensor scalar(backend::Backend& be, float v) {
   Tensor host = Tensor::cpu({1}, DType::kF32);
@@ -52,11 +42,7 @@ Tensor scalar(backend::Backend& be, float v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (backend::cuda_device_count() == 0) {
-    std::fprintf(stderr, "fp8_cast_bench: no CUDA device (this build %s CUDA)\n",
-                 backend::built_with_cuda() ? "has" : "has no");
-    return 1;
-  }
+  if (!bench::have_cuda_device("fp8_cast_bench")) return 1;
   const int64_t n = argc > 1 ? std::atoll(argv[1]) : 8192;
   const int64_t h = argc > 2 ? std::atoll(argv[2]) : 2560;
   const int repeats = argc > 3 ? std::atoi(argv[3]) : 20;

@@ -22,7 +22,6 @@
 // Inputs are random in [-1, 1] (constant inputs toggle fewer bits, draw less power and run
 // faster than training data does). Prints ms per call (mean of REPEATS after 3 warm-up calls,
 // CUDA-synchronised) and TFLOP/s of the GEMM.
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -35,6 +34,7 @@
 #include "backend/cuda/gemm_tuning.h"
 #include "backend/device.h"
 #include "backend/ops.h"
+#include "bench_cuda.h"
 #include "core/dtype.h"
 #include "core/memory.h"
 #include "core/tensor.h"
@@ -42,25 +42,12 @@
 namespace {
 
 using namespace megatron;
-using Clock = std::chrono::steady_clock;
-
-double time_ms(backend::Backend& be, int repeats, const std::function<void()>& f) {
-  for (int i = 0; i < 3; ++i) f();
-  be.synchronize();
-  const auto t0 = Clock::now();
-  for (int i = 0; i < repeats; ++i) f();
-  be.synchronize();
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / repeats;
-}
+using bench::time_ms;
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (backend::cuda_device_count() == 0) {
-    std::fprintf(stderr, "gemm_bench: no CUDA device (this build %s CUDA)\n",
-                 backend::built_with_cuda() ? "has" : "has no");
-    return 1;
-  }
+  if (!bench::have_cuda_device("gemm_bench")) return 1;
   const int64_t n = argc > 1 ? std::atoll(argv[1]) : 8192;
   const int64_t h = argc > 2 ? std::atoll(argv[2]) : 2048;
   const int repeats = argc > 3 ? std::atoi(argv[3]) : 20;

@@ -21,6 +21,7 @@
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "backend/profiling_backend.h"
+#include "bench_cuda.h"
 #include "core/dtype.h"
 #include "core/memory.h"
 #include "core/tensor.h"
@@ -53,11 +54,7 @@ double time_us(backend::ProfilingBackend& prof, Tensor& busy, int repeats, const
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (backend::cuda_device_count() == 0) {
-    std::fprintf(stderr, "layernorm_bench: no CUDA device (this build %s CUDA)\n",
-                 backend::built_with_cuda() ? "has" : "has no");
-    return 1;
-  }
+  if (!bench::have_cuda_device("layernorm_bench")) return 1;
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 50;
   // Rows x width: 124M/350M (16 x 1024 tokens), 1.3B and 2.7B (4 x 2048), 13B at micro-batch
   // 1 and 2 and its TP4 + SP shard (2048 / 4 rows), 175B's width at micro-batch 1 and its
