@@ -493,10 +493,17 @@ constexpr int64_t kQ = 1, kK = 2, kV = 3, kO = 4, kStats = 5, kScale = 6, kNegIn
 
 cudnnDataType_t cudnn_dtype(DType d) { return d == DType::kBF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
 
+// How `k`'s query groups (G < h) reach cuDNN (see cudnn_attention.h): folded into the batch,
+// or, with documents (whose bias [b, 1, s, s] has no single stride over the folded dimension),
+// with Q gathered into a packed buffer.
+bool has_query_groups(const CudnnAttentionKey& k) { return k.groups > 0 && k.groups != k.heads; }
+bool folds_groups(const CudnnAttentionKey& k) { return has_query_groups(k) && !k.documents; }
+bool gathers_queries(const CudnnAttentionKey& k) { return has_query_groups(k) && k.documents; }
+
 std::string key_name(const CudnnAttentionKey& k) {
   return str_cat(dtype_name(k.dtype), " b=", k.b, " s=", k.s, " heads=", k.heads,
-                 k.groups > 0 && k.groups != k.heads ? str_cat(" query_groups=", k.groups) : std::string(),
-                 " head_dim=", k.head_dim, k.dropout_bits != 0 ? str_cat(" dropout=", k.dropout_p()) : std::string(),
+                 has_query_groups(k) ? str_cat(" query_groups=", k.groups) : std::string(), " head_dim=", k.head_dim,
+                 k.dropout_bits != 0 ? str_cat(" dropout=", k.dropout_p()) : std::string(),
                  k.deterministic ? " deterministic" : "", k.documents ? " documents" : "");
 }
 
@@ -519,10 +526,6 @@ cudnnBackendDescriptor_t add_document_bias(Graph& g, const CudnnAttentionKey& k,
   g.binary("S + document bias", CUDNN_POINTWISE_ADD, x, bias, y);
   return y;
 }
-
-// Whether `k` runs query groups folded into the batch (see cudnn_attention.h): G < h without
-// documents, whose bias [b, 1, s, s] has no single stride over the folded dimension.
-bool folds_groups(const CudnnAttentionKey& k) { return k.groups > 0 && k.groups != k.heads && !k.documents; }
 
 // Dims and strides of one case (see cudnn_attention.h). The graphs see a batch of B rows of H
 // query heads sharing Gk key/value heads: (b, h, G) as given, or (b G, h / G, 1) folded.
@@ -848,7 +851,7 @@ CudnnAttention::Entry& CudnnAttention::entry(const CudnnAttentionKey& key) {
         e->bias_offset_bwd = align_up(e->bwd_bytes, 256);
         e->bwd_bytes = e->bias_offset_bwd + bias_bytes;
       }
-      if (key.groups > 0 && key.groups != key.heads && !folds_groups(key)) {
+      if (gathers_queries(key)) {
         e->q_bytes = rows * key.head_dim * 2;
         e->q_offset_fwd = align_up(e->fwd_bytes, 256);
         e->fwd_bytes = e->q_offset_fwd + e->q_bytes;
